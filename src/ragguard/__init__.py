@@ -1,0 +1,52 @@
+"""ragguard: decide which retrieved passages reach an LLM.
+
+The public API is flat::
+
+    from ragguard import ContextGuard, GuardConfig, Candidate
+
+Adapters for LangChain and LlamaIndex live in ``ragguard.adapters`` and are imported on
+purpose; calibration lives in ``ragguard.calibration``.
+"""
+
+from ragguard.candidate import Candidate, Decision, Selection
+from ragguard.config import DuplicatePolicy, GuardConfig, InvalidScorePolicy
+from ragguard.errors import (
+    CandidateError,
+    ConfigError,
+    DuplicateIdError,
+    InvalidScoreError,
+    MissingDependencyError,
+    RagguardError,
+    RagguardWarning,
+    ScoreWarning,
+)
+from ragguard.guard import ContextGuard
+from ragguard.policy import CutRule, Reason
+from ragguard.profiles import BUILTIN_PROFILES, Profile
+from ragguard.scores import ScoreKind
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "Candidate",
+    "CandidateError",
+    "ConfigError",
+    "ContextGuard",
+    "CutRule",
+    "Decision",
+    "DuplicateIdError",
+    "DuplicatePolicy",
+    "GuardConfig",
+    "InvalidScoreError",
+    "InvalidScorePolicy",
+    "MissingDependencyError",
+    "Profile",
+    "RagguardError",
+    "RagguardWarning",
+    "Reason",
+    "ScoreKind",
+    "ScoreWarning",
+    "Selection",
+    "__version__",
+]

@@ -1,0 +1,310 @@
+"""Layered configuration of the guard.
+
+Each value comes from the highest layer that sets it::
+
+    keyword arguments  >  environment (RAGGUARD_*, nested with __)  >  TOML file
+        >  the profile's runtime defaults (max_k, min_k, relative_threshold)  >  defaults
+
+``GuardConfig.save()`` writes a TOML file that ``GuardConfig.from_file()`` reads back
+unchanged; ``ragguard calibrate`` writes the same format. Invalid values, unknown keys,
+missing or malformed files raise :class:`~ragguard.errors.ConfigError` with a message
+naming the key, the value, where it came from and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from ragguard.errors import ConfigError
+from ragguard.policy import CutRule, PolicyParams
+from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
+from ragguard.scores import ScoreKind
+
+__all__ = ["DuplicatePolicy", "GuardConfig", "InvalidScorePolicy", "load_toml"]
+
+ENV_PREFIX = "RAGGUARD_"
+PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
+
+
+class InvalidScorePolicy(StrEnum):
+    """What happens to a candidate whose score is missing, NaN or infinite."""
+
+    DROP = "drop"
+    """Drop it with reason ``invalid_score`` (the default)."""
+    KEEP_LAST = "keep_last"
+    """Keep it after every scored candidate, subject only to ``max_k``."""
+    RAISE = "raise"
+    """Raise :class:`~ragguard.errors.InvalidScoreError`."""
+
+
+class DuplicatePolicy(StrEnum):
+    """What happens when several candidates share an id."""
+
+    KEEP_BEST = "keep_best"
+    """Keep the occurrence with the best score (first on ties); drop the others."""
+    KEEP_FIRST = "keep_first"
+    """Keep the first occurrence in input order; drop the others."""
+    KEEP_ALL = "keep_all"
+    """Treat every occurrence as its own candidate."""
+    RAISE = "raise"
+    """Raise :class:`~ragguard.errors.DuplicateIdError`."""
+
+
+_loaded_file: ContextVar[tuple[Path, dict[str, Any]] | None] = ContextVar(
+    "ragguard_config_file", default=None
+)
+
+
+def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a TOML file, with errors that name the file.
+
+    Raises:
+        ConfigError: the file does not exist, is not a file, or is not valid TOML.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    if not p.is_file():
+        raise ConfigError(f"config path is not a file: {p}")
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p} is not valid TOML: {exc}") from exc
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """Values read from a TOML file by :meth:`GuardConfig.from_file`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def _env_names(field: str) -> list[str]:
+    name = (ENV_PREFIX + field).upper()
+    return [k for k in os.environ if k.upper() == name or k.upper().startswith(name + "__")]
+
+
+class GuardConfig(BaseSettings):
+    """Configuration of :class:`~ragguard.ContextGuard` (see the README's config reference).
+
+    Example:
+        >>> GuardConfig(max_k=3, relative_threshold=0.7, score_kind="similarity").max_k
+        3
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    profile: str = Field(
+        default=DEFAULT_PROFILE,
+        description="Tolerance profile: medical, legal, support, creative, code or a custom one.",
+    )
+    score_kind: ScoreKind | None = Field(
+        default=None,
+        description="What retriever scores are; score rules are skipped while it is unknown.",
+    )
+    max_k: int = Field(default=5, ge=1, description="Most passages kept (profile default).")
+    min_k: int = Field(default=1, ge=0, description="Fewest passages kept (profile default).")
+    relative_threshold: float = Field(
+        default=0.7, ge=0.0, le=1.0,
+        description="Keep passages scoring >= this x the top normalised score (profile default).",
+    )  # fmt: skip
+    min_score: float | None = Field(
+        default=None, allow_inf_nan=False,
+        description="Absolute floor on the normalised score; None disables it.",
+    )  # fmt: skip
+    cut: CutRule = Field(
+        default=CutRule.NONE, description="Label-free cut rule: none, gap or autocut."
+    )
+    gap_buffer: int = Field(default=0, ge=0, description="Extra passages kept after the gap.")
+    gap_window: int | None = Field(
+        default=None, ge=2, description="Look for the largest gap among this many top passages."
+    )
+    autocut_jumps: int = Field(default=1, ge=1, description="Cut before this score jump.")
+    invalid_scores: InvalidScorePolicy = Field(
+        default=InvalidScorePolicy.DROP,
+        description="Missing/NaN/inf scores: drop (with reason), keep_last or raise.",
+    )
+    duplicates: DuplicatePolicy = Field(
+        default=DuplicatePolicy.KEEP_BEST,
+        description="Repeated ids: keep_best, keep_first, keep_all or raise.",
+    )
+    rrf_k: int = Field(default=60, ge=0, description="The k of reciprocal rank fusion scores.")
+    profiles: dict[str, ProfileSpec] = Field(
+        default_factory=dict, description="Custom profiles, by name."
+    )
+    provenance: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Where this config came from (written by ragguard calibrate); not used "
+        "by the guard.",
+    )
+
+    _profile: Profile = PrivateAttr()
+    _layers: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **values: Any) -> None:
+        loaded = _loaded_file.get()
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc, values, loaded)) from exc
+        layers: dict[str, str] = {}
+        for name in type(self).model_fields:
+            if name in values:
+                layers[name] = "argument"
+            elif env := _env_names(name):
+                layers[name] = f"environment {env[0]}"
+            elif loaded is not None and name in loaded[1]:
+                layers[name] = f"file {loaded[0]}"
+            elif name in PROFILE_FIELDS:
+                layers[name] = f"profile {self.profile}"
+            else:
+                layers[name] = "default"
+        self._layers = layers
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        loaded = _loaded_file.get()
+        if loaded is None:
+            return init_settings, env_settings
+        return init_settings, env_settings, _FileSource(settings_cls, loaded[1])
+
+    @model_validator(mode="after")
+    def _apply_profile(self) -> GuardConfig:
+        profile = resolve_profile(self.profile, self.profiles)
+        for name in PROFILE_FIELDS:
+            if name not in self.model_fields_set:
+                object.__setattr__(self, name, getattr(profile, name))
+        if self.min_k > self.max_k:
+            raise ValueError(f"min_k={self.min_k} must not exceed max_k={self.max_k}")
+        self._profile = profile
+        return self
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> GuardConfig:
+        """Load a TOML config file; environment variables and ``overrides`` win over it.
+
+        Raises:
+            ConfigError: the file is missing or malformed, a key is unknown or a value
+                is invalid.
+        """
+        data = load_toml(path)
+        with _reading(Path(path), data):
+            return cls(**overrides)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this config as TOML that :meth:`from_file` reads back unchanged."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        data["profiles"] = {
+            name: spec.model_dump(mode="json", exclude_none=True)
+            for name, spec in self.profiles.items()
+        }
+        for key in ("profiles", "provenance"):
+            if not data[key]:
+                del data[key]
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        header = f"# ragguard guard config, written {stamp}. Load: ContextGuard.from_file(path)\n"
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(header + tomli_w.dumps(data), encoding="utf-8")
+        tmp.replace(p)
+        return p
+
+    @property
+    def resolved_profile(self) -> Profile:
+        """The profile this config uses, with custom overrides applied."""
+        return self._profile
+
+    def source_of(self, name: str) -> str:
+        """Which layer supplied field ``name``: argument, environment, file, profile or
+        default."""
+        if name not in self._layers:
+            raise KeyError(f"GuardConfig has no field {name!r}")
+        return self._layers[name]
+
+    def policy_params(self, *, score_rules: bool = True) -> PolicyParams:
+        """The selection policy's parameters under this config."""
+        return PolicyParams(
+            max_k=self.max_k,
+            min_k=self.min_k,
+            relative_threshold=self.relative_threshold,
+            min_score=self.min_score,
+            cut=self.cut,
+            gap_buffer=self.gap_buffer,
+            gap_window=self.gap_window,
+            autocut_jumps=self.autocut_jumps,
+            keep_invalid=self.invalid_scores is InvalidScorePolicy.KEEP_LAST,
+            score_rules=score_rules,
+        )
+
+
+@contextmanager
+def _reading(path: Path, data: dict[str, Any]) -> Iterator[None]:
+    token = _loaded_file.set((path, data))
+    try:
+        yield
+    finally:
+        _loaded_file.reset(token)
+
+
+def _explain(
+    exc: ValidationError, values: dict[str, Any], loaded: tuple[Path, dict[str, Any]] | None
+) -> str:
+    """One line per problem: key, value, where it came from, what is allowed."""
+
+    def origin(key: str) -> str:
+        if key in values:
+            return "argument"
+        if env := _env_names(key):
+            return f"environment {env[0]}"
+        if loaded is not None and key in loaded[1]:
+            return f"file {loaded[0]}"
+        return "default"
+
+    lines = []
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"]]
+        key = ".".join(loc)
+        msg = err["msg"].removeprefix("Value error, ")
+        if not loc:
+            lines.append(msg)
+        elif err["type"] == "extra_forbidden":
+            model = ProfileSpec if loc[0] == "profiles" and len(loc) == 3 else GuardConfig
+            allowed = ", ".join(model.model_fields)
+            lines.append(f"unknown key {key!r} ({origin(loc[0])}); allowed keys: {allowed}")
+        else:
+            lines.append(f"{key}={err['input']!r} ({origin(loc[0])}): {msg}")
+    return "invalid ragguard config: " + "; ".join(lines)

@@ -1,0 +1,68 @@
+"""Exceptions and warnings raised by ragguard.
+
+Every error ragguard raises on purpose derives from :class:`RagguardError`, so one
+``except RagguardError`` catches them all. Each also derives from the built-in class a
+caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong types,
+``ImportError`` for a missing optional dependency)::
+
+    RagguardError
+    ├── ConfigError              (ValueError)  invalid config value, file, key or profile
+    ├── CandidateError           (TypeError)   input that is not a list of Candidates
+    ├── InvalidScoreError        (ValueError)  missing/NaN/inf score with invalid_scores="raise"
+    ├── DuplicateIdError         (ValueError)  repeated candidate id with duplicates="raise"
+    └── MissingDependencyError   (ImportError) an optional extra is not installed
+
+    RagguardWarning (UserWarning)
+    └── ScoreWarning             scores contradict their declared kind, or no kind is known
+
+Warnings are issued with :func:`warnings.warn` (once per guard and problem), never
+printed; library code logs through ``logging.getLogger(__name__)``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CandidateError",
+    "ConfigError",
+    "DuplicateIdError",
+    "InvalidScoreError",
+    "MissingDependencyError",
+    "RagguardError",
+    "RagguardWarning",
+    "ScoreWarning",
+]
+
+
+class RagguardError(Exception):
+    """Base class of every error ragguard raises on purpose."""
+
+
+class ConfigError(RagguardError, ValueError):
+    """A config value, config file, config key or profile is invalid or unknown."""
+
+
+class CandidateError(RagguardError, TypeError):
+    """The input to the guard is not a sequence of well-formed Candidates."""
+
+
+class InvalidScoreError(RagguardError, ValueError):
+    """A candidate's score is missing, NaN or infinite and ``invalid_scores="raise"``."""
+
+
+class DuplicateIdError(RagguardError, ValueError):
+    """Two candidates share an id and ``duplicates="raise"``."""
+
+
+class MissingDependencyError(RagguardError, ImportError):
+    """A feature needs an optional dependency (an extra) that is not installed."""
+
+
+class RagguardWarning(UserWarning):
+    """Base class of ragguard's warnings."""
+
+
+class ScoreWarning(RagguardWarning):
+    """Scores contradict their declared kind, or their kind is unknown.
+
+    The message names the config field to change and what the guard did instead.
+    """

@@ -1,0 +1,226 @@
+"""ContextGuard: decide which retrieved candidates reach the LLM.
+
+Steps of :meth:`ContextGuard.select`: validate the candidates -> normalise their scores
+(:mod:`ragguard.scores`) -> resolve duplicate ids -> apply the selection policy
+(:mod:`ragguard.policy`, the same vectorised code the calibration sweep runs) ->
+a :class:`~ragguard.candidate.Selection` with every dropped candidate's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.candidate import Candidate, Selection
+from ragguard.config import DuplicatePolicy, GuardConfig, InvalidScorePolicy
+from ragguard.errors import CandidateError, DuplicateIdError, InvalidScoreError, ScoreWarning
+from ragguard.policy import PolicyParams, apply_policy
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreIssue, ScoreKind, issue_message, normalize
+
+__all__ = ["ContextGuard"]
+
+logger = logging.getLogger(__name__)
+
+_EMPTY_INT = np.empty(0, dtype=np.intp)
+
+
+class ContextGuard:
+    """Keeps the passages worth an LLM's attention and records why it dropped the rest.
+
+    Args:
+        config: the guard's configuration; omit it to build one from ``settings``
+            (which then follow the usual layers: arguments > environment > defaults).
+        on_selection: optional callable invoked with every :class:`Selection`.
+        **settings: :class:`GuardConfig` fields, when no ``config`` is given.
+
+    Example:
+        >>> guard = ContextGuard(GuardConfig(max_k=2, relative_threshold=0.7,
+        ...                                  score_kind="similarity"))
+        >>> sel = guard.select("q", [Candidate("a", score=0.9), Candidate("b", score=0.3)])
+        >>> [c.id for c in sel.kept], [d.reason.value for d in sel.dropped]
+        (['a'], ['below_relative_threshold'])
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        on_selection: Callable[[Selection], None] | None = None,
+        **settings: Any,
+    ) -> None:
+        if config is not None and settings:
+            raise TypeError(
+                "pass either a GuardConfig or keyword settings, not both "
+                f"(got config and {sorted(settings)})"
+            )
+        self.config: GuardConfig = config if config is not None else GuardConfig(**settings)
+        self.on_selection = on_selection
+        self._scored: PolicyParams = self.config.policy_params()
+        self._unscored: PolicyParams = self.config.policy_params(score_rules=False)
+        self._warned: set[ScoreIssue] = set()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> ContextGuard:
+        """A guard configured from a TOML file (environment and ``overrides`` win)."""
+        return cls(GuardConfig.from_file(path, **overrides))
+
+    @classmethod
+    def from_profile(cls, name: str, **overrides: Any) -> ContextGuard:
+        """A guard with the runtime defaults of tolerance profile ``name``."""
+        return cls(GuardConfig(profile=name, **overrides))
+
+    @property
+    def profile(self) -> Profile:
+        """The resolved tolerance profile."""
+        return self.config.resolved_profile
+
+    def select(
+        self,
+        query: str,
+        candidates: Iterable[Candidate],
+        *,
+        score_kind: ScoreKind | str | None = None,
+    ) -> Selection:
+        """Choose which candidates reach the LLM.
+
+        Args:
+            query: the user's question (recorded in the selection; used by rerankers).
+            candidates: the retrieved candidates, in the retriever's order.
+            score_kind: what the scores are, when it differs from ``config.score_kind``
+                (adapters pass what they learn from the vector store).
+
+        Returns:
+            The kept candidates (best first) and a decision for every dropped one.
+
+        Raises:
+            CandidateError: an element is not a :class:`Candidate`.
+            InvalidScoreError: a score is missing/NaN/inf and ``invalid_scores="raise"``.
+            DuplicateIdError: ids repeat and ``duplicates="raise"``.
+        """
+        cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
+        for c in cands:
+            if not isinstance(c, Candidate):
+                raise CandidateError(
+                    f"ContextGuard.select expects Candidate objects, got {type(c).__name__}; "
+                    "wrap framework objects with ragguard.adapters or build Candidate(id, "
+                    "text, score)"
+                )
+        kind = ScoreKind(score_kind) if score_kind is not None else self.config.score_kind
+        params = self._scored if kind is not None else self._unscored
+        if not cands:
+            return self._finish(
+                Selection(
+                    query, cands, order=_EMPTY_INT, reasons=np.empty(0, dtype=np.int8),
+                    n_kept=0, normalized=np.empty(0), score_kind=kind, params=params,
+                    top=float("nan"),
+                )
+            )  # fmt: skip
+
+        raw = np.array([c.score for c in cands], dtype=np.float64)
+        norm = normalize(raw, kind, rrf_k=self.config.rrf_k)
+        if kind is not None and self.config.invalid_scores is InvalidScorePolicy.RAISE:
+            bad = [c.id for c, ok in zip(cands, norm.valid[0].tolist(), strict=True) if not ok]
+            if bad:
+                raise InvalidScoreError(
+                    f"{len(bad)} candidate(s) have a missing, NaN or infinite score "
+                    f"(ids {bad[:5]}{'...' if len(bad) > 5 else ''}); set invalid_scores to "
+                    "'drop' or 'keep_last' to handle them"
+                )
+        values = norm.values[0]
+        duplicate_of = self._duplicates(cands, values, norm.valid[0])
+        present = None
+        if duplicate_of:
+            present = np.ones((1, len(cands)), dtype=np.bool_)
+            present[0, list(duplicate_of)] = False
+        result = apply_policy(norm.values, norm.valid, params, present)
+
+        issues = list(norm.issues)
+        if ScoreIssue.UNKNOWN_KIND in issues and not self._scored.uses_scores:
+            issues.remove(ScoreIssue.UNKNOWN_KIND)  # no score rule was asked for
+        if result.threshold_skipped[0]:
+            issues.append(ScoreIssue.NONPOSITIVE_TOP)
+        for issue in issues:
+            self._warn_once(issue)
+
+        selection = Selection(
+            query,
+            cands,
+            order=result.order[0],
+            reasons=result.reasons[0],
+            n_kept=int(result.n_kept[0]),
+            normalized=values,
+            score_kind=kind,
+            params=params,
+            top=float(result.top[0]),
+            duplicate_of=duplicate_of,
+            warnings=tuple(issue_message(i) for i in issues),
+        )
+        return self._finish(selection)
+
+    async def aselect(
+        self,
+        query: str,
+        candidates: Iterable[Candidate],
+        *,
+        score_kind: ScoreKind | str | None = None,
+    ) -> Selection:
+        """Async form of :meth:`select` (the policy itself takes microseconds)."""
+        return self.select(query, candidates, score_kind=score_kind)
+
+    def _duplicates(
+        self, cands: tuple[Candidate, ...], values: NDArray[np.float64], valid: NDArray[np.bool_]
+    ) -> dict[int, int]:
+        """Map each duplicate's input position to the position of the occurrence kept."""
+        rule = self.config.duplicates
+        ids = [c.id for c in cands]
+        if rule is DuplicatePolicy.KEEP_ALL or len(set(ids)) == len(ids):
+            return {}
+        if rule is DuplicatePolicy.RAISE:
+            repeated = sorted(cid for cid, count in Counter(ids).items() if count > 1)
+            raise DuplicateIdError(
+                f"candidate ids repeat: {repeated[:5]}; set duplicates to 'keep_best', "
+                "'keep_first' or 'keep_all' to handle them"
+            )
+        score = np.where(valid, values, -np.inf).tolist()
+        winner: dict[str, int] = {}
+        for i, cid in enumerate(ids):
+            j = winner.get(cid)
+            if j is None or (rule is DuplicatePolicy.KEEP_BEST and score[i] > score[j]):
+                winner[cid] = i
+        return {i: winner[cid] for i, cid in enumerate(ids) if winner[cid] != i}
+
+    def _warn_once(self, issue: ScoreIssue) -> None:
+        with self._lock:
+            if issue in self._warned:
+                return
+            self._warned.add(issue)
+        warnings.warn(issue_message(issue), ScoreWarning, stacklevel=4)
+
+    def _finish(self, selection: Selection) -> Selection:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "ragguard kept %d of %d candidates for query %r",
+                len(selection.kept), len(selection.candidates), selection.query,
+            )  # fmt: skip
+            for d in selection.dropped:
+                logger.debug("dropped %r: %s (%s)", d.candidate.id, d.reason, d.message)
+        if self.on_selection is not None:
+            self.on_selection(selection)
+        return selection
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"ContextGuard(profile={c.profile!r}, score_kind={c.score_kind}, max_k={c.max_k}, "
+            f"min_k={c.min_k}, relative_threshold={c.relative_threshold}, cut={c.cut.value})"
+        )

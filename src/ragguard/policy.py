@@ -1,0 +1,327 @@
+r"""The selection policy, implemented once and vectorised over queries.
+
+The runtime guard calls it with one row; the calibration sweep calls it with thousands.
+Both run exactly this code, so a config that calibration recommends does at runtime what
+calibration measured.
+
+Input is a (queries x candidates) matrix of *normalised* scores (higher is better, see
+:mod:`ragguard.scores`) with a validity mask (finite score) and a presence mask (the
+position holds a candidate; False for padding and for removed duplicates).
+
+Ranking: valid candidates by normalised score, highest first; ties keep input order
+(a stable sort, so the retriever's order breaks ties). Candidates with invalid scores
+follow, in input order.
+
+Rules, on the ranked valid candidates :math:`s_0 \ge s_1 \ge \dots \ge s_{n-1}`:
+
+* relative threshold :math:`t`: keep :math:`s_j \ge t \cdot s_0`; skipped on rows whose top
+  score :math:`s_0 \le 0` (reported as ``threshold_skipped``);
+* absolute floor ``min_score``: keep :math:`s_j \ge` ``min_score``;
+* optional label-free cut rule:
+
+  - ``gap`` (largest score gap, as in Adaptive-k, Taguchi et al. 2025): with gaps
+    :math:`g_j = s_j - s_{j+1}` over the first ``gap_window`` candidates, keep the
+    candidates before the largest gap (first one on ties) plus ``gap_buffer`` more; no
+    cut when every gap is 0;
+  - ``autocut`` (as in Weaviate's autocut): rescale the scores to
+    :math:`y_j = (s_j - s_0) / (s_{n-1} - s_0)` and compare with the straight line
+    :math:`x_j = j / (n - 1)`; a jump is a local maximum of :math:`y_j - x_j`; cut
+    before the ``autocut_jumps``-th jump. No cut when all scores are equal.
+
+Each rule keeps a prefix of the ranked list. The policy keeps the shortest of those
+prefixes, raised to ``min_k`` (never beyond the valid candidates) and capped at
+``max_k``. With ``keep_invalid`` the invalid candidates then fill any room left under
+``max_k``; otherwise they are dropped with reason ``invalid_score``.
+
+Every dropped candidate gets one reason, the first that applies in this order:
+``below_relative_threshold``, ``below_min_score``, ``score_gap`` / ``autocut``,
+``over_max_k``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "CutRule",
+    "PolicyParams",
+    "PolicyResult",
+    "Ranked",
+    "Reason",
+    "apply_policy",
+    "cut_ranked",
+    "describe",
+    "rank",
+]
+
+
+class CutRule(StrEnum):
+    """Optional label-free cut rule applied after the threshold rules."""
+
+    NONE = "none"
+    GAP = "gap"
+    AUTOCUT = "autocut"
+
+
+class Reason(StrEnum):
+    """Machine-readable reason a candidate was dropped."""
+
+    INVALID_SCORE = "invalid_score"
+    DUPLICATE_ID = "duplicate_id"
+    BELOW_RELATIVE_THRESHOLD = "below_relative_threshold"
+    BELOW_MIN_SCORE = "below_min_score"
+    SCORE_GAP = "score_gap"
+    AUTOCUT = "autocut"
+    OVER_MAX_K = "over_max_k"
+
+
+# Integer codes used in the reason matrix. 0 = kept, -1 = padding (no candidate).
+KEPT = 0
+PADDING = -1
+CODES: dict[Reason, int] = {reason: i + 1 for i, reason in enumerate(Reason)}
+REASON_OF_CODE: dict[int, Reason] = {code: reason for reason, code in CODES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyParams:
+    """Parameters of the selection policy (see the module docstring)."""
+
+    max_k: int
+    min_k: int = 1
+    relative_threshold: float = 0.0
+    min_score: float | None = None
+    cut: CutRule = CutRule.NONE
+    gap_buffer: int = 0
+    gap_window: int | None = None
+    autocut_jumps: int = 1
+    keep_invalid: bool = False
+    score_rules: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_k < 1:
+            raise ValueError(f"max_k must be >= 1, got {self.max_k}")
+        if not 0 <= self.min_k <= self.max_k:
+            raise ValueError(f"min_k must be in [0, max_k={self.max_k}], got {self.min_k}")
+        if not 0.0 <= self.relative_threshold <= 1.0:
+            raise ValueError(f"relative_threshold must be in [0, 1], got {self.relative_threshold}")
+        if self.gap_buffer < 0:
+            raise ValueError(f"gap_buffer must be >= 0, got {self.gap_buffer}")
+        if self.gap_window is not None and self.gap_window < 2:
+            raise ValueError(f"gap_window must be >= 2 or None, got {self.gap_window}")
+        if self.autocut_jumps < 1:
+            raise ValueError(f"autocut_jumps must be >= 1, got {self.autocut_jumps}")
+
+    @property
+    def uses_scores(self) -> bool:
+        """Whether any rule of these parameters looks at score values."""
+        return (
+            self.relative_threshold > 0
+            or self.min_score is not None
+            or self.cut is not CutRule.NONE
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """Scores ranked once, to be cut under many parameter settings.
+
+    Attributes:
+        order: (Q, N) input positions in ranked order.
+        scores: (Q, N) normalised scores in ranked order; 0.0 past ``n_valid``.
+        n_valid: (Q,) number of candidates with a valid score (they come first).
+        n_present: (Q,) number of candidates (valid ones, then invalid ones).
+    """
+
+    order: NDArray[np.intp]
+    scores: NDArray[np.float64]
+    n_valid: NDArray[np.intp]
+    n_present: NDArray[np.intp]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    """What the policy decided, per row.
+
+    Attributes:
+        order: (Q, N) input positions in ranked order.
+        reasons: (Q, N) reason codes in ranked order: 0 kept, -1 padding, else
+            ``CODES[reason]``. The kept candidates are the first ``n_kept`` of each row.
+        n_kept: (Q,) number of candidates kept.
+        top: (Q,) top normalised score (NaN where no score is valid).
+        threshold_skipped: (Q,) rows where the relative threshold was skipped because
+            the top score was not positive.
+    """
+
+    order: NDArray[np.intp]
+    reasons: NDArray[np.int8]
+    n_kept: NDArray[np.intp]
+    top: NDArray[np.float64]
+    threshold_skipped: NDArray[np.bool_]
+
+
+def rank(
+    scores: NDArray[np.float64],
+    valid: NDArray[np.bool_],
+    present: NDArray[np.bool_] | None = None,
+) -> Ranked:
+    """Rank each row: valid scores highest first (stable), then invalid, then padding."""
+    if scores.ndim != 2 or scores.shape != valid.shape:
+        raise ValueError(
+            f"scores and valid must be 2-D arrays of one shape, got {scores.shape} and "
+            f"{valid.shape}"
+        )
+    if present is not None:
+        valid = valid & present
+    key = np.where(valid, -np.where(valid, scores, 0.0), np.inf)
+    if present is not None:
+        key = np.where(present, key, np.nan)  # NaN sorts after +inf
+    order = np.argsort(key, axis=1, kind="stable")
+    n_valid = valid.sum(axis=1)
+    if present is None:
+        n_present = np.full(scores.shape[0], scores.shape[1], dtype=np.intp)
+    else:
+        n_present = present.sum(axis=1)
+    positions = np.arange(scores.shape[1])
+    ranked = np.take_along_axis(scores, order, axis=1)
+    ranked = np.where(positions < n_valid[:, None], ranked, 0.0)
+    return Ranked(order, ranked, n_valid, n_present)
+
+
+def _gap_prefix(s: NDArray[np.float64], n: NDArray[np.intp], p: PolicyParams) -> NDArray[np.intp]:
+    size = s.shape[1]
+    if size < 2:
+        return n
+    gaps = s[:, :-1] - s[:, 1:]
+    limit = n if p.gap_window is None else np.minimum(n, p.gap_window)
+    usable = np.arange(size - 1) + 1 < limit[:, None]
+    gaps = np.where(usable, gaps, -np.inf)
+    j = gaps.argmax(axis=1)
+    largest = np.take_along_axis(gaps, j[:, None], axis=1)[:, 0]
+    cut = np.minimum(j + 1 + p.gap_buffer, n)
+    return np.where(largest > 0, cut, n)
+
+
+def _autocut_prefix(
+    s: NDArray[np.float64], n: NDArray[np.intp], p: PolicyParams
+) -> NDArray[np.intp]:
+    size = s.shape[1]
+    if size < 2:
+        return n
+    i = np.arange(size)
+    last = np.take_along_axis(s, np.maximum(n - 1, 0)[:, None], axis=1)[:, 0]
+    span = last - s[:, 0]  # <= 0
+    flat = span == 0
+    safe_span = np.where(flat, -1.0, span)
+    steps = np.maximum(n - 1, 1).astype(np.float64)
+    diff = (s - s[:, :1]) / safe_span[:, None] - i / steps[:, None]
+    prev = np.concatenate([diff[:, :1], diff[:, :-1]], axis=1)
+    nxt = np.concatenate([diff[:, 1:], diff[:, -1:]], axis=1)
+    prev2 = np.concatenate([diff[:, :2], diff[:, :-2]], axis=1)
+    is_last = i == (n - 1)[:, None]
+    middle = (i >= 1) & (i < (n - 1)[:, None]) & (diff > prev) & (diff > nxt)
+    end = is_last & (i >= 1) & (diff > prev) & ((i < 2) | (diff > prev2))
+    jump = (middle | end) & ~flat[:, None]
+    hit = np.cumsum(jump, axis=1) >= p.autocut_jumps
+    return np.where(hit.any(axis=1), hit.argmax(axis=1), n)
+
+
+def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
+    """Apply the rules of ``params`` to already ranked rows (see the module docstring)."""
+    s, n_valid, n_present = ranked.scores, ranked.n_valid, ranked.n_present
+    q, size = s.shape
+    positions = np.arange(size)
+    has_valid = n_valid > 0
+    top = np.where(has_valid, s[:, 0] if size else 0.0, np.nan)
+    skipped = np.zeros(q, dtype=np.bool_)
+    valid_pos = positions < n_valid[:, None]
+
+    p_thr = p_floor = p_cut = n_valid
+    if params.score_rules:
+        t = params.relative_threshold
+        if t > 0:
+            positive = has_valid & (np.nan_to_num(top) > 0)
+            bar = (t * np.where(positive, top, 0.0))[:, None]
+            p_thr = np.where(positive, (valid_pos & (s >= bar)).sum(axis=1), n_valid)
+            skipped = has_valid & ~positive
+        if params.min_score is not None:
+            p_floor = (valid_pos & (s >= params.min_score)).sum(axis=1)
+        if params.cut is CutRule.GAP:
+            p_cut = _gap_prefix(s, n_valid, params)
+        elif params.cut is CutRule.AUTOCUT:
+            p_cut = _autocut_prefix(s, n_valid, params)
+
+    m = np.minimum(np.minimum(p_thr, p_floor), p_cut)
+    m = np.maximum(m, np.minimum(params.min_k, n_valid))
+    m = np.minimum(m, params.max_k)
+    n_invalid = n_present - n_valid
+    extra = np.clip(params.max_k - m, 0, n_invalid) if params.keep_invalid else 0 * m
+    n_kept = m + extra
+
+    cut_code = CODES[Reason.AUTOCUT] if params.cut is CutRule.AUTOCUT else CODES[Reason.SCORE_GAP]
+    pos = positions[None, :]
+    valid_codes = np.where(
+        pos >= p_thr[:, None],
+        CODES[Reason.BELOW_RELATIVE_THRESHOLD],
+        np.where(
+            pos >= p_floor[:, None],
+            CODES[Reason.BELOW_MIN_SCORE],
+            np.where(pos >= p_cut[:, None], cut_code, CODES[Reason.OVER_MAX_K]),
+        ),
+    )
+    valid_codes = np.where(pos < m[:, None], KEPT, valid_codes)
+    if params.keep_invalid:
+        invalid_codes = np.where(
+            pos - n_valid[:, None] < extra[:, None], KEPT, CODES[Reason.OVER_MAX_K]
+        )
+    else:
+        invalid_codes = np.full((q, size), CODES[Reason.INVALID_SCORE])
+    reasons = np.where(
+        valid_pos,
+        valid_codes,
+        np.where(pos < n_present[:, None], invalid_codes, PADDING),
+    ).astype(np.int8)
+    return PolicyResult(ranked.order, reasons, n_kept.astype(np.intp), top, skipped)
+
+
+def apply_policy(
+    scores: NDArray[np.float64],
+    valid: NDArray[np.bool_],
+    params: PolicyParams,
+    present: NDArray[np.bool_] | None = None,
+) -> PolicyResult:
+    """Rank and cut a (queries x candidates) matrix of normalised scores.
+
+    Args:
+        scores: normalised scores (higher is better); values where ``valid`` is False
+            are ignored.
+        valid: True where the score is finite.
+        params: the policy's parameters.
+        present: False for positions that hold no candidate (padding); default all True.
+
+    Returns:
+        The ranked order, per-position reason codes and kept counts of every row.
+    """
+    return cut_ranked(rank(scores, valid, present), params)
+
+
+def describe(reason: Reason, normalized: float | None, params: PolicyParams, top: float) -> str:
+    """A one-line human explanation of why a candidate was dropped."""
+    if reason is Reason.BELOW_RELATIVE_THRESHOLD:
+        bar = params.relative_threshold * top
+        return (
+            f"normalised score {normalized:.4g} < relative_threshold "
+            f"{params.relative_threshold:g} x top score {top:.4g} = {bar:.4g}"
+        )
+    if reason is Reason.BELOW_MIN_SCORE:
+        return f"normalised score {normalized:.4g} < min_score {params.min_score:g}"
+    if reason is Reason.SCORE_GAP:
+        return "ranked after the largest score gap (cut='gap')"
+    if reason is Reason.AUTOCUT:
+        return f"ranked after score jump {params.autocut_jumps} (cut='autocut')"
+    if reason is Reason.OVER_MAX_K:
+        return f"ranked below the max_k={params.max_k} cap"
+    raise ValueError(f"describe() does not explain {reason!r}; the caller knows the detail")

@@ -1,0 +1,167 @@
+"""Domain tolerance profiles: how hard distractors are penalised, and runtime defaults.
+
+A profile does two jobs:
+
+* it sets the **distractor rules** that calibration uses to turn labels into utilities:
+  a non-relevant passage scoring at least ``distractor_score_ratio`` x the top score, or
+  ranked inside the top ``distractor_top_ranks``, is a hard negative and gets
+  ``hard_negative_penalty``; a passage labelled as a known distractor gets
+  ``known_distractor_penalty``;
+* it sets the **runtime defaults** (``max_k``, ``min_k``, ``relative_threshold``) the
+  guard uses before calibration has recommended better ones. Anything set explicitly in
+  the config (file, environment or arguments) wins over the profile.
+
+The built-in values start from the practitioner write-up's table of distractor
+tolerance (strict 50% / -1.0 for medical and legal, 70% / -0.5 by default, relaxed
+90% / -0.2 for creative writing, strict for code). A *lower* score ratio is *stricter*:
+more non-relevant passages count as distractors.
+
+=========  =========  =====  =====  =====  ======  =====  =====  =====
+profile    tolerance  ratio  ranks  known  hard    max_k  min_k  t
+=========  =========  =====  =====  =====  ======  =====  =====  =====
+medical    very low   0.5    3      -1.0   -1.0    3      1      0.8
+legal      very low   0.5    3      -1.0   -1.0    3      1      0.8
+support    medium     0.7    3      -1.0   -0.5    5      1      0.7
+creative   high       0.9    1      -0.5   -0.2    8      1      0.5
+code       low        0.5    3      -1.0   -1.0    5      1      0.75
+=========  =========  =====  =====  =====  ======  =====  =====  =====
+
+Why these values:
+
+* medical, legal: a wrong dosage or a superseded statute read as fact is the costliest
+  failure, so every non-relevant passage above half the top score is a full distractor
+  (-1.0), and the runtime guard keeps at most 3 passages within 80% of the top score.
+* support (the default): the write-up's defaults (70%, -0.5 for hard negatives, -1.0
+  for known distractors) and its runtime example (keep passages above 70% of the top).
+* creative: extra related material is mostly harmless inspiration, so only passages
+  within 90% of the top score or at rank 1 count, lightly (-0.2; -0.5 for passages a
+  person marked as distractors), and up to 8 passages above half the top score are kept.
+* code: an API of the wrong version or language compiles into wrong code, so the rules
+  are as strict as medical; snippets often need a neighbour, so up to 5 are kept.
+
+Custom profiles live in TOML under ``[profiles.NAME]``; ``base`` names the profile
+they start from (default ``support``) and every other key overrides it::
+
+    profile = "oncology"
+
+    [profiles.oncology]
+    base = "medical"
+    max_k = 2
+    description = "Oncology notes: two passages at most."
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragguard.errors import ConfigError
+
+__all__ = ["BUILTIN_PROFILES", "DEFAULT_PROFILE", "Profile", "ProfileSpec", "resolve_profile"]
+
+Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+Penalty = Annotated[float, Field(ge=-1.0, le=0.0)]
+
+
+class Profile(BaseModel):
+    """A resolved tolerance profile (see the module docstring for each field's role)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str = ""
+    tolerance: str = ""
+    distractor_score_ratio: Ratio = Field(
+        description="A non-relevant passage scoring >= this x the top score is a hard negative."
+    )
+    distractor_top_ranks: int = Field(
+        ge=0, description="A non-relevant passage ranked inside this window is a hard negative."
+    )
+    known_distractor_penalty: Penalty = Field(description="Utility of a labelled distractor.")
+    hard_negative_penalty: Penalty = Field(description="Utility of a hard negative.")
+    max_k: int = Field(ge=1, description="Runtime default: most passages kept.")
+    min_k: int = Field(ge=0, description="Runtime default: fewest passages kept.")
+    relative_threshold: Ratio = Field(description="Runtime default: keep >= t x top score.")
+
+
+class ProfileSpec(BaseModel):
+    """A custom profile as written in TOML: a base profile plus overrides."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base: str = "support"
+    description: str | None = None
+    tolerance: str | None = None
+    distractor_score_ratio: Ratio | None = None
+    distractor_top_ranks: int | None = Field(default=None, ge=0)
+    known_distractor_penalty: Penalty | None = None
+    hard_negative_penalty: Penalty | None = None
+    max_k: int | None = Field(default=None, ge=1)
+    min_k: int | None = Field(default=None, ge=0)
+    relative_threshold: Ratio | None = None
+
+
+def _builtin(
+    name: str,
+    tolerance: str,
+    description: str,
+    ratio: float,
+    ranks: int,
+    known: float,
+    hard: float,
+    max_k: int,
+    t: float,
+) -> Profile:
+    return Profile(
+        name=name, tolerance=tolerance, description=description,
+        distractor_score_ratio=ratio, distractor_top_ranks=ranks,
+        known_distractor_penalty=known, hard_negative_penalty=hard,
+        max_k=max_k, min_k=1, relative_threshold=t,
+    )  # fmt: skip
+
+
+BUILTIN_PROFILES: Mapping[str, Profile] = {
+    p.name: p
+    for p in (
+        _builtin("medical", "very low", "Clinical and health content; distractors can harm.",
+                 0.5, 3, -1.0, -1.0, 3, 0.8),
+        _builtin("legal", "very low", "Law and compliance; superseded or foreign rules mislead.",
+                 0.5, 3, -1.0, -1.0, 3, 0.8),
+        _builtin("support", "medium", "Customer support and general Q&A (the default).",
+                 0.7, 3, -1.0, -0.5, 5, 0.7),
+        _builtin("creative", "high", "Creative writing; related material mostly inspires.",
+                 0.9, 1, -0.5, -0.2, 8, 0.5),
+        _builtin("code", "low", "Code generation; wrong-version APIs compile into bugs.",
+                 0.5, 3, -1.0, -1.0, 5, 0.75),
+    )
+}  # fmt: skip
+
+DEFAULT_PROFILE = "support"
+
+
+def resolve_profile(name: str, custom: Mapping[str, ProfileSpec] | None = None) -> Profile:
+    """Return the profile called ``name``: a custom one (resolved through its bases) or a
+    built-in one.
+
+    Raises:
+        ConfigError: the name is unknown, or custom bases form a cycle.
+    """
+    custom = custom or {}
+    chain: list[str] = []
+    current = name
+    while current in custom:
+        if current in chain:
+            raise ConfigError(f"custom profiles form a cycle: {' -> '.join([*chain, current])}")
+        chain.append(current)
+        current = custom[current].base
+    if current not in BUILTIN_PROFILES:
+        known = sorted({*BUILTIN_PROFILES, *custom})
+        where = f" (base of custom profile {chain[-1]!r})" if chain else ""
+        raise ConfigError(f"unknown profile {current!r}{where}; known profiles: {', '.join(known)}")
+    data = BUILTIN_PROFILES[current].model_dump()
+    for link in reversed(chain):
+        data.update(custom[link].model_dump(exclude={"base"}, exclude_none=True))
+    data["name"] = name
+    return Profile.model_validate(data)

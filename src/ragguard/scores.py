@@ -1,0 +1,232 @@
+"""Score kinds and their normalisation to one higher-is-better scale.
+
+A relative threshold ("keep what scores at least 70% of the top score") only means
+something on a declared scale, so every list of candidates has a :class:`ScoreKind`
+and :func:`normalize` maps raw scores to a scale on which higher is better before any
+rule of the policy runs. The runtime guard and the calibration sweep call the same
+function, so a threshold calibrated offline means the same thing at runtime.
+
+============  ==========================  ===================================================
+kind          raw scores                  normalised score ``s``
+============  ==========================  ===================================================
+similarity    higher is better: cosine,   ``s = x``. Unchanged, so a threshold of 0.7 keeps
+              dot product, BM25           what scores >= 0.7 x the top score, as users expect.
+distance      lower is better: cosine     ``s = 1 / (1 + max(x, 0))``. Flips the direction,
+              distance, L2, squared L2    maps 0 to 1 and every distance into (0, 1], and
+                                          works for all three distances without knowing
+                                          which one it is. ``s >= t * s_top`` keeps
+                                          ``x <= (1 + x_top) / t - 1``.
+logit         cross-encoder logits        ``s = sigmoid(x)``: the model's probability of
+              (about -10..10)             relevance. A ratio of logits is meaningless (the
+                                          top logit may be negative); a ratio of
+                                          probabilities is not.
+probability   calibrated probability      ``s = clip(x, 0, 1)``.
+              in [0, 1]
+rrf           reciprocal rank fusion,     ``s = x * (rrf_k + 1)``: fused score in units of
+              sums of 1 / (rrf_k + rank)  "ranked first by one list" (1.0 = first in one
+                                          list, 2.0 = first in two). Raw RRF scores sit in a
+                                          narrow band (~0.016-0.03), so an absolute
+                                          ``min_score`` is only readable on this scale.
+============  ==========================  ===================================================
+
+A score that is missing (``None``), NaN or infinite is *invalid*: it is never treated as
+zero; the guard's ``invalid_scores`` policy decides what happens to its candidate.
+
+Scores that contradict their declared kind are reported as a :class:`ScoreIssue` with a
+count of affected rows; the guard turns each into one :class:`~ragguard.errors.ScoreWarning`
+naming the config field to change. The defined behaviour for each:
+
+* ``negative_similarity``: negative scores are kept as they are (cosine similarity can be
+  negative); if the top score is not positive the relative threshold is skipped (see
+  ``nonpositive_top``).
+* ``ascending_similarity``: scores increase along the input order, as distances from a
+  retriever do. Nothing is changed; the warning asks for ``score_kind="distance"``.
+* ``negative_distance``: clipped to 0 (a perfect match).
+* ``probability_out_of_range``: clipped to [0, 1].
+* ``logit_in_unit_interval``: every score lies in [0, 1], which looks like probabilities
+  declared as logits (the sigmoid would squeeze them into [0.5, 0.73] and a relative
+  threshold would keep everything). Nothing is changed.
+* ``rrf_out_of_range``: negative or above 1 cannot be a reciprocal-rank-fusion score.
+  Nothing is changed.
+* ``nonpositive_top``: the relative threshold needs a positive top score; on rows whose
+  top normalised score is <= 0 it is skipped and the other rules still apply.
+* ``unknown_kind``: no score kind was declared; score rules are skipped, candidates keep
+  their input order and only ``max_k`` / ``min_k`` apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["Normalized", "ScoreIssue", "ScoreKind", "issue_message", "normalize"]
+
+
+class ScoreKind(StrEnum):
+    """What a raw score is, which fixes its direction and its normalisation."""
+
+    SIMILARITY = "similarity"
+    DISTANCE = "distance"
+    LOGIT = "logit"
+    PROBABILITY = "probability"
+    RRF = "rrf"
+
+
+class ScoreIssue(StrEnum):
+    """A way in which scores contradict their declared kind (see the module docstring)."""
+
+    NEGATIVE_SIMILARITY = "negative_similarity"
+    ASCENDING_SIMILARITY = "ascending_similarity"
+    NEGATIVE_DISTANCE = "negative_distance"
+    PROBABILITY_OUT_OF_RANGE = "probability_out_of_range"
+    LOGIT_IN_UNIT_INTERVAL = "logit_in_unit_interval"
+    RRF_OUT_OF_RANGE = "rrf_out_of_range"
+    NONPOSITIVE_TOP = "nonpositive_top"
+    UNKNOWN_KIND = "unknown_kind"
+
+
+_MESSAGES: dict[ScoreIssue, str] = {
+    ScoreIssue.NEGATIVE_SIMILARITY: (
+        "score_kind='similarity' but some scores are negative. If they are distances set "
+        "score_kind='distance'; if cross-encoder logits, score_kind='logit'. Negative "
+        "similarities are kept as they are; the relative threshold is skipped where the top "
+        "score is not positive."
+    ),
+    ScoreIssue.ASCENDING_SIMILARITY: (
+        "score_kind='similarity' but scores increase along the input order, which is how "
+        "retrievers return distances (lower is better). If they are distances set "
+        "score_kind='distance'; as declared, the last candidates rank first."
+    ),
+    ScoreIssue.NEGATIVE_DISTANCE: (
+        "score_kind='distance' but some scores are negative; a distance cannot be. They are "
+        "treated as 0 (a perfect match). If higher is better here, set score_kind='similarity'."
+    ),
+    ScoreIssue.PROBABILITY_OUT_OF_RANGE: (
+        "score_kind='probability' but some scores lie outside [0, 1]; they are clipped into "
+        "it. Set score_kind='logit' for cross-encoder logits or 'similarity' for cosine/BM25."
+    ),
+    ScoreIssue.LOGIT_IN_UNIT_INTERVAL: (
+        "score_kind='logit' but every score lies in [0, 1], which looks like probabilities. "
+        "A sigmoid squeezes them into [0.5, 0.73] and a relative threshold keeps nearly "
+        "everything. If they are probabilities, set score_kind='probability'."
+    ),
+    ScoreIssue.RRF_OUT_OF_RANGE: (
+        "score_kind='rrf' but some scores are negative or above 1, which a sum of "
+        "1 / (rrf_k + rank) cannot be. Set score_kind to what the retriever returns "
+        "('similarity' for normalised fusion scores)."
+    ),
+    ScoreIssue.NONPOSITIVE_TOP: (
+        "relative_threshold needs a positive top score, but the top normalised score is <= 0, "
+        "so the relative threshold was skipped for this query (max_k, min_k and min_score "
+        "still apply). Check score_kind, or set relative_threshold=0 to silence this."
+    ),
+    ScoreIssue.UNKNOWN_KIND: (
+        "no score_kind is set, so ragguard cannot tell whether higher scores are better: "
+        "relative_threshold, min_score and cut rules are skipped, candidates keep their "
+        "input order and only max_k / min_k apply. Set score_kind ('similarity', "
+        "'distance', 'logit', 'probability' or 'rrf') in GuardConfig, RAGGUARD_SCORE_KIND "
+        "or ragguard.toml."
+    ),
+}
+
+
+def issue_message(issue: ScoreIssue) -> str:
+    """Return the user-facing explanation of ``issue``, naming the field to change."""
+    return _MESSAGES[issue]
+
+
+@dataclass(frozen=True, slots=True)
+class Normalized:
+    """Scores on the higher-is-better scale.
+
+    Attributes:
+        values: normalised scores, NaN where the raw score is invalid.
+        valid: True where the raw score is finite (and the position holds a candidate).
+        issues: for each contradiction found, the number of rows it affects.
+    """
+
+    values: NDArray[np.float64]
+    valid: NDArray[np.bool_]
+    issues: dict[ScoreIssue, int] = field(default_factory=dict)
+
+
+def _rows_with(mask: NDArray[np.bool_]) -> int:
+    return int(np.count_nonzero(mask.any(axis=1)))
+
+
+def normalize(
+    raw: ArrayLike,
+    kind: ScoreKind | str | None,
+    *,
+    present: NDArray[np.bool_] | None = None,
+    rrf_k: int = 60,
+) -> Normalized:
+    """Map raw scores to the higher-is-better scale of their kind.
+
+    Args:
+        raw: a (queries x candidates) matrix (a 1-D array is one query); ``None`` entries
+            become NaN.
+        kind: the declared :class:`ScoreKind`, or ``None`` when unknown. With ``None``
+            every present candidate counts as valid, every value is 0 (so a stable sort
+            keeps input order) and the issue ``unknown_kind`` is reported.
+        present: which positions hold a candidate (False for padding); default all.
+        rrf_k: the constant of reciprocal rank fusion, for ``kind="rrf"``.
+
+    Returns:
+        The normalised scores, their validity mask and the issues found.
+    """
+    x = np.asarray(raw, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[None, :]
+    if x.ndim != 2:
+        raise ValueError(f"scores must be a 1-D or 2-D array, got shape {x.shape}")
+    if present is None:
+        present = np.ones(x.shape, dtype=np.bool_)
+    elif present.shape != x.shape:
+        raise ValueError(f"present mask has shape {present.shape}, scores have {x.shape}")
+
+    issues: dict[ScoreIssue, int] = {}
+    if kind is None:
+        if x.size:
+            issues[ScoreIssue.UNKNOWN_KIND] = _rows_with(present)
+        return Normalized(np.zeros(x.shape), present.copy(), issues)
+
+    kind = ScoreKind(kind)
+    valid = np.isfinite(x) & present
+    xv = np.where(valid, x, 0.0)  # arithmetic on a finite copy; invalid become NaN below
+
+    def note(issue: ScoreIssue, mask: NDArray[np.bool_]) -> None:
+        rows = _rows_with(mask & valid)
+        if rows:
+            issues[issue] = rows
+
+    if kind is ScoreKind.SIMILARITY:
+        note(ScoreIssue.NEGATIVE_SIMILARITY, xv < 0)
+        s = xv
+        if x.shape[1] >= 3:
+            both = valid[:, 1:] & valid[:, :-1]
+            step = np.where(both, np.diff(xv, axis=1), 0.0)
+            ascending = (step >= 0).all(axis=1) & (step > 0).any(axis=1)
+            ascending &= valid.sum(axis=1) >= 3
+            if ascending.any():
+                issues[ScoreIssue.ASCENDING_SIMILARITY] = int(ascending.sum())
+    elif kind is ScoreKind.DISTANCE:
+        note(ScoreIssue.NEGATIVE_DISTANCE, xv < 0)
+        s = 1.0 / (1.0 + np.maximum(xv, 0.0))
+    elif kind is ScoreKind.LOGIT:
+        in_unit = ((xv >= 0) & (xv <= 1)) | ~valid
+        looks_prob = in_unit.all(axis=1) & (valid.sum(axis=1) >= 2)
+        if looks_prob.any():
+            issues[ScoreIssue.LOGIT_IN_UNIT_INTERVAL] = int(looks_prob.sum())
+        s = 0.5 * (1.0 + np.tanh(0.5 * xv))  # sigmoid without overflow for large |x|
+    elif kind is ScoreKind.PROBABILITY:
+        note(ScoreIssue.PROBABILITY_OUT_OF_RANGE, (xv < 0) | (xv > 1))
+        s = np.clip(xv, 0.0, 1.0)
+    else:  # ScoreKind.RRF
+        note(ScoreIssue.RRF_OUT_OF_RANGE, (xv < 0) | (xv > 1))
+        s = xv * float(rrf_k + 1)
+
+    return Normalized(np.where(valid, s, np.nan), valid, issues)
