@@ -147,8 +147,9 @@ class PolicyResult:
     """What the policy decided, per row.
 
     Attributes:
-        order: (Q, N) input positions in ranked order.
-        reasons: (Q, N) reason codes in ranked order: 0 kept, -1 padding, else
+        order: (Q, N) input positions: the kept candidates first, then the dropped
+            ones, then padding, each group in ranked order.
+        reasons: (Q, N) reason codes along ``order``: 0 kept, -1 padding, else
             ``CODES[reason]``. The kept candidates are the first ``n_kept`` of each row.
         n_kept: (Q,) number of candidates kept.
         top: (Q,) top normalised score (NaN where no score is valid).
@@ -284,7 +285,15 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
         valid_codes,
         np.where(pos < n_present[:, None], invalid_codes, PADDING),
     ).astype(np.int8)
-    return PolicyResult(ranked.order, reasons, n_kept.astype(np.intp), top, skipped)
+    order = ranked.order
+    if params.keep_invalid:
+        # kept invalid candidates move ahead of dropped valid ones: kept first, then
+        # dropped, then padding, each group in ranked order
+        group = np.where(reasons == KEPT, 0, np.where(reasons == PADDING, 2, 1))
+        regroup = np.argsort(group, axis=1, kind="stable")
+        order = np.take_along_axis(order, regroup, axis=1)
+        reasons = np.take_along_axis(reasons, regroup, axis=1)
+    return PolicyResult(order, reasons, n_kept.astype(np.intp), top, skipped)
 
 
 def apply_policy(

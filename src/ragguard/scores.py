@@ -39,8 +39,9 @@ naming the config field to change. The defined behaviour for each:
 * ``negative_similarity``: negative scores are kept as they are (cosine similarity can be
   negative); if the top score is not positive the relative threshold is skipped (see
   ``nonpositive_top``).
-* ``ascending_similarity``: scores increase along the input order, as distances from a
-  retriever do. Nothing is changed; the warning asks for ``score_kind="distance"``.
+* ``ascending_similarity``: four or more valid scores strictly increase along the input
+  order, as distances from a retriever do. Nothing is changed; the warning asks for
+  ``score_kind="distance"``.
 * ``negative_distance``: clipped to 0 (a perfect match).
 * ``probability_out_of_range``: clipped to [0, 1].
 * ``logit_in_unit_interval``: every score lies in [0, 1], which looks like probabilities
@@ -153,6 +154,9 @@ class Normalized:
     issues: dict[ScoreIssue, int] = field(default_factory=dict)
 
 
+_ASCENDING_MIN = 4  # strictly increasing runs this long are unlikely to be unsorted similarities
+
+
 def _rows_with(mask: NDArray[np.bool_]) -> int:
     return int(np.count_nonzero(mask.any(axis=1)))
 
@@ -206,11 +210,10 @@ def normalize(
     if kind is ScoreKind.SIMILARITY:
         note(ScoreIssue.NEGATIVE_SIMILARITY, xv < 0)
         s = xv
-        if x.shape[1] >= 3:
+        if x.shape[1] >= _ASCENDING_MIN:
             both = valid[:, 1:] & valid[:, :-1]
-            step = np.where(both, np.diff(xv, axis=1), 0.0)
-            ascending = (step >= 0).all(axis=1) & (step > 0).any(axis=1)
-            ascending &= valid.sum(axis=1) >= 3
+            step = np.where(both, np.diff(xv, axis=1), 1.0)
+            ascending = (step > 0).all(axis=1) & (valid.sum(axis=1) >= _ASCENDING_MIN)
             if ascending.any():
                 issues[ScoreIssue.ASCENDING_SIMILARITY] = int(ascending.sum())
     elif kind is ScoreKind.DISTANCE:

@@ -1,0 +1,84 @@
+"""A deliberately plain, loop-by-loop implementation of the selection policy.
+
+Written from the rules in ragguard.policy's docstring (and, for autocut, from the
+algorithm Weaviate documents), without numpy, to check the vectorised implementation
+against an independent expectation.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ragguard.policy import CutRule, PolicyParams, Reason
+
+
+def _gap_keep(vals: list[float], p: PolicyParams) -> int:
+    n = len(vals)
+    window = n if p.gap_window is None else min(n, p.gap_window)
+    best, best_j = 0.0, None
+    for j in range(window - 1):
+        gap = vals[j] - vals[j + 1]
+        if gap > best:
+            best, best_j = gap, j
+    return n if best_j is None else min(best_j + 1 + p.gap_buffer, n)
+
+
+def _autocut_keep(vals: list[float], p: PolicyParams) -> int:
+    n = len(vals)
+    if n <= 1 or vals[-1] == vals[0]:
+        return n
+    diff = [(vals[i] - vals[0]) / (vals[-1] - vals[0]) - i / (n - 1) for i in range(n)]
+    jumps = 0
+    for i in range(1, n):
+        if i == n - 1:
+            is_jump = diff[i] > diff[i - 1] and (i < 2 or diff[i] > diff[i - 2])
+        else:
+            is_jump = diff[i] > diff[i - 1] and diff[i] > diff[i + 1]
+        if is_jump:
+            jumps += 1
+            if jumps >= p.autocut_jumps:
+                return i
+    return n
+
+
+def reference_select(
+    scores: list[float | None], p: PolicyParams
+) -> tuple[list[int], dict[int, Reason]]:
+    """Return (kept input positions in order, {dropped position: reason})."""
+    valid = [(s, i) for i, s in enumerate(scores) if s is not None and math.isfinite(s)]
+    invalid = [i for i, s in enumerate(scores) if s is None or not math.isfinite(s)]
+    valid.sort(key=lambda pair: (-pair[0], pair[1]))
+    vals = [s for s, _ in valid]
+    n = len(vals)
+
+    keep_thr = keep_floor = keep_cut = n
+    if p.score_rules:
+        if p.relative_threshold > 0 and n and vals[0] > 0:
+            keep_thr = sum(1 for v in vals if v >= p.relative_threshold * vals[0])
+        if p.min_score is not None:
+            keep_floor = sum(1 for v in vals if v >= p.min_score)
+        if p.cut is CutRule.GAP:
+            keep_cut = _gap_keep(vals, p)
+        elif p.cut is CutRule.AUTOCUT:
+            keep_cut = _autocut_keep(vals, p)
+
+    m = min(keep_thr, keep_floor, keep_cut)
+    m = max(m, min(p.min_k, n))
+    m = min(m, p.max_k)
+    kept = [i for _, i in valid[:m]]
+    dropped: dict[int, Reason] = {}
+    for j, (_, i) in enumerate(valid[m:], start=m):
+        if j >= keep_thr:
+            dropped[i] = Reason.BELOW_RELATIVE_THRESHOLD
+        elif j >= keep_floor:
+            dropped[i] = Reason.BELOW_MIN_SCORE
+        elif j >= keep_cut:
+            dropped[i] = Reason.AUTOCUT if p.cut is CutRule.AUTOCUT else Reason.SCORE_GAP
+        else:
+            dropped[i] = Reason.OVER_MAX_K
+    for i in invalid:
+        if p.keep_invalid and len(kept) < p.max_k:
+            kept.append(i)
+        else:
+            dropped[i] = Reason.OVER_MAX_K if p.keep_invalid else Reason.INVALID_SCORE
+    return kept, dropped

@@ -1,0 +1,269 @@
+"""ContextGuard.select on good and bad input: clear answers, nothing lost."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import math
+import warnings
+
+import pytest
+
+from ragguard import (
+    Candidate,
+    CandidateError,
+    ContextGuard,
+    DuplicateIdError,
+    GuardConfig,
+    InvalidScoreError,
+    Reason,
+    ScoreWarning,
+    Selection,
+)
+
+
+def sim_guard(**settings: object) -> ContextGuard:
+    base: dict[str, object] = {"score_kind": "similarity", "max_k": 3, "relative_threshold": 0.7}
+    return ContextGuard(GuardConfig(**{**base, **settings}))
+
+
+def cands(*scores: float | None) -> list[Candidate]:
+    return [Candidate(f"d{i}", f"text {i}", s) for i, s in enumerate(scores)]
+
+
+def ids(items: list[Candidate]) -> list[str]:
+    return [c.id for c in items]
+
+
+def assert_nothing_lost(sel: Selection, n: int) -> None:
+    indices = sorted([d.index for d in sel.decisions])
+    assert indices == list(range(n))
+    assert len(sel.kept) + len(sel.dropped) == n
+    assert all(d.reason is not None and d.message for d in sel.dropped)
+
+
+def test_quick_start_example() -> None:
+    guard = ContextGuard(GuardConfig(max_k=3, relative_threshold=0.7, score_kind="similarity"))
+    sel = guard.select("What was my 500 lb deadlift PR?", cands(0.62, 0.91, 0.88, 0.3, 0.86, 0.85))
+    assert ids(sel.kept) == ["d1", "d2", "d4"]
+    reasons = {d.candidate.id: d.reason for d in sel.dropped}
+    assert reasons == {
+        "d5": Reason.OVER_MAX_K,
+        "d0": Reason.BELOW_RELATIVE_THRESHOLD,
+        "d3": Reason.BELOW_RELATIVE_THRESHOLD,
+    }
+    assert_nothing_lost(sel, 6)
+
+
+def test_empty_input() -> None:
+    sel = sim_guard().select("q", [])
+    assert sel.kept == [] and sel.dropped == [] and sel.decisions == ()
+
+
+def test_one_candidate_is_kept() -> None:
+    sel = sim_guard().select("q", cands(0.1))
+    assert ids(sel.kept) == ["d0"]
+
+
+def test_all_scores_equal_keeps_up_to_max_k() -> None:
+    for cut in ("none", "gap", "autocut"):
+        sel = sim_guard(cut=cut).select("q", cands(0.5, 0.5, 0.5, 0.5))
+        assert ids(sel.kept) == ["d0", "d1", "d2"]
+        assert [d.reason for d in sel.dropped] == [Reason.OVER_MAX_K]
+
+
+def test_all_scores_missing_follow_the_policy() -> None:
+    inputs = cands(None, None, None, None)
+    sel = sim_guard().select("q", inputs)
+    assert sel.kept == []
+    assert {d.reason for d in sel.dropped} == {Reason.INVALID_SCORE}
+    assert "missing (None)" in sel.dropped[0].message
+
+    sel = sim_guard(invalid_scores="keep_last").select("q", inputs)
+    assert ids(sel.kept) == ["d0", "d1", "d2"]
+    assert [d.reason for d in sel.dropped] == [Reason.OVER_MAX_K]
+
+    with pytest.raises(InvalidScoreError, match="d0"):
+        sim_guard(invalid_scores="raise").select("q", inputs)
+
+
+def test_nan_inf_none_never_become_zero() -> None:
+    sel = sim_guard(min_k=0, relative_threshold=0.0).select(
+        "q", cands(math.nan, 0.4, math.inf, None, -math.inf)
+    )
+    assert ids(sel.kept) == ["d1"]
+    invalid = {d.candidate.id: d.message for d in sel.dropped}
+    assert set(invalid) == {"d0", "d2", "d3", "d4"}
+    assert "nan" in invalid["d0"] and "inf" in invalid["d2"] and "None" in invalid["d3"]
+    assert all(d.normalized_score is None for d in sel.dropped)
+
+
+def test_keep_last_puts_unscored_after_scored() -> None:
+    sel = sim_guard(invalid_scores="keep_last", max_k=4).select("q", cands(None, 0.9, 0.2, 0.8))
+    assert ids(sel.kept) == ["d1", "d3", "d0"]
+    assert [d.candidate.id for d in sel.dropped] == ["d2"]
+    assert_nothing_lost(sel, 4)
+
+
+def test_negative_similarity_warns_once_with_defined_behaviour() -> None:
+    guard = sim_guard()
+    with pytest.warns(ScoreWarning) as record:
+        sel = guard.select("q", cands(-0.2, -0.5, -0.9, -0.95))
+    messages = [str(w.message) for w in record]
+    assert len(messages) == 2
+    assert "some scores are negative" in messages[0] and "score_kind='distance'" in messages[0]
+    assert "relative_threshold needs a positive top score" in messages[1]
+    # top <= 0: relative threshold skipped, cap applies
+    assert ids(sel.kept) == ["d0", "d1", "d2"]
+    assert any("relative_threshold needs a positive top score" in w for w in sel.warnings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = guard.select("q", cands(-0.2, -0.5))  # already warned: silent
+    assert again.warnings  # but still recorded on the selection
+
+
+def test_distances_declared_as_similarity_warn() -> None:
+    guard = sim_guard()
+    with pytest.warns(ScoreWarning, match="increase along the input order"):
+        sel = guard.select("q", cands(0.12, 0.35, 0.41, 0.9))
+    # as declared, the largest "similarity" ranks first
+    assert ids(sel.kept)[0] == "d3"
+
+
+def test_distance_kind_flips_ranking() -> None:
+    guard = ContextGuard(score_kind="distance", max_k=2, relative_threshold=0.5)
+    sel = guard.select("q", cands(0.12, 0.35, 3.0, 0.9))
+    # normalised: 1/1.12=.893, 1/1.35=.741, 1/4=.25, 1/1.9=.526; bar .446 -> d2 below
+    assert ids(sel.kept) == ["d0", "d1"]
+    assert {d.candidate.id: d.reason for d in sel.dropped} == {
+        "d3": Reason.OVER_MAX_K,
+        "d2": Reason.BELOW_RELATIVE_THRESHOLD,
+    }
+
+
+def test_logit_kind_thresholds_probabilities() -> None:
+    guard = ContextGuard(score_kind="logit", max_k=5, relative_threshold=0.5)
+    sel = guard.select("q", cands(-1.0, 3.0, -4.0, 0.5))
+    # sigmoid: .269, .953, .018, .622; bar .476 -> keep d1, d3
+    assert ids(sel.kept) == ["d1", "d3"]
+    assert sel.kept_decisions[0].normalized_score == pytest.approx(1 / (1 + math.exp(-3)))
+
+
+def test_unsorted_input_comes_out_best_first() -> None:
+    sel = sim_guard(relative_threshold=0.0, max_k=5).select("q", cands(0.3, 0.9, 0.1, 0.5))
+    assert ids(sel.kept) == ["d1", "d3", "d0", "d2"]
+    assert [d.rank for d in sel.kept_decisions] == [0, 1, 2, 3]
+
+
+def test_duplicate_ids_keep_best_by_default() -> None:
+    inputs = [Candidate("a", "x", 0.5), Candidate("b", "y", 0.8), Candidate("a", "x'", 0.9)]
+    sel = sim_guard(relative_threshold=0.0).select("q", inputs)
+    assert [(c.id, c.score) for c in sel.kept] == [("a", 0.9), ("b", 0.8)]
+    (dup,) = sel.dropped
+    assert dup.reason is Reason.DUPLICATE_ID and dup.index == 0 and "position 2" in dup.message
+    assert_nothing_lost(sel, 3)
+
+
+def test_duplicate_ids_other_rules() -> None:
+    inputs = [Candidate("a", "x", 0.5), Candidate("b", "y", 0.8), Candidate("a", "x'", 0.9)]
+    first = sim_guard(relative_threshold=0.0, duplicates="keep_first").select("q", inputs)
+    assert [(c.id, c.score) for c in first.kept] == [("b", 0.8), ("a", 0.5)]
+    everything = sim_guard(relative_threshold=0.0, duplicates="keep_all").select("q", inputs)
+    assert len(everything.kept) == 3
+    with pytest.raises(DuplicateIdError, match="'a'"):
+        sim_guard(duplicates="raise").select("q", inputs)
+
+
+def test_ten_thousand_candidates() -> None:
+    n = 10_000
+    inputs = [Candidate(f"d{i}", score=((i * 7919) % n) / n) for i in range(n)]
+    sel = sim_guard(max_k=10, relative_threshold=0.5).select("q", inputs)
+    assert [c.score for c in sel.kept] == [(n - i) / n for i in range(1, 11)]
+    assert_nothing_lost(sel, n)
+    counts = {r: sum(d.reason is r for d in sel.dropped) for r in Reason}
+    # scores are k / n for k = 0..9999; the bar is 0.5 * 0.9999, so k >= 5000 passes it
+    assert counts[Reason.OVER_MAX_K] == 5000 - 10
+    assert counts[Reason.BELOW_RELATIVE_THRESHOLD] == 5000
+
+
+def test_unknown_score_kind_only_caps_and_warns_once() -> None:
+    guard = ContextGuard(max_k=2)  # support profile: relative_threshold 0.7, no score_kind
+    with pytest.warns(ScoreWarning, match="no score_kind is set"):
+        sel = guard.select("q", cands(0.1, 0.9, 0.5))
+    assert ids(sel.kept) == ["d0", "d1"]  # input order, no threshold
+    assert all(d.normalized_score is None for d in sel.decisions)
+
+
+def test_unknown_kind_is_silent_when_no_score_rule_is_configured() -> None:
+    guard = ContextGuard(max_k=2, relative_threshold=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sel = guard.select("q", cands(None, None, None))
+    assert ids(sel.kept) == ["d0", "d1"]
+
+
+def test_per_call_score_kind_overrides_config() -> None:
+    guard = ContextGuard(max_k=5, relative_threshold=0.5)
+    sel = guard.select("q", cands(0.1, 1.0, 2.0), score_kind="distance")
+    assert ids(sel.kept) == ["d0", "d1"]  # 1/1.1, 1/2 >= .5 * .909; 1/3 is not
+
+
+def test_not_candidates_is_a_clear_error() -> None:
+    with pytest.raises(CandidateError, match="expects Candidate objects, got dict"):
+        sim_guard().select("q", [{"id": "a", "score": 0.3}])  # type: ignore[list-item]
+    with pytest.raises(CandidateError, match="real number"):
+        Candidate("a", score="0.5")  # type: ignore[arg-type]
+    with pytest.raises(CandidateError, match="real number"):
+        Candidate("a", score=True)
+    with pytest.raises(CandidateError, match="id must be a str"):
+        Candidate(3)  # type: ignore[arg-type]
+
+
+def test_callers_objects_are_never_mutated() -> None:
+    originals = [{"page_content": f"p{i}", "metadata": {"k": [i]}} for i in range(4)]
+    snapshot = copy.deepcopy(originals)
+    meta = {"source": "notes.md"}
+    inputs = [
+        Candidate(f"d{i}", o["page_content"], s, metadata=meta, source=o)  # type: ignore[arg-type]
+        for i, (o, s) in enumerate(zip(originals, [0.9, 0.2, 0.8, None], strict=True))
+    ]
+    sel = sim_guard().select("q", inputs)
+    _ = sel.dropped, sel.decisions
+    assert originals == snapshot
+    assert meta == {"source": "notes.md"}
+    assert sel.kept[0].source is originals[0]
+    with pytest.raises(TypeError):
+        sel.kept[0].metadata["x"] = 1  # type: ignore[index]
+
+
+def test_on_selection_and_debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[Selection] = []
+    guard = ContextGuard(GuardConfig(score_kind="similarity", max_k=1), on_selection=seen.append)
+    with caplog.at_level(logging.DEBUG, logger="ragguard"):
+        sel = guard.select("q", cands(0.9, 0.1))
+    assert seen == [sel]
+    assert "dropped 'd1': below_relative_threshold" in caplog.text
+
+
+def test_aselect_matches_select() -> None:
+    guard = sim_guard()
+    inputs = cands(0.9, 0.1, 0.85, None)
+    sync = guard.select("q", inputs)
+    result = asyncio.run(guard.aselect("q", inputs))
+    assert ids(result.kept) == ids(sync.kept)
+    assert [(d.index, d.reason) for d in result.dropped] == [
+        (d.index, d.reason) for d in sync.dropped
+    ]
+
+
+def test_config_and_settings_are_exclusive() -> None:
+    with pytest.raises(TypeError, match="not both"):
+        ContextGuard(GuardConfig(), max_k=3)
+
+
+def test_from_profile_uses_profile_defaults() -> None:
+    guard = ContextGuard.from_profile("medical", score_kind="similarity")
+    assert (guard.config.max_k, guard.config.relative_threshold) == (3, 0.8)
+    sel = guard.select("q", cands(1.0, 0.81, 0.79, 0.95, 0.9))
+    assert ids(sel.kept) == ["d0", "d3", "d4"]

@@ -1,0 +1,117 @@
+"""Normalisation of each score kind, against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ragguard.scores import ScoreIssue, ScoreKind, normalize
+
+
+def norm(
+    raw: list[float | None], kind: str | None, **kw: int
+) -> tuple[list[float], dict[ScoreIssue, int]]:
+    x = np.array([math.nan if v is None else v for v in raw], dtype=np.float64)
+    out = normalize(x, kind, **kw)  # type: ignore[arg-type]
+    return out.values[0].tolist(), out.issues
+
+
+def close(a: list[float], b: list[float]) -> bool:
+    return all(
+        (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=1e-12)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def test_similarity_is_unchanged() -> None:
+    values, issues = norm([0.9, 0.3, 12.5], "similarity")
+    assert values == [0.9, 0.3, 12.5]
+    assert issues == {}
+
+
+def test_distance_flips_direction_into_unit_interval() -> None:
+    values, issues = norm([0.0, 1.0, 3.0], "distance")
+    assert close(values, [1.0, 0.5, 0.25])
+    assert issues == {}
+
+
+def test_distance_relative_threshold_meaning() -> None:
+    # keep s >= t * s_top  <=>  d <= (1 + d_top) / t - 1 ; with d_top = 0.2, t = 0.8 -> 0.5
+    values, _ = norm([0.2, 0.4999999, 0.5000001], "distance")
+    assert values[1] >= 0.8 * values[0] > values[2]
+
+
+def test_logit_goes_through_sigmoid() -> None:
+    values, _ = norm([0.0, 2.0, -3.0, 800.0, -800.0], "logit")
+    expected = [0.5, 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(3)), 1.0, 0.0]
+    assert all(
+        math.isclose(v, e, rel_tol=1e-12, abs_tol=1e-300)
+        for v, e in zip(values, expected, strict=True)
+    )
+
+
+def test_probability_is_clipped_with_issue() -> None:
+    values, issues = norm([0.2, 1.3, -0.1], "probability")
+    assert values == [0.2, 1.0, 0.0]
+    assert issues == {ScoreIssue.PROBABILITY_OUT_OF_RANGE: 1}
+
+
+def test_rrf_in_first_place_units() -> None:
+    values, issues = norm([1 / 61, 2 / 61, 1 / 70], "rrf")
+    assert close(values, [1.0, 2.0, 61 / 70])
+    assert issues == {}
+    values, _ = norm([1 / 11], "rrf", rrf_k=10)
+    assert close(values, [1.0])
+
+
+@pytest.mark.parametrize("kind", list(ScoreKind))
+def test_invalid_scores_are_nan_and_not_valid(kind: ScoreKind) -> None:
+    out = normalize(np.array([0.5, math.nan, math.inf, -math.inf]), kind)
+    assert out.valid.tolist() == [[True, False, False, False]]
+    assert math.isfinite(out.values[0, 0]) and np.isnan(out.values[0, 1:]).all()
+
+
+@pytest.mark.parametrize("kind", list(ScoreKind))
+def test_normalisation_preserves_order_in_the_kinds_direction(kind: ScoreKind) -> None:
+    raw = np.array([0.05, 0.2, 0.4, 0.6, 0.9])  # valid in every kind's domain
+    values = normalize(raw, kind).values[0]
+    if kind is ScoreKind.DISTANCE:
+        assert (np.diff(values) < 0).all()
+    else:
+        assert (np.diff(values) > 0).all()
+
+
+def test_contradictions_are_reported_per_row() -> None:
+    x = np.array([[0.9, -0.1, 0.2, 0.1], [0.9, 0.5, 0.1, 0.0], [0.1, 0.2, 0.3, 0.35]])
+    issues = normalize(x, "similarity").issues
+    assert issues == {ScoreIssue.NEGATIVE_SIMILARITY: 1, ScoreIssue.ASCENDING_SIMILARITY: 1}
+    assert normalize(np.array([0.1, 0.2, 0.2, 0.3]), "similarity").issues == {}
+    assert normalize(np.array([-0.5, 0.2]), "distance").issues == {ScoreIssue.NEGATIVE_DISTANCE: 1}
+    assert normalize(np.array([0.1, 0.9, 0.4]), "logit").issues == {
+        ScoreIssue.LOGIT_IN_UNIT_INTERVAL: 1
+    }
+    assert normalize(np.array([0.7, 0.2]), "rrf").issues == {}
+    assert normalize(np.array([1.7, 0.2]), "rrf").issues == {ScoreIssue.RRF_OUT_OF_RANGE: 1}
+
+
+def test_negative_distance_treated_as_perfect_match() -> None:
+    values, _ = norm([-0.5, 0.0, 1.0], "distance")
+    assert values == [1.0, 1.0, 0.5]
+
+
+def test_unknown_kind_keeps_order_and_reports() -> None:
+    out = normalize(np.array([0.1, math.nan, 0.9]), None)
+    assert out.values.tolist() == [[0.0, 0.0, 0.0]]
+    assert out.valid.all()
+    assert out.issues == {ScoreIssue.UNKNOWN_KIND: 1}
+
+
+def test_bad_shapes_and_kinds() -> None:
+    with pytest.raises(ValueError):
+        normalize(np.zeros((2, 2, 2)), "similarity")
+    with pytest.raises(ValueError):
+        normalize(np.zeros(3), "cosine")
+    with pytest.raises(ValueError):
+        normalize(np.zeros((1, 3)), "similarity", present=np.ones((1, 2), dtype=bool))
