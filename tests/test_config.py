@@ -1,0 +1,191 @@
+"""Layered config: one test per adjacent pair of layers, errors, and TOML round trips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ragguard import ConfigError, ContextGuard, GuardConfig, ScoreKind
+from ragguard.config import load_toml
+from ragguard.policy import CutRule
+
+
+def write(tmp_path: Path, text: str, name: str = "ragguard.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- precedence: defaults < profile < file < environment < arguments -------------------
+
+
+def test_profile_beats_field_default() -> None:
+    assert GuardConfig().max_k == 5  # support
+    config = GuardConfig(profile="medical")
+    assert (config.max_k, config.relative_threshold) == (3, 0.8)
+    assert config.source_of("max_k") == "profile medical"
+    assert config.source_of("rrf_k") == "default"
+
+
+def test_file_beats_profile(tmp_path: Path) -> None:
+    path = write(tmp_path, 'profile = "medical"\nmax_k = 7\n')
+    config = GuardConfig.from_file(path)
+    assert config.max_k == 7
+    assert config.relative_threshold == 0.8  # still from the profile
+    assert config.source_of("max_k") == f"file {path}"
+
+
+def test_environment_beats_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "max_k = 7\nscore_kind = 'distance'\n")
+    monkeypatch.setenv("RAGGUARD_MAX_K", "9")
+    config = GuardConfig.from_file(path)
+    assert config.max_k == 9
+    assert config.score_kind is ScoreKind.DISTANCE
+    assert config.source_of("max_k") == "environment RAGGUARD_MAX_K"
+
+
+def test_arguments_beat_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGGUARD_MAX_K", "9")
+    monkeypatch.setenv("RAGGUARD_SCORE_KIND", "logit")
+    config = GuardConfig(max_k=2)
+    assert config.max_k == 2
+    assert config.score_kind is ScoreKind.LOGIT
+    assert config.source_of("max_k") == "argument"
+
+
+def test_nested_environment_and_custom_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGGUARD_PROFILE", "mine")
+    monkeypatch.setenv("RAGGUARD_PROFILES__MINE__BASE", "legal")
+    monkeypatch.setenv("RAGGUARD_PROFILES__MINE__MAX_K", "2")
+    config = GuardConfig()
+    assert config.resolved_profile.name == "mine"
+    assert config.resolved_profile.hard_negative_penalty == -1.0  # from legal
+    assert (config.max_k, config.relative_threshold) == (2, 0.8)
+
+
+def test_guard_from_file_with_overrides(tmp_path: Path) -> None:
+    path = write(tmp_path, 'score_kind = "similarity"\nmax_k = 4\nrelative_threshold = 0.5\n')
+    guard = ContextGuard.from_file(path, max_k=1)
+    assert (guard.config.max_k, guard.config.relative_threshold) == (1, 0.5)
+
+
+# --- invalid values and files -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"max_k": 0}, "max_k=0 (argument): Input should be greater than or equal to 1"),
+        ({"max_k": -3}, "max_k=-3"),
+        ({"relative_threshold": 1.2}, "relative_threshold=1.2 (argument): Input should be less"),
+        ({"relative_threshold": -0.1}, "greater than or equal to 0"),
+        ({"score_kind": "cosine"}, "score_kind='cosine' (argument): Input should be 'similarity'"),
+        ({"profile": "finance"}, "unknown profile 'finance'; known profiles: code, creative"),
+        ({"max_k": 2, "min_k": 3}, "min_k=3 must not exceed max_k=2"),
+        ({"cut": "elbow"}, "cut='elbow'"),
+        ({"invalid_scores": "zero"}, "Input should be 'drop', 'keep_last' or 'raise'"),
+        ({"min_score": float("nan")}, "min_score=nan"),
+    ],
+)
+def test_invalid_values_name_field_value_and_allowed(
+    kwargs: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        GuardConfig(**kwargs)  # type: ignore[arg-type]
+    assert expected in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_invalid_value_from_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGGUARD_MAX_K", "0")
+    with pytest.raises(ConfigError, match="environment RAGGUARD_MAX_K"):
+        GuardConfig()
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config file not found: .*nope\.toml"):
+        ContextGuard.from_file(tmp_path / "nope.toml")
+
+
+def test_directory_is_not_a_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a file"):
+        GuardConfig.from_file(tmp_path)
+
+
+def test_file_that_is_not_toml(tmp_path: Path) -> None:
+    path = write(tmp_path, "max_k: 3\n", "broken.toml")
+    with pytest.raises(ConfigError, match=r"broken.toml is not valid TOML.*line 1"):
+        GuardConfig.from_file(path)
+
+
+def test_unknown_key_in_file_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, "max_kk = 3\n")
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_file(path)
+    message = str(info.value)
+    assert "unknown key 'max_kk'" in message and str(path) in message and "max_k" in message
+
+
+def test_unknown_key_in_custom_profile_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, 'profile = "x"\n[profiles.x]\nratio = 0.4\n')
+    expected = r"unknown key 'profiles\.x\.ratio'.*distractor_score_ratio"
+    with pytest.raises(ConfigError, match=expected):
+        GuardConfig.from_file(path)
+
+
+def test_invalid_value_in_file_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "relative_threshold = 70\n")
+    with pytest.raises(ConfigError, match=f"relative_threshold=70 \\(file {path}\\)"):
+        GuardConfig.from_file(path)
+
+
+def test_config_is_frozen() -> None:
+    config = GuardConfig()
+    with pytest.raises(ValueError):
+        config.max_k = 3
+
+
+# --- save / from_file round trip -------------------------------------------------------------
+
+configs = st.builds(
+    GuardConfig,
+    profile=st.sampled_from(["medical", "legal", "support", "creative", "code", "mine"]),
+    score_kind=st.one_of(st.none(), st.sampled_from(list(ScoreKind))),
+    max_k=st.integers(3, 50),
+    min_k=st.integers(0, 3),
+    relative_threshold=st.floats(0, 1),
+    min_score=st.one_of(st.none(), st.floats(-10, 10)),
+    cut=st.sampled_from(list(CutRule)),
+    gap_window=st.one_of(st.none(), st.integers(2, 30)),
+    profiles=st.just({"mine": {"base": "code", "max_k": 4, "description": "mine"}}),
+    provenance=st.one_of(
+        st.just({}), st.just({"objective": "udcg", "queries": 25, "data_sha256": "ab12"})
+    ),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(configs)
+def test_save_then_from_file_reads_back_unchanged(tmp_path: Path, config: GuardConfig) -> None:
+    path = config.save(tmp_path / "out" / "ragguard.toml")
+    again = GuardConfig.from_file(path)
+    assert again.model_dump() == config.model_dump()
+    assert again.resolved_profile == config.resolved_profile
+    assert "ragguard guard config" in path.read_text().splitlines()[0]
+
+
+def test_profile_defaults_stay_explicit_after_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A saved config pins the profile's values; changing the profile later changes only
+    what the file does not set."""
+    path = GuardConfig(profile="medical").save(tmp_path / "a.toml")
+    assert load_toml(path)["max_k"] == 3
+    monkeypatch.setenv("RAGGUARD_PROFILE", "creative")
+    config = GuardConfig.from_file(path)
+    assert config.profile == "creative" and config.max_k == 3

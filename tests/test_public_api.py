@@ -1,0 +1,57 @@
+"""The public surface: a complete, sorted __all__ and helpful errors for missing extras."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import ragguard
+from ragguard import MissingDependencyError
+from ragguard._optional import require
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "ragguard"
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert list(ragguard.__all__) == sorted(ragguard.__all__)
+    public = {n for n in vars(ragguard) if not n.startswith("_") and n[0].isupper()}
+    assert public <= set(ragguard.__all__)
+    for name in ragguard.__all__:
+        assert hasattr(ragguard, name), name
+
+
+def test_py_typed_marker_ships() -> None:
+    assert (SRC / "py.typed").exists()
+
+
+def test_require_names_the_extra() -> None:
+    with pytest.raises(MissingDependencyError, match=r'pip install "ragguard\[langchain\]"'):
+        require("surely_not_an_installed_module_xyz", "langchain")
+    assert require("json", "core") is sys.modules["json"]
+
+
+def test_every_extra_named_in_the_code_exists_in_pyproject() -> None:
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    named: set[str] = set()
+    for path in SRC.rglob("*.py"):
+        text = path.read_text()
+        named |= set(re.findall(r"ragguard\[([a-z]+)\]", text))
+        named |= set(re.findall(r'require\(\s*"[\w.]+",\s*"([a-z]+)"\s*\)', text))
+    assert named <= extras, named - extras
+    assert {"langchain", "llamaindex", "rerank", "all", "dev"} <= extras
+
+
+def test_importing_ragguard_imports_no_framework() -> None:
+    import subprocess
+
+    frameworks = "('langchain_core', 'llama_index', 'sentence_transformers', 'torch')"
+    code = f"import sys, ragguard; print(sorted(m for m in {frameworks} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
