@@ -1,0 +1,38 @@
+"""The README's quick start and the example run as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_quick_start_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quick start", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    source = code.group(1)
+    monkeypatch.chdir(tmp_path)  # the snippet writes ragguard.toml
+    namespace: dict[str, object] = {}
+    exec(compile(source, "README.md", "exec"), namespace)
+    assert (tmp_path / "ragguard.toml").exists()
+    selection = namespace["selection"]
+    assert [c.id for c in selection.kept] == ["log-03-02", "log-02-10"]  # type: ignore[attr-defined]
+    assert [d.candidate.id for d in selection.dropped] == ["squat-pr", "no-score"]  # type: ignore[attr-defined]
+
+
+def test_quickstart_example_runs() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGGUARD_")}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    assert "log-2024-03-16   below_relative_threshold" in out.stdout
+    assert "medical profile keeps: ['log-2024-03-02', 'log-2024-02-10']" in out.stdout
