@@ -6,6 +6,7 @@ import asyncio
 import copy
 import logging
 import math
+import pickle
 import warnings
 
 import pytest
@@ -233,8 +234,23 @@ def test_callers_objects_are_never_mutated() -> None:
     assert originals == snapshot
     assert meta == {"source": "notes.md"}
     assert sel.kept[0].source is originals[0]
-    with pytest.raises(TypeError):
-        sel.kept[0].metadata["x"] = 1  # type: ignore[index]
+    sel.kept[0].metadata["x"] = 1  # the candidate's own copy, not the caller's dict
+    assert meta == {"source": "notes.md"}
+
+
+def test_candidates_and_selections_pickle_and_copy() -> None:
+    inputs = [Candidate("a", "x", 0.9, {"k": 1}), Candidate("b", "y", None)]
+    sel = sim_guard().select("q", inputs)
+    for clone in (pickle.loads(pickle.dumps(sel)), copy.deepcopy(sel)):
+        assert [c.id for c in clone.kept] == ["a"]
+        assert [(d.candidate.id, d.reason) for d in clone.dropped] == [("b", Reason.INVALID_SCORE)]
+    assert pickle.loads(pickle.dumps(inputs[0])) == inputs[0]
+
+
+def test_warning_points_at_the_callers_line() -> None:
+    with pytest.warns(ScoreWarning) as record:
+        sim_guard().select("q", cands(-0.5, 0.2))
+    assert record[0].filename == __file__
 
 
 def test_on_selection_and_debug_log(caplog: pytest.LogCaptureFixture) -> None:

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Real
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,8 @@ class Candidate:
         text: the passage text.
         score: the retriever's raw score, or ``None`` when it gave none. Its meaning is
             fixed by the guard's ``score_kind``.
-        metadata: a read-only copy of the passage's metadata.
+        metadata: a shallow copy of the passage's metadata (the caller's mapping is
+            never written to).
         source: the caller's original object (a Document, a node, ...). ragguard keeps a
             reference and never writes into it.
     """
@@ -61,7 +61,7 @@ class Candidate:
             raise CandidateError(
                 f"Candidate.metadata must be a mapping, got {type(self.metadata).__name__}"
             )
-        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+        object.__setattr__(self, "metadata", dict(self.metadata))
 
     @property
     def has_valid_score(self) -> bool:

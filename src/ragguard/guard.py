@@ -204,7 +204,7 @@ class ContextGuard:
             if issue in self._warned:
                 return
             self._warned.add(issue)
-        warnings.warn(issue_message(issue), ScoreWarning, stacklevel=4)
+        warnings.warn(issue_message(issue), ScoreWarning, stacklevel=3)  # the caller of select()
 
     def _finish(self, selection: Selection) -> Selection:
         if logger.isEnabledFor(logging.DEBUG):
