@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.errors import CandidateError
-from ragguard.policy import KEPT, REASON_OF_CODE, PolicyParams, Reason, describe
+from ragguard.policy import KEPT, REASON_OF_CODE, PolicyParams, PolicyResult, Reason, describe
 from ragguard.scores import ScoreKind
 
 __all__ = ["Candidate", "Decision", "Selection"]
@@ -106,13 +106,9 @@ class Selection:
         query: str,
         candidates: tuple[Candidate, ...],
         *,
-        order: NDArray[np.intp],
-        reasons: NDArray[np.int8],
-        n_kept: int,
+        result: PolicyResult | None,
         normalized: NDArray[np.float64],
         score_kind: ScoreKind | None,
-        params: PolicyParams,
-        top: float,
         duplicate_of: Mapping[int, int] | None = None,
         warnings: tuple[str, ...] = (),
     ) -> None:
@@ -120,25 +116,29 @@ class Selection:
         self.candidates = candidates
         self.score_kind = score_kind
         self.warnings = warnings
-        self.kept: list[Candidate] = [candidates[i] for i in order[:n_kept].tolist()]
-        self._order = order
-        self._reasons = reasons
+        self.kept: list[Candidate] = (
+            [] if result is None else [candidates[i] for i in result.kept_positions(0)]
+        )
+        self._result = result
         self._normalized = normalized
-        self._params = params
-        self._top = top
         self._dup_of = dict(duplicate_of or {})
 
     @cached_property
     def decisions(self) -> tuple[Decision, ...]:
         """A decision for every input candidate, in the guard's ranked order."""
         out: list[Decision] = []
+        result = self._result
+        if result is None:
+            return ()
         scored = self.score_kind is not None
         normalized = self._normalized.tolist()
+        params, top = result.params, float(result.top[0])
         rank = 0
-        for i, code in zip(self._order.tolist(), self._reasons.tolist(), strict=True):
+        for i, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
             if code < 0:  # a removed duplicate: reported after the ranked candidates
                 continue
-            out.append(self._decision(i, code, rank, normalized[i] if scored else None))
+            norm = normalized[i] if scored else None
+            out.append(self._decision(i, code, rank, norm, params, top))
             rank += 1
         for i, first in sorted(self._dup_of.items()):
             kept_id = self.candidates[first].id
@@ -151,7 +151,9 @@ class Selection:
             rank += 1
         return tuple(out)
 
-    def _decision(self, i: int, code: int, rank: int, norm: float | None) -> Decision:
+    def _decision(
+        self, i: int, code: int, rank: int, norm: float | None, params: PolicyParams, top: float
+    ) -> Decision:
         cand = self.candidates[i]
         if norm is not None and math.isnan(norm):
             norm = None
@@ -162,9 +164,9 @@ class Selection:
             shown = "missing (None)" if cand.score is None else repr(cand.score)
             message = f"score is {shown}; dropped by invalid_scores='drop'"
         elif norm is None and reason is Reason.OVER_MAX_K:
-            message = f"ranked below the max_k={self._params.max_k} cap"
+            message = f"ranked below the max_k={params.max_k} cap"
         else:
-            message = describe(reason, norm, self._params, self._top)
+            message = describe(reason, norm, params, top)
         return Decision(cand, False, rank, i, norm, reason, message)
 
     @property

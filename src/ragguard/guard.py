@@ -17,21 +17,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.candidate import Candidate, Selection
 from ragguard.config import DuplicatePolicy, GuardConfig, InvalidScorePolicy
 from ragguard.errors import CandidateError, DuplicateIdError, InvalidScoreError, ScoreWarning
 from ragguard.policy import PolicyParams, apply_policy
 from ragguard.profiles import Profile
-from ragguard.scores import ScoreIssue, ScoreKind, issue_message, normalize
+from ragguard.scores import Normalized, ScoreIssue, ScoreKind, issue_message, normalize
 
 __all__ = ["ContextGuard"]
 
 logger = logging.getLogger(__name__)
-
-_EMPTY_INT = np.empty(0, dtype=np.intp)
-
 
 class ContextGuard:
     """Keeps the passages worth an LLM's attention and records why it dropped the rest.
@@ -108,23 +104,19 @@ class ContextGuard:
             DuplicateIdError: ids repeat and ``duplicates="raise"``.
         """
         cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
-        for c in cands:
-            if not isinstance(c, Candidate):
-                raise CandidateError(
-                    f"ContextGuard.select expects Candidate objects, got {type(c).__name__}; "
-                    "wrap framework objects with ragguard.adapters or build Candidate(id, "
-                    "text, score)"
-                )
+        if set(map(type, cands)) - {Candidate}:  # fast path: no subclass, nothing foreign
+            for c in cands:
+                if not isinstance(c, Candidate):
+                    raise CandidateError(
+                        "ContextGuard.select expects Candidate objects, got "
+                        f"{type(c).__name__}; wrap framework objects with ragguard.adapters "
+                        "or build Candidate(id, text, score)"
+                    )
         kind = ScoreKind(score_kind) if score_kind is not None else self.config.score_kind
-        params = self._scored if kind is not None else self._unscored
         if not cands:
             return self._finish(
-                Selection(
-                    query, cands, order=_EMPTY_INT, reasons=np.empty(0, dtype=np.int8),
-                    n_kept=0, normalized=np.empty(0), score_kind=kind, params=params,
-                    top=float("nan"),
-                )
-            )  # fmt: skip
+                Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
+            )
 
         raw = np.array([c.score for c in cands], dtype=np.float64)
         norm = normalize(raw, kind, rrf_k=self.config.rrf_k)
@@ -136,12 +128,12 @@ class ContextGuard:
                     f"(ids {bad[:5]}{'...' if len(bad) > 5 else ''}); set invalid_scores to "
                     "'drop' or 'keep_last' to handle them"
                 )
-        values = norm.values[0]
-        duplicate_of = self._duplicates(cands, values, norm.valid[0])
+        duplicate_of = self._duplicates(cands, norm)
         present = None
         if duplicate_of:
             present = np.ones((1, len(cands)), dtype=np.bool_)
             present[0, list(duplicate_of)] = False
+        params = self._scored if kind is not None else self._unscored
         result = apply_policy(norm.values, norm.valid, params, present)
 
         issues = list(norm.issues)
@@ -155,13 +147,9 @@ class ContextGuard:
         selection = Selection(
             query,
             cands,
-            order=result.order[0],
-            reasons=result.reasons[0],
-            n_kept=int(result.n_kept[0]),
-            normalized=values,
+            result=result,
+            normalized=norm.values[0],
             score_kind=kind,
-            params=params,
-            top=float(result.top[0]),
             duplicate_of=duplicate_of,
             warnings=tuple(issue_message(i) for i in issues),
         )
@@ -177,21 +165,19 @@ class ContextGuard:
         """Async form of :meth:`select` (the policy itself takes microseconds)."""
         return self.select(query, candidates, score_kind=score_kind)
 
-    def _duplicates(
-        self, cands: tuple[Candidate, ...], values: NDArray[np.float64], valid: NDArray[np.bool_]
-    ) -> dict[int, int]:
+    def _duplicates(self, cands: tuple[Candidate, ...], norm: Normalized) -> dict[int, int]:
         """Map each duplicate's input position to the position of the occurrence kept."""
         rule = self.config.duplicates
-        ids = [c.id for c in cands]
-        if rule is DuplicatePolicy.KEEP_ALL or len(set(ids)) == len(ids):
+        if rule is DuplicatePolicy.KEEP_ALL or len({c.id for c in cands}) == len(cands):
             return {}
+        ids = [c.id for c in cands]
         if rule is DuplicatePolicy.RAISE:
             repeated = sorted(cid for cid, count in Counter(ids).items() if count > 1)
             raise DuplicateIdError(
                 f"candidate ids repeat: {repeated[:5]}; set duplicates to 'keep_best', "
                 "'keep_first' or 'keep_all' to handle them"
             )
-        score = np.where(valid, values, -np.inf).tolist()
+        score = np.where(norm.valid[0], norm.values[0], -np.inf).tolist()
         winner: dict[str, int] = {}
         for i, cid in enumerate(ids):
             j = winner.get(cid)

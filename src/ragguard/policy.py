@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -130,8 +131,10 @@ class Ranked:
     """Scores ranked once, to be cut under many parameter settings.
 
     Attributes:
-        order: (Q, N) input positions in ranked order.
-        scores: (Q, N) normalised scores in ranked order; 0.0 past ``n_valid``.
+        order: (Q, N) input positions in ranked order: valid candidates by score (highest
+            first, ties in input order), then invalid ones, then padding.
+        scores: (Q, N) normalised scores along ``order``; ``-inf`` for invalid scores,
+            NaN for padding, so every comparison with a finite bar excludes them.
         n_valid: (Q,) number of candidates with a valid score (they come first).
         n_present: (Q,) number of candidates (valid ones, then invalid ones).
     """
@@ -142,26 +145,87 @@ class Ranked:
     n_present: NDArray[np.intp]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PolicyResult:
     """What the policy decided, per row.
 
+    ``n_kept`` and :meth:`kept_positions` are computed eagerly; the per-candidate reason
+    codes (:attr:`reasons`, along :attr:`order`) only when asked for, since the runtime
+    guard needs them only when a caller looks at dropped candidates, and a calibration
+    sweep needs only the kept counts.
+
     Attributes:
-        order: (Q, N) input positions: the kept candidates first, then the dropped
-            ones, then padding, each group in ranked order.
-        reasons: (Q, N) reason codes along ``order``: 0 kept, -1 padding, else
-            ``CODES[reason]``. The kept candidates are the first ``n_kept`` of each row.
+        ranked: the ranking that was cut.
+        params: the parameters it was cut with.
         n_kept: (Q,) number of candidates kept.
+        n_kept_valid: (Q,) how many of them have a valid score (they come first).
         top: (Q,) top normalised score (NaN where no score is valid).
         threshold_skipped: (Q,) rows where the relative threshold was skipped because
             the top score was not positive.
+        prefixes: (Q,) prefix lengths kept by the relative threshold, the floor and the
+            cut rule (each ``n_valid`` when the rule is off).
     """
 
-    order: NDArray[np.intp]
-    reasons: NDArray[np.int8]
+    ranked: Ranked
+    params: PolicyParams
     n_kept: NDArray[np.intp]
+    n_kept_valid: NDArray[np.intp]
     top: NDArray[np.float64]
     threshold_skipped: NDArray[np.bool_]
+    prefixes: tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]
+
+    def kept_positions(self, row: int) -> list[int]:
+        """Input positions of row ``row``'s kept candidates, best first."""
+        order = self.ranked.order[row]
+        m, n = int(self.n_kept_valid[row]), int(self.n_kept[row])
+        if n == m:
+            return order[:m].tolist()  # type: ignore[no-any-return]
+        start = int(self.ranked.n_valid[row])
+        return order[:m].tolist() + order[start : start + n - m].tolist()  # type: ignore[no-any-return]
+
+    @cached_property
+    def _codes(self) -> tuple[NDArray[np.intp], NDArray[np.int8]]:
+        ranked, p = self.ranked, self.params
+        q, size = ranked.scores.shape
+        pos = np.arange(size)[None, :]
+        p_thr, p_floor, p_cut = (x[:, None] for x in self.prefixes)
+        m = self.n_kept_valid[:, None]
+        n_valid, n_present = ranked.n_valid[:, None], ranked.n_present[:, None]
+        cut_code = CODES[Reason.AUTOCUT] if p.cut is CutRule.AUTOCUT else CODES[Reason.SCORE_GAP]
+        codes = np.full((q, size), CODES[Reason.OVER_MAX_K], dtype=np.int8)
+        codes[pos >= p_cut] = cut_code
+        codes[pos >= p_floor] = CODES[Reason.BELOW_MIN_SCORE]
+        codes[pos >= p_thr] = CODES[Reason.BELOW_RELATIVE_THRESHOLD]
+        codes[pos < m] = KEPT
+        invalid = (pos >= n_valid) & (pos < n_present)
+        if p.keep_invalid:
+            extra = (self.n_kept - self.n_kept_valid)[:, None]
+            codes[invalid] = CODES[Reason.OVER_MAX_K]
+            codes[invalid & (pos - n_valid < extra)] = KEPT
+        else:
+            codes[invalid] = CODES[Reason.INVALID_SCORE]
+        codes[pos >= n_present] = PADDING
+        order = ranked.order
+        if p.keep_invalid:
+            # kept invalid candidates move ahead of dropped valid ones: kept first, then
+            # dropped, then padding, each group in ranked order
+            group = np.where(codes == KEPT, 0, np.where(codes == PADDING, 2, 1))
+            regroup = np.argsort(group, axis=1, kind="stable")
+            order = np.take_along_axis(order, regroup, axis=1)
+            codes = np.take_along_axis(codes, regroup, axis=1)
+        return order, codes
+
+    @property
+    def order(self) -> NDArray[np.intp]:
+        """(Q, N) input positions: kept candidates first, then dropped ones, then
+        padding, each group in ranked order."""
+        return self._codes[0]
+
+    @property
+    def reasons(self) -> NDArray[np.int8]:
+        """(Q, N) reason codes along :attr:`order`: 0 kept, -1 padding, else
+        ``CODES[reason]``."""
+        return self._codes[1]
 
 
 def rank(
@@ -175,28 +239,27 @@ def rank(
             f"scores and valid must be 2-D arrays of one shape, got {scores.shape} and "
             f"{valid.shape}"
         )
-    if present is not None:
-        valid = valid & present
-    key = np.where(valid, -np.where(valid, scores, 0.0), np.inf)
-    if present is not None:
-        key = np.where(present, key, np.nan)  # NaN sorts after +inf
-    order = np.argsort(key, axis=1, kind="stable")
-    n_valid = valid.sum(axis=1)
+    key = np.where(valid, -scores, np.inf)
     if present is None:
         n_present = np.full(scores.shape[0], scores.shape[1], dtype=np.intp)
     else:
+        valid = valid & present
+        key = np.where(present, key, np.nan)  # NaN sorts after +inf
         n_present = present.sum(axis=1)
-    positions = np.arange(scores.shape[1])
-    ranked = np.take_along_axis(scores, order, axis=1)
-    ranked = np.where(positions < n_valid[:, None], ranked, 0.0)
-    return Ranked(order, ranked, n_valid, n_present)
+    order = np.argsort(key, axis=1, kind="stable")
+    return Ranked(order, -np.sort(key, axis=1), valid.sum(axis=1), n_present)
+
+
+def _finite(s: NDArray[np.float64]) -> NDArray[np.float64]:
+    return np.where(np.isfinite(s), s, 0.0)
 
 
 def _gap_prefix(s: NDArray[np.float64], n: NDArray[np.intp], p: PolicyParams) -> NDArray[np.intp]:
     size = s.shape[1]
     if size < 2:
         return n
-    gaps = s[:, :-1] - s[:, 1:]
+    f = _finite(s)
+    gaps = f[:, :-1] - f[:, 1:]
     limit = n if p.gap_window is None else np.minimum(n, p.gap_window)
     usable = np.arange(size - 1) + 1 < limit[:, None]
     gaps = np.where(usable, gaps, -np.inf)
@@ -212,13 +275,14 @@ def _autocut_prefix(
     size = s.shape[1]
     if size < 2:
         return n
+    f = _finite(s)
     i = np.arange(size)
-    last = np.take_along_axis(s, np.maximum(n - 1, 0)[:, None], axis=1)[:, 0]
-    span = last - s[:, 0]  # <= 0
+    last = np.take_along_axis(f, np.maximum(n - 1, 0)[:, None], axis=1)[:, 0]
+    span = last - f[:, 0]  # <= 0
     flat = span == 0
     safe_span = np.where(flat, -1.0, span)
     steps = np.maximum(n - 1, 1).astype(np.float64)
-    diff = (s - s[:, :1]) / safe_span[:, None] - i / steps[:, None]
+    diff = (f - f[:, :1]) / safe_span[:, None] - i / steps[:, None]
     prev = np.concatenate([diff[:, :1], diff[:, :-1]], axis=1)
     nxt = np.concatenate([diff[:, 1:], diff[:, -1:]], axis=1)
     prev2 = np.concatenate([diff[:, :2], diff[:, :-2]], axis=1)
@@ -232,68 +296,37 @@ def _autocut_prefix(
 
 def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
     """Apply the rules of ``params`` to already ranked rows (see the module docstring)."""
-    s, n_valid, n_present = ranked.scores, ranked.n_valid, ranked.n_present
+    s, n_valid = ranked.scores, ranked.n_valid
     q, size = s.shape
-    positions = np.arange(size)
-    has_valid = n_valid > 0
-    top = np.where(has_valid, s[:, 0] if size else 0.0, np.nan)
+    first = s[:, 0] if size else np.full(q, np.nan)  # -inf / NaN when no valid score
+    top = np.where(n_valid > 0, first, np.nan)
     skipped = np.zeros(q, dtype=np.bool_)
-    valid_pos = positions < n_valid[:, None]
 
-    p_thr = p_floor = p_cut = n_valid
+    p_thr = p_floor = p_cut = m = n_valid
     if params.score_rules:
-        t = params.relative_threshold
-        if t > 0:
-            positive = has_valid & (np.nan_to_num(top) > 0)
-            bar = (t * np.where(positive, top, 0.0))[:, None]
-            p_thr = np.where(positive, (valid_pos & (s >= bar)).sum(axis=1), n_valid)
-            skipped = has_valid & ~positive
+        if params.relative_threshold > 0:
+            positive = first > 0
+            bar = params.relative_threshold * first
+            p_thr = np.where(positive, (s >= bar[:, None]).sum(axis=1), n_valid)
+            skipped = (n_valid > 0) & ~positive
+            m = p_thr
         if params.min_score is not None:
-            p_floor = (valid_pos & (s >= params.min_score)).sum(axis=1)
+            p_floor = (s >= params.min_score).sum(axis=1)
+            m = np.minimum(m, p_floor)
         if params.cut is CutRule.GAP:
             p_cut = _gap_prefix(s, n_valid, params)
+            m = np.minimum(m, p_cut)
         elif params.cut is CutRule.AUTOCUT:
             p_cut = _autocut_prefix(s, n_valid, params)
+            m = np.minimum(m, p_cut)
 
-    m = np.minimum(np.minimum(p_thr, p_floor), p_cut)
-    m = np.maximum(m, np.minimum(params.min_k, n_valid))
+    if params.min_k:
+        m = np.maximum(m, np.minimum(n_valid, params.min_k))
     m = np.minimum(m, params.max_k)
-    n_invalid = n_present - n_valid
-    extra = np.clip(params.max_k - m, 0, n_invalid) if params.keep_invalid else 0 * m
-    n_kept = m + extra
-
-    cut_code = CODES[Reason.AUTOCUT] if params.cut is CutRule.AUTOCUT else CODES[Reason.SCORE_GAP]
-    pos = positions[None, :]
-    valid_codes = np.where(
-        pos >= p_thr[:, None],
-        CODES[Reason.BELOW_RELATIVE_THRESHOLD],
-        np.where(
-            pos >= p_floor[:, None],
-            CODES[Reason.BELOW_MIN_SCORE],
-            np.where(pos >= p_cut[:, None], cut_code, CODES[Reason.OVER_MAX_K]),
-        ),
-    )
-    valid_codes = np.where(pos < m[:, None], KEPT, valid_codes)
+    n_kept = m
     if params.keep_invalid:
-        invalid_codes = np.where(
-            pos - n_valid[:, None] < extra[:, None], KEPT, CODES[Reason.OVER_MAX_K]
-        )
-    else:
-        invalid_codes = np.full((q, size), CODES[Reason.INVALID_SCORE])
-    reasons = np.where(
-        valid_pos,
-        valid_codes,
-        np.where(pos < n_present[:, None], invalid_codes, PADDING),
-    ).astype(np.int8)
-    order = ranked.order
-    if params.keep_invalid:
-        # kept invalid candidates move ahead of dropped valid ones: kept first, then
-        # dropped, then padding, each group in ranked order
-        group = np.where(reasons == KEPT, 0, np.where(reasons == PADDING, 2, 1))
-        regroup = np.argsort(group, axis=1, kind="stable")
-        order = np.take_along_axis(order, regroup, axis=1)
-        reasons = np.take_along_axis(reasons, regroup, axis=1)
-    return PolicyResult(order, reasons, n_kept.astype(np.intp), top, skipped)
+        n_kept = m + np.clip(params.max_k - m, 0, ranked.n_present - n_valid)
+    return PolicyResult(ranked, params, n_kept, m, top, skipped, (p_thr, p_floor, p_cut))
 
 
 def apply_policy(

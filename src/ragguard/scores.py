@@ -200,36 +200,36 @@ def normalize(
 
     kind = ScoreKind(kind)
     valid = np.isfinite(x) & present
-    xv = np.where(valid, x, 0.0)  # arithmetic on a finite copy; invalid become NaN below
+    # Each check starts with one cheap test that is False for ordinary scores; NaN
+    # compares False, and +-inf are masked by ``valid`` before anything is counted.
 
     def note(issue: ScoreIssue, mask: NDArray[np.bool_]) -> None:
-        rows = _rows_with(mask & valid)
-        if rows:
+        if mask.any() and (rows := _rows_with(mask & valid)):
             issues[issue] = rows
 
     if kind is ScoreKind.SIMILARITY:
-        note(ScoreIssue.NEGATIVE_SIMILARITY, xv < 0)
-        s = xv
-        if x.shape[1] >= _ASCENDING_MIN:
+        note(ScoreIssue.NEGATIVE_SIMILARITY, x < 0)
+        s = x
+        if x.shape[1] >= _ASCENDING_MIN and (x[:, 0] < x[:, -1]).any():
             both = valid[:, 1:] & valid[:, :-1]
-            step = np.where(both, np.diff(xv, axis=1), 1.0)
+            step = np.where(both, np.diff(np.where(valid, x, 0.0), axis=1), 1.0)
             ascending = (step > 0).all(axis=1) & (valid.sum(axis=1) >= _ASCENDING_MIN)
             if ascending.any():
                 issues[ScoreIssue.ASCENDING_SIMILARITY] = int(ascending.sum())
     elif kind is ScoreKind.DISTANCE:
-        note(ScoreIssue.NEGATIVE_DISTANCE, xv < 0)
-        s = 1.0 / (1.0 + np.maximum(xv, 0.0))
+        note(ScoreIssue.NEGATIVE_DISTANCE, x < 0)
+        s = 1.0 / (1.0 + np.maximum(x, 0.0))
     elif kind is ScoreKind.LOGIT:
-        in_unit = ((xv >= 0) & (xv <= 1)) | ~valid
+        in_unit = ((x >= 0) & (x <= 1)) | ~valid
         looks_prob = in_unit.all(axis=1) & (valid.sum(axis=1) >= 2)
         if looks_prob.any():
             issues[ScoreIssue.LOGIT_IN_UNIT_INTERVAL] = int(looks_prob.sum())
-        s = 0.5 * (1.0 + np.tanh(0.5 * xv))  # sigmoid without overflow for large |x|
+        s = 0.5 * (1.0 + np.tanh(0.5 * x))  # sigmoid without overflow for large |x|
     elif kind is ScoreKind.PROBABILITY:
-        note(ScoreIssue.PROBABILITY_OUT_OF_RANGE, (xv < 0) | (xv > 1))
-        s = np.clip(xv, 0.0, 1.0)
+        note(ScoreIssue.PROBABILITY_OUT_OF_RANGE, (x < 0) | (x > 1))
+        s = np.clip(x, 0.0, 1.0)
     else:  # ScoreKind.RRF
-        note(ScoreIssue.RRF_OUT_OF_RANGE, (xv < 0) | (xv > 1))
-        s = xv * float(rrf_k + 1)
+        note(ScoreIssue.RRF_OUT_OF_RANGE, (x < 0) | (x > 1))
+        s = x * float(rrf_k + 1)
 
     return Normalized(np.where(valid, s, np.nan), valid, issues)
