@@ -29,6 +29,7 @@ __all__ = ["ContextGuard"]
 
 logger = logging.getLogger(__name__)
 
+
 class ContextGuard:
     """Keeps the passages worth an LLM's attention and records why it dropped the rest.
 
