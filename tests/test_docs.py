@@ -36,3 +36,19 @@ def test_quickstart_example_runs() -> None:
     )  # fmt: skip
     assert "log-2024-03-16   below_relative_threshold" in out.stdout
     assert "medical profile keeps: ['log-2024-03-02', 'log-2024-02-10']" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["langchain_quickstart.py", "llamaindex_quickstart.py"])
+def test_framework_examples_run_offline(name: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGGUARD_")}
+    env["HF_HUB_OFFLINE"] = "1"
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name)],
+        capture_output=True, text=True, check=True, env=env, timeout=120,
+    )  # fmt: skip
+    guarded = out.stdout.split("Guarded retriever:")[1].strip().splitlines()[:3]
+    assert [line.split()[-1] for line in guarded] == [
+        "log-2024-03-16",
+        "log-2024-03-02",
+        "log-2024-02-10",
+    ]

@@ -110,18 +110,26 @@ def test_keep_last_puts_unscored_after_scored() -> None:
 def test_negative_similarity_warns_once_with_defined_behaviour() -> None:
     guard = sim_guard()
     with pytest.warns(ScoreWarning) as record:
-        sel = guard.select("q", cands(-0.2, -0.5, -0.9, -0.95))
+        sel = guard.select("q", cands(-2.0, -5.0, -9.0, -9.5))
     messages = [str(w.message) for w in record]
     assert len(messages) == 2
-    assert "some scores are negative" in messages[0] and "score_kind='distance'" in messages[0]
+    assert "below -1" in messages[0] and "score_kind='logit'" in messages[0]
     assert "relative_threshold needs a positive top score" in messages[1]
     # top <= 0: relative threshold skipped, cap applies
     assert ids(sel.kept) == ["d0", "d1", "d2"]
     assert any("relative_threshold needs a positive top score" in w for w in sel.warnings)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        again = guard.select("q", cands(-0.2, -0.5))  # already warned: silent
+        again = guard.select("q", cands(-2.0, -5.0))  # already warned: silent
     assert again.warnings  # but still recorded on the selection
+
+
+def test_slightly_negative_cosine_similarities_are_ordinary() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sel = sim_guard().select("q", cands(0.62, -0.04, 0.55, -0.2))
+    assert ids(sel.kept) == ["d0", "d2"]
+    assert sel.warnings == ()
 
 
 def test_distances_declared_as_similarity_warn() -> None:
@@ -249,7 +257,7 @@ def test_candidates_and_selections_pickle_and_copy() -> None:
 
 def test_warning_points_at_the_callers_line() -> None:
     with pytest.warns(ScoreWarning) as record:
-        sim_guard().select("q", cands(-0.5, 0.2))
+        sim_guard().select("q", cands(-0.5, -0.2))
     assert record[0].filename == __file__
 
 

@@ -84,7 +84,7 @@ def test_normalisation_preserves_order_in_the_kinds_direction(kind: ScoreKind) -
 
 
 def test_contradictions_are_reported_per_row() -> None:
-    x = np.array([[0.9, -0.1, 0.2, 0.1], [0.9, 0.5, 0.1, 0.0], [0.1, 0.2, 0.3, 0.35]])
+    x = np.array([[0.9, -1.5, 0.2, 0.1], [0.9, 0.5, -0.1, -0.9], [0.1, 0.2, 0.3, 0.35]])
     issues = normalize(x, "similarity").issues
     assert issues == {ScoreIssue.NEGATIVE_SIMILARITY: 1, ScoreIssue.ASCENDING_SIMILARITY: 1}
     assert normalize(np.array([0.1, 0.2, 0.2, 0.3]), "similarity").issues == {}

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -87,6 +89,8 @@ class ContextGuard:
         candidates: Iterable[Candidate],
         *,
         score_kind: ScoreKind | str | None = None,
+        scored: bool = True,
+        max_k: int | None = None,
     ) -> Selection:
         """Choose which candidates reach the LLM.
 
@@ -95,6 +99,11 @@ class ContextGuard:
             candidates: the retrieved candidates, in the retriever's order.
             score_kind: what the scores are, when it differs from ``config.score_kind``
                 (adapters pass what they learn from the vector store).
+            scored: ``False`` when the source returned no scores at all: score rules are
+                skipped, candidates keep their order, only ``max_k`` / ``min_k`` apply
+                and one :class:`~ragguard.errors.ScoreWarning` says so.
+            max_k: a tighter or looser cap for this call only (``min_k`` is lowered to
+                it if needed), e.g. a LangChain ``invoke(query, k=3)``.
 
         Returns:
             The kept candidates (best first) and a decision for every dropped one.
@@ -113,7 +122,12 @@ class ContextGuard:
                         f"{type(c).__name__}; wrap framework objects with ragguard.adapters "
                         "or build Candidate(id, text, score)"
                     )
-        kind = ScoreKind(score_kind) if score_kind is not None else self.config.score_kind
+        if not scored:
+            kind = None
+        elif score_kind is not None:
+            kind = ScoreKind(score_kind)
+        else:
+            kind = self.config.score_kind
         if not cands:
             return self._finish(
                 Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
@@ -135,11 +149,17 @@ class ContextGuard:
             present = np.ones((1, len(cands)), dtype=np.bool_)
             present[0, list(duplicate_of)] = False
         params = self._scored if kind is not None else self._unscored
+        if max_k is not None:
+            if max_k < 1:
+                raise ValueError(f"max_k must be >= 1, got {max_k}")
+            params = replace(params, max_k=max_k, min_k=min(params.min_k, max_k))
         result = apply_policy(norm.values, norm.valid, params, present)
 
         issues = list(norm.issues)
-        if ScoreIssue.UNKNOWN_KIND in issues and not self._scored.uses_scores:
-            issues.remove(ScoreIssue.UNKNOWN_KIND)  # no score rule was asked for
+        if ScoreIssue.UNKNOWN_KIND in issues:
+            issues.remove(ScoreIssue.UNKNOWN_KIND)
+            if self._scored.uses_scores:  # silent when no score rule was asked for
+                issues.append(ScoreIssue.UNKNOWN_KIND if scored else ScoreIssue.NO_SCORES)
         if result.threshold_skipped[0]:
             issues.append(ScoreIssue.NONPOSITIVE_TOP)
         for issue in issues:
@@ -162,9 +182,59 @@ class ContextGuard:
         candidates: Iterable[Candidate],
         *,
         score_kind: ScoreKind | str | None = None,
+        scored: bool = True,
+        max_k: int | None = None,
     ) -> Selection:
         """Async form of :meth:`select` (the policy itself takes microseconds)."""
-        return self.select(query, candidates, score_kind=score_kind)
+        return self.select(query, candidates, score_kind=score_kind, scored=scored, max_k=max_k)
+
+    def wrap(self, retriever: Any, **options: Any) -> Any:
+        """Guard ``retriever`` in one line; the result has the retriever's own framework
+        type, so it fits wherever the original did.
+
+        Args:
+            retriever: a LangChain ``BaseRetriever`` or a LlamaIndex ``BaseRetriever``.
+            **options: adapter options (``score_kind``, ``metadata_key``; LangChain also
+                ``k`` and ``score_keys``), see :mod:`ragguard.adapters`.
+
+        Returns:
+            :class:`ragguard.adapters.langchain.GuardedRetriever` or
+            :class:`ragguard.adapters.llamaindex.GuardedRetriever`.
+
+        Raises:
+            TypeError: ``retriever`` is neither.
+        """
+        # A retriever of a framework means its module is loaded: look, don't import.
+        lc = sys.modules.get("langchain_core.retrievers")
+        if lc is not None and isinstance(retriever, lc.BaseRetriever):
+            from ragguard.adapters.langchain import GuardedRetriever as LangChainRetriever
+
+            return LangChainRetriever(retriever=retriever, guard=self, **options)
+        li = sys.modules.get("llama_index.core.base.base_retriever")
+        if li is not None and isinstance(retriever, li.BaseRetriever):
+            from ragguard.adapters.llamaindex import GuardedRetriever as LlamaIndexRetriever
+
+            return LlamaIndexRetriever(retriever, self, **options)
+        raise TypeError(
+            f"ContextGuard.wrap() cannot guard a {type(retriever).__module__}."
+            f"{type(retriever).__qualname__}; it supports LangChain retrievers "
+            "(langchain_core.retrievers.BaseRetriever, extra 'langchain') and LlamaIndex "
+            "retrievers (llama_index.core.retrievers.BaseRetriever, extra 'llamaindex')"
+        )
+
+    def as_compressor(self, **options: Any) -> Any:
+        """This guard as a LangChain ``BaseDocumentCompressor`` (e.g. for a
+        ``ContextualCompressionRetriever``); needs the ``langchain`` extra."""
+        from ragguard.adapters.langchain import GuardCompressor
+
+        return GuardCompressor(guard=self, **options)
+
+    def as_postprocessor(self, **options: Any) -> Any:
+        """This guard as a LlamaIndex ``BaseNodePostprocessor`` (e.g. in
+        ``node_postprocessors=[...]``); needs the ``llamaindex`` extra."""
+        from ragguard.adapters.llamaindex import GuardPostprocessor
+
+        return GuardPostprocessor(guard=self, **options)
 
     def _duplicates(self, cands: tuple[Candidate, ...], norm: Normalized) -> dict[int, int]:
         """Map each duplicate's input position to the position of the occurrence kept."""

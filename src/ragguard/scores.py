@@ -36,9 +36,10 @@ Scores that contradict their declared kind are reported as a :class:`ScoreIssue`
 count of affected rows; the guard turns each into one :class:`~ragguard.errors.ScoreWarning`
 naming the config field to change. The defined behaviour for each:
 
-* ``negative_similarity``: negative scores are kept as they are (cosine similarity can be
-  negative); if the top score is not positive the relative threshold is skipped (see
-  ``nonpositive_top``).
+* ``negative_similarity``: some scores are below -1, which neither a cosine similarity
+  nor BM25 can be (they look like logits or negated distances). They are kept as they
+  are. Scores in [-1, 0) are ordinary cosine similarities of unrelated passages and raise
+  nothing; when even the top score is not positive, ``nonpositive_top`` applies.
 * ``ascending_similarity``: four or more valid scores strictly increase along the input
   order, as distances from a retriever do. Nothing is changed; the warning asks for
   ``score_kind="distance"``.
@@ -53,6 +54,8 @@ naming the config field to change. The defined behaviour for each:
   top normalised score is <= 0 it is skipped and the other rules still apply.
 * ``unknown_kind``: no score kind was declared; score rules are skipped, candidates keep
   their input order and only ``max_k`` / ``min_k`` apply.
+* ``no_scores``: the source returned no scores at all (a LangChain retriever whose
+  documents carry none); as for ``unknown_kind``, only ``max_k`` / ``min_k`` apply.
 """
 
 from __future__ import annotations
@@ -87,14 +90,15 @@ class ScoreIssue(StrEnum):
     RRF_OUT_OF_RANGE = "rrf_out_of_range"
     NONPOSITIVE_TOP = "nonpositive_top"
     UNKNOWN_KIND = "unknown_kind"
+    NO_SCORES = "no_scores"
 
 
 _MESSAGES: dict[ScoreIssue, str] = {
     ScoreIssue.NEGATIVE_SIMILARITY: (
-        "score_kind='similarity' but some scores are negative. If they are distances set "
-        "score_kind='distance'; if cross-encoder logits, score_kind='logit'. Negative "
-        "similarities are kept as they are; the relative threshold is skipped where the top "
-        "score is not positive."
+        "score_kind='similarity' but some scores are below -1, which neither cosine "
+        "similarity nor BM25 can be. If they are cross-encoder logits set "
+        "score_kind='logit'; if negated distances, pass the distances with "
+        "score_kind='distance'. They are kept as they are."
     ),
     ScoreIssue.ASCENDING_SIMILARITY: (
         "score_kind='similarity' but scores increase along the input order, which is how "
@@ -130,6 +134,12 @@ _MESSAGES: dict[ScoreIssue, str] = {
         "input order and only max_k / min_k apply. Set score_kind ('similarity', "
         "'distance', 'logit', 'probability' or 'rrf') in GuardConfig, RAGGUARD_SCORE_KIND "
         "or ragguard.toml."
+    ),
+    ScoreIssue.NO_SCORES: (
+        "the retriever returned no scores, so relative_threshold, min_score and cut rules "
+        "are skipped and only max_k / min_k apply. Use a vector-store retriever (ragguard "
+        "queries the store with scores), put scores in document metadata under one of the "
+        "adapter's score_keys, or enable the rerank stage."
     ),
 }
 
@@ -208,7 +218,7 @@ def normalize(
             issues[issue] = rows
 
     if kind is ScoreKind.SIMILARITY:
-        note(ScoreIssue.NEGATIVE_SIMILARITY, x < 0)
+        note(ScoreIssue.NEGATIVE_SIMILARITY, x < -1)
         s = x
         if x.shape[1] >= _ASCENDING_MIN and (x[:, 0] < x[:, -1]).any():
             both = valid[:, 1:] & valid[:, :-1]

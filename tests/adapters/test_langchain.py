@@ -1,0 +1,357 @@
+"""The LangChain adapter on real langchain-core objects (InMemoryVectorStore, chains)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+import pytest
+from langchain_classic.retrievers import ContextualCompressionRetriever
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    BaseCallbackHandler,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnablePassthrough
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
+from pydantic import Field
+
+from ragguard import ContextGuard, GuardConfig, Reason, ScoreWarning, Selection
+from ragguard.adapters.langchain import GuardCompressor, GuardedRetriever, store_score_kind
+from ragguard.scores import ScoreKind
+from tests.adapters.conftest import NOTES, QUERY, keyword_vector
+
+
+class KeywordEmbeddings(Embeddings):
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [keyword_vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return keyword_vector(text)
+
+
+class ListRetriever(BaseRetriever):
+    """A retriever that returns the same Document objects every time (the caller's)."""
+
+    docs: list[Document]
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+    delay: float = 0.0
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        if self.delay:
+            raise AssertionError("the async path must be used")
+        self.calls.append({"sync": True, **kwargs})
+        return self.docs
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        await asyncio.sleep(self.delay)
+        self.calls.append({"sync": False, **kwargs})
+        return self.docs
+
+
+class FailingRetriever(BaseRetriever):
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        raise ConnectionError("index unreachable")
+
+
+class L2Store(VectorStore):
+    """A vector store that returns Euclidean distances, as FAISS does by default."""
+
+    distance_strategy = "EUCLIDEAN_DISTANCE"
+
+    def __init__(self, docs: list[Document]) -> None:
+        self.docs = docs
+
+    @classmethod
+    def from_texts(
+        cls, texts: list[str], embedding: Embeddings, metadatas: Any = None, **kw: Any
+    ) -> L2Store:
+        raise NotImplementedError
+
+    def add_texts(self, texts: Any, metadatas: Any = None, **kwargs: Any) -> list[str]:
+        raise NotImplementedError
+
+    def _select_relevance_score_fn(self) -> Any:
+        return self._euclidean_relevance_score_fn
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        return [d for d, _ in self.similarity_search_with_score(query, k)]
+
+    def similarity_search_with_score(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        q = keyword_vector(query)
+        scored = [
+            (
+                d,
+                sum((a - b) ** 2 for a, b in zip(q, keyword_vector(d.page_content), strict=True))
+                ** 0.5,
+            )
+            for d in self.docs
+        ]
+        return sorted(scored, key=lambda pair: pair[1])[:k]
+
+
+class Recorder(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.starts: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.prompts: list[str] = []
+
+    def on_retriever_start(
+        self,
+        serialized: Any,
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kw: Any,
+    ) -> None:
+        self.starts.append(
+            {"name": kw.get("name"), "run_id": run_id, "parent": parent_run_id, "tags": tags or []}
+        )
+
+    def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kw: Any) -> None:
+        self.events.append({"name": name, "data": data, "run_id": run_id})
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, **kw: Any) -> None:
+        self.prompts.extend(m.content for batch in messages for m in batch)
+
+
+@pytest.fixture
+def store() -> InMemoryVectorStore:
+    vs = InMemoryVectorStore(KeywordEmbeddings())
+    vs.add_documents(
+        [
+            Document(id=i, page_content=t, metadata={"topic": topic, "tags": ["note"]})
+            for i, t, topic in NOTES
+        ]
+    )
+    return vs
+
+
+def sim_guard(**settings: Any) -> ContextGuard:
+    return ContextGuard(GuardConfig(**{"max_k": 3, "relative_threshold": 0.5, **settings}))
+
+
+def ids(docs: Sequence[Document]) -> list[str | None]:
+    return [d.id for d in docs]
+
+
+def test_wrap_returns_a_langchain_retriever_that_keeps_the_best(store: InMemoryVectorStore) -> None:
+    base = store.as_retriever(search_kwargs={"k": 6})
+    retriever = sim_guard().wrap(base)
+    assert isinstance(retriever, BaseRetriever) and isinstance(retriever, GuardedRetriever)
+    raw = store.similarity_search_with_score(QUERY, k=6)
+    top = raw[0][1]
+    expected = [d.id for d, s in raw if s >= 0.5 * top][:3]
+    docs = retriever.invoke(QUERY)
+    assert ids(docs) == expected and expected[0] == "pr-0302"
+    meta = docs[0].metadata["ragguard"]
+    assert meta["kept"] is True and meta["rank"] == 0 and meta["score_kind"] == "similarity"
+    assert meta["score"] == pytest.approx(top)
+    assert docs[0].metadata["topic"] == "lifting"
+
+
+def test_sync_and_async_give_the_same_documents(store: InMemoryVectorStore) -> None:
+    retriever = sim_guard().wrap(store.as_retriever(search_kwargs={"k": 6}))
+    sync = retriever.invoke(QUERY)
+    asynchronous = asyncio.run(retriever.ainvoke(QUERY))
+    assert [(d.id, d.page_content, d.metadata) for d in sync] == [
+        (d.id, d.page_content, d.metadata) for d in asynchronous
+    ]
+
+
+def test_invoke_k_and_constructor_k_cap(store: InMemoryVectorStore) -> None:
+    guard = sim_guard(relative_threshold=0.0, max_k=5)
+    retriever = guard.wrap(store.as_retriever(search_kwargs={"k": 6}))
+    assert len(retriever.invoke(QUERY, k=2)) == 2
+    assert len(guard.wrap(store.as_retriever(search_kwargs={"k": 6}), k=1).invoke(QUERY)) == 1
+    assert len(retriever.invoke(QUERY)) == 5
+
+
+def test_extra_invoke_kwargs_reach_the_vector_store(store: InMemoryVectorStore) -> None:
+    retriever = sim_guard(relative_threshold=0.0, max_k=6).wrap(
+        store.as_retriever(search_kwargs={"k": 6})
+    )
+    docs = retriever.invoke(QUERY, filter=lambda d: d.metadata["topic"] == "lifting")
+    assert set(ids(docs)) == {"pr-0302", "log-0210", "squat-0316"}
+
+
+def test_relevance_score_search_type_uses_probabilities() -> None:
+    store = L2Store([Document(id=i, page_content=t) for i, t, _ in NOTES])
+    base = store.as_retriever(
+        search_type="similarity_score_threshold", search_kwargs={"k": 6, "score_threshold": 0.0}
+    )
+    docs = sim_guard().wrap(base).invoke(QUERY)
+    assert ids(docs)[0] == "pr-0302"
+    meta = docs[0].metadata["ragguard"]
+    assert meta["score_kind"] == "probability"
+    # LangChain's Euclidean relevance: 1 - d / sqrt(2)
+    distance = store.similarity_search_with_score(QUERY, k=1)[0][1]
+    assert meta["score"] == pytest.approx(1 - distance / 2**0.5)
+
+
+def test_distances_from_the_store_are_flipped() -> None:
+    docs = [Document(id=i, page_content=t) for i, t, _ in NOTES]
+    store = L2Store(docs)
+    assert store_score_kind(store) is ScoreKind.DISTANCE
+    retriever = sim_guard(relative_threshold=0.0).wrap(store.as_retriever(search_kwargs={"k": 6}))
+    out = retriever.invoke(QUERY)
+    assert ids(out)[0] == "pr-0302"  # the smallest distance ranks first
+    assert out[0].metadata["ragguard"]["score_kind"] == "distance"
+    # declared explicitly, the adapter's score_kind wins over what the store tells
+    wrong = sim_guard(relative_threshold=0.0).wrap(
+        store.as_retriever(search_kwargs={"k": 6}), score_kind="similarity"
+    )
+    assert ids(wrong.invoke(QUERY))[0] != "pr-0302"  # as declared, far ranks first
+
+
+def test_scores_in_metadata_are_used() -> None:
+    docs = [
+        Document(id="a", page_content="x", metadata={"relevance_score": 0.2}),
+        Document(id="b", page_content="y", metadata={"relevance_score": 0.9}),
+        Document(id="c", page_content="z", metadata={"score": 0.8}),
+    ]
+    retriever = sim_guard(score_kind="probability", relative_threshold=0.5).wrap(
+        ListRetriever(docs=docs)
+    )
+    assert ids(retriever.invoke(QUERY)) == ["b", "c"]
+
+
+def test_scoreless_retriever_only_caps_with_one_warning() -> None:
+    docs = [Document(id=f"d{i}", page_content=f"text {i}") for i in range(5)]
+    retriever = sim_guard(score_kind="similarity").wrap(ListRetriever(docs=docs))
+    with pytest.warns(ScoreWarning, match="returned no scores"):
+        out = retriever.invoke(QUERY)
+    assert ids(out) == ["d0", "d1", "d2"]  # retriever order, capped at max_k
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        retriever.invoke(QUERY)  # warned once per guard
+
+
+def test_documents_without_ids_are_not_merged() -> None:
+    docs = [
+        Document(page_content="same", metadata={"score": 0.9}),
+        Document(page_content="same", metadata={"score": 0.8}),
+    ]
+    out = sim_guard(score_kind="similarity").wrap(ListRetriever(docs=docs)).invoke(QUERY)
+    assert len(out) == 2 and all(d.id is None for d in out)
+
+
+def test_empty_result() -> None:
+    assert sim_guard(score_kind="similarity").wrap(ListRetriever(docs=[])).invoke(QUERY) == []
+
+
+def test_inner_errors_propagate_unchanged() -> None:
+    retriever = sim_guard().wrap(FailingRetriever())
+    with pytest.raises(ConnectionError, match="index unreachable"):
+        retriever.invoke(QUERY)
+
+
+def test_callers_documents_are_not_mutated() -> None:
+    docs = [
+        Document(id=f"d{i}", page_content=f"t{i}", metadata={"score": s, "nested": {"v": [i]}})
+        for i, s in enumerate([0.9, 0.1, 0.8])
+    ]
+    snapshot = copy.deepcopy(docs)
+    out = sim_guard(score_kind="similarity").wrap(ListRetriever(docs=docs)).invoke(QUERY)
+    out[0].metadata["nested"]["v"].append("changed downstream")
+    assert [d.model_dump() for d in docs] == [d.model_dump() for d in snapshot]
+    assert ids(out) == ["d0", "d2"]
+
+
+def test_dropped_reasons_reach_callbacks_on_selection_and_tags_pass_through(
+    store: InMemoryVectorStore,
+) -> None:
+    seen: list[Selection] = []
+    guard = ContextGuard(GuardConfig(max_k=2, relative_threshold=0.5), on_selection=seen.append)
+    retriever = guard.wrap(store.as_retriever(search_kwargs={"k": 6}, tags=["inner-tag"]))
+    recorder = Recorder()
+    retriever.invoke(QUERY, config={"callbacks": [recorder], "tags": ["outer-tag"]})
+    outer, inner = recorder.starts
+    assert inner["parent"] == outer["run_id"]
+    assert "outer-tag" in inner["tags"] and "inner-tag" in inner["tags"]
+    (event,) = recorder.events
+    assert event["name"] == "ragguard_selection" and event["run_id"] == outer["run_id"]
+    assert len(event["data"]["kept"]) == 2
+    dropped = {d["id"]: d["reason"] for d in event["data"]["dropped"]}
+    assert len(dropped) == 4 and set(dropped.values()) <= {r.value for r in Reason}
+    assert [c.id for c in seen[0].kept] == event["data"]["kept"]
+
+
+def test_async_path_is_really_async() -> None:
+    docs = [Document(id="a", page_content="x", metadata={"score": 1.0})]
+    inner = ListRetriever(docs=docs, delay=0.3, calls=[])
+    retriever = sim_guard(score_kind="similarity").wrap(inner)
+
+    async def main() -> float:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(retriever.ainvoke(QUERY, flavour=i) for i in range(4)))
+        assert all(ids(r) == ["a"] for r in results)
+        return time.perf_counter() - start
+
+    elapsed = asyncio.run(main())
+    assert elapsed < 0.3 * 4 * 0.75  # the four inner sleeps overlapped
+    assert sorted(c["flavour"] for c in inner.calls) == [0, 1, 2, 3]
+    assert not any(c["sync"] for c in inner.calls)
+
+
+def test_chain_composes_end_to_end(store: InMemoryVectorStore) -> None:
+    retriever = sim_guard(max_k=2).wrap(store.as_retriever(search_kwargs={"k": 6}))
+    prompt = ChatPromptTemplate.from_messages(
+        [("human", "Context: {context}\nQuestion: {question}")]
+    )
+    llm = FakeListChatModel(responses=["500 lb, on 2 March."])
+    chain = {"context": retriever, "question": RunnablePassthrough()} | prompt | llm
+    recorder = Recorder()
+    answer = chain.invoke(QUERY, config={"callbacks": [recorder]})
+    assert answer.content == "500 lb, on 2 March."
+    (sent,) = recorder.prompts
+    assert "pulled 500 lb" in sent and "overnight oats" not in sent and "Q1 planning" not in sent
+
+
+def test_compressor_in_a_contextual_compression_retriever() -> None:
+    docs = [
+        Document(id="a", page_content="keep me", metadata={"relevance_score": 0.95}),
+        Document(id="b", page_content="drop me", metadata={"relevance_score": 0.1}),
+        Document(id="c", page_content="keep me too", metadata={"relevance_score": 0.7}),
+    ]
+    snapshot = copy.deepcopy(docs)
+    guard = sim_guard(score_kind="probability", relative_threshold=0.6)
+    compressor = guard.as_compressor()
+    assert isinstance(compressor, GuardCompressor)
+    pipeline = ContextualCompressionRetriever(
+        base_compressor=compressor, base_retriever=ListRetriever(docs=docs)
+    )
+    recorder = Recorder()
+    out = pipeline.invoke(QUERY, config={"callbacks": [recorder]})
+    assert ids(out) == ["a", "c"]
+    assert out[1].metadata["ragguard"]["normalized_score"] == pytest.approx(0.7)
+    assert [e["name"] for e in recorder.events] == ["ragguard_selection"]
+    assert asyncio.run(pipeline.ainvoke(QUERY)) == out
+    assert docs == snapshot
+
+
+def test_wrap_rejects_other_objects() -> None:
+    with pytest.raises(
+        TypeError, match=r"supports LangChain retrievers .* and LlamaIndex retrievers"
+    ):
+        sim_guard().wrap(object())
