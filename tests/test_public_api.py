@@ -55,3 +55,35 @@ def test_importing_ragguard_imports_no_framework() -> None:
     code = f"import sys, ragguard; print(sorted(m for m in {frameworks} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("module", "blocked", "extra", "call"),
+    [
+        ("ragguard.adapters.langchain", "langchain_core", "langchain", "as_compressor"),
+        ("ragguard.adapters.llamaindex", "llama_index.core", "llamaindex", "as_postprocessor"),
+    ],
+)
+def test_missing_framework_names_the_extra(
+    module: str, blocked: str, extra: str, call: str
+) -> None:
+    """With the framework uninstallable, importing its adapter or asking the guard for
+    it fails with the pip command for the right extra."""
+    import subprocess
+
+    code = f"""
+import sys
+sys.modules[{blocked!r}] = None  # as if the package were not installed
+from ragguard import ContextGuard, MissingDependencyError
+for attempt in (lambda: __import__({module!r}), lambda: ContextGuard().{call}()):
+    try:
+        attempt()
+    except MissingDependencyError as exc:
+        print(exc)
+    else:
+        raise SystemExit("no error")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2
+    assert all(f'pip install "ragguard[{extra}]"' in line for line in lines)
