@@ -47,7 +47,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from itertools import chain
+from itertools import chain, compress, repeat
+from operator import getitem, methodcaller
 
 import numpy as np
 from numpy.typing import NDArray
@@ -217,7 +218,8 @@ def _flat_floats(maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[
     """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones."""
     total = sum(map(len, maps))
     try:
-        return np.fromiter(chain.from_iterable(map(Mapping.values, maps)), np.float64, count=total)
+        values = chain.from_iterable(map(methodcaller("values"), maps))  # dict.values: C speed
+        return np.fromiter(values, np.float64, count=total)
     except (TypeError, ValueError):
         for qid, m in zip(qids, maps, strict=True):
             for doc, value in m.items():
@@ -233,78 +235,84 @@ def _flat_floats(maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[
 def _locate(
     hq: I,
     hdoc: Sequence[str],
-    hraw: F64,
-    raw: F64,
+    hkey: F64,
     key: F64,
     candidates: Sequence[Mapping[str, float]],
 ) -> I:
     """Ranked positions of label hits (query row, document) among their row's candidates.
 
-    A hit's input position is found by matching its raw score in its row; where that is
-    ambiguous (tied raw scores, NaN) it is looked up by document id. Its rank is the
-    number of candidates ranked before it: lower keys, and equal keys earlier in the run.
+    ``key`` holds the policy's sort key of every candidate in input order (``-score``,
+    ``+inf`` for an invalid score, NaN for padding) and ``hkey`` that of each hit. A
+    hit's rank is the number of candidates ranked before it: those with a lower key,
+    plus those with an equal key earlier in the run. Only hits whose key is tied need
+    their input position, looked up by document id.
     """
     h = hq.shape[0]
-    n = raw.shape[1]
+    n = key.shape[1]
     rank = np.empty(h, dtype=np.intp)
     if h == 0 or n == 0:
         return rank
-    cols = np.arange(n)
     step = max(1, _CHUNK_CELLS // n)
-    ambiguous: list[NDArray[np.intp]] = []
-    pos = np.empty(h, dtype=np.intp)
-    for start in range(0, h, step):
-        sl = slice(start, start + step)
-        rows = raw[hq[sl]]
-        eq = rows == hraw[sl, None]
-        pos[sl] = eq.argmax(axis=1)
-        bad = np.flatnonzero(eq.sum(axis=1) != 1)
-        if bad.size:
-            ambiguous.append(bad + start)
-    if ambiguous:
-        index_of: dict[int, dict[str, int]] = {}
-        for i in np.concatenate(ambiguous).tolist():
-            row = int(hq[i])
-            lookup = index_of.get(row)
-            if lookup is None:
-                lookup = index_of[row] = {d: j for j, d in enumerate(candidates[row])}
-            pos[i] = lookup[hdoc[i]]
+    tied: list[NDArray[np.intp]] = []
     for start in range(0, h, step):
         sl = slice(start, start + step)
         rows = key[hq[sl]]
-        mine = rows[np.arange(rows.shape[0]), pos[sl]][:, None]
-        before = (rows < mine).sum(axis=1)
-        tied = ((rows == mine) & (cols[None, :] < pos[sl, None])).sum(axis=1)
-        rank[sl] = before + tied
+        mine = hkey[sl, None]
+        rank[sl] = (rows < mine).sum(axis=1)
+        same = np.flatnonzero((rows == mine).sum(axis=1) != 1)
+        if same.size:
+            tied.append(same + start)
+    if not tied:
+        return rank
+    amb = np.concatenate(tied)
+    index_of: dict[int, dict[str, int]] = {}
+    pos = np.empty(amb.size, dtype=np.intp)
+    amb_docs = [hdoc[j] for j in amb.tolist()]
+    for i, (row, doc) in enumerate(zip(hq[amb].tolist(), amb_docs, strict=True)):
+        lookup = index_of.get(row)
+        if lookup is None:
+            lookup = index_of[row] = {d: j for j, d in enumerate(candidates[row])}
+        pos[i] = lookup[doc]
+    cols = np.arange(n)[None, :]
+    for start in range(0, amb.size, step):
+        sl = slice(start, start + step)
+        idx = amb[sl]
+        rows = key[hq[idx]]
+        earlier = (rows == hkey[idx, None]) & (cols < pos[sl, None])
+        rank[idx] += earlier.sum(axis=1)
     return rank
 
 
 def _hits(
-    labelled: Sequence[Collection[str]], candidates: Sequence[Mapping[str, float]]
-) -> tuple[I, list[str], F64, list[object]]:
+    labelled: Sequence[Collection[str]],
+    candidates: Sequence[Mapping[str, float]],
+    *,
+    values: bool,
+) -> tuple[I, list[str], F64, F64]:
     """(row, document, raw score, label value) of every labelled document the run
-    retrieved; the label value is ``labelled[row][document]`` for mappings, else None."""
-    rows: list[int] = []
-    docs: list[str] = []
-    scores: list[float] = []
-    values: list[object] = []
-    for q, (labels, cands) in enumerate(zip(labelled, candidates, strict=True)):
-        if not labels or not cands:
-            continue
-        found = cands.keys() & labels
-        if not found:
-            continue
-        docs.extend(found)
-        rows.extend([q] * len(found))
-        scores.extend(map(cands.__getitem__, found))
-        if isinstance(labels, Mapping):
-            values.extend(map(labels.__getitem__, found))
-    return (
-        np.asarray(rows, dtype=np.intp),
-        docs,
-        np.asarray(scores, dtype=np.float64).reshape(-1),
-        values,
-    )
+    retrieved. Label values (``labelled[row][document]``, for mappings) only with
+    ``values``; else an empty array.
+
+    One flat pass tests each label for membership in its run; everything else runs in C
+    (itertools). No per-query containers stay alive, so converting a large run does not
+    set off full garbage collections over the caller's dicts.
+    """
+    n = len(labelled)
+    lens = np.fromiter(map(len, labelled), np.intp, count=n)
+    found = [d in c for labels, c in zip(labelled, candidates, strict=True) for d in labels]
+    rows = np.repeat(np.arange(n, dtype=np.intp), lens)[np.asarray(found, dtype=np.bool_)]
+    docs = list(compress(chain.from_iterable(labelled), found))
+    counts = np.bincount(rows, minlength=n).tolist()
+    owners = chain.from_iterable(map(repeat, candidates, counts))
+    scores = np.fromiter(map(getitem, owners, docs), np.float64, count=len(docs))
+    label_values = np.zeros(0)
+    if values:
+        label_values = np.fromiter(
+            compress(chain.from_iterable(map(methodcaller("values"), labelled)), found),
+            np.float64,
+            count=len(docs),
+        )
+    return rows, docs, scores, label_values
 
 
 def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
@@ -391,19 +399,25 @@ def build_arrays(
     n_valid = norm.valid.sum(axis=1).astype(np.intp)
 
     # --- label grades of retrieved documents, at their ranked positions
-    hq, hdoc, hraw, hgrade = _hits(grades, candidates)
-    hrank = _locate(hq, hdoc, hraw, raw, key, candidates)
+    def hit_keys(hraw: F64) -> F64:
+        # normalisation is elementwise, so a hit's key equals its candidate's key exactly
+        h = normalize(hraw[None, :], kind, rrf_k=rrf_k)
+        out: F64 = np.where(h.valid, -h.values, np.inf)[0]
+        return out
+
+    hq, hdoc, hraw, hgrade = _hits(grades, candidates, values=True)
+    hrank = _locate(hq, hdoc, hit_keys(hraw), key, candidates)
     g = np.zeros((n_q, width))
-    g[hq, hrank] = np.asarray(hgrade, dtype=np.float64).reshape(-1)
+    g[hq, hrank] = hgrade
     judged = np.zeros((n_q, width), dtype=np.bool_)
     judged[hq, hrank] = True
 
     def scatter_map(maps: Sequence[Mapping[str, float]] | None) -> F64:
+        if maps is None or not any(maps):
+            return np.broadcast_to(np.nan, (n_q, width))  # read-only, no memory
         out = np.full((n_q, width), np.nan)
-        if maps is None:
-            return out
-        q, docs, r, values = _hits(maps, candidates)
-        out[q, _locate(q, docs, r, raw, key, candidates)] = values
+        q, docs, r, values = _hits(maps, candidates, values=True)
+        out[q, _locate(q, docs, hit_keys(r), key, candidates)] = values
         return out
 
     if utilities is not None:
@@ -411,9 +425,9 @@ def build_arrays(
     if no_response is not None:
         _check_range(qids, no_response, "no-response probability", 0.0, 1.0)
     distractor = np.zeros((n_q, width), dtype=np.bool_)
-    if distractors is not None:
-        q, docs, r, _ = _hits(distractors, candidates)
-        distractor[q, _locate(q, docs, r, raw, key, candidates)] = True
+    if distractors is not None and any(distractors):
+        q, docs, r, _ = _hits(distractors, candidates, values=False)
+        distractor[q, _locate(q, docs, hit_keys(r), key, candidates)] = True
     given = scatter_map(utilities)
     p_no = scatter_map(no_response)
 
@@ -448,7 +462,7 @@ def build_arrays(
     col[(lgrade > 0) & (lgrade < 1)] = 0
     grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
 
-    ideal_u = _ideal_utilities(qids, grades, lq, lgrade, utilities, no_response, ex_q, rules)
+    ideal_u = _ideal_utilities(qids, grades, ideal_grades, utilities, no_response, ex_q, rules)
 
     # a run without scores (kind None) keeps its order on purpose: not an issue here
     issues: dict[ScoreIssue, int] = {
@@ -483,8 +497,7 @@ def build_arrays(
 def _ideal_utilities(
     qids: Sequence[str],
     grades: Sequence[Mapping[str, float]],
-    lq: I,
-    lgrade: F64,
+    ideal_grades: F64,
     utilities: Sequence[Mapping[str, float]] | None,
     no_response: Sequence[Mapping[str, float]] | None,
     ex_q: I,
@@ -492,13 +505,16 @@ def _ideal_utilities(
 ) -> F64:
     """Positive label utilities of every labelled document, per query, highest first."""
     n_q = len(qids)
+    if not (utilities is not None and any(utilities)) and not (
+        no_response is not None and any(no_response)
+    ):
+        # utilities come from grades alone and rise with the grade, so the ideal grade
+        # ranking (grades >= 1, stated ones as 1) is also the ideal utility ranking; only
+        # grades >= 1 can have a positive label utility
+        u = label_utility(ideal_grades, rules)
+        keep = (u > 0).any(axis=0)
+        return u[:, : int(keep.sum())] if keep.size else u
     grade_one = float(label_utility([1.0], rules)[0])
-    if utilities is None and no_response is None:
-        u = label_utility(lgrade, rules)
-        keep = u > 0
-        extra_q = ex_q if grade_one > 0 else ex_q[:0]
-        v = np.concatenate((u[keep], np.full(extra_q.size, grade_one)))
-        return _rank_within(np.concatenate((lq[keep], extra_q)), v, n_q)[0]
     rows: list[int] = []
     all_grades: list[float] = []
     all_given: list[float] = []

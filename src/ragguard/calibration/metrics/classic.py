@@ -70,9 +70,13 @@ def _reciprocal_rank(rel: NDArray[np.bool_]) -> F64:
 
 
 def _average_precision(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
-    hits = np.cumsum(rel, axis=1, dtype=np.float64)
-    ranks = np.arange(1, rel.shape[1] + 1, dtype=np.float64)
-    total = np.where(rel, hits / ranks, 0.0).sum(axis=1)
+    # sparse over the relevant positions only: P@i at the j-th relevant rank i is j / i;
+    # bincount adds them per query in rank order, as trec_eval does
+    rows, cols = np.nonzero(rel)
+    per_row = np.bincount(rows, minlength=rel.shape[0])
+    first = np.cumsum(per_row) - per_row
+    found = np.arange(1, rows.size + 1) - first[rows]
+    total = np.bincount(rows, weights=found / (cols + 1.0), minlength=rel.shape[0])
     return divide(total, n_rel.astype(np.float64))
 
 
