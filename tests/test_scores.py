@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -127,7 +128,7 @@ def _ascending_rows_reference(x: np.ndarray) -> int:  # type: ignore[type-arg]
         return 0
     count = 0
     for row in x.tolist():
-        pairs = zip(row, row[1:], strict=False)
+        pairs = itertools.pairwise(row)
         rising = all(b > a for a, b in pairs if math.isfinite(a) and math.isfinite(b))
         if rising and sum(math.isfinite(v) for v in row) >= 4:
             count += 1

@@ -76,7 +76,8 @@ def _average_precision(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
     per_row = np.bincount(rows, minlength=rel.shape[0])
     first = np.cumsum(per_row) - per_row
     found = np.arange(1, rows.size + 1) - first[rows]
-    total = np.bincount(rows, weights=found / (cols + 1.0), minlength=rel.shape[0])
+    weights = found / (cols + 1.0)
+    total = np.bincount(rows, weights=weights, minlength=rel.shape[0]).astype(np.float64)
     return divide(total, n_rel.astype(np.float64))
 
 

@@ -31,7 +31,8 @@ NA handling
 A metric that is undefined for a query (zero denominator, as listed per metric) is NA:
 NaN in per-query results. Means skip NA queries (the macro-average over queries where
 the metric is defined, as the write-up prescribes) and are NaN when every query is NA.
-Without a cutoff, K is the length of each query's list.
+Without a cutoff, K is the length of each query's list (so an empty list is NA for
+the ratios above and 0 for Precision4+ and Harm).
 
 Grades must be integers; grades above 5 raise ``ValueError`` (rescale them first).
 """
@@ -163,8 +164,9 @@ def ra_nwg(
     .. math:: \text{RA-nWG}@K = G_{obs}(K) / G_{oracle}(K)
 
     1.0 means the context is as good as the best K passages of the labelled pool.
-    Edge cases: NA when :math:`G_{oracle}(K) = 0` (no passage of grade >= 3 labelled);
-    a list shorter than K is not padded (the oracle still gets K slots).
+    Edge cases: NA when :math:`G_{oracle}(K) = 0`: no passage of grade >= 3 labelled,
+    or K = 0 (an empty list without a cutoff); a list shorter than K is not padded (the
+    oracle still gets K slots).
     """
     observed, oracle, _ = _gains(arrays, k, cut, alpha, cap4, cap3)
     return divide(observed, oracle, empty=math.nan)
@@ -225,7 +227,7 @@ def _n_recall(arrays: EvalArrays, k: int | None, cut: ArrayLike | None, lowest: 
     found, win = _count_in_window(arrays, k, cut, lowest)
     available = arrays.grade_counts[:, lowest:6].sum(axis=1).astype(np.float64)
     den = np.minimum(_budget(win), available)
-    return np.where(available > 0, divide(found, den), math.nan)
+    return divide(found, den, empty=math.nan)
 
 
 def n_recall_4plus(
@@ -236,8 +238,8 @@ def n_recall_4plus(
     .. math:: \text{N-Recall}_{4+}@K = \frac{G_{4+}(K)}{\min(K, R_{4+})},\quad
               R_{4+} = n_4 + n_5
 
-    Edge cases: NA when the pool has no passage of grade >= 4; 0 for an empty list
-    without a cutoff.
+    Edge cases: NA when the pool has no passage of grade >= 4, and (without a cutoff)
+    for an empty list, where K = 0.
     """
     return _n_recall(arrays, k, cut, 4)
 
@@ -247,8 +249,8 @@ def n_recall_5(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | Non
 
     .. math:: \text{N-Recall}_{5}@K = \frac{G_{5}(K)}{\min(K, n_5)}
 
-    Edge cases: NA when the pool has no grade-5 passage; 0 for an empty list without a
-    cutoff.
+    Edge cases: NA when the pool has no grade-5 passage, and (without a cutoff) for an
+    empty list, where K = 0.
     """
     return _n_recall(arrays, k, cut, 5)
 
