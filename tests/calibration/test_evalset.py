@@ -429,3 +429,14 @@ def test_from_dicts_and_cached_arrays() -> None:
         EvalSet.from_dicts({"q": {"a": 1}}, distractors={"q": ["a"]})
     assert evaluate(es.qrels(), es.run_dict(), ["ndcg@2"]) == evaluate(es, metrics=["ndcg@2"])
     assert repr(es) == "EvalSet(2 queries, runs=['r'], problems=0)"
+
+
+def test_plain_dicts_with_wrong_types_are_named() -> None:
+    with pytest.raises(TypeError, match=r"run\['q'\] must be a mapping .*, got list"):
+        evaluate({"q": {"a": 1}}, {"q": ["a"]}, "ndcg")  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match=r"qrels\['q'\] must be a mapping"):
+        evaluate({"q": ["a"]}, {"q": {"a": 1.0}}, "ndcg")  # type: ignore[dict-item]
+    with pytest.raises(EvalSetError, match="run 'r': the score of document 'a' in query 'q'"):
+        EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": "high"}}})  # type: ignore[dict-item]
+    es = EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": None, "b": 0.5}}})  # type: ignore[dict-item]
+    assert es.arrays().doc_ids(0) == ["b", "a"]

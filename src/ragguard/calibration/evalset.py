@@ -61,7 +61,8 @@ runs passed as ``runs=`` (TREC or JSON).
 ``question`` and ``passages`` (``doc_id``, ``is_relevant``, and
 ``models_info.<model>.no_res_prob``). The passages, in their order, form one run named
 ``"passages"`` without scores; ``no_res_prob`` of the chosen ``model`` gives the
-utilities.
+utilities. Other keys (such as the ``udcg`` outputs in the authors' result file) are
+ignored.
 
 Problems
 --------
@@ -267,7 +268,7 @@ class EvalSet:
             )
             built[name] = Run(
                 name,
-                {q: dict(c) for q, c in run.items()},
+                {q: {d: _score(s, name, q, d) for d, s in c.items()} for q, c in run.items()},
                 None if kind is None else ScoreKind(kind),
             )
         return assemble(qs, labels, built, rep, label_lines={}, run_lines={})
@@ -349,6 +350,17 @@ class EvalSet:
         """A run as ``{query_id: {doc_id: score}}`` (a copy), for other tools."""
         r = self.runs[self._run_name(run)]
         return {q: dict(c) for q, c in r.candidates.items()}
+
+
+def _score(value: object, run: str, qid: str, doc: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EvalSetError(
+            f"run {run!r}: the score of document {doc!r} in query {qid!r} is not a number: "
+            f"{value!r}"
+        )
+    return float(value)
 
 
 def assemble(

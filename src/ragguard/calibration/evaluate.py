@@ -64,6 +64,15 @@ def arrays_from_dicts(
     empty: Mapping[str, float] = {}
     candidates = [run.get(q, empty) for q in qids]
     grades = [qrels[q] for q in qids]
+    for what, seq in (("run", candidates), ("qrels", grades)):
+        # isinstance(x, dict) is a fast C check; other mappings take the slower path
+        if not all(isinstance(m, dict) for m in seq):
+            for qid, m in zip(qids, seq, strict=True):
+                if not isinstance(m, Mapping):
+                    raise TypeError(
+                        f"{what}[{qid!r}] must be a mapping {{doc_id: value}}, got "
+                        f"{type(m).__name__}"
+                    )
     stated = None if n_relevant is None else [n_relevant.get(q) for q in qids]
     return build_arrays(
         qids,
