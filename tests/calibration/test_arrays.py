@@ -169,3 +169,13 @@ def test_with_profile_recomputes_only_utilities() -> None:
     assert medical.utility[0].tolist() == [-1.0, -1.0, -1.0, 0.0]
     assert medical.grades is arrays.grades
     assert arrays.utility[0].tolist() == [-0.5, -0.5, -0.5, 0.0]
+
+
+def test_stated_counts_must_be_integers_and_ndcg_stays_at_most_one() -> None:
+    with pytest.raises(EvalSetError, match=r"must be an integer, got 2\.5"):
+        arrays_from_dicts({"q": {"a": 1}}, {"q": {"a": 1.0}}, n_relevant={"q": 2.5})  # type: ignore[dict-item]
+    # a fractional grade below 1 is not relevant, but its gain still counts in the ideal
+    arrays = arrays_from_dicts({"q": {"a": 0.5, "b": 1}}, {"q": {"a": 0.9, "b": 0.1}})
+    assert arrays.n_relevant.tolist() == [1]
+    assert ndcg(arrays)[0] == pytest.approx((0.5 + 1 / math.log2(3)) / (1 + 0.5 / math.log2(3)))
+    assert ndcg(arrays)[0] <= 1.0

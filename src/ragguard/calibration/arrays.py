@@ -42,12 +42,12 @@ labelled. Then:
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain, compress, repeat
+from numbers import Integral
 from operator import getitem, methodcaller
 
 import numpy as np
@@ -66,8 +66,6 @@ from ragguard.profiles import Profile
 from ragguard.scores import ScoreIssue, ScoreKind, normalize
 
 __all__ = ["EvalArrays", "build_arrays"]
-
-logger = logging.getLogger(__name__)
 
 F64 = NDArray[np.float64]
 B = NDArray[np.bool_]
@@ -100,8 +98,8 @@ class EvalArrays:
         no_response: (Q, N) abstention probability, NaN where none.
         n_relevant: (Q,) number of relevant documents (grade >= 1), labelled or stated.
         n_relevant_labelled: (Q,) how many of them are labelled.
-        ideal_grades: (Q, M) positive grades of all relevant documents, highest first,
-            zero-padded (stated unlabelled ones as grade 1), for IDCG.
+        ideal_grades: (Q, M) positive grades of all labelled documents, highest first,
+            zero-padded (stated unlabelled relevant ones as grade 1), for IDCG.
         ideal_utilities: (Q, M') positive label utilities of all labelled documents,
             highest first, zero-padded, for the normalised UDCG-DCG.
         grade_counts: (Q, 6) labelled documents per grade: column g for grade g in
@@ -445,6 +443,11 @@ def build_arrays(
         for row, stated in enumerate(n_relevant):
             if stated is None:
                 continue
+            if isinstance(stated, bool) or not isinstance(stated, Integral):
+                raise EvalSetError(
+                    f"query {qids[row]!r}: the stated number of relevant documents must be "
+                    f"an integer, got {stated!r}"
+                )
             if stated < n_rel_labelled[row]:
                 raise EvalSetError(
                     f"query {qids[row]!r} states {stated} relevant documents but "
@@ -453,8 +456,9 @@ def build_arrays(
             n_rel[row] = stated
             extra[row] = stated - n_rel_labelled[row]
     ex_q = np.repeat(np.arange(n_q, dtype=np.intp), extra)
-    pos_q = np.concatenate((lq[relevant], ex_q))
-    pos_g = np.concatenate((lgrade[relevant], np.ones(ex_q.size)))
+    gain = lgrade > 0  # every positive gain (grades >= 1 when grades are integers)
+    pos_q = np.concatenate((lq[gain], ex_q))
+    pos_g = np.concatenate((lgrade[gain], np.ones(ex_q.size)))
     ideal_grades, _ = _rank_within(pos_q, pos_g, n_q)
     max_grade = np.zeros(n_q)
     np.maximum.at(max_grade, lq, lgrade)
