@@ -52,3 +52,19 @@ def test_framework_examples_run_offline(name: str) -> None:
         "log-2024-03-02",
         "log-2024-02-10",
     ]
+
+
+def test_readme_calibration_example_prints_what_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Calibration data and metrics", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    source = code.group(1)
+    monkeypatch.chdir(tmp_path)  # the snippet writes eval.jsonl
+    exec(compile(source, "README.md", "exec"), {})
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    documented = [line[2:] for line in source.splitlines() if line.startswith("# {")]
+    assert printed == documented
+    assert "DANGEROUS" in source

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ragguard.scores import ScoreIssue, ScoreKind, normalize
 
@@ -115,3 +118,38 @@ def test_bad_shapes_and_kinds() -> None:
         normalize(np.zeros(3), "cosine")
     with pytest.raises(ValueError):
         normalize(np.zeros((1, 3)), "similarity", present=np.ones((1, 2), dtype=bool))
+
+
+def _ascending_rows_reference(x: np.ndarray) -> int:  # type: ignore[type-arg]
+    """Rows with 4 or more valid scores where every pair of neighbouring valid scores
+    rises (a pair with an invalid score in it does not count against the row). The check
+    only runs when some row's first score is below its last, as in ``normalize``."""
+    if not any(row[0] < row[-1] for row in x.tolist()):
+        return 0
+    count = 0
+    for row in x.tolist():
+        pairs = itertools.pairwise(row)
+        rising = all(b > a for a, b in pairs if math.isfinite(a) and math.isfinite(b))
+        if rising and sum(math.isfinite(v) for v in row) >= 4:
+            count += 1
+    return count
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(st.sampled_from([0.1, 0.2, 0.3, 0.5]), st.just(math.nan)),
+            min_size=4,
+            max_size=7,
+        ),
+        min_size=1,
+        max_size=6,
+    ).filter(lambda rows: len({len(r) for r in rows}) == 1)
+)
+def test_ascending_similarity_count_matches_its_definition(rows: list[list[float]]) -> None:
+    # the check pre-filters rows on their first steps; the count must not change
+    x = np.array(rows, dtype=np.float64)
+    expected = _ascending_rows_reference(x)
+    got = normalize(x, "similarity").issues.get(ScoreIssue.ASCENDING_SIMILARITY, 0)
+    assert got == expected

@@ -10,6 +10,7 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── CandidateError           (TypeError)   input that is not a list of Candidates
     ├── InvalidScoreError        (ValueError)  missing/NaN/inf score with invalid_scores="raise"
     ├── DuplicateIdError         (ValueError)  repeated candidate id with duplicates="raise"
+    ├── EvalSetError             (ValueError)  malformed evaluation data (file, line, field)
     └── MissingDependencyError   (ImportError) an optional extra is not installed
 
     RagguardWarning (UserWarning)
@@ -25,6 +26,7 @@ __all__ = [
     "CandidateError",
     "ConfigError",
     "DuplicateIdError",
+    "EvalSetError",
     "InvalidScoreError",
     "MissingDependencyError",
     "RagguardError",
@@ -51,6 +53,42 @@ class InvalidScoreError(RagguardError, ValueError):
 
 class DuplicateIdError(RagguardError, ValueError):
     """Two candidates share an id and ``duplicates="raise"``."""
+
+
+class EvalSetError(RagguardError, ValueError):
+    """Evaluation data (an eval set, qrels or a run) is malformed or inconsistent.
+
+    The message starts with where the problem is (``path:line``, then the field) when
+    that is known; the same parts are available as :attr:`path`, :attr:`line` and
+    :attr:`field` (each ``None`` when unknown).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        self.detail = message
+        where = path or ""
+        if line is not None:
+            where = f"{where}:{line}" if where else f"line {line}"
+        parts = [p for p in (where, f"field {field!r}" if field else "") if p]
+        super().__init__(f"{', '.join(parts)}: {message}" if parts else message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_evalset_error, (self.detail, self.path, self.line, self.field))
+
+
+def _rebuild_evalset_error(
+    message: str, path: str | None, line: int | None, field: str | None
+) -> EvalSetError:
+    return EvalSetError(message, path=path, line=line, field=field)
 
 
 class MissingDependencyError(RagguardError, ImportError):

@@ -221,9 +221,16 @@ def normalize(
         note(ScoreIssue.NEGATIVE_SIMILARITY, x < -1)
         s = x
         if x.shape[1] >= _ASCENDING_MIN and (x[:, 0] < x[:, -1]).any():
-            both = valid[:, 1:] & valid[:, :-1]
-            step = np.where(both, np.diff(np.where(valid, x, 0.0), axis=1), 1.0)
-            ascending = (step > 0).all(axis=1) & (valid.sum(axis=1) >= _ASCENDING_MIN)
+            # exact prefilter: a row whose first steps already fall is not ascending, so
+            # the full check runs on the few rows left (large calibration matrices)
+            maybe = np.ones(x.shape[0], dtype=np.bool_)
+            for j in range(_ASCENDING_MIN - 1):
+                maybe &= ~(valid[:, j] & valid[:, j + 1] & (x[:, j + 1] <= x[:, j]))
+            rows = np.flatnonzero(maybe)
+            xr, vr = x[rows], valid[rows]
+            both = vr[:, 1:] & vr[:, :-1]
+            step = np.where(both, np.diff(np.where(vr, xr, 0.0), axis=1), 1.0)
+            ascending = (step > 0).all(axis=1) & (vr.sum(axis=1) >= _ASCENDING_MIN)
             if ascending.any():
                 issues[ScoreIssue.ASCENDING_SIMILARITY] = int(ascending.sum())
     elif kind is ScoreKind.DISTANCE:

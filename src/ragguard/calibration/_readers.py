@@ -1,0 +1,693 @@
+"""Parsers for the eval-set and run formats (see :mod:`ragguard.calibration.evalset`).
+
+Each parser validates as it reads and raises :class:`~ragguard.errors.EvalSetError`
+with the file, the line and the field of the first malformed value; problems that leave
+the data usable go to the :class:`~ragguard.calibration._problems.Reporter`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ragguard.calibration._problems import ProblemKind, Reporter
+from ragguard.errors import EvalSetError
+
+__all__ = ["ReadResult", "first_content", "read", "read_run"]
+
+Candidates = dict[str, dict[str, float]]
+Lines = dict[str, int]
+
+
+@dataclass
+class ReadResult:
+    """What a reader found: queries, labels (with where each query's labels start),
+    embedded runs (with the line of each query), and the corpus ids when known."""
+
+    queries: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, Any] = field(default_factory=dict)
+    label_lines: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
+    runs: dict[str, tuple[Candidates, Lines]] = field(default_factory=dict)
+    corpus: set[str] | None = None
+
+
+def _open(path: Path) -> Iterator[str]:
+    try:
+        if path.name.lower().endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                yield from fh
+        else:
+            with path.open(encoding="utf-8") as fh:
+                yield from fh
+    except UnicodeDecodeError as exc:
+        raise EvalSetError(f"not UTF-8 text ({exc.reason})", path=str(path)) from None
+    except (OSError, EOFError) as exc:
+        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
+
+
+def first_content(path: Path) -> tuple[str, int]:
+    """The first non-blank, non-comment line of a file (stripped) and its number."""
+    for n, line in enumerate(_open(path), 1):
+        s = line.strip()
+        if s and not s.startswith("#"):
+            return s, n
+    raise EvalSetError("the file is empty", path=str(path))
+
+
+class _Where:
+    """Error helper bound to a file and line."""
+
+    def __init__(self, path: Path, line: int | None = None) -> None:
+        self.path = str(path)
+        self.line = line
+
+    def fail(self, message: str, fld: str | None = None) -> NoReturn:
+        raise EvalSetError(message, path=self.path, line=self.line, field=fld)
+
+    def id(self, value: object, fld: str) -> str:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            if value is None:
+                self.fail("missing id", fld)
+            self.fail(f"an id must be a string, got {type(value).__name__} {value!r}", fld)
+        text = str(value)
+        if not text:
+            self.fail("an id must not be empty", fld)
+        return text
+
+    def number(self, value: object, fld: str, lo: float, hi: float) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(f"must be a number in [{lo:g}, {hi:g}], got {value!r}", fld)
+        x = float(value)
+        if not lo <= x <= hi:  # NaN fails too
+            self.fail(f"must be a number in [{lo:g}, {hi:g}], got {value!r}", fld)
+        return x
+
+    def score(self, value: object, fld: str) -> float:
+        if value is None:
+            return math.nan
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(f"a score must be a number or null, got {value!r}", fld)
+        return float(value)
+
+    def id_list(self, value: object, fld: str) -> list[str]:
+        if not isinstance(value, list):
+            self.fail(f"must be a list of ids, got {type(value).__name__}", fld)
+        return [self.id(v, f"{fld}[{i}]") for i, v in enumerate(value)]
+
+
+# --------------------------------------------------------------------------- JSONL
+
+JSONL_FIELDS = frozenset(
+    {
+        "query_id",
+        "query",
+        "relevant",
+        "not_relevant",
+        "distractors",
+        "utilities",
+        "no_response",
+        "num_relevant",
+        "answers",
+        "candidates",
+        "runs",
+        "metadata",
+    }
+)
+CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
+MIN_GRADE, MAX_GRADE = 1, 5
+
+
+def _json_line(text: str, at: _Where) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        at.fail(f"malformed JSON: {exc.msg} (column {exc.colno})")
+
+
+def _candidate_list(
+    value: object,
+    fld: str,
+    at: _Where,
+    qid: str,
+    run: str,
+    rep: Reporter,
+    invalid: list[tuple[str, int, str]],
+) -> dict[str, float]:
+    if not isinstance(value, list):
+        at.fail(f"must be a list of candidates, got {type(value).__name__}", fld)
+    out: dict[str, float] = {}
+    for i, item in enumerate(value):
+        where = f"{fld}[{i}]"
+        if isinstance(item, dict):
+            unknown = sorted(item.keys() - CANDIDATE_FIELDS)
+            if unknown:
+                at.fail(
+                    f"unknown field {unknown[0]!r} in a candidate; allowed: "
+                    f"{', '.join(sorted(CANDIDATE_FIELDS))}",
+                    where,
+                )
+            doc = at.id(item.get("id"), f"{where}.id")
+            score = at.score(item.get("score"), f"{where}.score")
+        else:
+            doc = at.id(item, where)
+            score = math.nan
+        if doc in out:
+            rep(
+                ProblemKind.DUPLICATE_CANDIDATE,
+                f"document {doc!r} appears twice among the candidates of query {qid!r} in "
+                f"run {run!r}",
+                path=at.path,
+                line=at.line,
+                field=where,
+            )
+            continue
+        out[doc] = score
+        if not math.isfinite(score):
+            invalid.append((doc, at.line or 0, where))
+    return out
+
+
+def _jsonl_grades(obj: dict[str, Any], at: _Where) -> dict[str, int]:
+    """Grades of one JSONL line: relevant (1-5), not_relevant and distractors (0)."""
+    grades: dict[str, int] = {}
+    owner: dict[str, str] = {}
+
+    def claim(doc: str, fld: str, grade: int) -> None:
+        if doc in owner:
+            at.fail(f"document {doc!r} is also listed in {owner[doc]!r}", fld)
+        owner[doc] = fld.split("[")[0].split(".")[0]
+        grades[doc] = grade
+
+    rel = obj.get("relevant", [])
+    if isinstance(rel, list):
+        for i, doc in enumerate(at.id_list(rel, "relevant")):
+            claim(doc, f"relevant[{i}]", 1)
+    elif isinstance(rel, dict):
+        for doc, g in rel.items():
+            fld = f"relevant.{doc}"
+            if isinstance(g, bool) or not isinstance(g, int) or not MIN_GRADE <= g <= MAX_GRADE:
+                at.fail(f"a grade must be an integer {MIN_GRADE}-{MAX_GRADE}, got {g!r}", fld)
+            claim(at.id(doc, fld), fld, g)
+    else:
+        at.fail(f"must be a list of ids or {{id: grade}}, got {type(rel).__name__}", "relevant")
+    for name in ("not_relevant", "distractors"):
+        for i, doc in enumerate(at.id_list(obj.get(name, []), name)):
+            claim(doc, f"{name}[{i}]", 0)
+    return grades
+
+
+def _doc_numbers(
+    obj: dict[str, Any], name: str, at: _Where, lo: float, hi: float
+) -> dict[str, float]:
+    """A ``{id: number}`` field of one JSONL line, each number in [lo, hi]."""
+    value = obj.get(name, {})
+    if not isinstance(value, dict):
+        at.fail(f"must be an object {{id: number}}, got {type(value).__name__}", name)
+    return {at.id(d, f"{name}.{d}"): at.number(v, f"{name}.{d}", lo, hi) for d, v in value.items()}
+
+
+def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
+    from ragguard.calibration.evalset import Labels, Query
+
+    res = ReadResult()
+    seen: dict[str, int] = {}
+    invalid: dict[str, list[tuple[str, int, str]]] = {}
+    runs: dict[str, tuple[Candidates, Lines]] = {}
+    for lineno, text in enumerate(_open(path), 1):
+        if not text.strip():
+            continue
+        at = _Where(path, lineno)
+        obj = _json_line(text, at)
+        if not isinstance(obj, dict):
+            at.fail(f"each line must be a JSON object, got {type(obj).__name__}")
+        unknown = sorted(obj.keys() - JSONL_FIELDS)
+        if unknown:
+            at.fail(
+                f"unknown field; allowed: {', '.join(sorted(JSONL_FIELDS))} (put extra data "
+                "under 'metadata')",
+                unknown[0],
+            )
+        qid = at.id(obj.get("query_id"), "query_id")
+        if qid in seen:
+            at.fail(f"query id {qid!r} was already used on line {seen[qid]}", "query_id")
+        seen[qid] = lineno
+        query = obj.get("query")
+        if query is not None and not isinstance(query, str):
+            at.fail(f"must be a string, got {type(query).__name__}", "query")
+        answers = obj.get("answers", [])
+        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+            at.fail("must be a list of strings", "answers")
+
+        grades = _jsonl_grades(obj, at)
+        distractors = at.id_list(obj.get("distractors", []), "distractors")
+        utilities = _doc_numbers(obj, "utilities", at, -1.0, 1.0)
+        no_response = _doc_numbers(obj, "no_response", at, 0.0, 1.0)
+        n_rel = obj.get("num_relevant")
+        if n_rel is not None:
+            labelled = sum(1 for g in grades.values() if g >= 1)
+            if isinstance(n_rel, bool) or not isinstance(n_rel, int) or n_rel < labelled:
+                at.fail(
+                    f"must be an integer >= the {labelled} relevant documents listed, "
+                    f"got {n_rel!r}",
+                    "num_relevant",
+                )
+        res.queries[qid] = Query(qid, query, tuple(answers))
+        res.labels[qid] = Labels(grades, frozenset(distractors), utilities, no_response, n_rel)
+        res.label_lines[qid] = (str(path), lineno)
+
+        listed: dict[str, object] = {}
+        if "candidates" in obj:
+            listed["default"] = obj["candidates"]
+        extra = obj.get("runs", {})
+        if not isinstance(extra, dict):
+            at.fail(
+                f"must be an object {{run name: candidates}}, got {type(extra).__name__}", "runs"
+            )
+        for name, cands in extra.items():
+            if name in listed:
+                at.fail("a run named 'default' clashes with 'candidates'", f"runs.{name}")
+            listed[name] = cands
+        for name, cands in listed.items():
+            fld = "candidates" if name == "default" and "candidates" in obj else f"runs.{name}"
+            bucket = runs.setdefault(name, ({}, {}))
+            bucket[0][qid] = _candidate_list(
+                cands, fld, at, qid, name, rep, invalid.setdefault(name, [])
+            )
+            bucket[1][qid] = lineno
+    for name, (cands, _) in runs.items():
+        scored = any(math.isfinite(s) for c in cands.values() for s in c.values())
+        if scored:
+            for doc, line, fld in invalid.get(name, []):
+                rep(
+                    ProblemKind.INVALID_SCORE,
+                    f"candidate {doc!r} of run {name!r} has no valid score",
+                    path=str(path),
+                    line=line,
+                    field=fld,
+                )
+    res.runs = runs
+    return res
+
+
+# --------------------------------------------------------------------------- TREC
+
+
+def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
+    from ragguard.calibration.evalset import Labels, Query
+
+    res = ReadResult()
+    grades: dict[str, dict[str, int]] = {}
+    for lineno, text in enumerate(_open(path), 1):
+        s = text.strip()
+        if not s or s.startswith("#"):
+            continue
+        at = _Where(path, lineno)
+        parts = s.split()
+        if len(parts) != 4:
+            at.fail(
+                f"a qrels line has 4 columns (query_id iteration doc_id grade), got {len(parts)}"
+            )
+        qid, _, doc, grade_text = parts
+        grade = _int(grade_text, at, "grade")
+        _add_label(grades, res, qid, doc, grade, at, rep)
+    for qid, g in grades.items():
+        res.queries[qid] = Query(qid)
+        res.labels[qid] = Labels(g)
+    return res
+
+
+def _int(text: str, at: _Where, fld: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        at.fail(f"must be an integer, got {text!r}", fld)
+
+
+def _add_label(
+    grades: dict[str, dict[str, int]],
+    res: ReadResult,
+    qid: str,
+    doc: str,
+    grade: int,
+    at: _Where,
+    rep: Reporter,
+) -> None:
+    q = grades.get(qid)
+    if q is None:
+        q = grades[qid] = {}
+        res.label_lines[qid] = (at.path, at.line)
+    if doc in q:
+        if q[doc] != grade:
+            at.fail(f"query {qid!r}, document {doc!r}: grade {grade} contradicts {q[doc]}")
+        rep(
+            ProblemKind.DUPLICATE_LABEL,
+            f"query {qid!r}, document {doc!r} is labelled twice",
+            path=at.path,
+            line=at.line,
+        )
+        return
+    q[doc] = grade
+
+
+def _add_candidate(
+    cands: Candidates,
+    lines: Lines,
+    qid: str,
+    doc: str,
+    score: float,
+    at: _Where,
+    rep: Reporter,
+    known_docs: set[str] | None,
+) -> None:
+    q = cands.get(qid)
+    if q is None:
+        q = cands[qid] = {}
+        lines[qid] = at.line or 0
+    if doc in q:
+        rep(
+            ProblemKind.DUPLICATE_CANDIDATE,
+            f"document {doc!r} appears twice in query {qid!r}",
+            path=at.path,
+            line=at.line,
+        )
+        return
+    if known_docs is not None and doc not in known_docs:
+        rep(
+            ProblemKind.UNKNOWN_DOCUMENT,
+            f"run document {doc!r} (query {qid!r}) is not in corpus.jsonl",
+            path=at.path,
+            line=at.line,
+        )
+    if not math.isfinite(score):
+        rep(
+            ProblemKind.INVALID_SCORE,
+            f"document {doc!r} of query {qid!r} has score {score!r}",
+            path=at.path,
+            line=at.line,
+            field="score",
+        )
+    q[doc] = score
+
+
+def read_run(
+    path: Path, rep: Reporter, *, known_docs: set[str] | None = None
+) -> tuple[Candidates, Lines]:
+    """A run file: TREC run lines, or JSON ``{query_id: {doc_id: score}}``."""
+    head, _ = first_content(path)
+    if head.startswith("{"):
+        return _read_json_run(path, rep, known_docs)
+    cands: Candidates = {}
+    lines: Lines = {}
+    for lineno, text in enumerate(_open(path), 1):
+        s = text.strip()
+        if not s or s.startswith("#"):
+            continue
+        at = _Where(path, lineno)
+        parts = s.split()
+        if len(parts) != 6:
+            at.fail(
+                f"a run line has 6 columns (query_id Q0 doc_id rank score tag), got {len(parts)}"
+            )
+        qid, _, doc, _, score_text, _ = parts
+        try:
+            score = float(score_text)
+        except ValueError:
+            at.fail(f"must be a number, got {score_text!r}", "score")
+        _add_candidate(cands, lines, qid, doc, score, at, rep, known_docs)
+    return cands, lines
+
+
+def _read_json_run(
+    path: Path, rep: Reporter, known_docs: set[str] | None
+) -> tuple[Candidates, Lines]:
+    at = _Where(path)
+    text = "".join(_open(path))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EvalSetError(
+            f"malformed JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno
+        ) from None
+    if not isinstance(data, dict):
+        at.fail("a JSON run is an object {query_id: {doc_id: score}}")
+    cands: Candidates = {}
+    lines: Lines = {}
+    for qid, docs in data.items():
+        if not isinstance(docs, dict):
+            at.fail(f"must be an object {{doc_id: score}}, got {type(docs).__name__}", qid)
+        cands[qid] = {}
+        for doc, score in docs.items():
+            s = at.score(score, f"{qid}.{doc}")
+            _add_candidate(cands, lines, qid, doc, s, at, rep, known_docs)
+    return cands, lines
+
+
+# --------------------------------------------------------------------------- BEIR
+
+
+def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
+    from ragguard.calibration.evalset import Labels, Query
+
+    res = ReadResult()
+    corpus_path = path / "corpus.jsonl"
+    if corpus_path.exists():
+        res.corpus = set()
+        for lineno, text in enumerate(_open(corpus_path), 1):
+            if text.strip():
+                at = _Where(corpus_path, lineno)
+                obj = _json_line(text, at)
+                if not isinstance(obj, dict):
+                    at.fail("each line must be a JSON object")
+                res.corpus.add(at.id(obj.get("_id"), "_id"))
+    texts: dict[str, str | None] = {}
+    queries_path = path / "queries.jsonl"
+    if queries_path.exists():
+        for lineno, text in enumerate(_open(queries_path), 1):
+            if text.strip():
+                at = _Where(queries_path, lineno)
+                obj = _json_line(text, at)
+                if not isinstance(obj, dict):
+                    at.fail("each line must be a JSON object")
+                qtext = obj.get("text")
+                if qtext is not None and not isinstance(qtext, str):
+                    at.fail(f"must be a string, got {type(qtext).__name__}", "text")
+                texts[at.id(obj.get("_id"), "_id")] = qtext
+    qrels_dir = path / "qrels"
+    splits = sorted(p.stem for p in qrels_dir.glob("*.tsv")) if qrels_dir.is_dir() else []
+    if split is None:
+        if len(splits) == 1:
+            split = splits[0]
+        elif "test" in splits:
+            split = "test"
+        else:
+            raise EvalSetError(
+                f"pick a qrels split with split=...; found: {', '.join(splits) or 'none'}",
+                path=str(qrels_dir),
+            )
+    qrels_path = qrels_dir / f"{split}.tsv"
+    if not qrels_path.exists():
+        raise EvalSetError(
+            f"no qrels for split {split!r}; found: {', '.join(splits) or 'none'}",
+            path=str(qrels_path),
+        )
+    grades: dict[str, dict[str, int]] = {}
+    for lineno, text in enumerate(_open(qrels_path), 1):
+        s = text.strip()
+        if not s or s.startswith("#"):
+            continue
+        at = _Where(qrels_path, lineno)
+        parts = s.split("\t") if "\t" in s else s.split()
+        if lineno == 1 and parts and parts[0].lower() in {"query-id", "query_id", "qid"}:
+            continue
+        if len(parts) != 3:
+            at.fail(f"a BEIR qrels line has 3 columns (query-id corpus-id score), got {len(parts)}")
+        qid, doc, grade_text = (p.strip() for p in parts)
+        grade = _int(grade_text, at, "score")
+        if res.corpus is not None and doc not in res.corpus:
+            rep(
+                ProblemKind.UNKNOWN_DOCUMENT,
+                f"labelled document {doc!r} (query {qid!r}) is not in corpus.jsonl",
+                path=at.path,
+                line=lineno,
+            )
+        if queries_path.exists() and qid not in texts and qid not in grades:
+            rep(
+                ProblemKind.UNKNOWN_QUERY,
+                f"labelled query {qid!r} is not in queries.jsonl",
+                path=at.path,
+                line=lineno,
+            )
+        _add_label(grades, res, qid, doc, grade, at, rep)
+    for qid, g in grades.items():
+        res.queries[qid] = Query(qid, texts.get(qid))
+        res.labels[qid] = Labels(g)
+    return res
+
+
+# --------------------------------------------------------------------------- UDCG JSON
+
+
+def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line, element) of each element of a top-level JSON list, with line numbers."""
+    text = "".join(_open(path))
+    decoder = json.JSONDecoder()
+    ws = " \t\r\n"
+
+    def line_of(pos: int) -> int:
+        return text.count("\n", 0, pos) + 1
+
+    def fail(pos: int, message: str) -> NoReturn:
+        raise EvalSetError(message, path=str(path), line=line_of(pos))
+
+    pos = len(text) - len(text.lstrip(ws))
+    if not text.startswith("[", pos):
+        fail(pos, "a UDCG file is a JSON list of examples")
+    pos += 1
+    first = True
+    while True:
+        while pos < len(text) and text[pos] in ws:
+            pos += 1
+        if pos >= len(text):
+            fail(pos, "malformed JSON: the list is not closed with ']'")
+        if text[pos] == "]":
+            return
+        if not first:
+            if text[pos] != ",":
+                fail(pos, "malformed JSON: expected ',' or ']' between examples")
+            pos += 1
+            while pos < len(text) and text[pos] in ws:
+                pos += 1
+        try:
+            item, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise EvalSetError(
+                f"malformed JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno
+            ) from None
+        yield line_of(pos), item
+        pos = end
+        first = False
+
+
+def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
+    from ragguard.calibration.evalset import Labels, Query
+
+    res = ReadResult()
+    examples: list[tuple[_Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
+    run: Candidates = {}
+    lines: Lines = {}
+    seen: dict[str, int] = {}
+    models: set[str] = set()
+    for index, (lineno, ex) in enumerate(_json_list_items(path)):
+        at = _Where(path, lineno)
+        base = f"[{index}]"
+        if not isinstance(ex, dict):
+            at.fail(f"an example must be an object, got {type(ex).__name__}", base)
+        qid = at.id(ex.get("example_id"), f"{base}.example_id")
+        if qid in seen:
+            at.fail(
+                f"example id {qid!r} was already used on line {seen[qid]}", f"{base}.example_id"
+            )
+        seen[qid] = lineno
+        question = ex.get("question")
+        if question is not None and not isinstance(question, str):
+            at.fail(f"must be a string, got {type(question).__name__}", f"{base}.question")
+        passages = ex.get("passages")
+        if not isinstance(passages, list):
+            at.fail("missing list of passages" if passages is None else "must be a list",
+                    f"{base}.passages")  # fmt: skip
+        grades: dict[str, int] = {}
+        probs: dict[str, dict[str, float]] = {}
+        cands: dict[str, float] = {}
+        for i, p in enumerate(passages):
+            fld = f"{base}.passages[{i}]"
+            if not isinstance(p, dict):
+                at.fail(f"a passage must be an object, got {type(p).__name__}", fld)
+            doc = at.id(p.get("doc_id"), f"{fld}.doc_id")
+            rel = p.get("is_relevant")
+            if not isinstance(rel, bool):
+                at.fail(f"must be true or false, got {rel!r}", f"{fld}.is_relevant")
+            info = p.get("models_info", {})
+            if not isinstance(info, dict):
+                at.fail(f"must be an object, got {type(info).__name__}", f"{fld}.models_info")
+            if doc in cands:
+                rep(
+                    ProblemKind.DUPLICATE_CANDIDATE,
+                    f"document {doc!r} appears twice in example {qid!r}",
+                    path=str(path),
+                    line=lineno,
+                    field=fld,
+                )
+                continue
+            cands[doc] = math.nan
+            grades[doc] = int(rel)
+            for name, entry in info.items():
+                mfld = f"{fld}.models_info.{name}"
+                if not isinstance(entry, dict):
+                    at.fail(f"must be an object, got {type(entry).__name__}", mfld)
+                if "no_res_prob" in entry:
+                    probs.setdefault(name, {})[doc] = at.number(
+                        entry["no_res_prob"], f"{mfld}.no_res_prob", 0.0, 1.0
+                    )
+                    models.add(name)
+        res.queries[qid] = Query(qid, question, _answers(ex.get("answers"), at, base))
+        res.label_lines[qid] = (str(path), lineno)
+        run[qid] = cands
+        lines[qid] = lineno
+        examples.append((at, qid, grades, probs))
+    if model is None and len(models) > 1:
+        raise EvalSetError(
+            f"the file has no_res_prob for several models; pick one with model=...: "
+            f"{', '.join(sorted(models))}",
+            path=str(path),
+        )
+    chosen = model if model is not None else next(iter(models), None)
+    if model is not None and model not in models:
+        raise EvalSetError(
+            f"no passage has no_res_prob for model {model!r}; models in the file: "
+            f"{', '.join(sorted(models)) or 'none'}",
+            path=str(path),
+        )
+    for at, qid, grades, probs in examples:
+        no_response: dict[str, float] = {}
+        if chosen is not None:
+            no_response = probs.get(chosen, {})
+            missing = [d for d in grades if d not in no_response]
+            if missing:
+                at.fail(
+                    f"passage {missing[0]!r} of example {qid!r} has no no_res_prob for model "
+                    f"{chosen!r}",
+                    "models_info",
+                )
+        res.labels[qid] = Labels(grades, no_response=no_response)
+    res.runs["passages"] = (run, lines)
+    return res
+
+
+def _answers(value: object, at: _Where, base: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        at.fail("must be a list of strings", f"{base}.answers")
+    return tuple(value)
+
+
+def read(
+    fmt: str, path: Path, rep: Reporter, *, split: str | None, model: str | None
+) -> ReadResult:
+    """Read labels (and embedded runs) in format ``fmt``."""
+    if fmt == "beir":
+        if not path.is_dir():
+            raise EvalSetError("a BEIR eval set is a folder", path=str(path))
+        return _read_beir(path, rep, split)
+    if not path.is_file():
+        raise EvalSetError("no such file", path=str(path))
+    if fmt == "jsonl":
+        return _read_jsonl(path, rep)
+    if fmt == "trec":
+        return _read_trec_qrels(path, rep)
+    return _read_udcg(path, rep, model)

@@ -1,0 +1,563 @@
+"""Dense, padded (queries x candidates) arrays: the one form every metric and the sweep read.
+
+Labels and a run are converted **once** into :class:`EvalArrays`. Each row is one query;
+its candidates are stored **in ranked order**, best first, and padded to the longest
+list. Metrics then read prefixes (``[:, :k]``) and never sort or look anything up.
+
+Ranking (the tie rule)
+----------------------
+Candidates are ranked by **normalised score** (:func:`ragguard.scores.normalize`, higher
+is better), highest first. Equal scores keep the order in which the run lists the
+candidates (line order of a TREC run file, list order in JSON / JSONL, insertion order of
+a Python dict). Candidates without a valid score (missing, NaN, infinite) follow all
+scored ones, in run order. A run without scores (``score_kind=None``) keeps its order.
+This is exactly the order of the runtime policy (:func:`ragguard.policy.rank`), so what
+calibration measures on a prefix is what the guard would keep. Other tools differ on
+ties only: trec_eval breaks them by document id, descending; ranx's order is not
+specified. A TREC run's rank column is ignored, as trec_eval ignores it.
+
+Grades
+------
+``grades`` holds each candidate's label grade (0 for unjudged candidates and padding).
+A candidate is **relevant** when its grade is >= 1; negative grades count as 0 gain.
+
+Number of relevant documents (recall, MAP, IDCG)
+------------------------------------------------
+By default a query's relevant documents are its labelled ones with grade >= 1, retrieved
+or not, as in trec_eval, ranx and ir_measures. When labels cover only the retrieved
+candidates (the usual case for LLM-judged or UDCG-style data), relevant documents the
+retriever missed are unknown, recall is inflated and nDCG's ideal ranking is too small.
+A query may then **state** its number of relevant documents ``R`` (``num_relevant`` in
+ragguard's JSONL, ``n_relevant=`` in the API), which must be at least the number
+labelled. Then:
+
+* recall and MAP divide by the stated ``R``;
+* IDCG adds ``R - labelled`` documents of grade 1 (the lowest relevant grade) after the
+  labelled ones, a conservative choice that is exact for binary labels; exponential-gain
+  nDCG adds them with gain ``2**1 - 1 = 1``;
+* the normalised UDCG-DCG adds them with the utility the rules give grade 1;
+* the set-based metrics (RA-nWG, PROC, N-Recall) use labelled grades only: an unlabelled
+  document has no grade to weight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from itertools import chain, compress, repeat
+from numbers import Integral
+from operator import getitem, methodcaller
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.utility import (
+    UtilityRules,
+    abstention_utility,
+    as_profile,
+    candidate_utilities,
+    label_utility,
+)
+from ragguard.errors import EvalSetError
+from ragguard.policy import Ranked
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreIssue, ScoreKind, normalize
+
+__all__ = ["EvalArrays", "build_arrays"]
+
+F64 = NDArray[np.float64]
+B = NDArray[np.bool_]
+I = NDArray[np.intp]  # noqa: E741
+
+_CHUNK_CELLS = 1 << 22  # rows x candidates compared at once when locating labels
+
+
+@dataclass(frozen=True, eq=False)
+class EvalArrays:
+    """One run against its labels, as dense (queries x candidates) arrays in ranked order.
+
+    Build it with :func:`build_arrays` (or :meth:`EvalSet.arrays
+    <ragguard.calibration.evalset.EvalSet.arrays>`); treat every array as read-only.
+    Expensive views (:attr:`scores`, :attr:`raw`, :attr:`order`, :attr:`utility`,
+    :meth:`doc_ids`) are computed once, on first use.
+
+    Attributes:
+        qids: the query ids, one per row.
+        score_kind: how the run's raw scores were normalised (``None``: no scores,
+            run order).
+        profile: the tolerance profile whose rules give :attr:`utility`.
+        rules: which grades are relevant / partially relevant, for :attr:`utility`.
+        n_present: (Q,) number of candidates per query.
+        n_valid: (Q,) how many of them have a valid score (they come first).
+        grades: (Q, N) label grade of each candidate (0: unjudged or padding).
+        judged: (Q, N) True where the candidate has a label grade.
+        distractor: (Q, N) True for known (labelled) distractors.
+        given_utility: (Q, N) utility given in the data, NaN where none.
+        no_response: (Q, N) abstention probability, NaN where none.
+        n_relevant: (Q,) number of relevant documents (grade >= 1), labelled or stated.
+        n_relevant_labelled: (Q,) how many of them are labelled.
+        ideal_grades: (Q, M) positive grades of all labelled documents, highest first,
+            zero-padded (stated unlabelled relevant ones as grade 1), for IDCG.
+        ideal_utilities: (Q, M') positive label utilities of all labelled documents,
+            highest first, zero-padded, for the normalised UDCG-DCG.
+        grade_counts: (Q, 6) labelled documents per grade: column g for grade g in
+            1..5, column 0 for grades <= 0.
+        max_grade: (Q,) highest labelled grade (0 when none is positive).
+        integer_grades: whether every labelled grade is a whole number.
+        score_issues: contradictions between the scores and their declared kind
+            (see :class:`ragguard.scores.ScoreIssue`), with the number of queries each
+            affects.
+    """
+
+    qids: tuple[str, ...]
+    score_kind: ScoreKind | None
+    profile: Profile
+    rules: UtilityRules
+    n_present: I
+    n_valid: I
+    grades: F64
+    judged: B
+    distractor: B
+    given_utility: F64
+    no_response: F64
+    n_relevant: I
+    n_relevant_labelled: I
+    ideal_grades: F64
+    ideal_utilities: F64
+    grade_counts: NDArray[np.int64]
+    max_grade: F64
+    integer_grades: bool = True
+    score_issues: Mapping[ScoreIssue, int] = field(default_factory=dict)
+    _key: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    _raw: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    _candidates: Sequence[Mapping[str, float]] = field(default=(), repr=False)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(queries, candidates per row including padding)."""
+        q, n = self.grades.shape
+        return int(q), int(n)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (rows)."""
+        return int(self.grades.shape[0])
+
+    @cached_property
+    def present(self) -> B:
+        """(Q, N) True where the position holds a candidate."""
+        return np.arange(self.shape[1])[None, :] < self.n_present[:, None]
+
+    @cached_property
+    def valid(self) -> B:
+        """(Q, N) True where the candidate has a valid score (a prefix of each row)."""
+        return np.arange(self.shape[1])[None, :] < self.n_valid[:, None]
+
+    @cached_property
+    def order(self) -> I:
+        """(Q, N) run positions (0-based, input order) in ranked order."""
+        return np.argsort(self._key, axis=1, kind="stable")
+
+    @cached_property
+    def scores(self) -> F64:
+        """(Q, N) normalised scores in ranked order, NaN where invalid or padding."""
+        s = -np.sort(self._key, axis=1)  # -inf: invalid, NaN: padding
+        return np.where(self.valid, s, np.nan)
+
+    @cached_property
+    def raw(self) -> F64:
+        """(Q, N) raw scores as the run gave them, in ranked order (NaN on padding)."""
+        return np.take_along_axis(self._raw, self.order, axis=1)
+
+    @cached_property
+    def utility(self) -> F64:
+        """(Q, N) utility of each candidate in [-1, 1] (0.0 on padding); see
+        :mod:`ragguard.calibration.utility`."""
+        return candidate_utilities(
+            self.grades,
+            self.scores,
+            self.valid,
+            self.present,
+            distractor=self.distractor,
+            given=self.given_utility,
+            no_response=self.no_response,
+            profile=self.profile,
+            rules=self.rules,
+        )
+
+    def doc_ids(self, row: int) -> list[str]:
+        """Document ids of query ``row``'s candidates, in ranked order."""
+        ids = list(self._candidates[row])
+        return [ids[i] for i in self.order[row, : self.n_present[row]].tolist()]
+
+    def ranked(self) -> Ranked:
+        """The rows as a :class:`ragguard.policy.Ranked`, ready for
+        :func:`ragguard.policy.cut_ranked` (they are already in the policy's order)."""
+        q, n = self.shape
+        s = np.where(self.valid, self.scores, -np.inf)
+        s = np.where(self.present, s, np.nan)
+        order = np.broadcast_to(np.arange(n), (q, n))
+        return Ranked(order, s, self.n_valid, self.n_present)
+
+    def with_profile(self, profile: Profile | str) -> EvalArrays:
+        """The same arrays with utilities under another tolerance profile.
+
+        Nothing is converted again; only :attr:`utility` is recomputed (on first use).
+        """
+        return replace(self, profile=as_profile(profile))
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+def _flat_floats(maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str]) -> F64:
+    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones."""
+    total = sum(map(len, maps))
+    try:
+        values = chain.from_iterable(map(methodcaller("values"), maps))  # dict.values: C speed
+        return np.fromiter(values, np.float64, count=total)
+    except (TypeError, ValueError):
+        for qid, m in zip(qids, maps, strict=True):
+            for doc, value in m.items():
+                try:
+                    float(value)
+                except (TypeError, ValueError):
+                    raise EvalSetError(
+                        f"{what} of document {doc!r} in query {qid!r} is not a number: {value!r}"
+                    ) from None
+        raise
+
+
+def _locate(
+    hq: I,
+    hdoc: Sequence[str],
+    hkey: F64,
+    key: F64,
+    candidates: Sequence[Mapping[str, float]],
+) -> I:
+    """Ranked positions of label hits (query row, document) among their row's candidates.
+
+    ``key`` holds the policy's sort key of every candidate in input order (``-score``,
+    ``+inf`` for an invalid score, NaN for padding) and ``hkey`` that of each hit. A
+    hit's rank is the number of candidates ranked before it: those with a lower key,
+    plus those with an equal key earlier in the run. Only hits whose key is tied need
+    their input position, looked up by document id.
+    """
+    h = hq.shape[0]
+    n = key.shape[1]
+    rank = np.empty(h, dtype=np.intp)
+    if h == 0 or n == 0:
+        return rank
+    step = max(1, _CHUNK_CELLS // n)
+    tied: list[NDArray[np.intp]] = []
+    for start in range(0, h, step):
+        sl = slice(start, start + step)
+        rows = key[hq[sl]]
+        mine = hkey[sl, None]
+        rank[sl] = (rows < mine).sum(axis=1)
+        same = np.flatnonzero((rows == mine).sum(axis=1) != 1)
+        if same.size:
+            tied.append(same + start)
+    if not tied:
+        return rank
+    amb = np.concatenate(tied)
+    index_of: dict[int, dict[str, int]] = {}
+    pos = np.empty(amb.size, dtype=np.intp)
+    amb_docs = [hdoc[j] for j in amb.tolist()]
+    for i, (row, doc) in enumerate(zip(hq[amb].tolist(), amb_docs, strict=True)):
+        lookup = index_of.get(row)
+        if lookup is None:
+            lookup = index_of[row] = {d: j for j, d in enumerate(candidates[row])}
+        pos[i] = lookup[doc]
+    cols = np.arange(n)[None, :]
+    for start in range(0, amb.size, step):
+        sl = slice(start, start + step)
+        idx = amb[sl]
+        rows = key[hq[idx]]
+        earlier = (rows == hkey[idx, None]) & (cols < pos[sl, None])
+        rank[idx] += earlier.sum(axis=1)
+    return rank
+
+
+def _hits(
+    labelled: Sequence[Collection[str]],
+    candidates: Sequence[Mapping[str, float]],
+    *,
+    values: bool,
+) -> tuple[I, list[str], F64, F64]:
+    """(row, document, raw score, label value) of every labelled document the run
+    retrieved. Label values (``labelled[row][document]``, for mappings) only with
+    ``values``; else an empty array.
+
+    One flat pass tests each label for membership in its run; everything else runs in C
+    (itertools). No per-query containers stay alive, so converting a large run does not
+    set off full garbage collections over the caller's dicts.
+    """
+    n = len(labelled)
+    lens = np.fromiter(map(len, labelled), np.intp, count=n)
+    found = [d in c for labels, c in zip(labelled, candidates, strict=True) for d in labels]
+    rows = np.repeat(np.arange(n, dtype=np.intp), lens)[np.asarray(found, dtype=np.bool_)]
+    docs = list(compress(chain.from_iterable(labelled), found))
+    counts = np.bincount(rows, minlength=n).tolist()
+    owners = chain.from_iterable(map(repeat, candidates, counts))
+    scores = np.fromiter(map(getitem, owners, docs), np.float64, count=len(docs))
+    label_values = np.zeros(0)
+    if values:
+        label_values = np.fromiter(
+            compress(chain.from_iterable(map(methodcaller("values"), labelled)), found),
+            np.float64,
+            count=len(docs),
+        )
+    return rows, docs, scores, label_values
+
+
+def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
+    """Scatter ``values`` into rows ``q``, highest first, zero-padded."""
+    if q.size == 0:
+        return np.zeros((n_rows, 0)), np.zeros(n_rows, dtype=np.intp)
+    order = np.lexsort((-values, q))
+    q_sorted = q[order]
+    counts = np.bincount(q_sorted, minlength=n_rows)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    within = np.arange(q_sorted.size) - starts[q_sorted]
+    out = np.zeros((n_rows, int(counts.max())))
+    out[q_sorted, within] = values[order]
+    return out, counts
+
+
+def build_arrays(
+    qids: Sequence[str],
+    candidates: Sequence[Mapping[str, float]],
+    grades: Sequence[Mapping[str, float]],
+    *,
+    score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
+    distractors: Sequence[Collection[str]] | None = None,
+    utilities: Sequence[Mapping[str, float]] | None = None,
+    no_response: Sequence[Mapping[str, float]] | None = None,
+    n_relevant: Sequence[int | None] | None = None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+    rrf_k: int = 60,
+) -> EvalArrays:
+    """Convert one run and its labels into :class:`EvalArrays` (see the module docstring).
+
+    All sequences are parallel to ``qids``. Nothing passed in is modified.
+
+    Args:
+        qids: query ids, one per row.
+        candidates: per query, document id -> raw score, in the run's order (NaN for a
+            candidate without a score). An empty mapping is a query with no candidates.
+        grades: per query, document id -> label grade (judged documents, retrieved or
+            not).
+        score_kind: what the raw scores are (see :class:`ragguard.scores.ScoreKind`);
+            ``None`` keeps the run's order.
+        distractors: per query, ids of known distractors.
+        utilities: per query, document id -> utility given in the data, in [-1, 1].
+        no_response: per query, document id -> abstention probability, in [0, 1].
+        n_relevant: per query, the stated number of relevant documents, or ``None``.
+        profile: tolerance profile for the label rules (default ``support``).
+        rules: which grades are relevant / partially relevant.
+        rrf_k: the RRF constant, for ``score_kind="rrf"``.
+
+    Raises:
+        EvalSetError: a score, grade, utility or probability is not a number or out of
+            range, or a stated number of relevant documents is below the labelled one.
+    """
+    n_q = len(qids)
+    for name, seq in (
+        ("candidates", candidates),
+        ("grades", grades),
+        ("distractors", distractors),
+        ("utilities", utilities),
+        ("no_response", no_response),
+        ("n_relevant", n_relevant),
+    ):
+        if seq is not None and len(seq) != n_q:
+            raise ValueError(f"{name} has {len(seq)} entries for {n_q} queries")
+    prof = as_profile(profile)
+    rules = rules or UtilityRules()
+    kind = None if score_kind is None else ScoreKind(score_kind)
+
+    # --- candidates, input order -> keys of the policy's ranking
+    counts = np.fromiter(map(len, candidates), np.intp, count=n_q)
+    width = int(counts.max()) if n_q else 0
+    present_in = np.arange(width)[None, :] < counts[:, None]
+    flat = _flat_floats(candidates, "score", qids)
+    if flat.size == n_q * width:
+        raw = flat.reshape(n_q, width)
+    else:
+        raw = np.full((n_q, width), np.nan)
+        raw[present_in] = flat
+    norm = normalize(raw, kind, present=present_in, rrf_k=rrf_k)
+    key = np.where(norm.valid, -norm.values, np.inf)
+    if not present_in.all():
+        key[~present_in] = np.nan
+    n_valid = norm.valid.sum(axis=1).astype(np.intp)
+
+    # --- label grades of retrieved documents, at their ranked positions
+    def hit_keys(hraw: F64) -> F64:
+        # normalisation is elementwise, so a hit's key equals its candidate's key exactly
+        h = normalize(hraw[None, :], kind, rrf_k=rrf_k)
+        out: F64 = np.where(h.valid, -h.values, np.inf)[0]
+        return out
+
+    hq, hdoc, hraw, hgrade = _hits(grades, candidates, values=True)
+    hrank = _locate(hq, hdoc, hit_keys(hraw), key, candidates)
+    g = np.zeros((n_q, width))
+    g[hq, hrank] = hgrade
+    judged = np.zeros((n_q, width), dtype=np.bool_)
+    judged[hq, hrank] = True
+
+    def scatter_map(maps: Sequence[Mapping[str, float]] | None) -> F64:
+        if maps is None or not any(maps):
+            return np.broadcast_to(np.nan, (n_q, width))  # read-only, no memory
+        out = np.full((n_q, width), np.nan)
+        q, docs, r, values = _hits(maps, candidates, values=True)
+        out[q, _locate(q, docs, hit_keys(r), key, candidates)] = values
+        return out
+
+    if utilities is not None:
+        _check_range(qids, utilities, "utility", -1.0, 1.0)
+    if no_response is not None:
+        _check_range(qids, no_response, "no-response probability", 0.0, 1.0)
+    distractor = np.zeros((n_q, width), dtype=np.bool_)
+    if distractors is not None and any(distractors):
+        q, docs, r, _ = _hits(distractors, candidates, values=False)
+        distractor[q, _locate(q, docs, hit_keys(r), key, candidates)] = True
+    given = scatter_map(utilities)
+    p_no = scatter_map(no_response)
+
+    # --- every labelled grade, retrieved or not: relevant counts, ideal ranking
+    lq = np.repeat(np.arange(n_q, dtype=np.intp), np.fromiter(map(len, grades), np.intp, n_q))
+    lgrade = _flat_floats(grades, "grade", qids)
+    if not np.isfinite(lgrade).all():
+        bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
+        raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
+    relevant = lgrade >= 1
+    n_rel_labelled = np.bincount(lq[relevant], minlength=n_q).astype(np.intp)
+    n_rel = n_rel_labelled.copy()
+    extra = np.zeros(n_q, dtype=np.intp)
+    if n_relevant is not None:
+        for row, stated in enumerate(n_relevant):
+            if stated is None:
+                continue
+            if isinstance(stated, bool) or not isinstance(stated, Integral):
+                raise EvalSetError(
+                    f"query {qids[row]!r}: the stated number of relevant documents must be "
+                    f"an integer, got {stated!r}"
+                )
+            if stated < n_rel_labelled[row]:
+                raise EvalSetError(
+                    f"query {qids[row]!r} states {stated} relevant documents but "
+                    f"{int(n_rel_labelled[row])} are labelled relevant"
+                )
+            n_rel[row] = stated
+            extra[row] = stated - n_rel_labelled[row]
+    ex_q = np.repeat(np.arange(n_q, dtype=np.intp), extra)
+    gain = lgrade > 0  # every positive gain (grades >= 1 when grades are integers)
+    pos_q = np.concatenate((lq[gain], ex_q))
+    pos_g = np.concatenate((lgrade[gain], np.ones(ex_q.size)))
+    ideal_grades, _ = _rank_within(pos_q, pos_g, n_q)
+    max_grade = np.zeros(n_q)
+    np.maximum.at(max_grade, lq, lgrade)
+    col = np.clip(lgrade, 0, 5).astype(np.intp)
+    col[(lgrade > 0) & (lgrade < 1)] = 0
+    grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
+
+    ideal_u = _ideal_utilities(qids, grades, ideal_grades, utilities, no_response, ex_q, rules)
+
+    # a run without scores (kind None) keeps its order on purpose: not an issue here
+    issues: dict[ScoreIssue, int] = {
+        i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
+    }
+    return EvalArrays(
+        qids=tuple(qids),
+        score_kind=kind,
+        profile=prof,
+        rules=rules,
+        n_present=counts,
+        n_valid=n_valid,
+        grades=g,
+        judged=judged,
+        distractor=distractor,
+        given_utility=given,
+        no_response=p_no,
+        n_relevant=n_rel,
+        n_relevant_labelled=n_rel_labelled,
+        ideal_grades=ideal_grades,
+        ideal_utilities=ideal_u,
+        grade_counts=grade_counts,
+        max_grade=max_grade,
+        integer_grades=bool((lgrade == np.round(lgrade)).all()),
+        score_issues=issues,
+        _key=key,
+        _raw=raw,
+        _candidates=candidates,
+    )
+
+
+def _ideal_utilities(
+    qids: Sequence[str],
+    grades: Sequence[Mapping[str, float]],
+    ideal_grades: F64,
+    utilities: Sequence[Mapping[str, float]] | None,
+    no_response: Sequence[Mapping[str, float]] | None,
+    ex_q: I,
+    rules: UtilityRules,
+) -> F64:
+    """Positive label utilities of every labelled document, per query, highest first."""
+    n_q = len(qids)
+    if not (utilities is not None and any(utilities)) and not (
+        no_response is not None and any(no_response)
+    ):
+        # utilities come from grades alone and rise with the grade, so the ideal grade
+        # ranking (grades >= 1, stated ones as 1) is also the ideal utility ranking; only
+        # grades >= 1 can have a positive label utility
+        u = label_utility(ideal_grades, rules)
+        keep = (u > 0).any(axis=0)
+        return u[:, : int(keep.sum())] if keep.size else u
+    grade_one = float(label_utility([1.0], rules)[0])
+    rows: list[int] = []
+    all_grades: list[float] = []
+    all_given: list[float] = []
+    all_p_no: list[float] = []
+    nan = math.nan
+    for row in range(n_q):
+        given = utilities[row] if utilities is not None else {}
+        p_no = no_response[row] if no_response is not None else {}
+        labels = grades[row]
+        docs = labels.keys() | given.keys() | p_no.keys()
+        rows.extend([row] * len(docs))
+        all_grades.extend(labels.get(d, 0.0) for d in docs)
+        all_given.extend(given.get(d, nan) for d in docs)
+        all_p_no.extend(p_no.get(d, nan) for d in docs)
+    base = label_utility(all_grades, rules)
+    measured = abstention_utility(base > 0, all_p_no)
+    u = np.where(np.isnan(measured), base, measured)
+    given_u = np.asarray(all_given, dtype=np.float64)
+    u = np.where(np.isnan(given_u), u, given_u)
+    keep = u > 0
+    rows_arr = np.asarray(rows, dtype=np.intp)[keep]
+    values = u[keep]
+    if grade_one > 0:
+        rows_arr = np.concatenate((rows_arr, ex_q))
+        values = np.concatenate((values, np.full(ex_q.size, grade_one)))
+    return _rank_within(rows_arr, values, n_q)[0]
+
+
+def _check_range(
+    qids: Sequence[str], maps: Sequence[Mapping[str, float]], what: str, lo: float, hi: float
+) -> None:
+    values = _flat_floats(maps, what, qids)
+    bad = ~((values >= lo) & (values <= hi))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        lq = np.repeat(np.arange(len(qids)), np.fromiter(map(len, maps), np.intp, len(qids)))
+        q = int(lq[i])
+        doc = list(maps[q])[i - int(np.searchsorted(lq, q))]
+        raise EvalSetError(
+            f"{what} of document {doc!r} in query {qids[q]!r} must lie in [{lo:g}, {hi:g}], "
+            f"got {values[i]!r}"
+        )

@@ -1,0 +1,554 @@
+"""Evaluation sets: queries, labels and one run per retrieval profile, loaded and checked.
+
+An **eval set** holds labelled queries; a **run** holds, per query, the candidates a
+retriever returned with their scores. One eval set may carry several runs (one per
+retrieval profile being compared). :meth:`EvalSet.arrays` converts a run and the labels
+once into dense :class:`~ragguard.calibration.arrays.EvalArrays` that every metric and
+the sweep read.
+
+Formats (:func:`load_evalset` detects them; or pass ``format=``)
+----------------------------------------------------------------
+``"jsonl"`` -- ragguard's own, one JSON object per line (``.jsonl`` or ``.jsonl.gz``)::
+
+    {"query_id": "q1",
+     "query": "What was my 500 lb deadlift PR?",
+     "relevant": {"log-03-02": 5, "log-02-10": 3},
+     "not_relevant": ["nutrition"],
+     "distractors": ["squat-pr"],
+     "utilities": {"goal-2024": -0.5},
+     "no_response": {"log-03-02": 0.01},
+     "num_relevant": 3,
+     "answers": ["March 2"],
+     "candidates": [{"id": "log-03-02", "score": 0.83}, {"id": "squat-pr", "score": 0.52}],
+     "runs": {"bm25": [{"id": "squat-pr", "score": 11.2}]},
+     "metadata": {"topic": "training"}}
+
+=================  ========  ==========================================================
+field              required  meaning
+=================  ========  ==========================================================
+``query_id``       yes       string (an integer is taken as its decimal string)
+``query``          no        the query text
+``relevant``       no        relevant ids: a list (grade 1 each) or ``{id: grade}`` with
+                             integer grades 1-5
+``not_relevant``   no        ids judged not relevant (grade 0)
+``distractors``    no        ids of known distractors (judged, grade 0; the profile's
+                             ``known_distractor_penalty`` as utility)
+``utilities``      no        ``{id: utility}``, each in [-1, 1]: used as given
+``no_response``    no        ``{id: p}``, the LLM's abstention probability in [0, 1]
+                             (utility ``R * (1 - p)``)
+``num_relevant``   no        stated number of relevant documents (>= those labelled),
+                             when labels cover only retrieved candidates
+``answers``        no        reference answers (strings)
+``candidates``     no        the run named ``"default"``: a list of ``{"id", "score"}``
+                             objects (``score`` may be missing or null) or of ids
+``runs``           no        ``{run name: candidate list}``, more runs
+``metadata``       no        anything; ignored
+=================  ========  ==========================================================
+
+An id may appear in only one of ``relevant``, ``not_relevant`` and ``distractors``.
+Unknown fields are errors (they are usually typos). A run in which no candidate has a
+score keeps its order (``score_kind=None``).
+
+``"trec"`` -- a TREC qrels file (``query_id iteration doc_id grade``), with runs in TREC
+run format (``query_id Q0 doc_id rank score tag``; the rank column is ignored, as in
+trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``.
+
+``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``), ``queries.jsonl`` (``_id``,
+``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score``, header line), with
+runs passed as ``runs=`` (TREC or JSON).
+
+``"udcg"`` -- the UDCG authors' JSON: a list of examples with ``example_id``,
+``question`` and ``passages`` (``doc_id``, ``is_relevant``, and
+``models_info.<model>.no_res_prob``). The passages, in their order, form one run named
+``"passages"`` without scores; ``no_res_prob`` of the chosen ``model`` gives the
+utilities. Other keys (such as the ``udcg`` outputs in the authors' result file) are
+ignored.
+
+Problems
+--------
+Malformed input raises :class:`~ragguard.errors.EvalSetError` naming the file, the line
+and the field: bad JSON, a missing or mistyped id, a grade, utility or probability out
+of range, contradictory labels, a repeated query. Problems that leave the data usable
+are **counted and reported**, never silently dropped: a run query without labels is
+skipped, a labelled query missing from a run counts with an empty list, a repeated
+candidate keeps its first occurrence, a candidate without a valid score is ranked after
+the scored ones (as the runtime guard does), ... (:class:`ProblemKind`). They are
+listed in :attr:`EvalSet.report` and logged as one warning; ``strict=True`` raises on
+the first instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from ragguard.calibration._problems import LoadReport, Problem, ProblemKind, Reporter
+from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.utility import UtilityRules, as_profile
+from ragguard.errors import EvalSetError
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreKind
+
+__all__ = [
+    "FORMATS",
+    "EvalSet",
+    "Labels",
+    "LoadReport",
+    "Problem",
+    "ProblemKind",
+    "Query",
+    "Run",
+    "detect_format",
+    "load_evalset",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("jsonl", "trec", "beir", "udcg")
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A query of the eval set: its id, text and reference answers."""
+
+    id: str
+    text: str | None = None
+    answers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Labels:
+    """The labels of one query.
+
+    Attributes:
+        grades: judged documents -> grade (0 for judged not relevant and for known
+            distractors).
+        distractors: known distractors.
+        utilities: documents -> utility given in the data, in [-1, 1].
+        no_response: documents -> abstention probability, in [0, 1].
+        n_relevant: stated number of relevant documents, or ``None``.
+    """
+
+    grades: Mapping[str, int] = field(default_factory=dict)
+    distractors: frozenset[str] = frozenset()
+    utilities: Mapping[str, float] = field(default_factory=dict)
+    no_response: Mapping[str, float] = field(default_factory=dict)
+    n_relevant: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One retrieval run: per query, candidate id -> raw score, in the run's order.
+
+    Attributes:
+        name: the run's name (a retrieval profile, a model, a file stem).
+        candidates: query id -> {document id: raw score}; NaN for a missing score.
+        score_kind: what the scores are; ``None`` when the run has none (its order is
+            the ranking).
+        source: the file it came from, if any.
+    """
+
+    name: str
+    candidates: Mapping[str, Mapping[str, float]]
+    score_kind: ScoreKind | None = ScoreKind.SIMILARITY
+    source: str | None = None
+
+
+class EvalSet:
+    """Labelled queries and the runs to evaluate on them.
+
+    Build one with :func:`load_evalset` or :meth:`from_dicts`. Queries are evaluated in
+    the order of :attr:`qids` (the order of the labels).
+
+    Attributes:
+        queries: query id -> :class:`Query`.
+        labels: query id -> :class:`Labels`.
+        runs: run name -> :class:`Run`.
+        report: problems found while loading (empty when there were none).
+        source: where the labels came from.
+    """
+
+    def __init__(
+        self,
+        queries: Mapping[str, Query],
+        labels: Mapping[str, Labels],
+        runs: Mapping[str, Run],
+        *,
+        report: LoadReport | None = None,
+        source: str | None = None,
+    ) -> None:
+        missing = [q for q in labels if q not in queries]
+        if missing:
+            raise ValueError(f"labels for queries without a Query entry, e.g. {missing[0]!r}")
+        for name, run in runs.items():
+            if name != run.name:
+                raise ValueError(f"run {run.name!r} registered under the name {name!r}")
+        self.queries: Mapping[str, Query] = MappingProxyType(dict(queries))
+        self.labels: Mapping[str, Labels] = MappingProxyType(dict(labels))
+        self.runs: Mapping[str, Run] = MappingProxyType(dict(runs))
+        self.report = report or LoadReport()
+        self.source = source
+        self._arrays: dict[tuple[str, Profile, UtilityRules], EvalArrays] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"EvalSet({len(self.labels)} queries, runs={list(self.runs)}, "
+            f"problems={len(self.report.problems)})"
+        )
+
+    @property
+    def qids(self) -> tuple[str, ...]:
+        """The labelled query ids, in order."""
+        return tuple(self.labels)
+
+    @classmethod
+    def from_dicts(
+        cls,
+        qrels: Mapping[str, Mapping[str, int]],
+        runs: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+        *,
+        score_kind: ScoreKind | str | Mapping[str, ScoreKind | str | None] | None = "similarity",
+        distractors: Mapping[str, Sequence[str]] | None = None,
+        utilities: Mapping[str, Mapping[str, float]] | None = None,
+        no_response: Mapping[str, Mapping[str, float]] | None = None,
+        n_relevant: Mapping[str, int] | None = None,
+        queries: Mapping[str, str] | None = None,
+        strict: bool = False,
+    ) -> EvalSet:
+        """An eval set from ranx / pytrec_eval style dicts (copied; never modified).
+
+        Args:
+            qrels: ``{query_id: {doc_id: grade}}``; these are the labelled queries.
+            runs: ``{run_name: {query_id: {doc_id: score}}}``.
+            score_kind: one kind for every run, or ``{run_name: kind}``.
+            distractors: ``{query_id: [doc_id, ...]}`` known distractors (judged, grade
+                0, unless graded in ``qrels``).
+            utilities: ``{query_id: {doc_id: utility}}``.
+            no_response: ``{query_id: {doc_id: abstention probability}}``.
+            n_relevant: ``{query_id: stated number of relevant documents}``.
+            queries: ``{query_id: text}``.
+            strict: raise on the first problem instead of counting it.
+
+        Raises:
+            EvalSetError: inconsistent labels (see :func:`load_evalset`).
+        """
+        rep = Reporter(strict)
+        labels: dict[str, Labels] = {}
+        for qid, grades in qrels.items():
+            dis = frozenset((distractors or {}).get(qid, ()))
+            g = dict(grades)
+            for doc in dis:
+                if g.get(doc, 0) >= 1:
+                    raise EvalSetError(
+                        f"document {doc!r} is both relevant and a known distractor",
+                        field=f"{qid}",
+                    )
+                g.setdefault(doc, 0)
+            labels[qid] = Labels(
+                grades=g,
+                distractors=dis,
+                utilities=dict((utilities or {}).get(qid, {})),
+                no_response=dict((no_response or {}).get(qid, {})),
+                n_relevant=(n_relevant or {}).get(qid),
+            )
+        texts = queries or {}
+        qs = {qid: Query(qid, texts.get(qid)) for qid in labels}
+        built: dict[str, Run] = {}
+        for name, run in (runs or {}).items():
+            kind = (
+                score_kind.get(name, "similarity")
+                if isinstance(score_kind, Mapping)
+                else score_kind
+            )
+            built[name] = Run(
+                name,
+                {q: {d: _score(s, name, q, d) for d, s in c.items()} for q, c in run.items()},
+                None if kind is None else ScoreKind(kind),
+            )
+        return assemble(qs, labels, built, rep, label_lines={}, run_lines={})
+
+    def arrays(
+        self,
+        run: str | None = None,
+        *,
+        profile: Profile | str | None = None,
+        rules: UtilityRules | None = None,
+    ) -> EvalArrays:
+        """Dense arrays of one run against the labels, converted once and cached.
+
+        Args:
+            run: the run's name; may be omitted when the eval set has exactly one.
+            profile: tolerance profile for utilities (default ``support``).
+            rules: which grades are relevant / partially relevant.
+
+        Raises:
+            EvalSetError: the eval set has no runs, or its data is out of range.
+            ValueError: ``run`` is unknown, or omitted while there are several.
+        """
+        name = self._run_name(run)
+        prof = as_profile(profile)
+        rules = rules or UtilityRules()
+        key = (name, prof, rules)
+        cached = self._arrays.get(key)
+        if cached is not None:
+            return cached
+        for (other, _, other_rules), arr in self._arrays.items():
+            if other == name and other_rules == rules:
+                cached = self._arrays[key] = arr.with_profile(prof)
+                return cached
+        r = self.runs[name]
+        qids = self.qids
+        empty: Mapping[str, float] = {}
+        labels = [self.labels[q] for q in qids]
+        arrays = build_arrays(
+            qids,
+            [r.candidates.get(q, empty) for q in qids],
+            [lab.grades for lab in labels],
+            score_kind=r.score_kind,
+            distractors=[lab.distractors for lab in labels],
+            utilities=[lab.utilities for lab in labels],
+            no_response=[lab.no_response for lab in labels],
+            n_relevant=[lab.n_relevant for lab in labels],
+            profile=prof,
+            rules=rules,
+        )
+        if arrays.score_issues:
+            logger.warning(
+                "run %r: scores contradict score_kind=%r in %s",
+                name,
+                r.score_kind and r.score_kind.value,
+                ", ".join(f"{n} queries ({i.value})" for i, n in arrays.score_issues.items()),
+            )
+        self._arrays[key] = arrays
+        return arrays
+
+    def _run_name(self, run: str | None) -> str:
+        if run is not None:
+            if run not in self.runs:
+                raise ValueError(f"no run named {run!r}; runs: {', '.join(self.runs) or 'none'}")
+            return run
+        if not self.runs:
+            raise EvalSetError(
+                "this eval set has no runs; load one with runs=... or add candidates",
+                path=self.source,
+            )
+        if len(self.runs) > 1:
+            raise ValueError(f"this eval set has several runs; pick one of: {', '.join(self.runs)}")
+        return next(iter(self.runs))
+
+    def qrels(self) -> dict[str, dict[str, int]]:
+        """The labels as ``{query_id: {doc_id: grade}}`` (a copy), for other tools."""
+        return {q: dict(lab.grades) for q, lab in self.labels.items()}
+
+    def run_dict(self, run: str | None = None) -> dict[str, dict[str, float]]:
+        """A run as ``{query_id: {doc_id: score}}`` (a copy), for other tools."""
+        r = self.runs[self._run_name(run)]
+        return {q: dict(c) for q, c in r.candidates.items()}
+
+
+def _score(value: object, run: str, qid: str, doc: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EvalSetError(
+            f"run {run!r}: the score of document {doc!r} in query {qid!r} is not a number: "
+            f"{value!r}"
+        )
+    return float(value)
+
+
+def assemble(
+    queries: Mapping[str, Query],
+    labels: Mapping[str, Labels],
+    runs: Mapping[str, Run],
+    rep: Reporter,
+    *,
+    label_lines: Mapping[str, tuple[str | None, int | None]],
+    run_lines: Mapping[str, Mapping[str, int]],
+    source: str | None = None,
+) -> EvalSet:
+    """Reconcile runs with labels (reporting mismatches) and build the :class:`EvalSet`."""
+    if not labels:
+        raise EvalSetError("no labelled queries found", path=source)
+    kept: dict[str, Run] = {}
+    for name, run in runs.items():
+        lines = run_lines.get(name, {})
+        cands: dict[str, Mapping[str, float]] = {}
+        for qid, c in run.candidates.items():
+            if qid in labels:
+                cands[qid] = c
+            else:
+                rep(
+                    ProblemKind.RUN_QUERY_WITHOUT_LABELS,
+                    f"run {name!r} has {len(c)} candidates for query {qid!r}, which has no labels",
+                    path=run.source,
+                    line=lines.get(qid),
+                )
+        for qid in labels:
+            if qid not in run.candidates:
+                path, line = label_lines.get(qid, (source, None))
+                rep(
+                    ProblemKind.LABELS_WITHOUT_RUN,
+                    f"labelled query {qid!r} has no candidates in run {name!r}",
+                    path=path,
+                    line=line,
+                )
+        has_score = any(not math.isnan(s) for c in cands.values() for s in c.values())
+        kind = run.score_kind if has_score else None
+        kept[name] = Run(name, cands, kind, run.source)
+    es = EvalSet(queries, labels, kept, report=rep.report, source=source)
+    rep.log(source or "eval set")
+    return es
+
+
+def detect_format(path: PathLike) -> str:
+    """Guess the format of ``path``: ``"beir"`` for a folder, ``"jsonl"``, ``"udcg"``
+    (a JSON list) or ``"trec"`` (qrels lines).
+
+    Raises:
+        EvalSetError: the file does not exist or matches no format.
+    """
+    from ragguard.calibration._readers import first_content
+
+    p = Path(path)
+    if p.is_dir():
+        if (p / "qrels").is_dir() or (p / "corpus.jsonl").exists():
+            return "beir"
+        raise EvalSetError(
+            "a folder is read as BEIR, but it has neither qrels/ nor corpus.jsonl", path=str(p)
+        )
+    if not p.exists():
+        raise EvalSetError("no such file or folder", path=str(p))
+    name = p.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return "jsonl"
+    head, line = first_content(p)
+    if head.startswith("["):
+        return "udcg"
+    if head.startswith("{"):
+        if name.endswith(".json"):
+            raise EvalSetError(
+                "a JSON object is not an eval set format (a run {query: {doc: score}}? "
+                "pass it as runs=...); eval sets are JSONL, TREC qrels, BEIR or UDCG JSON",
+                path=str(p),
+            )
+        return "jsonl"
+    fields = head.split()
+    if len(fields) == 4 and _is_int(fields[3]):
+        return "trec"
+    raise EvalSetError(
+        f"cannot detect the format from this line: {head[:80]!r}; pass format= one of "
+        f"{', '.join(FORMATS)}",
+        path=str(p),
+        line=line,
+    )
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_evalset(
+    path: PathLike,
+    *,
+    format: str | None = None,
+    runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None = None,
+    score_kind: ScoreKind | str | Mapping[str, ScoreKind | str | None] | None = "similarity",
+    split: str | None = None,
+    model: str | None = None,
+    strict: bool = False,
+) -> EvalSet:
+    """Load an eval set (and its runs), validating everything.
+
+    Args:
+        path: the labels: a ``.jsonl`` file, TREC qrels, a BEIR folder or a UDCG JSON file.
+        format: ``"jsonl"``, ``"trec"``, ``"beir"`` or ``"udcg"``; detected when omitted.
+        runs: run files (TREC run format or JSON ``{query_id: {doc_id: score}}``): one
+            path, several (named by file stem) or ``{name: path}``. They add to the
+            runs embedded in a JSONL file.
+        score_kind: what the runs' scores are (default ``similarity``: higher is
+            better); one kind for all or ``{run name: kind}``. Runs without scores keep
+            their order.
+        split: BEIR only: the qrels split (default: the only one, else ``test``).
+        model: UDCG only: whose ``no_res_prob`` gives the utilities (default: the only
+            model in the file).
+        strict: raise on the first reported problem instead of counting it.
+
+    Returns:
+        The :class:`EvalSet`; its ``report`` lists every problem counted.
+
+    Raises:
+        EvalSetError: malformed or inconsistent data, with file, line and field.
+    """
+    from ragguard.calibration import _readers
+
+    fmt = detect_format(path) if format is None else format
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if fmt != "beir" and split is not None:
+        raise ValueError("split= applies to BEIR folders only")
+    if fmt != "udcg" and model is not None:
+        raise ValueError("model= applies to UDCG files only")
+    if fmt == "udcg" and runs is not None:
+        raise ValueError("a UDCG file is its own run (its passages); runs= does not apply")
+    rep = Reporter(strict)
+    data = _readers.read(fmt, Path(path), rep, split=split, model=model)
+    kinds = score_kind if isinstance(score_kind, Mapping) else None
+
+    def kind_of(name: str) -> ScoreKind | None:
+        k = kinds.get(name, "similarity") if kinds is not None else score_kind
+        return None if k is None else ScoreKind(k)  # type: ignore[arg-type]
+
+    all_runs: dict[str, Run] = {}
+    run_lines: dict[str, Mapping[str, int]] = {}
+    for name, (cands, lines) in data.runs.items():
+        all_runs[name] = Run(name, cands, kind_of(name) if fmt != "udcg" else None, str(path))
+        run_lines[name] = lines
+    for name, run_path in _run_paths(runs).items():
+        if name in all_runs:
+            raise EvalSetError(f"two runs are named {name!r}", path=str(run_path))
+        cands, lines = _readers.read_run(Path(run_path), rep, known_docs=data.corpus)
+        all_runs[name] = Run(name, cands, kind_of(name), str(run_path))
+        run_lines[name] = lines
+    if kinds is not None:
+        unknown = set(kinds) - set(all_runs)
+        if unknown:
+            raise ValueError(f"score_kind names unknown runs: {', '.join(sorted(unknown))}")
+    return assemble(
+        data.queries,
+        data.labels,
+        all_runs,
+        rep,
+        label_lines=data.label_lines,
+        run_lines=run_lines,
+        source=str(path),
+    )
+
+
+def _run_paths(
+    runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None,
+) -> dict[str, PathLike]:
+    if runs is None:
+        return {}
+    if isinstance(runs, Mapping):
+        return dict(runs)
+    items = [runs] if isinstance(runs, str | os.PathLike) else list(runs)
+    out: dict[str, PathLike] = {}
+    for p in items:
+        stem = Path(p).name.split(".")[0]
+        if stem in out:
+            raise EvalSetError(
+                f"two run files are named {stem!r}; pass runs={{name: path}}", path=str(p)
+            )
+        out[stem] = p
+    return out

@@ -1,0 +1,204 @@
+"""``evaluate``: metric strings in, means (or per-query values) out, as in ranx."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, overload
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
+from ragguard.calibration.utility import UtilityRules
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreKind
+
+if TYPE_CHECKING:
+    from ragguard.calibration.evalset import EvalSet
+
+__all__ = ["arrays_from_dicts", "evaluate"]
+
+logger = logging.getLogger(__name__)
+
+Qrels = Mapping[str, Mapping[str, float]]
+RunDict = Mapping[str, Mapping[str, float]]
+
+
+def arrays_from_dicts(
+    qrels: Qrels,
+    run: RunDict,
+    *,
+    score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
+    n_relevant: Mapping[str, int] | None = None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+) -> EvalArrays:
+    """Dense arrays from ranx / pytrec_eval style dicts.
+
+    Args:
+        qrels: ``{query_id: {doc_id: grade}}``; its queries are the ones evaluated, in
+            its order. A query with an empty mapping has no relevant document (it
+            scores 0 on classic metrics and counts in the mean).
+        run: ``{query_id: {doc_id: score}}``. A query of ``qrels`` missing here has an
+            empty candidate list. Queries only in the run cannot be evaluated: they are
+            left out and a warning is logged with their number.
+        score_kind: what the run's scores are (default ``similarity``: higher is
+            better, as ranx and trec_eval assume).
+        n_relevant: optional stated number of relevant documents per query (see
+            :mod:`ragguard.calibration.arrays`).
+        profile: tolerance profile for utilities (default ``support``).
+        rules: which grades are relevant / partially relevant, for utilities.
+    """
+    if not isinstance(qrels, Mapping) or not isinstance(run, Mapping):
+        raise TypeError("qrels and run must be mappings: {query_id: {doc_id: value}}")
+    qids = list(qrels)
+    unlabelled = len(run.keys() - qrels.keys())
+    if unlabelled:
+        example = next(q for q in run if q not in qrels)
+        logger.warning(
+            "%d run queries have no qrels and are not evaluated (e.g. %r)", unlabelled, example
+        )
+    empty: Mapping[str, float] = {}
+    candidates = [run.get(q, empty) for q in qids]
+    grades = [qrels[q] for q in qids]
+    for what, seq in (("run", candidates), ("qrels", grades)):
+        # isinstance(x, dict) is a fast C check; other mappings take the slower path
+        if not all(isinstance(m, dict) for m in seq):
+            for qid, m in zip(qids, seq, strict=True):
+                if not isinstance(m, Mapping):
+                    raise TypeError(
+                        f"{what}[{qid!r}] must be a mapping {{doc_id: value}}, got "
+                        f"{type(m).__name__}"
+                    )
+    stated = None if n_relevant is None else [n_relevant.get(q) for q in qids]
+    return build_arrays(
+        qids,
+        candidates,
+        grades,
+        score_kind=score_kind,
+        n_relevant=stated,
+        profile=profile,
+        rules=rules,
+    )
+
+
+def _mean(values: NDArray[np.float64], may_be_na: bool) -> float:
+    if values.size == 0:
+        return math.nan
+    if may_be_na:
+        defined = values[~np.isnan(values)]
+        return float(defined.mean()) if defined.size else math.nan
+    return float(values.mean())
+
+
+@overload
+def evaluate(
+    data: EvalSet | EvalArrays | Qrels,
+    run: RunDict | str | None = ...,
+    metrics: str | Sequence[str] = ...,
+    *,
+    per_query: Literal[False] = ...,
+    profile: Profile | str | None = ...,
+    rules: UtilityRules | None = ...,
+    score_kind: ScoreKind | str | None = ...,
+    n_relevant: Mapping[str, int] | None = ...,
+    cut: ArrayLike | None = ...,
+) -> dict[str, float]: ...
+
+
+@overload
+def evaluate(
+    data: EvalSet | EvalArrays | Qrels,
+    run: RunDict | str | None = ...,
+    metrics: str | Sequence[str] = ...,
+    *,
+    per_query: Literal[True],
+    profile: Profile | str | None = ...,
+    rules: UtilityRules | None = ...,
+    score_kind: ScoreKind | str | None = ...,
+    n_relevant: Mapping[str, int] | None = ...,
+    cut: ArrayLike | None = ...,
+) -> dict[str, dict[str, float]]: ...
+
+
+def evaluate(
+    data: EvalSet | EvalArrays | Qrels,
+    run: RunDict | str | None = None,
+    metrics: str | Sequence[str] = ("ndcg@10",),
+    *,
+    per_query: bool = False,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+    score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
+    n_relevant: Mapping[str, int] | None = None,
+    cut: ArrayLike | None = None,
+) -> dict[str, float] | dict[str, dict[str, float]]:
+    """Compute metrics, as means over queries or per query.
+
+    ::
+
+        evaluate(evalset, metrics=["ndcg@10", "udcg"])          # {"ndcg@10": 0.71, ...}
+        evaluate(evalset, metrics="ndcg@10", per_query=True)    # {"ndcg@10": {"q1": ...}}
+        evaluate(evalset, "bm25", metrics=["recall@5"])         # one of several runs
+        evaluate(qrels, run, metrics=["recall@5"])              # plain dicts
+
+    Args:
+        data: an :class:`~ragguard.calibration.evalset.EvalSet`, prepared
+            :class:`~ragguard.calibration.arrays.EvalArrays`, or qrels
+            ``{query_id: {doc_id: grade}}``.
+        run: with qrels, the run ``{query_id: {doc_id: score}}``; with an eval set, the
+            name of the run to evaluate (needed when it has several).
+        metrics: one metric string or several (see :mod:`ragguard.calibration.metrics`).
+        per_query: return ``{metric: {query_id: value}}`` instead of means.
+        profile: tolerance profile for utilities (default ``support``); not for
+            prepared arrays, which carry theirs.
+        rules: which grades are relevant / partially relevant, for utilities.
+        score_kind: plain dicts only: what the run's scores are (default
+            ``similarity``).
+        n_relevant: plain dicts only: stated number of relevant documents per query.
+        cut: optional per-query number of ranked candidates kept (e.g. a policy's
+            ``n_kept``); the rest count as not retrieved.
+
+    Returns:
+        Keys are the metric strings as given. Means are over all queries; metrics that
+        can be NA (the set-based family) average over the queries where they are
+        defined and are NaN when none is. Per-query values are NaN where NA.
+
+    Raises:
+        ValueError: an unknown or malformed metric string, or a bad argument.
+        EvalSetError: malformed data (scores or grades that are not numbers, ...).
+    """
+    from ragguard.calibration.evalset import EvalSet
+
+    parsed: list[ParsedMetric] = [
+        parse_metric(m) for m in ([metrics] if isinstance(metrics, str) else metrics)
+    ]
+    if isinstance(data, EvalArrays):
+        if run is not None or profile is not None or rules is not None:
+            raise ValueError(
+                "prepared EvalArrays carry their run, profile and rules; use "
+                "arrays.with_profile(...) or build new arrays"
+            )
+        arrays = data
+    elif isinstance(data, EvalSet):
+        if run is not None and not isinstance(run, str):
+            raise TypeError("with an EvalSet, run is the name of one of its runs")
+        arrays = data.arrays(run, profile=profile, rules=rules)
+    elif isinstance(data, Mapping):
+        if run is None or isinstance(run, str):
+            raise TypeError("with qrels, pass the run too: evaluate(qrels, run, metrics=...)")
+        arrays = arrays_from_dicts(
+            data, run, score_kind=score_kind, n_relevant=n_relevant, profile=profile, rules=rules
+        )
+    else:
+        raise TypeError(
+            f"evaluate() takes an EvalSet, EvalArrays or qrels mapping, got {type(data).__name__}"
+        )
+
+    values = {p.text: compute(arrays, p, cut=cut) for p in parsed}
+    if per_query:
+        return {name: dict(zip(arrays.qids, v.tolist(), strict=True)) for name, v in values.items()}
+    return {p.text: _mean(values[p.text], p.spec.may_be_na) for p in parsed}

@@ -1,0 +1,228 @@
+r"""Classic ranking metrics, with the conventions of trec_eval, ranx and ir_measures.
+
+Notation for one query: candidates ranked :math:`1..n` (ragguard's tie rule, see
+:mod:`ragguard.calibration.arrays`), grade :math:`g_i` of the candidate at rank
+:math:`i` (0 when unjudged), relevant when :math:`g_i \ge 1`, :math:`R` the number of
+relevant documents of the query (labelled, retrieved or not, or stated), and the
+cutoff :math:`k`. Without a cutoff a metric reads the whole list (:math:`k = n`).
+
+Shared conventions (checked against pytrec_eval and ranx in the tests):
+
+* a query with no relevant document scores 0 and counts in the mean;
+* a list shorter than :math:`k` is not padded with anything relevant; precision still
+  divides by :math:`k`;
+* recall and average precision divide by :math:`R`, not :math:`\min(R, k)`;
+* nDCG's ideal ranking uses every relevant document of the query, retrieved or not;
+  IDCG = 0 gives nDCG = 0; negative grades count as gain 0.
+
+Each public function takes :class:`~ragguard.calibration.arrays.EvalArrays`, a cutoff
+``k`` (``None`` for the whole list) and an optional per-query ``cut`` (candidates kept
+per query, e.g. by the selection policy; the rest count as not retrieved), and returns
+one float per query.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.metrics._common import F64, discount, divide, window
+
+__all__ = [
+    "average_precision",
+    "f_beta",
+    "hit_rate",
+    "ndcg",
+    "ndcg_burges",
+    "precision",
+    "recall",
+    "reciprocal_rank",
+]
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _relevant_in(
+    arrays: EvalArrays, k: int | None, cut: ArrayLike | None
+) -> tuple[NDArray[np.bool_], F64]:
+    w = window(arrays, k, cut)
+    rel = w.take(arrays.grades) >= 1
+    return rel, w.denominator()
+
+
+def _precision(rel: NDArray[np.bool_], den: F64) -> F64:
+    return divide(rel.sum(axis=1, dtype=np.float64), den)
+
+
+def _recall(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
+    return divide(rel.sum(axis=1, dtype=np.float64), n_rel.astype(np.float64))
+
+
+def _reciprocal_rank(rel: NDArray[np.bool_]) -> F64:
+    if rel.shape[1] == 0:
+        return np.zeros(rel.shape[0])
+    first = rel.argmax(axis=1)
+    return np.where(rel.any(axis=1), 1.0 / (first + 1.0), 0.0)
+
+
+def _average_precision(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
+    # sparse over the relevant positions only: P@i at the j-th relevant rank i is j / i;
+    # bincount adds them per query in rank order, as trec_eval does
+    rows, cols = np.nonzero(rel)
+    per_row = np.bincount(rows, minlength=rel.shape[0])
+    first = np.cumsum(per_row) - per_row
+    found = np.arange(1, rows.size + 1) - first[rows]
+    weights = found / (cols + 1.0)
+    total = np.bincount(rows, weights=weights, minlength=rel.shape[0]).astype(np.float64)
+    return divide(total, n_rel.astype(np.float64))
+
+
+def _dcg(gains: F64) -> F64:
+    if not gains.shape[1]:
+        return np.zeros(gains.shape[0])
+    out: F64 = gains @ discount(gains.shape[1])
+    return out
+
+
+def _ndcg(gains: F64, ideal_gains: F64) -> F64:
+    return divide(_dcg(gains), _dcg(ideal_gains))
+
+
+def _f_beta(p: F64, r: F64, beta: float) -> F64:
+    b2 = beta * beta
+    return divide((1.0 + b2) * p * r, b2 * p + r)
+
+
+# --------------------------------------------------------------------------- public
+
+
+def precision(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
+    r"""Precision at k: the share of the first k positions holding a relevant document.
+
+    .. math:: P@k = \frac{1}{k} \sum_{i=1}^{\min(k, n)} [g_i \ge 1]
+
+    Edge cases: a list shorter than k still divides by k (trec_eval ``P_k``, ranx).
+    Without a cutoff it is the share of the whole list (trec_eval ``set_P``); an empty
+    list scores 0.
+    """
+    rel, den = _relevant_in(arrays, k, cut)
+    return _precision(rel, den)
+
+
+def recall(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
+    r"""Recall at k: the share of the query's relevant documents found in the first k.
+
+    .. math:: R@k = \frac{1}{R} \sum_{i=1}^{\min(k, n)} [g_i \ge 1]
+
+    Edge cases: R counts relevant documents that were not retrieved (or the stated
+    number, see :mod:`ragguard.calibration.arrays`); R = 0 scores 0.
+    """
+    rel, _ = _relevant_in(arrays, k, cut)
+    return _recall(rel, arrays.n_relevant)
+
+
+def hit_rate(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
+    r"""Hit rate at k (trec_eval ``success``): 1 if a relevant document is in the first
+    k, else 0.
+
+    .. math:: \mathrm{Hit}@k = \max_{i \le \min(k, n)} [g_i \ge 1]
+
+    Edge cases: no relevant document, or an empty list, scores 0.
+    """
+    rel, _ = _relevant_in(arrays, k, cut)
+    out: F64 = np.any(rel, axis=1).astype(np.float64)
+    return out
+
+
+def reciprocal_rank(
+    arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None
+) -> F64:
+    r"""Reciprocal rank at k (its mean is MRR): one over the rank of the first relevant
+    document within the first k.
+
+    .. math:: RR@k = \frac{1}{\min\{i \le \min(k, n) : g_i \ge 1\}}
+
+    Edge cases: no relevant document within k scores 0. ranx's ``mrr@k`` honours k;
+    trec_eval's ``recip_rank`` has none (it equals this without a cutoff).
+    """
+    rel, _ = _relevant_in(arrays, k, cut)
+    return _reciprocal_rank(rel)
+
+
+def average_precision(
+    arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None
+) -> F64:
+    r"""Average precision at k (its mean is MAP): precision at each relevant rank
+    within k, summed and divided by R.
+
+    .. math:: AP@k = \frac{1}{R} \sum_{i=1}^{\min(k, n)} [g_i \ge 1]\, P@i
+
+    Edge cases: k only truncates the ranking (trec_eval ``map_cut``); the divisor is
+    still R, so relevant documents below k or not retrieved count as misses. R = 0
+    scores 0.
+    """
+    rel, _ = _relevant_in(arrays, k, cut)
+    return _average_precision(rel, arrays.n_relevant)
+
+
+def _gains(arrays: EvalArrays, k: int | None, cut: ArrayLike | None) -> tuple[F64, F64]:
+    w = window(arrays, k, cut)
+    g = np.maximum(w.take(arrays.grades), 0.0)
+    ideal = arrays.ideal_grades if k is None else arrays.ideal_grades[:, :k]
+    return g, ideal
+
+
+def ndcg(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
+    r"""Normalised discounted cumulative gain at k, linear gain (trec_eval
+    ``ndcg_cut``, ranx ``ndcg``).
+
+    .. math::
+        DCG@k = \sum_{i=1}^{\min(k, n)} \frac{\max(g_i, 0)}{\log_2(i + 1)}, \qquad
+        nDCG@k = \frac{DCG@k}{IDCG@k}
+
+    IDCG@k is the DCG of the query's relevant documents (retrieved or not) sorted by
+    grade, cut at k. Edge cases: IDCG = 0 (no relevant document) scores 0; negative
+    grades count as gain 0.
+    """
+    g, ideal = _gains(arrays, k, cut)
+    return _ndcg(g, ideal)
+
+
+def ndcg_burges(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
+    r"""nDCG at k with exponential gain :math:`2^{g} - 1` (Burges et al.; ranx
+    ``ndcg_burges``).
+
+    .. math::
+        DCG@k = \sum_{i=1}^{\min(k, n)} \frac{2^{\max(g_i, 0)} - 1}{\log_2(i + 1)}
+
+    Same ideal ranking and edge cases as :func:`ndcg`. With binary labels both are
+    equal.
+    """
+    g, ideal = _gains(arrays, k, cut)
+    return _ndcg(np.exp2(g) - 1.0, np.exp2(ideal) - 1.0)
+
+
+def f_beta(
+    arrays: EvalArrays,
+    k: int | None = None,
+    *,
+    beta: float = 1.0,
+    cut: ArrayLike | None = None,
+) -> F64:
+    r"""F-beta at k: the weighted harmonic mean of precision and recall at k.
+
+    .. math:: F_\beta@k = \frac{(1 + \beta^2)\, P@k\, R@k}{\beta^2\, P@k + R@k}
+
+    ``beta > 1`` weighs recall more, ``beta < 1`` precision; ``beta = 1`` is F1 (ranx
+    ``f1@k``). P and R follow :func:`precision` and :func:`recall` (P@k divides by k).
+    Edge cases: P = R = 0 scores 0. trec_eval's ``set_F`` is not this metric for
+    ``beta != 1`` (it puts beta where beta squared belongs) and has no cutoff.
+    """
+    if not (isinstance(beta, int | float) and math.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta must be a positive finite number, got {beta!r}")
+    rel, den = _relevant_in(arrays, k, cut)
+    return _f_beta(_precision(rel, den), _recall(rel, arrays.n_relevant), float(beta))

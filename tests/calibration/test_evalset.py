@@ -1,0 +1,442 @@
+"""Loading eval sets: real files through the real loaders, an error naming file, line and
+field for each kind of malformed input, and problems counted rather than skipped."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragguard.calibration import (
+    EvalSet,
+    ProblemKind,
+    UtilityRules,
+    detect_format,
+    evaluate,
+    load_evalset,
+)
+from ragguard.errors import EvalSetError, RagguardError
+from tests.calibration.conftest import random_trec_data
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def jsonl(tmp_path: Path, *records: dict[str, Any] | str, name: str = "eval.jsonl") -> Path:
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
+    return write(tmp_path, name, "\n".join(lines) + "\n")
+
+
+def fails(path: Path, pattern: str, **kw: Any) -> EvalSetError:
+    with pytest.raises(EvalSetError) as info:
+        load_evalset(path, **kw)
+    assert re.search(pattern, str(info.value)), str(info.value)
+    return info.value
+
+
+# --- ragguard JSONL -------------------------------------------------------------------
+
+GOOD = [
+    {
+        "query_id": "q1",
+        "query": "What was my 500 lb deadlift PR?",
+        "relevant": {"log-03-02": 5, "log-02-10": 3},
+        "not_relevant": ["nutrition"],
+        "distractors": ["squat-pr"],
+        "utilities": {"goal-2024": -0.25},
+        "answers": ["March 2"],
+        "candidates": [
+            {"id": "squat-pr", "score": 0.9},
+            {"id": "log-03-02", "score": 0.83},
+            {"id": "goal-2024", "score": 0.7},
+            {"id": "nutrition", "score": 0.2},
+        ],
+        "runs": {"bm25": [{"id": "log-02-10", "score": 12.0}, {"id": "log-03-02", "score": 9.5}]},
+        "metadata": {"topic": "training"},
+    },
+    {
+        "query_id": 2,
+        "relevant": ["a"],
+        "num_relevant": 3,
+        "candidates": [{"id": "b", "score": 0.5}, {"id": "a", "score": 0.4}],
+        "runs": {"bm25": [{"id": "a", "score": 3.0}]},
+    },
+]
+
+
+def test_jsonl_loads_labels_and_runs(tmp_path: Path) -> None:
+    es = load_evalset(jsonl(tmp_path, *GOOD))
+    assert es.qids == ("q1", "2")
+    assert set(es.runs) == {"default", "bm25"}
+    assert es.queries["q1"].text == "What was my 500 lb deadlift PR?"
+    assert es.queries["q1"].answers == ("March 2",)
+    lab = es.labels["q1"]
+    assert lab.grades == {"log-03-02": 5, "log-02-10": 3, "nutrition": 0, "squat-pr": 0}
+    assert lab.distractors == {"squat-pr"}
+    assert es.labels["2"].n_relevant == 3
+    assert not es.report
+    with pytest.raises(ValueError, match="several runs; pick one of: default, bm25"):
+        evaluate(es, metrics="ndcg@3")
+    got = evaluate(es, "default", metrics=["recall@2", "distractor_rate@2"], per_query=True)
+    assert got["recall@2"] == {"q1": 0.5, "2": pytest.approx(1 / 3)}  # stated R = 3
+    # q1: squat-pr is a known distractor; in q2, b is unjudged at rank 1 (top-3 window)
+    assert got["distractor_rate@2"] == {"q1": 0.5, "2": 0.5}
+    bm25 = evaluate(es, "bm25", metrics="mrr", per_query=True)["mrr"]
+    assert bm25 == {"q1": 1.0, "2": 1.0}
+    arrays = es.arrays("default", rules=UtilityRules(relevant_grade=4, partial_grade=3))
+    assert arrays.utility[0].tolist() == [-1.0, 1.0, -0.25, 0.0]
+
+
+def test_jsonl_gz_and_unscored_candidates(tmp_path: Path) -> None:
+    import gzip
+
+    path = tmp_path / "eval.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps({"query_id": "q", "relevant": ["b"], "candidates": ["a", "b"]}))
+    es = load_evalset(path)
+    assert es.runs["default"].score_kind is None  # no scores anywhere: run order
+    assert evaluate(es, metrics="mrr") == {"mrr": 0.5}
+    assert not es.report
+
+
+@pytest.mark.parametrize(
+    ("line", "pattern"),
+    [
+        ('{"query_id": "q1", ', r"eval\.jsonl:2: malformed JSON"),
+        ('["q1"]', r"eval\.jsonl:2: each line must be a JSON object"),
+        ('{"query": "no id"}', r"eval\.jsonl:2, field 'query_id': missing id"),
+        ('{"query_id": 1.5}', r"field 'query_id': an id must be a string, got float"),
+        ('{"query_id": "q0"}', r"eval\.jsonl:2, field 'query_id': .*already used on line 1"),
+        ('{"query_id": "q", "relevent": ["a"]}', r"field 'relevent': unknown field"),
+        ('{"query_id": "q", "relevant": {"a": 7}}', r":2, field 'relevant.a': .*integer 1-5"),
+        ('{"query_id": "q", "relevant": {"a": 2.5}}', r"field 'relevant.a': .*got 2.5"),
+        ('{"query_id": "q", "relevant": {"a": true}}', r"field 'relevant.a': .*got True"),
+        ('{"query_id": "q", "relevant": "a"}', r"field 'relevant': must be a list of ids"),
+        ('{"query_id": "q", "relevant": [3]}', None),  # an integer id is its string
+        (
+            '{"query_id": "q", "relevant": ["a"], "distractors": ["a"]}',
+            r"field 'distractors\[0\]': document 'a' is also listed in 'relevant'",
+        ),
+        ('{"query_id": "q", "utilities": {"a": -2}}', r"field 'utilities.a': .*\[-1, 1\]"),
+        ('{"query_id": "q", "no_response": {"a": 1.5}}', r"field 'no_response.a': .*\[0, 1\]"),
+        (
+            '{"query_id": "q", "relevant": ["a", "b"], "num_relevant": 1}',
+            r"field 'num_relevant': must be an integer >= the 2 relevant",
+        ),
+        ('{"query_id": "q", "answers": "x"}', r"field 'answers': must be a list of strings"),
+        ('{"query_id": "q", "candidates": {"a": 1}}', r"field 'candidates': must be a list"),
+        ('{"query_id": "q", "candidates": [{"score": 1}]}', r"'candidates\[0\].id': missing id"),
+        (
+            '{"query_id": "q", "candidates": [{"id": "a", "score": "high"}]}',
+            r"field 'candidates\[0\].score': a score must be a number or null",
+        ),
+        (
+            '{"query_id": "q", "candidates": [{"id": "a", "rank": 1}]}',
+            r"field 'candidates\[0\]': unknown field 'rank'",
+        ),
+        ('{"query_id": "q", "runs": [1]}', r"field 'runs': must be an object"),
+    ],
+)
+def test_jsonl_errors_name_file_line_and_field(
+    tmp_path: Path, line: str, pattern: str | None
+) -> None:
+    path = jsonl(tmp_path, {"query_id": "q0", "relevant": ["x"]}, line)
+    if pattern is None:
+        assert load_evalset(path).labels["q"].grades == {"3": 1}
+        return
+    err = fails(path, pattern)
+    assert err.path == str(path) and err.line == 2
+    assert isinstance(err, RagguardError) and isinstance(err, ValueError)
+
+
+def test_empty_file_and_missing_file(tmp_path: Path) -> None:
+    fails(write(tmp_path, "empty.jsonl", "\n\n"), "no labelled queries")
+    fails(tmp_path / "nope.jsonl", "no such file")
+
+
+# --- counted problems -----------------------------------------------------------------
+
+
+def test_problems_are_counted_reported_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = jsonl(
+        tmp_path,
+        {
+            "query_id": "q1",
+            "relevant": ["a"],
+            "candidates": [
+                {"id": "a", "score": 0.9},
+                {"id": "a", "score": 0.1},
+                {"id": "b", "score": None},
+                {"id": "c", "score": 0.5},
+            ],
+        },
+        {"query_id": "q2", "relevant": ["z"]},
+    )
+    run = write(tmp_path, "extra.trec", "q1 Q0 a 1 3.0 t\nq9 Q0 a 1 2.0 t\nq9 Q0 b 2 1.0 t\n")
+    with caplog.at_level(logging.WARNING, logger="ragguard"):
+        es = load_evalset(path, runs={"extra": run})
+    counts = es.report.counts()
+    assert counts == {
+        ProblemKind.DUPLICATE_CANDIDATE: 1,
+        ProblemKind.INVALID_SCORE: 1,
+        ProblemKind.RUN_QUERY_WITHOUT_LABELS: 1,
+        ProblemKind.LABELS_WITHOUT_RUN: 2,  # q2 in both runs
+    }
+    assert es.report.skipped == 1
+    text = es.report.summary()
+    assert "1 x run_query_without_labels (skipped)" in text
+    assert "extra.trec:2: run 'extra' has 2 candidates for query 'q9'" in text
+    assert "eval.jsonl:1, field 'candidates[1]'" in text
+    assert "problems while loading" in caplog.text
+    # the kept data: first occurrence of a, b ranked last, q2 with no candidates
+    arrays = es.arrays("default")
+    assert arrays.doc_ids(0) == ["a", "c", "b"]
+    assert evaluate(es, "default", metrics="recall", per_query=True)["recall"] == {
+        "q1": 1.0,
+        "q2": 0.0,
+    }
+
+
+def test_strict_mode_raises_on_the_first_problem(tmp_path: Path) -> None:
+    path = jsonl(tmp_path, {"query_id": "q1", "relevant": ["a"], "candidates": ["a", "a"]})
+    err = fails(path, r"eval\.jsonl:1, field 'candidates\[1\]'.*duplicate_candidate", strict=True)
+    assert "strict=False" in str(err)
+
+
+# --- TREC -----------------------------------------------------------------------------
+
+
+def test_trec_files_match_pytrec_eval_on_the_same_files(tmp_path: Path) -> None:
+    qrels, run = random_trec_data(8, n_queries=40)
+    qrels_text = "".join(f"{q} 0 {d} {g}\n" for q, docs in qrels.items() for d, g in docs.items())
+    run_lines = []
+    for q, docs in run.items():
+        for rank, (d, s) in enumerate(sorted(docs.items(), key=lambda kv: -kv[1]), 1):
+            run_lines.append(f"{q} Q0 {d} {rank} {s!r} test\n")
+    qpath = write(tmp_path, "qrels.txt", qrels_text)
+    rpath = write(tmp_path, "bm25.run", "".join(run_lines))
+    assert detect_format(qpath) == "trec"
+    es = load_evalset(qpath, runs=rpath)
+    # queries with an empty run are in the labels but not in the run file
+    assert set(es.report.counts()) <= {ProblemKind.LABELS_WITHOUT_RUN}
+    with qpath.open() as fq, rpath.open() as fr:
+        ref_qrels = pytrec_eval.parse_qrel(fq)
+        ref_run = pytrec_eval.parse_run(fr)
+    measures = {"ndcg_cut_10", "map", "P_5", "recall_20"}
+    ref = pytrec_eval.RelevanceEvaluator(ref_qrels, measures).evaluate(ref_run)
+    ours = evaluate(es, metrics=["ndcg@10", "map", "precision@5", "recall@20"], per_query=True)
+    for qid, values in ref.items():
+        assert ours["ndcg@10"][qid] == pytest.approx(values["ndcg_cut_10"], abs=1e-12)
+        assert ours["map"][qid] == pytest.approx(values["map"], abs=1e-12)
+        assert ours["precision@5"][qid] == pytest.approx(values["P_5"], abs=1e-12)
+        assert ours["recall@20"][qid] == pytest.approx(values["recall_20"], abs=1e-12)
+
+
+def test_json_run_and_several_run_files(tmp_path: Path) -> None:
+    qpath = write(tmp_path, "qrels", "q1 0 a 1\nq1 0 b 0\n")
+    r1 = write(tmp_path, "dense.json", json.dumps({"q1": {"b": 0.9, "a": 0.5}}))
+    r2 = write(tmp_path, "sparse.trec", "q1 Q0 a 1 7.5 bm25\n")
+    es = load_evalset(qpath, runs=[r1, r2], score_kind={"dense": "similarity", "sparse": None})
+    assert evaluate(es, "dense", metrics="mrr") == {"mrr": 0.5}
+    assert evaluate(es, "sparse", metrics="mrr") == {"mrr": 1.0}
+    assert es.runs["sparse"].score_kind is None
+    assert es.qrels() == {"q1": {"a": 1, "b": 0}}
+    assert es.run_dict("dense") == {"q1": {"b": 0.9, "a": 0.5}}
+    with pytest.raises(ValueError, match="score_kind names unknown runs: nope"):
+        load_evalset(qpath, runs=[r1], score_kind={"nope": "distance"})
+
+
+@pytest.mark.parametrize(
+    ("qrels", "run", "pattern"),
+    [
+        ("q1 0 a\n", None, r"qrels:1: a qrels line has 4 columns"),
+        ("q1 0 a 1\nq1 0 b high\n", None, r"qrels:2, field 'grade': must be an integer"),
+        ("q1 0 a 1\nq1 0 a 2\n", None, r"qrels:2: query 'q1', document 'a': grade 2 contra"),
+        ("q1 0 a 1\n", "q1 Q0 a 1 0.5\n", r"run:1: a run line has 6 columns"),
+        ("q1 0 a 1\n", "q1 Q0 a 1 0.5 t\nq1 Q0 b 2 x t\n", r"run:2, field 'score': must be a"),
+        ("q1 0 a 1\n", '{"q1": {"a": "x"}}', r"run, field 'q1.a': a score must be a number"),
+        ("q1 0 a 1\n", '{"q1": [1, 2]}', r"run, field 'q1': must be an object"),
+        ("q1 0 a 1\n", '{"q1": {"a": 1}', r"run:1: malformed JSON"),
+    ],
+)
+def test_trec_errors(tmp_path: Path, qrels: str, run: str | None, pattern: str) -> None:
+    qpath = write(tmp_path, "qrels", qrels)
+    runs = None if run is None else write(tmp_path, "run", run)
+    fails(qpath, pattern, format="trec", runs=runs)
+
+
+def test_trec_repeated_label_and_non_finite_score_are_counted(tmp_path: Path) -> None:
+    qpath = write(tmp_path, "qrels", "q1 0 a 1\nq1 0 a 1\n")
+    rpath = write(tmp_path, "run", "q1 Q0 a 1 nan t\nq1 Q0 b 2 0.5 t\nq1 Q0 b 3 0.4 t\n")
+    es = load_evalset(qpath, runs=rpath)
+    assert es.report.counts() == {
+        ProblemKind.DUPLICATE_LABEL: 1,
+        ProblemKind.INVALID_SCORE: 1,
+        ProblemKind.DUPLICATE_CANDIDATE: 1,
+    }
+    assert es.arrays().doc_ids(0) == ["b", "a"]
+
+
+# --- BEIR -----------------------------------------------------------------------------
+
+
+def beir(tmp_path: Path, qrels: str = "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\n") -> Path:
+    root = tmp_path / "scifact"
+    write(root, "corpus.jsonl", '{"_id": "d1", "text": "x"}\n{"_id": "d2", "text": "y"}\n')
+    write(root, "queries.jsonl", '{"_id": "q1", "text": "first?"}\n{"_id": "q2", "text": "?"}\n')
+    write(root, "qrels/test.tsv", qrels)
+    return root
+
+
+def test_beir_folder_with_a_run(tmp_path: Path) -> None:
+    root = beir(tmp_path)
+    run = write(tmp_path, "run.trec", "q1 Q0 d2 1 2.0 x\nq1 Q0 d1 2 1.0 x\nq1 Q0 d9 3 0.5 x\n")
+    assert detect_format(root) == "beir"
+    es = load_evalset(root, runs=run)
+    assert es.queries["q1"].text == "first?"
+    assert es.qids == ("q1",)  # q2 has no qrels in this split: not evaluated
+    assert es.report.counts() == {ProblemKind.UNKNOWN_DOCUMENT: 1}  # d9
+    assert evaluate(es, metrics="mrr") == {"mrr": 0.5}
+
+
+def test_beir_problems_and_errors(tmp_path: Path) -> None:
+    root = beir(tmp_path, "query-id\tcorpus-id\tscore\nq7\tdx\t1\n")
+    es = load_evalset(root)
+    assert es.report.counts() == {ProblemKind.UNKNOWN_DOCUMENT: 1, ProblemKind.UNKNOWN_QUERY: 1}
+    with pytest.raises(EvalSetError, match="no runs"):
+        es.arrays()
+    fails(root, r"no qrels for split 'dev'; found: test", split="dev")
+    bad = beir(tmp_path / "b", "q1\td1\t1\textra\n")
+    fails(bad, r"test\.tsv:1: a BEIR qrels line has 3 columns")
+    write(bad, "corpus.jsonl", '{"id": "d1"}\n')
+    fails(bad, r"corpus\.jsonl:1, field '_id': missing id")
+    write(bad, "corpus.jsonl", '{"_id": "d1"}\n')
+    write(bad, "qrels/dev.tsv", "q1\td1\t1\n")
+    (bad / "qrels" / "test.tsv").unlink()
+    (bad / "qrels" / "train.tsv").write_text("q1\td1\t1\n")
+    fails(bad, "pick a qrels split with split=...; found: dev, train")
+
+
+# --- UDCG authors' format ---------------------------------------------------------------
+
+
+def udcg_file(tmp_path: Path, examples: Any, name: str = "ex.json") -> Path:
+    return write(tmp_path, name, json.dumps(examples, indent=2))
+
+
+def passage(doc: str, rel: bool, **models: float) -> dict[str, Any]:
+    return {
+        "doc_id": doc,
+        "is_relevant": rel,
+        "models_info": {m.replace("_", "/"): {"no_res_prob": p} for m, p in models.items()},
+    }
+
+
+def test_udcg_detection_and_model_choice(tmp_path: Path) -> None:
+    passages = [passage("a", True, m_a=0.1, m_b=0.5), passage("b", False, m_a=0.2, m_b=0.0)]
+    path = udcg_file(tmp_path, [{"example_id": "e1", "question": "q?", "passages": passages}])
+    assert detect_format(path) == "udcg"
+    fails(path, r"several models; pick one with model=...: m/a, m/b")
+    fails(path, r"no passage has no_res_prob for model 'm/c'", model="m/c")
+    es = load_evalset(path, model="m/b")
+    assert es.arrays().utility[0].tolist() == pytest.approx([0.5, -1.0])
+    assert evaluate(es, metrics="udcg(gamma=1)")["udcg(gamma=1)"] == pytest.approx(
+        1 / (1 + math.exp(0.25))
+    )
+
+
+@pytest.mark.parametrize(
+    ("examples", "pattern"),
+    [
+        ({"example_id": "e"}, r"ex\.json:1: a UDCG file is a JSON list of examples"),
+        ([{"question": "q", "passages": []}], r"ex\.json:2, field '\[0\]\.example_id': missing"),
+        ([{"example_id": "e"}], r"field '\[0\]\.passages': missing list of passages"),
+        (
+            [{"example_id": "e", "passages": [{"doc_id": "a", "is_relevant": "yes"}]}],
+            r"field '\[0\]\.passages\[0\]\.is_relevant': must be true or false",
+        ),
+        (
+            [{"example_id": "e", "passages": [passage("a", True, m=1.5)]}],
+            r"'\[0\]\.passages\[0\]\.models_info\.m\.no_res_prob': must be a number in \[0, 1\]",
+        ),
+        (
+            [{"example_id": "e", "passages": [passage("a", True, m=0.1), passage("b", False)]}],
+            r"passage 'b' of example 'e' has no no_res_prob for model 'm'",
+        ),
+        (
+            [{"example_id": "e", "passages": []}, {"example_id": "e", "passages": []}],
+            r"field '\[1\]\.example_id': example id 'e' was already used on line 2",
+        ),
+    ],
+)
+def test_udcg_errors(tmp_path: Path, examples: Any, pattern: str) -> None:
+    fails(udcg_file(tmp_path, examples), pattern, format="udcg")
+
+
+def test_udcg_malformed_json_reports_the_line(tmp_path: Path) -> None:
+    good = json.dumps({"example_id": "e1", "passages": [passage("a", True)]}, indent=2)
+    path = write(tmp_path, "bad.json", "[\n" + good + ",\n" + '{"example_id": "e2", }' + "\n]")
+    err = fails(path, r"bad\.json:\d+: malformed JSON")
+    assert err.line == good.count("\n") + 3
+    fails(write(tmp_path, "open.json", "[\n" + good), r"the list is not closed")
+    fails(write(tmp_path, "comma.json", "[" + good + " " + good + "]"), r"expected ','")
+
+
+# --- detection and the EvalSet API ----------------------------------------------------
+
+
+def test_detect_format_errors(tmp_path: Path) -> None:
+    with pytest.raises(EvalSetError, match="is not an eval set format"):
+        detect_format(write(tmp_path, "run.json", '{"q": {"a": 1}}'))
+    with pytest.raises(EvalSetError, match=r"x\.txt:2: cannot detect the format"):
+        detect_format(write(tmp_path, "x.txt", "# c\nhello world\n"))
+    with pytest.raises(EvalSetError, match=r"neither qrels/ nor corpus\.jsonl"):
+        detect_format(tmp_path)
+    with pytest.raises(ValueError, match="format must be one of"):
+        load_evalset(write(tmp_path, "q", "q 0 a 1\n"), format="csv")
+    with pytest.raises(ValueError, match="model= applies to UDCG files only"):
+        load_evalset(write(tmp_path, "q", "q 0 a 1\n"), model="m")
+
+
+def test_from_dicts_and_cached_arrays() -> None:
+    es = EvalSet.from_dicts(
+        {"q1": {"a": 1}, "q2": {"b": 2}},
+        {"r": {"q1": {"a": 0.9, "x": 0.8}, "q2": {"c": 0.1}}},
+        distractors={"q1": ["x"]},
+    )
+    assert es.labels["q1"].grades == {"a": 1, "x": 0}
+    first = es.arrays()
+    assert es.arrays() is first
+    assert es.arrays(profile="medical") is not first
+    assert es.arrays(profile="medical").grades is first.grades  # profiles share conversion
+    assert first.utility[0, :2].tolist() == [1.0, -1.0]
+    with pytest.raises(ValueError, match="no run named 'zz'; runs: r"):
+        es.arrays("zz")
+    with pytest.raises(EvalSetError, match="both relevant and a known distractor"):
+        EvalSet.from_dicts({"q": {"a": 1}}, distractors={"q": ["a"]})
+    assert evaluate(es.qrels(), es.run_dict(), ["ndcg@2"]) == evaluate(es, metrics=["ndcg@2"])
+    assert repr(es) == "EvalSet(2 queries, runs=['r'], problems=0)"
+
+
+def test_plain_dicts_with_wrong_types_are_named() -> None:
+    with pytest.raises(TypeError, match=r"run\['q'\] must be a mapping .*, got list"):
+        evaluate({"q": {"a": 1}}, {"q": ["a"]}, "ndcg")  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match=r"qrels\['q'\] must be a mapping"):
+        evaluate({"q": ["a"]}, {"q": {"a": 1.0}}, "ndcg")  # type: ignore[dict-item]
+    with pytest.raises(EvalSetError, match="run 'r': the score of document 'a' in query 'q'"):
+        EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": "high"}}})  # type: ignore[dict-item]
+    es = EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": None, "b": 0.5}}})  # type: ignore[dict-item]
+    assert es.arrays().doc_ids(0) == ["b", "a"]
