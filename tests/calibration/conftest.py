@@ -13,13 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _find_udcg_dir() -> Path:
-    """The UDCG authors' sample files: shared/reference/udcg-authors next to the checkout
-    (a worktree) or above it."""
-    for base in (ROOT, *ROOT.parents):
-        candidate = base / "shared" / "reference" / "udcg-authors"
-        if candidate.is_dir():
-            return candidate
-    pytest.fail("shared/reference/udcg-authors not found next to the repository")
+    """The UDCG authors' sample files, copied with their license into tests/data."""
+    path = ROOT / "tests" / "data" / "udcg-authors"
+    if not path.is_dir():
+        pytest.fail(f"{path} is missing")
+    return path
 
 
 @pytest.fixture(scope="session")
