@@ -43,6 +43,7 @@ were off, warns (:class:`~ragguard.errors.RerankWarning`) and marks every decisi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import threading
@@ -479,10 +480,17 @@ class RerankStage:
         try:
             fresh = None
             if missing:
-                call = asyncio.to_thread(self._call, query, [texts[i] for i in missing])
-                fresh = await (
-                    call if self._timeout_s is None else asyncio.wait_for(call, self._timeout_s)
-                )
+                todo = [texts[i] for i in missing]
+                if self._timeout_s is None:
+                    fresh = await asyncio.to_thread(self._call, query, todo)
+                else:
+                    # the stage's own threads: a call that runs past the budget keeps
+                    # running there, not in the event loop's default executor
+                    context = contextvars.copy_context()
+                    call = asyncio.get_running_loop().run_in_executor(
+                        self._pool(), context.run, self._call, query, todo
+                    )
+                    fresh = await asyncio.wait_for(call, self._timeout_s)
             return self._merge(query, texts, cached, missing, fresh, started)
         except Exception as exc:
             return self._failed(exc, started)
@@ -514,9 +522,7 @@ class RerankStage:
     def _pool(self) -> ThreadPoolExecutor:
         with self._executor_lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=4, thread_name_prefix="ragguard-rerank"
-                )
+                self._executor = ThreadPoolExecutor(thread_name_prefix="ragguard-rerank")
             return self._executor
 
     def _merge(
