@@ -443,6 +443,31 @@ def test_invalid_retrieval_scores_follow_invalid_scores() -> None:
     assert_nothing_lost(sel, 4)
 
 
+def test_nothing_to_rerank_calls_nothing() -> None:
+    scorer = Recorder()
+    sel = rerank_guard(scorer).select(QUERY, [Candidate("a", "x"), Candidate("b", "y")])
+    assert scorer.calls == [] and sel.kept == []
+    assert {d.reason for d in sel.dropped} == {Reason.INVALID_SCORE}
+    assert sel.rerank is not None and sel.rerank.positions == () and not sel.rerank.failed
+    assert_nothing_lost(sel, 2)
+
+
+def test_a_kind_declared_by_a_property_is_read_when_scores_arrive() -> None:
+    class Declares(Recorder):
+        kind = "logit"
+
+        @property
+        def score_kind(self) -> str:  # type: ignore[override]
+            return self.kind
+
+    scorer = Declares()
+    guard = rerank_guard(scorer, rerank={"top_n": 6})
+    assert ids(guard.select(QUERY, passages()).kept) == ["pr", "slow"]
+    scorer.kind = "similarity"
+    with pytest.raises(ConfigError, match="declares score_kind='similarity'"):
+        guard.select(QUERY, passages())  # a configuration error, never failed open
+
+
 def test_nan_from_the_reranker_is_an_invalid_score() -> None:
     scorer = Recorder({"goals 500 lb deadlift bench run": math.nan}, default=2.0)
     sel = rerank_guard(scorer, rerank={"top_n": 3}).select(QUERY, passages())

@@ -89,9 +89,9 @@ class ContextGuard:
         self._warned: set[object] = set()
         self._lock = threading.Lock()
         self._stage: RerankStage | None = None
+        self._reranked_params: PolicyParams = self.config.rerank_policy_params()
         if self.config.rerank.enabled:
             self._stage = RerankStage(self.config.rerank, reranker)
-            self._reranked_params = self.config.rerank_policy_params()
         elif reranker is not None and self.config.source_of("rerank") == "default":
             raise ConfigError(
                 "a reranker was passed but the rerank stage is off; enable it with "
@@ -137,12 +137,18 @@ class ContextGuard:
                 (adapters pass what they learn from the vector store).
 
         Returns:
-            The kept candidates (best first) and a decision for every dropped one.
+            The kept candidates (best first) and a decision for every dropped one. With
+            the rerank stage on, the top ``rerank.top_n`` candidates by retrieval score
+            are ranked and cut by rerank probability (reranker logits are mapped
+            through a sigmoid first); ``Selection.rerank`` says what the stage did.
 
         Raises:
             CandidateError: an element is not a :class:`Candidate`.
             InvalidScoreError: a score is missing/NaN/inf and ``invalid_scores="raise"``.
             DuplicateIdError: ids repeat and ``duplicates="raise"``.
+            RerankError: the rerank call failed and ``rerank.on_failure="fail_closed"``.
+            RerankModelError: the cross-encoder model cannot be loaded (either policy).
+            MissingDependencyError: the built-in reranker needs ``ragguard[rerank]``.
         """
         cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
         if set(map(type, cands)) - {Candidate}:  # fast path: no subclass, nothing foreign
@@ -169,8 +175,9 @@ class ContextGuard:
         """Async form of :meth:`select`.
 
         The policy itself takes microseconds and runs on the event loop; the rerank
-        stage's model call runs in a worker thread (``asyncio.to_thread``), so other
-        tasks keep running while the reranker works.
+        stage's model call runs in a worker thread (``asyncio.to_thread``, or the
+        stage's own threads under ``rerank.timeout_ms``), so other tasks keep running
+        while the reranker works. Raises what :meth:`select` raises.
         """
         if self._stage is None:
             return self.select(query, candidates, score_kind=score_kind)

@@ -458,7 +458,13 @@ class RerankStage:
         """What the reranker's outputs are: ``rerank.score_kind``, else the reranker's."""
         if self.config.score_kind is not None:
             return self.config.score_kind
-        return _rerank_kind(getattr(self.reranker, "score_kind"))  # noqa: B009
+        declared = getattr(self.reranker, "score_kind")  # noqa: B009
+        try:
+            return _rerank_kind(declared)
+        except ValueError as exc:
+            raise ConfigError(
+                f"reranker {self.name!r} declares score_kind={declared!r}: {exc}"
+            ) from None
 
     # -- scoring ----------------------------------------------------------------------
 
