@@ -82,7 +82,8 @@ def reasons(sel: Selection) -> dict[str, Reason | None]:
 
 def assert_nothing_lost(sel: Selection, n: int) -> None:
     """Every input has exactly one decision; every dropped one has a reason and a
-    message; with the stage on, each candidate has a rerank score or a rerank reason."""
+    message; with the stage on, each candidate has a rerank output (possibly NaN) or a
+    rerank reason, never both."""
     assert sorted(d.index for d in sel.decisions) == list(range(n))
     assert [d.rank for d in sel.decisions] == list(range(n))
     assert len(sel.kept) + len(sel.dropped) == n
@@ -90,7 +91,9 @@ def assert_nothing_lost(sel: Selection, n: int) -> None:
     assert all(d.reason is not None and d.message for d in sel.dropped)
     if sel.rerank is not None:
         for d in sel.decisions:
-            assert (d.rerank_score is None) != (d.rerank_reason is None), d
+            assert (d.rerank_raw_score is None) != (d.rerank_reason is None), d
+            if d.rerank_score is not None:
+                assert d.rerank_raw_score is not None
 
 
 class Recorder:
@@ -475,7 +478,15 @@ def test_nan_from_the_reranker_is_an_invalid_score() -> None:
     (goal,) = [d for d in sel.dropped if d.candidate.id == "goal"]
     assert goal.reason is Reason.INVALID_SCORE and "rerank score is nan" in goal.message
     assert goal.rerank_score is None and goal.rerank_reason is None  # scored, but NaN
+    assert goal.rerank_raw_score is not None and math.isnan(goal.rerank_raw_score)
     assert sel.rerank is not None and math.isnan(sel.rerank.raw_scores[0])
+    assert_nothing_lost(sel, 6)
+
+    keep = rerank_guard(scorer, rerank={"top_n": 3}, invalid_scores="keep_last", max_k=5)
+    sel = keep.select(QUERY, passages())
+    assert ids(sel.kept) == ["pr", "squat", "goal"]  # the NaN one after the scored ones
+    assert "kept after the scored candidates: rerank score is nan" in sel.kept_decisions[-1].message
+    assert_nothing_lost(sel, 6)
 
 
 def test_duplicates_are_resolved_before_reranking() -> None:

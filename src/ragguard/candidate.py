@@ -233,7 +233,15 @@ class Selection:
                 valid = not math.isnan(prob)
                 p = prob if valid else None
                 if code == KEPT:
-                    reason, message = None, "kept"
+                    reason = None
+                    message = (
+                        "kept"
+                        if valid
+                        else (
+                            f"kept after the scored candidates: rerank score is {raw[j]!r} "
+                            "(invalid_scores='keep_last')"
+                        )
+                    )
                 else:
                     reason = REASON_OF_CODE[code]
                     if reason is Reason.INVALID_SCORE:
