@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Real
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from ragguard.scores import ScoreKind
 if TYPE_CHECKING:
     from ragguard.rerank import RerankOutcome
 
-__all__ = ["Candidate", "Decision", "Selection"]
+__all__ = ["Candidate", "Decision", "RerankDetail", "Selection"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,28 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
+class RerankDetail:
+    """The rerank stage's record of one candidate (``Decision.rerank``).
+
+    Attributes:
+        retrieval_score: its normalised retrieval score (``None`` when invalid or of
+            unknown kind). The raw one is ``candidate.score``.
+        score: its rerank probability (logits already mapped through a sigmoid);
+            ``None`` when the reranker did not score it or returned NaN/inf.
+        raw_score: what the reranker returned for it (a logit or a probability, see
+            ``Selection.rerank.score_kind``); ``None`` when not scored.
+        reason: why it has no rerank output: ``Reason.NOT_RERANKED`` (below
+            ``rerank.top_n``, or dropped before the stage) or ``Reason.RERANK_FAILED``
+            (the stage failed, ``fail_open``); ``None`` when the reranker scored it.
+    """
+
+    retrieval_score: float | None
+    score: float | None
+    raw_score: float | None
+    reason: Reason | None
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the guard decided about one candidate, and why.
 
@@ -87,17 +109,9 @@ class Decision:
             kind is unknown, or the rerank stage ran but did not score it.
         reason: why it was dropped (``None`` when kept).
         message: a one-line human explanation.
-        retrieval_score: its normalised retrieval score (``None`` when invalid or of
-            unknown kind), whether or not the rerank stage ran. The raw score is
-            ``candidate.score``.
-        rerank_score: its rerank probability (logits already mapped through a sigmoid);
-            ``None`` when the rerank stage is off or did not score it.
-        rerank_raw_score: what the reranker returned for it (a logit or a probability,
-            see ``Selection.rerank.score_kind``); ``None`` when not scored.
-        rerank_reason: why it has no rerank score although the rerank stage is on:
-            ``Reason.NOT_RERANKED`` (below ``rerank.top_n``, or dropped before the
-            stage) or ``Reason.RERANK_FAILED`` (the stage failed, ``fail_open``).
-            ``None`` when it was reranked or the stage is off.
+        rerank: the rerank stage's record of it (``None`` when the stage is off); read
+            it through :attr:`retrieval_score`, :attr:`rerank_score`,
+            :attr:`rerank_raw_score` and :attr:`rerank_reason`.
     """
 
     candidate: Candidate
@@ -107,10 +121,30 @@ class Decision:
     normalized_score: float | None
     reason: Reason | None
     message: str
-    retrieval_score: float | None = None
-    rerank_score: float | None = None
-    rerank_raw_score: float | None = None
-    rerank_reason: Reason | None = None
+    rerank: RerankDetail | None = None
+
+    @property
+    def retrieval_score(self) -> float | None:
+        """Its normalised retrieval score (``None`` when invalid or of unknown kind),
+        whether or not the rerank stage ran. The raw score is ``candidate.score``."""
+        return self.normalized_score if self.rerank is None else self.rerank.retrieval_score
+
+    @property
+    def rerank_score(self) -> float | None:
+        """Its rerank probability; ``None`` when the stage is off or did not score it."""
+        return None if self.rerank is None else self.rerank.score
+
+    @property
+    def rerank_raw_score(self) -> float | None:
+        """What the reranker returned for it (a logit or a probability); ``None`` when
+        the stage is off or did not score it."""
+        return None if self.rerank is None else self.rerank.raw_score
+
+    @property
+    def rerank_reason(self) -> Reason | None:
+        """Why it has no rerank output although the stage is on (``not_reranked`` or
+        ``rerank_failed``); ``None`` when it was reranked or the stage is off."""
+        return None if self.rerank is None else self.rerank.reason
 
 
 class Selection:
@@ -174,13 +208,13 @@ class Selection:
 
     def _duplicate_decisions(self, rank: int, note: Reason | None) -> list[Decision]:
         out = []
+        detail = None if note is None else RerankDetail(None, None, None, note)
         for i, first in sorted(self._dup_of.items()):
             kept_id = self.candidates[first].id
             out.append(
                 Decision(
                     self.candidates[i], False, rank, i, None, Reason.DUPLICATE_ID,
-                    f"duplicate of id {kept_id!r} at input position {first}",
-                    rerank_reason=note,
+                    f"duplicate of id {kept_id!r} at input position {first}", detail,
                 )
             )  # fmt: skip
             rank += 1
@@ -199,9 +233,10 @@ class Selection:
         cand = self.candidates[i]
         if norm is not None and math.isnan(norm):
             norm = None
+        detail = None if note is None else RerankDetail(norm, None, None, note)
         if code == KEPT:
             message = "kept" if note is None else "kept on retrieval score (rerank failed)"
-            return Decision(cand, True, rank, i, norm, None, message, norm, rerank_reason=note)
+            return Decision(cand, True, rank, i, norm, None, message, detail)
         reason = REASON_OF_CODE[code]
         if reason is Reason.INVALID_SCORE:
             shown = "missing (None)" if cand.score is None else repr(cand.score)
@@ -210,7 +245,7 @@ class Selection:
             message = f"ranked below the max_k={params.max_k} cap"
         else:
             message = describe(reason, norm, params, top)
-        return Decision(cand, False, rank, i, norm, reason, message, norm, rerank_reason=note)
+        return Decision(cand, False, rank, i, norm, reason, message, detail)
 
     def _reranked_decisions(self, outcome: RerankOutcome) -> tuple[Decision, ...]:
         """Decisions when the rerank stage ran: reranked candidates kept (by rerank
@@ -222,82 +257,64 @@ class Selection:
             if self.score_kind is not None
             else [None] * len(cands)
         )
+        # (input position, normalised score, reason, message, rerank detail)
+        Row = tuple[int, float | None, Reason | None, str, RerankDetail]
+        kept: list[Row] = []
+        dropped: list[Row] = []
         positions, raw, probs = outcome.positions, outcome.raw_scores, outcome.probabilities
-        kept: list[Decision] = []
-        dropped: list[Decision] = []
         result = outcome.result
         if result is not None:
             params, top = result.params, float(result.top[0])
             for j, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
                 i, prob = positions[j], probs[j]
-                valid = not math.isnan(prob)
-                p = prob if valid else None
+                p = None if math.isnan(prob) else prob
+                detail = RerankDetail(retrieval[i], p, raw[j], None)
                 if code == KEPT:
-                    reason = None
-                    message = (
-                        "kept"
-                        if valid
-                        else (
-                            f"kept after the scored candidates: rerank score is {raw[j]!r} "
-                            "(invalid_scores='keep_last')"
-                        )
-                    )
+                    message = "kept" if p is not None else (
+                        f"kept after the scored candidates: rerank score is {raw[j]!r} "
+                        "(invalid_scores='keep_last')"
+                    )  # fmt: skip
+                    kept.append((i, p, None, message, detail))
+                    continue
+                reason = REASON_OF_CODE[code]
+                if reason is Reason.INVALID_SCORE:
+                    message = f"rerank score is {raw[j]!r}; dropped by invalid_scores='drop'"
+                elif p is None:
+                    message = f"rerank score is {raw[j]!r}; ranked below the max_k cap"
                 else:
-                    reason = REASON_OF_CODE[code]
-                    if reason is Reason.INVALID_SCORE:
-                        message = f"rerank score is {raw[j]!r}; dropped by invalid_scores='drop'"
-                    elif not valid:
-                        message = f"rerank score is {raw[j]!r}; ranked below the max_k cap"
-                    else:
-                        message = describe(reason, p, params, top, "rerank probability")
-                group = kept if code == KEPT else dropped
-                group.append(
-                    Decision(
-                        cands[i], code == KEPT, 0, i, p, reason, message, retrieval[i], p, raw[j]
-                    )
-                )
+                    message = describe(reason, p, params, top, "rerank probability")
+                dropped.append((i, p, reason, message, detail))
         top_n, n_below = outcome.top_n, outcome.n_kept_below
         n_reranked = len(positions)
         for k, i in enumerate(outcome.not_reranked):
+            detail = RerankDetail(retrieval[i], None, None, Reason.NOT_RERANKED)
             where = f"retrieval rank {n_reranked + k + 1} is below rerank.top_n={top_n}"
             if k < n_below:
-                decision = Decision(
-                    cands[i], True, 0, i, None, None,
-                    f"kept below the reranked candidates, not reranked ({where})",
-                    retrieval[i], rerank_reason=Reason.NOT_RERANKED,
-                )  # fmt: skip
-                kept.append(decision)
-                continue
-            if outcome.keep_below:  # there was no room left under max_k
+                message = f"kept below the reranked candidates, not reranked ({where})"
+                kept.append((i, None, None, message, detail))
+            elif outcome.keep_below:  # there was no room left under max_k
                 cap = result.params.max_k if result is not None else "max_k"
-                reason = Reason.OVER_MAX_K
                 message = f"not reranked ({where}) and ranked below the max_k={cap} cap"
+                dropped.append((i, None, Reason.OVER_MAX_K, message, detail))
             else:
-                reason = Reason.NOT_RERANKED
                 message = (
                     f"not reranked: {where} (rerank.beyond_top_n='keep_below' would keep it "
                     "if room is left)"
                 )
-            dropped.append(
-                Decision(
-                    cands[i], False, 0, i, None, reason, message, retrieval[i],
-                    rerank_reason=Reason.NOT_RERANKED,
-                )
-            )  # fmt: skip
+                dropped.append((i, None, Reason.NOT_RERANKED, message, detail))
         seen = set(positions) | set(outcome.not_reranked) | set(self._dup_of)
+        before = RerankDetail(None, None, None, Reason.NOT_RERANKED)
         for i in range(len(cands)):
             if i not in seen:  # invalid retrieval score, dropped before the stage
                 shown = "missing (None)" if cands[i].score is None else repr(cands[i].score)
-                dropped.append(
-                    Decision(
-                        cands[i], False, 0, i, None, Reason.INVALID_SCORE,
-                        f"score is {shown}; dropped by invalid_scores='drop' before reranking",
-                        None, rerank_reason=Reason.NOT_RERANKED,
-                    )
-                )  # fmt: skip
-        ordered = [replace(d, rank=r) for r, d in enumerate(kept + dropped)]
-        ordered.extend(self._duplicate_decisions(len(ordered), Reason.NOT_RERANKED))
-        return tuple(ordered)
+                message = f"score is {shown}; dropped by invalid_scores='drop' before reranking"
+                dropped.append((i, None, Reason.INVALID_SCORE, message, before))
+        out = [
+            Decision(cands[i], n < len(kept), n, i, norm, reason, message, detail)
+            for n, (i, norm, reason, message, detail) in enumerate(kept + dropped)
+        ]
+        out.extend(self._duplicate_decisions(len(out), Reason.NOT_RERANKED))
+        return tuple(out)
 
     @property
     def dropped(self) -> list[Decision]:
