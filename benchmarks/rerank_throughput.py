@@ -224,7 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--passage-words", type=int, default=100, help="mean passage length")
     parser.add_argument("--model", help="a local CrossEncoder model instead of the built one")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--fp16", action="store_true", help="run the model in float16")
+    parser.add_argument(
+        "--fp16", action="store_true", help="run the model in float16 (for GPUs; slow on CPU)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="5 rounds: a smoke run")
     args = parser.parse_args(argv)
