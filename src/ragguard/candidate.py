@@ -154,8 +154,8 @@ class Selection:
     :class:`Decision` for every other input candidate, with a machine-readable reason and
     a message: ``len(kept) + len(dropped) == len(input)`` always.
 
-    ``rerank`` says what the rerank stage did (``None`` when it is off); each decision
-    then carries the candidate's retrieval score and rerank score.
+    ``rerank`` says what the rerank stage did (``None`` when it is off or the input is
+    empty); each decision then carries the candidate's retrieval score and rerank score.
     """
 
     def __init__(

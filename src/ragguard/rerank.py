@@ -341,7 +341,7 @@ class ScoreCache:
 @dataclass(frozen=True)
 class RerankOutcome:
     """What the rerank stage did in one :meth:`ContextGuard.select` call
-    (``Selection.rerank``; ``None`` there when the stage is off).
+    (``Selection.rerank``; ``None`` there when the stage is off or the input is empty).
 
     Attributes:
         reranker: the model name or the reranker callable's name.
