@@ -9,7 +9,14 @@ purpose; calibration lives in ``ragguard.calibration``.
 """
 
 from ragguard.candidate import Candidate, Decision, Selection
-from ragguard.config import DuplicatePolicy, GuardConfig, InvalidScorePolicy
+from ragguard.config import (
+    BeyondTopN,
+    DuplicatePolicy,
+    GuardConfig,
+    InvalidScorePolicy,
+    RerankConfig,
+    RerankFailure,
+)
 from ragguard.errors import (
     CandidateError,
     ConfigError,
@@ -19,21 +26,27 @@ from ragguard.errors import (
     MissingDependencyError,
     RagguardError,
     RagguardWarning,
+    RerankError,
+    RerankModelError,
+    RerankWarning,
     ScoreWarning,
 )
 from ragguard.guard import ContextGuard
 from ragguard.policy import CutRule, Reason
 from ragguard.profiles import BUILTIN_PROFILES, Profile
+from ragguard.rerank import CrossEncoderReranker, Reranker, RerankOutcome
 from ragguard.scores import ScoreKind
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BUILTIN_PROFILES",
+    "BeyondTopN",
     "Candidate",
     "CandidateError",
     "ConfigError",
     "ContextGuard",
+    "CrossEncoderReranker",
     "CutRule",
     "Decision",
     "DuplicateIdError",
@@ -47,6 +60,13 @@ __all__ = [
     "RagguardError",
     "RagguardWarning",
     "Reason",
+    "RerankConfig",
+    "RerankError",
+    "RerankFailure",
+    "RerankModelError",
+    "RerankOutcome",
+    "RerankWarning",
+    "Reranker",
     "ScoreKind",
     "ScoreWarning",
     "Selection",

@@ -5,6 +5,9 @@ Each value comes from the highest layer that sets it::
     keyword arguments  >  environment (RAGGUARD_*, nested with __)  >  TOML file
         >  the profile's runtime defaults (max_k, min_k, relative_threshold)  >  defaults
 
+The optional cross-encoder rerank stage has its own table, :class:`RerankConfig`
+(``GuardConfig.rerank``; TOML ``[rerank]``; environment ``RAGGUARD_RERANK__ENABLED=1``).
+
 ``GuardConfig.save()`` writes a TOML file that ``GuardConfig.from_file()`` reads back
 unchanged; ``ragguard calibrate`` writes the same format. Invalid values, unknown keys,
 missing or malformed files raise :class:`~ragguard.errors.ConfigError` with a message
@@ -18,13 +21,22 @@ import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import tomli_w
-from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -33,7 +45,15 @@ from ragguard.policy import CutRule, PolicyParams
 from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
 
-__all__ = ["DuplicatePolicy", "GuardConfig", "InvalidScorePolicy", "load_toml"]
+__all__ = [
+    "BeyondTopN",
+    "DuplicatePolicy",
+    "GuardConfig",
+    "InvalidScorePolicy",
+    "RerankConfig",
+    "RerankFailure",
+    "load_toml",
+]
 
 ENV_PREFIX = "RAGGUARD_"
 PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
@@ -61,6 +81,102 @@ class DuplicatePolicy(StrEnum):
     """Treat every occurrence as its own candidate."""
     RAISE = "raise"
     """Raise :class:`~ragguard.errors.DuplicateIdError`."""
+
+
+class RerankFailure(StrEnum):
+    """What the guard does when the rerank stage fails (the reranker raises, runs past
+    ``timeout_ms`` or returns the wrong number of scores)."""
+
+    FAIL_OPEN = "fail_open"
+    """Select on retrieval scores as if rerank were off; warn (:class:`RerankWarning`) and
+    mark every decision with ``rerank_reason="rerank_failed"``."""
+    FAIL_CLOSED = "fail_closed"
+    """Raise :class:`~ragguard.errors.RerankError` (the cause attached)."""
+
+
+class BeyondTopN(StrEnum):
+    """What happens to candidates ranked by retrieval below ``rerank.top_n``."""
+
+    DROP = "drop"
+    """Drop them with reason ``not_reranked`` (the default)."""
+    KEEP_BELOW = "keep_below"
+    """Keep them after the reranked candidates that pass, in retrieval order, while room
+    is left under ``max_k``; they are not checked against any score rule."""
+
+
+DEFAULT_RERANK_MODEL = "cross-encoder/ms-marco-MiniLM-L6-v2"
+RERANK_SCORE_KINDS = (ScoreKind.LOGIT, ScoreKind.PROBABILITY)
+
+
+class RerankConfig(BaseModel):
+    """The optional cross-encoder rerank stage (``GuardConfig.rerank``, TOML ``[rerank]``).
+
+    The reranker's outputs are mapped to probabilities *before* any rule runs: logits
+    through a sigmoid, probabilities clipped to [0, 1] (:func:`ragguard.scores.normalize`).
+    ``score_kind`` says which they are; left unset, the reranker declares it (the
+    built-in :class:`~ragguard.rerank.CrossEncoderReranker` reads the model's
+    activation: ``Sigmoid`` means probabilities, ``Identity`` means logits).
+
+    Example:
+        >>> RerankConfig(enabled=True, top_n=10, min_score=0.2).top_n
+        10
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(default=False, description="Run the rerank stage.")
+    model: str = Field(
+        default=DEFAULT_RERANK_MODEL,
+        min_length=1,
+        description="sentence-transformers CrossEncoder: a Hugging Face name or a local path.",
+    )
+    device: str | None = Field(
+        default=None, description="torch device (cpu, cuda, cuda:1, mps); None picks one."
+    )
+    batch_size: int = Field(default=32, ge=1, description="Pairs per forward pass.")
+    max_length: int | None = Field(
+        default=None, ge=8, description="Truncate (query, passage) pairs to this many tokens."
+    )
+    top_n: int = Field(
+        default=20, ge=1, description="Rerank this many candidates, the best by retrieval score."
+    )
+    beyond_top_n: BeyondTopN = Field(
+        default=BeyondTopN.DROP,
+        description="Candidates below top_n: drop (reason not_reranked) or keep_below.",
+    )
+    score_kind: ScoreKind | None = Field(
+        default=None,
+        description="What the reranker returns: logit or probability; None asks the reranker.",
+    )
+    relative_threshold: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Keep reranked passages with probability >= this x the top one; None "
+        "uses the guard's relative_threshold.",
+    )  # fmt: skip
+    min_score: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Absolute floor on the rerank probability; None disables it.",
+    )  # fmt: skip
+    timeout_ms: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="Time budget of one rerank call; None waits as long as it takes.",
+    )  # fmt: skip
+    on_failure: RerankFailure = Field(
+        default=RerankFailure.FAIL_OPEN, description="fail_open or fail_closed."
+    )
+    cache_size: int = Field(
+        default=0, ge=0, description="Cache this many (query, passage) scores; 0 turns it off."
+    )
+
+    @field_validator("score_kind")
+    @classmethod
+    def _rerank_kind(cls, value: ScoreKind | None) -> ScoreKind | None:
+        if value is not None and value not in RERANK_SCORE_KINDS:
+            raise ValueError(
+                "a reranker returns 'logit' (most cross-encoders) or 'probability'; "
+                f"got {value.value!r}"
+            )
+        return value
 
 
 _loaded_file: ContextVar[tuple[Path, dict[str, Any]] | None] = ContextVar(
@@ -158,6 +274,10 @@ class GuardConfig(BaseSettings):
     profiles: dict[str, ProfileSpec] = Field(
         default_factory=dict, description="Custom profiles, by name."
     )
+    rerank: RerankConfig = Field(
+        default_factory=RerankConfig,
+        description="The optional cross-encoder rerank stage (TOML [rerank]).",
+    )
     provenance: dict[str, Any] = Field(
         default_factory=dict,
         description="Where this config came from (written by ragguard calibrate); not used "
@@ -234,6 +354,8 @@ class GuardConfig(BaseSettings):
         for key in ("profiles", "provenance"):
             if not data[key]:
                 del data[key]
+        if self.rerank == RerankConfig():
+            del data["rerank"]  # the stage is off and untouched: no [rerank] table
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         header = f"# ragguard guard config, written {stamp}. Load: ContextGuard.from_file(path)\n"
         p = Path(path)
@@ -270,6 +392,18 @@ class GuardConfig(BaseSettings):
             score_rules=score_rules,
         )
 
+    def rerank_policy_params(self) -> PolicyParams:
+        """The selection policy's parameters for the rerank stage: the guard's own, with
+        ``rerank.relative_threshold`` (when set) and ``rerank.min_score`` in place of the
+        guard's relative threshold and floor, applied to rerank probabilities."""
+        rerank = self.rerank
+        threshold = rerank.relative_threshold
+        return replace(
+            self.policy_params(),
+            relative_threshold=self.relative_threshold if threshold is None else threshold,
+            min_score=rerank.min_score,
+        )
+
 
 @contextmanager
 def _reading(path: Path, data: dict[str, Any]) -> Iterator[None]:
@@ -302,7 +436,11 @@ def _explain(
         if not loc:
             lines.append(msg)
         elif err["type"] == "extra_forbidden":
-            model = ProfileSpec if loc[0] == "profiles" and len(loc) == 3 else GuardConfig
+            model: type[BaseModel] = GuardConfig
+            if loc[0] == "profiles" and len(loc) == 3:
+                model = ProfileSpec
+            elif loc[0] == "rerank" and len(loc) == 2:
+                model = RerankConfig
             allowed = ", ".join(model.model_fields)
             lines.append(f"unknown key {key!r} ({origin(loc[0])}); allowed keys: {allowed}")
         else:

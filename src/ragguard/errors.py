@@ -11,10 +11,13 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── InvalidScoreError        (ValueError)  missing/NaN/inf score with invalid_scores="raise"
     ├── DuplicateIdError         (ValueError)  repeated candidate id with duplicates="raise"
     ├── EvalSetError             (ValueError)  malformed evaluation data (file, line, field)
-    └── MissingDependencyError   (ImportError) an optional extra is not installed
+    ├── MissingDependencyError   (ImportError) an optional extra is not installed
+    └── RerankError              (RuntimeError) the rerank stage failed, on_failure="fail_closed"
+        └── RerankModelError                    the cross-encoder model cannot be loaded
 
     RagguardWarning (UserWarning)
-    └── ScoreWarning             scores contradict their declared kind, or no kind is known
+    ├── ScoreWarning             scores contradict their declared kind, or no kind is known
+    └── RerankWarning            the rerank stage failed and the guard fell back (fail_open)
 
 Warnings are issued with :func:`warnings.warn` (once per guard and problem), never
 printed; library code logs through ``logging.getLogger(__name__)``.
@@ -31,6 +34,9 @@ __all__ = [
     "MissingDependencyError",
     "RagguardError",
     "RagguardWarning",
+    "RerankError",
+    "RerankModelError",
+    "RerankWarning",
     "ScoreWarning",
 ]
 
@@ -95,6 +101,20 @@ class MissingDependencyError(RagguardError, ImportError):
     """A feature needs an optional dependency (an extra) that is not installed."""
 
 
+class RerankError(RagguardError, RuntimeError):
+    """The rerank stage failed (the reranker raised, ran past ``rerank.timeout_ms`` or
+    returned the wrong number of scores) and ``rerank.on_failure="fail_closed"``.
+
+    The original exception, if any, is the ``__cause__``.
+    """
+
+
+class RerankModelError(RerankError):
+    """The cross-encoder model cannot be loaded (unknown name, bad path, not a relevance
+    model, outputs of unknown kind). Raised whatever ``rerank.on_failure`` says: a model
+    that never loads is a configuration error, not a transient failure."""
+
+
 class RagguardWarning(UserWarning):
     """Base class of ragguard's warnings."""
 
@@ -104,3 +124,8 @@ class ScoreWarning(RagguardWarning):
 
     The message names the config field to change and what the guard did instead.
     """
+
+
+class RerankWarning(RagguardWarning):
+    """The rerank stage failed and ``rerank.on_failure="fail_open"``: the selection was
+    made on retrieval scores instead. The message names the cause."""

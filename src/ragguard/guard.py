@@ -4,6 +4,11 @@ Steps of :meth:`ContextGuard.select`: validate the candidates -> normalise their
 (:mod:`ragguard.scores`) -> resolve duplicate ids -> apply the selection policy
 (:mod:`ragguard.policy`, the same vectorised code the calibration sweep runs) ->
 a :class:`~ragguard.candidate.Selection` with every dropped candidate's reason.
+
+With ``rerank.enabled`` the policy runs on rerank probabilities instead: the top
+``rerank.top_n`` candidates by retrieval score are rescored by the reranker, its outputs
+are mapped to probabilities (logits through a sigmoid) and the same policy cuts them
+(:mod:`ragguard.rerank`).
 """
 
 from __future__ import annotations
@@ -19,12 +24,21 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ragguard.candidate import Candidate, Selection
-from ragguard.config import DuplicatePolicy, GuardConfig, InvalidScorePolicy
-from ragguard.errors import CandidateError, DuplicateIdError, InvalidScoreError, ScoreWarning
-from ragguard.policy import PolicyParams, apply_policy
+from ragguard.config import BeyondTopN, DuplicatePolicy, GuardConfig, InvalidScorePolicy
+from ragguard.errors import (
+    CandidateError,
+    ConfigError,
+    DuplicateIdError,
+    InvalidScoreError,
+    RerankWarning,
+    ScoreWarning,
+)
+from ragguard.policy import PolicyParams, apply_policy, rank
 from ragguard.profiles import Profile
+from ragguard.rerank import Reranker, RerankOutcome, RerankStage, Scored, rerank_issue_message
 from ragguard.scores import Normalized, ScoreIssue, ScoreKind, issue_message, normalize
 
 __all__ = ["ContextGuard"]
@@ -39,7 +53,15 @@ class ContextGuard:
         config: the guard's configuration; omit it to build one from ``settings``
             (which then follow the usual layers: arguments > environment > defaults).
         on_selection: optional callable invoked with every :class:`Selection`.
+        reranker: the scorer of the rerank stage (any :class:`~ragguard.rerank.Reranker`
+            callable); default: a :class:`~ragguard.rerank.CrossEncoderReranker` built
+            from ``config.rerank``. Used only when ``config.rerank.enabled``.
         **settings: :class:`GuardConfig` fields, when no ``config`` is given.
+
+    Raises:
+        ConfigError: a ``reranker`` was passed but no layer of the config enables the
+            rerank stage, or the rerank stage cannot tell whether the reranker returns
+            logits or probabilities.
 
     Example:
         >>> guard = ContextGuard(GuardConfig(max_k=2, relative_threshold=0.7,
@@ -54,6 +76,7 @@ class ContextGuard:
         config: GuardConfig | None = None,
         *,
         on_selection: Callable[[Selection], None] | None = None,
+        reranker: Reranker | None = None,
         **settings: Any,
     ) -> None:
         if config is not None and settings:
@@ -65,8 +88,19 @@ class ContextGuard:
         self.on_selection = on_selection
         self._scored: PolicyParams = self.config.policy_params()
         self._unscored: PolicyParams = self.config.policy_params(score_rules=False)
-        self._warned: set[ScoreIssue] = set()
+        self._warned: set[object] = set()
         self._lock = threading.Lock()
+        self._stage: RerankStage | None = None
+        self._reranked_params: PolicyParams = self.config.rerank_policy_params()
+        if self.config.rerank.enabled:
+            self._stage = RerankStage(self.config.rerank, reranker)
+        elif reranker is not None and self.config.source_of("rerank") == "default":
+            raise ConfigError(
+                "a reranker was passed but the rerank stage is off; enable it with "
+                "rerank={'enabled': True}, RAGGUARD_RERANK__ENABLED=1 or enabled = true under "
+                "[rerank] in the TOML file (set it to false explicitly to switch a passed "
+                "reranker off)"
+            )
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> ContextGuard:
@@ -82,6 +116,12 @@ class ContextGuard:
     def profile(self) -> Profile:
         """The resolved tolerance profile."""
         return self.config.resolved_profile
+
+    @property
+    def reranker(self) -> Reranker | None:
+        """The rerank stage's scorer (``None`` when the stage is off). For the built-in
+        cross-encoder, ``guard.reranker.load()`` loads the model ahead of the first call."""
+        return None if self._stage is None else self._stage.reranker
 
     def select(
         self,
@@ -99,40 +139,106 @@ class ContextGuard:
             candidates: the retrieved candidates, in the retriever's order.
             score_kind: what the scores are, when it differs from ``config.score_kind``
                 (adapters pass what they learn from the vector store).
-            scored: ``False`` when the source returned no scores at all: score rules are
-                skipped, candidates keep their order, only ``max_k`` / ``min_k`` apply
-                and one :class:`~ragguard.errors.ScoreWarning` says so.
+            scored: ``False`` when the source returned no scores at all: retrieval score
+                rules are skipped, candidates keep their order, only ``max_k`` / ``min_k``
+                apply (and the rerank stage, when on, supplies scores); one
+                :class:`~ragguard.errors.ScoreWarning` says so.
             max_k: a tighter or looser cap for this call only (``min_k`` is lowered to
                 it if needed), e.g. a LangChain ``invoke(query, k=3)``.
 
         Returns:
-            The kept candidates (best first) and a decision for every dropped one.
+            The kept candidates (best first) and a decision for every dropped one. With
+            the rerank stage on, the top ``rerank.top_n`` candidates by retrieval score
+            are ranked and cut by rerank probability (reranker logits are mapped
+            through a sigmoid first); ``Selection.rerank`` says what the stage did.
 
         Raises:
             CandidateError: an element is not a :class:`Candidate`.
             InvalidScoreError: a score is missing/NaN/inf and ``invalid_scores="raise"``.
             DuplicateIdError: ids repeat and ``duplicates="raise"``.
+            RerankError: the rerank call failed and ``rerank.on_failure="fail_closed"``.
+            RerankModelError: the cross-encoder model cannot be loaded (either policy).
+            MissingDependencyError: the built-in reranker needs ``ragguard[rerank]``.
         """
         cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
         if set(map(type, cands)) - {Candidate}:  # fast path: no subclass, nothing foreign
-            for c in cands:
-                if not isinstance(c, Candidate):
-                    raise CandidateError(
-                        "ContextGuard.select expects Candidate objects, got "
-                        f"{type(c).__name__}; wrap framework objects with ragguard.adapters "
-                        "or build Candidate(id, text, score)"
-                    )
-        if not scored:
-            kind = None
-        elif score_kind is not None:
-            kind = ScoreKind(score_kind)
-        else:
-            kind = self.config.score_kind
+            self._check(cands)
+        kind = self._kind(score_kind, scored)
+        if max_k is not None and max_k < 1:
+            raise ValueError(f"max_k must be >= 1, got {max_k}")
         if not cands:
             return self._finish(
                 Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
             )
+        norm, duplicate_of, present = self._normalise(cands, kind)
+        if self._stage is not None:
+            texts, plan = self._rerank_plan(cands, norm, present)
+            output = self._stage.score(query, texts)
+            return self._reranked(
+                query, cands, kind, norm, duplicate_of, present, plan, output, 3, (scored, max_k)
+            )
+        return self._on_retrieval(
+            query, cands, kind, norm, duplicate_of, present, 3, call=(scored, max_k)
+        )
 
+    async def aselect(
+        self,
+        query: str,
+        candidates: Iterable[Candidate],
+        *,
+        score_kind: ScoreKind | str | None = None,
+        scored: bool = True,
+        max_k: int | None = None,
+    ) -> Selection:
+        """Async form of :meth:`select`.
+
+        The policy itself takes microseconds and runs on the event loop; the rerank
+        stage's model call runs in a worker thread (``asyncio.to_thread``, or the
+        stage's own threads under ``rerank.timeout_ms``), so other tasks keep running
+        while the reranker works. Raises what :meth:`select` raises.
+        """
+        if self._stage is None:
+            return self.select(query, candidates, score_kind=score_kind, scored=scored, max_k=max_k)
+        cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
+        self._check(cands)
+        kind = self._kind(score_kind, scored)
+        if max_k is not None and max_k < 1:
+            raise ValueError(f"max_k must be >= 1, got {max_k}")
+        if not cands:
+            return self._finish(
+                Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
+            )
+        norm, duplicate_of, present = self._normalise(cands, kind)
+        texts, plan = self._rerank_plan(cands, norm, present)
+        output = await self._stage.ascore(query, texts)
+        return self._reranked(
+            query, cands, kind, norm, duplicate_of, present, plan, output, 3, (scored, max_k)
+        )
+
+    def _kind(self, score_kind: ScoreKind | str | None, scored: bool) -> ScoreKind | None:
+        if not scored:
+            return None
+        return ScoreKind(score_kind) if score_kind is not None else self.config.score_kind
+
+    @staticmethod
+    def _capped(params: PolicyParams, max_k: int | None) -> PolicyParams:
+        if max_k is None:
+            return params
+        return replace(params, max_k=max_k, min_k=min(params.min_k, max_k))
+
+    @staticmethod
+    def _check(cands: tuple[Candidate, ...]) -> None:
+        for c in cands:
+            if not isinstance(c, Candidate):
+                raise CandidateError(
+                    "ContextGuard.select expects Candidate objects, got "
+                    f"{type(c).__name__}; wrap framework objects with ragguard.adapters "
+                    "or build Candidate(id, text, score)"
+                )
+
+    def _normalise(
+        self, cands: tuple[Candidate, ...], kind: ScoreKind | None
+    ) -> tuple[Normalized, dict[int, int], NDArray[np.bool_] | None]:
         raw = np.array([c.score for c in cands], dtype=np.float64)
         norm = normalize(raw, kind, rrf_k=self.config.rrf_k)
         if kind is not None and self.config.invalid_scores is InvalidScorePolicy.RAISE:
@@ -148,11 +254,24 @@ class ContextGuard:
         if duplicate_of:
             present = np.ones((1, len(cands)), dtype=np.bool_)
             present[0, list(duplicate_of)] = False
-        params = self._scored if kind is not None else self._unscored
-        if max_k is not None:
-            if max_k < 1:
-                raise ValueError(f"max_k must be >= 1, got {max_k}")
-            params = replace(params, max_k=max_k, min_k=min(params.min_k, max_k))
+        return norm, duplicate_of, present
+
+    def _on_retrieval(
+        self,
+        query: str,
+        cands: tuple[Candidate, ...],
+        kind: ScoreKind | None,
+        norm: Normalized,
+        duplicate_of: dict[int, int],
+        present: NDArray[np.bool_] | None,
+        stacklevel: int,
+        rerank: RerankOutcome | None = None,
+        call: tuple[bool, int | None] = (True, None),
+    ) -> Selection:
+        """The selection on retrieval scores (rerank off, or failed open). ``call`` holds
+        the call's ``scored`` and ``max_k``."""
+        scored, max_k = call
+        params = self._capped(self._scored if kind is not None else self._unscored, max_k)
         result = apply_policy(norm.values, norm.valid, params, present)
 
         issues = list(norm.issues)
@@ -162,8 +281,17 @@ class ContextGuard:
                 issues.append(ScoreIssue.UNKNOWN_KIND if scored else ScoreIssue.NO_SCORES)
         if result.threshold_skipped[0]:
             issues.append(ScoreIssue.NONPOSITIVE_TOP)
-        for issue in issues:
-            self._warn_once(issue)
+        messages = []
+        for issue in issues:  # usually none
+            messages.append(issue_message(issue))
+            self._warn_once(issue, messages[-1], ScoreWarning, stacklevel + 1)
+        if rerank is not None and rerank.error is not None:
+            message = (
+                f"rerank stage failed, selected on retrieval scores (rerank.on_failure="
+                f"'fail_open'): {rerank.error}"
+            )
+            messages.append(message)
+            warnings.warn(message, RerankWarning, stacklevel=stacklevel)
 
         selection = Selection(
             query,
@@ -172,21 +300,106 @@ class ContextGuard:
             normalized=norm.values[0],
             score_kind=kind,
             duplicate_of=duplicate_of,
-            warnings=tuple(issue_message(i) for i in issues),
+            warnings=tuple(messages),
+            rerank=rerank,
         )
         return self._finish(selection)
 
-    async def aselect(
+    def _rerank_plan(
+        self, cands: tuple[Candidate, ...], norm: Normalized, present: NDArray[np.bool_] | None
+    ) -> tuple[list[str], tuple[list[int], list[int]]]:
+        """Texts to rerank, and the input positions reranked and below ``top_n``, both in
+        retrieval order. Candidates with an invalid retrieval score take part only with
+        ``invalid_scores="keep_last"`` (after every valid one); removed duplicates never."""
+        ranked = rank(norm.values, norm.valid, present)
+        end = ranked.n_present[0] if self._scored.keep_invalid else ranked.n_valid[0]
+        eligible: list[int] = ranked.order[0, : int(end)].tolist()
+        top_n = self.config.rerank.top_n
+        top, below = eligible[:top_n], eligible[top_n:]
+        return [cands[i].text for i in top], (top, below)
+
+    def _reranked(
         self,
         query: str,
-        candidates: Iterable[Candidate],
-        *,
-        score_kind: ScoreKind | str | None = None,
-        scored: bool = True,
-        max_k: int | None = None,
+        cands: tuple[Candidate, ...],
+        kind: ScoreKind | None,
+        norm: Normalized,
+        duplicate_of: dict[int, int],
+        present: NDArray[np.bool_] | None,
+        plan: tuple[list[int], list[int]],
+        scored: Scored,
+        stacklevel: int,
+        call: tuple[bool, int | None] = (True, None),
     ) -> Selection:
-        """Async form of :meth:`select` (the policy itself takes microseconds)."""
-        return self.select(query, candidates, score_kind=score_kind, scored=scored, max_k=max_k)
+        """The selection on rerank probabilities (or on retrieval scores, failed open).
+        ``call`` holds the call's ``scored`` and ``max_k``."""
+        rparams = self._capped(self._reranked_params, call[1])
+        stage = self._stage
+        assert stage is not None
+        rconf = stage.config
+        top, below = plan
+        keep_below = rconf.beyond_top_n is BeyondTopN.KEEP_BELOW
+        if scored.raw is None:  # failed open
+            outcome = RerankOutcome(
+                stage.name, None, tuple(top), (), (), tuple(below), 0, rconf.top_n,
+                keep_below, scored.error, scored.elapsed_ms, 0,
+            )  # fmt: skip
+            return self._on_retrieval(
+                query, cands, kind, norm, duplicate_of, present, stacklevel + 1, outcome, call
+            )
+
+        # retrieval scores only chose what to rerank: no retrieval rule ran on them
+        issues: list[tuple[object, str, type[Warning]]] = [
+            (i, issue_message(i), ScoreWarning)
+            for i in norm.issues
+            if i is not ScoreIssue.UNKNOWN_KIND
+        ]
+        result = None
+        probs: list[float] = []
+        n_kept = 0
+        if top:
+            assert scored.kind is not None
+            rnorm = normalize(scored.raw, scored.kind)
+            result = apply_policy(rnorm.values, rnorm.valid, rparams)
+            probs = rnorm.values[0].tolist()
+            n_kept = int(result.n_kept[0])
+            rerank_issues = list(rnorm.issues)
+            if result.threshold_skipped[0]:
+                rerank_issues.append(ScoreIssue.NONPOSITIVE_TOP)
+            issues += [
+                (("rerank", i), rerank_issue_message(i), ScoreWarning) for i in rerank_issues
+            ]
+        n_below = 0
+        if keep_below:
+            n_below = max(0, min(len(below), rparams.max_k - n_kept))
+        for key, message, category in issues:
+            self._warn_once(key, message, category, stacklevel + 1)
+        outcome = RerankOutcome(
+            stage.name,
+            scored.kind,
+            tuple(top),
+            tuple(scored.raw.tolist()),
+            tuple(probs),
+            tuple(below),
+            n_below,
+            rconf.top_n,
+            keep_below,
+            None,
+            scored.elapsed_ms,
+            scored.cache_hits,
+            result,
+        )
+        selection = Selection(
+            query,
+            cands,
+            result=None,
+            normalized=norm.values[0],
+            score_kind=kind,
+            duplicate_of=duplicate_of,
+            warnings=tuple(message for _, message, _ in issues),
+            rerank=outcome,
+        )
+        return self._finish(selection)
 
     def wrap(self, retriever: Any, **options: Any) -> Any:
         """Guard ``retriever`` in one line; the result has the retriever's own framework
@@ -256,12 +469,15 @@ class ContextGuard:
                 winner[cid] = i
         return {i: winner[cid] for i, cid in enumerate(ids) if winner[cid] != i}
 
-    def _warn_once(self, issue: ScoreIssue) -> None:
+    def _warn_once(
+        self, key: object, message: str, category: type[Warning], stacklevel: int
+    ) -> None:
+        """Warn once per guard and ``key``; ``stacklevel`` points at the caller of select()."""
         with self._lock:
-            if issue in self._warned:
+            if key in self._warned:
                 return
-            self._warned.add(issue)
-        warnings.warn(issue_message(issue), ScoreWarning, stacklevel=3)  # the caller of select()
+            self._warned.add(key)
+        warnings.warn(message, category, stacklevel=stacklevel)
 
     def _finish(self, selection: Selection) -> Selection:
         if logger.isEnabledFor(logging.DEBUG):
@@ -277,7 +493,9 @@ class ContextGuard:
 
     def __repr__(self) -> str:
         c = self.config
+        rerank = "" if self._stage is None else f", rerank={self._stage.name!r}"
         return (
             f"ContextGuard(profile={c.profile!r}, score_kind={c.score_kind}, max_k={c.max_k}, "
-            f"min_k={c.min_k}, relative_threshold={c.relative_threshold}, cut={c.cut.value})"
+            f"min_k={c.min_k}, relative_threshold={c.relative_threshold}, cut={c.cut.value}"
+            f"{rerank})"
         )

@@ -69,7 +69,11 @@ class CutRule(StrEnum):
 
 
 class Reason(StrEnum):
-    """Machine-readable reason a candidate was dropped."""
+    """Machine-readable reason a candidate was dropped.
+
+    ``not_reranked`` and ``rerank_failed`` also serve as ``Decision.rerank_reason``: why a
+    candidate has no rerank score although the rerank stage is on.
+    """
 
     INVALID_SCORE = "invalid_score"
     DUPLICATE_ID = "duplicate_id"
@@ -78,6 +82,10 @@ class Reason(StrEnum):
     SCORE_GAP = "score_gap"
     AUTOCUT = "autocut"
     OVER_MAX_K = "over_max_k"
+    NOT_RERANKED = "not_reranked"
+    """Ranked by retrieval below ``rerank.top_n``, so the reranker never scored it."""
+    RERANK_FAILED = "rerank_failed"
+    """The rerank stage failed and the guard fell back to retrieval scores (fail_open)."""
 
 
 # Integer codes used in the reason matrix. 0 = kept, -1 = padding (no candidate).
@@ -350,16 +358,23 @@ def apply_policy(
     return cut_ranked(rank(scores, valid, present), params)
 
 
-def describe(reason: Reason, normalized: float | None, params: PolicyParams, top: float) -> str:
-    """A one-line human explanation of why a candidate was dropped."""
+def describe(
+    reason: Reason,
+    normalized: float | None,
+    params: PolicyParams,
+    top: float,
+    score_name: str = "normalised score",
+) -> str:
+    """A one-line human explanation of why a candidate was dropped (``score_name`` names
+    the scores the rules ran on, e.g. ``"rerank probability"``)."""
     if reason is Reason.BELOW_RELATIVE_THRESHOLD:
         bar = params.relative_threshold * top
         return (
-            f"normalised score {normalized:.4g} < relative_threshold "
+            f"{score_name} {normalized:.4g} < relative_threshold "
             f"{params.relative_threshold:g} x top score {top:.4g} = {bar:.4g}"
         )
     if reason is Reason.BELOW_MIN_SCORE:
-        return f"normalised score {normalized:.4g} < min_score {params.min_score:g}"
+        return f"{score_name} {normalized:.4g} < min_score {params.min_score:g}"
     if reason is Reason.SCORE_GAP:
         return "ranked after the largest score gap (cut='gap')"
     if reason is Reason.AUTOCUT:

@@ -355,3 +355,26 @@ def test_wrap_rejects_other_objects() -> None:
         TypeError, match=r"supports LangChain retrievers .* and LlamaIndex retrievers"
     ):
         sim_guard().wrap(object())
+
+
+def test_rerank_stage_supplies_scores_for_a_scoreless_retriever() -> None:
+    """No retrieval scores, rerank on: the reranker's probabilities decide, no warning."""
+
+    def keyword_reranker(query: str, texts: Sequence[str]) -> list[float]:
+        words = set(query.lower().split())
+        return [len(words & set(t.lower().split())) / len(words) for t in texts]
+
+    keyword_reranker.score_kind = "probability"  # type: ignore[attr-defined]
+    docs = [Document(id=i, page_content=t) for i, t, _ in NOTES]  # no scores anywhere
+    config = GuardConfig(max_k=2, relative_threshold=0.5, rerank={"enabled": True, "top_n": 6})
+    guard = ContextGuard(config, reranker=keyword_reranker)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = guard.wrap(ListRetriever(docs=docs)).invoke(QUERY)
+    expected = sorted(
+        range(len(docs)), key=lambda i: -keyword_reranker(QUERY, [docs[i].page_content])[0]
+    )[:2]
+    assert ids(out) == [docs[i].id for i in expected] and ids(out)[0] == "pr-0302"
+    meta = out[0].metadata["ragguard"]
+    assert meta["rerank_score"] == pytest.approx(keyword_reranker(QUERY, [NOTES[0][1]])[0])
+    assert meta["score"] is None

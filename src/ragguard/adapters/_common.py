@@ -25,6 +25,8 @@ def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any
         "score": decision.candidate.score,
         "normalized_score": decision.normalized_score,
         "score_kind": None if selection.score_kind is None else selection.score_kind.value,
+        "retrieval_score": decision.retrieval_score,
+        "rerank_score": decision.rerank_score,
         "reason": None if decision.reason is None else decision.reason.value,
         "message": decision.message,
     }

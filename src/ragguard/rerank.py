@@ -1,0 +1,573 @@
+"""The optional cross-encoder rerank stage.
+
+A bi-encoder or BM25 score cannot tell a passage *about* the deadlift from one that
+*answers* the deadlift question; a cross-encoder reads query and passage together and
+can. When ``GuardConfig.rerank.enabled`` is set, :meth:`ContextGuard.select
+<ragguard.ContextGuard.select>` runs::
+
+    validate -> normalise retrieval scores -> duplicates -> rank by retrieval score
+      -> rerank the top ``rerank.top_n`` -> map rerank outputs to probabilities
+      -> the selection policy on those probabilities -> Selection
+
+**Logits or probabilities.** Most relevance cross-encoders (``cross-encoder/ms-marco-*``)
+return *logits*, roughly -10..10; others (``BAAI/bge-reranker-*`` loaded with
+sentence-transformers' default ``Sigmoid``, hosted rerank APIs) return *probabilities*.
+A relative threshold on logits is meaningless (the top logit may be negative) and an
+absolute cut of 0.5 means opposite things on the two scales, which is the bug users of
+other tools hit most. So the stage always knows which it gets, from
+``rerank.score_kind`` or, when that is unset, from the reranker itself
+(:attr:`CrossEncoderReranker.score_kind` reads the model's configured activation:
+``Sigmoid`` means probabilities, ``Identity`` means logits), and maps the outputs to
+probabilities with :func:`ragguard.scores.normalize` (``sigmoid`` for logits, a clip to
+[0, 1] for probabilities) *before* any rule runs. The policy then runs on those
+probabilities with ``rerank.relative_threshold`` and ``rerank.min_score``; the final
+ranking of the reranked candidates is by rerank probability.
+
+**Any scorer plugs in.** A :class:`Reranker` is any callable
+``(query, texts) -> scores``, one score per text, higher meaning more relevant: a hosted
+rerank API, your own model. It declares what its scores are with a ``score_kind``
+attribute (``"logit"`` or ``"probability"``) or ``rerank.score_kind`` says it.
+:class:`CrossEncoderReranker` is the built-in one (sentence-transformers, imported
+lazily; ``pip install "ragguard[rerank]"``).
+
+**Failures.** One rerank call may take at most ``rerank.timeout_ms``. When the reranker
+raises, runs past the budget or returns the wrong number of scores,
+``rerank.on_failure`` decides: ``fail_open`` selects on retrieval scores as if the stage
+were off, warns (:class:`~ragguard.errors.RerankWarning`) and marks every decision with
+``rerank_reason = Reason.RERANK_FAILED``; ``fail_closed`` raises
+:class:`~ragguard.errors.RerankError`. A model that cannot be loaded raises
+:class:`~ragguard.errors.RerankModelError` (and a missing extra
+:class:`~ragguard.errors.MissingDependencyError`) under either policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard._optional import require
+from ragguard.config import (
+    DEFAULT_RERANK_MODEL,
+    RERANK_SCORE_KINDS,
+    RerankConfig,
+    RerankFailure,
+)
+from ragguard.errors import ConfigError, MissingDependencyError, RerankError, RerankModelError
+from ragguard.policy import PolicyResult
+from ragguard.scores import ScoreIssue, ScoreKind, issue_message
+
+if TYPE_CHECKING:
+    from sentence_transformers import CrossEncoder
+
+__all__ = [
+    "CrossEncoderReranker",
+    "RerankOutcome",
+    "Reranker",
+    "ScoreCache",
+    "rerank_issue_message",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Anything that scores passages against a query.
+
+    Called with the query and the passages' texts; returns one score per text, in the
+    same order, higher meaning more relevant (a list, a tuple or a 1-D numpy array).
+    Declare what the scores are with a ``score_kind`` attribute (``"logit"`` or
+    ``"probability"``), or set ``rerank.score_kind`` in the guard's config.
+
+    Example:
+        >>> def keyword_reranker(query: str, texts: Sequence[str]) -> list[float]:
+        ...     words = set(query.lower().split())
+        ...     return [len(words & set(t.lower().split())) / len(words) for t in texts]
+        >>> keyword_reranker.score_kind = "probability"  # type: ignore[attr-defined]
+        >>> isinstance(keyword_reranker, Reranker)
+        True
+    """
+
+    def __call__(self, query: str, texts: Sequence[str], /) -> Sequence[float] | NDArray[Any]:
+        """Score each of ``texts`` against ``query``."""
+        ...
+
+
+def declares_kind(reranker: object) -> bool:
+    """Whether a reranker has a ``score_kind`` attribute, checked without evaluating
+    properties (reading :attr:`CrossEncoderReranker.score_kind` loads the model).
+
+    Raises:
+        ConfigError: it declares a plain value that is neither logit nor probability.
+    """
+    attr = inspect.getattr_static(reranker, "score_kind", None)
+    if attr is None:
+        return False
+    if not isinstance(attr, property):
+        try:
+            _rerank_kind(attr)
+        except ValueError as exc:
+            raise ConfigError(
+                f"reranker {reranker_name(reranker)!r} declares score_kind={attr!r}: {exc}"
+            ) from None
+    return True
+
+
+def reranker_name(reranker: object) -> str:
+    """A short human name of a reranker, for messages and ``RerankOutcome.reranker``."""
+    name = getattr(reranker, "model_name", None)
+    if isinstance(name, str):
+        return name
+    return getattr(reranker, "__qualname__", None) or type(reranker).__qualname__
+
+
+class CrossEncoderReranker:
+    """The built-in reranker: a sentence-transformers ``CrossEncoder``.
+
+    The model is loaded on first use (or by :meth:`load`), once, under a lock, and then
+    shared by every call and thread. Calls into the model are serialised: Hugging Face
+    fast tokenizers are not safe to share between threads, and torch already spreads
+    one batch over the CPU cores or the GPU. Pairs are scored in batches of
+    ``batch_size``.
+
+    Args:
+        model: a Hugging Face model name or a local path.
+        device: torch device (``"cpu"``, ``"cuda"``, ...); ``None`` lets
+            sentence-transformers pick.
+        batch_size: pairs per forward pass.
+        max_length: truncate pairs to this many tokens; ``None`` uses the model's limit.
+        score_kind: what ``predict`` returns, when you know better than the model's
+            config; ``None`` reads it from the model's activation (see
+            :attr:`score_kind`).
+        **model_kwargs: passed to ``CrossEncoder(...)`` (e.g. ``local_files_only=True``,
+            ``model_kwargs={"torch_dtype": "float16"}``).
+
+    Raises (on first use):
+        MissingDependencyError: sentence-transformers is not installed.
+        RerankModelError: the model cannot be loaded, has more than one output, or its
+            activation says neither logits nor probabilities and ``score_kind`` is unset.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_RERANK_MODEL,
+        *,
+        device: str | None = None,
+        batch_size: int = 32,
+        max_length: int | None = None,
+        score_kind: ScoreKind | str | None = None,
+        **model_kwargs: Any,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model_name = model
+        self.device = device
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self._explicit_kind = None if score_kind is None else _rerank_kind(score_kind)
+        self._model_kwargs = model_kwargs
+        self._model: CrossEncoder | None = None
+        self._kind: ScoreKind | None = self._explicit_kind
+        self._load_lock = threading.Lock()
+        self._predict_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: RerankConfig) -> CrossEncoderReranker:
+        """The reranker that ``config`` describes (model, device, batch size, max length,
+        score kind)."""
+        return cls(
+            config.model,
+            device=config.device,
+            batch_size=config.batch_size,
+            max_length=config.max_length,
+            score_kind=config.score_kind,
+        )
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded."""
+        return self._model is not None
+
+    def load(self) -> CrossEncoder:
+        """Load the model (once; later calls return it). Thread-safe."""
+        model = self._model
+        if model is not None:
+            return model
+        with self._load_lock:
+            if self._model is None:
+                self._model, self._kind = self._load()
+            return self._model
+
+    def _load(self) -> tuple[CrossEncoder, ScoreKind]:
+        st = require("sentence_transformers", "rerank")
+        started = time.perf_counter()
+        try:
+            model = st.CrossEncoder(
+                self.model_name,
+                device=self.device,
+                max_length=self.max_length,
+                **self._model_kwargs,
+            )
+        except Exception as exc:
+            raise RerankModelError(
+                f"cannot load cross-encoder model {self.model_name!r}: "
+                f"{type(exc).__name__}: {exc}".rstrip()
+            ) from exc
+        labels = int(model.num_labels)
+        if labels != 1:
+            raise RerankModelError(
+                f"cross-encoder model {self.model_name!r} has {labels} outputs per pair; a "
+                "relevance reranker has one (num_labels=1). NLI or classification models "
+                "cannot rerank."
+            )
+        kind = self._explicit_kind or _kind_of_activation(model.activation_fn)
+        if kind is None:
+            raise RerankModelError(
+                f"cross-encoder model {self.model_name!r} applies activation "
+                f"{type(model.activation_fn).__name__}, so ragguard cannot tell whether its "
+                "scores are logits or probabilities; set rerank.score_kind to 'logit' or "
+                "'probability'"
+            )
+        logger.info(
+            "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
+            self.model_name, model.device, time.perf_counter() - started, kind.value,
+        )  # fmt: skip
+        return model, kind
+
+    @property
+    def score_kind(self) -> ScoreKind:
+        """What the scores are: the ``score_kind`` given, else read from the model's
+        activation (``Sigmoid``: probabilities; ``Identity``: logits). Loads the model."""
+        if self._kind is None:
+            self.load()
+        assert self._kind is not None  # set by load()
+        return self._kind
+
+    def __call__(self, query: str, texts: Sequence[str], /) -> NDArray[np.float64]:
+        """Score ``(query, text)`` pairs in batches of ``batch_size``."""
+        model = self.load()
+        if not texts:
+            return np.empty(0, dtype=np.float64)
+        pairs = [(query, text) for text in texts]
+        with self._predict_lock:
+            scores = model.predict(
+                pairs,
+                batch_size=self.batch_size,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            )
+        return np.asarray(scores, dtype=np.float64).reshape(-1)
+
+    def __repr__(self) -> str:
+        return (
+            f"CrossEncoderReranker({self.model_name!r}, device={self.device!r}, "
+            f"batch_size={self.batch_size}, loaded={self.loaded})"
+        )
+
+
+def _rerank_kind(kind: ScoreKind | str) -> ScoreKind:
+    value = ScoreKind(kind)
+    if value not in RERANK_SCORE_KINDS:
+        raise ValueError(f"a reranker returns 'logit' or 'probability', not {value.value!r}")
+    return value
+
+
+def _kind_of_activation(activation: object) -> ScoreKind | None:
+    name = type(activation).__name__
+    if name == "Sigmoid":
+        return ScoreKind.PROBABILITY
+    if name == "Identity":
+        return ScoreKind.LOGIT
+    return None
+
+
+class ScoreCache:
+    """A bounded, thread-safe LRU cache of reranker outputs keyed by (query, passage).
+
+    Holds at most ``max_size`` entries; the least recently used goes first.
+    """
+
+    def __init__(self, max_size: int) -> None:
+        if max_size < 1:
+            raise ValueError(f"max_size must be >= 1, got {max_size}")
+        self.max_size = max_size
+        self._data: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_many(self, query: str, texts: Sequence[str]) -> list[float | None]:
+        """The cached score of each text, ``None`` where there is none."""
+        out: list[float | None] = []
+        with self._lock:
+            data = self._data
+            for text in texts:
+                key = (query, text)
+                score = data.get(key)
+                if score is not None:
+                    data.move_to_end(key)
+                out.append(score)
+        return out
+
+    def put_many(self, query: str, texts: Sequence[str], scores: Sequence[float]) -> None:
+        """Store scores, evicting the least recently used entries beyond ``max_size``."""
+        with self._lock:
+            data = self._data
+            for text, score in zip(texts, scores, strict=True):
+                data[(query, text)] = score
+                data.move_to_end((query, text))
+            while len(data) > self.max_size:
+                data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self._lock:
+            self._data.clear()
+
+
+@dataclass(frozen=True)
+class RerankOutcome:
+    """What the rerank stage did in one :meth:`ContextGuard.select` call
+    (``Selection.rerank``; ``None`` there when the stage is off or the input is empty).
+
+    Attributes:
+        reranker: the model name or the reranker callable's name.
+        score_kind: what the reranker returned (logit or probability); ``None`` when it
+            was not called (nothing to rerank) or failed.
+        positions: input positions of the reranked candidates, best retrieval score first.
+        raw_scores: the reranker's outputs, along ``positions``.
+        probabilities: the outputs mapped to probabilities (NaN where the output was not a
+            finite number), along ``positions``. The policy ran on these.
+        not_reranked: input positions of the candidates ranked by retrieval below
+            ``top_n`` (retrieval order).
+        n_kept_below: how many of those were kept (``beyond_top_n="keep_below"``).
+        top_n: ``rerank.top_n`` for this call.
+        keep_below: whether ``rerank.beyond_top_n`` was ``"keep_below"``.
+        error: why the stage failed (``fail_open``); ``None`` when it did not.
+        elapsed_ms: wall time of the rerank call, cache look-ups included.
+        cache_hits: scores taken from the cache instead of the reranker.
+        result: the policy's decision on ``probabilities`` (``None`` when the stage
+            failed or nothing was reranked).
+    """
+
+    reranker: str
+    score_kind: ScoreKind | None
+    positions: tuple[int, ...]
+    raw_scores: tuple[float, ...]
+    probabilities: tuple[float, ...]
+    not_reranked: tuple[int, ...]
+    n_kept_below: int
+    top_n: int
+    keep_below: bool = False
+    error: str | None = None
+    elapsed_ms: float = 0.0
+    cache_hits: int = 0
+    result: PolicyResult | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the stage failed and the selection was made on retrieval scores."""
+        return self.error is not None
+
+    def kept_positions(self) -> list[int]:
+        """Input positions of the kept candidates, best first: reranked ones by rerank
+        probability, then those kept below (``keep_below``)."""
+        kept: list[int] = []
+        if self.result is not None:
+            positions = self.positions
+            kept = [positions[j] for j in self.result.kept_positions(0)]
+        return kept + list(self.not_reranked[: self.n_kept_below])
+
+
+_RERANK_MESSAGES: dict[ScoreIssue, str] = {
+    ScoreIssue.LOGIT_IN_UNIT_INTERVAL: (
+        "rerank scores were declared logits (rerank.score_kind, or the reranker's "
+        "score_kind) but every one lies in [0, 1], which looks like probabilities: a sigmoid "
+        "squeezes them into [0.5, 0.73] and the rerank cut keeps nearly everything. If the "
+        "reranker returns probabilities, set rerank.score_kind='probability'."
+    ),
+    ScoreIssue.PROBABILITY_OUT_OF_RANGE: (
+        "rerank scores were declared probabilities (rerank.score_kind, or the reranker's "
+        "score_kind) but some lie outside [0, 1]; they were clipped into it. Cross-encoder "
+        "logits look like this: if the reranker returns logits, set rerank.score_kind='logit'."
+    ),
+}
+
+
+def rerank_issue_message(issue: ScoreIssue) -> str:
+    """The user-facing explanation of a contradiction found in rerank scores."""
+    return _RERANK_MESSAGES.get(issue) or "rerank scores: " + issue_message(issue)
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """Raw scores from one rerank call, or why there are none (fail_open)."""
+
+    raw: NDArray[np.float64] | None
+    kind: ScoreKind | None
+    error: str | None
+    elapsed_ms: float
+    cache_hits: int
+
+
+class RerankStage:
+    """Calls a reranker for the guard: cache, time budget, failure policy.
+
+    One stage per guard; thread-safe. Not part of the public API: use
+    ``ContextGuard(config, reranker=...)``.
+    """
+
+    def __init__(self, config: RerankConfig, reranker: Reranker | None = None) -> None:
+        self.config = config
+        self.reranker: Reranker = (
+            reranker if reranker is not None else CrossEncoderReranker.from_config(config)
+        )
+        if not callable(self.reranker):
+            raise ConfigError(
+                f"reranker must be callable as reranker(query, texts), got "
+                f"{type(self.reranker).__name__}"
+            )
+        self.name = reranker_name(self.reranker)
+        declared = declares_kind(self.reranker)
+        if config.score_kind is None and not declared:
+            raise ConfigError(
+                f"rerank.score_kind is not set and reranker {self.name!r} declares no "
+                "score_kind: set rerank.score_kind to 'logit' (cross-encoder logits, about "
+                "-10..10) or 'probability' (scores in [0, 1]), or give the reranker a "
+                "score_kind attribute"
+            )
+        self.cache = ScoreCache(config.cache_size) if config.cache_size else None
+        self._timeout_s = None if config.timeout_ms is None else config.timeout_ms / 1000.0
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+
+    def kind(self) -> ScoreKind:
+        """What the reranker's outputs are: ``rerank.score_kind``, else the reranker's."""
+        if self.config.score_kind is not None:
+            return self.config.score_kind
+        declared = getattr(self.reranker, "score_kind")  # noqa: B009
+        try:
+            return _rerank_kind(declared)
+        except ValueError as exc:
+            raise ConfigError(
+                f"reranker {self.name!r} declares score_kind={declared!r}: {exc}"
+            ) from None
+
+    # -- scoring ----------------------------------------------------------------------
+
+    def score(self, query: str, texts: Sequence[str]) -> Scored:
+        """Score ``texts`` within the time budget (blocking)."""
+        started = time.perf_counter()
+        cached, missing = self._lookup(query, texts)
+        try:
+            fresh = self._call_sync(query, [texts[i] for i in missing]) if missing else None
+            return self._merge(query, texts, cached, missing, fresh, started)
+        except Exception as exc:
+            return self._failed(exc, started)
+
+    async def ascore(self, query: str, texts: Sequence[str]) -> Scored:
+        """Score ``texts`` within the time budget, in a worker thread: the event loop is
+        never blocked by the model."""
+        started = time.perf_counter()
+        cached, missing = self._lookup(query, texts)
+        try:
+            fresh = None
+            if missing:
+                todo = [texts[i] for i in missing]
+                if self._timeout_s is None:
+                    fresh = await asyncio.to_thread(self._call, query, todo)
+                else:
+                    # the stage's own threads: a call that runs past the budget keeps
+                    # running there, not in the event loop's default executor
+                    context = contextvars.copy_context()
+                    call = asyncio.get_running_loop().run_in_executor(
+                        self._pool(), context.run, self._call, query, todo
+                    )
+                    fresh = await asyncio.wait_for(call, self._timeout_s)
+            return self._merge(query, texts, cached, missing, fresh, started)
+        except Exception as exc:
+            return self._failed(exc, started)
+
+    def _lookup(self, query: str, texts: Sequence[str]) -> tuple[list[float | None], list[int]]:
+        if self.cache is None:
+            return [None] * len(texts), list(range(len(texts)))
+        cached = self.cache.get_many(query, texts)
+        return cached, [i for i, score in enumerate(cached) if score is None]
+
+    def _call(self, query: str, texts: list[str]) -> NDArray[np.float64]:
+        scores = np.asarray(self.reranker(query, texts), dtype=np.float64)
+        if scores.shape != (len(texts),):
+            raise ValueError(
+                f"reranker {self.name!r} returned scores of shape {scores.shape} for "
+                f"{len(texts)} passages; it must return one score per passage"
+            )
+        return scores
+
+    def _call_sync(self, query: str, texts: list[str]) -> NDArray[np.float64]:
+        if self._timeout_s is None:
+            return self._call(query, texts)
+        future = self._pool().submit(self._call, query, texts)
+        try:
+            return future.result(timeout=self._timeout_s)
+        finally:
+            future.cancel()  # no-op once running; frees the slot if it never started
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(thread_name_prefix="ragguard-rerank")
+            return self._executor
+
+    def _merge(
+        self,
+        query: str,
+        texts: Sequence[str],
+        cached: list[float | None],
+        missing: list[int],
+        fresh: NDArray[np.float64] | None,
+        started: float,
+    ) -> Scored:
+        kind = self.kind() if texts else None
+        if fresh is None:  # everything came from the cache (or there was nothing to score)
+            raw = np.array(cached, dtype=np.float64)
+        elif len(missing) == len(texts):
+            raw = fresh
+        else:
+            raw = np.array(cached, dtype=np.float64)
+            raw[missing] = fresh
+        if self.cache is not None and fresh is not None and len(fresh):
+            self.cache.put_many(query, [texts[i] for i in missing], fresh.tolist())
+        elapsed = (time.perf_counter() - started) * 1000.0
+        return Scored(raw, kind, None, elapsed, len(texts) - len(missing))
+
+    def _failed(self, exc: Exception, started: float) -> Scored:
+        if isinstance(exc, RerankModelError | MissingDependencyError | ConfigError):
+            raise exc  # a model that cannot load is a configuration error: never swallowed
+        if isinstance(exc, TimeoutError):
+            cause = f"ran past rerank.timeout_ms={self.config.timeout_ms:g}"
+        else:
+            cause = f"raised {type(exc).__name__}: {exc}"
+        message = f"reranker {self.name!r} {cause}"
+        if self.config.on_failure is RerankFailure.FAIL_CLOSED:
+            raise RerankError(
+                f"rerank stage failed: {message} (rerank.on_failure='fail_closed')"
+            ) from exc
+        logger.debug("rerank failed, falling back to retrieval scores: %s", message, exc_info=exc)
+        elapsed = (time.perf_counter() - started) * 1000.0
+        return Scored(None, None, message, elapsed, 0)
+
+    def __repr__(self) -> str:
+        return f"RerankStage({self.name!r}, top_n={self.config.top_n})"
