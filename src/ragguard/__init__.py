@@ -19,6 +19,7 @@ from ragguard.errors import (
     MissingDependencyError,
     RagguardError,
     RagguardWarning,
+    RetrieverError,
     ScoreWarning,
 )
 from ragguard.guard import ContextGuard
@@ -47,6 +48,7 @@ __all__ = [
     "RagguardError",
     "RagguardWarning",
     "Reason",
+    "RetrieverError",
     "ScoreKind",
     "ScoreWarning",
     "Selection",
