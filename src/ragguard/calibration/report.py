@@ -790,5 +790,5 @@ def write_report(
     page = out / "report.html"
     page.write_text(rep.html(), encoding="utf-8")
     if not rep.plots and plots:
-        logger.warning("report written without plots: matplotlib is not installed")
+        logger.info("report written without plots: matplotlib is not installed")
     return WrittenReport(out, md, page, tuple(written), rep.plots)

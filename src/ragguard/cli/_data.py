@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -89,7 +90,7 @@ def load_evalset_for_cli(
     if evalset.report:
         err.print(
             f"[yellow]note:[/] {len(evalset.report.problems)} problems while loading "
-            f"(counted, not fatal):\n{evalset.report.summary()}",
+            f"(counted, not fatal):\n{escape(evalset.report.summary())}",
             highlight=False,
         )
     if retriever is not None:

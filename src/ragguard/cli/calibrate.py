@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import (
@@ -127,19 +128,21 @@ def calibrate(
         _print_result(result, str(evalset))
         out.print()
         out.print(
-            f'[bold]Config[/]  {written}  (load it: ContextGuard.from_file("{written}"))',
+            f"[bold]Config[/]  {escape(str(written))}  "
+            f'(load it: ContextGuard.from_file("{escape(str(written))}"))',
             highlight=False,
         )
         if report_paths is not None:
             out.print(
-                f"[bold]Report[/]  {report_paths.html}  (also {report_paths.markdown.name}"
+                f"[bold]Report[/]  {escape(str(report_paths.html))}  "
+                f"(also {report_paths.markdown.name}"
                 + (", plots/)" if report_paths.plots else ")"),
                 highlight=False,
             )
             if not report_paths.plots_drawn:
                 err.print(
                     "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
-                    'pip install "ragguard[report]"',
+                    + escape('pip install "ragguard[report]"'),
                     highlight=False,
                 )
 
@@ -152,8 +155,8 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     cons = " and ".join(str(c) for c in result.constraints)
     goal = "minimise" if lower_is_better(obj) else "maximise"
     out.print(
-        f"[bold]ragguard calibrate[/] {shown}: {len(result.qids)} queries, runs "
-        f"{', '.join(r.name for r in result.runs)}, profile {result.profile.name}",
+        f"[bold]ragguard calibrate[/] {escape(shown)}: {len(result.qids)} queries, runs "
+        f"{escape(', '.join(r.name for r in result.runs))}, profile {result.profile.name}",
         highlight=False,
     )
     out.print(
@@ -190,8 +193,11 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     settings = f"max_k={p.max_k}, min_k={p.min_k}, relative_threshold={p.relative_threshold:g}"
     if p.cut.value != "none":
         settings += f", cut={p.cut.value}"
-    out.print(f"[bold]Chosen:[/] run {r.name} with {settings} (score_kind {kind})", highlight=False)
-    out.print(f"[bold]Why:[/] {result.why()}.", highlight=False)
+    out.print(
+        f"[bold]Chosen:[/] run {escape(r.name)} with {settings} (score_kind {kind})",
+        highlight=False,
+    )
+    out.print(f"[bold]Why:[/] {escape(result.why())}.", highlight=False)
     if not r.feasible:
         out.print(
             f"[bold yellow]warning:[/] no setting meets {cons}; the closest one was chosen",

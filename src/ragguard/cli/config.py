@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import compact_table
@@ -116,7 +117,7 @@ def profiles_show(
         if as_json:
             out.print_json(json.dumps(p.model_dump(mode="json")))
             return
-        out.print(f"[bold]{p.name}[/]: {p.description}", highlight=False)
+        out.print(f"[bold]{escape(p.name)}[/]: {escape(p.description)}", highlight=False)
         table = compact_table()
         table.add_column("field")
         table.add_column("value", justify="right")
@@ -166,7 +167,7 @@ def config_show(
             )
             return
         where = f"file {file}" if file else "no file (defaults and environment)"
-        out.print(f"[bold]ragguard config[/] from {where}", highlight=False)
+        out.print(f"[bold]ragguard config[/] from {escape(where)}", highlight=False)
         table = compact_table()
         table.add_column("field")
         table.add_column("value")
@@ -198,4 +199,4 @@ def _print_provenance(prov: dict[str, Any]) -> None:
         )
         lines.append(f"  metrics (calibration queries): {shown}")
     out.print("[bold]provenance[/] (written by ragguard calibrate)", highlight=False)
-    out.print("\n".join(lines), highlight=False)
+    out.print(escape("\n".join(lines)), highlight=False)
