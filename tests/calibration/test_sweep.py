@@ -145,11 +145,14 @@ def test_sweep_means_equal_evaluate_under_the_policy_cut() -> None:
     es = messy_evalset(7)
     arrays = es.arrays("messy")
     metrics = [*METRICS, "udcg@3", "ndcg@5", "f2", "udcg(gamma=0.5)"]
-    result = sweep(arrays, SweepGrid.up_to(6), metrics)
+    extra = [PolicyParams(max_k=k, relative_threshold=0.5, keep_invalid=True) for k in (2, 5)]
+    points = (*SweepGrid.up_to(6).points(), *extra)
+    result = sweep(arrays, points, metrics)
     ranked = arrays.ranked()
-    for i in range(0, len(result.points), 9):
-        cut = cut_ranked(ranked, result.points[i]).n_kept
-        assert (result.kept[i] == cut).all()
+    for i, p in enumerate(points):  # settings sharing a policy call keep what their own would
+        assert (result.kept[i] == cut_ranked(ranked, p).n_kept).all(), describe_point(p)
+    for i in [*range(0, len(points), 9), len(points) - 1]:
+        cut = cut_ranked(ranked, points[i]).n_kept
         expected = evaluate(arrays, metrics=metrics, cut=cut)
         got = result.point_means(i)
         for m in metrics:

@@ -16,7 +16,9 @@ candidates. The sweep therefore
    utility this table is the prefix sum of the utilities;
 3. for each setting, runs the runtime policy itself (:func:`ragguard.policy.cut_ranked`)
    to get the per-query cut :math:`m_q`, and reads each metric's value at
-   :math:`(q, m_q)` from its table: :math:`O(Q)` per setting and metric.
+   :math:`(q, m_q)` from its table: :math:`O(Q)` per setting and metric. Settings that
+   differ only in ``max_k`` share one policy call (the cap is the policy's last step, so
+   a smaller cap is a minimum; see :meth:`SweepKernel.cuts`).
 
 Step 3 uses the very function :class:`~ragguard.ContextGuard` runs, so a setting does
 at runtime exactly what the sweep measured (a test holds the two equal, query by query).
@@ -281,15 +283,17 @@ class SweepKernel:
         q, n = arrays.shape
         self.width = min(max_cut, n)
         cols = self.width + 1
-        tables = np.empty((len(self.metrics), q, cols))
+        # query-major (Q, K + 1, M): one setting reads M contiguous values per query
+        tables = np.empty((q, cols, len(self.metrics)))
         for j, p in enumerate(parsed):
             for c in range(cols):
                 cut = np.full(q, c, dtype=np.intp)
                 if p is None:
-                    tables[j, :, c] = np.minimum(c, arrays.n_present)
+                    tables[:, c, j] = np.minimum(c, arrays.n_present)
                 else:
-                    tables[j, :, c] = compute(arrays, p, cut=cut)
-        self._flat = tables.reshape(len(self.metrics), q * cols)
+                    tables[:, c, j] = compute(arrays, p, cut=cut)
+        self._tables = tables
+        self._flat = tables.reshape(q * cols, len(self.metrics))
         self._row_base = np.arange(q, dtype=np.intp) * cols
 
     @property
@@ -302,6 +306,31 @@ class SweepKernel:
         n: I = cut_ranked(self.ranked, params).n_kept
         return n
 
+    def cuts(self, points: Sequence[PolicyParams]) -> NDArray[np.int32]:
+        """(P, Q) number kept under each setting.
+
+        Settings that differ only in ``max_k`` share one call of the policy: the cap is
+        the policy's last step (``n_kept = min(max(m, min(n_valid, min_k)), max_k)``), so
+        with the group's largest cap K, ``n_kept(max_k=k) = min(n_kept(max_k=K), k)`` for
+        every ``k <= K``. (Not with ``keep_invalid``, whose invalid candidates fill the
+        room under the cap: those settings get their own call.)
+        """
+        kept = np.empty((len(points), self.n_queries), dtype=np.int32)
+        groups: dict[tuple[object, ...], list[int]] = {}
+        for i, p in enumerate(points):
+            if p.keep_invalid:
+                kept[i] = self.cut(p)
+                continue
+            key = (p.min_k, p.relative_threshold, p.min_score, p.cut, p.gap_buffer,
+                   p.gap_window, p.autocut_jumps, p.score_rules)  # fmt: skip
+            groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            widest = max(members, key=lambda i: points[i].max_k)
+            n = self.cut(points[widest])
+            for i in members:
+                kept[i] = np.minimum(n, points[i].max_k)
+        return kept
+
     def values(self, kept: I) -> F64:
         """(M, Q) per-query value of every metric when query q keeps ``kept[q]``."""
         k = np.asarray(kept, dtype=np.intp)
@@ -309,13 +338,12 @@ class SweepKernel:
             raise ValueError(
                 f"kept must be {self.n_queries} ints in [0, {self.width}], got shape {k.shape}"
             )
-        out: F64 = self._flat[:, self._row_base + k]
+        out: F64 = np.take(self._flat, self._row_base + k, axis=0).T
         return out
 
     def table(self, metric: str) -> F64:
         """(Q, K + 1) the per-query values of ``metric`` at context sizes 0..K."""
-        j = self.metrics.index(metric)
-        out: F64 = self._flat[j].reshape(self.n_queries, self.width + 1)
+        out: F64 = self._tables[:, :, self.metrics.index(metric)]
         return out
 
 
@@ -373,9 +401,17 @@ def _aggregate(
     kernel: SweepKernel, points: tuple[PolicyParams, ...], kept: NDArray[np.int32], rows: I
 ) -> SweepResult:
     means = np.empty((len(points), len(kernel.metrics)))
+    base = kernel._row_base[rows]
+    sub = kept[:, rows]
+    if sub.size and (sub.min() < 0 or sub.max() > kernel.width):
+        raise ValueError(f"kept counts must lie in [0, {kernel.width}]")
     for i in range(len(points)):
-        vals = kernel.values(kept[i].astype(np.intp))
-        means[i] = nanmean(vals[:, rows])
+        vals = np.take(kernel._flat, base + sub[i], axis=0)  # (rows, M): values at the cuts
+        m = vals.mean(axis=0) if rows.size else np.full(len(kernel.metrics), np.nan)
+        na = np.isnan(m)
+        if na.any():  # metrics that are NA on some queries: mean over the defined ones
+            m[na] = nanmean(vals[:, na], axis=0)
+        means[i] = m
     return SweepResult(points, kernel.metrics, means, rows, kept)
 
 
@@ -415,10 +451,7 @@ def sweep(
         kernel = SweepKernel(arrays, wanted, max(p.max_k for p in points))
     q = kernel.n_queries
     idx = np.arange(q, dtype=np.intp) if rows is None else np.asarray(rows, dtype=np.intp)
-    kept = np.empty((len(points), q), dtype=np.int32)
-    for i, params in enumerate(points):
-        kept[i] = kernel.cut(params)
-    return _aggregate(kernel, points, kept, idx)
+    return _aggregate(kernel, points, kernel.cuts(points), idx)
 
 
 def choose(
