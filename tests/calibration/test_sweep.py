@@ -194,6 +194,8 @@ def test_rows_restrict_the_means_not_the_cuts() -> None:
     part = sweep(arrays, SweepGrid.up_to(3), ["udcg"], rows=rows)
     full = sweep(arrays, SweepGrid.up_to(3), ["udcg"])
     assert (part.kept == full.kept).all()
+    kernel = SweepKernel(arrays, ["udcg", PASSAGES], 3)
+    assert np.array_equal(full.restricted(kernel, rows).means, part.means)
     for i in (0, 5, 17):
         per = evaluate(arrays, metrics="udcg", per_query=True, cut=full.kept[i])["udcg"]
         expected = np.mean([per[arrays.qids[r]] for r in rows])

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -528,8 +528,3 @@ def optimal_k(arrays: EvalArrays, max_k: int, rows: I | Sequence[int] | None = N
     best_u = cum[idx, best_k]
     counts = np.bincount(best_k, minlength=max_k + 1).astype(np.int64)
     return OptimalK(best_k, best_u, counts)
-
-
-def means_of(result: SweepResult, point: int, metrics: Sequence[str]) -> Mapping[str, float]:
-    """Selected metrics' means at one point (a convenience for reports)."""
-    return {m: result.mean(point, m) for m in metrics}
