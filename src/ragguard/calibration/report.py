@@ -49,7 +49,7 @@ from ragguard.calibration.sweep import (
 from ragguard.errors import MissingDependencyError
 from ragguard.policy import CutRule
 
-__all__ = ["Report", "build_report", "write_report"]
+__all__ = ["Report", "WrittenReport", "build_report", "write_report"]
 
 logger = logging.getLogger(__name__)
 
