@@ -29,6 +29,7 @@ from ragguard.errors import (
     RerankError,
     RerankModelError,
     RerankWarning,
+    RetrieverError,
     ScoreWarning,
 )
 from ragguard.guard import ContextGuard
@@ -67,6 +68,7 @@ __all__ = [
     "RerankOutcome",
     "RerankWarning",
     "Reranker",
+    "RetrieverError",
     "ScoreKind",
     "ScoreWarning",
     "Selection",

@@ -11,6 +11,8 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── InvalidScoreError        (ValueError)  missing/NaN/inf score with invalid_scores="raise"
     ├── DuplicateIdError         (ValueError)  repeated candidate id with duplicates="raise"
     ├── EvalSetError             (ValueError)  malformed evaluation data (file, line, field)
+    ├── RetrieverError           (ValueError)  a retriever factory that cannot be imported,
+    │                                          fails, or returns no retriever
     ├── MissingDependencyError   (ImportError) an optional extra is not installed
     └── RerankError              (RuntimeError) the rerank stage failed, on_failure="fail_closed"
         └── RerankModelError                    the cross-encoder model cannot be loaded
@@ -37,6 +39,7 @@ __all__ = [
     "RerankError",
     "RerankModelError",
     "RerankWarning",
+    "RetrieverError",
     "ScoreWarning",
 ]
 
@@ -95,6 +98,11 @@ def _rebuild_evalset_error(
     message: str, path: str | None, line: int | None, field: str | None
 ) -> EvalSetError:
     return EvalSetError(message, path=path, line=line, field=field)
+
+
+class RetrieverError(RagguardError, ValueError):
+    """A retriever factory (``module:function``) cannot be imported or called, or what it
+    returns is not a LangChain or LlamaIndex retriever, or retrieval fails."""
 
 
 class MissingDependencyError(RagguardError, ImportError):

@@ -1,18 +1,30 @@
-"""Calibration: load evaluation data, turn labels into utilities, measure runs.
+"""Calibration: load evaluation data, turn labels into utilities, measure runs, and
+sweep the guard's settings to recommend a config.
 
 ::
 
-    from ragguard.calibration import load_evalset, evaluate
+    from ragguard.calibration import calibrate, evaluate, load_evalset
 
     evalset = load_evalset("eval.jsonl")                  # or format="trec" / "beir" / "udcg"
     evaluate(evalset, metrics=["ndcg@10", "udcg"])        # {"ndcg@10": 0.71, "udcg": 0.58}
     evaluate(evalset, metrics=["ndcg@10"], per_query=True)  # {"ndcg@10": {"q1": 0.63, ...}}
     evaluate(qrels, run, metrics=["recall@5"])            # plain dicts, as in ranx
+    result = calibrate(evalset, objective="udcg", min_recall=0.8)   # the sweep
+    result.save_config("ragguard.toml")                   # ContextGuard.from_file(...)
 
 Importing :mod:`ragguard` does not import this package; it loads on first use.
 """
 
 from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.calibrate import (
+    CalibrationResult,
+    Comparison,
+    Interval,
+    RunCalibration,
+    calibrate,
+    data_fingerprint,
+    split_queries,
+)
 from ragguard.calibration.evalset import (
     EvalSet,
     Labels,
@@ -25,6 +37,7 @@ from ragguard.calibration.evalset import (
     load_evalset,
 )
 from ragguard.calibration.evaluate import arrays_from_dicts, evaluate
+from ragguard.calibration.inputs import load_inputs, retrieve_run
 from ragguard.calibration.metrics import (
     METRICS,
     SafetyBand,
@@ -36,31 +49,54 @@ from ragguard.calibration.metrics import (
     safety_band,
     udcg_theta,
 )
+from ragguard.calibration.sweep import (
+    Constraint,
+    OptimalK,
+    SweepGrid,
+    SweepResult,
+    optimal_k,
+    sweep,
+)
 from ragguard.calibration.utility import UtilityRules, candidate_utilities
 
 __all__ = [
     "METRICS",
+    "CalibrationResult",
+    "Comparison",
+    "Constraint",
     "EvalArrays",
     "EvalSet",
+    "Interval",
     "Labels",
     "LoadReport",
+    "OptimalK",
     "Problem",
     "ProblemKind",
     "Query",
     "Run",
+    "RunCalibration",
     "SafetyBand",
     "SafetyBands",
+    "SweepGrid",
+    "SweepResult",
     "UDCGTheta",
     "UtilityRules",
     "arrays_from_dicts",
     "build_arrays",
+    "calibrate",
     "candidate_utilities",
     "compute",
+    "data_fingerprint",
     "detect_format",
     "evaluate",
     "fit_udcg_theta",
     "load_evalset",
+    "load_inputs",
+    "optimal_k",
     "parse_metric",
+    "retrieve_run",
     "safety_band",
+    "split_queries",
+    "sweep",
     "udcg_theta",
 ]

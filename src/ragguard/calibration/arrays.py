@@ -172,6 +172,18 @@ class EvalArrays:
         return np.take_along_axis(self._raw, self.order, axis=1)
 
     @cached_property
+    def retrieved_grade_counts(self) -> NDArray[np.int64]:
+        """(Q, 6) retrieved, judged candidates per grade (columns as :attr:`grade_counts`):
+        the retrieval pool of the set-based metrics."""
+        q = self.n_queries
+        cols = np.clip(self.grades, 0, 5).astype(np.intp)
+        cols = np.where(self.present & self.judged, cols, 6)  # 6: not counted
+        rows = np.repeat(np.arange(q, dtype=np.intp), cols.shape[1])
+        counts = np.bincount(rows * 7 + cols.ravel(), minlength=q * 7).reshape(q, 7)
+        out: NDArray[np.int64] = counts[:, :6].astype(np.int64)
+        return out
+
+    @cached_property
     def utility(self) -> F64:
         """(Q, N) utility of each candidate in [-1, 1] (0.0 on padding); see
         :mod:`ragguard.calibration.utility`."""

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from ragguard import __version__
 from ragguard.errors import RagguardError
@@ -57,5 +58,5 @@ def friendly_errors(verbose: bool = False) -> Iterator[None]:
     except (RagguardError, ValidationError, FileNotFoundError, ValueError) as exc:
         if verbose:
             raise
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None

@@ -20,7 +20,7 @@ from ragguard.calibration import (
     udcg_theta,
 )
 from ragguard.calibration.arrays import EvalArrays
-from ragguard.calibration.metrics import udcg, udcg_dcg, udcg_ndcg
+from ragguard.calibration.metrics import context_utility, udcg, udcg_dcg, udcg_ndcg
 from ragguard.calibration.utility import UtilityRules
 
 TOL = 1e-12
@@ -104,6 +104,15 @@ def test_udcg_by_hand_and_edge_cases() -> None:
     assert udcg(arrays, gamma=0.0)[0] == pytest.approx(sigmoid(1.5 / 4), abs=TOL)
     with pytest.raises(ValueError, match="gamma"):
         udcg(arrays, gamma=1.5)
+
+
+def test_context_utility_is_the_plain_sum() -> None:
+    arrays = with_utilities([[1.0, -0.6, 0.5, -0.3], [], [-1.0]])
+    assert context_utility(arrays).tolist() == pytest.approx([0.6, 0.0, -1.0], abs=TOL)
+    assert context_utility(arrays, 2).tolist() == pytest.approx([0.4, 0.0, -1.0], abs=TOL)
+    cut = np.array([3, 0, 0])
+    assert context_utility(arrays, cut=cut).tolist() == pytest.approx([0.9, 0.0, 0.0], abs=TOL)
+    assert evaluate(arrays, metrics="utility@3") == {"utility@3": pytest.approx((0.9 - 1.0) / 3)}
 
 
 # --- the practitioner write-up's worked example -----------------------------------------

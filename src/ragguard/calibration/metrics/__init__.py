@@ -5,8 +5,8 @@ Each family lives in its own module with its formulas and edge cases in the docs
 
 * :mod:`.classic` -- precision, recall, hit rate, MRR, MAP, nDCG (linear and
   exponential gain), F-beta;
-* :mod:`.udcg` -- UDCG (Eq. 4), the signed-utility DCG and its normalised form,
-  UDCG_theta (Eq. 3) and its fitting routine;
+* :mod:`.udcg` -- UDCG (Eq. 4), the signed-utility DCG and its normalised form, the
+  context's total utility, UDCG_theta (Eq. 3) and its fitting routine;
 * :mod:`.distractor` -- distractor rate, distractor harm, safety bands;
 * :mod:`.set_based` -- RA-nWG, PROC, %PROC, N-Recall4+, N-Recall5, Precision4+, Harm.
 
@@ -61,6 +61,7 @@ from ragguard.calibration.metrics.set_based import (
 )
 from ragguard.calibration.metrics.udcg import (
     UDCGTheta,
+    context_utility,
     fit_udcg_theta,
     udcg,
     udcg_dcg,
@@ -78,6 +79,7 @@ __all__ = [
     "UDCGTheta",
     "average_precision",
     "compute",
+    "context_utility",
     "distractor_harm",
     "distractor_rate",
     "f_beta",
@@ -151,6 +153,7 @@ METRICS: dict[str, MetricSpec] = {
         _spec("udcg", udcg),
         _spec("udcg_dcg", udcg_dcg),
         _spec("udcg_ndcg", udcg_ndcg),
+        _spec("utility", context_utility),
         _spec("distractor_rate", distractor_rate),
         _spec("distractor_harm", distractor_harm),
         _spec("ra_nwg", ra_nwg, may_be_na=True),

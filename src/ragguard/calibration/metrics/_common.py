@@ -31,7 +31,8 @@ class Window:
     """Which ranked positions a metric reads.
 
     Attributes:
-        width: number of leading columns to read.
+        width: number of leading columns to read (with a ``cut``, no more than the
+            longest kept prefix: columns beyond it would all be masked).
         length: (Q,) per query, how many candidates the metric considers: the list
             (or its first ``cut`` candidates), at most ``k``.
         k: the cutoff, or ``None`` for the whole list.
@@ -86,6 +87,9 @@ def window(arrays: EvalArrays, k: int | None, cut: ArrayLike | None) -> Window:
     if k is not None:
         length = np.minimum(length, k)
     if masked:
+        # columns at or beyond the longest kept prefix are masked in every row: skip them
+        # (a sweep's cuts are short next to long candidate lists)
+        width = min(width, int(length.max())) if length.size else 0
         masked = bool((length < np.minimum(arrays.n_present, width)).any())
     return Window(width, length, k, masked)
 

@@ -137,15 +137,12 @@ def _gains(
     _check_grades(arrays)
     win = window(arrays, k, cut)
     weights = rarity_weights(arrays.grade_counts, alpha=alpha, cap4=cap4, cap3=cap3)
-    cols = _grade_columns(arrays.grades)
+    cols = _grade_columns(win.take(arrays.grades))
     cand_w = np.take_along_axis(weights, cols, axis=1)  # padding/unjudged: grade 0 -> 0
-    observed = win.take(cand_w).sum(axis=1)
+    observed = cand_w.sum(axis=1)
     budget = _budget(win)
     oracle = _top_weight_sum(weights, arrays.grade_counts.astype(np.float64), budget)
-    retrieved = arrays.present & arrays.judged
-    pool_counts = np.zeros((arrays.n_queries, 6))
-    for g in (3, 4, 5):
-        pool_counts[:, g] = ((cols == g) & retrieved).sum(axis=1)
+    pool_counts = arrays.retrieved_grade_counts.astype(np.float64)
     pool = _top_weight_sum(weights, pool_counts, budget)
     return observed, oracle, pool
 

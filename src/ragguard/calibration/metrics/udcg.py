@@ -25,6 +25,8 @@ parts.
   not, plus stated unlabelled relevant ones at grade 1) sorted highest first, cut at
   k. At most 1; below 0 when distractors outweigh the relevant passages. 0 when the
   ideal is 0 (no passage with positive utility), as nDCG.
+* :func:`context_utility` -- the total utility of the context, :math:`\sum_{i=1}^{m} u_i`:
+  what a calibration sweep's per-query optimal k maximises.
 * :func:`udcg_theta` -- the learned form (Eq. 3),
   :math:`\sigma(\sum_i \alpha_i u_i^+ + \sum_i \beta_i u_i^-)` with positional
   weights from :func:`fit_udcg_theta`.
@@ -42,7 +44,15 @@ from numpy.typing import ArrayLike, NDArray
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, discount, divide, window
 
-__all__ = ["UDCGTheta", "fit_udcg_theta", "udcg", "udcg_dcg", "udcg_ndcg", "udcg_theta"]
+__all__ = [
+    "UDCGTheta",
+    "context_utility",
+    "fit_udcg_theta",
+    "udcg",
+    "udcg_dcg",
+    "udcg_ndcg",
+    "udcg_theta",
+]
 
 DEFAULT_GAMMA = 1.0 / 3.0
 
@@ -102,6 +112,23 @@ def udcg_dcg(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None 
     if not u.shape[1]:
         return np.zeros(u.shape[0])
     out: F64 = u @ discount(u.shape[1])
+    return out
+
+
+def context_utility(
+    arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None
+) -> F64:
+    r"""Total utility of the context: the sum of its passages' utilities.
+
+    .. math:: U@k = \sum_{i=1}^{\min(k, n)} u_i
+
+    No position discount and no normalisation: each relevant passage adds its utility,
+    each distractor subtracts its penalty. The per-query optimal context size of a
+    calibration sweep is where this peaks. Edge cases: an empty context scores 0; values
+    lie in [-m, m].
+    """
+    w = window(arrays, k, cut)
+    out: F64 = w.take(arrays.utility).sum(axis=1) + 0.0  # + 0.0 turns -0.0 into 0.0
     return out
 
 

@@ -1,0 +1,298 @@
+"""Where calibration data comes from: a file, a folder, run files, or a live retriever.
+
+A **folder** is a valid eval set when it holds the labels and, optionally, its runs::
+
+    examples/notes/
+      evalset.jsonl        the labels (ragguard JSONL; also evalset.jsonl.gz, or
+                           qrels.txt / qrels.trec in TREC qrels format)
+      runs/                one run per file: TREC run format (.trec, .run, .txt) or
+        bm25.trec          JSON {query_id: {doc_id: score}} (.json); named by file stem
+        dense-minilm.trec
+
+A BEIR folder (``queries.jsonl`` and ``qrels/``) works too, with its runs in ``runs/``.
+Runs named explicitly (``runs=``) or produced by a live retriever replace the folder's
+``runs/`` (runs embedded in a JSONL file always load).
+
+A **live retriever** comes from a factory ``"module:function"`` (the module is imported
+from the current directory too, as ``uvicorn app:app`` does) that returns a LangChain
+``BaseRetriever`` or a LlamaIndex ``BaseRetriever``. :func:`retrieve_run` calls it for
+every labelled query's text and records each returned document's id and score, the way
+the guard's adapters read them (:mod:`ragguard.adapters`): a plain LangChain
+vector-store retriever is asked for the same search with scores (their kind from the
+store), other LangChain retrievers' scores come from document metadata
+(``relevance_score`` or ``score``), LlamaIndex scores from ``NodeWithScore.score``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragguard.calibration.evalset import EvalSet, Run, load_evalset
+from ragguard.errors import EvalSetError, RetrieverError
+from ragguard.scores import ScoreKind
+
+__all__ = [
+    "LABEL_FILES",
+    "RUN_SUFFIXES",
+    "add_run",
+    "folder_runs",
+    "load_factory",
+    "load_inputs",
+    "retrieve_run",
+]
+
+logger = logging.getLogger(__name__)
+
+LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
+"""File names a folder's labels may have, looked up in this order."""
+
+RUN_SUFFIXES = (".trec", ".run", ".txt", ".json", ".tsv")
+"""Suffixes of run files in a folder's ``runs/``."""
+
+PathLike = str | os.PathLike[str]
+
+
+def folder_runs(folder: Path) -> list[Path]:
+    """Run files in ``folder/runs``, sorted by name."""
+    runs_dir = folder / "runs"
+    if not runs_dir.is_dir():
+        return []
+    return sorted(
+        p for p in runs_dir.iterdir() if p.is_file() and p.name.lower().endswith(RUN_SUFFIXES)
+    )
+
+
+def load_inputs(
+    path: PathLike,
+    runs: Sequence[PathLike] = (),
+    *,
+    folder_runs_too: bool = True,
+    score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
+    strict: bool = False,
+) -> EvalSet:
+    """Load an eval set from a file or a folder (see the module docstring).
+
+    Args:
+        path: a labels file (any format :func:`load_evalset` reads) or a folder.
+        runs: run files to load with it; for a folder, they replace ``runs/``.
+        folder_runs_too: load a folder's ``runs/`` when ``runs`` is empty (False when a
+            live retriever will provide the run).
+        score_kind: what the run files' scores are.
+        strict: raise on the first reported loading problem.
+
+    Raises:
+        EvalSetError: no such path, a folder without labels, malformed data.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise EvalSetError("no such file or folder", path=str(p))
+    for r in runs:
+        if not Path(r).is_file():
+            raise EvalSetError("run file not found", path=str(r))
+    run_paths: list[PathLike] = list(runs)
+    if p.is_dir():
+        labels = next((p / n for n in LABEL_FILES if (p / n).is_file()), None)
+        if labels is None and not ((p / "queries.jsonl").is_file() and (p / "qrels").is_dir()):
+            raise EvalSetError(
+                f"this folder holds no eval set: expected one of {', '.join(LABEL_FILES)} "
+                "(with run files in runs/) or a BEIR layout (queries.jsonl, qrels/)",
+                path=str(p),
+            )
+        if not run_paths and folder_runs_too:
+            run_paths = list(folder_runs(p))
+        fmt = None
+        if labels is None:
+            labels, fmt = p, "beir"
+        elif labels.name.startswith("qrels"):
+            fmt = "trec"
+        return load_evalset(
+            labels, format=fmt, runs=run_paths or None, score_kind=score_kind, strict=strict
+        )
+    return load_evalset(p, runs=run_paths or None, score_kind=score_kind, strict=strict)
+
+
+def add_run(evalset: EvalSet, run: Run, *, only: bool = False) -> EvalSet:
+    """A new eval set with ``run`` added (or, with ``only``, as its only run)."""
+    if not only and run.name in evalset.runs:
+        raise EvalSetError(f"two runs are named {run.name!r}")
+    runs = {run.name: run} if only else {**evalset.runs, run.name: run}
+    return EvalSet(
+        evalset.queries, evalset.labels, runs, report=evalset.report, source=evalset.source
+    )
+
+
+# --------------------------------------------------------------------------- retriever
+
+
+def load_factory(spec: str) -> Any:
+    """Import ``module:function``, call it with no arguments and return its result.
+
+    The current directory is searched for the module first, so ``my_rag:make_retriever``
+    finds ``./my_rag.py``.
+
+    Raises:
+        RetrieverError: bad syntax, the module or function cannot be found, it is not
+            callable, or it raises.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise RetrieverError(
+            f"--retriever expects 'module:function' (e.g. 'my_rag:make_retriever'), got {spec!r}"
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or anything the module raises at import
+        raise RetrieverError(
+            f"cannot import module {module_name!r} for --retriever {spec}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise RetrieverError(f"module {module_name!r} has no attribute {attr!r} (--retriever)")
+        target = getattr(target, part)
+    if not callable(target):
+        raise RetrieverError(
+            f"{spec} is not callable; it should be a function returning a retriever"
+        )
+    try:
+        return target()
+    except Exception as exc:
+        raise RetrieverError(f"{spec}() raised {type(exc).__name__}: {exc}") from exc
+
+
+Hits = list[tuple[str, float | None]]
+
+
+def _langchain_searcher(retriever: Any) -> tuple[Callable[[str], Hits], ScoreKind | None] | None:
+    lc = sys.modules.get("langchain_core.retrievers")
+    if lc is None or not isinstance(retriever, lc.BaseRetriever):
+        return None
+    from ragguard.adapters._common import METADATA_KEY
+    from ragguard.adapters.langchain import (
+        DEFAULT_SCORE_KEYS,
+        _scored_twin,
+        _Translator,
+        store_score_kind,
+    )
+
+    twin = _scored_twin(retriever)
+    kind: ScoreKind | None = None
+    source = retriever
+    if twin is not None:
+        relevance = twin.search_type == "similarity_score_threshold"
+        kind = store_score_kind(twin.vectorstore, relevance=relevance)
+        source = twin
+    translator = _Translator(DEFAULT_SCORE_KEYS, METADATA_KEY)
+
+    def search(query: str) -> Hits:
+        docs = source.invoke(query)
+        candidates, _ = translator.candidates(docs)
+        hits: Hits = []
+        for doc, cand in zip(docs, candidates, strict=True):
+            doc_id = doc.id or doc.metadata.get("id")
+            if not doc_id:
+                raise RetrieverError(
+                    "the retriever returned a document without an id (Document.id or "
+                    "metadata['id']); calibration matches documents to labels by id"
+                )
+            hits.append((str(doc_id), cand.score))
+        return hits
+
+    return search, kind
+
+
+def _llamaindex_searcher(retriever: Any) -> tuple[Callable[[str], Hits], ScoreKind | None] | None:
+    li = sys.modules.get("llama_index.core.base.base_retriever")
+    if li is None or not isinstance(retriever, li.BaseRetriever):
+        return None
+
+    def search(query: str) -> Hits:
+        return [(n.node.node_id, n.score) for n in retriever.retrieve(query)]
+
+    return search, None
+
+
+def retrieve_run(
+    evalset: EvalSet,
+    retriever: Any,
+    *,
+    name: str = "retriever",
+    score_kind: ScoreKind | str | None = None,
+    on_query: Callable[[int, int], None] | None = None,
+) -> Run:
+    """Call ``retriever`` for every labelled query and record what it returns as a run.
+
+    Args:
+        evalset: the labelled queries (each needs its text).
+        retriever: a LangChain or LlamaIndex retriever.
+        name: the run's name.
+        score_kind: what the scores are; default what the vector store tells (LangChain
+            vector-store retrievers), else ``similarity``.
+        on_query: called with ``(done, total)`` after each query (progress).
+
+    Raises:
+        RetrieverError: not a supported retriever, a query without text, a document
+            without an id, or the retriever raising.
+    """
+    found = _langchain_searcher(retriever) or _llamaindex_searcher(retriever)
+    if found is None:
+        raise RetrieverError(
+            f"the factory returned a {type(retriever).__module__}.{type(retriever).__qualname__}"
+            ", not a retriever; return a LangChain retriever (langchain_core.retrievers."
+            "BaseRetriever, extra 'langchain') or a LlamaIndex one (llama_index.core."
+            "retrievers.BaseRetriever, extra 'llamaindex')"
+        )
+    search, store_kind = found
+    missing = [q for q in evalset.qids if not evalset.queries[q].text]
+    if missing:
+        raise RetrieverError(
+            f"{len(missing)} labelled queries have no text (e.g. {missing[0]!r}); a live "
+            "retriever needs the query text ('query' in the JSONL eval set)"
+        )
+    total = len(evalset.qids)
+    candidates: dict[str, dict[str, float]] = {}
+    any_score = False
+    repeats = 0
+    for i, qid in enumerate(evalset.qids):
+        text = evalset.queries[qid].text or ""
+        try:
+            hits = search(text)
+        except RetrieverError:
+            raise
+        except Exception as exc:
+            raise RetrieverError(
+                f"the retriever failed on query {qid!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        cands: dict[str, float] = {}
+        for doc_id, score in hits:
+            if doc_id in cands:
+                repeats += 1
+                continue
+            ok = score is not None and math.isfinite(score)
+            any_score = any_score or ok
+            cands[doc_id] = float(score) if ok and score is not None else math.nan
+        candidates[qid] = cands
+        if on_query is not None:
+            on_query(i + 1, total)
+    if repeats:
+        logger.warning("the retriever returned %d repeated documents; kept the first", repeats)
+    kind: ScoreKind | None
+    if not any_score:
+        logger.warning("the retriever returned no scores: only plain top-k can be calibrated")
+        kind = None
+    elif score_kind is not None:
+        kind = ScoreKind(score_kind)
+    else:
+        kind = store_kind or ScoreKind.SIMILARITY
+    return Run(name, candidates, kind, None)

@@ -1,0 +1,794 @@
+"""The calibration report: Markdown and a self-contained HTML page, with plots.
+
+:func:`write_report` writes, into a folder::
+
+    report.md          the report in Markdown; plots referenced as plots/*.png
+    report.html        the same report as one self-contained page (plots embedded as
+                       base64 PNG, inline CSS, no scripts, nothing fetched)
+    plots/*.png        the plots
+
+Plots (matplotlib, drawn with the Agg canvas, never touching pyplot's global state):
+
+* ``utility_vs_k.png``: mean total utility and mean UDCG of plain top-k for each k on the
+  calibration queries, the guarded setting marked at its ``max_k``, and the per-query
+  optimal (oracle) utility as a ceiling;
+* ``heatmap.png``: the objective over ``max_k`` x ``relative_threshold``, settings that
+  fail a constraint greyed, the chosen one boxed;
+* ``optimal_k.png``: how many queries have each optimal k;
+* ``baseline_vs_guarded.png``: held-out means with their bootstrap intervals.
+
+Plots need the ``report`` extra (matplotlib). Without it the report is still written,
+Markdown and HTML, with every table and a note saying how to get the plots.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragguard._optional import require
+from ragguard.calibration.calibrate import CalibrationResult, Interval, RunCalibration
+from ragguard.calibration.metrics import safety_band
+from ragguard.calibration.sweep import (
+    PASSAGES,
+    choose,
+    describe_point,
+    is_plain_top_k,
+    lower_is_better,
+)
+from ragguard.errors import MissingDependencyError
+from ragguard.policy import CutRule
+
+__all__ = ["Report", "WrittenReport", "build_report", "write_report"]
+
+logger = logging.getLogger(__name__)
+
+PLOT_NOTE = (
+    "Plots were not drawn: matplotlib is not installed. Install the report extra "
+    '(`pip install "ragguard[report]"`) and run calibrate again to get them.'
+)
+N_EXAMPLES = 5
+
+# --------------------------------------------------------------------------- document
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Para:
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Table:
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    numeric: tuple[bool, ...] = ()
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    caption: str
+    png: bytes = field(repr=False)
+
+
+Block = Heading | Para | Bullets | Table | Figure
+
+
+@dataclass(frozen=True)
+class Report:
+    """A report as blocks, rendered to Markdown or HTML."""
+
+    title: str
+    blocks: tuple[Block, ...]
+    plots: bool
+
+    @property
+    def figures(self) -> tuple[Figure, ...]:
+        """The plots, in order."""
+        return tuple(b for b in self.blocks if isinstance(b, Figure))
+
+    def markdown(self, plot_dir: str = "plots") -> str:
+        """The report in Markdown; figures point to ``plot_dir/NAME``."""
+        out = [f"# {self.title}", ""]
+        for b in self.blocks:
+            if isinstance(b, Heading):
+                out += ["#" * (b.level + 1) + " " + b.text, ""]
+            elif isinstance(b, Para):
+                out += [b.text, ""]
+            elif isinstance(b, Bullets):
+                out += [f"- {item}" for item in b.items] + [""]
+            elif isinstance(b, Table):
+                out.append("| " + " | ".join(_md_cell(c) for c in b.header) + " |")
+                aligns = b.numeric or (False,) * len(b.header)
+                out.append("|" + "|".join("---:" if a else "---" for a in aligns) + "|")
+                out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
+                out.append("")
+            else:
+                out += [f"![{b.caption}]({plot_dir}/{b.name})", "", f"*{b.caption}*", ""]
+        return "\n".join(out).rstrip() + "\n"
+
+    def html(self) -> str:
+        """The report as one self-contained XHTML-compatible page (plots inline)."""
+        body: list[str] = [f"<h1>{_inline(self.title)}</h1>"]
+        for b in self.blocks:
+            if isinstance(b, Heading):
+                level = min(b.level + 1, 6)
+                anchor = re.sub(r"[^a-z0-9]+", "-", b.text.lower()).strip("-")
+                body.append(f'<h{level} id="{anchor}">{_inline(b.text)}</h{level}>')
+            elif isinstance(b, Para):
+                body.append(f"<p>{_inline(b.text)}</p>")
+            elif isinstance(b, Bullets):
+                items = "".join(f"<li>{_inline(i)}</li>" for i in b.items)
+                body.append(f"<ul>{items}</ul>")
+            elif isinstance(b, Table):
+                aligns = b.numeric or (False,) * len(b.header)
+                head = "".join(f"<th>{_inline(c)}</th>" for c in b.header)
+                rows = "".join(
+                    "<tr>"
+                    + "".join(
+                        f'<td class="num">{_inline(c)}</td>' if a else f"<td>{_inline(c)}</td>"
+                        for c, a in zip(row, aligns, strict=True)
+                    )
+                    + "</tr>"
+                    for row in b.rows
+                )
+                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            else:
+                data = base64.b64encode(b.png).decode("ascii")
+                body.append(
+                    f'<figure><img src="data:image/png;base64,{data}" '
+                    f'alt="{html.escape(b.caption, quote=True)}" data-plot="{b.name}" />'
+                    f"<figcaption>{_inline(b.caption)}</figcaption></figure>"
+                )
+        return (
+            "<!DOCTYPE html>\n"
+            '<html lang="en">\n<head>\n<meta charset="utf-8" />\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1" />\n'
+            f"<title>{html.escape(self.title)}</title>\n<style>{_CSS}</style>\n</head>\n"
+            "<body>\n<main>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
+        )
+
+
+_CSS = """
+body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+color:#1f2328;background:#fff;margin:0;line-height:1.5}
+main{max-width:1080px;margin:0 auto;padding:24px 32px 64px}
+h1{font-size:1.9em;border-bottom:1px solid #d0d7de;padding-bottom:.3em}
+h2{font-size:1.4em;margin-top:1.8em;border-bottom:1px solid #d0d7de;padding-bottom:.2em}
+h3{font-size:1.1em;margin-top:1.4em}
+code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em;
+background:#f0f2f4;padding:.1em .3em;border-radius:4px}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.92em}
+th,td{border:1px solid #d0d7de;padding:4px 10px;vertical-align:top}
+th{background:#f6f8fa;text-align:left}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tbody tr:nth-child(even){background:#fafbfc}
+figure{margin:1em 0 1.6em}
+figure img{max-width:100%;height:auto;border:1px solid #eaeef2}
+figcaption{color:#57606a;font-size:.9em;margin-top:.3em}
+"""
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _inline(text: str) -> str:
+    """Escape ``text`` and render `code` and **bold** spans."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _f(value: float, digits: int = 3) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _signed(value: float, digits: int = 3) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.{digits}f}"
+
+
+def _iv(iv: Interval, signed: bool = False) -> str:
+    fmt = _signed if signed else _f
+    if math.isnan(iv.low):
+        return fmt(iv.mean)
+    return f"{fmt(iv.mean)} [{fmt(iv.low)}, {fmt(iv.high)}]"
+
+
+def _setting(r: RunCalibration, which: str = "chosen") -> str:
+    p = r.chosen_params if which == "chosen" else r.baseline_params
+    return describe_point(p)
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _figure_module() -> Any:
+    try:
+        require("matplotlib", "report")
+    except MissingDependencyError:
+        return None
+    from matplotlib.figure import Figure as MplFigure
+
+    return MplFigure
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _top_k_curve(r: RunCalibration, metric: str) -> tuple[list[int], list[float]]:
+    ks: list[int] = []
+    vals: list[float] = []
+    for i, p in enumerate(r.sweep.points):
+        if is_plain_top_k(p):
+            ks.append(p.max_k)
+            vals.append(r.sweep.mean(i, metric))
+    return ks, vals
+
+
+def _plot_utility_vs_k(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes:
+    metrics = ["utility", "udcg"]
+    if res.objective not in metrics and res.objective in r.sweep.metrics:
+        metrics.append(res.objective)
+    fig = mpl(figsize=(4.2 * len(metrics), 3.4))
+    axes = fig.subplots(1, len(metrics))
+    chosen = r.chosen_params
+    rows = res.calibration_rows
+    for ax, metric in zip(np.atleast_1d(axes), metrics, strict=True):
+        ks, vals = _top_k_curve(r, metric)
+        ax.plot(ks, vals, marker="o", color="#4c72b0", label="plain top-k")
+        g = r.sweep.mean(r.chosen, metric)
+        ax.axvline(chosen.max_k, color="#c44e52", linestyle="--", linewidth=1)
+        ax.plot(
+            [chosen.max_k], [g], marker="*", markersize=15, color="#c44e52", linestyle="none",
+            label=f"guarded ({describe_point(chosen)})",
+        )  # fmt: skip
+        if metric == "utility":
+            oracle = float(np.mean(r.optimal.utility[rows])) if rows.size else math.nan
+            ax.axhline(oracle, color="#55a868", linestyle=":", label="per-query optimal k")
+        ax.set_xlabel("k (passages given to the LLM)")
+        ax.set_ylabel(f"mean {metric}")
+        ax.set_title(f"{metric} vs k")
+        ax.set_xticks(ks)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle(f"run {r.name}: calibration queries ({rows.size})", fontsize=10)
+    return _png(fig)
+
+
+def _plot_heatmap(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes | None:
+    pts = r.sweep.points
+    ks = sorted({p.max_k for p in pts if p.cut is CutRule.NONE})
+    ts = sorted({p.relative_threshold for p in pts if p.cut is CutRule.NONE})
+    if len(ts) < 2:
+        return None
+    z = np.full((len(ks), len(ts)), np.nan)
+    bad = np.zeros(z.shape, dtype=bool)
+    obj = r.sweep.column(res.objective)
+    violation = np.zeros(len(pts))
+    for con in res.constraints:
+        violation += con.violation(r.sweep.column(con.metric))
+    where: dict[tuple[int, float], tuple[int, int]] = {}
+    for i, p in enumerate(pts):
+        if p.cut is not CutRule.NONE or p.min_score is not None:
+            continue
+        a, b = ks.index(p.max_k), ts.index(p.relative_threshold)
+        z[a, b] = obj[i]
+        bad[a, b] = violation[i] > 0
+        where[(p.max_k, p.relative_threshold)] = (a, b)
+    fig = mpl(figsize=(9.5, 4.6))
+    ax = fig.subplots()
+    cmap = "viridis_r" if lower_is_better(res.objective) else "viridis"
+    im = ax.imshow(z, aspect="auto", origin="lower", cmap=cmap)
+    from matplotlib.patches import Rectangle
+
+    for a, b in zip(*np.nonzero(bad), strict=True):
+        ax.add_patch(
+            Rectangle(
+                (b - 0.5, a - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#f2f2f2",
+                linewidth=0,
+            )
+        )  # fmt: skip
+    fig.colorbar(im, ax=ax, label=f"mean {res.objective}")
+    ax.set_xticks(range(len(ts)))
+    ax.set_xticklabels([f"{t:.2f}" for t in ts], rotation=60, fontsize=7)
+    ax.set_yticks(range(len(ks)))
+    ax.set_yticklabels([str(k) for k in ks], fontsize=8)
+    ax.set_xlabel("relative_threshold")
+    ax.set_ylabel("max_k")
+    c = r.chosen_params
+    title = f"mean {res.objective} on calibration queries"
+    if res.constraints:
+        title += " (hatched: fails " + " and ".join(str(x) for x in res.constraints) + ")"
+    if (c.max_k, c.relative_threshold) in where and c.cut is CutRule.NONE:
+        a, b = where[(c.max_k, c.relative_threshold)]
+        ax.add_patch(
+            Rectangle((b - 0.5, a - 0.5), 1, 1, fill=False, edgecolor="#e8000b", linewidth=2.5)
+        )
+        title += f"; chosen: {describe_point(c)}"
+    else:
+        title += f"; chosen: {describe_point(c)} (a cut rule, not on this grid)"
+    ax.set_title(title, fontsize=9)
+    return _png(fig)
+
+
+def _plot_optimal_k(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes:
+    counts = r.optimal.counts
+    fig = mpl(figsize=(6.4, 3.4))
+    ax = fig.subplots()
+    ks = np.arange(counts.size)
+    ax.bar(ks, counts, color="#4c72b0")
+    mean_kept = float(np.mean(r.chosen_kept))
+    ax.axvline(
+        mean_kept,
+        color="#c44e52",
+        linestyle="--",
+        label=f"guarded: {mean_kept:.2f} kept on average",
+    )
+    ax.set_xticks(ks)
+    ax.set_xlabel("optimal k (where cumulative utility peaks; 0: every passage harms)")
+    ax.set_ylabel("queries")
+    ax.set_title(f"per-query optimal k, run {r.name} (all {len(res.qids)} queries)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def _plot_baseline_vs_guarded(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes | None:
+    c = r.comparison
+    unit = [m for m in c.metrics if m in ("udcg", "recall", "precision", "ndcg", "distractor_rate")]
+    if not unit or c.n_queries == 0:
+        return None
+    fig = mpl(figsize=(7.5, 3.6))
+    ax = fig.subplots()
+    x = np.arange(len(unit))
+    width = 0.38
+    for offset, (label, ivs, color) in enumerate(
+        (
+            (f"baseline ({_setting(r, 'baseline')})", c.baseline, "#8c8c8c"),
+            (f"guarded ({_setting(r)})", c.guarded, "#c44e52"),
+        )
+    ):
+        means = np.array([ivs[m].mean for m in unit])
+        lows = np.array([ivs[m].low for m in unit])
+        highs = np.array([ivs[m].high for m in unit])
+        err = np.vstack((np.nan_to_num(means - lows), np.nan_to_num(highs - means)))
+        ax.bar(x + (offset - 0.5) * width, means, width, yerr=err, capsize=3, label=label,
+               color=color)  # fmt: skip
+    ax.set_xticks(x)
+    ax.set_xticklabels(unit)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("mean over queries")
+    pct = round(c.level * 100)
+    ax.set_title(f"{c.split} queries ({c.n_queries}), {pct}% bootstrap intervals", fontsize=10)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
+    es = res.evalset
+    cons = " and ".join(str(c) for c in res.constraints) or "none"
+    goal = "minimise" if lower_is_better(res.objective) else "maximise"
+    r = res.recommended
+    blocks: list[Block] = [
+        Bullets(
+            (
+                f"eval set: `{es.source or 'in memory'}`, {len(res.qids)} labelled queries, "
+                f"runs: {', '.join(f'`{x.name}`' for x in res.runs)}",
+                f"profile: `{res.profile.name}` (distractor score ratio "
+                f"{res.profile.distractor_score_ratio:g}, hard negative "
+                f"{res.profile.hard_negative_penalty:g}, known distractor "
+                f"{res.profile.known_distractor_penalty:g})",
+                f"objective: {goal} mean `{res.objective}`; constraints: {cons}",
+                f"queries: {res.calibration_rows.size} to choose on, {res.heldout_rows.size} "
+                f"held out (holdout {res.holdout:g}, seed {res.seed})",
+                f"data sha256: `{res.data_sha256}`",
+                f"created: {res.created.strftime('%Y-%m-%d %H:%M UTC')}",
+            )
+        ),
+        Heading(1, "Recommendation"),
+        Para(
+            f"**Run `{r.name}`: {describe_point(r.chosen_params)}** "
+            f"(`max_k = {r.chosen_params.max_k}`, `relative_threshold = "
+            f'{r.chosen_params.relative_threshold:g}`, `cut = "{r.chosen_params.cut.value}"`, '
+            f'`score_kind = "{r.score_kind.value if r.score_kind else "none"}"`).'
+        ),
+        Para(f"Why: {res.why()}."),
+    ]
+    if not r.feasible:
+        blocks.append(
+            Para(
+                "**No setting met the constraints** on this run; the one closest to "
+                "them was chosen. Lower the constraint or improve retrieval."
+            )
+        )
+    if config_path:
+        blocks.append(
+            Para(
+                f'Config: `{config_path}`; load it with `ContextGuard.from_file("{config_path}")`.'
+            )
+        )
+    return blocks
+
+
+def _runs_table(res: CalibrationResult) -> list[Block]:
+    obj = res.objective
+    header = ("run", "chosen", obj, "recall", "distractor rate", "passages", "best top-k",
+              f"top-k {obj}", "constraints met")  # fmt: skip
+    rows = []
+    for r in res.runs:
+        s = r.sweep
+        rows.append(
+            (
+                f"`{r.name}`" + (" (recommended)" if r is res.recommended else ""),
+                describe_point(r.chosen_params),
+                _f(s.mean(r.chosen, obj)),
+                _f(s.mean(r.chosen, "recall")),
+                _f(s.mean(r.chosen, "distractor_rate")),
+                _f(s.mean(r.chosen, PASSAGES), 2),
+                describe_point(r.baseline_params),
+                _f(s.mean(r.baseline, obj)),
+                "yes" if r.feasible else "**no**",
+            )
+        )
+    return [
+        Heading(1, "Runs side by side"),
+        Para(
+            f"Each run's best setting on the {res.calibration_rows.size} calibration queries, "
+            "next to its best plain top-k (the baseline)."
+        ),
+        Table(header, tuple(rows), (False, False, *([True] * 6), False)),
+    ]
+
+
+def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> list[Block]:
+    c = r.comparison
+    pct = round(c.level * 100)
+    intro = (
+        f"On the {c.n_queries} held-out queries (never used to choose), with {pct}% "
+        f"percentile bootstrap intervals ({c.n_bootstrap} paired resamples). A difference "
+        "whose interval excludes 0 is called better or worse; otherwise the data cannot "
+        "tell them apart."
+        if c.split == "held-out"
+        else f"No queries were held out (holdout 0): this is **in-sample** on all "
+        f"{c.n_queries} queries, so it overstates the gain. {pct}% bootstrap intervals."
+    )
+    rows = []
+    for m in c.metrics:
+        rows.append(
+            (
+                m,
+                _iv(c.baseline[m]),
+                _iv(c.guarded[m]),
+                _iv(c.difference[m], signed=True),
+                c.verdict(m)
+                if m != PASSAGES
+                else ("fewer" if c.difference[m].mean < 0 else "more"),
+            )
+        )
+    blocks: list[Block] = [
+        Heading(1, "Baseline vs guarded"),
+        Para(intro),
+        Table(
+            (
+                "metric",
+                f"baseline: {_setting(r, 'baseline')}",
+                f"guarded: {_setting(r)}",
+                "difference",
+                "verdict",
+            ),
+            tuple(rows),
+            (False, True, True, True, False),
+        ),
+    ]
+    if "distractor_rate" in c.metrics and c.n_queries:
+        b = safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0))
+        g = safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0))
+        blocks.append(
+            Para(f"Safety band (by mean distractor rate): baseline **{b}**, guarded **{g}**.")
+        )
+    if fig is not None:
+        blocks.append(fig)
+    return blocks
+
+
+def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+    c = r.comparison
+    obj = res.objective
+    if obj not in c.metrics or c.n_queries == 0:
+        return []
+    j = c.metrics.index(obj)
+    delta = c.guarded_values[j] - c.baseline_values[j]
+    if lower_is_better(obj):
+        delta = -delta
+    delta = np.where(np.isnan(delta), 0.0, delta)
+    order = np.argsort(-delta, kind="stable")
+    gained = [i for i in order[:N_EXAMPLES].tolist() if delta[i] > 0]
+    lost = [i for i in order[::-1][:N_EXAMPLES].tolist() if delta[i] < 0]
+    arrays = r.arrays
+    base_kept, guard_kept = r.baseline_kept, r.chosen_kept
+
+    def describe(i: int) -> tuple[str, ...]:
+        row = int(c.rows[i])
+        qid = arrays.qids[row]
+        text = res.evalset.queries[qid].text or ""
+        ids = arrays.doc_ids(row)
+        u = arrays.utility[row]
+        nb, ng = int(base_kept[row]), int(guard_kept[row])
+
+        def ctx(n: int) -> str:
+            parts = []
+            for pos in range(n):
+                mark = "+" if u[pos] > 0 else ("-" if u[pos] < 0 else "0")
+                parts.append(f"`{ids[pos]}` ({mark})")
+            return ", ".join(parts) or "(nothing)"
+
+        named = []
+        for pos in range(max(nb, ng)):
+            if u[pos] < 0:
+                kind = "known distractor" if arrays.distractor[row, pos] else "hard negative"
+                fate = "kept" if pos < ng else "removed"
+                named.append(f"`{ids[pos]}` ({kind}, {fate})")
+        return (
+            f"`{qid}` {text}",
+            _signed(float(c.guarded_values[j][i] - c.baseline_values[j][i])),
+            ctx(nb),
+            ctx(ng),
+            ", ".join(named) or "none",
+        )
+
+    header = ("query", f"{obj} change", f"baseline context ({_setting(r, 'baseline')})",
+              f"guarded context ({_setting(r)})", "distractors in either context")  # fmt: skip
+    blocks: list[Block] = [
+        Heading(1, "Queries that gained and lost most"),
+        Para(
+            f"On the {c.split} queries of run `{r.name}`. Contexts list passages best first "
+            "with their utility sign: (+) helps, (-) a distractor, (0) neutral. A known "
+            "distractor is labelled as one; a hard negative is an unlabelled passage the "
+            f"`{res.profile.name}` profile's rules count as harmful (ranked in the top "
+            f"{res.profile.distractor_top_ranks} or scoring at least "
+            f"{res.profile.distractor_score_ratio:g} x the top score)."
+        ),
+    ]
+    blocks.append(Heading(2, "Gained most"))
+    if gained:
+        blocks.append(
+            Table(header, tuple(describe(i) for i in gained), (False, True, False, False, False))
+        )
+    else:
+        blocks.append(Para("No query gained."))
+    blocks.append(Heading(2, "Lost most"))
+    if lost:
+        blocks.append(
+            Table(header, tuple(describe(i) for i in lost), (False, True, False, False, False))
+        )
+    else:
+        blocks.append(Para("No query lost."))
+    return blocks
+
+
+def _optimal(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> list[Block]:
+    dist = r.optimal.distribution()
+    counts = r.optimal.counts
+    n = int(counts.sum())
+    zero = int(counts[0]) if counts.size else 0
+    rows = tuple((str(k), str(v), f"{100 * v / n:.0f}%") for k, v in sorted(dist.items()))
+    blocks: list[Block] = [
+        Heading(1, "Per-query optimal k"),
+        Para(
+            f"For each query, the context size where its cumulative utility peaks (the "
+            f"smallest such k, up to {counts.size - 1}). {zero} of {n} queries are best "
+            "served by no passage at all under these labels: every prefix of their ranking "
+            "harms more than it helps. A single fixed k cannot fit them all; a relative "
+            "threshold adapts k per query."
+        ),
+        Table(("optimal k", "queries", "share"), rows, (True, True, True)),
+    ]
+    if fig is not None:
+        blocks.append(fig)
+    return blocks
+
+
+def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure]) -> list[Block]:
+    grid = res.grid
+    rules = [describe_point(p) for p in r.sweep.points if p.cut is not CutRule.NONE]
+    blocks: list[Block] = [
+        Heading(1, "How utility and the objective change with k"),
+        Para(
+            "Plain top-k gives every query the same number of passages; the star is the "
+            "guarded setting at its `max_k` (it keeps fewer on queries whose lower passages "
+            "score far below the top one)."
+        ),
+    ]
+    blocks += [f for f in figs if f.name == "utility_vs_k.png"]
+    blocks.append(Heading(1, "The settings grid"))
+    blocks.append(
+        Para(
+            f"{len(r.sweep.points)} settings: `max_k` in {min(grid.max_k)}..{max(grid.max_k)} x "
+            f"`relative_threshold` in {{{', '.join(f'{t:g}' for t in grid.thresholds)}}} "
+            f"(`min_k = {grid.min_k}`), plus the label-free cut rules at every `max_k`."
+            if r.score_kind is not None
+            else "This run has no scores, so only plain top-k settings apply."
+        )
+    )
+    blocks += [f for f in figs if f.name == "heatmap.png"]
+    if rules:
+        obj = res.objective
+        groups: dict[str, list[int]] = {}
+        for i, p in enumerate(r.sweep.points):
+            if p.cut is CutRule.NONE:
+                continue
+            extra = f"+{p.gap_buffer}" if p.cut is CutRule.GAP else f"@{p.autocut_jumps}"
+            groups.setdefault(p.cut.value + extra, []).append(i)
+        rows = []
+        for key, members in groups.items():
+            i, ok = choose(r.sweep, obj, res.constraints, among=members)
+            rows.append(
+                (
+                    key,
+                    describe_point(r.sweep.points[i]) + ("" if ok else " (fails constraints)"),
+                    _f(r.sweep.mean(i, obj)),
+                    _f(r.sweep.mean(i, "recall")),
+                )
+            )
+        blocks.append(
+            Para(
+                "Best setting of each label-free cut rule under the same objective and "
+                "constraints (calibration queries):"
+            )
+        )
+        blocks.append(
+            Table(("rule", "best setting", obj, "recall"), tuple(rows), (False, False, True, True))
+        )
+    return blocks
+
+
+# --------------------------------------------------------------------------- build
+
+
+def build_report(
+    res: CalibrationResult, *, config_path: str | None = None, plots: bool = True
+) -> Report:
+    """The report of ``res`` as blocks (plots drawn when matplotlib is available and
+    ``plots`` is True)."""
+    r = res.recommended
+    mpl = _figure_module() if plots else None
+    figs: list[Figure] = []
+    if mpl is not None:
+        figs.append(
+            Figure(
+                "utility_vs_k.png",
+                "Mean utility and UDCG vs k on the calibration queries; the star marks the "
+                "guarded setting.",
+                _plot_utility_vs_k(mpl, res, r),
+            )
+        )
+        heat = _plot_heatmap(mpl, res, r)
+        if heat is not None:
+            figs.append(
+                Figure(
+                    "heatmap.png",
+                    f"Mean {res.objective} over max_k x relative_threshold (calibration "
+                    "queries); the chosen setting is boxed.",
+                    heat,
+                )
+            )
+        figs.append(
+            Figure(
+                "optimal_k.png",
+                "How many queries have each optimal k (argmax of cumulative utility).",
+                _plot_optimal_k(mpl, res, r),
+            )
+        )
+        bvg = _plot_baseline_vs_guarded(mpl, res, r)
+        if bvg is not None:
+            figs.append(
+                Figure(
+                    "baseline_vs_guarded.png",
+                    f"Baseline vs guarded on the {r.comparison.split} queries, with "
+                    "bootstrap intervals.",
+                    bvg,
+                )
+            )
+    by_name = {f.name: f for f in figs}
+    blocks: list[Block] = _header(res, config_path)
+    if mpl is None:
+        blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
+    blocks += _heldout(res, r, by_name.get("baseline_vs_guarded.png"))
+    if len(res.runs) > 1:
+        blocks += _runs_table(res)
+    blocks += _grid_section(res, r, figs)
+    blocks += _optimal(res, r, by_name.get("optimal_k.png"))
+    blocks += _examples(res, r)
+    blocks += [
+        Heading(1, "How this was computed"),
+        Bullets(
+            (
+                "Utilities per passage come from the labels under the profile's rules "
+                "(relevant +1, partially relevant +0.5, known distractor and hard negative "
+                "penalties, else 0), or from utilities / abstention probabilities given in "
+                "the data.",
+                "Every setting was applied with the runtime guard's own policy function to "
+                "each query's ranked candidates; metrics are means over queries of the kept "
+                "context (UDCG: sigmoid of mean positive utility plus 1/3 of mean negative "
+                "utility; utility: the sum of utilities).",
+                "The setting and the baseline (plain top-k, the best fixed k under the same "
+                "objective and constraints) were both chosen on the calibration queries only.",
+            )
+        ),
+    ]
+    return Report("ragguard calibration report", tuple(blocks), mpl is not None)
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    """Where :func:`write_report` put things."""
+
+    folder: Path
+    markdown: Path
+    html: Path
+    plots: tuple[Path, ...]
+    plots_drawn: bool
+
+
+def write_report(
+    res: CalibrationResult,
+    folder: str | os.PathLike[str],
+    *,
+    config_path: str | None = None,
+    plots: bool = True,
+) -> WrittenReport:
+    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``folder``.
+
+    Without matplotlib (the ``report`` extra) everything but the plots is written and
+    the report says how to get them.
+    """
+    rep = build_report(res, config_path=config_path, plots=plots)
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_dir = out / "plots"
+    written: list[Path] = []
+    if rep.figures:
+        plot_dir.mkdir(exist_ok=True)
+        for f in rep.figures:
+            p = plot_dir / f.name
+            p.write_bytes(f.png)
+            written.append(p)
+    md = out / "report.md"
+    md.write_text(rep.markdown(), encoding="utf-8")
+    page = out / "report.html"
+    page.write_text(rep.html(), encoding="utf-8")
+    if not rep.plots and plots:
+        logger.info("report written without plots: matplotlib is not installed")
+    return WrittenReport(out, md, page, tuple(written), rep.plots)

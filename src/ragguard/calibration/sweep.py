@@ -1,0 +1,530 @@
+r"""The calibration sweep: every policy setting of a grid, scored on labelled queries.
+
+Why it is cheap
+---------------
+Every rule of the selection policy (:mod:`ragguard.policy`) keeps a **prefix** of the
+ranked list, so under any setting a query's context is its first :math:`m_q` ranked
+candidates. The sweep therefore
+
+1. ranks each query **once** (:meth:`EvalArrays.ranked
+   <ragguard.calibration.arrays.EvalArrays.ranked>`; the arrays are already in the
+   policy's order);
+2. tabulates, for every metric, each query's value at every context size
+   :math:`c = 0 \dots K` (:math:`K` the largest ``max_k`` of the grid) with the metric
+   registry's own kernels (:func:`ragguard.calibration.metrics.compute` with a constant
+   ``cut``), so a metric costs :math:`K + 1` vectorised passes in all. For the total
+   utility this table is the prefix sum of the utilities;
+3. for each setting, runs the runtime policy itself (:func:`ragguard.policy.cut_ranked`)
+   to get the per-query cut :math:`m_q`, and reads each metric's value at
+   :math:`(q, m_q)` from its table: :math:`O(Q)` per setting and metric. Settings that
+   differ only in ``max_k`` share one policy call (the cap is the policy's last step, so
+   a smaller cap is a minimum; see :meth:`SweepKernel.cuts`).
+
+Step 3 uses the very function :class:`~ragguard.ContextGuard` runs, so a setting does
+at runtime exactly what the sweep measured (a test holds the two equal, query by query).
+
+The grid
+--------
+``max_k`` x ``relative_threshold`` (default ``1..10`` x ``0, 0.05, ..., 0.95``, with
+``min_k = 1``), plus the label-free cut rules as extra candidates at every ``max_k``:
+``gap`` (largest score gap, with 0 or 1 extra passage) and ``autocut`` (before the first
+or second jump). A threshold of 0 with no cut rule is **plain top-k**, the baseline.
+
+Choosing
+--------
+The objective is a metric string of the registry (``udcg``, ``utility``,
+``udcg_ndcg@5``, ...) or ``passages`` (the mean number kept). It is maximised, except for
+``distractor_rate``, ``distractor_harm`` and ``harm``, which are minimised. Constraints
+(``recall>=0.8``, ``distractor_rate<=0.2``) restrict the candidates first; ties on the
+objective (within 1e-12) go to the setting that keeps fewer passages on average, then to
+the earlier one in grid order (smaller ``max_k``, then smaller threshold). When no
+setting meets the constraints, the one that violates them least is chosen and the result
+says so (``feasible=False``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
+from ragguard.policy import CutRule, PolicyParams, Ranked, cut_ranked
+
+__all__ = [
+    "DEFAULT_METRICS",
+    "LOWER_IS_BETTER",
+    "PASSAGES",
+    "Constraint",
+    "SweepGrid",
+    "SweepKernel",
+    "SweepResult",
+    "choose",
+    "describe_point",
+    "is_plain_top_k",
+    "nanmean",
+    "optimal_k",
+    "sweep",
+]
+
+F64 = NDArray[np.float64]
+I = NDArray[np.intp]  # noqa: E741
+
+PASSAGES = "passages"
+"""Pseudo-metric of the sweep: the number of passages kept (its mean: the mean context)."""
+
+DEFAULT_METRICS: tuple[str, ...] = (
+    "udcg",
+    "utility",
+    "udcg_ndcg",
+    "recall",
+    "precision",
+    "ndcg",
+    "mrr",
+    "hit_rate",
+    "distractor_rate",
+    "distractor_harm",
+)
+"""Metrics the sweep reports at every point by default (each on the kept context)."""
+
+LOWER_IS_BETTER: frozenset[str] = frozenset(
+    {"distractor_rate", "distractor_harm", "harm", PASSAGES}
+)
+"""Metrics an objective minimises (registry names, and ``passages``)."""
+
+TIE_TOLERANCE = 1e-12
+
+
+def _metric_name(metric: str) -> str:
+    return PASSAGES if metric == PASSAGES else parse_metric(metric).spec.name
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether an objective on ``metric`` is minimised."""
+    return _metric_name(metric) in LOWER_IS_BETTER
+
+
+def nanmean(values: F64, axis: int = -1) -> F64:
+    """Mean over ``axis`` skipping NaN (NA); NaN where every value is NA. No warnings."""
+    defined = ~np.isnan(values)
+    total = np.where(defined, values, 0.0).sum(axis=axis)
+    count = defined.sum(axis=axis)
+    out: F64 = np.divide(total, count, out=np.full(np.shape(total), np.nan), where=count > 0)
+    return out
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+@dataclass(frozen=True, slots=True)
+class SweepGrid:
+    """The policy settings a sweep tries.
+
+    Attributes:
+        max_k: caps to try.
+        thresholds: relative thresholds to try at every cap.
+        cut_rules: label-free cut settings tried at every cap, with no threshold:
+            ``(CutRule.GAP, gap_buffer)`` or ``(CutRule.AUTOCUT, autocut_jumps)``.
+        min_k: the floor of every setting (the guard keeps at least this many).
+    """
+
+    max_k: tuple[int, ...] = tuple(range(1, 11))
+    thresholds: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(20))
+    cut_rules: tuple[tuple[CutRule, int], ...] = (
+        (CutRule.GAP, 0),
+        (CutRule.GAP, 1),
+        (CutRule.AUTOCUT, 1),
+        (CutRule.AUTOCUT, 2),
+    )
+    min_k: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.max_k or any(k < 1 for k in self.max_k):
+            raise ValueError(f"max_k values must be ints >= 1, got {self.max_k!r}")
+        if len(set(self.max_k)) != len(self.max_k) or list(self.max_k) != sorted(self.max_k):
+            raise ValueError(f"max_k values must be distinct and increasing, got {self.max_k!r}")
+        if not self.thresholds or any(not 0.0 <= t <= 1.0 for t in self.thresholds):
+            raise ValueError(f"thresholds must lie in [0, 1], got {self.thresholds!r}")
+        if list(self.thresholds) != sorted(set(self.thresholds)):
+            raise ValueError(f"thresholds must be distinct and increasing, got {self.thresholds!r}")
+        if self.min_k < 0 or self.min_k > self.max_k[0]:
+            raise ValueError(f"min_k must be in [0, smallest max_k={self.max_k[0]}]")
+        for rule, value in self.cut_rules:
+            if CutRule(rule) is CutRule.NONE:
+                raise ValueError("cut_rules hold gap or autocut settings, not 'none'")
+            if value < 0 or (CutRule(rule) is CutRule.AUTOCUT and value < 1):
+                raise ValueError(f"bad cut rule setting {(rule, value)!r}")
+
+    @classmethod
+    def up_to(cls, max_k: int, **kwargs: object) -> SweepGrid:
+        """The default grid with caps ``1..max_k``."""
+        if isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1:
+            raise ValueError(f"max_k must be an int >= 1, got {max_k!r}")
+        return cls(max_k=tuple(range(1, max_k + 1)), **kwargs)  # type: ignore[arg-type]
+
+    def points(self) -> tuple[PolicyParams, ...]:
+        """Every setting: caps x thresholds, then caps x cut rules."""
+        pts = [
+            PolicyParams(max_k=k, min_k=self.min_k, relative_threshold=float(t))
+            for k in self.max_k
+            for t in self.thresholds
+        ]
+        for k in self.max_k:
+            for rule, value in self.cut_rules:
+                r = CutRule(rule)
+                if r is CutRule.GAP:
+                    pts.append(PolicyParams(max_k=k, min_k=self.min_k, cut=r, gap_buffer=value))
+                else:
+                    pts.append(PolicyParams(max_k=k, min_k=self.min_k, cut=r, autocut_jumps=value))
+        return tuple(pts)
+
+
+def is_plain_top_k(params: PolicyParams) -> bool:
+    """Whether a setting is plain top-k (no score rule)."""
+    return not params.uses_scores
+
+
+def describe_point(params: PolicyParams) -> str:
+    """A short human label: ``top-5``, ``max_k=5, t=0.70``, ``max_k=5, gap+1``."""
+    if is_plain_top_k(params):
+        return f"top-{params.max_k}"
+    parts = [f"max_k={params.max_k}"]
+    if params.relative_threshold > 0:
+        parts.append(f"t={params.relative_threshold:.2f}")
+    if params.min_score is not None:
+        parts.append(f"min_score={params.min_score:g}")
+    if params.cut is CutRule.GAP:
+        parts.append(f"gap+{params.gap_buffer}" if params.gap_buffer else "gap")
+    elif params.cut is CutRule.AUTOCUT:
+        parts.append(f"autocut@{params.autocut_jumps}")
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- constraints
+
+
+_CONSTRAINT = re.compile(r"^\s*(?P<metric>[^<>=\s]+)\s*(?P<op>>=|<=)\s*(?P<bound>[^\s]+)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A named constraint on a sweep point's mean metric: ``recall>=0.8``."""
+
+    metric: str
+    op: Literal[">=", "<="]
+    bound: float
+
+    def __post_init__(self) -> None:
+        _metric_name(self.metric)  # raises on an unknown metric
+        if self.op not in (">=", "<="):
+            raise ValueError(f"a constraint compares with >= or <=, got {self.op!r}")
+        if not math.isfinite(self.bound):
+            raise ValueError(f"constraint bound must be finite, got {self.bound!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Constraint:
+        """``"recall>=0.8"`` or ``"distractor_rate<=0.2"``.
+
+        Raises:
+            ValueError: bad syntax or an unknown metric.
+        """
+        m = _CONSTRAINT.match(text)
+        if m is None:
+            raise ValueError(
+                f"cannot parse constraint {text!r}; write METRIC>=VALUE or METRIC<=VALUE, "
+                "e.g. 'recall>=0.8'"
+            )
+        try:
+            bound = float(m.group("bound"))
+        except ValueError:
+            raise ValueError(f"constraint {text!r}: {m.group('bound')!r} is not a number") from None
+        op: Literal[">=", "<="] = ">=" if m.group("op") == ">=" else "<="
+        return cls(m.group("metric"), op, bound)
+
+    def violation(self, values: F64) -> F64:
+        """How far each value is from meeting the constraint (0 where it is met; inf
+        where the value is NA)."""
+        gap = self.bound - values if self.op == ">=" else values - self.bound
+        out: F64 = np.where(np.isnan(values), np.inf, np.maximum(gap, 0.0))
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.bound:g}"
+
+
+# --------------------------------------------------------------------------- the kernel
+
+
+class SweepKernel:
+    """One run's arrays, ranked once, with each metric tabulated at every context size.
+
+    Args:
+        arrays: the run against its labels.
+        metrics: metric strings (registry syntax) and/or ``"passages"``.
+        max_cut: the largest context size any setting will keep (the grid's largest
+            ``max_k``); tables go up to ``min(max_cut, candidates per row)``.
+    """
+
+    def __init__(self, arrays: EvalArrays, metrics: Sequence[str], max_cut: int) -> None:
+        if max_cut < 0:
+            raise ValueError(f"max_cut must be >= 0, got {max_cut}")
+        self.arrays = arrays
+        self.metrics: tuple[str, ...] = tuple(dict.fromkeys(metrics))
+        parsed: list[ParsedMetric | None] = [
+            None if m == PASSAGES else parse_metric(m) for m in self.metrics
+        ]
+        self.ranked: Ranked = arrays.ranked()
+        q, n = arrays.shape
+        self.width = min(max_cut, n)
+        cols = self.width + 1
+        # query-major (Q, K + 1, M): one setting reads M contiguous values per query
+        tables = np.empty((q, cols, len(self.metrics)))
+        for j, p in enumerate(parsed):
+            for c in range(cols):
+                cut = np.full(q, c, dtype=np.intp)
+                if p is None:
+                    tables[:, c, j] = np.minimum(c, arrays.n_present)
+                else:
+                    tables[:, c, j] = compute(arrays, p, cut=cut)
+        self._tables = tables
+        self._flat = tables.reshape(q * cols, len(self.metrics))
+        self._row_base = np.arange(q, dtype=np.intp) * cols
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (rows)."""
+        return self.arrays.n_queries
+
+    def cut(self, params: PolicyParams) -> I:
+        """(Q,) number of candidates the runtime policy keeps under ``params``."""
+        n: I = cut_ranked(self.ranked, params).n_kept
+        return n
+
+    def cuts(self, points: Sequence[PolicyParams]) -> NDArray[np.int32]:
+        """(P, Q) number kept under each setting.
+
+        Settings that differ only in ``max_k`` share one call of the policy: the cap is
+        the policy's last step (``n_kept = min(max(m, min(n_valid, min_k)), max_k)``), so
+        with the group's largest cap K, ``n_kept(max_k=k) = min(n_kept(max_k=K), k)`` for
+        every ``k <= K``. (Not with ``keep_invalid``, whose invalid candidates fill the
+        room under the cap: those settings get their own call.)
+        """
+        kept = np.empty((len(points), self.n_queries), dtype=np.int32)
+        groups: dict[tuple[object, ...], list[int]] = {}
+        for i, p in enumerate(points):
+            if p.keep_invalid:
+                kept[i] = self.cut(p)
+                continue
+            key = (p.min_k, p.relative_threshold, p.min_score, p.cut, p.gap_buffer,
+                   p.gap_window, p.autocut_jumps, p.score_rules)  # fmt: skip
+            groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            widest = max(members, key=lambda i: points[i].max_k)
+            n = self.cut(points[widest])
+            for i in members:
+                kept[i] = np.minimum(n, points[i].max_k)
+        return kept
+
+    def values(self, kept: I) -> F64:
+        """(M, Q) per-query value of every metric when query q keeps ``kept[q]``."""
+        k = np.asarray(kept, dtype=np.intp)
+        if k.shape != (self.n_queries,) or (k < 0).any() or (k > self.width).any():
+            raise ValueError(
+                f"kept must be {self.n_queries} ints in [0, {self.width}], got shape {k.shape}"
+            )
+        out: F64 = np.take(self._flat, self._row_base + k, axis=0).T
+        return out
+
+    def table(self, metric: str) -> F64:
+        """(Q, K + 1) the per-query values of ``metric`` at context sizes 0..K."""
+        out: F64 = self._tables[:, :, self.metrics.index(metric)]
+        return out
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, eq=False)
+class SweepResult:
+    """Mean metrics of every setting over a set of queries.
+
+    Attributes:
+        points: the settings, in grid order.
+        metrics: the metric strings (columns of ``means``).
+        means: (P, M) mean of each metric at each setting (NA queries skipped).
+        rows: the query rows the means are over.
+        kept: (P, Q) per-query number kept at each setting, over all rows of the
+            kernel (not only ``rows``).
+    """
+
+    points: tuple[PolicyParams, ...]
+    metrics: tuple[str, ...]
+    means: F64
+    rows: I
+    kept: NDArray[np.int32] = field(repr=False)
+
+    def column(self, metric: str) -> F64:
+        """(P,) the mean of ``metric`` at every setting."""
+        try:
+            j = self.metrics.index(metric)
+        except ValueError:
+            raise KeyError(
+                f"the sweep did not compute {metric!r}; it has: {', '.join(self.metrics)}"
+            ) from None
+        col: F64 = self.means[:, j]
+        return col
+
+    def mean(self, point: int, metric: str) -> float:
+        """Mean of ``metric`` at setting ``point``."""
+        return float(self.column(metric)[point])
+
+    def point_means(self, point: int) -> dict[str, float]:
+        """Every metric's mean at setting ``point``."""
+        return {m: float(v) for m, v in zip(self.metrics, self.means[point].tolist(), strict=True)}
+
+    def restricted(self, kernel: SweepKernel, rows: I) -> SweepResult:
+        """The same settings, with means over other ``rows`` (e.g. held-out queries)."""
+        return _aggregate(kernel, self.points, self.kept, rows)
+
+    def index(self, params: PolicyParams) -> int:
+        """Position of ``params`` among the points."""
+        return self.points.index(params)
+
+
+def _aggregate(
+    kernel: SweepKernel, points: tuple[PolicyParams, ...], kept: NDArray[np.int32], rows: I
+) -> SweepResult:
+    means = np.empty((len(points), len(kernel.metrics)))
+    base = kernel._row_base[rows]
+    sub = kept[:, rows]
+    if sub.size and (sub.min() < 0 or sub.max() > kernel.width):
+        raise ValueError(f"kept counts must lie in [0, {kernel.width}]")
+    for i in range(len(points)):
+        vals = np.take(kernel._flat, base + sub[i], axis=0)  # (rows, M): values at the cuts
+        m = vals.mean(axis=0) if rows.size else np.full(len(kernel.metrics), np.nan)
+        na = np.isnan(m)
+        if na.any():  # metrics that are NA on some queries: mean over the defined ones
+            m[na] = nanmean(vals[:, na], axis=0)
+        means[i] = m
+    return SweepResult(points, kernel.metrics, means, rows, kept)
+
+
+def sweep(
+    arrays: EvalArrays | SweepKernel,
+    grid: SweepGrid | Sequence[PolicyParams] | None = None,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    *,
+    rows: I | Sequence[int] | None = None,
+) -> SweepResult:
+    """Score every setting of ``grid`` on the queries of ``arrays``.
+
+    Args:
+        arrays: one run against its labels (or a prepared :class:`SweepKernel`).
+        grid: a :class:`SweepGrid` (default ``SweepGrid()``) or explicit settings.
+        metrics: metric strings computed at every setting (``"passages"`` included
+            always).
+        rows: query rows the means are over (default all); the per-query cuts are
+            computed for every row.
+
+    Returns:
+        A :class:`SweepResult`; ``means[p, m]`` equals ``evaluate(arrays, metrics[m],
+        cut=kept[p])`` restricted to ``rows``.
+    """
+    points = (grid or SweepGrid()).points() if not isinstance(grid, Sequence) else tuple(grid)
+    if not points:
+        raise ValueError("the sweep needs at least one setting")
+    wanted = (*metrics, PASSAGES)
+    if isinstance(arrays, SweepKernel):
+        kernel = arrays
+        missing = [m for m in wanted if m not in kernel.metrics]
+        if missing:
+            raise ValueError(f"the kernel was built without {', '.join(missing)}")
+        if max(p.max_k for p in points) > kernel.width and kernel.width < kernel.arrays.shape[1]:
+            raise ValueError("the kernel's tables are narrower than the grid's largest max_k")
+    else:
+        kernel = SweepKernel(arrays, wanted, max(p.max_k for p in points))
+    q = kernel.n_queries
+    idx = np.arange(q, dtype=np.intp) if rows is None else np.asarray(rows, dtype=np.intp)
+    return _aggregate(kernel, points, kernel.cuts(points), idx)
+
+
+def choose(
+    result: SweepResult,
+    objective: str,
+    constraints: Sequence[Constraint] = (),
+    *,
+    among: Sequence[int] | None = None,
+) -> tuple[int, bool]:
+    """The best setting by ``objective`` under ``constraints`` (see the module docstring).
+
+    Args:
+        result: the sweep.
+        objective: a metric the sweep computed.
+        constraints: constraints on other (or the same) metrics.
+        among: restrict the choice to these point indices (e.g. plain top-k only).
+
+    Returns:
+        The chosen point's index and whether it meets every constraint.
+    """
+    candidates = np.arange(len(result.points)) if among is None else np.asarray(among)
+    if candidates.size == 0:
+        raise ValueError("no settings to choose from")
+    violation = np.zeros(candidates.size)
+    for c in constraints:
+        violation += c.violation(result.column(c.metric)[candidates])
+    feasible = violation == 0
+    pool = candidates[feasible] if feasible.any() else candidates[violation == violation.min()]
+    score = result.column(objective)[pool]
+    if lower_is_better(objective):
+        score = -score
+    score = np.where(np.isnan(score), -np.inf, score)
+    best = score.max()
+    tied = pool[score >= best - TIE_TOLERANCE]
+    passages = result.column(PASSAGES)[tied]
+    fewest = tied[passages <= passages.min() + TIE_TOLERANCE]
+    return int(fewest.min()), bool(feasible.any())
+
+
+# --------------------------------------------------------------------------- optimal k
+
+
+@dataclass(frozen=True, eq=False)
+class OptimalK:
+    """Per-query optimal context size: where cumulative utility peaks.
+
+    Attributes:
+        k: (Q,) the smallest k in ``0..max_k`` with the highest cumulative utility
+            :math:`\\sum_{i \\le k} u_i` (only scored candidates count, as the guard never
+            keeps others): 0 means every prefix harms.
+        utility: (Q,) that highest cumulative utility (the oracle's).
+        counts: (max_k + 1,) how many queries have each optimal k.
+    """
+
+    k: I
+    utility: F64
+    counts: NDArray[np.int64]
+
+    def distribution(self) -> dict[int, int]:
+        """``{k: number of queries}`` for every k that occurs."""
+        return {k: int(n) for k, n in enumerate(self.counts.tolist()) if n}
+
+
+def optimal_k(arrays: EvalArrays, max_k: int, rows: I | Sequence[int] | None = None) -> OptimalK:
+    """Per-query optimal k (argmax of cumulative utility over ``k = 0..max_k``)."""
+    q, n = arrays.shape
+    width = min(max_k, n)
+    u = arrays.utility[:, :width]
+    cum = np.concatenate((np.zeros((q, 1)), np.cumsum(u, axis=1)), axis=1)
+    reachable = np.arange(width + 1)[None, :] <= arrays.n_valid[:, None]
+    cum = np.where(reachable, cum, -np.inf)
+    idx = np.arange(q) if rows is None else np.asarray(rows, dtype=np.intp)
+    best_k = cum[idx].argmax(axis=1).astype(np.intp)  # first maximum: the smallest k
+    best_u = cum[idx, best_k]
+    counts = np.bincount(best_k, minlength=max_k + 1).astype(np.int64)
+    return OptimalK(best_k, best_u, counts)

@@ -1,0 +1,115 @@
+"""Options and loading shared by the commands that read an eval set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich import box
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ragguard.cli._common import err
+from ragguard.scores import ScoreKind
+
+if TYPE_CHECKING:
+    from ragguard.calibration import EvalSet
+
+__all__ = [
+    "EvalSetArg",
+    "ProfileOpt",
+    "RunOpt",
+    "ScoreKindOpt",
+    "compact_table",
+    "load_evalset_for_cli",
+]
+
+
+def compact_table(title: str | None = None) -> Table:
+    """A table that fits 80 columns: a rule under the header, one space between columns."""
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+
+
+EvalSetArg = Annotated[
+    Path,
+    typer.Argument(
+        help="The eval set: a JSONL, TREC qrels or UDCG JSON file, a BEIR folder, or a "
+        "folder holding evalset.jsonl and its runs in runs/ (like examples/notes).",
+        show_default=False,
+    ),
+]
+RunOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--run",
+        "-r",
+        help="A run file (TREC run format or JSON {query: {doc: score}}), named by its file "
+        "stem; repeat for several. For a folder EVALSET these replace its runs/.",
+        show_default=False,
+    ),
+]
+ProfileOpt = Annotated[
+    str,
+    typer.Option(
+        "--profile",
+        "-p",
+        help="Tolerance profile whose rules turn labels into utilities: medical, legal, "
+        "support, creative or code (see `ragguard profiles`).",
+    ),
+]
+ScoreKindOpt = Annotated[
+    ScoreKind | None,
+    typer.Option(
+        "--score-kind",
+        help="What the scores are. Default: similarity for run files (BM25, cosine); for "
+        "--retriever, what its vector store tells, else similarity.",
+        show_default=False,
+    ),
+]
+
+
+def load_evalset_for_cli(
+    path: Path,
+    runs: list[Path] | None,
+    *,
+    score_kind: ScoreKind | None,
+    retriever: str | None = None,
+) -> EvalSet:
+    """Load the eval set and its runs (and call a live retriever), reporting problems on
+    stderr and retrieval progress with a progress bar."""
+    from ragguard.calibration.inputs import add_run, load_factory, load_inputs, retrieve_run
+
+    evalset = load_inputs(
+        path,
+        runs or (),
+        folder_runs_too=retriever is None,
+        score_kind=score_kind or ScoreKind.SIMILARITY,
+    )
+    if evalset.report:
+        err.print(
+            f"[yellow]note:[/] {len(evalset.report.problems)} problems while loading "
+            f"(counted, not fatal):\n{escape(evalset.report.summary())}",
+            highlight=False,
+        )
+    if retriever is not None:
+        instance = load_factory(retriever)
+        name = retriever.rpartition(":")[2] or "retriever"
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+        ) as progress:
+            task = progress.add_task(f"retrieving with {retriever}", total=len(evalset.qids))
+            run = retrieve_run(
+                evalset,
+                instance,
+                name=name,
+                score_kind=score_kind,
+                on_query=lambda done, _total: progress.update(task, completed=done),
+            )
+        evalset = add_run(evalset, run)
+    return evalset

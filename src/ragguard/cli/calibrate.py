@@ -1,0 +1,252 @@
+"""``ragguard calibrate``: sweep the guard's settings on labelled queries, write the config
+and a report."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._data import (
+    EvalSetArg,
+    ProfileOpt,
+    RunOpt,
+    ScoreKindOpt,
+    compact_table,
+    load_evalset_for_cli,
+)
+
+if TYPE_CHECKING:
+    from ragguard.calibration import CalibrationResult, Interval
+
+__all__ = ["calibrate"]
+
+
+def _f(x: float, digits: int = 3) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def _interval(iv: Interval) -> str:
+    if math.isnan(iv.low):
+        return ""
+    return f"[{iv.low:+.2f}, {iv.high:+.2f}]"
+
+
+@app.command()
+def calibrate(
+    evalset: EvalSetArg,
+    run: RunOpt = None,
+    retriever: Annotated[
+        str | None,
+        typer.Option(
+            "--retriever",
+            help="module:function returning a LangChain or LlamaIndex retriever; it is "
+            "called live for every query (the module may sit in the current directory).",
+            show_default=False,
+        ),
+    ] = None,
+    profile: ProfileOpt = "support",
+    objective: Annotated[
+        str,
+        typer.Option(
+            help="Metric to optimise: udcg, utility, udcg_ndcg, ndcg, ... (distractor_rate "
+            "and distractor_harm are minimised)."
+        ),
+    ] = "udcg",
+    min_recall: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Keep only settings whose mean evidence recall (relevant passages kept / "
+            "relevant passages) reaches this; 0 turns it off.",
+        ),
+    ] = 0.8,
+    constraint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--constraint",
+            help="More constraints, METRIC>=X or METRIC<=X (e.g. distractor_rate<=0.3); "
+            "repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    max_k: Annotated[
+        int, typer.Option(min=1, max=1000, help="Largest max_k tried (the grid is 1..max_k).")
+    ] = 10,
+    holdout: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=0.95,
+            help="Fraction of queries held out to check the choice (0: no check).",
+        ),
+    ] = 0.3,
+    seed: Annotated[int, typer.Option(help="Seed of the held-out split and the bootstrap.")] = 0,
+    score_kind: ScoreKindOpt = None,
+    out_path: Annotated[
+        Path, typer.Option("--out", "-o", help="Where to write the guard config (TOML).")
+    ] = Path("ragguard.toml"),
+    report: Annotated[
+        Path, typer.Option(help="Folder for the report (report.html, report.md, plots/).")
+    ] = Path("ragguard-report"),
+    no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Recommend the guard's settings from labelled queries: sweep max_k x relative
+    threshold (and the gap / autocut rules) with the guard's own policy, choose by the
+    objective under the constraints, check the choice on held-out queries, and write the
+    config and a report."""
+    with friendly_errors(verbose):
+        from ragguard.calibration import Constraint
+        from ragguard.calibration import calibrate as run_calibration
+
+        es = load_evalset_for_cli(evalset, run, score_kind=score_kind, retriever=retriever)
+        constraints = [Constraint.parse(c) for c in constraint or ()]
+        with err.status("sweeping settings..."):
+            result = run_calibration(
+                es,
+                profile=profile,
+                objective=objective,
+                constraints=constraints,
+                min_recall=min_recall or None,
+                max_k=max_k,
+                holdout=holdout,
+                seed=seed,
+            )
+        written = result.save_config(out_path)
+        report_paths = None
+        if not no_report:
+            from ragguard.calibration.report import write_report
+
+            with err.status("writing the report..."):
+                report_paths = write_report(result, report, config_path=str(written))
+        _print_result(result, str(evalset))
+        out.print()
+        out.print(
+            f"[bold]Config[/]  {escape(str(written))}  "
+            f'(load it: ContextGuard.from_file("{escape(str(written))}"))',
+            highlight=False,
+        )
+        if report_paths is not None:
+            out.print(
+                f"[bold]Report[/]  {escape(str(report_paths.html))}  "
+                f"(also {report_paths.markdown.name}"
+                + (", plots/)" if report_paths.plots else ")"),
+                highlight=False,
+            )
+            if not report_paths.plots_drawn:
+                err.print(
+                    "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
+                    + escape('pip install "ragguard[report]"'),
+                    highlight=False,
+                )
+
+
+def _print_result(result: CalibrationResult, shown: str) -> None:
+    from ragguard.calibration.metrics import safety_band
+    from ragguard.calibration.sweep import PASSAGES, describe_point, lower_is_better
+
+    obj = result.objective
+    cons = " and ".join(str(c) for c in result.constraints)
+    goal = "minimise" if lower_is_better(obj) else "maximise"
+    out.print(
+        f"[bold]ragguard calibrate[/] {escape(shown)}: {len(result.qids)} queries, runs "
+        f"{escape(', '.join(r.name for r in result.runs))}, profile {result.profile.name}",
+        highlight=False,
+    )
+    out.print(
+        f"objective: {goal} mean {obj}" + (f" subject to {cons}" if cons else "")
+        + f"; {result.calibration_rows.size} queries to choose on, "
+        f"{result.heldout_rows.size} held out (seed {result.seed})",
+        highlight=False,
+    )  # fmt: skip
+
+    table = compact_table("best setting per run (calibration queries)")
+    for col in ("run", "chosen", obj, "recall", "distr.", "kept", f"top-k ({obj})"):
+        table.add_column(
+            col,
+            justify="left" if col in ("run", "chosen") else "right",
+            no_wrap=col in ("run", "chosen"),
+        )
+    for r in result.runs:
+        s = r.sweep
+        mark = " *" if r is result.recommended else ""
+        table.add_row(
+            r.name + mark,
+            describe_point(r.chosen_params) + ("" if r.feasible else " (!)"),
+            _f(s.mean(r.chosen, obj)),
+            _f(s.mean(r.chosen, "recall")),
+            _f(s.mean(r.chosen, "distractor_rate")),
+            _f(s.mean(r.chosen, PASSAGES), 2),
+            f"{describe_point(r.baseline_params)}: {_f(s.mean(r.baseline, obj))}",
+        )
+    out.print(table)
+
+    r = result.recommended
+    p = r.chosen_params
+    kind = r.score_kind.value if r.score_kind else "none"
+    settings = f"max_k={p.max_k}, min_k={p.min_k}, relative_threshold={p.relative_threshold:g}"
+    if p.cut.value != "none":
+        settings += f", cut={p.cut.value}"
+    out.print(
+        f"[bold]Chosen:[/] run {escape(r.name)} with {settings} (score_kind {kind})",
+        highlight=False,
+    )
+    out.print(f"[bold]Why:[/] {escape(result.why())}.", highlight=False)
+    if not r.feasible:
+        out.print(
+            f"[bold yellow]warning:[/] no setting meets {cons}; the closest one was chosen",
+            highlight=False,
+        )
+
+    c = r.comparison
+    pct = round(c.level * 100)
+    title = (
+        f"held-out check: {c.n_queries} queries never used to choose, {pct}% bootstrap intervals"
+        if c.split == "held-out"
+        else f"in-sample check (no hold-out): {c.n_queries} queries, {pct}% bootstrap intervals"
+    )
+    check = compact_table(title)
+    check.add_column("metric")
+    check.add_column(describe_point(r.baseline_params), justify="right")
+    check.add_column("guarded", justify="right")
+    check.add_column("change", justify="right")
+    check.add_column("interval", justify="right")
+    check.add_column("verdict")
+    for m in c.metrics:
+        verdict = c.verdict(m) if m != PASSAGES else ""
+        verdict = "within noise" if verdict == "no clear difference" else verdict
+        style = {"better": "green", "worse": "red"}.get(verdict, "")
+        check.add_row(
+            m,
+            _f(c.baseline[m].mean),
+            _f(c.guarded[m].mean),
+            f"{c.difference[m].mean:+.3f}",
+            _interval(c.difference[m]),
+            f"[{style}]{verdict}[/]" if style else verdict,
+        )
+    out.print(check)
+    if c.n_queries and "distractor_rate" in c.metrics:
+        b = safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0))
+        g = safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0))
+        out.print(f"safety band: {b.value} with plain top-k, {g.value} guarded", highlight=False)
+    if obj in c.metrics:
+        v = c.verdict(obj)
+        where = "on the held-out queries" if c.split == "held-out" else "in-sample (no hold-out)"
+        if v == "better":
+            out.print(f"The gain in {obj} holds {where}.", highlight=False)
+        elif v == "worse":
+            out.print(f"[red]The guarded setting is worse on {obj} {where}.[/]", highlight=False)
+        else:
+            out.print(
+                f"The {obj} difference is within noise on {c.n_queries} queries; more labelled "
+                "queries would tell.",
+                highlight=False,
+            )
+    dist = ", ".join(f"{k}: {n}" for k, n in r.optimal.distribution().items())
+    out.print(f"per-query optimal k (queries): {dist}", highlight=False)

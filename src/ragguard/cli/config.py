@@ -1,0 +1,202 @@
+"""``ragguard profiles`` (list / show) and ``ragguard config show``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._data import compact_table
+
+__all__ = ["config_app", "profiles_app"]
+
+profiles_app = typer.Typer(
+    help="Tolerance profiles: how hard distractors are penalised, and the guard's defaults.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+config_app = typer.Typer(help="The guard's configuration.", no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
+app.add_typer(config_app, name="config")
+
+ConfigFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help="A ragguard.toml whose custom [profiles.NAME] tables are included.",
+        show_default=False,
+    ),
+]
+
+_PROFILE_FIELDS = (
+    ("tolerance", "distractor tolerance"),
+    ("distractor_score_ratio", "non-relevant passage scoring >= this x top score: hard negative"),
+    ("distractor_top_ranks", "non-relevant passage ranked within this many: hard negative"),
+    ("known_distractor_penalty", "utility of a labelled distractor"),
+    ("hard_negative_penalty", "utility of a hard negative"),
+    ("max_k", "runtime default: most passages kept"),
+    ("min_k", "runtime default: fewest passages kept"),
+    ("relative_threshold", "runtime default: keep score >= this x top score"),
+)
+
+
+def _profiles(config: Path | None) -> dict[str, Any]:
+    from ragguard.config import GuardConfig
+    from ragguard.profiles import BUILTIN_PROFILES, resolve_profile
+
+    custom = GuardConfig.from_file(config).profiles if config is not None else {}
+    names = [*BUILTIN_PROFILES, *(n for n in custom if n not in BUILTIN_PROFILES)]
+    return {n: resolve_profile(n, custom) for n in names}
+
+
+@profiles_app.callback()
+def _profiles_root(
+    ctx: typer.Context, config: ConfigFileOpt = None, verbose: Verbose = False
+) -> None:
+    """List the profiles (or `ragguard profiles show NAME` for one)."""
+    if ctx.invoked_subcommand is None:
+        with friendly_errors(verbose):
+            _print_list(config)
+
+
+def _print_list(config: Path | None) -> None:
+    from ragguard.profiles import DEFAULT_PROFILE
+
+    table = compact_table(f"tolerance profiles (default: {DEFAULT_PROFILE})")
+    for col in ("profile", "tolerance", "ratio", "ranks", "known", "hard",
+                "max_k", "min_k", "threshold"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("profile", "tolerance") else "right")
+    for name, p in _profiles(config).items():
+        table.add_row(
+            name,
+            p.tolerance,
+            f"{p.distractor_score_ratio:g}",
+            str(p.distractor_top_ranks),
+            f"{p.known_distractor_penalty:g}",
+            f"{p.hard_negative_penalty:g}",
+            str(p.max_k),
+            str(p.min_k),
+            f"{p.relative_threshold:g}",
+        )
+    out.print(table)
+    out.print(
+        "ratio / ranks: a non-relevant passage scoring >= ratio x the top score, or "
+        "ranked within the top ranks, is a hard negative; known / hard: utilities of known "
+        "distractors and hard negatives; max_k, min_k, threshold: the guard's defaults. "
+        "Details: ragguard profiles show NAME",
+        highlight=False,
+    )
+
+
+@profiles_app.command("list")
+def profiles_list(config: ConfigFileOpt = None, verbose: Verbose = False) -> None:
+    """List the built-in profiles (and custom ones from --config)."""
+    with friendly_errors(verbose):
+        _print_list(config)
+
+
+@profiles_app.command("show")
+def profiles_show(
+    name: Annotated[str, typer.Argument(help="The profile's name.", show_default=False)],
+    config: ConfigFileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Show one profile: its distractor rules and runtime defaults."""
+    with friendly_errors(verbose):
+        from ragguard.config import GuardConfig
+        from ragguard.profiles import resolve_profile
+
+        custom = GuardConfig.from_file(config).profiles if config is not None else {}
+        p = resolve_profile(name, custom)
+        if as_json:
+            out.print_json(json.dumps(p.model_dump(mode="json")))
+            return
+        out.print(f"[bold]{escape(p.name)}[/]: {escape(p.description)}", highlight=False)
+        table = compact_table()
+        table.add_column("field")
+        table.add_column("value", justify="right")
+        table.add_column("meaning")
+        for field, meaning in _PROFILE_FIELDS:
+            value = getattr(p, field)
+            table.add_row(field, f"{value:g}" if isinstance(value, float) else str(value), meaning)
+        out.print(table)
+
+
+@config_app.command("show")
+def config_show(
+    file: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A config TOML; default ./ragguard.toml when it exists, else defaults and "
+            "environment only.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Show the resolved config and which layer supplied each value (argument,
+    environment RAGGUARD_*, file, profile or default)."""
+    with friendly_errors(verbose):
+        from ragguard.config import GuardConfig
+
+        if file is None and Path("ragguard.toml").is_file():
+            file = Path("ragguard.toml")
+        cfg = GuardConfig.from_file(file) if file is not None else GuardConfig()
+        data = cfg.model_dump(mode="json")
+        provenance = data.pop("provenance")
+        profiles = data.pop("profiles")
+        if as_json:
+            out.print_json(
+                json.dumps(
+                    {
+                        "file": str(file) if file else None,
+                        "values": {
+                            k: {"value": v, "source": cfg.source_of(k)} for k, v in data.items()
+                        },
+                        "profiles": profiles,
+                        "provenance": provenance,
+                    }
+                )
+            )
+            return
+        where = f"file {file}" if file else "no file (defaults and environment)"
+        out.print(f"[bold]ragguard config[/] from {escape(where)}", highlight=False)
+        table = compact_table()
+        table.add_column("field")
+        table.add_column("value")
+        table.add_column("source")
+        for key, value in data.items():
+            table.add_row(key, "none" if value is None else str(value), cfg.source_of(key))
+        out.print(table)
+        if profiles:
+            out.print(f"custom profiles: {', '.join(profiles)}", highlight=False)
+        if provenance:
+            _print_provenance(provenance)
+        if file is None:
+            err.print("[dim]no ragguard.toml here; pass a file to show it[/]")
+
+
+def _print_provenance(prov: dict[str, Any]) -> None:
+    lines = []
+    for key in ("tool", "created", "source", "run", "profile", "objective", "setting",
+                "baseline", "data_sha256"):  # fmt: skip
+        if key in prov:
+            lines.append(f"  {key}: {prov[key]}")
+    if "constraints" in prov:
+        met = "met" if prov.get("constraints_met", True) else "NOT met"
+        lines.append(f"  constraints: {', '.join(prov['constraints']) or 'none'} ({met})")
+    metrics = prov.get("metrics")
+    if isinstance(metrics, dict):
+        shown = ", ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()
+        )
+        lines.append(f"  metrics (calibration queries): {shown}")
+    out.print("[bold]provenance[/] (written by ragguard calibrate)", highlight=False)
+    out.print(escape("\n".join(lines)), highlight=False)

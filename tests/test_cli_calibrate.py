@@ -1,0 +1,267 @@
+"""``ragguard calibrate``, ``evaluate``, ``compare``, ``profiles`` and ``config show``
+through typer's CliRunner, on examples/notes."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from ragguard import Candidate, ContextGuard
+from ragguard.calibration import (
+    calibrate,
+    data_fingerprint,
+    evaluate,
+    load_inputs,
+    safety_band,
+)
+from ragguard.cli import app
+from ragguard.errors import EvalSetError, RetrieverError
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTES = ROOT / "examples" / "notes"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(ROOT), *sys.path])  # tests.* factories
+
+
+def invoke(*args: object) -> Result:
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def flat(text: str) -> str:
+    """Output with rich's line wrapping undone (CliRunner's terminal is 80 columns)."""
+    return " ".join(text.split())
+
+
+# --------------------------------------------------------------------------- calibrate
+
+
+def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path: Path) -> None:
+    result = invoke("calibrate", NOTES)
+    assert result.exit_code == 0, result.output
+    toml, report = tmp_path / "ragguard.toml", tmp_path / "ragguard-report"
+    assert toml.is_file()
+    assert {p.name for p in report.iterdir()} == {"report.html", "report.md", "plots"}
+    assert len(list((report / "plots").glob("*.png"))) == 4
+    out = flat(result.stdout)
+    assert "Chosen: run dense-minilm with max_k=4, min_k=1, relative_threshold=0.85" in out
+    assert "Why: max_k=4, t=0.85 has the highest mean udcg" in out
+    assert "recall>=0.8" in out and "15 held out (seed 0)" in out
+    assert "Config ragguard.toml" in out and "ContextGuard.from_file" in out
+    assert "Report ragguard-report/report.html" in out
+    assert "Traceback" not in result.output
+
+    # the same calibration through the API, and the guard loaded from the file keeps,
+    # query by query, what the sweep measured for the chosen setting
+    es = load_inputs(NOTES)
+    api = calibrate(es, min_recall=0.8)
+    r = api.recommended
+    guard = ContextGuard.from_file(toml)
+    assert guard.config.policy_params() == r.chosen_params
+    for q, n in zip(api.qids, r.chosen_kept.tolist(), strict=True):
+        cands = [Candidate(d, score=s) for d, s in es.runs[r.name].candidates[q].items()]
+        assert len(guard.select(q, cands).kept) == n
+    prov = guard.config.provenance
+    assert prov["data_sha256"] == data_fingerprint(es)
+    assert prov["objective"] == "udcg" and prov["profile"] == "support"
+    assert prov["run"] == "dense-minilm" and prov["constraints"] == ["recall>=0.8"]
+    assert set(prov["metrics"]) >= {"udcg", "recall", "distractor_rate", "passages"}
+    assert prov["created"].endswith("Z")
+
+
+def test_calibrate_options(tmp_path: Path) -> None:
+    result = invoke(
+        "calibrate", NOTES, "--run", NOTES / "runs" / "bm25.trec", "--objective", "utility",
+        "--min-recall", "0", "--constraint", "distractor_rate<=0.5", "--max-k", "6",
+        "--holdout", "0", "--profile", "medical", "--out", "cfg/guard.toml", "--no-report",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = flat(result.stdout)
+    assert "runs bm25, profile medical" in out and "subject to distractor_rate<=0.5" in out
+    assert "in-sample check (no hold-out)" in out
+    assert not (tmp_path / "ragguard-report").exists()
+    cfg = ContextGuard.from_file(tmp_path / "cfg" / "guard.toml").config
+    assert cfg.profile == "medical" and cfg.max_k <= 6
+    assert cfg.provenance["objective"] == "utility"
+    assert cfg.provenance["queries"]["heldout"] == 0
+
+
+def test_calibrate_with_a_live_langchain_retriever(tmp_path: Path) -> None:
+    result = invoke(
+        "calibrate", NOTES, "--retriever", "tests.calibration.retrievers:make_langchain_retriever",
+        "--no-report",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "runs make_langchain_retriever," in flat(result.stdout)
+    assert "retrieving with tests.calibration.retrievers" in flat(result.stderr)
+    cfg = ContextGuard.from_file(tmp_path / "ragguard.toml").config
+    assert cfg.provenance["run"] == "make_langchain_retriever"
+    assert cfg.score_kind == "similarity"
+
+
+def _bad_jsonl(tmp_path: Path) -> Path:
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"query_id": "q1", "relevant": ["a"]}\n{"query_id": "q2", "relevant": 7}\n')
+    return p
+
+
+def _one_query(tmp_path: Path) -> Path:
+    p = tmp_path / "one.jsonl"
+    p.write_text('{"query_id": "q1", "relevant": ["a"], "candidates": [{"id": "a", "score": 1}]}\n')
+    return p
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["calibrate", "missing-folder"], "missing-folder: no such file or folder"),
+        (["calibrate", NOTES, "--run", "nope.trec"], "nope.trec: run file not found"),
+        (["calibrate", "{bad}"], "bad.jsonl:2, field 'relevant'"),
+        (["calibrate", NOTES, "--retriever", "no_such_module_xyz:make"],
+         "cannot import module 'no_such_module_xyz'"),
+        (["calibrate", NOTES, "--retriever", "tests.calibration.retrievers:make_list"],
+         "returned a builtins.list, not a retriever"),
+        (["calibrate", NOTES, "--retriever", "tests.calibration.retrievers:make_failing"],
+         "make_failing() raised RuntimeError: the vector index is not built yet"),
+        (["calibrate", NOTES, "--retriever", "tests.calibration.retrievers:NOT_CALLABLE"],
+         "is not callable"),
+        (["calibrate", "{one}"], "no queries left to calibrate on: 1 labelled queries, 1 held out"),
+        (["calibrate", NOTES, "--constraint", "recall>0.5"], "cannot parse constraint"),
+        (["calibrate", NOTES, "--objective", "bogus"], "unknown metric 'bogus'"),
+        (["calibrate", NOTES, "--profile", "bogus"], "unknown profile 'bogus'"),
+        (["evaluate", NOTES, "--metrics", "ndcg@0"], "the cutoff after '@' must be >= 1"),
+        (["compare", NOTES / "evalset.jsonl"], "no runs to evaluate"),
+        (["config", "show", "missing.toml"], "config file not found: missing.toml"),
+        (["profiles", "show", "bogus"], "unknown profile 'bogus'"),
+    ],
+)  # fmt: skip
+def test_errors_print_one_line_and_exit_1(tmp_path: Path, args: list[object], message: str) -> None:
+    paths = {"{bad}": str(_bad_jsonl(tmp_path)), "{one}": str(_one_query(tmp_path))}
+    result = invoke(*(paths.get(str(a), str(a)) for a in args))
+    assert result.exit_code == 1, result.output
+    # progress lines may come first (a live retriever); the error is one line, the last
+    err = flat(result.stderr.split("error: ", 1)[1])
+    assert result.stderr.count("error: ") == 1 and message in err
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "ragguard.toml").exists()
+
+
+def test_verbose_shows_the_exception(tmp_path: Path) -> None:
+    result = invoke("calibrate", "missing-folder", "--verbose")
+    assert result.exit_code == 1
+    assert isinstance(result.exception, EvalSetError)
+    result = invoke(
+        "calibrate", NOTES, "-v", "--retriever", "tests.calibration.retrievers:make_list"
+    )
+    assert isinstance(result.exception, RetrieverError)
+
+
+def test_calibrate_without_matplotlib_notes_the_missing_plots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = invoke("calibrate", NOTES, "--report", "rep")
+    assert result.exit_code == 0, result.output
+    assert 'pip install "ragguard[report]"' in flat(result.stderr)
+    assert "(also report.md)" in flat(result.stdout)
+    assert 'pip install "ragguard[report]"' in (tmp_path / "rep" / "report.md").read_text()
+    assert not (tmp_path / "rep" / "plots").exists()
+
+
+# --------------------------------------------------------------------------- evaluate, compare
+
+
+def test_evaluate_prints_traditional_next_to_distraction_aware() -> None:
+    result = invoke("evaluate", NOTES)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "traditional" in out and "distraction-aware" in out
+    assert out.index("ndcg@10") < out.index("udcg@10") < out.index("distractor_rate@10")
+    es = load_inputs(NOTES)
+    expected = evaluate(es, "bm25", metrics=["ndcg@10", "udcg@10"])
+    row = next(line for line in out.splitlines() if "ndcg@10" in line and "udcg" not in line)
+    assert f"{expected['ndcg@10']:.3f}" in row
+
+
+def test_evaluate_json_and_metric_list() -> None:
+    result = invoke(
+        "evaluate", NOTES, "--run", NOTES / "runs" / "dense-minilm.trec",
+        "--metrics", "recall@5,ra_nwg(alpha=0, cap3=0.5)@5", "-m", "udcg", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    names = ["recall@5", "ra_nwg(alpha=0, cap3=0.5)@5", "udcg"]
+    expected = evaluate(load_inputs(NOTES), "dense-minilm", metrics=names)
+    assert list(got) == ["dense-minilm"]
+    for n in names:
+        assert got["dense-minilm"][n] == pytest.approx(expected[n])
+
+
+def test_compare_shows_that_the_highest_recall_run_is_not_the_safest() -> None:
+    result = invoke("compare", NOTES, "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    es = load_inputs(NOTES)
+    for run, means in rows.items():
+        exp = evaluate(es, run, metrics=["recall@5", "distractor_rate@5", "udcg@5"])
+        assert means["recall@5"] == pytest.approx(exp["recall@5"])
+        assert means["safety_band"] == safety_band(exp["distractor_rate@5"]).value
+    table = invoke("compare", NOTES)
+    out = flat(table.stdout)
+    assert "safety band" in out and "RISKY" in out
+    assert "The highest-recall profile (bm25) is not the safest" in out
+
+
+# --------------------------------------------------------------------------- profiles, config
+
+
+def test_profiles_list_and_show(tmp_path: Path) -> None:
+    listed = invoke("profiles")
+    assert listed.exit_code == 0
+    for name in ("medical", "legal", "support", "creative", "code"):
+        assert name in listed.stdout
+    assert invoke("profiles", "list").stdout == listed.stdout
+    shown = invoke("profiles", "show", "creative", "--json")
+    data = json.loads(shown.stdout)
+    assert data["distractor_score_ratio"] == 0.9 and data["max_k"] == 8
+    (tmp_path / "c.toml").write_text('[profiles.onco]\nbase = "medical"\nmax_k = 2\n')
+    custom = invoke("profiles", "show", "onco", "--config", "c.toml", "--json")
+    assert json.loads(custom.stdout)["max_k"] == 2
+    assert "onco" in invoke("profiles", "--config", "c.toml").stdout
+
+
+def test_config_show_names_the_layer_of_every_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert invoke("calibrate", NOTES, "--no-report").exit_code == 0
+    monkeypatch.setenv("RAGGUARD_MIN_K", "2")
+    result = invoke("config", "show", "--json")  # ./ragguard.toml by default
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    values = data["values"]
+    assert values["max_k"] == {"value": 4, "source": "file ragguard.toml"}
+    assert values["min_k"] == {"value": 2, "source": "environment RAGGUARD_MIN_K"}
+    assert values["min_score"] == {"value": None, "source": "default"}
+    assert data["provenance"]["run"] == "dense-minilm"
+    table = invoke("config", "show", "ragguard.toml")
+    out = flat(table.stdout)
+    assert "environment RAGGUARD_MIN_K" in out and "provenance" in out
+    assert "constraints: recall>=0.8 (met)" in out
+
+
+def test_config_show_without_a_file_uses_profile_defaults() -> None:
+    result = invoke("config", "show", "--json")
+    data = json.loads(result.stdout)
+    assert data["file"] is None
+    assert data["values"]["max_k"] == {"value": 5, "source": "profile support"}
+    assert not math.isnan(data["values"]["relative_threshold"]["value"])
