@@ -11,6 +11,8 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── InvalidScoreError        (ValueError)  missing/NaN/inf score with invalid_scores="raise"
     ├── DuplicateIdError         (ValueError)  repeated candidate id with duplicates="raise"
     ├── EvalSetError             (ValueError)  malformed evaluation data (file, line, field)
+    ├── AnnotationError          (ValueError)  annotation cannot run on this data or settings
+    ├── EndpointError            (RuntimeError) an LLM endpoint failed (no logprobs, HTTP)
     └── MissingDependencyError   (ImportError) an optional extra is not installed
 
     RagguardWarning (UserWarning)
@@ -23,9 +25,11 @@ printed; library code logs through ``logging.getLogger(__name__)``.
 from __future__ import annotations
 
 __all__ = [
+    "AnnotationError",
     "CandidateError",
     "ConfigError",
     "DuplicateIdError",
+    "EndpointError",
     "EvalSetError",
     "InvalidScoreError",
     "MissingDependencyError",
@@ -89,6 +93,16 @@ def _rebuild_evalset_error(
     message: str, path: str | None, line: int | None, field: str | None
 ) -> EvalSetError:
     return EvalSetError(message, path=path, line=line, field=field)
+
+
+class AnnotationError(RagguardError, ValueError):
+    """Utility annotation cannot run on this data or with these settings: a passage or a
+    query without text, unjudged passages with no judge, an unusable model reply."""
+
+
+class EndpointError(RagguardError, RuntimeError):
+    """An LLM endpoint failed: it returned no logprobs, a non-transient HTTP error, or
+    transient errors until the retries ran out. The message names the URL and model."""
 
 
 class MissingDependencyError(RagguardError, ImportError):
