@@ -9,6 +9,7 @@ traceback. Progress and messages go to stderr; results go to stdout.
 
 from __future__ import annotations
 
+from ragguard.cli import annotate as _annotate  # noqa: F401  (registers the command)
 from ragguard.cli._common import app
 
 __all__ = ["app", "main"]
