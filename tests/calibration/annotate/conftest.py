@@ -10,6 +10,7 @@ import importlib.util
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +63,11 @@ def smollm2_gguf_path() -> Path:
 @pytest.fixture(scope="session")
 def gguf_path() -> Path:
     return smollm2_gguf_path()
+
+
+@pytest.fixture(scope="session")
+def smollm(gguf_path: Path) -> Any:
+    """SmolLM2-135M-Instruct (Q4_1) through the GGUF backend, loaded once (about 20 s)."""
+    from ragguard.calibration.annotate import TransformersEstimator
+
+    return TransformersEstimator.from_gguf(gguf_path, batch_size=4)

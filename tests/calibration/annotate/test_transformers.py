@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+import transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
-
-from ragguard.calibration import evaluate, load_evalset  # noqa: E402
-from ragguard.calibration.annotate import (  # noqa: E402
+from ragguard.calibration import evaluate, load_evalset
+from ragguard.calibration.annotate import (
     ABSTENTION_PROMPT,
     Pair,
     RelevanceJudge,
@@ -165,12 +163,6 @@ def test_options_are_checked(tiny_plain: Path) -> None:
 
 
 # ---------------------------------------------------------------- SmolLM2-135M GGUF
-
-
-@pytest.fixture(scope="module")
-def smollm(gguf_path: Path) -> TransformersEstimator:
-    pytest.importorskip("gguf")
-    return TransformersEstimator.from_gguf(gguf_path, batch_size=4)
 
 
 QUESTIONS = [
