@@ -282,20 +282,29 @@ def annotate_command(
                     tasks[stage] = bar.add_task(label, total=total)
                 bar.update(tasks[stage], completed=done, total=total)
 
-            summary = annotate(
-                evalset,
-                estimator,
-                out=out_path,
-                udcg_out=udcg_out,
-                runs=list(run) if run else None,
-                format=evalset_format,
-                corpus=list(corpus or []),
-                judge=judge,
-                unjudged=policy.value,
-                progress_file=progress_file,
-                fresh=fresh,
-                progress=progress,
-            )
+            try:
+                summary = annotate(
+                    evalset,
+                    estimator,
+                    out=out_path,
+                    udcg_out=udcg_out,
+                    runs=list(run) if run else None,
+                    format=evalset_format,
+                    corpus=list(corpus or []),
+                    judge=judge,
+                    unjudged=policy.value,
+                    progress_file=progress_file,
+                    fresh=fresh,
+                    progress=progress,
+                )
+            except KeyboardInterrupt:
+                saved = progress_file or Path(f"{out_path}.progress")
+                err.print(
+                    f"interrupted: every result so far is saved in {saved}; run the same "
+                    "command again to resume",
+                    highlight=False,
+                )
+                raise typer.Exit(130) from None
         out.print(
             f"annotated {summary.pairs} passages with {summary.model_id}: "
             f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",

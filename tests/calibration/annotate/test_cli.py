@@ -170,3 +170,20 @@ def test_errors_are_one_line(evalset: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, [*base, "--backend", "openai", "--model", "m"])
     assert result.exit_code == 1
     assert "2 candidates have no passage text" in result.stderr and "--corpus" in result.stderr
+
+
+def test_an_interrupt_says_how_to_resume(
+    evalset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ragguard.calibration.annotate as package
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(package, "annotate", interrupted)
+    out = tmp_path / "u.jsonl"
+    result = runner.invoke(
+        app, ["annotate", str(evalset), "--backend", "openai", "--model", "m", "--out", str(out)]
+    )
+    assert result.exit_code == 130
+    assert f"saved in {out}.progress" in result.stderr and "resume" in result.stderr
