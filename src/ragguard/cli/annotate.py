@@ -257,7 +257,7 @@ def annotate_command(
         policy = unjudged or (
             UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
         )
-        err.print(f"loading {backend.value} model {model} ...", highlight=False)
+        err.print(f"loading {backend.value} model {model} ...", highlight=False, soft_wrap=True)
         estimator = _estimator(backend, model, opts)
         judge = None
         if policy is UnjudgedPolicy.judge:
@@ -303,12 +303,14 @@ def annotate_command(
                     f"interrupted: every result so far is saved in {saved}; run the same "
                     "command again to resume",
                     highlight=False,
+                    soft_wrap=True,
                 )
                 raise typer.Exit(130) from None
         out.print(
             f"annotated {summary.pairs} passages with {summary.model_id}: "
             f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",
             highlight=False,
+            soft_wrap=True,
         )
         if summary.judged or summary.judge_failures:
             out.print(
@@ -320,9 +322,12 @@ def annotate_command(
                     else ""
                 ),
                 highlight=False,
+                soft_wrap=True,
             )
         if summary.skipped:
-            out.print(f"skipped {summary.skipped} unlabelled passages", highlight=False)
-        out.print(f"wrote {summary.out}", highlight=False)
+            out.print(
+                f"skipped {summary.skipped} unlabelled passages", highlight=False, soft_wrap=True
+            )
+        out.print(f"wrote {summary.out}", highlight=False, soft_wrap=True)
         if summary.udcg_out is not None:
-            out.print(f"wrote {summary.udcg_out}", highlight=False)
+            out.print(f"wrote {summary.udcg_out}", highlight=False, soft_wrap=True)
