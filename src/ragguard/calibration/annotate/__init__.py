@@ -1,0 +1,83 @@
+"""Measure passage utility with an LLM, as the UDCG paper does.
+
+Labels say whether a passage is relevant; they do not say how much it helps, or how
+much it distracts, a particular LLM. The paper (Trappolini, Cuconasu et al., "Redefining
+Retrieval Evaluation in the Era of LLMs") measures it: the LLM reads the question with
+one passage alone under its abstention prompt (Figure 4), and
+
+    u(q, p) = R(q, p) * (1 - p_LLM(NO-RESPONSE | q, p)),   R = +1 if relevant, else -1.
+
+A relevant passage the model can answer from scores near +1; a relevant passage it
+cannot use scores near 0; an irrelevant passage it abstains on scores near 0; an
+irrelevant passage that makes it answer anyway (a distractor) scores near -1.
+
+::
+
+    from ragguard.calibration.annotate import TransformersEstimator, annotate
+
+    est = TransformersEstimator("Qwen/Qwen2.5-7B-Instruct", device="cuda", dtype="bfloat16")
+    annotate("eval.jsonl", est, out="utilities.jsonl", udcg_out="utilities.json")
+
+Backends (each an :class:`AbstentionEstimator`):
+
+* :class:`TransformersEstimator`: a local causal LM, one forward pass per pair, the
+  first-token probability of the abstention (``ragguard[annotate]``);
+  :meth:`TransformersEstimator.from_gguf` loads GGUF files (``ragguard[gguf]``);
+* :class:`OpenAIEndpointEstimator`: an OpenAI-compatible server that returns logprobs,
+  e.g. vLLM (``ragguard[endpoint]``);
+* :class:`SamplingEstimator`: any LangChain chat model, by sampling ``n`` answers
+  (``ragguard[langchain]``).
+
+Relevance comes from the labels; candidates without one are judged by a
+:class:`RelevanceJudge` (the paper's Figure 5 prompt) and marked as judged, or counted
+irrelevant, or skipped. Everything is appended to a progress file as it is computed, so
+an interrupted run resumes where it stopped.
+"""
+
+from ragguard.calibration.annotate._base import AbstentionEstimator, Pair, TextGenerator
+from ragguard.calibration.annotate._endpoint import EndpointGenerator, OpenAIEndpointEstimator
+from ragguard.calibration.annotate._judge import RelevanceJudge
+from ragguard.calibration.annotate._prompts import (
+    ABSTENTION_PROMPT,
+    RELEVANCE_PROMPT,
+    AbstentionPrompt,
+    JudgeReply,
+    is_abstention,
+    is_abstention_start,
+    parse_judge_reply,
+)
+from ragguard.calibration.annotate._run import AnnotationSummary, Progress, Unjudged, annotate
+from ragguard.calibration.annotate._sampling import ChatGenerator, SamplingEstimator
+from ragguard.calibration.annotate._transformers import (
+    TransformersEstimator,
+    TransformersGenerator,
+    abstention_token_ids,
+)
+from ragguard.errors import AnnotationError, EndpointError
+
+__all__ = [
+    "ABSTENTION_PROMPT",
+    "RELEVANCE_PROMPT",
+    "AbstentionEstimator",
+    "AbstentionPrompt",
+    "AnnotationError",
+    "AnnotationSummary",
+    "ChatGenerator",
+    "EndpointError",
+    "EndpointGenerator",
+    "JudgeReply",
+    "OpenAIEndpointEstimator",
+    "Pair",
+    "Progress",
+    "RelevanceJudge",
+    "SamplingEstimator",
+    "TextGenerator",
+    "TransformersEstimator",
+    "TransformersGenerator",
+    "Unjudged",
+    "abstention_token_ids",
+    "annotate",
+    "is_abstention",
+    "is_abstention_start",
+    "parse_judge_reply",
+]

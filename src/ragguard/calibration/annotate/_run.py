@@ -1,0 +1,473 @@
+"""``annotate()``: measure every (query, passage) pair, resumably, and write the results."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
+from ragguard.calibration.annotate._judge import RelevanceJudge
+from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
+from ragguard.calibration.annotate._texts import Texts, read_texts
+from ragguard.calibration.evalset import EvalSet, detect_format, load_evalset
+from ragguard.calibration.utility import UtilityRules
+from ragguard.errors import AnnotationError
+
+__all__ = ["AnnotationSummary", "Progress", "Unjudged", "annotate"]
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+Unjudged = Literal["judge", "irrelevant", "skip"]
+#: ``progress(stage, done, total)``: stage is ``"judge"`` or ``"estimate"``.
+Progress = Callable[[str, int, int], None]
+
+SOURCE_LABEL = "label"
+SOURCE_JUDGE = "judge"
+SOURCE_UNJUDGED = "unjudged"
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationSummary:
+    """What :func:`annotate` did.
+
+    Attributes:
+        model_id: the annotating model's name, as written in the outputs.
+        pairs: (query, passage) pairs in the output.
+        computed: abstention probabilities computed in this run.
+        reused: abstention probabilities read back from the progress file.
+        judged: pairs whose relevance came from the judge (this run or saved).
+        judge_failures: judge replies with no readable grade; those pairs are left out
+            of the output and judged again on the next run.
+        skipped: unjudged pairs left out (``unjudged="skip"``).
+        out: the ragguard JSONL written.
+        udcg_out: the UDCG authors' JSON written, if any.
+        progress: the progress file.
+    """
+
+    model_id: str
+    pairs: int
+    computed: int
+    reused: int
+    judged: int
+    judge_failures: int
+    skipped: int
+    out: Path
+    udcg_out: Path | None
+    progress: Path
+
+
+@dataclass(slots=True)
+class _Item:
+    qid: str
+    doc: str
+    passage: str
+    source: str  # label / judge / unjudged
+    relevant: bool | None  # None until judged
+    motivation: str = ""
+    p: float | None = None
+
+
+def _load(
+    evalset: EvalSet | PathLike,
+    format: str | None,
+    runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None,
+    corpus: Sequence[PathLike],
+) -> tuple[EvalSet, Texts]:
+    if isinstance(evalset, EvalSet):
+        if runs is not None or format is not None:
+            raise ValueError("runs= and format= apply when evalset is a path")
+        es = evalset
+        src = Path(es.source) if es.source else None
+        if src is not None and src.exists():
+            return es, read_texts(src, detect_format(src), corpus)
+        return es, read_texts(Path(), "none", corpus)
+    fmt = format or detect_format(evalset)
+    return load_evalset(evalset, format=fmt, runs=runs), read_texts(evalset, fmt, corpus)
+
+
+def _relevant_bar(rules: UtilityRules) -> int:
+    return rules.partial_grade if rules.partial_grade is not None else rules.relevant_grade
+
+
+def annotate(
+    evalset: EvalSet | PathLike,
+    estimator: AbstentionEstimator,
+    *,
+    out: PathLike,
+    udcg_out: PathLike | None = None,
+    runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None = None,
+    format: str | None = None,
+    corpus: PathLike | Sequence[PathLike] = (),
+    passages: Mapping[str, str] | None = None,
+    only_runs: Sequence[str] | None = None,
+    judge: RelevanceJudge | None = None,
+    unjudged: Unjudged | None = None,
+    rules: UtilityRules | None = None,
+    progress_file: PathLike | None = None,
+    fresh: bool = False,
+    progress: Progress | None = None,
+) -> AnnotationSummary:
+    """Measure the utility of every retrieved passage with an LLM, as the UDCG paper does.
+
+    For each query and each passage a run retrieved for it, the model reads the
+    paper's abstention prompt (Figure 4) with that passage alone, and ``estimator``
+    gives p(NO-RESPONSE | q, p). The utility is the paper's
+    ``u = R(q, p) * (1 - p(NO-RESPONSE | q, p))`` with ``R = +1`` for a relevant passage
+    and ``-1`` otherwise.
+
+    Args:
+        evalset: an :class:`~ragguard.calibration.EvalSet` or the path of one (any
+            format :func:`~ragguard.calibration.load_evalset` reads).
+        estimator: the backend (:class:`TransformersEstimator`,
+            :class:`OpenAIEndpointEstimator`, :class:`SamplingEstimator`, or your own
+            :class:`AbstentionEstimator`).
+        out: the ragguard JSONL to write: the eval set with ``no_response`` and
+            ``utilities`` per annotated candidate and the model under
+            ``metadata.annotate``; :func:`~ragguard.calibration.load_evalset` reads it.
+        udcg_out: also write the UDCG authors' JSON (``models_info.<model>.no_res_prob``).
+        runs: run files, when ``evalset`` is a path (as in ``load_evalset``).
+        format: the eval set's format, when ``evalset`` is a path (detected otherwise).
+        corpus: JSONL corpus files with the passage texts (see ``_texts``).
+        passages: more passage texts, ``{doc_id: text}``.
+        only_runs: annotate the candidates of these runs only (default: every run).
+        judge: the relevance judge for candidates without labels.
+        unjudged: what to do with candidates that have no label: ``"judge"`` (ask
+            ``judge``; the default when one is given), ``"irrelevant"`` (R = -1, as
+            unjudged documents count in TREC; the default otherwise) or ``"skip"``.
+        rules: which grades are relevant: R = +1 from the partial grade up (as
+            utilities count them); default binary, grade >= 1.
+        progress_file: where results are appended as they are computed (default: the
+            output path plus ``.progress``). A re-run reads it and skips what is done.
+        fresh: ignore saved results and start over.
+        progress: ``progress(stage, done, total)``, called as results come in.
+
+    Returns:
+        An :class:`AnnotationSummary`.
+
+    Raises:
+        AnnotationError: a query or passage has no text, or unjudged candidates have no
+            judge, or the eval set has no candidates.
+        EvalSetError: the eval set or a corpus file is malformed.
+        EndpointError: an endpoint backend failed (what was computed is saved).
+    """
+    corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
+    es, texts = _load(evalset, format, runs, corpus_list)
+    if passages:
+        texts.by_doc.update({str(k): v for k, v in passages.items()})
+    policy: Unjudged = unjudged or ("judge" if judge is not None else "irrelevant")
+    if policy not in ("judge", "irrelevant", "skip"):
+        raise ValueError(f"unjudged must be 'judge', 'irrelevant' or 'skip', got {policy!r}")
+    if policy == "judge" and judge is None:
+        raise AnnotationError("unjudged='judge' needs a judge")
+    rules = rules or UtilityRules()
+    bar = _relevant_bar(rules)
+
+    run_names = list(es.runs) if only_runs is None else list(only_runs)
+    for name in run_names:
+        if name not in es.runs:
+            raise ValueError(f"no run named {name!r}; runs: {', '.join(es.runs) or 'none'}")
+    if not run_names:
+        raise AnnotationError(
+            "the eval set has no candidates to annotate: add candidates to it, or pass run "
+            "files (--run)"
+        )
+
+    items: list[_Item] = []
+    missing_text: list[tuple[str, str]] = []
+    skipped = 0
+    for qid in es.qids:
+        docs: dict[str, None] = {}
+        for name in run_names:
+            docs.update(dict.fromkeys(es.runs[name].candidates.get(qid, {})))
+        grades = es.labels[qid].grades
+        for doc in docs:
+            if doc in grades:
+                source, rel = SOURCE_LABEL, grades[doc] >= bar
+            elif policy == "skip":
+                skipped += 1
+                continue
+            elif policy == "irrelevant":
+                source, rel = SOURCE_UNJUDGED, False
+            else:
+                source, rel = SOURCE_JUDGE, None
+            text = texts.get(qid, doc)
+            if text is None:
+                missing_text.append((qid, doc))
+                continue
+            items.append(_Item(qid, doc, text, source, rel))
+    if missing_text:
+        q, d = missing_text[0]
+        raise AnnotationError(
+            f"{len(missing_text)} candidates have no passage text (e.g. {d!r} of query {q!r}); "
+            "give texts in the eval set (candidates' 'text'), a corpus file (--corpus) or "
+            "passages="
+        )
+    no_text = [q for q in es.qids if not es.queries[q].text]
+    if no_text:
+        raise AnnotationError(
+            f"{len(no_text)} queries have no text (e.g. {no_text[0]!r}); the model needs the "
+            "question"
+        )
+
+    out_path = Path(out)
+    store_path = Path(progress_file) if progress_file is not None else Path(f"{out_path}.progress")
+    judged = failures = computed = reused = 0
+    with ProgressStore(store_path, fresh=fresh) as store:
+        if policy == "judge":
+            assert judge is not None
+            judged, failures = _judge(es, items, judge, store, progress)
+            items = [it for it in items if it.relevant is not None]
+        computed, reused = _estimate(es, items, estimator, store, progress)
+
+    _write_jsonl(out_path, es, texts, items, run_names, estimator, judge, rules)
+    udcg_path = Path(udcg_out) if udcg_out is not None else None
+    if udcg_path is not None:
+        _write_udcg(udcg_path, es, texts, items, estimator.model_id)
+    summary = AnnotationSummary(
+        estimator.model_id, len(items), computed, reused, judged, failures, skipped,
+        out_path, udcg_path, store_path,
+    )  # fmt: skip
+    logger.info("annotate: %s", summary)
+    return summary
+
+
+def _judge(
+    es: EvalSet,
+    items: list[_Item],
+    judge: RelevanceJudge,
+    store: ProgressStore,
+    progress: Progress | None,
+) -> tuple[int, int]:
+    key = settings_key(judge.settings())
+    todo: list[tuple[_Item, str]] = []
+    for it in items:
+        if it.source != SOURCE_JUDGE:
+            continue
+        q = es.queries[it.qid]
+        h = pair_hash(q.text or "", json.dumps(list(q.answers)), it.passage)
+        saved = store.relevance.get((key, it.qid, it.doc, h))
+        if saved is not None:
+            it.relevant, it.motivation = saved
+        else:
+            todo.append((it, h))
+    total = sum(1 for it in items if it.source == SOURCE_JUDGE)
+    done = total - len(todo)
+    if progress:
+        progress("judge", done, total)
+    failures = 0
+    questions = [
+        (es.queries[it.qid].text or "", es.queries[it.qid].answers, it.passage) for it, _ in todo
+    ]
+    for i, reply in judge.judge(questions):
+        it, h = todo[i]
+        done += 1
+        if reply is None:
+            failures += 1
+            logger.warning(
+                "the judge's reply for passage %r of query %r has no grade; it is left out and "
+                "judged again on the next run",
+                it.doc,
+                it.qid,
+            )
+        else:
+            it.relevant, it.motivation = reply.relevant, reply.motivation
+            store.add_relevance(key, it.qid, it.doc, h, reply.relevant, reply.motivation)
+        if progress:
+            progress("judge", done, total)
+    return total - failures, failures
+
+
+def _estimate(
+    es: EvalSet,
+    items: list[_Item],
+    estimator: AbstentionEstimator,
+    store: ProgressStore,
+    progress: Progress | None,
+) -> tuple[int, int]:
+    key = settings_key(estimator.settings())
+    todo: list[tuple[_Item, str]] = []
+    for it in items:
+        question = es.queries[it.qid].text or ""
+        h = pair_hash(question, it.passage)
+        saved = store.no_response.get((key, it.qid, it.doc, h))
+        if saved is not None:
+            it.p = saved
+        else:
+            todo.append((it, h))
+    reused = len(items) - len(todo)
+    if progress:
+        progress("estimate", reused, len(items))
+    pairs = [Pair(es.queries[it.qid].text or "", it.passage) for it, _ in todo]
+    done = reused
+    for i, p in estimator.estimate(pairs):
+        if not (isinstance(p, float | int) and math.isfinite(p) and 0.0 <= p <= 1.0):
+            raise AnnotationError(f"the estimator returned {p!r}, not a probability in [0, 1]")
+        it, h = todo[i]
+        it.p = float(p)
+        store.add_no_response(key, it.qid, it.doc, h, float(p))
+        done += 1
+        if progress:
+            progress("estimate", done, len(items))
+    missing = [it for it, _ in todo if it.p is None]
+    if missing:
+        raise AnnotationError(
+            f"the estimator returned no result for {len(missing)} pairs (e.g. passage "
+            f"{missing[0].doc!r} of query {missing[0].qid!r})"
+        )
+    return len(todo), reused
+
+
+def _utility(it: _Item) -> float:
+    assert it.p is not None and it.relevant is not None
+    return (1.0 if it.relevant else -1.0) * (1.0 - it.p)
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_jsonl(
+    path: Path,
+    es: EvalSet,
+    texts: Texts,
+    items: list[_Item],
+    run_names: list[str],
+    estimator: AbstentionEstimator,
+    judge: RelevanceJudge | None,
+    rules: UtilityRules,
+) -> None:
+    by_query: dict[str, list[_Item]] = {}
+    for it in items:
+        by_query.setdefault(it.qid, []).append(it)
+    judged_grade = rules.relevant_grade
+
+    def lines(fh: Any) -> None:
+        for qid in es.qids:
+            q, lab = es.queries[qid], es.labels[qid]
+            mine = by_query.get(qid, [])
+            obj: dict[str, Any] = {"query_id": qid}
+            if q.text is not None:
+                obj["query"] = q.text
+            if q.answers:
+                obj["answers"] = list(q.answers)
+            relevant = {d: g for d, g in lab.grades.items() if g >= 1}
+            not_relevant = [d for d, g in lab.grades.items() if g < 1 and d not in lab.distractors]
+            for it in mine:
+                if it.source == SOURCE_JUDGE:
+                    if it.relevant:
+                        relevant[it.doc] = judged_grade
+                    else:
+                        not_relevant.append(it.doc)
+            obj["relevant"] = relevant
+            if not_relevant:
+                obj["not_relevant"] = not_relevant
+            if lab.distractors:
+                obj["distractors"] = sorted(lab.distractors)
+            if lab.n_relevant is not None:
+                obj["num_relevant"] = max(lab.n_relevant, len(relevant))
+            no_response = dict(lab.no_response)
+            utilities = dict(lab.utilities)
+            for it in mine:
+                assert it.p is not None
+                no_response[it.doc] = it.p
+                utilities[it.doc] = _utility(it)
+            if no_response:
+                obj["no_response"] = no_response
+            if utilities:
+                obj["utilities"] = utilities
+            run_lists: dict[str, list[dict[str, Any]]] = {}
+            for name, run in es.runs.items():
+                if qid not in run.candidates:
+                    continue
+                cands: list[dict[str, Any]] = []
+                for doc, score in run.candidates[qid].items():
+                    c: dict[str, Any] = {"id": doc}
+                    if not math.isnan(score):
+                        c["score"] = score
+                    text = texts.get(qid, doc)
+                    if text is not None:
+                        c["text"] = text
+                    cands.append(c)
+                run_lists[name] = cands
+            if "default" in run_lists:
+                obj["candidates"] = run_lists.pop("default")
+            if run_lists:
+                obj["runs"] = run_lists
+            meta = dict(texts.metadata.get(qid, {}))
+            info: dict[str, Any] = {
+                "model": estimator.model_id,
+                "settings": dict(estimator.settings()),
+                "method": "UDCG paper: u = R * (1 - p(NO-RESPONSE | q, p)), Figure 4 prompt",
+                "runs": run_names,
+                "relevance": {it.doc: it.source for it in mine},
+            }
+            kinds = {n: (r.score_kind.value if r.score_kind else None) for n, r in es.runs.items()}
+            info["score_kinds"] = kinds
+            if judge is not None and any(it.source == SOURCE_JUDGE for it in mine):
+                info["judge_model"] = judge.model_id
+                info["judge_motivation"] = {
+                    it.doc: it.motivation for it in mine if it.source == SOURCE_JUDGE
+                }
+            meta["annotate"] = info
+            obj["metadata"] = meta
+            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+    _atomic_write(path, lines)
+
+
+def _write_udcg(path: Path, es: EvalSet, texts: Texts, items: list[_Item], model_id: str) -> None:
+    by_query: dict[str, list[_Item]] = {}
+    for it in items:
+        by_query.setdefault(it.qid, []).append(it)
+    examples: list[dict[str, Any]] = []
+    originals = texts.udcg_examples or {}
+    for qid in es.qids:
+        mine = {it.doc: it for it in by_query.get(qid, [])}
+        if qid in originals:
+            ex = copy.deepcopy(originals[qid])
+            for p in ex.get("passages", []):
+                found = mine.get(str(p.get("doc_id")))
+                if found is not None:
+                    p.setdefault("models_info", {})[model_id] = {"no_res_prob": found.p}
+            examples.append(ex)
+            continue
+        q = es.queries[qid]
+        ex = {"example_id": qid, "question": q.text}
+        if q.answers:
+            ex["answers"] = list(q.answers)
+        passages = []
+        for it in mine.values():
+            entry: dict[str, Any] = {
+                "doc_id": it.doc,
+                "text": it.passage,
+                "is_relevant": bool(it.relevant),
+            }
+            if it.source != SOURCE_LABEL:
+                entry["relevance_source"] = it.source
+            entry["models_info"] = {model_id: {"no_res_prob": it.p}}
+            passages.append(entry)
+        ex["passages"] = passages
+        examples.append(ex)
+
+    def dump(fh: Any) -> None:
+        json.dump(examples, fh, ensure_ascii=False, indent=2)
+        fh.write("\n")
+
+    _atomic_write(path, dump)

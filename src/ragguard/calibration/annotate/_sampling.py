@@ -1,0 +1,186 @@
+"""Black-box chat models (any LangChain chat model): p(NO-RESPONSE) by sampling.
+
+Where a model gives no probabilities, the paper's Appendix D suggests a Monte Carlo
+estimate: sample ``n`` answers (it mentions 10-20) at a high temperature and count the
+abstentions. The estimate is ``abstentions / n``; its standard error is
+``sqrt(p (1 - p) / n)`` (0.16 at p = 0.5 with n = 10, 0.11 with n = 20), and it costs
+``n`` calls per pair.
+
+An answer abstains when it contains ``NO-RESPONSE`` (any case; a space, an underscore
+or nothing instead of the hyphen); pass ``is_abstention=`` to change that.
+
+The temperature is set by copying the model with ``temperature=...`` when the model has
+such a field (``ChatOpenAI``, ``ChatAnthropic``, ``ChatOllama``, ...); a model without
+one samples at its own setting, with one warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ragguard._optional import require
+from ragguard.calibration.annotate._base import Pair
+from ragguard.calibration.annotate._prompts import (
+    ABSTENTION_PROMPT,
+    AbstentionPrompt,
+    is_abstention,
+)
+
+__all__ = ["ChatGenerator", "SamplingEstimator", "chat_model_id", "with_temperature"]
+
+logger = logging.getLogger(__name__)
+
+
+def chat_model_id(model: Any) -> str:
+    """A LangChain chat model's name: ``model_name``, ``model`` or ``model_id``, else its
+    class name."""
+    for attr in ("model_name", "model", "model_id"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(model).__name__
+
+
+def with_temperature(model: Any, temperature: float) -> Any:
+    """A copy of ``model`` at ``temperature`` when it has that field, else ``model``."""
+    fields = getattr(type(model), "model_fields", {})
+    if "temperature" in fields:
+        return model.model_copy(update={"temperature": temperature})
+    logger.warning(
+        "%s has no 'temperature' field; it samples at its own setting",
+        type(model).__name__,
+    )
+    return model
+
+
+def _text(message: Any) -> str:
+    content = getattr(message, "content", message)
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content blocks
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, Mapping) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "".join(parts)
+    return str(content)
+
+
+class SamplingEstimator:
+    """p(NO-RESPONSE) as the share of ``n`` sampled answers that abstain.
+
+    Args:
+        chat_model: any LangChain chat model (``BaseChatModel``).
+        n: answers sampled per pair.
+        temperature: sampling temperature (set on a copy of the model, see the module
+            docstring).
+        concurrency: calls in flight at once (LangChain's ``max_concurrency``).
+        model_id: the model's name in the outputs (default: the model's own).
+        prompt: the abstention prompt (default: the paper's Figure 4).
+        is_abstention: decides whether one answer abstains.
+    """
+
+    def __init__(
+        self,
+        chat_model: Any,
+        *,
+        n: int = 10,
+        temperature: float = 1.0,
+        concurrency: int = 4,
+        model_id: str | None = None,
+        prompt: AbstentionPrompt = ABSTENTION_PROMPT,
+        is_abstention: Callable[[str], bool] = is_abstention,
+    ) -> None:
+        require("langchain_core", "langchain")
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.chat_model = with_temperature(chat_model, temperature)
+        self.n = n
+        self.temperature = temperature
+        self.concurrency = concurrency
+        self.prompt = prompt
+        self.is_abstention = is_abstention
+        self._model_id = model_id or chat_model_id(chat_model)
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in the outputs."""
+        return self._model_id
+
+    def settings(self) -> Mapping[str, object]:
+        """Backend, model, n, temperature and the prompt's hash."""
+        return {
+            "backend": "chat",
+            "model": self._model_id,
+            "n": self.n,
+            "temperature": self.temperature,
+            "prompt": self.prompt.fingerprint(),
+        }
+
+    def estimate(self, pairs: Sequence[Pair]) -> Iterator[tuple[int, float]]:
+        """``(index, abstentions / n)`` per pair; a few pairs' samples per batch."""
+        per_batch = max(1, self.concurrency // self.n)
+        for start in range(0, len(pairs), per_batch):
+            chunk = list(range(start, min(start + per_batch, len(pairs))))
+            inputs = []
+            for i in chunk:
+                msgs = self.prompt.messages(pairs[i].question, pairs[i].passage)
+                inputs.extend([[(m["role"], m["content"]) for m in msgs]] * self.n)
+            replies = self.chat_model.batch(inputs, config={"max_concurrency": self.concurrency})
+            for k, i in enumerate(chunk):
+                answers = replies[k * self.n : (k + 1) * self.n]
+                hits = sum(1 for a in answers if self.is_abstention(_text(a)))
+                yield i, hits / self.n
+
+
+class ChatGenerator:
+    """Replies from a LangChain chat model: a :class:`TextGenerator` for the judge.
+
+    Args:
+        chat_model: any LangChain chat model; copied at ``temperature`` when it has
+            that field.
+        temperature: 0 by default (a judge should be deterministic).
+        concurrency: calls in flight at once.
+        model_id: the model's name in the outputs.
+    """
+
+    def __init__(
+        self,
+        chat_model: Any,
+        *,
+        temperature: float = 0.0,
+        concurrency: int = 4,
+        model_id: str | None = None,
+    ) -> None:
+        require("langchain_core", "langchain")
+        self.chat_model = with_temperature(chat_model, temperature)
+        self.temperature = temperature
+        self.concurrency = concurrency
+        self._model_id = model_id or chat_model_id(chat_model)
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in the outputs."""
+        return self._model_id
+
+    def settings(self) -> Mapping[str, object]:
+        """Backend, model and temperature."""
+        return {"backend": "chat", "model": self._model_id, "temperature": self.temperature}
+
+    def generate(self, prompts: Sequence[str]) -> Iterator[tuple[int, str]]:
+        """``(index, reply)`` per prompt, ``concurrency`` prompts per batch."""
+        for start in range(0, len(prompts), self.concurrency):
+            chunk = prompts[start : start + self.concurrency]
+            replies = self.chat_model.batch(
+                [[("user", p)] for p in chunk], config={"max_concurrency": self.concurrency}
+            )
+            for k, reply in enumerate(replies):
+                yield start + k, _text(reply)

@@ -1,0 +1,138 @@
+"""The progress file: every result appended as it is computed, read back on a re-run.
+
+One JSON object per line::
+
+    {"kind": "no_response", "key": "3f2a...", "query_id": "q1", "doc_id": "d3",
+     "pair": "9b1c...", "p": 0.031}
+    {"kind": "relevance", "key": "77e0...", "query_id": "q1", "doc_id": "d4",
+     "pair": "02aa...", "relevant": false, "motivation": "..."}
+
+``key`` hashes the estimator's (or judge's) settings and ``pair`` hashes the question
+and passage texts, so a result is reused only for the same model, prompt and options
+on the same texts. Each line is written and flushed at once; a line cut short by a
+crash or an interrupt is dropped when the file is opened again, and everything before
+it is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["ProgressStore", "pair_hash", "settings_key"]
+
+logger = logging.getLogger(__name__)
+
+
+def settings_key(settings: Mapping[str, object]) -> str:
+    """A short, stable hash of JSON-serialisable settings."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def pair_hash(*texts: str) -> str:
+    """A short hash of the texts a result depends on."""
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+class ProgressStore:
+    """Results saved so far, and an append-only handle for new ones.
+
+    Args:
+        path: the progress file (created with its folder when missing).
+        fresh: ignore (and truncate) what the file holds.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fresh: bool = False) -> None:
+        self.path = Path(path)
+        self.no_response: dict[tuple[str, str, str, str], float] = {}
+        self.relevance: dict[tuple[str, str, str, str], tuple[bool, str]] = {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if fresh and self.path.exists():
+            self.path.write_bytes(b"")
+        self._read()
+        self._fh: IO[str] | None = None
+
+    def _read(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            logger.warning(
+                "%s: dropping an incomplete last line (%d bytes) left by an interrupted run",
+                self.path,
+                len(data) - end,
+            )
+            with self.path.open("r+b") as fh:
+                fh.truncate(end)
+            data = data[:end]
+        bad = 0
+        for raw in data.decode("utf-8", errors="replace").splitlines():
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                self._add(rec)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                bad += 1
+        if bad:
+            logger.warning("%s: ignored %d unreadable lines", self.path, bad)
+
+    def _add(self, rec: dict[str, Any]) -> None:
+        k = (str(rec["key"]), str(rec["query_id"]), str(rec["doc_id"]), str(rec["pair"]))
+        if rec["kind"] == "no_response":
+            p = float(rec["p"])
+            if not 0.0 <= p <= 1.0:
+                raise ValueError("probability out of range")
+            self.no_response[k] = p
+        elif rec["kind"] == "relevance":
+            rel = rec["relevant"]
+            if not isinstance(rel, bool):
+                raise TypeError("relevant must be a boolean")
+            self.relevance[k] = (rel, str(rec.get("motivation", "")))
+
+    def _write(self, rec: dict[str, object]) -> None:
+        if self._fh is None:
+            self._fh = self.path.open("a", encoding="utf-8")
+        self._fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        self._fh.flush()
+
+    def add_no_response(self, key: str, qid: str, doc: str, pair: str, p: float) -> None:
+        """Save one abstention probability."""
+        self.no_response[(key, qid, doc, pair)] = p
+        self._write(
+            {"kind": "no_response", "key": key, "query_id": qid, "doc_id": doc, "pair": pair,
+             "p": p}
+        )  # fmt: skip
+
+    def add_relevance(
+        self, key: str, qid: str, doc: str, pair: str, relevant: bool, motivation: str
+    ) -> None:
+        """Save one relevance judgement."""
+        self.relevance[(key, qid, doc, pair)] = (relevant, motivation)
+        self._write(
+            {"kind": "relevance", "key": key, "query_id": qid, "doc_id": doc, "pair": pair,
+             "relevant": relevant, "motivation": motivation}
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """Close the append handle (everything written is already flushed)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> ProgressStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

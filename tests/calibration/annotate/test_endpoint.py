@@ -1,0 +1,257 @@
+"""The OpenAI-compatible endpoint backend against small servers started on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragguard.calibration import load_evalset
+from ragguard.calibration.annotate import (
+    ABSTENTION_PROMPT,
+    EndpointError,
+    EndpointGenerator,
+    OpenAIEndpointEstimator,
+    Pair,
+    RelevanceJudge,
+    annotate,
+)
+
+# the next-token distribution the fake server reports, by whether the passage answers
+ANSWERS = {"Paris": 0.7, "NO": 0.2, " NO": 0.05, "No": 0.05}  # p(NO-RESPONSE) = 0.25
+ABSTAINS = {"NO": 0.6, " NO": 0.1, "N": 0.05, "Berlin": 0.25}  # p(NO-RESPONSE) = 0.75
+
+
+class FakeServer:
+    """An OpenAI-compatible server with scripted behaviour; counts what it receives."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"  # ok | no_logprobs | bad_request
+        self.fail_first = 0  # answer the first N requests with 503
+        self.delay = 0.0
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:  # keep pytest output clean
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.requests.append({"path": self.path, "body": body,
+                                            "auth": self.headers.get("Authorization")})  # fmt: skip
+                    n = len(server.requests)
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    time.sleep(server.delay)
+                    status, reply = server.reply(n, self.path, body)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+                data = json.dumps(reply).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    if status == 503:
+                        self.send_header("Retry-After", "0")
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up on this request (an interrupted run)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def reply(self, n: int, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if n <= self.fail_first:
+            return 503, {"error": {"message": "overloaded"}}
+        if self.mode == "bad_request":
+            return 400, {"error": {"message": "model 'nope' does not exist"}}
+        text = json.dumps(body)
+        dist = ANSWERS if "Paris" in text else ABSTAINS
+        top = sorted(dist.items(), key=lambda kv: -kv[1])
+        if path.endswith("/chat/completions"):
+            if body.get("max_tokens", 0) > 1:  # the judge
+                document = text.split("Document: ")[-1].split("```")[0]
+                grade = "A" if "Paris" in document else "B"
+                content = json.dumps({"motivation": "m", "grade": grade})
+                return 200, {"choices": [{"message": {"role": "assistant", "content": content}}]}
+            choice: dict[str, Any] = {"index": 0, "message": {"content": top[0][0]}}
+            if self.mode != "no_logprobs":
+                alts = [{"token": t, "logprob": math.log(p)} for t, p in top]
+                choice["logprobs"] = {"content": [{**alts[0], "top_logprobs": alts}]}
+            else:
+                choice["logprobs"] = None
+            return 200, {"choices": [choice]}
+        lp = {
+            "tokens": [top[0][0]],
+            "token_logprobs": [math.log(top[0][1])],
+            "top_logprobs": [{t: math.log(p) for t, p in top}],
+        }
+        return 200, {"choices": [{"text": top[0][0], "logprobs": lp}]}
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    s = FakeServer()
+    yield s
+    s.close()
+
+
+PAIRS = [
+    Pair("What is the capital of France?", "Paris is the capital of France."),
+    Pair("What is the capital of France?", "Berlin is the capital of Germany."),
+    Pair("What is the capital of France?", "Lyon is a city in France."),
+]
+
+
+def test_chat_logprobs_give_the_abstention_mass(server: FakeServer) -> None:
+    est = OpenAIEndpointEstimator("served-model", base_url=server.url, api_key="k", concurrency=2)
+    got = dict(est.estimate(PAIRS))
+    assert got == pytest.approx({0: 0.25, 1: 0.75, 2: 0.75})
+    (first,) = [r for r in server.requests if "Paris" in json.dumps(r["body"])]
+    body = first["body"]
+    assert first["path"] == "/v1/chat/completions" and first["auth"] == "Bearer k"
+    assert body["model"] == "served-model" and body["max_tokens"] == 1
+    assert body["logprobs"] is True and body["top_logprobs"] == 20
+    assert body["messages"] == ABSTENTION_PROMPT.messages(PAIRS[0].question, PAIRS[0].passage)
+
+
+def test_completions_api(server: FakeServer) -> None:
+    est = OpenAIEndpointEstimator("base-model", base_url=server.url, api="completions")
+    assert dict(est.estimate(PAIRS[:2])) == pytest.approx({0: 0.25, 1: 0.75})
+    body = server.requests[0]["body"]
+    assert server.requests[0]["path"] == "/v1/completions"
+    assert body["prompt"].endswith("Answer:") and body["logprobs"] == 20
+
+
+def test_an_endpoint_without_logprobs_is_a_clear_error(server: FakeServer) -> None:
+    server.mode = "no_logprobs"
+    est = OpenAIEndpointEstimator("m", base_url=server.url)
+    with pytest.raises(EndpointError, match=r"returned no logprobs.*'chat' backend"):
+        list(est.estimate(PAIRS[:1]))
+
+
+def test_transient_errors_are_retried_with_backoff(server: FakeServer) -> None:
+    server.fail_first = 2
+    est = OpenAIEndpointEstimator("m", base_url=server.url, concurrency=1, backoff=0.01)
+    assert dict(est.estimate(PAIRS[:1])) == pytest.approx({0: 0.25})
+    assert len(server.requests) == 3
+
+
+def test_retries_run_out(server: FakeServer) -> None:
+    server.fail_first = 10
+    est = OpenAIEndpointEstimator("m", base_url=server.url, max_retries=2, backoff=0.01)
+    with pytest.raises(EndpointError, match=r"HTTP 503 \(after 2 retries\).*overloaded"):
+        list(est.estimate(PAIRS[:1]))
+    assert len(server.requests) == 3
+
+
+def test_client_errors_are_not_retried(server: FakeServer) -> None:
+    server.mode = "bad_request"
+    est = OpenAIEndpointEstimator("nope", base_url=server.url, backoff=0.01)
+    with pytest.raises(EndpointError, match=r"HTTP 400.*does not exist"):
+        list(est.estimate(PAIRS[:1]))
+    assert len(server.requests) == 1
+
+
+def test_connection_errors_are_retried_then_reported() -> None:
+    est = OpenAIEndpointEstimator(
+        "m", base_url="http://127.0.0.1:9/v1", max_retries=1, backoff=0.01, timeout=2
+    )
+    with pytest.raises(EndpointError, match=r"ConnectError.*after 1 retries"):
+        list(est.estimate(PAIRS[:1]))
+
+
+def test_concurrency_is_limited(server: FakeServer) -> None:
+    server.delay = 0.05
+    pairs = PAIRS * 4
+    est = OpenAIEndpointEstimator("m", base_url=server.url, concurrency=3)
+    assert len(dict(est.estimate(pairs))) == len(pairs)
+    assert server.max_in_flight == 3
+
+
+def _evalset(tmp_path: Path) -> Path:
+    rows = [
+        {
+            "query_id": f"q{i}",
+            "query": "What is the capital of France?",
+            "answers": ["Paris"],
+            "relevant": ["a"],
+            "candidates": [
+                {"id": "a", "text": "Paris is the capital of France."},
+                {"id": "b", "text": "Berlin is the capital of Germany."},
+                {"id": "c", "text": "Lyon is a city in France."},
+            ],
+        }
+        for i in range(4)
+    ]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_interrupted_endpoint_run_resumes(server: FakeServer, tmp_path: Path) -> None:
+    evalset, out = _evalset(tmp_path), tmp_path / "u.jsonl"
+    server.delay = 0.02
+    est = OpenAIEndpointEstimator("m", base_url=server.url, concurrency=2)
+    seen: list[int] = []
+
+    def stop_after_five(stage: str, done: int, total: int) -> None:
+        seen.append(done)
+        if done == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        annotate(evalset, est, out=out, progress=stop_after_five)
+    sent = len(server.requests)
+    summary = annotate(evalset, est, out=out)
+    assert (summary.computed, summary.reused) == (7, 5)
+    assert len(server.requests) == sent + 7
+    es = load_evalset(out)
+    assert dict(es.labels["q0"].utilities) == pytest.approx({"a": 0.75, "b": -0.25, "c": -0.25})
+
+
+def test_endpoint_judge(server: FakeServer, tmp_path: Path) -> None:
+    rows = [
+        {
+            "query_id": "q",
+            "query": "What is the capital of France?",
+            "answers": ["Paris"],
+            "candidates": [
+                {"id": "a", "text": "Paris is the capital of France."},
+                {"id": "b", "text": "Berlin is the capital of Germany."},
+            ],
+        }
+    ]
+    evalset = tmp_path / "eval.jsonl"
+    evalset.write_text(json.dumps(rows[0]) + "\n")
+    judge = RelevanceJudge(EndpointGenerator("judge", base_url=server.url))
+    est = OpenAIEndpointEstimator("m", base_url=server.url)
+    annotate(evalset, est, out=tmp_path / "u.jsonl", judge=judge)
+    row = json.loads((tmp_path / "u.jsonl").read_text())
+    assert row["relevant"] == {"a": 1} and row["not_relevant"] == ["b"]
+    assert row["metadata"]["annotate"]["relevance"] == {"a": "judge", "b": "judge"}
+    asked = [r["body"] for r in server.requests if r["body"]["max_tokens"] > 1]
+    assert len(asked) == 2 and "Acceptable answers list: ['Paris']" in json.dumps(asked)
