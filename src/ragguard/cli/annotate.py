@@ -206,6 +206,13 @@ def annotate_command(
     no_chat_template: Annotated[
         bool, typer.Option(help="transformers/gguf: plain prompt even with a chat template.")
     ] = False,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="transformers/gguf: PyTorch CPU threads (on a busy machine 1 can beat all).",
+        ),
+    ] = None,
     gguf_file: Annotated[
         str | None, typer.Option(help="gguf: the file's name when --model is a folder.")
     ] = None,
@@ -257,6 +264,10 @@ def annotate_command(
         policy = unjudged or (
             UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
         )
+        if threads is not None and backend in (Backend.transformers, Backend.gguf):
+            from ragguard._optional import require
+
+            require("torch", "annotate").set_num_threads(threads)
         err.print(f"loading {backend.value} model {model} ...", highlight=False, soft_wrap=True)
         estimator = _estimator(backend, model, opts)
         judge = None

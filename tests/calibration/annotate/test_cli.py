@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from ragguard.calibration import evaluate, load_evalset
@@ -146,11 +147,17 @@ def test_gguf_backend(
 
     monkeypatch.setattr(TransformersEstimator, "from_gguf", staticmethod(from_gguf))
     out = tmp_path / "u.jsonl"
-    result = runner.invoke(
-        app,
-        ["annotate", str(udcg_dir / "sample_dataset.json"), "--backend", "gguf",
-         "--model", str(gguf_path.parent), "--batch-size", "2", "--out", str(out)],
-    )  # fmt: skip
+    threads = torch.get_num_threads()
+    try:
+        result = runner.invoke(
+            app,
+            ["annotate", str(udcg_dir / "sample_dataset.json"), "--backend", "gguf",
+             "--model", str(gguf_path.parent), "--batch-size", "2", "--threads", "1",
+             "--out", str(out)],
+        )  # fmt: skip
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
     assert asked[0][0] == gguf_path and asked[0][1]["batch_size"] == 2
     assert "annotated 15 passages with SmolLM2-135M-Instruct.Q4_1.gguf" in result.stdout

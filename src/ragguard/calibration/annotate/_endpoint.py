@@ -67,6 +67,7 @@ class _Client:
         timeout: float,
         transport: Any = None,
     ) -> None:
+        require("httpx", "endpoint")
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if max_retries < 0:

@@ -167,6 +167,7 @@ class _Local:
         chat_template: bool | None,
     ) -> None:
         self._dtype_name = dtype
+        require("torch", "annotate")
         if isinstance(model, str | os.PathLike):
             name = Path(str(model)).name if gguf_file is None else gguf_file
             self.model, self.tokenizer, self.device = load_model(
