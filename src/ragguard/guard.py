@@ -160,12 +160,7 @@ class ContextGuard:
             RerankModelError: the cross-encoder model cannot be loaded (either policy).
             MissingDependencyError: the built-in reranker needs ``ragguard[rerank]``.
         """
-        cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
-        if set(map(type, cands)) - {Candidate}:  # fast path: no subclass, nothing foreign
-            self._check(cands)
-        kind = self._kind(score_kind, scored)
-        if max_k is not None and max_k < 1:
-            raise ValueError(f"max_k must be >= 1, got {max_k}")
+        cands, kind = self._inputs(candidates, score_kind, scored, max_k)
         if not cands:
             return self._finish(
                 Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
@@ -199,11 +194,7 @@ class ContextGuard:
         """
         if self._stage is None:
             return self.select(query, candidates, score_kind=score_kind, scored=scored, max_k=max_k)
-        cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
-        self._check(cands)
-        kind = self._kind(score_kind, scored)
-        if max_k is not None and max_k < 1:
-            raise ValueError(f"max_k must be >= 1, got {max_k}")
+        cands, kind = self._inputs(candidates, score_kind, scored, max_k)
         if not cands:
             return self._finish(
                 Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
@@ -215,10 +206,23 @@ class ContextGuard:
             query, cands, kind, norm, duplicate_of, present, plan, output, 3, (scored, max_k)
         )
 
-    def _kind(self, score_kind: ScoreKind | str | None, scored: bool) -> ScoreKind | None:
+    def _inputs(
+        self,
+        candidates: Iterable[Candidate],
+        score_kind: ScoreKind | str | None,
+        scored: bool,
+        max_k: int | None,
+    ) -> tuple[tuple[Candidate, ...], ScoreKind | None]:
+        """The candidates as a checked tuple and the score kind that applies."""
+        cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
+        if set(map(type, cands)) - {Candidate}:  # fast path: no subclass, nothing foreign
+            self._check(cands)
+        if max_k is not None and max_k < 1:
+            raise ValueError(f"max_k must be >= 1, got {max_k}")
         if not scored:
-            return None
-        return ScoreKind(score_kind) if score_kind is not None else self.config.score_kind
+            return cands, None
+        kind = ScoreKind(score_kind) if score_kind is not None else self.config.score_kind
+        return cands, kind
 
     @staticmethod
     def _capped(params: PolicyParams, max_k: int | None) -> PolicyParams:
