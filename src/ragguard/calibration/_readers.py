@@ -297,21 +297,26 @@ def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
 # --------------------------------------------------------------------------- TREC
 
 
-def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
-    from ragguard.calibration.evalset import Labels, Query
-
-    res = ReadResult()
-    grades: dict[str, dict[str, int]] = {}
+def _columns(path: Path, n: int, layout: str, kind: str) -> Iterator[tuple[_Where, list[str]]]:
+    """The whitespace-separated columns of each non-blank, non-comment line of a TREC
+    file, with the line's error helper; a line without exactly ``n`` columns fails."""
     for lineno, text in enumerate(_open(path), 1):
         s = text.strip()
         if not s or s.startswith("#"):
             continue
         at = _Where(path, lineno)
         parts = s.split()
-        if len(parts) != 4:
-            at.fail(
-                f"a qrels line has 4 columns (query_id iteration doc_id grade), got {len(parts)}"
-            )
+        if len(parts) != n:
+            at.fail(f"a {kind} line has {n} columns ({layout}), got {len(parts)}")
+        yield at, parts
+
+
+def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
+    from ragguard.calibration.evalset import Labels, Query
+
+    res = ReadResult()
+    grades: dict[str, dict[str, int]] = {}
+    for at, parts in _columns(path, 4, "query_id iteration doc_id grade", "qrels"):
         qid, _, doc, grade_text = parts
         grade = _int(grade_text, at, "grade")
         _add_label(grades, res, qid, doc, grade, at, rep)
@@ -403,16 +408,7 @@ def read_run(
         return _read_json_run(path, rep, known_docs)
     cands: Candidates = {}
     lines: Lines = {}
-    for lineno, text in enumerate(_open(path), 1):
-        s = text.strip()
-        if not s or s.startswith("#"):
-            continue
-        at = _Where(path, lineno)
-        parts = s.split()
-        if len(parts) != 6:
-            at.fail(
-                f"a run line has 6 columns (query_id Q0 doc_id rank score tag), got {len(parts)}"
-            )
+    for at, parts in _columns(path, 6, "query_id Q0 doc_id rank score tag", "run"):
         qid, _, doc, _, score_text, _ = parts
         try:
             score = float(score_text)
