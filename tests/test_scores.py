@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ragguard import Candidate, ContextGuard, ScoreWarning
 from ragguard.scores import ScoreIssue, ScoreKind, normalize
 
 
@@ -120,36 +122,80 @@ def test_bad_shapes_and_kinds() -> None:
         normalize(np.zeros((1, 3)), "similarity", present=np.ones((1, 2), dtype=bool))
 
 
-def _ascending_rows_reference(x: np.ndarray) -> int:  # type: ignore[type-arg]
-    """Rows with 4 or more valid scores where every pair of neighbouring valid scores
-    rises (a pair with an invalid score in it does not count against the row). The check
-    only runs when some row's first score is below its last, as in ``normalize``."""
-    if not any(row[0] < row[-1] for row in x.tolist()):
+def _one_way_rows_reference(x: np.ndarray, *, rising: bool, min_len: int) -> int:  # type: ignore[type-arg]
+    """Rows with ``min_len`` or more valid scores where every pair of neighbouring valid
+    scores rises (falls) strictly (a pair with an invalid score in it does not count
+    against the row). The check only runs when some row's first score is below (above)
+    its last, as in ``normalize``."""
+    d = x if rising else -x
+    if not any(row[0] < row[-1] for row in d.tolist()):
         return 0
     count = 0
-    for row in x.tolist():
+    for row in d.tolist():
         pairs = itertools.pairwise(row)
-        rising = all(b > a for a, b in pairs if math.isfinite(a) and math.isfinite(b))
-        if rising and sum(math.isfinite(v) for v in row) >= 4:
+        one_way = all(b > a for a, b in pairs if math.isfinite(a) and math.isfinite(b))
+        if one_way and sum(math.isfinite(v) for v in row) >= min_len:
             count += 1
     return count
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.lists(
             st.one_of(st.sampled_from([0.1, 0.2, 0.3, 0.5]), st.just(math.nan)),
-            min_size=4,
+            min_size=1,
             max_size=7,
         ),
         min_size=1,
         max_size=6,
-    ).filter(lambda rows: len({len(r) for r in rows}) == 1)
+    ).filter(lambda rows: len({len(r) for r in rows}) == 1),
+    st.booleans(),
 )
-def test_ascending_similarity_count_matches_its_definition(rows: list[list[float]]) -> None:
+def test_direction_check_counts_match_their_definition(
+    rows: list[list[float]], ranked: bool
+) -> None:
     # the check pre-filters rows on their first steps; the count must not change
     x = np.array(rows, dtype=np.float64)
-    expected = _ascending_rows_reference(x)
-    got = normalize(x, "similarity").issues.get(ScoreIssue.ASCENDING_SIMILARITY, 0)
-    assert got == expected
+    min_len = 2 if ranked else 4
+    for kind, issue, rising in [
+        ("similarity", ScoreIssue.ASCENDING_SIMILARITY, True),
+        ("distance", ScoreIssue.DESCENDING_DISTANCE, False),
+    ]:
+        expected = _one_way_rows_reference(x, rising=rising, min_len=min_len)
+        got = normalize(x, kind, ranked=ranked).issues.get(issue, 0)
+        assert got == expected, (kind, ranked)
+
+
+def test_similarities_declared_as_distances_are_caught() -> None:
+    # the issue's example: similarities in retriever order, declared as distances, would
+    # keep the worst passages; this is the mirror of ascending_similarity
+    sims = np.array([0.92, 0.85, 0.40, 0.31, 0.12])
+    assert normalize(sims, "distance").issues == {ScoreIssue.DESCENDING_DISTANCE: 1}
+    assert normalize(sims, "similarity").issues == {}
+    # two or three candidates: only the retriever's order can tell
+    for short in ([0.92, 0.85], [0.92, 0.85, 0.40]):
+        assert normalize(np.array(short), "distance", ranked=True).issues == {
+            ScoreIssue.DESCENDING_DISTANCE: 1
+        }
+        assert normalize(np.array(short), "distance").issues == {}
+        assert normalize(np.array(short[::-1]), "similarity", ranked=True).issues == {
+            ScoreIssue.ASCENDING_SIMILARITY: 1
+        }
+    # ties and single candidates tell nothing
+    assert normalize(np.array([0.5, 0.5]), "distance", ranked=True).issues == {}
+    assert normalize(np.array([0.5]), "distance", ranked=True).issues == {}
+
+
+def test_guard_warns_on_two_similarities_declared_as_distances() -> None:
+    guard = ContextGuard(score_kind="distance", relative_threshold=0.0)
+    retrieved = [Candidate("answer", "", 0.92), Candidate("unrelated", "", 0.12)]
+    with pytest.warns(ScoreWarning, match="decrease along the input order"):
+        sel = guard.select("q", retrieved)
+    # as declared, the smaller "distance" ranks first: the warning is what tells the user
+    assert [c.id for c in sel.kept] == ["unrelated", "answer"]
+    # repeated ids mean merged lists, which have no single order: nothing to warn about
+    merged = [Candidate("a", "", 0.9), Candidate("b", "", 0.5), Candidate("a", "", 0.3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ContextGuard(score_kind="distance").select("q", merged)

@@ -18,9 +18,12 @@ from ragguard.config import (
     RerankFailure,
 )
 from ragguard.errors import (
+    AnnotationError,
+    ArgumentTypeError,
     CandidateError,
     ConfigError,
     DuplicateIdError,
+    EndpointError,
     EvalSetError,
     InvalidScoreError,
     MissingDependencyError,
@@ -42,6 +45,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BUILTIN_PROFILES",
+    "AnnotationError",
+    "ArgumentTypeError",
     "BeyondTopN",
     "Candidate",
     "CandidateError",
@@ -52,6 +57,7 @@ __all__ = [
     "Decision",
     "DuplicateIdError",
     "DuplicatePolicy",
+    "EndpointError",
     "EvalSetError",
     "GuardConfig",
     "InvalidScoreError",

@@ -7,7 +7,16 @@ from types import ModuleType
 
 from ragguard.errors import MissingDependencyError
 
-__all__ = ["require"]
+__all__ = ["DISTRIBUTION", "install_hint", "require"]
+
+#: The name ragguard is published under on PyPI. The import package and the command
+#: stay ``ragguard``; the PyPI name ``ragguard`` belongs to an unrelated project.
+DISTRIBUTION = "ragguard-context"
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that installs one of ragguard's extras, e.g. ``"rerank"``."""
+    return f'pip install "{DISTRIBUTION}[{extra}]"'
 
 
 def require(module: str, extra: str) -> ModuleType:
@@ -25,5 +34,5 @@ def require(module: str, extra: str) -> ModuleType:
     except ImportError as exc:
         raise MissingDependencyError(
             f"{module} is required for this feature but could not be imported ({exc}); "
-            f'install it with: pip install "ragguard[{extra}]"'
+            f"install it with: {install_hint(extra)}"
         ) from exc

@@ -6,7 +6,10 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
 ``ImportError`` for a missing optional dependency)::
 
     RagguardError
-    ├── ConfigError              (ValueError)  invalid config value, file, key or profile
+    ├── ConfigError              (ValueError)  invalid config value, file, key or profile,
+    │                                          or an invalid setting passed to a function
+    ├── ArgumentTypeError        (TypeError)   an argument of the wrong type (a list where a
+    │                                          mapping of query ids belongs, ...)
     ├── CandidateError           (TypeError)   input that is not a list of Candidates
     ├── InvalidScoreError        (ValueError)  missing/NaN/inf score with invalid_scores="raise"
     ├── DuplicateIdError         (ValueError)  repeated candidate id with duplicates="raise"
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnnotationError",
+    "ArgumentTypeError",
     "CandidateError",
     "ConfigError",
     "DuplicateIdError",
@@ -53,7 +57,13 @@ class RagguardError(Exception):
 
 
 class ConfigError(RagguardError, ValueError):
-    """A config value, config file, config key or profile is invalid or unknown."""
+    """A config value, config file, config key or profile is invalid or unknown, or a
+    setting passed to a function is (a metric name, a sweep grid, a constraint)."""
+
+
+class ArgumentTypeError(RagguardError, TypeError):
+    """An argument has the wrong type: a list where a mapping of query ids belongs, an
+    EvalSet where qrels are expected, and the like. The message names what was expected."""
 
 
 class CandidateError(RagguardError, TypeError):

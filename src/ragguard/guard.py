@@ -244,7 +244,11 @@ class ContextGuard:
         self, cands: tuple[Candidate, ...], kind: ScoreKind | None
     ) -> tuple[Normalized, dict[int, int], NDArray[np.bool_] | None]:
         raw = np.array([c.score for c in cands], dtype=np.float64)
-        norm = normalize(raw, kind, rrf_k=self.config.rrf_k)
+        # candidates come in the retriever's order (best first), which lets normalize()
+        # catch a wrong score direction on short lists; repeated ids mean several lists
+        # were merged, whose order is no single ranking
+        ranked = len({c.id for c in cands}) == len(cands)
+        norm = normalize(raw, kind, rrf_k=self.config.rrf_k, ranked=ranked)
         if kind is not None and self.config.invalid_scores is InvalidScorePolicy.RAISE:
             bad = [c.id for c, ok in zip(cands, norm.valid[0].tolist(), strict=True) if not ok]
             if bad:

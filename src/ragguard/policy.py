@@ -47,6 +47,8 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard.errors import ConfigError, EvalSetError
+
 __all__ = [
     "CutRule",
     "PolicyParams",
@@ -112,17 +114,19 @@ class PolicyParams:
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
-            raise ValueError(f"max_k must be >= 1, got {self.max_k}")
+            raise ConfigError(f"max_k must be >= 1, got {self.max_k}")
         if not 0 <= self.min_k <= self.max_k:
-            raise ValueError(f"min_k must be in [0, max_k={self.max_k}], got {self.min_k}")
+            raise ConfigError(f"min_k must be in [0, max_k={self.max_k}], got {self.min_k}")
         if not 0.0 <= self.relative_threshold <= 1.0:
-            raise ValueError(f"relative_threshold must be in [0, 1], got {self.relative_threshold}")
+            raise ConfigError(
+                f"relative_threshold must be in [0, 1], got {self.relative_threshold}"
+            )
         if self.gap_buffer < 0:
-            raise ValueError(f"gap_buffer must be >= 0, got {self.gap_buffer}")
+            raise ConfigError(f"gap_buffer must be >= 0, got {self.gap_buffer}")
         if self.gap_window is not None and self.gap_window < 2:
-            raise ValueError(f"gap_window must be >= 2 or None, got {self.gap_window}")
+            raise ConfigError(f"gap_window must be >= 2 or None, got {self.gap_window}")
         if self.autocut_jumps < 1:
-            raise ValueError(f"autocut_jumps must be >= 1, got {self.autocut_jumps}")
+            raise ConfigError(f"autocut_jumps must be >= 1, got {self.autocut_jumps}")
 
     @property
     def uses_scores(self) -> bool:
@@ -243,7 +247,7 @@ def rank(
 ) -> Ranked:
     """Rank each row: valid scores highest first (stable), then invalid, then padding."""
     if scores.ndim != 2 or scores.shape != valid.shape:
-        raise ValueError(
+        raise EvalSetError(
             f"scores and valid must be 2-D arrays of one shape, got {scores.shape} and "
             f"{valid.shape}"
         )
@@ -381,4 +385,4 @@ def describe(
         return f"ranked after score jump {params.autocut_jumps} (cut='autocut')"
     if reason is Reason.OVER_MAX_K:
         return f"ranked below the max_k={params.max_k} cap"
-    raise ValueError(f"describe() does not explain {reason!r}; the caller knows the detail")
+    raise ConfigError(f"describe() does not explain {reason!r}; the caller knows the detail")

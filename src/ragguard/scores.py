@@ -40,9 +40,22 @@ naming the config field to change. The defined behaviour for each:
   nor BM25 can be (they look like logits or negated distances). They are kept as they
   are. Scores in [-1, 0) are ordinary cosine similarities of unrelated passages and raise
   nothing; when even the top score is not positive, ``nonpositive_top`` applies.
-* ``ascending_similarity``: four or more valid scores strictly increase along the input
-  order, as distances from a retriever do. Nothing is changed; the warning asks for
+* ``ascending_similarity``: the valid scores strictly increase along the input order, as
+  distances from a retriever do. Nothing is changed; the warning asks for
   ``score_kind="distance"``.
+* ``descending_distance``: the mirror case: the valid scores strictly decrease along the
+  input order, as similarities from a retriever do (``[0.92, 0.85, 0.40, 0.31, 0.12]``
+  declared as distances would keep the worst passages). Nothing is changed; the warning
+  asks for ``score_kind="similarity"``.
+
+  Both direction checks read the input order. With ``ranked=True`` (the runtime guard:
+  candidates arrive in the retriever's order, best first) two valid scores suffice, since a
+  retriever never ranks its best passage below a worse one by its own score. Without it
+  (calibration runs, whose order may be anything) four are needed, because a short
+  unsorted list runs one way by chance. No check can tell when there are fewer valid
+  scores than that, when neighbouring scores tie, when the order is not the retriever's
+  (a list the caller re-sorted or merged), or for the rerank stage's scores, which come in
+  retrieval order, not in their own.
 * ``negative_distance``: clipped to 0 (a perfect match).
 * ``probability_out_of_range``: clipped to [0, 1].
 * ``logit_in_unit_interval``: every score lies in [0, 1], which looks like probabilities
@@ -66,6 +79,8 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ragguard.errors import ConfigError, EvalSetError
+
 __all__ = ["Normalized", "ScoreIssue", "ScoreKind", "issue_message", "normalize"]
 
 
@@ -78,12 +93,19 @@ class ScoreKind(StrEnum):
     PROBABILITY = "probability"
     RRF = "rrf"
 
+    @classmethod
+    def _missing_(cls, value: object) -> ScoreKind:
+        # ScoreKind("cosine") is a user's mistake in a setting: say what is allowed
+        allowed = ", ".join(repr(k.value) for k in cls)
+        raise ConfigError(f"score_kind must be one of {allowed}; got {value!r}")
+
 
 class ScoreIssue(StrEnum):
     """A way in which scores contradict their declared kind (see the module docstring)."""
 
     NEGATIVE_SIMILARITY = "negative_similarity"
     ASCENDING_SIMILARITY = "ascending_similarity"
+    DESCENDING_DISTANCE = "descending_distance"
     NEGATIVE_DISTANCE = "negative_distance"
     PROBABILITY_OUT_OF_RANGE = "probability_out_of_range"
     LOGIT_IN_UNIT_INTERVAL = "logit_in_unit_interval"
@@ -104,6 +126,11 @@ _MESSAGES: dict[ScoreIssue, str] = {
         "score_kind='similarity' but scores increase along the input order, which is how "
         "retrievers return distances (lower is better). If they are distances set "
         "score_kind='distance'; as declared, the last candidates rank first."
+    ),
+    ScoreIssue.DESCENDING_DISTANCE: (
+        "score_kind='distance' but scores decrease along the input order, which is how "
+        "retrievers return similarities (higher is better). If they are similarities set "
+        "score_kind='similarity'; as declared, the last candidates rank first."
     ),
     ScoreIssue.NEGATIVE_DISTANCE: (
         "score_kind='distance' but some scores are negative; a distance cannot be. They are "
@@ -164,11 +191,39 @@ class Normalized:
     issues: dict[ScoreIssue, int] = field(default_factory=dict)
 
 
-_ASCENDING_MIN = 4  # strictly increasing runs this long are unlikely to be unsorted similarities
+# How many valid scores a one-way run needs before it contradicts the declared direction:
+# an unsorted list of 4 runs one way by chance once in 24; a list in the retriever's own
+# order (best first) contradicts it with a single reversed pair.
+_UNORDERED_MIN = 4
+_RANKED_MIN = 2
 
 
 def _rows_with(mask: NDArray[np.bool_]) -> int:
     return int(np.count_nonzero(mask.any(axis=1)))
+
+
+def _one_way_rows(
+    x: NDArray[np.float64], valid: NDArray[np.bool_], *, rising: bool, min_len: int
+) -> int:
+    """Rows with ``min_len`` or more valid scores in which every pair of neighbouring
+    valid scores strictly rises (``rising``) or strictly falls. The full check runs only
+    when some row's first score is below (above) its last, and then only on the rows whose
+    first steps do not already go the other way, so large calibration matrices pay for
+    the few rows that can match."""
+    if x.shape[1] < min_len:
+        return 0
+    d = x if rising else -x
+    if not (d[:, 0] < d[:, -1]).any():
+        return 0
+    maybe = np.ones(x.shape[0], dtype=np.bool_)
+    for j in range(min(_UNORDERED_MIN, x.shape[1]) - 1):
+        maybe &= ~(valid[:, j] & valid[:, j + 1] & (d[:, j + 1] <= d[:, j]))
+    rows = np.flatnonzero(maybe)
+    dr, vr = d[rows], valid[rows]
+    both = vr[:, 1:] & vr[:, :-1]
+    step = np.where(both, np.diff(np.where(vr, dr, 0.0), axis=1), 1.0)
+    one_way = (step > 0).all(axis=1) & (vr.sum(axis=1) >= min_len)
+    return int(one_way.sum())
 
 
 def normalize(
@@ -177,6 +232,7 @@ def normalize(
     *,
     present: NDArray[np.bool_] | None = None,
     rrf_k: int = 60,
+    ranked: bool = False,
 ) -> Normalized:
     """Map raw scores to the higher-is-better scale of their kind.
 
@@ -188,6 +244,9 @@ def normalize(
             keeps input order) and the issue ``unknown_kind`` is reported.
         present: which positions hold a candidate (False for padding); default all.
         rrf_k: the constant of reciprocal rank fusion, for ``kind="rrf"``.
+        ranked: the input order is the retriever's ranking, best first; the direction
+            checks (``ascending_similarity``, ``descending_distance``) then need two
+            valid scores instead of four.
 
     Returns:
         The normalised scores, their validity mask and the issues found.
@@ -196,11 +255,11 @@ def normalize(
     if x.ndim == 1:
         x = x[None, :]
     if x.ndim != 2:
-        raise ValueError(f"scores must be a 1-D or 2-D array, got shape {x.shape}")
+        raise EvalSetError(f"scores must be a 1-D or 2-D array, got shape {x.shape}")
     if present is None:
         present = np.ones(x.shape, dtype=np.bool_)
     elif present.shape != x.shape:
-        raise ValueError(f"present mask has shape {present.shape}, scores have {x.shape}")
+        raise EvalSetError(f"present mask has shape {present.shape}, scores have {x.shape}")
 
     issues: dict[ScoreIssue, int] = {}
     if kind is None:
@@ -210,6 +269,7 @@ def normalize(
 
     kind = ScoreKind(kind)
     valid = np.isfinite(x) & present
+    min_len = _RANKED_MIN if ranked else _UNORDERED_MIN
     # Each check starts with one cheap test that is False for ordinary scores; NaN
     # compares False, and +-inf are masked by ``valid`` before anything is counted.
 
@@ -220,21 +280,12 @@ def normalize(
     if kind is ScoreKind.SIMILARITY:
         note(ScoreIssue.NEGATIVE_SIMILARITY, x < -1)
         s = x
-        if x.shape[1] >= _ASCENDING_MIN and (x[:, 0] < x[:, -1]).any():
-            # exact prefilter: a row whose first steps already fall is not ascending, so
-            # the full check runs on the few rows left (large calibration matrices)
-            maybe = np.ones(x.shape[0], dtype=np.bool_)
-            for j in range(_ASCENDING_MIN - 1):
-                maybe &= ~(valid[:, j] & valid[:, j + 1] & (x[:, j + 1] <= x[:, j]))
-            rows = np.flatnonzero(maybe)
-            xr, vr = x[rows], valid[rows]
-            both = vr[:, 1:] & vr[:, :-1]
-            step = np.where(both, np.diff(np.where(vr, xr, 0.0), axis=1), 1.0)
-            ascending = (step > 0).all(axis=1) & (vr.sum(axis=1) >= _ASCENDING_MIN)
-            if ascending.any():
-                issues[ScoreIssue.ASCENDING_SIMILARITY] = int(ascending.sum())
+        if rows := _one_way_rows(x, valid, rising=True, min_len=min_len):
+            issues[ScoreIssue.ASCENDING_SIMILARITY] = rows
     elif kind is ScoreKind.DISTANCE:
         note(ScoreIssue.NEGATIVE_DISTANCE, x < 0)
+        if rows := _one_way_rows(x, valid, rising=False, min_len=min_len):
+            issues[ScoreIssue.DESCENDING_DISTANCE] = rows
         s = 1.0 / (1.0 + np.maximum(x, 0.0))
     elif kind is ScoreKind.LOGIT:
         in_unit = ((x >= 0) & (x <= 1)) | ~valid

@@ -204,7 +204,7 @@ def test_postprocessor_in_a_query_engine(
 def test_explicit_score_kind_overrides_the_convention() -> None:
     nodes = [
         NodeWithScore(node=TextNode(id_=i, text=i), score=d)
-        for i, d in [("far", 3.0), ("near", 0.1)]
+        for i, d in [("near", 0.1), ("far", 3.0)]
     ]
     out = (
         guard(relative_threshold=0.0)

@@ -387,7 +387,7 @@ def build_arrays(
         ("n_relevant", n_relevant),
     ):
         if seq is not None and len(seq) != n_q:
-            raise ValueError(f"{name} has {len(seq)} entries for {n_q} queries")
+            raise EvalSetError(f"{name} has {len(seq)} entries for {n_q} queries")
     prof = as_profile(profile)
     rules = rules or UtilityRules()
     kind = None if score_kind is None else ScoreKind(score_kind)

@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.calibration.utility import UtilityRules
+from ragguard.errors import ArgumentTypeError, ConfigError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
 
@@ -53,7 +54,7 @@ def arrays_from_dicts(
         rules: which grades are relevant / partially relevant, for utilities.
     """
     if not isinstance(qrels, Mapping) or not isinstance(run, Mapping):
-        raise TypeError("qrels and run must be mappings: {query_id: {doc_id: value}}")
+        raise ArgumentTypeError("qrels and run must be mappings: {query_id: {doc_id: value}}")
     qids = list(qrels)
     unlabelled = len(run.keys() - qrels.keys())
     if unlabelled:
@@ -69,7 +70,7 @@ def arrays_from_dicts(
         if not all(isinstance(m, dict) for m in seq):
             for qid, m in zip(qids, seq, strict=True):
                 if not isinstance(m, Mapping):
-                    raise TypeError(
+                    raise ArgumentTypeError(
                         f"{what}[{qid!r}] must be a mapping {{doc_id: value}}, got "
                         f"{type(m).__name__}"
                     )
@@ -178,23 +179,25 @@ def evaluate(
     ]
     if isinstance(data, EvalArrays):
         if run is not None or profile is not None or rules is not None:
-            raise ValueError(
+            raise ConfigError(
                 "prepared EvalArrays carry their run, profile and rules; use "
                 "arrays.with_profile(...) or build new arrays"
             )
         arrays = data
     elif isinstance(data, EvalSet):
         if run is not None and not isinstance(run, str):
-            raise TypeError("with an EvalSet, run is the name of one of its runs")
+            raise ArgumentTypeError("with an EvalSet, run is the name of one of its runs")
         arrays = data.arrays(run, profile=profile, rules=rules)
     elif isinstance(data, Mapping):
         if run is None or isinstance(run, str):
-            raise TypeError("with qrels, pass the run too: evaluate(qrels, run, metrics=...)")
+            raise ArgumentTypeError(
+                "with qrels, pass the run too: evaluate(qrels, run, metrics=...)"
+            )
         arrays = arrays_from_dicts(
             data, run, score_kind=score_kind, n_relevant=n_relevant, profile=profile, rules=rules
         )
     else:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"evaluate() takes an EvalSet, EvalArrays or qrels mapping, got {type(data).__name__}"
         )
 

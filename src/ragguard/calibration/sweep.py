@@ -55,6 +55,7 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
+from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams, Ranked, cut_ranked
 
 __all__ = [
@@ -146,26 +147,28 @@ class SweepGrid:
 
     def __post_init__(self) -> None:
         if not self.max_k or any(k < 1 for k in self.max_k):
-            raise ValueError(f"max_k values must be ints >= 1, got {self.max_k!r}")
+            raise ConfigError(f"max_k values must be ints >= 1, got {self.max_k!r}")
         if len(set(self.max_k)) != len(self.max_k) or list(self.max_k) != sorted(self.max_k):
-            raise ValueError(f"max_k values must be distinct and increasing, got {self.max_k!r}")
+            raise ConfigError(f"max_k values must be distinct and increasing, got {self.max_k!r}")
         if not self.thresholds or any(not 0.0 <= t <= 1.0 for t in self.thresholds):
-            raise ValueError(f"thresholds must lie in [0, 1], got {self.thresholds!r}")
+            raise ConfigError(f"thresholds must lie in [0, 1], got {self.thresholds!r}")
         if list(self.thresholds) != sorted(set(self.thresholds)):
-            raise ValueError(f"thresholds must be distinct and increasing, got {self.thresholds!r}")
+            raise ConfigError(
+                f"thresholds must be distinct and increasing, got {self.thresholds!r}"
+            )
         if self.min_k < 0 or self.min_k > self.max_k[0]:
-            raise ValueError(f"min_k must be in [0, smallest max_k={self.max_k[0]}]")
+            raise ConfigError(f"min_k must be in [0, smallest max_k={self.max_k[0]}]")
         for rule, value in self.cut_rules:
             if CutRule(rule) is CutRule.NONE:
-                raise ValueError("cut_rules hold gap or autocut settings, not 'none'")
+                raise ConfigError("cut_rules hold gap or autocut settings, not 'none'")
             if value < 0 or (CutRule(rule) is CutRule.AUTOCUT and value < 1):
-                raise ValueError(f"bad cut rule setting {(rule, value)!r}")
+                raise ConfigError(f"bad cut rule setting {(rule, value)!r}")
 
     @classmethod
     def up_to(cls, max_k: int, **kwargs: object) -> SweepGrid:
         """The default grid with caps ``1..max_k``."""
         if isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1:
-            raise ValueError(f"max_k must be an int >= 1, got {max_k!r}")
+            raise ConfigError(f"max_k must be an int >= 1, got {max_k!r}")
         return cls(max_k=tuple(range(1, max_k + 1)), **kwargs)  # type: ignore[arg-type]
 
     def points(self) -> tuple[PolicyParams, ...]:
@@ -223,9 +226,9 @@ class Constraint:
     def __post_init__(self) -> None:
         _metric_name(self.metric)  # raises on an unknown metric
         if self.op not in (">=", "<="):
-            raise ValueError(f"a constraint compares with >= or <=, got {self.op!r}")
+            raise ConfigError(f"a constraint compares with >= or <=, got {self.op!r}")
         if not math.isfinite(self.bound):
-            raise ValueError(f"constraint bound must be finite, got {self.bound!r}")
+            raise ConfigError(f"constraint bound must be finite, got {self.bound!r}")
 
     @classmethod
     def parse(cls, text: str) -> Constraint:
@@ -236,14 +239,16 @@ class Constraint:
         """
         m = _CONSTRAINT.match(text)
         if m is None:
-            raise ValueError(
+            raise ConfigError(
                 f"cannot parse constraint {text!r}; write METRIC>=VALUE or METRIC<=VALUE, "
                 "e.g. 'recall>=0.8'"
             )
         try:
             bound = float(m.group("bound"))
         except ValueError:
-            raise ValueError(f"constraint {text!r}: {m.group('bound')!r} is not a number") from None
+            raise ConfigError(
+                f"constraint {text!r}: {m.group('bound')!r} is not a number"
+            ) from None
         op: Literal[">=", "<="] = ">=" if m.group("op") == ">=" else "<="
         return cls(m.group("metric"), op, bound)
 
@@ -273,7 +278,7 @@ class SweepKernel:
 
     def __init__(self, arrays: EvalArrays, metrics: Sequence[str], max_cut: int) -> None:
         if max_cut < 0:
-            raise ValueError(f"max_cut must be >= 0, got {max_cut}")
+            raise ConfigError(f"max_cut must be >= 0, got {max_cut}")
         self.arrays = arrays
         self.metrics: tuple[str, ...] = tuple(dict.fromkeys(metrics))
         parsed: list[ParsedMetric | None] = [
@@ -335,7 +340,7 @@ class SweepKernel:
         """(M, Q) per-query value of every metric when query q keeps ``kept[q]``."""
         k = np.asarray(kept, dtype=np.intp)
         if k.shape != (self.n_queries,) or (k < 0).any() or (k > self.width).any():
-            raise ValueError(
+            raise EvalSetError(
                 f"kept must be {self.n_queries} ints in [0, {self.width}], got shape {k.shape}"
             )
         out: F64 = np.take(self._flat, self._row_base + k, axis=0).T
@@ -404,7 +409,7 @@ def _aggregate(
     base = kernel._row_base[rows]
     sub = kept[:, rows]
     if sub.size and (sub.min() < 0 or sub.max() > kernel.width):
-        raise ValueError(f"kept counts must lie in [0, {kernel.width}]")
+        raise EvalSetError(f"kept counts must lie in [0, {kernel.width}]")
     for i in range(len(points)):
         vals = np.take(kernel._flat, base + sub[i], axis=0)  # (rows, M): values at the cuts
         m = vals.mean(axis=0) if rows.size else np.full(len(kernel.metrics), np.nan)
@@ -438,15 +443,15 @@ def sweep(
     """
     points = (grid or SweepGrid()).points() if not isinstance(grid, Sequence) else tuple(grid)
     if not points:
-        raise ValueError("the sweep needs at least one setting")
+        raise ConfigError("the sweep needs at least one setting")
     wanted = (*metrics, PASSAGES)
     if isinstance(arrays, SweepKernel):
         kernel = arrays
         missing = [m for m in wanted if m not in kernel.metrics]
         if missing:
-            raise ValueError(f"the kernel was built without {', '.join(missing)}")
+            raise ConfigError(f"the kernel was built without {', '.join(missing)}")
         if max(p.max_k for p in points) > kernel.width and kernel.width < kernel.arrays.shape[1]:
-            raise ValueError("the kernel's tables are narrower than the grid's largest max_k")
+            raise ConfigError("the kernel's tables are narrower than the grid's largest max_k")
     else:
         kernel = SweepKernel(arrays, wanted, max(p.max_k for p in points))
     q = kernel.n_queries
@@ -474,7 +479,7 @@ def choose(
     """
     candidates = np.arange(len(result.points)) if among is None else np.asarray(among)
     if candidates.size == 0:
-        raise ValueError("no settings to choose from")
+        raise ConfigError("no settings to choose from")
     violation = np.zeros(candidates.size)
     for c in constraints:
         violation += c.violation(result.column(c.metric)[candidates])

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ragguard.errors import ConfigError, EvalSetError
 from ragguard.profiles import DEFAULT_PROFILE, Profile, resolve_profile
 
 __all__ = [
@@ -74,14 +75,14 @@ class UtilityRules:
 
     def __post_init__(self) -> None:
         if isinstance(self.relevant_grade, bool) or not isinstance(self.relevant_grade, int):
-            raise ValueError(f"relevant_grade must be an int, got {self.relevant_grade!r}")
+            raise ConfigError(f"relevant_grade must be an int, got {self.relevant_grade!r}")
         if self.relevant_grade < 1:
-            raise ValueError(f"relevant_grade must be >= 1, got {self.relevant_grade}")
+            raise ConfigError(f"relevant_grade must be >= 1, got {self.relevant_grade}")
         p = self.partial_grade
         if p is not None and (
             isinstance(p, bool) or not isinstance(p, int) or not 1 <= p < self.relevant_grade
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"partial_grade must be an int in [1, relevant_grade={self.relevant_grade}) "
                 f"or None, got {p!r}"
             )
@@ -126,7 +127,7 @@ def abstention_utility(relevant: ArrayLike, no_response_prob: ArrayLike) -> NDAr
     p = np.asarray(no_response_prob, dtype=np.float64)
     known = ~np.isnan(p)
     if ((p[known] < 0.0) | (p[known] > 1.0)).any():
-        raise ValueError("no-response probabilities must lie in [0, 1]")
+        raise EvalSetError("no-response probabilities must lie in [0, 1]")
     sign = np.where(np.asarray(relevant, dtype=np.bool_), 1.0, -1.0)
     return sign * (1.0 - p)
 

@@ -68,6 +68,7 @@ from ragguard.calibration.metrics.udcg import (
     udcg_ndcg,
     udcg_theta,
 )
+from ragguard.errors import ConfigError
 
 __all__ = [
     "ALIASES",
@@ -208,9 +209,9 @@ def _value(text: str, metric: str) -> int | float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"metric {metric!r}: parameter value {text!r} is not a number") from None
+        raise ConfigError(f"metric {metric!r}: parameter value {text!r} is not a number") from None
     if not math.isfinite(value):
-        raise ValueError(f"metric {metric!r}: parameter value {text!r} is not finite")
+        raise ConfigError(f"metric {metric!r}: parameter value {text!r} is not finite")
     return value
 
 
@@ -222,10 +223,10 @@ def parse_metric(text: str) -> ParsedMetric:
             unknown parameter, or a cutoff below 1.
     """
     if not isinstance(text, str):
-        raise ValueError(f"a metric is a string such as 'ndcg@10', got {text!r}")
+        raise ConfigError(f"a metric is a string such as 'ndcg@10', got {text!r}")
     m = _SYNTAX.match(text.strip().lower())
     if m is None:
-        raise ValueError(
+        raise ConfigError(
             f"cannot parse metric {text!r}; expected 'name', 'name@k' or "
             "'name(param=value)@k', e.g. 'ndcg@10' or 'udcg(gamma=0.333)@5'"
         )
@@ -239,20 +240,22 @@ def parse_metric(text: str) -> ParsedMetric:
     spec = METRICS.get(name)
     if spec is None:
         known = ", ".join(sorted(METRICS))
-        raise ValueError(f"unknown metric {text!r}; known metrics: {known} (and f1, f2, ...)")
+        raise ConfigError(f"unknown metric {text!r}; known metrics: {known} (and f1, f2, ...)")
     if m.group("params"):
         for part in m.group("params").split(","):
             key, sep, raw = part.partition("=")
             key = key.strip()
             if not sep or not key:
-                raise ValueError(f"metric {text!r}: parameters are written name=value")
+                raise ConfigError(f"metric {text!r}: parameters are written name=value")
             if key not in spec.params:
                 allowed = ", ".join(spec.params) or "none"
-                raise ValueError(f"metric {text!r}: unknown parameter {key!r} (allowed: {allowed})")
+                raise ConfigError(
+                    f"metric {text!r}: unknown parameter {key!r} (allowed: {allowed})"
+                )
             params[key] = _value(raw.strip(), text)
     k = None if m.group("k") is None else int(m.group("k"))
     if k == 0:
-        raise ValueError(f"metric {text!r}: the cutoff after '@' must be >= 1")
+        raise ConfigError(f"metric {text!r}: the cutoff after '@' must be >= 1")
     return ParsedMetric(text, spec, k, params)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ragguard.calibration.arrays import EvalArrays
+from ragguard.errors import ConfigError, EvalSetError
 
 F64 = NDArray[np.float64]
 I = NDArray[np.intp]  # noqa: E741
@@ -22,7 +23,7 @@ def check_k(k: int | None) -> int | None:
     if k is None:
         return None
     if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
-        raise ValueError(f"k must be an int >= 1 or None, got {k!r}")
+        raise ConfigError(f"k must be an int >= 1 or None, got {k!r}")
     return int(k)
 
 
@@ -77,7 +78,7 @@ def window(arrays: EvalArrays, k: int | None, cut: ArrayLike | None) -> Window:
     if cut is not None:
         c = np.asarray(cut)
         if c.shape != length.shape or not np.issubdtype(c.dtype, np.integer) or (c < 0).any():
-            raise ValueError(
+            raise EvalSetError(
                 f"cut must be {length.shape[0]} non-negative ints (one per query), "
                 f"got shape {c.shape} dtype {c.dtype}"
             )

@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, discount, divide, window
+from ragguard.errors import ConfigError
 
 __all__ = [
     "average_precision",
@@ -223,6 +224,6 @@ def f_beta(
     ``beta != 1`` (it puts beta where beta squared belongs) and has no cutoff.
     """
     if not (isinstance(beta, int | float) and math.isfinite(beta) and beta > 0):
-        raise ValueError(f"beta must be a positive finite number, got {beta!r}")
+        raise ConfigError(f"beta must be a positive finite number, got {beta!r}")
     rel, den = _relevant_in(arrays, k, cut)
     return _f_beta(_precision(rel, den), _recall(rel, arrays.n_relevant), float(beta))

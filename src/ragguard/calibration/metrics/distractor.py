@@ -33,6 +33,7 @@ from numpy.typing import ArrayLike
 
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, divide, window
+from ragguard.errors import ConfigError
 
 __all__ = ["SafetyBand", "SafetyBands", "distractor_harm", "distractor_rate", "safety_band"]
 
@@ -86,7 +87,7 @@ class SafetyBands:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.risky <= self.dangerous <= 1.0:
-            raise ValueError(
+            raise ConfigError(
                 "safety bands need 0 < risky <= dangerous <= 1, got "
                 f"risky={self.risky!r}, dangerous={self.dangerous!r}"
             )
@@ -101,7 +102,7 @@ def safety_band(distractor_rate: float, bands: SafetyBands | None = None) -> Saf
     bands = bands or SafetyBands()
     rate = float(distractor_rate)
     if math.isnan(rate) or not 0.0 <= rate <= 1.0:
-        raise ValueError(f"a distractor rate lies in [0, 1], got {distractor_rate!r}")
+        raise ConfigError(f"a distractor rate lies in [0, 1], got {distractor_rate!r}")
     if rate >= bands.dangerous:
         return SafetyBand.DANGEROUS
     if rate >= bands.risky:

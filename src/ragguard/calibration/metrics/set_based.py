@@ -46,6 +46,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, Window, divide, window
+from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = [
     "harm",
@@ -65,12 +66,12 @@ NO_GRADE_5_WEIGHTS = {5: 1.0, 4: 1.0, 3: 0.2}
 def _check_grades(arrays: EvalArrays) -> None:
     if (arrays.max_grade > 5).any():
         q = int(np.flatnonzero(arrays.max_grade > 5)[0])
-        raise ValueError(
+        raise EvalSetError(
             f"set-based metrics need grades on the 1-5 rubric; query {arrays.qids[q]!r} has "
             f"grade {arrays.max_grade[q]:g}"
         )
     if not arrays.integer_grades:
-        raise ValueError("set-based metrics need integer grades (1-5)")
+        raise EvalSetError("set-based metrics need integer grades (1-5)")
 
 
 def rarity_weights(
@@ -83,7 +84,7 @@ def rarity_weights(
     """
     for name, value in (("alpha", alpha), ("cap4", cap4), ("cap3", cap3)):
         if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
     n = counts.astype(np.float64)
     w = np.zeros(n.shape)
     w[:, 5] = 1.0
@@ -285,7 +286,7 @@ def harm(
     """
     _check_grades(arrays)
     if isinstance(harm_grade, bool) or not isinstance(harm_grade, int):
-        raise ValueError(f"harm_grade must be an int, got {harm_grade!r}")
+        raise ConfigError(f"harm_grade must be an int, got {harm_grade!r}")
     win = window(arrays, k, cut)
     bad = win.take(arrays.judged, False) & (win.take(arrays.grades) <= harm_grade)
     return divide(bad.sum(axis=1, dtype=np.float64), _budget(win))

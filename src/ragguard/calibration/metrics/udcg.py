@@ -43,6 +43,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, discount, divide, window
+from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = [
     "UDCGTheta",
@@ -94,7 +95,7 @@ def udcg(
     code. Values lie in (0, 1) otherwise.
     """
     if not (isinstance(gamma, int | float) and 0.0 <= gamma <= 1.0):
-        raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        raise ConfigError(f"gamma must be in [0, 1], got {gamma!r}")
     w = window(arrays, k, cut)
     return _udcg(w.take(arrays.utility), w.length, float(gamma))
 
@@ -163,12 +164,12 @@ class UDCGTheta:
 
     def __post_init__(self) -> None:
         if len(self.alpha) != len(self.beta) or not self.alpha:
-            raise ValueError(
+            raise ConfigError(
                 f"alpha and beta need the same non-zero length, got {len(self.alpha)} and "
                 f"{len(self.beta)}"
             )
         if not all(math.isfinite(x) for x in (*self.alpha, *self.beta)):
-            raise ValueError("UDCG_theta weights must be finite")
+            raise ConfigError("UDCG_theta weights must be finite")
 
     @property
     def k(self) -> int:
@@ -235,20 +236,20 @@ def fit_udcg_theta(
         ValueError: labels missing for a query, outside [0, 1], or bad parameters.
     """
     if not (l2 > 0 and math.isfinite(l2)):
-        raise ValueError(f"l2 must be a positive finite number, got {l2!r}")
+        raise ConfigError(f"l2 must be a positive finite number, got {l2!r}")
     if isinstance(correct, Mapping):
         missing = [q for q in arrays.qids if q not in correct]
         if missing:
-            raise ValueError(
+            raise EvalSetError(
                 f"no correctness label for {len(missing)} queries, e.g. {missing[0]!r}"
             )
         y = np.asarray([float(correct[q]) for q in arrays.qids])
     else:
         y = np.asarray(correct, dtype=np.float64).reshape(-1)
         if y.shape[0] != arrays.n_queries:
-            raise ValueError(f"{y.shape[0]} correctness labels for {arrays.n_queries} queries")
+            raise EvalSetError(f"{y.shape[0]} correctness labels for {arrays.n_queries} queries")
     if not ((y >= 0) & (y <= 1)).all():
-        raise ValueError("correctness labels must lie in [0, 1]")
+        raise EvalSetError("correctness labels must lie in [0, 1]")
     x = _features(arrays, k, cut)
     theta = np.zeros(x.shape[1])
     eye = np.eye(x.shape[1])

@@ -1,0 +1,81 @@
+"""What a new user meets before any code runs: the install lines, the licence, the test
+suite starting on a machine without the optional reference libraries."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from ragguard._optional import DISTRIBUTION, install_hint
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_distribution_name_is_the_one_install_lines_use() -> None:
+    project = PYPROJECT["project"]
+    assert project["name"] == DISTRIBUTION
+    # the PyPI name "ragguard" belongs to an unrelated project: never publish under it
+    assert DISTRIBUTION != "ragguard"
+    # the command and the import package keep the short name
+    assert project["scripts"] == {"ragguard": "ragguard.cli:main"}
+    # extras that pull in other extras name the distribution, or pip resolves them from
+    # the unrelated project
+    for extra, reqs in project["optional-dependencies"].items():
+        for req in reqs:
+            if req.startswith("ragguard"):
+                assert req.startswith(f"{DISTRIBUTION}["), (extra, req)
+
+
+def test_licence_file_is_shipped() -> None:
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.startswith("MIT License")
+    assert PYPROJECT["project"]["license"] == "MIT"
+    assert PYPROJECT["project"]["license-files"] == ["LICENSE"]
+
+
+def _install_lines(text: str) -> list[str]:
+    return [m.group(0) for m in re.finditer(r"pip install [^\n`]*", text)]
+
+
+def test_every_install_line_names_the_distribution_and_a_real_extra() -> None:
+    extras = set(PYPROJECT["project"]["optional-dependencies"])
+    sources = [ROOT / "README.md", *sorted((ROOT / "examples").glob("*.py"))]
+    sources += sorted((ROOT / "src" / "ragguard").rglob("*.py"))
+    seen = 0
+    for path in sources:
+        for line in _install_lines(path.read_text(encoding="utf-8")):
+            # a bare `pip install ragguard` or `"ragguard[x]"` installs the other project
+            assert not re.search(r"""(^|[\s"'])ragguard($|[\s"'\[])""", line[12:]), (
+                path.name,
+                line,
+            )
+            for names in re.findall(re.escape(DISTRIBUTION) + r"\[([a-z,]+)\]", line):
+                seen += 1
+                assert set(names.split(",")) <= extras, (path.name, line)
+    assert seen >= 10  # the README's install block alone has nine extras
+    assert install_hint("rerank") == f'pip install "{DISTRIBUTION}[rerank]"'
+
+
+def test_suite_starts_without_numba(tmp_path: Path) -> None:
+    """numba comes with ranx, a test-only reference; the warning filter in pyproject
+    must not need it, or pytest refuses to start where it is absent."""
+    shadow = tmp_path / "numba"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('numba is not installed')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"]
+        + ["tests/test_scores.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "error" not in out.stdout.lower().splitlines()[-1]
