@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragguard import ConfigError, ContextGuard, GuardConfig, ScoreKind
+import ragguard
+from ragguard import ConfigError, ConfigWarning, ContextGuard, GuardConfig, ScoreKind
 from ragguard.config import load_toml
 from ragguard.policy import CutRule
 
@@ -84,7 +86,7 @@ def test_guard_from_file_with_overrides(tmp_path: Path) -> None:
         ({"relative_threshold": -0.1}, "greater than or equal to 0"),
         ({"score_kind": "cosine"}, "score_kind='cosine' (argument): Input should be 'similarity'"),
         ({"profile": "finance"}, "unknown profile 'finance'; known profiles: code, creative"),
-        ({"max_k": 2, "min_k": 3}, "min_k=3 must not exceed max_k=2"),
+        ({"max_k": 2, "min_k": 3}, "min_k=3 (argument) must not exceed max_k=2 (argument)"),
         ({"cut": "elbow"}, "cut='elbow'"),
         ({"invalid_scores": "zero"}, "Input should be 'drop', 'keep_last' or 'raise'"),
         ({"min_score": float("nan")}, "min_score=nan"),
@@ -189,3 +191,71 @@ def test_profile_defaults_stay_explicit_after_save(
     monkeypatch.setenv("RAGGUARD_PROFILE", "creative")
     config = GuardConfig.from_file(path)
     assert config.profile == "creative" and config.max_k == 3
+
+
+# --- bad input the user can make, each a ConfigError or ConfigWarning that says where -----
+
+
+@pytest.mark.parametrize("variable", ["RAGGUARD_PROFILES", "RAGGUARD_RERANK"])
+def test_malformed_json_in_environment_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "{not json")
+    with pytest.raises(ConfigError, match=f"{variable} is not valid JSON"):
+        GuardConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("max_k = true\n", "max_k"),
+        ("relative_threshold = false\n", "relative_threshold"),
+        ("[rerank]\ntop_n = true\n", "rerank.top_n"),
+        ("[profiles.mine]\nmax_k = true\n", "profiles.mine.max_k"),
+    ],
+)
+def test_a_boolean_is_not_a_number(tmp_path: Path, text: str, key: str) -> None:
+    # lax pydantic would read true as 1 and keep a single passage without a word
+    with pytest.raises(ConfigError, match=rf"{key}=(True|False) \(file .*\): must be a number"):
+        GuardConfig.from_file(write(tmp_path, text))
+    # booleans stay booleans where a boolean belongs
+    assert GuardConfig.from_file(write(tmp_path, "[rerank]\nenabled = true\n")).rerank.enabled
+
+
+def test_unknown_environment_variable_warns_with_the_closest_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGGUARD_MAXK", "3")
+    with pytest.warns(ConfigWarning, match="RAGGUARD_MAXK .* did you mean RAGGUARD_MAX_K"):
+        config = GuardConfig()
+    assert config.max_k == 5  # the typo set nothing: the profile's value stands
+    monkeypatch.delenv("RAGGUARD_MAXK")
+    monkeypatch.setenv("RAGGUARD_MAX_K", "3")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert GuardConfig().max_k == 3
+
+
+def test_min_k_above_max_k_names_where_each_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigError, match=r"min_k=4 \(argument\) .* max_k=3 \(profile 'medical'\)"):
+        GuardConfig(profile="medical", min_k=4)
+    monkeypatch.setenv("RAGGUARD_MIN_K", "4")
+    path = write(tmp_path, "max_k = 2\n")
+    with pytest.raises(
+        ConfigError, match=r"min_k=4 \(environment RAGGUARD_MIN_K\) .* max_k=2 \(file .*\)"
+    ):
+        GuardConfig.from_file(path)
+
+
+def test_config_from_a_newer_ragguard_warns(tmp_path: Path) -> None:
+    path = GuardConfig(max_k=4).save(tmp_path / "mine.toml")
+    assert f'ragguard_version = "{ragguard.__version__}"' in path.read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = GuardConfig.from_file(path)  # same version: silent, and unchanged
+    assert loaded.model_dump() == GuardConfig(max_k=4).model_dump()
+    newer = path.read_text().replace(ragguard.__version__, "99.0.0")
+    with pytest.warns(ConfigWarning, match="written by ragguard 99.0.0, newer than"):
+        GuardConfig.from_file(write(tmp_path, newer))

@@ -199,3 +199,12 @@ def test_guard_warns_on_two_similarities_declared_as_distances() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ContextGuard(score_kind="distance").select("q", merged)
+
+
+def test_a_score_beyond_float_range_is_invalid_not_an_error() -> None:
+    huge = Candidate("huge", "", 10**400)
+    assert not huge.has_valid_score
+    sel = ContextGuard(score_kind="similarity").select("q", [huge, Candidate("ok", "", 0.5)])
+    assert [c.id for c in sel.kept] == ["ok"]
+    (dropped,) = sel.dropped
+    assert dropped.candidate.id == "huge" and dropped.reason == "invalid_score"

@@ -8,6 +8,7 @@ Adapters for LangChain and LlamaIndex live in ``ragguard.adapters`` and are impo
 purpose; calibration lives in ``ragguard.calibration``.
 """
 
+from ragguard._version import __version__
 from ragguard.candidate import Candidate, Decision, Selection
 from ragguard.config import (
     BeyondTopN,
@@ -22,6 +23,7 @@ from ragguard.errors import (
     ArgumentTypeError,
     CandidateError,
     ConfigError,
+    ConfigWarning,
     DuplicateIdError,
     EndpointError,
     EvalSetError,
@@ -41,8 +43,6 @@ from ragguard.profiles import BUILTIN_PROFILES, Profile
 from ragguard.rerank import CrossEncoderReranker, Reranker, RerankOutcome
 from ragguard.scores import ScoreKind
 
-__version__ = "0.1.0"
-
 __all__ = [
     "BUILTIN_PROFILES",
     "AnnotationError",
@@ -51,6 +51,7 @@ __all__ = [
     "Candidate",
     "CandidateError",
     "ConfigError",
+    "ConfigWarning",
     "ContextGuard",
     "CrossEncoderReranker",
     "CutRule",

@@ -33,8 +33,9 @@ class Candidate:
     Attributes:
         id: a stable identifier (document id, node id, chunk id).
         text: the passage text.
-        score: the retriever's raw score, or ``None`` when it gave none. Its meaning is
-            fixed by the guard's ``score_kind``.
+        score: the retriever's raw score as a float, or ``None`` when it gave none. Its
+            meaning is fixed by the guard's ``score_kind``. A number beyond float range
+            (``10**400``) becomes ``inf``: an invalid score, like NaN.
         metadata: a shallow copy of the passage's metadata (the caller's mapping is
             never written to).
         source: the caller's original object (a Document, a node, ...). ragguard keeps a
@@ -60,6 +61,12 @@ class Candidate:
                 f"Candidate.score must be a real number or None, got {score!r} "
                 f"({type(score).__name__}) for id {self.id!r}"
             )
+        if score is not None:
+            try:
+                value = float(score)
+            except OverflowError:  # an int beyond float range: as invalid as inf, never an error
+                value = math.inf if score > 0 else -math.inf
+            object.__setattr__(self, "score", value)
         if not isinstance(self.metadata, Mapping):
             raise CandidateError(
                 f"Candidate.metadata must be a mapping, got {type(self.metadata).__name__}"

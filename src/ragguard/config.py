@@ -16,8 +16,11 @@ naming the key, the value, where it came from and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import tomllib
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -34,13 +37,23 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_core import PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
-from ragguard.errors import ConfigError
+from ragguard._fields import reject_bool_for_numbers
+from ragguard._optional import DISTRIBUTION
+from ragguard._version import __version__
+from ragguard.errors import ConfigError, ConfigWarning
 from ragguard.policy import CutRule, PolicyParams
 from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
@@ -56,6 +69,8 @@ __all__ = [
 ]
 
 ENV_PREFIX = "RAGGUARD_"
+#: provenance key of the ragguard version that wrote a config file (taken out on load)
+WRITER_KEY = "ragguard_version"
 PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
 
 
@@ -167,6 +182,11 @@ class RerankConfig(BaseModel):
     cache_size: int = Field(
         default=0, ge=0, description="Cache this many (query, passage) scores; 0 turns it off."
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return reject_bool_for_numbers(cls, value, info)
 
     @field_validator("score_kind")
     @classmethod
@@ -293,6 +313,9 @@ class GuardConfig(BaseSettings):
             super().__init__(**values)
         except ValidationError as exc:
             raise ConfigError(_explain(exc, values, loaded)) from exc
+        except SettingsError as exc:  # an environment value that is not valid JSON
+            raise ConfigError(_explain_env(exc)) from exc
+        _warn_unknown_env()
         layers: dict[str, str] = {}
         for name in type(self).model_fields:
             if name in values:
@@ -321,6 +344,11 @@ class GuardConfig(BaseSettings):
             return init_settings, env_settings
         return init_settings, env_settings, _FileSource(settings_cls, loaded[1])
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return reject_bool_for_numbers(cls, value, info)
+
     @model_validator(mode="after")
     def _apply_profile(self) -> GuardConfig:
         profile = resolve_profile(self.profile, self.profiles)
@@ -328,7 +356,11 @@ class GuardConfig(BaseSettings):
             if name not in self.model_fields_set:
                 object.__setattr__(self, name, getattr(profile, name))
         if self.min_k > self.max_k:
-            raise ValueError(f"min_k={self.min_k} must not exceed max_k={self.max_k}")
+            raise PydanticCustomError(
+                "min_k_above_max_k",
+                "min_k={min_k} must not exceed max_k={max_k}",
+                {"min_k": self.min_k, "max_k": self.max_k, "profile": self.profile},
+            )
         self._profile = profile
         return self
 
@@ -341,6 +373,7 @@ class GuardConfig(BaseSettings):
                 is invalid.
         """
         data = load_toml(path)
+        _check_writer(Path(path), data)
         with _reading(Path(path), data):
             return cls(**overrides)
 
@@ -351,9 +384,9 @@ class GuardConfig(BaseSettings):
             name: spec.model_dump(mode="json", exclude_none=True)
             for name, spec in self.profiles.items()
         }
-        for key in ("profiles", "provenance"):
-            if not data[key]:
-                del data[key]
+        data["provenance"] = {**data["provenance"], WRITER_KEY: __version__}
+        if not data["profiles"]:
+            del data["profiles"]
         if self.rerank == RerankConfig():
             del data["rerank"]  # the stage is off and untouched: no [rerank] table
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -419,13 +452,15 @@ def _explain(
 ) -> str:
     """One line per problem: key, value, where it came from, what is allowed."""
 
-    def origin(key: str) -> str:
+    def origin(key: str, profile: str | None = None) -> str:
         if key in values:
             return "argument"
         if env := _env_names(key):
             return f"environment {env[0]}"
         if loaded is not None and key in loaded[1]:
             return f"file {loaded[0]}"
+        if profile is not None and key in PROFILE_FIELDS:
+            return f"profile {profile!r}"
         return "default"
 
     lines = []
@@ -433,7 +468,13 @@ def _explain(
         loc = [str(part) for part in err["loc"]]
         key = ".".join(loc)
         msg = err["msg"].removeprefix("Value error, ")
-        if not loc:
+        if err["type"] == "min_k_above_max_k":
+            ctx = err.get("ctx", {})
+            lines.append(
+                f"min_k={ctx['min_k']} ({origin('min_k', ctx['profile'])}) must not exceed "
+                f"max_k={ctx['max_k']} ({origin('max_k', ctx['profile'])})"
+            )
+        elif not loc:
             lines.append(msg)
         elif err["type"] == "extra_forbidden":
             model: type[BaseModel] = GuardConfig
@@ -446,3 +487,74 @@ def _explain(
         else:
             lines.append(f"{key}={err['input']!r} ({origin(loc[0])}): {msg}")
     return "invalid ragguard config: " + "; ".join(lines)
+
+
+def _explain_env(exc: SettingsError) -> str:
+    """Name the environment variable whose value pydantic-settings could not parse."""
+    field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else ""
+    names = _env_names(field) if field else []
+    where = ", ".join(names) or f"a {ENV_PREFIX}* variable"
+    return (
+        f"invalid ragguard config: {where} is not valid JSON; a table such as "
+        f"{field or 'rerank'} is set as one JSON object "
+        f"({ENV_PREFIX}RERANK='{{\"enabled\": true}}') or key by key with __ "
+        f"({ENV_PREFIX}RERANK__ENABLED=1)"
+    )
+
+
+def _config_keys() -> dict[str, set[str]]:
+    """Top-level keys, and the keys of each nested table an environment variable may set."""
+    return {
+        name: set(RerankConfig.model_fields) if name == "rerank" else set()
+        for name in GuardConfig.model_fields
+    }
+
+
+def _warn_unknown_env() -> None:
+    """Warn about RAGGUARD_* variables that set nothing, naming the closest key: a typo
+    (RAGGUARD_MAXK) would otherwise leave the default in place without a word."""
+    unknown = [k for k in os.environ if k.upper().startswith(ENV_PREFIX)]
+    if not unknown:
+        return
+    keys = _config_keys()
+    for var in unknown:
+        top, _, nested = var[len(ENV_PREFIX) :].lower().partition("__")
+        if top in keys and (not nested or not keys[top] or nested in keys[top]):
+            continue
+        choices = [f"{top}__{k}" for k in keys[top]] if top in keys else list(keys)
+        guess = difflib.get_close_matches(f"{top}__{nested}" if top in keys else top, choices, 1)
+        hint = f"; did you mean {(ENV_PREFIX + guess[0]).upper()}?" if guess else ""
+        warnings.warn(
+            f"environment variable {var} is not a ragguard config key and is ignored{hint}",
+            ConfigWarning,
+            stacklevel=3,
+        )
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    parts = re.findall(r"\d+", text.split("+")[0])[:3]
+    return tuple(int(p) for p in parts) if parts else None
+
+
+def _check_writer(path: Path, data: dict[str, Any]) -> None:
+    """Take the writer's version out of the file's provenance, and warn when a newer
+    ragguard wrote it: keys it added are unknown here, and a value may mean more than
+    this version reads into it."""
+    provenance = data.get("provenance")
+    if not isinstance(provenance, dict) or WRITER_KEY not in provenance:
+        return
+    provenance = dict(provenance)
+    written_by = str(provenance.pop(WRITER_KEY))
+    if provenance:
+        data["provenance"] = provenance
+    else:
+        del data["provenance"]
+    theirs, ours = _version_tuple(written_by), _version_tuple(__version__)
+    if theirs is not None and ours is not None and theirs > ours:
+        warnings.warn(
+            f"{path} was written by ragguard {written_by}, newer than this ragguard "
+            f"{__version__}; settings it added may be unknown here or read differently. "
+            f"Upgrade with: pip install -U {DISTRIBUTION}",
+            ConfigWarning,
+            stacklevel=4,
+        )

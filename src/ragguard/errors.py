@@ -23,6 +23,7 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
         └── RerankModelError                    the cross-encoder model cannot be loaded
 
     RagguardWarning (UserWarning)
+    ├── ConfigWarning            an unknown RAGGUARD_* variable, a config from a newer ragguard
     ├── ScoreWarning             scores contradict their declared kind, or no kind is known
     └── RerankWarning            the rerank stage failed and the guard fell back (fail_open)
 
@@ -37,6 +38,7 @@ __all__ = [
     "ArgumentTypeError",
     "CandidateError",
     "ConfigError",
+    "ConfigWarning",
     "DuplicateIdError",
     "EndpointError",
     "EvalSetError",
@@ -149,6 +151,12 @@ class RerankModelError(RerankError):
 
 class RagguardWarning(UserWarning):
     """Base class of ragguard's warnings."""
+
+
+class ConfigWarning(RagguardWarning):
+    """The config may not say what its author meant: an environment variable named
+    ``RAGGUARD_*`` that is no config key (the message names the closest one), or a file
+    written by a newer ragguard than the one reading it."""
 
 
 class ScoreWarning(RagguardWarning):

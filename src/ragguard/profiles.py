@@ -53,10 +53,11 @@ they start from (default ``support``) and every other key overrides it::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from ragguard._fields import reject_bool_for_numbers
 from ragguard.errors import ConfigError
 
 __all__ = ["BUILTIN_PROFILES", "DEFAULT_PROFILE", "Profile", "ProfileSpec", "resolve_profile"]
@@ -101,6 +102,11 @@ class ProfileSpec(BaseModel):
     max_k: int | None = Field(default=None, ge=1)
     min_k: int | None = Field(default=None, ge=0)
     relative_threshold: Ratio | None = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return reject_bool_for_numbers(cls, value, info)
 
 
 def _builtin(
