@@ -68,9 +68,9 @@ def test_suite_starts_without_numba(tmp_path: Path) -> None:
     shadow.mkdir()
     (shadow / "__init__.py").write_text("raise ImportError('numba is not installed')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"]
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only"]
-        + ["tests/test_scores.py"],
+        [*command, "tests/test_scores.py"],
         cwd=ROOT,
         env=env,
         capture_output=True,
