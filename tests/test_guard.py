@@ -14,11 +14,14 @@ import pytest
 from ragguard import (
     Candidate,
     CandidateError,
+    ConfigError,
     ContextGuard,
     DuplicateIdError,
     GuardConfig,
     InvalidScoreError,
+    RagguardError,
     Reason,
+    RetrieverError,
     ScoreWarning,
     Selection,
 )
@@ -184,6 +187,36 @@ def test_duplicate_ids_other_rules() -> None:
         sim_guard(duplicates="raise").select("q", inputs)
 
 
+@pytest.mark.parametrize("bad", [None, math.nan, math.inf])
+def test_keep_first_keeps_the_first_copy_with_a_valid_score(bad: float | None) -> None:
+    inputs = [Candidate("a", "x", bad), Candidate("b", "y", 0.8), Candidate("a", "x'", 0.6)]
+    sel = sim_guard(relative_threshold=0.0, duplicates="keep_first").select("q", inputs)
+    assert [(c.id, c.score) for c in sel.kept] == [("b", 0.8), ("a", 0.6)]
+    (dup,) = sel.dropped
+    assert dup.index == 0 and dup.reason is Reason.DUPLICATE_ID
+    assert dup.message == "duplicate of id 'a' at input position 2"
+    assert_nothing_lost(sel, 3)
+
+
+def test_keep_first_is_still_first_among_valid_copies() -> None:
+    inputs = [Candidate("a", "x", None), Candidate("a", "x'", 0.3), Candidate("a", "x''", 0.9)]
+    sel = sim_guard(relative_threshold=0.0, duplicates="keep_first").select("q", inputs)
+    assert [(c.id, c.score) for c in sel.kept] == [("a", 0.3)]  # not the best one
+    assert {d.index: d.reason for d in sel.dropped} == {
+        0: Reason.DUPLICATE_ID,
+        2: Reason.DUPLICATE_ID,
+    }
+    # no copy has a valid score: the first stays, and invalid_scores decides about it
+    inputs = [Candidate("a", "x", None), Candidate("a", "x'", math.nan), Candidate("b", "y", 0.8)]
+    sel = sim_guard(duplicates="keep_first").select("q", inputs)
+    assert ids(sel.kept) == ["b"]
+    assert {d.index: d.reason for d in sel.dropped} == {
+        0: Reason.INVALID_SCORE,
+        1: Reason.DUPLICATE_ID,
+    }
+    assert_nothing_lost(sel, 3)
+
+
 def test_ten_thousand_candidates() -> None:
     n = 10_000
     inputs = [Candidate(f"d{i}", score=((i * 7919) % n) / n) for i in range(n)]
@@ -216,6 +249,54 @@ def test_per_call_score_kind_overrides_config() -> None:
     guard = ContextGuard(max_k=5, relative_threshold=0.5)
     sel = guard.select("q", cands(0.1, 1.0, 2.0), score_kind="distance")
     assert ids(sel.kept) == ["d0", "d1"]  # 1/1.1, 1/2 >= .5 * .909; 1/3 is not
+
+
+@pytest.mark.parametrize(
+    ("candidates", "expected"),
+    [
+        (None, "got NoneType; pass [] when the retriever found nothing"),
+        (Candidate("a", score=0.5), "got Candidate; pass a list, [candidate]"),
+        (3, "got int"),
+        ("abc", "got str"),
+        ({"a": Candidate("a", score=0.5)}, "got dict"),
+    ],
+)
+def test_candidates_that_are_not_a_sequence_are_a_candidate_error(
+    candidates: object, expected: str
+) -> None:
+    guard = sim_guard()
+    message = f"candidates must be an iterable of Candidate objects (a list or tuple), {expected}"
+    with pytest.raises(CandidateError) as info:
+        guard.select("q", candidates)  # type: ignore[arg-type]
+    assert str(info.value) == message
+    with pytest.raises(CandidateError):
+        asyncio.run(guard.aselect("q", candidates))  # type: ignore[arg-type]
+
+
+def test_bad_call_arguments_are_named_errors() -> None:
+    guard = sim_guard()
+    with pytest.raises(CandidateError, match="query must be a str, got NoneType"):
+        guard.select(None, cands(0.5))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as info:
+        guard.select("q", cands(0.5), score_kind="cosine")
+    assert str(info.value) == (
+        "score_kind='cosine' is not allowed; use one of 'similarity', 'distance', 'logit', "
+        "'probability', 'rrf'"
+    )
+    for max_k in (0, -1, True, "3", 2.0):
+        with pytest.raises(ConfigError, match="max_k must be an int >= 1"):
+            guard.select("q", cands(0.5), max_k=max_k)  # type: ignore[arg-type]
+    assert ids(guard.select("q", cands(0.9, 0.8), max_k=1).kept) == ["d0"]
+
+
+def test_bad_constructor_arguments_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="config must be a GuardConfig, got dict"):
+        ContextGuard({"max_k": 3})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="on_selection must be callable"):
+        ContextGuard(on_selection="print")  # type: ignore[arg-type]
+    with pytest.raises(RetrieverError, match=r"cannot guard a builtins\.object"):
+        sim_guard().wrap(object())
+    assert issubclass(RetrieverError, RagguardError)
 
 
 def test_not_candidates_is_a_clear_error() -> None:
@@ -260,6 +341,13 @@ def test_warning_points_at_the_callers_line() -> None:
         sim_guard().select("q", cands(-0.5, -0.2))
     assert record[0].filename == __file__
 
+    async def caller() -> Selection:
+        return await sim_guard().aselect("q", cands(-0.5, -0.2))
+
+    with pytest.warns(ScoreWarning) as record:
+        asyncio.run(caller())
+    assert record[0].filename == __file__  # the line that awaited aselect()
+
 
 def test_on_selection_and_debug_log(caplog: pytest.LogCaptureFixture) -> None:
     seen: list[Selection] = []
@@ -282,7 +370,7 @@ def test_aselect_matches_select() -> None:
 
 
 def test_config_and_settings_are_exclusive() -> None:
-    with pytest.raises(TypeError, match="not both"):
+    with pytest.raises(ConfigError, match="not both"):
         ContextGuard(GuardConfig(), max_k=3)
 
 

@@ -13,14 +13,15 @@ are mapped to probabilities (logits through a sigmoid) and the same policy cuts 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,16 +35,45 @@ from ragguard.errors import (
     DuplicateIdError,
     InvalidScoreError,
     RerankWarning,
+    RetrieverError,
     ScoreWarning,
 )
 from ragguard.policy import PolicyParams, apply_policy, rank
 from ragguard.profiles import Profile
-from ragguard.rerank import Reranker, RerankOutcome, RerankStage, Scored, rerank_issue_message
+from ragguard.rerank import (
+    Reranker,
+    RerankOutcome,
+    RerankStage,
+    Scored,
+    parse_kind,
+    rerank_issue_message,
+)
 from ragguard.scores import Normalized, ScoreIssue, ScoreKind, issue_message, normalize
 
 __all__ = ["ContextGuard"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A select() call up to the rerank stage: its checked inputs, their normalised
+    scores and duplicates, and what to rerank (input positions in retrieval order)."""
+
+    query: str
+    cands: tuple[Candidate, ...]
+    kind: ScoreKind | None
+    norm: Normalized
+    duplicate_of: dict[int, int]
+    present: NDArray[np.bool_] | None
+    call: tuple[bool, int | None]  # the call's ``scored`` and ``max_k``
+    top: list[int]
+    below: list[int]
+
+    @property
+    def texts(self) -> list[str]:
+        """The texts to rerank."""
+        return [self.cands[i].text for i in self.top]
 
 
 class ContextGuard:
@@ -58,10 +88,17 @@ class ContextGuard:
             from ``config.rerank``. Used only when ``config.rerank.enabled``.
         **settings: :class:`GuardConfig` fields, when no ``config`` is given.
 
+    With the rerank stage on, the built-in cross-encoder is loaded here (and scores one
+    warm-up pair), so ``rerank.timeout_ms`` bounds the calls from the first one on.
+
     Raises:
-        ConfigError: a ``reranker`` was passed but no layer of the config enables the
-            rerank stage, or the rerank stage cannot tell whether the reranker returns
-            logits or probabilities.
+        ConfigError: ``config`` is not a :class:`GuardConfig` or comes with ``settings``;
+            a ``reranker`` was passed but no layer of the config enables the rerank
+            stage, or the rerank stage cannot tell whether the reranker returns logits or
+            probabilities.
+        RerankModelError: the cross-encoder model cannot be loaded (either
+            ``rerank.on_failure`` policy).
+        MissingDependencyError: the built-in reranker needs ``ragguard[rerank]``.
 
     Example:
         >>> guard = ContextGuard(GuardConfig(max_k=2, relative_threshold=0.7,
@@ -80,9 +117,18 @@ class ContextGuard:
         **settings: Any,
     ) -> None:
         if config is not None and settings:
-            raise TypeError(
+            raise ConfigError(
                 "pass either a GuardConfig or keyword settings, not both "
                 f"(got config and {sorted(settings)})"
+            )
+        if config is not None and not isinstance(config, GuardConfig):
+            raise ConfigError(
+                f"config must be a GuardConfig, got {type(config).__name__}; pass settings "
+                "as keywords (ContextGuard(max_k=3)) or build one (GuardConfig(max_k=3))"
+            )
+        if on_selection is not None and not callable(on_selection):
+            raise ConfigError(
+                f"on_selection must be callable with a Selection, got {type(on_selection).__name__}"
             )
         self.config: GuardConfig = config if config is not None else GuardConfig(**settings)
         self.on_selection = on_selection
@@ -119,8 +165,8 @@ class ContextGuard:
 
     @property
     def reranker(self) -> Reranker | None:
-        """The rerank stage's scorer (``None`` when the stage is off). For the built-in
-        cross-encoder, ``guard.reranker.load()`` loads the model ahead of the first call."""
+        """The rerank stage's scorer (``None`` when the stage is off). The built-in
+        cross-encoder was loaded when the guard was built."""
         return None if self._stage is None else self._stage.reranker
 
     def select(
@@ -153,28 +199,25 @@ class ContextGuard:
             through a sigmoid first); ``Selection.rerank`` says what the stage did.
 
         Raises:
-            CandidateError: an element is not a :class:`Candidate`.
+            CandidateError: ``query`` is not a str, ``candidates`` is not an iterable of
+                candidates (``None``, a single :class:`Candidate`, a dict, a str), or an
+                element is not a :class:`Candidate`.
+            ConfigError: ``score_kind`` is not a score kind, ``max_k`` is not an
+                int >= 1, or the reranker's ``score_kind`` property gives neither
+                ``"logit"`` nor ``"probability"``.
             InvalidScoreError: a score is missing/NaN/inf and ``invalid_scores="raise"``.
             DuplicateIdError: ids repeat and ``duplicates="raise"``.
-            RerankError: the rerank call failed and ``rerank.on_failure="fail_closed"``.
-            RerankModelError: the cross-encoder model cannot be loaded (either policy).
-            MissingDependencyError: the built-in reranker needs ``ragguard[rerank]``.
+            RerankError: the rerank call failed (it raised, ran past
+                ``rerank.timeout_ms``, or returned a wrong number of scores or a score that
+                is NaN or infinite) and ``rerank.on_failure="fail_closed"``; with
+                ``"fail_open"`` the selection is made on retrieval scores instead, with a
+                :class:`~ragguard.errors.RerankWarning`.
         """
-        cands, kind = self._inputs(candidates, score_kind, scored, max_k)
-        if not cands:
-            return self._finish(
-                Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
-            )
-        norm, duplicate_of, present = self._normalise(cands, kind)
-        if self._stage is not None:
-            texts, plan = self._rerank_plan(cands, norm, present)
-            output = self._stage.score(query, texts)
-            return self._reranked(
-                query, cands, kind, norm, duplicate_of, present, plan, output, 3, (scored, max_k)
-            )
-        return self._on_retrieval(
-            query, cands, kind, norm, duplicate_of, present, 3, call=(scored, max_k)
-        )
+        step = self._begin(query, candidates, score_kind, scored, max_k)
+        if isinstance(step, Selection):
+            return step
+        assert self._stage is not None  # _begin finishes the call when the stage is off
+        return self._reranked(step, self._stage.score(query, step.texts), 3)
 
     async def aselect(
         self,
@@ -192,37 +235,78 @@ class ContextGuard:
         stage's own threads under ``rerank.timeout_ms``), so other tasks keep running
         while the reranker works. Raises what :meth:`select` raises.
         """
-        if self._stage is None:
-            return self.select(query, candidates, score_kind=score_kind, scored=scored, max_k=max_k)
-        cands, kind = self._inputs(candidates, score_kind, scored, max_k)
+        step = self._begin(query, candidates, score_kind, scored, max_k)
+        if isinstance(step, Selection):
+            return step
+        assert self._stage is not None  # _begin finishes the call when the stage is off
+        return self._reranked(step, await self._stage.ascore(query, step.texts), 3)
+
+    def _begin(
+        self,
+        query: str,
+        candidates: Iterable[Candidate],
+        score_kind: ScoreKind | str | None,
+        scored: bool,
+        max_k: int | None,
+    ) -> Selection | _Pending:
+        """Everything of a select() call before the rerank stage: the finished selection
+        when there is nothing to rerank (stage off, no candidates), else what to rerank.
+        Called directly by select() and aselect(): warnings point two frames up."""
+        cands = self._inputs(query, candidates, max_k)
+        kind = None if not scored else self._kind(score_kind)
         if not cands:
             return self._finish(
                 Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
             )
         norm, duplicate_of, present = self._normalise(cands, kind)
-        texts, plan = self._rerank_plan(cands, norm, present)
-        output = await self._stage.ascore(query, texts)
-        return self._reranked(
-            query, cands, kind, norm, duplicate_of, present, plan, output, 3, (scored, max_k)
+        top: list[int] = []
+        below: list[int] = []
+        if self._stage is not None:
+            top, below = self._rerank_plan(norm, present)
+        step = _Pending(
+            query, cands, kind, norm, duplicate_of, present, (scored, max_k), top, below
         )
+        if self._stage is None:
+            return self._on_retrieval(step, 4)
+        return step
 
     def _inputs(
-        self,
-        candidates: Iterable[Candidate],
-        score_kind: ScoreKind | str | None,
-        scored: bool,
-        max_k: int | None,
-    ) -> tuple[tuple[Candidate, ...], ScoreKind | None]:
-        """The candidates as a checked tuple and the score kind that applies."""
-        cands = candidates if isinstance(candidates, tuple) else tuple(candidates)
+        self, query: str, candidates: Iterable[Candidate], max_k: int | None
+    ) -> tuple[Candidate, ...]:
+        """The candidates as a checked tuple, after checking the call's other arguments."""
+        if not isinstance(query, str):
+            raise CandidateError(f"query must be a str, got {type(query).__name__}")
+        cands = candidates if isinstance(candidates, tuple) else self._as_tuple(candidates)
         if set(map(type, cands)) - {Candidate}:  # fast path: no subclass, nothing foreign
             self._check(cands)
-        if max_k is not None and max_k < 1:
-            raise ValueError(f"max_k must be >= 1, got {max_k}")
-        if not scored:
-            return cands, None
-        kind = ScoreKind(score_kind) if score_kind is not None else self.config.score_kind
-        return cands, kind
+        if max_k is not None and (
+            isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1
+        ):
+            raise ConfigError(f"max_k must be an int >= 1, got {max_k!r}")
+        return cands
+
+    def _kind(self, score_kind: ScoreKind | str | None) -> ScoreKind | None:
+        """The score kind of a call: its ``score_kind``, else the config's."""
+        if score_kind is None:
+            return self.config.score_kind
+        return parse_kind(score_kind, "score_kind", tuple(ScoreKind))
+
+    @staticmethod
+    def _as_tuple(candidates: object) -> tuple[Candidate, ...]:
+        items = None
+        if not (candidates is None or isinstance(candidates, str | bytes | Mapping | Candidate)):
+            with contextlib.suppress(TypeError):  # not iterable
+                items = iter(candidates)  # type: ignore[call-overload]
+        if items is None:
+            hint = {
+                "NoneType": "; pass [] when the retriever found nothing",
+                "Candidate": "; pass a list, [candidate]",
+            }.get(type(candidates).__name__, "")
+            raise CandidateError(
+                "candidates must be an iterable of Candidate objects (a list or tuple), got "
+                f"{type(candidates).__name__}{hint}"
+            )
+        return tuple(items)
 
     @staticmethod
     def _capped(params: PolicyParams, max_k: int | None) -> PolicyParams:
@@ -265,22 +349,13 @@ class ContextGuard:
         return norm, duplicate_of, present
 
     def _on_retrieval(
-        self,
-        query: str,
-        cands: tuple[Candidate, ...],
-        kind: ScoreKind | None,
-        norm: Normalized,
-        duplicate_of: dict[int, int],
-        present: NDArray[np.bool_] | None,
-        stacklevel: int,
-        rerank: RerankOutcome | None = None,
-        call: tuple[bool, int | None] = (True, None),
+        self, step: _Pending, stacklevel: int, rerank: RerankOutcome | None = None
     ) -> Selection:
-        """The selection on retrieval scores (rerank off, or failed open). ``call`` holds
-        the call's ``scored`` and ``max_k``."""
-        scored, max_k = call
-        params = self._capped(self._scored if kind is not None else self._unscored, max_k)
-        result = apply_policy(norm.values, norm.valid, params, present)
+        """The selection on retrieval scores (rerank off, or failed open)."""
+        scored, max_k = step.call
+        norm = step.norm
+        params = self._capped(self._scored if step.kind is not None else self._unscored, max_k)
+        result = apply_policy(norm.values, norm.valid, params, step.present)
 
         issues = list(norm.issues)
         if ScoreIssue.UNKNOWN_KIND in issues:
@@ -302,64 +377,48 @@ class ContextGuard:
             warnings.warn(message, RerankWarning, stacklevel=stacklevel)
 
         selection = Selection(
-            query,
-            cands,
+            step.query,
+            step.cands,
             result=result,
             normalized=norm.values[0],
-            score_kind=kind,
-            duplicate_of=duplicate_of,
+            score_kind=step.kind,
+            duplicate_of=step.duplicate_of,
             warnings=tuple(messages),
             rerank=rerank,
         )
         return self._finish(selection)
 
     def _rerank_plan(
-        self, cands: tuple[Candidate, ...], norm: Normalized, present: NDArray[np.bool_] | None
-    ) -> tuple[list[str], tuple[list[int], list[int]]]:
-        """Texts to rerank, and the input positions reranked and below ``top_n``, both in
-        retrieval order. Candidates with an invalid retrieval score take part only with
+        self, norm: Normalized, present: NDArray[np.bool_] | None
+    ) -> tuple[list[int], list[int]]:
+        """The input positions reranked and below ``top_n``, both in retrieval order.
+        Candidates with an invalid retrieval score take part only with
         ``invalid_scores="keep_last"`` (after every valid one); removed duplicates never."""
         ranked = rank(norm.values, norm.valid, present)
         end = ranked.n_present[0] if self._scored.keep_invalid else ranked.n_valid[0]
         eligible: list[int] = ranked.order[0, : int(end)].tolist()
         top_n = self.config.rerank.top_n
-        top, below = eligible[:top_n], eligible[top_n:]
-        return [cands[i].text for i in top], (top, below)
+        return eligible[:top_n], eligible[top_n:]
 
-    def _reranked(
-        self,
-        query: str,
-        cands: tuple[Candidate, ...],
-        kind: ScoreKind | None,
-        norm: Normalized,
-        duplicate_of: dict[int, int],
-        present: NDArray[np.bool_] | None,
-        plan: tuple[list[int], list[int]],
-        scored: Scored,
-        stacklevel: int,
-        call: tuple[bool, int | None] = (True, None),
-    ) -> Selection:
-        """The selection on rerank probabilities (or on retrieval scores, failed open).
-        ``call`` holds the call's ``scored`` and ``max_k``."""
-        rparams = self._capped(self._reranked_params, call[1])
+    def _reranked(self, step: _Pending, scored: Scored, stacklevel: int) -> Selection:
+        """The selection on rerank probabilities (or on retrieval scores, failed open)."""
+        rparams = self._capped(self._reranked_params, step.call[1])
         stage = self._stage
         assert stage is not None
         rconf = stage.config
-        top, below = plan
+        top, below = step.top, step.below
         keep_below = rconf.beyond_top_n is BeyondTopN.KEEP_BELOW
         if scored.raw is None:  # failed open
             outcome = RerankOutcome(
                 stage.name, None, tuple(top), (), (), tuple(below), 0, rconf.top_n,
                 keep_below, scored.error, scored.elapsed_ms, 0,
             )  # fmt: skip
-            return self._on_retrieval(
-                query, cands, kind, norm, duplicate_of, present, stacklevel + 1, outcome, call
-            )
+            return self._on_retrieval(step, stacklevel + 1, outcome)
 
         # retrieval scores only chose what to rerank: no retrieval rule ran on them
         issues: list[tuple[object, str, type[Warning]]] = [
             (i, issue_message(i), ScoreWarning)
-            for i in norm.issues
+            for i in step.norm.issues
             if i is not ScoreIssue.UNKNOWN_KIND
         ]
         result = None
@@ -398,12 +457,12 @@ class ContextGuard:
             result,
         )
         selection = Selection(
-            query,
-            cands,
+            step.query,
+            step.cands,
             result=None,
-            normalized=norm.values[0],
-            score_kind=kind,
-            duplicate_of=duplicate_of,
+            normalized=step.norm.values[0],
+            score_kind=step.kind,
+            duplicate_of=step.duplicate_of,
             warnings=tuple(message for _, message, _ in issues),
             rerank=outcome,
         )
@@ -423,7 +482,7 @@ class ContextGuard:
             :class:`ragguard.adapters.llamaindex.GuardedRetriever`.
 
         Raises:
-            TypeError: ``retriever`` is neither.
+            RetrieverError: ``retriever`` is neither.
         """
         # A retriever of a framework means its module is loaded: look, don't import.
         lc = sys.modules.get("langchain_core.retrievers")
@@ -436,7 +495,7 @@ class ContextGuard:
             from ragguard.adapters.llamaindex import GuardedRetriever as LlamaIndexRetriever
 
             return LlamaIndexRetriever(retriever, self, **options)
-        raise TypeError(
+        raise RetrieverError(
             f"ContextGuard.wrap() cannot guard a {type(retriever).__module__}."
             f"{type(retriever).__qualname__}; it supports LangChain retrievers "
             "(langchain_core.retrievers.BaseRetriever, extra 'langchain') and LlamaIndex "
@@ -469,11 +528,15 @@ class ContextGuard:
                 f"candidate ids repeat: {repeated[:5]}; set duplicates to 'keep_best', "
                 "'keep_first' or 'keep_all' to handle them"
             )
+        # an invalid score is below every valid one: keep_best never keeps it over a valid
+        # copy, and keep_first keeps the first copy with a valid score (the first copy
+        # when none has one)
         score = np.where(norm.valid[0], norm.values[0], -np.inf).tolist()
+        best = rule is DuplicatePolicy.KEEP_BEST
         winner: dict[str, int] = {}
         for i, cid in enumerate(ids):
             j = winner.get(cid)
-            if j is None or (rule is DuplicatePolicy.KEEP_BEST and score[i] > score[j]):
+            if j is None or (score[i] > score[j] and (best or score[j] == -np.inf)):
                 winner[cid] = i
         return {i: winner[cid] for i, cid in enumerate(ids) if winner[cid] != i}
 

@@ -30,14 +30,21 @@ attribute (``"logit"`` or ``"probability"``) or ``rerank.score_kind`` says it.
 :class:`CrossEncoderReranker` is the built-in one (sentence-transformers, imported
 lazily; ``pip install "ragguard[rerank]"``).
 
+**Loading.** The built-in reranker's model is loaded, and scores one warm-up pair,
+when the guard is built (:meth:`CrossEncoderReranker.load`): loading never counts
+against ``rerank.timeout_ms``, so the first call reranks within the budget. A model
+that cannot be loaded raises :class:`~ragguard.errors.RerankModelError`, and a missing
+``rerank`` extra :class:`~ragguard.errors.MissingDependencyError`, from the guard's
+constructor under either ``on_failure`` policy.
+
 **Failures.** One rerank call may take at most ``rerank.timeout_ms``. When the reranker
-raises, runs past the budget or returns the wrong number of scores,
-``rerank.on_failure`` decides: ``fail_open`` selects on retrieval scores as if the stage
-were off, warns (:class:`~ragguard.errors.RerankWarning`) and marks every decision with
+raises, runs past the budget, returns the wrong number of scores or a score that is not
+a finite number (NaN or infinite: one is enough), ``rerank.on_failure`` decides:
+``fail_open`` selects on retrieval scores as if the stage were off, warns
+(:class:`~ragguard.errors.RerankWarning`) and marks every decision with
 ``rerank_reason = Reason.RERANK_FAILED``; ``fail_closed`` raises
-:class:`~ragguard.errors.RerankError`. A model that cannot be loaded raises
-:class:`~ragguard.errors.RerankModelError` (and a missing extra
-:class:`~ragguard.errors.MissingDependencyError`) under either policy.
+:class:`~ragguard.errors.RerankError`. The stage never hands on an empty selection
+because the reranker's scores were unusable.
 """
 
 from __future__ import annotations
@@ -116,13 +123,28 @@ def declares_kind(reranker: object) -> bool:
     if attr is None:
         return False
     if not isinstance(attr, property):
-        try:
-            _rerank_kind(attr)
-        except ValueError as exc:
-            raise ConfigError(
-                f"reranker {reranker_name(reranker)!r} declares score_kind={attr!r}: {exc}"
-            ) from None
+        parse_kind(attr, f"reranker {reranker_name(reranker)!r} declares score_kind")
     return True
+
+
+def parse_kind(
+    value: object, what: str, allowed: Sequence[ScoreKind] = RERANK_SCORE_KINDS
+) -> ScoreKind:
+    """``value`` as one of the ``allowed`` score kinds.
+
+    Raises:
+        ConfigError: it is not one of them; the message says ``what`` was given and lists
+            the allowed values.
+    """
+    try:
+        kind: ScoreKind | None = ScoreKind(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        kind = None
+    if kind is None or kind not in allowed:
+        names = ", ".join(repr(k.value) for k in allowed)
+        hint = " (most cross-encoders return logits)" if allowed == RERANK_SCORE_KINDS else ""
+        raise ConfigError(f"{what}={value!r} is not allowed; use one of {names}{hint}")
+    return kind
 
 
 def reranker_name(reranker: object) -> str:
@@ -154,10 +176,14 @@ class CrossEncoderReranker:
         **model_kwargs: passed to ``CrossEncoder(...)`` (e.g. ``local_files_only=True``,
             ``model_kwargs={"torch_dtype": "float16"}``).
 
-    Raises (on first use):
+    Raises:
+        ConfigError: ``batch_size`` is not an int >= 1 or ``score_kind`` is neither
+            ``"logit"`` nor ``"probability"`` (here); the rest when the model loads
+            (:meth:`load`, which a guard calls when it is built):
         MissingDependencyError: sentence-transformers is not installed.
-        RerankModelError: the model cannot be loaded, has more than one output, or its
-            activation says neither logits nor probabilities and ``score_kind`` is unset.
+        RerankModelError: the model cannot be loaded, cannot score a pair, has more than
+            one output, or its activation says neither logits nor probabilities and
+            ``score_kind`` is unset.
     """
 
     def __init__(
@@ -170,13 +196,13 @@ class CrossEncoderReranker:
         score_kind: ScoreKind | str | None = None,
         **model_kwargs: Any,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.model_name = model
         self.device = device
         self.batch_size = batch_size
         self.max_length = max_length
-        self._explicit_kind = None if score_kind is None else _rerank_kind(score_kind)
+        self._explicit_kind = None if score_kind is None else parse_kind(score_kind, "score_kind")
         self._model_kwargs = model_kwargs
         self._model: CrossEncoder | None = None
         self._kind: ScoreKind | None = self._explicit_kind
@@ -201,7 +227,14 @@ class CrossEncoderReranker:
         return self._model is not None
 
     def load(self) -> CrossEncoder:
-        """Load the model (once; later calls return it). Thread-safe."""
+        """Load the model and score one warm-up pair (once; later calls return it).
+        Thread-safe. A :class:`~ragguard.ContextGuard` calls it when it is built, so the
+        first rerank call runs within ``rerank.timeout_ms``.
+
+        Raises:
+            MissingDependencyError: sentence-transformers is not installed.
+            RerankModelError: the model cannot be loaded or used (see the class).
+        """
         model = self._model
         if model is not None:
             return model
@@ -240,6 +273,13 @@ class CrossEncoderReranker:
                 "scores are logits or probabilities; set rerank.score_kind to 'logit' or "
                 "'probability'"
             )
+        try:  # the first forward pass initialises kernels (and CUDA): not in a call's budget
+            model.predict([("warm-up", "warm-up")], show_progress_bar=False)
+        except Exception as exc:
+            raise RerankModelError(
+                f"cross-encoder model {self.model_name!r} loaded but cannot score a pair: "
+                f"{type(exc).__name__}: {exc}".rstrip()
+            ) from exc
         logger.info(
             "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
             self.model_name, model.device, time.perf_counter() - started, kind.value,
@@ -277,13 +317,6 @@ class CrossEncoderReranker:
         )
 
 
-def _rerank_kind(kind: ScoreKind | str) -> ScoreKind:
-    value = ScoreKind(kind)
-    if value not in RERANK_SCORE_KINDS:
-        raise ValueError(f"a reranker returns 'logit' or 'probability', not {value.value!r}")
-    return value
-
-
 def _kind_of_activation(activation: object) -> ScoreKind | None:
     name = type(activation).__name__
     if name == "Sigmoid":
@@ -300,8 +333,8 @@ class ScoreCache:
     """
 
     def __init__(self, max_size: int) -> None:
-        if max_size < 1:
-            raise ValueError(f"max_size must be >= 1, got {max_size}")
+        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
+            raise ConfigError(f"max_size must be an int >= 1, got {max_size!r}")
         self.max_size = max_size
         self._data: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._lock = threading.Lock()
@@ -453,18 +486,15 @@ class RerankStage:
         self._timeout_s = None if config.timeout_ms is None else config.timeout_ms / 1000.0
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
+        if isinstance(self.reranker, CrossEncoderReranker):
+            self.reranker.load()  # now, not inside the first call's time budget
 
     def kind(self) -> ScoreKind:
         """What the reranker's outputs are: ``rerank.score_kind``, else the reranker's."""
         if self.config.score_kind is not None:
             return self.config.score_kind
         declared = getattr(self.reranker, "score_kind")  # noqa: B009
-        try:
-            return _rerank_kind(declared)
-        except ValueError as exc:
-            raise ConfigError(
-                f"reranker {self.name!r} declares score_kind={declared!r}: {exc}"
-            ) from None
+        return parse_kind(declared, f"reranker {self.name!r} declares score_kind")
 
     # -- scoring ----------------------------------------------------------------------
 
@@ -508,11 +538,30 @@ class RerankStage:
         return cached, [i for i, score in enumerate(cached) if score is None]
 
     def _call(self, query: str, texts: list[str]) -> NDArray[np.float64]:
-        scores = np.asarray(self.reranker(query, texts), dtype=np.float64)
+        """The reranker's scores of ``texts``, checked: one finite number per text.
+
+        Raises:
+            RerankError: the reranker returned anything else (``on_failure`` decides).
+        """
+        output = self.reranker(query, texts)
+        try:
+            scores = np.asarray(output, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise RerankError(
+                f"reranker {self.name!r} returned {type(output).__name__} that is not a list "
+                f"of numbers ({exc})"
+            ) from exc
         if scores.shape != (len(texts),):
-            raise ValueError(
+            raise RerankError(
                 f"reranker {self.name!r} returned scores of shape {scores.shape} for "
                 f"{len(texts)} passages; it must return one score per passage"
+            )
+        bad = ~np.isfinite(scores)
+        if bad.any():
+            shown = sorted({repr(float(x)) for x in scores[bad]})
+            raise RerankError(
+                f"reranker {self.name!r} returned a score that is not a finite number "
+                f"({', '.join(shown)}) for {int(bad.sum())} of {len(texts)} passages"
             )
         return scores
 
@@ -557,10 +606,12 @@ class RerankStage:
         if isinstance(exc, RerankModelError | MissingDependencyError | ConfigError):
             raise exc  # a model that cannot load is a configuration error: never swallowed
         if isinstance(exc, TimeoutError):
-            cause = f"ran past rerank.timeout_ms={self.config.timeout_ms:g}"
+            budget = f"rerank.timeout_ms={self.config.timeout_ms:g}"
+            message = f"reranker {self.name!r} ran past {budget}"
+        elif isinstance(exc, RerankError):  # unusable output, already described
+            message = str(exc)
         else:
-            cause = f"raised {type(exc).__name__}: {exc}"
-        message = f"reranker {self.name!r} {cause}"
+            message = f"reranker {self.name!r} raised {type(exc).__name__}: {exc}"
         if self.config.on_failure is RerankFailure.FAIL_CLOSED:
             raise RerankError(
                 f"rerank stage failed: {message} (rerank.on_failure='fail_closed')"
