@@ -91,7 +91,8 @@ class DuplicatePolicy(StrEnum):
     KEEP_BEST = "keep_best"
     """Keep the occurrence with the best score (first on ties); drop the others."""
     KEEP_FIRST = "keep_first"
-    """Keep the first occurrence in input order; drop the others."""
+    """Keep the first occurrence with a valid score in input order (the first occurrence
+    when none has one); drop the others."""
     KEEP_ALL = "keep_all"
     """Treat every occurrence as its own candidate."""
     RAISE = "raise"

@@ -136,8 +136,9 @@ class MissingDependencyError(RagguardError, ImportError):
 
 
 class RerankError(RagguardError, RuntimeError):
-    """The rerank stage failed (the reranker raised, ran past ``rerank.timeout_ms`` or
-    returned the wrong number of scores) and ``rerank.on_failure="fail_closed"``.
+    """The rerank stage failed (the reranker raised, ran past ``rerank.timeout_ms``,
+    returned the wrong number of scores, or a score that is NaN or infinite) and
+    ``rerank.on_failure="fail_closed"``.
 
     The original exception, if any, is the ``__cause__``.
     """
@@ -145,8 +146,9 @@ class RerankError(RagguardError, RuntimeError):
 
 class RerankModelError(RerankError):
     """The cross-encoder model cannot be loaded (unknown name, bad path, not a relevance
-    model, outputs of unknown kind). Raised whatever ``rerank.on_failure`` says: a model
-    that never loads is a configuration error, not a transient failure."""
+    model, outputs of unknown kind). Raised when the guard is built, whatever
+    ``rerank.on_failure`` says: a model that never loads is a configuration error, not a
+    transient failure."""
 
 
 class RagguardWarning(UserWarning):
