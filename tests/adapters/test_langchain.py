@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -27,9 +27,16 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 from pydantic import Field
 
 from ragguard import ContextGuard, GuardConfig, Reason, ScoreWarning, Selection
-from ragguard.adapters.langchain import GuardCompressor, GuardedRetriever, store_score_kind
+from ragguard.adapters.langchain import (
+    GuardCompressor,
+    GuardedRetriever,
+    candidate_ids,
+    store_score_kind,
+)
+from ragguard.errors import ConfigError, RagguardError
 from ragguard.scores import ScoreKind
 from tests.adapters.conftest import NOTES, QUERY, keyword_vector
+from tests.adapters.helpers import Client, keyword_reranker, through_gate
 
 
 class KeywordEmbeddings(Embeddings):
@@ -45,21 +52,38 @@ class ListRetriever(BaseRetriever):
 
     docs: list[Document]
     calls: list[dict[str, Any]] = Field(default_factory=list)
-    delay: float = 0.0
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        if self.delay:
-            raise AssertionError("the async path must be used")
         self.calls.append({"sync": True, **kwargs})
         return self.docs
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        await asyncio.sleep(self.delay)
         self.calls.append({"sync": False, **kwargs})
+        return self.docs
+
+
+class GatedRetriever(BaseRetriever):
+    """Its async path returns only once ``gate.parties`` calls are inside it at the same
+    time, so calls that do not overlap never return; its sync path must never run."""
+
+    docs: list[Document]
+    gate: asyncio.Barrier
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        raise AssertionError("the sync path ran; ainvoke must await the async path")
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        self.calls.append(kwargs)
+        await through_gate(self.gate)
         return self.docs
 
 
@@ -298,20 +322,130 @@ def test_dropped_reasons_reach_callbacks_on_selection_and_tags_pass_through(
 
 
 def test_async_path_is_really_async() -> None:
+    """Four ainvoke calls are all inside the inner retriever's async path at once (the
+    gate opens only then), and its sync path is never touched."""
     docs = [Document(id="a", page_content="x", metadata={"score": 1.0})]
-    inner = ListRetriever(docs=docs, delay=0.3, calls=[])
-    retriever = sim_guard(score_kind="similarity").wrap(inner)
 
-    async def main() -> float:
-        start = time.perf_counter()
+    async def main() -> tuple[GatedRetriever, list[list[Document]]]:
+        inner = GatedRetriever(docs=docs, gate=asyncio.Barrier(4))
+        retriever = sim_guard(score_kind="similarity").wrap(inner)
         results = await asyncio.gather(*(retriever.ainvoke(QUERY, flavour=i) for i in range(4)))
-        assert all(ids(r) == ["a"] for r in results)
-        return time.perf_counter() - start
+        return inner, results
 
-    elapsed = asyncio.run(main())
-    assert elapsed < 0.3 * 4 * 0.75  # the four inner sleeps overlapped
+    inner, results = asyncio.run(main())
+    assert all(ids(r) == ["a"] for r in results)
     assert sorted(c["flavour"] for c in inner.calls) == [0, 1, 2, 3]
-    assert not any(c["sync"] for c in inner.calls)
+
+
+def test_async_compressor_runs_concurrently() -> None:
+    docs = [Document(id="a", page_content="x", metadata={"score": 1.0})]
+    compressor = sim_guard(score_kind="similarity").as_compressor()
+
+    async def main() -> list[list[str | None]]:
+        pipeline = ContextualCompressionRetriever(
+            base_compressor=compressor,
+            base_retriever=GatedRetriever(docs=docs, gate=asyncio.Barrier(3)),
+        )
+        results = await asyncio.gather(*(pipeline.ainvoke(QUERY) for _ in range(3)))
+        return [ids(r) for r in results]
+
+    assert asyncio.run(main()) == [["a"]] * 3
+
+
+def _guard_paths(docs: list[Document]) -> list[Sequence[Document]]:
+    """The kept documents from the retriever and the compressor, sync and async."""
+    guard = sim_guard(score_kind="similarity", relative_threshold=0.0)
+    retriever = guard.wrap(ListRetriever(docs=docs))
+    compressor = guard.as_compressor()
+    return [
+        retriever.invoke(QUERY),
+        asyncio.run(retriever.ainvoke(QUERY)),
+        compressor.compress_documents(docs, QUERY),
+        asyncio.run(compressor.acompress_documents(docs, QUERY)),
+    ]
+
+
+def test_metadata_that_cannot_be_deep_copied_is_shared_and_the_rest_copied() -> None:
+    lock, client = threading.Lock(), Client()
+    nested = {"v": [1], "tags": ("a", "b")}
+    around = {"client": client, "settings": {"retries": 3}}
+    docs = [
+        Document(
+            id="a",
+            page_content="x",
+            metadata={"score": 0.9, "lock": lock, "nested": nested, "around": around},
+        )
+    ]
+    for out in _guard_paths(docs):
+        (doc,) = out
+        meta = doc.metadata
+        assert meta["lock"] is lock and meta["around"]["client"] is client
+        assert meta["nested"] == {"v": [1], "tags": ("a", "b")} and meta["nested"] is not nested
+        assert meta["around"] is not around and meta["around"]["settings"] is not around["settings"]
+        meta["nested"]["v"].append("edited downstream")
+        meta["around"]["settings"]["retries"] = 0
+        assert nested == {"v": [1], "tags": ("a", "b")}
+        assert around["settings"] == {"retries": 3}
+        assert meta["ragguard"]["kept"] is True
+        assert "ragguard" not in docs[0].metadata
+
+
+def test_a_document_without_id_never_collides_with_a_real_id() -> None:
+    docs = [
+        Document(id="#1", page_content="has the id '#1'", metadata={"score": 0.9}),
+        Document(page_content="has no id", metadata={"score": 0.8}),
+    ]
+    for out in _guard_paths(docs):
+        assert [(d.id, d.page_content) for d in out] == [
+            ("#1", "has the id '#1'"),
+            (None, "has no id"),
+        ]
+
+
+def test_candidate_ids_differ_from_every_real_id() -> None:
+    docs = [
+        Document(id="#1", page_content="a"),
+        Document(page_content="b"),
+        Document(page_content="c"),
+        Document(id="##2", page_content="d"),
+        Document(id="x", page_content="e"),
+    ]
+    # '#1' and then '##2' are taken, so the id-less documents (positions 1 and 2) get '###'
+    assert candidate_ids(docs) == ["#1", "###1", "###2", "##2", "x"]
+    assert candidate_ids([Document(page_content="a"), Document(page_content="b")]) == ["#0", "#1"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"score_kind": "cosine"},
+        {"k": 0},
+        {"k": True},
+        {"top_k": 3},
+        {"score_keys": "score"},
+    ],
+)
+def test_bad_retriever_options_are_config_errors(
+    store: InMemoryVectorStore, options: dict[str, Any]
+) -> None:
+    with pytest.raises(ConfigError, match=next(iter(options))) as caught:
+        sim_guard().wrap(store.as_retriever(), **options)
+    assert isinstance(caught.value, ValueError)  # still the built-in a caller expects
+
+
+@pytest.mark.parametrize("options", [{"score_kind": "cosine"}, {"k": 3}])
+def test_bad_compressor_options_are_config_errors(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match=next(iter(options))):
+        sim_guard().as_compressor(**options)
+
+
+@pytest.mark.parametrize("k", [0, -1, True, 2.5, "3"])
+def test_bad_k_at_invoke_is_a_config_error(store: InMemoryVectorStore, k: object) -> None:
+    retriever = sim_guard().wrap(store.as_retriever(search_kwargs={"k": 6}))
+    with pytest.raises(ConfigError, match="k must be a whole number"):
+        retriever.invoke(QUERY, k=k)
+    with pytest.raises(RagguardError):
+        asyncio.run(retriever.ainvoke(QUERY, k=k))
 
 
 def test_chain_composes_end_to_end(store: InMemoryVectorStore) -> None:
@@ -346,7 +480,11 @@ def test_compressor_in_a_contextual_compression_retriever() -> None:
     assert ids(out) == ["a", "c"]
     assert out[1].metadata["ragguard"]["normalized_score"] == pytest.approx(0.7)
     assert [e["name"] for e in recorder.events] == ["ragguard_selection"]
-    assert asyncio.run(pipeline.ainvoke(QUERY)) == out
+    async_recorder = Recorder()
+    assert asyncio.run(pipeline.ainvoke(QUERY, config={"callbacks": [async_recorder]})) == out
+    (event,) = async_recorder.events
+    assert event["name"] == "ragguard_selection" and event["data"]["kept"] == ["a", "c"]
+    assert event["run_id"] == async_recorder.starts[0]["run_id"]  # on the pipeline's run
     assert docs == snapshot
 
 
@@ -359,12 +497,6 @@ def test_wrap_rejects_other_objects() -> None:
 
 def test_rerank_stage_supplies_scores_for_a_scoreless_retriever() -> None:
     """No retrieval scores, rerank on: the reranker's probabilities decide, no warning."""
-
-    def keyword_reranker(query: str, texts: Sequence[str]) -> list[float]:
-        words = set(query.lower().split())
-        return [len(words & set(t.lower().split())) / len(words) for t in texts]
-
-    keyword_reranker.score_kind = "probability"  # type: ignore[attr-defined]
     docs = [Document(id=i, page_content=t) for i, t, _ in NOTES]  # no scores anywhere
     config = GuardConfig(max_k=2, relative_threshold=0.5, rerank={"enabled": True, "top_n": 6})
     guard = ContextGuard(config, reranker=keyword_reranker)

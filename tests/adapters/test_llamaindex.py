@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
+import json
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +29,11 @@ from ragguard.adapters.llamaindex import (
     GuardPostprocessor,
     RagguardSelectionEvent,
 )
+from ragguard.errors import ConfigError, RetrieverError
+from ragguard.rerank import CrossEncoderReranker
 from tests.adapters.conftest import NOTES, QUERY, keyword_vector
+from tests.adapters.helpers import Client, keyword_reranker, through_gate
+from tests.rerank_models import IDENTITY, build_cross_encoder
 
 
 class KeywordEmbedding(BaseEmbedding):
@@ -40,12 +48,11 @@ class KeywordEmbedding(BaseEmbedding):
 
 
 class ListRetriever(BaseRetriever):
-    """Returns the same NodeWithScore objects every time; the async path sleeps."""
+    """Returns the same NodeWithScore objects every time."""
 
-    def __init__(self, nodes: list[NodeWithScore], delay: float = 0.0) -> None:
+    def __init__(self, nodes: list[NodeWithScore]) -> None:
         super().__init__()
         self.nodes = nodes
-        self.delay = delay
         self.calls: list[str] = []
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -53,8 +60,24 @@ class ListRetriever(BaseRetriever):
         return self.nodes
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        await asyncio.sleep(self.delay)
         self.calls.append("async")
+        return self.nodes
+
+
+class GatedRetriever(ListRetriever):
+    """Its async path returns only once ``gate.parties`` calls are inside it at the same
+    time, so calls that do not overlap never return; its sync path must never run."""
+
+    def __init__(self, nodes: list[NodeWithScore], gate: asyncio.Barrier) -> None:
+        super().__init__(nodes)
+        self.gate = gate
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        raise AssertionError("the sync path ran; aretrieve must await the async path")
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        self.calls.append("async")
+        await through_gate(self.gate)
         return self.nodes
 
 
@@ -168,17 +191,17 @@ def test_empty_and_failing_retrievers() -> None:
 
 
 def test_aretrieve_is_really_async() -> None:
+    """Four aretrieve calls are all inside the inner retriever's async path at once (the
+    gate opens only then), and its sync path is never touched."""
     nodes = [NodeWithScore(node=TextNode(id_="a", text="a"), score=1.0)]
-    inner = ListRetriever(nodes, delay=0.3)
-    retriever = guard().wrap(inner)
 
-    async def main() -> float:
-        start = time.perf_counter()
-        results = await asyncio.gather(*(retriever.aretrieve(QUERY) for _ in range(4)))
-        assert all(node_ids(r) == ["a"] for r in results)
-        return time.perf_counter() - start
+    async def main() -> tuple[GatedRetriever, list[list[NodeWithScore]]]:
+        inner = GatedRetriever(nodes, asyncio.Barrier(4))
+        retriever = guard().wrap(inner)
+        return inner, await asyncio.gather(*(retriever.aretrieve(QUERY) for _ in range(4)))
 
-    assert asyncio.run(main()) < 0.3 * 4 * 0.75
+    inner, results = asyncio.run(main())
+    assert all(node_ids(r) == ["a"] for r in results)
     assert inner.calls == ["async"] * 4
 
 
@@ -213,3 +236,119 @@ def test_explicit_score_kind_overrides_the_convention() -> None:
     )
     assert node_ids(out) == ["near", "far"]
     assert out[0].node.metadata["ragguard"]["score_kind"] == "distance"
+
+
+def test_metadata_that_cannot_be_deep_copied_is_shared_and_the_rest_copied() -> None:
+    lock, client = threading.Lock(), Client()
+    nested = {"v": [1], "settings": {"client": client, "retries": 3}}
+    node = TextNode(id_="a", text="a", metadata={"lock": lock, "nested": nested})
+    originals = [NodeWithScore(node=node, score=0.9)]
+    g = guard()
+    post = g.as_postprocessor()
+    outputs: list[Sequence[NodeWithScore]] = [
+        g.wrap(ListRetriever(originals)).retrieve(QUERY),
+        asyncio.run(g.wrap(ListRetriever(originals)).aretrieve(QUERY)),
+        post.postprocess_nodes(originals, query_str=QUERY),
+        asyncio.run(post.apostprocess_nodes(originals, query_str=QUERY)),
+    ]
+    for out in outputs:
+        (kept,) = out
+        meta = kept.node.metadata
+        assert meta["lock"] is lock and meta["nested"]["settings"]["client"] is client
+        assert meta["nested"] is not nested and meta["nested"]["settings"] is not nested["settings"]
+        meta["nested"]["v"].append("edited downstream")
+        meta["nested"]["settings"]["retries"] = 0
+        assert nested == {"v": [1], "settings": {"client": client, "retries": 3}}
+        assert meta["ragguard"]["kept"] is True and "ragguard" not in node.metadata
+
+
+def test_bad_options_are_ragguard_errors() -> None:
+    g = guard()
+    with pytest.raises(RetrieverError, match=r"expected a llama_index\.core BaseRetriever"):
+        GuardedRetriever(object(), g)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="guard must be a ContextGuard"):
+        GuardedRetriever(ListRetriever([]), object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="score_kind='cosine'"):
+        g.wrap(ListRetriever([]), score_kind="cosine")
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['k'\]"):
+        g.wrap(ListRetriever([]), k=3)
+    with pytest.raises(ConfigError, match="score_kind"):
+        g.as_postprocessor(score_kind="cosine")
+    with pytest.raises(ConfigError, match="unknown option 'top_k'"):
+        g.as_postprocessor(top_k=3)
+    with pytest.raises(ConfigError, match="needs a guard"):
+        GuardPostprocessor()
+
+
+def test_postprocessor_round_trips_through_to_dict(
+    index: VectorStoreIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = GuardConfig(
+        profile="mine",
+        profiles={"mine": {"base": "support", "max_k": 2}},
+        relative_threshold=0.3,
+        min_score=0.2,
+        score_kind="similarity",
+    )
+    original = ContextGuard(config).as_postprocessor(metadata_key="rg")
+    nodes = index.as_retriever(similarity_top_k=6).retrieve(QUERY)
+    expected = original.postprocess_nodes(nodes, query_str=QUERY)
+    # the saved config matters: the default guard keeps something else
+    assert node_ids(guard().as_postprocessor().postprocess_nodes(nodes, query_str=QUERY)) != (
+        node_ids(expected)
+    )
+
+    saved = json.loads(json.dumps(original.to_dict()))  # plain JSON values
+    monkeypatch.setenv("RAGGUARD_MAX_K", "6")  # the environment at load time changes nothing
+    restored = GuardPostprocessor.from_dict(saved)
+    assert isinstance(restored, GuardPostprocessor) and restored.metadata_key == "rg"
+    for again in (
+        restored.postprocess_nodes(nodes, query_str=QUERY),
+        asyncio.run(restored.apostprocess_nodes(nodes, query_str=QUERY)),
+        GuardPostprocessor.from_json(original.to_json()).postprocess_nodes(nodes, query_str=QUERY),
+    ):
+        assert [(n.node.node_id, n.score, n.node.metadata) for n in again] == [
+            (n.node.node_id, n.score, n.node.metadata) for n in expected
+        ]
+    assert restored.to_dict() == original.to_dict()
+
+
+def test_a_reranker_passed_in_code_must_be_handed_back_to_from_dict(
+    index: VectorStoreIndex,
+) -> None:
+    config = GuardConfig(max_k=2, rerank={"enabled": True, "top_n": 6})
+    original = ContextGuard(config, reranker=keyword_reranker).as_postprocessor()
+    saved = original.to_dict()
+    assert saved["code_reranker"] == "keyword_reranker"
+    with pytest.raises(ConfigError, match=re.escape("from_dict(data, reranker=...)")):
+        GuardPostprocessor.from_dict(saved)
+    nodes = index.as_retriever(similarity_top_k=6).retrieve(QUERY)
+    expected = node_ids(original.postprocess_nodes(nodes, query_str=QUERY))
+    assert expected[0] == "pr-0302" and len(expected) == 2
+    restored = GuardPostprocessor.from_dict(saved, reranker=keyword_reranker)
+    assert restored.guard.reranker is keyword_reranker
+    assert node_ids(restored.postprocess_nodes(nodes, query_str=QUERY)) == expected
+    guard_given = ContextGuard(config, reranker=keyword_reranker)
+    assert GuardPostprocessor.from_dict(saved, guard=guard_given).guard is guard_given
+
+
+def test_the_built_in_cross_encoder_is_rebuilt_from_the_saved_config(
+    index: VectorStoreIndex, tmp_path: Path
+) -> None:
+    pytest.importorskip("sentence_transformers")
+    # a tiny real cross-encoder whose logits put recipe and meeting-q1 first
+    logits = {text: float(i) for i, (_, text, _) in enumerate(NOTES)}
+    model = build_cross_encoder(tmp_path / "ce", QUERY, logits, activation=IDENTITY)
+    config = GuardConfig(max_k=2, rerank={"enabled": True, "model": str(model), "top_n": 6})
+    original = ContextGuard(config).as_postprocessor()
+    saved = json.loads(original.to_json())
+    assert saved["code_reranker"] is None  # config.rerank describes it: data, not code
+    nodes = index.as_retriever(similarity_top_k=6).retrieve(QUERY)
+    expected = original.postprocess_nodes(nodes, query_str=QUERY)
+    assert node_ids(expected) == ["recipe", "meeting-q1"]
+    restored = GuardPostprocessor.from_dict(saved)
+    assert node_ids(restored.postprocess_nodes(nodes, query_str=QUERY)) == node_ids(expected)
+    # a cross-encoder passed in code that the config does not describe is code
+    other = CrossEncoderReranker(str(model), batch_size=4)
+    passed = ContextGuard(config, reranker=other).as_postprocessor().to_dict()
+    assert passed["code_reranker"] == str(model)

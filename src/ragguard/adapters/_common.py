@@ -1,14 +1,29 @@
-"""What both framework adapters share: the namespaced metadata and event payloads."""
+"""What both framework adapters share: copies of metadata, the decision and event
+payloads, and turning bad adapter options into :class:`~ragguard.errors.ConfigError`."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from ragguard.candidate import Decision, Selection
+from pydantic import BaseModel, ValidationError
 
-__all__ = ["METADATA_KEY", "SELECTION_EVENT", "copy_metadata", "decision_metadata", "event_payload"]
+from ragguard.candidate import Decision, Selection
+from ragguard.errors import ConfigError
+from ragguard.scores import ScoreKind
+
+__all__ = [
+    "METADATA_KEY",
+    "SELECTION_EVENT",
+    "adapter_options",
+    "call_k",
+    "copy_metadata",
+    "decision_metadata",
+    "event_payload",
+    "parse_score_kind",
+]
 
 METADATA_KEY = "ragguard"
 """Default metadata key under which kept documents / nodes carry the guard's decision."""
@@ -49,7 +64,72 @@ def event_payload(selection: Selection) -> dict[str, Any]:
 def copy_metadata(
     metadata: Mapping[str, Any], key: str, selection: Selection, decision: Decision
 ) -> dict[str, Any]:
-    """A deep copy of ``metadata`` with the decision added under ``key``."""
-    out = copy.deepcopy(dict(metadata))
+    """A copy of ``metadata`` with the decision added under ``key``.
+
+    Values are deep-copied, so editing the copy never changes the caller's document. A
+    value that cannot be deep-copied (a ``threading.Lock``, a client object) is kept by
+    reference: the copy and the original share that one object, while the dicts, lists
+    and tuples around it are still copied.
+    """
+    out: dict[str, Any] = _copy(dict(metadata))
     out[key] = decision_metadata(selection, decision)
     return out
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of ``value``; what cannot be deep-copied is kept by reference, inside
+    copies of the plain containers that hold it."""
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # whatever a __deepcopy__ / __reduce__ raises: not copyable
+        pass
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_copy(v) for v in value)
+    return value
+
+
+def parse_score_kind(value: object, owner: str) -> ScoreKind | None:
+    """``value`` as a :class:`ScoreKind` (``None`` stays ``None``).
+
+    Raises:
+        ConfigError: ``value`` names no score kind.
+    """
+    if value is None or isinstance(value, ScoreKind):
+        return value
+    if isinstance(value, str) and value in {kind.value for kind in ScoreKind}:
+        return ScoreKind(value)
+    choices = ", ".join(kind.value for kind in ScoreKind)
+    raise ConfigError(f"{owner}: score_kind={value!r} is not one of {choices}")
+
+
+def call_k(k: object) -> int | None:
+    """The ``k`` of one call (``invoke(query, k=3)``), checked.
+
+    Raises:
+        ConfigError: ``k`` is not a whole number >= 1 (``True`` is not a number here).
+    """
+    if k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
+        return k
+    raise ConfigError(f"k must be a whole number >= 1 (or None), got {k!r}")
+
+
+@contextmanager
+def adapter_options(model: type[BaseModel]) -> Iterator[None]:
+    """Turn the ``ValidationError`` of an adapter's options into one
+    :class:`~ragguard.errors.ConfigError` naming each bad option and what is allowed."""
+    try:
+        yield
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = ".".join(str(part) for part in err["loc"]) or "options"
+            if err["type"] == "extra_forbidden":
+                allowed = ", ".join(model.model_fields)
+                problems.append(f"unknown option {name!r}; allowed: {allowed}")
+            else:
+                problems.append(f"{name}={err['input']!r}: {err['msg']}")
+        raise ConfigError(f"{model.__name__}: {'; '.join(problems)}") from exc

@@ -26,14 +26,22 @@ Where the scores come from (LangChain's ``Document`` has no score field), in ord
 3. **No scores at all**: only ``max_k`` / ``min_k`` apply, with one
    :class:`~ragguard.errors.ScoreWarning` saying so.
 
-Returned documents are copies (deep-copied metadata, same ``id``) with the guard's
-decision under ``metadata["ragguard"]`` (``metadata_key``). Every selection is also sent
-as a custom callback event ``ragguard_selection`` on the retriever's run, logged at DEBUG
-on the ``ragguard`` logger and passed to the guard's ``on_selection``.
+Returned documents are copies (same ``id``) with the guard's decision under
+``metadata["ragguard"]`` (``metadata_key``). Their metadata is deep-copied; a value that
+cannot be deep-copied (a lock, a client object) is kept by reference, so the copy and
+your document share that one object while everything around it is copied. Every
+selection is also sent as a custom callback event ``ragguard_selection`` on the
+retriever's run, logged at DEBUG on the ``ragguard`` logger and passed to the guard's
+``on_selection``.
+
+A document without an ``id`` is known to the guard (and in the selection event) by its
+position, ``#0``, ``#1``, ..., with as many ``#`` as it takes to differ from every real
+id in the same call, so it is never merged with another document as a duplicate.
 
 The number of documents: the constructor's ``k`` or ``invoke(query, k=3)`` caps this
 call (at most ``k`` documents); otherwise the guard's ``max_k``. Other invoke kwargs
-pass through to the wrapped retriever.
+pass through to the wrapped retriever. Bad options (an unknown one, ``k=0``,
+``score_kind="cosine"``) raise :class:`~ragguard.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from ragguard._optional import require
 require("langchain_core", "langchain")
 
 from langchain_core.callbacks import (  # noqa: E402
+    AsyncCallbackManager,
     AsyncCallbackManagerForRetrieverRun,
     CallbackManager,
     CallbackManagerForRetrieverRun,
@@ -59,11 +68,13 @@ from langchain_core.vectorstores import (  # noqa: E402
     VectorStore,
     VectorStoreRetriever,
 )
-from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr  # noqa: E402
 
 from ragguard.adapters._common import (  # noqa: E402
     METADATA_KEY,
     SELECTION_EVENT,
+    adapter_options,
+    call_k,
     copy_metadata,
     event_payload,
 )
@@ -71,7 +82,7 @@ from ragguard.candidate import Candidate, Selection  # noqa: E402
 from ragguard.guard import ContextGuard  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
-__all__ = ["GuardCompressor", "GuardedRetriever", "store_score_kind"]
+__all__ = ["GuardCompressor", "GuardedRetriever", "candidate_ids", "store_score_kind"]
 
 DEFAULT_SCORE_KEYS = ("relevance_score", "score")
 _SCORE = "__ragguard_retrieval_score__"  # carries a store score through the child run
@@ -150,8 +161,20 @@ def _metadata_score(metadata: dict[str, Any], keys: Sequence[str]) -> float | No
     return None
 
 
+def candidate_ids(docs: Sequence[Document]) -> list[str]:
+    """The guard's id for each document: its own ``id``, or for one without an id its
+    position (``#<i>``), prefixed with as many ``#`` as it takes to differ from every real
+    id in ``docs``; so no two documents share an id unless their real ids are equal."""
+    real = {doc.id for doc in docs if doc.id}
+    positions = [i for i, doc in enumerate(docs) if not doc.id]
+    prefix = "#"
+    while any(f"{prefix}{i}" in real for i in positions):
+        prefix += "#"
+    return [doc.id if doc.id else f"{prefix}{i}" for i, doc in enumerate(docs)]
+
+
 class _Translator:
-    """Documents -> Candidates -> guarded copies, for one call."""
+    """Documents -> the guard's arguments; its selection -> guarded copies."""
 
     def __init__(self, score_keys: Sequence[str], metadata_key: str) -> None:
         self.score_keys = score_keys
@@ -161,7 +184,7 @@ class _Translator:
         """Candidates for ``docs`` and whether any document carried a score."""
         out: list[Candidate] = []
         any_score = False
-        for i, doc in enumerate(docs):
+        for doc, cid in zip(docs, candidate_ids(docs), strict=True):
             if _SCORE in doc.metadata:
                 metadata = {k: v for k, v in doc.metadata.items() if k != _SCORE}
                 raw = doc.metadata[_SCORE]
@@ -172,14 +195,27 @@ class _Translator:
             any_score = any_score or score is not None
             out.append(
                 Candidate(
-                    id=doc.id if doc.id else f"#{i}",
-                    text=doc.page_content,
-                    score=score,
-                    metadata=doc.metadata,
-                    source=doc,
+                    id=cid, text=doc.page_content, score=score, metadata=doc.metadata, source=doc
                 )
             )
         return out, any_score
+
+    def arguments(
+        self,
+        query: str,
+        docs: Sequence[Document],
+        score_kind: ScoreKind | None,
+        max_k: int | None = None,
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``guard.select`` / ``guard.aselect`` for ``docs``."""
+        candidates, scored = self.candidates(docs)
+        return {
+            "query": query,
+            "candidates": candidates,
+            "score_kind": score_kind,
+            "scored": scored,
+            "max_k": max_k,
+        }
 
     def documents(self, selection: Selection) -> list[Document]:
         """Copies of the kept documents, best first, carrying the decision."""
@@ -211,22 +247,13 @@ def _scored_twin(retriever: BaseRetriever) -> _ScoredVectorStoreRetriever | None
     )
 
 
-class GuardedRetriever(BaseRetriever):
-    """A LangChain retriever that passes only what the guard keeps.
+class _Options(BaseModel):
+    """The options the retriever and the compressor share; bad ones raise
+    :class:`~ragguard.errors.ConfigError`."""
 
-    Build it with ``guard.wrap(retriever)`` or directly::
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-        GuardedRetriever(retriever=vectorstore.as_retriever(search_kwargs={"k": 20}),
-                         guard=ContextGuard.from_file("ragguard.toml"))
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    retriever: BaseRetriever = Field(description="The retriever being guarded.")
     guard: ContextGuard = Field(description="The guard that selects what reaches the LLM.")
-    k: int | None = Field(
-        default=None, ge=1, description="Most documents returned; default the guard's max_k."
-    )
     score_kind: ScoreKind | None = Field(
         default=None, description="What the scores are, overriding what ragguard infers."
     )
@@ -239,8 +266,32 @@ class GuardedRetriever(BaseRetriever):
 
     _translator: _Translator = PrivateAttr()
 
+    def __init__(self, **data: Any) -> None:
+        with adapter_options(type(self)):
+            super().__init__(**data)
+
     def model_post_init(self, context: Any, /) -> None:
         self._translator = _Translator(self.score_keys, self.metadata_key)
+
+
+class GuardedRetriever(_Options, BaseRetriever):
+    """A LangChain retriever that passes only what the guard keeps.
+
+    Build it with ``guard.wrap(retriever)`` or directly::
+
+        GuardedRetriever(retriever=vectorstore.as_retriever(search_kwargs={"k": 20}),
+                         guard=ContextGuard.from_file("ragguard.toml"))
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    retriever: BaseRetriever = Field(description="The retriever being guarded.")
+    k: int | None = Field(
+        default=None,
+        ge=1,
+        strict=True,
+        description="Most documents returned; default the guard's max_k.",
+    )
 
     def _source(self) -> tuple[BaseRetriever, ScoreKind | None]:
         """The retriever to invoke and the score kind it implies (None: the guard's)."""
@@ -251,20 +302,23 @@ class GuardedRetriever(BaseRetriever):
         kind = self.score_kind or store_score_kind(twin.vectorstore, relevance=relevance)
         return twin, kind
 
+    def _plan(self, k: object) -> tuple[BaseRetriever, ScoreKind | None, int | None]:
+        """What one call invokes, the score kind and the cap (shared by both paths)."""
+        max_k = call_k(k) or self.k
+        source, kind = self._source()
+        return source, kind, max_k
+
     def _get_relevant_documents(
         self,
         query: str,
         *,
         run_manager: CallbackManagerForRetrieverRun,
-        k: int | None = None,
+        k: object = None,
         **kwargs: Any,
     ) -> list[Document]:
-        source, kind = self._source()
+        source, kind, max_k = self._plan(k)
         docs = source.invoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
-        candidates, any_score = self._translator.candidates(docs)
-        selection = self.guard.select(
-            query, candidates, score_kind=kind, scored=any_score, max_k=k or self.k
-        )
+        selection = self.guard.select(**self._translator.arguments(query, docs, kind, max_k))
         run_manager.get_child().on_custom_event(
             SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
         )
@@ -275,51 +329,32 @@ class GuardedRetriever(BaseRetriever):
         query: str,
         *,
         run_manager: AsyncCallbackManagerForRetrieverRun,
-        k: int | None = None,
+        k: object = None,
         **kwargs: Any,
     ) -> list[Document]:
-        source, kind = self._source()
+        source, kind, max_k = self._plan(k)
         docs = await source.ainvoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
-        candidates, any_score = self._translator.candidates(docs)
-        selection = await self.guard.aselect(
-            query, candidates, score_kind=kind, scored=any_score, max_k=k or self.k
-        )
+        arguments = self._translator.arguments(query, docs, kind, max_k)
+        selection = await self.guard.aselect(**arguments)
         await run_manager.get_child().on_custom_event(
             SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
         )
         return self._translator.documents(selection)
 
 
-class GuardCompressor(BaseDocumentCompressor):
+class GuardCompressor(_Options, BaseDocumentCompressor):
     """A document compressor that passes only what the guard keeps, for pipelines such
     as ``ContextualCompressionRetriever``. Scores come from document metadata
-    (``score_keys``); without any, only ``max_k`` applies."""
+    (``score_keys``) and their kind is ``score_kind``, else the guard's
+    ``config.score_kind``; without any score, only ``max_k`` applies."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    guard: ContextGuard = Field(description="The guard that selects what reaches the LLM.")
-    score_kind: ScoreKind | None = Field(
-        default=None, description="What the metadata scores are; default the guard's config."
-    )
-    score_keys: tuple[str, ...] = Field(
-        default=DEFAULT_SCORE_KEYS, description="Metadata keys that may hold a score."
-    )
-    metadata_key: str = Field(
-        default=METADATA_KEY, description="Metadata key for the guard's decision."
-    )
-
-    _translator: _Translator = PrivateAttr()
-
-    def model_post_init(self, context: Any, /) -> None:
-        self._translator = _Translator(self.score_keys, self.metadata_key)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
-        candidates, any_score = self._translator.candidates(list(documents))
-        selection = self.guard.select(
-            query, candidates, score_kind=self.score_kind, scored=any_score
-        )
+        arguments = self._translator.arguments(query, documents, self.score_kind)
+        selection = self.guard.select(**arguments)
         manager = CallbackManager.configure(inheritable_callbacks=callbacks)
         manager.on_custom_event(
             SELECTION_EVENT, event_payload(selection), run_id=manager.parent_run_id
@@ -329,12 +364,10 @@ class GuardCompressor(BaseDocumentCompressor):
     async def acompress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
-        candidates, any_score = self._translator.candidates(list(documents))
-        selection = await self.guard.aselect(
-            query, candidates, score_kind=self.score_kind, scored=any_score
-        )
-        manager = CallbackManager.configure(inheritable_callbacks=callbacks)
-        manager.on_custom_event(
+        arguments = self._translator.arguments(query, documents, self.score_kind)
+        selection = await self.guard.aselect(**arguments)
+        manager = AsyncCallbackManager.configure(inheritable_callbacks=callbacks)
+        await manager.on_custom_event(
             SELECTION_EVENT, event_payload(selection), run_id=manager.parent_run_id
         )
         return self._translator.documents(selection)

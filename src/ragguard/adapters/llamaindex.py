@@ -15,10 +15,25 @@ when no node has a score at all, only ``max_k`` / ``min_k`` apply, with one warn
 Kept nodes are copies (``model_copy`` with deep-copied metadata, same node id, the same
 ``NodeWithScore.score``) carrying the guard's decision under ``metadata["ragguard"]``;
 that key is added to the node's excluded LLM and embedding metadata keys, so it never
-reaches a prompt. Every selection is dispatched as a :class:`RagguardSelectionEvent` on
+reaches a prompt. A metadata value that cannot be deep-copied (a lock, a client object)
+is kept by reference: the copy and your node share that one object, while everything
+around it is copied. Every selection is dispatched as a :class:`RagguardSelectionEvent` on
 LlamaIndex's instrumentation bus, logged at DEBUG and passed to the guard's
 ``on_selection``. The async paths await the inner retriever's ``aretrieve`` and the
 guard's ``aselect``; nothing blocks the event loop.
+
+:class:`GuardPostprocessor` survives LlamaIndex serialisation: ``to_dict()`` /
+``to_json()`` save the guard's whole :class:`~ragguard.config.GuardConfig` (every value,
+so the environment at load time changes nothing) and ``from_dict()`` / ``from_json()``
+rebuild the guard from it. A reranker passed in code (``ContextGuard(...,
+reranker=fn)``) and ``on_selection`` are code, not data: the saved form names the
+reranker, and ``from_dict(data)`` then raises :class:`~ragguard.errors.ConfigError`
+until you hand it back, ``from_dict(data, reranker=fn)``; ``on_selection`` is not
+restored (``from_dict(data, guard=guard)`` restores any guard as it is). The built-in
+cross-encoder that ``config.rerank`` describes is rebuilt from the config.
+
+Bad options (``score_kind="cosine"``, something that is not a retriever) raise
+:class:`~ragguard.errors.ConfigError` or :class:`~ragguard.errors.RetrieverError`.
 """
 
 from __future__ import annotations
@@ -37,9 +52,18 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: 
 from llama_index.core.schema import NodeWithScore, QueryBundle  # noqa: E402
 from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
 
-from ragguard.adapters._common import METADATA_KEY, copy_metadata, event_payload  # noqa: E402
+from ragguard.adapters._common import (  # noqa: E402
+    METADATA_KEY,
+    adapter_options,
+    copy_metadata,
+    event_payload,
+    parse_score_kind,
+)
 from ragguard.candidate import Candidate, Selection  # noqa: E402
+from ragguard.config import GuardConfig  # noqa: E402
+from ragguard.errors import ConfigError, RetrieverError  # noqa: E402
 from ragguard.guard import ContextGuard  # noqa: E402
+from ragguard.rerank import CrossEncoderReranker, Reranker, reranker_name  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
 __all__ = ["GuardPostprocessor", "GuardedRetriever", "RagguardSelectionEvent"]
@@ -124,6 +148,12 @@ class GuardedRetriever(BaseRetriever):
         score_kind: what ``NodeWithScore.score`` is, overriding the default (see the
             module docstring).
         metadata_key: metadata key for the guard's decision.
+
+    Raises:
+        RetrieverError: ``retriever`` is not a ``llama_index.core`` retriever.
+        ConfigError: ``guard`` is not a :class:`~ragguard.ContextGuard`, ``score_kind``
+            or ``metadata_key`` is invalid, or an option is unknown (``k`` is
+            LangChain's).
     """
 
     def __init__(
@@ -133,15 +163,26 @@ class GuardedRetriever(BaseRetriever):
         *,
         score_kind: ScoreKind | str | None = None,
         metadata_key: str = METADATA_KEY,
+        **unknown: Any,
     ) -> None:
+        if unknown:
+            raise ConfigError(
+                f"GuardedRetriever (LlamaIndex): unknown option(s) {sorted(unknown)}; "
+                "allowed: score_kind, metadata_key"
+            )
         if not isinstance(retriever, BaseRetriever):
-            raise TypeError(
+            raise RetrieverError(
                 f"expected a llama_index.core BaseRetriever, got {type(retriever).__name__}"
+            )
+        _check_guard(guard, "GuardedRetriever")
+        if not isinstance(metadata_key, str):
+            raise ConfigError(
+                f"GuardedRetriever: metadata_key must be a string, got {metadata_key!r}"
             )
         super().__init__(callback_manager=retriever.callback_manager)
         self.retriever = retriever
         self.guard = guard
-        kind = None if score_kind is None else ScoreKind(score_kind)
+        kind = parse_score_kind(score_kind, "GuardedRetriever")
         self._translator = _Translator(guard, kind, metadata_key)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -153,6 +194,28 @@ class GuardedRetriever(BaseRetriever):
         return await self._translator.aselect(query_bundle.query_str, nodes)
 
 
+def _check_guard(guard: object, owner: str) -> None:
+    if not isinstance(guard, ContextGuard):
+        raise ConfigError(f"{owner}: guard must be a ContextGuard, got {type(guard).__name__}")
+
+
+def _code_reranker(guard: ContextGuard) -> str | None:
+    """The name of the guard's reranker when it is code that a saved config cannot
+    rebuild; ``None`` when the stage is off or runs the cross-encoder ``config.rerank``
+    describes."""
+    reranker = guard.reranker
+    if reranker is None:
+        return None
+    if type(reranker) is CrossEncoderReranker:
+        rerank = guard.config.rerank
+        described = (rerank.model, rerank.device, rerank.batch_size, rerank.max_length)
+        actual = (reranker.model_name, reranker.device, reranker.batch_size, reranker.max_length)
+        same_kind = getattr(reranker, "_explicit_kind", None) == rerank.score_kind
+        if actual == described and same_kind and not getattr(reranker, "_model_kwargs", True):
+            return None
+    return reranker_name(reranker)
+
+
 class GuardPostprocessor(BaseNodePostprocessor):
     """A node postprocessor that passes only what the guard keeps.
 
@@ -160,9 +223,21 @@ class GuardPostprocessor(BaseNodePostprocessor):
 
         index.as_query_engine(similarity_top_k=20,
                               node_postprocessors=[guard.as_postprocessor()])
+
+    Args:
+        guard: the guard that selects what reaches the LLM. Omit it only to rebuild a
+            saved postprocessor from ``guard_config`` (what ``from_dict`` does).
+        reranker: with ``guard_config``, the reranker passed in code to the saved guard.
+        **data: ``score_kind``, ``metadata_key``; ``guard_config`` and
+            ``code_reranker`` as ``to_dict()`` wrote them.
+
+    Raises:
+        ConfigError: an option is invalid, neither ``guard`` nor ``guard_config`` is
+            given, or the saved guard used a reranker passed in code and no
+            ``reranker`` is given.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     score_kind: ScoreKind | None = Field(
         default=None, description="What NodeWithScore.score is (default: see the module)."
@@ -170,10 +245,33 @@ class GuardPostprocessor(BaseNodePostprocessor):
     metadata_key: str = Field(
         default=METADATA_KEY, description="Metadata key for the guard's decision."
     )
+    guard_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The guard's GuardConfig as JSON values; from_dict() rebuilds the guard "
+        "from it.",
+    )
+    code_reranker: str | None = Field(
+        default=None,
+        description="Name of a reranker passed in code, which cannot be saved; from_dict() "
+        "then needs reranker=...",
+    )
     _translator: _Translator = PrivateAttr()
 
-    def __init__(self, guard: ContextGuard, **data: Any) -> None:
-        super().__init__(**data)
+    def __init__(
+        self, guard: ContextGuard | None = None, *, reranker: Reranker | None = None, **data: Any
+    ) -> None:
+        if guard is None:
+            guard = _saved_guard(data, reranker)
+        else:
+            _check_guard(guard, "GuardPostprocessor")
+            if reranker is not None:
+                raise ConfigError(
+                    "GuardPostprocessor: pass the reranker to the ContextGuard, not next to it"
+                )
+        data["guard_config"] = guard.config.model_dump(mode="json")
+        data["code_reranker"] = _code_reranker(guard)
+        with adapter_options(type(self)):
+            super().__init__(**data)
         self._translator = _Translator(guard, self.score_kind, self.metadata_key)
 
     @classmethod
@@ -190,13 +288,34 @@ class GuardPostprocessor(BaseNodePostprocessor):
     ) -> list[NodeWithScore]:
         if not nodes:
             return []
-        query = "" if query_bundle is None else query_bundle.query_str
-        return self._translator.select(query, nodes)
+        return self._translator.select(_query(query_bundle), nodes)
 
     async def _apostprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         if not nodes:
             return []
-        query = "" if query_bundle is None else query_bundle.query_str
-        return await self._translator.aselect(query, nodes)
+        return await self._translator.aselect(_query(query_bundle), nodes)
+
+
+def _query(query_bundle: QueryBundle | None) -> str:
+    return "" if query_bundle is None else query_bundle.query_str
+
+
+def _saved_guard(data: dict[str, Any], reranker: Reranker | None) -> ContextGuard:
+    """The guard a saved postprocessor describes (``guard_config``, ``code_reranker``)."""
+    config = data.get("guard_config")
+    if not isinstance(config, dict) or not config:
+        raise ConfigError(
+            "GuardPostprocessor needs a guard: GuardPostprocessor(guard), "
+            "guard.as_postprocessor(), or from_dict() on what to_dict() wrote "
+            "(with its guard_config)"
+        )
+    name = data.get("code_reranker")
+    if name is not None and reranker is None:
+        raise ConfigError(
+            f"this GuardPostprocessor was saved with the reranker {name!r}, which was passed "
+            "in code and cannot be saved; restore it with "
+            "GuardPostprocessor.from_dict(data, reranker=...) or from_dict(data, guard=...)"
+        )
+    return ContextGuard(GuardConfig(**config), reranker=reranker)
