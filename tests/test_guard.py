@@ -12,6 +12,7 @@ import warnings
 import pytest
 
 from ragguard import (
+    ArgumentTypeError,
     Candidate,
     CandidateError,
     ConfigError,
@@ -21,7 +22,6 @@ from ragguard import (
     InvalidScoreError,
     RagguardError,
     Reason,
-    RetrieverError,
     ScoreWarning,
     Selection,
 )
@@ -294,9 +294,10 @@ def test_bad_constructor_arguments_are_config_errors() -> None:
         ContextGuard({"max_k": 3})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="on_selection must be callable"):
         ContextGuard(on_selection="print")  # type: ignore[arg-type]
-    with pytest.raises(RetrieverError, match=r"cannot guard a builtins\.object"):
+    with pytest.raises(ArgumentTypeError, match=r"cannot guard a builtins\.object"):
         sim_guard().wrap(object())
-    assert issubclass(RetrieverError, RagguardError)
+    # a wrong type stays a TypeError for callers who catch that
+    assert issubclass(ArgumentTypeError, RagguardError) and issubclass(ArgumentTypeError, TypeError)
 
 
 def test_not_candidates_is_a_clear_error() -> None:

@@ -30,12 +30,12 @@ from numpy.typing import NDArray
 from ragguard.candidate import Candidate, Selection
 from ragguard.config import BeyondTopN, DuplicatePolicy, GuardConfig, InvalidScorePolicy
 from ragguard.errors import (
+    ArgumentTypeError,
     CandidateError,
     ConfigError,
     DuplicateIdError,
     InvalidScoreError,
     RerankWarning,
-    RetrieverError,
     ScoreWarning,
 )
 from ragguard.policy import PolicyParams, apply_policy, rank
@@ -482,7 +482,7 @@ class ContextGuard:
             :class:`ragguard.adapters.llamaindex.GuardedRetriever`.
 
         Raises:
-            RetrieverError: ``retriever`` is neither.
+            ArgumentTypeError: ``retriever`` is neither (a ``TypeError``).
         """
         # A retriever of a framework means its module is loaded: look, don't import.
         lc = sys.modules.get("langchain_core.retrievers")
@@ -495,7 +495,7 @@ class ContextGuard:
             from ragguard.adapters.llamaindex import GuardedRetriever as LlamaIndexRetriever
 
             return LlamaIndexRetriever(retriever, self, **options)
-        raise RetrieverError(
+        raise ArgumentTypeError(
             f"ContextGuard.wrap() cannot guard a {type(retriever).__module__}."
             f"{type(retriever).__qualname__}; it supports LangChain retrievers "
             "(langchain_core.retrievers.BaseRetriever, extra 'langchain') and LlamaIndex "

@@ -29,7 +29,7 @@ from ragguard.adapters.llamaindex import (
     GuardPostprocessor,
     RagguardSelectionEvent,
 )
-from ragguard.errors import ConfigError, RetrieverError
+from ragguard.errors import ArgumentTypeError, ConfigError
 from ragguard.rerank import CrossEncoderReranker
 from tests.adapters.conftest import NOTES, QUERY, keyword_vector
 from tests.adapters.helpers import Client, keyword_reranker, through_gate
@@ -264,7 +264,7 @@ def test_metadata_that_cannot_be_deep_copied_is_shared_and_the_rest_copied() -> 
 
 def test_bad_options_are_ragguard_errors() -> None:
     g = guard()
-    with pytest.raises(RetrieverError, match=r"expected a llama_index\.core BaseRetriever"):
+    with pytest.raises(ArgumentTypeError, match=r"expected a llama_index\.core BaseRetriever"):
         GuardedRetriever(object(), g)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="guard must be a ContextGuard"):
         GuardedRetriever(ListRetriever([]), object())  # type: ignore[arg-type]

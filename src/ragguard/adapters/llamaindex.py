@@ -33,7 +33,7 @@ restored (``from_dict(data, guard=guard)`` restores any guard as it is). The bui
 cross-encoder that ``config.rerank`` describes is rebuilt from the config.
 
 Bad options (``score_kind="cosine"``, something that is not a retriever) raise
-:class:`~ragguard.errors.ConfigError` or :class:`~ragguard.errors.RetrieverError`.
+:class:`~ragguard.errors.ConfigError` or :class:`~ragguard.errors.ArgumentTypeError`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from ragguard.adapters._common import (  # noqa: E402
 )
 from ragguard.candidate import Candidate, Selection  # noqa: E402
 from ragguard.config import GuardConfig  # noqa: E402
-from ragguard.errors import ConfigError, RetrieverError  # noqa: E402
+from ragguard.errors import ArgumentTypeError, ConfigError  # noqa: E402
 from ragguard.guard import ContextGuard  # noqa: E402
 from ragguard.rerank import CrossEncoderReranker, Reranker, reranker_name  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
@@ -150,7 +150,7 @@ class GuardedRetriever(BaseRetriever):
         metadata_key: metadata key for the guard's decision.
 
     Raises:
-        RetrieverError: ``retriever`` is not a ``llama_index.core`` retriever.
+        ArgumentTypeError: ``retriever`` is not a ``llama_index.core`` retriever.
         ConfigError: ``guard`` is not a :class:`~ragguard.ContextGuard`, ``score_kind``
             or ``metadata_key`` is invalid, or an option is unknown (``k`` is
             LangChain's).
@@ -171,7 +171,7 @@ class GuardedRetriever(BaseRetriever):
                 "allowed: score_kind, metadata_key"
             )
         if not isinstance(retriever, BaseRetriever):
-            raise RetrieverError(
+            raise ArgumentTypeError(
                 f"expected a llama_index.core BaseRetriever, got {type(retriever).__name__}"
             )
         _check_guard(guard, "GuardedRetriever")
