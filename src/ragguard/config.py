@@ -42,6 +42,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from ragguard.errors import ConfigError
 from ragguard.policy import CutRule, PolicyParams
+from ragguard.probability import ProbabilityMap
 from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
 
@@ -112,7 +113,9 @@ class RerankConfig(BaseModel):
     """The optional cross-encoder rerank stage (``GuardConfig.rerank``, TOML ``[rerank]``).
 
     The reranker's outputs are mapped to probabilities *before* any rule runs: logits
-    through a sigmoid, probabilities clipped to [0, 1] (:func:`ragguard.scores.normalize`).
+    through a sigmoid, probabilities clipped to [0, 1] (:func:`ragguard.scores.normalize`),
+    or, when ``probability_map`` is set, through that fitted map to calibrated
+    probabilities (:mod:`ragguard.probability`).
     ``score_kind`` says which they are; left unset, the reranker declares it (the
     built-in :class:`~ragguard.rerank.CrossEncoderReranker` reads the model's
     activation: ``Sigmoid`` means probabilities, ``Identity`` means logits).
@@ -166,6 +169,11 @@ class RerankConfig(BaseModel):
     )
     cache_size: int = Field(
         default=0, ge=0, description="Cache this many (query, passage) scores; 0 turns it off."
+    )
+    probability_map: ProbabilityMap | None = Field(
+        default=None,
+        description="Fitted map from rerank score to calibrated p(relevant) (written by "
+        "ragguard calibrate --rerank); None: sigmoid for logits, clip for probabilities.",
     )
 
     @field_validator("score_kind")
@@ -441,6 +449,8 @@ def _explain(
                 model = ProfileSpec
             elif loc[0] == "rerank" and len(loc) == 2:
                 model = RerankConfig
+            elif loc[:2] == ["rerank", "probability_map"] and len(loc) == 3:
+                model = ProbabilityMap
             allowed = ", ".join(model.model_fields)
             lines.append(f"unknown key {key!r} ({origin(loc[0])}); allowed keys: {allowed}")
         else:
