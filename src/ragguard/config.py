@@ -41,7 +41,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ragguard.errors import ConfigError
-from ragguard.policy import CutRule, PolicyParams
+from ragguard.policy import CutRule, PolicyParams, UtilityCut
 from ragguard.probability import ProbabilityMap
 from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
@@ -54,6 +54,7 @@ __all__ = [
     "RerankConfig",
     "RerankFailure",
     "load_toml",
+    "profile_utility_cut",
 ]
 
 ENV_PREFIX = "RAGGUARD_"
@@ -169,6 +170,11 @@ class RerankConfig(BaseModel):
     )
     cache_size: int = Field(
         default=0, ge=0, description="Cache this many (query, passage) scores; 0 turns it off."
+    )
+    expected_utility: bool = Field(
+        default=False,
+        description="Keep a reranked passage only when p x 1 (gain of a relevant passage) "
+        "exceeds (1 - p) x the profile's distractor penalty (-hard_negative_penalty).",
     )
     probability_map: ProbabilityMap | None = Field(
         default=None,
@@ -410,7 +416,17 @@ class GuardConfig(BaseSettings):
             self.policy_params(),
             relative_threshold=self.relative_threshold if threshold is None else threshold,
             min_score=rerank.min_score,
+            expected_utility=(
+                profile_utility_cut(self._profile) if rerank.expected_utility else None
+            ),
         )
+
+
+def profile_utility_cut(profile: Profile) -> UtilityCut:
+    """The expected-utility rule of ``profile``: gain 1.0 for a relevant passage (its
+    utility under every profile), penalty ``-hard_negative_penalty`` for a distractor
+    (medical 1.0: keep p > 0.5; support 0.5: p > 1/3; creative 0.2: p > 1/6)."""
+    return UtilityCut(gain=1.0, penalty=-profile.hard_negative_penalty)
 
 
 @contextmanager
