@@ -134,6 +134,12 @@ class RerankConfig(BaseModel):
         min_length=1,
         description="sentence-transformers CrossEncoder: a Hugging Face name or a local path.",
     )
+    external: str | None = Field(
+        default=None,
+        description="A reranker the guard cannot build from the config (module:callable, "
+        "or run:PATH of precomputed scores), recorded by ragguard calibrate and never "
+        "imported: pass it as ContextGuard(config, reranker=...).",
+    )
     device: str | None = Field(
         default=None, description="torch device (cpu, cuda, cuda:1, mps); None picks one."
     )
