@@ -51,18 +51,21 @@ def reference_select(
     vals = [s for s, _ in valid]
     n = len(vals)
 
-    keep_thr = keep_floor = keep_cut = n
+    keep_thr = keep_floor = keep_eu = keep_cut = n
     if p.score_rules:
         if p.relative_threshold > 0 and n and vals[0] > 0:
             keep_thr = sum(1 for v in vals if v >= p.relative_threshold * vals[0])
         if p.min_score is not None:
             keep_floor = sum(1 for v in vals if v >= p.min_score)
+        if p.expected_utility is not None:
+            g, d = p.expected_utility.gain, p.expected_utility.penalty
+            keep_eu = sum(1 for v in vals if v * g > (1 - v) * d)
         if p.cut is CutRule.GAP:
             keep_cut = _gap_keep(vals, p)
         elif p.cut is CutRule.AUTOCUT:
             keep_cut = _autocut_keep(vals, p)
 
-    m = min(keep_thr, keep_floor, keep_cut)
+    m = min(keep_thr, keep_floor, keep_eu, keep_cut)
     m = max(m, min(p.min_k, n))
     m = min(m, p.max_k)
     kept = [i for _, i in valid[:m]]
@@ -72,6 +75,8 @@ def reference_select(
             dropped[i] = Reason.BELOW_RELATIVE_THRESHOLD
         elif j >= keep_floor:
             dropped[i] = Reason.BELOW_MIN_SCORE
+        elif j >= keep_eu:
+            dropped[i] = Reason.BELOW_EXPECTED_UTILITY
         elif j >= keep_cut:
             dropped[i] = Reason.AUTOCUT if p.cut is CutRule.AUTOCUT else Reason.SCORE_GAP
         else:

@@ -54,7 +54,8 @@ from ragguard._fields import reject_bool_for_numbers
 from ragguard._optional import DISTRIBUTION
 from ragguard._version import __version__
 from ragguard.errors import ConfigError, ConfigWarning
-from ragguard.policy import CutRule, PolicyParams
+from ragguard.policy import CutRule, PolicyParams, UtilityCut
+from ragguard.probability import ProbabilityMap
 from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
 
@@ -66,6 +67,7 @@ __all__ = [
     "RerankConfig",
     "RerankFailure",
     "load_toml",
+    "profile_utility_cut",
 ]
 
 ENV_PREFIX = "RAGGUARD_"
@@ -128,7 +130,9 @@ class RerankConfig(BaseModel):
     """The optional cross-encoder rerank stage (``GuardConfig.rerank``, TOML ``[rerank]``).
 
     The reranker's outputs are mapped to probabilities *before* any rule runs: logits
-    through a sigmoid, probabilities clipped to [0, 1] (:func:`ragguard.scores.normalize`).
+    through a sigmoid, probabilities clipped to [0, 1] (:func:`ragguard.scores.normalize`),
+    or, when ``probability_map`` is set, through that fitted map to calibrated
+    probabilities (:mod:`ragguard.probability`).
     ``score_kind`` says which they are; left unset, the reranker declares it (the
     built-in :class:`~ragguard.rerank.CrossEncoderReranker` reads the model's
     activation: ``Sigmoid`` means probabilities, ``Identity`` means logits).
@@ -145,6 +149,12 @@ class RerankConfig(BaseModel):
         default=DEFAULT_RERANK_MODEL,
         min_length=1,
         description="sentence-transformers CrossEncoder: a Hugging Face name or a local path.",
+    )
+    external: str | None = Field(
+        default=None,
+        description="A reranker the guard cannot build from the config (module:callable, "
+        "or run:PATH of precomputed scores), recorded by ragguard calibrate and never "
+        "imported: pass it as ContextGuard(config, reranker=...).",
     )
     device: str | None = Field(
         default=None, description="torch device (cpu, cuda, cuda:1, mps); None picks one."
@@ -182,6 +192,16 @@ class RerankConfig(BaseModel):
     )
     cache_size: int = Field(
         default=0, ge=0, description="Cache this many (query, passage) scores; 0 turns it off."
+    )
+    expected_utility: bool = Field(
+        default=False,
+        description="Keep a reranked passage only when p x 1 (gain of a relevant passage) "
+        "exceeds (1 - p) x the profile's distractor penalty (-hard_negative_penalty).",
+    )
+    probability_map: ProbabilityMap | None = Field(
+        default=None,
+        description="Fitted map from rerank score to calibrated p(relevant) (written by "
+        "ragguard calibrate --rerank); None: sigmoid for logits, clip for probabilities.",
     )
 
     @field_validator("*", mode="before")
@@ -436,7 +456,17 @@ class GuardConfig(BaseSettings):
             self.policy_params(),
             relative_threshold=self.relative_threshold if threshold is None else threshold,
             min_score=rerank.min_score,
+            expected_utility=(
+                profile_utility_cut(self._profile) if rerank.expected_utility else None
+            ),
         )
+
+
+def profile_utility_cut(profile: Profile) -> UtilityCut:
+    """The expected-utility rule of ``profile``: gain 1.0 for a relevant passage (its
+    utility under every profile), penalty ``-hard_negative_penalty`` for a distractor
+    (medical 1.0: keep p > 0.5; support 0.5: p > 1/3; creative 0.2: p > 1/6)."""
+    return UtilityCut(gain=1.0, penalty=-profile.hard_negative_penalty)
 
 
 @contextmanager
@@ -483,6 +513,8 @@ def _explain(
                 model = ProfileSpec
             elif loc[0] == "rerank" and len(loc) == 2:
                 model = RerankConfig
+            elif loc[:2] == ["rerank", "probability_map"] and len(loc) == 3:
+                model = ProbabilityMap
             allowed = ", ".join(model.model_fields)
             lines.append(f"unknown key {key!r} ({origin(loc[0])}); allowed keys: {allowed}")
         else:

@@ -39,6 +39,7 @@ from ragguard.errors import (
     ScoreWarning,
 )
 from ragguard.policy import PolicyParams, apply_policy, rank
+from ragguard.probability import rerank_probabilities
 from ragguard.profiles import Profile
 from ragguard.rerank import (
     Reranker,
@@ -426,7 +427,7 @@ class ContextGuard:
         n_kept = 0
         if top:
             assert scored.kind is not None
-            rnorm = normalize(scored.raw, scored.kind)
+            rnorm = rerank_probabilities(scored.raw, scored.kind, rconf.probability_map)
             result = apply_policy(rnorm.values, rnorm.valid, rparams)
             probs = rnorm.values[0].tolist()
             n_kept = int(result.n_kept[0])

@@ -17,6 +17,11 @@ Rules, on the ranked valid candidates :math:`s_0 \ge s_1 \ge \dots \ge s_{n-1}`:
 * relative threshold :math:`t`: keep :math:`s_j \ge t \cdot s_0`; skipped on rows whose top
   score :math:`s_0 \le 0` (reported as ``threshold_skipped``);
 * absolute floor ``min_score``: keep :math:`s_j \ge` ``min_score``;
+* expected utility (on calibrated probabilities :math:`p_j = s_j`, e.g. the rerank
+  stage's): keep :math:`p_j \cdot g > (1 - p_j) \cdot d`, where :math:`g` is the gain of a
+  relevant passage and :math:`d` the penalty of a distractor (:class:`UtilityCut`), i.e.
+  :math:`p_j > d / (g + d)`. A strict profile (medical: :math:`d = 1`) keeps passages
+  above 0.5, a relaxed one (creative: :math:`d = 0.2`) above 1/6;
 * optional label-free cut rule:
 
   - ``gap`` (largest score gap, as in Adaptive-k, Taguchi et al. 2025): with gaps
@@ -34,8 +39,8 @@ prefixes, raised to ``min_k`` (never beyond the valid candidates) and capped at
 ``max_k``; otherwise they are dropped with reason ``invalid_score``.
 
 Every dropped candidate gets one reason, the first that applies in this order:
-``below_relative_threshold``, ``below_min_score``, ``score_gap`` / ``autocut``,
-``over_max_k``.
+``below_relative_threshold``, ``below_min_score``, ``below_expected_utility``,
+``score_gap`` / ``autocut``, ``over_max_k``.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ __all__ = [
     "PolicyResult",
     "Ranked",
     "Reason",
+    "UtilityCut",
     "apply_policy",
     "cut_ranked",
     "describe",
@@ -88,6 +94,9 @@ class Reason(StrEnum):
     """Ranked by retrieval below ``rerank.top_n``, so the reranker never scored it."""
     RERANK_FAILED = "rerank_failed"
     """The rerank stage failed and the guard fell back to retrieval scores (fail_open)."""
+    BELOW_EXPECTED_UTILITY = "below_expected_utility"
+    """Its probability x the gain of a relevant passage does not exceed (1 - probability)
+    x the distractor penalty (:class:`UtilityCut`)."""
 
 
 # Integer codes used in the reason matrix. 0 = kept, -1 = padding (no candidate).
@@ -95,6 +104,37 @@ KEPT = 0
 PADDING = -1
 CODES: dict[Reason, int] = {reason: i + 1 for i, reason in enumerate(Reason)}
 REASON_OF_CODE: dict[int, Reason] = {code: reason for reason, code in CODES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class UtilityCut:
+    """The expected-utility rule: keep a passage whose probability ``p`` of being
+    relevant makes keeping it worth more than leaving it out,
+    ``p * gain > (1 - p) * penalty``.
+
+    Attributes:
+        gain: utility of a relevant passage in the context (> 0; 1.0 in every profile).
+        penalty: harm of a distractor in the context, as a positive number (a profile's
+            ``-hard_negative_penalty``).
+
+    Example:
+        >>> UtilityCut(gain=1.0, penalty=1.0).threshold, round(UtilityCut(1.0, 0.2).threshold, 4)
+        (0.5, 0.1667)
+    """
+
+    gain: float = 1.0
+    penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.gain) and self.gain > 0):
+            raise ValueError(f"gain must be a finite number > 0, got {self.gain}")
+        if not (np.isfinite(self.penalty) and self.penalty >= 0):
+            raise ValueError(f"penalty must be a finite number >= 0, got {self.penalty}")
+
+    @property
+    def threshold(self) -> float:
+        """The probability a passage must exceed: ``penalty / (gain + penalty)``."""
+        return self.penalty / (self.gain + self.penalty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +151,7 @@ class PolicyParams:
     autocut_jumps: int = 1
     keep_invalid: bool = False
     score_rules: bool = True
+    expected_utility: UtilityCut | None = None
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -135,6 +176,7 @@ class PolicyParams:
             self.relative_threshold > 0
             or self.min_score is not None
             or self.cut is not CutRule.NONE
+            or self.expected_utility is not None
         )
 
 
@@ -174,8 +216,8 @@ class PolicyResult:
         top: (Q,) top normalised score (NaN where no score is valid).
         threshold_skipped: (Q,) rows where the relative threshold was skipped because
             the top score was not positive.
-        prefixes: (Q,) prefix lengths kept by the relative threshold, the floor and the
-            cut rule (each ``n_valid`` when the rule is off).
+        prefixes: (Q,) prefix lengths kept by the relative threshold, the floor, the
+            expected-utility rule and the cut rule (each ``n_valid`` when the rule is off).
     """
 
     ranked: Ranked
@@ -184,7 +226,7 @@ class PolicyResult:
     n_kept_valid: NDArray[np.intp]
     top: NDArray[np.float64]
     threshold_skipped: NDArray[np.bool_]
-    prefixes: tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]
+    prefixes: tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]
 
     def kept_positions(self, row: int) -> list[int]:
         """Input positions of row ``row``'s kept candidates, best first."""
@@ -200,12 +242,13 @@ class PolicyResult:
         ranked, p = self.ranked, self.params
         q, size = ranked.scores.shape
         pos = np.arange(size)[None, :]
-        p_thr, p_floor, p_cut = (x[:, None] for x in self.prefixes)
+        p_thr, p_floor, p_eu, p_cut = (x[:, None] for x in self.prefixes)
         m = self.n_kept_valid[:, None]
         n_valid, n_present = ranked.n_valid[:, None], ranked.n_present[:, None]
         cut_code = CODES[Reason.AUTOCUT] if p.cut is CutRule.AUTOCUT else CODES[Reason.SCORE_GAP]
         codes = np.full((q, size), CODES[Reason.OVER_MAX_K], dtype=np.int8)
         codes[pos >= p_cut] = cut_code
+        codes[pos >= p_eu] = CODES[Reason.BELOW_EXPECTED_UTILITY]
         codes[pos >= p_floor] = CODES[Reason.BELOW_MIN_SCORE]
         codes[pos >= p_thr] = CODES[Reason.BELOW_RELATIVE_THRESHOLD]
         codes[pos < m] = KEPT
@@ -314,7 +357,7 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
     top = np.where(n_valid > 0, first, np.nan)
     skipped = np.zeros(q, dtype=np.bool_)
 
-    p_thr = p_floor = p_cut = m = n_valid
+    p_thr = p_floor = p_eu = p_cut = m = n_valid
     if params.score_rules:
         if params.relative_threshold > 0:
             positive = first > 0
@@ -325,6 +368,11 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
         if params.min_score is not None:
             p_floor = (s >= params.min_score).sum(axis=1)
             m = np.minimum(m, p_floor)
+        if params.expected_utility is not None:
+            eu = params.expected_utility
+            with np.errstate(invalid="ignore"):  # inf x 0 on invalid rows: NaN, compares False
+                p_eu = (s * eu.gain > (1.0 - s) * eu.penalty).sum(axis=1)
+            m = np.minimum(m, p_eu)
         if params.cut is CutRule.GAP:
             p_cut = _gap_prefix(s, n_valid, params)
             m = np.minimum(m, p_cut)
@@ -338,7 +386,7 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
     n_kept = m
     if params.keep_invalid:
         n_kept = m + np.clip(params.max_k - m, 0, ranked.n_present - n_valid)
-    return PolicyResult(ranked, params, n_kept, m, top, skipped, (p_thr, p_floor, p_cut))
+    return PolicyResult(ranked, params, n_kept, m, top, skipped, (p_thr, p_floor, p_eu, p_cut))
 
 
 def apply_policy(
@@ -379,6 +427,15 @@ def describe(
         )
     if reason is Reason.BELOW_MIN_SCORE:
         return f"{score_name} {normalized:.4g} < min_score {params.min_score:g}"
+    if reason is Reason.BELOW_EXPECTED_UTILITY:
+        eu = params.expected_utility
+        assert eu is not None
+        p = float("nan") if normalized is None else normalized
+        return (
+            f"{score_name} {p:.4g} x gain {eu.gain:g} = {p * eu.gain:.4g} does not exceed "
+            f"(1 - {p:.4g}) x distractor penalty {eu.penalty:g} = {(1 - p) * eu.penalty:.4g} "
+            f"(expected utility: keep above {eu.threshold:.4g})"
+        )
     if reason is Reason.SCORE_GAP:
         return "ranked after the largest score gap (cut='gap')"
     if reason is Reason.AUTOCUT:

@@ -464,6 +464,12 @@ class RerankStage:
     """
 
     def __init__(self, config: RerankConfig, reranker: Reranker | None = None) -> None:
+        if reranker is None and config.external is not None:
+            raise ConfigError(
+                f"this config's reranker is {config.external!r} (rerank.external), which "
+                "ragguard never imports from a config; pass it: "
+                "ContextGuard(GuardConfig.from_file(path), reranker=your_reranker)"
+            )
         self.config = config
         self.reranker: Reranker = (
             reranker if reranker is not None else CrossEncoderReranker.from_config(config)

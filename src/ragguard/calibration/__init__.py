@@ -49,6 +49,11 @@ from ragguard.calibration.metrics import (
     safety_band,
     udcg_theta,
 )
+from ragguard.calibration.probability import (
+    brier_score,
+    expected_calibration_error,
+    fit_probability_map,
+)
 from ragguard.calibration.sweep import (
     Constraint,
     OptimalK,
@@ -82,6 +87,7 @@ __all__ = [
     "UDCGTheta",
     "UtilityRules",
     "arrays_from_dicts",
+    "brier_score",
     "build_arrays",
     "calibrate",
     "candidate_utilities",
@@ -89,6 +95,8 @@ __all__ = [
     "data_fingerprint",
     "detect_format",
     "evaluate",
+    "expected_calibration_error",
+    "fit_probability_map",
     "fit_udcg_theta",
     "load_evalset",
     "load_inputs",

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -69,6 +69,12 @@ from ragguard.errors import EvalSetError
 from ragguard.policy import CutRule, PolicyParams
 from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
 from ragguard.scores import ScoreKind
+
+if TYPE_CHECKING:
+    from ragguard.calibration.pipeline import RerankGrid, TwoStageCalibration
+    from ragguard.calibration.rerank_scores import RerankScores
+    from ragguard.probability import MapMethod
+    from ragguard.rerank import Reranker
 
 __all__ = [
     "CalibrationResult",
@@ -233,6 +239,23 @@ def compare(
     idx = [kernel.metrics.index(m) for m in metrics]
     base = kernel.values(baseline_kept)[idx][:, rows]
     guard = kernel.values(guarded_kept)[idx][:, rows]
+    return compare_values(
+        base, guard, rows, metrics, split=split, n_bootstrap=n_bootstrap, seed=seed, level=level
+    )
+
+
+def compare_values(
+    base: F64,
+    guard: F64,
+    rows: I,
+    metrics: Sequence[str],
+    *,
+    split: str,
+    n_bootstrap: int,
+    seed: int,
+    level: float = 0.95,
+) -> Comparison:
+    """Paired bootstrap comparison of two settings' per-query values (M, len(rows))."""
     diff = guard - base
     n = rows.size
     rng = np.random.default_rng([seed, 1])  # its own stream, apart from the split
@@ -338,6 +361,9 @@ class CalibrationResult:
         data_sha256: hash of the labels and runs used (see :func:`data_fingerprint`).
         files: sha256 of each input file that exists on disk, by path.
         created: when the calibration ran (UTC).
+        rerank: the two-stage calibration of the recommended run, when a reranker or
+            rerank scores were given (:mod:`ragguard.calibration.pipeline`); its choice
+            goes into the config.
     """
 
     runs: tuple[RunCalibration, ...]
@@ -355,6 +381,7 @@ class CalibrationResult:
     data_sha256: str = ""
     files: Mapping[str, str] = field(default_factory=dict)
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
+    rerank: TwoStageCalibration | None = None
 
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
@@ -406,6 +433,11 @@ class CalibrationResult:
             fields = self.profile.model_dump(exclude={"name"})
             settings["profiles"] = {self.profile.name: ProfileSpec(base="support", **fields)}
         settings["provenance"] = self.provenance(r)
+        two = self.rerank
+        if two is not None and r.name == two.run:
+            settings.update(two.guard_settings())
+            settings["rerank"] = two.rerank_table()
+            settings["provenance"]["rerank"] = two.provenance()
         return GuardConfig(**settings)
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
@@ -528,6 +560,15 @@ def calibrate(
     baseline_k: int | None = None,
     n_bootstrap: int = 2000,
     level: float = 0.95,
+    reranker: Reranker | None = None,
+    rerank_scores: RerankScores | None = None,
+    rerank_score_kind: ScoreKind | str | None = None,
+    rerank_grid: RerankGrid | None = None,
+    probability_map: MapMethod | str = "platt",
+    corpus: Sequence[str | os.PathLike[str]] = (),
+    passages: Mapping[str, str] | None = None,
+    cache_dir: str | os.PathLike[str] | bool | None = True,
+    on_rerank_query: Any = None,
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries.
 
@@ -552,6 +593,20 @@ def calibrate(
             top-k of the grid.
         n_bootstrap: bootstrap resamples for the intervals.
         level: confidence level of the intervals.
+        reranker: a second stage (:class:`~ragguard.rerank.Reranker`) to calibrate with
+            the recommended run: its scores are computed once per (model, query,
+            passage text) and cached (:mod:`ragguard.calibration.rerank_scores`), a
+            probability map is fitted, and retrieval depth x rerank cut x max_k is swept
+            (:mod:`ragguard.calibration.pipeline`); the config then enables the stage.
+        rerank_scores: precomputed second-stage scores instead of a ``reranker``
+            (:func:`~ragguard.calibration.rerank_scores.read_rerank_run`).
+        rerank_score_kind: what the reranker returns, when it does not declare it.
+        rerank_grid: the rerank cuts and depths tried (default ``RerankGrid()``).
+        probability_map: ``"platt"`` (default) or ``"isotonic"``.
+        corpus: JSONL corpus files with passage texts, for ``reranker``.
+        passages: more passage texts, ``{passage id: text}``.
+        cache_dir: the rerank score cache (``True``: the default folder; ``None``: off).
+        on_rerank_query: progress callback ``(queries done, queries)`` while scoring.
 
     Raises:
         EvalSetError: no runs, or no queries left (empty split, a run that retrieved
@@ -659,6 +714,15 @@ def calibrate(
         return (r.feasible, sign * value if not math.isnan(value) else -math.inf)
 
     best = max(results, key=rank_key)  # first of equals: the eval set's order
+    two_stage = None
+    if reranker is not None or rerank_scores is not None:
+        two_stage = _two_stage(
+            evalset, best, reranker, rerank_scores, rerank_score_kind, rerank_grid,
+            probability_map, corpus, passages, cache_dir, on_rerank_query,
+            prof=prof, rules=rules, objective=objective, constraints=cons, metrics=wanted,
+            reported=reported, grid=grid, calib_rows=calib_rows, held_rows=held_rows,
+            n_bootstrap=n_bootstrap, seed=seed, level=level,
+        )  # fmt: skip
     return CalibrationResult(
         runs=tuple(results),
         recommended=best,
@@ -674,4 +738,66 @@ def calibrate(
         evalset=evalset,
         data_sha256=data_fingerprint(evalset, names),
         files=_file_hashes(evalset, names),
+        rerank=two_stage,
+    )
+
+
+def _two_stage(
+    evalset: EvalSet,
+    best: RunCalibration,
+    reranker: Reranker | None,
+    scores: RerankScores | None,
+    score_kind: ScoreKind | str | None,
+    rerank_grid: RerankGrid | None,
+    method: MapMethod | str,
+    corpus: Sequence[str | os.PathLike[str]],
+    passages: Mapping[str, str] | None,
+    cache_dir: str | os.PathLike[str] | bool | None,
+    on_query: Any,
+    **common: Any,
+) -> TwoStageCalibration:
+    """Score the recommended run's candidates (or take the given scores) and sweep the
+    two-stage pipeline (:func:`ragguard.calibration.pipeline.calibrate_two_stage`)."""
+    from ragguard.calibration.pipeline import RerankGrid, calibrate_two_stage
+    from ragguard.calibration.rerank_scores import passage_texts, score_candidates
+
+    if reranker is not None and scores is not None:
+        raise ValueError("pass a reranker or precomputed rerank_scores, not both")
+    rgrid = rerank_grid or RerankGrid()
+    arrays = best.arrays
+    if scores is None:
+        assert reranker is not None
+        depth = max(rgrid.top_n)
+        pairs = {
+            qid: arrays.doc_ids(row)[: int(arrays.n_valid[row])][:depth]
+            for row, qid in enumerate(arrays.qids)
+        }
+        texts = passage_texts(evalset, corpus=corpus, passages=passages)
+        scores = score_candidates(
+            evalset, reranker, pairs, texts=texts, score_kind=score_kind,
+            cache_dir=cache_dir, on_query=on_query,
+        )  # fmt: skip
+    grid: SweepGrid = common["grid"]
+    return calibrate_two_stage(
+        evalset,
+        best.name,
+        scores,
+        retrieval_kernel=best.kernel,
+        retrieval_chosen=best.chosen_kept,
+        retrieval_baseline=best.baseline_kept,
+        profile=common["prof"],
+        rules=common["rules"] or UtilityRules(),
+        objective=common["objective"],
+        constraints=common["constraints"],
+        metrics=common["metrics"],
+        reported=common["reported"],
+        max_k=grid.max_k,
+        min_k=grid.min_k,
+        calibration_rows=common["calib_rows"],
+        heldout_rows=common["held_rows"],
+        grid=rgrid,
+        method=method,
+        n_bootstrap=common["n_bootstrap"],
+        seed=common["seed"],
+        level=common["level"],
     )

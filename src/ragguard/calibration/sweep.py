@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -206,6 +206,8 @@ def describe_point(params: PolicyParams) -> str:
         parts.append(f"gap+{params.gap_buffer}" if params.gap_buffer else "gap")
     elif params.cut is CutRule.AUTOCUT:
         parts.append(f"autocut@{params.autocut_jumps}")
+    if params.expected_utility is not None:
+        parts.append(f"expected utility (p>{params.expected_utility.threshold:.3g})")
     return ", ".join(parts)
 
 
@@ -321,13 +323,12 @@ class SweepKernel:
         room under the cap: those settings get their own call.)
         """
         kept = np.empty((len(points), self.n_queries), dtype=np.int32)
-        groups: dict[tuple[object, ...], list[int]] = {}
+        groups: dict[PolicyParams, list[int]] = {}
         for i, p in enumerate(points):
             if p.keep_invalid:
                 kept[i] = self.cut(p)
                 continue
-            key = (p.min_k, p.relative_threshold, p.min_score, p.cut, p.gap_buffer,
-                   p.gap_window, p.autocut_jumps, p.score_rules)  # fmt: skip
+            key = replace(p, max_k=max(p.min_k, 1))  # every field but the cap
             groups.setdefault(key, []).append(i)
         for members in groups.values():
             widest = max(members, key=lambda i: points[i].max_k)

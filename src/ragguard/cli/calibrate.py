@@ -19,6 +19,17 @@ from ragguard.cli._data import (
     compact_table,
     load_evalset_for_cli,
 )
+from ragguard.cli._two_stage import (
+    CorpusOpt,
+    MapOpt,
+    RerankCacheOpt,
+    RerankKindOpt,
+    RerankOpt,
+    RerankRunOpt,
+    print_two_stage,
+    rerank_options,
+    scoring_progress,
+)
 
 if TYPE_CHECKING:
     from ragguard.calibration import CalibrationResult, Interval
@@ -95,6 +106,12 @@ def calibrate(
         Path, typer.Option(help="Folder for the report (report.html, report.md, plots/).")
     ] = Path("ragguard-report"),
     no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
+    rerank: RerankOpt = None,
+    rerank_run: RerankRunOpt = None,
+    rerank_score_kind: RerankKindOpt = None,
+    corpus: CorpusOpt = None,
+    probability_map: MapOpt = "platt",
+    rerank_cache: RerankCacheOpt = None,
     verbose: Verbose = False,
 ) -> None:
     """Recommend the guard's settings from labelled queries: sweep max_k x relative
@@ -107,7 +124,12 @@ def calibrate(
 
         es = load_evalset_for_cli(evalset, run, score_kind=score_kind, retriever=retriever)
         constraints = [Constraint.parse(c) for c in constraint or ()]
-        with err.status("sweeping settings..."):
+        with scoring_progress() as progress:
+            two_stage = rerank_options(
+                rerank, rerank_run, rerank_score_kind, corpus, probability_map, rerank_cache,
+                progress,
+            )  # fmt: skip
+            progress.add_task("sweeping settings...", total=None)
             result = run_calibration(
                 es,
                 profile=profile,
@@ -117,6 +139,7 @@ def calibrate(
                 max_k=max_k,
                 holdout=holdout,
                 seed=seed,
+                **two_stage,
             )
         written = result.save_config(out_path)
         report_paths = None
@@ -126,6 +149,8 @@ def calibrate(
             with err.status("writing the report..."):
                 report_paths = write_report(result, report, config_path=str(written))
         _print_result(result, str(evalset))
+        if result.rerank is not None:
+            print_two_stage(result.rerank, result.objective)
         out.print()
         out.print(
             f"[bold]Config[/]  {escape(str(written))}  "

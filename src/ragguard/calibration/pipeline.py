@@ -1,0 +1,434 @@
+r"""Two-stage calibration: retrieval depth x rerank cut x ``max_k``, as one decision.
+
+Given a retrieval run and second-stage scores (:mod:`ragguard.calibration.rerank_scores`),
+:func:`calibrate_two_stage`
+
+1. fits a map from the rerank score to p(relevant) (Platt or isotonic,
+   :mod:`ragguard.calibration.probability`) on the **calibration** queries' reranked
+   candidates (relevant: grade >= ``rules.relevant_grade``);
+2. for every ``top_n`` of the grid, builds the list the guard's rerank stage would
+   build: the first ``top_n`` valid candidates by retrieval score (ties in run order, as
+   :func:`ragguard.policy.rank` breaks them), their rerank scores mapped to
+   probabilities by :func:`ragguard.probability.rerank_probabilities` (the runtime's
+   own function), ranked by probability;
+3. sweeps the rerank cuts on those probabilities with the runtime policy: relative
+   threshold, minimum calibrated probability (``rerank.min_score``), gap and autocut,
+   and the expected-utility rule with the profile's distractor penalty, each at every
+   ``max_k``; and chooses among all ``top_n`` x cut x ``max_k`` by the objective under
+   the constraints, on the calibration queries;
+4. compares on the **held-out** queries, with paired bootstrap intervals: the two-stage
+   choice against the retrieval-only choice and against plain top-k, and reports the
+   distractor rate before and after the reranker and the Brier score / ECE of the raw
+   and the mapped probabilities.
+
+**Utilities.** A candidate's utility comes from the retrieval run (the profile's rules:
+a look-alike that retrieval ranks high is a hard negative) and stays with the candidate
+when the reranker reorders it, so the retrieval-only and the two-stage settings are
+scored on the same utilities, and pushing a distractor down helps only by keeping it out
+of the context.
+
+The config (:meth:`TwoStageCalibration.config`) sets ``[rerank]`` so that
+``ContextGuard(GuardConfig.from_file(p), reranker=...)`` does what was measured: the
+guard-level ``max_k``, ``min_k``, ``cut`` and ``relative_threshold`` are the chosen
+point's (the rerank policy is the guard's own with the rerank fields in place; on a
+fail-open fallback the same settings apply to retrieval scores).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.calibrate import Comparison, compare_values
+from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.probability import (
+    Reliability,
+    brier_score,
+    fit_probability_map,
+    reliability,
+)
+from ragguard.calibration.rerank_scores import RerankScores
+from ragguard.calibration.sweep import (
+    PASSAGES,
+    Constraint,
+    SweepKernel,
+    SweepResult,
+    choose,
+    describe_point,
+    sweep,
+)
+from ragguard.calibration.utility import UtilityRules
+from ragguard.config import profile_utility_cut
+from ragguard.errors import EvalSetError
+from ragguard.policy import CutRule, PolicyParams
+from ragguard.probability import MapMethod, ProbabilityMap, rerank_probabilities, to_logit
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreKind, normalize
+
+__all__ = ["RerankGrid", "TwoStageCalibration", "calibrate_two_stage", "describe_rerank_point"]
+
+logger = logging.getLogger(__name__)
+
+F64 = NDArray[np.float64]
+I = NDArray[np.intp]  # noqa: E741
+
+
+@dataclass(frozen=True, slots=True)
+class RerankGrid:
+    """The rerank cuts a two-stage sweep tries, at every ``top_n`` and ``max_k``.
+
+    Attributes:
+        top_n: candidates sent to the reranker (capped at the deepest retrieval list).
+        thresholds: relative thresholds on the calibrated probabilities.
+        min_scores: floors on the calibrated probability (``rerank.min_score``).
+        cut_rules: gap / autocut settings on the probabilities.
+        expected_utility: also try the expected-utility rule of the profile.
+    """
+
+    top_n: tuple[int, ...] = (5, 10, 20, 50)
+    thresholds: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(10))
+    min_scores: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 10))
+    cut_rules: tuple[tuple[CutRule, int], ...] = (
+        (CutRule.GAP, 0),
+        (CutRule.GAP, 1),
+        (CutRule.AUTOCUT, 1),
+    )
+    expected_utility: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.top_n or any(n < 1 for n in self.top_n):
+            raise ValueError(f"top_n values must be ints >= 1, got {self.top_n!r}")
+        if any(not 0.0 <= t <= 1.0 for t in (*self.thresholds, *self.min_scores)):
+            raise ValueError("rerank thresholds and min_scores are probabilities in [0, 1]")
+
+    def points(self, max_k: Sequence[int], min_k: int, profile: Profile) -> list[PolicyParams]:
+        """Every rerank cut at every cap."""
+        eu = profile_utility_cut(profile)
+        pts: list[PolicyParams] = []
+        for k in max_k:
+            base = PolicyParams(max_k=k, min_k=min(min_k, k))
+            pts += [PolicyParams(k, base.min_k, relative_threshold=t) for t in self.thresholds]
+            pts += [PolicyParams(k, base.min_k, min_score=f) for f in self.min_scores]
+            for rule, value in self.cut_rules:
+                if CutRule(rule) is CutRule.GAP:
+                    pts.append(PolicyParams(k, base.min_k, cut=CutRule.GAP, gap_buffer=value))
+                else:
+                    pts.append(
+                        PolicyParams(k, base.min_k, cut=CutRule.AUTOCUT, autocut_jumps=value)
+                    )
+            if self.expected_utility:
+                pts.append(PolicyParams(k, base.min_k, expected_utility=eu))
+        return list(dict.fromkeys(pts))
+
+
+def describe_rerank_point(top_n: int, params: PolicyParams) -> str:
+    """``rerank top-20, max_k=3, min_score=0.4``."""
+    return f"rerank top-{top_n}, {describe_point(params)}"
+
+
+@dataclass(frozen=True, eq=False)
+class TwoStageCalibration:
+    """What :func:`calibrate_two_stage` found (see the module docstring).
+
+    Attributes:
+        run: the retrieval run the reranker reorders.
+        scores: the second-stage scores.
+        probability_map: the map fitted on the calibration queries.
+        points: every (top_n, rerank setting) swept, in order.
+        sweep: means of every point over the calibration queries (``kept`` per point
+            counts into that point's top_n list).
+        kernels: per top_n, the reranked lists with their metric tables.
+        chosen: index of the chosen point.
+        feasible: whether it meets the constraints.
+        vs_retrieval: the choice against the retrieval-only choice (held-out).
+        vs_top_k: the choice against plain top-k on retrieval (held-out).
+        reliability_raw: held-out reliability of the reranker's own probabilities
+            (sigmoid of logits, or its probabilities).
+        reliability_mapped: held-out reliability after the map.
+        brier_raw, brier_mapped: held-out Brier scores, before and after the map.
+        n_pairs_fit: scored (query, passage) pairs the map was fitted on.
+    """
+
+    run: str
+    scores: RerankScores
+    probability_map: ProbabilityMap
+    points: tuple[tuple[int, PolicyParams], ...]
+    sweep: SweepResult = field(repr=False)
+    kernels: Mapping[int, SweepKernel] = field(repr=False)
+    chosen: int
+    feasible: bool
+    vs_retrieval: Comparison = field(repr=False)
+    vs_top_k: Comparison = field(repr=False)
+    reliability_raw: Reliability = field(repr=False)
+    reliability_mapped: Reliability = field(repr=False)
+    brier_raw: float = math.nan
+    brier_mapped: float = math.nan
+    n_pairs_fit: int = 0
+    score_kind: ScoreKind | None = None
+
+    @property
+    def top_n(self) -> int:
+        """The chosen number of candidates sent to the reranker."""
+        return self.points[self.chosen][0]
+
+    @property
+    def params(self) -> PolicyParams:
+        """The chosen rerank setting."""
+        return self.points[self.chosen][1]
+
+    @property
+    def chosen_kept(self) -> I:
+        """(Q,) passages kept per query under the chosen setting."""
+        out: I = self.sweep.kept[self.chosen].astype(np.intp)
+        return out
+
+    def describe(self) -> str:
+        """The chosen point in words."""
+        return describe_rerank_point(self.top_n, self.params)
+
+    def rerank_table(self) -> dict[str, Any]:
+        """The ``[rerank]`` settings of the choice (see :meth:`config`)."""
+        p = self.params
+        table: dict[str, Any] = {
+            "enabled": True,
+            "top_n": self.top_n,
+            "score_kind": self.scores.score_kind,
+            "relative_threshold": p.relative_threshold,
+            "min_score": p.min_score,
+            "expected_utility": p.expected_utility is not None,
+            "probability_map": self.probability_map,
+        }
+        if self.scores.model is not None:
+            table["model"] = self.scores.model
+        else:
+            table["external"] = self.scores.external
+        return table
+
+    def guard_settings(self) -> dict[str, Any]:
+        """The guard-level settings of the choice (the rerank policy's cap and cut)."""
+        p = self.params
+        settings: dict[str, Any] = {
+            "score_kind": self.score_kind,
+            "max_k": p.max_k,
+            "min_k": p.min_k,
+            "relative_threshold": p.relative_threshold,
+            "cut": p.cut,
+        }
+        if p.cut is CutRule.GAP:
+            settings["gap_buffer"] = p.gap_buffer
+        if p.cut is CutRule.AUTOCUT:
+            settings["autocut_jumps"] = p.autocut_jumps
+        return settings
+
+    def provenance(self) -> dict[str, Any]:
+        """The rerank part of the config's provenance."""
+        c = self.vs_retrieval
+        out: dict[str, Any] = {
+            "reranker": self.scores.name,
+            "identity": self.scores.identity.splitlines()[0] if self.scores.identity else "",
+            "cache_key": self.scores.cache_key or "",
+            "setting": self.describe(),
+            "retrieval_run": self.run,
+            "probability_map": self.probability_map.describe(),
+            "pairs_fitted": self.n_pairs_fit,
+            "constraints_met": self.feasible,
+        }
+        for m in c.metrics:
+            d = c.difference[m]
+            out[f"vs_retrieval_{m}"] = (
+                f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference "
+                f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
+            )
+        for name, value in (("brier_raw", self.brier_raw), ("brier_mapped", self.brier_mapped)):
+            out[name] = float(f"{value:.6g}") if math.isfinite(value) else "nan"
+        for name, rel in (
+            ("ece_raw", self.reliability_raw),
+            ("ece_mapped", self.reliability_mapped),
+        ):
+            ece = rel.ece
+            out[name] = float(f"{ece:.6g}") if math.isfinite(ece) else "nan"
+        return out
+
+
+def _reranked_arrays(
+    evalset: EvalSet,
+    arrays: EvalArrays,
+    lists: Sequence[list[str]],
+    utilities: Sequence[dict[str, float]],
+    probs: Sequence[dict[str, float]],
+    top_n: int,
+    profile: Profile,
+    rules: UtilityRules,
+) -> EvalArrays:
+    labels = [evalset.labels[q] for q in arrays.qids]
+    cands = [{d: p[d] for d in docs[:top_n]} for docs, p in zip(lists, probs, strict=True)]
+    utils = [{d: u[d] for d in docs[:top_n]} for docs, u in zip(lists, utilities, strict=True)]
+    return build_arrays(
+        arrays.qids,
+        cands,
+        [lab.grades for lab in labels],
+        score_kind=ScoreKind.PROBABILITY,
+        distractors=[lab.distractors for lab in labels],
+        utilities=utils,
+        n_relevant=[lab.n_relevant for lab in labels],
+        profile=profile,
+        rules=rules,
+    )
+
+
+def calibrate_two_stage(
+    evalset: EvalSet,
+    run: str,
+    scores: RerankScores,
+    *,
+    retrieval_kernel: SweepKernel,
+    retrieval_chosen: I,
+    retrieval_baseline: I,
+    profile: Profile,
+    rules: UtilityRules,
+    objective: str,
+    constraints: Sequence[Constraint],
+    metrics: Sequence[str],
+    reported: Sequence[str],
+    max_k: Sequence[int],
+    min_k: int,
+    calibration_rows: I,
+    heldout_rows: I,
+    grid: RerankGrid | None = None,
+    method: MapMethod | str = MapMethod.PLATT,
+    n_bootstrap: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> TwoStageCalibration:
+    """Sweep retrieval depth x rerank cut x ``max_k`` (see the module docstring).
+
+    ``retrieval_kernel`` is the run's retrieval sweep kernel; ``retrieval_chosen`` and
+    ``retrieval_baseline`` are the per-query cuts of the retrieval-only choice and of
+    plain top-k, compared with the two-stage choice on ``heldout_rows`` (on
+    ``calibration_rows`` when nothing is held out).
+
+    Raises:
+        EvalSetError: no reranked candidate has a score, or the calibration queries'
+            reranked candidates are all relevant or all not.
+    """
+    grid = grid or RerankGrid()
+    arrays = retrieval_kernel.arrays
+    depth_all = int(arrays.n_valid.max()) if arrays.n_queries else 0
+    tops = sorted({min(n, depth_all) for n in grid.top_n if depth_all} or {1})
+    depth = max(tops)
+    lists: list[list[str]] = []
+    utilities: list[dict[str, float]] = []
+    for row in range(arrays.n_queries):
+        docs = arrays.doc_ids(row)[: int(arrays.n_valid[row])][:depth]
+        lists.append(docs)
+        utilities.append(dict(zip(docs, arrays.utility[row, : len(docs)].tolist(), strict=True)))
+    raw = [
+        np.array([scores.get(q, d) for d in docs])
+        for q, docs in zip(arrays.qids, lists, strict=True)
+    ]
+    n_scored = sum(int(np.isfinite(r).sum()) for r in raw)
+    if n_scored == 0:
+        raise EvalSetError(
+            f"no candidate of run {run!r} has a rerank score from {scores.name!r}; do the "
+            "query and passage ids of the rerank scores match the run's?"
+        )
+
+    # 1. the probability map, on the calibration queries' reranked candidates
+    relevant_grade = rules.relevant_grade
+    grades = [
+        np.array([evalset.labels[q].grades.get(d, 0) >= relevant_grade for d in docs], dtype=float)
+        for q, docs in zip(arrays.qids, lists, strict=True)
+    ]
+
+    def pairs(rows: I) -> tuple[F64, F64]:
+        zs = [to_logit(raw[r], scores.score_kind) for r in rows.tolist()]
+        ys = [grades[r] for r in rows.tolist()]
+        if not zs:
+            return np.empty(0), np.empty(0)
+        return np.concatenate(zs), np.concatenate(ys)
+
+    z_fit, y_fit = pairs(calibration_rows)
+    try:
+        pmap = fit_probability_map(z_fit, y_fit, method)
+    except ValueError as exc:
+        raise EvalSetError(f"cannot fit the rerank probability map: {exc}") from None
+    n_fit = int(np.isfinite(z_fit).sum())
+
+    # 2.-3. per top_n: the reranked lists, swept with the runtime policy
+    probs: list[dict[str, float]] = []
+    for docs, r in zip(lists, raw, strict=True):
+        p = rerank_probabilities(r, scores.score_kind, pmap).values[0] if len(r) else r
+        probs.append(dict(zip(docs, p.tolist(), strict=True)))
+    wanted = tuple(dict.fromkeys([*metrics, *reported, PASSAGES]))
+    kernels: dict[int, SweepKernel] = {}
+    results: list[SweepResult] = []
+    points: list[tuple[int, PolicyParams]] = []
+    settings = grid.points(max_k, min_k, profile)
+    for n in tops:
+        reranked = _reranked_arrays(evalset, arrays, lists, utilities, probs, n, profile, rules)
+        kernel = SweepKernel(reranked, wanted, max(max_k))
+        kernels[n] = kernel
+        results.append(sweep(kernel, settings, wanted, rows=calibration_rows))
+        points += [(n, s) for s in settings]
+    combined = SweepResult(
+        tuple(p for _, p in points),
+        results[0].metrics,
+        np.concatenate([r.means for r in results]),
+        calibration_rows,
+        np.concatenate([r.kept for r in results]),
+    )
+    chosen, feasible = choose(combined, objective, constraints)
+    n_chosen = points[chosen][0]
+
+    # 4. held-out comparisons and calibration quality
+    rows, split = (
+        (heldout_rows, "held-out")
+        if heldout_rows.size
+        else (calibration_rows, "all queries (in-sample)")
+    )
+    kern = kernels[n_chosen]
+    idx = [kern.metrics.index(m) for m in reported]
+    two = kern.values(combined.kept[chosen].astype(np.intp))[idx][:, rows]
+    ridx = [retrieval_kernel.metrics.index(m) for m in reported]
+    retrieval = retrieval_kernel.values(retrieval_chosen)[ridx][:, rows]
+    top_k = retrieval_kernel.values(retrieval_baseline)[ridx][:, rows]
+    common = {"split": split, "n_bootstrap": n_bootstrap, "seed": seed, "level": level}
+    vs_retrieval = compare_values(retrieval, two, rows, reported, **common)  # type: ignore[arg-type]
+    vs_top_k = compare_values(top_k, two, rows, reported, **common)  # type: ignore[arg-type]
+
+    z_held, y_held = pairs(rows)
+    raw_held = np.concatenate([raw[r] for r in rows.tolist()]) if rows.size else np.empty(0)
+    p_raw = normalize(raw_held, scores.score_kind).values[0] if raw_held.size else raw_held
+    p_map = pmap.apply_logit(z_held)
+    result = TwoStageCalibration(
+        run=run,
+        scores=scores,
+        probability_map=pmap,
+        points=tuple(points),
+        sweep=combined,
+        kernels=kernels,
+        chosen=chosen,
+        feasible=feasible,
+        vs_retrieval=vs_retrieval,
+        vs_top_k=vs_top_k,
+        reliability_raw=reliability(p_raw, y_held),
+        reliability_mapped=reliability(p_map, y_held),
+        brier_raw=brier_score(p_raw, y_held),
+        brier_mapped=brier_score(p_map, y_held),
+        n_pairs_fit=n_fit,
+        score_kind=arrays.score_kind,
+    )
+    logger.info(
+        "two-stage: chose %s (%s %.4f)",
+        result.describe(),
+        objective,
+        combined.mean(chosen, objective),
+    )
+    return result

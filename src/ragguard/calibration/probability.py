@@ -1,0 +1,248 @@
+r"""Fitting a rerank score's map to p(relevant), and measuring how calibrated it is.
+
+:func:`fit_platt` (logistic regression on the logit-scale score, by maximum likelihood)
+and :func:`fit_isotonic` (pool-adjacent-violators) return a
+:class:`~ragguard.probability.ProbabilityMap` that the config stores and the runtime
+guard applies. :func:`brier_score`, :func:`expected_calibration_error` and
+:func:`reliability` say how well probabilities match observed frequencies.
+
+Platt
+-----
+Maximises :math:`\sum_i t_i \log p_i + (1 - t_i) \log(1 - p_i)` with
+:math:`p_i = \sigma(a z_i + b)` by Newton's method with step halving, on standardised
+:math:`z` (so the Hessian is well conditioned) and with the log-likelihood computed
+through ``logaddexp`` (no overflow). With ``smooth=True`` (the default) the targets are
+Platt's (1999): :math:`t = (N_+ + 1) / (N_+ + 2)` for positives and
+:math:`1 / (N_- + 2)` for negatives, which keeps the fit finite when the scores
+separate the classes perfectly (plain maximum likelihood then diverges); the bias is
+:math:`O(1/N)`. ``smooth=False`` fits the 0/1 labels.
+
+Isotonic
+--------
+Equal scores are pooled first (their mean label, weighted by count), then adjacent
+blocks that violate monotonicity are merged into their weighted mean (PAVA). The map
+keeps the first and last score of every block with the block's value, dropping points
+inside flat runs; between breakpoints it interpolates linearly and beyond the ends it is
+constant, exactly as scikit-learn's ``IsotonicRegression(out_of_bounds="clip")``
+predicts.
+
+Calibration error
+-----------------
+Brier score: :math:`\frac1n \sum (p_i - y_i)^2`. ECE with ``bins`` equal-width bins of
+:math:`[0, 1]` (the last one closed): :math:`\sum_b \frac{n_b}{n} |\bar p_b - \bar y_b|`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ragguard.probability import MapMethod, ProbabilityMap
+
+__all__ = [
+    "Reliability",
+    "brier_score",
+    "expected_calibration_error",
+    "fit_isotonic",
+    "fit_platt",
+    "fit_probability_map",
+    "reliability",
+]
+
+F64 = NDArray[np.float64]
+
+
+def _pairs(z: ArrayLike, y: ArrayLike) -> tuple[F64, F64]:
+    zs = np.asarray(z, dtype=np.float64).reshape(-1)
+    ys = np.asarray(y, dtype=np.float64).reshape(-1)
+    if zs.shape != ys.shape:
+        raise ValueError(f"scores and labels differ in length: {zs.size} and {ys.size}")
+    keep = np.isfinite(zs) & np.isfinite(ys)
+    zs, ys = zs[keep], ys[keep]
+    if ((ys != 0) & (ys != 1)).any():
+        raise ValueError("labels must be 0 or 1")
+    return zs, ys
+
+
+def _need_both(y: F64, what: str) -> None:
+    if y.size == 0 or y.min() == y.max():
+        raise ValueError(
+            f"{what} needs relevant and non-relevant passages among the scored ones; got "
+            f"{int(y.sum())} relevant of {y.size}"
+        )
+
+
+def fit_platt(z: ArrayLike, y: ArrayLike, *, smooth: bool = True) -> ProbabilityMap:
+    """Fit ``p = sigmoid(a * z + b)`` by maximum likelihood (see the module docstring).
+
+    Args:
+        z: scores on the logit scale (non-finite ones are ignored with their labels).
+        y: 1 for relevant, 0 for not.
+        smooth: use Platt's smoothed targets (finite under perfect separation).
+
+    Raises:
+        ValueError: lengths differ, labels are not 0/1, or one class is missing.
+    """
+    zs, ys = _pairs(z, y)
+    _need_both(ys, "Platt scaling")
+    t = ys
+    if smooth:
+        n_pos, n_neg = ys.sum(), ys.size - ys.sum()
+        t = np.where(ys == 1, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
+    mu = float(zs.mean())
+    sd = float(zs.std()) or 1.0
+    u = (zs - mu) / sd
+    design = np.stack([u, np.ones_like(u)], axis=1)
+
+    def nll(w: F64) -> float:
+        f = design @ w
+        # -[t log s(f) + (1 - t) log(1 - s(f))] = logaddexp(0, f) - t f
+        return float(np.sum(np.logaddexp(0.0, f) - t * f))
+
+    w = np.zeros(2)
+    prior = float(np.clip(t.mean(), 1e-12, 1 - 1e-12))
+    w[1] = math.log(prior / (1.0 - prior))
+    current = nll(w)
+    for _ in range(200):
+        f = design @ w
+        p = 0.5 * (1.0 + np.tanh(0.5 * f))
+        grad = design.T @ (p - t)
+        hess = (design * (p * (1.0 - p))[:, None]).T @ design + 1e-12 * np.eye(2)
+        step = np.linalg.solve(hess, grad)
+        scale = 1.0
+        while scale > 1e-10:
+            trial = w - scale * step
+            value = nll(trial)
+            if value <= current:
+                break
+            scale *= 0.5
+        else:
+            break
+        converged = current - value <= 1e-12 * max(1.0, abs(current))
+        w, current = trial, value
+        if converged and float(np.max(np.abs(scale * step))) < 1e-9:
+            break
+    a = w[0] / sd
+    b = w[1] - w[0] * mu / sd
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise ValueError("Platt scaling did not converge (the scores separate the labels)")
+    return ProbabilityMap(method=MapMethod.PLATT, a=float(a), b=float(b))
+
+
+def _pava(values: F64, weights: F64) -> tuple[F64, F64, NDArray[np.intp]]:
+    """Pool adjacent violators: block means, block weights and each block's first index."""
+    means: list[float] = []
+    wsum: list[float] = []
+    starts: list[int] = []
+    for i, (v, w) in enumerate(zip(values.tolist(), weights.tolist(), strict=True)):
+        means.append(v)
+        wsum.append(w)
+        starts.append(i)
+        while len(means) > 1 and means[-2] > means[-1]:
+            w2 = wsum[-2] + wsum[-1]
+            means[-2] = (means[-2] * wsum[-2] + means[-1] * wsum[-1]) / w2
+            wsum[-2] = w2
+            del means[-1], wsum[-1], starts[-1]
+    return np.array(means), np.array(wsum), np.array(starts, dtype=np.intp)
+
+
+def fit_isotonic(z: ArrayLike, y: ArrayLike) -> ProbabilityMap:
+    """Fit a non-decreasing map by pool-adjacent-violators (see the module docstring).
+
+    Raises:
+        ValueError: lengths differ, labels are not 0/1, or one class is missing.
+    """
+    zs, ys = _pairs(z, y)
+    _need_both(ys, "isotonic calibration")
+    order = np.argsort(zs, kind="stable")
+    zs, ys = zs[order], ys[order]
+    ux, first, counts = np.unique(zs, return_index=True, return_counts=True)
+    sums = np.add.reduceat(ys, first)
+    means, _, starts = _pava(sums / counts, counts.astype(np.float64))
+    ends = np.append(starts[1:], ux.size) - 1
+    xs: list[float] = []
+    vs: list[float] = []
+    for s, e, m in zip(starts.tolist(), ends.tolist(), means.tolist(), strict=True):
+        xs.append(float(ux[s]))
+        vs.append(m)
+        if e != s:
+            xs.append(float(ux[e]))
+            vs.append(m)
+    x, v = np.array(xs), np.array(vs)
+    # drop points inside flat runs: equal to both neighbours
+    keep = np.ones(x.size, dtype=np.bool_)
+    if x.size > 2:
+        keep[1:-1] = (v[1:-1] != v[:-2]) | (v[1:-1] != v[2:])
+    v = np.clip(v[keep], 0.0, 1.0)
+    return ProbabilityMap(method=MapMethod.ISOTONIC, x=x[keep].tolist(), y=v.tolist())
+
+
+def fit_probability_map(
+    z: ArrayLike, y: ArrayLike, method: MapMethod | str = MapMethod.PLATT
+) -> ProbabilityMap:
+    """Fit a map of ``method`` (``platt`` or ``isotonic``) to logit-scale scores ``z``
+    and 0/1 labels ``y``."""
+    if MapMethod(method) is MapMethod.PLATT:
+        return fit_platt(z, y)
+    return fit_isotonic(z, y)
+
+
+# --------------------------------------------------------------------------- quality
+
+
+def brier_score(p: ArrayLike, y: ArrayLike) -> float:
+    """Mean squared difference of probabilities and 0/1 labels (NaN pairs skipped)."""
+    ps, ys = _pairs(p, y)
+    return float(np.mean((ps - ys) ** 2)) if ps.size else math.nan
+
+
+@dataclass(frozen=True, eq=False)
+class Reliability:
+    """A reliability diagram's data: per equal-width probability bin, the mean predicted
+    probability, the observed frequency of relevance and the count (NaN where empty).
+
+    Attributes:
+        edges: (bins + 1,) bin edges over [0, 1].
+        predicted: (bins,) mean predicted probability.
+        observed: (bins,) fraction relevant.
+        counts: (bins,) pairs in the bin.
+    """
+
+    edges: F64
+    predicted: F64
+    observed: F64
+    counts: NDArray[np.int64]
+
+    @property
+    def ece(self) -> float:
+        """Expected calibration error: count-weighted mean |predicted - observed|."""
+        n = int(self.counts.sum())
+        if n == 0:
+            return math.nan
+        used = self.counts > 0
+        gap = np.abs(self.predicted[used] - self.observed[used])
+        return float(np.sum(gap * self.counts[used]) / n)
+
+
+def reliability(p: ArrayLike, y: ArrayLike, bins: int = 10) -> Reliability:
+    """Bin probabilities into ``bins`` equal-width bins of [0, 1] (the last closed)."""
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    ps, ys = _pairs(p, y)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    idx = np.clip(np.floor(np.clip(ps, 0.0, 1.0) * bins).astype(np.intp), 0, bins - 1)
+    counts = np.bincount(idx, minlength=bins).astype(np.int64)
+    psum = np.bincount(idx, weights=ps, minlength=bins)
+    ysum = np.bincount(idx, weights=ys, minlength=bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        predicted = np.where(counts > 0, psum / np.maximum(counts, 1), np.nan)
+        observed = np.where(counts > 0, ysum / np.maximum(counts, 1), np.nan)
+    return Reliability(edges, predicted, observed, counts)
+
+
+def expected_calibration_error(p: ArrayLike, y: ArrayLike, bins: int = 10) -> float:
+    """ECE over ``bins`` equal-width bins (see :class:`Reliability`)."""
+    return reliability(p, y, bins).ece

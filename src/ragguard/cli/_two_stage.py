@@ -1,0 +1,178 @@
+"""``ragguard calibrate --rerank``: options, scoring progress and the console summary of
+the two-stage calibration."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ragguard.cli._common import err, out
+from ragguard.cli._data import compact_table
+
+if TYPE_CHECKING:
+    from ragguard.calibration.pipeline import TwoStageCalibration
+
+__all__ = [
+    "CorpusOpt",
+    "MapOpt",
+    "RerankCacheOpt",
+    "RerankKindOpt",
+    "RerankOpt",
+    "RerankRunOpt",
+    "print_two_stage",
+    "rerank_options",
+]
+
+RerankOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rerank",
+        help="Calibrate a second stage too: a sentence-transformers CrossEncoder name or "
+        "local path, or module:callable (a reranker(query, texts) -> scores, imported "
+        "because you named it). Scores are computed once and cached.",
+        show_default=False,
+    ),
+]
+RerankRunOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--rerank-run",
+        help="Precomputed second-stage scores (TREC run format or JSON) instead of --rerank; "
+        "needs --rerank-score-kind.",
+        show_default=False,
+    ),
+]
+RerankKindOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rerank-score-kind",
+        help="What the second-stage scores are: logit or probability (default: what the "
+        "reranker declares).",
+        show_default=False,
+    ),
+]
+CorpusOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--corpus",
+        help="JSONL corpus with passage texts (_id/id, text, title) for --rerank; "
+        "repeatable. A corpus.jsonl beside the labels is read by itself.",
+        show_default=False,
+    ),
+]
+MapOpt = Annotated[
+    str,
+    typer.Option(
+        "--probability-map",
+        help="How rerank scores become calibrated probabilities: platt or isotonic.",
+    ),
+]
+RerankCacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--rerank-cache",
+        help="Folder of the rerank score cache (default $RAGGUARD_CACHE_DIR or "
+        "~/.cache/ragguard/rerank).",
+        show_default=False,
+    ),
+]
+
+
+def rerank_options(
+    rerank: str | None,
+    rerank_run: Path | None,
+    score_kind: str | None,
+    corpus: list[Path] | None,
+    method: str,
+    cache: Path | None,
+    progress: Progress,
+) -> dict[str, Any]:
+    """The keyword arguments of :func:`ragguard.calibration.calibrate` for the options."""
+    if rerank is None and rerank_run is None:
+        return {}
+    if rerank is not None and rerank_run is not None:
+        raise ValueError("give --rerank or --rerank-run, not both")
+    from ragguard.calibration.rerank_scores import load_reranker, read_rerank_run
+    from ragguard.probability import MapMethod
+
+    options: dict[str, Any] = {"probability_map": MapMethod(method)}
+    if rerank_run is not None:
+        options["rerank_scores"] = read_rerank_run(rerank_run, score_kind)
+        return options
+    assert rerank is not None
+    task = progress.add_task(f"reranking with {rerank}", total=None)
+
+    def on_query(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    options.update(
+        reranker=load_reranker(rerank, score_kind=score_kind),
+        rerank_score_kind=score_kind,
+        corpus=list(corpus or ()),
+        cache_dir=cache if cache is not None else True,
+        on_rerank_query=on_query,
+    )
+    return options
+
+
+def scoring_progress() -> Progress:
+    """The progress bar of rerank scoring (stderr)."""
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
+
+
+def _f(x: float, digits: int = 3) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def print_two_stage(two: TwoStageCalibration, objective: str) -> None:
+    """Retrieval-only best, two-stage best and plain top-k on held-out queries."""
+    s = two.scores
+    out.print()
+    out.print(
+        f"[bold]Two stages:[/] {escape(two.describe())} on run {escape(two.run)} with "
+        f"reranker {escape(s.name)} ({s.n_computed} pairs scored, {s.n_cached} from the cache)",
+        highlight=False,
+    )
+    out.print(f"probability map: {escape(two.probability_map.describe())}", highlight=False)
+    a, b = two.vs_retrieval, two.vs_top_k
+    pct = round(a.level * 100)
+    table = compact_table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
+    for col in ("metric", "top-k", "retrieval", "two-stage", "vs retrieval", "vs top-k"):
+        table.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
+    for m in a.metrics:
+        d1, d2 = a.difference[m], b.difference[m]
+        table.add_row(
+            m,
+            _f(b.baseline[m].mean),
+            _f(a.baseline[m].mean),
+            _f(a.guarded[m].mean),
+            f"{d1.mean:+.2f} [{d1.low:+.2f},{d1.high:+.2f}]" if not math.isnan(d1.low) else "",
+            f"{d2.mean:+.2f}",
+        )
+    out.print(table)
+    if "distractor_rate" in a.metrics:
+        out.print(
+            f"distractor rate: {_f(a.baseline['distractor_rate'].mean)} retrieval-only, "
+            f"{_f(a.guarded['distractor_rate'].mean)} with the reranker",
+            highlight=False,
+        )
+    out.print(
+        f"calibration of rerank probabilities ({a.split}): Brier {_f(two.brier_raw)} -> "
+        f"{_f(two.brier_mapped)}, ECE {_f(two.reliability_raw.ece)} -> "
+        f"{_f(two.reliability_mapped.ece)}",
+        highlight=False,
+    )
+    verdict = a.verdict(objective) if objective in a.metrics else ""
+    if verdict:
+        out.print(f"two-stage vs retrieval-only on {objective}: {verdict}", highlight=False)

@@ -1,0 +1,158 @@
+r"""Calibrated probabilities for the rerank stage: a fitted map from score to p(relevant).
+
+A reranker's own probability (``sigmoid(logit)`` of a cross-encoder, the number a
+hosted rerank API returns) is a *ranking* score: 0.9 seldom means "relevant 9 times in
+10". ``ragguard calibrate --rerank`` fits a :class:`ProbabilityMap` on labelled queries
+(:mod:`ragguard.calibration.probability`) and writes it under ``[rerank.probability_map]``;
+the guard applies the same map to every rerank score before any rule runs, so
+``rerank.min_score`` and the expected-utility rule read *calibrated* probabilities.
+
+The map's input is the reranker's score on the **logit scale** :math:`z`: the raw output
+of a reranker that returns logits, :math:`\log(p / (1 - p))` of one that returns
+probabilities (``p`` clipped to :math:`[10^{-12}, 1 - 10^{-12}]`).
+
+* ``platt``: :math:`p = \sigma(a z + b)` (Platt scaling, logistic regression on :math:`z`);
+* ``isotonic``: a non-decreasing piecewise-linear function through the breakpoints
+  :math:`(x_i, y_i)`, constant beyond the first and last (as scikit-learn's
+  ``IsotonicRegression(out_of_bounds="clip")`` predicts).
+
+In TOML::
+
+    [rerank.probability_map]
+    method = "platt"
+    a = 0.83
+    b = -1.9
+
+Without a map the stage maps logits through a sigmoid and clips probabilities to [0, 1]
+(:func:`ragguard.scores.normalize`), as before.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ragguard.scores import Normalized, ScoreKind, normalize
+
+__all__ = ["MapMethod", "ProbabilityMap", "rerank_probabilities", "to_logit"]
+
+_EPS = 1e-12
+
+
+class MapMethod(StrEnum):
+    """How a :class:`ProbabilityMap` turns a score into a probability."""
+
+    PLATT = "platt"
+    """Logistic regression on the logit-scale score: ``sigmoid(a * z + b)``."""
+    ISOTONIC = "isotonic"
+    """Non-decreasing, piecewise linear through the breakpoints ``(x, y)``."""
+
+
+def _sigmoid(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    out: NDArray[np.float64] = 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
+    return out
+
+
+def to_logit(raw: ArrayLike, kind: ScoreKind | str) -> NDArray[np.float64]:
+    """Scores on the logit scale: logits as they are, probabilities through
+    ``log(p / (1 - p))`` (clipped away from 0 and 1). Non-finite inputs stay NaN/inf."""
+    x = np.asarray(raw, dtype=np.float64)
+    if ScoreKind(kind) is ScoreKind.LOGIT:
+        return x
+    if ScoreKind(kind) is not ScoreKind.PROBABILITY:
+        raise ValueError(f"a rerank score is a logit or a probability, not {kind!r}")
+    p = np.clip(x, _EPS, 1.0 - _EPS)
+    out: NDArray[np.float64] = np.log(p) - np.log1p(-p)
+    return out
+
+
+class ProbabilityMap(BaseModel):
+    """A fitted map from a rerank score to a calibrated p(relevant) (see the module
+    docstring). Build one with :func:`ragguard.calibration.fit_probability_map`.
+
+    Example:
+        >>> m = ProbabilityMap(method="platt", a=2.0, b=-1.0)
+        >>> [round(v, 4) for v in m.apply([0.0, 0.5], "logit").tolist()]
+        [0.2689, 0.5]
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: MapMethod = Field(description="platt or isotonic.")
+    a: float | None = Field(
+        default=None, allow_inf_nan=False, description="Platt slope (method = platt)."
+    )
+    b: float | None = Field(
+        default=None, allow_inf_nan=False, description="Platt intercept (method = platt)."
+    )
+    x: list[float] | None = Field(
+        default=None, description="Isotonic breakpoints on the logit scale, increasing."
+    )
+    y: list[float] | None = Field(
+        default=None, description="Isotonic probabilities at the breakpoints, non-decreasing."
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> ProbabilityMap:
+        if self.method is MapMethod.PLATT:
+            if self.a is None or self.b is None or self.x is not None or self.y is not None:
+                raise ValueError("a platt map has a and b (and no x, y)")
+            return self
+        if self.x is None or self.y is None or self.a is not None or self.b is not None:
+            raise ValueError("an isotonic map has x and y (and no a, b)")
+        x, y = np.asarray(self.x, dtype=np.float64), np.asarray(self.y, dtype=np.float64)
+        if x.size == 0 or x.shape != y.shape:
+            raise ValueError("an isotonic map needs as many x as y breakpoints, at least one")
+        if not (np.isfinite(x).all() and np.isfinite(y).all()):
+            raise ValueError("isotonic breakpoints must be finite numbers")
+        if (np.diff(x) <= 0).any():
+            raise ValueError("isotonic x breakpoints must be strictly increasing")
+        if (np.diff(y) < 0).any() or y[0] < 0 or y[-1] > 1:
+            raise ValueError("isotonic y values must be non-decreasing probabilities in [0, 1]")
+        return self
+
+    def apply_logit(self, z: ArrayLike) -> NDArray[np.float64]:
+        """Map logit-scale scores to probabilities (NaN stays NaN; +-inf go to the ends)."""
+        v = np.asarray(z, dtype=np.float64)
+        if self.method is MapMethod.PLATT:
+            assert self.a is not None and self.b is not None
+            with np.errstate(invalid="ignore"):
+                return _sigmoid(self.a * v + self.b)
+        assert self.x is not None and self.y is not None
+        out: NDArray[np.float64] = np.interp(v, self.x, self.y)
+        out[np.isnan(v)] = np.nan
+        return out
+
+    def apply(self, raw: ArrayLike, kind: ScoreKind | str) -> NDArray[np.float64]:
+        """Map raw rerank scores of ``kind`` (logit or probability) to probabilities."""
+        return self.apply_logit(to_logit(raw, kind))
+
+    def describe(self) -> str:
+        """One line for reports: ``platt: p = sigmoid(0.83 z - 1.9)``."""
+        if self.method is MapMethod.PLATT:
+            b = self.b or 0.0
+            return f"platt: p = sigmoid({self.a:.4g} z {'-' if b < 0 else '+'} {abs(b):.4g})"
+        return f"isotonic: {len(self.x or ())} breakpoints"
+
+
+def rerank_probabilities(
+    raw: ArrayLike, kind: ScoreKind | str, probability_map: ProbabilityMap | None
+) -> Normalized:
+    """The probabilities the rerank stage's rules run on, at runtime and in calibration.
+
+    Without a map: :func:`ragguard.scores.normalize` (sigmoid for logits, clip for
+    probabilities), with its issues. With a map: the map's probabilities; the issues
+    ``normalize`` finds in the raw scores are still reported. Invalid (missing, NaN,
+    infinite) raw scores stay invalid either way.
+    """
+    norm = normalize(raw, kind)
+    if probability_map is None:
+        return norm
+    x = np.asarray(raw, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[None, :]
+    mapped = probability_map.apply(np.where(norm.valid, x, 0.0), kind)
+    return Normalized(np.where(norm.valid, mapped, np.nan), norm.valid, norm.issues)

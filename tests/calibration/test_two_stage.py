@@ -1,0 +1,250 @@
+"""Two-stage calibration: rerank scores cached on disk, the probability map, one sweep
+over top_n x rerank cut x max_k, and a config with which the runtime guard does exactly
+what calibration measured."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
+from ragguard.calibration import EvalSet, calibrate
+from ragguard.calibration.pipeline import RerankGrid
+from ragguard.calibration.rerank_scores import load_reranker, read_rerank_run
+from ragguard.errors import EvalSetError
+from ragguard.policy import CutRule
+
+N_QUERIES, N_CANDS = 40, 8
+
+
+def _noise(text: str) -> float:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF - 0.5
+
+
+def oracle(query: str, texts: Sequence[str]) -> list[float]:
+    """A reranker that reads the passage: +3 for an answer, -2 otherwise, plus a fixed
+    per-text noise in [-2, 2] (so the map and the cuts have something to calibrate)."""
+    return [(3.0 if "answer" in t else -2.0) + 4.0 * _noise(t) for t in texts]
+
+
+oracle.score_kind = "logit"  # type: ignore[attr-defined]
+
+
+class Counting:
+    """``oracle`` behind a call counter."""
+
+    score_kind = "logit"
+
+    def __init__(self) -> None:
+        self.pairs = 0
+
+    def __call__(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.pairs += len(texts)
+        return oracle(query, texts)
+
+
+def make_data() -> tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]]:
+    """Retrieval ranks look-alike distractors as high as answers; the reranker can tell."""
+    rng = np.random.default_rng(5)
+    qrels: dict[str, dict[str, int]] = {}
+    run: dict[str, dict[str, float]] = {}
+    texts: dict[str, str] = {}
+    queries: dict[str, str] = {}
+    for q in range(N_QUERIES):
+        qid = f"q{q:02d}"
+        queries[qid] = f"question {q}"
+        n_rel = int(rng.integers(1, 3))
+        cands: dict[str, float] = {}
+        for c in range(N_CANDS):
+            doc = f"{qid}-d{c}"
+            relevant = c < n_rel
+            texts[doc] = f"passage {doc} " + ("with the answer" if relevant else "look alike")
+            cands[doc] = round(float(rng.uniform(0.5, 0.9)), 3)
+        qrels[qid] = {f"{qid}-d{c}": 1 for c in range(n_rel)}
+        run[qid] = dict(sorted(cands.items(), key=lambda kv: -kv[1]))
+    es = EvalSet.from_dicts(qrels, {"dense": run}, queries=queries)
+    return es, texts, run
+
+
+GRID = RerankGrid(top_n=(4, 8))
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]]:
+    return make_data()
+
+
+def run_calibration(es: EvalSet, texts: dict[str, str], cache: Path, **kw: object) -> object:
+    options: dict[str, object] = {
+        "reranker": oracle,
+        "passages": texts,
+        "cache_dir": cache,
+        "max_k": 5,
+        "n_bootstrap": 50,
+        "rerank_grid": GRID,
+        "min_recall": None,
+    }
+    options.update(kw)
+    return calibrate(es, **options)  # type: ignore[arg-type]
+
+
+def test_config_enables_the_stage_and_the_guard_reproduces_calibration(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    es, texts, run = data
+    result = run_calibration(es, texts, tmp_path / "cache")
+    two = result.rerank  # type: ignore[attr-defined]
+    assert two is not None
+    path = result.save_config(tmp_path / "guard.toml")  # type: ignore[attr-defined]
+    config = GuardConfig.from_file(path)
+    assert config.rerank.enabled and config.rerank.top_n == two.top_n
+    assert config.rerank.probability_map == two.probability_map
+    assert config.rerank.external is not None and config.rerank.external.endswith(":oracle")
+    assert config.provenance["rerank"]["cache_key"] == two.scores.cache_key
+    # a callable is recorded, never imported: the guard asks for it
+    with pytest.raises(ConfigError, match="reranker="):
+        ContextGuard(config)
+    guard = ContextGuard(config, reranker=oracle)
+    kernel = two.kernels[two.top_n]
+    for row, qid in enumerate(kernel.arrays.qids):
+        cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
+        sel = guard.select(es.queries[qid].text or "", cands)
+        expected = kernel.arrays.doc_ids(row)[: int(two.chosen_kept[row])]
+        assert [c.id for c in sel.kept] == expected
+
+
+def test_brute_force_select_over_the_grid_equals_the_sweep(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    es, texts, run = data
+    result = run_calibration(es, texts, tmp_path / "cache", profile="medical")
+    two = result.rerank  # type: ignore[attr-defined]
+    rows = list(enumerate(two.kernels[4].arrays.qids))
+    for i, (top_n, p) in enumerate(two.points):
+        if i % 3:  # every third point keeps the test quick; the grid's rules all occur
+            continue
+        settings = {
+            "profile": "medical",
+            "score_kind": "similarity",
+            "max_k": p.max_k,
+            "min_k": p.min_k,
+            "relative_threshold": p.relative_threshold,
+            "cut": p.cut,
+            "gap_buffer": p.gap_buffer,
+            "autocut_jumps": p.autocut_jumps,
+            "rerank": {
+                "enabled": True,
+                "top_n": top_n,
+                "score_kind": "logit",
+                "relative_threshold": p.relative_threshold,
+                "min_score": p.min_score,
+                "expected_utility": p.expected_utility is not None,
+                "probability_map": two.probability_map,
+            },
+        }
+        guard = ContextGuard(GuardConfig(**settings), reranker=oracle)
+        kept = [
+            len(
+                guard.select(
+                    es.queries[q].text or "", [Candidate(d, texts[d], s) for d, s in run[q].items()]
+                ).kept
+            )
+            for _, q in rows
+        ]
+        assert kept == two.sweep.kept[i].tolist(), (top_n, p)
+    rules = {p.cut for _, p in two.points} | {p.expected_utility is not None for _, p in two.points}
+    assert {CutRule.GAP, CutRule.AUTOCUT, True} <= rules
+
+
+def test_second_run_is_served_by_the_disk_cache(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    es, texts, _ = data
+    counting = Counting()
+    first = run_calibration(es, texts, tmp_path / "cache", reranker=counting)
+    assert counting.pairs == N_QUERIES * N_CANDS
+    assert first.rerank.scores.n_computed == N_QUERIES * N_CANDS  # type: ignore[attr-defined]
+    second = run_calibration(
+        es, texts, tmp_path / "cache", reranker=counting, objective="utility", max_k=3
+    )
+    assert counting.pairs == N_QUERIES * N_CANDS  # no scoring at all
+    assert second.rerank.scores.n_computed == 0  # type: ignore[attr-defined]
+    assert second.rerank.scores.n_cached == N_QUERIES * N_CANDS  # type: ignore[attr-defined]
+    # without a cache every pair is scored again
+    run_calibration(es, texts, tmp_path / "cache", reranker=counting, cache_dir=None)
+    assert counting.pairs == 2 * N_QUERIES * N_CANDS
+
+
+def test_reranker_sees_through_look_alikes_on_held_out_queries(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    es, texts, _ = data
+    two = run_calibration(es, texts, tmp_path / "cache").rerank  # type: ignore[attr-defined]
+    c = two.vs_retrieval
+    assert c.split == "held-out" and c.n_queries == 12
+    assert c.guarded["distractor_rate"].mean < c.baseline["distractor_rate"].mean
+    assert c.guarded["udcg"].mean > c.baseline["udcg"].mean
+    # the map is fitted on the calibration queries and improves the Brier score held out
+    assert two.brier_mapped < two.brier_raw
+    assert two.reliability_mapped.ece < two.reliability_raw.ece
+
+
+def test_precomputed_rerank_run_gives_the_same_choice(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    es, texts, run = data
+    lines = []
+    for qid, cands in run.items():
+        docs = list(cands)
+        for rank, (doc, score) in enumerate(
+            zip(docs, oracle("", [texts[d] for d in docs]), strict=True)
+        ):
+            lines.append(f"{qid} Q0 {doc} {rank + 1} {score!r} judge")
+    path = tmp_path / "judge.trec"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(EvalSetError, match="--rerank-score-kind"):
+        read_rerank_run(path, None)
+    scores = read_rerank_run(path, "logit")
+    by_file = run_calibration(es, texts, tmp_path / "c", reranker=None, rerank_scores=scores)
+    by_call = run_calibration(es, texts, tmp_path / "c")
+    a, b = by_file.rerank, by_call.rerank  # type: ignore[attr-defined]
+    assert (a.top_n, a.params) == (b.top_n, b.params)
+    assert a.probability_map == b.probability_map
+    assert by_file.config().rerank.external == f"run:{path}"  # type: ignore[attr-defined]
+
+
+def test_missing_passage_texts_are_named(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    es, _, _ = data
+    with pytest.raises(EvalSetError, match=r"needs texts, but 320 are missing.*--corpus"):
+        run_calibration(es, {}, tmp_path / "cache")
+
+
+def test_isotonic_map_is_stored_and_applied(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    es, texts, _ = data
+    result = run_calibration(es, texts, tmp_path / "cache", probability_map="isotonic")
+    pmap = result.config().rerank.probability_map  # type: ignore[attr-defined]
+    assert pmap is not None and pmap.method == "isotonic"
+    assert all(b >= a for a, b in zip(pmap.y, pmap.y[1:], strict=False))
+
+
+def test_load_reranker_names_a_callable_or_a_model() -> None:
+    r = load_reranker("tests.calibration.test_two_stage:oracle")
+    assert r is oracle
+    from ragguard.rerank import CrossEncoderReranker
+
+    ce = load_reranker("cross-encoder/ms-marco-MiniLM-L6-v2")
+    assert isinstance(ce, CrossEncoderReranker) and not ce.loaded
+    from ragguard.errors import RerankModelError
+
+    with pytest.raises(RerankModelError, match="no attribute"):
+        load_reranker("tests.calibration.test_two_stage:nothing_here")
+    assert math.isfinite(oracle("q", ["x"])[0])
