@@ -38,7 +38,8 @@ from ragguard.errors import (
     ScoreWarning,
 )
 from ragguard.guard import ContextGuard
-from ragguard.policy import CutRule, Reason
+from ragguard.policy import CutRule, Reason, UtilityCut
+from ragguard.probability import ProbabilityMap
 from ragguard.profiles import BUILTIN_PROFILES, Profile
 from ragguard.rerank import CrossEncoderReranker, Reranker, RerankOutcome
 from ragguard.scores import ScoreKind
@@ -64,6 +65,7 @@ __all__ = [
     "InvalidScoreError",
     "InvalidScorePolicy",
     "MissingDependencyError",
+    "ProbabilityMap",
     "Profile",
     "RagguardError",
     "RagguardWarning",
@@ -79,5 +81,6 @@ __all__ = [
     "ScoreKind",
     "ScoreWarning",
     "Selection",
+    "UtilityCut",
     "__version__",
 ]
