@@ -25,6 +25,7 @@ from ragguard.calibration import (
 )
 from ragguard.cli import app
 from ragguard.errors import ConfigError, EvalSetError, RetrieverError
+from tests.faults import replace_fails
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "examples" / "notes"
@@ -319,14 +320,7 @@ def test_a_failed_report_write_leaves_no_config_and_no_temporary_file(
     """The disk fills up while the report is written: one line, exit 1, the config
     from an earlier run untouched, nothing temporary left."""
     (tmp_path / "ragguard.toml").write_text("# an earlier config\n")
-    real_replace = os.replace
-
-    def full_disk(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        if Path(dst).name == "report.html":
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", full_disk)
+    replace_fails(monkeypatch, lambda dst: dst.name == "report.html", errno.ENOSPC)
     line = error_line(invoke("calibrate", NOTES))
     assert line == f"error: ragguard-report/report.html: {os.strerror(errno.ENOSPC)}"
     assert (tmp_path / "ragguard.toml").read_text() == "# an earlier config\n"
@@ -338,14 +332,8 @@ def test_a_failed_config_write_leaves_the_old_config_and_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "ragguard.toml").write_text("# an earlier config\n")
-    real_replace = os.replace
-
-    def denied(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        if Path(dst).resolve() == tmp_path / "ragguard.toml":
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dst))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", denied)
+    config = tmp_path / "ragguard.toml"
+    replace_fails(monkeypatch, lambda dst: dst.resolve() == config, errno.EACCES)
     line = error_line(invoke("calibrate", NOTES, "--no-report"))
     assert line == f"error: ragguard.toml: {os.strerror(errno.EACCES)}"
     assert (tmp_path / "ragguard.toml").read_text() == "# an earlier config\n"

@@ -18,6 +18,7 @@ import pytest
 from ragguard.calibration import CalibrationResult, SweepGrid, calibrate, load_inputs
 from ragguard.calibration.report import PLOT_NOTE, build_report, format_number, write_report
 from ragguard.errors import ConfigError
+from tests.faults import replace_fails
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "examples" / "notes"
@@ -146,14 +147,7 @@ def test_a_failed_write_keeps_the_old_report_and_leaves_nothing_temporary(
     folder = tmp_path / "report"
     folder.mkdir()
     (folder / "report.html").write_text("the previous report")
-    real_replace = os.replace
-
-    def fail_on_html(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        if Path(dst).name == "report.html":
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
-        real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", fail_on_html)
+    replace_fails(monkeypatch, lambda dst: dst.name == "report.html", errno.ENOSPC)
     with pytest.raises(OSError, match=os.strerror(errno.ENOSPC)):
         write_report(result, folder, plots=False)
     assert (folder / "report.html").read_text() == "the previous report"
