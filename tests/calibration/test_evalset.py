@@ -440,3 +440,99 @@ def test_plain_dicts_with_wrong_types_are_named() -> None:
         EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": "high"}}})  # type: ignore[dict-item]
     es = EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": None, "b": 0.5}}})  # type: ignore[dict-item]
     assert es.arrays().doc_ids(0) == ["b", "a"]
+
+
+# --- files as users write them --------------------------------------------------------
+
+BOM = "\ufeff"  # what "UTF-8 with BOM" editors write first; encoded: EF BB BF
+
+
+def test_a_byte_order_mark_is_skipped_in_every_format(tmp_path: Path) -> None:
+    qrels, run = "q01 0 a 2\nq01 0 b 0\nq02 0 c 1\n", "q01 Q0 b 1 2.0 t\nq01 Q0 a 2 1.0 t\n"
+    plain = load_evalset(write(tmp_path, "p/qrels", qrels), runs=write(tmp_path, "p/r", run))
+    es = load_evalset(
+        write(tmp_path, "bom/qrels", BOM + qrels), runs=write(tmp_path, "bom/r", BOM + run)
+    )
+    assert (tmp_path / "bom" / "qrels").read_bytes()[:3] == b"\xef\xbb\xbf"
+    assert es.qids == plain.qids == ("q01", "q02")
+    assert es.run_dict() == plain.run_dict()
+    assert [p.message for p in es.report.problems] == [p.message for p in plain.report.problems]
+    assert evaluate(es, metrics=["ndcg@2"]) == evaluate(plain, metrics=["ndcg@2"])
+
+    json_run = write(tmp_path, "bom/r.json", BOM + '{"q01": {"a": 1.0}}')
+    assert load_evalset(tmp_path / "bom" / "qrels", runs=json_run).run_dict() == {"q01": {"a": 1.0}}
+    lines = BOM + json.dumps({"query_id": "q1", "relevant": ["a"]}) + "\n"
+    assert load_evalset(write(tmp_path, "e.jsonl", lines)).qids == ("q1",)
+    root = beir(tmp_path, BOM + "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    write(root, "queries.jsonl", BOM + '{"_id": "q1", "text": "first?"}\n')
+    beir_es = load_evalset(root)
+    assert beir_es.qids == ("q1",) and beir_es.queries["q1"].text == "first?"
+    assert not beir_es.report
+    udcg = [{"example_id": "x", "passages": [{"doc_id": "d", "is_relevant": True}]}]
+    assert load_evalset(write(tmp_path, "u.json", BOM + json.dumps(udcg))).qids == ("x",)
+
+
+@pytest.mark.parametrize("grade", [6, 1000000])
+def test_qrels_grades_above_the_scale_are_errors(tmp_path: Path, grade: int) -> None:
+    err = fails(
+        write(tmp_path, "qrels", f"q1 0 a 1\nq1 0 b {grade}\n"),
+        rf"qrels:2, field 'grade': must be an integer up to 5 .*got {grade}",
+        format="trec",
+    )
+    assert err.line == 2
+    root = beir(tmp_path, f"query-id\tcorpus-id\tscore\nq1\td1\t{grade}\n")
+    fails(root, rf"test\.tsv:2, field 'score': must be an integer up to 5 .*got {grade}")
+
+
+def test_qrels_grades_share_the_jsonl_scale(tmp_path: Path) -> None:
+    """TREC grades 0-5 mean what JSONL's do; a negative grade (TREC's -2 for spam) is
+    judged not relevant, like 0."""
+    qrels = write(tmp_path, "qrels", "q1 0 a 5\nq1 0 b 0\nq1 0 c -2\n")
+    line = {"query_id": "q1", "relevant": {"a": 5}, "not_relevant": ["b", "c"]}
+    run = "q1 Q0 c 1 3.0 t\nq1 Q0 b 2 2.0 t\nq1 Q0 a 3 1.0 t\n"
+    trec = load_evalset(qrels, runs=write(tmp_path, "run", run))
+    same = load_evalset(jsonl(tmp_path, line), runs=tmp_path / "run")
+    assert trec.labels["q1"].grades == {"a": 5, "b": 0, "c": -2}
+    metrics = ["ndcg@3", "mrr", "udcg@3", "distractor_rate@3", "recall@2"]
+    assert evaluate(trec, "run", metrics=metrics) == evaluate(same, "run", metrics=metrics)
+
+
+def test_a_truncated_jsonl_line_reports_its_real_line_and_column(tmp_path: Path) -> None:
+    cut = '{"query_id": "q2", "relevant": ['
+    err = fails(
+        jsonl(tmp_path, {"query_id": "q1", "relevant": ["a"]}, cut),
+        rf"eval\.jsonl:2: malformed JSON: Expecting value \(column {len(cut) + 1}, the end",
+    )
+    assert err.line == 2
+    bad = '{"query_id": "q3",, "relevant": ["a"]}'
+    fails(
+        jsonl(tmp_path, {"query_id": "q1"}, bad, name="mid.jsonl"),
+        rf"mid\.jsonl:2: malformed JSON: .* \(column {bad.index(',,') + 2}\)$",
+    )
+    last = ' "q2": {"b":'
+    run = write(tmp_path, "run.json", '{"q1": {"a": 1},\n' + last + "\n")
+    fails(
+        write(tmp_path, "qrels", "q1 0 a 1\n"),
+        rf"run\.json:2: malformed JSON: Expecting value \(column {len(last) + 1}, the end of",
+        runs=run,
+    )
+
+
+def test_bad_arguments_are_eval_set_errors(tmp_path: Path) -> None:
+    qrels = write(tmp_path, "qrels", "q1 0 a 1\n")
+    run = write(tmp_path, "r.trec", "q1 Q0 a 1 0.5 t\n")
+    with pytest.raises(EvalSetError, match="format must be one of"):
+        load_evalset(qrels, format="csv")
+    with pytest.raises(EvalSetError, match="split= applies to BEIR folders only"):
+        load_evalset(qrels, split="dev")
+    with pytest.raises(
+        EvalSetError, match=r"run 'r': score_kind must be one of similarity, distance, .*'cosine'"
+    ):
+        load_evalset(qrels, runs=run, score_kind="cosine")
+    with pytest.raises(EvalSetError, match="score_kind must be one of"):
+        EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": 0.5}}}, score_kind="cosine")
+    es = EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": 0.5}}, "s": {"q": {"a": 1.0}}})
+    with pytest.raises(EvalSetError, match="no run named 'zz'"):
+        es.arrays("zz")
+    with pytest.raises(EvalSetError, match="several runs; pick one of: r, s"):
+        es.arrays()

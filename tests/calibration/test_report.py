@@ -4,6 +4,9 @@ matplotlib everything but the plots."""
 from __future__ import annotations
 
 import base64
+import errno
+import math
+import os
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -12,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ragguard.calibration import CalibrationResult, calibrate, load_inputs
-from ragguard.calibration.report import PLOT_NOTE, build_report, write_report
+from ragguard.calibration import CalibrationResult, SweepGrid, calibrate, load_inputs
+from ragguard.calibration.report import PLOT_NOTE, build_report, format_number, write_report
+from ragguard.errors import ConfigError
+from tests.faults import replace_fails
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "examples" / "notes"
@@ -108,3 +113,44 @@ def test_without_matplotlib_the_report_has_tables_and_a_note(
     root = check_html(page)
     assert root.findall(".//img") == []
     assert "ragguard[report]" in page and "<table>" in page
+
+
+def verdict_row(md: str, metric: str) -> list[str]:
+    line = next(x for x in md.splitlines() if x.startswith(f"| {metric} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_the_passages_verdict_says_same_when_nothing_changes(result: CalibrationResult) -> None:
+    """Only one setting to choose from: the guarded setting is the baseline, so the
+    passages kept differ by exactly 0."""
+    only_top3 = SweepGrid(max_k=(3,), thresholds=(0.0,), cut_rules=())
+    same = calibrate(load_inputs(NOTES), grid=only_top3, n_bootstrap=50)
+    c = same.recommended.comparison
+    assert c.difference["passages"].mean == 0.0
+    assert verdict_row(build_report(same, plots=False).markdown(), "passages")[-1] == "same"
+    # and where the guard keeps fewer, it says so
+    fewer = verdict_row(build_report(result, plots=False).markdown(), "passages")
+    assert result.recommended.comparison.difference["passages"].mean < 0
+    assert fewer[-1] == "fewer"
+
+
+def test_numbers_print_alike_everywhere() -> None:
+    assert format_number(0.12345) == "0.123" and format_number(2.0, 2) == "2.00"
+    assert format_number(0.5, signed=True) == "+0.500"
+    assert format_number(-0.5, 1, signed=True) == "-0.5"
+    assert format_number(math.nan) == format_number(math.nan, signed=True) == "n/a"
+
+
+def test_a_failed_write_keeps_the_old_report_and_leaves_nothing_temporary(
+    result: CalibrationResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / "report.html").write_text("the previous report")
+    replace_fails(monkeypatch, lambda dst: dst.name == "report.html", errno.ENOSPC)
+    with pytest.raises(OSError, match=os.strerror(errno.ENOSPC)):
+        write_report(result, folder, plots=False)
+    assert (folder / "report.html").read_text() == "the previous report"
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []
+    with pytest.raises(ConfigError, match="is a file"):
+        write_report(result, folder / "report.html")

@@ -120,6 +120,11 @@ class Reporter:
         self.report.problems.append(Problem(kind, message, path, line, field))
 
     def log(self, what: str) -> None:
-        """Log the summary at WARNING when there were problems."""
+        """Log the summary at WARNING, once, when there were problems."""
         if self.report:
-            logger.warning("problems while loading %s:\n%s", what, self.report.summary())
+            logger.warning(
+                "%d problems while loading %s (counted, not fatal):\n%s",
+                len(self.report.problems),
+                what,
+                self.report.summary(),
+            )

@@ -37,12 +37,14 @@ class ReadResult:
 
 
 def _open(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (gzipped when its name ends in ``.gz``); a byte
+    order mark at its start, as some editors write, is skipped."""
     try:
         if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
+            with gzip.open(path, "rt", encoding="utf-8-sig") as fh:
                 yield from fh
         else:
-            with path.open(encoding="utf-8") as fh:
+            with path.open(encoding="utf-8-sig") as fh:
                 yield from fh
     except UnicodeDecodeError as exc:
         raise EvalSetError(f"not UTF-8 text ({exc.reason})", path=str(path)) from None
@@ -120,13 +122,29 @@ JSONL_FIELDS = frozenset(
 )
 CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
 MIN_GRADE, MAX_GRADE = 1, 5
+"""Grades of relevant documents; 0 is judged not relevant. TREC and BEIR qrels use the
+same scale (0 to MAX_GRADE), except that negative grades are read as judged not
+relevant."""
 
 
 def _json_line(text: str, at: _Where) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        at.fail(f"malformed JSON: {exc.msg} (column {exc.colno})")
+        at.fail(f"malformed JSON: {exc.msg} ({_json_where(exc, 'line')[1]})")
+
+
+def _json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
+    """The line (1-based, within the text decoded) of a JSON error and ``column N``,
+    with ``the end of the <what>`` when the text ends there (it was cut short): such an
+    error points just past the last character, not past the final newline."""
+    text = exc.doc
+    end = len(text.rstrip())
+    pos = min(exc.pos, end)
+    line = text.count("\n", 0, pos) + 1
+    line_start = text.rfind("\n", 0, pos) + 1
+    column = f"column {pos - line_start + 1}"
+    return line, f"{column}, the end of the {what}" if pos >= end else column
 
 
 def _candidate_list(
@@ -318,7 +336,7 @@ def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
     grades: dict[str, dict[str, int]] = {}
     for at, parts in _columns(path, 4, "query_id iteration doc_id grade", "qrels"):
         qid, _, doc, grade_text = parts
-        grade = _int(grade_text, at, "grade")
+        grade = _grade(grade_text, at, "grade")
         _add_label(grades, res, qid, doc, grade, at, rep)
     for qid, g in grades.items():
         res.queries[qid] = Query(qid)
@@ -326,11 +344,20 @@ def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
     return res
 
 
-def _int(text: str, at: _Where, fld: str) -> int:
+def _grade(text: str, at: _Where, fld: str) -> int:
+    """A qrels grade: an integer up to MAX_GRADE (negative ones are judged not
+    relevant)."""
     try:
-        return int(text)
+        grade = int(text)
     except ValueError:
         at.fail(f"must be an integer, got {text!r}", fld)
+    if grade > MAX_GRADE:
+        at.fail(
+            f"must be an integer up to {MAX_GRADE} (1-{MAX_GRADE} relevant, 0 not "
+            f"relevant), got {grade}",
+            fld,
+        )
+    return grade
 
 
 def _add_label(
@@ -426,8 +453,9 @@ def _read_json_run(
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
+        line, column = _json_where(exc, "file")
         raise EvalSetError(
-            f"malformed JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno
+            f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line
         ) from None
     if not isinstance(data, dict):
         at.fail("a JSON run is an object {query_id: {doc_id: score}}")
@@ -503,7 +531,7 @@ def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
         if len(parts) != 3:
             at.fail(f"a BEIR qrels line has 3 columns (query-id corpus-id score), got {len(parts)}")
         qid, doc, grade_text = (p.strip() for p in parts)
-        grade = _int(grade_text, at, "score")
+        grade = _grade(grade_text, at, "score")
         if res.corpus is not None and doc not in res.corpus:
             rep(
                 ProblemKind.UNKNOWN_DOCUMENT,
@@ -561,8 +589,9 @@ def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             item, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
+            line, column = _json_where(exc, "file")
             raise EvalSetError(
-                f"malformed JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno
+                f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line
             ) from None
         yield line_of(pos), item
         pos = end

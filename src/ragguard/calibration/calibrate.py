@@ -36,7 +36,10 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,7 +68,7 @@ from ragguard.calibration.sweep import (
 )
 from ragguard.calibration.utility import UtilityRules, as_profile
 from ragguard.config import GuardConfig
-from ragguard.errors import EvalSetError
+from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams
 from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
 from ragguard.scores import ScoreKind
@@ -116,11 +119,11 @@ def split_queries(n: int, holdout: float, seed: int) -> tuple[I, I]:
     by a permutation from ``numpy.random.default_rng(seed)``.
 
     Raises:
-        ValueError: ``holdout`` outside [0, 1).
+        ConfigError: ``holdout`` outside [0, 1).
         EvalSetError: no query would be left to calibrate on (or to hold out).
     """
     if not (isinstance(holdout, int | float) and 0.0 <= holdout < 1.0):
-        raise ValueError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
+        raise ConfigError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
     n_held = 0 if holdout == 0 else max(1, round(holdout * n))
     if n - n_held < 1:
         raise EvalSetError(
@@ -221,6 +224,15 @@ class Comparison:
         if lower_is_better(metric):
             gained = not gained
         return "better" if gained else "worse"
+
+    def passages_verdict(self) -> str:
+        """``"fewer"``, ``"more"`` or ``"same"``: the passages the guarded setting keeps
+        on average against the baseline (the sign of the mean difference; a count is
+        neither better nor worse by itself); ``"n/a"`` without queries."""
+        d = self.difference[PASSAGES].mean
+        if math.isnan(d):
+            return "n/a"
+        return "fewer" if d < 0 else "more" if d > 0 else "same"
 
 
 def compare(
@@ -490,13 +502,63 @@ class CalibrationResult:
         return out
 
     def save_config(self, path: str | os.PathLike[str], run: str | None = None) -> Path:
-        """Write :meth:`config` as TOML that ``ContextGuard.from_file`` loads."""
-        return self.config(run).save(path)
+        """Write :meth:`config` as TOML that ``ContextGuard.from_file`` loads.
+
+        The file is written in a temporary folder beside it and moved into place with
+        :func:`os.replace`: ``path`` holds either its old content or the whole new
+        config, and nothing temporary is left behind, whatever fails.
+
+        Raises:
+            ConfigError: ``path`` is a folder, or lies under a file.
+            OSError: the file cannot be written (permissions, a full disk).
+        """
+        p = check_output_path(path, folder=False, what="the config")
+        cfg = self.config(run)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with staging_folder(p.parent) as tmp:
+            os.replace(cfg.save(tmp / p.name), p)
+        return p
 
 
 def _finite(value: float) -> float | str:
     """TOML-friendly: rounded to 6 significant digits; NaN as the string "nan"."""
     return float(f"{value:.6g}") if math.isfinite(value) else "nan"
+
+
+# --------------------------------------------------------------------------- files
+
+
+def check_output_path(path: str | os.PathLike[str], *, folder: bool, what: str) -> Path:
+    """``path`` as a :class:`~pathlib.Path`, checked before anything is written: a file
+    to write (``folder=False``) must not be a folder, a folder to write into must not be
+    a file, and no existing parent may be a file.
+
+    Raises:
+        ConfigError: naming the path, ``what`` it was meant for, and what to give instead.
+    """
+    p = Path(path)
+    if folder and p.exists() and not p.is_dir():
+        raise ConfigError(f"{p} is a file; {what} is a folder of files: give a folder name")
+    if not folder and p.is_dir():
+        raise ConfigError(
+            f"{p} is a folder; {what} is a file: give a file name (e.g. {p / 'ragguard.toml'})"
+        )
+    parent = next((a for a in p.parents if a.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ConfigError(f"cannot write {what} to {p}: {parent} is a file, not a folder")
+    return p
+
+
+@contextmanager
+def staging_folder(folder: Path) -> Iterator[Path]:
+    """A new hidden folder inside ``folder`` to write files in before :func:`os.replace`
+    moves each into place (the same file system, so each move is atomic). It is removed
+    on the way out, with whatever is still in it, on success or failure."""
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".ragguard-", suffix=".tmp"))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- fingerprint
@@ -541,6 +603,42 @@ def _file_hashes(evalset: EvalSet, runs: Sequence[str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- calibrate
+
+
+def _examples(ids: Sequence[str], n: int = 3) -> str:
+    shown = ", ".join(repr(i) for i in ids[:n])
+    return shown + (f", ... ({len(ids)} in all)" if len(ids) > n else "")
+
+
+def _check_ids_match(evalset: EvalSet, name: str) -> None:
+    """Raise when run ``name`` cannot be scored against the labels: no labelled query
+    has candidates in it, or not one of its documents is labelled for its query (the
+    run's ids and the labels' ids come from different schemes)."""
+    run = evalset.runs[name]
+    qids = evalset.qids
+    if not any(run.candidates.get(q) for q in qids):
+        raise EvalSetError(
+            f"no queries left: run {name!r} has no candidates for any of the "
+            f"{len(qids)} labelled queries (do its query ids match the labels?)",
+            path=run.source,
+        )
+    run_docs: dict[str, None] = {}
+    label_docs: dict[str, None] = {}
+    for q in qids:
+        lab = evalset.labels[q]
+        labelled = lab.grades.keys() | lab.utilities.keys() | lab.no_response.keys()
+        cands = run.candidates.get(q, {})
+        if not labelled.isdisjoint(cands):
+            return
+        run_docs.update(dict.fromkeys(cands))
+        label_docs.update(dict.fromkeys(sorted(labelled)))
+    raise EvalSetError(
+        f"no document matches: none of the {len(run_docs)} document ids of run {name!r} "
+        f"is labelled for its query in the {len(qids)} labelled queries (run ids: "
+        f"{_examples(list(run_docs))}; labelled ids: {_examples(list(label_docs))}); do "
+        "the run's document ids match the labels?",
+        path=run.source,
+    )
 
 
 def calibrate(
@@ -609,9 +707,13 @@ def calibrate(
         on_rerank_query: progress callback ``(queries done, queries)`` while scoring.
 
     Raises:
-        EvalSetError: no runs, or no queries left (empty split, a run that retrieved
-            nothing for every labelled query).
-        ValueError: unknown run, metric or constraint, or bad parameters.
+        EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
+            left (an empty split, a run with no candidates for any labelled query) or a
+            run none of whose document ids is labelled for its query (the ids of the
+            run and of the labels do not match).
+        ConfigError: a parameter out of range (``holdout``, ``min_recall``, ``level``,
+            ``n_bootstrap``, ``baseline_k``).
+        ValueError: an unknown metric or profile, or a malformed constraint.
     """
     if not evalset.runs:
         raise EvalSetError(
@@ -622,24 +724,24 @@ def calibrate(
     names = list(evalset.runs) if runs is None else list(runs)
     for n in names:
         if n not in evalset.runs:
-            raise ValueError(f"no run named {n!r}; runs: {', '.join(evalset.runs)}")
+            raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs)}")
     if not names:
-        raise ValueError("no runs selected")
+        raise EvalSetError("no runs selected")
     if n_bootstrap < 1:
-        raise ValueError(f"n_bootstrap must be >= 1, got {n_bootstrap}")
+        raise ConfigError(f"n_bootstrap must be >= 1, got {n_bootstrap}")
     if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+        raise ConfigError(f"level must be in (0, 1), got {level}")
     prof = as_profile(profile)
     cons = [Constraint.parse(c) if isinstance(c, str) else c for c in constraints]
     if min_recall is not None:
         if not 0.0 <= min_recall <= 1.0:
-            raise ValueError(f"min_recall must be in [0, 1], got {min_recall}")
+            raise ConfigError(f"min_recall must be in [0, 1], got {min_recall}")
         cons.append(Constraint("recall", ">=", float(min_recall)))
     if objective != PASSAGES:
         parse_metric(objective)  # fail early on a bad name
     grid = grid or SweepGrid.up_to(max_k)
     if baseline_k is not None and baseline_k not in grid.max_k:
-        raise ValueError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
+        raise ConfigError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
     wanted = tuple(dict.fromkeys([objective, *(c.metric for c in cons), *metrics, *REPORTED]))
     reported = tuple(dict.fromkeys([objective, *(c.metric for c in cons), *REPORTED]))
 
@@ -650,13 +752,8 @@ def calibrate(
 
     results: list[RunCalibration] = []
     for name in names:
+        _check_ids_match(evalset, name)
         arrays = evalset.arrays(name, profile=prof, rules=rules)
-        if not (arrays.n_present > 0).any():
-            raise EvalSetError(
-                f"no queries left: run {name!r} has no candidates for any of the "
-                f"{len(qids)} labelled queries (do its query ids match the labels?)",
-                path=evalset.runs[name].source,
-            )
         points = all_points if arrays.score_kind is not None else top_k_points
         if arrays.score_kind is None:
             logger.warning("run %r has no scores: only plain top-k settings apply", name)

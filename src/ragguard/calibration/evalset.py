@@ -53,6 +53,13 @@ score keeps its order (``score_kind=None``).
 run format (``query_id Q0 doc_id rank score tag``; the rank column is ignored, as in
 trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``.
 
+**Grades** follow one scale in every format: integers up to 5, where 1-5 are relevant
+(as ``relevant: {id: grade}`` in JSONL; :class:`~ragguard.calibration.UtilityRules`
+says which count as relevant or partially relevant) and 0 is judged not relevant. A
+TREC or BEIR grade above 5 is an error; a negative one (some TREC collections mark spam
+-2) is read as judged not relevant, like 0. Files are UTF-8; a byte order mark at the
+start is skipped.
+
 ``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``), ``queries.jsonl`` (``_id``,
 ``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score``, header line), with
 runs passed as ``runs=`` (TREC or JSON).
@@ -185,10 +192,10 @@ class EvalSet:
     ) -> None:
         missing = [q for q in labels if q not in queries]
         if missing:
-            raise ValueError(f"labels for queries without a Query entry, e.g. {missing[0]!r}")
+            raise EvalSetError(f"labels for queries without a Query entry, e.g. {missing[0]!r}")
         for name, run in runs.items():
             if name != run.name:
-                raise ValueError(f"run {run.name!r} registered under the name {name!r}")
+                raise EvalSetError(f"run {run.name!r} registered under the name {name!r}")
         self.queries: Mapping[str, Query] = MappingProxyType(dict(queries))
         self.labels: Mapping[str, Labels] = MappingProxyType(dict(labels))
         self.runs: Mapping[str, Run] = MappingProxyType(dict(runs))
@@ -269,7 +276,7 @@ class EvalSet:
             built[name] = Run(
                 name,
                 {q: {d: _score(s, name, q, d) for d, s in c.items()} for q, c in run.items()},
-                None if kind is None else ScoreKind(kind),
+                as_score_kind(kind, f"run {name!r}"),
             )
         return assemble(qs, labels, built, rep, label_lines={}, run_lines={})
 
@@ -288,8 +295,8 @@ class EvalSet:
             rules: which grades are relevant / partially relevant.
 
         Raises:
-            EvalSetError: the eval set has no runs, or its data is out of range.
-            ValueError: ``run`` is unknown, or omitted while there are several.
+            EvalSetError: the eval set has no runs, ``run`` is unknown or omitted while
+                there are several, or its data is out of range.
         """
         name = self._run_name(run)
         prof = as_profile(profile)
@@ -331,7 +338,7 @@ class EvalSet:
     def _run_name(self, run: str | None) -> str:
         if run is not None:
             if run not in self.runs:
-                raise ValueError(f"no run named {run!r}; runs: {', '.join(self.runs) or 'none'}")
+                raise EvalSetError(f"no run named {run!r}; runs: {', '.join(self.runs) or 'none'}")
             return run
         if not self.runs:
             raise EvalSetError(
@@ -339,7 +346,9 @@ class EvalSet:
                 path=self.source,
             )
         if len(self.runs) > 1:
-            raise ValueError(f"this eval set has several runs; pick one of: {', '.join(self.runs)}")
+            raise EvalSetError(
+                f"this eval set has several runs; pick one of: {', '.join(self.runs)}"
+            )
         return next(iter(self.runs))
 
     def qrels(self) -> dict[str, dict[str, int]]:
@@ -350,6 +359,21 @@ class EvalSet:
         """A run as ``{query_id: {doc_id: score}}`` (a copy), for other tools."""
         r = self.runs[self._run_name(run)]
         return {q: dict(c) for q, c in r.candidates.items()}
+
+
+def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
+    """``value`` as a :class:`~ragguard.scores.ScoreKind` (``None`` stays ``None``).
+
+    Raises:
+        EvalSetError: not a score kind; the message lists the kinds.
+    """
+    if value is None:
+        return None
+    try:
+        return ScoreKind(value)
+    except ValueError:
+        kinds = ", ".join(k.value for k in ScoreKind)
+        raise EvalSetError(f"{what}: score_kind must be one of {kinds}, got {value!r}") from None
 
 
 def _score(value: object, run: str, qid: str, doc: str) -> float:
@@ -494,20 +518,20 @@ def load_evalset(
 
     fmt = detect_format(path) if format is None else format
     if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+        raise EvalSetError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     if fmt != "beir" and split is not None:
-        raise ValueError("split= applies to BEIR folders only")
+        raise EvalSetError("split= applies to BEIR folders only")
     if fmt != "udcg" and model is not None:
-        raise ValueError("model= applies to UDCG files only")
+        raise EvalSetError("model= applies to UDCG files only")
     if fmt == "udcg" and runs is not None:
-        raise ValueError("a UDCG file is its own run (its passages); runs= does not apply")
+        raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
     rep = Reporter(strict)
     data = _readers.read(fmt, Path(path), rep, split=split, model=model)
     kinds = score_kind if isinstance(score_kind, Mapping) else None
 
     def kind_of(name: str) -> ScoreKind | None:
         k = kinds.get(name, "similarity") if kinds is not None else score_kind
-        return None if k is None else ScoreKind(k)  # type: ignore[arg-type]
+        return as_score_kind(k, f"run {name!r}")  # type: ignore[arg-type]
 
     all_runs: dict[str, Run] = {}
     run_lines: dict[str, Mapping[str, int]] = {}
@@ -523,7 +547,7 @@ def load_evalset(
     if kinds is not None:
         unknown = set(kinds) - set(all_runs)
         if unknown:
-            raise ValueError(f"score_kind names unknown runs: {', '.join(sorted(unknown))}")
+            raise EvalSetError(f"score_kind names unknown runs: {', '.join(sorted(unknown))}")
     return assemble(
         data.queries,
         data.labels,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragguard.calibration.evalset import EvalSet, Run, load_evalset
+from ragguard.calibration.evalset import EvalSet, Run, as_score_kind, load_evalset
 from ragguard.errors import EvalSetError, RagguardError, RetrieverError
 from ragguard.scores import ScoreKind
 
@@ -256,7 +256,9 @@ def retrieve_run(
     Raises:
         RetrieverError: not a supported retriever, a query without text, a document
             without an id, or the retriever raising.
+        EvalSetError: ``score_kind`` is not a score kind.
     """
+    requested = as_score_kind(score_kind, f"run {name!r}")
     found = _langchain_searcher(retriever) or _llamaindex_searcher(retriever)
     if found is None:
         raise RetrieverError(
@@ -303,8 +305,8 @@ def retrieve_run(
     if not any_score:
         logger.warning("the retriever returned no scores: only plain top-k can be calibrated")
         kind = None
-    elif score_kind is not None:
-        kind = ScoreKind(score_kind)
+    elif requested is not None:
+        kind = requested
     else:
         kind = store_kind or ScoreKind.SIMILARITY
     return Run(name, candidates, kind, None)

@@ -37,7 +37,13 @@ from typing import Any
 import numpy as np
 
 from ragguard._optional import require
-from ragguard.calibration.calibrate import CalibrationResult, Interval, RunCalibration
+from ragguard.calibration.calibrate import (
+    CalibrationResult,
+    Interval,
+    RunCalibration,
+    check_output_path,
+    staging_folder,
+)
 from ragguard.calibration.metrics import safety_band
 from ragguard.calibration.sweep import (
     PASSAGES,
@@ -49,7 +55,7 @@ from ragguard.calibration.sweep import (
 from ragguard.errors import MissingDependencyError
 from ragguard.policy import CutRule
 
-__all__ = ["Report", "WrittenReport", "build_report", "write_report"]
+__all__ = ["Report", "WrittenReport", "build_report", "format_number", "write_report"]
 
 logger = logging.getLogger(__name__)
 
@@ -204,19 +210,21 @@ def _inline(text: str) -> str:
 # --------------------------------------------------------------------------- numbers
 
 
-def _f(value: float, digits: int = 3) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
-
-
-def _signed(value: float, digits: int = 3) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.{digits}f}"
+def format_number(value: float, digits: int = 3, *, signed: bool = False) -> str:
+    """``value`` with ``digits`` decimals (and its sign when ``signed``), or ``n/a`` when
+    it is NaN (a metric undefined on the queries at hand). The report and the command
+    line print every metric through this."""
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
 def _iv(iv: Interval, signed: bool = False) -> str:
-    fmt = _signed if signed else _f
+    mean = format_number(iv.mean, signed=signed)
     if math.isnan(iv.low):
-        return fmt(iv.mean)
-    return f"{fmt(iv.mean)} [{fmt(iv.low)}, {fmt(iv.high)}]"
+        return mean
+    low, high = (format_number(x, signed=signed) for x in (iv.low, iv.high))
+    return f"{mean} [{low}, {high}]"
 
 
 def _setting(r: RunCalibration, which: str = "chosen") -> str:
@@ -453,12 +461,12 @@ def _runs_table(res: CalibrationResult) -> list[Block]:
             (
                 f"`{r.name}`" + (" (recommended)" if r is res.recommended else ""),
                 describe_point(r.chosen_params),
-                _f(s.mean(r.chosen, obj)),
-                _f(s.mean(r.chosen, "recall")),
-                _f(s.mean(r.chosen, "distractor_rate")),
-                _f(s.mean(r.chosen, PASSAGES), 2),
+                format_number(s.mean(r.chosen, obj)),
+                format_number(s.mean(r.chosen, "recall")),
+                format_number(s.mean(r.chosen, "distractor_rate")),
+                format_number(s.mean(r.chosen, PASSAGES), 2),
                 describe_point(r.baseline_params),
-                _f(s.mean(r.baseline, obj)),
+                format_number(s.mean(r.baseline, obj)),
                 "yes" if r.feasible else "**no**",
             )
         )
@@ -492,9 +500,7 @@ def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
                 _iv(c.baseline[m]),
                 _iv(c.guarded[m]),
                 _iv(c.difference[m], signed=True),
-                c.verdict(m)
-                if m != PASSAGES
-                else ("fewer" if c.difference[m].mean < 0 else "more"),
+                c.verdict(m) if m != PASSAGES else c.passages_verdict(),
             )
         )
     blocks: list[Block] = [
@@ -562,7 +568,7 @@ def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
                 named.append(f"`{ids[pos]}` ({kind}, {fate})")
         return (
             f"`{qid}` {text}",
-            _signed(float(c.guarded_values[j][i] - c.baseline_values[j][i])),
+            format_number(float(c.guarded_values[j][i] - c.baseline_values[j][i]), signed=True),
             ctx(nb),
             ctx(ng),
             ", ".join(named) or "none",
@@ -658,8 +664,8 @@ def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure])
                 (
                     key,
                     describe_point(r.sweep.points[i]) + ("" if ok else " (fails constraints)"),
-                    _f(r.sweep.mean(i, obj)),
-                    _f(r.sweep.mean(i, "recall")),
+                    format_number(r.sweep.mean(i, obj)),
+                    format_number(r.sweep.mean(i, "recall")),
                 )
             )
         blocks.append(
@@ -772,23 +778,34 @@ def write_report(
     """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``folder``.
 
     Without matplotlib (the ``report`` extra) everything but the plots is written and
-    the report says how to get them.
+    the report says how to get them. The report is built in memory, each file is
+    written in a temporary folder inside ``folder`` and moved into place with
+    :func:`os.replace`; nothing temporary is left behind, whatever fails.
+
+    Raises:
+        ConfigError: ``folder`` is a file, or lies under a file.
+        OSError: a file cannot be written (permissions, a full disk).
     """
+    out = check_output_path(folder, folder=True, what="the report")
     rep = build_report(res, config_path=config_path, plots=plots)
-    out = Path(folder)
+    files: dict[str, bytes] = {f"plots/{f.name}": f.png for f in rep.figures}
+    files["report.md"] = rep.markdown().encode("utf-8")
+    files["report.html"] = rep.html().encode("utf-8")
     out.mkdir(parents=True, exist_ok=True)
-    plot_dir = out / "plots"
-    written: list[Path] = []
-    if rep.figures:
-        plot_dir.mkdir(exist_ok=True)
-        for f in rep.figures:
-            p = plot_dir / f.name
-            p.write_bytes(f.png)
-            written.append(p)
-    md = out / "report.md"
-    md.write_text(rep.markdown(), encoding="utf-8")
-    page = out / "report.html"
-    page.write_text(rep.html(), encoding="utf-8")
+    with staging_folder(out) as tmp:
+        if rep.figures:
+            (tmp / "plots").mkdir()
+            (out / "plots").mkdir(exist_ok=True)
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        for name in files:
+            os.replace(tmp / name, out / name)
     if not rep.plots and plots:
         logger.info("report written without plots: matplotlib is not installed")
-    return WrittenReport(out, md, page, tuple(written), rep.plots)
+    return WrittenReport(
+        out,
+        out / "report.md",
+        out / "report.html",
+        tuple(out / "plots" / f.name for f in rep.figures),
+        rep.plots,
+    )

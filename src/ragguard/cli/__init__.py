@@ -2,9 +2,11 @@
 
 One typer app; each command lives in its own module of this package and registers on
 :data:`app` (``ragguard.cli.calibrate``, ``ragguard.cli.annotate``, ...). Every command
-runs inside :func:`ragguard.cli._common.friendly_errors`, so the library's own errors
-and invalid settings print one clear message and exit 1; ``--verbose`` shows the
-traceback. Progress and messages go to stderr; results go to stdout.
+runs inside :func:`ragguard.cli._common.friendly_errors`, so the library's own errors,
+invalid settings and file-system errors print one clear line and exit 1, and the
+library's warnings print once on stderr; ``--verbose`` shows the traceback. Progress and
+messages go to stderr; results go to stdout. Help is plain text (click's formatter):
+help strings are shown as written, without rich markup.
 """
 
 from __future__ import annotations

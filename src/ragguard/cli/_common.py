@@ -15,7 +15,7 @@ from rich.markup import escape
 from ragguard import __version__
 from ragguard.errors import RagguardError
 
-__all__ = ["Verbose", "app", "err", "friendly_errors", "out"]
+__all__ = ["Verbose", "app", "err", "error_line", "friendly_errors", "out"]
 
 app = typer.Typer(
     name="ragguard",
@@ -23,6 +23,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: every help text is shown as written (square brackets such as
+    # [profiles.NAME] included, no rich markup), flags carry no type, and it wraps to the
+    # terminal's width.
+    rich_markup_mode=None,
 )
 out = Console()  # results
 err = Console(stderr=True)  # progress, messages, errors
@@ -46,17 +50,53 @@ def _root(
     """ragguard: distraction-aware calibration and a runtime context guard for RAG."""
 
 
+def error_line(exc: BaseException) -> str:
+    """The one line a command prints for ``exc``: the message, or for a file-system
+    error the path and the reason (``out/ragguard.toml: Permission denied``; for a move,
+    the destination)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename2 if exc.filename2 is not None else exc.filename
+        return f"{where}: {exc.strerror}" if where is not None else exc.strerror
+    return str(exc)
+
+
+class _ConsoleHandler(logging.Handler):
+    """Prints ragguard's warnings on stderr, once each, as ``warning: ...``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            label = "error" if record.levelno >= logging.ERROR else "warning"
+            err.print(
+                f"[yellow]{label}:[/] {escape(record.getMessage())}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        except Exception:  # pragma: no cover - logging must never raise
+            self.handleError(record)
+
+
 @contextmanager
 def friendly_errors(verbose: bool = False) -> Iterator[None]:
-    """Turn ragguard's errors, invalid settings and missing files into one clear line on
-    stderr and exit code 1; with ``verbose``, log at DEBUG and re-raise for the
-    traceback."""
+    """Turn ragguard's errors, invalid settings and file-system errors into one clear line
+    on stderr and exit code 1; with ``verbose``, log at DEBUG and re-raise for the
+    traceback.
+
+    Without ``verbose``, the library's warnings (``logging``) print on stderr as
+    ``warning: ...`` while the command runs (and nowhere else, so once each).
+    """
+    handler: logging.Handler | None = None
     if verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")
+    else:
+        handler = _ConsoleHandler(logging.WARNING)
+        logging.getLogger("ragguard").addHandler(handler)
     try:
         yield
-    except (RagguardError, ValidationError, FileNotFoundError, ValueError) as exc:
+    except (RagguardError, ValidationError, OSError, ValueError) as exc:
         if verbose:
             raise
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    finally:
+        if handler is not None:
+            logging.getLogger("ragguard").removeHandler(handler)

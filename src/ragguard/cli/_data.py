@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -35,6 +34,7 @@ def compact_table(title: str | None = None) -> Table:
 EvalSetArg = Annotated[
     Path,
     typer.Argument(
+        metavar="EVALSET",
         help="The eval set: a JSONL, TREC qrels or UDCG JSON file, a BEIR folder, or a "
         "folder holding evalset.jsonl and its runs in runs/ (like examples/notes).",
         show_default=False,
@@ -45,6 +45,7 @@ RunOpt = Annotated[
     typer.Option(
         "--run",
         "-r",
+        metavar="FILE",
         help="A run file (TREC run format or JSON {query: {doc: score}}), named by its file "
         "stem; repeat for several. For a folder EVALSET these replace its runs/.",
         show_default=False,
@@ -55,6 +56,7 @@ ProfileOpt = Annotated[
     typer.Option(
         "--profile",
         "-p",
+        metavar="NAME",
         help="Tolerance profile whose rules turn labels into utilities: medical, legal, "
         "support, creative or code (see `ragguard profiles`).",
     ),
@@ -63,7 +65,7 @@ ScoreKindOpt = Annotated[
     ScoreKind | None,
     typer.Option(
         "--score-kind",
-        help="What the scores are. Default: similarity for run files (BM25, cosine); for "
+        help="What the run scores are. Default: similarity (BM25, cosine); for calibrate "
         "--retriever, what its vector store tells, else similarity.",
         show_default=False,
     ),
@@ -77,8 +79,9 @@ def load_evalset_for_cli(
     score_kind: ScoreKind | None,
     retriever: str | None = None,
 ) -> EvalSet:
-    """Load the eval set and its runs (and call a live retriever), reporting problems on
-    stderr and retrieval progress with a progress bar."""
+    """Load the eval set and its runs (and call a live retriever), with a progress bar for
+    the retrieval. Loading problems are logged once by the loader (a warning, which
+    :func:`~ragguard.cli._common.friendly_errors` prints on stderr)."""
     from ragguard.calibration.inputs import add_run, load_factory, load_inputs, retrieve_run
 
     evalset = load_inputs(
@@ -87,12 +90,6 @@ def load_evalset_for_cli(
         folder_runs_too=retriever is None,
         score_kind=score_kind or ScoreKind.SIMILARITY,
     )
-    if evalset.report:
-        err.print(
-            f"[yellow]note:[/] {len(evalset.report.problems)} problems while loading "
-            f"(counted, not fatal):\n{escape(evalset.report.summary())}",
-            highlight=False,
-        )
     if retriever is not None:
         instance = load_factory(retriever)
         name = retriever.rpartition(":")[2] or "retriever"

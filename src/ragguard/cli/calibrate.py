@@ -37,10 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["calibrate"]
 
 
-def _f(x: float, digits: int = 3) -> str:
-    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
-
-
 def _interval(iv: Interval) -> str:
     if math.isnan(iv.low):
         return ""
@@ -55,6 +51,7 @@ def calibrate(
         str | None,
         typer.Option(
             "--retriever",
+            metavar="MODULE:FUNCTION",
             help="module:function returning a LangChain or LlamaIndex retriever; it is "
             "called live for every query (the module may sit in the current directory).",
             show_default=False,
@@ -64,8 +61,9 @@ def calibrate(
     objective: Annotated[
         str,
         typer.Option(
+            metavar="METRIC",
             help="Metric to optimise: udcg, utility, udcg_ndcg, ndcg, ... (distractor_rate "
-            "and distractor_harm are minimised)."
+            "and distractor_harm are minimised).",
         ),
     ] = "udcg",
     min_recall: Annotated[
@@ -73,6 +71,7 @@ def calibrate(
         typer.Option(
             min=0.0,
             max=1.0,
+            metavar="FLOAT",
             help="Keep only settings whose mean evidence recall (relevant passages kept / "
             "relevant passages) reaches this; 0 turns it off.",
         ),
@@ -81,29 +80,40 @@ def calibrate(
         list[str] | None,
         typer.Option(
             "--constraint",
+            metavar="RULE",
             help="More constraints, METRIC>=X or METRIC<=X (e.g. distractor_rate<=0.3); "
             "repeatable.",
             show_default=False,
         ),
     ] = None,
     max_k: Annotated[
-        int, typer.Option(min=1, max=1000, help="Largest max_k tried (the grid is 1..max_k).")
+        int,
+        typer.Option(
+            min=1, max=1000, metavar="INT", help="Largest max_k tried (the grid is 1..max_k)."
+        ),
     ] = 10,
     holdout: Annotated[
         float,
         typer.Option(
             min=0.0,
             max=0.95,
+            metavar="FLOAT",
             help="Fraction of queries held out to check the choice (0: no check).",
         ),
     ] = 0.3,
-    seed: Annotated[int, typer.Option(help="Seed of the held-out split and the bootstrap.")] = 0,
+    seed: Annotated[
+        int, typer.Option(metavar="INT", help="Seed of the held-out split and the bootstrap.")
+    ] = 0,
     score_kind: ScoreKindOpt = None,
     out_path: Annotated[
-        Path, typer.Option("--out", "-o", help="Where to write the guard config (TOML).")
+        Path,
+        typer.Option("--out", "-o", metavar="FILE", help="Where to write the guard config (TOML)."),
     ] = Path("ragguard.toml"),
     report: Annotated[
-        Path, typer.Option(help="Folder for the report (report.html, report.md, plots/).")
+        Path,
+        typer.Option(
+            metavar="FOLDER", help="Folder for the report (report.html, report.md, plots/)."
+        ),
     ] = Path("ragguard-report"),
     no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
     rerank: RerankOpt = None,
@@ -114,14 +124,16 @@ def calibrate(
     rerank_cache: RerankCacheOpt = None,
     verbose: Verbose = False,
 ) -> None:
-    """Recommend the guard's settings from labelled queries: sweep max_k x relative
-    threshold (and the gap / autocut rules) with the guard's own policy, choose by the
-    objective under the constraints, check the choice on held-out queries, and write the
-    config and a report."""
+    """Recommend the guard's settings from labelled queries.
+
+    Sweep max_k x relative threshold (and the gap / autocut rules) with the guard's own
+    policy, choose by the objective under the constraints, check the choice on held-out
+    queries, and write the config and a report."""
     with friendly_errors(verbose):
         from ragguard.calibration import Constraint
         from ragguard.calibration import calibrate as run_calibration
 
+        _check_outputs(out_path, None if no_report else report)
         es = load_evalset_for_cli(evalset, run, score_kind=score_kind, retriever=retriever)
         constraints = [Constraint.parse(c) for c in constraint or ()]
         with scoring_progress() as progress:
@@ -141,13 +153,15 @@ def calibrate(
                 seed=seed,
                 **two_stage,
             )
-        written = result.save_config(out_path)
+        # The report first, then the config: a command that fails leaves no fresh config
+        # behind (each file is written whole, or not at all).
         report_paths = None
         if not no_report:
             from ragguard.calibration.report import write_report
 
             with err.status("writing the report..."):
-                report_paths = write_report(result, report, config_path=str(written))
+                report_paths = write_report(result, report, config_path=str(out_path))
+        written = result.save_config(out_path)
         _print_result(result, str(evalset))
         if result.rerank is not None:
             print_two_stage(result.rerank, result.objective)
@@ -172,8 +186,26 @@ def calibrate(
                 )
 
 
+def _check_outputs(config: Path, report: Path | None) -> None:
+    """Fail before the sweep when the outputs cannot be written where asked."""
+    from ragguard.calibration.calibrate import check_output_path
+    from ragguard.errors import ConfigError
+
+    check_output_path(config, folder=False, what="the config (--out)")
+    if report is None:
+        return
+    check_output_path(report, folder=True, what="the report (--report)")
+    taken = {report, *(report / name for name in ("report.md", "report.html", "plots"))}
+    if config.resolve() in {p.resolve() for p in taken}:
+        raise ConfigError(
+            f"--out {config} and --report {report} collide: the report writes that path; "
+            "put the config elsewhere"
+        )
+
+
 def _print_result(result: CalibrationResult, shown: str) -> None:
     from ragguard.calibration.metrics import safety_band
+    from ragguard.calibration.report import format_number
     from ragguard.calibration.sweep import PASSAGES, describe_point, lower_is_better
 
     obj = result.objective
@@ -204,11 +236,11 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
         table.add_row(
             r.name + mark,
             describe_point(r.chosen_params) + ("" if r.feasible else " (!)"),
-            _f(s.mean(r.chosen, obj)),
-            _f(s.mean(r.chosen, "recall")),
-            _f(s.mean(r.chosen, "distractor_rate")),
-            _f(s.mean(r.chosen, PASSAGES), 2),
-            f"{describe_point(r.baseline_params)}: {_f(s.mean(r.baseline, obj))}",
+            format_number(s.mean(r.chosen, obj)),
+            format_number(s.mean(r.chosen, "recall")),
+            format_number(s.mean(r.chosen, "distractor_rate")),
+            format_number(s.mean(r.chosen, PASSAGES), 2),
+            f"{describe_point(r.baseline_params)}: {format_number(s.mean(r.baseline, obj))}",
         )
     out.print(table)
 
@@ -244,14 +276,14 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     check.add_column("interval", justify="right")
     check.add_column("verdict")
     for m in c.metrics:
-        verdict = c.verdict(m) if m != PASSAGES else ""
+        verdict = c.verdict(m) if m != PASSAGES else c.passages_verdict()
         verdict = "within noise" if verdict == "no clear difference" else verdict
         style = {"better": "green", "worse": "red"}.get(verdict, "")
         check.add_row(
             m,
-            _f(c.baseline[m].mean),
-            _f(c.guarded[m].mean),
-            f"{c.difference[m].mean:+.3f}",
+            format_number(c.baseline[m].mean),
+            format_number(c.guarded[m].mean),
+            format_number(c.difference[m].mean, signed=True),
             _interval(c.difference[m]),
             f"[{style}]{verdict}[/]" if style else verdict,
         )

@@ -15,7 +15,7 @@ from ragguard.cli._data import compact_table
 __all__ = ["config_app", "profiles_app"]
 
 profiles_app = typer.Typer(
-    help="Tolerance profiles: how hard distractors are penalised, and the guard's defaults.",
+    help="Tolerance profiles: distractor penalties, guard defaults.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -28,6 +28,7 @@ ConfigFileOpt = Annotated[
     typer.Option(
         "--config",
         "-c",
+        metavar="FILE",
         help="A ragguard.toml whose custom [profiles.NAME] tables are included.",
         show_default=False,
     ),
@@ -102,7 +103,9 @@ def profiles_list(config: ConfigFileOpt = None, verbose: Verbose = False) -> Non
 
 @profiles_app.command("show")
 def profiles_show(
-    name: Annotated[str, typer.Argument(help="The profile's name.", show_default=False)],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The profile's name.", show_default=False)
+    ],
     config: ConfigFileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     verbose: Verbose = False,
@@ -133,6 +136,7 @@ def config_show(
     file: Annotated[
         Path | None,
         typer.Argument(
+            metavar="FILE",
             help="A config TOML; default ./ragguard.toml when it exists, else defaults and "
             "environment only.",
             show_default=False,
@@ -141,8 +145,10 @@ def config_show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     verbose: Verbose = False,
 ) -> None:
-    """Show the resolved config and which layer supplied each value (argument,
-    environment RAGGUARD_*, file, profile or default)."""
+    """Show the resolved config and where each value came from.
+
+    The layer of each value: argument, environment RAGGUARD_*, file, profile or
+    default; and the provenance a calibrated config carries."""
     with friendly_errors(verbose):
         from ragguard.config import GuardConfig
 
@@ -169,11 +175,16 @@ def config_show(
         where = f"file {file}" if file else "no file (defaults and environment)"
         out.print(f"[bold]ragguard config[/] from {escape(where)}", highlight=False)
         table = compact_table()
-        table.add_column("field")
-        table.add_column("value")
+        table.add_column("field", no_wrap=True)
+        table.add_column("value", overflow="fold")
         table.add_column("source")
         for key, value in data.items():
-            table.add_row(key, "none" if value is None else str(value), cfg.source_of(key))
+            source = cfg.source_of(key)
+            if isinstance(value, dict):  # a table such as [rerank]: one row per field
+                for sub, v in value.items():
+                    table.add_row(f"{key}.{sub}", _shown(v), source)
+            else:
+                table.add_row(key, _shown(value), source)
         out.print(table)
         if profiles:
             out.print(f"custom profiles: {', '.join(profiles)}", highlight=False)
@@ -183,20 +194,30 @@ def config_show(
             err.print("[dim]no ragguard.toml here; pass a file to show it[/]")
 
 
+def _shown(value: object) -> str:
+    return "none" if value is None else str(value)
+
+
 def _print_provenance(prov: dict[str, Any]) -> None:
-    lines = []
+    rows: list[tuple[str, str]] = []
     for key in ("tool", "created", "source", "run", "profile", "objective", "setting",
                 "baseline", "data_sha256"):  # fmt: skip
         if key in prov:
-            lines.append(f"  {key}: {prov[key]}")
+            rows.append((key, str(prov[key])))
     if "constraints" in prov:
         met = "met" if prov.get("constraints_met", True) else "NOT met"
-        lines.append(f"  constraints: {', '.join(prov['constraints']) or 'none'} ({met})")
+        rows.append(("constraints", f"{', '.join(prov['constraints']) or 'none'} ({met})"))
     metrics = prov.get("metrics")
     if isinstance(metrics, dict):
         shown = ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()
         )
-        lines.append(f"  metrics (calibration queries): {shown}")
+        rows.append(("metrics", f"{shown} (calibration queries)"))
     out.print("[bold]provenance[/] (written by ragguard calibrate)", highlight=False)
-    out.print(escape("\n".join(lines)), highlight=False)
+    table = compact_table()
+    table.show_header = False
+    table.add_column("key", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in rows:
+        table.add_row(key, escape(value))
+    out.print(table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -49,12 +50,15 @@ MetricsOpt = Annotated[
     typer.Option(
         "--metrics",
         "-m",
+        metavar="METRICS",
         help="Metric strings, comma-separated or repeated (e.g. ndcg@10,udcg@5). Default: "
         f"{', '.join(TRADITIONAL)} and {', '.join(DISTRACTION_AWARE)}, at --k.",
         show_default=False,
     ),
 ]
-KOpt = Annotated[int, typer.Option("--k", "-k", min=1, help="Cutoff of the default metrics.")]
+KOpt = Annotated[
+    int, typer.Option("--k", "-k", min=1, metavar="INT", help="Cutoff of the default metrics.")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -74,6 +78,15 @@ def split_metrics(values: list[str] | None) -> list[str]:
     return [m.strip() for m in found if m.strip()]
 
 
+def _json_safe(table: Mapping[str, Mapping[str, float | str]]) -> dict[str, dict[str, object]]:
+    """Per run, its values with NaN (a metric undefined on every query) as null: JSON
+    has no NaN."""
+    return {
+        run: {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+        for run, row in table.items()
+    }
+
+
 def _load(
     evalset: Path, run: list[Path] | None, score_kind: ScoreKindOpt
 ) -> tuple[EvalSet, list[str]]:
@@ -88,10 +101,6 @@ def _load(
     return es, list(es.runs)
 
 
-def _fmt(x: float) -> str:
-    return "n/a" if math.isnan(x) else f"{x:.3f}"
-
-
 @app.command()
 def evaluate(
     evalset: EvalSetArg,
@@ -103,22 +112,21 @@ def evaluate(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """A metrics table for each run: traditional ranking metrics next to
-    distraction-aware ones (UDCG, utility, distractor rate and harm)."""
+    """A metrics table for each run.
+
+    Traditional ranking metrics next to distraction-aware ones (UDCG, utility, distractor
+    rate and harm)."""
     with friendly_errors(verbose):
         from ragguard.calibration import evaluate as compute_means
         from ragguard.calibration import parse_metric
+        from ragguard.calibration.report import format_number
 
         names = split_metrics(metrics) or [f"{m}@{k}" for m in (*TRADITIONAL, *DISTRACTION_AWARE)]
         parsed = [parse_metric(m) for m in names]
         es, runs = _load(evalset, run, score_kind)
         values = {r: compute_means(es, r, metrics=names, profile=profile) for r in runs}
         if as_json:
-            clean = {
-                r: {m: None if math.isnan(v) else v for m, v in means.items()}
-                for r, means in values.items()
-            }
-            out.print_json(json.dumps(clean))
+            out.print_json(json.dumps(_json_safe(values)))
             return
         table = compact_table(f"{evalset}: {len(es.qids)} queries, profile {profile}")
         table.add_column("kind")
@@ -132,7 +140,9 @@ def evaluate(
         for label, group in groups:
             for i, p in enumerate(group):
                 table.add_row(
-                    label if i == 0 else "", p.text, *(_fmt(values[r][p.text]) for r in runs)
+                    label if i == 0 else "",
+                    p.text,
+                    *(format_number(values[r][p.text]) for r in runs),
                 )
             if group and label == "traditional" and groups[1][1]:
                 table.add_section()
@@ -149,11 +159,14 @@ def compare(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Ranking profiles (runs) side by side at top-k: MRR, recall, distractor rate, harm,
-    UDCG and safety band. A high-recall profile can be the most dangerous one."""
+    """Runs (retrieval profiles) side by side at top-k.
+
+    MRR, recall, nDCG, distractor rate, harm, UDCG and safety band: a high-recall
+    profile can be the most dangerous one."""
     with friendly_errors(verbose):
         from ragguard.calibration import evaluate as compute_means
         from ragguard.calibration import safety_band
+        from ragguard.calibration.report import format_number
 
         cols = [f"mrr@{k}", f"recall@{k}", f"ndcg@{k}", f"distractor_rate@{k}",
                 f"distractor_harm@{k}", f"udcg@{k}"]  # fmt: skip
@@ -166,7 +179,7 @@ def compare(
             means["safety_band"] = safety_band(float(means[f"distractor_rate@{k}"])).value
             rows[r] = means
         if as_json:
-            out.print_json(json.dumps(rows))
+            out.print_json(json.dumps(_json_safe(rows)))
             return
         table = compact_table(
             f"{evalset}: {len(es.qids)} queries, each run's top {k}, profile {profile}"
@@ -180,7 +193,7 @@ def compare(
             band = str(means["safety_band"])
             table.add_row(
                 r,
-                *(_fmt(float(means[c])) for c in cols),
+                *(format_number(float(means[c])) for c in cols),
                 f"[{style[band]}]{band}[/]",
             )
         out.print(table)
@@ -191,7 +204,8 @@ def compare(
             best_udcg = max(rows, key=lambda r: float(rows[r][f"udcg@{k}"]))
             out.print(
                 f"highest recall@{k}: {by_recall} (distractor rate "
-                f"{_fmt(float(rows[by_recall][rate]))}, {rows[by_recall]['safety_band']}); "
+                f"{format_number(float(rows[by_recall][rate]))}, "
+                f"{rows[by_recall]['safety_band']}); "
                 f"fewest distractors: {safest}; best UDCG: {best_udcg}",
                 highlight=False,
             )
