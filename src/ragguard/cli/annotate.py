@@ -34,6 +34,13 @@ class Backend(StrEnum):
     chat = "chat"
 
 
+class EndpointApi(StrEnum):
+    """Which API of an OpenAI-compatible server."""
+
+    chat = "chat"
+    completions = "completions"
+
+
 class UnjudgedPolicy(StrEnum):
     """What to do with candidates that have no label."""
 
@@ -80,9 +87,8 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
             "dtype": opts["dtype"],
             "batch_size": opts["batch_size"],
             "max_length": opts["max_length"],
+            "chat_template": opts["chat_template"],
         }
-        if opts["no_chat_template"]:
-            kwargs["chat_template"] = False
         if backend is Backend.transformers:
             return ann.TransformersEstimator(model, **kwargs)
         path = Path(model)
@@ -99,13 +105,10 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
     if backend is Backend.openai:
         return ann.OpenAIEndpointEstimator(
             model,
-            base_url=opts["base_url"],
-            api=opts["api"],
+            api=opts["api"].value,
             top_logprobs=opts["top_logprobs"],
-            concurrency=opts["concurrency"],
-            max_retries=opts["max_retries"],
-            timeout=opts["timeout"],
             model_id=opts["model_id"],
+            **_client(opts),
         )
     return ann.SamplingEstimator(
         load_chat_model(model),
@@ -114,6 +117,16 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
         concurrency=opts["concurrency"],
         model_id=opts["model_id"],
     )
+
+
+def _client(opts: dict[str, Any]) -> dict[str, Any]:
+    """How the openai backend reaches its server, for the estimator and the judge."""
+    return {
+        "base_url": opts["base_url"],
+        "concurrency": opts["concurrency"],
+        "max_retries": opts["max_retries"],
+        "timeout": opts["timeout"],
+    }
 
 
 def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[str, Any]) -> Any:
@@ -131,108 +144,222 @@ def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[
             else:
                 gen = ann.TransformersGenerator(model, device=opts["device"], dtype=opts["dtype"])
     elif backend is Backend.openai:
-        gen = ann.EndpointGenerator(
-            model,
-            base_url=opts["base_url"],
-            concurrency=opts["concurrency"],
-            max_retries=opts["max_retries"],
-            timeout=opts["timeout"],
-        )
+        gen = ann.EndpointGenerator(model, **_client(opts))
     else:
         gen = ann.ChatGenerator(load_chat_model(model), concurrency=opts["concurrency"])
     return ann.RelevanceJudge(gen)
 
 
+#: the numeric options and the setting whose bounds they share with the library
+_NUMBERS = {
+    "batch_size": "--batch-size",
+    "max_length": "--max-length",
+    "threads": "--threads",
+    "top_logprobs": "--top-logprobs",
+    "concurrency": "--concurrency",
+    "max_retries": "--max-retries",
+    "timeout": "--timeout",
+    "samples": "--samples",
+    "temperature": "--temperature",
+}
+
+JUDGE = "Relevance judge"
+LOCAL = "transformers and gguf backends"
+OPENAI = "openai backend"
+CHAT = "chat backend"
+FLAG = ""  # the metavar of a flag: it takes no value
+
+
 @app.command("annotate")
 def annotate_command(
     evalset: Annotated[
-        Path, typer.Argument(help="Eval set: ragguard JSONL, TREC qrels, BEIR folder, UDCG JSON.")
+        Path,
+        typer.Argument(
+            metavar="EVALSET",
+            help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON.",
+            show_default=False,
+        ),
     ],
-    backend: Annotated[Backend, typer.Option(help="Where p(NO-RESPONSE) comes from.")],
+    backend: Annotated[
+        Backend,
+        typer.Option(
+            metavar="BACKEND",
+            help="Where p(NO-RESPONSE) comes from: transformers, gguf, openai or chat.",
+        ),
+    ],
     model: Annotated[
         str,
         typer.Option(
-            help="transformers: a model id or folder; gguf: a .gguf file (or a folder with "
+            metavar="MODEL",
+            help="transformers: a model id or folder; gguf: a .gguf file (or a folder and "
             "--gguf-file); openai: the served model's name; chat: module:attribute of a "
-            "LangChain chat model or a factory returning one."
+            "LangChain chat model or of a factory returning one.",
         ),
     ],
     out_path: Annotated[
-        Path, typer.Option("--out", help="The ragguard JSONL to write (utilities per candidate).")
+        Path,
+        typer.Option(
+            "--out", metavar="FILE", help="The ragguard JSONL to write (utilities per passage)."
+        ),
     ],
     run: Annotated[
         list[Path] | None,
-        typer.Option(help="A run file (TREC run or JSON); repeat for several.", show_default=False),
+        typer.Option(
+            metavar="FILE",
+            help="A run file (TREC run or JSON); repeat for several.",
+            show_default=False,
+        ),
     ] = None,
     evalset_format: Annotated[
-        str | None, typer.Option("--format", help="jsonl, trec, beir or udcg (detected).")
+        str | None,
+        typer.Option(
+            "--format", metavar="FORMAT", help="jsonl, trec, beir or udcg (default: detected)."
+        ),
     ] = None,
     corpus: Annotated[
         list[Path] | None,
-        typer.Option(help="JSONL corpus with passage texts (_id/id, text, title); repeatable."),
+        typer.Option(
+            metavar="FILE",
+            help="JSONL corpus with the passage texts (_id or id, text, title); repeatable.",
+            show_default=False,
+        ),
     ] = None,
     udcg_out: Annotated[
-        Path | None, typer.Option(help="Also write the UDCG authors' JSON format here.")
+        Path | None,
+        typer.Option(metavar="FILE", help="Also write the UDCG authors' JSON format here."),
     ] = None,
     model_id: Annotated[
-        str | None, typer.Option(help="The model's name in the outputs (default: --model).")
+        str | None,
+        typer.Option(metavar="NAME", help="The model's name in the outputs (default: --model)."),
     ] = None,
+    progress_file: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Where results are appended (default: OUT.progress)."),
+    ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option("--fresh", metavar=FLAG, help="Ignore saved results and start over."),
+    ] = False,
     unjudged: Annotated[
         UnjudgedPolicy | None,
         typer.Option(
-            help="Candidates without a label: ask the judge, count them irrelevant, or skip "
-            "them. Default: judge when --judge-model is given, else irrelevant.",
+            metavar="POLICY",
+            help="Passages without a label: judge (ask the judge), irrelevant or skip. "
+            "Default: judge with --judge-model, else irrelevant.",
             show_default=False,
+            rich_help_panel=JUDGE,
         ),
     ] = None,
     judge_model: Annotated[
         str | None,
-        typer.Option(help="Relevance judge model (paper's Figure 5); default: --model."),
+        typer.Option(
+            metavar="MODEL",
+            help="The judge (the paper's Figure 5 prompt); default: --model.",
+            rich_help_panel=JUDGE,
+        ),
     ] = None,
     judge_backend: Annotated[
-        Backend | None, typer.Option(help="The judge's backend; default: --backend.")
+        Backend | None,
+        typer.Option(
+            metavar="BACKEND",
+            help="The judge's backend; default: --backend.",
+            rich_help_panel=JUDGE,
+        ),
     ] = None,
     device: Annotated[
-        str | None, typer.Option(help="transformers/gguf: cpu, cuda, cuda:1, mps or auto.")
+        str | None,
+        typer.Option(
+            metavar="DEVICE", help="cpu, cuda, cuda:1, mps or auto.", rich_help_panel=LOCAL
+        ),
     ] = None,
     dtype: Annotated[
         str | None,
-        typer.Option(help="transformers/gguf: float32, float16, bfloat16 or auto."),
+        typer.Option(
+            metavar="DTYPE",
+            help="float32, float16, bfloat16 or auto.",
+            rich_help_panel=LOCAL,
+        ),
     ] = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="transformers/gguf: pairs per pass.")] = 8,
+    batch_size: Annotated[
+        int, typer.Option(metavar="N", help="Pairs per forward pass.", rich_help_panel=LOCAL)
+    ] = 8,
     max_length: Annotated[
-        int | None, typer.Option(min=1, help="transformers/gguf: longest prompt in tokens.")
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Longest prompt in tokens (longer ones keep their end).",
+            rich_help_panel=LOCAL,
+        ),
     ] = None,
-    no_chat_template: Annotated[
-        bool, typer.Option(help="transformers/gguf: plain prompt even with a chat template.")
-    ] = False,
+    chat_template: Annotated[
+        bool | None,
+        typer.Option(
+            "--chat-template/--no-chat-template",
+            metavar=FLAG,
+            help="Use the tokenizer's chat template, or the plain prompt. Default: the "
+            "template when there is one.",
+            show_default=False,
+            rich_help_panel=LOCAL,
+        ),
+    ] = None,
     threads: Annotated[
         int | None,
         typer.Option(
-            min=1,
-            help="transformers/gguf: PyTorch CPU threads (on a busy machine 1 can beat all).",
+            metavar="N",
+            help="PyTorch CPU threads (on a busy machine 1 can beat all).",
+            rich_help_panel=LOCAL,
         ),
     ] = None,
     gguf_file: Annotated[
-        str | None, typer.Option(help="gguf: the file's name when --model is a folder.")
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="gguf: the file's name when --model is a folder.",
+            rich_help_panel=LOCAL,
+        ),
     ] = None,
     base_url: Annotated[
         str | None,
-        typer.Option(help="openai: e.g. http://localhost:8000/v1 (default $OPENAI_BASE_URL)."),
+        typer.Option(
+            metavar="URL",
+            help="E.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else that). "
+            "The key is $OPENAI_API_KEY.",
+            rich_help_panel=OPENAI,
+        ),
     ] = None,
-    api: Annotated[str, typer.Option(help="openai: chat or completions.")] = "chat",
-    top_logprobs: Annotated[int, typer.Option(min=1, help="openai: alternatives asked for.")] = 20,
+    api: Annotated[
+        EndpointApi,
+        typer.Option(metavar="API", help="chat or completions.", rich_help_panel=OPENAI),
+    ] = EndpointApi.chat,
+    top_logprobs: Annotated[
+        int,
+        typer.Option(
+            metavar="K", help="Alternatives asked for per request.", rich_help_panel=OPENAI
+        ),
+    ] = 20,
     concurrency: Annotated[
-        int, typer.Option(min=1, help="openai/chat: requests in flight at once.")
+        int,
+        typer.Option(
+            metavar="N",
+            help="Requests in flight at once (chat backend too).",
+            rich_help_panel=OPENAI,
+        ),
     ] = 8,
-    max_retries: Annotated[int, typer.Option(min=0, help="openai: retries per request.")] = 5,
-    timeout: Annotated[float, typer.Option(help="openai: seconds per request.")] = 60.0,
-    samples: Annotated[int, typer.Option(min=1, help="chat: answers sampled per pair.")] = 10,
-    temperature: Annotated[float, typer.Option(min=0.0, help="chat: sampling temperature.")] = 1.0,
-    progress_file: Annotated[
-        Path | None, typer.Option(help="Where results are appended (default: OUT.progress).")
-    ] = None,
-    fresh: Annotated[bool, typer.Option(help="Ignore saved results and start over.")] = False,
+    max_retries: Annotated[
+        int,
+        typer.Option(metavar="N", help="Retries of a failed request.", rich_help_panel=OPENAI),
+    ] = 5,
+    timeout: Annotated[
+        float,
+        typer.Option(metavar="SECONDS", help="Time allowed per request.", rich_help_panel=OPENAI),
+    ] = 60.0,
+    samples: Annotated[
+        int, typer.Option(metavar="N", help="Answers sampled per pair.", rich_help_panel=CHAT)
+    ] = 10,
+    temperature: Annotated[
+        float,
+        typer.Option(metavar="T", help="Sampling temperature.", rich_help_panel=CHAT),
+    ] = 1.0,
     verbose: Verbose = False,
 ) -> None:
     """Measure each retrieved passage's utility for an LLM: u = R * (1 - p(NO-RESPONSE)).
@@ -243,14 +370,22 @@ def annotate_command(
     """
     with friendly_errors(verbose):
         from ragguard.calibration.annotate import annotate
+        from ragguard.calibration.annotate._checks import check
 
+        numbers = {"batch_size": batch_size, "max_length": max_length, "threads": threads,
+                   "top_logprobs": top_logprobs, "concurrency": concurrency,
+                   "max_retries": max_retries, "timeout": timeout, "samples": samples,
+                   "temperature": temperature}  # fmt: skip
+        for name, value in numbers.items():
+            if value is not None:
+                check(name, value, label=_NUMBERS[name])
         opts: dict[str, Any] = {
             "model_id": model_id,
             "device": device,
             "dtype": dtype,
             "batch_size": batch_size,
             "max_length": max_length,
-            "no_chat_template": no_chat_template,
+            "chat_template": chat_template,
             "gguf_file": gguf_file,
             "base_url": base_url,
             "api": api,

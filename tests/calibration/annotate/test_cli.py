@@ -104,13 +104,15 @@ def test_chat_judge_marks_unlabelled_passages(
     assert row["metadata"]["annotate"]["judge_model"] == "FakeListChatModel"
 
 
+def _openai(evalset: Path, url: str, out: Path, *more: str) -> list[str]:
+    """``ragguard annotate``'s arguments for the openai backend at ``url``."""
+    return ["annotate", str(evalset), "--backend", "openai", "--model", "served",
+            "--base-url", url, "--out", str(out), *more]  # fmt: skip
+
+
 def test_openai_backend(evalset: Path, tmp_path: Path, server: FakeServer) -> None:
     out = tmp_path / "u.jsonl"
-    result = runner.invoke(
-        app,
-        ["annotate", str(evalset), "--backend", "openai", "--model", "served",
-         "--base-url", server.url, "--out", str(out)],
-    )  # fmt: skip
+    result = runner.invoke(app, _openai(evalset, server.url, out))
     assert result.exit_code == 0, result.output
     es = load_evalset(out)
     assert dict(es.labels["q1"].no_response) == pytest.approx({"paris": 0.25, "lyon": 0.75})
@@ -121,11 +123,7 @@ def test_openai_backend_without_logprobs_fails_in_one_line(
     evalset: Path, tmp_path: Path, server: FakeServer
 ) -> None:
     server.mode = "no_logprobs"
-    result = runner.invoke(
-        app,
-        ["annotate", str(evalset), "--backend", "openai", "--model", "served",
-         "--base-url", server.url, "--out", str(tmp_path / "u.jsonl")],
-    )  # fmt: skip
+    result = runner.invoke(app, _openai(evalset, server.url, tmp_path / "u.jsonl"))
     assert result.exit_code == 1
     assert "error:" in result.stderr and "returned no logprobs" in result.stderr
     assert "Traceback" not in result.stderr
@@ -194,3 +192,91 @@ def test_an_interrupt_says_how_to_resume(
     )
     assert result.exit_code == 130
     assert f"saved in {out}.progress" in result.stderr and "resume" in result.stderr
+
+
+# issue 11, items 9 and 10
+
+
+def _own_lines(text: str) -> list[str]:
+    """The help's lines but those of --verbose and --help, which every command shares
+    (ragguard.cli._common and typer)."""
+    return [line for line in text.splitlines() if "--verbose" not in line and "--help" not in line]
+
+
+def test_help_reads_cleanly_at_80_columns() -> None:
+    result = runner.invoke(app, ["annotate", "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "--no-no-chat-template" not in text
+    assert "--chat-template" in text and "--no-chat-template" in text
+    assert "--no-fresh" not in text  # a flag that only turns something on
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text  # no option name or help cut short
+    assert [line for line in _own_lines(text) if "<bool>" in line] == []
+    for panel in ("Relevance judge", "transformers and gguf backends", "openai backend"):
+        assert panel in text
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--timeout", "0"),
+        ("--timeout", "-5"),
+        ("--timeout", "nan"),
+        ("--timeout", "inf"),
+        ("--concurrency", "0"),
+        ("--concurrency", "100000"),
+        ("--max-retries", "-1"),
+        ("--top-logprobs", "0"),
+        ("--samples", "0"),
+        ("--temperature", "-1"),
+        ("--batch-size", "0"),
+        ("--max-length", "0"),
+        ("--threads", "0"),
+    ],
+)
+def test_numeric_options_are_checked_in_one_line(
+    evalset: Path, tmp_path: Path, option: str, value: str
+) -> None:
+    url, out = "http://127.0.0.1:9/v1", tmp_path / "u.jsonl"
+    result = runner.invoke(app, _openai(evalset, url, out, "--max-retries", "0", option, value))
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"error: {option} must be a")
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (tmp_path / "u.jsonl.progress").exists()
+
+
+def test_the_api_key_never_reaches_the_terminal(
+    evalset: Path, tmp_path: Path, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "sk-live-4f9a8b7c6d5e4f3a2b1c"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    server.mode = "echo_auth"
+    result = runner.invoke(app, _openai(evalset, server.url, tmp_path / "u.jsonl"))
+    assert server.requests[0]["auth"] == f"Bearer {key}"
+    assert result.exit_code == 1 and "HTTP 401" in result.stderr
+    assert key not in result.output and "4f9a8b7c" not in result.output
+
+
+def test_chat_template_flags(evalset: Path, tmp_path: Path) -> None:
+    from tests.calibration.annotate.test_transformers import _build_tiny
+
+    chat, plain = tmp_path / "chat", tmp_path / "plain"
+    _build_tiny(chat, chat=True)
+    _build_tiny(plain, chat=False)
+    base = ["annotate", str(evalset), "--backend", "transformers", "--out"]
+    settings = {}
+    for flag in ("--chat-template", "--no-chat-template"):
+        out = tmp_path / f"{flag}.jsonl"
+        result = runner.invoke(app, [*base, str(out), "--model", str(chat), flag])
+        assert result.exit_code == 0, result.output
+        row = json.loads(out.read_text().splitlines()[0])
+        settings[flag] = row["metadata"]["annotate"]["settings"]["chat_template"]
+    assert settings == {"--chat-template": True, "--no-chat-template": False}
+    result = runner.invoke(
+        app, [*base, str(tmp_path / "u.jsonl"), "--model", str(plain), "--chat-template"]
+    )
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: chat_template=True (--chat-template), but the tokenizer has no chat template"
+    )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import math
 import threading
 import time
@@ -16,6 +18,7 @@ import pytest
 from ragguard.calibration import load_evalset
 from ragguard.calibration.annotate import (
     ABSTENTION_PROMPT,
+    AnnotationError,
     EndpointError,
     EndpointGenerator,
     OpenAIEndpointEstimator,
@@ -33,7 +36,7 @@ class FakeServer:
     """An OpenAI-compatible server with scripted behaviour; counts what it receives."""
 
     def __init__(self) -> None:
-        self.mode = "ok"  # ok | no_logprobs | bad_request
+        self.mode = "ok"  # ok | no_logprobs | bad_request | echo_auth
         self.fail_first = 0  # answer the first N requests with 503
         self.delay = 0.0
         self.requests: list[dict[str, Any]] = []
@@ -56,7 +59,7 @@ class FakeServer:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
                     time.sleep(server.delay)
-                    status, reply = server.reply(n, self.path, body)
+                    status, reply = server.reply(n, self.path, body, self.headers)
                 finally:
                     with server.lock:
                         server.in_flight -= 1
@@ -79,11 +82,18 @@ class FakeServer:
         )
         self.thread.start()
 
-    def reply(self, n: int, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def reply(
+        self, n: int, path: str, body: dict[str, Any], headers: Any
+    ) -> tuple[int, dict[str, Any]]:
         if n <= self.fail_first:
             return 503, {"error": {"message": "overloaded"}}
         if self.mode == "bad_request":
             return 400, {"error": {"message": "model 'nope' does not exist"}}
+        if self.mode == "echo_auth":  # what careless servers and proxies do
+            auth = headers.get("Authorization", "")
+            key = auth.removeprefix("Bearer ")
+            return 401, {"error": {"message": f"invalid key {key}", "api_key": key,
+                                   "headers": {"Authorization": auth}}}  # fmt: skip
         text = json.dumps(body)
         dist = ANSWERS if "Paris" in text else ABSTAINS
         top = sorted(dist.items(), key=lambda kv: -kv[1])
@@ -255,3 +265,114 @@ def test_endpoint_judge(server: FakeServer, tmp_path: Path) -> None:
     assert row["metadata"]["annotate"]["relevance"] == {"a": "judge", "b": "judge"}
     asked = [r["body"] for r in server.requests if r["body"]["max_tokens"] > 1]
     assert len(asked) == 2 and "Acceptable answers list: ['Paris']" in json.dumps(asked)
+
+
+# issue 11, item 9: safe to run anywhere
+
+
+async def test_annotate_works_inside_a_running_event_loop(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    """From a coroutine (a Jupyter cell, an async app) the synchronous entry point must
+    not try to run a private loop in this thread, which fails while one is running."""
+    asyncio.get_running_loop()  # the test really runs inside a loop
+    evalset = _evalset(tmp_path)
+    del_labels = [json.loads(line) for line in evalset.read_text().splitlines()]
+    for row in del_labels:
+        del row["relevant"]
+    evalset.write_text("".join(json.dumps(r) + "\n" for r in del_labels))
+    est = OpenAIEndpointEstimator("m", base_url=server.url, concurrency=2)
+    judge = RelevanceJudge(EndpointGenerator("judge", base_url=server.url))
+    summary = annotate(evalset, est, out=tmp_path / "u.jsonl", judge=judge)
+    assert (summary.pairs, summary.computed, summary.judged) == (12, 12, 12)
+    es = load_evalset(tmp_path / "u.jsonl")
+    assert dict(es.labels["q3"].utilities) == pytest.approx({"a": 0.75, "b": -0.25, "c": -0.25})
+
+
+KEY = "sk-test-0123456789abcdefXYZ"
+
+
+def test_error_replies_never_show_the_key(server: FakeServer) -> None:
+    server.mode = "echo_auth"
+    est = OpenAIEndpointEstimator("m", base_url=server.url, api_key=KEY)
+    with pytest.raises(EndpointError) as info:
+        list(est.estimate(PAIRS[:1]))
+    message = str(info.value)
+    assert server.requests[0]["auth"] == f"Bearer {KEY}"  # the key was sent, and echoed
+    assert "HTTP 401" in message and "invalid key ***" in message
+    assert KEY not in message and "0123456789" not in message
+    assert '"Authorization": "***"' in message and '"api_key": "***"' in message
+
+
+def test_a_short_key_is_hidden_without_garbling_the_message(server: FakeServer) -> None:
+    server.mode = "echo_auth"
+    est = EndpointGenerator("model-k", base_url=server.url, api_key="k")
+    with pytest.raises(EndpointError) as info:
+        list(est.generate(["hello"]))
+    message = str(info.value)
+    assert "invalid key ***" in message and '"api_key": "***"' in message
+    assert "(model 'model-k')" in message and "invalid key" in message
+
+
+def test_credentials_in_the_url_are_hidden(tmp_path: Path) -> None:
+    url = "http://user:s3cret-pass@127.0.0.1:9/v1"
+    est = OpenAIEndpointEstimator("m", base_url=url, max_retries=0, timeout=2)
+    with pytest.raises(EndpointError, match=r"ConnectError") as info:
+        list(est.estimate(PAIRS[:1]))
+    assert "s3cret" not in str(info.value) and "http://***@127.0.0.1:9/v1" in str(info.value)
+    assert "s3cret" not in json.dumps(est.settings())  # written to the output files
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "name"),
+    [
+        (OpenAIEndpointEstimator, {"timeout": 0}, "timeout"),
+        (OpenAIEndpointEstimator, {"timeout": -1.0}, "timeout"),
+        (OpenAIEndpointEstimator, {"timeout": math.nan}, "timeout"),
+        (OpenAIEndpointEstimator, {"timeout": math.inf}, "timeout"),
+        (OpenAIEndpointEstimator, {"timeout": 1e9}, "timeout"),
+        (OpenAIEndpointEstimator, {"concurrency": 0}, "concurrency"),
+        (OpenAIEndpointEstimator, {"concurrency": 2.5}, "concurrency"),
+        (OpenAIEndpointEstimator, {"concurrency": True}, "concurrency"),
+        (OpenAIEndpointEstimator, {"concurrency": 10**6}, "concurrency"),
+        (OpenAIEndpointEstimator, {"max_retries": -1}, "max_retries"),
+        (OpenAIEndpointEstimator, {"max_retries": 10**9}, "max_retries"),
+        (OpenAIEndpointEstimator, {"backoff": -0.5}, "backoff"),
+        (OpenAIEndpointEstimator, {"top_logprobs": 0}, "top_logprobs"),
+        (OpenAIEndpointEstimator, {"api": "responses"}, "api"),
+        (OpenAIEndpointEstimator, {"base_url": "localhost:8000/v1"}, "base_url"),
+        (OpenAIEndpointEstimator, {"concurency": 3}, "unknown options concurency"),
+        (EndpointGenerator, {"max_tokens": 0}, "max_tokens"),
+        (EndpointGenerator, {"timeout": "60"}, "timeout"),
+    ],
+)
+def test_bad_settings_are_named_at_construction(
+    cls: Any, kwargs: dict[str, Any], name: str
+) -> None:
+    with pytest.raises(AnnotationError, match=name):
+        cls("m", **kwargs)
+
+
+def test_results_from_another_server_are_not_reused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same model name served elsewhere (another quantisation, another version) is
+    another annotator: resuming the file against server B computes everything again."""
+    evalset, out = _evalset(tmp_path), tmp_path / "u.jsonl"
+    a, b = FakeServer(), FakeServer()
+    try:
+        first = annotate(evalset, OpenAIEndpointEstimator("m", base_url=a.url), out=out)
+        assert (first.computed, first.reused) == (12, 0)
+        with caplog.at_level(logging.WARNING):
+            second = annotate(evalset, OpenAIEndpointEstimator("m", base_url=b.url), out=out)
+        assert (second.computed, second.reused) == (12, 0)
+        assert len(b.requests) == 12
+        assert "made with other settings" in caplog.text and "12 of these pairs" in caplog.text
+        settings = json.loads(out.read_text().splitlines()[0])["metadata"]["annotate"]["settings"]
+        assert settings["base_url"] == b.url
+        # and against A again, A's saved results are still there to reuse
+        third = annotate(evalset, OpenAIEndpointEstimator("m", base_url=a.url), out=out)
+        assert (third.computed, third.reused) == (0, 12)
+    finally:
+        a.close()
+        b.close()

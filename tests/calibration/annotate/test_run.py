@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +314,55 @@ def test_queries_from_a_beir_folder(tmp_path: Path) -> None:
     assert dict(es.labels["q1"].utilities) == {"d1": 1.0, "d2": -1.0}
 
 
+class _WrongIndex(FakeEstimator):
+    def estimate(self, pairs: Sequence[Pair]) -> Iterator[tuple[int, float]]:
+        yield len(pairs) + 5, 0.5
+
+
 def test_estimator_results_are_checked(small_evalset: Path, tmp_path: Path) -> None:
     with pytest.raises(AnnotationError, match="not a probability"):
         annotate(small_evalset, FakeEstimator(lambda _: 1.5), out=tmp_path / "u.jsonl")
+    with pytest.raises(AnnotationError, match="not a probability"):
+        annotate(small_evalset, FakeEstimator(lambda _: True), out=tmp_path / "u.jsonl")
+    with pytest.raises(AnnotationError, match="result for index 10 of 5 inputs"):
+        annotate(small_evalset, _WrongIndex(_p), out=tmp_path / "u.jsonl")
+
+
+def test_wrong_arguments_are_annotation_errors(small_evalset: Path, tmp_path: Path) -> None:
+    """Issue 11: each mistake is a typed error that names it, before any work is done."""
+    est, out = FakeEstimator(_p), tmp_path / "u.jsonl"
+    es = load_evalset(small_evalset)
+    with pytest.raises(AnnotationError, match="when evalset is a path"):
+        annotate(es, est, out=out, runs=tmp_path / "bm25.run")
+    with pytest.raises(AnnotationError, match="unjudged must be"):
+        annotate(small_evalset, est, out=out, unjudged="ask")  # type: ignore[arg-type]
+    with pytest.raises(AnnotationError, match="no run named 'bm25'; runs: default"):
+        annotate(small_evalset, est, out=out, only_runs=["bm25"])
+    assert est.asked == []
+
+
+def test_unwritable_outputs_are_named_before_any_work(small_evalset: Path, tmp_path: Path) -> None:
+    est = FakeEstimator(_p)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    with pytest.raises(AnnotationError, match=r"results is a folder; name the file"):
+        annotate(small_evalset, est, out=folder)
+    with pytest.raises(AnnotationError, match=r"results is a folder"):
+        annotate(small_evalset, est, out=tmp_path / "u.jsonl", udcg_out=folder)
+    with pytest.raises(AnnotationError, match=r"results is a folder"):
+        annotate(small_evalset, est, out=tmp_path / "u.jsonl", progress_file=folder)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(AnnotationError, match=r"cannot write .*: .*a-file is not a folder"):
+        annotate(small_evalset, est, out=blocker / "sub" / "u.jsonl")
+    with pytest.raises(AnnotationError, match=r"cannot write .*: .*a-file is not a folder"):
+        annotate(small_evalset, est, out=tmp_path / "u.jsonl", udcg_out=blocker / "u.json")
+    assert est.asked == []
+    assert not list(tmp_path.glob("*.progress")) and not (tmp_path / "u.jsonl").exists()
+
+
+def test_a_progress_file_that_cannot_be_used_is_named(tmp_path: Path) -> None:
+    from ragguard.calibration.annotate._store import ProgressStore
+
+    with pytest.raises(AnnotationError, match=r"cannot use the progress file .*: Is a directory"):
+        ProgressStore(tmp_path)

@@ -18,6 +18,7 @@ from pydantic import PrivateAttr
 
 from ragguard.calibration import load_evalset
 from ragguard.calibration.annotate import (
+    AnnotationError,
     ChatGenerator,
     Pair,
     RelevanceJudge,
@@ -130,3 +131,22 @@ def test_chat_judge_and_annotate_end_to_end(tmp_path: Path) -> None:
     es = load_evalset(tmp_path / "u.jsonl")
     assert dict(es.labels["q"].utilities) == pytest.approx({"lyon": -0.7, "paris": 1.0})
     assert dict(es.labels["q"].grades) == {"lyon": 0, "paris": 1}
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda m: SamplingEstimator(m, n=0), "n must be"),
+        (lambda m: SamplingEstimator(m, n=10**9), "n must be"),
+        (lambda m: SamplingEstimator(m, temperature=-0.1), "temperature"),
+        (lambda m: SamplingEstimator(m, temperature=float("nan")), "temperature"),
+        (lambda m: SamplingEstimator(m, concurrency=0), "concurrency"),
+        (lambda m: ChatGenerator(m, concurrency=0), "concurrency"),
+        (lambda m: ChatGenerator(m, temperature=float("inf")), "temperature"),
+    ],
+)
+def test_bad_settings_are_annotation_errors(make: Any, name: str) -> None:
+    """Issue 11: a typed error naming the setting; ChatGenerator(concurrency=0) used to
+    fail only later, inside range(), with a bare ValueError."""
+    with pytest.raises(AnnotationError, match=name):
+        make(RateChatModel())

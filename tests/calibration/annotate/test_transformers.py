@@ -16,9 +16,11 @@ import transformers
 from ragguard.calibration import evaluate, load_evalset
 from ragguard.calibration.annotate import (
     ABSTENTION_PROMPT,
+    AnnotationError,
     Pair,
     RelevanceJudge,
     TransformersEstimator,
+    TransformersGenerator,
     abstention_token_ids,
     annotate,
 )
@@ -153,13 +155,27 @@ def test_max_length_keeps_the_end_of_the_prompt(tiny_chat: Path) -> None:
     assert got == pytest.approx(_reference_p(full.model, full.tokenizer, ids), rel=1e-4)
 
 
-def test_options_are_checked(tiny_plain: Path) -> None:
-    with pytest.raises(ValueError, match="no chat template"):
+def test_options_are_checked(tiny_plain: Path, tmp_path: Path) -> None:
+    """Each mistake a user can make is an AnnotationError that names it (issue 11)."""
+    with pytest.raises(AnnotationError, match="no chat template"):
         TransformersEstimator(str(tiny_plain), chat_template=True)
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(AnnotationError, match="batch_size"):
         TransformersEstimator(str(tiny_plain), batch_size=0)
-    with pytest.raises(ValueError, match="dtype"):
+    with pytest.raises(AnnotationError, match="max_length"):
+        TransformersEstimator(str(tiny_plain), max_length=2.5)
+    with pytest.raises(AnnotationError, match="dtype"):
         TransformersEstimator(str(tiny_plain), dtype="float8")
+    with pytest.raises(AnnotationError, match="device 'banana'"):
+        TransformersEstimator(str(tiny_plain), device="banana")
+    with pytest.raises(AnnotationError, match="cannot load the model"):
+        TransformersEstimator(str(tmp_path / "no-such-model"))
+    with pytest.raises(AnnotationError, match="no such GGUF file"):
+        TransformersEstimator.from_gguf(tmp_path / "missing.gguf")
+    with pytest.raises(AnnotationError, match="max_new_tokens"):
+        TransformersGenerator(str(tiny_plain), max_new_tokens=0)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_plain))
+    with pytest.raises(AnnotationError, match="pass the tokenizer"):
+        TransformersEstimator(model)
 
 
 # ---------------------------------------------------------------- SmolLM2-135M GGUF

@@ -35,7 +35,12 @@ an interrupted run resumes where it stopped.
 """
 
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair, TextGenerator
-from ragguard.calibration.annotate._endpoint import EndpointGenerator, OpenAIEndpointEstimator
+from ragguard.calibration.annotate._endpoint import (
+    ClientOptions,
+    EndpointGenerator,
+    OpenAIEndpointEstimator,
+    redact,
+)
 from ragguard.calibration.annotate._judge import RelevanceJudge
 from ragguard.calibration.annotate._prompts import (
     ABSTENTION_PROMPT,
@@ -63,6 +68,7 @@ __all__ = [
     "AnnotationError",
     "AnnotationSummary",
     "ChatGenerator",
+    "ClientOptions",
     "EndpointError",
     "EndpointGenerator",
     "JudgeReply",
@@ -80,4 +86,5 @@ __all__ = [
     "is_abstention",
     "is_abstention_start",
     "parse_judge_reply",
+    "redact",
 ]

@@ -21,29 +21,41 @@ timeouts, HTTP 408, 409, 425, 429, 500, 502, 503, 504) are retried up to
 ``max_retries`` times with exponential backoff and jitter, honouring ``Retry-After``;
 anything else, or a reply without logprobs, raises :class:`~ragguard.errors.EndpointError`
 at once, naming the URL and the model. Results already handed out stay saved.
+
+The requests run on an event loop of their own in a worker thread, so the same
+synchronous calls work from a script, from a thread and from inside a running event loop
+(Jupyter, an async application). Every message shown from the server (an error body, an
+exception) has credentials replaced by ``***`` (see :func:`redact`). The base URL is part
+of the settings, so results saved from one server are not reused for another.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
+import queue
 import random
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+import threading
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import closing
+from typing import Any, Literal, TypedDict, Unpack
+from urllib.parse import urlsplit
 
 from ragguard._optional import require
 from ragguard.calibration.annotate._base import Pair
+from ragguard.calibration.annotate._checks import check
 from ragguard.calibration.annotate._prompts import (
     ABSTENTION_PROMPT,
     AbstentionPrompt,
     is_abstention_start,
 )
-from ragguard.errors import EndpointError
+from ragguard.errors import AnnotationError, EndpointError
 
-__all__ = ["EndpointGenerator", "OpenAIEndpointEstimator"]
+__all__ = ["ClientOptions", "EndpointGenerator", "OpenAIEndpointEstimator", "redact"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,31 +63,101 @@ TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 DEFAULT_BASE_URL = "http://localhost:8000/v1"
 _RAW_SPACE = re.compile("^[\u0120\u2581]+")
 
+# what is hidden in every message shown from an endpoint: a header or field that holds a
+# credential (``Authorization: ...``, ``"api_key": "..."``, ``?api-key=...``), a bearer or
+# basic token, an OpenAI-style ``sk-...`` key, and the user:password part of a URL
+_NAME = (
+    r"(?<![A-Za-z0-9])(?:proxy-)?"
+    r"(?:authorization|x-api-key|api[_-]?key|access[_-]?token|password)(?![A-Za-z0-9])"
+)
+_SECRETS = (
+    # the value of a named field: `Authorization: Bearer x`, "api_key": "x", ?api-key=x
+    (
+        re.compile(
+            rf"(?i)({_NAME}[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?[^\s\"',;&}}]+"
+        ),
+        r"\1***",
+    ),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), "sk-***"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]*@"), r"\1***@"),
+)
+#: a configured key at least this long is hidden wherever it occurs; a shorter one only
+#: where it stands alone (so that a key "k" does not turn every "k" into "***")
+SHORT_KEY = 8
+
+
+def redact(text: str, api_key: str | None = None) -> str:
+    """``text`` with credentials replaced by ``***``: ``api_key`` (see :data:`SHORT_KEY`),
+    the values of ``Authorization``, ``api_key``/``api-key``, ``x-api-key``,
+    ``access_token`` and ``password`` fields, ``Bearer``/``Basic`` tokens, ``sk-...`` keys
+    and the ``user:password@`` of URLs."""
+    if api_key and len(api_key) >= SHORT_KEY:
+        text = text.replace(api_key, "***")
+    elif api_key:
+        alone = rf"(?<![\w.-]){re.escape(api_key)}(?![\w.-])"
+        text = re.sub(alone, "***", text)
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class ClientOptions(TypedDict, total=False):
+    """How both endpoint classes reach the server (see :class:`OpenAIEndpointEstimator`)."""
+
+    base_url: str | None
+    api_key: str | None
+    concurrency: int
+    max_retries: int
+    backoff: float
+    max_backoff: float
+    timeout: float
+    transport: Any
+
+
+_Put = Callable[["tuple[int, Any] | BaseException | None"], None]
+
 
 class _Client:
-    """POSTs JSON payloads ``concurrency`` at a time, with retries; yields as they finish."""
+    """POSTs JSON payloads ``concurrency`` at a time, with retries; yields as they finish.
+
+    The requests run on an event loop of their own in a worker thread, so the client
+    works the same from plain code, from a thread, and from inside a running event loop
+    (Jupyter, an async application), where a private loop in the caller's thread could
+    not run.
+    """
 
     def __init__(
         self,
-        base_url: str | None,
-        api_key: str | None,
         *,
-        concurrency: int,
-        max_retries: int,
-        backoff: float,
-        max_backoff: float,
-        timeout: float,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        concurrency: int = 8,
+        max_retries: int = 5,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        timeout: float = 60.0,
         transport: Any = None,
     ) -> None:
         require("httpx", "endpoint")
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
-            "/"
-        )
+        for name, value in (("concurrency", concurrency), ("max_retries", max_retries),
+                            ("backoff", backoff), ("max_backoff", max_backoff),
+                            ("timeout", timeout)):  # fmt: skip
+            check(name, value)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if self.api_key is not None and not isinstance(self.api_key, str):
+            raise AnnotationError(f"api_key must be a string, got {type(self.api_key).__name__}")
+        given = base_url or os.environ.get("OPENAI_BASE_URL")
+        self.base_url = (given or DEFAULT_BASE_URL).rstrip("/")
+        #: the URL as messages and output files show it (credentials hidden)
+        self.shown_url = redact(self.base_url, self.api_key)
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            origin = "" if base_url else " (from $OPENAI_BASE_URL)"
+            raise AnnotationError(
+                f"base_url must be an http:// or https:// URL such as {DEFAULT_BASE_URL}, "
+                f"got {self.shown_url!r}{origin}"
+            )
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.backoff = backoff
@@ -83,11 +165,17 @@ class _Client:
         self.timeout = timeout
         self.transport = transport
 
+    def error(self, model: object, message: str, path: str = "") -> EndpointError:
+        """An :class:`EndpointError` naming the URL and the model, credentials hidden."""
+        where = f"{self.shown_url}{path} (model {model!r})"
+        return EndpointError(redact(f"{where}{message}", self.api_key))
+
     def _delay(self, attempt: int, retry_after: str | None) -> float:
         if retry_after is not None:
             try:
                 wait = float(retry_after)
-                return min(self.max_backoff, max(0.0, wait))
+                if math.isfinite(wait):
+                    return min(self.max_backoff, max(0.0, wait))
             except ValueError:
                 pass
         base = min(self.max_backoff, self.backoff * (2.0**attempt))
@@ -103,76 +191,139 @@ class _Client:
                 resp = await client.post(url, json=payload)
             except httpx.TransportError as exc:
                 if last:
-                    raise EndpointError(
-                        f"{url} (model {model!r}): {type(exc).__name__}: {exc} "
-                        f"(after {self.max_retries} retries)"
+                    raise self.error(
+                        model,
+                        f": {type(exc).__name__}: {exc} (after {self.max_retries} retries)",
+                        path,
                     ) from exc
                 delay = self._delay(attempt, None)
-                logger.info("%s: %s; retrying in %.2fs", url, type(exc).__name__, delay)
+                logger.info("%s%s: %s; retrying in %.2fs", self.shown_url, path,
+                            type(exc).__name__, delay)  # fmt: skip
                 await asyncio.sleep(delay)
                 continue
             if resp.status_code == 200:
                 try:
                     return resp.json()
                 except ValueError:
-                    raise EndpointError(
-                        f"{url} (model {model!r}) answered 200 with a body that is not JSON: "
-                        f"{resp.text[:200]!r}"
+                    body = redact(resp.text, self.api_key)[:200]
+                    raise self.error(
+                        model, f" answered 200 with a body that is not JSON: {body!r}", path
                     ) from None
             if resp.status_code in TRANSIENT_STATUS and not last:
                 delay = self._delay(attempt, resp.headers.get("retry-after"))
-                logger.info("%s: HTTP %d; retrying in %.2fs", url, resp.status_code, delay)
+                logger.info("%s%s: HTTP %d; retrying in %.2fs", self.shown_url, path,
+                            resp.status_code, delay)  # fmt: skip
                 await asyncio.sleep(delay)
                 continue
             tail = f" (after {self.max_retries} retries)" if resp.status_code in (
                 TRANSIENT_STATUS
             ) else ""  # fmt: skip
-            raise EndpointError(
-                f"{url} (model {model!r}) answered HTTP {resp.status_code}{tail}: {resp.text[:300]}"
-            )
+            body = redact(resp.text, self.api_key)[:300]
+            raise self.error(model, f" answered HTTP {resp.status_code}{tail}: {body}", path)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def run(self, path: str, payloads: Sequence[Mapping[str, Any]]) -> Iterator[tuple[int, Any]]:
-        """``(index, JSON reply)`` per payload, as each finishes."""
+    async def _produce(self, path: str, payloads: Sequence[Mapping[str, Any]], put: _Put) -> None:
+        """Every request, ``concurrency`` in flight; each reply handed to ``put`` as it
+        comes. The first failure cancels the requests still in flight and is raised."""
         httpx = require("httpx", "endpoint")
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        loop = asyncio.new_event_loop()
-        client = httpx.AsyncClient(
+        async with httpx.AsyncClient(
             headers=headers,
             timeout=self.timeout,
             transport=self.transport,
             limits=httpx.Limits(max_connections=self.concurrency),
-        )
+        ) as client:
 
-        async def one(i: int) -> tuple[int, Any]:
-            return i, await self._post(client, path, payloads[i])
+            async def one(i: int) -> tuple[int, Any]:
+                return i, await self._post(client, path, payloads[i])
 
-        pending: set[asyncio.Task[tuple[int, Any]]] = set()
-        nxt = 0
+            pending: set[asyncio.Task[tuple[int, Any]]] = set()
+            nxt = 0
+            try:
+                while nxt < len(payloads) or pending:
+                    while nxt < len(payloads) and len(pending) < self.concurrency:
+                        pending.add(asyncio.ensure_future(one(nxt)))
+                        nxt += 1
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    failed: BaseException | None = None
+                    for task in done:
+                        exc = task.exception()
+                        if exc is not None:
+                            failed = failed or exc
+                        else:
+                            put(task.result())
+                    if failed is not None:
+                        raise failed
+            finally:
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+
+    def run(
+        self, path: str, payloads: Sequence[Mapping[str, Any]]
+    ) -> Generator[tuple[int, Any], None, None]:
+        """``(index, JSON reply)`` per payload, as each finishes.
+
+        The requests run in a worker thread with its own event loop; closing the
+        iterator early (an interrupt, an error in the caller) cancels the requests still
+        in flight and waits for them to stop.
+        """
+        require("httpx", "endpoint")
+        if not payloads:
+            return
+        results: queue.Queue[tuple[int, Any] | BaseException | None] = queue.Queue()
+        loop = asyncio.new_event_loop()
+        # created before the loop runs, in this thread: then it can be cancelled from here
+        main = loop.create_task(self._produce(path, payloads, results.put))
+
+        def work() -> None:
+            try:
+                loop.run_until_complete(main)
+            except asyncio.CancelledError:
+                pass
+            except BaseException as exc:  # handed to the caller's thread
+                results.put(exc)
+            finally:
+                results.put(None)
+
+        worker = threading.Thread(target=work, name="ragguard-endpoint", daemon=True)
+        worker.start()
         try:
-            while nxt < len(payloads) or pending:
-                while nxt < len(payloads) and len(pending) < self.concurrency:
-                    pending.add(loop.create_task(one(nxt)))
-                    nxt += 1
-                done, pending = loop.run_until_complete(
-                    asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                )
-                failed: BaseException | None = None
-                for task in done:
-                    exc = task.exception()
-                    if exc is not None:
-                        failed = failed or exc
-                    else:
-                        yield task.result()
-                if failed is not None:
-                    raise failed
+            while (item := results.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
         finally:
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(client.aclose())
+            loop.call_soon_threadsafe(main.cancel)
+            worker.join()
             loop.close()
+
+
+class _EndpointModel:
+    """What both endpoint classes share: the model's name and the client."""
+
+    def __init__(self, model: str, model_id: str | None, client: ClientOptions) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise AnnotationError(f"model must be the served model's name, got {model!r}")
+        unknown = sorted(set(client) - set(ClientOptions.__annotations__))
+        if unknown:
+            raise AnnotationError(
+                f"{type(self).__name__} got unknown options {', '.join(unknown)}; known: "
+                f"{', '.join(ClientOptions.__annotations__)}"
+            )
+        self.model = model
+        self._model_id = model_id or model
+        self.client = _Client(**client)
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in the outputs."""
+        return self._model_id
+
+    def _settings(self) -> dict[str, object]:
+        """Backend, server and model: a result from another server is not reused."""
+        return {"backend": "openai", "base_url": self.client.shown_url, "model": self.model}
 
 
 def _chat_top(reply: Any) -> list[tuple[str, float]] | None:
@@ -204,72 +355,67 @@ def _completion_top(reply: Any) -> list[tuple[str, float]] | None:
     return out
 
 
-class OpenAIEndpointEstimator:
+class OpenAIEndpointEstimator(_EndpointModel):
     """p(NO-RESPONSE) from an OpenAI-compatible endpoint's logprobs (see the module
     docstring).
 
     Args:
         model: the model name the server knows.
-        base_url: e.g. ``http://localhost:8000/v1`` (vLLM's default, and the default
-            here); else ``$OPENAI_BASE_URL``.
-        api_key: sent as a bearer token; default ``$OPENAI_API_KEY`` (none if unset).
         api: ``"chat"`` (chat completions) or ``"completions"`` (plain prompt).
         top_logprobs: alternatives asked for (K).
-        concurrency: requests in flight at once.
-        max_retries: retries of a transient failure.
-        backoff: first retry delay in seconds (doubled each time, with jitter).
-        max_backoff: longest delay between retries.
-        timeout: seconds per request.
         model_id: the model's name in the outputs (default ``model``).
         prompt: the abstention prompt (default: the paper's Figure 4).
         extra_body: more JSON fields for every request (e.g. vLLM's
             ``chat_template_kwargs``).
-        transport: an ``httpx`` async transport (for tests and proxies).
+        **client: how the server is reached (:class:`ClientOptions`):
+
+            * ``base_url``: e.g. ``http://localhost:8000/v1`` (vLLM's default, and the
+              default here); else ``$OPENAI_BASE_URL``.
+            * ``api_key``: sent as a bearer token; default ``$OPENAI_API_KEY`` (none if
+              unset). Messages never show it (see :func:`redact`).
+            * ``concurrency``: requests in flight at once (default 8).
+            * ``max_retries``: retries of a transient failure (default 5).
+            * ``backoff``: first retry delay in seconds (default 0.5; doubled each time,
+              with jitter).
+            * ``max_backoff``: longest delay between retries (default 30).
+            * ``timeout``: seconds per request (default 60).
+            * ``transport``: an ``httpx`` async transport (for tests and proxies).
+
+    Raises:
+        AnnotationError: a setting out of range (see ``_checks.BOUNDS``), a base URL
+            that is not http(s), an unknown option.
     """
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
         api: Literal["chat", "completions"] = "chat",
         top_logprobs: int = 20,
-        concurrency: int = 8,
-        max_retries: int = 5,
-        backoff: float = 0.5,
-        max_backoff: float = 30.0,
-        timeout: float = 60.0,
         model_id: str | None = None,
         prompt: AbstentionPrompt = ABSTENTION_PROMPT,
         extra_body: Mapping[str, Any] | None = None,
-        transport: Any = None,
+        **client: Unpack[ClientOptions],
     ) -> None:
         if api not in ("chat", "completions"):
-            raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
-        if top_logprobs < 1:
-            raise ValueError(f"top_logprobs must be >= 1, got {top_logprobs}")
-        self.model = model
+            raise AnnotationError(f"api must be 'chat' or 'completions', got {api!r}")
+        check("top_logprobs", top_logprobs)
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise AnnotationError(f"extra_body must be a mapping, got {type(extra_body).__name__}")
+        try:
+            json.dumps(dict(extra_body or {}))
+        except (TypeError, ValueError) as exc:
+            raise AnnotationError(f"extra_body must be JSON-serialisable: {exc}") from None
+        super().__init__(model, model_id, client)
         self.api = api
         self.top_logprobs = top_logprobs
         self.prompt = prompt
         self.extra_body = dict(extra_body or {})
-        self._model_id = model_id or model
-        self.client = _Client(
-            base_url, api_key, concurrency=concurrency, max_retries=max_retries,
-            backoff=backoff, max_backoff=max_backoff, timeout=timeout, transport=transport,
-        )  # fmt: skip
-
-    @property
-    def model_id(self) -> str:
-        """The model's name in the outputs."""
-        return self._model_id
 
     def settings(self) -> Mapping[str, object]:
-        """Backend, model, API, K, prompt hash and extra request fields."""
+        """Backend, server, model, API, K, prompt hash and extra request fields."""
         return {
-            "backend": "openai",
-            "model": self.model,
+            **self._settings(),
             "api": self.api,
             "top_logprobs": self.top_logprobs,
             "prompt": self.prompt.fingerprint(),
@@ -297,11 +443,11 @@ class OpenAIEndpointEstimator:
         """
         top = _chat_top(reply) if self.api == "chat" else _completion_top(reply)
         if not top:
-            raise EndpointError(
-                f"{self.client.base_url} (model {self.model!r}) returned no logprobs; this "
-                "backend needs a server that returns them (vLLM, llama.cpp's server, "
-                "SGLang, OpenAI); for a model without logprobs use the 'chat' backend, "
-                "which estimates p(NO-RESPONSE) by sampling"
+            raise self.client.error(
+                self.model,
+                " returned no logprobs; this backend needs a server that returns them "
+                "(vLLM, llama.cpp's server, SGLang, OpenAI); for a model without logprobs "
+                "use the 'chat' backend, which estimates p(NO-RESPONSE) by sampling",
             )
         seen: dict[str, float] = {}
         for token, lp in top:
@@ -317,20 +463,20 @@ class OpenAIEndpointEstimator:
         """``(index, p)`` per pair as requests finish, ``concurrency`` at a time."""
         path = "/chat/completions" if self.api == "chat" else "/completions"
         payloads = [self.payload(p) for p in pairs]
-        for i, reply in self.client.run(path, payloads):
-            yield i, self.probability(reply)
+        with closing(self.client.run(path, payloads)) as replies:
+            for i, reply in replies:
+                yield i, self.probability(reply)
 
 
-class EndpointGenerator:
+class EndpointGenerator(_EndpointModel):
     """Chat-completion text from an OpenAI-compatible endpoint: a
     :class:`TextGenerator` for the relevance judge (temperature 0).
 
     Args:
         model: the model name the server knows.
         max_tokens: longest reply.
-        **kwargs: ``base_url``, ``api_key``, ``concurrency``, ``max_retries``,
-            ``backoff``, ``max_backoff``, ``timeout``, ``transport`` as for
-            :class:`OpenAIEndpointEstimator`; ``model_id``.
+        model_id: the model's name in the outputs (default ``model``).
+        **client: how the server is reached, as for :class:`OpenAIEndpointEstimator`.
     """
 
     def __init__(
@@ -339,31 +485,15 @@ class EndpointGenerator:
         *,
         max_tokens: int = 256,
         model_id: str | None = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        concurrency: int = 8,
-        max_retries: int = 5,
-        backoff: float = 0.5,
-        max_backoff: float = 30.0,
-        timeout: float = 60.0,
-        transport: Any = None,
+        **client: Unpack[ClientOptions],
     ) -> None:
-        self.model = model
+        check("max_tokens", max_tokens)
+        super().__init__(model, model_id, client)
         self.max_tokens = max_tokens
-        self._model_id = model_id or model
-        self.client = _Client(
-            base_url, api_key, concurrency=concurrency, max_retries=max_retries,
-            backoff=backoff, max_backoff=max_backoff, timeout=timeout, transport=transport,
-        )  # fmt: skip
-
-    @property
-    def model_id(self) -> str:
-        """The model's name in the outputs."""
-        return self._model_id
 
     def settings(self) -> Mapping[str, object]:
-        """Backend, model and the reply length."""
-        return {"backend": "openai", "model": self.model, "max_tokens": self.max_tokens}
+        """Backend, server, model and the reply length."""
+        return {**self._settings(), "max_tokens": self.max_tokens}
 
     def generate(self, prompts: Sequence[str]) -> Iterator[tuple[int, str]]:
         """``(index, reply text)`` per prompt as requests finish."""
@@ -376,12 +506,12 @@ class EndpointGenerator:
             }
             for p in prompts
         ]
-        for i, reply in self.client.run("/chat/completions", payloads):
-            try:
-                text = reply["choices"][0]["message"]["content"]
-            except (KeyError, IndexError, TypeError):
-                raise EndpointError(
-                    f"{self.client.base_url} (model {self.model!r}) returned a reply without "
-                    "choices[0].message.content"
-                ) from None
-            yield i, text if isinstance(text, str) else ""
+        with closing(self.client.run("/chat/completions", payloads)) as replies:
+            for i, reply in replies:
+                try:
+                    text = reply["choices"][0]["message"]["content"]
+                except (KeyError, IndexError, TypeError):
+                    raise self.client.error(
+                        self.model, " returned a reply without choices[0].message.content"
+                    ) from None
+                yield i, text if isinstance(text, str) else ""

@@ -8,10 +8,11 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
 from ragguard.calibration.annotate._judge import RelevanceJudge
@@ -26,6 +27,7 @@ __all__ = ["AnnotationSummary", "Progress", "Unjudged", "annotate"]
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
+T = TypeVar("T")
 Unjudged = Literal["judge", "irrelevant", "skip"]
 #: ``progress(stage, done, total)``: stage is ``"judge"`` or ``"estimate"``.
 Progress = Callable[[str, int, int], None]
@@ -84,7 +86,7 @@ def _load(
 ) -> tuple[EvalSet, Texts]:
     if isinstance(evalset, EvalSet):
         if runs is not None or format is not None:
-            raise ValueError("runs= and format= apply when evalset is a path")
+            raise AnnotationError("runs= and format= apply when evalset is a path")
         es = evalset
         src = Path(es.source) if es.source else None
         if src is not None and src.exists():
@@ -92,6 +94,17 @@ def _load(
         return es, read_texts(Path(), "none", corpus)
     fmt = format or detect_format(evalset)
     return load_evalset(evalset, format=fmt, runs=runs), read_texts(evalset, fmt, corpus)
+
+
+def _check_writable(path: Path) -> None:
+    """Fail before any work when ``path`` is a folder or sits below a file."""
+    if path.is_dir():
+        raise AnnotationError(f"{path} is a folder; name the file to write")
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if above.exists() and not above.is_dir():
+        raise AnnotationError(f"cannot write {path}: {above} is not a folder")
 
 
 def _relevant_bar(rules: UtilityRules) -> int:
@@ -159,13 +172,19 @@ def annotate(
         EvalSetError: the eval set or a corpus file is malformed.
         EndpointError: an endpoint backend failed (what was computed is saved).
     """
+    out_path = Path(out)
+    udcg_path = Path(udcg_out) if udcg_out is not None else None
+    store_path = Path(progress_file) if progress_file is not None else Path(f"{out_path}.progress")
+    for path in (out_path, udcg_path, store_path):
+        if path is not None:
+            _check_writable(path)
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
     es, texts = _load(evalset, format, runs, corpus_list)
     if passages:
         texts.by_doc.update({str(k): v for k, v in passages.items()})
     policy: Unjudged = unjudged or ("judge" if judge is not None else "irrelevant")
     if policy not in ("judge", "irrelevant", "skip"):
-        raise ValueError(f"unjudged must be 'judge', 'irrelevant' or 'skip', got {policy!r}")
+        raise AnnotationError(f"unjudged must be 'judge', 'irrelevant' or 'skip', got {policy!r}")
     if policy == "judge" and judge is None:
         raise AnnotationError("unjudged='judge' needs a judge")
     rules = rules or UtilityRules()
@@ -174,7 +193,7 @@ def annotate(
     run_names = list(es.runs) if only_runs is None else list(only_runs)
     for name in run_names:
         if name not in es.runs:
-            raise ValueError(f"no run named {name!r}; runs: {', '.join(es.runs) or 'none'}")
+            raise AnnotationError(f"no run named {name!r}; runs: {', '.join(es.runs) or 'none'}")
     if not run_names:
         raise AnnotationError(
             "the eval set has no candidates to annotate: add candidates to it, or pass run "
@@ -218,8 +237,6 @@ def annotate(
             "question"
         )
 
-    out_path = Path(out)
-    store_path = Path(progress_file) if progress_file is not None else Path(f"{out_path}.progress")
     judged = failures = computed = reused = 0
     with ProgressStore(store_path, fresh=fresh) as store:
         if policy == "judge":
@@ -229,7 +246,6 @@ def annotate(
         computed, reused = _estimate(es, items, estimator, store, progress)
 
     _write_jsonl(out_path, es, texts, items, run_names, estimator, judge, rules)
-    udcg_path = Path(udcg_out) if udcg_out is not None else None
     if udcg_path is not None:
         _write_udcg(udcg_path, es, texts, items, estimator.model_id)
     summary = AnnotationSummary(
@@ -261,29 +277,66 @@ def _judge(
             todo.append((it, h))
     total = sum(1 for it in items if it.source == SOURCE_JUDGE)
     done = total - len(todo)
+    _note_not_reused(store, "relevance", key, todo, "relevance judgements")
     if progress:
         progress("judge", done, total)
     failures = 0
     questions = [
         (es.queries[it.qid].text or "", es.queries[it.qid].answers, it.passage) for it, _ in todo
     ]
-    for i, reply in judge.judge(questions):
-        it, h = todo[i]
-        done += 1
-        if reply is None:
-            failures += 1
-            logger.warning(
-                "the judge's reply for passage %r of query %r has no grade; it is left out and "
-                "judged again on the next run",
-                it.doc,
-                it.qid,
-            )
-        else:
-            it.relevant, it.motivation = reply.relevant, reply.motivation
-            store.add_relevance(key, it.qid, it.doc, h, reply.relevant, reply.motivation)
-        if progress:
-            progress("judge", done, total)
+    with _closing(judge.judge(questions)) as replies:
+        for i, reply in replies:
+            it, h = _todo(todo, i, "judge")
+            done += 1
+            if reply is None:
+                failures += 1
+                logger.warning(
+                    "the judge's reply for passage %r of query %r has no grade; it is left out "
+                    "and judged again on the next run",
+                    it.doc,
+                    it.qid,
+                )
+            else:
+                it.relevant, it.motivation = reply.relevant, reply.motivation
+                store.add_relevance(key, it.qid, it.doc, h, reply.relevant, reply.motivation)
+            if progress:
+                progress("judge", done, total)
     return total - failures, failures
+
+
+@contextmanager
+def _closing(results: Iterator[T]) -> Iterator[Iterator[T]]:
+    """``results``, closed on the way out when it can be (a generator): an interrupt or an
+    error stops the backend's work at once (an endpoint's requests in flight)."""
+    try:
+        yield results
+    finally:
+        close = getattr(results, "close", None)
+        if callable(close):
+            close()
+
+
+def _todo(todo: list[tuple[_Item, str]], i: object, who: str) -> tuple[_Item, str]:
+    """The work item a backend's result is for."""
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(todo):
+        raise AnnotationError(f"the {who} returned a result for index {i!r} of {len(todo)} inputs")
+    return todo[i]
+
+
+def _note_not_reused(
+    store: ProgressStore, kind: str, key: str, todo: list[tuple[_Item, str]], what: str
+) -> None:
+    """Say so when pairs to compute have results saved under other settings."""
+    n = store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
+    if n:
+        logger.warning(
+            "%s holds %s for %d of these pairs made with other settings (another model, "
+            "server, prompt or options); they are not reused, the pairs are computed again "
+            "(--fresh / fresh=True starts a clean file)",
+            store.path,
+            what,
+            n,
+        )
 
 
 def _estimate(
@@ -304,19 +357,22 @@ def _estimate(
         else:
             todo.append((it, h))
     reused = len(items) - len(todo)
+    _note_not_reused(store, "no_response", key, todo, "p(NO-RESPONSE) results")
     if progress:
         progress("estimate", reused, len(items))
     pairs = [Pair(es.queries[it.qid].text or "", it.passage) for it, _ in todo]
     done = reused
-    for i, p in estimator.estimate(pairs):
-        if not (isinstance(p, float | int) and math.isfinite(p) and 0.0 <= p <= 1.0):
-            raise AnnotationError(f"the estimator returned {p!r}, not a probability in [0, 1]")
-        it, h = todo[i]
-        it.p = float(p)
-        store.add_no_response(key, it.qid, it.doc, h, float(p))
-        done += 1
-        if progress:
-            progress("estimate", done, len(items))
+    with _closing(estimator.estimate(pairs)) as results:
+        for i, p in results:
+            ok = isinstance(p, float | int) and not isinstance(p, bool)
+            if not (ok and math.isfinite(p) and 0.0 <= p <= 1.0):
+                raise AnnotationError(f"the estimator returned {p!r}, not a probability in [0, 1]")
+            it, h = _todo(todo, i, "estimator")
+            it.p = float(p)
+            store.add_no_response(key, it.qid, it.doc, h, float(p))
+            done += 1
+            if progress:
+                progress("estimate", done, len(items))
     missing = [it for it, _ in todo if it.p is None]
     if missing:
         raise AnnotationError(
@@ -332,14 +388,19 @@ def _utility(it: _Item) -> float:
 
 
 def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise AnnotationError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             write(fh)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise AnnotationError(f"cannot write {path}: {exc.strerror or exc}") from exc
         raise
 
 

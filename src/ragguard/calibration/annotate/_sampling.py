@@ -22,6 +22,7 @@ from typing import Any
 
 from ragguard._optional import require
 from ragguard.calibration.annotate._base import Pair
+from ragguard.calibration.annotate._checks import check
 from ragguard.calibration.annotate._prompts import (
     ABSTENTION_PROMPT,
     AbstentionPrompt,
@@ -70,7 +71,28 @@ def _text(message: Any) -> str:
     return str(content)
 
 
-class SamplingEstimator:
+class _ChatModel:
+    """What both chat classes share: the model copied at ``temperature``, its name and
+    the calls in flight."""
+
+    def __init__(
+        self, chat_model: Any, temperature: float, concurrency: int, model_id: str | None
+    ) -> None:
+        require("langchain_core", "langchain")
+        check("temperature", temperature)
+        check("concurrency", concurrency)
+        self.chat_model = with_temperature(chat_model, temperature)
+        self.temperature = temperature
+        self.concurrency = concurrency
+        self._model_id = model_id or chat_model_id(chat_model)
+
+    @property
+    def model_id(self) -> str:
+        """The model's name in the outputs."""
+        return self._model_id
+
+
+class SamplingEstimator(_ChatModel):
     """p(NO-RESPONSE) as the share of ``n`` sampled answers that abstain.
 
     Args:
@@ -95,25 +117,11 @@ class SamplingEstimator:
         prompt: AbstentionPrompt = ABSTENTION_PROMPT,
         is_abstention: Callable[[str], bool] = is_abstention,
     ) -> None:
-        require("langchain_core", "langchain")
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.chat_model = with_temperature(chat_model, temperature)
+        check("samples", n, label="n")
+        super().__init__(chat_model, temperature, concurrency, model_id)
         self.n = n
-        self.temperature = temperature
-        self.concurrency = concurrency
         self.prompt = prompt
         self.is_abstention = is_abstention
-        self._model_id = model_id or chat_model_id(chat_model)
-
-    @property
-    def model_id(self) -> str:
-        """The model's name in the outputs."""
-        return self._model_id
 
     def settings(self) -> Mapping[str, object]:
         """Backend, model, n, temperature and the prompt's hash."""
@@ -141,7 +149,7 @@ class SamplingEstimator:
                 yield i, hits / self.n
 
 
-class ChatGenerator:
+class ChatGenerator(_ChatModel):
     """Replies from a LangChain chat model: a :class:`TextGenerator` for the judge.
 
     Args:
@@ -160,16 +168,7 @@ class ChatGenerator:
         concurrency: int = 4,
         model_id: str | None = None,
     ) -> None:
-        require("langchain_core", "langchain")
-        self.chat_model = with_temperature(chat_model, temperature)
-        self.temperature = temperature
-        self.concurrency = concurrency
-        self._model_id = model_id or chat_model_id(chat_model)
-
-    @property
-    def model_id(self) -> str:
-        """The model's name in the outputs."""
-        return self._model_id
+        super().__init__(chat_model, temperature, concurrency, model_id)
 
     def settings(self) -> Mapping[str, object]:
         """Backend, model and temperature."""

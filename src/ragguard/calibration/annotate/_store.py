@@ -20,9 +20,11 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
+
+from ragguard.errors import AnnotationError
 
 __all__ = ["ProgressStore", "pair_hash", "settings_key"]
 
@@ -50,17 +52,27 @@ class ProgressStore:
     Args:
         path: the progress file (created with its folder when missing).
         fresh: ignore (and truncate) what the file holds.
+
+    Raises:
+        AnnotationError: the file cannot be read or written (a folder, no permission,
+            a full disk), naming it.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fresh: bool = False) -> None:
         self.path = Path(path)
         self.no_response: dict[tuple[str, str, str, str], float] = {}
         self.relevance: dict[tuple[str, str, str, str], tuple[bool, str]] = {}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if fresh and self.path.exists():
-            self.path.write_bytes(b"")
-        self._read()
         self._fh: IO[str] | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if fresh and self.path.exists():
+                self.path.write_bytes(b"")
+            self._read()
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: OSError) -> AnnotationError:
+        return AnnotationError(f"cannot use the progress file {self.path}: {exc.strerror or exc}")
 
     def _read(self) -> None:
         if not self.path.exists():
@@ -82,30 +94,47 @@ class ProgressStore:
                 continue
             try:
                 rec = json.loads(raw)
-                self._add(rec)
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                bad += 1
+            except json.JSONDecodeError:
+                rec = None
+            bad += not self._add(rec)
         if bad:
             logger.warning("%s: ignored %d unreadable lines", self.path, bad)
 
-    def _add(self, rec: dict[str, Any]) -> None:
+    def _add(self, rec: Any) -> bool:
+        """Keep one saved record; ``False`` when it is unreadable (a record of a kind
+        this version does not know is passed over)."""
+        names = ("key", "query_id", "doc_id", "pair")
+        if not isinstance(rec, dict) or any(n not in rec for n in names):
+            return False
         k = (str(rec["key"]), str(rec["query_id"]), str(rec["doc_id"]), str(rec["pair"]))
-        if rec["kind"] == "no_response":
-            p = float(rec["p"])
-            if not 0.0 <= p <= 1.0:
-                raise ValueError("probability out of range")
-            self.no_response[k] = p
-        elif rec["kind"] == "relevance":
-            rel = rec["relevant"]
+        if rec.get("kind") == "no_response":
+            p = rec.get("p")
+            if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p <= 1.0:
+                return False
+            self.no_response[k] = float(p)
+        elif rec.get("kind") == "relevance":
+            rel = rec.get("relevant")
             if not isinstance(rel, bool):
-                raise TypeError("relevant must be a boolean")
+                return False
             self.relevance[k] = (rel, str(rec.get("motivation", "")))
+        return True
 
     def _write(self, rec: dict[str, object]) -> None:
-        if self._fh is None:
-            self._fh = self.path.open("a", encoding="utf-8")
-        self._fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        self._fh.flush()
+        try:
+            if self._fh is None:
+                self._fh = self.path.open("a", encoding="utf-8")
+            self._fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def saved_elsewhere(self, kind: str, key: str, wanted: Iterable[tuple[str, str, str]]) -> int:
+        """How many of ``wanted`` ``(query_id, doc_id, pair)`` have a saved result of
+        ``kind`` (``"no_response"`` or ``"relevance"``) under another settings key: work
+        done before with another model, server, prompt or options, which is not reused."""
+        table = self.no_response if kind == "no_response" else self.relevance
+        others = {k[1:] for k in table if k[0] != key}
+        return sum(1 for w in set(wanted) if w in others)
 
     def add_no_response(self, key: str, qid: str, doc: str, pair: str, p: float) -> None:
         """Save one abstention probability."""

@@ -46,6 +46,7 @@ from typing import Any
 
 from ragguard._optional import require
 from ragguard.calibration.annotate._base import Pair
+from ragguard.calibration.annotate._checks import check
 from ragguard.calibration.annotate._prompts import (
     ABSTENTION_PROMPT,
     AbstentionPrompt,
@@ -75,7 +76,7 @@ def _resolve_dtype(torch: Any, dtype: str | None, device: str) -> Any:
     if dtype is None:
         dtype = "float32" if device == "cpu" else "auto"
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        raise AnnotationError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return "auto" if dtype == "auto" else getattr(torch, dtype)
 
 
@@ -97,11 +98,19 @@ def load_model(
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **kwargs)
-    lm = transformers.AutoModelForCausalLM.from_pretrained(
-        str(model), dtype=_resolve_dtype(torch, dtype, dev), **kwargs
-    )
-    lm.to(dev)
+    torch_dtype = _resolve_dtype(torch, dtype, dev)
+    shown = str(model) if gguf_file is None else str(Path(model) / gguf_file)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **kwargs)
+        lm = transformers.AutoModelForCausalLM.from_pretrained(
+            str(model), dtype=torch_dtype, **kwargs
+        )
+    except (OSError, ValueError) as exc:  # not found, not a causal LM, unreadable file
+        raise AnnotationError(f"cannot load the model {shown}: {exc}") from exc
+    try:
+        lm.to(dev)
+    except (RuntimeError, AssertionError, ValueError) as exc:  # no such device here
+        raise AnnotationError(f"cannot put the model on device {dev!r}: {exc}") from exc
     lm.eval()
     return lm, tokenizer, dev
 
@@ -177,7 +186,7 @@ class _Local:
             default_id = str(model) if gguf_file is None else name
         else:
             if tokenizer is None:
-                raise ValueError("pass the tokenizer with a loaded model")
+                raise AnnotationError("pass the tokenizer with a loaded model")
             self.model, self.tokenizer = model, tokenizer
             self.device = str(getattr(model, "device", "cpu"))
             default_id = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
@@ -185,7 +194,9 @@ class _Local:
         self._model_id = model_id or default_id
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         if chat_template and not has_template:
-            raise ValueError("chat_template=True, but the tokenizer has no chat template")
+            raise AnnotationError(
+                "chat_template=True (--chat-template), but the tokenizer has no chat template"
+            )
         self.chat = has_template if chat_template is None else chat_template
         params = inspect.signature(self.model.forward).parameters
         self._accepts = {n for n in ("position_ids", "logits_to_keep") if n in params}
@@ -241,10 +252,9 @@ class TransformersEstimator:
         gguf_file: str | None = None,
         trust_remote_code: bool = False,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if max_length is not None and max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        check("batch_size", batch_size)
+        if max_length is not None:
+            check("max_length", max_length)
         self._local = _Local(
             model, tokenizer, model_id=model_id, device=device, dtype=dtype,
             gguf_file=gguf_file, trust_remote_code=trust_remote_code,
@@ -265,7 +275,7 @@ class TransformersEstimator:
         """
         p = Path(path)
         if not p.is_file():
-            raise FileNotFoundError(f"no such GGUF file: {p}")
+            raise AnnotationError(f"no such GGUF file: {p}")
         return cls(p.parent, gguf_file=p.name, **kwargs)
 
     @property
@@ -371,6 +381,7 @@ class TransformersGenerator:
         gguf_file: str | None = None,
         trust_remote_code: bool = False,
     ) -> None:
+        check("max_new_tokens", max_new_tokens)
         if isinstance(model, _Local):
             self._local = model
         else:
