@@ -68,7 +68,7 @@ def test_help_shows_square_brackets_as_written() -> None:
 def test_the_command_list_shows_each_command_in_a_whole_sentence() -> None:
     text = runner.invoke(app, ["--help"], terminal_width=80).stdout
     commands = text.split("Commands:", 1)[1]
-    for name in ("calibrate", "evaluate", "compare", "profiles", "config"):
+    for name in ("annotate", "calibrate", "evaluate", "compare", "profiles", "config"):
         line = next(x for x in commands.splitlines() if x.strip().startswith(name + " "))
         assert line.rstrip().endswith(".") and not line.rstrip().endswith("..."), line
 

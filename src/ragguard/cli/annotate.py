@@ -362,9 +362,9 @@ def annotate_command(
     ] = 1.0,
     verbose: Verbose = False,
 ) -> None:
-    """Measure each retrieved passage's utility for an LLM: u = R * (1 - p(NO-RESPONSE)).
+    """Measure each passage's utility for an LLM with a model.
 
-    The model reads each question with one passage alone (the UDCG paper's prompt).
+    Utility u = R * (1 - p(NO-RESPONSE)). The model reads each question with one passage alone (the UDCG paper's prompt).
 
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
