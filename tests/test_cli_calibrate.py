@@ -16,6 +16,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard
+from ragguard._optional import install_hint
 from ragguard.calibration import (
     calibrate,
     data_fingerprint,
@@ -176,9 +177,9 @@ def test_calibrate_without_matplotlib_notes_the_missing_plots(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     result = invoke("calibrate", NOTES, "--report", "rep")
     assert result.exit_code == 0, result.output
-    assert 'pip install "ragguard[report]"' in flat(result.stderr)
+    assert install_hint("report") in flat(result.stderr)
     assert "(also report.md)" in flat(result.stdout)
-    assert 'pip install "ragguard[report]"' in (tmp_path / "rep" / "report.md").read_text()
+    assert install_hint("report") in (tmp_path / "rep" / "report.md").read_text()
     assert not (tmp_path / "rep" / "plots").exists()
 
 

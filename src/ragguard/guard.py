@@ -99,7 +99,7 @@ class ContextGuard:
             probabilities.
         RerankModelError: the cross-encoder model cannot be loaded (either
             ``rerank.on_failure`` policy).
-        MissingDependencyError: the built-in reranker needs ``ragguard[rerank]``.
+        MissingDependencyError: the built-in reranker needs the ``rerank`` extra.
 
     Example:
         >>> guard = ContextGuard(GuardConfig(max_k=2, relative_threshold=0.7,

@@ -28,7 +28,7 @@ ranking of the reranked candidates is by rerank probability.
 rerank API, your own model. It declares what its scores are with a ``score_kind``
 attribute (``"logit"`` or ``"probability"``) or ``rerank.score_kind`` says it.
 :class:`CrossEncoderReranker` is the built-in one (sentence-transformers, imported
-lazily; ``pip install "ragguard[rerank]"``).
+lazily; ``pip install "ragguard-context[rerank]"``).
 
 **Loading.** The built-in reranker's model is loaded, and scores one warm-up pair,
 when the guard is built (:meth:`CrossEncoderReranker.load`): loading never counts

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ragguard._optional import install_hint
 from ragguard.calibration import CalibrationResult, SweepGrid, calibrate, load_inputs
 from ragguard.calibration.report import PLOT_NOTE, build_report, format_number, write_report
 from ragguard.errors import ConfigError
@@ -108,11 +109,11 @@ def test_without_matplotlib_the_report_has_tables_and_a_note(
     assert not written.plots_drawn and written.plots == ()
     assert not (tmp_path / "r" / "plots").exists()
     md = written.markdown.read_text(encoding="utf-8")
-    assert PLOT_NOTE in md and 'pip install "ragguard[report]"' in md
+    assert PLOT_NOTE in md and install_hint("report") in md
     page = written.html.read_text(encoding="utf-8")
     root = check_html(page)
     assert root.findall(".//img") == []
-    assert "ragguard[report]" in page and "<table>" in page
+    assert "ragguard-context[report]" in page and "<table>" in page
 
 
 def verdict_row(md: str, metric: str) -> list[str]:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ragguard._optional import require
+from ragguard._optional import install_hint, require
 from ragguard.calibration.calibrate import (
     CalibrationResult,
     Interval,
@@ -61,7 +61,7 @@ logger = logging.getLogger(__name__)
 
 PLOT_NOTE = (
     "Plots were not drawn: matplotlib is not installed. Install the report extra "
-    '(`pip install "ragguard[report]"`) and run calibrate again to get them.'
+    f"(`{install_hint('report')}`) and run calibrate again to get them."
 )
 N_EXAMPLES = 5
 

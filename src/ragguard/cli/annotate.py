@@ -364,7 +364,8 @@ def annotate_command(
 ) -> None:
     """Measure each passage's utility for an LLM with a model.
 
-    Utility u = R * (1 - p(NO-RESPONSE)). The model reads each question with one passage alone (the UDCG paper's prompt).
+    Utility u = R * (1 - p(NO-RESPONSE)). The model reads each question with one
+    passage alone (the UDCG paper's prompt).
 
     Results are appended to OUT.progress as they come: run the same command to resume.
     """

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
+from ragguard._optional import install_hint
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import (
     EvalSetArg,
@@ -181,7 +182,7 @@ def calibrate(
             if not report_paths.plots_drawn:
                 err.print(
                     "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
-                    + escape('pip install "ragguard[report]"'),
+                    + escape(install_hint("report")),
                     highlight=False,
                 )
 

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from ragguard._optional import install_hint
+
 
 def test_importing_the_cli_and_the_package_loads_no_framework() -> None:
     code = (
@@ -42,4 +44,4 @@ except MissingDependencyError as exc:
     print(exc)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert f'pip install "ragguard[{extra}]"' in out.stdout, out.stdout + out.stderr
+    assert install_hint(extra) in out.stdout, out.stdout + out.stderr

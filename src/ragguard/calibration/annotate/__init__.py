@@ -21,12 +21,12 @@ irrelevant passage that makes it answer anyway (a distractor) scores near -1.
 Backends (each an :class:`AbstentionEstimator`):
 
 * :class:`TransformersEstimator`: a local causal LM, one forward pass per pair, the
-  first-token probability of the abstention (``ragguard[annotate]``);
-  :meth:`TransformersEstimator.from_gguf` loads GGUF files (``ragguard[gguf]``);
+  first-token probability of the abstention (the ``annotate`` extra);
+  :meth:`TransformersEstimator.from_gguf` loads GGUF files (the ``gguf`` extra);
 * :class:`OpenAIEndpointEstimator`: an OpenAI-compatible server that returns logprobs,
-  e.g. vLLM (``ragguard[endpoint]``);
+  e.g. vLLM (the ``endpoint`` extra);
 * :class:`SamplingEstimator`: any LangChain chat model, by sampling ``n`` answers
-  (``ragguard[langchain]``).
+  (the ``langchain`` extra).
 
 Relevance comes from the labels; candidates without one are judged by a
 :class:`RelevanceJudge` (the paper's Figure 5 prompt) and marked as judged, or counted
