@@ -231,6 +231,7 @@ def test_unknown_environment_variable_warns_with_the_closest_key(
     assert config.max_k == 5  # the typo set nothing: the profile's value stands
     monkeypatch.delenv("RAGGUARD_MAXK")
     monkeypatch.setenv("RAGGUARD_MAX_K", "3")
+    monkeypatch.setenv("RAGGUARD_CACHE_DIR", "/tmp/rerank-cache")  # read by calibrate
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert GuardConfig().max_k == 3

@@ -73,6 +73,8 @@ __all__ = [
 ENV_PREFIX = "RAGGUARD_"
 #: provenance key of the ragguard version that wrote a config file (taken out on load)
 WRITER_KEY = "ragguard_version"
+#: RAGGUARD_* variables that ragguard reads but that are no config key
+OTHER_VARIABLES = frozenset({"RAGGUARD_CACHE_DIR"})
 PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
 
 
@@ -546,7 +548,11 @@ def _config_keys() -> dict[str, set[str]]:
 def _warn_unknown_env() -> None:
     """Warn about RAGGUARD_* variables that set nothing, naming the closest key: a typo
     (RAGGUARD_MAXK) would otherwise leave the default in place without a word."""
-    unknown = [k for k in os.environ if k.upper().startswith(ENV_PREFIX)]
+    unknown = [
+        k
+        for k in os.environ
+        if k.upper().startswith(ENV_PREFIX) and k.upper() not in OTHER_VARIABLES
+    ]
     if not unknown:
         return
     keys = _config_keys()

@@ -15,6 +15,7 @@ import pytest
 from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
 from ragguard.calibration import EvalSet, calibrate
 from ragguard.calibration.pipeline import RerankGrid
+from ragguard.calibration.report import build_report, format_number
 from ragguard.calibration.rerank_scores import load_reranker, read_rerank_run
 from ragguard.errors import EvalSetError
 from ragguard.policy import CutRule
@@ -248,3 +249,31 @@ def test_load_reranker_names_a_callable_or_a_model() -> None:
     with pytest.raises(RerankModelError, match="no attribute"):
         load_reranker("tests.calibration.test_two_stage:nothing_here")
     assert math.isfinite(oracle("q", ["x"])[0])
+
+
+def test_report_compares_the_stages_and_shows_the_reliability_diagram(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    es, texts, _ = data
+    res = run_calibration(es, texts, tmp_path / "cache")
+    two = res.rerank  # type: ignore[attr-defined]
+    report = build_report(res)  # type: ignore[arg-type]
+    md = report.markdown()
+    section = md.split("# Two stages: retrieval, then the reranker", 1)[1].splitlines()
+    header = next(line for line in section if line.startswith("| metric | plain top-k"))
+    assert "retrieval only" in header and "two-stage" in header
+    udcg = next(line for line in section if line.startswith("| udcg |"))
+    cells = [c.strip() for c in udcg.strip("|").split("|")]
+    # each column is the held-out mean of the comparison it names, with its verdict
+    assert cells[1].startswith(format_number(two.vs_top_k.baseline["udcg"].mean))
+    assert cells[2].startswith(format_number(two.vs_retrieval.baseline["udcg"].mean))
+    assert cells[3].startswith(format_number(two.vs_retrieval.guarded["udcg"].mean))
+    assert cells[5] == two.vs_retrieval.verdict("udcg")
+    assert cells[7] == two.vs_top_k.verdict("udcg")
+    brier = f"| Brier score | {format_number(two.brier_raw)} | {format_number(two.brier_mapped)} |"
+    assert brier in md
+    assert "reliability.png" in {f.name for f in report.figures}
+    # a calibration without a reranker has no such section
+    plain = build_report(calibrate(es, max_k=5, n_bootstrap=50, min_recall=None))
+    assert "Two stages" not in plain.markdown()

@@ -45,6 +45,7 @@ from ragguard.calibration.calibrate import (
     staging_folder,
 )
 from ragguard.calibration.metrics import safety_band
+from ragguard.calibration.pipeline import TwoStageCalibration
 from ragguard.calibration.sweep import (
     PASSAGES,
     choose,
@@ -401,6 +402,32 @@ def _plot_baseline_vs_guarded(mpl: Any, res: CalibrationResult, r: RunCalibratio
     return _png(fig)
 
 
+def _plot_reliability(mpl: Any, two: TwoStageCalibration) -> bytes | None:
+    """Predicted probability vs observed frequency of relevance, per bin, before and
+    after the probability map (held-out pairs)."""
+    curves = (
+        ("reranker's own probability", two.reliability_raw, "#8c8c8c", "o"),
+        (f"calibrated ({two.probability_map.method.value})", two.reliability_mapped, "#c44e52", "s"),
+    )
+    if all(int(rel.counts.sum()) == 0 for _, rel, _, _ in curves):
+        return None
+    fig = mpl(figsize=(4.8, 4.4))
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], color="#bbbbbb", linestyle="--", linewidth=1, label="perfect")
+    for label, rel, color, marker in curves:
+        used = rel.counts > 0
+        ax.plot(rel.predicted[used], rel.observed[used], marker=marker, color=color,
+                label=f"{label}, ECE {format_number(rel.ece)}")  # fmt: skip
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("predicted p(relevant)")
+    ax.set_ylabel("observed fraction relevant")
+    ax.set_title(f"Reliability on {two.vs_retrieval.split} pairs", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
 # --------------------------------------------------------------------------- sections
 
 
@@ -524,6 +551,84 @@ def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
         blocks.append(
             Para(f"Safety band (by mean distractor rate): baseline **{b}**, guarded **{g}**.")
         )
+    if fig is not None:
+        blocks.append(fig)
+    return blocks
+
+
+def _two_stage(two: TwoStageCalibration, objective: str, fig: Figure | None) -> list[Block]:
+    """Plain top-k, the best retrieval-only setting and the two-stage choice on the
+    held-out queries, with the probability map's calibration before and after."""
+    a, b = two.vs_retrieval, two.vs_top_k
+    pct = round(a.level * 100)
+    s = two.scores
+    rows = []
+    for m in a.metrics:
+        rows.append(
+            (
+                m,
+                _iv(b.baseline[m]),
+                _iv(a.baseline[m]),
+                _iv(a.guarded[m]),
+                _iv(a.difference[m], signed=True),
+                a.verdict(m) if m != PASSAGES else a.passages_verdict(),
+                _iv(b.difference[m], signed=True),
+                b.verdict(m) if m != PASSAGES else b.passages_verdict(),
+            )
+        )
+    blocks: list[Block] = [
+        Heading(1, "Two stages: retrieval, then the reranker"),
+        Para(
+            f"The reranker {s.name} read query and passage together for the top "
+            f"{two.top_n} candidates of run {two.run} ({s.n_computed} pairs scored, "
+            f"{s.n_cached} from the cache). Its scores were mapped to p(relevant) by "
+            f"{two.probability_map.describe()}, fitted on {two.n_pairs_fit} pairs of the "
+            f"calibration queries. Chosen: {two.describe()}."
+        ),
+        Para(
+            f"On the {a.n_queries} {a.split} queries, with {pct}% paired bootstrap "
+            "intervals: plain top-k and the best retrieval-only setting against the "
+            "two-stage choice."
+        ),
+        Table(
+            (
+                "metric",
+                "plain top-k",
+                "retrieval only",
+                "two-stage",
+                "vs retrieval",
+                "verdict",
+                "vs top-k",
+                "verdict",
+            ),
+            tuple(rows),
+            (False, True, True, True, True, False, True, False),
+        ),
+    ]
+    if "distractor_rate" in a.metrics and a.n_queries:
+        blocks.append(
+            Para(
+                "Distractor rate: "
+                f"{format_number(a.baseline['distractor_rate'].mean)} retrieval-only, "
+                f"{format_number(a.guarded['distractor_rate'].mean)} with the reranker."
+            )
+        )
+    blocks.append(
+        Table(
+            ("calibration of p(relevant), " + a.split, "reranker's own", "after the map"),
+            (
+                ("Brier score", format_number(two.brier_raw), format_number(two.brier_mapped)),
+                (
+                    "expected calibration error",
+                    format_number(two.reliability_raw.ece),
+                    format_number(two.reliability_mapped.ece),
+                ),
+            ),
+            (False, True, True),
+        )
+    )
+    if objective in a.metrics:
+        blocks.append(Para(f"Two-stage vs retrieval-only on {objective}: {a.verdict(objective)}."))
     if fig is not None:
         blocks.append(fig)
     return blocks
@@ -727,11 +832,22 @@ def build_report(
                     bvg,
                 )
             )
+        if res.rerank is not None and (rel := _plot_reliability(mpl, res.rerank)) is not None:
+            figs.append(
+                Figure(
+                    "reliability.png",
+                    "Reliability of the rerank probabilities before and after the map "
+                    f"({res.rerank.vs_retrieval.split} pairs).",
+                    rel,
+                )
+            )
     by_name = {f.name: f for f in figs}
     blocks: list[Block] = _header(res, config_path)
     if mpl is None:
         blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
     blocks += _heldout(res, r, by_name.get("baseline_vs_guarded.png"))
+    if res.rerank is not None:
+        blocks += _two_stage(res.rerank, res.objective, by_name.get("reliability.png"))
     if len(res.runs) > 1:
         blocks += _runs_table(res)
     blocks += _grid_section(res, r, figs)

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ragguard.calibration.report import format_number
 from ragguard.cli._common import err, out
 from ragguard.cli._data import compact_table
 
@@ -131,10 +132,6 @@ def scoring_progress() -> Progress:
     )
 
 
-def _f(x: float, digits: int = 3) -> str:
-    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
-
-
 def print_two_stage(two: TwoStageCalibration, objective: str) -> None:
     """Retrieval-only best, two-stage best and plain top-k on held-out queries."""
     s = two.scores
@@ -154,23 +151,23 @@ def print_two_stage(two: TwoStageCalibration, objective: str) -> None:
         d1, d2 = a.difference[m], b.difference[m]
         table.add_row(
             m,
-            _f(b.baseline[m].mean),
-            _f(a.baseline[m].mean),
-            _f(a.guarded[m].mean),
+            format_number(b.baseline[m].mean),
+            format_number(a.baseline[m].mean),
+            format_number(a.guarded[m].mean),
             f"{d1.mean:+.2f} [{d1.low:+.2f},{d1.high:+.2f}]" if not math.isnan(d1.low) else "",
             f"{d2.mean:+.2f}",
         )
     out.print(table)
     if "distractor_rate" in a.metrics:
         out.print(
-            f"distractor rate: {_f(a.baseline['distractor_rate'].mean)} retrieval-only, "
-            f"{_f(a.guarded['distractor_rate'].mean)} with the reranker",
+            f"distractor rate: {format_number(a.baseline['distractor_rate'].mean)} retrieval-only, "
+            f"{format_number(a.guarded['distractor_rate'].mean)} with the reranker",
             highlight=False,
         )
     out.print(
-        f"calibration of rerank probabilities ({a.split}): Brier {_f(two.brier_raw)} -> "
-        f"{_f(two.brier_mapped)}, ECE {_f(two.reliability_raw.ece)} -> "
-        f"{_f(two.reliability_mapped.ece)}",
+        f"calibration of rerank probabilities ({a.split}): Brier {format_number(two.brier_raw)} -> "
+        f"{format_number(two.brier_mapped)}, ECE {format_number(two.reliability_raw.ece)} -> "
+        f"{format_number(two.reliability_mapped.ece)}",
         highlight=False,
     )
     verdict = a.verdict(objective) if objective in a.metrics else ""
