@@ -407,7 +407,12 @@ def _plot_reliability(mpl: Any, two: TwoStageCalibration) -> bytes | None:
     after the probability map (held-out pairs)."""
     curves = (
         ("reranker's own probability", two.reliability_raw, "#8c8c8c", "o"),
-        (f"calibrated ({two.probability_map.method.value})", two.reliability_mapped, "#c44e52", "s"),
+        (
+            f"calibrated ({two.probability_map.method.value})",
+            two.reliability_mapped,
+            "#c44e52",
+            "s",
+        ),
     )
     if all(int(rel.counts.sum()) == 0 for _, rel, _, _ in curves):
         return None
