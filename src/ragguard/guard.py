@@ -516,6 +516,13 @@ class ContextGuard:
 
         return GuardPostprocessor(guard=self, **options)
 
+    def as_haystack(self, **options: Any) -> Any:
+        """This guard as a Haystack ``@component`` (``GuardRanker``) for a pipeline,
+        between a retriever and the prompt builder; needs the ``haystack`` extra."""
+        from ragguard.adapters.haystack import GuardRanker
+
+        return GuardRanker(self, **options)
+
     def _duplicates(self, cands: tuple[Candidate, ...], norm: Normalized) -> dict[int, int]:
         """Map each duplicate's input position to the position of the occurrence kept."""
         rule = self.config.duplicates
