@@ -154,7 +154,7 @@ def attributes(
         "ragguard.max_k": cap,
         "ragguard.min_k": min(params.min_k, cap),
         "ragguard.relative_threshold": params.relative_threshold,
-        "ragguard.score_kind": "none" if selection.score_kind is None else kind.value,
+        "ragguard.score_kind": "none" if kind is None else kind.value,
         "ragguard.profile": config.profile,
         "ragguard.warnings": len(selection.warnings),
         "ragguard.rerank.enabled": config.rerank.enabled,
