@@ -6,6 +6,7 @@ import asyncio
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from langchain_core.retrievers import BaseRetriever as LangChainRetriever
@@ -147,3 +148,14 @@ except MissingDependencyError as exc:
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert install_hint("langchain") in out.stdout
+
+
+def test_the_readme_example_runs() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Testing your own code", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None and "assert_selection(" in code.group(1)
+    namespace: dict[str, object] = {}
+    exec(compile(code.group(1), "README.md", "exec"), namespace)
+    seen = namespace["seen"]
+    assert isinstance(seen, list) and [c.id for c in seen[-1].kept] == ["a", "b"]
