@@ -62,8 +62,6 @@ from ragguard._optional import require
 require("haystack", "haystack")
 
 from haystack import Document, component, default_from_dict, default_to_dict  # noqa: E402
-from haystack.core.errors import DeserializationError  # noqa: E402
-from haystack.utils import deserialize_callable  # noqa: E402
 
 from ragguard.adapters._common import (  # noqa: E402
     METADATA_KEY,
@@ -248,6 +246,10 @@ def _saved_guard(config: dict[str, Any] | None, path: str | None, name: str | No
         )
     reranker: Reranker | None = None
     if path is not None:
+        # Haystack's resolver checks the module against its deserialisation allowlist
+        from haystack.core.errors import DeserializationError
+        from haystack.utils import deserialize_callable
+
         try:
             reranker = deserialize_callable(path)
         except DeserializationError as exc:
