@@ -38,7 +38,9 @@ def test_quickstart_example_runs() -> None:
     assert "medical profile keeps: ['log-2024-03-02', 'log-2024-02-10']" in out.stdout
 
 
-@pytest.mark.parametrize("name", ["langchain_quickstart.py", "llamaindex_quickstart.py"])
+@pytest.mark.parametrize(
+    "name", ["langchain_quickstart.py", "llamaindex_quickstart.py", "haystack_quickstart.py"]
+)
 def test_framework_examples_run_offline(name: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGGUARD_")}
     env["HF_HUB_OFFLINE"] = "1"

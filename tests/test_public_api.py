@@ -49,13 +49,16 @@ def test_every_extra_named_in_the_code_exists_in_pyproject() -> None:
         named |= set(re.findall(r"ragguard\[([a-z]+)\]", text))
         named |= set(re.findall(r'require\(\s*"[\w.]+",\s*"([a-z]+)"\s*\)', text))
     assert named <= extras, named - extras
-    assert {"langchain", "llamaindex", "rerank", "all", "dev"} <= extras
+    assert {"langchain", "llamaindex", "haystack", "otel", "rerank", "all", "dev"} <= extras
 
 
 def test_importing_ragguard_imports_no_framework() -> None:
     import subprocess
 
-    frameworks = "('langchain_core', 'llama_index', 'sentence_transformers', 'torch')"
+    frameworks = (
+        "('langchain_core', 'llama_index', 'haystack', 'opentelemetry', 'sentence_transformers',"
+        " 'torch')"
+    )
     code = f"import sys, ragguard; print(sorted(m for m in {frameworks} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -66,6 +69,7 @@ def test_importing_ragguard_imports_no_framework() -> None:
     [
         ("ragguard.adapters.langchain", "langchain_core", "langchain", "as_compressor"),
         ("ragguard.adapters.llamaindex", "llama_index.core", "llamaindex", "as_postprocessor"),
+        ("ragguard.adapters.haystack", "haystack", "haystack", "as_haystack"),
     ],
 )
 def test_missing_framework_names_the_extra(

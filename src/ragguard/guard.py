@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard import _tracing
 from ragguard.candidate import Candidate, Selection
 from ragguard.config import BeyondTopN, DuplicatePolicy, GuardConfig, InvalidScorePolicy
 from ragguard.errors import (
@@ -214,11 +215,12 @@ class ContextGuard:
                 ``"fail_open"`` the selection is made on retrieval scores instead, with a
                 :class:`~ragguard.errors.RerankWarning`.
         """
-        step = self._begin(query, candidates, score_kind, scored, max_k)
-        if isinstance(step, Selection):
-            return step
-        assert self._stage is not None  # _begin finishes the call when the stage is off
-        return self._reranked(step, self._stage.score(query, step.texts), 3)
+        with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
+            step = self._begin(query, candidates, score_kind, scored, max_k)
+            if isinstance(step, Selection):
+                return traced(step)
+            assert self._stage is not None  # _begin finishes the call when the stage is off
+            return traced(self._reranked(step, self._stage.score(query, step.texts), 3))
 
     async def aselect(
         self,
@@ -236,11 +238,12 @@ class ContextGuard:
         stage's own threads under ``rerank.timeout_ms``), so other tasks keep running
         while the reranker works. Raises what :meth:`select` raises.
         """
-        step = self._begin(query, candidates, score_kind, scored, max_k)
-        if isinstance(step, Selection):
-            return step
-        assert self._stage is not None  # _begin finishes the call when the stage is off
-        return self._reranked(step, await self._stage.ascore(query, step.texts), 3)
+        with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
+            step = self._begin(query, candidates, score_kind, scored, max_k)
+            if isinstance(step, Selection):
+                return traced(step)
+            assert self._stage is not None  # _begin finishes the call when the stage is off
+            return traced(self._reranked(step, await self._stage.ascore(query, step.texts), 3))
 
     def _begin(
         self,
@@ -516,6 +519,13 @@ class ContextGuard:
         from ragguard.adapters.llamaindex import GuardPostprocessor
 
         return GuardPostprocessor(guard=self, **options)
+
+    def as_haystack(self, **options: Any) -> Any:
+        """This guard as a Haystack ``@component`` (``GuardRanker``) for a pipeline,
+        between a retriever and the prompt builder; needs the ``haystack`` extra."""
+        from ragguard.adapters.haystack import GuardRanker
+
+        return GuardRanker(self, **options)
 
     def _duplicates(self, cands: tuple[Candidate, ...], norm: Normalized) -> dict[int, int]:
         """Map each duplicate's input position to the position of the occurrence kept."""

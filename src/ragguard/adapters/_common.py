@@ -12,6 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from ragguard.candidate import Decision, Selection
 from ragguard.errors import ConfigError
+from ragguard.guard import ContextGuard
+from ragguard.rerank import CrossEncoderReranker, reranker_name
 from ragguard.scores import ScoreKind
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "SELECTION_EVENT",
     "adapter_options",
     "call_k",
+    "check_guard",
+    "code_reranker",
     "copy_metadata",
     "decision_metadata",
     "event_payload",
@@ -133,3 +137,26 @@ def adapter_options(model: type[BaseModel]) -> Iterator[None]:
             else:
                 problems.append(f"{name}={err['input']!r}: {err['msg']}")
         raise ConfigError(f"{model.__name__}: {'; '.join(problems)}") from exc
+
+
+def check_guard(guard: object, owner: str) -> None:
+    """Raise :class:`~ragguard.errors.ConfigError` unless ``guard`` is a ContextGuard."""
+    if not isinstance(guard, ContextGuard):
+        raise ConfigError(f"{owner}: guard must be a ContextGuard, got {type(guard).__name__}")
+
+
+def code_reranker(guard: ContextGuard) -> str | None:
+    """The name of the guard's reranker when it is code that a saved config cannot
+    rebuild; ``None`` when the stage is off or runs the cross-encoder ``config.rerank``
+    describes."""
+    reranker = guard.reranker
+    if reranker is None:
+        return None
+    if type(reranker) is CrossEncoderReranker:
+        rerank = guard.config.rerank
+        described = (rerank.model, rerank.device, rerank.batch_size, rerank.max_length)
+        actual = (reranker.model_name, reranker.device, reranker.batch_size, reranker.max_length)
+        same_kind = getattr(reranker, "_explicit_kind", None) == rerank.score_kind
+        if actual == described and same_kind and not getattr(reranker, "_model_kwargs", True):
+            return None
+    return reranker_name(reranker)

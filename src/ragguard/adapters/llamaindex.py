@@ -55,6 +55,8 @@ from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
 from ragguard.adapters._common import (  # noqa: E402
     METADATA_KEY,
     adapter_options,
+    check_guard,
+    code_reranker,
     copy_metadata,
     event_payload,
     parse_score_kind,
@@ -63,7 +65,7 @@ from ragguard.candidate import Candidate, Selection  # noqa: E402
 from ragguard.config import GuardConfig  # noqa: E402
 from ragguard.errors import ArgumentTypeError, ConfigError  # noqa: E402
 from ragguard.guard import ContextGuard  # noqa: E402
-from ragguard.rerank import CrossEncoderReranker, Reranker, reranker_name  # noqa: E402
+from ragguard.rerank import Reranker  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
 __all__ = ["GuardPostprocessor", "GuardedRetriever", "RagguardSelectionEvent"]
@@ -174,7 +176,7 @@ class GuardedRetriever(BaseRetriever):
             raise ArgumentTypeError(
                 f"expected a llama_index.core BaseRetriever, got {type(retriever).__name__}"
             )
-        _check_guard(guard, "GuardedRetriever")
+        check_guard(guard, "GuardedRetriever")
         if not isinstance(metadata_key, str):
             raise ConfigError(
                 f"GuardedRetriever: metadata_key must be a string, got {metadata_key!r}"
@@ -192,28 +194,6 @@ class GuardedRetriever(BaseRetriever):
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         nodes = await self.retriever.aretrieve(query_bundle)
         return await self._translator.aselect(query_bundle.query_str, nodes)
-
-
-def _check_guard(guard: object, owner: str) -> None:
-    if not isinstance(guard, ContextGuard):
-        raise ConfigError(f"{owner}: guard must be a ContextGuard, got {type(guard).__name__}")
-
-
-def _code_reranker(guard: ContextGuard) -> str | None:
-    """The name of the guard's reranker when it is code that a saved config cannot
-    rebuild; ``None`` when the stage is off or runs the cross-encoder ``config.rerank``
-    describes."""
-    reranker = guard.reranker
-    if reranker is None:
-        return None
-    if type(reranker) is CrossEncoderReranker:
-        rerank = guard.config.rerank
-        described = (rerank.model, rerank.device, rerank.batch_size, rerank.max_length)
-        actual = (reranker.model_name, reranker.device, reranker.batch_size, reranker.max_length)
-        same_kind = getattr(reranker, "_explicit_kind", None) == rerank.score_kind
-        if actual == described and same_kind and not getattr(reranker, "_model_kwargs", True):
-            return None
-    return reranker_name(reranker)
 
 
 class GuardPostprocessor(BaseNodePostprocessor):
@@ -263,13 +243,13 @@ class GuardPostprocessor(BaseNodePostprocessor):
         if guard is None:
             guard = _saved_guard(data, reranker)
         else:
-            _check_guard(guard, "GuardPostprocessor")
+            check_guard(guard, "GuardPostprocessor")
             if reranker is not None:
                 raise ConfigError(
                     "GuardPostprocessor: pass the reranker to the ContextGuard, not next to it"
                 )
         data["guard_config"] = guard.config.model_dump(mode="json")
-        data["code_reranker"] = _code_reranker(guard)
+        data["code_reranker"] = code_reranker(guard)
         with adapter_options(type(self)):
             super().__init__(**data)
         self._translator = _Translator(guard, self.score_kind, self.metadata_key)

@@ -1,0 +1,174 @@
+"""OpenTelemetry spans for :meth:`ContextGuard.select` / ``aselect`` (extra ``otel``).
+
+With ``opentelemetry-api`` importable, every call records one span named
+``ragguard.select`` (kind ``INTERNAL``, a child of whatever span is current, e.g. a
+LangChain, LlamaIndex or Haystack step) whose attributes say what the guard did. ragguard
+configures no exporter and no tracer provider: without the OpenTelemetry SDK set up by
+the application the spans are OpenTelemetry's no-op spans, and no attribute is computed.
+
+Without the package, tracing is off: whether ``opentelemetry`` can be imported is decided
+once, on the first call in the process (``import ragguard`` never imports it), and every
+later call only enters a do-nothing context.
+
+Attributes (``ragguard.*`` is ragguard's own namespace; OpenTelemetry's GenAI semantic
+conventions define no attributes for a post-retrieval selection step, so only the ones
+that fit are used):
+
+* ``ragguard.candidates``, ``ragguard.kept``, ``ragguard.dropped``: counts;
+* ``ragguard.dropped.<reason>``: count per drop reason (``below_relative_threshold``,
+  ``over_max_k``, ``invalid_score``, ...), only for reasons that occurred;
+* ``ragguard.cut`` (``none``, ``gap``, ``autocut``), ``ragguard.max_k``,
+  ``ragguard.min_k``, ``ragguard.relative_threshold``, ``ragguard.min_score`` (when set):
+  the rule that cut this call (the rerank stage's threshold and floor when it ranked);
+* ``ragguard.score_kind``: the retrieval scores' kind (``none`` when unknown);
+* ``ragguard.profile``, ``ragguard.warnings`` (number of score / rerank warnings);
+* ``ragguard.rerank.enabled``; with the stage on: ``gen_ai.request.model`` (GenAI
+  convention: the reranker model or callable's name), ``ragguard.rerank.top_n``,
+  ``ragguard.rerank.failed``, ``ragguard.rerank.cache_hits`` and
+  ``ragguard.rerank.duration_ms``;
+* ``ragguard.duration_ms``: the whole call's wall time (the span's own start and end
+  carry it too; the attribute survives backends that aggregate attributes only);
+* ``error.type`` (general semantic conventions): the exception class when the call
+  raised; the span's status is then ``ERROR`` and the exception is recorded as an event.
+
+Neither the query nor passage texts are recorded (the GenAI conventions make content
+opt-in; it is often personal data).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections import Counter
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from ragguard._version import __version__
+
+if TYPE_CHECKING:
+    from ragguard.candidate import Selection
+    from ragguard.config import GuardConfig
+
+__all__ = ["SPAN_NAME", "attributes", "selecting"]
+
+SPAN_NAME = "ragguard.select"
+
+Record = Callable[["Selection"], "Selection"]
+
+
+def _identity(selection: Selection) -> Selection:
+    return selection
+
+
+class _Off:
+    """The context of a call when tracing is off: records nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Record:
+        return _identity
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        return None
+
+
+_OFF = _Off()
+_UNDECIDED: Any = object()
+_tracer: Any = _UNDECIDED  # the tracer, or None when opentelemetry cannot be imported
+
+
+def _decide() -> Any:
+    """The tracer for ragguard's spans, or ``None`` when opentelemetry-api is absent."""
+    global _tracer
+    tracer = None
+    if importlib.util.find_spec("opentelemetry") is not None:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            pass
+        else:
+            tracer = trace.get_tracer("ragguard", __version__)
+    _tracer = tracer
+    return tracer
+
+
+class _Span:
+    """The context of a traced call: a span, current while the call runs."""
+
+    __slots__ = ("_config", "_context", "_max_k", "_span", "_start")
+
+    def __init__(self, tracer: Any, config: GuardConfig, max_k: int | None) -> None:
+        self._config = config
+        self._max_k = max_k
+        self._context = tracer.start_as_current_span(SPAN_NAME)
+        self._span: Any = None
+        self._start = 0.0
+
+    def __enter__(self) -> Record:
+        self._span = self._context.__enter__()
+        self._start = time.perf_counter()
+        return self.record
+
+    def record(self, selection: Selection) -> Selection:
+        if self._span.is_recording():
+            elapsed_ms = (time.perf_counter() - self._start) * 1000.0
+            self._span.set_attributes(attributes(selection, self._config, self._max_k, elapsed_ms))
+        return selection
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None and self._span.is_recording():
+            self._span.set_attribute("error.type", exc_type.__qualname__)
+        self._context.__exit__(exc_type, exc, tb)
+
+
+def selecting(config: GuardConfig, max_k: int | None) -> _Off | _Span:
+    """The context one select() call runs in; entering it gives the function to pass
+    the finished selection through (it records the span's attributes)."""
+    tracer = _tracer if _tracer is not _UNDECIDED else _decide()
+    if tracer is None:
+        return _OFF
+    return _Span(tracer, config, max_k)
+
+
+def attributes(
+    selection: Selection, config: GuardConfig, max_k: int | None, elapsed_ms: float
+) -> dict[str, str | bool | int | float]:
+    """The span attributes of one selection (see the module docstring)."""
+    outcome, kind = selection.rerank, selection.score_kind
+    reranked = outcome is not None and not outcome.failed
+    params = config.rerank_policy_params() if reranked else config.policy_params()
+    cap = params.max_k if max_k is None else max_k
+    out: dict[str, str | bool | int | float] = {
+        "ragguard.candidates": len(selection.candidates),
+        "ragguard.kept": len(selection.kept),
+        "ragguard.dropped": len(selection.dropped),
+        "ragguard.cut": params.cut.value,
+        "ragguard.max_k": cap,
+        "ragguard.min_k": min(params.min_k, cap),
+        "ragguard.relative_threshold": params.relative_threshold,
+        "ragguard.score_kind": "none" if kind is None else kind.value,
+        "ragguard.profile": config.profile,
+        "ragguard.warnings": len(selection.warnings),
+        "ragguard.rerank.enabled": config.rerank.enabled,
+        "ragguard.duration_ms": elapsed_ms,
+    }
+    if params.min_score is not None:
+        out["ragguard.min_score"] = params.min_score
+    reasons = Counter(d.reason.value for d in selection.dropped if d.reason is not None)
+    for reason, count in sorted(reasons.items()):
+        out[f"ragguard.dropped.{reason}"] = count
+    if outcome is not None:
+        out["gen_ai.request.model"] = outcome.reranker
+        out["ragguard.rerank.top_n"] = outcome.top_n
+        out["ragguard.rerank.failed"] = outcome.failed
+        out["ragguard.rerank.cache_hits"] = outcome.cache_hits
+        out["ragguard.rerank.duration_ms"] = outcome.elapsed_ms
+    return out

@@ -1,0 +1,257 @@
+"""Haystack adapter: :class:`GuardRanker`, a pipeline component (Haystack 2.x and 3.x).
+
+``guard.as_haystack()`` returns a :class:`GuardRanker`. Put it between a retriever and
+the prompt builder; it takes the query and the retrieved documents and passes on only
+what the guard keeps::
+
+    pipe.add_component("retriever", InMemoryBM25Retriever(document_store=store, top_k=20))
+    pipe.add_component("guard", guard.as_haystack())
+    pipe.connect("retriever.documents", "guard.documents")
+    pipe.run({"retriever": {"query": q}, "guard": {"query": q}})["guard"]["documents"]
+
+Scores come from ``Document.score``. Their kind is the component's ``score_kind``, else
+the guard's ``config.score_kind``, else ``similarity``: Haystack's convention is that a
+document score is higher-is-better (``InMemoryBM25Retriever`` returns BM25 scores,
+``InMemoryEmbeddingRetriever`` cosine or dot-product similarity; with
+``scale_score=True`` both are squeezed into 0..1 and still rank the same way). Pass
+``score_kind="probability"`` to read scaled scores as probabilities (so an absolute
+``min_score`` means a probability), and ``score_kind="distance"`` for a document store
+whose scores are distances (lower is better). A ``None`` score follows the guard's
+``invalid_scores`` policy (dropped *with a reason* by default, never silently); when no
+document has a score at all, only ``max_k`` / ``min_k`` apply, with one warning.
+
+Kept documents are copies (``dataclasses.replace``: same ``id``, ``content``, ``score``;
+a deep copy of ``meta`` and a copy of the embedding list) carrying the guard's decision
+under ``meta["ragguard"]`` (``metadata_key``). A ``meta`` value that cannot be
+deep-copied is kept by reference, as in the other adapters. The input documents are
+never modified. ``run_async`` awaits the guard's ``aselect`` (the rerank model call runs
+off the event loop), so ``AsyncPipeline`` runs it natively. ``top_k`` (constructor or
+``run``) caps the documents of one call, like a Haystack ranker's ``top_k``; otherwise
+the guard's ``max_k``.
+
+**Saving.** ``to_dict()`` / ``from_dict()`` (and so ``Pipeline.dumps()`` /
+``Pipeline.loads()``) save the guard's whole :class:`~ragguard.config.GuardConfig` (every
+value, so the environment at load time changes nothing) and rebuild the guard from it.
+Haystack 3 imports only classes from an allowlist of modules when it loads a pipeline,
+so name ragguard there: ``Pipeline.loads(text, allowed_modules=["ragguard"])`` (or,
+process-wide, ``haystack.core.serialization.allow_deserialization_module("ragguard")``
+or ``HAYSTACK_DESERIALIZATION_ALLOWLIST=ragguard``). The built-in cross-encoder that
+``config.rerank`` describes is rebuilt from the config. A reranker passed in code
+(``ContextGuard(..., reranker=fn)``) is code, not data: when it is a module-level
+function, it is saved by its import path (``"mypkg.rerankers.score"``) and imported
+again on load, through Haystack's allowlist, so its module must be allowed as well
+(``allowed_modules=["ragguard", "mypkg"]``). Any other reranker (a lambda, a nested
+function, an object) is saved by name only, and ``from_dict`` raises
+:class:`~ragguard.errors.ConfigError` saying how to restore it: pass the component
+itself, ``Pipeline.from_dict(data, allowed_modules=[...], components={"guard":
+GuardRanker(guard)})``. ``on_selection`` is not saved.
+
+Bad options (``score_kind="cosine"``, ``top_k=0``, a guard that is not a
+:class:`~ragguard.ContextGuard`) raise :class:`~ragguard.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from ragguard._optional import require
+
+require("haystack", "haystack")
+
+from haystack import Document, component, default_from_dict, default_to_dict  # noqa: E402
+
+from ragguard.adapters._common import (  # noqa: E402
+    METADATA_KEY,
+    call_k,
+    check_guard,
+    code_reranker,
+    copy_metadata,
+    parse_score_kind,
+)
+from ragguard.candidate import Candidate, Selection  # noqa: E402
+from ragguard.config import GuardConfig  # noqa: E402
+from ragguard.errors import ConfigError  # noqa: E402
+from ragguard.guard import ContextGuard  # noqa: E402
+from ragguard.rerank import Reranker  # noqa: E402
+from ragguard.scores import ScoreKind  # noqa: E402
+
+__all__ = ["GuardRanker", "import_path"]
+
+
+def import_path(obj: object) -> str | None:
+    """The dotted path that imports ``obj`` back (``"mypkg.rerankers.score"``), or
+    ``None`` when there is none: a lambda, a nested function, an object."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}.{qualname}" if found is obj else None
+
+
+@component
+class GuardRanker:
+    """A Haystack component that passes on only the documents the guard keeps.
+
+    Args:
+        guard: the guard that selects what reaches the LLM. Omit it only to rebuild a
+            saved component from ``guard_config`` (what ``from_dict`` does).
+        score_kind: what ``Document.score`` is, overriding the default (see the module
+            docstring).
+        metadata_key: ``meta`` key for the guard's decision.
+        top_k: most documents passed on per call (default: the guard's ``max_k``).
+        guard_config: the guard's config as ``to_dict()`` wrote it.
+        reranker: the import path of a reranker passed in code, as ``to_dict()`` wrote
+            it; imported through Haystack's deserialisation allowlist.
+        code_reranker: the name of a reranker passed in code that has no import path.
+
+    Raises:
+        ConfigError: an option is invalid or unknown, neither ``guard`` nor ``guard_config`` is
+            given, or the saved reranker cannot be restored.
+    """
+
+    def __init__(
+        self,
+        guard: ContextGuard | None = None,
+        *,
+        score_kind: ScoreKind | str | None = None,
+        metadata_key: str = METADATA_KEY,
+        top_k: int | None = None,
+        guard_config: dict[str, Any] | None = None,
+        reranker: str | None = None,
+        code_reranker: str | None = None,
+        **unknown: Any,
+    ) -> None:
+        if unknown:
+            raise ConfigError(
+                f"GuardRanker: unknown option(s) {sorted(unknown)}; allowed: score_kind, "
+                "metadata_key, top_k"
+            )
+        if guard is None:
+            guard = _saved_guard(guard_config, reranker, code_reranker)
+        else:
+            check_guard(guard, "GuardRanker")
+            if guard_config is not None or reranker is not None or code_reranker is not None:
+                raise ConfigError(
+                    "GuardRanker: pass either a guard or what to_dict() saved "
+                    "(guard_config, reranker), not both"
+                )
+        if not isinstance(metadata_key, str):
+            raise ConfigError(f"GuardRanker: metadata_key must be a string, got {metadata_key!r}")
+        self.guard = guard
+        self.score_kind = parse_score_kind(score_kind, "GuardRanker")
+        self.metadata_key = metadata_key
+        self.top_k = call_k(top_k)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The component as Haystack saves it: the guard's whole config, and a reranker
+        passed in code by import path (or by name, when it has none)."""
+        name = code_reranker(self.guard)
+        path = None if name is None else import_path(self.guard.reranker)
+        return default_to_dict(
+            self,
+            score_kind=None if self.score_kind is None else self.score_kind.value,
+            metadata_key=self.metadata_key,
+            top_k=self.top_k,
+            guard_config=self.guard.config.model_dump(mode="json"),
+            reranker=path,
+            code_reranker=name if path is None else None,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GuardRanker:
+        """The component ``to_dict()`` saved, with its guard rebuilt from the config."""
+        return default_from_dict(cls, data)
+
+    @component.output_types(documents=list[Document])
+    def run(
+        self, query: str, documents: list[Document], top_k: int | None = None
+    ) -> dict[str, list[Document]]:
+        """Pass on the documents the guard keeps.
+
+        Args:
+            query: the query the documents were retrieved for.
+            documents: the retrieved documents, best first, with ``score``.
+            top_k: most documents passed on by this call.
+
+        Returns:
+            ``{"documents": [...]}``: copies of the kept documents, best first, with the
+            guard's decision under ``meta[metadata_key]``.
+        """
+        if not documents:
+            return {"documents": []}
+        selection = self.guard.select(**self._arguments(query, documents, top_k))
+        return {"documents": self._documents(selection)}
+
+    @component.output_types(documents=list[Document])
+    async def run_async(
+        self, query: str, documents: list[Document], top_k: int | None = None
+    ) -> dict[str, list[Document]]:
+        """Async form of :meth:`run`, for ``AsyncPipeline``."""
+        if not documents:
+            return {"documents": []}
+        selection = await self.guard.aselect(**self._arguments(query, documents, top_k))
+        return {"documents": self._documents(selection)}
+
+    def _arguments(
+        self, query: str, documents: Sequence[Document], top_k: int | None
+    ) -> dict[str, Any]:
+        """The keyword arguments of ``guard.select`` / ``guard.aselect``."""
+        candidates = [
+            Candidate(
+                id=doc.id, text=doc.content or "", score=doc.score, metadata=doc.meta, source=doc
+            )
+            for doc in documents
+        ]
+        return {
+            "query": query,
+            "candidates": candidates,
+            "score_kind": self.score_kind or self.guard.config.score_kind or ScoreKind.SIMILARITY,
+            "scored": any(doc.score is not None for doc in documents),
+            "max_k": call_k(top_k) or self.top_k,
+        }
+
+    def _documents(self, selection: Selection) -> list[Document]:
+        """Copies of the kept documents, best first, carrying the decision."""
+        out: list[Document] = []
+        for decision in selection.kept_decisions:
+            doc: Document = decision.candidate.source
+            meta = copy_metadata(doc.meta, self.metadata_key, selection, decision)
+            embedding = None if doc.embedding is None else list(doc.embedding)
+            out.append(dataclasses.replace(doc, meta=meta, embedding=embedding))
+        return out
+
+
+def _saved_guard(config: dict[str, Any] | None, path: str | None, name: str | None) -> ContextGuard:
+    """The guard a saved component describes."""
+    if not isinstance(config, dict) or not config:
+        raise ConfigError(
+            "GuardRanker needs a guard: GuardRanker(guard), guard.as_haystack(), or "
+            "from_dict() on what to_dict() wrote (with its guard_config)"
+        )
+    if name is not None:
+        raise ConfigError(
+            f"this GuardRanker was saved with the reranker {name!r}, which was passed in code "
+            "and has no import path; make it a module-level function (saved by import path), "
+            "or hand the component back when loading: Pipeline.from_dict(data, "
+            "allowed_modules=[...], components={'<name>': GuardRanker(guard)})"
+        )
+    reranker: Reranker | None = None
+    if path is not None:
+        # Haystack's resolver checks the module against its deserialisation allowlist
+        from haystack.core.errors import DeserializationError
+        from haystack.utils import deserialize_callable
+
+        try:
+            reranker = deserialize_callable(path)
+        except DeserializationError as exc:
+            raise ConfigError(f"GuardRanker: cannot restore the reranker {path!r}: {exc}") from exc
+    return ContextGuard(GuardConfig(**config), reranker=reranker)

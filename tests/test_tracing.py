@@ -1,0 +1,149 @@
+"""OpenTelemetry spans of select() / aselect(), read back from the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
+
+QUERY = "what was my 500 lb deadlift PR"
+CANDIDATES = [
+    Candidate("a", score=0.9),
+    Candidate("b", score=None),
+    Candidate("c", score=0.8),
+    Candidate("d", score=0.2),  # below 0.5 x 0.9
+    Candidate("e", score=0.7),
+    Candidate("f", score=0.6),  # fourth above the bar: over max_k=3
+]
+
+
+@pytest.fixture(scope="module")
+def provider() -> TracerProvider:
+    """The process's SDK tracer provider (OpenTelemetry allows setting it only once)."""
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        return current
+    new = TracerProvider()
+    trace.set_tracer_provider(new)
+    return new
+
+
+@pytest.fixture
+def spans(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    yield exporter
+    processor.shutdown()  # a shut-down processor drops further spans
+
+
+def guard_spans(exporter: InMemorySpanExporter) -> Sequence[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == "ragguard.select"]
+
+
+def test_select_records_a_span_with_counts_per_reason_and_the_rule(
+    spans: InMemorySpanExporter,
+) -> None:
+    guard = ContextGuard(GuardConfig(max_k=3, relative_threshold=0.5, score_kind="similarity"))
+    selection = guard.select(QUERY, CANDIDATES)
+    assert [c.id for c in selection.kept] == ["a", "c", "e"]
+    (span,) = guard_spans(spans)
+    attributes = dict(span.attributes or {})
+    assert attributes.pop("ragguard.duration_ms") > 0  # type: ignore[operator]
+    assert attributes == {
+        "ragguard.candidates": 6,
+        "ragguard.kept": 3,
+        "ragguard.dropped": 3,
+        "ragguard.dropped.below_relative_threshold": 1,
+        "ragguard.dropped.invalid_score": 1,
+        "ragguard.dropped.over_max_k": 1,
+        "ragguard.cut": "none",
+        "ragguard.max_k": 3,
+        "ragguard.min_k": 1,
+        "ragguard.relative_threshold": 0.5,
+        "ragguard.score_kind": "similarity",
+        "ragguard.profile": "support",
+        "ragguard.warnings": 0,
+        "ragguard.rerank.enabled": False,
+    }
+    assert span.kind is trace.SpanKind.INTERNAL and span.status.status_code is StatusCode.UNSET
+    assert QUERY not in str(span.to_json())  # no content is recorded
+
+
+def test_the_span_is_a_child_of_the_current_span_and_aselect_records_too(
+    spans: InMemorySpanExporter,
+) -> None:
+    guard = ContextGuard(max_k=2, relative_threshold=0.0, score_kind="similarity")
+    with trace.get_tracer("app").start_as_current_span("retrieve-and-answer") as parent:
+        asyncio.run(guard.aselect(QUERY, CANDIDATES, max_k=1))
+    (span,) = guard_spans(spans)
+    assert span.parent is not None
+    assert span.parent.span_id == parent.get_span_context().span_id
+    assert span.attributes is not None
+    assert span.attributes["ragguard.kept"] == 1 and span.attributes["ragguard.max_k"] == 1
+    assert span.attributes["ragguard.dropped.over_max_k"] == 4
+
+
+def test_a_rerank_stage_names_its_model_and_its_rule(spans: InMemorySpanExporter) -> None:
+    def overlap(query: str, texts: Sequence[str]) -> list[float]:
+        return [0.9, 0.1, 0.8][: len(texts)]
+
+    overlap.score_kind = "probability"  # type: ignore[attr-defined]
+    config = GuardConfig(
+        max_k=3,
+        relative_threshold=0.5,
+        score_kind="similarity",
+        rerank={"enabled": True, "top_n": 3, "relative_threshold": 0.6, "min_score": 0.05},
+    )
+    cands = [Candidate(i, text=i, score=s) for i, s in [("x", 0.9), ("y", 0.8), ("z", 0.7)]]
+    selection = ContextGuard(config, reranker=overlap).select(QUERY, cands)
+    assert [c.id for c in selection.kept] == ["x", "z"]  # 0.1 < 0.6 x 0.9
+    (span,) = guard_spans(spans)
+    a = span.attributes or {}
+    assert a["gen_ai.request.model"] == overlap.__qualname__
+    assert a["ragguard.rerank.enabled"] is True and a["ragguard.rerank.failed"] is False
+    assert a["ragguard.rerank.top_n"] == 3 and a["ragguard.rerank.cache_hits"] == 0
+    assert a["ragguard.relative_threshold"] == 0.6 and a["ragguard.min_score"] == 0.05
+    assert a["ragguard.dropped.below_relative_threshold"] == 1
+    assert isinstance(a["ragguard.rerank.duration_ms"], float)
+
+
+def test_a_failed_call_records_the_error(spans: InMemorySpanExporter) -> None:
+    guard = ContextGuard(max_k=2, score_kind="similarity")
+    with pytest.raises(ConfigError, match="max_k must be an int"):
+        guard.select(QUERY, CANDIDATES, max_k=0)
+    (span,) = guard_spans(spans)
+    assert span.status.status_code is StatusCode.ERROR
+    assert (span.attributes or {})["error.type"] == "ConfigError"
+    assert [e.name for e in span.events] == ["exception"]
+
+
+def test_select_works_without_opentelemetry_and_tries_the_import_once() -> None:
+    code = """
+import sys
+sys.modules["opentelemetry"] = None  # as if opentelemetry-api were not installed
+import importlib.util
+from ragguard import Candidate, ContextGuard, _tracing
+looks = []
+real_find_spec = importlib.util.find_spec
+def counting(name, *args):
+    looks.append(name)
+    return real_find_spec(name, *args)
+importlib.util.find_spec = counting
+guard = ContextGuard(max_k=1, score_kind="similarity")
+for _ in range(3):
+    kept = guard.select("q", [Candidate("a", score=0.9), Candidate("b", score=0.8)]).kept
+print([c.id for c in kept], _tracing._tracer, looks)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['a'] None ['opentelemetry']"  # looked for once
