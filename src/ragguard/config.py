@@ -412,6 +412,8 @@ class GuardConfig(BaseSettings):
             del data["profiles"]
         if self.rerank == RerankConfig():
             del data["rerank"]  # the stage is off and untouched: no [rerank] table
+        elif self.rerank.external is not None and self.rerank.model == DEFAULT_RERANK_MODEL:
+            del data["rerank"]["model"]  # a callable or a run file scores: no model is used
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         header = f"# ragguard guard config, written {stamp}. Load: ContextGuard.from_file(path)\n"
         p = Path(path)

@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import sqlite3
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,15 @@ def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Re
 
 
 def _callable_spec(reranker: object) -> str:
+    """``module:name`` of a callable reranker: a function's or class's own name, or for
+    an instance the module attribute that holds it (``examples.rerankers:minilm``), else
+    its class."""
     module = getattr(reranker, "__module__", None) or type(reranker).__module__
+    if not (inspect.isfunction(reranker) or inspect.isclass(reranker)):
+        held = sys.modules.get(module)
+        for name, value in vars(held).items() if held is not None else ():
+            if value is reranker:
+                return f"{module}:{name}"
     qual = getattr(reranker, "__qualname__", None) or type(reranker).__qualname__
     return f"{module}:{qual}"
 
