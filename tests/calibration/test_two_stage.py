@@ -277,3 +277,40 @@ def test_report_compares_the_stages_and_shows_the_reliability_diagram(
     # a calibration without a reranker has no such section
     plain = build_report(calibrate(es, max_k=5, n_bootstrap=50, min_recall=None))
     assert "Two stages" not in plain.markdown()
+
+
+def test_a_real_cross_encoder_from_the_config_reproduces_calibration(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """The built-in CrossEncoder path end to end: calibrate with a local model folder,
+    then a guard built from the written config alone (no reranker=) loads the same model
+    and keeps what calibration measured, query by query."""
+    pytest.importorskip("sentence_transformers")
+    from tests.rerank_models import IDENTITY, build_cross_encoder
+
+    es, texts, run = data
+    q0 = es.queries["q00"].text or ""
+    # answers score high for the designed query; every other pair gets the model's own
+    # deterministic score, which is what calibration and the guard must agree on
+    logits = {texts[d]: (4.0 if "answer" in texts[d] else -4.0) for d in run["q00"]}
+    model = build_cross_encoder(tmp_path / "ce", q0, logits, activation=IDENTITY)
+    result = calibrate(
+        es,
+        reranker=load_reranker(str(model)),
+        passages=texts,
+        cache_dir=tmp_path / "cache",
+        max_k=5,
+        n_bootstrap=50,
+        rerank_grid=GRID,
+        min_recall=None,
+    )
+    two = result.rerank
+    assert two is not None and two.scores.model == str(model)
+    config = GuardConfig.from_file(result.save_config(tmp_path / "guard.toml"))
+    assert config.rerank.model == str(model) and config.rerank.external is None
+    guard = ContextGuard(config)  # builds and loads the CrossEncoder named in the config
+    kernel = two.kernels[two.top_n]
+    for row, qid in enumerate(kernel.arrays.qids):
+        cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
+        sel = guard.select(es.queries[qid].text or "", cands)
+        assert [c.id for c in sel.kept] == kernel.arrays.doc_ids(row)[: int(two.chosen_kept[row])]
