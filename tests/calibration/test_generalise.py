@@ -250,3 +250,25 @@ def test_a_chosen_baseline_is_not_compared_with_itself(notes: EvalSet) -> None:
     assert "nothing to compare" in result.why()
     assert "baseline itself" not in describe_point(r.chosen_params)
     assert "note" in result.provenance(r)["heldout_check"]
+
+
+def test_grades_from_the_cli_decide_what_counts_as_evidence(tmp_path: Path) -> None:
+    # every query: d1 grade 1 (rank 1), d2 grade 2 (rank 2), d3 unjudged
+    folder = tmp_path / "graded"
+    (folder / "runs").mkdir(parents=True)
+    qrels = [f"q{i} 0 d{i}_{r} {g}" for i in range(20) for r, g in ((1, 1), (2, 2))]
+    run = [f"q{i} Q0 d{i}_{r} {r} {1 - r / 10} x" for i in range(20) for r in (1, 2, 3)]
+    (folder / "qrels.txt").write_text("\n".join(qrels) + "\n")
+    (folder / "runs" / "r.trec").write_text("\n".join(run) + "\n")
+    base = ["calibrate", str(folder), "--no-report", "--min-recall", "0", "--folds", "0"]
+    res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a.toml")])
+    assert res.exit_code == 0, res.output
+    graded = [*base, "--out", str(tmp_path / "b.toml"), "--relevant-grade", "2"]
+    res = CliRunner().invoke(app, [*graded, "--partial-grade", "1"])
+    assert res.exit_code == 0, res.output
+    a = GuardConfig.from_file(tmp_path / "a.toml").provenance["baseline_metrics"]
+    b = GuardConfig.from_file(tmp_path / "b.toml").provenance["baseline_metrics"]
+    # top-1 keeps d1: evidence for grade >= 1 (1 of 2), none for grade >= 2 (0 of 1)
+    if a["passages"] == 1 and b["passages"] == 1:
+        assert (a["evidence_recall"], b["evidence_recall"]) == (0.5, 0.0)
+    assert a["evidence_recall"] != b["evidence_recall"] or a["passages"] != b["passages"]
