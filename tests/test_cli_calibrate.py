@@ -59,9 +59,12 @@ def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path:
     assert {p.name for p in report.iterdir()} == {"report.html", "report.md", "plots"}
     assert len(list((report / "plots").glob("*.png"))) == 4
     out = flat(result.stdout)
-    assert "Chosen: run dense-minilm with max_k=4, min_k=1, relative_threshold=0.85" in out
-    assert "Why: max_k=4, t=0.85 has the highest mean udcg" in out
-    assert "recall>=0.8" in out and "15 held out (seed 0)" in out
+    assert (
+        "Chosen: run dense-minilm with max_k=2, min_k=1, relative_threshold=0, cut=autocut" in out
+    )
+    assert "Why: max_k=3, autocut@1 has the highest mean udcg" in out
+    assert "refitted on all 51 queries: max_k=2, autocut@1" in out
+    assert "evidence_recall>=0.8" in out and "15 held out (seed 0)" in out
     assert "Config ragguard.toml" in out and "ContextGuard.from_file" in out
     assert "Report ragguard-report/report.html" in out
     assert "Traceback" not in result.output
@@ -72,14 +75,14 @@ def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path:
     api = calibrate(es, min_recall=0.8)
     r = api.recommended
     guard = ContextGuard.from_file(toml)
-    assert guard.config.policy_params() == r.chosen_params
-    for q, n in zip(api.qids, r.chosen_kept.tolist(), strict=True):
+    assert guard.config.policy_params() == r.written_params
+    for q, n in zip(api.qids, r.written_kept.tolist(), strict=True):
         cands = [Candidate(d, score=s) for d, s in es.runs[r.name].candidates[q].items()]
         assert len(guard.select(q, cands).kept) == n
     prov = guard.config.provenance
     assert prov["data_sha256"] == data_fingerprint(es)
     assert prov["objective"] == "udcg" and prov["profile"] == "support"
-    assert prov["run"] == "dense-minilm" and prov["constraints"] == ["recall>=0.8"]
+    assert prov["run"] == "dense-minilm" and prov["constraints"] == ["evidence_recall>=0.8"]
     assert set(prov["metrics"]) >= {"udcg", "recall", "distractor_rate", "passages"}
     assert prov["created"].endswith("Z")
 
@@ -254,14 +257,14 @@ def test_config_show_names_the_layer_of_every_value(
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     values = data["values"]
-    assert values["max_k"] == {"value": 4, "source": "file ragguard.toml"}
+    assert values["max_k"] == {"value": 2, "source": "file ragguard.toml"}
     assert values["min_k"] == {"value": 2, "source": "environment RAGGUARD_MIN_K"}
     assert values["min_score"] == {"value": None, "source": "default"}
     assert data["provenance"]["run"] == "dense-minilm"
     table = invoke("config", "show", "ragguard.toml")
     out = flat(table.stdout)
     assert "environment RAGGUARD_MIN_K" in out and "provenance" in out
-    assert "constraints recall>=0.8 (met)" in out
+    assert "constraints evidence_recall>=0.8 (met)" in out
 
 
 def test_config_show_without_a_file_uses_profile_defaults() -> None:

@@ -98,6 +98,9 @@ class EvalArrays:
         no_response: (Q, N) abstention probability, NaN where none.
         n_relevant: (Q,) number of relevant documents (grade >= 1), labelled or stated.
         n_relevant_labelled: (Q,) how many of them are labelled.
+        n_evidence: (Q,) relevant candidates among the query's own candidates (grade >=
+            ``rules.relevant_grade``): the denominator of evidence recall, all the
+            guard can keep (a reranked sub-list keeps its full list's count).
         ideal_grades: (Q, M) positive grades of all labelled documents, highest first,
             zero-padded (stated unlabelled relevant ones as grade 1), for IDCG.
         ideal_utilities: (Q, M') positive label utilities of all labelled documents,
@@ -130,6 +133,7 @@ class EvalArrays:
     max_grade: F64
     integer_grades: bool = True
     score_issues: Mapping[ScoreIssue, int] = field(default_factory=dict)
+    n_evidence: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     _key: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _raw: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _candidates: Sequence[Mapping[str, float]] = field(default=(), repr=False)
@@ -352,6 +356,7 @@ def build_arrays(
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
     rrf_k: int = 60,
+    n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
 ) -> EvalArrays:
     """Convert one run and its labels into :class:`EvalArrays` (see the module docstring).
 
@@ -372,6 +377,9 @@ def build_arrays(
         profile: tolerance profile for the label rules (default ``support``).
         rules: which grades are relevant / partially relevant.
         rrf_k: the RRF constant, for ``score_kind="rrf"``.
+        n_evidence: per query, the number of relevant candidates evidence recall
+            divides by (default: counted among ``candidates``); a sub-list of a longer
+            candidate list (the reranked top-n) passes the full list's count.
 
     Raises:
         EvalSetError: a score, grade, utility or probability is not a number or out of
@@ -478,6 +486,13 @@ def build_arrays(
     col[(lgrade > 0) & (lgrade < 1)] = 0
     grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
 
+    if n_evidence is None:
+        evidence = ((g >= rules.relevant_grade) & present_in).sum(axis=1).astype(np.intp)
+    else:
+        evidence = np.asarray(n_evidence, dtype=np.intp)
+        if evidence.shape != (n_q,):
+            raise EvalSetError(f"n_evidence has {evidence.size} entries for {n_q} queries")
+
     ideal_u = _ideal_utilities(qids, grades, ideal_grades, utilities, no_response, ex_q, rules)
 
     # a run without scores (kind None) keeps its order on purpose: not an issue here
@@ -504,6 +519,7 @@ def build_arrays(
         max_grade=max_grade,
         integer_grades=bool((lgrade == np.round(lgrade)).all()),
         score_issues=issues,
+        n_evidence=evidence,
         _key=key,
         _raw=raw,
         _candidates=candidates,

@@ -12,8 +12,15 @@ Steps, per run (retrieval profile):
 
 1. split the labelled queries into a **calibration** part and a **held-out** part
    (``holdout`` of them, drawn with ``seed``; the same split for every run);
-2. sweep the grid (:mod:`ragguard.calibration.sweep`) and choose the best setting by
-   the objective under the constraints, **on the calibration queries only**;
+2. sweep the grid (:mod:`ragguard.calibration.sweep`) on the **calibration queries
+   only**, and choose a rule family by ``folds``-fold cross-validation with the
+   one-standard-error rule, preferring plain top-k, then fewer rules
+   (:mod:`ragguard.calibration.select`); the family's best point on the calibration
+   queries is the choice checked in step 4. When no setting of the default grid meets
+   the constraints, the caps grow to the candidate depth (at most
+   :data:`MAX_K_LIMIT`) and the sweep runs again. With ``guarantee`` the choice is
+   instead the smallest context whose evidence recall is certified by Learn-then-Test
+   (:mod:`ragguard.calibration.risk`);
 3. choose the **baseline**, plain top-k, the same way (the best fixed k on the same
    queries, or the ``baseline_k`` you give), so the comparison asks whether the guard
    beats a tuned k, not an arbitrary one;
@@ -21,7 +28,18 @@ Steps, per run (retrieval profile):
    confidence intervals (percentile, ``n_bootstrap`` resamples of the queries): the gain
    is real when the interval of the difference excludes 0. With ``holdout=0`` the
    comparison is in-sample and says so;
-5. compute each query's optimal context size (where cumulative utility peaks).
+5. when the held-out interval of the objective's difference says the choice is
+   **worse** than the best plain top-k, write plain top-k instead (``on_worse="top-k"``,
+   the default) or write nothing (``on_worse="stop"``: :meth:`CalibrationResult.save_config`
+   raises), and say why;
+6. **refit**: re-select the chosen family's point (or re-run the guarantee) on **all**
+   queries; that is the setting the config holds (:attr:`RunCalibration.written`);
+7. compute each query's optimal context size (where cumulative utility peaks).
+
+When the written setting misses a constraint (or no setting can carry the guarantee),
+:meth:`CalibrationResult.unmet` names the best reachable value and the setting that
+reaches it, and :meth:`~CalibrationResult.save_config` refuses unless
+``allow_unmet=True`` (then the shortfall is recorded in the provenance).
 
 The run whose chosen setting scores best on the calibration queries (meeting the
 constraints first) is recommended; :meth:`CalibrationResult.config` turns it into a
@@ -40,10 +58,10 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -51,6 +69,7 @@ from numpy.typing import NDArray
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.metrics import parse_metric
+from ragguard.calibration.select import DEFAULT_FOLDS, Selection, cross_validate, refit
 from ragguard.calibration.sweep import (
     DEFAULT_METRICS,
     PASSAGES,
@@ -80,12 +99,15 @@ if TYPE_CHECKING:
     from ragguard.rerank import Reranker
 
 __all__ = [
+    "MAX_K_LIMIT",
     "CalibrationResult",
     "Comparison",
+    "GuaranteeResult",
     "Interval",
     "RunCalibration",
     "calibrate",
     "data_fingerprint",
+    "parse_guarantee",
     "split_queries",
 ]
 
@@ -97,6 +119,7 @@ I = NDArray[np.intp]  # noqa: E741
 REPORTED: tuple[str, ...] = (
     "udcg",
     "utility",
+    "evidence_recall",
     "recall",
     "precision",
     "ndcg",
@@ -107,6 +130,15 @@ REPORTED: tuple[str, ...] = (
 """Metrics compared between baseline and guarded (plus the objective and constraints)."""
 
 _BOOTSTRAP_CHUNK = 250
+
+MAX_K_LIMIT = 100
+"""The largest cap the grid grows to when the constraints (or a guarantee) need more
+than ``max_k`` passages."""
+
+SMALL_SET = 50
+"""Fewer labelled queries than this get a warning with the held-out interval's width."""
+
+EVIDENCE = "evidence_recall"
 
 
 # --------------------------------------------------------------------------- split
@@ -297,6 +329,149 @@ def compare_values(
     )
 
 
+# --------------------------------------------------------------------------- guarantee
+
+
+def parse_guarantee(text: str) -> float:
+    """The recall target of ``"recall>=0.9"`` (``evidence_recall>=0.9`` alike): the
+    guarantee is always on evidence recall, the recall a guard controls.
+
+    Raises:
+        ConfigError: another metric or operator, or a target outside (0, 1).
+    """
+    c = Constraint.parse(text)
+    if c.metric not in ("recall", EVIDENCE) or c.op != ">=":
+        raise ConfigError(f"a guarantee reads 'recall>=TARGET' (on evidence recall), got {text!r}")
+    if not 0.0 < c.bound < 1.0:
+        raise ConfigError(f"the guaranteed recall must lie in (0, 1), got {c.bound:g}")
+    return float(c.bound)
+
+
+@dataclass(frozen=True, eq=False)
+class GuaranteeResult:
+    """A finite-sample recall guarantee (Learn-then-Test, :mod:`ragguard.calibration.risk`).
+
+    Attributes:
+        target: the guaranteed mean evidence recall.
+        confidence: the probability that the guarantee holds (``1 - delta``).
+        paths: the fixed sequences of settings tested, largest context first, by name.
+        point: the certified setting on the calibration queries (index in the sweep's
+            points), or ``None`` when none is certified.
+        written: the certified setting on all queries (the refit), or ``None``.
+        n_calibration: calibration queries with evidence the test used.
+        n_all: queries with evidence the refit used.
+        recall_bound: the certified lower bound on the written setting's recall (its
+            risk's upper confidence bound), NaN when nothing is certified.
+        best_bound: the highest recall any path's first (largest) setting can be
+            certified to reach at this confidence: what is reachable when the target
+            is not.
+        best_point: that largest setting.
+        heldout_recall: mean evidence recall of the calibration-certified setting on
+            the held-out queries (NaN without a hold-out or a certified setting).
+        heldout_queries: held-out queries with evidence.
+    """
+
+    target: float
+    confidence: float
+    paths: tuple[str, ...]
+    point: int | None
+    written: int | None
+    n_calibration: int
+    n_all: int
+    recall_bound: float
+    best_bound: float
+    best_point: int
+    heldout_recall: float
+    heldout_queries: int
+
+    @property
+    def met(self) -> bool:
+        """Whether a setting carries the guarantee (on all queries)."""
+        return self.written is not None
+
+    def statement(self, points: Sequence[PolicyParams]) -> str:
+        """The guarantee in words, with its assumptions."""
+        pct = f"{self.confidence:.0%}"
+        if self.written is None:
+            return (
+                f"no setting guarantees mean evidence recall >= {self.target:g} at {pct} "
+                f"confidence on {self.n_all} queries with evidence; the most that can be "
+                f"guaranteed is {self.best_bound:.3f} ({describe_point(points[self.best_point])})"
+            )
+        return (
+            f"{describe_point(points[self.written])}: mean evidence recall >= "
+            f"{self.target:g} on new queries with probability >= {pct} (Learn-then-Test, "
+            f"Hoeffding-Bentkus p-values, fixed-sequence over {len(self.paths)} path(s), "
+            f"{self.n_all} queries with evidence; certified lower bound "
+            f"{self.recall_bound:.3f}); assumes new queries exchangeable with these "
+            "(same distribution of queries, corpus and retriever) and counts only queries "
+            "whose candidates hold evidence"
+        )
+
+
+def guarantee_paths(points: Sequence[PolicyParams]) -> dict[str, list[int]]:
+    """Fixed sequences of settings, largest context first, fixed before any data is
+    read: plain top-k from the largest cap down, and the relative threshold rising at
+    the largest cap. Along each, every query's context only shrinks."""
+    top_k = sorted(
+        (i for i, p in enumerate(points) if is_plain_top_k(p)),
+        key=lambda i: -points[i].max_k,
+    )
+    paths = {"top-k": top_k} if top_k else {}
+    if top_k:
+        cap = points[top_k[0]].max_k
+        thr = sorted(
+            (
+                i
+                for i, p in enumerate(points)
+                if p.max_k == cap and p.cut is CutRule.NONE and p.min_score is None
+                and p.expected_utility is None
+            ),
+            key=lambda i: points[i].relative_threshold,
+        )  # fmt: skip
+        if len(thr) > 1:
+            paths["threshold"] = thr
+    return paths
+
+
+def certify_paths(
+    paths: Mapping[str, Sequence[int]],
+    evidence: F64,
+    passages: F64,
+    target: float,
+    confidence: float,
+) -> tuple[int | None, float, float, int]:
+    """Learn-then-Test over ``paths`` (Bonferroni: ``delta / len(paths)`` each).
+
+    ``evidence`` is (points, queries) evidence recall (NaN: the query has no evidence;
+    left out), ``passages`` (points,) the mean context. Returns the certified point
+    with the smallest mean context (``None`` when none), its certified recall bound,
+    the best bound any path's first point reaches, and that point.
+    """
+    from ragguard.calibration.risk import certify, risk_upper_bound
+
+    alpha = 1.0 - target
+    delta = (1.0 - confidence) / max(1, len(paths))
+    best: int | None = None
+    best_bound = -math.inf
+    best_start = next(iter(paths.values()))[0]
+    bound = math.nan
+    for path in paths.values():
+        ev = evidence[list(path)]
+        has = ~np.isnan(ev).any(axis=0)
+        loss = 1.0 - ev[:, has].T  # (queries with evidence, settings)
+        cert = certify(loss, alpha, delta)
+        start_bound = 1.0 - risk_upper_bound(float(cert.risks[0]), cert.n, delta)
+        if start_bound > best_bound:
+            best_bound, best_start = start_bound, path[0]
+        for j in range(cert.certified):
+            i = path[j]
+            if best is None or passages[i] < passages[best] - 1e-12:
+                best = i
+                bound = 1.0 - risk_upper_bound(float(cert.risks[j]), cert.n, delta)
+    return best, bound, best_bound, best_start
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -316,6 +491,16 @@ class RunCalibration:
         feasible: whether the chosen setting meets every constraint.
         comparison: baseline against guarded on the held-out queries.
         optimal: per-query optimal k over all queries.
+        grid: the grid swept (the default grid's caps grow when needed).
+        selection: the cross-validated choice of rule family (``None`` with a
+            guarantee, or for a run without scores).
+        full: every setting's means over **all** queries (the refit's sweep).
+        written: index (in ``sweep.points``) of the setting refitted on all queries:
+            the one the config holds.
+        written_feasible: whether it meets every constraint on all queries.
+        fallback: why plain top-k is written instead of the choice (the held-out
+            check found the choice worse), or ``None``.
+        guarantee: the recall guarantee, when one was asked for.
     """
 
     name: str
@@ -329,6 +514,23 @@ class RunCalibration:
     feasible: bool
     comparison: Comparison = field(repr=False)
     optimal: OptimalK = field(repr=False)
+    grid: SweepGrid | None = None
+    selection: Selection | None = None
+    full: SweepResult | None = field(default=None, repr=False)
+    written: int = -1
+    written_feasible: bool = True
+    fallback: str | None = None
+    guarantee: GuaranteeResult | None = None
+
+    @property
+    def written_params(self) -> PolicyParams:
+        """The setting the config holds (refitted on all queries)."""
+        return self.sweep.points[self.written if self.written >= 0 else self.chosen]
+
+    @property
+    def chosen_is_baseline(self) -> bool:
+        """Whether the choice is the baseline itself (then there is nothing to compare)."""
+        return self.chosen == self.baseline
 
     @property
     def chosen_params(self) -> PolicyParams:
@@ -345,6 +547,12 @@ class RunCalibration:
         """(Q,) passages kept per query under the chosen setting (all queries)."""
         out: I = self.sweep.kept[self.chosen].astype(np.intp)
         return out
+
+    @property
+    def written_kept(self) -> I:
+        """(Q,) passages kept per query under the written setting (all queries)."""
+        out: I = self.sweep.kept[self.written if self.written >= 0 else self.chosen]
+        return out.astype(np.intp)
 
     @property
     def baseline_kept(self) -> I:
@@ -394,6 +602,43 @@ class CalibrationResult:
     files: Mapping[str, str] = field(default_factory=dict)
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
     rerank: TwoStageCalibration | None = None
+    on_worse: str = "top-k"
+    target: float | None = None
+    confidence: float = 0.95
+    folds: int = DEFAULT_FOLDS
+
+    def unmet(self, run: RunCalibration | None = None) -> list[str]:
+        """What the written setting of ``run`` (default: the recommended) cannot meet,
+        each with the best reachable value and the setting that reaches it (on all
+        queries); empty when every constraint (and the guarantee) is met."""
+        r = run or self.recommended
+        out: list[str] = []
+        full = r.full if r.full is not None else r.sweep
+        if r.guarantee is not None and not r.guarantee.met:
+            out.append(r.guarantee.statement(r.sweep.points))
+        for c in self.constraints:
+            col = full.column(c.metric)
+            if c.violation(col[[r.written]])[0] == 0:
+                continue
+            signed = np.where(np.isnan(col), -np.inf, col if c.op == ">=" else -col)
+            best = int(np.flatnonzero(signed == signed.max())[0])
+            k = max(r.grid.max_k) if r.grid is not None else max(self.grid.max_k)
+            out.append(
+                f"no setting meets {c}: the best reachable {c.metric} is "
+                f"{_fmt(float(col[best]))} ({describe_point(full.points[best])}, caps up to "
+                f"{k}; the written setting {describe_point(r.written_params)} reaches "
+                f"{_fmt(float(col[r.written]))})"
+            )
+        return out
+
+    @property
+    def stopped(self) -> str | None:
+        """Why nothing may be written (``on_worse="stop"`` and the choice was worse),
+        or ``None``."""
+        r = self.recommended
+        if self.on_worse == "stop" and r.fallback is not None:
+            return f"stopped (on_worse='stop'): {r.fallback}"
+        return None
 
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
@@ -403,29 +648,57 @@ class CalibrationResult:
         raise KeyError(f"no run named {name!r}; runs: {', '.join(r.name for r in self.runs)}")
 
     def why(self, run: RunCalibration | None = None) -> str:
-        """One sentence: what was chosen for ``run`` (default the recommended) and why."""
+        """What was chosen for ``run`` (default the recommended) and why, what the
+        config holds, and any fallback."""
         r = run or self.recommended
         obj = self.objective
         chosen = r.sweep.mean(r.chosen, obj)
         base = r.sweep.mean(r.baseline, obj)
-        cons = " and ".join(str(c) for c in self.constraints)
-        among = f"{len(r.sweep.points)} settings"
-        if cons:
-            among += f" with {cons}" if r.feasible else f" (none meets {cons}; closest chosen)"
-        word = "lowest" if lower_is_better(obj) else "highest"
+        n_cal = self.calibration_rows.size
         passages = r.sweep.mean(r.chosen, PASSAGES)
-        return (
-            f"{describe_point(r.chosen_params)} has the {word} mean {obj} ({chosen:.3f}) among "
-            f"{among} on {self.calibration_rows.size} calibration queries, keeping "
-            f"{passages:.2f} passages on average; the best plain top-k "
-            f"({describe_point(r.baseline_params)}) reaches {base:.3f}"
-        )
+        word = "lowest" if lower_is_better(obj) else "highest"
+        if r.guarantee is not None:
+            g = r.guarantee
+            text = (
+                f"{describe_point(r.chosen_params)} is the smallest context whose mean "
+                f"evidence recall >= {g.target:g} is certified at {g.confidence:.0%} "
+                f"confidence on {n_cal} calibration queries"
+                if g.point is not None
+                else f"no setting is certified for recall>={g.target:g} on {n_cal} "
+                f"calibration queries; the largest context ({describe_point(r.chosen_params)}) "
+                "stands in"
+            )
+            text += f", keeping {passages:.2f} passages on average ({obj} {chosen:.3f})"
+        else:
+            cons = " and ".join(str(c) for c in self.constraints)
+            among = f"{len(r.sweep.points)} settings"
+            if cons:
+                among += f" with {cons}" if r.feasible else f" (none meets {cons}; closest chosen)"
+            how = f"; {r.selection.describe()}" if r.selection is not None else ""
+            text = (
+                f"{describe_point(r.chosen_params)} has the {word} mean {obj} ({chosen:.3f}) "
+                f"of its rule family among {among} on {n_cal} calibration queries{how}, "
+                f"keeping {passages:.2f} passages on average"
+            )
+        if r.chosen_is_baseline:
+            text += "; it is the best plain top-k itself, so there is nothing to compare"
+        else:
+            text += (
+                f"; the best plain top-k ({describe_point(r.baseline_params)}) reaches {base:.3f}"
+            )
+        if r.fallback is not None:
+            text += f"; {r.fallback}, so plain top-k is written"
+        if r.written_params != r.chosen_params or r.fallback is not None:
+            text += (
+                f"; refitted on all {len(self.qids)} queries: {describe_point(r.written_params)}"
+            )
+        return text
 
     def config(self, run: str | None = None) -> GuardConfig:
         """The guard config of ``run``'s chosen setting (default: the recommended run),
         with provenance."""
         r = self.recommended if run is None else self.run(run)
-        p = r.chosen_params
+        p = r.written_params
         settings: dict[str, Any] = {
             "profile": self.profile.name,
             "score_kind": r.score_kind,
@@ -446,7 +719,7 @@ class CalibrationResult:
             settings["profiles"] = {self.profile.name: ProfileSpec(base="support", **fields)}
         settings["provenance"] = self.provenance(r)
         two = self.rerank
-        if two is not None and r.name == two.run:
+        if two is not None and r.name == two.run and two.fallback is None:
             settings.update(two.guard_settings())
             settings["rerank"] = two.rerank_table()
             settings["provenance"]["rerank"] = two.provenance()
@@ -457,6 +730,8 @@ class CalibrationResult:
         from ragguard import __version__
 
         r = run or self.recommended
+        full = r.full if r.full is not None else r.sweep
+        written = {m: _finite(v) for m, v in full.point_means(r.written).items()}
         chosen = {m: _finite(v) for m, v in r.sweep.point_means(r.chosen).items()}
         baseline = {m: _finite(v) for m, v in r.sweep.point_means(r.baseline).items()}
         c = r.comparison
@@ -466,10 +741,14 @@ class CalibrationResult:
             "level": c.level,
             "n_bootstrap": c.n_bootstrap,
         }
+        if r.chosen_is_baseline:
+            check["note"] = "the choice is the best plain top-k itself: nothing compared"
         for m in c.metrics:
             d = c.difference[m]
             check[m] = (
-                f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference "
+                f"{c.guarded[m].mean:.4f}"
+                if r.chosen_is_baseline
+                else f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference "
                 f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
             )
         out: dict[str, Any] = {
@@ -481,8 +760,19 @@ class CalibrationResult:
             "profile": self.profile.name,
             "objective": self.objective,
             "constraints": [str(c) for c in self.constraints],
-            "constraints_met": r.feasible,
-            "setting": describe_point(r.chosen_params),
+            "constraints_met": r.written_feasible and (r.guarantee is None or r.guarantee.met),
+            "setting": describe_point(r.written_params),
+            "chosen_on_calibration": describe_point(r.chosen_params),
+            "selection": (
+                r.selection.describe()
+                if r.selection is not None
+                else "recall guarantee (Learn-then-Test)"
+                if r.guarantee is not None
+                else ""
+            ),
+            "refit": "the chosen rule family re-selected on all queries"
+            if r.guarantee is None
+            else "the guarantee re-certified on all queries",
             "baseline": describe_point(r.baseline_params),
             "queries": {
                 "total": len(self.qids),
@@ -491,33 +781,80 @@ class CalibrationResult:
             },
             "holdout": self.holdout,
             "seed": self.seed,
-            "metrics": chosen,
+            "metrics": written,
+            "chosen_metrics": chosen,
             "baseline_metrics": baseline,
             "heldout_check": check,
         }
+        if r.fallback is not None:
+            out["fallback"] = r.fallback
+        shortfall = self.unmet(r)
+        if shortfall:
+            out["shortfall"] = shortfall
+        if r.guarantee is not None:
+            g = r.guarantee
+            out["guarantee"] = {
+                "target": g.target,
+                "confidence": g.confidence,
+                "method": "Learn-then-Test, Hoeffding-Bentkus p-values, fixed-sequence "
+                "testing (Angelopoulos et al. 2021)",
+                "assumptions": "queries exchangeable with the calibration queries; "
+                "per-query loss 1 - evidence recall in [0, 1]; queries without evidence "
+                "left out",
+                "paths": list(g.paths),
+                "met": g.met,
+                "queries_with_evidence": g.n_all,
+                "recall_lower_bound": _finite(g.recall_bound),
+                "heldout_recall": _finite(g.heldout_recall),
+                "heldout_queries": g.heldout_queries,
+            }
         if r.source:
             out["run_source"] = r.source
         if self.files:
             out["files"] = dict(self.files)
         return out
 
-    def save_config(self, path: str | os.PathLike[str], run: str | None = None) -> Path:
+    def save_config(
+        self,
+        path: str | os.PathLike[str],
+        run: str | None = None,
+        *,
+        allow_unmet: bool = False,
+    ) -> Path:
         """Write :meth:`config` as TOML that ``ContextGuard.from_file`` loads.
+
+        A setting that misses a constraint or the guarantee (:meth:`unmet`) is written
+        only with ``allow_unmet=True``, the shortfall recorded in the provenance; with
+        ``on_worse="stop"`` and a choice worse than plain top-k nothing is written.
 
         The file is written in a temporary folder beside it and moved into place with
         :func:`os.replace`: ``path`` holds either its old content or the whole new
         config, and nothing temporary is left behind, whatever fails.
 
         Raises:
-            ConfigError: ``path`` is a folder, or lies under a file.
+            ConfigError: ``path`` is a folder, or lies under a file; a constraint or the
+                guarantee is unmet without ``allow_unmet``; the calibration stopped.
             OSError: the file cannot be written (permissions, a full disk).
         """
+        r = self.recommended if run is None else self.run(run)
+        if self.stopped is not None and r is self.recommended:
+            raise ConfigError(f"no config written: {self.stopped}")
+        unmet = self.unmet(r)
+        if unmet and not allow_unmet:
+            raise ConfigError(
+                "no config written: " + "; ".join(unmet) + "; lower the floor, raise "
+                "--max-k, or pass --allow-unmet (allow_unmet=True) to write it anyway"
+            )
         p = check_output_path(path, folder=False, what="the config")
         cfg = self.config(run)
         p.parent.mkdir(parents=True, exist_ok=True)
         with staging_folder(p.parent) as tmp:
             os.replace(cfg.save(tmp / p.name), p)
         return p
+
+
+def _fmt(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.3f}"
 
 
 def _finite(value: float) -> float | str:
@@ -667,6 +1004,10 @@ def calibrate(
     passages: Mapping[str, str] | None = None,
     cache_dir: str | os.PathLike[str] | bool | None = True,
     on_rerank_query: Any = None,
+    folds: int = DEFAULT_FOLDS,
+    on_worse: Literal["top-k", "stop"] = "top-k",
+    guarantee: str | None = None,
+    confidence: float = 0.95,
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries.
 
@@ -678,9 +1019,13 @@ def calibrate(
         rules: which grades are relevant / partially relevant.
         objective: the metric to optimise (a registry metric string or ``passages``);
             distractor rate and harm are minimised, everything else maximised.
-        constraints: ``Constraint`` objects or strings like ``"recall>=0.8"``.
-        min_recall: shorthand for the constraint ``recall>=min_recall``.
+        constraints: ``Constraint`` objects or strings like ``"evidence_recall>=0.8"``.
+        min_recall: shorthand for the constraint ``evidence_recall>=min_recall`` (recall
+            among the candidates: the recall a guard controls; classic ``recall``, over
+            every judged document, stays in the report as the retriever's ceiling).
         max_k: the largest cap tried (grid ``1..max_k``); ignored when ``grid`` is given.
+            When no setting meets the constraints (or with ``guarantee``) the caps grow
+            to the candidate depth, at most :data:`MAX_K_LIMIT`.
         grid: the settings to try (default :meth:`SweepGrid.up_to(max_k)
             <ragguard.calibration.sweep.SweepGrid.up_to>`).
         metrics: metrics computed at every setting (the objective and constraint metrics
@@ -705,6 +1050,17 @@ def calibrate(
         passages: more passage texts, ``{passage id: text}``.
         cache_dir: the rerank score cache (``True``: the default folder; ``None``: off).
         on_rerank_query: progress callback ``(queries done, queries)`` while scoring.
+        folds: cross-validation folds for the choice of rule family (fewer on small
+            sets; see :mod:`ragguard.calibration.select`).
+        on_worse: when the held-out check finds the choice worse than the best plain
+            top-k on the objective: ``"top-k"`` writes plain top-k instead, ``"stop"``
+            writes nothing (:meth:`CalibrationResult.save_config` raises).
+        guarantee: ``"recall>=0.9"``: choose the smallest context whose mean evidence
+            recall on new queries is at least 0.9 with probability ``confidence``
+            (Learn-then-Test with Hoeffding-Bentkus p-values, Angelopoulos et al. 2021;
+            see :mod:`ragguard.calibration.risk`). The objective is then reported, not
+            optimised.
+        confidence: the guarantee's confidence level.
 
     Raises:
         EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
@@ -736,31 +1092,72 @@ def calibrate(
     if min_recall is not None:
         if not 0.0 <= min_recall <= 1.0:
             raise ConfigError(f"min_recall must be in [0, 1], got {min_recall}")
-        cons.append(Constraint("recall", ">=", float(min_recall)))
+        cons.append(Constraint(EVIDENCE, ">=", float(min_recall)))
+    if on_worse not in ("top-k", "stop"):
+        raise ConfigError(f"on_worse must be 'top-k' or 'stop', got {on_worse!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 0:
+        raise ConfigError(f"folds must be an int >= 0, got {folds!r}")
     if objective != PASSAGES:
         parse_metric(objective)  # fail early on a bad name
+    grid_given = grid is not None
     grid = grid or SweepGrid.up_to(max_k)
     if baseline_k is not None and baseline_k not in grid.max_k:
         raise ConfigError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
-    wanted = tuple(dict.fromkeys([objective, *(c.metric for c in cons), *metrics, *REPORTED]))
+    wanted = tuple(
+        dict.fromkeys([objective, *(c.metric for c in cons), *metrics, *REPORTED, EVIDENCE])
+    )
     reported = tuple(dict.fromkeys([objective, *(c.metric for c in cons), *REPORTED]))
 
     qids = evalset.qids
     calib_rows, held_rows = split_queries(len(qids), holdout, seed)
-    all_points = grid.points()
-    top_k_points = tuple(p for p in all_points if is_plain_top_k(p))
 
     results: list[RunCalibration] = []
+    all_rows = np.arange(len(qids), dtype=np.intp)
+    target = None if guarantee is None else parse_guarantee(guarantee)
     for name in names:
         _check_ids_match(evalset, name)
         arrays = evalset.arrays(name, profile=prof, rules=rules)
-        points = all_points if arrays.score_kind is not None else top_k_points
+        run_grid = grid
         if arrays.score_kind is None:
             logger.warning("run %r has no scores: only plain top-k settings apply", name)
-        kernel = SweepKernel(arrays, wanted, max(p.max_k for p in points))
-        result = sweep(kernel, points, wanted, rows=calib_rows)
-        chosen, feasible = choose(result, objective, cons)
+
+        def sweep_on(g: SweepGrid, ar: EvalArrays = arrays) -> tuple[SweepKernel, SweepResult]:
+            pts = g.points()
+            if ar.score_kind is None:
+                pts = tuple(p for p in pts if is_plain_top_k(p))
+            kern = SweepKernel(ar, wanted, max(p.max_k for p in pts))
+            return kern, sweep(kern, pts, wanted, rows=calib_rows)
+
+        kernel, result = sweep_on(run_grid)
+        depth = min(int(arrays.n_valid.max()) if arrays.n_queries else 0, MAX_K_LIMIT)
+        if not grid_given and depth > max(run_grid.max_k):
+            met_somewhere = all(
+                bool((c.violation(result.column(c.metric)) == 0).any()) for c in cons
+            )
+            if target is not None or not met_somewhere:
+                run_grid = replace(run_grid, max_k=_extended_caps(run_grid.max_k, depth))
+                kernel, result = sweep_on(run_grid)
+                logger.info("run %r: caps extended to %d", name, max(run_grid.max_k))
+        points = result.points
         top_idx = [i for i, p in enumerate(points) if is_plain_top_k(p)]
+        full = result.restricted(kernel, all_rows)
+
+        def means(rows: I, kern: SweepKernel = kernel, res: SweepResult = result) -> SweepResult:
+            return res.restricted(kern, rows)
+
+        selection = None
+        g_result = None
+        if target is not None:
+            g_result = _guarantee(kernel, result, full, target, confidence, held_rows)
+            chosen = g_result.point if g_result.point is not None else g_result.best_point
+            feasible = _feasible(result, chosen, cons)
+        else:
+            selection = cross_validate(
+                means, points, calib_rows, objective, cons, folds=folds, seed=seed
+            )
+            chosen, feasible = refit(result, selection.members[selection.chosen], objective, cons)
         if baseline_k is None:
             baseline, _ = choose(result, objective, cons, among=top_idx)
         else:
@@ -780,6 +1177,42 @@ def calibrate(
             seed=seed,
             level=level,
         )
+        if len(qids) < SMALL_SET and objective in comparison.metrics and not results:
+            d = comparison.guarded[objective]
+            logger.warning(
+                "only %d labelled queries (%d or more advised): the %s interval of mean "
+                "%s is %.3f wide, so small gains cannot be told from noise",
+                len(qids),
+                SMALL_SET,
+                comparison.split,
+                objective,
+                d.high - d.low,
+            )
+        fallback = None
+        if (
+            target is None
+            and chosen != baseline
+            and objective in comparison.metrics
+            and comparison.verdict(objective) == "worse"
+        ):
+            d = comparison.difference[objective]
+            fallback = (
+                f"on the {comparison.n_queries} {comparison.split} queries the choice "
+                f"({describe_point(points[chosen])}) is worse than plain "
+                f"{describe_point(points[baseline])} on {objective} (difference {d.mean:+.3f}, "
+                f"interval [{d.low:+.3f}, {d.high:+.3f}])"
+            )
+        # refit on all queries: the family (plain top-k after a fallback) re-selected,
+        # or the guarantee re-run
+        if g_result is not None:
+            written = g_result.written if g_result.written is not None else g_result.best_point
+            written_feasible = _feasible(full, written, cons)
+        else:
+            assert selection is not None
+            members = top_idx if fallback is not None else selection.members[selection.chosen]
+            if fallback is not None and baseline_k is not None:
+                members = [baseline]
+            written, written_feasible = refit(full, members, objective, cons)
         run = evalset.runs[name]
         results.append(
             RunCalibration(
@@ -793,22 +1226,31 @@ def calibrate(
                 baseline=baseline,
                 feasible=feasible,
                 comparison=comparison,
-                optimal=optimal_k(arrays, max(grid.max_k)),
+                optimal=optimal_k(arrays, max(run_grid.max_k)),
+                grid=run_grid,
+                selection=selection,
+                full=full,
+                written=written,
+                written_feasible=written_feasible,
+                fallback=fallback,
+                guarantee=g_result,
             )
         )
         logger.info(
-            "run %r: chose %s (%s %.4f)",
+            "run %r: chose %s (%s %.4f), wrote %s",
             name,
-            describe_point(result.points[chosen]),
+            describe_point(points[chosen]),
             objective,
             result.mean(chosen, objective),
+            describe_point(points[written]),
         )
 
     sign = -1.0 if lower_is_better(objective) else 1.0
 
-    def rank_key(r: RunCalibration) -> tuple[bool, float]:
-        value = r.sweep.mean(r.chosen, objective)
-        return (r.feasible, sign * value if not math.isnan(value) else -math.inf)
+    def rank_key(r: RunCalibration) -> tuple[bool, bool, float]:
+        value = r.full.mean(r.written, objective) if r.full is not None else math.nan
+        ok = r.guarantee.met if r.guarantee is not None else True
+        return (ok, r.written_feasible, sign * value if not math.isnan(value) else -math.inf)
 
     best = max(results, key=rank_key)  # first of equals: the eval set's order
     two_stage = None
@@ -817,8 +1259,9 @@ def calibrate(
             evalset, best, reranker, rerank_scores, rerank_score_kind, rerank_grid,
             probability_map, corpus, passages, cache_dir, on_rerank_query,
             prof=prof, rules=rules, objective=objective, constraints=cons, metrics=wanted,
-            reported=reported, grid=grid, calib_rows=calib_rows, held_rows=held_rows,
-            n_bootstrap=n_bootstrap, seed=seed, level=level,
+            reported=reported, grid=best.grid or grid, calib_rows=calib_rows,
+            held_rows=held_rows, n_bootstrap=n_bootstrap, seed=seed, level=level,
+            folds=folds, target=target, confidence=confidence,
         )  # fmt: skip
     return CalibrationResult(
         runs=tuple(results),
@@ -836,6 +1279,68 @@ def calibrate(
         data_sha256=data_fingerprint(evalset, names),
         files=_file_hashes(evalset, names),
         rerank=two_stage,
+        on_worse=on_worse,
+        target=target,
+        confidence=confidence,
+        folds=folds,
+    )
+
+
+def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:
+    """``caps`` grown towards ``depth`` in widening steps (12, 15, 20, 25, 30, 40, 50,
+    60, 80, 100), ``depth`` itself included."""
+    steps = (12, 15, 20, 25, 30, 40, 50, 60, 80, 100)
+    more = [k for k in steps if max(caps) < k < depth]
+    return tuple(sorted({*caps, *more, depth}))
+
+
+def _feasible(result: SweepResult, point: int, constraints: Sequence[Constraint]) -> bool:
+    return all(float(c.violation(result.column(c.metric)[[point]])[0]) == 0 for c in constraints)
+
+
+def _guarantee(
+    kernel: SweepKernel,
+    result: SweepResult,
+    full: SweepResult,
+    target: float,
+    confidence: float,
+    held_rows: I,
+    paths: Mapping[str, Sequence[int]] | None = None,
+    kernel_of: Any = None,
+) -> GuaranteeResult:
+    """Certify on the calibration queries, refit (certify again) on all, and measure
+    the calibration-certified setting on the held-out queries."""
+    points = result.points
+    paths = paths if paths is not None else guarantee_paths(points)
+    if not paths:
+        raise ConfigError("a recall guarantee needs plain top-k settings in the grid")
+    kern = kernel_of or (lambda i: kernel)
+    idx = {i: kern(i).metrics.index(EVIDENCE) for path in paths.values() for i in path}
+    members = sorted(idx)
+    ev = np.full((len(points), kernel.n_queries), np.nan)
+    for i in members:
+        ev[i] = kern(i).values(result.kept[i].astype(np.intp))[idx[i]]
+    calib = result.rows
+    pas_c = result.column(PASSAGES)
+    pas_a = full.column(PASSAGES)
+    point, _, _, _ = certify_paths(paths, ev[:, calib], pas_c, target, confidence)
+    written, bound, best_bound, best_start = certify_paths(paths, ev, pas_a, target, confidence)
+    has = ~np.isnan(ev[members[0]])
+    held = held_rows[has[held_rows]]
+    held_recall = float(np.mean(ev[point, held])) if point is not None and held.size else math.nan
+    return GuaranteeResult(
+        target=target,
+        confidence=confidence,
+        paths=tuple(paths),
+        point=point,
+        written=written,
+        n_calibration=int(has[calib].sum()),
+        n_all=int(has.sum()),
+        recall_bound=bound,
+        best_bound=best_bound,
+        best_point=best_start,
+        heldout_recall=held_recall,
+        heldout_queries=int(held.size),
     )
 
 
@@ -897,4 +1402,7 @@ def _two_stage(
         n_bootstrap=common["n_bootstrap"],
         seed=common["seed"],
         level=common["level"],
+        folds=common["folds"],
+        target=common["target"],
+        confidence=common["confidence"],
     )

@@ -14,12 +14,28 @@ Given a retrieval run and second-stage scores (:mod:`ragguard.calibration.rerank
 3. sweeps the rerank cuts on those probabilities with the runtime policy: relative
    threshold, minimum calibrated probability (``rerank.min_score``), gap and autocut,
    and the expected-utility rule with the profile's distractor penalty, each at every
-   ``max_k``; and chooses among all ``top_n`` x cut x ``max_k`` by the objective under
-   the constraints, on the calibration queries;
+   ``max_k``; chooses a rule family by cross-validation with the one-standard-error
+   rule (:mod:`ragguard.calibration.select`), and its best ``top_n`` x cut x ``max_k``
+   by the objective under the constraints, on the calibration queries (with a recall
+   guarantee: the smallest reranked top-k certified by Learn-then-Test instead, see
+   below);
 4. compares on the **held-out** queries, with paired bootstrap intervals: the two-stage
    choice against the retrieval-only choice and against plain top-k, and reports the
    distractor rate before and after the reranker and the Brier score / ECE of the raw
-   and the mapped probabilities.
+   and the mapped probabilities. When the two-stage choice is **worse** on the objective
+   than the retrieval-only choice or plain top-k (the interval of the difference
+   excludes 0), :attr:`TwoStageCalibration.fallback` says so and the config leaves the
+   stage off;
+5. refits: the chosen family's point re-selected on **all** queries, with the map
+   fitted on the calibration queries (the map is not refitted: the cut's meaning is
+   tied to it); that point is what the config holds.
+
+**Guarantee.** The map is fitted on the calibration queries, so a cut on mapped
+probabilities is not fixed before those queries are read; the reranked **order** is
+(for a monotone map). A recall guarantee therefore tests, per ``top_n``, the reranked
+top-k from the largest cap down (one fixed sequence per ``top_n``, Bonferroni across
+them), with evidence recall counted against every retrieved candidate, so a shallow
+``top_n`` cannot hide the evidence it never sends to the reranker.
 
 **Utilities.** A candidate's utility comes from the retrieval run (the profile's rules:
 a look-alike that retrieval ranks high is a hard negative) and stays with the candidate
@@ -46,7 +62,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.arrays import EvalArrays, build_arrays
-from ragguard.calibration.calibrate import Comparison, compare_values
+from ragguard.calibration.calibrate import (
+    EVIDENCE,
+    Comparison,
+    GuaranteeResult,
+    _guarantee,
+    compare_values,
+)
 from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.probability import (
     Reliability,
@@ -55,12 +77,12 @@ from ragguard.calibration.probability import (
     reliability,
 )
 from ragguard.calibration.rerank_scores import RerankScores
+from ragguard.calibration.select import DEFAULT_FOLDS, Selection, cross_validate, refit
 from ragguard.calibration.sweep import (
     PASSAGES,
     Constraint,
     SweepKernel,
     SweepResult,
-    choose,
     describe_point,
     sweep,
 )
@@ -154,6 +176,12 @@ class TwoStageCalibration:
         reliability_mapped: held-out reliability after the map.
         brier_raw, brier_mapped: held-out Brier scores, before and after the map.
         n_pairs_fit: scored (query, passage) pairs the map was fitted on.
+        written: index of the point refitted on all queries (what the config holds).
+        selection: the cross-validated choice of rule family (``None`` with a
+            guarantee).
+        fallback: why the config leaves the stage off (the two-stage choice was worse
+            on held-out queries), or ``None``.
+        guarantee: the recall guarantee, when one was asked for.
     """
 
     run: str
@@ -172,26 +200,45 @@ class TwoStageCalibration:
     brier_mapped: float = math.nan
     n_pairs_fit: int = 0
     score_kind: ScoreKind | None = None
+    written: int = -1
+    selection: Selection | None = None
+    fallback: str | None = None
+    guarantee: GuaranteeResult | None = None
+
+    @property
+    def _written(self) -> int:
+        return self.written if self.written >= 0 else self.chosen
 
     @property
     def top_n(self) -> int:
-        """The chosen number of candidates sent to the reranker."""
-        return self.points[self.chosen][0]
+        """The number of candidates sent to the reranker, as written (refitted)."""
+        return self.points[self._written][0]
 
     @property
     def params(self) -> PolicyParams:
-        """The chosen rerank setting."""
-        return self.points[self.chosen][1]
+        """The rerank setting as written (refitted on all queries)."""
+        return self.points[self._written][1]
 
     @property
     def chosen_kept(self) -> I:
-        """(Q,) passages kept per query under the chosen setting."""
+        """(Q,) passages kept per query under the setting chosen on calibration queries."""
         out: I = self.sweep.kept[self.chosen].astype(np.intp)
         return out
 
+    @property
+    def written_kept(self) -> I:
+        """(Q,) passages kept per query under the written setting."""
+        out: I = self.sweep.kept[self._written].astype(np.intp)
+        return out
+
     def describe(self) -> str:
-        """The chosen point in words."""
+        """The written point in words."""
         return describe_rerank_point(self.top_n, self.params)
+
+    def describe_chosen(self) -> str:
+        """The point chosen on the calibration queries, in words."""
+        n, p = self.points[self.chosen]
+        return describe_rerank_point(n, p)
 
     def rerank_table(self) -> dict[str, Any]:
         """The ``[rerank]`` settings of the choice (see :meth:`config`)."""
@@ -239,7 +286,13 @@ class TwoStageCalibration:
             "probability_map": self.probability_map.describe(),
             "pairs_fitted": self.n_pairs_fit,
             "constraints_met": self.feasible,
+            "chosen_on_calibration": self.describe_chosen(),
+            "selection": self.selection.describe()
+            if self.selection is not None
+            else "recall guarantee (Learn-then-Test)",
         }
+        if self.fallback is not None:
+            out["fallback"] = self.fallback
         for m in c.metrics:
             d = c.difference[m]
             out[f"vs_retrieval_{m}"] = (
@@ -280,6 +333,7 @@ def _reranked_arrays(
         n_relevant=[lab.n_relevant for lab in labels],
         profile=profile,
         rules=rules,
+        n_evidence=arrays.n_evidence,
     )
 
 
@@ -306,6 +360,9 @@ def calibrate_two_stage(
     n_bootstrap: int = 2000,
     seed: int = 0,
     level: float = 0.95,
+    folds: int = DEFAULT_FOLDS,
+    target: float | None = None,
+    confidence: float = 0.95,
 ) -> TwoStageCalibration:
     """Sweep retrieval depth x rerank cut x ``max_k`` (see the module docstring).
 
@@ -366,7 +423,7 @@ def calibrate_two_stage(
     for docs, r in zip(lists, raw, strict=True):
         p = rerank_probabilities(r, scores.score_kind, pmap).values[0] if len(r) else r
         probs.append(dict(zip(docs, p.tolist(), strict=True)))
-    wanted = tuple(dict.fromkeys([*metrics, *reported, PASSAGES]))
+    wanted = tuple(dict.fromkeys([*metrics, *reported, EVIDENCE, PASSAGES]))
     kernels: dict[int, SweepKernel] = {}
     results: list[SweepResult] = []
     points: list[tuple[int, PolicyParams]] = []
@@ -377,14 +434,56 @@ def calibrate_two_stage(
         kernels[n] = kernel
         results.append(sweep(kernel, settings, wanted, rows=calibration_rows))
         points += [(n, s) for s in settings]
-    combined = SweepResult(
-        tuple(p for _, p in points),
-        results[0].metrics,
-        np.concatenate([r.means for r in results]),
-        calibration_rows,
-        np.concatenate([r.kept for r in results]),
-    )
-    chosen, feasible = choose(combined, objective, constraints)
+    points_t = tuple(points)
+    n_settings = len(settings)
+
+    def means(rows: I) -> SweepResult:
+        parts = [r.restricted(kernels[n], rows) for r, n in zip(results, tops, strict=True)]
+        return SweepResult(
+            tuple(p for _, p in points_t),
+            parts[0].metrics,
+            np.concatenate([r.means for r in parts]),
+            rows,
+            np.concatenate([r.kept for r in parts]),
+        )
+
+    combined = means(calibration_rows)
+    full = means(np.arange(arrays.n_queries, dtype=np.intp))
+
+    def kernel_of(i: int) -> SweepKernel:
+        return kernels[points_t[i][0]]
+
+    selection = None
+    g_result = None
+    if target is not None:
+        paths = {
+            f"rerank top-{n}, top-k": sorted(
+                (
+                    t * n_settings + j
+                    for j, s_ in enumerate(settings)
+                    if s_.relative_threshold == 0 and not s_.uses_scores
+                ),
+                key=lambda i: -points_t[i][1].max_k,
+            )
+            for t, n in enumerate(tops)
+        }
+        g_result = _guarantee(
+            kernels[tops[0]], combined, full, target, confidence, heldout_rows,
+            paths=paths, kernel_of=kernel_of,
+        )  # fmt: skip
+        chosen = g_result.point if g_result.point is not None else g_result.best_point
+        written = g_result.written if g_result.written is not None else g_result.best_point
+        feasible = all(
+            c.violation(combined.column(c.metric)[[chosen]])[0] == 0 for c in constraints
+        )
+    else:
+        selection = cross_validate(
+            means, combined.points, calibration_rows, objective, constraints,
+            folds=folds, seed=seed,
+        )  # fmt: skip
+        members = selection.members[selection.chosen]
+        chosen, feasible = refit(combined, members, objective, constraints)
+        written, _ = refit(full, members, objective, constraints)
     n_chosen = points[chosen][0]
 
     # 4. held-out comparisons and calibration quality
@@ -402,6 +501,17 @@ def calibrate_two_stage(
     common = {"split": split, "n_bootstrap": n_bootstrap, "seed": seed, "level": level}
     vs_retrieval = compare_values(retrieval, two, rows, reported, **common)  # type: ignore[arg-type]
     vs_top_k = compare_values(top_k, two, rows, reported, **common)  # type: ignore[arg-type]
+    fallback = None
+    if target is None and objective in reported:
+        for name, comp in (("the retrieval-only choice", vs_retrieval), ("plain top-k", vs_top_k)):
+            if comp.verdict(objective) == "worse":
+                d = comp.difference[objective]
+                fallback = (
+                    f"on the {comp.n_queries} {split} queries the two-stage choice is worse "
+                    f"than {name} on {objective} (difference {d.mean:+.3f}, interval "
+                    f"[{d.low:+.3f}, {d.high:+.3f}]), so the config leaves the rerank stage off"
+                )
+                break
 
     z_held, y_held = pairs(rows)
     raw_held = np.concatenate([raw[r] for r in rows.tolist()]) if rows.size else np.empty(0)
@@ -424,6 +534,10 @@ def calibrate_two_stage(
         brier_mapped=brier_score(p_map, y_held),
         n_pairs_fit=n_fit,
         score_kind=arrays.score_kind,
+        written=written,
+        selection=selection,
+        fallback=fallback,
+        guarantee=g_result,
     )
     logger.info(
         "two-stage: chose %s (%s %.4f)",

@@ -33,7 +33,8 @@ from ragguard.cli._two_stage import (
 )
 
 if TYPE_CHECKING:
-    from ragguard.calibration import CalibrationResult, Interval
+    from ragguard.calibration import CalibrationResult, Interval, RunCalibration
+    from ragguard.calibration.report import WrittenReport
 
 __all__ = ["calibrate"]
 
@@ -74,7 +75,7 @@ def calibrate(
             max=1.0,
             metavar="FLOAT",
             help="Keep only settings whose mean evidence recall (relevant passages kept / "
-            "relevant passages) reaches this; 0 turns it off.",
+            "relevant passages among the candidates) reaches this; 0 turns it off.",
         ),
     ] = 0.8,
     constraint: Annotated[
@@ -90,7 +91,12 @@ def calibrate(
     max_k: Annotated[
         int,
         typer.Option(
-            min=1, max=1000, metavar="INT", help="Largest max_k tried (the grid is 1..max_k)."
+            min=1,
+            max=1000,
+            metavar="INT",
+            help="Largest max_k tried (the grid is 1..max_k); when no setting meets the "
+            "constraints, or with --guarantee, the caps grow to the candidate depth "
+            "(at most 100).",
         ),
     ] = 10,
     holdout: Annotated[
@@ -117,6 +123,63 @@ def calibrate(
         ),
     ] = Path("ragguard-report"),
     no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
+    allow_unmet: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unmet",
+            help="Write the config even when a constraint or the guarantee cannot be met "
+            "(the shortfall is recorded in its provenance); without it calibrate exits 1 "
+            "and writes no config.",
+        ),
+    ] = False,
+    folds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=50,
+            metavar="INT",
+            help="Cross-validation folds for the choice of rule family (fewer on small "
+            "sets; 0: none).",
+        ),
+    ] = 5,
+    on_worse: Annotated[
+        str,
+        typer.Option(
+            metavar="top-k|stop",
+            help="When the held-out check finds the choice worse than the best plain "
+            "top-k: write top-k instead, or stop with exit code 1.",
+        ),
+    ] = "top-k",
+    guarantee: Annotated[
+        str | None,
+        typer.Option(
+            metavar="recall>=X",
+            help="Choose the smallest context whose mean evidence recall on new queries "
+            "is at least X with probability --confidence (Learn-then-Test).",
+            show_default=False,
+        ),
+    ] = None,
+    confidence: Annotated[
+        float,
+        typer.Option(min=0.5, max=0.999, metavar="FLOAT", help="Confidence of --guarantee."),
+    ] = 0.95,
+    relevant_grade: Annotated[
+        int,
+        typer.Option(
+            min=1, max=5, metavar="INT", help="Grades at or above this are relevant (+1.0)."
+        ),
+    ] = 1,
+    partial_grade: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=5,
+            metavar="INT",
+            help="Grades at or above this (below --relevant-grade) are partially relevant "
+            "(+0.5); default: none (binary relevance).",
+            show_default=False,
+        ),
+    ] = None,
     rerank: RerankOpt = None,
     rerank_run: RerankRunOpt = None,
     rerank_score_kind: RerankKindOpt = None,
@@ -131,8 +194,13 @@ def calibrate(
     policy, choose by the objective under the constraints, check the choice on held-out
     queries, and write the config and a report."""
     with friendly_errors(verbose):
-        from ragguard.calibration import Constraint
+        from ragguard.calibration import Constraint, UtilityRules
         from ragguard.calibration import calibrate as run_calibration
+        from ragguard.errors import ConfigError
+
+        if on_worse not in ("top-k", "stop"):
+            raise ConfigError(f"--on-worse takes top-k or stop, got {on_worse!r}")
+        rules = UtilityRules(relevant_grade=relevant_grade, partial_grade=partial_grade)
 
         _check_outputs(out_path, None if no_report else report)
         es = load_evalset_for_cli(evalset, run, score_kind=score_kind, retriever=retriever)
@@ -152,6 +220,11 @@ def calibrate(
                 max_k=max_k,
                 holdout=holdout,
                 seed=seed,
+                rules=rules,
+                folds=folds,
+                on_worse="stop" if on_worse == "stop" else "top-k",
+                guarantee=guarantee,
+                confidence=confidence,
                 **two_stage,
             )
         # The report first, then the config: a command that fails leaves no fresh config
@@ -162,29 +235,42 @@ def calibrate(
 
             with err.status("writing the report..."):
                 report_paths = write_report(result, report, config_path=str(out_path))
-        written = result.save_config(out_path)
         _print_result(result, str(evalset))
         if result.rerank is not None:
             print_two_stage(result.rerank, result.objective)
+        blocked = result.stopped
+        unmet = result.unmet()
+        if blocked is None and unmet and not allow_unmet:
+            blocked = "; ".join(unmet) + " (pass --allow-unmet to write it anyway)"
+        if blocked is not None:
+            _print_report_line(report_paths)
+            raise ConfigError(f"no config written: {blocked}")
+        written = result.save_config(out_path, allow_unmet=allow_unmet)
+        for line in unmet:
+            err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
         out.print()
         out.print(
             f"[bold]Config[/]  {escape(str(written))}  "
             f'(load it: ContextGuard.from_file("{escape(str(written))}"))',
             highlight=False,
         )
-        if report_paths is not None:
-            out.print(
-                f"[bold]Report[/]  {escape(str(report_paths.html))}  "
-                f"(also {report_paths.markdown.name}"
-                + (", plots/)" if report_paths.plots else ")"),
-                highlight=False,
-            )
-            if not report_paths.plots_drawn:
-                err.print(
-                    "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
-                    + escape(install_hint("report")),
-                    highlight=False,
-                )
+        _print_report_line(report_paths)
+
+
+def _print_report_line(report_paths: WrittenReport | None) -> None:
+    if report_paths is None:
+        return
+    out.print(
+        f"[bold]Report[/]  {escape(str(report_paths.html))}  "
+        f"(also {report_paths.markdown.name}" + (", plots/)" if report_paths.plots else ")"),
+        highlight=False,
+    )
+    if not report_paths.plots_drawn:
+        err.print(
+            "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
+            + escape(install_hint("report")),
+            highlight=False,
+        )
 
 
 def _check_outputs(config: Path, report: Path | None) -> None:
@@ -225,7 +311,7 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     )  # fmt: skip
 
     table = compact_table("best setting per run (calibration queries)")
-    for col in ("run", "chosen", obj, "recall", "distr.", "kept", f"top-k ({obj})"):
+    for col in ("run", "chosen", obj, "ev.rec", "distr.", "kept", "best top-k"):
         table.add_column(
             col,
             justify="left" if col in ("run", "chosen") else "right",
@@ -238,15 +324,15 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
             r.name + mark,
             describe_point(r.chosen_params) + ("" if r.feasible else " (!)"),
             format_number(s.mean(r.chosen, obj)),
-            format_number(s.mean(r.chosen, "recall")),
+            format_number(s.mean(r.chosen, "evidence_recall")),
             format_number(s.mean(r.chosen, "distractor_rate")),
             format_number(s.mean(r.chosen, PASSAGES), 2),
-            f"{describe_point(r.baseline_params)}: {format_number(s.mean(r.baseline, obj))}",
+            f"{describe_point(r.baseline_params)} {format_number(s.mean(r.baseline, obj))}",
         )
     out.print(table)
 
     r = result.recommended
-    p = r.chosen_params
+    p = r.written_params
     kind = r.score_kind.value if r.score_kind else "none"
     settings = f"max_k={p.max_k}, min_k={p.min_k}, relative_threshold={p.relative_threshold:g}"
     if p.cut.value != "none":
@@ -256,13 +342,31 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
         highlight=False,
     )
     out.print(f"[bold]Why:[/] {escape(result.why())}.", highlight=False)
-    if not r.feasible:
-        out.print(
-            f"[bold yellow]warning:[/] no setting meets {cons}; the closest one was chosen",
-            highlight=False,
-        )
+    for line in result.unmet():
+        out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
+    gr = r.guarantee
+    if gr is not None and gr.met:
+        out.print(f"[bold]Guarantee:[/] {escape(gr.statement(r.sweep.points))}.", highlight=False)
+        if gr.heldout_queries:
+            out.print(
+                f"held-out evidence recall of the setting certified on the calibration "
+                f"queries: {format_number(gr.heldout_recall)} on {gr.heldout_queries} queries "
+                f"(target {gr.target:g})",
+                highlight=False,
+            )
 
     c = r.comparison
+    if r.chosen_is_baseline:
+        name = "held-out check" if c.split == "held-out" else "in-sample check (no hold-out)"
+        out.print(
+            f"{name}: the choice is plain {describe_point(r.baseline_params)}, the "
+            f"baseline itself; nothing to compare ({c.split}, {c.n_queries} queries: "
+            + ", ".join(f"{m} {format_number(c.guarded[m].mean)}" for m in c.metrics[:4])
+            + ")",
+            highlight=False,
+        )
+        _print_tail(r)
+        return
     pct = round(c.level * 100)
     title = (
         f"held-out check: {c.n_queries} queries never used to choose, {pct}% bootstrap intervals"
@@ -306,5 +410,16 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
                 "queries would tell.",
                 highlight=False,
             )
+    if r.fallback is not None:
+        out.print(
+            f"[red]{escape(r.fallback)}: plain top-k is written instead[/]"
+            if result.on_worse == "top-k"
+            else f"[red]{escape(r.fallback)}[/]",
+            highlight=False,
+        )
+    _print_tail(r)
+
+
+def _print_tail(r: RunCalibration) -> None:
     dist = ", ".join(f"{k}: {n}" for k, n in r.optimal.distribution().items())
     out.print(f"per-query optimal k (queries): {dist}", highlight=False)

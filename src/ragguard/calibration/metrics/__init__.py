@@ -3,7 +3,7 @@ string registry.
 
 Each family lives in its own module with its formulas and edge cases in the docstrings:
 
-* :mod:`.classic` -- precision, recall, hit rate, MRR, MAP, nDCG (linear and
+* :mod:`.classic` -- precision, recall, evidence recall, hit rate, MRR, MAP, nDCG (linear and
   exponential gain), F-beta;
 * :mod:`.udcg` -- UDCG (Eq. 4), the signed-utility DCG and its normalised form, the
   context's total utility, UDCG_theta (Eq. 3) and its fitting routine;
@@ -34,6 +34,7 @@ from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64
 from ragguard.calibration.metrics.classic import (
     average_precision,
+    evidence_recall,
     f_beta,
     hit_rate,
     ndcg,
@@ -83,6 +84,7 @@ __all__ = [
     "context_utility",
     "distractor_harm",
     "distractor_rate",
+    "evidence_recall",
     "f_beta",
     "fit_udcg_theta",
     "harm",
@@ -145,6 +147,7 @@ METRICS: dict[str, MetricSpec] = {
     for s in (
         _spec("precision", precision),
         _spec("recall", recall),
+        _spec("evidence_recall", evidence_recall, may_be_na=True),
         _spec("hit_rate", hit_rate),
         _spec("mrr", reciprocal_rank),
         _spec("map", average_precision),
@@ -171,6 +174,7 @@ METRICS: dict[str, MetricSpec] = {
 ALIASES: dict[str, str] = {
     "p": "precision",
     "hit": "hit_rate",
+    "evidence": "evidence_recall",
     "success": "hit_rate",
     "rr": "mrr",
     "recip_rank": "mrr",

@@ -34,6 +34,7 @@ from ragguard.errors import ConfigError
 
 __all__ = [
     "average_precision",
+    "evidence_recall",
     "f_beta",
     "hit_rate",
     "ndcg",
@@ -124,6 +125,31 @@ def recall(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = 
     """
     rel, _ = _relevant_in(arrays, k, cut)
     return _recall(rel, arrays.n_relevant)
+
+
+def evidence_recall(
+    arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None
+) -> F64:
+    r"""Evidence recall at k: the share of the relevant passages **among the query's
+    candidates** that the first k keep (the recall a context guard controls).
+
+    .. math:: ER@k = \frac{1}{E} \sum_{i=1}^{\min(k, n)} [g_i \ge g_{rel}]
+
+    with :math:`E` the number of the query's candidates graded at least the rules'
+    ``relevant_grade`` :math:`g_{rel}` (:attr:`EvalArrays.n_evidence
+    <ragguard.calibration.arrays.EvalArrays.n_evidence>`). Classic :func:`recall`
+    divides by every judged relevant document, retrieved or not; keeping every
+    candidate reaches it only up to the retriever's ceiling, while evidence recall
+    reaches 1.
+
+    Edge cases: a query with no relevant candidate (:math:`E = 0`) is NA (NaN): no
+    context can miss evidence it never had, so it is left out of the mean.
+    """
+    w = window(arrays, k, cut)
+    found = (w.take(arrays.grades) >= arrays.rules.relevant_grade).sum(axis=1, dtype=np.float64)
+    den = arrays.n_evidence.astype(np.float64)
+    out: F64 = np.divide(found, den, out=np.full(den.shape, np.nan), where=den > 0)
+    return out
 
 
 def hit_rate(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
