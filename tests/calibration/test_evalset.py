@@ -485,16 +485,37 @@ def test_qrels_grades_above_the_scale_are_errors(tmp_path: Path, grade: int) -> 
 
 
 def test_qrels_grades_share_the_jsonl_scale(tmp_path: Path) -> None:
-    """TREC grades 0-5 mean what JSONL's do; a negative grade (TREC's -2 for spam) is
-    judged not relevant, like 0."""
-    qrels = write(tmp_path, "qrels", "q1 0 a 5\nq1 0 b 0\nq1 0 c -2\n")
+    """TREC grades mean what JSONL's do: 1-5 relevant, 0 judged not relevant, -1 a known
+    distractor; below -1 (TREC's -2 for junk) judged not relevant."""
+    qrels = write(tmp_path, "qrels", "q1 0 a 5\nq1 0 b 0\nq1 0 c -2\nq1 0 d -1\n")
     line = {"query_id": "q1", "relevant": {"a": 5}, "not_relevant": ["b", "c"]}
-    run = "q1 Q0 c 1 3.0 t\nq1 Q0 b 2 2.0 t\nq1 Q0 a 3 1.0 t\n"
+    line["distractors"] = ["d"]
+    run = "q1 Q0 d 1 4.0 t\nq1 Q0 c 2 3.0 t\nq1 Q0 b 3 2.0 t\nq1 Q0 a 4 1.0 t\n"
     trec = load_evalset(qrels, runs=write(tmp_path, "run", run))
     same = load_evalset(jsonl(tmp_path, line), runs=tmp_path / "run")
-    assert trec.labels["q1"].grades == {"a": 5, "b": 0, "c": -2}
+    assert trec.labels["q1"].grades == {"a": 5, "b": 0, "c": 0, "d": 0}
+    assert trec.labels["q1"].distractors == {"d"}
+    assert trec.labels["q1"] == same.labels["q1"]
     metrics = ["ndcg@3", "mrr", "udcg@3", "distractor_rate@3", "recall@2"]
     assert evaluate(trec, "run", metrics=metrics) == evaluate(same, "run", metrics=metrics)
+    # the known distractor carries the profile's full penalty (medical: -1.0)
+    arrays = trec.arrays("run", profile="medical")
+    utility = dict(zip(arrays.doc_ids(0), arrays.utility[0].tolist(), strict=False))
+    assert utility["d"] == -1.0 and utility["a"] == 1.0
+
+
+def test_beir_marks_distractors_by_grade_and_by_file(tmp_path: Path) -> None:
+    root = beir(tmp_path, "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t-1\n")
+    write(root, "distractors.tsv", "query-id\tcorpus-id\nq1\td3\nq9\td1\n")
+    es = load_evalset(root)
+    labels = es.labels["q1"]
+    assert labels.distractors == {"d2", "d3"}
+    assert labels.grades == {"d1": 1, "d2": 0, "d3": 0}
+    # a distractor of a query the split does not label is reported, not invented
+    assert any("q9" in p.message for p in es.report.problems)
+    bad = beir(tmp_path / "bad")
+    write(bad, "distractors.tsv", "q1\td1\textra\n")
+    fails(bad, r"distractors.tsv:1: a distractors line has 2 columns")
 
 
 def test_a_truncated_jsonl_line_reports_its_real_line_and_column(tmp_path: Path) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ragguard.calibration._problems import ProblemKind, Reporter
 from ragguard.errors import EvalSetError
+
+if TYPE_CHECKING:
+    from ragguard.calibration.evalset import Labels
 
 __all__ = ["ReadResult", "first_content", "read", "read_run"]
 
@@ -123,8 +126,12 @@ JSONL_FIELDS = frozenset(
 CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
 MIN_GRADE, MAX_GRADE = 1, 5
 """Grades of relevant documents; 0 is judged not relevant. TREC and BEIR qrels use the
-same scale (0 to MAX_GRADE), except that negative grades are read as judged not
-relevant."""
+same scale, plus DISTRACTOR_GRADE for a known distractor (JSONL lists those under
+``distractors``)."""
+DISTRACTOR_GRADE = -1
+"""A qrels grade of -1 marks a known distractor: judged not relevant (grade 0) and listed
+in ``Labels.distractors``. Grades below -1 (the TREC Web tracks' -2 for junk) are read
+as judged not relevant."""
 
 
 def _json_line(text: str, at: _Where) -> Any:
@@ -330,7 +337,7 @@ def _columns(path: Path, n: int, layout: str, kind: str) -> Iterator[tuple[_Wher
 
 
 def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
-    from ragguard.calibration.evalset import Labels, Query
+    from ragguard.calibration.evalset import Query
 
     res = ReadResult()
     grades: dict[str, dict[str, int]] = {}
@@ -340,13 +347,13 @@ def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
         _add_label(grades, res, qid, doc, grade, at, rep)
     for qid, g in grades.items():
         res.queries[qid] = Query(qid)
-        res.labels[qid] = Labels(g)
+        res.labels[qid] = _qrels_labels(g)
     return res
 
 
 def _grade(text: str, at: _Where, fld: str) -> int:
-    """A qrels grade: an integer up to MAX_GRADE (negative ones are judged not
-    relevant)."""
+    """A qrels grade: an integer up to MAX_GRADE (-1 a known distractor, below that
+    judged not relevant; see :func:`_qrels_labels`)."""
     try:
         grade = int(text)
     except ValueError:
@@ -354,10 +361,24 @@ def _grade(text: str, at: _Where, fld: str) -> int:
     if grade > MAX_GRADE:
         at.fail(
             f"must be an integer up to {MAX_GRADE} (1-{MAX_GRADE} relevant, 0 not "
-            f"relevant), got {grade}",
+            f"relevant, {DISTRACTOR_GRADE} a known distractor), got {grade}",
             fld,
         )
     return grade
+
+
+def _qrels_labels(grades: dict[str, int], distractors: Iterable[str] = ()) -> Labels:
+    """One query's labels from qrels grades: a grade of DISTRACTOR_GRADE (or an entry of
+    a distractors file) makes a known distractor, judged not relevant; grades below it
+    are judged not relevant."""
+    from ragguard.calibration.evalset import Labels
+
+    known = {d for d, g in grades.items() if g == DISTRACTOR_GRADE}.union(distractors)
+    if known or any(g < 0 for g in grades.values()):
+        grades = {d: max(g, 0) for d, g in grades.items()}
+        for d in known:
+            grades.setdefault(d, 0)
+    return Labels(grades, frozenset(known))
 
 
 def _add_label(
@@ -475,7 +496,7 @@ def _read_json_run(
 
 
 def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
-    from ragguard.calibration.evalset import Labels, Query
+    from ragguard.calibration.evalset import Query
 
     res = ReadResult()
     corpus_path = path / "corpus.jsonl"
@@ -547,10 +568,46 @@ def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
                 line=lineno,
             )
         _add_label(grades, res, qid, doc, grade, at, rep)
+    known = _beir_distractors(path / BEIR_DISTRACTORS, grades, rep)
     for qid, g in grades.items():
         res.queries[qid] = Query(qid, texts.get(qid))
-        res.labels[qid] = Labels(g)
+        res.labels[qid] = _qrels_labels(g, known.get(qid, ()))
     return res
+
+
+BEIR_DISTRACTORS = "distractors.tsv"
+"""Optional file of a BEIR folder: ``query-id<TAB>corpus-id`` lines (a header line is
+allowed), each a known distractor of a labelled query of the split read."""
+
+
+def _beir_distractors(
+    path: Path, grades: dict[str, dict[str, int]], rep: Reporter
+) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    if not path.exists():
+        return out
+    for lineno, text in enumerate(_open(path), 1):
+        s = text.strip()
+        if not s or s.startswith("#"):
+            continue
+        parts = s.split("\t") if "\t" in s else s.split()
+        if lineno == 1 and parts and parts[0].lower() in {"query-id", "query_id", "qid"}:
+            continue
+        if len(parts) != 2:
+            _Where(path, lineno).fail(
+                f"a distractors line has 2 columns (query-id corpus-id), got {len(parts)}"
+            )
+        qid, doc = (p.strip() for p in parts)
+        if qid not in grades:
+            rep(
+                ProblemKind.UNKNOWN_QUERY,
+                f"distractor {doc!r} is for query {qid!r}, which has no labels in this split",
+                path=str(path),
+                line=lineno,
+            )
+            continue
+        out.setdefault(qid, []).append(doc)
+    return out
 
 
 # --------------------------------------------------------------------------- UDCG JSON

@@ -55,10 +55,11 @@ trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``.
 
 **Grades** follow one scale in every format: integers up to 5, where 1-5 are relevant
 (as ``relevant: {id: grade}`` in JSONL; :class:`~ragguard.calibration.UtilityRules`
-says which count as relevant or partially relevant) and 0 is judged not relevant. A
-TREC or BEIR grade above 5 is an error; a negative one (some TREC collections mark spam
--2) is read as judged not relevant, like 0. Files are UTF-8; a byte order mark at the
-start is skipped.
+says which count as relevant or partially relevant), 0 is judged not relevant and -1
+marks a known distractor (JSONL's ``distractors``; in a BEIR folder also an optional
+``distractors.tsv`` of ``query-id  corpus-id`` lines). A grade above 5 is an error; a
+qrels grade below -1 (TREC Web tracks mark junk -2) is read as judged not relevant, like
+0. Files are UTF-8; a byte order mark at the start is skipped.
 
 ``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``), ``queries.jsonl`` (``_id``,
 ``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score``, header line), with
