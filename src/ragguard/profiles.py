@@ -39,6 +39,10 @@ Why these values:
 * code: an API of the wrong version or language compiles into wrong code, so the rules
   are as strict as medical; snippets often need a neighbour, so up to 5 are kept.
 
+A profile also says which **grades** count as relevant (+1.0, ``relevant_grade``, default
+1) and partially relevant (+0.5, ``partial_grade``, default none: binary relevance), for
+graded qrels such as TREC's 0/1/2.
+
 Custom profiles live in TOML under ``[profiles.NAME]``; ``base`` names the profile
 they start from (default ``support``) and every other key overrides it::
 
@@ -47,6 +51,8 @@ they start from (default ``support``) and every other key overrides it::
     [profiles.oncology]
     base = "medical"
     max_k = 2
+    relevant_grade = 2      # graded qrels: 2 relevant, 1 partially relevant
+    partial_grade = 1
     description = "Oncology notes: two passages at most."
 """
 
@@ -55,7 +61,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ragguard._fields import reject_bool_for_numbers
 from ragguard.errors import ConfigError
@@ -64,6 +70,7 @@ __all__ = ["BUILTIN_PROFILES", "DEFAULT_PROFILE", "Profile", "ProfileSpec", "res
 
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-1.0, le=0.0)]
+Grade = Annotated[int, Field(ge=1, le=5)]
 
 
 class Profile(BaseModel):
@@ -85,6 +92,20 @@ class Profile(BaseModel):
     max_k: int = Field(ge=1, description="Runtime default: most passages kept.")
     min_k: int = Field(ge=0, description="Runtime default: fewest passages kept.")
     relative_threshold: Ratio = Field(description="Runtime default: keep >= t x top score.")
+    relevant_grade: Grade = Field(default=1, description="Grades at or above this are relevant.")
+    partial_grade: Grade | None = Field(
+        default=None,
+        description="Grades at or above this, below relevant_grade, are partially relevant.",
+    )
+
+    @model_validator(mode="after")
+    def _grades(self) -> Profile:
+        if self.partial_grade is not None and self.partial_grade >= self.relevant_grade:
+            raise ValueError(
+                f"partial_grade={self.partial_grade} must be below "
+                f"relevant_grade={self.relevant_grade}"
+            )
+        return self
 
 
 class ProfileSpec(BaseModel):
@@ -102,6 +123,8 @@ class ProfileSpec(BaseModel):
     max_k: int | None = Field(default=None, ge=1)
     min_k: int | None = Field(default=None, ge=0)
     relative_threshold: Ratio | None = None
+    relevant_grade: Grade | None = None
+    partial_grade: Grade | None = None
 
     @field_validator("*", mode="before")
     @classmethod

@@ -59,6 +59,7 @@ from ragguard.calibration.utility import (
     as_profile,
     candidate_utilities,
     label_utility,
+    rules_of,
 )
 from ragguard.errors import EvalSetError
 from ragguard.policy import Ranked
@@ -397,7 +398,7 @@ def build_arrays(
         if seq is not None and len(seq) != n_q:
             raise EvalSetError(f"{name} has {len(seq)} entries for {n_q} queries")
     prof = as_profile(profile)
-    rules = rules or UtilityRules()
+    rules = rules_of(prof, rules)
     kind = None if score_kind is None else ScoreKind(score_kind)
 
     # --- candidates, input order -> keys of the policy's ranking

@@ -85,7 +85,7 @@ from ragguard.calibration.sweep import (
     optimal_k,
     sweep,
 )
-from ragguard.calibration.utility import UtilityRules, as_profile
+from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams
@@ -1388,7 +1388,7 @@ def _two_stage(
         retrieval_chosen=best.chosen_kept,
         retrieval_baseline=best.baseline_kept,
         profile=common["prof"],
-        rules=common["rules"] or UtilityRules(),
+        rules=rules_of(common["prof"], common["rules"]),
         objective=common["objective"],
         constraints=common["constraints"],
         metrics=common["metrics"],

@@ -97,7 +97,7 @@ from types import MappingProxyType
 
 from ragguard.calibration._problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration.arrays import EvalArrays, build_arrays
-from ragguard.calibration.utility import UtilityRules, as_profile
+from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
@@ -301,7 +301,7 @@ class EvalSet:
         """
         name = self._run_name(run)
         prof = as_profile(profile)
-        rules = rules or UtilityRules()
+        rules = rules_of(prof, rules)
         key = (name, prof, rules)
         cached = self._arrays.get(key)
         if cached is not None:

@@ -54,6 +54,7 @@ __all__ = [
     "as_profile",
     "candidate_utilities",
     "label_utility",
+    "rules_of",
 ]
 
 RELEVANT_UTILITY = 1.0
@@ -86,6 +87,13 @@ class UtilityRules:
                 f"partial_grade must be an int in [1, relevant_grade={self.relevant_grade}) "
                 f"or None, got {p!r}"
             )
+
+
+def rules_of(profile: Profile, rules: UtilityRules | None = None) -> UtilityRules:
+    """``rules`` when given, else the grades the profile counts as (partially) relevant."""
+    if rules is not None:
+        return rules
+    return UtilityRules(profile.relevant_grade, profile.partial_grade)
 
 
 def as_profile(profile: Profile | str | None) -> Profile:
@@ -165,7 +173,7 @@ def candidate_utilities(
         A (queries x candidates) matrix of utilities in [-1, 1], 0.0 on padding.
     """
     prof = as_profile(profile)
-    rules = rules or UtilityRules()
+    rules = rules_of(prof, rules)
     base = label_utility(grades, rules)
     positive = base > 0
     not_relevant = ~positive & present

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ragguard.cli._common import err
+from ragguard.profiles import Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
@@ -19,10 +20,12 @@ if TYPE_CHECKING:
 __all__ = [
     "EvalSetArg",
     "ProfileOpt",
+    "ProfilesOpt",
     "RunOpt",
     "ScoreKindOpt",
     "compact_table",
     "load_evalset_for_cli",
+    "profile_for_cli",
 ]
 
 
@@ -58,9 +61,37 @@ ProfileOpt = Annotated[
         "-p",
         metavar="NAME",
         help="Tolerance profile whose rules turn labels into utilities: medical, legal, "
-        "support, creative or code (see `ragguard profiles`).",
+        "support, creative, code (see `ragguard profiles`) or one from --profiles.",
     ),
 ]
+ProfilesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--profiles",
+        metavar="FILE",
+        help="A TOML file whose [profiles.NAME] tables define custom profiles (your "
+        "ragguard.toml); --profile can then name one.",
+        show_default=False,
+    ),
+]
+
+
+def profile_for_cli(name: str, profiles: Path | None) -> Profile:
+    """The profile ``--profile`` names: a built-in one, or a custom one from the
+    ``[profiles.NAME]`` tables of ``--profiles FILE``.
+
+    Raises:
+        ConfigError: the file is missing or malformed, or the name is unknown.
+    """
+    from ragguard.config import GuardConfig, load_toml
+
+    custom: dict[str, ProfileSpec] = {}
+    if profiles is not None:
+        table = load_toml(profiles).get("profiles", {})
+        custom = dict(GuardConfig(profiles=table).profiles)
+    return resolve_profile(name, custom)
+
+
 ScoreKindOpt = Annotated[
     ScoreKind | None,
     typer.Option(

@@ -33,6 +33,7 @@ RerankOpt = Annotated[
     str | None,
     typer.Option(
         "--rerank",
+        metavar="SPEC",
         help="Calibrate a second stage too: a sentence-transformers CrossEncoder name or "
         "local path, or module:callable (a reranker(query, texts) -> scores, imported "
         "because you named it). Scores are computed once and cached.",
@@ -43,6 +44,7 @@ RerankRunOpt = Annotated[
     Path | None,
     typer.Option(
         "--rerank-run",
+        metavar="FILE",
         help="Precomputed second-stage scores (TREC run format or JSON) instead of --rerank; "
         "needs --rerank-score-kind.",
         show_default=False,
@@ -52,6 +54,7 @@ RerankKindOpt = Annotated[
     str | None,
     typer.Option(
         "--rerank-score-kind",
+        metavar="KIND",
         help="What the second-stage scores are: logit or probability (default: what the "
         "reranker declares).",
         show_default=False,
@@ -70,6 +73,7 @@ MapOpt = Annotated[
     str,
     typer.Option(
         "--probability-map",
+        metavar="METHOD",
         help="How rerank scores become calibrated probabilities: platt or isotonic.",
     ),
 ]
@@ -77,6 +81,7 @@ RerankCacheOpt = Annotated[
     Path | None,
     typer.Option(
         "--rerank-cache",
+        metavar="FOLDER",
         help="Folder of the rerank score cache (default $RAGGUARD_CACHE_DIR or "
         "~/.cache/ragguard/rerank).",
         show_default=False,

@@ -15,10 +15,12 @@ from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import (
     EvalSetArg,
     ProfileOpt,
+    ProfilesOpt,
     RunOpt,
     ScoreKindOpt,
     compact_table,
     load_evalset_for_cli,
+    profile_for_cli,
 )
 from ragguard.cli._two_stage import (
     CorpusOpt,
@@ -60,6 +62,7 @@ def calibrate(
         ),
     ] = None,
     profile: ProfileOpt = "support",
+    profiles: ProfilesOpt = None,
     objective: Annotated[
         str,
         typer.Option(
@@ -164,11 +167,16 @@ def calibrate(
         typer.Option(min=0.5, max=0.999, metavar="FLOAT", help="Confidence of --guarantee."),
     ] = 0.95,
     relevant_grade: Annotated[
-        int,
+        int | None,
         typer.Option(
-            min=1, max=5, metavar="INT", help="Grades at or above this are relevant (+1.0)."
+            min=1,
+            max=5,
+            metavar="INT",
+            help="Grades at or above this are relevant (+1.0); default: the profile's "
+            "relevant_grade (1 for the built-in ones).",
+            show_default=False,
         ),
-    ] = 1,
+    ] = None,
     partial_grade: Annotated[
         int | None,
         typer.Option(
@@ -176,7 +184,8 @@ def calibrate(
             max=5,
             metavar="INT",
             help="Grades at or above this (below --relevant-grade) are partially relevant "
-            "(+0.5); default: none (binary relevance).",
+            "(+0.5); default: the profile's partial_grade (none for the built-in ones: "
+            "binary relevance).",
             show_default=False,
         ),
     ] = None,
@@ -200,7 +209,17 @@ def calibrate(
 
         if on_worse not in ("top-k", "stop"):
             raise ConfigError(f"--on-worse takes top-k or stop, got {on_worse!r}")
-        rules = UtilityRules(relevant_grade=relevant_grade, partial_grade=partial_grade)
+        prof = profile_for_cli(profile, profiles)
+        rules = None  # the profile's grades, unless the command line says otherwise
+        if relevant_grade is not None or partial_grade is not None:
+            rules = UtilityRules(
+                relevant_grade=prof.relevant_grade if relevant_grade is None else relevant_grade,
+                partial_grade=(
+                    partial_grade
+                    if partial_grade is not None or relevant_grade is not None
+                    else prof.partial_grade
+                ),
+            )
 
         _check_outputs(out_path, None if no_report else report)
         es = load_evalset_for_cli(evalset, run, score_kind=score_kind, retriever=retriever)
@@ -213,7 +232,7 @@ def calibrate(
             progress.add_task("sweeping settings...", total=None)
             result = run_calibration(
                 es,
-                profile=profile,
+                profile=prof,
                 objective=objective,
                 constraints=constraints,
                 min_recall=min_recall or None,

@@ -15,10 +15,12 @@ from ragguard.cli._common import Verbose, app, friendly_errors, out
 from ragguard.cli._data import (
     EvalSetArg,
     ProfileOpt,
+    ProfilesOpt,
     RunOpt,
     ScoreKindOpt,
     compact_table,
     load_evalset_for_cli,
+    profile_for_cli,
 )
 
 if TYPE_CHECKING:
@@ -108,6 +110,7 @@ def evaluate(
     metrics: MetricsOpt = None,
     k: KOpt = 10,
     profile: ProfileOpt = "support",
+    profiles: ProfilesOpt = None,
     score_kind: ScoreKindOpt = None,
     as_json: JsonOpt = False,
     verbose: Verbose = False,
@@ -124,7 +127,8 @@ def evaluate(
         names = split_metrics(metrics) or [f"{m}@{k}" for m in (*TRADITIONAL, *DISTRACTION_AWARE)]
         parsed = [parse_metric(m) for m in names]
         es, runs = _load(evalset, run, score_kind)
-        values = {r: compute_means(es, r, metrics=names, profile=profile) for r in runs}
+        prof = profile_for_cli(profile, profiles)
+        values = {r: compute_means(es, r, metrics=names, profile=prof) for r in runs}
         if as_json:
             out.print_json(json.dumps(_json_safe(values)))
             return
@@ -155,6 +159,7 @@ def compare(
     run: RunOpt = None,
     k: KOpt = 5,
     profile: ProfileOpt = "support",
+    profiles: ProfilesOpt = None,
     score_kind: ScoreKindOpt = None,
     as_json: JsonOpt = False,
     verbose: Verbose = False,
@@ -171,11 +176,10 @@ def compare(
         cols = [f"mrr@{k}", f"recall@{k}", f"ndcg@{k}", f"distractor_rate@{k}",
                 f"distractor_harm@{k}", f"udcg@{k}"]  # fmt: skip
         es, runs = _load(evalset, run, score_kind)
+        prof = profile_for_cli(profile, profiles)
         rows: dict[str, dict[str, float | str]] = {}
         for r in runs:
-            means: dict[str, float | str] = dict(
-                compute_means(es, r, metrics=cols, profile=profile)
-            )
+            means: dict[str, float | str] = dict(compute_means(es, r, metrics=cols, profile=prof))
             means["safety_band"] = safety_band(float(means[f"distractor_rate@{k}"])).value
             rows[r] = means
         if as_json:
