@@ -27,6 +27,7 @@ per-candidate Python object.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -69,7 +70,10 @@ _EXOTIC = (
 
 
 def arrow() -> ModuleType | None:
-    """pyarrow, or ``None`` when it is not installed (the careful reader is used)."""
+    """pyarrow, or ``None`` when it is not installed or ``RAGGUARD_COLUMNAR=0`` is set
+    (then the careful reader is used)."""
+    if os.environ.get("RAGGUARD_COLUMNAR", "1") == "0":
+        return None
     try:
         return importlib.import_module("pyarrow")
     except ImportError:
@@ -749,3 +753,93 @@ def arrays_from_codes(
     )
     arrays.__dict__["order"] = order  # the cached ranking, computed above
     return arrays
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def _hash_ids(h: Any, ids: Vocab) -> None:
+    """Feed ids to ``h`` as their UTF-8 byte lengths then their bytes (the same for a
+    list and a pyarrow array of the same ids)."""
+    if isinstance(ids, list):
+        encoded = list(map(str.encode, ids))
+        h.update(np.fromiter(map(len, encoded), np.int64, len(encoded)).tobytes())
+        h.update(b"".join(encoded))
+        return
+    pc = _module("compute")
+    h.update(np.asarray(pc.binary_length(ids).to_numpy(zero_copy_only=False), np.int64).tobytes())
+    start = ids.offset
+    offsets = np.frombuffer(ids.buffers()[1], dtype=np.int32)[start : start + len(ids) + 1]
+    if len(ids):
+        h.update(memoryview(ids.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
+
+
+def _hash_floats(h: Any, values: F64) -> None:
+    h.update(np.where(np.isnan(values), np.nan, values).astype(np.float64).tobytes())
+
+
+def fingerprint(
+    qids: Sequence[str],
+    labels: Mapping[str, Labels],
+    runs: Sequence[tuple[str, str | None, Mapping[str, Mapping[str, float]]]],
+) -> str:
+    """sha256 of labels and runs, the same whether they were read column-wise or not:
+    labels sorted by document within each query, candidates in the run's order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    _hash_ids(h, list(qids))
+    if isinstance(labels, ColumnarLabels):
+        p = labels.pairs
+        rows = _rows(qids, labels)[p.q]
+        keep = np.flatnonzero(rows >= 0)
+        pa = arrow()
+        assert pa is not None
+        table = pa.table({"r": rows[keep], "d": p.docs.take(p.d[keep]), "v": p.value[keep]})
+        table = table.sort_by([("r", "ascending"), ("d", "ascending")])
+        h.update(b"grades")
+        h.update(np.asarray(table.column("r").to_numpy(), np.int64).tobytes())
+        _hash_ids(h, table.column("d").combine_chunks())
+        _hash_floats(h, np.asarray(table.column("v").to_numpy(), np.float64))
+        for part in (b"distractors", b"utilities", b"no_response"):
+            h.update(part)
+        h.update(np.full(len(qids), -1, np.int64).tobytes())
+    else:
+        labs = [labels[q] for q in qids]
+        parts: list[tuple[bytes, list[Mapping[str, float]]]] = [
+            (b"grades", [lab.grades for lab in labs]),
+            (b"distractors", [dict.fromkeys(lab.distractors, 1.0) for lab in labs]),
+            (b"utilities", [lab.utilities for lab in labs]),
+            (b"no_response", [lab.no_response for lab in labs]),
+        ]
+        for i, (part, maps) in enumerate(parts):
+            h.update(part)
+            items = [sorted(m.items()) for m in maps]
+            if i and not any(items):
+                continue
+            rows = np.repeat(np.arange(len(qids), dtype=np.int64), list(map(len, items)))
+            h.update(rows.tobytes())
+            flat = [kv for row in items for kv in row]
+            _hash_ids(h, [k for k, _ in flat])
+            _hash_floats(h, np.array([float(v) for _, v in flat], dtype=np.float64))
+        stated = [-1 if lab.n_relevant is None else lab.n_relevant for lab in labs]
+        h.update(np.asarray(stated, np.int64).tobytes())
+    for name, kind, cands in runs:
+        h.update(f"run\x00{name}\x00{kind}".encode())
+        if isinstance(cands, ColumnarCandidates):
+            p = cands.pairs
+            rows = _rows(qids, cands)[p.q]
+            keep = np.flatnonzero(rows >= 0)
+            keep = keep[np.argsort(rows[keep], kind="stable")]
+            h.update(np.asarray(rows[keep], np.int64).tobytes())
+            _hash_ids(h, p.docs.take(p.d[keep]) if not isinstance(p.docs, list)
+                      else vocab_take(p.docs, p.d[keep]))  # fmt: skip
+            _hash_floats(h, p.value[keep])
+        else:
+            empty: Mapping[str, float] = {}
+            per = [cands.get(q, empty) for q in qids]
+            rows = np.repeat(np.arange(len(qids), dtype=np.int64), list(map(len, per)))
+            h.update(rows.tobytes())
+            _hash_ids(h, [d for m in per for d in m])
+            _hash_floats(h, np.array([float(s) for m in per for s in m.values()], np.float64))
+    return h.hexdigest()
