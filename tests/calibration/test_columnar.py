@@ -277,3 +277,15 @@ def test_fingerprint_is_the_same_on_both_paths(
     fast, slow = both(monkeypatch, q, runs=r, format="trec")
     assert data_fingerprint(fast) == data_fingerprint(slow)
     assert not math.isnan(fast.arrays().scores[0, 0])
+
+
+def test_the_guard_and_loading_import_no_pyarrow_until_a_file_is_read(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ragguard, ragguard.calibration\n"
+        "from ragguard import ContextGuard\n"
+        "assert 'pyarrow' not in sys.modules, 'imported too early'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -335,9 +335,9 @@ def _stream(path: Path) -> Any:
     )
 
 
-def _split(path: Path, kind: str) -> tuple[Any, Any, Any, I64 | None] | None:
-    """The id, document and value columns (pyarrow arrays) of a TREC file and the line
-    of each row, or ``None`` when the careful reader must read it."""
+def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
+    """The id and document columns (pyarrow arrays), the values and the line of each
+    row of a TREC file, or ``None`` when the careful reader must read it."""
     pa = arrow()
     assert pa is not None
     pc = _module("compute")
@@ -374,13 +374,16 @@ def _split(path: Path, kind: str) -> tuple[Any, Any, Any, I64 | None] | None:
                 return None
             qs.append(pc.list_element(parts, qi))
             ds.append(pc.list_element(parts, di))
-            vs.append(pc.list_element(parts, vi))
+            values = _values(pc.list_element(parts, vi), kind)  # per block: 8 bytes a row
+            if values is None:
+                return None
+            vs.append(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
         return None
     string = pa.string()
     q = pa.chunked_array(qs, type=string)
     d = pa.chunked_array(ds, type=string)
-    v = pa.chunked_array(vs, type=string)
+    v = np.concatenate(vs) if vs else np.zeros(0)
     line = None if trivial else (np.concatenate(lines) if lines else np.zeros(0, np.int64))
     return q, d, v, line
 
@@ -452,13 +455,10 @@ def read_trec(
     split = _split(path, kind)
     if split is None:
         return None
-    qcol, dcol, vcol, line = split
-    value = _values(vcol, kind)
-    if value is None:
-        return None
+    qcol, dcol, value, line = split
     qvocab, q = _encode(qcol)
     docs, d = _encode(dcol)
-    del qcol, dcol, vcol
+    del qcol, dcol
     pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
     repeats = _repeats(q, d, len(docs))
     events: list[tuple[int, int, ProblemKind, str, str | None]] = []
