@@ -105,8 +105,10 @@ def write_files(folder: Path, n_queries: int, n_cands: int = 100, seed: int = 0)
             judged = np.argsort(rng.random((n, n_cands)), axis=1)[:, :3]
             lab_q = np.concatenate([np.repeat(qnum, 3), qnum])
             lab_d = np.concatenate(
-                [np.take_along_axis(docs, judged, axis=1).ravel(),
-                 rng.integers(10_000_000, 20_000_000, n)]  # fmt: skip
+                [
+                    np.take_along_axis(docs, judged, axis=1).ravel(),
+                    rng.integers(10_000_000, 20_000_000, n),
+                ]
             )
             grade = np.concatenate([rng.integers(0, 4, 3 * n), rng.integers(1, 4, n)])
             order = np.argsort(lab_q, kind="stable")
@@ -159,8 +161,11 @@ def main() -> None:
     rows = [("ragguard calibrate (columnar)", ragguard, None)]
     if args.careful:
         rows.append(
-            ("ragguard calibrate (careful reader)", ragguard,
-             {**os.environ, "RAGGUARD_COLUMNAR": "0"})  # fmt: skip
+            (
+                "ragguard calibrate (careful reader)",
+                ragguard,
+                {**os.environ, "RAGGUARD_COLUMNAR": "0"},
+            )
         )
     reference = [sys.executable, "-c", REFERENCE, str(folder / "qrels.trec"),
                  str(folder / "run.trec")]  # fmt: skip
