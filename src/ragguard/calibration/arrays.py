@@ -453,6 +453,88 @@ def build_arrays(
     # --- every labelled grade, retrieved or not: relevant counts, ideal ranking
     lq = np.repeat(np.arange(n_q, dtype=np.intp), np.fromiter(map(len, grades), np.intp, n_q))
     lgrade = _flat_floats(grades, "grade", qids)
+    stats = label_stats(qids, lq, lgrade, n_relevant)
+    ex_q = stats.extra_rows
+    evidence = evidence_counts(g, rules, n_evidence)
+
+    ideal_u = _ideal_utilities(
+        qids, grades, stats.ideal_grades, utilities, no_response, ex_q, rules
+    )
+
+    # a run without scores (kind None) keeps its order on purpose: not an issue here
+    issues: dict[ScoreIssue, int] = {
+        i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
+    }
+    return EvalArrays(
+        qids=tuple(qids),
+        score_kind=kind,
+        profile=prof,
+        rules=rules,
+        n_present=counts,
+        n_valid=n_valid,
+        grades=g,
+        judged=judged,
+        distractor=distractor,
+        given_utility=given,
+        no_response=p_no,
+        n_relevant=stats.n_relevant,
+        n_relevant_labelled=stats.n_relevant_labelled,
+        ideal_grades=stats.ideal_grades,
+        ideal_utilities=ideal_u,
+        grade_counts=stats.grade_counts,
+        max_grade=stats.max_grade,
+        integer_grades=stats.integer_grades,
+        score_issues=issues,
+        n_evidence=evidence,
+        _key=key,
+        _raw=raw,
+        _candidates=candidates,
+    )
+
+
+def evidence_counts(
+    grades: F64, rules: UtilityRules, n_evidence: Sequence[int] | NDArray[np.intp] | None = None
+) -> I:
+    """(Q,) the denominator of evidence recall: each query's candidates graded at or above
+    ``rules.relevant_grade`` (``grades`` is 0 on padding), unless ``n_evidence`` states it.
+
+    Raises:
+        EvalSetError: ``n_evidence`` has not one entry per query.
+    """
+    if n_evidence is None:
+        out: I = (grades >= rules.relevant_grade).sum(axis=1).astype(np.intp)
+        return out
+    evidence = np.asarray(n_evidence, dtype=np.intp)
+    if evidence.shape != (grades.shape[0],):
+        raise EvalSetError(f"n_evidence has {evidence.size} entries for {grades.shape[0]} queries")
+    return evidence
+
+
+@dataclass(frozen=True, eq=False)
+class LabelStats:
+    """What every labelled grade (retrieved or not) gives: relevant counts, the ideal
+    ranking, per-grade counts (see :class:`EvalArrays`); ``extra_rows`` repeats each
+    row once per stated relevant document beyond the labelled ones."""
+
+    n_relevant: I
+    n_relevant_labelled: I
+    extra_rows: I
+    ideal_grades: F64
+    max_grade: F64
+    grade_counts: NDArray[np.int64]
+    integer_grades: bool
+
+
+def label_stats(
+    qids: Sequence[str], lq: I, lgrade: F64, n_relevant: Sequence[int | None] | None
+) -> LabelStats:
+    """:class:`LabelStats` of labels given as rows ``lq`` with grades ``lgrade``.
+
+    Raises:
+        EvalSetError: a grade is not finite, or a stated number of relevant documents is
+            not an integer or is below the labelled one.
+    """
+    n_q = len(qids)
     if not np.isfinite(lgrade).all():
         bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
         raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
@@ -487,43 +569,14 @@ def build_arrays(
     col[(lgrade > 0) & (lgrade < 1)] = 0
     grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
 
-    if n_evidence is None:
-        evidence = ((g >= rules.relevant_grade) & present_in).sum(axis=1).astype(np.intp)
-    else:
-        evidence = np.asarray(n_evidence, dtype=np.intp)
-        if evidence.shape != (n_q,):
-            raise EvalSetError(f"n_evidence has {evidence.size} entries for {n_q} queries")
-
-    ideal_u = _ideal_utilities(qids, grades, ideal_grades, utilities, no_response, ex_q, rules)
-
-    # a run without scores (kind None) keeps its order on purpose: not an issue here
-    issues: dict[ScoreIssue, int] = {
-        i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
-    }
-    return EvalArrays(
-        qids=tuple(qids),
-        score_kind=kind,
-        profile=prof,
-        rules=rules,
-        n_present=counts,
-        n_valid=n_valid,
-        grades=g,
-        judged=judged,
-        distractor=distractor,
-        given_utility=given,
-        no_response=p_no,
+    return LabelStats(
         n_relevant=n_rel,
         n_relevant_labelled=n_rel_labelled,
+        extra_rows=ex_q,
         ideal_grades=ideal_grades,
-        ideal_utilities=ideal_u,
-        grade_counts=grade_counts,
         max_grade=max_grade,
+        grade_counts=grade_counts,
         integer_grades=bool((lgrade == np.round(lgrade)).all()),
-        score_issues=issues,
-        n_evidence=evidence,
-        _key=key,
-        _raw=raw,
-        _candidates=candidates,
     )
 
 

@@ -50,7 +50,6 @@ objective, constraints, the chosen point's metrics).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
@@ -903,31 +902,17 @@ def staging_folder(folder: Path) -> Iterator[Path]:
 
 def data_fingerprint(evalset: EvalSet, runs: Sequence[str] | None = None) -> str:
     """sha256 of the labels and the given runs, independent of file layout: the same
-    data loaded from JSONL or TREC files hashes alike."""
-    h = hashlib.sha256()
-    for qid in evalset.qids:
-        lab = evalset.labels[qid]
-        h.update(
-            json.dumps(
-                [
-                    qid,
-                    sorted(lab.grades.items()),
-                    sorted(lab.distractors),
-                    sorted(lab.utilities.items()),
-                    sorted(lab.no_response.items()),
-                    lab.n_relevant,
-                ],
-                separators=(",", ":"),
-            ).encode()
-        )
-    for name in runs if runs is not None else list(evalset.runs):
-        run = evalset.runs[name]
-        h.update(json.dumps(["run", name, run.score_kind and run.score_kind.value]).encode())
-        for qid in evalset.qids:
-            cands = run.candidates.get(qid, {})
-            scores = [None if math.isnan(s) else s for s in cands.values()]
-            h.update(json.dumps([qid, list(cands), scores], separators=(",", ":")).encode())
-    return h.hexdigest()
+    data loaded from JSONL or TREC files, column-wise or not, hashes alike."""
+    from ragguard.calibration._columnar import fingerprint
+
+    names = runs if runs is not None else list(evalset.runs)
+    chosen = [evalset.runs[n] for n in names]
+    kinds = [r.score_kind.value if r.score_kind else None for r in chosen]
+    return fingerprint(
+        evalset.qids,
+        evalset.labels,
+        [(r.name, k, r.candidates) for r, k in zip(chosen, kinds, strict=True)],
+    )
 
 
 def _file_hashes(evalset: EvalSet, runs: Sequence[str]) -> dict[str, str]:

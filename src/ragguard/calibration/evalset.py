@@ -94,7 +94,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
+from ragguard.calibration._columnar import (
+    ColumnarCandidates,
+    ColumnarLabels,
+    ColumnarQueries,
+    ColumnarRead,
+    arrays_from_columnar,
+)
 from ragguard.calibration._problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
@@ -197,8 +205,8 @@ class EvalSet:
         for name, run in runs.items():
             if name != run.name:
                 raise EvalSetError(f"run {run.name!r} registered under the name {name!r}")
-        self.queries: Mapping[str, Query] = MappingProxyType(dict(queries))
-        self.labels: Mapping[str, Labels] = MappingProxyType(dict(labels))
+        self.queries: Mapping[str, Query] = _frozen(queries)
+        self.labels: Mapping[str, Labels] = _frozen(labels)
         self.runs: Mapping[str, Run] = MappingProxyType(dict(runs))
         self.report = report or LoadReport()
         self.source = source
@@ -312,9 +320,27 @@ class EvalSet:
                 return cached
         r = self.runs[name]
         qids = self.qids
+        if isinstance(r.candidates, ColumnarCandidates) and isinstance(self.labels, ColumnarLabels):
+            arrays = arrays_from_columnar(
+                qids, r.candidates, self.labels, score_kind=r.score_kind, profile=prof, rules=rules
+            )
+        else:
+            arrays = self._dict_arrays(r, prof, rules)
+        if arrays.score_issues:
+            logger.warning(
+                "run %r: scores contradict score_kind=%r in %s",
+                name,
+                r.score_kind and r.score_kind.value,
+                ", ".join(f"{n} queries ({i.value})" for i, n in arrays.score_issues.items()),
+            )
+        self._arrays[key] = arrays
+        return arrays
+
+    def _dict_arrays(self, r: Run, prof: Profile, rules: UtilityRules) -> EvalArrays:
+        qids = self.qids
         empty: Mapping[str, float] = {}
         labels = [self.labels[q] for q in qids]
-        arrays = build_arrays(
+        return build_arrays(
             qids,
             [r.candidates.get(q, empty) for q in qids],
             [lab.grades for lab in labels],
@@ -326,15 +352,6 @@ class EvalSet:
             profile=prof,
             rules=rules,
         )
-        if arrays.score_issues:
-            logger.warning(
-                "run %r: scores contradict score_kind=%r in %s",
-                name,
-                r.score_kind and r.score_kind.value,
-                ", ".join(f"{n} queries ({i.value})" for i, n in arrays.score_issues.items()),
-            )
-        self._arrays[key] = arrays
-        return arrays
 
     def _run_name(self, run: str | None) -> str:
         if run is not None:
@@ -360,6 +377,14 @@ class EvalSet:
         """A run as ``{query_id: {doc_id: score}}`` (a copy), for other tools."""
         r = self.runs[self._run_name(run)]
         return {q: dict(c) for q, c in r.candidates.items()}
+
+
+def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only copy of ``data``; mappings read column-wise are read-only already and
+    stay columnar (copying them would build every query's dict)."""
+    if isinstance(data, ColumnarLabels | ColumnarQueries):
+        return data
+    return MappingProxyType(dict(data))
 
 
 def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
@@ -404,17 +429,30 @@ def assemble(
     kept: dict[str, Run] = {}
     for name, run in runs.items():
         lines = run_lines.get(name, {})
-        cands: dict[str, Mapping[str, float]] = {}
-        for qid, c in run.candidates.items():
-            if qid in labels:
-                cands[qid] = c
-            else:
+        cands: Mapping[str, Mapping[str, float]]
+        if isinstance(run.candidates, ColumnarCandidates):
+            cands, dropped = run.candidates.restrict(labels)
+            for qid in dropped:
                 rep(
                     ProblemKind.RUN_QUERY_WITHOUT_LABELS,
-                    f"run {name!r} has {len(c)} candidates for query {qid!r}, which has no labels",
+                    f"run {name!r} has {run.candidates.size(qid)} candidates for query "
+                    f"{qid!r}, which has no labels",
                     path=run.source,
                     line=lines.get(qid),
                 )
+        else:
+            cands = {}
+            for qid, c in run.candidates.items():
+                if qid in labels:
+                    cands[qid] = c
+                else:
+                    rep(
+                        ProblemKind.RUN_QUERY_WITHOUT_LABELS,
+                        f"run {name!r} has {len(c)} candidates for query {qid!r}, which has "
+                        "no labels",
+                        path=run.source,
+                        line=lines.get(qid),
+                    )
         for qid in labels:
             if qid not in run.candidates:
                 path, line = label_lines.get(qid, (source, None))
@@ -424,7 +462,10 @@ def assemble(
                     path=path,
                     line=line,
                 )
-        has_score = any(not math.isnan(s) for c in cands.values() for s in c.values())
+        if isinstance(cands, ColumnarCandidates):
+            has_score = cands.has_score()
+        else:
+            has_score = any(not math.isnan(s) for c in cands.values() for s in c.values())
         kind = run.score_kind if has_score else None
         kept[name] = Run(name, cands, kind, run.source)
     es = EvalSet(queries, labels, kept, report=rep.report, source=source)
@@ -515,7 +556,7 @@ def load_evalset(
     Raises:
         EvalSetError: malformed or inconsistent data, with file, line and field.
     """
-    from ragguard.calibration import _readers
+    from ragguard.calibration import _columnar, _readers
 
     fmt = detect_format(path) if format is None else format
     if fmt not in FORMATS:
@@ -527,7 +568,9 @@ def load_evalset(
     if fmt == "udcg" and runs is not None:
         raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
     rep = Reporter(strict)
-    data = _readers.read(fmt, Path(path), rep, split=split, model=model)
+    data: _readers.ReadResult | ColumnarRead | None = _columnar.read_labels(fmt, Path(path), rep)
+    if data is None:
+        data = _readers.read(fmt, Path(path), rep, split=split, model=model)
     kinds = score_kind if isinstance(score_kind, Mapping) else None
 
     def kind_of(name: str) -> ScoreKind | None:
@@ -536,13 +579,18 @@ def load_evalset(
 
     all_runs: dict[str, Run] = {}
     run_lines: dict[str, Mapping[str, int]] = {}
+    cands: Mapping[str, Mapping[str, float]]
     for name, (cands, lines) in data.runs.items():
         all_runs[name] = Run(name, cands, kind_of(name) if fmt != "udcg" else None, str(path))
         run_lines[name] = lines
     for name, run_path in _run_paths(runs).items():
         if name in all_runs:
             raise EvalSetError(f"two runs are named {name!r}", path=str(run_path))
-        cands, lines = _readers.read_run(Path(run_path), rep, known_docs=data.corpus)
+        fast = _columnar.read_run(Path(run_path), rep, known_docs=data.corpus)
+        if fast is None:
+            cands, lines = _readers.read_run(Path(run_path), rep, known_docs=data.corpus)
+        else:
+            cands, lines = fast
         all_runs[name] = Run(name, cands, kind_of(name), str(run_path))
         run_lines[name] = lines
     if kinds is not None:

@@ -1,0 +1,194 @@
+"""How long ``ragguard calibrate`` takes, and how much memory it needs, on large TREC files,
+next to reading the same files with pandas and scoring ONE setting with pytrec_eval.
+
+Run from the repository root with the project's virtual environment active::
+
+    python benchmarks/calibrate_scale.py                       # 100,000 queries x 100
+    python benchmarks/calibrate_scale.py --queries 1000000     # 1,000,000 x 100 (3.4 GB run)
+    python benchmarks/calibrate_scale.py --quick               # smoke run: 5,000 queries
+
+Data (written once into ``--folder``, reused when present): ``run.trec``, Q queries x 100
+candidates in TREC run format (``q17 Q0 D4821093 3 18.4471 bm25``, documents drawn from
+10 million ids, scores descending with 4 decimals), and ``qrels.trec``, per query 3
+judged retrieved candidates (grades 0-3, distinct positions) and 1 relevant document the
+run missed (grade 1-3).
+
+Each command runs in its own process; its wall time and peak resident memory
+(``ru_maxrss`` of that child, from ``os.wait4``) are reported:
+
+* **ragguard calibrate** end to end: ``ragguard calibrate qrels.trec --run run.trec
+  --score-kind similarity --no-report``: reading, checking, arrays, the sweep of the
+  default grid (max_k 1..10 x relative threshold, plus the gap / autocut rules), the
+  choice, the held-out bootstrap comparison and the config file;
+* the same with ``RAGGUARD_COLUMNAR=0`` (the careful line-by-line reader, what a user
+  without pyarrow gets), only with ``--careful`` (it is slow and large);
+* **pandas + pytrec_eval** for ONE setting: ``pandas.read_csv(sep=r"\\s+")`` of both
+  files, conversion to ``{qid: {doc: score}}`` dicts, and pytrec_eval's ``ndcg_cut_10``
+  over all queries (the least a user does to score one setting).
+
+Goals (issue 15): calibrate no slower than the reference; peak memory under 1 GB per
+100,000 x 100 candidates. Always exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REFERENCE = r"""
+import sys
+import pandas as pd
+import pytrec_eval
+
+qrels_path, run_path = sys.argv[1:3]
+run_df = pd.read_csv(run_path, sep=r"\s+", header=None,
+                     names=["qid", "q0", "doc", "rank", "score", "tag"],
+                     usecols=["qid", "doc", "score"],
+                     dtype={"qid": str, "doc": str, "score": float})
+qrels_df = pd.read_csv(qrels_path, sep=r"\s+", header=None,
+                       names=["qid", "it", "doc", "grade"], usecols=["qid", "doc", "grade"],
+                       dtype={"qid": str, "doc": str, "grade": int})
+run = {}
+for q, d, s in zip(run_df["qid"].tolist(), run_df["doc"].tolist(), run_df["score"].tolist()):
+    run.setdefault(q, {})[d] = s
+qrels = {}
+for q, d, g in zip(qrels_df["qid"].tolist(), qrels_df["doc"].tolist(),
+                   qrels_df["grade"].tolist()):
+    qrels.setdefault(q, {})[d] = g
+del run_df, qrels_df
+res = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10"}).evaluate(run)
+vals = [v["ndcg_cut_10"] for v in res.values()]
+print(f"ndcg@10 {sum(vals) / len(vals):.4f} over {len(vals)} queries")
+"""
+
+
+def _text(arr: object) -> memoryview:
+    """The concatenated bytes of a pyarrow string array (its value buffer)."""
+    buffers = arr.buffers()  # type: ignore[attr-defined]
+    offsets = np.frombuffer(buffers[1], dtype=np.int32)
+    start = arr.offset  # type: ignore[attr-defined]
+    off = offsets[start : start + len(arr) + 1]  # type: ignore[arg-type]
+    return memoryview(buffers[2])[int(off[0]) : int(off[-1])]
+
+
+def write_files(folder: Path, n_queries: int, n_cands: int = 100, seed: int = 0) -> None:
+    """Write ``run.trec`` and ``qrels.trec`` (see the module docstring), in chunks."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def strings(values: np.ndarray, prefix: str = "") -> pa.Array:
+        s = pc.cast(pa.array(values), pa.string())
+        return pc.binary_join_element_wise(prefix, s, "") if prefix else s
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    step = 10_000
+    with (folder / "run.trec").open("wb") as run, (folder / "qrels.trec").open("wb") as qrels:
+        for start in range(0, n_queries, step):
+            n = min(step, n_queries - start)
+            qnum = np.arange(start, start + n)
+            docs = rng.integers(0, 10_000_000, (n, n_cands))
+            scores = np.round(-np.sort(-rng.random((n, n_cands)) * 20, axis=1), 4)
+            rank = np.tile(np.arange(1, n_cands + 1), n)
+            line = pc.binary_join_element_wise(
+                strings(np.repeat(qnum, n_cands), "q"), "Q0", strings(docs.ravel(), "D"),
+                strings(rank), strings(scores.ravel()), "bm25\n", " ",
+            )  # fmt: skip
+            run.write(_text(line))
+            judged = np.argsort(rng.random((n, n_cands)), axis=1)[:, :3]
+            lab_q = np.concatenate([np.repeat(qnum, 3), qnum])
+            lab_d = np.concatenate(
+                [
+                    np.take_along_axis(docs, judged, axis=1).ravel(),
+                    rng.integers(10_000_000, 20_000_000, n),
+                ]
+            )
+            grade = np.concatenate([rng.integers(0, 4, 3 * n), rng.integers(1, 4, n)])
+            order = np.argsort(lab_q, kind="stable")
+            text = pc.binary_join_element_wise(
+                strings(lab_q[order], "q"), "0", strings(lab_d[order], "D"),
+                pc.binary_join_element_wise(strings(grade[order]), "\n", ""), " ",
+            )  # fmt: skip
+            qrels.write(_text(text))
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """(seconds, peak MB, last output line) of one command in its own process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True
+    )
+    assert proc.stdout is not None
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    lines = [ln for ln in output.strip().splitlines() if ln.strip()]
+    if proc.returncode != 0:
+        return seconds, usage.ru_maxrss / 1024, "FAILED: " + " | ".join(lines[-5:])
+    return seconds, usage.ru_maxrss / 1024, lines[-1] if lines else ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--queries", type=int, default=100_000)
+    parser.add_argument("--folder", type=Path, default=None)
+    parser.add_argument("--careful", action="store_true", help="also time the careful reader")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    n = 5_000 if args.quick else args.queries
+    folder = args.folder or Path(f"/tmp/ragguard-scale-{n}")
+    if not (folder / "run.trec").exists():
+        t = time.perf_counter()
+        write_files(folder, n)
+        print(f"wrote {folder} in {time.perf_counter() - t:.1f} s")
+    run_mb = (folder / "run.trec").stat().st_size / 1e6
+    print(f"python {platform.python_version()}, {os.cpu_count()} cores, {platform.machine()}")
+    print(f"{n:,} queries x 100 candidates; run.trec {run_mb:,.0f} MB\n")
+
+    ragguard = [
+        sys.executable, "-c", "from ragguard.cli import main; main()", "calibrate",
+        str(folder / "qrels.trec"), "--run", str(folder / "run.trec"),
+        "--score-kind", "similarity", "--no-report", "-o", str(folder / "ragguard.toml"),
+    ]  # fmt: skip
+    rows = [("ragguard calibrate (columnar)", ragguard, None)]
+    if args.careful:
+        rows.append(
+            (
+                "ragguard calibrate (careful reader)",
+                ragguard,
+                {**os.environ, "RAGGUARD_COLUMNAR": "0"},
+            )
+        )
+    reference = [sys.executable, "-c", REFERENCE, str(folder / "qrels.trec"),
+                 str(folder / "run.trec")]  # fmt: skip
+    rows.append(("pandas + pytrec_eval, one setting", reference, None))
+    results: dict[str, tuple[float, float]] = {}
+    print(f"{'':38s} {'seconds':>8s} {'peak MB':>9s}")
+    for name, cmd, env in rows:
+        seconds, mb, last = measure(cmd, env)
+        results[name] = (seconds, mb)
+        print(f"{name:38s} {seconds:8.1f} {mb:9.0f}   {last[:90]}")
+    ours = results["ragguard calibrate (columnar)"]
+    ref = results["pandas + pytrec_eval, one setting"]
+    per_100k = ours[1] / (n / 100_000)
+    print()
+    print(
+        f"{'PASS' if ours[0] <= ref[0] else 'FAIL'}  calibrate end to end "
+        f"{ours[0]:.1f} s vs reference {ref[0]:.1f} s (ratio {ref[0] / ours[0]:.2f}x)"
+    )
+    print(
+        f"{'PASS' if per_100k < 1024 else 'FAIL'}  peak memory {ours[1]:,.0f} MB "
+        f"({per_100k:,.0f} MB per 100,000 x 100; goal < 1,024)"
+    )
+
+
+if __name__ == "__main__":
+    main()

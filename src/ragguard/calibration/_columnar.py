@@ -1,0 +1,852 @@
+"""The columnar data path: TREC files read column-wise into integer-coded ids and dense
+arrays, with no Python object per line.
+
+A file is read by pyarrow's streaming CSV reader, one line per row (a delimiter that
+never occurs in text), and split on whitespace by pyarrow's compute kernels, so single
+spaces, tabs and runs of blanks are all handled like ``str.split()``. Query and document
+ids are dictionary-encoded (interned): each row keeps two int32 codes, a float64 value
+and, only where blank or comment lines make it differ from the row number, its line.
+
+The result is **exactly** what the careful line-by-line reader
+(:mod:`ragguard.calibration._readers`) returns: the same queries, labels, candidates in
+the same order, and the same problems with the same file, line and message. Whenever a
+file holds something the fast path does not judge itself (a malformed line, a number
+Python and Arrow might parse differently, contradictory labels, whitespace other than
+spaces and tabs, text that is not UTF-8), it returns ``None`` and the careful reader
+reads the file again: it raises the error naming file, line and field, or reads what
+Python reads. Without pyarrow (the ``fast`` extra), the careful reader is used.
+
+The data stay columnar inside the :class:`~ragguard.calibration.evalset.EvalSet`:
+:class:`ColumnarCandidates`, :class:`ColumnarLabels` and :class:`ColumnarQueries` are
+read-only mappings that build one query's dict or :class:`Labels` only when asked, and
+:func:`build_arrays_columnar` converts them into
+:class:`~ragguard.calibration.arrays.EvalArrays` with integer joins, never touching a
+per-candidate Python object.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration._problems import ProblemKind, Reporter
+
+if TYPE_CHECKING:
+    from ragguard.calibration.arrays import EvalArrays
+    from ragguard.calibration.evalset import Labels, Query
+    from ragguard.calibration.utility import UtilityRules
+    from ragguard.profiles import Profile
+    from ragguard.scores import ScoreKind
+
+__all__ = [
+    "ColumnarCandidates",
+    "ColumnarLabels",
+    "ColumnarQueries",
+    "Pairs",
+    "arrow",
+    "read_trec",
+]
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+
+_BLOCK = 1 << 24  # bytes per streamed block
+_LINE_DELIMITER = "\x1f"  # never inside a TREC line the fast path accepts (it is whitespace)
+# whitespace str.split() splits on besides spaces, tabs, \v, \f (and line ends): such a
+# line goes to the careful reader
+_EXOTIC = (
+    "[\\x1c-\\x1f\\x85\\xa0\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
+    "\\x{202f}\\x{205f}\\x{3000}]"
+)
+
+
+def arrow() -> ModuleType | None:
+    """pyarrow, or ``None`` when it is not installed or ``RAGGUARD_COLUMNAR=0`` is set
+    (then the careful reader is used)."""
+    if os.environ.get("RAGGUARD_COLUMNAR", "1") == "0":
+        return None
+    try:
+        return importlib.import_module("pyarrow")
+    except ImportError:
+        return None
+
+
+def _module(name: str) -> ModuleType:
+    """A pyarrow submodule (``compute``, ``csv``)."""
+    return importlib.import_module(f"pyarrow.{name}")
+
+
+# --------------------------------------------------------------------------- vocabularies
+
+Vocab = Any  # a pyarrow string array (from files) or a list of str
+
+
+def vocab_take(vocab: Vocab, codes: NDArray[Any]) -> list[str]:
+    """The ids of ``codes`` in ``vocab``."""
+    if isinstance(vocab, list):
+        return [vocab[i] for i in codes.tolist()]
+    out: list[str] = vocab.take(codes).to_pylist()
+    return out
+
+
+def vocab_list(vocab: Vocab) -> list[str]:
+    """All ids of ``vocab`` as Python strings."""
+    return vocab if isinstance(vocab, list) else vocab.to_pylist()
+
+
+def vocab_positions(needles: Vocab, hay: Vocab) -> I64:
+    """Position of each id of ``needles`` in ``hay`` (-1 where absent)."""
+    pa = arrow()
+    if pa is not None and not isinstance(needles, list) and not isinstance(hay, list):
+        pc = _module("compute")
+        found = pc.index_in(needles, value_set=hay).fill_null(-1)
+        out: I64 = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+        return out
+    index = {d: i for i, d in enumerate(vocab_list(hay))}
+    return np.fromiter((index.get(d, -1) for d in vocab_list(needles)), np.int64)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True, eq=False)
+class Pairs:
+    """(query, document, value) rows with interned ids, in file order, repeats removed.
+
+    Attributes:
+        qids: query ids, in order of first appearance (a list).
+        docs: document ids (a pyarrow string array or a list).
+        q: (n,) int32 query code of each row.
+        d: (n,) int32 document code of each row.
+        value: (n,) float64 score or grade of each row.
+        line: (n,) 1-based line of each row, or ``None`` when row ``i`` is line ``i+1``.
+        source: the file read.
+    """
+
+    qids: list[str]
+    docs: Vocab
+    q: NDArray[np.int32]
+    d: NDArray[np.int32]
+    value: F64
+    line: I64 | None
+    source: str
+
+    def line_of(self, rows: NDArray[Any]) -> I64:
+        """Lines of ``rows``."""
+        if self.line is None:
+            plus_one: I64 = np.asarray(rows, dtype=np.int64) + 1
+            return plus_one
+        picked: I64 = self.line[rows]
+        return picked
+
+    @cached_property
+    def grouped(self) -> tuple[NDArray[np.intp] | None, NDArray[np.intp]]:
+        """(rows sorted by query, stable; ``None`` when already grouped) and the start of
+        each query's rows in that order (length ``len(qids) + 1``)."""
+        q = self.q
+        order = None
+        if q.size > 1 and bool((q[1:] < q[:-1]).any()):
+            order = np.argsort(q, kind="stable").astype(np.intp)
+        counts = np.bincount(q, minlength=len(self.qids))
+        starts = np.zeros(len(self.qids) + 1, dtype=np.intp)
+        np.cumsum(counts, out=starts[1:])
+        return order, starts
+
+    def rows_of(self, code: int) -> NDArray[np.intp]:
+        """Row indices of query ``code``, in file order."""
+        order, starts = self.grouped
+        lo, hi = int(starts[code]), int(starts[code + 1])
+        if order is None:
+            return np.arange(lo, hi, dtype=np.intp)
+        return order[lo:hi]
+
+    def counts(self) -> NDArray[np.intp]:
+        """Rows per query code."""
+        return np.diff(self.grouped[1])
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Query id -> code."""
+        return {q: i for i, q in enumerate(self.qids)}
+
+
+# --------------------------------------------------------------------------- mappings
+
+
+class _ByQuery(Mapping[str, Any]):
+    """A read-only mapping over some query codes of :class:`Pairs`, in a given order."""
+
+    def __init__(self, pairs: Pairs, codes: Sequence[int] | None = None) -> None:
+        self.pairs = pairs
+        self.codes: list[int] = list(range(len(pairs.qids))) if codes is None else list(codes)
+        self._keys = [pairs.qids[c] for c in self.codes]
+        self._index = dict(zip(self._keys, self.codes, strict=True))
+
+    def code(self, qid: str) -> int | None:
+        return self._index.get(qid)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __contains__(self, qid: object) -> bool:
+        return qid in self._index
+
+    def _docs(self, code: int) -> tuple[list[str], F64]:
+        rows = self.pairs.rows_of(code)
+        return vocab_take(self.pairs.docs, self.pairs.d[rows]), self.pairs.value[rows]
+
+
+class ColumnarCandidates(_ByQuery):
+    """``{query_id: {doc_id: score}}`` of a run read column-wise; one query's dict is
+    built when asked for."""
+
+    def __getitem__(self, qid: str) -> dict[str, float]:
+        code = self._index[qid]
+        docs, values = self._docs(code)
+        return dict(zip(docs, values.tolist(), strict=True))
+
+    def restrict(self, qids: Mapping[str, object]) -> tuple[ColumnarCandidates, list[str]]:
+        """The queries also in ``qids`` (the same run, their order kept) and the others."""
+        kept = [c for k, c in zip(self._keys, self.codes, strict=True) if k in qids]
+        dropped = [k for k in self._keys if k not in qids]
+        return ColumnarCandidates(self.pairs, kept), dropped
+
+    def size(self, qid: str) -> int:
+        """Number of candidates of ``qid``."""
+        return int(self.pairs.counts()[self._index[qid]])
+
+    def has_score(self) -> bool:
+        """Whether any candidate of these queries has a valid (non-NaN) score."""
+        p = self.pairs
+        if len(self.codes) == len(p.qids):
+            return bool((~np.isnan(p.value)).any())
+        mask = np.zeros(len(p.qids), dtype=np.bool_)
+        mask[self.codes] = True
+        return bool((~np.isnan(p.value[mask[p.q]])).any())
+
+    def first_lines(self) -> Mapping[str, int]:
+        """Query id -> line of its first candidate."""
+        return _FirstLines(self)
+
+
+class _FirstLines(Mapping[str, int]):
+    def __init__(self, cands: ColumnarCandidates) -> None:
+        self.cands = cands
+
+    def __getitem__(self, qid: str) -> int:
+        code = self.cands.code(qid)
+        if code is None:
+            raise KeyError(qid)
+        rows = self.cands.pairs.rows_of(code)
+        return int(self.cands.pairs.line_of(rows[:1])[0])
+
+    def __len__(self) -> int:
+        return len(self.cands)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cands)
+
+
+class ColumnarLabels(_ByQuery):
+    """``{query_id: Labels}`` of qrels read column-wise (grades only)."""
+
+    def __getitem__(self, qid: str) -> Labels:
+        from ragguard.calibration.evalset import Labels
+
+        docs, values = self._docs(self._index[qid])
+        return Labels(dict(zip(docs, map(int, values.tolist()), strict=True)))
+
+    def label_lines(self) -> dict[str, tuple[str | None, int | None]]:
+        """Query id -> (file, line of its first label)."""
+        p = self.pairs
+        order, starts = p.grouped
+        first = starts[:-1] if order is None else order[starts[:-1]]
+        lines = p.line_of(first).tolist()
+        return {k: (p.source, lines[c]) for k, c in zip(self._keys, self.codes, strict=True)}
+
+
+class ColumnarQueries(Mapping[str, "Query"]):
+    """``{query_id: Query}`` (ids only) for the queries of some labels."""
+
+    def __init__(self, keys: Mapping[str, object]) -> None:
+        self._keys = keys
+
+    def __getitem__(self, qid: str) -> Query:
+        from ragguard.calibration.evalset import Query
+
+        if qid not in self._keys:
+            raise KeyError(qid)
+        return Query(qid)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __contains__(self, qid: object) -> bool:
+        return qid in self._keys
+
+
+# --------------------------------------------------------------------------- reading
+
+_LAYOUT = {
+    "run": (6, (0, 2, 4)),  # query_id Q0 doc_id rank score tag
+    "qrels": (4, (0, 2, 3)),  # query_id iteration doc_id grade
+}
+
+
+def _stream(path: Path) -> Any:
+    """A streaming reader of ``path``'s lines (one string column, blank lines kept)."""
+    pa = arrow()
+    assert pa is not None
+    csv = _module("csv")
+    gz = path.name.lower().endswith(".gz")
+    source = pa.input_stream(str(path), compression="gzip" if gz else None)
+    return csv.open_csv(
+        source,
+        read_options=csv.ReadOptions(column_names=["line"], block_size=_BLOCK, use_threads=True),
+        parse_options=csv.ParseOptions(
+            delimiter=_LINE_DELIMITER,
+            quote_char=False,
+            double_quote=False,
+            escape_char=False,
+            newlines_in_values=False,
+            ignore_empty_lines=False,
+        ),
+        convert_options=csv.ConvertOptions(
+            column_types={"line": pa.string()},
+            null_values=[],
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+
+
+def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
+    """The id and document columns (pyarrow arrays), the values and the line of each
+    row of a TREC file, or ``None`` when the careful reader must read it."""
+    pa = arrow()
+    assert pa is not None
+    pc = _module("compute")
+    n_cols, (qi, di, vi) = _LAYOUT[kind]
+    qs: list[Any] = []
+    ds: list[Any] = []
+    vs: list[Any] = []
+    lines: list[I64] = []
+    seen = 0
+    trivial = True
+    try:
+        reader = _stream(path)
+        for batch in reader:
+            text = batch.column(0)
+            n = len(text)
+            if pc.any(pc.match_substring_regex(text, _EXOTIC)).as_py():
+                return None
+            trimmed = pc.ascii_trim_whitespace(text)
+            keep = pc.and_(pc.not_equal(trimmed, ""), pc.invert(pc.starts_with(trimmed, "#")))
+            if pc.all(keep).as_py():
+                content = trimmed
+                if not trivial:
+                    lines.append(np.arange(seen + 1, seen + n + 1, dtype=np.int64))
+            else:
+                content = pc.filter(trimmed, keep)
+                at = np.flatnonzero(keep.to_numpy(zero_copy_only=False)) + seen + 1
+                if trivial:
+                    lines.append(np.arange(1, seen + 1, dtype=np.int64))
+                    trivial = False
+                lines.append(at.astype(np.int64))
+            seen += n
+            parts = pc.ascii_split_whitespace(content)
+            if len(content) and not pc.all(pc.equal(pc.list_value_length(parts), n_cols)).as_py():
+                return None
+            qs.append(pc.list_element(parts, qi))
+            ds.append(pc.list_element(parts, di))
+            values = _values(pc.list_element(parts, vi), kind)  # per block: 8 bytes a row
+            if values is None:
+                return None
+            vs.append(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
+        return None
+    string = pa.string()
+    q = pa.chunked_array(qs, type=string)
+    d = pa.chunked_array(ds, type=string)
+    v = np.concatenate(vs) if vs else np.zeros(0)
+    line = None if trivial else (np.concatenate(lines) if lines else np.zeros(0, np.int64))
+    return q, d, v, line
+
+
+def _encode(column: Any) -> tuple[Any, NDArray[np.int32]]:
+    """(dictionary, int32 codes) of a chunked string column, ids in order of first
+    appearance."""
+    pa = arrow()
+    assert pa is not None
+    enc = column.dictionary_encode()
+    if enc.num_chunks == 0:
+        return pa.array([], pa.string()), np.zeros(0, np.int32)
+    dictionary = enc.chunk(0).dictionary
+    codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in enc.chunks]).astype(
+        np.int32, copy=False
+    )
+    return dictionary, codes
+
+
+def _values(column: Any, kind: str) -> F64 | None:
+    """The score (float) or grade (integer) column as float64, or ``None`` when a value
+    needs the careful reader (not a number Arrow parses, a grade above the maximum, a
+    negative grade: -1 marks a known distractor, which the careful reader collects)."""
+    pa = arrow()
+    assert pa is not None
+    pc = _module("compute")
+    from ragguard.calibration._readers import MAX_GRADE
+
+    try:
+        if kind == "qrels":
+            grades = pc.cast(column, pa.int64()).to_numpy()
+            if grades.size and (int(grades.max()) > MAX_GRADE or int(grades.min()) < 0):
+                return None
+            as_float: F64 = grades.astype(np.float64)
+            return as_float
+        # text Arrow rejects (Python's float() reads a few spellings Arrow does not,
+        # such as "1_000") goes to the careful reader
+        out: F64 = np.asarray(pc.cast(column, pa.float64()).to_numpy(), dtype=np.float64)
+        return out
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
+        return None
+
+
+def _repeats(q: NDArray[np.int32], d: NDArray[np.int32], n_docs: int) -> NDArray[np.intp]:
+    """Rows repeating an earlier row's (query, document), in row order."""
+    key = q.astype(np.int64) * max(n_docs, 1) + d
+    if key.size < 2:
+        return np.zeros(0, np.intp)
+    s = np.sort(key)
+    if not bool((s[1:] == s[:-1]).any()):
+        return np.zeros(0, np.intp)
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    again = np.zeros(key.size, dtype=np.bool_)
+    again[1:] = sk[1:] == sk[:-1]
+    return np.sort(order[again]).astype(np.intp)
+
+
+def read_trec(
+    path: Path, kind: str, rep: Reporter, *, known_docs: set[str] | None = None
+) -> Pairs | None:
+    """A TREC run (``kind="run"``) or qrels (``kind="qrels"``) file, column-wise.
+
+    Problems go to ``rep`` exactly as the careful reader reports them (same kinds,
+    messages, lines, order). Returns ``None`` when pyarrow is missing or the file needs
+    the careful reader (see the module docstring).
+    """
+    if arrow() is None:
+        return None
+    split = _split(path, kind)
+    if split is None:
+        return None
+    qcol, dcol, value, line = split
+    qvocab, q = _encode(qcol)
+    docs, d = _encode(dcol)
+    del qcol, dcol
+    pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
+    repeats = _repeats(q, d, len(docs))
+    events: list[tuple[int, int, ProblemKind, str, str | None]] = []
+    if repeats.size:
+        if kind == "qrels" and not _same_grades(pairs, repeats):
+            return None  # contradictory grades: the careful reader names the line
+        events.extend(_repeat_events(pairs, repeats, kind))
+        keep = np.ones(q.size, dtype=np.bool_)
+        keep[repeats] = False
+        pairs = Pairs(
+            pairs.qids,
+            docs,
+            q[keep],
+            d[keep],
+            value[keep],
+            pairs.line_of(np.flatnonzero(keep)),
+            str(path),
+        )
+    if kind == "run":
+        events.extend(_run_events(pairs, known_docs))
+    events.sort(key=lambda e: (e[0], e[1]))
+    for line_no, _, pk, message, fld in events:
+        rep(pk, message, path=str(path), line=line_no, field=fld)
+    return pairs
+
+
+def _same_grades(pairs: Pairs, repeats: NDArray[np.intp]) -> bool:
+    """Whether every repeated label has the grade of its first occurrence."""
+    first: dict[tuple[int, int], float] = {}
+    again = set(repeats.tolist())
+    rows = np.flatnonzero(
+        np.isin(pairs.q.astype(np.int64) * max(len(pairs.docs), 1) + pairs.d,
+                (pairs.q[repeats].astype(np.int64) * max(len(pairs.docs), 1) + pairs.d[repeats]))
+    )  # fmt: skip
+    for r in rows.tolist():
+        key = (int(pairs.q[r]), int(pairs.d[r]))
+        if r in again:
+            if first[key] != pairs.value[r]:
+                return False
+        else:
+            first.setdefault(key, float(pairs.value[r]))
+    return True
+
+
+def _repeat_events(
+    pairs: Pairs, repeats: NDArray[np.intp], kind: str
+) -> list[tuple[int, int, ProblemKind, str, str | None]]:
+    docs = vocab_take(pairs.docs, pairs.d[repeats])
+    lines = pairs.line_of(repeats).tolist()
+    out: list[tuple[int, int, ProblemKind, str, str | None]] = []
+    for r, doc, ln in zip(repeats.tolist(), docs, lines, strict=True):
+        qid = pairs.qids[int(pairs.q[r])]
+        if kind == "run":
+            msg = f"document {doc!r} appears twice in query {qid!r}"
+            out.append((ln, 0, ProblemKind.DUPLICATE_CANDIDATE, msg, None))
+        else:
+            msg = f"query {qid!r}, document {doc!r} is labelled twice"
+            out.append((ln, 0, ProblemKind.DUPLICATE_LABEL, msg, None))
+    return out
+
+
+def _run_events(
+    pairs: Pairs, known_docs: set[str] | None
+) -> list[tuple[int, int, ProblemKind, str, str | None]]:
+    out: list[tuple[int, int, ProblemKind, str, str | None]] = []
+    if known_docs is not None:
+        unknown_code = np.fromiter(
+            (doc not in known_docs for doc in vocab_list(pairs.docs)), np.bool_
+        )
+        rows = np.flatnonzero(unknown_code[pairs.d]) if unknown_code.size else np.zeros(0, int)
+        docs = vocab_take(pairs.docs, pairs.d[rows])
+        for r, doc, ln in zip(rows.tolist(), docs, pairs.line_of(rows).tolist(), strict=True):
+            qid = pairs.qids[int(pairs.q[r])]
+            msg = f"run document {doc!r} (query {qid!r}) is not in corpus.jsonl"
+            out.append((ln, 1, ProblemKind.UNKNOWN_DOCUMENT, msg, None))
+    bad = np.flatnonzero(~np.isfinite(pairs.value))
+    if bad.size:
+        docs = vocab_take(pairs.docs, pairs.d[bad])
+        for r, doc, ln in zip(bad.tolist(), docs, pairs.line_of(bad).tolist(), strict=True):
+            qid = pairs.qids[int(pairs.q[r])]
+            score = float(pairs.value[r])
+            msg = f"document {doc!r} of query {qid!r} has score {score!r}"
+            out.append((ln, 2, ProblemKind.INVALID_SCORE, msg, "score"))
+    return out
+
+
+@dataclass
+class ColumnarRead:
+    """Labels read column-wise, shaped like :class:`~ragguard.calibration._readers.ReadResult`."""
+
+    queries: Mapping[str, Query]
+    labels: ColumnarLabels
+    label_lines: Mapping[str, tuple[str | None, int | None]]
+    runs: dict[str, tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]]
+    corpus: set[str] | None = None
+
+
+def read_labels(fmt: str, path: Path, rep: Reporter) -> ColumnarRead | None:
+    """TREC qrels, column-wise; ``None`` for other formats or when the careful reader
+    must read the file."""
+    if fmt != "trec" or not path.is_file():
+        return None
+    pairs = read_trec(path, "qrels", rep)
+    if pairs is None:
+        return None
+    labels = ColumnarLabels(pairs)
+    return ColumnarRead(ColumnarQueries(labels), labels, labels.label_lines(), {})
+
+
+def read_run(
+    path: Path, rep: Reporter, *, known_docs: set[str] | None = None
+) -> tuple[ColumnarCandidates, Mapping[str, int]] | None:
+    """A TREC run file, column-wise (``None``: read it with the careful reader)."""
+    from ragguard.calibration._readers import first_content
+
+    head, _ = first_content(path)
+    if head.startswith("{"):
+        return None
+    pairs = read_trec(path, "run", rep, known_docs=known_docs)
+    if pairs is None:
+        return None
+    cands = ColumnarCandidates(pairs)
+    return cands, cands.first_lines()
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+class _RowCandidates(Sequence[Mapping[str, float]]):
+    """Per eval row, the run's ``{doc_id: score}`` (built when asked for)."""
+
+    def __init__(self, run: Mapping[str, Mapping[str, float]], qids: Sequence[str]) -> None:
+        self.run = run
+        self.qids = qids
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+    def __getitem__(self, row: int) -> Mapping[str, float]:  # type: ignore[override]
+        return self.run.get(self.qids[row], {})
+
+
+def _rows(qids: Sequence[str], by: _ByQuery) -> NDArray[np.intp]:
+    """Eval row of each query code of ``by`` (-1: not evaluated)."""
+    out = np.full(len(by.pairs.qids), -1, dtype=np.intp)
+    for row, qid in enumerate(qids):
+        code = by.code(qid)
+        if code is not None:
+            out[code] = row
+    return out
+
+
+def arrays_from_columnar(
+    qids: Sequence[str],
+    run: ColumnarCandidates,
+    labels: ColumnarLabels,
+    *,
+    score_kind: ScoreKind | str | None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+) -> EvalArrays:
+    """:class:`EvalArrays` of a run and labels read column-wise (as
+    :func:`~ragguard.calibration.arrays.build_arrays` gives for the same data)."""
+    rp, lp = run.pairs, labels.pairs
+    crow = _rows(qids, run)[rp.q]
+    cm = crow >= 0
+    lrow = _rows(qids, labels)[lp.q]
+    lm = lrow >= 0
+    ldoc = vocab_positions(lp.docs, rp.docs)[lp.d[lm]]
+    return arrays_from_codes(
+        qids,
+        crow[cm],
+        rp.d[cm].astype(np.int64),
+        rp.value[cm],
+        lrow[lm],
+        ldoc,
+        lp.value[lm],
+        candidates=_RowCandidates(run, qids),
+        score_kind=score_kind,
+        profile=profile,
+        rules=rules,
+    )
+
+
+_CHUNK_CELLS = 1 << 22
+
+
+def arrays_from_codes(
+    qids: Sequence[str],
+    crow: NDArray[np.intp],
+    cdoc: I64,
+    cscore: F64,
+    lrow: NDArray[np.intp],
+    ldoc: I64,
+    lgrade: F64,
+    *,
+    candidates: Sequence[Mapping[str, float]],
+    score_kind: ScoreKind | str | None,
+    n_relevant: Sequence[int | None] | None = None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+    rrf_k: int = 60,
+) -> EvalArrays:
+    """:class:`EvalArrays` from integer-coded rows.
+
+    Candidates: eval row ``crow``, document code ``cdoc`` and raw score ``cscore``, in
+    the run's order within each row (no document twice in a row). Labels: eval row
+    ``lrow``, document code ``ldoc`` in the same code space (-1: not among any
+    candidate) and grade ``lgrade``. ``candidates`` gives each row's
+    ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
+    """
+    from ragguard.calibration.arrays import (
+        EvalArrays,
+        _ideal_utilities,
+        evidence_counts,
+        label_stats,
+    )
+    from ragguard.calibration.utility import as_profile, rules_of
+    from ragguard.scores import ScoreIssue, ScoreKind, normalize
+
+    n_q = len(qids)
+    prof = as_profile(profile)
+    rules = rules_of(prof, rules)
+    kind = None if score_kind is None else ScoreKind(score_kind)
+    if crow.size > 1 and bool((crow[1:] < crow[:-1]).any()):
+        o = np.argsort(crow, kind="stable")
+        crow, cdoc, cscore = crow[o], cdoc[o], cscore[o]
+    counts = np.bincount(crow, minlength=n_q).astype(np.intp)
+    width = int(counts.max()) if n_q else 0
+    starts = np.zeros(n_q, dtype=np.intp)
+    np.cumsum(counts[:-1], out=starts[1:])
+    ccol = np.arange(crow.size, dtype=np.intp) - starts[crow]
+    present = np.arange(width)[None, :] < counts[:, None]
+    if crow.size == n_q * width:
+        raw = np.array(cscore, dtype=np.float64).reshape(n_q, width)
+    else:
+        raw = np.full((n_q, width), np.nan)
+        raw[crow, ccol] = cscore
+    norm = normalize(raw, kind, present=present, rrf_k=rrf_k)
+    key = np.where(norm.valid, -norm.values, np.inf)
+    if not present.all():
+        key[~present] = np.nan
+    n_valid = norm.valid.sum(axis=1).astype(np.intp)
+    order = np.argsort(key, axis=1, kind="stable")
+    ranked_at = np.empty((n_q, width), dtype=np.intp)
+    np.put_along_axis(ranked_at, order, np.arange(width, dtype=np.intp)[None, :], axis=1)
+
+    # labelled documents among the candidates: compare each label with its row
+    docs = np.full((n_q, width), -1, dtype=np.int64)
+    docs[crow, ccol] = cdoc
+    cand = np.flatnonzero(ldoc >= 0)
+    hit_col = np.full(cand.size, -1, dtype=np.intp)
+    step = max(1, _CHUNK_CELLS // max(width, 1))
+    for lo in range(0, cand.size, step):
+        idx = cand[lo : lo + step]
+        eq = docs[lrow[idx]] == ldoc[idx, None]
+        found = eq.any(axis=1)
+        hit_col[lo : lo + step] = np.where(found, eq.argmax(axis=1), -1)
+    del docs
+    got = hit_col >= 0
+    hrow = lrow[cand[got]]
+    hpos = ranked_at[hrow, hit_col[got]]
+    g = np.zeros((n_q, width))
+    g[hrow, hpos] = lgrade[cand[got]]
+    judged = np.zeros((n_q, width), dtype=np.bool_)
+    judged[hrow, hpos] = True
+
+    stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, n_relevant)
+    ideal_u = _ideal_utilities(qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules)
+    issues: dict[ScoreIssue, int] = {
+        i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
+    }
+    nan = np.broadcast_to(np.nan, (n_q, width))
+    arrays = EvalArrays(
+        qids=tuple(qids),
+        score_kind=kind,
+        profile=prof,
+        rules=rules,
+        n_present=counts,
+        n_valid=n_valid,
+        grades=g,
+        judged=judged,
+        distractor=np.zeros((n_q, width), dtype=np.bool_),
+        given_utility=nan,
+        no_response=nan,
+        n_relevant=stats.n_relevant,
+        n_relevant_labelled=stats.n_relevant_labelled,
+        ideal_grades=stats.ideal_grades,
+        ideal_utilities=ideal_u,
+        grade_counts=stats.grade_counts,
+        max_grade=stats.max_grade,
+        integer_grades=stats.integer_grades,
+        score_issues=issues,
+        n_evidence=evidence_counts(g, rules),
+        _key=key,
+        _raw=raw,
+        _candidates=candidates,
+    )
+    arrays.__dict__["order"] = order  # the cached ranking, computed above
+    return arrays
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def _hash_ids(h: Any, ids: Vocab) -> None:
+    """Feed ids to ``h`` as their UTF-8 byte lengths then their bytes (the same for a
+    list and a pyarrow array of the same ids)."""
+    if isinstance(ids, list):
+        encoded = list(map(str.encode, ids))
+        h.update(np.fromiter(map(len, encoded), np.int64, len(encoded)).tobytes())
+        h.update(b"".join(encoded))
+        return
+    pc = _module("compute")
+    h.update(np.asarray(pc.binary_length(ids).to_numpy(zero_copy_only=False), np.int64).tobytes())
+    start = ids.offset
+    offsets = np.frombuffer(ids.buffers()[1], dtype=np.int32)[start : start + len(ids) + 1]
+    if len(ids):
+        h.update(memoryview(ids.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
+
+
+def _hash_floats(h: Any, values: F64) -> None:
+    h.update(np.where(np.isnan(values), np.nan, values).astype(np.float64).tobytes())
+
+
+def fingerprint(
+    qids: Sequence[str],
+    labels: Mapping[str, Labels],
+    runs: Sequence[tuple[str, str | None, Mapping[str, Mapping[str, float]]]],
+) -> str:
+    """sha256 of labels and runs, the same whether they were read column-wise or not:
+    labels sorted by document within each query, candidates in the run's order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    _hash_ids(h, list(qids))
+    if isinstance(labels, ColumnarLabels):
+        p = labels.pairs
+        rows = _rows(qids, labels)[p.q]
+        keep = np.flatnonzero(rows >= 0)
+        pa = arrow()
+        assert pa is not None
+        table = pa.table({"r": rows[keep], "d": p.docs.take(p.d[keep]), "v": p.value[keep]})
+        table = table.sort_by([("r", "ascending"), ("d", "ascending")])
+        h.update(b"grades")
+        h.update(np.asarray(table.column("r").to_numpy(), np.int64).tobytes())
+        _hash_ids(h, table.column("d").combine_chunks())
+        _hash_floats(h, np.asarray(table.column("v").to_numpy(), np.float64))
+        for part in (b"distractors", b"utilities", b"no_response"):
+            h.update(part)
+        h.update(np.full(len(qids), -1, np.int64).tobytes())
+    else:
+        labs = [labels[q] for q in qids]
+        parts: list[tuple[bytes, list[Mapping[str, float]]]] = [
+            (b"grades", [lab.grades for lab in labs]),
+            (b"distractors", [dict.fromkeys(lab.distractors, 1.0) for lab in labs]),
+            (b"utilities", [lab.utilities for lab in labs]),
+            (b"no_response", [lab.no_response for lab in labs]),
+        ]
+        for i, (part, maps) in enumerate(parts):
+            h.update(part)
+            items = [sorted(m.items()) for m in maps]
+            if i and not any(items):
+                continue
+            rows = np.repeat(np.arange(len(qids), dtype=np.int64), list(map(len, items)))
+            h.update(rows.tobytes())
+            flat = [kv for row in items for kv in row]
+            _hash_ids(h, [k for k, _ in flat])
+            _hash_floats(h, np.array([float(v) for _, v in flat], dtype=np.float64))
+        stated = [-1 if lab.n_relevant is None else lab.n_relevant for lab in labs]
+        h.update(np.asarray(stated, np.int64).tobytes())
+    for name, kind, cands in runs:
+        h.update(f"run\x00{name}\x00{kind}".encode())
+        if isinstance(cands, ColumnarCandidates):
+            p = cands.pairs
+            rows = _rows(qids, cands)[p.q]
+            keep = np.flatnonzero(rows >= 0)
+            keep = keep[np.argsort(rows[keep], kind="stable")]
+            h.update(np.asarray(rows[keep], np.int64).tobytes())
+            _hash_ids(h, p.docs.take(p.d[keep]) if not isinstance(p.docs, list)
+                      else vocab_take(p.docs, p.d[keep]))  # fmt: skip
+            _hash_floats(h, p.value[keep])
+        else:
+            empty: Mapping[str, float] = {}
+            per = [cands.get(q, empty) for q in qids]
+            rows = np.repeat(np.arange(len(qids), dtype=np.int64), list(map(len, per)))
+            h.update(rows.tobytes())
+            _hash_ids(h, [d for m in per for d in m])
+            _hash_floats(h, np.array([float(s) for m in per for s in m.values()], np.float64))
+    return h.hexdigest()

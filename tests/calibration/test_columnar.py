@@ -1,0 +1,312 @@
+"""The columnar reading path (pyarrow) gives exactly what the careful line-by-line reader
+gives: the same labels, candidates, order, problems and errors, on clean and messy
+files; and the arrays built column-wise equal those built from dicts."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ragguard.calibration import EvalSet, load_evalset
+from ragguard.calibration import _columnar as columnar
+from ragguard.calibration._columnar import ColumnarCandidates, ColumnarLabels
+from ragguard.calibration.arrays import EvalArrays
+from ragguard.errors import EvalSetError
+
+pytest.importorskip("pyarrow")
+
+QRELS = "q1 0 a 1\nq1 0 b 0\nq2 0 c 2\nq2 0 zz 3\nq3 0 d 1\n"
+RUN = (
+    "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.4 x\nq1 Q0 e 3 0.4 x\n"
+    "q2 Q0 c 1 0.7 x\nq2 Q0 a 2 0.1 x\nq9 Q0 a 1 0.5 x\n"
+)
+
+
+def write(path: Path, text: str, *, encoding: str = "utf-8") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode(encoding)))
+    else:
+        path.write_bytes(text.encode(encoding))
+    return path
+
+
+def careful(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:
+    with monkeypatch.context() as m:
+        m.setattr(columnar, "arrow", lambda: None)
+        return load_evalset(*args, **kw)
+
+
+ARRAY_FIELDS = (
+    "n_present", "n_valid", "grades", "judged", "distractor", "given_utility", "no_response",
+    "n_relevant", "n_relevant_labelled", "ideal_grades", "ideal_utilities", "grade_counts",
+    "max_grade", "order", "scores", "raw", "utility", "n_evidence",
+)  # fmt: skip
+
+
+def assert_same_arrays(a: EvalArrays, b: EvalArrays) -> None:
+    assert a.qids == b.qids
+    assert a.score_kind == b.score_kind
+    assert a.integer_grades == b.integer_grades
+    assert dict(a.score_issues) == dict(b.score_issues)
+    for name in ARRAY_FIELDS:
+        x, y = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
+        assert x.shape == y.shape, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+    for row in range(a.n_queries):
+        assert a.doc_ids(row) == b.doc_ids(row)
+
+
+def assert_same(fast: EvalSet, slow: EvalSet) -> None:
+    assert isinstance(fast.labels, ColumnarLabels) or not isinstance(slow.labels, dict)
+    assert fast.qids == slow.qids
+    assert dict(fast.queries) == dict(slow.queries)
+    assert dict(fast.labels) == dict(slow.labels)
+    assert list(fast.runs) == list(slow.runs)
+    for name in slow.runs:
+        fr, sr = fast.runs[name], slow.runs[name]
+        assert (fr.name, fr.score_kind, fr.source) == (sr.name, sr.score_kind, sr.source)
+        assert list(fr.candidates) == list(sr.candidates)
+        for q in sr.candidates:
+            f, s = dict(fr.candidates[q]), dict(sr.candidates[q])
+            assert list(f) == list(s)  # the run's order
+            assert [str(v) for v in f.values()] == [str(v) for v in s.values()]  # NaN too
+        assert_same_arrays(fast.arrays(name), slow.arrays(name))
+    assert fast.report.problems == slow.report.problems
+
+
+def both(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> tuple[EvalSet, EvalSet]:
+    fast = load_evalset(*args, **kw)
+    slow = careful(monkeypatch, *args, **kw)
+    assert_same(fast, slow)
+    return fast, slow
+
+
+def test_clean_files_are_read_column_wise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    qrels = write(tmp_path / "qrels.txt", QRELS)
+    run = write(tmp_path / "run.trec", RUN)
+    fast, slow = both(monkeypatch, qrels, runs=run)
+    assert isinstance(fast.labels, ColumnarLabels)
+    assert isinstance(fast.runs["run"].candidates, ColumnarCandidates)
+    assert not isinstance(slow.labels, ColumnarLabels)
+    # hand-checked: q9 has no labels; q3 has no candidates
+    assert [p.kind.value for p in fast.report.problems] == [
+        "run_query_without_labels",
+        "labels_without_run",
+    ]
+    assert fast.report.problems[0].line == 6
+    assert fast.arrays().doc_ids(0) == ["a", "b", "e"]
+
+
+MESSY_QRELS = (
+    "\ufeff# qrels with a comment\n"
+    "q2\t0\tc\t2\n"
+    "\n"
+    "q1   0  a 1   \n"
+    "   \n"
+    "q1 0 b 0\r\n"  # (a negative grade goes to the careful reader: see below)
+    "q2 0 c 2\n"  # repeated, same grade
+    "q1 0 a 1\n"  # repeated
+    "q3 0 d 1"  # no final newline
+)
+MESSY_RUN = (
+    "# a run\n"
+    "q1 Q0 a 1 0.9 x\n"
+    "q2\tQ0\tc\t1\t0.7\tx\n"
+    "\n"
+    "q1  Q0  b  2  nan  x\n"
+    "q1 Q0 e 3 0.4 x\r\n"
+    "q1 Q0 a 4 0.3 x\n"  # repeated candidate
+    "q2 Q0 a 2 inf x\n"
+    "q2 Q0 f 3 -1e-3 x\n"
+    "  q3 Q0 d 1 0.5 x  \n"
+    "q1 Q0 g 5 0.9 x\n"  # q1 again after other queries: the run's order within q1
+)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_messy_files_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    qrels = write(tmp_path / f"qrels.txt{suffix}", MESSY_QRELS)
+    run = write(tmp_path / f"run.trec{suffix}", MESSY_RUN)
+    fast, _ = both(monkeypatch, qrels, runs=run, format="trec")
+    assert isinstance(fast.labels, ColumnarLabels)
+    kinds = [(p.kind.value, p.line) for p in fast.report.problems]
+    assert kinds == [
+        ("duplicate_label", 7),
+        ("duplicate_label", 8),
+        ("invalid_score", 5),
+        ("duplicate_candidate", 7),
+        ("invalid_score", 8),
+    ]
+    assert list(fast.runs["run"].candidates["q1"]) == ["a", "b", "e", "g"]
+    assert fast.labels["q1"].grades == {"a": 1, "b": 0}
+
+
+def test_strict_raises_the_first_problem_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    qrels = write(tmp_path / "qrels.txt", MESSY_QRELS)
+    run = write(tmp_path / "run.trec", MESSY_RUN)
+    with pytest.raises(EvalSetError) as fast:
+        load_evalset(qrels, runs=run, format="trec", strict=True)
+    with pytest.raises(EvalSetError) as slow:
+        careful(monkeypatch, qrels, runs=run, format="trec", strict=True)
+    assert str(fast.value) == str(slow.value)
+    assert "qrels.txt:7:" in str(fast.value)
+
+
+@pytest.mark.parametrize(
+    ("qrels", "run", "where"),
+    [
+        (QRELS, "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.4\n", "run.trec:2:"),
+        (QRELS, "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 high x\n", "run.trec:2, field 'score'"),
+        (QRELS + "q4 0 a x\n", RUN, "qrels.txt:6, field 'grade'"),
+        (QRELS + "q4 0 a 7\n", RUN, "qrels.txt:6, field 'grade'"),
+        (QRELS + "q1 0 a 2\n", RUN, "qrels.txt:6:"),
+        ("q1 0 a 1\nq1 0 a\n", RUN, "qrels.txt:2:"),
+    ],
+)
+def test_errors_name_file_line_and_field_on_both_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qrels: str, run: str, where: str
+) -> None:
+    q = write(tmp_path / "qrels.txt", qrels)
+    r = write(tmp_path / "run.trec", run)
+    with pytest.raises(EvalSetError) as fast:
+        load_evalset(q, runs=r, format="trec")
+    with pytest.raises(EvalSetError) as slow:
+        careful(monkeypatch, q, runs=r, format="trec")
+    assert str(fast.value) == str(slow.value)
+    assert where in str(fast.value), str(fast.value)
+
+
+def test_not_utf8_is_named_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = write(tmp_path / "qrels.txt", QRELS)
+    r = tmp_path / "run.trec"
+    r.write_bytes(b"q1 Q0 caf\xe9 1 0.9 x\n")
+    with pytest.raises(EvalSetError) as fast:
+        load_evalset(q, runs=r, format="trec")
+    with pytest.raises(EvalSetError) as slow:
+        careful(monkeypatch, q, runs=r, format="trec")
+    assert str(fast.value) == str(slow.value)
+    assert "not UTF-8" in str(fast.value)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "q1 Q0 b 2 1_000 x",  # Python's float() reads underscores
+        "q1 Q0 b 2 Infinity x",
+        "q1 Q0 b 2 -NaN x",
+        "q1 Q0 b 2 +.5 x",
+        "q1 Q0 b 2 1E3 x",
+        "q1 Q0 b\x1f2 0.5 x",  # whitespace for str.split(), not for the fast path
+        "q1 Q0 b\u00a02 0.5 x",
+        "q1 Q0 b\u20032 0.5 x",
+        "q1\x0bQ0 b 2 0.5 x",
+        "q1 Q0 caf\u00e9 2 0.5 x",
+    ],
+)
+def test_odd_numbers_and_whitespace_read_as_python_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str
+) -> None:
+    q = write(tmp_path / "qrels.txt", QRELS)
+    r = write(tmp_path / "run.trec", f"q1 Q0 a 1 0.9 x\n{line}\n")
+    try:
+        slow = careful(monkeypatch, q, runs=r, format="trec")
+    except EvalSetError as exc:
+        with pytest.raises(EvalSetError) as info:
+            load_evalset(q, runs=r, format="trec")
+        assert str(info.value) == str(exc)
+        return
+    assert_same(load_evalset(q, runs=r, format="trec"), slow)
+
+
+def test_grades_parse_as_python_int(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    q = write(tmp_path / "qrels.txt", "q1 0 a +1\nq1 0 b 03\nq1 0 c -0\n")
+    r = write(tmp_path / "run.trec", "q1 Q0 a 1 0.9 x\n")
+    fast, _ = both(monkeypatch, q, runs=r, format="trec")
+    assert fast.labels["q1"].grades == {"a": 1, "b": 3, "c": 0}
+
+
+def test_beir_corpus_checks_run_documents_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "beir"
+    write(folder / "corpus.jsonl", '{"_id": "a"}\n{"_id": "b"}\n{"_id": "c"}\n')
+    write(folder / "queries.jsonl", '{"_id": "q1", "text": "one"}\n{"_id": "q2", "text": "two"}\n')
+    write(folder / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\ta\t1\nq2\tc\t2\n")
+    run = write(tmp_path / "run.trec", "q1 Q0 a 1 0.9 x\nq1 Q0 zz 2 0.5 x\nq2 Q0 c 1 0.4 x\n")
+    fast, _ = both(monkeypatch, folder, runs=run)
+    assert [(p.kind.value, p.line) for p in fast.report.problems] == [("unknown_document", 2)]
+
+
+def test_many_queries_with_ties_and_unsorted_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(3)
+    qrels_lines, run_lines = [], []
+    for q in range(60):
+        docs = rng.choice(40, int(rng.integers(0, 25)), replace=False)
+        for rank, d in enumerate(docs):
+            score = float(rng.integers(0, 4)) / 2  # many ties
+            run_lines.append(f"q{q} Q0 d{d} {rank + 1} {score} tag")
+        for d in rng.choice(40, int(rng.integers(1, 6)), replace=False):
+            qrels_lines.append(f"q{q} 0 d{d} {int(rng.integers(-1, 4))}")
+    rng.shuffle(run_lines)  # queries interleaved
+    q = write(tmp_path / "qrels.txt", "\n".join(qrels_lines) + "\n")
+    r = write(tmp_path / "run.trec", "\n".join(run_lines) + "\n")
+    for kind in ("similarity", "distance", "logit"):
+        fast, _ = both(monkeypatch, q, runs=r, score_kind=kind)
+        assert isinstance(fast.runs["run"].candidates, ColumnarCandidates)
+
+
+def test_fingerprint_is_the_same_on_both_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragguard.calibration import data_fingerprint
+
+    q = write(tmp_path / "qrels.txt", MESSY_QRELS)
+    r = write(tmp_path / "run.trec", MESSY_RUN)
+    fast, slow = both(monkeypatch, q, runs=r, format="trec")
+    assert data_fingerprint(fast) == data_fingerprint(slow)
+    assert not math.isnan(fast.arrays().scores[0, 0])
+
+
+def test_the_guard_and_loading_import_no_pyarrow_until_a_file_is_read(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ragguard, ragguard.calibration\n"
+        "from ragguard import ContextGuard\n"
+        "assert 'pyarrow' not in sys.modules, 'imported too early'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_distractor_grades_and_profile_grades_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-1 marks a known distractor: the fast path hands such a file to the careful reader,
+    so both give the same distractors; a profile's grades shape the arrays alike."""
+    qrels = write(tmp_path / "qrels", "q1 0 a 2\nq1 0 b -1\nq1 0 e 1\nq2 0 c 2\n")
+    run = write(tmp_path / "run", RUN)
+    fast, slow = load_evalset(qrels, runs=run), careful(monkeypatch, qrels, runs=run)
+    assert fast.labels["q1"].distractors == slow.labels["q1"].distractors == {"b"}
+    assert_same(fast, slow)
+    plain = write(tmp_path / "plain", "q1 0 a 2\nq1 0 e 1\nq2 0 c 2\n")
+    fast, slow = load_evalset(plain, runs=run), careful(monkeypatch, plain, runs=run)
+    from ragguard.calibration import UtilityRules
+
+    for rules in (None, UtilityRules(2, 1)):
+        assert_same_arrays(fast.arrays("run", rules=rules), slow.arrays("run", rules=rules))
+    # evidence: grade >= 2 leaves one relevant candidate in q1, grade >= 1 two
+    assert fast.arrays("run", rules=UtilityRules(2, 1)).n_evidence.tolist()[0] == 1
+    assert fast.arrays("run").n_evidence.tolist()[0] == 2
