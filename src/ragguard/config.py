@@ -74,7 +74,7 @@ ENV_PREFIX = "RAGGUARD_"
 #: provenance key of the ragguard version that wrote a config file (taken out on load)
 WRITER_KEY = "ragguard_version"
 #: RAGGUARD_* variables that ragguard reads but that are no config key
-OTHER_VARIABLES = frozenset({"RAGGUARD_CACHE_DIR"})
+OTHER_VARIABLES = frozenset({"RAGGUARD_CACHE_DIR", "RAGGUARD_COLUMNAR"})
 PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
 
 
