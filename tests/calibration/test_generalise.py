@@ -253,7 +253,8 @@ def test_a_chosen_baseline_is_not_compared_with_itself(notes: EvalSet) -> None:
 
 
 def test_grades_from_the_cli_decide_what_counts_as_evidence(tmp_path: Path) -> None:
-    # every query: d1 grade 1 (rank 1), d2 grade 2 (rank 2), d3 unjudged
+    # every query: d1 grade 1 (rank 1), d2 grade 2 (rank 2), d3 unjudged (rank 3);
+    # --max-k 1 leaves one setting, top-1, which keeps d1 on every query
     folder = tmp_path / "graded"
     (folder / "runs").mkdir(parents=True)
     qrels = [f"q{i} 0 d{i}_{r} {g}" for i in range(20) for r, g in ((1, 1), (2, 2))]
@@ -261,14 +262,17 @@ def test_grades_from_the_cli_decide_what_counts_as_evidence(tmp_path: Path) -> N
     (folder / "qrels.txt").write_text("\n".join(qrels) + "\n")
     (folder / "runs" / "r.trec").write_text("\n".join(run) + "\n")
     base = ["calibrate", str(folder), "--no-report", "--min-recall", "0", "--folds", "0"]
+    base += ["--max-k", "1"]
     res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a.toml")])
     assert res.exit_code == 0, res.output
     graded = [*base, "--out", str(tmp_path / "b.toml"), "--relevant-grade", "2"]
     res = CliRunner().invoke(app, [*graded, "--partial-grade", "1"])
     assert res.exit_code == 0, res.output
-    a = GuardConfig.from_file(tmp_path / "a.toml").provenance["baseline_metrics"]
-    b = GuardConfig.from_file(tmp_path / "b.toml").provenance["baseline_metrics"]
-    # top-1 keeps d1: evidence for grade >= 1 (1 of 2), none for grade >= 2 (0 of 1)
-    if a["passages"] == 1 and b["passages"] == 1:
-        assert (a["evidence_recall"], b["evidence_recall"]) == (0.5, 0.0)
-    assert a["evidence_recall"] != b["evidence_recall"] or a["passages"] != b["passages"]
+    a = GuardConfig.from_file(tmp_path / "a.toml").provenance["metrics"]
+    b = GuardConfig.from_file(tmp_path / "b.toml").provenance["metrics"]
+    assert a["passages"] == b["passages"] == 1.0
+    # grade >= 1 is evidence: d1 is 1 of the 2 relevant candidates; grade >= 2: d1 is
+    # not evidence, d2 (the only one) is not kept
+    assert (a["evidence_recall"], b["evidence_recall"]) == (0.5, 0.0)
+    # utility: d1 counts +1 as relevant, +0.5 as partially relevant
+    assert (a["utility"], b["utility"]) == (1.0, 0.5)
