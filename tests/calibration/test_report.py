@@ -233,7 +233,10 @@ def test_an_unmet_guarantee_names_what_can_be_guaranteed() -> None:
         f"**not met**: no setting is certified; the most that can be guaranteed at 95% "
         f"confidence is {format_number(reachable)} (top-10)" in section(md, "Recall guarantee")
     )
-    assert "is written only with `--allow-unmet`" in section(md, "Recommendation")
+    rec = section(md, "Recommendation")
+    assert "is written only with `--allow-unmet`" in rec
+    assert "No setting carries the guarantee on all 60 queries" in rec
+    assert "**Run `run`: top-10**" in rec  # the largest context stands in
 
 
 def test_a_fallback_to_top_k_is_what_the_report_says_is_written() -> None:

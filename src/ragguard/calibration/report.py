@@ -507,6 +507,12 @@ def _written_note(res: CalibrationResult, r: RunCalibration) -> str:
             f"top-k, refitted on all {n_all} queries: **{w}** (the choice on the {n_cal} "
             f"calibration queries was {c})."
         )
+    if r.guarantee is not None and not r.guarantee.met:
+        return (
+            f"No setting carries the guarantee on all {n_all} queries: the largest context "
+            f"stands in ({w}); the config is written only with `--allow-unmet` (see "
+            "Constraints not met)."
+        )
     refit = (
         "the guarantee re-certified on all"
         if r.guarantee is not None
