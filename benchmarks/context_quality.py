@@ -12,20 +12,29 @@ below chooses, per query, which of the ``dense-minilm`` run's candidates reach t
   example) run for real on ``NodeWithScore`` objects built from the dense run;
 * ragguard's label-free cuts through a real ``ContextGuard`` (``cut="gap"`` and
   ``cut="autocut"``, ``relative_threshold=0``, ``max_k=10``);
-* the calibrated guard: ``calibrate(evalset, runs=["dense-minilm"], min_recall=0.8,
-  holdout=0.3, seed=0)`` chooses a setting on the calibration queries only; a
-  ``ContextGuard`` built from its ``config()`` runs ``select()`` per held-out query.
+* the calibrated guard, two ways: ``calibrate(calibration_set, runs=["dense-minilm"],
+  min_recall=0.8)`` (the UDCG objective under an evidence-recall floor) and
+  ``calibrate(calibration_set, runs=["dense-minilm"], guarantee="recall>=0.9",
+  confidence=0.9)`` (the smallest context whose mean evidence recall on new queries is
+  certified >= 0.9 with probability 0.9, Learn-then-Test). ``calibration_set`` holds
+  only the calibration queries (``split_queries(n, 0.3, seed=0)``): the held-out queries
+  are new queries that calibration never reads, not even in its refit on all of its
+  queries. A ``ContextGuard`` built from each ``config()`` runs ``select()`` per
+  held-out query.
 
 Every method keeps a prefix of the dense ranking (the script checks it), so its context
 is scored with ragguard's ``evaluate(..., cut=n_kept, per_query=True)`` on the held-out
 queries; the script also re-scores one method from a run holding only the kept
 passages and recomputes one query's UDCG by hand, and says whether all three agree.
-Columns: UDCG, evidence recall, distractor rate and harm (ragguard's metrics under the
-``support`` profile), mean passages and mean tokens (MiniLM tokenizer, no special
-tokens, of each passage as indexed: ``title. text``).
+Columns: UDCG, evidence recall (relevant passages among the candidates), classic recall
+(every judged-relevant document: the retriever's ceiling), distractor rate and harm
+(ragguard's metrics under the ``support`` profile), mean passages and mean tokens
+(MiniLM tokenizer, no special tokens, of each passage as indexed: ``title. text``).
 
 The verdict compares the calibrated guard with every other method by paired bootstrap
-(2,000 resamples of the held-out queries, 95% percentile intervals of the difference).
+(2,000 resamples of the held-out queries, 95% percentile intervals of the difference);
+the guarantee line says whether the held-out evidence recall of the guaranteed setting
+reached its target.
 
 Run: ``python benchmarks/context_quality.py`` (``--quick``: notes only, 200 resamples).
 The script always exits 0: it is a report, not a test.
@@ -52,18 +61,22 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard import Candidate, ContextGuard
-from ragguard.calibration import calibrate, evaluate
+from ragguard.calibration import CalibrationResult, calibrate, evaluate
+from ragguard.calibration.calibrate import split_queries
 from ragguard.calibration.evalset import EvalSet, Run
 from ragguard.calibration.inputs import load_inputs
 from ragguard.config import GuardConfig
+from ragguard.policy import cut_ranked
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = "dense-minilm"
-METRICS = ["udcg", "recall", "distractor_rate", "distractor_harm"]
+METRICS = ["udcg", "evidence_recall", "recall", "distractor_rate", "distractor_harm"]
 LANGCHAIN_THRESHOLD = 0.76  # LangChain docs, contextual compression: EmbeddingsFilter example
 LLAMAINDEX_CUTOFF = 0.7  # LlamaIndex docs: SimilarityPostprocessor(similarity_cutoff=0.7)
 CALIBRATED = "calibrated guard"
 MIN_RECALL = 0.8
+TARGET, CONFIDENCE = 0.9, 0.9  # the guarantee mode: recall>=0.9 at 90% confidence
+GUARANTEED = f"guarded, recall>={TARGET:g} at {CONFIDENCE:.0%}"
 
 F64 = NDArray[np.float64]
 
@@ -219,15 +232,18 @@ def check_scoring(
     only = EvalSet(
         held.queries, held.labels, {RUN: Run(RUN, kept_run, run.score_kind)}, source="kept-only"
     )
-    per = evaluate(only, RUN, metrics=METRICS, per_query=True)
+    # evidence recall counts the evidence among all candidates, so a run of only the
+    # kept passages changes it by design: the check covers the other metrics
+    same = [m for m in METRICS if m != "evidence_recall"]
+    per = evaluate(only, RUN, metrics=same, per_query=True)
     worst = 0.0
-    for m in METRICS:
+    for m in same:
         other = np.array([per[m][q] for q in ranked], np.float64)
         both = ~(np.isnan(other) & np.isnan(scored.values[m]))
         worst = max(worst, float(np.nanmax(np.abs(other - scored.values[m])[both], initial=0)))
     lines.append(
         f"check: {ctx.name} re-scored from a run of only its kept passages: largest "
-        f"per-query difference over {len(METRICS)} metrics = {worst:.2e}"
+        f"per-query difference over {len(same)} metrics ({', '.join(same)}) = {worst:.2e}"
     )
     # by hand: UDCG = sigmoid((sum u+ + gamma * sum u-) / m), gamma = 1/3, 0 if empty
     arrays = held.arrays(RUN)
@@ -274,15 +290,16 @@ def bootstrap_diff(a: F64, b: F64, n_boot: int, seed: int) -> tuple[float, float
 
 def table(rows: list[Scored]) -> list[str]:
     head = (
-        f"{'method':<42} {'UDCG':>6} {'recall':>6} {'d.rate':>6} {'d.harm':>6} "
+        f"{'method':<42} {'UDCG':>6} {'ev.rec':>6} {'recall':>6} {'d.rate':>6} {'d.harm':>6} "
         f"{'passages':>8} {'tokens':>7}"
     )
     out = [head, "-" * len(head)]
     for r in rows:
         v = {m: float(np.nanmean(r.values[m])) for m in METRICS}
         out.append(
-            f"{r.name:<42} {v['udcg']:6.3f} {v['recall']:6.3f} {v['distractor_rate']:6.3f} "
-            f"{v['distractor_harm']:6.3f} {r.passages.mean():8.2f} {r.tokens.mean():7.1f}"
+            f"{r.name:<42} {v['udcg']:6.3f} {v['evidence_recall']:6.3f} {v['recall']:6.3f} "
+            f"{v['distractor_rate']:6.3f} {v['distractor_harm']:6.3f} "
+            f"{r.passages.mean():8.2f} {r.tokens.mean():7.1f}"
         )
     return out
 
@@ -302,7 +319,9 @@ def verdict(
         if r is cal:
             continue
         du = bootstrap_diff(cal.values["udcg"], r.values["udcg"], n_boot, seed)
-        dr = bootstrap_diff(cal.values["recall"], r.values["recall"], n_boot, seed)
+        dr = bootstrap_diff(
+            cal.values["evidence_recall"], r.values["evidence_recall"], n_boot, seed
+        )
         higher = du[0] > 0
         recall_ok = dr[0] >= -1e-12
         if higher and recall_ok:
@@ -312,7 +331,7 @@ def verdict(
         else:
             word = "does NOT beat it on UDCG"
         if r.name in fixed and not higher:
-            noise = "within noise" if du[1] < 0 < du[2] else "interval excludes 0"
+            noise = "within noise" if du[1] <= 0 <= du[2] else "interval excludes 0"
             ahead.append(f"{r.name} ({du[0]:+.3f}, {noise})")
         elif r.name in fixed and not recall_ok:
             traded.append(r.name)
@@ -321,7 +340,7 @@ def verdict(
             clear_all &= higher and recall_ok and du[1] > 0
         out.append(
             f"  vs {r.name:<42} dUDCG {du[0]:+.3f} [{du[1]:+.3f}, {du[2]:+.3f}]  "
-            f"drecall {dr[0]:+.3f} [{dr[1]:+.3f}, {dr[2]:+.3f}]  -> {word}"
+            f"dev.rec {dr[0]:+.3f} [{dr[1]:+.3f}, {dr[2]:+.3f}]  -> {word}"
         )
     if beats_all:
         tail = (
@@ -338,12 +357,12 @@ def verdict(
             "VERDICT: the calibrated guard does NOT beat every fixed method on UDCG at "
             "equal or better evidence recall (see the rows above)."
         )
-        rec = float(np.nanmean(cal.values["recall"]))
+        rec = float(np.nanmean(cal.values["evidence_recall"]))
         if traded:
             out.append(
                 f"  why ({', '.join(traded)}): calibration maximises UDCG subject only to "
-                f"recall >= {min_recall} on the calibration queries, so it gives up recall "
-                f"(held out: {rec:.3f}) to drop distractors; these methods keep more "
+                f"evidence recall >= {min_recall} on the calibration queries, so it gives up "
+                f"recall (held out: {rec:.3f}) to drop distractors; these methods keep more "
                 "passages, distractors included, and buy their recall with UDCG."
             )
         if ahead:
@@ -355,14 +374,57 @@ def verdict(
     return out
 
 
+def subset(evalset: EvalSet, qids: Sequence[str], source: str) -> EvalSet:
+    """The eval set restricted to ``qids`` (labels, queries and the dense run)."""
+    run = evalset.runs[RUN]
+    return EvalSet(
+        {q: evalset.queries[q] for q in qids},
+        {q: evalset.labels[q] for q in qids},
+        {RUN: Run(RUN, {q: run.candidates[q] for q in qids if q in run.candidates},
+                  run.score_kind)},
+        source=source,
+    )  # fmt: skip
+
+
+def guarantee_lines(result: CalibrationResult, scored: Scored) -> list[str]:
+    """The guarantee as calibration certified it, and what the new queries showed."""
+    rc = result.run(RUN)
+    g = rc.guarantee
+    assert g is not None
+    if not g.met:
+        return [f"guarantee: not met on the calibration set: {result.unmet(rc)[0]}"]
+    ev = scored.values["evidence_recall"]
+    n = int(np.sum(~np.isnan(ev)))
+    mean = float(np.nanmean(ev))
+    return [
+        f"guarantee: {g.statement(rc.sweep.points)}",
+        f"guarantee on the {n} held-out queries with evidence (new to calibration): mean "
+        f"evidence recall {mean:.3f} "
+        + ("meets" if mean >= g.target else "MISSES")
+        + f" the target {g.target:g}; {float(scored.passages.mean()):.2f} passages on average",
+    ]
+
+
 def run_dataset(
     folder: Path, model: Any, embeddings: Any, n_boot: int, seed: int, min_recall: float
 ) -> None:
     t0 = time.perf_counter()
     evalset = load_inputs(folder, runs=[folder / "runs" / f"{RUN}.trec"])
-    result = calibrate(evalset, runs=[RUN], min_recall=min_recall, holdout=0.3, seed=0)
-    rc = result.run(RUN)
-    held_ids = [result.qids[i] for i in result.heldout_rows.tolist()]
+    qids = evalset.qids
+    cal_rows, new_rows = split_queries(len(qids), 0.3, 0)
+    cal_ids = [qids[i] for i in cal_rows.tolist()]
+    held_ids = [qids[i] for i in new_rows.tolist()]
+    # calibration never reads the held-out queries, not even in its refit on all queries
+    cal_set = subset(evalset, cal_ids, f"{folder} calibration queries")
+    result = calibrate(cal_set, runs=[RUN], min_recall=min_recall, holdout=0.3, seed=0)
+    guaranteed = calibrate(
+        cal_set,
+        runs=[RUN],
+        guarantee=f"recall>={TARGET}",
+        confidence=CONFIDENCE,
+        holdout=0.3,
+        seed=0,
+    )
     full = evalset.arrays(RUN)
     row_of = {q: i for i, q in enumerate(full.qids)}
     ranked: dict[str, list[tuple[str, float]]] = {}
@@ -372,19 +434,14 @@ def run_dataset(
         ranked[q] = [(d, float(full.raw[r, j])) for j, d in enumerate(ids)]
     queries = {q: evalset.queries[q].text or "" for q in held_ids}
     texts = read_corpus(folder)
-    run = evalset.runs[RUN]
-    held = EvalSet(
-        {q: evalset.queries[q] for q in held_ids},
-        {q: evalset.labels[q] for q in held_ids},
-        {RUN: Run(RUN, {q: run.candidates[q] for q in held_ids}, run.score_kind)},
-        source=f"{folder} held-out",
-    )
+    held = subset(evalset, held_ids, f"{folder} held-out")
     used = {d for cands in ranked.values() for d, _ in cands}
     ordered = sorted(used)
     ids = model.tokenizer([texts[d] for d in ordered], add_special_tokens=False)["input_ids"]
     tokens = {d: len(t) for d, t in zip(ordered, ids, strict=True)}
 
     config = result.config()
+    g_config = guaranteed.config()
     contexts: list[Context] = [
         Context(f"top-{k}", {q: [d for d, _ in c[:k]] for q, c in ranked.items()})
         for k in (1, 3, 5, 10)
@@ -403,17 +460,30 @@ def run_dataset(
         CALIBRATED, ContextGuard(config), queries, ranked, texts, fixed=False
     )
     contexts.append(calibrated)
+    contexts.append(
+        guard_context(GUARANTEED, ContextGuard(g_config), queries, ranked, texts, fixed=False)
+    )
     rows = [score(c, held, ranked, tokens) for c in contexts]
+    cal_row = next(r for r in rows if r.name == CALIBRATED)
+    g_row = next(r for r in rows if r.name == GUARANTEED)
 
-    # the guard built from the config keeps what the sweep's chosen point kept
-    sweep_kept = rc.chosen_kept[result.heldout_rows]
-    same = bool(np.array_equal(sweep_kept, rows[-1].passages.astype(np.intp)))
+    # each guard built from a config keeps what the sweep's policy function keeps
+    held_idx = np.array([row_of[q] for q in held_ids], dtype=np.intp)
+    same = all(
+        np.array_equal(
+            cut_ranked(full.ranked(), c.policy_params()).n_kept[held_idx],
+            r.passages.astype(np.intp),
+        )
+        for c, r in ((config, cal_row), (g_config, g_row))
+    )
 
     print(
-        f"\n=== {folder.relative_to(ROOT)}: {len(held_ids)} held-out queries "
-        f"(of {len(result.qids)}; {result.calibration_rows.size} used to calibrate) ==="
+        f"\n=== {folder.relative_to(ROOT)}: {len(held_ids)} held-out queries, new to "
+        f"calibration (of {len(qids)}; calibration read {len(cal_ids)}: chose on "
+        f"{result.calibration_rows.size}, checked on {result.heldout_rows.size}, refit on all "
+        f"{len(cal_ids)}) ==="
     )
-    print(f"calibrated choice: {result.why(rc)}")
+    print(f"calibrated choice (UDCG objective): {result.why(result.run(RUN))}")
     print(
         "config: "
         + ", ".join(
@@ -421,6 +491,7 @@ def run_dataset(
             for k in ("max_k", "min_k", "relative_threshold", "cut", "score_kind")
         )
     )
+    print(f"guarantee mode: {guaranteed.why(guaranteed.run(RUN))}")
     print(
         f"LangChain EmbeddingsFilter: similarity_threshold={LANGCHAIN_THRESHOLD} from the "
         "LangChain docs' contextual-compression example; its MiniLM cosines differ from "
@@ -428,13 +499,16 @@ def run_dataset(
     )
     print(f"LlamaIndex SimilarityPostprocessor: similarity_cutoff={LLAMAINDEX_CUTOFF}")
     print(
-        "check: the guard built from the config keeps the sweep's chosen number of passages "
-        f"on every held-out query: {same}"
+        "check: the guards built from the two configs keep the number of passages the "
+        f"calibration's policy function keeps on every held-out query: {same}"
     )
-    for line in check_scoring(calibrated, rows[-1], held, ranked):
+    for line in check_scoring(calibrated, cal_row, held, ranked):
         print(line)
     print()
     for line in table(rows):
+        print(line)
+    print()
+    for line in guarantee_lines(guaranteed, g_row):
         print(line)
     print()
     fixed = {c.name for c in contexts if c.fixed}

@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from ragguard.calibration import EvalSet, build_arrays, calibrate
-from ragguard.calibration.calibrate import split_queries
 from ragguard.calibration.metrics import compute
 from ragguard.calibration.risk import (
     binomial_cdf,
@@ -26,6 +25,7 @@ from ragguard.cli import app
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError
 from ragguard.policy import CutRule, PolicyParams
+from tests.calibration.generalise_data import adversarial, synthetic
 
 NOTES = Path(__file__).resolve().parents[2] / "examples" / "notes"
 
@@ -77,16 +77,6 @@ def test_certify_and_upper_bound_agree() -> None:
 
 
 # --------------------------------------------------------------------------- coverage
-
-
-def synthetic(n: int, depth: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per query: scores (descending) and a relevance mask; relevant passages score
-    from N(0.7, 0.1), others from N(0.45, 0.12); 1-4 relevant among ``depth``."""
-    rng = np.random.default_rng(seed)
-    n_rel = rng.integers(1, 5, size=n)
-    rel = np.arange(depth)[None, :] < n_rel[:, None]
-    scores = np.where(rel, rng.normal(0.7, 0.1, (n, depth)), rng.normal(0.45, 0.12, (n, depth)))
-    return np.clip(scores, 0.01, 0.99), rel
 
 
 def test_guaranteed_recall_holds_on_new_queries_in_the_promised_share() -> None:
@@ -195,30 +185,6 @@ def test_the_written_setting_is_the_family_refitted_on_all_queries(notes: EvalSe
     assert r.written_params != r.chosen_params
 
 
-def adversarial(n: int, seed: int, holdout: float) -> EvalSet:
-    """Calibration queries reward a relative threshold (1 or 3 relevant passages far
-    above harmful ones: no fixed k fits both); held-out queries punish it (the top
-    passage harms, the relevant ones score well below it). Utilities given directly."""
-    _, held = split_queries(n, holdout, seed)
-    held_set = set(held.tolist())
-    labels: dict[str, dict[str, int]] = {}
-    utilities: dict[str, dict[str, float]] = {}
-    run: dict[str, dict[str, float]] = {}
-    for i in range(n):
-        q = f"q{i:03d}"
-        if i in held_set:
-            run[q] = {"top": 0.95, "r1": 0.20, "r2": 0.19, "x": 0.18}
-            utilities[q] = {"top": -1.0, "r1": 1.0, "r2": 1.0, "x": 0.0}
-        elif i % 3:
-            run[q] = {"a": 0.95, "b": 0.94, "c": 0.93, "x": 0.30}
-            utilities[q] = {"a": 1.0, "b": 1.0, "c": 1.0, "x": -1.0}
-        else:
-            run[q] = {"a": 0.95, "x1": 0.30, "x2": 0.29, "x3": 0.28}
-            utilities[q] = {"a": 1.0, "x1": -1.0, "x2": -1.0, "x3": -1.0}
-        labels[q] = {d: 1 for d, u in utilities[q].items() if u > 0}
-    return EvalSet.from_dicts(labels, {"run": run}, utilities=utilities)
-
-
 def test_a_choice_worse_than_top_k_on_held_out_is_not_written(tmp_path: Path) -> None:
     es = adversarial(90, 0, 0.3)
     result = calibrate(es, objective="utility", min_recall=0.0, seed=0)
@@ -253,7 +219,8 @@ def test_a_chosen_baseline_is_not_compared_with_itself(notes: EvalSet) -> None:
 
 
 def test_grades_from_the_cli_decide_what_counts_as_evidence(tmp_path: Path) -> None:
-    # every query: d1 grade 1 (rank 1), d2 grade 2 (rank 2), d3 unjudged
+    # every query: d1 grade 1 (rank 1), d2 grade 2 (rank 2), d3 unjudged (rank 3);
+    # --max-k 1 leaves one setting, top-1, which keeps d1 on every query
     folder = tmp_path / "graded"
     (folder / "runs").mkdir(parents=True)
     qrels = [f"q{i} 0 d{i}_{r} {g}" for i in range(20) for r, g in ((1, 1), (2, 2))]
@@ -261,14 +228,17 @@ def test_grades_from_the_cli_decide_what_counts_as_evidence(tmp_path: Path) -> N
     (folder / "qrels.txt").write_text("\n".join(qrels) + "\n")
     (folder / "runs" / "r.trec").write_text("\n".join(run) + "\n")
     base = ["calibrate", str(folder), "--no-report", "--min-recall", "0", "--folds", "0"]
+    base += ["--max-k", "1"]
     res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a.toml")])
     assert res.exit_code == 0, res.output
     graded = [*base, "--out", str(tmp_path / "b.toml"), "--relevant-grade", "2"]
     res = CliRunner().invoke(app, [*graded, "--partial-grade", "1"])
     assert res.exit_code == 0, res.output
-    a = GuardConfig.from_file(tmp_path / "a.toml").provenance["baseline_metrics"]
-    b = GuardConfig.from_file(tmp_path / "b.toml").provenance["baseline_metrics"]
-    # top-1 keeps d1: evidence for grade >= 1 (1 of 2), none for grade >= 2 (0 of 1)
-    if a["passages"] == 1 and b["passages"] == 1:
-        assert (a["evidence_recall"], b["evidence_recall"]) == (0.5, 0.0)
-    assert a["evidence_recall"] != b["evidence_recall"] or a["passages"] != b["passages"]
+    a = GuardConfig.from_file(tmp_path / "a.toml").provenance["metrics"]
+    b = GuardConfig.from_file(tmp_path / "b.toml").provenance["metrics"]
+    assert a["passages"] == b["passages"] == 1.0
+    # grade >= 1 is evidence: d1 is 1 of the 2 relevant candidates; grade >= 2: d1 is
+    # not evidence, d2 (the only one) is not kept
+    assert (a["evidence_recall"], b["evidence_recall"]) == (0.5, 0.0)
+    # utility: d1 counts +1 as relevant, +0.5 as partially relevant
+    assert (a["utility"], b["utility"]) == (1.0, 0.5)

@@ -10,15 +10,23 @@ import os
 import re
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ragguard._optional import install_hint
-from ragguard.calibration import CalibrationResult, SweepGrid, calibrate, load_inputs
+from ragguard.calibration import CalibrationResult, EvalSet, SweepGrid, calibrate, load_inputs
+from ragguard.calibration.calibrate import Interval, split_queries
+from ragguard.calibration.metrics import compute
+from ragguard.calibration.pipeline import RerankGrid
 from ragguard.calibration.report import PLOT_NOTE, build_report, format_number, write_report
+from ragguard.calibration.risk import risk_upper_bound
+from ragguard.calibration.sweep import describe_point, is_plain_top_k
 from ragguard.errors import ConfigError
+from tests.calibration.generalise_data import adversarial, synthetic_evalset
 from tests.faults import replace_fails
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +97,7 @@ def test_report_says_what_was_chosen_and_names_distractors(result: CalibrationRe
     rep = build_report(result, plots=False)
     md = rep.markdown()
     r = result.recommended
-    assert f"**Run `{r.name}`: max_k={r.chosen_params.max_k}" in md
+    assert f"**Run `{r.name}`: {describe_point(r.written_params)}**" in md
     assert result.why() in md
     assert "## Baseline vs guarded" in md and "held-out queries" in md
     assert "## Queries that gained and lost most" in md
@@ -123,12 +131,13 @@ def verdict_row(md: str, metric: str) -> list[str]:
 
 def test_the_passages_verdict_says_same_when_nothing_changes(result: CalibrationResult) -> None:
     """Only one setting to choose from: the guarded setting is the baseline, so the
-    passages kept differ by exactly 0."""
+    passages kept differ by exactly 0, and the report gives no verdict at all."""
     only_top3 = SweepGrid(max_k=(3,), thresholds=(0.0,), cut_rules=())
     same = calibrate(load_inputs(NOTES), grid=only_top3, n_bootstrap=50)
     c = same.recommended.comparison
-    assert c.difference["passages"].mean == 0.0
-    assert verdict_row(build_report(same, plots=False).markdown(), "passages")[-1] == "same"
+    assert c.difference["passages"].mean == 0.0 and c.passages_verdict() == "same"
+    row = verdict_row(build_report(same, plots=False).markdown(), "passages")
+    assert row == ["passages", "3.000 [3.000, 3.000]"]  # the one setting's value, no verdict
     # and where the guard keeps fewer, it says so
     fewer = verdict_row(build_report(result, plots=False).markdown(), "passages")
     assert result.recommended.comparison.difference["passages"].mean < 0
@@ -155,3 +164,211 @@ def test_a_failed_write_keeps_the_old_report_and_leaves_nothing_temporary(
     assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []
     with pytest.raises(ConfigError, match="is a file"):
         write_report(result, folder / "report.html")
+
+
+# --------------------------------------------------------------------------- issue 13
+
+
+def section(md: str, title: str) -> str:
+    """The text of the ``## title`` section, up to the next ``## ``."""
+    return md.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def interval(iv: Interval, signed: bool = False) -> str:
+    low, high = (format_number(x, signed=signed) for x in (iv.low, iv.high))
+    return f"{format_number(iv.mean, signed=signed)} [{low}, {high}]"
+
+
+def test_the_report_states_the_guarantee_with_its_numbers() -> None:
+    res = calibrate(
+        synthetic_evalset(200, 20, 3), guarantee="recall>=0.8", confidence=0.9, n_bootstrap=200
+    )
+    r = res.recommended
+    g = r.guarantee
+    assert g is not None and g.written is not None and g.point is not None and r.full is not None
+    md = build_report(res, plots=False).markdown()
+    rec = section(md, "Recommendation")
+    assert f"**Run `run`: {describe_point(r.written_params)}**" in rec
+    assert "the guarantee re-certified on all 200 queries" in rec
+    sec = section(md, "Recall guarantee")
+    assert "mean evidence recall >= 0.8 on new queries, with confidence 90%" in sec
+    for words in ("Learn-then-Test", "Hoeffding-Bentkus", "arXiv:2110.01052", "exchangeable",
+                  "bounded in [0, 1]", "no evidence are left out"):  # fmt: skip
+        assert words in sec
+    # the certified lower bound: the HB upper confidence bound on the mean loss of the
+    # written setting over all 200 queries, at delta = 0.1 shared by the two paths
+    ev_all = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[r.written])
+    bound = 1 - risk_upper_bound(1 - float(np.mean(ev_all)), 200, 0.1 / len(g.paths))
+    assert bound >= 0.8 and g.recall_bound == pytest.approx(bound)
+    passages = float(np.mean(r.sweep.kept[r.written]))
+    assert (
+        f"**{describe_point(r.written_params)}**, mean evidence recall >= "
+        f"{format_number(bound)} (certified lower bound), keeping "
+        f"{format_number(passages, 2)} passages on average" in sec
+    )
+    # the held-out evidence recall of the calibration-certified setting, recomputed
+    held = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[g.point])[res.heldout_rows]
+    assert (
+        f"{describe_point(r.sweep.points[g.point])}, reaches mean evidence recall "
+        f"**{format_number(float(np.nanmean(held)))}** on the {res.heldout_rows.size} "
+        "held-out queries" in sec
+    )
+    # classic recall, labelled as the retriever's ceiling, next to evidence recall
+    assert "retriever's ceiling" in section(md, "Baseline vs guarded")
+
+
+def test_an_unmet_guarantee_names_what_can_be_guaranteed() -> None:
+    res = calibrate(synthetic_evalset(60, 10, 1), guarantee="recall>=0.99", confidence=0.95)
+    g = res.recommended.guarantee
+    assert g is not None and not g.met
+    # keeping all 10 candidates has evidence recall 1 on every query (loss 0); the HB
+    # bound at loss 0 is Hoeffding's (1 - a)^n = delta, delta = 0.05 over 2 paths
+    reachable = (0.05 / 2) ** (1 / 60)
+    assert g.best_bound == pytest.approx(reachable, abs=1e-9)
+    md = build_report(res, plots=False, config_path="g.toml").markdown()
+    assert f"the most that can be guaranteed is {format_number(reachable)}" in section(
+        md, "Constraints not met"
+    )
+    assert (
+        f"**not met**: no setting is certified; the most that can be guaranteed at 95% "
+        f"confidence is {format_number(reachable)} (top-10)" in section(md, "Recall guarantee")
+    )
+    rec = section(md, "Recommendation")
+    assert "is written only with `--allow-unmet`" in rec
+    assert "No setting carries the guarantee on all 60 queries" in rec
+    assert "**Run `run`: top-10**" in rec  # the largest context stands in
+
+
+def test_a_fallback_to_top_k_is_what_the_report_says_is_written() -> None:
+    res = calibrate(adversarial(90, 0, 0.3), objective="utility", min_recall=0.0, n_bootstrap=200)
+    r = res.recommended
+    assert r.fallback is not None and is_plain_top_k(r.written_params)
+    md = build_report(res, plots=False, config_path="g.toml").markdown()
+    rec = section(md, "Recommendation")
+    assert f"**Run `run`: {describe_point(r.written_params)}**" in rec
+    assert f"**Fallback to plain top-k:** {r.fallback}." in rec
+    assert f"calibration queries was {describe_point(r.chosen_params)}" in rec
+    assert 'Config: `g.toml`; load it with `ContextGuard.from_file("g.toml")`.' in rec
+    d = r.comparison.difference["utility"]
+    row = verdict_row(md, "utility")
+    assert row[3:] == [interval(d, signed=True), "worse"]
+    assert f"plain top-k is written instead ({describe_point(r.written_params)})" in section(
+        md, "Baseline vs guarded"
+    )
+    # the cross-validation table: folds, every family's CV mean and standard error
+    s = r.selection
+    assert s is not None and s.folds == 5
+    cv = section(md, "Choosing the rule family: cross-validation")
+    assert "**5 folds**" in cv
+    for j, (_, name) in enumerate(s.families):
+        cells = f"| {name} | {format_number(s.cv_mean[j])} | {format_number(s.cv_se[j])} |"
+        assert cells in cv
+    # the one-SE rule: the simplest feasible family within one SE of the best is chosen
+    ok = [j for j in range(len(s.families)) if s.cv_feasible[j]]
+    best = max(ok, key=lambda j: s.cv_mean[j])
+    within = [j for j in ok if s.cv_mean[j] >= s.cv_mean[best] - s.cv_se[best]]
+    assert s.chosen == min(within)
+    assert f"| {s.family} | {format_number(s.cv_mean[s.chosen])} |" in cv
+    assert "**chosen**" in next(x for x in cv.splitlines() if x.startswith(f"| {s.family} |"))
+    assert f"of at least {format_number(s.cv_mean[best] - s.cv_se[best])}" in cv
+    # with on_worse="stop" the report says nothing is written, and names no config
+    stop = calibrate(adversarial(90, 0, 0.3), objective="utility", min_recall=0.0,
+                     n_bootstrap=200, on_worse="stop")  # fmt: skip
+    md = build_report(stop, plots=False, config_path="g.toml").markdown()
+    assert "**No config is written** (`on_worse='stop'`)" in md and "g.toml" not in md
+
+
+def test_a_chosen_baseline_is_not_compared_with_itself_and_a_small_set_is_flagged(
+    tmp_path: Path,
+) -> None:
+    only_top_k = SweepGrid(max_k=(1, 2, 3, 4), thresholds=(0.0,), cut_rules=())
+    res = calibrate(synthetic_evalset(40, 6, 5), grid=only_top_k, n_bootstrap=200)
+    r = res.recommended
+    assert r.chosen_is_baseline
+    written = write_report(res, tmp_path / "r")
+    md = written.markdown.read_text(encoding="utf-8")
+    sec = section(md, "Baseline vs guarded")
+    assert "**the baseline itself**" in sec and "nothing to compare" in sec
+    assert "| metric | baseline:" not in md and "difference" not in sec
+    assert "Queries that gained and lost most" not in md
+    assert "baseline_vs_guarded.png" not in md
+    # no baseline-vs-guarded plot (and no heatmap: one threshold is no grid)
+    assert {p.name for p in written.plots} == {"utility_vs_k.png", "optimal_k.png"}
+    # the held-out values of that one setting, recomputed from the arrays
+    udcg = compute(r.arrays, "udcg", cut=r.sweep.kept[r.chosen])[res.heldout_rows]
+    assert f"| udcg | {format_number(float(np.mean(udcg)))} [" in sec
+    iv = r.comparison.guarded["udcg"]
+    assert f"| udcg | {interval(iv)} |" in sec
+    assert (
+        f"**Small eval set:** 40 labelled queries (50 or more advised). The 95% interval of "
+        f"mean `udcg` on the 12 held-out queries is {format_number(iv.high - iv.low)} wide"
+        in section(md, "Recommendation")
+    )
+
+
+def test_an_unmet_floor_names_the_best_reachable_value_and_its_setting() -> None:
+    # 30 queries, 6 candidates; the one relevant passage is ranked 1st on every third
+    # query and 5th on the others: with caps up to 3, evidence recall reaches 1/3
+    run, qrels = {}, {}
+    for i in range(30):
+        q = f"q{i:02d}"
+        run[q] = {f"{q}_{r}": 1.0 - r / 10 for r in range(1, 7)}
+        qrels[q] = {f"{q}_{1 if i % 3 == 0 else 5}": 1}
+    es = EvalSet.from_dicts(qrels, {"run": run})
+    grid = SweepGrid(max_k=(1, 2, 3), thresholds=(0.0, 0.5), cut_rules=())
+    res = calibrate(es, grid=grid, min_recall=0.8, n_bootstrap=100)
+    r = res.recommended
+    [short] = res.shortfalls()
+    ev = compute(r.arrays, "evidence_recall", cut=r.kernel.cut(short.best))
+    assert float(np.mean(ev)) == pytest.approx(1 / 3) == short.best_value
+    md = build_report(res, plots=False, config_path="g.toml").markdown()
+    sec = section(md, "Constraints not met")
+    assert "caps up to 3 passages" in sec
+    assert (
+        f"| evidence_recall>=0.8 | {format_number(1 / 3)} | {describe_point(short.best)} | "
+        f"{describe_point(r.written_params)}: {format_number(1 / 3)} |" in sec
+    )
+    assert "is written only with `--allow-unmet`" in section(md, "Recommendation")
+
+
+def test_a_two_stage_choice_worse_on_held_out_leaves_the_stage_off() -> None:
+    """A reranker that ranks the answer first on the calibration queries and last on
+    the held-out ones: the two-stage choice is worse there, and the report says the
+    stage is left off and which retrieval-only setting the config holds."""
+    n = 90
+    _, held_rows = split_queries(n, 0.3, 0)
+    held = {f"question {i}" for i in held_rows.tolist()}
+
+    def treacherous(query: str, texts: Sequence[str]) -> list[float]:
+        s = [3.0 if "answer" in t else -3.0 + 0.1 * i for i, t in enumerate(texts)]
+        return [-x for x in s] if query in held else s
+
+    qrels, run, texts, queries = {}, {}, {}, {}
+    for i in range(n):
+        q = f"q{i:02d}"
+        queries[q] = f"question {i}"
+        qrels[q] = {f"{q}-a": 1}
+        run[q] = {f"{q}-a": 0.9, f"{q}-b": 0.5, f"{q}-c": 0.49, f"{q}-d": 0.48}
+        texts.update({f"{q}-a": "the answer", f"{q}-b": "b", f"{q}-c": "c", f"{q}-d": "d"})
+    es = EvalSet.from_dicts(qrels, {"dense": run}, queries=queries)
+    res = calibrate(
+        es, reranker=treacherous, rerank_score_kind="logit", passages=texts, cache_dir=None,
+        max_k=4, n_bootstrap=200, rerank_grid=RerankGrid(top_n=(4,)), min_recall=None,
+    )  # fmt: skip
+    two = res.rerank
+    assert two is not None and two.fallback is not None
+    assert not res.config().rerank.enabled
+    md = build_report(res, plots=False).markdown()
+    sec = section(md, "Two stages: retrieval, then the reranker")
+    written = describe_point(res.recommended.written_params)
+    assert (
+        f"**Fallback: the rerank stage is left off.** {two.fallback[0].upper()}"
+        f"{two.fallback[1:]}; it holds run dense's retrieval-only setting, {written}." in sec
+    )
+    # the held-out evidence recall behind it: the answer kept on every held-out query by
+    # retrieval (1.000), on none by the reranker's top-1 (0.000)
+    row = next(x for x in sec.splitlines() if x.startswith("| evidence_recall |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2].startswith("1.000") and cells[3].startswith("0.000")
+    assert cells[5] == "worse"
+    assert "The rerank stage is left off" in section(md, "Recommendation")

@@ -104,6 +104,7 @@ __all__ = [
     "GuaranteeResult",
     "Interval",
     "RunCalibration",
+    "Shortfall",
     "calibrate",
     "data_fingerprint",
     "parse_guarantee",
@@ -560,6 +561,25 @@ class RunCalibration:
         return out
 
 
+@dataclass(frozen=True)
+class Shortfall:
+    """A constraint the written setting misses (:meth:`CalibrationResult.shortfalls`).
+
+    Attributes:
+        constraint: the constraint.
+        best: the setting that comes closest to it on all queries.
+        best_value: its value there: the best reachable.
+        written_value: the written setting's value.
+        max_k: the largest cap tried.
+    """
+
+    constraint: Constraint
+    best: PolicyParams
+    best_value: float
+    written_value: float
+    max_k: int
+
+
 @dataclass(frozen=True, eq=False)
 class CalibrationResult:
     """What :func:`calibrate` found: every run's sweep, choice and held-out check.
@@ -606,27 +626,39 @@ class CalibrationResult:
     confidence: float = 0.95
     folds: int = DEFAULT_FOLDS
 
-    def unmet(self, run: RunCalibration | None = None) -> list[str]:
-        """What the written setting of ``run`` (default: the recommended) cannot meet,
-        each with the best reachable value and the setting that reaches it (on all
-        queries); empty when every constraint (and the guarantee) is met."""
+    def shortfalls(self, run: RunCalibration | None = None) -> list[Shortfall]:
+        """The constraints the written setting of ``run`` (default: the recommended)
+        misses on all queries, each with the best reachable value and the setting that
+        reaches it."""
         r = run or self.recommended
-        out: list[str] = []
         full = r.full if r.full is not None else r.sweep
-        if r.guarantee is not None and not r.guarantee.met:
-            out.append(r.guarantee.statement(r.sweep.points))
+        cap = max(r.grid.max_k) if r.grid is not None else max(self.grid.max_k)
+        out: list[Shortfall] = []
         for c in self.constraints:
             col = full.column(c.metric)
             if c.violation(col[[r.written]])[0] == 0:
                 continue
             signed = np.where(np.isnan(col), -np.inf, col if c.op == ">=" else -col)
             best = int(np.flatnonzero(signed == signed.max())[0])
-            k = max(r.grid.max_k) if r.grid is not None else max(self.grid.max_k)
             out.append(
-                f"no setting meets {c}: the best reachable {c.metric} is "
-                f"{_fmt(float(col[best]))} ({describe_point(full.points[best])}, caps up to "
-                f"{k}; the written setting {describe_point(r.written_params)} reaches "
-                f"{_fmt(float(col[r.written]))})"
+                Shortfall(c, full.points[best], float(col[best]), float(col[r.written]), cap)
+            )
+        return out
+
+    def unmet(self, run: RunCalibration | None = None) -> list[str]:
+        """What the written setting of ``run`` (default: the recommended) cannot meet,
+        each with the best reachable value and the setting that reaches it (on all
+        queries); empty when every constraint (and the guarantee) is met."""
+        r = run or self.recommended
+        out: list[str] = []
+        if r.guarantee is not None and not r.guarantee.met:
+            out.append(r.guarantee.statement(r.sweep.points))
+        for s in self.shortfalls(r):
+            out.append(
+                f"no setting meets {s.constraint}: the best reachable {s.constraint.metric} "
+                f"is {_fmt(s.best_value)} ({describe_point(s.best)}, caps up to "
+                f"{s.max_k}; the written setting {describe_point(r.written_params)} reaches "
+                f"{_fmt(s.written_value)})"
             )
         return out
 

@@ -15,7 +15,8 @@ Plots (matplotlib, drawn with the Agg canvas, never touching pyplot's global sta
 * ``heatmap.png``: the objective over ``max_k`` x ``relative_threshold``, settings that
   fail a constraint greyed, the chosen one boxed;
 * ``optimal_k.png``: how many queries have each optimal k;
-* ``baseline_vs_guarded.png``: held-out means with their bootstrap intervals.
+* ``baseline_vs_guarded.png``: held-out means with their bootstrap intervals (not
+  drawn when the choice is the baseline itself).
 
 Plots need the ``report`` extra (matplotlib). Without it the report is still written,
 Markdown and HTML, with every table and a note saying how to get the plots.
@@ -38,14 +39,18 @@ import numpy as np
 
 from ragguard._optional import install_hint, require
 from ragguard.calibration.calibrate import (
+    EVIDENCE,
+    SMALL_SET,
     CalibrationResult,
+    Comparison,
+    GuaranteeResult,
     Interval,
     RunCalibration,
     check_output_path,
     staging_folder,
 )
-from ragguard.calibration.metrics import safety_band
-from ragguard.calibration.pipeline import TwoStageCalibration
+from ragguard.calibration.metrics import compute, safety_band
+from ragguard.calibration.pipeline import TwoStageCalibration, describe_rerank_point
 from ragguard.calibration.sweep import (
     PASSAGES,
     choose,
@@ -441,6 +446,13 @@ def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
     cons = " and ".join(str(c) for c in res.constraints) or "none"
     goal = "minimise" if lower_is_better(res.objective) else "maximise"
     r = res.recommended
+    w = r.written_params
+    how = (
+        f"recall guarantee `recall>={res.target:g}` at {res.confidence:.0%} confidence "
+        f"(the objective is reported, not optimised)"
+        if res.target is not None
+        else f"{goal} mean `{res.objective}`"
+    )
     blocks: list[Block] = [
         Bullets(
             (
@@ -450,7 +462,7 @@ def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
                 f"{res.profile.distractor_score_ratio:g}, hard negative "
                 f"{res.profile.hard_negative_penalty:g}, known distractor "
                 f"{res.profile.known_distractor_penalty:g})",
-                f"objective: {goal} mean `{res.objective}`; constraints: {cons}",
+                f"objective: {how}; constraints: {cons}",
                 f"queries: {res.calibration_rows.size} to choose on, {res.heldout_rows.size} "
                 f"held out (holdout {res.holdout:g}, seed {res.seed})",
                 f"data sha256: `{res.data_sha256}`",
@@ -459,33 +471,272 @@ def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
         ),
         Heading(1, "Recommendation"),
         Para(
-            f"**Run `{r.name}`: {describe_point(r.chosen_params)}** "
-            f"(`max_k = {r.chosen_params.max_k}`, `relative_threshold = "
-            f'{r.chosen_params.relative_threshold:g}`, `cut = "{r.chosen_params.cut.value}"`, '
+            f"**Run `{r.name}`: {describe_point(w)}** "
+            f"(`max_k = {w.max_k}`, `relative_threshold = "
+            f'{w.relative_threshold:g}`, `cut = "{w.cut.value}"`, '
             f'`score_kind = "{r.score_kind.value if r.score_kind else "none"}"`).'
         ),
+        Para(_written_note(res, r) + _rerank_note(res, r)),
         Para(f"Why: {res.why()}."),
     ]
-    if not r.feasible:
+    blocks += _small_set(res, r)
+    if config_path and res.stopped is None:
+        line = f'Config: `{config_path}`; load it with `ContextGuard.from_file("{config_path}")`.'
+        if res.unmet(r):
+            line = (
+                f"Config: `{config_path}` is written only with `--allow-unmet` "
+                "(`allow_unmet=True`), the shortfall recorded in its provenance (see below)."
+            )
+        blocks.append(Para(line))
+    return blocks + _unmet(res, r)
+
+
+def _written_note(res: CalibrationResult, r: RunCalibration) -> str:
+    """What the config holds: the refit on all queries, a fallback to plain top-k, or
+    nothing (stopped); and which setting the held-out check tests."""
+    n_all, n_cal = len(res.qids), res.calibration_rows.size
+    w, c = describe_point(r.written_params), describe_point(r.chosen_params)
+    if res.stopped is not None:
+        return (
+            f"**No config is written** (`on_worse='stop'`): {r.fallback}. Plain top-k "
+            f"refitted on all {n_all} queries would be {w}."
+        )
+    if r.fallback is not None:
+        return (
+            f"**Fallback to plain top-k:** {r.fallback}. The config therefore holds plain "
+            f"top-k, refitted on all {n_all} queries: **{w}** (the choice on the {n_cal} "
+            f"calibration queries was {c})."
+        )
+    if r.guarantee is not None and not r.guarantee.met:
+        return (
+            f"No setting carries the guarantee on all {n_all} queries: the largest context "
+            f"stands in ({w}); the config is written only with `--allow-unmet` (see "
+            "Constraints not met)."
+        )
+    refit = (
+        "the guarantee re-certified on all"
+        if r.guarantee is not None
+        else "the chosen rule family refitted on all"
+    )
+    if r.written_params == r.chosen_params:
+        return (
+            f"This is the setting the config holds: {refit} {n_all} queries, which gives "
+            f"the same setting as the choice on the {n_cal} calibration queries alone (the "
+            "one the held-out check below tests)."
+        )
+    return (
+        f"This is the setting the config holds: {refit} {n_all} queries. On the {n_cal} "
+        f"calibration queries alone the choice was **{c}**; that calibration-only choice "
+        f"is what the held-out check below tests (the refit has seen every query)."
+    )
+
+
+def _rerank_note(res: CalibrationResult, r: RunCalibration) -> str:
+    two = res.rerank
+    if two is None or two.run != r.name:
+        return ""
+    if two.fallback is not None:
+        return " The rerank stage is left off: it was worse on held-out queries (see Two stages)."
+    return f" With the reranker, the config holds **{two.describe()}** (see Two stages)."
+
+
+def _small_set(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+    n = len(res.qids)
+    if n >= SMALL_SET:
+        return []
+    c, obj = r.comparison, res.objective
+    text = f"**Small eval set:** {n} labelled queries ({SMALL_SET} or more advised)."
+    if obj in c.metrics and c.n_queries:
+        iv = c.guarded[obj]
+        text += (
+            f" The {round(c.level * 100)}% interval of mean `{obj}` on the {c.n_queries} "
+            f"{c.split} queries is {format_number(iv.high - iv.low)} wide "
+            f"([{format_number(iv.low)}, {format_number(iv.high)}]), so differences "
+            "smaller than that cannot be told from noise."
+        )
+    return [Para(text)]
+
+
+def _unmet(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+    """The constraints (and the guarantee) the written setting misses, with the best
+    reachable value and the setting that reaches it."""
+    short = res.shortfalls(r)
+    g = r.guarantee
+    if not short and (g is None or g.met):
+        return []
+    blocks: list[Block] = [Heading(1, "Constraints not met")]
+    if short:
         blocks.append(
             Para(
-                "**No setting met the constraints** on this run; the one closest to "
-                "them was chosen. Lower the constraint or improve retrieval."
+                f"Over all {len(res.qids)} queries, with caps up to {short[0].max_k} "
+                "passages: the best value any setting reaches, and the setting that "
+                "reaches it."
             )
         )
-    if config_path:
+        rows = tuple(
+            (
+                str(s.constraint),
+                format_number(s.best_value),
+                describe_point(s.best),
+                f"{describe_point(r.written_params)}: {format_number(s.written_value)}",
+            )
+            for s in short
+        )
         blocks.append(
-            Para(
-                f'Config: `{config_path}`; load it with `ContextGuard.from_file("{config_path}")`.'
+            Table(
+                ("constraint", "best reachable", "reached by", "written setting"),
+                rows,
+                (False, True, False, False),
             )
         )
+    if g is not None and not g.met:
+        blocks.append(Para(f"Guarantee: {g.statement(r.sweep.points)}."))
+    blocks.append(
+        Para(
+            "Lower the floor, raise `--max-k`, or improve retrieval; `--allow-unmet` "
+            "(`allow_unmet=True`) writes the config anyway with the shortfall recorded."
+        )
+    )
     return blocks
+
+
+def _selection(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+    """The cross-validated choice of rule family, with each family's CV mean and
+    standard error and the one-standard-error rule."""
+    s = r.selection
+    if s is None:
+        return []
+    obj = res.objective
+    n_cal = res.calibration_rows.size
+    b, c = s.best, s.chosen
+    if s.folds:
+        intro = (
+            f"The {n_cal} calibration queries were split into **{s.folds} folds** (seed "
+            f"{res.seed}). For each fold, each rule family's best setting was chosen on the "
+            f"other folds and scored on the fold left out: a family's cross-validated "
+            f"`{obj}` is the mean of its {s.folds} fold scores, its standard error their "
+            f"standard deviation over the square root of {s.folds}. Among the families "
+            "that meet the constraints (all, ranked by violation, when none does) the "
+            "simplest within one standard error of the best wins: plain top-k first, then "
+            "one rule."
+        )
+    else:
+        intro = (
+            f"Too few calibration queries ({n_cal}) to cross-validate: each family is "
+            f"scored by its best setting's mean `{obj}` on all of them, and the simplest "
+            "of the best wins."
+        )
+    sign = -1.0 if lower_is_better(obj) else 1.0
+    bar = s.cv_mean[b] - sign * (s.cv_se[b] if s.folds else 0.0)
+    rows = []
+    for j, (_, name) in enumerate(s.families):
+        role = []
+        if j == b:
+            role.append("best")
+        if j == c:
+            role.append("**chosen**")
+        rows.append(
+            (
+                name,
+                format_number(s.cv_mean[j]),
+                format_number(s.cv_se[j]) if s.folds else "n/a",
+                "yes" if s.cv_feasible[j] else "no",
+                ", ".join(role),
+            )
+        )
+    word = "at least" if sign > 0 else "at most"
+    closing = (
+        f"Best: {s.families[b][1]} ({format_number(s.cv_mean[b])} +/- "
+        f"{format_number(s.cv_se[b])}); within one standard error means a cross-validated "
+        f"`{obj}` of {word} {format_number(bar)}. Chosen: **{s.family}**; its best setting "
+        f"on the calibration queries is {describe_point(r.chosen_params)}, refitted on all "
+        f"{len(res.qids)} queries {describe_point(r.written_params)}."
+    )
+    if r.fallback is not None:
+        closing += " The held-out check overruled it (see the fallback above)."
+    return [
+        Heading(1, "Choosing the rule family: cross-validation"),
+        Para(intro),
+        Table(
+            ("rule family", f"CV mean {obj}", "standard error", "meets constraints", ""),
+            tuple(rows),
+            (False, True, True, False, False),
+        ),
+        Para(closing),
+    ]
+
+
+METHOD = (
+    "Learn-then-Test (Angelopoulos, Bates, Candès, Jordan, Lei, *Learn then Test: "
+    "Calibrating Predictive Algorithms to Achieve Risk Control*, 2021, arXiv:2110.01052) "
+    "with Hoeffding-Bentkus p-values (Bates, Angelopoulos, Lei, Malik, Jordan, "
+    "*Distribution-free, Risk-controlling Prediction Sets*, 2021)"
+)
+ASSUMPTIONS = (
+    "new queries are exchangeable with the calibration queries (drawn from the same "
+    "distribution of queries, over the same corpus and retriever; a shift voids the "
+    "guarantee); the per-query loss, 1 - evidence recall, is bounded in [0, 1]; queries "
+    "whose candidates hold no evidence are left out; the guarantee is on the mean over "
+    "new queries, not on every query"
+)
+
+
+def _guarantee(
+    g: GuaranteeResult,
+    describe: Any,
+    n_queries: int,
+    passages: float,
+    heading: tuple[int, str] = (1, "Recall guarantee"),
+) -> list[Block]:
+    """The guarantee: target, confidence, method, assumptions, the certified bound and
+    context, and the empirical recall on held-out queries. ``describe(i)`` names the
+    point ``i``; ``passages`` is the written setting's mean context on all queries."""
+    pct = f"{g.confidence:.0%}"
+    m = len(g.paths)
+    delta = (1.0 - g.confidence) / max(1, m)
+    items = [
+        f"target: mean evidence recall >= {g.target:g} on new queries, with confidence "
+        f"{pct} (the probability, over the draw of the queries, that it holds)",
+        f"method: {METHOD}: along each of {m} fixed sequence(s) of settings "
+        f"({'; '.join(f'`{x}`' for x in g.paths)}), largest context first, the null 'mean loss > "
+        f"{1 - g.target:g}' is tested at level {delta:.4g} (Bonferroni over the sequences) "
+        "until the first one not rejected; the smallest certified context wins",
+        f"assumptions: {ASSUMPTIONS} ({g.n_all} of {n_queries} queries have evidence)",
+    ]
+    if g.written is not None:
+        items.append(
+            f"certified on all {g.n_all} queries with evidence: **{describe(g.written)}**, "
+            f"mean evidence recall >= {format_number(g.recall_bound)} (certified lower "
+            f"bound), keeping {format_number(passages, 2)} passages on average"
+        )
+    else:
+        items.append(
+            f"**not met**: no setting is certified; the most that can be guaranteed at "
+            f"{pct} confidence is {format_number(g.best_bound)} ({describe(g.best_point)})"
+        )
+    if g.point is None:
+        items.append(
+            f"on the {g.n_calibration} calibration queries with evidence alone no setting "
+            "is certified, so there is no held-out check"
+        )
+    elif g.heldout_queries:
+        ok = "meets" if g.heldout_recall >= g.target else "falls short of"
+        items.append(
+            f"held-out check: the setting certified on the {g.n_calibration} calibration "
+            f"queries alone, {describe(g.point)}, reaches mean evidence recall "
+            f"**{format_number(g.heldout_recall)}** on the {g.heldout_queries} held-out "
+            f"queries with evidence ({ok} the target {g.target:g})"
+        )
+    else:
+        items.append("no queries with evidence were held out: no empirical check")
+    return [Heading(*heading), Bullets(tuple(items))]
 
 
 def _runs_table(res: CalibrationResult) -> list[Block]:
     obj = res.objective
-    header = ("run", "chosen", obj, "recall", "distractor rate", "passages", "best top-k",
-              f"top-k {obj}", "constraints met")  # fmt: skip
+    header = ("run", "chosen", obj, "evidence recall", "recall (all judged)", "distractor rate",
+              "passages", "best top-k", f"top-k {obj}", "constraints met",
+              "written (all queries)")  # fmt: skip
     rows = []
     for r in res.runs:
         s = r.sweep
@@ -494,36 +745,77 @@ def _runs_table(res: CalibrationResult) -> list[Block]:
                 f"`{r.name}`" + (" (recommended)" if r is res.recommended else ""),
                 describe_point(r.chosen_params),
                 format_number(s.mean(r.chosen, obj)),
+                format_number(s.mean(r.chosen, EVIDENCE)),
                 format_number(s.mean(r.chosen, "recall")),
                 format_number(s.mean(r.chosen, "distractor_rate")),
                 format_number(s.mean(r.chosen, PASSAGES), 2),
                 describe_point(r.baseline_params),
                 format_number(s.mean(r.baseline, obj)),
                 "yes" if r.feasible else "**no**",
+                describe_point(r.written_params) + ("" if r.written_feasible else " (**unmet**)"),
             )
         )
     return [
         Heading(1, "Runs side by side"),
         Para(
             f"Each run's best setting on the {res.calibration_rows.size} calibration queries, "
-            "next to its best plain top-k (the baseline)."
+            "next to its best plain top-k (the baseline), and the setting its config would "
+            f"hold (refitted on all {len(res.qids)} queries)."
         ),
-        Table(header, tuple(rows), (False, False, *([True] * 6), False)),
+        Table(header, tuple(rows), (False, False, *([True] * 7), False, False)),
+    ]
+
+
+def _ceiling(r: RunCalibration, c: Comparison) -> list[Block]:
+    """Evidence recall next to classic recall, the retriever's ceiling."""
+    if EVIDENCE not in c.metrics or "recall" not in c.metrics or not c.n_queries:
+        return []
+    every = compute(r.arrays, "recall")[c.rows]
+    ceiling = float(np.nanmean(every)) if not np.isnan(every).all() else math.nan
+    return [
+        Para(
+            "`evidence_recall` counts the relevant passages **among the retrieved "
+            "candidates**: the recall a guard controls (keeping every candidate reaches "
+            "1). `recall` counts every judged-relevant document, retrieved or not: it is "
+            "bounded by the **retriever's ceiling**, which no cut can raise; keeping every "
+            f"candidate gives recall {format_number(ceiling)} on these {c.n_queries} queries."
+        )
     ]
 
 
 def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> list[Block]:
     c = r.comparison
     pct = round(c.level * 100)
-    intro = (
-        f"On the {c.n_queries} held-out queries (never used to choose), with {pct}% "
-        f"percentile bootstrap intervals ({c.n_bootstrap} paired resamples). A difference "
-        "whose interval excludes 0 is called better or worse; otherwise the data cannot "
-        "tell them apart."
+    where = (
+        f"On the {c.n_queries} held-out queries (never used to choose)"
         if c.split == "held-out"
         else f"No queries were held out (holdout 0): this is **in-sample** on all "
-        f"{c.n_queries} queries, so it overstates the gain. {pct}% bootstrap intervals."
+        f"{c.n_queries} queries, so it overstates any gain"
     )
+    if r.chosen_is_baseline:
+        only = tuple((m, _iv(c.guarded[m])) for m in c.metrics)
+        return [
+            Heading(1, "Baseline vs guarded"),
+            Para(
+                f"The choice is plain {describe_point(r.chosen_params)}, **the baseline "
+                "itself**: there is nothing to compare it with, so no baseline-vs-guarded "
+                f"verdict is given. {where}, with {pct}% percentile bootstrap intervals, "
+                "it reaches:"
+            ),
+            Table(("metric", describe_point(r.chosen_params)), only, (False, True)),
+            *_ceiling(r, c),
+        ]
+    intro = (
+        f"{where}, with {pct}% percentile bootstrap intervals ({c.n_bootstrap} paired "
+        "resamples). A difference whose interval excludes 0 is called better or worse; "
+        "otherwise the data cannot tell them apart."
+    )
+    if r.written_params != r.chosen_params and r.fallback is None:
+        intro += (
+            f" The guarded setting here is the calibration-only choice; the written "
+            f"setting ({describe_point(r.written_params)}) was refitted on all queries, "
+            "these included."
+        )
     rows = []
     for m in c.metrics:
         rows.append(
@@ -550,6 +842,18 @@ def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
             (False, True, True, True, False),
         ),
     ]
+    blocks += _ceiling(r, c)
+    if r.fallback is not None:
+        blocks.append(
+            Para(
+                f"**Worse than plain top-k:** {r.fallback}; "
+                + (
+                    "nothing is written (`on_worse='stop'`)."
+                    if res.stopped is not None
+                    else f"plain top-k is written instead ({describe_point(r.written_params)})."
+                )
+            )
+        )
     if "distractor_rate" in c.metrics and c.n_queries:
         b = safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0))
         g = safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0))
@@ -561,9 +865,12 @@ def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
     return blocks
 
 
-def _two_stage(two: TwoStageCalibration, objective: str, fig: Figure | None) -> list[Block]:
+def _two_stage(
+    two: TwoStageCalibration, objective: str, fig: Figure | None, retrieval: str
+) -> list[Block]:
     """Plain top-k, the best retrieval-only setting and the two-stage choice on the
-    held-out queries, with the probability map's calibration before and after."""
+    held-out queries, with the probability map's calibration before and after, and the
+    fallback to ``retrieval`` (the written retrieval-only setting) when it was worse."""
     a, b = two.vs_retrieval, two.vs_top_k
     pct = round(a.level * 100)
     s = two.scores
@@ -588,7 +895,10 @@ def _two_stage(two: TwoStageCalibration, objective: str, fig: Figure | None) -> 
             f"{two.top_n} candidates of run {two.run} ({s.n_computed} pairs scored, "
             f"{s.n_cached} from the cache). Its scores were mapped to p(relevant) by "
             f"{two.probability_map.describe()}, fitted on {two.n_pairs_fit} pairs of the "
-            f"calibration queries. Chosen: {two.describe()}."
+            f"calibration queries. Chosen on the calibration queries: "
+            f"{two.describe_chosen()} (the setting the table below checks); refitted on "
+            f"all queries: **{two.describe()}**"
+            + (f"; {two.selection.describe()}." if two.selection is not None else ".")
         ),
         Para(
             f"On the {a.n_queries} {a.split} queries, with {pct}% paired bootstrap "
@@ -634,6 +944,25 @@ def _two_stage(two: TwoStageCalibration, objective: str, fig: Figure | None) -> 
     )
     if objective in a.metrics:
         blocks.append(Para(f"Two-stage vs retrieval-only on {objective}: {a.verdict(objective)}."))
+    if two.fallback is not None:
+        blocks.append(
+            Para(
+                f"**Fallback: the rerank stage is left off.** {two.fallback[0].upper()}"
+                f"{two.fallback[1:]}; it holds run {two.run}'s retrieval-only setting, "
+                f"{retrieval}."
+            )
+        )
+    if two.guarantee is not None:
+        g = two.guarantee
+        kept = two.sweep.kept  # (points, queries): passages kept on every query
+        passages = float(np.mean(kept[g.written])) if g.written is not None else math.nan
+        blocks += _guarantee(
+            g,
+            lambda i: describe_rerank_point(*two.points[i]),
+            int(kept.shape[1]),
+            passages,
+            heading=(2, "Recall guarantee with the reranker"),
+        )
     if fig is not None:
         blocks.append(fig)
     return blocks
@@ -737,7 +1066,7 @@ def _optimal(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
 
 
 def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure]) -> list[Block]:
-    grid = res.grid
+    grid = r.grid or res.grid  # the run's grid: its caps may have grown
     rules = [describe_point(p) for p in r.sweep.points if p.cut is not CutRule.NONE]
     blocks: list[Block] = [
         Heading(1, "How utility and the objective change with k"),
@@ -775,6 +1104,7 @@ def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure])
                     key,
                     describe_point(r.sweep.points[i]) + ("" if ok else " (fails constraints)"),
                     format_number(r.sweep.mean(i, obj)),
+                    format_number(r.sweep.mean(i, EVIDENCE)),
                     format_number(r.sweep.mean(i, "recall")),
                 )
             )
@@ -785,7 +1115,11 @@ def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure])
             )
         )
         blocks.append(
-            Table(("rule", "best setting", obj, "recall"), tuple(rows), (False, False, True, True))
+            Table(
+                ("rule", "best setting", obj, "evidence recall", "recall (all judged)"),
+                tuple(rows),
+                (False, False, True, True, True),
+            )
         )
     return blocks
 
@@ -827,7 +1161,8 @@ def build_report(
                 _plot_optimal_k(mpl, res, r),
             )
         )
-        bvg = _plot_baseline_vs_guarded(mpl, res, r)
+        # nothing to compare when the choice is the baseline itself
+        bvg = None if r.chosen_is_baseline else _plot_baseline_vs_guarded(mpl, res, r)
         if bvg is not None:
             figs.append(
                 Figure(
@@ -850,14 +1185,28 @@ def build_report(
     blocks: list[Block] = _header(res, config_path)
     if mpl is None:
         blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
+    if r.guarantee is not None:
+        full = r.full if r.full is not None else r.sweep
+        g = r.guarantee
+        passages = full.mean(g.written, PASSAGES) if g.written is not None else math.nan
+        blocks += _guarantee(
+            g, lambda i: describe_point(r.sweep.points[i]), len(res.qids), passages
+        )
+    blocks += _selection(res, r)
     blocks += _heldout(res, r, by_name.get("baseline_vs_guarded.png"))
     if res.rerank is not None:
-        blocks += _two_stage(res.rerank, res.objective, by_name.get("reliability.png"))
+        blocks += _two_stage(
+            res.rerank,
+            res.objective,
+            by_name.get("reliability.png"),
+            describe_point(res.run(res.rerank.run).written_params),
+        )
     if len(res.runs) > 1:
         blocks += _runs_table(res)
     blocks += _grid_section(res, r, figs)
     blocks += _optimal(res, r, by_name.get("optimal_k.png"))
-    blocks += _examples(res, r)
+    if not r.chosen_is_baseline:
+        blocks += _examples(res, r)
     blocks += [
         Heading(1, "How this was computed"),
         Bullets(
@@ -871,7 +1220,12 @@ def build_report(
                 "context (UDCG: sigmoid of mean positive utility plus 1/3 of mean negative "
                 "utility; utility: the sum of utilities).",
                 "The setting and the baseline (plain top-k, the best fixed k under the same "
-                "objective and constraints) were both chosen on the calibration queries only.",
+                "objective and constraints) were both chosen on the calibration queries only, "
+                "and compared on the held-out queries; the config holds the choice refitted "
+                "on all queries (plain top-k when the held-out check found the choice worse).",
+                "Evidence recall counts relevant passages among the candidates (what a guard "
+                "can keep); recall counts every judged-relevant document (the retriever's "
+                "ceiling).",
             )
         ),
     ]
