@@ -394,6 +394,9 @@ class CalibrationResult:
     files: Mapping[str, str] = field(default_factory=dict)
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
     rerank: TwoStageCalibration | None = None
+    stage_settings: Mapping[str, Any] = field(default_factory=dict)
+    """Config fields of the stages after the cut every setting ran with (max_tokens,
+    token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.stages`)."""
 
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
@@ -444,6 +447,7 @@ class CalibrationResult:
         ):
             fields = self.profile.model_dump(exclude={"name"})
             settings["profiles"] = {self.profile.name: ProfileSpec(base="support", **fields)}
+        settings.update(self.stage_settings)
         settings["provenance"] = self.provenance(r)
         two = self.rerank
         if two is not None and r.name == two.run:
@@ -667,6 +671,9 @@ def calibrate(
     passages: Mapping[str, str] | None = None,
     cache_dir: str | os.PathLike[str] | bool | None = True,
     on_rerank_query: Any = None,
+    max_tokens: int | None = None,
+    token_counter: str = "chars:4",
+    near_duplicate_threshold: float | None = None,
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries.
 
@@ -705,6 +712,11 @@ def calibrate(
         passages: more passage texts, ``{passage id: text}``.
         cache_dir: the rerank score cache (``True``: the default folder; ``None``: off).
         on_rerank_query: progress callback ``(queries done, queries)`` while scoring.
+        max_tokens: sweep every setting with this token budget applied after the cut
+            (texts from the eval set, a ``corpus.jsonl`` beside it, ``corpus`` and
+            ``passages``), so the choice respects it; the config carries it.
+        token_counter: how ``max_tokens`` counts (:mod:`ragguard.tokens`).
+        near_duplicate_threshold: sweep every setting with near-duplicate control on.
 
     Raises:
         EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
@@ -747,7 +759,20 @@ def calibrate(
 
     qids = evalset.qids
     calib_rows, held_rows = split_queries(len(qids), holdout, seed)
+    from ragguard.calibration.stages import passage_stages
+
+    stages = passage_stages(
+        evalset, max_tokens=max_tokens, token_counter_spec=token_counter,
+        near_duplicate_threshold=near_duplicate_threshold, corpus=corpus, passages=passages,
+    )  # fmt: skip
+    if stages is not None and (reranker is not None or rerank_scores is not None):
+        raise ConfigError(
+            "max_tokens / near_duplicate_threshold cannot be calibrated with a rerank stage "
+            "yet; calibrate without --rerank, or set them in the config by hand"
+        )
     all_points = grid.points()
+    if stages is not None:  # every setting with the stages after the cut
+        all_points = tuple(stages.params(p) for p in all_points)
     top_k_points = tuple(p for p in all_points if is_plain_top_k(p))
 
     results: list[RunCalibration] = []
@@ -757,7 +782,9 @@ def calibrate(
         points = all_points if arrays.score_kind is not None else top_k_points
         if arrays.score_kind is None:
             logger.warning("run %r has no scores: only plain top-k settings apply", name)
-        kernel = SweepKernel(arrays, wanted, max(p.max_k for p in points))
+        width = max(p.max_k for p in points)
+        run_stages = None if stages is None else stages.for_run(arrays, width)
+        kernel = SweepKernel(arrays, wanted, width, stages=run_stages)
         result = sweep(kernel, points, wanted, rows=calib_rows)
         chosen, feasible = choose(result, objective, cons)
         top_idx = [i for i, p in enumerate(points) if is_plain_top_k(p)]
@@ -836,6 +863,7 @@ def calibrate(
         data_sha256=data_fingerprint(evalset, names),
         files=_file_hashes(evalset, names),
         rerank=two_stage,
+        stage_settings={} if stages is None else stages.config_settings(),
     )
 
 
