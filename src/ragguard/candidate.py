@@ -273,7 +273,7 @@ class Selection:
             out.append(
                 Decision(
                     self.candidates[i], False, rank, i, None, Reason.DUPLICATE_ID,
-                    f"duplicate of id {kept_id!r} at input position {first}", detail,
+                    f"duplicate of id {kept_id!r} at input position {first}", detail, first,
                 )
             )  # fmt: skip
             rank += 1
