@@ -13,8 +13,8 @@ import pytest
 from ragguard import Candidate, ContextGuard, GuardConfig, Reason
 from ragguard.errors import ConfigError, MissingDependencyError
 from ragguard.stages import jaccard, shingles
-from ragguard.tokens import token_counter
 from ragguard.testing import FakeReranker
+from ragguard.tokens import token_counter
 
 
 def cands(*rows: tuple[str, str, float]) -> list[Candidate]:
@@ -34,9 +34,7 @@ def test_budget_skips_a_passage_that_does_not_fit_and_fills_with_later_ones() ->
     # c (5), d (6)
     sel = guard(max_tokens=6).select(
         "q",
-        cands(
-            ("a", "x" * 8, 0.9), ("b", "y" * 40, 0.8), ("c", "z" * 12, 0.7), ("d", "w" * 3, 0.6)
-        ),  # fmt: skip
+        cands(("a", "x" * 8, 0.9), ("b", "y" * 40, 0.8), ("c", "z" * 12, 0.7), ("d", "w" * 3, 0.6)),
     )
     assert [c.id for c in sel.kept] == ["a", "c", "d"]
     (b,) = sel.dropped
@@ -151,7 +149,8 @@ def test_malformed_counter_is_a_config_error(spec: str) -> None:
 
 
 def test_tiktoken_counter_uses_a_real_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    tiktoken = pytest.importorskip("tiktoken")
+    pytest.importorskip("tiktoken")
+    import tiktoken
     import tiktoken.registry
 
     ranks = {bytes([i]): i for i in range(256)}
