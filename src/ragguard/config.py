@@ -67,6 +67,7 @@ __all__ = [
     "InvalidScorePolicy",
     "RerankConfig",
     "RerankFailure",
+    "config_json_schema",
     "load_toml",
     "profile_utility_cut",
 ]
@@ -488,6 +489,21 @@ class GuardConfig(BaseSettings):
                 profile_utility_cut(self._profile) if rerank.expected_utility else None
             ),
         )
+
+
+SCHEMA_ID = "https://example.invalid/ragguard/ragguard.schema.json"
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a ``ragguard.toml`` file: pydantic's schema of
+    :class:`GuardConfig` (``ragguard config schema`` prints it)."""
+    schema = GuardConfig.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        **schema,
+        "title": "ragguard.toml",
+    }
 
 
 def profile_utility_cut(profile: Profile) -> UtilityCut:
