@@ -370,12 +370,19 @@ def test_stage_invariants(rows: list[tuple[float | None, str]], p: PolicyParams)
                 assert not both or len(sets[a] & sets[b]) / len(sets[a] | sets[b]) < (
                     p.near_duplicate_threshold
                 )
-    # a near-duplicate names a kept passage ranked above it, with that passage's id
+    # a near-duplicate names a passage ranked above it, with that passage's id: a kept
+    # one, or one the budget then dropped (the message says which)
+    reasons = {d.index: d.reason for d in sel.dropped}
     for d in sel.dropped:
         if d.reason is Reason.NEAR_DUPLICATE:
-            assert d.duplicate_of in kept
-            assert kept.index(d.duplicate_of) < before.index(d.index)
+            assert d.duplicate_of is not None
+            assert before.index(d.duplicate_of) < before.index(d.index)
             assert repr(cands[d.duplicate_of].id) in d.message
+            if d.duplicate_of in kept:
+                assert "near-duplicate of kept id" in d.message
+            else:
+                assert reasons[d.duplicate_of] is Reason.OVER_TOKEN_BUDGET
+                assert "did not fit in max_tokens either" in d.message
     # a passage over the budget was kept by the cut; turning the stages off keeps it
     for d in sel.dropped:
         if d.reason in (Reason.OVER_TOKEN_BUDGET, Reason.NEAR_DUPLICATE):

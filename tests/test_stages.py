@@ -235,3 +235,16 @@ def test_budget_and_threshold_from_toml_env_and_arguments(
 def test_out_of_range_values_are_config_errors(bad: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         GuardConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_a_near_duplicate_of_a_passage_the_budget_drops_stays_dropped_and_says_so() -> None:
+    long = " ".join(f"word{i}" for i in range(30))  # 30 words, 7 chars each: 60 tokens
+    sel = guard(near_duplicate_threshold=0.8, max_tokens=20).select(
+        "q", cands(("a", long, 0.9), ("b", long + " extra", 0.8), ("c", "short text", 0.7))
+    )
+    assert [c.id for c in sel.kept] == ["c"]
+    dropped = {d.candidate.id: d for d in sel.dropped}
+    assert dropped["a"].reason is Reason.OVER_TOKEN_BUDGET
+    assert dropped["b"].reason is Reason.NEAR_DUPLICATE and dropped["b"].duplicate_of == 0
+    assert dropped["b"].message.startswith("near-duplicate of id 'a' at input position 0")
+    assert dropped["b"].message.endswith("(that passage then did not fit in max_tokens either)")

@@ -230,11 +230,14 @@ class Selection:
         from ragguard.stages import SHINGLE_WORDS
 
         if reason is Reason.NEAR_DUPLICATE:
-            first = int(st.positions[0, int(st.partner[0, j])])
+            col = int(st.partner[0, j])
+            first = int(st.positions[0, col])
+            kept = int(st.reasons[0, col]) == KEPT
             return (
-                f"near-duplicate of kept id {self.candidates[first].id!r} at input position "
-                f"{first}: word {SHINGLE_WORDS}-shingle Jaccard similarity "
+                f"near-duplicate of {'kept ' if kept else ''}id {self.candidates[first].id!r} "
+                f"at input position {first}: word {SHINGLE_WORDS}-shingle Jaccard similarity "
                 f"{float(st.similarity[0, j]):.3g} >= near_duplicate_threshold {st.threshold:g}"
+                + ("" if kept else " (that passage then did not fit in max_tokens either)")
             ), first
         assert st.tokens is not None
         return (

@@ -12,7 +12,9 @@ through these stages, in this order:
    its words; a passage with no word is never a near-duplicate. The shingle sets are
    exact (no MinHash estimate): the stage compares only the kept passages, at most
    ``max_k`` of them. Ids are not looked at here: exact duplicate ids are resolved
-   before the cut (``duplicates``);
+   before the cut (``duplicates``). The passage named is the one the near-duplicate
+   control kept; in the rare case that the token budget then drops it (it does not
+   fit), the near-duplicate stays dropped too and its message says so;
 2. **token budget** (``max_tokens``, off by default): the passages left are filled into
    the budget greedily in rank order: a passage is kept when its tokens fit in what the
    passages kept before it left; a passage that does not fit is dropped with reason
@@ -78,14 +80,14 @@ def shingles(text: str, size: int = SHINGLE_WORDS) -> Shingles:
     words = _WORD.findall(text.lower())
     if len(words) < size:
         return frozenset([tuple(words)]) if words else frozenset()
-    return frozenset(tuple(words[i : i + size]) for i in range(len(words) - size + 1))
+    return frozenset(zip(*(words[i:] for i in range(size)), strict=False))
 
 
 def jaccard(a: Shingles, b: Shingles) -> float:
     """Jaccard similarity of two shingle sets; 0.0 when either is empty."""
     if not a or not b:
         return 0.0
-    inter = len(a & b)
+    inter = len(a & b) if len(a) <= len(b) else len(b & a)
     return inter / (len(a) + len(b) - inter)
 
 
@@ -163,7 +165,12 @@ def near_duplicate_stage(
         kept: list[int] = []
         for j in np.flatnonzero(reasons[q] == KEPT).tolist():
             mine = row_sets[j]
+            n = len(mine)
             for i in kept:
+                m = len(row_sets[i])
+                # Jaccard <= min(n, m) / max(n, m): skip pairs whose sizes rule it out
+                if min(n, m) < threshold * max(n, m):
+                    continue
                 s = jaccard(mine, row_sets[i])
                 if s >= threshold:
                     reasons[q, j], partner[q, j], sim[q, j] = _NEAR, i, s
@@ -188,15 +195,18 @@ def token_budget_stage(
     t = np.asarray(tokens, dtype=np.int64)
     if t.shape != state.positions.shape:
         raise ConfigError(f"tokens must have shape {state.positions.shape}, got {t.shape}")
-    reasons = state.reasons.copy()
-    used = np.zeros(reasons.shape[0], dtype=np.int64)
-    for j in range(reasons.shape[1]):
-        live = reasons[:, j] == KEPT
-        if not live.any():
-            continue
-        fits = used + t[:, j] <= max_tokens
-        reasons[live & ~fits, j] = _OVER
-        used += np.where(live & fits, t[:, j], 0)
+    codes: list[list[int]] = state.reasons.tolist()
+    counts: list[list[int]] = t.tolist()
+    for row, row_tokens in zip(codes, counts, strict=True):  # a few passages per row
+        used = 0
+        for j, code in enumerate(row):
+            if code != KEPT:
+                continue
+            if used + row_tokens[j] <= max_tokens:
+                used += row_tokens[j]
+            else:
+                row[j] = _OVER
+    reasons = np.array(codes, dtype=np.int8).reshape(state.reasons.shape)
     return replace(state, reasons=reasons, tokens=t, max_tokens=max_tokens, counter=counter)
 
 
