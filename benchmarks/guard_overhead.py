@@ -239,7 +239,8 @@ def bench_stages(report: Report, *, repeats: int, warmup: int, seed: int) -> Non
         report.row(
             f"select(), budget + near-dup on, {n:,} candidates",
             on,
-            f"kept {len(sel)}, {by_stage} dropped by the stages, +{on.median_us - off.median_us:.1f} us",
+            f"kept {len(sel)}, {by_stage} dropped by the stages, "
+            f"+{on.median_us - off.median_us:.1f} us",
         )
 
 
