@@ -8,6 +8,7 @@ against an independent expectation.
 from __future__ import annotations
 
 import math
+import re
 
 from ragguard.policy import CutRule, PolicyParams, Reason
 
@@ -87,3 +88,53 @@ def reference_select(
         else:
             dropped[i] = Reason.OVER_MAX_K if p.keep_invalid else Reason.INVALID_SCORE
     return kept, dropped
+
+
+def _shingles(text: str, size: int = 3) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    if len(words) < size:
+        return {tuple(words)} if words else set()
+    return {tuple(words[i : i + size]) for i in range(len(words) - size + 1)}
+
+
+def reference_stages(
+    kept: list[int],
+    texts: list[str],
+    tokens: list[int],
+    threshold: float | None,
+    max_tokens: int | None,
+) -> tuple[list[int], dict[int, Reason], dict[int, int]]:
+    """The stages after the cut, from ragguard.stages' docstring: near-duplicates of a
+    kept, higher-ranked passage (word 3-shingle Jaccard >= threshold), then the budget
+    filled greedily in rank order, skipping what does not fit.
+
+    Returns (still kept, {dropped position: reason}, {near-duplicate: position it repeats}).
+    """
+    dropped: dict[int, Reason] = {}
+    partner: dict[int, int] = {}
+    survivors: list[int] = []
+    for i in kept:
+        mine = _shingles(texts[i])
+        match = None
+        if threshold is not None and mine:
+            for j in survivors:
+                theirs = _shingles(texts[j])
+                if theirs and len(mine & theirs) / len(mine | theirs) >= threshold:
+                    match = j
+                    break
+        if match is None:
+            survivors.append(i)
+        else:
+            dropped[i] = Reason.NEAR_DUPLICATE
+            partner[i] = match
+    if max_tokens is None:
+        return survivors, dropped, partner
+    final: list[int] = []
+    used = 0
+    for i in survivors:
+        if used + tokens[i] <= max_tokens:
+            final.append(i)
+            used += tokens[i]
+        else:
+            dropped[i] = Reason.OVER_TOKEN_BUDGET
+    return final, dropped, partner

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragguard import Candidate, ContextGuard, GuardConfig, Reason
+from ragguard import Candidate, ContextGuard, GuardConfig, Reason, Selection
 from ragguard.policy import (
     KEPT,
     PADDING,
@@ -21,7 +23,8 @@ from ragguard.policy import (
     cut_ranked,
     rank,
 )
-from tests.reference_policy import reference_select
+from ragguard.stages import run_stages, shingles, start_state
+from tests.reference_policy import reference_select, reference_stages
 
 
 def run(scores: list[float | None], **params: object) -> tuple[list[int], dict[int, Reason]]:
@@ -284,3 +287,133 @@ def test_policy_invariants(scores: list[float | None], p: PolicyParams, t2: floa
     n_valid_lo = sum(1 for i in kept_lo if scores[i] is not None and math.isfinite(scores[i]))  # type: ignore[arg-type]
     assert n_valid_hi <= n_valid_lo
     assert kept_hi[:n_valid_hi] == kept_lo[:n_valid_hi]
+
+
+# --- the stages after the cut: near-duplicates, token budget ---------------------------
+
+# a vocabulary of three words: near-duplicates and exact repeats are frequent
+texts = st.lists(st.sampled_from(["a", "b", "c"]), min_size=0, max_size=9).map(" ".join)
+passages = st.lists(st.tuples(score, texts), min_size=0, max_size=12)
+
+
+@st.composite
+def staged_params(draw: st.DrawFn) -> PolicyParams:
+    p = draw(policy_params())
+    return replace(
+        p,
+        near_duplicate_threshold=draw(st.sampled_from([None, 0.3, 0.5, 0.8, 1.0])),
+        max_tokens=draw(st.sampled_from([None, 1, 2, 3, 5, 8])),
+    )
+
+
+def staged_guard(p: PolicyParams) -> ContextGuard:
+    return ContextGuard(
+        GuardConfig(
+            score_kind="similarity", max_k=p.max_k, min_k=p.min_k,
+            relative_threshold=p.relative_threshold, min_score=p.min_score, cut=p.cut,
+            gap_buffer=p.gap_buffer, gap_window=p.gap_window, autocut_jumps=p.autocut_jumps,
+            invalid_scores="keep_last" if p.keep_invalid else "drop",
+            near_duplicate_threshold=p.near_duplicate_threshold, max_tokens=p.max_tokens,
+        )
+    )  # fmt: skip
+
+
+def select_quietly(guard: ContextGuard, cands: list[Candidate]) -> Selection:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # negative similarities warn; not under test here
+        return guard.select("q", cands)
+
+
+@settings(max_examples=300, deadline=None)
+@given(passages, staged_params())
+def test_guard_with_stages_equals_plain_reference(
+    rows: list[tuple[float | None, str]], p: PolicyParams
+) -> None:
+    cands = [Candidate(f"c{i}", t, s) for i, (s, t) in enumerate(rows)]
+    sel = select_quietly(staged_guard(p), cands)
+    cut_kept, cut_dropped = reference_select([s for s, _ in rows], p)
+    tokens = [math.ceil(len(t) / 4) for _, t in rows]  # the default counter, chars:4
+    kept, dropped, partner = reference_stages(
+        cut_kept, [t for _, t in rows], tokens, p.near_duplicate_threshold, p.max_tokens
+    )
+    assert [c.id for c in sel.kept] == [f"c{i}" for i in kept]
+    assert {d.index: d.reason for d in sel.dropped} == {**cut_dropped, **dropped}
+    assert {d.index: d.duplicate_of for d in sel.dropped if d.duplicate_of is not None} == partner
+
+
+@settings(max_examples=300, deadline=None)
+@given(passages, staged_params())
+def test_stage_invariants(rows: list[tuple[float | None, str]], p: PolicyParams) -> None:
+    cands = [Candidate(f"c{i}", t, s) for i, (s, t) in enumerate(rows)]
+    sel = select_quietly(staged_guard(p), cands)
+    plain = select_quietly(
+        staged_guard(replace(p, near_duplicate_threshold=None, max_tokens=None)), cands
+    )
+    kept = [d.index for d in sel.kept_decisions]
+    # nothing lost, nothing twice, every drop has a reason, the cap holds
+    assert sorted(kept + [d.index for d in sel.dropped]) == list(range(len(rows)))
+    assert all(d.reason is not None and d.message for d in sel.dropped)
+    assert len(kept) <= p.max_k
+    # the stages keep a subsequence of what the cut kept, in the same order
+    before = [d.index for d in plain.kept_decisions]
+    assert kept == [i for i in before if i in set(kept)]
+    # ranks: kept first, then the stages' drops, then the cut's, as numbered
+    assert [d.rank for d in sel.decisions] == list(range(len(rows)))
+    # the budget holds; no two kept passages are near-duplicates
+    if p.max_tokens is not None:
+        assert sum(math.ceil(len(rows[i][1]) / 4) for i in kept) <= p.max_tokens
+    if p.near_duplicate_threshold is not None:
+        sets = [shingles(rows[i][1]) for i in kept]
+        for a in range(len(sets)):
+            for b in range(a):
+                both = sets[a] and sets[b]
+                assert not both or len(sets[a] & sets[b]) / len(sets[a] | sets[b]) < (
+                    p.near_duplicate_threshold
+                )
+    # a near-duplicate names a passage ranked above it, with that passage's id: a kept
+    # one, or one the budget then dropped (the message says which)
+    reasons = {d.index: d.reason for d in sel.dropped}
+    for d in sel.dropped:
+        if d.reason is Reason.NEAR_DUPLICATE:
+            assert d.duplicate_of is not None
+            assert before.index(d.duplicate_of) < before.index(d.index)
+            assert repr(cands[d.duplicate_of].id) in d.message
+            if d.duplicate_of in kept:
+                assert "near-duplicate of kept id" in d.message
+            else:
+                assert reasons[d.duplicate_of] is Reason.OVER_TOKEN_BUDGET
+                assert "did not fit in max_tokens either" in d.message
+    # a passage over the budget was kept by the cut; turning the stages off keeps it
+    for d in sel.dropped:
+        if d.reason in (Reason.OVER_TOKEN_BUDGET, Reason.NEAR_DUPLICATE):
+            assert d.index in before
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(passages, min_size=1, max_size=6), staged_params())
+def test_stages_on_many_rows_equal_the_guard_row_by_row(
+    batch: list[list[tuple[float | None, str]]], p: PolicyParams
+) -> None:
+    """The calibration path: the policy on a padded matrix, then run_stages on every
+    row at once == each row alone through ContextGuard.select."""
+    width = max((len(r) for r in batch), default=0)
+    x = np.full((len(batch), width), np.nan)
+    present = np.zeros((len(batch), width), dtype=bool)
+    for q, r in enumerate(batch):
+        x[q, : len(r)] = [math.nan if s is None else s for s, _ in r]
+        present[q, : len(r)] = True
+    matrix = apply_policy(x, np.isfinite(x), p, present)
+    kept_rows = [matrix.kept_positions(q) for q in range(len(batch))]
+    cols = max((len(k) for k in kept_rows), default=0)
+    positions = np.full((len(batch), cols), -1, dtype=np.intp)
+    tokens = np.zeros((len(batch), cols), dtype=np.int64)
+    sets = []
+    for q, k in enumerate(kept_rows):
+        positions[q, : len(k)] = k
+        tokens[q, : len(k)] = [math.ceil(len(batch[q][i][1]) / 4) for i in k]
+        sets.append([shingles(batch[q][i][1]) for i in k])
+    state = run_stages(start_state(positions), p, shingles=sets, tokens=tokens)
+    guard = staged_guard(p)
+    for q, r in enumerate(batch):
+        sel = select_quietly(guard, [Candidate(f"c{i}", t, s) for i, (s, t) in enumerate(r)])
+        assert [c.id for c in sel.kept] == [f"c{i}" for i in state.kept_positions(q)]

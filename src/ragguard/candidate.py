@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from numbers import Real
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
     from ragguard.rerank import RerankOutcome
+    from ragguard.stages import StageState
 
 __all__ = ["Candidate", "Decision", "RerankDetail", "Selection"]
 
@@ -119,6 +120,8 @@ class Decision:
         rerank: the rerank stage's record of it (``None`` when the stage is off); read
             it through :attr:`retrieval_score`, :attr:`rerank_score`,
             :attr:`rerank_raw_score` and :attr:`rerank_reason`.
+        duplicate_of: for a ``duplicate_id`` or ``near_duplicate`` drop, the input
+            position of the kept candidate it repeats; ``None`` otherwise.
     """
 
     candidate: Candidate
@@ -129,6 +132,7 @@ class Decision:
     reason: Reason | None
     message: str
     rerank: RerankDetail | None = None
+    duplicate_of: int | None = None
 
     @property
     def retrieval_score(self) -> float | None:
@@ -176,6 +180,7 @@ class Selection:
         duplicate_of: Mapping[int, int] | None = None,
         warnings: tuple[str, ...] = (),
         rerank: RerankOutcome | None = None,
+        stages: StageState | None = None,
     ) -> None:
         self.query = query
         self.candidates = candidates
@@ -189,10 +194,60 @@ class Selection:
         self._result = result
         self._normalized = normalized
         self._dup_of = dict(duplicate_of or {})
+        self._stages = stages
+        if stages is not None:  # near-duplicates and the token budget, after the cut
+            self.kept = [candidates[i] for i in stages.kept_positions(0)]
 
     @cached_property
     def decisions(self) -> tuple[Decision, ...]:
-        """A decision for every input candidate, in the guard's ranked order."""
+        """A decision for every input candidate, in the guard's ranked order: the kept
+        ones, those the stages after the cut dropped (near-duplicates, token budget),
+        then the rest."""
+        cut = self._cut_decisions()
+        stages = self._stages
+        if stages is None:
+            return cut
+        cols = {int(p): j for j, p in enumerate(stages.positions[0].tolist()) if p >= 0}
+        codes = stages.reasons[0].tolist()
+        kept: list[Decision] = []
+        moved: list[Decision] = []
+        rest: list[Decision] = []
+        for d in cut:
+            j = cols.get(d.index) if d.kept else None
+            if j is None or codes[j] == KEPT:
+                (kept if d.kept else rest).append(d)
+                continue
+            reason = REASON_OF_CODE[codes[j]]
+            message, partner = self._stage_message(stages, j, reason)
+            moved.append(
+                replace(d, kept=False, reason=reason, message=message, duplicate_of=partner)
+            )
+        return tuple(replace(d, rank=n) for n, d in enumerate(kept + moved + rest))
+
+    def _stage_message(self, st: StageState, j: int, reason: Reason) -> tuple[str, int | None]:
+        """Why a stage after the cut dropped column ``j``, and the input position of the
+        passage a near-duplicate repeats."""
+        from ragguard.stages import SHINGLE_WORDS
+
+        if reason is Reason.NEAR_DUPLICATE:
+            col = int(st.partner[0, j])
+            first = int(st.positions[0, col])
+            kept = int(st.reasons[0, col]) == KEPT
+            return (
+                f"near-duplicate of {'kept ' if kept else ''}id {self.candidates[first].id!r} "
+                f"at input position {first}: word {SHINGLE_WORDS}-shingle Jaccard similarity "
+                f"{float(st.similarity[0, j]):.3g} >= near_duplicate_threshold {st.threshold:g}"
+                + ("" if kept else " (that passage then did not fit in max_tokens either)")
+            ), first
+        assert st.tokens is not None
+        return (
+            f"its {int(st.tokens[0, j])} tokens do not fit in max_tokens={st.max_tokens}: "
+            f"the passages kept before it use {st.used_before(0, j)} (token_counter "
+            f"{st.counter!r})"
+        ), None
+
+    def _cut_decisions(self) -> tuple[Decision, ...]:
+        """The decisions of the cut (before the stages after it)."""
         if self.rerank is not None and not self.rerank.failed:
             return self._reranked_decisions(self.rerank)
         out: list[Decision] = []
@@ -221,7 +276,7 @@ class Selection:
             out.append(
                 Decision(
                     self.candidates[i], False, rank, i, None, Reason.DUPLICATE_ID,
-                    f"duplicate of id {kept_id!r} at input position {first}", detail,
+                    f"duplicate of id {kept_id!r} at input position {first}", detail, first,
                 )
             )  # fmt: skip
             rank += 1

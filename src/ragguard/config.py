@@ -58,6 +58,7 @@ from ragguard.policy import CutRule, PolicyParams, UtilityCut
 from ragguard.probability import ProbabilityMap
 from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
+from ragguard.tokens import DEFAULT_TOKEN_COUNTER, check_counter_spec
 
 __all__ = [
     "BeyondTopN",
@@ -66,6 +67,7 @@ __all__ = [
     "InvalidScorePolicy",
     "RerankConfig",
     "RerankFailure",
+    "config_json_schema",
     "load_toml",
     "profile_utility_cut",
 ]
@@ -314,6 +316,21 @@ class GuardConfig(BaseSettings):
         description="Repeated ids: keep_best, keep_first, keep_all or raise.",
     )
     rrf_k: int = Field(default=60, ge=0, description="The k of reciprocal rank fusion scores.")
+    near_duplicate_threshold: float | None = Field(
+        default=None, gt=0.0, le=1.0,
+        description="Drop a kept passage whose word 3-shingle Jaccard similarity with a "
+        "kept, higher-ranked passage is >= this; None turns it off.",
+    )  # fmt: skip
+    max_tokens: int | None = Field(
+        default=None, ge=1,
+        description="Token budget of the kept passages, filled in rank order (a passage "
+        "that does not fit is skipped); None turns it off.",
+    )  # fmt: skip
+    token_counter: str = Field(
+        default=DEFAULT_TOKEN_COUNTER,
+        description="How max_tokens counts: chars:<characters per token>, "
+        "tiktoken:<encoding> or hf:<tokenizer name or path>.",
+    )
     profiles: dict[str, ProfileSpec] = Field(
         default_factory=dict, description="Custom profiles, by name."
     )
@@ -371,6 +388,14 @@ class GuardConfig(BaseSettings):
     @classmethod
     def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         return reject_bool_for_numbers(cls, value, info)
+
+    @field_validator("token_counter")
+    @classmethod
+    def _counter_syntax(cls, value: str) -> str:
+        try:
+            return check_counter_spec(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
     def _apply_profile(self) -> GuardConfig:
@@ -448,6 +473,8 @@ class GuardConfig(BaseSettings):
             autocut_jumps=self.autocut_jumps,
             keep_invalid=self.invalid_scores is InvalidScorePolicy.KEEP_LAST,
             score_rules=score_rules,
+            near_duplicate_threshold=self.near_duplicate_threshold,
+            max_tokens=self.max_tokens,
         )
 
     def rerank_policy_params(self) -> PolicyParams:
@@ -464,6 +491,21 @@ class GuardConfig(BaseSettings):
                 profile_utility_cut(self._profile) if rerank.expected_utility else None
             ),
         )
+
+
+SCHEMA_ID = "https://example.invalid/ragguard/ragguard.schema.json"
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a ``ragguard.toml`` file: pydantic's schema of
+    :class:`GuardConfig` (``ragguard config schema`` prints it)."""
+    schema = GuardConfig.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        **schema,
+        "title": "ragguard.toml",
+    }
 
 
 def profile_utility_cut(profile: Profile) -> UtilityCut:

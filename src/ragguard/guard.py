@@ -51,6 +51,8 @@ from ragguard.rerank import (
     rerank_issue_message,
 )
 from ragguard.scores import Normalized, ScoreIssue, ScoreKind, issue_message, normalize
+from ragguard.stages import StageState, run_stages, shingles, start_state
+from ragguard.tokens import TokenCounter, token_counter
 
 __all__ = ["ContextGuard"]
 
@@ -140,6 +142,9 @@ class ContextGuard:
         self._lock = threading.Lock()
         self._stage: RerankStage | None = None
         self._reranked_params: PolicyParams = self.config.rerank_policy_params()
+        self._counter: TokenCounter | None = None
+        if self.config.max_tokens is not None:  # load the tokenizer now, not on a query
+            self._counter = token_counter(self.config.token_counter)
         if self.config.rerank.enabled:
             self._stage = RerankStage(self.config.rerank, reranker)
         elif reranker is not None and self.config.source_of("rerank") == "default":
@@ -389,8 +394,28 @@ class ContextGuard:
             duplicate_of=step.duplicate_of,
             warnings=tuple(messages),
             rerank=rerank,
+            stages=self._stages(step.cands, result.kept_positions(0), params),
         )
         return self._finish(selection)
+
+    def _stages(
+        self, cands: tuple[Candidate, ...], kept: list[int], params: PolicyParams
+    ) -> StageState | None:
+        """The stages after the cut (near-duplicates, token budget; :mod:`ragguard.stages`)
+        on the kept candidates; ``None`` when both are off."""
+        if not params.uses_stages or not kept:
+            return None
+        texts = [cands[i].text for i in kept]
+        sets = None
+        if params.near_duplicate_threshold is not None:
+            sets = [[shingles(t) for t in texts]]
+        tokens = None
+        if self._counter is not None:
+            tokens = np.array([self._counter.count(texts)], dtype=np.int64)
+        counter = self._counter.spec if self._counter is not None else ""
+        return run_stages(
+            start_state(np.array([kept])), params, shingles=sets, tokens=tokens, counter=counter
+        )
 
     def _rerank_plan(
         self, norm: Normalized, present: NDArray[np.bool_] | None
@@ -469,6 +494,7 @@ class ContextGuard:
             duplicate_of=step.duplicate_of,
             warnings=tuple(message for _, message, _ in issues),
             rerank=outcome,
+            stages=self._stages(step.cands, outcome.kept_positions(), rparams),
         )
         return self._finish(selection)
 

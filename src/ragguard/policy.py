@@ -41,6 +41,10 @@ prefixes, raised to ``min_k`` (never beyond the valid candidates) and capped at
 Every dropped candidate gets one reason, the first that applies in this order:
 ``below_relative_threshold``, ``below_min_score``, ``below_expected_utility``,
 ``score_gap`` / ``autocut``, ``over_max_k``.
+
+``near_duplicate_threshold`` and ``max_tokens`` are not rules of the cut: they are the
+stages that run on the kept list after it (:mod:`ragguard.stages`), reasons
+``near_duplicate`` and ``over_token_budget``.
 """
 
 from __future__ import annotations
@@ -97,6 +101,12 @@ class Reason(StrEnum):
     BELOW_EXPECTED_UTILITY = "below_expected_utility"
     """Its probability x the gain of a relevant passage does not exceed (1 - probability)
     x the distractor penalty (:class:`UtilityCut`)."""
+    NEAR_DUPLICATE = "near_duplicate"
+    """Its text is near-identical to a kept, higher-ranked passage
+    (``near_duplicate_threshold``, :mod:`ragguard.stages`)."""
+    OVER_TOKEN_BUDGET = "over_token_budget"
+    """Kept by the cut, but its tokens do not fit in what is left of ``max_tokens``
+    (:mod:`ragguard.stages`)."""
 
 
 # Integer codes used in the reason matrix. 0 = kept, -1 = padding (no candidate).
@@ -152,6 +162,8 @@ class PolicyParams:
     keep_invalid: bool = False
     score_rules: bool = True
     expected_utility: UtilityCut | None = None
+    near_duplicate_threshold: float | None = None
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -168,6 +180,17 @@ class PolicyParams:
             raise ConfigError(f"gap_window must be >= 2 or None, got {self.gap_window}")
         if self.autocut_jumps < 1:
             raise ConfigError(f"autocut_jumps must be >= 1, got {self.autocut_jumps}")
+        t = self.near_duplicate_threshold
+        if t is not None and not 0.0 < t <= 1.0:
+            raise ConfigError(f"near_duplicate_threshold must be in (0, 1] or None, got {t}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
+
+    @property
+    def uses_stages(self) -> bool:
+        """Whether a stage after the cut is on (near-duplicates, token budget;
+        :mod:`ragguard.stages`)."""
+        return self.near_duplicate_threshold is not None or self.max_tokens is not None
 
     @property
     def uses_scores(self) -> bool:

@@ -671,6 +671,10 @@ class CalibrationResult:
             return f"stopped (on_worse='stop'): {r.fallback}"
         return None
 
+    stage_settings: Mapping[str, Any] = field(default_factory=dict)
+    """Config fields of the stages after the cut every setting ran with (max_tokens,
+    token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.stages`)."""
+
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
         for r in self.runs:
@@ -748,6 +752,7 @@ class CalibrationResult:
         ):
             fields = self.profile.model_dump(exclude={"name"})
             settings["profiles"] = {self.profile.name: ProfileSpec(base="support", **fields)}
+        settings.update(self.stage_settings)
         settings["provenance"] = self.provenance(r)
         two = self.rerank
         if two is not None and r.name == two.run and two.fallback is None:
@@ -1025,6 +1030,9 @@ def calibrate(
     on_worse: Literal["top-k", "stop"] = "top-k",
     guarantee: str | None = None,
     confidence: float = 0.95,
+    max_tokens: int | None = None,
+    token_counter: str = "chars:4",
+    near_duplicate_threshold: float | None = None,
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries.
 
@@ -1078,6 +1086,11 @@ def calibrate(
             see :mod:`ragguard.calibration.risk`). The objective is then reported, not
             optimised.
         confidence: the guarantee's confidence level.
+        max_tokens: sweep every setting with this token budget applied after the cut
+            (texts from the eval set, a ``corpus.jsonl`` beside it, ``corpus`` and
+            ``passages``), so the choice respects it; the config carries it.
+        token_counter: how ``max_tokens`` counts (:mod:`ragguard.tokens`).
+        near_duplicate_threshold: sweep every setting with near-duplicate control on.
 
     Raises:
         EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
@@ -1129,6 +1142,17 @@ def calibrate(
 
     qids = evalset.qids
     calib_rows, held_rows = split_queries(len(qids), holdout, seed)
+    from ragguard.calibration.stages import passage_stages
+
+    stages = passage_stages(
+        evalset, max_tokens=max_tokens, token_counter_spec=token_counter,
+        near_duplicate_threshold=near_duplicate_threshold, corpus=corpus, passages=passages,
+    )  # fmt: skip
+    if stages is not None and (reranker is not None or rerank_scores is not None):
+        raise ConfigError(
+            "max_tokens / near_duplicate_threshold cannot be calibrated with a rerank stage "
+            "yet; calibrate without --rerank, or set them in the config by hand"
+        )
 
     results: list[RunCalibration] = []
     all_rows = np.arange(len(qids), dtype=np.intp)
@@ -1142,9 +1166,13 @@ def calibrate(
 
         def sweep_on(g: SweepGrid, ar: EvalArrays = arrays) -> tuple[SweepKernel, SweepResult]:
             pts = g.points()
+            if stages is not None:  # every setting with the stages after the cut
+                pts = tuple(stages.params(p) for p in pts)
             if ar.score_kind is None:
                 pts = tuple(p for p in pts if is_plain_top_k(p))
-            kern = SweepKernel(ar, wanted, max(p.max_k for p in pts))
+            width = max(p.max_k for p in pts)
+            on_run = None if stages is None else stages.for_run(ar, width)
+            kern = SweepKernel(ar, wanted, width, stages=on_run)
             return kern, sweep(kern, pts, wanted, rows=calib_rows)
 
         kernel, result = sweep_on(run_grid)
@@ -1300,6 +1328,7 @@ def calibrate(
         target=target,
         confidence=confidence,
         folds=folds,
+        stage_settings={} if stages is None else stages.config_settings(),
     )
 
 

@@ -25,14 +25,16 @@ store), other LangChain retrievers' scores come from document metadata
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import importlib
 import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ragguard.calibration.evalset import EvalSet, Run, as_score_kind, load_evalset
 from ragguard.errors import EvalSetError, RagguardError, RetrieverError
@@ -184,9 +186,17 @@ def load_factory(spec: str) -> Any:
 
 
 Hits = list[tuple[str, float | None]]
+_T = TypeVar("_T")
+# (one query -> hits, many queries with a progress callback -> hits or the error of each,
+# the score kind the source declares)
+Searcher = tuple[
+    Callable[[str], Hits],
+    Callable[[Sequence[str], Callable[[int], None]], "list[Hits | Exception]"],
+    ScoreKind | None,
+]
 
 
-def _langchain_searcher(retriever: Any) -> tuple[Callable[[str], Hits], ScoreKind | None] | None:
+def _langchain_searcher(retriever: Any, concurrency: int) -> Searcher | None:
     lc = sys.modules.get("langchain_core.retrievers")
     if lc is None or not isinstance(retriever, lc.BaseRetriever):
         return None
@@ -208,7 +218,9 @@ def _langchain_searcher(retriever: Any) -> tuple[Callable[[str], Hits], ScoreKin
     translator = _Translator(DEFAULT_SCORE_KEYS, METADATA_KEY)
 
     def search(query: str) -> Hits:
-        docs = source.invoke(query)
+        return hits_of(source.invoke(query))
+
+    def hits_of(docs: list[Any]) -> Hits:
         candidates, _ = translator.candidates(docs)
         hits: Hits = []
         for doc, cand in zip(docs, candidates, strict=True):
@@ -221,10 +233,23 @@ def _langchain_searcher(retriever: Any) -> tuple[Callable[[str], Hits], ScoreKin
             hits.append((str(doc_id), cand.score))
         return hits
 
-    return search, kind
+    def search_many(queries: Sequence[str], done: Callable[[int], None]) -> list[Hits | Exception]:
+        # Runnable.batch_as_completed runs up to max_concurrency queries at once (a
+        # thread pool, or the retriever's own batching) and yields each result as it
+        # finishes, so the progress bar moves per query; results keep the query order
+        out: list[Hits | Exception] = [[] for _ in queries]
+        finished = source.batch_as_completed(
+            list(queries), config={"max_concurrency": concurrency}, return_exceptions=True
+        )
+        for n, (k, docs) in enumerate(finished, start=1):
+            out[k] = docs if isinstance(docs, Exception) else hits_of(docs)
+            done(n)
+        return out
+
+    return search, search_many, kind
 
 
-def _llamaindex_searcher(retriever: Any) -> tuple[Callable[[str], Hits], ScoreKind | None] | None:
+def _llamaindex_searcher(retriever: Any, concurrency: int) -> Searcher | None:
     li = sys.modules.get("llama_index.core.base.base_retriever")
     if li is None or not isinstance(retriever, li.BaseRetriever):
         return None
@@ -232,7 +257,42 @@ def _llamaindex_searcher(retriever: Any) -> tuple[Callable[[str], Hits], ScoreKi
     def search(query: str) -> Hits:
         return [(n.node.node_id, n.score) for n in retriever.retrieve(query)]
 
-    return search, None
+    async def gather(queries: Sequence[str], done: Callable[[int], None]) -> list[Hits | Exception]:
+        # aretrieve for every query, at most ``concurrency`` at a time; the progress bar
+        # moves as each one finishes (in any order), the results keep the query order
+        gate = asyncio.Semaphore(concurrency)
+        out: list[Hits | Exception] = [[] for _ in queries]
+        finished = 0
+
+        async def one(k: int, query: str) -> None:
+            nonlocal finished
+            async with gate:
+                try:
+                    nodes = await retriever.aretrieve(query)
+                    out[k] = [(n.node.node_id, n.score) for n in nodes]
+                except Exception as exc:
+                    out[k] = exc
+            finished += 1
+            done(finished)
+
+        await asyncio.gather(*(one(k, q) for k, q in enumerate(queries)))
+        return out
+
+    def search_many(queries: Sequence[str], done: Callable[[int], None]) -> list[Hits | Exception]:
+        return _run_coroutine(lambda: gather(queries, done))
+
+    return search, search_many, None
+
+
+def _run_coroutine(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """Run a coroutine to the end from sync code, also when called inside a running event
+    loop (a notebook): then in a worker thread with its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 def retrieve_run(
@@ -242,8 +302,14 @@ def retrieve_run(
     name: str = "retriever",
     score_kind: ScoreKind | str | None = None,
     on_query: Callable[[int, int], None] | None = None,
+    max_concurrency: int = 8,
 ) -> Run:
     """Call ``retriever`` for every labelled query and record what it returns as a run.
+
+    Queries run through the framework's own concurrency: a LangChain retriever's
+    ``Runnable.batch`` with ``max_concurrency``, a LlamaIndex retriever's ``aretrieve``
+    gathered under a semaphore of ``max_concurrency``. The run is the same as calling
+    the retriever for one query after the other.
 
     Args:
         evalset: the labelled queries (each needs its text).
@@ -251,7 +317,8 @@ def retrieve_run(
         name: the run's name.
         score_kind: what the scores are; default what the vector store tells (LangChain
             vector-store retrievers), else ``similarity``.
-        on_query: called with ``(done, total)`` after each query (progress).
+        on_query: called with ``(done, total)`` as queries finish (progress).
+        max_concurrency: most queries in flight at once (>= 1).
 
     Raises:
         RetrieverError: not a supported retriever, a query without text, a document
@@ -259,7 +326,15 @@ def retrieve_run(
         EvalSetError: ``score_kind`` is not a score kind.
     """
     requested = as_score_kind(score_kind, f"run {name!r}")
-    found = _langchain_searcher(retriever) or _llamaindex_searcher(retriever)
+    if (
+        isinstance(max_concurrency, bool)
+        or not isinstance(max_concurrency, int)
+        or (max_concurrency < 1)
+    ):
+        raise RetrieverError(f"max_concurrency must be an int >= 1, got {max_concurrency!r}")
+    found = _langchain_searcher(retriever, max_concurrency) or _llamaindex_searcher(
+        retriever, max_concurrency
+    )
     if found is None:
         raise RetrieverError(
             f"the factory returned a {type(retriever).__module__}.{type(retriever).__qualname__}"
@@ -267,7 +342,7 @@ def retrieve_run(
             "BaseRetriever, extra 'langchain') or a LlamaIndex one (llama_index.core."
             "retrievers.BaseRetriever, extra 'llamaindex')"
         )
-    search, store_kind = found
+    _, search_many, store_kind = found
     missing = [q for q in evalset.qids if not evalset.queries[q].text]
     if missing:
         raise RetrieverError(
@@ -278,16 +353,25 @@ def retrieve_run(
     candidates: dict[str, dict[str, float]] = {}
     any_score = False
     repeats = 0
-    for i, qid in enumerate(evalset.qids):
-        text = evalset.queries[qid].text or ""
-        try:
-            hits = search(text)
-        except RetrieverError:
-            raise
-        except Exception as exc:
+    qids = evalset.qids
+
+    def done(n: int) -> None:
+        if on_query is not None:
+            on_query(n, total)
+
+    try:
+        results = search_many([evalset.queries[q].text or "" for q in qids], done)
+    except RetrieverError:
+        raise
+    except Exception as exc:  # the framework's batch machinery itself failed
+        raise RetrieverError(f"the retriever failed: {type(exc).__name__}: {exc}") from exc
+    for qid, hits in zip(qids, results, strict=True):
+        if isinstance(hits, RetrieverError):
+            raise hits
+        if isinstance(hits, Exception):
             raise RetrieverError(
-                f"the retriever failed on query {qid!r}: {type(exc).__name__}: {exc}"
-            ) from exc
+                f"the retriever failed on query {qid!r}: {type(hits).__name__}: {hits}"
+            ) from hits
         cands: dict[str, float] = {}
         for doc_id, score in hits:
             if doc_id in cands:
@@ -297,8 +381,6 @@ def retrieve_run(
             any_score = any_score or ok
             cands[doc_id] = float(score) if ok and score is not None else math.nan
         candidates[qid] = cands
-        if on_query is not None:
-            on_query(i + 1, total)
     if repeats:
         logger.warning("the retriever returned %d repeated documents; kept the first", repeats)
     kind: ScoreKind | None

@@ -48,7 +48,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,6 +57,9 @@ from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams, Ranked, cut_ranked
+
+if TYPE_CHECKING:
+    from ragguard.calibration.stages import PassageStages
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -208,6 +211,10 @@ def describe_point(params: PolicyParams) -> str:
         parts.append(f"autocut@{params.autocut_jumps}")
     if params.expected_utility is not None:
         parts.append(f"expected utility (p>{params.expected_utility.threshold:.3g})")
+    if params.near_duplicate_threshold is not None:
+        parts.append(f"near-duplicates>={params.near_duplicate_threshold:g}")
+    if params.max_tokens is not None:
+        parts.append(f"max_tokens={params.max_tokens}")
     return ", ".join(parts)
 
 
@@ -276,9 +283,19 @@ class SweepKernel:
         metrics: metric strings (registry syntax) and/or ``"passages"``.
         max_cut: the largest context size any setting will keep (the grid's largest
             ``max_k``); tables go up to ``min(max_cut, candidates per row)``.
+        stages: the stages after the cut (near-duplicates, token budget) every setting
+            runs (:mod:`ragguard.calibration.stages`); the tables then hold each metric
+            at every size of the context the stages leave.
     """
 
-    def __init__(self, arrays: EvalArrays, metrics: Sequence[str], max_cut: int) -> None:
+    def __init__(
+        self,
+        arrays: EvalArrays,
+        metrics: Sequence[str],
+        max_cut: int,
+        *,
+        stages: PassageStages | None = None,
+    ) -> None:
         if max_cut < 0:
             raise ConfigError(f"max_cut must be >= 0, got {max_cut}")
         self.arrays = arrays
@@ -289,6 +306,11 @@ class SweepKernel:
         self.ranked: Ranked = arrays.ranked()
         q, n = arrays.shape
         self.width = min(max_cut, n)
+        self.stages = stages
+        self._through: I | None = None  # (Q, width + 1): context left of each cut
+        tabled = arrays
+        if stages is not None:
+            tabled, self._through = stages.compact(arrays, self.width)
         cols = self.width + 1
         # query-major (Q, K + 1, M): one setting reads M contiguous values per query
         tables = np.empty((q, cols, len(self.metrics)))
@@ -298,7 +320,7 @@ class SweepKernel:
                 if p is None:
                     tables[:, c, j] = np.minimum(c, arrays.n_present)
                 else:
-                    tables[:, c, j] = compute(arrays, p, cut=cut)
+                    tables[:, c, j] = compute(tabled, p, cut=cut)
         self._tables = tables
         self._flat = tables.reshape(q * cols, len(self.metrics))
         self._row_base = np.arange(q, dtype=np.intp) * cols
@@ -309,9 +331,24 @@ class SweepKernel:
         return self.arrays.n_queries
 
     def cut(self, params: PolicyParams) -> I:
-        """(Q,) number of candidates the runtime policy keeps under ``params``."""
-        n: I = cut_ranked(self.ranked, params).n_kept
-        return n
+        """(Q,) number of candidates the runtime policy keeps under ``params`` (after the
+        stages, when the kernel has them)."""
+        return self._after_stages(cut_ranked(self.ranked, params).n_kept, params)
+
+    def _after_stages(self, n: I, params: PolicyParams) -> I:
+        """The context the stages after the cut leave of per-query cuts ``n``."""
+        if self.stages is None:
+            if params.uses_stages:
+                raise ConfigError(
+                    f"setting {describe_point(params)} runs stages after the cut; build the "
+                    "kernel with stages= (ragguard.calibration.stages)"
+                )
+            return n
+        self.stages.check(params)
+        assert self._through is not None
+        rows = np.arange(n.shape[0])
+        out: I = self._through[rows, np.minimum(n, self.width)]
+        return out
 
     def cuts(self, points: Sequence[PolicyParams]) -> NDArray[np.int32]:
         """(P, Q) number kept under each setting.
@@ -326,15 +363,15 @@ class SweepKernel:
         groups: dict[PolicyParams, list[int]] = {}
         for i, p in enumerate(points):
             if p.keep_invalid:
-                kept[i] = self.cut(p)
+                kept[i] = self.cut(p)  # (raises with stages, which need keep_invalid off)
                 continue
             key = replace(p, max_k=max(p.min_k, 1))  # every field but the cap
             groups.setdefault(key, []).append(i)
         for members in groups.values():
             widest = max(members, key=lambda i: points[i].max_k)
-            n = self.cut(points[widest])
+            n = cut_ranked(self.ranked, points[widest]).n_kept
             for i in members:
-                kept[i] = np.minimum(n, points[i].max_k)
+                kept[i] = self._after_stages(np.minimum(n, points[i].max_k), points[i])
         return kept
 
     def values(self, kept: I) -> F64:

@@ -3,6 +3,7 @@ and a report."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -195,6 +196,44 @@ def calibrate(
     corpus: CorpusOpt = None,
     probability_map: MapOpt = "platt",
     rerank_cache: RerankCacheOpt = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="INT",
+            help="Token budget of the kept passages: every setting is swept with it applied "
+            "after the cut (passage texts from the eval set, corpus.jsonl beside it or "
+            "--corpus), so the choice respects it; the config carries it.",
+            show_default=False,
+        ),
+    ] = None,
+    token_counter: Annotated[
+        str,
+        typer.Option(
+            metavar="COUNTER",
+            help="How --max-tokens counts: chars:4 (characters per token), "
+            "tiktoken:ENCODING or hf:TOKENIZER (name or path).",
+        ),
+    ] = "chars:4",
+    near_duplicate_threshold: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            metavar="FLOAT",
+            help="Sweep with near-duplicate control on: drop a passage whose word "
+            "3-shingle Jaccard similarity with a kept, higher-ranked one is >= this.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the result as one JSON document on stdout (progress and messages "
+            "go to stderr).",
+        ),
+    ] = False,
     verbose: Verbose = False,
 ) -> None:
     """Recommend the guard's settings from labelled queries.
@@ -229,6 +268,7 @@ def calibrate(
                 rerank, rerank_run, rerank_score_kind, corpus, probability_map, rerank_cache,
                 progress,
             )  # fmt: skip
+            two_stage.setdefault("corpus", list(corpus or ()))  # texts for --max-tokens
             progress.add_task("sweeping settings...", total=None)
             result = run_calibration(
                 es,
@@ -244,6 +284,9 @@ def calibrate(
                 on_worse="stop" if on_worse == "stop" else "top-k",
                 guarantee=guarantee,
                 confidence=confidence,
+                max_tokens=max_tokens,
+                token_counter=token_counter,
+                near_duplicate_threshold=near_duplicate_threshold,
                 **two_stage,
             )
         # The report first, then the config: a command that fails leaves no fresh config
@@ -254,13 +297,27 @@ def calibrate(
 
             with err.status("writing the report..."):
                 report_paths = write_report(result, report, config_path=str(out_path))
-        _print_result(result, str(evalset))
-        if result.rerank is not None:
-            print_two_stage(result.rerank, result.objective)
         blocked = result.stopped
         unmet = result.unmet()
         if blocked is None and unmet and not allow_unmet:
             blocked = "; ".join(unmet) + " (pass --allow-unmet to write it anyway)"
+        if as_json:  # one JSON document on stdout, for CI pipelines; errors as usual
+            if blocked is not None:
+                raise ConfigError(f"no config written: {blocked}")
+            from ragguard.calibration.summary import result_document
+
+            written = result.save_config(out_path, allow_unmet=allow_unmet)
+            paths = None
+            if report_paths is not None:
+                paths = {"html": str(report_paths.html), "markdown": str(report_paths.markdown)}
+            doc = result_document(
+                result, config_path=str(written), report=paths, evalset=str(evalset)
+            )
+            typer.echo(json.dumps(doc, indent=2))
+            return
+        _print_result(result, str(evalset))
+        if result.rerank is not None:
+            print_two_stage(result.rerank, result.objective)
         if blocked is not None:
             _print_report_line(report_paths)
             raise ConfigError(f"no config written: {blocked}")

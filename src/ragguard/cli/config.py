@@ -194,6 +194,36 @@ def config_show(
             err.print("[dim]no ragguard.toml here; pass a file to show it[/]")
 
 
+@config_app.command("schema")
+def config_schema(
+    out_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="FILE",
+            help="Write the schema to this file instead of stdout.",
+            show_default=False,
+        ),
+    ] = None,
+    verbose: Verbose = False,
+) -> None:
+    """Print the JSON Schema of ragguard.toml.
+
+    Editors and CI validate config files against it (TOML read as JSON: e.g. taplo,
+    or tomllib plus the jsonschema package)."""
+    with friendly_errors(verbose):
+        from ragguard.config import config_json_schema
+
+        text = json.dumps(config_json_schema(), indent=2) + "\n"
+        if out_file is None:
+            typer.echo(text, nl=False)
+            return
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(text, encoding="utf-8")
+        err.print(f"wrote {escape(str(out_file))}", highlight=False)
+
+
 def _shown(value: object) -> str:
     return "none" if value is None else str(value)
 

@@ -1,0 +1,238 @@
+r"""Stages after the cut: near-duplicate removal, then the token budget.
+
+The policy (:mod:`ragguard.policy`) cuts the ranked list; the passages it keeps then pass
+through these stages, in this order:
+
+1. **near-duplicates** (``near_duplicate_threshold``, off by default): a kept passage
+   whose text is near-identical to a kept, higher-ranked passage is dropped with reason
+   ``near_duplicate``; its decision names the passage it repeats. Near-identical: the
+   exact Jaccard similarity of the two passages' **word 3-shingle sets**,
+   :math:`|A \cap B| / |A \cup B|`, is at least the threshold. Words are the ``\w+``
+   runs of the lower-cased text; a passage of fewer than three words is one shingle of
+   its words; a passage with no word is never a near-duplicate. The shingle sets are
+   exact (no MinHash estimate): the stage compares only the kept passages, at most
+   ``max_k`` of them. Ids are not looked at here: exact duplicate ids are resolved
+   before the cut (``duplicates``). The passage named is the one the near-duplicate
+   control kept; in the rare case that the token budget then drops it (it does not
+   fit), the near-duplicate stays dropped too and its message says so;
+2. **token budget** (``max_tokens``, off by default): the passages left are filled into
+   the budget greedily in rank order: a passage is kept when its tokens fit in what the
+   passages kept before it left; a passage that does not fit is dropped with reason
+   ``over_token_budget`` and the next, smaller ones are still tried. So one long
+   passage never empties the context, and a passage is never kept in place of a
+   higher-ranked one that fits. The budget is a hard ceiling: it may keep fewer than
+   ``min_k`` passages. Tokens come from the config's counter (:mod:`ragguard.tokens`).
+
+Near-duplicates go first, so a removed repeat frees its tokens for the next passage.
+
+Both stages are *causal* along the kept list: whether the passage at position ``j`` is
+kept depends only on the passages before it. Running them on a longer prefix of the
+ranked list and then taking the first ``m`` passages gives what running them on the
+first ``m`` gives; the calibration sweep relies on this to run them once per query for
+every cut (:mod:`ragguard.calibration.sweep`).
+
+The state is one set of (rows x columns) arrays over the kept list (:class:`StageState`);
+each stage is a small function that takes it, with keyword-only inputs, and returns a
+new one. The runtime guard calls :func:`run_stages` with one row, the calibration sweep
+with every query.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.errors import ConfigError
+from ragguard.policy import CODES, KEPT, PADDING, PolicyParams, Reason
+
+__all__ = [
+    "SHINGLE_WORDS",
+    "StageState",
+    "jaccard",
+    "near_duplicate_stage",
+    "run_stages",
+    "shingles",
+    "start_state",
+    "token_budget_stage",
+]
+
+SHINGLE_WORDS = 3
+"""Words per shingle of the near-duplicate comparison."""
+
+_WORD = re.compile(r"\w+")
+_NEAR = CODES[Reason.NEAR_DUPLICATE]
+_OVER = CODES[Reason.OVER_TOKEN_BUDGET]
+
+Shingles = frozenset[tuple[str, ...]]
+
+
+def shingles(text: str, size: int = SHINGLE_WORDS) -> Shingles:
+    """The set of ``size``-word shingles of ``text`` (lower-cased ``\\w+`` words).
+
+    Example:
+        >>> sorted(shingles("The cat sat on the mat"))[:2]
+        [('cat', 'sat', 'on'), ('sat', 'on', 'the')]
+    """
+    words = _WORD.findall(text.lower())
+    if len(words) < size:
+        return frozenset([tuple(words)]) if words else frozenset()
+    return frozenset(zip(*(words[i:] for i in range(size)), strict=False))
+
+
+def jaccard(a: Shingles, b: Shingles) -> float:
+    """Jaccard similarity of two shingle sets; 0.0 when either is empty."""
+    if not a or not b:
+        return 0.0
+    inter = len(a & b) if len(a) <= len(b) else len(b & a)
+    return inter / (len(a) + len(b) - inter)
+
+
+@dataclass(frozen=True, slots=True)
+class StageState:
+    """The kept list of each row as it passes the stages.
+
+    Attributes:
+        positions: (Q, W) input positions of the passages the cut kept, in kept order;
+            -1 pads short rows.
+        reasons: (Q, W) 0 while kept, else the code (:data:`ragguard.policy.CODES`) of
+            the stage that dropped it; -1 on padding.
+        partner: (Q, W) for a near-duplicate, the column of the kept passage it repeats;
+            -1 elsewhere.
+        similarity: (Q, W) for a near-duplicate, its Jaccard similarity with that
+            passage; NaN elsewhere.
+        tokens: (Q, W) token counts, when the budget stage ran; else ``None``.
+        threshold: the near-duplicate threshold, when that stage ran.
+        max_tokens: the token budget, when that stage ran.
+        counter: the declaration of the counter that gave ``tokens``.
+    """
+
+    positions: NDArray[np.intp]
+    reasons: NDArray[np.int8]
+    partner: NDArray[np.intp]
+    similarity: NDArray[np.float64]
+    tokens: NDArray[np.int64] | None = None
+    threshold: float | None = None
+    max_tokens: int | None = None
+    counter: str = ""
+
+    @property
+    def kept(self) -> NDArray[np.bool_]:
+        """(Q, W) True where the passage is still kept."""
+        out: NDArray[np.bool_] = self.reasons == KEPT
+        return out
+
+    def kept_positions(self, row: int) -> list[int]:
+        """Input positions of row ``row``'s passages still kept, in order."""
+        return self.positions[row][self.reasons[row] == KEPT].tolist()  # type: ignore[no-any-return]
+
+    def used_before(self, row: int, col: int) -> int:
+        """Tokens of the passages kept before column ``col`` of row ``row``."""
+        if self.tokens is None:
+            return 0
+        kept = self.reasons[row, :col] == KEPT
+        return int(self.tokens[row, :col][kept].sum())
+
+
+def start_state(positions: NDArray[np.intp]) -> StageState:
+    """The state before any stage: every passage of ``positions`` (-1: padding) kept."""
+    pos = np.asarray(positions, dtype=np.intp)
+    if pos.ndim != 2:
+        raise ConfigError(f"positions must be a 2-D array, got shape {pos.shape}")
+    reasons = np.where(pos >= 0, KEPT, PADDING).astype(np.int8)
+    return StageState(pos, reasons, np.full(pos.shape, -1, np.intp), np.full(pos.shape, np.nan))
+
+
+def near_duplicate_stage(
+    state: StageState, *, shingles: Sequence[Sequence[Shingles]], threshold: float
+) -> StageState:
+    """Drop each kept passage whose shingles are at least ``threshold`` similar to those
+    of a kept, higher-ranked passage; name the highest-ranked such passage.
+
+    Args:
+        state: the kept lists.
+        shingles: per row, the shingle set of each column (at least as many as the row's
+            passages).
+        threshold: the Jaccard similarity in (0, 1] from which two passages are
+            near-duplicates.
+    """
+    reasons, partner, sim = state.reasons.copy(), state.partner.copy(), state.similarity.copy()
+    for q in range(reasons.shape[0]):
+        row_sets = shingles[q]
+        kept: list[int] = []
+        for j in np.flatnonzero(reasons[q] == KEPT).tolist():
+            mine = row_sets[j]
+            n = len(mine)
+            for i in kept:
+                m = len(row_sets[i])
+                # Jaccard <= min(n, m) / max(n, m): skip pairs whose sizes rule it out
+                if min(n, m) < threshold * max(n, m):
+                    continue
+                s = jaccard(mine, row_sets[i])
+                if s >= threshold:
+                    reasons[q, j], partner[q, j], sim[q, j] = _NEAR, i, s
+                    break
+            else:
+                kept.append(j)
+    return replace(state, reasons=reasons, partner=partner, similarity=sim, threshold=threshold)
+
+
+def token_budget_stage(
+    state: StageState, *, tokens: NDArray[np.int64], max_tokens: int, counter: str = ""
+) -> StageState:
+    """Fill ``max_tokens`` greedily in kept order: keep a passage when it fits in what the
+    passages kept before it left, else drop it (``over_token_budget``) and go on.
+
+    Args:
+        state: the kept lists.
+        tokens: (Q, W) token count of each column (any value on padding).
+        max_tokens: the budget of each row.
+        counter: the declaration of the counter that gave ``tokens`` (for messages).
+    """
+    t = np.asarray(tokens, dtype=np.int64)
+    if t.shape != state.positions.shape:
+        raise ConfigError(f"tokens must have shape {state.positions.shape}, got {t.shape}")
+    codes: list[list[int]] = state.reasons.tolist()
+    counts: list[list[int]] = t.tolist()
+    for row, row_tokens in zip(codes, counts, strict=True):  # a few passages per row
+        used = 0
+        for j, code in enumerate(row):
+            if code != KEPT:
+                continue
+            if used + row_tokens[j] <= max_tokens:
+                used += row_tokens[j]
+            else:
+                row[j] = _OVER
+    reasons = np.array(codes, dtype=np.int8).reshape(state.reasons.shape)
+    return replace(state, reasons=reasons, tokens=t, max_tokens=max_tokens, counter=counter)
+
+
+def run_stages(
+    state: StageState,
+    params: PolicyParams,
+    *,
+    shingles: Sequence[Sequence[Shingles]] | None = None,
+    tokens: NDArray[np.int64] | None = None,
+    counter: str = "",
+) -> StageState:
+    """The stages ``params`` turns on, in order: near-duplicates, then the token budget.
+
+    Raises:
+        ConfigError: a stage is on but its input (``shingles``, ``tokens``) is missing.
+    """
+    if params.near_duplicate_threshold is not None:
+        if shingles is None:
+            raise ConfigError("near_duplicate_threshold is set but no passage texts were given")
+        state = near_duplicate_stage(
+            state, shingles=shingles, threshold=params.near_duplicate_threshold
+        )
+    if params.max_tokens is not None:
+        if tokens is None:
+            raise ConfigError("max_tokens is set but no token counts were given")
+        state = token_budget_stage(
+            state, tokens=tokens, max_tokens=params.max_tokens, counter=counter
+        )
+    return state

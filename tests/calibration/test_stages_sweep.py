@@ -1,0 +1,177 @@
+"""The sweep with the stages after the cut (token budget, near-duplicates) equals the
+runtime guard, query by query; calibrate --max-tokens writes a config that does so."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragguard import Candidate, ContextGuard, GuardConfig, ScoreWarning
+from ragguard.calibration import EvalSet, SweepGrid, calibrate, sweep
+from ragguard.calibration.stages import passage_stages
+from ragguard.calibration.sweep import PASSAGES, SweepKernel
+from ragguard.errors import ConfigError, EvalSetError
+from ragguard.policy import CutRule, PolicyParams
+from ragguard.scores import ScoreKind
+from tests.calibration.conftest import random_trec_data
+
+GAMMA = 1.0 / 3.0
+WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+
+
+def texts_for(docs: set[str], seed: int) -> dict[str, str]:
+    """Random passages of 1..30 words; every third one a copy of another with one word
+    changed, so near-duplicates occur, and lengths vary so the budget bites."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, str] = {}
+    ordered = sorted(docs)
+    for d in ordered:
+        if out and rng.random() < 0.33:
+            words = list(out[ordered[int(rng.integers(0, len(out)))]].split())
+            words[int(rng.integers(0, len(words)))] = str(rng.choice(WORDS))
+        else:
+            words = [str(w) for w in rng.choice(WORDS, size=int(rng.integers(1, 31)))]
+        out[d] = " ".join(words)
+    return out
+
+
+def evalset_with_texts(seed: int) -> tuple[EvalSet, dict[str, str]]:
+    qrels, run = random_trec_data(seed, n_queries=60, pool=40, max_cands=14)
+    docs = {d for cands in run.values() for d in cands}
+    return EvalSet.from_dicts(qrels, {"r": run}), texts_for(docs, seed)
+
+
+def brute_force(es: EvalSet, texts: dict[str, str], points: tuple[PolicyParams, ...]):
+    """Per setting, mean UDCG, recall and passages of what ContextGuard.select keeps."""
+    arrays = es.arrays("r")
+    utility = {
+        q: dict(zip(arrays.doc_ids(row), arrays.utility[row].tolist(), strict=False))
+        for row, q in enumerate(arrays.qids)
+    }
+    relevant = {q: {d for d, g in es.labels[q].grades.items() if g >= 1} for q in es.qids}
+    cands = {
+        q: [Candidate(d, texts[d], s) for d, s in es.runs["r"].candidates.get(q, {}).items()]
+        for q in es.qids
+    }
+    out = np.zeros((len(points), 3))
+    for i, p in enumerate(points):
+        guard = ContextGuard(
+            GuardConfig(
+                score_kind="similarity", max_k=p.max_k, min_k=p.min_k,
+                relative_threshold=p.relative_threshold, cut=p.cut, gap_buffer=p.gap_buffer,
+                autocut_jumps=p.autocut_jumps, max_tokens=p.max_tokens,
+                near_duplicate_threshold=p.near_duplicate_threshold,
+            )
+        )  # fmt: skip
+        udcg, recall, passages = [], [], []
+        for q in es.qids:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ScoreWarning)
+                kept = [c.id for c in guard.select(q, cands[q]).kept]
+            u = [utility[q][d] for d in kept]
+            pos = sum(max(x, 0.0) for x in u)
+            neg = sum(min(x, 0.0) for x in u)
+            udcg.append(1.0 / (1.0 + math.exp(-(pos + GAMMA * neg) / len(u))) if u else 0.0)
+            rel = relevant[q]
+            recall.append(len(rel & set(kept)) / len(rel) if rel else 0.0)
+            passages.append(len(kept))
+        out[i] = (np.mean(udcg), np.mean(recall), np.mean(passages))
+    return out
+
+
+@pytest.mark.parametrize(("max_tokens", "near"), [(12, None), (None, 0.5), (20, 0.6), (3, 1.0)])
+def test_sweep_with_the_stages_equals_the_guard_query_by_query(
+    max_tokens: int | None, near: float | None
+) -> None:
+    es, texts = evalset_with_texts(5)
+    grid = SweepGrid(max_k=(1, 3, 6), thresholds=(0.0, 0.5, 0.9), cut_rules=((CutRule.GAP, 0),))
+    stages = passage_stages(
+        es, max_tokens=max_tokens, near_duplicate_threshold=near, passages=texts
+    )
+    assert stages is not None
+    points = tuple(stages.params(p) for p in grid.points())
+    kernel = SweepKernel(
+        es.arrays("r"), ["udcg", "recall", PASSAGES], 6, stages=stages.for_run(es.arrays("r"), 6)
+    )
+    result = sweep(kernel, points, ["udcg", "recall"])
+    values = brute_force(es, texts, points)
+    np.testing.assert_allclose(result.column("udcg"), values[:, 0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(result.column("recall"), values[:, 1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(result.column(PASSAGES), values[:, 2], rtol=0, atol=1e-12)
+
+
+def test_the_budget_keeps_fewer_passages_than_the_cut_alone() -> None:
+    es, texts = evalset_with_texts(9)
+    grid = SweepGrid(max_k=(8,), thresholds=(0.0,), cut_rules=())
+    plain = sweep(es.arrays("r"), grid, ["udcg"])
+    stages = passage_stages(es, max_tokens=8, near_duplicate_threshold=None, passages=texts)
+    assert stages is not None
+    points = tuple(stages.params(p) for p in grid.points())
+    kernel = SweepKernel(
+        es.arrays("r"), ["udcg", PASSAGES], 8, stages=stages.for_run(es.arrays("r"), 8)
+    )
+    budgeted = sweep(kernel, points, ["udcg"])
+    assert budgeted.mean(0, PASSAGES) < plain.mean(0, PASSAGES)
+
+
+def test_a_kernel_refuses_settings_that_do_not_match_its_stages() -> None:
+    es, texts = evalset_with_texts(1)
+    kernel = SweepKernel(es.arrays("r"), ["udcg"], 3)
+    with pytest.raises(ConfigError, match="stages"):
+        kernel.cut(PolicyParams(max_k=3, max_tokens=10))
+    stages = passage_stages(es, max_tokens=10, near_duplicate_threshold=None, passages=texts)
+    assert stages is not None
+    staged = SweepKernel(es.arrays("r"), ["udcg"], 3, stages=stages.for_run(es.arrays("r"), 3))
+    with pytest.raises(ConfigError, match="max_tokens"):
+        staged.cut(PolicyParams(max_k=3, max_tokens=11))
+
+
+def test_missing_texts_are_named() -> None:
+    es, texts = evalset_with_texts(2)
+    some = dict(list(texts.items())[:3])
+    stages = passage_stages(es, max_tokens=10, near_duplicate_threshold=None, passages=some)
+    assert stages is not None
+    with pytest.raises(EvalSetError, match="have none"):
+        stages.for_run(es.arrays("r"), 5)
+
+
+def test_calibrate_with_a_budget_writes_a_config_that_keeps_what_was_measured(
+    tmp_path: Path,
+) -> None:
+    es, texts = evalset_with_texts(4)
+    result = calibrate(
+        es, max_k=6, min_recall=None, holdout=0.3, seed=0, max_tokens=15,
+        token_counter="chars:3", near_duplicate_threshold=0.7, passages=texts,
+    )  # fmt: skip
+    r = result.recommended
+    assert r.chosen_params.max_tokens == 15
+    assert r.chosen_params.near_duplicate_threshold == 0.7
+    path = result.save_config(tmp_path / "ragguard.toml")
+    text = path.read_text()
+    assert "max_tokens = 15" in text and 'token_counter = "chars:3"' in text
+    guard = ContextGuard.from_file(path)
+    assert guard.config.policy_params() == r.chosen_params
+    kept = []
+    for q in result.qids:
+        cands = [Candidate(d, texts[d], s) for d, s in es.runs["r"].candidates[q].items()]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ScoreWarning)
+            sel = guard.select(q, cands)
+        assert sum(math.ceil(len(c.text) / 3) for c in sel.kept) <= 15
+        kept.append(len(sel.kept))
+    assert kept == r.chosen_kept.tolist()
+
+
+def test_calibrate_refuses_the_stages_with_a_rerank_stage() -> None:
+    es, texts = evalset_with_texts(4)
+    from ragguard.calibration.rerank_scores import RerankScores
+
+    with pytest.raises(ConfigError, match="rerank"):
+        calibrate(
+            es, max_tokens=10, passages=texts,
+            rerank_scores=RerankScores("x", ScoreKind.LOGIT, {}),
+        )  # fmt: skip

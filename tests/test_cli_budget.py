@@ -1,0 +1,115 @@
+"""``ragguard calibrate --max-tokens / --near-duplicate-threshold / --json`` and
+``ragguard config schema`` through typer's CliRunner, on examples/notes."""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from ragguard import Candidate, ContextGuard, GuardConfig
+from ragguard.calibration import calibrate, load_inputs
+from ragguard.calibration.rerank_scores import passage_texts
+from ragguard.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTES = ROOT / "examples" / "notes"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def invoke(*args: object) -> Result:
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_calibrate_json_with_a_budget_is_one_document_and_the_config_keeps_it(
+    tmp_path: Path,
+) -> None:
+    result = invoke(
+        "calibrate", NOTES, "--max-tokens", 120, "--near-duplicate-threshold", 0.9,
+        "--token-counter", "chars:4", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)  # stdout holds the JSON document and nothing else
+    rec = doc["recommended"]
+    assert rec["config"]["max_tokens"] == 120 and rec["config"]["token_counter"] == "chars:4"
+    assert rec["config"]["near_duplicate_threshold"] == 0.9
+    assert "max_tokens=120" in rec["setting"]
+    assert doc["config_path"] == "ragguard.toml"
+    assert doc["report"]["html"].endswith("report.html")
+    assert doc["queries"] == {"total": 51, "calibration": 36, "heldout": 15}
+    check = doc["heldout_check"]
+    assert check["split"] == "held-out" and check["queries"] == 15
+    assert set(check["metrics"]) >= {"udcg", "recall", "passages"}
+    assert check["metrics"]["udcg"]["verdict"] in ("better", "worse", "no clear difference")
+
+    # the same calibration through the API: the CLI's choice, and the guard from the file
+    # keeps what the sweep measured (texts from examples/notes/corpus.jsonl)
+    es = load_inputs(NOTES)
+    api = calibrate(es, min_recall=0.8, max_tokens=120, near_duplicate_threshold=0.9)
+    r = api.recommended
+    assert rec["run"] == r.name and rec["metrics"]["udcg"] == pytest.approx(
+        r.sweep.mean(r.chosen, "udcg")
+    )
+    guard = ContextGuard.from_file(tmp_path / "ragguard.toml")
+    assert guard.config.policy_params() == r.chosen_params
+    text = passage_texts(es)
+    for q, n in zip(api.qids, r.chosen_kept.tolist(), strict=True):
+        cands = [
+            Candidate(d, text(q, d) or "", s) for d, s in es.runs[r.name].candidates[q].items()
+        ]
+        kept = guard.select(q, cands).kept
+        assert len(kept) == n
+        assert sum(math.ceil(len(c.text) / 4) for c in kept) <= 120
+
+
+def test_calibrate_json_without_a_report() -> None:
+    result = invoke("calibrate", NOTES, "--json", "--no-report", "--holdout", 0)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["report"] is None and doc["heldout_check"]["split"] == "all queries (in-sample)"
+    assert doc["objective"] == "udcg" and doc["constraints"] == ["recall>=0.8"]
+    assert {r["run"] for r in doc["runs"]} == {"bm25", "dense-minilm"}
+
+
+def test_calibrate_budget_without_texts_is_one_line(tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(
+        '{"query_id": "q1", "relevant": ["a"], "candidates": [{"id": "a", "score": 1}, '
+        '{"id": "b", "score": 0.5}]}\n'
+        '{"query_id": "q2", "relevant": ["b"], "candidates": [{"id": "b", "score": 1}]}\n'
+    )
+    result = invoke("calibrate", labels, "--max-tokens", 10, "--holdout", 0, "--no-report")
+    assert result.exit_code == 1
+    assert "have none (e.g. passage 'a' of query 'q1')" in " ".join(result.stderr.split())
+
+
+def test_config_schema_validates_saved_configs(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    result = invoke("config", "schema")
+    assert result.exit_code == 0, result.output
+    schema = json.loads(result.stdout)
+    validator = jsonschema.Draft202012Validator(schema)
+    validator.check_schema(schema)
+    saved = GuardConfig(
+        max_k=4, max_tokens=800, token_counter="chars:3.5", near_duplicate_threshold=0.85,
+        cut="gap", rerank={"enabled": True, "top_n": 10},
+        profiles={"mine": {"base": "medical", "max_k": 3}},
+    ).save(tmp_path / "ragguard.toml")  # fmt: skip
+    validator.validate(tomllib.loads(saved.read_text()))
+    bad = {"max_k": 0, "max_tokens": -1, "cut": "sometimes", "bogus": 1}
+    problems = {e.message for e in validator.iter_errors(bad)}
+    assert len(problems) == 4
+    assert "Additional properties are not allowed ('bogus' was unexpected)" in problems
+    # --out writes the same schema to a file
+    assert invoke("config", "schema", "--out", "s/schema.json").exit_code == 0
+    assert json.loads((tmp_path / "s" / "schema.json").read_text()) == schema
