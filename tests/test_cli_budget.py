@@ -57,13 +57,18 @@ def test_calibrate_json_with_a_budget_is_one_document_and_the_config_keeps_it(
     es = load_inputs(NOTES)
     api = calibrate(es, min_recall=0.8, max_tokens=120, near_duplicate_threshold=0.9)
     r = api.recommended
+    # the config holds the choice refitted on all queries; its means are over all queries
+    assert r.full is not None
     assert rec["run"] == r.name and rec["metrics"]["udcg"] == pytest.approx(
+        r.full.mean(r.written, "udcg")
+    )
+    assert rec["calibration_choice"]["metrics"]["udcg"] == pytest.approx(
         r.sweep.mean(r.chosen, "udcg")
     )
     guard = ContextGuard.from_file(tmp_path / "ragguard.toml")
-    assert guard.config.policy_params() == r.chosen_params
+    assert guard.config.policy_params() == r.written_params
     text = passage_texts(es)
-    for q, n in zip(api.qids, r.chosen_kept.tolist(), strict=True):
+    for q, n in zip(api.qids, r.written_kept.tolist(), strict=True):
         cands = [
             Candidate(d, text(q, d) or "", s) for d, s in es.runs[r.name].candidates[q].items()
         ]
@@ -77,7 +82,7 @@ def test_calibrate_json_without_a_report() -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["report"] is None and doc["heldout_check"]["split"] == "all queries (in-sample)"
-    assert doc["objective"] == "udcg" and doc["constraints"] == ["recall>=0.8"]
+    assert doc["objective"] == "udcg" and doc["constraints"] == ["evidence_recall>=0.8"]
     assert {r["run"] for r in doc["runs"]} == {"bm25", "dense-minilm"}
 
 

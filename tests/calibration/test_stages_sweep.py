@@ -148,13 +148,14 @@ def test_calibrate_with_a_budget_writes_a_config_that_keeps_what_was_measured(
         token_counter="chars:3", near_duplicate_threshold=0.7, passages=texts,
     )  # fmt: skip
     r = result.recommended
-    assert r.chosen_params.max_tokens == 15
-    assert r.chosen_params.near_duplicate_threshold == 0.7
+    # every setting swept, the calibration-only choice and its refit on all queries alike
+    for params in (r.chosen_params, r.written_params):
+        assert params.max_tokens == 15 and params.near_duplicate_threshold == 0.7
     path = result.save_config(tmp_path / "ragguard.toml")
     text = path.read_text()
     assert "max_tokens = 15" in text and 'token_counter = "chars:3"' in text
     guard = ContextGuard.from_file(path)
-    assert guard.config.policy_params() == r.chosen_params
+    assert guard.config.policy_params() == r.written_params
     kept = []
     for q in result.qids:
         cands = [Candidate(d, texts[d], s) for d, s in es.runs["r"].candidates[q].items()]
@@ -163,7 +164,7 @@ def test_calibrate_with_a_budget_writes_a_config_that_keeps_what_was_measured(
             sel = guard.select(q, cands)
         assert sum(math.ceil(len(c.text) / 3) for c in sel.kept) <= 15
         kept.append(len(sel.kept))
-    assert kept == r.chosen_kept.tolist()
+    assert kept == r.written_kept.tolist()
 
 
 def test_calibrate_refuses_the_stages_with_a_rerank_stage() -> None:

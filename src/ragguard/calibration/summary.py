@@ -76,6 +76,7 @@ def result_document(
             "verdict": c.passages_verdict() if m == PASSAGES else c.verdict(m),
         }
     two = result.rerank
+    written = r.full if r.full is not None else r.sweep
     return {
         "ragguard_version": __version__,
         "evalset": evalset or result.evalset.source,
@@ -91,10 +92,18 @@ def result_document(
         "recommended": {
             "run": r.name,
             "score_kind": r.score_kind.value if r.score_kind else None,
-            "setting": describe_point(r.chosen_params),
-            "feasible": r.feasible,
+            # what the config holds: the chosen rule refitted on all queries (its means
+            # over all queries); the calibration-only choice is what the held-out check tests
+            "setting": describe_point(r.written_params),
+            "feasible": r.written_feasible,
             "config": config,
-            "metrics": _means(r.sweep.point_means(r.chosen)),
+            "metrics": _means(written.point_means(r.written if r.written >= 0 else r.chosen)),
+            "calibration_choice": {
+                "setting": describe_point(r.chosen_params),
+                "feasible": r.feasible,
+                "metrics": _means(r.sweep.point_means(r.chosen)),
+            },
+            "fallback": r.fallback,
             "baseline": {
                 "setting": describe_point(r.baseline_params),
                 "metrics": _means(r.sweep.point_means(r.baseline)),
@@ -105,9 +114,13 @@ def result_document(
         "runs": [
             {
                 "run": run.name,
-                "setting": describe_point(run.chosen_params),
-                "feasible": run.feasible,
-                "objective": _num(run.sweep.mean(run.chosen, result.objective)),
+                "setting": describe_point(run.written_params),
+                "feasible": run.written_feasible,
+                "objective": _num(
+                    (run.full if run.full is not None else run.sweep).mean(
+                        run.written if run.written >= 0 else run.chosen, result.objective
+                    )
+                ),
             }
             for run in result.runs
         ],
