@@ -147,6 +147,8 @@ def print_two_stage(two: TwoStageCalibration, objective: str) -> None:
         highlight=False,
     )
     out.print(f"probability map: {escape(two.probability_map.describe())}", highlight=False)
+    if two.fallback is not None:
+        out.print(f"[red]{escape(two.fallback)}[/]", highlight=False)
     a, b = two.vs_retrieval, two.vs_top_k
     pct = round(a.level * 100)
     table = compact_table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
