@@ -16,7 +16,6 @@ from ragguard.calibration.stages import passage_stages
 from ragguard.calibration.sweep import PASSAGES, SweepKernel
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams
-from ragguard.scores import ScoreKind
 from tests.calibration.conftest import random_trec_data
 
 GAMMA = 1.0 / 3.0
@@ -165,14 +164,3 @@ def test_calibrate_with_a_budget_writes_a_config_that_keeps_what_was_measured(
         assert sum(math.ceil(len(c.text) / 3) for c in sel.kept) <= 15
         kept.append(len(sel.kept))
     assert kept == r.written_kept.tolist()
-
-
-def test_calibrate_refuses_the_stages_with_a_rerank_stage() -> None:
-    es, texts = evalset_with_texts(4)
-    from ragguard.calibration.rerank_scores import RerankScores
-
-    with pytest.raises(ConfigError, match="rerank"):
-        calibrate(
-            es, max_tokens=10, passages=texts,
-            rerank_scores=RerankScores("x", ScoreKind.LOGIT, {}),
-        )  # fmt: skip

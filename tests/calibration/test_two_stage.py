@@ -119,11 +119,18 @@ def test_config_enables_the_stage_and_the_guard_reproduces_calibration(
         assert [c.id for c in sel.kept] == expected
 
 
+# a budget of 12 tokens holds one of these passages (7-8 tokens each), never two
+STAGES = {"max_tokens": 12, "token_counter": "chars:4", "near_duplicate_threshold": 0.8}
+
+
+@pytest.mark.parametrize("stages", [{}, STAGES], ids=["cut only", "budget and near-dups"])
 def test_brute_force_select_over_the_grid_equals_the_sweep(
-    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]],
+    tmp_path: Path,
+    stages: dict[str, object],
 ) -> None:
     es, texts, run = data
-    result = run_calibration(es, texts, tmp_path / "cache", profile="medical")
+    result = run_calibration(es, texts, tmp_path / "cache", profile="medical", **stages)
     two = result.rerank  # type: ignore[attr-defined]
     rows = list(enumerate(two.kernels[4].arrays.qids))
     for i, (top_n, p) in enumerate(two.points):
@@ -147,6 +154,7 @@ def test_brute_force_select_over_the_grid_equals_the_sweep(
                 "expected_utility": p.expected_utility is not None,
                 "probability_map": two.probability_map,
             },
+            **stages,
         }
         guard = ContextGuard(GuardConfig(**settings), reranker=oracle)
         kept = [
@@ -158,6 +166,10 @@ def test_brute_force_select_over_the_grid_equals_the_sweep(
             for _, q in rows
         ]
         assert kept == two.sweep.kept[i].tolist(), (top_n, p)
+    if stages:  # every setting ran with the stages, and the budget binds
+        assert all(p.max_tokens == 12 for _, p in two.points)
+        assert int(two.sweep.kept.max()) == 1
+        assert any(p.max_k > 1 for _, p in two.points)
     rules = {p.cut for _, p in two.points} | {p.expected_utility is not None for _, p in two.points}
     assert {CutRule.GAP, CutRule.AUTOCUT, True} <= rules
 

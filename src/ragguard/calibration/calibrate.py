@@ -1148,11 +1148,6 @@ def calibrate(
         evalset, max_tokens=max_tokens, token_counter_spec=token_counter,
         near_duplicate_threshold=near_duplicate_threshold, corpus=corpus, passages=passages,
     )  # fmt: skip
-    if stages is not None and (reranker is not None or rerank_scores is not None):
-        raise ConfigError(
-            "max_tokens / near_duplicate_threshold cannot be calibrated with a rerank stage "
-            "yet; calibrate without --rerank, or set them in the config by hand"
-        )
 
     results: list[RunCalibration] = []
     all_rows = np.arange(len(qids), dtype=np.intp)
@@ -1306,7 +1301,7 @@ def calibrate(
             prof=prof, rules=rules, objective=objective, constraints=cons, metrics=wanted,
             reported=reported, grid=best.grid or grid, calib_rows=calib_rows,
             held_rows=held_rows, n_bootstrap=n_bootstrap, seed=seed, level=level,
-            folds=folds, target=target, confidence=confidence,
+            folds=folds, target=target, confidence=confidence, stages=stages,
         )  # fmt: skip
     return CalibrationResult(
         runs=tuple(results),
@@ -1451,4 +1446,5 @@ def _two_stage(
         folds=common["folds"],
         target=common["target"],
         confidence=common["confidence"],
+        stages=common["stages"],
     )

@@ -78,6 +78,7 @@ from ragguard.calibration.probability import (
 )
 from ragguard.calibration.rerank_scores import RerankScores
 from ragguard.calibration.select import DEFAULT_FOLDS, Selection, cross_validate, refit
+from ragguard.calibration.stages import PassageStages
 from ragguard.calibration.sweep import (
     PASSAGES,
     Constraint,
@@ -363,8 +364,11 @@ def calibrate_two_stage(
     folds: int = DEFAULT_FOLDS,
     target: float | None = None,
     confidence: float = 0.95,
+    stages: PassageStages | None = None,
 ) -> TwoStageCalibration:
-    """Sweep retrieval depth x rerank cut x ``max_k`` (see the module docstring).
+    """Sweep retrieval depth x rerank cut x ``max_k`` (see the module docstring), with
+    the ``stages`` after the cut (token budget, near-duplicates) applied to every setting
+    when given, as the runtime guard applies them after the rerank cut.
 
     ``retrieval_kernel`` is the run's retrieval sweep kernel; ``retrieval_chosen`` and
     ``retrieval_baseline`` are the per-query cuts of the retrieval-only choice and of
@@ -428,9 +432,13 @@ def calibrate_two_stage(
     results: list[SweepResult] = []
     points: list[tuple[int, PolicyParams]] = []
     settings = grid.points(max_k, min_k, profile)
+    if stages is not None:
+        settings = [stages.params(s) for s in settings]
     for n in tops:
         reranked = _reranked_arrays(evalset, arrays, lists, utilities, probs, n, profile, rules)
-        kernel = SweepKernel(reranked, wanted, max(max_k))
+        width = max(max_k)
+        on_run = None if stages is None else stages.for_run(reranked, width)
+        kernel = SweepKernel(reranked, wanted, width, stages=on_run)
         kernels[n] = kernel
         results.append(sweep(kernel, settings, wanted, rows=calibration_rows))
         points += [(n, s) for s in settings]
