@@ -9,9 +9,9 @@ from __future__ import annotations
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ValidationInfo
+from pydantic import BaseModel, ValidationInfo, field_validator
 
-__all__ = ["reject_bool_for_numbers"]
+__all__ = ["NumbersNotBools", "reject_bool_for_numbers"]
 
 
 def _leaves(annotation: Any) -> list[Any]:
@@ -37,3 +37,12 @@ def reject_bool_for_numbers(model: type[BaseModel], value: Any, info: Validation
     if isinstance(value, bool) and name and _number_not_bool(model.model_fields[name].annotation):
         raise ValueError("must be a number, not a boolean (true/false)")
     return value
+
+
+class NumbersNotBools(BaseModel):
+    """Base of the config models: ``true`` / ``false`` for a number field is an error."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return reject_bool_for_numbers(cls, value, info)

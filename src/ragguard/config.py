@@ -37,7 +37,6 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -50,7 +49,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from ragguard._fields import reject_bool_for_numbers
+from ragguard._fields import NumbersNotBools
 from ragguard._optional import DISTRIBUTION
 from ragguard._version import __version__
 from ragguard.errors import ConfigError, ConfigWarning
@@ -130,7 +129,7 @@ DEFAULT_RERANK_MODEL = "cross-encoder/ms-marco-MiniLM-L6-v2"
 RERANK_SCORE_KINDS = (ScoreKind.LOGIT, ScoreKind.PROBABILITY)
 
 
-class RerankConfig(BaseModel):
+class RerankConfig(NumbersNotBools):
     """The optional cross-encoder rerank stage (``GuardConfig.rerank``, TOML ``[rerank]``).
 
     The reranker's outputs are mapped to probabilities *before* any rule runs: logits
@@ -208,11 +207,6 @@ class RerankConfig(BaseModel):
         "ragguard calibrate --rerank); None: sigmoid for logits, clip for probabilities.",
     )
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        return reject_bool_for_numbers(cls, value, info)
-
     @field_validator("score_kind")
     @classmethod
     def _rerank_kind(cls, value: ScoreKind | None) -> ScoreKind | None:
@@ -265,7 +259,7 @@ def _env_names(field: str) -> list[str]:
     return [k for k in os.environ if k.upper() == name or k.upper().startswith(name + "__")]
 
 
-class GuardConfig(BaseSettings):
+class GuardConfig(BaseSettings, NumbersNotBools):
     """Configuration of :class:`~ragguard.ContextGuard` (see the README's config reference).
 
     Example:
@@ -383,11 +377,6 @@ class GuardConfig(BaseSettings):
         if loaded is None:
             return init_settings, env_settings
         return init_settings, env_settings, _FileSource(settings_cls, loaded[1])
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        return reject_bool_for_numbers(cls, value, info)
 
     @field_validator("token_counter")
     @classmethod

@@ -59,11 +59,11 @@ they start from (default ``support``) and every other key overrides it::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from ragguard._fields import reject_bool_for_numbers
+from ragguard._fields import NumbersNotBools
 from ragguard.errors import ConfigError
 
 __all__ = ["BUILTIN_PROFILES", "DEFAULT_PROFILE", "Profile", "ProfileSpec", "resolve_profile"]
@@ -73,7 +73,7 @@ Penalty = Annotated[float, Field(ge=-1.0, le=0.0)]
 Grade = Annotated[int, Field(ge=1, le=5)]
 
 
-class Profile(BaseModel):
+class Profile(NumbersNotBools):
     """A resolved tolerance profile (see the module docstring for each field's role)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -108,7 +108,7 @@ class Profile(BaseModel):
         return self
 
 
-class ProfileSpec(BaseModel):
+class ProfileSpec(NumbersNotBools):
     """A custom profile as written in TOML: a base profile plus overrides."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -125,11 +125,6 @@ class ProfileSpec(BaseModel):
     relative_threshold: Ratio | None = None
     relevant_grade: Grade | None = None
     partial_grade: Grade | None = None
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        return reject_bool_for_numbers(cls, value, info)
 
 
 def _builtin(
