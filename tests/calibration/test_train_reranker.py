@@ -258,3 +258,27 @@ def test_cli_writes_and_prints_the_next_step(data: tuple[Path, Path], tmp_path: 
     assert again.exit_code == 1 and "overwrite" in again.stderr
     helped = CliRunner().invoke(app, ["train-reranker", "--help"])
     assert "--out" in helped.stdout and "beats the base" in " ".join(helped.stdout.split())
+
+
+def test_bi_encoder_fine_tuning_runs_and_is_kept_only_when_better(
+    data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path, encoder = data
+    ev = load_evalset(path)
+    kwargs = {"base": str(encoder), "kinds": ["bi-encoder"], "max_steps": 6, "batch_size": 8}
+    result = train_reranker(ev, out=tmp_path / "bi", device="cpu", **kwargs)  # type: ignore[arg-type]
+    (bi,) = [c for c in result.candidates if c.name == "bi-encoder"]
+    assert "steps" in bi.note and bi.role == "trained"
+    base = result.base
+    better = bi.auc_distractor > base.auc_distractor and bi.auc_other >= base.auc_other
+    assert bi.eligible == better
+    if better:
+        assert result.chosen == "bi-encoder" and result.path is not None
+        reranker = load_reranker(str(result.path))
+        s = np.asarray(reranker("what is my squat record", ["squat record 101 lb", "golf"]))
+        assert s.shape == (2,) and np.all(np.abs(s) <= 1.0 + 1e-6)  # cosines
+    else:
+        assert result.path is None and not (tmp_path / "bi").exists()
+    again = train_reranker(ev, out=tmp_path / "bi2", device="cpu", **kwargs)  # type: ignore[arg-type]
+    (bi2,) = [c for c in again.candidates if c.name == "bi-encoder"]
+    assert (bi2.auc_distractor, bi2.auc_other) == (bi.auc_distractor, bi.auc_other)  # seeded

@@ -84,7 +84,7 @@ F64 = NDArray[np.float64]
 Progress = Callable[[str], None]
 
 NEGATIVE_KINDS = ("distractor", "judged", "same_query", "random")
-WRITABLE = ("fusion",)
+WRITABLE = ("fusion", "bi-encoder")
 
 
 # --------------------------------------------------------------------------- queries

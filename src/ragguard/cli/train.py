@@ -58,7 +58,7 @@ def train_reranker(
         typer.Option(
             "--kind",
             metavar="KIND",
-            help="Candidates to train: fusion (repeatable). Default: all.",
+            help="Candidates to train: fusion, bi-encoder (repeatable). Default: both.",
             show_default=False,
         ),
     ] = None,
