@@ -33,6 +33,7 @@ TOPICS = [
     "tennis", "rugby", "judo", "fencing",
 ]  # fmt: skip
 FILLER = "note log entry about training week"
+FUSION = ["fusion"]
 
 
 def _write_set(folder: Path, *, relevant_is_query: bool = False) -> Path:
@@ -92,7 +93,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def trained(data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> object:
     path, encoder = data
     out = tmp_path_factory.mktemp("out") / "scorer"
-    return train_reranker(load_evalset(path), out=out, base=str(encoder), seed=0)
+    return train_reranker(load_evalset(path), out=out, base=str(encoder), seed=0, kinds=FUSION)
 
 
 def test_pairs_put_distractors_first_and_never_touch_held_out_queries(
@@ -144,8 +145,8 @@ def test_held_out_labels_change_nothing(data: tuple[Path, Path], tmp_path: Path)
     flipped = tmp_path / "flipped" / "evalset.jsonl"
     flipped.parent.mkdir()
     flipped.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    a = train_reranker(ev, out=tmp_path / "a", base=str(encoder))
-    b = train_reranker(load_evalset(flipped), out=tmp_path / "b", base=str(encoder))
+    a = train_reranker(ev, out=tmp_path / "a", base=str(encoder), kinds=FUSION)
+    b = train_reranker(load_evalset(flipped), out=tmp_path / "b", base=str(encoder), kinds=FUSION)
     assert a.path is not None and b.path is not None
     assert a.card["fusion_head"] == b.card["fusion_head"]
     assert _aucs(a.card) == _aucs(b.card)
@@ -222,13 +223,24 @@ def test_a_candidate_that_cannot_beat_the_base_is_never_written(tmp_path: Path) 
     path = _write_set(tmp_path / "set", relevant_is_query=True)
     encoder = build_bi_encoder(tmp_path / "enc", _words(path))
     out = tmp_path / "out"
-    result = train_reranker(load_evalset(path), out=out, base=str(encoder))
+    result = train_reranker(load_evalset(path), out=out, base=str(encoder), max_steps=4)
+    assert {c.name for c in result.candidates} >= {"fusion", "bi-encoder"}
     assert result.base.auc_distractor == 1.0 and result.base.auc_other == 1.0
     assert result.path is None and result.chosen is None
     assert not out.exists()
     assert not any(c.eligible for c in result.candidates)
     res = CliRunner().invoke(
-        app, ["train-reranker", str(path), "--out", str(out), "--base", str(encoder)]
+        app,
+        [
+            "train-reranker",
+            str(path),
+            "--out",
+            str(out),
+            "--base",
+            str(encoder),
+            "--kind",
+            "fusion",
+        ],
     )
     assert res.exit_code == 1 and not out.exists()
     assert "not written" in res.stderr and "beat the base" in res.stderr
@@ -236,7 +248,9 @@ def test_a_candidate_that_cannot_beat_the_base_is_never_written(tmp_path: Path) 
 
 def test_reproducible_by_seed(data: tuple[Path, Path], tmp_path: Path, trained: object) -> None:
     path, encoder = data
-    again = train_reranker(load_evalset(path), out=tmp_path / "again", base=str(encoder), seed=0)
+    again = train_reranker(
+        load_evalset(path), out=tmp_path / "again", base=str(encoder), seed=0, kinds=FUSION
+    )
     assert again.card["fusion_head"] == trained.card["fusion_head"]  # type: ignore[attr-defined]
     assert again.card["pairs"] == trained.card["pairs"]  # type: ignore[attr-defined]
     other = split_for_training(load_evalset(path), 0.3, 0.2, seed=1)
@@ -246,15 +260,12 @@ def test_reproducible_by_seed(data: tuple[Path, Path], tmp_path: Path, trained: 
 def test_cli_writes_and_prints_the_next_step(data: tuple[Path, Path], tmp_path: Path) -> None:
     path, encoder = data
     out = tmp_path / "cli"
-    res = CliRunner().invoke(
-        app, ["train-reranker", str(path), "--out", str(out), "--base", str(encoder)]
-    )
+    args = ["train-reranker", str(path), "--out", str(out), "--base", str(encoder)]
+    res = CliRunner().invoke(app, [*args, "--kind", "fusion"])
     assert res.exit_code == 0, res.output
     assert (out / CARD_NAME).is_file()
     assert f"ragguard calibrate {path} --rerank {out}" in " ".join(res.stdout.split())
-    again = CliRunner().invoke(
-        app, ["train-reranker", str(path), "--out", str(out), "--base", str(encoder)]
-    )
+    again = CliRunner().invoke(app, [*args, "--kind", "fusion"])
     assert again.exit_code == 1 and "overwrite" in again.stderr
     helped = CliRunner().invoke(app, ["train-reranker", "--help"])
     assert "--out" in helped.stdout and "beats the base" in " ".join(helped.stdout.split())

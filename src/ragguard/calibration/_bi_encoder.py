@@ -41,6 +41,12 @@ def _st(name: str) -> Any:
         return importlib.import_module(f"sentence_transformers.{name}")
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def _triplets(
     pairs: Sequence[Any], query: Callable[[str], str], text: Callable[[str, str], str]
 ) -> dict[str, list[str]]:
@@ -147,6 +153,7 @@ def fine_tune_bi_encoder(
         report_to="none",
         disable_tqdm=not show_progress_bar,
         use_cpu=device == "cpu",
+        dataloader_pin_memory=device != "cpu" and _has_cuda(),
         batch_sampler=training_args.BatchSamplers.NO_DUPLICATES,
     )
     say(
