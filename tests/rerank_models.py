@@ -84,3 +84,37 @@ def build_cross_encoder(
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def build_bi_encoder(path: Path, texts: list[str], *, seed: int = 0, dim: int = 32) -> Path:
+    """Save a tiny SentenceTransformer (a random 2-layer BERT with mean pooling and a
+    WordPiece vocabulary of the words of ``texts``) to ``path``: the real
+    SentenceTransformer code path, no download."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers import models  # type: ignore[no-redef]
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words = {w for text in texts for w in text.lower().replace("?", " ").split()}
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + sorted(words))}
+    tokenizer = BertTokenizerFast(vocab=vocab)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=dim,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * dim,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(seed)
+    raw = path.parent / (path.name + "-bert")
+    BertModel(config).save_pretrained(raw)
+    tokenizer.save_pretrained(raw)
+    word = models.Transformer(str(raw), max_seq_length=64)
+    pooling = models.Pooling(word.get_embedding_dimension(), "mean")
+    SentenceTransformer(modules=[word, pooling], device="cpu").save(str(path))
+    return path

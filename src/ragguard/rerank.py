@@ -74,6 +74,7 @@ from ragguard.config import (
 from ragguard.errors import ConfigError, MissingDependencyError, RerankError, RerankModelError
 from ragguard.policy import PolicyResult
 from ragguard.scores import ScoreIssue, ScoreKind, issue_message
+from ragguard.trained import TrainedReranker, is_trained_folder
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
@@ -164,6 +165,11 @@ class CrossEncoderReranker:
     one batch over the CPU cores or the GPU. Pairs are scored in batches of
     ``batch_size``.
 
+    A folder written by ``ragguard train-reranker`` (it holds ``ragguard-reranker.json``)
+    is detected when the model loads and scored by its
+    :class:`~ragguard.trained.TrainedReranker` (logits), so ``[rerank] model = "DIR"``
+    works for every kind it trains.
+
     Args:
         model: a Hugging Face model name or a local path.
         device: torch device (``"cpu"``, ``"cuda"``, ...); ``None`` lets
@@ -204,7 +210,7 @@ class CrossEncoderReranker:
         self.max_length = max_length
         self._explicit_kind = None if score_kind is None else parse_kind(score_kind, "score_kind")
         self._model_kwargs = model_kwargs
-        self._model: CrossEncoder | None = None
+        self._model: CrossEncoder | TrainedReranker | None = None
         self._kind: ScoreKind | None = self._explicit_kind
         self._load_lock = threading.Lock()
         self._predict_lock = threading.Lock()
@@ -226,7 +232,7 @@ class CrossEncoderReranker:
         """Whether the model has been loaded."""
         return self._model is not None
 
-    def load(self) -> CrossEncoder:
+    def load(self) -> CrossEncoder | TrainedReranker:
         """Load the model and score one warm-up pair (once; later calls return it).
         Thread-safe. A :class:`~ragguard.ContextGuard` calls it when it is built, so the
         first rerank call runs within ``rerank.timeout_ms``.
@@ -243,7 +249,10 @@ class CrossEncoderReranker:
                 self._model, self._kind = self._load()
             return self._model
 
-    def _load(self) -> tuple[CrossEncoder, ScoreKind]:
+    def _load(self) -> tuple[CrossEncoder | TrainedReranker, ScoreKind]:
+        if is_trained_folder(self.model_name):
+            trained = TrainedReranker(self.model_name, device=self.device)
+            return trained, self._explicit_kind or ScoreKind.LOGIT
         st = require("sentence_transformers", "rerank")
         started = time.perf_counter()
         try:
@@ -300,6 +309,9 @@ class CrossEncoderReranker:
         model = self.load()
         if not texts:
             return np.empty(0, dtype=np.float64)
+        if isinstance(model, TrainedReranker):
+            with self._predict_lock:
+                return np.asarray(model(query, texts), dtype=np.float64).reshape(-1)
         pairs = [(query, text) for text in texts]
         with self._predict_lock:
             scores = model.predict(

@@ -100,7 +100,9 @@ class RerankScores:
 
 def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Reranker:
     """The reranker a ``--rerank`` SPEC names: ``module:callable`` (imported, not
-    called: the object is the reranker), else a cross-encoder name or local path.
+    called: the object is the reranker), else a cross-encoder name or local path (a
+    folder written by ``ragguard train-reranker`` included: it loads as its trained
+    scorer, see :mod:`ragguard.trained`).
 
     Raises:
         RerankModelError: the module or attribute cannot be imported, or is not callable.

