@@ -83,4 +83,15 @@ __all__ = [
     "Selection",
     "UtilityCut",
     "__version__",
+    "load_reranker",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ragguard.load_reranker lives with calibration; imported on first use so that
+    # `import ragguard` stays light (numpy, pydantic)
+    if name == "load_reranker":
+        from ragguard.calibration.rerank_scores import load_reranker
+
+        return load_reranker
+    raise AttributeError(f"module 'ragguard' has no attribute {name!r}")
