@@ -340,8 +340,8 @@ class ContextGuard:
         # candidates come in the retriever's order (best first), which lets normalize()
         # catch a wrong score direction on short lists; repeated ids mean several lists
         # were merged, whose order is no single ranking
-        ranked = len({c.id for c in cands}) == len(cands)
-        norm = normalize(raw, kind, rrf_k=self.config.rrf_k, ranked=ranked)
+        distinct = len({c.id for c in cands}) == len(cands)
+        norm = normalize(raw, kind, rrf_k=self.config.rrf_k, ranked=distinct)
         if kind is not None and self.config.invalid_scores is InvalidScorePolicy.RAISE:
             bad = [c.id for c, ok in zip(cands, norm.valid[0].tolist(), strict=True) if not ok]
             if bad:
@@ -350,7 +350,7 @@ class ContextGuard:
                     f"(ids {bad[:5]}{'...' if len(bad) > 5 else ''}); set invalid_scores to "
                     "'drop' or 'keep_last' to handle them"
                 )
-        duplicate_of = self._duplicates(cands, norm)
+        duplicate_of = {} if distinct else self._duplicates(cands, norm)
         present = None
         if duplicate_of:
             present = np.ones((1, len(cands)), dtype=np.bool_)
@@ -554,9 +554,10 @@ class ContextGuard:
         return GuardRanker(self, **options)
 
     def _duplicates(self, cands: tuple[Candidate, ...], norm: Normalized) -> dict[int, int]:
-        """Map each duplicate's input position to the position of the occurrence kept."""
+        """Map each duplicate's input position to the position of the occurrence kept
+        (``cands`` holds repeated ids)."""
         rule = self.config.duplicates
-        if rule is DuplicatePolicy.KEEP_ALL or len({c.id for c in cands}) == len(cands):
+        if rule is DuplicatePolicy.KEEP_ALL:
             return {}
         ids = [c.id for c in cands]
         if rule is DuplicatePolicy.RAISE:
