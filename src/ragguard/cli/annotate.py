@@ -150,18 +150,9 @@ def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[
     return ann.RelevanceJudge(gen)
 
 
-#: the numeric options and the setting whose bounds they share with the library
-_NUMBERS = {
-    "batch_size": "--batch-size",
-    "max_length": "--max-length",
-    "threads": "--threads",
-    "top_logprobs": "--top-logprobs",
-    "concurrency": "--concurrency",
-    "max_retries": "--max-retries",
-    "timeout": "--timeout",
-    "samples": "--samples",
-    "temperature": "--temperature",
-}
+#: the numeric options, checked against the library's bounds (each named by its flag)
+_NUMBERS = ("batch_size", "max_length", "threads", "top_logprobs", "concurrency",
+            "max_retries", "timeout", "samples", "temperature")  # fmt: skip
 
 FLAG = ""  # the metavar of a flag: it takes no value
 
@@ -351,19 +342,13 @@ def annotate_command(
         from ragguard.calibration.annotate import annotate
         from ragguard.calibration.annotate._checks import check
 
-        numbers = {"batch_size": batch_size, "max_length": max_length, "threads": threads,
-                   "top_logprobs": top_logprobs, "concurrency": concurrency,
-                   "max_retries": max_retries, "timeout": timeout, "samples": samples,
-                   "temperature": temperature}  # fmt: skip
-        for name, value in numbers.items():
-            if value is not None:
-                check(name, value, label=_NUMBERS[name])
         opts: dict[str, Any] = {
             "model_id": model_id,
             "device": device,
             "dtype": dtype,
             "batch_size": batch_size,
             "max_length": max_length,
+            "threads": threads,
             "chat_template": chat_template,
             "gguf_file": gguf_file,
             "base_url": base_url,
@@ -375,6 +360,9 @@ def annotate_command(
             "samples": samples,
             "temperature": temperature,
         }
+        for name in _NUMBERS:
+            if opts[name] is not None:
+                check(name, opts[name], label="--" + name.replace("_", "-"))
         policy = unjudged or (
             UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
         )
