@@ -111,8 +111,10 @@ def test_a_reranker_without_a_score_for_a_text_fails_closed() -> None:
     guard = ContextGuard(config, reranker=FakeReranker({}))
     with pytest.raises(RerankError, match="no score for the text"):
         guard.wrap(fake_llamaindex_retriever(PASSAGES[:1])).retrieve("q")
-    with pytest.raises(ConfigError, match="probability or logit"):
+    with pytest.raises(ConfigError, match="use one of 'logit', 'probability'"):
         FakeReranker({}, score_kind="similarity")
+    with pytest.raises(ConfigError, match="use one of 'logit', 'probability'"):
+        FakeReranker({}, score_kind="cosine")
 
 
 def test_assert_selection_lists_every_difference() -> None:

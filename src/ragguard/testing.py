@@ -34,6 +34,7 @@ from ragguard._optional import require
 from ragguard.candidate import Selection
 from ragguard.errors import ConfigError
 from ragguard.policy import Reason
+from ragguard.rerank import parse_kind
 from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
@@ -191,9 +192,7 @@ class FakeReranker:
         score_kind: ScoreKind | str = ScoreKind.PROBABILITY,
         default: float | None = None,
     ) -> None:
-        kind = ScoreKind(score_kind)
-        if kind not in (ScoreKind.PROBABILITY, ScoreKind.LOGIT):
-            raise ConfigError(f"FakeReranker: score_kind must be probability or logit, got {kind}")
+        kind = parse_kind(score_kind, "FakeReranker: score_kind")
         self.scores = dict(scores)
         self.score_kind = kind.value
         self.default = default

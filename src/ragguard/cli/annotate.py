@@ -150,23 +150,10 @@ def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[
     return ann.RelevanceJudge(gen)
 
 
-#: the numeric options and the setting whose bounds they share with the library
-_NUMBERS = {
-    "batch_size": "--batch-size",
-    "max_length": "--max-length",
-    "threads": "--threads",
-    "top_logprobs": "--top-logprobs",
-    "concurrency": "--concurrency",
-    "max_retries": "--max-retries",
-    "timeout": "--timeout",
-    "samples": "--samples",
-    "temperature": "--temperature",
-}
+#: the numeric options, checked against the library's bounds (each named by its flag)
+_NUMBERS = ("batch_size", "max_length", "threads", "top_logprobs", "concurrency",
+            "max_retries", "timeout", "samples", "temperature")  # fmt: skip
 
-JUDGE = "Relevance judge"
-LOCAL = "transformers and gguf backends"
-OPENAI = "openai backend"
-CHAT = "chat backend"
 FLAG = ""  # the metavar of a flag: it takes no value
 
 
@@ -247,7 +234,6 @@ def annotate_command(
             help="Passages without a label: judge (ask the judge), irrelevant or skip. "
             "Default: judge with --judge-model, else irrelevant.",
             show_default=False,
-            rich_help_panel=JUDGE,
         ),
     ] = None,
     judge_model: Annotated[
@@ -255,7 +241,6 @@ def annotate_command(
         typer.Option(
             metavar="MODEL",
             help="The judge (the paper's Figure 5 prompt); default: --model.",
-            rich_help_panel=JUDGE,
         ),
     ] = None,
     judge_backend: Annotated[
@@ -263,32 +248,25 @@ def annotate_command(
         typer.Option(
             metavar="BACKEND",
             help="The judge's backend; default: --backend.",
-            rich_help_panel=JUDGE,
         ),
     ] = None,
     device: Annotated[
         str | None,
-        typer.Option(
-            metavar="DEVICE", help="cpu, cuda, cuda:1, mps or auto.", rich_help_panel=LOCAL
-        ),
+        typer.Option(metavar="DEVICE", help="cpu, cuda, cuda:1, mps or auto."),
     ] = None,
     dtype: Annotated[
         str | None,
         typer.Option(
             metavar="DTYPE",
             help="float32, float16, bfloat16 or auto.",
-            rich_help_panel=LOCAL,
         ),
     ] = None,
-    batch_size: Annotated[
-        int, typer.Option(metavar="N", help="Pairs per forward pass.", rich_help_panel=LOCAL)
-    ] = 8,
+    batch_size: Annotated[int, typer.Option(metavar="N", help="Pairs per forward pass.")] = 8,
     max_length: Annotated[
         int | None,
         typer.Option(
             metavar="N",
             help="Longest prompt in tokens (longer ones keep their end).",
-            rich_help_panel=LOCAL,
         ),
     ] = None,
     chat_template: Annotated[
@@ -299,7 +277,6 @@ def annotate_command(
             help="Use the tokenizer's chat template, or the plain prompt. Default: the "
             "template when there is one.",
             show_default=False,
-            rich_help_panel=LOCAL,
         ),
     ] = None,
     threads: Annotated[
@@ -307,7 +284,6 @@ def annotate_command(
         typer.Option(
             metavar="N",
             help="PyTorch CPU threads (on a busy machine 1 can beat all).",
-            rich_help_panel=LOCAL,
         ),
     ] = None,
     gguf_file: Annotated[
@@ -315,7 +291,6 @@ def annotate_command(
         typer.Option(
             metavar="NAME",
             help="gguf: the file's name when --model is a folder.",
-            rich_help_panel=LOCAL,
         ),
     ] = None,
     base_url: Annotated[
@@ -324,41 +299,35 @@ def annotate_command(
             metavar="URL",
             help="E.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else that). "
             "The key is $OPENAI_API_KEY.",
-            rich_help_panel=OPENAI,
         ),
     ] = None,
     api: Annotated[
         EndpointApi,
-        typer.Option(metavar="API", help="chat or completions.", rich_help_panel=OPENAI),
+        typer.Option(metavar="API", help="chat or completions."),
     ] = EndpointApi.chat,
     top_logprobs: Annotated[
         int,
-        typer.Option(
-            metavar="K", help="Alternatives asked for per request.", rich_help_panel=OPENAI
-        ),
+        typer.Option(metavar="K", help="Alternatives asked for per request."),
     ] = 20,
     concurrency: Annotated[
         int,
         typer.Option(
             metavar="N",
             help="Requests in flight at once (chat backend too).",
-            rich_help_panel=OPENAI,
         ),
     ] = 8,
     max_retries: Annotated[
         int,
-        typer.Option(metavar="N", help="Retries of a failed request.", rich_help_panel=OPENAI),
+        typer.Option(metavar="N", help="Retries of a failed request."),
     ] = 5,
     timeout: Annotated[
         float,
-        typer.Option(metavar="SECONDS", help="Time allowed per request.", rich_help_panel=OPENAI),
+        typer.Option(metavar="SECONDS", help="Time allowed per request."),
     ] = 60.0,
-    samples: Annotated[
-        int, typer.Option(metavar="N", help="Answers sampled per pair.", rich_help_panel=CHAT)
-    ] = 10,
+    samples: Annotated[int, typer.Option(metavar="N", help="Answers sampled per pair.")] = 10,
     temperature: Annotated[
         float,
-        typer.Option(metavar="T", help="Sampling temperature.", rich_help_panel=CHAT),
+        typer.Option(metavar="T", help="Sampling temperature."),
     ] = 1.0,
     verbose: Verbose = False,
 ) -> None:
@@ -373,19 +342,13 @@ def annotate_command(
         from ragguard.calibration.annotate import annotate
         from ragguard.calibration.annotate._checks import check
 
-        numbers = {"batch_size": batch_size, "max_length": max_length, "threads": threads,
-                   "top_logprobs": top_logprobs, "concurrency": concurrency,
-                   "max_retries": max_retries, "timeout": timeout, "samples": samples,
-                   "temperature": temperature}  # fmt: skip
-        for name, value in numbers.items():
-            if value is not None:
-                check(name, value, label=_NUMBERS[name])
         opts: dict[str, Any] = {
             "model_id": model_id,
             "device": device,
             "dtype": dtype,
             "batch_size": batch_size,
             "max_length": max_length,
+            "threads": threads,
             "chat_template": chat_template,
             "gguf_file": gguf_file,
             "base_url": base_url,
@@ -397,6 +360,9 @@ def annotate_command(
             "samples": samples,
             "temperature": temperature,
         }
+        for name in _NUMBERS:
+            if opts[name] is not None:
+                check(name, opts[name], label="--" + name.replace("_", "-"))
         policy = unjudged or (
             UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
         )

@@ -251,13 +251,10 @@ def calibrate(
         prof = profile_for_cli(profile, profiles)
         rules = None  # the profile's grades, unless the command line says otherwise
         if relevant_grade is not None or partial_grade is not None:
+            # --relevant-grade alone means binary relevance (no partial grade)
             rules = UtilityRules(
                 relevant_grade=prof.relevant_grade if relevant_grade is None else relevant_grade,
-                partial_grade=(
-                    partial_grade
-                    if partial_grade is not None or relevant_grade is not None
-                    else prof.partial_grade
-                ),
+                partial_grade=partial_grade,
             )
 
         _check_outputs(out_path, None if no_report else report)
