@@ -7,10 +7,14 @@ logits for chosen (query, passage) pairs: the encoder's pooled outputs for those
 are computed once and the head (a linear layer) is solved for by least squares. The
 scores a test expects are then known in advance, and every other pair still gets a
 deterministic score.
+
+:data:`QUERY`, :data:`PASSAGES` and :data:`LOGITS` are the scenario the rerank tests
+share (tests/conftest.py builds its two models once per session).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,6 +25,24 @@ SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 #: Sentence-transformers' pre-v4 config key for the activation, as ms-marco models carry it.
 LEGACY_ACTIVATION_KEY = "sbert_ce_default_activation_function"
 IDENTITY = "torch.nn.modules.linear.Identity"
+
+QUERY = "what was my 500 lb deadlift pr"
+
+# id, text, retrieval similarity, designed cross-encoder logit. Retrieval puts a goal and
+# a squat PR (distractors) near the top; the cross-encoder knows better.
+PASSAGES = [
+    ("goal", "goals 500 lb deadlift bench run", 0.85, -0.5),
+    ("pr", "pulled 500 lb for a single today new deadlift pr", 0.83, 6.0),
+    ("squat", "squat pr 405 lb deadlift accessories only", 0.80, -3.0),
+    ("slow", "deadlift 480 felt slow off the floor", 0.79, 1.5),
+    ("talk", "notes from a talk why 500 lb is a milestone", 0.78, -1.0),
+    ("deload", "deload week deadlift 405", 0.60, -2.0),
+]
+LOGITS = {text: logit for _, text, _, logit in PASSAGES}
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
 
 
 def build_cross_encoder(

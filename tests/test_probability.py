@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -14,35 +13,11 @@ import pytest
 
 from ragguard import Candidate, ContextGuard, GuardConfig, Reason
 from ragguard.probability import ProbabilityMap
-from tests.rerank_models import IDENTITY, build_cross_encoder
+from tests.rerank_models import PASSAGES, QUERY, sigmoid
 
 pytest.importorskip("sentence_transformers")
 
-QUERY = "what was my 500 lb deadlift pr"
-# id, text, retrieval similarity, designed cross-encoder logit
-PASSAGES = [
-    ("goal", "goals 500 lb deadlift bench run", 0.85, -0.5),
-    ("pr", "pulled 500 lb for a single today new deadlift pr", 0.83, 6.0),
-    ("squat", "squat pr 405 lb deadlift accessories only", 0.80, -3.0),
-    ("slow", "deadlift 480 felt slow off the floor", 0.79, 1.5),
-    ("talk", "notes from a talk why 500 lb is a milestone", 0.78, -1.0),
-    ("deload", "deload week deadlift 405", 0.60, -2.0),
-]
-LOGITS = {text: logit for _, text, _, logit in PASSAGES}
 PLATT = ProbabilityMap(method="platt", a=0.5, b=1.0)
-
-
-def sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("ce-map")
-    return {
-        "logit": build_cross_encoder(root / "logit", QUERY, LOGITS, activation=IDENTITY),
-        "probability": build_cross_encoder(root / "prob", QUERY, LOGITS),
-    }
 
 
 def guard(model: Path, pmap: ProbabilityMap | None) -> ContextGuard:
@@ -54,13 +29,16 @@ def guard(model: Path, pmap: ProbabilityMap | None) -> ContextGuard:
 
 
 @pytest.mark.parametrize("kind", ["logit", "probability"])
-def test_min_score_is_a_calibrated_probability(models: dict[str, Path], kind: str) -> None:
+def test_min_score_is_a_calibrated_probability(
+    logit_model: Path, prob_model: Path, kind: str
+) -> None:
+    model = {"logit": logit_model, "probability": prob_model}[kind]
     cands = [Candidate(cid, text, score) for cid, text, score, _ in PASSAGES]
     # without a map: sigmoid(logit) -> pr .998, slow .818, goal .378, talk .269, squat .047
-    plain = guard(models[kind], None).select(QUERY, cands)
+    plain = guard(model, None).select(QUERY, cands)
     assert [c.id for c in plain.kept] == ["pr", "slow"]
     # with p = sigmoid(0.5 z + 1): pr .982, slow .852, goal .679, talk .622, squat .378
-    sel = guard(models[kind], PLATT).select(QUERY, cands)
+    sel = guard(model, PLATT).select(QUERY, cands)
     assert [c.id for c in sel.kept] == ["pr", "slow", "goal"]
     reasons = {d.candidate.id: d.reason for d in sel.dropped}
     assert reasons == {
@@ -70,15 +48,15 @@ def test_min_score_is_a_calibrated_probability(models: dict[str, Path], kind: st
     }
     for d in sel.decisions:
         logit = next(p[3] for p in PASSAGES if p[0] == d.candidate.id)
-        if d.candidate.id != "deload":
+        if d.candidate.id == "deload":  # sixth by retrieval, beyond top_n=5: never scored
+            assert d.rerank_score is None
+        else:
             assert d.rerank_score == pytest.approx(sigmoid(0.5 * logit + 1.0), abs=1e-4)
 
 
-def test_config_file_with_a_map_gives_the_same_selection(
-    models: dict[str, Path], tmp_path: Path
-) -> None:
+def test_config_file_with_a_map_gives_the_same_selection(logit_model: Path, tmp_path: Path) -> None:
     cands = [Candidate(cid, text, score) for cid, text, score, _ in PASSAGES]
-    direct = guard(models["logit"], PLATT)
+    direct = guard(logit_model, PLATT)
     path = direct.config.save(tmp_path / "guard.toml")
     loaded = ContextGuard.from_file(path)
     assert loaded.config.rerank.probability_map == PLATT

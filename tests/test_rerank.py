@@ -48,21 +48,7 @@ from ragguard.config import load_toml
 from ragguard.policy import PolicyParams
 from ragguard.rerank import ScoreCache
 from tests.reference_policy import reference_select
-from tests.rerank_models import IDENTITY, build_cross_encoder
-
-QUERY = "what was my 500 lb deadlift pr"
-
-# id, text, retrieval similarity, designed cross-encoder logit. Retrieval puts a goal and
-# a squat PR (distractors) near the top; the cross-encoder knows better.
-PASSAGES = [
-    ("goal", "goals 500 lb deadlift bench run", 0.85, -0.5),
-    ("pr", "pulled 500 lb for a single today new deadlift pr", 0.83, 6.0),
-    ("squat", "squat pr 405 lb deadlift accessories only", 0.80, -3.0),
-    ("slow", "deadlift 480 felt slow off the floor", 0.79, 1.5),
-    ("talk", "notes from a talk why 500 lb is a milestone", 0.78, -1.0),
-    ("deload", "deload week deadlift 405", 0.60, -2.0),
-]
-LOGITS = {text: logit for _, text, _, logit in PASSAGES}
+from tests.rerank_models import LOGITS, PASSAGES, QUERY, build_cross_encoder, sigmoid
 
 # How far two float32 forward passes of the same model on the same pairs may disagree.
 # CrossEncoder.predict pads each batch to its longest pair, and the padded shape changes
@@ -72,10 +58,6 @@ LOGITS = {text: logit for _, text, _, logit in PASSAGES}
 # noise out while any real difference (a wrong pair, a wrong activation, a logit/
 # probability mix-up) is orders of magnitude larger.
 FLOAT32_TOL = 1e-5
-
-
-def sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
 
 
 def passages() -> list[Candidate]:
@@ -132,20 +114,6 @@ def rerank_guard(
 
 
 # --- the real CrossEncoder path ---------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def logit_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Like cross-encoder/ms-marco-*: the config says Identity, predict returns logits."""
-    return build_cross_encoder(
-        tmp_path_factory.mktemp("ce") / "logit", QUERY, LOGITS, activation=IDENTITY
-    )
-
-
-@pytest.fixture(scope="session")
-def prob_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same weights without an activation in the config: predict applies Sigmoid."""
-    return build_cross_encoder(tmp_path_factory.mktemp("ce") / "prob", QUERY, LOGITS)
 
 
 def test_cross_encoder_reorders_and_cuts_distractors(logit_model: Path) -> None:

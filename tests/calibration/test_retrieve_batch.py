@@ -54,20 +54,39 @@ def test_llamaindex_gather_equals_retrieve_query_by_query(es: Any) -> None:
 
 
 class _InFlight:
-    """Counts the calls running at once."""
+    """Counts the calls running at once. Each call stays inside until ``limit`` calls have
+    been inside together, so the count measures the framework's concurrency, whatever the
+    machine's speed; the 60 s wait is a failure guard only (a passing run never waits)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.now = 0
         self.most = 0
-        self.lock = threading.Lock()
+        self.cond = threading.Condition()
+
+    def _never(self) -> AssertionError:
+        return AssertionError(f"{self.limit} calls were never in flight at once ({self.most})")
 
     def enter(self) -> None:
-        with self.lock:
+        with self.cond:
             self.now += 1
             self.most = max(self.most, self.now)
+            self.cond.notify_all()
+            if not self.cond.wait_for(lambda: self.most >= self.limit, timeout=60):
+                raise self._never()
+
+    async def aenter(self) -> None:
+        with self.cond:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        deadline = time.monotonic() + 60
+        while self.most < self.limit:  # the others run on this event loop: yield to them
+            if time.monotonic() > deadline:
+                raise self._never()
+            await asyncio.sleep(0.001)
 
     def leave(self) -> None:
-        with self.lock:
+        with self.cond:
             self.now -= 1
 
 
@@ -76,7 +95,6 @@ class _SlowLangChain(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, **kwargs: Any) -> list[Document]:
         self.meter.enter()
-        time.sleep(0.02)
         self.meter.leave()
         if query.startswith("What is my squat"):
             raise ConnectionError("shard 3 is down")
@@ -92,21 +110,20 @@ class _SlowLlamaIndex(LIRetriever):
         raise AssertionError("the async path is expected")
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        self.meter.enter()
-        await asyncio.sleep(0.02)
+        await self.meter.aenter()
         self.meter.leave()
         text = query_bundle.query_str
         return [NodeWithScore(node=TextNode(id_=f"n-{len(text)}", text=text), score=0.5)]
 
 
 def test_queries_overlap_up_to_max_concurrency_and_a_failure_names_its_query(es: Any) -> None:
-    meter = _InFlight()
+    meter = _InFlight(4)
     with pytest.raises(RetrieverError, match=r"failed on query 'q02': ConnectionError: shard 3"):
         retrieve_run(es, _SlowLangChain(meter=meter), max_concurrency=4)
-    assert 1 < meter.most <= 4
-    meter = _InFlight()
+    assert meter.most == 4  # all four slots in use together, never a fifth
+    meter = _InFlight(5)
     run = retrieve_run(es, _SlowLlamaIndex(meter), max_concurrency=5)
-    assert 1 < meter.most <= 5
+    assert meter.most == 5
     assert run.candidates["q01"] == {f"n-{len(es.queries['q01'].text)}": 0.5}
 
 

@@ -271,25 +271,27 @@ def test_cli_writes_and_prints_the_next_step(data: tuple[Path, Path], tmp_path: 
     assert "--out" in helped.stdout and "beats the base" in " ".join(helped.stdout.split())
 
 
-def test_bi_encoder_fine_tuning_runs_and_is_kept_only_when_better(
+def test_bi_encoder_fine_tuning_beats_the_base_and_is_written(
     data: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    """On this set the base ranks both distractors above the record on every query (they
+    repeat the query's words; validation auc_distractor 0): a few steps at a high
+    learning rate teach it otherwise, so the bi-encoder is better, chosen and written.
+    (The never-written side: test_a_candidate_that_cannot_beat_the_base_is_never_written.)"""
     path, encoder = data
     ev = load_evalset(path)
-    kwargs = {"base": str(encoder), "kinds": ["bi-encoder"], "max_steps": 6, "batch_size": 8}
+    kwargs = {"base": str(encoder), "kinds": ["bi-encoder"], "max_steps": 6, "batch_size": 8,
+              "learning_rate": 1e-3}  # fmt: skip
     result = train_reranker(ev, out=tmp_path / "bi", device="cpu", **kwargs)  # type: ignore[arg-type]
     (bi,) = [c for c in result.candidates if c.name == "bi-encoder"]
     assert "steps" in bi.note and bi.role == "trained"
     base = result.base
-    better = bi.auc_distractor > base.auc_distractor and bi.auc_other >= base.auc_other
-    assert bi.eligible == better
-    if better:
-        assert result.chosen == "bi-encoder" and result.path is not None
-        reranker = load_reranker(str(result.path))
-        s = np.asarray(reranker("what is my squat record", ["squat record 101 lb", "golf"]))
-        assert s.shape == (2,) and np.all(np.abs(s) <= 1.0 + 1e-6)  # cosines
-    else:
-        assert result.path is None and not (tmp_path / "bi").exists()
+    assert base.auc_distractor == 0.0
+    assert bi.auc_distractor > base.auc_distractor and bi.auc_other >= base.auc_other
+    assert bi.eligible and result.chosen == "bi-encoder" and result.path is not None
+    reranker = load_reranker(str(result.path))
+    s = np.asarray(reranker("what is my squat record", ["squat record 101 lb", "golf"]))
+    assert s.shape == (2,) and np.all(np.abs(s) <= 1.0 + 1e-6)  # cosines
     again = train_reranker(ev, out=tmp_path / "bi2", device="cpu", **kwargs)  # type: ignore[arg-type]
     (bi2,) = [c for c in again.candidates if c.name == "bi-encoder"]
     assert (bi2.auc_distractor, bi2.auc_other) == (bi.auc_distractor, bi.auc_other)  # seeded
