@@ -186,7 +186,7 @@ def calibrate(
             metavar="INT",
             help="Grades at or above this (below --relevant-grade) are partially relevant "
             "(+0.5); default: the profile's partial_grade (none for the built-in ones: "
-            "binary relevance).",
+            "binary relevance), or none when --relevant-grade is given.",
             show_default=False,
         ),
     ] = None,
