@@ -53,10 +53,7 @@ import hashlib
 import logging
 import math
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.metrics import parse_metric
@@ -899,39 +897,6 @@ def _finite(value: float) -> float | str:
 
 
 # --------------------------------------------------------------------------- files
-
-
-def check_output_path(path: str | os.PathLike[str], *, folder: bool, what: str) -> Path:
-    """``path`` as a :class:`~pathlib.Path`, checked before anything is written: a file
-    to write (``folder=False``) must not be a folder, a folder to write into must not be
-    a file, and no existing parent may be a file.
-
-    Raises:
-        ConfigError: naming the path, ``what`` it was meant for, and what to give instead.
-    """
-    p = Path(path)
-    if folder and p.exists() and not p.is_dir():
-        raise ConfigError(f"{p} is a file; {what} is a folder of files: give a folder name")
-    if not folder and p.is_dir():
-        raise ConfigError(
-            f"{p} is a folder; {what} is a file: give a file name (e.g. {p / 'ragguard.toml'})"
-        )
-    parent = next((a for a in p.parents if a.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise ConfigError(f"cannot write {what} to {p}: {parent} is a file, not a folder")
-    return p
-
-
-@contextmanager
-def staging_folder(folder: Path) -> Iterator[Path]:
-    """A new hidden folder inside ``folder`` to write files in before :func:`os.replace`
-    moves each into place (the same file system, so each move is atomic). It is removed
-    on the way out, with whatever is still in it, on success or failure."""
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".ragguard-", suffix=".tmp"))
-    try:
-        yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- fingerprint

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ragguard._optional import install_hint, require
+from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.calibrate import (
     EVIDENCE,
     SMALL_SET,
@@ -46,8 +47,6 @@ from ragguard.calibration.calibrate import (
     GuaranteeResult,
     Interval,
     RunCalibration,
-    check_output_path,
-    staging_folder,
 )
 from ragguard.calibration.metrics import compute, safety_band
 from ragguard.calibration.pipeline import TwoStageCalibration, describe_rerank_point

@@ -348,7 +348,7 @@ def _print_report_line(report_paths: WrittenReport | None) -> None:
 
 def _check_outputs(config: Path, report: Path | None) -> None:
     """Fail before the sweep when the outputs cannot be written where asked."""
-    from ragguard.calibration.calibrate import check_output_path
+    from ragguard.calibration._output import check_output_path
     from ragguard.errors import ConfigError
 
     check_output_path(config, folder=False, what="the config (--out)")

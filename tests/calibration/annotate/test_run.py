@@ -345,7 +345,10 @@ def test_unwritable_outputs_are_named_before_any_work(small_evalset: Path, tmp_p
     est = FakeEstimator(_p)
     folder = tmp_path / "results"
     folder.mkdir()
-    with pytest.raises(AnnotationError, match=r"results is a folder; name the file"):
+    with pytest.raises(
+        AnnotationError,
+        match=r"results is a folder; an annotate output is a file: give a file name$",
+    ):
         annotate(small_evalset, est, out=folder)
     with pytest.raises(AnnotationError, match=r"results is a folder"):
         annotate(small_evalset, est, out=tmp_path / "u.jsonl", udcg_out=folder)
@@ -353,9 +356,15 @@ def test_unwritable_outputs_are_named_before_any_work(small_evalset: Path, tmp_p
         annotate(small_evalset, est, out=tmp_path / "u.jsonl", progress_file=folder)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with pytest.raises(AnnotationError, match=r"cannot write .*: .*a-file is not a folder"):
+    with pytest.raises(
+        AnnotationError,
+        match=r"cannot write an annotate output to .*: .*a-file is a file, not a folder",
+    ):
         annotate(small_evalset, est, out=blocker / "sub" / "u.jsonl")
-    with pytest.raises(AnnotationError, match=r"cannot write .*: .*a-file is not a folder"):
+    with pytest.raises(
+        AnnotationError,
+        match=r"cannot write an annotate output to .*: .*a-file is a file, not a folder",
+    ):
         annotate(small_evalset, est, out=tmp_path / "u.jsonl", udcg_out=blocker / "u.json")
     assert est.asked == []
     assert not list(tmp_path.glob("*.progress")) and not (tmp_path / "u.jsonl").exists()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from ragguard.calibration._output import check_output_path
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
 from ragguard.calibration.annotate._judge import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
@@ -96,17 +97,6 @@ def _load(
     return load_evalset(evalset, format=fmt, runs=runs), read_texts(evalset, fmt, corpus)
 
 
-def _check_writable(path: Path) -> None:
-    """Fail before any work when ``path`` is a folder or sits below a file."""
-    if path.is_dir():
-        raise AnnotationError(f"{path} is a folder; name the file to write")
-    above = path.parent
-    while not above.exists() and above != above.parent:
-        above = above.parent
-    if above.exists() and not above.is_dir():
-        raise AnnotationError(f"cannot write {path}: {above} is not a folder")
-
-
 def _relevant_bar(rules: UtilityRules) -> int:
     return rules.partial_grade if rules.partial_grade is not None else rules.relevant_grade
 
@@ -177,7 +167,9 @@ def annotate(
     store_path = Path(progress_file) if progress_file is not None else Path(f"{out_path}.progress")
     for path in (out_path, udcg_path, store_path):
         if path is not None:
-            _check_writable(path)
+            check_output_path(
+                path, folder=False, what="an annotate output", error=AnnotationError, example=None
+            )
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
     es, texts = _load(evalset, format, runs, corpus_list)
     if passages:
