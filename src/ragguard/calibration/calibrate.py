@@ -733,19 +733,10 @@ class CalibrationResult:
         """The guard config of ``run``'s chosen setting (default: the recommended run),
         with provenance."""
         r = self.recommended if run is None else self.run(run)
-        p = r.written_params
         settings: dict[str, Any] = {
             "profile": self.profile.name,
-            "score_kind": r.score_kind,
-            "max_k": p.max_k,
-            "min_k": p.min_k,
-            "relative_threshold": p.relative_threshold,
-            "cut": p.cut,
+            **guard_settings(r.written_params, r.score_kind),
         }
-        if p.cut is CutRule.GAP:
-            settings["gap_buffer"] = p.gap_buffer
-        if p.cut is CutRule.AUTOCUT:
-            settings["autocut_jumps"] = p.autocut_jumps
         if (
             self.profile.name not in BUILTIN_PROFILES
             or BUILTIN_PROFILES[self.profile.name] != self.profile
@@ -887,6 +878,23 @@ class CalibrationResult:
         with staging_folder(p.parent) as tmp:
             os.replace(cfg.save(tmp / p.name), p)
         return p
+
+
+def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, Any]:
+    """The guard-level config fields of setting ``p``: cap, floor, threshold and cut
+    (with the cut's own parameter)."""
+    settings: dict[str, Any] = {
+        "score_kind": score_kind,
+        "max_k": p.max_k,
+        "min_k": p.min_k,
+        "relative_threshold": p.relative_threshold,
+        "cut": p.cut,
+    }
+    if p.cut is CutRule.GAP:
+        settings["gap_buffer"] = p.gap_buffer
+    if p.cut is CutRule.AUTOCUT:
+        settings["autocut_jumps"] = p.autocut_jumps
+    return settings
 
 
 def _fmt(value: float) -> str:

@@ -68,6 +68,7 @@ from ragguard.calibration.calibrate import (
     GuaranteeResult,
     _guarantee,
     compare_values,
+    guard_settings,
 )
 from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.probability import (
@@ -261,19 +262,7 @@ class TwoStageCalibration:
 
     def guard_settings(self) -> dict[str, Any]:
         """The guard-level settings of the choice (the rerank policy's cap and cut)."""
-        p = self.params
-        settings: dict[str, Any] = {
-            "score_kind": self.score_kind,
-            "max_k": p.max_k,
-            "min_k": p.min_k,
-            "relative_threshold": p.relative_threshold,
-            "cut": p.cut,
-        }
-        if p.cut is CutRule.GAP:
-            settings["gap_buffer"] = p.gap_buffer
-        if p.cut is CutRule.AUTOCUT:
-            settings["autocut_jumps"] = p.autocut_jumps
-        return settings
+        return guard_settings(self.params, self.score_kind)
 
     def provenance(self) -> dict[str, Any]:
         """The rerank part of the config's provenance."""
