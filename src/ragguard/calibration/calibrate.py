@@ -267,6 +267,14 @@ class Comparison:
         return "fewer" if d < 0 else "more" if d > 0 else "same"
 
 
+def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I) -> F64:
+    """(M, len(rows)) per-query values of ``metrics`` on ``rows`` when each query keeps
+    ``kept`` passages."""
+    idx = [kernel.metrics.index(m) for m in metrics]
+    out: F64 = kernel.values(kept)[idx][:, rows]
+    return out
+
+
 def compare(
     kernel: SweepKernel,
     baseline_kept: I,
@@ -280,9 +288,8 @@ def compare(
     level: float = 0.95,
 ) -> Comparison:
     """Paired bootstrap comparison of two per-query cuts on ``rows``."""
-    idx = [kernel.metrics.index(m) for m in metrics]
-    base = kernel.values(baseline_kept)[idx][:, rows]
-    guard = kernel.values(guarded_kept)[idx][:, rows]
+    base = metric_values(kernel, baseline_kept, metrics, rows)
+    guard = metric_values(kernel, guarded_kept, metrics, rows)
     return compare_values(
         base, guard, rows, metrics, split=split, n_bootstrap=n_bootstrap, seed=seed, level=level
     )

@@ -66,9 +66,11 @@ from ragguard.calibration.calibrate import (
     EVIDENCE,
     Comparison,
     GuaranteeResult,
+    _feasible,
     _guarantee,
     compare_values,
     guard_settings,
+    metric_values,
 )
 from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.probability import (
@@ -470,9 +472,7 @@ def calibrate_two_stage(
         )  # fmt: skip
         chosen = g_result.point if g_result.point is not None else g_result.best_point
         written = g_result.written if g_result.written is not None else g_result.best_point
-        feasible = all(
-            c.violation(combined.column(c.metric)[[chosen]])[0] == 0 for c in constraints
-        )
+        feasible = _feasible(combined, chosen, constraints)
     else:
         selection = cross_validate(
             means, combined.points, calibration_rows, objective, constraints,
@@ -489,12 +489,9 @@ def calibrate_two_stage(
         if heldout_rows.size
         else (calibration_rows, "all queries (in-sample)")
     )
-    kern = kernels[n_chosen]
-    idx = [kern.metrics.index(m) for m in reported]
-    two = kern.values(combined.kept[chosen].astype(np.intp))[idx][:, rows]
-    ridx = [retrieval_kernel.metrics.index(m) for m in reported]
-    retrieval = retrieval_kernel.values(retrieval_chosen)[ridx][:, rows]
-    top_k = retrieval_kernel.values(retrieval_baseline)[ridx][:, rows]
+    two = metric_values(kernels[n_chosen], combined.kept[chosen].astype(np.intp), reported, rows)
+    retrieval = metric_values(retrieval_kernel, retrieval_chosen, reported, rows)
+    top_k = metric_values(retrieval_kernel, retrieval_baseline, reported, rows)
     common = {"split": split, "n_bootstrap": n_bootstrap, "seed": seed, "level": level}
     vs_retrieval = compare_values(retrieval, two, rows, reported, **common)  # type: ignore[arg-type]
     vs_top_k = compare_values(top_k, two, rows, reported, **common)  # type: ignore[arg-type]
