@@ -257,6 +257,16 @@ class Comparison:
             gained = not gained
         return "better" if gained else "worse"
 
+    def header(self) -> dict[str, Any]:
+        """How the comparison was made: ``{"split", "queries", "level", "n_bootstrap"}``
+        (the head of a ``heldout_check`` record in the provenance and the JSON summary)."""
+        return {
+            "split": self.split,
+            "queries": self.n_queries,
+            "level": self.level,
+            "n_bootstrap": self.n_bootstrap,
+        }
+
     def passages_verdict(self) -> str:
         """``"fewer"``, ``"more"`` or ``"same"``: the passages the guarded setting keeps
         on average against the baseline (the sign of the mean difference; a count is
@@ -769,12 +779,7 @@ class CalibrationResult:
         chosen = {m: _finite(v) for m, v in r.sweep.point_means(r.chosen).items()}
         baseline = {m: _finite(v) for m, v in r.sweep.point_means(r.baseline).items()}
         c = r.comparison
-        check: dict[str, Any] = {
-            "split": c.split,
-            "queries": c.n_queries,
-            "level": c.level,
-            "n_bootstrap": c.n_bootstrap,
-        }
+        check = c.header()
         if r.chosen_is_baseline:
             check["note"] = "the choice is the best plain top-k itself: nothing compared"
         for m in c.metrics:
