@@ -166,6 +166,14 @@ def split_queries(n: int, holdout: float, seed: int) -> tuple[I, I]:
     return np.sort(perm[n_held:]).astype(np.intp), np.sort(perm[:n_held]).astype(np.intp)
 
 
+def checked_rows(calibration_rows: I, heldout_rows: I) -> tuple[I, str]:
+    """The rows a choice is checked on and their name: the held-out rows, or every
+    calibration row (in-sample) when nothing is held out."""
+    if heldout_rows.size:
+        return heldout_rows, "held-out"
+    return calibration_rows, "all queries (in-sample)"
+
+
 # --------------------------------------------------------------------------- bootstrap
 
 
@@ -1222,10 +1230,7 @@ def calibrate(
             baseline, _ = choose(result, objective, cons, among=top_idx)
         else:
             baseline = next(i for i in top_idx if points[i].max_k == baseline_k)
-        if held_rows.size:
-            rows, split = held_rows, "held-out"
-        else:
-            rows, split = calib_rows, "all queries (in-sample)"
+        rows, split = checked_rows(calib_rows, held_rows)
         comparison = compare(
             kernel,
             result.kept[baseline].astype(np.intp),

@@ -68,6 +68,7 @@ from ragguard.calibration.calibrate import (
     GuaranteeResult,
     _feasible,
     _guarantee,
+    checked_rows,
     compare_values,
     guard_settings,
     metric_values,
@@ -484,11 +485,7 @@ def calibrate_two_stage(
     n_chosen = points[chosen][0]
 
     # 4. held-out comparisons and calibration quality
-    rows, split = (
-        (heldout_rows, "held-out")
-        if heldout_rows.size
-        else (calibration_rows, "all queries (in-sample)")
-    )
+    rows, split = checked_rows(calibration_rows, heldout_rows)
     two = metric_values(kernels[n_chosen], combined.kept[chosen].astype(np.intp), reported, rows)
     retrieval = metric_values(retrieval_kernel, retrieval_chosen, reported, rows)
     top_k = metric_values(retrieval_kernel, retrieval_baseline, reported, rows)
