@@ -67,6 +67,7 @@ from ragguard.calibration.calibrate import (
     Comparison,
     GuaranteeResult,
     _feasible,
+    _finite,
     _guarantee,
     checked_rows,
     compare_values,
@@ -292,14 +293,10 @@ class TwoStageCalibration:
                 f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference "
                 f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
             )
-        for name, value in (("brier_raw", self.brier_raw), ("brier_mapped", self.brier_mapped)):
-            out[name] = float(f"{value:.6g}") if math.isfinite(value) else "nan"
-        for name, rel in (
-            ("ece_raw", self.reliability_raw),
-            ("ece_mapped", self.reliability_mapped),
-        ):
-            ece = rel.ece
-            out[name] = float(f"{ece:.6g}") if math.isfinite(ece) else "nan"
+        out["brier_raw"] = _finite(self.brier_raw)
+        out["brier_mapped"] = _finite(self.brier_mapped)
+        out["ece_raw"] = _finite(self.reliability_raw.ece)
+        out["ece_mapped"] = _finite(self.reliability_mapped.ece)
         return out
 
 
