@@ -106,6 +106,14 @@ def test_config_enables_the_stage_and_the_guard_reproduces_calibration(
     assert config.rerank.probability_map == two.probability_map
     assert config.rerank.external is not None and config.rerank.external.endswith(":oracle")
     assert config.provenance["rerank"]["cache_key"] == two.scores.cache_key
+    # the file records the held-out calibration quality of the probabilities
+    for key, value in (
+        ("brier_raw", two.brier_raw),
+        ("brier_mapped", two.brier_mapped),
+        ("ece_raw", two.reliability_raw.ece),
+        ("ece_mapped", two.reliability_mapped.ece),
+    ):
+        assert config.provenance["rerank"][key] == pytest.approx(value, rel=1e-5)
     # a callable is recorded, never imported: the guard asks for it
     with pytest.raises(ConfigError, match="reranker="):
         ContextGuard(config)

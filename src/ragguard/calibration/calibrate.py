@@ -164,6 +164,14 @@ def split_queries(n: int, holdout: float, seed: int) -> tuple[I, I]:
     return np.sort(perm[n_held:]).astype(np.intp), np.sort(perm[:n_held]).astype(np.intp)
 
 
+def checked_rows(calibration_rows: I, heldout_rows: I) -> tuple[I, str]:
+    """The rows a choice is checked on and their name: the held-out rows, or every
+    calibration row (in-sample) when nothing is held out."""
+    if heldout_rows.size:
+        return heldout_rows, "held-out"
+    return calibration_rows, "all queries (in-sample)"
+
+
 # --------------------------------------------------------------------------- bootstrap
 
 
@@ -255,6 +263,16 @@ class Comparison:
             gained = not gained
         return "better" if gained else "worse"
 
+    def header(self) -> dict[str, Any]:
+        """How the comparison was made: ``{"split", "queries", "level", "n_bootstrap"}``
+        (the head of a ``heldout_check`` record in the provenance and the JSON summary)."""
+        return {
+            "split": self.split,
+            "queries": self.n_queries,
+            "level": self.level,
+            "n_bootstrap": self.n_bootstrap,
+        }
+
     def passages_verdict(self) -> str:
         """``"fewer"``, ``"more"`` or ``"same"``: the passages the guarded setting keeps
         on average against the baseline (the sign of the mean difference; a count is
@@ -263,6 +281,14 @@ class Comparison:
         if math.isnan(d):
             return "n/a"
         return "fewer" if d < 0 else "more" if d > 0 else "same"
+
+
+def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I) -> F64:
+    """(M, len(rows)) per-query values of ``metrics`` on ``rows`` when each query keeps
+    ``kept`` passages."""
+    idx = [kernel.metrics.index(m) for m in metrics]
+    out: F64 = kernel.values(kept)[idx][:, rows]
+    return out
 
 
 def compare(
@@ -278,9 +304,8 @@ def compare(
     level: float = 0.95,
 ) -> Comparison:
     """Paired bootstrap comparison of two per-query cuts on ``rows``."""
-    idx = [kernel.metrics.index(m) for m in metrics]
-    base = kernel.values(baseline_kept)[idx][:, rows]
-    guard = kernel.values(guarded_kept)[idx][:, rows]
+    base = metric_values(kernel, baseline_kept, metrics, rows)
+    guard = metric_values(kernel, guarded_kept, metrics, rows)
     return compare_values(
         base, guard, rows, metrics, split=split, n_bootstrap=n_bootstrap, seed=seed, level=level
     )
@@ -731,19 +756,10 @@ class CalibrationResult:
         """The guard config of ``run``'s chosen setting (default: the recommended run),
         with provenance."""
         r = self.recommended if run is None else self.run(run)
-        p = r.written_params
         settings: dict[str, Any] = {
             "profile": self.profile.name,
-            "score_kind": r.score_kind,
-            "max_k": p.max_k,
-            "min_k": p.min_k,
-            "relative_threshold": p.relative_threshold,
-            "cut": p.cut,
+            **guard_settings(r.written_params, r.score_kind),
         }
-        if p.cut is CutRule.GAP:
-            settings["gap_buffer"] = p.gap_buffer
-        if p.cut is CutRule.AUTOCUT:
-            settings["autocut_jumps"] = p.autocut_jumps
         if (
             self.profile.name not in BUILTIN_PROFILES
             or BUILTIN_PROFILES[self.profile.name] != self.profile
@@ -769,12 +785,7 @@ class CalibrationResult:
         chosen = {m: _finite(v) for m, v in r.sweep.point_means(r.chosen).items()}
         baseline = {m: _finite(v) for m, v in r.sweep.point_means(r.baseline).items()}
         c = r.comparison
-        check: dict[str, Any] = {
-            "split": c.split,
-            "queries": c.n_queries,
-            "level": c.level,
-            "n_bootstrap": c.n_bootstrap,
-        }
+        check = c.header()
         if r.chosen_is_baseline:
             check["note"] = "the choice is the best plain top-k itself: nothing compared"
         for m in c.metrics:
@@ -885,6 +896,23 @@ class CalibrationResult:
         with staging_folder(p.parent) as tmp:
             os.replace(cfg.save(tmp / p.name), p)
         return p
+
+
+def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, Any]:
+    """The guard-level config fields of setting ``p``: cap, floor, threshold and cut
+    (with the cut's own parameter)."""
+    settings: dict[str, Any] = {
+        "score_kind": score_kind,
+        "max_k": p.max_k,
+        "min_k": p.min_k,
+        "relative_threshold": p.relative_threshold,
+        "cut": p.cut,
+    }
+    if p.cut is CutRule.GAP:
+        settings["gap_buffer"] = p.gap_buffer
+    if p.cut is CutRule.AUTOCUT:
+        settings["autocut_jumps"] = p.autocut_jumps
+    return settings
 
 
 def _fmt(value: float) -> str:
@@ -1167,10 +1195,7 @@ def calibrate(
             baseline, _ = choose(result, objective, cons, among=top_idx)
         else:
             baseline = next(i for i in top_idx if points[i].max_k == baseline_k)
-        if held_rows.size:
-            rows, split = held_rows, "held-out"
-        else:
-            rows, split = calib_rows, "all queries (in-sample)"
+        rows, split = checked_rows(calib_rows, held_rows)
         comparison = compare(
             kernel,
             result.kept[baseline].astype(np.intp),

@@ -66,8 +66,13 @@ from ragguard.calibration.calibrate import (
     EVIDENCE,
     Comparison,
     GuaranteeResult,
+    _feasible,
+    _finite,
     _guarantee,
+    checked_rows,
     compare_values,
+    guard_settings,
+    metric_values,
 )
 from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.probability import (
@@ -261,19 +266,7 @@ class TwoStageCalibration:
 
     def guard_settings(self) -> dict[str, Any]:
         """The guard-level settings of the choice (the rerank policy's cap and cut)."""
-        p = self.params
-        settings: dict[str, Any] = {
-            "score_kind": self.score_kind,
-            "max_k": p.max_k,
-            "min_k": p.min_k,
-            "relative_threshold": p.relative_threshold,
-            "cut": p.cut,
-        }
-        if p.cut is CutRule.GAP:
-            settings["gap_buffer"] = p.gap_buffer
-        if p.cut is CutRule.AUTOCUT:
-            settings["autocut_jumps"] = p.autocut_jumps
-        return settings
+        return guard_settings(self.params, self.score_kind)
 
     def provenance(self) -> dict[str, Any]:
         """The rerank part of the config's provenance."""
@@ -300,14 +293,10 @@ class TwoStageCalibration:
                 f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference "
                 f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
             )
-        for name, value in (("brier_raw", self.brier_raw), ("brier_mapped", self.brier_mapped)):
-            out[name] = float(f"{value:.6g}") if math.isfinite(value) else "nan"
-        for name, rel in (
-            ("ece_raw", self.reliability_raw),
-            ("ece_mapped", self.reliability_mapped),
-        ):
-            ece = rel.ece
-            out[name] = float(f"{ece:.6g}") if math.isfinite(ece) else "nan"
+        out["brier_raw"] = _finite(self.brier_raw)
+        out["brier_mapped"] = _finite(self.brier_mapped)
+        out["ece_raw"] = _finite(self.reliability_raw.ece)
+        out["ece_mapped"] = _finite(self.reliability_mapped.ece)
         return out
 
 
@@ -481,9 +470,7 @@ def calibrate_two_stage(
         )  # fmt: skip
         chosen = g_result.point if g_result.point is not None else g_result.best_point
         written = g_result.written if g_result.written is not None else g_result.best_point
-        feasible = all(
-            c.violation(combined.column(c.metric)[[chosen]])[0] == 0 for c in constraints
-        )
+        feasible = _feasible(combined, chosen, constraints)
     else:
         selection = cross_validate(
             means, combined.points, calibration_rows, objective, constraints,
@@ -495,17 +482,10 @@ def calibrate_two_stage(
     n_chosen = points[chosen][0]
 
     # 4. held-out comparisons and calibration quality
-    rows, split = (
-        (heldout_rows, "held-out")
-        if heldout_rows.size
-        else (calibration_rows, "all queries (in-sample)")
-    )
-    kern = kernels[n_chosen]
-    idx = [kern.metrics.index(m) for m in reported]
-    two = kern.values(combined.kept[chosen].astype(np.intp))[idx][:, rows]
-    ridx = [retrieval_kernel.metrics.index(m) for m in reported]
-    retrieval = retrieval_kernel.values(retrieval_chosen)[ridx][:, rows]
-    top_k = retrieval_kernel.values(retrieval_baseline)[ridx][:, rows]
+    rows, split = checked_rows(calibration_rows, heldout_rows)
+    two = metric_values(kernels[n_chosen], combined.kept[chosen].astype(np.intp), reported, rows)
+    retrieval = metric_values(retrieval_kernel, retrieval_chosen, reported, rows)
+    top_k = metric_values(retrieval_kernel, retrieval_baseline, reported, rows)
     common = {"split": split, "n_bootstrap": n_bootstrap, "seed": seed, "level": level}
     vs_retrieval = compare_values(retrieval, two, rows, reported, **common)  # type: ignore[arg-type]
     vs_top_k = compare_values(top_k, two, rows, reported, **common)  # type: ignore[arg-type]

@@ -159,29 +159,25 @@ def cross_validate(
     k = fold_count(int(rows.size), folds)
     sign = -1.0 if lower_is_better(objective) else 1.0
     n_f = len(order)
-    if k == 0:
-        full = means(rows)
-        scores = np.empty((1, n_f))
-        cons_vals = np.empty((1, n_f, len(constraints)))
+    # (choose on, score on) per fold; without folds, both are every row
+    splits: list[tuple[I, I | None]] = [(rows, None)]
+    if k:
+        parts = np.array_split(np.random.default_rng([seed, 2]).permutation(rows), k)
+        splits = [
+            (np.sort(np.concatenate(parts[:f] + parts[f + 1 :])), np.sort(parts[f]))
+            for f in range(k)
+        ]
+    scores = np.empty((len(splits), n_f))
+    cons_vals = np.empty((len(splits), n_f, len(constraints)))
+    for f, (train, val) in enumerate(splits):
+        tr = means(train)
+        va = tr if val is None else means(val)
         for j, m in enumerate(members):
-            i, _ = refit(full, m, objective, constraints)
-            scores[0, j] = full.mean(i, objective)
-            cons_vals[0, j] = [full.mean(i, c.metric) for c in constraints]
-    else:
-        perm = np.random.default_rng([seed, 2]).permutation(rows)
-        parts = np.array_split(perm, k)
-        scores = np.empty((k, n_f))
-        cons_vals = np.empty((k, n_f, len(constraints)))
-        for f in range(k):
-            train = np.sort(np.concatenate([parts[g] for g in range(k) if g != f]))
-            val = np.sort(parts[f])
-            tr, va = means(train), means(val)
-            for j, m in enumerate(members):
-                i, _ = refit(tr, m, objective, constraints)
-                scores[f, j] = va.mean(i, objective)
-                cons_vals[f, j] = [va.mean(i, c.metric) for c in constraints]
+            i, _ = refit(tr, m, objective, constraints)
+            scores[f, j] = va.mean(i, objective)
+            cons_vals[f, j] = [va.mean(i, c.metric) for c in constraints]
     with np.errstate(invalid="ignore"):
-        cv = np.nanmean(np.where(np.isnan(scores), np.nan, scores), axis=0)
+        cv = np.nanmean(scores, axis=0)
         se = np.nanstd(scores, axis=0, ddof=1) / math.sqrt(k) if k >= 2 else np.zeros(n_f)
         cons_cv = np.nanmean(cons_vals, axis=0)  # (families, constraints)
     violation = np.zeros(n_f)

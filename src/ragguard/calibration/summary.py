@@ -60,21 +60,16 @@ def result_document(
     config = result.config().model_dump(mode="json", exclude_none=True)
     config.pop("provenance", None)
     c = r.comparison
-    check: dict[str, Any] = {
-        "split": c.split,
-        "queries": c.n_queries,
-        "level": c.level,
-        "n_bootstrap": c.n_bootstrap,
-        "metrics": {},
-    }
-    for m in c.metrics:
-        d = c.difference[m]
-        check["metrics"][m] = {
+    check = c.header()
+    check["metrics"] = {
+        m: {
             "baseline": _num(c.baseline[m].mean),
             "guarded": _num(c.guarded[m].mean),
-            "difference": {k: _num(v) for k, v in d.as_dict().items()},
+            "difference": _means(c.difference[m].as_dict()),
             "verdict": c.passages_verdict() if m == PASSAGES else c.verdict(m),
         }
+        for m in c.metrics
+    }
     two = result.rerank
     written = r.full if r.full is not None else r.sweep
     return {
