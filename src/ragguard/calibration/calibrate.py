@@ -537,10 +537,10 @@ class RunCalibration:
     feasible: bool
     comparison: Comparison = field(repr=False)
     optimal: OptimalK = field(repr=False)
+    full: SweepResult = field(repr=False)
+    written: int
     grid: SweepGrid | None = None
     selection: Selection | None = None
-    full: SweepResult | None = field(default=None, repr=False)
-    written: int = -1
     written_feasible: bool = True
     fallback: str | None = None
     guarantee: GuaranteeResult | None = None
@@ -548,7 +548,7 @@ class RunCalibration:
     @property
     def written_params(self) -> PolicyParams:
         """The setting the config holds (refitted on all queries)."""
-        return self.sweep.points[self.written if self.written >= 0 else self.chosen]
+        return self.sweep.points[self.written]
 
     @property
     def chosen_is_baseline(self) -> bool:
@@ -574,7 +574,7 @@ class RunCalibration:
     @property
     def written_kept(self) -> I:
         """(Q,) passages kept per query under the written setting (all queries)."""
-        out: I = self.sweep.kept[self.written if self.written >= 0 else self.chosen]
+        out: I = self.sweep.kept[self.written]
         return out.astype(np.intp)
 
     @property
@@ -654,7 +654,7 @@ class CalibrationResult:
         misses on all queries, each with the best reachable value and the setting that
         reaches it."""
         r = run or self.recommended
-        full = r.full if r.full is not None else r.sweep
+        full = r.full
         cap = max(r.grid.max_k) if r.grid is not None else max(self.grid.max_k)
         out: list[Shortfall] = []
         for c in self.constraints:
@@ -780,7 +780,7 @@ class CalibrationResult:
         from ragguard import __version__
 
         r = run or self.recommended
-        full = r.full if r.full is not None else r.sweep
+        full = r.full
         written = {m: _finite(v) for m, v in full.point_means(r.written).items()}
         chosen = {m: _finite(v) for m, v in r.sweep.point_means(r.chosen).items()}
         baseline = {m: _finite(v) for m, v in r.sweep.point_means(r.baseline).items()}
@@ -1278,7 +1278,7 @@ def calibrate(
     sign = -1.0 if lower_is_better(objective) else 1.0
 
     def rank_key(r: RunCalibration) -> tuple[bool, bool, float]:
-        value = r.full.mean(r.written, objective) if r.full is not None else math.nan
+        value = r.full.mean(r.written, objective)
         ok = r.guarantee.met if r.guarantee is not None else True
         return (ok, r.written_feasible, sign * value if not math.isnan(value) else -math.inf)
 

@@ -1185,7 +1185,7 @@ def build_report(
     if mpl is None:
         blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
     if r.guarantee is not None:
-        full = r.full if r.full is not None else r.sweep
+        full = r.full
         g = r.guarantee
         passages = full.mean(g.written, PASSAGES) if g.written is not None else math.nan
         blocks += _guarantee(

@@ -71,7 +71,6 @@ def result_document(
         for m in c.metrics
     }
     two = result.rerank
-    written = r.full if r.full is not None else r.sweep
     return {
         "ragguard_version": __version__,
         "evalset": evalset or result.evalset.source,
@@ -92,7 +91,7 @@ def result_document(
             "setting": describe_point(r.written_params),
             "feasible": r.written_feasible,
             "config": config,
-            "metrics": _means(written.point_means(r.written if r.written >= 0 else r.chosen)),
+            "metrics": _means(r.full.point_means(r.written)),
             "calibration_choice": {
                 "setting": describe_point(r.chosen_params),
                 "feasible": r.feasible,
@@ -111,11 +110,7 @@ def result_document(
                 "run": run.name,
                 "setting": describe_point(run.written_params),
                 "feasible": run.written_feasible,
-                "objective": _num(
-                    (run.full if run.full is not None else run.sweep).mean(
-                        run.written if run.written >= 0 else run.chosen, result.objective
-                    )
-                ),
+                "objective": _num(run.full.mean(run.written, result.objective)),
             }
             for run in result.runs
         ],
