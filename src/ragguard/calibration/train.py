@@ -534,7 +534,7 @@ def train_reranker(
 
             t0 = time.perf_counter()
             tuned, note = fine_tune_bi_encoder(
-                base, work / "bi-encoder", evalset, pairs, val, data.query, data.text,
+                base, work / "bi-encoder", pairs, val, data.query, data.text,
                 seed=seed, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
                 max_length=max_length, learning_rate=learning_rate, device=device,
                 show_progress_bar=show_progress_bar, say=say,
