@@ -655,7 +655,6 @@ def arrays_from_codes(
     *,
     candidates: Sequence[Mapping[str, float]],
     score_kind: ScoreKind | str | None,
-    n_relevant: Sequence[int | None] | None = None,
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
     rrf_k: int = 60,
@@ -721,7 +720,7 @@ def arrays_from_codes(
     judged = np.zeros((n_q, width), dtype=np.bool_)
     judged[hrow, hpos] = True
 
-    stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, n_relevant)
+    stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, None)
     ideal_u = _ideal_utilities(qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules)
     arrays = assemble_arrays(
         qids, kind, prof, rules, counts, ranking, g, judged, stats, ideal_u, candidates
