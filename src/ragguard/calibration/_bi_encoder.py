@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from ragguard._optional import require
-from ragguard.calibration.evalset import EvalSet
 from ragguard.errors import EvalSetError
 from ragguard.trained import load_encoder
 
@@ -70,7 +69,6 @@ def _triplets(
 def fine_tune_bi_encoder(
     base: str,
     out: Path,
-    evalset: EvalSet,
     pairs: Sequence[Any],
     val: Sequence[Any],
     query: Callable[[str], str],

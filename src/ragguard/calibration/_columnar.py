@@ -644,9 +644,6 @@ def arrays_from_columnar(
     )
 
 
-_CHUNK_CELLS = 1 << 22
-
-
 def arrays_from_codes(
     qids: Sequence[str],
     crow: NDArray[np.intp],
@@ -658,7 +655,6 @@ def arrays_from_codes(
     *,
     candidates: Sequence[Mapping[str, float]],
     score_kind: ScoreKind | str | None,
-    n_relevant: Sequence[int | None] | None = None,
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
     rrf_k: int = 60,
@@ -672,13 +668,14 @@ def arrays_from_codes(
     ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
     """
     from ragguard.calibration.arrays import (
-        EvalArrays,
+        _CHUNK_CELLS,
+        Ranking,
         _ideal_utilities,
-        evidence_counts,
+        assemble_arrays,
         label_stats,
     )
     from ragguard.calibration.utility import as_profile, rules_of
-    from ragguard.scores import ScoreIssue, ScoreKind, normalize
+    from ragguard.scores import ScoreKind
 
     n_q = len(qids)
     prof = as_profile(profile)
@@ -698,12 +695,8 @@ def arrays_from_codes(
     else:
         raw = np.full((n_q, width), np.nan)
         raw[crow, ccol] = cscore
-    norm = normalize(raw, kind, present=present, rrf_k=rrf_k)
-    key = np.where(norm.valid, -norm.values, np.inf)
-    if not present.all():
-        key[~present] = np.nan
-    n_valid = norm.valid.sum(axis=1).astype(np.intp)
-    order = np.argsort(key, axis=1, kind="stable")
+    ranking = Ranking.of(raw, present, kind, rrf_k)
+    order = np.argsort(ranking.key, axis=1, kind="stable")
     ranked_at = np.empty((n_q, width), dtype=np.intp)
     np.put_along_axis(ranked_at, order, np.arange(width, dtype=np.intp)[None, :], axis=1)
 
@@ -727,36 +720,10 @@ def arrays_from_codes(
     judged = np.zeros((n_q, width), dtype=np.bool_)
     judged[hrow, hpos] = True
 
-    stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, n_relevant)
+    stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, None)
     ideal_u = _ideal_utilities(qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules)
-    issues: dict[ScoreIssue, int] = {
-        i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
-    }
-    nan = np.broadcast_to(np.nan, (n_q, width))
-    arrays = EvalArrays(
-        qids=tuple(qids),
-        score_kind=kind,
-        profile=prof,
-        rules=rules,
-        n_present=counts,
-        n_valid=n_valid,
-        grades=g,
-        judged=judged,
-        distractor=np.zeros((n_q, width), dtype=np.bool_),
-        given_utility=nan,
-        no_response=nan,
-        n_relevant=stats.n_relevant,
-        n_relevant_labelled=stats.n_relevant_labelled,
-        ideal_grades=stats.ideal_grades,
-        ideal_utilities=ideal_u,
-        grade_counts=stats.grade_counts,
-        max_grade=stats.max_grade,
-        integer_grades=stats.integer_grades,
-        score_issues=issues,
-        n_evidence=evidence_counts(g, rules),
-        _key=key,
-        _raw=raw,
-        _candidates=candidates,
+    arrays = assemble_arrays(
+        qids, kind, prof, rules, counts, ranking, g, judged, stats, ideal_u, candidates
     )
     arrays.__dict__["order"] = order  # the cached ranking, computed above
     return arrays

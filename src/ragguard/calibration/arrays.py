@@ -411,11 +411,8 @@ def build_arrays(
     else:
         raw = np.full((n_q, width), np.nan)
         raw[present_in] = flat
-    norm = normalize(raw, kind, present=present_in, rrf_k=rrf_k)
-    key = np.where(norm.valid, -norm.values, np.inf)
-    if not present_in.all():
-        key[~present_in] = np.nan
-    n_valid = norm.valid.sum(axis=1).astype(np.intp)
+    ranking = Ranking.of(raw, present_in, kind, rrf_k)
+    key = ranking.key
 
     # --- label grades of retrieved documents, at their ranked positions
     def hit_keys(hraw: F64) -> F64:
@@ -454,40 +451,85 @@ def build_arrays(
     lq = np.repeat(np.arange(n_q, dtype=np.intp), np.fromiter(map(len, grades), np.intp, n_q))
     lgrade = _flat_floats(grades, "grade", qids)
     stats = label_stats(qids, lq, lgrade, n_relevant)
-    ex_q = stats.extra_rows
-    evidence = evidence_counts(g, rules, n_evidence)
-
     ideal_u = _ideal_utilities(
-        qids, grades, stats.ideal_grades, utilities, no_response, ex_q, rules
+        qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
     )
+    return assemble_arrays(
+        qids, kind, prof, rules, counts, ranking, g, judged, stats, ideal_u, candidates,
+        distractor=distractor, given_utility=given, no_response=p_no, n_evidence=n_evidence,
+    )  # fmt: skip
 
-    # a run without scores (kind None) keeps its order on purpose: not an issue here
-    issues: dict[ScoreIssue, int] = {
-        i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
-    }
+
+@dataclass(frozen=True, eq=False)
+class Ranking:
+    """Raw scores (NaN on padding) and the policy's sort key of each (query, candidate)
+    cell: minus the normalised score, +inf where the score is not valid, NaN on padding;
+    with the valid scores per query and the score issues (a run without scores, kind
+    ``None``, keeps its order on purpose: not an issue here)."""
+
+    raw: F64
+    key: F64
+    n_valid: I
+    issues: dict[ScoreIssue, int]
+
+    @classmethod
+    def of(cls, raw: F64, present: B, kind: ScoreKind | None, rrf_k: int) -> Ranking:
+        """The ranking of raw scores ``raw`` (``present`` marks the real candidates)."""
+        norm = normalize(raw, kind, present=present, rrf_k=rrf_k)
+        key = np.where(norm.valid, -norm.values, np.inf)
+        if not present.all():
+            key[~present] = np.nan
+        issues: dict[ScoreIssue, int] = {
+            i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
+        }
+        return cls(raw, key, norm.valid.sum(axis=1).astype(np.intp), issues)
+
+
+def assemble_arrays(
+    qids: Sequence[str],
+    kind: ScoreKind | None,
+    prof: Profile,
+    rules: UtilityRules,
+    counts: I,
+    ranking: Ranking,
+    grades: F64,
+    judged: B,
+    stats: LabelStats,
+    ideal_utilities: F64,
+    candidates: Sequence[Mapping[str, float]],
+    *,
+    distractor: B | None = None,
+    given_utility: F64 | None = None,
+    no_response: F64 | None = None,
+    n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
+) -> EvalArrays:
+    """:class:`EvalArrays` of ranked candidates and their labels (``grades`` and
+    ``judged`` at ranked positions); no distractors, utilities or probabilities unless
+    given."""
+    nan = np.broadcast_to(np.nan, grades.shape)  # read-only, no memory
     return EvalArrays(
         qids=tuple(qids),
         score_kind=kind,
         profile=prof,
         rules=rules,
         n_present=counts,
-        n_valid=n_valid,
-        grades=g,
+        n_valid=ranking.n_valid,
+        grades=grades,
         judged=judged,
-        distractor=distractor,
-        given_utility=given,
-        no_response=p_no,
+        distractor=np.zeros(grades.shape, dtype=np.bool_) if distractor is None else distractor,
+        given_utility=nan if given_utility is None else given_utility,
+        no_response=nan if no_response is None else no_response,
         n_relevant=stats.n_relevant,
         n_relevant_labelled=stats.n_relevant_labelled,
         ideal_grades=stats.ideal_grades,
-        ideal_utilities=ideal_u,
+        ideal_utilities=ideal_utilities,
         grade_counts=stats.grade_counts,
         max_grade=stats.max_grade,
         integer_grades=stats.integer_grades,
-        score_issues=issues,
-        n_evidence=evidence,
-        _key=key,
-        _raw=raw,
+        score_issues=ranking.issues,
+        n_evidence=evidence_counts(grades, rules, n_evidence),
+        _key=ranking.key,
+        _raw=ranking.raw,
         _candidates=candidates,
     )
 

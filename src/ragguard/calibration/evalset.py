@@ -432,27 +432,17 @@ def assemble(
         cands: Mapping[str, Mapping[str, float]]
         if isinstance(run.candidates, ColumnarCandidates):
             cands, dropped = run.candidates.restrict(labels)
-            for qid in dropped:
-                rep(
-                    ProblemKind.RUN_QUERY_WITHOUT_LABELS,
-                    f"run {name!r} has {run.candidates.size(qid)} candidates for query "
-                    f"{qid!r}, which has no labels",
-                    path=run.source,
-                    line=lines.get(qid),
-                )
+            sizes = {qid: run.candidates.size(qid) for qid in dropped}
         else:
-            cands = {}
-            for qid, c in run.candidates.items():
-                if qid in labels:
-                    cands[qid] = c
-                else:
-                    rep(
-                        ProblemKind.RUN_QUERY_WITHOUT_LABELS,
-                        f"run {name!r} has {len(c)} candidates for query {qid!r}, which has "
-                        "no labels",
-                        path=run.source,
-                        line=lines.get(qid),
-                    )
+            cands = {qid: c for qid, c in run.candidates.items() if qid in labels}
+            sizes = {qid: len(c) for qid, c in run.candidates.items() if qid not in labels}
+        for qid, n in sizes.items():
+            rep(
+                ProblemKind.RUN_QUERY_WITHOUT_LABELS,
+                f"run {name!r} has {n} candidates for query {qid!r}, which has no labels",
+                path=run.source,
+                line=lines.get(qid),
+            )
         for qid in labels:
             if qid not in run.candidates:
                 path, line = label_lines.get(qid, (source, None))

@@ -187,10 +187,9 @@ def load_factory(spec: str) -> Any:
 
 Hits = list[tuple[str, float | None]]
 _T = TypeVar("_T")
-# (one query -> hits, many queries with a progress callback -> hits or the error of each,
-# the score kind the source declares)
+# (many queries with a progress callback -> hits or the error of each, the score kind
+# the source declares)
 Searcher = tuple[
-    Callable[[str], Hits],
     Callable[[Sequence[str], Callable[[int], None]], "list[Hits | Exception]"],
     ScoreKind | None,
 ]
@@ -216,9 +215,6 @@ def _langchain_searcher(retriever: Any, concurrency: int) -> Searcher | None:
         kind = store_score_kind(twin.vectorstore, relevance=relevance)
         source = twin
     translator = _Translator(DEFAULT_SCORE_KEYS, METADATA_KEY)
-
-    def search(query: str) -> Hits:
-        return hits_of(source.invoke(query))
 
     def hits_of(docs: list[Any]) -> Hits:
         candidates, _ = translator.candidates(docs)
@@ -246,16 +242,13 @@ def _langchain_searcher(retriever: Any, concurrency: int) -> Searcher | None:
             done(n)
         return out
 
-    return search, search_many, kind
+    return search_many, kind
 
 
 def _llamaindex_searcher(retriever: Any, concurrency: int) -> Searcher | None:
     li = sys.modules.get("llama_index.core.base.base_retriever")
     if li is None or not isinstance(retriever, li.BaseRetriever):
         return None
-
-    def search(query: str) -> Hits:
-        return [(n.node.node_id, n.score) for n in retriever.retrieve(query)]
 
     async def gather(queries: Sequence[str], done: Callable[[int], None]) -> list[Hits | Exception]:
         # aretrieve for every query, at most ``concurrency`` at a time; the progress bar
@@ -281,7 +274,7 @@ def _llamaindex_searcher(retriever: Any, concurrency: int) -> Searcher | None:
     def search_many(queries: Sequence[str], done: Callable[[int], None]) -> list[Hits | Exception]:
         return _run_coroutine(lambda: gather(queries, done))
 
-    return search, search_many, None
+    return search_many, None
 
 
 def _run_coroutine(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
@@ -342,7 +335,7 @@ def retrieve_run(
             "BaseRetriever, extra 'langchain') or a LlamaIndex one (llama_index.core."
             "retrievers.BaseRetriever, extra 'llamaindex')"
         )
-    _, search_many, store_kind = found
+    search_many, store_kind = found
     missing = [q for q in evalset.qids if not evalset.queries[q].text]
     if missing:
         raise RetrieverError(

@@ -132,8 +132,8 @@ def fit_platt(z: ArrayLike, y: ArrayLike, *, smooth: bool = True) -> Probability
     return ProbabilityMap(method=MapMethod.PLATT, a=float(a), b=float(b))
 
 
-def _pava(values: F64, weights: F64) -> tuple[F64, F64, NDArray[np.intp]]:
-    """Pool adjacent violators: block means, block weights and each block's first index."""
+def _pava(values: F64, weights: F64) -> tuple[F64, NDArray[np.intp]]:
+    """Pool adjacent violators: block means and each block's first index."""
     means: list[float] = []
     wsum: list[float] = []
     starts: list[int] = []
@@ -146,7 +146,7 @@ def _pava(values: F64, weights: F64) -> tuple[F64, F64, NDArray[np.intp]]:
             means[-2] = (means[-2] * wsum[-2] + means[-1] * wsum[-1]) / w2
             wsum[-2] = w2
             del means[-1], wsum[-1], starts[-1]
-    return np.array(means), np.array(wsum), np.array(starts, dtype=np.intp)
+    return np.array(means), np.array(starts, dtype=np.intp)
 
 
 def fit_isotonic(z: ArrayLike, y: ArrayLike) -> ProbabilityMap:
@@ -161,7 +161,7 @@ def fit_isotonic(z: ArrayLike, y: ArrayLike) -> ProbabilityMap:
     zs, ys = zs[order], ys[order]
     ux, first, counts = np.unique(zs, return_index=True, return_counts=True)
     sums = np.add.reduceat(ys, first)
-    means, _, starts = _pava(sums / counts, counts.astype(np.float64))
+    means, starts = _pava(sums / counts, counts.astype(np.float64))
     ends = np.append(starts[1:], ux.size) - 1
     xs: list[float] = []
     vs: list[float] = []

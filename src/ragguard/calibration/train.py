@@ -172,13 +172,8 @@ def training_pairs(
     """The training pairs of ``qids`` (see the module docstring), only passages with a
     text; random negatives come from the other queries of ``qids`` only."""
     top = _max_grade(evalset)
-    pool = sorted(
-        {
-            d
-            for q in qids
-            for d in [*evalset.labels[q].grades, *_ranked_candidates(evalset, q, runs)]
-        }
-    )
+    ranked_of = {q: _ranked_candidates(evalset, q, runs) for q in qids}
+    pool = sorted({d for q in qids for d in [*evalset.labels[q].grades, *ranked_of[q]]})
     rng = np.random.default_rng([seed, 3])
     pairs: list[Pair] = []
     for qid in qids:
@@ -191,7 +186,7 @@ def training_pairs(
         pairs += [Pair(qid, d, 0.0, "distractor") for d in lab.distractors if has_text(qid, d)]
         judged = [d for d, g in lab.grades.items() if g <= 0 and d not in lab.distractors]
         pairs += [Pair(qid, d, 0.0, "judged") for d in judged if has_text(qid, d)]
-        ranked = _ranked_candidates(evalset, qid, runs)
+        ranked = ranked_of[qid]
         unlabelled = [d for d in ranked if d not in seen and has_text(qid, d)]
         pairs += [Pair(qid, d, 0.0, "same_query") for d in unlabelled[:same_query_negatives]]
         own = seen | set(ranked)
@@ -534,7 +529,7 @@ def train_reranker(
 
             t0 = time.perf_counter()
             tuned, note = fine_tune_bi_encoder(
-                base, work / "bi-encoder", evalset, pairs, val, data.query, data.text,
+                base, work / "bi-encoder", pairs, val, data.query, data.text,
                 seed=seed, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
                 max_length=max_length, learning_rate=learning_rate, device=device,
                 show_progress_bar=show_progress_bar, say=say,
