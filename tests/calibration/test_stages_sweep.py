@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragguard import Candidate, ContextGuard, GuardConfig, ScoreWarning
+from ragguard import Candidate, ContextGuard, ScoreWarning
 from ragguard.calibration import EvalSet, SweepGrid, calibrate, sweep
 from ragguard.calibration.stages import passage_stages
 from ragguard.calibration.sweep import PASSAGES, SweepKernel
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams
 from tests.calibration.conftest import random_trec_data
+from tests.calibration.test_sweep import brute_force
 
 GAMMA = 1.0 / 3.0
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
@@ -44,44 +45,6 @@ def evalset_with_texts(seed: int) -> tuple[EvalSet, dict[str, str]]:
     return EvalSet.from_dicts(qrels, {"r": run}), texts_for(docs, seed)
 
 
-def brute_force(es: EvalSet, texts: dict[str, str], points: tuple[PolicyParams, ...]):
-    """Per setting, mean UDCG, recall and passages of what ContextGuard.select keeps."""
-    arrays = es.arrays("r")
-    utility = {
-        q: dict(zip(arrays.doc_ids(row), arrays.utility[row].tolist(), strict=False))
-        for row, q in enumerate(arrays.qids)
-    }
-    relevant = {q: {d for d, g in es.labels[q].grades.items() if g >= 1} for q in es.qids}
-    cands = {
-        q: [Candidate(d, texts[d], s) for d, s in es.runs["r"].candidates.get(q, {}).items()]
-        for q in es.qids
-    }
-    out = np.zeros((len(points), 3))
-    for i, p in enumerate(points):
-        guard = ContextGuard(
-            GuardConfig(
-                score_kind="similarity", max_k=p.max_k, min_k=p.min_k,
-                relative_threshold=p.relative_threshold, cut=p.cut, gap_buffer=p.gap_buffer,
-                autocut_jumps=p.autocut_jumps, max_tokens=p.max_tokens,
-                near_duplicate_threshold=p.near_duplicate_threshold,
-            )
-        )  # fmt: skip
-        udcg, recall, passages = [], [], []
-        for q in es.qids:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ScoreWarning)
-                kept = [c.id for c in guard.select(q, cands[q]).kept]
-            u = [utility[q][d] for d in kept]
-            pos = sum(max(x, 0.0) for x in u)
-            neg = sum(min(x, 0.0) for x in u)
-            udcg.append(1.0 / (1.0 + math.exp(-(pos + GAMMA * neg) / len(u))) if u else 0.0)
-            rel = relevant[q]
-            recall.append(len(rel & set(kept)) / len(rel) if rel else 0.0)
-            passages.append(len(kept))
-        out[i] = (np.mean(udcg), np.mean(recall), np.mean(passages))
-    return out
-
-
 @pytest.mark.parametrize(("max_tokens", "near"), [(12, None), (None, 0.5), (20, 0.6), (3, 1.0)])
 def test_sweep_with_the_stages_equals_the_guard_query_by_query(
     max_tokens: int | None, near: float | None
@@ -97,7 +60,7 @@ def test_sweep_with_the_stages_equals_the_guard_query_by_query(
         es.arrays("r"), ["udcg", "recall", PASSAGES], 6, stages=stages.for_run(es.arrays("r"), 6)
     )
     result = sweep(kernel, points, ["udcg", "recall"])
-    values = brute_force(es, texts, points)
+    values = brute_force(es, "r", points, list(es.qids), texts)
     np.testing.assert_allclose(result.column("udcg"), values[:, 0], rtol=0, atol=1e-12)
     np.testing.assert_allclose(result.column("recall"), values[:, 1], rtol=0, atol=1e-12)
     np.testing.assert_allclose(result.column(PASSAGES), values[:, 2], rtol=0, atol=1e-12)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -70,13 +71,22 @@ def _guard_for(params: PolicyParams, kind: object) -> ContextGuard:
             cut=params.cut,
             gap_buffer=params.gap_buffer,
             autocut_jumps=params.autocut_jumps,
+            max_tokens=params.max_tokens,
+            near_duplicate_threshold=params.near_duplicate_threshold,
         )
     )
 
 
-def brute_force(es: EvalSet, run: str, points: tuple[PolicyParams, ...], qids: list[str]):
+def brute_force(
+    es: EvalSet,
+    run: str,
+    points: tuple[PolicyParams, ...],
+    qids: list[str],
+    texts: Mapping[str, str] | None = None,
+):
     """Per setting, the mean UDCG, recall and passages of what ContextGuard.select keeps,
-    query by query, with UDCG and recall computed here from their definitions."""
+    query by query, with UDCG and recall computed here from their definitions (passage
+    ``texts`` for the stages after the cut)."""
     arrays = es.arrays(run)
     utility: dict[str, dict[str, float]] = {}
     for row, q in enumerate(arrays.qids):
@@ -85,7 +95,7 @@ def brute_force(es: EvalSet, run: str, points: tuple[PolicyParams, ...], qids: l
     relevant = {q: {d for d, g in es.labels[q].grades.items() if g >= 1} for q in qids}
     cands = {
         q: [
-            Candidate(d, score=None if math.isnan(s) else s)
+            Candidate(d, (texts or {}).get(d, ""), None if math.isnan(s) else s)
             for d, s in es.runs[run].candidates.get(q, {}).items()
         ]
         for q in qids
