@@ -218,12 +218,58 @@ class EvalArrays:
         order = np.broadcast_to(np.arange(n), (q, n))
         return Ranked(order, s, self.n_valid, self.n_present)
 
+    def row_slice(self, start: int, stop: int) -> EvalArrays:
+        """Rows ``start:stop`` as arrays of their own (numpy views, nothing copied; views
+        already computed here are sliced, not computed again). Every metric is per
+        query, so a metric of the slice is the slice of the metric."""
+        sl = slice(start, stop)
+        out = replace(
+            self,
+            qids=self.qids[sl],
+            n_present=self.n_present[sl],
+            n_valid=self.n_valid[sl],
+            grades=self.grades[sl],
+            judged=self.judged[sl],
+            distractor=self.distractor[sl],
+            given_utility=self.given_utility[sl],
+            no_response=self.no_response[sl],
+            n_relevant=self.n_relevant[sl],
+            n_relevant_labelled=self.n_relevant_labelled[sl],
+            ideal_grades=self.ideal_grades[sl],
+            ideal_utilities=self.ideal_utilities[sl],
+            grade_counts=self.grade_counts[sl],
+            max_grade=self.max_grade[sl],
+            n_evidence=self.n_evidence[sl],
+            _key=self._key[sl],
+            _raw=self._raw[sl],
+            _candidates=_RowRange(self._candidates, start, stop),
+        )
+        for name in ("present", "valid", "order", "scores", "raw", "utility"):
+            if name in self.__dict__:
+                out.__dict__[name] = self.__dict__[name][sl]
+        return out
+
     def with_profile(self, profile: Profile | str) -> EvalArrays:
         """The same arrays with utilities under another tolerance profile.
 
         Nothing is converted again; only :attr:`utility` is recomputed (on first use).
         """
         return replace(self, profile=as_profile(profile))
+
+
+class _RowRange(Sequence[Mapping[str, float]]):
+    """Rows ``start:stop`` of a per-row sequence, read through (no copy)."""
+
+    def __init__(self, rows: Sequence[Mapping[str, float]], start: int, stop: int) -> None:
+        self.rows, self.start, self.stop = rows, start, stop
+
+    def __len__(self) -> int:
+        return max(0, self.stop - self.start)
+
+    def __getitem__(self, row: int) -> Mapping[str, float]:  # type: ignore[override]
+        if not 0 <= row < len(self):
+            raise IndexError(row)
+        return self.rows[self.start + row]
 
 
 # --------------------------------------------------------------------------- conversion

@@ -66,7 +66,14 @@ from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.metrics import parse_metric
-from ragguard.calibration.select import DEFAULT_FOLDS, Selection, cross_validate, refit
+from ragguard.calibration.select import (
+    DEFAULT_FOLDS,
+    Selection,
+    cross_validate,
+    fold_count,
+    fold_parts,
+    refit,
+)
 from ragguard.calibration.sweep import (
     DEFAULT_METRICS,
     PASSAGES,
@@ -127,7 +134,7 @@ REPORTED: tuple[str, ...] = (
 )
 """Metrics compared between baseline and guarded (plus the objective and constraints)."""
 
-_BOOTSTRAP_CHUNK = 250
+_BOOTSTRAP_CHUNK = 100  # resamples per bincount (memory: 2 x chunk x n values)
 
 MAX_K_LIMIT = 100
 """The largest cap the grid grows to when the constraints (or a guarantee) need more
@@ -192,7 +199,7 @@ class Interval:
         return {"mean": self.mean, "low": self.low, "high": self.high}
 
 
-def _weighted_means(weights: NDArray[np.int64], values: F64) -> F64:
+def _weighted_means(weights: F64, values: F64) -> F64:
     """(B, M) means of ``values`` (n, M) under bootstrap count ``weights`` (B, n),
     skipping NaN."""
     defined = ~np.isnan(values)
@@ -202,14 +209,33 @@ def _weighted_means(weights: NDArray[np.int64], values: F64) -> F64:
     return out
 
 
-def _intervals(sample: F64, weights: list[NDArray[np.int64]], level: float) -> list[Interval]:
-    """Per column of ``sample`` (n, M): the mean and its percentile interval."""
-    means = np.concatenate([_weighted_means(w, sample) for w in weights], axis=0)
+def bootstrap_means(sample: F64, n_bootstrap: int, rng: np.random.Generator) -> F64:
+    """(n_bootstrap, M) means of ``sample`` (n, M) over resamples of its n rows drawn
+    with replacement (NaN skipped).
+
+    Each resample is n uniform draws of a row, counted per row: the multinomial
+    counts of a classic bootstrap, computed with one ``bincount`` per chunk of
+    resamples and applied as one matrix product (BLAS) instead of a Python loop.
+    """
+    n = sample.shape[0]
+    out = np.empty((n_bootstrap, sample.shape[1]))
+    for lo in range(0, n_bootstrap, _BOOTSTRAP_CHUNK):
+        b = min(_BOOTSTRAP_CHUNK, n_bootstrap - lo)
+        draws = rng.integers(0, n, size=(b, n))
+        draws += (np.arange(b) * n)[:, None]
+        counts = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n)
+        out[lo : lo + b] = _weighted_means(counts.astype(np.float64), sample)
+    return out
+
+
+def _intervals(sample: F64, boot: F64, level: float) -> list[Interval]:
+    """Per column of ``sample`` (n, M): the mean and the percentile interval of its
+    bootstrap means ``boot`` (B, M)."""
     alpha = (1.0 - level) / 2.0
     out: list[Interval] = []
-    point = _weighted_means(np.ones((1, sample.shape[0]), dtype=np.int64), sample)[0]
+    point = _weighted_means(np.ones((1, sample.shape[0])), sample)[0]
     for j in range(sample.shape[1]):
-        col = means[:, j]
+        col = boot[:, j]
         col = col[~np.isnan(col)]
         if col.size == 0 or math.isnan(point[j]):
             out.append(Interval(float(point[j]), math.nan, math.nan))
@@ -326,17 +352,12 @@ def compare_values(
     diff = guard - base
     n = rows.size
     rng = np.random.default_rng([seed, 1])  # its own stream, apart from the split
-    weights: list[NDArray[np.int64]] = []
-    left = n_bootstrap
-    while left > 0 and n > 0:
-        b = min(left, _BOOTSTRAP_CHUNK)
-        weights.append(rng.multinomial(n, np.full(n, 1.0 / n), size=b).astype(np.int64))
-        left -= b
-    if not weights:
-        weights = [np.ones((1, max(n, 0)), dtype=np.int64)]
-    b_iv = _intervals(base.T, weights, level)
-    g_iv = _intervals(guard.T, weights, level)
-    d_iv = _intervals(diff.T, weights, level)
+    m = base.shape[0]
+    sample = np.concatenate((base.T, guard.T, diff.T), axis=1)  # (n, 3M)
+    boot = bootstrap_means(sample, n_bootstrap, rng) if n > 0 else np.full((1, 3 * m), np.nan)
+    b_iv = _intervals(sample[:, :m], boot[:, :m], level)
+    g_iv = _intervals(sample[:, m : 2 * m], boot[:, m : 2 * m], level)
+    d_iv = _intervals(sample[:, 2 * m :], boot[:, 2 * m :], level)
     names = tuple(metrics)
     return Comparison(
         split,
@@ -1144,6 +1165,10 @@ def calibrate(
 
     results: list[RunCalibration] = []
     all_rows = np.arange(len(qids), dtype=np.intp)
+    # the row groups every mean below is a union of: cross-validation folds of the
+    # calibration queries (the ones cross_validate draws), the held-out queries
+    k_folds = fold_count(int(calib_rows.size), folds) if guarantee is None else 0
+    groups = [*(fold_parts(calib_rows, k_folds, seed) if k_folds else [calib_rows]), held_rows]
     target = None if guarantee is None else parse_guarantee(guarantee)
     for name in names:
         _check_ids_match(evalset, name)
@@ -1161,7 +1186,7 @@ def calibrate(
             width = max(p.max_k for p in pts)
             on_run = None if stages is None else stages.for_run(ar, width)
             kern = SweepKernel(ar, wanted, width, stages=on_run)
-            return kern, sweep(kern, pts, wanted, rows=calib_rows)
+            return kern, sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
 
         kernel, result = sweep_on(run_grid)
         depth = min(int(arrays.n_valid.max()) if arrays.n_queries else 0, MAX_K_LIMIT)

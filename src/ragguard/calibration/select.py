@@ -77,6 +77,14 @@ def fold_count(n: int, folds: int = DEFAULT_FOLDS) -> int:
     return k if k >= 2 else 0
 
 
+def fold_parts(rows: I, k: int, seed: int) -> list[I]:
+    """The ``k`` folds :func:`cross_validate` splits ``rows`` into (a seeded shuffle cut
+    into near-equal parts; unsorted). Every caller with the same arguments gets the same
+    folds, so per-fold sums can be computed once (:class:`~ragguard.calibration.sweep.
+    GroupedMeans`)."""
+    return list(np.array_split(np.random.default_rng([seed, 2]).permutation(rows), k))
+
+
 @dataclass(frozen=True, eq=False)
 class Selection:
     """What :func:`cross_validate` found.
@@ -162,7 +170,7 @@ def cross_validate(
     # (choose on, score on) per fold; without folds, both are every row
     splits: list[tuple[I, I | None]] = [(rows, None)]
     if k:
-        parts = np.array_split(np.random.default_rng([seed, 2]).permutation(rows), k)
+        parts = fold_parts(rows, k, seed)
         splits = [
             (np.sort(np.concatenate(parts[:f] + parts[f + 1 :])), np.sort(parts[f]))
             for f in range(k)

@@ -66,6 +66,7 @@ __all__ = [
     "LOWER_IS_BETTER",
     "PASSAGES",
     "Constraint",
+    "GroupedMeans",
     "SweepGrid",
     "SweepKernel",
     "SweepResult",
@@ -103,6 +104,13 @@ LOWER_IS_BETTER: frozenset[str] = frozenset(
 """Metrics an objective minimises (registry names, and ``passages``)."""
 
 TIE_TOLERANCE = 1e-12
+
+TABLE_BUDGET = 256 << 20
+"""Bytes of metric tables a :class:`SweepKernel` keeps whole; larger ones (many queries
+or a wide grid) are recomputed chunk by chunk when read."""
+
+CHUNK_CELLS = 1 << 21
+"""Rows x candidates a kernel computes at once (its temporaries stay near 16 MB each)."""
 
 
 def _metric_name(metric: str) -> str:
@@ -303,7 +311,6 @@ class SweepKernel:
         parsed: list[ParsedMetric | None] = [
             None if m == PASSAGES else parse_metric(m) for m in self.metrics
         ]
-        self.ranked: Ranked = arrays.ranked()
         q, n = arrays.shape
         self.width = min(max_cut, n)
         self.stages = stages
@@ -311,29 +318,113 @@ class SweepKernel:
         tabled = arrays
         if stages is not None:
             tabled, self._through = stages.compact(arrays, self.width)
-        cols = self.width + 1
-        # query-major (Q, K + 1, M): one setting reads M contiguous values per query
-        tables = np.empty((q, cols, len(self.metrics)))
-        for j, p in enumerate(parsed):
-            for c in range(cols):
-                cut = np.full(q, c, dtype=np.intp)
-                if p is None:
-                    tables[:, c, j] = np.minimum(c, arrays.n_present)
-                else:
-                    tables[:, c, j] = compute(tabled, p, cut=cut)
-        self._tables = tables
-        self._flat = tables.reshape(q * cols, len(self.metrics))
+        self._tabled = tabled
+        self._parsed = parsed
+        self._cols = cols = self.width + 1
         self._row_base = np.arange(q, dtype=np.intp) * cols
+        # query-major (Q, K + 1, M): one setting reads M contiguous values per query.
+        # Kept whole when it fits TABLE_BUDGET; larger tables are computed chunk by chunk
+        # whenever they are read (``lazy``), so memory stays flat with the query count.
+        self.lazy = q * cols * len(self.metrics) * 8 > TABLE_BUDGET
+        self._flat = np.zeros((0, len(self.metrics)))
+        if not self.lazy:
+            tables = np.empty((q, cols, len(self.metrics)))
+            for lo, hi in self._chunks():
+                tables[lo:hi] = self._chunk_tables(lo, hi)
+            self._flat = tables.reshape(q * cols, len(self.metrics))
+
+    def _chunk_tables(self, lo: int, hi: int, only: int | None = None) -> F64:
+        """(hi - lo, K + 1, M) every metric (or column ``only``) of rows ``lo:hi`` at
+        every context size; rows go in chunks so the metrics' (rows x candidates)
+        temporaries stay small."""
+        part = self._tabled.row_slice(lo, hi)
+        js = range(len(self.metrics)) if only is None else [only]
+        shape = (hi - lo, self._cols, len(self.metrics))
+        out = np.empty(shape) if only is None else np.full(shape, np.nan)
+        for j in js:
+            p = self._parsed[j]
+            for c in range(self._cols):
+                if p is None:
+                    out[:, c, j] = np.minimum(c, part.n_present)
+                else:
+                    out[:, c, j] = compute(part, p, cut=np.full(hi - lo, c, dtype=np.intp))
+        return out
+
+    def flat_rows(self, lo: int, hi: int) -> F64:
+        """((hi - lo) * (K + 1), M) the tables of rows ``lo:hi``, row after row."""
+        if not self.lazy:
+            return self._flat[lo * self._cols : hi * self._cols]
+        return self._chunk_tables(lo, hi).reshape((hi - lo) * self._cols, len(self.metrics))
+
+    def group_sums(
+        self, kept: NDArray[np.int32], part: I, n_groups: int, weight: F64 | None = None
+    ) -> tuple[F64, F64]:
+        """(G, P, M) sums of every setting's metric values over the rows of each group,
+        and the (weighted) counts of defined (non-NA) values; ``part`` gives each row's
+        group (-1: none), ``weight`` an optional per-row multiplicity."""
+        n_p, n_m = kept.shape[0], len(self.metrics)
+        sums = np.zeros((n_groups, n_p, n_m))
+        counts = np.zeros((n_groups, n_p, n_m))
+        if kept.size and (kept.min() < 0 or kept.max() > self.width):
+            raise EvalSetError(f"kept counts must lie in [0, {self.width}]")
+        for lo, hi in self._chunks():
+            local = np.flatnonzero(part[lo:hi] >= 0)
+            if local.size == 0:
+                continue
+            local = local[np.argsort(part[lo:hi][local], kind="stable")]
+            g = part[lo:hi][local]
+            present, starts = np.unique(g, return_index=True)
+            rows = local + lo
+            w = None if weight is None else weight[rows][:, None]
+            flat = self.flat_rows(lo, hi)
+            base = local * self._cols
+            for i in range(n_p):
+                vals = np.take(flat, base + kept[i, rows], axis=0)  # (rows, M)
+                defined = ~np.isnan(vals)
+                vals[~defined] = 0.0
+                ones = defined.astype(np.float64)
+                if w is not None:
+                    vals *= w
+                    ones *= w
+                sums[present, i] += np.add.reduceat(vals, starts)
+                counts[present, i] += np.add.reduceat(ones, starts)
+        return sums, counts
 
     @property
     def n_queries(self) -> int:
         """Number of queries (rows)."""
         return self.arrays.n_queries
 
+    def _chunks(self) -> list[tuple[int, int]]:
+        """Row ranges of about :data:`CHUNK_CELLS` (rows x candidates) each."""
+        q, n = self.arrays.shape
+        step = max(1, CHUNK_CELLS // max(n, 1))
+        return [(lo, min(lo + step, q)) for lo in range(0, q, step)]
+
+    @property
+    def ranked(self) -> Ranked:
+        """Every row as a :class:`ragguard.policy.Ranked` (built when asked for; the
+        kernel itself cuts chunk by chunk)."""
+        return self.arrays.ranked()
+
+    def _policy_cuts(self, params: Sequence[PolicyParams]) -> list[I]:
+        """(Q,) the runtime policy's ``n_kept`` under each of ``params``, chunk by chunk
+        (each chunk ranked once for all of them)."""
+        out = [np.empty(self.n_queries, dtype=np.intp) for _ in params]
+        for lo, hi in self._chunks():
+            ranked = self.arrays.row_slice(lo, hi).ranked()
+            for o, p in zip(out, params, strict=True):
+                o[lo:hi] = cut_ranked(ranked, p).n_kept
+        return out
+
+    def _policy_cut(self, params: PolicyParams) -> I:
+        """(Q,) the runtime policy's ``n_kept`` under ``params``."""
+        return self._policy_cuts([params])[0]
+
     def cut(self, params: PolicyParams) -> I:
         """(Q,) number of candidates the runtime policy keeps under ``params`` (after the
         stages, when the kernel has them)."""
-        return self._after_stages(cut_ranked(self.ranked, params).n_kept, params)
+        return self._after_stages(self._policy_cut(params), params)
 
     def _after_stages(self, n: I, params: PolicyParams) -> I:
         """The context the stages after the cut leave of per-query cuts ``n``."""
@@ -367,9 +458,9 @@ class SweepKernel:
                 continue
             key = replace(p, max_k=max(p.min_k, 1))  # every field but the cap
             groups.setdefault(key, []).append(i)
-        for members in groups.values():
-            widest = max(members, key=lambda i: points[i].max_k)
-            n = cut_ranked(self.ranked, points[widest]).n_kept
+        widest = [max(m, key=lambda i: points[i].max_k) for m in groups.values()]
+        cut = self._policy_cuts([points[i] for i in widest])
+        for members, n in zip(groups.values(), cut, strict=True):
             for i in members:
                 kept[i] = self._after_stages(np.minimum(n, points[i].max_k), points[i])
         return kept
@@ -381,13 +472,28 @@ class SweepKernel:
             raise EvalSetError(
                 f"kept must be {self.n_queries} ints in [0, {self.width}], got shape {k.shape}"
             )
-        out: F64 = np.take(self._flat, self._row_base + k, axis=0).T
-        return out
+        if not self.lazy:
+            out: F64 = np.take(self._flat, self._row_base + k, axis=0).T
+            return out
+        # each metric at each query's own cut: the table's entry, computed directly
+        values = np.empty((len(self.metrics), self.n_queries))
+        for j, p in enumerate(self._parsed):
+            if p is None:
+                values[j] = np.minimum(k, self._tabled.n_present)
+            else:
+                values[j] = compute(self._tabled, p, cut=k)
+        return values
 
     def table(self, metric: str) -> F64:
         """(Q, K + 1) the per-query values of ``metric`` at context sizes 0..K."""
-        out: F64 = self._tables[:, :, self.metrics.index(metric)]
-        return out
+        j = self.metrics.index(metric)
+        if not self.lazy:
+            out: F64 = self._flat[:, j].reshape(self.n_queries, self._cols)
+            return out
+        table = np.empty((self.n_queries, self._cols))
+        for lo, hi in self._chunks():
+            table[lo:hi] = self._chunk_tables(lo, hi, only=j)[:, :, j]
+        return table
 
 
 # --------------------------------------------------------------------------- results
@@ -411,6 +517,7 @@ class SweepResult:
     means: F64
     rows: I
     kept: NDArray[np.int32] = field(repr=False)
+    grouped: GroupedMeans | None = field(default=None, repr=False)
 
     def column(self, metric: str) -> F64:
         """(P,) the mean of ``metric`` at every setting."""
@@ -433,7 +540,11 @@ class SweepResult:
 
     def restricted(self, kernel: SweepKernel, rows: I) -> SweepResult:
         """The same settings, with means over other ``rows`` (e.g. held-out queries)."""
-        return _aggregate(kernel, self.points, self.kept, rows)
+        rows = np.asarray(rows, dtype=np.intp)
+        fast = None if self.grouped is None else self.grouped.means(rows)
+        if fast is not None:
+            return SweepResult(self.points, self.metrics, fast, rows, self.kept, self.grouped)
+        return _aggregate(kernel, self.points, self.kept, rows, self.grouped)
 
     def index(self, params: PolicyParams) -> int:
         """Position of ``params`` among the points."""
@@ -441,21 +552,61 @@ class SweepResult:
 
 
 def _aggregate(
-    kernel: SweepKernel, points: tuple[PolicyParams, ...], kept: NDArray[np.int32], rows: I
+    kernel: SweepKernel,
+    points: tuple[PolicyParams, ...],
+    kept: NDArray[np.int32],
+    rows: I,
+    grouped: GroupedMeans | None = None,
 ) -> SweepResult:
-    means = np.empty((len(points), len(kernel.metrics)))
-    base = kernel._row_base[rows]
-    sub = kept[:, rows]
-    if sub.size and (sub.min() < 0 or sub.max() > kernel.width):
-        raise EvalSetError(f"kept counts must lie in [0, {kernel.width}]")
-    for i in range(len(points)):
-        vals = np.take(kernel._flat, base + sub[i], axis=0)  # (rows, M): values at the cuts
-        m = vals.mean(axis=0) if rows.size else np.full(len(kernel.metrics), np.nan)
-        na = np.isnan(m)
-        if na.any():  # metrics that are NA on some queries: mean over the defined ones
-            m[na] = nanmean(vals[:, na], axis=0)
-        means[i] = m
-    return SweepResult(points, kernel.metrics, means, rows, kept)
+    if rows.size == 0:
+        means = np.full((len(points), len(kernel.metrics)), np.nan)
+        return SweepResult(points, kernel.metrics, means, rows, kept, grouped)
+    times = np.bincount(rows, minlength=kernel.n_queries).astype(np.float64)
+    part = np.where(times > 0, 0, -1).astype(np.intp)
+    sums, counts = kernel.group_sums(kept, part, 1, weight=times)
+    means = np.divide(sums[0], counts[0], out=np.full(sums[0].shape, np.nan), where=counts[0] > 0)
+    return SweepResult(points, kernel.metrics, means, rows, kept, grouped)
+
+
+class GroupedMeans:
+    """Sums of every setting's metrics over fixed, disjoint row groups.
+
+    The per-group sums (and counts of defined values) of every setting and metric are
+    computed in one pass over the rows (:meth:`SweepKernel.group_sums`); the means over
+    any union of the groups (the calibration queries, a cross-validation fold or all
+    folds but one, every query) then cost nothing. :meth:`means` answers ``None`` for
+    rows that are not a union of groups, and :meth:`SweepResult.restricted` aggregates
+    those directly, so an answer never depends on the groups (up to rounding).
+
+    Args:
+        kernel: the sweep's kernel.
+        kept: (P, Q) per-query cuts of every setting.
+        groups: disjoint row sets (empty ones are ignored).
+    """
+
+    def __init__(self, kernel: SweepKernel, kept: NDArray[np.int32], groups: Sequence[I]) -> None:
+        parts = [np.asarray(g, dtype=np.intp) for g in groups if len(g)]
+        self.part = np.full(kernel.n_queries, -1, dtype=np.intp)
+        for i, rows in enumerate(parts):
+            if (self.part[rows] >= 0).any():
+                raise EvalSetError("row groups must be disjoint")
+            self.part[rows] = i
+        self.sizes = np.array([g.size for g in parts], dtype=np.intp)
+        self.sums, self.counts = kernel.group_sums(kept, self.part, len(parts))
+
+    def means(self, rows: I) -> F64 | None:
+        """(P, M) means over ``rows``, or ``None`` when they are not a union of groups."""
+        if rows.size == 0:
+            return None
+        used = np.unique(self.part[rows])
+        if used[0] < 0 or int(self.sizes[used].sum()) != rows.size:
+            return None
+        if np.unique(rows).size != rows.size:
+            return None
+        total = self.sums[used].sum(axis=0)
+        count = self.counts[used].sum(axis=0)
+        out: F64 = np.divide(total, count, out=np.full(total.shape, np.nan), where=count > 0)
+        return out
 
 
 def sweep(
@@ -464,6 +615,7 @@ def sweep(
     metrics: Sequence[str] = DEFAULT_METRICS,
     *,
     rows: I | Sequence[int] | None = None,
+    groups: Sequence[I] | None = None,
 ) -> SweepResult:
     """Score every setting of ``grid`` on the queries of ``arrays``.
 
@@ -474,6 +626,10 @@ def sweep(
             always).
         rows: query rows the means are over (default all); the per-query cuts are
             computed for every row.
+        groups: disjoint row sets whose unions the result will be restricted to
+            (cross-validation folds, held-out queries): their sums are computed once
+            (:class:`GroupedMeans`), so each later :meth:`SweepResult.restricted` to a
+            union of them is free.
 
     Returns:
         A :class:`SweepResult`; ``means[p, m]`` equals ``evaluate(arrays, metrics[m],
@@ -494,7 +650,10 @@ def sweep(
         kernel = SweepKernel(arrays, wanted, max(p.max_k for p in points))
     q = kernel.n_queries
     idx = np.arange(q, dtype=np.intp) if rows is None else np.asarray(rows, dtype=np.intp)
-    return _aggregate(kernel, points, kernel.cuts(points), idx)
+    kept = kernel.cuts(points)
+    grouped = None if groups is None else GroupedMeans(kernel, kept, groups)
+    empty = SweepResult(points, kernel.metrics, np.zeros((0, 0)), idx, kept, grouped)
+    return empty.restricted(kernel, idx)
 
 
 def choose(
