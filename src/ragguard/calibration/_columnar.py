@@ -348,6 +348,7 @@ def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
     lines: list[I64] = []
     seen = 0
     trivial = True
+    pool = pa.default_memory_pool()
     try:
         reader = _stream(path)
         for batch in reader:
@@ -378,6 +379,8 @@ def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
             if values is None:
                 return None
             vs.append(values)
+            del text, trimmed, keep, content, parts
+            pool.release_unused()  # return each block's text to the system, not keep it
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
         return None
     string = pa.string()
@@ -460,6 +463,9 @@ def read_trec(
     qvocab, q = _encode(qcol)
     docs, d = _encode(dcol)
     del qcol, dcol
+    arrow_module = arrow()
+    assert arrow_module is not None
+    arrow_module.default_memory_pool().release_unused()
     pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
     repeats = _repeats(q, d, len(docs))
     events: list[tuple[int, int, ProblemKind, str, str | None]] = []
