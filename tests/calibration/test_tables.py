@@ -212,6 +212,19 @@ def test_other_column_names_by_mapping_and_integer_ids(table: Maker, engine: str
     assert got == evaluate(qrels, run, METRICS, per_query=True)  # ids as decimal strings
 
 
+def test_mixed_and_nullable_columns(engine: str) -> None:
+    """A pandas object column mixing integer and text ids (which pyarrow cannot type)
+    is read row by row; a nullable integer column's missing id is named by its row."""
+    qrels = pd.DataFrame({"qid": ["q", "q"], "docid": [7, "a"], "grade": [1, 2]})
+    run = pd.DataFrame({"qid": ["q", "q"], "docid": ["a", 7], "score": [0.9, 0.2]})
+    got = evaluate(qrels, run, METRICS, per_query=True)
+    dicts = {"q": {"7": 1, "a": 2}}, {"q": {"a": 0.9, "7": 0.2}}
+    assert got == evaluate(*dicts, METRICS, per_query=True)
+    ids = pd.array([1, None], dtype="Int64")
+    with pytest.raises(EvalSetError, match=re.escape("run table: row 1: no document id")):
+        evaluate(qrels, run.assign(docid=ids), "ndcg")
+
+
 def test_missing_scores_rank_last_as_none_does_in_dicts(engine: str) -> None:
     run = {"q": {"a": None, "b": 0.1, "c": 0.3}}
     frame = pd.DataFrame(rows_of(run), columns=["qid", "docid", "score"])

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Literal, TypeGuard
 
 import numpy as np
@@ -195,8 +196,15 @@ def _column_names(
     return out[0], out[1], out[2]
 
 
+def _missing(value: object) -> bool:
+    """Whether a cell is missing: None, NaN or pandas.NA."""
+    if value is None or type(value).__name__ == "NAType":
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
 def _missing_grade(name: str, row: int, value: object, what: str) -> EvalSetError:
-    if value is None or value != value or type(value).__name__ == "NAType":  # NaN, pandas.NA
+    if _missing(value):
         return EvalSetError(f"row {row}: no grade (column {name!r})", path=what)
     return EvalSetError(
         f"row {row}: the grade (column {name!r}) is {value!r}; grades must be finite numbers",
@@ -215,7 +223,10 @@ def _arrow_pairs(
     if kind == "polars":
         table = obj.to_arrow()
     elif kind == "pandas":
-        table = pa.Table.from_pandas(obj)  # named index levels become columns
+        try:
+            table = pa.Table.from_pandas(obj)  # named index levels become columns
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types: the row names them
+            return _list_pairs(obj, kind, role, columns, what, rep)
     else:
         table = obj
     qname, dname, vname = _column_names(table.column_names, role, columns, what)
@@ -310,7 +321,7 @@ def _intern(values: list[Any], name: str, label: str, what: str) -> tuple[list[s
     for i, v in enumerate(values):
         if not isinstance(v, str):
             if isinstance(v, bool) or not isinstance(v, int):
-                if v is None or (isinstance(v, float) and math.isnan(v)):
+                if _missing(v):
                     raise EvalSetError(f"row {i}: no {label} (column {name!r})", path=what)
                 raise EvalSetError(
                     f"row {i}: {label}s must be strings or integers, column {name!r} holds {v!r}",
@@ -322,12 +333,14 @@ def _intern(values: list[Any], name: str, label: str, what: str) -> tuple[list[s
 
 
 def _number(value: object, role: Role, name: str, row: int, what: str) -> float:
-    if isinstance(value, int | float) and (role == "qrels" or not isinstance(value, bool)):
+    if isinstance(value, int | float | Decimal) and (
+        role == "qrels" or not isinstance(value, bool)
+    ):
         out = float(value)
         if role == "qrels" and not math.isfinite(out):
             raise _missing_grade(name, row, value, what)
         return out
-    if value is None or type(value).__name__ == "NAType":  # pandas.NA
+    if _missing(value):
         if role == "qrels":
             raise _missing_grade(name, row, value, what)
         return math.nan
