@@ -6,6 +6,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from functools import partial
+from itertools import repeat
 from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
@@ -66,11 +67,11 @@ def arrays_from_dicts(
     qids = list(qrels)
     _warn_unlabelled(qrels, run)
     empty: Mapping[str, float] = {}
-    candidates = [run.get(q, empty) for q in qids]
-    grades = [qrels[q] for q in qids]
+    candidates = list(map(run.get, qids, repeat(empty)))
+    grades = list(qrels.values())
     for what, seq in (("run", candidates), ("qrels", grades)):
         # isinstance(x, dict) is a fast C check; other mappings take the slower path
-        if not all(isinstance(m, dict) for m in seq):
+        if not all(map(isinstance, seq, repeat(dict))):
             for qid, m in zip(qids, seq, strict=True):
                 if not isinstance(m, Mapping):
                     raise ArgumentTypeError(
