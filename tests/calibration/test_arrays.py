@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -78,6 +79,59 @@ def test_conversion_matches_a_plain_reference(
         policy_order = rank(np.nan_to_num(norm.values), norm.valid, present).order
         for row, run in enumerate(runs):
             assert policy_order[row, : len(run)].tolist() == arrays.order[row, : len(run)].tolist()
+
+
+labelled_query = st.tuples(
+    st.lists(
+        st.tuples(st.integers(0, 15), st.one_of(score, st.none(), st.sampled_from([1.5, 2.0]))),
+        max_size=12,
+        unique_by=lambda t: t[0],
+    ),
+    st.lists(st.tuples(st.integers(0, 20), st.integers(0, 3)), max_size=12),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(labelled_query, min_size=1, max_size=6),
+    st.sampled_from(["similarity", "probability", "rrf", None]),
+)
+def test_every_label_kind_lands_on_its_documents_ranked_position(
+    queries: list[tuple[list[tuple[int, float | None]], list[tuple[int, int]]]], kind: str | None
+) -> None:
+    """Grades, distractors, utilities and abstention probabilities sit where their
+    documents rank, whatever the ties (probabilities above 1 clip to equal keys), the
+    missing scores, and the mapping type the run comes in."""
+    qids = [f"q{i}" for i in range(len(queries))]
+    runs = [{f"d{d}": s for d, s in cands} for cands, _ in queries]
+    grades, distractors, utilities, no_response = [], [], [], []
+    for _, labels in queries:
+        by_kind: list[dict[str, int]] = [{}, {}, {}, {}]
+        for doc, which in labels:
+            by_kind[which][f"d{doc}"] = doc
+        grades.append({d: v % 4 for d, v in by_kind[0].items()})
+        distractors.append(frozenset(by_kind[1]))
+        utilities.append({d: (v % 5 - 2) / 2 for d, v in by_kind[2].items()})
+        no_response.append({d: v / 20 for d, v in by_kind[3].items()})
+    arrays = build_arrays(
+        qids,
+        [MappingProxyType(r) for r in runs],  # any mapping, not only dicts
+        grades,
+        score_kind=kind,
+        distractors=distractors,
+        utilities=utilities,
+        no_response=no_response,
+    )
+    nan = math.nan
+    for row in range(len(qids)):
+        ranked = arrays.doc_ids(row)
+        n = len(ranked)
+        assert arrays.grades[row, :n].tolist() == [float(grades[row].get(d, 0)) for d in ranked]
+        assert arrays.judged[row, :n].tolist() == [d in grades[row] for d in ranked]
+        assert arrays.distractor[row, :n].tolist() == [d in distractors[row] for d in ranked]
+        for got, given_ in ((arrays.given_utility, utilities), (arrays.no_response, no_response)):
+            expected = [given_[row].get(d, nan) for d in ranked]
+            assert np.array_equal(got[row, :n], np.array(expected, dtype=float), equal_nan=True)
 
 
 def test_ranked_arrays_feed_the_policy_unchanged() -> None:

@@ -43,12 +43,12 @@ labelled. Then:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from itertools import chain, compress, repeat
+from itertools import chain, count
 from numbers import Integral
-from operator import getitem, methodcaller
+from operator import attrgetter, contains, methodcaller
 
 import numpy as np
 from numpy.typing import NDArray
@@ -72,7 +72,7 @@ F64 = NDArray[np.float64]
 B = NDArray[np.bool_]
 I = NDArray[np.intp]  # noqa: E741
 
-_CHUNK_CELLS = 1 << 22  # rows x candidates compared at once when locating labels
+_CHUNK_CELLS = 1 << 22  # rows x candidates compared at once when breaking ties
 
 
 @dataclass(frozen=True, eq=False)
@@ -293,94 +293,123 @@ def _flat_floats(maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[
         raise
 
 
-def _locate(
-    hq: I,
-    hdoc: Sequence[str],
-    hkey: F64,
-    key: F64,
-    candidates: Sequence[Mapping[str, float]],
-) -> I:
-    """Ranked positions of label hits (query row, document) among their row's candidates.
+def _rank_in_rows(rows: I, hkey: F64, ranking: Ranking) -> tuple[I, B]:
+    """For hits in ``rows`` with sort keys ``hkey``: how many candidates of their row
+    have a lower key, and whether another candidate of the row has the same key (then
+    the run's order decides, see :func:`_earlier_ties`).
 
-    ``key`` holds the policy's sort key of every candidate in input order (``-score``,
-    ``+inf`` for an invalid score, NaN for padding) and ``hkey`` that of each hit. A
-    hit's rank is the number of candidates ranked before it: those with a lower key,
-    plus those with an equal key earlier in the run. Only hits whose key is tied need
-    their input position, looked up by document id.
+    One branchless binary search over all hits at once, a gather per halving, in the
+    rows' sorted keys (:attr:`Ranking.sorted_key`).
     """
-    h = hq.shape[0]
-    n = key.shape[1]
-    rank = np.empty(h, dtype=np.intp)
-    if h == 0 or n == 0:
-        return rank
-    step = max(1, _CHUNK_CELLS // n)
-    tied: list[NDArray[np.intp]] = []
-    for start in range(0, h, step):
-        sl = slice(start, start + step)
-        rows = key[hq[sl]]
-        mine = hkey[sl, None]
-        rank[sl] = (rows < mine).sum(axis=1)
-        same = np.flatnonzero((rows == mine).sum(axis=1) != 1)
-        if same.size:
-            tied.append(same + start)
-    if not tied:
-        return rank
-    amb = np.concatenate(tied)
+    padded = ranking.sorted_key
+    n = padded.shape[1] - 1  # the last column is NaN: probes past a row's end land there
+    flat = padded.ravel()
+    base = rows * (n + 1)
+    rank = np.zeros(rows.size, dtype=np.intp)
+    step = 1 << (n.bit_length() - 1) if n else 0
+    while step:
+        probe = flat[base + np.minimum(rank + (step - 1), n)]
+        rank += step * (probe < hkey)  # NaN compares False
+        step >>= 1
+    at = base + rank
+    tied = (flat[at] != hkey) | (flat[at + 1] == hkey)  # padding (NaN) never equals
+    return rank, tied
+
+
+def _earlier_ties(
+    rows: I, hkey: F64, docs: Sequence[str], key: F64, candidates: Sequence[Mapping[str, float]]
+) -> I:
+    """For hits (row, document, key) whose key is tied: how many candidates with the
+    same key the run lists before them (the tie rule keeps the run's order). Input
+    positions are looked up by document id, one index per row with a tie."""
     index_of: dict[int, dict[str, int]] = {}
-    pos = np.empty(amb.size, dtype=np.intp)
-    amb_docs = [hdoc[j] for j in amb.tolist()]
-    for i, (row, doc) in enumerate(zip(hq[amb].tolist(), amb_docs, strict=True)):
+    pos = np.empty(rows.size, dtype=np.intp)
+    for i, (row, doc) in enumerate(zip(rows.tolist(), docs, strict=True)):
         lookup = index_of.get(row)
         if lookup is None:
-            lookup = index_of[row] = {d: j for j, d in enumerate(candidates[row])}
+            lookup = index_of[row] = dict(zip(candidates[row], count()))
         pos[i] = lookup[doc]
+    n = key.shape[1]
+    earlier = np.zeros(rows.size, dtype=np.intp)
     cols = np.arange(n)[None, :]
-    for start in range(0, amb.size, step):
+    step = max(1, _CHUNK_CELLS // max(n, 1))
+    for start in range(0, rows.size, step):
         sl = slice(start, start + step)
-        idx = amb[sl]
-        rows = key[hq[idx]]
-        earlier = (rows == hkey[idx, None]) & (cols < pos[sl, None])
-        rank[idx] += earlier.sum(axis=1)
-    return rank
+        same = (key[rows[sl]] == hkey[sl, None]) & (cols < pos[sl, None])
+        earlier[sl] = same.sum(axis=1)
+    return earlier
 
 
-def _hits(
+def _docs_at(labelled: Sequence[Collection[str]], rows: I, within: I) -> list[str]:
+    """The documents ``labelled[row]``'s ``within``-th, for a few (row, within) pairs."""
+    listed: dict[int, list[str]] = {}
+    out = []
+    for row, j in zip(rows.tolist(), within.tolist(), strict=True):
+        ids = listed.get(row)
+        if ids is None:
+            ids = listed[row] = list(labelled[row])
+        out.append(ids[j])
+    return out
+
+
+def _retrieved(
     labelled: Sequence[Collection[str]],
     candidates: Sequence[Mapping[str, float]],
-    *,
-    values: bool,
-) -> tuple[I, list[str], F64, F64]:
-    """(row, document, raw score, label value) of every labelled document the run
-    retrieved. Label values (``labelled[row][document]``, for mappings) only with
-    ``values``; else an empty array.
+    ranking: Ranking,
+    hit_keys: Callable[[F64], F64],
+) -> tuple[I, I, B]:
+    """Where the run ranks each labelled document it retrieved.
 
-    One flat pass tests each label for membership in its run; everything else runs in C
-    (itertools). No per-query containers stay alive, so converting a large run does not
-    set off full garbage collections over the caller's dicts.
+    Returns the row and ranked position of every such hit, and a mask over all
+    labelled documents (``labelled`` flattened in order) saying which ones the run
+    retrieved, so that a caller picks their values from its own flat array.
+    ``hit_keys`` maps raw scores to the policy's sort keys.
+
+    One C-level pass looks every label up in its row's candidates (``get``: the score,
+    or NaN when absent); numpy does the rest. Per-label Python code runs only where
+    that is ambiguous (a row with a NaN score) or where scores tie. No per-query
+    containers stay alive, so converting a large run does not set off full garbage
+    collections over the caller's dicts.
     """
-    n = len(labelled)
-    lens = np.fromiter(map(len, labelled), np.intp, count=n)
-    found = [d in c for labels, c in zip(labelled, candidates, strict=True) for d in labels]
-    rows = np.repeat(np.arange(n, dtype=np.intp), lens)[np.asarray(found, dtype=np.bool_)]
-    docs = list(compress(chain.from_iterable(labelled), found))
-    counts = np.bincount(rows, minlength=n).tolist()
-    owners = chain.from_iterable(map(repeat, candidates, counts))
-    scores = np.fromiter(map(getitem, owners, docs), np.float64, count=len(docs))
-    label_values = np.zeros(0)
-    if values:
-        label_values = np.fromiter(
-            compress(chain.from_iterable(map(methodcaller("values"), labelled)), found),
-            np.float64,
-            count=len(docs),
-        )
-    return rows, docs, scores, label_values
+    n_q = len(labelled)
+    lens = np.fromiter(map(len, labelled), np.intp, count=n_q)
+    getters = map(attrgetter("get"), candidates)
+    score = np.fromiter(
+        chain.from_iterable(map(map, getters, labelled)), np.float64, count=int(lens.sum())
+    )  # None (absent, or a candidate without a score) -> NaN
+    label_rows = np.repeat(np.arange(n_q, dtype=np.intp), lens)
+    found = ~np.isnan(score)
+    starts = np.cumsum(lens) - lens
+    unsure = np.flatnonzero(~found & ranking.nan_rows[label_rows])
+    if unsure.size:
+        rows = label_rows[unsure]
+        docs = _docs_at(labelled, rows, unsure - starts[rows])
+        found[unsure] = list(map(contains, map(candidates.__getitem__, rows.tolist()), docs))
+    hits = np.flatnonzero(found)
+    rows = label_rows[hits]
+    if rows.size == 0:
+        return rows, rows.copy(), found
+    hkey = hit_keys(score[hits])
+    rank, is_tied = _rank_in_rows(rows, hkey, ranking)
+    if is_tied.any():
+        tied = np.flatnonzero(is_tied)
+        docs = _docs_at(labelled, rows[tied], hits[tied] - starts[rows[tied]])
+        rank[tied] += _earlier_ties(rows[tied], hkey[tied], docs, ranking.key, candidates)
+    return rows, rank, found
 
 
 def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
     """Scatter ``values`` into rows ``q``, highest first, zero-padded."""
     if q.size == 0:
         return np.zeros((n_rows, 0)), np.zeros(n_rows, dtype=np.intp)
-    order = np.lexsort((-values, q))
+    lo, hi = float(values.min()), float(values.max())
+    if hi - lo < 1 << 20 and bool((values == np.round(values)).all()):
+        # whole numbers (grades): one integer sort key, highest value first in each row
+        top = np.int64(hi)
+        key = q.astype(np.int64) * (top - np.int64(lo) + 1) + (top - values.astype(np.int64))
+        order = np.argsort(key, kind="stable")
+    else:
+        order = np.lexsort((-values, q))
     q_sorted = q[order]
     counts = np.bincount(q_sorted, minlength=n_rows)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -458,44 +487,45 @@ def build_arrays(
         raw = np.full((n_q, width), np.nan)
         raw[present_in] = flat
     ranking = Ranking.of(raw, present_in, kind, rrf_k)
-    key = ranking.key
 
-    # --- label grades of retrieved documents, at their ranked positions
+    # --- label values of retrieved documents, at their ranked positions
     def hit_keys(hraw: F64) -> F64:
         # normalisation is elementwise, so a hit's key equals its candidate's key exactly
         h = normalize(hraw[None, :], kind, rrf_k=rrf_k)
         out: F64 = np.where(h.valid, -h.values, np.inf)[0]
         return out
 
-    hq, hdoc, hraw, hgrade = _hits(grades, candidates, values=True)
-    hrank = _locate(hq, hdoc, hit_keys(hraw), key, candidates)
+    lgrade = _flat_floats(grades, "grade", qids)
+    hq, hrank, found = _retrieved(grades, candidates, ranking, hit_keys)
     g = np.zeros((n_q, width))
-    g[hq, hrank] = hgrade
+    g[hq, hrank] = lgrade[found]
     judged = np.zeros((n_q, width), dtype=np.bool_)
     judged[hq, hrank] = True
 
-    def scatter_map(maps: Sequence[Mapping[str, float]] | None) -> F64:
-        if maps is None or not any(maps):
+    def scatter_map(maps: Sequence[Mapping[str, float]] | None, values: F64) -> F64:
+        if maps is None or not values.size:
             return np.broadcast_to(np.nan, (n_q, width))  # read-only, no memory
         out = np.full((n_q, width), np.nan)
-        q, docs, r, values = _hits(maps, candidates, values=True)
-        out[q, _locate(q, docs, hit_keys(r), key, candidates)] = values
+        q, r, found = _retrieved(maps, candidates, ranking, hit_keys)
+        out[q, r] = values[found]
         return out
 
+    no_values = np.zeros(0)
+    given_values = no_values
+    p_no_values = no_values
     if utilities is not None:
-        _check_range(qids, utilities, "utility", -1.0, 1.0)
+        given_values = _check_range(qids, utilities, "utility", -1.0, 1.0)
     if no_response is not None:
-        _check_range(qids, no_response, "no-response probability", 0.0, 1.0)
+        p_no_values = _check_range(qids, no_response, "no-response probability", 0.0, 1.0)
     distractor = np.zeros((n_q, width), dtype=np.bool_)
     if distractors is not None and any(distractors):
-        q, docs, r, _ = _hits(distractors, candidates, values=False)
-        distractor[q, _locate(q, docs, hit_keys(r), key, candidates)] = True
-    given = scatter_map(utilities)
-    p_no = scatter_map(no_response)
+        q, r, _ = _retrieved(distractors, candidates, ranking, hit_keys)
+        distractor[q, r] = True
+    given = scatter_map(utilities, given_values)
+    p_no = scatter_map(no_response, p_no_values)
 
     # --- every labelled grade, retrieved or not: relevant counts, ideal ranking
     lq = np.repeat(np.arange(n_q, dtype=np.intp), np.fromiter(map(len, grades), np.intp, n_q))
-    lgrade = _flat_floats(grades, "grade", qids)
     stats = label_stats(qids, lq, lgrade, n_relevant)
     ideal_u = _ideal_utilities(
         qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
@@ -529,6 +559,21 @@ class Ranking:
             i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
         }
         return cls(raw, key, norm.valid.sum(axis=1).astype(np.intp), issues)
+
+    @cached_property
+    def sorted_key(self) -> F64:
+        """Each row's keys sorted (NaN padding last), and one more column of NaN."""
+        q, n = self.key.shape
+        out = np.empty((q, n + 1))
+        out[:, :n] = np.sort(self.key, axis=1)
+        out[:, n] = np.nan
+        return out
+
+    @cached_property
+    def nan_rows(self) -> B:
+        """(Q,) True for rows with a candidate whose raw score is NaN (or ``None``)."""
+        out: B = np.any(np.isnan(self.raw) & ~np.isnan(self.key), axis=1)
+        return out
 
 
 def assemble_arrays(
@@ -719,7 +764,9 @@ def _ideal_utilities(
 
 def _check_range(
     qids: Sequence[str], maps: Sequence[Mapping[str, float]], what: str, lo: float, hi: float
-) -> None:
+) -> F64:
+    """All values of ``maps``, flat (see :func:`_flat_floats`), each checked to lie in
+    [lo, hi]."""
     values = _flat_floats(maps, what, qids)
     bad = ~((values >= lo) & (values <= hi))
     if bad.any():
@@ -731,3 +778,4 @@ def _check_range(
             f"{what} of document {doc!r} in query {qids[q]!r} must lie in [{lo:g}, {hi:g}], "
             f"got {values[i]!r}"
         )
+    return values

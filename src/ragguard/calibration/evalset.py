@@ -96,6 +96,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from ragguard.calibration._columnar import (
     ColumnarCandidates,
     ColumnarLabels,
@@ -104,6 +106,7 @@ from ragguard.calibration._columnar import (
     arrays_from_columnar,
 )
 from ragguard.calibration._problems import LoadReport, Problem, ProblemKind, Reporter
+from ragguard.calibration._tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
@@ -226,8 +229,8 @@ class EvalSet:
     @classmethod
     def from_dicts(
         cls,
-        qrels: Mapping[str, Mapping[str, int]],
-        runs: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+        qrels: Mapping[str, Mapping[str, int]] | Table,
+        runs: Mapping[str, Mapping[str, Mapping[str, float]] | Table] | None = None,
         *,
         score_kind: ScoreKind | str | Mapping[str, ScoreKind | str | None] | None = "similarity",
         distractors: Mapping[str, Sequence[str]] | None = None,
@@ -236,12 +239,29 @@ class EvalSet:
         n_relevant: Mapping[str, int] | None = None,
         queries: Mapping[str, str] | None = None,
         strict: bool = False,
+        columns: Mapping[str, str] | None = None,
     ) -> EvalSet:
-        """An eval set from ranx / pytrec_eval style dicts (copied; never modified).
+        """An eval set from ranx / pytrec_eval style dicts, or from tables (copied; never
+        modified).
+
+        Qrels and each run may be a dict, a pandas or polars DataFrame or a pyarrow
+        Table (one row per label or candidate; row order is the run's order, which
+        breaks score ties), or a ranx ``Qrels`` / ``Run``. A table means what the dict
+        of its rows means; with pyarrow installed it stays columnar (ids interned into
+        integer codes, no Python object per row), so a large run converts fast.
+        Repeated (query, document) rows keep the first and are counted in
+        :attr:`report`, like repeated lines of a file.
+
+        ::
+
+            EvalSet.from_dicts(qrels_df, {"bm25": run_df})        # pandas / polars
+            EvalSet.from_dicts(ranx_qrels, {"bm25": ranx_run})     # ranx objects
 
         Args:
-            qrels: ``{query_id: {doc_id: grade}}``; these are the labelled queries.
-            runs: ``{run_name: {query_id: {doc_id: score}}}``.
+            qrels: ``{query_id: {doc_id: grade}}`` or a table of (query id, document id,
+                grade) rows; these are the labelled queries.
+            runs: ``{run_name: run}``, each run ``{query_id: {doc_id: score}}`` or a
+                table of (query id, document id, score) rows.
             score_kind: one kind for every run, or ``{run_name: kind}``.
             distractors: ``{query_id: [doc_id, ...]}`` known distractors (judged, grade
                 0, unless graded in ``qrels``).
@@ -250,31 +270,30 @@ class EvalSet:
             n_relevant: ``{query_id: stated number of relevant documents}``.
             queries: ``{query_id: text}``.
             strict: raise on the first problem instead of counting it.
+            columns: tables only: column names that are not the usual ones, ``{"qid":
+                ..., "docid": ..., "grade": ..., "score": ...}`` (recognised without it:
+                ``qid`` / ``query_id`` / ``q_id``, ``docid`` / ``doc_id`` / ``docno`` /
+                ``doc`` / ``corpus-id``, ``grade`` / ``relevance`` / ``rel`` / ``label``
+                (else ``score``) in qrels, ``score`` in runs).
 
         Raises:
-            EvalSetError: inconsistent labels (see :func:`load_evalset`).
+            EvalSetError: inconsistent labels (see :func:`load_evalset`), a table column
+                missing, ambiguous or not numeric, a repeated label with two grades.
         """
         rep = Reporter(strict)
-        labels: dict[str, Labels] = {}
-        for qid, grades in qrels.items():
-            dis = frozenset((distractors or {}).get(qid, ()))
-            g = dict(grades)
-            for doc in dis:
-                if g.get(doc, 0) >= 1:
-                    raise EvalSetError(
-                        f"document {doc!r} is both relevant and a known distractor",
-                        field=f"{qid}",
-                    )
-                g.setdefault(doc, 0)
-            labels[qid] = Labels(
-                grades=g,
-                distractors=dis,
-                utilities=dict((utilities or {}).get(qid, {})),
-                no_response=dict((no_response or {}).get(qid, {})),
-                n_relevant=(n_relevant or {}).get(qid),
-            )
+        read = read_input(qrels, "qrels", columns=columns, what="qrels table", rep=rep)
+        extras = (distractors, utilities, no_response, n_relevant)
+        labels: Mapping[str, Labels]
+        if columnar(read) and all(x is None for x in extras) and _whole(read.value):
+            labels = ColumnarLabels(read)
+        else:
+            labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
         texts = queries or {}
-        qs = {qid: Query(qid, texts.get(qid)) for qid in labels}
+        qs: Mapping[str, Query] = (
+            ColumnarQueries(labels)
+            if queries is None and isinstance(labels, ColumnarLabels)
+            else {qid: Query(qid, texts.get(qid)) for qid in labels}
+        )
         built: dict[str, Run] = {}
         for name, run in (runs or {}).items():
             kind = (
@@ -282,11 +301,16 @@ class EvalSet:
                 if isinstance(score_kind, Mapping)
                 else score_kind
             )
-            built[name] = Run(
-                name,
-                {q: {d: _score(s, name, q, d) for d, s in c.items()} for q, c in run.items()},
-                as_score_kind(kind, f"run {name!r}"),
-            )
+            got = read_input(run, "run", columns=columns, what=f"run table {name!r}", rep=rep)
+            cands: Mapping[str, Mapping[str, float]]
+            if columnar(got):
+                cands = ColumnarCandidates(got)
+            else:
+                cands = {
+                    q: {d: _score(s, name, q, d) for d, s in c.items()}
+                    for q, c in as_dicts(got, "run").items()
+                }
+            built[name] = Run(name, cands, as_score_kind(kind, f"run {name!r}"))
         return assemble(qs, labels, built, rep, label_lines={}, run_lines={})
 
     def arrays(
@@ -377,6 +401,39 @@ class EvalSet:
         """A run as ``{query_id: {doc_id: score}}`` (a copy), for other tools."""
         r = self.runs[self._run_name(run)]
         return {q: dict(c) for q, c in r.candidates.items()}
+
+
+def _labels_from_dicts(
+    qrels: Mapping[str, Mapping[str, Any]],
+    distractors: Mapping[str, Sequence[str]] | None,
+    utilities: Mapping[str, Mapping[str, float]] | None,
+    no_response: Mapping[str, Mapping[str, float]] | None,
+    n_relevant: Mapping[str, int] | None,
+) -> dict[str, Labels]:
+    labels: dict[str, Labels] = {}
+    for qid, grades in qrels.items():
+        dis = frozenset((distractors or {}).get(qid, ()))
+        g = dict(grades)
+        for doc in dis:
+            if g.get(doc, 0) >= 1:
+                raise EvalSetError(
+                    f"document {doc!r} is both relevant and a known distractor",
+                    field=f"{qid}",
+                )
+            g.setdefault(doc, 0)
+        labels[qid] = Labels(
+            grades=g,
+            distractors=dis,
+            utilities=dict((utilities or {}).get(qid, {})),
+            no_response=dict((no_response or {}).get(qid, {})),
+            n_relevant=(n_relevant or {}).get(qid),
+        )
+    return labels
+
+
+def _whole(values: Any) -> bool:
+    """Whether every value is a whole number (grades a columnar view can hold as ints)."""
+    return bool((values == np.round(values)).all())
 
 
 def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -5,11 +5,20 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
+from itertools import repeat
 from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ragguard.calibration._columnar import (
+    ColumnarCandidates,
+    ColumnarLabels,
+    arrays_from_columnar,
+)
+from ragguard.calibration._problems import Reporter
+from ragguard.calibration._tables import Table, as_dicts, columnar, read_input, table_kind
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.calibration.utility import UtilityRules
@@ -56,18 +65,13 @@ def arrays_from_dicts(
     if not isinstance(qrels, Mapping) or not isinstance(run, Mapping):
         raise ArgumentTypeError("qrels and run must be mappings: {query_id: {doc_id: value}}")
     qids = list(qrels)
-    unlabelled = len(run.keys() - qrels.keys())
-    if unlabelled:
-        example = next(q for q in run if q not in qrels)
-        logger.warning(
-            "%d run queries have no qrels and are not evaluated (e.g. %r)", unlabelled, example
-        )
+    _warn_unlabelled(qrels, run)
     empty: Mapping[str, float] = {}
-    candidates = [run.get(q, empty) for q in qids]
-    grades = [qrels[q] for q in qids]
+    candidates = list(map(run.get, qids, repeat(empty)))
+    grades = list(qrels.values())
     for what, seq in (("run", candidates), ("qrels", grades)):
         # isinstance(x, dict) is a fast C check; other mappings take the slower path
-        if not all(isinstance(m, dict) for m in seq):
+        if not all(map(isinstance, seq, repeat(dict))):
             for qid, m in zip(qids, seq, strict=True):
                 if not isinstance(m, Mapping):
                     raise ArgumentTypeError(
@@ -86,6 +90,54 @@ def arrays_from_dicts(
     )
 
 
+def _warn_unlabelled(qrels: Mapping[str, object], run: Mapping[str, object]) -> None:
+    unlabelled = len(run.keys() - qrels.keys())
+    if unlabelled:
+        example = next(q for q in run if q not in qrels)
+        logger.warning(
+            "%d run queries have no qrels and are not evaluated (e.g. %r)", unlabelled, example
+        )
+
+
+def arrays_from_tables(
+    qrels: Qrels | Table,
+    run: RunDict | Table,
+    *,
+    columns: Mapping[str, str] | None = None,
+    score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
+    n_relevant: Mapping[str, int] | None = None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+) -> EvalArrays:
+    """Dense arrays from qrels and a run held as tables or dicts (see
+    :mod:`ragguard.calibration._tables`); the same arrays :func:`arrays_from_dicts`
+    gives for the dicts built from the tables' rows.
+
+    Two tables read with pyarrow are joined column-wise, on integer codes; anything
+    else goes through dicts. Repeated (query, document) rows are logged as a warning
+    (the first is kept).
+    """
+    rep = Reporter(strict=False)
+    labels = read_input(qrels, "qrels", columns=columns, what="qrels table", rep=rep)
+    cands = read_input(run, "run", columns=columns, what="run table", rep=rep)
+    rep.log("the qrels and run")
+    if columnar(labels) and columnar(cands) and n_relevant is None:
+        lab = ColumnarLabels(labels)
+        ranked = ColumnarCandidates(cands)
+        _warn_unlabelled(lab, ranked)
+        return arrays_from_columnar(
+            list(lab), ranked, lab, score_kind=score_kind, profile=profile, rules=rules
+        )
+    return arrays_from_dicts(
+        as_dicts(labels, "qrels"),
+        as_dicts(cands, "run"),
+        score_kind=score_kind,
+        n_relevant=n_relevant,
+        profile=profile,
+        rules=rules,
+    )
+
+
 def _mean(values: NDArray[np.float64], may_be_na: bool) -> float:
     if values.size == 0:
         return math.nan
@@ -97,8 +149,8 @@ def _mean(values: NDArray[np.float64], may_be_na: bool) -> float:
 
 @overload
 def evaluate(
-    data: EvalSet | EvalArrays | Qrels,
-    run: RunDict | str | None = ...,
+    data: EvalSet | EvalArrays | Qrels | Table,
+    run: RunDict | Table | str | None = ...,
     metrics: str | Sequence[str] = ...,
     *,
     per_query: Literal[False] = ...,
@@ -107,13 +159,14 @@ def evaluate(
     score_kind: ScoreKind | str | None = ...,
     n_relevant: Mapping[str, int] | None = ...,
     cut: ArrayLike | None = ...,
+    columns: Mapping[str, str] | None = ...,
 ) -> dict[str, float]: ...
 
 
 @overload
 def evaluate(
-    data: EvalSet | EvalArrays | Qrels,
-    run: RunDict | str | None = ...,
+    data: EvalSet | EvalArrays | Qrels | Table,
+    run: RunDict | Table | str | None = ...,
     metrics: str | Sequence[str] = ...,
     *,
     per_query: Literal[True],
@@ -122,12 +175,13 @@ def evaluate(
     score_kind: ScoreKind | str | None = ...,
     n_relevant: Mapping[str, int] | None = ...,
     cut: ArrayLike | None = ...,
+    columns: Mapping[str, str] | None = ...,
 ) -> dict[str, dict[str, float]]: ...
 
 
 def evaluate(
-    data: EvalSet | EvalArrays | Qrels,
-    run: RunDict | str | None = None,
+    data: EvalSet | EvalArrays | Qrels | Table,
+    run: RunDict | Table | str | None = None,
     metrics: str | Sequence[str] = ("ndcg@10",),
     *,
     per_query: bool = False,
@@ -136,6 +190,7 @@ def evaluate(
     score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
     n_relevant: Mapping[str, int] | None = None,
     cut: ArrayLike | None = None,
+    columns: Mapping[str, str] | None = None,
 ) -> dict[str, float] | dict[str, dict[str, float]]:
     """Compute metrics, as means over queries or per query.
 
@@ -145,23 +200,33 @@ def evaluate(
         evaluate(evalset, metrics="ndcg@10", per_query=True)    # {"ndcg@10": {"q1": ...}}
         evaluate(evalset, "bm25", metrics=["recall@5"])         # one of several runs
         evaluate(qrels, run, metrics=["recall@5"])              # plain dicts
+        evaluate(qrels_df, run_df, metrics=["recall@5"])        # DataFrames, ranx objects
 
     Args:
         data: an :class:`~ragguard.calibration.evalset.EvalSet`, prepared
-            :class:`~ragguard.calibration.arrays.EvalArrays`, or qrels
-            ``{query_id: {doc_id: grade}}``.
-        run: with qrels, the run ``{query_id: {doc_id: score}}``; with an eval set, the
-            name of the run to evaluate (needed when it has several).
+            :class:`~ragguard.calibration.arrays.EvalArrays`, or qrels: a dict
+            ``{query_id: {doc_id: grade}}``, a pandas or polars DataFrame or pyarrow
+            Table with one row per label (query id, document id, grade columns), or a
+            ranx ``Qrels``.
+        run: with qrels, the run: a dict ``{query_id: {doc_id: score}}``, a table with
+            one row per candidate (query id, document id, score columns; row order
+            breaks ties) or a ranx ``Run``; with an eval set, the name of the run to
+            evaluate (needed when it has several).
         metrics: one metric string or several (see :mod:`ragguard.calibration.metrics`).
         per_query: return ``{metric: {query_id: value}}`` instead of means.
         profile: tolerance profile for utilities (default ``support``); not for
             prepared arrays, which carry theirs.
         rules: which grades are relevant / partially relevant, for utilities.
-        score_kind: plain dicts only: what the run's scores are (default
+        score_kind: qrels and run only: what the run's scores are (default
             ``similarity``).
-        n_relevant: plain dicts only: stated number of relevant documents per query.
+        n_relevant: qrels and run only: stated number of relevant documents per query.
         cut: optional per-query number of ranked candidates kept (e.g. a policy's
             ``n_kept``); the rest count as not retrieved.
+        columns: tables only: the column names when they are not the usual ones,
+            ``{"qid": ..., "docid": ..., "grade": ..., "score": ...}`` (recognised
+            without it: ``qid`` / ``query_id`` / ``q_id``, ``docid`` / ``doc_id`` /
+            ``docno`` / ``doc`` / ``corpus-id``, ``grade`` / ``relevance`` / ``rel`` /
+            ``label`` (else ``score``) in qrels, ``score`` in runs).
 
     Returns:
         Keys are the metric strings as given. Means are over all queries; metrics that
@@ -170,7 +235,8 @@ def evaluate(
 
     Raises:
         ValueError: an unknown or malformed metric string, or a bad argument.
-        EvalSetError: malformed data (scores or grades that are not numbers, ...).
+        EvalSetError: malformed data (scores or grades that are not numbers, a table
+            column missing or ambiguous, a repeated label with two grades, ...).
     """
     from ragguard.calibration.evalset import EvalSet
 
@@ -188,17 +254,21 @@ def evaluate(
         if run is not None and not isinstance(run, str):
             raise ArgumentTypeError("with an EvalSet, run is the name of one of its runs")
         arrays = data.arrays(run, profile=profile, rules=rules)
-    elif isinstance(data, Mapping):
+    elif isinstance(data, Mapping) or table_kind(data) is not None:
         if run is None or isinstance(run, str):
             raise ArgumentTypeError(
                 "with qrels, pass the run too: evaluate(qrels, run, metrics=...)"
             )
-        arrays = arrays_from_dicts(
+        convert = arrays_from_dicts
+        if not (isinstance(data, Mapping) and isinstance(run, Mapping)):
+            convert = partial(arrays_from_tables, columns=columns)
+        arrays = convert(
             data, run, score_kind=score_kind, n_relevant=n_relevant, profile=profile, rules=rules
         )
     else:
         raise ArgumentTypeError(
-            f"evaluate() takes an EvalSet, EvalArrays or qrels mapping, got {type(data).__name__}"
+            "evaluate() takes an EvalSet, EvalArrays or qrels (a mapping, a pandas or polars "
+            f"DataFrame, a pyarrow Table or a ranx Qrels), got {type(data).__name__}"
         )
 
     values = {p.text: compute(arrays, p, cut=cut) for p in parsed}

@@ -1,0 +1,397 @@
+"""Qrels and runs held as tables: pandas and polars DataFrames, pyarrow Tables, ranx
+``Qrels`` and ``Run`` objects, next to ``{query_id: {doc_id: value}}`` dicts.
+
+A qrels table has one row per label (query id, document id, grade), a run table one
+row per candidate (query id, document id, score); row order is the run's order, which
+breaks score ties. Columns are found by name, case-insensitively:
+
+==========  ===================================================================
+column      names recognised
+==========  ===================================================================
+query id    ``qid``, ``query_id``, ``q_id``, ``query-id``, ``queryid``
+doc id      ``docid``, ``doc_id``, ``docno``, ``doc``, ``corpus-id``, ``corpus_id``
+grade       ``grade``, ``relevance``, ``rel``, ``label``; else ``score`` (qrels only)
+score       ``score`` (runs only)
+==========  ===================================================================
+
+``columns={"qid": ..., "docid": ..., "grade": ..., "score": ...}`` names others. Ids are
+strings or integers (an integer is taken as its decimal string); grades and scores are
+numbers (a missing score is a candidate without one, ranked last; a missing grade is an
+error). A table means what the dict built from its rows means, with one difference: a
+repeated (query, document) row keeps its first occurrence and is reported, as the file
+readers do (a repeated label with another grade is an error).
+
+With pyarrow (the ``fast`` extra), a table is converted column-wise: ids are
+dictionary-encoded into integer codes and stay columnar
+(:class:`~ragguard.calibration._columnar.Pairs`); no Python object is built per row.
+Without it (or with ``RAGGUARD_COLUMNAR=0``), a table is read row by row and its ids are
+interned in dicts (callers then build dicts per query): slower, the same result. ranx
+objects become dicts, read from the typed dicts they hold (a few microseconds per entry;
+ranx has already sorted each query's documents by score, so tied scores come in ranx's
+order). pandas, polars, pyarrow and ranx are never imported here; inputs are recognised
+by the module of their type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Literal, TypeGuard
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration._columnar import (
+    Pairs,
+    _encode,
+    _module,
+    _repeats,
+    arrow,
+    vocab_take,
+)
+from ragguard.calibration._problems import ProblemKind, Reporter
+from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
+
+__all__ = ["COLUMN_NAMES", "Table", "as_dicts", "columnar", "read_input", "table_kind"]
+
+Table = Any
+"""A pandas or polars DataFrame, a pyarrow Table, or a ranx ``Qrels`` / ``Run``."""
+
+Role = Literal["qrels", "run"]
+Dicts = Mapping[str, Mapping[str, float]]
+F64 = NDArray[np.float64]
+
+COLUMN_NAMES: dict[str, tuple[str, ...]] = {
+    "qid": ("qid", "query_id", "q_id", "query-id", "queryid"),
+    "docid": ("docid", "doc_id", "docno", "doc", "corpus-id", "corpus_id"),
+    "grade": ("grade", "relevance", "rel", "label"),
+    "score": ("score",),
+}
+_WHAT = {"qid": "query id", "docid": "document id", "grade": "grade", "score": "score"}
+
+
+def table_kind(obj: object) -> str | None:
+    """``"pandas"``, ``"polars"``, ``"arrow"`` or ``"ranx"`` for the tables this module
+    reads (by the module of the object's class or a base class), else ``None``."""
+    for cls in type(obj).__mro__:
+        top = cls.__module__.partition(".")[0]
+        if top in ("pandas", "polars") and cls.__name__ == "DataFrame":
+            return top
+        if top == "pyarrow" and cls.__name__ == "Table":
+            return "arrow"
+        if top == "ranx" and cls.__name__ in ("Qrels", "Run"):
+            return "ranx"
+    return None
+
+
+def read_input(
+    obj: Dicts | Table,
+    role: Role,
+    *,
+    columns: Mapping[str, str] | None,
+    what: str,
+    rep: Reporter,
+) -> Pairs | Dicts:
+    """Qrels (``role="qrels"``) or a run as given: dicts stay dicts, ranx objects become
+    dicts, DataFrames and pyarrow Tables become :class:`Pairs` (ids interned, repeated
+    rows removed and reported to ``rep`` under the name ``what``).
+
+    Raises:
+        ArgumentTypeError: ``obj`` is none of these.
+        EvalSetError: a column is missing, ambiguous or holds the wrong type, an id or
+            grade is missing, a repeated label contradicts the first.
+        ConfigError: ``columns`` has an unknown key.
+    """
+    if isinstance(obj, Mapping):
+        return obj
+    kind = table_kind(obj)
+    if kind == "ranx":
+        return _ranx_dicts(obj, role)
+    if kind is None:
+        raise ArgumentTypeError(
+            f"{role} must be a mapping {{query_id: {{doc_id: value}}}}, a pandas or polars "
+            f"DataFrame, a pyarrow Table or a ranx {'Qrels' if role == 'qrels' else 'Run'}, "
+            f"got {type(obj).__name__}"
+        )
+    if arrow() is not None:
+        return _arrow_pairs(obj, kind, role, columns, what, rep)
+    return _list_pairs(obj, kind, role, columns, what, rep)
+
+
+def columnar(data: Pairs | Dicts) -> TypeGuard[Pairs]:
+    """Whether ``data`` was read column-wise (ids in pyarrow arrays)."""
+    return isinstance(data, Pairs) and not isinstance(data.docs, list)
+
+
+def as_dicts(data: Pairs | Dicts, role: Role) -> Dicts:
+    """``data`` as ``{query_id: {doc_id: value}}``, built per query from :class:`Pairs`
+    (whole-number grades as ints, as a dict of qrels holds them)."""
+    if not isinstance(data, Pairs):
+        return data
+    out: dict[str, dict[str, Any]] = {}
+    for code, qid in enumerate(data.qids):
+        rows = data.rows_of(code)
+        values = data.value[rows].tolist()
+        if role == "qrels":
+            values = [int(v) if v.is_integer() else v for v in values]
+        out[qid] = dict(zip(vocab_take(data.docs, data.d[rows]), values, strict=True))
+    return out
+
+
+def _ranx_dicts(obj: Table, role: Role) -> Dicts:
+    name = type(obj).__name__
+    if (role == "qrels") != (name == "Qrels"):
+        expected = "Qrels" if role == "qrels" else "Run"
+        raise ArgumentTypeError(f"{role} must be a ranx {expected}, got a ranx {name}")
+    # the numba typed dict ranx keeps, read directly: its to_dict() is 15x slower
+    typed = getattr(obj, "qrels" if name == "Qrels" else "run", None)
+    source = obj.to_dict() if typed is None else typed
+    out: dict[str, dict[str, float]] = {q: dict(d) for q, d in source.items()}
+    return out
+
+
+# --------------------------------------------------------------------------- columns
+
+
+def _column_names(
+    names: Sequence[str], role: Role, columns: Mapping[str, str] | None, what: str
+) -> tuple[str, str, str]:
+    """The names of the query id, document id and value columns among ``names``."""
+    given = dict(columns or {})
+    unknown = sorted(set(given) - set(COLUMN_NAMES))
+    if unknown:
+        raise ConfigError(
+            f"columns= keys are {', '.join(COLUMN_NAMES)}; got {', '.join(map(repr, unknown))}"
+        )
+    listed = ", ".join(map(repr, names))
+    out: list[str] = []
+    for key in ("qid", "docid", "grade" if role == "qrels" else "score"):
+        if key in given:
+            if given[key] not in names:
+                raise EvalSetError(
+                    f"column {given[key]!r} (columns[{key!r}]) is not in the table; its "
+                    f"columns: {listed}",
+                    path=what,
+                )
+            out.append(given[key])
+            continue
+        found = [n for n in names if n.lower() in COLUMN_NAMES[key]]
+        if not found and key == "grade":
+            found = [n for n in names if n.lower() == "score"]  # ranx's and BEIR's name
+        if len(found) > 1:
+            raise EvalSetError(
+                f"several {_WHAT[key]} columns: {', '.join(map(repr, found))}; pick one "
+                f"with columns={{{key!r}: ...}}",
+                path=what,
+            )
+        if not found:
+            looked = COLUMN_NAMES[key] + (("score",) if key == "grade" else ())
+            raise EvalSetError(
+                f"no {_WHAT[key]} column (looked for {', '.join(looked)}; its columns: "
+                f"{listed}); name it with columns={{{key!r}: ...}}",
+                path=what,
+            )
+        out.append(found[0])
+    return out[0], out[1], out[2]
+
+
+def _missing(value: object) -> bool:
+    """Whether a cell is missing: None, NaN or pandas.NA."""
+    if value is None or type(value).__name__ == "NAType":
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _missing_grade(name: str, row: int, value: object, what: str) -> EvalSetError:
+    if _missing(value):
+        return EvalSetError(f"row {row}: no grade (column {name!r})", path=what)
+    return EvalSetError(
+        f"row {row}: the grade (column {name!r}) is {value!r}; grades must be finite numbers",
+        path=what,
+    )
+
+
+# --------------------------------------------------------------------------- pyarrow
+
+
+def _arrow_pairs(
+    obj: Table, kind: str, role: Role, columns: Mapping[str, str] | None, what: str, rep: Reporter
+) -> Pairs:
+    pa = arrow()
+    assert pa is not None
+    if kind == "polars":
+        table = obj.to_arrow()
+    elif kind == "pandas":
+        try:
+            table = pa.Table.from_pandas(obj)  # named index levels become columns
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types: the row names them
+            return _list_pairs(obj, kind, role, columns, what, rep)
+    else:
+        table = obj
+    qname, dname, vname = _column_names(table.column_names, role, columns, what)
+    qvocab, q = _encode(_arrow_ids(table.column(qname), qname, "query id", what))
+    docs, d = _encode(_arrow_ids(table.column(dname), dname, "document id", what))
+    value = _arrow_values(table.column(vname), role, vname, what)
+    return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep)
+
+
+def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
+    """An id column as strings (integers as their decimal text)."""
+    pa = arrow()
+    assert pa is not None
+    types = pa.types
+    if column.null_count:
+        pc = _module("compute")
+        row = pc.index(pc.is_null(column), True).as_py()
+        raise EvalSetError(f"row {row}: no {label} (column {name!r})", path=what)
+    t = column.type
+    if types.is_dictionary(t):
+        t = t.value_type
+    is_view = getattr(types, "is_string_view", lambda _: False)  # pyarrow >= 16
+    if not (types.is_string(t) or types.is_large_string(t) or is_view(t) or types.is_integer(t)):
+        raise EvalSetError(
+            f"column {name!r} holds {t}; {label}s must be strings or integers", path=what
+        )
+    return column.cast(pa.string())
+
+
+def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
+    """A score or grade column as float64 (a missing score is NaN)."""
+    pa = arrow()
+    assert pa is not None
+    types = pa.types
+    t = column.type
+    numeric = types.is_integer(t) or types.is_floating(t) or types.is_decimal(t)
+    if not (numeric or (role == "qrels" and types.is_boolean(t)) or types.is_null(t)):
+        example = next((v for v in column.to_pylist() if v is not None), None)
+        raise EvalSetError(
+            f"column {name!r} must hold numbers, it holds {t} (e.g. {example!r})", path=what
+        )
+    values = np.asarray(column.cast(pa.float64()).to_numpy(), dtype=np.float64)  # null: NaN
+    if role == "qrels" and not np.isfinite(values).all():
+        row = int(np.flatnonzero(~np.isfinite(values))[0])
+        raise _missing_grade(name, row, column[row].as_py(), what)
+    return values
+
+
+# --------------------------------------------------------------------------- row by row
+
+
+def _list_pairs(
+    obj: Table, kind: str, role: Role, columns: Mapping[str, str] | None, what: str, rep: Reporter
+) -> Pairs:
+    """Without pyarrow (or with ``RAGGUARD_COLUMNAR=0``): columns as Python lists, ids
+    interned in dicts."""
+    if kind == "pandas":
+        if any(n is not None for n in obj.index.names):
+            obj = obj.reset_index()
+        names = [str(c) for c in obj.columns]
+        by_name = dict(zip(names, obj.columns, strict=True))
+
+        def column(name: str) -> list[Any]:
+            out: list[Any] = obj[by_name[name]].tolist()
+            return out
+    elif kind == "polars":
+        names = list(obj.columns)
+
+        def column(name: str) -> list[Any]:
+            out: list[Any] = obj[name].to_list()
+            return out
+    else:  # a pyarrow Table with RAGGUARD_COLUMNAR=0
+        names = list(obj.column_names)
+
+        def column(name: str) -> list[Any]:
+            out: list[Any] = obj.column(name).to_pylist()
+            return out
+
+    qname, dname, vname = _column_names(names, role, columns, what)
+    qids, q = _intern(column(qname), qname, "query id", what)
+    docs, d = _intern(column(dname), dname, "document id", what)
+    value = np.array(
+        [_number(v, role, vname, i, what) for i, v in enumerate(column(vname))], dtype=np.float64
+    )
+    return _pairs(qids, docs, q, d, value, role, what, rep)
+
+
+def _intern(values: list[Any], name: str, label: str, what: str) -> tuple[list[str], Any]:
+    """(ids in order of first appearance, int32 code of each row)."""
+    index: dict[str, int] = {}
+    codes = np.empty(len(values), dtype=np.int32)
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            if isinstance(v, bool) or not isinstance(v, int):
+                if _missing(v):
+                    raise EvalSetError(f"row {i}: no {label} (column {name!r})", path=what)
+                raise EvalSetError(
+                    f"row {i}: {label}s must be strings or integers, column {name!r} holds {v!r}",
+                    path=what,
+                )
+            v = str(v)
+        codes[i] = index.setdefault(v, len(index))
+    return list(index), codes
+
+
+def _number(value: object, role: Role, name: str, row: int, what: str) -> float:
+    if isinstance(value, int | float | Decimal) and (
+        role == "qrels" or not isinstance(value, bool)
+    ):
+        out = float(value)
+        if role == "qrels" and not math.isfinite(out):
+            raise _missing_grade(name, row, value, what)
+        return out
+    if _missing(value):
+        if role == "qrels":
+            raise _missing_grade(name, row, value, what)
+        return math.nan
+    raise EvalSetError(f"column {name!r} must hold numbers, row {row} holds {value!r}", path=what)
+
+
+# --------------------------------------------------------------------------- repeats
+
+
+def _pairs(
+    qids: list[str],
+    docs: Any,
+    q: NDArray[np.int32],
+    d: NDArray[np.int32],
+    value: F64,
+    role: Role,
+    what: str,
+    rep: Reporter,
+) -> Pairs:
+    """:class:`Pairs` of interned rows; a repeated (query, document) row is reported and
+    dropped, a repeated label with another grade is an error."""
+    repeats = _repeats(q, d, len(docs))
+    if not repeats.size:
+        return Pairs(qids, docs, q, d, value, None, what)
+    key = q.astype(np.int64) * max(len(docs), 1) + d
+    first: dict[int, int] = {}
+    for row in np.flatnonzero(np.isin(key, key[repeats])).tolist():
+        first.setdefault(int(key[row]), row)
+    names = vocab_take(docs, d[repeats])
+    for row, doc in zip(repeats.tolist(), names, strict=True):
+        qid = qids[int(q[row])]
+        if role == "run":
+            rep(
+                ProblemKind.DUPLICATE_CANDIDATE,
+                f"row {row}: document {doc!r} appears twice in query {qid!r}",
+                path=what,
+            )
+            continue
+        was = first[int(key[row])]
+        if value[row] != value[was]:
+            raise EvalSetError(
+                f"row {row}: query {qid!r}, document {doc!r}: grade {value[row]:g} "
+                f"contradicts {value[was]:g} (row {was})",
+                path=what,
+            )
+        rep(
+            ProblemKind.DUPLICATE_LABEL,
+            f"row {row}: query {qid!r}, document {doc!r} is labelled twice",
+            path=what,
+        )
+    keep = np.ones(q.size, dtype=np.bool_)
+    keep[repeats] = False
+    rows = np.flatnonzero(keep)
+    return Pairs(qids, docs, q[keep], d[keep], value[keep], rows + 1, what)
