@@ -88,12 +88,11 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
 
 def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], int] | None:
     """0-based indices of the non-blank lines of ``block`` and its number of lines, or
-    ``None`` unless each
-    such line looks like one JSON object the careful reader reads alike: it starts with
-    ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r`` ends a line on its own,
-    and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow reads and Python's json
-    rejects) may be in it. A line with other leading or trailing whitespace also goes
-    to the careful reader."""
+    ``None`` unless each such line looks like one JSON object the careful reader reads
+    alike: it starts with ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r``
+    ends a line on its own, and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow
+    reads and Python's json rejects) may be in it. Lines of spaces and tabs are blank; a
+    line with other leading or trailing whitespace goes to the careful reader."""
     a = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(a == 10)
     starts = np.empty_like(ends)
@@ -105,8 +104,11 @@ def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], int] | None:
             return None  # a lone \r: Python's universal newlines end a line there
         ends = ends - ((ends > starts) & (a[ends - 1] == 13))
     full = np.flatnonzero(ends > starts)
-    if not (bool((a[starts[full]] == 0x7B).all()) and bool((a[ends[full] - 1] == 0x7D).all())):
-        return None
+    odd = full[(a[starts[full]] != 0x7B) | (a[ends[full] - 1] != 0x7D)]
+    if odd.size:
+        if any(bytes(block[starts[i] : ends[i]]).strip(b" \t") for i in odd.tolist()):
+            return None
+        full = np.setdiff1d(full, odd)
     if _bare_literals(a):
         return None
     return full, ends.size
