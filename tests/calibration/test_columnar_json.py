@@ -23,7 +23,9 @@ CORPUS = (
     '{"_id": "c", "text": "gamma"}\n'
     '{"_id": "d", "text": "delta"}\n'
 )
-QUERIES = '{"_id": "q1", "text": "one"}\n{"_id": "q2", "text": "two"}\n{"_id": "q3", "text": null}\n'
+QUERIES = (
+    '{"_id": "q1", "text": "one"}\n{"_id": "q2", "text": "two"}\n{"_id": "q3", "text": null}\n'
+)
 QRELS = "query-id\tcorpus-id\tscore\nq1\ta\t1\nq1\tb\t0\nq2\tc\t2\nq3\td\t1\n"
 RUN = "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.4 x\nq2 Q0 c 1 0.7 x\nq2 Q0 zz 2 0.1 x\n"
 
