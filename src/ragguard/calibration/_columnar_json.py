@@ -63,7 +63,8 @@ _BOM = b"\xef\xbb\xbf"
 
 def _line_blocks(path: Path) -> Iterator[memoryview]:
     """``path``'s bytes (gunzipped when its name ends in ``.gz``, a leading byte order
-    mark dropped) in blocks of whole lines, each ending with a newline."""
+    mark dropped) in blocks of whole lines, each ending with a newline: views of a new
+    buffer per block, from its start, read into without copies."""
     pa = _columnar.arrow()
     assert pa is not None
     gz = path.name.lower().endswith(".gz")
@@ -71,19 +72,28 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
     first = True
     with pa.input_stream(str(path), compression="gzip" if gz else None) as stream:
         while True:
-            data = stream.read(_BLOCK)
-            if first:
-                data = data.removeprefix(_BOM)
-                first = False
-            if not data:
-                if rest:
-                    yield memoryview(rest + b"\n")
+            buf = bytearray(len(rest) + _BLOCK)
+            buf[: len(rest)] = rest
+            view = memoryview(buf)
+            n = len(rest)
+            while n < len(buf) and (got := stream.readinto(view[n:])):
+                n += got
+            if first and buf.startswith(_BOM):
+                del view
+                del buf[: len(_BOM)]
+                n -= len(_BOM)
+            first = False
+            if n < len(buf):  # the end of the file
+                if n and buf[n - 1] != 0x0A:
+                    buf[n] = 0x0A
+                    n += 1
+                if n:
+                    yield memoryview(buf)[:n]
                 return
-            buf = rest + data if rest else data
-            cut = buf.rfind(b"\n") + 1
+            cut = buf.rfind(b"\n", 0, n) + 1
             if cut:
                 yield memoryview(buf)[:cut]
-            rest = buf[cut:]
+            rest = bytes(buf[cut:n])
 
 
 def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], int] | None:
@@ -98,8 +108,8 @@ def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], int] | None:
     starts = np.empty_like(ends)
     starts[:1] = 0
     starts[1:] = ends[:-1] + 1
-    cr = np.flatnonzero(a == 13)
-    if cr.size:
+    if np.count_nonzero(a == 13):
+        cr = np.flatnonzero(a == 13)
         if not bool((a[cr + 1] == 10).all()):
             return None  # a lone \r: Python's universal newlines end a line there
         ends = ends - ((ends > starts) & (a[ends - 1] == 13))
@@ -109,9 +119,13 @@ def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], int] | None:
         if any(bytes(block[starts[i] : ends[i]]).strip(b" \t") for i in odd.tolist()):
             return None
         full = np.setdiff1d(full, odd)
-    if _bare_literals(a):
-        return None
-    return full, ends.size
+    return None if _bare_literals(a) else (full, ends.size)
+
+
+def _has(block: memoryview, needle: bytes) -> bool:
+    """Whether ``needle`` occurs in ``block`` (a view of bytes from their start)."""
+    raw: bytes = block.obj  # type: ignore[assignment]
+    return raw.find(needle, 0, len(block)) >= 0
 
 
 _DELIMITERS = np.frombuffer(b" \t\r\n,]}", dtype=np.uint8)
@@ -398,7 +412,7 @@ def _no_null_list(block: memoryview, text: Any) -> bool:
     """Whether no field the careful reader requires to be a list is ``null`` in
     ``block`` (``text``: the same as a one-string pyarrow array): pyarrow reads ``null``
     like a missing field, the careful reader rejects it."""
-    if block.obj.find(b"null", 0, len(block)) < 0:  # type: ignore[attr-defined]
+    if not _has(block, b"null"):
         return True
     pc = _module("compute")
     return not pc.any(pc.match_substring_regex(text, _NULL_LIST)).as_py()
