@@ -415,3 +415,31 @@ def test_jsonl_runs_and_labels_build_the_same_arrays_at_scale(
     for kind in ("similarity", "distance"):
         fast, _ = both(monkeypatch, path, score_kind=kind)
         assert isinstance(fast.runs["default"].candidates, ColumnarCandidates)
+
+
+def test_files_read_in_many_small_blocks_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of a few lines (a line longer than a block, blank lines and repeats across
+    blocks): the same rows, lines and problems as one block gives."""
+    from ragguard.calibration import _columnar, _columnar_json
+
+    monkeypatch.setattr(_columnar_json, "_BLOCK", 40)
+    monkeypatch.setattr(_columnar, "_BLOCK", 64)
+    qrels = "query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i % 7}\t{'abcd'[i % 4]}\t{i % 28 % 3}\n" + ("\n" if i % 5 == 0 else "")
+        for i in range(40)
+    )
+    corpus = "".join(f'{{"_id": "{d}", "text": "{d * 30}"}}\n\n' for d in "abcdzz")
+    folder = beir(tmp_path, qrels, corpus=corpus, queries=None)
+    fast, _ = both(monkeypatch, folder, runs=write(tmp_path / "run.trec", RUN))
+    assert isinstance(fast.labels, ColumnarLabels)
+    # hand-checked: i = 28, 29 repeat i = 0, 1; line of i: header + i + 1 + blank lines
+    # after i = 0, 5, ..., 25
+    repeated = [p.line for p in fast.report.problems if p.kind.value == "duplicate_label"]
+    assert repeated[:2] == [36, 37]
+    lines = [*CLEAN, "", {"query_id": "q5", "candidates": [{"id": "a"}, {"id": "a"}]}]
+    fast, _ = both(monkeypatch, jsonl(tmp_path / "eval.jsonl", *lines))
+    assert isinstance(fast.labels, ColumnarLabels)
+    first = fast.report.problems[0]
+    assert (first.kind.value, first.line) == ("duplicate_candidate", 5)
