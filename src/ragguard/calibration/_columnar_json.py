@@ -1,17 +1,22 @@
-"""BEIR folders read column-wise: ``corpus.jsonl`` and ``queries.jsonl`` by pyarrow's
-JSON reader (an explicit schema, every other field skipped, so a corpus's texts are
-never held), ``qrels/<split>.tsv`` by pyarrow's streaming CSV reader into integer-coded
-ids, like TREC files (:mod:`ragguard.calibration._columnar`).
+"""BEIR folders and ragguard JSONL eval sets read column-wise.
 
-The result is **exactly** what the careful reader (``_read_beir`` in
-:mod:`ragguard.calibration._readers`) returns: the same queries, texts, labels and
-problems (file, line, message, order). A JSON-lines file is read column-wise only when
-every non-blank line is one JSON object on its own (it starts with ``{`` and ends with
-``}``, and pyarrow finds as many objects as there are such lines), it is UTF-8, and no
-literal Python's ``json`` rejects (``Inf``, ``-NaN``) may hide in it. Anything else (a
-malformed line, an id that is a number, a negative grade, a ``distractors.tsv``, an
-unusual header or whitespace) returns ``None``, and the careful reader reads the folder
-again to name file, line and field, or to read what Python reads.
+A BEIR folder's ``corpus.jsonl`` and ``queries.jsonl`` are read by pyarrow's JSON reader
+with an explicit schema (every other field skipped, so a corpus's texts are never held;
+its ids stay one Arrow string array), ``qrels/<split>.tsv`` by pyarrow's streaming CSV
+reader into integer-coded ids, like TREC files (:mod:`ragguard.calibration._columnar`).
+A JSONL eval set is read by the JSON reader block by block into the same integer-coded
+labels and candidates, when its shape allows (see :func:`read_jsonl`).
+
+The result is **exactly** what the careful reader (``_read_beir`` / ``_read_jsonl`` in
+:mod:`ragguard.calibration._readers`) returns: the same queries, texts, labels,
+candidates and problems (file, line, field, message, order). A JSON-lines file is read
+column-wise only when every non-blank line is one JSON object on its own (it starts with
+``{`` and ends with ``}``, and pyarrow finds as many objects as there are such lines),
+it is UTF-8, and no literal Python's ``json`` rejects (``Inf``, ``-NaN``) may hide in
+it. Anything else (a malformed line, an id that is a number, a negative grade, a
+``distractors.tsv``, an unusual header or whitespace, a shape pyarrow cannot read
+column-wise) returns ``None``, and the careful reader reads the data again to name
+file, line and field, or to read what Python reads.
 """
 
 from __future__ import annotations
