@@ -6,12 +6,19 @@ Run from the repository root with the project's virtual environment active::
     python benchmarks/calibrate_scale.py                       # 100,000 queries x 100
     python benchmarks/calibrate_scale.py --queries 1000000     # 1,000,000 x 100 (3.4 GB run)
     python benchmarks/calibrate_scale.py --quick               # smoke run: 5,000 queries
+    python benchmarks/calibrate_scale.py --format beir         # the labels as a BEIR folder
+    python benchmarks/calibrate_scale.py --format jsonl        # one JSONL eval set
 
 Data (written once into ``--folder``, reused when present): ``run.trec``, Q queries x 100
 candidates in TREC run format (``q17 Q0 D4821093 3 18.4471 bm25``, documents drawn from
 10 million ids, scores descending with 4 decimals), and ``qrels.trec``, per query 3
 judged retrieved candidates (grades 0-3, distinct positions) and 1 relevant document the
-run missed (grade 1-3).
+run missed (grade 1-3). With ``--format beir`` the same labels are also written as a BEIR
+folder ``beir/`` (``qrels/test.tsv``, ``queries.jsonl``, ``corpus.jsonl`` with every
+document of the run and qrels) and calibrate reads it instead of ``qrels.trec``; with
+``--format jsonl`` they are written as one ragguard JSONL file ``eval.jsonl`` holding the
+run's candidates (``relevant`` / ``not_relevant`` lists: grades 2-3 read as 1) and
+calibrate reads that alone.
 
 Each command runs in its own process; its wall time and peak resident memory
 (``ru_maxrss`` of that child, from ``os.wait4``) are reported:
@@ -39,6 +46,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +127,109 @@ def write_files(folder: Path, n_queries: int, n_cands: int = 100, seed: int = 0)
             qrels.write(_text(text))
 
 
+def columns(path: Path, names: list[str], keep: list[str]) -> object:
+    """The ``keep`` columns of a space-separated file, as strings (a pyarrow table)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    return pcsv.read_csv(
+        path,
+        read_options=pcsv.ReadOptions(column_names=names),
+        parse_options=pcsv.ParseOptions(delimiter=" "),
+        convert_options=pcsv.ConvertOptions(
+            include_columns=keep, column_types=dict.fromkeys(keep, pa.string())
+        ),
+    )
+
+
+def write_beir(folder: Path) -> Path:
+    """The data of ``folder``'s TREC files as a BEIR folder ``folder/beir``:
+    ``qrels/test.tsv`` (with a header), ``queries.jsonl`` (``{"_id": "q17", "text":
+    "query 17"}``) and ``corpus.jsonl`` (one short passage per document of the run and
+    qrels, ``{"_id": "D4821093", "title": "", "text": "passage 4821093"}``). The run
+    stays ``run.trec`` (a BEIR folder's runs are TREC files)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    beir = folder / "beir"
+    (beir / "qrels").mkdir(parents=True, exist_ok=True)
+    qrels: Any = columns(folder / "qrels.trec", ["q", "it", "d", "g"], ["q", "d", "g"])
+    grade = pc.binary_join_element_wise(qrels.column("g"), "\n", "")
+    lines = pc.binary_join_element_wise(qrels.column("q"), qrels.column("d"), grade, "\t")
+    with (beir / "qrels" / "test.tsv").open("wb") as fh:
+        fh.write(b"query-id\tcorpus-id\tscore\n")
+        for chunk in lines.chunks:
+            fh.write(_text(chunk))
+    qids = pc.unique(qrels.column("q"))
+    number = pc.utf8_slice_codeunits(qids, 1)
+    with (beir / "queries.jsonl").open("wb") as fh:
+        fh.write(_text(pc.binary_join_element_wise(
+            '{"_id": "', qids, '", "text": "query ', number, '"}\n', ""
+        )))  # fmt: skip
+    run: Any = columns(folder / "run.trec", ["q", "z", "d", "r", "s", "t"], ["d"])
+    run_docs = run.column("d")
+    docs = pc.unique(pa.chunked_array(run_docs.chunks + qrels.column("d").chunks))
+    number = pc.utf8_slice_codeunits(docs, 1)
+    with (beir / "corpus.jsonl").open("wb") as fh:
+        step = 1_000_000
+        for lo in range(0, len(docs), step):
+            part = pc.binary_join_element_wise(
+                '{"_id": "', docs[lo : lo + step], '", "title": "", "text": "passage ',
+                number[lo : lo + step], '"}\n', "",
+            )  # fmt: skip
+            fh.write(_text(part))
+    return beir
+
+
+def write_jsonl(folder: Path) -> Path:
+    """The data of ``folder``'s TREC files as one ragguard JSONL eval set ``eval.jsonl``:
+    per query ``{"query_id", "query", "relevant": [...], "not_relevant": [...],
+    "candidates": [{"id", "score"}, ...]}``, the candidates in the run's order. JSONL
+    lists carry no grade, so grades 2-3 read as 1 (graded ``{id: grade}`` objects are
+    read by the careful reader, see benchmarks/README.md)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    run: Any = columns(folder / "run.trec", ["q", "z", "d", "r", "s", "t"], ["q", "d", "s"])
+    qrels: Any = columns(folder / "qrels.trec", ["q", "it", "d", "g"], ["q", "d", "g"])
+    enc = run.column("q").combine_chunks().dictionary_encode()
+    qids, code = enc.dictionary, enc.indices.to_numpy()
+    assert bool((np.diff(code) >= 0).all()), "run.trec lists each query's lines together"
+
+    def grouped(rows: np.ndarray, strings: pa.Array, n: int) -> pa.Array:
+        """Per query 0..n-1, its ``strings`` (ordered by query) joined with commas."""
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(rows, minlength=n), out=offsets[1:])
+        return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), strings), ", ")
+
+    lab_code = pc.index_in(qrels.column("q"), value_set=qids).to_numpy()
+    relevant = pc.not_equal(qrels.column("g"), "0").to_numpy(zero_copy_only=False)
+    path = folder / "eval.jsonl"
+    step = 10_000
+    with path.open("wb") as fh:
+        for lo in range(0, len(qids), step):
+            hi = min(lo + step, len(qids))
+            rows = slice(*np.searchsorted(code, [lo, hi]))
+            cands = pc.binary_join_element_wise(
+                '{"id": "', run.column("d")[rows], '", "score": ', run.column("s")[rows], "}", ""
+            )  # fmt: skip
+            parts = [grouped(code[rows] - lo, cands.combine_chunks(), hi - lo)]
+            for wanted in (True, False):
+                keep = np.flatnonzero((relevant == wanted) & (lab_code >= lo) & (lab_code < hi))
+                keep = keep[np.argsort(lab_code[keep], kind="stable")]
+                docs = pc.take(qrels.column("d"), pa.array(keep)).combine_chunks()
+                quoted = pc.binary_join_element_wise('"', docs, '"', "")
+                parts.append(grouped(lab_code[keep] - lo, quoted, hi - lo))
+            batch = qids[lo:hi]
+            lines = pc.binary_join_element_wise(
+                '{"query_id": "', batch, '", "query": "query ', pc.utf8_slice_codeunits(batch, 1),
+                '", "relevant": [', parts[1], '], "not_relevant": [', parts[2],
+                '], "candidates": [', parts[0], "]}\n", "",
+            )  # fmt: skip
+            fh.write(_text(lines))
+    return path
+
+
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """(seconds, peak MB, last output line) of one command in its own process."""
     t0 = time.perf_counter()
@@ -142,6 +253,13 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, default=None)
     parser.add_argument("--careful", action="store_true", help="also time the careful reader")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--format",
+        choices=["trec", "beir", "jsonl"],
+        default="trec",
+        help="labels as TREC qrels (default), or the same data as a BEIR folder, or as one "
+        "ragguard JSONL file with the run's candidates in it",
+    )
     args = parser.parse_args()
     n = 5_000 if args.quick else args.queries
     folder = args.folder or Path(f"/tmp/ragguard-scale-{n}")
@@ -149,13 +267,29 @@ def main() -> None:
         t = time.perf_counter()
         write_files(folder, n)
         print(f"wrote {folder} in {time.perf_counter() - t:.1f} s")
+    labels = folder / "qrels.trec"
+    if args.format == "beir":
+        labels = folder / "beir"
+        if not (labels / "corpus.jsonl").exists():
+            t = time.perf_counter()
+            write_beir(folder)
+            print(f"wrote {labels} in {time.perf_counter() - t:.1f} s")
+        corpus_mb = (labels / "corpus.jsonl").stat().st_size / 1e6
+        print(f"BEIR folder {labels}: corpus.jsonl {corpus_mb:,.0f} MB")
+    if args.format == "jsonl":
+        labels = folder / "eval.jsonl"
+        if not labels.exists():
+            t = time.perf_counter()
+            write_jsonl(folder)
+            print(f"wrote {labels} in {time.perf_counter() - t:.1f} s")
+        print(f"JSONL eval set {labels}: {labels.stat().st_size / 1e6:,.0f} MB")
     run_mb = (folder / "run.trec").stat().st_size / 1e6
     print(f"python {platform.python_version()}, {os.cpu_count()} cores, {platform.machine()}")
     print(f"{n:,} queries x 100 candidates; run.trec {run_mb:,.0f} MB\n")
 
     ragguard = [
         sys.executable, "-c", "from ragguard.cli import main; main()", "calibrate",
-        str(folder / "qrels.trec"), "--run", str(folder / "run.trec"),
+        str(labels), *([] if args.format == "jsonl" else ["--run", str(folder / "run.trec")]),
         "--score-kind", "similarity", "--no-report", "-o", str(folder / "ragguard.toml"),
     ]  # fmt: skip
     rows = [("ragguard calibrate (columnar)", ragguard, None)]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -446,7 +446,7 @@ def _repeats(q: NDArray[np.int32], d: NDArray[np.int32], n_docs: int) -> NDArray
 
 
 def read_trec(
-    path: Path, kind: str, rep: Reporter, *, known_docs: set[str] | None = None
+    path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> Pairs | None:
     """A TREC run (``kind="run"``) or qrels (``kind="qrels"``) file, column-wise.
 
@@ -528,13 +528,13 @@ def _repeat_events(
 
 
 def _run_events(
-    pairs: Pairs, known_docs: set[str] | None
+    pairs: Pairs, known_docs: Set[str] | None
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
+    from ragguard.calibration._columnar_json import missing_ids
+
     out: list[tuple[int, int, ProblemKind, str, str | None]] = []
     if known_docs is not None:
-        unknown_code = np.fromiter(
-            (doc not in known_docs for doc in vocab_list(pairs.docs)), np.bool_
-        )
+        unknown_code = missing_ids(pairs.docs, known_docs)
         rows = np.flatnonzero(unknown_code[pairs.d]) if unknown_code.size else np.zeros(0, int)
         docs = vocab_take(pairs.docs, pairs.d[rows])
         for r, doc, ln in zip(rows.tolist(), docs, pairs.line_of(rows).tolist(), strict=True):
@@ -560,12 +560,22 @@ class ColumnarRead:
     labels: ColumnarLabels
     label_lines: Mapping[str, tuple[str | None, int | None]]
     runs: dict[str, tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]]
-    corpus: set[str] | None = None
+    corpus: Set[str] | None = None
 
 
-def read_labels(fmt: str, path: Path, rep: Reporter) -> ColumnarRead | None:
-    """TREC qrels, column-wise; ``None`` for other formats or when the careful reader
-    must read the file."""
+def read_labels(
+    fmt: str, path: Path, rep: Reporter, split: str | None = None
+) -> ColumnarRead | None:
+    """TREC qrels, a BEIR folder or a ragguard JSONL file, column-wise; ``None`` for
+    other formats or when the careful reader must read the file."""
+    if fmt == "beir" and path.is_dir():
+        from ragguard.calibration._columnar_json import read_beir
+
+        return read_beir(path, rep, split)
+    if fmt == "jsonl" and path.is_file():
+        from ragguard.calibration._columnar_json import read_jsonl
+
+        return read_jsonl(path, rep)
     if fmt != "trec" or not path.is_file():
         return None
     pairs = read_trec(path, "qrels", rep)
@@ -576,7 +586,7 @@ def read_labels(fmt: str, path: Path, rep: Reporter) -> ColumnarRead | None:
 
 
 def read_run(
-    path: Path, rep: Reporter, *, known_docs: set[str] | None = None
+    path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> tuple[ColumnarCandidates, Mapping[str, int]] | None:
     """A TREC run file, column-wise (``None``: read it with the careful reader)."""
     from ragguard.calibration._readers import first_content

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -415,7 +415,7 @@ def _add_candidate(
     score: float,
     at: _Where,
     rep: Reporter,
-    known_docs: set[str] | None,
+    known_docs: Set[str] | None,
 ) -> None:
     q = cands.get(qid)
     if q is None:
@@ -448,7 +448,7 @@ def _add_candidate(
 
 
 def read_run(
-    path: Path, rep: Reporter, *, known_docs: set[str] | None = None
+    path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> tuple[Candidates, Lines]:
     """A run file: TREC run lines, or JSON ``{query_id: {doc_id: score}}``."""
     head, _ = first_content(path)
@@ -467,7 +467,7 @@ def read_run(
 
 
 def _read_json_run(
-    path: Path, rep: Reporter, known_docs: set[str] | None
+    path: Path, rep: Reporter, known_docs: Set[str] | None
 ) -> tuple[Candidates, Lines]:
     at = _Where(path)
     text = "".join(_open(path))
@@ -522,33 +522,13 @@ def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
                 if qtext is not None and not isinstance(qtext, str):
                     at.fail(f"must be a string, got {type(qtext).__name__}", "text")
                 texts[at.id(obj.get("_id"), "_id")] = qtext
-    qrels_dir = path / "qrels"
-    splits = sorted(p.stem for p in qrels_dir.glob("*.tsv")) if qrels_dir.is_dir() else []
-    if split is None:
-        if len(splits) == 1:
-            split = splits[0]
-        elif "test" in splits:
-            split = "test"
-        else:
-            raise EvalSetError(
-                f"pick a qrels split with split=...; found: {', '.join(splits) or 'none'}",
-                path=str(qrels_dir),
-            )
-    qrels_path = qrels_dir / f"{split}.tsv"
-    if not qrels_path.exists():
-        raise EvalSetError(
-            f"no qrels for split {split!r}; found: {', '.join(splits) or 'none'}",
-            path=str(qrels_path),
-        )
+    qrels_path = beir_split(path, split)
     grades: dict[str, dict[str, int]] = {}
     for lineno, text in enumerate(_open(qrels_path), 1):
-        s = text.strip()
-        if not s or s.startswith("#"):
+        parts = beir_columns(text, lineno)
+        if parts is None:
             continue
         at = _Where(qrels_path, lineno)
-        parts = s.split("\t") if "\t" in s else s.split()
-        if lineno == 1 and parts and parts[0].lower() in {"query-id", "query_id", "qid"}:
-            continue
         if len(parts) != 3:
             at.fail(f"a BEIR qrels line has 3 columns (query-id corpus-id score), got {len(parts)}")
         qid, doc, grade_text = (p.strip() for p in parts)
@@ -575,6 +555,45 @@ def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
     return res
 
 
+def beir_split(path: Path, split: str | None) -> Path:
+    """``qrels/<split>.tsv`` of a BEIR folder (default: the only split, else ``test``).
+
+    Raises:
+        EvalSetError: no split given and none to pick, or no qrels for the split.
+    """
+    qrels_dir = path / "qrels"
+    splits = sorted(p.stem for p in qrels_dir.glob("*.tsv")) if qrels_dir.is_dir() else []
+    if split is None:
+        if len(splits) == 1:
+            split = splits[0]
+        elif "test" in splits:
+            split = "test"
+        else:
+            raise EvalSetError(
+                f"pick a qrels split with split=...; found: {', '.join(splits) or 'none'}",
+                path=str(qrels_dir),
+            )
+    qrels_path = qrels_dir / f"{split}.tsv"
+    if not qrels_path.exists():
+        raise EvalSetError(
+            f"no qrels for split {split!r}; found: {', '.join(splits) or 'none'}",
+            path=str(qrels_path),
+        )
+    return qrels_path
+
+
+def beir_columns(text: str, lineno: int) -> list[str] | None:
+    """The columns of a line of a BEIR TSV file: split on tabs when it has one, else on
+    whitespace; ``None`` for a blank or comment line and for a header on line 1."""
+    s = text.strip()
+    if not s or s.startswith("#"):
+        return None
+    parts = s.split("\t") if "\t" in s else s.split()
+    if lineno == 1 and parts[0].lower() in {"query-id", "query_id", "qid"}:
+        return None
+    return parts
+
+
 BEIR_DISTRACTORS = "distractors.tsv"
 """Optional file of a BEIR folder: ``query-id<TAB>corpus-id`` lines (a header line is
 allowed), each a known distractor of a labelled query of the split read."""
@@ -587,11 +606,8 @@ def _beir_distractors(
     if not path.exists():
         return out
     for lineno, text in enumerate(_open(path), 1):
-        s = text.strip()
-        if not s or s.startswith("#"):
-            continue
-        parts = s.split("\t") if "\t" in s else s.split()
-        if lineno == 1 and parts and parts[0].lower() in {"query-id", "query_id", "qid"}:
+        parts = beir_columns(text, lineno)
+        if parts is None:
             continue
         if len(parts) != 2:
             _Where(path, lineno).fail(

@@ -615,7 +615,9 @@ def load_evalset(
     if fmt == "udcg" and runs is not None:
         raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
     rep = Reporter(strict)
-    data: _readers.ReadResult | ColumnarRead | None = _columnar.read_labels(fmt, Path(path), rep)
+    data: _readers.ReadResult | ColumnarRead | None = _columnar.read_labels(
+        fmt, Path(path), rep, split
+    )
     if data is None:
         data = _readers.read(fmt, Path(path), rep, split=split, model=model)
     kinds = score_kind if isinstance(score_kind, Mapping) else None

@@ -1,0 +1,445 @@
+"""BEIR folders and ragguard JSONL eval sets read column-wise (pyarrow) give exactly what
+the careful line-by-line reader gives: the same queries, texts, labels, candidates,
+problems and errors, on clean and messy data; shapes the fast path does not read go to
+the careful reader and still read alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragguard.calibration import data_fingerprint, load_evalset
+from ragguard.calibration._columnar import ColumnarCandidates, ColumnarLabels
+from ragguard.errors import EvalSetError
+from tests.calibration.test_columnar import assert_same, both, careful, write
+
+pytest.importorskip("pyarrow")
+
+CORPUS = (
+    '{"_id": "a", "title": "", "text": "alpha"}\n'
+    '{"_id": "b", "title": "B", "text": "beta", "metadata": {"url": "x"}}\n'
+    '{"_id": "c", "text": "gamma"}\n'
+    '{"_id": "d", "text": "delta"}\n'
+)
+QUERIES = (
+    '{"_id": "q1", "text": "one"}\n{"_id": "q2", "text": "two"}\n{"_id": "q3", "text": null}\n'
+)
+QRELS = "query-id\tcorpus-id\tscore\nq1\ta\t1\nq1\tb\t0\nq2\tc\t2\nq3\td\t1\n"
+RUN = "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.4 x\nq2 Q0 c 1 0.7 x\nq2 Q0 zz 2 0.1 x\n"
+
+
+def beir(
+    root: Path,
+    qrels: str = QRELS,
+    *,
+    corpus: str | None = CORPUS,
+    queries: str | None = QUERIES,
+    distractors: str | None = None,
+    splits: tuple[str, ...] = ("test",),
+) -> Path:
+    folder = root / "beir"
+    if corpus is not None:
+        write(folder / "corpus.jsonl", corpus)
+    if queries is not None:
+        write(folder / "queries.jsonl", queries)
+    for split in splits:
+        write(folder / "qrels" / f"{split}.tsv", qrels)
+    if distractors is not None:
+        write(folder / "distractors.tsv", distractors)
+    return folder
+
+
+def same_error(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> str:
+    """The error both paths raise, with the same message."""
+    with pytest.raises(EvalSetError) as fast:
+        load_evalset(*args, **kw)
+    with pytest.raises(EvalSetError) as slow:
+        careful(monkeypatch, *args, **kw)
+    assert str(fast.value) == str(slow.value)
+    return str(fast.value)
+
+
+def alike_or_same_error(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> None:
+    """Both paths read the data alike, or both raise the same error."""
+    try:
+        slow = careful(monkeypatch, *args, **kw)
+    except EvalSetError:
+        same_error(monkeypatch, *args, **kw)
+        return
+    assert_same(load_evalset(*args, **kw), slow)
+
+
+# --------------------------------------------------------------------------- BEIR
+
+
+def test_a_clean_beir_folder_is_read_column_wise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = beir(tmp_path)
+    run = write(tmp_path / "run.trec", RUN)
+    fast, _ = both(monkeypatch, folder, runs=run)
+    assert isinstance(fast.labels, ColumnarLabels)
+    assert isinstance(fast.runs["run"].candidates, ColumnarCandidates)
+    # hand-checked: texts from queries.jsonl (q3's is null), grades from the qrels
+    assert [(q.id, q.text) for q in fast.queries.values()] == [
+        ("q1", "one"),
+        ("q2", "two"),
+        ("q3", None),
+    ]
+    assert fast.labels["q2"].grades == {"c": 2}
+    # zz is not in corpus.jsonl (line 4 of the run); q3 has no candidates
+    assert [(p.kind.value, p.line) for p in fast.report.problems] == [
+        ("unknown_document", 4),
+        ("labels_without_run", 5),
+    ]
+    assert data_fingerprint(fast) == data_fingerprint(careful(monkeypatch, folder, runs=run))
+
+
+@pytest.mark.parametrize(
+    "qrels",
+    [
+        "query_id corpus_id score\nq1 a 1\nq2 c 2\n",  # header with spaces
+        "QID\tdocid\trel\r\nq1\ta\t1\r\nq2\tc\t2\r\n",  # CRLF, another header
+        "\ufeffquery-id\tcorpus-id\tscore\nq1\ta\t1\n",  # byte order mark
+        "q1\ta\t1\nq2\tc\t2",  # no header, no final newline
+        "# judged by hand\n\nq1\ta\t1\n   \nq2 c 2\n\n",  # comment, blank lines, spaces
+        "query-id\tcorpus-id\tscore\nq1\t a \t1\nq2\tc d\t2\n",  # spaces around, inside
+        "query-id\tcorpus-id\tscore\nq1\ta\t1\nq2\tc\t2\nq1\ta\t1\nq1\tzz\t0\nq1\tzz\t0\n",
+        "query-id\tcorpus-id\tscore\nq9\ta\t1\nq1\ta\t1\nq9\tb\t0\n",  # q9 has no text
+        "query-id\tcorpus-id\tscore\nq1\ta\t+1\nq2\tc\t03\n",  # numbers Python reads
+        "query-id\tcorpus-id\tscore\nq1\ta\t1.0\n",  # not an integer: an error
+        "query-id\tcorpus-id\tscore\nq1\ta\t1\nq1\tb\t-1\nq2\tc\t-2\n",  # distractor, junk
+        "query-id\tcorpus-id\tscore\nq1\ta\u00a0x\t1\n",  # whitespace only Python splits on
+        "query-id\tcorpus-id\n",  # only a header: no labels
+    ],
+)
+def test_messy_beir_qrels_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qrels: str
+) -> None:
+    folder = beir(tmp_path, qrels)
+    run = write(tmp_path / "run.trec", RUN)
+    alike_or_same_error(monkeypatch, folder, runs=run)
+
+
+def test_duplicates_and_unknown_ids_are_reported_alike_in_line_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    qrels = (
+        "query-id\tcorpus-id\tscore\n"
+        "q1\ta\t1\n"
+        "q9\tzz\t1\n"  # 3: zz unknown, then q9 unknown
+        "\n"
+        "q1\ta\t1\n"  # 5: repeated
+        "q9\tzz\t1\n"  # 6: zz unknown again, then repeated (q9 is known by now)
+        "q2\tc\t2\n"
+    )
+    folder = beir(tmp_path, qrels)
+    run = write(tmp_path / "run.trec", RUN)
+    fast, _ = both(monkeypatch, folder, runs=run)
+    assert isinstance(fast.labels, ColumnarLabels)
+    assert [(p.kind.value, p.line) for p in fast.report.problems][:5] == [
+        ("unknown_document", 3),
+        ("unknown_query", 3),
+        ("duplicate_label", 5),
+        ("unknown_document", 6),
+        ("duplicate_label", 6),
+    ]
+    message = same_error(monkeypatch, folder, runs=run, strict=True)
+    assert "test.tsv:3:" in message
+
+
+@pytest.mark.parametrize(
+    ("corpus", "queries"),
+    [
+        ('\n{"_id": "a"}\r\n\n{"_id": "b", "x": NaN}\n{"_id": "c"}', QUERIES),  # blank, CRLF
+        ('{"_id": "a", "text": "Inf, -NaN: Infinity"}\n{"_id": "b"}\n', QUERIES),  # in text
+        ('{"_id": "a"}\n{"_id": 7}\n', QUERIES),  # a number as id: Python reads "7"
+        ('{"_id": "a", "_id": "b"}\n', QUERIES),  # repeated key: Python keeps the last
+        ('{"_id": "a", "text": "\\ud800"}\n', QUERIES),  # a lone surrogate Python reads
+        ("", QUERIES),  # an empty corpus
+        (CORPUS, '{"_id": "q1", "text": "old"}\n{"_id": "q1", "text": "new"}\n'),
+        (CORPUS, '{"_id": "q1"}\n{"_id": "q2", "text": "two", "metadata": {"k": [1]}}\n'),
+        (None, None),  # no corpus.jsonl, no queries.jsonl
+    ],
+)
+def test_corpus_and_queries_files_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corpus: str | None, queries: str | None
+) -> None:
+    folder = beir(tmp_path, corpus=corpus, queries=queries)
+    run = write(tmp_path / "run.trec", RUN)
+    alike_or_same_error(monkeypatch, folder, runs=run)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\ta\tx\n", "test.tsv:2, field 'score'"),
+        ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\ta\t7\n", "test.tsv:2, field 'score'"),
+        ("qrels/test.tsv", "query-id\tcorpus-id\tscore\nq1\ta\n", "test.tsv:2:"),
+        ("qrels/test.tsv", "q1\ta\t1\nq1\ta\t2\n", "test.tsv:2:"),  # contradictory grades
+        ("qrels/test.tsv", "\nquery-id\tcorpus-id\tscore\n", "test.tsv:2, field 'score'"),
+        ("corpus.jsonl", '{"_id": "a"}\n{"_id": "b"\n', "corpus.jsonl:2: malformed JSON"),
+        ("corpus.jsonl", '{"_id": "a"} {"_id": "b"}\n', "corpus.jsonl:1: malformed JSON"),
+        ("corpus.jsonl", '{"_id": "a",\n "text": "x"}\n', "corpus.jsonl:1: malformed JSON"),
+        ("corpus.jsonl", '{"_id": "a",\r"text": "x"}\n', "corpus.jsonl:1: malformed JSON"),
+        ("corpus.jsonl", '{"_id": "a", "x": Inf}\n', "corpus.jsonl:1: malformed JSON"),
+        ("corpus.jsonl", '{"_id": "a", "x": -NaN}\n', "corpus.jsonl:1: malformed JSON"),
+        ("corpus.jsonl", '{"_id": "a"}\n[1]\n', "corpus.jsonl:2:"),
+        ("corpus.jsonl", '{"text": "no id"}\n', "corpus.jsonl:1, field '_id'"),
+        ("corpus.jsonl", '{"_id": ""}\n', "corpus.jsonl:1, field '_id'"),
+        ("corpus.jsonl", '{"_id": true}\n', "corpus.jsonl:1, field '_id'"),
+        ("queries.jsonl", '{"_id": "q1", "text": 3}\n', "queries.jsonl:1, field 'text'"),
+    ],
+)
+def test_beir_errors_name_file_line_and_field_on_both_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str, where: str
+) -> None:
+    folder = beir(tmp_path)
+    write(folder / name, text)
+    message = same_error(monkeypatch, folder)
+    assert where in message, message
+
+
+def test_text_that_is_not_utf8_is_named_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = beir(tmp_path)
+    (folder / "corpus.jsonl").write_bytes(b'{"_id": "a", "text": "caf\xe9"}\n')
+    message = same_error(monkeypatch, folder)
+    assert "not UTF-8" in message
+
+
+def test_distractors_file_and_grades_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    qrels = "query-id\tcorpus-id\tscore\nq1\ta\t1\nq1\tb\t-1\nq2\tc\t2\n"
+    folder = beir(tmp_path, qrels, distractors="query-id\tcorpus-id\nq2\td\nq7\ta\n")
+    run = write(tmp_path / "run.trec", RUN)
+    fast, _ = both(monkeypatch, folder, runs=run)
+    # hand-checked: b is a distractor by grade, d by the file; q7 has no labels
+    assert fast.labels["q1"].distractors == {"b"}
+    assert fast.labels["q2"].distractors == {"d"}
+    assert fast.labels["q2"].grades == {"c": 2, "d": 0}
+    assert ("unknown_query", 3) in [(p.kind.value, p.line) for p in fast.report.problems]
+
+
+@pytest.mark.parametrize(
+    ("splits", "split"), [(("train", "dev"), None), (("train", "test"), "train"), (("a",), "b")]
+)
+def test_splits_are_picked_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, splits: tuple[str, ...], split: str | None
+) -> None:
+    folder = beir(tmp_path, splits=splits)
+    alike_or_same_error(monkeypatch, folder, split=split)
+
+
+def test_a_corpus_checks_json_and_trec_runs_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corpus read column-wise is asked per document by the careful run reader (a
+    JSON run) and column-wise by the fast one (a TREC run)."""
+    folder = beir(tmp_path)
+    runs = {
+        "json": write(tmp_path / "run.json", json.dumps({"q1": {"a": 0.9, "zz": 0.5}})),
+        "trec": write(tmp_path / "run.trec", RUN),
+    }
+    fast, _ = both(monkeypatch, folder, runs=runs)
+    unknown = [(p.path, p.line) for p in fast.report.problems if p.kind.value == "unknown_document"]
+    assert unknown == [(str(runs["json"]), None), (str(runs["trec"]), 4)]
+
+
+# --------------------------------------------------------------------------- JSONL
+
+
+def jsonl(path: Path, *lines: object) -> Path:
+    return write(path, "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+
+
+CLEAN = (
+    {
+        "query_id": "q1",
+        "query": "what is alpha",
+        "answers": ["a letter"],
+        "relevant": ["a", "c"],
+        "not_relevant": ["b"],
+        "candidates": [{"id": "a", "score": 0.9, "text": "alpha"}, {"id": "b", "score": 0.4}],
+        "metadata": {"source": "wiki"},
+    },
+    {"query_id": "q2", "relevant": ["d"], "candidates": [{"id": "d", "score": 3}]},
+    {"query_id": "q3", "query": "no candidates", "relevant": []},
+)
+
+
+def test_a_clean_jsonl_file_is_read_column_wise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = jsonl(tmp_path / "eval.jsonl", *CLEAN)
+    fast, slow = both(monkeypatch, path)
+    assert isinstance(fast.labels, ColumnarLabels)
+    assert isinstance(fast.runs["default"].candidates, ColumnarCandidates)
+    assert fast.queries["q1"].answers == ("a letter",)
+    assert fast.queries["q2"].text is None
+    assert fast.labels["q1"].grades == {"a": 1, "c": 1, "b": 0}
+    assert fast.labels["q3"].grades == {}
+    assert dict(fast.runs["default"].candidates["q2"]) == {"d": 3.0}
+    # q3 lists no candidates: counted with none, its line named
+    assert [(p.kind.value, p.line) for p in fast.report.problems] == [("labels_without_run", 3)]
+    assert data_fingerprint(fast) == data_fingerprint(slow)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_messy_jsonl_reads_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    lines = (
+        "\ufeff",  # a byte order mark, then a blank line
+        '{"query_id": "q1", "relevant": ["a"], "candidates": [{"id": "a", "score": 1}, '
+        '{"id": "b", "score": null}, {"id": "a", "score": 0.5}, {"id": "c", "score": NaN}]}\r',
+        "   ",
+        {"query_id": "q2", "candidates": []},
+        {"query_id": "q3", "not_relevant": ["x"], "candidates": [{"id": "x"}, {"id": "y"}]},
+        '{"query_id": "q4", "candidates": [{"id": "z", "score": Infinity}], "query": "\\u00e9"}',
+    )
+    path = jsonl(tmp_path / f"eval.jsonl{suffix}", *lines)
+    fast, _ = both(monkeypatch, path)
+    assert isinstance(fast.labels, ColumnarLabels)
+    # hand-checked: a repeated on line 2, then the scores that are not finite
+    assert [(p.kind.value, p.line, p.field) for p in fast.report.problems] == [
+        ("duplicate_candidate", 2, "candidates[2]"),
+        ("invalid_score", 2, "candidates[1]"),
+        ("invalid_score", 2, "candidates[3]"),
+        ("invalid_score", 5, "candidates[0]"),
+        ("invalid_score", 5, "candidates[1]"),
+        ("invalid_score", 6, "candidates[0]"),
+    ]
+    first = same_error(monkeypatch, path, strict=True)
+    assert f"eval.jsonl{suffix}:2, field 'candidates[2]'" in first
+
+
+def test_a_run_without_any_score_keeps_its_order_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = jsonl(
+        tmp_path / "eval.jsonl",
+        {"query_id": "q1", "relevant": ["b"], "candidates": [{"id": "a"}, {"id": "b"}]},
+    )
+    fast, _ = both(monkeypatch, path)
+    assert fast.runs["default"].score_kind is None
+    assert fast.report.problems == []  # no score at all: nothing is invalid
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        {"query_id": "q9", "relevant": {"a": 2}},  # graded labels
+        {"query_id": "q9", "distractors": ["a"]},
+        {"query_id": "q9", "utilities": {"a": 0.5}},
+        {"query_id": "q9", "no_response": {"a": 0.5}},
+        {"query_id": "q9", "relevant": ["a"], "num_relevant": 3},
+        {"query_id": "q9", "runs": {"bm25": [{"id": "a", "score": 1.0}]}},
+        {"query_id": "q9", "candidates": ["a", "b"]},  # bare ids
+        {"query_id": 9, "relevant": [7]},  # numbers as ids
+        {"query_id": "q9", "metadata": "text"},  # metadata of two types in one file
+        {"query_id": "q9", "query": None, "answers": []},
+    ],
+)
+def test_shapes_read_by_the_careful_reader_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: dict[str, object]
+) -> None:
+    path = jsonl(tmp_path / "eval.jsonl", *CLEAN, line)
+    alike_or_same_error(monkeypatch, path)
+
+
+@pytest.mark.parametrize(
+    ("line", "where"),
+    [
+        ({"query_id": "q9", "relevent": ["a"]}, "field 'relevent'"),
+        ({"query_id": "q9", "candidates": [{"id": "a", "rank": 1}]}, "field 'candidates[0]'"),
+        ({"query_id": "q1"}, "field 'query_id'"),  # used on line 1
+        ({"query_id": "q9", "relevant": ["a"], "not_relevant": ["a"]}, "'not_relevant[0]'"),
+        ({"query_id": "q9", "relevant": ["a", "a"]}, "field 'relevant[1]'"),
+        ({"query_id": "q9", "relevant": None}, "field 'relevant'"),
+        ({"query_id": "q9", "candidates": None}, "field 'candidates'"),
+        ({"query_id": "q9", "answers": None}, "field 'answers'"),
+        ({"query_id": "q9", "answers": ["x", None]}, "field 'answers'"),
+        ({"query_id": "q9", "candidates": [None]}, "field 'candidates[0]"),
+        ({"query_id": "q9", "candidates": [{"id": ""}]}, "field 'candidates[0].id'"),
+        ({"query_id": "q9", "candidates": [{"score": 1}]}, "field 'candidates[0].id'"),
+        ({"query_id": "q9", "candidates": [{"id": "a", "score": True}]}, "'candidates[0].score'"),
+        ({"query_id": "q9", "relevant": [""]}, "field 'relevant[0]'"),
+        ({"query_id": "", "relevant": ["a"]}, "field 'query_id'"),
+        ({"query_id": "q9", "query": 3}, "field 'query'"),
+        ('{"query_id": "q9"} {"query_id": "q10"}', "eval.jsonl:4: malformed JSON"),
+        ('{"query_id": "q9", "candidates": [{"id": "a", "score": Inf}]}', "malformed JSON"),
+        ("[1, 2]", "eval.jsonl:4: each line must be a JSON object"),
+        ('{"query_id": "q9",', "eval.jsonl:4: malformed JSON"),
+    ],
+)
+def test_jsonl_errors_name_file_line_and_field_on_both_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: object, where: str
+) -> None:
+    path = jsonl(tmp_path / "eval.jsonl", *CLEAN, line)
+    message = same_error(monkeypatch, path)
+    assert where in message, message
+    assert "eval.jsonl:4" in message
+
+
+def test_a_jsonl_object_over_two_lines_is_named_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path / "eval.jsonl", '{"query_id": "q1",\n "relevant": ["a"]}\n')
+    message = same_error(monkeypatch, path)
+    assert "eval.jsonl:1: malformed JSON" in message
+
+
+def test_jsonl_runs_and_labels_build_the_same_arrays_at_scale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    lines = []
+    for q in range(80):
+        docs = [f"d{d}" for d in rng.choice(30, int(rng.integers(0, 20)), replace=False)]
+        judged = [f"d{d}" for d in rng.choice(30, int(rng.integers(0, 6)), replace=False)]
+        cands = [{"id": d, "score": float(rng.integers(0, 4)) / 2} for d in docs]  # ties
+        line: dict[str, object] = {"query_id": f"q{q}", "relevant": judged[:2]}
+        line["not_relevant"] = judged[2:]
+        if q % 7:
+            line["candidates"] = cands
+        lines.append(line)
+    path = jsonl(tmp_path / "eval.jsonl", *lines)
+    for kind in ("similarity", "distance"):
+        fast, _ = both(monkeypatch, path, score_kind=kind)
+        assert isinstance(fast.runs["default"].candidates, ColumnarCandidates)
+
+
+def test_files_read_in_many_small_blocks_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of a few lines (a line longer than a block, blank lines and repeats across
+    blocks): the same rows, lines and problems as one block gives."""
+    from ragguard.calibration import _columnar, _columnar_json
+
+    monkeypatch.setattr(_columnar_json, "_BLOCK", 40)
+    monkeypatch.setattr(_columnar, "_BLOCK", 64)
+    qrels = "query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i % 7}\t{'abcd'[i % 4]}\t{i % 28 % 3}\n" + ("\n" if i % 5 == 0 else "")
+        for i in range(40)
+    )
+    corpus = "".join(f'{{"_id": "{d}", "text": "{d * 30}"}}\n\n' for d in "abcdzz")
+    folder = beir(tmp_path, qrels, corpus=corpus, queries=None)
+    fast, _ = both(monkeypatch, folder, runs=write(tmp_path / "run.trec", RUN))
+    assert isinstance(fast.labels, ColumnarLabels)
+    # hand-checked: i = 28, 29 repeat i = 0, 1; line of i: header + i + 1 + blank lines
+    # after i = 0, 5, ..., 25
+    repeated = [p.line for p in fast.report.problems if p.kind.value == "duplicate_label"]
+    assert repeated[:2] == [36, 37]
+    lines = [*CLEAN, "", {"query_id": "q5", "candidates": [{"id": "a"}, {"id": "a"}]}]
+    fast, _ = both(monkeypatch, jsonl(tmp_path / "eval.jsonl", *lines))
+    assert isinstance(fast.labels, ColumnarLabels)
+    first = fast.report.problems[0]
+    assert (first.kind.value, first.line) == ("duplicate_candidate", 5)
