@@ -112,7 +112,7 @@ class Reporter:
     ) -> None:
         if self.strict:
             raise EvalSetError(
-                f"{message} ({kind.value}; pass strict=False to {ACTIONS[kind]} and count it)",
+                f"{message} ({kind.value}; strict=False counts it instead: {ACTIONS[kind]})",
                 path=path,
                 line=line,
                 field=field,
