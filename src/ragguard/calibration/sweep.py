@@ -55,6 +55,7 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
+from ragguard.calibration.metrics.tables import prefix_table
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams, Ranked, cut_ranked
 
@@ -343,6 +344,10 @@ class SweepKernel:
         out = np.empty(shape) if only is None else np.full(shape, np.nan)
         for j in js:
             p = self._parsed[j]
+            fast = None if p is None else prefix_table(part, p, self._cols)
+            if fast is not None:  # every size at once, from prefix sums
+                out[:, :, j] = fast
+                continue
             for c in range(self._cols):
                 if p is None:
                     out[:, c, j] = np.minimum(c, part.n_present)

@@ -1,0 +1,170 @@
+"""A metric at every context size at once, from prefix sums.
+
+The calibration sweep needs each metric at every context size ``c = 0..K`` (see
+:mod:`ragguard.calibration.sweep`). Calling the metric K + 1 times re-reads the first c
+positions each time, O(K^2) per query: fine for K = 10, slow when the grid's caps grow to
+100. Every metric below is a function of sums over the kept prefix (hits, gains, signed
+utilities, distractors) and of the context's length, so its whole table is one
+cumulative sum over positions plus a vectorised formula per column.
+
+Each table equals ``compute(arrays, metric, cut=c)`` column by column, up to
+floating-point summation order (a test compares them on messy data); metrics not listed
+here return ``None`` and the sweep calls the registry kernel for each size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.metrics import ParsedMetric
+from ragguard.calibration.metrics._common import discount, divide
+from ragguard.calibration.metrics.udcg import DEFAULT_GAMMA
+
+__all__ = ["prefix_table"]
+
+F64 = NDArray[np.float64]
+I = NDArray[np.intp]  # noqa: E741
+
+
+def _cumulative(x: F64, cols: int) -> F64:
+    """(Q, cols) sums of the first ``min(c, width)`` columns of ``x`` for c = 0..cols-1."""
+    q, width = x.shape
+    out = np.zeros((q, cols))
+    if width:
+        np.cumsum(x, axis=1, out=out[:, 1 : width + 1])
+        out[:, width + 1 :] = out[:, width : width + 1]
+    return out
+
+
+class _Prefix:
+    """Per-row context lengths and prefix sums of one chunk of rows."""
+
+    def __init__(self, arrays: EvalArrays, k: int | None, cols: int) -> None:
+        self.arrays = arrays
+        self.cols = cols
+        n = arrays.shape[1]
+        self.width = min(cols - 1, n if k is None else min(k, n))
+        sizes = np.arange(cols, dtype=np.intp)[None, :]
+        cap = sizes if k is None else np.minimum(sizes, k)
+        self.length: I = np.minimum(cap, arrays.n_present[:, None])  # (Q, cols)
+        self.k = k
+
+    def sum(self, x: F64) -> F64:
+        return _cumulative(x[:, : self.width], self.cols)
+
+    def grades(self) -> F64:
+        return self.arrays.grades[:, : self.width]
+
+    def utility(self) -> F64:
+        return self.arrays.utility[:, : self.width]
+
+    def discounted(self, x: F64) -> F64:
+        return self.sum(x * discount(self.width)[None, :]) if self.width else self.sum(x)
+
+
+def _precision(p: _Prefix, params: dict[str, object]) -> F64:
+    hits = p.sum((p.grades() >= 1).astype(np.float64))
+    den = p.length.astype(np.float64) if p.k is None else np.full(p.length.shape, float(p.k))
+    return divide(hits, den)
+
+
+def _recall(p: _Prefix, params: dict[str, object]) -> F64:
+    hits = p.sum((p.grades() >= 1).astype(np.float64))
+    return divide(hits, p.arrays.n_relevant.astype(np.float64)[:, None])
+
+
+def _evidence_recall(p: _Prefix, params: dict[str, object]) -> F64:
+    found = p.sum((p.grades() >= p.arrays.rules.relevant_grade).astype(np.float64))
+    den = np.broadcast_to(p.arrays.n_evidence.astype(np.float64)[:, None], found.shape)
+    out: F64 = np.divide(found, den, out=np.full(found.shape, np.nan), where=den > 0)
+    return out
+
+
+def _hit_rate(p: _Prefix, params: dict[str, object]) -> F64:
+    hits = p.sum((p.grades() >= 1).astype(np.float64))
+    out: F64 = (hits > 0).astype(np.float64)
+    return out
+
+
+def _mrr(p: _Prefix, params: dict[str, object]) -> F64:
+    rel = p.grades() >= 1
+    q = rel.shape[0]
+    first: I = rel.argmax(axis=1) if rel.shape[1] else np.zeros(q, dtype=np.intp)
+    found: NDArray[np.bool_] = np.zeros(q, dtype=np.bool_)
+    if rel.shape[1]:
+        found = np.asarray(rel.any(axis=1), dtype=np.bool_)
+    inside = found[:, None] & (first[:, None] < p.length)
+    out: F64 = np.where(inside, 1.0 / (first[:, None] + 1.0), 0.0)
+    return out
+
+
+def _ndcg(p: _Prefix, params: dict[str, object]) -> F64:
+    dcg = p.discounted(np.maximum(p.grades(), 0.0))
+    ideal = p.arrays.ideal_grades if p.k is None else p.arrays.ideal_grades[:, : p.k]
+    best = ideal @ discount(ideal.shape[1]) if ideal.shape[1] else np.zeros(ideal.shape[0])
+    return divide(dcg, np.broadcast_to(best[:, None], dcg.shape))
+
+
+def _udcg(p: _Prefix, params: dict[str, object]) -> F64:
+    gamma = float(params.get("gamma", DEFAULT_GAMMA))  # type: ignore[arg-type]
+    u = p.utility()
+    pos = p.sum(np.maximum(u, 0.0))
+    neg = p.sum(np.minimum(u, 0.0))
+    x = divide(pos + gamma * neg, p.length.astype(np.float64))
+    out: F64 = np.where(p.length > 0, 1.0 / (1.0 + np.exp(-x)), 0.0)
+    return out
+
+
+def _udcg_dcg(p: _Prefix, params: dict[str, object]) -> F64:
+    return p.discounted(p.utility())
+
+
+def _udcg_ndcg(p: _Prefix, params: dict[str, object]) -> F64:
+    top = p.discounted(p.utility())
+    ideal = p.arrays.ideal_utilities if p.k is None else p.arrays.ideal_utilities[:, : p.k]
+    best = ideal @ discount(ideal.shape[1]) if ideal.shape[1] else np.zeros(ideal.shape[0])
+    return divide(top, np.broadcast_to(best[:, None], top.shape))
+
+
+def _utility(p: _Prefix, params: dict[str, object]) -> F64:
+    out: F64 = p.sum(p.utility()) + 0.0
+    return out
+
+
+def _distractor_rate(p: _Prefix, params: dict[str, object]) -> F64:
+    bad = p.sum((p.utility() < 0).astype(np.float64))
+    return divide(bad, p.length.astype(np.float64))
+
+
+def _distractor_harm(p: _Prefix, params: dict[str, object]) -> F64:
+    out: F64 = -p.sum(np.minimum(p.utility(), 0.0)) + 0.0
+    return out
+
+
+_TABLES: dict[str, Callable[[_Prefix, dict[str, object]], F64]] = {
+    "precision": _precision,
+    "recall": _recall,
+    "evidence_recall": _evidence_recall,
+    "hit_rate": _hit_rate,
+    "mrr": _mrr,
+    "ndcg": _ndcg,
+    "udcg": _udcg,
+    "udcg_dcg": _udcg_dcg,
+    "udcg_ndcg": _udcg_ndcg,
+    "utility": _utility,
+    "distractor_rate": _distractor_rate,
+    "distractor_harm": _distractor_harm,
+}
+
+
+def prefix_table(arrays: EvalArrays, metric: ParsedMetric, cols: int) -> F64 | None:
+    """(Q, cols) ``metric`` of every row at context sizes ``0..cols-1``, or ``None`` when
+    the metric has no prefix form here (compute it size by size)."""
+    table = _TABLES.get(metric.spec.name)
+    if table is None or set(metric.params) - {"gamma"}:
+        return None
+    return table(_Prefix(arrays, metric.k, cols), metric.params)
