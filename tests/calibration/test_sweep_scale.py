@@ -22,7 +22,7 @@ from ragguard.calibration.sweep import (
 
 sweep_module = importlib.import_module("ragguard.calibration.sweep")
 NOTES = Path(__file__).resolve().parents[2] / "examples" / "notes"
-METRICS = ("udcg", "precision", "recall", "ndcg@5", "distractor_rate", PASSAGES)
+METRICS = ("udcg", "evidence_recall", "precision", "recall", "ndcg@5", "distractor_rate", PASSAGES)
 
 
 @pytest.fixture(scope="module")

@@ -382,17 +382,21 @@ class SweepKernel:
             rows = local + lo
             w = None if weight is None else weight[rows][:, None]
             flat = self.flat_rows(lo, hi)
+            na = np.flatnonzero(np.isnan(flat).any(axis=0))  # metrics NA somewhere here
+            sizes = np.add.reduceat(np.ones((rows.size, 1)) if w is None else w, starts)
+            counts[present] += sizes[:, :, None]  # every value defined ...
             base = local * self._cols
+            vals = np.empty((rows.size, n_m))
             for i in range(n_p):
-                vals = np.take(flat, base + kept[i, rows], axis=0)  # (rows, M)
-                defined = ~np.isnan(vals)
-                vals[~defined] = 0.0
-                ones = defined.astype(np.float64)
+                np.take(flat, base + kept[i, rows], axis=0, out=vals)  # (rows, M)
+                if na.size:  # ... except the NA ones, taken out again
+                    bad = np.isnan(vals[:, na])
+                    vals[:, na] = np.where(bad, 0.0, vals[:, na])
+                    drop = bad.astype(np.float64) if w is None else bad * w
+                    counts[present, i, na[:, None]] -= np.add.reduceat(drop, starts).T
                 if w is not None:
                     vals *= w
-                    ones *= w
                 sums[present, i] += np.add.reduceat(vals, starts)
-                counts[present, i] += np.add.reduceat(ones, starts)
         return sums, counts
 
     @property
