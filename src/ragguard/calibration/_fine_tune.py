@@ -46,6 +46,8 @@ __all__ = [
     "FineTuning",
     "TextPair",
     "Validation",
+    "bi_encoder_scores",
+    "cross_encoder_scores",
     "fine_tune_bi_encoder",
     "fine_tune_cross_encoder",
 ]
@@ -106,8 +108,9 @@ def _has_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _evaluator(validation: Validation, scores_of: Callable[[Any], list[Any]]) -> Any:
-    """A sentence-transformers evaluator reporting the validation AUC as ``auc``."""
+def _evaluator(validation: Validation, scores_of: Callable[[Any], list[Any]], say: Say) -> Any:
+    """A sentence-transformers evaluator reporting the validation AUC as ``auc`` (and
+    as a progress line)."""
     evaluation = _st("evaluation")
 
     class AUC(evaluation.SentenceEvaluator):  # type: ignore[misc,name-defined]
@@ -120,9 +123,39 @@ def _evaluator(validation: Validation, scores_of: Callable[[Any], list[Any]]) ->
             self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1
         ) -> dict[str, float]:
             value = validation.score([np.asarray(s, dtype=np.float64) for s in scores_of(model)])
+            say(f"  step {steps}: validation {validation.metric} {value:.3f}")
             return {"auc": 0.0 if math.isnan(value) else float(value)}
 
     return AUC()
+
+
+def _split(flat: NDArray[np.float64], texts: Sequence[Sequence[str]]) -> list[NDArray[np.float64]]:
+    bounds = np.cumsum([0, *(len(t) for t in texts)])
+    return [flat[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def bi_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.float64]]:
+    """Per validation query, the cosine of each of its passages (one encode per side)."""
+    q = np.asarray(
+        model.encode(list(validation.queries), batch_size=32, normalize_embeddings=True,
+                     show_progress_bar=False), dtype=np.float64,
+    )  # fmt: skip
+    flat = [t for texts in validation.texts for t in texts]
+    d = np.asarray(
+        model.encode(flat, batch_size=32, normalize_embeddings=True, show_progress_bar=False),
+        dtype=np.float64,
+    )
+    owner = np.repeat(np.arange(len(validation.texts)), [len(t) for t in validation.texts])
+    return _split(np.einsum("ij,ij->i", d, q[owner]), validation.texts)
+
+
+def cross_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.float64]]:
+    """Per validation query, a cross-encoder's score of each of its passages (one
+    ``predict`` over every pair)."""
+    flat = [(q, t) for q, texts in zip(validation.queries, validation.texts, strict=True)
+            for t in texts]  # fmt: skip
+    s = model.predict(flat, batch_size=32, show_progress_bar=False, convert_to_numpy=True)
+    return _split(np.asarray(s, dtype=np.float64).reshape(-1), validation.texts)
 
 
 def _args(cls: Any, out: Path, total: int, s: FineTuning, *, evaluate: bool, **extra: Any) -> Any:
@@ -130,7 +163,8 @@ def _args(cls: Any, out: Path, total: int, s: FineTuning, *, evaluate: bool, **e
     steps: dict[str, Any] = (
         {
             "eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps",
-            "save_steps": every, "save_total_limit": 2, "load_best_model_at_end": True,
+            "save_steps": every, "save_total_limit": 2, "save_only_model": True,
+            "load_best_model_at_end": True,
             "metric_for_best_model": "eval_auc", "greater_is_better": True,
         }
         if evaluate
@@ -153,6 +187,13 @@ def _args(cls: Any, out: Path, total: int, s: FineTuning, *, evaluate: bool, **e
         **steps,
         **extra,
     )
+
+
+def _quiet(trainer: Any, s: FineTuning) -> None:
+    """Without a progress bar the trainer prints its log dicts to stdout: a library
+    never prints, so that printer goes (progress comes as ``say`` lines)."""
+    if not s.show_progress_bar:
+        trainer.remove_callback(require("transformers", "train").PrinterCallback)
 
 
 def _steps(n_rows: int, s: FineTuning) -> int:
@@ -184,6 +225,7 @@ def _run(
             args=_args(args_cls, work / "pretrain", n, s, evaluate=False, **extra),
             train_dataset=datasets.Dataset.from_dict(pretrain),
         )
+        _quiet(trainer, s)
         trainer.train()
         notes.append(f"{trainer.state.global_step} pre-training steps")
     rows = len(next(iter(data.values())))
@@ -201,6 +243,7 @@ def _run(
         evaluator=evaluator,
         callbacks=[transformers.EarlyStoppingCallback(early_stopping_patience=PATIENCE)],
     )
+    _quiet(trainer, s)
     trainer.train()
     best = trainer.state.best_metric
     notes.append(
@@ -256,13 +299,7 @@ def fine_tune_bi_encoder(
     model.max_seq_length = settings.max_length
 
     def scores(m: Any) -> list[Any]:
-        out_ = []
-        for q, texts in zip(validation.queries, validation.texts, strict=True):
-            qv = np.asarray(m.encode([q], normalize_embeddings=True, show_progress_bar=False))
-            dv = np.asarray(m.encode(list(texts), normalize_embeddings=True,
-                                     show_progress_bar=False))  # fmt: skip
-            out_.append(dv @ qv[0])
-        return out_
+        return bi_encoder_scores(m, validation)
 
     def trainer(**kw: Any) -> Any:
         return st.SentenceTransformerTrainer(
@@ -271,7 +308,7 @@ def fine_tune_bi_encoder(
 
     note = _run(
         "bi-encoder", trainer, st.SentenceTransformerTrainingArguments, data,
-        _triplets(pretrain) if pretrain else None, _evaluator(validation, scores),
+        _triplets(pretrain) if pretrain else None, _evaluator(validation, scores, say),
         out.parent / "bi-encoder-work", settings, say,
         batch_sampler=training_args.BatchSamplers.NO_DUPLICATES,
     )  # fmt: skip
@@ -333,14 +370,7 @@ def fine_tune_cross_encoder(
     losses = importlib.import_module("sentence_transformers.cross_encoder.losses")
 
     def scores(m: Any) -> list[Any]:
-        flat = [(q, t) for q, texts in zip(validation.queries, validation.texts, strict=True)
-                for t in texts]  # fmt: skip
-        s = np.asarray(
-            m.predict(flat, batch_size=32, show_progress_bar=False, convert_to_numpy=True),
-            dtype=np.float64,
-        ).reshape(-1)
-        bounds = np.cumsum([0, *(len(t) for t in validation.texts)])
-        return [s[a:b] for a, b in itertools.pairwise(bounds)]
+        return cross_encoder_scores(m, validation)
 
     def trainer(**kw: Any) -> Any:
         loss = losses.BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(n_neg / n_pos))
@@ -349,7 +379,7 @@ def fine_tune_cross_encoder(
     what = "new cross-encoder (bi-encoder weights, new head)" if new_head else "cross-encoder"
     note = _run(
         what, trainer, ce.CrossEncoderTrainingArguments, _pairs(pairs),
-        _pairs(pretrain) if pretrain else None, _evaluator(validation, scores),
+        _pairs(pretrain) if pretrain else None, _evaluator(validation, scores, say),
         out.parent / (out.name + "-work"), settings, say,
     )  # fmt: skip
     model.activation_fn = torch.nn.Identity()

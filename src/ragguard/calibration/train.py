@@ -121,6 +121,7 @@ __all__ = [
     "QuerySplit",
     "TrainResult",
     "ValidationQuery",
+    "choose",
     "pair_auc",
     "split_for_training",
     "train_reranker",
@@ -384,6 +385,20 @@ class TrainResult:
     @property
     def base(self) -> Candidate:
         return self.candidates[0]
+
+
+def choose(candidates: Sequence[Candidate], metric: str) -> Candidate | None:
+    """The candidate to write: among the trained ones that beat the base (the first of
+    ``candidates``; see the module docstring), the best by ``metric``, then by the other
+    AUC, the earliest on a tie; ``None`` when none beats it. Sets each one's
+    ``eligible``."""
+    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+    for c in candidates:
+        c.eligible = c.role == "trained" and _eligible(c, candidates[0], metric)
+    eligible = [c for c in candidates if c.eligible]
+    if not eligible:
+        return None
+    return max(eligible, key=lambda c: (getattr(c, metric), getattr(c, other)))
 
 
 def _eligible(c: Candidate, base: Candidate, metric: str) -> bool:
@@ -720,36 +735,20 @@ def train_reranker(
                     folder, note = ft.fine_tune_bi_encoder(
                         encoder_spec, folder, texts, checks, settings, pretrain=extra, say=say
                     )
-                    cos = Signals(load_encoder(str(folder), device), lexical)
-                    scores = [
-                        cos.cosine(checks.queries[i], checks.texts[i]) for i in range(len(val))
-                    ]
+                    scores = ft.bi_encoder_scores(load_encoder(str(folder), device), checks)
                 else:
                     start = base if trained == "cross-encoder" else encoder_spec
                     folder, note = ft.fine_tune_cross_encoder(
                         str(resolve_model(start)), folder, texts, checks, settings,
                         new_head=trained == "new-cross-encoder", pretrain=extra, say=say,
                     )  # fmt: skip
-                    scores = _cross_scores(folder, checks, device)
+                    scores = ft.cross_encoder_scores(load_cross_encoder(folder, device), checks)
                 d, o = _aucs(val, scores)
                 tuned[trained] = folder
                 took = time.perf_counter() - t0
                 cands.append(Candidate(trained, "trained", d, o, took, note=note))
                 say(f"{trained}: validation AUC {_fmt(d)} (vs distractor), {_fmt(o)} (vs other)")
-        for c in cands:
-            c.eligible = c.role == "trained" and _eligible(c, cands[0], metric)
-        eligible = [c for c in cands if c.eligible]
-        chosen = (
-            max(
-                eligible,
-                key=lambda c: (
-                    getattr(c, metric),
-                    c.auc_other if metric == "auc_distractor" else c.auc_distractor,
-                ),
-            )
-            if eligible
-            else None
-        )
+        chosen = choose(cands, metric)
         kind = None if chosen is None else chosen.name
         settings_card = {
             "holdout": holdout, "validation": validation, "seed": seed, "runs": runs,
@@ -796,19 +795,6 @@ def train_reranker(
         path, kind, cands, metric, split, counts, card, time.perf_counter() - started,
         base_kind,
     )  # fmt: skip
-
-
-def _cross_scores(folder: Path, checks: Any, device: str | None) -> list[F64]:
-    """Validation scores of a saved cross-encoder, as the runtime scorer computes them."""
-    model = load_cross_encoder(folder, device)
-    out = []
-    for q, texts in zip(checks.queries, checks.texts, strict=True):
-        s = model.predict(
-            [(q, t) for t in texts], batch_size=32, show_progress_bar=False,
-            convert_to_numpy=True,
-        )  # fmt: skip
-        out.append(np.asarray(s, dtype=np.float64).reshape(-1))
-    return out
 
 
 def _card(
