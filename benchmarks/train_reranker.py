@@ -30,7 +30,9 @@ Offline; CPU by default (``--device cuda``)::
     python benchmarks/train_reranker.py [--max-steps 200] [--sets notes nq]
         [--kinds fusion bi-encoder new-cross-encoder] [--pretrain-data DIR]
 
-Use ``--max-steps 4`` while developing. The script always exits 0: it is a report.
+Use ``--max-steps 4`` while developing; ``--guard-only`` runs part 3 alone with the base
+scorer (what a run in which nothing was written compares). The script always exits 0: it
+is a report.
 """
 
 from __future__ import annotations
@@ -134,7 +136,9 @@ def guard_comparison(ev: EvalSet, name: str, reranker: Any, cache: Path, n_boot:
         tops = []
         for k in range(1, width + 1):
             kept = np.minimum(k, r.arrays.n_present).astype(np.intp)
-            vals = metric_values(r.kernel, kept, GUARD_METRICS, rows).mean(axis=1)
+            # nan-aware, as calibrate's means: evidence recall is undefined for a query
+            # without a relevant candidate
+            vals = np.nanmean(metric_values(r.kernel, kept, GUARD_METRICS, rows), axis=1)
             tops.append((k, dict(zip(GUARD_METRICS, vals.tolist(), strict=True))))
         ok = [t for t in tops if t[1]["evidence_recall"] >= guarded["evidence_recall"] - 1e-12]
         best_k, best = (
@@ -156,8 +160,8 @@ def guard_comparison(ev: EvalSet, name: str, reranker: Any, cache: Path, n_boot:
         print(f"    {'':<46} {'UDCG':>6} {'ev.recall':>8} {'d.rate':>7} {'passages':>8}")
         print(line("two-stage calibrated guard", guarded))
         print(line(f"calibrate's top-k baseline ({describe_point(r.baseline_params)})", base))
-        note = "" if ok else " (none reaches its recall: highest recall shown)"
-        print(line(f"best top-k at >= its recall on held-out (k={best_k}){note}", best))
+        note = "" if ok else ", none reaches it: highest"
+        print(line(f"best top-k at >= its recall (held-out k={best_k}{note})", best))
         print(
             f"    two-stage minus calibrate's top-k, UDCG: {d.mean:+.3f} "
             f"[{d.low:+.3f}, {d.high:+.3f}]; minus best top-k at >= recall: "
@@ -167,13 +171,40 @@ def guard_comparison(ev: EvalSet, name: str, reranker: Any, cache: Path, n_boot:
 
 def one_set(folder: Path, args: argparse.Namespace, tmp: Path) -> None:
     ev = load_inputs(folder)
-    lookup = passage_texts(ev)
     print(f"\n=== {folder.relative_to(ROOT)}: {len(ev.qids)} labelled queries ===")
     started = time.perf_counter()
-    cands, results, metric = train_all(ev, args.kinds, tmp / folder.name, args)
+    chosen_path: Path | None = None
+    chosen_name = ""
+    if not args.guard_only:
+        chosen_path, chosen_name = train_and_compare(ev, args, tmp / folder.name)
+    if chosen_path is not None:
+        name = f"the chosen {chosen_name}"
+        reranker: Any = TrainedReranker(chosen_path, device=args.device)
+    else:
+        name = "MiniLM cosine (the base" + (")" if args.guard_only else ": nothing was written)")
+        reranker = MiniLMCosine()
+    print(f"two-stage calibrated guard with {name}, min_recall {MIN_RECALL}:")
+    guard_comparison(ev, name, reranker, tmp / "cache", args.bootstrap)
+    print(f"({folder.relative_to(ROOT)}: {time.perf_counter() - started:.1f} s)")
+
+
+def train_and_compare(ev: EvalSet, args: argparse.Namespace, tmp: Path) -> tuple[Path | None, str]:
+    """Parts 1 and 2; the chosen scorer's folder (``None``: nothing written) and name."""
+    lookup = passage_texts(ev)
+    started = time.perf_counter()
+    cands, results, metric = train_all(ev, args.kinds, tmp, args)
     wall = time.perf_counter() - started
     chosen = choose(cands, metric)
-    print(f"validation AUCs (selection by {metric}):")
+    first = next(iter(results.values()))
+    val = validation_queries(
+        ev, first.split.validation, runs=list(ev.runs), has_text=lambda q, d: bool(lookup(q, d))
+    )
+    n_dis = sum(len(v.relevant) * len(v.distractors) for v in val)
+    print(
+        f"validation AUCs (selection by {metric}; {sum(bool(v.distractors) for v in val)} of "
+        f"{len(val)} validation queries have labelled distractors, {n_dis} relevant-distractor "
+        "pairs):"
+    )
     for c in cands:
         flag = " written" if c.role == "trained" and results[c.name].path is not None else ""
         print(
@@ -197,21 +228,13 @@ def one_set(folder: Path, args: argparse.Namespace, tmp: Path) -> None:
             scorers[f"{kind}{' (chosen)' if chosen and chosen.name == kind else ''}"] = (
                 TrainedReranker(r.path, device=args.device)
             )
-    first = next(iter(results.values()))
     print(f"held-out AUCs ({len(first.split.held_out)} queries, never read by training):")
     for name, score in scorers.items():
         d, o = held_out_auc(ev, first, lookup, score)
         print(f"  {name:<28} rel-vs-distractor {_f(d)}  rel-vs-other {_f(o)}")
-
-    if chosen is not None:
-        name = f"the chosen {chosen.name}"
-        reranker: Any = TrainedReranker(results[chosen.name].path, device=args.device)  # type: ignore[arg-type]
-    else:
-        name = "MiniLM cosine (the base: nothing was written)"
-        reranker = MiniLMCosine()
-    print(f"two-stage calibrated guard with {name}, min_recall {MIN_RECALL}:")
-    guard_comparison(ev, name, reranker, tmp / "cache", args.bootstrap)
-    print(f"({folder.relative_to(ROOT)}: {time.perf_counter() - started:.1f} s)")
+    if chosen is None:
+        return None, ""
+    return results[chosen.name].path, chosen.name
 
 
 def main() -> int:
@@ -222,6 +245,11 @@ def main() -> int:
     parser.add_argument("--kinds", nargs="*", default=["fusion", "bi-encoder", "new-cross-encoder"])
     parser.add_argument("--pretrain-data", type=Path, default=None)
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument(
+        "--guard-only",
+        action="store_true",
+        help="skip training; the guard comparison with the base scorer (MiniLM cosine)",
+    )
     args = parser.parse_args()
     print(
         f"train_reranker: python {platform.python_version()}, {platform.machine()}, "
