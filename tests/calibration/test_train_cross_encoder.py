@@ -265,7 +265,10 @@ def test_a_fine_tuned_cross_encoder_base_is_written_as_a_cross_encoder_folder(
     assert pair_auc(oth) == pytest.approx(ce.auc_other)
 
 
-def test_held_out_labels_never_reach_a_cross_encoder(
+ALL_KINDS = ["fusion", "bi-encoder", "cross-encoder", "new-cross-encoder"]
+
+
+def test_held_out_labels_never_reach_any_candidate(
     titled: dict[str, Path], tuned: TrainResult, tmp_path: Path
 ) -> None:
     held = set(tuned.split.held_out)
@@ -288,6 +291,17 @@ def test_held_out_labels_never_reach_a_cross_encoder(
     a = CrossEncoder(str(again.path), local_files_only=True).predict(pairs)
     b = CrossEncoder(str(tuned.path), local_files_only=True).predict(pairs)
     assert np.asarray(a) == pytest.approx(np.asarray(b), abs=1e-6)  # and reproducible
+    # every kind at once: each candidate's validation AUCs ignore the held-out labels
+    one = _cross_result(titled, tmp_path / "all", kinds=ALL_KINDS)
+    two = _cross_result(
+        titled, tmp_path / "all-flipped", evalset=flipped / "evalset.jsonl", kinds=ALL_KINDS
+    )
+    names = [c.name for c in one.candidates]
+    assert names == ["base", "cosine", "bm25", "coverage", *ALL_KINDS]
+    assert [(c.auc_distractor, c.auc_other) for c in two.candidates] == [
+        (c.auc_distractor, c.auc_other) for c in one.candidates
+    ]
+    assert one.chosen == two.chosen is not None
 
 
 def test_a_cross_encoder_that_does_not_beat_its_base_is_never_written(
