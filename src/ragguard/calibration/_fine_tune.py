@@ -1,0 +1,387 @@
+"""Fine-tune the neural candidates of ``train-reranker`` with sentence-transformers'
+trainers, stopping early on validation AUC.
+
+* **bi-encoder** (:func:`fine_tune_bi_encoder`): a SentenceTransformer with
+  MultipleNegativesRankingLoss over (query, relevant, hard negative) triplets: each
+  relevant passage of a training query with each of its negatives, in the pair
+  builder's order (labelled distractors, judged not relevant, same-query candidates,
+  same-title passages, then random ones), at most ``4`` negatives per positive; the
+  other passages of a batch are more negatives (in-batch).
+* **cross-encoders** (:func:`fine_tune_cross_encoder`): an existing CrossEncoder, or a
+  SentenceTransformer's weights with a new one-logit classification head
+  (``new_head=True``), trained with BinaryCrossEntropyLoss on every (query, passage)
+  pair, the grade as a soft target (``grade / highest grade``; 0 for negatives), the
+  positives weighted by negatives / positives. Saved with the ``Identity`` activation:
+  it returns logits.
+
+Both: the validation AUC (relevant vs distractor where validation has distractors, else
+relevant vs other) is measured every ``max(1, steps // 5)`` steps and the best checkpoint
+is kept; training stops after two evaluations without a gain. ``max_steps=0`` trains
+nothing and saves the starting model (it then ties with its base and is never written).
+With pre-training pairs (``--pretrain-data``), a first phase of at most ``max_steps``
+steps runs on them before the labelled pairs, without evaluation. The step budget
+(``max_steps`` steps of ``batch_size``, ``max_length`` tokens) is what bounds the time on
+a CPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard._optional import require
+from ragguard.errors import EvalSetError, MissingDependencyError
+from ragguard.trained import load_cross_encoder, load_encoder
+
+__all__ = [
+    "FineTuning",
+    "TextPair",
+    "Validation",
+    "bi_encoder_scores",
+    "cross_encoder_scores",
+    "fine_tune_bi_encoder",
+    "fine_tune_cross_encoder",
+]
+
+NEGATIVES_PER_POSITIVE = 4
+PATIENCE = 2
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TextPair:
+    """A training pair as texts: ``group`` keys the query (pairs of one query share it),
+    ``target`` in [0, 1], ``kind`` where it came from (``relevant`` marks positives)."""
+
+    group: str
+    query: str
+    text: str
+    target: float
+    kind: str
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The validation queries as texts and how to grade per-query scores: ``score``
+    returns the selection AUC (NaN when it cannot be computed)."""
+
+    queries: Sequence[str]
+    texts: Sequence[Sequence[str]]
+    score: Callable[[list[NDArray[np.float64]]], float]
+    metric: str
+
+
+@dataclass(frozen=True)
+class FineTuning:
+    """Training settings shared by the neural candidates."""
+
+    seed: int
+    epochs: int
+    max_steps: int
+    batch_size: int
+    max_length: int
+    learning_rate: float
+    device: str | None
+    show_progress_bar: bool
+
+
+def _st(name: str) -> Any:
+    """A sentence-transformers submodule by its v6 path, else its older one."""
+    try:
+        return importlib.import_module(f"sentence_transformers.sentence_transformer.{name}")
+    except ImportError:
+        return importlib.import_module(f"sentence_transformers.{name}")
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _evaluator(validation: Validation, scores_of: Callable[[Any], list[Any]], say: Say) -> Any:
+    """A sentence-transformers evaluator reporting the validation AUC as ``auc`` (and
+    as a progress line)."""
+    evaluation = _st("evaluation")
+
+    class AUC(evaluation.SentenceEvaluator):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.primary_metric = "auc"
+            self.greater_is_better = True
+
+        def __call__(
+            self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1
+        ) -> dict[str, float]:
+            value = validation.score([np.asarray(s, dtype=np.float64) for s in scores_of(model)])
+            say(f"  step {steps}: validation {validation.metric} {value:.3f}")
+            return {"auc": 0.0 if math.isnan(value) else float(value)}
+
+    return AUC()
+
+
+def _split(flat: NDArray[np.float64], texts: Sequence[Sequence[str]]) -> list[NDArray[np.float64]]:
+    bounds = np.cumsum([0, *(len(t) for t in texts)])
+    return [flat[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def bi_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.float64]]:
+    """Per validation query, the cosine of each of its passages (one encode per side)."""
+    q = np.asarray(
+        model.encode(list(validation.queries), batch_size=32, normalize_embeddings=True,
+                     show_progress_bar=False), dtype=np.float64,
+    )  # fmt: skip
+    flat = [t for texts in validation.texts for t in texts]
+    d = np.asarray(
+        model.encode(flat, batch_size=32, normalize_embeddings=True, show_progress_bar=False),
+        dtype=np.float64,
+    )
+    owner = np.repeat(np.arange(len(validation.texts)), [len(t) for t in validation.texts])
+    return _split(np.einsum("ij,ij->i", d, q[owner]), validation.texts)
+
+
+def cross_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.float64]]:
+    """Per validation query, a cross-encoder's score of each of its passages (one
+    ``predict`` over every pair)."""
+    flat = [(q, t) for q, texts in zip(validation.queries, validation.texts, strict=True)
+            for t in texts]  # fmt: skip
+    s = model.predict(flat, batch_size=32, show_progress_bar=False, convert_to_numpy=True)
+    return _split(np.asarray(s, dtype=np.float64).reshape(-1), validation.texts)
+
+
+def _args(cls: Any, out: Path, total: int, s: FineTuning, *, evaluate: bool, **extra: Any) -> Any:
+    every = max(1, total // 5)
+    steps: dict[str, Any] = (
+        {
+            "eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps",
+            "save_steps": every, "save_total_limit": 2, "save_only_model": True,
+            "load_best_model_at_end": True,
+            "metric_for_best_model": "eval_auc", "greater_is_better": True,
+        }
+        if evaluate
+        else {"eval_strategy": "no", "save_strategy": "no"}
+    )  # fmt: skip
+    return cls(
+        output_dir=str(out),
+        num_train_epochs=s.epochs,
+        max_steps=total,
+        per_device_train_batch_size=s.batch_size,
+        learning_rate=s.learning_rate,
+        warmup_steps=max(0, total // 10),
+        seed=s.seed,
+        data_seed=s.seed,
+        logging_steps=every,
+        report_to="none",
+        disable_tqdm=not s.show_progress_bar,
+        use_cpu=s.device == "cpu",
+        dataloader_pin_memory=s.device != "cpu" and _has_cuda(),
+        **steps,
+        **extra,
+    )
+
+
+def _quiet(trainer: Any, s: FineTuning) -> None:
+    """Without a progress bar the trainer prints its log dicts to stdout: a library
+    never prints, so that printer goes (progress comes as ``say`` lines)."""
+    if not s.show_progress_bar:
+        trainer.remove_callback(require("transformers", "train").PrinterCallback)
+
+
+def _steps(n_rows: int, s: FineTuning) -> int:
+    return min(s.max_steps, max(1, math.ceil(n_rows / s.batch_size)) * s.epochs) if n_rows else 0
+
+
+def _run(
+    what: str,
+    make_trainer: Callable[..., Any],
+    args_cls: Any,
+    data: dict[str, list[Any]],
+    pretrain: dict[str, list[Any]] | None,
+    evaluator: Any,
+    work: Path,
+    s: FineTuning,
+    say: Say,
+    **extra: Any,
+) -> str:
+    """An optional pre-training phase, then training with early stopping; the note."""
+    datasets = require("datasets", "train")
+    transformers = require("transformers", "train")
+    os.environ.setdefault("WANDB_DISABLED", "true")
+    notes = []
+    first = next(iter(pretrain.values())) if pretrain else []
+    if pretrain and first:
+        n = _steps(len(first), s)
+        say(f"pre-training the {what}: {len(first)} rows, {n} steps of {s.batch_size}")
+        trainer = make_trainer(
+            args=_args(args_cls, work / "pretrain", n, s, evaluate=False, **extra),
+            train_dataset=datasets.Dataset.from_dict(pretrain),
+        )
+        _quiet(trainer, s)
+        trainer.train()
+        notes.append(f"{trainer.state.global_step} pre-training steps")
+    rows = len(next(iter(data.values())))
+    total = _steps(rows, s)
+    if total == 0:
+        notes.append("0 steps (max_steps=0): the starting model, untrained")
+        return "; ".join(notes)
+    say(
+        f"fine-tuning the {what}: {rows} rows, at most {total} steps of {s.batch_size}, "
+        f"max length {s.max_length}, validation every {max(1, total // 5)} steps"
+    )
+    trainer = make_trainer(
+        args=_args(args_cls, work / "checkpoints", total, s, evaluate=True, **extra),
+        train_dataset=datasets.Dataset.from_dict(data),
+        evaluator=evaluator,
+        callbacks=[transformers.EarlyStoppingCallback(early_stopping_patience=PATIENCE)],
+    )
+    _quiet(trainer, s)
+    trainer.train()
+    best = trainer.state.best_metric
+    notes.append(
+        f"{trainer.state.global_step} steps; best validation AUC "
+        f"{'n/a' if best is None else f'{best:.3f}'}"
+    )
+    return "; ".join(notes)
+
+
+# --------------------------------------------------------------------------- bi-encoder
+
+
+def _triplets(pairs: Sequence[TextPair]) -> dict[str, list[Any]]:
+    by_group: dict[str, list[TextPair]] = {}
+    for p in pairs:
+        by_group.setdefault(p.group, []).append(p)
+    out: dict[str, list[Any]] = {"anchor": [], "positive": [], "negative": []}
+    for items in by_group.values():
+        pos = [p for p in items if p.kind == "relevant"]
+        neg = [p for p in items if p.kind != "relevant"][:NEGATIVES_PER_POSITIVE]
+        for p in pos:
+            for n in neg:
+                out["anchor"].append(p.query)
+                out["positive"].append(p.text)
+                out["negative"].append(n.text)
+    return out
+
+
+def fine_tune_bi_encoder(
+    base: str,
+    out: Path,
+    pairs: Sequence[TextPair],
+    validation: Validation,
+    settings: FineTuning,
+    *,
+    pretrain: Sequence[TextPair] = (),
+    say: Say,
+) -> tuple[Path, str]:
+    """Fine-tune the SentenceTransformer ``base`` and save the best checkpoint to
+    ``out``; returns the folder and a note (steps run, best validation AUC).
+
+    Raises:
+        MissingDependencyError: sentence-transformers or datasets is missing.
+        EvalSetError: no triplet can be formed.
+    """
+    st = require("sentence_transformers", "train")
+    losses, training_args = _st("losses"), _st("training_args")
+    data = _triplets(pairs)
+    if not data["anchor"]:
+        raise EvalSetError("no (query, relevant, negative) triplet to fine-tune a bi-encoder on")
+    require("transformers", "train").set_seed(settings.seed)
+    model = load_encoder(base, settings.device)
+    model.max_seq_length = settings.max_length
+
+    def scores(m: Any) -> list[Any]:
+        return bi_encoder_scores(m, validation)
+
+    def trainer(**kw: Any) -> Any:
+        return st.SentenceTransformerTrainer(
+            model=model, loss=losses.MultipleNegativesRankingLoss(model), **kw
+        )
+
+    note = _run(
+        "bi-encoder", trainer, st.SentenceTransformerTrainingArguments, data,
+        _triplets(pretrain) if pretrain else None, _evaluator(validation, scores, say),
+        out.parent / "bi-encoder-work", settings, say,
+        batch_sampler=training_args.BatchSamplers.NO_DUPLICATES,
+    )  # fmt: skip
+    model.save(str(out))
+    return out, note
+
+
+# --------------------------------------------------------------------------- cross-encoder
+
+
+def _pairs(pairs: Sequence[TextPair]) -> dict[str, list[Any]]:
+    return {
+        "query": [p.query for p in pairs],
+        "passage": [p.text for p in pairs],
+        "label": [float(p.target) for p in pairs],
+    }
+
+
+def fine_tune_cross_encoder(
+    start: str,
+    out: Path,
+    pairs: Sequence[TextPair],
+    validation: Validation,
+    settings: FineTuning,
+    *,
+    new_head: bool,
+    pretrain: Sequence[TextPair] = (),
+    say: Say,
+) -> tuple[Path, str]:
+    """Fine-tune the cross-encoder in the folder ``start`` (or, with ``new_head``, a new
+    cross-encoder from the SentenceTransformer folder ``start``: its weights and a new
+    classification head drawn with ``settings.seed``) and save the best checkpoint to
+    ``out`` with the ``Identity`` activation; returns the folder and a note.
+
+    Raises:
+        MissingDependencyError: sentence-transformers >= 4 (its CrossEncoderTrainer) or
+            datasets is missing.
+        EvalSetError: no positive or no negative pair.
+        RerankModelError: the model cannot be loaded.
+    """
+    st = require("sentence_transformers", "train")
+    ce = getattr(st, "cross_encoder", None)
+    if ce is None or not hasattr(ce, "CrossEncoderTrainer"):
+        raise MissingDependencyError(
+            "fine-tuning a cross-encoder needs sentence-transformers >= 4 (its "
+            'CrossEncoderTrainer); pip install -U "sentence-transformers>=4"'
+        )
+    import torch
+
+    n_pos = sum(p.target for p in pairs)
+    n_neg = sum(1.0 - p.target for p in pairs)
+    if n_pos <= 0 or n_neg <= 0:
+        raise EvalSetError("fine-tuning a cross-encoder needs positive and negative pairs")
+    require("transformers", "train").set_seed(settings.seed)  # the new head's draw
+    model = load_cross_encoder(
+        start, settings.device, num_labels=1 if new_head else None,
+        max_length=settings.max_length,
+    )  # fmt: skip
+    losses = importlib.import_module("sentence_transformers.cross_encoder.losses")
+
+    def scores(m: Any) -> list[Any]:
+        return cross_encoder_scores(m, validation)
+
+    def trainer(**kw: Any) -> Any:
+        loss = losses.BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(n_neg / n_pos))
+        return ce.CrossEncoderTrainer(model=model, loss=loss, **kw)
+
+    what = "new cross-encoder (bi-encoder weights, new head)" if new_head else "cross-encoder"
+    note = _run(
+        what, trainer, ce.CrossEncoderTrainingArguments, _pairs(pairs),
+        _pairs(pretrain) if pretrain else None, _evaluator(validation, scores, say),
+        out.parent / (out.name + "-work"), settings, say,
+    )  # fmt: skip
+    model.activation_fn = torch.nn.Identity()
+    model.save(str(out))
+    return out, note
