@@ -335,6 +335,66 @@ def _stream(path: Path) -> Any:
     )
 
 
+class NeedsCareful(Exception):
+    """Raised inside the column-wise readers: the careful reader must read the file."""
+
+
+class LineNumbers:
+    """The file line of each content row kept across streamed blocks; ``None`` while
+    row ``i`` is line ``i + 1`` (no blank or comment line so far)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.trivial = True
+        self._parts: list[I64] = []
+
+    def add(self, mask: NDArray[np.bool_] | None, n: int) -> None:
+        """A block of ``n`` lines of which ``mask`` are kept (``None``: all)."""
+        if mask is None:
+            if not self.trivial:
+                self._parts.append(np.arange(self.seen + 1, self.seen + n + 1, dtype=np.int64))
+        else:
+            if self.trivial:
+                self._parts.append(np.arange(1, self.seen + 1, dtype=np.int64))
+                self.trivial = False
+            self._parts.append(np.flatnonzero(mask).astype(np.int64) + self.seen + 1)
+        self.seen += n
+
+    def result(self) -> I64 | None:
+        if self.trivial:
+            return None
+        return np.concatenate(self._parts) if self._parts else np.zeros(0, np.int64)
+
+
+def content_blocks(path: Path, lines: LineNumbers, *, is_header: Any = None) -> Iterator[Any]:
+    """The content lines of each streamed block of ``path`` (trimmed; blank and ``#``
+    lines left out, and line 1 when ``is_header(line 1)`` says so), their line numbers
+    recorded in ``lines``. Raises :class:`NeedsCareful` on whitespace ``str.split()``
+    knows but the fast path does not. Each block's memory goes back to the system once
+    the caller is done with it (pyarrow's allocator would otherwise keep it)."""
+    pa = arrow()
+    assert pa is not None
+    pc = _module("compute")
+    pool = pa.default_memory_pool()
+    for batch in _stream(path):
+        text = batch.column(0)
+        n = len(text)
+        if pc.any(pc.match_substring_regex(text, _EXOTIC)).as_py():
+            raise NeedsCareful
+        trimmed = pc.ascii_trim_whitespace(text)
+        keep = pc.and_(pc.not_equal(trimmed, ""), pc.invert(pc.starts_with(trimmed, "#")))
+        if is_header is not None and lines.seen == 0 and n and is_header(text[0].as_py()):
+            keep = pc.and_(keep, pa.array(np.arange(n) > 0))
+        if pc.all(keep).as_py():
+            lines.add(None, n)
+            yield trimmed
+        else:
+            lines.add(keep.to_numpy(zero_copy_only=False), n)
+            yield pc.filter(trimmed, keep)
+        del text, trimmed, keep
+        pool.release_unused()
+
+
 def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
     """The id and document columns (pyarrow arrays), the values and the line of each
     row of a TREC file, or ``None`` when the careful reader must read it."""
@@ -345,31 +405,9 @@ def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
     qs: list[Any] = []
     ds: list[Any] = []
     vs: list[Any] = []
-    lines: list[I64] = []
-    seen = 0
-    trivial = True
-    pool = pa.default_memory_pool()
+    lines = LineNumbers()
     try:
-        reader = _stream(path)
-        for batch in reader:
-            text = batch.column(0)
-            n = len(text)
-            if pc.any(pc.match_substring_regex(text, _EXOTIC)).as_py():
-                return None
-            trimmed = pc.ascii_trim_whitespace(text)
-            keep = pc.and_(pc.not_equal(trimmed, ""), pc.invert(pc.starts_with(trimmed, "#")))
-            if pc.all(keep).as_py():
-                content = trimmed
-                if not trivial:
-                    lines.append(np.arange(seen + 1, seen + n + 1, dtype=np.int64))
-            else:
-                content = pc.filter(trimmed, keep)
-                at = np.flatnonzero(keep.to_numpy(zero_copy_only=False)) + seen + 1
-                if trivial:
-                    lines.append(np.arange(1, seen + 1, dtype=np.int64))
-                    trivial = False
-                lines.append(at.astype(np.int64))
-            seen += n
+        for content in content_blocks(path, lines):
             parts = pc.ascii_split_whitespace(content)
             if len(content) and not pc.all(pc.equal(pc.list_value_length(parts), n_cols)).as_py():
                 return None
@@ -379,16 +417,16 @@ def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
             if values is None:
                 return None
             vs.append(values)
-            del text, trimmed, keep, content, parts
-            pool.release_unused()  # return each block's text to the system, not keep it
+            del parts
+    except NeedsCareful:
+        return None
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
         return None
     string = pa.string()
     q = pa.chunked_array(qs, type=string)
     d = pa.chunked_array(ds, type=string)
     v = np.concatenate(vs) if vs else np.zeros(0)
-    line = None if trivial else (np.concatenate(lines) if lines else np.zeros(0, np.int64))
-    return q, d, v, line
+    return q, d, v, lines.result()
 
 
 def _encode(column: Any) -> tuple[Any, NDArray[np.int32]]:

@@ -30,11 +30,12 @@ from numpy.typing import NDArray
 
 from ragguard.calibration import _columnar
 from ragguard.calibration._columnar import (
-    _EXOTIC,
     ColumnarCandidates,
     ColumnarLabels,
     ColumnarQueries,
     ColumnarRead,
+    LineNumbers,
+    NeedsCareful,
     Pairs,
     Vocab,
     _encode,
@@ -42,8 +43,8 @@ from ragguard.calibration._columnar import (
     _repeat_events,
     _repeats,
     _same_grades,
-    _stream,
     _values,
+    content_blocks,
     vocab_list,
     vocab_positions,
     vocab_take,
@@ -148,10 +149,6 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
     return bool(at.size)
 
 
-class _Careful(Exception):
-    """Raised inside the column-wise readers: the careful reader must read the file."""
-
-
 def json_blocks(
     path: Path,
     fields: Mapping[str, Any],
@@ -162,7 +159,7 @@ def json_blocks(
     """For each block of whole lines of a JSON-lines file: a pyarrow table of its
     objects, ``fields`` (name -> pyarrow type) typed as given and other fields skipped
     (never held) or, with ``infer``, added with inferred types; and the line of each
-    row. Raises :class:`_Careful` when the careful reader must read the file (see the
+    row. Raises :class:`NeedsCareful` when the careful reader must read the file (see the
     module docstring, and ``check``, which may refuse a block, given as bytes and as a
     one-string pyarrow array)."""
     pa = _columnar.arrow()
@@ -177,14 +174,14 @@ def json_blocks(
         for block in _line_blocks(path):
             found = _object_lines(block)
             if found is None:
-                raise _Careful
+                raise NeedsCareful
             full, n_lines = found
             buf = pa.py_buffer(block)
             offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int32))
             text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, buf])
             text.validate(full=True)  # UTF-8
             if check is not None and not check(block, text):
-                raise _Careful
+                raise NeedsCareful
             if full.size:
                 table = pj.read_json(
                     pa.BufferReader(buf),
@@ -192,16 +189,16 @@ def json_blocks(
                     parse_options=parse,
                 )
                 if table.num_rows != full.size:
-                    raise _Careful  # an object over several lines, or several on one line
+                    raise NeedsCareful  # an object over several lines, or several on one line
                 yield table, full.astype(np.int64) + seen + 1
             seen += n_lines
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, EOFError):
-        raise _Careful from None
+        raise NeedsCareful from None
 
 
 def _json_ids(path: Path, fields: Mapping[str, Any]) -> tuple[Any, Any]:
     """The ``_id`` column (one array, every id a non-empty string) and the table of a
-    JSON-lines file's ``fields``; raises :class:`_Careful`."""
+    JSON-lines file's ``fields``; raises :class:`NeedsCareful`."""
     pa = _columnar.arrow()
     assert pa is not None
     tables = [t for t, _ in json_blocks(path, fields)]
@@ -210,11 +207,11 @@ def _json_ids(path: Path, fields: Mapping[str, Any]) -> tuple[Any, Any]:
 
 
 def _ids(column: Any) -> Any:
-    """A string column of ids as one array; raises :class:`_Careful` when one is missing
+    """A string column of ids as one array; raises :class:`NeedsCareful` when one is missing
     or empty (the careful reader names the line)."""
     pc = _module("compute")
     if column.null_count or (len(column) and pc.min(pc.binary_length(column)).as_py() == 0):
-        raise _Careful
+        raise NeedsCareful
     return column.combine_chunks()
 
 
@@ -300,7 +297,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None) -> ColumnarRead | No
             query_ids, table = _json_ids(path / "queries.jsonl", fields)
             texts = dict(zip(query_ids.to_pylist(), table.column("text").to_pylist(), strict=True))
         pairs, events = _qrels(split_qrels, qrels_path, corpus, query_ids)
-    except (_Careful, EvalSetError):
+    except (NeedsCareful, EvalSetError):
         return None
     for line_no, _, kind, message, fld in sorted(events, key=lambda e: (e[0], e[1])):
         rep(kind, message, path=str(qrels_path), line=line_no, field=fld)
@@ -317,7 +314,7 @@ def _qrels(
 ) -> tuple[Pairs, list[Event]]:
     """The labels of a BEIR qrels file (``_split_qrels``'s columns; repeats removed) and
     its problems as (line, order within the line, kind, message, field); raises
-    :class:`_Careful`."""
+    :class:`NeedsCareful`."""
     qcol, dcol, value, line = split
     qvocab, q = _encode(qcol)
     docs, d = _encode(dcol)
@@ -342,7 +339,7 @@ def _qrels(
     repeats = _repeats(q, d, len(docs))
     if repeats.size:
         if not _same_grades(pairs, repeats):
-            raise _Careful  # contradictory grades: the careful reader names the line
+            raise NeedsCareful  # contradictory grades: the careful reader names the line
         events.extend((e[0], 2, *e[2:]) for e in _repeat_events(pairs, repeats, "qrels"))
         keep = np.ones(q.size, dtype=np.bool_)
         keep[repeats] = False
@@ -357,7 +354,7 @@ def _split_qrels(path: Path) -> tuple[Any, Any, NDArray[np.float64], I64 | None]
     """Query and document columns (pyarrow), grades and lines (``None``: row ``i`` is
     line ``i+1``) of a BEIR qrels file, each line split as the careful reader splits it:
     on tabs when it has one, else on whitespace, a header on line 1 skipped. Raises
-    :class:`_Careful`."""
+    :class:`NeedsCareful`."""
     from ragguard.calibration._readers import beir_columns
 
     pa = _columnar.arrow()
@@ -366,43 +363,29 @@ def _split_qrels(path: Path) -> tuple[Any, Any, NDArray[np.float64], I64 | None]
     qs: list[Any] = []
     ds: list[Any] = []
     vs: list[NDArray[np.float64]] = []
-    lines: list[I64] = []
-    seen = 0
-    trivial = True
+    lines = LineNumbers()
+
+    def is_header(first: str) -> bool:
+        return beir_columns(first, 1) is None
+
     try:
-        for batch in _stream(path):
-            text = batch.column(0)
-            n = len(text)
-            if pc.any(pc.match_substring_regex(text, _EXOTIC)).as_py():
-                raise _Careful
-            trimmed = pc.ascii_trim_whitespace(text)
-            keep = pc.and_(pc.not_equal(trimmed, ""), pc.invert(pc.starts_with(trimmed, "#")))
-            if seen == 0 and n and beir_columns(text[0].as_py(), 1) is None:
-                keep = pc.and_(keep, pa.array(np.arange(n) > 0))  # the header
-            mask = keep.to_numpy(zero_copy_only=False)
-            if trivial and not mask.all():
-                lines.append(np.arange(1, seen + 1, dtype=np.int64))
-                trivial = False
-            if not trivial:
-                lines.append(np.flatnonzero(mask).astype(np.int64) + seen + 1)
-            seen += n
-            content = pc.filter(trimmed, keep)
+        for content in content_blocks(path, lines, is_header=is_header):
             tabbed = pc.match_substring(content, "\t")
             parts = pc.ascii_split_whitespace(content)
             if pc.any(tabbed).as_py():
                 parts = pc.if_else(tabbed, pc.split_pattern(content, "\t"), parts)
             if len(content) and not pc.all(pc.equal(pc.list_value_length(parts), 3)).as_py():
-                raise _Careful
+                raise NeedsCareful
             qs.append(pc.ascii_trim_whitespace(pc.list_element(parts, 0)))
             ds.append(pc.ascii_trim_whitespace(pc.list_element(parts, 1)))
             grades = _values(pc.ascii_trim_whitespace(pc.list_element(parts, 2)), "qrels")
             if grades is None:
-                raise _Careful
+                raise NeedsCareful
             vs.append(grades)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
-        raise _Careful from None
+        raise NeedsCareful from None
     string = pa.string()
-    line = None if trivial else np.concatenate(lines)
+    line = lines.result()
     value = np.concatenate(vs) if vs else np.zeros(0)
     return pa.chunked_array(qs, type=string), pa.chunked_array(ds, type=string), value, line
 
@@ -438,11 +421,11 @@ def read_jsonl(path: Path, rep: Reporter) -> ColumnarRead | None:
         columns = _jsonl_columns(path)
         qids = pa.chunked_array(columns["query_id"], type=pa.string()).to_pylist()
         if len(set(qids)) != len(qids):
-            raise _Careful  # a query id used twice: the careful reader names the line
+            raise NeedsCareful  # a query id used twice: the careful reader names the line
         line = np.concatenate(columns["line"]) if qids else np.zeros(0, np.int64)
         labels = _jsonl_labels(path, qids, line, columns)
         runs, events = _jsonl_run(path, qids, line, columns)
-    except _Careful:
+    except NeedsCareful:
         return None
     for line_no, _, kind, message, fld in events:
         rep(kind, message, path=str(path), line=line_no, field=fld)
@@ -462,7 +445,7 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
     """Per block of a JSONL eval set: the query ids, texts, answers and lines, and for
     ``relevant``, ``not_relevant`` and ``candidates`` the ids listed, the candidates'
     scores, the length of each line's list and (candidates) whether it has one. Raises
-    :class:`_Careful`."""
+    :class:`NeedsCareful`."""
     from ragguard.calibration._readers import CANDIDATE_FIELDS
 
     pa = _columnar.arrow()
@@ -487,15 +470,15 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
         out[name] = []
     for table, lines in json_blocks(path, fields, infer=True, check=_no_null_list):
         if set(table.schema.names) - fields.keys() - _DROPPED:
-            raise _Careful  # a field the fast path does not read, or an unknown one
+            raise NeedsCareful  # a field the fast path does not read, or an unknown one
         cands = table.column("candidates")
         if {f.name for f in cands.type.value_type} - CANDIDATE_FIELDS:
-            raise _Careful  # an unknown field in a candidate
+            raise NeedsCareful  # an unknown field in a candidate
         add("query_id", _ids(table.column("query_id")))
         out["query"].extend(table.column("query").chunks)
         answers = table.column("answers")
         if pc.list_flatten(answers).null_count:
-            raise _Careful
+            raise NeedsCareful
         out["answers"].extend(answers.chunks)
         add("line", lines)
         for name in ("relevant", "not_relevant", "candidates"):
@@ -504,7 +487,7 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
             flat = pc.list_flatten(col)
             if name == "candidates":
                 if flat.null_count:
-                    raise _Careful  # a candidate that is null
+                    raise NeedsCareful  # a candidate that is null
                 add("candidates.has", np.asarray(col.is_valid(), np.bool_))
                 scores = pc.struct_field(flat, "score").to_numpy()
                 add("candidates.score", np.asarray(scores, np.float64))
@@ -517,7 +500,7 @@ def _jsonl_labels(
     path: Path, qids: list[str], line: I64, columns: dict[str, list[Any]]
 ) -> ColumnarLabels:
     """Grades of a JSONL eval set: 1 for ``relevant``, 0 for ``not_relevant``, each
-    query's relevant ones first. Raises :class:`_Careful` when a document is listed
+    query's relevant ones first. Raises :class:`NeedsCareful` when a document is listed
     twice for a query (the careful reader names the field)."""
     pa = _columnar.arrow()
     assert pa is not None
@@ -532,7 +515,7 @@ def _jsonl_labels(
     q = np.concatenate(q_parts)
     docs, d = _encode(pa.chunked_array(id_parts, type=pa.string()))
     if _repeats(q, d, len(docs)).size:
-        raise _Careful
+        raise NeedsCareful
     return ColumnarLabels(Pairs(qids, docs, q, d, np.concatenate(v_parts), line[q], str(path)))
 
 
