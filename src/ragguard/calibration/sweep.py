@@ -407,9 +407,12 @@ class SweepKernel:
         return self.arrays.n_queries
 
     def _chunks(self) -> list[tuple[int, int]]:
-        """Row ranges of about :data:`CHUNK_CELLS` (rows x candidates) each."""
+        """Row ranges of about :data:`CHUNK_CELLS` cells each: rows x candidates (the
+        policy's and the metrics' temporaries) or rows x context sizes x metrics / 4
+        (a chunk's tables), whichever is wider."""
         q, n = self.arrays.shape
-        step = max(1, CHUNK_CELLS // max(n, 1))
+        per_row = max(n, self._cols * len(self.metrics) // 4, 1)
+        step = max(1, CHUNK_CELLS // per_row)
         return [(lo, min(lo + step, q)) for lo in range(0, q, step)]
 
     @property
