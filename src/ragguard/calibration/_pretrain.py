@@ -12,16 +12,15 @@ The gold passage is the first of ``ctxs`` marked ``isgold``, else the first; its
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ragguard.calibration._fine_tune import TextPair
+from ragguard.calibration.annotate._texts import json_lines
 from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = ["PretrainData", "normalise", "pretrain_pairs", "read_pretrain"]
@@ -59,15 +58,6 @@ def _files(path: Path) -> tuple[list[Path], list[Path]]:
     return [path], licences
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            yield from enumerate(fh, 1)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
-
-
 def read_pretrain(path: PathLike) -> PretrainData:
     """Read pre-training questions from a file or a folder of ``*.jsonl(.gz)`` files.
 
@@ -85,13 +75,7 @@ def read_pretrain(path: PathLike) -> PretrainData:
     passages: list[str] = []
     titles: list[str | None] = []
     for f in files:
-        for lineno, raw in _lines(f):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise EvalSetError(f"malformed JSON: {exc.msg}", path=str(f), line=lineno) from None
+        for lineno, obj in json_lines(f):
             question = obj.get("question") if isinstance(obj, dict) else None
             ctxs = obj.get("ctxs") if isinstance(obj, dict) else None
             if not isinstance(question, str) or not question.strip():

@@ -57,7 +57,7 @@ from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.calibration.metrics.tables import prefix_table
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import CutRule, PolicyParams, Ranked, cut_ranked
+from ragguard.policy import CutRule, PolicyParams, cut_ranked
 
 if TYPE_CHECKING:
     from ragguard.calibration.stages import PassageStages
@@ -415,12 +415,6 @@ class SweepKernel:
         step = max(1, CHUNK_CELLS // per_row)
         return [(lo, min(lo + step, q)) for lo in range(0, q, step)]
 
-    @property
-    def ranked(self) -> Ranked:
-        """Every row as a :class:`ragguard.policy.Ranked` (built when asked for; the
-        kernel itself cuts chunk by chunk)."""
-        return self.arrays.ranked()
-
     def _policy_cuts(self, params: Sequence[PolicyParams]) -> list[I]:
         """(Q,) the runtime policy's ``n_kept`` under each of ``params``, chunk by chunk
         (each chunk ranked once for all of them)."""
@@ -554,11 +548,7 @@ class SweepResult:
 
     def restricted(self, kernel: SweepKernel, rows: I) -> SweepResult:
         """The same settings, with means over other ``rows`` (e.g. held-out queries)."""
-        rows = np.asarray(rows, dtype=np.intp)
-        fast = None if self.grouped is None else self.grouped.means(rows)
-        if fast is not None:
-            return SweepResult(self.points, self.metrics, fast, rows, self.kept, self.grouped)
-        return _aggregate(kernel, self.points, self.kept, rows, self.grouped)
+        return _aggregate(kernel, self.points, self.kept, np.asarray(rows, np.intp), self.grouped)
 
     def index(self, params: PolicyParams) -> int:
         """Position of ``params`` among the points."""
@@ -572,6 +562,11 @@ def _aggregate(
     rows: I,
     grouped: GroupedMeans | None = None,
 ) -> SweepResult:
+    """Every setting's means over ``rows``: from the group sums when ``rows`` is a union
+    of ``grouped``'s groups, else in one pass over them."""
+    fast = None if grouped is None else grouped.means(rows)
+    if fast is not None:
+        return SweepResult(points, kernel.metrics, fast, rows, kept, grouped)
     if rows.size == 0:
         means = np.full((len(points), len(kernel.metrics)), np.nan)
         return SweepResult(points, kernel.metrics, means, rows, kept, grouped)
@@ -666,8 +661,7 @@ def sweep(
     idx = np.arange(q, dtype=np.intp) if rows is None else np.asarray(rows, dtype=np.intp)
     kept = kernel.cuts(points)
     grouped = None if groups is None else GroupedMeans(kernel, kept, groups)
-    empty = SweepResult(points, kernel.metrics, np.zeros((0, 0)), idx, kept, grouped)
-    return empty.restricted(kernel, idx)
+    return _aggregate(kernel, points, kept, idx, grouped)
 
 
 def choose(

@@ -136,8 +136,8 @@ def train_reranker(
     not relevant, same-topic negatives (top unlabelled candidates of the query, passages
     with the same title) and random ones. Each neural candidate trains at most one epoch
     and at most --max-steps (200) steps of --batch-size (16) at --max-length (128) tokens,
-    seeded, stopping early on validation AUC (the default candidates took under 2 minutes
-    on examples/notes and about 12 on examples/nq, on 2 CPU cores shared with other jobs).
+    seeded, stopping early on validation AUC (the default command took 3 min 50 s on
+    examples/nq on 2 idle CPU cores).
     """
     with friendly_errors(verbose):
         from ragguard.calibration.train import train_reranker as train

@@ -65,6 +65,19 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
 
 
+def json_lines(path: Path) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) of each non-blank line of a JSON-lines file (gzipped
+    when its name ends in ``.gz``); a malformed line raises :class:`EvalSetError` naming
+    file and line."""
+    for lineno, raw in _lines(path):
+        if not raw.strip():
+            continue
+        try:
+            yield lineno, json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise EvalSetError(f"malformed JSON: {exc.msg}", path=str(path), line=lineno) from None
+
+
 def _joined(title: object, text: str) -> str:
     return f"{title}\n{text}" if isinstance(title, str) and title.strip() else text
 
@@ -79,13 +92,7 @@ def read_corpus(path: PathLike, into: dict[str, str], titles: dict[str, str] | N
     p = Path(path)
     if not p.is_file():
         raise EvalSetError("no such corpus file", path=str(p))
-    for lineno, raw in _lines(p):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise EvalSetError(f"malformed JSON: {exc.msg}", path=str(p), line=lineno) from None
+    for lineno, obj in json_lines(p):
         if not isinstance(obj, dict):
             raise EvalSetError("each line must be a JSON object", path=str(p), line=lineno)
         doc = next((obj[k] for k in ("_id", "id", "doc_id") if k in obj), None)
@@ -104,10 +111,9 @@ def read_corpus(path: PathLike, into: dict[str, str], titles: dict[str, str] | N
 
 
 def _read_jsonl(path: Path, texts: Texts) -> None:
-    for _, raw in _lines(path):
-        if not raw.strip():
-            continue
-        obj = json.loads(raw)  # the loader has validated the file
+    for _, obj in json_lines(path):
+        if not isinstance(obj, dict):
+            continue  # (the loader has validated the file)
         qid = str(obj["query_id"])
         meta = obj.get("metadata")
         if isinstance(meta, dict):
