@@ -313,3 +313,115 @@ def test_distractor_grades_and_profile_grades_read_alike(
     # evidence: grade >= 2 leaves one relevant candidate in q1, grade >= 1 two
     assert fast.arrays("run", rules=UtilityRules(2, 1)).n_evidence.tolist()[0] == 1
     assert fast.arrays("run").n_evidence.tolist()[0] == 2
+
+
+# --------------------------------------------------------------------------- typed reader
+
+
+def _typed_taken(path: Path, kind: str) -> bool:
+    return columnar._typed(path, kind) is not None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.4 x\tx\n",  # a tab inside the tag: 7 fields in Python
+        "q1 Q0 a 1 0.9 x\nq1 Q0 b\u00a02 0.4 x\n",  # a no-break space splits in Python
+        "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.4 x\u3000\n",  # an ideographic space, at the end
+        "q1 Q0 a 1 0.9 x\n\nq1 Q0 b 2 0.4 x\n",  # a blank line
+        "# made by bm25 k1 b\nq1 Q0 a 1 0.9 x\n",  # a comment of exactly six fields
+        "q1 Q0 a 1 0.9 x \nq1 Q0 b 2 0.4 x\n",  # a trailing space
+        "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.4\n",  # five fields
+        "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 1_000 x\n",  # a number only Python reads
+    ],
+)
+def test_lines_the_typed_reader_leaves_to_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """The space-delimited CSV reader takes only files whose lines are fields joined by
+    single spaces; anything else is read by the line-wise split or the careful reader,
+    and the result is what Python's str.split() reads."""
+    run = write(tmp_path / "run.trec", text)
+    q = write(tmp_path / "qrels.txt", "q1 0 a 1\nq1 0 b 2\n")
+    assert not _typed_taken(run, "run")
+    try:
+        slow = careful(monkeypatch, q, runs=run, format="trec")
+    except EvalSetError as exc:
+        with pytest.raises(EvalSetError) as info:
+            load_evalset(q, runs=run, format="trec")
+        assert str(info.value) == str(exc)
+        return
+    assert_same(load_evalset(q, runs=run, format="trec"), slow)
+
+
+def test_plain_files_with_a_bom_and_crlf_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = write(tmp_path / "qrels.txt", "\ufeffq1 0 a 1\r\nq1 0 b 2\r\n")
+    run = write(tmp_path / "run.trec", "\ufeffq1 Q0 a 1 0.9 x\r\nq1 Q0 b 2 0.4 x\r\n")
+    assert _typed_taken(run, "run") and _typed_taken(q, "qrels")
+    fast, _ = both(monkeypatch, q, runs=run, format="trec")
+    assert fast.qids == ("q1",)
+    assert fast.labels["q1"].grades == {"a": 1, "b": 2}
+
+
+def _ids() -> list[str]:
+    # lengths around the 8- and 16-byte words the keys read, ids alike but in the middle,
+    # prefixes of one another, and non-ASCII ids (multi-byte UTF-8)
+    base = ["", "a", "ab", "abcdefg", "abcdefgh", "abcdefghi", "abcdefghijklmnop"]
+    long = [f"doc-{'x' * 10}{i}{'y' * 10}-end" for i in range(4)]  # same first/last bytes
+    return [*(b or "z" for b in base), *long, "é", "éé", "日本語の文書", "abcdefgh\u00e9"]
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_repeated_candidates_are_found_by_their_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collide: bool
+) -> None:
+    """Repeats within a query are found exactly, whatever the ids' keys: with every key
+    forced equal (``collide``), only the text decides, and the result is the careful
+    reader's."""
+    if collide:
+        monkeypatch.setattr(
+            columnar, "_chunk_keys", lambda arr: np.zeros(len(arr), dtype=np.uint64)
+        )
+    ids = _ids()
+    lines, labels = [], []
+    for qn in range(6):
+        for rank, d in enumerate(ids):
+            lines.append(f"q{qn} Q0 {d} {rank + 1} {0.5 + 0.01 * rank} t")
+        lines.append(f"q{qn} Q0 {ids[qn + 7]} 99 0.1 t")  # a repeat, long ids included
+        labels.append(f"q{qn} 0 {ids[qn]} {qn % 3 + 1}")
+        labels.append(f"q{qn} 0 {ids[-qn - 1]} 1")
+    q = write(tmp_path / "qrels.txt", "\n".join(labels) + "\n")
+    for order in ("grouped", "interleaved"):
+        if order == "interleaved":
+            lines = lines[1::2] + lines[::2]
+        run = write(tmp_path / f"run-{order}.trec", "\n".join(lines) + "\n")
+        assert _typed_taken(run, "run")
+        fast, _ = both(monkeypatch, q, runs=run, format="trec")
+        repeats = [p for p in fast.report.problems if p.kind.value == "duplicate_candidate"]
+        assert len(repeats) == 6
+
+
+def test_keys_of_equal_ids_are_equal_and_of_short_ones_distinct() -> None:
+    pa = pytest.importorskip("pyarrow")
+    ids = _ids()
+    column = pa.chunked_array([pa.array(ids[:5]), pa.array(ids[5:] + ids)])
+    keys = columnar.doc_keys(column)
+    n = len(ids)
+    assert keys[:n].tolist() == keys[n:].tolist()  # equal ids, equal keys, across chunks
+    short = [i for i, d in enumerate(ids) if len(d.encode()) <= 16]
+    assert len({int(keys[i]) for i in short}) == len(short)  # up to 16 bytes: all distinct
+    sliced = columnar.doc_keys(pa.array(ids).slice(3))
+    assert sliced.tolist() == keys[3:n].tolist()  # an array's offset is honoured
+
+
+def test_rankings_take_one_byte_a_cell_when_rows_are_short(tmp_path: Path) -> None:
+    q = write(tmp_path / "qrels.txt", "q1 0 d3 1\n")
+    for n, dtype in ((100, np.int8), (300, np.int16)):
+        lines = [f"q1 Q0 d{i} {i + 1} {1.0 / (i + 1)} t" for i in range(n)]
+        run = write(tmp_path / f"run{n}.trec", "\n".join(lines) + "\n")
+        arrays = load_evalset(q, runs=run, format="trec").arrays()
+        assert arrays.order.dtype == dtype
+        assert arrays.order[0].tolist() == list(range(n))  # already in score order
+        assert arrays.doc_ids(0)[:3] == ["d0", "d1", "d2"]

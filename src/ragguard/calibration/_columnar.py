@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from functools import cached_property
@@ -120,33 +121,68 @@ def vocab_positions(needles: Vocab, hay: Vocab) -> I64:
 
 @dataclass(frozen=True, eq=False)
 class Pairs:
-    """(query, document, value) rows with interned ids, in file order, repeats removed.
+    """(query, document, value) rows with interned query ids, in file order, repeats
+    removed.
+
+    Document ids are either interned (``docs`` holds each id once, ``d`` the code of each
+    row: labels, JSON-lines files, tables) or kept as read (``unique_docs=False``: ``docs``
+    is the file's document column, one id per line, and ``d`` picks each row's line, or
+    is ``None`` when row ``i`` is line ``i``). A large run is read the second way: its
+    ids are not hashed into one dictionary (of millions of entries), and equal ids are
+    found per query (:func:`doc_keys`) and joined to the labels by text
+    (:func:`label_hits`).
 
     Attributes:
         qids: query ids, in order of first appearance (a list).
-        docs: document ids (a pyarrow string array or a list).
+        docs: document ids (a pyarrow string array, chunked or not, or a list).
         q: (n,) int32 query code of each row.
-        d: (n,) int32 document code of each row.
+        d: (n,) int32 position of each row's id in ``docs``, or ``None`` (row ``i``:
+            ``docs[i]``).
         value: (n,) float64 score or grade of each row.
-        line: (n,) 1-based line of each row, or ``None`` when row ``i`` is line ``i+1``.
+        line: 1-based line of each row (see :class:`Lines`), or ``None`` when row ``i``
+            is line ``i+1``.
         source: the file read.
+        unique_docs: whether ``docs`` holds each id once (so equal codes are equal ids).
     """
 
     qids: list[str]
     docs: Vocab
     q: NDArray[np.int32]
-    d: NDArray[np.int32]
+    d: NDArray[np.int32] | None
     value: F64
-    line: I64 | None
+    line: Lines | I64 | None
     source: str
+    unique_docs: bool = True
 
     def line_of(self, rows: NDArray[Any]) -> I64:
         """Lines of ``rows``."""
         if self.line is None:
             plus_one: I64 = np.asarray(rows, dtype=np.int64) + 1
             return plus_one
+        if isinstance(self.line, Lines):
+            return self.line.of(rows)
         picked: I64 = self.line[rows]
         return picked
+
+    def codes(self, rows: NDArray[Any] | None = None) -> NDArray[Any]:
+        """Positions in ``docs`` of the ids of ``rows`` (default all)."""
+        if self.d is None:
+            return np.arange(self.q.size, dtype=np.int64) if rows is None else np.asarray(rows)
+        return self.d if rows is None else self.d[rows]
+
+    def doc_ids(self, rows: NDArray[Any]) -> list[str]:
+        """Document ids of ``rows``, as Python strings."""
+        return vocab_take(self.docs, self.codes(rows))
+
+    def doc_column(self, rows: NDArray[Any] | None = None) -> Any:
+        """Document ids of ``rows`` (default all) as one pyarrow string array."""
+        if isinstance(self.docs, list):
+            pa = arrow()
+            assert pa is not None
+            return pa.array(self.doc_ids(self.codes() if rows is None else rows), pa.string())
+        every = rows is None and self.d is None
+        column = self.docs if every else self.docs.take(self.codes(rows))
+        return column.combine_chunks() if hasattr(column, "combine_chunks") else column
 
     @cached_property
     def grouped(self) -> tuple[NDArray[np.intp] | None, NDArray[np.intp]]:
@@ -179,6 +215,25 @@ class Pairs:
         return {q: i for i, q in enumerate(self.qids)}
 
 
+class Lines:
+    """The 1-based line of each row, stored as steps: row ``r`` is line ``r + 1 +
+    shift``, where ``shift`` (the blank, comment and dropped lines before it) changes only
+    at a few rows. A file with a few such lines keeps a few numbers, not one per row."""
+
+    def __init__(self, line: I64) -> None:
+        n = line.size
+        extra = line - np.arange(1, n + 1, dtype=np.int64)  # non-decreasing
+        self.starts = np.flatnonzero(np.diff(extra, prepend=-1) != 0)
+        self.shift = extra[self.starts]
+
+    def of(self, rows: NDArray[Any]) -> I64:
+        """Lines of ``rows``."""
+        r = np.asarray(rows, dtype=np.int64)
+        at = np.searchsorted(self.starts, r, side="right") - 1
+        out: I64 = r + 1 + self.shift[at]
+        return out
+
+
 # --------------------------------------------------------------------------- mappings
 
 
@@ -205,7 +260,7 @@ class _ByQuery(Mapping[str, Any]):
 
     def _docs(self, code: int) -> tuple[list[str], F64]:
         rows = self.pairs.rows_of(code)
-        return vocab_take(self.pairs.docs, self.pairs.d[rows]), self.pairs.value[rows]
+        return self.pairs.doc_ids(rows), self.pairs.value[rows]
 
 
 class ColumnarCandidates(_ByQuery):
@@ -395,11 +450,96 @@ def content_blocks(path: Path, lines: LineNumbers, *, is_header: Any = None) -> 
         pool.release_unused()
 
 
+# bytes of the whitespace str.split() splits on other than the space (and line ends):
+# tabs, \v, \f, \x1c-\x1f, and (UTF-8) \x85, \xa0, \u1680, \u2000-\u200a, \u2028,
+# \u2029, \u202f, \u205f, \u3000
+_OTHER_SPACE = re.compile(
+    rb"[\t\x0b\x0c\x1c-\x1f]|\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]"
+    rb"|\xe2\x81\x9f|\xe3\x80\x80"
+)
+_ASCII_SPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+
+
+def _only_spaces(path: Path) -> bool:
+    """Whether the only whitespace inside ``path``'s lines is the space (a plain file,
+    not gzip): then each line is its fields joined by single spaces, or the CSV reader
+    rejects it. ``bytes.find`` per block; the regular expression only on non-ASCII
+    blocks."""
+    if path.name.lower().endswith(".gz"):
+        return False
+    tail = b""
+    with path.open("rb") as f:
+        while block := f.read(_BLOCK):
+            text = tail + block
+            if text.isascii():
+                if any(b in text for b in _ASCII_SPACE):
+                    return False
+            elif _OTHER_SPACE.search(text):
+                return False
+            tail = block[-2:]  # a UTF-8 space split across two blocks
+    return True
+
+
+def _typed(path: Path, kind: str) -> tuple[Any, Any, F64, None] | None:
+    """The id, document and value columns of a TREC file whose fields are separated by
+    single spaces, read by pyarrow's multi-threaded CSV reader with the space as
+    delimiter and the value column typed; ``None`` when the file is not that plain
+    (other whitespace, a blank or comment line, a line with too few or many fields, a
+    value that does not parse): the line-wise split reads it then."""
+    pa = arrow()
+    assert pa is not None
+    csv = _module("csv")
+    pc = _module("compute")
+    if not _only_spaces(path):
+        return None
+    n_cols, (qi, di, vi) = _LAYOUT[kind]
+    names = [f"f{i}" for i in range(n_cols)]
+    wanted = [names[qi], names[di], names[vi]]
+    types = {names[qi]: pa.string(), names[di]: pa.string()}
+    types[names[vi]] = pa.int64() if kind == "qrels" else pa.float64()
+    try:
+        table = csv.read_csv(
+            str(path),
+            read_options=csv.ReadOptions(column_names=names, block_size=_BLOCK),
+            parse_options=csv.ParseOptions(
+                delimiter=" ",
+                quote_char=False,
+                double_quote=False,
+                escape_char=False,
+                newlines_in_values=False,
+                ignore_empty_lines=False,
+            ),
+            convert_options=csv.ConvertOptions(
+                column_types=types,
+                include_columns=wanted,
+                null_values=[],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
+        return None
+    q, d = table.column(names[qi]), table.column(names[di])
+    # an empty first field is a blank line; "#" starts a comment line
+    if table.num_rows and pc.any(pc.or_(pc.equal(q, ""), pc.starts_with(q, "#"))).as_py():
+        return None
+    values = np.asarray(table.column(names[vi]).to_numpy(), dtype=np.float64)
+    if kind == "qrels" and values.size:
+        from ragguard.calibration._readers import MAX_GRADE
+
+        if values.max() > MAX_GRADE or values.min() < 0:
+            return None  # the careful reader collects -1 (distractors) and names the line
+    return q, d, values, None
+
+
 def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
     """The id and document columns (pyarrow arrays), the values and the line of each
     row of a TREC file, or ``None`` when the careful reader must read it."""
     pa = arrow()
     assert pa is not None
+    typed = _typed(path, kind)
+    if typed is not None:
+        return typed
     pc = _module("compute")
     n_cols, (qi, di, vi) = _LAYOUT[kind]
     qs: list[Any] = []
@@ -490,22 +630,33 @@ def read_trec(
 
     Problems go to ``rep`` exactly as the careful reader reports them (same kinds,
     messages, lines, order). Returns ``None`` when pyarrow is missing or the file needs
-    the careful reader (see the module docstring).
+    the careful reader (see the module docstring). A run's document ids stay as read (one
+    per line, see :class:`Pairs`); labels' are interned.
     """
-    if arrow() is None:
+    pa = arrow()
+    if pa is None:
         return None
     split = _split(path, kind)
     if split is None:
         return None
-    qcol, dcol, value, line = split
+    qcol, dcol, value, line_array = split
+    del split
     qvocab, q = _encode(qcol)
-    docs, d = _encode(dcol)
-    del qcol, dcol
-    arrow_module = arrow()
-    assert arrow_module is not None
-    arrow_module.default_memory_pool().release_unused()
-    pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
-    repeats = _repeats(q, d, len(docs))
+    del qcol
+    line = None if line_array is None else Lines(line_array)
+    del line_array
+    if kind == "run":
+        keys = doc_keys(dcol)
+        dcol = one_array(dcol)  # so that taking a few rows does not copy them all
+        pairs = Pairs(qvocab.to_pylist(), dcol, q, None, value, line, str(path), unique_docs=False)
+        repeats = _text_repeats(pairs, keys)
+        del keys
+    else:
+        docs, d = _encode(dcol)
+        pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
+        repeats = _repeats(q, d, len(docs))
+    del dcol
+    pa.default_memory_pool().release_unused()
     events: list[tuple[int, int, ProblemKind, str, str | None]] = []
     if repeats.size:
         if kind == "qrels" and not _same_grades(pairs, repeats):
@@ -513,14 +664,16 @@ def read_trec(
         events.extend(_repeat_events(pairs, repeats, kind))
         keep = np.ones(q.size, dtype=np.bool_)
         keep[repeats] = False
+        rows = np.flatnonzero(keep)
         pairs = Pairs(
             pairs.qids,
-            docs,
+            pairs.docs,
             q[keep],
-            d[keep],
+            pairs.codes(rows).astype(np.int32),
             value[keep],
-            pairs.line_of(np.flatnonzero(keep)),
+            Lines(pairs.line_of(rows)),
             str(path),
+            unique_docs=pairs.unique_docs,
         )
     if kind == "run":
         events.extend(_run_events(pairs, known_docs))
@@ -530,16 +683,114 @@ def read_trec(
     return pairs
 
 
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+_LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
+def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """splitmix64's finaliser: every input bit moves every output bit (wraps mod 2**64)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _MIX_1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _MIX_2
+    out: NDArray[np.uint64] = x ^ (x >> np.uint64(31))
+    return out
+
+
+def one_array(column: Any) -> Any:
+    """A chunked pyarrow string column as one array (``large_string`` past 2 GB of
+    text, which 32-bit offsets cannot address)."""
+    pa = arrow()
+    assert pa is not None
+    if not hasattr(column, "combine_chunks"):
+        return column
+    try:
+        return column.combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):
+        return column.cast(pa.large_string()).combine_chunks()
+
+
+def doc_keys(column: Any) -> NDArray[np.uint64]:
+    """A 64-bit key of each id of a pyarrow string column (chunked or not): equal ids
+    have equal keys; different ids seldom do (callers compare the text of equal keys).
+    The key is an id's first 8 bytes, read as one unaligned 64-bit word, with its length
+    and (for longer ids) its last 8 bytes mixed in: no per-id Python and no hash
+    table."""
+    chunks = column.chunks if hasattr(column, "chunks") else [column]
+    step = 1 << 20  # ids a piece: the temporaries stay near 8 MB each
+    parts = [
+        _chunk_keys(c.slice(lo, step)) for c in chunks for lo in range(0, max(len(c), 1), step)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+
+def _chunk_keys(arr: Any) -> NDArray[np.uint64]:
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.uint64)
+    wide = str(arr.type) in ("large_string", "large_utf8")
+    buffer = np.frombuffer(arr.buffers()[1], np.int64 if wide else np.int32)
+    offsets: I64 = buffer[arr.offset : arr.offset + n + 1].astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    text = np.zeros(hi - lo + 16, np.uint8)  # 8 zero bytes on each side: reads stay inside
+    if hi > lo:
+        text[8 : 8 + hi - lo] = np.frombuffer(arr.buffers()[2], np.uint8)[lo:hi]
+    words: NDArray[np.uint64] = np.ndarray((text.size - 7,), dtype="<u8", buffer=text, strides=(1,))
+    start = offsets[:-1] - lo + 8
+    length = offsets[1:] - offsets[:-1]
+    key: NDArray[np.uint64] = words[start]
+    key &= _LOW_BYTES[np.minimum(length, 8)]
+    key ^= length.astype(np.uint64) * _MIX_2
+    long = np.flatnonzero(length > 8)
+    if long.size:  # the last 8 bytes too (overlapping the first up to 16 bytes)
+        key[long] ^= _mix(words[start[long] + length[long] - 8])
+    return key
+
+
+def _text_repeats(pairs: Pairs, keys: NDArray[np.uint64]) -> NDArray[np.intp]:
+    """Rows repeating an earlier row's (query, document), in row order, for ids kept as
+    read: rows whose (query, key) occurs twice are candidates, and their text decides."""
+    q = pairs.q
+    n = q.size
+    if n < 2:
+        return np.zeros(0, np.intp)
+    counts = np.bincount(q)
+    if not bool((q[1:] < q[:-1]).any()) and bool((counts == counts[0]).all()):
+        # one block per query, all of one size (the usual run): sort each query's keys
+        by_row = np.sort(keys.reshape(counts.size, int(counts[0])), axis=1)
+        twice = np.flatnonzero((by_row[:, 1:] == by_row[:, :-1]).any(axis=1))
+        rows = (twice[:, None] * int(counts[0]) + np.arange(int(counts[0]))).ravel()
+    else:
+        mixed = keys ^ _mix(q.astype(np.uint64) + np.uint64(1))
+        ordered = np.sort(mixed)
+        again = ordered[1:][ordered[1:] == ordered[:-1]]
+        if again.size == 0:
+            return np.zeros(0, np.intp)
+        at = np.minimum(np.searchsorted(again, mixed), again.size - 1)
+        rows = np.flatnonzero(again[at] == mixed)
+    seen: set[tuple[int, str]] = set()
+    out: list[int] = []
+    for row, code, doc in zip(rows.tolist(), q[rows].tolist(), pairs.doc_ids(rows), strict=True):
+        if (code, doc) in seen:
+            out.append(row)
+        else:
+            seen.add((code, doc))
+    return np.asarray(out, dtype=np.intp)
+
+
 def _same_grades(pairs: Pairs, repeats: NDArray[np.intp]) -> bool:
     """Whether every repeated label has the grade of its first occurrence."""
     first: dict[tuple[int, int], float] = {}
     again = set(repeats.tolist())
+    codes = pairs.codes()
+    width = max(len(pairs.docs), 1)
     rows = np.flatnonzero(
-        np.isin(pairs.q.astype(np.int64) * max(len(pairs.docs), 1) + pairs.d,
-                (pairs.q[repeats].astype(np.int64) * max(len(pairs.docs), 1) + pairs.d[repeats]))
+        np.isin(pairs.q.astype(np.int64) * width + codes,
+                pairs.q[repeats].astype(np.int64) * width + codes[repeats])
     )  # fmt: skip
     for r in rows.tolist():
-        key = (int(pairs.q[r]), int(pairs.d[r]))
+        key = (int(pairs.q[r]), int(codes[r]))
         if r in again:
             if first[key] != pairs.value[r]:
                 return False
@@ -551,7 +802,7 @@ def _same_grades(pairs: Pairs, repeats: NDArray[np.intp]) -> bool:
 def _repeat_events(
     pairs: Pairs, repeats: NDArray[np.intp], kind: str
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    docs = vocab_take(pairs.docs, pairs.d[repeats])
+    docs = pairs.doc_ids(repeats)
     lines = pairs.line_of(repeats).tolist()
     out: list[tuple[int, int, ProblemKind, str, str | None]] = []
     for r, doc, ln in zip(repeats.tolist(), docs, lines, strict=True):
@@ -573,15 +824,17 @@ def _run_events(
     out: list[tuple[int, int, ProblemKind, str, str | None]] = []
     if known_docs is not None:
         unknown_code = missing_ids(pairs.docs, known_docs)
-        rows = np.flatnonzero(unknown_code[pairs.d]) if unknown_code.size else np.zeros(0, int)
-        docs = vocab_take(pairs.docs, pairs.d[rows])
+        rows = (
+            np.flatnonzero(unknown_code[pairs.codes()]) if unknown_code.size else np.zeros(0, int)
+        )
+        docs = pairs.doc_ids(rows)
         for r, doc, ln in zip(rows.tolist(), docs, pairs.line_of(rows).tolist(), strict=True):
             qid = pairs.qids[int(pairs.q[r])]
             msg = f"run document {doc!r} (query {qid!r}) is not in corpus.jsonl"
             out.append((ln, 1, ProblemKind.UNKNOWN_DOCUMENT, msg, None))
     bad = np.flatnonzero(~np.isfinite(pairs.value))
     if bad.size:
-        docs = vocab_take(pairs.docs, pairs.d[bad])
+        docs = pairs.doc_ids(bad)
         for r, doc, ln in zip(bad.tolist(), docs, pairs.line_of(bad).tolist(), strict=True):
             qid = pairs.qids[int(pairs.q[r])]
             score = float(pairs.value[r])
@@ -679,18 +932,27 @@ def arrays_from_columnar(
     :func:`~ragguard.calibration.arrays.build_arrays` gives for the same data)."""
     rp, lp = run.pairs, labels.pairs
     crow = _rows(qids, run)[rp.q]
-    cm = crow >= 0
     lrow = _rows(qids, labels)[lp.q]
     lm = lrow >= 0
-    ldoc = vocab_positions(lp.docs, rp.docs)[lp.d[lm]]
+    hit_cand, hit_label = label_hits(rp, crow, lp, lrow)
+    cscore = rp.value
+    if not bool((crow >= 0).all()):  # queries of the run without labels: left out
+        cm = crow >= 0
+        new_index = np.cumsum(cm) - 1
+        keep = cm[hit_cand]
+        hit_cand, hit_label = new_index[hit_cand[keep]], hit_label[keep]
+        crow, cscore = crow[cm], cscore[cm]
+    if not bool(lm.all()):
+        new_label = np.cumsum(lm) - 1
+        hit_label = new_label[hit_label]  # hits are only in evaluated rows
     return arrays_from_codes(
         qids,
-        crow[cm],
-        rp.d[cm].astype(np.int64),
-        rp.value[cm],
+        crow,
+        cscore,
         lrow[lm],
-        ldoc,
         lp.value[lm],
+        hit_cand,
+        hit_label,
         candidates=_RowCandidates(run, qids),
         score_kind=score_kind,
         profile=profile,
@@ -698,14 +960,42 @@ def arrays_from_columnar(
     )
 
 
+def label_hits(
+    run: Pairs, crow: NDArray[np.intp], labels: Pairs, lrow: NDArray[np.intp]
+) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """(run row, label row) of every label naming a candidate of the same eval row
+    (``crow``, ``lrow``: each row's eval row, -1 for none): a hash join on (eval row,
+    document id) in Arrow, built on the labels (the smaller side) and probed by the run,
+    so no dictionary of the run's ids is needed."""
+    pa = arrow()
+    assert pa is not None
+    lsel = np.flatnonzero(lrow >= 0)
+    if lsel.size == 0 or crow.size == 0:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    docs = run.doc_column()
+    ldocs = labels.doc_column(labels.codes(lsel) if labels.d is None else lsel)
+    if ldocs.type != docs.type:
+        ldocs = ldocs.cast(docs.type)
+    left = pa.table(
+        {"r": crow.astype(np.int32), "d": docs, "i": np.arange(crow.size, dtype=np.int64)}
+    )
+    right = pa.table({"r": lrow[lsel].astype(np.int32), "d": ldocs, "j": lsel.astype(np.int64)})
+    joined = left.join(right, keys=["r", "d"], join_type="inner", use_threads=True)
+    cand = np.asarray(joined.column("i").to_numpy(), dtype=np.intp)
+    lab = np.asarray(joined.column("j").to_numpy(), dtype=np.intp)
+    del joined, left
+    pa.default_memory_pool().release_unused()
+    return cand, lab
+
+
 def arrays_from_codes(
     qids: Sequence[str],
     crow: NDArray[np.intp],
-    cdoc: I64,
     cscore: F64,
     lrow: NDArray[np.intp],
-    ldoc: I64,
     lgrade: F64,
+    hit_cand: NDArray[np.intp],
+    hit_label: NDArray[np.intp],
     *,
     candidates: Sequence[Mapping[str, float]],
     score_kind: ScoreKind | str | None,
@@ -715,11 +1005,10 @@ def arrays_from_codes(
 ) -> EvalArrays:
     """:class:`EvalArrays` from integer-coded rows.
 
-    Candidates: eval row ``crow``, document code ``cdoc`` and raw score ``cscore``, in
-    the run's order within each row (no document twice in a row). Labels: eval row
-    ``lrow``, document code ``ldoc`` in the same code space (-1: not among any
-    candidate) and grade ``lgrade``. ``candidates`` gives each row's
-    ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
+    Candidates: eval row ``crow`` and raw score ``cscore``, in the run's order within
+    each row. Labels: eval row ``lrow`` and grade ``lgrade``. ``hit_cand[i]`` and
+    ``hit_label[i]`` are a candidate and the label of its document. ``candidates`` gives
+    each row's ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
     """
     from ragguard.calibration.arrays import (
         _CHUNK_CELLS,
@@ -737,50 +1026,42 @@ def arrays_from_codes(
     kind = None if score_kind is None else ScoreKind(score_kind)
     if crow.size > 1 and bool((crow[1:] < crow[:-1]).any()):
         o = np.argsort(crow, kind="stable")
-        crow, cdoc, cscore = crow[o], cdoc[o], cscore[o]
+        crow, cscore = crow[o], cscore[o]
+        moved = np.empty(o.size, dtype=np.intp)
+        moved[o] = np.arange(o.size, dtype=np.intp)
+        hit_cand = moved[hit_cand]
     counts = np.bincount(crow, minlength=n_q).astype(np.intp)
     width = int(counts.max()) if n_q else 0
     starts = np.zeros(n_q, dtype=np.intp)
     np.cumsum(counts[:-1], out=starts[1:])
-    ccol = np.arange(crow.size, dtype=np.intp) - starts[crow]
     present = np.arange(width)[None, :] < counts[:, None]
-    if crow.size == n_q * width:
-        raw = np.array(cscore, dtype=np.float64).reshape(n_q, width)
+    if crow.size == n_q * width:  # every row full: the scores as they are, no copy
+        raw = np.ascontiguousarray(cscore, dtype=np.float64).reshape(n_q, width)
     else:
         raw = np.full((n_q, width), np.nan)
-        raw[crow, ccol] = cscore
+        raw[present] = cscore
     ranking = Ranking.of(raw, present, kind, rrf_k)
     order = np.argsort(ranking.key, axis=1, kind="stable")
-    ranked_at = np.empty((n_q, width), dtype=np.intp)
-    np.put_along_axis(ranked_at, order, np.arange(width, dtype=np.intp)[None, :], axis=1)
 
-    # labelled documents among the candidates: compare each label with its row
-    docs = np.full((n_q, width), -1, dtype=np.int64)
-    docs[crow, ccol] = cdoc
-    cand = np.flatnonzero(ldoc >= 0)
-    hit_col = np.full(cand.size, -1, dtype=np.intp)
+    # ranked position of each hit: where its input column sits in its row's order
+    hrow = crow[hit_cand]
+    hcol = hit_cand - starts[hrow]
+    hpos = np.empty(hrow.size, dtype=np.intp)
     step = max(1, _CHUNK_CELLS // max(width, 1))
-    for lo in range(0, cand.size, step):
-        idx = cand[lo : lo + step]
-        eq = docs[lrow[idx]] == ldoc[idx, None]
-        found = eq.any(axis=1)
-        hit_col[lo : lo + step] = np.where(found, eq.argmax(axis=1), -1)
-    del docs
-    got = hit_col >= 0
-    hrow = lrow[cand[got]]
-    hpos = ranked_at[hrow, hit_col[got]]
+    for lo in range(0, hrow.size, step):
+        sl = slice(lo, lo + step)
+        hpos[sl] = np.argmax(order[hrow[sl]] == hcol[sl, None], axis=1)
     g = np.zeros((n_q, width))
-    g[hrow, hpos] = lgrade[cand[got]]
+    g[hrow, hpos] = lgrade[hit_label]
     judged = np.zeros((n_q, width), dtype=np.bool_)
     judged[hrow, hpos] = True
 
     stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, None)
     ideal_u = _ideal_utilities(qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules)
-    arrays = assemble_arrays(
-        qids, kind, prof, rules, counts, ranking, g, judged, stats, ideal_u, candidates
-    )
-    arrays.__dict__["order"] = order  # the cached ranking, computed above
-    return arrays
+    return assemble_arrays(
+        qids, kind, prof, rules, counts, ranking, g, judged, stats, ideal_u, candidates,
+        order=order,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- fingerprint
@@ -823,7 +1104,7 @@ def fingerprint(
         keep = np.flatnonzero(rows >= 0)
         pa = arrow()
         assert pa is not None
-        table = pa.table({"r": rows[keep], "d": p.docs.take(p.d[keep]), "v": p.value[keep]})
+        table = pa.table({"r": rows[keep], "d": p.doc_column(keep), "v": p.value[keep]})
         table = table.sort_by([("r", "ascending"), ("d", "ascending")])
         h.update(b"grades")
         h.update(np.asarray(table.column("r").to_numpy(), np.int64).tobytes())
@@ -860,8 +1141,8 @@ def fingerprint(
             keep = np.flatnonzero(rows >= 0)
             keep = keep[np.argsort(rows[keep], kind="stable")]
             h.update(np.asarray(rows[keep], np.int64).tobytes())
-            _hash_ids(h, p.docs.take(p.d[keep]) if not isinstance(p.docs, list)
-                      else vocab_take(p.docs, p.d[keep]))  # fmt: skip
+            every = keep.size == p.q.size and bool((keep == np.arange(keep.size)).all())
+            _hash_ids(h, p.doc_column(None if every else keep))
             _hash_floats(h, p.value[keep])
         else:
             empty: Mapping[str, float] = {}

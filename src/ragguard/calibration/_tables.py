@@ -135,7 +135,7 @@ def as_dicts(data: Pairs | Dicts, role: Role) -> Dicts:
         values = data.value[rows].tolist()
         if role == "qrels":
             values = [int(v) if v.is_integer() else v for v in values]
-        out[qid] = dict(zip(vocab_take(data.docs, data.d[rows]), values, strict=True))
+        out[qid] = dict(zip(data.doc_ids(rows), values, strict=True))
     return out
 
 

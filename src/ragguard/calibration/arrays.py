@@ -49,6 +49,7 @@ from functools import cached_property
 from itertools import chain, count
 from numbers import Integral
 from operator import attrgetter, contains, methodcaller
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -135,7 +136,10 @@ class EvalArrays:
     integer_grades: bool = True
     score_issues: Mapping[ScoreIssue, int] = field(default_factory=dict)
     n_evidence: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
-    _key: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    _order: NDArray[np.integer[Any]] = field(
+        default_factory=lambda: np.zeros((0, 0), dtype=np.intp), repr=False
+    )
+    _scores: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _raw: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _candidates: Sequence[Mapping[str, float]] = field(default=(), repr=False)
 
@@ -160,21 +164,21 @@ class EvalArrays:
         """(Q, N) True where the candidate has a valid score (a prefix of each row)."""
         return np.arange(self.shape[1])[None, :] < self.n_valid[:, None]
 
-    @cached_property
-    def order(self) -> I:
-        """(Q, N) run positions (0-based, input order) in ranked order."""
-        return np.argsort(self._key, axis=1, kind="stable")
+    @property
+    def order(self) -> NDArray[np.integer[Any]]:
+        """(Q, N) run positions (0-based, input order) in ranked order (the smallest
+        integer type that holds them)."""
+        return self._order
 
-    @cached_property
+    @property
     def scores(self) -> F64:
         """(Q, N) normalised scores in ranked order, NaN where invalid or padding."""
-        s = -np.sort(self._key, axis=1)  # -inf: invalid, NaN: padding
-        return np.where(self.valid, s, np.nan)
+        return self._scores
 
     @cached_property
     def raw(self) -> F64:
         """(Q, N) raw scores as the run gave them, in ranked order (NaN on padding)."""
-        return np.take_along_axis(self._raw, self.order, axis=1)
+        return np.take_along_axis(self._raw, self._order, axis=1)
 
     @cached_property
     def retrieved_grade_counts(self) -> NDArray[np.int64]:
@@ -240,11 +244,12 @@ class EvalArrays:
             grade_counts=self.grade_counts[sl],
             max_grade=self.max_grade[sl],
             n_evidence=self.n_evidence[sl],
-            _key=self._key[sl],
+            _order=self._order[sl],
+            _scores=self._scores[sl],
             _raw=self._raw[sl],
             _candidates=_RowRange(self._candidates, start, stop),
         )
-        for name in ("present", "valid", "order", "scores", "raw", "utility"):
+        for name in ("present", "valid", "raw", "utility"):
             if name in self.__dict__:
                 out.__dict__[name] = self.__dict__[name][sl]
         return out
@@ -560,6 +565,17 @@ class Ranking:
         }
         return cls(raw, key, norm.valid.sum(axis=1).astype(np.intp), issues)
 
+    def ranked(self, order: I | None = None) -> tuple[NDArray[np.integer[Any]], F64]:
+        """(Q, N) each row's input positions in the policy's order (``order``, when the
+        caller has it) as the smallest integer type that holds them, and the normalised
+        scores in that order (NaN where invalid or padding)."""
+        if order is None:
+            order = np.argsort(self.key, axis=1, kind="stable")
+        key = np.take_along_axis(self.key, order, axis=1)
+        scores: F64 = np.negative(key, out=key)  # +inf (invalid) -> -inf, NaN stays
+        scores[np.isinf(scores)] = np.nan
+        return small_index(order, self.key.shape[1]), scores
+
     @cached_property
     def sorted_key(self) -> F64:
         """Each row's keys sorted (NaN padding last), and one more column of NaN."""
@@ -593,11 +609,13 @@ def assemble_arrays(
     given_utility: F64 | None = None,
     no_response: F64 | None = None,
     n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
+    order: I | None = None,
 ) -> EvalArrays:
     """:class:`EvalArrays` of ranked candidates and their labels (``grades`` and
     ``judged`` at ranked positions); no distractors, utilities or probabilities unless
-    given."""
+    given. ``order`` is the ranking's argsort when the caller has it."""
     nan = np.broadcast_to(np.nan, grades.shape)  # read-only, no memory
+    ranked_order, scores = ranking.ranked(order)
     return EvalArrays(
         qids=tuple(qids),
         score_kind=kind,
@@ -619,10 +637,20 @@ def assemble_arrays(
         integer_grades=stats.integer_grades,
         score_issues=ranking.issues,
         n_evidence=evidence_counts(grades, rules, n_evidence),
-        _key=ranking.key,
+        _order=ranked_order,
+        _scores=scores,
         _raw=ranking.raw,
         _candidates=candidates,
     )
+
+
+def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.integer[Any]]:
+    """``index`` (values in ``0..size - 1``) in the smallest signed integer type that
+    holds them: a (Q, N) ranking of 100 candidates takes 1 byte a cell, not 8."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if size <= np.iinfo(dtype).max:
+            return index.astype(dtype, copy=False)
+    return index
 
 
 def evidence_counts(
