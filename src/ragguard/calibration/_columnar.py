@@ -1076,7 +1076,7 @@ def _hash_ids(h: Any, ids: Vocab) -> None:
         h.update(b"".join(encoded))
         return
     pc = _module("compute")
-    h.update(np.asarray(pc.binary_length(ids).to_numpy(zero_copy_only=False), np.int64).tobytes())
+    h.update(np.ascontiguousarray(pc.binary_length(ids).to_numpy(zero_copy_only=False), np.int64))
     start = ids.offset
     offsets = np.frombuffer(ids.buffers()[1], dtype=np.int32)[start : start + len(ids) + 1]
     if len(ids):
@@ -1084,7 +1084,11 @@ def _hash_ids(h: Any, ids: Vocab) -> None:
 
 
 def _hash_floats(h: Any, values: F64) -> None:
-    h.update(np.where(np.isnan(values), np.nan, values).astype(np.float64).tobytes())
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    nan = np.isnan(values)
+    if nan.any():  # one NaN pattern for every NaN
+        values = np.where(nan, np.nan, values)
+    h.update(values)  # the buffer itself, not a copy
 
 
 def fingerprint(
@@ -1140,7 +1144,7 @@ def fingerprint(
             rows = _rows(qids, cands)[p.q]
             keep = np.flatnonzero(rows >= 0)
             keep = keep[np.argsort(rows[keep], kind="stable")]
-            h.update(np.asarray(rows[keep], np.int64).tobytes())
+            h.update(np.ascontiguousarray(rows[keep], np.int64))
             every = keep.size == p.q.size and bool((keep == np.arange(keep.size)).all())
             _hash_ids(h, p.doc_column(None if every else keep))
             _hash_floats(h, p.value[keep])

@@ -971,7 +971,8 @@ def _file_hashes(evalset: EvalSet, runs: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for p in paths:
         if p and Path(p).is_file() and p not in out:
-            out[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            with Path(p).open("rb") as f:  # streamed: a large run is not held whole
+                out[p] = hashlib.file_digest(f, "sha256").hexdigest()
     return out
 
 
