@@ -425,3 +425,35 @@ def test_rankings_take_one_byte_a_cell_when_rows_are_short(tmp_path: Path) -> No
         assert arrays.order.dtype == dtype
         assert arrays.order[0].tolist() == list(range(n))  # already in score order
         assert arrays.doc_ids(0)[:3] == ["d0", "d1", "d2"]
+
+
+def test_line_steps_after_rows_are_taken_out() -> None:
+    """Lines kept as steps give every row's line, also after repeated rows are removed,
+    as the per-row numbers would (random files with blank lines, random removals)."""
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(1, 60))
+        line = np.cumsum(rng.integers(1, 4, n)).astype(np.int64)  # gaps: blank lines
+        steps = columnar.Lines.of_steps(line if trial % 3 else None)
+        every = steps.of(np.arange(n))
+        assert every.tolist() == (line if trial % 3 else np.arange(1, n + 1)).tolist()
+        removed = np.sort(rng.choice(n, int(rng.integers(0, n)), replace=False))
+        left = np.setdiff1d(np.arange(n), removed)
+        assert steps.without(removed).of(np.arange(left.size)).tolist() == every[left].tolist()
+
+
+def test_raw_scores_of_uneven_rows_and_of_row_slices(tmp_path: Path) -> None:
+    """Rows of different lengths keep their raw scores flat; read whole or by row slice
+    they are the padded, ranked raw scores (hand-checked)."""
+    q = write(tmp_path / "qrels.txt", "q1 0 a 1\nq2 0 c 1\nq3 0 f 1\n")
+    run = write(
+        tmp_path / "run.trec",
+        "q1 Q0 a 1 0.2 t\nq1 Q0 b 2 0.9 t\nq2 Q0 c 1 0.5 t\nq3 Q0 d 1 0.1 t\n"
+        "q3 Q0 e 2 0.3 t\nq3 Q0 f 3 nan t\n",
+    )
+    arrays = load_evalset(q, runs=run, format="trec").arrays()
+    nan = math.nan
+    expected = [[0.9, 0.2, nan], [0.5, nan, nan], [0.3, 0.1, nan]]
+    np.testing.assert_array_equal(arrays.raw, expected)
+    np.testing.assert_array_equal(arrays.row_slice(1, 3).raw, expected[1:])
+    assert arrays.row_slice(2, 3).doc_ids(0) == ["e", "d", "f"]

@@ -226,11 +226,37 @@ class Lines:
         self.starts = np.flatnonzero(np.diff(extra, prepend=-1) != 0)
         self.shift = extra[self.starts]
 
+    @classmethod
+    def of_steps(cls, line: Lines | I64 | None) -> Lines:
+        """``line`` as steps (``None``: row ``i`` is line ``i + 1``)."""
+        if isinstance(line, Lines):
+            return line
+        if line is None:
+            out = cls(np.zeros(0, np.int64))
+            out.starts, out.shift = np.zeros(1, np.intp), np.zeros(1, np.int64)
+            return out
+        return cls(line)
+
     def of(self, rows: NDArray[Any]) -> I64:
         """Lines of ``rows``."""
         r = np.asarray(rows, dtype=np.int64)
         at = np.searchsorted(self.starts, r, side="right") - 1
-        out: I64 = r + 1 + self.shift[at]
+        out: I64 = r + 1 + self.shift[np.maximum(at, 0)]
+        return out
+
+    def without(self, removed: NDArray[Any]) -> Lines:
+        """The lines of the rows left when the (sorted, distinct) rows ``removed`` are
+        taken out; computed at the steps only, never per row."""
+        gone = np.asarray(removed, dtype=np.int64)
+        # in the new numbering a step starts at each old step and after each removed row
+        after = gone - np.arange(gone.size)  # new index of the row after each removed one
+        moved = self.starts - np.searchsorted(gone, self.starts)
+        new_starts = np.unique(np.concatenate(([0], moved, after)))
+        old_rows = new_starts + np.searchsorted(after, new_starts, side="right")
+        shift = self.of(old_rows) - new_starts - 1
+        first = np.concatenate(([True], shift[1:] != shift[:-1]))
+        out = Lines(np.zeros(0, np.int64))
+        out.starts, out.shift = new_starts[first], shift[first]
         return out
 
 
@@ -664,17 +690,16 @@ def read_trec(
         events.extend(_repeat_events(pairs, repeats, kind))
         keep = np.ones(q.size, dtype=np.bool_)
         keep[repeats] = False
-        rows = np.flatnonzero(keep)
+        kept_line = Lines.of_steps(pairs.line).without(repeats)
+        kept_docs, kept_codes = pairs.docs, pairs.d
+        if kept_codes is None:  # ids as read: the repeated ones leave the column
+            kept_docs = kept_docs.filter(pa.array(keep))
+        else:
+            kept_codes = kept_codes[keep]
         pairs = Pairs(
-            pairs.qids,
-            pairs.docs,
-            q[keep],
-            pairs.codes(rows).astype(np.int32),
-            value[keep],
-            Lines(pairs.line_of(rows)),
-            str(path),
+            pairs.qids, kept_docs, q[keep], kept_codes, value[keep], kept_line, str(path),
             unique_docs=pairs.unique_docs,
-        )
+        )  # fmt: skip
     if kind == "run":
         events.extend(_run_events(pairs, known_docs))
     events.sort(key=lambda e: (e[0], e[1]))
@@ -1012,6 +1037,7 @@ def arrays_from_codes(
     """
     from ragguard.calibration.arrays import (
         _CHUNK_CELLS,
+        PaddedRows,
         Ranking,
         _ideal_utilities,
         assemble_arrays,
@@ -1035,11 +1061,13 @@ def arrays_from_codes(
     starts = np.zeros(n_q, dtype=np.intp)
     np.cumsum(counts[:-1], out=starts[1:])
     present = np.arange(width)[None, :] < counts[:, None]
+    flat = None
     if crow.size == n_q * width:  # every row full: the scores as they are, no copy
         raw = np.ascontiguousarray(cscore, dtype=np.float64).reshape(n_q, width)
-    else:
+    else:  # a padded copy to rank with; the arrays keep the flat scores
         raw = np.full((n_q, width), np.nan)
         raw[present] = cscore
+        flat = PaddedRows(np.asarray(cscore, dtype=np.float64), counts, width)
     ranking = Ranking.of(raw, present, kind, rrf_k)
     order = np.argsort(ranking.key, axis=1, kind="stable")
 
@@ -1060,11 +1088,14 @@ def arrays_from_codes(
     ideal_u = _ideal_utilities(qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules)
     return assemble_arrays(
         qids, kind, prof, rules, counts, ranking, g, judged, stats, ideal_u, candidates,
-        order=order,
+        order=order, raw=flat,
     )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- fingerprint
+
+
+_PIECE = 1 << 20  # values fed to the hash at a time (the same bytes, fed in pieces)
 
 
 def _hash_ids(h: Any, ids: Vocab) -> None:
@@ -1075,20 +1106,28 @@ def _hash_ids(h: Any, ids: Vocab) -> None:
         h.update(np.fromiter(map(len, encoded), np.int64, len(encoded)).tobytes())
         h.update(b"".join(encoded))
         return
-    pc = _module("compute")
-    h.update(np.ascontiguousarray(pc.binary_length(ids).to_numpy(zero_copy_only=False), np.int64))
-    start = ids.offset
-    offsets = np.frombuffer(ids.buffers()[1], dtype=np.int32)[start : start + len(ids) + 1]
-    if len(ids):
+    ids = one_array(ids)
+    wide = str(ids.type) in ("large_string", "large_utf8")
+    start, n = ids.offset, len(ids)
+    offsets = np.frombuffer(ids.buffers()[1], np.int64 if wide else np.int32)[start : start + n + 1]
+    for lo in range(0, n, _PIECE):
+        h.update(np.diff(offsets[lo : lo + _PIECE + 1]).astype(np.int64))
+    if n:
         h.update(memoryview(ids.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
 
 
 def _hash_floats(h: Any, values: F64) -> None:
-    values = np.ascontiguousarray(values, dtype=np.float64)
-    nan = np.isnan(values)
-    if nan.any():  # one NaN pattern for every NaN
-        values = np.where(nan, np.nan, values)
-    h.update(values)  # the buffer itself, not a copy
+    for lo in range(0, values.size, _PIECE):
+        piece = np.ascontiguousarray(values[lo : lo + _PIECE], dtype=np.float64)
+        nan = np.isnan(piece)
+        if nan.any():  # one NaN pattern for every NaN
+            piece = np.where(nan, np.nan, piece)
+        h.update(piece)
+
+
+def _hash_rows(h: Any, rows: NDArray[Any]) -> None:
+    for lo in range(0, rows.size, _PIECE):
+        h.update(np.ascontiguousarray(rows[lo : lo + _PIECE], dtype=np.int64))
 
 
 def fingerprint(
@@ -1141,13 +1180,17 @@ def fingerprint(
         h.update(f"run\x00{name}\x00{kind}".encode())
         if isinstance(cands, ColumnarCandidates):
             p = cands.pairs
-            rows = _rows(qids, cands)[p.q]
-            keep = np.flatnonzero(rows >= 0)
-            keep = keep[np.argsort(rows[keep], kind="stable")]
-            h.update(np.ascontiguousarray(rows[keep], np.int64))
-            every = keep.size == p.q.size and bool((keep == np.arange(keep.size)).all())
-            _hash_ids(h, p.doc_column(None if every else keep))
-            _hash_floats(h, p.value[keep])
+            in_eval = _rows(qids, cands).astype(np.int32)[p.q]
+            if bool((in_eval >= 0).all()) and not bool((in_eval[1:] < in_eval[:-1]).any()):
+                _hash_rows(h, in_eval)  # every row, in order (the usual run): no copies
+                _hash_ids(h, p.doc_column())
+                _hash_floats(h, p.value)
+            else:
+                keep = np.flatnonzero(in_eval >= 0)
+                keep = keep[np.argsort(in_eval[keep], kind="stable")]
+                _hash_rows(h, in_eval[keep])
+                _hash_ids(h, p.doc_column(keep))
+                _hash_floats(h, p.value[keep])
         else:
             empty: Mapping[str, float] = {}
             per = [cands.get(q, empty) for q in qids]

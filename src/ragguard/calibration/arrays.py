@@ -140,7 +140,7 @@ class EvalArrays:
         default_factory=lambda: np.zeros((0, 0), dtype=np.intp), repr=False
     )
     _scores: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
-    _raw: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    _raw: F64 | PaddedRows = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _candidates: Sequence[Mapping[str, float]] = field(default=(), repr=False)
 
     @property
@@ -178,7 +178,8 @@ class EvalArrays:
     @cached_property
     def raw(self) -> F64:
         """(Q, N) raw scores as the run gave them, in ranked order (NaN on padding)."""
-        return np.take_along_axis(self._raw, self._order, axis=1)
+        raw = self._raw.dense() if isinstance(self._raw, PaddedRows) else self._raw
+        return np.take_along_axis(raw, self._order, axis=1)
 
     @cached_property
     def retrieved_grade_counts(self) -> NDArray[np.int64]:
@@ -260,6 +261,29 @@ class EvalArrays:
         Nothing is converted again; only :attr:`utility` is recomputed (on first use).
         """
         return replace(self, profile=as_profile(profile))
+
+
+@dataclass(frozen=True, eq=False)
+class PaddedRows:
+    """Rows of different lengths kept flat (``flat``: row after row, ``counts`` values
+    each) and padded to ``width`` with NaN only when read: a run's raw scores without a
+    padded copy of them."""
+
+    flat: F64
+    counts: I
+    width: int
+
+    def dense(self) -> F64:
+        """(rows, width) the values, NaN-padded."""
+        out = np.full((self.counts.size, self.width), np.nan)
+        out[np.arange(self.width)[None, :] < self.counts[:, None]] = self.flat
+        return out
+
+    def __getitem__(self, rows: slice) -> PaddedRows:
+        start, stop, _ = rows.indices(self.counts.size)
+        lo = int(self.counts[:start].sum())
+        counts = self.counts[start:stop]
+        return PaddedRows(self.flat[lo : lo + int(counts.sum())], counts, self.width)
 
 
 class _RowRange(Sequence[Mapping[str, float]]):
@@ -610,10 +634,12 @@ def assemble_arrays(
     no_response: F64 | None = None,
     n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
     order: I | None = None,
+    raw: PaddedRows | None = None,
 ) -> EvalArrays:
     """:class:`EvalArrays` of ranked candidates and their labels (``grades`` and
     ``judged`` at ranked positions); no distractors, utilities or probabilities unless
-    given. ``order`` is the ranking's argsort when the caller has it."""
+    given. ``order`` is the ranking's argsort when the caller has it; ``raw`` the raw
+    scores kept flat (instead of the ranking's padded copy)."""
     nan = np.broadcast_to(np.nan, grades.shape)  # read-only, no memory
     ranked_order, scores = ranking.ranked(order)
     return EvalArrays(
@@ -639,7 +665,7 @@ def assemble_arrays(
         n_evidence=evidence_counts(grades, rules, n_evidence),
         _order=ranked_order,
         _scores=scores,
-        _raw=ranking.raw,
+        _raw=ranking.raw if raw is None else raw,
         _candidates=candidates,
     )
 
