@@ -457,3 +457,14 @@ def test_raw_scores_of_uneven_rows_and_of_row_slices(tmp_path: Path) -> None:
     np.testing.assert_array_equal(arrays.raw, expected)
     np.testing.assert_array_equal(arrays.row_slice(1, 3).raw, expected[1:])
     assert arrays.row_slice(2, 3).doc_ids(0) == ["e", "d", "f"]
+
+
+def test_taking_rows_across_chunks_keeps_their_order() -> None:
+    pa = pytest.importorskip("pyarrow")
+    words = [f"w{i}" for i in range(23)]
+    column = pa.chunked_array([pa.array(words[:5]), pa.array(words[5:6]), pa.array(words[6:])])
+    rng = np.random.default_rng(1)
+    for size in (0, 1, 4, 30):
+        rows = rng.integers(0, len(words), size)
+        assert columnar.take(column, rows).to_pylist() == [words[r] for r in rows.tolist()]
+    assert columnar.take(column, np.arange(6, 9)).to_pylist() == words[6:9]  # one chunk

@@ -95,8 +95,37 @@ def vocab_take(vocab: Vocab, codes: NDArray[Any]) -> list[str]:
     """The ids of ``codes`` in ``vocab``."""
     if isinstance(vocab, list):
         return [vocab[i] for i in codes.tolist()]
-    out: list[str] = vocab.take(codes).to_pylist()
+    out: list[str] = take(vocab, codes).to_pylist()
     return out
+
+
+def take(column: Any, rows: NDArray[Any]) -> Any:
+    """Rows ``rows`` of a pyarrow array, chunked or not, as one array. (pyarrow's own
+    ``ChunkedArray.take`` joins every chunk first: a copy of the whole column for a few
+    rows.)"""
+    if not hasattr(column, "chunks"):
+        return column.take(rows)
+    pa = arrow()
+    assert pa is not None
+    lengths = [len(c) for c in column.chunks]
+    if not lengths:
+        return pa.array([], column.type)
+    bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=bounds[1:])
+    rows = np.asarray(rows, dtype=np.int64)
+    which = np.searchsorted(bounds, rows, side="right") - 1
+    if rows.size == 0 or bool((which == which[0]).all()):
+        c = int(which[0]) if rows.size else 0
+        return column.chunk(c).take(rows - bounds[c])
+    order = np.argsort(which, kind="stable")
+    present, starts = np.unique(which[order], return_index=True)
+    pieces = [
+        column.chunk(int(c)).take(rows[order[lo:hi]] - bounds[c])
+        for c, lo, hi in zip(present, starts, [*starts[1:], rows.size], strict=True)
+    ]
+    back = np.empty(rows.size, dtype=np.int64)
+    back[order] = np.arange(rows.size)
+    return pa.concat_arrays(pieces).take(back)
 
 
 def vocab_list(vocab: Vocab) -> list[str]:
@@ -175,14 +204,20 @@ class Pairs:
         return vocab_take(self.docs, self.codes(rows))
 
     def doc_column(self, rows: NDArray[Any] | None = None) -> Any:
-        """Document ids of ``rows`` (default all) as one pyarrow string array."""
+        """Document ids of ``rows`` (default all) as a pyarrow string array (chunked or
+        not)."""
+        pa = arrow()
+        assert pa is not None
         if isinstance(self.docs, list):
-            pa = arrow()
-            assert pa is not None
             return pa.array(self.doc_ids(self.codes() if rows is None else rows), pa.string())
-        every = rows is None and self.d is None
-        column = self.docs if every else self.docs.take(self.codes(rows))
-        return column.combine_chunks() if hasattr(column, "combine_chunks") else column
+        if rows is None and self.d is None:
+            return self.docs
+        codes = self.codes(rows)
+        step = 1 << 22  # ids a piece: one array's 32-bit offsets address 2 GB of text
+        if codes.size <= step:
+            return take(self.docs, codes)
+        pieces = [take(self.docs, codes[lo : lo + step]) for lo in range(0, codes.size, step)]
+        return pa.chunked_array(pieces, type=pieces[0].type)
 
     @cached_property
     def grouped(self) -> tuple[NDArray[np.intp] | None, NDArray[np.intp]]:
@@ -673,7 +708,6 @@ def read_trec(
     del line_array
     if kind == "run":
         keys = doc_keys(dcol)
-        dcol = one_array(dcol)  # so that taking a few rows does not copy them all
         pairs = Pairs(qvocab.to_pylist(), dcol, q, None, value, line, str(path), unique_docs=False)
         repeats = _text_repeats(pairs, keys)
         del keys
@@ -721,19 +755,6 @@ def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
     x = x * _MIX_2
     out: NDArray[np.uint64] = x ^ (x >> np.uint64(31))
     return out
-
-
-def one_array(column: Any) -> Any:
-    """A chunked pyarrow string column as one array (``large_string`` past 2 GB of
-    text, which 32-bit offsets cannot address)."""
-    pa = arrow()
-    assert pa is not None
-    if not hasattr(column, "combine_chunks"):
-        return column
-    try:
-        return column.combine_chunks()
-    except (pa.ArrowInvalid, pa.ArrowCapacityError):
-        return column.cast(pa.large_string()).combine_chunks()
 
 
 def doc_keys(column: Any) -> NDArray[np.uint64]:
@@ -1106,14 +1127,19 @@ def _hash_ids(h: Any, ids: Vocab) -> None:
         h.update(np.fromiter(map(len, encoded), np.int64, len(encoded)).tobytes())
         h.update(b"".join(encoded))
         return
-    ids = one_array(ids)
-    wide = str(ids.type) in ("large_string", "large_utf8")
-    start, n = ids.offset, len(ids)
-    offsets = np.frombuffer(ids.buffers()[1], np.int64 if wide else np.int32)[start : start + n + 1]
-    for lo in range(0, n, _PIECE):
-        h.update(np.diff(offsets[lo : lo + _PIECE + 1]).astype(np.int64))
-    if n:
-        h.update(memoryview(ids.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
+    chunks = ids.chunks if hasattr(ids, "chunks") else [ids]
+    spans = []
+    for chunk in chunks:  # every length first, then every byte
+        wide = str(chunk.type) in ("large_string", "large_utf8")
+        start, n = chunk.offset, len(chunk)
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)
+        offsets = offsets[start : start + n + 1]
+        for lo in range(0, n, _PIECE):
+            h.update(np.diff(offsets[lo : lo + _PIECE + 1]).astype(np.int64))
+        if n:
+            spans.append((chunk, int(offsets[0]), int(offsets[-1])))
+    for chunk, lo, hi in spans:
+        h.update(memoryview(chunk.buffers()[2])[lo:hi])
 
 
 def _hash_floats(h: Any, values: F64) -> None:
