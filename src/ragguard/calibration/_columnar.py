@@ -1022,9 +1022,8 @@ def label_hits(
     ldocs = labels.doc_column(labels.codes(lsel) if labels.d is None else lsel)
     if ldocs.type != docs.type:
         ldocs = ldocs.cast(docs.type)
-    left = pa.table(
-        {"r": crow.astype(np.int32), "d": docs, "i": np.arange(crow.size, dtype=np.int64)}
-    )
+    index = np.int32 if crow.size < 1 << 31 else np.int64
+    left = pa.table({"r": crow.astype(np.int32), "d": docs, "i": np.arange(crow.size, dtype=index)})
     right = pa.table({"r": lrow[lsel].astype(np.int32), "d": ldocs, "j": lsel.astype(np.int64)})
     joined = left.join(right, keys=["r", "d"], join_type="inner", use_threads=True)
     cand = np.asarray(joined.column("i").to_numpy(), dtype=np.intp)
