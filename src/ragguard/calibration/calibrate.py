@@ -595,8 +595,8 @@ class RunCalibration:
     @property
     def written_kept(self) -> I:
         """(Q,) passages kept per query under the written setting (all queries)."""
-        out: I = self.sweep.kept[self.written]
-        return out.astype(np.intp)
+        out: I = self.sweep.kept[self.written].astype(np.intp)
+        return out
 
     @property
     def baseline_kept(self) -> I:

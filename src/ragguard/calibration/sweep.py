@@ -48,7 +48,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -72,7 +72,9 @@ __all__ = [
     "SweepKernel",
     "SweepResult",
     "choose",
+    "cut_dtype",
     "describe_point",
+    "distinct_rows",
     "is_plain_top_k",
     "nanmean",
     "optimal_k",
@@ -81,6 +83,8 @@ __all__ = [
 
 F64 = NDArray[np.float64]
 I = NDArray[np.intp]  # noqa: E741
+Cuts = NDArray[np.unsignedinteger[Any] | np.int32]
+"""(P, Q) per-query cuts of a sweep's settings (:meth:`SweepKernel.cuts`)."""
 
 PASSAGES = "passages"
 """Pseudo-metric of the sweep: the number of passages kept (its mean: the mean context)."""
@@ -112,6 +116,41 @@ or a wide grid) are recomputed chunk by chunk when read."""
 
 CHUNK_CELLS = 1 << 21
 """Rows x candidates a kernel computes at once (its temporaries stay near 16 MB each)."""
+
+GATHER_CELLS = 1 << 21
+"""Values :meth:`SweepKernel.group_sums` reads from a chunk's tables at once, for a
+block of settings (16 MB)."""
+
+
+def cut_dtype(bound: int) -> np.dtype[np.unsignedinteger[Any] | np.int32]:
+    """The smallest integer dtype of per-query cuts in ``0..bound``: ``uint8`` up to
+    255, ``uint16`` up to 65,535, else ``int32`` (a sweep at 1,000,000 queries x 480
+    settings keeps 480 MB of cuts in ``uint8``, 1.9 GB in ``int32``)."""
+    if bound <= np.iinfo(np.uint8).max:
+        return np.dtype(np.uint8)
+    if bound <= np.iinfo(np.uint16).max:
+        return np.dtype(np.uint16)
+    return np.dtype(np.int32)
+
+
+def distinct_rows(kept: Cuts) -> tuple[I, I]:
+    """The distinct rows of ``kept`` (P, Q): the index of each one's first occurrence,
+    in order, and for every row the position of its copy among them.
+
+    Many settings cut alike (at 100,000 queries the default sweep's 480 settings give
+    198 distinct cut vectors): rows are grouped by a hash of their bytes and confirmed
+    equal element by element."""
+    first: list[int] = []
+    which = np.empty(kept.shape[0], dtype=np.intp)
+    seen: dict[int, list[int]] = {}
+    for i in range(kept.shape[0]):
+        row = kept[i]
+        same = seen.setdefault(hash(row.tobytes()), [])
+        which[i] = next((j for j in same if np.array_equal(kept[first[j]], row)), len(first))
+        if which[i] == len(first):
+            same.append(len(first))
+            first.append(i)
+    return np.asarray(first, dtype=np.intp), which
 
 
 def _metric_name(metric: str) -> str:
@@ -362,44 +401,69 @@ class SweepKernel:
         return self._chunk_tables(lo, hi).reshape((hi - lo) * self._cols, len(self.metrics))
 
     def group_sums(
-        self, kept: NDArray[np.int32], part: I, n_groups: int, weight: F64 | None = None
+        self, kept: Cuts, part: I, n_groups: int, weight: F64 | None = None
     ) -> tuple[F64, F64]:
         """(G, P, M) sums of every setting's metric values over the rows of each group,
         and the (weighted) counts of defined (non-NA) values; ``part`` gives each row's
-        group (-1: none), ``weight`` an optional per-row multiplicity."""
-        n_p, n_m = kept.shape[0], len(self.metrics)
-        sums = np.zeros((n_groups, n_p, n_m))
-        counts = np.zeros((n_groups, n_p, n_m))
+        group (-1: none), ``weight`` an optional per-row multiplicity.
+
+        Settings with the same cut on every row of the groups (a high threshold under
+        any large cap, say) are summed once (:func:`distinct_rows`) and the sums copied.
+        Each chunk of rows is prepared once (NA values as 0, times the weight), then
+        blocks of settings are read from it together, :data:`GATHER_CELLS` values at a
+        time: a few large numpy calls, not two per setting and chunk.
+        """
+        n_m = len(self.metrics)
         if kept.size and (kept.min() < 0 or kept.max() > self.width):
             raise EvalSetError(f"kept counts must lie in [0, {self.width}]")
+        used = np.flatnonzero(part >= 0)
+        reps, which = distinct_rows(kept if used.size == part.size else kept[:, used])
+        n_d = reps.size
+        sums = np.zeros((n_groups, n_d, n_m))
+        counts = np.zeros((n_groups, n_d, n_m))
         for lo, hi in self._chunks():
             local = np.flatnonzero(part[lo:hi] >= 0)
             if local.size == 0:
                 continue
-            local = local[np.argsort(part[lo:hi][local], kind="stable")]
-            g = part[lo:hi][local]
-            present, starts = np.unique(g, return_index=True)
-            rows = local + lo
-            w = None if weight is None else weight[rows][:, None]
-            flat = self.flat_rows(lo, hi)
             # rows sorted by group + reduceat, not a (G x rows) indicator matrix product:
             # multi-threaded BLAS on thin shapes was erratic (32 s for 100k x 480 here)
-            na = np.flatnonzero(np.isnan(flat).any(axis=0))  # metrics NA somewhere here
-            sizes = np.add.reduceat(np.ones((rows.size, 1)) if w is None else w, starts)
-            counts[present] += sizes[:, :, None]  # every value defined ...
+            local = local[np.argsort(part[lo:hi][local], kind="stable")]
+            present, starts = np.unique(part[lo:hi][local], return_index=True)
+            rows = local + lo
+            w = None if weight is None else weight[lo:hi]
+            sizes = np.add.reduceat(np.ones(rows.size) if w is None else w[local], starts)
+            counts[present] += sizes[:, None, None]  # every value defined ...
+            table, na = self._summands(lo, hi, w)
             base = local * self._cols
-            vals = np.empty((rows.size, n_m))
-            for i in range(n_p):
-                np.take(flat, base + kept[i, rows], axis=0, out=vals)  # (rows, M)
-                if na.size:  # ... except the NA ones, taken out again
-                    bad = np.isnan(vals[:, na])
-                    vals[:, na] = np.where(bad, 0.0, vals[:, na])
-                    drop = bad.astype(np.float64) if w is None else bad * w
-                    counts[present, i, na[:, None]] -= np.add.reduceat(drop, starts).T
-                if w is not None:
-                    vals *= w
-                sums[present, i] += np.add.reduceat(vals, starts)
-        return sums, counts
+            cuts = kept[np.ix_(reps, rows)]  # (D, rows)
+            block = max(1, GATHER_CELLS // (rows.size * (n_m + len(na[0]))))
+            for b in range(0, n_d, block):
+                e = min(b + block, n_d)
+                at = cuts[b:e].astype(np.intp)
+                at += base  # (B, rows): each row's table entry at its cut
+                vals = np.take(table, at, axis=0)  # (B, rows, M)
+                sums[present, b:e] += np.add.reduceat(vals, starts, axis=1).swapaxes(0, 1)
+                if len(na[0]):  # ... except the NA ones, taken out again
+                    drop = np.add.reduceat(np.take(na[1], at, axis=0), starts, axis=1)
+                    counts[np.ix_(present, np.arange(b, e), na[0])] -= drop.swapaxes(0, 1)
+        return sums[:, which], counts[:, which]
+
+    def _summands(self, lo: int, hi: int, w: F64 | None) -> tuple[F64, tuple[I, F64]]:
+        """The tables of rows ``lo:hi`` as :meth:`group_sums` adds them: ((hi - lo) *
+        (K + 1), M) values with NA as 0, times each row's weight ``w``; and the metrics NA
+        somewhere here with, per entry, whether it is NA (times the weight)."""
+        flat = self.flat_rows(lo, hi)
+        if not self.lazy:
+            flat = flat.copy()  # a view of the kernel's own tables
+        bad = np.isnan(flat)
+        na = np.flatnonzero(bad.any(axis=0))
+        missing = bad[:, na].astype(np.float64)
+        flat[bad] = 0.0
+        if w is not None:
+            rep = np.repeat(w, self._cols)[:, None]
+            flat *= rep
+            missing *= rep
+        return flat, (na, missing)
 
     @property
     def n_queries(self) -> int:
@@ -449,8 +513,10 @@ class SweepKernel:
         out: I = self._through[rows, np.minimum(n, self.width)]
         return out
 
-    def cuts(self, points: Sequence[PolicyParams]) -> NDArray[np.int32]:
-        """(P, Q) number kept under each setting.
+    def cuts(self, points: Sequence[PolicyParams]) -> Cuts:
+        """(P, Q) number kept under each setting, in the smallest integer dtype that
+        holds every count (:func:`cut_dtype`: ``uint8`` up to 255 candidates); cast
+        before any arithmetic on them (``astype(np.intp)``).
 
         Settings that differ only in ``max_k`` share one call of the policy: the cap is
         the policy's last step (``n_kept = min(max(m, min(n_valid, min_k)), max_k)``), so
@@ -458,7 +524,12 @@ class SweepKernel:
         every ``k <= K``. (Not with ``keep_invalid``, whose invalid candidates fill the
         room under the cap: those settings get their own call.)
         """
-        kept = np.empty((len(points), self.n_queries), dtype=np.int32)
+        # a count is at most the candidates per row and the setting's cap; with stages,
+        # at most the kernel's width
+        n = self.arrays.shape[1]
+        top = max((p.max_k for p in points), default=0)
+        bound = self.width if self.stages is not None else max(self.width, min(n, top))
+        kept = np.empty((len(points), self.n_queries), dtype=cut_dtype(bound))
         groups: dict[PolicyParams, list[int]] = {}
         for i, p in enumerate(points):
             if p.keep_invalid:
@@ -468,9 +539,14 @@ class SweepKernel:
             groups.setdefault(key, []).append(i)
         widest = [max(m, key=lambda i: points[i].max_k) for m in groups.values()]
         cut = self._policy_cuts([points[i] for i in widest])
-        for members, n in zip(groups.values(), cut, strict=True):
+        for members, wide in zip(groups.values(), cut, strict=True):
+            if self.stages is None:
+                small = wide.astype(kept.dtype)  # every count <= bound
+                for i in members:
+                    np.minimum(small, min(points[i].max_k, bound), out=kept[i])
+                continue
             for i in members:
-                kept[i] = self._after_stages(np.minimum(n, points[i].max_k), points[i])
+                kept[i] = self._after_stages(np.minimum(wide, points[i].max_k), points[i])
         return kept
 
     def values(self, kept: I) -> F64:
@@ -524,7 +600,7 @@ class SweepResult:
     metrics: tuple[str, ...]
     means: F64
     rows: I
-    kept: NDArray[np.int32] = field(repr=False)
+    kept: Cuts = field(repr=False)
     grouped: GroupedMeans | None = field(default=None, repr=False)
 
     def column(self, metric: str) -> F64:
@@ -558,7 +634,7 @@ class SweepResult:
 def _aggregate(
     kernel: SweepKernel,
     points: tuple[PolicyParams, ...],
-    kept: NDArray[np.int32],
+    kept: Cuts,
     rows: I,
     grouped: GroupedMeans | None = None,
 ) -> SweepResult:
@@ -593,7 +669,7 @@ class GroupedMeans:
         groups: disjoint row sets (empty ones are ignored).
     """
 
-    def __init__(self, kernel: SweepKernel, kept: NDArray[np.int32], groups: Sequence[I]) -> None:
+    def __init__(self, kernel: SweepKernel, kept: Cuts, groups: Sequence[I]) -> None:
         parts = [np.asarray(g, dtype=np.intp) for g in groups if len(g)]
         self.part = np.full(kernel.n_queries, -1, dtype=np.intp)
         for i, rows in enumerate(parts):
