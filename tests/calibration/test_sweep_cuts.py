@@ -4,8 +4,10 @@ wrap-around."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -155,6 +157,10 @@ def test_consumers_subtract_cuts_without_unsigned_wrap(notes: EvalSet) -> None:
     diff = r.comparison.difference[PASSAGES]
     assert diff.mean == pytest.approx(float(signed[rows].mean()), abs=1e-12)
     assert diff.low <= diff.mean <= diff.high < 0.0
+    # the provenance's file hashes, read in blocks: the sha256 of each whole file
+    assert res.files
+    for path, digest in res.files.items():
+        assert digest == hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def test_guarantee_reads_small_cuts_as_counts(notes: EvalSet) -> None:

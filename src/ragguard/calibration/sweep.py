@@ -387,11 +387,12 @@ class SweepKernel:
             if fast is not None:  # every size at once, from prefix sums
                 out[:, :, j] = fast
                 continue
+            if p is None:  # passages: every size, capped by the list's length
+                sizes = np.arange(self._cols)[None, :]
+                out[:, :, j] = np.minimum(sizes, part.n_present[:, None])
+                continue
             for c in range(self._cols):
-                if p is None:
-                    out[:, c, j] = np.minimum(c, part.n_present)
-                else:
-                    out[:, c, j] = compute(part, p, cut=np.full(hi - lo, c, dtype=np.intp))
+                out[:, c, j] = compute(part, p, cut=np.full(hi - lo, c, dtype=np.intp))
         return out
 
     def flat_rows(self, lo: int, hi: int) -> F64:
@@ -549,24 +550,48 @@ class SweepKernel:
                 kept[i] = self._after_stages(np.minimum(wide, points[i].max_k), points[i])
         return kept
 
-    def values(self, kept: I) -> F64:
-        """(M, Q) per-query value of every metric when query q keeps ``kept[q]``."""
+    def values(self, kept: NDArray[np.integer[Any]], metrics: Sequence[str] | None = None) -> F64:
+        """(M, Q) per-query value of every metric (or of ``metrics``, in that order) when
+        query q keeps ``kept[q]``; for (S, Q) cuts of S settings, (S, M, Q)."""
         k = np.asarray(kept, dtype=np.intp)
-        if k.shape != (self.n_queries,) or (k < 0).any() or (k > self.width).any():
+        if (
+            k.ndim not in (1, 2)
+            or k.shape[-1] != self.n_queries
+            or (k < 0).any()
+            or (k > self.width).any()
+        ):
             raise EvalSetError(
-                f"kept must be {self.n_queries} ints in [0, {self.width}], got shape {k.shape}"
+                f"kept must be {self.n_queries} ints in [0, {self.width}] (per setting), "
+                f"got shape {k.shape}"
             )
+        ks = k.reshape(-1, self.n_queries)
+        js = range(len(self.metrics)) if metrics is None else [self._column(m) for m in metrics]
+        values = np.empty((ks.shape[0], len(js), self.n_queries))
         if not self.lazy:
-            out: F64 = np.take(self._flat, self._row_base + k, axis=0).T
-            return out
-        # each metric at each query's own cut: the table's entry, computed directly
-        values = np.empty((len(self.metrics), self.n_queries))
-        for j, p in enumerate(self._parsed):
-            if p is None:
-                values[j] = np.minimum(k, self._tabled.n_present)
-            else:
-                values[j] = compute(self._tabled, p, cut=k)
-        return values
+            for s, row in enumerate(ks):
+                values[s] = np.take(self._flat, self._row_base + row, axis=0)[:, list(js)].T
+            return values if k.ndim == 2 else values[0]
+        # each metric at each query's own cut: the table's entry, computed directly (in
+        # chunks of rows, so the metrics' temporaries stay small; each chunk's arrays
+        # serve every setting and metric)
+        for lo, hi in self._chunks():
+            part = self._tabled.row_slice(lo, hi)
+            for s, row in enumerate(ks[:, lo:hi]):
+                for i, j in enumerate(js):
+                    p = self._parsed[j]
+                    if p is None:
+                        values[s, i, lo:hi] = np.minimum(row, part.n_present)
+                    else:
+                        values[s, i, lo:hi] = compute(part, p, cut=row)
+        return values if k.ndim == 2 else values[0]
+
+    def _column(self, metric: str) -> int:
+        try:
+            return self.metrics.index(metric)
+        except ValueError:
+            raise ConfigError(
+                f"the kernel was built without {metric!r}; it has: {', '.join(self.metrics)}"
+            ) from None
 
     def table(self, metric: str) -> F64:
         """(Q, K + 1) the per-query values of ``metric`` at context sizes 0..K."""
@@ -805,12 +830,20 @@ def optimal_k(arrays: EvalArrays, max_k: int, rows: I | Sequence[int] | None = N
     """Per-query optimal k (argmax of cumulative utility over ``k = 0..max_k``)."""
     q, n = arrays.shape
     width = min(max_k, n)
-    u = arrays.utility[:, :width]
-    cum = np.concatenate((np.zeros((q, 1)), np.cumsum(u, axis=1)), axis=1)
-    reachable = np.arange(width + 1)[None, :] <= arrays.n_valid[:, None]
-    cum = np.where(reachable, cum, -np.inf)
-    idx = np.arange(q) if rows is None else np.asarray(rows, dtype=np.intp)
-    best_k = cum[idx].argmax(axis=1).astype(np.intp)  # first maximum: the smallest k
-    best_u = cum[idx, best_k]
+    best_k = np.empty(q, dtype=np.intp)
+    best_u = np.empty(q)
+    sizes = np.arange(width + 1)[None, :]
+    step = max(1, CHUNK_CELLS // max(n, 1))
+    for lo in range(0, q, step):  # in chunks of rows: (rows x candidates) temporaries
+        part = arrays.row_slice(lo, min(lo + step, q))
+        cum = np.zeros((part.n_queries, width + 1))
+        np.cumsum(part.utility[:, :width], axis=1, out=cum[:, 1:])
+        cum[sizes > part.n_valid[:, None]] = -np.inf  # past the scored candidates
+        k = cum.argmax(axis=1)  # first maximum: the smallest k
+        best_k[lo : lo + step] = k
+        best_u[lo : lo + step] = cum[np.arange(part.n_queries), k]
+    if rows is not None:
+        idx = np.asarray(rows, dtype=np.intp)
+        best_k, best_u = best_k[idx], best_u[idx]
     counts = np.bincount(best_k, minlength=max_k + 1).astype(np.int64)
     return OptimalK(best_k, best_u, counts)
