@@ -109,6 +109,8 @@ def test_means_with_duplicated_cut_vectors_equal_brute_force(
     if lazy:  # tables recomputed in chunks of a few rows
         monkeypatch.setattr(sweep_module, "TABLE_BUDGET", 0)
         monkeypatch.setattr(sweep_module, "CHUNK_CELLS", 11 * 40)
+        monkeypatch.setattr(sweep_module, "ROW_CELLS", 5 * 18)
+        monkeypatch.setattr(sweep_module, "PREFIX_CELLS", 2 * 41)
     monkeypatch.setattr(sweep_module, "GATHER_CELLS", 64)  # several blocks of settings
     arrays = messy_evalset(11).arrays("messy")
     # caps past the longest list (18) and high thresholds cut alike: many duplicates

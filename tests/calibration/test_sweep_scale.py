@@ -31,9 +31,12 @@ def notes() -> EvalSet:
 
 
 def _lazy(monkeypatch: pytest.MonkeyPatch, cells: int = 7 * 11) -> None:
-    """Tables recomputed when read, in chunks of a few rows (several chunks per set)."""
+    """Tables recomputed when read, in chunks of a few rows (several chunks per set,
+    prefix sums in pieces of them); the policy and values in chunks too."""
     monkeypatch.setattr(sweep_module, "TABLE_BUDGET", 0)
     monkeypatch.setattr(sweep_module, "CHUNK_CELLS", cells)
+    monkeypatch.setattr(sweep_module, "ROW_CELLS", cells // 2)
+    monkeypatch.setattr(sweep_module, "PREFIX_CELLS", 3 * 11)
 
 
 def test_lazy_tables_give_the_same_sweep_values_and_tables(

@@ -117,6 +117,14 @@ or a wide grid) are recomputed chunk by chunk when read."""
 CHUNK_CELLS = 1 << 21
 """Rows x candidates a kernel computes at once (its temporaries stay near 16 MB each)."""
 
+ROW_CELLS = 1 << 18
+"""Rows x candidates of a chunk of work without tables (the policy's cuts, a kernel's
+values): 2 MB temporaries, in cache, are 1.5x faster than 16 MB ones."""
+
+PREFIX_CELLS = 1 << 16
+"""Rows x context sizes of one piece of a chunk's prefix-sum tables (512 KB a
+temporary: they stay in cache)."""
+
 GATHER_CELLS = 1 << 21
 """Values :meth:`SweepKernel.group_sums` reads from a chunk's tables at once, for a
 block of settings (16 MB)."""
@@ -381,17 +389,28 @@ class SweepKernel:
         js = range(len(self.metrics)) if only is None else [only]
         shape = (hi - lo, self._cols, len(self.metrics))
         out = np.empty(shape) if only is None else np.full(shape, np.nan)
-        for j in js:
+        # every size at once, from prefix sums, in pieces of rows whose (rows x sizes)
+        # temporaries stay in cache (30% faster than the whole chunk at 100 sizes)
+        slow = [j for j in js if self._parsed[j] is None]
+        step = max(1, PREFIX_CELLS // self._cols)
+        for a in range(0, hi - lo, step):
+            piece = part.row_slice(a, min(a + step, hi - lo))
+            for j in js:
+                p = self._parsed[j]
+                if p is None or j in slow:
+                    continue
+                fast = prefix_table(piece, p, self._cols)
+                if fast is None:
+                    slow.append(j)
+                else:
+                    out[a : a + step, :, j] = fast
+        for j in slow:
             p = self._parsed[j]
-            fast = None if p is None else prefix_table(part, p, self._cols)
-            if fast is not None:  # every size at once, from prefix sums
-                out[:, :, j] = fast
-                continue
             if p is None:  # passages: every size, capped by the list's length
                 sizes = np.arange(self._cols)[None, :]
                 out[:, :, j] = np.minimum(sizes, part.n_present[:, None])
                 continue
-            for c in range(self._cols):
+            for c in range(self._cols):  # no prefix form: size by size
                 out[:, c, j] = compute(part, p, cut=np.full(hi - lo, c, dtype=np.intp))
         return out
 
@@ -457,7 +476,10 @@ class SweepKernel:
         if not self.lazy:
             flat = flat.copy()  # a view of the kernel's own tables
         bad = np.isnan(flat)
-        na = np.flatnonzero(bad.any(axis=0))
+        # NA columns: one wide reduction over rows (an axis-0 one over M columns is 25x
+        # slower), then over context sizes
+        wide = bad.reshape(hi - lo, self._cols * len(self.metrics)).any(axis=0)
+        na = np.flatnonzero(wide.reshape(self._cols, len(self.metrics)).any(axis=0))
         missing = bad[:, na].astype(np.float64)
         flat[bad] = 0.0
         if w is not None:
@@ -471,20 +493,21 @@ class SweepKernel:
         """Number of queries (rows)."""
         return self.arrays.n_queries
 
-    def _chunks(self) -> list[tuple[int, int]]:
+    def _chunks(self, cells: int | None = None) -> list[tuple[int, int]]:
         """Row ranges of about :data:`CHUNK_CELLS` cells each: rows x candidates (the
         policy's and the metrics' temporaries) or rows x context sizes x metrics / 4
-        (a chunk's tables), whichever is wider."""
+        (a chunk's tables), whichever is wider; with ``cells``, of that many rows x
+        candidates (work without tables: the policy, :meth:`values`)."""
         q, n = self.arrays.shape
         per_row = max(n, self._cols * len(self.metrics) // 4, 1)
-        step = max(1, CHUNK_CELLS // per_row)
+        step = max(1, CHUNK_CELLS // per_row if cells is None else cells // max(n, 1))
         return [(lo, min(lo + step, q)) for lo in range(0, q, step)]
 
     def _policy_cuts(self, params: Sequence[PolicyParams]) -> list[I]:
         """(Q,) the runtime policy's ``n_kept`` under each of ``params``, chunk by chunk
         (each chunk ranked once for all of them)."""
         out = [np.empty(self.n_queries, dtype=np.intp) for _ in params]
-        for lo, hi in self._chunks():
+        for lo, hi in self._chunks(ROW_CELLS):
             ranked = self.arrays.row_slice(lo, hi).ranked()
             for o, p in zip(out, params, strict=True):
                 o[lo:hi] = cut_ranked(ranked, p).n_kept
@@ -574,7 +597,7 @@ class SweepKernel:
         # each metric at each query's own cut: the table's entry, computed directly (in
         # chunks of rows, so the metrics' temporaries stay small; each chunk's arrays
         # serve every setting and metric)
-        for lo, hi in self._chunks():
+        for lo, hi in self._chunks(ROW_CELLS):
             part = self._tabled.row_slice(lo, hi)
             for s, row in enumerate(ks[:, lo:hi]):
                 for i, j in enumerate(js):
