@@ -32,7 +32,7 @@ def notes() -> EvalSet:
 
 def _lazy(monkeypatch: pytest.MonkeyPatch, cells: int = 7 * 11) -> None:
     """Tables recomputed when read, in chunks of a few rows (several chunks per set,
-    prefix sums in pieces of them); the policy and values in chunks too."""
+    prefix sums in pieces of them); the policy's cuts in chunks too."""
     monkeypatch.setattr(sweep_module, "TABLE_BUDGET", 0)
     monkeypatch.setattr(sweep_module, "CHUNK_CELLS", cells)
     monkeypatch.setattr(sweep_module, "ROW_CELLS", cells // 2)

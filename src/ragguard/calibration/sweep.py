@@ -118,8 +118,8 @@ CHUNK_CELLS = 1 << 21
 """Rows x candidates a kernel computes at once (its temporaries stay near 16 MB each)."""
 
 ROW_CELLS = 1 << 18
-"""Rows x candidates of a chunk of work without tables (the policy's cuts, a kernel's
-values): 2 MB temporaries, in cache, are 1.5x faster than 16 MB ones."""
+"""Rows x candidates of a chunk of the policy's cuts: 2 MB temporaries, in cache, are
+1.4x faster than 16 MB ones."""
 
 PREFIX_CELLS = 1 << 16
 """Rows x context sizes of one piece of a chunk's prefix-sum tables (512 KB a
@@ -497,7 +497,7 @@ class SweepKernel:
         """Row ranges of about :data:`CHUNK_CELLS` cells each: rows x candidates (the
         policy's and the metrics' temporaries) or rows x context sizes x metrics / 4
         (a chunk's tables), whichever is wider; with ``cells``, of that many rows x
-        candidates (work without tables: the policy, :meth:`values`)."""
+        candidates (the policy's cuts)."""
         q, n = self.arrays.shape
         per_row = max(n, self._cols * len(self.metrics) // 4, 1)
         step = max(1, CHUNK_CELLS // per_row if cells is None else cells // max(n, 1))
@@ -597,7 +597,7 @@ class SweepKernel:
         # each metric at each query's own cut: the table's entry, computed directly (in
         # chunks of rows, so the metrics' temporaries stay small; each chunk's arrays
         # serve every setting and metric)
-        for lo, hi in self._chunks(ROW_CELLS):
+        for lo, hi in self._chunks():
             part = self._tabled.row_slice(lo, hi)
             for s, row in enumerate(ks[:, lo:hi]):
                 for i, j in enumerate(js):
