@@ -150,7 +150,7 @@ def test_optimal_k_in_chunks_equals_the_argmax_of_each_row(
     notes: EvalSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     arrays = notes.arrays("dense-minilm")
-    monkeypatch.setattr(sweep_module, "CHUNK_CELLS", 3 * arrays.shape[1])  # 3 rows a chunk
+    monkeypatch.setattr(sweep_module, "ROW_CELLS", 3 * arrays.shape[1])  # 3 rows a chunk
     rows = np.array([5, 0, 17, 17, 50])
     opt = sweep_module.optimal_k(arrays, 8)
     sub = sweep_module.optimal_k(arrays, 8, rows=rows)
