@@ -82,6 +82,10 @@ def test_distinct_rows_by_hand_and_on_hash_collisions(monkeypatch: pytest.Monkey
     assert first.tolist() == [0, 1, 4]
     assert which.tolist() == [0, 1, 0, 1, 2]
     assert distinct_rows(kept[:0])[0].size == 0
+    # on some columns only: rows that differ elsewhere count as copies
+    first, which = distinct_rows(np.array([[1, 5], [1, 6], [2, 5]]), np.array([0]))
+    assert first.tolist() == [0, 2]
+    assert which.tolist() == [0, 0, 1]
 
 
 # metrics NA on some queries (no evidence, nothing judged) at some cuts but not others

@@ -141,20 +141,26 @@ def cut_dtype(bound: int) -> np.dtype[np.unsignedinteger[Any] | np.int32]:
     return np.dtype(np.int32)
 
 
-def distinct_rows(kept: Cuts) -> tuple[I, I]:
-    """The distinct rows of ``kept`` (P, Q): the index of each one's first occurrence,
-    in order, and for every row the position of its copy among them.
+def distinct_rows(kept: Cuts, columns: I | None = None) -> tuple[I, I]:
+    """The distinct rows of ``kept`` (P, Q) (on ``columns`` only, when given): the index
+    of each one's first occurrence, in order, and for every row the position of its copy
+    among them.
 
     Many settings cut alike (at 100,000 queries the default sweep's 480 settings give
     198 distinct cut vectors): rows are grouped by a hash of their bytes and confirmed
-    equal element by element."""
+    equal element by element, one row at a time (no copy of ``kept``)."""
+
+    def row(i: int) -> Cuts:
+        out: Cuts = kept[i] if columns is None else kept[i, columns]
+        return out
+
     first: list[int] = []
     which = np.empty(kept.shape[0], dtype=np.intp)
     seen: dict[int, list[int]] = {}
     for i in range(kept.shape[0]):
-        row = kept[i]
-        same = seen.setdefault(hash(row.tobytes()), [])
-        which[i] = next((j for j in same if np.array_equal(kept[first[j]], row)), len(first))
+        mine = row(i)
+        same = seen.setdefault(hash(mine.tobytes()), [])
+        which[i] = next((j for j in same if np.array_equal(row(first[j]), mine)), len(first))
         if which[i] == len(first):
             same.append(len(first))
             first.append(i)
@@ -437,7 +443,7 @@ class SweepKernel:
         if kept.size and (kept.min() < 0 or kept.max() > self.width):
             raise EvalSetError(f"kept counts must lie in [0, {self.width}]")
         used = np.flatnonzero(part >= 0)
-        reps, which = distinct_rows(kept if used.size == part.size else kept[:, used])
+        reps, which = distinct_rows(kept, None if used.size == part.size else used)
         n_d = reps.size
         sums = np.zeros((n_groups, n_d, n_m))
         counts = np.zeros((n_groups, n_d, n_m))
