@@ -31,9 +31,12 @@ def notes() -> EvalSet:
 
 
 def _lazy(monkeypatch: pytest.MonkeyPatch, cells: int = 7 * 11) -> None:
-    """Tables recomputed when read, in chunks of a few rows (several chunks per set)."""
+    """Tables recomputed when read, in chunks of a few rows (several chunks per set,
+    prefix sums in pieces of them); the policy's cuts in chunks too."""
     monkeypatch.setattr(sweep_module, "TABLE_BUDGET", 0)
     monkeypatch.setattr(sweep_module, "CHUNK_CELLS", cells)
+    monkeypatch.setattr(sweep_module, "ROW_CELLS", cells // 2)
+    monkeypatch.setattr(sweep_module, "PREFIX_CELLS", 3 * 11)
 
 
 def test_lazy_tables_give_the_same_sweep_values_and_tables(
@@ -118,3 +121,46 @@ def test_bootstrap_means_are_resamples_with_replacement() -> None:
     # one resample is a draw of n rows with replacement: weights sum to n
     again = bootstrap_means(np.ones((50, 1)), 3, np.random.default_rng(1))
     assert np.allclose(again, 1.0)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_values_of_several_settings_and_some_metrics_equal_evaluate(
+    notes: EvalSet, monkeypatch: pytest.MonkeyPatch, lazy: bool
+) -> None:
+    if lazy:
+        _lazy(monkeypatch)
+    arrays = notes.arrays("bm25")
+    kernel = SweepKernel(arrays, METRICS, 10)
+    assert kernel.lazy is lazy
+    result = sweep(kernel, SweepGrid(), METRICS[:-1])
+    picked = [3, 40, 41, 200]
+    wanted = ["ndcg@5", PASSAGES, "evidence_recall"]
+    got = kernel.values(result.kept[picked], wanted)  # (settings, metrics, queries)
+    assert got.shape == (len(picked), len(wanted), arrays.n_queries)
+    for s, point in enumerate(picked):
+        cut = result.kept[point].astype(np.intp)
+        per = evaluate(arrays, metrics=wanted[::2], per_query=True, cut=cut)
+        for j, m in ((0, "ndcg@5"), (2, "evidence_recall")):
+            np.testing.assert_allclose(got[s, j], list(per[m].values()), rtol=1e-12)
+        np.testing.assert_array_equal(got[s, 1], np.minimum(cut, arrays.n_present))
+        np.testing.assert_array_equal(kernel.values(cut, wanted), got[s])
+
+
+def test_optimal_k_in_chunks_equals_the_argmax_of_each_row(
+    notes: EvalSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arrays = notes.arrays("dense-minilm")
+    monkeypatch.setattr(sweep_module, "ROW_CELLS", 3 * arrays.shape[1])  # 3 rows a chunk
+    rows = np.array([5, 0, 17, 17, 50])
+    opt = sweep_module.optimal_k(arrays, 8)
+    sub = sweep_module.optimal_k(arrays, 8, rows=rows)
+    for row in range(arrays.n_queries):
+        # the reference: cumulative utility of each scored prefix, its first maximum
+        u = arrays.utility[row, : min(8, int(arrays.n_valid[row]))].tolist()
+        cum = [0.0]
+        for x in u:
+            cum.append(cum[-1] + x)
+        assert opt.k[row] == cum.index(max(cum)), row
+        assert opt.utility[row] == pytest.approx(max(cum), abs=1e-12)
+    assert sub.k.tolist() == opt.k[rows].tolist()
+    assert sub.counts.sum() == rows.size

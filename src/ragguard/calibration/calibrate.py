@@ -84,6 +84,7 @@ from ragguard.calibration.sweep import (
     SweepResult,
     choose,
     describe_point,
+    distinct_rows,
     is_plain_top_k,
     lower_is_better,
     optimal_k,
@@ -312,8 +313,7 @@ class Comparison:
 def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I) -> F64:
     """(M, len(rows)) per-query values of ``metrics`` on ``rows`` when each query keeps
     ``kept`` passages."""
-    idx = [kernel.metrics.index(m) for m in metrics]
-    out: F64 = kernel.values(kept)[idx][:, rows]
+    out: F64 = kernel.values(kept, metrics)[:, rows]
     return out
 
 
@@ -330,8 +330,8 @@ def compare(
     level: float = 0.95,
 ) -> Comparison:
     """Paired bootstrap comparison of two per-query cuts on ``rows``."""
-    base = metric_values(kernel, baseline_kept, metrics, rows)
-    guard = metric_values(kernel, guarded_kept, metrics, rows)
+    both = kernel.values(np.stack([baseline_kept, guarded_kept]), metrics)[:, :, rows]
+    base, guard = both[0], both[1]
     return compare_values(
         base, guard, rows, metrics, split=split, n_bootstrap=n_bootstrap, seed=seed, level=level
     )
@@ -595,8 +595,8 @@ class RunCalibration:
     @property
     def written_kept(self) -> I:
         """(Q,) passages kept per query under the written setting (all queries)."""
-        out: I = self.sweep.kept[self.written]
-        return out.astype(np.intp)
+        out: I = self.sweep.kept[self.written].astype(np.intp)
+        return out
 
     @property
     def baseline_kept(self) -> I:
@@ -971,7 +971,7 @@ def _file_hashes(evalset: EvalSet, runs: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for p in paths:
         if p and Path(p).is_file() and p not in out:
-            with Path(p).open("rb") as f:  # streamed: a large run is not held whole
+            with Path(p).open("rb") as f:  # in blocks: a run file can be gigabytes
                 out[p] = hashlib.file_digest(f, "sha256").hexdigest()
     return out
 
@@ -1189,16 +1189,24 @@ def calibrate(
             kern = SweepKernel(ar, wanted, width, stages=on_run)
             return kern, sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
 
-        kernel, result = sweep_on(run_grid)
+        # the caps grow to the candidate depth when no setting meets the constraints, and
+        # always for a guarantee (whose first sweep would go unused: it is skipped)
         depth = min(int(arrays.n_valid.max()) if arrays.n_queries else 0, MAX_K_LIMIT)
+        wider = None
         if not grid_given and depth > max(run_grid.max_k):
-            met_somewhere = all(
-                bool((c.violation(result.column(c.metric)) == 0).any()) for c in cons
-            )
-            if target is not None or not met_somewhere:
-                run_grid = replace(run_grid, max_k=_extended_caps(run_grid.max_k, depth))
-                kernel, result = sweep_on(run_grid)
-                logger.info("run %r: caps extended to %d", name, max(run_grid.max_k))
+            wider = replace(run_grid, max_k=_extended_caps(run_grid.max_k, depth))
+        swept = None
+        if wider is None or target is None:
+            swept = sweep_on(run_grid)
+            if all(bool((c.violation(swept[1].column(c.metric)) == 0).any()) for c in cons):
+                wider = None
+        if wider is not None:
+            swept = None  # the first sweep's tables go before the wider ones are built
+            run_grid = wider
+            swept = sweep_on(run_grid)
+            logger.info("run %r: caps extended to %d", name, max(run_grid.max_k))
+        assert swept is not None
+        kernel, result = swept
         points = result.points
         top_idx = [i for i, p in enumerate(points) if is_plain_top_k(p)]
         full = result.restricted(kernel, all_rows)
@@ -1372,11 +1380,14 @@ def _guarantee(
     if not paths:
         raise ConfigError("a recall guarantee needs plain top-k settings in the grid")
     kern = kernel_of or (lambda i: kernel)
-    idx = {i: kern(i).metrics.index(EVIDENCE) for path in paths.values() for i in path}
-    members = sorted(idx)
+    members = sorted({i for path in paths.values() for i in path})
     ev = np.full((len(points), kernel.n_queries), np.nan)
+    on_kernel: dict[int, list[int]] = {}  # settings cutting alike on one kernel: one pass
     for i in members:
-        ev[i] = kern(i).values(result.kept[i].astype(np.intp))[idx[i]]
+        on_kernel.setdefault(id(kern(i)), []).append(i)
+    for same in on_kernel.values():
+        first, which = distinct_rows(result.kept[same])
+        ev[same] = kern(same[0]).values(result.kept[same][first], [EVIDENCE])[which, 0]
     calib = result.rows
     pas_c = result.column(PASSAGES)
     pas_a = full.column(PASSAGES)

@@ -48,7 +48,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -72,7 +72,9 @@ __all__ = [
     "SweepKernel",
     "SweepResult",
     "choose",
+    "cut_dtype",
     "describe_point",
+    "distinct_rows",
     "is_plain_top_k",
     "nanmean",
     "optimal_k",
@@ -81,6 +83,8 @@ __all__ = [
 
 F64 = NDArray[np.float64]
 I = NDArray[np.intp]  # noqa: E741
+Cuts = NDArray[np.unsignedinteger[Any] | np.int32]
+"""(P, Q) per-query cuts of a sweep's settings (:meth:`SweepKernel.cuts`)."""
 
 PASSAGES = "passages"
 """Pseudo-metric of the sweep: the number of passages kept (its mean: the mean context)."""
@@ -112,6 +116,55 @@ or a wide grid) are recomputed chunk by chunk when read."""
 
 CHUNK_CELLS = 1 << 21
 """Rows x candidates a kernel computes at once (its temporaries stay near 16 MB each)."""
+
+ROW_CELLS = 1 << 18
+"""Rows x candidates of a chunk of the policy's cuts (and of :func:`optimal_k`): 2 MB
+temporaries, in cache, are 1.4x faster than 16 MB ones."""
+
+PREFIX_CELLS = 1 << 16
+"""Rows x context sizes of one piece of a chunk's prefix-sum tables (512 KB a
+temporary: they stay in cache)."""
+
+GATHER_CELLS = 1 << 21
+"""Values :meth:`SweepKernel.group_sums` reads from a chunk's tables at once, for a
+block of settings (16 MB)."""
+
+
+def cut_dtype(bound: int) -> np.dtype[np.unsignedinteger[Any] | np.int32]:
+    """The smallest integer dtype of per-query cuts in ``0..bound``: ``uint8`` up to
+    255, ``uint16`` up to 65,535, else ``int32`` (a sweep at 1,000,000 queries x 480
+    settings keeps 480 MB of cuts in ``uint8``, 1.9 GB in ``int32``)."""
+    if bound <= np.iinfo(np.uint8).max:
+        return np.dtype(np.uint8)
+    if bound <= np.iinfo(np.uint16).max:
+        return np.dtype(np.uint16)
+    return np.dtype(np.int32)
+
+
+def distinct_rows(kept: Cuts, columns: I | None = None) -> tuple[I, I]:
+    """The distinct rows of ``kept`` (P, Q) (on ``columns`` only, when given): the index
+    of each one's first occurrence, in order, and for every row the position of its copy
+    among them.
+
+    Many settings cut alike (at 100,000 queries the default sweep's 480 settings give
+    198 distinct cut vectors): rows are grouped by a hash of their bytes and confirmed
+    equal element by element, one row at a time (no copy of ``kept``)."""
+
+    def row(i: int) -> Cuts:
+        out: Cuts = kept[i] if columns is None else kept[i, columns]
+        return out
+
+    first: list[int] = []
+    which = np.empty(kept.shape[0], dtype=np.intp)
+    seen: dict[int, list[int]] = {}
+    for i in range(kept.shape[0]):
+        mine = row(i)
+        same = seen.setdefault(hash(mine.tobytes()), [])
+        which[i] = next((j for j in same if np.array_equal(row(first[j]), mine)), len(first))
+        if which[i] == len(first):
+            same.append(len(first))
+            first.append(i)
+    return np.asarray(first, dtype=np.intp), which
 
 
 def _metric_name(metric: str) -> str:
@@ -342,17 +395,29 @@ class SweepKernel:
         js = range(len(self.metrics)) if only is None else [only]
         shape = (hi - lo, self._cols, len(self.metrics))
         out = np.empty(shape) if only is None else np.full(shape, np.nan)
-        for j in js:
-            p = self._parsed[j]
-            fast = None if p is None else prefix_table(part, p, self._cols)
-            if fast is not None:  # every size at once, from prefix sums
-                out[:, :, j] = fast
-                continue
-            for c in range(self._cols):
-                if p is None:
-                    out[:, c, j] = np.minimum(c, part.n_present)
+        # every size at once, from prefix sums, in pieces of rows whose (rows x sizes)
+        # temporaries stay in cache (30% faster than the whole chunk at 100 sizes)
+        slow = [j for j in js if self._parsed[j] is None]
+        step = max(1, PREFIX_CELLS // self._cols)
+        for a in range(0, hi - lo, step):
+            piece = part.row_slice(a, min(a + step, hi - lo))
+            for j in js:
+                p = self._parsed[j]
+                if p is None or j in slow:
+                    continue
+                fast = prefix_table(piece, p, self._cols)
+                if fast is None:
+                    slow.append(j)
                 else:
-                    out[:, c, j] = compute(part, p, cut=np.full(hi - lo, c, dtype=np.intp))
+                    out[a : a + step, :, j] = fast
+        for j in slow:
+            p = self._parsed[j]
+            if p is None:  # passages: every size, capped by the list's length
+                sizes = np.arange(self._cols)[None, :]
+                out[:, :, j] = np.minimum(sizes, part.n_present[:, None])
+                continue
+            for c in range(self._cols):  # no prefix form: size by size
+                out[:, c, j] = compute(part, p, cut=np.full(hi - lo, c, dtype=np.intp))
         return out
 
     def flat_rows(self, lo: int, hi: int) -> F64:
@@ -362,64 +427,93 @@ class SweepKernel:
         return self._chunk_tables(lo, hi).reshape((hi - lo) * self._cols, len(self.metrics))
 
     def group_sums(
-        self, kept: NDArray[np.int32], part: I, n_groups: int, weight: F64 | None = None
+        self, kept: Cuts, part: I, n_groups: int, weight: F64 | None = None
     ) -> tuple[F64, F64]:
         """(G, P, M) sums of every setting's metric values over the rows of each group,
         and the (weighted) counts of defined (non-NA) values; ``part`` gives each row's
-        group (-1: none), ``weight`` an optional per-row multiplicity."""
-        n_p, n_m = kept.shape[0], len(self.metrics)
-        sums = np.zeros((n_groups, n_p, n_m))
-        counts = np.zeros((n_groups, n_p, n_m))
+        group (-1: none), ``weight`` an optional per-row multiplicity.
+
+        Settings with the same cut on every row of the groups (a high threshold under
+        any large cap, say) are summed once (:func:`distinct_rows`) and the sums copied.
+        Each chunk of rows is prepared once (NA values as 0, times the weight), then
+        blocks of settings are read from it together, :data:`GATHER_CELLS` values at a
+        time: a few large numpy calls, not two per setting and chunk.
+        """
+        n_m = len(self.metrics)
         if kept.size and (kept.min() < 0 or kept.max() > self.width):
             raise EvalSetError(f"kept counts must lie in [0, {self.width}]")
+        used = np.flatnonzero(part >= 0)
+        reps, which = distinct_rows(kept, None if used.size == part.size else used)
+        n_d = reps.size
+        sums = np.zeros((n_groups, n_d, n_m))
+        counts = np.zeros((n_groups, n_d, n_m))
         for lo, hi in self._chunks():
             local = np.flatnonzero(part[lo:hi] >= 0)
             if local.size == 0:
                 continue
-            local = local[np.argsort(part[lo:hi][local], kind="stable")]
-            g = part[lo:hi][local]
-            present, starts = np.unique(g, return_index=True)
-            rows = local + lo
-            w = None if weight is None else weight[rows][:, None]
-            flat = self.flat_rows(lo, hi)
             # rows sorted by group + reduceat, not a (G x rows) indicator matrix product:
             # multi-threaded BLAS on thin shapes was erratic (32 s for 100k x 480 here)
-            na = np.flatnonzero(np.isnan(flat).any(axis=0))  # metrics NA somewhere here
-            sizes = np.add.reduceat(np.ones((rows.size, 1)) if w is None else w, starts)
-            counts[present] += sizes[:, :, None]  # every value defined ...
+            local = local[np.argsort(part[lo:hi][local], kind="stable")]
+            present, starts = np.unique(part[lo:hi][local], return_index=True)
+            rows = local + lo
+            w = None if weight is None else weight[lo:hi]
+            sizes = np.add.reduceat(np.ones(rows.size) if w is None else w[local], starts)
+            counts[present] += sizes[:, None, None]  # every value defined ...
+            table, na = self._summands(lo, hi, w)
             base = local * self._cols
-            vals = np.empty((rows.size, n_m))
-            for i in range(n_p):
-                np.take(flat, base + kept[i, rows], axis=0, out=vals)  # (rows, M)
-                if na.size:  # ... except the NA ones, taken out again
-                    bad = np.isnan(vals[:, na])
-                    vals[:, na] = np.where(bad, 0.0, vals[:, na])
-                    drop = bad.astype(np.float64) if w is None else bad * w
-                    counts[present, i, na[:, None]] -= np.add.reduceat(drop, starts).T
-                if w is not None:
-                    vals *= w
-                sums[present, i] += np.add.reduceat(vals, starts)
-        return sums, counts
+            cuts = kept[np.ix_(reps, rows)]  # (D, rows)
+            block = max(1, GATHER_CELLS // (rows.size * (n_m + len(na[0]))))
+            for b in range(0, n_d, block):
+                e = min(b + block, n_d)
+                at = cuts[b:e].astype(np.intp)
+                at += base  # (B, rows): each row's table entry at its cut
+                vals = np.take(table, at, axis=0)  # (B, rows, M)
+                sums[present, b:e] += np.add.reduceat(vals, starts, axis=1).swapaxes(0, 1)
+                if len(na[0]):  # ... except the NA ones, taken out again
+                    drop = np.add.reduceat(np.take(na[1], at, axis=0), starts, axis=1)
+                    counts[np.ix_(present, np.arange(b, e), na[0])] -= drop.swapaxes(0, 1)
+        return sums[:, which], counts[:, which]
+
+    def _summands(self, lo: int, hi: int, w: F64 | None) -> tuple[F64, tuple[I, F64]]:
+        """The tables of rows ``lo:hi`` as :meth:`group_sums` adds them: ((hi - lo) *
+        (K + 1), M) values with NA as 0, times each row's weight ``w``; and the metrics NA
+        somewhere here with, per entry, whether it is NA (times the weight)."""
+        flat = self.flat_rows(lo, hi)
+        if not self.lazy:
+            flat = flat.copy()  # a view of the kernel's own tables
+        bad = np.isnan(flat)
+        # NA columns: one wide reduction over rows (an axis-0 one over M columns is 25x
+        # slower), then over context sizes
+        wide = bad.reshape(hi - lo, self._cols * len(self.metrics)).any(axis=0)
+        na = np.flatnonzero(wide.reshape(self._cols, len(self.metrics)).any(axis=0))
+        missing = bad[:, na].astype(np.float64)
+        flat[bad] = 0.0
+        if w is not None:
+            rep = np.repeat(w, self._cols)[:, None]
+            flat *= rep
+            missing *= rep
+        return flat, (na, missing)
 
     @property
     def n_queries(self) -> int:
         """Number of queries (rows)."""
         return self.arrays.n_queries
 
-    def _chunks(self) -> list[tuple[int, int]]:
+    def _chunks(self, cells: int | None = None) -> list[tuple[int, int]]:
         """Row ranges of about :data:`CHUNK_CELLS` cells each: rows x candidates (the
         policy's and the metrics' temporaries) or rows x context sizes x metrics / 4
-        (a chunk's tables), whichever is wider."""
+        (a chunk's tables), whichever is wider; with ``cells``, of that many rows x
+        candidates (the policy's cuts)."""
         q, n = self.arrays.shape
         per_row = max(n, self._cols * len(self.metrics) // 4, 1)
-        step = max(1, CHUNK_CELLS // per_row)
+        step = max(1, CHUNK_CELLS // per_row if cells is None else cells // max(n, 1))
         return [(lo, min(lo + step, q)) for lo in range(0, q, step)]
 
     def _policy_cuts(self, params: Sequence[PolicyParams]) -> list[I]:
         """(Q,) the runtime policy's ``n_kept`` under each of ``params``, chunk by chunk
         (each chunk ranked once for all of them)."""
         out = [np.empty(self.n_queries, dtype=np.intp) for _ in params]
-        for lo, hi in self._chunks():
+        for lo, hi in self._chunks(ROW_CELLS):
             ranked = self.arrays.row_slice(lo, hi).ranked()
             for o, p in zip(out, params, strict=True):
                 o[lo:hi] = cut_ranked(ranked, p).n_kept
@@ -449,8 +543,10 @@ class SweepKernel:
         out: I = self._through[rows, np.minimum(n, self.width)]
         return out
 
-    def cuts(self, points: Sequence[PolicyParams]) -> NDArray[np.int32]:
-        """(P, Q) number kept under each setting.
+    def cuts(self, points: Sequence[PolicyParams]) -> Cuts:
+        """(P, Q) number kept under each setting, in the smallest integer dtype that
+        holds every count (:func:`cut_dtype`: ``uint8`` up to 255 candidates); cast
+        before any arithmetic on them (``astype(np.intp)``).
 
         Settings that differ only in ``max_k`` share one call of the policy: the cap is
         the policy's last step (``n_kept = min(max(m, min(n_valid, min_k)), max_k)``), so
@@ -458,7 +554,12 @@ class SweepKernel:
         every ``k <= K``. (Not with ``keep_invalid``, whose invalid candidates fill the
         room under the cap: those settings get their own call.)
         """
-        kept = np.empty((len(points), self.n_queries), dtype=np.int32)
+        # a count is at most the candidates per row and the setting's cap; with stages,
+        # at most the kernel's width
+        n = self.arrays.shape[1]
+        top = max((p.max_k for p in points), default=0)
+        bound = self.width if self.stages is not None else max(self.width, min(n, top))
+        kept = np.empty((len(points), self.n_queries), dtype=cut_dtype(bound))
         groups: dict[PolicyParams, list[int]] = {}
         for i, p in enumerate(points):
             if p.keep_invalid:
@@ -468,29 +569,58 @@ class SweepKernel:
             groups.setdefault(key, []).append(i)
         widest = [max(m, key=lambda i: points[i].max_k) for m in groups.values()]
         cut = self._policy_cuts([points[i] for i in widest])
-        for members, n in zip(groups.values(), cut, strict=True):
+        for members, wide in zip(groups.values(), cut, strict=True):
+            if self.stages is None:
+                small = wide.astype(kept.dtype)  # every count <= bound
+                for i in members:
+                    np.minimum(small, min(points[i].max_k, bound), out=kept[i])
+                continue
             for i in members:
-                kept[i] = self._after_stages(np.minimum(n, points[i].max_k), points[i])
+                kept[i] = self._after_stages(np.minimum(wide, points[i].max_k), points[i])
         return kept
 
-    def values(self, kept: I) -> F64:
-        """(M, Q) per-query value of every metric when query q keeps ``kept[q]``."""
+    def values(self, kept: NDArray[np.integer[Any]], metrics: Sequence[str] | None = None) -> F64:
+        """(M, Q) per-query value of every metric (or of ``metrics``, in that order) when
+        query q keeps ``kept[q]``; for (S, Q) cuts of S settings, (S, M, Q)."""
         k = np.asarray(kept, dtype=np.intp)
-        if k.shape != (self.n_queries,) or (k < 0).any() or (k > self.width).any():
+        if (
+            k.ndim not in (1, 2)
+            or k.shape[-1] != self.n_queries
+            or (k < 0).any()
+            or (k > self.width).any()
+        ):
             raise EvalSetError(
-                f"kept must be {self.n_queries} ints in [0, {self.width}], got shape {k.shape}"
+                f"kept must be {self.n_queries} ints in [0, {self.width}] (per setting), "
+                f"got shape {k.shape}"
             )
+        ks = k.reshape(-1, self.n_queries)
+        js = range(len(self.metrics)) if metrics is None else [self._column(m) for m in metrics]
+        values = np.empty((ks.shape[0], len(js), self.n_queries))
         if not self.lazy:
-            out: F64 = np.take(self._flat, self._row_base + k, axis=0).T
-            return out
-        # each metric at each query's own cut: the table's entry, computed directly
-        values = np.empty((len(self.metrics), self.n_queries))
-        for j, p in enumerate(self._parsed):
-            if p is None:
-                values[j] = np.minimum(k, self._tabled.n_present)
-            else:
-                values[j] = compute(self._tabled, p, cut=k)
-        return values
+            for s, row in enumerate(ks):
+                values[s] = np.take(self._flat, self._row_base + row, axis=0)[:, list(js)].T
+            return values if k.ndim == 2 else values[0]
+        # each metric at each query's own cut: the table's entry, computed directly (in
+        # chunks of rows, so the metrics' temporaries stay small; each chunk's arrays
+        # serve every setting and metric)
+        for lo, hi in self._chunks():
+            part = self._tabled.row_slice(lo, hi)
+            for s, row in enumerate(ks[:, lo:hi]):
+                for i, j in enumerate(js):
+                    p = self._parsed[j]
+                    if p is None:
+                        values[s, i, lo:hi] = np.minimum(row, part.n_present)
+                    else:
+                        values[s, i, lo:hi] = compute(part, p, cut=row)
+        return values if k.ndim == 2 else values[0]
+
+    def _column(self, metric: str) -> int:
+        try:
+            return self.metrics.index(metric)
+        except ValueError:
+            raise ConfigError(
+                f"the kernel was built without {metric!r}; it has: {', '.join(self.metrics)}"
+            ) from None
 
     def table(self, metric: str) -> F64:
         """(Q, K + 1) the per-query values of ``metric`` at context sizes 0..K."""
@@ -524,7 +654,7 @@ class SweepResult:
     metrics: tuple[str, ...]
     means: F64
     rows: I
-    kept: NDArray[np.int32] = field(repr=False)
+    kept: Cuts = field(repr=False)
     grouped: GroupedMeans | None = field(default=None, repr=False)
 
     def column(self, metric: str) -> F64:
@@ -558,7 +688,7 @@ class SweepResult:
 def _aggregate(
     kernel: SweepKernel,
     points: tuple[PolicyParams, ...],
-    kept: NDArray[np.int32],
+    kept: Cuts,
     rows: I,
     grouped: GroupedMeans | None = None,
 ) -> SweepResult:
@@ -593,7 +723,7 @@ class GroupedMeans:
         groups: disjoint row sets (empty ones are ignored).
     """
 
-    def __init__(self, kernel: SweepKernel, kept: NDArray[np.int32], groups: Sequence[I]) -> None:
+    def __init__(self, kernel: SweepKernel, kept: Cuts, groups: Sequence[I]) -> None:
         parts = [np.asarray(g, dtype=np.intp) for g in groups if len(g)]
         self.part = np.full(kernel.n_queries, -1, dtype=np.intp)
         for i, rows in enumerate(parts):
@@ -729,12 +859,20 @@ def optimal_k(arrays: EvalArrays, max_k: int, rows: I | Sequence[int] | None = N
     """Per-query optimal k (argmax of cumulative utility over ``k = 0..max_k``)."""
     q, n = arrays.shape
     width = min(max_k, n)
-    u = arrays.utility[:, :width]
-    cum = np.concatenate((np.zeros((q, 1)), np.cumsum(u, axis=1)), axis=1)
-    reachable = np.arange(width + 1)[None, :] <= arrays.n_valid[:, None]
-    cum = np.where(reachable, cum, -np.inf)
-    idx = np.arange(q) if rows is None else np.asarray(rows, dtype=np.intp)
-    best_k = cum[idx].argmax(axis=1).astype(np.intp)  # first maximum: the smallest k
-    best_u = cum[idx, best_k]
+    best_k = np.empty(q, dtype=np.intp)
+    best_u = np.empty(q)
+    sizes = np.arange(width + 1)[None, :]
+    step = max(1, ROW_CELLS // max(n, 1))
+    for lo in range(0, q, step):  # in chunks of rows: (rows x candidates) temporaries
+        part = arrays.row_slice(lo, min(lo + step, q))
+        cum = np.zeros((part.n_queries, width + 1))
+        np.cumsum(part.utility[:, :width], axis=1, out=cum[:, 1:])
+        cum[sizes > part.n_valid[:, None]] = -np.inf  # past the scored candidates
+        k = cum.argmax(axis=1)  # first maximum: the smallest k
+        best_k[lo : lo + step] = k
+        best_u[lo : lo + step] = cum[np.arange(part.n_queries), k]
+    if rows is not None:
+        idx = np.asarray(rows, dtype=np.intp)
+        best_k, best_u = best_k[idx], best_u[idx]
     counts = np.bincount(best_k, minlength=max_k + 1).astype(np.int64)
     return OptimalK(best_k, best_u, counts)
