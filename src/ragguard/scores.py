@@ -207,14 +207,12 @@ def _one_way_rows(
 ) -> int:
     """Rows with ``min_len`` or more valid scores in which every pair of neighbouring
     valid scores strictly rises (``rising``) or strictly falls. The full check runs only
-    when some row's first score is below (above) its last, and then only on the rows whose
-    first steps do not already go the other way, so large calibration matrices pay for
-    the few rows that can match."""
+    on the rows whose first steps do not already go the other way, so large calibration
+    matrices pay for the few rows that can match. (No shortcut on a row's first and last
+    cells: padding or an invalid score there would hide a one-way row.)"""
     if x.shape[1] < min_len:
         return 0
     d = x if rising else -x
-    if not (d[:, 0] < d[:, -1]).any():
-        return 0
     maybe = np.ones(x.shape[0], dtype=np.bool_)
     for j in range(min(_UNORDERED_MIN, x.shape[1]) - 1):
         maybe &= ~(valid[:, j] & valid[:, j + 1] & (d[:, j + 1] <= d[:, j]))

@@ -468,3 +468,30 @@ def test_taking_rows_across_chunks_keeps_their_order() -> None:
         rows = rng.integers(0, len(words), size)
         assert columnar.take(column, rows).to_pylist() == [words[r] for r in rows.tolist()]
     assert columnar.take(column, np.arange(6, 9)).to_pylist() == words[6:9]  # one chunk
+
+
+def test_rankings_computed_in_small_chunks_equal_the_careful_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The column-wise arrays rank a few rows at a time; with chunks of one or two rows,
+    scores, order and the score issues (counted per row, summed over chunks) are those
+    of the careful reader's arrays."""
+    import ragguard.calibration.arrays as arrays_module
+
+    rng = np.random.default_rng(5)
+    run_lines, qrels_lines = [], []
+    for q in range(9):
+        n = int(rng.integers(1, 7))
+        scores = rng.normal(size=n) * 2  # some below -1: negative similarities
+        if q % 3 == 0:
+            scores = np.sort(scores)  # ascending: an issue for similarities
+        for rank, s in enumerate(scores):
+            run_lines.append(f"q{q} Q0 d{rank} {rank + 1} {s:.3f} t")
+        qrels_lines.append(f"q{q} 0 d{int(rng.integers(0, n))} 1")
+    q = write(tmp_path / "qrels.txt", "\n".join(qrels_lines) + "\n")
+    r = write(tmp_path / "run.trec", "\n".join(run_lines) + "\n")
+    monkeypatch.setattr(arrays_module, "_CHUNK_CELLS", 7)
+    for kind in ("similarity", "distance"):
+        fast, _ = both(monkeypatch, q, runs=r, score_kind=kind)
+        assert isinstance(fast.runs["run"].candidates, ColumnarCandidates)
+        assert dict(fast.arrays().score_issues)  # the data do raise issues

@@ -1058,10 +1058,10 @@ def arrays_from_codes(
     from ragguard.calibration.arrays import (
         _CHUNK_CELLS,
         PaddedRows,
-        Ranking,
         _ideal_utilities,
         assemble_arrays,
         label_stats,
+        rank_in_chunks,
     )
     from ragguard.calibration.utility import as_profile, rules_of
     from ragguard.scores import ScoreKind
@@ -1080,25 +1080,25 @@ def arrays_from_codes(
     width = int(counts.max()) if n_q else 0
     starts = np.zeros(n_q, dtype=np.intp)
     np.cumsum(counts[:-1], out=starts[1:])
-    present = np.arange(width)[None, :] < counts[:, None]
-    flat = None
     if crow.size == n_q * width:  # every row full: the scores as they are, no copy
-        raw = np.ascontiguousarray(cscore, dtype=np.float64).reshape(n_q, width)
-    else:  # a padded copy to rank with; the arrays keep the flat scores
-        raw = np.full((n_q, width), np.nan)
-        raw[present] = cscore
-        flat = PaddedRows(np.asarray(cscore, dtype=np.float64), counts, width)
-    ranking = Ranking.of(raw, present, kind, rrf_k)
-    order = np.argsort(ranking.key, axis=1, kind="stable")
+        raw: F64 | PaddedRows = np.ascontiguousarray(cscore, dtype=np.float64).reshape(n_q, width)
+    else:  # kept flat; each chunk of rows padded while it is ranked
+        raw = PaddedRows(np.asarray(cscore, dtype=np.float64), counts, width)
+    padded = raw
+
+    def raw_rows(lo: int, hi: int) -> F64:
+        return padded[lo:hi] if isinstance(padded, np.ndarray) else padded[lo:hi].dense()
+
+    ranked = rank_in_chunks(raw_rows, counts, width, kind, rrf_k, raw)
 
     # ranked position of each hit: where its input column sits in its row's order
     hrow = crow[hit_cand]
-    hcol = hit_cand - starts[hrow]
+    hcol = (hit_cand - starts[hrow]).astype(ranked.order.dtype)
     hpos = np.empty(hrow.size, dtype=np.intp)
     step = max(1, _CHUNK_CELLS // max(width, 1))
     for lo in range(0, hrow.size, step):
         sl = slice(lo, lo + step)
-        hpos[sl] = np.argmax(order[hrow[sl]] == hcol[sl, None], axis=1)
+        hpos[sl] = np.argmax(ranked.order[hrow[sl]] == hcol[sl, None], axis=1)
     g = np.zeros((n_q, width))
     g[hrow, hpos] = lgrade[hit_label]
     judged = np.zeros((n_q, width), dtype=np.bool_)
@@ -1107,8 +1107,7 @@ def arrays_from_codes(
     stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, None)
     ideal_u = _ideal_utilities(qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules)
     return assemble_arrays(
-        qids, kind, prof, rules, counts, ranking, g, judged, stats, ideal_u, candidates,
-        order=order, raw=flat,
+        qids, kind, prof, rules, counts, ranked, g, judged, stats, ideal_u, candidates,
     )  # fmt: skip
 
 

@@ -560,7 +560,7 @@ def build_arrays(
         qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
     )
     return assemble_arrays(
-        qids, kind, prof, rules, counts, ranking, g, judged, stats, ideal_u, candidates,
+        qids, kind, prof, rules, counts, ranking.ranked(), g, judged, stats, ideal_u, candidates,
         distractor=distractor, given_utility=given, no_response=p_no, n_evidence=n_evidence,
     )  # fmt: skip
 
@@ -589,16 +589,16 @@ class Ranking:
         }
         return cls(raw, key, norm.valid.sum(axis=1).astype(np.intp), issues)
 
-    def ranked(self, order: I | None = None) -> tuple[NDArray[np.integer[Any]], F64]:
-        """(Q, N) each row's input positions in the policy's order (``order``, when the
-        caller has it) as the smallest integer type that holds them, and the normalised
-        scores in that order (NaN where invalid or padding)."""
-        if order is None:
-            order = np.argsort(self.key, axis=1, kind="stable")
-        key = np.take_along_axis(self.key, order, axis=1)
-        scores: F64 = np.negative(key, out=key)  # +inf (invalid) -> -inf, NaN stays
-        scores[np.isinf(scores)] = np.nan
-        return small_index(order, self.key.shape[1]), scores
+    def ranked(self) -> RankedRows:
+        """The rows in the policy's order (see :class:`RankedRows`)."""
+        order = np.argsort(self.key, axis=1, kind="stable")
+        return RankedRows(
+            small_index(order, self.key.shape[1]),
+            _scores_in_order(self.key, order),
+            self.n_valid,
+            self.issues,
+            self.raw,
+        )
 
     @cached_property
     def sorted_key(self) -> F64:
@@ -616,13 +616,66 @@ class Ranking:
         return out
 
 
+def _scores_in_order(key: F64, order: I) -> F64:
+    """Normalised scores in ranked order from sort keys (NaN where invalid or padding)."""
+    ranked_key = np.take_along_axis(key, order, axis=1)
+    scores: F64 = np.negative(ranked_key, out=ranked_key)  # +inf (invalid) -> -inf
+    scores[np.isinf(scores)] = np.nan
+    return scores
+
+
+@dataclass(frozen=True, eq=False)
+class RankedRows:
+    """What :class:`EvalArrays` keeps of a ranking: each row's input positions in the
+    policy's order (the smallest integer type that holds them), the normalised scores in
+    that order (NaN where invalid or padding), the valid scores per row, the score
+    issues, and the raw scores in input order (padded, or kept flat)."""
+
+    order: NDArray[np.integer[Any]]
+    scores: F64
+    n_valid: I
+    issues: dict[ScoreIssue, int]
+    raw: F64 | PaddedRows
+
+
+def rank_in_chunks(
+    raw_rows: Callable[[int, int], F64],
+    counts: I,
+    width: int,
+    kind: ScoreKind | None,
+    rrf_k: int,
+    raw: F64 | PaddedRows,
+) -> RankedRows:
+    """The ranking of the raw scores ``raw_rows(lo, hi)`` (rows ``lo:hi``, NaN-padded to
+    ``width``; row ``i`` holds ``counts[i]`` candidates), computed :data:`_CHUNK_CELLS`
+    cells at a time, so the sort keys and normalisation temporaries never exist for
+    every row at once. Normalisation and its issues are per row, so chunks add up."""
+    n_q = counts.size
+    order = np.empty((n_q, width), dtype=small_index(np.zeros(0, np.intp), width).dtype)
+    scores = np.empty((n_q, width))
+    n_valid = np.empty(n_q, dtype=np.intp)
+    issues: dict[ScoreIssue, int] = {}
+    step = max(1, _CHUNK_CELLS // max(width, 1))
+    for lo in range(0, n_q, step):
+        hi = min(lo + step, n_q)
+        present = np.arange(width)[None, :] < counts[lo:hi, None]
+        part = Ranking.of(raw_rows(lo, hi), present, kind, rrf_k)
+        chunk_order = np.argsort(part.key, axis=1, kind="stable")
+        order[lo:hi] = chunk_order
+        scores[lo:hi] = _scores_in_order(part.key, chunk_order)
+        n_valid[lo:hi] = part.n_valid
+        for issue, rows in part.issues.items():
+            issues[issue] = issues.get(issue, 0) + rows
+    return RankedRows(order, scores, n_valid, issues, raw)
+
+
 def assemble_arrays(
     qids: Sequence[str],
     kind: ScoreKind | None,
     prof: Profile,
     rules: UtilityRules,
     counts: I,
-    ranking: Ranking,
+    ranked: RankedRows,
     grades: F64,
     judged: B,
     stats: LabelStats,
@@ -633,22 +686,18 @@ def assemble_arrays(
     given_utility: F64 | None = None,
     no_response: F64 | None = None,
     n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
-    order: I | None = None,
-    raw: PaddedRows | None = None,
 ) -> EvalArrays:
     """:class:`EvalArrays` of ranked candidates and their labels (``grades`` and
     ``judged`` at ranked positions); no distractors, utilities or probabilities unless
-    given. ``order`` is the ranking's argsort when the caller has it; ``raw`` the raw
-    scores kept flat (instead of the ranking's padded copy)."""
+    given."""
     nan = np.broadcast_to(np.nan, grades.shape)  # read-only, no memory
-    ranked_order, scores = ranking.ranked(order)
     return EvalArrays(
         qids=tuple(qids),
         score_kind=kind,
         profile=prof,
         rules=rules,
         n_present=counts,
-        n_valid=ranking.n_valid,
+        n_valid=ranked.n_valid,
         grades=grades,
         judged=judged,
         distractor=np.zeros(grades.shape, dtype=np.bool_) if distractor is None else distractor,
@@ -661,11 +710,11 @@ def assemble_arrays(
         grade_counts=stats.grade_counts,
         max_grade=stats.max_grade,
         integer_grades=stats.integer_grades,
-        score_issues=ranking.issues,
+        score_issues=ranked.issues,
         n_evidence=evidence_counts(grades, rules, n_evidence),
-        _order=ranked_order,
-        _scores=scores,
-        _raw=ranking.raw if raw is None else raw,
+        _order=ranked.order,
+        _scores=ranked.scores,
+        _raw=ranked.raw,
         _candidates=candidates,
     )
 
