@@ -154,11 +154,10 @@ class Pairs:
     removed.
 
     Document ids are either interned (``docs`` holds each id once, ``d`` the code of each
-    row: labels, JSON-lines files, tables) or kept as read (``unique_docs=False``: ``docs``
-    is the file's document column, one id per line, and ``d`` picks each row's line, or
-    is ``None`` when row ``i`` is line ``i``). A large run is read the second way: its
-    ids are not hashed into one dictionary (of millions of entries), and equal ids are
-    found per query (:func:`doc_keys`) and joined to the labels by text
+    row: labels, JSON-lines files, tables) or kept as read (``d`` is ``None``: ``docs`` is
+    the file's document column, row ``i``'s id at ``docs[i]``). A TREC run is read the
+    second way: its ids are not hashed into one dictionary (of millions of entries);
+    equal ids are found per query (:func:`doc_keys`) and joined to the labels by text
     (:func:`label_hits`).
 
     Attributes:
@@ -171,7 +170,6 @@ class Pairs:
         line: 1-based line of each row (see :class:`Lines`), or ``None`` when row ``i``
             is line ``i+1``.
         source: the file read.
-        unique_docs: whether ``docs`` holds each id once (so equal codes are equal ids).
     """
 
     qids: list[str]
@@ -181,7 +179,6 @@ class Pairs:
     value: F64
     line: Lines | I64 | None
     source: str
-    unique_docs: bool = True
 
     def line_of(self, rows: NDArray[Any]) -> I64:
         """Lines of ``rows``."""
@@ -708,7 +705,7 @@ def read_trec(
     del line_array
     if kind == "run":
         keys = doc_keys(dcol)
-        pairs = Pairs(qvocab.to_pylist(), dcol, q, None, value, line, str(path), unique_docs=False)
+        pairs = Pairs(qvocab.to_pylist(), dcol, q, None, value, line, str(path))
         repeats = _text_repeats(pairs, keys)
         del keys
     else:
@@ -731,8 +728,7 @@ def read_trec(
         else:
             kept_codes = kept_codes[keep]
         pairs = Pairs(
-            pairs.qids, kept_docs, q[keep], kept_codes, value[keep], kept_line, str(path),
-            unique_docs=pairs.unique_docs,
+            pairs.qids, kept_docs, q[keep], kept_codes, value[keep], kept_line, str(path)
         )  # fmt: skip
     if kind == "run":
         events.extend(_run_events(pairs, known_docs))
