@@ -1,11 +1,17 @@
 """The columnar data path: TREC files read column-wise into integer-coded ids and dense
 arrays, with no Python object per line.
 
-A file is read by pyarrow's streaming CSV reader, one line per row (a delimiter that
-never occurs in text), and split on whitespace by pyarrow's compute kernels, so single
-spaces, tabs and runs of blanks are all handled like ``str.split()``. Query and document
-ids are dictionary-encoded (interned): each row keeps two int32 codes, a float64 value
-and, only where blank or comment lines make it differ from the row number, its line.
+A file whose fields are separated by single spaces (the usual run) is read by pyarrow's
+multi-threaded CSV reader with the space as delimiter and typed columns
+(:func:`_typed`); any other file by pyarrow's streaming CSV reader, one line per row (a
+delimiter that never occurs in text), split on whitespace by pyarrow's compute kernels,
+so tabs and runs of blanks are handled like ``str.split()``. Query ids, and the
+documents of labels, are dictionary-encoded (interned) into int32 codes; a run's
+document ids stay as read, one Arrow string per row: repeats are found per query from a
+64-bit key of each id (:func:`doc_keys`) and confirmed on the text, and labels are
+joined to candidates by an Arrow hash join on (query, document) (:func:`label_hits`).
+Each row keeps a float64 value and, only where blank, comment or dropped lines make it
+differ from the row number, its line (as steps, :class:`Lines`).
 
 The result is **exactly** what the careful line-by-line reader
 (:mod:`ragguard.calibration._readers`) returns: the same queries, labels, candidates in
@@ -19,8 +25,8 @@ Python reads. Without pyarrow (the ``fast`` extra), the careful reader is used.
 The data stay columnar inside the :class:`~ragguard.calibration.evalset.EvalSet`:
 :class:`ColumnarCandidates`, :class:`ColumnarLabels` and :class:`ColumnarQueries` are
 read-only mappings that build one query's dict or :class:`Labels` only when asked, and
-:func:`build_arrays_columnar` converts them into
-:class:`~ragguard.calibration.arrays.EvalArrays` with integer joins, never touching a
+:func:`arrays_from_columnar` converts them into
+:class:`~ragguard.calibration.arrays.EvalArrays` with column-wise joins, never touching a
 per-candidate Python object.
 """
 
