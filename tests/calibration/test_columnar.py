@@ -221,14 +221,19 @@ def test_odd_numbers_and_whitespace_read_as_python_reads_them(
 ) -> None:
     q = write(tmp_path / "qrels.txt", QRELS)
     r = write(tmp_path / "run.trec", f"q1 Q0 a 1 0.9 x\n{line}\n")
+    read_alike_or_fail_alike(monkeypatch, q, r)
+
+
+def read_alike_or_fail_alike(monkeypatch: pytest.MonkeyPatch, qrels: Path, run: Path) -> None:
+    """Both paths read the TREC files alike, or raise the same error."""
     try:
-        slow = careful(monkeypatch, q, runs=r, format="trec")
+        slow = careful(monkeypatch, qrels, runs=run, format="trec")
     except EvalSetError as exc:
         with pytest.raises(EvalSetError) as info:
-            load_evalset(q, runs=r, format="trec")
+            load_evalset(qrels, runs=run, format="trec")
         assert str(info.value) == str(exc)
         return
-    assert_same(load_evalset(q, runs=r, format="trec"), slow)
+    assert_same(load_evalset(qrels, runs=run, format="trec"), slow)
 
 
 def test_grades_parse_as_python_int(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -344,14 +349,7 @@ def test_lines_the_typed_reader_leaves_to_others(
     run = write(tmp_path / "run.trec", text)
     q = write(tmp_path / "qrels.txt", "q1 0 a 1\nq1 0 b 2\n")
     assert not _typed_taken(run, "run")
-    try:
-        slow = careful(monkeypatch, q, runs=run, format="trec")
-    except EvalSetError as exc:
-        with pytest.raises(EvalSetError) as info:
-            load_evalset(q, runs=run, format="trec")
-        assert str(info.value) == str(exc)
-        return
-    assert_same(load_evalset(q, runs=run, format="trec"), slow)
+    read_alike_or_fail_alike(monkeypatch, q, run)
 
 
 def test_plain_files_with_a_bom_and_crlf_read_alike(

@@ -434,24 +434,36 @@ def _stream(path: Path) -> Any:
     csv = _module("csv")
     gz = path.name.lower().endswith(".gz")
     source = pa.input_stream(str(path), compression="gzip" if gz else None)
+    parse, convert = _csv_options(_LINE_DELIMITER, {"line": pa.string()})
     return csv.open_csv(
         source,
         read_options=csv.ReadOptions(column_names=["line"], block_size=_BLOCK, use_threads=True),
-        parse_options=csv.ParseOptions(
-            delimiter=_LINE_DELIMITER,
-            quote_char=False,
-            double_quote=False,
-            escape_char=False,
-            newlines_in_values=False,
-            ignore_empty_lines=False,
-        ),
-        convert_options=csv.ConvertOptions(
-            column_types={"line": pa.string()},
-            null_values=[],
-            strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
-        ),
+        parse_options=parse,
+        convert_options=convert,
     )
+
+
+def _csv_options(delimiter: str, types: dict[str, Any]) -> tuple[Any, Any]:
+    """pyarrow CSV parse and convert options that read text as it is: no quoting or
+    escapes, blank lines kept (as rows), nothing read as null; only the columns of
+    ``types`` kept, with those types."""
+    csv = _module("csv")
+    parse = csv.ParseOptions(
+        delimiter=delimiter,
+        quote_char=False,
+        double_quote=False,
+        escape_char=False,
+        newlines_in_values=False,
+        ignore_empty_lines=False,
+    )
+    convert = csv.ConvertOptions(
+        column_types=types,
+        include_columns=list(types),
+        null_values=[],
+        strings_can_be_null=False,
+        quoted_strings_can_be_null=False,
+    )
+    return parse, convert
 
 
 class NeedsCareful(Exception):
@@ -558,28 +570,15 @@ def _typed(path: Path, kind: str) -> tuple[Any, Any, F64, None] | None:
         return None
     n_cols, (qi, di, vi) = _LAYOUT[kind]
     names = [f"f{i}" for i in range(n_cols)]
-    wanted = [names[qi], names[di], names[vi]]
     types = {names[qi]: pa.string(), names[di]: pa.string()}
     types[names[vi]] = pa.int64() if kind == "qrels" else pa.float64()
+    parse, convert = _csv_options(" ", types)
     try:
         table = csv.read_csv(
             str(path),
             read_options=csv.ReadOptions(column_names=names, block_size=_BLOCK),
-            parse_options=csv.ParseOptions(
-                delimiter=" ",
-                quote_char=False,
-                double_quote=False,
-                escape_char=False,
-                newlines_in_values=False,
-                ignore_empty_lines=False,
-            ),
-            convert_options=csv.ConvertOptions(
-                column_types=types,
-                include_columns=wanted,
-                null_values=[],
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
+            parse_options=parse,
+            convert_options=convert,
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
         return None
