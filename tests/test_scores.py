@@ -123,16 +123,16 @@ def test_bad_shapes_and_kinds() -> None:
 
 
 def _one_way_rows_reference(x: np.ndarray, *, rising: bool, min_len: int) -> int:  # type: ignore[type-arg]
-    """Rows with ``min_len`` or more valid scores where every pair of neighbouring valid
-    scores rises (falls) strictly (a pair with an invalid score in it does not count
-    against the row). Each row on its own: padding or an invalid score at a row's end
-    does not hide it, and other rows do not matter."""
+    """Rows with ``min_len`` or more valid scores where each valid score is strictly
+    above (below) the valid score before it, invalid ones skipped. Each row on its own:
+    padding or an invalid score at a row's end does not hide it, other rows do not
+    matter."""
     d = x if rising else -x
     count = 0
     for row in d.tolist():
-        pairs = itertools.pairwise(row)
-        one_way = all(b > a for a, b in pairs if math.isfinite(a) and math.isfinite(b))
-        if one_way and sum(math.isfinite(v) for v in row) >= min_len:
+        scores = [v for v in row if math.isfinite(v)]
+        one_way = all(b > a for a, b in itertools.pairwise(scores))
+        if one_way and len(scores) >= min_len:
             count += 1
     return count
 
@@ -206,3 +206,18 @@ def test_a_score_beyond_float_range_is_invalid_not_an_error() -> None:
     assert [c.id for c in sel.kept] == ["ok"]
     (dropped,) = sel.dropped
     assert dropped.candidate.id == "huge" and dropped.reason == "invalid_score"
+
+
+def test_direction_checks_skip_invalid_scores_between_valid_ones() -> None:
+    # 0.9, (missing), 0.8 falls: a similarity run in retriever order, not ascending; and
+    # 0.2, (missing), 0.7 rises, as distances would (hand-checked)
+    falls = np.array([[0.9, np.nan, 0.8]])
+    rises = np.array([[0.2, np.nan, 0.7]])
+    assert normalize(falls, "similarity", ranked=True).issues == {}
+    assert normalize(rises, "similarity", ranked=True).issues == {
+        ScoreIssue.ASCENDING_SIMILARITY: 1
+    }
+    assert normalize(falls, "distance", ranked=True).issues == {ScoreIssue.DESCENDING_DISTANCE: 1}
+    # beside a row that rises end to end, the falling row still does not count
+    both = np.array([[0.9, np.nan, 0.8], [0.1, 0.2, 0.3]])
+    assert normalize(both, "similarity", ranked=True).issues == {ScoreIssue.ASCENDING_SIMILARITY: 1}

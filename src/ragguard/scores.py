@@ -205,23 +205,31 @@ def _rows_with(mask: NDArray[np.bool_]) -> int:
 def _one_way_rows(
     x: NDArray[np.float64], valid: NDArray[np.bool_], *, rising: bool, min_len: int
 ) -> int:
-    """Rows with ``min_len`` or more valid scores in which every pair of neighbouring
-    valid scores strictly rises (``rising``) or strictly falls. The full check runs only
-    on the rows whose first steps do not already go the other way, so large calibration
-    matrices pay for the few rows that can match. (No shortcut on a row's first and last
-    cells: padding or an invalid score there would hide a one-way row.)"""
+    """Rows with ``min_len`` or more valid scores that strictly rise (``rising``) or
+    strictly fall from each valid score to the next valid one (invalid scores and padding
+    skipped). Each row on its own. The full check runs only on the rows whose first
+    steps do not already go the other way, so large calibration matrices pay for the few
+    rows that can match."""
     if x.shape[1] < min_len:
         return 0
     d = x if rising else -x
     maybe = np.ones(x.shape[0], dtype=np.bool_)
     for j in range(min(_UNORDERED_MIN, x.shape[1]) - 1):
         maybe &= ~(valid[:, j] & valid[:, j + 1] & (d[:, j + 1] <= d[:, j]))
-    rows = np.flatnonzero(maybe)
+    rows = np.flatnonzero(maybe & (valid.sum(axis=1) >= min_len))
+    if rows.size == 0:
+        return 0
     dr, vr = d[rows], valid[rows]
-    both = vr[:, 1:] & vr[:, :-1]
-    step = np.where(both, np.diff(np.where(vr, dr, 0.0), axis=1), 1.0)
-    one_way = (step > 0).all(axis=1) & (vr.sum(axis=1) >= min_len)
-    return int(one_way.sum())
+    # each position's latest valid score before it (-1: none yet)
+    cols = np.arange(x.shape[1])
+    last = np.maximum.accumulate(np.where(vr, cols, -1), axis=1)
+    before = np.empty_like(last)
+    before[:, 0] = -1
+    before[:, 1:] = last[:, :-1]
+    has_before = vr & (before >= 0)
+    prev = np.take_along_axis(dr, np.maximum(before, 0), axis=1)
+    falls = has_before & ~(dr > prev)
+    return int(np.count_nonzero(~falls.any(axis=1)))
 
 
 def normalize(
