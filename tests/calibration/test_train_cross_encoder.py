@@ -42,12 +42,10 @@ from ragguard.cli import app
 from ragguard.errors import ConfigError
 from ragguard.rerank import CrossEncoderReranker
 from ragguard.trained import CARD_NAME, PACKAGED_ENCODER, model_kind
+from tests.calibration.test_train_reranker import TOPICS as ALL_TOPICS
 from tests.rerank_models import IDENTITY, build_bi_encoder, build_cross_encoder
 
-TOPICS = [
-    "deadlift", "squat", "bench", "press", "row", "curl", "lunge", "plank", "sprint", "swim",
-    "cycle", "hike", "yoga", "rowing", "boxing", "climb", "skate", "ski", "surf", "golf",
-]  # fmt: skip
+TOPICS = ALL_TOPICS[:20]  # the twenty sports of test_train_reranker
 ORDER = ["relevant", "distractor", "judged", "same_query", "same_title", "random"]
 
 
@@ -268,20 +266,26 @@ def test_a_fine_tuned_cross_encoder_base_is_written_as_a_cross_encoder_folder(
 ALL_KINDS = ["fusion", "bi-encoder", "cross-encoder", "new-cross-encoder"]
 
 
+def _swapped_labels(evalset: Path, queries: set[str], folder: Path) -> Path:
+    """A copy of the titled set (with its corpus) in ``folder`` where ``queries`` have
+    their relevant passage and labelled distractor swapped."""
+    rows = [json.loads(x) for x in evalset.read_text().splitlines()]
+    for row in rows:
+        if row["query_id"] in queries:  # relevant <-> distractor
+            (rel,) = row["relevant"]
+            row["relevant"], row["distractors"] = {row["distractors"][0]: 4}, [rel]
+    folder.mkdir()
+    shutil.copy(evalset.parent / "corpus.jsonl", folder / "corpus.jsonl")
+    out = folder / "evalset.jsonl"
+    out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return out
+
+
 def test_held_out_labels_never_reach_any_candidate(
     titled: dict[str, Path], tuned: TrainResult, tmp_path: Path
 ) -> None:
-    held = set(tuned.split.held_out)
-    rows = [json.loads(x) for x in titled["set"].read_text().splitlines()]
-    for row in rows:
-        if row["query_id"] in held:  # relevant <-> distractor
-            (rel,) = row["relevant"]
-            row["relevant"], row["distractors"] = {row["distractors"][0]: 4}, [rel]
-    flipped = tmp_path / "flipped"
-    flipped.mkdir()
-    shutil.copy(titled["set"].parent / "corpus.jsonl", flipped / "corpus.jsonl")
-    (flipped / "evalset.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    again = _cross_result(titled, tmp_path / "again", evalset=flipped / "evalset.jsonl")
+    flipped = _swapped_labels(titled["set"], set(tuned.split.held_out), tmp_path / "flipped")
+    again = _cross_result(titled, tmp_path / "again", evalset=flipped)
     assert again.pair_counts == tuned.pair_counts
     assert [(c.name, c.auc_distractor, c.auc_other) for c in again.candidates] == [
         (c.name, c.auc_distractor, c.auc_other) for c in tuned.candidates
@@ -293,9 +297,7 @@ def test_held_out_labels_never_reach_any_candidate(
     assert np.asarray(a) == pytest.approx(np.asarray(b), abs=1e-6)  # and reproducible
     # every kind at once: each candidate's validation AUCs ignore the held-out labels
     one = _cross_result(titled, tmp_path / "all", kinds=ALL_KINDS)
-    two = _cross_result(
-        titled, tmp_path / "all-flipped", evalset=flipped / "evalset.jsonl", kinds=ALL_KINDS
-    )
+    two = _cross_result(titled, tmp_path / "all-flipped", evalset=flipped, kinds=ALL_KINDS)
     names = [c.name for c in one.candidates]
     assert names == ["base", "cosine", "bm25", "coverage", *ALL_KINDS]
     assert [(c.auc_distractor, c.auc_other) for c in two.candidates] == [
@@ -323,18 +325,9 @@ def test_a_cross_encoder_that_does_not_beat_its_base_is_never_written(
         {f"{t} log\n{t} record 100 lb": 2.0, f"{t} log\nwhat is my {t} goal plan": -2.0},
         activation=IDENTITY, vocabulary=_vocabulary(titled["set"]),
     )  # fmt: skip
-    rows = [json.loads(x) for x in titled["set"].read_text().splitlines()]
-    train = set(zero.split.train)
-    for row in rows:
-        if row["query_id"] in train:
-            (rel,) = row["relevant"]
-            row["relevant"], row["distractors"] = {row["distractors"][0]: 4}, [rel]
-    bad = tmp_path / "bad"
-    bad.mkdir()
-    shutil.copy(titled["set"].parent / "corpus.jsonl", bad / "corpus.jsonl")
-    (bad / "evalset.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    bad = _swapped_labels(titled["set"], set(zero.split.train), tmp_path / "bad")
     out = tmp_path / "corrupted"
-    worse = _cross_result(titled, out, evalset=bad / "evalset.jsonl", base=str(good))
+    worse = _cross_result(titled, out, evalset=bad, base=str(good))
     (ce,) = [c for c in worse.candidates if c.name == "cross-encoder"]
     assert worse.base.auc_distractor == 1.0
     assert ce.auc_distractor <= worse.base.auc_distractor and not ce.eligible

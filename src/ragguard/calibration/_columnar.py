@@ -870,10 +870,10 @@ def _run_events(
 
     out: list[tuple[int, int, ProblemKind, str, str | None]] = []
     if known_docs is not None:
-        unknown_code = missing_ids(pairs.docs, known_docs)
-        rows = (
-            np.flatnonzero(unknown_code[pairs.codes()]) if unknown_code.size else np.zeros(0, int)
-        )
+        unknown = missing_ids(pairs.docs, known_docs)  # per id of docs: per row when d is None
+        if pairs.d is not None and unknown.size:
+            unknown = unknown[pairs.d]
+        rows = np.flatnonzero(unknown)
         docs = pairs.doc_ids(rows)
         for r, doc, ln in zip(rows.tolist(), docs, pairs.line_of(rows).tolist(), strict=True):
             qid = pairs.qids[int(pairs.q[r])]
