@@ -51,7 +51,11 @@ score keeps its order (``score_kind=None``).
 
 ``"trec"`` -- a TREC qrels file (``query_id iteration doc_id grade``), with runs in TREC
 run format (``query_id Q0 doc_id rank score tag``; the rank column is ignored, as in
-trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``.
+trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``. A line
+starting with ``#`` is a comment only when it cannot be a record (not the format's
+number of columns, or no number where the grade or score goes): ``#7 0 docA 1`` labels
+query ``#7``, as trec_eval 9 and pytrec_eval read it (trec_eval 10 skips every line
+starting with ``#``). BEIR's TSV files follow the same rule.
 
 **Grades** follow one scale in every format: integers up to 5, where 1-5 are relevant
 (as ``relevant: {id: grade}`` in JSONL; :class:`~ragguard.calibration.UtilityRules`
