@@ -100,8 +100,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
 from ragguard.calibration._columnar import (
     ColumnarCandidates,
     ColumnarLabels,
@@ -281,14 +279,15 @@ class EvalSet:
                 (else ``score``) in qrels, ``score`` in runs).
 
         Raises:
-            EvalSetError: inconsistent labels (see :func:`load_evalset`), a table column
+            EvalSetError: inconsistent labels (see :func:`load_evalset`), a grade the file
+                readers reject (2.5, 7), qrels or a run without any row, a table column
                 missing, ambiguous or not numeric, a repeated label with two grades.
         """
         rep = Reporter(strict)
         read = read_input(qrels, "qrels", columns=columns, what="qrels table", rep=rep)
         extras = (distractors, utilities, no_response, n_relevant)
         labels: Mapping[str, Labels]
-        if columnar(read) and all(x is None for x in extras) and _whole(read.value):
+        if columnar(read) and all(x is None for x in extras):  # grades: whole numbers
             labels = ColumnarLabels(read)
         else:
             labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
@@ -433,11 +432,6 @@ def _labels_from_dicts(
             n_relevant=(n_relevant or {}).get(qid),
         )
     return labels
-
-
-def _whole(values: Any) -> bool:
-    """Whether every value is a whole number (grades a columnar view can hold as ints)."""
-    return bool((values == np.round(values)).all())
 
 
 def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
