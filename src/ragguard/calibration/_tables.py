@@ -180,7 +180,7 @@ def _check_grades(qrels: Dicts, what: str) -> None:
     if not any(map(_bad_number, distinct)):
         return
     for qid, grades in qrels.items():
-        for doc, grade in grades.items():
+        for doc, grade in grades.items() if isinstance(grades, Mapping) else ():
             if _bad_number(grade):
                 raise EvalSetError(f"the grade {grade_error(grade, qid, doc)}", path=what)
 
