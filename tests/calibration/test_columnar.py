@@ -338,6 +338,7 @@ def _typed_taken(path: Path, kind: str) -> bool:
         "q1 Q0 a 1 0.9 x \nq1 Q0 b 2 0.4 x\n",  # a trailing space
         "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 0.4\n",  # five fields
         "q1 Q0 a 1 0.9 x\nq1 Q0 b 2 1_000 x\n",  # a number only Python reads
+        "# qid Q0 docno rank score tag\nq1 Q0 b 2 0.4 x\n",  # a header: no score, a comment
     ],
 )
 def test_lines_the_typed_reader_leaves_to_others(
@@ -493,3 +494,39 @@ def test_rankings_computed_in_small_chunks_equal_the_careful_ones(
         fast, _ = both(monkeypatch, q, runs=r, score_kind=kind)
         assert isinstance(fast.runs["run"].candidates, ColumnarCandidates)
         assert dict(fast.arrays().score_issues)  # the data do raise issues
+
+
+# --------------------------------------------------------------------------- '#'
+
+HASH_QRELS = "#7 0 docA 1\n#7 0 docB 0\nq1 0 docA 1\n"
+HASH_RUN = "#7 Q0 docA 1 0.9 r\n#7 Q0 docB 2 0.5 r\nq1 Q0 docA 1 0.9 r\n"
+
+
+@pytest.mark.parametrize(
+    ("qrels", "run"),
+    [
+        (HASH_QRELS, HASH_RUN),  # single spaces: the typed reader's shape
+        (HASH_QRELS.replace(" ", "\t"), HASH_RUN.replace(" ", "  ")),  # the line-wise split
+        (  # comments that cannot be records (too few fields, no number) around them
+            "# qid iter docno rel\n#\n" + HASH_QRELS + "#7 0 docC\n",
+            "# run bm25 k1=0.9 b=0.4\n" + HASH_RUN + "#\tQ0 docC 3 high r\n",
+        ),
+    ],
+)
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_query_ids_starting_with_hash_are_data_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qrels: str, run: str, suffix: str
+) -> None:
+    """CR-47: a line starting with '#' is a comment only when it cannot be a record (not
+    the file's number of fields, or no number where the grade or score goes): query
+    '#7' is read on every path, as pytrec_eval (trec_eval 9) reads it."""
+    q = write(tmp_path / f"qrels.txt{suffix}", qrels)
+    r = write(tmp_path / f"run.trec{suffix}", run)
+    if (qrels, run, suffix) == (HASH_QRELS, HASH_RUN, ""):  # records of typed fields
+        assert _typed_taken(q, "qrels") and _typed_taken(r, "run")
+    fast, _ = both(monkeypatch, q, runs=r)
+    assert fast.qids == ("#7", "q1")
+    assert fast.labels["#7"].grades == {"docA": 1, "docB": 0}
+    assert dict(fast.runs["run"].candidates["#7"]) == {"docA": 0.9, "docB": 0.5}
+    assert not fast.report.problems
+    assert fast.arrays().doc_ids(0) == ["docA", "docB"]

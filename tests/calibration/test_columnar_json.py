@@ -251,6 +251,26 @@ def test_a_corpus_checks_json_and_trec_runs_alike(
     assert unknown == [(str(runs["json"]), None), (str(runs["trec"]), 4)]
 
 
+@pytest.mark.parametrize("doc", ["a", "b"])  # the corpus's first id, and another
+def test_a_document_retrieved_for_several_queries_is_in_the_corpus_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, doc: str
+) -> None:
+    """CR-48: a corpus document in the run of two queries is in corpus.jsonl for each;
+    ``strict=True`` accepts the valid folder on both paths."""
+    folder = beir(tmp_path, "query-id\tcorpus-id\tscore\nq1\ta\t1\nq2\ta\t1\n")
+    run = write(
+        tmp_path / "run.trec",
+        f"q1 Q0 {doc} 1 0.9 r\nq2 Q0 {doc} 1 0.9 r\nq2 Q0 c 2 0.5 r\nq1 Q0 zz 2 0.1 r\n",
+    )
+    fast, _ = both(monkeypatch, folder, runs=run)
+    assert isinstance(fast.labels, ColumnarLabels)
+    assert isinstance(fast.runs["run"].candidates, ColumnarCandidates)
+    assert [(p.kind.value, p.line) for p in fast.report.problems] == [("unknown_document", 4)]
+    ok = write(tmp_path / "ok.trec", f"q1 Q0 {doc} 1 0.9 r\nq2 Q0 {doc} 1 0.9 r\n")
+    for strict in (load_evalset, lambda *a, **k: careful(monkeypatch, *a, **k)):
+        assert strict(folder, runs=ok, strict=True).qids == ("q1", "q2")
+
+
 # --------------------------------------------------------------------------- JSONL
 
 

@@ -290,6 +290,27 @@ def test_trec_repeated_label_and_non_finite_score_are_counted(tmp_path: Path) ->
     assert es.arrays().doc_ids(0) == ["b", "a"]
 
 
+def test_trec_lines_starting_with_hash_are_records_when_they_can_be(tmp_path: Path) -> None:
+    """CR-47: '#7 0 docA 1' is a label of query '#7', as pytrec_eval reads it (trec_eval
+    9 has no comments; trec_eval 10 skips every '#' line); a '#' line that cannot be a
+    record is a comment. The format is detected from such a line too."""
+    qrels = write(tmp_path, "qrels", "#7 0 docA 1\n#7 0 docB 0\nq1 0 docA 1\n")
+    run = write(tmp_path, "run", "#7 Q0 docA 1 0.9 r\n#7 Q0 docB 2 0.5 r\nq1 Q0 docA 1 0.9 r\n")
+    es = load_evalset(qrels, runs=run)
+    assert es.qids == ("#7", "q1") and not es.report.problems
+    expected = pytrec_eval.RelevanceEvaluator(
+        {"#7": {"docA": 1, "docB": 0}, "q1": {"docA": 1}}, {"ndcg"}
+    ).evaluate({"#7": {"docA": 0.9, "docB": 0.5}, "q1": {"docA": 0.9}})
+    assert evaluate(es, metrics="ndcg", per_query=True)["ndcg"] == {
+        q: v["ndcg"] for q, v in expected.items()
+    }
+    only = write(tmp_path, "only", "#7 0 docA 1\n")
+    assert load_evalset(only).qids == ("#7",)
+    commented = write(tmp_path, "commented", "# query iter doc grade\n#7 0 docA 1\n# done\n")
+    assert load_evalset(commented).qids == ("#7",)
+    fails(write(tmp_path, "seven", "#7 0 docA 7\n"), r"seven:1, field 'grade': must be an")
+
+
 # --- BEIR -----------------------------------------------------------------------------
 
 
@@ -502,6 +523,17 @@ def test_qrels_grades_share_the_jsonl_scale(tmp_path: Path) -> None:
     arrays = trec.arrays("run", profile="medical")
     utility = dict(zip(arrays.doc_ids(0), arrays.utility[0].tolist(), strict=False))
     assert utility["d"] == -1.0 and utility["a"] == 1.0
+
+
+def test_beir_query_ids_starting_with_hash_are_data(tmp_path: Path) -> None:
+    """As in TREC files: a '#' line that has a BEIR record's columns is one."""
+    root = beir(tmp_path, "query-id\tcorpus-id\tscore\n# by hand\n#7\td1\t1\nq1\td2\t1\n")
+    write(root, "distractors.tsv", "# none known\n#7\td2\n")
+    es = load_evalset(root)
+    assert es.qids == ("#7", "q1")
+    assert es.labels["#7"].grades == {"d1": 1, "d2": 0}
+    assert es.labels["#7"].distractors == {"d2"}
+    assert [p.kind for p in es.report.problems] == [ProblemKind.UNKNOWN_QUERY]  # no text
 
 
 def test_beir_marks_distractors_by_grade_and_by_file(tmp_path: Path) -> None:

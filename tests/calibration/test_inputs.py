@@ -68,6 +68,57 @@ def test_folder_and_path_errors(tmp_path: Path) -> None:
         load_inputs(bad)
 
 
+def notes_as_beir(root: Path, depth: int | None = None) -> Path:
+    """examples/notes as a BEIR folder: corpus.jsonl with ``_id``, queries.jsonl,
+    qrels/test.tsv with the graded relevant documents and the distractors judged 0
+    (-1 would mark them as known distractors, which the line reader collects), and the
+    runs in runs/ (each query's first ``depth`` candidates, or all)."""
+    folder = root / "notes-beir"
+    (folder / "qrels").mkdir(parents=True)
+    corpus = [json.loads(x) for x in (NOTES / "corpus.jsonl").read_text().splitlines() if x]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": d["id"], "title": d["title"], "text": d["text"]}) + "\n"
+                for d in corpus)
+    )  # fmt: skip
+    queries, qrels = [], ["query-id\tcorpus-id\tscore"]
+    for line in (NOTES / "evalset.jsonl").read_text().splitlines():
+        item = json.loads(line)
+        queries.append(json.dumps({"_id": item["query_id"], "text": item["query"]}) + "\n")
+        qrels += [f"{item['query_id']}\t{d}\t{g}" for d, g in item["relevant"].items()]
+        qrels += [f"{item['query_id']}\t{d}\t0" for d in item.get("distractors", [])]
+    (folder / "queries.jsonl").write_text("".join(queries))
+    (folder / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
+    (folder / "runs").mkdir()
+    for run in (NOTES / "runs").glob("*.trec"):
+        lines = run.read_text().splitlines(keepends=True)
+        kept = [x for x in lines if depth is None or int(x.split()[3]) <= depth]
+        (folder / "runs" / run.name).write_text("".join(kept))
+    return folder
+
+
+@pytest.mark.parametrize("depth", [None, 2])  # 2: fewer run lines than corpus documents
+@pytest.mark.parametrize("columnar", ["1", "0"])
+def test_examples_notes_as_a_beir_folder_loads_without_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columnar: str, depth: int | None
+) -> None:
+    """CR-33: every run document of examples/notes is in its corpus, and many are
+    retrieved for several queries: no problem is reported, strict loading accepts it,
+    and the labels are the JSONL eval set's."""
+    monkeypatch.setenv("RAGGUARD_COLUMNAR", columnar)
+    folder = notes_as_beir(tmp_path, depth)
+    es = load_inputs(folder, strict=True)
+    assert not es.report.problems
+    assert list(es.runs) == ["bm25", "dense-minilm"] and len(es.qids) == 51
+    if columnar == "1":  # the column-wise readers really read it
+        assert type(es.labels).__name__ == "ColumnarLabels"
+        assert type(es.runs["bm25"].candidates).__name__ == "ColumnarCandidates"
+    jsonl = load_inputs(NOTES)
+    assert es.qids == jsonl.qids
+    assert {q: dict(es.labels[q].grades) for q in es.qids} == {
+        q: dict(jsonl.labels[q].grades) for q in jsonl.qids
+    }
+
+
 def test_add_run_refuses_a_second_run_of_the_same_name() -> None:
     es = load_inputs(NOTES)
     with pytest.raises(EvalSetError, match="two runs are named 'bm25'"):

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from ragguard.calibration import EvalSet, ProblemKind, calibrate, evaluate
+from ragguard.calibration import EvalSet, ProblemKind, calibrate, evaluate, load_evalset
 from ragguard.calibration.calibrate import data_fingerprint
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from tests.calibration.conftest import random_trec_data
@@ -372,3 +372,84 @@ def test_readme_tables_example_prints_what_it_says(capsys: pytest.CaptureFixture
     documented = [line[2:] for line in source.splitlines() if line.startswith("# {")]
     assert printed == documented
     assert len(printed) >= 2
+
+
+# --------------------------------------------------------------------------- grades, empty
+
+
+def file_grade_error(tmp_path: Path, grade: int) -> EvalSetError:
+    """The error a TREC qrels file with ``grade`` raises (the rule tables follow)."""
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text(f"q1 0 d1 1\nq1 0 d7 {grade}\n")
+    with pytest.raises(EvalSetError) as info:
+        load_evalset(qrels)
+    return info.value
+
+
+RULE = "must be an integer up to 5 (1-5 relevant, 0 not relevant, -1 a known distractor)"
+
+
+@pytest.mark.parametrize("grade", [2.5, 7])
+def test_grades_files_reject_are_rejected_from_tables_and_dicts(
+    grade: float, table: Maker, engine: str, tmp_path: Path
+) -> None:
+    """DF-11, DF-13: a grade of 2.5 or 7 in a DataFrame / Table / dict is the file
+    readers' error (the same rule, naming the query, the document and the grade)."""
+    assert RULE in file_grade_error(tmp_path, 7).detail
+    expected = f"{RULE}, got {grade} (query 'q1', document 'd7')"
+    qrels = {"q1": {"d1": 1, "d7": grade}}
+    run = {"q1": {"d1": 0.9, "d3": 0.8, "d7": 0.4}}
+    for call in (
+        lambda: evaluate(qrels_table(table, qrels), run_table(table, run), ["ndcg@3"]),
+        lambda: EvalSet.from_dicts(qrels_table(table, qrels), {"r": run_table(table, run)}),
+        lambda: evaluate(qrels, run, ["ndcg@3"]),
+        lambda: EvalSet.from_dicts(qrels, {"r": run}),
+    ):
+        with pytest.raises(EvalSetError) as info:
+            call()
+        assert expected in str(info.value)
+
+
+def test_a_grade_of_7_in_a_ranx_qrels_is_rejected() -> None:
+    """(ranx itself truncates 2.5 to 2 when its Qrels is built.)"""
+    qrels = ranx.Qrels({"q1": {"d1": 1, "d7": 7}})
+    run = ranx.Run({"q1": {"d1": 0.9, "d7": 0.4}})
+    message = f"{RULE}, got 7 (query 'q1', document 'd7')"
+    with pytest.raises(EvalSetError, match=re.escape(message)):
+        evaluate(qrels, run, "ndcg@3")
+    with pytest.raises(EvalSetError, match=re.escape(message)):
+        EvalSet.from_dicts(qrels, {"r": run})
+
+
+def test_whole_float_and_negative_grades_read_as_in_files(table: Maker, engine: str) -> None:
+    """A float column of whole numbers (pandas makes one as soon as a value is missing
+    or a column is computed) holds grades; -1 and -2 are accepted, as in files."""
+    qrels = {"q1": {"a": 2, "b": 0, "c": -1, "d": -2}, "q2": {"e": 5}}
+    run = {"q1": {"a": 0.9, "c": 0.8, "d": 0.3}, "q2": {"e": 0.5}}
+    floats = {q: {d: float(g) for d, g in m.items()} for q, m in qrels.items()}
+    expected = evaluate(qrels, run, METRICS, per_query=True)
+    got = evaluate(qrels_table(table, floats), run_table(table, run), METRICS, per_query=True)
+    assert got == expected
+    assert evaluate(floats, run, METRICS, per_query=True) == expected
+
+
+@pytest.mark.parametrize("empty", ["qrels", "run", "both"])
+def test_empty_tables_and_dicts_are_errors_not_nan(empty: str, table: Maker, engine: str) -> None:
+    """DF-14: no rows is no labelled queries (as an empty qrels file says) or a run
+    without candidates (as an empty run file is), never NaN metrics."""
+    qrels, run = {"q1": {"d1": 1}}, {"q1": {"d1": 0.9}}
+    if empty in ("qrels", "both"):
+        qrels = {}
+    if empty in ("run", "both"):
+        run = {}
+    what = "no labelled queries" if empty != "run" else "no candidates"
+    q_table = table([], ["qid", "docid", "grade"]) if not qrels else qrels_table(table, qrels)
+    r_table = table([], ["qid", "docid", "score"]) if not run else run_table(table, run)
+    for call in (
+        lambda: evaluate(q_table, r_table, ["ndcg@3", "mrr"]),
+        lambda: evaluate(qrels, run, ["ndcg@3", "mrr"]),
+        lambda: EvalSet.from_dicts(q_table, {"r": r_table}),
+        lambda: EvalSet.from_dicts(qrels, {"r": run}),
+    ):
+        with pytest.raises(EvalSetError, match=what):
+            call()

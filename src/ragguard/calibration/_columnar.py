@@ -35,7 +35,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -497,12 +497,21 @@ class LineNumbers:
         return np.concatenate(self._parts) if self._parts else np.zeros(0, np.int64)
 
 
-def content_blocks(path: Path, lines: LineNumbers, *, is_header: Any = None) -> Iterator[Any]:
-    """The content lines of each streamed block of ``path`` (trimmed; blank and ``#``
-    lines left out, and line 1 when ``is_header(line 1)`` says so), their line numbers
-    recorded in ``lines``. Raises :class:`NeedsCareful` on whitespace ``str.split()``
-    knows but the fast path does not. Each block's memory goes back to the system once
-    the caller is done with it (pyarrow's allocator would otherwise keep it)."""
+def content_blocks(
+    path: Path,
+    lines: LineNumbers,
+    *,
+    comment: Callable[[str], bool],
+    is_header: Callable[[str], bool] | None = None,
+) -> Iterator[Any]:
+    """The content lines of each streamed block of ``path`` (trimmed; blank lines and
+    comments left out, and line 1 when ``is_header(line 1)`` says so), their line
+    numbers recorded in ``lines``. Lines starting with ``#`` are few: each is asked
+    ``comment(line)``, the careful reader's own rule (a ``#`` line that can be a record
+    is one, see :class:`~ragguard.calibration._readers.Layout`). Raises
+    :class:`NeedsCareful` on whitespace ``str.split()`` knows but the fast path does
+    not. Each block's memory goes back to the system once the caller is done with it
+    (pyarrow's allocator would otherwise keep it)."""
     pa = arrow()
     assert pa is not None
     pc = _module("compute")
@@ -513,7 +522,14 @@ def content_blocks(path: Path, lines: LineNumbers, *, is_header: Any = None) -> 
         if pc.any(pc.match_substring_regex(text, _EXOTIC)).as_py():
             raise NeedsCareful
         trimmed = pc.ascii_trim_whitespace(text)
-        keep = pc.and_(pc.not_equal(trimmed, ""), pc.invert(pc.starts_with(trimmed, "#")))
+        keep = pc.not_equal(trimmed, "")
+        hashed = pc.starts_with(trimmed, "#")
+        if pc.any(hashed).as_py():
+            at = np.flatnonzero(hashed.to_numpy(zero_copy_only=False))
+            dropped = at[list(map(comment, trimmed.take(at).to_pylist()))]
+            mask = keep.to_numpy(zero_copy_only=False).copy()
+            mask[dropped] = False
+            keep = pa.array(mask)
         if is_header is not None and lines.seen == 0 and n and is_header(text[0].as_py()):
             keep = pc.and_(keep, pa.array(np.arange(n) > 0))
         if pc.all(keep).as_py():
@@ -560,8 +576,8 @@ def _typed(path: Path, kind: str) -> tuple[Any, Any, F64, None] | None:
     """The id, document and value columns of a TREC file whose fields are separated by
     single spaces, read by pyarrow's multi-threaded CSV reader with the space as
     delimiter and the value column typed; ``None`` when the file is not that plain
-    (other whitespace, a blank or comment line, a line with too few or many fields, a
-    value that does not parse): the line-wise split reads it then."""
+    (other whitespace, a blank line, a line with too few or many fields, such as most
+    comments, a value that does not parse): the line-wise split reads it then."""
     pa = arrow()
     assert pa is not None
     csv = _module("csv")
@@ -583,8 +599,9 @@ def _typed(path: Path, kind: str) -> tuple[Any, Any, F64, None] | None:
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
         return None
     q, d = table.column(names[qi]), table.column(names[di])
-    # an empty first field is a blank line; "#" starts a comment line
-    if table.num_rows and pc.any(pc.or_(pc.equal(q, ""), pc.starts_with(q, "#"))).as_py():
+    # an empty first field is a blank line (a line starting with "#" that parsed into
+    # typed columns can be a record, so it is one: see _readers.Layout)
+    if table.num_rows and pc.any(pc.equal(q, "")).as_py():
         return None
     values = np.asarray(table.column(names[vi]).to_numpy(), dtype=np.float64)
     if kind == "qrels" and values.size:
@@ -598,6 +615,8 @@ def _typed(path: Path, kind: str) -> tuple[Any, Any, F64, None] | None:
 def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
     """The id and document columns (pyarrow arrays), the values and the line of each
     row of a TREC file, or ``None`` when the careful reader must read it."""
+    from ragguard.calibration._readers import TREC_QRELS, TREC_RUN
+
     pa = arrow()
     assert pa is not None
     typed = _typed(path, kind)
@@ -605,12 +624,17 @@ def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
         return typed
     pc = _module("compute")
     n_cols, (qi, di, vi) = _LAYOUT[kind]
+    layout = TREC_RUN if kind == "run" else TREC_QRELS
     qs: list[Any] = []
     ds: list[Any] = []
     vs: list[Any] = []
     lines = LineNumbers()
+
+    def comment(line: str) -> bool:
+        return layout.comment(line, line.split())
+
     try:
-        for content in content_blocks(path, lines):
+        for content in content_blocks(path, lines, comment=comment):
             parts = pc.ascii_split_whitespace(content)
             if len(content) and not pc.all(pc.equal(pc.list_value_length(parts), n_cols)).as_py():
                 return None

@@ -239,16 +239,18 @@ class CorpusIds(Set[str]):
 
 
 def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
-    """Whether each (distinct) id of ``vocab`` is missing from ``known``; for
-    :class:`CorpusIds`, column-wise, hashing the smaller side."""
+    """Whether each id of ``vocab`` (distinct, or one per row of a run, repeated) is
+    missing from ``known``; for :class:`CorpusIds`, column-wise, hashing the smaller
+    side."""
     if isinstance(known, CorpusIds) and not isinstance(vocab, list):
-        if len(vocab) > len(known.ids):
-            out: NDArray[np.bool_] = vocab_positions(vocab, known.ids) < 0
-            return out
-        at = vocab_positions(known.ids, vocab)
-        found = np.zeros(len(vocab), dtype=np.bool_)
-        found[at[at >= 0]] = True
-        return ~found
+        pa = _columnar.arrow()
+        assert pa is not None
+        ids = known.ids
+        if len(vocab) <= len(ids):  # first the corpus ids found in vocab, then those
+            at = vocab_positions(ids, vocab)  # (a position: an id's first row only)
+            ids = ids.filter(pa.array(at >= 0))
+        out: NDArray[np.bool_] = vocab_positions(vocab, ids) < 0
+        return out
     return np.fromiter((doc not in known for doc in vocab_list(vocab)), np.bool_)
 
 
@@ -355,7 +357,7 @@ def _split_qrels(path: Path) -> tuple[Any, Any, NDArray[np.float64], I64 | None]
     line ``i+1``) of a BEIR qrels file, each line split as the careful reader splits it:
     on tabs when it has one, else on whitespace, a header on line 1 skipped. Raises
     :class:`NeedsCareful`."""
-    from ragguard.calibration._readers import beir_columns
+    from ragguard.calibration._readers import BEIR_QRELS, beir_columns, beir_fields
 
     pa = _columnar.arrow()
     assert pa is not None
@@ -366,10 +368,13 @@ def _split_qrels(path: Path) -> tuple[Any, Any, NDArray[np.float64], I64 | None]
     lines = LineNumbers()
 
     def is_header(first: str) -> bool:
-        return beir_columns(first, 1) is None
+        return beir_columns(first, 1, BEIR_QRELS) is None
+
+    def comment(line: str) -> bool:
+        return BEIR_QRELS.comment(line, beir_fields(line))
 
     try:
-        for content in content_blocks(path, lines, is_header=is_header):
+        for content in content_blocks(path, lines, comment=comment, is_header=is_header):
             tabbed = pc.match_substring(content, "\t")
             parts = pc.ascii_split_whitespace(content)
             if pc.any(tabbed).as_py():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Iterable, Iterator, Set
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -21,7 +21,20 @@ from ragguard.errors import EvalSetError
 if TYPE_CHECKING:
     from ragguard.calibration.evalset import Labels
 
-__all__ = ["ReadResult", "first_content", "read", "read_run"]
+__all__ = [
+    "BEIR_QRELS",
+    "TREC_QRELS",
+    "TREC_RUN",
+    "Layout",
+    "ReadResult",
+    "bad_grade",
+    "beir_columns",
+    "beir_fields",
+    "first_content",
+    "grade_error",
+    "read",
+    "read_run",
+]
 
 Candidates = dict[str, dict[str, float]]
 Lines = dict[str, int]
@@ -55,11 +68,63 @@ def _open(path: Path) -> Iterator[str]:
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
 
 
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The columns of a line of a qrels or run file, and which one holds a number.
+
+    A line starting with ``#`` is a comment only when it cannot be a record
+    (:meth:`comment`): trec_eval up to 9 (and pytrec_eval) know no comments, so
+    ``#7 0 docA 1`` labels query ``#7``; trec_eval 10 skips every line starting with
+    ``#``, which would drop that query without a word. Here such a line is read, and a
+    ``#`` line that has not the layout's number of columns, or no number where the
+    grade or score goes (a header, a note), is a comment.
+    """
+
+    names: str
+    """The columns, as error messages name them (``query_id iteration doc_id grade``)."""
+    kind: str
+    """What a line is, for error messages (``qrels``, ``run``)."""
+    value: int | None = None
+    """The column holding a number, if any."""
+    parse: Callable[[str], object] = float
+    """How that number is read (``int``, ``float``)."""
+
+    @property
+    def columns(self) -> int:
+        """The number of columns of a record."""
+        return len(self.names.split())
+
+    def record(self, parts: Sequence[str]) -> bool:
+        """Whether a line split into ``parts`` can be a record: the layout's number of
+        columns, and a number where the value goes."""
+        if len(parts) != self.columns:
+            return False
+        if self.value is None:
+            return True
+        try:
+            self.parse(parts[self.value])
+        except ValueError:
+            return False
+        return True
+
+    def comment(self, line: str, parts: Sequence[str]) -> bool:
+        """Whether a (stripped) line, split into ``parts``, is a comment: it starts with
+        ``#`` and cannot be a record."""
+        return line.startswith("#") and not self.record(parts)
+
+
+TREC_QRELS = Layout("query_id iteration doc_id grade", "qrels", 3, int)
+TREC_RUN = Layout("query_id Q0 doc_id rank score tag", "run", 4, float)
+BEIR_QRELS = Layout("query-id corpus-id score", "BEIR qrels", 2, int)
+BEIR_DISTRACTOR = Layout("query-id corpus-id", "distractors")
+
+
 def first_content(path: Path) -> tuple[str, int]:
-    """The first non-blank, non-comment line of a file (stripped) and its number."""
+    """The first non-blank, non-comment line of a file (stripped) and its number; a line
+    starting with ``#`` is a comment unless it can be a TREC qrels or run record."""
     for n, line in enumerate(_open(path), 1):
         s = line.strip()
-        if s and not s.startswith("#"):
+        if s and not (TREC_QRELS.comment(s, parts := s.split()) and TREC_RUN.comment(s, parts)):
             return s, n
     raise EvalSetError("the file is empty", path=str(path))
 
@@ -132,6 +197,29 @@ DISTRACTOR_GRADE = -1
 """A qrels grade of -1 marks a known distractor: judged not relevant (grade 0) and listed
 in ``Labels.distractors``. Grades below -1 (the TREC Web tracks' -2 for junk) are read
 as judged not relevant."""
+
+
+def bad_grade(grade: Any) -> bool:
+    """Whether a number cannot be a qrels grade: the one rule for grades read from files,
+    tables and dicts. A grade is a whole number up to MAX_GRADE (1-5 relevant, 0 judged
+    not relevant, DISTRACTOR_GRADE a known distractor, below it judged not relevant); a
+    whole float (``1.0``, as a typed table column holds it) is one, ``2.5``, ``7`` and
+    NaN are not. (In a text file a grade is read with ``int``, so ``1.0`` is not an
+    integer there.)"""
+    if isinstance(grade, int):
+        return grade > MAX_GRADE
+    value = float(grade)
+    return not (value <= MAX_GRADE and value.is_integer())
+
+
+def grade_error(grade: Any, qid: str, doc: str) -> str:
+    """The message for a grade :func:`bad_grade` rejects, naming the query and document."""
+    value = grade if isinstance(grade, int) else float(grade)
+    text = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+    return (
+        f"must be an integer up to {MAX_GRADE} (1-{MAX_GRADE} relevant, 0 not relevant, "
+        f"{DISTRACTOR_GRADE} a known distractor), got {text} (query {qid!r}, document {doc!r})"
+    )
 
 
 def _json_line(text: str, at: _Where) -> Any:
@@ -322,17 +410,19 @@ def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
 # --------------------------------------------------------------------------- TREC
 
 
-def _columns(path: Path, n: int, layout: str, kind: str) -> Iterator[tuple[_Where, list[str]]]:
+def _columns(path: Path, layout: Layout) -> Iterator[tuple[_Where, list[str]]]:
     """The whitespace-separated columns of each non-blank, non-comment line of a TREC
-    file, with the line's error helper; a line without exactly ``n`` columns fails."""
+    file (see :class:`Layout`), with the line's error helper; a line without exactly the
+    layout's number of columns fails."""
+    n = layout.columns
     for lineno, text in enumerate(_open(path), 1):
         s = text.strip()
-        if not s or s.startswith("#"):
+        parts = s.split()
+        if not s or layout.comment(s, parts):
             continue
         at = _Where(path, lineno)
-        parts = s.split()
         if len(parts) != n:
-            at.fail(f"a {kind} line has {n} columns ({layout}), got {len(parts)}")
+            at.fail(f"a {layout.kind} line has {n} columns ({layout.names}), got {len(parts)}")
         yield at, parts
 
 
@@ -341,9 +431,9 @@ def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
 
     res = ReadResult()
     grades: dict[str, dict[str, int]] = {}
-    for at, parts in _columns(path, 4, "query_id iteration doc_id grade", "qrels"):
+    for at, parts in _columns(path, TREC_QRELS):
         qid, _, doc, grade_text = parts
-        grade = _grade(grade_text, at, "grade")
+        grade = _grade(grade_text, at, "grade", qid, doc)
         _add_label(grades, res, qid, doc, grade, at, rep)
     for qid, g in grades.items():
         res.queries[qid] = Query(qid)
@@ -351,19 +441,15 @@ def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
     return res
 
 
-def _grade(text: str, at: _Where, fld: str) -> int:
-    """A qrels grade: an integer up to MAX_GRADE (-1 a known distractor, below that
-    judged not relevant; see :func:`_qrels_labels`)."""
+def _grade(text: str, at: _Where, fld: str, qid: str, doc: str) -> int:
+    """A qrels grade: an integer that :func:`bad_grade` accepts (-1 a known distractor,
+    below that judged not relevant; see :func:`_qrels_labels`)."""
     try:
         grade = int(text)
     except ValueError:
         at.fail(f"must be an integer, got {text!r}", fld)
-    if grade > MAX_GRADE:
-        at.fail(
-            f"must be an integer up to {MAX_GRADE} (1-{MAX_GRADE} relevant, 0 not "
-            f"relevant, {DISTRACTOR_GRADE} a known distractor), got {grade}",
-            fld,
-        )
+    if bad_grade(grade):
+        at.fail(grade_error(grade, qid, doc), fld)
     return grade
 
 
@@ -456,7 +542,7 @@ def read_run(
         return _read_json_run(path, rep, known_docs)
     cands: Candidates = {}
     lines: Lines = {}
-    for at, parts in _columns(path, 6, "query_id Q0 doc_id rank score tag", "run"):
+    for at, parts in _columns(path, TREC_RUN):
         qid, _, doc, _, score_text, _ = parts
         try:
             score = float(score_text)
@@ -525,14 +611,14 @@ def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
     qrels_path = beir_split(path, split)
     grades: dict[str, dict[str, int]] = {}
     for lineno, text in enumerate(_open(qrels_path), 1):
-        parts = beir_columns(text, lineno)
+        parts = beir_columns(text, lineno, BEIR_QRELS)
         if parts is None:
             continue
         at = _Where(qrels_path, lineno)
         if len(parts) != 3:
             at.fail(f"a BEIR qrels line has 3 columns (query-id corpus-id score), got {len(parts)}")
         qid, doc, grade_text = (p.strip() for p in parts)
-        grade = _grade(grade_text, at, "score")
+        grade = _grade(grade_text, at, "score", qid, doc)
         if res.corpus is not None and doc not in res.corpus:
             rep(
                 ProblemKind.UNKNOWN_DOCUMENT,
@@ -582,16 +668,25 @@ def beir_split(path: Path, split: str | None) -> Path:
     return qrels_path
 
 
-def beir_columns(text: str, lineno: int) -> list[str] | None:
+def beir_columns(text: str, lineno: int, layout: Layout) -> list[str] | None:
     """The columns of a line of a BEIR TSV file: split on tabs when it has one, else on
-    whitespace; ``None`` for a blank or comment line and for a header on line 1."""
+    whitespace; ``None`` for a blank line, a comment (a ``#`` line that cannot be a
+    record of ``layout``, see :class:`Layout`) and a header on line 1."""
     s = text.strip()
-    if not s or s.startswith("#"):
+    if not s:
         return None
-    parts = s.split("\t") if "\t" in s else s.split()
+    parts = beir_fields(s)
+    if layout.comment(s, parts):
+        return None
     if lineno == 1 and parts[0].lower() in {"query-id", "query_id", "qid"}:
         return None
     return parts
+
+
+def beir_fields(line: str) -> list[str]:
+    """The columns of a (stripped) line of a BEIR TSV file: split on tabs when it has
+    one, else on whitespace."""
+    return line.split("\t") if "\t" in line else line.split()
 
 
 BEIR_DISTRACTORS = "distractors.tsv"
@@ -606,7 +701,7 @@ def _beir_distractors(
     if not path.exists():
         return out
     for lineno, text in enumerate(_open(path), 1):
-        parts = beir_columns(text, lineno)
+        parts = beir_columns(text, lineno, BEIR_DISTRACTOR)
         if parts is None:
             continue
         if len(parts) != 2:

@@ -21,6 +21,14 @@ error). A table means what the dict built from its rows means, with one differen
 repeated (query, document) row keeps its first occurrence and is reported, as the file
 readers do (a repeated label with another grade is an error).
 
+Grades follow the file readers' rule (:func:`~ragguard.calibration._readers.bad_grade`),
+in tables, dicts and ranx objects alike: whole numbers up to 5 (-1 a known distractor's
+grade in files, lower ones judged not relevant). A float column of whole numbers
+(``1.0``, as pandas makes one when a value is missing or computed) holds grades; ``2.5``
+or ``7`` is an error naming the query, the document and the grade. Qrels without a row
+are an error ("no labelled queries", as an empty qrels file), and so is a run without
+one (as an empty run file): never metrics of nothing.
+
 With pyarrow (the ``fast`` extra), a table is converted column-wise: ids are
 dictionary-encoded into integer codes and stay columnar
 (:class:`~ragguard.calibration._columnar.Pairs`); no Python object is built per row.
@@ -35,8 +43,10 @@ by the module of their type.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
+from itertools import chain
+from numbers import Real
 from typing import Any, Literal, TypeGuard
 
 import numpy as np
@@ -51,6 +61,7 @@ from ragguard.calibration._columnar import (
     vocab_take,
 )
 from ragguard.calibration._problems import ProblemKind, Reporter
+from ragguard.calibration._readers import bad_grade, grade_error
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 
 __all__ = ["COLUMN_NAMES", "Table", "as_dicts", "columnar", "read_input", "table_kind"]
@@ -99,21 +110,26 @@ def read_input(
 
     Raises:
         ArgumentTypeError: ``obj`` is none of these.
-        EvalSetError: a column is missing, ambiguous or holds the wrong type, an id or
-            grade is missing, a repeated label contradicts the first.
+        EvalSetError: no rows; a column is missing, ambiguous or holds the wrong type, an
+            id or grade is missing, a grade is not one (see the module docstring), a
+            repeated label contradicts the first.
         ConfigError: ``columns`` has an unknown key.
     """
-    if isinstance(obj, Mapping):
-        return obj
-    kind = table_kind(obj)
-    if kind == "ranx":
-        return _ranx_dicts(obj, role)
-    if kind is None:
+    kind = None if isinstance(obj, Mapping) else table_kind(obj)
+    if kind is None and not isinstance(obj, Mapping):
         raise ArgumentTypeError(
             f"{role} must be a mapping {{query_id: {{doc_id: value}}}}, a pandas or polars "
             f"DataFrame, a pyarrow Table or a ranx {'Qrels' if role == 'qrels' else 'Run'}, "
             f"got {type(obj).__name__}"
         )
+    if not len(obj):
+        empty = "no labelled queries found" if role == "qrels" else "the run has no candidates"
+        raise EvalSetError(f"{empty}{' (no rows)' if kind else ''}", path=what)
+    if kind is None or kind == "ranx":
+        dicts = obj if kind is None else _ranx_dicts(obj, role)
+        if role == "qrels":
+            _check_grades(dicts, what)
+        return dicts
     if arrow() is not None:
         return _arrow_pairs(obj, kind, role, columns, what, rep)
     return _list_pairs(obj, kind, role, columns, what, rep)
@@ -149,6 +165,28 @@ def _ranx_dicts(obj: Table, role: Role) -> Dicts:
     source = obj.to_dict() if typed is None else typed
     out: dict[str, dict[str, float]] = {q: dict(d) for q, d in source.items()}
     return out
+
+
+def _check_grades(qrels: Dicts, what: str) -> None:
+    """Raise on the first grade of ``qrels`` that :func:`bad_grade` rejects (values that
+    are not numbers are left to the conversion, which names them). The rule is asked once
+    per distinct value."""
+    # (type(m) is dict: a fast check before the slower one of the Mapping ABC)
+    maps = [m.values() for m in qrels.values() if type(m) is dict or isinstance(m, Mapping)]
+    try:
+        distinct: Iterable[Any] = set(chain.from_iterable(maps))
+    except TypeError:  # an unhashable value
+        distinct = chain.from_iterable(maps)
+    if not any(map(_bad_number, distinct)):
+        return
+    for qid, grades in qrels.items():
+        for doc, grade in grades.items() if isinstance(grades, Mapping) else ():
+            if _bad_number(grade):
+                raise EvalSetError(f"the grade {grade_error(grade, qid, doc)}", path=what)
+
+
+def _bad_number(value: object) -> bool:
+    return isinstance(value, Real | Decimal) and bad_grade(value)
 
 
 # --------------------------------------------------------------------------- columns
@@ -233,7 +271,7 @@ def _arrow_pairs(
     qvocab, q = _encode(_arrow_ids(table.column(qname), qname, "query id", what))
     docs, d = _encode(_arrow_ids(table.column(dname), dname, "document id", what))
     value = _arrow_values(table.column(vname), role, vname, what)
-    return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep)
+    return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep, vname)
 
 
 def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
@@ -311,7 +349,7 @@ def _list_pairs(
     value = np.array(
         [_number(v, role, vname, i, what) for i, v in enumerate(column(vname))], dtype=np.float64
     )
-    return _pairs(qids, docs, q, d, value, role, what, rep)
+    return _pairs(qids, docs, q, d, value, role, what, rep, vname)
 
 
 def _intern(values: list[Any], name: str, label: str, what: str) -> tuple[list[str], Any]:
@@ -359,9 +397,19 @@ def _pairs(
     role: Role,
     what: str,
     rep: Reporter,
+    name: str,
 ) -> Pairs:
-    """:class:`Pairs` of interned rows; a repeated (query, document) row is reported and
-    dropped, a repeated label with another grade is an error."""
+    """:class:`Pairs` of interned rows; a grade :func:`bad_grade` rejects (in column
+    ``name``) is an error, a repeated (query, document) row is reported and dropped, a
+    repeated label with another grade is an error."""
+    if role == "qrels":
+        bad = [v for v in np.unique(value).tolist() if bad_grade(v)]  # NaN: rejected before
+        if bad:
+            row = int(np.flatnonzero(np.isin(value, bad))[0])
+            problem = grade_error(
+                value[row], qids[int(q[row])], vocab_take(docs, d[row : row + 1])[0]
+            )
+            raise EvalSetError(f"row {row}: the grade (column {name!r}) {problem}", path=what)
     repeats = _repeats(q, d, len(docs))
     if not repeats.size:
         return Pairs(qids, docs, q, d, value, None, what)

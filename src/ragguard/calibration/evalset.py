@@ -51,7 +51,11 @@ score keeps its order (``score_kind=None``).
 
 ``"trec"`` -- a TREC qrels file (``query_id iteration doc_id grade``), with runs in TREC
 run format (``query_id Q0 doc_id rank score tag``; the rank column is ignored, as in
-trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``.
+trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``. A line
+starting with ``#`` is a comment only when it cannot be a record (not the format's
+number of columns, or no number where the grade or score goes): ``#7 0 docA 1`` labels
+query ``#7``, as trec_eval 9 and pytrec_eval read it (trec_eval 10 skips every line
+starting with ``#``). BEIR's TSV files follow the same rule.
 
 **Grades** follow one scale in every format: integers up to 5, where 1-5 are relevant
 (as ``relevant: {id: grade}`` in JSONL; :class:`~ragguard.calibration.UtilityRules`
@@ -95,8 +99,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import numpy as np
 
 from ragguard.calibration._columnar import (
     ColumnarCandidates,
@@ -277,14 +279,15 @@ class EvalSet:
                 (else ``score``) in qrels, ``score`` in runs).
 
         Raises:
-            EvalSetError: inconsistent labels (see :func:`load_evalset`), a table column
+            EvalSetError: inconsistent labels (see :func:`load_evalset`), a grade the file
+                readers reject (2.5, 7), qrels or a run without any row, a table column
                 missing, ambiguous or not numeric, a repeated label with two grades.
         """
         rep = Reporter(strict)
         read = read_input(qrels, "qrels", columns=columns, what="qrels table", rep=rep)
         extras = (distractors, utilities, no_response, n_relevant)
         labels: Mapping[str, Labels]
-        if columnar(read) and all(x is None for x in extras) and _whole(read.value):
+        if columnar(read) and all(x is None for x in extras):  # grades: whole numbers
             labels = ColumnarLabels(read)
         else:
             labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
@@ -429,11 +432,6 @@ def _labels_from_dicts(
             n_relevant=(n_relevant or {}).get(qid),
         )
     return labels
-
-
-def _whole(values: Any) -> bool:
-    """Whether every value is a whole number (grades a columnar view can hold as ints)."""
-    return bool((values == np.round(values)).all())
 
 
 def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Literal, overload
 
@@ -111,7 +110,8 @@ def arrays_from_tables(
 ) -> EvalArrays:
     """Dense arrays from qrels and a run held as tables or dicts (see
     :mod:`ragguard.calibration._tables`); the same arrays :func:`arrays_from_dicts`
-    gives for the dicts built from the tables' rows.
+    gives for the dicts built from the tables' rows, once the input is checked as the
+    file readers check theirs (grades, no empty qrels or run).
 
     Two tables read with pyarrow are joined column-wise, on integer codes; anything
     else goes through dicts. Repeated (query, document) rows are logged as a warning
@@ -235,8 +235,9 @@ def evaluate(
 
     Raises:
         ValueError: an unknown or malformed metric string, or a bad argument.
-        EvalSetError: malformed data (scores or grades that are not numbers, a table
-            column missing or ambiguous, a repeated label with two grades, ...).
+        EvalSetError: malformed data (scores or grades that are not numbers, a grade
+            the file readers reject such as 2.5 or 7, qrels or a run without any row, a
+            table column missing or ambiguous, a repeated label with two grades, ...).
     """
     from ragguard.calibration.evalset import EvalSet
 
@@ -259,11 +260,14 @@ def evaluate(
             raise ArgumentTypeError(
                 "with qrels, pass the run too: evaluate(qrels, run, metrics=...)"
             )
-        convert = arrays_from_dicts
-        if not (isinstance(data, Mapping) and isinstance(run, Mapping)):
-            convert = partial(arrays_from_tables, columns=columns)
-        arrays = convert(
-            data, run, score_kind=score_kind, n_relevant=n_relevant, profile=profile, rules=rules
+        arrays = arrays_from_tables(
+            data,
+            run,
+            columns=columns,
+            score_kind=score_kind,
+            n_relevant=n_relevant,
+            profile=profile,
+            rules=rules,
         )
     else:
         raise ArgumentTypeError(
