@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard, GuardConfig
@@ -90,3 +91,115 @@ def test_rerank_errors_are_one_clear_line(folder: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["calibrate", str(folder), "--rerank", "myjudge:nope",
                               "--no-report"])  # fmt: skip
     assert res.exit_code == 1 and "no attribute" in res.output
+
+
+BROKEN_MODULE = """
+import math
+
+from myjudge import judge
+
+def somenan(query, texts):  # the call for 'question 3' and 'question 7' has a NaN
+    out = judge(query, texts)
+    if query in ("question 3", "question 7"):
+        out[0] = math.nan
+    return out
+
+somenan.score_kind = "logit"
+
+def allnan(query, texts):
+    return [math.nan] * len(texts)
+
+allnan.score_kind = "logit"
+"""
+
+
+def one_error_line(result: Result) -> str:
+    """The error a failed command printed: exit code 1, one line on stderr, no
+    traceback."""
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.rstrip().splitlines()
+    assert lines[-1].startswith("error: ") and result.stderr.count("error:") == 1, result.stderr
+    return lines[-1]
+
+
+def calibrate_args(folder: Path, *more: str) -> list[str]:
+    return ["calibrate", str(folder), *more, "--no-report", "--min-recall", "0", "--max-k", "5"]
+
+
+def test_a_damaged_score_cache_is_one_line(folder: Path, tmp_path: Path) -> None:
+    """Audit TS-34: the cache file overwritten with text."""
+    args = calibrate_args(folder, "--rerank", "myjudge:judge", "--rerank-cache", "C")
+    assert runner.invoke(app, [*args, "--out", "a.toml"]).exit_code == 0
+    (path,) = (tmp_path / "C").glob("*.sqlite")
+    path.write_text("not a database\n")
+    line = one_error_line(runner.invoke(app, [*args, "--out", "b.toml"]))
+    assert path.name in line and "delete it or give --rerank-cache another folder" in line
+    assert not (tmp_path / "b.toml").exists()
+
+
+def test_failed_rerank_calls_are_counted_or_an_error(folder: Path, tmp_path: Path) -> None:
+    """Audit TS-08 and TS-07: some NaN is a counted fail-open, all NaN an error that
+    says the reranker failed."""
+    (tmp_path / "broken.py").write_text(BROKEN_MODULE)
+    res = runner.invoke(app, [*calibrate_args(folder, "--rerank", "broken:somenan")])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "2 of 40 rerank calls failed" in said and "not a finite number (nan)" in said
+    line = one_error_line(runner.invoke(app, calibrate_args(folder, "--rerank", "broken:allnan")))
+    assert "40 of 40 rerank calls failed" in line and "not a finite number (nan)" in line
+    assert "match" not in line
+
+
+def test_a_probability_map_typo_names_the_option_and_the_methods(folder: Path) -> None:
+    """Audit TS-18."""
+    line = one_error_line(
+        runner.invoke(
+            app,
+            calibrate_args(folder, "--rerank", "myjudge:judge", "--probability-map", "sigmoid"),
+        )
+    )
+    assert "--probability-map" in line and "'sigmoid'" in line
+    assert "platt" in line and "isotonic" in line
+
+
+def _scores_file(path: Path, rows: list[str]) -> Path:
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_rerank_run_problems_are_one_line_each(folder: Path, tmp_path: Path) -> None:
+    """Audit TS-25 (queries without rows: an error naming them), TS-31 (NaN scores:
+    a counted warning) and TS-27 (logits declared probabilities: an error)."""
+    rows = (folder / "runs" / "dense.trec").read_text().splitlines()
+    half = _scores_file(tmp_path / "half.trec", [r for r in rows if int(r[1:3]) < 20])
+    line = one_error_line(
+        runner.invoke(
+            app,
+            calibrate_args(folder, "--rerank-run", str(half), "--rerank-score-kind", "probability"),
+        )
+    )
+    assert "20 of 40 queries" in line and "q20, q21, q22" in line
+    logits = _scores_file(
+        tmp_path / "logits.trec",
+        [" ".join([*r.split()[:4], str(8 * float(r.split()[4]) - 3), "judge"]) for r in rows],
+    )
+    line = one_error_line(
+        runner.invoke(
+            app,
+            calibrate_args(
+                folder, "--rerank-run", str(logits), "--rerank-score-kind", "probability"
+            ),
+        )
+    )
+    assert "outside [0, 1]" in line and "--rerank-score-kind logit" in line
+    nan = _scores_file(
+        tmp_path / "nan.trec",
+        [" ".join([*r.split()[:4], "nan", "judge"]) if r.startswith("q07") else r for r in rows],
+    )
+    res = runner.invoke(
+        app, calibrate_args(folder, "--rerank-run", str(nan), "--rerank-score-kind", "probability")
+    )
+    assert res.exit_code == 0, res.output
+    warning = [line for line in res.stderr.splitlines() if "not finite numbers" in line]
+    assert len(warning) == 1 and "8 scores that are not finite numbers" in warning[0]

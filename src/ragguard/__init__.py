@@ -35,6 +35,7 @@ from ragguard.errors import (
     RerankModelError,
     RerankWarning,
     RetrieverError,
+    ScoreCacheError,
     ScoreWarning,
 )
 from ragguard.guard import ContextGuard
@@ -78,6 +79,7 @@ __all__ = [
     "RerankWarning",
     "Reranker",
     "RetrieverError",
+    "ScoreCacheError",
     "ScoreKind",
     "ScoreWarning",
     "Selection",

@@ -19,6 +19,8 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── AnnotationError          (ValueError)  annotation cannot run on this data or settings
     ├── EndpointError            (RuntimeError) an LLM endpoint failed (no logprobs, HTTP)
     ├── MissingDependencyError   (ImportError) an optional extra is not installed
+    ├── ScoreCacheError          (OSError)     calibration's rerank score cache (SQLite) is
+    │                                          corrupt, locked or cannot be written
     └── RerankError              (RuntimeError) the rerank stage failed, on_failure="fail_closed"
         └── RerankModelError                    the cross-encoder model cannot be loaded
 
@@ -50,6 +52,7 @@ __all__ = [
     "RerankModelError",
     "RerankWarning",
     "RetrieverError",
+    "ScoreCacheError",
     "ScoreWarning",
 ]
 
@@ -135,10 +138,17 @@ class MissingDependencyError(RagguardError, ImportError):
     """A feature needs an optional dependency (an extra) that is not installed."""
 
 
+class ScoreCacheError(RagguardError, OSError):
+    """The rerank score cache of calibration (one SQLite file per model, see
+    :mod:`ragguard.calibration.rerank_scores`) cannot be used: the file is corrupt,
+    truncated, unreadable or locked by another process past the wait, or its folder cannot
+    be created or written. The message names the file or folder and the way out."""
+
+
 class RerankError(RagguardError, RuntimeError):
     """The rerank stage failed (the reranker raised, ran past ``rerank.timeout_ms``,
     returned the wrong number of scores, or a score that is NaN or infinite) and
-    ``rerank.on_failure="fail_closed"``.
+    ``rerank.on_failure="fail_closed"``; or, in calibration, every rerank call failed.
 
     The original exception, if any, is the ``__cause__``.
     """

@@ -11,7 +11,8 @@ The map's input is the reranker's score on the **logit scale** :math:`z`: the ra
 of a reranker that returns logits, :math:`\log(p / (1 - p))` of one that returns
 probabilities (``p`` clipped to :math:`[10^{-12}, 1 - 10^{-12}]`).
 
-* ``platt``: :math:`p = \sigma(a z + b)` (Platt scaling, logistic regression on :math:`z`);
+* ``platt``: :math:`p = \sigma(a z + b)` (Platt scaling, logistic regression on :math:`z`),
+  with slope :math:`a > 0`;
 * ``isotonic``: a non-decreasing piecewise-linear function through the breakpoints
   :math:`(x_i, y_i)`, constant beyond the first and last (as scikit-learn's
   ``IsotonicRegression(out_of_bounds="clip")`` predicts).
@@ -35,7 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ragguard.scores import Normalized, ScoreKind, normalize
+from ragguard.scores import Normalized, ScoreIssue, ScoreKind, normalize
 
 __all__ = ["MapMethod", "ProbabilityMap", "rerank_probabilities", "to_logit"]
 
@@ -83,7 +84,7 @@ class ProbabilityMap(BaseModel):
 
     method: MapMethod = Field(description="platt or isotonic.")
     a: float | None = Field(
-        default=None, allow_inf_nan=False, description="Platt slope (method = platt)."
+        default=None, allow_inf_nan=False, description="Platt slope (method = platt), > 0."
     )
     b: float | None = Field(
         default=None, allow_inf_nan=False, description="Platt intercept (method = platt)."
@@ -100,6 +101,12 @@ class ProbabilityMap(BaseModel):
         if self.method is MapMethod.PLATT:
             if self.a is None or self.b is None or self.x is not None or self.y is not None:
                 raise ValueError("a platt map has a and b (and no x, y)")
+            if self.a <= 0:
+                raise ValueError(
+                    f"a platt map's slope a must be > 0, got {self.a!r}: a decreasing map "
+                    "ranks the reranker's worst passages first; fit one with ragguard "
+                    "calibrate --rerank"
+                )
             return self
         if self.x is None or self.y is None or self.a is not None or self.b is not None:
             raise ValueError("an isotonic map has x and y (and no a, b)")
@@ -144,9 +151,11 @@ def rerank_probabilities(
     """The probabilities the rerank stage's rules run on, at runtime and in calibration.
 
     Without a map: :func:`ragguard.scores.normalize` (sigmoid for logits, clip for
-    probabilities), with its issues. With a map: the map's probabilities; the issues
-    ``normalize`` finds in the raw scores are still reported. Invalid (missing, NaN,
-    infinite) raw scores stay invalid either way.
+    probabilities), with its issues. With a map: the map's probabilities, with the issues
+    ``normalize`` finds in the raw scores but ``logit_in_unit_interval``: that one warns
+    that a sigmoid squeezes logits in [0, 1] into [0.5, 0.73], and the map, fitted on
+    those very scores, replaces the sigmoid (a cosine declared ``logit`` is fine). Invalid
+    (missing, NaN, infinite) raw scores stay invalid either way.
     """
     norm = normalize(raw, kind)
     if probability_map is None:
@@ -155,4 +164,7 @@ def rerank_probabilities(
     if x.ndim == 1:
         x = x[None, :]
     mapped = probability_map.apply(np.where(norm.valid, x, 0.0), kind)
-    return Normalized(np.where(norm.valid, mapped, np.nan), norm.valid, norm.issues)
+    issues: dict[ScoreIssue, int] = {
+        i: n for i, n in norm.issues.items() if i is not ScoreIssue.LOGIT_IN_UNIT_INTERVAL
+    }
+    return Normalized(np.where(norm.valid, mapped, np.nan), norm.valid, issues)

@@ -152,3 +152,55 @@ def test_bad_probability_maps_in_toml_name_the_key(tmp_path: Path) -> None:
     path.write_text('[rerank.probability_map]\nmethod = "platt"\na = 1.0\n')
     with pytest.raises(ConfigError, match="a and b"):
         GuardConfig.from_file(path)
+
+
+@pytest.mark.parametrize(
+    ("table", "match"),
+    [
+        ("method = 'platt'\na = -1.0\nb = 0.0", "slope"),  # audit PM-02
+        ("method = 'platt'\na = 0.0\nb = 0.5", "slope"),
+        ("method = 'platt'\na = nan\nb = 0.0", "a"),
+        ("method = 'platt'\na = 1.0\nb = inf", "b"),
+        ("method = 'isotonic'\nx = [0.0, 1.0]\ny = [0.8, 0.2]", "non-decreasing"),
+        ("method = 'isotonic'\nx = [0.0, nan]\ny = [0.2, 0.8]", "finite"),
+        ("method = 'isotonic'\nx = [0.0, 1.0]\ny = [0.2, inf]", "finite"),
+    ],
+    ids=[
+        "platt a<0",
+        "platt a=0",
+        "platt a nan",
+        "platt b inf",
+        "isotonic falls",
+        "isotonic x nan",
+        "isotonic y inf",
+    ],
+)
+def test_maps_that_cannot_be_right_are_refused_in_toml(
+    tmp_path: Path, table: str, match: str
+) -> None:
+    """Issue 21 item 5: a decreasing map keeps the reranker's worst passages; a NaN or
+    infinite parameter makes every probability NaN or 0/1. Each is a ConfigError."""
+    path = tmp_path / "guard.toml"
+    path.write_text(f"[rerank]\nenabled = true\n[rerank.probability_map]\n{table}\n")
+    with pytest.raises(ConfigError, match=match) as info:
+        GuardConfig.from_file(path)
+    assert "probability_map" in str(info.value)
+
+
+def test_the_platt_fitter_refuses_scores_that_fall_with_relevance() -> None:
+    """Relevant passages score lower: maximum likelihood gives a negative slope, a map
+    no config may hold; the fitter says so instead of returning it."""
+    rng = np.random.default_rng(11)
+    z = rng.normal(0, 2, 400)
+    y = (rng.random(400) < _sigmoid(-1.2 * z)).astype(float)
+    with pytest.raises(ValueError, match=r"do not rise with relevance.*slope"):
+        fit_platt(z, y)
+
+
+def test_the_isotonic_fitter_refuses_a_map_that_cannot_rank() -> None:
+    """Every relevant passage below every other: pooling leaves one flat block, a map
+    that gives every passage the same probability."""
+    z = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, 3.0])
+    y = np.array([1, 1, 1, 0, 0, 0])
+    with pytest.raises(ValueError, match="do not rise with relevance"):
+        fit_isotonic(z, y)

@@ -4,15 +4,24 @@ what calibration measured."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Sequence
+import logging
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import time
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
-from ragguard.calibration import EvalSet, calibrate
+from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig, RagguardError, RerankWarning
+from ragguard.calibration import EvalSet, calibrate, rerank_scores
 from ragguard.calibration.pipeline import RerankGrid
 from ragguard.calibration.report import build_report, format_number
 from ragguard.calibration.rerank_scores import load_reranker, read_rerank_run
@@ -130,15 +139,26 @@ def test_config_enables_the_stage_and_the_guard_reproduces_calibration(
 STAGES = {"max_tokens": 12, "token_counter": "chars:4", "near_duplicate_threshold": 0.8}
 
 
-@pytest.mark.parametrize("stages", [{}, STAGES], ids=["cut only", "budget and near-dups"])
+@pytest.mark.parametrize(
+    ("stages", "failing"),
+    [({}, False), (STAGES, False), ({}, True), (STAGES, True)],
+    ids=["cut only", "budget and near-dups", "failed calls", "failed calls, budget"],
+)
 def test_brute_force_select_over_the_grid_equals_the_sweep(
     data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]],
     tmp_path: Path,
     stages: dict[str, object],
+    failing: bool,
 ) -> None:
+    """Every (third) point of the grid, query by query, against the guard; ``failing``:
+    the calls of three queries fail (a NaN), and the guard fails them open."""
     es, texts, run = data
-    result = run_calibration(es, texts, tmp_path / "cache", profile="medical", **stages)
+    reranker = Breaking("nan") if failing else oracle
+    result = run_calibration(
+        es, texts, tmp_path / "cache", profile="medical", reranker=reranker, **stages
+    )
     two = result.rerank  # type: ignore[attr-defined]
+    assert bool(two.failures) == failing
     rows = list(enumerate(two.kernels[4].arrays.qids))
     for i, (top_n, p) in enumerate(two.points):
         if i % 3:  # every third point keeps the test quick; the grid's rules all occur
@@ -163,15 +183,18 @@ def test_brute_force_select_over_the_grid_equals_the_sweep(
             },
             **stages,
         }
-        guard = ContextGuard(GuardConfig(**settings), reranker=oracle)
-        kept = [
-            len(
-                guard.select(
-                    es.queries[q].text or "", [Candidate(d, texts[d], s) for d, s in run[q].items()]
-                ).kept
-            )
-            for _, q in rows
-        ]
+        guard = ContextGuard(GuardConfig(**settings), reranker=reranker)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RerankWarning)  # the failed calls, failed open
+            kept = [
+                len(
+                    guard.select(
+                        es.queries[q].text or "",
+                        [Candidate(d, texts[d], s) for d, s in run[q].items()],
+                    ).kept
+                )
+                for _, q in rows
+            ]
         assert kept == two.sweep.kept[i].tolist(), (top_n, p)
     if stages:  # every setting ran with the stages, and the budget binds
         assert all(p.max_tokens == 12 for _, p in two.points)
@@ -332,3 +355,363 @@ def test_a_real_cross_encoder_from_the_config_reproduces_calibration(
         cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
         sel = guard.select(es.queries[qid].text or "", cands)
         assert [c.id for c in sel.kept] == kernel.arrays.doc_ids(row)[: int(two.chosen_kept[row])]
+
+
+# --------------------------------------------------------------------------- failures
+# The score cache, failed rerank calls and precomputed rerank runs: every failure is one
+# typed line, a failed call is never cached and is swept as the runtime selects.
+
+
+def _cache_file(cache: Path) -> Path:
+    (path,) = cache.glob("*.sqlite")
+    return path
+
+
+def _cached_values(path: Path) -> list[object]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return [row[0] for row in db.execute("SELECT score FROM scores")]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_cache_file_is_one_line_naming_it_and_the_fix(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]],
+    tmp_path: Path,
+    damage: str,
+) -> None:
+    """Audit TS-34 (a cache file overwritten with text) and TS-35 (cut in half)."""
+    es, texts, _ = data
+    cache = tmp_path / "cache"
+    run_calibration(es, texts, cache)
+    path = _cache_file(cache)
+    if damage == "garbage":
+        path.write_text("not a database\n")
+    else:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(RagguardError) as info:
+        run_calibration(es, texts, cache)
+    message = str(info.value)
+    assert isinstance(info.value, OSError) and "\n" not in message
+    assert str(path) in message
+    assert "delete it or give --rerank-cache another folder" in message
+
+
+def _unwritable(folder: Path) -> Path:
+    """``folder``, made so that no file can be created in it (chmod; chattr +i as root),
+    or skip the test where neither works."""
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK) and shutil.which("chattr"):
+        subprocess.run(["chattr", "+i", str(folder)], check=False, capture_output=True)
+    try:
+        (folder / "probe").touch()
+    except OSError:
+        return folder
+    (folder / "probe").unlink()
+    pytest.skip("cannot make a folder unwritable here")
+
+
+def test_a_cache_folder_that_cannot_be_written_is_named(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Audit TS-36: a cache folder that cannot be created, or created in, is one line
+    naming the folder."""
+    es, texts, _ = data
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way\n")
+    with pytest.raises(RagguardError) as info:
+        run_calibration(es, texts, blocker / "cache")
+    assert str(blocker / "cache") in str(info.value)
+    assert "--rerank-cache" in str(info.value)
+    folder = _unwritable(tmp_path / "read-only")
+    try:
+        with pytest.raises(RagguardError) as info:
+            run_calibration(es, texts, folder)
+        assert str(folder) in str(info.value) and "--rerank-cache" in str(info.value)
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=False, capture_output=True)
+        folder.chmod(0o755)
+
+
+def test_a_locked_cache_waits_a_bounded_time_then_names_the_file(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    es, texts, _ = data
+    cache = tmp_path / "cache"
+    run_calibration(es, texts, cache)
+    path = _cache_file(cache)
+    monkeypatch.setattr(rerank_scores, "CACHE_LOCK_TIMEOUT_S", 0.5)
+    other = sqlite3.connect(path)
+    other.execute("BEGIN EXCLUSIVE")  # another calibration writing
+    try:
+        started = time.monotonic()
+        with pytest.raises(RagguardError, match="locked") as info:
+            run_calibration(es, texts, cache)
+        assert 0.5 <= time.monotonic() - started < 30
+        assert str(path) in str(info.value) and "\n" not in str(info.value)
+    finally:
+        other.rollback()
+        other.close()
+    # once the other writer is done, the cache serves again
+    again = run_calibration(es, texts, cache)
+    assert again.rerank.scores.n_computed == 0  # type: ignore[attr-defined]
+
+
+def test_cached_values_that_are_not_finite_scores_are_computed_again(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Audit TS-41 (text where a score belongs) and TS-40's legacy: NULL (how older
+    versions stored NaN) and infinity are never served; those pairs are scored again."""
+    es, texts, _ = data
+    cache = tmp_path / "cache"
+    counting = Counting()
+    first = run_calibration(es, texts, cache, reranker=counting)
+    path = _cache_file(cache)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE scores SET score = 'abc' WHERE rowid % 7 = 0")
+        db.execute("UPDATE scores SET score = NULL WHERE rowid % 7 = 1")
+        db.execute("UPDATE scores SET score = 9e999 WHERE rowid % 7 = 2")  # +inf
+        (bad,) = db.execute("SELECT count(*) FROM scores WHERE rowid % 7 < 3").fetchone()
+    assert bad > 0
+    second = run_calibration(es, texts, cache, reranker=counting)
+    assert counting.pairs == N_QUERIES * N_CANDS + bad
+    assert second.rerank.scores.n_computed == bad  # type: ignore[attr-defined]
+    a, b = first.rerank, second.rerank  # type: ignore[attr-defined]
+    assert (a.top_n, a.params, a.probability_map) == (b.top_n, b.params, b.probability_map)
+    values = _cached_values(path)
+    assert len(values) == N_QUERIES * N_CANDS
+    assert all(isinstance(v, float) and math.isfinite(v) for v in values)
+
+
+BROKEN = {"question 3", "question 17", "question 29"}
+
+
+class Breaking:
+    """``oracle``, except that on the queries of ``BROKEN`` the call goes wrong as
+    ``how`` says (a NaN or an infinite score, one score too few, an exception), while
+    ``broken`` is set."""
+
+    score_kind = "logit"
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+        self.broken = True
+        self.pairs = 0
+
+    def __call__(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.pairs += len(texts)
+        out = oracle(query, texts)
+        if not self.broken or query not in BROKEN:
+            return out
+        if self.how == "raise":
+            raise ConnectionError("the rerank service is down")
+        if self.how == "short":
+            return out[:-1]
+        out[-1] = {"nan": math.nan, "inf": math.inf}[self.how]
+        return out
+
+
+@pytest.mark.parametrize("how", ["nan", "inf", "short", "raise"])
+def test_a_failed_rerank_call_is_swept_as_the_runtime_fails_open(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]],
+    tmp_path: Path,
+    how: str,
+) -> None:
+    """Audit TS-08 (some NaN), TS-09 (some +inf): the runtime stage fails a call on one
+    unusable score (or a wrong count, or an exception) and selects on retrieval scores
+    (fail_open); calibration sweeps those queries so, says how many failed and why, and
+    the written config's guard keeps on every query what calibration measured."""
+    es, texts, run = data
+    breaking = Breaking(how)
+    result = run_calibration(es, texts, tmp_path / "cache", reranker=breaking)
+    two = result.rerank  # type: ignore[attr-defined]
+    assert two.fallback is None
+    assert two.failures is not None and "\n" not in two.failures
+    assert two.failures.startswith(f"{len(BROKEN)} of {N_QUERIES} rerank calls failed")
+    expected = {
+        "nan": "not a finite number (nan)",
+        "inf": "not a finite number (inf)",
+        "short": "scores of shape (7,) for 8 passages",
+        "raise": "raised ConnectionError: the rerank service is down",
+    }[how]
+    assert expected in two.failures
+    broken_ids = {q for q in es.qids if es.queries[q].text in BROKEN}
+    assert all(set(ids) == broken_ids for ids in two.failed.values())
+    config = GuardConfig.from_file(result.save_config(tmp_path / "guard.toml"))  # type: ignore[attr-defined]
+    guard = ContextGuard(config, reranker=breaking)
+    kernel = two.kernels[two.top_n]
+    for row, qid in enumerate(kernel.arrays.qids):
+        cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
+        query = es.queries[qid].text or ""
+        if qid in broken_ids:
+            with pytest.warns(RerankWarning, match="selected on retrieval scores"):
+                sel = guard.select(query, cands)
+            assert sel.rerank is not None and sel.rerank.failed
+        else:
+            sel = guard.select(query, cands)
+        assert [c.id for c in sel.kept] == kernel.arrays.doc_ids(row)[: int(two.written_kept[row])]
+
+
+def test_a_failed_call_is_never_cached_and_is_scored_again(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Audit TS-40: a NaN from a transient failure is not stored, so the next run scores
+    those pairs again and succeeds without a failure."""
+    es, texts, _ = data
+    cache = tmp_path / "cache"
+    breaking = Breaking("nan")
+    run_calibration(es, texts, cache, reranker=breaking)
+    good = (N_QUERIES - len(BROKEN)) * N_CANDS
+    values = _cached_values(_cache_file(cache))
+    assert len(values) == good
+    assert all(isinstance(v, float) and math.isfinite(v) for v in values)
+    breaking.broken = False  # the service is back
+    before = breaking.pairs
+    again = run_calibration(es, texts, cache, reranker=breaking)
+    two = again.rerank  # type: ignore[attr-defined]
+    assert breaking.pairs - before == len(BROKEN) * N_CANDS
+    assert two.scores.n_computed == len(BROKEN) * N_CANDS and two.scores.n_cached == good
+    assert two.failures is None and not any(two.failed.values())
+    assert len(_cached_values(_cache_file(cache))) == N_QUERIES * N_CANDS
+
+
+def test_a_reranker_that_fails_on_every_call_is_named_as_failing(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Audit TS-07: every score NaN is a failing reranker, not an id mismatch."""
+    es, texts, _ = data
+
+    def allnan(query: str, texts: Sequence[str]) -> list[float]:
+        return [math.nan] * len(texts)
+
+    allnan.score_kind = "logit"  # type: ignore[attr-defined]
+    with pytest.raises(RagguardError) as info:
+        run_calibration(es, texts, tmp_path / "cache", reranker=allnan)
+    message = str(info.value)
+    assert f"{N_QUERIES} of {N_QUERIES} rerank calls failed" in message
+    assert "not a finite number (nan)" in message and "match" not in message
+    assert not list((tmp_path / "cache").glob("*.sqlite")) or not _cached_values(
+        _cache_file(tmp_path / "cache")
+    )
+
+
+def _rerank_run(
+    path: Path,
+    run: dict[str, dict[str, float]],
+    texts: dict[str, str],
+    *,
+    score: Callable[[float], str] = repr,
+    skip: Callable[[str, int], bool] = lambda qid, rank: False,
+) -> Path:
+    """The oracle's scores of every run candidate as a TREC run file."""
+    lines = []
+    for qid, cands in run.items():
+        docs = list(cands)
+        for rank, (doc, value) in enumerate(
+            zip(docs, oracle("", [texts[d] for d in docs]), strict=True)
+        ):
+            if not skip(qid, rank):
+                lines.append(f"{qid} Q0 {doc} {rank + 1} {score(value)} judge")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_rerank_run_missing_whole_queries_is_an_error_naming_them(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Audit TS-25: half the queries have no row in the rerank run."""
+    es, texts, run = data
+    path = _rerank_run(tmp_path / "half.trec", run, texts, skip=lambda q, r: int(q[1:]) >= 20)
+    scores = read_rerank_run(path, "logit")
+    with pytest.raises(EvalSetError) as info:
+        run_calibration(es, texts, tmp_path / "c", reranker=None, rerank_scores=scores)
+    message = str(info.value)
+    assert "20 of 40 queries" in message and "q20, q21, q22" in message
+    assert "\n" not in message
+
+
+def test_unusable_rows_of_a_rerank_run_are_counted_and_swept_as_failed_calls(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Audit TS-31: NaN scores and repeated rows of a rerank run are reported in one
+    line. A candidate without a usable score among the top_n a setting sends to the
+    reranker is what a failed call is at runtime: that query is swept on retrieval
+    scores at that depth (and deeper), reranked above it."""
+    es, texts, run = data
+    path = _rerank_run(tmp_path / "judge.trec", run, texts)
+    lines = path.read_text().splitlines()
+    nan_at = {f"q05 Q0 {list(run['q05'])[6]}", f"q11 Q0 {list(run['q11'])[1]}"}
+    lines = [
+        " ".join([*line.split()[:4], "nan", "judge"]) if " ".join(line.split()[:3]) in nan_at
+        else line
+        for line in lines
+    ]  # fmt: skip
+    lines.append(lines[0])  # a repeated row
+    path.write_text("\n".join(lines) + "\n")
+    with caplog.at_level(logging.WARNING, logger="ragguard"):
+        scores = read_rerank_run(path, "logit")
+    notes = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert "2 scores that are not finite numbers" in notes[0]
+    assert "1 repeated row" in notes[0] and str(path) in notes[0]
+    two = run_calibration(es, texts, tmp_path / "c", reranker=None, rerank_scores=scores).rerank  # type: ignore[attr-defined]
+    assert two.failed == {4: ("q11",), 8: ("q05", "q11")}
+    assert two.failures is not None and "q05" in two.failures and "\n" not in two.failures
+
+
+def test_logits_declared_probabilities_are_an_error_not_a_clip(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Audit TS-27: scores about -4..5 declared probabilities."""
+    _, texts, run = data
+    path = _rerank_run(tmp_path / "logits.trec", run, texts)
+    with pytest.raises(EvalSetError) as info:
+        read_rerank_run(path, "probability")
+    message = str(info.value)
+    assert str(path) in message and "outside [0, 1]" in message
+    assert "--rerank-score-kind logit" in message and "\n" not in message
+
+
+def test_a_calibrated_map_raises_no_logit_warning_on_unit_interval_scores(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Issue 21 item 7: a reranker that declares logits but returns scores in [0, 1] (a
+    cosine, say) gets a fitted map, and the map, not a sigmoid, reads its scores: the
+    guard built from the written config does not warn "every one lies in [0, 1]"
+    (pytest turns every warning into an error)."""
+    es, texts, run = data
+
+    def cosine(query: str, texts: Sequence[str]) -> list[float]:
+        return [float(1.0 / (1.0 + math.exp(-s / 4.0))) for s in oracle(query, texts)]
+
+    cosine.score_kind = "logit"  # type: ignore[attr-defined]
+    result = run_calibration(es, texts, tmp_path / "cache", reranker=cosine)
+    config = GuardConfig.from_file(result.save_config(tmp_path / "guard.toml"))  # type: ignore[attr-defined]
+    assert config.rerank.enabled and config.rerank.probability_map is not None
+    guard = ContextGuard(config, reranker=cosine)
+    for qid in es.qids[:5]:
+        cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
+        sel = guard.select(es.queries[qid].text or "", cands)
+        assert sel.kept and not sel.warnings
+
+
+def test_a_reranker_that_ranks_the_wrong_way_gets_no_map(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Issue 21 item 5: scores that fall as relevance rises would fit a decreasing map
+    (Platt slope < 0), which keeps the worst passages; calibration says so instead."""
+    es, texts, _ = data
+
+    def backwards(query: str, texts: Sequence[str]) -> list[float]:
+        return [-s for s in oracle(query, texts)]
+
+    backwards.score_kind = "logit"  # type: ignore[attr-defined]
+    for method in ("platt", "isotonic"):
+        with pytest.raises(EvalSetError, match="do not rise with relevance") as info:
+            run_calibration(
+                es, texts, tmp_path / "cache", reranker=backwards, probability_map=method
+            )
+        assert "\n" not in str(info.value)

@@ -37,6 +37,18 @@ top-k from the largest cap down (one fixed sequence per ``top_n``, Bonferroni ac
 them), with evidence recall counted against every retrieved candidate, so a shallow
 ``top_n`` cannot hide the evidence it never sends to the reranker.
 
+**Failed calls.** A query whose rerank call failed (the reranker raised, returned the
+wrong number of scores or a NaN / infinite one: :attr:`RerankScores.failed
+<ragguard.calibration.rerank_scores.RerankScores.failed>`), or that lacks a usable
+score for a candidate among the ``top_n`` a setting sends to the reranker (a
+precomputed run without that row), is what a failed call is at runtime. The config
+leaves ``rerank.on_failure`` at ``fail_open``, so the guard then selects on retrieval
+scores with the guard-level settings the config holds (the point's cap, floor,
+threshold and cut; the rerank floor and the expected-utility rule read rerank
+probabilities and do not apply); the sweep cuts that query so, at that ``top_n``, and
+:attr:`TwoStageCalibration.failures` says how many and why. Queries with no rerank
+score at all in a precomputed run are an error (they name no failed call).
+
 **Utilities.** A candidate's utility comes from the retrieval run (the profile's rules:
 a look-alike that retrieval ranks high is a hard negative) and stays with the candidate
 when the reranker reorders it, so the retrieval-only and the two-stage settings are
@@ -54,8 +66,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -94,7 +106,7 @@ from ragguard.calibration.sweep import (
 )
 from ragguard.calibration.utility import UtilityRules
 from ragguard.config import profile_utility_cut
-from ragguard.errors import EvalSetError
+from ragguard.errors import EvalSetError, RerankError
 from ragguard.policy import CutRule, PolicyParams
 from ragguard.probability import MapMethod, ProbabilityMap, rerank_probabilities, to_logit
 from ragguard.profiles import Profile
@@ -188,6 +200,9 @@ class TwoStageCalibration:
         fallback: why the config leaves the stage off (the two-stage choice was worse
             on held-out queries), or ``None``.
         guarantee: the recall guarantee, when one was asked for.
+        failed: per ``top_n``, the queries swept as a failed rerank call (see the
+            module docstring).
+        failures: one line on those failures (how many, the first error), or ``None``.
     """
 
     run: str
@@ -210,6 +225,8 @@ class TwoStageCalibration:
     selection: Selection | None = None
     fallback: str | None = None
     guarantee: GuaranteeResult | None = None
+    failed: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    failures: str | None = None
 
     @property
     def _written(self) -> int:
@@ -287,6 +304,8 @@ class TwoStageCalibration:
         }
         if self.fallback is not None:
             out["fallback"] = self.fallback
+        if self.failures is not None:
+            out["rerank_failures"] = self.failures
         for m in c.metrics:
             d = c.difference[m]
             out[f"vs_retrieval_{m}"] = (
@@ -309,10 +328,29 @@ def _reranked_arrays(
     top_n: int,
     profile: Profile,
     rules: UtilityRules,
+    failed: NDArray[np.bool_],
 ) -> EvalArrays:
+    """The lists the rerank stage hands the policy at ``top_n``; a ``failed`` query's row
+    is its retrieval list instead (every candidate, in retrieval order), which the guard
+    selects from when the call fails. Its stand-in scores only keep that order: its cuts
+    come from the retrieval kernel (:func:`calibrate_two_stage`)."""
     labels = [evalset.labels[q] for q in arrays.qids]
-    cands = [{d: p[d] for d in docs[:top_n]} for docs, p in zip(lists, probs, strict=True)]
-    utils = [{d: u[d] for d in docs[:top_n]} for docs, u in zip(lists, utilities, strict=True)]
+    cands: list[dict[str, float]] = []
+    utils: list[dict[str, float]] = []
+    for row, (docs, p, u) in enumerate(zip(lists, probs, utilities, strict=True)):
+        if failed[row]:
+            every = arrays.doc_ids(row)
+            valid = int(arrays.n_valid[row])
+            cands.append(
+                {
+                    d: 1.0 - i / (len(every) + 1) if i < valid else math.nan
+                    for i, d in enumerate(every)
+                }
+            )
+            utils.append(dict(zip(every, arrays.utility[row, : len(every)].tolist(), strict=True)))
+        else:
+            cands.append({d: p[d] for d in docs[:top_n]})
+            utils.append({d: u[d] for d in docs[:top_n]})
     return build_arrays(
         arrays.qids,
         cands,
@@ -324,6 +362,94 @@ def _reranked_arrays(
         profile=profile,
         rules=rules,
         n_evidence=arrays.n_evidence,
+    )
+
+
+def _fail_open(params: PolicyParams, kind: ScoreKind | None) -> PolicyParams:
+    """What the guard runs on retrieval scores when a rerank call fails, under the config
+    a two-stage point writes (:meth:`TwoStageCalibration.guard_settings`): the same cap,
+    floor, threshold, cut and stages; no rerank floor or expected-utility rule (they read
+    rerank probabilities); no score rule at all on an unscored run."""
+    return replace(params, min_score=None, expected_utility=None, score_rules=kind is not None)
+
+
+def _failed_calls(
+    run: str,
+    scores: RerankScores,
+    qids: Sequence[str],
+    lists: Sequence[list[str]],
+    raw: Sequence[F64],
+    depth: int,
+) -> Callable[[int], NDArray[np.bool_]]:
+    """Check that the scores cover the run, and return ``top_n -> (Q,) failed``: a query
+    fails at ``top_n`` when a candidate among its first ``top_n`` has no finite score (a
+    failed call leaves none).
+
+    Raises:
+        RerankError: every call failed.
+        EvalSetError: no candidate has a score, or some queries have none at all and no
+            failed call explains it.
+    """
+    if not any(np.isfinite(r).any() for r in raw):
+        note = scores.failure_note()
+        if note is not None:
+            raise RerankError(
+                f"the reranker failed: {note}; no candidate of run {run!r} has a score"
+            )
+        raise EvalSetError(
+            f"no candidate of run {run!r} has a rerank score from {scores.name!r}; do the "
+            "query and passage ids of the rerank scores match the run's?"
+        )
+    absent = [
+        q
+        for q, docs in zip(qids, lists, strict=True)
+        if docs and q not in scores.scores and q not in scores.failed
+    ]
+    if absent:
+        n = sum(1 for docs in lists if docs)
+        raise EvalSetError(
+            f"{scores.source} has no score for {len(absent)} of {n} queries of run {run!r} "
+            f"(e.g. {', '.join(absent[:3])}); score their candidates (the first {depth} by "
+            "retrieval score), or leave those queries out of the eval set"
+        )
+    first_bad = np.array(
+        [int(np.argmin(np.isfinite(r))) if not np.isfinite(r).all() else r.size for r in raw],
+        dtype=np.intp,
+    )
+    sizes = np.array([len(docs) for docs in lists], dtype=np.intp)
+
+    def failed_at(top_n: int) -> NDArray[np.bool_]:
+        out: NDArray[np.bool_] = first_bad < np.minimum(top_n, sizes)
+        return out
+
+    return failed_at
+
+
+def _failure_note(
+    scores: RerankScores,
+    qids: Sequence[str],
+    lists: Sequence[list[str]],
+    raw: Sequence[F64],
+    failed: Mapping[int, NDArray[np.bool_]],
+) -> str | None:
+    """One line on the queries swept as failed calls: the failed calls, and the queries
+    without a usable score for a candidate the reranker would be sent, per ``top_n``."""
+    parts = [note] if (note := scores.failure_note()) is not None else []
+    called = np.array([q in scores.failed for q in qids], dtype=np.bool_)
+    unscored = {n: int((bad & ~called).sum()) for n, bad in failed.items()}
+    if any(unscored.values()):
+        r = int(np.flatnonzero(failed[max(failed)] & ~called)[0])
+        at = int(np.argmin(np.isfinite(raw[r])))
+        counts = ", ".join(f"{k} at top-{n}" for n, k in unscored.items())
+        parts.append(
+            f"queries without a usable rerank score for a candidate the reranker would be "
+            f"sent: {counts} (e.g. {qids[r]}/{lists[r][at]}, retrieval rank {at + 1})"
+        )
+    if not parts:
+        return None
+    return (
+        "; ".join(parts) + "; those queries are swept as the guard selects when a rerank "
+        "call fails (rerank.on_failure='fail_open': on retrieval scores)"
     )
 
 
@@ -365,8 +491,11 @@ def calibrate_two_stage(
     ``calibration_rows`` when nothing is held out).
 
     Raises:
-        EvalSetError: no reranked candidate has a score, or the calibration queries'
-            reranked candidates are all relevant or all not.
+        EvalSetError: no reranked candidate has a score; precomputed scores have no row
+            for some queries; the calibration queries' reranked candidates are all
+            relevant or all not, or their scores do not rise with relevance (the map
+            would be decreasing or flat).
+        RerankError: every rerank call failed.
     """
     grid = grid or RerankGrid()
     arrays = retrieval_kernel.arrays
@@ -383,12 +512,14 @@ def calibrate_two_stage(
         np.array([scores.get(q, d) for d in docs])
         for q, docs in zip(arrays.qids, lists, strict=True)
     ]
-    n_scored = sum(int(np.isfinite(r).sum()) for r in raw)
-    if n_scored == 0:
-        raise EvalSetError(
-            f"no candidate of run {run!r} has a rerank score from {scores.name!r}; do the "
-            "query and passage ids of the rerank scores match the run's?"
-        )
+    failed_at = _failed_calls(run, scores, arrays.qids, lists, raw, depth)
+
+    # the queries swept as a failed call, per top_n (see the module docstring)
+    failed = {n: failed_at(n) for n in tops}
+    failed_qids = {n: tuple(arrays.qids[r] for r in np.flatnonzero(b)) for n, b in failed.items()}
+    failures = _failure_note(scores, arrays.qids, lists, raw, failed)
+    if failures is not None:
+        logger.warning("%s", failures)
 
     # 1. the probability map, on the calibration queries' reranked candidates
     relevant_grade = rules.relevant_grade
@@ -405,11 +536,14 @@ def calibrate_two_stage(
         return np.concatenate(zs), np.concatenate(ys)
 
     z_fit, y_fit = pairs(calibration_rows)
+    n_fit = int(np.isfinite(z_fit).sum())
     try:
         pmap = fit_probability_map(z_fit, y_fit, method)
     except ValueError as exc:
-        raise EvalSetError(f"cannot fit the rerank probability map: {exc}") from None
-    n_fit = int(np.isfinite(z_fit).sum())
+        raise EvalSetError(
+            f"cannot fit the rerank probability map on the {n_fit} scored pairs of the "
+            f"calibration queries: {exc}"
+        ) from None
 
     # 2.-3. per top_n: the reranked lists, swept with the runtime policy
     probs: list[dict[str, float]] = []
@@ -423,13 +557,25 @@ def calibrate_two_stage(
     settings = grid.points(max_k, min_k, profile)
     if stages is not None:
         settings = [stages.params(s) for s in settings]
+    # a failed call's query: the guard-level setting on retrieval scores, as the guard
+    fallback_cuts = None
+    if any(b.any() for b in failed.values()):
+        fallback_cuts = retrieval_kernel.cuts([_fail_open(s, arrays.score_kind) for s in settings])
     for n in tops:
-        reranked = _reranked_arrays(evalset, arrays, lists, utilities, probs, n, profile, rules)
+        bad = failed[n]
+        reranked = _reranked_arrays(
+            evalset, arrays, lists, utilities, probs, n, profile, rules, bad
+        )
         width = max(max_k)
         on_run = None if stages is None else stages.for_run(reranked, width)
         kernel = SweepKernel(reranked, wanted, width, stages=on_run)
         kernels[n] = kernel
-        results.append(sweep(kernel, settings, wanted, rows=calibration_rows))
+        cuts = None
+        if fallback_cuts is not None and bad.any():
+            own = kernel.cuts(settings)
+            cuts = own.astype(np.promote_types(own.dtype, fallback_cuts.dtype))
+            cuts[:, bad] = fallback_cuts[:, bad]
+        results.append(sweep(kernel, settings, wanted, rows=calibration_rows, cuts=cuts))
         points += [(n, s) for s in settings]
     points_t = tuple(points)
     n_settings = len(settings)
@@ -526,6 +672,8 @@ def calibrate_two_stage(
         selection=selection,
         fallback=fallback,
         guarantee=g_result,
+        failed=failed_qids,
+        failures=failures,
     )
     logger.info(
         "two-stage: chose %s (%s %.4f)",

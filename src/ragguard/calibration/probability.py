@@ -26,6 +26,11 @@ inside flat runs; between breakpoints it interpolates linearly and beyond the en
 constant, exactly as scikit-learn's ``IsotonicRegression(out_of_bounds="clip")``
 predicts.
 
+Neither fitter returns a map that cannot rank: a Platt slope :math:`a \le 0` (the scores
+fall as relevance rises, so the map would keep the worst passages) and a flat isotonic
+fit raise ``ValueError`` instead, as the config refuses such maps
+(:class:`~ragguard.probability.ProbabilityMap`).
+
 Calibration error
 -----------------
 Brier score: :math:`\frac1n \sum (p_i - y_i)^2`. ECE with ``bins`` equal-width bins of
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -84,7 +90,9 @@ def fit_platt(z: ArrayLike, y: ArrayLike, *, smooth: bool = True) -> Probability
         smooth: use Platt's smoothed targets (finite under perfect separation).
 
     Raises:
-        ValueError: lengths differ, labels are not 0/1, or one class is missing.
+        ValueError: lengths differ, labels are not 0/1, one class is missing, or the
+            fitted slope is not positive (the scores fall with relevance: a decreasing
+            map would keep the worst passages).
     """
     zs, ys = _pairs(z, y)
     _need_both(ys, "Platt scaling")
@@ -129,7 +137,17 @@ def fit_platt(z: ArrayLike, y: ArrayLike, *, smooth: bool = True) -> Probability
     b = w[1] - w[0] * mu / sd
     if not (math.isfinite(a) and math.isfinite(b)):
         raise ValueError("Platt scaling did not converge (the scores separate the labels)")
+    if a <= 0:
+        _not_rising(f"Platt slope a = {a:.3g} <= 0", ys.size)
     return ProbabilityMap(method=MapMethod.PLATT, a=float(a), b=float(b))
+
+
+def _not_rising(detail: str, n: int) -> NoReturn:
+    raise ValueError(
+        f"the scores do not rise with relevance on these {n} pairs ({detail}): such a map "
+        "would keep the worst passages, or cannot rank them, so none is fitted; check that "
+        "higher scores mean more relevant and the declared score kind"
+    )
 
 
 def _pava(values: F64, weights: F64) -> tuple[F64, NDArray[np.intp]]:
@@ -153,7 +171,8 @@ def fit_isotonic(z: ArrayLike, y: ArrayLike) -> ProbabilityMap:
     """Fit a non-decreasing map by pool-adjacent-violators (see the module docstring).
 
     Raises:
-        ValueError: lengths differ, labels are not 0/1, or one class is missing.
+        ValueError: lengths differ, labels are not 0/1, one class is missing, or the fit
+            is flat (one probability for every score: the scores do not rank relevance).
     """
     zs, ys = _pairs(z, y)
     _need_both(ys, "isotonic calibration")
@@ -177,6 +196,8 @@ def fit_isotonic(z: ArrayLike, y: ArrayLike) -> ProbabilityMap:
     if x.size > 2:
         keep[1:-1] = (v[1:-1] != v[:-2]) | (v[1:-1] != v[2:])
     v = np.clip(v[keep], 0.0, 1.0)
+    if v[0] == v[-1]:
+        _not_rising(f"the isotonic fit is flat at {v[0]:.3g}", ys.size)
     return ProbabilityMap(method=MapMethod.ISOTONIC, x=x[keep].tolist(), y=v.tolist())
 
 

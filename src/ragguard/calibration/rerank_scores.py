@@ -23,6 +23,23 @@ a local folder, the size and modification time of each file in it; for a callabl
 ``module:qualname``, the sha256 of its source file and its ``cache_key`` attribute if it
 has one (set one to invalidate the cache when behaviour changes without a code change).
 A second calibration with other options therefore calls no model.
+
+Only finite scores of calls that succeeded are stored. A cached value that is not a
+finite number (text, ``NULL``: how older versions stored a NaN, infinity) counts as
+missing and is computed again, never served. A cache file that is corrupt, truncated or
+unreadable raises :class:`~ragguard.errors.ScoreCacheError` naming it (delete it or give
+``--rerank-cache`` another folder); so does a folder that cannot be created or written
+(naming the folder), and a file another process keeps locked for more than
+:data:`CACHE_LOCK_TIMEOUT_S` seconds.
+
+**Failed calls.** Each query's passages are scored in one call through the runtime's own
+rerank stage (:class:`ragguard.rerank.RerankStage`, ``on_failure="fail_open"``), so a
+call fails exactly when it would fail in the guard: the reranker raises, returns the
+wrong number of scores, or a score that is NaN or infinite. A failed call's scores are
+dropped (none is cached) and :attr:`RerankScores.failed` records its error; the
+calibration sweeps that query as the guard selects when a call fails
+(:mod:`ragguard.calibration.pipeline`). When every call fails,
+:class:`~ragguard.errors.RerankError` says so with the first error.
 """
 
 from __future__ import annotations
@@ -34,22 +51,29 @@ import math
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ragguard.calibration.evalset import EvalSet, detect_format
-from ragguard.errors import EvalSetError, RerankModelError
-from ragguard.rerank import CrossEncoderReranker, Reranker, declares_kind, reranker_name
+from ragguard.config import RerankConfig, RerankFailure
+from ragguard.errors import EvalSetError, RerankError, RerankModelError, ScoreCacheError
+from ragguard.rerank import (
+    CrossEncoderReranker,
+    Reranker,
+    RerankStage,
+    declares_kind,
+    reranker_name,
+)
 from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
     from ragguard.calibration.annotate._texts import Texts
 
 __all__ = [
+    "CACHE_LOCK_TIMEOUT_S",
     "RerankScores",
     "default_cache_dir",
     "load_reranker",
@@ -64,6 +88,10 @@ logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 Progress = Callable[[int, int], None]
+
+CACHE_LOCK_TIMEOUT_S = 30.0
+"""Seconds a calibration waits for a cache file another process has locked (a second
+calibration writing it) before :class:`~ragguard.errors.ScoreCacheError`."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +111,13 @@ class RerankScores:
             precomputed scores: recorded in the config, never imported from it.
         n_computed: pairs the reranker scored in this call (0 on a warm cache).
         n_cached: pairs read from the cache.
+        failed: query id -> the error of its failed rerank call (see the module
+            docstring); such a query has no scores.
+        n_calls: rerank calls made (queries with a pair not in the cache).
+
+    Raises:
+        EvalSetError: the scores are declared probabilities but some finite one lies
+            outside [0, 1] (logits, most likely): never clipped.
     """
 
     name: str
@@ -94,10 +129,46 @@ class RerankScores:
     external: str | None = None
     n_computed: int = 0
     n_cached: int = 0
+    failed: Mapping[str, str] = field(default_factory=dict)
+    n_calls: int = 0
+
+    def __post_init__(self) -> None:
+        if self.score_kind is not ScoreKind.PROBABILITY:
+            return
+        outside = [
+            (q, d, v)
+            for q, docs in self.scores.items()
+            for d, v in docs.items()
+            if math.isfinite(v) and not 0.0 <= v <= 1.0
+        ]
+        if outside:
+            q, d, v = outside[0]
+            n = sum(len(docs) for docs in self.scores.values())
+            raise EvalSetError(
+                f"the scores of {self.source} are declared probabilities but "
+                f"{len(outside)} of {n} lie outside [0, 1] (e.g. {v:g} for {q}/{d}); if "
+                "they are logits say so, --rerank-score-kind logit (probabilities are never "
+                "clipped)"
+            )
+
+    @property
+    def source(self) -> str:
+        """Where the scores come from, for messages: ``rerank run PATH`` or ``reranker
+        module:callable`` (or the model name)."""
+        if self.external is not None and self.external.startswith("run:"):
+            return f"rerank run {self.external.removeprefix('run:')}"
+        return f"reranker {self.external or self.model or self.name}"
 
     def get(self, qid: str, doc: str) -> float:
         """The raw score of ``doc`` for ``qid``; NaN when there is none."""
         return self.scores.get(qid, {}).get(doc, math.nan)
+
+    def failure_note(self) -> str | None:
+        """``3 of 40 rerank calls failed (first: ...)``, or ``None`` when none did."""
+        if not self.failed:
+            return None
+        first = next(iter(self.failed.values()))
+        return f"{len(self.failed)} of {self.n_calls} rerank calls failed (first: {first})"
 
 
 # --------------------------------------------------------------------------- rerankers
@@ -230,39 +301,84 @@ def default_cache_dir() -> Path:
 
 
 class _DiskCache:
-    """(query, text) -> raw score in one SQLite file per model."""
+    """(query, text) -> raw score in one SQLite file per model.
+
+    Every SQLite failure becomes a :class:`~ragguard.errors.ScoreCacheError` naming the
+    file (or, when the file could not be created, the folder) and the way out.
+    """
 
     def __init__(self, folder: Path, key: str, identity: str) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
         self.path = folder / f"{key}.sqlite"
-        self._db = sqlite3.connect(self.path)
-        self._db.execute("CREATE TABLE IF NOT EXISTS meta (identity TEXT)")
-        self._db.execute("CREATE TABLE IF NOT EXISTS scores (pair BLOB PRIMARY KEY, score REAL)")
-        if self._db.execute("SELECT count(*) FROM meta").fetchone()[0] == 0:
-            self._db.execute("INSERT INTO meta VALUES (?)", (identity,))
-        self._db.commit()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._folder_error(exc.strerror or str(exc)) from exc
+        self._existed = self.path.exists()
+        with self._errors():
+            self._db = sqlite3.connect(self.path, timeout=CACHE_LOCK_TIMEOUT_S)
+        with self._errors():
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (identity TEXT)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS scores (pair BLOB PRIMARY KEY, score REAL)"
+            )
+            if self._db.execute("SELECT count(*) FROM meta").fetchone()[0] == 0:
+                self._db.execute("INSERT INTO meta VALUES (?)", (identity,))
+            self._db.commit()
+        self._existed = True
+
+    def _folder_error(self, reason: str) -> ScoreCacheError:
+        return ScoreCacheError(
+            f"cannot write the rerank score cache in folder {self.folder} ({reason}); give "
+            "--rerank-cache a folder you can write"
+        )
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """SQLite's errors as one :class:`ScoreCacheError` line."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            reason = str(exc) or type(exc).__name__
+            if "locked" in reason or "busy" in reason:
+                raise ScoreCacheError(
+                    f"the rerank score cache {self.path} stayed locked by another process "
+                    f"for {CACHE_LOCK_TIMEOUT_S:g} s ({reason}); wait for it to finish, or "
+                    "give --rerank-cache another folder"
+                ) from exc
+            if not self._existed:
+                raise self._folder_error(reason) from exc
+            raise ScoreCacheError(
+                f"the rerank score cache {self.path} cannot be used ({reason}); delete it "
+                "or give --rerank-cache another folder"
+            ) from exc
 
     @staticmethod
     def pair_key(query: str, text: str) -> bytes:
         return hashlib.sha256(f"{query}\0{text}".encode()).digest()[:16]
 
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, float]:
+        """The cached scores of ``keys`` that are finite numbers; any other value (text,
+        NULL, infinity) is left out, so the pair is scored again."""
         out: dict[bytes, float] = {}
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT pair, score FROM scores WHERE pair IN ({marks})",
-                list(chunk),
-            )
-            for pair, score in rows:
-                out[bytes(pair)] = math.nan if score is None else float(score)
+        with self._errors():
+            for start in range(0, len(keys), 500):
+                chunk = keys[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT pair, score FROM scores WHERE pair IN ({marks})",
+                    list(chunk),
+                )
+                for pair, score in rows:
+                    if isinstance(score, int | float) and math.isfinite(score):
+                        out[bytes(pair)] = float(score)
         return out
 
     def put_many(self, items: Sequence[tuple[bytes, float]]) -> None:
-        rows = [(k, None if not math.isfinite(v) else v) for k, v in items]
-        self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?)", rows)
-        self._db.commit()
+        """Store scores of a call that succeeded (finite numbers, checked by the stage)."""
+        with self._errors():
+            self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?, ?)", items)
+            self._db.commit()
 
     def close(self) -> None:
         self._db.close()
@@ -294,10 +410,18 @@ def score_candidates(
             ``False`` for no cache.
         on_query: called with (queries done, queries in all) after each query.
 
+    A call that fails (the reranker raises, returns the wrong number of scores, or a
+    score that is NaN or infinite: the runtime stage's check) leaves its query without
+    scores, in :attr:`RerankScores.failed`; nothing of it is cached.
+
     Raises:
-        EvalSetError: a query or passage text is missing.
-        RerankModelError: the reranker cannot be loaded, fails, or returns the wrong
-            number of scores.
+        EvalSetError: a query or passage text is missing; scores declared probabilities
+            lie outside [0, 1].
+        RerankModelError: the reranker cannot be loaded or declares no score kind.
+        RerankError: every call failed (no query has a score); the message gives the
+            first error.
+        ScoreCacheError: the cache file is corrupt, truncated, unreadable or stays
+            locked, or the cache folder cannot be created or written.
     """
     kind = _kind_of(reranker, score_kind)
     lookup = texts or passage_texts(evalset)
@@ -324,59 +448,84 @@ def score_candidates(
     folder = default_cache_dir() if cache_dir is True else cache_dir or None
     cache = _DiskCache(Path(folder), key, identity) if folder else None
     scores: dict[str, dict[str, float]] = {}
-    computed = cached = 0
+    failed: dict[str, str] = {}
+    computed = cached = calls = 0
     name = reranker_name(reranker)
+    stage: RerankStage | None = None  # built for the first call: a warm cache loads no model
     try:
         for done, (qid, query, docs, doc_texts) in enumerate(work, 1):
             keys = [_DiskCache.pair_key(query, t) for t in doc_texts]
             have = cache.get_many(keys) if cache is not None else {}
-            todo = sorted({i for i, k in enumerate(keys) if k not in have})
+            unique: dict[bytes, str] = {k: t for k, t in zip(keys, doc_texts, strict=True)}
+            todo = [k for k in unique if k not in have]
             fresh: dict[bytes, float] = {}
             if todo:
-                unique: dict[bytes, str] = {keys[i]: doc_texts[i] for i in todo}
-                out = _call(reranker, name, query, list(unique.values()))
-                fresh = dict(zip(unique, out.tolist(), strict=True))
-                if cache is not None:
-                    cache.put_many(list(fresh.items()))
+                if stage is None:
+                    stage = _stage(reranker, kind)
+                calls += 1
+                call = stage.score(query, [unique[k] for k in todo])
+                if call.raw is None:  # the call failed as it would in the guard
+                    failed[qid] = call.error or f"reranker {name!r} failed"
+                else:
+                    fresh = dict(zip(todo, call.raw.tolist(), strict=True))
+                    if cache is not None:
+                        cache.put_many(list(fresh.items()))
             computed += len(fresh)
-            cached += len(keys) - len(todo)
-            merged = {**have, **fresh}
-            scores[qid] = {d: merged[k] for d, k in zip(docs, keys, strict=True)}
+            if qid not in failed:
+                cached += sum(1 for k in keys if k in have)
+                merged = {**have, **fresh}
+                scores[qid] = {d: merged[k] for d, k in zip(docs, keys, strict=True)}
             if on_query is not None:
                 on_query(done, len(work))
     finally:
         if cache is not None:
             cache.close()
+    if failed and not any(scores.values()):
+        first = next(iter(failed.values()))
+        raise RerankError(
+            f"the reranker failed: {len(failed)} of {calls} rerank calls failed (first: "
+            f"{first}) and no query has a rerank score; fix the reranker, then calibrate "
+            "again"
+        )
     model = reranker.model_name if isinstance(reranker, CrossEncoderReranker) else None
     external = None if model is not None else _callable_spec(reranker)
     logger.info("rerank scores: %d computed, %d from the cache (%s)", computed, cached, name)
     return RerankScores(
-        name, kind, scores, identity, key, model, external, n_computed=computed, n_cached=cached
+        name,
+        kind,
+        scores,
+        identity,
+        key,
+        model,
+        external,
+        n_computed=computed,
+        n_cached=cached,
+        failed=failed,
+        n_calls=calls,
     )
 
 
-def _call(reranker: Reranker, name: str, query: str, texts: list[str]) -> np.ndarray:
-    try:
-        out = np.asarray(reranker(query, texts), dtype=np.float64)
-    except (RerankModelError, EvalSetError):
-        raise
-    except Exception as exc:
-        raise RerankModelError(f"reranker {name!r} raised {type(exc).__name__}: {exc}") from exc
-    if out.shape != (len(texts),):
-        raise RerankModelError(
-            f"reranker {name!r} returned scores of shape {out.shape} for {len(texts)} "
-            "passages; it must return one score per passage"
-        )
-    return out
+def _stage(reranker: Reranker, kind: ScoreKind) -> RerankStage:
+    """The runtime's rerank stage around ``reranker``: its calls are checked and fail
+    exactly as in the guard (``fail_open``: a failed call returns its error)."""
+    config = RerankConfig(enabled=True, score_kind=kind, on_failure=RerankFailure.FAIL_OPEN)
+    return RerankStage(config, reranker)
 
 
 def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> RerankScores:
     """Precomputed second-stage scores from a run file (TREC run format or JSON).
 
+    Rows whose score is not a finite number (``nan``, ``inf``) and repeated rows (the
+    first is kept) are counted and reported in one warning line. A candidate without a
+    usable score is what a failed call is at runtime: the calibration sweeps its query
+    on retrieval scores at every ``top_n`` that reaches it
+    (:mod:`ragguard.calibration.pipeline`).
+
     Raises:
-        EvalSetError: the file is missing or malformed, or ``score_kind`` is not given.
+        EvalSetError: the file is missing or malformed, ``score_kind`` is not given, or
+            scores declared probabilities lie outside [0, 1].
     """
-    from ragguard.calibration._problems import Reporter
+    from ragguard.calibration._problems import ProblemKind, Reporter
     from ragguard.calibration._readers import read_run
 
     p = Path(path)
@@ -391,7 +540,30 @@ def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> Reran
         raise EvalSetError(f"rerank scores are 'logit' or 'probability', not {kind.value!r}")
     if not p.is_file():
         raise EvalSetError("rerank run file not found", path=str(p))
-    cands, _ = read_run(p, Reporter(False))
+    rep = Reporter(False)
+    cands, _ = read_run(p, rep)
+    if rep.report:
+        what = {  # (one, several)
+            ProblemKind.INVALID_SCORE: (
+                "score that is not a finite number",
+                "scores that are not finite numbers",
+            ),
+            ProblemKind.DUPLICATE_CANDIDATE: (
+                "repeated row (the first kept)",
+                "repeated rows (the first kept)",
+            ),
+        }
+        parts = [
+            f"{n} {what[kind][n > 1] if kind in what else kind.value}"
+            for kind, n in rep.report.counts().items()
+        ]
+        first = rep.report.problems[0]
+        where = f"line {first.line}: " if first.line is not None else ""
+        logger.warning(
+            "rerank run %s: %s (e.g. %s%s); a candidate without a usable score fails its "
+            "query's rerank call at every top_n that reaches it",
+            p, ", ".join(parts), where, first.message,
+        )  # fmt: skip
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
     scores = {q: dict(c) for q, c in cands.items()}
     return RerankScores(

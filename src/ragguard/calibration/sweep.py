@@ -755,6 +755,7 @@ def sweep(
     *,
     rows: I | Sequence[int] | None = None,
     groups: Sequence[I] | None = None,
+    cuts: Cuts | None = None,
 ) -> SweepResult:
     """Score every setting of ``grid`` on the queries of ``arrays``.
 
@@ -769,6 +770,10 @@ def sweep(
             (cross-validation folds, held-out queries): their sums are computed once
             (:class:`GroupedMeans`), so each later :meth:`SweepResult.restricted` to a
             union of them is free.
+        cuts: (P, Q) per-query cuts of the settings, when some rows are not cut by the
+            kernel's own policy call (default :meth:`SweepKernel.cuts`): the two-stage
+            sweep passes, for a query whose rerank call fails, the cut the guard makes
+            on retrieval scores then (:mod:`ragguard.calibration.pipeline`).
 
     Returns:
         A :class:`SweepResult`; ``means[p, m]`` equals ``evaluate(arrays, metrics[m],
@@ -789,7 +794,9 @@ def sweep(
         kernel = SweepKernel(arrays, wanted, max(p.max_k for p in points))
     q = kernel.n_queries
     idx = np.arange(q, dtype=np.intp) if rows is None else np.asarray(rows, dtype=np.intp)
-    kept = kernel.cuts(points)
+    kept = kernel.cuts(points) if cuts is None else cuts
+    if kept.shape != (len(points), q):
+        raise ConfigError(f"cuts must have shape {(len(points), q)}, got {kept.shape}")
     grouped = None if groups is None else GroupedMeans(kernel, kept, groups)
     return _aggregate(kernel, points, kept, idx, grouped)
 

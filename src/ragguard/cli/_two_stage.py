@@ -98,13 +98,24 @@ def rerank_options(
     cache: Path | None,
     progress: Progress,
 ) -> dict[str, Any]:
-    """The keyword arguments of :func:`ragguard.calibration.calibrate` for the options."""
+    """The keyword arguments of :func:`ragguard.calibration.calibrate` for the options.
+
+    Raises:
+        ConfigError: ``--probability-map`` names no method.
+    """
+    from ragguard.errors import ConfigError
+    from ragguard.probability import MapMethod
+
+    methods = [m.value for m in MapMethod]
+    if method not in methods:
+        raise ConfigError(
+            f"--probability-map {method!r} is not a method; use one of {', '.join(methods)}"
+        )
     if rerank is None and rerank_run is None:
         return {}
     if rerank is not None and rerank_run is not None:
         raise ValueError("give --rerank or --rerank-run, not both")
     from ragguard.calibration.rerank_scores import load_reranker, read_rerank_run
-    from ragguard.probability import MapMethod
 
     options: dict[str, Any] = {"probability_map": MapMethod(method)}
     if rerank_run is not None:
@@ -140,10 +151,12 @@ def scoring_progress() -> Progress:
 def print_two_stage(two: TwoStageCalibration, objective: str) -> None:
     """Retrieval-only best, two-stage best and plain top-k on held-out queries."""
     s = two.scores
+    failed = f"; {len(s.failed)} of {s.n_calls} calls failed, swept fail-open" if s.failed else ""
     out.print()
     out.print(
         f"[bold]Two stages:[/] {escape(two.describe())} on run {escape(two.run)} with "
-        f"reranker {escape(s.name)} ({s.n_computed} pairs scored, {s.n_cached} from the cache)",
+        f"reranker {escape(s.name)} ({s.n_computed} pairs scored, {s.n_cached} from the "
+        f"cache{failed})",
         highlight=False,
     )
     out.print(f"probability map: {escape(two.probability_map.describe())}", highlight=False)
