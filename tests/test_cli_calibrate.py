@@ -60,7 +60,7 @@ def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path:
     assert len(list((report / "plots").glob("*.png"))) == 4
     out = flat(result.stdout)
     assert (
-        "Chosen: run dense-minilm with max_k=2, min_k=1, relative_threshold=0, cut=autocut" in out
+        "Chosen: run dense-minilm with max_k=2, autocut@1 (score_kind similarity)" in out
     )
     assert "Why: max_k=3, autocut@1 has the highest mean udcg" in out
     assert "refitted on all 51 queries: max_k=2, autocut@1" in out

@@ -58,7 +58,7 @@ def test_rerank_callable_end_to_end_and_cached(folder: Path, tmp_path: Path) -> 
     first = runner.invoke(app, [*args, "--out", "a.toml"])
     assert first.exit_code == 0, first.output
     text = " ".join(first.output.split())
-    assert "Two stages:" in text and "320 pairs scored, 0 from the cache" in text
+    assert "Two stages (written):" in text and "320 pairs scored, 0 from the cache" in text
     assert "distractor rate: 0.750 retrieval-only, 0.000 with the reranker" in text
     assert "Brier" in text and "two-stage vs retrieval-only on udcg: better" in text
     data = tomllib.loads((tmp_path / "a.toml").read_text())
