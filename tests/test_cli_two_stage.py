@@ -4,6 +4,7 @@ module:callable reranker, the cache across runs, friendly errors."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -90,3 +91,34 @@ def test_rerank_errors_are_one_clear_line(folder: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["calibrate", str(folder), "--rerank", "myjudge:nope",
                               "--no-report"])  # fmt: skip
     assert res.exit_code == 1 and "no attribute" in res.output
+
+
+def test_every_output_names_the_setting_the_config_holds(folder: Path, tmp_path: Path) -> None:
+    """The "Chosen" line named the retrieval-only setting (and so did provenance.setting,
+    --json and the report) while the config held the two-stage one. Each must name what
+    the config holds, read here from the config's own fields, and one line says why the
+    second stage is in it."""
+    args = ["calibrate", str(folder), "--rerank", "myjudge:judge", "--min-recall", "0",
+            "--max-k", "5"]  # fmt: skip
+    res = runner.invoke(app, [*args, "--out", "a.toml", "--report", "rep"])
+    assert res.exit_code == 0, res.output
+    config = GuardConfig.from_file(tmp_path / "a.toml")
+    assert config.rerank.enabled
+    named = config.provenance["setting"]
+    depth, cap = re.match(r"rerank top-(\d+), (?:top-|max_k=)(\d+)", named).groups()  # type: ignore[union-attr]
+    assert (int(depth), int(cap)) == (config.rerank.top_n, config.max_k)
+    if config.rerank.min_score is not None:
+        assert f"min_score={config.rerank.min_score:g}" in named
+    text = " ".join(res.stdout.split())
+    assert f"Chosen: run dense with {named} (score_kind similarity)" in text
+    assert text.count("Second stage ") == 1 and "Second stage written: better than" in text
+    assert config.provenance["second_stage"].startswith("written: better than")
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert f"**Run `dense`: {named}**" in md
+    assert f"`rerank.top_n = {config.rerank.top_n}`" in md
+    doc = json.loads(runner.invoke(app, [*args, "--json", "--no-report", "--out", "b.toml"]).stdout)
+    assert doc["recommended"]["setting"] == named and doc["recommended"]["two_stage"]
+    assert doc["recommended"]["config"]["rerank"]["top_n"] == config.rerank.top_n
+    assert doc["heldout_check"]["setting"] == config.provenance["chosen_on_calibration"]
+    # the reranker sees through every look-alike: SAFE, so nothing to try next
+    assert "Next:" not in text and "What to try next" not in md

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import json
 import math
 import os
 import re
@@ -157,6 +158,48 @@ def test_numbers_print_alike_everywhere() -> None:
     assert format_number(math.nan) == format_number(math.nan, signed=True) == "n/a"
 
 
+def test_intervals_round_outward_and_keep_a_bound_off_zero_off_zero() -> None:
+    """[0.003, 0.0712] printed "[+0.00, +0.07]" next to "better": rounded to 2 decimals
+    it includes 0 and leaves out 0.0712. Outward rounding holds the true interval, and
+    a bound off 0 gets the decimals that keep it off 0 (so the printed interval
+    excludes 0 exactly when the true one does)."""
+    assert format_interval(0.003, 0.0712) == "[+0.003, +0.08]"
+    assert format_interval(-0.0712, -0.003) == "[-0.08, -0.003]"
+    assert format_interval(-0.0004, 0.67) == "[-0.01, +0.67]"
+    assert format_interval(0.0, 0.67) == "[+0.00, +0.67]"  # 0 itself: no clear difference
+    assert format_interval(-0.1, -0.0) == "[-0.10, +0.00]"  # no negative zero
+    assert format_interval(0.07, 0.07) == "[+0.07, +0.07]"  # exact values stay exact
+    assert format_interval(0.5, 0.6, 3, signed=False) == "[0.500, 0.600]"
+    assert format_interval(-10.871, -9.731) == "[-10.88, -9.73]"
+    assert format_interval(math.nan, 1.0) == ""
+
+
+def test_markdown_report_writes_no_html_from_the_data(tmp_path: Path) -> None:
+    """SE-03: a query and a run name carrying markup reached report.md verbatim, so a
+    Markdown viewer that renders HTML would run it; both files now show it as text."""
+    folder = tmp_path / "notes"
+    (folder / "runs").mkdir(parents=True)
+    payload = "<img src=x onerror=alert(2)>"
+    lines = (NOTES / "evalset.jsonl").read_text(encoding="utf-8").splitlines()
+    with (folder / "evalset.jsonl").open("w", encoding="utf-8") as fh:
+        for line in lines:
+            record = json.loads(line)
+            record["query"] = f"{record['query']} {payload} & more"
+            fh.write(json.dumps(record) + "\n")
+    run = "dense<b>x"
+    (folder / "runs" / f"{run}.trec").write_text(
+        (NOTES / "runs" / "dense-minilm.trec").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    res = calibrate(load_inputs(folder), min_recall=0.8, n_bootstrap=100)
+    md = build_report(res, plots=False).markdown()
+    assert payload in "".join(res.evalset.queries[q].text or "" for q in res.qids)
+    assert "<img" not in md and "<b>" not in md and "<" not in md
+    assert "&lt;img src=x onerror=alert(2)> &amp; more" in md  # shown as text
+    assert "`dense&lt;b>x`" in md
+    page = build_report(res, plots=False).html()
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(2)&gt;" in page
+
+
 def test_a_failed_write_keeps_the_old_report_and_leaves_nothing_temporary(
     result: CalibrationResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,8 +225,9 @@ def section(md: str, title: str) -> str:
 
 def interval(iv: Interval, signed: bool = False) -> str:
     """A mean and its interval as the report prints them (the interval rounded
-    outward: see test_printed_intervals_agree_with_their_verdicts)."""
-    return f"{format_number(iv.mean, signed=signed)} {format_interval(iv.low, iv.high, 3, signed=signed)}"
+    outward: see test_intervals_round_outward_and_keep_a_bound_off_zero_off_zero)."""
+    outward = format_interval(iv.low, iv.high, 3, signed=signed)
+    return f"{format_number(iv.mean, signed=signed)} {outward}"
 
 
 def test_the_report_states_the_guarantee_with_its_numbers() -> None:

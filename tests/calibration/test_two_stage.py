@@ -332,3 +332,38 @@ def test_a_real_cross_encoder_from_the_config_reproduces_calibration(
         cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
         sel = guard.select(es.queries[qid].text or "", cands)
         assert [c.id for c in sel.kept] == kernel.arrays.doc_ids(row)[: int(two.chosen_kept[row])]
+
+
+def test_a_second_stage_with_no_clear_difference_says_why_it_is_written(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """A weak reranker (+1 for an answer under noise 4 wide): on the held-out queries no
+    clear difference from retrieval only. The config holds it, and one line, the same
+    in the provenance, the JSON document and the report, says why, with an interval
+    that agrees with its verdict."""
+    import re
+
+    from ragguard.calibration.summary import result_document
+
+    es, texts, _ = data
+
+    def weak(query: str, passages: Sequence[str]) -> list[float]:
+        return [(1.0 if "answer" in t else 0.0) + 4.0 * _noise(t) for t in passages]
+
+    weak.score_kind = "logit"  # type: ignore[attr-defined]
+    result = run_calibration(es, texts, tmp_path / "cache", reranker=weak, n_bootstrap=200)
+    two = result.rerank  # type: ignore[attr-defined]
+    assert two.vs_retrieval.verdict("udcg") == "no clear difference" and two.fallback is None
+    w = result.written_setting()  # type: ignore[attr-defined]
+    assert w.two_stage is two and w.setting == two.describe()
+    assert w.stage.startswith("written: no clear difference from retrieval only")
+    low, high = map(float, re.search(r"\[([^,]+), ([^\]]+)\]", w.stage).groups())
+    assert low <= 0 <= high
+    config = result.config()  # type: ignore[attr-defined]
+    assert config.rerank.enabled and config.rerank.top_n == two.top_n
+    assert config.provenance["setting"] == w.setting
+    assert config.provenance["second_stage"] == w.stage
+    doc = result_document(result)  # type: ignore[arg-type]
+    assert doc["recommended"]["second_stage"] == w.stage
+    md = build_report(result, plots=False).markdown()  # type: ignore[arg-type]
+    assert f"Second stage {w.stage}." in md
