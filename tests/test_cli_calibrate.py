@@ -487,7 +487,8 @@ def test_a_guarantee_is_the_objective_and_the_setting_written_is_the_one_checked
     assert "maximise" not in objective and "evidence_recall>=0.8" not in objective
     assert f"Chosen: run {cfg.provenance['run']} with {written} (" in out
     assert f"Guarantee: {written}: mean evidence recall >= 0.9" in out
-    for contradiction in ("no setting is certified", "not met", "The guarded setting is worse"):
+    assert not re.search(r"no (?:[\w-]+ )?setting is certified", out)
+    for contradiction in ("not met", "stands in", "The guarded setting is worse"):
         assert contradiction not in out
     # the held-out check tests the written setting, on queries it was not certified on
     assert f"held-out check of {written}: 15 queries never used to choose" in out

@@ -419,9 +419,8 @@ def test_a_two_stage_choice_worse_on_held_out_leaves_the_stage_off() -> None:
     md = build_report(res, plots=False).markdown()
     sec = section(md, "Two stages: retrieval, then the reranker")
     written = describe_point(res.recommended.written_params)
-    assert (
-        f"**Second stage** left off: {two.fallback}; the config holds run dense's "
-        f"retrieval-only setting, {written}." in sec
+    assert f"The config leaves it off and holds run dense's retrieval-only setting, {written}" in (
+        " ".join(sec.split())
     )
     # the held-out evidence recall behind it: the answer kept on every held-out query by
     # retrieval (1.000), on none by the reranker's top-1 (0.000)

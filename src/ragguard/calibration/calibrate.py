@@ -980,10 +980,11 @@ class CalibrationResult:
                 return r
         raise KeyError(f"no run named {name!r}; runs: {', '.join(r.name for r in self.runs)}")
 
-    def objective_text(self) -> str:
+    def objective_text(self, constraints: bool = True) -> str:
         """The objective in words: ``maximise mean udcg subject to
-        evidence_recall>=0.8``, or the guarantee that replaces it."""
-        cons = " and ".join(str(c) for c in self.constraints)
+        evidence_recall>=0.8``, or the guarantee that replaces it (without ``subject to``
+        when not ``constraints``)."""
+        cons = " and ".join(str(c) for c in self.constraints) if constraints else ""
         if self.target is not None:
             text = (
                 f"the smallest context whose mean evidence recall on new queries is >= "
@@ -1012,9 +1013,9 @@ class CalibrationResult:
                 f"evidence recall >= {g.target:g} is certified at {g.confidence:.0%} "
                 f"confidence on the {n_cal} calibration queries"
                 if g.point is not None
-                else f"no setting is certified for recall>={g.target:g} on the {n_cal} "
-                f"calibration queries; the largest context ({describe_point(r.chosen_params)}) "
-                "stands in"
+                else f"no retrieval-only setting is certified for recall>={g.target:g} on the "
+                f"{n_cal} calibration queries; the largest context "
+                f"({describe_point(r.chosen_params)}) stands in"
             )
             text += f", keeping {passages:.2f} passages on average ({obj} {chosen:.3f})"
         else:

@@ -457,12 +457,7 @@ def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
     cons = " and ".join(str(c) for c in res.constraints) or "none"
     r = res.recommended
     w = res.written_setting()
-    how = (
-        f"recall guarantee `recall>={res.target:g}` at {res.confidence:.0%} confidence: "
-        f"{res.objective_text()}"
-        if res.target is not None
-        else res.objective_text()
-    )
+    how = res.objective_text(constraints=False)
     blocks: list[Block] = [
         Bullets(
             (
@@ -726,11 +721,12 @@ def _guarantee(
     n_queries: int,
     passages: float,
     heading: tuple[int, str] = (1, "Recall guarantee"),
+    scope: str = "",
 ) -> list[Block]:
     """The guarantee: target, confidence, method, assumptions, the certified bound and
     context (the one written), and its evidence recall on the held-out queries.
     ``describe(i)`` names the point ``i``; ``passages`` is the certified setting's mean
-    context on the calibration queries."""
+    context on the calibration queries; ``scope`` qualifies "setting" (``"two-stage "``)."""
     pct = f"{g.confidence:.0%}"
     m = len(g.paths)
     delta = (1.0 - g.confidence) / max(1, m)
@@ -753,7 +749,7 @@ def _guarantee(
         )
     else:
         items.append(
-            f"**not met**: no setting is certified on the {g.n_calibration} calibration "
+            f"**not met**: no {scope}setting is certified on the {g.n_calibration} calibration "
             f"queries with evidence; the most that can be guaranteed at {pct} confidence "
             f"is {floor_number(g.best_bound)} ({describe(g.best_point)})"
         )
@@ -963,10 +959,22 @@ def _two_stage(
             f"{two.top_n} candidates of run {two.run} ({s.n_computed} pairs scored, "
             f"{s.n_cached} from the cache). Its scores were mapped to p(relevant) by "
             f"{two.probability_map.describe()}, fitted on {two.n_pairs_fit} pairs of the "
-            f"calibration queries. Chosen on the calibration queries: "
-            f"{two.describe_chosen()} (the setting the table below checks); refitted on "
-            f"all queries: **{two.describe()}**"
-            + (f"; {two.selection.describe()}." if two.selection is not None else ".")
+            "calibration queries. "
+            + (
+                f"Certified on the calibration queries and not refitted: **{two.describe()}** "
+                "(the setting the table below checks)"
+                if two.guarantee is not None
+                else f"Chosen on the calibration queries: {two.describe_chosen()} (the "
+                f"setting the table below checks); refitted on all queries: "
+                f"**{two.describe()}**"
+            )
+            + (f"; {two.selection.describe()}" if two.selection is not None else "")
+            + (
+                ". The config holds it (see Recommendation)."
+                if w.two_stage is not None
+                else f". The config leaves it off and holds run {two.run}'s retrieval-only "
+                f"setting, {w.setting} (see Recommendation)."
+            )
         ),
         Para(
             f"On the {a.n_queries} {a.split} queries, with {pct}% paired bootstrap "
@@ -1012,13 +1020,6 @@ def _two_stage(
     )
     if objective in a.metrics:
         blocks.append(Para(f"Two-stage vs retrieval-only on {objective}: {a.verdict(objective)}."))
-    if w.stage is not None:
-        held = (
-            f"; the config holds run {two.run}'s retrieval-only setting, {w.setting}"
-            if w.two_stage is None
-            else ""
-        )
-        blocks.append(Para(f"**Second stage** {w.stage}{held}."))
     if two.guarantee is not None:
         g = two.guarantee
         blocks += _guarantee(
@@ -1027,6 +1028,7 @@ def _two_stage(
             int(two.sweep.kept.shape[1]),
             two.sweep.mean(g.written, PASSAGES),
             heading=(2, "Recall guarantee with the reranker"),
+            scope="two-stage ",
         )
     if fig is not None:
         blocks.append(fig)
@@ -1263,6 +1265,7 @@ def build_report(
             lambda i: describe_point(r.sweep.points[i]),
             len(res.qids),
             r.sweep.mean(g.written, PASSAGES),
+            scope="" if res.rerank is None else "retrieval-only ",
         )
     blocks += _selection(res, r)
     blocks += _heldout(res, r, by_name.get("baseline_vs_guarded.png"), w)

@@ -321,10 +321,9 @@ def calibrate(
             )
             typer.echo(json.dumps(doc, indent=2))
             return
-        written = result.written_setting()
         _print_result(result, str(evalset))
         if result.rerank is not None:
-            print_two_stage(result.rerank, result.objective, written)
+            print_two_stage(result.rerank, result.objective, result.written_setting())
         _print_next_steps(result, str(evalset))
         if blocked is not None:
             _print_report_line(report_paths)
