@@ -905,8 +905,8 @@ class CalibrationResult:
             return False, f"left off: {stage.fallback}"
         missed_two = _shortfalls(two.full, two.index, self.constraints, two.names, two.cap)
         missed_one = _shortfalls(one.full, one.index, self.constraints, one.names, one.cap)
-        worse = [s.constraint for s in missed_two]
-        worse = [c for c in worse if c not in {s.constraint for s in missed_one}]
+        also_one = {s.constraint for s in missed_one}
+        worse = [s.constraint for s in missed_two if s.constraint not in also_one]
         if worse:
             return False, (
                 f"left off: {two.setting} misses {' and '.join(map(str, worse))} on all "
