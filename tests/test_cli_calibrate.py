@@ -8,9 +8,11 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import Result
 from typer.testing import CliRunner
@@ -19,6 +21,7 @@ from ragguard import Candidate, ContextGuard
 from ragguard._optional import install_hint
 from ragguard.calibration import (
     calibrate,
+    compute,
     data_fingerprint,
     evaluate,
     load_inputs,
@@ -59,9 +62,7 @@ def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path:
     assert {p.name for p in report.iterdir()} == {"report.html", "report.md", "plots"}
     assert len(list((report / "plots").glob("*.png"))) == 4
     out = flat(result.stdout)
-    assert (
-        "Chosen: run dense-minilm with max_k=2, min_k=1, relative_threshold=0, cut=autocut" in out
-    )
+    assert "Chosen: run dense-minilm with max_k=2, autocut@1 (score_kind similarity)" in out
     assert "Why: max_k=3, autocut@1 has the highest mean udcg" in out
     assert "refitted on all 51 queries: max_k=2, autocut@1" in out
     assert "evidence_recall>=0.8" in out and "15 held out (seed 0)" in out
@@ -417,3 +418,193 @@ def test_bad_parameters_are_typed_errors() -> None:
         calibrate(es, level=1.0)
     with pytest.raises(EvalSetError, match="no run named 'bogus'"):
         calibrate(es, runs=["bogus"])
+
+
+# --------------------------------------------------------------------------- issue 21
+
+
+def lines_of(result: Result) -> str:
+    """stdout with rich's wrapping undone and shell continuations joined."""
+    return flat(result.stdout.replace(" \\\n", " "))
+
+
+def test_an_explicit_max_k_is_a_cap_never_exceeded(tmp_path: Path) -> None:
+    """--max-k 1 with the default evidence-recall floor 0.8, which no top-1 reaches: the
+    caps must not grow past the cap given (they grew, and max_k = 12 was written); the
+    unmet floor exits 1 naming the reachable value under that cap."""
+    es = load_inputs(NOTES)
+    run = calibrate(es, max_k=1, min_recall=0.8).recommended.name
+    reach = evaluate(es, run, metrics=["evidence_recall@1"])["evidence_recall@1"]
+    line = error_line(invoke("calibrate", NOTES, "--max-k", "1", "--no-report"))
+    assert f"the best reachable evidence_recall is {reach:.3f} (top-1, caps up to 1," in line
+    assert not (tmp_path / "ragguard.toml").exists()
+    result = invoke("calibrate", NOTES, "--max-k", "1", "--no-report", "--allow-unmet")
+    assert result.exit_code == 0, result.output
+    cfg = ContextGuard.from_file(tmp_path / "ragguard.toml").config
+    assert cfg.max_k == 1 and cfg.provenance["constraints_met"] is False
+    # the library alike: a max_k given is a cap; without one the default grid grows
+    capped = calibrate(es, max_k=3, min_recall=0.95, n_bootstrap=50)
+    assert max(p.max_k for r in capped.runs for p in r.sweep.points) == 3
+    assert capped.unmet() and "caps up to 3" in capped.unmet()[0]
+    grown = calibrate(es, min_recall=0.95, n_bootstrap=50)
+    assert max(p.max_k for p in grown.recommended.sweep.points) > 10
+
+
+def _held_out_evidence_recall(es: object, config_path: Path, run: str) -> float:
+    """Mean evidence recall of the guard the config builds on the held-out queries,
+    query by query through ContextGuard.select (queries without evidence left out)."""
+    from ragguard.calibration import EvalSet, split_queries
+
+    assert isinstance(es, EvalSet)
+    guard = ContextGuard.from_file(config_path)
+    _, held = split_queries(len(es.qids), 0.3, 0)
+    values = []
+    for row in held.tolist():
+        q = es.qids[row]
+        cands = es.runs[run].candidates[q]
+        relevant = {d for d, g in es.labels[q].grades.items() if g >= 1} & set(cands)
+        if not relevant:
+            continue
+        kept = guard.select(q, [Candidate(d, score=s) for d, s in cands.items()]).kept
+        values.append(len(relevant & {c.id for c in kept}) / len(relevant))
+    return sum(values) / len(values)
+
+
+def test_a_guarantee_is_the_objective_and_the_setting_written_is_the_one_checked(
+    tmp_path: Path,
+) -> None:
+    """--guarantee 'recall>=0.9': the objective line stated "maximise udcg subject to
+    evidence_recall>=0.8", the why said "no setting is certified" next to "Guarantee:
+    top-9 ... certified", and the held-out table tested top-20, not the top-9 written."""
+    args = ["calibrate", NOTES, "--guarantee", "recall>=0.9", "--confidence", "0.95"]
+    result = invoke(*args, "--no-report")
+    assert result.exit_code == 0, result.output
+    out = flat(result.stdout)
+    cfg = ContextGuard.from_file(tmp_path / "ragguard.toml").config
+    written = cfg.provenance["setting"]
+    objective = out.split("objective: ", 1)[1].split("; 36 queries to choose on", 1)[0]
+    assert "mean evidence recall on new queries is >= 0.9 with 95% confidence" in objective
+    assert "maximise" not in objective and "evidence_recall>=0.8" not in objective
+    assert f"Chosen: run {cfg.provenance['run']} with {written} (" in out
+    assert f"Guarantee: {written}: mean evidence recall >= 0.9" in out
+    assert not re.search(r"no (?:[\w-]+ )?setting is certified", out)
+    for contradiction in ("not met", "stands in", "The guarded setting is worse"):
+        assert contradiction not in out
+    # the held-out check tests the written setting, on queries it was not certified on
+    assert f"held-out check of {written}: 15 queries never used to choose" in out
+    doc = json.loads(invoke(*args, "--json", "--no-report", "--out", "j.toml").stdout)
+    assert doc["heldout_check"]["setting"] == doc["recommended"]["setting"] == written
+    g = doc["recommended"]["guarantee"]
+    assert (
+        g["met"]
+        and g["certified_on_queries"] == cfg.provenance["guarantee"]["queries_with_evidence"]
+    )
+    measured = _held_out_evidence_recall(
+        load_inputs(NOTES), tmp_path / "j.toml", doc["recommended"]["run"]
+    )
+    assert g["heldout_recall"] == pytest.approx(measured)
+    assert f"reaches mean evidence recall {measured:.3f} on the 15 held-out queries" in out
+
+
+def test_a_guarantee_nothing_certifies_is_not_met_and_nothing_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    """bm25 alone: keeping all 20 candidates has evidence recall 1 on every calibration
+    query with evidence, and Hoeffding's bound at loss 0, (delta / 2 paths)^(1/n), is
+    what can be guaranteed: below 0.9 on these queries."""
+    from ragguard.calibration import split_queries
+
+    es = load_inputs(NOTES)
+    cal, _ = split_queries(len(es.qids), 0.3, 0)
+    run = es.runs["bm25"]
+    n = sum(
+        1
+        for q in (es.qids[i] for i in cal.tolist())
+        if {d for d, g in es.labels[q].grades.items() if g >= 1} & set(run.candidates[q])
+    )
+    reachable = math.floor((0.05 / 2) ** (1 / n) * 1000) / 1000
+    assert reachable < 0.9
+    result = invoke("calibrate", NOTES, "--run", NOTES / "runs" / "bm25.trec", "--guarantee",
+                    "recall>=0.9", "--no-report")  # fmt: skip
+    line = error_line(result)
+    assert (
+        f"on {n} calibration queries with evidence; the most that can be guaranteed is "
+        f"{reachable:.3f} (top-20)" in line
+    )
+    assert "--holdout 0" in line
+    out = flat(result.stdout)
+    assert "Guarantee:" not in out and "certified lower bound" not in out
+    assert not (tmp_path / "ragguard.toml").exists()
+
+
+_ROW = re.compile(
+    r"^ (?P<metric>[a-z_]+)\s+\S+\s+\S+\s+\S+\s+\[(?P<low>[^,\]]+),\s*(?P<high>[^\]]+)\]\s+"
+    r"(?P<verdict>.+?)\s*$"
+)
+
+
+def _agrees(low: str, high: str, verdict: str) -> bool:
+    excludes_zero = float(low) > 0 or float(high) < 0
+    return excludes_zero == (verdict in ("better", "worse"))
+
+
+def test_printed_intervals_agree_with_their_verdicts_in_one_wording(tmp_path: Path) -> None:
+    """ "[+0.00, +0.07] better" next to "[+0.00, +0.67] within noise": a rounded interval
+    must exclude 0 exactly when its verdict says better or worse, and the console, the
+    report and --json say "no clear difference" alike."""
+    result = invoke("calibrate", NOTES, "--report", "rep")
+    assert result.exit_code == 0, result.output
+    rows = [m for line in result.stdout.splitlines() if (m := _ROW.match(line))]
+    assert len(rows) == 9
+    for m in rows:
+        if m["metric"] != "passages":
+            assert _agrees(m["low"], m["high"], m["verdict"]), m.group(0)
+    assert "no clear difference" in result.stdout and "within noise" not in result.output
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    section = md.split("## Baseline vs guarded", 1)[1].split("\n## ", 1)[0]
+    checked = 0
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0] not in ("metric", "passages") and "[" in cells[3]:
+            low, high = cells[3].split("[", 1)[1].rstrip("]").split(", ")
+            assert _agrees(low, high, cells[4]), line
+            checked += 1
+    assert checked == 8 and "within noise" not in md
+    doc = json.loads(invoke("calibrate", NOTES, "--json", "--no-report", "--out", "j.toml").stdout)
+    verdicts = {v["verdict"] for v in doc["heldout_check"]["metrics"].values()}
+    assert verdicts <= {"better", "worse", "no clear difference", "fewer", "more", "same"}
+
+
+def test_progress_shows_real_counts_on_stderr() -> None:
+    """The sweep's progress line always ended as "0/?"; it counts the sweeps, on stderr."""
+    result = invoke("calibrate", NOTES, "--no-report")
+    assert result.exit_code == 0, result.output
+    assert "sweeping settings" in result.stderr and "2/2" in result.stderr
+    assert "/?" not in result.stderr
+    assert "sweeping" not in result.stdout
+
+
+def test_a_dangerous_result_says_what_to_try_next_with_the_commands(tmp_path: Path) -> None:
+    es = load_inputs(NOTES)
+    api = calibrate(es, min_recall=0.8)
+    r = api.recommended
+    held = api.heldout_rows
+    rate = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.chosen_kept)[held]))
+    assert safety_band(rate).value == "DANGEROUS"  # the setting the held-out check tests
+    result = invoke("calibrate", NOTES, "--report", "rep")
+    assert result.exit_code == 0, result.output
+    out = lines_of(result)
+    assert f"still DANGEROUS: mean distractor rate {rate:.3f} on the 15 held-out queries" in out
+    for command in (
+        f"ragguard calibrate {NOTES} --rerank cross-encoder/ms-marco-MiniLM-L6-v2",
+        f"ragguard train-reranker {NOTES} --out scorer/",
+        f"ragguard calibrate {NOTES} --rerank scorer/",
+        f"ragguard annotate {NOTES / 'evalset.jsonl'} --run {NOTES / 'runs' / r.name}.trec",
+    ):
+        assert command in out
+    assert "more labelled queries" in out
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    steps = md.split("## What to try next", 1)[1]
+    assert (
+        "still DANGEROUS" in steps and f"`ragguard train-reranker {NOTES} --out scorer/`" in steps
+    )

@@ -4,6 +4,7 @@ module:callable reranker, the cache across runs, friendly errors."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def test_rerank_callable_end_to_end_and_cached(folder: Path, tmp_path: Path) -> 
     first = runner.invoke(app, [*args, "--out", "a.toml"])
     assert first.exit_code == 0, first.output
     text = " ".join(first.output.split())
-    assert "Two stages:" in text and "320 pairs scored, 0 from the cache" in text
+    assert "Two stages (written):" in text and "320 pairs scored, 0 from the cache" in text
     assert "distractor rate: 0.750 retrieval-only, 0.000 with the reranker" in text
     assert "Brier" in text and "two-stage vs retrieval-only on udcg: better" in text
     data = tomllib.loads((tmp_path / "a.toml").read_text())
@@ -203,3 +204,34 @@ def test_rerank_run_problems_are_one_line_each(folder: Path, tmp_path: Path) -> 
     assert res.exit_code == 0, res.output
     warning = [line for line in res.stderr.splitlines() if "not finite numbers" in line]
     assert len(warning) == 1 and "8 scores that are not finite numbers" in warning[0]
+
+
+def test_every_output_names_the_setting_the_config_holds(folder: Path, tmp_path: Path) -> None:
+    """The "Chosen" line named the retrieval-only setting (and so did provenance.setting,
+    --json and the report) while the config held the two-stage one. Each must name what
+    the config holds, read here from the config's own fields, and one line says why the
+    second stage is in it."""
+    args = ["calibrate", str(folder), "--rerank", "myjudge:judge", "--min-recall", "0",
+            "--max-k", "5"]  # fmt: skip
+    res = runner.invoke(app, [*args, "--out", "a.toml", "--report", "rep"])
+    assert res.exit_code == 0, res.output
+    config = GuardConfig.from_file(tmp_path / "a.toml")
+    assert config.rerank.enabled
+    named = config.provenance["setting"]
+    depth, cap = re.match(r"rerank top-(\d+), (?:top-|max_k=)(\d+)", named).groups()  # type: ignore[union-attr]
+    assert (int(depth), int(cap)) == (config.rerank.top_n, config.max_k)
+    if config.rerank.min_score is not None:
+        assert f"min_score={config.rerank.min_score:g}" in named
+    text = " ".join(res.stdout.split())
+    assert f"Chosen: run dense with {named} (score_kind similarity)" in text
+    assert text.count("Second stage ") == 1 and "Second stage written: better than" in text
+    assert config.provenance["second_stage"].startswith("written: better than")
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert f"**Run `dense`: {named}**" in md
+    assert f"`rerank.top_n = {config.rerank.top_n}`" in md
+    doc = json.loads(runner.invoke(app, [*args, "--json", "--no-report", "--out", "b.toml"]).stdout)
+    assert doc["recommended"]["setting"] == named and doc["recommended"]["two_stage"]
+    assert doc["recommended"]["config"]["rerank"]["top_n"] == config.rerank.top_n
+    assert doc["heldout_check"]["setting"] == config.provenance["chosen_on_calibration"]
+    # the reranker sees through every look-alike: SAFE, so nothing to try next
+    assert "Next:" not in text and "What to try next" not in md

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import json
 import math
 import os
 import re
@@ -22,7 +23,13 @@ from ragguard.calibration import CalibrationResult, EvalSet, SweepGrid, calibrat
 from ragguard.calibration.calibrate import Interval, split_queries
 from ragguard.calibration.metrics import compute
 from ragguard.calibration.pipeline import RerankGrid
-from ragguard.calibration.report import PLOT_NOTE, build_report, format_number, write_report
+from ragguard.calibration.report import (
+    PLOT_NOTE,
+    build_report,
+    format_interval,
+    format_number,
+    write_report,
+)
 from ragguard.calibration.risk import risk_upper_bound
 from ragguard.calibration.sweep import describe_point, is_plain_top_k
 from ragguard.errors import ConfigError
@@ -151,6 +158,48 @@ def test_numbers_print_alike_everywhere() -> None:
     assert format_number(math.nan) == format_number(math.nan, signed=True) == "n/a"
 
 
+def test_intervals_round_outward_and_keep_a_bound_off_zero_off_zero() -> None:
+    """[0.003, 0.0712] printed "[+0.00, +0.07]" next to "better": rounded to 2 decimals
+    it includes 0 and leaves out 0.0712. Outward rounding holds the true interval, and
+    a bound off 0 gets the decimals that keep it off 0 (so the printed interval
+    excludes 0 exactly when the true one does)."""
+    assert format_interval(0.003, 0.0712) == "[+0.003, +0.08]"
+    assert format_interval(-0.0712, -0.003) == "[-0.08, -0.003]"
+    assert format_interval(-0.0004, 0.67) == "[-0.01, +0.67]"
+    assert format_interval(0.0, 0.67) == "[+0.00, +0.67]"  # 0 itself: no clear difference
+    assert format_interval(-0.1, -0.0) == "[-0.10, +0.00]"  # no negative zero
+    assert format_interval(0.07, 0.07) == "[+0.07, +0.07]"  # exact values stay exact
+    assert format_interval(0.5, 0.6, 3, signed=False) == "[0.500, 0.600]"
+    assert format_interval(-10.871, -9.731) == "[-10.88, -9.73]"
+    assert format_interval(math.nan, 1.0) == ""
+
+
+def test_markdown_report_writes_no_html_from_the_data(tmp_path: Path) -> None:
+    """SE-03: a query and a run name carrying markup reached report.md verbatim, so a
+    Markdown viewer that renders HTML would run it; both files now show it as text."""
+    folder = tmp_path / "notes"
+    (folder / "runs").mkdir(parents=True)
+    payload = "<img src=x onerror=alert(2)>"
+    lines = (NOTES / "evalset.jsonl").read_text(encoding="utf-8").splitlines()
+    with (folder / "evalset.jsonl").open("w", encoding="utf-8") as fh:
+        for line in lines:
+            record = json.loads(line)
+            record["query"] = f"{record['query']} {payload} & more"
+            fh.write(json.dumps(record) + "\n")
+    run = "dense<b>x"
+    (folder / "runs" / f"{run}.trec").write_text(
+        (NOTES / "runs" / "dense-minilm.trec").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    res = calibrate(load_inputs(folder), min_recall=0.8, n_bootstrap=100)
+    md = build_report(res, plots=False).markdown()
+    assert payload in "".join(res.evalset.queries[q].text or "" for q in res.qids)
+    assert "<img" not in md and "<b>" not in md and "<" not in md
+    assert "&lt;img src=x onerror=alert(2)> &amp; more" in md  # shown as text
+    assert "`dense&lt;b>x`" in md
+    page = build_report(res, plots=False).html()
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(2)&gt;" in page
+
+
 def test_a_failed_write_keeps_the_old_report_and_leaves_nothing_temporary(
     result: CalibrationResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,8 +224,10 @@ def section(md: str, title: str) -> str:
 
 
 def interval(iv: Interval, signed: bool = False) -> str:
-    low, high = (format_number(x, signed=signed) for x in (iv.low, iv.high))
-    return f"{format_number(iv.mean, signed=signed)} [{low}, {high}]"
+    """A mean and its interval as the report prints them (the interval rounded
+    outward: see test_intervals_round_outward_and_keep_a_bound_off_zero_off_zero)."""
+    outward = format_interval(iv.low, iv.high, 3, signed=signed)
+    return f"{format_number(iv.mean, signed=signed)} {outward}"
 
 
 def test_the_report_states_the_guarantee_with_its_numbers() -> None:
@@ -185,33 +236,37 @@ def test_the_report_states_the_guarantee_with_its_numbers() -> None:
     )
     r = res.recommended
     g = r.guarantee
-    assert g is not None and g.written is not None and g.point is not None and r.full is not None
+    assert g is not None and g.point is not None and r.full is not None
+    # what the calibration queries certify is written: no refit on all queries
+    assert r.written == r.chosen == g.point
     md = build_report(res, plots=False).markdown()
     rec = section(md, "Recommendation")
     assert f"**Run `run`: {describe_point(r.written_params)}**" in rec
-    assert "the guarantee re-certified on all 200 queries" in rec
+    assert "certified on the 140 calibration queries and not refitted" in rec
     sec = section(md, "Recall guarantee")
     assert "mean evidence recall >= 0.8 on new queries, with confidence 90%" in sec
     for words in ("Learn-then-Test", "Hoeffding-Bentkus", "arXiv:2110.01052", "exchangeable",
                   "bounded in [0, 1]", "no evidence are left out"):  # fmt: skip
         assert words in sec
     # the certified lower bound: the HB upper confidence bound on the mean loss of the
-    # written setting over all 200 queries, at delta = 0.1 shared by the two paths
-    ev_all = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[r.written])
-    bound = 1 - risk_upper_bound(1 - float(np.mean(ev_all)), 200, 0.1 / len(g.paths))
+    # written setting over the 140 calibration queries, at delta = 0.1 shared by the
+    # two paths
+    cal = res.calibration_rows
+    ev_cal = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[r.written])[cal]
+    bound = 1 - risk_upper_bound(1 - float(np.mean(ev_cal)), cal.size, 0.1 / len(g.paths))
     assert bound >= 0.8 and g.recall_bound == pytest.approx(bound)
-    passages = float(np.mean(r.sweep.kept[r.written]))
+    passages = float(np.mean(r.sweep.kept[r.written][cal]))
     assert (
         f"**{describe_point(r.written_params)}**, mean evidence recall >= "
-        f"{format_number(bound)} (certified lower bound), keeping "
+        f"{math.floor(bound * 1000) / 1000:.3f} (certified lower bound), keeping "
         f"{format_number(passages, 2)} passages on average" in sec
     )
     # the held-out evidence recall of the calibration-certified setting, recomputed
     held = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[g.point])[res.heldout_rows]
     assert (
-        f"{describe_point(r.sweep.points[g.point])}, reaches mean evidence recall "
-        f"**{format_number(float(np.nanmean(held)))}** on the {res.heldout_rows.size} "
-        "held-out queries" in sec
+        f"held-out check: {describe_point(r.sweep.points[g.point])} reaches mean evidence "
+        f"recall {format_number(float(np.nanmean(held)))} on the {res.heldout_rows.size} "
+        "held-out queries with evidence, never used to certify it" in sec
     )
     # classic recall, labelled as the retriever's ceiling, next to evidence recall
     assert "retriever's ceiling" in section(md, "Baseline vs guarded")
@@ -222,20 +277,23 @@ def test_an_unmet_guarantee_names_what_can_be_guaranteed() -> None:
     g = res.recommended.guarantee
     assert g is not None and not g.met
     # keeping all 10 candidates has evidence recall 1 on every query (loss 0); the HB
-    # bound at loss 0 is Hoeffding's (1 - a)^n = delta, delta = 0.05 over 2 paths
-    reachable = (0.05 / 2) ** (1 / 60)
+    # bound at loss 0 is Hoeffding's (1 - a)^n = delta, delta = 0.05 over 2 paths, on the
+    # 42 calibration queries (the 18 held out never certify)
+    reachable = (0.05 / 2) ** (1 / 42)
     assert g.best_bound == pytest.approx(reachable, abs=1e-9)
+    shown = f"{math.floor(reachable * 1000) / 1000:.3f}"  # a bound printed rounded down
     md = build_report(res, plots=False, config_path="g.toml").markdown()
-    assert f"the most that can be guaranteed is {format_number(reachable)}" in section(
-        md, "Constraints not met"
-    )
+    unmet = section(md, "Constraints not met")
+    assert f"the most that can be guaranteed is {shown}" in unmet
+    assert "`--holdout 0` certifies on all 60 queries" in unmet
     assert (
-        f"**not met**: no setting is certified; the most that can be guaranteed at 95% "
-        f"confidence is {format_number(reachable)} (top-10)" in section(md, "Recall guarantee")
+        f"**not met**: no setting is certified on the 42 calibration queries with evidence; "
+        f"the most that can be guaranteed at 95% confidence is {shown} (top-10)"
+        in section(md, "Recall guarantee")
     )
     rec = section(md, "Recommendation")
     assert "is written only with `--allow-unmet`" in rec
-    assert "No setting carries the guarantee on all 60 queries" in rec
+    assert "No setting carries the guarantee on the 42 calibration queries" in rec
     assert "**Run `run`: top-10**" in rec  # the largest context stands in
 
 
@@ -361,9 +419,8 @@ def test_a_two_stage_choice_worse_on_held_out_leaves_the_stage_off() -> None:
     md = build_report(res, plots=False).markdown()
     sec = section(md, "Two stages: retrieval, then the reranker")
     written = describe_point(res.recommended.written_params)
-    assert (
-        f"**Fallback: the rerank stage is left off.** {two.fallback[0].upper()}"
-        f"{two.fallback[1:]}; it holds run dense's retrieval-only setting, {written}." in sec
+    assert f"The config leaves it off and holds run dense's retrieval-only setting, {written}" in (
+        " ".join(sec.split())
     )
     # the held-out evidence recall behind it: the answer kept on every held-out query by
     # retrieval (1.000), on none by the reranker's top-1 (0.000)
@@ -371,4 +428,5 @@ def test_a_two_stage_choice_worse_on_held_out_leaves_the_stage_off() -> None:
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2].startswith("1.000") and cells[3].startswith("0.000")
     assert cells[5] == "worse"
-    assert "The rerank stage is left off" in section(md, "Recommendation")
+    rec = section(md, "Recommendation")
+    assert f"**Run `dense`: {written}**" in rec and f"Second stage left off: {two.fallback}" in rec

@@ -18,9 +18,10 @@ Steps, per run (retrieval profile):
    (:mod:`ragguard.calibration.select`); the family's best point on the calibration
    queries is the choice checked in step 4. When no setting of the default grid meets
    the constraints, the caps grow to the candidate depth (at most
-   :data:`MAX_K_LIMIT`) and the sweep runs again. With ``guarantee`` the choice is
-   instead the smallest context whose evidence recall is certified by Learn-then-Test
-   (:mod:`ragguard.calibration.risk`);
+   :data:`MAX_K_LIMIT`) and the sweep runs again; a ``max_k`` or a ``grid`` you give
+   is a constraint, never exceeded. With ``guarantee`` the choice is instead the
+   smallest context whose evidence recall the calibration queries certify by
+   Learn-then-Test (:mod:`ragguard.calibration.risk`);
 3. choose the **baseline**, plain top-k, the same way (the best fixed k on the same
    queries, or the ``baseline_k`` you give), so the comparison asks whether the guard
    beats a tuned k, not an arbitrary one;
@@ -32,9 +33,16 @@ Steps, per run (retrieval profile):
    **worse** than the best plain top-k, write plain top-k instead (``on_worse="top-k"``,
    the default) or write nothing (``on_worse="stop"``: :meth:`CalibrationResult.save_config`
    raises), and say why;
-6. **refit**: re-select the chosen family's point (or re-run the guarantee) on **all**
-   queries; that is the setting the config holds (:attr:`RunCalibration.written`);
+6. **refit**: re-select the chosen family's point on **all** queries; that is the
+   setting the config holds (:attr:`RunCalibration.written`). A guarantee is not
+   refitted: the certified setting is written, and the held-out queries, never used to
+   certify it, check it;
 7. compute each query's optimal context size (where cumulative utility peaks).
+
+With a second stage (``reranker`` or ``rerank_scores``) the recommended run's
+two-stage setting is written, or the retrieval-only one with the reason
+(:meth:`CalibrationResult.written_setting`: the one description of what the config
+holds, which the console, ``--json``, the report and the provenance all print).
 
 When the written setting misses a constraint (or no setting can carry the guarantee),
 :meth:`CalibrationResult.unmet` names the best reachable value and the setting that
@@ -53,7 +61,7 @@ import hashlib
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,10 +70,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard.calibration._format import floor_number, format_interval, format_number
 from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.evalset import EvalSet
-from ragguard.calibration.metrics import parse_metric
+from ragguard.calibration.metrics import SafetyBand, parse_metric, safety_band
 from ragguard.calibration.select import (
     DEFAULT_FOLDS,
     Selection,
@@ -104,6 +113,7 @@ if TYPE_CHECKING:
     from ragguard.rerank import Reranker
 
 __all__ = [
+    "DEFAULT_MAX_K",
     "MAX_K_LIMIT",
     "CalibrationResult",
     "Comparison",
@@ -111,6 +121,7 @@ __all__ = [
     "Interval",
     "RunCalibration",
     "Shortfall",
+    "WrittenSetting",
     "calibrate",
     "data_fingerprint",
     "parse_guarantee",
@@ -137,9 +148,12 @@ REPORTED: tuple[str, ...] = (
 
 _BOOTSTRAP_CHUNK = 100  # resamples per bincount (memory: 2 x chunk x n values)
 
+DEFAULT_MAX_K = 10
+"""The largest cap of the default grid (``max_k=None``), before it grows."""
+
 MAX_K_LIMIT = 100
-"""The largest cap the grid grows to when the constraints (or a guarantee) need more
-than ``max_k`` passages."""
+"""The largest cap the default grid grows to when the constraints (or a guarantee)
+need more than :data:`DEFAULT_MAX_K` passages. A ``max_k`` given is never exceeded."""
 
 SMALL_SET = 50
 """Fewer labelled queries than this get a warning with the held-out interval's width."""
@@ -300,6 +314,21 @@ class Comparison:
             "n_bootstrap": self.n_bootstrap,
         }
 
+    def where(self) -> str:
+        """``on the 15 held-out queries``, or ``in-sample on all 51 queries (none held
+        out)``: where the comparison was made, for a sentence."""
+        if self.split == "held-out":
+            return f"on the {self.n_queries} held-out queries"
+        return f"in-sample on all {self.n_queries} queries (none held out)"
+
+    def change(self, metric: str, digits: int = 3) -> str:
+        """The difference on ``metric`` with its interval, rounded outward:
+        ``+0.038 [-0.011, +0.089]``."""
+        d = self.difference[metric]
+        text = format_number(d.mean, digits, signed=True)
+        interval = format_interval(d.low, d.high, digits)
+        return f"{text} {interval}" if interval else text
+
     def passages_verdict(self) -> str:
         """``"fewer"``, ``"more"`` or ``"same"``: the passages the guarded setting keeps
         on average against the baseline (the sign of the mean difference; a count is
@@ -395,23 +424,26 @@ def parse_guarantee(text: str) -> float:
 class GuaranteeResult:
     """A finite-sample recall guarantee (Learn-then-Test, :mod:`ragguard.calibration.risk`).
 
+    The guarantee is certified on the **calibration** queries and that setting is the
+    one written (no refit): the held-out queries never took part, so their evidence
+    recall checks the guarantee on queries it has not seen. With ``holdout=0`` every
+    query certifies and nothing checks it.
+
     Attributes:
         target: the guaranteed mean evidence recall.
         confidence: the probability that the guarantee holds (``1 - delta``).
         paths: the fixed sequences of settings tested, largest context first, by name.
-        point: the certified setting on the calibration queries (index in the sweep's
-            points), or ``None`` when none is certified.
-        written: the certified setting on all queries (the refit), or ``None``.
+        point: the certified setting with the smallest mean context (index in the
+            sweep's points): the one written; ``None`` when none is certified.
         n_calibration: calibration queries with evidence the test used.
-        n_all: queries with evidence the refit used.
-        recall_bound: the certified lower bound on the written setting's recall (its
-            risk's upper confidence bound), NaN when nothing is certified.
+        recall_bound: the certified lower bound on the point's mean evidence recall
+            (one minus its risk's upper confidence bound), NaN when nothing is certified.
         best_bound: the highest recall any path's first (largest) setting can be
             certified to reach at this confidence: what is reachable when the target
             is not.
         best_point: that largest setting.
-        heldout_recall: mean evidence recall of the calibration-certified setting on
-            the held-out queries (NaN without a hold-out or a certified setting).
+        heldout_recall: mean evidence recall of ``point`` on the held-out queries (NaN
+            without a hold-out or a certified setting).
         heldout_queries: held-out queries with evidence.
     """
 
@@ -419,9 +451,7 @@ class GuaranteeResult:
     confidence: float
     paths: tuple[str, ...]
     point: int | None
-    written: int | None
     n_calibration: int
-    n_all: int
     recall_bound: float
     best_bound: float
     best_point: int
@@ -430,26 +460,49 @@ class GuaranteeResult:
 
     @property
     def met(self) -> bool:
-        """Whether a setting carries the guarantee (on all queries)."""
-        return self.written is not None
+        """Whether a setting carries the guarantee."""
+        return self.point is not None
 
-    def statement(self, points: Sequence[PolicyParams]) -> str:
-        """The guarantee in words, with its assumptions."""
+    @property
+    def written(self) -> int:
+        """The setting written: the certified one, or the largest context standing in."""
+        return self.point if self.point is not None else self.best_point
+
+    def statement(self, name: Callable[[int], str]) -> str:
+        """The guarantee in words, with its assumptions; ``name(i)`` names point ``i``."""
         pct = f"{self.confidence:.0%}"
-        if self.written is None:
+        if self.point is None:
             return (
                 f"no setting guarantees mean evidence recall >= {self.target:g} at {pct} "
-                f"confidence on {self.n_all} queries with evidence; the most that can be "
-                f"guaranteed is {self.best_bound:.3f} ({describe_point(points[self.best_point])})"
+                f"confidence on {self.n_calibration} calibration queries with evidence; the "
+                f"most that can be guaranteed is {floor_number(self.best_bound)} "
+                f"({name(self.best_point)})"
             )
         return (
-            f"{describe_point(points[self.written])}: mean evidence recall >= "
-            f"{self.target:g} on new queries with probability >= {pct} (Learn-then-Test, "
-            f"Hoeffding-Bentkus p-values, fixed-sequence over {len(self.paths)} path(s), "
-            f"{self.n_all} queries with evidence; certified lower bound "
-            f"{self.recall_bound:.3f}); assumes new queries exchangeable with these "
-            "(same distribution of queries, corpus and retriever) and counts only queries "
-            "whose candidates hold evidence"
+            f"{name(self.point)}: mean evidence recall >= {self.target:g} on new queries "
+            f"with probability >= {pct} (Learn-then-Test, Hoeffding-Bentkus p-values, "
+            f"fixed-sequence over {len(self.paths)} path(s), {self.n_calibration} "
+            f"calibration queries with evidence; certified lower bound "
+            f"{floor_number(self.recall_bound)}); assumes new queries exchangeable with "
+            "these (same distribution of queries, corpus and retriever) and counts only "
+            "queries whose candidates hold evidence"
+        )
+
+    def heldout_line(self, name: Callable[[int], str]) -> str:
+        """What the held-out queries say about the guarantee, in one line."""
+        if self.point is None:
+            return "no setting is certified, so there is nothing to check on held-out queries"
+        if not self.heldout_queries:
+            return (
+                f"no queries with evidence were held out: nothing checks {name(self.point)} "
+                "on queries it has not seen"
+            )
+        ok = "meets" if self.heldout_recall >= self.target else "falls short of"
+        return (
+            f"held-out check: {name(self.point)} reaches mean evidence recall "
+            f"{format_number(self.heldout_recall)} on the {self.heldout_queries} held-out "
+            f"queries with evidence, never used to certify it ({ok} the target "
+            f"{self.target:g})"
         )
 
 
@@ -615,6 +668,7 @@ class Shortfall:
         best_value: its value there: the best reachable.
         written_value: the written setting's value.
         max_k: the largest cap tried.
+        best_setting: ``best`` in words (with a second stage, its rerank depth too).
     """
 
     constraint: Constraint
@@ -622,6 +676,104 @@ class Shortfall:
     best_value: float
     written_value: float
     max_k: int
+    best_setting: str = ""
+
+
+def _shortfalls(
+    full: SweepResult,
+    index: int,
+    constraints: Sequence[Constraint],
+    name: Callable[[int], str],
+    cap: int,
+) -> list[Shortfall]:
+    """The ``constraints`` point ``index`` of ``full`` misses, each with the best
+    reachable value and the point that reaches it."""
+    out: list[Shortfall] = []
+    for c in constraints:
+        col = full.column(c.metric)
+        if c.violation(col[[index]])[0] == 0:
+            continue
+        signed = np.where(np.isnan(col), -np.inf, col if c.op == ">=" else -col)
+        best = int(np.flatnonzero(signed == signed.max())[0])
+        out.append(
+            Shortfall(c, full.points[best], float(col[best]), float(col[index]), cap, name(best))
+        )
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class WrittenSetting:
+    """What the config holds, described once (:meth:`CalibrationResult.written_setting`).
+    The console, ``--json``, the report and the provenance all read it, and
+    :meth:`CalibrationResult.config` writes it, so every one names the same setting.
+
+    Attributes:
+        run: the run's calibration.
+        two_stage: the second stage the config enables, or ``None`` (retrieval only).
+        setting: the setting the config holds, in words (``max_k=2, autocut@1``;
+            with a second stage ``rerank top-5, max_k=3, min_score=0.2``).
+        tested: the setting the held-out check tests, in words: the choice on the
+            calibration queries (the written setting is that choice's rule family
+            refitted on all queries; with a guarantee the two are the same).
+        full: every setting's means over all queries, of the sweep holding it.
+        index: the written setting's index in ``full``.
+        names: names point ``i`` of ``full`` in words.
+        feasible: whether the written setting meets every constraint on all queries.
+        guarantee: the recall guarantee of the stage written, when one was asked for.
+        comparison: the held-out check of ``tested`` against the best plain top-k.
+        stage: one line, ``written: ...`` or ``left off: ...``: why the second stage is
+            in the config or not (``None`` without a second stage).
+        cap: the largest cap the written stage's sweep tried.
+    """
+
+    run: RunCalibration
+    two_stage: TwoStageCalibration | None
+    setting: str
+    tested: str
+    full: SweepResult = field(repr=False)
+    index: int
+    names: Callable[[int], str] = field(repr=False)
+    feasible: bool
+    guarantee: GuaranteeResult | None
+    comparison: Comparison = field(repr=False)
+    stage: str | None
+    cap: int
+
+    @property
+    def params(self) -> PolicyParams:
+        """The written setting (the rerank policy's, with a second stage)."""
+        return self.full.points[self.index]
+
+    @property
+    def met(self) -> bool:
+        """Whether it meets every constraint and, when asked for, the guarantee."""
+        return self.feasible and (self.guarantee is None or self.guarantee.met)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Its mean metrics over all queries."""
+        return self.full.point_means(self.index)
+
+    @property
+    def tested_metrics(self) -> dict[str, float]:
+        """The tested setting's mean metrics over the calibration queries."""
+        if self.two_stage is not None:
+            return self.two_stage.sweep.point_means(self.two_stage.chosen)
+        return self.run.sweep.point_means(self.run.chosen)
+
+    @property
+    def tested_feasible(self) -> bool:
+        """Whether the tested setting meets every constraint on the calibration queries."""
+        return self.two_stage.feasible if self.two_stage is not None else self.run.feasible
+
+    def band(self) -> SafetyBand | None:
+        """The safety band of the tested setting's mean distractor rate on the held-out
+        queries (``None`` without queries or a distractor rate)."""
+        c = self.comparison
+        if not c.n_queries or "distractor_rate" not in c.metrics:
+            return None
+        rate = c.guarded["distractor_rate"].mean
+        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
 
 
 @dataclass(frozen=True, eq=False)
@@ -645,8 +797,9 @@ class CalibrationResult:
         files: sha256 of each input file that exists on disk, by path.
         created: when the calibration ran (UTC).
         rerank: the two-stage calibration of the recommended run, when a reranker or
-            rerank scores were given (:mod:`ragguard.calibration.pipeline`); its choice
-            goes into the config.
+            rerank scores were given (:mod:`ragguard.calibration.pipeline`); the
+            config holds its choice unless :meth:`written_setting` says why not.
+        caps_fixed: the caps could not grow (``max_k`` or a ``grid`` was given).
     """
 
     runs: tuple[RunCalibration, ...]
@@ -669,40 +822,141 @@ class CalibrationResult:
     target: float | None = None
     confidence: float = 0.95
     folds: int = DEFAULT_FOLDS
+    caps_fixed: bool = False
+
+    def written_setting(self, run: RunCalibration | None = None) -> WrittenSetting:
+        """What the config of ``run`` (default: the recommended) holds, in words, with
+        why the second stage is written or left off (see :class:`WrittenSetting`)."""
+        r = run or self.recommended
+
+        def name(i: int) -> str:
+            return describe_point(r.sweep.points[i])
+
+        retrieval = WrittenSetting(
+            run=r,
+            two_stage=None,
+            setting=describe_point(r.written_params),
+            tested=describe_point(r.chosen_params),
+            full=r.full,
+            index=r.written,
+            names=name,
+            feasible=r.written_feasible,
+            guarantee=r.guarantee,
+            comparison=r.comparison,
+            stage=None,
+            cap=max((r.grid or self.grid).max_k),
+        )
+        two = self.rerank
+        if two is None or two.run != r.name:
+            return retrieval
+        written = WrittenSetting(
+            run=r,
+            two_stage=two,
+            setting=two.describe(),
+            tested=two.describe_chosen(),
+            full=two.full if two.full is not None else two.sweep,
+            index=two.written_index,
+            names=two.name,
+            feasible=two.written_feasible,
+            guarantee=two.guarantee,
+            comparison=two.vs_top_k,
+            stage=None,
+            cap=max(p.max_k for _, p in two.points),
+        )
+        on, why = self._stage_decision(retrieval, written)
+        return replace(written if on else retrieval, stage=why)
+
+    def _stage_decision(self, one: WrittenSetting, two: WrittenSetting) -> tuple[bool, str]:
+        """Whether the config enables the second stage, and why, in one line that starts
+        with ``written:`` or ``left off:``. ``one`` is the retrieval-only setting,
+        ``two`` the two-stage one.
+
+        With a guarantee the smaller certified context is written; otherwise the second
+        stage is written unless it was worse on held-out queries (its ``fallback``) or
+        misses a constraint on all queries that retrieval only meets."""
+        stage = two.two_stage
+        assert stage is not None
+        obj = self.objective
+        g1, g2 = one.guarantee, two.guarantee
+        if g1 is not None and g2 is not None:  # the smallest certified context wins
+            p1 = one.run.sweep.mean(one.index, PASSAGES)
+            p2 = stage.sweep.mean(two.index, PASSAGES)
+            if not g2.met:
+                return False, (
+                    f"left off: no two-stage setting is certified for recall>={g2.target:g} "
+                    f"(the most it can guarantee is {floor_number(g2.best_bound)})"
+                )
+            if g1.met and p1 < p2:
+                return False, (
+                    f"left off: {two.setting} is certified but keeps {p2:.2f} passages on "
+                    f"average against {p1:.2f} for retrieval only ({one.setting}), and the "
+                    "smallest certified context is written"
+                )
+            return True, (
+                f"written: {two.setting} is the smallest certified context, keeping "
+                f"{p2:.2f} passages on average on the calibration queries"
+                + (
+                    f" against {p1:.2f} for retrieval only ({one.setting})"
+                    if g1.met
+                    else "; retrieval alone certifies none"
+                )
+            )
+        if stage.fallback is not None:
+            return False, f"left off: {stage.fallback}"
+        missed_two = _shortfalls(two.full, two.index, self.constraints, two.names, two.cap)
+        missed_one = _shortfalls(one.full, one.index, self.constraints, one.names, one.cap)
+        also_one = {s.constraint for s in missed_one}
+        worse = [s.constraint for s in missed_two if s.constraint not in also_one]
+        if worse:
+            return False, (
+                f"left off: {two.setting} misses {' and '.join(map(str, worse))} on all "
+                f"queries, which retrieval only ({one.setting}) meets"
+            )
+        a = stage.vs_retrieval
+        if obj not in a.metrics or not a.n_queries:
+            return True, f"written (no queries to compare it with retrieval only on {obj})"
+        verdict = a.verdict(obj)
+        if verdict == "better":
+            return True, (
+                f"written: better than retrieval only ({one.tested}) on {obj} {a.where()}, "
+                f"difference {a.change(obj)}"
+            )
+        cal_two = stage.sweep.mean(stage.chosen, obj)
+        cal_one = one.run.sweep.mean(one.run.chosen, obj)
+        return True, (
+            f"written: {verdict} from retrieval only ({one.tested}) on {obj} {a.where()} "
+            f"(difference {a.change(obj)}); the stage is left off only when clearly worse, "
+            f"and on the {self.calibration_rows.size} calibration queries it scored "
+            f"{format_number(cal_two)} against {format_number(cal_one)}"
+        )
 
     def shortfalls(self, run: RunCalibration | None = None) -> list[Shortfall]:
         """The constraints the written setting of ``run`` (default: the recommended)
         misses on all queries, each with the best reachable value and the setting that
         reaches it."""
-        r = run or self.recommended
-        full = r.full
-        cap = max(r.grid.max_k) if r.grid is not None else max(self.grid.max_k)
-        out: list[Shortfall] = []
-        for c in self.constraints:
-            col = full.column(c.metric)
-            if c.violation(col[[r.written]])[0] == 0:
-                continue
-            signed = np.where(np.isnan(col), -np.inf, col if c.op == ">=" else -col)
-            best = int(np.flatnonzero(signed == signed.max())[0])
-            out.append(
-                Shortfall(c, full.points[best], float(col[best]), float(col[r.written]), cap)
-            )
-        return out
+        w = self.written_setting(run)
+        return _shortfalls(w.full, w.index, self.constraints, w.names, w.cap)
 
     def unmet(self, run: RunCalibration | None = None) -> list[str]:
         """What the written setting of ``run`` (default: the recommended) cannot meet,
         each with the best reachable value and the setting that reaches it (on all
         queries); empty when every constraint (and the guarantee) is met."""
-        r = run or self.recommended
+        w = self.written_setting(run)
         out: list[str] = []
-        if r.guarantee is not None and not r.guarantee.met:
-            out.append(r.guarantee.statement(r.sweep.points))
-        for s in self.shortfalls(r):
+        if w.guarantee is not None and not w.guarantee.met:
+            line = w.guarantee.statement(w.names)
+            if self.heldout_rows.size:
+                line += (
+                    f"; holdout=0 (--holdout 0) certifies on all {len(self.qids)} queries, "
+                    "with none held out to check it"
+                )
+            out.append(line)
+        caps = "the max_k given" if self.caps_fixed else "the caps grown to the candidates"
+        for s in _shortfalls(w.full, w.index, self.constraints, w.names, w.cap):
             out.append(
                 f"no setting meets {s.constraint}: the best reachable {s.constraint.metric} "
-                f"is {_fmt(s.best_value)} ({describe_point(s.best)}, caps up to "
-                f"{s.max_k}; the written setting {describe_point(r.written_params)} reaches "
-                f"{_fmt(s.written_value)})"
+                f"is {_fmt(s.best_value)} ({s.best_setting}, caps up to {s.max_k}, "
+                f"{caps}; the written setting {w.setting} reaches {_fmt(s.written_value)})"
             )
         return out
 
@@ -726,9 +980,25 @@ class CalibrationResult:
                 return r
         raise KeyError(f"no run named {name!r}; runs: {', '.join(r.name for r in self.runs)}")
 
+    def objective_text(self, constraints: bool = True) -> str:
+        """The objective in words: ``maximise mean udcg subject to
+        evidence_recall>=0.8``, or the guarantee that replaces it (without ``subject to``
+        when not ``constraints``)."""
+        cons = " and ".join(str(c) for c in self.constraints) if constraints else ""
+        if self.target is not None:
+            text = (
+                f"the smallest context whose mean evidence recall on new queries is >= "
+                f"{self.target:g} with {self.confidence:.0%} confidence (Learn-then-Test; "
+                f"{self.objective} reported, not optimised)"
+            )
+            return text + (f", subject to {cons}" if cons else "")
+        goal = "minimise" if lower_is_better(self.objective) else "maximise"
+        return f"{goal} mean {self.objective}" + (f" subject to {cons}" if cons else "")
+
     def why(self, run: RunCalibration | None = None) -> str:
-        """What was chosen for ``run`` (default the recommended) and why, what the
-        config holds, and any fallback."""
+        """What was chosen for ``run`` (default the recommended) on retrieval scores and
+        why, what the config holds of it, and any fallback. With a second stage,
+        :attr:`WrittenSetting.stage` says which of the two the config holds."""
         r = run or self.recommended
         obj = self.objective
         chosen = r.sweep.mean(r.chosen, obj)
@@ -741,11 +1011,11 @@ class CalibrationResult:
             text = (
                 f"{describe_point(r.chosen_params)} is the smallest context whose mean "
                 f"evidence recall >= {g.target:g} is certified at {g.confidence:.0%} "
-                f"confidence on {n_cal} calibration queries"
+                f"confidence on the {n_cal} calibration queries"
                 if g.point is not None
-                else f"no setting is certified for recall>={g.target:g} on {n_cal} "
-                f"calibration queries; the largest context ({describe_point(r.chosen_params)}) "
-                "stands in"
+                else f"no retrieval-only setting is certified for recall>={g.target:g} on the "
+                f"{n_cal} calibration queries; the largest context "
+                f"({describe_point(r.chosen_params)}) stands in"
             )
             text += f", keeping {passages:.2f} passages on average ({obj} {chosen:.3f})"
         else:
@@ -773,10 +1043,64 @@ class CalibrationResult:
             )
         return text
 
+    def next_steps(self, evalset: str | None = None) -> list[tuple[str, tuple[str, ...]]]:
+        """What to try when the written setting is still DANGEROUS by the safety band
+        on the held-out queries (empty otherwise): ``(what, commands)`` pairs, the
+        commands naming ``evalset`` (default: the eval set's file) and run one after
+        the other."""
+        w = self.written_setting()
+        if w.band() is not SafetyBand.DANGEROUS:
+            return []
+        source = self.evalset.source
+        where = evalset or _shown_path(source) or "EVALSET"
+        steps: list[tuple[str, tuple[str, ...]]] = []
+        if w.two_stage is None:
+            steps.append(
+                (
+                    "a second stage, which reads query and passage together",
+                    (f"ragguard calibrate {where} --rerank cross-encoder/ms-marco-MiniLM-L6-v2",),
+                )
+            )
+        steps.append(
+            (
+                "a second stage trained on your own labels",
+                (
+                    f"ragguard train-reranker {where} --out scorer/",
+                    f"ragguard calibrate {where} --rerank scorer/",
+                ),
+            )
+        )
+        annotate = f"ragguard annotate {_shown_path(source) or where}"
+        if w.run.source:
+            annotate += f" --run {_shown_path(w.run.source)}"
+        corpus = Path(source).with_name("corpus.jsonl") if source else None
+        if corpus is not None and corpus.is_file():
+            annotate += f" --corpus {_shown_path(str(corpus))}"
+        steps.append(
+            (
+                "utilities measured by the LLM that reads the passages",
+                (
+                    annotate + " --backend transformers --model MODEL --out utilities.jsonl",
+                    "ragguard calibrate utilities.jsonl",
+                ),
+            )
+        )
+        n = len(self.qids)
+        c, obj = w.comparison, self.objective
+        more = f"more labelled queries, with their distractors marked ({n} now"
+        if n < SMALL_SET:
+            more += f", {SMALL_SET} or more advised"
+        if obj in c.metrics and not math.isnan(c.difference[obj].low):
+            d = c.difference[obj]
+            more += f"; the {c.split} interval of the {obj} difference is {d.high - d.low:.2f} wide"
+        steps.append((more + ")", ()))
+        return steps
+
     def config(self, run: str | None = None) -> GuardConfig:
-        """The guard config of ``run``'s chosen setting (default: the recommended run),
-        with provenance."""
+        """The guard config of ``run``'s written setting (default: the recommended run),
+        with provenance: :meth:`written_setting` says what it holds."""
         r = self.recommended if run is None else self.run(run)
+        w = self.written_setting(r)
         settings: dict[str, Any] = {
             "profile": self.profile.name,
             **guard_settings(r.written_params, r.score_kind),
@@ -789,34 +1113,36 @@ class CalibrationResult:
             settings["profiles"] = {self.profile.name: ProfileSpec(base="support", **fields)}
         settings.update(self.stage_settings)
         settings["provenance"] = self.provenance(r)
-        two = self.rerank
-        if two is not None and r.name == two.run and two.fallback is None:
-            settings.update(two.guard_settings())
-            settings["rerank"] = two.rerank_table()
-            settings["provenance"]["rerank"] = two.provenance()
+        if w.two_stage is not None:
+            settings.update(w.two_stage.guard_settings())
+            settings["rerank"] = w.two_stage.rerank_table()
+            settings["provenance"]["rerank"] = w.two_stage.provenance()
         return GuardConfig(**settings)
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
-        """Where the config comes from: data, date, profile, objective, metrics."""
+        """Where the config comes from: data, date, profile, objective, the setting
+        written (:meth:`written_setting`) with its metrics, and the held-out check."""
         from ragguard import __version__
 
         r = run or self.recommended
-        full = r.full
-        written = {m: _finite(v) for m, v in full.point_means(r.written).items()}
-        chosen = {m: _finite(v) for m, v in r.sweep.point_means(r.chosen).items()}
+        w = self.written_setting(r)
+        two = w.two_stage
+        written = {m: _finite(v) for m, v in w.metrics.items()}
         baseline = {m: _finite(v) for m, v in r.sweep.point_means(r.baseline).items()}
-        c = r.comparison
+        c = w.comparison
         check = c.header()
-        if r.chosen_is_baseline:
+        check["setting"] = w.tested
+        nothing = two is None and r.chosen_is_baseline
+        if nothing:
             check["note"] = "the choice is the best plain top-k itself: nothing compared"
         for m in c.metrics:
-            d = c.difference[m]
             check[m] = (
                 f"{c.guarded[m].mean:.4f}"
-                if r.chosen_is_baseline
+                if nothing
                 else f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference "
-                f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
+                f"{c.change(m, 4)}"
             )
+        selection = two.selection if two is not None else r.selection
         out: dict[str, Any] = {
             "tool": f"ragguard calibrate {__version__}",
             "created": self.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -826,19 +1152,19 @@ class CalibrationResult:
             "profile": self.profile.name,
             "objective": self.objective,
             "constraints": [str(c) for c in self.constraints],
-            "constraints_met": r.written_feasible and (r.guarantee is None or r.guarantee.met),
-            "setting": describe_point(r.written_params),
-            "chosen_on_calibration": describe_point(r.chosen_params),
+            "constraints_met": w.met,
+            "setting": w.setting,
+            "chosen_on_calibration": w.tested,
             "selection": (
-                r.selection.describe()
-                if r.selection is not None
+                selection.describe()
+                if selection is not None
                 else "recall guarantee (Learn-then-Test)"
-                if r.guarantee is not None
+                if w.guarantee is not None
                 else ""
             ),
             "refit": "the chosen rule family re-selected on all queries"
-            if r.guarantee is None
-            else "the guarantee re-certified on all queries",
+            if w.guarantee is None
+            else "none: the setting certified on the calibration queries is written",
             "baseline": describe_point(r.baseline_params),
             "queries": {
                 "total": len(self.qids),
@@ -848,17 +1174,21 @@ class CalibrationResult:
             "holdout": self.holdout,
             "seed": self.seed,
             "metrics": written,
-            "chosen_metrics": chosen,
+            "chosen_metrics": {m: _finite(v) for m, v in w.tested_metrics.items()},
             "baseline_metrics": baseline,
             "heldout_check": check,
         }
+        if w.stage is not None:
+            out["second_stage"] = w.stage
+        if two is not None:
+            out["retrieval_setting"] = describe_point(r.written_params)
         if r.fallback is not None:
             out["fallback"] = r.fallback
         shortfall = self.unmet(r)
         if shortfall:
             out["shortfall"] = shortfall
-        if r.guarantee is not None:
-            g = r.guarantee
+        g = w.guarantee
+        if g is not None:
             out["guarantee"] = {
                 "target": g.target,
                 "confidence": g.confidence,
@@ -869,7 +1199,8 @@ class CalibrationResult:
                 "left out",
                 "paths": list(g.paths),
                 "met": g.met,
-                "queries_with_evidence": g.n_all,
+                "certified_on": "calibration queries",
+                "queries_with_evidence": g.n_calibration,
                 "recall_lower_bound": _finite(g.recall_bound),
                 "heldout_recall": _finite(g.heldout_recall),
                 "heldout_queries": g.heldout_queries,
@@ -934,6 +1265,17 @@ def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, A
     if p.cut is CutRule.AUTOCUT:
         settings["autocut_jumps"] = p.autocut_jumps
     return settings
+
+
+def _shown_path(path: str | None) -> str:
+    """``path`` relative to the current folder when it lies under it (as a user would
+    type it), else as given; ``""`` for none."""
+    if not path:
+        return ""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def _fmt(value: float) -> str:
@@ -1024,7 +1366,7 @@ def calibrate(
     objective: str = "udcg",
     constraints: Sequence[Constraint | str] = (),
     min_recall: float | None = None,
-    max_k: int = 10,
+    max_k: int | None = None,
     grid: SweepGrid | None = None,
     metrics: Sequence[str] = DEFAULT_METRICS,
     holdout: float = 0.3,
@@ -1048,6 +1390,7 @@ def calibrate(
     max_tokens: int | None = None,
     token_counter: str = "chars:4",
     near_duplicate_threshold: float | None = None,
+    on_sweep: Callable[[int, int], None] | None = None,
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries.
 
@@ -1063,9 +1406,11 @@ def calibrate(
         min_recall: shorthand for the constraint ``evidence_recall>=min_recall`` (recall
             among the candidates: the recall a guard controls; classic ``recall``, over
             every judged document, stays in the report as the retriever's ceiling).
-        max_k: the largest cap tried (grid ``1..max_k``); ignored when ``grid`` is given.
-            When no setting meets the constraints (or with ``guarantee``) the caps grow
-            to the candidate depth, at most :data:`MAX_K_LIMIT`.
+        max_k: the largest cap tried (grid ``1..max_k``), a constraint: the caps never
+            grow past it. ``None`` (the default): caps ``1..`` :data:`DEFAULT_MAX_K`,
+            which grow to the candidate depth (at most :data:`MAX_K_LIMIT`) when no
+            setting meets the constraints, or with ``guarantee``. Ignored when ``grid``
+            is given (a grid never grows).
         grid: the settings to try (default :meth:`SweepGrid.up_to(max_k)
             <ragguard.calibration.sweep.SweepGrid.up_to>`).
         metrics: metrics computed at every setting (the objective and constraint metrics
@@ -1106,6 +1451,8 @@ def calibrate(
             ``passages``), so the choice respects it; the config carries it.
         token_counter: how ``max_tokens`` counts (:mod:`ragguard.tokens`).
         near_duplicate_threshold: sweep every setting with near-duplicate control on.
+        on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run, and
+            one for the second stage.
 
     Raises:
         EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
@@ -1146,8 +1493,11 @@ def calibrate(
         raise ConfigError(f"folds must be an int >= 0, got {folds!r}")
     if objective != PASSAGES:
         parse_metric(objective)  # fail early on a bad name
-    grid_given = grid is not None
-    grid = grid or SweepGrid.up_to(max_k)
+    if max_k is not None and (isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1):
+        raise ConfigError(f"max_k must be an int >= 1, got {max_k!r}")
+    # the caps grow only when neither a grid nor a cap was given
+    may_grow = grid is None and max_k is None
+    grid = grid or SweepGrid.up_to(DEFAULT_MAX_K if max_k is None else max_k)
     if baseline_k is not None and baseline_k not in grid.max_k:
         raise ConfigError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
     wanted = tuple(
@@ -1171,6 +1521,13 @@ def calibrate(
     k_folds = fold_count(int(calib_rows.size), folds) if guarantee is None else 0
     groups = [*(fold_parts(calib_rows, k_folds, seed) if k_folds else [calib_rows]), held_rows]
     target = None if guarantee is None else parse_guarantee(guarantee)
+    n_sweeps = len(names) + (reranker is not None or rerank_scores is not None)
+
+    def report_sweeps(done: int) -> None:
+        if on_sweep is not None:
+            on_sweep(done, n_sweeps)
+
+    report_sweeps(0)
     for name in names:
         _check_ids_match(evalset, name)
         arrays = evalset.arrays(name, profile=prof, rules=rules)
@@ -1193,7 +1550,7 @@ def calibrate(
         # always for a guarantee (whose first sweep would go unused: it is skipped)
         depth = min(int(arrays.n_valid.max()) if arrays.n_queries else 0, MAX_K_LIMIT)
         wider = None
-        if not grid_given and depth > max(run_grid.max_k):
+        if may_grow and depth > max(run_grid.max_k):
             wider = replace(run_grid, max_k=_extended_caps(run_grid.max_k, depth))
         swept = None
         if wider is None or target is None:
@@ -1217,8 +1574,8 @@ def calibrate(
         selection = None
         g_result = None
         if target is not None:
-            g_result = _guarantee(kernel, result, full, target, confidence, held_rows)
-            chosen = g_result.point if g_result.point is not None else g_result.best_point
+            g_result = _guarantee(kernel, result, target, confidence, held_rows)
+            chosen = g_result.written
             feasible = _feasible(result, chosen, cons)
         else:
             selection = cross_validate(
@@ -1259,17 +1616,16 @@ def calibrate(
             and objective in comparison.metrics
             and comparison.verdict(objective) == "worse"
         ):
-            d = comparison.difference[objective]
             fallback = (
-                f"on the {comparison.n_queries} {comparison.split} queries the choice "
-                f"({describe_point(points[chosen])}) is worse than plain "
-                f"{describe_point(points[baseline])} on {objective} (difference {d.mean:+.3f}, "
-                f"interval [{d.low:+.3f}, {d.high:+.3f}])"
+                f"{comparison.where()} the choice ({describe_point(points[chosen])}) is "
+                f"worse than plain {describe_point(points[baseline])} on {objective} "
+                f"(difference {comparison.change(objective)})"
             )
-        # refit on all queries: the family (plain top-k after a fallback) re-selected,
-        # or the guarantee re-run
+        # refit on all queries: the family (plain top-k after a fallback) re-selected;
+        # a guarantee is not refitted (what the calibration queries certify is written,
+        # and the held-out queries check it)
         if g_result is not None:
-            written = g_result.written if g_result.written is not None else g_result.best_point
+            written = chosen
             written_feasible = _feasible(full, written, cons)
         else:
             assert selection is not None
@@ -1300,6 +1656,7 @@ def calibrate(
                 guarantee=g_result,
             )
         )
+        report_sweeps(len(results))
         logger.info(
             "run %r: chose %s (%s %.4f), wrote %s",
             name,
@@ -1327,6 +1684,7 @@ def calibrate(
             held_rows=held_rows, n_bootstrap=n_bootstrap, seed=seed, level=level,
             folds=folds, target=target, confidence=confidence, stages=stages,
         )  # fmt: skip
+        report_sweeps(n_sweeps)
     return CalibrationResult(
         runs=tuple(results),
         recommended=best,
@@ -1348,6 +1706,7 @@ def calibrate(
         confidence=confidence,
         folds=folds,
         stage_settings={} if stages is None else stages.config_settings(),
+        caps_fixed=not may_grow,
     )
 
 
@@ -1366,15 +1725,14 @@ def _feasible(result: SweepResult, point: int, constraints: Sequence[Constraint]
 def _guarantee(
     kernel: SweepKernel,
     result: SweepResult,
-    full: SweepResult,
     target: float,
     confidence: float,
     held_rows: I,
     paths: Mapping[str, Sequence[int]] | None = None,
     kernel_of: Any = None,
 ) -> GuaranteeResult:
-    """Certify on the calibration queries, refit (certify again) on all, and measure
-    the calibration-certified setting on the held-out queries."""
+    """Certify on the calibration queries (``result.rows``) and measure the certified
+    setting, the one written, on the held-out queries."""
     points = result.points
     paths = paths if paths is not None else guarantee_paths(points)
     if not paths:
@@ -1389,10 +1747,9 @@ def _guarantee(
         first, which = distinct_rows(result.kept[same])
         ev[same] = kern(same[0]).values(result.kept[same][first], [EVIDENCE])[which, 0]
     calib = result.rows
-    pas_c = result.column(PASSAGES)
-    pas_a = full.column(PASSAGES)
-    point, _, _, _ = certify_paths(paths, ev[:, calib], pas_c, target, confidence)
-    written, bound, best_bound, best_start = certify_paths(paths, ev, pas_a, target, confidence)
+    point, bound, best_bound, best_start = certify_paths(
+        paths, ev[:, calib], result.column(PASSAGES), target, confidence
+    )
     has = ~np.isnan(ev[members[0]])
     held = held_rows[has[held_rows]]
     held_recall = float(np.mean(ev[point, held])) if point is not None and held.size else math.nan
@@ -1401,9 +1758,7 @@ def _guarantee(
         confidence=confidence,
         paths=tuple(paths),
         point=point,
-        written=written,
         n_calibration=int(has[calib].sum()),
-        n_all=int(has.sum()),
         recall_bound=bound,
         best_bound=best_bound,
         best_point=best_start,

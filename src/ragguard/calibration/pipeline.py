@@ -25,10 +25,14 @@ Given a retrieval run and second-stage scores (:mod:`ragguard.calibration.rerank
    and the mapped probabilities. When the two-stage choice is **worse** on the objective
    than the retrieval-only choice or plain top-k (the interval of the difference
    excludes 0), :attr:`TwoStageCalibration.fallback` says so and the config leaves the
-   stage off;
+   stage off; otherwise the config holds it (a no-clear-difference included), unless it
+   misses a constraint the retrieval-only setting meets or, with a guarantee, keeps a
+   larger certified context: :meth:`CalibrationResult.written_setting
+   <ragguard.calibration.CalibrationResult.written_setting>` decides and says why;
 5. refits: the chosen family's point re-selected on **all** queries, with the map
    fitted on the calibration queries (the map is not refitted: the cut's meaning is
-   tied to it); that point is what the config holds.
+   tied to it); that point is what the config holds. With a guarantee the point the
+   calibration queries certify is written (no refit), and held-out queries check it.
 
 **Guarantee.** The map is fitted on the calibration queries, so a cut on mapped
 probabilities is not fixed before those queries are read; the reranked **order** is
@@ -197,12 +201,16 @@ class TwoStageCalibration:
         written: index of the point refitted on all queries (what the config holds).
         selection: the cross-validated choice of rule family (``None`` with a
             guarantee).
-        fallback: why the config leaves the stage off (the two-stage choice was worse
-            on held-out queries), or ``None``.
+        fallback: the two-stage choice was worse on held-out queries than the
+            retrieval-only choice or plain top-k (then the config leaves the stage off),
+            or ``None``.
         guarantee: the recall guarantee, when one was asked for.
         failed: per ``top_n``, the queries swept as a failed rerank call (see the
             module docstring).
         failures: one line on those failures (how many, the first error), or ``None``.
+        full: means of every point over all queries (the refit's sweep).
+        written_feasible: whether the written point meets every constraint on all
+            queries.
     """
 
     run: str
@@ -227,20 +235,27 @@ class TwoStageCalibration:
     guarantee: GuaranteeResult | None = None
     failed: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     failures: str | None = None
+    full: SweepResult | None = field(default=None, repr=False)
+    written_feasible: bool = True
 
     @property
-    def _written(self) -> int:
+    def written_index(self) -> int:
+        """Index of the written point (refitted on all queries) in :attr:`points`."""
         return self.written if self.written >= 0 else self.chosen
+
+    def name(self, i: int) -> str:
+        """Point ``i`` in words: ``rerank top-20, max_k=3, min_score=0.4``."""
+        return describe_rerank_point(*self.points[i])
 
     @property
     def top_n(self) -> int:
         """The number of candidates sent to the reranker, as written (refitted)."""
-        return self.points[self._written][0]
+        return self.points[self.written_index][0]
 
     @property
     def params(self) -> PolicyParams:
         """The rerank setting as written (refitted on all queries)."""
-        return self.points[self._written][1]
+        return self.points[self.written_index][1]
 
     @property
     def chosen_kept(self) -> I:
@@ -251,7 +266,7 @@ class TwoStageCalibration:
     @property
     def written_kept(self) -> I:
         """(Q,) passages kept per query under the written setting."""
-        out: I = self.sweep.kept[self._written].astype(np.intp)
+        out: I = self.sweep.kept[self.written_index].astype(np.intp)
         return out
 
     def describe(self) -> str:
@@ -307,10 +322,8 @@ class TwoStageCalibration:
         if self.failures is not None:
             out["rerank_failures"] = self.failures
         for m in c.metrics:
-            d = c.difference[m]
             out[f"vs_retrieval_{m}"] = (
-                f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference "
-                f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
+                f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
             )
         out["brier_raw"] = _finite(self.brier_raw)
         out["brier_mapped"] = _finite(self.brier_mapped)
@@ -611,12 +624,13 @@ def calibrate_two_stage(
             for t, n in enumerate(tops)
         }
         g_result = _guarantee(
-            kernels[tops[0]], combined, full, target, confidence, heldout_rows,
+            kernels[tops[0]], combined, target, confidence, heldout_rows,
             paths=paths, kernel_of=kernel_of,
         )  # fmt: skip
-        chosen = g_result.point if g_result.point is not None else g_result.best_point
-        written = g_result.written if g_result.written is not None else g_result.best_point
+        # what the calibration queries certify is written (no refit): held-out checks it
+        chosen = written = g_result.written
         feasible = _feasible(combined, chosen, constraints)
+        written_feasible = _feasible(full, written, constraints)
     else:
         selection = cross_validate(
             means, combined.points, calibration_rows, objective, constraints,
@@ -624,7 +638,7 @@ def calibrate_two_stage(
         )  # fmt: skip
         members = selection.members[selection.chosen]
         chosen, feasible = refit(combined, members, objective, constraints)
-        written, _ = refit(full, members, objective, constraints)
+        written, written_feasible = refit(full, members, objective, constraints)
     n_chosen = points[chosen][0]
 
     # 4. held-out comparisons and calibration quality
@@ -639,11 +653,9 @@ def calibrate_two_stage(
     if target is None and objective in reported:
         for name, comp in (("the retrieval-only choice", vs_retrieval), ("plain top-k", vs_top_k)):
             if comp.verdict(objective) == "worse":
-                d = comp.difference[objective]
                 fallback = (
-                    f"on the {comp.n_queries} {split} queries the two-stage choice is worse "
-                    f"than {name} on {objective} (difference {d.mean:+.3f}, interval "
-                    f"[{d.low:+.3f}, {d.high:+.3f}]), so the config leaves the rerank stage off"
+                    f"{comp.where()} the two-stage choice is worse than {name} on "
+                    f"{objective} (difference {comp.change(objective)})"
                 )
                 break
 
@@ -674,6 +686,8 @@ def calibrate_two_stage(
         guarantee=g_result,
         failed=failed_qids,
         failures=failures,
+        full=full,
+        written_feasible=written_feasible,
     )
     logger.info(
         "two-stage: chose %s (%s %.4f)",

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ragguard._optional import install_hint, require
+from ragguard.calibration._format import floor_number, format_interval, format_number
 from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.calibrate import (
     EVIDENCE,
@@ -47,9 +48,10 @@ from ragguard.calibration.calibrate import (
     GuaranteeResult,
     Interval,
     RunCalibration,
+    WrittenSetting,
 )
-from ragguard.calibration.metrics import compute, safety_band
-from ragguard.calibration.pipeline import TwoStageCalibration, describe_rerank_point
+from ragguard.calibration.metrics import SafetyBands, compute, safety_band
+from ragguard.calibration.pipeline import TwoStageCalibration
 from ragguard.calibration.sweep import (
     PASSAGES,
     choose,
@@ -60,7 +62,15 @@ from ragguard.calibration.sweep import (
 from ragguard.errors import MissingDependencyError
 from ragguard.policy import CutRule
 
-__all__ = ["Report", "WrittenReport", "build_report", "format_number", "write_report"]
+__all__ = [
+    "Report",
+    "WrittenReport",
+    "build_report",
+    "format_interval",
+    "format_number",
+    "next_steps_intro",
+    "write_report",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -120,15 +130,17 @@ class Report:
         return tuple(b for b in self.blocks if isinstance(b, Figure))
 
     def markdown(self, plot_dir: str = "plots") -> str:
-        """The report in Markdown; figures point to ``plot_dir/NAME``."""
-        out = [f"# {self.title}", ""]
+        """The report in Markdown; figures point to ``plot_dir/NAME``. Text from the
+        data (queries, ids, names) never becomes HTML: ``<`` and ``&`` are written as
+        entities everywhere, so a viewer that renders HTML in Markdown shows them."""
+        out = [f"# {_md(self.title)}", ""]
         for b in self.blocks:
             if isinstance(b, Heading):
-                out += ["#" * (b.level + 1) + " " + b.text, ""]
+                out += ["#" * (b.level + 1) + " " + _md(b.text), ""]
             elif isinstance(b, Para):
-                out += [b.text, ""]
+                out += [_md(b.text), ""]
             elif isinstance(b, Bullets):
-                out += [f"- {item}" for item in b.items] + [""]
+                out += [f"- {_md(item)}" for item in b.items] + [""]
             elif isinstance(b, Table):
                 out.append("| " + " | ".join(_md_cell(c) for c in b.header) + " |")
                 aligns = b.numeric or (False,) * len(b.header)
@@ -136,7 +148,8 @@ class Report:
                 out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
                 out.append("")
             else:
-                out += [f"![{b.caption}]({plot_dir}/{b.name})", "", f"*{b.caption}*", ""]
+                caption = _md(b.caption)
+                out += [f"![{caption}]({plot_dir}/{b.name})", "", f"*{caption}*", ""]
         return "\n".join(out).rstrip() + "\n"
 
     def html(self) -> str:
@@ -201,8 +214,16 @@ figcaption{color:#57606a;font-size:.9em;margin-top:.3em}
 """
 
 
+def _md(text: str) -> str:
+    """``text`` safe in Markdown that a viewer may render as HTML: ``&`` and ``<`` as
+    entities (everywhere, code spans included: a viewer that reads a code span
+    differently from us must still find no tag), so no tag or entity from the data
+    reaches the page."""
+    return text.replace("&", "&amp;").replace("<", "&lt;")
+
+
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _md(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _inline(text: str) -> str:
@@ -215,21 +236,12 @@ def _inline(text: str) -> str:
 # --------------------------------------------------------------------------- numbers
 
 
-def format_number(value: float, digits: int = 3, *, signed: bool = False) -> str:
-    """``value`` with ``digits`` decimals (and its sign when ``signed``), or ``n/a`` when
-    it is NaN (a metric undefined on the queries at hand). The report and the command
-    line print every metric through this."""
-    if math.isnan(value):
-        return "n/a"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-
-
 def _iv(iv: Interval, signed: bool = False) -> str:
+    """A mean and its interval, the interval rounded outward (see
+    :func:`~ragguard.calibration._format.format_interval`)."""
     mean = format_number(iv.mean, signed=signed)
-    if math.isnan(iv.low):
-        return mean
-    low, high = (format_number(x, signed=signed) for x in (iv.low, iv.high))
-    return f"{mean} [{low}, {high}]"
+    interval = format_interval(iv.low, iv.high, 3, signed=signed)
+    return f"{mean} {interval}" if interval else mean
 
 
 def _setting(r: RunCalibration, which: str = "chosen") -> str:
@@ -443,15 +455,9 @@ def _plot_reliability(mpl: Any, two: TwoStageCalibration) -> bytes | None:
 def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
     es = res.evalset
     cons = " and ".join(str(c) for c in res.constraints) or "none"
-    goal = "minimise" if lower_is_better(res.objective) else "maximise"
     r = res.recommended
-    w = r.written_params
-    how = (
-        f"recall guarantee `recall>={res.target:g}` at {res.confidence:.0%} confidence "
-        f"(the objective is reported, not optimised)"
-        if res.target is not None
-        else f"{goal} mean `{res.objective}`"
-    )
+    w = res.written_setting()
+    how = res.objective_text(constraints=False)
     blocks: list[Block] = [
         Bullets(
             (
@@ -469,14 +475,13 @@ def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
             )
         ),
         Heading(1, "Recommendation"),
-        Para(
-            f"**Run `{r.name}`: {describe_point(w)}** "
-            f"(`max_k = {w.max_k}`, `relative_threshold = "
-            f'{w.relative_threshold:g}`, `cut = "{w.cut.value}"`, '
-            f'`score_kind = "{r.score_kind.value if r.score_kind else "none"}"`).'
-        ),
-        Para(_written_note(res, r) + _rerank_note(res, r)),
-        Para(f"Why: {res.why()}."),
+        Para(f"**Run `{r.name}`: {w.setting}** ({_config_fields(res)})."),
+    ]
+    if w.stage is not None:
+        blocks.append(Para(f"Second stage {w.stage}."))
+    blocks += [
+        Para(_written_note(res, w)),
+        Para(("Retrieval-only choice: " if w.stage is not None else "Why: ") + f"{res.why()}."),
     ]
     blocks += _small_set(res, r)
     if config_path and res.stopped is None:
@@ -490,53 +495,67 @@ def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
     return blocks + _unmet(res, r)
 
 
-def _written_note(res: CalibrationResult, r: RunCalibration) -> str:
+def _config_fields(res: CalibrationResult) -> str:
+    """The config's own fields for the setting, read from the config itself."""
+    cfg = res.config()
+    fields = [
+        f"`max_k = {cfg.max_k}`",
+        f"`relative_threshold = {cfg.relative_threshold:g}`",
+        f'`cut = "{cfg.cut.value}"`',
+        f'`score_kind = "{cfg.score_kind.value if cfg.score_kind else "none"}"`',
+    ]
+    if cfg.rerank.enabled:
+        fields.append(f"`rerank.top_n = {cfg.rerank.top_n}`")
+        if cfg.rerank.relative_threshold:
+            fields.append(f"`rerank.relative_threshold = {cfg.rerank.relative_threshold:g}`")
+        if cfg.rerank.min_score is not None:
+            fields.append(f"`rerank.min_score = {cfg.rerank.min_score:g}`")
+        if cfg.rerank.expected_utility:
+            fields.append("`rerank.expected_utility = true`")
+    return ", ".join(fields)
+
+
+def _written_note(res: CalibrationResult, w: WrittenSetting) -> str:
     """What the config holds: the refit on all queries, a fallback to plain top-k, or
     nothing (stopped); and which setting the held-out check tests."""
+    r = w.run
     n_all, n_cal = len(res.qids), res.calibration_rows.size
-    w, c = describe_point(r.written_params), describe_point(r.chosen_params)
     if res.stopped is not None:
         return (
             f"**No config is written** (`on_worse='stop'`): {r.fallback}. Plain top-k "
-            f"refitted on all {n_all} queries would be {w}."
+            f"refitted on all {n_all} queries would be {describe_point(r.written_params)}."
         )
-    if r.fallback is not None:
+    if w.two_stage is None and r.fallback is not None:
         return (
             f"**Fallback to plain top-k:** {r.fallback}. The config therefore holds plain "
-            f"top-k, refitted on all {n_all} queries: **{w}** (the choice on the {n_cal} "
-            f"calibration queries was {c})."
+            f"top-k, refitted on all {n_all} queries: **{w.setting}** (the choice on the "
+            f"{n_cal} calibration queries was {describe_point(r.chosen_params)})."
         )
-    if r.guarantee is not None and not r.guarantee.met:
+    g = w.guarantee
+    if g is not None:
+        if not g.met:
+            return (
+                f"No setting carries the guarantee on the {n_cal} calibration queries: the "
+                f"largest context stands in ({w.setting}); the config is written only with "
+                "`--allow-unmet` (see Constraints not met)."
+            )
         return (
-            f"No setting carries the guarantee on all {n_all} queries: the largest context "
-            f"stands in ({w}); the config is written only with `--allow-unmet` (see "
-            "Constraints not met)."
+            f"This is the setting the config holds: certified on the {n_cal} calibration "
+            "queries and not refitted, so the held-out check below tests exactly it on "
+            "queries it has not seen."
         )
-    refit = (
-        "the guarantee re-certified on all"
-        if r.guarantee is not None
-        else "the chosen rule family refitted on all"
-    )
-    if r.written_params == r.chosen_params:
+    if w.setting == w.tested:
         return (
-            f"This is the setting the config holds: {refit} {n_all} queries, which gives "
-            f"the same setting as the choice on the {n_cal} calibration queries alone (the "
-            "one the held-out check below tests)."
+            f"This is the setting the config holds: the chosen rule family refitted on all "
+            f"{n_all} queries, which gives the same setting as the choice on the {n_cal} "
+            "calibration queries alone (the one the held-out check below tests)."
         )
     return (
-        f"This is the setting the config holds: {refit} {n_all} queries. On the {n_cal} "
-        f"calibration queries alone the choice was **{c}**; that calibration-only choice "
-        f"is what the held-out check below tests (the refit has seen every query)."
+        f"This is the setting the config holds: the chosen rule family refitted on all "
+        f"{n_all} queries. On the {n_cal} calibration queries alone the choice was "
+        f"**{w.tested}**; that calibration-only choice is what the held-out check below "
+        "tests (the refit has seen every query)."
     )
-
-
-def _rerank_note(res: CalibrationResult, r: RunCalibration) -> str:
-    two = res.rerank
-    if two is None or two.run != r.name:
-        return ""
-    if two.fallback is not None:
-        return " The rerank stage is left off: it was worse on held-out queries (see Two stages)."
-    return f" With the reranker, the config holds **{two.describe()}** (see Two stages)."
 
 
 def _small_set(res: CalibrationResult, r: RunCalibration) -> list[Block]:
@@ -559,8 +578,9 @@ def _small_set(res: CalibrationResult, r: RunCalibration) -> list[Block]:
 def _unmet(res: CalibrationResult, r: RunCalibration) -> list[Block]:
     """The constraints (and the guarantee) the written setting misses, with the best
     reachable value and the setting that reaches it."""
+    w = res.written_setting(r)
     short = res.shortfalls(r)
-    g = r.guarantee
+    g = w.guarantee
     if not short and (g is None or g.met):
         return []
     blocks: list[Block] = [Heading(1, "Constraints not met")]
@@ -576,8 +596,8 @@ def _unmet(res: CalibrationResult, r: RunCalibration) -> list[Block]:
             (
                 str(s.constraint),
                 format_number(s.best_value),
-                describe_point(s.best),
-                f"{describe_point(r.written_params)}: {format_number(s.written_value)}",
+                s.best_setting,
+                f"{w.setting}: {format_number(s.written_value)}",
             )
             for s in short
         )
@@ -589,10 +609,25 @@ def _unmet(res: CalibrationResult, r: RunCalibration) -> list[Block]:
             )
         )
     if g is not None and not g.met:
-        blocks.append(Para(f"Guarantee: {g.statement(r.sweep.points)}."))
+        blocks.append(Para(f"Guarantee: {g.statement(w.names)}."))
+        more = (
+            f"`--holdout 0` certifies on all {len(res.qids)} queries (with nothing held "
+            "out to check it), "
+            if res.heldout_rows.size
+            else ""
+        )
+        blocks.append(
+            Para(
+                f"Lower the target, {more}label more queries, or improve retrieval; "
+                "`--allow-unmet` (`allow_unmet=True`) writes the config anyway with the "
+                "shortfall recorded."
+            )
+        )
+        return blocks
+    raise_cap = "raise `--max-k`" if res.caps_fixed else "improve retrieval"
     blocks.append(
         Para(
-            "Lower the floor, raise `--max-k`, or improve retrieval; `--allow-unmet` "
+            f"Lower the floor, {raise_cap}, or add a second stage; `--allow-unmet` "
             "(`allow_unmet=True`) writes the config anyway with the shortfall recorded."
         )
     )
@@ -686,10 +721,12 @@ def _guarantee(
     n_queries: int,
     passages: float,
     heading: tuple[int, str] = (1, "Recall guarantee"),
+    scope: str = "",
 ) -> list[Block]:
     """The guarantee: target, confidence, method, assumptions, the certified bound and
-    context, and the empirical recall on held-out queries. ``describe(i)`` names the
-    point ``i``; ``passages`` is the written setting's mean context on all queries."""
+    context (the one written), and its evidence recall on the held-out queries.
+    ``describe(i)`` names the point ``i``; ``passages`` is the certified setting's mean
+    context on the calibration queries; ``scope`` qualifies "setting" (``"two-stage "``)."""
     pct = f"{g.confidence:.0%}"
     m = len(g.paths)
     delta = (1.0 - g.confidence) / max(1, m)
@@ -700,34 +737,23 @@ def _guarantee(
         f"({'; '.join(f'`{x}`' for x in g.paths)}), largest context first, the null 'mean loss > "
         f"{1 - g.target:g}' is tested at level {delta:.4g} (Bonferroni over the sequences) "
         "until the first one not rejected; the smallest certified context wins",
-        f"assumptions: {ASSUMPTIONS} ({g.n_all} of {n_queries} queries have evidence)",
+        f"assumptions: {ASSUMPTIONS} ({g.n_calibration} calibration queries have "
+        f"evidence, of {n_queries} queries)",
     ]
-    if g.written is not None:
+    if g.point is not None:
         items.append(
-            f"certified on all {g.n_all} queries with evidence: **{describe(g.written)}**, "
-            f"mean evidence recall >= {format_number(g.recall_bound)} (certified lower "
-            f"bound), keeping {format_number(passages, 2)} passages on average"
+            f"certified on the {g.n_calibration} calibration queries with evidence and "
+            f"written: **{describe(g.point)}**, mean evidence recall >= "
+            f"{floor_number(g.recall_bound)} (certified lower bound), keeping "
+            f"{format_number(passages, 2)} passages on average"
         )
     else:
         items.append(
-            f"**not met**: no setting is certified; the most that can be guaranteed at "
-            f"{pct} confidence is {format_number(g.best_bound)} ({describe(g.best_point)})"
+            f"**not met**: no {scope}setting is certified on the {g.n_calibration} calibration "
+            f"queries with evidence; the most that can be guaranteed at {pct} confidence "
+            f"is {floor_number(g.best_bound)} ({describe(g.best_point)})"
         )
-    if g.point is None:
-        items.append(
-            f"on the {g.n_calibration} calibration queries with evidence alone no setting "
-            "is certified, so there is no held-out check"
-        )
-    elif g.heldout_queries:
-        ok = "meets" if g.heldout_recall >= g.target else "falls short of"
-        items.append(
-            f"held-out check: the setting certified on the {g.n_calibration} calibration "
-            f"queries alone, {describe(g.point)}, reaches mean evidence recall "
-            f"**{format_number(g.heldout_recall)}** on the {g.heldout_queries} held-out "
-            f"queries with evidence ({ok} the target {g.target:g})"
-        )
-    else:
-        items.append("no queries with evidence were held out: no empirical check")
+    items.append(g.heldout_line(describe))
     return [Heading(*heading), Bullets(tuple(items))]
 
 
@@ -782,7 +808,9 @@ def _ceiling(r: RunCalibration, c: Comparison) -> list[Block]:
     ]
 
 
-def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> list[Block]:
+def _heldout(
+    res: CalibrationResult, r: RunCalibration, fig: Figure | None, w: WrittenSetting
+) -> list[Block]:
     c = r.comparison
     pct = round(c.level * 100)
     where = (
@@ -807,9 +835,14 @@ def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
     intro = (
         f"{where}, with {pct}% percentile bootstrap intervals ({c.n_bootstrap} paired "
         "resamples). A difference whose interval excludes 0 is called better or worse; "
-        "otherwise the data cannot tell them apart."
+        "otherwise there is no clear difference."
     )
-    if r.written_params != r.chosen_params and r.fallback is None:
+    if w.two_stage is not None:
+        intro += (
+            f" This is the retrieval-only choice; the config holds the two-stage setting "
+            f"({w.setting}), checked under Two stages below."
+        )
+    elif r.written_params != r.chosen_params and r.fallback is None:
         intro += (
             f" The guarded setting here is the calibration-only choice; the written "
             f"setting ({describe_point(r.written_params)}) was refitted on all queries, "
@@ -850,6 +883,9 @@ def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
                     "nothing is written (`on_worse='stop'`)."
                     if res.stopped is not None
                     else f"plain top-k is written instead ({describe_point(r.written_params)})."
+                    if w.two_stage is None
+                    else f"plain top-k ({describe_point(r.written_params)}) is the "
+                    "retrieval-only setting."
                 )
             )
         )
@@ -864,12 +900,41 @@ def _heldout(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
     return blocks
 
 
+def next_steps_intro(res: CalibrationResult) -> str:
+    """Why the report and the console suggest next steps: the written setting's held-out
+    safety band (only when :meth:`CalibrationResult.next_steps` has any)."""
+    w = res.written_setting()
+    c = w.comparison
+    rate = c.guarded["distractor_rate"].mean
+    return (
+        f"the written setting is still DANGEROUS: mean distractor rate "
+        f"{format_number(rate)} {c.where()} (DANGEROUS from {SafetyBands().dangerous:g}); "
+        "to hand the LLM fewer look-alikes, try"
+    )
+
+
+def _next_steps(res: CalibrationResult, evalset: str | None) -> list[Block]:
+    steps = res.next_steps(evalset)
+    if not steps:
+        return []
+    return [
+        Heading(1, "What to try next"),
+        Para(next_steps_intro(res) + ":"),
+        Bullets(
+            tuple(
+                what + (": " + ", then ".join(f"`{c}`" for c in commands) if commands else "")
+                for what, commands in steps
+            )
+        ),
+    ]
+
+
 def _two_stage(
-    two: TwoStageCalibration, objective: str, fig: Figure | None, retrieval: str
+    two: TwoStageCalibration, objective: str, fig: Figure | None, w: WrittenSetting
 ) -> list[Block]:
     """Plain top-k, the best retrieval-only setting and the two-stage choice on the
-    held-out queries, with the probability map's calibration before and after, and the
-    fallback to ``retrieval`` (the written retrieval-only setting) when it was worse."""
+    held-out queries, with the probability map's calibration before and after, and why
+    the config holds the second stage or not (``w``, what is written)."""
     a, b = two.vs_retrieval, two.vs_top_k
     pct = round(a.level * 100)
     s = two.scores
@@ -894,10 +959,22 @@ def _two_stage(
             f"{two.top_n} candidates of run {two.run} ({s.n_computed} pairs scored, "
             f"{s.n_cached} from the cache). Its scores were mapped to p(relevant) by "
             f"{two.probability_map.describe()}, fitted on {two.n_pairs_fit} pairs of the "
-            f"calibration queries. Chosen on the calibration queries: "
-            f"{two.describe_chosen()} (the setting the table below checks); refitted on "
-            f"all queries: **{two.describe()}**"
-            + (f"; {two.selection.describe()}." if two.selection is not None else ".")
+            "calibration queries. "
+            + (
+                f"Certified on the calibration queries and not refitted: **{two.describe()}** "
+                "(the setting the table below checks)"
+                if two.guarantee is not None
+                else f"Chosen on the calibration queries: {two.describe_chosen()} (the "
+                f"setting the table below checks); refitted on all queries: "
+                f"**{two.describe()}**"
+            )
+            + (f"; {two.selection.describe()}" if two.selection is not None else "")
+            + (
+                ". The config holds it (see Recommendation)."
+                if w.two_stage is not None
+                else f". The config leaves it off and holds run {two.run}'s retrieval-only "
+                f"setting, {w.setting} (see Recommendation)."
+            )
         ),
         Para(
             f"On the {a.n_queries} {a.split} queries, with {pct}% paired bootstrap "
@@ -943,24 +1020,15 @@ def _two_stage(
     )
     if objective in a.metrics:
         blocks.append(Para(f"Two-stage vs retrieval-only on {objective}: {a.verdict(objective)}."))
-    if two.fallback is not None:
-        blocks.append(
-            Para(
-                f"**Fallback: the rerank stage is left off.** {two.fallback[0].upper()}"
-                f"{two.fallback[1:]}; it holds run {two.run}'s retrieval-only setting, "
-                f"{retrieval}."
-            )
-        )
     if two.guarantee is not None:
         g = two.guarantee
-        kept = two.sweep.kept  # (points, queries): passages kept on every query
-        passages = float(np.mean(kept[g.written])) if g.written is not None else math.nan
         blocks += _guarantee(
             g,
-            lambda i: describe_rerank_point(*two.points[i]),
-            int(kept.shape[1]),
-            passages,
+            two.name,
+            int(two.sweep.kept.shape[1]),
+            two.sweep.mean(g.written, PASSAGES),
             heading=(2, "Recall guarantee with the reranker"),
+            scope="two-stage ",
         )
     if fig is not None:
         blocks.append(fig)
@@ -1127,10 +1195,15 @@ def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure])
 
 
 def build_report(
-    res: CalibrationResult, *, config_path: str | None = None, plots: bool = True
+    res: CalibrationResult,
+    *,
+    config_path: str | None = None,
+    plots: bool = True,
+    evalset: str | None = None,
 ) -> Report:
     """The report of ``res`` as blocks (plots drawn when matplotlib is available and
-    ``plots`` is True)."""
+    ``plots`` is True); ``evalset`` is the eval set as the commands it suggests name
+    it (default: its file)."""
     r = res.recommended
     mpl = _figure_module() if plots else None
     figs: list[Figure] = []
@@ -1184,22 +1257,21 @@ def build_report(
     blocks: list[Block] = _header(res, config_path)
     if mpl is None:
         blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
+    w = res.written_setting()
     if r.guarantee is not None:
-        full = r.full
         g = r.guarantee
-        passages = full.mean(g.written, PASSAGES) if g.written is not None else math.nan
         blocks += _guarantee(
-            g, lambda i: describe_point(r.sweep.points[i]), len(res.qids), passages
+            g,
+            lambda i: describe_point(r.sweep.points[i]),
+            len(res.qids),
+            r.sweep.mean(g.written, PASSAGES),
+            scope="" if res.rerank is None else "retrieval-only ",
         )
     blocks += _selection(res, r)
-    blocks += _heldout(res, r, by_name.get("baseline_vs_guarded.png"))
+    blocks += _heldout(res, r, by_name.get("baseline_vs_guarded.png"), w)
     if res.rerank is not None:
-        blocks += _two_stage(
-            res.rerank,
-            res.objective,
-            by_name.get("reliability.png"),
-            describe_point(res.run(res.rerank.run).written_params),
-        )
+        blocks += _two_stage(res.rerank, res.objective, by_name.get("reliability.png"), w)
+    blocks += _next_steps(res, evalset)
     if len(res.runs) > 1:
         blocks += _runs_table(res)
     blocks += _grid_section(res, r, figs)
@@ -1248,9 +1320,11 @@ def write_report(
     *,
     config_path: str | None = None,
     plots: bool = True,
+    evalset: str | None = None,
 ) -> WrittenReport:
     """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``folder``.
 
+    ``evalset`` is the eval set as the suggested commands name it (default: its file).
     Without matplotlib (the ``report`` extra) everything but the plots is written and
     the report says how to get them. The report is built in memory, each file is
     written in a temporary folder inside ``folder`` and moved into place with
@@ -1261,7 +1335,7 @@ def write_report(
         OSError: a file cannot be written (permissions, a full disk).
     """
     out = check_output_path(folder, folder=True, what="the report")
-    rep = build_report(res, config_path=config_path, plots=plots)
+    rep = build_report(res, config_path=config_path, plots=plots, evalset=evalset)
     files: dict[str, bytes] = {f"plots/{f.name}": f.png for f in rep.figures}
     files["report.md"] = rep.markdown().encode("utf-8")
     files["report.html"] = rep.html().encode("utf-8")

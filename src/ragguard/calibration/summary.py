@@ -8,19 +8,26 @@ The document (every NaN written as ``null``)::
       "objective": "udcg", "constraints": ["recall>=0.8"],
       "queries": {"total": 51, "calibration": 36, "heldout": 15}, "seed": 0,
       "recommended": {
-        "run": "bm25", "setting": "max_k=4, t=0.70", "feasible": true,
+        "run": "bm25", "setting": "max_k=4, t=0.70",    # what the config holds
+        "two_stage": false, "second_stage": null,        # or why the reranker is (not) in
+        "feasible": true,
         "config": {"max_k": 4, "min_k": 1, "relative_threshold": 0.7, ...},
-        "metrics": {"udcg": 0.61, ...},                # calibration queries
-        "baseline": {"setting": "top-5", "metrics": {...}}
+        "metrics": {"udcg": 0.61, ...},                # the written setting, all queries
+        "calibration_choice": {"setting": "max_k=5, t=0.70", ...},  # held-out tested
+        "baseline": {"setting": "top-5", "metrics": {...}},
+        "guarantee": null, "safety_band": "RISKY",
+        "next_steps": []                               # commands, when DANGEROUS
       },
       "heldout_check": {
-        "split": "held-out", "queries": 15, "level": 0.95,
+        "split": "held-out", "queries": 15, "level": 0.95, "setting": "max_k=5, t=0.70",
         "metrics": {"udcg": {"baseline": 0.55, "guarded": 0.61,
                              "difference": {"mean": 0.06, "low": 0.01, "high": 0.11},
                              "verdict": "better"}, ...}
       },
       "runs": [{"run": "bm25", "setting": "...", "feasible": true, "objective": 0.61}, ...],
-      "rerank": null,                                   # or the two-stage choice
+      "rerank": null,                                   # or the two-stage choice,
+                                                        # with "rerank_failures": null or
+                                                        # a line on failed rerank calls
       "config_path": "ragguard.toml", "report": null    # or {"html": ..., "markdown": ...}
     }
 """
@@ -33,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ragguard.calibration.sweep import PASSAGES, describe_point
 
 if TYPE_CHECKING:
-    from ragguard.calibration.calibrate import CalibrationResult
+    from ragguard.calibration.calibrate import CalibrationResult, Comparison
 
 __all__ = ["result_document"]
 
@@ -46,21 +53,9 @@ def _means(values: dict[str, float]) -> dict[str, float | None]:
     return {k: _num(v) for k, v in values.items()}
 
 
-def result_document(
-    result: CalibrationResult,
-    *,
-    config_path: str | None = None,
-    report: dict[str, str] | None = None,
-    evalset: str | None = None,
-) -> dict[str, Any]:
-    """The JSON-ready document of ``result`` (see the module docstring)."""
-    from ragguard import __version__
-
-    r = result.recommended
-    config = result.config().model_dump(mode="json", exclude_none=True)
-    config.pop("provenance", None)
-    c = r.comparison
+def _check(c: Comparison, setting: str) -> dict[str, Any]:
     check = c.header()
+    check["setting"] = setting
     check["metrics"] = {
         m: {
             "baseline": _num(c.baseline[m].mean),
@@ -70,12 +65,34 @@ def result_document(
         }
         for m in c.metrics
     }
+    return check
+
+
+def result_document(
+    result: CalibrationResult,
+    *,
+    config_path: str | None = None,
+    report: dict[str, str] | None = None,
+    evalset: str | None = None,
+) -> dict[str, Any]:
+    """The JSON-ready document of ``result`` (see the module docstring): what the
+    config holds as :meth:`CalibrationResult.written_setting
+    <ragguard.calibration.CalibrationResult.written_setting>` describes it."""
+    from ragguard import __version__
+
+    r = result.recommended
+    w = result.written_setting()
     two = result.rerank
+    config = result.config().model_dump(mode="json", exclude_none=True)
+    config.pop("provenance", None)
+    g = w.guarantee
+    band = w.band()
     return {
         "ragguard_version": __version__,
         "evalset": evalset or result.evalset.source,
         "profile": result.profile.name,
         "objective": result.objective,
+        "objective_text": result.objective_text(),
         "constraints": [str(x) for x in result.constraints],
         "queries": {
             "total": len(result.qids),
@@ -86,25 +103,44 @@ def result_document(
         "recommended": {
             "run": r.name,
             "score_kind": r.score_kind.value if r.score_kind else None,
-            # what the config holds: the chosen rule refitted on all queries (its means
-            # over all queries); the calibration-only choice is what the held-out check tests
-            "setting": describe_point(r.written_params),
-            "feasible": r.written_feasible,
+            # what the config holds (with a second stage, the two-stage setting unless
+            # second_stage says why not), and its means over all queries; the
+            # calibration-only choice is what the held-out check tests
+            "setting": w.setting,
+            "two_stage": w.two_stage is not None,
+            "second_stage": w.stage,
+            "feasible": w.feasible,
             "config": config,
-            "metrics": _means(r.full.point_means(r.written)),
+            "metrics": _means(w.metrics),
             "calibration_choice": {
-                "setting": describe_point(r.chosen_params),
-                "feasible": r.feasible,
-                "metrics": _means(r.sweep.point_means(r.chosen)),
+                "setting": w.tested,
+                "feasible": w.tested_feasible,
+                "metrics": _means(w.tested_metrics),
             },
+            "retrieval_setting": describe_point(r.written_params),
             "fallback": r.fallback,
             "baseline": {
                 "setting": describe_point(r.baseline_params),
                 "metrics": _means(r.sweep.point_means(r.baseline)),
             },
             "why": result.why(),
+            "guarantee": None
+            if g is None
+            else {
+                "target": g.target,
+                "confidence": g.confidence,
+                "met": g.met,
+                "certified_on_queries": g.n_calibration,
+                "recall_lower_bound": _num(g.recall_bound),
+                "heldout_recall": _num(g.heldout_recall),
+                "heldout_queries": g.heldout_queries,
+            },
+            "safety_band": None if band is None else band.value,
+            "next_steps": [
+                {"what": what, "command": command} for what, command in result.next_steps(evalset)
+            ],
         },
-        "heldout_check": check,
+        "heldout_check": _check(w.comparison, w.tested),
         "runs": [
             {
                 "run": run.name,
@@ -114,7 +150,15 @@ def result_document(
             }
             for run in result.runs
         ],
-        "rerank": None if two is None else {"setting": two.describe(), **two.guard_settings()},
+        "rerank": None
+        if two is None
+        else {
+            "setting": two.describe(),
+            "written": w.two_stage is not None,
+            **two.guard_settings(),
+            "vs_retrieval": _check(two.vs_retrieval, two.describe_chosen()),
+            "rerank_failures": two.failures,
+        },
         "config_path": config_path,
         "report": report,
     }

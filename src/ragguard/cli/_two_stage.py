@@ -3,23 +3,32 @@ the two-stage calibration."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
-from ragguard.calibration.report import format_number
+from ragguard.calibration.report import format_interval, format_number
 from ragguard.cli._common import err, out
 from ragguard.cli._data import compact_table
 
 if TYPE_CHECKING:
+    from ragguard.calibration import WrittenSetting
     from ragguard.calibration.pipeline import TwoStageCalibration
 
 __all__ = [
     "CorpusOpt",
+    "CountColumn",
     "MapOpt",
     "RerankCacheOpt",
     "RerankKindOpt",
@@ -137,31 +146,48 @@ def rerank_options(
     return options
 
 
+class CountColumn(ProgressColumn):
+    """``done/total`` of a task, or nothing while its total is unknown (a count that
+    cannot be known is not shown as ``0/?``)."""
+
+    def render(self, task: Task) -> Text:
+        """The count, or an empty text."""
+        if task.total is None:
+            return Text("")
+        return Text(f"{int(task.completed)}/{int(task.total)}", style="progress.download")
+
+
 def scoring_progress() -> Progress:
-    """The progress bar of rerank scoring (stderr)."""
+    """The progress bars of rerank scoring and of the sweeps (stderr)."""
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        CountColumn(),
         TimeElapsedColumn(),
         console=err,
     )
 
 
-def print_two_stage(two: TwoStageCalibration, objective: str) -> None:
-    """Retrieval-only best, two-stage best and plain top-k on held-out queries."""
+def _change(iv: Any) -> str:
+    """``+0.04 [-0.01,+0.09]``: the interval rounded outward, as everywhere."""
+    interval = format_interval(iv.low, iv.high).replace(", ", ",")
+    return f"{iv.mean:+.2f} {interval}" if interval else ""
+
+
+def print_two_stage(two: TwoStageCalibration, objective: str, written: WrittenSetting) -> None:
+    """Retrieval-only best, two-stage best and plain top-k on held-out queries; whether
+    the config holds the second stage was said under "Chosen" (``written``)."""
     s = two.scores
     failed = f"; {len(s.failed)} of {s.n_calls} calls failed, swept fail-open" if s.failed else ""
     out.print()
+    state = "written" if written.two_stage is not None else "left off"
     out.print(
-        f"[bold]Two stages:[/] {escape(two.describe())} on run {escape(two.run)} with "
-        f"reranker {escape(s.name)} ({s.n_computed} pairs scored, {s.n_cached} from the "
-        f"cache{failed})",
+        f"[bold]Two stages[/] ({state}): {escape(two.describe_chosen())} chosen on the "
+        f"calibration queries, on run {escape(two.run)} with reranker {escape(s.name)} "
+        f"({s.n_computed} pairs scored, {s.n_cached} from the cache{failed})",
         highlight=False,
     )
     out.print(f"probability map: {escape(two.probability_map.describe())}", highlight=False)
-    if two.fallback is not None:
-        out.print(f"[red]{escape(two.fallback)}[/]", highlight=False)
     a, b = two.vs_retrieval, two.vs_top_k
     pct = round(a.level * 100)
     table = compact_table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
@@ -174,14 +200,18 @@ def print_two_stage(two: TwoStageCalibration, objective: str) -> None:
             format_number(b.baseline[m].mean),
             format_number(a.baseline[m].mean),
             format_number(a.guarded[m].mean),
-            f"{d1.mean:+.2f} [{d1.low:+.2f},{d1.high:+.2f}]" if not math.isnan(d1.low) else "",
+            _change(d1),
             f"{d2.mean:+.2f}",
         )
     out.print(table)
-    if "distractor_rate" in a.metrics:
+    if "distractor_rate" in a.metrics and a.n_queries:
+        from ragguard.calibration.metrics import safety_band
+
+        rate = a.guarded["distractor_rate"].mean
         out.print(
             f"distractor rate: {format_number(a.baseline['distractor_rate'].mean)} retrieval-only, "
-            f"{format_number(a.guarded['distractor_rate'].mean)} with the reranker",
+            f"{format_number(rate)} with the reranker (safety band "
+            f"{safety_band(min(max(rate, 0.0), 1.0)).value})",
             highlight=False,
         )
     out.print(

@@ -4,7 +4,6 @@ and a report."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -36,16 +35,18 @@ from ragguard.cli._two_stage import (
 )
 
 if TYPE_CHECKING:
-    from ragguard.calibration import CalibrationResult, Interval, RunCalibration
+    from ragguard.calibration import CalibrationResult, Comparison, Interval, RunCalibration
     from ragguard.calibration.report import WrittenReport
 
 __all__ = ["calibrate"]
 
 
 def _interval(iv: Interval) -> str:
-    if math.isnan(iv.low):
-        return ""
-    return f"[{iv.low:+.2f}, {iv.high:+.2f}]"
+    """``[+0.002,+0.07]``: rounded outward, so it excludes 0 exactly when the verdict
+    says better or worse (no space: the table fits 80 columns)."""
+    from ragguard.calibration.report import format_interval
+
+    return format_interval(iv.low, iv.high).replace(", ", ",")
 
 
 @app.command()
@@ -73,15 +74,17 @@ def calibrate(
         ),
     ] = "udcg",
     min_recall: Annotated[
-        float,
+        float | None,
         typer.Option(
             min=0.0,
             max=1.0,
             metavar="FLOAT",
             help="Keep only settings whose mean evidence recall (relevant passages kept / "
-            "relevant passages among the candidates) reaches this; 0 turns it off.",
+            "relevant passages among the candidates) reaches this; 0 turns it off. "
+            "Default 0.8, or none with --guarantee (the guarantee states the recall).",
+            show_default=False,
         ),
-    ] = 0.8,
+    ] = None,
     constraint: Annotated[
         list[str] | None,
         typer.Option(
@@ -93,16 +96,17 @@ def calibrate(
         ),
     ] = None,
     max_k: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=1,
             max=1000,
             metavar="INT",
-            help="Largest max_k tried (the grid is 1..max_k); when no setting meets the "
-            "constraints, or with --guarantee, the caps grow to the candidate depth "
-            "(at most 100).",
+            help="Largest max_k tried (the grid is 1..max_k), never exceeded: a constraint. "
+            "Default 10, and then, when no setting meets the constraints or with "
+            "--guarantee, the caps grow to the candidate depth (at most 100).",
+            show_default=False,
         ),
-    ] = 10,
+    ] = None,
     holdout: Annotated[
         float,
         typer.Option(
@@ -266,7 +270,9 @@ def calibrate(
                 progress,
             )  # fmt: skip
             two_stage.setdefault("corpus", list(corpus or ()))  # texts for --max-tokens
-            progress.add_task("sweeping settings...", total=None)
+            sweeps = progress.add_task("sweeping settings", total=None)
+            if min_recall is None:  # the default floor, unless a guarantee states the recall
+                min_recall = 0.8 if guarantee is None else 0.0
             result = run_calibration(
                 es,
                 profile=prof,
@@ -284,6 +290,7 @@ def calibrate(
                 max_tokens=max_tokens,
                 token_counter=token_counter,
                 near_duplicate_threshold=near_duplicate_threshold,
+                on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
                 **two_stage,
             )
         # The report first, then the config: a command that fails leaves no fresh config
@@ -293,7 +300,9 @@ def calibrate(
             from ragguard.calibration.report import write_report
 
             with err.status("writing the report..."):
-                report_paths = write_report(result, report, config_path=str(out_path))
+                report_paths = write_report(
+                    result, report, config_path=str(out_path), evalset=str(evalset)
+                )
         blocked = result.stopped
         unmet = result.unmet()
         if blocked is None and unmet and not allow_unmet:
@@ -314,17 +323,18 @@ def calibrate(
             return
         _print_result(result, str(evalset))
         if result.rerank is not None:
-            print_two_stage(result.rerank, result.objective)
+            print_two_stage(result.rerank, result.objective, result.written_setting())
+        _print_next_steps(result, str(evalset))
         if blocked is not None:
             _print_report_line(report_paths)
             raise ConfigError(f"no config written: {blocked}")
-        written = result.save_config(out_path, allow_unmet=allow_unmet)
+        path = result.save_config(out_path, allow_unmet=allow_unmet)
         for line in unmet:
             err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
         out.print()
         out.print(
-            f"[bold]Config[/]  {escape(str(written))}  "
-            f'(load it: ContextGuard.from_file("{escape(str(written))}"))',
+            f"[bold]Config[/]  {escape(str(path))}  "
+            f'(load it: ContextGuard.from_file("{escape(str(path))}"))',
             highlight=False,
         )
         _print_report_line(report_paths)
@@ -366,22 +376,20 @@ def _check_outputs(config: Path, report: Path | None) -> None:
 def _print_result(result: CalibrationResult, shown: str) -> None:
     from ragguard.calibration.metrics import safety_band
     from ragguard.calibration.report import format_number
-    from ragguard.calibration.sweep import PASSAGES, describe_point, lower_is_better
+    from ragguard.calibration.sweep import PASSAGES, describe_point
 
     obj = result.objective
-    cons = " and ".join(str(c) for c in result.constraints)
-    goal = "minimise" if lower_is_better(obj) else "maximise"
+    w = result.written_setting()
     out.print(
         f"[bold]ragguard calibrate[/] {escape(shown)}: {len(result.qids)} queries, runs "
         f"{escape(', '.join(r.name for r in result.runs))}, profile {result.profile.name}",
         highlight=False,
     )
     out.print(
-        f"objective: {goal} mean {obj}" + (f" subject to {cons}" if cons else "")
-        + f"; {result.calibration_rows.size} queries to choose on, "
-        f"{result.heldout_rows.size} held out (seed {result.seed})",
+        f"objective: {result.objective_text()}; {result.calibration_rows.size} queries to "
+        f"choose on, {result.heldout_rows.size} held out (seed {result.seed})",
         highlight=False,
-    )  # fmt: skip
+    )
 
     table = compact_table("best setting per run (calibration queries)")
     for col in ("run", "chosen", obj, "ev.rec", "distr.", "kept", "best top-k"):
@@ -405,28 +413,22 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     out.print(table)
 
     r = result.recommended
-    p = r.written_params
     kind = r.score_kind.value if r.score_kind else "none"
-    settings = f"max_k={p.max_k}, min_k={p.min_k}, relative_threshold={p.relative_threshold:g}"
-    if p.cut.value != "none":
-        settings += f", cut={p.cut.value}"
+    # what the config holds, named as the JSON, the report and the provenance name it
     out.print(
-        f"[bold]Chosen:[/] run {escape(r.name)} with {settings} (score_kind {kind})",
+        f"[bold]Chosen:[/] run {escape(r.name)} with {escape(w.setting)} (score_kind {kind})",
         highlight=False,
     )
-    out.print(f"[bold]Why:[/] {escape(result.why())}.", highlight=False)
+    if w.stage is not None:
+        out.print(f"[bold]Second stage[/] {escape(w.stage)}.", highlight=False)
+    label = "Why (retrieval only):" if w.stage is not None else "Why:"
+    out.print(f"[bold]{label}[/] {escape(result.why())}.", highlight=False)
     for line in result.unmet():
         out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
-    gr = r.guarantee
-    if gr is not None and gr.met:
-        out.print(f"[bold]Guarantee:[/] {escape(gr.statement(r.sweep.points))}.", highlight=False)
-        if gr.heldout_queries:
-            out.print(
-                f"held-out evidence recall of the setting certified on the calibration "
-                f"queries: {format_number(gr.heldout_recall)} on {gr.heldout_queries} queries "
-                f"(target {gr.target:g})",
-                highlight=False,
-            )
+    guarantee = w.guarantee
+    if guarantee is not None and guarantee.met:
+        out.print(f"[bold]Guarantee:[/] {escape(guarantee.statement(w.names))}.", highlight=False)
+        out.print(escape(guarantee.heldout_line(w.names)), highlight=False)
 
     c = r.comparison
     if r.chosen_is_baseline:
@@ -441,21 +443,23 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
         _print_tail(r)
         return
     pct = round(c.level * 100)
+    what = describe_point(r.chosen_params)
+    if w.two_stage is not None:
+        what = f"the retrieval-only choice {what}"
     title = (
-        f"held-out check: {c.n_queries} queries never used to choose, {pct}% bootstrap intervals"
+        f"held-out check of {what}: {c.n_queries} queries never used to choose"
         if c.split == "held-out"
-        else f"in-sample check (no hold-out): {c.n_queries} queries, {pct}% bootstrap intervals"
+        else f"in-sample check of {what} (no hold-out): {c.n_queries} queries"
     )
     check = compact_table(title)
     check.add_column("metric")
     check.add_column(describe_point(r.baseline_params), justify="right")
     check.add_column("guarded", justify="right")
     check.add_column("change", justify="right")
-    check.add_column("interval", justify="right")
+    check.add_column(f"{pct}% interval", justify="right")
     check.add_column("verdict")
     for m in c.metrics:
         verdict = c.verdict(m) if m != PASSAGES else c.passages_verdict()
-        verdict = "within noise" if verdict == "no clear difference" else verdict
         style = {"better": "green", "worse": "red"}.get(verdict, "")
         check.add_row(
             m,
@@ -469,20 +473,10 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     if c.n_queries and "distractor_rate" in c.metrics:
         b = safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0))
         g = safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0))
-        out.print(f"safety band: {b.value} with plain top-k, {g.value} guarded", highlight=False)
+        which = "guarded" if w.two_stage is None else "retrieval only"
+        out.print(f"safety band: {b.value} with plain top-k, {g.value} {which}", highlight=False)
     if obj in c.metrics:
-        v = c.verdict(obj)
-        where = "on the held-out queries" if c.split == "held-out" else "in-sample (no hold-out)"
-        if v == "better":
-            out.print(f"The gain in {obj} holds {where}.", highlight=False)
-        elif v == "worse":
-            out.print(f"[red]The guarded setting is worse on {obj} {where}.[/]", highlight=False)
-        else:
-            out.print(
-                f"The {obj} difference is within noise on {c.n_queries} queries; more labelled "
-                "queries would tell.",
-                highlight=False,
-            )
+        _print_verdict(result, c, w.two_stage is not None)
     if r.fallback is not None:
         out.print(
             f"[red]{escape(r.fallback)}: plain top-k is written instead[/]"
@@ -491,6 +485,64 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
             highlight=False,
         )
     _print_tail(r)
+
+
+def _print_verdict(result: CalibrationResult, c: Comparison, retrieval_only: bool) -> None:
+    """One line: what the held-out check says about the objective (of the
+    retrieval-only choice when the config holds the second stage)."""
+    from ragguard.calibration.sweep import describe_point
+
+    obj = result.objective
+    r = result.recommended
+    v = c.verdict(obj)
+    where = c.where()
+    if result.target is not None:  # the objective is reported, not optimised
+        than = {"better": "better than", "worse": "worse than"}.get(v, f"{v} from")
+        out.print(
+            f"{obj} (reported, not optimised under the guarantee): {than} plain "
+            f"{describe_point(r.baseline_params)} {where}, difference {c.change(obj)}",
+            highlight=False,
+        )
+    elif v == "better":
+        which = "retrieval-only gain" if retrieval_only else "gain"
+        out.print(f"The {which} in {obj} holds {where}.", highlight=False)
+    elif v == "worse":
+        which = "retrieval-only choice" if retrieval_only else "guarded setting"
+        out.print(f"[red]The {which} is worse on {obj} {where}.[/]", highlight=False)
+    else:
+        out.print(
+            f"{v.capitalize()} in {obj} {where}; more labelled queries would tell.",
+            highlight=False,
+        )
+
+
+def _print_next_steps(result: CalibrationResult, shown: str) -> None:
+    """When the written setting is still DANGEROUS: what to try, with the commands."""
+    from ragguard.calibration.report import next_steps_intro
+
+    steps = result.next_steps(shown)
+    if not steps:
+        return
+    out.print()
+    out.print(f"[bold]Next:[/] {escape(next_steps_intro(result))}:", highlight=False)
+    for what, commands in steps:
+        out.print(f"- {escape(what)}" + (":" if commands else ""), highlight=False)
+        for command in commands:
+            for line in _shell_lines(command):
+                out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _shell_lines(command: str, width: int = 80, indent: str = "    ") -> list[str]:
+    """``command`` as shell lines of at most ``width`` characters where it can be
+    broken before an option, continued with `` \\`` (pasted back, it runs as one)."""
+    lines: list[str] = []
+    line = indent
+    for word in command.replace(" --", "\0--").split("\0"):
+        if line.strip() and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = indent + "    "
+        line += (" " if line.strip() else "") + word
+    return [*lines, line]
 
 
 def _print_tail(r: RunCalibration) -> None:

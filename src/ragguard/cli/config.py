@@ -231,7 +231,7 @@ def _shown(value: object) -> str:
 def _print_provenance(prov: dict[str, Any]) -> None:
     rows: list[tuple[str, str]] = []
     for key in ("tool", "created", "source", "run", "profile", "objective", "setting",
-                "baseline", "data_sha256"):  # fmt: skip
+                "second_stage", "baseline", "data_sha256"):  # fmt: skip
         if key in prov:
             rows.append((key, str(prov[key])))
     if "constraints" in prov:
@@ -242,7 +242,7 @@ def _print_provenance(prov: dict[str, Any]) -> None:
         shown = ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()
         )
-        rows.append(("metrics", f"{shown} (calibration queries)"))
+        rows.append(("metrics", f"{shown} (the setting written, all queries)"))
     out.print("[bold]provenance[/] (written by ragguard calibrate)", highlight=False)
     table = compact_table()
     table.show_header = False
