@@ -84,6 +84,10 @@ def hostile_folders(tmp_path: Path, evil: Evil) -> dict[str, Path]:
     """Trained folders whose card or model files name the evil module."""
     modules = [{"idx": 0, "name": "0", "path": "", "type": f"{evil.name}.Module"}]
     activation = {"sentence_transformers": {"activation_fn": f"{evil.name}.Module"}}
+    remote = {
+        "architectures": ["BertForSequenceClassification"],
+        "auto_map": {"AutoModelForSequenceClassification": f"{evil.name}.Module"},
+    }
     return {
         "encoder package": trained_folder(
             tmp_path / "f1", fusion_card(encoder=f"package:{evil.name}")
@@ -108,6 +112,11 @@ def hostile_folders(tmp_path: Path, evil: Evil) -> dict[str, Path]:
             files={
                 "config.json": {"architectures": ["BertForSequenceClassification"], **activation}
             },
+        ),
+        "cross-encoder auto_map": trained_folder(
+            tmp_path / "f7",
+            fusion_card(kind="new-cross-encoder", encoder=None, fusion_head=None),
+            files={"config.json": remote},
         ),
     }
 

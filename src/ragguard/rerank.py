@@ -277,7 +277,10 @@ class CrossEncoderReranker:
     works for every kind it trains.
 
     Args:
-        model: a Hugging Face model name or a local path.
+        model: a Hugging Face model name or a local folder. A spec that can only be a
+            path (``./scorer``, ``scorer/``, ``~/models/x``: see
+            :func:`ragguard.trained.path_like`) must exist; a local folder whose files
+            name code to import is refused (:func:`ragguard.trained.check_model_files`).
         device: torch device (``"cpu"``, ``"cuda"``, ...); ``None`` lets
             sentence-transformers pick.
         batch_size: pairs per forward pass.
@@ -289,13 +292,14 @@ class CrossEncoderReranker:
             ``model_kwargs={"torch_dtype": "float16"}``).
 
     Raises:
-        ConfigError: ``batch_size`` is not an int >= 1 or ``score_kind`` is neither
-            ``"logit"`` nor ``"probability"`` (here); the rest when the model loads
+        ConfigError: ``model`` is empty, ``batch_size`` is not an int >= 1 or
+            ``score_kind`` is neither ``"logit"`` nor ``"probability"`` (here); the rest
+            when the model loads
             (:meth:`load`, which a guard calls when it is built):
         MissingDependencyError: sentence-transformers is not installed.
-        RerankModelError: the model cannot be loaded, cannot score a pair, has more than
-            one output, or its activation says neither logits nor probabilities and
-            ``score_kind`` is unset.
+        RerankModelError: no such folder, the folder names code, the model cannot be
+            loaded, cannot score a pair, has more than one output, or its activation says
+            neither logits nor probabilities and ``score_kind`` is unset.
     """
 
     def __init__(

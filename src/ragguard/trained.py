@@ -30,6 +30,14 @@ Either way the score is a logit-like number (``score_kind = "logit"``) that
 scorer; :class:`~ragguard.rerank.CrossEncoderReranker` (and so ``[rerank] model =
 "DIR"``) and :func:`ragguard.calibration.rerank_scores.load_reranker` detect such a
 folder by its card and use it.
+
+**A folder is data.** Loading it never imports a module it names: the card is checked
+against :class:`ModelCard` (a closed set of kinds; ``encoder`` is ``"encoder"`` or a
+packaged model of :data:`PACKAGED_MODELS`; ``cross_encoder`` is ``"cross-encoder"``),
+``lexical.json`` against its own schema, and a model folder whose files name code is
+refused (:func:`check_model_files`); each problem is a
+:class:`~ragguard.errors.RerankModelError` naming the file and the key, raised when the
+folder loads (a guard's constructor).
 """
 
 from __future__ import annotations
