@@ -181,6 +181,12 @@ def test_a_config_naming_code_builds_no_guard(tmp_path: Path, evil: Evil) -> Non
             ContextGuard(config)
         one_line(info.value)
         evil.untouched()
+    # token counters name a tokenizer file or encoding, never a module
+    for counter in (f"hf:./{evil.name}", f"tiktoken:{evil.name}"):
+        pytest.importorskip(counter.split(":")[0].replace("hf", "tokenizers"))
+        with pytest.raises(ConfigError, match=evil.name):
+            ContextGuard(GuardConfig(max_tokens=100, token_counter=counter))
+        evil.untouched()
 
 
 def test_calibrate_rerank_dir_with_a_tampered_card(tmp_path: Path, evil: Evil) -> None:
