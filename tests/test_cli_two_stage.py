@@ -235,3 +235,24 @@ def test_every_output_names_the_setting_the_config_holds(folder: Path, tmp_path:
     assert doc["heldout_check"]["setting"] == config.provenance["chosen_on_calibration"]
     # the reranker sees through every look-alike: SAFE, so nothing to try next
     assert "Next:" not in text and "What to try next" not in md
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("", "--rerank needs a cross-encoder (a local folder"),  # TS-17
+        ("   ", "--rerank needs a cross-encoder (a local folder"),
+        ("scorer/", "--rerank scorer/: no folder scorer/"),  # issue 21 item 12
+        ("./scorer", "--rerank ./scorer: no folder ./scorer"),
+        ("./scorer:fn", "--rerank ./scorer:fn: no folder ./scorer:fn"),
+    ],
+)
+def test_a_rerank_spec_that_names_nothing_is_one_line(
+    folder: Path, spec: str, expected: str
+) -> None:
+    res = runner.invoke(app, ["calibrate", str(folder), "--rerank", spec, "--no-report",
+                              "--out", "a.toml"])  # fmt: skip
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {expected}"), res.output
+    assert "Traceback" not in res.output and not Path("a.toml").exists()

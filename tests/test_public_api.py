@@ -29,6 +29,13 @@ def test_all_is_sorted_and_complete() -> None:
         assert hasattr(ragguard, name), name
 
 
+def test_the_reranker_registry_is_public() -> None:
+    """Saved pipelines name rerankers that user code registers (issue 21)."""
+    registry = {"register_reranker", "registered_reranker", "unregister_reranker"}
+    assert registry <= set(ragguard.__all__)
+    assert ragguard.register_reranker is ragguard.rerank.register_reranker
+
+
 def test_py_typed_marker_ships() -> None:
     assert (SRC / "py.typed").exists()
 

@@ -27,6 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ragguard
 from ragguard import (
     Candidate,
     ConfigError,
@@ -228,15 +229,31 @@ def test_declaring_the_wrong_kind_warns_and_names_the_fix(
 def test_unloadable_model_fails_when_the_guard_is_built(tmp_path: Path) -> None:
     """A model that cannot load is a RerankModelError from the constructor, under either
     policy, and never a timeout: loading is not part of a rerank call's budget."""
-    missing = tmp_path / "no-such-model"
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
     for on_failure in ("fail_open", "fail_closed"):
         with pytest.raises(RerankModelError) as info:
-            rerank_guard(rerank={"model": str(missing), "on_failure": on_failure, "timeout_ms": 1})
+            rerank_guard(rerank={"model": str(folder), "on_failure": on_failure, "timeout_ms": 1})
         message = str(info.value)
-        assert f"cannot load cross-encoder model {str(missing)!r}" in message
-        assert "timeout" not in message
+        assert f"cannot load cross-encoder model {str(folder)!r}" in message
+        assert "timeout" not in message and "\n" not in message
         assert info.value.__cause__ is not None
         assert type(info.value.__cause__).__name__ in message
+
+
+@pytest.mark.parametrize("spec", ["scorer/", "./scorer", "~/no-such-ragguard-model", "a/b/c"])
+def test_a_model_path_that_does_not_exist_is_no_folder(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 item 12: a spec that can only be a path is not looked up on the Hub."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RerankModelError, match=f"^no folder {re.escape(spec)}:"):
+        rerank_guard(rerank={"model": spec})
+    with pytest.raises(RerankModelError, match=f"^no folder {re.escape(spec)}:"):
+        CrossEncoderReranker(spec).load()
+    missing = str(tmp_path / "no-such-model")
+    with pytest.raises(RerankModelError, match=f"^no folder {re.escape(missing)}:"):
+        CrossEncoderReranker(missing).load()
 
 
 def test_the_model_loads_with_the_guard_so_the_first_call_is_within_the_budget(
@@ -279,6 +296,9 @@ def test_a_model_with_several_outputs_is_refused(tmp_path: Path) -> None:
 
 
 def test_bad_reranker_arguments_are_config_errors() -> None:
+    for model in ("", "  ", None):
+        with pytest.raises(ConfigError, match="model must be a Hugging Face name or a local"):
+            CrossEncoderReranker(model)  # type: ignore[arg-type]
     for bad in (0, True, "32"):
         with pytest.raises(ConfigError, match="batch_size must be an int >= 1"):
             CrossEncoderReranker("any/model", batch_size=bad)  # type: ignore[arg-type]
@@ -938,3 +958,40 @@ def test_readme_rerank_example_runs() -> None:
     selection = namespace["selection"]
     assert isinstance(selection, Selection)
     assert ids(selection.kept) == ["log-03-02"]
+
+
+# --- the registry that saved pipelines name rerankers from ------------------------------
+
+
+def registry_reranker(query: str, texts: Sequence[str]) -> list[float]:
+    return [1.0] * len(texts)
+
+
+def test_register_reranker_defaults_to_the_import_path_and_looks_up_by_identity() -> None:
+    from ragguard.rerank import registered_name
+
+    name = f"{__name__}.registry_reranker"
+    assert ragguard.registered_reranker(name) is None
+    assert ragguard.register_reranker(registry_reranker) is registry_reranker
+    try:
+        assert ragguard.registered_reranker(name) is registry_reranker
+        assert registered_name(registry_reranker) == name
+        other = lambda q, t: [0.0] * len(t)  # noqa: E731
+        ragguard.register_reranker(other, name=name)  # a name is replaced
+        assert ragguard.registered_reranker(name) is other
+        assert registered_name(registry_reranker) is None
+    finally:
+        ragguard.unregister_reranker(name)
+    assert ragguard.registered_reranker(name) is None
+    ragguard.unregister_reranker(name)  # nothing there: nothing happens
+
+
+def test_register_reranker_refuses_what_cannot_be_named_or_called() -> None:
+    with pytest.raises(ConfigError, match=r"has no import path.*name='\.\.\.'"):
+        ragguard.register_reranker(lambda q, t: [1.0] * len(t))
+    with pytest.raises(ConfigError, match="callable as reranker"):
+        ragguard.register_reranker("os.system", name="shell")
+    for name in ("", " ", 3):
+        with pytest.raises(ConfigError, match="name must be a non-empty string"):
+            ragguard.register_reranker(registry_reranker, name=name)  # type: ignore[arg-type]
+    assert ragguard.registered_reranker("shell") is None

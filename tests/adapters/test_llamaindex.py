@@ -23,6 +23,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import Field
 
+import ragguard
 from ragguard import ContextGuard, GuardConfig, Reason, ScoreWarning, Selection
 from ragguard.adapters.llamaindex import (
     GuardedRetriever,
@@ -330,6 +331,24 @@ def test_a_reranker_passed_in_code_must_be_handed_back_to_from_dict(
     assert node_ids(restored.postprocess_nodes(nodes, query_str=QUERY)) == expected
     guard_given = ContextGuard(config, reranker=keyword_reranker)
     assert GuardPostprocessor.from_dict(saved, guard=guard_given).guard is guard_given
+
+
+def test_a_registered_reranker_is_restored_from_the_registry(index: VectorStoreIndex) -> None:
+    config = GuardConfig(max_k=2, rerank={"enabled": True, "top_n": 6})
+    ragguard.register_reranker(keyword_reranker, name="keywords")
+    try:
+        original = ContextGuard(config, reranker=keyword_reranker).as_postprocessor()
+        saved = json.loads(original.to_json())
+        assert saved["code_reranker"] == "keywords"
+        restored = GuardPostprocessor.from_json(json.dumps(saved))
+    finally:
+        ragguard.unregister_reranker("keywords")
+    assert restored.guard.reranker is keyword_reranker
+    nodes = index.as_retriever(similarity_top_k=6).retrieve(QUERY)
+    expected = node_ids(original.postprocess_nodes(nodes, query_str=QUERY))
+    assert node_ids(restored.postprocess_nodes(nodes, query_str=QUERY)) == expected
+    with pytest.raises(ConfigError, match="'keywords', which is not registered"):
+        GuardPostprocessor.from_dict(saved)
 
 
 def test_the_built_in_cross_encoder_is_rebuilt_from_the_saved_config(

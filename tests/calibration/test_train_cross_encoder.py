@@ -190,8 +190,10 @@ def test_the_base_kind_is_read_from_the_model_files(titled: dict[str, Path]) -> 
     saved = titled["root"] / "st-saved-cross"
     CrossEncoder(str(titled["cross"]), local_files_only=True).save(str(saved))
     assert model_kind(str(saved)) == "cross-encoder"  # sentence-transformers' own save
+    with pytest.raises(ragguard.errors.RerankModelError, match=r"^no folder .*no-such-model$"):
+        model_kind(str(titled["root"] / "no-such-model"))  # a path: never a Hub name
     with pytest.raises(ragguard.errors.RerankModelError, match="not in the local"):
-        model_kind(str(titled["root"] / "no-such-model"))
+        model_kind("no-such-org/no-such-model")
 
 
 def _cross_result(

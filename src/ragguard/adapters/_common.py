@@ -13,7 +13,13 @@ from pydantic import BaseModel, ValidationError
 from ragguard.candidate import Decision, Selection
 from ragguard.errors import ConfigError
 from ragguard.guard import ContextGuard
-from ragguard.rerank import CrossEncoderReranker, reranker_name
+from ragguard.rerank import (
+    CrossEncoderReranker,
+    Reranker,
+    registered_name,
+    registered_reranker,
+    reranker_name,
+)
 from ragguard.scores import ScoreKind
 
 __all__ = [
@@ -27,6 +33,7 @@ __all__ = [
     "decision_metadata",
     "event_payload",
     "parse_score_kind",
+    "restore_reranker",
 ]
 
 METADATA_KEY = "ragguard"
@@ -110,15 +117,16 @@ def parse_score_kind(value: object, owner: str) -> ScoreKind | None:
     raise ConfigError(f"{owner}: score_kind={value!r} is not one of {choices}")
 
 
-def call_k(k: object) -> int | None:
-    """The ``k`` of one call (``invoke(query, k=3)``), checked.
+def call_k(k: object, name: str = "k") -> int | None:
+    """The ``k`` of one call (``invoke(query, k=3)``), checked; ``name`` is what the
+    framework calls it (Haystack: ``top_k``).
 
     Raises:
         ConfigError: ``k`` is not a whole number >= 1 (``True`` is not a number here).
     """
     if k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
         return k
-    raise ConfigError(f"k must be a whole number >= 1 (or None), got {k!r}")
+    raise ConfigError(f"{name} must be a whole number >= 1 (or None), got {k!r}")
 
 
 @contextmanager
@@ -146,9 +154,10 @@ def check_guard(guard: object, owner: str) -> None:
 
 
 def code_reranker(guard: ContextGuard) -> str | None:
-    """The name of the guard's reranker when it is code that a saved config cannot
-    rebuild; ``None`` when the stage is off or runs the cross-encoder ``config.rerank``
-    describes."""
+    """The name a saved guard gives its reranker when it is code that a saved config
+    cannot rebuild: the name it is registered under
+    (:func:`~ragguard.rerank.register_reranker`), else its human name; ``None`` when the
+    stage is off or runs the cross-encoder ``config.rerank`` describes."""
     reranker = guard.reranker
     if reranker is None:
         return None
@@ -159,4 +168,27 @@ def code_reranker(guard: ContextGuard) -> str | None:
         same_kind = getattr(reranker, "_explicit_kind", None) == rerank.score_kind
         if actual == described and same_kind and not getattr(reranker, "_model_kwargs", True):
             return None
-    return reranker_name(reranker)
+    return registered_name(reranker) or reranker_name(reranker)
+
+
+def restore_reranker(name: object, owner: str, hand_back: str) -> Reranker:
+    """The reranker a saved guard names, from the registry only: nothing a saved
+    pipeline names is ever imported.
+
+    Args:
+        name: the name the saved data holds.
+        owner: the component, for the message.
+        hand_back: the other way to restore it, for the message.
+
+    Raises:
+        ConfigError: no reranker is registered under ``name``.
+    """
+    reranker = registered_reranker(name) if isinstance(name, str) else None
+    if reranker is None:
+        raise ConfigError(
+            f"this {owner} was saved with the reranker {name!r}, which is not registered "
+            "(ragguard never imports a reranker that saved data names); register it in "
+            f"your code before loading, ragguard.register_reranker(your_reranker, "
+            f"name={name!r}), or {hand_back}"
+        )
+    return reranker

@@ -37,13 +37,15 @@ so name ragguard there: ``Pipeline.loads(text, allowed_modules=["ragguard"])`` (
 process-wide, ``haystack.core.serialization.allow_deserialization_module("ragguard")``
 or ``HAYSTACK_DESERIALIZATION_ALLOWLIST=ragguard``). The built-in cross-encoder that
 ``config.rerank`` describes is rebuilt from the config. A reranker passed in code
-(``ContextGuard(..., reranker=fn)``) is code, not data: when it is a module-level
-function, it is saved by its import path (``"mypkg.rerankers.score"``) and imported
-again on load, through Haystack's allowlist, so its module must be allowed as well
-(``allowed_modules=["ragguard", "mypkg"]``). Any other reranker (a lambda, a nested
-function, an object) is saved by name only, and ``from_dict`` raises
-:class:`~ragguard.errors.ConfigError` saying how to restore it: pass the component
-itself, ``Pipeline.from_dict(data, allowed_modules=[...], components={"guard":
+(``ContextGuard(..., reranker=fn)``) is code, not data, and a pipeline file never makes
+ragguard import anything: the file saves the reranker's *name*, and loading looks that
+name up among the rerankers your code registered before loading
+(:func:`ragguard.register_reranker`; the default name is the function's import path,
+``"mypkg.rerankers.score"``, which is what files saved by earlier versions hold, so
+``register_reranker(score)`` makes them load). A reranker that is not registered is
+saved by its name only, and ``from_dict`` raises :class:`~ragguard.errors.ConfigError`
+saying how to register it; or hand the component itself back,
+``Pipeline.from_dict(data, allowed_modules=[...], components={"guard":
 GuardRanker(guard)})``. ``on_selection`` is not saved.
 
 Bad options (``score_kind="cosine"``, ``top_k=0``, a guard that is not a
@@ -53,7 +55,6 @@ Bad options (``score_kind="cosine"``, ``top_k=0``, a guard that is not a
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,31 +71,16 @@ from ragguard.adapters._common import (  # noqa: E402
     code_reranker,
     copy_metadata,
     parse_score_kind,
+    restore_reranker,
 )
 from ragguard.candidate import Candidate, Selection  # noqa: E402
 from ragguard.config import GuardConfig  # noqa: E402
 from ragguard.errors import ConfigError  # noqa: E402
 from ragguard.guard import ContextGuard  # noqa: E402
-from ragguard.rerank import Reranker  # noqa: E402
+from ragguard.rerank import registered_name  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
-__all__ = ["GuardRanker", "import_path"]
-
-
-def import_path(obj: object) -> str | None:
-    """The dotted path that imports ``obj`` back (``"mypkg.rerankers.score"``), or
-    ``None`` when there is none: a lambda, a nested function, an object."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
-        return None
-    try:
-        found: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        return None
-    return f"{module}.{qualname}" if found is obj else None
+__all__ = ["GuardRanker"]
 
 
 @component
@@ -109,9 +95,10 @@ class GuardRanker:
         metadata_key: ``meta`` key for the guard's decision.
         top_k: most documents passed on per call (default: the guard's ``max_k``).
         guard_config: the guard's config as ``to_dict()`` wrote it.
-        reranker: the import path of a reranker passed in code, as ``to_dict()`` wrote
-            it; imported through Haystack's deserialisation allowlist.
-        code_reranker: the name of a reranker passed in code that has no import path.
+        reranker: the registered name of a reranker passed in code, as ``to_dict()``
+            wrote it; looked up among the registered rerankers, never imported.
+        code_reranker: the name of a reranker passed in code that was not registered
+            when it was saved; looked up the same way.
 
     Raises:
         ConfigError: an option is invalid or unknown, neither ``guard`` nor ``guard_config`` is
@@ -149,21 +136,22 @@ class GuardRanker:
         self.guard = guard
         self.score_kind = parse_score_kind(score_kind, "GuardRanker")
         self.metadata_key = metadata_key
-        self.top_k = call_k(top_k)
+        self.top_k = call_k(top_k, "top_k")
 
     def to_dict(self) -> dict[str, Any]:
         """The component as Haystack saves it: the guard's whole config, and a reranker
-        passed in code by import path (or by name, when it has none)."""
+        passed in code by its registered name (``reranker``), or by its human name when
+        it is not registered (``code_reranker``)."""
         name = code_reranker(self.guard)
-        path = None if name is None else import_path(self.guard.reranker)
+        registered = name is not None and registered_name(self.guard.reranker) == name
         return default_to_dict(
             self,
             score_kind=None if self.score_kind is None else self.score_kind.value,
             metadata_key=self.metadata_key,
             top_k=self.top_k,
             guard_config=self.guard.config.model_dump(mode="json"),
-            reranker=path,
-            code_reranker=name if path is None else None,
+            reranker=name if registered else None,
+            code_reranker=None if registered else name,
         )
 
     @classmethod
@@ -216,7 +204,7 @@ class GuardRanker:
             "candidates": candidates,
             "score_kind": self.score_kind or self.guard.config.score_kind or ScoreKind.SIMILARITY,
             "scored": any(doc.score is not None for doc in documents),
-            "max_k": call_k(top_k) or self.top_k,
+            "max_k": call_k(top_k, "top_k") or self.top_k,
         }
 
     def _documents(self, selection: Selection) -> list[Document]:
@@ -230,28 +218,20 @@ class GuardRanker:
         return out
 
 
-def _saved_guard(config: dict[str, Any] | None, path: str | None, name: str | None) -> ContextGuard:
-    """The guard a saved component describes."""
+def _saved_guard(config: dict[str, Any] | None, registered: object, name: object) -> ContextGuard:
+    """The guard a saved component describes; its reranker comes from the registry."""
     if not isinstance(config, dict) or not config:
         raise ConfigError(
             "GuardRanker needs a guard: GuardRanker(guard), guard.as_haystack(), or "
             "from_dict() on what to_dict() wrote (with its guard_config)"
         )
-    if name is not None:
-        raise ConfigError(
-            f"this GuardRanker was saved with the reranker {name!r}, which was passed in code "
-            "and has no import path; make it a module-level function (saved by import path), "
-            "or hand the component back when loading: Pipeline.from_dict(data, "
-            "allowed_modules=[...], components={'<name>': GuardRanker(guard)})"
+    saved = registered if registered is not None else name
+    reranker = None
+    if saved is not None:
+        reranker = restore_reranker(
+            saved,
+            "GuardRanker",
+            "hand the component back when loading: Pipeline.from_dict(data, "
+            "allowed_modules=[...], components={'<name>': GuardRanker(guard)})",
         )
-    reranker: Reranker | None = None
-    if path is not None:
-        # Haystack's resolver checks the module against its deserialisation allowlist
-        from haystack.core.errors import DeserializationError
-        from haystack.utils import deserialize_callable
-
-        try:
-            reranker = deserialize_callable(path)
-        except DeserializationError as exc:
-            raise ConfigError(f"GuardRanker: cannot restore the reranker {path!r}: {exc}") from exc
     return ContextGuard(GuardConfig(**config), reranker=reranker)

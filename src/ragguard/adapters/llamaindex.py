@@ -26,10 +26,13 @@ guard's ``aselect``; nothing blocks the event loop.
 ``to_json()`` save the guard's whole :class:`~ragguard.config.GuardConfig` (every value,
 so the environment at load time changes nothing) and ``from_dict()`` / ``from_json()``
 rebuild the guard from it. A reranker passed in code (``ContextGuard(...,
-reranker=fn)``) and ``on_selection`` are code, not data: the saved form names the
-reranker, and ``from_dict(data)`` then raises :class:`~ragguard.errors.ConfigError`
-until you hand it back, ``from_dict(data, reranker=fn)``; ``on_selection`` is not
-restored (``from_dict(data, guard=guard)`` restores any guard as it is). The built-in
+reranker=fn)``) and ``on_selection`` are code, not data, and loading never imports
+anything: the saved form names the reranker (by the name it is registered under,
+:func:`ragguard.register_reranker`, else by its human name), ``from_dict(data)`` looks
+that name up among the rerankers your code registered, and raises
+:class:`~ragguard.errors.ConfigError` when there is none, until you register it or hand
+it back, ``from_dict(data, reranker=fn)``; ``on_selection`` is not restored
+(``from_dict(data, guard=guard)`` restores any guard as it is). The built-in
 cross-encoder that ``config.rerank`` describes is rebuilt from the config.
 
 Bad options (``score_kind="cosine"``, something that is not a retriever) raise
@@ -60,6 +63,7 @@ from ragguard.adapters._common import (  # noqa: E402
     copy_metadata,
     event_payload,
     parse_score_kind,
+    restore_reranker,
 )
 from ragguard.candidate import Candidate, Selection  # noqa: E402
 from ragguard.config import GuardConfig  # noqa: E402
@@ -213,8 +217,9 @@ class GuardPostprocessor(BaseNodePostprocessor):
 
     Raises:
         ConfigError: an option is invalid, neither ``guard`` nor ``guard_config`` is
-            given, or the saved guard used a reranker passed in code and no
-            ``reranker`` is given.
+            given, or the saved guard used a reranker passed in code that is
+            not registered (:func:`ragguard.register_reranker`) and no ``reranker`` is
+            given.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -233,7 +238,8 @@ class GuardPostprocessor(BaseNodePostprocessor):
     code_reranker: str | None = Field(
         default=None,
         description="Name of a reranker passed in code, which cannot be saved; from_dict() "
-        "then needs reranker=...",
+        "looks it up among the registered rerankers (ragguard.register_reranker) or needs "
+        "reranker=...",
     )
     _translator: _Translator = PrivateAttr()
 
@@ -293,9 +299,10 @@ def _saved_guard(data: dict[str, Any], reranker: Reranker | None) -> ContextGuar
         )
     name = data.get("code_reranker")
     if name is not None and reranker is None:
-        raise ConfigError(
-            f"this GuardPostprocessor was saved with the reranker {name!r}, which was passed "
-            "in code and cannot be saved; restore it with "
-            "GuardPostprocessor.from_dict(data, reranker=...) or from_dict(data, guard=...)"
+        reranker = restore_reranker(
+            name,
+            "GuardPostprocessor",
+            "hand it back: GuardPostprocessor.from_dict(data, reranker=...) or "
+            "from_dict(data, guard=...)",
         )
     return ContextGuard(GuardConfig(**config), reranker=reranker)
