@@ -112,7 +112,9 @@ def test_near_duplicate_names_the_kept_passage_and_frees_the_budget() -> None:
     )
     dropped = {d.candidate.id: d for d in sel.dropped}
     dup = dropped["p2"]
-    assert dup.reason is Reason.NEAR_DUPLICATE and dup.duplicate_of == 0
+    assert dup.reason is Reason.NEAR_DUPLICATE
+    # item 12 of issue 21: duplicate_of is the id users look up; the position is apart
+    assert (dup.duplicate_of, dup.duplicate_of_position) == ("p1", 0)
     assert dup.message.startswith("near-duplicate of kept id 'p1' at input position 0")
     # p1 (14 tokens) + p3 (11) = 25; p4 (13) does not fit, p2's 14 tokens were not spent
     assert [c.id for c in sel.kept] == ["p1", "p3"]
@@ -132,7 +134,8 @@ def test_exact_duplicate_ids_are_still_resolved_before_the_cut() -> None:
         "q", cands(("a", "one two three", 0.9), ("a", "one two three", 0.5))
     )
     (d,) = sel.dropped
-    assert d.reason is Reason.DUPLICATE_ID and d.duplicate_of == 0
+    assert d.reason is Reason.DUPLICATE_ID
+    assert (d.duplicate_of, d.duplicate_of_position) == ("a", 0)  # the copy kept
 
 
 # --- counters ------------------------------------------------------------------------------
@@ -312,6 +315,6 @@ def test_a_near_duplicate_of_a_passage_the_budget_drops_stays_dropped_and_says_s
     assert [c.id for c in sel.kept] == ["c"]
     dropped = {d.candidate.id: d for d in sel.dropped}
     assert dropped["a"].reason is Reason.OVER_TOKEN_BUDGET
-    assert dropped["b"].reason is Reason.NEAR_DUPLICATE and dropped["b"].duplicate_of == 0
+    assert dropped["b"].reason is Reason.NEAR_DUPLICATE and dropped["b"].duplicate_of == "a"
     assert dropped["b"].message.startswith("near-duplicate of id 'a' at input position 0")
     assert dropped["b"].message.endswith("(that passage then did not fit in max_tokens either)")

@@ -351,6 +351,22 @@ def test_dropped_reasons_reach_callbacks_on_selection_and_tags_pass_through(
     assert [c.id for c in seen[0].kept] == event["data"]["kept"]
 
 
+def test_the_selection_event_names_the_id_a_near_duplicate_repeats() -> None:
+    refund = "Refunds are issued within fourteen days of the return reaching our warehouse."
+    docs = [
+        Document(id="faq-7", page_content=refund, metadata={"score": 0.91}),
+        Document(id="kb-12", page_content=refund + " (copied)", metadata={"score": 0.9}),
+    ]
+    guard = sim_guard(score_kind="similarity", near_duplicate_threshold=0.7)
+    recorder = Recorder()
+    out = guard.wrap(ListRetriever(docs=docs)).invoke(QUERY, config={"callbacks": [recorder]})
+    assert ids(out) == ["faq-7"]
+    (event,) = recorder.events
+    (dropped,) = event["data"]["dropped"]
+    assert (dropped["id"], dropped["reason"]) == ("kb-12", "near_duplicate")
+    assert dropped["duplicate_of"] == "faq-7"  # the id, not the input position 0
+
+
 def test_async_path_is_really_async() -> None:
     """Four ainvoke calls are all inside the inner retriever's async path at once (the
     gate opens only then), and its sync path is never touched."""

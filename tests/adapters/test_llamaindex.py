@@ -166,7 +166,7 @@ def test_none_scores_follow_the_policy_not_silently(events: list[RagguardSelecti
     (dropped,) = seen[0].dropped
     assert dropped.candidate.id == "b" and dropped.reason is Reason.INVALID_SCORE
     assert events[-1].dropped == [
-        {"id": "b", "reason": "invalid_score", "message": dropped.message}
+        {"id": "b", "reason": "invalid_score", "message": dropped.message, "duplicate_of": None}
     ]
     kept_last = ContextGuard(
         GuardConfig(max_k=3, relative_threshold=0.5, invalid_scores="keep_last")
