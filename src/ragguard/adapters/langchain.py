@@ -52,7 +52,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from numbers import Real
-from typing import Any
+from typing import Any, TypeGuard
 
 from ragguard._optional import require
 
@@ -158,7 +158,7 @@ def _carry(doc: Document, score: float) -> Document:
     return doc.model_copy(update={"metadata": {**doc.metadata, _SCORE: score}})
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[Real]:
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
