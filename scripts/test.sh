@@ -14,4 +14,5 @@ ruff format --check .
 echo "== mypy (strict, src/ragguard)"
 mypy
 echo "== pytest"
+# every test, the ones marked slow included (the quick loop: python -m pytest -m "not slow")
 python -m pytest "$@"

@@ -16,6 +16,7 @@ from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.calibration import calibrate, load_inputs
 from ragguard.calibration.rerank_scores import passage_texts
 from ragguard.cli import app
+from tests.faults import block_network
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "examples" / "notes"
@@ -96,6 +97,26 @@ def test_calibrate_budget_without_texts_is_one_line(tmp_path: Path) -> None:
     result = invoke("calibrate", labels, "--max-tokens", 10, "--holdout", 0, "--no-report")
     assert result.exit_code == 1
     assert "have none (e.g. passage 'a' of query 'q1')" in " ".join(result.stderr.split())
+
+
+def test_calibrate_with_a_tiktoken_encoding_it_cannot_fetch_is_one_line_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TB-16: the line was urllib3's "HTTPSConnectionPool(...): Max retries exceeded"
+    registry = pytest.importorskip("tiktoken.registry")
+    monkeypatch.delitem(registry.ENCODINGS, "cl100k_base", raising=False)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    block_network(monkeypatch)
+    result = invoke(
+        "calibrate", NOTES, "--max-tokens", 200, "--token-counter", "tiktoken:cl100k_base",
+        "--no-report",
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "Traceback" not in result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error")]  # one line
+    assert line.startswith("error: token_counter 'tiktoken:cl100k_base': ")
+    assert "TIKTOKEN_CACHE_DIR" in line and "run once with network access" in line
+    assert not (tmp_path / "ragguard.toml").exists()
 
 
 def test_config_schema_validates_saved_configs(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import warnings
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import ragguard
 from ragguard import ConfigError, ConfigWarning, ContextGuard, GuardConfig, ScoreKind
 from ragguard.config import load_toml
 from ragguard.policy import CutRule
+from tests.faults import replace_fails
 
 
 def write(tmp_path: Path, text: str, name: str = "ragguard.toml") -> Path:
@@ -191,6 +194,35 @@ def test_profile_defaults_stay_explicit_after_save(
     monkeypatch.setenv("RAGGUARD_PROFILE", "creative")
     config = GuardConfig.from_file(path)
     assert config.profile == "creative" and config.max_k == 3
+
+
+def test_save_to_a_folder_is_a_config_error_and_leaves_nothing_beside_it(tmp_path: Path) -> None:
+    # SE-09: a bare IsADirectoryError, and cfg.toml.tmp left in the parent folder
+    (tmp_path / "cfg.toml").mkdir()
+    with pytest.raises(ConfigError) as info:
+        GuardConfig().save(tmp_path / "cfg.toml")
+    assert str(info.value) == (
+        f"cannot save the config to {tmp_path / 'cfg.toml'}: it is a folder; give a file "
+        f"name (e.g. {tmp_path / 'cfg.toml' / 'ragguard.toml'})"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.toml"]
+    assert list((tmp_path / "cfg.toml").iterdir()) == []
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"file is a file, not a folder"):
+        GuardConfig().save(tmp_path / "file" / "sub" / "ragguard.toml")
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES])
+def test_save_that_cannot_move_the_file_into_place_keeps_the_old_file_and_no_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    path = GuardConfig(max_k=4).save(tmp_path / "ragguard.toml")
+    before = path.read_text()
+    replace_fails(monkeypatch, lambda dst: dst == path, code)
+    with pytest.raises(ConfigError, match=rf"cannot save the config to .*: {os.strerror(code)}"):
+        GuardConfig(max_k=9).save(path)
+    assert path.read_text() == before  # the old config, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["ragguard.toml"]
 
 
 # --- bad input the user can make, each a ConfigError or ConfigWarning that says where -----

@@ -38,6 +38,7 @@ def test_quickstart_example_runs() -> None:
     assert "medical profile keeps: ['log-2024-03-02', 'log-2024-02-10']" in out.stdout
 
 
+@pytest.mark.slow  # each example loads the packaged MiniLM in a fresh process
 @pytest.mark.parametrize(
     "name", ["langchain_quickstart.py", "llamaindex_quickstart.py", "haystack_quickstart.py"]
 )

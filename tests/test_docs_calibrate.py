@@ -73,6 +73,7 @@ def test_the_python_example_prints_what_it_says(
     assert (tmp_path / "ragguard-report" / "report.html").is_file()
 
 
+@pytest.mark.slow  # scores examples/notes with a real cross-encoder
 def test_the_offline_rerank_command_calibrates_the_second_stage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,6 +25,7 @@ from ragguard import (
     ScoreWarning,
     Selection,
 )
+from ragguard.testing import FakeReranker
 
 
 def sim_guard(**settings: object) -> ContextGuard:
@@ -79,10 +80,31 @@ def test_all_scores_equal_keeps_up_to_max_k() -> None:
 
 def test_all_scores_missing_follow_the_policy() -> None:
     inputs = cands(None, None, None, None)
-    sel = sim_guard().select("q", inputs)
+    guard = sim_guard()
+    # G-09: every score invalid left an empty selection without a word
+    with pytest.warns(ScoreWarning) as caught:
+        sel = guard.select("q", inputs)
     assert sel.kept == []
     assert {d.reason for d in sel.dropped} == {Reason.INVALID_SCORE}
     assert "missing (None)" in sel.dropped[0].message
+    (message,) = [str(w.message) for w in caught]
+    assert message.startswith("every candidate's score is missing, NaN or infinite, so ")
+    assert "invalid_scores='keep_last'" in message and "scored=False" in message
+    assert sel.warnings == (message,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per guard; each selection records it
+        again = guard.select("q", cands(math.nan, math.inf, -math.inf))
+    assert again.kept == [] and again.warnings == (message,)
+    # with the rerank stage on, nothing is left to rerank: the same warning
+    rerank = FakeReranker({}, default=0.9)
+    with pytest.warns(ScoreWarning, match="every candidate's score is missing"):
+        config = GuardConfig(score_kind="similarity", rerank={"enabled": True})
+        sel = ContextGuard(config, reranker=rerank).select("q", inputs)
+    assert sel.kept == [] and rerank.calls == []
+    # one valid score is enough: nothing to warn about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ids(sim_guard().select("q", cands(None, 0.5, math.nan)).kept) == ["d1"]
 
     sel = sim_guard(invalid_scores="keep_last").select("q", inputs)
     assert ids(sel.kept) == ["d0", "d1", "d2"]

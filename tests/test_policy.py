@@ -338,7 +338,12 @@ def test_guard_with_stages_equals_plain_reference(
     )
     assert [c.id for c in sel.kept] == [f"c{i}" for i in kept]
     assert {d.index: d.reason for d in sel.dropped} == {**cut_dropped, **dropped}
-    assert {d.index: d.duplicate_of for d in sel.dropped if d.duplicate_of is not None} == partner
+    assert {
+        d.index: d.duplicate_of_position for d in sel.dropped if d.duplicate_of is not None
+    } == partner
+    for d in sel.dropped:  # the id of the passage at that position, or neither
+        position = d.duplicate_of_position
+        assert d.duplicate_of == (None if position is None else f"c{position}")
 
 
 @settings(max_examples=300, deadline=None)
@@ -375,13 +380,14 @@ def test_stage_invariants(rows: list[tuple[float | None, str]], p: PolicyParams)
     reasons = {d.index: d.reason for d in sel.dropped}
     for d in sel.dropped:
         if d.reason is Reason.NEAR_DUPLICATE:
-            assert d.duplicate_of is not None
-            assert before.index(d.duplicate_of) < before.index(d.index)
-            assert repr(cands[d.duplicate_of].id) in d.message
-            if d.duplicate_of in kept:
+            first = d.duplicate_of_position
+            assert first is not None and d.duplicate_of == cands[first].id
+            assert before.index(first) < before.index(d.index)
+            assert repr(cands[first].id) in d.message
+            if first in kept:
                 assert "near-duplicate of kept id" in d.message
             else:
-                assert reasons[d.duplicate_of] is Reason.OVER_TOKEN_BUDGET
+                assert reasons[first] is Reason.OVER_TOKEN_BUDGET
                 assert "did not fit in max_tokens either" in d.message
     # a passage over the budget was kept by the cut; turning the stages off keeps it
     for d in sel.dropped:

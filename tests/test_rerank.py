@@ -518,7 +518,8 @@ def test_invalid_retrieval_scores_follow_invalid_scores() -> None:
 
 def test_nothing_to_rerank_calls_nothing() -> None:
     scorer = Recorder()
-    sel = rerank_guard(scorer).select(QUERY, [Candidate("a", "x"), Candidate("b", "y")])
+    with pytest.warns(ScoreWarning, match="every candidate's score is missing"):
+        sel = rerank_guard(scorer).select(QUERY, [Candidate("a", "x"), Candidate("b", "y")])
     assert scorer.calls == [] and sel.kept == []
     assert {d.reason for d in sel.dropped} == {Reason.INVALID_SCORE}
     assert sel.rerank is not None and sel.rerank.positions == () and not sel.rerank.failed

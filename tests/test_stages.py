@@ -15,6 +15,7 @@ from ragguard.errors import ConfigError, MissingDependencyError
 from ragguard.stages import jaccard, shingles
 from ragguard.testing import FakeReranker
 from ragguard.tokens import token_counter
+from tests.faults import block_network
 
 
 def cands(*rows: tuple[str, str, float]) -> list[Candidate]:
@@ -111,7 +112,9 @@ def test_near_duplicate_names_the_kept_passage_and_frees_the_budget() -> None:
     )
     dropped = {d.candidate.id: d for d in sel.dropped}
     dup = dropped["p2"]
-    assert dup.reason is Reason.NEAR_DUPLICATE and dup.duplicate_of == 0
+    assert dup.reason is Reason.NEAR_DUPLICATE
+    # item 12 of issue 21: duplicate_of is the id users look up; the position is apart
+    assert (dup.duplicate_of, dup.duplicate_of_position) == ("p1", 0)
     assert dup.message.startswith("near-duplicate of kept id 'p1' at input position 0")
     # p1 (14 tokens) + p3 (11) = 25; p4 (13) does not fit, p2's 14 tokens were not spent
     assert [c.id for c in sel.kept] == ["p1", "p3"]
@@ -131,7 +134,8 @@ def test_exact_duplicate_ids_are_still_resolved_before_the_cut() -> None:
         "q", cands(("a", "one two three", 0.9), ("a", "one two three", 0.5))
     )
     (d,) = sel.dropped
-    assert d.reason is Reason.DUPLICATE_ID and d.duplicate_of == 0
+    assert d.reason is Reason.DUPLICATE_ID
+    assert (d.duplicate_of, d.duplicate_of_position) == ("a", 0)  # the copy kept
 
 
 # --- counters ------------------------------------------------------------------------------
@@ -169,7 +173,9 @@ def test_tiktoken_counter_uses_a_real_encoding(monkeypatch: pytest.MonkeyPatch) 
         token_counter("tiktoken:no-such-encoding-here")
 
 
-def test_hf_counter_loads_a_real_tokenizer_file_without_special_tokens(tmp_path: Path) -> None:
+def test_hf_counter_loads_a_real_tokenizer_file_without_special_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import models, pre_tokenizers, processors
 
@@ -180,11 +186,75 @@ def test_hf_counter_loads_a_real_tokenizer_file_without_special_tokens(tmp_path:
         single="[CLS] $A", special_tokens=[("[CLS]", 1)]
     )
     tok.save(str(tmp_path / "tokenizer.json"))
-    for spec in (f"hf:{tmp_path / 'tokenizer.json'}", f"hf:{tmp_path}"):
+    # the same file as a Hub tokenizer already in the local cache (the cache's own layout)
+    constants = pytest.importorskip("huggingface_hub.constants")
+    repo = tmp_path / "hub" / "models--ragguard-tests--words"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    (repo / "snapshots" / "0123abcd").mkdir(parents=True)
+    tok.save(str(repo / "snapshots" / "0123abcd" / "tokenizer.json"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    attempts = block_network(monkeypatch)
+    specs = (f"hf:{tmp_path / 'tokenizer.json'}", f"hf:{tmp_path}", "hf:ragguard-tests/words")
+    for spec in specs:
         # "the cat sat." -> the, cat, [UNK], [UNK] (punctuation apart): 4, no [CLS]
         assert token_counter(spec).count(["the cat sat.", ""]) == [4, 0]
+    assert attempts == []
     with pytest.raises(ConfigError, match="cannot load the tokenizer"):
         token_counter(f"hf:{tmp_path / 'missing' / 'tokenizer.json'}")
+
+
+@pytest.fixture
+def offline_tiktoken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """No network and an empty tiktoken cache; the network attempts are recorded."""
+    tiktoken_registry = pytest.importorskip("tiktoken.registry")
+    monkeypatch.delitem(tiktoken_registry.ENCODINGS, "cl100k_base", raising=False)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    return block_network(monkeypatch)
+
+
+def test_tiktoken_encoding_not_cached_offline_fails_at_build_naming_the_cache(
+    offline_tiktoken: list[str], tmp_path: Path
+) -> None:
+    # TB-02: the download's own error (requests' ConnectionError) escaped untyped
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(score_kind="similarity", max_tokens=50, token_counter="tiktoken:cl100k_base")
+    message = str(info.value)
+    assert offline_tiktoken, "tiktoken was expected to try the download"
+    assert "\n" not in message
+    assert "token_counter 'tiktoken:cl100k_base'" in message
+    assert "ConnectionError" in message  # the original error, by type
+    assert "downloads its file once" in message and "TIKTOKEN_CACHE_DIR" in message
+    assert str(tmp_path / "tiktoken-cache") in message  # where it looked
+
+
+def test_unknown_tiktoken_encoding_lists_the_known_ones_on_one_line(
+    offline_tiktoken: list[str],
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        token_counter("tiktoken:cl100k")
+    message = str(info.value)
+    assert "\n" not in message and "no encoding 'cl100k'" in message
+    assert "cl100k_base" in message and "o200k_base" in message
+    assert offline_tiktoken == []  # an unknown name never reaches the network
+
+
+def test_hf_tokenizer_not_in_the_local_cache_is_never_downloaded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("tokenizers")
+    attempts = block_network(monkeypatch)
+    name = "ragguard-tests/no-such-tokenizer"
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(max_tokens=50, token_counter=f"hf:{name}")
+    message = str(info.value)
+    assert attempts == []  # nothing looked up, nothing downloaded
+    assert "\n" not in message
+    assert f"no tokenizer {name!r} in the local Hugging Face cache" in message
+    assert f"hf download {name} tokenizer.json" in message
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"holds no tokenizer\.json"):
+        token_counter(f"hf:{tmp_path / 'empty'}")
 
 
 @pytest.mark.parametrize(("spec", "module", "extra"), [
@@ -245,6 +315,6 @@ def test_a_near_duplicate_of_a_passage_the_budget_drops_stays_dropped_and_says_s
     assert [c.id for c in sel.kept] == ["c"]
     dropped = {d.candidate.id: d for d in sel.dropped}
     assert dropped["a"].reason is Reason.OVER_TOKEN_BUDGET
-    assert dropped["b"].reason is Reason.NEAR_DUPLICATE and dropped["b"].duplicate_of == 0
+    assert dropped["b"].reason is Reason.NEAR_DUPLICATE and dropped["b"].duplicate_of == "a"
     assert dropped["b"].message.startswith("near-duplicate of id 'a' at input position 0")
     assert dropped["b"].message.endswith("(that passage then did not fit in max_tokens either)")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -126,6 +128,72 @@ def test_a_failed_call_records_the_error(spans: InMemorySpanExporter) -> None:
     assert span.status.status_code is StatusCode.ERROR
     assert (span.attributes or {})["error.type"] == "ConfigError"
     assert [e.name for e in span.events] == ["exception"]
+
+
+def test_a_tracer_that_raises_never_breaks_the_selection_and_is_reported_once() -> None:
+    # OT-03: a tracer out of OpenTelemetry's no-throw contract made select() raise
+    code = """
+import asyncio
+from opentelemetry import trace
+class T:
+    def start_as_current_span(self, *a, **k): raise RuntimeError("exporter down")
+class P:
+    def get_tracer(self, *a, **k): return T()
+trace.set_tracer_provider(P())
+from ragguard import Candidate, ContextGuard
+guard = ContextGuard(score_kind="similarity", max_k=1)
+cands = [Candidate("a", "t", 0.9), Candidate("b", "u", 0.8)]
+for _ in range(2):
+    print([c.id for c in guard.select("q", cands).kept])
+print([c.id for c in asyncio.run(guard.aselect("q", cands)).kept])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['a']", "['a']", "['a']"]
+    # logged once, at WARNING (Python's last-resort handler prints it: no logging set up)
+    assert out.stderr.strip().splitlines() == [
+        "OpenTelemetry tracing of ragguard.select failed while starting its span "
+        "(RuntimeError: exporter down); the selection is made and returned as without "
+        "tracing. Check the tracer provider, span processors and exporter the application "
+        "set up (further failures are logged at DEBUG)"
+    ]
+
+
+class FailingProcessor(SpanProcessor):
+    """A span processor that raises when a span starts or ends, while armed."""
+
+    def __init__(self) -> None:
+        self.fail_on: str | None = None
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if self.fail_on == "start":
+            raise RuntimeError("collector unreachable")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.fail_on == "end":
+            raise RuntimeError("collector unreachable")
+
+
+@pytest.mark.parametrize("fail_on", ["start", "end"])
+def test_a_span_processor_that_raises_never_breaks_the_selection(
+    provider: TracerProvider, caplog: pytest.LogCaptureFixture, fail_on: str
+) -> None:
+    processor = FailingProcessor()
+    provider.add_span_processor(processor)  # the SDK cannot remove it: disarmed below
+    guard = ContextGuard(GuardConfig(max_k=3, relative_threshold=0.5, score_kind="similarity"))
+    processor.fail_on = fail_on
+    try:
+        with caplog.at_level(logging.DEBUG, logger="ragguard._tracing"):
+            kept = [c.id for c in guard.select(QUERY, CANDIDATES).kept]
+            with pytest.raises(ConfigError, match="max_k must be an int"):  # its own error
+                guard.select(QUERY, CANDIDATES, max_k=0)
+    finally:
+        processor.fail_on = None
+    assert kept == ["a", "c", "e"]
+    step = "starting its span" if fail_on == "start" else "ending its span"
+    records = [r for r in caplog.records if r.name == "ragguard._tracing"]
+    assert len(records) == 2 and all(step in r.getMessage() for r in records)
+    assert all("RuntimeError: collector unreachable" in r.getMessage() for r in records)
+    assert [r.levelno for r in records].count(logging.WARNING) <= 1  # once per process
 
 
 def test_select_works_without_opentelemetry_and_tries_the_import_once() -> None:

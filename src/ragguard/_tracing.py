@@ -33,11 +33,21 @@ that fit are used):
 
 Neither the query nor passage texts are recorded (the GenAI conventions make content
 opt-in; it is often personal data).
+
+Tracing never breaks a selection. OpenTelemetry's API promises not to raise, but a
+tracer provider, span processor or exporter outside that contract may (an exporter
+that is down, a buggy custom provider). Whatever starting the span, recording its
+attributes or ending it raises is caught: ``select()`` / ``aselect()`` return their
+selection (or raise their own error) as without tracing, and the failure is logged on
+the ``ragguard._tracing`` logger, at ``WARNING`` the first time in the process and at
+``DEBUG`` after that.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -55,6 +65,28 @@ __all__ = ["SPAN_NAME", "attributes", "selecting"]
 SPAN_NAME = "ragguard.select"
 
 Record = Callable[["Selection"], "Selection"]
+
+logger = logging.getLogger(__name__)
+_report_lock = threading.Lock()
+_reported = False  # a tracing failure was logged at WARNING in this process
+
+
+def _failed(step: str, exc: Exception) -> None:
+    """Log a tracing failure: at WARNING the first time in the process, then at DEBUG."""
+    global _reported
+    with _report_lock:
+        level = logging.DEBUG if _reported else logging.WARNING
+        _reported = True
+    logger.log(
+        level,
+        "OpenTelemetry tracing of ragguard.select failed while %s (%s: %s); the selection "
+        "is made and returned as without tracing. Check the tracer provider, span "
+        "processors and exporter the application set up (further failures are logged "
+        "at DEBUG)",
+        step,
+        type(exc).__name__,
+        exc,
+    )
 
 
 def _identity(selection: Selection) -> Selection:
@@ -96,26 +128,39 @@ def _decide() -> Any:
 
 
 class _Span:
-    """The context of a traced call: a span, current while the call runs."""
+    """The context of a traced call: a span, current while the call runs. A tracer that
+    raises is reported (:func:`_failed`) and never reaches the caller."""
 
-    __slots__ = ("_config", "_context", "_max_k", "_span", "_start")
+    __slots__ = ("_config", "_context", "_max_k", "_span", "_start", "_tracer")
 
     def __init__(self, tracer: Any, config: GuardConfig, max_k: int | None) -> None:
+        self._tracer = tracer
         self._config = config
         self._max_k = max_k
-        self._context = tracer.start_as_current_span(SPAN_NAME)
+        self._context: Any = None
         self._span: Any = None
         self._start = 0.0
 
     def __enter__(self) -> Record:
-        self._span = self._context.__enter__()
+        try:
+            context = self._tracer.start_as_current_span(SPAN_NAME)
+            self._span = context.__enter__()
+        except Exception as exc:
+            _failed("starting its span", exc)
+            return _identity
+        self._context = context
         self._start = time.perf_counter()
         return self.record
 
     def record(self, selection: Selection) -> Selection:
-        if self._span.is_recording():
-            elapsed_ms = (time.perf_counter() - self._start) * 1000.0
-            self._span.set_attributes(attributes(selection, self._config, self._max_k, elapsed_ms))
+        try:
+            if self._span.is_recording():
+                elapsed_ms = (time.perf_counter() - self._start) * 1000.0
+                self._span.set_attributes(
+                    attributes(selection, self._config, self._max_k, elapsed_ms)
+                )
+        except Exception as exc:
+            _failed("recording its attributes", exc)
         return selection
 
     def __exit__(
@@ -124,9 +169,15 @@ class _Span:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None and self._span.is_recording():
-            self._span.set_attribute("error.type", exc_type.__qualname__)
-        self._context.__exit__(exc_type, exc, tb)
+        if self._context is None:  # the span never started
+            return
+        try:
+            if exc_type is not None and self._span.is_recording():
+                self._span.set_attribute("error.type", exc_type.__qualname__)
+            self._context.__exit__(exc_type, exc, tb)
+        except Exception as error:
+            if error is not exc:  # the call's own error goes on as it is
+                _failed("ending its span", error)
 
 
 def selecting(config: GuardConfig, max_k: int | None) -> _Off | _Span:

@@ -120,8 +120,11 @@ class Decision:
         rerank: the rerank stage's record of it (``None`` when the stage is off); read
             it through :attr:`retrieval_score`, :attr:`rerank_score`,
             :attr:`rerank_raw_score` and :attr:`rerank_reason`.
-        duplicate_of: for a ``duplicate_id`` or ``near_duplicate`` drop, the input
-            position of the kept candidate it repeats; ``None`` otherwise.
+        duplicate_of: for a ``duplicate_id`` or ``near_duplicate`` drop, the id of the
+            candidate it repeats (for ``duplicate_id`` that is its own id: the copy
+            kept); ``None`` otherwise.
+        duplicate_of_position: the input position of that candidate (``None`` when
+            ``duplicate_of`` is), which tells copies with one id apart.
     """
 
     candidate: Candidate
@@ -132,7 +135,8 @@ class Decision:
     reason: Reason | None
     message: str
     rerank: RerankDetail | None = None
-    duplicate_of: int | None = None
+    duplicate_of: str | None = None
+    duplicate_of_position: int | None = None
 
     @property
     def retrieval_score(self) -> float | None:
@@ -220,8 +224,12 @@ class Selection:
             reason = REASON_OF_CODE[codes[j]]
             message, partner = self._stage_message(stages, j, reason)
             moved.append(
-                replace(d, kept=False, reason=reason, message=message, duplicate_of=partner)
-            )
+                replace(
+                    d, kept=False, reason=reason, message=message,
+                    duplicate_of=None if partner is None else self.candidates[partner].id,
+                    duplicate_of_position=partner,
+                )
+            )  # fmt: skip
         return tuple(replace(d, rank=n) for n, d in enumerate(kept + moved + rest))
 
     def _stage_message(self, st: StageState, j: int, reason: Reason) -> tuple[str, int | None]:
@@ -276,7 +284,8 @@ class Selection:
             out.append(
                 Decision(
                     self.candidates[i], False, rank, i, None, Reason.DUPLICATE_ID,
-                    f"duplicate of id {kept_id!r} at input position {first}", detail, first,
+                    f"duplicate of id {kept_id!r} at input position {first}", detail,
+                    kept_id, first,
                 )
             )  # fmt: skip
             rank += 1

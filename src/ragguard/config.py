@@ -19,10 +19,11 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import secrets
 import tomllib
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -415,7 +416,17 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             return cls(**overrides)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write this config as TOML that :meth:`from_file` reads back unchanged."""
+        """Write this config as TOML that :meth:`from_file` reads back unchanged.
+
+        The file is written beside ``path`` under a temporary name, then moved over it
+        (:func:`os.replace`): ``path`` holds either its old content or the whole new
+        config, and the temporary file is removed whatever fails.
+
+        Raises:
+            ConfigError: ``path`` is a folder, a parent of it is a file, or the file
+                cannot be written or moved into place (the message names the path and
+                the operating system's reason).
+        """
         data = self.model_dump(mode="json", exclude_none=True)
         data["profiles"] = {
             name: spec.model_dump(mode="json", exclude_none=True)
@@ -431,10 +442,7 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         header = f"# ragguard guard config, written {stamp}. Load: ContextGuard.from_file(path)\n"
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(header + tomli_w.dumps(data), encoding="utf-8")
-        tmp.replace(p)
+        _write_atomic(p, header + tomli_w.dumps(data))
         return p
 
     @property
@@ -502,6 +510,39 @@ def profile_utility_cut(profile: Profile) -> UtilityCut:
     utility under every profile), penalty ``-hard_negative_penalty`` for a distractor
     (medical 1.0: keep p > 0.5; support 0.5: p > 1/3; creative 0.2: p > 1/6)."""
     return UtilityCut(gain=1.0, penalty=-profile.hard_negative_penalty)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it and
+    :func:`os.replace`; the temporary file never outlives a failure.
+
+    Raises:
+        ConfigError: naming ``path`` and the reason.
+    """
+    if path.is_dir():
+        raise ConfigError(
+            f"cannot save the config to {path}: it is a folder; give a file name "
+            f"(e.g. {path / 'ragguard.toml'})"
+        )
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("x", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
+        file_parent = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+        if path.is_dir():
+            reason = "it is a folder"
+        elif file_parent is not None:
+            reason = f"{file_parent} is a file, not a folder"
+        else:
+            reason = exc.strerror or str(exc)
+        raise ConfigError(f"cannot save the config to {path}: {reason}") from exc
 
 
 @contextmanager

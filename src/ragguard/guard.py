@@ -373,6 +373,8 @@ class ContextGuard:
                 issues.append(ScoreIssue.UNKNOWN_KIND if scored else ScoreIssue.NO_SCORES)
         if result.threshold_skipped[0]:
             issues.append(ScoreIssue.NONPOSITIVE_TOP)
+        if self._all_invalid(step):
+            issues.append(ScoreIssue.ALL_INVALID)
         messages = []
         for issue in issues:  # usually none
             messages.append(issue_message(issue))
@@ -397,6 +399,14 @@ class ContextGuard:
             stages=self._stages(step.cands, result.kept_positions(0), params),
         )
         return self._finish(selection)
+
+    def _all_invalid(self, step: _Pending) -> bool:
+        """Whether ``invalid_scores="drop"`` dropped every candidate of a scored call."""
+        return (
+            step.kind is not None
+            and not self._scored.keep_invalid
+            and not bool(step.norm.valid[0].any())
+        )
 
     def _stages(
         self, cands: tuple[Candidate, ...], kept: list[int], params: PolicyParams
@@ -450,6 +460,9 @@ class ContextGuard:
             for i in step.norm.issues
             if i is not ScoreIssue.UNKNOWN_KIND
         ]
+        if self._all_invalid(step):  # nothing was left to rerank
+            issues.append((ScoreIssue.ALL_INVALID, issue_message(ScoreIssue.ALL_INVALID),
+                           ScoreWarning))  # fmt: skip
         result = None
         probs: list[float] = []
         n_kept = 0

@@ -67,8 +67,13 @@ naming the config field to change. The defined behaviour for each:
   top normalised score is <= 0 it is skipped and the other rules still apply.
 * ``unknown_kind``: no score kind was declared; score rules are skipped, candidates keep
   their input order and only ``max_k`` / ``min_k`` apply.
-* ``no_scores``: the source returned no scores at all (a LangChain retriever whose
-  documents carry none); as for ``unknown_kind``, only ``max_k`` / ``min_k`` apply.
+* ``no_scores``: no candidate has a numeric score (a LangChain retriever whose documents
+  carry none, or none that is a number); as for ``unknown_kind``, only ``max_k`` /
+  ``min_k`` apply.
+* ``all_invalid``: every candidate's score is missing, NaN or infinite and
+  ``invalid_scores="drop"`` dropped them all, so nothing is kept. There is no fallback to
+  ``max_k`` / ``min_k``: the policy drops each invalid score whatever the others are, so
+  a list never keeps more for having fewer valid scores.
 """
 
 from __future__ import annotations
@@ -113,6 +118,7 @@ class ScoreIssue(StrEnum):
     NONPOSITIVE_TOP = "nonpositive_top"
     UNKNOWN_KIND = "unknown_kind"
     NO_SCORES = "no_scores"
+    ALL_INVALID = "all_invalid"
 
 
 _MESSAGES: dict[ScoreIssue, str] = {
@@ -163,10 +169,16 @@ _MESSAGES: dict[ScoreIssue, str] = {
         "or ragguard.toml."
     ),
     ScoreIssue.NO_SCORES: (
-        "the retriever returned no scores, so relative_threshold, min_score and cut rules "
+        "no candidate has a numeric score, so relative_threshold, min_score and cut rules "
         "are skipped and only max_k / min_k apply. Use a vector-store retriever (ragguard "
-        "queries the store with scores), put scores in document metadata under one of the "
-        "adapter's score_keys, or enable the rerank stage."
+        "queries the store with scores), put numbers (int or float) in document metadata "
+        "under one of the adapter's score_keys, or enable the rerank stage."
+    ),
+    ScoreIssue.ALL_INVALID: (
+        "every candidate's score is missing, NaN or infinite, so invalid_scores='drop' "
+        "dropped them all and nothing was kept. Fix the scores where they are made; set "
+        "invalid_scores='keep_last' to keep such candidates in input order under max_k / "
+        "min_k, or call select(..., scored=False) when the source gives no scores."
     ),
 }
 

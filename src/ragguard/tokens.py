@@ -7,14 +7,19 @@ A counter is declared in the config as one string, ``token_counter``:
   (``"chars:3.5"`` and any other positive ratio work too). No dependency; it
   over-counts code and under-counts languages with long words, so leave headroom;
 * ``"tiktoken:<encoding>"``: the number of tokens of a tiktoken encoding, e.g.
-  ``"tiktoken:cl100k_base"`` or ``"tiktoken:o200k_base"`` (extra ``tiktoken``; tiktoken
-  fetches the encoding file once, then caches it);
+  ``"tiktoken:cl100k_base"`` or ``"tiktoken:o200k_base"`` (extra ``tiktoken``). tiktoken
+  downloads the encoding file once and caches it (in ``$TIKTOKEN_CACHE_DIR``, else a
+  ``data-gym-cache`` folder in the temporary directory); offline, the cached file must
+  be there already;
 * ``"hf:<tokenizer>"``: a Hugging Face tokenizer, given as a local ``tokenizer.json``
-  file, a folder that holds one, or a Hub name (extra ``tokenizers``); special tokens
-  are not counted.
+  file, a folder that holds one, or the name of a tokenizer already in the local Hugging
+  Face cache (extra ``tokenizers``; nothing is downloaded, whatever ``HF_HUB_OFFLINE``
+  says: fetch it once with ``hf download NAME tokenizer.json``); special tokens are not
+  counted.
 
 The counter is built (and its tokenizer loaded) when the guard is built, so a missing
-package or a wrong name fails at start-up, not on the first query.
+package, a wrong name or an encoding that cannot be fetched fails at start-up with a
+:class:`~ragguard.errors.ConfigError` naming the fix, not on the first query.
 
 Example:
     >>> token_counter("chars:4").count(["abcdefgh", "abcde", ""])
@@ -24,6 +29,8 @@ Example:
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,12 +93,32 @@ def _chars(ratio: float) -> Callable[[Sequence[str]], list[int]]:
     return count
 
 
+def _tiktoken_cache() -> str:
+    """Where tiktoken looks for cached encoding files (its own rule, see
+    ``tiktoken.load.read_file_cached``)."""
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if var in os.environ:
+            return os.environ[var] or "nowhere: caching is off"
+    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
+
+
 def _tiktoken(name: str) -> Callable[[Sequence[str]], list[int]]:
     tiktoken = require("tiktoken", "tiktoken")
+    spec = f"token_counter 'tiktoken:{name}'"
     try:
         enc = tiktoken.get_encoding(name)
-    except ValueError as exc:  # an unknown encoding name
-        raise ConfigError(f"token_counter 'tiktoken:{name}': {exc}") from exc
+    except Exception as exc:  # an unknown name; or a failed download, whatever raised it
+        known = list(tiktoken.list_encoding_names())
+        if name not in known:
+            raise ConfigError(
+                f"{spec}: tiktoken has no encoding {name!r}; known: {', '.join(known)}"
+            ) from exc
+        raise ConfigError(
+            f"{spec}: tiktoken cannot load the encoding ({type(exc).__name__}); tiktoken "
+            "downloads its file once and caches it: run once with network access, or set "
+            "TIKTOKEN_CACHE_DIR to a folder holding that cached file (looked in "
+            f"{_tiktoken_cache()})"
+        ) from exc
 
     def count(texts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in enc.encode_ordinary_batch(list(texts))]
@@ -99,20 +126,50 @@ def _tiktoken(name: str) -> Callable[[Sequence[str]], list[int]]:
     return count
 
 
-def _hf(name: str) -> Callable[[Sequence[str]], list[int]]:
-    tokenizers = require("tokenizers", "tokenizers")
+def _hf_file(name: str) -> Path:
+    """The ``tokenizer.json`` that ``hf:<name>`` names: a file, a folder's, or one in the
+    local Hugging Face cache. Nothing is downloaded."""
+    spec = f"token_counter 'hf:{name}'"
     path = Path(name)
     if path.is_dir():
-        path = path / "tokenizer.json"
-    try:
-        if path.is_file():
-            tok = tokenizers.Tokenizer.from_file(str(path))
-        else:
-            tok = tokenizers.Tokenizer.from_pretrained(name)
-    except Exception as exc:  # no such file or Hub name, no network, a malformed file
+        if not (path / "tokenizer.json").is_file():
+            raise ConfigError(
+                f"{spec}: cannot load the tokenizer: the folder {path} holds no tokenizer.json"
+            )
+        return path / "tokenizer.json"
+    if path.is_file():
+        return path
+    hub = require("huggingface_hub", "tokenizers")
+    cache = require("huggingface_hub.constants", "tokenizers").HF_HUB_CACHE
+    try:  # a look into the cache folder: no request, not even for headers
+        found = hub.try_to_load_from_cache(name, "tokenizer.json")
+    except ValueError as exc:  # HFValidationError: a path, not a Hub name
         raise ConfigError(
-            f"token_counter 'hf:{name}': cannot load the tokenizer ({type(exc).__name__}: "
-            f"{exc}); give a tokenizer.json file, a folder holding one, or a Hub name"
+            f"{spec}: cannot load the tokenizer: no file or folder {name}; give a "
+            "tokenizer.json file, a folder holding one, or the name of a tokenizer in the "
+            f"local Hugging Face cache ({cache})"
+        ) from exc
+    if isinstance(found, str):
+        return Path(found)
+    raise ConfigError(
+        f"{spec}: cannot load the tokenizer: no file or folder {name}, and no tokenizer "
+        f"{name!r} in the local Hugging Face cache ({cache}); ragguard downloads nothing: "
+        f"fetch it once (hf download {name} tokenizer.json) or give the path of a "
+        "tokenizer.json file"
+    )
+
+
+def _hf(name: str) -> Callable[[Sequence[str]], list[int]]:
+    tokenizers = require("tokenizers", "tokenizers")
+    path = _hf_file(name)
+    try:
+        tok = tokenizers.Tokenizer.from_file(str(path))
+    except Exception as exc:  # a malformed or unreadable file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ConfigError(
+            f"token_counter 'hf:{name}': cannot load the tokenizer from {path} "
+            f"({type(exc).__name__}: {first}); give a tokenizer.json that the tokenizers "
+            "package wrote"
         ) from exc
 
     def count(texts: Sequence[str]) -> list[int]:
@@ -127,8 +184,11 @@ def token_counter(spec: str = DEFAULT_TOKEN_COUNTER) -> TokenCounter:
     """Build the counter a declaration names (see the module docstring).
 
     Raises:
-        ConfigError: a malformed declaration, an unknown encoding, a tokenizer that
-            cannot be loaded.
+        ConfigError: a malformed declaration; an unknown encoding (the message lists the
+            known ones); a tiktoken encoding that is neither cached nor downloadable (the
+            message says where tiktoken looked and how to cache it); a tokenizer that is
+            no file, no folder holding one and not in the local Hugging Face cache, or a
+            file that cannot be read.
         MissingDependencyError: tiktoken or tokenizers is not installed (naming the extra).
     """
     check_counter_spec(spec)

@@ -134,7 +134,7 @@ def test_every_dropped_document_has_a_reason() -> None:
 
 def test_scoreless_and_empty_inputs() -> None:
     docs = [Document(id=f"n{i}", content="t") for i in range(5)]
-    with pytest.warns(ScoreWarning, match="returned no scores"):
+    with pytest.warns(ScoreWarning, match="no candidate has a numeric score"):
         out = guard().as_haystack().run(query=QUERY, documents=docs)["documents"]
     assert ids(out) == ["n0", "n1", "n2"]
     assert guard().as_haystack().run(query=QUERY, documents=[]) == {"documents": []}

@@ -263,12 +263,42 @@ def test_scores_in_metadata_are_used() -> None:
 def test_scoreless_retriever_only_caps_with_one_warning() -> None:
     docs = [Document(id=f"d{i}", page_content=f"text {i}") for i in range(5)]
     retriever = sim_guard(score_kind="similarity").wrap(ListRetriever(docs=docs))
-    with pytest.warns(ScoreWarning, match="returned no scores"):
+    with pytest.warns(ScoreWarning, match="no candidate has a numeric score"):
         out = retriever.invoke(QUERY)
     assert ids(out) == ["d0", "d1", "d2"]  # retriever order, capped at max_k
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         retriever.invoke(QUERY)  # warned once per guard
+
+
+def test_scores_given_as_strings_are_not_read_and_the_warning_says_so() -> None:
+    # AD-07: the warning said "the retriever returned no scores" although every document
+    # had one, as a string, under "score"
+    docs = [
+        Document(id=f"s{i}", page_content=f"text {i}", metadata={"score": s})
+        for i, s in enumerate(["0.9", "0.1", "0.05"])
+    ]
+    compressor = sim_guard(score_kind="similarity", max_k=2).as_compressor()
+    with pytest.warns(ScoreWarning) as caught:
+        out = compressor.compress_documents(docs, QUERY)
+    assert ids(out) == ["s0", "s1"]  # input order, capped at max_k: no score rule ran
+    messages = [str(w.message) for w in caught]
+    assert not any("returned no scores" in m for m in messages)
+    (unread,) = [m for m in messages if "not numbers" in m]
+    assert "metadata key 'score'" in unread and "'0.9', a str, on document 's0'" in unread
+    assert "only max_k / min_k apply" in unread
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compressor.compress_documents(docs, QUERY)  # warned once per adapter and key
+    # beside numeric scores, a string one counts as no score: invalid_scores drops it
+    mixed = [
+        Document(id="a", page_content="x", metadata={"score": 0.9}),
+        Document(id="b", page_content="y", metadata={"relevance_score": "high"}),
+    ]
+    guard = sim_guard(score_kind="similarity", relative_threshold=0.0)
+    with pytest.warns(ScoreWarning, match=r"key 'relevance_score'.*invalid_scores decides"):
+        selected = guard.as_compressor().compress_documents(mixed, QUERY)
+    assert ids(selected) == ["a"]
 
 
 def test_documents_without_ids_are_not_merged() -> None:
@@ -319,6 +349,22 @@ def test_dropped_reasons_reach_callbacks_on_selection_and_tags_pass_through(
     dropped = {d["id"]: d["reason"] for d in event["data"]["dropped"]}
     assert len(dropped) == 4 and set(dropped.values()) <= {r.value for r in Reason}
     assert [c.id for c in seen[0].kept] == event["data"]["kept"]
+
+
+def test_the_selection_event_names_the_id_a_near_duplicate_repeats() -> None:
+    refund = "Refunds are issued within fourteen days of the return reaching our warehouse."
+    docs = [
+        Document(id="faq-7", page_content=refund, metadata={"score": 0.91}),
+        Document(id="kb-12", page_content=refund + " (copied)", metadata={"score": 0.9}),
+    ]
+    guard = sim_guard(score_kind="similarity", near_duplicate_threshold=0.7)
+    recorder = Recorder()
+    out = guard.wrap(ListRetriever(docs=docs)).invoke(QUERY, config={"callbacks": [recorder]})
+    assert ids(out) == ["faq-7"]
+    (event,) = recorder.events
+    (dropped,) = event["data"]["dropped"]
+    assert (dropped["id"], dropped["reason"]) == ("kb-12", "near_duplicate")
+    assert dropped["duplicate_of"] == "faq-7"  # the id, not the input position 0
 
 
 def test_async_path_is_really_async() -> None:

@@ -167,7 +167,7 @@ def test_none_scores_follow_the_policy_not_silently(events: list[RagguardSelecti
     (dropped,) = seen[0].dropped
     assert dropped.candidate.id == "b" and dropped.reason is Reason.INVALID_SCORE
     assert events[-1].dropped == [
-        {"id": "b", "reason": "invalid_score", "message": dropped.message}
+        {"id": "b", "reason": "invalid_score", "message": dropped.message, "duplicate_of": None}
     ]
     kept_last = ContextGuard(
         GuardConfig(max_k=3, relative_threshold=0.5, invalid_scores="keep_last")
@@ -180,7 +180,7 @@ def test_none_scores_follow_the_policy_not_silently(events: list[RagguardSelecti
 
 def test_scoreless_nodes_are_capped_with_a_warning() -> None:
     nodes = [NodeWithScore(node=TextNode(id_=f"n{i}", text="t"), score=None) for i in range(5)]
-    with pytest.warns(ScoreWarning, match="returned no scores"):
+    with pytest.warns(ScoreWarning, match="no candidate has a numeric score"):
         out = guard().wrap(ListRetriever(nodes)).retrieve(QUERY)
     assert node_ids(out) == ["n0", "n1", "n2"]
 

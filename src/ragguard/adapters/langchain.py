@@ -22,7 +22,10 @@ Where the scores come from (LangChain's ``Document`` has no score field), in ord
    whose metadata holds a number under one of ``score_keys`` (default
    ``relevance_score``, then ``score``, as rerankers and hybrid retrievers write them)
    uses it. The kind is the adapter's ``score_kind`` or the guard's
-   ``config.score_kind``; with neither, only ``max_k`` applies (one warning).
+   ``config.score_kind``; with neither, only ``max_k`` applies (one warning). A value
+   there that is no number (the string ``'0.9'``, a bool) is not read as a score, and
+   one :class:`~ragguard.errors.ScoreWarning` per key names the key and the value: ragguard
+   never parses text into scores.
 3. **No scores at all**: only ``max_k`` / ``min_k`` apply, with one
    :class:`~ragguard.errors.ScoreWarning` saying so.
 
@@ -46,9 +49,10 @@ pass through to the wrapped retriever. Bad options (an unknown one, ``k=0``,
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from numbers import Real
-from typing import Any
+from typing import Any, TypeGuard
 
 from ragguard._optional import require
 
@@ -79,6 +83,7 @@ from ragguard.adapters._common import (  # noqa: E402
     event_payload,
 )
 from ragguard.candidate import Candidate, Selection  # noqa: E402
+from ragguard.errors import ScoreWarning  # noqa: E402
 from ragguard.guard import ContextGuard  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
@@ -153,11 +158,24 @@ def _carry(doc: Document, score: float) -> Document:
     return doc.model_copy(update={"metadata": {**doc.metadata, _SCORE: score}})
 
 
+def _is_number(value: object) -> TypeGuard[Real]:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
 def _metadata_score(metadata: dict[str, Any], keys: Sequence[str]) -> float | None:
     for key in keys:
         value = metadata.get(key)
-        if isinstance(value, Real) and not isinstance(value, bool):
+        if _is_number(value):
             return float(value)
+    return None
+
+
+def _not_a_number(metadata: dict[str, Any], keys: Sequence[str]) -> tuple[str, Any] | None:
+    """The first of ``keys`` whose value is there but is no number (``'0.9'``, ``True``)."""
+    for key in keys:
+        value = metadata.get(key)
+        if value is not None and not _is_number(value):
+            return key, value
     return None
 
 
@@ -179,11 +197,13 @@ class _Translator:
     def __init__(self, score_keys: Sequence[str], metadata_key: str) -> None:
         self.score_keys = score_keys
         self.metadata_key = metadata_key
+        self._warned: set[str] = set()
 
     def candidates(self, docs: Sequence[Document]) -> tuple[list[Candidate], bool]:
         """Candidates for ``docs`` and whether any document carried a score."""
         out: list[Candidate] = []
         any_score = False
+        unread: tuple[str, str, Any] | None = None  # (document id, key, value)
         for doc, cid in zip(docs, candidate_ids(docs), strict=True):
             if _SCORE in doc.metadata:
                 metadata = {k: v for k, v in doc.metadata.items() if k != _SCORE}
@@ -192,13 +212,40 @@ class _Translator:
                 doc = doc.model_copy(update={"metadata": metadata})
             else:
                 score = _metadata_score(doc.metadata, self.score_keys)
+                if score is None and unread is None:
+                    found = _not_a_number(doc.metadata, self.score_keys)
+                    unread = None if found is None else (cid, *found)
             any_score = any_score or score is not None
             out.append(
                 Candidate(
                     id=cid, text=doc.page_content, score=score, metadata=doc.metadata, source=doc
                 )
             )
+        if unread is not None:
+            self._warn_unread(*unread, any_score=any_score)
         return out, any_score
+
+    def _warn_unread(self, cid: str, key: str, value: Any, *, any_score: bool) -> None:
+        """Say once per adapter and key that scores under ``key`` are no numbers."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        then = (
+            "those documents count as having no score (invalid_scores decides about them)"
+            if any_score
+            else "no document has a numeric score, so only max_k / min_k apply"
+        )
+        warnings.warn(
+            f"documents carry scores under metadata key {key!r} that are not numbers (e.g. "
+            f"{shown}, a {type(value).__name__}, on document {cid!r}); ragguard reads int "
+            f"and float scores only and never parses text, so {then}. Convert the scores "
+            "to float where the documents are made, or set score_keys to keys that hold "
+            "numbers.",
+            ScoreWarning,
+            stacklevel=4,
+        )
 
     def arguments(
         self,

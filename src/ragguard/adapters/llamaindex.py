@@ -82,7 +82,9 @@ class RagguardSelectionEvent(BaseEvent):
 
     query: str = Field(description="The query.")
     kept: list[str] = Field(description="Node ids kept, best first.")
-    dropped: list[dict[str, Any]] = Field(description="id, reason and message per drop.")
+    dropped: list[dict[str, Any]] = Field(
+        description="id, reason, message and duplicate_of (the id it repeats) per drop."
+    )
     warnings: list[str] = Field(default_factory=list, description="Score warnings.")
 
     @classmethod

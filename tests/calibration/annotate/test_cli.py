@@ -129,6 +129,7 @@ def test_openai_backend_without_logprobs_fails_in_one_line(
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # loads the SmolLM2 GGUF file
 def test_gguf_backend(
     smollm: TransformersEstimator,
     gguf_path: Path,

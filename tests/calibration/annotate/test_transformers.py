@@ -190,6 +190,7 @@ QUESTIONS = [
 ]
 
 
+@pytest.mark.slow  # the SmolLM2 GGUF model
 def test_gguf_model_loads_and_gives_probabilities(smollm: TransformersEstimator) -> None:
     assert smollm.model_id == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert smollm.settings()["backend"] == "gguf"
@@ -214,6 +215,7 @@ def test_gguf_model_loads_and_gives_probabilities(smollm: TransformersEstimator)
         assert got[i] >= float(torch.softmax(logits.double(), -1)[first]) * (1 - 1e-4)
 
 
+@pytest.mark.slow  # the SmolLM2 GGUF model
 def test_gguf_annotation_feeds_the_metrics(
     smollm: TransformersEstimator, udcg_dir: Path, tmp_path: Path
 ) -> None:
@@ -234,6 +236,7 @@ def test_gguf_annotation_feeds_the_metrics(
             assert udcg[row["query_id"]] == pytest.approx(1 / (1 + math.exp(-x)))
 
 
+@pytest.mark.slow  # the SmolLM2 GGUF model
 def test_gguf_model_as_relevance_judge_runs(smollm: TransformersEstimator) -> None:
     """Plumbing only: the 135M model writes something; the parser decides what it means."""
     judge = RelevanceJudge(smollm.generator(max_new_tokens=24))
