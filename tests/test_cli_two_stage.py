@@ -35,6 +35,12 @@ judge.score_kind = "logit"
 def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RAGGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    return write_folder(tmp_path)
+
+
+def write_folder(tmp_path: Path) -> Path:
+    """``tmp_path/data``: the eval set of :func:`make_data` with a run and a corpus, and
+    ``tmp_path/myjudge.py``, a reranker module (``myjudge:judge``)."""
     es, texts, run = make_data()
     root = tmp_path / "data"
     (root / "runs").mkdir(parents=True)

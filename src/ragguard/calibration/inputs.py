@@ -55,8 +55,11 @@ logger = logging.getLogger(__name__)
 LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
 """File names a folder's labels may have, looked up in this order."""
 
-RUN_SUFFIXES = (".trec", ".run", ".txt", ".json", ".tsv")
-"""Suffixes of run files in a folder's ``runs/``."""
+RUN_SUFFIXES = tuple(
+    s + gz for s in (".trec", ".run", ".txt", ".json", ".tsv") for gz in ("", ".gz")
+)
+"""Suffixes of run files in a folder's ``runs/`` (gzipped ones too, which every run
+reader reads)."""
 
 PathLike = str | os.PathLike[str]
 

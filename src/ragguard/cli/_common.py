@@ -53,11 +53,14 @@ def _root(
 def error_line(exc: BaseException) -> str:
     """The one line a command prints for ``exc``: the message, or for a file-system
     error the path and the reason (``out/ragguard.toml: Permission denied``; for a move,
-    the destination)."""
+    the destination). A message that spans lines (one a library wrapped, e.g. a
+    transformers loading error carried in a ragguard error) is joined into one."""
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename2 if exc.filename2 is not None else exc.filename
-        return f"{where}: {exc.strerror}" if where is not None else exc.strerror
-    return str(exc)
+        text = f"{where}: {exc.strerror}" if where is not None else exc.strerror
+    else:
+        text = str(exc)
+    return " ".join(text.split())
 
 
 class _ConsoleHandler(logging.Handler):

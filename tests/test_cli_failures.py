@@ -1,0 +1,193 @@
+"""Every command, every failure a user's files or machine can cause: one line.
+
+Issue 21, item 3: a damaged, locked or unwritable score cache, a token counter that
+cannot be loaded offline, a tampered model card, a truncated or corrupt input file.
+Each command that can meet a case is driven with it through the real CLI; each must
+exit 1 with exactly one ``error:`` line on stderr (the last line), no traceback, the
+file or option named, and nothing written."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ragguard.calibration import rerank_scores
+from ragguard.cli import app
+from tests.faults import block_network
+from tests.test_cli_two_stage import write_folder
+from tests.test_trained import TAMPERED, trained_folder
+
+runner = CliRunner()
+
+
+@dataclass
+class Setup:
+    """What a case needs: the scratch folder, the eval set folder, pytest's patcher."""
+
+    tmp: Path
+    data: Path
+    monkeypatch: pytest.MonkeyPatch
+    stack: contextlib.ExitStack
+
+
+# A case: builds what it needs and returns (arguments placed after the command's
+# eval set, text the error line must contain).
+Case = Callable[[Setup], tuple[list[str], str]]
+
+
+def _filled_cache(s: Setup) -> Path:
+    """A score cache filled by one successful two-stage calibration; its file."""
+    cache = s.tmp / "cache"
+    res = runner.invoke(
+        app,
+        ["calibrate", str(s.data), "--rerank", "myjudge:judge", "--rerank-cache", str(cache),
+         "--no-report", "--out", str(s.tmp / "warm.toml"), "--min-recall", "0"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    (path,) = cache.glob("*.sqlite")
+    return path
+
+
+def _rerank(cache: Path) -> list[str]:
+    return ["--rerank", "myjudge:judge", "--rerank-cache", str(cache)]
+
+
+def cache_garbage(s: Setup) -> tuple[list[str], str]:
+    path = _filled_cache(s)
+    path.write_text("not a database\n")
+    return _rerank(path.parent), str(path)
+
+
+def cache_truncated(s: Setup) -> tuple[list[str], str]:
+    path = _filled_cache(s)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return _rerank(path.parent), str(path)
+
+
+def cache_locked(s: Setup) -> tuple[list[str], str]:
+    path = _filled_cache(s)
+    s.monkeypatch.setattr(rerank_scores, "CACHE_LOCK_TIMEOUT_S", 0.2)
+    other = s.stack.enter_context(contextlib.closing(sqlite3.connect(path)))
+    other.execute("BEGIN EXCLUSIVE")  # another calibration is writing
+    s.stack.callback(other.rollback)
+    return _rerank(path.parent), str(path)
+
+
+def cache_unwritable(s: Setup) -> tuple[list[str], str]:
+    blocker = s.tmp / "a-file"
+    blocker.write_text("in the way\n")  # the cache folder cannot be created under a file
+    return _rerank(blocker / "cache"), "--rerank-cache"
+
+
+def tiktoken_offline(s: Setup) -> tuple[list[str], str]:
+    registry = pytest.importorskip("tiktoken.registry")
+    s.monkeypatch.delitem(registry.ENCODINGS, "cl100k_base", raising=False)
+    s.monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(s.tmp / "empty-tiktoken-cache"))
+    block_network(s.monkeypatch)
+    return ["--max-tokens", "200", "--token-counter", "tiktoken:cl100k_base"], "TIKTOKEN_CACHE_DIR"
+
+
+def hf_tokenizer_missing(s: Setup) -> tuple[list[str], str]:
+    s.monkeypatch.setenv("HF_HOME", str(s.tmp / "empty-hf-home"))
+    s.monkeypatch.setenv("HF_HUB_CACHE", str(s.tmp / "empty-hf-home" / "hub"))
+    block_network(s.monkeypatch)
+    spec = "hf:some-org/not-a-cached-tokenizer"
+    return ["--max-tokens", "200", "--token-counter", spec], "local Hugging Face cache"
+
+
+def _tampered(index: int) -> Case:
+    def case(s: Setup) -> tuple[list[str], str]:
+        _, card, lexical, _ = TAMPERED[index]
+        return [str(trained_folder(s.tmp / "scorer", card, lexical))], "scorer"
+
+    return case
+
+
+def truncated_gzip_run(s: Setup) -> tuple[list[str], str]:
+    run = s.data / "runs" / "dense.trec"
+    packed = gzip.compress(run.read_bytes())
+    run.unlink()
+    (s.data / "runs" / "dense.trec.gz").write_bytes(packed[: len(packed) // 2])
+    return [], "dense.trec.gz"
+
+
+def corrupt_evalset(s: Setup) -> tuple[list[str], str]:
+    (s.data / "evalset.jsonl").write_bytes(b'{"query_id": "q00", "query": "\xff\xfe broken\n')
+    return [], "evalset.jsonl"
+
+
+CARD_NO_KIND = _tampered(next(i for i, t in enumerate(TAMPERED) if t[0] == "TR-04 no kind"))
+CARD_WRONG_TYPE = _tampered(next(i for i, t in enumerate(TAMPERED) if t[0] == "coef a string"))
+CARD_COEF_COUNT = _tampered(
+    next(i for i, t in enumerate(TAMPERED) if t[0] == "TR-10 2 coefficients")
+)
+
+# (command and its options before the case's, the case): every command that can meet
+# the case. Tampered cards reach calibrate through --rerank DIR, train-reranker through
+# --base DIR and annotate through --model DIR.
+MATRIX: list[tuple[str, list[str], Case]] = [
+    *[("calibrate", [], case) for case in (
+        cache_garbage, cache_truncated, cache_locked, cache_unwritable, tiktoken_offline,
+        hf_tokenizer_missing, truncated_gzip_run, corrupt_evalset,
+    )],
+    *[("calibrate", ["--rerank"], card) for card in (
+        CARD_NO_KIND, CARD_WRONG_TYPE, CARD_COEF_COUNT,
+    )],
+    *[("train-reranker", ["--out", "trained", "--base"], card) for card in (
+        CARD_NO_KIND, CARD_WRONG_TYPE, CARD_COEF_COUNT,
+    )],
+    *[("annotate", ["--backend", "transformers", "--out", "a.jsonl", "--model"], card)
+      for card in (CARD_NO_KIND, CARD_COEF_COUNT)],
+    *[(command, options, case)
+      for command, options in (("evaluate", []), ("compare", []),
+                               ("train-reranker", ["--out", "trained"]))
+      for case in (truncated_gzip_run, corrupt_evalset)],
+]  # fmt: skip
+
+
+def _name(case: Case) -> str:
+    return next((n for n, c in globals().items() if c is case and n.isupper()), case.__name__)
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setup]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAGGUARD_CACHE_DIR", str(tmp_path / "default-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with contextlib.ExitStack() as stack:
+        yield Setup(tmp_path, write_folder(tmp_path), monkeypatch, stack)
+
+
+@pytest.mark.parametrize(
+    ("command", "options", "case"),
+    MATRIX,
+    ids=[f"{cmd}-{_name(case).lower().replace('_', '-')}" for cmd, _, case in MATRIX],
+)
+def test_every_failure_is_one_typed_line(
+    setup: Setup, command: str, options: list[str], case: Case
+) -> None:
+    before = {p for p in setup.tmp.rglob("*")}
+    extra, named = case(setup)
+    made = {p for p in setup.tmp.rglob("*")} - before
+    args = [command, str(setup.data), *options, *extra]
+    if command == "calibrate":
+        args += ["--no-report", "--out", "written.toml", "--min-recall", "0"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1, res.output
+    assert isinstance(res.exception, SystemExit)  # handled, not raised through
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0] == lines[-1], res.stderr
+    assert named in errors[0], errors[0]
+    # nothing written: no config, no trained folder, no annotations, no staging folder
+    after = {p for p in setup.tmp.rglob("*")} - before - made
+    written = {p for p in after if "default-cache" not in p.parts and p.suffix != ".sqlite"}
+    assert not written, sorted(map(str, written))
