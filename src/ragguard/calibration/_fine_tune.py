@@ -21,7 +21,9 @@ nothing and saves the starting model (it then ties with its base and is never wr
 With pre-training pairs (``--pretrain-data``), a first phase of at most ``max_steps``
 steps runs on them before the labelled pairs, without evaluation. The step budget
 (``max_steps`` steps of ``batch_size``, ``max_length`` tokens) is what bounds the time on
-a CPU.
+a CPU. Nothing is printed: the trainer's log dicts (``{'loss': ...}``, which it prints
+to stdout) become ``say`` lines (the training loss, every ``max(1, steps // 5)``
+steps, and each validation AUC), and its progress bar, when asked for, goes to stderr.
 """
 
 from __future__ import annotations

@@ -529,8 +529,9 @@ def _shown(gain: Interval | None) -> bool:
     return gain is not None and gain.low > 0  # NaN compares False
 
 
-def _why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, n: int) -> str:
-    """One line: the written candidate and its gain, or why nothing was written."""
+def _why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, where: str) -> str:
+    """One line: the written candidate and its gain, or why nothing was written;
+    ``where`` names the queries compared."""
     base = cands[0]
     other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
     pct = f"{LEVEL:.0%}"
@@ -540,8 +541,7 @@ def _why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, n: i
         assert g is not None
         return (
             f"{metric} {_fmt(getattr(c, metric))} vs the base's {_fmt(getattr(base, metric))}, "
-            f"gain {g.mean:+.3f}, {pct} interval {g.low:+.3f} to {g.high:+.3f} over {n} "
-            "validation queries"
+            f"gain {g.mean:+.3f}, {pct} interval {g.low:+.3f} to {g.high:+.3f} over {where}"
         )
 
     if chosen is not None:
@@ -837,14 +837,14 @@ def train_reranker(
         (qid, [data.text(pairs[i].text_qid, pairs[i].doc) for i in rows])
         for qid, rows in by_query.items()
     ]
-    n_scored = sum(len(texts) for _, texts in groups)
+    n_scored = sum(len(docs) for _, docs in groups)
     say(f"computing {len(names)} signals for {n_scored} (query, passage) pairs")
-    _embed(signals, [t for qid, texts in groups for t in (data.query(qid), *texts)], say)
+    _embed(signals, [t for qid, docs in groups for t in (data.query(qid), *docs)], say)
     ticker = Ticker("signals", n_scored, "pairs", say)
     xs = []
-    for qid, texts in groups:
-        xs.append(signals.matrix(data.query(qid), texts))
-        ticker.add(len(texts))
+    for qid, docs in groups:
+        xs.append(signals.matrix(data.query(qid), docs))
+        ticker.add(len(docs))
     ticker.close()
     val_x = xs[: len(val)]
     train_x = np.zeros((len(pairs), len(names)))
@@ -912,7 +912,7 @@ def train_reranker(
                     f"{_fmt(c.auc_other)} (vs other)"
                 )
         chosen = choose(cands, metric)
-        why = _why(cands, chosen, metric, len(usable))
+        why = _why(cands, chosen, metric, judge.where())
         kind = None if chosen is None else chosen.name
         settings_card = {
             "holdout": holdout, "validation": validation, "seed": seed, "runs": runs,
@@ -1040,6 +1040,14 @@ class _Judge:
     ) -> None:
         self.val, self.usable, self.metric, self.seed = val, usable, metric, seed
         self.base = self.groups(base_scores)
+
+    def where(self) -> str:
+        """The queries compared: ``34 validation queries``, and how many of them have
+        pairs for the metric when not all do (``, 3 with a labelled distractor``)."""
+        with_pairs = sum(1 for pos, neg in self.base if len(pos) and len(neg))
+        what = "labelled distractor" if self.metric == "auc_distractor" else "other candidate"
+        some = f", {with_pairs} with a {what}" if with_pairs < len(self.base) else ""
+        return f"{len(self.base)} validation queries{some}"
 
     def groups(self, scores: Sequence[F64]) -> list[tuple[F64, F64]]:
         """Per usable query: scores of the relevant passages and of the negatives by

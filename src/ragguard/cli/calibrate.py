@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -351,7 +352,7 @@ def _print_report_line(report_paths: WrittenReport | None) -> None:
 
 
 def _check_outputs(
-    config: Path, report: Path | None, inputs: list[str | os.PathLike[str] | None]
+    config: Path, report: Path | None, inputs: Sequence[str | os.PathLike[str] | None]
 ) -> None:
     """Fail before the sweep when the outputs cannot be written where asked, or would
     replace one of the command's ``inputs``."""
