@@ -580,13 +580,23 @@ def test_progress_lines_come_at_a_steady_rate() -> None:
     assert quick == []  # a step that ends sooner says nothing
 
 
-def test_stdout_holds_only_the_results(data: tuple[Path, Path], tmp_path: Path) -> None:
-    """Item 12: results on stdout, progress on stderr."""
+def test_stdout_holds_only_the_results(
+    data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 12: results on stdout, progress on stderr (here a progress line at every
+    step of the signals, as a long run says one every PROGRESS_EVERY_S seconds)."""
+    import ragguard.calibration.train as train
+
+    monkeypatch.setattr(train, "PROGRESS_EVERY_S", 0.0)
     path, encoder = data
     out = tmp_path / "cli"
     res = _invoke(path, "--out", out, "--base", encoder, "--kind", "fusion", "--validation", "0.5")
     assert res.exit_code == 0, res.output
-    assert "computing 3 signals" in res.stderr and "loading" in res.stderr
+    # 401 = 33 training queries x 7 pairs (relevant, 2 distractors, judged, same-query,
+    # 2 random) + 34 validation queries x 5 candidates
+    assert "computing 3 signals for 401" in res.stderr and "loading" in res.stderr
+    assert "  embedding: " in res.stderr and "  signals: 401 pairs in " in res.stderr
+    assert "of 401 pairs" in res.stderr
     lines = [x for x in res.stdout.splitlines() if x.strip()]
     assert lines[0].startswith("validation AUCs on 34 usable queries")
     assert lines[-2].startswith("fusion beat the base") and lines[-1].startswith("wrote ")

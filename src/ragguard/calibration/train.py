@@ -757,7 +757,7 @@ def train_reranker(
         if r not in evalset.runs:
             raise EvalSetError(f"no run named {r!r}; runs: {', '.join(evalset.runs) or 'none'}")
     target = Path(out)
-    read = _inputs(evalset, runs, [*corpus, *inputs], pretrain_data, base, encoder)
+    read = _inputs(evalset, [*corpus, *inputs], pretrain_data, base, encoder)
     _check_out(target, read, overwrite)
     base_kind = model_kind(base)
     kinds = _check_kinds(kinds, base_kind)
@@ -966,7 +966,7 @@ class Ticker:
         total: units to do.
         unit: their name (``pairs``).
         say: called with each line.
-        every: seconds between lines.
+        every: seconds between lines (default ``PROGRESS_EVERY_S``).
         clock: a monotonic clock (seconds).
     """
 
@@ -977,11 +977,12 @@ class Ticker:
         unit: str,
         say: Progress,
         *,
-        every: float = PROGRESS_EVERY_S,
+        every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.what, self.total, self.unit, self.say = what, total, unit, say
-        self.every, self.clock = every, clock
+        self.every = PROGRESS_EVERY_S if every is None else every
+        self.clock = clock
         self.done = 0
         self.start = self.last = clock()
         self.lines = 0
@@ -1102,20 +1103,19 @@ def _check_validation(
 
 def _inputs(
     evalset: EvalSet,
-    runs: Sequence[str],
     paths: Sequence[PathLike],
     pretrain_data: PathLike | None,
     base: str,
     encoder: str | None,
 ) -> list[PathLike]:
-    """Every path the command reads: the eval set (and the corpus beside it), the runs'
+    """Every path the command reads: the eval set (and the corpus beside it), its runs'
     files, ``paths``, the pre-training data and a local base or encoder folder."""
     out: list[PathLike] = [*paths]
     if evalset.source:
         out.append(evalset.source)
         if Path(evalset.source).is_file():  # passage_sources reads the corpus beside it
             out.append(Path(evalset.source).parent / "corpus.jsonl")
-    out += [s for r in runs if (s := evalset.runs[r].source)]
+    out += [s for r in evalset.runs.values() if (s := r.source)]
     if pretrain_data is not None:
         out.append(pretrain_data)
     out += [m for m in (base, encoder) if m and not m.startswith("package:")]
