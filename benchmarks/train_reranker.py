@@ -66,6 +66,7 @@ from ragguard.calibration.train import (
     train_reranker,
     validation_queries,
 )
+from ragguard.errors import EvalSetError
 from ragguard.trained import PACKAGED_ENCODER, Lexical, Signals, TrainedReranker, load_encoder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,7 +193,11 @@ def train_and_compare(ev: EvalSet, args: argparse.Namespace, tmp: Path) -> tuple
     """Parts 1 and 2; the chosen scorer's folder (``None``: nothing written) and name."""
     lookup = passage_texts(ev)
     started = time.perf_counter()
-    cands, results, metric = train_all(ev, args.kinds, tmp, args)
+    try:
+        cands, results, metric = train_all(ev, args.kinds, tmp, args)
+    except EvalSetError as exc:  # too few usable validation queries to show a win
+        print(f"not trained: {exc}")
+        return None, ""
     wall = time.perf_counter() - started
     chosen = choose(cands, metric)
     first = next(iter(results.values()))

@@ -29,7 +29,12 @@ from ragguard.calibration import (
 )
 from ragguard.cli import app
 from ragguard.errors import ConfigError, EvalSetError, RetrieverError
-from tests.faults import replace_fails
+from tests.faults import (
+    LiveStaging,
+    killed_staging_folder,
+    replace_fails,
+    replace_interrupted,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "examples" / "notes"
@@ -343,6 +348,62 @@ def test_a_failed_config_write_leaves_the_old_config_and_no_temporary_file(
     assert line == f"error: ragguard.toml: {os.strerror(errno.EACCES)}"
     assert (tmp_path / "ragguard.toml").read_text() == "# an earlier config\n"
     assert leftovers(tmp_path) == []
+
+
+def test_ctrl_c_during_a_write_leaves_the_old_config_and_no_staging_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ragguard.toml").write_text("# an earlier config\n")
+    replace_interrupted(monkeypatch, lambda dst: dst.name == "report.html")
+    result = invoke("calibrate", NOTES)
+    assert result.exit_code != 0 and not (tmp_path / "ragguard-report" / "report.html").exists()
+    assert (tmp_path / "ragguard.toml").read_text() == "# an earlier config\n"
+    assert leftovers(tmp_path) == []
+    replace_interrupted(monkeypatch, lambda dst: dst.name == "ragguard.toml")
+    result = invoke("calibrate", NOTES, "--no-report")
+    assert result.exit_code != 0
+    assert (tmp_path / "ragguard.toml").read_text() == "# an earlier config\n"
+    assert leftovers(tmp_path) == []
+
+
+def test_a_staging_folder_left_by_a_killed_run_is_removed_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` during a write leaves a staging folder; the next run in that folder
+    removes it, and only it: not a live process's, not another machine's, not a
+    folder named otherwise."""
+    killed = killed_staging_folder(tmp_path)
+    (tmp_path / "ragguard-report").mkdir()
+    report_killed = killed_staging_folder(tmp_path / "ragguard-report")
+    pid = killed.name.split("-")[1]
+    other_host = tmp_path / f".ragguard-{pid}-00000000-abcdefgh.tmp"
+    mine = [other_host, tmp_path / ".ragguard-notes", tmp_path / f".ragguard-{pid}.tmp"]
+    for folder in mine:
+        folder.mkdir()
+    with LiveStaging(tmp_path) as live:
+        result = invoke("calibrate", NOTES)
+        assert result.exit_code == 0, result.output
+        assert live.path.is_dir() and (live.path / "half-written").is_file()
+    assert not killed.exists() and not report_killed.exists()
+    assert all(folder.is_dir() for folder in mine)
+
+
+def test_out_naming_an_input_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """calibrate would write its TOML over the eval set (or a run file) it reads."""
+    evalset = tmp_path / "evalset.jsonl"
+    evalset.write_bytes((NOTES / "evalset.jsonl").read_bytes())
+    run = tmp_path / "bm25.trec"
+    run.write_bytes((NOTES / "runs" / "bm25.trec").read_bytes())
+    line = error_line(invoke("calibrate", evalset, "--run", run, "--out", evalset))
+    assert "--out" in line and "input" in line and "evalset.jsonl" in line
+    line = error_line(invoke("calibrate", evalset, "--run", run, "--out", run, "--no-report"))
+    assert "--out" in line and "bm25.trec" in line
+    # a folder eval set: the files it holds are inputs too
+    line = error_line(invoke("calibrate", NOTES, "--out", NOTES / "evalset.jsonl"))
+    assert "evalset.jsonl" in line and "input" in line
+    assert evalset.read_bytes() == (NOTES / "evalset.jsonl").read_bytes()
+    assert run.read_bytes() == (NOTES / "runs" / "bm25.trec").read_bytes()
+    assert not (tmp_path / "ragguard-report").exists()
 
 
 def test_run_document_ids_that_match_no_label_are_an_error(tmp_path: Path) -> None:

@@ -42,20 +42,18 @@ from ragguard.cli import app
 from ragguard.errors import ConfigError
 from ragguard.rerank import CrossEncoderReranker
 from ragguard.trained import CARD_NAME, PACKAGED_ENCODER, model_kind
-from tests.calibration.test_train_reranker import TOPICS as ALL_TOPICS
+from tests.calibration.test_train_reranker import TOPICS, VALIDATION
 from tests.rerank_models import IDENTITY, build_bi_encoder, build_cross_encoder
 
-pytestmark = pytest.mark.slow  # trains cross-encoders (about 3 of the suite's minutes)
-
-TOPICS = ALL_TOPICS[:20]  # the twenty sports of test_train_reranker
 ORDER = ["relevant", "distractor", "judged", "same_query", "same_title", "random"]
 
 
 def _write_titled_set(folder: Path) -> Path:
-    """20 queries "what is my TOPIC record" over a corpus.jsonl with titles. Per topic:
-    the record (relevant) and a goal (labelled distractor) titled "TOPIC log"; an old
-    plan, also titled "TOPIC log", that only the *next* query retrieves (low); a misc
-    note (title "misc TOPIC") that the query retrieves unlabelled."""
+    """96 queries "what is my TOPIC record" (the topics of test_train_reranker) over a
+    corpus.jsonl with titles. Per topic: the record (relevant) and a goal (labelled
+    distractor) titled "TOPIC log"; an old plan, also titled "TOPIC log", that only the
+    *next* query retrieves (low); a misc note (title "misc TOPIC") that the query
+    retrieves unlabelled."""
     folder.mkdir(parents=True, exist_ok=True)
     corpus, lines = [], []
     n = len(TOPICS)
@@ -169,6 +167,7 @@ def test_the_card_counts_every_negative_type(titled: dict[str, Path], tmp_path: 
     result = train_reranker(
         ev, out=tmp_path / "fusion", base=str(titled["encoder"]), kinds=["fusion"],
         same_query_negatives=1, same_title_negatives=2, random_negatives=1,
+        validation=VALIDATION,
     )  # fmt: skip
     pairs = training_pairs(
         ev, result.split.train, runs=["default"], has_text=lambda q, d: bool(texts.get(q, d)),
@@ -204,7 +203,7 @@ def _cross_result(
     args: dict[str, Any] = {
         "base": str(titled["cross"]), "encoder": str(titled["encoder"]),
         "kinds": ["cross-encoder"], "max_steps": 20, "epochs": 5, "batch_size": 8,
-        "learning_rate": 3e-3, "device": "cpu", "seed": 0,
+        "learning_rate": 3e-3, "device": "cpu", "seed": 0, "validation": VALIDATION,
     }  # fmt: skip
     return train_reranker(load_evalset(evalset or titled["set"]), out=out, **{**args, **kw})
 
@@ -214,6 +213,7 @@ def tuned(titled: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
     return _cross_result(titled, tmp_path_factory.mktemp("tuned") / "scorer")
 
 
+@pytest.mark.slow
 def test_a_fine_tuned_cross_encoder_base_is_written_as_a_cross_encoder_folder(
     tuned: TrainResult, titled: dict[str, Path]
 ) -> None:
@@ -235,7 +235,13 @@ def test_a_fine_tuned_cross_encoder_base_is_written_as_a_cross_encoder_folder(
     # its logits are what every ragguard path returns
     direct = CrossEncoder(str(folder), local_files_only=True, device="cpu")
     query = "what is my squat record"
-    texts = ["squat log\nsquat record 101 lb", "squat log\nwhat is my squat goal plan", "x"]
+    # (with a text it scores below 0: logits all in [0, 1] would rightly warn that they
+    # look like probabilities)
+    texts = [
+        "squat log\nsquat record 101 lb",
+        "squat log\nwhat is my squat goal plan",
+        "misc squat\nsquat misc note",
+    ]
     want_scores = np.asarray(direct.predict([(query, t) for t in texts]), dtype=np.float64)
     loaded = ragguard.load_reranker(str(folder))
     assert isinstance(loaded, CrossEncoderReranker)
@@ -285,6 +291,7 @@ def _swapped_labels(evalset: Path, queries: set[str], folder: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_held_out_labels_never_reach_any_candidate(
     titled: dict[str, Path], tuned: TrainResult, tmp_path: Path
 ) -> None:
@@ -310,6 +317,7 @@ def test_held_out_labels_never_reach_any_candidate(
     assert one.chosen == two.chosen is not None
 
 
+@pytest.mark.slow
 def test_a_cross_encoder_that_does_not_beat_its_base_is_never_written(
     titled: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -342,6 +350,7 @@ def test_a_cross_encoder_that_does_not_beat_its_base_is_never_written(
     assert card["cross-encoder"]["auc_distractor"] == ce.auc_distractor
 
 
+@pytest.mark.slow
 def test_a_new_cross_encoder_from_bi_encoder_weights(
     titled: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -349,6 +358,7 @@ def test_a_new_cross_encoder_from_bi_encoder_weights(
     kw: dict[str, Any] = {
         "base": str(titled["encoder"]), "kinds": ["new-cross-encoder"], "max_steps": 20,
         "epochs": 5, "batch_size": 8, "learning_rate": 3e-3, "device": "cpu",
+        "validation": VALIDATION,
     }  # fmt: skip
     first = train_reranker(ev, out=tmp_path / "a", **kw)
     (new,) = [c for c in first.candidates if c.name == "new-cross-encoder"]
@@ -378,7 +388,7 @@ def test_fusion_over_a_cross_encoder_base_carries_a_copy_of_it(
     out = tmp_path / "fusion"
     result = train_reranker(
         load_evalset(titled["set"]), out=out, base=str(base), encoder=str(titled["encoder"]),
-        kinds=["fusion"],
+        kinds=["fusion"], validation=VALIDATION,
     )  # fmt: skip
     assert result.chosen == "fusion", result.candidates
     card = json.loads((out / CARD_NAME).read_text())
@@ -435,6 +445,7 @@ def test_pretrain_pairs_leave_out_the_eval_set_and_put_same_title_first(
     assert not any("deadlift record 100" in p.text or "101 lb" in p.text for p in pairs)
 
 
+@pytest.mark.slow
 def test_pretrain_data_is_used_counted_and_its_licence_copied(
     titled: dict[str, Path], tuned: TrainResult, tmp_path: Path
 ) -> None:
@@ -474,7 +485,8 @@ def test_cli_cross_encoder_base_and_kind_checks(titled: dict[str, Path], tmp_pat
     res = CliRunner().invoke(
         app,
         ["train-reranker", path, "--out", str(tmp_path / "z"), "--base", str(titled["cross"]),
-         "--kind", "cross-encoder", "--max-steps", "0", "--device", "cpu"],
+         "--kind", "cross-encoder", "--max-steps", "0", "--device", "cpu",
+         "--validation", str(VALIDATION)],
     )  # fmt: skip
     assert res.exit_code == 1 and not (tmp_path / "z").exists()
     assert "not written" in res.stderr and "--rerank" in res.stderr

@@ -21,7 +21,9 @@ nothing and saves the starting model (it then ties with its base and is never wr
 With pre-training pairs (``--pretrain-data``), a first phase of at most ``max_steps``
 steps runs on them before the labelled pairs, without evaluation. The step budget
 (``max_steps`` steps of ``batch_size``, ``max_length`` tokens) is what bounds the time on
-a CPU.
+a CPU. Nothing is printed: the trainer's log dicts (``{'loss': ...}``, which it prints
+to stdout) become ``say`` lines (the training loss, every ``max(1, steps // 5)``
+steps, and each validation AUC), and its progress bar, when asked for, goes to stderr.
 """
 
 from __future__ import annotations
@@ -189,11 +191,31 @@ def _args(cls: Any, out: Path, total: int, s: FineTuning, *, evaluate: bool, **e
     )
 
 
-def _quiet(trainer: Any, s: FineTuning) -> None:
-    """Without a progress bar the trainer prints its log dicts to stdout: a library
-    never prints, so that printer goes (progress comes as ``say`` lines)."""
-    if not s.show_progress_bar:
-        trainer.remove_callback(require("transformers", "train").PrinterCallback)
+def _quiet(trainer: Any, s: FineTuning, say: Say) -> None:
+    """The trainer prints its log dicts (``{'loss': ...}``) to stdout, through its
+    printer or, with a progress bar, through ``tqdm.write``: a library never prints, and
+    stdout is for results. Both go; the training loss comes as ``say`` lines and the
+    bar (on stderr), when wanted, stays without the dicts."""
+    transformers = require("transformers", "train")
+    trainer.remove_callback(transformers.PrinterCallback)
+    trainer.remove_callback(transformers.ProgressCallback)
+    if s.show_progress_bar:
+
+        class Bar(transformers.ProgressCallback):  # type: ignore[misc,name-defined]
+            def on_log(self, *args: Any, **kwargs: Any) -> None:
+                pass  # the bar only: the log dicts come as say lines
+
+        trainer.add_callback(Bar())
+
+    class Lines(transformers.TrainerCallback):  # type: ignore[misc,name-defined]
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any
+        ) -> None:
+            loss = (logs or {}).get("loss")
+            if isinstance(loss, int | float) and state.is_world_process_zero:
+                say(f"  step {state.global_step}: training loss {loss:.4f}")
+
+    trainer.add_callback(Lines())
 
 
 def _steps(n_rows: int, s: FineTuning) -> int:
@@ -225,7 +247,7 @@ def _run(
             args=_args(args_cls, work / "pretrain", n, s, evaluate=False, **extra),
             train_dataset=datasets.Dataset.from_dict(pretrain),
         )
-        _quiet(trainer, s)
+        _quiet(trainer, s, say)
         trainer.train()
         notes.append(f"{trainer.state.global_step} pre-training steps")
     rows = len(next(iter(data.values())))
@@ -243,7 +265,7 @@ def _run(
         evaluator=evaluator,
         callbacks=[transformers.EarlyStoppingCallback(early_stopping_patience=PATIENCE)],
     )
-    _quiet(trainer, s)
+    _quiet(trainer, s, say)
     trainer.train()
     best = trainer.state.best_metric
     notes.append(

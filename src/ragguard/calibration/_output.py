@@ -1,17 +1,45 @@
-"""Checks and atomic writes for the files calibrate, its report and annotate write."""
+"""Checks and atomic writes for the files and folders calibrate, its report, annotate and
+train-reranker write.
+
+**Staging folders.** Each command writes into a hidden staging folder beside its
+output and moves the result into place (the same file system, so each move is
+atomic). A staging folder is named ``.ragguard-[TAG]PID-HOST-RANDOM.tmp``: ``PID`` is
+the writing process, ``HOST`` a short hash of the machine's name. It is removed on the
+way out, on success, failure or Ctrl-C (:class:`KeyboardInterrupt`); only a process
+killed outright (``kill -9``, a power cut) leaves one behind, and the next staging
+folder made in the same place removes it: every folder of exactly that pattern whose
+``HOST`` is this machine and whose process is gone. Nothing else is ever removed (not
+a folder of another machine, of a live process, nor one named otherwise). On Windows a
+process's liveness is not probed, so a leftover there stays until removed by hand.
+
+**Inputs are never outputs.** :func:`check_not_input` refuses an output path that is
+one of the command's inputs or holds one.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
+import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ragguard.errors import ConfigError, RagguardError
 
-__all__ = ["check_output_path", "staging_folder"]
+__all__ = [
+    "check_not_input",
+    "check_output_path",
+    "remove_stale_staging",
+    "staging_folder",
+]
+
+#: ``.ragguard-`` + an optional tag (letters and ``-``) + PID + host hash + tempfile's
+#: random part + ``.tmp``.
+_STAGING = re.compile(r"^\.ragguard-(?P<tag>[a-z]+-)?(?P<pid>\d+)-(?P<host>[0-9a-f]{8})-\w+\.tmp$")
 
 
 def check_output_path(
@@ -42,12 +70,83 @@ def check_output_path(
     return p
 
 
+def check_not_input(
+    path: str | os.PathLike[str],
+    inputs: Iterable[str | os.PathLike[str] | None],
+    *,
+    what: str,
+    error: type[RagguardError] = ConfigError,
+) -> None:
+    """Refuse to write ``path`` when it is one of ``inputs`` or a folder holding one
+    (both resolved, links followed; ``None`` and paths that do not exist are skipped).
+
+    Raises:
+        ``error`` (default :class:`ConfigError`): one line naming ``path``, the input it
+            would replace, and what to do.
+    """
+    target = Path(path).resolve()
+    for given in inputs:
+        if given is None or not Path(given).exists():
+            continue
+        source = Path(given).resolve()
+        if source == target or target in source.parents:
+            held = "is" if source == target else "holds"
+            raise error(
+                f"{what} {path} {held} the input {given}, which writing there would "
+                "replace; write elsewhere"
+            )
+
+
+def _host() -> str:
+    return hashlib.sha256(socket.gethostname().encode("utf-8")).hexdigest()[:8]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` may still run (``True`` whenever that cannot be told)."""
+    if os.name == "nt":  # os.kill(pid, 0) would terminate the process there
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, another user's
+        return True
+    return True
+
+
+def remove_stale_staging(folder: Path) -> list[Path]:
+    """Remove the staging folders in ``folder`` left by dead processes of this machine
+    (see the module docstring); returns those removed."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    host = _host()
+    for entry in entries:
+        m = _STAGING.match(entry.name)
+        if m is None or m["host"] != host or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
 @contextmanager
-def staging_folder(folder: Path) -> Iterator[Path]:
-    """A new hidden folder inside ``folder`` to write files in before :func:`os.replace`
-    moves each into place (the same file system, so each move is atomic). It is removed
-    on the way out, with whatever is still in it, on success or failure."""
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".ragguard-", suffix=".tmp"))
+def staging_folder(folder: Path, *, tag: str = "") -> Iterator[Path]:
+    """A new hidden staging folder inside ``folder`` (named as the module docstring
+    says, ``tag`` a lowercase word such as ``train``) to write files in before they are
+    moved into place. The stale staging folders of dead processes in ``folder`` are
+    removed first. The new one is removed on the way out, with whatever is still in it,
+    on success, failure or :class:`KeyboardInterrupt`."""
+    if tag and not re.fullmatch(r"[a-z]+", tag):
+        raise ValueError(f"tag must be lowercase letters, got {tag!r}")
+    remove_stale_staging(folder)
+    prefix = f".ragguard-{tag + '-' if tag else ''}{os.getpid()}-{_host()}-"
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=prefix, suffix=".tmp"))
     try:
         yield tmp
     finally:

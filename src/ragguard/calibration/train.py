@@ -68,12 +68,29 @@ Default candidates: ``fusion`` and ``bi-encoder`` with a bi-encoder base, ``fusi
 vs labelled distractor and relevant vs every other candidate (the share of (relevant,
 negative) pairs *of the same query* ordered correctly, ties counting half). The
 selection AUC is relevant-vs-distractor when validation has distractors, else
-relevant-vs-other. A trained candidate is eligible only when its selection AUC is
-higher than the base's and its other AUC is not lower; the eligible one with the best
-selection AUC is written. When none is eligible **nothing is written**
-(``TrainResult.path`` is ``None``; the command exits 1): the base is at least as good,
-so use it (``--rerank examples.rerankers:minilm``, ``--rerank BASE_FOLDER``) or label
-more queries.
+relevant-vs-other. Validation must hold at least ``MIN_VALIDATION_QUERIES`` (30)
+*usable* queries, each with a relevant and a non-relevant candidate; with fewer the
+command stops before training (:class:`~ragguard.errors.EvalSetError` saying how many
+more labelled queries it needs), and with none it says that validation has no
+non-relevant candidate. A trained candidate is eligible only when its validation win is
+shown: its selection AUC is higher than the base's, the lower bound of the ``LEVEL``
+(95%) paired bootstrap interval of the difference (:func:`auc_difference`:
+``N_BOOTSTRAP`` resamples of the usable validation queries, seeded by ``seed``) is
+above 0, and its other AUC is not lower. The eligible one with the best selection AUC
+is written, the interval in its card. When none is eligible **nothing is written**
+(``TrainResult.path`` is ``None``, ``TrainResult.why`` says why; the command exits 1):
+the base is as good as far as validation can tell, so use it (``--rerank
+examples.rerankers:minilm``, ``--rerank BASE_FOLDER``) or label more queries.
+
+**The folder.** ``out`` must not exist, be empty, or (with ``overwrite``) be a folder
+that train-reranker wrote and that holds nothing else: its marker file
+(``ragguard-written.json``) lists every file and folder the command wrote, and a folder
+without it, or holding anything it does not list, is refused, as is an ``out`` that is
+or holds one of the command's inputs (the eval set and the corpus beside it, run files,
+``corpus``, ``pretrain_data``, a local ``base`` or ``encoder``, ``inputs``). The new
+folder is written whole in a staging folder beside it (see
+:mod:`ragguard.calibration._output`) and moved into place; the old one is removed only
+after that.
 """
 
 from __future__ import annotations
@@ -83,7 +100,6 @@ import logging
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -95,8 +111,14 @@ from numpy.typing import NDArray
 
 from ragguard._optional import require
 from ragguard.calibration._fine_tune import TextPair
+from ragguard.calibration._output import check_not_input, staging_folder
 from ragguard.calibration._pretrain import normalise, pretrain_pairs, read_pretrain
-from ragguard.calibration.calibrate import data_fingerprint, split_queries
+from ragguard.calibration.calibrate import (
+    Interval,
+    bootstrap_means,
+    data_fingerprint,
+    split_queries,
+)
 from ragguard.calibration.evalset import EvalSet
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.trained import (
@@ -119,10 +141,13 @@ __all__ = [
     "Candidate",
     "Pair",
     "QuerySplit",
+    "Ticker",
     "TrainResult",
     "ValidationQuery",
+    "auc_difference",
     "choose",
     "pair_auc",
+    "queries_needed",
     "split_for_training",
     "train_reranker",
     "training_pairs",
@@ -137,6 +162,18 @@ Progress = Callable[[str], None]
 
 NEGATIVE_KINDS = ("distractor", "judged", "same_query", "same_title", "random")
 WRITABLE = ("fusion", "bi-encoder", "cross-encoder", "new-cross-encoder")
+#: Usable validation queries (a relevant and a non-relevant candidate each) needed to
+#: write anything.
+MIN_VALIDATION_QUERIES = 30
+#: Level of the paired bootstrap interval of a candidate's AUC gain over the base.
+LEVEL = 0.95
+#: Resamples of the validation queries behind that interval.
+N_BOOTSTRAP = 2000
+#: The file in a written folder that lists what train-reranker wrote there.
+MARKER = "ragguard-written.json"
+WRITER = "ragguard train-reranker"
+#: Seconds between two progress lines of a long step.
+PROGRESS_EVERY_S = 30.0
 
 
 # --------------------------------------------------------------------------- queries
@@ -171,13 +208,38 @@ def split_for_training(
             f"training needs at least 2 labelled queries outside the held-out split, got "
             f"{len(calib)}; add queries or lower --holdout"
         )
-    n_val = min(max(1, round(validation * len(calib))), len(calib) - 1)
+    n_val = _n_validation(len(calib), validation)
     perm = np.random.default_rng([seed, 2]).permutation(len(calib))
     val = np.sort(calib[perm[:n_val]])
     train = np.sort(calib[perm[n_val:]])
     return QuerySplit(
         tuple(qids[i] for i in train), tuple(qids[i] for i in val), tuple(qids[i] for i in held)
     )
+
+
+def _n_validation(n_calibration: int, validation: float) -> int:
+    """Validation queries drawn from ``n_calibration`` calibration queries."""
+    return min(max(1, round(validation * n_calibration)), n_calibration - 1)
+
+
+def _n_calibration(n: int, holdout: float) -> int:
+    """Queries left to calibrate on of ``n``: the count of :func:`split_queries`."""
+    return n - (0 if holdout == 0 else max(1, round(holdout * n)))
+
+
+def queries_needed(n_queries: int, usable: int, holdout: float, validation: float) -> int:
+    """The fewest labelled queries to add to ``n_queries`` for validation to reach
+    ``MIN_VALIDATION_QUERIES`` usable ones, with ``usable`` now and each added query
+    usable (a relevant and a non-relevant candidate); 0 when there are enough."""
+    need = MIN_VALIDATION_QUERIES - usable
+    if need <= 0:
+        return 0
+    now = _n_validation(_n_calibration(n_queries, holdout), validation)
+    more = 1
+    # both counts grow by at most one per added query, so this ends
+    while _n_validation(_n_calibration(n_queries + more, holdout), validation) < now + need:
+        more += 1
+    return more
 
 
 # --------------------------------------------------------------------------- pairs
@@ -316,16 +378,58 @@ def validation_queries(
     return out
 
 
+def _ordered(pos: F64, neg: F64) -> tuple[float, int]:
+    """(pairs in the right order, ties counting half; pairs) of one group."""
+    if not (len(pos) and len(neg)):
+        return 0.0, 0
+    diff = pos[:, None] - neg[None, :]
+    return float((diff > 0).sum()) + 0.5 * float((diff == 0).sum()), int(diff.size)
+
+
 def pair_auc(groups: Sequence[tuple[F64, F64]]) -> float:
     """The share of (positive, negative) pairs of the same group scored in the right
     order, ties counting half; NaN when there is no such pair."""
-    right = total = 0.0
-    for pos, neg in groups:
-        if len(pos) and len(neg):
-            diff = pos[:, None] - neg[None, :]
-            right += float((diff > 0).sum()) + 0.5 * float((diff == 0).sum())
-            total += diff.size
+    counts = [_ordered(pos, neg) for pos, neg in groups]
+    right = sum(r for r, _ in counts)
+    total = sum(t for _, t in counts)
     return right / total if total else math.nan
+
+
+def auc_difference(
+    base: Sequence[tuple[F64, F64]],
+    candidate: Sequence[tuple[F64, F64]],
+    *,
+    n_bootstrap: int = N_BOOTSTRAP,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> Interval:
+    """``pair_auc(candidate) - pair_auc(base)`` over the same groups (one per query:
+    the scores of its positives and of its negatives) with the percentile interval of a
+    paired bootstrap over the groups: ``n_bootstrap`` resamples of the groups with
+    replacement (the same draws for both scorers, from
+    ``numpy.random.default_rng([seed, 4])``), both AUCs recomputed on each. A resample
+    without any pair counts as no difference (0). NaN throughout without any pair.
+
+    Raises:
+        ValueError: the groups of the two scorers differ in number or shape.
+    """
+    if len(base) != len(candidate) or any(
+        len(bp) != len(cp) or len(bn) != len(cn)
+        for (bp, bn), (cp, cn) in zip(base, candidate, strict=True)
+    ):
+        raise ValueError("auc_difference compares two scorers on the same groups")
+    rows = [(*_ordered(*b), _ordered(*c)[0]) for b, c in zip(base, candidate, strict=True)]
+    sample = np.array(rows, dtype=np.float64).reshape(-1, 3)  # base right, pairs, cand right
+    total = sample[:, 1].sum()
+    if total == 0:
+        return Interval(math.nan, math.nan, math.nan)
+    point = float((sample[:, 2].sum() - sample[:, 0].sum()) / total)
+    boot = bootstrap_means(sample, n_bootstrap, np.random.default_rng([seed, 4]))
+    pairs = boot[:, 1]
+    diff = np.divide(boot[:, 2] - boot[:, 0], pairs, out=np.zeros_like(pairs), where=pairs > 0)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(diff, [alpha, 1.0 - alpha])
+    return Interval(point, float(low), float(high))
 
 
 # --------------------------------------------------------------------------- candidates
@@ -344,6 +448,9 @@ class Candidate:
         seconds: training time.
         eligible: whether it beats the base (see the module docstring).
         note: anything worth saying (what the base is, steps run).
+        gain: of a trained candidate, its selection AUC minus the base's on the usable
+            validation queries, with the paired bootstrap interval
+            (:func:`auc_difference`); ``None`` for the others.
     """
 
     name: str
@@ -353,6 +460,7 @@ class Candidate:
     seconds: float = 0.0
     eligible: bool = False
     note: str = ""
+    gain: Interval | None = None
 
 
 @dataclass
@@ -370,6 +478,9 @@ class TrainResult:
         card: the model card (also when nothing was written).
         seconds: wall time.
         base_kind: ``bi-encoder`` or ``cross-encoder``: what ``base`` is.
+        why: one line saying why the folder was written, or why not.
+        usable_queries: validation queries with a relevant and a non-relevant
+            candidate (those the bootstrap resamples).
     """
 
     path: Path | None
@@ -381,6 +492,8 @@ class TrainResult:
     card: dict[str, Any] = field(repr=False)
     seconds: float = 0.0
     base_kind: str = "bi-encoder"
+    why: str = ""
+    usable_queries: int = 0
 
     @property
     def base(self) -> Candidate:
@@ -389,9 +502,10 @@ class TrainResult:
 
 def choose(candidates: Sequence[Candidate], metric: str) -> Candidate | None:
     """The candidate to write: among the trained ones that beat the base (the first of
-    ``candidates``; see the module docstring), the best by ``metric``, then by the other
-    AUC, the earliest on a tie; ``None`` when none beats it. Sets each one's
-    ``eligible``."""
+    ``candidates``) by ``metric`` with the lower bound of their ``gain`` interval above
+    0 and the other AUC not lower (see the module docstring), the best by ``metric``,
+    then by the other AUC, the earliest on a tie; ``None`` when none does. Sets each
+    one's ``eligible``."""
     other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
     for c in candidates:
         c.eligible = c.role == "trained" and _eligible(c, candidates[0], metric)
@@ -404,10 +518,48 @@ def choose(candidates: Sequence[Candidate], metric: str) -> Candidate | None:
 def _eligible(c: Candidate, base: Candidate, metric: str) -> bool:
     other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
     mine, theirs = getattr(c, metric), getattr(base, metric)
-    if math.isnan(mine) or not mine > theirs:
+    if math.isnan(mine) or not mine > theirs or not _shown(c.gain):
         return False
     o_mine, o_theirs = getattr(c, other), getattr(base, other)
     return math.isnan(o_theirs) or (not math.isnan(o_mine) and o_mine >= o_theirs)
+
+
+def _shown(gain: Interval | None) -> bool:
+    """Whether the interval of a gain lies above 0."""
+    return gain is not None and gain.low > 0  # NaN compares False
+
+
+def _why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, where: str) -> str:
+    """One line: the written candidate and its gain, or why nothing was written;
+    ``where`` names the queries compared."""
+    base = cands[0]
+    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+    pct = f"{LEVEL:.0%}"
+
+    def gain(c: Candidate) -> str:
+        g = c.gain
+        assert g is not None
+        return (
+            f"{metric} {_fmt(getattr(c, metric))} vs the base's {_fmt(getattr(base, metric))}, "
+            f"gain {g.mean:+.3f}, {pct} interval {g.low:+.3f} to {g.high:+.3f} over {where}"
+        )
+
+    if chosen is not None:
+        return f"{chosen.name} beat the base: {gain(chosen)}"
+    trained = [c for c in cands if c.role == "trained"]
+    ahead = [c for c in trained if getattr(c, metric) > getattr(base, metric)]
+    if not ahead:
+        return f"no trained candidate beat the base on validation {metric}"
+    best = max(ahead, key=lambda c: getattr(c, metric))
+    if not _shown(best.gain):
+        return (
+            f"{best.name} beat the base on validation but not clearly ({gain(best)}: the "
+            "interval reaches 0)"
+        )
+    return (
+        f"{best.name} beat the base on validation {metric} but its {other} is lower "
+        f"({_fmt(getattr(best, other))} vs {_fmt(getattr(base, other))})"
+    )
 
 
 class _Data:
@@ -530,6 +682,7 @@ def train_reranker(
     corpus: Sequence[PathLike] = (),
     passages: Mapping[str, str] | None = None,
     overwrite: bool = False,
+    inputs: Sequence[PathLike] = (),
     progress: Progress | None = None,
     show_progress_bar: bool = False,
 ) -> TrainResult:
@@ -539,7 +692,7 @@ def train_reranker(
     Args:
         evalset: labelled queries with query and passage texts.
         out: the folder to write (created; it must not exist or be empty, unless
-            ``overwrite``).
+            ``overwrite``; never one that is or holds an input).
         run: the runs whose candidates give same-query negatives and validation
             "others" (default: every run of the eval set).
         base: the model to start from and to beat: a bi-encoder
@@ -567,14 +720,21 @@ def train_reranker(
             hundred queries.
         device: torch device for the models (``cpu``, ``cuda``); ``None`` picks one.
         corpus, passages: more passage texts (as for calibrate).
-        overwrite: replace a non-empty ``out``.
-        progress: called with a line for each stage.
+        overwrite: replace an ``out`` folder that train-reranker wrote and that holds
+            nothing else (its marker file lists what it wrote).
+        inputs: more paths the caller read for this run (the CLI gives the eval set and
+            its ``--run`` files); ``out`` must not be or hold one.
+        progress: called with a line for each stage, and every
+            ``PROGRESS_EVERY_S`` seconds of a long one (computing the signals).
         show_progress_bar: show the trainer's progress bar.
 
     Raises:
-        ConfigError: a parameter out of range, an unknown kind, or ``out`` not empty.
-        EvalSetError: unknown run, missing texts, too few queries or pairs, malformed
-            pre-training data.
+        ConfigError: a parameter out of range, an unknown kind, ``out`` not empty
+            (without ``overwrite``), not written by train-reranker or holding anything
+            else (with it), or holding an input.
+        EvalSetError: unknown run, missing texts, too few queries or pairs, validation
+            without a non-relevant candidate or with fewer than
+            ``MIN_VALIDATION_QUERIES`` usable queries, malformed pre-training data.
         MissingDependencyError: scikit-learn / sentence-transformers / datasets missing
             (``pip install "ragguard-context[train]"``).
         RerankModelError: a model cannot be found or loaded.
@@ -592,15 +752,13 @@ def train_reranker(
         ("max_length", max_length, 8),
     ):
         _int_at_least(name, value, low)
-    target = Path(out)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not overwrite:
-        raise ConfigError(
-            f"{target} exists and is not an empty folder; pass overwrite=True (--overwrite)"
-        )
     runs = list(evalset.runs) if run is None else [run] if isinstance(run, str) else list(run)
     for r in runs:
         if r not in evalset.runs:
             raise EvalSetError(f"no run named {r!r}; runs: {', '.join(evalset.runs) or 'none'}")
+    target = Path(out)
+    read = _inputs(evalset, [*corpus, *inputs], pretrain_data, base, encoder)
+    _check_out(target, read, overwrite)
     base_kind = model_kind(base)
     kinds = _check_kinds(kinds, base_kind)
     if base_kind == "bi-encoder" and encoder not in (None, base):
@@ -621,17 +779,17 @@ def train_reranker(
         random_negatives=random_negatives, seed=seed,
     )  # fmt: skip
     val = validation_queries(evalset, split.validation, runs=runs, has_text=data.has_text)
+    usable = _check_validation(val, len(split.validation), len(evalset.qids), holdout, validation)
     counts = _pair_counts(pairs)
     if not counts["relevant"] or counts["relevant"] == counts["total"]:
         raise EvalSetError(
             f"training needs relevant passages and negatives with texts; got {counts}. Give "
             "passage texts (candidates' 'text', corpus.jsonl beside the eval set, --corpus)"
         )
-    if not val:
-        raise EvalSetError("no validation query has a relevant passage with a text")
     say(
         f"{len(split.train)} training, {len(split.validation)} validation queries "
-        f"({len(split.held_out)} held out, never read); {counts['total']} pairs: "
+        f"({len(usable)} usable; {len(split.held_out)} held out, never read); "
+        f"{counts['total']} pairs: "
         + ", ".join(f"{counts[k]} {k}" for k in ("relevant", *NEGATIVE_KINDS))
     )
     extra: list[TextPair] = []
@@ -671,20 +829,27 @@ def train_reranker(
     names = signals.names
     base_col = names.index("cross_encoder") if cross is not None else 0
 
-    def matrix(qid: str, docs: Sequence[str], sources: Sequence[str] | None = None) -> F64:
-        src = sources or [qid] * len(docs)
-        texts = [data.text(s, d) for s, d in zip(src, docs, strict=True)]
-        return signals.matrix(data.query(qid), texts)
-
-    n_scored = len(pairs) + sum(len(v.docs) for v in val)
-    say(f"computing {len(names)} signals for {n_scored} (query, passage) pairs")
-    val_x = [matrix(v.qid, v.docs) for v in val]
     by_query: dict[str, list[int]] = {}
     for i, p in enumerate(pairs):
         by_query.setdefault(p.qid, []).append(i)
+    groups = [(v.qid, [data.text(v.qid, d) for d in v.docs]) for v in val]
+    groups += [
+        (qid, [data.text(pairs[i].text_qid, pairs[i].doc) for i in rows])
+        for qid, rows in by_query.items()
+    ]
+    n_scored = sum(len(docs) for _, docs in groups)
+    say(f"computing {len(names)} signals for {n_scored} (query, passage) pairs")
+    _embed(signals, [t for qid, docs in groups for t in (data.query(qid), *docs)], say)
+    ticker = Ticker("signals", n_scored, "pairs", say)
+    xs = []
+    for qid, docs in groups:
+        xs.append(signals.matrix(data.query(qid), docs))
+        ticker.add(len(docs))
+    ticker.close()
+    val_x = xs[: len(val)]
     train_x = np.zeros((len(pairs), len(names)))
-    for qid, rows in by_query.items():
-        train_x[rows] = matrix(qid, [pairs[i].doc for i in rows], [pairs[i].text_qid for i in rows])
+    for rows, x in zip(by_query.values(), xs[len(val) :], strict=True):
+        train_x[rows] = x
     y = np.array([p.target for p in pairs])
 
     base_note = (
@@ -692,6 +857,8 @@ def train_reranker(
         if cross is not None
         else f"cosine of the bi-encoder {base}"
     )
+    metric = "auc_distractor" if any(v.distractors for v in val) else "auc_other"
+    judge = _Judge(val, usable, metric, [x[:, base_col] for x in val_x], seed)
     cands: list[Candidate] = []
     for j in [base_col, *(k for k in range(len(names)) if k != base_col)]:
         d, o = _aucs(val, [x[:, j] for x in val_x])
@@ -699,20 +866,14 @@ def train_reranker(
             cands.append(Candidate("base", "base", d, o, note=base_note))
         else:
             cands.append(Candidate(names[j], "input", d, o))
-    metric = "auc_distractor" if not math.isnan(cands[0].auc_distractor) else "auc_other"
     head: dict[str, Any] | None = None
     if "fusion" in kinds:
         t0 = time.perf_counter()
         head = {"features": names, **_fit_fusion(train_x, y, seed)}
-        d, o = _aucs(val, [_fusion_scores(head, x) for x in val_x])
-        cands.append(Candidate("fusion", "trained", d, o, time.perf_counter() - t0))
+        scores = [_fusion_scores(head, x) for x in val_x]
+        cands.append(judge.candidate("fusion", scores, time.perf_counter() - t0))
     tuned: dict[str, Path] = {}
-    work = Path(
-        tempfile.mkdtemp(
-            prefix=".ragguard-train-", dir=target.parent if target.parent.exists() else None
-        )
-    )
-    try:
+    with staging_folder(_existing_ancestor(target), tag="train") as work:
         if neural:
             from ragguard.calibration import _fine_tune as ft
 
@@ -743,12 +904,15 @@ def train_reranker(
                         new_head=trained == "new-cross-encoder", pretrain=extra, say=say,
                     )  # fmt: skip
                     scores = ft.cross_encoder_scores(load_cross_encoder(folder, device), checks)
-                d, o = _aucs(val, scores)
                 tuned[trained] = folder
-                took = time.perf_counter() - t0
-                cands.append(Candidate(trained, "trained", d, o, took, note=note))
-                say(f"{trained}: validation AUC {_fmt(d)} (vs distractor), {_fmt(o)} (vs other)")
+                c = judge.candidate(trained, scores, time.perf_counter() - t0, note)
+                cands.append(c)
+                say(
+                    f"{trained}: validation AUC {_fmt(c.auc_distractor)} (vs distractor), "
+                    f"{_fmt(c.auc_other)} (vs other)"
+                )
         chosen = choose(cands, metric)
+        why = _why(cands, chosen, metric, judge.where())
         kind = None if chosen is None else chosen.name
         settings_card = {
             "holdout": holdout, "validation": validation, "seed": seed, "runs": runs,
@@ -775,7 +939,7 @@ def train_reranker(
         )
         card = _card(
             evalset, runs, base, base_kind, encoder_spec, kind, head, cands, metric, split,
-            counts, pretrain_card, settings_card, time.perf_counter() - started,
+            counts, pretrain_card, settings_card, time.perf_counter() - started, len(usable),
         )  # fmt: skip
         path: Path | None = None
         if chosen is not None:
@@ -784,17 +948,255 @@ def train_reranker(
             _write(stage, card, lexical, tuned.get(chosen.name), base, encoder_spec)
             for f in pretrain.licences if licences and pretrain is not None else ():
                 shutil.copyfile(f, stage / f"PRETRAIN-{f.name}")
-            if target.exists():
-                shutil.rmtree(target) if target.is_dir() else target.unlink()
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(stage), str(target))
+            _mark(stage)
+            _install(stage, target, work / "replaced", read, overwrite)
             path = target
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return TrainResult(
         path, kind, cands, metric, split, counts, card, time.perf_counter() - started,
-        base_kind,
+        base_kind, why, len(usable),
     )  # fmt: skip
+
+
+class Ticker:
+    """Progress lines for a long step of ``total`` units: one every ``every`` seconds
+    (none for a step that ends sooner), then one when it ends if any was said.
+
+    Args:
+        what: the step (``signals``).
+        total: units to do.
+        unit: their name (``pairs``).
+        say: called with each line.
+        every: seconds between lines (default ``PROGRESS_EVERY_S``).
+        clock: a monotonic clock (seconds).
+    """
+
+    def __init__(
+        self,
+        what: str,
+        total: int,
+        unit: str,
+        say: Progress,
+        *,
+        every: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.what, self.total, self.unit, self.say = what, total, unit, say
+        self.every = PROGRESS_EVERY_S if every is None else every
+        self.clock = clock
+        self.done = 0
+        self.start = self.last = clock()
+        self.lines = 0
+
+    def add(self, n: int) -> None:
+        """Count ``n`` more units done; say a line when ``every`` seconds have passed."""
+        self.done += n
+        now = self.clock()
+        if now - self.last < self.every or self.done >= self.total:
+            return
+        took = now - self.start
+        left = took * (self.total - self.done) / self.done if self.done else math.nan
+        self.say(
+            f"  {self.what}: {self.done:,} of {self.total:,} {self.unit} "
+            f"({self.done / self.total:.0%}) in {_duration(took)}, about {_duration(left)} left"
+        )
+        self.last = now
+        self.lines += 1
+
+    def close(self) -> None:
+        """The last line (when a line was said): every unit done, and the time taken."""
+        if self.lines:
+            took = self.clock() - self.start
+            self.say(f"  {self.what}: {self.total:,} {self.unit} in {_duration(took)}")
+
+
+def _embed(signals: Signals, texts: Sequence[str], say: Progress, chunk: int = 256) -> None:
+    """Embed the distinct ``texts`` in chunks of ``chunk`` into the signals' cache (big
+    batches, and progress lines while it runs)."""
+    todo = list(dict.fromkeys(texts))
+    ticker = Ticker("embedding", len(todo), "texts", say)
+    for lo in range(0, len(todo), chunk):
+        signals.embed(todo[lo : lo + chunk])
+        ticker.add(len(todo[lo : lo + chunk]))
+    ticker.close()
+
+
+def _duration(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "?"
+    s = round(seconds)
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+class _Judge:
+    """Scores a candidate on validation: both AUCs and, on the usable queries, its gain
+    over the base by ``metric`` with the paired bootstrap interval."""
+
+    def __init__(
+        self,
+        val: Sequence[ValidationQuery],
+        usable: Sequence[int],
+        metric: str,
+        base_scores: Sequence[F64],
+        seed: int,
+    ) -> None:
+        self.val, self.usable, self.metric, self.seed = val, usable, metric, seed
+        self.base = self.groups(base_scores)
+
+    def where(self) -> str:
+        """The queries compared: ``34 validation queries``, and how many of them have
+        pairs for the metric when not all do (``, 3 with a labelled distractor``)."""
+        with_pairs = sum(1 for pos, neg in self.base if len(pos) and len(neg))
+        what = "labelled distractor" if self.metric == "auc_distractor" else "other candidate"
+        some = f", {with_pairs} with a {what}" if with_pairs < len(self.base) else ""
+        return f"{len(self.base)} validation queries{some}"
+
+    def groups(self, scores: Sequence[F64]) -> list[tuple[F64, F64]]:
+        """Per usable query: scores of the relevant passages and of the negatives by
+        ``metric``."""
+        out = []
+        for i in self.usable:
+            v, s = self.val[i], scores[i]
+            a, b = len(v.relevant), len(v.relevant) + len(v.distractors)
+            out.append((s[:a], s[a:b] if self.metric == "auc_distractor" else s[b:]))
+        return out
+
+    def candidate(
+        self, name: str, scores: Sequence[F64], seconds: float, note: str = ""
+    ) -> Candidate:
+        d, o = _aucs(self.val, scores)
+        gain = auc_difference(self.base, self.groups(scores), seed=self.seed)
+        return Candidate(name, "trained", d, o, seconds, note=note, gain=gain)
+
+
+def _check_validation(
+    val: Sequence[ValidationQuery], n_validation: int, n_queries: int, holdout: float,
+    validation: float,
+) -> list[int]:  # fmt: skip
+    """The positions in ``val`` of the usable queries (a relevant and a non-relevant
+    candidate), when there are enough to show a win.
+
+    Raises:
+        EvalSetError: no validation query has a relevant passage, or none has a
+            non-relevant candidate, or fewer than ``MIN_VALIDATION_QUERIES`` are usable.
+    """
+    if not val:
+        raise EvalSetError("no validation query has a relevant passage with a text")
+    usable = [i for i, v in enumerate(val) if v.distractors or v.others]
+    if not usable:
+        raise EvalSetError(
+            f"validation queries have no non-relevant candidate: each of the {len(val)} "
+            "with a relevant passage lists only relevant passages, so no candidate can be "
+            "compared with the base; label distractors or passages not relevant "
+            "('distractors', 'not_relevant') or give runs with more candidates"
+        )
+    if len(usable) < MIN_VALIDATION_QUERIES:
+        more = queries_needed(n_queries, len(usable), holdout, validation)
+        raise EvalSetError(
+            f"validation has {len(usable)} usable queries (a relevant and a non-relevant "
+            f"candidate each; {n_validation} validation queries in all), too few to show a "
+            f"win over the base: label at least {more} more queries with both to reach "
+            f"{MIN_VALIDATION_QUERIES} (validation takes {validation:g} of the queries not "
+            f"held out), or raise --validation"
+        )
+    return usable
+
+
+def _inputs(
+    evalset: EvalSet,
+    paths: Sequence[PathLike],
+    pretrain_data: PathLike | None,
+    base: str,
+    encoder: str | None,
+) -> list[PathLike]:
+    """Every path the command reads: the eval set (and the corpus beside it), its runs'
+    files, ``paths``, the pre-training data and a local base or encoder folder."""
+    out: list[PathLike] = [*paths]
+    if evalset.source:
+        out.append(evalset.source)
+        if Path(evalset.source).is_file():  # passage_sources reads the corpus beside it
+            out.append(Path(evalset.source).parent / "corpus.jsonl")
+    out += [s for r in evalset.runs.values() if (s := r.source)]
+    if pretrain_data is not None:
+        out.append(pretrain_data)
+    out += [m for m in (base, encoder) if m and not m.startswith("package:")]
+    return [p for p in out if Path(p).exists()]
+
+
+def _existing_ancestor(target: Path) -> Path:
+    """The nearest existing folder above ``target`` (its staging folder goes there)."""
+    return next(a for a in target.absolute().parents if a.exists())
+
+
+def _listed(folder: Path) -> list[str]:
+    """Every file and folder under ``folder`` (links not followed), as relative POSIX
+    paths, sorted."""
+    out = []
+    for root, dirs, files in os.walk(folder):
+        rel = Path(root).relative_to(folder)
+        out += [(rel / n).as_posix() for n in [*dirs, *files]]
+    return sorted(out)
+
+
+def _mark(stage: Path) -> None:
+    """Write the marker listing everything in ``stage``."""
+    listing = {"written_by": WRITER, "files": _listed(stage)}
+    (stage / MARKER).write_text(json.dumps(listing, indent=1) + "\n", encoding="utf-8")
+
+
+def _check_out(target: Path, inputs: Sequence[PathLike], overwrite: bool) -> None:
+    """Refuse an ``out`` that holds an input, that is not a folder, or that is not empty
+    and either ``overwrite`` is off or it holds anything train-reranker did not write
+    (see the module docstring).
+
+    Raises:
+        ConfigError: one line naming the folder and what to do.
+    """
+    check_not_input(target, inputs, what="--out")
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise ConfigError(f"--out {target} is a file or a link, not a folder; give a folder")
+    if not target.exists() or not any(target.iterdir()):
+        return
+    if not overwrite:
+        raise ConfigError(
+            f"{target} exists and is not an empty folder; pass overwrite=True (--overwrite) "
+            "to replace a folder train-reranker wrote"
+        )
+    try:
+        listing = json.loads((target / MARKER).read_text(encoding="utf-8"))
+        listed = set(listing["files"]) if listing.get("written_by") == WRITER else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        listed = None
+    if listed is None:
+        raise ConfigError(
+            f"--overwrite replaces only a folder train-reranker wrote, and {target} has no "
+            f"readable {MARKER} of it; give another --out"
+        )
+    foreign = [p for p in _listed(target) if p not in listed and p != MARKER]
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise ConfigError(
+            f"--overwrite replaces only what train-reranker wrote, and {target} also holds "
+            f"{foreign[0]}{more}; move them or give another --out"
+        )
+
+
+def _install(
+    stage: Path, target: Path, aside: Path, inputs: Sequence[PathLike], overwrite: bool
+) -> None:
+    """Move ``stage`` to ``target``; an existing ``target`` is checked again (it may have
+    changed while training), moved to ``aside`` (removed with the staging folder), and
+    put back if the move fails."""
+    _check_out(target, inputs, overwrite)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    moved = target.exists()
+    if moved:
+        shutil.move(str(target), str(aside))
+    try:
+        shutil.move(str(stage), str(target))
+    except BaseException:
+        if moved and not target.exists():
+            shutil.move(str(aside), str(target))
+        raise
 
 
 def _card(
@@ -812,6 +1214,7 @@ def _card(
     pretrain: dict[str, Any] | None,
     settings: dict[str, Any],
     seconds: float,
+    usable: int,
 ) -> dict[str, Any]:
     from ragguard import __version__
 
@@ -846,8 +1249,13 @@ def _card(
         "pretrain": pretrain,
         "validation": {
             "selection_metric": metric,
-            "rule": "written only when the selection AUC beats the base's and the other AUC "
-            "is not lower",
+            "rule": f"written only when the selection AUC beats the base's, the lower bound "
+            f"of the {LEVEL:.0%} paired bootstrap interval of the gain is above 0, and the "
+            "other AUC is not lower",
+            "queries": usable,
+            "min_queries": MIN_VALIDATION_QUERIES,
+            "level": LEVEL,
+            "n_bootstrap": N_BOOTSTRAP,
             "candidates": {
                 c.name: {k: v for k, v in asdict(c).items() if k != "name"} for c in cands
             },
@@ -884,8 +1292,9 @@ def _write(
         if card["cross_encoder"] == "cross-encoder":
             shutil.copytree(resolve_model(base), folder / "cross-encoder")
         (folder / "lexical.json").write_text(json.dumps(lexical.to_json()), encoding="utf-8")
-    (folder / CARD_NAME).write_text(json.dumps(_clean(card), indent=2) + "\n", encoding="utf-8")
-    (folder / "README.md").write_text(card_markdown(card), encoding="utf-8")
+    clean = _clean(card)
+    (folder / CARD_NAME).write_text(json.dumps(clean, indent=2) + "\n", encoding="utf-8")
+    (folder / "README.md").write_text(card_markdown(clean), encoding="utf-8")
 
 
 def _clean(value: Any) -> Any:
@@ -901,6 +1310,11 @@ def _clean(value: Any) -> Any:
 
 def _fmt(x: Any) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def _fmt_signed(gain: Mapping[str, Any]) -> str:
+    low, high = gain["low"], gain["high"]
+    return "n/a" if low is None or high is None else f"{low:+.3f}, {high:+.3f}"
 
 
 def card_markdown(card: Mapping[str, Any]) -> str:
@@ -929,15 +1343,20 @@ def card_markdown(card: Mapping[str, Any]) -> str:
     lines += [
         f"- seed: {card['settings']['seed']}; training time: {card['training_seconds']:.1f} s",
         "",
-        f"Validation AUCs (chosen by {v['selection_metric']}; {v['rule']}):",
+        f"Validation AUCs on {v['queries']} usable queries (chosen by "
+        f"{v['selection_metric']}; {v['rule']}; {v['n_bootstrap']} resamples of the "
+        "queries):",
         "",
-        "| candidate | role | relevant vs distractor | relevant vs other | note |",
-        "|---|---|---|---|---|",
+        f"| candidate | role | relevant vs distractor | relevant vs other | gain over the base "
+        f"({v['level']:.0%} interval) | note |",
+        "|---|---|---|---|---|---|",
     ]
     for name, c in v["candidates"].items():
+        g = c.get("gain")
+        gain = "" if not g or g["mean"] is None else f"{g['mean']:+.3f} [{_fmt_signed(g)}]"
         lines.append(
             f"| {name} | {c['role']} | {_fmt(c['auc_distractor'])} | {_fmt(c['auc_other'])} "
-            f"| {c['note']} |"
+            f"| {gain} | {c['note']} |"
         )
     lines += [
         "",

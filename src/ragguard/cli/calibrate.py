@@ -4,6 +4,8 @@ and a report."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -261,8 +263,11 @@ def calibrate(
                 partial_grade=partial_grade,
             )
 
-        _check_outputs(out_path, None if no_report else report)
+        given = [evalset, *(run or ()), profiles, *(corpus or ()), rerank_run]
+        _check_outputs(out_path, None if no_report else report, given)
         es = load_evalset_for_cli(evalset, run, score_kind=score_kind, retriever=retriever)
+        read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
+        _check_outputs(out_path, None if no_report else report, read)
         constraints = [Constraint.parse(c) for c in constraint or ()]
         with scoring_progress() as progress:
             two_stage = rerank_options(
@@ -356,16 +361,22 @@ def _print_report_line(report_paths: WrittenReport | None) -> None:
         )
 
 
-def _check_outputs(config: Path, report: Path | None) -> None:
-    """Fail before the sweep when the outputs cannot be written where asked."""
-    from ragguard.calibration._output import check_output_path
+def _check_outputs(
+    config: Path, report: Path | None, inputs: Sequence[str | os.PathLike[str] | None]
+) -> None:
+    """Fail before the sweep when the outputs cannot be written where asked, or would
+    replace one of the command's ``inputs``."""
+    from ragguard.calibration._output import check_not_input, check_output_path
     from ragguard.errors import ConfigError
 
     check_output_path(config, folder=False, what="the config (--out)")
+    check_not_input(config, inputs, what="--out")
     if report is None:
         return
     check_output_path(report, folder=True, what="the report (--report)")
     taken = {report, *(report / name for name in ("report.md", "report.html", "plots"))}
+    for path in taken - {report}:
+        check_not_input(path, inputs, what="--report")
     if config.resolve() in {p.resolve() for p in taken}:
         raise ConfigError(
             f"--out {config} and --report {report} collide: the report writes that path; "

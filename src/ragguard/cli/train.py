@@ -1,11 +1,12 @@
 """``ragguard train-reranker``: a second-stage scorer from the eval set's labels, written
-only when it beats its base on validation queries."""
+only when it clearly beats its base on validation queries. Results on stdout, progress
+on stderr."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -14,11 +15,21 @@ from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
 from ragguard.cli._two_stage import CorpusOpt
 
+if TYPE_CHECKING:
+    from ragguard.calibration.calibrate import Interval
+
 __all__ = ["train_reranker"]
 
 
 def _auc(x: float) -> str:
     return "" if math.isnan(x) else f"{x:.3f}"
+
+
+def _gain(gain: Interval | None) -> tuple[str, str]:
+    """A trained candidate's gain over the base and its interval (blank for the others)."""
+    if gain is None or math.isnan(gain.low):
+        return "", ""
+    return f"{gain.mean:+.3f}", f"{gain.low:+.3f},{gain.high:+.3f}"
 
 
 @app.command("train-reranker")
@@ -30,7 +41,8 @@ def train_reranker(
             "--out",
             metavar="DIR",
             help="Folder to write the scorer and its model card to (must not exist or be "
-            "empty, unless --overwrite). Nothing is written when no candidate beats the base.",
+            "empty, unless --overwrite; never one holding an input). Nothing is written "
+            "when no candidate clearly beats the base.",
             show_default=False,
         ),
     ],
@@ -120,7 +132,12 @@ def train_reranker(
     ] = None,
     corpus: CorpusOpt = None,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace a non-empty --out folder.")
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace an --out folder that train-reranker wrote (its "
+            "ragguard-written.json lists what); one holding anything else is refused.",
+        ),
     ] = False,
     verbose: Verbose = False,
 ) -> None:
@@ -129,8 +146,10 @@ def train_reranker(
     Candidates are trained on calibrate's calibration queries (the held-out ones are never
     read) and compared on validation queries by AUC, relevant vs labelled distractor and
     relevant vs other candidates. The best one is written only when it beats the untrained
-    base; otherwise nothing is written and the command exits 1. Then calibrate with it:
-    ragguard calibrate EVALSET --rerank DIR.
+    base with the 95% paired bootstrap interval of the gain (over validation queries)
+    above 0, which needs at least 30 validation queries with a relevant and a
+    non-relevant candidate; otherwise nothing is written and the command exits 1. Then
+    calibrate with it: ragguard calibrate EVALSET --rerank DIR.
 
     Pairs: relevant passages (grades as soft targets), then labelled distractors, judged
     not relevant, same-topic negatives (top unlabelled candidates of the query, passages
@@ -158,20 +177,22 @@ def train_reranker(
             device=device,
             corpus=[str(c) for c in corpus or ()],
             overwrite=overwrite,
+            inputs=[evalset, *(run or ())],
             progress=lambda line: err.print(escape(line), highlight=False),
             show_progress_bar=True,
         )
         table = compact_table(
-            f"validation: {len(result.split.validation)} queries "
+            f"validation AUCs on {result.usable_queries} usable queries "
             f"(chosen by {result.selection_metric})"
         )
-        for col in ("candidate", "role", "rel vs distractor", "rel vs other", "seconds"):
+        cols = ("candidate", "role", "vs distractor", "vs other", "gain", "95% interval", "s")
+        for col in cols:
             table.add_column(col, justify="left" if col in ("candidate", "role") else "right")
         for c in result.candidates:
             mark = " *" if c.name == result.chosen else ""
             table.add_row(
                 c.name + mark, c.role, _auc(c.auc_distractor), _auc(c.auc_other),
-                f"{c.seconds:.1f}" if c.role == "trained" else "",
+                *_gain(c.gain), f"{c.seconds:.1f}" if c.role == "trained" else "",
             )  # fmt: skip
         out.print(table)
         if result.path is None:
@@ -181,12 +202,13 @@ def train_reranker(
                 else f"{escape(base)} cosine, e.g. --rerank examples.rerankers:minilm"
             )
             err.print(
-                "[bold red]not written:[/] no trained candidate beat the base "
-                f"({what}) on validation; use the base as it is or label more queries",
+                f"[bold red]not written:[/] {escape(result.why)}; use the base as it is "
+                f"({what}) or label more queries",
                 highlight=False,
                 soft_wrap=True,
             )
             raise typer.Exit(1)
+        out.print(escape(result.why), highlight=False, soft_wrap=True)
         out.print(
             f"wrote {escape(str(result.path))} ({result.chosen}, {result.seconds:.1f} s); next: "
             f"ragguard calibrate {escape(str(evalset))} --rerank {escape(str(result.path))} "

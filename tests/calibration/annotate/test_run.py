@@ -370,6 +370,23 @@ def test_unwritable_outputs_are_named_before_any_work(small_evalset: Path, tmp_p
     assert not list(tmp_path.glob("*.progress")) and not (tmp_path / "u.jsonl").exists()
 
 
+def test_an_output_that_is_an_input_is_refused_before_any_work(
+    small_evalset: Path, tmp_path: Path
+) -> None:
+    """``annotate eval.jsonl --out eval.jsonl`` would replace the eval set it reads."""
+    before = small_evalset.read_bytes()
+    est = FakeEstimator(_p)
+    for outputs in (
+        {"out": small_evalset},
+        {"out": tmp_path / "u.jsonl", "udcg_out": small_evalset},
+        {"out": tmp_path / "u.jsonl", "progress_file": small_evalset},
+    ):
+        with pytest.raises(AnnotationError, match=r"annotate output .*eval\.jsonl.* input"):
+            annotate(small_evalset, est, **outputs)  # type: ignore[arg-type]
+    assert est.asked == [] and small_evalset.read_bytes() == before
+    assert not (tmp_path / "u.jsonl").exists()
+
+
 def test_a_progress_file_that_cannot_be_used_is_named(tmp_path: Path) -> None:
     from ragguard.calibration.annotate._store import ProgressStore
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ragguard.calibration._output import check_output_path
+from ragguard.calibration._output import check_not_input, check_output_path
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
 from ragguard.calibration.annotate._judge import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
@@ -172,6 +172,11 @@ def annotate(
             )
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
     es, texts = _load(evalset, format, runs, corpus_list)
+    read = [es.source, *(r.source for r in es.runs.values()), *corpus_list]
+    read += [] if isinstance(evalset, EvalSet) else [evalset]
+    for path in (out_path, udcg_path, store_path):
+        if path is not None:  # writing would replace a file it reads
+            check_not_input(path, read, what="the annotate output", error=AnnotationError)
     if passages:
         texts.by_doc.update({str(k): v for k, v in passages.items()})
     policy: Unjudged = unjudged or ("judge" if judge is not None else "irrelevant")
