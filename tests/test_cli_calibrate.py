@@ -29,6 +29,7 @@ from ragguard.calibration import (
 )
 from ragguard.cli import app
 from ragguard.errors import ConfigError, EvalSetError, RetrieverError
+from tests.cli_checks import error_line
 from tests.faults import (
     LiveStaging,
     killed_staging_folder,
@@ -287,15 +288,6 @@ def test_config_show_without_a_file_uses_profile_defaults() -> None:
 def leftovers(root: Path) -> list[Path]:
     """Temporary files or folders anywhere under ``root``."""
     return [p for p in root.rglob("*") if p.name.endswith(".tmp") or ".ragguard-" in p.name]
-
-
-def error_line(result: Result) -> str:
-    """The error a failed command printed: one line, the last on stderr, exit code 1."""
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.rstrip().splitlines()
-    assert lines[-1].startswith("error: ") and result.stderr.count("error:") == 1, result.stderr
-    return lines[-1]
 
 
 def test_out_naming_a_folder_fails_before_anything_is_written(tmp_path: Path) -> None:

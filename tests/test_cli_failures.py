@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from ragguard.calibration import rerank_scores
 from ragguard.cli import app
+from tests.cli_checks import error_line
 from tests.faults import block_network
 from tests.test_cli_two_stage import write_folder
 from tests.test_trained import TAMPERED, trained_folder
@@ -179,14 +180,8 @@ def test_every_failure_is_one_typed_line(
     args = [command, str(setup.data), *options, *extra]
     if command == "calibrate":
         args += ["--no-report", "--out", "written.toml", "--min-recall", "0"]
-    res = runner.invoke(app, args)
-    assert res.exit_code == 1, res.output
-    assert isinstance(res.exception, SystemExit)  # handled, not raised through
-    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0] == lines[-1], res.stderr
-    assert named in errors[0], errors[0]
+    line = error_line(runner.invoke(app, args))
+    assert named in line, line
     # nothing written: no config, no trained folder, no annotations, no staging folder
     after = {p for p in setup.tmp.rglob("*")} - before - made
     written = {p for p in after if "default-cache" not in p.parts and p.suffix != ".sqlite"}

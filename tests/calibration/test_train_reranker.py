@@ -34,6 +34,7 @@ from ragguard.calibration.train import (
 from ragguard.cli import app
 from ragguard.rerank import CrossEncoderReranker
 from ragguard.trained import CARD_NAME, TrainedReranker
+from tests.cli_checks import error_line
 from tests.faults import LiveStaging, killed_staging_folder
 from tests.rerank_models import build_bi_encoder
 
@@ -328,15 +329,6 @@ def _invoke(*args: object) -> Result:
     return CliRunner().invoke(app, ["train-reranker", *(str(a) for a in args)])
 
 
-def _error_line(res: Result) -> str:
-    """The one line a refused command printed: exit 1, no traceback."""
-    assert res.exit_code == 1, res.output
-    assert "Traceback" not in res.output
-    lines = res.stderr.rstrip().splitlines()
-    assert lines[-1].startswith("error: ") and res.stderr.count("error:") == 1, res.stderr
-    return lines[-1]
-
-
 def _validation_count(n: int, holdout: float, validation: float) -> int:
     """Validation queries of an n-query set, by splitting a real one."""
     ev = EvalSet.from_dicts({f"q{i}": {"d": 1} for i in range(n)})
@@ -352,7 +344,7 @@ def test_a_win_on_a_few_validation_queries_is_never_written(
     _, encoder = data
     path = _write_set(tmp_path / "small", n=24)
     out = tmp_path / "out"
-    line = _error_line(_invoke(path, "--out", out, "--base", encoder, "--kind", "fusion"))
+    line = error_line(_invoke(path, "--out", out, "--base", encoder, "--kind", "fusion"))
     have = _validation_count(24, 0.3, 0.2)
     assert f"validation has {have} usable queries" in line
     more = int(line.split("label at least ")[1].split()[0])
@@ -383,7 +375,7 @@ def test_validation_without_a_non_relevant_candidate_says_so(
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     out = tmp_path / "out"
     args = (path, "--out", out, "--base", encoder, "--kind", "fusion", "--validation", VALIDATION)
-    line = _error_line(_invoke(*args))
+    line = error_line(_invoke(*args))
     assert "validation queries have no non-relevant candidate" in line
     assert "beat the base" not in line and not out.exists()
 
@@ -470,19 +462,19 @@ def test_overwrite_never_deletes_the_inputs_or_what_it_did_not_write(
     (d / "eval.jsonl").write_bytes(path.read_bytes())
     (d / "notes.txt").write_text("my notes")
     common = ("--base", encoder, "--kind", "fusion", "--validation", VALIDATION)
-    line = _error_line(_invoke(d / "eval.jsonl", "--out", d, "--overwrite", *common))
+    line = error_line(_invoke(d / "eval.jsonl", "--out", d, "--overwrite", *common))
     assert "input" in line and "eval.jsonl" in line
     assert sorted(p.name for p in d.iterdir()) == ["eval.jsonl", "notes.txt"]
     assert (d / "eval.jsonl").read_bytes() == path.read_bytes()
     # --out naming the eval set file itself
-    line = _error_line(_invoke(d / "eval.jsonl", "--out", d / "eval.jsonl", "--overwrite", *common))
+    line = error_line(_invoke(d / "eval.jsonl", "--out", d / "eval.jsonl", "--overwrite", *common))
     assert "input" in line and (d / "eval.jsonl").read_bytes() == path.read_bytes()
 
     # a folder it did not write (no marker), even holding only names it writes
     other = tmp_path / "other"
     other.mkdir()
     (other / "README.md").write_text("mine")
-    line = _error_line(_invoke(path, "--out", other, "--overwrite", *common))
+    line = error_line(_invoke(path, "--out", other, "--overwrite", *common))
     assert "ragguard-written.json" in line and (other / "README.md").read_text() == "mine"
 
     # a folder it wrote: the marker lists everything in it
@@ -494,12 +486,12 @@ def test_overwrite_never_deletes_the_inputs_or_what_it_did_not_write(
     assert sorted([*listed, "ragguard-written.json"]) == every
     # ... then something else is put in it: refused, and nothing is lost
     (out / "encoder" / "my-notes.txt").write_text("keep me")
-    line = _error_line(_invoke(path, "--out", out, "--overwrite", *common))
+    line = error_line(_invoke(path, "--out", out, "--overwrite", *common))
     assert "encoder/my-notes.txt" in line
     assert (out / "encoder" / "my-notes.txt").read_text() == "keep me"
     (out / "encoder" / "my-notes.txt").unlink()
     # ... its own encoder as the base of the next run: an input inside --out
-    line = _error_line(
+    line = error_line(
         _invoke(path, "--out", out, "--overwrite", "--base", out / "encoder", "--kind", "fusion")
     )
     assert "input" in line and (out / "encoder").is_dir()
