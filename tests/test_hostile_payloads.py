@@ -122,6 +122,8 @@ def hostile_folders(tmp_path: Path, evil: Evil) -> dict[str, Path]:
 
 
 def test_a_trained_folder_never_imports_what_its_files_name(tmp_path: Path, evil: Evil) -> None:
+    """Audit TR-11: a card's ``"encoder": "package:NAME"`` imported NAME on the first
+    load_reranker(DIR); here every loader of a trained folder, every tampered file."""
     for case, folder in hostile_folders(tmp_path, evil).items():
         loaders = {
             "TrainedReranker": lambda f=folder: TrainedReranker(f),
@@ -149,6 +151,7 @@ def test_no_spec_imports_a_package_it_names(evil: Evil) -> None:
 def test_a_config_naming_a_tampered_folder_builds_no_guard(
     tmp_path: Path, evil: Evil, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Audit CX-05: ``[rerank] model = DIR`` in a TOML config reached the same import."""
     folder = hostile_folders(tmp_path, evil)["encoder package"]
     config = tmp_path / "ragguard.toml"
     config.write_text(
