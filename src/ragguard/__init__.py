@@ -9,7 +9,7 @@ purpose; calibration lives in ``ragguard.calibration``.
 """
 
 from ragguard._version import __version__
-from ragguard.candidate import Candidate, Decision, Selection
+from ragguard.candidate import Candidate, Decision, RerankDetail, Selection
 from ragguard.config import (
     BeyondTopN,
     DuplicatePolicy,
@@ -79,6 +79,7 @@ __all__ = [
     "RagguardWarning",
     "Reason",
     "RerankConfig",
+    "RerankDetail",
     "RerankError",
     "RerankFailure",
     "RerankModelError",

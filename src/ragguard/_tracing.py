@@ -3,8 +3,9 @@
 With ``opentelemetry-api`` importable, every call records one span named
 ``ragguard.select`` (kind ``INTERNAL``, a child of whatever span is current, e.g. a
 LangChain, LlamaIndex or Haystack step) whose attributes say what the guard did. ragguard
-configures no exporter and no tracer provider: without the OpenTelemetry SDK set up by
-the application the spans are OpenTelemetry's no-op spans, and no attribute is computed.
+configures no exporter and no tracer provider: until the application sets one (the
+OpenTelemetry SDK's, or any other), every span would be a no-op span, so none is started
+and no attribute is computed; the check is one look at the global provider per call.
 
 Without the package, tracing is off: whether ``opentelemetry`` can be imported is decided
 once, on the first call in the process (``import ragguard`` never imports it), and every
@@ -110,11 +111,13 @@ class _Off:
 _OFF = _Off()
 _UNDECIDED: Any = object()
 _tracer: Any = _UNDECIDED  # the tracer, or None when opentelemetry cannot be imported
+_provider: Callable[[], object] = object  # opentelemetry's get_tracer_provider
+_silent: tuple[type, ...] = ()  # the providers that record nothing (none configured)
 
 
 def _decide() -> Any:
     """The tracer for ragguard's spans, or ``None`` when opentelemetry-api is absent."""
-    global _tracer
+    global _tracer, _provider, _silent
     tracer = None
     if importlib.util.find_spec("opentelemetry") is not None:
         try:
@@ -123,6 +126,8 @@ def _decide() -> Any:
             pass
         else:
             tracer = trace.get_tracer("ragguard", __version__)
+            _provider = trace.get_tracer_provider
+            _silent = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
     _tracer = tracer
     return tracer
 
@@ -184,7 +189,7 @@ def selecting(config: GuardConfig, max_k: int | None) -> _Off | _Span:
     """The context one select() call runs in; entering it gives the function to pass
     the finished selection through (it records the span's attributes)."""
     tracer = _tracer if _tracer is not _UNDECIDED else _decide()
-    if tracer is None:
+    if tracer is None or isinstance(_provider(), _silent):  # no provider: no-op spans
         return _OFF
     return _Span(tracer, config, max_k)
 

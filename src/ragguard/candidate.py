@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ragguard.errors import CandidateError
-from ragguard.policy import KEPT, REASON_OF_CODE, PolicyParams, PolicyResult, Reason, describe
-from ragguard.scores import ScoreKind
+from ragguard.policy import Reason
 
 if TYPE_CHECKING:
     from ragguard.rerank import RerankOutcome
-    from ragguard.stages import StageState
+    from ragguard.selecting import State
 
 __all__ = ["Candidate", "Decision", "RerankDetail", "Selection"]
 
@@ -80,7 +76,7 @@ class Candidate:
         return self.score is not None and math.isfinite(self.score)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RerankDetail:
     """The rerank stage's record of one candidate (``Decision.rerank``).
 
@@ -96,13 +92,13 @@ class RerankDetail:
             (the stage failed, ``fail_open``); ``None`` when the reranker scored it.
     """
 
-    retrieval_score: float | None
-    score: float | None
-    raw_score: float | None
-    reason: Reason | None
+    retrieval_score: float | None = None
+    score: float | None = None
+    raw_score: float | None = None
+    reason: Reason | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Decision:
     """What the guard decided about one candidate, and why.
 
@@ -171,221 +167,33 @@ class Selection:
 
     ``rerank`` says what the rerank stage did (``None`` when it is off or the input is
     empty); each decision then carries the candidate's retrieval score and rerank score.
+
+    Attributes:
+        query: the query.
+        candidates: the input candidates, in input order.
+        score_kind: the retrieval scores' kind (``None`` when unknown or not scored).
+        kept: the candidates that reach the LLM, best first.
+        warnings: every warning about this call's scores or stages (each is also
+            emitted, once per guard).
+        rerank: what the rerank stage did.
     """
 
-    def __init__(
-        self,
-        query: str,
-        candidates: tuple[Candidate, ...],
-        *,
-        result: PolicyResult | None,
-        normalized: NDArray[np.float64],
-        score_kind: ScoreKind | None,
-        duplicate_of: Mapping[int, int] | None = None,
-        warnings: tuple[str, ...] = (),
-        rerank: RerankOutcome | None = None,
-        stages: StageState | None = None,
-    ) -> None:
-        self.query = query
-        self.candidates = candidates
-        self.score_kind = score_kind
-        self.warnings = warnings
-        self.rerank = rerank
-        if rerank is not None and not rerank.failed:
-            self.kept = [candidates[i] for i in rerank.kept_positions()]
-        else:
-            self.kept = [] if result is None else [candidates[i] for i in result.kept_positions(0)]
-        self._result = result
-        self._normalized = normalized
-        self._dup_of = dict(duplicate_of or {})
-        self._stages = stages
-        if stages is not None:  # near-duplicates and the token budget, after the cut
-            self.kept = [candidates[i] for i in stages.kept_positions(0)]
+    def __init__(self, state: State) -> None:
+        self._state = state
+        self.query = state.query
+        self.candidates = state.candidates
+        self.score_kind = state.kind
+        cands = state.candidates
+        self.kept: list[Candidate] = [cands[i] for i in state.kept]
+        self.warnings: tuple[str, ...] = tuple(w.message for w in state.warnings)
+        self.rerank: RerankOutcome | None = state.outcome()
 
     @cached_property
     def decisions(self) -> tuple[Decision, ...]:
         """A decision for every input candidate, in the guard's ranked order: the kept
         ones, those the stages after the cut dropped (near-duplicates, token budget),
         then the rest."""
-        cut = self._cut_decisions()
-        stages = self._stages
-        if stages is None:
-            return cut
-        cols = {int(p): j for j, p in enumerate(stages.positions[0].tolist()) if p >= 0}
-        codes = stages.reasons[0].tolist()
-        kept: list[Decision] = []
-        moved: list[Decision] = []
-        rest: list[Decision] = []
-        for d in cut:
-            j = cols.get(d.index) if d.kept else None
-            if j is None or codes[j] == KEPT:
-                (kept if d.kept else rest).append(d)
-                continue
-            reason = REASON_OF_CODE[codes[j]]
-            message, partner = self._stage_message(stages, j, reason)
-            moved.append(
-                replace(
-                    d, kept=False, reason=reason, message=message,
-                    duplicate_of=None if partner is None else self.candidates[partner].id,
-                    duplicate_of_position=partner,
-                )
-            )  # fmt: skip
-        return tuple(replace(d, rank=n) for n, d in enumerate(kept + moved + rest))
-
-    def _stage_message(self, st: StageState, j: int, reason: Reason) -> tuple[str, int | None]:
-        """Why a stage after the cut dropped column ``j``, and the input position of the
-        passage a near-duplicate repeats."""
-        from ragguard.stages import SHINGLE_WORDS
-
-        if reason is Reason.NEAR_DUPLICATE:
-            col = int(st.partner[0, j])
-            first = int(st.positions[0, col])
-            kept = int(st.reasons[0, col]) == KEPT
-            return (
-                f"near-duplicate of {'kept ' if kept else ''}id {self.candidates[first].id!r} "
-                f"at input position {first}: word {SHINGLE_WORDS}-shingle Jaccard similarity "
-                f"{float(st.similarity[0, j]):.3g} >= near_duplicate_threshold {st.threshold:g}"
-                + ("" if kept else " (that passage then did not fit in max_tokens either)")
-            ), first
-        assert st.tokens is not None
-        return (
-            f"its {int(st.tokens[0, j])} tokens do not fit in max_tokens={st.max_tokens}: "
-            f"the passages kept before it use {st.used_before(0, j)} (token_counter "
-            f"{st.counter!r})"
-        ), None
-
-    def _cut_decisions(self) -> tuple[Decision, ...]:
-        """The decisions of the cut (before the stages after it)."""
-        if self.rerank is not None and not self.rerank.failed:
-            return self._reranked_decisions(self.rerank)
-        out: list[Decision] = []
-        result = self._result
-        if result is None:
-            return ()
-        note = None if self.rerank is None else Reason.RERANK_FAILED
-        scored = self.score_kind is not None
-        normalized = self._normalized.tolist()
-        params, top = result.params, float(result.top[0])
-        rank = 0
-        for i, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
-            if code < 0:  # a removed duplicate: reported after the ranked candidates
-                continue
-            norm = normalized[i] if scored else None
-            out.append(self._decision(i, code, rank, norm, params, top, note))
-            rank += 1
-        out.extend(self._duplicate_decisions(rank, note))
-        return tuple(out)
-
-    def _duplicate_decisions(self, rank: int, note: Reason | None) -> list[Decision]:
-        out = []
-        detail = None if note is None else RerankDetail(None, None, None, note)
-        for i, first in sorted(self._dup_of.items()):
-            kept_id = self.candidates[first].id
-            out.append(
-                Decision(
-                    self.candidates[i], False, rank, i, None, Reason.DUPLICATE_ID,
-                    f"duplicate of id {kept_id!r} at input position {first}", detail,
-                    kept_id, first,
-                )
-            )  # fmt: skip
-            rank += 1
-        return out
-
-    def _decision(
-        self,
-        i: int,
-        code: int,
-        rank: int,
-        norm: float | None,
-        params: PolicyParams,
-        top: float,
-        note: Reason | None = None,
-    ) -> Decision:
-        cand = self.candidates[i]
-        if norm is not None and math.isnan(norm):
-            norm = None
-        detail = None if note is None else RerankDetail(norm, None, None, note)
-        if code == KEPT:
-            message = "kept" if note is None else "kept on retrieval score (rerank failed)"
-            return Decision(cand, True, rank, i, norm, None, message, detail)
-        reason = REASON_OF_CODE[code]
-        if reason is Reason.INVALID_SCORE:
-            shown = "missing (None)" if cand.score is None else repr(cand.score)
-            message = f"score is {shown}; dropped by invalid_scores='drop'"
-        elif norm is None and reason is Reason.OVER_MAX_K:
-            message = f"ranked below the max_k={params.max_k} cap"
-        else:
-            message = describe(reason, norm, params, top)
-        return Decision(cand, False, rank, i, norm, reason, message, detail)
-
-    def _reranked_decisions(self, outcome: RerankOutcome) -> tuple[Decision, ...]:
-        """Decisions when the rerank stage ran: reranked candidates kept (by rerank
-        probability), candidates kept below them, then the dropped ones in the same
-        groups, then those dropped before the stage (invalid scores, duplicates)."""
-        cands = self.candidates
-        retrieval: list[float | None] = (
-            [None if math.isnan(x) else x for x in self._normalized.tolist()]
-            if self.score_kind is not None
-            else [None] * len(cands)
-        )
-        # (input position, normalised score, reason, message, rerank detail)
-        Row = tuple[int, float | None, Reason | None, str, RerankDetail]
-        kept: list[Row] = []
-        dropped: list[Row] = []
-        positions, raw, probs = outcome.positions, outcome.raw_scores, outcome.probabilities
-        result = outcome.result
-        if result is not None:
-            params, top = result.params, float(result.top[0])
-            for j, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
-                i, prob = positions[j], probs[j]
-                p = None if math.isnan(prob) else prob
-                detail = RerankDetail(retrieval[i], p, raw[j], None)
-                if code == KEPT:
-                    message = "kept" if p is not None else (
-                        f"kept after the scored candidates: rerank score is {raw[j]!r} "
-                        "(invalid_scores='keep_last')"
-                    )  # fmt: skip
-                    kept.append((i, p, None, message, detail))
-                    continue
-                reason = REASON_OF_CODE[code]
-                if reason is Reason.INVALID_SCORE:
-                    message = f"rerank score is {raw[j]!r}; dropped by invalid_scores='drop'"
-                elif p is None:
-                    message = f"rerank score is {raw[j]!r}; ranked below the max_k cap"
-                else:
-                    message = describe(reason, p, params, top, "rerank probability")
-                dropped.append((i, p, reason, message, detail))
-        top_n, n_below = outcome.top_n, outcome.n_kept_below
-        n_reranked = len(positions)
-        for k, i in enumerate(outcome.not_reranked):
-            detail = RerankDetail(retrieval[i], None, None, Reason.NOT_RERANKED)
-            where = f"retrieval rank {n_reranked + k + 1} is below rerank.top_n={top_n}"
-            if k < n_below:
-                message = f"kept below the reranked candidates, not reranked ({where})"
-                kept.append((i, None, None, message, detail))
-            elif outcome.keep_below:  # there was no room left under max_k
-                cap = result.params.max_k if result is not None else "max_k"
-                message = f"not reranked ({where}) and ranked below the max_k={cap} cap"
-                dropped.append((i, None, Reason.OVER_MAX_K, message, detail))
-            else:
-                message = (
-                    f"not reranked: {where} (rerank.beyond_top_n='keep_below' would keep it "
-                    "if room is left)"
-                )
-                dropped.append((i, None, Reason.NOT_RERANKED, message, detail))
-        seen = set(positions) | set(outcome.not_reranked) | set(self._dup_of)
-        before = RerankDetail(None, None, None, Reason.NOT_RERANKED)
-        for i in range(len(cands)):
-            if i not in seen:  # invalid retrieval score, dropped before the stage
-                shown = "missing (None)" if cands[i].score is None else repr(cands[i].score)
-                message = f"score is {shown}; dropped by invalid_scores='drop' before reranking"
-                dropped.append((i, None, Reason.INVALID_SCORE, message, before))
-        out = [
-            Decision(cands[i], n < len(kept), n, i, norm, reason, message, detail)
-            for n, (i, norm, reason, message, detail) in enumerate(kept + dropped)
-        ]
-        out.extend(self._duplicate_decisions(len(out), Reason.NOT_RERANKED))
-        return tuple(out)
+        return tuple(self._state.decisions())
 
     @property
     def dropped(self) -> list[Decision]:

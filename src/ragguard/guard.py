@@ -1,83 +1,54 @@
 """ContextGuard: decide which retrieved candidates reach the LLM.
 
-Steps of :meth:`ContextGuard.select`: validate the candidates -> normalise their scores
-(:mod:`ragguard.scores`) -> resolve duplicate ids -> apply the selection policy
-(:mod:`ragguard.policy`, the same vectorised code the calibration sweep runs) ->
-a :class:`~ragguard.candidate.Selection` with every dropped candidate's reason.
+:meth:`ContextGuard.select` runs a list of small stages over one state
+(:mod:`ragguard.selecting`); the guard builds the list from its config, leaving out the
+stages the config turns off::
 
-With ``rerank.enabled`` the policy runs on rerank probabilities instead: the top
-``rerank.top_n`` candidates by retrieval score are rescored by the reranker, its outputs
-are mapped to probabilities (logits through a sigmoid) and the same policy cuts them
-(:mod:`ragguard.rerank`).
+    validate -> normalise -> duplicate ids -> rerank plan -> [rerank call] -> rerank map
+      -> cut (the policy) -> near-duplicates -> token budget -> Selection
+
+The cut is :mod:`ragguard.policy`, the same vectorised code the calibration sweep runs.
+With ``rerank.enabled`` the cut reads rerank probabilities: the top ``rerank.top_n``
+candidates by retrieval score are rescored by the reranker, its outputs are mapped to
+probabilities (logits through a sigmoid, or the config's fitted map) and the same policy
+cuts them (:mod:`ragguard.rerank`). ``select()`` and ``aselect()`` share every stage;
+they differ only in how the rerank call is made (blocking, or awaited off the event loop).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
 import threading
 import warnings
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
 from typing import Any
-
-import numpy as np
-from numpy.typing import NDArray
 
 from ragguard import _tracing
 from ragguard.candidate import Candidate, Selection
-from ragguard.config import BeyondTopN, DuplicatePolicy, GuardConfig, InvalidScorePolicy
-from ragguard.errors import (
-    ArgumentTypeError,
-    CandidateError,
-    ConfigError,
-    DuplicateIdError,
-    InvalidScoreError,
-    RerankWarning,
-    ScoreWarning,
-)
-from ragguard.policy import PolicyParams, apply_policy, rank
-from ragguard.probability import rerank_probabilities
+from ragguard.config import BeyondTopN, GuardConfig, InvalidScorePolicy
+from ragguard.errors import ArgumentTypeError, ConfigError
 from ragguard.profiles import Profile
-from ragguard.rerank import (
-    Reranker,
-    RerankOutcome,
-    RerankStage,
-    Scored,
-    parse_kind,
-    rerank_issue_message,
+from ragguard.rerank import Reranker, RerankStage
+from ragguard.scores import ScoreKind
+from ragguard.selecting import (
+    Cut,
+    Duplicates,
+    NearDuplicates,
+    Normalise,
+    RerankMap,
+    RerankPlan,
+    Stage,
+    State,
+    TokenBudget,
+    start,
 )
-from ragguard.scores import Normalized, ScoreIssue, ScoreKind, issue_message, normalize
-from ragguard.stages import StageState, run_stages, shingles, start_state
-from ragguard.tokens import TokenCounter, token_counter
+from ragguard.tokens import token_counter
 
 __all__ = ["ContextGuard"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """A select() call up to the rerank stage: its checked inputs, their normalised
-    scores and duplicates, and what to rerank (input positions in retrieval order)."""
-
-    query: str
-    cands: tuple[Candidate, ...]
-    kind: ScoreKind | None
-    norm: Normalized
-    duplicate_of: dict[int, int]
-    present: NDArray[np.bool_] | None
-    call: tuple[bool, int | None]  # the call's ``scored`` and ``max_k``
-    top: list[int]
-    below: list[int]
-
-    @property
-    def texts(self) -> list[str]:
-        """The texts to rerank."""
-        return [self.cands[i].text for i in self.top]
 
 
 class ContextGuard:
@@ -136,15 +107,11 @@ class ContextGuard:
             )
         self.config: GuardConfig = config if config is not None else GuardConfig(**settings)
         self.on_selection = on_selection
-        self._scored: PolicyParams = self.config.policy_params()
-        self._unscored: PolicyParams = self.config.policy_params(score_rules=False)
         self._warned: set[object] = set()
         self._lock = threading.Lock()
+        self._params = self.config.policy_params()
+        self._unscored = self.config.policy_params(score_rules=False)
         self._stage: RerankStage | None = None
-        self._reranked_params: PolicyParams = self.config.rerank_policy_params()
-        self._counter: TokenCounter | None = None
-        if self.config.max_tokens is not None:  # load the tokenizer now, not on a query
-            self._counter = token_counter(self.config.token_counter)
         if self.config.rerank.enabled:
             self._stage = RerankStage(self.config.rerank, reranker)
         elif reranker is not None and self.config.source_of("rerank") == "default":
@@ -154,6 +121,30 @@ class ContextGuard:
                 "[rerank] in the TOML file (set it to false explicitly to switch a passed "
                 "reranker off)"
             )
+        self._before, self._after = self._stages()
+
+    def _stages(self) -> tuple[list[Stage], list[Stage]]:
+        """The stages of every select() call, before and after the rerank call; a stage
+        the config turns off is left out. One line a stage: add a stage here."""
+        c = self.config
+        scored = self._params
+        before: list[Stage] = [
+            Normalise(rrf_k=c.rrf_k, raise_invalid=c.invalid_scores is InvalidScorePolicy.RAISE),
+            Duplicates(rule=c.duplicates),
+        ]
+        after: list[Stage] = []
+        if self._stage is not None:
+            name, keep = self._stage.name, scored.keep_invalid
+            before.append(RerankPlan(config=c.rerank, name=name, keep_invalid=keep))
+            after.append(RerankMap(params=c.rerank_policy_params()))
+        keep_below = c.rerank.beyond_top_n is BeyondTopN.KEEP_BELOW
+        after.append(Cut(uses_scores=scored.uses_scores, keep_below=keep_below))
+        if c.near_duplicate_threshold is not None:
+            after.append(NearDuplicates(threshold=c.near_duplicate_threshold))
+        if c.max_tokens is not None:  # load the tokenizer now, not on a query
+            counter = token_counter(c.token_counter)
+            after.append(TokenBudget(counter=counter, max_tokens=c.max_tokens))
+        return before, after
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> ContextGuard:
@@ -221,11 +212,14 @@ class ContextGuard:
                 :class:`~ragguard.errors.RerankWarning`.
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
-            step = self._begin(query, candidates, score_kind, scored, max_k)
-            if isinstance(step, Selection):
-                return traced(step)
-            assert self._stage is not None  # _begin finishes the call when the stage is off
-            return traced(self._reranked(step, self._stage.score(query, step.texts), 3))
+            state = self._start(query, candidates, score_kind, scored, max_k)
+            texts = state.texts
+            if texts is not None:
+                assert self._stage is not None
+                state.scores = self._stage.score(query, texts)
+            selection = self._finish(state)
+            self._emit(state)
+            return traced(self._deliver(selection))
 
     async def aselect(
         self,
@@ -244,272 +238,58 @@ class ContextGuard:
         while the reranker works. Raises what :meth:`select` raises.
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
-            step = self._begin(query, candidates, score_kind, scored, max_k)
-            if isinstance(step, Selection):
-                return traced(step)
-            assert self._stage is not None  # _begin finishes the call when the stage is off
-            return traced(self._reranked(step, await self._stage.ascore(query, step.texts), 3))
+            state = self._start(query, candidates, score_kind, scored, max_k)
+            texts = state.texts
+            if texts is not None:
+                assert self._stage is not None
+                state.scores = await self._stage.ascore(query, texts)
+            selection = self._finish(state)
+            self._emit(state)
+            return traced(self._deliver(selection))
 
-    def _begin(
+    def _start(
         self,
         query: str,
         candidates: Iterable[Candidate],
         score_kind: ScoreKind | str | None,
         scored: bool,
         max_k: int | None,
-    ) -> Selection | _Pending:
-        """Everything of a select() call before the rerank stage: the finished selection
-        when there is nothing to rerank (stage off, no candidates), else what to rerank.
-        Called directly by select() and aselect(): warnings point two frames up."""
-        cands = self._inputs(query, candidates, max_k)
-        kind = None if not scored else self._kind(score_kind)
-        if not cands:
-            return self._finish(
-                Selection(query, cands, result=None, normalized=np.empty(0), score_kind=kind)
-            )
-        norm, duplicate_of, present = self._normalise(cands, kind)
-        top: list[int] = []
-        below: list[int] = []
-        if self._stage is not None:
-            top, below = self._rerank_plan(norm, present)
-        step = _Pending(
-            query, cands, kind, norm, duplicate_of, present, (scored, max_k), top, below
+    ) -> State:
+        """The call's state through the stages before the rerank call."""
+        c = self.config
+        state = start(
+            query,
+            candidates,
+            score_kind=score_kind,
+            scored=scored,
+            max_k=max_k,
+            default_kind=c.score_kind,
+            params=self._params,
+            unscored=self._unscored,
         )
-        if self._stage is None:
-            return self._on_retrieval(step, 4)
-        return step
+        if state.candidates:
+            for stage in self._before:
+                stage(state)
+        return state
 
-    def _inputs(
-        self, query: str, candidates: Iterable[Candidate], max_k: int | None
-    ) -> tuple[Candidate, ...]:
-        """The candidates as a checked tuple, after checking the call's other arguments."""
-        if not isinstance(query, str):
-            raise CandidateError(f"query must be a str, got {type(query).__name__}")
-        cands = candidates if isinstance(candidates, tuple) else self._as_tuple(candidates)
-        if set(map(type, cands)) - {Candidate}:  # fast path: no subclass, nothing foreign
-            self._check(cands)
-        if max_k is not None and (
-            isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1
-        ):
-            raise ConfigError(f"max_k must be an int >= 1, got {max_k!r}")
-        return cands
+    def _finish(self, state: State) -> Selection:
+        """The call's state through the stages after the rerank call, as a Selection."""
+        if state.candidates:
+            for stage in self._after:
+                stage(state)
+        return Selection(state)
 
-    def _kind(self, score_kind: ScoreKind | str | None) -> ScoreKind | None:
-        """The score kind of a call: its ``score_kind``, else the config's."""
-        if score_kind is None:
-            return self.config.score_kind
-        return parse_kind(score_kind, "score_kind", tuple(ScoreKind))
-
-    @staticmethod
-    def _as_tuple(candidates: object) -> tuple[Candidate, ...]:
-        items = None
-        if not (candidates is None or isinstance(candidates, str | bytes | Mapping | Candidate)):
-            with contextlib.suppress(TypeError):  # not iterable
-                items = iter(candidates)  # type: ignore[call-overload]
-        if items is None:
-            hint = {
-                "NoneType": "; pass [] when the retriever found nothing",
-                "Candidate": "; pass a list, [candidate]",
-            }.get(type(candidates).__name__, "")
-            raise CandidateError(
-                "candidates must be an iterable of Candidate objects (a list or tuple), got "
-                f"{type(candidates).__name__}{hint}"
-            )
-        return tuple(items)
-
-    @staticmethod
-    def _capped(params: PolicyParams, max_k: int | None) -> PolicyParams:
-        if max_k is None:
-            return params
-        return replace(params, max_k=max_k, min_k=min(params.min_k, max_k))
-
-    @staticmethod
-    def _check(cands: tuple[Candidate, ...]) -> None:
-        for c in cands:
-            if not isinstance(c, Candidate):
-                raise CandidateError(
-                    "ContextGuard.select expects Candidate objects, got "
-                    f"{type(c).__name__}; wrap framework objects with ragguard.adapters "
-                    "or build Candidate(id, text, score)"
-                )
-
-    def _normalise(
-        self, cands: tuple[Candidate, ...], kind: ScoreKind | None
-    ) -> tuple[Normalized, dict[int, int], NDArray[np.bool_] | None]:
-        raw = np.array([c.score for c in cands], dtype=np.float64)
-        # candidates come in the retriever's order (best first), which lets normalize()
-        # catch a wrong score direction on short lists; repeated ids mean several lists
-        # were merged, whose order is no single ranking
-        distinct = len({c.id for c in cands}) == len(cands)
-        norm = normalize(raw, kind, rrf_k=self.config.rrf_k, ranked=distinct)
-        if kind is not None and self.config.invalid_scores is InvalidScorePolicy.RAISE:
-            bad = [c.id for c, ok in zip(cands, norm.valid[0].tolist(), strict=True) if not ok]
-            if bad:
-                raise InvalidScoreError(
-                    f"{len(bad)} candidate(s) have a missing, NaN or infinite score "
-                    f"(ids {bad[:5]}{'...' if len(bad) > 5 else ''}); set invalid_scores to "
-                    "'drop' or 'keep_last' to handle them"
-                )
-        duplicate_of = {} if distinct else self._duplicates(cands, norm)
-        present = None
-        if duplicate_of:
-            present = np.ones((1, len(cands)), dtype=np.bool_)
-            present[0, list(duplicate_of)] = False
-        return norm, duplicate_of, present
-
-    def _on_retrieval(
-        self, step: _Pending, stacklevel: int, rerank: RerankOutcome | None = None
-    ) -> Selection:
-        """The selection on retrieval scores (rerank off, or failed open)."""
-        scored, max_k = step.call
-        norm = step.norm
-        params = self._capped(self._scored if step.kind is not None else self._unscored, max_k)
-        result = apply_policy(norm.values, norm.valid, params, step.present)
-
-        issues = list(norm.issues)
-        if ScoreIssue.UNKNOWN_KIND in issues:
-            issues.remove(ScoreIssue.UNKNOWN_KIND)
-            if self._scored.uses_scores:  # silent when no score rule was asked for
-                issues.append(ScoreIssue.UNKNOWN_KIND if scored else ScoreIssue.NO_SCORES)
-        if result.threshold_skipped[0]:
-            issues.append(ScoreIssue.NONPOSITIVE_TOP)
-        if self._all_invalid(step):
-            issues.append(ScoreIssue.ALL_INVALID)
-        messages = []
-        for issue in issues:  # usually none
-            messages.append(issue_message(issue))
-            self._warn_once(issue, messages[-1], ScoreWarning, stacklevel + 1)
-        if rerank is not None and rerank.error is not None:
-            message = (
-                f"rerank stage failed, selected on retrieval scores (rerank.on_failure="
-                f"'fail_open'): {rerank.error}"
-            )
-            messages.append(message)
-            warnings.warn(message, RerankWarning, stacklevel=stacklevel)
-
-        selection = Selection(
-            step.query,
-            step.cands,
-            result=result,
-            normalized=norm.values[0],
-            score_kind=step.kind,
-            duplicate_of=step.duplicate_of,
-            warnings=tuple(messages),
-            rerank=rerank,
-            stages=self._stages(step.cands, result.kept_positions(0), params),
-        )
-        return self._finish(selection)
-
-    def _all_invalid(self, step: _Pending) -> bool:
-        """Whether ``invalid_scores="drop"`` dropped every candidate of a scored call."""
-        return (
-            step.kind is not None
-            and not self._scored.keep_invalid
-            and not bool(step.norm.valid[0].any())
-        )
-
-    def _stages(
-        self, cands: tuple[Candidate, ...], kept: list[int], params: PolicyParams
-    ) -> StageState | None:
-        """The stages after the cut (near-duplicates, token budget; :mod:`ragguard.stages`)
-        on the kept candidates; ``None`` when both are off."""
-        if not params.uses_stages or not kept:
-            return None
-        texts = [cands[i].text for i in kept]
-        sets = None
-        if params.near_duplicate_threshold is not None:
-            sets = [[shingles(t) for t in texts]]
-        tokens = None
-        if self._counter is not None:
-            tokens = np.array([self._counter.count(texts)], dtype=np.int64)
-        counter = self._counter.spec if self._counter is not None else ""
-        return run_stages(
-            start_state(np.array([kept])), params, shingles=sets, tokens=tokens, counter=counter
-        )
-
-    def _rerank_plan(
-        self, norm: Normalized, present: NDArray[np.bool_] | None
-    ) -> tuple[list[int], list[int]]:
-        """The input positions reranked and below ``top_n``, both in retrieval order.
-        Candidates with an invalid retrieval score take part only with
-        ``invalid_scores="keep_last"`` (after every valid one); removed duplicates never."""
-        ranked = rank(norm.values, norm.valid, present)
-        end = ranked.n_present[0] if self._scored.keep_invalid else ranked.n_valid[0]
-        eligible: list[int] = ranked.order[0, : int(end)].tolist()
-        top_n = self.config.rerank.top_n
-        return eligible[:top_n], eligible[top_n:]
-
-    def _reranked(self, step: _Pending, scored: Scored, stacklevel: int) -> Selection:
-        """The selection on rerank probabilities (or on retrieval scores, failed open)."""
-        rparams = self._capped(self._reranked_params, step.call[1])
-        stage = self._stage
-        assert stage is not None
-        rconf = stage.config
-        top, below = step.top, step.below
-        keep_below = rconf.beyond_top_n is BeyondTopN.KEEP_BELOW
-        if scored.raw is None:  # failed open
-            outcome = RerankOutcome(
-                stage.name, None, tuple(top), (), (), tuple(below), 0, rconf.top_n,
-                keep_below, scored.error, scored.elapsed_ms, 0,
-            )  # fmt: skip
-            return self._on_retrieval(step, stacklevel + 1, outcome)
-
-        # retrieval scores only chose what to rerank: no retrieval rule ran on them
-        issues: list[tuple[object, str, type[Warning]]] = [
-            (i, issue_message(i), ScoreWarning)
-            for i in step.norm.issues
-            if i is not ScoreIssue.UNKNOWN_KIND
-        ]
-        if self._all_invalid(step):  # nothing was left to rerank
-            issues.append((ScoreIssue.ALL_INVALID, issue_message(ScoreIssue.ALL_INVALID),
-                           ScoreWarning))  # fmt: skip
-        result = None
-        probs: list[float] = []
-        n_kept = 0
-        if top:
-            assert scored.kind is not None
-            rnorm = rerank_probabilities(scored.raw, scored.kind, rconf.probability_map)
-            result = apply_policy(rnorm.values, rnorm.valid, rparams)
-            probs = rnorm.values[0].tolist()
-            n_kept = int(result.n_kept[0])
-            rerank_issues = list(rnorm.issues)
-            if result.threshold_skipped[0]:
-                rerank_issues.append(ScoreIssue.NONPOSITIVE_TOP)
-            issues += [
-                (("rerank", i), rerank_issue_message(i), ScoreWarning) for i in rerank_issues
-            ]
-        n_below = 0
-        if keep_below:
-            n_below = max(0, min(len(below), rparams.max_k - n_kept))
-        for key, message, category in issues:
-            self._warn_once(key, message, category, stacklevel + 1)
-        outcome = RerankOutcome(
-            stage.name,
-            scored.kind,
-            tuple(top),
-            tuple(scored.raw.tolist()),
-            tuple(probs),
-            tuple(below),
-            n_below,
-            rconf.top_n,
-            keep_below,
-            None,
-            scored.elapsed_ms,
-            scored.cache_hits,
-            result,
-        )
-        selection = Selection(
-            step.query,
-            step.cands,
-            result=None,
-            normalized=step.norm.values[0],
-            score_kind=step.kind,
-            duplicate_of=step.duplicate_of,
-            warnings=tuple(message for _, message, _ in issues),
-            rerank=outcome,
-            stages=self._stages(step.cands, outcome.kept_positions(), rparams),
-        )
-        return self._finish(selection)
+    def _emit(self, state: State) -> None:
+        """Emit the warnings the stages collected: each once per guard (a failed rerank
+        call on every call). Called by select() / aselect() themselves, so the warnings
+        point at their caller."""
+        for w in state.warnings:  # usually none
+            if w.key is not None:
+                with self._lock:
+                    if w.key in self._warned:
+                        continue
+                    self._warned.add(w.key)
+            warnings.warn(w.message, w.category, stacklevel=3)
 
     def wrap(self, retriever: Any, **options: Any) -> Any:
         """Guard ``retriever`` in one line; the result has the retriever's own framework
@@ -566,47 +346,14 @@ class ContextGuard:
 
         return GuardRanker(self, **options)
 
-    def _duplicates(self, cands: tuple[Candidate, ...], norm: Normalized) -> dict[int, int]:
-        """Map each duplicate's input position to the position of the occurrence kept
-        (``cands`` holds repeated ids)."""
-        rule = self.config.duplicates
-        if rule is DuplicatePolicy.KEEP_ALL:
-            return {}
-        ids = [c.id for c in cands]
-        if rule is DuplicatePolicy.RAISE:
-            repeated = sorted(cid for cid, count in Counter(ids).items() if count > 1)
-            raise DuplicateIdError(
-                f"candidate ids repeat: {repeated[:5]}; set duplicates to 'keep_best', "
-                "'keep_first' or 'keep_all' to handle them"
-            )
-        # an invalid score is below every valid one: keep_best never keeps it over a valid
-        # copy, and keep_first keeps the first copy with a valid score (the first copy
-        # when none has one)
-        score = np.where(norm.valid[0], norm.values[0], -np.inf).tolist()
-        best = rule is DuplicatePolicy.KEEP_BEST
-        winner: dict[str, int] = {}
-        for i, cid in enumerate(ids):
-            j = winner.get(cid)
-            if j is None or (score[i] > score[j] and (best or score[j] == -np.inf)):
-                winner[cid] = i
-        return {i: winner[cid] for i, cid in enumerate(ids) if winner[cid] != i}
-
-    def _warn_once(
-        self, key: object, message: str, category: type[Warning], stacklevel: int
-    ) -> None:
-        """Warn once per guard and ``key``; ``stacklevel`` points at the caller of select()."""
-        with self._lock:
-            if key in self._warned:
-                return
-            self._warned.add(key)
-        warnings.warn(message, category, stacklevel=stacklevel)
-
-    def _finish(self, selection: Selection) -> Selection:
+    def _deliver(self, selection: Selection) -> Selection:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "ragguard kept %d of %d candidates for query %r",
-                len(selection.kept), len(selection.candidates), selection.query,
-            )  # fmt: skip
+                len(selection.kept),
+                len(selection.candidates),
+                selection.query,
+            )
             for d in selection.dropped:
                 logger.debug("dropped %r: %s (%s)", d.candidate.id, d.reason, d.message)
         if self.on_selection is not None:

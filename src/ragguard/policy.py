@@ -325,7 +325,7 @@ def rank(
         key = np.where(present, key, np.nan)  # NaN sorts after +inf
         n_present = present.sum(axis=1)
     order = np.argsort(key, axis=1, kind="stable")
-    return Ranked(order, -np.sort(key, axis=1), valid.sum(axis=1), n_present)
+    return Ranked(order, -np.sort(key, axis=1), np.count_nonzero(valid, axis=1), n_present)
 
 
 def _finite(s: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -377,7 +377,8 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
     s, n_valid = ranked.scores, ranked.n_valid
     q, size = s.shape
     first = s[:, 0] if size else np.full(q, np.nan)  # -inf / NaN when no valid score
-    top = np.where(n_valid > 0, first, np.nan)
+    scored = n_valid > 0
+    top = np.where(scored, first, np.nan)
     skipped = np.zeros(q, dtype=np.bool_)
 
     p_thr = p_floor = p_eu = p_cut = m = n_valid
@@ -385,16 +386,16 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
         if params.relative_threshold > 0:
             positive = first > 0
             bar = params.relative_threshold * first
-            p_thr = np.where(positive, (s >= bar[:, None]).sum(axis=1), n_valid)
-            skipped = (n_valid > 0) & ~positive
+            p_thr = np.where(positive, np.count_nonzero(s >= bar[:, None], axis=1), n_valid)
+            skipped = scored & ~positive
             m = p_thr
         if params.min_score is not None:
-            p_floor = (s >= params.min_score).sum(axis=1)
+            p_floor = np.count_nonzero(s >= params.min_score, axis=1)
             m = np.minimum(m, p_floor)
         if params.expected_utility is not None:
             eu = params.expected_utility
             with np.errstate(invalid="ignore"):  # inf x 0 on invalid rows: NaN, compares False
-                p_eu = (s * eu.gain > (1.0 - s) * eu.penalty).sum(axis=1)
+                p_eu = np.count_nonzero(s * eu.gain > (1.0 - s) * eu.penalty, axis=1)
             m = np.minimum(m, p_eu)
         if params.cut is CutRule.GAP:
             p_cut = _gap_prefix(s, n_valid, params)

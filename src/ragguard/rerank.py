@@ -410,8 +410,11 @@ class CrossEncoderReranker:
             ) from exc
         logger.info(
             "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
-            self.model_name, model.device, time.perf_counter() - started, kind.value,
-        )  # fmt: skip
+            self.model_name,
+            model.device,
+            time.perf_counter() - started,
+            kind.value,
+        )
         return model, kind
 
     @property
@@ -502,7 +505,7 @@ class ScoreCache:
             self._data.clear()
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class RerankOutcome:
     """What the rerank stage did in one :meth:`ContextGuard.select` call
     (``Selection.rerank``; ``None`` there when the stage is off or the input is empty).
@@ -576,7 +579,7 @@ def rerank_issue_message(issue: ScoreIssue) -> str:
     return _RERANK_MESSAGES.get(issue) or "rerank scores: " + issue_message(issue)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(kw_only=True, frozen=True, slots=True)
 class Scored:
     """Raw scores from one rerank call, or why there are none (fail_open)."""
 
@@ -737,7 +740,13 @@ class RerankStage:
         if self.cache is not None and fresh is not None and len(fresh):
             self.cache.put_many(query, [texts[i] for i in missing], fresh.tolist())
         elapsed = (time.perf_counter() - started) * 1000.0
-        return Scored(raw, kind, None, elapsed, len(texts) - len(missing))
+        return Scored(
+            raw=raw,
+            kind=kind,
+            error=None,
+            elapsed_ms=elapsed,
+            cache_hits=len(texts) - len(missing),
+        )
 
     def _failed(self, exc: Exception, started: float) -> Scored:
         if isinstance(exc, RerankModelError | MissingDependencyError | ConfigError):
@@ -755,7 +764,7 @@ class RerankStage:
             ) from exc
         logger.debug("rerank failed, falling back to retrieval scores: %s", message, exc_info=exc)
         elapsed = (time.perf_counter() - started) * 1000.0
-        return Scored(None, None, message, elapsed, 0)
+        return Scored(raw=None, kind=None, error=message, elapsed_ms=elapsed, cache_hits=0)
 
     def __repr__(self) -> str:
         return f"RerankStage({self.name!r}, top_n={self.config.top_n})"

@@ -225,6 +225,8 @@ def _one_way_rows(
     if x.shape[1] < min_len:
         return 0
     d = x if rising else -x
+    if valid.all():  # the usual case: each score against the next one
+        return int(np.count_nonzero((np.diff(d, axis=1) > 0).all(axis=1)))
     maybe = np.ones(x.shape[0], dtype=np.bool_)
     for j in range(min(_UNORDERED_MIN, x.shape[1]) - 1):
         maybe &= ~(valid[:, j] & valid[:, j + 1] & (d[:, j + 1] <= d[:, j]))
@@ -274,19 +276,18 @@ def normalize(
         x = x[None, :]
     if x.ndim != 2:
         raise EvalSetError(f"scores must be a 1-D or 2-D array, got shape {x.shape}")
-    if present is None:
-        present = np.ones(x.shape, dtype=np.bool_)
-    elif present.shape != x.shape:
+    if present is not None and present.shape != x.shape:
         raise EvalSetError(f"present mask has shape {present.shape}, scores have {x.shape}")
 
     issues: dict[ScoreIssue, int] = {}
     if kind is None:
+        held = np.ones(x.shape, dtype=np.bool_) if present is None else present.copy()
         if x.size:
-            issues[ScoreIssue.UNKNOWN_KIND] = _rows_with(present)
-        return Normalized(np.zeros(x.shape), present.copy(), issues)
+            issues[ScoreIssue.UNKNOWN_KIND] = _rows_with(held)
+        return Normalized(np.zeros(x.shape), held, issues)
 
     kind = ScoreKind(kind)
-    valid = np.isfinite(x) & present
+    valid = np.isfinite(x) if present is None else np.isfinite(x) & present
     min_len = _RANKED_MIN if ranked else _UNORDERED_MIN
     # Each check starts with one cheap test that is False for ordinary scores; NaN
     # compares False, and +-inf are masked by ``valid`` before anything is counted.
