@@ -5,14 +5,17 @@ the config layers."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ragguard import Candidate, ContextGuard, GuardConfig, Reason
 from ragguard.errors import ConfigError, MissingDependencyError
-from ragguard.stages import jaccard, shingles
+from ragguard.stages import jaccard, shingles, words
 from ragguard.testing import FakeReranker
 from ragguard.tokens import token_counter
 from tests.faults import block_network
@@ -97,6 +100,22 @@ def test_shingles_and_jaccard_by_hand() -> None:
     assert jaccard(a, b) == pytest.approx(2 / 6)
     assert shingles("Hi there") == frozenset({("hi", "there")})
     assert jaccard(shingles(""), shingles("")) == 0.0  # no words: never a near-duplicate
+
+
+# ASCII punctuation, control characters Python's str.split() takes for whitespace
+# (\x1c-\x1f), and non-ASCII letters, digits, marks and spaces, one of which (the Kelvin
+# sign) lower-cases to ASCII
+_TEXT = st.text(
+    alphabet=st.sampled_from("aZ09_ -'.,!\t\n\x1c\x1f\x85\xa0\u2028éİKß٣\u0301") | st.characters(),
+    max_size=60,
+)
+
+
+@given(_TEXT)
+def test_words_are_the_lower_cased_word_runs_of_the_regular_expression(text: str) -> None:
+    """The fast ASCII path of words() gives exactly what ``\\w+`` on the lower-cased
+    text gives (the definition the near-duplicate stage documents)."""
+    assert words(text) == re.findall(r"\w+", text.lower())
 
 
 def test_near_duplicate_names_the_kept_passage_and_frees_the_budget() -> None:

@@ -7,7 +7,7 @@ Adapters translate framework objects (LangChain ``Document``, LlamaIndex
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from numbers import Real
@@ -18,7 +18,7 @@ from ragguard.policy import Reason
 
 if TYPE_CHECKING:
     from ragguard.rerank import RerankOutcome
-    from ragguard.selecting import State
+    from ragguard.scores import ScoreKind
 
 __all__ = ["Candidate", "Decision", "RerankDetail", "Selection"]
 
@@ -178,22 +178,31 @@ class Selection:
         rerank: what the rerank stage did.
     """
 
-    def __init__(self, state: State) -> None:
-        self._state = state
-        self.query = state.query
-        self.candidates = state.candidates
-        self.score_kind = state.kind
-        cands = state.candidates
-        self.kept: list[Candidate] = [cands[i] for i in state.kept]
-        self.warnings: tuple[str, ...] = tuple(w.message for w in state.warnings)
-        self.rerank: RerankOutcome | None = state.outcome()
+    def __init__(
+        self,
+        *,
+        query: str,
+        candidates: tuple[Candidate, ...],
+        score_kind: ScoreKind | None,
+        kept: list[Candidate],
+        warnings: tuple[str, ...],
+        rerank: RerankOutcome | None,
+        decisions: Callable[[], Iterable[Decision]],
+    ) -> None:
+        self.query = query
+        self.candidates = candidates
+        self.score_kind = score_kind
+        self.kept = kept
+        self.warnings = warnings
+        self.rerank = rerank
+        self._decide = decisions
 
     @cached_property
     def decisions(self) -> tuple[Decision, ...]:
         """A decision for every input candidate, in the guard's ranked order: the kept
         ones, those the stages after the cut dropped (near-duplicates, token budget),
         then the rest."""
-        return tuple(self._state.decisions())
+        return tuple(self._decide())
 
     @property
     def dropped(self) -> list[Decision]:

@@ -277,7 +277,7 @@ class ContextGuard:
         if state.candidates:
             for stage in self._after:
                 stage(state)
-        return Selection(state)
+        return state.selection()
 
     def _emit(self, state: State) -> None:
         """Emit the warnings the stages collected: each once per guard (a failed rerank

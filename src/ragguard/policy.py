@@ -60,6 +60,7 @@ from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = [
     "CutRule",
+    "Explainer",
     "PolicyParams",
     "PolicyResult",
     "Ranked",
@@ -434,6 +435,66 @@ def apply_policy(
     return cut_ranked(rank(scores, valid, present), params)
 
 
+class Explainer:
+    """One-line human explanations of why candidates of one cut were dropped
+    (:func:`describe` for each of them): what depends only on the cut (the bar, the
+    floor, the cap) is formatted once, the candidate's own score for each.
+
+    Args:
+        params: the parameters of the cut.
+        top: its top normalised score.
+        score_name: what the rules ran on (e.g. ``"rerank probability"``).
+    """
+
+    __slots__ = ("_tails", "params", "score_name", "top")
+
+    def __init__(
+        self, params: PolicyParams, top: float, score_name: str = "normalised score"
+    ) -> None:
+        self.params = params
+        self.top = top
+        self.score_name = score_name
+        self._tails: dict[Reason, str] = {}
+
+    def _tail(self, reason: Reason) -> str:
+        """The part of the explanation of ``reason`` that is the same for every
+        candidate of the cut."""
+        p = self.params
+        if reason is Reason.BELOW_RELATIVE_THRESHOLD:
+            bar = p.relative_threshold * self.top
+            return (
+                f" < relative_threshold {p.relative_threshold:g} x top score {self.top:.4g} "
+                f"= {bar:.4g}"
+            )
+        if reason is Reason.BELOW_MIN_SCORE:
+            return f" < min_score {p.min_score:g}"
+        if reason is Reason.SCORE_GAP:
+            return "ranked after the largest score gap (cut='gap')"
+        if reason is Reason.AUTOCUT:
+            return f"ranked after score jump {p.autocut_jumps} (cut='autocut')"
+        if reason is Reason.OVER_MAX_K:
+            return f"ranked below the max_k={p.max_k} cap"
+        raise ConfigError(f"describe() does not explain {reason!r}; the caller knows the detail")
+
+    def __call__(self, reason: Reason, normalized: float | None) -> str:
+        """Why a candidate whose score is ``normalized`` was dropped for ``reason``."""
+        if reason is Reason.BELOW_EXPECTED_UTILITY:
+            eu = self.params.expected_utility
+            assert eu is not None
+            p = float("nan") if normalized is None else normalized
+            return (
+                f"{self.score_name} {p:.4g} x gain {eu.gain:g} = {p * eu.gain:.4g} does not "
+                f"exceed (1 - {p:.4g}) x distractor penalty {eu.penalty:g} = "
+                f"{(1 - p) * eu.penalty:.4g} (expected utility: keep above {eu.threshold:.4g})"
+            )
+        tail = self._tails.get(reason)
+        if tail is None:
+            tail = self._tails[reason] = self._tail(reason)
+        if reason is Reason.BELOW_RELATIVE_THRESHOLD or reason is Reason.BELOW_MIN_SCORE:
+            return f"{self.score_name} {normalized:.4g}{tail}"
+        return tail
+
+
 def describe(
     reason: Reason,
     normalized: float | None,
@@ -443,27 +504,4 @@ def describe(
 ) -> str:
     """A one-line human explanation of why a candidate was dropped (``score_name`` names
     the scores the rules ran on, e.g. ``"rerank probability"``)."""
-    if reason is Reason.BELOW_RELATIVE_THRESHOLD:
-        bar = params.relative_threshold * top
-        return (
-            f"{score_name} {normalized:.4g} < relative_threshold "
-            f"{params.relative_threshold:g} x top score {top:.4g} = {bar:.4g}"
-        )
-    if reason is Reason.BELOW_MIN_SCORE:
-        return f"{score_name} {normalized:.4g} < min_score {params.min_score:g}"
-    if reason is Reason.BELOW_EXPECTED_UTILITY:
-        eu = params.expected_utility
-        assert eu is not None
-        p = float("nan") if normalized is None else normalized
-        return (
-            f"{score_name} {p:.4g} x gain {eu.gain:g} = {p * eu.gain:.4g} does not exceed "
-            f"(1 - {p:.4g}) x distractor penalty {eu.penalty:g} = {(1 - p) * eu.penalty:.4g} "
-            f"(expected utility: keep above {eu.threshold:.4g})"
-        )
-    if reason is Reason.SCORE_GAP:
-        return "ranked after the largest score gap (cut='gap')"
-    if reason is Reason.AUTOCUT:
-        return f"ranked after score jump {params.autocut_jumps} (cut='autocut')"
-    if reason is Reason.OVER_MAX_K:
-        return f"ranked below the max_k={params.max_k} cap"
-    raise ConfigError(f"describe() does not explain {reason!r}; the caller knows the detail")
+    return Explainer(params, top, score_name)(reason, normalized)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.candidate import Candidate, Decision, RerankDetail
+from ragguard.candidate import Candidate, Decision, RerankDetail, Selection
 from ragguard.config import BeyondTopN, DuplicatePolicy, RerankConfig
 from ragguard.errors import (
     CandidateError,
@@ -53,11 +53,11 @@ from ragguard.errors import (
 from ragguard.policy import (
     KEPT,
     REASON_OF_CODE,
+    Explainer,
     PolicyParams,
     PolicyResult,
     Reason,
     apply_policy,
-    describe,
     rank,
 )
 from ragguard.probability import rerank_probabilities
@@ -199,7 +199,21 @@ class State:
             result=self.cut if self.reranked and self.top else None,
         )
 
-    # -- decisions (the builder) ------------------------------------------------------
+    # -- the builder ------------------------------------------------------------------
+
+    def selection(self) -> Selection:
+        """The call's :class:`~ragguard.candidate.Selection`; its decisions are built
+        when first read (:meth:`decisions`)."""
+        cands = self.candidates
+        return Selection(
+            query=self.query,
+            candidates=cands,
+            score_kind=self.kind,
+            kept=[cands[i] for i in self.kept],
+            warnings=tuple(w.message for w in self.warnings),
+            rerank=self.outcome(),
+            decisions=self.decisions,
+        )
 
     def decisions(self) -> tuple[Decision, ...]:
         """A decision for every input candidate, in the guard's ranked order: the kept
@@ -266,26 +280,33 @@ class State:
         if result is None:
             return []
         note = Reason.RERANK_FAILED if self.rerank_failed else None
-        norms = self._retrieval()
-        params, top = result.params, float(result.top[0])
+        kept = "kept" if note is None else "kept on retrieval score (rerank failed)"
+        norms, cands = self._retrieval(), self.candidates
+        explain = Explainer(result.params, float(result.top[0]))
         out: list[Decision] = []
         for i, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
             if code < 0:  # a removed duplicate: reported after the ranked candidates
                 continue
-            cand, norm = self.candidates[i], norms[i]
+            norm, reason = norms[i], REASON_OF_CODE.get(code)
             detail = None if note is None else RerankDetail(retrieval_score=norm, reason=note)
-            if code == KEPT:
-                message = "kept" if note is None else "kept on retrieval score (rerank failed)"
-                reason = None
+            if reason is None:
+                message = kept
+            elif reason is Reason.INVALID_SCORE:
+                message = f"score is {_shown(cands[i])}; dropped by invalid_scores='drop'"
             else:
-                reason = REASON_OF_CODE[code]
-                if reason is Reason.INVALID_SCORE:
-                    message = f"score is {_shown(cand)}; dropped by invalid_scores='drop'"
-                elif norm is None and reason is Reason.OVER_MAX_K:
-                    message = f"ranked below the max_k={params.max_k} cap"
-                else:
-                    message = describe(reason, norm, params, top)
-            out.append(_decision(cand, len(out), i, norm, reason, message, detail))
+                message = explain(reason, norm)
+            out.append(
+                Decision(
+                    candidate=cands[i],
+                    kept=reason is None,
+                    rank=len(out),
+                    index=i,
+                    normalized_score=norm,
+                    reason=reason,
+                    message=message,
+                    rerank=detail,
+                )
+            )
         return self._with_duplicates(out, note)
 
     def _reranked_decisions(self) -> list[Decision]:
@@ -299,7 +320,8 @@ class State:
         Row = tuple[int, float | None, Reason | None, str, RerankDetail]
         kept: list[Row] = []
         dropped: list[Row] = []
-        params, top = result.params, float(result.top[0])
+        params = result.params
+        explain = Explainer(params, float(result.top[0]), "rerank probability")
         for j, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
             i, prob = self.top[j], probs[j]
             p = None if math.isnan(prob) else prob
@@ -323,7 +345,7 @@ class State:
             elif p is None:
                 message = f"rerank score is {raw[j]!r}; ranked below the max_k cap"
             else:
-                message = describe(reason, p, params, top, "rerank probability")
+                message = explain(reason, p)
             dropped.append((i, p, reason, message, detail))
         assert self.rerank_config is not None
         top_n, n_reranked = self.rerank_config.top_n, len(self.top)

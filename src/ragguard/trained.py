@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -57,6 +56,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragguard.errors import RerankModelError
+from ragguard.stages import words
 
 __all__ = [
     "CARD_NAME",
@@ -96,13 +96,6 @@ ENCODER_REFERENCES = ("encoder", *PACKAGED_MODELS)
 TRUSTED_CLASS_PREFIXES = ("sentence_transformers.", "torch.")
 _M = TypeVar("_M", bound=BaseModel)
 _RETRAIN = "write the folder again with ragguard train-reranker (--overwrite)"
-
-_WORD = re.compile(r"\w+")
-
-
-def tokens(text: str) -> list[str]:
-    """Lower-cased word tokens (``\\w+``), as the lexical signals count them."""
-    return _WORD.findall(text.lower())
 
 
 def is_trained_folder(path: str | Path) -> bool:
@@ -465,9 +458,9 @@ class Lexical:
         df: Counter[str] = Counter()
         total = 0
         for t in unique:
-            words = tokens(t)
-            total += len(words)
-            df.update(set(words))
+            found = words(t)
+            total += len(found)
+            df.update(set(found))
         return cls(df, len(unique), total / max(len(unique), 1))
 
     def idf(self, word: str) -> float:
@@ -476,12 +469,12 @@ class Lexical:
 
     def scores(self, query: str, text: str) -> tuple[float, float]:
         """(BM25, coverage) of ``text`` for ``query``."""
-        q = list(dict.fromkeys(tokens(query)))
-        words = tokens(text)
+        q = list(dict.fromkeys(words(query)))
+        found = words(text)
         if not q:
             return 0.0, 0.0
-        tf = Counter(words)
-        norm = 1.2 * (1.0 - 0.75 + 0.75 * len(words) / self.avg_len)
+        tf = Counter(found)
+        norm = 1.2 * (1.0 - 0.75 + 0.75 * len(found) / self.avg_len)
         bm25 = 0.0
         covered = weight = 0.0
         for w in q:
