@@ -3,6 +3,7 @@ config, the environment, a pipeline dict or YAML, a saved postprocessor, a train
 folder's model card and model files, ``ragguard calibrate --rerank DIR``) is given a
 hostile payload. Each payload names a module whose import writes a marker file, a
 ragguard internal that imports what its argument names (``ragguard._optional.require``,
+``ragguard._optional.import_object``, also reachable as
 ``ragguard.calibration.inputs.import_object``) or ``os.system``. Every test asserts
 that a typed one-line error came back and that the module was never imported."""
 
@@ -36,7 +37,11 @@ from tests.test_trained import fusion_card, trained_folder
 ROOT = Path(__file__).resolve().parents[1]
 # ragguard helpers that import what their first argument names: installed as a reranker,
 # the end user's query would name the module
-INTERNAL_GADGETS = ("ragguard._optional.require", "ragguard.calibration.inputs.import_object")
+INTERNAL_GADGETS = (
+    "ragguard._optional.require",
+    "ragguard._optional.import_object",
+    "ragguard.calibration.inputs.import_object",
+)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,30 @@ def test_importing_ragguard_imports_no_framework() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_load_reranker_is_runtime_code() -> None:
+    """Issue 22: ``ragguard.load_reranker`` lives in the runtime (:mod:`ragguard.rerank`):
+    importing ragguard and loading a reranker with it import no calibration module."""
+    import subprocess
+
+    code = """
+import sys, ragguard
+reranker = ragguard.load_reranker("tests.adapters.helpers:keyword_reranker")
+print(list(reranker("deadlift pr", ["deadlift pr", "deadlift", "oats"])))
+model = ragguard.load_reranker("cross-encoder/ms-marco-MiniLM-L6-v2")
+print(type(model).__name__, model.model_name, model.loaded)
+print(sorted(m for m in sys.modules if m.startswith("ragguard.calibration")))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.splitlines() == [
+        "[1.0, 0.5, 0.0]",  # the share of the query's words in each text
+        "CrossEncoderReranker cross-encoder/ms-marco-MiniLM-L6-v2 False",  # loads on first use
+        "[]",
+    ]
+    assert ragguard.load_reranker is ragguard.rerank.load_reranker
+
+
 @pytest.mark.parametrize(
     ("module", "blocked", "extra", "call"),
     [

@@ -46,6 +46,7 @@ from ragguard.rerank import (
     CrossEncoderReranker,
     Reranker,
     RerankOutcome,
+    load_reranker,
     register_reranker,
     registered_reranker,
     unregister_reranker,
@@ -98,13 +99,3 @@ __all__ = [
     "registered_reranker",
     "unregister_reranker",
 ]
-
-
-def __getattr__(name: str) -> object:
-    # ragguard.load_reranker lives with calibration; imported on first use so that
-    # `import ragguard` stays light (numpy, pydantic)
-    if name == "load_reranker":
-        from ragguard.calibration.rerank_scores import load_reranker
-
-        return load_reranker
-    raise AttributeError(f"module 'ragguard' has no attribute {name!r}")

@@ -1,13 +1,17 @@
-"""One helper for every optional import: fail loudly, name the extra to install."""
+"""Importing by name: one helper for every optional import (fail loudly, name the extra
+to install), and one for the ``module:attr`` a user types on the command line."""
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from types import ModuleType
+from typing import Any
 
-from ragguard.errors import MissingDependencyError
+from ragguard.errors import MissingDependencyError, RagguardError, RetrieverError
 
-__all__ = ["DISTRIBUTION", "install_hint", "require"]
+__all__ = ["DISTRIBUTION", "import_object", "install_hint", "require"]
 
 #: The name ragguard is published under on PyPI. The import package and the command
 #: stay ``ragguard``; the PyPI name ``ragguard`` belongs to an unrelated project.
@@ -36,3 +40,38 @@ def require(module: str, extra: str) -> ModuleType:
             f"{module} is required for this feature but could not be imported ({exc}); "
             f"install it with: {install_hint(extra)}"
         ) from exc
+
+
+def import_object(
+    spec: str, option: str = "--retriever", error: type[RagguardError] = RetrieverError
+) -> Any:
+    """Import the object ``module:attr`` names (the current directory is searched for the
+    module first, so ``my_rag:thing`` finds ``./my_rag.py``).
+
+    Only for what a user types as code (``--retriever``, ``--rerank``, the argument of
+    :func:`ragguard.load_reranker`): never for a name read from data (a config, a saved
+    pipeline, a model card).
+
+    Raises:
+        ``error``: bad syntax, or the module or attribute cannot be found.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise error(
+            f"{option} expects 'module:function' (e.g. 'my_rag:make_retriever'), got {spec!r}"
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or anything the module raises at import
+        raise error(
+            f"cannot import module {module_name!r} for {option} {spec}: {type(exc).__name__}: {exc}"
+        ) from exc
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise error(f"module {module_name!r} has no attribute {attr!r} ({option})")
+        target = getattr(target, part)
+    return target

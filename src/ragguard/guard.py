@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
-from ragguard import _tracing
+from ragguard import _tracing, adapters
 from ragguard.candidate import Candidate, Selection
 from ragguard.config import BeyondTopN, GuardConfig, InvalidScorePolicy
-from ragguard.errors import ArgumentTypeError, ConfigError
+from ragguard.errors import ConfigError
 from ragguard.profiles import Profile
 from ragguard.rerank import Reranker, RerankStage
 from ragguard.scores import ScoreKind
@@ -45,6 +44,11 @@ from ragguard.selecting import (
     start,
 )
 from ragguard.tokens import token_counter
+
+if TYPE_CHECKING:  # wrap()'s types; at run time the adapters come through ragguard.adapters
+    from ragguard.adapters import haystack as haystack_adapter
+    from ragguard.adapters import langchain as langchain_adapter
+    from ragguard.adapters import llamaindex as llamaindex_adapter
 
 __all__ = ["ContextGuard"]
 
@@ -291,12 +295,26 @@ class ContextGuard:
                     self._warned.add(w.key)
             warnings.warn(w.message, w.category, stacklevel=3)
 
-    def wrap(self, retriever: Any, **options: Any) -> Any:
+    @overload
+    def wrap(
+        self, retriever: langchain_adapter.Retriever, **options: Any
+    ) -> langchain_adapter.GuardedRetriever: ...
+    @overload
+    def wrap(
+        self, retriever: llamaindex_adapter.Retriever, **options: Any
+    ) -> llamaindex_adapter.GuardedRetriever: ...
+    @overload
+    def wrap(self, retriever: object, **options: Any) -> Any: ...
+    def wrap(self, retriever: object, **options: Any) -> Any:
         """Guard ``retriever`` in one line; the result has the retriever's own framework
         type, so it fits wherever the original did.
 
+        The adapter is found through :data:`ragguard.adapters.RETRIEVERS`, without
+        importing any framework.
+
         Args:
-            retriever: a LangChain ``BaseRetriever`` or a LlamaIndex ``BaseRetriever``.
+            retriever: a retriever of a framework ragguard has an adapter for (a
+                LangChain or a LlamaIndex ``BaseRetriever``).
             **options: adapter options (``score_kind``, ``metadata_key``; LangChain also
                 ``k`` and ``score_keys``), see :mod:`ragguard.adapters`.
 
@@ -307,44 +325,30 @@ class ContextGuard:
         Raises:
             ArgumentTypeError: ``retriever`` is neither (a ``TypeError``).
         """
-        # A retriever of a framework means its module is loaded: look, don't import.
-        lc = sys.modules.get("langchain_core.retrievers")
-        if lc is not None and isinstance(retriever, lc.BaseRetriever):
-            from ragguard.adapters.langchain import GuardedRetriever as LangChainRetriever
+        return adapters.guarded(self, retriever, **options)
 
-            return LangChainRetriever(retriever=retriever, guard=self, **options)
-        li = sys.modules.get("llama_index.core.base.base_retriever")
-        if li is not None and isinstance(retriever, li.BaseRetriever):
-            from ragguard.adapters.llamaindex import GuardedRetriever as LlamaIndexRetriever
-
-            return LlamaIndexRetriever(retriever, self, **options)
-        raise ArgumentTypeError(
-            f"ContextGuard.wrap() cannot guard a {type(retriever).__module__}."
-            f"{type(retriever).__qualname__}; it supports LangChain retrievers "
-            "(langchain_core.retrievers.BaseRetriever, extra 'langchain') and LlamaIndex "
-            "retrievers (llama_index.core.retrievers.BaseRetriever, extra 'llamaindex')"
-        )
-
-    def as_compressor(self, **options: Any) -> Any:
+    def as_compressor(self, **options: Any) -> langchain_adapter.GuardCompressor:
         """This guard as a LangChain ``BaseDocumentCompressor`` (e.g. for a
         ``ContextualCompressionRetriever``); needs the ``langchain`` extra."""
-        from ragguard.adapters.langchain import GuardCompressor
+        return cast(
+            "langchain_adapter.GuardCompressor",
+            adapters.component("as_compressor", self, **options),
+        )
 
-        return GuardCompressor(guard=self, **options)
-
-    def as_postprocessor(self, **options: Any) -> Any:
+    def as_postprocessor(self, **options: Any) -> llamaindex_adapter.GuardPostprocessor:
         """This guard as a LlamaIndex ``BaseNodePostprocessor`` (e.g. in
         ``node_postprocessors=[...]``); needs the ``llamaindex`` extra."""
-        from ragguard.adapters.llamaindex import GuardPostprocessor
+        return cast(
+            "llamaindex_adapter.GuardPostprocessor",
+            adapters.component("as_postprocessor", self, **options),
+        )
 
-        return GuardPostprocessor(guard=self, **options)
-
-    def as_haystack(self, **options: Any) -> Any:
+    def as_haystack(self, **options: Any) -> haystack_adapter.GuardRanker:
         """This guard as a Haystack ``@component`` (``GuardRanker``) for a pipeline,
         between a retriever and the prompt builder; needs the ``haystack`` extra."""
-        from ragguard.adapters.haystack import GuardRanker
-
-        return GuardRanker(self, **options)
+        return cast(
+            "haystack_adapter.GuardRanker", adapters.component("as_haystack", self, **options)
+        )
 
     def _deliver(self, selection: Selection) -> Selection:
         if logger.isEnabledFor(logging.DEBUG):

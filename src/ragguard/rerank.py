@@ -28,7 +28,9 @@ ranking of the reranked candidates is by rerank probability.
 rerank API, your own model. It declares what its scores are with a ``score_kind``
 attribute (``"logit"`` or ``"probability"``) or ``rerank.score_kind`` says it.
 :class:`CrossEncoderReranker` is the built-in one (sentence-transformers, imported
-lazily; ``pip install "ragguard-context[rerank]"``).
+lazily; ``pip install "ragguard-context[rerank]"``). :func:`load_reranker` builds one
+from what a user types (``module:callable``, a cross-encoder name or folder, a folder
+``ragguard train-reranker`` wrote), as ``ragguard calibrate --rerank`` does.
 
 **Saved pipelines name rerankers; code registers them.** A reranker is code, and a
 pipeline file (Haystack ``Pipeline.dumps()``, a saved LlamaIndex postprocessor) is data:
@@ -72,7 +74,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard._optional import require
+from ragguard._optional import import_object, require
 from ragguard.config import (
     DEFAULT_RERANK_MODEL,
     RERANK_SCORE_KINDS,
@@ -99,6 +101,7 @@ __all__ = [
     "Reranker",
     "ScoreCache",
     "import_name",
+    "load_reranker",
     "register_reranker",
     "registered_name",
     "registered_reranker",
@@ -458,6 +461,44 @@ def _kind_of_activation(activation: object) -> ScoreKind | None:
     if name == "Identity":
         return ScoreKind.LOGIT
     return None
+
+
+def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Reranker:
+    """The reranker ``spec`` names (as ``ragguard calibrate --rerank SPEC`` reads it):
+    ``module:callable`` (imported, not called: the object is the reranker), else a
+    cross-encoder name or local path (a folder written by ``ragguard train-reranker``
+    included: it loads as its trained scorer, see :mod:`ragguard.trained`). A spec that
+    can only be a path (it starts with ``.``, ``~`` or ``/``, ends with ``/``, ...:
+    :func:`ragguard.trained.path_like`) must name an existing folder. The model itself
+    loads on first use.
+
+    ``spec`` is code the caller chose (``module:callable`` imports that module): never
+    pass a name read from data. A saved config's ``[rerank] model`` is loaded by
+    :class:`CrossEncoderReranker`, which never imports what a folder names.
+
+    Raises:
+        RerankModelError: the spec is empty, names a folder that does not exist, or the
+            module or attribute cannot be imported, or is not callable.
+    """
+    what = (
+        "a cross-encoder (a local folder, one written by ragguard train-reranker "
+        "included, or a Hugging Face name) or module:callable"
+    )
+    if not isinstance(spec, str) or not spec.strip():
+        raise RerankModelError(f"--rerank needs {what}; got {spec!r}")
+    module_name, sep, _ = spec.partition(":")
+    if Path(spec).expanduser().exists():
+        return CrossEncoderReranker(spec, score_kind=score_kind)
+    if path_like(spec):
+        raise RerankModelError(f"--rerank {spec}: no folder {spec}")
+    if not sep or "/" in module_name or "\\" in module_name:
+        return CrossEncoderReranker(spec, score_kind=score_kind)
+    target = import_object(spec, "--rerank", RerankModelError)
+    if not callable(target):
+        raise RerankModelError(
+            f"--rerank {spec} is not callable; it should be a reranker(query, texts) -> scores"
+        )
+    return target  # type: ignore[no-any-return]
 
 
 class ScoreCache:

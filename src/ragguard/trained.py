@@ -28,8 +28,7 @@ of it in ``cross-encoder/``; a bi-encoder that is not the packaged one is copied
 Either way the score is a logit-like number (``score_kind = "logit"``) that
 ``ragguard calibrate`` maps to p(relevant). :class:`TrainedReranker` is the runtime
 scorer; :class:`~ragguard.rerank.CrossEncoderReranker` (and so ``[rerank] model =
-"DIR"``) and :func:`ragguard.calibration.rerank_scores.load_reranker` detect such a
-folder by its card and use it.
+"DIR"``) and :func:`ragguard.load_reranker` detect such a folder by its card and use it.
 
 **A folder is data.** Loading it never imports a module it names: the card is checked
 against :class:`ModelCard` (a closed set of kinds; ``encoder`` is ``"encoder"`` or a

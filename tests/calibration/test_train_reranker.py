@@ -18,7 +18,6 @@ pytest.importorskip("sklearn")
 from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.calibration import EvalSet, load_evalset, split_queries
 from ragguard.calibration.calibrate import Interval
-from ragguard.calibration.rerank_scores import load_reranker
 from ragguard.calibration.train import Candidate as Scorer
 from ragguard.calibration.train import (
     Ticker,
@@ -32,7 +31,7 @@ from ragguard.calibration.train import (
     training_pairs,
 )
 from ragguard.cli import app
-from ragguard.rerank import CrossEncoderReranker
+from ragguard.rerank import CrossEncoderReranker, load_reranker
 from ragguard.trained import CARD_NAME, TrainedReranker
 from tests.cli_checks import error_line
 from tests.faults import LiveStaging, killed_staging_folder

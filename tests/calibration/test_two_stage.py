@@ -24,9 +24,10 @@ from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig, Ragguard
 from ragguard.calibration import EvalSet, calibrate, rerank_scores
 from ragguard.calibration.pipeline import RerankGrid
 from ragguard.calibration.report import build_report, format_number
-from ragguard.calibration.rerank_scores import load_reranker, read_rerank_run
+from ragguard.calibration.rerank_scores import read_rerank_run
 from ragguard.errors import EvalSetError
 from ragguard.policy import CutRule
+from ragguard.rerank import load_reranker
 
 N_QUERIES, N_CANDS = 40, 8
 

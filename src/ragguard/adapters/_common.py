@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ragguard import ContextGuard
 from ragguard.candidate import Decision, Selection
 from ragguard.errors import ConfigError
-from ragguard.guard import ContextGuard
 from ragguard.rerank import (
     CrossEncoderReranker,
     Reranker,

@@ -64,6 +64,7 @@ require("haystack", "haystack")
 
 from haystack import Document, component, default_from_dict, default_to_dict  # noqa: E402
 
+from ragguard import ContextGuard  # noqa: E402
 from ragguard.adapters._common import (  # noqa: E402
     METADATA_KEY,
     call_k,
@@ -76,7 +77,6 @@ from ragguard.adapters._common import (  # noqa: E402
 from ragguard.candidate import Candidate, Selection  # noqa: E402
 from ragguard.config import GuardConfig  # noqa: E402
 from ragguard.errors import ConfigError  # noqa: E402
-from ragguard.guard import ContextGuard  # noqa: E402
 from ragguard.rerank import registered_name  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from numbers import Real
-from typing import Any, TypeGuard
+from typing import Any, TypeAlias, TypeGuard
 
 from ragguard._optional import require
 
@@ -74,6 +74,7 @@ from langchain_core.vectorstores import (  # noqa: E402
 )
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr  # noqa: E402
 
+from ragguard import ContextGuard  # noqa: E402
 from ragguard.adapters._common import (  # noqa: E402
     METADATA_KEY,
     SELECTION_EVENT,
@@ -84,10 +85,13 @@ from ragguard.adapters._common import (  # noqa: E402
 )
 from ragguard.candidate import Candidate, Selection  # noqa: E402
 from ragguard.errors import ScoreWarning  # noqa: E402
-from ragguard.guard import ContextGuard  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
-__all__ = ["GuardCompressor", "GuardedRetriever", "candidate_ids", "store_score_kind"]
+__all__ = ["GuardCompressor", "GuardedRetriever", "Retriever", "candidate_ids", "store_score_kind"]
+
+Retriever: TypeAlias = BaseRetriever
+"""LangChain's retriever base class, ``langchain_core.retrievers.BaseRetriever``:
+what :class:`GuardedRetriever` wraps (``ContextGuard.wrap()`` is typed with it)."""
 
 DEFAULT_SCORE_KEYS = ("relevance_score", "score")
 _SCORE = "__ragguard_retrieval_score__"  # carries a store score through the child run

@@ -42,7 +42,7 @@ Bad options (``score_kind="cosine"``, something that is not a retriever) raise
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from ragguard._optional import require
 
@@ -55,6 +55,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: 
 from llama_index.core.schema import NodeWithScore, QueryBundle  # noqa: E402
 from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
 
+from ragguard import ContextGuard  # noqa: E402
 from ragguard.adapters._common import (  # noqa: E402
     METADATA_KEY,
     adapter_options,
@@ -68,11 +69,14 @@ from ragguard.adapters._common import (  # noqa: E402
 from ragguard.candidate import Candidate, Selection  # noqa: E402
 from ragguard.config import GuardConfig  # noqa: E402
 from ragguard.errors import ArgumentTypeError, ConfigError  # noqa: E402
-from ragguard.guard import ContextGuard  # noqa: E402
 from ragguard.rerank import Reranker  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
-__all__ = ["GuardPostprocessor", "GuardedRetriever", "RagguardSelectionEvent"]
+__all__ = ["GuardPostprocessor", "GuardedRetriever", "RagguardSelectionEvent", "Retriever"]
+
+Retriever: TypeAlias = BaseRetriever
+"""LlamaIndex's retriever base class, ``llama_index.core.retrievers.BaseRetriever``:
+what :class:`GuardedRetriever` wraps (``ContextGuard.wrap()`` is typed with it)."""
 
 dispatcher = get_dispatcher(__name__)
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib
 import logging
 import math
 import os
@@ -36,8 +35,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ragguard._optional import import_object
 from ragguard.calibration.evalset import EvalSet, Run, as_score_kind, load_evalset
-from ragguard.errors import EvalSetError, RagguardError, RetrieverError
+from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 
 __all__ = [
@@ -134,37 +134,6 @@ def add_run(evalset: EvalSet, run: Run, *, only: bool = False) -> EvalSet:
 
 
 # --------------------------------------------------------------------------- retriever
-
-
-def import_object(
-    spec: str, option: str = "--retriever", error: type[RagguardError] = RetrieverError
-) -> Any:
-    """Import the object ``module:attr`` names (the current directory is searched for the
-    module first, so ``my_rag:thing`` finds ``./my_rag.py``).
-
-    Raises:
-        ``error``: bad syntax, or the module or attribute cannot be found.
-    """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise error(
-            f"{option} expects 'module:function' (e.g. 'my_rag:make_retriever'), got {spec!r}"
-        )
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or anything the module raises at import
-        raise error(
-            f"cannot import module {module_name!r} for {option} {spec}: {type(exc).__name__}: {exc}"
-        ) from exc
-    target: Any = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise error(f"module {module_name!r} has no attribute {attr!r} ({option})")
-        target = getattr(target, part)
-    return target
 
 
 def load_factory(spec: str) -> Any:

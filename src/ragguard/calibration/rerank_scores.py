@@ -68,7 +68,6 @@ from ragguard.rerank import (
     reranker_name,
 )
 from ragguard.scores import ScoreKind
-from ragguard.trained import path_like
 
 if TYPE_CHECKING:
     from ragguard.calibration.annotate._texts import Texts
@@ -77,7 +76,6 @@ __all__ = [
     "CACHE_LOCK_TIMEOUT_S",
     "RerankScores",
     "default_cache_dir",
-    "load_reranker",
     "model_identity",
     "passage_sources",
     "passage_texts",
@@ -173,41 +171,6 @@ class RerankScores:
 
 
 # --------------------------------------------------------------------------- rerankers
-
-
-def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Reranker:
-    """The reranker a ``--rerank`` SPEC names: ``module:callable`` (imported, not
-    called: the object is the reranker), else a cross-encoder name or local path (a
-    folder written by ``ragguard train-reranker`` included: it loads as its trained
-    scorer, see :mod:`ragguard.trained`). A spec that can only be a path (it starts with
-    ``.``, ``~`` or ``/``, ends with ``/``, ...: :func:`ragguard.trained.path_like`)
-    must name an existing folder. The model itself loads on first use.
-
-    Raises:
-        RerankModelError: the spec is empty, names a folder that does not exist, or the
-            module or attribute cannot be imported, or is not callable.
-    """
-    what = (
-        "a cross-encoder (a local folder, one written by ragguard train-reranker "
-        "included, or a Hugging Face name) or module:callable"
-    )
-    if not isinstance(spec, str) or not spec.strip():
-        raise RerankModelError(f"--rerank needs {what}; got {spec!r}")
-    module_name, sep, _ = spec.partition(":")
-    if Path(spec).expanduser().exists():
-        return CrossEncoderReranker(spec, score_kind=score_kind)
-    if path_like(spec):
-        raise RerankModelError(f"--rerank {spec}: no folder {spec}")
-    if not sep or "/" in module_name or "\\" in module_name:
-        return CrossEncoderReranker(spec, score_kind=score_kind)
-    from ragguard.calibration.inputs import import_object
-
-    target = import_object(spec, "--rerank", RerankModelError)
-    if not callable(target):
-        raise RerankModelError(
-            f"--rerank {spec} is not callable; it should be a reranker(query, texts) -> scores"
-        )
-    return target  # type: ignore[no-any-return]
 
 
 def _callable_spec(reranker: object) -> str:

@@ -124,7 +124,8 @@ def rerank_options(
         return {}
     if rerank is not None and rerank_run is not None:
         raise ValueError("give --rerank or --rerank-run, not both")
-    from ragguard.calibration.rerank_scores import load_reranker, read_rerank_run
+    from ragguard.calibration.rerank_scores import read_rerank_run
+    from ragguard.rerank import load_reranker
 
     options: dict[str, Any] = {"probability_map": MapMethod(method)}
     if rerank_run is not None:
