@@ -9,7 +9,7 @@ purpose; calibration lives in ``ragguard.calibration``.
 """
 
 from ragguard._version import __version__
-from ragguard.candidate import Candidate, Decision, RerankDetail, Selection
+from ragguard.candidate import Candidate, Decision, RerankDetail, Selection, Verdict
 from ragguard.config import (
     BeyondTopN,
     DuplicatePolicy,
@@ -18,6 +18,7 @@ from ragguard.config import (
     RerankConfig,
     RerankFailure,
 )
+from ragguard.conflicts import Conflict, ConflictMember
 from ragguard.errors import (
     AnnotationError,
     ArgumentTypeError,
@@ -39,7 +40,7 @@ from ragguard.errors import (
     ScoreWarning,
 )
 from ragguard.guard import ContextGuard
-from ragguard.policy import CutRule, Reason, UtilityCut
+from ragguard.policy import ConflictMode, CutRule, Reason, UtilityCut
 from ragguard.probability import ProbabilityMap
 from ragguard.profiles import BUILTIN_PROFILES, Profile
 from ragguard.rerank import (
@@ -62,6 +63,9 @@ __all__ = [
     "CandidateError",
     "ConfigError",
     "ConfigWarning",
+    "Conflict",
+    "ConflictMember",
+    "ConflictMode",
     "ContextGuard",
     "CrossEncoderReranker",
     "CutRule",
@@ -93,6 +97,7 @@ __all__ = [
     "ScoreWarning",
     "Selection",
     "UtilityCut",
+    "Verdict",
     "__version__",
     "load_reranker",
     "register_reranker",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from numbers import Real
 from typing import TYPE_CHECKING, Any
@@ -17,10 +18,28 @@ from ragguard.errors import CandidateError
 from ragguard.policy import Reason
 
 if TYPE_CHECKING:
+    from ragguard.conflicts import Conflict
     from ragguard.rerank import RerankOutcome
     from ragguard.scores import ScoreKind
 
-__all__ = ["Candidate", "Decision", "RerankDetail", "Selection"]
+__all__ = ["Candidate", "Decision", "RerankDetail", "Selection", "Verdict"]
+
+
+class Verdict(StrEnum):
+    """What a selection gives the LLM (``Selection.verdict``).
+
+    ``answerable``: some passages are kept and no two of them conflict.
+    ``insufficient``: nothing is kept: the input was empty, every candidate was
+    dropped, or the best one is below ``min_evidence`` (reason
+    ``insufficient_evidence``). Tell the LLM there is not enough evidence, or do not ask
+    it at all.
+    ``conflict``: two kept passages nearly repeat each other but state different facts
+    (``conflicts="flag"``); ``Selection.conflicts`` says which, and where they differ.
+    """
+
+    ANSWERABLE = "answerable"
+    INSUFFICIENT = "insufficient"
+    CONFLICT = "conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +140,8 @@ class Decision:
             kept); ``None`` otherwise.
         duplicate_of_position: the input position of that candidate (``None`` when
             ``duplicate_of`` is), which tells copies with one id apart.
+        conflict_with: for a ``conflict`` drop, the ids of the passages it conflicts
+            with (``Selection.conflicts`` has the whole group); empty otherwise.
     """
 
     candidate: Candidate
@@ -133,6 +154,7 @@ class Decision:
     rerank: RerankDetail | None = None
     duplicate_of: str | None = None
     duplicate_of_position: int | None = None
+    conflict_with: tuple[str, ...] = ()
 
     @property
     def retrieval_score(self) -> float | None:
@@ -176,6 +198,12 @@ class Selection:
         warnings: every warning about this call's scores or stages (each is also
             emitted, once per guard).
         rerank: what the rerank stage did.
+        conflicts: the groups of passages the cut kept that nearly repeat each other
+            but differ in facts, each with the spans that differ per member (empty
+            while ``conflicts="off"``); :meth:`~ragguard.conflicts.Conflict.describe`
+            gives a line for the LLM.
+        verdict: ``answerable``, ``insufficient`` (nothing kept) or ``conflict`` (two
+            kept passages conflict), see :class:`Verdict`.
     """
 
     def __init__(
@@ -188,6 +216,8 @@ class Selection:
         warnings: tuple[str, ...],
         rerank: RerankOutcome | None,
         decisions: Callable[[], Iterable[Decision]],
+        conflicts: tuple[Conflict, ...] = (),
+        verdict: Verdict | None = None,
     ) -> None:
         self.query = query
         self.candidates = candidates
@@ -195,6 +225,8 @@ class Selection:
         self.kept = kept
         self.warnings = warnings
         self.rerank = rerank
+        self.conflicts = conflicts
+        self.verdict = verdict or (Verdict.ANSWERABLE if kept else Verdict.INSUFFICIENT)
         self._decide = decisions
 
     @cached_property
@@ -220,5 +252,5 @@ class Selection:
     def __repr__(self) -> str:
         return (
             f"Selection(query={self.query!r}, kept={len(self.kept)}, "
-            f"dropped={len(self.candidates) - len(self.kept)})"
+            f"dropped={len(self.candidates) - len(self.kept)}, verdict={self.verdict.value!r})"
         )

@@ -54,7 +54,13 @@ from ragguard._fields import NumbersNotBools
 from ragguard._optional import DISTRIBUTION
 from ragguard._version import __version__
 from ragguard.errors import ConfigError, ConfigWarning
-from ragguard.policy import CutRule, PolicyParams, UtilityCut
+from ragguard.policy import (
+    DEFAULT_CONFLICT_SIMILARITY,
+    ConflictMode,
+    CutRule,
+    PolicyParams,
+    UtilityCut,
+)
 from ragguard.probability import ProbabilityMap
 from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
@@ -326,6 +332,28 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         description="How max_tokens counts: chars:<characters per token>, "
         "tiktoken:<encoding> or hf:<tokenizer name or path>.",
     )
+    min_evidence: float | None = Field(
+        default=None, allow_inf_nan=False,
+        description="Answerability: when the best candidate's normalised score (its rerank "
+        "probability with the rerank stage on) is below this, nothing is kept (reason "
+        "insufficient_evidence, verdict insufficient); None turns it off.",
+    )  # fmt: skip
+    conflicts: ConflictMode = Field(
+        default=ConflictMode.OFF,
+        description="Kept passages that nearly repeat each other but differ in facts: off, "
+        "flag (keep, report), drop (every member), keep_first (the best-ranked member) or "
+        "prefer (the member with the greatest conflict_prefer metadata value).",
+    )
+    conflict_similarity: float = Field(
+        default=DEFAULT_CONFLICT_SIMILARITY, gt=0.0, le=1.0,
+        description="Word 3-shingle Jaccard similarity from which two passages are compared "
+        "for conflicting facts.",
+    )  # fmt: skip
+    conflict_prefer: str | None = Field(
+        default=None, min_length=1,
+        description="With conflicts='prefer': the metadata key whose greatest value wins "
+        "('-key': the smallest); members without it rank last.",
+    )  # fmt: skip
     profiles: dict[str, ProfileSpec] = Field(
         default_factory=dict, description="Custom profiles, by name."
     )
@@ -400,6 +428,14 @@ class GuardConfig(BaseSettings, NumbersNotBools):
                 {"min_k": self.min_k, "max_k": self.max_k, "profile": self.profile},
             )
         self._profile = profile
+        prefer = self.conflicts is ConflictMode.PREFER
+        if prefer != (self.conflict_prefer is not None):
+            raise PydanticCustomError(
+                "conflict_prefer",
+                "conflict_prefer names the metadata key of conflicts='prefer' and goes with "
+                "it only (conflicts='{conflicts}', conflict_prefer={key})",
+                {"conflicts": self.conflicts.value, "key": repr(self.conflict_prefer)},
+            )
         return self
 
     @classmethod
@@ -472,6 +508,9 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             score_rules=score_rules,
             near_duplicate_threshold=self.near_duplicate_threshold,
             max_tokens=self.max_tokens,
+            min_evidence=self.min_evidence,
+            conflicts=self.conflicts,
+            conflict_similarity=self.conflict_similarity,
         )
 
     def rerank_policy_params(self) -> PolicyParams:

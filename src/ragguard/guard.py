@@ -5,7 +5,8 @@
 stages the config turns off::
 
     validate -> normalise -> duplicate ids -> rerank plan -> [rerank call] -> rerank map
-      -> cut (the policy) -> near-duplicates -> token budget -> Selection
+      -> cut (the policy, min_evidence) -> conflicts -> near-duplicates -> token budget
+      -> Selection
 
 The cut is :mod:`ragguard.policy`, the same vectorised code the calibration sweep runs.
 With ``rerank.enabled`` the cut reads rerank probabilities: the top ``rerank.top_n``
@@ -28,10 +29,12 @@ from ragguard import _tracing, adapters
 from ragguard.candidate import Candidate, Selection
 from ragguard.config import BeyondTopN, GuardConfig, InvalidScorePolicy
 from ragguard.errors import ConfigError
+from ragguard.policy import ConflictMode
 from ragguard.profiles import Profile
 from ragguard.rerank import Reranker, RerankStage
 from ragguard.scores import ScoreKind
 from ragguard.selecting import (
+    Conflicts,
     Cut,
     Duplicates,
     NearDuplicates,
@@ -143,6 +146,11 @@ class ContextGuard:
             after.append(RerankMap(params=c.rerank_policy_params()))
         keep_below = c.rerank.beyond_top_n is BeyondTopN.KEEP_BELOW
         after.append(Cut(uses_scores=scored.uses_scores, keep_below=keep_below))
+        if c.conflicts is not ConflictMode.OFF:
+            prefer = c.conflict_prefer
+            after.append(
+                Conflicts(mode=c.conflicts, similarity=c.conflict_similarity, prefer=prefer)
+            )
         if c.near_duplicate_threshold is not None:
             after.append(NearDuplicates(threshold=c.near_duplicate_threshold))
         if c.max_tokens is not None:  # load the tokenizer now, not on a query

@@ -42,6 +42,11 @@ Every dropped candidate gets one reason, the first that applies in this order:
 ``below_relative_threshold``, ``below_min_score``, ``below_expected_utility``,
 ``score_gap`` / ``autocut``, ``over_max_k``.
 
+Answerability, ``min_evidence``: when the top score :math:`s_0` is below it (or no score
+is valid), the row keeps nothing, whatever ``min_k`` says, and every candidate's reason
+is ``insufficient_evidence`` (invalid ones keep ``invalid_score`` unless
+``keep_invalid``). A retrieved set with nothing good enough in it gives the LLM nothing.
+
 ``near_duplicate_threshold`` and ``max_tokens`` are not rules of the cut: they are the
 stages that run on the kept list after it (:mod:`ragguard.stages`), reasons
 ``near_duplicate`` and ``over_token_budget``.
@@ -59,6 +64,8 @@ from numpy.typing import NDArray
 from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = [
+    "DEFAULT_CONFLICT_SIMILARITY",
+    "ConflictMode",
     "CutRule",
     "Explainer",
     "PolicyParams",
@@ -79,6 +86,25 @@ class CutRule(StrEnum):
     NONE = "none"
     GAP = "gap"
     AUTOCUT = "autocut"
+
+
+DEFAULT_CONFLICT_SIMILARITY = 0.5
+"""The default ``conflict_similarity``, chosen on the 250 RAMDocs development questions
+(``benchmarks/conflicts.py``): with every question's documents compared, 0.5 puts 46% of
+misinformation documents in a conflicting pair against 1% of noise documents, and flags
+55% of the questions that carry misinformation against 4% of those that do not (0.3:
+51% / 1%, 62% / 8%; 0.7: 37% / 1%, 46% / 3%)."""
+
+
+class ConflictMode(StrEnum):
+    """What the conflict stage does with passages that disagree
+    (:mod:`ragguard.conflicts`)."""
+
+    OFF = "off"
+    FLAG = "flag"
+    DROP = "drop"
+    KEEP_FIRST = "keep_first"
+    PREFER = "prefer"
 
 
 class Reason(StrEnum):
@@ -108,6 +134,11 @@ class Reason(StrEnum):
     OVER_TOKEN_BUDGET = "over_token_budget"
     """Kept by the cut, but its tokens do not fit in what is left of ``max_tokens``
     (:mod:`ragguard.stages`)."""
+    INSUFFICIENT_EVIDENCE = "insufficient_evidence"
+    """The best candidate's score is below ``min_evidence``: nothing is kept."""
+    CONFLICT = "conflict"
+    """It nearly repeats another kept passage but states different facts, and the
+    ``conflicts`` rule dropped it (:mod:`ragguard.conflicts`)."""
 
 
 # Integer codes used in the reason matrix. 0 = kept, -1 = padding (no candidate).
@@ -165,6 +196,9 @@ class PolicyParams:
     expected_utility: UtilityCut | None = None
     near_duplicate_threshold: float | None = None
     max_tokens: int | None = None
+    min_evidence: float | None = None
+    conflicts: ConflictMode = ConflictMode.OFF
+    conflict_similarity: float = DEFAULT_CONFLICT_SIMILARITY
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
@@ -186,12 +220,24 @@ class PolicyParams:
             raise ConfigError(f"near_duplicate_threshold must be in (0, 1] or None, got {t}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
+        if self.min_evidence is not None and not np.isfinite(self.min_evidence):
+            raise ConfigError(
+                f"min_evidence must be a finite number or None, got {self.min_evidence}"
+            )
+        if not 0.0 < self.conflict_similarity <= 1.0:
+            raise ConfigError(
+                f"conflict_similarity must be in (0, 1], got {self.conflict_similarity}"
+            )
 
     @property
     def uses_stages(self) -> bool:
-        """Whether a stage after the cut is on (near-duplicates, token budget;
-        :mod:`ragguard.stages`)."""
-        return self.near_duplicate_threshold is not None or self.max_tokens is not None
+        """Whether a stage after the cut is on (conflicts, near-duplicates, token budget;
+        :mod:`ragguard.stages`, :mod:`ragguard.conflicts`)."""
+        return (
+            self.near_duplicate_threshold is not None
+            or self.max_tokens is not None
+            or self.conflicts is not ConflictMode.OFF
+        )
 
     @property
     def uses_scores(self) -> bool:
@@ -201,6 +247,7 @@ class PolicyParams:
             or self.min_score is not None
             or self.cut is not CutRule.NONE
             or self.expected_utility is not None
+            or self.min_evidence is not None
         )
 
 
@@ -242,6 +289,8 @@ class PolicyResult:
             the top score was not positive.
         prefixes: (Q,) prefix lengths kept by the relative threshold, the floor, the
             expected-utility rule and the cut rule (each ``n_valid`` when the rule is off).
+        abstained: (Q,) rows where ``min_evidence`` kept nothing (the best score is
+            below it, or no score is valid); ``None`` when the rule is off.
     """
 
     ranked: Ranked
@@ -251,6 +300,7 @@ class PolicyResult:
     top: NDArray[np.float64]
     threshold_skipped: NDArray[np.bool_]
     prefixes: tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]
+    abstained: NDArray[np.bool_] | None = None
 
     def kept_positions(self, row: int) -> list[int]:
         """Input positions of row ``row``'s kept candidates, best first."""
@@ -283,6 +333,10 @@ class PolicyResult:
             codes[invalid & (pos - n_valid < extra)] = KEPT
         else:
             codes[invalid] = CODES[Reason.INVALID_SCORE]
+        if self.abstained is not None:
+            codes[self.abstained[:, None] & (pos < n_valid)] = CODES[Reason.INSUFFICIENT_EVIDENCE]
+            if p.keep_invalid:
+                codes[self.abstained[:, None] & invalid] = CODES[Reason.INSUFFICIENT_EVIDENCE]
         codes[pos >= n_present] = PADDING
         order = ranked.order
         if p.keep_invalid:
@@ -411,7 +465,13 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
     n_kept = m
     if params.keep_invalid:
         n_kept = m + np.clip(params.max_k - m, 0, ranked.n_present - n_valid)
-    return PolicyResult(ranked, params, n_kept, m, top, skipped, (p_thr, p_floor, p_eu, p_cut))
+    abstained = None
+    if params.min_evidence is not None and params.score_rules:
+        abstained = ~(top >= params.min_evidence)  # NaN (no valid score): abstain too
+        m = np.where(abstained, 0, m)
+        n_kept = np.where(abstained, 0, n_kept)
+    prefixes = (p_thr, p_floor, p_eu, p_cut)
+    return PolicyResult(ranked, params, n_kept, m, top, skipped, prefixes, abstained)
 
 
 def apply_policy(
@@ -474,6 +534,11 @@ class Explainer:
             return f"ranked after score jump {p.autocut_jumps} (cut='autocut')"
         if reason is Reason.OVER_MAX_K:
             return f"ranked below the max_k={p.max_k} cap"
+        if reason is Reason.INSUFFICIENT_EVIDENCE:
+            return (
+                f"not enough evidence: the best {self.score_name} {self.top:.4g} is below "
+                f"min_evidence {p.min_evidence:g}, so nothing is kept"
+            )
         raise ConfigError(f"describe() does not explain {reason!r}; the caller knows the detail")
 
     def __call__(self, reason: Reason, normalized: float | None) -> str:

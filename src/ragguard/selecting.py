@@ -4,7 +4,8 @@ over one state, and the builder of its :class:`~ragguard.candidate.Selection`.
 ::
 
     start (validate) -> normalise -> duplicate ids -> rerank plan -> [the rerank call]
-      -> rerank map -> cut -> near-duplicates -> token budget -> Selection
+      -> rerank map -> cut (min_evidence) -> conflicts -> near-duplicates -> token budget
+      -> Selection
 
 Every stage is a small class: its settings come from the guard's config, keyword-only,
 when the guard is built; calling it with the :class:`State` of one call does its work on
@@ -40,11 +41,20 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.candidate import Candidate, Decision, RerankDetail, Selection
+from ragguard.candidate import Candidate, Decision, RerankDetail, Selection, Verdict
 from ragguard.config import BeyondTopN, DuplicatePolicy, RerankConfig
+from ragguard.conflicts import (
+    MISSING,
+    Conflict,
+    ConflictMember,
+    Pair,
+    conflict_groups,
+    conflict_stage,
+)
 from ragguard.errors import (
     CandidateError,
     ConfigError,
+    ConfigWarning,
     DuplicateIdError,
     InvalidScoreError,
     RerankWarning,
@@ -53,6 +63,7 @@ from ragguard.errors import (
 from ragguard.policy import (
     KEPT,
     REASON_OF_CODE,
+    ConflictMode,
     Explainer,
     PolicyParams,
     PolicyResult,
@@ -65,6 +76,7 @@ from ragguard.rerank import RerankOutcome, Scored, parse_kind, rerank_issue_mess
 from ragguard.scores import ScoreIssue, ScoreKind, issue_message, normalize
 from ragguard.stages import (
     SHINGLE_WORDS,
+    Shingles,
     StageState,
     near_duplicate_stage,
     shingles,
@@ -74,6 +86,7 @@ from ragguard.stages import (
 from ragguard.tokens import TokenCounter
 
 __all__ = [
+    "Conflicts",
     "Cut",
     "Duplicates",
     "NearDuplicates",
@@ -129,6 +142,11 @@ class State:
         cut: the policy's result.
         kept: input positions kept, best first.
         after: the state of the stages after the cut (``None`` when none ran).
+        pairs: the conflicting pairs among the kept passages (columns of ``after``).
+        conflict_mode: what the conflict stage did with them (``None``: the stage is off).
+        conflict_similarity: its comparability level.
+        sets: word shingle sets by input position, built once for the stages that read
+            them (conflicts, near-duplicates).
         warnings: what the stages found, in order.
     """
 
@@ -158,7 +176,18 @@ class State:
     cut: PolicyResult | None = None
     kept: list[int] = field(default_factory=list)
     after: StageState | None = None
+    pairs: list[Pair] = field(default_factory=list)
+    conflict_mode: ConflictMode | None = None
+    conflict_similarity: float = 0.0
+    sets: dict[int, Shingles] = field(default_factory=dict)
     warnings: list[Warn] = field(default_factory=list)
+
+    def shingles(self, position: int) -> Shingles:
+        """The word shingle set of the candidate at input ``position`` (built once)."""
+        got = self.sets.get(position)
+        if got is None:
+            got = self.sets[position] = shingles(self.candidates[position].text)
+        return got
 
     @property
     def texts(self) -> list[str] | None:
@@ -205,6 +234,7 @@ class State:
         """The call's :class:`~ragguard.candidate.Selection`; its decisions are built
         when first read (:meth:`decisions`)."""
         cands = self.candidates
+        conflicts = self.conflicts() if self.pairs else ()
         return Selection(
             query=self.query,
             candidates=cands,
@@ -213,7 +243,47 @@ class State:
             warnings=tuple(w.message for w in self.warnings),
             rerank=self.outcome(),
             decisions=self.decisions,
+            conflicts=conflicts,
+            verdict=self.verdict(),
         )
+
+    def verdict(self) -> Verdict:
+        """``insufficient`` when nothing is kept, ``conflict`` when two kept passages
+        conflict, else ``answerable``."""
+        if not self.kept:
+            return Verdict.INSUFFICIENT
+        if self.pairs:
+            assert self.after is not None
+            kept = self.after.reasons[0] == KEPT
+            if any(kept[p.a] and kept[p.b] for p in self.pairs):
+                return Verdict.CONFLICT
+        return Verdict.ANSWERABLE
+
+    def conflicts(self) -> tuple[Conflict, ...]:
+        """The conflict groups among the passages the cut kept (``Selection.conflicts``)."""
+        st = self.after
+        assert st is not None
+        cols, kept = st.positions[0].tolist(), (st.reasons[0] == KEPT).tolist()
+        spans: dict[int, list[str]] = {}
+        for p in self.pairs:
+            for c, mine in ((p.a, p.spans_a), (p.b, p.spans_b)):
+                got = spans.setdefault(c, [])
+                got.extend(x for x in mine if x not in got)
+        out = []
+        for group in conflict_groups(len(cols), self.pairs):
+            members = tuple(
+                ConflictMember(
+                    id=self.candidates[cols[c]].id,
+                    position=cols[c],
+                    spans=tuple(spans.get(c, ())),
+                    kept=kept[c],
+                )
+                for c in group
+            )
+            members_set = set(group)
+            best = max(p.similarity for p in self.pairs if p.a in members_set)
+            out.append(Conflict(members, best))
+        return tuple(out)
 
     def decisions(self) -> tuple[Decision, ...]:
         """A decision for every input candidate, in the guard's ranked order: the kept
@@ -234,6 +304,9 @@ class State:
                 (kept if d.kept else rest).append(d)
                 continue
             reason = REASON_OF_CODE[codes[j]]
+            if reason is Reason.CONFLICT:
+                moved.append(self._conflict_decision(d, after, j))
+                continue
             message, partner = self._after_message(after, j, reason)
             moved.append(
                 replace(
@@ -246,6 +319,39 @@ class State:
                 )
             )
         return tuple(replace(d, rank=n) for n, d in enumerate(kept + moved + rest))
+
+    def _conflict_decision(self, d: Decision, st: StageState, j: int) -> Decision:
+        """The decision of column ``j``, dropped by the conflict stage."""
+        cols = st.positions[0].tolist()
+        others: list[int] = []
+        for p in self.pairs:
+            if j in (p.a, p.b):
+                other = p.b if p.a == j else p.a
+                if other not in others:
+                    others.append(other)
+        col = int(st.partner[0, j])
+        pair = next(p for p in self.pairs if {p.a, p.b} == {j, col})
+        mine, theirs = (pair.spans_a, pair.spans_b) if pair.a == j else (pair.spans_b, pair.spans_a)
+        first = cols[col]
+        rule = {
+            ConflictMode.DROP: "conflicts='drop' drops every member of a conflict group",
+            ConflictMode.KEEP_FIRST: "conflicts='keep_first' keeps the better-ranked one",
+            ConflictMode.PREFER: "conflicts='prefer' keeps the member with the preferred "
+            "metadata value",
+        }.get(self.conflict_mode or ConflictMode.DROP, "")
+        message = (
+            f"conflicts with id {self.candidates[first].id!r} at input position {first}: "
+            f"{'; '.join(mine) or '(nothing)'} vs {'; '.join(theirs) or '(nothing)'} (word "
+            f"{SHINGLE_WORDS}-shingle similarity {pair.similarity:.3g} >= conflict_similarity "
+            f"{self.conflict_similarity:g}); {rule}"
+        )
+        return replace(
+            d,
+            kept=False,
+            reason=Reason.CONFLICT,
+            message=message,
+            conflict_with=tuple(self.candidates[cols[o]].id for o in others),
+        )
 
     def _after_message(self, st: StageState, j: int, reason: Reason) -> tuple[str, int | None]:
         """Why a stage after the cut dropped column ``j``, and the input position of the
@@ -671,7 +777,8 @@ class Cut(Stage):
                 )
         else:
             s.cut = apply_policy(np.empty((1, 0)), np.empty((1, 0), np.bool_), s.params)
-        if self.keep_below:
+        abstained = s.cut is not None and s.cut.abstained is not None and s.cut.abstained[0]
+        if self.keep_below and not abstained:
             s.n_below = max(0, min(len(s.below), s.params.max_k - n_kept))
             s.kept += s.below[: s.n_below]
         s.warnings[:0] = warnings  # the retrieval scores' issues come first
@@ -710,6 +817,54 @@ class Cut(Stage):
         s.warnings[:0] = found
 
 
+class Conflicts(Stage):
+    """Kept passages that nearly repeat each other but differ in facts
+    (:mod:`ragguard.conflicts`): flag them, drop them all, keep the best-ranked one or
+    the one with the preferred metadata value."""
+
+    __slots__ = ("descending", "key", "mode", "similarity")
+
+    def __init__(self, *, mode: ConflictMode, similarity: float, prefer: str | None) -> None:
+        self.mode = mode
+        self.similarity = similarity
+        self.descending = not (prefer or "").startswith("-")
+        self.key = None if prefer is None else prefer.removeprefix("-")
+
+    def __call__(self, s: State, /) -> None:
+        s.conflict_mode, s.conflict_similarity = self.mode, self.similarity
+        if len(s.kept) < 2:
+            return
+        st = start_state(np.array([s.kept]))
+        cols = s.kept
+        prefer = None
+        if self.key is not None:
+            key = self.key
+            prefer = [[s.candidates[i].metadata.get(key, MISSING) for i in cols]]
+        new, pairs, incomparable = conflict_stage(
+            st,
+            texts=[[s.candidates[i].text for i in cols]],
+            shingles=[[s.shingles(i) for i in cols]],
+            similarity=self.similarity,
+            mode=self.mode,
+            prefer=prefer,
+            descending=self.descending,
+        )
+        if not pairs[0]:
+            return
+        s.after, s.pairs = new, pairs[0]
+        s.kept = new.kept_positions(0)
+        if incomparable:
+            s.warnings.append(
+                Warn(
+                    ("conflict_prefer", self.key),
+                    f"conflict_prefer={self.key!r}: the values of conflicting passages cannot "
+                    "be compared with each other (e.g. a number and a str); kept the "
+                    "best-ranked member instead",
+                    ConfigWarning,
+                )
+            )
+
+
 class NearDuplicates(Stage):
     """Drop a kept passage whose text nearly repeats a kept, higher-ranked one
     (:func:`ragguard.stages.near_duplicate_stage`)."""
@@ -723,7 +878,7 @@ class NearDuplicates(Stage):
         if not s.kept:
             return
         st = s.after or start_state(np.array([s.kept]))
-        sets = [[shingles(s.candidates[i].text) for i in s.kept]]
+        sets = [[s.shingles(i) for i in st.positions[0].tolist()]]
         s.after = near_duplicate_stage(st, shingles=sets, threshold=self.threshold)
         s.kept = s.after.kept_positions(0)
 

@@ -1,0 +1,402 @@
+"""Conflicting passages: near-copies of each other that differ in facts.
+
+The distractors that hurt an LLM most are look-alikes that disagree with the answer:
+last year's figure, the superseded rule, a passage with one number or one name changed.
+Every relevance score is at chance on them (they are as related to the query as the
+passage they copy), so no cut on relevance removes them. What gives them away is the
+other passage: two retrieved passages that nearly repeat each other but state different
+facts cannot both be right.
+
+A pair of passages **conflicts** when
+
+1. they are *comparable*: the Jaccard similarity of their word 3-shingle sets (the
+   near-duplicate measure, :func:`ragguard.stages.shingles`) is at least
+   ``conflict_similarity``; and
+2. aligning their words (:class:`difflib.SequenceMatcher` over the lower-cased words,
+   punctuation ignored) leaves at least one differing span that carries a **fact**: a
+   number (a word with a digit: ``3,559``, ``1979``, ``2.5``), a capitalised word
+   (a name: ``Bhatt``, ``Kapoor``), or a negation (``not``, ``no``, ``never``,
+   ``without``, ...) on one side only.
+
+Passages with the same facts (an exact or near copy) are never a conflict: they are the
+near-duplicate stage's job. Differing spans that carry no fact (a reworded phrase, an
+extra adjective) do not make a conflict either.
+
+Conflicting pairs are joined into **groups** (connected components); each group lists
+its members and, per member, the spans that differ from the other members, so an
+application can tell the LLM "sources 2 and 5 disagree: 3,559 vs 4,112".
+
+Detection reads only the passages the cut kept (at most ``max_k``); it uses the standard
+library (``difflib``) and the shingle sets the near-duplicate stage builds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+import numpy as np
+
+from ragguard.policy import CODES, DEFAULT_CONFLICT_SIMILARITY, KEPT, ConflictMode, Reason
+from ragguard.stages import Shingles, StageState, jaccard
+
+__all__ = [
+    "DEFAULT_CONFLICT_SIMILARITY",
+    "MISSING",
+    "NEGATIONS",
+    "Conflict",
+    "ConflictMember",
+    "Pair",
+    "conflict_groups",
+    "conflict_stage",
+    "find_conflicts",
+    "passage_words",
+]
+
+
+NEGATIONS = frozenset(
+    {"not", "no", "never", "none", "nor", "neither", "without", "cannot", "nobody", "nothing"}
+)
+"""Words whose presence on one side only of a differing span makes it a fact."""
+
+# numbers keep their separators (3,559 / 2.5 / 1,000,000); other words are \w+ runs
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+")
+_NEGATED = re.compile(r"n't$")
+
+MAX_SPAN = 6
+"""Differing spans longer than this many words (on either side) are different regions
+of a text (two crops of one page), not a changed fact."""
+
+
+@dataclass(frozen=True, slots=True)
+class PassageWords:
+    """A passage's words as written (for spans) and lower-cased (for the alignment)."""
+
+    shown: tuple[str, ...]
+    low: tuple[str, ...]
+
+
+def passage_words(text: str) -> PassageWords:
+    """The words of ``text``: numbers with their separators, else ``\\w+`` runs.
+
+    Example:
+        >>> passage_words("Revenue: 3,559 (not 4,112).").shown
+        ('Revenue', '3,559', 'not', '4,112')
+    """
+    shown = tuple(_TOKEN.findall(text))
+    return PassageWords(shown, tuple(w.lower() for w in shown))
+
+
+def _is_fact(word: str) -> bool:
+    return any(ch.isdigit() for ch in word) or word[:1].isupper()
+
+
+def _negation(words: Sequence[str]) -> bool:
+    return any(w.lower() in NEGATIONS or _NEGATED.search(w) for w in words)
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One conflicting pair: columns ``a`` < ``b`` of the compared list, their
+    similarity, and the differing spans of each (as written)."""
+
+    a: int
+    b: int
+    similarity: float
+    spans_a: tuple[str, ...]
+    spans_b: tuple[str, ...]
+
+
+def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The spans of ``x`` and of ``y`` that differ and carry a fact (both empty when
+    they state the same facts).
+
+    Example:
+        >>> a = passage_words("The plant made 3,559 cars in 2019 in Austin.")
+        >>> b = passage_words("The plant made 4,112 cars in 2019 in Austin.")
+        >>> differing_facts(a, b)
+        (('3,559',), ('4,112',))
+    """
+    out_x: list[str] = []
+    out_y: list[str] = []
+    matcher = SequenceMatcher(None, x.low, y.low, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        sx, sy = x.shown[i1:i2], y.shown[j1:j2]
+        if len(sx) > MAX_SPAN or len(sy) > MAX_SPAN:
+            continue  # a different passage region, not a changed fact
+        if sx and sy:  # a substitution: a fact on either side
+            fact = any(map(_is_fact, sx)) or any(map(_is_fact, sy))
+        else:  # an insertion: only a negation changes what the text says
+            fact = _negation(sx or sy)
+        if fact:
+            if sx:
+                out_x.append(" ".join(sx))
+            if sy:
+                out_y.append(" ".join(sy))
+    return tuple(out_x), tuple(out_y)
+
+
+def find_conflicts(
+    texts: Sequence[str],
+    sets: Sequence[Shingles],
+    *,
+    similarity: float,
+    active: Sequence[bool] | None = None,
+) -> list[Pair]:
+    """Every conflicting pair among the passages (columns in ranked order).
+
+    Args:
+        texts: each passage's text.
+        sets: each passage's shingle set (:func:`ragguard.stages.shingles`).
+        similarity: the shingle Jaccard similarity in (0, 1] from which two passages
+            are comparable.
+        active: which columns take part (default: all).
+
+    Returns:
+        The pairs, by ``(a, b)``. Only comparable pairs are aligned word by word, so the
+        cost is one set comparison per pair of passages plus an alignment per
+        comparable pair.
+    """
+    cols = [j for j in range(len(sets)) if active is None or active[j]]
+    words: dict[int, PassageWords] = {}
+
+    def of(j: int) -> PassageWords:
+        w = words.get(j)
+        if w is None:
+            w = words[j] = passage_words(texts[j])
+        return w
+
+    out: list[Pair] = []
+    for k, a in enumerate(cols):
+        sa = sets[a]
+        na = len(sa)
+        for b in cols[k + 1 :]:
+            sb = sets[b]
+            nb = len(sb)
+            if min(na, nb) < similarity * max(na, nb):  # Jaccard <= min / max
+                continue
+            sim = jaccard(sa, sb)
+            if sim < similarity:
+                continue
+            fa, fb = differing_facts(of(a), of(b))
+            if fa or fb:
+                out.append(Pair(a, b, sim, fa, fb))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictMember:
+    """One passage of a conflict group.
+
+    Attributes:
+        id: the candidate's id.
+        position: its input position.
+        spans: the spans of its text that differ from the other members (as written).
+        kept: whether it reached the LLM.
+    """
+
+    id: str
+    position: int
+    spans: tuple[str, ...]
+    kept: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """A group of passages that nearly repeat each other but differ in facts.
+
+    Attributes:
+        members: the members, best-ranked first.
+        similarity: the highest shingle similarity of a conflicting pair in the group.
+    """
+
+    members: tuple[ConflictMember, ...]
+    similarity: float
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """The members' ids, best-ranked first."""
+        return tuple(m.id for m in self.members)
+
+    def describe(self) -> str:
+        """One line an application can hand to the LLM or a log.
+
+        Example:
+            >>> Conflict((ConflictMember("a", 0, ("3,559",), True),
+            ...           ConflictMember("b", 4, ("4,112",), True)), 0.8).describe()
+            "sources 'a' and 'b' disagree: 3,559 vs 4,112"
+        """
+        names = [repr(m.id) for m in self.members]
+        who = ", ".join(names[:-1]) + " and " + names[-1]
+        what = " vs ".join("; ".join(m.spans) or "(nothing)" for m in self.members)
+        return f"sources {who} disagree: {what}"
+
+
+def conflict_groups(n: int, pairs: Sequence[Pair]) -> list[list[int]]:
+    """Connected components of the conflicting pairs over columns ``0..n-1``, each
+    sorted, ordered by their first column; columns in no pair are left out."""
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for p in pairs:
+        ra, rb = root(p.a), root(p.b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for p in pairs:
+        for c in (p.a, p.b):
+            g = groups.setdefault(root(c), [])
+            if c not in g:
+                g.append(c)
+    return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
+
+
+class _Missing:
+    """A passage without the ``conflict_prefer`` metadata key."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+"""The value of a passage that lacks the ``conflict_prefer`` key (ranks last)."""
+
+_CONFLICT = CODES[Reason.CONFLICT]
+
+
+def _preferred(group: Sequence[int], values: Sequence[object], descending: bool) -> int | None:
+    """The member of ``group`` with the greatest (``descending``) or smallest value;
+    members without one rank last, ties go to the best-ranked member; ``None`` when the
+    values cannot be compared with each other."""
+    have = [c for c in group if values[c] is not MISSING]
+    if not have:
+        return group[0]
+    best = have[0]
+    try:
+        for c in have[1:]:
+            v, b = values[c], values[best]
+            if (v > b) if descending else (v < b):  # type: ignore[operator]
+                best = c
+    except TypeError:
+        return None
+    return best
+
+
+def conflict_stage(
+    state: StageState,
+    *,
+    texts: Sequence[Sequence[str]],
+    shingles: Sequence[Sequence[Shingles]],
+    similarity: float,
+    mode: ConflictMode,
+    prefer: Sequence[Sequence[object]] | None = None,
+    descending: bool = True,
+) -> tuple[StageState, list[list[Pair]], list[int]]:
+    """Find the conflicting pairs among each row's kept passages and apply ``mode``.
+
+    * ``flag``: keep every passage (the pairs are reported);
+    * ``drop``: drop every member of a conflict group (reason ``conflict``);
+    * ``keep_first``: drop a passage that conflicts with a kept, higher-ranked one (so
+      of a pair the better-ranked member stays); like the near-duplicate stage this is
+      causal along the kept list;
+    * ``prefer``: in each group keep the member with the greatest value of ``prefer``
+      (the smallest with ``descending=False``); members without it rank last, ties go
+      to the best-ranked member.
+
+    Args:
+        state: the kept lists.
+        texts: per row, the text of each column.
+        shingles: per row, the shingle set of each column.
+        similarity: ``conflict_similarity``.
+        mode: what to do with conflicting passages (not ``off``).
+        prefer: per row, each column's value of the preferred metadata key
+            (:data:`MISSING` when absent); needed for ``prefer``.
+        descending: whether the greatest value wins.
+
+    Returns:
+        The new state (a dropped member's ``partner`` is the column of a member it
+        conflicts with, its ``similarity`` their similarity), the pairs of each row
+        (columns of ``state``) and the rows where ``prefer`` values could not be
+        compared (those groups fell back to ``keep_first``).
+    """
+    reasons, partner, sim = state.reasons.copy(), state.partner.copy(), state.similarity.copy()
+    all_pairs: list[list[Pair]] = []
+    incomparable: list[int] = []
+    for q in range(reasons.shape[0]):
+        active = (reasons[q] == KEPT).tolist()
+        pairs = find_conflicts(texts[q], shingles[q], similarity=similarity, active=active)
+        all_pairs.append(pairs)
+        if not pairs or mode is ConflictMode.FLAG:
+            continue
+        best_sim: dict[tuple[int, int], float] = {(p.a, p.b): p.similarity for p in pairs}
+
+        def drop(
+            c: int, other: int, q: int = q, best_sim: dict[tuple[int, int], float] = best_sim
+        ) -> None:
+            reasons[q, c] = _CONFLICT
+            partner[q, c] = other
+            sim[q, c] = best_sim.get((min(c, other), max(c, other)), np.nan)
+
+        if mode is ConflictMode.KEEP_FIRST:
+            _keep_first(pairs, drop)
+            continue
+        for group in conflict_groups(reasons.shape[1], pairs):
+            if mode is ConflictMode.DROP:
+                for c in group:
+                    other = next(o for o in _partners(c, pairs))
+                    drop(c, other)
+                continue
+            assert prefer is not None
+            winner = _preferred(group, prefer[q], descending)
+            if winner is None:
+                incomparable.append(q)
+                _keep_first([p for p in pairs if p.a in group], drop)
+                continue
+            for c in group:
+                if c != winner:
+                    drop(
+                        c,
+                        winner
+                        if (min(c, winner), max(c, winner)) in best_sim
+                        else next(_partners(c, pairs)),
+                    )
+    new = StageState(
+        state.positions,
+        reasons,
+        partner,
+        sim,
+        state.tokens,
+        state.threshold,
+        state.max_tokens,
+        state.counter,
+    )
+    return new, all_pairs, incomparable
+
+
+def _partners(c: int, pairs: Sequence[Pair]) -> Iterator[int]:
+    """The columns ``c`` conflicts with, in pair order."""
+    for p in pairs:
+        if p.a == c:
+            yield p.b
+        elif p.b == c:
+            yield p.a
+
+
+def _keep_first(pairs: Sequence[Pair], drop: Callable[[int, int], None]) -> None:
+    """Drop each passage that conflicts with a kept, higher-ranked passage."""
+    dropped: set[int] = set()
+    for p in sorted(pairs, key=lambda p: (p.b, p.a)):
+        if p.b not in dropped and p.a not in dropped:
+            dropped.add(p.b)
+            drop(p.b, p.a)
