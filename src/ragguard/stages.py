@@ -68,7 +68,9 @@ _WORD = re.compile(r"\w+")
 _NEAR = CODES[Reason.NEAR_DUPLICATE]
 _OVER = CODES[Reason.OVER_TOKEN_BUDGET]
 
-Shingles = frozenset[tuple[str, ...]]
+Shingles = frozenset[str]
+"""A passage's shingles, each its words joined by one space (words hold no space, so
+the join is exact; a str caches its hash, so set operations do not rehash)."""
 
 
 # every ASCII character that ``\w`` does not match, as a space
@@ -93,16 +95,17 @@ def words(text: str) -> list[str]:
 
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> Shingles:
-    """The set of ``size``-word shingles of ``text`` (lower-cased ``\\w+`` words).
+    """The set of ``size``-word shingles of ``text`` (lower-cased ``\\w+`` words), each
+    as its words joined by a space.
 
     Example:
         >>> sorted(shingles("The cat sat on the mat"))[:2]
-        [('cat', 'sat', 'on'), ('sat', 'on', 'the')]
+        ['cat sat on', 'on the mat']
     """
     w = words(text)
     if len(w) < size:
-        return frozenset([tuple(w)]) if w else frozenset()
-    return frozenset(zip(*[w[i:] for i in range(size)], strict=False))
+        return frozenset([" ".join(w)]) if w else frozenset()
+    return frozenset(map(" ".join, zip(*[w[i:] for i in range(size)], strict=False)))
 
 
 def jaccard(a: Shingles, b: Shingles) -> float:
