@@ -23,6 +23,7 @@ from ragguard.cli._data import (
     compact_table,
     load_evalset_for_cli,
     profile_for_cli,
+    query_count,
 )
 from ragguard.cli._two_stage import (
     CorpusOpt,
@@ -392,7 +393,7 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     obj = result.objective
     w = result.written_setting()
     out.print(
-        f"[bold]ragguard calibrate[/] {escape(shown)}: {len(result.qids)} queries, runs "
+        f"[bold]ragguard calibrate[/] {escape(shown)}: {query_count(result.evalset)}, runs "
         f"{escape(', '.join(r.name for r in result.runs))}, profile {result.profile.name}",
         highlight=False,
     )
