@@ -178,7 +178,7 @@ def evidence_tops(arrays: EvalArrays) -> F64:
 def floor_above(top: float, digits: int = DIGITS) -> float:
     """The floor that catches a query whose best score is ``top``: the number of
     ``digits`` significant digits just above it (``0.61234 -> 0.6124``,
-    ``0.6 -> 0.6001``, ``-0.25 -> -0.2499``, ``0 -> 0.001``).
+    ``0.6 -> 0.6001``, ``-0.25 -> -0.2499``, ``0.0 -> 0.0001``).
 
     Raises:
         ConfigError: ``top`` is not finite.
