@@ -315,16 +315,31 @@ def test_shares_and_guarantee_by_an_independent_count(tmp_path: Path, seed: int)
     assert chosen == len(floors) - 1 or p[chosen + 1] > 0.05
 
 
+BUDGET = {
+    "max_tokens": 6,
+    "token_counter": "chars:4",
+    "grid": SweepGrid(max_k=(3,), thresholds=(0.0,), cut_rules=()),
+}
+
+
+@pytest.mark.parametrize("stages", [{}, BUDGET], ids=["cut", "token budget"])
 def test_the_guard_with_the_written_config_abstains_where_calibration_said(
-    tmp_path: Path,
+    tmp_path: Path, stages: dict[str, Any]
 ) -> None:
+    """Every query through the guard the written config builds (with a token budget
+    after the cut, too, that holds one of these 4-token passages, under a cap above 1):
+    it abstains exactly on the rows calibration marked, keeps what the sweep counted,
+    and the held-out counts are the reported shares."""
     records = random_rows(2)
     es = load_evalset(write_jsonl(tmp_path / "e.jsonl", records))
-    res = calibrate(es, max_false_abstain=0.1, n_bootstrap=100)
+    res = calibrate(es, max_false_abstain=0.1, n_bootstrap=100, **stages)
+    if stages:
+        w = res.written_setting()
+        assert w.params.max_k > 1 and w.full.kept[w.index].max() == 1  # the budget binds
     a = res.answerability
     assert a is not None and a.met
     config = GuardConfig.from_file(res.save_config(tmp_path / "guard.toml"))
-    assert config.min_evidence == a.floor
+    assert config.min_evidence == a.floor and config.max_tokens == stages.get("max_tokens")
     guard = ContextGuard(config)
     w = res.written_setting()
     kept = np.where(a.abstained, 0, w.full.kept[w.index])

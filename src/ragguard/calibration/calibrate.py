@@ -37,7 +37,10 @@ Steps, per run (retrieval profile):
    setting the config holds (:attr:`RunCalibration.written`). A guarantee is not
    refitted: the certified setting is written, and the held-out queries, never used to
    certify it, check it;
-7. compute each query's optimal context size (where cumulative utility peaks).
+7. compute each query's optimal context size (where cumulative utility peaks);
+8. with ``max_false_abstain``, calibrate ``min_evidence`` for the written setting on the
+   calibration queries and check it on the held-out ones
+   (:mod:`ragguard.calibration.answerability`).
 
 With a second stage (``reranker`` or ``rerank_scores``) the recommended run's
 two-stage setting is written, or the retrieval-only one with the reason
