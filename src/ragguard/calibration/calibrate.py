@@ -1731,7 +1731,7 @@ def calibrate(
             folds=folds, target=target, confidence=confidence, stages=stages,
         )  # fmt: skip
         report_sweeps(n_sweeps)
-    result = CalibrationResult(
+    calibrated = CalibrationResult(
         runs=tuple(results),
         recommended=best,
         objective=objective,
@@ -1755,14 +1755,14 @@ def calibrate(
         caps_fixed=not may_grow,
     )
     if max_false_abstain is None:
-        return result
+        return calibrated
     from ragguard.calibration.answerability import calibrate_answerability
 
     answerability = calibrate_answerability(
-        result, max_false_abstain=max_false_abstain, confidence=confidence,
+        calibrated, max_false_abstain=max_false_abstain, confidence=confidence,
         n_bootstrap=n_bootstrap, seed=seed, level=level,
     )  # fmt: skip
-    return replace(result, answerability=answerability)
+    return replace(calibrated, answerability=answerability)
 
 
 def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:

@@ -192,15 +192,15 @@ def certify_means(risks: ArrayLike, n: int, alpha: float, delta: float) -> Certi
     """
     if not 0.0 < delta < 1.0:
         raise ConfigError(f"delta must be in (0, 1), got {delta}")
-    risks = np.asarray(risks, dtype=np.float64)
-    if risks.ndim != 1:
-        raise ConfigError(f"risks must be one mean loss per setting, got shape {risks.shape}")
-    if risks.size and (np.isnan(risks).any() or risks.min() < -1e-12 or risks.max() > 1 + 1e-12):
+    means = np.asarray(risks, dtype=np.float64)
+    if means.ndim != 1:
+        raise ConfigError(f"risks must be one mean loss per setting, got shape {means.shape}")
+    if means.size and (np.isnan(means).any() or means.min() < -1e-12 or means.max() > 1 + 1e-12):
         raise ConfigError("mean losses must lie in [0, 1] (no NaN)")
-    risks = np.clip(risks, 0.0, 1.0)
-    p = np.full(risks.size, np.nan)  # settings after the first failure are not tested
-    for i, r in enumerate(risks.tolist()):
+    means = np.clip(means, 0.0, 1.0)
+    p = np.full(means.size, np.nan)  # settings after the first failure are not tested
+    for i, r in enumerate(means.tolist()):
         p[i] = hb_p_value(r, n, alpha)
         if p[i] > delta:
             break
-    return Certification(fixed_sequence(p.tolist(), delta), p, risks, n, alpha, delta)
+    return Certification(fixed_sequence(p.tolist(), delta), p, means, n, alpha, delta)

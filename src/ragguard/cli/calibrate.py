@@ -466,9 +466,9 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     if a is not None and a.met:
         out.print(f"[bold]Answerability:[/] {escape(a.statement())}.", highlight=False)
         effect = a.effect_line((result.objective, "evidence_recall"))
-        for line in (a.calibration_line(), a.heldout_line(), effect):
-            if line:
-                out.print(escape(line), highlight=False)
+        for text in (a.calibration_line(), a.heldout_line(), effect):
+            if text:
+                out.print(escape(text), highlight=False)
 
     c = r.comparison
     if r.chosen_is_baseline:
