@@ -123,3 +123,29 @@ def test_bad_uses_are_one_line(evalset: Path, tmp_path: Path, extra: list[str], 
     line = error_line(invoke("calibrate", evalset, "--no-report", "--out", "x.toml", *extra))
     assert named in line, line
     assert not (tmp_path / "x.toml").exists()
+
+
+def test_no_certified_floor_writes_nothing_unless_allowed(tmp_path: Path) -> None:
+    """28 answerable queries cannot certify 0.1 at 95% (29 needed): calibrate exits 1 with
+    the shortfall, or writes the config without min_evidence under --allow-unmet."""
+    records = [
+        {"query_id": f"a{i:02d}", "relevant": ["top"], "not_relevant": ["low"],
+         "candidates": [{"id": "top", "score": 0.9}, {"id": "low", "score": 0.4}]}
+        for i in range(28)
+    ] + [
+        {"query_id": f"u{i}", "relevant": [], "not_relevant": ["x"],
+         "candidates": [{"id": "x", "score": 0.3 + i / 10}]}
+        for i in range(3)
+    ]  # fmt: skip
+    path = write_jsonl(tmp_path / "small.jsonl", records)
+    args = ["calibrate", path, "--max-false-abstain", "0.1", "--holdout", "0", "--no-report",
+            "--min-recall", "0", "--out", tmp_path / "s.toml"]  # fmt: skip
+    line = error_line(invoke(*args))
+    assert "no config written: no min_evidence floor keeps" in line
+    assert "at least 29 answerable calibration queries are needed" in line
+    assert not (tmp_path / "s.toml").exists()
+    res = invoke(*args, "--allow-unmet")
+    assert res.exit_code == 0, res.output
+    raw = tomllib.loads((tmp_path / "s.toml").read_text())
+    assert "min_evidence" not in raw
+    assert raw["provenance"]["answerability"]["met"] is False
