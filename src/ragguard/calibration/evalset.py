@@ -221,7 +221,7 @@ class EvalSet:
     def __repr__(self) -> str:
         return (
             f"EvalSet({len(self.labels)} queries, runs={list(self.runs)}, "
-            f"problems={len(self.report.problems)}, unanswerable={len(self.unanswerable)})"
+            f"problems={len(self.report.problems)})"
         )
 
     @cached_property
