@@ -47,7 +47,7 @@ def test_calibrate_json_with_a_budget_is_one_document_and_the_config_keeps_it(
     assert "max_tokens=120" in rec["setting"]
     assert doc["config_path"] == "ragguard.toml"
     assert doc["report"]["html"].endswith("report.html")
-    assert doc["queries"] == {"total": 51, "calibration": 36, "heldout": 15}
+    assert doc["queries"] == {"total": 51, "calibration": 36, "heldout": 15, "unanswerable": 0}
     check = doc["heldout_check"]
     assert check["split"] == "held-out" and check["queries"] == 15
     assert set(check["metrics"]) >= {"udcg", "recall", "passages"}

@@ -124,6 +124,15 @@ def corrupt_evalset(s: Setup) -> tuple[list[str], str]:
     return [], "evalset.jsonl"
 
 
+def no_unanswerable_query(s: Setup) -> tuple[list[str], str]:
+    # every query of the folder has a relevant document: nothing to calibrate a floor on
+    return ["--max-false-abstain", "0.1"], "--max-false-abstain cannot calibrate min_evidence"
+
+
+def false_abstain_out_of_range(s: Setup) -> tuple[list[str], str]:
+    return ["--max-false-abstain", "1.5"], "--max-false-abstain (max_false_abstain) must be"
+
+
 CARD_NO_KIND = _tampered(next(i for i, t in enumerate(TAMPERED) if t[0] == "TR-04 no kind"))
 CARD_WRONG_TYPE = _tampered(next(i for i, t in enumerate(TAMPERED) if t[0] == "coef a string"))
 CARD_COEF_COUNT = _tampered(
@@ -136,7 +145,8 @@ CARD_COEF_COUNT = _tampered(
 MATRIX: list[tuple[str, list[str], Case]] = [
     *[("calibrate", [], case) for case in (
         cache_garbage, cache_truncated, cache_locked, cache_unwritable, tiktoken_offline,
-        hf_tokenizer_missing, truncated_gzip_run, corrupt_evalset,
+        hf_tokenizer_missing, truncated_gzip_run, corrupt_evalset, no_unanswerable_query,
+        false_abstain_out_of_range,
     )],
     *[("calibrate", ["--rerank"], card) for card in (
         CARD_NO_KIND, CARD_WRONG_TYPE, CARD_COEF_COUNT,

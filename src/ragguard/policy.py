@@ -73,6 +73,7 @@ __all__ = [
     "Ranked",
     "Reason",
     "UtilityCut",
+    "abstains",
     "apply_policy",
     "cut_ranked",
     "describe",
@@ -427,6 +428,17 @@ def _autocut_prefix(
     return np.where(hit.any(axis=1), hit.argmax(axis=1), n)
 
 
+def abstains(
+    top: NDArray[np.float64], min_evidence: float | NDArray[np.float64]
+) -> NDArray[np.bool_]:
+    """Where the ``min_evidence`` rule keeps nothing: the top normalised score ``top`` is
+    below the floor, or NaN (no valid score). Broadcasts: (Q, 1) tops against (1, F)
+    floors give every floor's abstentions at once (the calibration of the floor,
+    :mod:`ragguard.calibration.answerability`)."""
+    out: NDArray[np.bool_] = ~(top >= min_evidence)  # NaN compares False: abstain too
+    return out
+
+
 def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
     """Apply the rules of ``params`` to already ranked rows (see the module docstring)."""
     s, n_valid = ranked.scores, ranked.n_valid
@@ -467,7 +479,7 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
         n_kept = m + np.clip(params.max_k - m, 0, ranked.n_present - n_valid)
     abstained = None
     if params.min_evidence is not None and params.score_rules:
-        abstained = ~(top >= params.min_evidence)  # NaN (no valid score): abstain too
+        abstained = abstains(top, params.min_evidence)
         m = np.where(abstained, 0, m)
         n_kept = np.where(abstained, 0, n_kept)
     prefixes = (p_thr, p_floor, p_eu, p_cut)

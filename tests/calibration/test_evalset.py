@@ -589,3 +589,112 @@ def test_bad_arguments_are_eval_set_errors(tmp_path: Path) -> None:
         es.arrays("zz")
     with pytest.raises(EvalSetError, match="several runs; pick one of: r, s"):
         es.arrays()
+
+
+# --- unanswerable queries ---------------------------------------------------------------
+
+# q-ans: a relevant candidate; q-none: judged candidates, none relevant (unanswerable);
+# q-dis: only a known distractor judged (unanswerable); q-open: no label at all (not
+# judged: neither); q-miss: the relevant document was not retrieved (answerable in the
+# corpus, not unanswerable)
+UNANSWERABLE = ("q-none", "q-dis")
+ANSWER_GRADES: dict[str, dict[str, int]] = {
+    "q-ans": {"a1": 1, "a2": 0},
+    "q-none": {"n1": 0, "n2": 0},
+    "q-dis": {"x1": -1},
+    "q-miss": {"m-gone": 2, "m1": 0},
+}
+ANSWER_RUN: dict[str, dict[str, float]] = {
+    "q-ans": {"a1": 0.9, "a2": 0.4},
+    "q-none": {"n1": 0.5, "n2": 0.3},
+    "q-dis": {"x1": 0.7},
+    "q-miss": {"m1": 0.6},
+}
+
+
+def _check_unanswerable(es: EvalSet, expected: tuple[str, ...] = UNANSWERABLE) -> None:
+    assert es.unanswerable == expected
+    for name in es.runs:
+        a = es.arrays(name)
+        assert tuple(q for q, u in zip(a.qids, a.unanswerable, strict=True) if u) == expected
+        assert a.n_unanswerable == len(expected)
+
+
+@pytest.mark.parametrize("columnar", ["1", "0"])
+def test_unanswerable_queries_in_jsonl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columnar: str
+) -> None:
+    monkeypatch.setenv("RAGGUARD_COLUMNAR", columnar)
+    records = []
+    for q, grades in ANSWER_GRADES.items():
+        rec: dict[str, Any] = {
+            "query_id": q,
+            "relevant": [d for d, g in grades.items() if g >= 1],
+            "not_relevant": [d for d, g in grades.items() if g == 0],
+            "candidates": [{"id": d, "score": s} for d, s in ANSWER_RUN[q].items()],
+        }
+        if any(g < 0 for g in grades.values()):
+            rec["distractors"] = [d for d, g in grades.items() if g < 0]
+        records.append(rec)
+    records.append({"query_id": "q-open", "relevant": [], "candidates": [{"id": "o1"}]})
+    es = load_evalset(jsonl(tmp_path, *records))
+    assert "q-open" in es.qids
+    _check_unanswerable(es)
+    # without distractors the file is read column-wise (pyarrow), unless turned off
+    plain = [r for r in records if "distractors" not in r]
+    es = load_evalset(jsonl(tmp_path, *plain, name="plain.jsonl"))
+    assert (type(es.labels).__name__ == "ColumnarLabels") is (columnar == "1")
+    _check_unanswerable(es, ("q-none",))
+    # a stated number of relevant documents makes a query answerable in the corpus
+    stated = [dict(r, num_relevant=1) if r["query_id"] == "q-none" else r for r in records]
+    _check_unanswerable(load_evalset(jsonl(tmp_path, *stated, name="b.jsonl")), ("q-dis",))
+
+
+@pytest.mark.parametrize("columnar", ["1", "0"])
+def test_unanswerable_queries_in_trec_and_beir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columnar: str
+) -> None:
+    monkeypatch.setenv("RAGGUARD_COLUMNAR", columnar)
+    qrels = "".join(f"{q} 0 {d} {g}\n" for q, gs in ANSWER_GRADES.items() for d, g in gs.items())
+    run = "".join(
+        f"{q} Q0 {d} {i} {s} x\n"
+        for q, c in ANSWER_RUN.items()
+        for i, (d, s) in enumerate(c.items(), 1)
+    )
+    run_path = write(tmp_path, "run.trec", run)
+    _check_unanswerable(load_evalset(write(tmp_path, "qrels.txt", qrels), runs=run_path))
+    # without a negative grade the qrels are read column-wise (pyarrow), unless turned off
+    plain = "".join(line for line in qrels.splitlines(keepends=True) if " -1" not in line)
+    es = load_evalset(write(tmp_path, "plain.txt", plain), runs=run_path)
+    assert (type(es.labels).__name__ == "ColumnarLabels") is (columnar == "1")
+    _check_unanswerable(es, ("q-none",))
+    tsv = "query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{g}\n" for q, gs in ANSWER_GRADES.items() for d, g in gs.items()
+    )
+    root = tmp_path / "beir"
+    docs = sorted({d for gs in ANSWER_GRADES.values() for d in gs})
+    write(root, "corpus.jsonl", "".join(json.dumps({"_id": d, "text": d}) + "\n" for d in docs))
+    write(root, "queries.jsonl", "".join(json.dumps({"_id": q}) + "\n" for q in ANSWER_GRADES))
+    write(root, "qrels/test.tsv", tsv)
+    _check_unanswerable(load_evalset(root, runs=run_path))
+
+
+def test_unanswerable_queries_in_udcg_files_tables_and_dicts(tmp_path: Path) -> None:
+    examples = [
+        {"example_id": "e-ans", "passages": [passage("a", True, m=0.1), passage("b", False, m=0)]},
+        {"example_id": "e-none", "passages": [passage("c", False, m=0.9)]},
+    ]
+    _check_unanswerable(load_evalset(udcg_file(tmp_path, examples)), ("e-none",))
+    _check_unanswerable(EvalSet.from_dicts(ANSWER_GRADES, {"r": ANSWER_RUN}))
+    # the distractor of q-dis given as distractors=, not as a grade
+    grades = {q: g for q, g in ANSWER_GRADES.items() if q != "q-dis"} | {"q-dis": {}}
+    es = EvalSet.from_dicts(grades, {"r": ANSWER_RUN}, distractors={"q-dis": ["x1"]})
+    _check_unanswerable(es)
+    rows = [(q, d, g) for q, gs in ANSWER_GRADES.items() for d, g in gs.items()]
+    cands = [(q, d, s) for q, c in ANSWER_RUN.items() for d, s in c.items()]
+    pd = pytest.importorskip("pandas")
+    qrels_df = pd.DataFrame(rows, columns=["qid", "docid", "grade"])
+    run_df = pd.DataFrame(cands, columns=["qid", "docid", "score"])
+    _check_unanswerable(EvalSet.from_dicts(qrels_df, {"r": run_df}))
+    pl = pytest.importorskip("polars")
+    _check_unanswerable(EvalSet.from_dicts(pl.from_pandas(qrels_df), {"r": pl.from_pandas(run_df)}))

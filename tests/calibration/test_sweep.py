@@ -376,7 +376,7 @@ def test_config_round_trips_into_a_guard_that_keeps_what_was_measured(
     assert prov["run"] == r.name and prov["setting"] == describe_point(r.written_params)
     assert r.full is not None
     assert prov["metrics"]["udcg"] == pytest.approx(r.full.mean(r.written, "udcg"), rel=1e-5)
-    assert prov["queries"] == {"total": 51, "calibration": 36, "heldout": 15}
+    assert prov["queries"] == {"total": 51, "calibration": 36, "heldout": 15, "unanswerable": 0}
     assert set(prov["files"]) == {str(NOTES / "evalset.jsonl"), *(
         str(NOTES / "runs" / f) for f in ("bm25.trec", "dense-minilm.trec")
     )}  # fmt: skip

@@ -387,6 +387,18 @@ class ColumnarLabels(_ByQuery):
         docs, values = self._docs(self._index[qid])
         return Labels(dict(zip(docs, map(int, values.tolist()), strict=True)))
 
+    def unanswerable(self) -> list[str]:
+        """The query ids judged (at least one label) with no relevant (grade >= 1) label,
+        in order (see :attr:`EvalSet.unanswerable
+        <ragguard.calibration.evalset.EvalSet.unanswerable>`)."""
+        p = self.pairs
+        n = len(p.qids)
+        judged = np.bincount(p.q, minlength=n)
+        relevant = np.bincount(p.q[p.value >= 1], minlength=n)
+        codes = np.asarray(self.codes, dtype=np.intp)
+        hit = (judged[codes] > 0) & (relevant[codes] == 0)
+        return [k for k, h in zip(self._keys, hit.tolist(), strict=True) if h]
+
     def label_lines(self) -> dict[str, tuple[str | None, int | None]]:
         """Query id -> (file, line of its first label)."""
         p = self.pairs

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
-__all__ = ["floor_number", "format_interval", "format_number"]
+__all__ = ["ceil_number", "floor_number", "format_interval", "format_number"]
 
 _MAX_DIGITS = 12
 
@@ -66,3 +66,13 @@ def floor_number(value: float, digits: int = 3) -> str:
     if math.isinf(value):
         return f"{value:g}"
     return f"{_rounded(value, digits, ROUND_FLOOR) + 0:f}"
+
+
+def ceil_number(value: float, digits: int = 3) -> str:
+    """``value`` rounded **up** to ``digits`` decimals: a certified upper bound is printed
+    no lower than it is; ``n/a`` when NaN."""
+    if math.isnan(value):
+        return "n/a"
+    if math.isinf(value):
+        return f"{value:g}"
+    return f"{_rounded(value, digits, ROUND_CEILING) + 0:f}"

@@ -182,6 +182,20 @@ class EvalArrays:
         return np.take_along_axis(raw, self._order, axis=1)
 
     @cached_property
+    def unanswerable(self) -> B:
+        """(Q,) True for an **unanswerable** query: judged (some document labelled) and
+        nothing relevant (no labelled grade >= 1, no stated relevant document); the
+        queries of :attr:`EvalSet.unanswerable
+        <ragguard.calibration.evalset.EvalSet.unanswerable>`, whatever the run."""
+        out: B = (self.grade_counts.sum(axis=1) > 0) & (self.n_relevant == 0)
+        return out
+
+    @property
+    def n_unanswerable(self) -> int:
+        """How many queries are unanswerable (:attr:`unanswerable`)."""
+        return int(np.count_nonzero(self.unanswerable))
+
+    @cached_property
     def retrieved_grade_counts(self) -> NDArray[np.int64]:
         """(Q, 6) retrieved, judged candidates per grade (columns as :attr:`grade_counts`):
         the retrieval pool of the set-based metrics."""

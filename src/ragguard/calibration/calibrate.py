@@ -37,7 +37,10 @@ Steps, per run (retrieval profile):
    setting the config holds (:attr:`RunCalibration.written`). A guarantee is not
    refitted: the certified setting is written, and the held-out queries, never used to
    certify it, check it;
-7. compute each query's optimal context size (where cumulative utility peaks).
+7. compute each query's optimal context size (where cumulative utility peaks);
+8. with ``max_false_abstain``, calibrate ``min_evidence`` for the written setting on the
+   calibration queries and check it on the held-out ones
+   (:mod:`ragguard.calibration.answerability`).
 
 With a second stage (``reranker`` or ``rerank_scores``) the recommended run's
 two-stage setting is written, or the retrieval-only one with the reason
@@ -107,6 +110,7 @@ from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
 from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
+    from ragguard.calibration.answerability import AnswerabilityResult
     from ragguard.calibration.pipeline import RerankGrid, TwoStageCalibration
     from ragguard.calibration.rerank_scores import RerankScores
     from ragguard.probability import MapMethod
@@ -258,6 +262,19 @@ def _intervals(sample: F64, boot: F64, level: float) -> list[Interval]:
         lo, hi = np.quantile(col, [alpha, 1.0 - alpha])
         out.append(Interval(float(point[j]), float(lo), float(hi)))
     return out
+
+
+def bootstrap_interval(
+    values: F64, *, n_bootstrap: int, seed: int, level: float = 0.95, stream: int = 2
+) -> Interval:
+    """The mean of ``values`` (n,) with its percentile bootstrap interval (NaN without
+    values), drawn from its own random stream ``[seed, stream]``: a share of held-out
+    queries, say (:mod:`ragguard.calibration.answerability`)."""
+    sample = np.asarray(values, dtype=np.float64).reshape(-1, 1)
+    if sample.shape[0] == 0:
+        return Interval(math.nan, math.nan, math.nan)
+    boot = bootstrap_means(sample, n_bootstrap, np.random.default_rng([seed, stream]))
+    return _intervals(sample, boot, level)[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -951,6 +968,9 @@ class CalibrationResult:
                     "with none held out to check it"
                 )
             out.append(line)
+        a = self.answerability
+        if a is not None and not a.met and w.run is self.recommended:
+            out.append(a.shortfall())
         caps = "the max_k given" if self.caps_fixed else "the caps grown to the candidates"
         for s in _shortfalls(w.full, w.index, self.constraints, w.names, w.cap):
             out.append(
@@ -972,6 +992,10 @@ class CalibrationResult:
     stage_settings: Mapping[str, Any] = field(default_factory=dict)
     """Config fields of the stages after the cut every setting ran with (max_tokens,
     token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.stages`)."""
+
+    answerability: AnswerabilityResult | None = None
+    """The calibrated ``min_evidence`` of the recommended run's written setting, when
+    ``max_false_abstain`` was given (:mod:`ragguard.calibration.answerability`)."""
 
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
@@ -1113,6 +1137,11 @@ class CalibrationResult:
             settings["profiles"] = {self.profile.name: ProfileSpec(base="support", **fields)}
         settings.update(self.stage_settings)
         settings["provenance"] = self.provenance(r)
+        a = self.answerability
+        if a is not None and r is self.recommended:  # the floor of the recommended run only
+            if a.floor is not None:
+                settings["min_evidence"] = a.floor
+            settings["provenance"]["answerability"] = a.provenance()
         if w.two_stage is not None:
             settings.update(w.two_stage.guard_settings())
             settings["rerank"] = w.two_stage.rerank_table()
@@ -1170,6 +1199,7 @@ class CalibrationResult:
                 "total": len(self.qids),
                 "calibration": int(self.calibration_rows.size),
                 "heldout": int(self.heldout_rows.size),
+                "unanswerable": len(self.evalset.unanswerable),
             },
             "holdout": self.holdout,
             "seed": self.seed,
@@ -1391,6 +1421,7 @@ def calibrate(
     token_counter: str = "chars:4",
     near_duplicate_threshold: float | None = None,
     on_sweep: Callable[[int, int], None] | None = None,
+    max_false_abstain: float | None = None,
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries.
 
@@ -1445,7 +1476,7 @@ def calibrate(
             (Learn-then-Test with Hoeffding-Bentkus p-values, Angelopoulos et al. 2021;
             see :mod:`ragguard.calibration.risk`). The objective is then reported, not
             optimised.
-        confidence: the guarantee's confidence level.
+        confidence: the confidence level of the guarantee and of ``max_false_abstain``.
         max_tokens: sweep every setting with this token budget applied after the cut
             (texts from the eval set, a ``corpus.jsonl`` beside it, ``corpus`` and
             ``passages``), so the choice respects it; the config carries it.
@@ -1453,12 +1484,21 @@ def calibrate(
         near_duplicate_threshold: sweep every setting with near-duplicate control on.
         on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run, and
             one for the second stage.
+        max_false_abstain: calibrate ``min_evidence`` (answerability) for the written
+            setting: the highest floor on the best candidate's score (the rerank
+            probability when the config holds the second stage) under which at most
+            this share of answerable queries abstain on new queries, with probability
+            ``confidence``, by Learn-then-Test on the calibration queries; the held-out
+            queries report the shares of unanswerable queries caught and of answerable
+            ones lost (:mod:`ragguard.calibration.answerability`). Needs unanswerable
+            queries (judged, none relevant); default off.
 
     Raises:
         EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
             left (an empty split, a run with no candidates for any labelled query) or a
             run none of whose document ids is labelled for its query (the ids of the
-            run and of the labels do not match).
+            run and of the labels do not match); with ``max_false_abstain``, no
+            unanswerable query among the calibration queries.
         ConfigError: a parameter out of range (``holdout``, ``min_recall``, ``level``,
             ``n_bootstrap``, ``baseline_k``).
         ValueError: an unknown metric or profile, or a malformed constraint.
@@ -1507,6 +1547,12 @@ def calibrate(
 
     qids = evalset.qids
     calib_rows, held_rows = split_queries(len(qids), holdout, seed)
+    if max_false_abstain is not None:
+        from ragguard.calibration.answerability import check_max_false_abstain
+
+        check_max_false_abstain(
+            evalset, max_false_abstain, calib_rows, guarantee=guarantee is not None
+        )
     from ragguard.calibration.stages import passage_stages
 
     stages = passage_stages(
@@ -1685,7 +1731,7 @@ def calibrate(
             folds=folds, target=target, confidence=confidence, stages=stages,
         )  # fmt: skip
         report_sweeps(n_sweeps)
-    return CalibrationResult(
+    calibrated = CalibrationResult(
         runs=tuple(results),
         recommended=best,
         objective=objective,
@@ -1708,6 +1754,15 @@ def calibrate(
         stage_settings={} if stages is None else stages.config_settings(),
         caps_fixed=not may_grow,
     )
+    if max_false_abstain is None:
+        return calibrated
+    from ragguard.calibration.answerability import calibrate_answerability
+
+    answerability = calibrate_answerability(
+        calibrated, max_false_abstain=max_false_abstain, confidence=confidence,
+        n_bootstrap=n_bootstrap, seed=seed, level=level,
+    )  # fmt: skip
+    return replace(calibrated, answerability=answerability)
 
 
 def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:

@@ -96,6 +96,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -221,6 +222,24 @@ class EvalSet:
         return (
             f"EvalSet({len(self.labels)} queries, runs={list(self.runs)}, "
             f"problems={len(self.report.problems)})"
+        )
+
+    @cached_property
+    def unanswerable(self) -> tuple[str, ...]:
+        """The **unanswerable** queries, in order: judged (at least one document labelled,
+        relevant or not) and none relevant (no grade >= 1, no stated ``num_relevant`` above
+        0). In JSONL: ``relevant: []`` (or no ``relevant``) with ``not_relevant`` or
+        ``distractors`` ids; in TREC qrels and BEIR: qrels lines with no positive grade;
+        in tables and dicts alike; in a UDCG file: no passage ``is_relevant``. A query
+        with no label at all is neither answerable nor unanswerable: it is not judged.
+        ``calibrate(..., max_false_abstain=...)`` calibrates ``min_evidence`` on them
+        (:mod:`ragguard.calibration.answerability`)."""
+        if isinstance(self.labels, ColumnarLabels):
+            return tuple(self.labels.unanswerable())
+        return tuple(
+            q
+            for q, lab in self.labels.items()
+            if lab.grades and not any(g >= 1 for g in lab.grades.values()) and not lab.n_relevant
         )
 
     @property

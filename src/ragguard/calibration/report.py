@@ -461,8 +461,9 @@ def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
     blocks: list[Block] = [
         Bullets(
             (
-                f"eval set: `{es.source or 'in memory'}`, {len(res.qids)} labelled queries, "
-                f"runs: {', '.join(f'`{x.name}`' for x in res.runs)}",
+                f"eval set: `{es.source or 'in memory'}`, {len(res.qids)} labelled queries"
+                + (f" ({len(es.unanswerable)} unanswerable)" if es.unanswerable else "")
+                + f", runs: {', '.join(f'`{x.name}`' for x in res.runs)}",
                 f"profile: `{res.profile.name}` (distractor score ratio "
                 f"{res.profile.distractor_score_ratio:g}, hard negative "
                 f"{res.profile.hard_negative_penalty:g}, known distractor "
@@ -512,6 +513,8 @@ def _config_fields(res: CalibrationResult) -> str:
             fields.append(f"`rerank.min_score = {cfg.rerank.min_score:g}`")
         if cfg.rerank.expected_utility:
             fields.append("`rerank.expected_utility = true`")
+    if cfg.min_evidence is not None:
+        fields.append(f"`min_evidence = {cfg.min_evidence:g}`")
     return ", ".join(fields)
 
 
@@ -755,6 +758,29 @@ def _guarantee(
         )
     items.append(g.heldout_line(describe))
     return [Heading(*heading), Bullets(tuple(items))]
+
+
+def _answerability(res: CalibrationResult) -> list[Block]:
+    """The calibrated ``min_evidence``: its guarantee, what it does on the calibration
+    and the held-out queries, and the written setting with and without it."""
+    a = res.answerability
+    if a is None:
+        return []
+    items = [a.statement() if a.met else f"**not met**: {a.shortfall()}"]
+    if a.met:
+        items += [a.calibration_line(), a.heldout_line()]
+        effect = a.effect_line((res.objective, EVIDENCE, "distractor_rate", PASSAGES))
+        if effect:
+            items.append(
+                effect + "; UDCG scores an empty context 0 (the authors' convention), so "
+                "it counts an abstention on an unanswerable query as a loss"
+            )
+    items.append(
+        "unanswerable: judged, none relevant (they set the floors tested); answerable: "
+        "a relevant passage among the candidates (their share that abstains is bounded); "
+        "queries that are neither count in neither share"
+    )
+    return [Heading(1, "Answerability (min_evidence)"), Bullets(tuple(items))]
 
 
 def _runs_table(res: CalibrationResult) -> list[Block]:
@@ -1267,6 +1293,7 @@ def build_report(
             r.sweep.mean(g.written, PASSAGES),
             scope="" if res.rerank is None else "retrieval-only ",
         )
+    blocks += _answerability(res)
     blocks += _selection(res, r)
     blocks += _heldout(res, r, by_name.get("baseline_vs_guarded.png"), w)
     if res.rerank is not None:

@@ -57,6 +57,7 @@ __all__ = [
     "Certification",
     "binomial_cdf",
     "certify",
+    "certify_means",
     "fixed_sequence",
     "hb_p_value",
     "risk_upper_bound",
@@ -178,11 +179,28 @@ def certify(losses: ArrayLike, alpha: float, delta: float) -> Certification:
     if loss.size and (np.isnan(loss).any() or loss.min() < 0.0 or loss.max() > 1.0):
         raise ConfigError("losses must lie in [0, 1] (no NaN)")
     n = int(loss.shape[0])
-    risks = loss.mean(axis=0) if n else np.ones(loss.shape[1])
-    risks = np.clip(risks, 0.0, 1.0)
-    p = np.full(risks.size, np.nan)  # settings after the first failure are not tested
-    for i, r in enumerate(risks.tolist()):
+    return certify_means(loss.mean(axis=0) if n else np.ones(loss.shape[1]), n, alpha, delta)
+
+
+def certify_means(risks: ArrayLike, n: int, alpha: float, delta: float) -> Certification:
+    """:func:`certify` from the mean loss of each setting over ``n`` queries (path
+    order, largest context first), when the losses need not be held: 0/1 losses of a
+    threshold, say, whose means come from one sort (``ragguard.calibration.answerability``).
+
+    Raises:
+        ConfigError: a mean outside [0, 1] or NaN, ``alpha`` or ``delta`` outside (0, 1).
+    """
+    if not 0.0 < delta < 1.0:
+        raise ConfigError(f"delta must be in (0, 1), got {delta}")
+    means = np.asarray(risks, dtype=np.float64)
+    if means.ndim != 1:
+        raise ConfigError(f"risks must be one mean loss per setting, got shape {means.shape}")
+    if means.size and (np.isnan(means).any() or means.min() < -1e-12 or means.max() > 1 + 1e-12):
+        raise ConfigError("mean losses must lie in [0, 1] (no NaN)")
+    means = np.clip(means, 0.0, 1.0)
+    p = np.full(means.size, np.nan)  # settings after the first failure are not tested
+    for i, r in enumerate(means.tolist()):
         p[i] = hb_p_value(r, n, alpha)
         if p[i] > delta:
             break
-    return Certification(fixed_sequence(p.tolist(), delta), p, risks, n, alpha, delta)
+    return Certification(fixed_sequence(p.tolist(), delta), p, means, n, alpha, delta)

@@ -6,7 +6,8 @@ The document (every NaN written as ``null``)::
     {
       "ragguard_version": "...", "evalset": "...", "profile": "support",
       "objective": "udcg", "constraints": ["recall>=0.8"],
-      "queries": {"total": 51, "calibration": 36, "heldout": 15}, "seed": 0,
+      "queries": {"total": 51, "calibration": 36, "heldout": 15, "unanswerable": 0},
+      "seed": 0,
       "recommended": {
         "run": "bm25", "setting": "max_k=4, t=0.70",    # what the config holds
         "two_stage": false, "second_stage": null,        # or why the reranker is (not) in
@@ -28,6 +29,9 @@ The document (every NaN written as ``null``)::
       "rerank": null,                                   # or the two-stage choice,
                                                         # with "rerank_failures": null or
                                                         # a line on failed rerank calls
+      "answerability": null,                            # or the calibrated min_evidence
+                                                        # (--max-false-abstain): floor,
+                                                        # statement, shares caught / lost
       "config_path": "ragguard.toml", "report": null    # or {"html": ..., "markdown": ...}
     }
 """
@@ -98,6 +102,7 @@ def result_document(
             "total": len(result.qids),
             "calibration": int(result.calibration_rows.size),
             "heldout": int(result.heldout_rows.size),
+            "unanswerable": len(result.evalset.unanswerable),
         },
         "seed": result.seed,
         "recommended": {
@@ -159,6 +164,7 @@ def result_document(
             "vs_retrieval": _check(two.vs_retrieval, two.describe_chosen()),
             "rerank_failures": two.failures,
         },
+        "answerability": None if result.answerability is None else result.answerability.as_dict(),
         "config_path": config_path,
         "report": report,
     }

@@ -23,6 +23,7 @@ from ragguard.cli._data import (
     compact_table,
     load_evalset_for_cli,
     profile_for_cli,
+    query_count,
 )
 from ragguard.cli._two_stage import (
     CorpusOpt,
@@ -171,8 +172,24 @@ def calibrate(
     ] = None,
     confidence: Annotated[
         float,
-        typer.Option(min=0.5, max=0.999, metavar="FLOAT", help="Confidence of --guarantee."),
+        typer.Option(
+            min=0.5,
+            max=0.999,
+            metavar="FLOAT",
+            help="Confidence of --guarantee and --max-false-abstain.",
+        ),
     ] = 0.95,
+    max_false_abstain: Annotated[
+        float | None,
+        typer.Option(
+            metavar="X",
+            help="Calibrate min_evidence (answerability): the highest floor on the best "
+            "candidate's score under which at most this share of answerable queries "
+            "abstains on new queries, with probability --confidence (Learn-then-Test). "
+            "Needs unanswerable queries (judged, none relevant).",
+            show_default=False,
+        ),
+    ] = None,
     relevant_grade: Annotated[
         int | None,
         typer.Option(
@@ -254,6 +271,10 @@ def calibrate(
 
         if on_worse not in ("top-k", "stop"):
             raise ConfigError(f"--on-worse takes top-k or stop, got {on_worse!r}")
+        if max_false_abstain is not None:  # before the eval set is read
+            from ragguard.calibration.answerability import check_share
+
+            check_share(max_false_abstain)
         prof = profile_for_cli(profile, profiles)
         rules = None  # the profile's grades, unless the command line says otherwise
         if relevant_grade is not None or partial_grade is not None:
@@ -295,6 +316,7 @@ def calibrate(
                 max_tokens=max_tokens,
                 token_counter=token_counter,
                 near_duplicate_threshold=near_duplicate_threshold,
+                max_false_abstain=max_false_abstain,
                 on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
                 **two_stage,
             )
@@ -392,7 +414,7 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     obj = result.objective
     w = result.written_setting()
     out.print(
-        f"[bold]ragguard calibrate[/] {escape(shown)}: {len(result.qids)} queries, runs "
+        f"[bold]ragguard calibrate[/] {escape(shown)}: {query_count(result.evalset)}, runs "
         f"{escape(', '.join(r.name for r in result.runs))}, profile {result.profile.name}",
         highlight=False,
     )
@@ -440,6 +462,13 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     if guarantee is not None and guarantee.met:
         out.print(f"[bold]Guarantee:[/] {escape(guarantee.statement(w.names))}.", highlight=False)
         out.print(escape(guarantee.heldout_line(w.names)), highlight=False)
+    a = result.answerability
+    if a is not None and a.met:
+        out.print(f"[bold]Answerability:[/] {escape(a.statement())}.", highlight=False)
+        effect = a.effect_line((result.objective, "evidence_recall"))
+        for text in (a.calibration_line(), a.heldout_line(), effect):
+            if text:
+                out.print(escape(text), highlight=False)
 
     c = r.comparison
     if r.chosen_is_baseline:

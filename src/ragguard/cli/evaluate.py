@@ -21,6 +21,7 @@ from ragguard.cli._data import (
     compact_table,
     load_evalset_for_cli,
     profile_for_cli,
+    query_count,
 )
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def evaluate(
         if as_json:
             out.print_json(json.dumps(_json_safe(values)))
             return
-        table = compact_table(f"{evalset}: {len(es.qids)} queries, profile {profile}")
+        table = compact_table(f"{evalset}: {query_count(es)}, profile {profile}")
         table.add_column("kind")
         table.add_column("metric")
         for r in runs:
@@ -186,7 +187,7 @@ def compare(
             out.print_json(json.dumps(_json_safe(rows)))
             return
         table = compact_table(
-            f"{evalset}: {len(es.qids)} queries, each run's top {k}, profile {profile}"
+            f"{evalset}: {query_count(es)}, each run's top {k}, profile {profile}"
         )
         table.add_column("run", no_wrap=True)
         for c in cols:
