@@ -145,7 +145,8 @@ class ContextGuard:
             before.append(RerankPlan(config=c.rerank, name=name, keep_invalid=keep))
             after.append(RerankMap(params=c.rerank_policy_params()))
         keep_below = c.rerank.beyond_top_n is BeyondTopN.KEEP_BELOW
-        after.append(Cut(uses_scores=scored.uses_scores, keep_below=keep_below))
+        floor = c.min_evidence if self._stage is not None else None  # not read on fail-open
+        after.append(Cut(uses_scores=scored.uses_scores, keep_below=keep_below, floor=floor))
         if c.conflicts is not ConflictMode.OFF:
             prefer = c.conflict_prefer
             after.append(

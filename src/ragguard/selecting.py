@@ -742,11 +742,12 @@ class Cut(Stage):
     under ``max_k`` (``beyond_top_n="keep_below"``). Reports what the scores it read
     contradict, once per guard."""
 
-    __slots__ = ("keep_below", "rules")
+    __slots__ = ("floor", "keep_below", "rules")
 
-    def __init__(self, *, uses_scores: bool, keep_below: bool) -> None:
+    def __init__(self, *, uses_scores: bool, keep_below: bool, floor: float | None = None) -> None:
         self.rules = uses_scores
         self.keep_below = keep_below
+        self.floor = floor
 
     def __call__(self, s: State, /) -> None:
         if not s.candidates:
@@ -754,6 +755,10 @@ class Cut(Stage):
         if s.reranked:
             self._reranked(s)
         else:
+            if s.rerank_failed and s.params.min_evidence is not None:
+                # the floor is on the rerank probability scale: never read it on
+                # retrieval scores (the failure warning says it was not applied)
+                s.params = replace(s.params, min_evidence=None)
             result = apply_policy(s.values, s.valid, s.params, s.present)
             s.cut, s.kept = result, result.kept_positions(0)
             self._retrieval_warnings(s, result)
@@ -813,6 +818,11 @@ class Cut(Stage):
                 f"rerank stage failed, selected on retrieval scores (rerank.on_failure="
                 f"'fail_open'): {s.scores.error}"
             )
+            if self.floor is not None:
+                message += (
+                    f"; min_evidence={self.floor:g} is on the rerank probability scale and "
+                    "was not applied"
+                )
             found.append(Warn(None, message, RerankWarning))
         s.warnings[:0] = found
 

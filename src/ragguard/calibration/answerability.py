@@ -20,11 +20,11 @@ What the floor reads
 --------------------
 What ``min_evidence`` reads at runtime under the written config: the best normalised
 retrieval score, or, when the config enables the rerank stage, the best rerank
-probability among the reranked candidates. A query whose rerank call failed is read on
-its retrieval scores, as the guard then reads it (``rerank.on_failure = "fail_open"``;
-a run without scores never abstains there). The scores come from the runtime policy
-itself (:func:`ragguard.policy.cut_ranked`'s ``top``, :func:`ragguard.policy.abstains`),
-so what is measured here is what the guard does.
+probability among the reranked candidates. A query whose rerank call failed never
+abstains: the guard then cuts on retrieval scores (``rerank.on_failure = "fail_open"``)
+and does not read a floor on the rerank probability scale on them. The scores come from
+the runtime policy itself (:func:`ragguard.policy.cut_ranked`'s ``top``,
+:func:`ragguard.policy.abstains`), so what is measured here is what the guard does.
 
 Choosing the floor (Learn-then-Test, as ``--guarantee``; :mod:`ragguard.calibration.risk`)
 ------------------------------------------------------------------------------------------
@@ -532,7 +532,7 @@ def calibrate_answerability(
         kernel = two.kernels[n]
         top = evidence_tops(kernel.arrays)
         failed = np.isin(np.asarray(arrays.qids, dtype=object), list(two.failed.get(n, ())))
-        top[failed] = retrieval[failed]  # a failed call is read on retrieval scores
+        top[failed] = np.inf  # a failed call: the guard does not apply the floor
         scale = RERANK_SCALE
     answerable = arrays.n_evidence > 0
     unanswerable = np.asarray(arrays.unanswerable, dtype=np.bool_)
