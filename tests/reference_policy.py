@@ -69,6 +69,13 @@ def reference_select(
     m = min(keep_thr, keep_floor, keep_eu, keep_cut)
     m = max(m, min(p.min_k, n))
     m = min(m, p.max_k)
+    if p.score_rules and p.min_evidence is not None and not (n and vals[0] >= p.min_evidence):
+        # not enough evidence: nothing is kept, whatever min_k says; invalid scores keep
+        # their own reason unless keep_invalid would have kept them
+        abstain: dict[int, Reason] = {i: Reason.INSUFFICIENT_EVIDENCE for _, i in valid}
+        for i in invalid:
+            abstain[i] = Reason.INSUFFICIENT_EVIDENCE if p.keep_invalid else Reason.INVALID_SCORE
+        return [], abstain
     kept = [i for _, i in valid[:m]]
     dropped: dict[int, Reason] = {}
     for j, (_, i) in enumerate(valid[m:], start=m):

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import ragguard
 from ragguard import ConfigError, ConfigWarning, ContextGuard, GuardConfig, ScoreKind
-from ragguard.config import load_toml
-from ragguard.policy import CutRule
+from ragguard.config import config_json_schema, load_toml
+from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, CutRule
 from tests.faults import replace_fails
 
 
@@ -93,6 +93,20 @@ def test_guard_from_file_with_overrides(tmp_path: Path) -> None:
         ({"cut": "elbow"}, "cut='elbow'"),
         ({"invalid_scores": "zero"}, "Input should be 'drop', 'keep_last' or 'raise'"),
         ({"min_score": float("nan")}, "min_score=nan"),
+        ({"min_evidence": float("nan")}, "min_evidence=nan (argument): Input should be a finite"),
+        ({"min_evidence": float("inf")}, "min_evidence=inf (argument): Input should be a finite"),
+        ({"conflict_similarity": 0}, "conflict_similarity=0 (argument): Input should be greater"),
+        ({"conflict_similarity": 1.5}, "conflict_similarity=1.5 (argument): Input should be less"),
+        ({"conflicts": "maybe"}, "conflicts='maybe' (argument): Input should be 'off', 'flag'"),
+        (
+            {"conflicts": "flag", "conflict_prefer": "version"},
+            "conflict_prefer='version' is read only with conflicts='prefer' (got "
+            "conflicts='flag'); set conflicts='prefer' or remove conflict_prefer",
+        ),
+        ({"conflict_prefer": "version"}, "(got conflicts='off')"),
+        ({"conflicts": "prefer"}, "conflicts='prefer' needs conflict_prefer, the metadata key"),
+        ({"conflicts": "prefer", "conflict_prefer": ""}, "conflict_prefer='' (argument): String"),
+        ({"conflicts": "prefer", "conflict_prefer": "-"}, "conflict_prefer='-' (argument): names"),
     ],
 )
 def test_invalid_values_name_field_value_and_allowed(
@@ -101,6 +115,7 @@ def test_invalid_values_name_field_value_and_allowed(
     with pytest.raises(ConfigError) as info:
         GuardConfig(**kwargs)  # type: ignore[arg-type]
     assert expected in str(info.value)
+    assert "\n" not in str(info.value)
     assert isinstance(info.value, ValueError)
 
 
@@ -108,6 +123,82 @@ def test_invalid_value_from_environment_names_the_variable(monkeypatch: pytest.M
     monkeypatch.setenv("RAGGUARD_MAX_K", "0")
     with pytest.raises(ConfigError, match="environment RAGGUARD_MAX_K"):
         GuardConfig()
+
+
+def test_conflict_and_evidence_fields_from_file_environment_and_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(
+        tmp_path,
+        'min_evidence = 0.4\nconflicts = "prefer"\nconflict_prefer = "-version"\n'
+        "conflict_similarity = 0.6\n",
+    )
+    config = GuardConfig.from_file(path)
+    assert (config.min_evidence, config.conflicts, config.conflict_prefer) == (
+        0.4,
+        ConflictMode.PREFER,
+        "-version",
+    )
+    assert config.conflict_similarity == 0.6
+    assert config.source_of("conflict_prefer") == f"file {path}"
+    params = config.policy_params()
+    assert (params.min_evidence, params.conflicts, params.conflict_similarity) == (
+        0.4,
+        ConflictMode.PREFER,
+        0.6,
+    )
+    assert config.rerank_policy_params().min_evidence == 0.4  # read on rerank probabilities
+    monkeypatch.setenv("RAGGUARD_MIN_EVIDENCE", "0.25")
+    monkeypatch.setenv("RAGGUARD_CONFLICT_PREFER", "date")
+    monkeypatch.setenv("RAGGUARD_CONFLICT_SIMILARITY", "0.7")
+    config = GuardConfig.from_file(path)
+    assert (config.min_evidence, config.conflict_prefer, config.conflict_similarity) == (
+        0.25,
+        "date",
+        0.7,
+    )
+    assert config.source_of("min_evidence") == "environment RAGGUARD_MIN_EVIDENCE"
+    assert GuardConfig.from_file(path, min_evidence=None).min_evidence is None
+    # defaults: off
+    for name in ("MIN_EVIDENCE", "CONFLICT_PREFER", "CONFLICT_SIMILARITY"):
+        monkeypatch.delenv(f"RAGGUARD_{name}")
+    plain = GuardConfig()
+    assert (plain.min_evidence, plain.conflicts, plain.conflict_prefer) == (
+        None,
+        ConflictMode.OFF,
+        None,
+    )
+    assert plain.conflict_similarity == DEFAULT_CONFLICT_SIMILARITY
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("RAGGUARD_MIN_EVIDENCE", "nan", "min_evidence='nan' (environment RAGGUARD_MIN_EVID"),
+        ("RAGGUARD_CONFLICT_SIMILARITY", "0", "(environment RAGGUARD_CONFLICT_SIMILARITY)"),
+        ("RAGGUARD_CONFLICTS", "sometimes", "conflicts='sometimes' (environment"),
+        ("RAGGUARD_CONFLICT_PREFER", "version", "conflict_prefer: environment RAGGUARD_CONF"),
+    ],
+)
+def test_bad_conflict_and_evidence_values_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as info:
+        GuardConfig()
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_json_schema_lists_the_conflict_and_evidence_fields() -> None:
+    schema = config_json_schema()
+    props = schema["properties"]
+    assert {"min_evidence", "conflicts", "conflict_similarity", "conflict_prefer"} <= set(props)
+    assert props["conflicts"]["$ref"] == "#/$defs/ConflictMode"
+    assert schema["$defs"]["ConflictMode"]["enum"] == [m.value for m in ConflictMode]
+    assert props["conflict_similarity"]["exclusiveMinimum"] == 0.0
+    assert props["conflict_similarity"]["maximum"] == 1.0
+    assert {"type": "number"} in props["min_evidence"]["anyOf"]
+    assert all(props[k]["description"] for k in ("min_evidence", "conflicts"))
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -172,10 +263,28 @@ configs = st.builds(
 )
 
 
+@st.composite
+def conflict_configs(draw: st.DrawFn) -> GuardConfig:
+    """Configs that set the answerability and conflict fields (prefer only with its key)."""
+    mode, key = draw(
+        st.sampled_from(
+            [("off", None), ("flag", None), ("drop", None), ("keep_first", None)]
+            + [("prefer", k) for k in ("version", "-version", "date", "-x y", "\u00e9t\u00e9")]
+        )
+    )
+    return GuardConfig(
+        score_kind="similarity",
+        min_evidence=draw(st.one_of(st.none(), st.floats(-10, 10))),
+        conflicts=mode,
+        conflict_prefer=key,
+        conflict_similarity=draw(st.floats(0, 1, exclude_min=True)),
+    )
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(configs)
+@given(st.one_of(configs, conflict_configs()))
 def test_save_then_from_file_reads_back_unchanged(tmp_path: Path, config: GuardConfig) -> None:
     path = config.save(tmp_path / "out" / "ragguard.toml")
     again = GuardConfig.from_file(path)

@@ -24,6 +24,7 @@ from ragguard import (
     Reason,
     ScoreWarning,
     Selection,
+    Verdict,
 )
 from ragguard.testing import FakeReranker
 
@@ -402,3 +403,72 @@ def test_from_profile_uses_profile_defaults() -> None:
     assert (guard.config.max_k, guard.config.relative_threshold) == (3, 0.8)
     sel = guard.select("q", cands(1.0, 0.81, 0.79, 0.95, 0.9))
     assert ids(sel.kept) == ["d0", "d3", "d4"]
+
+
+# --- answerability: min_evidence ---------------------------------------------------------
+
+
+def test_min_evidence_keeps_nothing_and_says_why() -> None:
+    guard = sim_guard(min_evidence=0.5, min_k=2)
+    sel = guard.select("q", cands(0.45, 0.3, None))
+    assert_nothing_lost(sel, 3)
+    assert sel.kept == [] and sel.verdict is Verdict.INSUFFICIENT
+    assert [(d.candidate.id, d.reason) for d in sel.dropped] == [
+        ("d0", Reason.INSUFFICIENT_EVIDENCE),
+        ("d1", Reason.INSUFFICIENT_EVIDENCE),
+        ("d2", Reason.INVALID_SCORE),
+    ]
+    assert sel.dropped[0].message == (
+        "not enough evidence: the best normalised score 0.45 is below min_evidence 0.5, so "
+        "nothing is kept"
+    )
+    assert sel.dropped[0].normalized_score == 0.45  # the score is still reported
+    # at the floor the usual rules decide, and the verdict says so
+    sel = guard.select("q", cands(0.5, 0.3, None))
+    assert ids(sel.kept) == ["d0", "d1"] and sel.verdict is Verdict.ANSWERABLE
+    # off: the same scores keep the best ones
+    assert ids(sim_guard(min_k=2).select("q", cands(0.45, 0.3)).kept) == ["d0", "d1"]
+
+
+def test_min_evidence_reads_the_normalised_scale() -> None:
+    # distances 0.5 and 3.0 normalise to 1 / (1 + d): 0.667 and 0.25
+    guard = sim_guard(score_kind="distance", min_evidence=0.6)
+    assert ids(guard.select("q", cands(0.5, 3.0)).kept) == ["d0"]
+    assert guard.select("q", cands(1.0, 3.0)).kept == []  # 0.5 < 0.6
+
+
+def test_min_evidence_with_an_unknown_score_kind_is_skipped_with_the_usual_warning() -> None:
+    guard = ContextGuard(max_k=2, relative_threshold=0.0, min_evidence=0.99)
+    with pytest.warns(ScoreWarning, match="no score_kind is set"):
+        sel = guard.select("q", cands(0.1, 0.2, 0.3))
+    assert ids(sel.kept) == ["d0", "d1"] and sel.verdict is Verdict.ANSWERABLE
+
+
+def test_min_evidence_reads_rerank_probabilities_and_keeps_nothing_below_top_n() -> None:
+    texts = {"a": 0.3, "b": 0.2}
+    guard = ContextGuard(
+        GuardConfig(score_kind="similarity", max_k=3, relative_threshold=0.0, min_evidence=0.5,
+                    rerank={"enabled": True, "top_n": 2, "beyond_top_n": "keep_below",
+                            "relative_threshold": 0.0}),
+        reranker=FakeReranker(texts),
+    )  # fmt: skip
+    # retrieval scores are high, the reranker's probabilities are not
+    inputs = [Candidate("a", "a", 0.95), Candidate("b", "b", 0.9), Candidate("c", "c", 0.85)]
+    sel = guard.select("q", inputs)
+    assert_nothing_lost(sel, 3)
+    assert sel.kept == [] and sel.verdict is Verdict.INSUFFICIENT
+    by_id = {d.candidate.id: d for d in sel.dropped}
+    assert {i: d.reason for i, d in by_id.items()} == dict.fromkeys(
+        "abc", Reason.INSUFFICIENT_EVIDENCE
+    )
+    assert by_id["a"].message == (
+        "not enough evidence: the best rerank probability 0.3 is below min_evidence 0.5, so "
+        "nothing is kept"
+    )
+    assert by_id["c"].message.startswith(
+        "not reranked (retrieval rank 3 is below rerank.top_n=2); not enough evidence"
+    )
+    assert sel.rerank is not None and sel.rerank.n_kept_below == 0
+    # one probability at the floor: the cut keeps as usual, and c fills the room
+    guard = ContextGuard(guard.config, reranker=FakeReranker({"a": 0.5, "b": 0.2}))
+    assert ids(guard.select("q", inputs).kept) == ["a", "b", "c"]

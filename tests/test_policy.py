@@ -21,6 +21,7 @@ from ragguard.policy import (
     PolicyResult,
     apply_policy,
     cut_ranked,
+    describe,
     rank,
 )
 from ragguard.stages import run_stages, shingles, start_state
@@ -162,6 +163,53 @@ def test_empty_matrix() -> None:
     assert result.n_kept.tolist() == [0, 0, 0]
 
 
+def test_min_evidence_keeps_nothing_below_the_floor_whatever_min_k() -> None:
+    # top 0.4 < 0.5: nothing, although min_k asks for 3
+    kept, dropped = run([0.4, 0.3, None, 0.2], max_k=5, min_k=3, min_evidence=0.5)
+    assert kept == []
+    assert dropped == {
+        0: Reason.INSUFFICIENT_EVIDENCE,
+        1: Reason.INSUFFICIENT_EVIDENCE,
+        2: Reason.INVALID_SCORE,
+        3: Reason.INSUFFICIENT_EVIDENCE,
+    }
+    # the floor is inclusive, and once the top reaches it the other rules decide alone
+    kept, dropped = run([0.5, 0.3, 0.1], max_k=5, min_k=2, min_evidence=0.5)
+    assert kept == [0, 1, 2] and dropped == {}
+    kept, dropped = run([0.5, 0.3, 0.1], max_k=5, min_k=2, relative_threshold=0.9, min_evidence=0.5)
+    assert kept == [0, 1] and dropped == {2: Reason.BELOW_RELATIVE_THRESHOLD}
+    assert run([0.5, 0.3, 0.1], max_k=5, min_evidence=0.5000001)[0] == []
+
+
+def test_min_evidence_abstains_on_rows_without_a_valid_score() -> None:
+    kept, dropped = run([None, math.nan, math.inf], max_k=5, min_evidence=-100.0)
+    assert kept == [] and set(dropped.values()) == {Reason.INVALID_SCORE}
+    # keep_invalid would have kept them: they too are dropped for the missing evidence
+    kept, dropped = run([None, 0.2, math.nan], max_k=5, min_evidence=0.5, keep_invalid=True)
+    assert kept == [] and set(dropped.values()) == {Reason.INSUFFICIENT_EVIDENCE}
+    kept, _ = run([None, 0.6, math.nan], max_k=5, min_evidence=0.5, keep_invalid=True)
+    assert kept == [1, 0, 2]
+    assert run([], max_k=5, min_evidence=0.0) == ([], {})
+
+
+def test_min_evidence_is_skipped_without_score_rules_and_recorded_per_row() -> None:
+    assert run([0.1, 0.2], max_k=5, min_evidence=0.5, score_rules=False)[0] == [1, 0]
+    x = np.array([[0.9, 0.1], [0.3, 0.2], [np.nan, np.nan]])
+    result = apply_policy(x, np.isfinite(x), PolicyParams(max_k=2, min_evidence=0.5))
+    assert result.abstained is not None
+    assert result.abstained.tolist() == [False, True, True]
+    assert result.n_kept.tolist() == [2, 0, 0]
+    assert apply_policy(x, np.isfinite(x), PolicyParams(max_k=2)).abstained is None
+
+
+def test_min_evidence_explains_itself() -> None:
+    p = PolicyParams(max_k=3, min_evidence=0.5)
+    assert describe(Reason.INSUFFICIENT_EVIDENCE, 0.2, p, 0.3, "rerank probability") == (
+        "not enough evidence: the best rerank probability 0.3 is below min_evidence 0.5, "
+        "so nothing is kept"
+    )
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -171,6 +219,10 @@ def test_empty_matrix() -> None:
         {"max_k": 2, "gap_buffer": -1},
         {"max_k": 2, "gap_window": 1},
         {"max_k": 2, "autocut_jumps": 0},
+        {"max_k": 2, "min_evidence": math.nan},
+        {"max_k": 2, "min_evidence": math.inf},
+        {"max_k": 2, "conflict_similarity": 0.0},
+        {"max_k": 2, "conflict_similarity": 1.5},
     ],
 )
 def test_params_validate(bad: dict[str, object]) -> None:
@@ -215,6 +267,7 @@ def policy_params(draw: st.DrawFn) -> PolicyParams:
         gap_window=draw(st.one_of(st.none(), st.integers(2, 6))),
         autocut_jumps=draw(st.integers(1, 3)),
         keep_invalid=draw(st.booleans()),
+        min_evidence=draw(st.one_of(st.none(), st.sampled_from([-1.0, 0.0, 0.3, 0.5, 0.9, 2.0]))),
     )
 
 
@@ -246,7 +299,7 @@ def test_matrix_path_equals_scalar_guard_path(
         score_kind="similarity", max_k=p.max_k, min_k=p.min_k,
         relative_threshold=p.relative_threshold, min_score=p.min_score, cut=p.cut,
         gap_buffer=p.gap_buffer, gap_window=p.gap_window, autocut_jumps=p.autocut_jumps,
-        invalid_scores="keep_last" if p.keep_invalid else "drop",
+        invalid_scores="keep_last" if p.keep_invalid else "drop", min_evidence=p.min_evidence,
     )  # fmt: skip
     guard = ContextGuard(config)
     for q, r in enumerate(batch):
@@ -277,8 +330,11 @@ def test_policy_invariants(scores: list[float | None], p: PolicyParams, t2: floa
     # the top candidate survives when min_k >= 1 and its score is valid
     valid = [(s, i) for i, s in enumerate(scores) if s is not None and math.isfinite(s)]
     if p.min_k >= 1 and valid:
-        best = min(valid, key=lambda pair: (-pair[0], pair[1]))[1]
-        assert kept[0] == best
+        top, best = min(valid, key=lambda pair: (-pair[0], pair[1]))
+        if p.min_evidence is None or top >= p.min_evidence:
+            assert kept[0] == best
+        else:  # not enough evidence: nothing, whatever min_k says
+            assert kept == [] and Reason.INSUFFICIENT_EVIDENCE in dropped.values()
     # raising the threshold never keeps more, and keeps a prefix of what it kept before
     lo, hi = sorted([p.relative_threshold, t2])
     kept_lo, _ = run(scores, **{**fields, "relative_threshold": lo})
@@ -314,6 +370,7 @@ def staged_guard(p: PolicyParams) -> ContextGuard:
             gap_buffer=p.gap_buffer, gap_window=p.gap_window, autocut_jumps=p.autocut_jumps,
             invalid_scores="keep_last" if p.keep_invalid else "drop",
             near_duplicate_threshold=p.near_duplicate_threshold, max_tokens=p.max_tokens,
+            min_evidence=p.min_evidence,
         )
     )  # fmt: skip
 

@@ -609,6 +609,7 @@ def test_inputs_are_never_mutated_and_selections_pickle() -> None:
     threshold=st.floats(0, 1),
     min_score=st.one_of(st.none(), st.floats(0, 1)),
     keep_below=st.booleans(),
+    min_evidence=st.one_of(st.none(), st.sampled_from([0.2, 0.5, 0.8, 0.95])),
 )
 def test_stage_matches_a_plain_python_reference(
     retrieval: list[float],
@@ -619,6 +620,7 @@ def test_stage_matches_a_plain_python_reference(
     threshold: float,
     min_score: float | None,
     keep_below: bool,
+    min_evidence: float | None,
 ) -> None:
     n = len(retrieval)
     table = {f"t{i}": logits[i] for i in range(n)}
@@ -627,6 +629,7 @@ def test_stage_matches_a_plain_python_reference(
         Recorder(table),
         max_k=max_k,
         min_k=min_k,
+        min_evidence=min_evidence,
         rerank={
             "top_n": top_n,
             "relative_threshold": threshold,
@@ -645,14 +648,21 @@ def test_stage_matches_a_plain_python_reference(
     top, below = by_retrieval[:top_n], by_retrieval[top_n:]
     probs = [sigmoid(logits[i]) for i in top]
     params = PolicyParams(max_k=max_k, min_k=min_k, relative_threshold=threshold,
-                          min_score=min_score)  # fmt: skip
+                          min_score=min_score, min_evidence=min_evidence)  # fmt: skip
     kept_local, dropped_local = reference_select(list(probs), params)
     kept = [top[j] for j in kept_local]
     expected_reasons = {top[j]: r for j, r in dropped_local.items()}
-    room = max_k - len(kept) if keep_below else 0
+    # min_evidence reads the best rerank probability: below it nothing is kept, not
+    # even the candidates below top_n
+    abstained = min_evidence is not None and max(probs) < min_evidence
+    room = max_k - len(kept) if keep_below and not abstained else 0
     kept += below[:room]
     for i in below[room:]:
-        expected_reasons[i] = Reason.OVER_MAX_K if keep_below else Reason.NOT_RERANKED
+        expected_reasons[i] = (
+            (Reason.INSUFFICIENT_EVIDENCE if abstained else Reason.OVER_MAX_K)
+            if keep_below
+            else Reason.NOT_RERANKED
+        )
 
     assert [int(c.id[1:]) for c in sel.kept] == kept
     assert {d.index: d.reason for d in sel.dropped} == expected_reasons

@@ -77,9 +77,47 @@ def test_select_records_a_span_with_counts_per_reason_and_the_rule(
         "ragguard.profile": "support",
         "ragguard.warnings": 0,
         "ragguard.rerank.enabled": False,
+        "ragguard.verdict": "answerable",
+        "ragguard.conflict_groups": 0,
     }
     assert span.kind is trace.SpanKind.INTERNAL and span.status.status_code is StatusCode.UNSET
     assert QUERY not in str(span.to_json())  # no content is recorded
+
+
+PLANT = (
+    "In 2019 the Austin plant of the company built {} electric cars and employed about two "
+    "thousand people on three shifts."
+)
+
+
+def test_the_verdict_and_the_conflict_groups_are_recorded(spans: InMemorySpanExporter) -> None:
+    settings = {"max_k": 3, "relative_threshold": 0.0, "score_kind": "similarity",
+                "min_evidence": 0.5}  # fmt: skip
+    guard = ContextGuard(GuardConfig(conflicts="flag", **settings))
+    texts = [PLANT.format("3,559"), PLANT.format("4,112"), "Lunch is served from noon."]
+    cands = [
+        Candidate(f"p{i}", t, s)
+        for i, (t, s) in enumerate(zip(texts, [0.9, 0.8, 0.7], strict=True))
+    ]
+    assert guard.select(QUERY, cands).verdict.value == "conflict"
+    assert guard.select(QUERY, [Candidate("x", "t", 0.2)]).kept == []  # below min_evidence
+    asyncio.run(guard.aselect(QUERY, cands[2:]))
+    flagged, abstained, plain = (dict(s.attributes or {}) for s in guard_spans(spans))
+    assert (flagged["ragguard.verdict"], flagged["ragguard.conflict_groups"]) == ("conflict", 1)
+    assert flagged["ragguard.conflict_mode"] == "flag"
+    assert flagged["ragguard.min_evidence"] == 0.5
+    assert (abstained["ragguard.verdict"], abstained["ragguard.conflict_groups"]) == (
+        "insufficient",
+        0,
+    )
+    assert abstained["ragguard.dropped.insufficient_evidence"] == 1
+    assert (plain["ragguard.verdict"], plain["ragguard.conflict_groups"]) == ("answerable", 0)
+    # drop: the group is still counted, its members are dropped for the conflict
+    guard = ContextGuard(GuardConfig(conflicts="drop", **settings))
+    guard.select(QUERY, cands)
+    dropped = dict(guard_spans(spans)[-1].attributes or {})
+    assert (dropped["ragguard.verdict"], dropped["ragguard.conflict_groups"]) == ("answerable", 1)
+    assert dropped["ragguard.dropped.conflict"] == 2 and dropped["ragguard.kept"] == 1
 
 
 def test_the_span_is_a_child_of_the_current_span_and_aselect_records_too(

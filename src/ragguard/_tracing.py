@@ -21,6 +21,10 @@ that fit are used):
 * ``ragguard.cut`` (``none``, ``gap``, ``autocut``), ``ragguard.max_k``,
   ``ragguard.min_k``, ``ragguard.relative_threshold``, ``ragguard.min_score`` (when set):
   the rule that cut this call (the rerank stage's threshold and floor when it ranked);
+* ``ragguard.verdict`` (``answerable``, ``insufficient``, ``conflict``) and
+  ``ragguard.conflict_groups`` (the number of conflict groups among the passages the
+  cut kept); ``ragguard.conflict_mode`` when ``conflicts`` is on, ``ragguard.min_evidence``
+  when set;
 * ``ragguard.score_kind``: the retrieval scores' kind (``none`` when unknown);
 * ``ragguard.profile``, ``ragguard.warnings`` (number of score / rerank warnings);
 * ``ragguard.rerank.enabled``; with the stage on: ``gen_ai.request.model`` (GenAI
@@ -56,6 +60,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ragguard._version import __version__
+from ragguard.policy import ConflictMode
 
 if TYPE_CHECKING:
     from ragguard.candidate import Selection
@@ -215,9 +220,15 @@ def attributes(
         "ragguard.warnings": len(selection.warnings),
         "ragguard.rerank.enabled": config.rerank.enabled,
         "ragguard.duration_ms": elapsed_ms,
+        "ragguard.verdict": selection.verdict.value,
+        "ragguard.conflict_groups": len(selection.conflicts),
     }
     if params.min_score is not None:
         out["ragguard.min_score"] = params.min_score
+    if params.min_evidence is not None:
+        out["ragguard.min_evidence"] = params.min_evidence
+    if params.conflicts is not ConflictMode.OFF:
+        out["ragguard.conflict_mode"] = params.conflicts.value
     reasons = Counter(d.reason.value for d in selection.dropped if d.reason is not None)
     for reason, count in sorted(reasons.items()):
         out[f"ragguard.dropped.{reason}"] = count

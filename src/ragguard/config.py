@@ -407,6 +407,13 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             return init_settings, env_settings
         return init_settings, env_settings, _FileSource(settings_cls, loaded[1])
 
+    @field_validator("conflict_prefer")
+    @classmethod
+    def _prefer_key(cls, value: str | None) -> str | None:
+        if value is not None and not value.removeprefix("-"):
+            raise ValueError("names no metadata key; write 'key' (greatest wins) or '-key'")
+        return value
+
     @field_validator("token_counter")
     @classmethod
     def _counter_syntax(cls, value: str) -> str:
@@ -429,11 +436,17 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             )
         self._profile = profile
         prefer = self.conflicts is ConflictMode.PREFER
-        if prefer != (self.conflict_prefer is not None):
+        if prefer and self.conflict_prefer is None:
             raise PydanticCustomError(
                 "conflict_prefer",
-                "conflict_prefer names the metadata key of conflicts='prefer' and goes with "
-                "it only (conflicts='{conflicts}', conflict_prefer={key})",
+                "conflicts='prefer' needs conflict_prefer, the metadata key whose greatest "
+                "value wins (e.g. 'version'; '-version' for the smallest)",
+            )
+        if not prefer and self.conflict_prefer is not None:
+            raise PydanticCustomError(
+                "conflict_prefer",
+                "conflict_prefer={key} is read only with conflicts='prefer' (got "
+                "conflicts='{conflicts}'); set conflicts='prefer' or remove conflict_prefer",
                 {"conflicts": self.conflicts.value, "key": repr(self.conflict_prefer)},
             )
         return self
@@ -619,6 +632,11 @@ def _explain(
             lines.append(
                 f"min_k={ctx['min_k']} ({origin('min_k', ctx['profile'])}) must not exceed "
                 f"max_k={ctx['max_k']} ({origin('max_k', ctx['profile'])})"
+            )
+        elif err["type"] == "conflict_prefer":
+            lines.append(
+                f"{msg} (conflicts: {origin('conflicts')}, conflict_prefer: "
+                f"{origin('conflict_prefer')})"
             )
         elif not loc:
             lines.append(msg)

@@ -16,7 +16,12 @@ A pair of passages **conflicts** when
    punctuation ignored) leaves at least one differing span that carries a **fact**: a
    number (a word with a digit: ``3,559``, ``1979``, ``2.5``), a capitalised word
    (a name: ``Bhatt``, ``Kapoor``), or a negation (``not``, ``no``, ``never``,
-   ``without``, ...) on one side only.
+   ``without``, ``doesn't``, ...) on one side only.
+
+Text that moved is no changed fact: a span of at least :data:`MOVED_WORDS` words that
+the other passage holds word for word as a differing span elsewhere (reordered
+sentences) is left out, and so is a differing span longer than :data:`MAX_SPAN` words (a
+different region of the text, as two crops of one page have).
 
 Passages with the same facts (an exact or near copy) are never a conflict: they are the
 near-duplicate stage's job. Differing spans that carry no fact (a reworded phrase, an
@@ -44,7 +49,9 @@ from ragguard.stages import Shingles, StageState, jaccard
 
 __all__ = [
     "DEFAULT_CONFLICT_SIMILARITY",
+    "MAX_SPAN",
     "MISSING",
+    "MOVED_WORDS",
     "NEGATIONS",
     "Conflict",
     "ConflictMember",
@@ -61,13 +68,20 @@ NEGATIONS = frozenset(
 )
 """Words whose presence on one side only of a differing span makes it a fact."""
 
-# numbers keep their separators (3,559 / 2.5 / 1,000,000); other words are \w+ runs
-_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+")
-_NEGATED = re.compile(r"n't$")
+# numbers keep their separators (3,559 / 2.5 / 1,000,000), a contraction with n't stays
+# one word (doesn't, or with a typographic apostrophe); other words are \w+ runs
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+n['\u2019]t\b|\w+")
+_NEGATED = re.compile(r"n['\u2019]t$")
 
 MAX_SPAN = 6
 """Differing spans longer than this many words (on either side) are different regions
 of a text (two crops of one page), not a changed fact."""
+
+MOVED_WORDS = 3
+"""A differing span of at least this many words that the other passage holds word for
+word as a differing span elsewhere moved (reordered sentences): it is no changed fact.
+Shorter spans are never taken for moved text: a single ``not`` that moves changes what
+the text says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +145,26 @@ def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], 
     while tail < end - head and a[-1 - tail] == b[-1 - tail]:
         tail += 1
     matcher = SequenceMatcher(None, a[head : len(a) - tail], b[head : len(b) - tail], False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        sx, sy = x.shown[head + i1 : head + i2], y.shown[head + j1 : head + j2]
+    ops = [
+        (head + i1, head + i2, head + j1, head + j2)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
+    # the differing spans of each side that are long enough to have moved
+    gone = {a[i1:i2] for i1, i2, _, _ in ops if i2 - i1 >= MOVED_WORDS}
+    came = {b[j1:j2] for _, _, j1, j2 in ops if j2 - j1 >= MOVED_WORDS}
+    for i1, i2, j1, j2 in ops:
+        sx, sy = x.shown[i1:i2], y.shown[j1:j2]
         if len(sx) > MAX_SPAN or len(sy) > MAX_SPAN:
             continue  # a different passage region, not a changed fact
-        if sx and sy:  # a substitution: a fact on either side
-            fact = any(map(_is_fact, sx)) or any(map(_is_fact, sy))
+        moved_x = not sx or (len(sx) >= MOVED_WORDS and x.low[i1:i2] in came)
+        moved_y = not sy or (len(sy) >= MOVED_WORDS and y.low[j1:j2] in gone)
+        if moved_x and moved_y:
+            continue  # reordered text: each side is the other side of another span
+        if sx and sy:  # a substitution: a fact on either side, or a one-sided negation
+            fact = (
+                any(map(_is_fact, sx)) or any(map(_is_fact, sy)) or _negation(sx) != _negation(sy)
+            )
         else:  # an insertion: only a negation changes what the text says
             fact = _negation(sx or sy)
         if fact:
@@ -284,11 +310,22 @@ MISSING = _Missing()
 _CONFLICT = CODES[Reason.CONFLICT]
 
 
+def _no_value(value: object) -> bool:
+    """Whether ``value`` is no value to prefer by: the key is missing, ``None`` or NaN
+    (any value that differs from itself)."""
+    if value is MISSING or value is None:
+        return True
+    try:
+        return bool(value != value)
+    except Exception:  # a value whose comparison raises is a value; _preferred decides
+        return False
+
+
 def _preferred(group: Sequence[int], values: Sequence[object], descending: bool) -> int | None:
     """The member of ``group`` with the greatest (``descending``) or smallest value;
-    members without one rank last, ties go to the best-ranked member; ``None`` when the
-    values cannot be compared with each other."""
-    have = [c for c in group if values[c] is not MISSING]
+    members without one (missing, ``None`` or NaN) rank last, ties go to the best-ranked
+    member; ``None`` when the values cannot be compared with each other."""
+    have = [c for c in group if not _no_value(values[c])]
     if not have:
         return group[0]
     best = have[0]
@@ -297,7 +334,7 @@ def _preferred(group: Sequence[int], values: Sequence[object], descending: bool)
             v, b = values[c], values[best]
             if (v > b) if descending else (v < b):  # type: ignore[operator]
                 best = c
-    except TypeError:
+    except Exception:  # int vs str, Decimal NaN, an object whose comparison raises
         return None
     return best
 
@@ -320,8 +357,10 @@ def conflict_stage(
       of a pair the better-ranked member stays); like the near-duplicate stage this is
       causal along the kept list;
     * ``prefer``: in each group keep the member with the greatest value of ``prefer``
-      (the smallest with ``descending=False``); members without it rank last, ties go
-      to the best-ranked member.
+      (the smallest with ``descending=False``); members without it (or whose value is
+      ``None`` or NaN) rank last, ties go to the best-ranked member; a group whose
+      values cannot be compared with each other keeps its best-ranked members as
+      ``keep_first`` does.
 
     Args:
         state: the kept lists.

@@ -456,12 +456,16 @@ class State:
         assert self.rerank_config is not None
         top_n, n_reranked = self.rerank_config.top_n, len(self.top)
         keep_below = self.rerank_config.beyond_top_n is BeyondTopN.KEEP_BELOW
+        abstained = result.abstained is not None and bool(result.abstained[0])
         for k, i in enumerate(self.below):
             detail = RerankDetail(retrieval_score=retrieval[i], reason=Reason.NOT_RERANKED)
             where = f"retrieval rank {n_reranked + k + 1} is below rerank.top_n={top_n}"
             if k < self.n_below:
                 message = f"kept below the reranked candidates, not reranked ({where})"
                 kept.append((i, None, None, message, detail))
+            elif keep_below and abstained:  # min_evidence: nothing is kept
+                message = f"not reranked ({where}); {explain(Reason.INSUFFICIENT_EVIDENCE, None)}"
+                dropped.append((i, None, Reason.INSUFFICIENT_EVIDENCE, message, detail))
             elif keep_below:  # there was no room left under max_k
                 message = f"not reranked ({where}) and ranked below the max_k={params.max_k} cap"
                 dropped.append((i, None, Reason.OVER_MAX_K, message, detail))

@@ -32,3 +32,17 @@ def keyword_vector(text: str) -> list[float]:
         v[int(hashlib.md5(word.encode()).hexdigest(), 16) % DIM] += 1.0
     norm = float(np.linalg.norm(v))
     return (v / norm if norm else v).tolist()
+
+
+# two passages that state different facts (3,559 vs 4,112 cars) and one beside them
+PLANT = (
+    "In 2019 the Austin plant of the company built {cars} electric cars and employed "
+    "about two thousand people on three shifts."
+)
+PLANTS = [
+    ("plant-a", PLANT.format(cars="3,559"), "2023-01-05"),
+    ("plant-b", PLANT.format(cars="4,112"), "2024-03-01"),
+    ("canteen", "Lunch in the staff canteen is served from noon until two.", None),
+]
+PLANT_QUERY = "did the Austin plant build 3,559 electric cars in 2019"
+PLANT_CONFLICT = "sources 'plant-a' and 'plant-b' disagree: 3,559 vs 4,112"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from haystack import Document, Pipeline, component
+from haystack.components.builders import PromptBuilder
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.core.errors import DeserializationError
 from haystack.document_stores.in_memory import InMemoryDocumentStore
@@ -19,7 +20,7 @@ import ragguard
 from ragguard import ContextGuard, GuardConfig, Reason, ScoreWarning, Selection
 from ragguard.adapters.haystack import GuardRanker
 from ragguard.errors import ConfigError, RerankError
-from tests.adapters.conftest import NOTES, QUERY
+from tests.adapters.conftest import NOTES, PLANT_CONFLICT, PLANT_QUERY, PLANTS, QUERY
 from tests.adapters.helpers import Client, keyword_reranker
 
 
@@ -137,7 +138,11 @@ def test_scoreless_and_empty_inputs() -> None:
     with pytest.warns(ScoreWarning, match="no candidate has a numeric score"):
         out = guard().as_haystack().run(query=QUERY, documents=docs)["documents"]
     assert ids(out) == ["n0", "n1", "n2"]
-    assert guard().as_haystack().run(query=QUERY, documents=[]) == {"documents": []}
+    assert guard().as_haystack().run(query=QUERY, documents=[]) == {
+        "documents": [],
+        "verdict": "insufficient",
+        "conflicts": [],
+    }
 
 
 def test_score_kind_distance_flips_the_direction() -> None:
@@ -310,7 +315,9 @@ def test_bad_options_are_ragguard_errors() -> None:
 def test_it_is_a_haystack_component_with_the_documented_sockets() -> None:
     ranker = guard().as_haystack()
     assert set(ranker.__haystack_input__._sockets_dict) == {"query", "documents", "top_k"}  # type: ignore[attr-defined]
-    assert set(ranker.__haystack_output__._sockets_dict) == {"documents"}  # type: ignore[attr-defined]
+    outputs = ranker.__haystack_output__._sockets_dict  # type: ignore[attr-defined]
+    assert set(outputs) == {"documents", "verdict", "conflicts"}
+    assert (outputs["verdict"].type, outputs["conflicts"].type) == (str, list[str])
     assert component.registry["ragguard.adapters.haystack.GuardRanker"] is GuardRanker
 
 
@@ -372,3 +379,61 @@ def test_an_embedding_pipeline_with_the_packaged_minilm(
     assert ids(docs) == expected
     assert docs[0].meta["ragguard"]["score_kind"] == (score_kind or "similarity")
     assert ids(asyncio.run(pipe.run_async(data))["guard"]["documents"]) == expected
+
+
+# --- the verdict and the conflicts --------------------------------------------------------
+
+
+@pytest.fixture
+def plants() -> InMemoryDocumentStore:
+    s = InMemoryDocumentStore()
+    s.write_documents([Document(id=i, content=t, meta={"date": d}) for i, t, d in PLANTS])
+    return s
+
+
+def test_the_verdict_and_the_conflicts_are_output_sockets_and_metadata(
+    plants: InMemoryDocumentStore,
+) -> None:
+    ranker = guard(relative_threshold=0.0, conflicts="flag").as_haystack()
+    out = pipeline(plants, ranker).run(inputs(PLANT_QUERY))["guard"]
+    assert ids(out["documents"])[:2] == ["plant-a", "plant-b"]
+    assert out["verdict"] == "conflict" and out["conflicts"] == [PLANT_CONFLICT]
+    meta = {d.id: d.meta["ragguard"] for d in out["documents"]}
+    assert meta["plant-b"]["verdict"] == "conflict"
+    assert meta["plant-b"]["conflicts"] == [PLANT_CONFLICT]
+    assert meta["canteen"]["conflicts"] == []
+    # the same from run_async (the component's run_async)
+    pipe = pipeline(plants, guard(relative_threshold=0.0, conflicts="flag").as_haystack())
+    again = asyncio.run(pipe.run_async(inputs(PLANT_QUERY)))["guard"]
+    assert again == out
+
+
+def test_the_verdict_feeds_a_prompt_builder(plants: InMemoryDocumentStore) -> None:
+    template = (
+        "{% if verdict == 'insufficient' %}Say that the sources do not answer.{% endif %}"
+        "{% for line in conflicts %}Warning: {{ line }}. {% endfor %}"
+        "{% for d in documents %}[{{ d.id }}] {% endfor %}"
+    )
+    pipe = pipeline(plants, guard(relative_threshold=0.0, conflicts="prefer",
+                                  conflict_prefer="date").as_haystack())  # fmt: skip
+    pipe.add_component(
+        "prompt", PromptBuilder(template, required_variables=["verdict", "conflicts"])
+    )
+    pipe.connect("guard.documents", "prompt.documents")
+    pipe.connect("guard.verdict", "prompt.verdict")
+    pipe.connect("guard.conflicts", "prompt.conflicts")
+    prompt = pipe.run(inputs(PLANT_QUERY))["prompt"]["prompt"]
+    assert prompt.startswith(f"Warning: {PLANT_CONFLICT}. [plant-b] ")  # the newer date
+    assert "[plant-a]" not in prompt
+
+
+def test_an_insufficient_verdict_is_output_when_nothing_is_kept(
+    plants: InMemoryDocumentStore,
+) -> None:
+    seen: list[Selection] = []
+    g = ContextGuard(
+        GuardConfig(max_k=3, relative_threshold=0.0, min_evidence=1e9), on_selection=seen.append
+    )
+    out = pipeline(plants, g.as_haystack()).run(inputs(PLANT_QUERY))["guard"]
+    assert out == {"documents": [], "verdict": "insufficient", "conflicts": []}
+    assert {d.reason for d in seen[0].dropped} == {Reason.INSUFFICIENT_EVIDENCE}

@@ -35,7 +35,14 @@ from ragguard.adapters.langchain import (
 )
 from ragguard.errors import ConfigError, RagguardError
 from ragguard.scores import ScoreKind
-from tests.adapters.conftest import NOTES, QUERY, keyword_vector
+from tests.adapters.conftest import (
+    NOTES,
+    PLANT_CONFLICT,
+    PLANT_QUERY,
+    PLANTS,
+    QUERY,
+    keyword_vector,
+)
 from tests.adapters.helpers import Client, keyword_reranker, through_gate
 
 
@@ -556,3 +563,84 @@ def test_rerank_stage_supplies_scores_for_a_scoreless_retriever() -> None:
     meta = out[0].metadata["ragguard"]
     assert meta["rerank_score"] == pytest.approx(keyword_reranker(QUERY, [NOTES[0][1]])[0])
     assert meta["score"] is None
+
+
+# --- the verdict and the conflicts --------------------------------------------------------
+
+
+@pytest.fixture
+def plants() -> InMemoryVectorStore:
+    vs = InMemoryVectorStore(KeywordEmbeddings())
+    vs.add_documents([Document(id=i, page_content=t, metadata={"date": d}) for i, t, d in PLANTS])
+    return vs
+
+
+def conflict_guard(**settings: Any) -> ContextGuard:
+    return sim_guard(**{"relative_threshold": 0.0, **settings})
+
+
+def test_the_verdict_and_the_conflicts_reach_metadata_and_the_selection_event(
+    plants: InMemoryVectorStore,
+) -> None:
+    retriever = conflict_guard(conflicts="flag").wrap(plants.as_retriever(search_kwargs={"k": 3}))
+    recorder = Recorder()
+    docs = retriever.invoke(PLANT_QUERY, config={"callbacks": [recorder]})
+    assert ids(docs) == ["plant-a", "plant-b", "canteen"]
+    meta = {d.id: d.metadata["ragguard"] for d in docs}
+    assert {m["verdict"] for m in meta.values()} == {"conflict"}
+    assert meta["plant-a"]["conflicts"] == meta["plant-b"]["conflicts"] == [PLANT_CONFLICT]
+    assert meta["canteen"]["conflicts"] == []
+    (event,) = recorder.events
+    assert event["data"]["verdict"] == "conflict"
+    assert event["data"]["conflicts"] == [
+        {
+            "ids": ["plant-a", "plant-b"],
+            "spans": [["3,559"], ["4,112"]],
+            "kept": [True, True],
+            "description": PLANT_CONFLICT,
+        }
+    ]
+    asynchronous = asyncio.run(retriever.ainvoke(PLANT_QUERY))
+    assert [d.metadata for d in asynchronous] == [d.metadata for d in docs]
+
+
+def test_a_dropped_conflict_names_its_partner_in_the_event(plants: InMemoryVectorStore) -> None:
+    guard = conflict_guard(conflicts="prefer", conflict_prefer="date")
+    recorder = Recorder()
+    docs = guard.wrap(plants.as_retriever(search_kwargs={"k": 3})).invoke(
+        PLANT_QUERY, config={"callbacks": [recorder]}
+    )
+    assert ids(docs) == ["plant-b", "canteen"]  # the newer date wins
+    assert {d.metadata["ragguard"]["verdict"] for d in docs} == {"answerable"}
+    assert docs[0].metadata["ragguard"]["conflicts"] == [PLANT_CONFLICT]
+    (event,) = recorder.events
+    (dropped,) = event["data"]["dropped"]
+    assert (dropped["id"], dropped["reason"], dropped["conflict_with"]) == (
+        "plant-a",
+        "conflict",
+        ["plant-b"],
+    )
+    assert event["data"]["conflicts"][0]["kept"] == [False, True]
+
+
+def test_an_insufficient_verdict_reaches_the_caller_when_nothing_is_kept(
+    plants: InMemoryVectorStore,
+) -> None:
+    seen: list[Selection] = []
+    guard = ContextGuard(
+        GuardConfig(max_k=3, relative_threshold=0.0, min_evidence=0.99), on_selection=seen.append
+    )
+    recorder = Recorder()
+    retriever = guard.wrap(plants.as_retriever(search_kwargs={"k": 3}))
+    assert retriever.invoke("refund policy", config={"callbacks": [recorder]}) == []
+    (event,) = recorder.events
+    assert event["data"]["verdict"] == "insufficient" and event["data"]["kept"] == []
+    assert {d["reason"] for d in event["data"]["dropped"]} == {"insufficient_evidence"}
+    assert seen[0].verdict.value == "insufficient"
+    # the compressor sends the same event
+    compressor_recorder = Recorder()
+    docs = [Document(id="x", page_content="t", metadata={"score": 0.2})]
+    out = guard.as_compressor(score_kind="similarity").compress_documents(
+        docs, "q", callbacks=[compressor_recorder]
+    )
+    assert out == [] and compressor_recorder.events[0]["data"]["verdict"] == "insufficient"

@@ -32,7 +32,14 @@ from ragguard.adapters.llamaindex import (
 )
 from ragguard.errors import ArgumentTypeError, ConfigError
 from ragguard.rerank import CrossEncoderReranker
-from tests.adapters.conftest import NOTES, QUERY, keyword_vector
+from tests.adapters.conftest import (
+    NOTES,
+    PLANT_CONFLICT,
+    PLANT_QUERY,
+    PLANTS,
+    QUERY,
+    keyword_vector,
+)
 from tests.adapters.helpers import Client, keyword_reranker, through_gate
 from tests.rerank_models import IDENTITY, build_cross_encoder
 
@@ -167,8 +174,15 @@ def test_none_scores_follow_the_policy_not_silently(events: list[RagguardSelecti
     (dropped,) = seen[0].dropped
     assert dropped.candidate.id == "b" and dropped.reason is Reason.INVALID_SCORE
     assert events[-1].dropped == [
-        {"id": "b", "reason": "invalid_score", "message": dropped.message, "duplicate_of": None}
+        {
+            "id": "b",
+            "reason": "invalid_score",
+            "message": dropped.message,
+            "duplicate_of": None,
+            "conflict_with": [],
+        }
     ]
+    assert events[-1].verdict == "answerable" and events[-1].conflicts == []
     kept_last = ContextGuard(
         GuardConfig(max_k=3, relative_threshold=0.5, invalid_scores="keep_last")
     )
@@ -371,3 +385,66 @@ def test_the_built_in_cross_encoder_is_rebuilt_from_the_saved_config(
     other = CrossEncoderReranker(str(model), batch_size=4)
     passed = ContextGuard(config, reranker=other).as_postprocessor().to_dict()
     assert passed["code_reranker"] == str(model)
+
+
+# --- the verdict and the conflicts --------------------------------------------------------
+
+
+@pytest.fixture
+def plants() -> VectorStoreIndex:
+    nodes = [TextNode(id_=i, text=t, metadata={"date": d or ""}) for i, t, d in PLANTS]
+    return VectorStoreIndex(nodes, embed_model=KeywordEmbedding())
+
+
+def test_the_verdict_and_the_conflicts_reach_node_metadata_and_the_event(
+    plants: VectorStoreIndex, events: list[RagguardSelectionEvent]
+) -> None:
+    retriever = guard(relative_threshold=0.0, conflicts="flag").wrap(
+        plants.as_retriever(similarity_top_k=3)
+    )
+    nodes = retriever.retrieve(PLANT_QUERY)
+    assert node_ids(nodes) == ["plant-a", "plant-b", "canteen"]
+    meta = {n.node.node_id: n.node.metadata["ragguard"] for n in nodes}
+    assert {m["verdict"] for m in meta.values()} == {"conflict"}
+    assert meta["plant-a"]["conflicts"] == [PLANT_CONFLICT] and meta["canteen"]["conflicts"] == []
+    assert "disagree" not in nodes[0].node.get_content(MetadataMode.LLM)
+    assert events[-1].verdict == "conflict"
+    assert events[-1].conflicts == [
+        {
+            "ids": ["plant-a", "plant-b"],
+            "spans": [["3,559"], ["4,112"]],
+            "kept": [True, True],
+            "description": PLANT_CONFLICT,
+        }
+    ]
+    again = asyncio.run(retriever.aretrieve(PLANT_QUERY))
+    assert [n.node.metadata for n in again] == [n.node.metadata for n in nodes]
+
+
+def test_keep_first_in_a_query_engine_names_the_partner(
+    plants: VectorStoreIndex, events: list[RagguardSelectionEvent]
+) -> None:
+    post = guard(relative_threshold=0.0, conflicts="keep_first").as_postprocessor()
+    engine = plants.as_query_engine(llm=MockLLM(), similarity_top_k=3, node_postprocessors=[post])
+    response = engine.query(PLANT_QUERY)
+    assert [n.node.node_id for n in response.source_nodes] == ["plant-a", "canteen"]
+    assert events[-1].verdict == "answerable"
+    (dropped,) = events[-1].dropped
+    assert (dropped["id"], dropped["reason"], dropped["conflict_with"]) == (
+        "plant-b",
+        "conflict",
+        ["plant-a"],
+    )
+
+
+def test_an_insufficient_verdict_reaches_the_event_when_nothing_is_kept(
+    plants: VectorStoreIndex, events: list[RagguardSelectionEvent]
+) -> None:
+    retriever = guard(relative_threshold=0.0, min_evidence=0.99).wrap(
+        plants.as_retriever(similarity_top_k=3)
+    )
+    assert retriever.retrieve("refund policy") == []
+    assert events[-1].verdict == "insufficient" and events[-1].kept == []
+    assert {d["reason"] for d in events[-1].dropped} == {"insufficient_evidence"}
+    assert asyncio.run(retriever.aretrieve("refund policy")) == []
+    assert events[-1].verdict == "insufficient"

@@ -1,5 +1,12 @@
 """What both framework adapters share: copies of metadata, the decision and event
-payloads, and turning bad adapter options into :class:`~ragguard.errors.ConfigError`."""
+payloads, and turning bad adapter options into :class:`~ragguard.errors.ConfigError`.
+
+Every adapter hands the caller the selection's verdict (``answerable``,
+``insufficient``, ``conflict``) and its conflict groups the same way: in the decision
+metadata of each kept document (``verdict``; ``conflicts``, a line per group the document
+belongs to, :meth:`~ragguard.conflicts.Conflict.describe`) and in the selection event
+(``verdict``; ``conflicts``, one entry per group), which is sent even when nothing is
+kept."""
 
 from __future__ import annotations
 
@@ -29,6 +36,8 @@ __all__ = [
     "call_k",
     "check_guard",
     "code_reranker",
+    "conflict_lines",
+    "conflicts_payload",
     "copy_metadata",
     "decision_metadata",
     "event_payload",
@@ -44,7 +53,8 @@ SELECTION_EVENT = "ragguard_selection"
 
 
 def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any]:
-    """The guard's decision about one candidate, as plain JSON-friendly values."""
+    """The guard's decision about one candidate, as plain JSON-friendly values, with the
+    selection's verdict and a line per conflict group the candidate belongs to."""
     return {
         "kept": decision.kept,
         "rank": decision.rank,
@@ -55,21 +65,53 @@ def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any
         "rerank_score": decision.rerank_score,
         "reason": None if decision.reason is None else decision.reason.value,
         "message": decision.message,
+        "verdict": selection.verdict.value,
+        "conflicts": conflict_lines(selection, decision.index),
     }
+
+
+def conflict_lines(selection: Selection, position: int | None = None) -> list[str]:
+    """One line per conflict group of ``selection``
+    (:meth:`~ragguard.conflicts.Conflict.describe`): every group, or only those the
+    candidate at input ``position`` belongs to."""
+    return [
+        group.describe()
+        for group in selection.conflicts
+        if position is None or any(m.position == position for m in group.members)
+    ]
+
+
+def conflicts_payload(selection: Selection) -> list[dict[str, Any]]:
+    """The conflict groups of ``selection`` as plain values: per group the member ids
+    (best-ranked first), the spans of each member that differ, which members were kept,
+    and the line :meth:`~ragguard.conflicts.Conflict.describe` gives."""
+    return [
+        {
+            "ids": list(group.ids),
+            "spans": [list(m.spans) for m in group.members],
+            "kept": [m.kept for m in group.members],
+            "description": group.describe(),
+        }
+        for group in selection.conflicts
+    ]
 
 
 def event_payload(selection: Selection) -> dict[str, Any]:
     """A summary of a selection for callback / instrumentation channels: the kept ids,
-    and per drop its id, reason, message and (for a duplicate) the id it repeats."""
+    per drop its id, reason, message and the id it repeats (a duplicate) or the ids it
+    conflicts with, the verdict and the conflict groups."""
     return {
         "query": selection.query,
         "kept": [c.id for c in selection.kept],
         "dropped": [
             {"id": d.candidate.id, "reason": d.reason.value if d.reason else None,
-             "message": d.message, "duplicate_of": d.duplicate_of}
+             "message": d.message, "duplicate_of": d.duplicate_of,
+             "conflict_with": list(d.conflict_with)}
             for d in selection.dropped
         ],
         "warnings": list(selection.warnings),
+        "verdict": selection.verdict.value,
+        "conflicts": conflicts_payload(selection),
     }  # fmt: skip
 
 

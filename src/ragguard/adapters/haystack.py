@@ -22,7 +22,12 @@ document has a score at all, only ``max_k`` / ``min_k`` apply, with one warning.
 
 Kept documents are copies (``dataclasses.replace``: same ``id``, ``content``, ``score``;
 a deep copy of ``meta`` and a copy of the embedding list) carrying the guard's decision
-under ``meta["ragguard"]`` (``metadata_key``). A ``meta`` value that cannot be
+under ``meta["ragguard"]`` (``metadata_key``). Two more output sockets carry what the
+selection says as a whole, also when it keeps nothing: ``verdict`` (``answerable``,
+``insufficient``: nothing kept, e.g. below ``min_evidence``; ``conflict``: two kept
+documents state different facts) and ``conflicts`` (one line per conflict group, e.g.
+``sources 'a' and 'b' disagree: 3,559 vs 4,112``); connect them to the prompt builder to
+tell the LLM, or read them from the pipeline's result. A ``meta`` value that cannot be
 deep-copied is kept by reference, as in the other adapters. The input documents are
 never modified. ``run_async`` awaits the guard's ``aselect`` (the rerank model call runs
 off the event loop), so ``AsyncPipeline`` runs it natively. ``top_k`` (constructor or
@@ -70,11 +75,12 @@ from ragguard.adapters._common import (  # noqa: E402
     call_k,
     check_guard,
     code_reranker,
+    conflict_lines,
     copy_metadata,
     parse_score_kind,
     restore_reranker,
 )
-from ragguard.candidate import Candidate, Selection  # noqa: E402
+from ragguard.candidate import Candidate, Selection, Verdict  # noqa: E402
 from ragguard.config import GuardConfig  # noqa: E402
 from ragguard.errors import ConfigError  # noqa: E402
 from ragguard.rerank import registered_name  # noqa: E402
@@ -159,10 +165,10 @@ class GuardRanker:
         """The component ``to_dict()`` saved, with its guard rebuilt from the config."""
         return default_from_dict(cls, data)
 
-    @component.output_types(documents=list[Document])
+    @component.output_types(documents=list[Document], verdict=str, conflicts=list[str])
     def run(
         self, query: str, documents: list[Document], top_k: int | None = None
-    ) -> dict[str, list[Document]]:
+    ) -> dict[str, Any]:
         """Pass on the documents the guard keeps.
 
         Args:
@@ -171,23 +177,28 @@ class GuardRanker:
             top_k: most documents passed on by this call.
 
         Returns:
-            ``{"documents": [...]}``: copies of the kept documents, best first, with the
-            guard's decision under ``meta[metadata_key]``.
+            ``{"documents": [...], "verdict": ..., "conflicts": [...]}``: copies of the
+            kept documents, best first, with the guard's decision under
+            ``meta[metadata_key]``; the selection's verdict (``answerable``,
+            ``insufficient`` or ``conflict``); a line per conflict group.
         """
         if not documents:
-            return {"documents": []}
+            return _outputs([], Verdict.INSUFFICIENT, [])
         selection = self.guard.select(**self._arguments(query, documents, top_k))
-        return {"documents": self._documents(selection)}
+        return self._outputs(selection)
 
-    @component.output_types(documents=list[Document])
+    @component.output_types(documents=list[Document], verdict=str, conflicts=list[str])
     async def run_async(
         self, query: str, documents: list[Document], top_k: int | None = None
-    ) -> dict[str, list[Document]]:
+    ) -> dict[str, Any]:
         """Async form of :meth:`run`, for ``AsyncPipeline``."""
         if not documents:
-            return {"documents": []}
+            return _outputs([], Verdict.INSUFFICIENT, [])
         selection = await self.guard.aselect(**self._arguments(query, documents, top_k))
-        return {"documents": self._documents(selection)}
+        return self._outputs(selection)
+
+    def _outputs(self, selection: Selection) -> dict[str, Any]:
+        return _outputs(self._documents(selection), selection.verdict, conflict_lines(selection))
 
     def _arguments(
         self, query: str, documents: Sequence[Document], top_k: int | None
@@ -216,6 +227,11 @@ class GuardRanker:
             embedding = None if doc.embedding is None else list(doc.embedding)
             out.append(dataclasses.replace(doc, meta=meta, embedding=embedding))
         return out
+
+
+def _outputs(documents: list[Document], verdict: Verdict, conflicts: list[str]) -> dict[str, Any]:
+    """The component's outputs, one per socket."""
+    return {"documents": documents, "verdict": verdict.value, "conflicts": conflicts}
 
 
 def _saved_guard(config: dict[str, Any] | None, registered: object, name: object) -> ContextGuard:

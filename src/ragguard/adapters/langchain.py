@@ -30,12 +30,16 @@ Where the scores come from (LangChain's ``Document`` has no score field), in ord
    :class:`~ragguard.errors.ScoreWarning` saying so.
 
 Returned documents are copies (same ``id``) with the guard's decision under
-``metadata["ragguard"]`` (``metadata_key``). Their metadata is deep-copied; a value that
-cannot be deep-copied (a lock, a client object) is kept by reference, so the copy and
-your document share that one object while everything around it is copied. Every
-selection is also sent as a custom callback event ``ragguard_selection`` on the
-retriever's run, logged at DEBUG on the ``ragguard`` logger and passed to the guard's
-``on_selection``.
+``metadata["ragguard"]`` (``metadata_key``), including the selection's ``verdict``
+(``answerable``, ``insufficient``, ``conflict``) and ``conflicts`` (a line per conflict
+group the document is in). Their metadata is deep-copied; a value that cannot be
+deep-copied (a lock, a client object) is kept by reference, so the copy and your
+document share that one object while everything around it is copied. Every selection is
+also sent as a custom callback event ``ragguard_selection`` on the retriever's run (its
+data: ``kept``, ``dropped``, ``warnings``, ``verdict`` and ``conflicts``; sent also when
+nothing is kept, so a callback handler's ``on_custom_event`` learns the ``insufficient``
+verdict that an empty document list cannot carry), logged at DEBUG on the ``ragguard``
+logger and passed to the guard's ``on_selection``.
 
 A document without an ``id`` is known to the guard (and in the selection event) by its
 position, ``#0``, ``#1``, ..., with as many ``#`` as it takes to differ from every real

@@ -13,14 +13,18 @@ guard's ``invalid_scores`` policy (dropped *with a reason* by default, never sil
 when no node has a score at all, only ``max_k`` / ``min_k`` apply, with one warning.
 
 Kept nodes are copies (``model_copy`` with deep-copied metadata, same node id, the same
-``NodeWithScore.score``) carrying the guard's decision under ``metadata["ragguard"]``;
-that key is added to the node's excluded LLM and embedding metadata keys, so it never
-reaches a prompt. A metadata value that cannot be deep-copied (a lock, a client object)
-is kept by reference: the copy and your node share that one object, while everything
-around it is copied. Every selection is dispatched as a :class:`RagguardSelectionEvent` on
-LlamaIndex's instrumentation bus, logged at DEBUG and passed to the guard's
-``on_selection``. The async paths await the inner retriever's ``aretrieve`` and the
-guard's ``aselect``; nothing blocks the event loop.
+``NodeWithScore.score``) carrying the guard's decision under ``metadata["ragguard"]``,
+including the selection's ``verdict`` (``answerable``, ``insufficient``, ``conflict``)
+and ``conflicts`` (a line per conflict group the node is in); that key is added to the
+node's excluded LLM and embedding metadata keys, so it never reaches a prompt. A
+metadata value that cannot be deep-copied (a lock, a client object) is kept by
+reference: the copy and your node share that one object, while everything around it is
+copied. Every selection is dispatched as a :class:`RagguardSelectionEvent` on
+LlamaIndex's instrumentation bus (with ``verdict`` and ``conflicts``; also when nothing
+is kept, so an event handler learns the ``insufficient`` verdict that an empty node list
+cannot carry), logged at DEBUG and passed to the guard's ``on_selection``. The async
+paths await the inner retriever's ``aretrieve`` and the guard's ``aselect``; nothing
+blocks the event loop.
 
 :class:`GuardPostprocessor` survives LlamaIndex serialisation: ``to_dict()`` /
 ``to_json()`` save the guard's whole :class:`~ragguard.config.GuardConfig` (every value,
@@ -87,9 +91,20 @@ class RagguardSelectionEvent(BaseEvent):
     query: str = Field(description="The query.")
     kept: list[str] = Field(description="Node ids kept, best first.")
     dropped: list[dict[str, Any]] = Field(
-        description="id, reason, message and duplicate_of (the id it repeats) per drop."
+        description="id, reason, message, duplicate_of (the id it repeats) and "
+        "conflict_with (the ids it conflicts with) per drop."
     )
     warnings: list[str] = Field(default_factory=list, description="Score warnings.")
+    verdict: str = Field(
+        default="answerable",
+        description="answerable, insufficient (nothing kept) or conflict (two kept nodes "
+        "state different facts).",
+    )
+    conflicts: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per conflict group: ids, spans (per member), kept (per member) and a "
+        "one-line description.",
+    )
 
     @classmethod
     def class_name(cls) -> str:
