@@ -697,6 +697,19 @@ def test_fail_open_returns_the_retrieval_selection_with_reasons() -> None:
     assert_nothing_lost(sel, 6)
 
 
+def test_fail_open_does_not_read_the_rerank_floor_on_retrieval_scores() -> None:
+    """min_evidence is on the rerank probability scale when the stage is on: after a
+    failed call the guard cuts on retrieval scores as without the floor (a floor of
+    0.99 would empty every similarity-scored selection here), and says so."""
+    plain = ContextGuard(score_kind="similarity", max_k=3, relative_threshold=0.7)
+    guard = rerank_guard(broken, min_evidence=0.99)
+    with pytest.warns(RerankWarning, match="min_evidence=0.99 is on the rerank probability"):
+        sel = guard.select(QUERY, passages())
+    assert ids(sel.kept) == ids(plain.select(QUERY, passages()).kept) == ["goal", "pr", "squat"]
+    assert sel.verdict == "answerable"
+    assert Reason.INSUFFICIENT_EVIDENCE not in {d.reason for d in sel.decisions}
+
+
 def test_fail_closed_raises_with_the_cause() -> None:
     guard = rerank_guard(broken, rerank={"on_failure": "fail_closed"})
     with pytest.raises(RerankError, match="rerank API unreachable") as info:
