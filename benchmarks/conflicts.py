@@ -432,11 +432,237 @@ def interval(d: Mapping[str, float]) -> str:
     return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
 
 
-def run(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]:
+Out = Callable[[str], None]
+
+
+def detection_section(
+    queries: Mapping[str, Query], held: Sequence[str], top: int, out: Out
+) -> list[dict[str, Any]]:
+    """a. Conflict detection on the held-out questions."""
+    out("")
+    out(f"a. conflict detection on the {len(held)} held-out questions (runtime, conflicts=flag)")
+    out(
+        f"{'compared':<9}{'sim':>5}{'misinfo':>9}{'correct':>9}{'noise':>8}{'prec.':>8}"
+        f"  |{'q. w/ misinfo':>14}{'q. without':>11}{'prec.':>8}"
+    )
+    found: list[Detection] = []
+    for scope in (None, top):
+        for sim in SIMILARITIES:
+            d = detection(queries, held, sim, scope)
+            found.append(d)
+            x = d.as_dict()
+            out(
+                f"{d.compared:<9}{sim:>5.1f}{pct(d.share('misinfo')):>9}"
+                f"{pct(d.share('correct')):>9}{pct(d.share('noise')):>8}{pct(d.precision):>8}"
+                f"  |{pct(x['questions_with_misinfo_flagged']):>14}"
+                f"{pct(x['questions_without_misinfo_flagged']):>11}"
+                f"{pct(d.question_precision):>8}"
+            )
+    first = found[0]
+    out(
+        f"documents compared (all): {first.total.get('misinfo', 0)} misinfo, "
+        f"{first.total.get('correct', 0)} correct, {first.total.get('noise', 0)} noise; "
+        f"questions with misinformation: {first.with_misinfo} of {len(held)}"
+    )
+    out(
+        "goals: misinfo in a group >= 60% with correct <= 10%; questions with "
+        "misinformation flagged >= 70% with questions without <= 10%"
+    )
+    rows = [d.as_dict() for d in found]
+    for scope_name in ("all", f"top {top}"):
+        mine = [x for x in rows if x["compared"] == scope_name]
+        docs_met = [
+            x["conflict_similarity"]
+            for x in mine
+            if x["misinfo_in_group"] >= 0.6 and x["correct_in_group"] <= 0.1
+        ]
+        q_met = [
+            x["conflict_similarity"]
+            for x in mine
+            if x["questions_with_misinfo_flagged"] >= 0.7
+            and x["questions_without_misinfo_flagged"] <= 0.1
+        ]
+        out(
+            f"  {scope_name}: document goal met at similarity "
+            f"{', '.join(map(str, docs_met)) or 'none'}; question goal met at "
+            f"{', '.join(map(str, q_met)) or 'none'}"
+        )
+    return rows
+
+
+@dataclass
+class Quality:
+    """b. The held-out rows, per-query values by method, and the settings chosen."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+
+    def add(
+        self,
+        ctx: Contexts,
+        method: str,
+        setting: str,
+        kept: Mapping[str, Sequence[str]] | None,
+        note: str = "",
+    ) -> None:
+        row: dict[str, Any] = {"method": method, "setting": setting, "note": note}
+        if kept is not None:
+            vals = ctx.values(kept)
+            self.per_query[method] = vals
+            row.update({m: _nanmean(list(v.values())) for m, v in vals.items()})
+        self.rows.append(row)
+
+
+def quality_section(
+    queries: Mapping[str, Query],
+    ctx: Contexts,
+    cal: Sequence[str],
+    held: Sequence[str],
+    args: argparse.Namespace,
+    folder: Path,
+    out: Out,
+) -> tuple[dict[str, Any], Setting]:
+    """b. Context quality; returns the figures and the runtime grid's conflicts-off
+    setting (the base of the answerability floor)."""
+    q = Quality()
+    best_top: tuple[int, float] | None = None
+    for k in TOP_KS:
+        g = guard(max_k=k, relative_threshold=0.0)
+        q.add(ctx, f"top-{k}", f"max_k={k}", kept_ids(select(g, queries, held)))
+        cal_udcg = ctx.means(kept_ids(select(g, queries, cal)))["udcg"]
+        if best_top is None or cal_udcg > best_top[1]:
+            best_top = (k, cal_udcg)
+    assert best_top is not None
+    baseline = f"top-{best_top[0]}"
+    # the reordering of Contexts against the metrics' own top-k windows (a self-check)
+    for k in TOP_KS:
+        want = compute(ctx.arrays, f"udcg@{k}")[[ctx.row[x] for x in held]]
+        got = np.array([q.per_query[f"top-{k}"]["udcg"][x] for x in held])
+        if not np.allclose(want, got, equal_nan=True):
+            out(f"WARNING: top-{k} UDCG through the runtime differs from udcg@{k}")
+
+    t0 = time.perf_counter()
+    spec = QUICK if args.quick else Grid()
+    off_grid, on_grid = spec.settings(("off",)), spec.settings(GRID_MODES)
+    off, off_cal, _ = choose(off_grid, queries, cal, ctx)
+    on, on_cal, on_scores = choose(on_grid, queries, cal, ctx)
+    grid_s = time.perf_counter() - t0
+    for name, setting in (("off", off), ("on", on)):
+        kept = kept_ids(select(guard(**setting.settings()), queries, held))
+        q.add(ctx, f"runtime grid, conflicts {name}", setting.describe(), kept)
+
+    with_conflicts = f"calibrate {options_text(CALIBRATE_CONFLICTS)}"
+    for method, sub, options in (
+        ("calibrate", "plain", {}),
+        (with_conflicts, "conflicts", CALIBRATE_CONFLICTS),
+    ):
+        g_cal, text = calibrate_guard(queries, cal, folder / sub, args.seed, **options)
+        if g_cal is None:
+            q.add(ctx, method, "", None, text)
+        else:
+            q.add(ctx, method, text, kept_ids(select(g_cal, queries, held)))
+
+    out("")
+    out(
+        f"b. context quality on the {len(held)} held-out queries (profile support; settings "
+        f"chosen on the {len(cal)} calibration queries, on mean UDCG)"
+    )
+    out(f"{'method':<40}{'udcg':>7}{'ev.rec':>8}{'distr.':>8}{'kept':>6}  setting")
+    for r in q.rows:
+        if "udcg" in r:
+            out(
+                f"{r['method']:<40}{num(r['udcg']):>7}{num(r['evidence_recall']):>8}"
+                f"{num(r['distractor_rate']):>8}{r['passages']:>6.2f}  {r['setting']}"
+            )
+        else:
+            out(f"{r['method']:<40}  {r['note']}")
+    out(
+        f"runtime grid: {len(off_grid)} settings without conflicts (calibration UDCG "
+        f"{off_cal:.3f}), {len(on_grid)} with (calibration UDCG {on_cal:.3f}); "
+        f"{grid_s:.0f} s"
+    )
+    best_any = max([off, *on_scores], key=lambda s: on_scores.get(s, off_cal))
+    out(f"  over both grids the calibration queries choose: {best_any.describe()}")
+    out(f"best plain top-k on the calibration queries: {baseline}")
+    rng = np.random.default_rng(args.seed)
+    diffs: dict[str, dict[str, float]] = {}
+    for a, b in (
+        ("runtime grid, conflicts on", "runtime grid, conflicts off"),
+        ("runtime grid, conflicts off", baseline),
+        ("runtime grid, conflicts on", baseline),
+        ("calibrate", baseline),
+        (with_conflicts, "calibrate"),
+    ):
+        if a in q.per_query and b in q.per_query:
+            for m in ("udcg", "distractor_rate"):
+                d = paired(q.per_query[a][m], q.per_query[b][m], rng)
+                diffs[f"{a} - {b}: {m}"] = d
+                out(f"  {a} - {b}: {m} {interval(d)}")
+    figures = {
+        "quality": q.rows,
+        "quality_differences": diffs,
+        "best_top_k": baseline,
+        "grid_choice_over_both": best_any.describe(),
+    }
+    return figures, off
+
+
+def answerability_section(
+    queries: Mapping[str, Query],
+    base: Setting,
+    cal: Sequence[str],
+    held: Sequence[str],
+    seed: int,
+    folder: Path,
+    out: Out,
+) -> list[dict[str, Any]]:
+    """c. Catch / loss rates of the floor chosen on the calibration queries."""
+    floor, cal_loss = choose_floor(base, queries, cal)
+    caught, lost, n_una, n_ans = abstention(
+        guard(**base.settings(), min_evidence=floor), queries, held
+    )
+    rows = [
+        Answerability(
+            f"runtime grid ({base.describe()})",
+            floor,
+            caught,
+            lost,
+            n_una,
+            n_ans,
+            f"calibration loss {cal_loss:.3f}",
+        )
+    ]
+    method = f"calibrate --max-false-abstain {MAX_LOSS:g}"
+    g_abs, text = calibrate_guard(
+        queries, cal, folder / "abstain", seed, max_false_abstain=MAX_LOSS
+    )
+    if g_abs is None:
+        rows.append(Answerability(method, None, math.nan, math.nan, n_una, n_ans, text))
+    else:
+        caught, lost, n_una, n_ans = abstention(g_abs, queries, held)
+        floor_set = g_abs.config.min_evidence
+        rows.append(Answerability(method, floor_set, caught, lost, n_una, n_ans, text))
+    cal_una = sum(not queries[x].answerable for x in cal)
+    out("")
+    out(
+        f"c. answerability on the unanswerable variant: {n_una} unanswerable / {n_ans} "
+        f"answerable held-out queries ({cal_una} / {len(cal) - cal_una} to calibrate on)"
+    )
+    out(f"{'method':<58}{'floor':>7}{'caught':>8}{'lost':>8}")
+    for r in rows:
+        if r.floor is None and math.isnan(r.caught):
+            out(f"{r.method:<58}  {r.note}")
+            continue
+        floor_text = "none" if r.floor is None else f"{r.floor:.2f}"
+        out(f"{r.method:<58}{floor_text:>7}{pct(r.caught):>8}{pct(r.lost):>8}")
+    out("goal: unanswerable caught >= 60% at <= 10% answerable lost")
+    return [r.as_dict() for r in rows]
+
+
+def run(args: argparse.Namespace, out: Out) -> dict[str, Any]:
     started = time.perf_counter()
     data: Path = args.data
-    main_path, una_path = data / "evalset.jsonl", data / "unanswerable" / "evalset.jsonl"
-    queries = read_queries(main_path)
+    queries = read_queries(data / "evalset.jsonl")
     qids = sorted(queries)
     cal_rows, held_rows = split_queries(len(qids), args.holdout, args.seed)
     cal = [qids[i] for i in cal_rows]
@@ -458,226 +684,15 @@ def run(args: argparse.Namespace, out: Callable[[str], None]) -> dict[str, Any]:
         f"{len(cal)} calibration / {len(held)} held-out queries"
     )
     out(f"command: {report['command']}")
-
-    # a. detection
-    out("")
-    out(f"a. conflict detection on the {len(held)} held-out questions (runtime, conflicts=flag)")
-    out(
-        f"{'compared':<9}{'sim':>5}{'misinfo':>9}{'correct':>9}{'noise':>8}{'prec.':>8}"
-        f"  |{'q. w/ misinfo':>14}{'q. without':>11}{'prec.':>8}"
-    )
-    det: list[Detection] = []
-    for top in (None, args.top):
-        for sim in SIMILARITIES:
-            d = detection(queries, held, sim, top)
-            det.append(d)
-            x = d.as_dict()
-            out(
-                f"{d.compared:<9}{sim:>5.1f}{pct(d.share('misinfo')):>9}"
-                f"{pct(d.share('correct')):>9}{pct(d.share('noise')):>8}{pct(d.precision):>8}"
-                f"  |{pct(x['questions_with_misinfo_flagged']):>14}"
-                f"{pct(x['questions_without_misinfo_flagged']):>11}"
-                f"{pct(d.question_precision):>8}"
-            )
-    first = det[0]
-    out(
-        f"documents compared (all): {first.total.get('misinfo', 0)} misinfo, "
-        f"{first.total.get('correct', 0)} correct, {first.total.get('noise', 0)} noise; "
-        f"questions with misinformation: {first.with_misinfo} of {len(held)}"
-    )
-    out(
-        "goals: misinfo in a group >= 60% with correct <= 10%; questions with "
-        "misinformation flagged >= 70% with questions without <= 10%"
-    )
-    for scope in ("all", f"top {args.top}"):
-        rows_of = [d for d in det if d.compared == scope]
-        docs_met = [
-            d.similarity for d in rows_of if d.share("misinfo") >= 0.6 and d.share("correct") <= 0.1
-        ]
-        q_met = [
-            d.similarity
-            for d in rows_of
-            if d.as_dict()["questions_with_misinfo_flagged"] >= 0.7
-            and d.as_dict()["questions_without_misinfo_flagged"] <= 0.1
-        ]
-        out(
-            f"  {scope}: document goal met at similarity "
-            f"{', '.join(map(str, docs_met)) or 'none'}; question goal met at "
-            f"{', '.join(map(str, q_met)) or 'none'}"
+    report["detection"] = detection_section(queries, held, args.top, out)
+    ctx = Contexts(load_evalset(data / "evalset.jsonl").arrays(RUN))
+    with tempfile.TemporaryDirectory(prefix="ragguard-conflicts-") as tmp:
+        figures, base = quality_section(queries, ctx, cal, held, args, Path(tmp), out)
+        report.update(figures)
+        variant = read_queries(data / "unanswerable" / "evalset.jsonl")
+        report["answerability"] = answerability_section(
+            variant, base, cal, held, args.seed, Path(tmp), out
         )
-    report["detection"] = [d.as_dict() for d in det]
-
-    # b. context quality
-    evalset = load_evalset(main_path)
-    ctx = Contexts(evalset.arrays(RUN))
-    rng = np.random.default_rng(args.seed)
-    rows: list[dict[str, Any]] = []
-    per_query: dict[str, dict[str, dict[str, float]]] = {}
-
-    def add(
-        method: str, setting: str, kept: Mapping[str, Sequence[str]] | None, note: str = ""
-    ) -> None:
-        row: dict[str, Any] = {"method": method, "setting": setting, "note": note}
-        if kept is not None:
-            vals = ctx.values(kept)
-            per_query[method] = vals
-            row.update({m: _nanmean(list(v.values())) for m, v in vals.items()})
-        rows.append(row)
-
-    top_choice: tuple[int, float] | None = None
-    for k in TOP_KS:
-        g = guard(max_k=k, relative_threshold=0.0)
-        add(f"top-{k}", f"max_k={k}", kept_ids(select(g, queries, held)))
-        cal_udcg = ctx.means(kept_ids(select(g, queries, cal)))["udcg"]
-        if top_choice is None or cal_udcg > top_choice[1]:
-            top_choice = (k, cal_udcg)
-    assert top_choice is not None
-    best_top = f"top-{top_choice[0]}"
-    # the reordering above against the metrics' own top-k windows (a self-check)
-    a = ctx.arrays
-    for k in TOP_KS:
-        want = compute(a, f"udcg@{k}")[[ctx.row[q] for q in held]]
-        got = np.array([per_query[f"top-{k}"]["udcg"][q] for q in held])
-        if not np.allclose(want, got, equal_nan=True):
-            out(f"WARNING: top-{k} UDCG through the runtime differs from udcg@{k}")
-
-    t0 = time.perf_counter()
-    g_spec = QUICK if args.quick else Grid()
-    off_grid, on_grid = g_spec.settings(("off",)), g_spec.settings(GRID_MODES)
-    off, off_cal, _ = choose(off_grid, queries, cal, ctx)
-    on, on_cal, on_scores = choose(on_grid, queries, cal, ctx)
-    grid_s = time.perf_counter() - t0
-    add(
-        "runtime grid, conflicts off",
-        off.describe(),
-        kept_ids(select(guard(**off.settings()), queries, held)),
-    )
-    add(
-        "runtime grid, conflicts on",
-        on.describe(),
-        kept_ids(select(guard(**on.settings()), queries, held)),
-    )
-
-    folder = Path(tempfile.mkdtemp(prefix="ragguard-conflicts-"))
-    g_plain, plain_text = calibrate_guard(queries, cal, folder / "plain", args.seed)
-    add(
-        "calibrate",
-        plain_text if g_plain else "",
-        kept_ids(select(g_plain, queries, held)) if g_plain else None,
-        "" if g_plain else plain_text,
-    )
-    g_conf, conf_text = calibrate_guard(
-        queries, cal, folder / "conflicts", args.seed, **CALIBRATE_CONFLICTS
-    )
-    add(
-        f"calibrate {options_text(CALIBRATE_CONFLICTS)}",
-        conf_text if g_conf else "",
-        kept_ids(select(g_conf, queries, held)) if g_conf else None,
-        "" if g_conf else conf_text,
-    )
-
-    out("")
-    out(
-        f"b. context quality on the {len(held)} held-out queries (profile support; settings "
-        f"chosen on the {len(cal)} calibration queries, on mean UDCG)"
-    )
-    out(f"{'method':<40}{'udcg':>7}{'ev.rec':>8}{'distr.':>8}{'kept':>6}  setting")
-    for r in rows:
-        if "udcg" in r:
-            out(
-                f"{r['method']:<40}{num(r['udcg']):>7}{num(r['evidence_recall']):>8}"
-                f"{num(r['distractor_rate']):>8}{r['passages']:>6.2f}  {r['setting']}"
-            )
-        else:
-            out(f"{r['method']:<40}  {r['note']}")
-    out(
-        f"runtime grid: {len(off_grid)} settings without conflicts (calibration UDCG "
-        f"{off_cal:.3f}), {len(on_grid)} with (calibration UDCG {on_cal:.3f}); "
-        f"{grid_s:.0f} s"
-    )
-    best_any = max([off, *on_scores], key=lambda s: on_scores.get(s, off_cal))
-    out(f"  over both grids the calibration queries choose: {best_any.describe()}")
-    out(f"best plain top-k on the calibration queries: {best_top}")
-    diffs: dict[str, dict[str, float]] = {}
-    pairs = [
-        ("runtime grid, conflicts on", "runtime grid, conflicts off"),
-        ("runtime grid, conflicts off", best_top),
-        ("runtime grid, conflicts on", best_top),
-        ("calibrate", best_top),
-        (f"calibrate {options_text(CALIBRATE_CONFLICTS)}", "calibrate"),
-    ]
-    for x, y in pairs:
-        if x in per_query and y in per_query:
-            for m in ("udcg", "distractor_rate"):
-                d = paired(per_query[x][m], per_query[y][m], rng)
-                diffs[f"{x} - {y}: {m}"] = d
-                out(f"  {x} - {y}: {m} {interval(d)}")
-    report["quality"] = rows
-    report["quality_differences"] = diffs
-    report["best_top_k"] = best_top
-
-    # c. answerability
-    una_queries = read_queries(una_path)
-    floor, cal_loss = choose_floor(off, una_queries, cal)
-    ans_rows: list[Answerability] = []
-    caught, lost, n_una, n_ans = abstention(
-        guard(**off.settings(), min_evidence=floor), una_queries, held
-    )
-    ans_rows.append(
-        Answerability(
-            f"runtime grid ({off.describe()})",
-            floor,
-            caught,
-            lost,
-            n_una,
-            n_ans,
-            f"calibration loss {cal_loss:.3f}",
-        )
-    )
-    g_abs, abs_text = calibrate_guard(
-        una_queries, cal, folder / "abstain", args.seed, max_false_abstain=MAX_LOSS
-    )
-    if g_abs is not None:
-        caught, lost, n_una, n_ans = abstention(g_abs, una_queries, held)
-        ans_rows.append(
-            Answerability(
-                f"calibrate --max-false-abstain {MAX_LOSS:g}",
-                g_abs.config.min_evidence,
-                caught,
-                lost,
-                n_una,
-                n_ans,
-                abs_text,
-            )
-        )
-    else:
-        ans_rows.append(
-            Answerability(
-                f"calibrate --max-false-abstain {MAX_LOSS:g}",
-                None,
-                math.nan,
-                math.nan,
-                n_una,
-                n_ans,
-                abs_text,
-            )
-        )
-    cal_una = sum(not una_queries[q].answerable for q in cal)
-    out("")
-    out(
-        f"c. answerability on the unanswerable variant: {n_una} unanswerable / {n_ans} "
-        f"answerable held-out queries ({cal_una} / {len(cal) - cal_una} to calibrate on)"
-    )
-    out(f"{'method':<58}{'floor':>7}{'caught':>8}{'lost':>8}")
-    for x in ans_rows:
-        if x.floor is None and math.isnan(x.caught):
-            out(f"{x.method:<58}  {x.note}")
-            continue
-        floor_text = "none" if x.floor is None else f"{x.floor:.2f}"
-        out(f"{x.method:<58}{floor_text:>7}{pct(x.caught):>8}{pct(x.lost):>8}")
-    out("goal: unanswerable caught >= 60% at <= 10% answerable lost")
-    report["answerability"] = [x.as_dict() for x in ans_rows]
-
     wall = time.perf_counter() - started
     out("")
     out(f"wall time {wall:.0f} s")

@@ -388,3 +388,57 @@ def test_benchmark_smoke(source: Path, tmp_path: Path) -> None:
     runtime = report["answerability"][0]
     assert runtime["method"].startswith("runtime grid")
     assert runtime["unanswerable"] + runtime["answerable"] == 6
+
+
+def load_benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "bench_conflicts", ROOT / "benchmarks" / "conflicts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def test_benchmark_metrics_of_a_kept_subset(source: Path, tmp_path: Path) -> None:
+    """UDCG, evidence recall and distractor rate of a context that is not a prefix of
+    the ranking, against the formulas on the run's own utilities."""
+    bench = load_benchmark()
+    built(source, tmp_path)
+    evalset = load_evalset(tmp_path / "evalset.jsonl")
+    arrays = evalset.arrays(RUN)
+    ctx = bench.Contexts(arrays)
+    kept: dict[str, list[str]] = {}
+    want: dict[str, tuple[float, float, float]] = {}
+    for row, qid in enumerate(arrays.qids):
+        docs = arrays.doc_ids(row)
+        pick = [j for j in range(len(docs)) if j % 2 == 1] or [0]  # skip the top one
+        kept[qid] = [docs[j] for j in pick]
+        u = arrays.utility[row, pick]
+        udcg = 1.0 / (1.0 + np.exp(-(u[u > 0].sum() + u[u < 0].sum() / 3) / len(pick)))
+        relevant = sum(arrays.grades[row, j] >= 1 for j in pick)
+        want[qid] = (udcg, relevant / int(arrays.n_evidence[row]), float((u < 0).mean()))
+    got = ctx.values(kept)
+    for qid, (udcg, recall, rate) in want.items():
+        assert got["udcg"][qid] == pytest.approx(udcg)
+        assert got["evidence_recall"][qid] == pytest.approx(recall)
+        assert got["distractor_rate"][qid] == pytest.approx(rate)
+        assert got["passages"][qid] == len(kept[qid])
+
+
+def test_benchmark_calibrate_rows_pass_options_or_say_why(source: Path, tmp_path: Path) -> None:
+    bench = load_benchmark()
+    built(source, tmp_path / "data")
+    queries = bench.read_queries(tmp_path / "data" / "evalset.jsonl")
+    qids = sorted(queries)
+    g, text = bench.calibrate_guard(queries, qids, tmp_path / "a", 0, no_such_option=(1, 2))
+    assert g is None
+    assert text == "not available in this checkout (calibrate() takes no no_such_option)"
+    g, text = bench.calibrate_guard(queries, qids, tmp_path / "b", 0, near_duplicate_threshold=0.9)
+    assert g is not None, text
+    assert g.config.near_duplicate_threshold == 0.9
+    assert text.startswith(f"max_k={g.config.max_k}, ")
