@@ -206,6 +206,8 @@ def test_unanswerable_variant_keeps_noise_only(source: Path, tmp_path: Path) -> 
         q for q, n in zip(arrays.qids, arrays.n_evidence.tolist(), strict=True) if n == 0
     }
     assert no_evidence == chosen  # judged, and none relevant
+    assert set(evalset.unanswerable) == chosen  # the loader's own count
+    assert load_evalset(out / "evalset.jsonl").unanswerable == ()
     for qid in chosen:
         lab = evalset.labels[qid]
         assert lab.grades and all(g == 0 for g in lab.grades.values())
@@ -290,6 +292,7 @@ def test_committed_files_load() -> None:
     assert len(main.queries) == len(variant.queries) == 250
     assert not main.report.problems and not variant.report.problems
     for evalset, unanswerable in ((main, 1), (variant, 101)):  # r-lines without correct docs
+        assert len(evalset.unanswerable) == unanswerable
         arrays = evalset.arrays(RUN)
         assert int((arrays.n_evidence == 0).sum()) == unanswerable
         assert arrays.score_kind is not None and arrays.score_kind.value == "similarity"
