@@ -102,7 +102,7 @@ from ragguard.calibration.sweep import (
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import CutRule, PolicyParams
+from ragguard.policy import ConflictMode, CutRule, PolicyParams
 from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
 from ragguard.scores import ScoreKind
 
@@ -971,7 +971,8 @@ class CalibrationResult:
 
     stage_settings: Mapping[str, Any] = field(default_factory=dict)
     """Config fields of the stages after the cut every setting ran with (max_tokens,
-    token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.stages`)."""
+    token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.stages`); a swept
+    conflict setting is the written setting's own (:func:`guard_settings`)."""
 
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
@@ -1205,6 +1206,10 @@ class CalibrationResult:
                 "heldout_recall": _finite(g.heldout_recall),
                 "heldout_queries": g.heldout_queries,
             }
+        from ragguard.calibration.conflict_sweep import StageKernels, describe_conflicts
+
+        if isinstance(r.kernel, StageKernels):  # what the conflict setting was chosen from
+            out["conflicts_swept"] = [describe_conflicts(c) for c in r.kernel.settings]
         if r.source:
             out["run_source"] = r.source
         if self.files:
@@ -1252,7 +1257,7 @@ class CalibrationResult:
 
 def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, Any]:
     """The guard-level config fields of setting ``p``: cap, floor, threshold and cut
-    (with the cut's own parameter)."""
+    (with the cut's own parameter), and the conflict stage when it is on."""
     settings: dict[str, Any] = {
         "score_kind": score_kind,
         "max_k": p.max_k,
@@ -1264,6 +1269,9 @@ def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, A
         settings["gap_buffer"] = p.gap_buffer
     if p.cut is CutRule.AUTOCUT:
         settings["autocut_jumps"] = p.autocut_jumps
+    if p.conflicts is not ConflictMode.OFF:  # a swept conflict setting
+        settings["conflicts"] = p.conflicts
+        settings["conflict_similarity"] = p.conflict_similarity
     return settings
 
 
@@ -1391,6 +1399,8 @@ def calibrate(
     token_counter: str = "chars:4",
     near_duplicate_threshold: float | None = None,
     on_sweep: Callable[[int, int], None] | None = None,
+    conflicts: Sequence[str | ConflictMode] = (),
+    conflict_similarities: Sequence[float] = (),
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries.
 
@@ -1453,6 +1463,16 @@ def calibrate(
         near_duplicate_threshold: sweep every setting with near-duplicate control on.
         on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run, and
             one for the second stage.
+        conflicts: conflict modes to sweep (``"off"``, ``"flag"``, ``"keep_first"``,
+            ``"drop"``; not ``"prefer"``, whose metadata eval sets do not carry): every
+            setting is tried under each, at each of ``conflict_similarities``, with the
+            runtime's conflict stage after the cut, and the choice among them is made
+            on the objective like any other (a conflict mode counts as one more rule;
+            :mod:`ragguard.calibration.conflict_sweep`). The held-out check compares
+            with plain top-k under the first (simplest) one given. Empty (the default):
+            the conflict stage is not swept.
+        conflict_similarities: the ``conflict_similarity`` values swept (default
+            :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
 
     Raises:
         EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
@@ -1507,11 +1527,12 @@ def calibrate(
 
     qids = evalset.qids
     calib_rows, held_rows = split_queries(len(qids), holdout, seed)
-    from ragguard.calibration.stages import passage_stages
+    from ragguard.calibration.conflict_sweep import stage_sweep
 
-    stages = passage_stages(
+    stages = stage_sweep(
         evalset, max_tokens=max_tokens, token_counter_spec=token_counter,
-        near_duplicate_threshold=near_duplicate_threshold, corpus=corpus, passages=passages,
+        near_duplicate_threshold=near_duplicate_threshold, conflicts=conflicts,
+        conflict_similarities=conflict_similarities, corpus=corpus, passages=passages,
     )  # fmt: skip
 
     results: list[RunCalibration] = []
@@ -1538,12 +1559,14 @@ def calibrate(
         def sweep_on(g: SweepGrid, ar: EvalArrays = arrays) -> tuple[SweepKernel, SweepResult]:
             pts = g.points()
             if stages is not None:  # every setting with the stages after the cut
-                pts = tuple(stages.params(p) for p in pts)
+                pts = stages.points(pts)  # (under each conflict setting swept)
             if ar.score_kind is None:
                 pts = tuple(p for p in pts if is_plain_top_k(p))
             width = max(p.max_k for p in pts)
-            on_run = None if stages is None else stages.for_run(ar, width)
-            kern = SweepKernel(ar, wanted, width, stages=on_run)
+            if stages is None:
+                kern = SweepKernel(ar, wanted, width)
+            else:
+                kern = stages.kernel(ar, wanted, width)
             return kern, sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
 
         # the caps grow to the candidate depth when no setting meets the constraints, and
@@ -1565,7 +1588,12 @@ def calibrate(
         assert swept is not None
         kernel, result = swept
         points = result.points
-        top_idx = [i for i, p in enumerate(points) if is_plain_top_k(p)]
+        # the baseline: plain top-k (under the first conflict setting swept)
+        top_idx = [
+            i
+            for i, p in enumerate(points)
+            if is_plain_top_k(p) and (stages is None or stages.is_base(p))
+        ]
         full = result.restricted(kernel, all_rows)
 
         def means(rows: I, kern: SweepKernel = kernel, res: SweepResult = result) -> SweepResult:
@@ -1574,7 +1602,8 @@ def calibrate(
         selection = None
         g_result = None
         if target is not None:
-            g_result = _guarantee(kernel, result, target, confidence, held_rows)
+            paths = None if stages is None else stages.paths(points, guarantee_paths)
+            g_result = _guarantee(kernel, result, target, confidence, held_rows, paths)
             chosen = g_result.written
             feasible = _feasible(result, chosen, cons)
         else:
