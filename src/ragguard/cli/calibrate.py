@@ -232,6 +232,30 @@ def calibrate(
             show_default=False,
         ),
     ] = None,
+    conflicts: Annotated[
+        str | None,
+        typer.Option(
+            "--conflicts",
+            metavar="MODES",
+            help="Sweep the conflict stage (passages that nearly repeat each other but "
+            "differ in facts) with these modes, comma-separated: off, flag, keep_first, "
+            "drop; the choice among them is made on the objective like any other setting, "
+            "against plain top-k under the first. prefer is not swept: it needs per-passage "
+            "metadata that eval sets do not carry (set it in the config by hand).",
+            show_default=False,
+        ),
+    ] = None,
+    conflict_similarity: Annotated[
+        str | None,
+        typer.Option(
+            "--conflict-similarity",
+            metavar="FLOATS",
+            help="The conflict_similarity values swept with --conflicts, comma-separated, "
+            "each in (0, 1] (word 3-shingle Jaccard similarity from which two passages are "
+            "compared); default 0.5.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -254,6 +278,7 @@ def calibrate(
 
         if on_worse not in ("top-k", "stop"):
             raise ConfigError(f"--on-worse takes top-k or stop, got {on_worse!r}")
+        modes, levels = _conflict_options(conflicts, conflict_similarity)
         prof = profile_for_cli(profile, profiles)
         rules = None  # the profile's grades, unless the command line says otherwise
         if relevant_grade is not None or partial_grade is not None:
@@ -296,6 +321,8 @@ def calibrate(
                 token_counter=token_counter,
                 near_duplicate_threshold=near_duplicate_threshold,
                 on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
+                conflicts=modes,
+                conflict_similarities=levels,
                 **two_stage,
             )
         # The report first, then the config: a command that fails leaves no fresh config
@@ -343,6 +370,59 @@ def calibrate(
             highlight=False,
         )
         _print_report_line(report_paths)
+
+
+def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str], list[float]]:
+    """``--conflicts`` and ``--conflict-similarity`` as lists, checked before any data is
+    read (:func:`ragguard.calibration.conflict_sweep.conflict_settings`), each error
+    naming its option."""
+    from ragguard.calibration.conflict_sweep import conflict_settings
+    from ragguard.errors import ConfigError
+
+    names = _list_option("--conflicts", modes)
+    given = _list_option("--conflict-similarity", levels)
+    values = [_number("--conflict-similarity", x) for x in given]
+    if values and not names:
+        raise ConfigError(
+            "--conflict-similarity sets the levels the conflict stage is swept at; pass "
+            "--conflicts too (e.g. --conflicts off,keep_first,drop)"
+        )
+    checks: list[tuple[str, list[str], list[float]]] = [
+        ("--conflicts", names, []),
+        ("--conflict-similarity", ["drop"], values),
+    ]
+    for option, those, at in checks:
+        try:
+            conflict_settings(those, at)
+        except ConfigError as exc:
+            raise ConfigError(f"{option}: {exc}") from None
+    return names, values
+
+
+def _list_option(option: str, value: str | None) -> list[str]:
+    """The comma-separated items of ``option`` (none when it is not given).
+
+    Raises:
+        ConfigError: an empty item (``drop,,off``, a trailing comma, an empty value).
+    """
+    from ragguard.errors import ConfigError
+
+    if value is None:
+        return []
+    items = [item.strip() for item in value.split(",")]
+    if not all(items):
+        raise ConfigError(f"{option} takes comma-separated values with none empty, got {value!r}")
+    return items
+
+
+def _number(option: str, text: str) -> float:
+    """``text`` as a float, or a one-line error naming ``option``."""
+    from ragguard.errors import ConfigError
+
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{option}: {text!r} is not a number") from None
 
 
 def _print_report_line(report_paths: WrittenReport | None) -> None:
