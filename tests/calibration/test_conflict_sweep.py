@@ -154,7 +154,8 @@ def test_drop_is_swept_exactly_where_it_is_not_causal(
             )
         )
         assert guard.config.policy_params() == params
-        got = kernel.values(kernel.cut(params), ["udcg", PASSAGES])
+        cuts = kernel.cut(params)
+        got = kernel.values(cuts, ["udcg", PASSAGES])
         for row, qid in enumerate(arrays.qids):
             kept = guard_kept(guard, es, texts, qid)
             u = dict(zip(arrays.doc_ids(row), arrays.utility[row].tolist(), strict=False))
@@ -163,9 +164,34 @@ def test_drop_is_swept_exactly_where_it_is_not_causal(
             udcg = 1.0 / (1.0 + math.exp(-(pos + neg / 3.0) / len(us))) if us else 0.0
             assert got[0, row] == pytest.approx(udcg, abs=1e-12), (qid, k, kept)
             assert got[1, row] == len(kept)
+            ids = arrays.doc_ids(row)  # the very passages, in order
+            assert [ids[j] for j in kernel.context(row, int(cuts[row]))] == kept
             not_nested += not before.get(qid, set()) <= set(kept)
             before[qid] = set(kept)
     assert not_nested > 0  # drop took back a passage a shorter cut kept
+
+
+@pytest.mark.parametrize("mode", ["off", "flag", "keep_first", "drop"])
+def test_the_kernel_names_the_passages_the_guard_keeps(mode: str) -> None:
+    """Under the token budget and near-duplicates too: the kept ids of every query at
+    every point (the report's examples print them)."""
+    es, texts = random_set(13)
+    kernel, points = kernel_for(es, texts, mode, 0.3, max_tokens=20, near=0.6)
+    arrays = es.arrays("r")
+    for p in points:
+        guard = ContextGuard(
+            GuardConfig(
+                score_kind="similarity", max_k=p.max_k, relative_threshold=p.relative_threshold,
+                cut=p.cut, max_tokens=20, near_duplicate_threshold=0.6, conflicts=p.conflicts,
+                conflict_similarity=p.conflict_similarity, token_counter="chars:4",
+            )
+        )  # fmt: skip
+        assert guard.config.policy_params() == p
+        cuts = kernel.cut(p)
+        for row, qid in enumerate(arrays.qids):
+            ids = arrays.doc_ids(row)
+            got = [ids[j] for j in kernel.context(row, int(cuts[row]))]
+            assert got == guard_kept(guard, es, texts, qid), (describe_point(p), qid)
 
 
 def test_several_conflict_settings_sweep_as_one_kernel() -> None:
@@ -410,6 +436,11 @@ def test_the_report_shows_the_settings_and_detection() -> None:
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[1:5] == ["held-out (18)", "36 / 54", "0.500", "1.000"]
     assert '`conflicts = "drop"`' in md
+    # the examples show what drop kept: the unique relevant passage, the copy removed
+    gained = md[md.index("## Gained most") : md.index("## Lost most")]
+    row = next(x for x in gained.splitlines() if x.startswith("| `q"))
+    q = row.split("`")[1]
+    assert f"`{q}a` (+) |" in row and f"`{q}c` (known distractor, removed)" in row
 
 
 # --------------------------------------------------------------------------- two stages

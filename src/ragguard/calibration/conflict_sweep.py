@@ -253,6 +253,13 @@ class StageKernels(SweepKernel):
         out: I = self.blocks[b].cut(params) + b * self.stride
         return out
 
+    def context(self, row: int, kept: int) -> list[int]:
+        """As :meth:`SweepKernel.context`, in the cut's own block."""
+        b = int(kept) // self.stride
+        if not 0 <= b < len(self.blocks):
+            raise EvalSetError(f"{kept} is no conflict setting's cut (stride {self.stride})")
+        return self.blocks[b].context(row, int(kept) - b * self.stride)
+
     def values(self, kept: NDArray[np.integer[Any]], metrics: Sequence[str] | None = None) -> F64:
         """As :meth:`SweepKernel.values`, each row of cuts read from its own block."""
         k = np.asarray(kept, dtype=np.intp)

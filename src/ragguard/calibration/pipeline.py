@@ -616,13 +616,13 @@ def calibrate_two_stage(
     g_result = None
     if target is not None:
 
-        def top_k(pts: Sequence[PolicyParams]) -> dict[str, list[int]]:
+        def top_k_path(pts: Sequence[PolicyParams]) -> dict[str, list[int]]:
             path = [j for j, s_ in enumerate(pts) if s_.relative_threshold == 0]
             path = [j for j in path if not pts[j].uses_scores]
             return {"top-k": sorted(path, key=lambda j: -pts[j].max_k)}
 
         # per top_n (and per conflict setting swept), the reranked top-k, largest first
-        per = top_k(settings) if stages is None else stages.paths(settings, top_k)
+        per = top_k_path(settings) if stages is None else stages.paths(settings, top_k_path)
         paths = {
             f"rerank top-{n}, {name}": [t * n_settings + j for j in path]
             for t, n in enumerate(tops)

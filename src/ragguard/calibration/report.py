@@ -1068,7 +1068,7 @@ def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
     gained = [i for i in order[:N_EXAMPLES].tolist() if delta[i] > 0]
     lost = [i for i in order[::-1][:N_EXAMPLES].tolist() if delta[i] < 0]
     arrays = r.arrays
-    base_kept, guard_kept = _passages(r, r.baseline_kept), _passages(r, r.chosen_kept)
+    base_kept, guard_kept = r.baseline_kept, r.chosen_kept
 
     def describe(i: int) -> tuple[str, ...]:
         row = int(c.rows[i])
@@ -1076,26 +1076,28 @@ def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
         text = res.evalset.queries[qid].text or ""
         ids = arrays.doc_ids(row)
         u = arrays.utility[row]
-        nb, ng = int(base_kept[row]), int(guard_kept[row])
+        # the passages each setting keeps (the stages after the cut may skip some)
+        base = r.kernel.context(row, int(base_kept[row]))
+        guard = r.kernel.context(row, int(guard_kept[row]))
 
-        def ctx(n: int) -> str:
+        def ctx(positions: list[int]) -> str:
             parts = []
-            for pos in range(n):
+            for pos in positions:
                 mark = "+" if u[pos] > 0 else ("-" if u[pos] < 0 else "0")
                 parts.append(f"`{ids[pos]}` ({mark})")
             return ", ".join(parts) or "(nothing)"
 
         named = []
-        for pos in range(max(nb, ng)):
+        for pos in sorted({*base, *guard}):
             if u[pos] < 0:
                 kind = "known distractor" if arrays.distractor[row, pos] else "hard negative"
-                fate = "kept" if pos < ng else "removed"
+                fate = "kept" if pos in guard else "removed"
                 named.append(f"`{ids[pos]}` ({kind}, {fate})")
         return (
             f"`{qid}` {text}",
             format_number(float(c.guarded_values[j][i] - c.baseline_values[j][i]), signed=True),
-            ctx(nb),
-            ctx(ng),
+            ctx(base),
+            ctx(guard),
             ", ".join(named) or "none",
         )
 

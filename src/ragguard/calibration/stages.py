@@ -49,7 +49,7 @@ from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyPar
 from ragguard.stages import Shingles, StageState, run_stages, shingles, start_state
 from ragguard.tokens import DEFAULT_TOKEN_COUNTER, TokenCounter, token_counter
 
-__all__ = ["CutContexts", "PassageStages", "passage_stages"]
+__all__ = ["Compacted", "CutContexts", "PassageStages", "passage_stages"]
 
 I = NDArray[np.intp]  # noqa: E741
 B = NDArray[np.bool_]
@@ -91,6 +91,35 @@ class CutContexts:
         group[:, :width][keep] = 0
         perm[local] = np.argsort(group, axis=1, kind="stable")
         return _moved(part, perm), sizes
+
+
+@dataclass(frozen=True, eq=False)
+class Compacted:
+    """What :meth:`PassageStages.compact` makes of a run's ranked rows.
+
+    Attributes:
+        arrays: the rows reordered, the passages the stages keep first (rank order).
+        through: (Q, width + 1) the table column of each cut ``0..width``: the context
+            size it leaves, or the cut itself with ``contexts``.
+        order: (Q, N) the ranked position of each column of ``arrays``.
+        contexts: per cut, the contexts of stages that are not causal, else ``None``.
+    """
+
+    arrays: EvalArrays
+    through: I
+    order: I
+    contexts: CutContexts | None
+
+    def context(self, row: int, column: int) -> list[int]:
+        """The ranked positions of the passages row ``row`` keeps at table column
+        ``column`` (its cut's, :attr:`through`), in rank order."""
+        c = self.contexts
+        if c is not None:
+            e = int(np.searchsorted(c.rows, row))
+            if e < c.rows.size and c.rows[e] == row:
+                return np.flatnonzero(c.keep[e, column]).tolist()
+            column = int(c.sizes[row, column])
+        return self.order[row, :column].tolist()  # type: ignore[no-any-return]
 
 
 def _moved(arrays: EvalArrays, perm: I) -> EvalArrays:
@@ -190,11 +219,11 @@ class PassageStages:
             out["conflict_similarity"] = self.conflict_similarity
         return out
 
-    def compact(self, arrays: EvalArrays, width: int) -> tuple[EvalArrays, I, CutContexts | None]:
-        """The rows reordered so the stages' survivors come first, (Q, width + 1) the
-        table column of each cut ``0..width``, and, for stages that are not causal
-        (``conflicts="drop"``), the context of every cut (the table's columns are then
-        the cuts themselves; see the module docstring)."""
+    def compact(self, arrays: EvalArrays, width: int) -> Compacted:
+        """The rows reordered so the stages' survivors come first, with the table column
+        of each cut and, for stages that are not causal (``conflicts="drop"``), the
+        context of every cut (the table's columns are then the cuts themselves; see the
+        module docstring)."""
         q = arrays.n_queries
         depth = np.minimum(arrays.n_valid, width)
         cols = np.arange(width)
@@ -234,6 +263,7 @@ class PassageStages:
         through[:, 1:] = np.cumsum(kept, axis=1)
         contexts = None
         if mode is ConflictMode.DROP:
+            assert sets is not None
             rows = np.array([r for r in range(q) if pairs[r]], dtype=np.intp)
             kept[rows] = False  # rows with a conflict stay in ranked order
             keep = self._per_cut(rows, positions, pairs, sets, tokens, params, counter)
@@ -244,10 +274,8 @@ class PassageStages:
         n = arrays.shape[1]
         group = np.ones((q, n), dtype=np.intp)
         group[:, :width][kept] = 0
-        if contexts is not None:
-            group[contexts.rows] = 1
         perm = np.argsort(group, axis=1, kind="stable")
-        return _moved(arrays, perm), through, contexts
+        return Compacted(_moved(arrays, perm), through, perm, contexts)
 
     def _pairs(self, sets: Sequence[Sequence[Shingles]], depth: I) -> list[list[Pair]]:
         """Each row's conflicting pairs among its first ``depth`` candidates."""

@@ -60,7 +60,7 @@ from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import ConflictMode, CutRule, PolicyParams, cut_ranked
 
 if TYPE_CHECKING:
-    from ragguard.calibration.stages import CutContexts, PassageStages
+    from ragguard.calibration.stages import Compacted, CutContexts, PassageStages
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -375,9 +375,12 @@ class SweepKernel:
         self.stages = stages
         self._through: I | None = None  # (Q, width + 1): table column of each cut
         self._contexts: CutContexts | None = None  # stages that are not causal
+        self._compacted: Compacted | None = None
         tabled = arrays
         if stages is not None:
-            tabled, self._through, self._contexts = stages.compact(arrays, self.width)
+            self._compacted = stages.compact(arrays, self.width)
+            tabled, self._through = self._compacted.arrays, self._compacted.through
+            self._contexts = self._compacted.contexts
         self._tabled = tabled
         self._parsed = parsed
         self._cols = cols = self.width + 1
@@ -600,6 +603,14 @@ class SweepKernel:
             for i in members:
                 kept[i] = self._after_stages(np.minimum(wide, points[i].max_k), points[i])
         return kept
+
+    def context(self, row: int, kept: int) -> list[int]:
+        """The ranked positions of the passages query ``row`` keeps under a setting
+        whose cut there is ``kept`` (:meth:`cuts`), in rank order: what the metrics of
+        that cut are computed on."""
+        if self._compacted is None:
+            return list(range(min(int(kept), int(self.arrays.n_present[row]))))
+        return self._compacted.context(row, int(kept))
 
     def values(self, kept: NDArray[np.integer[Any]], metrics: Sequence[str] | None = None) -> F64:
         """(M, Q) per-query value of every metric (or of ``metrics``, in that order) when
