@@ -186,3 +186,16 @@ def test_calibrate_help_says_prefer_is_not_swept() -> None:
     text = " ".join(result.output.replace("│", " ").split())  # (rich's help panels)
     assert "--conflicts" in text and "--conflict-similarity" in text
     assert "prefer is not swept" in text
+
+
+def test_the_console_names_the_conflict_settings_swept_and_the_one_written() -> None:
+    result = invoke(
+        "calibrate", NOTES, "--conflicts", "drop,off", "--no-report", "--out", "c.toml"
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    data = tomllib.loads(Path("c.toml").read_text())
+    held = "conflicts off" if data["conflicts"] == "off" else "conflicts=drop@0.5"
+    assert (
+        f"Conflict stage: swept conflicts off, conflicts=drop@0.5; the config holds {held}." in text
+    )

@@ -1469,8 +1469,8 @@ def calibrate(
             runtime's conflict stage after the cut, and the choice among them is made
             on the objective like any other (a conflict mode counts as one more rule;
             :mod:`ragguard.calibration.conflict_sweep`). The held-out check compares
-            with plain top-k under the first (simplest) one given. Empty (the default):
-            the conflict stage is not swept.
+            with plain top-k under the simplest one swept (``off`` when given). Empty
+            (the default): the conflict stage is not swept.
         conflict_similarities: the ``conflict_similarity`` values swept (default
             :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
 

@@ -511,25 +511,6 @@ class ConflictDetection:
             self.flagged_queries - self.query_hits, self.queries - self.positive_queries
         )
 
-    def as_dict(self) -> dict[str, float | int]:
-        """The counts and rates, for JSON."""
-        return {
-            "similarity": self.similarity,
-            "max_k": self.max_k,
-            "queries": self.queries,
-            "candidates": self.candidates,
-            "positives": self.positives,
-            "flagged": self.flagged,
-            "precision": self.precision,
-            "recall": self.recall,
-            "relevant_flagged_rate": self.relevant_rate,
-            "positive_queries": self.positive_queries,
-            "flagged_queries": self.flagged_queries,
-            "query_precision": self.query_precision,
-            "query_recall": self.query_recall,
-            "clean_queries_flagged_rate": self.clean_flagged_rate,
-        }
-
 
 def conflict_detection(
     kernel: StageKernels, rows: I, similarity: float, max_k: int

@@ -39,6 +39,7 @@ from ragguard.cli._two_stage import (
 if TYPE_CHECKING:
     from ragguard.calibration import CalibrationResult, Comparison, Interval, RunCalibration
     from ragguard.calibration.report import WrittenReport
+    from ragguard.policy import PolicyParams
 
 __all__ = ["calibrate"]
 
@@ -240,8 +241,9 @@ def calibrate(
             help="Sweep the conflict stage (passages that nearly repeat each other but "
             "differ in facts) with these modes, comma-separated: off, flag, keep_first, "
             "drop; the choice among them is made on the objective like any other setting, "
-            "against plain top-k under the first. prefer is not swept: it needs per-passage "
-            "metadata that eval sets do not carry (set it in the config by hand).",
+            "checked against plain top-k under the simplest (off when given). prefer is not "
+            "swept: it needs per-passage metadata that eval sets do not carry (set it in the "
+            "config by hand).",
             show_default=False,
         ),
     ] = None,
@@ -512,6 +514,7 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     )
     if w.stage is not None:
         out.print(f"[bold]Second stage[/] {escape(w.stage)}.", highlight=False)
+    _print_conflicts(r, w.params)
     label = "Why (retrieval only):" if w.stage is not None else "Why:"
     out.print(f"[bold]{label}[/] {escape(result.why())}.", highlight=False)
     for line in result.unmet():
@@ -576,6 +579,24 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
             highlight=False,
         )
     _print_tail(r)
+
+
+def _print_conflicts(r: RunCalibration, written: PolicyParams) -> None:
+    """One line when conflict settings were swept: which, and which the config holds."""
+    from ragguard.calibration.conflict_sweep import (
+        StageKernels,
+        describe_conflicts,
+        setting_of,
+    )
+
+    if not isinstance(r.kernel, StageKernels):
+        return
+    swept = ", ".join(describe_conflicts(c) for c in r.kernel.settings)
+    out.print(
+        f"[bold]Conflict stage:[/] swept {escape(swept)}; the config holds "
+        f"{escape(describe_conflicts(setting_of(written)))}.",
+        highlight=False,
+    )
 
 
 def _print_verdict(result: CalibrationResult, c: Comparison, retrieval_only: bool) -> None:
