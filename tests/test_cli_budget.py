@@ -139,3 +139,63 @@ def test_config_schema_validates_saved_configs(tmp_path: Path) -> None:
     # --out writes the same schema to a file
     assert invoke("config", "schema", "--out", "s/schema.json").exit_code == 0
     assert json.loads((tmp_path / "s" / "schema.json").read_text()) == schema
+
+
+def test_calibrate_sweeps_conflict_settings_and_every_output_names_the_choice(
+    tmp_path: Path,
+) -> None:
+    result = invoke(
+        "calibrate", NOTES, "--conflicts", "off,keep_first,drop", "--conflict-similarity",
+        "0.3,0.7", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rec = doc["recommended"]
+    es = load_inputs(NOTES)
+    api = calibrate(
+        es, min_recall=0.8, conflicts=["off", "keep_first", "drop"],
+        conflict_similarities=[0.3, 0.7],
+    )  # fmt: skip
+    r = api.recommended
+    w = r.written_params
+    assert rec["run"] == r.name and rec["setting"] == api.written_setting().setting
+    assert rec["config"]["conflicts"] == w.conflicts.value
+    assert rec["config"]["conflict_similarity"] == w.conflict_similarity
+    data = tomllib.loads((tmp_path / "ragguard.toml").read_text())
+    assert data["provenance"]["conflicts_swept"] == [
+        "conflicts off", "conflicts=keep_first@0.7", "conflicts=keep_first@0.3",
+        "conflicts=drop@0.7", "conflicts=drop@0.3",
+    ]  # fmt: skip
+    report = (tmp_path / "ragguard-report" / "report.md").read_text()
+    assert "# Conflicting passages" in report and "`prefer` is not swept" in report
+    # the guard from the file keeps what the sweep measured for the written setting
+    guard = ContextGuard.from_file(tmp_path / "ragguard.toml")
+    assert guard.config.policy_params() == w
+    text = passage_texts(es)
+    measured = r.kernel.values(r.written_kept, ["passages"])[0]
+    for q, n in zip(api.qids, measured.tolist(), strict=True):
+        cands = [
+            Candidate(d, text(q, d) or "", s) for d, s in es.runs[r.name].candidates[q].items()
+        ]
+        assert len(guard.select(q, cands).kept) == n
+
+
+def test_calibrate_help_says_prefer_is_not_swept() -> None:
+    result = invoke("calibrate", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.output.replace("│", " ").split())  # (rich's help panels)
+    assert "--conflicts" in text and "--conflict-similarity" in text
+    assert "prefer is not swept" in text
+
+
+def test_the_console_names_the_conflict_settings_swept_and_the_one_written() -> None:
+    result = invoke(
+        "calibrate", NOTES, "--conflicts", "drop,off", "--no-report", "--out", "c.toml"
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    data = tomllib.loads(Path("c.toml").read_text())
+    held = "conflicts off" if data["conflicts"] == "off" else "conflicts=drop@0.5"
+    assert (
+        f"Conflict stage: swept conflicts off, conflicts=drop@0.5; the config holds {held}." in text
+    )

@@ -133,6 +133,50 @@ def false_abstain_out_of_range(s: Setup) -> tuple[list[str], str]:
     return ["--max-false-abstain", "1.5"], "--max-false-abstain (max_false_abstain) must be"
 
 
+def conflicts_prefer(s: Setup) -> tuple[list[str], str]:
+    return ["--conflicts", "off,prefer"], "--conflicts: conflicts='prefer'"
+
+
+def conflicts_unknown(s: Setup) -> tuple[list[str], str]:
+    return ["--conflicts", "drop,newest"], "--conflicts: unknown conflicts mode 'newest'"
+
+
+def conflicts_empty_item(s: Setup) -> tuple[list[str], str]:
+    return ["--conflicts", "off,,drop"], "--conflicts"
+
+
+def conflict_similarity_zero(s: Setup) -> tuple[list[str], str]:
+    return ["--conflicts", "drop", "--conflict-similarity", "0.5,0"], "--conflict-similarity"
+
+
+def conflict_similarity_above_one(s: Setup) -> tuple[list[str], str]:
+    return ["--conflicts", "drop", "--conflict-similarity", "1.5"], "--conflict-similarity"
+
+
+def conflict_similarity_nan(s: Setup) -> tuple[list[str], str]:
+    return ["--conflicts", "drop", "--conflict-similarity", "nan"], "--conflict-similarity"
+
+
+def conflict_similarity_not_a_number(s: Setup) -> tuple[list[str], str]:
+    return ["--conflicts", "drop", "--conflict-similarity", "half"], "'half' is not a number"
+
+
+def conflict_similarity_alone(s: Setup) -> tuple[list[str], str]:
+    return ["--conflict-similarity", "0.5"], "pass --conflicts too"
+
+
+def conflicts_without_texts(s: Setup) -> tuple[list[str], str]:
+    (s.data / "corpus.jsonl").unlink()
+    return ["--conflicts", "off,drop"], "have none"
+
+
+def conflicts_with_empty_texts(s: Setup) -> tuple[list[str], str]:
+    lines = (s.data / "corpus.jsonl").read_text().splitlines()
+    blank = [line.split('"text"')[0] + '"text": ""}' for line in lines]
+    (s.data / "corpus.jsonl").write_text("\n".join(blank) + "\n")
+    return ["--conflicts", "off,drop"], "texts are empty"
+
+
 CARD_NO_KIND = _tampered(next(i for i, t in enumerate(TAMPERED) if t[0] == "TR-04 no kind"))
 CARD_WRONG_TYPE = _tampered(next(i for i, t in enumerate(TAMPERED) if t[0] == "coef a string"))
 CARD_COEF_COUNT = _tampered(
@@ -146,7 +190,10 @@ MATRIX: list[tuple[str, list[str], Case]] = [
     *[("calibrate", [], case) for case in (
         cache_garbage, cache_truncated, cache_locked, cache_unwritable, tiktoken_offline,
         hf_tokenizer_missing, truncated_gzip_run, corrupt_evalset, no_unanswerable_query,
-        false_abstain_out_of_range,
+        false_abstain_out_of_range, conflicts_prefer,
+        conflicts_unknown, conflicts_empty_item, conflict_similarity_zero,
+        conflict_similarity_above_one, conflict_similarity_nan, conflict_similarity_not_a_number,
+        conflict_similarity_alone, conflicts_without_texts, conflicts_with_empty_texts,
     )],
     *[("calibrate", ["--rerank"], card) for card in (
         CARD_NO_KIND, CARD_WRONG_TYPE, CARD_COEF_COUNT,

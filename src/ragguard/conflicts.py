@@ -348,6 +348,7 @@ def conflict_stage(
     mode: ConflictMode,
     prefer: Sequence[Sequence[object]] | None = None,
     descending: bool = True,
+    pairs: Sequence[Sequence[Pair]] | None = None,
 ) -> tuple[StageState, list[list[Pair]], list[int]]:
     """Find the conflicting pairs among each row's kept passages and apply ``mode``.
 
@@ -371,6 +372,9 @@ def conflict_stage(
         prefer: per row, each column's value of the preferred metadata key
             (:data:`MISSING` when absent); needed for ``prefer``.
         descending: whether the greatest value wins.
+        pairs: per row, the conflicting pairs among its kept passages when they are
+            already known (the calibration sweep finds them once per query and applies
+            the mode at every cut); else they are found here (:func:`find_conflicts`).
 
     Returns:
         The new state (a dropped member's ``partner`` is the column of a member it
@@ -382,12 +386,15 @@ def conflict_stage(
     all_pairs: list[list[Pair]] = []
     incomparable: list[int] = []
     for q in range(reasons.shape[0]):
-        active = (reasons[q] == KEPT).tolist()
-        pairs = find_conflicts(texts[q], shingles[q], similarity=similarity, active=active)
-        all_pairs.append(pairs)
-        if not pairs or mode is ConflictMode.FLAG:
+        if pairs is None:
+            active = (reasons[q] == KEPT).tolist()
+            row = find_conflicts(texts[q], shingles[q], similarity=similarity, active=active)
+        else:
+            row = list(pairs[q])
+        all_pairs.append(row)
+        if not row or mode is ConflictMode.FLAG:
             continue
-        best_sim: dict[tuple[int, int], float] = {(p.a, p.b): p.similarity for p in pairs}
+        best_sim: dict[tuple[int, int], float] = {(p.a, p.b): p.similarity for p in row}
 
         def drop(
             c: int, other: int, q: int = q, best_sim: dict[tuple[int, int], float] = best_sim
@@ -397,19 +404,19 @@ def conflict_stage(
             sim[q, c] = best_sim.get((min(c, other), max(c, other)), np.nan)
 
         if mode is ConflictMode.KEEP_FIRST:
-            _keep_first(pairs, drop)
+            _keep_first(row, drop)
             continue
-        for group in conflict_groups(reasons.shape[1], pairs):
+        for group in conflict_groups(reasons.shape[1], row):
             if mode is ConflictMode.DROP:
                 for c in group:
-                    other = next(o for o in _partners(c, pairs))
+                    other = next(o for o in _partners(c, row))
                     drop(c, other)
                 continue
             assert prefer is not None
             winner = _preferred(group, prefer[q], descending)
             if winner is None:
                 incomparable.append(q)
-                _keep_first([p for p in pairs if p.a in group], drop)
+                _keep_first([p for p in row if p.a in group], drop)
                 continue
             for c in group:
                 if c != winner:
@@ -417,7 +424,7 @@ def conflict_stage(
                         c,
                         winner
                         if (min(c, winner), max(c, winner)) in best_sim
-                        else next(_partners(c, pairs)),
+                        else next(_partners(c, row)),
                     )
     new = StageState(
         state.positions,

@@ -73,6 +73,8 @@ def _guard_for(params: PolicyParams, kind: object) -> ContextGuard:
             autocut_jumps=params.autocut_jumps,
             max_tokens=params.max_tokens,
             near_duplicate_threshold=params.near_duplicate_threshold,
+            conflicts=params.conflicts,
+            conflict_similarity=params.conflict_similarity,
         )
     )
 

@@ -105,7 +105,7 @@ from ragguard.calibration.sweep import (
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import CutRule, PolicyParams
+from ragguard.policy import ConflictMode, CutRule, PolicyParams
 from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
 from ragguard.scores import ScoreKind
 
@@ -991,7 +991,8 @@ class CalibrationResult:
 
     stage_settings: Mapping[str, Any] = field(default_factory=dict)
     """Config fields of the stages after the cut every setting ran with (max_tokens,
-    token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.stages`)."""
+    token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.stages`); a swept
+    conflict setting is the written setting's own (:func:`guard_settings`)."""
 
     answerability: AnswerabilityResult | None = None
     """The calibrated ``min_evidence`` of the recommended run's written setting, when
@@ -1235,6 +1236,10 @@ class CalibrationResult:
                 "heldout_recall": _finite(g.heldout_recall),
                 "heldout_queries": g.heldout_queries,
             }
+        from ragguard.calibration.conflict_sweep import StageKernels, describe_conflicts
+
+        if isinstance(r.kernel, StageKernels):  # what the conflict setting was chosen from
+            out["conflicts_swept"] = [describe_conflicts(c) for c in r.kernel.settings]
         if r.source:
             out["run_source"] = r.source
         if self.files:
@@ -1282,7 +1287,7 @@ class CalibrationResult:
 
 def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, Any]:
     """The guard-level config fields of setting ``p``: cap, floor, threshold and cut
-    (with the cut's own parameter)."""
+    (with the cut's own parameter), and the conflict stage when it is on."""
     settings: dict[str, Any] = {
         "score_kind": score_kind,
         "max_k": p.max_k,
@@ -1294,6 +1299,9 @@ def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, A
         settings["gap_buffer"] = p.gap_buffer
     if p.cut is CutRule.AUTOCUT:
         settings["autocut_jumps"] = p.autocut_jumps
+    if p.conflicts is not ConflictMode.OFF:  # a swept conflict setting
+        settings["conflicts"] = p.conflicts
+        settings["conflict_similarity"] = p.conflict_similarity
     return settings
 
 
@@ -1422,6 +1430,8 @@ def calibrate(
     near_duplicate_threshold: float | None = None,
     on_sweep: Callable[[int, int], None] | None = None,
     max_false_abstain: float | None = None,
+    conflicts: Sequence[str | ConflictMode] = (),
+    conflict_similarities: Sequence[float] = (),
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries.
 
@@ -1492,6 +1502,16 @@ def calibrate(
             queries report the shares of unanswerable queries caught and of answerable
             ones lost (:mod:`ragguard.calibration.answerability`). Needs unanswerable
             queries (judged, none relevant); default off.
+        conflicts: conflict modes to sweep (``"off"``, ``"flag"``, ``"keep_first"``,
+            ``"drop"``; not ``"prefer"``, whose metadata eval sets do not carry): every
+            setting is tried under each, at each of ``conflict_similarities``, with the
+            runtime's conflict stage after the cut, and the choice among them is made
+            on the objective like any other (a conflict mode counts as one more rule;
+            :mod:`ragguard.calibration.conflict_sweep`). The held-out check compares
+            with plain top-k under the simplest one swept (``off`` when given). Empty
+            (the default): the conflict stage is not swept.
+        conflict_similarities: the ``conflict_similarity`` values swept (default
+            :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
 
     Raises:
         EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
@@ -1553,11 +1573,12 @@ def calibrate(
         check_max_false_abstain(
             evalset, max_false_abstain, calib_rows, guarantee=guarantee is not None
         )
-    from ragguard.calibration.stages import passage_stages
+    from ragguard.calibration.conflict_sweep import stage_sweep
 
-    stages = passage_stages(
+    stages = stage_sweep(
         evalset, max_tokens=max_tokens, token_counter_spec=token_counter,
-        near_duplicate_threshold=near_duplicate_threshold, corpus=corpus, passages=passages,
+        near_duplicate_threshold=near_duplicate_threshold, conflicts=conflicts,
+        conflict_similarities=conflict_similarities, corpus=corpus, passages=passages,
     )  # fmt: skip
 
     results: list[RunCalibration] = []
@@ -1584,12 +1605,14 @@ def calibrate(
         def sweep_on(g: SweepGrid, ar: EvalArrays = arrays) -> tuple[SweepKernel, SweepResult]:
             pts = g.points()
             if stages is not None:  # every setting with the stages after the cut
-                pts = tuple(stages.params(p) for p in pts)
+                pts = stages.points(pts)  # (under each conflict setting swept)
             if ar.score_kind is None:
                 pts = tuple(p for p in pts if is_plain_top_k(p))
             width = max(p.max_k for p in pts)
-            on_run = None if stages is None else stages.for_run(ar, width)
-            kern = SweepKernel(ar, wanted, width, stages=on_run)
+            if stages is None:
+                kern = SweepKernel(ar, wanted, width)
+            else:
+                kern = stages.kernel(ar, wanted, width)
             return kern, sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
 
         # the caps grow to the candidate depth when no setting meets the constraints, and
@@ -1611,7 +1634,12 @@ def calibrate(
         assert swept is not None
         kernel, result = swept
         points = result.points
-        top_idx = [i for i, p in enumerate(points) if is_plain_top_k(p)]
+        # the baseline: plain top-k (under the first conflict setting swept)
+        top_idx = [
+            i
+            for i, p in enumerate(points)
+            if is_plain_top_k(p) and (stages is None or stages.is_base(p))
+        ]
         full = result.restricted(kernel, all_rows)
 
         def means(rows: I, kern: SweepKernel = kernel, res: SweepResult = result) -> SweepResult:
@@ -1620,7 +1648,8 @@ def calibrate(
         selection = None
         g_result = None
         if target is not None:
-            g_result = _guarantee(kernel, result, target, confidence, held_rows)
+            paths = None if stages is None else stages.paths(points, guarantee_paths)
+            g_result = _guarantee(kernel, result, target, confidence, held_rows, paths)
             chosen = g_result.written
             feasible = _feasible(result, chosen, cons)
         else:

@@ -90,6 +90,7 @@ from ragguard.calibration.calibrate import (
     guard_settings,
     metric_values,
 )
+from ragguard.calibration.conflict_sweep import StageSweep
 from ragguard.calibration.evalset import EvalSet
 from ragguard.calibration.probability import (
     Reliability,
@@ -99,7 +100,6 @@ from ragguard.calibration.probability import (
 )
 from ragguard.calibration.rerank_scores import RerankScores
 from ragguard.calibration.select import DEFAULT_FOLDS, Selection, cross_validate, refit
-from ragguard.calibration.stages import PassageStages
 from ragguard.calibration.sweep import (
     PASSAGES,
     Constraint,
@@ -492,11 +492,12 @@ def calibrate_two_stage(
     folds: int = DEFAULT_FOLDS,
     target: float | None = None,
     confidence: float = 0.95,
-    stages: PassageStages | None = None,
+    stages: StageSweep | None = None,
 ) -> TwoStageCalibration:
     """Sweep retrieval depth x rerank cut x ``max_k`` (see the module docstring), with
     the ``stages`` after the cut (token budget, near-duplicates) applied to every setting
-    when given, as the runtime guard applies them after the rerank cut.
+    when given, as the runtime guard applies them after the rerank cut (and each setting
+    tried under every conflict setting they sweep).
 
     ``retrieval_kernel`` is the run's retrieval sweep kernel; ``retrieval_chosen`` and
     ``retrieval_baseline`` are the per-query cuts of the retrieval-only choice and of
@@ -568,8 +569,8 @@ def calibrate_two_stage(
     results: list[SweepResult] = []
     points: list[tuple[int, PolicyParams]] = []
     settings = grid.points(max_k, min_k, profile)
-    if stages is not None:
-        settings = [stages.params(s) for s in settings]
+    if stages is not None:  # (under each conflict setting swept)
+        settings = list(stages.points(settings))
     # a failed call's query: the guard-level setting on retrieval scores, as the guard
     fallback_cuts = None
     if any(b.any() for b in failed.values()):
@@ -580,8 +581,10 @@ def calibrate_two_stage(
             evalset, arrays, lists, utilities, probs, n, profile, rules, bad
         )
         width = max(max_k)
-        on_run = None if stages is None else stages.for_run(reranked, width)
-        kernel = SweepKernel(reranked, wanted, width, stages=on_run)
+        if stages is None:
+            kernel = SweepKernel(reranked, wanted, width)
+        else:
+            kernel = stages.kernel(reranked, wanted, width)
         kernels[n] = kernel
         cuts = None
         if fallback_cuts is not None and bad.any():
@@ -612,16 +615,19 @@ def calibrate_two_stage(
     selection = None
     g_result = None
     if target is not None:
+
+        def top_k_path(pts: Sequence[PolicyParams]) -> dict[str, list[int]]:
+            path = [j for j, s_ in enumerate(pts) if s_.relative_threshold == 0]
+            path = [j for j in path if not pts[j].uses_scores]
+            return {"top-k": sorted(path, key=lambda j: -pts[j].max_k)}
+
+        # per top_n (and per conflict setting swept), the reranked top-k, largest first
+        per = top_k_path(settings) if stages is None else stages.paths(settings, top_k_path)
         paths = {
-            f"rerank top-{n}, top-k": sorted(
-                (
-                    t * n_settings + j
-                    for j, s_ in enumerate(settings)
-                    if s_.relative_threshold == 0 and not s_.uses_scores
-                ),
-                key=lambda i: -points_t[i][1].max_k,
-            )
+            f"rerank top-{n}, {name}": [t * n_settings + j for j in path]
             for t, n in enumerate(tops)
+            for name, path in per.items()
+            if path
         }
         g_result = _guarantee(
             kernels[tops[0]], combined, target, confidence, heldout_rows,

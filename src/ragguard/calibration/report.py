@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ragguard._optional import install_hint, require
 from ragguard.calibration._format import floor_number, format_interval, format_number
@@ -60,7 +61,7 @@ from ragguard.calibration.sweep import (
     lower_is_better,
 )
 from ragguard.errors import MissingDependencyError
-from ragguard.policy import CutRule
+from ragguard.policy import ConflictMode, CutRule, PolicyParams
 
 __all__ = [
     "Report",
@@ -268,11 +269,25 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def _with_chosen_conflicts(r: RunCalibration, p: PolicyParams) -> bool:
+    """Whether ``p`` runs the chosen setting's conflict stage (the plots draw one
+    conflict setting when several were swept)."""
+    c = r.chosen_params
+    return (p.conflicts, p.conflict_similarity) == (c.conflicts, c.conflict_similarity)
+
+
+def _passages(r: RunCalibration, kept: NDArray[np.intp]) -> NDArray[np.float64]:
+    """Passages each query keeps under per-query cuts ``kept`` of ``r``'s kernel (a cut
+    is not a count under the conflict stage's ``drop``, or across conflict settings)."""
+    out: NDArray[np.float64] = r.kernel.values(kept, [PASSAGES])[0]
+    return out
+
+
 def _top_k_curve(r: RunCalibration, metric: str) -> tuple[list[int], list[float]]:
     ks: list[int] = []
     vals: list[float] = []
     for i, p in enumerate(r.sweep.points):
-        if is_plain_top_k(p):
+        if is_plain_top_k(p) and _with_chosen_conflicts(r, p):
             ks.append(p.max_k)
             vals.append(r.sweep.mean(i, metric))
     return ks, vals
@@ -311,6 +326,7 @@ def _plot_utility_vs_k(mpl: Any, res: CalibrationResult, r: RunCalibration) -> b
 def _plot_heatmap(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes | None:
     pts = r.sweep.points
     ks = sorted({p.max_k for p in pts if p.cut is CutRule.NONE})
+    drawn = {i for i, p in enumerate(pts) if _with_chosen_conflicts(r, p)}
     ts = sorted({p.relative_threshold for p in pts if p.cut is CutRule.NONE})
     if len(ts) < 2:
         return None
@@ -322,7 +338,7 @@ def _plot_heatmap(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes 
         violation += con.violation(r.sweep.column(con.metric))
     where: dict[tuple[int, float], tuple[int, int]] = {}
     for i, p in enumerate(pts):
-        if p.cut is not CutRule.NONE or p.min_score is not None:
+        if p.cut is not CutRule.NONE or p.min_score is not None or i not in drawn:
             continue
         a, b = ks.index(p.max_k), ts.index(p.relative_threshold)
         z[a, b] = obj[i]
@@ -370,7 +386,7 @@ def _plot_optimal_k(mpl: Any, res: CalibrationResult, r: RunCalibration) -> byte
     ax = fig.subplots()
     ks = np.arange(counts.size)
     ax.bar(ks, counts, color="#4c72b0")
-    mean_kept = float(np.mean(r.chosen_kept))
+    mean_kept = float(np.mean(_passages(r, r.chosen_kept)))
     ax.axvline(
         mean_kept,
         color="#c44e52",
@@ -505,6 +521,9 @@ def _config_fields(res: CalibrationResult) -> str:
         f'`cut = "{cfg.cut.value}"`',
         f'`score_kind = "{cfg.score_kind.value if cfg.score_kind else "none"}"`',
     ]
+    if cfg.conflicts is not ConflictMode.OFF:
+        fields.append(f'`conflicts = "{cfg.conflicts.value}"`')
+        fields.append(f"`conflict_similarity = {cfg.conflict_similarity:g}`")
     if cfg.rerank.enabled:
         fields.append(f"`rerank.top_n = {cfg.rerank.top_n}`")
         if cfg.rerank.relative_threshold:
@@ -1083,26 +1102,28 @@ def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
         text = res.evalset.queries[qid].text or ""
         ids = arrays.doc_ids(row)
         u = arrays.utility[row]
-        nb, ng = int(base_kept[row]), int(guard_kept[row])
+        # the passages each setting keeps (the stages after the cut may skip some)
+        base = r.kernel.context(row, int(base_kept[row]))
+        guard = r.kernel.context(row, int(guard_kept[row]))
 
-        def ctx(n: int) -> str:
+        def ctx(positions: list[int]) -> str:
             parts = []
-            for pos in range(n):
+            for pos in positions:
                 mark = "+" if u[pos] > 0 else ("-" if u[pos] < 0 else "0")
                 parts.append(f"`{ids[pos]}` ({mark})")
             return ", ".join(parts) or "(nothing)"
 
         named = []
-        for pos in range(max(nb, ng)):
+        for pos in sorted({*base, *guard}):
             if u[pos] < 0:
                 kind = "known distractor" if arrays.distractor[row, pos] else "hard negative"
-                fate = "kept" if pos < ng else "removed"
+                fate = "kept" if pos in guard else "removed"
                 named.append(f"`{ids[pos]}` ({kind}, {fate})")
         return (
             f"`{qid}` {text}",
             format_number(float(c.guarded_values[j][i] - c.baseline_values[j][i]), signed=True),
-            ctx(nb),
-            ctx(ng),
+            ctx(base),
+            ctx(guard),
             ", ".join(named) or "none",
         )
 
@@ -1133,6 +1154,114 @@ def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
         )
     else:
         blocks.append(Para("No query lost."))
+    return blocks
+
+
+def _conflicts(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+    """The conflict settings swept, the best of each, and how well detection finds the
+    labelled distractors at each similarity swept, on the calibration and the held-out
+    queries."""
+    from ragguard.calibration.conflict_sweep import (
+        StageKernels,
+        conflict_detection,
+        describe_conflicts,
+        setting_of,
+        similarity_levels,
+    )
+
+    kernel = r.kernel
+    if not isinstance(kernel, StageKernels):
+        return []
+    obj = res.objective
+    rows = []
+    for setting in kernel.settings:
+        among = [i for i, p in enumerate(r.sweep.points) if setting_of(p) == setting]
+        if not among:
+            continue
+        i, ok = choose(r.sweep, obj, res.constraints, among=among)
+        rows.append(
+            (
+                describe_conflicts(setting),
+                describe_point(r.sweep.points[i]) + ("" if ok else " (fails constraints)"),
+                format_number(r.sweep.mean(i, obj)),
+                format_number(r.sweep.mean(i, "distractor_rate")),
+                format_number(r.sweep.mean(i, PASSAGES), 2),
+            )
+        )
+    w = r.written_params
+    written = describe_conflicts(setting_of(w))
+    blocks: list[Block] = [
+        Heading(1, "Conflicting passages"),
+        Para(
+            "The conflict stage (passages that nearly repeat each other but differ in "
+            "facts: a number, a name, a negation) was swept under each setting below, with "
+            "the runtime's own stage after the cut; the choice among them was made on "
+            f"`{obj}` like any other setting (a conflict mode counts as one more rule in "
+            f"the cross-validation), and the config holds **{written}**. `prefer` is not "
+            "swept: it keeps the member with the greatest value of a metadata key, which "
+            "eval sets do not carry; set it in the config by hand."
+        ),
+        Table(
+            (
+                "conflict setting",
+                "best setting (calibration queries)",
+                obj,
+                "distractor rate",
+                "passages",
+            ),
+            tuple(rows),
+            (False, False, True, True, True),
+        ),
+    ]
+    max_k = min(w.max_k, max(kernel.width, 1))
+    splits = [("calibration", res.calibration_rows)]
+    if res.heldout_rows.size:
+        splits.append(("held-out", res.heldout_rows))
+    table = []
+    on = w.conflicts is not ConflictMode.OFF
+    for level in similarity_levels(kernel.settings):
+        for name, split_rows in splits:
+            d = conflict_detection(kernel, split_rows, level, max_k)
+            table.append(
+                (
+                    f"{level:g}" + (" (written)" if on and w.conflict_similarity == level else ""),
+                    f"{name} ({d.queries})",
+                    f"{d.flagged} / {d.candidates}",
+                    format_number(d.precision),
+                    format_number(d.recall),
+                    format_number(d.relevant_rate),
+                    format_number(d.query_precision),
+                    format_number(d.query_recall),
+                    format_number(d.clean_flagged_rate),
+                )
+            )
+    blocks += [
+        Para(
+            f"Detection against the labels, among each query's first {max_k} ranked "
+            "candidates (the written `max_k`): a candidate is *flagged* when it conflicts "
+            "with another of them, *positive* when it is a known distractor or has "
+            "negative utility. Precision: flagged candidates that are positive; recall: "
+            "positive candidates flagged; relevant flagged: relevant candidates flagged "
+            "(`drop` removes them too). Per query: flagged when one of its candidates is, "
+            "positive when one is; clean flagged: queries without a positive that are "
+            "flagged anyway."
+        ),
+        Table(
+            (
+                "similarity",
+                "queries",
+                "flagged",
+                "precision",
+                "recall",
+                "relevant flagged",
+                "query precision",
+                "query recall",
+                "clean flagged",
+            ),
+            tuple(table),
+            (False, False, True, True, True, True, True, True, True),
+        ),
+    ]
     return blocks
 
 
@@ -1302,6 +1431,7 @@ def build_report(
     if len(res.runs) > 1:
         blocks += _runs_table(res)
     blocks += _grid_section(res, r, figs)
+    blocks += _conflicts(res, r)
     blocks += _optimal(res, r, by_name.get("optimal_k.png"))
     if not r.chosen_is_baseline:
         blocks += _examples(res, r)

@@ -15,7 +15,9 @@ family** (the kind of cut), not a grid point, and estimates each family honestly
    error** of the best, the **simplest** wins: plain top-k (no score rule) first, then
    the one-rule families (relative threshold, gap, autocut; on rerank probabilities
    also the probability floor and expected utility), in that order at equal
-   complexity.
+   complexity. A conflict stage (:mod:`ragguard.calibration.conflict_sweep`) is one
+   more rule: ``top-k+conflicts=drop`` is a family of its own, chosen over plain top-k
+   only when it beats it by more than one standard error.
 
 **Refit.** The family is the choice; its grid value (the cap, the threshold) is a
 parameter re-selected with the same rule on whatever queries are at hand:
@@ -37,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.sweep import Constraint, SweepResult, choose, lower_is_better
-from ragguard.policy import CutRule, PolicyParams
+from ragguard.policy import ConflictMode, CutRule, PolicyParams
 
 __all__ = ["DEFAULT_FOLDS", "Selection", "cross_validate", "fold_count", "refit", "rule_family"]
 
@@ -60,7 +62,10 @@ def rule_family(params: PolicyParams) -> tuple[int, str]:
         names.append("autocut")
     if params.expected_utility is not None:
         names.append("expected utility")
-    return len(names), "+".join(names) or "top-k"
+    name = "+".join(names) or "top-k"
+    if params.conflicts is not ConflictMode.OFF:  # one more rule, whatever its level
+        return len(names) + 1, f"{name}+conflicts={params.conflicts.value}"
+    return len(names), name
 
 
 def _simplicity(family: tuple[int, str]) -> tuple[int, int, str]:

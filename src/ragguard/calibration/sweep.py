@@ -57,10 +57,10 @@ from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.calibration.metrics.tables import prefix_table
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import CutRule, PolicyParams, cut_ranked
+from ragguard.policy import ConflictMode, CutRule, PolicyParams, cut_ranked
 
 if TYPE_CHECKING:
-    from ragguard.calibration.stages import PassageStages
+    from ragguard.calibration.stages import Compacted, CutContexts, PassageStages
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -259,9 +259,13 @@ def is_plain_top_k(params: PolicyParams) -> bool:
 
 
 def describe_point(params: PolicyParams) -> str:
-    """A short human label: ``top-5``, ``max_k=5, t=0.70``, ``max_k=5, gap+1``."""
+    """A short human label: ``top-5``, ``max_k=5, t=0.70``, ``max_k=5, gap+1``; a
+    conflict stage on is named last (``top-5, conflicts=drop@0.5``)."""
+    conflicts = ""
+    if params.conflicts is not ConflictMode.OFF:
+        conflicts = f", conflicts={params.conflicts.value}@{params.conflict_similarity:g}"
     if is_plain_top_k(params):
-        return f"top-{params.max_k}"
+        return f"top-{params.max_k}{conflicts}"
     parts = [f"max_k={params.max_k}"]
     if params.relative_threshold > 0:
         parts.append(f"t={params.relative_threshold:.2f}")
@@ -277,7 +281,7 @@ def describe_point(params: PolicyParams) -> str:
         parts.append(f"near-duplicates>={params.near_duplicate_threshold:g}")
     if params.max_tokens is not None:
         parts.append(f"max_tokens={params.max_tokens}")
-    return ", ".join(parts)
+    return ", ".join(parts) + conflicts
 
 
 # --------------------------------------------------------------------------- constraints
@@ -345,9 +349,10 @@ class SweepKernel:
         metrics: metric strings (registry syntax) and/or ``"passages"``.
         max_cut: the largest context size any setting will keep (the grid's largest
             ``max_k``); tables go up to ``min(max_cut, candidates per row)``.
-        stages: the stages after the cut (near-duplicates, token budget) every setting
-            runs (:mod:`ragguard.calibration.stages`); the tables then hold each metric
-            at every size of the context the stages leave.
+        stages: the stages after the cut (conflicts, near-duplicates, token budget)
+            every setting runs (:mod:`ragguard.calibration.stages`); the tables then hold
+            each metric at every size of the context the stages leave (at every cut, for
+            stages that are not causal).
     """
 
     def __init__(
@@ -368,10 +373,14 @@ class SweepKernel:
         q, n = arrays.shape
         self.width = min(max_cut, n)
         self.stages = stages
-        self._through: I | None = None  # (Q, width + 1): context left of each cut
+        self._through: I | None = None  # (Q, width + 1): table column of each cut
+        self._contexts: CutContexts | None = None  # stages that are not causal
+        self._compacted: Compacted | None = None
         tabled = arrays
         if stages is not None:
-            tabled, self._through = stages.compact(arrays, self.width)
+            self._compacted = stages.compact(arrays, self.width)
+            tabled, self._through = self._compacted.arrays, self._compacted.through
+            self._contexts = self._compacted.contexts
         self._tabled = tabled
         self._parsed = parsed
         self._cols = cols = self.width + 1
@@ -395,6 +404,11 @@ class SweepKernel:
         js = range(len(self.metrics)) if only is None else [only]
         shape = (hi - lo, self._cols, len(self.metrics))
         out = np.empty(shape) if only is None else np.full(shape, np.nan)
+        if self._contexts is not None:  # one context per cut: each column on its own
+            for c in range(self._cols):
+                cut = np.full(hi - lo, c, dtype=np.intp)
+                out[:, c, list(js)] = self._context_values(part, lo, cut, js).T
+            return out
         # every size at once, from prefix sums, in pieces of rows whose (rows x sizes)
         # temporaries stay in cache (30% faster than the whole chunk at 100 sizes)
         slow = [j for j in js if self._parsed[j] is None]
@@ -418,6 +432,17 @@ class SweepKernel:
                 continue
             for c in range(self._cols):  # no prefix form: size by size
                 out[:, c, j] = compute(part, p, cut=np.full(hi - lo, c, dtype=np.intp))
+        return out
+
+    def _context_values(self, part: EvalArrays, lo: int, cuts: I, js: Sequence[int]) -> F64:
+        """(len(js), rows) metrics ``js`` of rows ``lo:lo + len(cuts)`` (``part``) at
+        cuts ``cuts``, from the stages' per-cut contexts."""
+        assert self._contexts is not None
+        arranged, sizes = self._contexts.arranged(part, lo, cuts)
+        out = np.empty((len(js), cuts.size))
+        for i, j in enumerate(js):
+            p = self._parsed[j]
+            out[i] = sizes if p is None else compute(arranged, p, cut=sizes)
         return out
 
     def flat_rows(self, lo: int, hi: int) -> F64:
@@ -579,6 +604,14 @@ class SweepKernel:
                 kept[i] = self._after_stages(np.minimum(wide, points[i].max_k), points[i])
         return kept
 
+    def context(self, row: int, kept: int) -> list[int]:
+        """The ranked positions of the passages query ``row`` keeps under a setting
+        whose cut there is ``kept`` (:meth:`cuts`), in rank order: what the metrics of
+        that cut are computed on."""
+        if self._compacted is None:
+            return list(range(min(int(kept), int(self.arrays.n_present[row]))))
+        return self._compacted.context(row, int(kept))
+
     def values(self, kept: NDArray[np.integer[Any]], metrics: Sequence[str] | None = None) -> F64:
         """(M, Q) per-query value of every metric (or of ``metrics``, in that order) when
         query q keeps ``kept[q]``; for (S, Q) cuts of S settings, (S, M, Q)."""
@@ -606,6 +639,9 @@ class SweepKernel:
         for lo, hi in self._chunks():
             part = self._tabled.row_slice(lo, hi)
             for s, row in enumerate(ks[:, lo:hi]):
+                if self._contexts is not None:
+                    values[s, :, lo:hi] = self._context_values(part, lo, row, js)
+                    continue
                 for i, j in enumerate(js):
                     p = self._parsed[j]
                     if p is None:

@@ -40,6 +40,7 @@ from ragguard.cli._two_stage import (
 if TYPE_CHECKING:
     from ragguard.calibration import CalibrationResult, Comparison, Interval, RunCalibration
     from ragguard.calibration.report import WrittenReport
+    from ragguard.policy import PolicyParams
 
 __all__ = ["calibrate"]
 
@@ -249,6 +250,31 @@ def calibrate(
             show_default=False,
         ),
     ] = None,
+    conflicts: Annotated[
+        str | None,
+        typer.Option(
+            "--conflicts",
+            metavar="MODES",
+            help="Sweep the conflict stage (passages that nearly repeat each other but "
+            "differ in facts) with these modes, comma-separated: off, flag, keep_first, "
+            "drop; the choice among them is made on the objective like any other setting, "
+            "checked against plain top-k under the simplest (off when given). prefer is not "
+            "swept: it needs per-passage metadata that eval sets do not carry (set it in the "
+            "config by hand).",
+            show_default=False,
+        ),
+    ] = None,
+    conflict_similarity: Annotated[
+        str | None,
+        typer.Option(
+            "--conflict-similarity",
+            metavar="FLOATS",
+            help="The conflict_similarity values swept with --conflicts, comma-separated, "
+            "each in (0, 1] (word 3-shingle Jaccard similarity from which two passages are "
+            "compared); default 0.5.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -275,6 +301,7 @@ def calibrate(
             from ragguard.calibration.answerability import check_share
 
             check_share(max_false_abstain)
+        modes, levels = _conflict_options(conflicts, conflict_similarity)
         prof = profile_for_cli(profile, profiles)
         rules = None  # the profile's grades, unless the command line says otherwise
         if relevant_grade is not None or partial_grade is not None:
@@ -318,6 +345,8 @@ def calibrate(
                 near_duplicate_threshold=near_duplicate_threshold,
                 max_false_abstain=max_false_abstain,
                 on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
+                conflicts=modes,
+                conflict_similarities=levels,
                 **two_stage,
             )
         # The report first, then the config: a command that fails leaves no fresh config
@@ -365,6 +394,59 @@ def calibrate(
             highlight=False,
         )
         _print_report_line(report_paths)
+
+
+def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str], list[float]]:
+    """``--conflicts`` and ``--conflict-similarity`` as lists, checked before any data is
+    read (:func:`ragguard.calibration.conflict_sweep.conflict_settings`), each error
+    naming its option."""
+    from ragguard.calibration.conflict_sweep import conflict_settings
+    from ragguard.errors import ConfigError
+
+    names = _list_option("--conflicts", modes)
+    given = _list_option("--conflict-similarity", levels)
+    values = [_number("--conflict-similarity", x) for x in given]
+    if values and not names:
+        raise ConfigError(
+            "--conflict-similarity sets the levels the conflict stage is swept at; pass "
+            "--conflicts too (e.g. --conflicts off,keep_first,drop)"
+        )
+    checks: list[tuple[str, list[str], list[float]]] = [
+        ("--conflicts", names, []),
+        ("--conflict-similarity", ["drop"], values),
+    ]
+    for option, those, at in checks:
+        try:
+            conflict_settings(those, at)
+        except ConfigError as exc:
+            raise ConfigError(f"{option}: {exc}") from None
+    return names, values
+
+
+def _list_option(option: str, value: str | None) -> list[str]:
+    """The comma-separated items of ``option`` (none when it is not given).
+
+    Raises:
+        ConfigError: an empty item (``drop,,off``, a trailing comma, an empty value).
+    """
+    from ragguard.errors import ConfigError
+
+    if value is None:
+        return []
+    items = [item.strip() for item in value.split(",")]
+    if not all(items):
+        raise ConfigError(f"{option} takes comma-separated values with none empty, got {value!r}")
+    return items
+
+
+def _number(option: str, text: str) -> float:
+    """``text`` as a float, or a one-line error naming ``option``."""
+    from ragguard.errors import ConfigError
+
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{option}: {text!r} is not a number") from None
 
 
 def _print_report_line(report_paths: WrittenReport | None) -> None:
@@ -454,6 +536,7 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     )
     if w.stage is not None:
         out.print(f"[bold]Second stage[/] {escape(w.stage)}.", highlight=False)
+    _print_conflicts(r, w.params)
     label = "Why (retrieval only):" if w.stage is not None else "Why:"
     out.print(f"[bold]{label}[/] {escape(result.why())}.", highlight=False)
     for line in result.unmet():
@@ -525,6 +608,24 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
             highlight=False,
         )
     _print_tail(r)
+
+
+def _print_conflicts(r: RunCalibration, written: PolicyParams) -> None:
+    """One line when conflict settings were swept: which, and which the config holds."""
+    from ragguard.calibration.conflict_sweep import (
+        StageKernels,
+        describe_conflicts,
+        setting_of,
+    )
+
+    if not isinstance(r.kernel, StageKernels):
+        return
+    swept = ", ".join(describe_conflicts(c) for c in r.kernel.settings)
+    out.print(
+        f"[bold]Conflict stage:[/] swept {escape(swept)}; the config holds "
+        f"{escape(describe_conflicts(setting_of(written)))}.",
+        highlight=False,
+    )
 
 
 def _print_verdict(result: CalibrationResult, c: Comparison, retrieval_only: bool) -> None:
