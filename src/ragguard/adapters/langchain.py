@@ -199,8 +199,14 @@ def candidate_ids(docs: Sequence[Document]) -> list[str]:
     return [doc.id if doc.id else f"{prefix}{i}" for i, doc in enumerate(docs)]
 
 
-class _Translator:
-    """Documents -> the guard's arguments; its selection -> guarded copies."""
+class Translator:
+    """Documents -> the guard's arguments; its selection -> guarded copies.
+
+    :class:`GuardedRetriever` and :class:`GuardCompressor` translate with it, and
+    calibration (:func:`ragguard.calibration.retrieve_run`) reads a LangChain
+    retriever's documents with it, so both read ids and scores alike. A score under a
+    key of ``score_keys`` that is no number warns once per translator and key.
+    """
 
     def __init__(self, score_keys: Sequence[str], metadata_key: str) -> None:
         self.score_keys = score_keys
@@ -282,7 +288,11 @@ class _Translator:
         return out
 
 
-def _scored_twin(retriever: BaseRetriever) -> _ScoredVectorStoreRetriever | None:
+def scored_twin(retriever: BaseRetriever) -> VectorStoreRetriever | None:
+    """A copy of a plain ``VectorStoreRetriever`` (``similarity`` or
+    ``similarity_score_threshold`` search, its methods not overridden) that asks the
+    store for scores and carries each on its document (:meth:`Translator.candidates`
+    reads it); ``None`` for any other retriever, which is called as it is."""
     if not isinstance(retriever, VectorStoreRetriever):
         return None
     overridden = (
@@ -319,14 +329,14 @@ class _Options(BaseModel):
         default=METADATA_KEY, description="Metadata key for the guard's decision."
     )
 
-    _translator: _Translator = PrivateAttr()
+    _translator: Translator = PrivateAttr()
 
     def __init__(self, **data: Any) -> None:
         with adapter_options(type(self)):
             super().__init__(**data)
 
     def model_post_init(self, context: Any, /) -> None:
-        self._translator = _Translator(self.score_keys, self.metadata_key)
+        self._translator = Translator(self.score_keys, self.metadata_key)
 
 
 class GuardedRetriever(_Options, BaseRetriever):
@@ -350,7 +360,7 @@ class GuardedRetriever(_Options, BaseRetriever):
 
     def _source(self) -> tuple[BaseRetriever, ScoreKind | None]:
         """The retriever to invoke and the score kind it implies (None: the guard's)."""
-        twin = _scored_twin(self.retriever)
+        twin = scored_twin(self.retriever)
         if twin is None:
             return self.retriever, self.score_kind
         relevance = twin.search_type == "similarity_score_threshold"

@@ -28,6 +28,12 @@ read-only mappings that build one query's dict or :class:`Labels` only when aske
 :func:`arrays_from_columnar` converts them into
 :class:`~ragguard.calibration.arrays.EvalArrays` with column-wise joins, never touching a
 per-candidate Python object.
+
+The column-wise readers of other formats (:mod:`ragguard.calibration._columnar_json`,
+:mod:`ragguard.calibration._tables`) build on this module's helpers (:func:`arrow`,
+:func:`encode_ids`, :func:`numeric_values`, :func:`repeated_rows`, :func:`same_grades`,
+:func:`repeat_events`, :func:`missing_ids`, ...), listed in ``__all__``; it imports none
+of them, nor :mod:`ragguard.calibration.evalset`, which sits above every reader.
 """
 
 from __future__ import annotations
@@ -40,27 +46,53 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration._problems import ProblemKind, Reporter
-
-if TYPE_CHECKING:
-    from ragguard.calibration.arrays import EvalArrays
-    from ragguard.calibration.evalset import Labels, Query
-    from ragguard.calibration.utility import UtilityRules
-    from ragguard.profiles import Profile
-    from ragguard.scores import ScoreKind
+from ragguard.calibration._readers import MAX_GRADE, TREC_QRELS, TREC_RUN, first_content
+from ragguard.calibration._records import Labels, Query
+from ragguard.calibration.arrays import (
+    EvalArrays,
+    PaddedRows,
+    assemble_arrays,
+    ideal_label_utilities,
+    label_stats,
+    rank_in_chunks,
+    ranked_positions,
+)
+from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreKind
 
 __all__ = [
     "ColumnarCandidates",
     "ColumnarLabels",
     "ColumnarQueries",
+    "ColumnarRead",
+    "CorpusIds",
+    "LineNumbers",
+    "NeedsCareful",
     "Pairs",
+    "Vocab",
+    "arrays_from_columnar",
     "arrow",
+    "arrow_module",
+    "content_blocks",
+    "encode_ids",
+    "fingerprint",
+    "missing_ids",
+    "numeric_values",
+    "read_qrels",
+    "read_run",
     "read_trec",
+    "repeat_events",
+    "repeated_rows",
+    "same_grades",
+    "vocab_positions",
+    "vocab_take",
 ]
 
 F64 = NDArray[np.float64]
@@ -87,8 +119,9 @@ def arrow() -> ModuleType | None:
         return None
 
 
-def _module(name: str) -> ModuleType:
-    """A pyarrow submodule (``compute``, ``csv``)."""
+def arrow_module(name: str) -> ModuleType:
+    """A pyarrow submodule (``compute``, ``csv``, ``json``); call only where
+    :func:`arrow` returned pyarrow."""
     return importlib.import_module(f"pyarrow.{name}")
 
 
@@ -143,12 +176,51 @@ def vocab_positions(needles: Vocab, hay: Vocab) -> I64:
     """Position of each id of ``needles`` in ``hay`` (-1 where absent)."""
     pa = arrow()
     if pa is not None and not isinstance(needles, list) and not isinstance(hay, list):
-        pc = _module("compute")
+        pc = arrow_module("compute")
         found = pc.index_in(needles, value_set=hay).fill_null(-1)
         out: I64 = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
         return out
     index = {d: i for i, d in enumerate(vocab_list(hay))}
     return np.fromiter((index.get(d, -1) for d in vocab_list(needles)), np.int64)
+
+
+class CorpusIds(Set[str]):
+    """The document ids of a ``corpus.jsonl``, held as one pyarrow string array (no
+    Python string per document); :func:`missing_ids` checks many ids at once."""
+
+    def __init__(self, ids: Any) -> None:
+        self.ids = ids
+        self._set: frozenset[str] | None = None
+
+    def _python(self) -> frozenset[str]:
+        if self._set is None:
+            self._set = frozenset(self.ids.to_pylist())
+        return self._set
+
+    def __contains__(self, doc: object) -> bool:
+        return doc in self._python()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._python())
+
+    def __len__(self) -> int:
+        return len(self._python())
+
+
+def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
+    """Whether each id of ``vocab`` (distinct, or one per row of a run, repeated) is
+    missing from ``known``; for :class:`CorpusIds`, column-wise, hashing the smaller
+    side."""
+    if isinstance(known, CorpusIds) and not isinstance(vocab, list):
+        pa = arrow()
+        assert pa is not None
+        ids = known.ids
+        if len(vocab) <= len(ids):  # first the corpus ids found in vocab, then those
+            at = vocab_positions(ids, vocab)  # (a position: an id's first row only)
+            ids = ids.filter(pa.array(at >= 0))
+        out: NDArray[np.bool_] = vocab_positions(vocab, ids) < 0
+        return out
+    return np.fromiter((doc not in known for doc in vocab_list(vocab)), np.bool_)
 
 
 # --------------------------------------------------------------------------- rows
@@ -382,8 +454,6 @@ class ColumnarLabels(_ByQuery):
     """``{query_id: Labels}`` of qrels read column-wise (grades only)."""
 
     def __getitem__(self, qid: str) -> Labels:
-        from ragguard.calibration.evalset import Labels
-
         docs, values = self._docs(self._index[qid])
         return Labels(dict(zip(docs, map(int, values.tolist()), strict=True)))
 
@@ -415,8 +485,6 @@ class ColumnarQueries(Mapping[str, "Query"]):
         self._keys = keys
 
     def __getitem__(self, qid: str) -> Query:
-        from ragguard.calibration.evalset import Query
-
         if qid not in self._keys:
             raise KeyError(qid)
         return Query(qid)
@@ -443,7 +511,7 @@ def _stream(path: Path) -> Any:
     """A streaming reader of ``path``'s lines (one string column, blank lines kept)."""
     pa = arrow()
     assert pa is not None
-    csv = _module("csv")
+    csv = arrow_module("csv")
     gz = path.name.lower().endswith(".gz")
     source = pa.input_stream(str(path), compression="gzip" if gz else None)
     parse, convert = _csv_options(_LINE_DELIMITER, {"line": pa.string()})
@@ -459,7 +527,7 @@ def _csv_options(delimiter: str, types: dict[str, Any]) -> tuple[Any, Any]:
     """pyarrow CSV parse and convert options that read text as it is: no quoting or
     escapes, blank lines kept (as rows), nothing read as null; only the columns of
     ``types`` kept, with those types."""
-    csv = _module("csv")
+    csv = arrow_module("csv")
     parse = csv.ParseOptions(
         delimiter=delimiter,
         quote_char=False,
@@ -526,7 +594,7 @@ def content_blocks(
     (pyarrow's allocator would otherwise keep it)."""
     pa = arrow()
     assert pa is not None
-    pc = _module("compute")
+    pc = arrow_module("compute")
     pool = pa.default_memory_pool()
     for batch in _stream(path):
         text = batch.column(0)
@@ -592,8 +660,8 @@ def _typed(path: Path, kind: str) -> tuple[Any, Any, F64, None] | None:
     comments, a value that does not parse): the line-wise split reads it then."""
     pa = arrow()
     assert pa is not None
-    csv = _module("csv")
-    pc = _module("compute")
+    csv = arrow_module("csv")
+    pc = arrow_module("compute")
     if not _only_spaces(path):
         return None
     n_cols, (qi, di, vi) = _LAYOUT[kind]
@@ -616,25 +684,20 @@ def _typed(path: Path, kind: str) -> tuple[Any, Any, F64, None] | None:
     if table.num_rows and pc.any(pc.equal(q, "")).as_py():
         return None
     values = np.asarray(table.column(names[vi]).to_numpy(), dtype=np.float64)
-    if kind == "qrels" and values.size:
-        from ragguard.calibration._readers import MAX_GRADE
-
-        if values.max() > MAX_GRADE or values.min() < 0:
-            return None  # the careful reader collects -1 (distractors) and names the line
+    if kind == "qrels" and values.size and (values.max() > MAX_GRADE or values.min() < 0):
+        return None  # the careful reader collects -1 (distractors) and names the line
     return q, d, values, None
 
 
 def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
     """The id and document columns (pyarrow arrays), the values and the line of each
     row of a TREC file, or ``None`` when the careful reader must read it."""
-    from ragguard.calibration._readers import TREC_QRELS, TREC_RUN
-
     pa = arrow()
     assert pa is not None
     typed = _typed(path, kind)
     if typed is not None:
         return typed
-    pc = _module("compute")
+    pc = arrow_module("compute")
     n_cols, (qi, di, vi) = _LAYOUT[kind]
     layout = TREC_RUN if kind == "run" else TREC_QRELS
     qs: list[Any] = []
@@ -652,7 +715,7 @@ def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
                 return None
             qs.append(pc.list_element(parts, qi))
             ds.append(pc.list_element(parts, di))
-            values = _values(pc.list_element(parts, vi), kind)  # per block: 8 bytes a row
+            values = numeric_values(pc.list_element(parts, vi), kind)  # per block: 8 bytes a row
             if values is None:
                 return None
             vs.append(values)
@@ -668,7 +731,7 @@ def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
     return q, d, v, lines.result()
 
 
-def _encode(column: Any) -> tuple[Any, NDArray[np.int32]]:
+def encode_ids(column: Any) -> tuple[Any, NDArray[np.int32]]:
     """(dictionary, int32 codes) of a chunked string column, ids in order of first
     appearance."""
     pa = arrow()
@@ -683,15 +746,14 @@ def _encode(column: Any) -> tuple[Any, NDArray[np.int32]]:
     return dictionary, codes
 
 
-def _values(column: Any, kind: str) -> F64 | None:
-    """The score (float) or grade (integer) column as float64, or ``None`` when a value
-    needs the careful reader (not a number Arrow parses, a grade above the maximum, a
-    negative grade: -1 marks a known distractor, which the careful reader collects)."""
+def numeric_values(column: Any, kind: str) -> F64 | None:
+    """The score (``kind="run"``, float) or grade (``kind="qrels"``, integer) column as
+    float64, or ``None`` when a value needs the careful reader (not a number Arrow
+    parses, a grade above the maximum, a negative grade: -1 marks a known distractor,
+    which the careful reader collects)."""
     pa = arrow()
     assert pa is not None
-    pc = _module("compute")
-    from ragguard.calibration._readers import MAX_GRADE
-
+    pc = arrow_module("compute")
     try:
         if kind == "qrels":
             grades = pc.cast(column, pa.int64()).to_numpy()
@@ -707,7 +769,7 @@ def _values(column: Any, kind: str) -> F64 | None:
         return None
 
 
-def _repeats(q: NDArray[np.int32], d: NDArray[np.int32], n_docs: int) -> NDArray[np.intp]:
+def repeated_rows(q: NDArray[np.int32], d: NDArray[np.int32], n_docs: int) -> NDArray[np.intp]:
     """Rows repeating an earlier row's (query, document), in row order."""
     key = q.astype(np.int64) * max(n_docs, 1) + d
     if key.size < 2:
@@ -740,7 +802,7 @@ def read_trec(
         return None
     qcol, dcol, value, line_array = split
     del split
-    qvocab, q = _encode(qcol)
+    qvocab, q = encode_ids(qcol)
     del qcol
     line = None if line_array is None else Lines(line_array)
     del line_array
@@ -750,16 +812,16 @@ def read_trec(
         repeats = _text_repeats(pairs, keys)
         del keys
     else:
-        docs, d = _encode(dcol)
+        docs, d = encode_ids(dcol)
         pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
-        repeats = _repeats(q, d, len(docs))
+        repeats = repeated_rows(q, d, len(docs))
     del dcol
     pa.default_memory_pool().release_unused()
     events: list[tuple[int, int, ProblemKind, str, str | None]] = []
     if repeats.size:
-        if kind == "qrels" and not _same_grades(pairs, repeats):
+        if kind == "qrels" and not same_grades(pairs, repeats):
             return None  # contradictory grades: the careful reader names the line
-        events.extend(_repeat_events(pairs, repeats, kind))
+        events.extend(repeat_events(pairs, repeats, kind))
         keep = np.ones(q.size, dtype=np.bool_)
         keep[repeats] = False
         kept_line = Lines.of_steps(pairs.line).without(repeats)
@@ -862,7 +924,7 @@ def _text_repeats(pairs: Pairs, keys: NDArray[np.uint64]) -> NDArray[np.intp]:
     return np.asarray(out, dtype=np.intp)
 
 
-def _same_grades(pairs: Pairs, repeats: NDArray[np.intp]) -> bool:
+def same_grades(pairs: Pairs, repeats: NDArray[np.intp]) -> bool:
     """Whether every repeated label has the grade of its first occurrence."""
     first: dict[tuple[int, int], float] = {}
     again = set(repeats.tolist())
@@ -882,9 +944,12 @@ def _same_grades(pairs: Pairs, repeats: NDArray[np.intp]) -> bool:
     return True
 
 
-def _repeat_events(
+def repeat_events(
     pairs: Pairs, repeats: NDArray[np.intp], kind: str
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
+    """The problems of the repeated rows ``repeats`` (:func:`repeated_rows`), as the
+    careful reader reports them: ``(line, 0, kind, message, field)`` per row, a repeated
+    candidate for ``kind="run"``, a repeated label otherwise."""
     docs = pairs.doc_ids(repeats)
     lines = pairs.line_of(repeats).tolist()
     out: list[tuple[int, int, ProblemKind, str, str | None]] = []
@@ -902,8 +967,6 @@ def _repeat_events(
 def _run_events(
     pairs: Pairs, known_docs: Set[str] | None
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    from ragguard.calibration._columnar_json import missing_ids
-
     out: list[tuple[int, int, ProblemKind, str, str | None]] = []
     if known_docs is not None:
         unknown = missing_ids(pairs.docs, known_docs)  # per id of docs: per row when d is None
@@ -937,21 +1000,8 @@ class ColumnarRead:
     corpus: Set[str] | None = None
 
 
-def read_labels(
-    fmt: str, path: Path, rep: Reporter, split: str | None = None
-) -> ColumnarRead | None:
-    """TREC qrels, a BEIR folder or a ragguard JSONL file, column-wise; ``None`` for
-    other formats or when the careful reader must read the file."""
-    if fmt == "beir" and path.is_dir():
-        from ragguard.calibration._columnar_json import read_beir
-
-        return read_beir(path, rep, split)
-    if fmt == "jsonl" and path.is_file():
-        from ragguard.calibration._columnar_json import read_jsonl
-
-        return read_jsonl(path, rep)
-    if fmt != "trec" or not path.is_file():
-        return None
+def read_qrels(path: Path, rep: Reporter) -> ColumnarRead | None:
+    """A TREC qrels file column-wise; ``None`` when the careful reader must read it."""
     pairs = read_trec(path, "qrels", rep)
     if pairs is None:
         return None
@@ -963,8 +1013,6 @@ def read_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> tuple[ColumnarCandidates, Mapping[str, int]] | None:
     """A TREC run file, column-wise (``None``: read it with the careful reader)."""
-    from ragguard.calibration._readers import first_content
-
     head, _ = first_content(path)
     if head.startswith("{"):
         return None
@@ -1092,17 +1140,6 @@ def arrays_from_codes(
     ``hit_label[i]`` are a candidate and the label of its document. ``candidates`` gives
     each row's ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
     """
-    from ragguard.calibration.arrays import (
-        _CHUNK_CELLS,
-        PaddedRows,
-        _ideal_utilities,
-        assemble_arrays,
-        label_stats,
-        rank_in_chunks,
-    )
-    from ragguard.calibration.utility import as_profile, rules_of
-    from ragguard.scores import ScoreKind
-
     n_q = len(qids)
     prof = as_profile(profile)
     rules = rules_of(prof, rules)
@@ -1131,18 +1168,16 @@ def arrays_from_codes(
     # ranked position of each hit: where its input column sits in its row's order
     hrow = crow[hit_cand]
     hcol = (hit_cand - starts[hrow]).astype(ranked.order.dtype)
-    hpos = np.empty(hrow.size, dtype=np.intp)
-    step = max(1, _CHUNK_CELLS // max(width, 1))
-    for lo in range(0, hrow.size, step):
-        sl = slice(lo, lo + step)
-        hpos[sl] = np.argmax(ranked.order[hrow[sl]] == hcol[sl, None], axis=1)
+    hpos = ranked_positions(ranked.order, hrow, hcol)
     g = np.zeros((n_q, width))
     g[hrow, hpos] = lgrade[hit_label]
     judged = np.zeros((n_q, width), dtype=np.bool_)
     judged[hrow, hpos] = True
 
     stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, None)
-    ideal_u = _ideal_utilities(qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules)
+    ideal_u = ideal_label_utilities(
+        qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules
+    )
     return assemble_arrays(
         qids, kind, prof, rules, counts, ranked, g, judged, stats, ideal_u, candidates,
     )  # fmt: skip

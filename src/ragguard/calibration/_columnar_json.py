@@ -21,9 +21,9 @@ file, line and field, or to read what Python reads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,28 +34,34 @@ from ragguard.calibration._columnar import (
     ColumnarLabels,
     ColumnarQueries,
     ColumnarRead,
+    CorpusIds,
     LineNumbers,
     NeedsCareful,
     Pairs,
-    Vocab,
-    _encode,
-    _module,
-    _repeat_events,
-    _repeats,
-    _same_grades,
-    _values,
+    arrow_module,
     content_blocks,
-    vocab_list,
+    encode_ids,
+    missing_ids,
+    numeric_values,
+    repeat_events,
+    repeated_rows,
+    same_grades,
     vocab_positions,
     vocab_take,
 )
 from ragguard.calibration._problems import ProblemKind, Reporter
+from ragguard.calibration._readers import (
+    BEIR_DISTRACTORS,
+    BEIR_QRELS,
+    CANDIDATE_FIELDS,
+    beir_columns,
+    beir_fields,
+    beir_split,
+)
+from ragguard.calibration._records import Query
 from ragguard.errors import EvalSetError
 
-if TYPE_CHECKING:
-    from ragguard.calibration.evalset import Query
-
-__all__ = ["CorpusIds", "missing_ids", "read_beir", "read_jsonl"]
+__all__ = ["read_beir", "read_jsonl"]
 
 I64 = NDArray[np.int64]
 Event = tuple[int, int, ProblemKind, str, str | None]
@@ -164,7 +170,7 @@ def json_blocks(
     one-string pyarrow array)."""
     pa = _columnar.arrow()
     assert pa is not None
-    pj = _module("json")
+    pj = arrow_module("json")
     parse = pj.ParseOptions(
         explicit_schema=pa.schema(list(fields.items())),
         unexpected_field_behavior="infer" if infer else "ignore",
@@ -209,49 +215,10 @@ def _json_ids(path: Path, fields: Mapping[str, Any]) -> tuple[Any, Any]:
 def _ids(column: Any) -> Any:
     """A string column of ids as one array; raises :class:`NeedsCareful` when one is missing
     or empty (the careful reader names the line)."""
-    pc = _module("compute")
+    pc = arrow_module("compute")
     if column.null_count or (len(column) and pc.min(pc.binary_length(column)).as_py() == 0):
         raise NeedsCareful
     return column.combine_chunks()
-
-
-class CorpusIds(Set[str]):
-    """The document ids of a ``corpus.jsonl``, held as one pyarrow string array (no
-    Python string per document); :func:`missing_ids` checks many ids at once."""
-
-    def __init__(self, ids: Any) -> None:
-        self.ids = ids
-        self._set: frozenset[str] | None = None
-
-    def _python(self) -> frozenset[str]:
-        if self._set is None:
-            self._set = frozenset(self.ids.to_pylist())
-        return self._set
-
-    def __contains__(self, doc: object) -> bool:
-        return doc in self._python()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._python())
-
-    def __len__(self) -> int:
-        return len(self._python())
-
-
-def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
-    """Whether each id of ``vocab`` (distinct, or one per row of a run, repeated) is
-    missing from ``known``; for :class:`CorpusIds`, column-wise, hashing the smaller
-    side."""
-    if isinstance(known, CorpusIds) and not isinstance(vocab, list):
-        pa = _columnar.arrow()
-        assert pa is not None
-        ids = known.ids
-        if len(vocab) <= len(ids):  # first the corpus ids found in vocab, then those
-            at = vocab_positions(ids, vocab)  # (a position: an id's first row only)
-            ids = ids.filter(pa.array(at >= 0))
-        out: NDArray[np.bool_] = vocab_positions(vocab, ids) < 0
-        return out
-    return np.fromiter((doc not in known for doc in vocab_list(vocab)), np.bool_)
 
 
 class TextQueries(ColumnarQueries):
@@ -269,8 +236,6 @@ class TextQueries(ColumnarQueries):
         self._answers = answers or {}
 
     def __getitem__(self, qid: str) -> Query:
-        from ragguard.calibration.evalset import Query
-
         if qid not in self._keys:
             raise KeyError(qid)
         return Query(qid, self._texts.get(qid), self._answers.get(qid, ()))
@@ -281,8 +246,6 @@ class TextQueries(ColumnarQueries):
 
 def read_beir(path: Path, rep: Reporter, split: str | None) -> ColumnarRead | None:
     """A BEIR folder column-wise, or ``None`` when the careful reader must read it."""
-    from ragguard.calibration._readers import BEIR_DISTRACTORS, beir_split
-
     pa = _columnar.arrow()
     if pa is None or (path / BEIR_DISTRACTORS).exists():
         return None  # known distractors: the careful reader collects them
@@ -318,8 +281,8 @@ def _qrels(
     its problems as (line, order within the line, kind, message, field); raises
     :class:`NeedsCareful`."""
     qcol, dcol, value, line = split
-    qvocab, q = _encode(qcol)
-    docs, d = _encode(dcol)
+    qvocab, q = encode_ids(qcol)
+    docs, d = encode_ids(dcol)
     del qcol, dcol
     pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
     events: list[Event] = []
@@ -338,11 +301,11 @@ def _qrels(
             for code, ln in zip(unknown.tolist(), pairs.line_of(first).tolist(), strict=True):
                 msg = f"labelled query {pairs.qids[code]!r} is not in queries.jsonl"
                 events.append((ln, 1, ProblemKind.UNKNOWN_QUERY, msg, None))
-    repeats = _repeats(q, d, len(docs))
+    repeats = repeated_rows(q, d, len(docs))
     if repeats.size:
-        if not _same_grades(pairs, repeats):
+        if not same_grades(pairs, repeats):
             raise NeedsCareful  # contradictory grades: the careful reader names the line
-        events.extend((e[0], 2, *e[2:]) for e in _repeat_events(pairs, repeats, "qrels"))
+        events.extend((e[0], 2, *e[2:]) for e in repeat_events(pairs, repeats, "qrels"))
         keep = np.ones(q.size, dtype=np.bool_)
         keep[repeats] = False
         pairs = Pairs(
@@ -357,11 +320,9 @@ def _split_qrels(path: Path) -> tuple[Any, Any, NDArray[np.float64], I64 | None]
     line ``i+1``) of a BEIR qrels file, each line split as the careful reader splits it:
     on tabs when it has one, else on whitespace, a header on line 1 skipped. Raises
     :class:`NeedsCareful`."""
-    from ragguard.calibration._readers import BEIR_QRELS, beir_columns, beir_fields
-
     pa = _columnar.arrow()
     assert pa is not None
-    pc = _module("compute")
+    pc = arrow_module("compute")
     qs: list[Any] = []
     ds: list[Any] = []
     vs: list[NDArray[np.float64]] = []
@@ -383,7 +344,7 @@ def _split_qrels(path: Path) -> tuple[Any, Any, NDArray[np.float64], I64 | None]
                 raise NeedsCareful
             qs.append(pc.ascii_trim_whitespace(pc.list_element(parts, 0)))
             ds.append(pc.ascii_trim_whitespace(pc.list_element(parts, 1)))
-            grades = _values(pc.ascii_trim_whitespace(pc.list_element(parts, 2)), "qrels")
+            grades = numeric_values(pc.ascii_trim_whitespace(pc.list_element(parts, 2)), "qrels")
             if grades is None:
                 raise NeedsCareful
             vs.append(grades)
@@ -407,7 +368,7 @@ def _no_null_list(block: memoryview, text: Any) -> bool:
     like a missing field, the careful reader rejects it."""
     if not _has(block, b"null"):
         return True
-    pc = _module("compute")
+    pc = arrow_module("compute")
     return not pc.any(pc.match_substring_regex(text, _NULL_LIST)).as_py()
 
 
@@ -451,11 +412,9 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
     ``relevant``, ``not_relevant`` and ``candidates`` the ids listed, the candidates'
     scores, the length of each line's list and (candidates) whether it has one. Raises
     :class:`NeedsCareful`."""
-    from ragguard.calibration._readers import CANDIDATE_FIELDS
-
     pa = _columnar.arrow()
     assert pa is not None
-    pc = _module("compute")
+    pc = arrow_module("compute")
     string = pa.string()
     candidate = pa.struct([("id", string), ("score", pa.float64())])
     fields = {
@@ -518,8 +477,8 @@ def _jsonl_labels(
         v_parts.append(np.full(int(counts.sum()), grade))
         id_parts.extend(columns.get(f"{name}.ids", []))
     q = np.concatenate(q_parts)
-    docs, d = _encode(pa.chunked_array(id_parts, type=pa.string()))
-    if _repeats(q, d, len(docs)).size:
+    docs, d = encode_ids(pa.chunked_array(id_parts, type=pa.string()))
+    if repeated_rows(q, d, len(docs)).size:
         raise NeedsCareful
     return ColumnarLabels(Pairs(qids, docs, q, d, np.concatenate(v_parts), line[q], str(path)))
 
@@ -541,12 +500,12 @@ def _jsonl_run(
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
     kept: NDArray[np.intp] | None = None  # rows left after repeats (None: all)
-    docs, d = _encode(pa.chunked_array(columns["candidates.ids"], type=pa.string()))
+    docs, d = encode_ids(pa.chunked_array(columns["candidates.ids"], type=pa.string()))
     value = np.concatenate(columns["candidates.score"])
     pairs = Pairs(qids, docs, q, d, value, line[q], str(path))
     events: list[Event] = []
     name = "default"
-    repeats = _repeats(q, d, len(docs))
+    repeats = repeated_rows(q, d, len(docs))
     if repeats.size:
         names = vocab_take(docs, d[repeats])
         for r, doc in zip(repeats.tolist(), names, strict=True):

@@ -13,13 +13,11 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from ragguard.calibration._problems import ProblemKind, Reporter
+from ragguard.calibration._records import Labels, Query
 from ragguard.errors import EvalSetError
-
-if TYPE_CHECKING:
-    from ragguard.calibration.evalset import Labels
 
 __all__ = [
     "BEIR_QRELS",
@@ -325,8 +323,6 @@ def _doc_numbers(
 
 
 def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
-    from ragguard.calibration.evalset import Labels, Query
-
     res = ReadResult()
     seen: dict[str, int] = {}
     invalid: dict[str, list[tuple[str, int, str]]] = {}
@@ -427,8 +423,6 @@ def _columns(path: Path, layout: Layout) -> Iterator[tuple[_Where, list[str]]]:
 
 
 def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
-    from ragguard.calibration.evalset import Query
-
     res = ReadResult()
     grades: dict[str, dict[str, int]] = {}
     for at, parts in _columns(path, TREC_QRELS):
@@ -457,8 +451,6 @@ def _qrels_labels(grades: dict[str, int], distractors: Iterable[str] = ()) -> La
     """One query's labels from qrels grades: a grade of DISTRACTOR_GRADE (or an entry of
     a distractors file) makes a known distractor, judged not relevant; grades below it
     are judged not relevant."""
-    from ragguard.calibration.evalset import Labels
-
     known = {d for d, g in grades.items() if g == DISTRACTOR_GRADE}.union(distractors)
     if known or any(g < 0 for g in grades.values()):
         grades = {d: max(g, 0) for d, g in grades.items()}
@@ -582,8 +574,6 @@ def _read_json_run(
 
 
 def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
-    from ragguard.calibration.evalset import Query
-
     res = ReadResult()
     corpus_path = path / "corpus.jsonl"
     if corpus_path.exists():
@@ -767,8 +757,6 @@ def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
-    from ragguard.calibration.evalset import Labels, Query
-
     res = ReadResult()
     examples: list[tuple[_Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
     run: Candidates = {}

@@ -54,10 +54,10 @@ from numpy.typing import NDArray
 
 from ragguard.calibration._columnar import (
     Pairs,
-    _encode,
-    _module,
-    _repeats,
     arrow,
+    arrow_module,
+    encode_ids,
+    repeated_rows,
     vocab_take,
 )
 from ragguard.calibration._problems import ProblemKind, Reporter
@@ -268,8 +268,8 @@ def _arrow_pairs(
     else:
         table = obj
     qname, dname, vname = _column_names(table.column_names, role, columns, what)
-    qvocab, q = _encode(_arrow_ids(table.column(qname), qname, "query id", what))
-    docs, d = _encode(_arrow_ids(table.column(dname), dname, "document id", what))
+    qvocab, q = encode_ids(_arrow_ids(table.column(qname), qname, "query id", what))
+    docs, d = encode_ids(_arrow_ids(table.column(dname), dname, "document id", what))
     value = _arrow_values(table.column(vname), role, vname, what)
     return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep, vname)
 
@@ -280,7 +280,7 @@ def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
     assert pa is not None
     types = pa.types
     if column.null_count:
-        pc = _module("compute")
+        pc = arrow_module("compute")
         row = pc.index(pc.is_null(column), True).as_py()
         raise EvalSetError(f"row {row}: no {label} (column {name!r})", path=what)
     t = column.type
@@ -410,7 +410,7 @@ def _pairs(
                 value[row], qids[int(q[row])], vocab_take(docs, d[row : row + 1])[0]
             )
             raise EvalSetError(f"row {row}: the grade (column {name!r}) {problem}", path=what)
-    repeats = _repeats(q, d, len(docs))
+    repeats = repeated_rows(q, d, len(docs))
     if not repeats.size:
         return Pairs(qids, docs, q, d, value, None, what)
     key = q.astype(np.int64) * max(len(docs), 1) + d

@@ -570,7 +570,7 @@ def build_arrays(
     # --- every labelled grade, retrieved or not: relevant counts, ideal ranking
     lq = np.repeat(np.arange(n_q, dtype=np.intp), np.fromiter(map(len, grades), np.intp, n_q))
     stats = label_stats(qids, lq, lgrade, n_relevant)
-    ideal_u = _ideal_utilities(
+    ideal_u = ideal_label_utilities(
         qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
     )
     return assemble_arrays(
@@ -733,6 +733,18 @@ def assemble_arrays(
     )
 
 
+def ranked_positions(order: NDArray[np.integer[Any]], rows: I, cols: NDArray[np.integer[Any]]) -> I:
+    """Where input column ``cols[i]`` of row ``rows[i]`` sits in the ranking ``order``
+    (``order[r]`` lists row ``r``'s input columns best first; every ``cols[i]`` is in its
+    row), computed :data:`_CHUNK_CELLS` cells at a time."""
+    pos = np.empty(rows.size, dtype=np.intp)
+    step = max(1, _CHUNK_CELLS // max(order.shape[1], 1))
+    for lo in range(0, rows.size, step):
+        sl = slice(lo, lo + step)
+        pos[sl] = np.argmax(order[rows[sl]] == cols[sl, None], axis=1)
+    return pos
+
+
 def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.integer[Any]]:
     """``index`` (values in ``0..size - 1``) in the smallest signed integer type that
     holds them: a (Q, N) ranking of 100 candidates takes 1 byte a cell, not 8."""
@@ -830,7 +842,7 @@ def label_stats(
     )
 
 
-def _ideal_utilities(
+def ideal_label_utilities(
     qids: Sequence[str],
     grades: Sequence[Mapping[str, float]],
     ideal_grades: F64,

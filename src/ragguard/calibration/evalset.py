@@ -95,12 +95,12 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ragguard.calibration import _columnar, _readers
 from ragguard.calibration._columnar import (
     ColumnarCandidates,
     ColumnarLabels,
@@ -108,7 +108,9 @@ from ragguard.calibration._columnar import (
     ColumnarRead,
     arrays_from_columnar,
 )
+from ragguard.calibration._columnar_json import read_beir, read_jsonl
 from ragguard.calibration._problems import LoadReport, Problem, ProblemKind, Reporter
+from ragguard.calibration._records import Labels, Query, Run
 from ragguard.calibration._tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
@@ -133,53 +135,6 @@ logger = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "trec", "beir", "udcg")
 PathLike = str | os.PathLike[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """A query of the eval set: its id, text and reference answers."""
-
-    id: str
-    text: str | None = None
-    answers: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Labels:
-    """The labels of one query.
-
-    Attributes:
-        grades: judged documents -> grade (0 for judged not relevant and for known
-            distractors).
-        distractors: known distractors.
-        utilities: documents -> utility given in the data, in [-1, 1].
-        no_response: documents -> abstention probability, in [0, 1].
-        n_relevant: stated number of relevant documents, or ``None``.
-    """
-
-    grades: Mapping[str, int] = field(default_factory=dict)
-    distractors: frozenset[str] = frozenset()
-    utilities: Mapping[str, float] = field(default_factory=dict)
-    no_response: Mapping[str, float] = field(default_factory=dict)
-    n_relevant: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """One retrieval run: per query, candidate id -> raw score, in the run's order.
-
-    Attributes:
-        name: the run's name (a retrieval profile, a model, a file stem).
-        candidates: query id -> {document id: raw score}; NaN for a missing score.
-        score_kind: what the scores are; ``None`` when the run has none (its order is
-            the ranking).
-        source: the file it came from, if any.
-    """
-
-    name: str
-    candidates: Mapping[str, Mapping[str, float]]
-    score_kind: ScoreKind | None = ScoreKind.SIMILARITY
-    source: str | None = None
 
 
 class EvalSet:
@@ -544,8 +499,6 @@ def detect_format(path: PathLike) -> str:
     Raises:
         EvalSetError: the file does not exist or matches no format.
     """
-    from ragguard.calibration._readers import first_content
-
     p = Path(path)
     if p.is_dir():
         if (p / "qrels").is_dir() or (p / "corpus.jsonl").exists():
@@ -558,7 +511,7 @@ def detect_format(path: PathLike) -> str:
     name = p.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz")):
         return "jsonl"
-    head, line = first_content(p)
+    head, line = _readers.first_content(p)
     if head.startswith("["):
         return "udcg"
     if head.startswith("{"):
@@ -620,8 +573,6 @@ def load_evalset(
     Raises:
         EvalSetError: malformed or inconsistent data, with file, line and field.
     """
-    from ragguard.calibration import _columnar, _readers
-
     fmt = detect_format(path) if format is None else format
     if fmt not in FORMATS:
         raise EvalSetError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -632,9 +583,7 @@ def load_evalset(
     if fmt == "udcg" and runs is not None:
         raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
     rep = Reporter(strict)
-    data: _readers.ReadResult | ColumnarRead | None = _columnar.read_labels(
-        fmt, Path(path), rep, split
-    )
+    data: _readers.ReadResult | ColumnarRead | None = _read_columnar(fmt, Path(path), rep, split)
     if data is None:
         data = _readers.read(fmt, Path(path), rep, split=split, model=model)
     kinds = score_kind if isinstance(score_kind, Mapping) else None
@@ -672,6 +621,18 @@ def load_evalset(
         run_lines=run_lines,
         source=str(path),
     )
+
+
+def _read_columnar(fmt: str, path: Path, rep: Reporter, split: str | None) -> ColumnarRead | None:
+    """The labels of TREC qrels, a BEIR folder or a ragguard JSONL file read column-wise;
+    ``None`` for other formats or when the careful reader must read the file."""
+    if fmt == "beir" and path.is_dir():
+        return read_beir(path, rep, split)
+    if fmt == "jsonl" and path.is_file():
+        return read_jsonl(path, rep)
+    if fmt == "trec" and path.is_file():
+        return _columnar.read_qrels(path, rep)
+    return None
 
 
 def _run_paths(

@@ -174,19 +174,19 @@ def _langchain_searcher(retriever: Any, concurrency: int) -> Searcher | None:
     from ragguard.adapters._common import METADATA_KEY
     from ragguard.adapters.langchain import (
         DEFAULT_SCORE_KEYS,
-        _scored_twin,
-        _Translator,
+        Translator,
+        scored_twin,
         store_score_kind,
     )
 
-    twin = _scored_twin(retriever)
+    twin = scored_twin(retriever)
     kind: ScoreKind | None = None
     source = retriever
     if twin is not None:
         relevance = twin.search_type == "similarity_score_threshold"
         kind = store_score_kind(twin.vectorstore, relevance=relevance)
         source = twin
-    translator = _Translator(DEFAULT_SCORE_KEYS, METADATA_KEY)
+    translator = Translator(DEFAULT_SCORE_KEYS, METADATA_KEY)
 
     def hits_of(docs: list[Any]) -> Hits:
         candidates, _ = translator.candidates(docs)
