@@ -363,9 +363,10 @@ class EvalArrays:
             valid = present & (at < self.n_valid[:, None])  # valid ones are a prefix
             n_valid = np.count_nonzero(valid, axis=1).astype(np.intp)
         else:
-            raw = np.where(present, np.asarray(scores, dtype=np.float64), np.nan)
-            if raw.shape != perm.shape:
-                raise EvalSetError(f"scores must have perm's shape {perm.shape}, got {raw.shape}")
+            given = np.asarray(scores, dtype=np.float64)
+            if given.shape != perm.shape:
+                raise EvalSetError(f"scores must have perm's shape {perm.shape}, got {given.shape}")
+            raw = np.where(present, given, np.nan)
             ranking = Ranking.of(raw, present, kind, rrf_k)
             new_scores = np.negative(ranking.key)  # as _scores_in_order: +inf -> NaN
             new_scores[np.isinf(new_scores)] = np.nan
