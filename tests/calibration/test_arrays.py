@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import math
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
-from ragguard.calibration import arrays_from_dicts, build_arrays, evaluate
+from ragguard.calibration import EvalArrays, arrays_from_dicts, build_arrays, evaluate
 from ragguard.calibration.metrics import ndcg, precision, recall
 from ragguard.errors import EvalSetError
 from ragguard.policy import PolicyParams, apply_policy, cut_ranked, rank
@@ -250,7 +252,7 @@ PER_QUERY = (
 )
 
 
-def _labelled_rows(seed: int) -> dict[str, list]:  # type: ignore[type-arg]
+def _labelled_rows(seed: int) -> dict[str, list[Any]]:
     """Random rows: padding (lists of 0..8), tied and missing scores, grades -1..3,
     labelled distractors, given utilities and abstention probabilities, some on
     documents the run did not retrieve, and stated relevant counts."""
@@ -279,7 +281,7 @@ def _labelled_rows(seed: int) -> dict[str, list]:  # type: ignore[type-arg]
     }
 
 
-def _source(rows: dict[str, list], profile: str = "support"):  # type: ignore[no-untyped-def,type-arg]
+def _source(rows: dict[str, list[Any]], profile: str = "support") -> EvalArrays:
     return build_arrays(
         rows["qids"],
         rows["runs"],
@@ -292,7 +294,7 @@ def _source(rows: dict[str, list], profile: str = "support"):  # type: ignore[no
     )
 
 
-def _perm_of(source, ids_per_row: list[list[str]], width: int) -> np.ndarray:  # type: ignore[no-untyped-def,type-arg]
+def _perm_of(source: EvalArrays, ids_per_row: list[list[str]], width: int) -> NDArray[np.intp]:
     perm = np.full((source.n_queries, width), -1, dtype=np.intp)
     for row, ids in enumerate(ids_per_row):
         where = {d: i for i, d in enumerate(source.doc_ids(row))}
@@ -300,7 +302,7 @@ def _perm_of(source, ids_per_row: list[list[str]], width: int) -> np.ndarray:  #
     return perm
 
 
-def _assert_same(got, expected) -> None:  # type: ignore[no-untyped-def]
+def _assert_same(got: EvalArrays, expected: EvalArrays) -> None:
     assert got.shape == expected.shape
     assert [got.doc_ids(r) for r in range(got.n_queries)] == [
         expected.doc_ids(r) for r in range(expected.n_queries)
