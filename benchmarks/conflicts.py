@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -226,19 +226,7 @@ class Contexts:
             want = set(ids)
             keep[r, : len(self.docs[r])] = [d in want for d in self.docs[r]]
         perm = np.argsort(~keep, axis=1, kind="stable")
-
-        def moved(x: Any) -> Any:
-            return np.take_along_axis(np.asarray(x), perm, axis=1)
-
-        ordered = replace(
-            a,
-            grades=moved(a.grades),
-            judged=moved(a.judged),
-            distractor=moved(a.distractor),
-            given_utility=moved(a.given_utility),
-            no_response=moved(a.no_response),
-        )
-        ordered.__dict__["utility"] = moved(a.utility)
+        ordered = a.reordered(np.where(a.present, perm, -1))
         cut = keep.sum(axis=1)
         rows = [self.row[q] for q in kept]
         out: dict[str, dict[str, float]] = {}

@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import math
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
-from ragguard.calibration import arrays_from_dicts, build_arrays, evaluate
+from ragguard.calibration import EvalArrays, arrays_from_dicts, build_arrays, evaluate
 from ragguard.calibration.metrics import ndcg, precision, recall
 from ragguard.errors import EvalSetError
 from ragguard.policy import PolicyParams, apply_policy, cut_ranked, rank
@@ -233,3 +235,209 @@ def test_stated_counts_must_be_integers_and_ndcg_stays_at_most_one() -> None:
     assert arrays.n_relevant.tolist() == [1]
     assert ndcg(arrays)[0] == pytest.approx((0.5 + 1 / math.log2(3)) / (1 + 0.5 / math.log2(3)))
     assert ndcg(arrays)[0] <= 1.0
+
+
+# --------------------------------------------------------------------------- reordered
+
+REORDER_METRICS = ["ndcg@3", "recall@2", "udcg", "udcg_ndcg@3", "distractor_rate@2", "map"]
+PER_CANDIDATE = ("grades", "judged", "distractor", "no_response", "utility", "scores", "raw")
+PER_QUERY = (
+    "n_relevant",
+    "n_relevant_labelled",
+    "ideal_grades",
+    "ideal_utilities",
+    "grade_counts",
+    "max_grade",
+    "n_evidence",
+)
+
+
+def _labelled_rows(seed: int) -> dict[str, list[Any]]:
+    """Random rows: padding (lists of 0..8), tied and missing scores, grades -1..3,
+    labelled distractors, given utilities and abstention probabilities, some on
+    documents the run did not retrieve, and stated relevant counts."""
+    rng = np.random.default_rng(seed)
+    qids, runs, grades, distractors, utilities, no_response, stated = [], [], [], [], [], [], []
+    for q in range(7):
+        n = int(rng.integers(0, 9))
+        values = rng.choice([0.2, 0.5, 0.5, 0.8, math.nan, -0.1], n).tolist()
+        runs.append({f"d{j}": v for j, v in enumerate(values)})
+        docs = [f"d{j}" for j in rng.choice(12, 6, replace=False)]
+        grades.append({d: int(rng.integers(-1, 4)) for d in docs[:4]})
+        distractors.append({d for d in docs if grades[-1].get(d) == -1 or rng.random() < 0.1})
+        utilities.append({d: float(rng.choice([-0.5, 0.3, 0.8])) for d in docs[3:5]})
+        no_response.append({d: float(rng.uniform(0, 1)) for d in docs[1:3] if rng.random() < 0.5})
+        relevant = sum(g >= 1 for g in grades[-1].values())
+        stated.append(relevant + 2 if rng.random() < 0.3 else None)
+        qids.append(f"q{q}")
+    return {
+        "qids": qids,
+        "runs": runs,
+        "grades": grades,
+        "distractors": distractors,
+        "utilities": utilities,
+        "no_response": no_response,
+        "stated": stated,
+    }
+
+
+def _source(rows: dict[str, list[Any]], profile: str = "support") -> EvalArrays:
+    return build_arrays(
+        rows["qids"],
+        rows["runs"],
+        rows["grades"],
+        distractors=rows["distractors"],
+        utilities=rows["utilities"],
+        no_response=rows["no_response"],
+        n_relevant=rows["stated"],
+        profile=profile,
+    )
+
+
+def _perm_of(source: EvalArrays, ids_per_row: list[list[str]], width: int) -> NDArray[np.intp]:
+    perm = np.full((source.n_queries, width), -1, dtype=np.intp)
+    for row, ids in enumerate(ids_per_row):
+        where = {d: i for i, d in enumerate(source.doc_ids(row))}
+        perm[row, : len(ids)] = [where[d] for d in ids]
+    return perm
+
+
+def _assert_same(got: EvalArrays, expected: EvalArrays) -> None:
+    assert got.shape == expected.shape
+    assert [got.doc_ids(r) for r in range(got.n_queries)] == [
+        expected.doc_ids(r) for r in range(expected.n_queries)
+    ]
+    for name in ("n_present", "n_valid", *PER_CANDIDATE, *PER_QUERY, "retrieved_grade_counts"):
+        a, b = getattr(got, name), getattr(expected, name)
+        assert a.shape == b.shape, name
+        assert np.array_equal(a, b, equal_nan=True), name
+    assert got.score_kind == expected.score_kind
+    assert dict(got.score_issues) == dict(expected.score_issues)
+    ranked_got, ranked_exp = got.ranked(), expected.ranked()
+    assert np.array_equal(ranked_got.scores, ranked_exp.scores, equal_nan=True)
+    assert evaluate(got, metrics=REORDER_METRICS, per_query=True) == evaluate(
+        expected, metrics=REORDER_METRICS, per_query=True
+    )
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_reordered_with_new_scores_equals_the_arrays_of_the_reranked_lists(seed: int) -> None:
+    """A sub-list of each row with new scores (the reranked top n) equals what
+    build_arrays makes of the same lists as dicts: each candidate's new score, its
+    labels, and its utility from the source ranking given as its utility."""
+    rows = _labelled_rows(seed)
+    source = _source(rows, profile=("support", "medical", "creative")[seed % 3])
+    rng = np.random.default_rng(1000 + seed)
+    lists, new_runs, given = [], [], []
+    for row in range(source.n_queries):
+        ids = source.doc_ids(row)
+        keep = [d for d in ids if rng.random() < 0.7]  # any sub-list, in source order
+        new = rng.choice([0.1, 0.4, 0.4, 0.9, math.nan], len(keep)).tolist()
+        new_runs.append(dict(zip(keep, new, strict=True)))
+        u = dict(zip(ids, source.utility[row, : len(ids)].tolist(), strict=True))
+        given.append({**rows["utilities"][row], **{d: u[d] for d in keep}})
+        lists.append(keep)
+    expected = build_arrays(
+        rows["qids"],
+        new_runs,
+        rows["grades"],
+        score_kind="probability",
+        distractors=rows["distractors"],
+        utilities=given,
+        no_response=rows["no_response"],
+        n_relevant=rows["stated"],
+        profile=source.profile,
+        n_evidence=source.n_evidence,
+    )
+    ranked_ids = [expected.doc_ids(r) for r in range(expected.n_queries)]
+    perm = _perm_of(source, ranked_ids, expected.shape[1])
+    scores = np.full(perm.shape, np.nan)
+    for row, ids in enumerate(ranked_ids):
+        scores[row, : len(ids)] = [new_runs[row][d] for d in ids]
+    got = source.reordered(perm, scores=scores, score_kind="probability")
+    _assert_same(got, expected)
+    # utilities stayed with their candidates; the data's own given utilities moved along
+    for row, ids in enumerate(ranked_ids):
+        u = dict(zip(source.doc_ids(row), source.utility[row].tolist(), strict=False))
+        assert got.utility[row, : len(ids)].tolist() == [u[d] for d in ids]
+        expected_given = [rows["utilities"][row].get(d, math.nan) for d in ids]
+        assert np.array_equal(got.given_utility[row, : len(ids)], expected_given, equal_nan=True)
+    # nothing of the source changed, and its rows slice alike
+    _assert_same(source, _source(rows, profile=source.profile.name))
+    for lo, hi in ((0, 3), (2, 7)):
+        _assert_same(got.row_slice(lo, hi), expected.row_slice(lo, hi))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_reordered_keeping_scores_moves_every_candidate_with_its_id(seed: int) -> None:
+    """Each row's kept candidates first (as the stages after the cut reorder rows): every
+    per-candidate value follows its document, looked up by id in the source."""
+    rows = _labelled_rows(seed)
+    source = _source(rows)
+    rng = np.random.default_rng(2000 + seed)
+    lists = []
+    for row in range(source.n_queries):
+        ids = source.doc_ids(row)
+        valid, rest = ids[: int(source.n_valid[row])], ids[int(source.n_valid[row]) :]
+        chosen = [d for d in valid if rng.random() < 0.5]
+        others = [d for d in valid if d not in chosen] + rest
+        lists.append(chosen + (others if seed % 2 else others[: len(others) // 2]))
+    width = max(map(len, lists), default=0)
+    got = source.reordered(_perm_of(source, lists, width))
+    assert got.shape == (source.n_queries, width)
+    for row, ids in enumerate(lists):
+        assert got.doc_ids(row) == ids
+        by_id = {
+            name: dict(zip(source.doc_ids(row), getattr(source, name)[row].tolist(), strict=False))
+            for name in PER_CANDIDATE
+        }
+        for name in PER_CANDIDATE:
+            assert np.array_equal(
+                getattr(got, name)[row, : len(ids)],
+                np.array([by_id[name][d] for d in ids], dtype=getattr(got, name).dtype),
+                equal_nan=True,
+            ), name
+        pad = slice(len(ids), None)
+        assert not got.judged[row, pad].any() and not got.grades[row, pad].any()
+        assert np.isnan(got.raw[row, pad]).all() and np.isnan(got.scores[row, pad]).all()
+        assert got.utility[row, pad].tolist() == [0.0] * (width - len(ids))
+        n_valid = int(source.n_valid[row])
+        assert got.n_valid[row] == sum(d in source.doc_ids(row)[:n_valid] for d in ids)
+    for name in PER_QUERY:
+        assert np.array_equal(getattr(got, name), getattr(source, name)), name
+    # a reordered row's policy cut reads its own scores, in its own order
+    assert np.array_equal(got.ranked().scores[got.valid], got.scores[got.valid])
+
+
+def test_reordered_rejects_a_bad_permutation() -> None:
+    arrays = arrays_from_dicts(
+        {"q1": {"a": 1}, "q2": {}}, {"q1": {"a": 0.9, "b": 0.5, "c": math.nan}, "q2": {"x": 0.3}}
+    )
+    ok = np.array([[1, 0, 2], [0, -1, -1]])
+    assert arrays.reordered(ok).doc_ids(0) == ["b", "a", "c"]
+    for perm, match in (
+        (np.array([[1, 0, 2]]), "shape"),  # one row for two queries
+        (np.zeros((2, 4), dtype=np.intp), "shape"),  # wider than the rows
+        (np.array([[1.0, 0.0, 2.0], [0.0, -1.0, -1.0]]), "integer"),
+        (np.array([[1, 1, 2], [0, -1, -1]]), "twice"),
+        (np.array([[1, 0, 2], [1, -1, -1]]), "candidates first"),  # q2 has one candidate
+        (np.array([[1, -1, 0], [0, -1, -1]]), "candidates first"),  # padding in between
+        (np.array([[1, 0, 2], [0, -2, -1]]), "candidates first"),
+        (np.array([[2, 0, 1], [0, -1, -1]]), "scored candidates before"),  # NaN-scored c first
+    ):
+        with pytest.raises(EvalSetError, match=match):
+            arrays.reordered(perm)
+    with pytest.raises(EvalSetError, match="scores must have perm's shape"):
+        arrays.reordered(ok, scores=np.zeros((2, 2)), score_kind="probability")
+    with pytest.raises(EvalSetError, match="scored candidates before"):
+        arrays.reordered(ok, scores=np.array([[math.nan, 0.5, 0.1], [0.2, 0, 0]]))
+    # new scores: issues of their kind are reported, nothing is clipped silently away
+    got = arrays.reordered(
+        ok, scores=np.array([[1.5, 0.5, 0.2], [0.2, 0, 0]]), score_kind="probability"
+    )
+    assert got.scores[0].tolist() == [1.0, 0.5, 0.2] and got.raw[0].tolist() == [1.5, 0.5, 0.2]
+    assert got.n_valid.tolist() == [3, 1]
+    assert [i.value for i in got.score_issues] == ["probability_out_of_range"]
+    # the empty case
+    none = arrays_from_dicts({"q": {}}, {"q": {}})
+    assert none.reordered(np.zeros((1, 0), dtype=np.intp)).shape == (1, 0)

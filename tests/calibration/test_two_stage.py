@@ -238,6 +238,41 @@ def test_reranker_sees_through_look_alikes_on_held_out_queries(
     assert two.reliability_mapped.ece < two.reliability_raw.ece
 
 
+def test_reranked_lists_keep_the_retrieval_labels_and_utilities(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
+) -> None:
+    """Each top_n's reranked list is the retrieval list's first top_n, reordered: every
+    candidate keeps its labels and its utility on the retrieval ranking, and the ideal
+    ranking of the normalised metrics is the retrieval one, given utilities and
+    abstention probabilities of documents the reranker never sees included."""
+    base, texts, run = data
+    es = EvalSet.from_dicts(
+        {q: dict(base.labels[q].grades) for q in run},
+        {"dense": run},
+        queries={q: base.queries[q].text or "" for q in run},
+        utilities={q: {f"{q}-d{c}": 0.25 * c - 1.0 for c in (0, 6, 7)} for q in run},
+        no_response={q: {f"{q}-d{c}": 0.1 * c for c in (1, 5)} for q in run},
+    )
+    result = run_calibration(es, texts, tmp_path / "cache", metrics=["udcg_ndcg@3"])
+    retrieval = result.run("dense").arrays  # type: ignore[attr-defined]
+    two = result.rerank  # type: ignore[attr-defined]
+    for top_n, kernel in two.kernels.items():
+        arrays = kernel.arrays
+        assert np.array_equal(arrays.ideal_utilities, retrieval.ideal_utilities)
+        assert np.array_equal(arrays.n_evidence, retrieval.n_evidence)
+        for row in range(arrays.n_queries):
+            ids = arrays.doc_ids(row)
+            ranked = retrieval.doc_ids(row)
+            assert sorted(ids) == sorted(ranked[: min(top_n, int(retrieval.n_valid[row]))])
+            at = [ranked.index(d) for d in ids]
+            for name in ("utility", "grades", "distractor", "judged"):
+                want = getattr(retrieval, name)[row, at].tolist()
+                assert getattr(arrays, name)[row, : len(ids)].tolist() == want, name
+            # ranked by the mapped probability, highest first
+            p = arrays.scores[row, : len(ids)]
+            assert (np.diff(p) <= 0).all()
+
+
 def test_precomputed_rerank_run_gives_the_same_choice(
     data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path
 ) -> None:

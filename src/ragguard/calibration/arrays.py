@@ -82,6 +82,8 @@ class EvalArrays:
 
     Build it with :func:`build_arrays` (or :meth:`EvalSet.arrays
     <ragguard.calibration.evalset.EvalSet.arrays>`); treat every array as read-only.
+    :meth:`reordered` gives the rows in another order (reranked, or the candidates some
+    stage keeps first) without going back to the labels.
     Expensive views (:attr:`scores`, :attr:`raw`, :attr:`order`, :attr:`utility`,
     :meth:`doc_ids`) are computed once, on first use.
 
@@ -142,6 +144,7 @@ class EvalArrays:
     _scores: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _raw: F64 | PaddedRows = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _candidates: Sequence[Mapping[str, float]] = field(default=(), repr=False)
+    _utility: F64 | None = field(default=None, repr=False)  # kept through a reorder
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -167,7 +170,7 @@ class EvalArrays:
     @property
     def order(self) -> NDArray[np.integer[Any]]:
         """(Q, N) run positions (0-based, input order) in ranked order (the smallest
-        integer type that holds them)."""
+        integer type that holds them; meaningless on padding)."""
         return self._order
 
     @property
@@ -179,7 +182,7 @@ class EvalArrays:
     def raw(self) -> F64:
         """(Q, N) raw scores as the run gave them, in ranked order (NaN on padding)."""
         raw = self._raw.dense() if isinstance(self._raw, PaddedRows) else self._raw
-        return np.take_along_axis(raw, self._order, axis=1)
+        return np.where(self.present, np.take_along_axis(raw, self._order, axis=1), np.nan)
 
     @cached_property
     def unanswerable(self) -> B:
@@ -210,7 +213,10 @@ class EvalArrays:
     @cached_property
     def utility(self) -> F64:
         """(Q, N) utility of each candidate in [-1, 1] (0.0 on padding); see
-        :mod:`ragguard.calibration.utility`."""
+        :mod:`ragguard.calibration.utility`; rows :meth:`reordered` keep their
+        candidates' utilities from before."""
+        if self._utility is not None:
+            return self._utility
         return candidate_utilities(
             self.grades,
             self.scores,
@@ -263,11 +269,139 @@ class EvalArrays:
             _scores=self._scores[sl],
             _raw=self._raw[sl],
             _candidates=_RowRange(self._candidates, start, stop),
+            _utility=None if self._utility is None else self._utility[sl],
         )
         for name in ("present", "valid", "raw", "utility"):
             if name in self.__dict__:
                 out.__dict__[name] = self.__dict__[name][sl]
         return out
+
+    def reordered(
+        self,
+        perm: NDArray[np.integer[Any]],
+        *,
+        scores: F64 | None = None,
+        score_kind: ScoreKind | str | None = None,
+        rrf_k: int = 60,
+    ) -> EvalArrays:
+        """Each row's candidates in a new order, some of them possibly left out: the
+        arrays of a run that lists them so, against the same labels, with the same
+        utilities.
+
+        Row ``r``'s ``j``-th candidate becomes its current ``perm[r, j]``-th; ``-1``
+        marks padding, after the row's candidates; a candidate ``perm[r]`` does not name
+        leaves the row. Every per-candidate array follows: grades, judged, distractors,
+        given utilities, no-response probabilities, scores, raw scores, :attr:`order` and
+        so :meth:`doc_ids`. The per-query figures of the labels stay (relevant counts,
+        the ideal rankings, grade counts, :attr:`n_evidence`): a sub-list, such as the
+        reranked top ``n``, divides evidence recall by its full list's count.
+
+        **Utilities stay with their candidates**: each keeps its :attr:`utility` from
+        here (on this ranking, under this profile), so neither the new order nor new
+        scores change it (nor does :meth:`with_profile`), as a reranked list is scored
+        on the retrieval run's utilities.
+
+        Vectorised: a few passes over the cells, no per-row Python.
+
+        Args:
+            perm: (Q, M) integer positions in each row (``M`` at most the current width),
+                each row's candidates first, every position at most once, ``-1`` after.
+            scores: (Q, M) new raw scores of kind ``score_kind``, in the new order (NaN
+                for none; padding ignored); the valid ones must come first in each row
+                (``perm`` ranks them). Default: each candidate keeps its scores, and
+                ``perm`` must keep every row's scored candidates before its unscored
+                ones.
+            score_kind: what ``scores`` are (default: :attr:`score_kind`).
+            rrf_k: the RRF constant, for ``score_kind="rrf"``.
+
+        Raises:
+            EvalSetError: ``perm`` or ``scores`` has the wrong shape, ``perm`` names a
+                position twice or outside its row's candidates, puts padding before a
+                candidate, or puts an unscored candidate before a scored one.
+        """
+        q, n = self.shape
+        perm = np.asarray(perm)
+        if perm.ndim != 2 or perm.shape[0] != q or perm.shape[1] > n:
+            raise EvalSetError(f"perm must have shape ({q}, at most {n}), got {perm.shape}")
+        if not np.issubdtype(perm.dtype, np.integer):
+            raise EvalSetError(f"perm must hold integer positions, got dtype {perm.dtype}")
+        m = perm.shape[1]
+        present = perm >= 0
+        n_present = np.count_nonzero(present, axis=1).astype(np.intp)
+        cols = np.arange(m)[None, :]
+        if (
+            not np.array_equal(present, cols < n_present[:, None])
+            or (perm >= self.n_present[:, None]).any()
+            or (perm < -1).any()
+        ):
+            raise EvalSetError(
+                "perm must list positions of each row's candidates first and -1 after them"
+            )
+        rows = np.arange(q, dtype=np.intp)[:, None]
+        seen = np.zeros(q * (n + 1), dtype=np.bool_)  # a spare column for padding
+        seen[(rows * (n + 1) + np.where(present, perm, n)).ravel()] = True
+        if not np.array_equal(np.count_nonzero(seen.reshape(q, n + 1)[:, :n], axis=1), n_present):
+            raise EvalSetError("perm names a position twice in a row")
+        at = np.where(present, perm, 0)
+        flat = (rows * n + at).ravel()  # flat gathers: several times take_along_axis's speed
+        padding = ~present if m * q > int(n_present.sum()) else None
+
+        def moved(a: NDArray[Any], fill: Any) -> NDArray[Any]:
+            if a.ndim == 2 and a.strides == (0, 0):  # one value broadcast: stays so
+                return np.broadcast_to(a.flat[0] if a.size else fill, (q, m))
+            out = np.take(a, flat).reshape(q, m)
+            if padding is not None:
+                out[padding] = fill
+            return out
+
+        order = moved(self._order, 0)
+        raw_store = self._raw
+        issues = self.score_issues
+        kind = self.score_kind if score_kind is None else ScoreKind(score_kind)
+        if scores is None:
+            new_scores = moved(self._scores, np.nan)
+            valid = present & (at < self.n_valid[:, None])  # valid ones are a prefix
+            n_valid = np.count_nonzero(valid, axis=1).astype(np.intp)
+        else:
+            given = np.asarray(scores, dtype=np.float64)
+            if given.shape != perm.shape:
+                raise EvalSetError(f"scores must have perm's shape {perm.shape}, got {given.shape}")
+            raw = np.where(present, given, np.nan)
+            ranking = Ranking.of(raw, present, kind, rrf_k)
+            new_scores = np.negative(ranking.key)  # as _scores_in_order: +inf -> NaN
+            new_scores[np.isinf(new_scores)] = np.nan
+            valid = ranking.key < np.inf  # NaN (padding) compares False
+            n_valid, issues = ranking.n_valid, ranking.issues
+            # the raw scores at the run positions ``order`` points to (read by ``raw``)
+            raw_store = np.full(self._raw_shape(), np.nan)
+            raw_store[np.nonzero(present)[0], order[present]] = raw[present]
+        if not np.array_equal(valid, cols < n_valid[:, None]):
+            raise EvalSetError(
+                "perm must put each row's scored candidates before its unscored ones"
+            )
+        return replace(
+            self,
+            score_kind=kind,
+            n_present=n_present,
+            n_valid=n_valid,
+            grades=moved(self.grades, 0.0),
+            judged=moved(self.judged, False),
+            distractor=moved(self.distractor, False),
+            given_utility=moved(self.given_utility, np.nan),
+            no_response=moved(self.no_response, np.nan),
+            score_issues=issues,
+            _order=order,
+            _scores=new_scores,
+            _raw=raw_store,
+            _utility=moved(self.utility, 0.0),
+        )
+
+    def _raw_shape(self) -> tuple[int, int]:
+        """The shape of the raw scores in run order (a column per run position)."""
+        if isinstance(self._raw, PaddedRows):
+            return self._raw.counts.size, self._raw.width
+        q, n = self._raw.shape
+        return int(q), int(n)
 
     def with_profile(self, profile: Profile | str) -> EvalArrays:
         """The same arrays with utilities under another tolerance profile.

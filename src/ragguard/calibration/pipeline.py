@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.arrays import EvalArrays, Ranking
 from ragguard.calibration.calibrate import (
     EVIDENCE,
     Comparison,
@@ -333,49 +333,33 @@ class TwoStageCalibration:
 
 
 def _reranked_arrays(
-    evalset: EvalSet,
-    arrays: EvalArrays,
-    lists: Sequence[list[str]],
-    utilities: Sequence[dict[str, float]],
-    probs: Sequence[dict[str, float]],
-    top_n: int,
-    profile: Profile,
-    rules: UtilityRules,
-    failed: NDArray[np.bool_],
+    arrays: EvalArrays, probs: F64, sizes: I, top_n: int, failed: NDArray[np.bool_]
 ) -> EvalArrays:
-    """The lists the rerank stage hands the policy at ``top_n``; a ``failed`` query's row
-    is its retrieval list instead (every candidate, in retrieval order), which the guard
-    selects from when the call fails. Its stand-in scores only keep that order: its cuts
-    come from the retrieval kernel (:func:`calibrate_two_stage`)."""
-    labels = [evalset.labels[q] for q in arrays.qids]
-    cands: list[dict[str, float]] = []
-    utils: list[dict[str, float]] = []
-    for row, (docs, p, u) in enumerate(zip(lists, probs, utilities, strict=True)):
-        if failed[row]:
-            every = arrays.doc_ids(row)
-            valid = int(arrays.n_valid[row])
-            cands.append(
-                {
-                    d: 1.0 - i / (len(every) + 1) if i < valid else math.nan
-                    for i, d in enumerate(every)
-                }
-            )
-            utils.append(dict(zip(every, arrays.utility[row, : len(every)].tolist(), strict=True)))
-        else:
-            cands.append({d: p[d] for d in docs[:top_n]})
-            utils.append({d: u[d] for d in docs[:top_n]})
-    return build_arrays(
-        arrays.qids,
-        cands,
-        [lab.grades for lab in labels],
-        score_kind=ScoreKind.PROBABILITY,
-        distractors=[lab.distractors for lab in labels],
-        utilities=utils,
-        n_relevant=[lab.n_relevant for lab in labels],
-        profile=profile,
-        rules=rules,
-        n_evidence=arrays.n_evidence,
-    )
+    """The lists the rerank stage hands the policy at ``top_n``: each row's first
+    ``min(top_n, sizes[r])`` candidates (``arrays``' ranked order), ranked by their
+    probabilities ``probs`` (column ``j``: the row's ``j``-th candidate) as the runtime
+    policy ranks them. A ``failed`` query's row is its retrieval list instead (every
+    candidate, in retrieval order), which the guard selects from when the call fails.
+    Its stand-in scores only keep that order: its cuts come from the retrieval kernel
+    (:func:`calibrate_two_stage`)."""
+    q = arrays.n_queries
+    depth = probs.shape[1]
+    m = np.where(failed, arrays.n_present, np.minimum(sizes, top_n))
+    width = int(m.max()) if q else 0
+    cols = np.arange(width)[None, :]
+    present = cols < m[:, None]
+    raw = np.full((q, width), np.nan)  # the list's scores, in retrieval order
+    w = min(width, depth)
+    raw[:, :w] = probs[:, :w]
+    if failed.any():
+        n = arrays.n_present[failed, None]
+        stand_in = 1.0 - cols / (n + 1)
+        raw[failed] = np.where(cols < arrays.n_valid[failed, None], stand_in, np.nan)
+    raw[~present] = np.nan
+    ranked = Ranking.of(raw, present, ScoreKind.PROBABILITY, rrf_k=60).ranked()
+    perm = np.where(present, ranked.order, -1)
+    ordered = np.take_along_axis(raw, np.maximum(perm, 0), axis=1)
+    return arrays.reordered(perm, scores=ordered, score_kind=ScoreKind.PROBABILITY)
 
 
 def _fail_open(params: PolicyParams, kind: ScoreKind | None) -> PolicyParams:
@@ -516,12 +500,9 @@ def calibrate_two_stage(
     depth_all = int(arrays.n_valid.max()) if arrays.n_queries else 0
     tops = sorted({min(n, depth_all) for n in grid.top_n if depth_all} or {1})
     depth = max(tops)
-    lists: list[list[str]] = []
-    utilities: list[dict[str, float]] = []
-    for row in range(arrays.n_queries):
-        docs = arrays.doc_ids(row)[: int(arrays.n_valid[row])][:depth]
-        lists.append(docs)
-        utilities.append(dict(zip(docs, arrays.utility[row, : len(docs)].tolist(), strict=True)))
+    lists = [
+        arrays.doc_ids(row)[: int(arrays.n_valid[row])][:depth] for row in range(arrays.n_queries)
+    ]
     raw = [
         np.array([scores.get(q, d) for d in docs])
         for q, docs in zip(arrays.qids, lists, strict=True)
@@ -560,10 +541,12 @@ def calibrate_two_stage(
         ) from None
 
     # 2.-3. per top_n: the reranked lists, swept with the runtime policy
-    probs: list[dict[str, float]] = []
-    for docs, r in zip(lists, raw, strict=True):
-        p = rerank_probabilities(r, scores.score_kind, pmap).values[0] if len(r) else r
-        probs.append(dict(zip(docs, p.tolist(), strict=True)))
+    # (Q, depth): row r's first len(lists[r]) candidates' probabilities, NaN after
+    sizes = np.array([len(docs) for docs in lists], dtype=np.intp)
+    probs = np.full((arrays.n_queries, depth), np.nan)
+    for row, r in enumerate(raw):
+        if len(r):
+            probs[row, : len(r)] = rerank_probabilities(r, scores.score_kind, pmap).values[0]
     wanted = tuple(dict.fromkeys([*metrics, *reported, EVIDENCE, PASSAGES]))
     kernels: dict[int, SweepKernel] = {}
     results: list[SweepResult] = []
@@ -577,9 +560,7 @@ def calibrate_two_stage(
         fallback_cuts = retrieval_kernel.cuts([_fail_open(s, arrays.score_kind) for s in settings])
     for n in tops:
         bad = failed[n]
-        reranked = _reranked_arrays(
-            evalset, arrays, lists, utilities, probs, n, profile, rules, bad
-        )
+        reranked = _reranked_arrays(arrays, probs, sizes, n, bad)
         width = max(max_k)
         if stages is None:
             kernel = SweepKernel(reranked, wanted, width)

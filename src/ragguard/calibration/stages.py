@@ -90,7 +90,7 @@ class CutContexts:
         group = np.ones((local.size, n), dtype=np.intp)
         group[:, :width][keep] = 0
         perm[local] = np.argsort(group, axis=1, kind="stable")
-        return _moved(part, perm), sizes
+        return part.reordered(np.where(part.present, perm, -1)), sizes
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,25 +120,6 @@ class Compacted:
                 return np.flatnonzero(c.keep[e, column]).tolist()
             column = int(c.sizes[row, column])
         return self.order[row, :column].tolist()  # type: ignore[no-any-return]
-
-
-def _moved(arrays: EvalArrays, perm: I) -> EvalArrays:
-    """``arrays`` with each row's candidates reordered by ``perm`` (the label arrays and
-    the utilities of the run's own ranking move along; the rest stays)."""
-
-    def moved(a: NDArray[Any]) -> NDArray[Any]:
-        return np.take_along_axis(np.asarray(a), perm, axis=1)
-
-    out = replace(
-        arrays,
-        grades=moved(arrays.grades),
-        judged=moved(arrays.judged),
-        distractor=moved(arrays.distractor),
-        given_utility=moved(arrays.given_utility),
-        no_response=moved(arrays.no_response),
-    )
-    out.__dict__["utility"] = moved(arrays.utility)  # utilities of the run's own ranking
-    return out
 
 
 @dataclass(frozen=True)
@@ -275,7 +256,8 @@ class PassageStages:
         group = np.ones((q, n), dtype=np.intp)
         group[:, :width][kept] = 0
         perm = np.argsort(group, axis=1, kind="stable")
-        return Compacted(_moved(arrays, perm), through, perm, contexts)
+        moved = arrays.reordered(np.where(arrays.present, perm, -1))
+        return Compacted(moved, through, perm, contexts)
 
     def _pairs(self, sets: Sequence[Sequence[Shingles]], depth: I) -> list[list[Pair]]:
         """Each row's conflicting pairs among its first ``depth`` candidates."""
