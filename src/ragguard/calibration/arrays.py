@@ -342,20 +342,28 @@ def _rank_in_rows(rows: I, hkey: F64, ranking: Ranking) -> tuple[I, B]:
     the run's order decides, see :func:`_earlier_ties`).
 
     One branchless binary search over all hits at once, a gather per halving, in the
-    rows' sorted keys (:attr:`Ranking.sorted_key`).
+    rows' keys in ranked order (:attr:`Ranking.ranked_key`: ascending, NaN padding last).
     """
-    padded = ranking.sorted_key
-    n = padded.shape[1] - 1  # the last column is NaN: probes past a row's end land there
-    flat = padded.ravel()
-    base = rows * (n + 1)
+    ranked = ranking.ranked_key
+    n = ranked.shape[1]
     rank = np.zeros(rows.size, dtype=np.intp)
-    step = 1 << (n.bit_length() - 1) if n else 0
+    if n == 0 or rows.size == 0:
+        return rank, np.zeros(rows.size, dtype=np.bool_)
+    flat = ranked.ravel()
+    base = rows * n
+    last = n - 1
+    step = 1 << (n.bit_length() - 1)
     while step:
-        probe = flat[base + np.minimum(rank + (step - 1), n)]
-        rank += step * (probe < hkey)  # NaN compares False
+        # a probe past the row's end reads its last key: below hkey only when every key
+        # of the row is, and then the rank is clipped to n below
+        probe = flat[base + np.minimum(rank + (step - 1), last)]
+        rank += step * (probe < hkey)  # NaN (padding) compares False
         step >>= 1
-    at = base + rank
-    tied = (flat[at] != hkey) | (flat[at + 1] == hkey)  # padding (NaN) never equals
+    np.minimum(rank, n, out=rank)
+    # the key at the rank is not hkey (no candidate has it), or the next one is too
+    after = rank + 1
+    tied = flat[base + np.minimum(rank, last)] != hkey
+    tied |= (after < n) & (flat[base + np.minimum(after, last)] == hkey)
     return rank, tied
 
 
@@ -423,7 +431,8 @@ def _retrieved(
     label_rows = np.repeat(np.arange(n_q, dtype=np.intp), lens)
     found = ~np.isnan(score)
     starts = np.cumsum(lens) - lens
-    unsure = np.flatnonzero(~found & ranking.nan_rows[label_rows])
+    nan_rows = ranking.nan_rows
+    unsure = np.flatnonzero(~found & nan_rows[label_rows]) if nan_rows.any() else lens[:0]
     if unsure.size:
         rows = label_rows[unsure]
         docs = _docs_at(labelled, rows, unsure - starts[rows])
@@ -581,61 +590,106 @@ def build_arrays(
 
 @dataclass(frozen=True, eq=False)
 class Ranking:
-    """Raw scores (NaN on padding) and the policy's sort key of each (query, candidate)
-    cell: minus the normalised score, +inf where the score is not valid, NaN on padding;
-    with the valid scores per query and the score issues (a run without scores, kind
-    ``None``, keeps its order on purpose: not an issue here)."""
+    """Raw scores (NaN on padding), normalised scores (NaN where not valid) and the
+    policy's sort key of each (query, candidate) cell: minus the normalised score, +inf
+    where the score is not valid, NaN on padding; with the candidates and valid scores
+    per query, the score issues (a run without scores, kind ``None``, keeps its order on
+    purpose: not an issue here), and whether no candidate's raw score is NaN (known when
+    every score is valid for a kind: NaN never is)."""
 
     raw: F64
+    scores: F64
     key: F64
+    n_present: I
     n_valid: I
     issues: dict[ScoreIssue, int]
+    nan_free: bool = False
 
     @classmethod
     def of(cls, raw: F64, present: B, kind: ScoreKind | None, rrf_k: int) -> Ranking:
         """The ranking of raw scores ``raw`` (``present`` marks the real candidates)."""
         norm = normalize(raw, kind, present=present, rrf_k=rrf_k)
-        key = np.where(norm.valid, -norm.values, np.inf)
-        if not present.all():
-            key[~present] = np.nan
+        scores = norm.values
+        if kind is None:  # no scores: 0.0 for every candidate, so the input order holds
+            scores = np.where(present, scores, np.nan)
+        key = np.negative(scores)  # NaN where not valid, padding included
+        invalid = present ^ norm.valid  # present, no valid score (valid implies present)
+        all_valid = not invalid.any()
+        if not all_valid:
+            np.copyto(key, np.inf, where=invalid)
         issues: dict[ScoreIssue, int] = {
             i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
         }
-        return cls(raw, key, norm.valid.sum(axis=1).astype(np.intp), issues)
+        n_present = present.sum(axis=1).astype(np.intp)
+        n_valid = norm.valid.sum(axis=1).astype(np.intp)
+        nan_free = all_valid and kind is not None
+        return cls(raw, scores, key, n_present, n_valid, issues, nan_free)
+
+    @cached_property
+    def unsorted_rows(self) -> I:
+        """The rows whose keys do not already rise from each candidate to the next (ties
+        allowed): the only ones :attr:`order` sorts. A run listed best first, as run
+        files and retrievers list it, has none."""
+        key = self.key
+        q, n = key.shape
+        if n < 2:
+            return np.zeros(0, dtype=np.intp)
+        later, earlier = key[:, 1:], key[:, :-1]
+        # each row's first pair first: most rows of an unsorted run show it there
+        if np.count_nonzero(later[:, 0] < earlier[:, 0]) > q // 2:
+            return np.arange(q, dtype=np.intp)
+        in_order = np.count_nonzero(later >= earlier, axis=1)  # padding (NaN) compares False
+        return np.flatnonzero(in_order < self.n_present - 1)
+
+    @cached_property
+    def order(self) -> NDArray[np.integer[Any]]:
+        """(Q, N) each row's input positions in the policy's order: a stable sort of its
+        keys (ties keep input order, padding last), in the smallest integer type that
+        holds them. Rows already in order share one read-only row ``0..N-1``."""
+        q, n = self.key.shape
+        rows = self.unsorted_rows
+        if rows.size == q:
+            return small_index(np.argsort(self.key, axis=1, kind="stable"), n)
+        identity = small_index(np.arange(n), n)
+        if rows.size == 0:
+            return np.broadcast_to(identity, (q, n))
+        out = np.tile(identity, (q, 1))
+        out[rows] = np.argsort(self.key[rows], axis=1, kind="stable")
+        return out
+
+    @cached_property
+    def ranked_key(self) -> F64:
+        """(Q, N) each row's keys in :attr:`order`: ascending, NaN padding last."""
+        rows = self.unsorted_rows
+        if rows.size == 0:
+            return self.key
+        if rows.size == self.key.shape[0]:
+            return np.take_along_axis(self.key, self.order, axis=1)
+        out = self.key.copy()
+        out[rows] = np.take_along_axis(self.key[rows], self.order[rows], axis=1)
+        return out
+
+    def ranked_scores(self) -> F64:
+        """(Q, N) normalised scores in ranked order, NaN where invalid, infinite or
+        padding."""
+        in_order = self.unsorted_rows.size == 0
+        out = self.scores if in_order else np.negative(self.ranked_key)  # +inf key -> -inf
+        infinite = np.isinf(out)
+        if infinite.any():
+            out = np.where(infinite, np.nan, out)
+        return out
 
     def ranked(self) -> RankedRows:
         """The rows in the policy's order (see :class:`RankedRows`)."""
-        order = np.argsort(self.key, axis=1, kind="stable")
-        return RankedRows(
-            small_index(order, self.key.shape[1]),
-            _scores_in_order(self.key, order),
-            self.n_valid,
-            self.issues,
-            self.raw,
-        )
-
-    @cached_property
-    def sorted_key(self) -> F64:
-        """Each row's keys sorted (NaN padding last), and one more column of NaN."""
-        q, n = self.key.shape
-        out = np.empty((q, n + 1))
-        out[:, :n] = np.sort(self.key, axis=1)
-        out[:, n] = np.nan
-        return out
+        return RankedRows(self.order, self.ranked_scores(), self.n_valid, self.issues, self.raw)
 
     @cached_property
     def nan_rows(self) -> B:
         """(Q,) True for rows with a candidate whose raw score is NaN (or ``None``)."""
+        if self.nan_free:
+            return np.zeros(self.key.shape[0], dtype=np.bool_)
         out: B = np.any(np.isnan(self.raw) & ~np.isnan(self.key), axis=1)
         return out
-
-
-def _scores_in_order(key: F64, order: I) -> F64:
-    """Normalised scores in ranked order from sort keys (NaN where invalid or padding)."""
-    ranked_key = np.take_along_axis(key, order, axis=1)
-    scores: F64 = np.negative(ranked_key, out=ranked_key)  # +inf (invalid) -> -inf
-    scores[np.isinf(scores)] = np.nan
-    return scores
 
 
 @dataclass(frozen=True, eq=False)
@@ -674,9 +728,8 @@ def rank_in_chunks(
         hi = min(lo + step, n_q)
         present = np.arange(width)[None, :] < counts[lo:hi, None]
         part = Ranking.of(raw_rows(lo, hi), present, kind, rrf_k)
-        chunk_order = np.argsort(part.key, axis=1, kind="stable")
-        order[lo:hi] = chunk_order
-        scores[lo:hi] = _scores_in_order(part.key, chunk_order)
+        order[lo:hi] = part.order
+        scores[lo:hi] = part.ranked_scores()
         n_valid[lo:hi] = part.n_valid
         for issue, rows in part.issues.items():
             issues[issue] = issues.get(issue, 0) + rows
