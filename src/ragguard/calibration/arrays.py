@@ -74,6 +74,8 @@ B = NDArray[np.bool_]
 I = NDArray[np.intp]  # noqa: E741
 
 _CHUNK_CELLS = 1 << 22  # rows x candidates compared at once when breaking ties
+_SEARCH_CHUNK = 1 << 14  # hits ranked at once by the binary search
+_FEW_LEVELS = 16  # whole values (grades) spanning fewer levels are counted, not sorted
 
 
 @dataclass(frozen=True, eq=False)
@@ -341,29 +343,39 @@ def _rank_in_rows(rows: I, hkey: F64, ranking: Ranking) -> tuple[I, B]:
     have a lower key, and whether another candidate of the row has the same key (then
     the run's order decides, see :func:`_earlier_ties`).
 
-    One branchless binary search over all hits at once, a gather per halving, in the
+    A branchless binary search over many hits at once, a gather per halving, in the
     rows' keys in ranked order (:attr:`Ranking.ranked_key`: ascending, NaN padding last).
     """
     ranked = ranking.ranked_key
     n = ranked.shape[1]
-    rank = np.zeros(rows.size, dtype=np.intp)
     if n == 0 or rows.size == 0:
-        return rank, np.zeros(rows.size, dtype=np.bool_)
+        return np.zeros(rows.size, dtype=np.intp), np.zeros(rows.size, dtype=np.bool_)
     flat = ranked.ravel()
     base = rows * n
-    last = n - 1
-    step = 1 << (n.bit_length() - 1)
-    while step:
-        # a probe past the row's end reads its last key: below hkey only when every key
-        # of the row is, and then the rank is clipped to n below
-        probe = flat[base + np.minimum(rank + (step - 1), last)]
-        rank += step * (probe < hkey)  # NaN (padding) compares False
-        step >>= 1
-    np.minimum(rank, n, out=rank)
-    # the key at the rank is not hkey (no candidate has it), or the next one is too
-    after = rank + 1
-    tied = flat[base + np.minimum(rank, last)] != hkey
-    tied |= (after < n) & (flat[base + np.minimum(after, last)] == hkey)
+    rank = np.empty(rows.size, dtype=np.intp)
+    tied = np.empty(rows.size, dtype=np.bool_)
+    top = 1 << (n.bit_length() - 1)
+    for lo in range(0, rows.size, _SEARCH_CHUNK):  # a chunk's rows stay in cache
+        sl = slice(lo, lo + _SEARCH_CHUNK)
+        row_start, key = base[sl], hkey[sl]
+        row_end = row_start + (n - 1)
+        at = row_start.copy()  # row start + rank
+        probe_at, step_up = np.empty_like(at), np.empty_like(at)
+        probe, below = np.empty(at.size), np.empty(at.size, dtype=np.bool_)
+        step = top
+        while step:
+            # a probe past the row's end reads its last key: below hkey only when every
+            # key of the row is, and then the rank is clipped to n below
+            np.minimum(np.add(at, step - 1, out=probe_at), row_end, out=probe_at)
+            np.take(flat, probe_at, out=probe, mode="clip")  # in bounds; "clip" is unbuffered
+            np.less(probe, key, out=below)  # NaN (padding) compares False
+            at += np.multiply(below, step, out=step_up)
+            step >>= 1
+        r = np.minimum(np.subtract(at, row_start, out=at), n, out=rank[sl])
+        # the key at the rank is not hkey (no candidate has it), or the next one is too
+        after = r + 1
+        is_tied = np.not_equal(flat[row_start + np.minimum(r, n - 1)], key, out=tied[sl])
+        is_tied |= (after < n) & (flat[row_start + np.minimum(after, n - 1)] == key)
     return rank, tied
 
 
@@ -455,8 +467,11 @@ def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
     if q.size == 0:
         return np.zeros((n_rows, 0)), np.zeros(n_rows, dtype=np.intp)
     lo, hi = float(values.min()), float(values.max())
-    if hi - lo < 1 << 20 and bool((values == np.round(values)).all()):
-        # whole numbers (grades): one integer sort key, highest value first in each row
+    whole = hi - lo < 1 << 20 and bool((values == np.round(values)).all())
+    if whole and hi - lo < _FEW_LEVELS:
+        return _count_within(q, values, n_rows, lo, hi)
+    if whole:
+        # whole numbers: one integer sort key, highest value first in each row
         top = np.int64(hi)
         key = q.astype(np.int64) * (top - np.int64(lo) + 1) + (top - values.astype(np.int64))
         order = np.argsort(key, kind="stable")
@@ -468,6 +483,21 @@ def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
     within = np.arange(q_sorted.size) - starts[q_sorted]
     out = np.zeros((n_rows, int(counts.max())))
     out[q_sorted, within] = values[order]
+    return out, counts
+
+
+def _count_within(q: I, values: F64, n_rows: int, lo: float, hi: float) -> tuple[F64, I]:
+    """:func:`_rank_within` for whole ``values`` in ``lo..hi`` (a few levels, grades):
+    each row's count per level, then the levels repeated that often, row after row."""
+    levels = int(hi - lo) + 1
+    level = (hi - values).astype(np.intp)  # 0: the highest value
+    per_level = np.bincount(q * levels + level, minlength=n_rows * levels)
+    level_values = hi - np.arange(levels, dtype=np.float64)
+    ranked = np.repeat(np.tile(level_values, n_rows), per_level)
+    counts: I = per_level.reshape(n_rows, levels).sum(axis=1).astype(np.intp)
+    width = int(counts.max())
+    out = np.zeros((n_rows, width))
+    out[np.arange(width)[None, :] < counts[:, None]] = ranked
     return out, counts
 
 
@@ -543,8 +573,9 @@ def build_arrays(
     # --- label values of retrieved documents, at their ranked positions
     def hit_keys(hraw: F64) -> F64:
         # normalisation is elementwise, so a hit's key equals its candidate's key exactly
-        h = normalize(hraw[None, :], kind, rrf_k=rrf_k)
-        out: F64 = np.where(h.valid, -h.values, np.inf)[0]
+        # (one hit per row: no order checks along a row of every hit)
+        h = normalize(hraw[:, None], kind, rrf_k=rrf_k)
+        out: F64 = np.where(h.valid, -h.values, np.inf)[:, 0]
         return out
 
     lgrade = _flat_floats(grades, "grade", qids)
