@@ -320,9 +320,12 @@ class _RowRange(Sequence[Mapping[str, float]]):
 # --------------------------------------------------------------------------- conversion
 
 
-def _flat_floats(maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str]) -> F64:
-    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones."""
-    total = sum(map(len, maps))
+def _flat_floats(
+    maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str], sizes: I | None = None
+) -> F64:
+    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones.
+    ``sizes``: the maps' lengths, when known."""
+    total = sum(map(len, maps)) if sizes is None else int(sizes.sum())
     try:
         values = chain.from_iterable(map(methodcaller("values"), maps))  # dict.values: C speed
         return np.fromiter(values, np.float64, count=total)
@@ -420,13 +423,15 @@ def _retrieved(
     candidates: Sequence[Mapping[str, float]],
     ranking: Ranking,
     hit_keys: Callable[[F64], F64],
+    sizes: I | None = None,
 ) -> tuple[I, I, B]:
     """Where the run ranks each labelled document it retrieved.
 
     Returns the row and ranked position of every such hit, and a mask over all
     labelled documents (``labelled`` flattened in order) saying which ones the run
     retrieved, so that a caller picks their values from its own flat array.
-    ``hit_keys`` maps raw scores to the policy's sort keys.
+    ``hit_keys`` maps raw scores to the policy's sort keys; ``sizes``: the lengths of
+    ``labelled``, when known.
 
     One C-level pass looks every label up in its row's candidates (``get``: the score,
     or NaN when absent); numpy does the rest. Per-label Python code runs only where
@@ -435,7 +440,7 @@ def _retrieved(
     collections over the caller's dicts.
     """
     n_q = len(labelled)
-    lens = np.fromiter(map(len, labelled), np.intp, count=n_q)
+    lens = np.fromiter(map(len, labelled), np.intp, count=n_q) if sizes is None else sizes
     getters = map(attrgetter("get"), candidates)
     score = np.fromiter(
         chain.from_iterable(map(map, getters, labelled)), np.float64, count=int(lens.sum())
@@ -562,7 +567,7 @@ def build_arrays(
     counts = np.fromiter(map(len, candidates), np.intp, count=n_q)
     width = int(counts.max()) if n_q else 0
     present_in = np.arange(width)[None, :] < counts[:, None]
-    flat = _flat_floats(candidates, "score", qids)
+    flat = _flat_floats(candidates, "score", qids, counts)
     if flat.size == n_q * width:
         raw = flat.reshape(n_q, width)
     else:
@@ -578,12 +583,14 @@ def build_arrays(
         out: F64 = np.where(h.valid, -h.values, np.inf)[:, 0]
         return out
 
-    lgrade = _flat_floats(grades, "grade", qids)
-    hq, hrank, found = _retrieved(grades, candidates, ranking, hit_keys)
+    n_labels = np.fromiter(map(len, grades), np.intp, count=n_q)
+    lgrade = _flat_floats(grades, "grade", qids, n_labels)
+    hq, hrank, found = _retrieved(grades, candidates, ranking, hit_keys, n_labels)
+    at = hq * width + hrank
     g = np.zeros((n_q, width))
-    g[hq, hrank] = lgrade[found]
+    g.ravel()[at] = lgrade[found]
     judged = np.zeros((n_q, width), dtype=np.bool_)
-    judged[hq, hrank] = True
+    judged.ravel()[at] = True
 
     def scatter_map(maps: Sequence[Mapping[str, float]] | None, values: F64) -> F64:
         if maps is None or not values.size:
@@ -608,7 +615,7 @@ def build_arrays(
     p_no = scatter_map(no_response, p_no_values)
 
     # --- every labelled grade, retrieved or not: relevant counts, ideal ranking
-    lq = np.repeat(np.arange(n_q, dtype=np.intp), np.fromiter(map(len, grades), np.intp, n_q))
+    lq = np.repeat(np.arange(n_q, dtype=np.intp), n_labels)
     stats = label_stats(qids, lq, lgrade, n_relevant)
     ideal_u = _ideal_utilities(
         qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules

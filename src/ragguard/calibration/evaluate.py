@@ -91,6 +91,8 @@ def arrays_from_dicts(
 
 
 def _warn_unlabelled(qrels: Mapping[str, object], run: Mapping[str, object]) -> None:
+    if run.keys() <= qrels.keys():  # the usual case, without building a set
+        return
     unlabelled = len(run.keys() - qrels.keys())
     if unlabelled:
         example = next(q for q in run if q not in qrels)
