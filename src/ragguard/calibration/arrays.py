@@ -492,17 +492,24 @@ def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
 
 
 def _count_within(q: I, values: F64, n_rows: int, lo: float, hi: float) -> tuple[F64, I]:
-    """:func:`_rank_within` for whole ``values`` in ``lo..hi`` (a few levels, grades):
-    each row's count per level, then the levels repeated that often, row after row."""
+    """:func:`_rank_within` for whole ``values`` in ``lo..hi`` (a few levels, grades),
+    from each row's count per level."""
     levels = int(hi - lo) + 1
     level = (hi - values).astype(np.intp)  # 0: the highest value
     per_level = np.bincount(q * levels + level, minlength=n_rows * levels)
-    level_values = hi - np.arange(levels, dtype=np.float64)
-    ranked = np.repeat(np.tile(level_values, n_rows), per_level)
-    counts: I = per_level.reshape(n_rows, levels).sum(axis=1).astype(np.intp)
-    width = int(counts.max())
+    return _repeat_levels(per_level.reshape(n_rows, levels), hi - np.arange(float(levels)))
+
+
+def _repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64, I]:
+    """Rows of ``values`` (highest first), each repeated as often as its row of
+    ``per_level`` (rows x values) says, zero-padded; with each row's count."""
+    n_rows = per_level.shape[0]
+    counts: I = per_level.sum(axis=1).astype(np.intp)
+    width = int(counts.max()) if n_rows else 0
     out = np.zeros((n_rows, width))
-    out[np.arange(width)[None, :] < counts[:, None]] = ranked
+    out[np.arange(width)[None, :] < counts[:, None]] = np.repeat(
+        np.tile(values, n_rows), per_level.ravel()
+    )
     return out, counts
 
 
@@ -587,8 +594,11 @@ def build_arrays(
     lgrade = _flat_floats(grades, "grade", qids, n_labels)
     hq, hrank, found = _retrieved(grades, candidates, ranking, hit_keys, n_labels)
     at = hq * width + hrank
+    hit_grades = lgrade[found]
     g = np.zeros((n_q, width))
-    g.ravel()[at] = lgrade[found]
+    g.ravel()[at] = hit_grades
+    if n_evidence is None:  # the candidates graded at least relevant_grade (>= 1): hits
+        n_evidence = np.bincount(hq[hit_grades >= rules.relevant_grade], minlength=n_q)
     judged = np.zeros((n_q, width), dtype=np.bool_)
     judged.ravel()[at] = True
 
@@ -879,8 +889,12 @@ def label_stats(
     if not np.isfinite(lgrade).all():
         bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
         raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
-    relevant = lgrade >= 1
-    n_rel_labelled = np.bincount(lq[relevant], minlength=n_q).astype(np.intp)
+    # labelled documents per row and grade: column g for grade g in 1..5 (grades above 5
+    # in column 5, below 1 in column 0: a grade >= 1 is in columns 1..5)
+    col = np.clip(lgrade, 0, 5).astype(np.intp)
+    col[(lgrade > 0) & (lgrade < 1)] = 0
+    grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
+    n_rel_labelled = grade_counts[:, 1:].sum(axis=1).astype(np.intp)
     n_rel = n_rel_labelled.copy()
     extra = np.zeros(n_q, dtype=np.intp)
     if n_relevant is not None:
@@ -900,15 +914,20 @@ def label_stats(
             n_rel[row] = stated
             extra[row] = stated - n_rel_labelled[row]
     ex_q = np.repeat(np.arange(n_q, dtype=np.intp), extra)
-    gain = lgrade > 0  # every positive gain (grades >= 1 when grades are integers)
-    pos_q = np.concatenate((lq[gain], ex_q))
-    pos_g = np.concatenate((lgrade[gain], np.ones(ex_q.size)))
-    ideal_grades, _ = _rank_within(pos_q, pos_g, n_q)
     max_grade = np.zeros(n_q)
     np.maximum.at(max_grade, lq, lgrade)
-    col = np.clip(lgrade, 0, 5).astype(np.intp)
-    col[(lgrade > 0) & (lgrade < 1)] = 0
-    grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
+    integer_grades = bool((lgrade == np.round(lgrade)).all())
+    if integer_grades and n_q and max_grade.max() <= 5:
+        # whole grades up to 5: the ideal ranking is each row's count per grade, grade 5
+        # first, the stated unlabelled relevant documents as grade 1
+        per_grade = grade_counts[:, :0:-1].copy()
+        per_grade[:, -1] += extra
+        ideal_grades, _ = _repeat_levels(per_grade, np.arange(5.0, 0.0, -1.0))
+    else:
+        gain = lgrade > 0  # every positive gain
+        pos_q = np.concatenate((lq[gain], ex_q))
+        pos_g = np.concatenate((lgrade[gain], np.ones(ex_q.size)))
+        ideal_grades, _ = _rank_within(pos_q, pos_g, n_q)
 
     return LabelStats(
         n_relevant=n_rel,
@@ -917,7 +936,7 @@ def label_stats(
         ideal_grades=ideal_grades,
         max_grade=max_grade,
         grade_counts=grade_counts,
-        integer_grades=bool((lgrade == np.round(lgrade)).all()),
+        integer_grades=integer_grades,
     )
 
 
