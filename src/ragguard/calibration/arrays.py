@@ -75,7 +75,6 @@ I = NDArray[np.intp]  # noqa: E741
 
 _CHUNK_CELLS = 1 << 22  # rows x candidates compared at once when breaking ties
 _SEARCH_CHUNK = 1 << 14  # hits ranked at once by the binary search
-_FEW_LEVELS = 16  # whole values (grades) spanning fewer levels are counted, not sorted
 
 
 @dataclass(frozen=True, eq=False)
@@ -472,11 +471,8 @@ def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
     if q.size == 0:
         return np.zeros((n_rows, 0)), np.zeros(n_rows, dtype=np.intp)
     lo, hi = float(values.min()), float(values.max())
-    whole = hi - lo < 1 << 20 and bool((values == np.round(values)).all())
-    if whole and hi - lo < _FEW_LEVELS:
-        return _count_within(q, values, n_rows, lo, hi)
-    if whole:
-        # whole numbers: one integer sort key, highest value first in each row
+    if hi - lo < 1 << 20 and bool((values == np.round(values)).all()):
+        # whole numbers (grades): one integer sort key, highest value first in each row
         top = np.int64(hi)
         key = q.astype(np.int64) * (top - np.int64(lo) + 1) + (top - values.astype(np.int64))
         order = np.argsort(key, kind="stable")
@@ -489,15 +485,6 @@ def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
     out = np.zeros((n_rows, int(counts.max())))
     out[q_sorted, within] = values[order]
     return out, counts
-
-
-def _count_within(q: I, values: F64, n_rows: int, lo: float, hi: float) -> tuple[F64, I]:
-    """:func:`_rank_within` for whole ``values`` in ``lo..hi`` (a few levels, grades),
-    from each row's count per level."""
-    levels = int(hi - lo) + 1
-    level = (hi - values).astype(np.intp)  # 0: the highest value
-    per_level = np.bincount(q * levels + level, minlength=n_rows * levels)
-    return _repeat_levels(per_level.reshape(n_rows, levels), hi - np.arange(float(levels)))
 
 
 def _repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64, I]:
