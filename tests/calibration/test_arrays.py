@@ -83,6 +83,67 @@ def test_conversion_matches_a_plain_reference(
             assert policy_order[row, : len(run)].tolist() == arrays.order[row, : len(run)].tolist()
 
 
+listed_score = st.one_of(score, st.just(1e308))  # rrf: 1e308 * (k + 1) is infinite
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(
+                st.tuples(st.integers(0, 15), listed_score), max_size=12, unique_by=lambda t: t[0]
+            ),
+            st.dictionaries(st.integers(0, 20), st.integers(-1, 3), max_size=8),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["similarity", "distance", "rrf", None]),
+)
+def test_runs_listed_best_first_rank_as_the_reference(
+    queries: list[tuple[list[tuple[int, float]], dict[int, int], bool]], kind: str | None
+) -> None:
+    """A run listed in ranked order, as run files and retrievers list it (such rows are
+    not sorted again), ranks, scores and labels its candidates as the plain reference
+    does, next to rows in any order, whatever the ties and invalid scores; normalised
+    scores that overflow (rrf) read as NaN, as in any order."""
+    with np.errstate(over="ignore"):  # 1e308 x 61 overflows (a warning)
+        check_listed_runs(queries, kind)
+
+
+def check_listed_runs(
+    queries: list[tuple[list[tuple[int, float]], dict[int, int], bool]], kind: str | None
+) -> None:
+    qids = [f"q{i}" for i in range(len(queries))]
+    runs, labels = [], []
+    for cands, grades, listed in queries:
+        run = {f"d{d}": s for d, s in cands}
+        if listed and run:
+            ids = list(run)
+            run = {ids[i]: run[ids[i]] for i in reference_ranking(list(run.values()), kind)}
+        runs.append(run)
+        labels.append({f"d{d}": g for d, g in grades.items()})
+    arrays = build_arrays(qids, runs, labels, score_kind=kind)
+    for row, ((_, _, listed), run, lab) in enumerate(zip(queries, runs, labels, strict=True)):
+        ids, n = list(run), len(run)
+        if not n:
+            continue
+        norm = normalize(np.array([list(run.values())], dtype=np.float64), kind)
+        values, valid = norm.values[0].tolist(), norm.valid[0].tolist()
+        order = reference_ranking(list(run.values()), kind)
+        if listed:
+            assert order == list(range(n))
+        assert arrays.order[row, :n].tolist() == order
+        ranked = [ids[i] for i in order]
+        assert arrays.doc_ids(row) == ranked
+        expected = [values[i] if valid[i] and math.isfinite(values[i]) else math.nan for i in order]
+        assert np.array_equal(arrays.scores[row, :n], expected, equal_nan=True)
+        assert arrays.grades[row, :n].tolist() == [float(lab.get(d, 0)) for d in ranked]
+        assert arrays.judged[row, :n].tolist() == [d in lab for d in ranked]
+        assert arrays.n_valid[row] == sum(valid)
+
+
 labelled_query = st.tuples(
     st.lists(
         st.tuples(st.integers(0, 15), st.one_of(score, st.none(), st.sampled_from([1.5, 2.0]))),

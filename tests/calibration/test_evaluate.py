@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
+from decimal import Decimal
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import pytest
 import ragguard.calibration as calibration
 from ragguard.calibration import METRICS, arrays_from_dicts, evaluate, parse_metric
 from ragguard.calibration.metrics import ALIASES
+from ragguard.errors import EvalSetError
 
 QRELS = {"q1": {"a": 2, "b": 1, "z": 1}, "q2": {"c": 1}}
 RUN = {"q1": {"a": 0.9, "x": 0.8, "b": 0.7}, "q2": {"y": 0.9, "c": 0.2}}
@@ -40,6 +43,41 @@ def test_every_registered_metric_runs_on_edge_data() -> None:
             spec = parse_metric(text).spec
             assert spec.may_be_na or np.isfinite(values).all(), text
             assert np.isfinite(values[0]), text  # q1 has everything: always defined
+
+
+GRADE_RULE = "must be an integer up to 5 (1-5 relevant, 0 not relevant, -1 a known distractor)"
+
+
+@pytest.mark.parametrize(
+    ("grade", "shown"),
+    [(math.nan, "nan"), (math.inf, "inf"), (10**400, "1" + "0" * 400), (Decimal("2.5"), "2.5"),
+     (6, "6"), (5.5, "5.5")],
+)  # fmt: skip
+@pytest.mark.parametrize("scores_ok", [True, False])
+def test_a_bad_grade_in_dicts_is_the_readers_error_whatever_else_fails(
+    grade: object, shown: str, scores_ok: bool
+) -> None:
+    """Dicts are converted before their grades are checked (one walk over them), yet a
+    grade the readers' rule rejects is still that rule's error, naming query and
+    document, also when the conversion itself fails on it (NaN, inf, an int too large
+    for a float) or on a score that is not a number."""
+    qrels = {"q1": {"a": 1}, "q2": {"b": 0, "d7": grade}}
+    run = {"q1": {"a": 0.9}, "q2": {"b": 0.5, "d7": 0.4 if scores_ok else "x"}}
+    with pytest.raises(EvalSetError) as info:
+        evaluate(qrels, run, ["ndcg@3"])  # type: ignore[dict-item]
+    assert (
+        str(info.value)
+        == f"qrels table: the grade {GRADE_RULE}, got {shown} (query 'q2', document 'd7')"
+    )
+
+
+def test_good_grades_of_any_numeric_type_pass_the_deferred_check() -> None:
+    """Whole floats, Decimals, negative grades and bools are grades the rule accepts."""
+    qrels = {"q1": {"a": 2.0, "b": Decimal(1), "c": -1, "d": True}}
+    ints = {"q1": {"a": 2, "b": 1, "c": -1, "d": 1}}
+    run = {"q1": {"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.6}}
+    metrics = ["ndcg@3", "recall@4", "map"]
+    assert evaluate(qrels, run, metrics) == evaluate(ints, run, metrics)  # type: ignore[arg-type]
 
 
 def test_metric_syntax() -> None:

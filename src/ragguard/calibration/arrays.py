@@ -74,6 +74,7 @@ B = NDArray[np.bool_]
 I = NDArray[np.intp]  # noqa: E741
 
 _CHUNK_CELLS = 1 << 22  # rows x candidates compared at once when breaking ties
+_SEARCH_CHUNK = 1 << 14  # hits ranked at once by the binary search
 
 
 @dataclass(frozen=True, eq=False)
@@ -452,9 +453,12 @@ class _RowRange(Sequence[Mapping[str, float]]):
 # --------------------------------------------------------------------------- conversion
 
 
-def _flat_floats(maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str]) -> F64:
-    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones."""
-    total = sum(map(len, maps))
+def _flat_floats(
+    maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str], sizes: I | None = None
+) -> F64:
+    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones.
+    ``sizes``: the maps' lengths, when known."""
+    total = sum(map(len, maps)) if sizes is None else int(sizes.sum())
     try:
         values = chain.from_iterable(map(methodcaller("values"), maps))  # dict.values: C speed
         return np.fromiter(values, np.float64, count=total)
@@ -475,21 +479,39 @@ def _rank_in_rows(rows: I, hkey: F64, ranking: Ranking) -> tuple[I, B]:
     have a lower key, and whether another candidate of the row has the same key (then
     the run's order decides, see :func:`_earlier_ties`).
 
-    One branchless binary search over all hits at once, a gather per halving, in the
-    rows' sorted keys (:attr:`Ranking.sorted_key`).
+    A branchless binary search over many hits at once, a gather per halving, in the
+    rows' keys in ranked order (:attr:`Ranking.ranked_key`: ascending, NaN padding last).
     """
-    padded = ranking.sorted_key
-    n = padded.shape[1] - 1  # the last column is NaN: probes past a row's end land there
-    flat = padded.ravel()
-    base = rows * (n + 1)
-    rank = np.zeros(rows.size, dtype=np.intp)
-    step = 1 << (n.bit_length() - 1) if n else 0
-    while step:
-        probe = flat[base + np.minimum(rank + (step - 1), n)]
-        rank += step * (probe < hkey)  # NaN compares False
-        step >>= 1
-    at = base + rank
-    tied = (flat[at] != hkey) | (flat[at + 1] == hkey)  # padding (NaN) never equals
+    ranked = ranking.ranked_key
+    n = ranked.shape[1]
+    if n == 0 or rows.size == 0:
+        return np.zeros(rows.size, dtype=np.intp), np.zeros(rows.size, dtype=np.bool_)
+    flat = ranked.ravel()
+    base = rows * n
+    rank = np.empty(rows.size, dtype=np.intp)
+    tied = np.empty(rows.size, dtype=np.bool_)
+    top = 1 << (n.bit_length() - 1)
+    for lo in range(0, rows.size, _SEARCH_CHUNK):  # a chunk's rows stay in cache
+        sl = slice(lo, lo + _SEARCH_CHUNK)
+        row_start, key = base[sl], hkey[sl]
+        row_end = row_start + (n - 1)
+        at = row_start.copy()  # row start + rank
+        probe_at, step_up = np.empty_like(at), np.empty_like(at)
+        probe, below = np.empty(at.size), np.empty(at.size, dtype=np.bool_)
+        step = top
+        while step:
+            # a probe past the row's end reads its last key: below hkey only when every
+            # key of the row is, and then the rank is clipped to n below
+            np.minimum(np.add(at, step - 1, out=probe_at), row_end, out=probe_at)
+            np.take(flat, probe_at, out=probe, mode="clip")  # in bounds; "clip" is unbuffered
+            np.less(probe, key, out=below)  # NaN (padding) compares False
+            at += np.multiply(below, step, out=step_up)
+            step >>= 1
+        r = np.minimum(np.subtract(at, row_start, out=at), n, out=rank[sl])
+        # the key at the rank is not hkey (no candidate has it), or the next one is too
+        after = r + 1
+        is_tied = np.not_equal(flat[row_start + np.minimum(r, n - 1)], key, out=tied[sl])
+        is_tied |= (after < n) & (flat[row_start + np.minimum(after, n - 1)] == key)
     return rank, tied
 
 
@@ -534,13 +556,15 @@ def _retrieved(
     candidates: Sequence[Mapping[str, float]],
     ranking: Ranking,
     hit_keys: Callable[[F64], F64],
+    sizes: I | None = None,
 ) -> tuple[I, I, B]:
     """Where the run ranks each labelled document it retrieved.
 
     Returns the row and ranked position of every such hit, and a mask over all
     labelled documents (``labelled`` flattened in order) saying which ones the run
     retrieved, so that a caller picks their values from its own flat array.
-    ``hit_keys`` maps raw scores to the policy's sort keys.
+    ``hit_keys`` maps raw scores to the policy's sort keys; ``sizes``: the lengths of
+    ``labelled``, when known.
 
     One C-level pass looks every label up in its row's candidates (``get``: the score,
     or NaN when absent); numpy does the rest. Per-label Python code runs only where
@@ -549,7 +573,7 @@ def _retrieved(
     collections over the caller's dicts.
     """
     n_q = len(labelled)
-    lens = np.fromiter(map(len, labelled), np.intp, count=n_q)
+    lens = np.fromiter(map(len, labelled), np.intp, count=n_q) if sizes is None else sizes
     getters = map(attrgetter("get"), candidates)
     score = np.fromiter(
         chain.from_iterable(map(map, getters, labelled)), np.float64, count=int(lens.sum())
@@ -557,7 +581,8 @@ def _retrieved(
     label_rows = np.repeat(np.arange(n_q, dtype=np.intp), lens)
     found = ~np.isnan(score)
     starts = np.cumsum(lens) - lens
-    unsure = np.flatnonzero(~found & ranking.nan_rows[label_rows])
+    nan_rows = ranking.nan_rows
+    unsure = np.flatnonzero(~found & nan_rows[label_rows]) if nan_rows.any() else lens[:0]
     if unsure.size:
         rows = label_rows[unsure]
         docs = _docs_at(labelled, rows, unsure - starts[rows])
@@ -593,6 +618,19 @@ def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
     within = np.arange(q_sorted.size) - starts[q_sorted]
     out = np.zeros((n_rows, int(counts.max())))
     out[q_sorted, within] = values[order]
+    return out, counts
+
+
+def _repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64, I]:
+    """Rows of ``values`` (highest first), each repeated as often as its row of
+    ``per_level`` (rows x values) says, zero-padded; with each row's count."""
+    n_rows = per_level.shape[0]
+    counts: I = per_level.sum(axis=1).astype(np.intp)
+    width = int(counts.max()) if n_rows else 0
+    out = np.zeros((n_rows, width))
+    out[np.arange(width)[None, :] < counts[:, None]] = np.repeat(
+        np.tile(values, n_rows), per_level.ravel()
+    )
     return out, counts
 
 
@@ -657,7 +695,7 @@ def build_arrays(
     counts = np.fromiter(map(len, candidates), np.intp, count=n_q)
     width = int(counts.max()) if n_q else 0
     present_in = np.arange(width)[None, :] < counts[:, None]
-    flat = _flat_floats(candidates, "score", qids)
+    flat = _flat_floats(candidates, "score", qids, counts)
     if flat.size == n_q * width:
         raw = flat.reshape(n_q, width)
     else:
@@ -668,16 +706,22 @@ def build_arrays(
     # --- label values of retrieved documents, at their ranked positions
     def hit_keys(hraw: F64) -> F64:
         # normalisation is elementwise, so a hit's key equals its candidate's key exactly
-        h = normalize(hraw[None, :], kind, rrf_k=rrf_k)
-        out: F64 = np.where(h.valid, -h.values, np.inf)[0]
+        # (one hit per row: no order checks along a row of every hit)
+        h = normalize(hraw[:, None], kind, rrf_k=rrf_k)
+        out: F64 = np.where(h.valid, -h.values, np.inf)[:, 0]
         return out
 
-    lgrade = _flat_floats(grades, "grade", qids)
-    hq, hrank, found = _retrieved(grades, candidates, ranking, hit_keys)
+    n_labels = np.fromiter(map(len, grades), np.intp, count=n_q)
+    lgrade = _flat_floats(grades, "grade", qids, n_labels)
+    hq, hrank, found = _retrieved(grades, candidates, ranking, hit_keys, n_labels)
+    at = hq * width + hrank
+    hit_grades = lgrade[found]
     g = np.zeros((n_q, width))
-    g[hq, hrank] = lgrade[found]
+    g.ravel()[at] = hit_grades
+    if n_evidence is None:  # the candidates graded at least relevant_grade (>= 1): hits
+        n_evidence = np.bincount(hq[hit_grades >= rules.relevant_grade], minlength=n_q)
     judged = np.zeros((n_q, width), dtype=np.bool_)
-    judged[hq, hrank] = True
+    judged.ravel()[at] = True
 
     def scatter_map(maps: Sequence[Mapping[str, float]] | None, values: F64) -> F64:
         if maps is None or not values.size:
@@ -702,7 +746,7 @@ def build_arrays(
     p_no = scatter_map(no_response, p_no_values)
 
     # --- every labelled grade, retrieved or not: relevant counts, ideal ranking
-    lq = np.repeat(np.arange(n_q, dtype=np.intp), np.fromiter(map(len, grades), np.intp, n_q))
+    lq = np.repeat(np.arange(n_q, dtype=np.intp), n_labels)
     stats = label_stats(qids, lq, lgrade, n_relevant)
     ideal_u = ideal_label_utilities(
         qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
@@ -715,61 +759,106 @@ def build_arrays(
 
 @dataclass(frozen=True, eq=False)
 class Ranking:
-    """Raw scores (NaN on padding) and the policy's sort key of each (query, candidate)
-    cell: minus the normalised score, +inf where the score is not valid, NaN on padding;
-    with the valid scores per query and the score issues (a run without scores, kind
-    ``None``, keeps its order on purpose: not an issue here)."""
+    """Raw scores (NaN on padding), normalised scores (NaN where not valid) and the
+    policy's sort key of each (query, candidate) cell: minus the normalised score, +inf
+    where the score is not valid, NaN on padding; with the candidates and valid scores
+    per query, the score issues (a run without scores, kind ``None``, keeps its order on
+    purpose: not an issue here), and whether no candidate's raw score is NaN (known when
+    every score is valid for a kind: NaN never is)."""
 
     raw: F64
+    scores: F64
     key: F64
+    n_present: I
     n_valid: I
     issues: dict[ScoreIssue, int]
+    nan_free: bool = False
 
     @classmethod
     def of(cls, raw: F64, present: B, kind: ScoreKind | None, rrf_k: int) -> Ranking:
         """The ranking of raw scores ``raw`` (``present`` marks the real candidates)."""
         norm = normalize(raw, kind, present=present, rrf_k=rrf_k)
-        key = np.where(norm.valid, -norm.values, np.inf)
-        if not present.all():
-            key[~present] = np.nan
+        scores = norm.values
+        if kind is None:  # no scores: 0.0 for every candidate, so the input order holds
+            scores = np.where(present, scores, np.nan)
+        key = np.negative(scores)  # NaN where not valid, padding included
+        invalid = present ^ norm.valid  # present, no valid score (valid implies present)
+        all_valid = not invalid.any()
+        if not all_valid:
+            np.copyto(key, np.inf, where=invalid)
         issues: dict[ScoreIssue, int] = {
             i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
         }
-        return cls(raw, key, norm.valid.sum(axis=1).astype(np.intp), issues)
+        n_present = present.sum(axis=1).astype(np.intp)
+        n_valid = norm.valid.sum(axis=1).astype(np.intp)
+        nan_free = all_valid and kind is not None
+        return cls(raw, scores, key, n_present, n_valid, issues, nan_free)
+
+    @cached_property
+    def unsorted_rows(self) -> I:
+        """The rows whose keys do not already rise from each candidate to the next (ties
+        allowed): the only ones :attr:`order` sorts. A run listed best first, as run
+        files and retrievers list it, has none."""
+        key = self.key
+        q, n = key.shape
+        if n < 2:
+            return np.zeros(0, dtype=np.intp)
+        later, earlier = key[:, 1:], key[:, :-1]
+        # each row's first pair first: most rows of an unsorted run show it there
+        if np.count_nonzero(later[:, 0] < earlier[:, 0]) > q // 2:
+            return np.arange(q, dtype=np.intp)
+        in_order = np.count_nonzero(later >= earlier, axis=1)  # padding (NaN) compares False
+        return np.flatnonzero(in_order < self.n_present - 1)
+
+    @cached_property
+    def order(self) -> NDArray[np.integer[Any]]:
+        """(Q, N) each row's input positions in the policy's order: a stable sort of its
+        keys (ties keep input order, padding last), in the smallest integer type that
+        holds them. Rows already in order share one read-only row ``0..N-1``."""
+        q, n = self.key.shape
+        rows = self.unsorted_rows
+        if rows.size == q:
+            return small_index(np.argsort(self.key, axis=1, kind="stable"), n)
+        identity = small_index(np.arange(n), n)
+        if rows.size == 0:
+            return np.broadcast_to(identity, (q, n))
+        out = np.tile(identity, (q, 1))
+        out[rows] = np.argsort(self.key[rows], axis=1, kind="stable")
+        return out
+
+    @cached_property
+    def ranked_key(self) -> F64:
+        """(Q, N) each row's keys in :attr:`order`: ascending, NaN padding last."""
+        rows = self.unsorted_rows
+        if rows.size == 0:
+            return self.key
+        if rows.size == self.key.shape[0]:
+            return np.take_along_axis(self.key, self.order, axis=1)
+        out = self.key.copy()
+        out[rows] = np.take_along_axis(self.key[rows], self.order[rows], axis=1)
+        return out
+
+    def ranked_scores(self) -> F64:
+        """(Q, N) normalised scores in ranked order, NaN where invalid, infinite or
+        padding."""
+        in_order = self.unsorted_rows.size == 0
+        out = self.scores if in_order else np.negative(self.ranked_key)  # +inf key -> -inf
+        infinite = np.isinf(out)
+        if infinite.any():
+            out = np.where(infinite, np.nan, out)
+        return out
 
     def ranked(self) -> RankedRows:
         """The rows in the policy's order (see :class:`RankedRows`)."""
-        order = np.argsort(self.key, axis=1, kind="stable")
-        return RankedRows(
-            small_index(order, self.key.shape[1]),
-            _scores_in_order(self.key, order),
-            self.n_valid,
-            self.issues,
-            self.raw,
-        )
-
-    @cached_property
-    def sorted_key(self) -> F64:
-        """Each row's keys sorted (NaN padding last), and one more column of NaN."""
-        q, n = self.key.shape
-        out = np.empty((q, n + 1))
-        out[:, :n] = np.sort(self.key, axis=1)
-        out[:, n] = np.nan
-        return out
+        return RankedRows(self.order, self.ranked_scores(), self.n_valid, self.issues, self.raw)
 
     @cached_property
     def nan_rows(self) -> B:
         """(Q,) True for rows with a candidate whose raw score is NaN (or ``None``)."""
+        if self.nan_free:
+            return np.zeros(self.key.shape[0], dtype=np.bool_)
         out: B = np.any(np.isnan(self.raw) & ~np.isnan(self.key), axis=1)
         return out
-
-
-def _scores_in_order(key: F64, order: I) -> F64:
-    """Normalised scores in ranked order from sort keys (NaN where invalid or padding)."""
-    ranked_key = np.take_along_axis(key, order, axis=1)
-    scores: F64 = np.negative(ranked_key, out=ranked_key)  # +inf (invalid) -> -inf
-    scores[np.isinf(scores)] = np.nan
-    return scores
 
 
 @dataclass(frozen=True, eq=False)
@@ -808,9 +897,8 @@ def rank_in_chunks(
         hi = min(lo + step, n_q)
         present = np.arange(width)[None, :] < counts[lo:hi, None]
         part = Ranking.of(raw_rows(lo, hi), present, kind, rrf_k)
-        chunk_order = np.argsort(part.key, axis=1, kind="stable")
-        order[lo:hi] = chunk_order
-        scores[lo:hi] = _scores_in_order(part.key, chunk_order)
+        order[lo:hi] = part.order
+        scores[lo:hi] = part.ranked_scores()
         n_valid[lo:hi] = part.n_valid
         for issue, rows in part.issues.items():
             issues[issue] = issues.get(issue, 0) + rows
@@ -934,8 +1022,12 @@ def label_stats(
     if not np.isfinite(lgrade).all():
         bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
         raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
-    relevant = lgrade >= 1
-    n_rel_labelled = np.bincount(lq[relevant], minlength=n_q).astype(np.intp)
+    # labelled documents per row and grade: column g for grade g in 1..5 (grades above 5
+    # in column 5, below 1 in column 0: a grade >= 1 is in columns 1..5)
+    col = np.clip(lgrade, 0, 5).astype(np.intp)
+    col[(lgrade > 0) & (lgrade < 1)] = 0
+    grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
+    n_rel_labelled = grade_counts[:, 1:].sum(axis=1).astype(np.intp)
     n_rel = n_rel_labelled.copy()
     extra = np.zeros(n_q, dtype=np.intp)
     if n_relevant is not None:
@@ -955,15 +1047,20 @@ def label_stats(
             n_rel[row] = stated
             extra[row] = stated - n_rel_labelled[row]
     ex_q = np.repeat(np.arange(n_q, dtype=np.intp), extra)
-    gain = lgrade > 0  # every positive gain (grades >= 1 when grades are integers)
-    pos_q = np.concatenate((lq[gain], ex_q))
-    pos_g = np.concatenate((lgrade[gain], np.ones(ex_q.size)))
-    ideal_grades, _ = _rank_within(pos_q, pos_g, n_q)
     max_grade = np.zeros(n_q)
     np.maximum.at(max_grade, lq, lgrade)
-    col = np.clip(lgrade, 0, 5).astype(np.intp)
-    col[(lgrade > 0) & (lgrade < 1)] = 0
-    grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
+    integer_grades = bool((lgrade == np.round(lgrade)).all())
+    if integer_grades and n_q and max_grade.max() <= 5:
+        # whole grades up to 5: the ideal ranking is each row's count per grade, grade 5
+        # first, the stated unlabelled relevant documents as grade 1
+        per_grade = grade_counts[:, :0:-1].copy()
+        per_grade[:, -1] += extra
+        ideal_grades, _ = _repeat_levels(per_grade, np.arange(5.0, 0.0, -1.0))
+    else:
+        gain = lgrade > 0  # every positive gain
+        pos_q = np.concatenate((lq[gain], ex_q))
+        pos_g = np.concatenate((lgrade[gain], np.ones(ex_q.size)))
+        ideal_grades, _ = _rank_within(pos_q, pos_g, n_q)
 
     return LabelStats(
         n_relevant=n_rel,
@@ -972,7 +1069,7 @@ def label_stats(
         ideal_grades=ideal_grades,
         max_grade=max_grade,
         grade_counts=grade_counts,
-        integer_grades=bool((lgrade == np.round(lgrade)).all()),
+        integer_grades=integer_grades,
     )
 
 

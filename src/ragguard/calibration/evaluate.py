@@ -17,6 +17,7 @@ from ragguard.calibration._columnar import (
     arrays_from_columnar,
 )
 from ragguard.calibration._problems import Reporter
+from ragguard.calibration._readers import MAX_GRADE
 from ragguard.calibration._tables import Table, as_dicts, columnar, read_input, table_kind
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
@@ -90,6 +91,8 @@ def arrays_from_dicts(
 
 
 def _warn_unlabelled(qrels: Mapping[str, object], run: Mapping[str, object]) -> None:
+    if run.keys() <= qrels.keys():  # the usual case, without building a set
+        return
     unlabelled = len(run.keys() - qrels.keys())
     if unlabelled:
         example = next(q for q in run if q not in qrels)
@@ -115,8 +118,33 @@ def arrays_from_tables(
 
     Two tables read with pyarrow are joined column-wise, on integer codes; anything
     else goes through dicts. Repeated (query, document) rows are logged as a warning
-    (the first is kept).
+    (the first is kept). Two non-empty dicts are converted first, and their grades
+    checked by the readers' rule only when the arrays hold one it may reject (a
+    fraction, one above the highest grade) or the conversion fails: the same errors,
+    without a second walk over every grade.
     """
+    if isinstance(qrels, Mapping) and isinstance(run, Mapping) and qrels and run:
+        failed: Exception | None = None
+        try:
+            arrays = arrays_from_dicts(
+                qrels,
+                run,
+                score_kind=score_kind,
+                n_relevant=n_relevant,
+                profile=profile,
+                rules=rules,
+            )
+        except Exception as exc:
+            failed = exc
+        else:
+            if arrays.integer_grades and arrays.max_grade.max() <= MAX_GRADE:
+                return arrays
+        # a grade the rule may reject, or a failed conversion: the rule names the first
+        # bad grade, as when it ran first
+        read_input(qrels, "qrels", columns=columns, what="qrels table", rep=Reporter(strict=False))
+        if failed is not None:
+            raise failed
+        return arrays
     rep = Reporter(strict=False)
     labels = read_input(qrels, "qrels", columns=columns, what="qrels table", rep=rep)
     cands = read_input(run, "run", columns=columns, what="run table", rep=rep)

@@ -74,7 +74,7 @@ def _reciprocal_rank(rel: NDArray[np.bool_]) -> F64:
 def _average_precision(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
     # sparse over the relevant positions only: P@i at the j-th relevant rank i is j / i;
     # bincount adds them per query in rank order, as trec_eval does
-    rows, cols = np.nonzero(rel)
+    rows, cols = np.divmod(np.flatnonzero(rel), max(rel.shape[1], 1))  # 2-D nonzero is slow
     per_row = np.bincount(rows, minlength=rel.shape[0])
     first = np.cumsum(per_row) - per_row
     found = np.arange(1, rows.size + 1) - first[rows]
