@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from ragguard import ContextGuard, GuardConfig, Verdict
 from ragguard.calibration import evaluate, load_evalset
 from ragguard.cli import app
-from tests.calibration.test_answerability import candidates_of, random_rows, write_jsonl
+from tests.calibration.answerability_data import candidates_of, random_rows, write_jsonl
 from tests.cli_checks import error_line
 
 runner = CliRunner()

@@ -2,22 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-import re
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.doc_checks import run_readme_example
 
 
 def test_readme_budget_example_prints_its_comments() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Token budget and near-duplicates", 1)[1].split("\n## ", 1)[0]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    source = code.group(1)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(compile(source, "README.md", "exec"), {})
-    expected = [line.removeprefix("# ") for line in source.splitlines() if line.startswith("# ")]
-    assert printed.getvalue().splitlines() == expected
+    assert run_readme_example("Token budget and near-duplicates")

@@ -7,9 +7,7 @@ committed files; it is skipped where that file is absent.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from ragguard.calibration import evaluate, load_evalset
+from tests.doc_checks import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 NQ = ROOT / "examples" / "nq"
@@ -108,15 +107,7 @@ def test_license_travels_with_the_data() -> None:
 
 
 def load_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nq_build", NQ / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(NQ / "build.py", "nq_build")
 
 
 def test_build_reproduces_pool_sample_and_bm25_run(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import pytest
 
 from ragguard.calibration import load_evalset
 from ragguard.calibration.rerank_scores import passage_texts
+from tests.doc_checks import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 RAMDOCS = ROOT / "examples" / "ramdocs"
@@ -33,15 +34,7 @@ RUN = "dense-minilm"
 
 
 def load_build() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ramdocs_build", RAMDOCS / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script(RAMDOCS / "build.py", "ramdocs_build")
 
 
 build = load_build()

@@ -216,8 +216,8 @@ class Selection:
         warnings: tuple[str, ...],
         rerank: RerankOutcome | None,
         decisions: Callable[[], Iterable[Decision]],
-        conflicts: tuple[Conflict, ...] = (),
-        verdict: Verdict | None = None,
+        conflicts: tuple[Conflict, ...],
+        verdict: Verdict,
     ) -> None:
         self.query = query
         self.candidates = candidates
@@ -226,7 +226,7 @@ class Selection:
         self.warnings = warnings
         self.rerank = rerank
         self.conflicts = conflicts
-        self.verdict = verdict or (Verdict.ANSWERABLE if kept else Verdict.INSUFFICIENT)
+        self.verdict = verdict
         self._decide = decisions
 
     @cached_property

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
 
 import numpy as np
@@ -409,8 +409,7 @@ def conflict_stage(
         for group in conflict_groups(reasons.shape[1], row):
             if mode is ConflictMode.DROP:
                 for c in group:
-                    other = next(o for o in _partners(c, row))
-                    drop(c, other)
+                    drop(c, next(_partners(c, row)))
                 continue
             assert prefer is not None
             winner = _preferred(group, prefer[q], descending)
@@ -426,16 +425,7 @@ def conflict_stage(
                         if (min(c, winner), max(c, winner)) in best_sim
                         else next(_partners(c, row)),
                     )
-    new = StageState(
-        state.positions,
-        reasons,
-        partner,
-        sim,
-        state.tokens,
-        state.threshold,
-        state.max_tokens,
-        state.counter,
-    )
+    new = replace(state, reasons=reasons, partner=partner, similarity=sim)
     return new, all_pairs, incomparable
 
 

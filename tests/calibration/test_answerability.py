@@ -4,7 +4,6 @@ written config with which the runtime guard abstains exactly where calibration s
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from decimal import Decimal
@@ -28,6 +27,7 @@ from ragguard.calibration.pipeline import RerankGrid
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import Reason
 from ragguard.profiles import BUILTIN_PROFILES
+from tests.calibration.answerability_data import candidates_of, random_rows, write_jsonl
 from tests.calibration.test_two_stage import BROKEN, Breaking, oracle
 
 # --- helpers ----------------------------------------------------------------------------
@@ -246,34 +246,6 @@ def test_no_certified_floor_is_not_met_and_writes_no_floor(tmp_path: Path) -> No
     assert cfg.provenance["answerability"]["met"] is False
     assert "at least 29" in cfg.provenance["answerability"]["shortfall"]
     assert not a.abstained.any()
-
-
-def random_rows(seed: int, n: int = 160) -> list[dict[str, Any]]:
-    """JSONL records: a quarter unanswerable (judged, nothing relevant); the rest with a
-    relevant candidate that usually, not always, scores best."""
-    rng = np.random.default_rng(seed)
-    records = []
-    for i in range(n):
-        q = f"q{i:03d}"
-        docs = {f"{q}-d{j}": round(float(rng.uniform(0.2, 0.65)), 4) for j in range(5)}
-        rec: dict[str, Any] = {"query_id": q, "query": f"question {i}"}
-        if i % 4 == 0:
-            rec["relevant"], rec["not_relevant"] = [], [f"{q}-d0", f"{q}-d1"]
-        else:
-            docs[f"{q}-d0"] = round(float(rng.uniform(0.6, 0.95)), 4)
-            rec["relevant"], rec["not_relevant"] = [f"{q}-d0"], [f"{q}-d1"]
-        rec["candidates"] = [{"id": d, "score": s, "text": f"text of {d}"} for d, s in docs.items()]
-        records.append(rec)
-    return records
-
-
-def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
-def candidates_of(record: dict[str, Any]) -> list[Candidate]:
-    return [Candidate(c["id"], c["text"], c["score"]) for c in record["candidates"]]
 
 
 @pytest.mark.parametrize("seed", [0, 1])
