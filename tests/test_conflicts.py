@@ -74,6 +74,19 @@ def test_a_changed_name_is_a_conflict() -> None:
     assert (p.spans_a, p.spans_b) == (("Austin",), ("Fremont",))
 
 
+def test_a_changed_date_is_a_conflict() -> None:
+    # "4 March 2021" -> "14 June 2022": words 12-14 of 20 change, so the 5 shingles
+    # touching them differ: 13 of 18 shared, union 23
+    rule = (
+        "The new visa rules for seasonal farm workers take effect on {} in every region of "
+        "the country."
+    )
+    a, b = rule.format("4 March 2021"), rule.format("14 June 2022")
+    (p,) = pair_of(a, b)
+    assert p.similarity == pytest.approx(13 / 23)
+    assert (p.spans_a, p.spans_b) == (("4 March 2021",), ("14 June 2022",))
+
+
 def test_a_one_sided_negation_is_a_conflict() -> None:
     # "not" inserted after word 2 of 17: 2 shingles of DRUG lost, 3 new ones: 13 / 18
     (p,) = pair_of(DRUG, DRUG_NOT)
