@@ -27,8 +27,6 @@ Each command runs in its own process; its wall time and peak resident memory
   --score-kind similarity --no-report``: reading, checking, arrays, the sweep of the
   default grid (max_k 1..10 x relative threshold, plus the gap / autocut rules), the
   choice, the held-out bootstrap comparison and the config file;
-* the same with ``RAGGUARD_COLUMNAR=0`` (the careful line-by-line reader, what a user
-  without pyarrow gets), only with ``--careful`` (it is slow and large);
 * **pandas + pytrec_eval** for ONE setting: ``pandas.read_csv(sep=r"\\s+")`` of both
   files, conversion to ``{qid: {doc: score}}`` dicts, and pytrec_eval's ``ndcg_cut_10``
   over all queries (the least a user does to score one setting).
@@ -251,7 +249,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=100_000)
     parser.add_argument("--folder", type=Path, default=None)
-    parser.add_argument("--careful", action="store_true", help="also time the careful reader")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
         "--no-reference",
@@ -298,14 +295,6 @@ def main() -> None:
         "--score-kind", "similarity", "--no-report", "-o", str(folder / "ragguard.toml"),
     ]  # fmt: skip
     rows = [("ragguard calibrate (columnar)", ragguard, None)]
-    if args.careful:
-        rows.append(
-            (
-                "ragguard calibrate (careful reader)",
-                ragguard,
-                {**os.environ, "RAGGUARD_COLUMNAR": "0"},
-            )
-        )
     reference = [sys.executable, "-c", REFERENCE, str(folder / "qrels.trec"),
                  str(folder / "run.trec")]  # fmt: skip
     if not args.no_reference:

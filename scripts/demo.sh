@@ -5,7 +5,7 @@
 # Extra arguments go to `ragguard calibrate`, e.g. bash scripts/demo.sh --profile medical
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/_venv.sh "report"
+. scripts/_venv.sh "report,calibrate"
 
 ragguard calibrate examples/notes \
     --out demo-output/ragguard.toml --report demo-output/report "$@"

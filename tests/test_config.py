@@ -373,7 +373,6 @@ def test_unknown_environment_variable_warns_with_the_closest_key(
     monkeypatch.delenv("RAGGUARD_MAXK")
     monkeypatch.setenv("RAGGUARD_MAX_K", "3")
     monkeypatch.setenv("RAGGUARD_CACHE_DIR", "/tmp/rerank-cache")  # read by calibrate
-    monkeypatch.setenv("RAGGUARD_COLUMNAR", "0")  # read by the eval-set loader
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert GuardConfig().max_k == 3

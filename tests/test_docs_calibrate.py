@@ -27,7 +27,7 @@ def test_the_first_command_sets_up_and_calibrates_the_embedded_example() -> None
     assert README.index("## On a fresh machine") < README.index("## Install")
     demo = (ROOT / "scripts" / "demo.sh").read_text(encoding="utf-8")
     assert re.search(r"^ragguard calibrate examples/notes\b", demo, re.M)
-    assert '. scripts/_venv.sh "report"' in demo
+    assert '. scripts/_venv.sh "report,calibrate"' in demo
 
 
 def test_the_output_shown_is_what_calibrate_prints(

@@ -82,7 +82,7 @@ ENV_PREFIX = "RAGGUARD_"
 #: provenance key of the ragguard version that wrote a config file (taken out on load)
 WRITER_KEY = "ragguard_version"
 #: RAGGUARD_* variables that ragguard reads but that are no config key
-OTHER_VARIABLES = frozenset({"RAGGUARD_CACHE_DIR", "RAGGUARD_COLUMNAR"})
+OTHER_VARIABLES = frozenset({"RAGGUARD_CACHE_DIR"})
 PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
 
 

@@ -1,6 +1,7 @@
-"""The columnar reading path (pyarrow) gives exactly what the careful line-by-line reader
-gives: the same labels, candidates, order, problems and errors, on clean and messy
-files; and the arrays built column-wise equal those built from dicts."""
+"""TREC files are read column-wise (pyarrow) into exactly what a line-by-line reader with
+Python's ``str.split()`` reads (the reference in ``line_reader.py``, as trec_eval 9 and
+pytrec_eval read them): the same labels, candidates, order, problems and errors, on
+clean and messy files; and the arrays built column-wise equal those built from dicts."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, load_evalset
+from ragguard.calibration import EvalSet, delimited, load_evalset
 from ragguard.calibration import _columnar as columnar
 from ragguard.calibration._columnar import ColumnarCandidates, ColumnarLabels
+from ragguard.calibration._readers import TREC_QRELS, TREC_RUN
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.errors import EvalSetError
+from tests.calibration.line_reader import careful
 
 pytest.importorskip("pyarrow")
 
@@ -34,12 +37,6 @@ def write(path: Path, text: str, *, encoding: str = "utf-8") -> Path:
     else:
         path.write_bytes(text.encode(encoding))
     return path
-
-
-def careful(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:
-    with monkeypatch.context() as m:
-        m.setattr(columnar, "arrow", lambda: None)
-        return load_evalset(*args, **kw)
 
 
 ARRAY_FIELDS = (
@@ -324,7 +321,7 @@ def test_distractor_grades_and_profile_grades_read_alike(
 
 
 def _typed_taken(path: Path, kind: str) -> bool:
-    return columnar._typed(path, kind) is not None
+    return delimited._typed(path, TREC_RUN if kind == "run" else TREC_QRELS) is not None
 
 
 @pytest.mark.parametrize(
@@ -530,3 +527,75 @@ def test_query_ids_starting_with_hash_are_data_alike(
     assert dict(fast.runs["run"].candidates["#7"]) == {"docA": 0.9, "docB": 0.5}
     assert not fast.report.problems
     assert fast.arrays().doc_ids(0) == ["docA", "docB"]
+
+
+# --------------------------------------------------------------------------- one reader
+
+
+def test_negative_grades_are_read_column_wise(tmp_path: Path) -> None:
+    """-1 marks a known distractor and -2 is judged not relevant: no second reader; the
+    arrays flag the distractor where it was retrieved (hand-checked)."""
+    q = write(tmp_path / "qrels.txt", "q1 0 a 2\nq1 0 b -1\nq1 0 c -2\nq2 0 c 1\n")
+    r = write(tmp_path / "run.trec", "q1 Q0 b 1 0.9 x\nq1 Q0 a 2 0.5 x\nq2 Q0 c 1 0.7 x\n")
+    es = load_evalset(q, runs=r)
+    assert isinstance(es.labels, ColumnarLabels)
+    assert es.labels["q1"].grades == {"a": 2, "b": 0, "c": 0}
+    assert es.labels["q1"].distractors == {"b"}
+    assert es.unanswerable == ()
+    a = es.arrays()
+    assert a.distractor.tolist() == [[True, False], [False, False]]
+    assert a.grades.tolist() == [[0.0, 2.0], [1.0, 0.0]]
+
+
+def test_text_that_is_not_utf8_is_named_by_its_line(tmp_path: Path) -> None:
+    q = tmp_path / "qrels.txt"
+    q.write_bytes(b"q1 0 a 1\nq1 0 b 0\nq2 0 caf\xe9 1\n")
+    with pytest.raises(EvalSetError) as info:
+        load_evalset(q, format="trec")
+    assert "qrels.txt:3: not UTF-8 text (invalid continuation byte)" in str(info.value)
+    gz = tmp_path / "qrels.txt.gz"
+    gz.write_bytes(gzip.compress(b"q1 0 a 1\n\xff\n"))
+    with pytest.raises(EvalSetError, match=r"qrels.txt.gz:2: not UTF-8"):
+        load_evalset(gz, format="trec")
+
+
+def test_a_truncated_gzip_file_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    gz = tmp_path / "qrels.txt.gz"
+    gz.write_bytes(gzip.compress(("q1 0 a 1\n" * 5000).encode())[:-30])
+    with pytest.raises(EvalSetError, match=r"qrels.txt.gz: cannot read"):
+        load_evalset(gz, format="trec")
+
+
+def test_strict_reports_a_repeat_before_a_later_contradiction(tmp_path: Path) -> None:
+    """Line by line, the repeated label on line 2 comes before the contradiction on line
+    4: strict loading raises the first, as a line reader would; without strict the
+    contradiction is the error."""
+    q = write(tmp_path / "qrels.txt", "q1 0 a 1\nq1 0 a 1\nq1 0 b 0\nq1 0 b 2\n")
+    with pytest.raises(EvalSetError, match=r"qrels.txt:2: .*labelled twice"):
+        load_evalset(q, format="trec", strict=True)
+    with pytest.raises(EvalSetError, match=r"qrels.txt:4: .*grade 2 contradicts 0"):
+        load_evalset(q, format="trec")
+
+
+def test_a_line_delimiter_in_the_text_is_read_as_whitespace(tmp_path: Path) -> None:
+    """Lines are streamed as one column split on a control character; a file holding it
+    is streamed with another, and the character is whitespace, as for str.split()."""
+    q = write(tmp_path / "qrels.txt", "q1 0 a\x1f1\nq1\x1e0 b 0\nq2 0 c\x1d\x1c1\n")
+    es = load_evalset(q, format="trec")
+    assert {k: dict(v.grades) for k, v in es.labels.items()} == {
+        "q1": {"a": 1, "b": 0},
+        "q2": {"c": 1},
+    }
+
+
+def test_without_pyarrow_loading_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from ragguard.errors import MissingDependencyError
+
+    q = write(tmp_path / "qrels.txt", QRELS)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(MissingDependencyError, match=r"ragguard-context\[calibrate\]"):
+        load_evalset(q, format="trec")

@@ -442,10 +442,10 @@ def test_files_read_in_many_small_blocks_read_alike(
 ) -> None:
     """Blocks of a few lines (a line longer than a block, blank lines and repeats across
     blocks): the same rows, lines and problems as one block gives."""
-    from ragguard.calibration import _columnar, _columnar_json
+    from ragguard.calibration import _columnar_json, delimited
 
     monkeypatch.setattr(_columnar_json, "_BLOCK", 40)
-    monkeypatch.setattr(_columnar, "_BLOCK", 64)
+    monkeypatch.setattr(delimited, "_BLOCK", 64)
     qrels = "query-id\tcorpus-id\tscore\n" + "".join(
         f"q{i % 7}\t{'abcd'[i % 4]}\t{i % 28 % 3}\n" + ("\n" if i % 5 == 0 else "")
         for i in range(40)

@@ -22,6 +22,7 @@ from ragguard.calibration import (
 )
 from ragguard.errors import EvalSetError, RagguardError
 from tests.calibration.conftest import random_trec_data
+from tests.calibration.line_reader import use_line_reader
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -624,7 +625,8 @@ def _check_unanswerable(es: EvalSet, expected: tuple[str, ...] = UNANSWERABLE) -
 def test_unanswerable_queries_in_jsonl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columnar: str
 ) -> None:
-    monkeypatch.setenv("RAGGUARD_COLUMNAR", columnar)
+    if columnar == "0":
+        use_line_reader(monkeypatch)
     records = []
     for q, grades in ANSWER_GRADES.items():
         rec: dict[str, Any] = {
@@ -654,7 +656,8 @@ def test_unanswerable_queries_in_jsonl(
 def test_unanswerable_queries_in_trec_and_beir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columnar: str
 ) -> None:
-    monkeypatch.setenv("RAGGUARD_COLUMNAR", columnar)
+    if columnar == "0":
+        use_line_reader(monkeypatch)
     qrels = "".join(f"{q} 0 {d} {g}\n" for q, gs in ANSWER_GRADES.items() for d, g in gs.items())
     run = "".join(
         f"{q} Q0 {d} {i} {s} x\n"

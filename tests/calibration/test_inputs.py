@@ -13,6 +13,7 @@ from ragguard.calibration.inputs import add_run, load_factory
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 from tests.calibration import retrievers
+from tests.calibration.line_reader import use_line_reader
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "examples" / "notes"
@@ -104,7 +105,8 @@ def test_examples_notes_as_a_beir_folder_loads_without_problems(
     """CR-33: every run document of examples/notes is in its corpus, and many are
     retrieved for several queries: no problem is reported, strict loading accepts it,
     and the labels are the JSONL eval set's."""
-    monkeypatch.setenv("RAGGUARD_COLUMNAR", columnar)
+    if columnar == "0":
+        use_line_reader(monkeypatch)
     folder = notes_as_beir(tmp_path, depth)
     es = load_inputs(folder, strict=True)
     assert not es.report.problems

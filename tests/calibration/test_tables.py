@@ -63,7 +63,9 @@ MAKERS: dict[str, Maker] = {"pandas": pandas_table, "arrow": arrow_table, "polar
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Tables read column-wise with pyarrow, and row by row as without it."""
     if request.param == "row by row":
-        monkeypatch.setenv("RAGGUARD_COLUMNAR", "0")
+        from ragguard.calibration import _tables
+
+        monkeypatch.setattr(_tables, "arrow", lambda: None)
     return str(request.param)
 
 

@@ -39,10 +39,8 @@ of them, nor :mod:`ragguard.calibration.evalset`, which sits above every reader.
 from __future__ import annotations
 
 import importlib
-import os
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence, Set
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
@@ -52,7 +50,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration._problems import ProblemKind, Reporter
-from ragguard.calibration._readers import MAX_GRADE, TREC_QRELS, TREC_RUN, first_content
+from ragguard.calibration._readers import (
+    DISTRACTOR_GRADE,
+    TREC_QRELS,
+    TREC_RUN,
+    first_content,
+    read_json_run,
+)
 from ragguard.calibration._records import Labels, Query
 from ragguard.calibration.arrays import (
     EvalArrays,
@@ -63,7 +67,9 @@ from ragguard.calibration.arrays import (
     rank_in_chunks,
     ranked_positions,
 )
+from ragguard.calibration.delimited import pyarrow, read_fields
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
+from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
 
@@ -73,50 +79,35 @@ __all__ = [
     "ColumnarQueries",
     "ColumnarRead",
     "CorpusIds",
-    "LineNumbers",
-    "NeedsCareful",
     "Pairs",
     "Vocab",
     "arrays_from_columnar",
     "arrow",
     "arrow_module",
-    "content_blocks",
+    "check_grades",
     "encode_ids",
     "fingerprint",
     "missing_ids",
-    "numeric_values",
     "read_qrels",
     "read_run",
     "read_trec",
     "repeat_events",
     "repeated_rows",
-    "same_grades",
+    "report_events",
     "vocab_positions",
     "vocab_take",
+    "without_rows",
 ]
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
-_BLOCK = 1 << 24  # bytes per streamed block
-_LINE_DELIMITER = "\x1f"  # never inside a TREC line the fast path accepts (it is whitespace)
-# whitespace str.split() splits on besides spaces, tabs, \v, \f (and line ends): such a
-# line goes to the careful reader
-_EXOTIC = (
-    "[\\x1c-\\x1f\\x85\\xa0\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
-    "\\x{202f}\\x{205f}\\x{3000}]"
-)
 
-
-def arrow() -> ModuleType | None:
-    """pyarrow, or ``None`` when it is not installed or ``RAGGUARD_COLUMNAR=0`` is set
-    (then the careful reader is used)."""
-    if os.environ.get("RAGGUARD_COLUMNAR", "1") == "0":
-        return None
-    try:
-        return importlib.import_module("pyarrow")
-    except ImportError:
-        return None
+def arrow() -> ModuleType:
+    """pyarrow (:class:`~ragguard.errors.MissingDependencyError` naming the
+    ``calibrate`` extra when it is missing)."""
+    module: ModuleType = pyarrow()
+    return module
 
 
 def arrow_module(name: str) -> ModuleType:
@@ -145,7 +136,6 @@ def take(column: Any, rows: NDArray[Any]) -> Any:
     if not hasattr(column, "chunks"):
         return column.take(rows)
     pa = arrow()
-    assert pa is not None
     lengths = [len(c) for c in column.chunks]
     if not lengths:
         return pa.array([], column.type)
@@ -213,7 +203,6 @@ def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
     side."""
     if isinstance(known, CorpusIds) and not isinstance(vocab, list):
         pa = arrow()
-        assert pa is not None
         ids = known.ids
         if len(vocab) <= len(ids):  # first the corpus ids found in vocab, then those
             at = vocab_positions(ids, vocab)  # (a position: an id's first row only)
@@ -282,7 +271,6 @@ class Pairs:
         """Document ids of ``rows`` (default all) as a pyarrow string array (chunked or
         not)."""
         pa = arrow()
-        assert pa is not None
         if isinstance(self.docs, list):
             return pa.array(self.doc_ids(self.codes() if rows is None else rows), pa.string())
         if rows is None and self.d is None:
@@ -451,11 +439,37 @@ class _FirstLines(Mapping[str, int]):
 
 
 class ColumnarLabels(_ByQuery):
-    """``{query_id: Labels}`` of qrels read column-wise (grades only)."""
+    """``{query_id: Labels}`` of qrels read column-wise: grades, and known distractors
+    (``distractor``: a flag per row, ``None`` for none)."""
+
+    def __init__(
+        self,
+        pairs: Pairs,
+        codes: Sequence[int] | None = None,
+        *,
+        distractor: NDArray[np.bool_] | None = None,
+    ) -> None:
+        super().__init__(pairs, codes)
+        self.distractor = distractor if distractor is not None and distractor.any() else None
+
+    @classmethod
+    def of_grades(cls, pairs: Pairs) -> ColumnarLabels:
+        """Labels of qrels grades as a file writes them: -1 marks a known distractor
+        (judged not relevant), a grade below 0 is judged not relevant."""
+        value = pairs.value
+        if value.size == 0 or value.min() >= 0:
+            return cls(pairs)
+        clipped = replace(pairs, value=np.maximum(value, 0.0))
+        return cls(clipped, distractor=value == DISTRACTOR_GRADE)
 
     def __getitem__(self, qid: str) -> Labels:
-        docs, values = self._docs(self._index[qid])
-        return Labels(dict(zip(docs, map(int, values.tolist()), strict=True)))
+        rows = self.pairs.rows_of(self._index[qid])
+        docs, values = self.pairs.doc_ids(rows), self.pairs.value[rows]
+        grades = dict(zip(docs, map(int, values.tolist()), strict=True))
+        if self.distractor is None:
+            return Labels(grades)
+        flags = self.distractor[rows].tolist()
+        return Labels(grades, frozenset(d for d, f in zip(docs, flags, strict=True) if f))
 
     def unanswerable(self) -> list[str]:
         """The query ids judged (at least one label) with no relevant (grade >= 1) label,
@@ -501,241 +515,11 @@ class ColumnarQueries(Mapping[str, "Query"]):
 
 # --------------------------------------------------------------------------- reading
 
-_LAYOUT = {
-    "run": (6, (0, 2, 4)),  # query_id Q0 doc_id rank score tag
-    "qrels": (4, (0, 2, 3)),  # query_id iteration doc_id grade
-}
-
-
-def _stream(path: Path) -> Any:
-    """A streaming reader of ``path``'s lines (one string column, blank lines kept)."""
-    pa = arrow()
-    assert pa is not None
-    csv = arrow_module("csv")
-    gz = path.name.lower().endswith(".gz")
-    source = pa.input_stream(str(path), compression="gzip" if gz else None)
-    parse, convert = _csv_options(_LINE_DELIMITER, {"line": pa.string()})
-    return csv.open_csv(
-        source,
-        read_options=csv.ReadOptions(column_names=["line"], block_size=_BLOCK, use_threads=True),
-        parse_options=parse,
-        convert_options=convert,
-    )
-
-
-def _csv_options(delimiter: str, types: dict[str, Any]) -> tuple[Any, Any]:
-    """pyarrow CSV parse and convert options that read text as it is: no quoting or
-    escapes, blank lines kept (as rows), nothing read as null; only the columns of
-    ``types`` kept, with those types."""
-    csv = arrow_module("csv")
-    parse = csv.ParseOptions(
-        delimiter=delimiter,
-        quote_char=False,
-        double_quote=False,
-        escape_char=False,
-        newlines_in_values=False,
-        ignore_empty_lines=False,
-    )
-    convert = csv.ConvertOptions(
-        column_types=types,
-        include_columns=list(types),
-        null_values=[],
-        strings_can_be_null=False,
-        quoted_strings_can_be_null=False,
-    )
-    return parse, convert
-
-
-class NeedsCareful(Exception):
-    """Raised inside the column-wise readers: the careful reader must read the file."""
-
-
-class LineNumbers:
-    """The file line of each content row kept across streamed blocks; ``None`` while
-    row ``i`` is line ``i + 1`` (no blank or comment line so far)."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-        self.trivial = True
-        self._parts: list[I64] = []
-
-    def add(self, mask: NDArray[np.bool_] | None, n: int) -> None:
-        """A block of ``n`` lines of which ``mask`` are kept (``None``: all)."""
-        if mask is None:
-            if not self.trivial:
-                self._parts.append(np.arange(self.seen + 1, self.seen + n + 1, dtype=np.int64))
-        else:
-            if self.trivial:
-                self._parts.append(np.arange(1, self.seen + 1, dtype=np.int64))
-                self.trivial = False
-            self._parts.append(np.flatnonzero(mask).astype(np.int64) + self.seen + 1)
-        self.seen += n
-
-    def result(self) -> I64 | None:
-        if self.trivial:
-            return None
-        return np.concatenate(self._parts) if self._parts else np.zeros(0, np.int64)
-
-
-def content_blocks(
-    path: Path,
-    lines: LineNumbers,
-    *,
-    comment: Callable[[str], bool],
-    is_header: Callable[[str], bool] | None = None,
-) -> Iterator[Any]:
-    """The content lines of each streamed block of ``path`` (trimmed; blank lines and
-    comments left out, and line 1 when ``is_header(line 1)`` says so), their line
-    numbers recorded in ``lines``. Lines starting with ``#`` are few: each is asked
-    ``comment(line)``, the careful reader's own rule (a ``#`` line that can be a record
-    is one, see :class:`~ragguard.calibration._readers.Layout`). Raises
-    :class:`NeedsCareful` on whitespace ``str.split()`` knows but the fast path does
-    not. Each block's memory goes back to the system once the caller is done with it
-    (pyarrow's allocator would otherwise keep it)."""
-    pa = arrow()
-    assert pa is not None
-    pc = arrow_module("compute")
-    pool = pa.default_memory_pool()
-    for batch in _stream(path):
-        text = batch.column(0)
-        n = len(text)
-        if pc.any(pc.match_substring_regex(text, _EXOTIC)).as_py():
-            raise NeedsCareful
-        trimmed = pc.ascii_trim_whitespace(text)
-        keep = pc.not_equal(trimmed, "")
-        hashed = pc.starts_with(trimmed, "#")
-        if pc.any(hashed).as_py():
-            at = np.flatnonzero(hashed.to_numpy(zero_copy_only=False))
-            dropped = at[list(map(comment, trimmed.take(at).to_pylist()))]
-            mask = keep.to_numpy(zero_copy_only=False).copy()
-            mask[dropped] = False
-            keep = pa.array(mask)
-        if is_header is not None and lines.seen == 0 and n and is_header(text[0].as_py()):
-            keep = pc.and_(keep, pa.array(np.arange(n) > 0))
-        if pc.all(keep).as_py():
-            lines.add(None, n)
-            yield trimmed
-        else:
-            lines.add(keep.to_numpy(zero_copy_only=False), n)
-            yield pc.filter(trimmed, keep)
-        del text, trimmed, keep
-        pool.release_unused()
-
-
-# bytes of the whitespace str.split() splits on other than the space (and line ends):
-# tabs, \v, \f, \x1c-\x1f, and (UTF-8) \x85, \xa0, \u1680, \u2000-\u200a, \u2028,
-# \u2029, \u202f, \u205f, \u3000
-_OTHER_SPACE = re.compile(
-    rb"[\t\x0b\x0c\x1c-\x1f]|\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]"
-    rb"|\xe2\x81\x9f|\xe3\x80\x80"
-)
-_ASCII_SPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
-
-
-def _only_spaces(path: Path) -> bool:
-    """Whether the only whitespace inside ``path``'s lines is the space (a plain file,
-    not gzip): then each line is its fields joined by single spaces, or the CSV reader
-    rejects it. ``bytes.find`` per block; the regular expression only on non-ASCII
-    blocks."""
-    if path.name.lower().endswith(".gz"):
-        return False
-    tail = b""
-    with path.open("rb") as f:
-        while block := f.read(_BLOCK):
-            text = tail + block
-            if text.isascii():
-                if any(b in text for b in _ASCII_SPACE):
-                    return False
-            elif _OTHER_SPACE.search(text):
-                return False
-            tail = block[-2:]  # a UTF-8 space split across two blocks
-    return True
-
-
-def _typed(path: Path, kind: str) -> tuple[Any, Any, F64, None] | None:
-    """The id, document and value columns of a TREC file whose fields are separated by
-    single spaces, read by pyarrow's multi-threaded CSV reader with the space as
-    delimiter and the value column typed; ``None`` when the file is not that plain
-    (other whitespace, a blank line, a line with too few or many fields, such as most
-    comments, a value that does not parse): the line-wise split reads it then."""
-    pa = arrow()
-    assert pa is not None
-    csv = arrow_module("csv")
-    pc = arrow_module("compute")
-    if not _only_spaces(path):
-        return None
-    n_cols, (qi, di, vi) = _LAYOUT[kind]
-    names = [f"f{i}" for i in range(n_cols)]
-    types = {names[qi]: pa.string(), names[di]: pa.string()}
-    types[names[vi]] = pa.int64() if kind == "qrels" else pa.float64()
-    parse, convert = _csv_options(" ", types)
-    try:
-        table = csv.read_csv(
-            str(path),
-            read_options=csv.ReadOptions(column_names=names, block_size=_BLOCK),
-            parse_options=parse,
-            convert_options=convert,
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
-        return None
-    q, d = table.column(names[qi]), table.column(names[di])
-    # an empty first field is a blank line (a line starting with "#" that parsed into
-    # typed columns can be a record, so it is one: see _readers.Layout)
-    if table.num_rows and pc.any(pc.equal(q, "")).as_py():
-        return None
-    values = np.asarray(table.column(names[vi]).to_numpy(), dtype=np.float64)
-    if kind == "qrels" and values.size and (values.max() > MAX_GRADE or values.min() < 0):
-        return None  # the careful reader collects -1 (distractors) and names the line
-    return q, d, values, None
-
-
-def _split(path: Path, kind: str) -> tuple[Any, Any, F64, I64 | None] | None:
-    """The id and document columns (pyarrow arrays), the values and the line of each
-    row of a TREC file, or ``None`` when the careful reader must read it."""
-    pa = arrow()
-    assert pa is not None
-    typed = _typed(path, kind)
-    if typed is not None:
-        return typed
-    pc = arrow_module("compute")
-    n_cols, (qi, di, vi) = _LAYOUT[kind]
-    layout = TREC_RUN if kind == "run" else TREC_QRELS
-    qs: list[Any] = []
-    ds: list[Any] = []
-    vs: list[Any] = []
-    lines = LineNumbers()
-
-    def comment(line: str) -> bool:
-        return layout.comment(line, line.split())
-
-    try:
-        for content in content_blocks(path, lines, comment=comment):
-            parts = pc.ascii_split_whitespace(content)
-            if len(content) and not pc.all(pc.equal(pc.list_value_length(parts), n_cols)).as_py():
-                return None
-            qs.append(pc.list_element(parts, qi))
-            ds.append(pc.list_element(parts, di))
-            values = numeric_values(pc.list_element(parts, vi), kind)  # per block: 8 bytes a row
-            if values is None:
-                return None
-            vs.append(values)
-            del parts
-    except NeedsCareful:
-        return None
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
-        return None
-    string = pa.string()
-    q = pa.chunked_array(qs, type=string)
-    d = pa.chunked_array(ds, type=string)
-    v = np.concatenate(vs) if vs else np.zeros(0)
-    return q, d, v, lines.result()
-
 
 def encode_ids(column: Any) -> tuple[Any, NDArray[np.int32]]:
     """(dictionary, int32 codes) of a chunked string column, ids in order of first
     appearance."""
     pa = arrow()
-    assert pa is not None
     enc = column.dictionary_encode()
     if enc.num_chunks == 0:
         return pa.array([], pa.string()), np.zeros(0, np.int32)
@@ -744,29 +528,6 @@ def encode_ids(column: Any) -> tuple[Any, NDArray[np.int32]]:
         np.int32, copy=False
     )
     return dictionary, codes
-
-
-def numeric_values(column: Any, kind: str) -> F64 | None:
-    """The score (``kind="run"``, float) or grade (``kind="qrels"``, integer) column as
-    float64, or ``None`` when a value needs the careful reader (not a number Arrow
-    parses, a grade above the maximum, a negative grade: -1 marks a known distractor,
-    which the careful reader collects)."""
-    pa = arrow()
-    assert pa is not None
-    pc = arrow_module("compute")
-    try:
-        if kind == "qrels":
-            grades = pc.cast(column, pa.int64()).to_numpy()
-            if grades.size and (int(grades.max()) > MAX_GRADE or int(grades.min()) < 0):
-                return None
-            as_float: F64 = grades.astype(np.float64)
-            return as_float
-        # text Arrow rejects (Python's float() reads a few spellings Arrow does not,
-        # such as "1_000") goes to the careful reader
-        out: F64 = np.asarray(pc.cast(column, pa.float64()).to_numpy(), dtype=np.float64)
-        return out
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
-        return None
 
 
 def repeated_rows(q: NDArray[np.int32], d: NDArray[np.int32], n_docs: int) -> NDArray[np.intp]:
@@ -784,61 +545,98 @@ def repeated_rows(q: NDArray[np.int32], d: NDArray[np.int32], n_docs: int) -> ND
     return np.sort(order[again]).astype(np.intp)
 
 
-def read_trec(
-    path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None
-) -> Pairs | None:
-    """A TREC run (``kind="run"``) or qrels (``kind="qrels"``) file, column-wise.
+def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None) -> Pairs:
+    """A TREC run (``kind="run"``) or qrels (``kind="qrels"``) file, column-wise
+    (:func:`~ragguard.calibration.delimited.read_fields`).
 
-    Problems go to ``rep`` exactly as the careful reader reports them (same kinds,
-    messages, lines, order). Returns ``None`` when pyarrow is missing or the file needs
-    the careful reader (see the module docstring). A run's document ids stay as read (one
-    per line, see :class:`Pairs`); labels' are interned.
+    Problems go to ``rep`` in the order of their lines. A run's document ids stay as
+    read (one per line, see :class:`Pairs`); labels' are interned, their values the
+    grades as written (-1 and below included).
+
+    Raises:
+        EvalSetError: a malformed line, a grade out of range or one contradicting an
+            earlier label of the same document, with file, line and field.
     """
-    pa = arrow()
-    if pa is None:
-        return None
-    split = _split(path, kind)
-    if split is None:
-        return None
-    qcol, dcol, value, line_array = split
-    del split
-    qvocab, q = encode_ids(qcol)
-    del qcol
-    line = None if line_array is None else Lines(line_array)
-    del line_array
+    pa = pyarrow()
+    layout = TREC_RUN if kind == "run" else TREC_QRELS
+    fields = read_fields(path, layout)
+    qvocab, q = encode_ids(fields.q)
+    line = None if fields.line is None else Lines(fields.line)
     if kind == "run":
-        keys = doc_keys(dcol)
-        pairs = Pairs(qvocab.to_pylist(), dcol, q, None, value, line, str(path))
+        keys = doc_keys(fields.d)
+        pairs = Pairs(qvocab.to_pylist(), fields.d, q, None, fields.value, line, str(path))
         repeats = _text_repeats(pairs, keys)
         del keys
     else:
-        docs, d = encode_ids(dcol)
-        pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
+        docs, d = encode_ids(fields.d)
+        pairs = Pairs(qvocab.to_pylist(), docs, q, d, fields.value, line, str(path))
         repeats = repeated_rows(q, d, len(docs))
-    del dcol
+    del fields
     pa.default_memory_pool().release_unused()
-    events: list[tuple[int, int, ProblemKind, str, str | None]] = []
+    events: list[Event] = []
     if repeats.size:
-        if kind == "qrels" and not same_grades(pairs, repeats):
-            return None  # contradictory grades: the careful reader names the line
         events.extend(repeat_events(pairs, repeats, kind))
-        keep = np.ones(q.size, dtype=np.bool_)
-        keep[repeats] = False
-        kept_line = Lines.of_steps(pairs.line).without(repeats)
-        kept_docs, kept_codes = pairs.docs, pairs.d
-        if kept_codes is None:  # ids as read: the repeated ones leave the column
-            kept_docs = kept_docs.filter(pa.array(keep))
-        else:
-            kept_codes = kept_codes[keep]
-        pairs = Pairs(
-            pairs.qids, kept_docs, q[keep], kept_codes, value[keep], kept_line, str(path)
-        )  # fmt: skip
+        if kind == "qrels":
+            check_grades(pairs, repeats, events, rep)
+        pairs = without_rows(pairs, repeats)
     if kind == "run":
         events.extend(_run_events(pairs, known_docs))
-    events.sort(key=lambda e: (e[0], e[1]))
-    for line_no, _, pk, message, fld in events:
-        rep(pk, message, path=str(path), line=line_no, field=fld)
+    report_events(events, rep, str(path))
     return pairs
+
+
+Event = tuple[int, int, ProblemKind, str, str | None]
+"""A problem found column-wise: (line, order within the line, kind, message, field)."""
+
+
+def report_events(events: list[Event], rep: Reporter, path: str) -> None:
+    """Report ``events`` to ``rep`` in the order of their lines."""
+    for line_no, _, pk, message, fld in sorted(events, key=lambda e: (e[0], e[1])):
+        rep(pk, message, path=path, line=line_no, field=fld)
+
+
+def without_rows(pairs: Pairs, rows: NDArray[np.intp]) -> Pairs:
+    """``pairs`` with the (sorted, distinct) ``rows`` taken out."""
+    pa = pyarrow()
+    keep = np.ones(pairs.q.size, dtype=np.bool_)
+    keep[rows] = False
+    kept_line = Lines.of_steps(pairs.line).without(rows)
+    docs, codes = pairs.docs, pairs.d
+    if codes is None:  # ids as read: the rows leave the column
+        docs = docs.filter(pa.array(keep))
+    else:
+        codes = codes[keep]
+    return Pairs(pairs.qids, docs, pairs.q[keep], codes, pairs.value[keep], kept_line,
+                 pairs.source)  # fmt: skip
+
+
+def check_grades(
+    pairs: Pairs, repeats: NDArray[np.intp], events: list[Event], rep: Reporter
+) -> None:
+    """Raise :class:`~ragguard.errors.EvalSetError` at the first repeated label whose
+    grade contradicts the first label of its (query, document), after reporting the
+    problems of earlier lines (``events``) as a line-by-line reader meets them."""
+    first: dict[tuple[int, int], float] = {}
+    again = set(repeats.tolist())
+    codes = pairs.codes()
+    width = max(len(pairs.docs), 1)
+    key = pairs.q.astype(np.int64) * width + codes
+    for r in np.flatnonzero(np.isin(key, key[repeats])).tolist():
+        k = (int(pairs.q[r]), int(codes[r]))
+        if r not in again:
+            first.setdefault(k, float(pairs.value[r]))
+            continue
+        if first[k] == pairs.value[r]:
+            continue
+        line = int(pairs.line_of(np.array([r]))[0])
+        report_events([e for e in events if e[0] < line], rep, pairs.source)
+        qid, doc = pairs.qids[k[0]], pairs.doc_ids(np.array([r]))[0]
+        raise EvalSetError(
+            f"query {qid!r}, document {doc!r}: grade {int(pairs.value[r])} contradicts "
+            f"{int(first[k])}",
+            path=pairs.source,
+            line=line,
+        )
 
 
 _MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -924,26 +722,6 @@ def _text_repeats(pairs: Pairs, keys: NDArray[np.uint64]) -> NDArray[np.intp]:
     return np.asarray(out, dtype=np.intp)
 
 
-def same_grades(pairs: Pairs, repeats: NDArray[np.intp]) -> bool:
-    """Whether every repeated label has the grade of its first occurrence."""
-    first: dict[tuple[int, int], float] = {}
-    again = set(repeats.tolist())
-    codes = pairs.codes()
-    width = max(len(pairs.docs), 1)
-    rows = np.flatnonzero(
-        np.isin(pairs.q.astype(np.int64) * width + codes,
-                pairs.q[repeats].astype(np.int64) * width + codes[repeats])
-    )  # fmt: skip
-    for r in rows.tolist():
-        key = (int(pairs.q[r]), int(codes[r]))
-        if r in again:
-            if first[key] != pairs.value[r]:
-                return False
-        else:
-            first.setdefault(key, float(pairs.value[r]))
-    return True
-
-
 def repeat_events(
     pairs: Pairs, repeats: NDArray[np.intp], kind: str
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
@@ -1000,26 +778,21 @@ class ColumnarRead:
     corpus: Set[str] | None = None
 
 
-def read_qrels(path: Path, rep: Reporter) -> ColumnarRead | None:
-    """A TREC qrels file column-wise; ``None`` when the careful reader must read it."""
-    pairs = read_trec(path, "qrels", rep)
-    if pairs is None:
-        return None
-    labels = ColumnarLabels(pairs)
+def read_qrels(path: Path, rep: Reporter) -> ColumnarRead:
+    """A TREC qrels file, column-wise (-1 marks a known distractor)."""
+    labels = ColumnarLabels.of_grades(read_trec(path, "qrels", rep))
     return ColumnarRead(ColumnarQueries(labels), labels, labels.label_lines(), {})
 
 
 def read_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
-) -> tuple[ColumnarCandidates, Mapping[str, int]] | None:
-    """A TREC run file, column-wise (``None``: read it with the careful reader)."""
+) -> tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]:
+    """A run file: TREC run lines, column-wise, or JSON ``{query_id: {doc_id: score}}``;
+    its candidates and the line of each query's first."""
     head, _ = first_content(path)
     if head.startswith("{"):
-        return None
-    pairs = read_trec(path, "run", rep, known_docs=known_docs)
-    if pairs is None:
-        return None
-    cands = ColumnarCandidates(pairs)
+        return read_json_run(path, rep, known_docs=known_docs)
+    cands = ColumnarCandidates(read_trec(path, "run", rep, known_docs=known_docs))
     return cands, cands.first_lines()
 
 
@@ -1084,6 +857,7 @@ def arrays_from_columnar(
         lp.value[lm],
         hit_cand,
         hit_label,
+        ldistractor=None if labels.distractor is None else labels.distractor[lm],
         candidates=_RowCandidates(run, qids),
         score_kind=score_kind,
         profile=profile,
@@ -1099,7 +873,6 @@ def label_hits(
     document id) in Arrow, built on the labels (the smaller side) and probed by the run,
     so no dictionary of the run's ids is needed."""
     pa = arrow()
-    assert pa is not None
     lsel = np.flatnonzero(lrow >= 0)
     if lsel.size == 0 or crow.size == 0:
         return np.zeros(0, np.intp), np.zeros(0, np.intp)
@@ -1127,6 +900,7 @@ def arrays_from_codes(
     hit_cand: NDArray[np.intp],
     hit_label: NDArray[np.intp],
     *,
+    ldistractor: NDArray[np.bool_] | None = None,
     candidates: Sequence[Mapping[str, float]],
     score_kind: ScoreKind | str | None,
     profile: Profile | str | None = None,
@@ -1138,7 +912,8 @@ def arrays_from_codes(
     Candidates: eval row ``crow`` and raw score ``cscore``, in the run's order within
     each row. Labels: eval row ``lrow`` and grade ``lgrade``. ``hit_cand[i]`` and
     ``hit_label[i]`` are a candidate and the label of its document. ``candidates`` gives
-    each row's ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
+    each row's ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`; ``ldistractor``
+    flags the labels of known distractors.
     """
     n_q = len(qids)
     prof = as_profile(profile)
@@ -1173,6 +948,11 @@ def arrays_from_codes(
     g[hrow, hpos] = lgrade[hit_label]
     judged = np.zeros((n_q, width), dtype=np.bool_)
     judged[hrow, hpos] = True
+    distractor = None
+    if ldistractor is not None:
+        distractor = np.zeros((n_q, width), dtype=np.bool_)
+        flagged = ldistractor[hit_label]
+        distractor[hrow[flagged], hpos[flagged]] = True
 
     stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, None)
     ideal_u = ideal_label_utilities(
@@ -1180,6 +960,7 @@ def arrays_from_codes(
     )
     return assemble_arrays(
         qids, kind, prof, rules, counts, ranked, g, judged, stats, ideal_u, candidates,
+        distractor=distractor,
     )  # fmt: skip
 
 
@@ -1242,14 +1023,23 @@ def fingerprint(
         rows = _rows(qids, labels)[p.q]
         keep = np.flatnonzero(rows >= 0)
         pa = arrow()
-        assert pa is not None
-        table = pa.table({"r": rows[keep], "d": p.doc_column(keep), "v": p.value[keep]})
+        table = pa.table(
+            {"r": rows[keep], "d": p.doc_column(keep), "v": p.value[keep],
+             "i": np.arange(keep.size)}
+        )  # fmt: skip
         table = table.sort_by([("r", "ascending"), ("d", "ascending")])
         h.update(b"grades")
         h.update(np.asarray(table.column("r").to_numpy(), np.int64).tobytes())
         _hash_ids(h, table.column("d").combine_chunks())
         _hash_floats(h, np.asarray(table.column("v").to_numpy(), np.float64))
-        for part in (b"distractors", b"utilities", b"no_response"):
+        h.update(b"distractors")
+        if labels.distractor is not None:  # as the dicts' part: rows, sorted ids, 1.0s
+            flagged = labels.distractor[keep]
+            dis = table.filter(pa.array(np.asarray(flagged)[table.column("i").to_numpy()]))
+            h.update(np.asarray(dis.column("r").to_numpy(), np.int64).tobytes())
+            _hash_ids(h, dis.column("d").combine_chunks())
+            _hash_floats(h, np.ones(dis.num_rows))
+        for part in (b"utilities", b"no_response"):
             h.update(part)
         h.update(np.full(len(qids), -1, np.int64).tobytes())
     else:

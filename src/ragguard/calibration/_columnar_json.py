@@ -35,30 +35,26 @@ from ragguard.calibration._columnar import (
     ColumnarQueries,
     ColumnarRead,
     CorpusIds,
-    LineNumbers,
-    NeedsCareful,
     Pairs,
     arrow_module,
-    content_blocks,
+    check_grades,
     encode_ids,
     missing_ids,
-    numeric_values,
     repeat_events,
     repeated_rows,
-    same_grades,
     vocab_positions,
     vocab_take,
 )
 from ragguard.calibration._problems import ProblemKind, Reporter
 from ragguard.calibration._readers import (
     BEIR_DISTRACTORS,
+    BEIR_HEADERS,
     BEIR_QRELS,
     CANDIDATE_FIELDS,
-    beir_columns,
-    beir_fields,
     beir_split,
 )
 from ragguard.calibration._records import Query
+from ragguard.calibration.delimited import read_fields, split_tsv
 from ragguard.errors import EvalSetError
 
 __all__ = ["read_beir", "read_jsonl"]
@@ -67,6 +63,12 @@ I64 = NDArray[np.int64]
 Event = tuple[int, int, ProblemKind, str, str | None]
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
+
+
+class NeedsCareful(Exception):
+    """Raised inside the column-wise JSON readers: the careful reader must read the file."""
+
+
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -261,12 +263,12 @@ def read_beir(path: Path, rep: Reporter, split: str | None) -> ColumnarRead | No
             fields = {"_id": pa.string(), "text": pa.string()}
             query_ids, table = _json_ids(path / "queries.jsonl", fields)
             texts = dict(zip(query_ids.to_pylist(), table.column("text").to_pylist(), strict=True))
-        pairs, events = _qrels(split_qrels, qrels_path, corpus, query_ids)
+        pairs, events = _qrels(split_qrels, qrels_path, corpus, query_ids, rep)
     except (NeedsCareful, EvalSetError):
         return None
     for line_no, _, kind, message, fld in sorted(events, key=lambda e: (e[0], e[1])):
         rep(kind, message, path=str(qrels_path), line=line_no, field=fld)
-    labels = ColumnarLabels(pairs)
+    labels = ColumnarLabels.of_grades(pairs)
     queries = TextQueries(labels, texts)
     return ColumnarRead(queries, labels, labels.label_lines(), {}, corpus)
 
@@ -276,6 +278,7 @@ def _qrels(
     path: Path,
     corpus: CorpusIds | None,
     query_ids: Any | None,
+    rep: Reporter,
 ) -> tuple[Pairs, list[Event]]:
     """The labels of a BEIR qrels file (``_split_qrels``'s columns; repeats removed) and
     its problems as (line, order within the line, kind, message, field); raises
@@ -303,9 +306,8 @@ def _qrels(
                 events.append((ln, 1, ProblemKind.UNKNOWN_QUERY, msg, None))
     repeats = repeated_rows(q, d, len(docs))
     if repeats.size:
-        if not same_grades(pairs, repeats):
-            raise NeedsCareful  # contradictory grades: the careful reader names the line
         events.extend((e[0], 2, *e[2:]) for e in repeat_events(pairs, repeats, "qrels"))
+        check_grades(pairs, repeats, events, rep)
         keep = np.ones(q.size, dtype=np.bool_)
         keep[repeats] = False
         pairs = Pairs(
@@ -317,43 +319,14 @@ def _qrels(
 
 def _split_qrels(path: Path) -> tuple[Any, Any, NDArray[np.float64], I64 | None]:
     """Query and document columns (pyarrow), grades and lines (``None``: row ``i`` is
-    line ``i+1``) of a BEIR qrels file, each line split as the careful reader splits it:
-    on tabs when it has one, else on whitespace, a header on line 1 skipped. Raises
-    :class:`NeedsCareful`."""
-    pa = _columnar.arrow()
-    assert pa is not None
-    pc = arrow_module("compute")
-    qs: list[Any] = []
-    ds: list[Any] = []
-    vs: list[NDArray[np.float64]] = []
-    lines = LineNumbers()
+    line ``i+1``) of a BEIR qrels file: each line split on tabs when it has one, else on
+    whitespace, a header on line 1 skipped."""
+    fields = read_fields(path, BEIR_QRELS, split=split_tsv, is_header=_is_header)
+    return fields.q, fields.d, fields.value, fields.line
 
-    def is_header(first: str) -> bool:
-        return beir_columns(first, 1, BEIR_QRELS) is None
 
-    def comment(line: str) -> bool:
-        return BEIR_QRELS.comment(line, beir_fields(line))
-
-    try:
-        for content in content_blocks(path, lines, comment=comment, is_header=is_header):
-            tabbed = pc.match_substring(content, "\t")
-            parts = pc.ascii_split_whitespace(content)
-            if pc.any(tabbed).as_py():
-                parts = pc.if_else(tabbed, pc.split_pattern(content, "\t"), parts)
-            if len(content) and not pc.all(pc.equal(pc.list_value_length(parts), 3)).as_py():
-                raise NeedsCareful
-            qs.append(pc.ascii_trim_whitespace(pc.list_element(parts, 0)))
-            ds.append(pc.ascii_trim_whitespace(pc.list_element(parts, 1)))
-            grades = numeric_values(pc.ascii_trim_whitespace(pc.list_element(parts, 2)), "qrels")
-            if grades is None:
-                raise NeedsCareful
-            vs.append(grades)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
-        raise NeedsCareful from None
-    string = pa.string()
-    line = lines.result()
-    value = np.concatenate(vs) if vs else np.zeros(0)
-    return pa.chunked_array(qs, type=string), pa.chunked_array(ds, type=string), value, line
+def _is_header(parts: list[str]) -> bool:
+    return parts[0].lower() in BEIR_HEADERS
 
 
 # --------------------------------------------------------------------------- ragguard JSONL

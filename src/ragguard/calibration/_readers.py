@@ -20,6 +20,7 @@ from ragguard.calibration._records import Labels, Query
 from ragguard.errors import EvalSetError
 
 __all__ = [
+    "BEIR_HEADERS",
     "BEIR_QRELS",
     "TREC_QRELS",
     "TREC_RUN",
@@ -31,7 +32,7 @@ __all__ = [
     "first_content",
     "grade_error",
     "read",
-    "read_run",
+    "read_json_run",
 ]
 
 Candidates = dict[str, dict[str, float]]
@@ -86,6 +87,8 @@ class Layout:
     """The column holding a number, if any."""
     parse: Callable[[str], object] = float
     """How that number is read (``int``, ``float``)."""
+    ids: tuple[int, int] = (0, 2)
+    """The columns holding the query id and the document id."""
 
     @property
     def columns(self) -> int:
@@ -113,8 +116,10 @@ class Layout:
 
 TREC_QRELS = Layout("query_id iteration doc_id grade", "qrels", 3, int)
 TREC_RUN = Layout("query_id Q0 doc_id rank score tag", "run", 4, float)
-BEIR_QRELS = Layout("query-id corpus-id score", "BEIR qrels", 2, int)
-BEIR_DISTRACTOR = Layout("query-id corpus-id", "distractors")
+BEIR_QRELS = Layout("query-id corpus-id score", "BEIR qrels", 2, int, (0, 1))
+BEIR_DISTRACTOR = Layout("query-id corpus-id", "distractors", ids=(0, 1))
+BEIR_HEADERS = frozenset({"query-id", "query_id", "qid"})
+"""First fields of a BEIR TSV file's header line (line 1, skipped)."""
 
 
 def first_content(path: Path) -> tuple[str, int]:
@@ -406,35 +411,6 @@ def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
 # --------------------------------------------------------------------------- TREC
 
 
-def _columns(path: Path, layout: Layout) -> Iterator[tuple[_Where, list[str]]]:
-    """The whitespace-separated columns of each non-blank, non-comment line of a TREC
-    file (see :class:`Layout`), with the line's error helper; a line without exactly the
-    layout's number of columns fails."""
-    n = layout.columns
-    for lineno, text in enumerate(_open(path), 1):
-        s = text.strip()
-        parts = s.split()
-        if not s or layout.comment(s, parts):
-            continue
-        at = _Where(path, lineno)
-        if len(parts) != n:
-            at.fail(f"a {layout.kind} line has {n} columns ({layout.names}), got {len(parts)}")
-        yield at, parts
-
-
-def _read_trec_qrels(path: Path, rep: Reporter) -> ReadResult:
-    res = ReadResult()
-    grades: dict[str, dict[str, int]] = {}
-    for at, parts in _columns(path, TREC_QRELS):
-        qid, _, doc, grade_text = parts
-        grade = _grade(grade_text, at, "grade", qid, doc)
-        _add_label(grades, res, qid, doc, grade, at, rep)
-    for qid, g in grades.items():
-        res.queries[qid] = Query(qid)
-        res.labels[qid] = _qrels_labels(g)
-    return res
-
-
 def _grade(text: str, at: _Where, fld: str, qid: str, doc: str) -> int:
     """A qrels grade: an integer that :func:`bad_grade` accepts (-1 a known distractor,
     below that judged not relevant; see :func:`_qrels_labels`)."""
@@ -525,23 +501,12 @@ def _add_candidate(
     q[doc] = score
 
 
-def read_run(
+def read_json_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> tuple[Candidates, Lines]:
-    """A run file: TREC run lines, or JSON ``{query_id: {doc_id: score}}``."""
-    head, _ = first_content(path)
-    if head.startswith("{"):
-        return _read_json_run(path, rep, known_docs)
-    cands: Candidates = {}
-    lines: Lines = {}
-    for at, parts in _columns(path, TREC_RUN):
-        qid, _, doc, _, score_text, _ = parts
-        try:
-            score = float(score_text)
-        except ValueError:
-            at.fail(f"must be a number, got {score_text!r}", "score")
-        _add_candidate(cands, lines, qid, doc, score, at, rep, known_docs)
-    return cands, lines
+    """A JSON run file, ``{query_id: {doc_id: score}}`` (TREC run files are read
+    column-wise, :mod:`ragguard.calibration.delimited`)."""
+    return _read_json_run(path, rep, known_docs)
 
 
 def _read_json_run(
@@ -668,7 +633,7 @@ def beir_columns(text: str, lineno: int, layout: Layout) -> list[str] | None:
     parts = beir_fields(s)
     if layout.comment(s, parts):
         return None
-    if lineno == 1 and parts[0].lower() in {"query-id", "query_id", "qid"}:
+    if lineno == 1 and parts[0].lower() in BEIR_HEADERS:
         return None
     return parts
 
@@ -860,7 +825,8 @@ def _answers(value: object, at: _Where, base: str) -> tuple[str, ...]:
 def read(
     fmt: str, path: Path, rep: Reporter, *, split: str | None, model: str | None
 ) -> ReadResult:
-    """Read labels (and embedded runs) in format ``fmt``."""
+    """Read labels (and embedded runs) in format ``fmt`` (``"jsonl"``, ``"beir"``,
+    ``"udcg"``; TREC qrels are read column-wise)."""
     if fmt == "beir":
         if not path.is_dir():
             raise EvalSetError("a BEIR eval set is a folder", path=str(path))
@@ -869,6 +835,4 @@ def read(
         raise EvalSetError("no such file", path=str(path))
     if fmt == "jsonl":
         return _read_jsonl(path, rep)
-    if fmt == "trec":
-        return _read_trec_qrels(path, rep)
     return _read_udcg(path, rep, model)

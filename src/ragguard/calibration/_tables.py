@@ -29,11 +29,11 @@ or ``7`` is an error naming the query, the document and the grade. Qrels without
 are an error ("no labelled queries", as an empty qrels file), and so is a run without
 one (as an empty run file): never metrics of nothing.
 
-With pyarrow (the ``fast`` extra), a table is converted column-wise: ids are
-dictionary-encoded into integer codes and stay columnar
-(:class:`~ragguard.calibration._columnar.Pairs`); no Python object is built per row.
-Without it (or with ``RAGGUARD_COLUMNAR=0``), a table is read row by row and its ids are
-interned in dicts (callers then build dicts per query): slower, the same result. ranx
+A table is converted column-wise with pyarrow (a requirement of calibration, the
+``calibrate`` extra): ids are dictionary-encoded into integer codes and stay columnar
+(:class:`~ragguard.calibration._columnar.Pairs`); no Python object is built per row. A
+pandas DataFrame pyarrow cannot convert (a column of mixed types) is read row by row,
+its ids interned in dicts, so the row at fault is named. ranx
 objects become dicts, read from the typed dicts they hold (a few microseconds per entry;
 ranx has already sorted each query's documents by score, so tied scores come in ranx's
 order). pandas, polars, pyarrow and ranx are never imported here; inputs are recognised

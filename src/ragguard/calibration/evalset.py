@@ -601,11 +601,7 @@ def load_evalset(
     for name, run_path in _run_paths(runs).items():
         if name in all_runs:
             raise EvalSetError(f"two runs are named {name!r}", path=str(run_path))
-        fast = _columnar.read_run(Path(run_path), rep, known_docs=data.corpus)
-        if fast is None:
-            cands, lines = _readers.read_run(Path(run_path), rep, known_docs=data.corpus)
-        else:
-            cands, lines = fast
+        cands, lines = _columnar.read_run(Path(run_path), rep, known_docs=data.corpus)
         all_runs[name] = Run(name, cands, kind_of(name), str(run_path))
         run_lines[name] = lines
     if kinds is not None:

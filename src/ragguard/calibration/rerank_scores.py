@@ -502,8 +502,8 @@ def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> Reran
         EvalSetError: the file is missing or malformed, ``score_kind`` is not given, or
             scores declared probabilities lie outside [0, 1].
     """
+    from ragguard.calibration._columnar import read_run
     from ragguard.calibration._problems import ProblemKind, Reporter
-    from ragguard.calibration._readers import read_run
 
     p = Path(path)
     if score_kind is None:

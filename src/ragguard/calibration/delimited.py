@@ -1,0 +1,435 @@
+"""Whitespace- or tab-separated text files (TREC qrels and runs, BEIR's TSV files): the
+one reader, column-wise.
+
+A file whose fields are separated by single spaces (the usual run) is read by pyarrow's
+multi-threaded CSV reader with the space as delimiter and typed columns; any other file
+by pyarrow's streaming CSV reader, one line per row, trimmed, split into fields and cast
+by pyarrow's compute kernels, block by block. A block holding whitespace ``str.split()``
+knows besides spaces and tabs (``\\x1f``, no-break and other Unicode spaces) is trimmed
+and split by Python, so a line splits as Python splits it.
+
+A block that does not pass the column-wise checks (a line with the wrong number of
+fields, a value pyarrow does not parse, a grade out of range) is walked row by row, in
+the order of its lines: the first bad line raises
+:class:`~ragguard.errors.EvalSetError` naming file, line and field, the message the
+format's :class:`~ragguard.calibration._readers.Layout` gives. When no line is bad
+(pyarrow rejected a number Python reads, such as ``1_000`` or ``Infinity``), the block's
+values are those Python reads. Text that is not UTF-8 is named by its line the same way.
+This walk is a diagnosis of one block, not a second reader: every file is read here.
+
+pyarrow is a requirement of calibration (the ``calibrate`` extra), never of the runtime
+guard.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard._optional import require
+from ragguard.calibration._readers import MAX_GRADE, Layout, grade_error
+from ragguard.errors import EvalSetError
+
+__all__ = ["Fields", "pyarrow", "read_fields"]
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+
+_BLOCK = 1 << 24  # bytes per streamed block
+# one of these, not in the file, separates "fields" when lines are streamed as one column
+_LINE_DELIMITERS = ("\x1f", "\x1e", "\x1d", "\x1c", "\x01", "\x02")
+# whitespace str.split() splits on besides spaces, tabs, \v, \f (and line ends)
+_EXOTIC = (
+    "[\\x1c-\\x1f\\x85\\xa0\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}"
+    "\\x{202f}\\x{205f}\\x{3000}]"
+)
+# bytes of the whitespace str.split() splits on other than the space (and line ends)
+_OTHER_SPACE = re.compile(
+    rb"[\t\x0b\x0c\x1c-\x1f]|\xc2[\x85\xa0]|\xe1\x9a\x80|\xe2\x80[\x80-\x8a\xa8\xa9\xaf]"
+    rb"|\xe2\x81\x9f|\xe3\x80\x80"
+)
+_ASCII_SPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+
+
+def pyarrow() -> Any:
+    """pyarrow, or :class:`~ragguard.errors.MissingDependencyError` naming the extra."""
+    return require("pyarrow", "calibrate")
+
+
+def _module(name: str) -> Any:
+    return require(f"pyarrow.{name}", "calibrate")
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """The query and document columns (pyarrow strings, chunked), the value of each row
+    (float64) and its 1-based line (``None``: row ``i`` is line ``i + 1``)."""
+
+    q: Any
+    d: Any
+    value: F64
+    line: I64 | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """The content lines of one streamed block (trimmed, spaces normalised) and where
+    they are: ``first`` lines came before the block; ``kept`` are the block's rows kept
+    (``None``: all)."""
+
+    text: Any
+    first: int
+    kept: NDArray[np.intp] | None
+    python: bool = False
+    """Whether the block holds whitespace pyarrow's kernels do not know (trimmed by
+    Python; its fields are split by Python too)."""
+
+    def line(self, row: int) -> int:
+        return self.first + 1 + (row if self.kept is None else int(self.kept[row]))
+
+
+def split_whitespace(line: str) -> list[str]:
+    """The fields of a TREC line: ``str.split()``."""
+    return line.split()
+
+
+def split_tsv(line: str) -> list[str]:
+    """The fields of a (stripped) BEIR TSV line: on tabs when it has one, else on
+    whitespace; each field stripped."""
+    return [p.strip() for p in line.split("\t")] if "\t" in line else line.split()
+
+
+def read_fields(
+    path: Path,
+    layout: Layout,
+    *,
+    split: Callable[[str], list[str]] = split_whitespace,
+    is_header: Callable[[list[str]], bool] | None = None,
+) -> Fields:
+    """The id columns and values of a delimited file (see the module docstring).
+
+    Args:
+        path: the file (gzipped when its name ends in ``.gz``).
+        layout: its columns, comment rule and messages.
+        split: how a line splits into fields (Python's rule, mirrored column-wise).
+        is_header: whether line 1, split, is a header to skip.
+
+    Raises:
+        EvalSetError: the first bad line, with file, line and field; a file that cannot
+            be read or is not UTF-8.
+        MissingDependencyError: pyarrow is not installed.
+    """
+    pyarrow()
+    if split is split_whitespace and is_header is None:
+        typed = _typed(path, layout)
+        if typed is not None:
+            return typed
+    for delimiter in _LINE_DELIMITERS:
+        try:
+            return _streamed(path, layout, split, is_header, delimiter)
+        except _InText:
+            continue
+    raise EvalSetError(
+        "cannot read: the file holds every one of the control characters "
+        f"{', '.join(map(repr, _LINE_DELIMITERS))}",
+        path=str(path),
+    )
+
+
+class _InText(Exception):
+    """The character the lines are streamed with occurs in the file."""
+
+
+# --------------------------------------------------------------------------- typed
+
+
+def _only_spaces(path: Path) -> bool:
+    """Whether the only whitespace inside ``path``'s lines is the space (a plain file,
+    not gzip): then each line is its fields joined by single spaces, or the CSV reader
+    rejects it."""
+    if path.name.lower().endswith(".gz"):
+        return False
+    tail = b""
+    with path.open("rb") as f:
+        while block := f.read(_BLOCK):
+            text = tail + block
+            if text.isascii():
+                if any(b in text for b in _ASCII_SPACE):
+                    return False
+            elif _OTHER_SPACE.search(text):
+                return False
+            tail = block[-2:]  # a UTF-8 space split across two blocks
+    return True
+
+
+def _csv_options(delimiter: str, types: dict[str, Any]) -> tuple[Any, Any]:
+    """CSV parse and convert options that read text as it is: no quoting or escapes,
+    blank lines kept (as rows), nothing read as null; only the columns of ``types``."""
+    csv = _module("csv")
+    parse = csv.ParseOptions(
+        delimiter=delimiter,
+        quote_char=False,
+        double_quote=False,
+        escape_char=False,
+        newlines_in_values=False,
+        ignore_empty_lines=False,
+    )
+    convert = csv.ConvertOptions(
+        column_types=types,
+        include_columns=list(types),
+        null_values=[],
+        strings_can_be_null=False,
+        quoted_strings_can_be_null=False,
+    )
+    return parse, convert
+
+
+def _typed(path: Path, layout: Layout) -> Fields | None:
+    """A file of fields joined by single spaces, read by the multi-threaded CSV reader
+    with typed columns; ``None`` when it is not that plain (other whitespace, a blank
+    line, a line with another number of fields, a value that does not parse or is out
+    of range): the streamed reader reads it then."""
+    pa = pyarrow()
+    csv, pc = _module("csv"), _module("compute")
+    if not _only_spaces(path):
+        return None
+    names = [f"f{i}" for i in range(layout.columns)]
+    qi, di = layout.ids
+    vi = layout.value
+    assert vi is not None
+    types = {names[qi]: pa.string(), names[di]: pa.string()}
+    types[names[vi]] = pa.int64() if layout.parse is int else pa.float64()
+    parse, convert = _csv_options(" ", types)
+    try:
+        table = csv.read_csv(
+            str(path),
+            read_options=csv.ReadOptions(column_names=names, block_size=_BLOCK),
+            parse_options=parse,
+            convert_options=convert,
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
+        return None
+    q, d = table.column(names[qi]), table.column(names[di])
+    # an empty first field is a blank line (a "#" line that parsed into typed columns
+    # can be a record, so it is one: see Layout)
+    if table.num_rows and pc.any(pc.equal(q, "")).as_py():
+        return None
+    values = np.asarray(table.column(names[vi]).to_numpy(), dtype=np.float64)
+    if layout.parse is int and values.size and values.max() > MAX_GRADE:
+        return None  # the streamed reader names the line
+    return Fields(q, d, values, None)
+
+
+# --------------------------------------------------------------------------- streamed
+
+
+def _streamed(
+    path: Path,
+    layout: Layout,
+    split: Callable[[str], list[str]],
+    is_header: Callable[[list[str]], bool] | None,
+    delimiter: str,
+) -> Fields:
+    pa = pyarrow()
+    pc = _module("compute")
+    qi, di = layout.ids
+    vi = layout.value
+    tsv = split is split_tsv
+    qs: list[Any] = []
+    ds: list[Any] = []
+    vs: list[F64] = []
+    spans: list[tuple[int, NDArray[np.intp] | None, int]] = []  # (first, kept, rows)
+    for block in _blocks(path, layout, split, is_header, delimiter):
+        text = block.text
+        n = len(text)
+        parts = pc.ascii_split_whitespace(text)
+        if tsv:
+            tabbed = pc.match_substring(text, "\t")
+            if pc.any(tabbed).as_py():
+                parts = pc.if_else(tabbed, pc.split_pattern(text, "\t"), parts)
+        values = None
+        if not n or pc.all(pc.equal(pc.list_value_length(parts), layout.columns)).as_py():
+            q, d = pc.list_element(parts, qi), pc.list_element(parts, di)
+            v = pc.list_element(parts, vi) if vi is not None else None
+            if tsv:
+                q, d = pc.ascii_trim_whitespace(q), pc.ascii_trim_whitespace(d)
+                v = None if v is None else pc.ascii_trim_whitespace(v)
+            values = np.zeros(n) if v is None else _cast(v, layout)
+        if (
+            block.python
+            or values is None
+            or (layout.parse is int and values.size and values.max() > MAX_GRADE)
+        ):
+            values = _diagnose(path, block, layout, split)  # raises, or Python's values
+            fields = [split(s) for s in text.to_pylist()]
+            q = pa.array([f[qi] for f in fields], pa.string())
+            d = pa.array([f[di] for f in fields], pa.string())
+        qs.append(q)
+        ds.append(d)
+        vs.append(values)
+        spans.append((block.first, block.kept, n))
+        del parts
+    string = pa.string()
+    value = np.concatenate(vs) if vs else np.zeros(0)
+    q_all, d_all = pa.chunked_array(qs, type=string), pa.chunked_array(ds, type=string)
+    return Fields(q_all, d_all, value, _lines(spans))
+
+
+def _lines(spans: list[tuple[int, NDArray[np.intp] | None, int]]) -> I64 | None:
+    """The line of each row kept from the blocks ``(lines before, rows kept or None for
+    all, rows)``; ``None`` when row ``i`` is line ``i + 1``."""
+    rows = 0
+    for first, kept, n in spans:
+        if kept is not None or first != rows:
+            break
+        rows += n
+    else:
+        return None
+    parts = [
+        np.arange(first + 1, first + n + 1, dtype=np.int64)
+        if kept is None
+        else kept.astype(np.int64) + first + 1
+        for first, kept, n in spans
+    ]
+    return np.concatenate(parts)
+
+
+def _cast(column: Any, layout: Layout) -> F64 | None:
+    """The value column as float64, or ``None`` when pyarrow does not parse every value
+    (the block is diagnosed then)."""
+    pa = pyarrow()
+    pc = _module("compute")
+    target = pa.int64() if layout.parse is int else pa.float64()
+    try:
+        return np.asarray(pc.cast(column, target).to_numpy(), dtype=np.float64)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
+        return None
+
+
+def _diagnose(path: Path, block: _Block, layout: Layout, split: Callable[[str], list[str]]) -> F64:
+    """Walk a block that failed the column-wise checks row by row: the first bad line
+    raises; when none is bad, the values as Python reads them."""
+    vi = layout.value
+    fld = None if vi is None else layout.names.split()[vi]
+    out: list[float] = []
+    for row, s in enumerate(block.text.to_pylist()):
+        parts = split(s)
+
+        def fail(message: str, field: str | None = None, row: int = row) -> NoReturn:
+            raise EvalSetError(message, path=str(path), line=block.line(row), field=field)
+
+        if len(parts) != layout.columns:
+            fail(
+                f"a {layout.kind} line has {layout.columns} columns ({layout.names}), "
+                f"got {len(parts)}"
+            )
+        if vi is None:
+            out.append(0.0)
+            continue
+        text = parts[vi]
+        try:
+            value = layout.parse(text)
+        except ValueError:
+            what = "an integer" if layout.parse is int else "a number"
+            fail(f"must be {what}, got {text!r}", fld)
+        if layout.parse is int and isinstance(value, int) and value > MAX_GRADE:
+            qi, di = layout.ids
+            fail(grade_error(value, parts[qi], parts[di]), fld)
+        out.append(float(value))  # type: ignore[arg-type]
+    return np.asarray(out, dtype=np.float64)
+
+
+def _stream(path: Path, delimiter: str) -> Any:
+    """A streaming reader of ``path``'s lines (one string column, blank lines kept)."""
+    pa = pyarrow()
+    csv = _module("csv")
+    gz = path.name.lower().endswith(".gz")
+    source = pa.input_stream(str(path), compression="gzip" if gz else None)
+    parse, convert = _csv_options(delimiter, {"line": pa.string()})
+    return csv.open_csv(
+        source,
+        read_options=csv.ReadOptions(column_names=["line"], block_size=_BLOCK, use_threads=True),
+        parse_options=parse,
+        convert_options=convert,
+    )
+
+
+def _batches(path: Path, delimiter: str) -> Iterator[Any]:
+    """The streamed line batches of ``path``; a file that cannot be read, or is not
+    UTF-8, raises :class:`EvalSetError` (naming the first line that is not UTF-8), one
+    holding ``delimiter`` raises :class:`_InText`."""
+    pa = pyarrow()
+    try:
+        yield from _stream(path, delimiter)
+    except pa.ArrowInvalid as exc:
+        if "Expected 1 columns" in str(exc):
+            raise _InText from None
+        not_utf8(path)
+        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
+    except (OSError, EOFError) as exc:
+        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
+
+
+def not_utf8(path: Path) -> None:
+    """Raise :class:`EvalSetError` naming the first line of ``path`` that is not UTF-8
+    (a byte order mark at its start is allowed); return when every line is."""
+    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise EvalSetError(
+                        f"not UTF-8 text ({exc.reason})", path=str(path), line=lineno
+                    ) from None
+    except (OSError, EOFError) as exc:
+        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
+
+
+def _blocks(
+    path: Path,
+    layout: Layout,
+    split: Callable[[str], list[str]],
+    is_header: Callable[[list[str]], bool] | None,
+    delimiter: str,
+) -> Iterator[_Block]:
+    """The content lines of each streamed block: whitespace normalised, trimmed, blank
+    lines and comments left out (a ``#`` line is a comment only when it cannot be a
+    record, :meth:`Layout.comment`), and line 1 when ``is_header`` says so. Each block's
+    memory goes back to the system once the caller is done with it."""
+    pa = pyarrow()
+    pc = _module("compute")
+    pool = pa.default_memory_pool()
+    seen = 0
+    for batch in _batches(path, delimiter):
+        text = batch.column(0)
+        n = len(text)
+        python = pc.any(pc.match_substring_regex(text, _EXOTIC)).as_py()
+        if python:  # stripped as Python strips
+            trimmed = pa.array([s.strip() for s in text.to_pylist()], pa.string())
+        else:
+            trimmed = pc.ascii_trim_whitespace(text)
+        mask = pc.not_equal(trimmed, "").to_numpy(zero_copy_only=False).copy()
+        hashed = pc.starts_with(trimmed, "#")
+        if pc.any(hashed).as_py():
+            at = np.flatnonzero(hashed.to_numpy(zero_copy_only=False))
+            lines = trimmed.take(at).to_pylist()
+            mask[at[[layout.comment(s, split(s)) for s in lines]]] = False
+        if is_header is not None and seen == 0 and n and mask[0]:
+            mask[0] = not is_header(split(trimmed[0].as_py()))
+        if mask.all():
+            yield _Block(trimmed, seen, None, python)
+        else:
+            kept = np.flatnonzero(mask)
+            yield _Block(trimmed.take(kept), seen, kept, python)
+        seen += n
+        del text, trimmed
+        pool.release_unused()
