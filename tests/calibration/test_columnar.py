@@ -282,6 +282,14 @@ def test_fingerprint_is_the_same_on_both_paths(
     fast, slow = both(monkeypatch, q, runs=r, format="trec")
     assert data_fingerprint(fast) == data_fingerprint(slow)
     assert not math.isnan(fast.arrays().scores[0, 0])
+    # known distractors (-1) in two queries, rows out of query order: the labels'
+    # distractor part is hashed as the dicts' is; and it changes the fingerprint
+    q = write(tmp_path / "dis.txt", "q2 0 zz -1\nq1 0 b -1\nq1 0 a 1\nq2 0 c 2\nq2 0 y -1\n")
+    fast, slow = both(monkeypatch, q, runs=r, format="trec")
+    assert isinstance(fast.labels, ColumnarLabels) and fast.labels.distractor is not None
+    assert data_fingerprint(fast) == data_fingerprint(slow)
+    plain = write(tmp_path / "plain.txt", "q2 0 zz 0\nq1 0 b 0\nq1 0 a 1\nq2 0 c 2\nq2 0 y 0\n")
+    assert data_fingerprint(load_evalset(plain, runs=r)) != data_fingerprint(fast)
 
 
 def test_the_guard_and_loading_import_no_pyarrow_until_a_file_is_read(tmp_path: Path) -> None:
