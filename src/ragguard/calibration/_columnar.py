@@ -42,7 +42,7 @@ import importlib
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
@@ -63,6 +63,7 @@ from ragguard.calibration.arrays import (
     rank_in_chunks,
     ranked_positions,
 )
+from ragguard.calibration.texts import Texts
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
@@ -998,6 +999,7 @@ class ColumnarRead:
     label_lines: Mapping[str, tuple[str | None, int | None]]
     runs: dict[str, tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]]
     corpus: Set[str] | None = None
+    texts: Texts = field(default_factory=Texts)
 
 
 def read_qrels(path: Path, rep: Reporter) -> ColumnarRead | None:
