@@ -91,6 +91,11 @@ class TextSource(Generic[K]):
         return self._data
 
     @property
+    def loaded(self) -> bool:
+        """Whether the mappings are built (a look-up has asked for them)."""
+        return self._data is not None
+
+    @property
     def texts(self) -> Mapping[K, str]:
         """Key -> text (a title on its own line first)."""
         return self._load()[0]
@@ -115,7 +120,7 @@ class Texts:
         pairs: Sequence[TextSource[Pair]] = (),
         docs: Sequence[TextSource[str]] = (),
         metadata: Mapping[str, Mapping[str, Any]] | None = None,
-        udcg_examples: Mapping[str, Mapping[str, Any]] | None = None,
+        udcg_examples: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
         """
         Args:
@@ -128,7 +133,7 @@ class Texts:
         self._pairs = tuple(pairs)
         self._docs = tuple(docs)
         self.metadata: Mapping[str, Mapping[str, Any]] = dict(metadata or {})
-        self.udcg_examples: Mapping[str, Mapping[str, Any]] | None = (
+        self.udcg_examples: Mapping[str, dict[str, Any]] | None = (
             None if udcg_examples is None else dict(udcg_examples)
         )
 
@@ -185,9 +190,16 @@ class Texts:
         return _view([d.titles for d in reversed(self._docs)])
 
     @property
+    def loaded(self) -> bool:
+        """Whether every source's mappings are built: texts read column-wise stay Arrow
+        arrays, and a corpus beside the eval set stays unread, until a look-up."""
+        return all(s.loaded for s in self._pairs) and all(d.loaded for d in self._docs)
+
+    @property
     def files(self) -> tuple[Path, ...]:
         """The corpus files these texts read when first asked for."""
-        return tuple(s.file for s in (*self._pairs, *self._docs) if s.file is not None)
+        files = [s.file for s in self._pairs] + [d.file for d in self._docs]
+        return tuple(f for f in files if f is not None)
 
     def merged(
         self,

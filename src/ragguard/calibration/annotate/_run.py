@@ -174,7 +174,8 @@ def annotate(
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
     es = _load(evalset, format, runs, corpus_list, passages)
     texts = es.texts
-    read = [es.source, *(r.source for r in es.runs.values()), *texts.files]
+    read: list[PathLike | None] = [es.source, *(r.source for r in es.runs.values())]
+    read += texts.files
     read += [] if isinstance(evalset, EvalSet) else [evalset]
     for path in (out_path, udcg_path, store_path):
         if path is not None:  # writing would replace a file it reads
