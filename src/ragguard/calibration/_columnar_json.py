@@ -1,8 +1,9 @@
 """BEIR folders and ragguard JSONL eval sets read column-wise.
 
 A BEIR folder's ``corpus.jsonl`` and ``queries.jsonl`` are read by pyarrow's JSON reader
-with an explicit schema (every other field skipped, so a corpus's texts are never held;
-its ids stay one Arrow string array), ``qrels/<split>.tsv`` by pyarrow's streaming CSV
+with an explicit schema (every other field skipped; a corpus's ids, texts and titles stay
+Arrow string arrays, :mod:`ragguard.calibration.texts` builds Python strings of the
+texts only when asked), ``qrels/<split>.tsv`` by pyarrow's streaming CSV
 reader into integer-coded ids, like TREC files (:mod:`ragguard.calibration._columnar`).
 A JSONL eval set is read by the JSON reader block by block into the same integer-coded
 labels and candidates, when its shape allows (see :func:`read_jsonl`).
@@ -507,7 +508,8 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
                 flat = pc.struct_field(flat, "id")
                 if text.null_count < len(text):
                     has = np.flatnonzero(np.asarray(text.is_valid(), np.bool_))
-                    query = np.repeat(np.arange(rows, rows + table.num_rows), counts)[has]
+                    row = np.arange(rows, rows + table.num_rows, dtype=np.int32)
+                    query = np.repeat(row, counts)[has]
                     add("texts", (query, flat.take(has), text.take(has)))
             add(f"{name}.ids", _ids(flat) if len(flat) else pa.array([], string))
         if "metadata" in table.schema.names:

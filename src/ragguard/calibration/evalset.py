@@ -40,9 +40,12 @@ field              required  meaning
                              when labels cover only retrieved candidates
 ``answers``        no        reference answers (strings)
 ``candidates``     no        the run named ``"default"``: a list of ``{"id", "score"}``
-                             objects (``score`` may be missing or null) or of ids
+                             objects (``score`` may be missing or null; ``text``, a
+                             string or null, is the passage's text for this query) or
+                             of ids
 ``runs``           no        ``{run name: candidate list}``, more runs
-``metadata``       no        anything; ignored
+``metadata``       no        an object is kept (:attr:`EvalSet.texts`; ``annotate``
+                             writes it back); anything else is ignored
 =================  ========  ==========================================================
 
 An id may appear in only one of ``relevant``, ``not_relevant`` and ``distractors``.
@@ -65,9 +68,9 @@ marks a known distractor (JSONL's ``distractors``; in a BEIR folder also an opti
 qrels grade below -1 (TREC Web tracks mark junk -2) is read as judged not relevant, like
 0. Files are UTF-8; a byte order mark at the start is skipped.
 
-``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``), ``queries.jsonl`` (``_id``,
-``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score``, header line), with
-runs passed as ``runs=`` (TREC or JSON).
+``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``, optional ``text`` and
+``title``), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id
+corpus-id  score``, header line), with runs passed as ``runs=`` (TREC or JSON).
 
 ``"udcg"`` -- the UDCG authors' JSON: a list of examples with ``example_id``,
 ``question`` and ``passages`` (``doc_id``, ``is_relevant``, and
@@ -75,6 +78,12 @@ runs passed as ``runs=`` (TREC or JSON).
 ``"passages"`` without scores; ``no_res_prob`` of the chosen ``model`` gives the
 utilities. Other keys (such as the ``udcg`` outputs in the authors' result file) are
 ignored.
+
+**Texts.** The passage texts a file carries (candidates' and passages' ``text`` and
+``title``, a BEIR ``corpus.jsonl``, a ``corpus.jsonl`` beside an eval-set file) are read
+with the labels into :attr:`EvalSet.texts` (:mod:`ragguard.calibration.texts`), so the
+consumers (two-stage scoring, the stages after the cut, training, annotation) never read
+the file again; :meth:`EvalSet.with_texts` adds corpus files and ``{id: text}``.
 
 Problems
 --------

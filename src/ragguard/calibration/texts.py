@@ -382,9 +382,9 @@ class ArrowPairTexts:
 
     def __init__(self, qids: Sequence[str]) -> None:
         self.qids = qids
-        self.parts: list[tuple[NDArray[np.intp], Any, Any]] = []
+        self.parts: list[tuple[NDArray[np.int32], Any, Any]] = []
 
-    def add(self, query: NDArray[np.intp], ids: Any, texts: Any) -> None:
+    def add(self, query: NDArray[np.int32], ids: Any, texts: Any) -> None:
         """One block's candidates that have a text."""
         self.parts.append((query, ids, texts))
 
