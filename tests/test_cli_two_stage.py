@@ -269,13 +269,15 @@ def test_a_calibration_that_needs_texts_reads_each_file_once(
 ) -> None:
     """The reranker and the token budget both read passage texts: the eval-set file is
     parsed once (and its bytes hashed once for the config's provenance), the corpus
-    beside it read once, whoever asks for texts first."""
+    beside it and a --corpus file read once each, whoever asks for texts first."""
     import builtins
     import io
     import os
     from collections import Counter
 
     pa = pytest.importorskip("pyarrow")
+    extra = folder.parent / "extra.jsonl"  # a --corpus file: read once too
+    extra.write_text('{"_id": "q00-d0", "text": "passage q00-d0 with the answer, again"}\n')
     opened: Counter[Path] = Counter()
     real_open, real_stream = builtins.open, pa.input_stream
 
@@ -294,11 +296,12 @@ def test_a_calibration_that_needs_texts_reads_each_file_once(
     res = runner.invoke(app, ["calibrate", str(folder), "--rerank", "myjudge:judge",
                               "--max-tokens", "40", "--near-duplicate-threshold", "0.9",
                               "--no-report", "--min-recall", "0", "--max-k", "5",
-                              "--out", "a.toml"])  # fmt: skip
+                              "--corpus", str(extra), "--out", "a.toml"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "Two stages" in res.output  # the reranker read the texts
     assert opened[(folder / "evalset.jsonl").resolve()] == 2
     assert opened[(folder / "corpus.jsonl").resolve()] == 1
+    assert opened[extra.resolve()] == 1
 
 
 def test_a_bad_corpus_file_is_one_line_naming_file_and_line(folder: Path, tmp_path: Path) -> None:
