@@ -262,3 +262,54 @@ def test_a_rerank_spec_that_names_nothing_is_one_line(
     errors = [line for line in res.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: {expected}"), res.output
     assert "Traceback" not in res.output and not Path("a.toml").exists()
+
+
+def test_a_calibration_that_needs_texts_reads_each_file_once(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reranker and the token budget both read passage texts: the eval-set file is
+    parsed once (and its bytes hashed once for the config's provenance), the corpus
+    beside it and a --corpus file read once each, whoever asks for texts first."""
+    import builtins
+    import io
+    import os
+    from collections import Counter
+
+    pa = pytest.importorskip("pyarrow")
+    extra = folder.parent / "extra.jsonl"  # a --corpus file: read once too
+    extra.write_text('{"_id": "q00-d0", "text": "passage q00-d0 with the answer, again"}\n')
+    opened: Counter[Path] = Counter()
+    real_open, real_stream = builtins.open, pa.input_stream
+
+    def counting_open(file: object, *args: object, **kw: object) -> object:
+        if isinstance(file, str | os.PathLike):
+            opened[Path(file).resolve()] += 1
+        return real_open(file, *args, **kw)  # type: ignore[call-overload]
+
+    def counting_stream(source: object, *args: object, **kw: object) -> object:
+        opened[Path(str(source)).resolve()] += 1
+        return real_stream(source, *args, **kw)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(io, "open", counting_open)  # pathlib.Path.open
+    monkeypatch.setattr(pa, "input_stream", counting_stream)
+    res = runner.invoke(app, ["calibrate", str(folder), "--rerank", "myjudge:judge",
+                              "--max-tokens", "40", "--near-duplicate-threshold", "0.9",
+                              "--no-report", "--min-recall", "0", "--max-k", "5",
+                              "--corpus", str(extra), "--out", "a.toml"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Two stages" in res.output  # the reranker read the texts
+    assert opened[(folder / "evalset.jsonl").resolve()] == 2
+    assert opened[(folder / "corpus.jsonl").resolve()] == 1
+    assert opened[extra.resolve()] == 1
+
+
+def test_a_bad_corpus_file_is_one_line_naming_file_and_line(folder: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "more.jsonl"
+    bad.write_bytes(b'{"_id": "x", "text": "ok"}\n{"_id": "y", "text": "caf\xe9"}\n')
+    args = ["calibrate", str(folder), "--max-tokens", "40", "--no-report", "--corpus", str(bad)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1
+    assert f"{bad}:2: not UTF-8 text" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, [*args[:-1], str(tmp_path / "none.jsonl")])
+    assert res.exit_code == 1 and "none.jsonl" in res.output and "Traceback" not in res.output

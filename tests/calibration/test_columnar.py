@@ -78,6 +78,16 @@ def assert_same(fast: EvalSet, slow: EvalSet) -> None:
             assert [str(v) for v in f.values()] == [str(v) for v in s.values()]  # NaN too
         assert_same_arrays(fast.arrays(name), slow.arrays(name))
     assert fast.report.problems == slow.report.problems
+    assert texts_of(fast) == texts_of(slow)
+
+
+def texts_of(es: EvalSet) -> tuple[object, ...]:
+    """Everything :attr:`EvalSet.texts` holds, as plain values."""
+    t = es.texts
+    return (
+        dict(t.by_pair), dict(t.by_doc), dict(t.titles_by_pair), dict(t.titles_by_doc),
+        dict(t.metadata), t.udcg_examples, t.files,
+    )  # fmt: skip
 
 
 def both(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> tuple[EvalSet, EvalSet]:

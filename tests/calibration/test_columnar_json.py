@@ -162,6 +162,8 @@ def test_duplicates_and_unknown_ids_are_reported_alike_in_line_order(
         ("", QUERIES),  # an empty corpus
         (CORPUS, '{"_id": "q1", "text": "old"}\n{"_id": "q1", "text": "new"}\n'),
         (CORPUS, '{"_id": "q1"}\n{"_id": "q2", "text": "two", "metadata": {"k": [1]}}\n'),
+        ('{"_id": "a", "title": 5, "text": "x"}\n{"_id": "b", "text": null}\n', QUERIES),
+        ('{"_id": "a", "title": "A", "text": ""}\n{"_id": "a", "text": "again"}\n', QUERIES),
         (None, None),  # no corpus.jsonl, no queries.jsonl
     ],
 )
@@ -192,6 +194,8 @@ def test_corpus_and_queries_files_read_alike(
         ("corpus.jsonl", '{"_id": ""}\n', "corpus.jsonl:1, field '_id'"),
         ("corpus.jsonl", '{"_id": true}\n', "corpus.jsonl:1, field '_id'"),
         ("queries.jsonl", '{"_id": "q1", "text": 3}\n', "queries.jsonl:1, field 'text'"),
+        ("corpus.jsonl", '{"_id": "a"}\n{"_id": "b", "text": 5}\n', "corpus.jsonl:2, field 'text'"),
+        ("corpus.jsonl", '{"_id": "a", "text": ["x"]}\n', "corpus.jsonl:1, field 'text'"),
     ],
 )
 def test_beir_errors_name_file_line_and_field_on_both_paths(
@@ -364,6 +368,10 @@ def test_a_run_without_any_score_keeps_its_order_alike(
         {"query_id": 9, "relevant": [7]},  # numbers as ids
         {"query_id": "q9", "metadata": "text"},  # metadata of two types in one file
         {"query_id": "q9", "query": None, "answers": []},
+        {"query_id": "q9", "candidates": [{"id": "a", "text": None}, {"id": "b", "text": "b"}]},
+        {"query_id": "q9", "metadata": None},
+        {"query_id": "q9", "metadata": {}},
+        {"query_id": "q9", "metadata": {"source": 3, "k": [None, {"x": 1.5}]}},  # other types
     ],
 )
 def test_shapes_read_by_the_careful_reader_read_alike(
@@ -389,6 +397,8 @@ def test_shapes_read_by_the_careful_reader_read_alike(
         ({"query_id": "q9", "candidates": [{"id": ""}]}, "field 'candidates[0].id'"),
         ({"query_id": "q9", "candidates": [{"score": 1}]}, "field 'candidates[0].id'"),
         ({"query_id": "q9", "candidates": [{"id": "a", "score": True}]}, "'candidates[0].score'"),
+        ({"query_id": "q9", "candidates": [{"id": "a", "text": 5}]}, "'candidates[0].text'"),
+        ({"query_id": "q9", "candidates": [{"id": "a"}, {"id": "b", "text": {}}]}, "[1].text'"),
         ({"query_id": "q9", "relevant": [""]}, "field 'relevant[0]'"),
         ({"query_id": "", "relevant": ["a"]}, "field 'query_id'"),
         ({"query_id": "q9", "query": 3}, "field 'query'"),

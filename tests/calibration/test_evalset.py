@@ -701,3 +701,209 @@ def test_unanswerable_queries_in_udcg_files_tables_and_dicts(tmp_path: Path) -> 
     _check_unanswerable(EvalSet.from_dicts(qrels_df, {"r": run_df}))
     pl = pytest.importorskip("polars")
     _check_unanswerable(EvalSet.from_dicts(pl.from_pandas(qrels_df), {"r": pl.from_pandas(run_df)}))
+
+
+# --- passage texts: read with the labels, once ------------------------------------------
+
+TEXTS_JSONL = [
+    {
+        "query_id": "q1",
+        "query": "first?",
+        "relevant": ["d1"],
+        "candidates": [
+            {"id": "d1", "score": 0.9, "text": "one"},
+            {"id": "d2", "score": 0.5},
+            {"id": "d1", "score": 0.1, "text": "a repeat"},
+            {"id": "d4", "score": 0.2, "text": None},
+        ],
+        "metadata": {"topic": "x", "n": [1, 2.5, None], "deep": {"k": "v"}},
+    },
+    {"query_id": "q2", "relevant": ["d1"], "candidates": [{"id": "d1", "text": "other one"}]},
+]
+BESIDE = (
+    '{"id": "d2", "title": " Two ", "text": "two"}\n'
+    '{"_id": "d1", "text": "corpus one"}\n{"doc_id": "d4", "title": "", "text": "four"}\n'
+)
+
+
+def careful_load(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:
+    """load_evalset by the line-by-line reader (as without pyarrow)."""
+    from ragguard.calibration import _columnar
+
+    with monkeypatch.context() as m:
+        m.setattr(_columnar, "arrow", lambda: None)
+        return load_evalset(*args, **kw)
+
+
+@pytest.mark.parametrize("reader", ["column-wise", "careful"])
+def test_jsonl_texts_metadata_and_the_corpus_beside_land_in_the_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    path = jsonl(tmp_path, *TEXTS_JSONL)
+    beside = write(tmp_path, "corpus.jsonl", BESIDE)
+    es = load_evalset(path) if reader == "column-wise" else careful_load(monkeypatch, path)
+    assert (type(es.labels).__name__ == "ColumnarLabels") is (reader == "column-wise")
+    t = es.texts
+    assert t.files == (beside,)
+    assert not t.loaded  # nothing built, the corpus beside not read, before a look-up
+    # hand-checked: a text of the (query, passage) wins over the corpus's for the id; the
+    # first of a repeated candidate wins; a null text falls back to the corpus; a title
+    # goes on its own line, stripped as a title, blank ones ignored
+    assert t.get("q1", "d1") == "one"
+    assert t.get("q2", "d1") == "other one"
+    assert t.get("q1", "d2") == " Two \ntwo"
+    assert t.title("q1", "d2") == "Two"
+    assert t.get("q1", "d4") == "four"
+    assert t.title("q1", "d4") is None
+    assert t.get("q1", "zz") is None
+    assert t.loaded
+    assert dict(t.by_pair) == {("q1", "d1"): "one", ("q2", "d1"): "other one"}
+    assert dict(t.metadata) == {"q1": TEXTS_JSONL[0]["metadata"]}
+
+
+def test_jsonl_runs_texts_and_texts_across_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Candidates of extra runs carry texts too (the careful reader reads ``runs``); read
+    column-wise in blocks of a few lines, each text stays with its own query."""
+    from ragguard.calibration import _columnar_json
+
+    runs = dict(TEXTS_JSONL[1], runs={"bm25": [{"id": "d9", "text": "nine"}, {"id": "d1"}]})
+    es = load_evalset(jsonl(tmp_path, TEXTS_JSONL[0], runs))
+    assert (es.texts.get("q2", "d9"), es.texts.get("q2", "d1")) == ("nine", "other one")
+    monkeypatch.setattr(_columnar_json, "_BLOCK", 64)
+    lines = [
+        {"query_id": f"q{i}", "relevant": [f"d{i}"], "metadata": {"i": i},
+         "candidates": [{"id": f"d{i}", "text": f"text {i}"}, {"id": "x", "text": f"x of {i}"}]}
+        for i in range(12)
+    ]  # fmt: skip
+    es = load_evalset(jsonl(tmp_path, *lines, name="blocks.jsonl"))
+    assert type(es.labels).__name__ == "ColumnarLabels"
+    for i in range(12):
+        assert es.texts.get(f"q{i}", f"d{i}") == f"text {i}"
+        assert es.texts.get(f"q{i}", "x") == f"x of {i}"
+        assert es.texts.metadata[f"q{i}"] == {"i": i}
+
+
+def test_udcg_passage_texts_titles_and_examples(tmp_path: Path) -> None:
+    examples = [
+        {"example_id": "e1", "question": "q?", "passages": [
+            dict(passage("doc_1", True, m=0.1), title="T", text="first one"),
+            dict(passage("doc_2", False, m=0.5), text="first two"),
+            passage("doc_3", False, m=0.5),
+        ]},
+        {"example_id": "e2", "passages": [dict(passage("doc_1", True, m=0.2), text="second one")]},
+    ]  # fmt: skip
+    path = udcg_file(tmp_path, examples)
+    t = load_evalset(path).texts
+    # UDCG files reuse doc_1 across examples: texts are kept per example
+    assert (t.get("e1", "doc_1"), t.get("e2", "doc_1")) == ("T\nfirst one", "second one")
+    assert (t.title("e1", "doc_1"), t.title("e2", "doc_1")) == ("T", None)
+    assert t.get("e1", "doc_2") == "first two"
+    assert t.get("e1", "doc_3") is None
+    assert t.udcg_examples == {"e1": examples[0], "e2": examples[1]}
+    write(tmp_path, "corpus.jsonl", '{"_id": "doc_3", "text": "beside"}\n')
+    assert load_evalset(path).texts.get("e1", "doc_3") == "beside"
+
+
+@pytest.mark.parametrize("reader", ["column-wise", "careful"])
+def test_beir_corpus_texts_and_titles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    root = beir(tmp_path)
+    write(
+        root,
+        "corpus.jsonl",
+        '{"_id": "d1", "title": "Hours", "text": "Closed Sundays."}\n'
+        '{"_id": "d2", "title": "  ", "text": "y"}\n{"_id": "d3"}\n{"_id": "d4", "text": null}\n',
+    )
+    es = load_evalset(root) if reader == "column-wise" else careful_load(monkeypatch, root)
+    assert (type(es.labels).__name__ == "ColumnarLabels") is (reader == "column-wise")
+    t = es.texts
+    assert not t.loaded and t.files == ()  # the folder's own corpus, read with its ids
+    assert dict(t.by_doc) == {"d1": "Hours\nClosed Sundays.", "d2": "y"}
+    assert dict(t.titles_by_doc) == {"d1": "Hours"}
+    assert (t.get("q1", "d1"), t.title("q2", "d1")) == ("Hours\nClosed Sundays.", "Hours")
+    assert t.get("q1", "d3") is None
+    assert es.queries["q1"].text == "first?"
+    # no title anywhere: no titles held
+    write(root, "corpus.jsonl", '{"_id": "d1", "title": "", "text": "x"}\n{"_id": "d2"}\n')
+    assert dict(load_evalset(root).texts.titles_by_doc) == {}
+
+
+def test_with_texts_adds_corpus_files_and_passages_to_a_copy(tmp_path: Path) -> None:
+    path = jsonl(tmp_path, *TEXTS_JSONL)
+    write(tmp_path, "corpus.jsonl", BESIDE)
+    first = write(tmp_path, "more/a.jsonl", '{"_id": "d2", "text": "from a"}\n{"_id": "d5", '
+                  '"title": "Five", "text": "five"}\n{"_id": "d6", "text": "six"}\n')  # fmt: skip
+    second = write(tmp_path, "more/b.jsonl.gz", "")
+    import gzip
+
+    second.write_bytes(gzip.compress(b'{"_id": "d5", "text": "five again"}\n'))
+    es = load_evalset(path, runs=write(tmp_path, "r.trec", "q1 Q0 d2 1 1.0 r\n"))
+    passages = {"d6": "six given", "d1": "not for q1"}
+    more = es.with_texts(corpus=[first, second], passages=passages)
+    passages["d6"] = "changed later"  # the caller's dict stays theirs
+    t = more.texts
+    # later sources win for a passage id: the corpus beside < a.jsonl < b.jsonl.gz <
+    # passages; a text given for the (query, passage) wins over all
+    assert t.get("q1", "d2") == "from a"
+    assert (t.get("q1", "d5"), t.title("q1", "d5")) == ("five again", "Five")
+    assert t.get("q1", "d6") == "six given"
+    assert (t.get("q1", "d1"), t.get("q3", "d1")) == ("one", "not for q1")
+    assert t.files == (tmp_path / "corpus.jsonl", first, second)
+    # the eval set it came from is unchanged; the copy shares its data and arrays
+    assert es.texts.get("q1", "d2") == " Two \ntwo" and es.texts.get("q1", "d6") is None
+    assert more.labels is es.labels and more.runs == es.runs
+    assert more.arrays("default") is es.arrays("default")
+    assert es.with_texts() is es
+    with pytest.raises(EvalSetError, match=r"missing\.jsonl: no such corpus file"):
+        es.with_texts(corpus=[tmp_path / "missing.jsonl"])
+
+
+def test_from_dicts_takes_passage_texts() -> None:
+    passages = {"a": "alpha", "b": "beta"}
+    es = EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": {"a": 0.9, "b": 0.1}}}, passages=passages)
+    passages["a"] = "changed"
+    assert (es.texts.get("q", "a"), es.texts.get("q", "b")) == ("alpha", "beta")
+    assert EvalSet.from_dicts({"q": {"a": 1}}).texts.get("q", "a") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"\n', r"bad\.jsonl:2: malformed JSON"),
+        ('{"_id": "a", "text": "x"}\n[1]\n', r"bad\.jsonl:2: each line must be a JSON object"),
+        ('{"_id": "a", "text": 5}\n', r"bad\.jsonl:1, field 'text': missing or non-string"),
+        ('{"_id": "a"}\n', r"bad\.jsonl:1, field 'text': missing or non-string"),
+        ('{"text": "x"}\n', r"bad\.jsonl:1, field '_id': missing passage id"),
+        (b'{"_id": "a", "text": "x"}\n{"_id": "b", "text": "caf\xe9"}\n', r"bad\.jsonl:2: not UTF"),
+    ],
+)
+def test_a_bad_corpus_file_names_file_and_line(
+    tmp_path: Path, text: str | bytes, where: str
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(text if isinstance(text, bytes) else text.encode())
+    es = EvalSet.from_dicts({"q": {"a": 1}}).with_texts(corpus=[bad])  # read when asked
+    with pytest.raises(EvalSetError, match=where):
+        es.texts.get("q", "a")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "where"),
+    [
+        ("eval.jsonl", [TEXTS_JSONL[0], {"query_id": "q2", "candidates": [{"id": "a",
+         "text": 5}]}], r"eval\.jsonl:2, field 'candidates\[0\]\.text': must be a string"),
+        ("eval.jsonl", [{"query_id": "q2", "runs": {"r": [{"id": "a", "text": ["x"]}]}}],
+         r"eval\.jsonl:1, field 'runs\.r\[0\]\.text': must be a string or null, got list"),
+        ("ex.json", [{"example_id": "e", "passages": [dict(passage("a", True), text=1)]}],
+         r"ex\.json:2, field '\[0\]\.passages\[0\]\.text': a text must be a string"),
+    ],
+)  # fmt: skip
+def test_a_text_that_is_not_a_string_is_named(
+    tmp_path: Path, name: str, content: list[Any], where: str
+) -> None:
+    path = jsonl(tmp_path, *content, name=name) if name.endswith("l") else None
+    path = path or udcg_file(tmp_path, content, name)
+    fails(path, where)

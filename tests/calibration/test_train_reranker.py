@@ -609,3 +609,21 @@ def test_the_trainer_prints_nothing_on_stdout(data: tuple[Path, Path], tmp_path:
     assert "{" not in res.stdout and "loss" not in res.stdout
     assert "training loss" in res.stderr and "validation auc" in res.stderr
     assert res.stdout.splitlines()[0].startswith("validation AUCs on 34 usable queries")
+
+
+def test_training_takes_texts_from_the_loaded_set_never_from_the_file_again(
+    data: tuple[Path, Path], tmp_path: Path, trained: TrainResult
+) -> None:
+    path, encoder = data
+    moved = tmp_path / "set" / "evalset.jsonl"
+    moved.parent.mkdir()
+    moved.write_bytes(path.read_bytes())
+    es = load_evalset(moved)
+    moved.unlink()
+    again = train_reranker(
+        es, out=tmp_path / "scorer", base=str(encoder), seed=0, kinds=FUSION, validation=VALIDATION
+    )
+    assert again.chosen == trained.chosen
+    assert [(c.name, c.auc_distractor, c.auc_other) for c in again.candidates] == [
+        (c.name, c.auc_distractor, c.auc_other) for c in trained.candidates
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import math
 import os
@@ -817,3 +818,81 @@ def test_a_second_stage_that_misses_a_constraint_retrieval_meets_is_left_off(
     assert (
         w.stage.startswith("left off: rerank top-4") and "misses evidence_recall>=0.99" in w.stage
     )
+
+
+def _as_files(
+    es: EvalSet, texts: dict[str, str], run: dict[str, dict[str, float]], root: Path, fmt: str
+) -> tuple[Path, dict[str, object]]:
+    """The data of :func:`make_data` written as ``fmt``, texts in the files; the path to
+    load and the loader's options."""
+    root.mkdir(parents=True)
+    rows = []
+    for qid in es.qids:
+        rel = sorted(es.labels[qid].grades)
+        cands = [{"id": d, "score": s, "text": texts[d]} for d, s in run[qid].items()]
+        row = {"query_id": qid, "query": es.queries[qid].text, "relevant": rel, "candidates": cands}
+        if fmt == "jsonl-careful":  # graded labels: read line by line
+            row["relevant"] = dict.fromkeys(rel, 1)
+        rows.append(row)
+    if fmt.startswith("jsonl"):
+        path = root / "eval.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path, {}
+    if fmt == "udcg":
+        examples = [
+            {"example_id": r["query_id"], "question": r["query"], "passages": [
+                {"doc_id": c["id"], "text": c["text"], "is_relevant": c["id"] in r["relevant"]}
+                for c in r["candidates"]
+            ]} for r in rows
+        ]  # fmt: skip
+        path = root / "eval.json"
+        path.write_text(json.dumps(examples))
+        return path, {}
+    path = root / "beir"
+    (path / "qrels").mkdir(parents=True)
+    (path / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n" for d, t in texts.items())
+    )
+    (path / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": r["query_id"], "text": r["query"]}) + "\n" for r in rows)
+    )
+    (path / "qrels" / "test.tsv").write_text(
+        "".join(f"{r['query_id']}\t{d}\t1\n" for r in rows for d in r["relevant"])
+    )
+    runs = root / "dense.trec"
+    runs.write_text(
+        "".join(
+            f"{q} Q0 {d} {i} {s} dense\n"
+            for q, c in run.items()
+            for i, (d, s) in enumerate(c.items(), 1)
+        )
+    )
+    return path, {"runs": runs}
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "jsonl-careful", "udcg", "beir"])
+def test_calibration_takes_texts_from_the_loaded_set_never_from_the_file_again(
+    data: tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]], tmp_path: Path, fmt: str
+) -> None:
+    """The reranker and the stages after the cut read the texts the loader read: with
+    the eval-set file gone after loading, the calibration is the one made with it."""
+    from ragguard.calibration import load_evalset
+
+    path, options = _as_files(*data, tmp_path / "data", fmt)
+    loaded = load_evalset(path, **options)  # type: ignore[arg-type]
+    settings: dict[str, object] = {
+        "reranker": oracle, "cache_dir": None, "max_k": 4, "n_bootstrap": 20,
+        "rerank_grid": RerankGrid(top_n=(4,)), "min_recall": None, "max_tokens": 20,
+        "near_duplicate_threshold": 0.9,
+    }  # fmt: skip
+    expected = calibrate(load_evalset(path, **options), **settings)  # type: ignore[arg-type]
+    assert expected.rerank is not None  # texts were found: the reranker ran
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    got = calibrate(loaded, **settings)  # type: ignore[arg-type]
+
+    def setting(result: object) -> dict[str, object]:  # provenance: file hashes, times
+        return result.config().model_dump(exclude={"provenance"})  # type: ignore[attr-defined,no-any-return]
+
+    assert setting(got) == setting(expected)
+    assert got.rerank is not None
+    assert got.rerank.scores.scores == expected.rerank.scores.scores

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
@@ -68,6 +68,7 @@ from ragguard.calibration.arrays import (
     ranked_positions,
 )
 from ragguard.calibration.delimited import pyarrow, read_fields
+from ragguard.calibration.texts import Texts
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
@@ -776,6 +777,7 @@ class ColumnarRead:
     label_lines: Mapping[str, tuple[str | None, int | None]]
     runs: dict[str, tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]]
     corpus: Set[str] | None = None
+    texts: Texts = field(default_factory=Texts)
 
 
 def read_qrels(path: Path, rep: Reporter) -> ColumnarRead:

@@ -1,8 +1,9 @@
 """BEIR folders and ragguard JSONL eval sets read column-wise.
 
 A BEIR folder's ``corpus.jsonl`` and ``queries.jsonl`` are read by pyarrow's JSON reader
-with an explicit schema (every other field skipped, so a corpus's texts are never held;
-its ids stay one Arrow string array), ``qrels/<split>.tsv`` by pyarrow's streaming CSV
+with an explicit schema (every other field skipped; a corpus's ids, texts and titles stay
+Arrow string arrays, :mod:`ragguard.calibration.texts` builds Python strings of the
+texts only when asked), ``qrels/<split>.tsv`` by pyarrow's streaming CSV
 reader into integer-coded ids, like TREC files (:mod:`ragguard.calibration._columnar`).
 A JSONL eval set is read by the JSON reader block by block into the same integer-coded
 labels and candidates, when its shape allows (see :func:`read_jsonl`).
@@ -21,6 +22,7 @@ file, line and field, or to read what Python reads.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from ragguard.calibration._readers import (
 )
 from ragguard.calibration._records import Query
 from ragguard.calibration.delimited import read_fields, split_tsv
+from ragguard.calibration.texts import ArrowCorpus, ArrowPairTexts, Texts, TextSource
 from ragguard.errors import EvalSetError
 
 __all__ = ["read_beir", "read_jsonl"]
@@ -110,8 +113,9 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
             rest = bytes(buf[cut:n])
 
 
-def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], int] | None:
-    """0-based indices of the non-blank lines of ``block`` and its number of lines, or
+def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], NDArray[np.intp], int] | None:
+    """0-based indices of the non-blank lines of ``block``, the byte offset where each
+    starts and its number of lines, or
     ``None`` unless each such line looks like one JSON object the careful reader reads
     alike: it starts with ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r``
     ends a line on its own, and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow
@@ -133,7 +137,7 @@ def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], int] | None:
         if any(bytes(block[starts[i] : ends[i]]).strip(b" \t") for i in odd.tolist()):
             return None
         full = np.setdiff1d(full, odd)
-    return None if _bare_literals(a) else (full, ends.size)
+    return None if _bare_literals(a) else (full, starts[full], ends.size)
 
 
 def _has(block: memoryview, needle: bytes) -> bool:
@@ -157,18 +161,33 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
     return bool(at.size)
 
 
+class _Rows:
+    """The bytes of each row's line in a block of JSON lines."""
+
+    def __init__(self, block: memoryview, starts: NDArray[np.intp]) -> None:
+        self._block = block
+        self._starts = starts
+
+    def line(self, row: int) -> bytes:
+        """The line of row ``row`` (its JSON object and what follows it on the line)."""
+        start = int(self._starts[row])
+        raw: bytes = self._block.obj  # type: ignore[assignment]
+        return raw[start : raw.find(b"\n", start, len(self._block))]
+
+
 def json_blocks(
     path: Path,
     fields: Mapping[str, Any],
     *,
     infer: bool = False,
     check: Callable[[memoryview, Any], bool] | None = None,
-) -> Iterator[tuple[Any, I64]]:
+) -> Iterator[tuple[Any, I64, _Rows]]:
     """For each block of whole lines of a JSON-lines file: a pyarrow table of its
     objects, ``fields`` (name -> pyarrow type) typed as given and other fields skipped
-    (never held) or, with ``infer``, added with inferred types; and the line of each
-    row. Raises :class:`NeedsCareful` when the careful reader must read the file (see the
-    module docstring, and ``check``, which may refuse a block, given as bytes and as a
+    (never held) or, with ``infer``, added with inferred types; the line of each row;
+    and the bytes of each row's line (valid while the block is the current one). Raises
+    :class:`NeedsCareful` when the careful reader must read the file (see the module
+    docstring, and ``check``, which may refuse a block, given as bytes and as a
     one-string pyarrow array)."""
     pa = _columnar.arrow()
     assert pa is not None
@@ -183,7 +202,7 @@ def json_blocks(
             found = _object_lines(block)
             if found is None:
                 raise NeedsCareful
-            full, n_lines = found
+            full, starts, n_lines = found
             buf = pa.py_buffer(block)
             offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int32))
             text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, buf])
@@ -198,7 +217,7 @@ def json_blocks(
                 )
                 if table.num_rows != full.size:
                     raise NeedsCareful  # an object over several lines, or several on one line
-                yield table, full.astype(np.int64) + seen + 1
+                yield table, full.astype(np.int64) + seen + 1, _Rows(block, starts)
             seen += n_lines
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, EOFError):
         raise NeedsCareful from None
@@ -209,7 +228,7 @@ def _json_ids(path: Path, fields: Mapping[str, Any]) -> tuple[Any, Any]:
     JSON-lines file's ``fields``; raises :class:`NeedsCareful`."""
     pa = _columnar.arrow()
     assert pa is not None
-    tables = [t for t, _ in json_blocks(path, fields)]
+    tables = [t for t, _, _ in json_blocks(path, fields)]
     table = pa.concat_tables(tables) if tables else pa.schema(list(fields.items())).empty_table()
     return _ids(table.column("_id")), table
 
@@ -255,8 +274,14 @@ def read_beir(path: Path, rep: Reporter, split: str | None) -> ColumnarRead | No
         qrels_path = beir_split(path, split)
         split_qrels = _split_qrels(qrels_path)
         corpus = None
+        passages = Texts()
         if (path / "corpus.jsonl").exists():
-            corpus = CorpusIds(_json_ids(path / "corpus.jsonl", {"_id": pa.string()})[0])
+            string = pa.string()
+            fields = {"_id": string, "text": string, "title": string}
+            ids, table = _json_ids(path / "corpus.jsonl", fields)
+            corpus = CorpusIds(ids)
+            passages = _corpus_texts(ids, table)
+            del table
         texts: dict[str, str | None] = {}
         query_ids = None
         if (path / "queries.jsonl").exists():
@@ -270,7 +295,20 @@ def read_beir(path: Path, rep: Reporter, split: str | None) -> ColumnarRead | No
         rep(kind, message, path=str(qrels_path), line=line_no, field=fld)
     labels = ColumnarLabels.of_grades(pairs)
     queries = TextQueries(labels, texts)
-    return ColumnarRead(queries, labels, labels.label_lines(), {}, corpus)
+    return ColumnarRead(queries, labels, labels.label_lines(), {}, corpus, passages)
+
+
+def _corpus_texts(ids: Any, table: Any) -> Texts:
+    """The texts and titles of a ``corpus.jsonl`` read column-wise, held as Arrow arrays
+    (none when no line has a text; no titles when none is a non-empty string)."""
+    pc = arrow_module("compute")
+    text = table.column("text")
+    if text.null_count == len(text):
+        return Texts()
+    title = table.column("title")
+    if title.null_count == len(title) or not pc.max(pc.binary_length(title)).as_py():
+        title = None
+    return Texts(docs=[TextSource(ArrowCorpus(ids, text, title))])
 
 
 def _qrels(
@@ -377,19 +415,28 @@ def read_jsonl(path: Path, rep: Reporter) -> ColumnarRead | None:
     )
     where = str(path)
     label_lines = {q: (where, ln) for q, ln in zip(qids, line.tolist(), strict=True)}
-    return ColumnarRead(queries, labels, label_lines, runs)
+    passages = ArrowPairTexts(qids)
+    for part in columns["texts"]:
+        passages.add(*part)
+    metadata = {qids[row]: meta for row, meta in columns["metadata"]}
+    sources = [TextSource(passages)] if passages.parts else []
+    return ColumnarRead(
+        queries, labels, label_lines, runs, texts=Texts(pairs=sources, metadata=metadata)
+    )
 
 
 def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
     """Per block of a JSONL eval set: the query ids, texts, answers and lines, and for
     ``relevant``, ``not_relevant`` and ``candidates`` the ids listed, the candidates'
-    scores, the length of each line's list and (candidates) whether it has one. Raises
+    scores, the length of each line's list and (candidates) whether it has one; the
+    candidates that have a ``text`` (``texts``: query row, ids, texts) and each line's
+    ``metadata`` object (``metadata``: query row, object). Raises
     :class:`NeedsCareful`."""
     pa = _columnar.arrow()
     assert pa is not None
     pc = arrow_module("compute")
     string = pa.string()
-    candidate = pa.struct([("id", string), ("score", pa.float64())])
+    candidate = pa.struct([("id", string), ("score", pa.float64()), ("text", string)])
     fields = {
         "query_id": string,
         "query": string,
@@ -403,9 +450,10 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
     def add(name: str, value: Any) -> None:
         out.setdefault(name, []).append(value)
 
-    for name in ("query_id", "query", "answers", "line"):
+    for name in ("query_id", "query", "answers", "line", "texts", "metadata"):
         out[name] = []
-    for table, lines in json_blocks(path, fields, infer=True, check=_no_null_list):
+    rows = 0  # query rows of the blocks before this one
+    for table, lines, raw in json_blocks(path, fields, infer=True, check=_no_null_list):
         if set(table.schema.names) - fields.keys() - _DROPPED:
             raise NeedsCareful  # a field the fast path does not read, or an unknown one
         cands = table.column("candidates")
@@ -420,7 +468,8 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
         add("line", lines)
         for name in ("relevant", "not_relevant", "candidates"):
             col = table.column(name)
-            add(f"{name}.n", np.asarray(pc.list_value_length(col).fill_null(0), np.int64))
+            counts = np.asarray(pc.list_value_length(col).fill_null(0), np.int64)
+            add(f"{name}.n", counts)
             flat = pc.list_flatten(col)
             if name == "candidates":
                 if flat.null_count:
@@ -428,9 +477,32 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
                 add("candidates.has", np.asarray(col.is_valid(), np.bool_))
                 scores = pc.struct_field(flat, "score").to_numpy()
                 add("candidates.score", np.asarray(scores, np.float64))
+                text = pc.struct_field(flat, "text")
                 flat = pc.struct_field(flat, "id")
+                if text.null_count < len(text):
+                    has = np.flatnonzero(np.asarray(text.is_valid(), np.bool_))
+                    row = np.arange(rows, rows + table.num_rows, dtype=np.int32)
+                    query = np.repeat(row, counts)[has]
+                    add("texts", (query, flat.take(has), text.take(has)))
             add(f"{name}.ids", _ids(flat) if len(flat) else pa.array([], string))
+        if "metadata" in table.schema.names:
+            _metadata(table.column("metadata"), raw, rows, out["metadata"])
+        rows += table.num_rows
     return out
+
+
+def _metadata(column: Any, raw: Any, rows: int, into: list[tuple[int, Any]]) -> None:
+    """The ``metadata`` objects of a block's lines (``column``: the field as pyarrow
+    inferred it), parsed from their lines as Python's json reads them: (query row,
+    object) for each line whose ``metadata`` is an object."""
+    pa = _columnar.arrow()
+    assert pa is not None
+    if not pa.types.is_struct(column.type):
+        return  # not an object on any line of the block: nothing kept, as the careful reader
+    for row in np.flatnonzero(np.asarray(column.is_valid(), np.bool_)).tolist():
+        meta = json.loads(raw.line(row)).get("metadata")
+        if isinstance(meta, dict):
+            into.append((rows + row, meta))
 
 
 def _jsonl_labels(

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from ragguard.calibration._problems import ProblemKind, Reporter
 from ragguard.calibration._records import Labels, Query
+from ragguard.calibration.texts import Texts, TextSource, corpus_text
 from ragguard.errors import EvalSetError
 
 __all__ = [
@@ -42,13 +43,15 @@ Lines = dict[str, int]
 @dataclass
 class ReadResult:
     """What a reader found: queries, labels (with where each query's labels start),
-    embedded runs (with the line of each query), and the corpus ids when known."""
+    embedded runs (with the line of each query), the corpus ids when known, and the
+    passage texts the file carries."""
 
     queries: dict[str, Any] = field(default_factory=dict)
     labels: dict[str, Any] = field(default_factory=dict)
     label_lines: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
     runs: dict[str, tuple[Candidates, Lines]] = field(default_factory=dict)
     corpus: set[str] | None = None
+    texts: Texts = field(default_factory=Texts)
 
 
 def _open(path: Path) -> Iterator[str]:
@@ -253,6 +256,7 @@ def _candidate_list(
     run: str,
     rep: Reporter,
     invalid: list[tuple[str, int, str]],
+    texts: dict[tuple[str, str], str],
 ) -> dict[str, float]:
     if not isinstance(value, list):
         at.fail(f"must be a list of candidates, got {type(value).__name__}", fld)
@@ -269,6 +273,11 @@ def _candidate_list(
                 )
             doc = at.id(item.get("id"), f"{where}.id")
             score = at.score(item.get("score"), f"{where}.score")
+            text = item.get("text")
+            if text is not None:
+                if not isinstance(text, str):
+                    at.fail(f"must be a string or null, got {type(text).__name__}", f"{where}.text")
+                texts.setdefault((qid, doc), text)
         else:
             doc = at.id(item, where)
             score = math.nan
@@ -332,6 +341,8 @@ def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
     seen: dict[str, int] = {}
     invalid: dict[str, list[tuple[str, int, str]]] = {}
     runs: dict[str, tuple[Candidates, Lines]] = {}
+    texts: dict[tuple[str, str], str] = {}
+    metadata: dict[str, dict[str, Any]] = {}
     for lineno, text in enumerate(_open(path), 1):
         if not text.strip():
             continue
@@ -373,6 +384,9 @@ def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
         res.queries[qid] = Query(qid, query, tuple(answers))
         res.labels[qid] = Labels(grades, frozenset(distractors), utilities, no_response, n_rel)
         res.label_lines[qid] = (str(path), lineno)
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            metadata[qid] = meta
 
         listed: dict[str, object] = {}
         if "candidates" in obj:
@@ -390,7 +404,7 @@ def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
             fld = "candidates" if name == "default" and "candidates" in obj else f"runs.{name}"
             bucket = runs.setdefault(name, ({}, {}))
             bucket[0][qid] = _candidate_list(
-                cands, fld, at, qid, name, rep, invalid.setdefault(name, [])
+                cands, fld, at, qid, name, rep, invalid.setdefault(name, []), texts
             )
             bucket[1][qid] = lineno
     for name, (cands, _) in runs.items():
@@ -405,6 +419,7 @@ def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
                     field=fld,
                 )
     res.runs = runs
+    res.texts = Texts(pairs=[TextSource.of(texts)] if texts else (), metadata=metadata)
     return res
 
 
@@ -543,13 +558,23 @@ def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
     corpus_path = path / "corpus.jsonl"
     if corpus_path.exists():
         res.corpus = set()
+        passages: dict[str, str] = {}
+        titles: dict[str, str] = {}
         for lineno, text in enumerate(_open(corpus_path), 1):
             if text.strip():
                 at = _Where(corpus_path, lineno)
                 obj = _json_line(text, at)
                 if not isinstance(obj, dict):
                     at.fail("each line must be a JSON object")
-                res.corpus.add(at.id(obj.get("_id"), "_id"))
+                doc = at.id(obj.get("_id"), "_id")
+                res.corpus.add(doc)
+                passage, title = corpus_text(obj, corpus_path, lineno, required=False)
+                if passage is not None:
+                    passages[doc] = passage
+                    if title is not None:
+                        titles[doc] = title
+        if passages:
+            res.texts = Texts(docs=[TextSource.of(passages, titles)])
     texts: dict[str, str | None] = {}
     queries_path = path / "queries.jsonl"
     if queries_path.exists():
@@ -728,6 +753,9 @@ def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
     lines: Lines = {}
     seen: dict[str, int] = {}
     models: set[str] = set()
+    texts: dict[tuple[str, str], str] = {}
+    titles: dict[tuple[str, str], str] = {}
+    originals: dict[str, dict[str, Any]] = {}
     for index, (lineno, ex) in enumerate(_json_list_items(path)):
         at = _Where(path, lineno)
         base = f"[{index}]"
@@ -760,6 +788,11 @@ def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
             info = p.get("models_info", {})
             if not isinstance(info, dict):
                 at.fail(f"must be an object, got {type(info).__name__}", f"{fld}.models_info")
+            text, title = corpus_text(p, path, lineno, required=False, field=f"{fld}.text")
+            if text is not None:
+                texts.setdefault((qid, doc), text)
+                if title is not None:
+                    titles.setdefault((qid, doc), title)
             if doc in cands:
                 rep(
                     ProblemKind.DUPLICATE_CANDIDATE,
@@ -785,6 +818,7 @@ def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
         run[qid] = cands
         lines[qid] = lineno
         examples.append((at, qid, grades, probs))
+        originals[qid] = ex
     if model is None and len(models) > 1:
         raise EvalSetError(
             f"the file has no_res_prob for several models; pick one with model=...: "
@@ -811,6 +845,9 @@ def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
                 )
         res.labels[qid] = Labels(grades, no_response=no_response)
     res.runs["passages"] = (run, lines)
+    res.texts = Texts(
+        pairs=[TextSource.of(texts, titles)] if texts else (), udcg_examples=originals
+    )
     return res
 
 

@@ -319,7 +319,7 @@ def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
 def _list_pairs(
     obj: Table, kind: str, role: Role, columns: Mapping[str, str] | None, what: str, rep: Reporter
 ) -> Pairs:
-    """Without pyarrow (or with ``RAGGUARD_COLUMNAR=0``): columns as Python lists, ids
+    """A pandas DataFrame pyarrow cannot convert (mixed types): columns as Python lists, ids
     interned in dicts."""
     if kind == "pandas":
         if any(n is not None for n in obj.index.names):
@@ -336,7 +336,7 @@ def _list_pairs(
         def column(name: str) -> list[Any]:
             out: list[Any] = obj[name].to_list()
             return out
-    else:  # a pyarrow Table with RAGGUARD_COLUMNAR=0
+    else:  # a pyarrow Table (only when pyarrow is patched out in the tests)
         names = list(obj.column_names)
 
         def column(name: str) -> list[Any]:

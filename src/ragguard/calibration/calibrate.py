@@ -1472,7 +1472,9 @@ def calibrate(
         rerank_score_kind: what the reranker returns, when it does not declare it.
         rerank_grid: the rerank cuts and depths tried (default ``RerankGrid()``).
         probability_map: ``"platt"`` (default) or ``"isotonic"``.
-        corpus: JSONL corpus files with passage texts, for ``reranker``.
+        corpus: JSONL corpus files with passage texts, for ``reranker`` and the stages
+            after the cut; added to ``evalset.texts`` (:meth:`EvalSet.with_texts`), each
+            read once.
         passages: more passage texts, ``{passage id: text}``.
         cache_dir: the rerank score cache (``True``: the default folder; ``None``: off).
         on_rerank_query: progress callback ``(queries done, queries)`` while scoring.
@@ -1575,10 +1577,11 @@ def calibrate(
         )
     from ragguard.calibration.conflict_sweep import stage_sweep
 
+    evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
     stages = stage_sweep(
         evalset, max_tokens=max_tokens, token_counter_spec=token_counter,
         near_duplicate_threshold=near_duplicate_threshold, conflicts=conflicts,
-        conflict_similarities=conflict_similarities, corpus=corpus, passages=passages,
+        conflict_similarities=conflict_similarities,
     )  # fmt: skip
 
     results: list[RunCalibration] = []
@@ -1753,7 +1756,7 @@ def calibrate(
     if reranker is not None or rerank_scores is not None:
         two_stage = _two_stage(
             evalset, best, reranker, rerank_scores, rerank_score_kind, rerank_grid,
-            probability_map, corpus, passages, cache_dir, on_rerank_query,
+            probability_map, cache_dir, on_rerank_query,
             prof=prof, rules=rules, objective=objective, constraints=cons, metrics=wanted,
             reported=reported, grid=best.grid or grid, calib_rows=calib_rows,
             held_rows=held_rows, n_bootstrap=n_bootstrap, seed=seed, level=level,
@@ -1859,16 +1862,15 @@ def _two_stage(
     score_kind: ScoreKind | str | None,
     rerank_grid: RerankGrid | None,
     method: MapMethod | str,
-    corpus: Sequence[str | os.PathLike[str]],
-    passages: Mapping[str, str] | None,
     cache_dir: str | os.PathLike[str] | bool | None,
     on_query: Any,
     **common: Any,
 ) -> TwoStageCalibration:
     """Score the recommended run's candidates (or take the given scores) and sweep the
-    two-stage pipeline (:func:`ragguard.calibration.pipeline.calibrate_two_stage`)."""
+    two-stage pipeline (:func:`ragguard.calibration.pipeline.calibrate_two_stage`); the
+    passage texts are ``evalset.texts``."""
     from ragguard.calibration.pipeline import RerankGrid, calibrate_two_stage
-    from ragguard.calibration.rerank_scores import passage_texts, score_candidates
+    from ragguard.calibration.rerank_scores import score_candidates
 
     if reranker is not None and scores is not None:
         raise ValueError("pass a reranker or precomputed rerank_scores, not both")
@@ -1881,9 +1883,8 @@ def _two_stage(
             qid: arrays.doc_ids(row)[: int(arrays.n_valid[row])][:depth]
             for row, qid in enumerate(arrays.qids)
         }
-        texts = passage_texts(evalset, corpus=corpus, passages=passages)
         scores = score_candidates(
-            evalset, reranker, pairs, texts=texts, score_kind=score_kind,
+            evalset, reranker, pairs, texts=evalset.texts.get, score_kind=score_kind,
             cache_dir=cache_dir, on_query=on_query,
         )  # fmt: skip
     grid: SweepGrid = common["grid"]

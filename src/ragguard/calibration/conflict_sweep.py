@@ -425,9 +425,7 @@ def stage_sweep(
         max_k=1, max_tokens=max_tokens, near_duplicate_threshold=near_duplicate_threshold
     )
     counter = token_counter(token_counter_spec) if max_tokens is not None else None
-    from ragguard.calibration.rerank_scores import passage_texts
-
-    lookup = passage_texts(evalset, corpus=corpus, passages=passages)
+    lookup = evalset.with_texts(corpus=corpus, passages=passages).texts.get
     base = PassageStages(
         near_duplicate_threshold, max_tokens, counter, lookup=lookup, evalset=evalset
     )

@@ -40,9 +40,12 @@ field              required  meaning
                              when labels cover only retrieved candidates
 ``answers``        no        reference answers (strings)
 ``candidates``     no        the run named ``"default"``: a list of ``{"id", "score"}``
-                             objects (``score`` may be missing or null) or of ids
+                             objects (``score`` may be missing or null; ``text``, a
+                             string or null, is the passage's text for this query) or
+                             of ids
 ``runs``           no        ``{run name: candidate list}``, more runs
-``metadata``       no        anything; ignored
+``metadata``       no        an object is kept (:attr:`EvalSet.texts`; ``annotate``
+                             writes it back); anything else is ignored
 =================  ========  ==========================================================
 
 An id may appear in only one of ``relevant``, ``not_relevant`` and ``distractors``.
@@ -65,9 +68,9 @@ marks a known distractor (JSONL's ``distractors``; in a BEIR folder also an opti
 qrels grade below -1 (TREC Web tracks mark junk -2) is read as judged not relevant, like
 0. Files are UTF-8; a byte order mark at the start is skipped.
 
-``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``), ``queries.jsonl`` (``_id``,
-``text``) and ``qrels/<split>.tsv`` (``query-id  corpus-id  score``, header line), with
-runs passed as ``runs=`` (TREC or JSON).
+``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``, optional ``text`` and
+``title``), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id
+corpus-id  score``, header line), with runs passed as ``runs=`` (TREC or JSON).
 
 ``"udcg"`` -- the UDCG authors' JSON: a list of examples with ``example_id``,
 ``question`` and ``passages`` (``doc_id``, ``is_relevant``, and
@@ -75,6 +78,12 @@ runs passed as ``runs=`` (TREC or JSON).
 ``"passages"`` without scores; ``no_res_prob`` of the chosen ``model`` gives the
 utilities. Other keys (such as the ``udcg`` outputs in the authors' result file) are
 ignored.
+
+**Texts.** The passage texts a file carries (candidates' and passages' ``text`` and
+``title``, a BEIR ``corpus.jsonl``, a ``corpus.jsonl`` beside an eval-set file) are read
+with the labels into :attr:`EvalSet.texts` (:mod:`ragguard.calibration.texts`), so the
+consumers (two-stage scoring, the stages after the cut, training, annotation) never read
+the file again; :meth:`EvalSet.with_texts` adds corpus files and ``{id: text}``.
 
 Problems
 --------
@@ -91,6 +100,7 @@ the first instead.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -113,6 +123,7 @@ from ragguard.calibration._problems import LoadReport, Problem, ProblemKind, Rep
 from ragguard.calibration._records import Labels, Query, Run
 from ragguard.calibration._tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.texts import Texts, TextSource
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
@@ -149,6 +160,8 @@ class EvalSet:
         runs: run name -> :class:`Run`.
         report: problems found while loading (empty when there were none).
         source: where the labels came from.
+        texts: the passage texts the source carries (:mod:`ragguard.calibration.texts`;
+            empty when it has none); :meth:`with_texts` adds more.
     """
 
     def __init__(
@@ -159,6 +172,7 @@ class EvalSet:
         *,
         report: LoadReport | None = None,
         source: str | None = None,
+        texts: Texts | None = None,
     ) -> None:
         missing = [q for q in labels if q not in queries]
         if missing:
@@ -171,6 +185,7 @@ class EvalSet:
         self.runs: Mapping[str, Run] = MappingProxyType(dict(runs))
         self.report = report or LoadReport()
         self.source = source
+        self.texts = texts if texts is not None else Texts()
         self._arrays: dict[tuple[str, Profile, UtilityRules], EvalArrays] = {}
 
     def __repr__(self) -> str:
@@ -202,6 +217,28 @@ class EvalSet:
         """The labelled query ids, in order."""
         return tuple(self.labels)
 
+    def with_texts(
+        self,
+        *,
+        corpus: Sequence[PathLike] = (),
+        passages: Mapping[str, str] | None = None,
+    ) -> EvalSet:
+        """This eval set with more passage texts: ``corpus`` files (JSONL: ``_id`` /
+        ``id`` / ``doc_id``, ``text``, ``title``; each read once, when a text is first
+        asked for) and ``passages`` (``{passage id: text}``), winning over the texts per
+        passage id it has, in that order (see :mod:`ragguard.calibration.texts`). A new
+        eval set sharing this one's data (and its cache of arrays); this one is
+        unchanged. Without either it returns this one.
+
+        Raises:
+            EvalSetError: a corpus file does not exist.
+        """
+        if not corpus and not passages:
+            return self
+        out = copy.copy(self)
+        out.texts = self.texts.merged(corpus=corpus, passages=passages)
+        return out
+
     @classmethod
     def from_dicts(
         cls,
@@ -214,6 +251,7 @@ class EvalSet:
         no_response: Mapping[str, Mapping[str, float]] | None = None,
         n_relevant: Mapping[str, int] | None = None,
         queries: Mapping[str, str] | None = None,
+        passages: Mapping[str, str] | None = None,
         strict: bool = False,
         columns: Mapping[str, str] | None = None,
     ) -> EvalSet:
@@ -245,6 +283,8 @@ class EvalSet:
             no_response: ``{query_id: {doc_id: abstention probability}}``.
             n_relevant: ``{query_id: stated number of relevant documents}``.
             queries: ``{query_id: text}``.
+            passages: ``{doc_id: text}``, the passage texts (for a reranker, the stages
+                after the cut, annotation, training).
             strict: raise on the first problem instead of counting it.
             columns: tables only: column names that are not the usual ones, ``{"qid":
                 ..., "docid": ..., "grade": ..., "score": ...}`` (recognised without it:
@@ -265,11 +305,11 @@ class EvalSet:
             labels = ColumnarLabels(read)
         else:
             labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
-        texts = queries or {}
+        query_texts = queries or {}
         qs: Mapping[str, Query] = (
             ColumnarQueries(labels)
             if queries is None and isinstance(labels, ColumnarLabels)
-            else {qid: Query(qid, texts.get(qid)) for qid in labels}
+            else {qid: Query(qid, query_texts.get(qid)) for qid in labels}
         )
         built: dict[str, Run] = {}
         for name, run in (runs or {}).items():
@@ -288,7 +328,12 @@ class EvalSet:
                     for q, c in as_dicts(got, "run").items()
                 }
             built[name] = Run(name, cands, as_score_kind(kind, f"run {name!r}"))
-        return assemble(qs, labels, built, rep, label_lines={}, run_lines={})
+        texts = (
+            Texts(docs=[TextSource.of({str(k): v for k, v in passages.items()})])
+            if passages
+            else Texts()
+        )
+        return assemble(qs, labels, built, rep, label_lines={}, run_lines={}, texts=texts)
 
     def arrays(
         self,
@@ -451,6 +496,7 @@ def assemble(
     label_lines: Mapping[str, tuple[str | None, int | None]],
     run_lines: Mapping[str, Mapping[str, int]],
     source: str | None = None,
+    texts: Texts | None = None,
 ) -> EvalSet:
     """Reconcile runs with labels (reporting mismatches) and build the :class:`EvalSet`."""
     if not labels:
@@ -487,7 +533,7 @@ def assemble(
             has_score = any(not math.isnan(s) for c in cands.values() for s in c.values())
         kind = run.score_kind if has_score else None
         kept[name] = Run(name, cands, kind, run.source)
-    es = EvalSet(queries, labels, kept, report=rep.report, source=source)
+    es = EvalSet(queries, labels, kept, report=rep.report, source=source, texts=texts)
     rep.log(source or "eval set")
     return es
 
@@ -616,7 +662,17 @@ def load_evalset(
         label_lines=data.label_lines,
         run_lines=run_lines,
         source=str(path),
+        texts=_with_corpus_beside(data.texts, Path(path)),
     )
+
+
+def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
+    """``texts`` with the ``corpus.jsonl`` beside an eval-set file (not a BEIR folder's
+    own), read when a text is first asked for."""
+    beside = path.parent / "corpus.jsonl"
+    if not path.is_file() or not beside.is_file() or beside.resolve() == path.resolve():
+        return texts
+    return texts.merged(corpus=[beside])
 
 
 def _read_columnar(fmt: str, path: Path, rep: Reporter, split: str | None) -> ColumnarRead | None:

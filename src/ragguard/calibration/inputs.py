@@ -129,7 +129,12 @@ def add_run(evalset: EvalSet, run: Run, *, only: bool = False) -> EvalSet:
         raise EvalSetError(f"two runs are named {run.name!r}")
     runs = {run.name: run} if only else {**evalset.runs, run.name: run}
     return EvalSet(
-        evalset.queries, evalset.labels, runs, report=evalset.report, source=evalset.source
+        evalset.queries,
+        evalset.labels,
+        runs,
+        report=evalset.report,
+        source=evalset.source,
+        texts=evalset.texts,
     )
 
 

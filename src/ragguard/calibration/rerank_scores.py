@@ -55,9 +55,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ragguard.calibration.evalset import EvalSet, detect_format
+from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.texts import Texts
 from ragguard.config import RerankConfig, RerankFailure
 from ragguard.errors import EvalSetError, RerankError, RerankModelError, ScoreCacheError
 from ragguard.rerank import (
@@ -68,9 +68,6 @@ from ragguard.rerank import (
     reranker_name,
 )
 from ragguard.scores import ScoreKind
-
-if TYPE_CHECKING:
-    from ragguard.calibration.annotate._texts import Texts
 
 __all__ = [
     "CACHE_LOCK_TIMEOUT_S",
@@ -238,8 +235,8 @@ def passage_texts(
     passages: Mapping[str, str] | None = None,
 ) -> Callable[[str, str], str | None]:
     """A look-up ``(query id, passage id) -> text or None`` over every source of texts
-    (see the module docstring): the eval-set file, ``corpus.jsonl`` beside it, ``corpus``
-    files and ``passages``."""
+    (see the module docstring): :attr:`EvalSet.texts` (the eval-set file's texts, a
+    ``corpus.jsonl`` beside it), then ``corpus`` files and ``passages``."""
     return passage_sources(evalset, corpus=corpus, passages=passages).get
 
 
@@ -250,22 +247,10 @@ def passage_sources(
     passages: Mapping[str, str] | None = None,
 ) -> Texts:
     """The passage texts of :func:`passage_texts` with the titles the sources carry
-    (``Texts.get(qid, doc)``, ``Texts.title(qid, doc)``)."""
-    from ragguard.calibration.annotate._texts import Texts, read_corpus, read_texts
-
-    texts = Texts()
-    src = evalset.source
-    if src and Path(src).exists():
-        texts = read_texts(src, detect_format(src), corpus)
-        beside = Path(src).parent / "corpus.jsonl"
-        if Path(src).is_file() and beside.is_file():
-            read_corpus(beside, texts.by_doc, texts.titles_by_doc)
-    else:
-        for c in corpus:
-            read_corpus(c, texts.by_doc, texts.titles_by_doc)
-    if passages:
-        texts.by_doc.update({str(k): v for k, v in passages.items()})
-    return texts
+    (``Texts.get(qid, doc)``, ``Texts.title(qid, doc)``): ``evalset.texts`` merged with
+    ``corpus`` and ``passages`` (:meth:`EvalSet.with_texts`); the eval-set file is not
+    read again."""
+    return evalset.with_texts(corpus=corpus, passages=passages).texts
 
 
 # --------------------------------------------------------------------------- cache
@@ -381,7 +366,7 @@ def score_candidates(
         evalset: supplies query texts (and passage texts, unless ``texts`` is given).
         reranker: the second stage.
         pairs: query id -> passage ids to score.
-        texts: ``(query id, passage id) -> text``; default :func:`passage_texts`.
+        texts: ``(query id, passage id) -> text``; default ``evalset.texts.get``.
         score_kind: what the reranker returns, when it does not declare it.
         cache_dir: the cache folder; ``True`` for :func:`default_cache_dir`, ``None`` or
             ``False`` for no cache.
@@ -401,7 +386,7 @@ def score_candidates(
             locked, or the cache folder cannot be created or written.
     """
     kind = _kind_of(reranker, score_kind)
-    lookup = texts or passage_texts(evalset)
+    lookup = texts or evalset.texts.get
     missing: list[str] = []
     work: list[tuple[str, str, list[str], list[str]]] = []
     for qid, docs in pairs.items():

@@ -25,9 +25,9 @@ run the runtime's stages once per cut (the pairs are found once per query: a pai
 conflicts or not whatever else the cut keeps). Rows without one keep the causal form.
 
 Utilities stay with their candidates (computed on the run's own ranking, as without the
-stages). Passage texts come from the eval set's sources
-(:func:`ragguard.calibration.rerank_scores.passage_texts`: texts in the eval set, a
-``corpus.jsonl`` beside it, ``--corpus`` files); token counts from the config's counter
+stages). Passage texts come from the eval set (:attr:`EvalSet.texts
+<ragguard.calibration.EvalSet.texts>`: texts in the eval-set file, a ``corpus.jsonl``
+beside it, ``--corpus`` files); token counts from the config's counter
 (:mod:`ragguard.tokens`).
 """
 
@@ -365,9 +365,7 @@ def passage_stages(
         max_k=1, max_tokens=max_tokens, near_duplicate_threshold=near_duplicate_threshold
     )
     counter = token_counter(token_counter_spec) if max_tokens is not None else None
-    from ragguard.calibration.rerank_scores import passage_texts
-
-    lookup = passage_texts(evalset, corpus=corpus, passages=passages)
+    lookup = evalset.with_texts(corpus=corpus, passages=passages).texts.get
     return PassageStages(
         near_duplicate_threshold, max_tokens, counter, lookup=lookup, evalset=evalset
     )

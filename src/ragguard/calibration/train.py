@@ -135,7 +135,7 @@ from ragguard.trained import (
 )
 
 if TYPE_CHECKING:
-    from ragguard.calibration.annotate._texts import Texts
+    from ragguard.calibration.texts import Texts
 
 __all__ = [
     "Candidate",
@@ -769,9 +769,8 @@ def train_reranker(
     encoder_spec = base if base_kind == "bi-encoder" else encoder or PACKAGED_ENCODER
     pretrain = None if pretrain_data is None else read_pretrain(pretrain_data)
 
-    from ragguard.calibration.rerank_scores import passage_sources
-
-    data = _Data(evalset, passage_sources(evalset, corpus=corpus, passages=passages))
+    evalset = evalset.with_texts(corpus=corpus, passages=passages)
+    data = _Data(evalset, evalset.texts)
     split = split_for_training(evalset, holdout, validation, seed)
     pairs = training_pairs(
         evalset, split.train, runs=runs, has_text=data.has_text, title=data.texts.title,
@@ -1110,11 +1109,9 @@ def _inputs(
 ) -> list[PathLike]:
     """Every path the command reads: the eval set (and the corpus beside it), its runs'
     files, ``paths``, the pre-training data and a local base or encoder folder."""
-    out: list[PathLike] = [*paths]
+    out: list[PathLike] = [*paths, *evalset.texts.files]  # the corpus beside it among them
     if evalset.source:
         out.append(evalset.source)
-        if Path(evalset.source).is_file():  # passage_sources reads the corpus beside it
-            out.append(Path(evalset.source).parent / "corpus.jsonl")
     out += [s for r in evalset.runs.values() if (s := r.source)]
     if pretrain_data is not None:
         out.append(pretrain_data)

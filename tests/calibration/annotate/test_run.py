@@ -392,3 +392,45 @@ def test_a_progress_file_that_cannot_be_used_is_named(tmp_path: Path) -> None:
 
     with pytest.raises(AnnotationError, match=r"cannot use the progress file .*: Is a directory"):
         ProgressStore(tmp_path)
+
+
+def test_an_eval_set_whose_file_is_gone_is_annotated_from_its_loaded_texts(
+    tmp_path: Path,
+) -> None:
+    """annotate() takes passage texts, JSONL metadata and UDCG examples from the loaded
+    set: it never reads the eval-set file again."""
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps({"query_id": "q1", "query": "When?", "relevant": ["d1"],
+                    "candidates": [{"id": "d1", "score": 2, "text": "Closed Sundays."},
+                                   {"id": "d2", "score": 1}],
+                    "metadata": {"topic": "hours", "n": [1, None]}}) + "\n"
+    )  # fmt: skip
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d2", "title": "Misc", "text": "x"}\n')
+    es = load_evalset(src)
+    src.unlink()
+    est = FakeEstimator(lambda _: 0.25)
+    annotate(es, est, out=tmp_path / "u.jsonl", passages={"d9": "unused"})
+    assert [p.passage for p in est.asked] == ["Closed Sundays.", "Misc\nx"]
+    line = json.loads((tmp_path / "u.jsonl").read_text())
+    assert [c.get("text") for c in line["candidates"]] == ["Closed Sundays.", "Misc\nx"]
+    assert {k: v for k, v in line["metadata"].items() if k != "annotate"} == {
+        "topic": "hours",
+        "n": [1, None],
+    }
+    # the corpus beside the eval set is one of its inputs: never an output
+    with pytest.raises(AnnotationError, match=r"corpus\.jsonl, which writing there would"):
+        annotate(es, est, out=tmp_path / "corpus.jsonl")
+    examples = [{"example_id": "e1", "question": "Q?", "extra": [1], "passages": [
+        {"doc_id": "a", "title": "T", "text": "alpha", "is_relevant": True},
+    ]}]  # fmt: skip
+    udcg = tmp_path / "sub" / "ex.json"
+    udcg.parent.mkdir()
+    udcg.write_text(json.dumps(examples))
+    es = load_evalset(udcg)
+    udcg.unlink()
+    annotate(es, est, out=tmp_path / "e.jsonl", udcg_out=tmp_path / "e.json")
+    written = json.loads((tmp_path / "e.json").read_text())
+    examples[0]["passages"][0]["models_info"] = {"fake-llm": {"no_res_prob": 0.25}}  # type: ignore[index]
+    assert written == examples  # the authors' example kept whole, the estimate added
+    assert est.asked[-1].passage == "T\nalpha"

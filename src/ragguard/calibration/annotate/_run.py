@@ -18,8 +18,8 @@ from ragguard.calibration._output import check_not_input, check_output_path
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
 from ragguard.calibration.annotate._judge import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
-from ragguard.calibration.annotate._texts import Texts, read_texts
-from ragguard.calibration.evalset import EvalSet, detect_format, load_evalset
+from ragguard.calibration.evalset import EvalSet, load_evalset
+from ragguard.calibration.texts import Texts
 from ragguard.calibration.utility import UtilityRules
 from ragguard.errors import AnnotationError
 
@@ -84,17 +84,17 @@ def _load(
     format: str | None,
     runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None,
     corpus: Sequence[PathLike],
-) -> tuple[EvalSet, Texts]:
+    passages: Mapping[str, str] | None,
+) -> EvalSet:
+    """The eval set with its texts (those it was loaded with, ``corpus`` files and
+    ``passages``)."""
     if isinstance(evalset, EvalSet):
         if runs is not None or format is not None:
             raise AnnotationError("runs= and format= apply when evalset is a path")
         es = evalset
-        src = Path(es.source) if es.source else None
-        if src is not None and src.exists():
-            return es, read_texts(src, detect_format(src), corpus)
-        return es, read_texts(Path(), "none", corpus)
-    fmt = format or detect_format(evalset)
-    return load_evalset(evalset, format=fmt, runs=runs), read_texts(evalset, fmt, corpus)
+    else:
+        es = load_evalset(evalset, format=format, runs=runs)
+    return es.with_texts(corpus=corpus, passages=passages)
 
 
 def _relevant_bar(rules: UtilityRules) -> int:
@@ -139,7 +139,8 @@ def annotate(
         udcg_out: also write the UDCG authors' JSON (``models_info.<model>.no_res_prob``).
         runs: run files, when ``evalset`` is a path (as in ``load_evalset``).
         format: the eval set's format, when ``evalset`` is a path (detected otherwise).
-        corpus: JSONL corpus files with the passage texts (see ``_texts``).
+        corpus: JSONL corpus files with the passage texts
+            (:mod:`ragguard.calibration.texts`), added to the eval set's own.
         passages: more passage texts, ``{doc_id: text}``.
         only_runs: annotate the candidates of these runs only (default: every run).
         judge: the relevance judge for candidates without labels.
@@ -171,14 +172,14 @@ def annotate(
                 path, folder=False, what="an annotate output", error=AnnotationError, example=None
             )
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
-    es, texts = _load(evalset, format, runs, corpus_list)
-    read = [es.source, *(r.source for r in es.runs.values()), *corpus_list]
+    es = _load(evalset, format, runs, corpus_list, passages)
+    texts = es.texts
+    read: list[PathLike | None] = [es.source, *(r.source for r in es.runs.values())]
+    read += texts.files
     read += [] if isinstance(evalset, EvalSet) else [evalset]
     for path in (out_path, udcg_path, store_path):
         if path is not None:  # writing would replace a file it reads
             check_not_input(path, read, what="the annotate output", error=AnnotationError)
-    if passages:
-        texts.by_doc.update({str(k): v for k, v in passages.items()})
     policy: Unjudged = unjudged or ("judge" if judge is not None else "irrelevant")
     if policy not in ("judge", "irrelevant", "skip"):
         raise AnnotationError(f"unjudged must be 'judge', 'irrelevant' or 'skip', got {policy!r}")

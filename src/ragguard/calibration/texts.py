@@ -1,0 +1,398 @@
+"""Passage texts of an eval set: read with the labels, held until a consumer asks.
+
+:func:`~ragguard.calibration.load_evalset` puts the texts its file carries into
+:attr:`EvalSet.texts <ragguard.calibration.EvalSet.texts>`, read in the same pass as the
+labels:
+
+1. the eval-set file: ``text`` of the candidates in ragguard's JSONL (in
+   ``candidates`` and ``runs``), ``text`` and ``title`` of the passages in the UDCG
+   authors' JSON, ``text`` and ``title`` of a BEIR folder's ``corpus.jsonl``;
+2. a ``corpus.jsonl`` beside an eval-set file (read when a text is first asked for:
+   a calibration that needs no text never reads it);
+3. corpus files and ``{passage id: text}`` given by the caller
+   (:meth:`EvalSet.with_texts <ragguard.calibration.EvalSet.with_texts>`,
+   ``--corpus``): JSONL, one passage a line, with an id (``_id``, ``id`` or
+   ``doc_id``), ``text`` and optionally ``title`` (BEIR's ``corpus.jsonl`` is one).
+
+A title is put on its own line before the text. A text given for a (query, passage)
+pair (1, JSONL and UDCG) wins over a text for the passage id (UDCG files reuse ids such
+as ``doc_1`` across examples, so their texts are kept per query); among texts per
+passage id the later source wins: the caller's corpus files over the eval set's own,
+``passages`` over every file.
+
+Texts read column-wise stay Arrow arrays until the first look-up builds the Python
+mapping, so loading a large eval set adds no Python object per passage.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections import ChainMap
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.errors import EvalSetError
+
+__all__ = [
+    "ArrowCorpus",
+    "ArrowPairTexts",
+    "TextSource",
+    "Texts",
+    "corpus_source",
+    "corpus_text",
+    "joined",
+    "json_lines",
+    "read_corpus",
+    "title_of",
+]
+
+PathLike = str | os.PathLike[str]
+K = TypeVar("K", bound=Hashable)
+Pair = tuple[str, str]
+_BOM = "\ufeff"
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class TextSource(Generic[K]):
+    """Texts and titles of one source, keyed by passage id or (query id, passage id),
+    built by ``read`` on first use and kept (``read`` runs at most once)."""
+
+    def __init__(
+        self,
+        read: Callable[[], tuple[Mapping[K, str], Mapping[K, str]]],
+        *,
+        file: Path | None = None,
+    ) -> None:
+        self._read: Callable[[], tuple[Mapping[K, str], Mapping[K, str]]] | None = read
+        self._data: tuple[Mapping[K, str], Mapping[K, str]] | None = None
+        self.file = file
+        """The file it reads when first used, if any."""
+
+    @classmethod
+    def of(cls, texts: Mapping[K, str], titles: Mapping[K, str] | None = None) -> TextSource[K]:
+        """A source of texts already read (kept as given: hand over mappings nothing
+        else changes)."""
+        data = (texts, titles if titles is not None else {})
+        return cls(lambda: data)
+
+    def _load(self) -> tuple[Mapping[K, str], Mapping[K, str]]:
+        if self._data is None:
+            assert self._read is not None
+            self._data = self._read()
+            self._read = None  # drop what the reader held (Arrow arrays)
+        return self._data
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the mappings are built (a look-up has asked for them)."""
+        return self._data is not None
+
+    @property
+    def texts(self) -> Mapping[K, str]:
+        """Key -> text (a title on its own line first)."""
+        return self._load()[0]
+
+    @property
+    def titles(self) -> Mapping[K, str]:
+        """Key -> title, where the source has one."""
+        return self._load()[1]
+
+
+class Texts:
+    """Passage texts per (query, passage) and per passage, their titles, and what the
+    source file carried that an output should keep (JSONL metadata, UDCG examples).
+
+    Read-only: :meth:`merged` returns a new one. See the module docstring for where
+    texts come from and which wins.
+    """
+
+    def __init__(
+        self,
+        *,
+        pairs: Sequence[TextSource[Pair]] = (),
+        docs: Sequence[TextSource[str]] = (),
+        metadata: Mapping[str, Mapping[str, Any]] | None = None,
+        udcg_examples: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """
+        Args:
+            pairs: sources of texts per (query id, passage id); the first that has a
+                pair wins.
+            docs: sources of texts per passage id; the last that has an id wins.
+            metadata: query id -> the ``metadata`` object of its JSONL line.
+            udcg_examples: query id -> its example in a UDCG file (``None``: not one).
+        """
+        self._pairs = tuple(pairs)
+        self._docs = tuple(docs)
+        self.metadata: Mapping[str, Mapping[str, Any]] = dict(metadata or {})
+        self.udcg_examples: Mapping[str, dict[str, Any]] | None = (
+            None if udcg_examples is None else dict(udcg_examples)
+        )
+
+    def __repr__(self) -> str:
+        files = ", ".join(str(f) for f in self.files)
+        return (
+            f"Texts({len(self._pairs)} per-pair and {len(self._docs)} per-passage sources"
+            f"{f'; files {files}' if files else ''})"
+        )
+
+    def get(self, qid: str, doc: str) -> str | None:
+        """The text of passage ``doc`` for query ``qid``, or ``None``."""
+        for s in self._pairs:
+            text = s.texts.get((qid, doc))
+            if text is not None:
+                return text
+        for d in reversed(self._docs):
+            text = d.texts.get(doc)
+            if text is not None:
+                return text
+        return None
+
+    def title(self, qid: str, doc: str) -> str | None:
+        """The title of passage ``doc`` for query ``qid`` (a corpus's or a UDCG
+        passage's ``title``), or ``None``."""
+        for s in self._pairs:
+            title = s.titles.get((qid, doc))
+            if title is not None:
+                return title
+        for d in reversed(self._docs):
+            title = d.titles.get(doc)
+            if title is not None:
+                return title
+        return None
+
+    @property
+    def by_pair(self) -> Mapping[Pair, str]:
+        """(query id, passage id) -> text (a read-only view)."""
+        return _view([s.texts for s in self._pairs])
+
+    @property
+    def by_doc(self) -> Mapping[str, str]:
+        """Passage id -> text (a read-only view)."""
+        return _view([d.texts for d in reversed(self._docs)])
+
+    @property
+    def titles_by_pair(self) -> Mapping[Pair, str]:
+        """(query id, passage id) -> title (a read-only view)."""
+        return _view([s.titles for s in self._pairs])
+
+    @property
+    def titles_by_doc(self) -> Mapping[str, str]:
+        """Passage id -> title (a read-only view)."""
+        return _view([d.titles for d in reversed(self._docs)])
+
+    @property
+    def loaded(self) -> bool:
+        """Whether every source's mappings are built: texts read column-wise stay Arrow
+        arrays, and a corpus beside the eval set stays unread, until a look-up."""
+        return all(s.loaded for s in self._pairs) and all(d.loaded for d in self._docs)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The corpus files these texts read when first asked for."""
+        files = [s.file for s in self._pairs] + [d.file for d in self._docs]
+        return tuple(f for f in files if f is not None)
+
+    def merged(
+        self,
+        *,
+        corpus: Sequence[PathLike] = (),
+        passages: Mapping[str, str] | None = None,
+    ) -> Texts:
+        """These texts with more: ``corpus`` files (read on first use; each must exist)
+        and ``passages`` (``{passage id: text}``), which win over the texts per passage
+        id already here, in that order.
+
+        Raises:
+            EvalSetError: a corpus file does not exist.
+        """
+        docs = [*self._docs, *(corpus_source(c) for c in corpus)]
+        if passages:
+            docs.append(TextSource.of({str(k): v for k, v in passages.items()}))
+        return Texts(
+            pairs=self._pairs, docs=docs, metadata=self.metadata, udcg_examples=self.udcg_examples
+        )
+
+
+def _view(maps: Sequence[Mapping[K, str]]) -> Mapping[K, str]:
+    if not maps:
+        return {}
+    if len(maps) == 1:
+        return maps[0]
+    return ChainMap(*maps)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- JSON lines
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a UTF-8 file (gzipped when its name ends in
+    ``.gz``; a byte order mark at its start skipped); a line that is not UTF-8 raises
+    :class:`EvalSetError` naming file and line."""
+    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
+    lineno = 0
+    try:
+        with opener(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise EvalSetError(
+                        f"not UTF-8 text ({exc.reason})", path=str(path), line=lineno
+                    ) from None
+                yield lineno, text[1:] if lineno == 1 and text.startswith(_BOM) else text
+    except (OSError, EOFError) as exc:
+        raise EvalSetError(f"cannot read: {exc}", path=str(path), line=lineno or None) from None
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) of each non-blank line of a JSON-lines file (gzipped
+    when its name ends in ``.gz``); a malformed line raises :class:`EvalSetError` naming
+    file and line."""
+    for lineno, raw in _lines(path):
+        if not raw.strip():
+            continue
+        try:
+            yield lineno, json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise EvalSetError(f"malformed JSON: {exc.msg}", path=str(path), line=lineno) from None
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+def joined(title: object, text: str) -> str:
+    """A passage's text as ragguard reads it: a non-blank title on its own line first."""
+    return f"{title}\n{text}" if isinstance(title, str) and title.strip() else text
+
+
+def title_of(value: object) -> str | None:
+    """A title as kept: a non-blank string, stripped; anything else is no title."""
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def corpus_text(
+    obj: Mapping[str, Any], path: Path, lineno: int, *, required: bool, field: str = "text"
+) -> tuple[str | None, str | None]:
+    """The text (title joined) and title of one parsed corpus line or passage: ``text``
+    a string (or, unless ``required``, missing or ``null``: no text), ``title`` used when
+    it is a non-blank string.
+
+    Raises:
+        EvalSetError: a text that is not a string, naming file, line and ``field``.
+    """
+    text = obj.get("text")
+    if text is None and not required:
+        return None, None
+    if not isinstance(text, str):
+        message = (
+            "missing or non-string text"
+            if required
+            else f"a text must be a string or null, got {type(text).__name__}"
+        )
+        raise EvalSetError(message, path=str(path), line=lineno, field=field)
+    title = obj.get("title")
+    return joined(title, text), title_of(title)
+
+
+CORPUS_IDS = ("_id", "id", "doc_id")
+
+
+def read_corpus(path: PathLike) -> tuple[dict[str, str], dict[str, str]]:
+    """A JSONL corpus (``_id`` / ``id`` / ``doc_id``, ``text``, ``title``): passage id ->
+    title and text, and passage id -> title (where one is given); a later line of the
+    same id wins.
+
+    Raises:
+        EvalSetError: no such file, a line that is not UTF-8 or not a JSON object, a
+            missing id or text, naming file and line.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise EvalSetError("no such corpus file", path=str(p))
+    texts: dict[str, str] = {}
+    titles: dict[str, str] = {}
+    for lineno, obj in json_lines(p):
+        if not isinstance(obj, dict):
+            raise EvalSetError("each line must be a JSON object", path=str(p), line=lineno)
+        doc = next((obj[k] for k in CORPUS_IDS if k in obj), None)
+        if isinstance(doc, bool) or not isinstance(doc, str | int) or doc == "":
+            raise EvalSetError("missing passage id (_id, id or doc_id)", path=str(p),
+                               line=lineno, field="_id")  # fmt: skip
+        text, title = corpus_text(obj, p, lineno, required=True)
+        assert text is not None
+        texts[str(doc)] = text
+        if title is not None:
+            titles[str(doc)] = title
+    return texts, titles
+
+
+def corpus_source(path: PathLike) -> TextSource[str]:
+    """The texts of a corpus file, read on first use.
+
+    Raises:
+        EvalSetError: the file does not exist.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise EvalSetError("no such corpus file", path=str(p))
+    return TextSource(lambda: read_corpus(p), file=p)
+
+
+# --------------------------------------------------------------------------- Arrow
+
+
+class ArrowCorpus:
+    """Passage ids, texts and titles read column-wise (pyarrow string arrays, aligned;
+    ``titles`` ``None`` when no passage has one): the mappings are built when called."""
+
+    def __init__(self, ids: Any, texts: Any, titles: Any | None) -> None:
+        self.ids = ids
+        self.texts = texts
+        self.titles = titles
+
+    def __call__(self) -> tuple[dict[str, str], dict[str, str]]:
+        texts: dict[str, str] = {}
+        titles: dict[str, str] = {}
+        title_list = self.titles.to_pylist() if self.titles is not None else None
+        for i, (doc, text) in enumerate(
+            zip(self.ids.to_pylist(), self.texts.to_pylist(), strict=True)
+        ):
+            title = title_list[i] if title_list is not None else None
+            if text is not None:
+                texts[doc] = joined(title, text)
+                if (t := title_of(title)) is not None:
+                    titles[doc] = t
+        return texts, titles
+
+
+class ArrowPairTexts:
+    """Candidate texts read column-wise: per block of lines, the query of each
+    candidate that has a text (an index into ``qids``), its id and its text (pyarrow
+    string arrays); the mapping is built when called, the first text of a pair
+    winning."""
+
+    def __init__(self, qids: Sequence[str]) -> None:
+        self.qids = qids
+        self.parts: list[tuple[NDArray[np.int32], Any, Any]] = []
+
+    def add(self, query: NDArray[np.int32], ids: Any, texts: Any) -> None:
+        """One block's candidates that have a text."""
+        self.parts.append((query, ids, texts))
+
+    def __call__(self) -> tuple[dict[Pair, str], dict[Pair, str]]:
+        out: dict[Pair, str] = {}
+        qids = self.qids
+        for query, ids, texts in self.parts:
+            rows = zip(query.tolist(), ids.to_pylist(), texts.to_pylist(), strict=True)
+            for q, doc, text in rows:
+                out.setdefault((qids[q], doc), text)
+        return out, {}
