@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ragguard.calibration import EvalSet, load_evalset
+from ragguard.calibration import EvalSet, evalset, load_evalset
 from ragguard.calibration import _columnar as columnar
 from ragguard.calibration._problems import ProblemKind, Reporter
 from ragguard.calibration._readers import (
@@ -139,17 +139,38 @@ def _read_run(
     return read_run(path, rep, known_docs)
 
 
+USED: list[str] = []
+"""What the line-by-line readers read while patched in (:func:`use_line_reader`)."""
+
+
 def use_line_reader(m: pytest.MonkeyPatch) -> None:
     """From now on (in ``m``'s scope), TREC files are read by this module and JSON-lines
-    files and BEIR folders by the library's line-by-line readers."""
-    m.setattr(columnar, "arrow", lambda: None)
-    m.setattr(columnar, "read_qrels", read_qrels)
-    m.setattr(columnar, "read_run", _read_run)
+    files and BEIR folders by the library's line-by-line readers (each read is recorded
+    in :data:`USED`)."""
+
+    def qrels(path: Path, rep: Reporter) -> ReadResult:
+        USED.append(str(path))
+        return read_qrels(path, rep)
+
+    def run(path: Path, rep: Reporter, *, known_docs: Any = None) -> Any:
+        USED.append(str(path))
+        return _read_run(path, rep, known_docs=known_docs)
+
+    def not_column_wise(path: Path, *args: Any, **kw: Any) -> None:
+        USED.append(str(path))
+
+    m.setattr(columnar, "read_qrels", qrels)
+    m.setattr(columnar, "read_run", run)
+    m.setattr(evalset, "read_jsonl", not_column_wise)
+    m.setattr(evalset, "read_beir", not_column_wise)
 
 
 def careful(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:
     """``load_evalset(*args, **kw)`` read by the line-by-line readers
-    (:func:`use_line_reader`)."""
+    (:func:`use_line_reader`); fails when they read nothing."""
+    USED.clear()
     with monkeypatch.context() as m:
         use_line_reader(m)
-        return load_evalset(*args, **kw)
+        out = load_evalset(*args, **kw)
+    assert USED, "the line-by-line readers read nothing"
+    return out

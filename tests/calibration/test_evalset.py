@@ -22,7 +22,7 @@ from ragguard.calibration import (
 )
 from ragguard.errors import EvalSetError, RagguardError
 from tests.calibration.conftest import random_trec_data
-from tests.calibration.line_reader import use_line_reader
+from tests.calibration.line_reader import careful, use_line_reader
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -645,7 +645,6 @@ def test_unanswerable_queries_in_jsonl(
     # without distractors the file is read column-wise (pyarrow), unless turned off
     plain = [r for r in records if "distractors" not in r]
     es = load_evalset(jsonl(tmp_path, *plain, name="plain.jsonl"))
-    assert (type(es.labels).__name__ == "ColumnarLabels") is (columnar == "1")
     _check_unanswerable(es, ("q-none",))
     # a stated number of relevant documents makes a query answerable in the corpus
     stated = [dict(r, num_relevant=1) if r["query_id"] == "q-none" else r for r in records]
@@ -669,7 +668,6 @@ def test_unanswerable_queries_in_trec_and_beir(
     # without a negative grade the qrels are read column-wise (pyarrow), unless turned off
     plain = "".join(line for line in qrels.splitlines(keepends=True) if " -1" not in line)
     es = load_evalset(write(tmp_path, "plain.txt", plain), runs=run_path)
-    assert (type(es.labels).__name__ == "ColumnarLabels") is (columnar == "1")
     _check_unanswerable(es, ("q-none",))
     tsv = "query-id\tcorpus-id\tscore\n" + "".join(
         f"{q}\t{d}\t{g}\n" for q, gs in ANSWER_GRADES.items() for d, g in gs.items()
@@ -727,12 +725,8 @@ BESIDE = (
 
 
 def careful_load(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:
-    """load_evalset by the line-by-line reader (as without pyarrow)."""
-    from ragguard.calibration import _columnar
-
-    with monkeypatch.context() as m:
-        m.setattr(_columnar, "arrow", lambda: None)
-        return load_evalset(*args, **kw)
+    """load_evalset by the line-by-line readers."""
+    return careful(monkeypatch, *args, **kw)
 
 
 @pytest.mark.parametrize("reader", ["column-wise", "careful"])
@@ -742,7 +736,6 @@ def test_jsonl_texts_metadata_and_the_corpus_beside_land_in_the_set(
     path = jsonl(tmp_path, *TEXTS_JSONL)
     beside = write(tmp_path, "corpus.jsonl", BESIDE)
     es = load_evalset(path) if reader == "column-wise" else careful_load(monkeypatch, path)
-    assert (type(es.labels).__name__ == "ColumnarLabels") is (reader == "column-wise")
     t = es.texts
     assert t.files == (beside,)
     assert not t.loaded  # nothing built, the corpus beside not read, before a look-up
@@ -818,7 +811,6 @@ def test_beir_corpus_texts_and_titles(
         '{"_id": "d2", "title": "  ", "text": "y"}\n{"_id": "d3"}\n{"_id": "d4", "text": null}\n',
     )
     es = load_evalset(root) if reader == "column-wise" else careful_load(monkeypatch, root)
-    assert (type(es.labels).__name__ == "ColumnarLabels") is (reader == "column-wise")
     t = es.texts
     assert not t.loaded and t.files == ()  # the folder's own corpus, read with its ids
     assert dict(t.by_doc) == {"d1": "Hours\nClosed Sundays.", "d2": "y"}

@@ -62,6 +62,7 @@ from ragguard.calibration.arrays import (
     EvalArrays,
     PaddedRows,
     assemble_arrays,
+    check_range,
     ideal_label_utilities,
     label_stats,
     rank_in_chunks,
@@ -80,6 +81,7 @@ __all__ = [
     "ColumnarQueries",
     "ColumnarRead",
     "CorpusIds",
+    "LabelRows",
     "Pairs",
     "Vocab",
     "arrays_from_columnar",
@@ -88,6 +90,7 @@ __all__ = [
     "check_grades",
     "encode_ids",
     "fingerprint",
+    "intern",
     "missing_ids",
     "read_qrels",
     "read_run",
@@ -95,6 +98,7 @@ __all__ = [
     "repeat_events",
     "repeated_rows",
     "report_events",
+    "string_array",
     "vocab_positions",
     "vocab_take",
     "without_rows",
@@ -156,6 +160,25 @@ def take(column: Any, rows: NDArray[Any]) -> Any:
     back = np.empty(rows.size, dtype=np.int64)
     back[order] = np.arange(rows.size)
     return pa.concat_arrays(pieces).take(back)
+
+
+def string_array(ids: Sequence[str]) -> Any:
+    """A pyarrow string array of Python strings, built from their UTF-8 bytes (no
+    ``pyarrow.array`` of a list, which imports pandas to ask whether it is one)."""
+    pa = arrow()
+    encoded = [i.encode() for i in ids]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    return pa.Array.from_buffers(pa.large_string(), len(encoded), buffers).cast(pa.string())
+
+
+def intern(ids: Sequence[str]) -> tuple[Any, NDArray[np.int32]]:
+    """(pyarrow array of the distinct ids in order of first appearance, int32 code of
+    each id) of Python strings."""
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(i, len(index)) for i in ids), np.int32, len(ids))
+    return string_array(list(index)), codes
 
 
 def vocab_list(vocab: Vocab) -> list[str]:
@@ -397,6 +420,18 @@ class ColumnarCandidates(_ByQuery):
         docs, values = self._docs(code)
         return dict(zip(docs, values.tolist(), strict=True))
 
+    @classmethod
+    def of_dicts(cls, run: Mapping[str, Mapping[str, float]], source: str) -> ColumnarCandidates:
+        """Columns of ``{query_id: {doc_id: score}}`` (as the line-by-line readers and
+        dicts give a run), queries and candidates in their order."""
+        sizes = [len(c) for c in run.values()]
+        q = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+        vocab, d = intern([d for c in run.values() for d in c])
+        value = np.fromiter(
+            (s for c in run.values() for s in c.values()), np.float64, count=int(q.size)
+        )
+        return cls(Pairs(list(run), vocab, q, d, value, None, source))
+
     def restrict(self, qids: Mapping[str, object]) -> tuple[ColumnarCandidates, list[str]]:
         """The queries also in ``qids`` (the same run, their order kept) and the others."""
         kept = [c for k, c in zip(self._keys, self.codes, strict=True) if k in qids]
@@ -440,8 +475,12 @@ class _FirstLines(Mapping[str, int]):
 
 
 class ColumnarLabels(_ByQuery):
-    """``{query_id: Labels}`` of qrels read column-wise: grades, and known distractors
-    (``distractor``: a flag per row, ``None`` for none)."""
+    """``{query_id: Labels}`` held as columns: one row per labelled document of a query
+    (``pairs``: its grade, NaN for a document given only a utility or a no-response
+    probability), and optionally, per row, whether it is a known distractor
+    (``distractor``), its given utility and its abstention probability (NaN where none),
+    and per query code the stated number of relevant documents (``stated``, -1 where
+    none). One query's :class:`Labels` is built when asked for."""
 
     def __init__(
         self,
@@ -449,9 +488,17 @@ class ColumnarLabels(_ByQuery):
         codes: Sequence[int] | None = None,
         *,
         distractor: NDArray[np.bool_] | None = None,
+        utility: F64 | None = None,
+        no_response: F64 | None = None,
+        stated: I64 | None = None,
     ) -> None:
         super().__init__(pairs, codes)
         self.distractor = distractor if distractor is not None and distractor.any() else None
+        self.utility = utility if utility is not None and (~np.isnan(utility)).any() else None
+        self.no_response = (
+            no_response if no_response is not None and (~np.isnan(no_response)).any() else None
+        )
+        self.stated = stated if stated is not None and (stated >= 0).any() else None
 
     @classmethod
     def of_grades(cls, pairs: Pairs) -> ColumnarLabels:
@@ -463,14 +510,78 @@ class ColumnarLabels(_ByQuery):
         clipped = replace(pairs, value=np.maximum(value, 0.0))
         return cls(clipped, distractor=value == DISTRACTOR_GRADE)
 
+    @classmethod
+    def of_labels(cls, labels: Mapping[str, Labels], source: str) -> ColumnarLabels:
+        """Columns of per-query :class:`Labels` (as the line-by-line readers and dicts
+        give them), in their order: each query's graded documents, then those with only
+        a utility, then those with only an abstention probability."""
+        q: list[int] = []
+        docs: list[str] = []
+        grade: list[float] = []
+        flag: list[bool] = []
+        util: list[float] = []
+        p_no: list[float] = []
+        stated = np.full(len(labels), -1, dtype=np.int64)
+        nan = float("nan")
+        for code, lab in enumerate(labels.values()):
+            extra = [d for d in lab.utilities if d not in lab.grades]
+            extra += [d for d in lab.no_response if d not in lab.grades and d not in extra]
+            row_docs = [*lab.grades, *extra]
+            q.extend([code] * len(row_docs))
+            docs.extend(row_docs)
+            grade.extend(float(g) for g in lab.grades.values())
+            grade.extend([nan] * len(extra))
+            flag.extend(d in lab.distractors for d in row_docs)
+            util.extend(float(lab.utilities.get(d, nan)) for d in row_docs)
+            p_no.extend(float(lab.no_response.get(d, nan)) for d in row_docs)
+            if lab.n_relevant is not None:
+                stated[code] = lab.n_relevant
+        vocab, d = intern(docs)
+        pairs = Pairs(
+            list(labels), vocab, np.asarray(q, np.int32), d, np.asarray(grade, np.float64),
+            None, source,
+        )  # fmt: skip
+        return cls(
+            pairs,
+            distractor=np.asarray(flag, np.bool_),
+            utility=np.asarray(util, np.float64),
+            no_response=np.asarray(p_no, np.float64),
+            stated=stated,
+        )
+
     def __getitem__(self, qid: str) -> Labels:
-        rows = self.pairs.rows_of(self._index[qid])
-        docs, values = self.pairs.doc_ids(rows), self.pairs.value[rows]
-        grades = dict(zip(docs, map(int, values.tolist()), strict=True))
-        if self.distractor is None:
+        code = self._index[qid]
+        rows = self.pairs.rows_of(code)
+        docs, values = self.pairs.doc_ids(rows), self.pairs.value[rows].tolist()
+        grades = {d: int(v) for d, v in zip(docs, values, strict=True) if v == v}
+        if self.distractor is None and not self.rich and self.stated is None:
             return Labels(grades)
-        flags = self.distractor[rows].tolist()
-        return Labels(grades, frozenset(d for d, f in zip(docs, flags, strict=True) if f))
+        return Labels(
+            grades,
+            frozenset(self._picked(self.distractor, rows, docs)),
+            self._numbers(self.utility, rows, docs),
+            self._numbers(self.no_response, rows, docs),
+            None if self.stated is None or self.stated[code] < 0 else int(self.stated[code]),
+        )
+
+    @staticmethod
+    def _picked(
+        flags: NDArray[np.bool_] | None, rows: NDArray[np.intp], docs: list[str]
+    ) -> list[str]:
+        if flags is None:
+            return []
+        return [d for d, f in zip(docs, flags[rows].tolist(), strict=True) if f]
+
+    @staticmethod
+    def _numbers(values: F64 | None, rows: NDArray[np.intp], docs: list[str]) -> dict[str, float]:
+        if values is None:
+            return {}
+        return {d: v for d, v in zip(docs, values[rows].tolist(), strict=True) if v == v}
+
+    @property
+    def rich(self) -> bool:
+        """Whether any query has a given utility or abstention probability."""
+        return self.utility is not None or self.no_response is not None
 
     def unanswerable(self) -> list[str]:
         """The query ids judged (at least one label) with no relevant (grade >= 1) label,
@@ -478,8 +589,10 @@ class ColumnarLabels(_ByQuery):
         <ragguard.calibration.evalset.EvalSet.unanswerable>`)."""
         p = self.pairs
         n = len(p.qids)
-        judged = np.bincount(p.q, minlength=n)
+        judged = np.bincount(p.q[~np.isnan(p.value)], minlength=n)
         relevant = np.bincount(p.q[p.value >= 1], minlength=n)
+        if self.stated is not None:
+            relevant = relevant + np.maximum(self.stated, 0)
         codes = np.asarray(self.codes, dtype=np.intp)
         hit = (judged[codes] > 0) & (relevant[codes] == 0)
         return [k for k, h in zip(self._keys, hit.tolist(), strict=True) if h]
@@ -855,16 +968,65 @@ def arrays_from_columnar(
         qids,
         crow,
         cscore,
-        lrow[lm],
-        lp.value[lm],
+        _label_rows(qids, labels, lrow, lm),
         hit_cand,
         hit_label,
-        ldistractor=None if labels.distractor is None else labels.distractor[lm],
         candidates=_RowCandidates(run, qids),
         score_kind=score_kind,
         profile=profile,
         rules=rules,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRows:
+    """The labels of the evaluated queries as rows, for :func:`arrays_from_codes`.
+
+    Attributes:
+        row: (n,) eval row of each label.
+        grade: (n,) its grade; NaN for a document given only a utility or a probability.
+        distractor: (n,) whether it is a known distractor, or ``None`` (none is).
+        utility: (n,) its given utility (NaN: none), or ``None``.
+        no_response: (n,) its abstention probability (NaN: none), or ``None``.
+        stated: per eval row, the stated number of relevant documents, or ``None``.
+        maps: per eval row, the grades, utilities and probabilities as mappings, when
+            utilities or probabilities are given (the ideal ranking and the range checks
+            read them).
+    """
+
+    row: NDArray[np.intp]
+    grade: F64
+    distractor: NDArray[np.bool_] | None = None
+    utility: F64 | None = None
+    no_response: F64 | None = None
+    stated: list[int | None] | None = None
+    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
+
+
+def _label_rows(
+    qids: Sequence[str], labels: ColumnarLabels, lrow: NDArray[np.intp], lm: NDArray[np.bool_]
+) -> LabelRows:
+    def kept(values: Any) -> Any:
+        return None if values is None else values[lm]
+
+    stated = None
+    if labels.stated is not None:
+        codes = [labels.code(q) for q in qids]
+        stated = [
+            None if c is None or labels.stated[c] < 0 else int(labels.stated[c]) for c in codes
+        ]
+    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
+    if labels.rich:
+        per = [labels[q] for q in qids]
+        maps = (
+            [dict(lab.grades) for lab in per],
+            [lab.utilities for lab in per],
+            [lab.no_response for lab in per],
+        )
+    return LabelRows(
+        lrow[lm], labels.pairs.value[lm], kept(labels.distractor), kept(labels.utility),
+        kept(labels.no_response), stated, maps,
+    )  # fmt: skip
 
 
 def label_hits(
@@ -897,12 +1059,10 @@ def arrays_from_codes(
     qids: Sequence[str],
     crow: NDArray[np.intp],
     cscore: F64,
-    lrow: NDArray[np.intp],
-    lgrade: F64,
+    labels: LabelRows,
     hit_cand: NDArray[np.intp],
     hit_label: NDArray[np.intp],
     *,
-    ldistractor: NDArray[np.bool_] | None = None,
     candidates: Sequence[Mapping[str, float]],
     score_kind: ScoreKind | str | None,
     profile: Profile | str | None = None,
@@ -912,10 +1072,13 @@ def arrays_from_codes(
     """:class:`EvalArrays` from integer-coded rows.
 
     Candidates: eval row ``crow`` and raw score ``cscore``, in the run's order within
-    each row. Labels: eval row ``lrow`` and grade ``lgrade``. ``hit_cand[i]`` and
-    ``hit_label[i]`` are a candidate and the label of its document. ``candidates`` gives
-    each row's ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`; ``ldistractor``
-    flags the labels of known distractors.
+    each row. Labels: :class:`LabelRows`. ``hit_cand[i]`` and ``hit_label[i]`` are a
+    candidate and the label of its document. ``candidates`` gives each row's
+    ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
+
+    Raises:
+        EvalSetError: a utility or probability out of range, a stated number of relevant
+            documents below the labelled one (as :func:`build_arrays`).
     """
     n_q = len(qids)
     prof = as_profile(profile)
@@ -946,23 +1109,45 @@ def arrays_from_codes(
     hrow = crow[hit_cand]
     hcol = (hit_cand - starts[hrow]).astype(ranked.order.dtype)
     hpos = ranked_positions(ranked.order, hrow, hcol)
+    lgrade = labels.grade
+    graded = ~np.isnan(lgrade)
+    all_graded = bool(graded.all())
+    on = slice(None) if all_graded else graded[hit_label]
     g = np.zeros((n_q, width))
-    g[hrow, hpos] = lgrade[hit_label]
+    g[hrow[on], hpos[on]] = lgrade[hit_label[on]]
     judged = np.zeros((n_q, width), dtype=np.bool_)
-    judged[hrow, hpos] = True
-    distractor = None
-    if ldistractor is not None:
-        distractor = np.zeros((n_q, width), dtype=np.bool_)
-        flagged = ldistractor[hit_label]
-        distractor[hrow[flagged], hpos[flagged]] = True
+    judged[hrow[on], hpos[on]] = True
 
-    stats = label_stats(qids, np.asarray(lrow, dtype=np.intp), lgrade, None)
-    ideal_u = ideal_label_utilities(
-        qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules
-    )
+    def at_hits(values: NDArray[Any] | None, empty: Any) -> NDArray[Any] | None:
+        if values is None:
+            return None
+        out = np.full((n_q, width), empty, dtype=values.dtype)
+        v = values[hit_label]
+        sel = v if v.dtype == np.bool_ else ~np.isnan(v)
+        out[hrow[sel], hpos[sel]] = v[sel]
+        return out
+
+    distractor = at_hits(labels.distractor, False)
+    if labels.maps is not None:
+        grades, utilities, no_response = labels.maps
+        if labels.utility is not None:
+            check_range(qids, utilities, "utility", -1.0, 1.0)
+        if labels.no_response is not None:
+            check_range(qids, no_response, "no-response probability", 0.0, 1.0)
+    lrow = labels.row if all_graded else labels.row[graded]
+    stats = label_stats(qids, lrow, lgrade if all_graded else lgrade[graded], labels.stated)
+    if labels.maps is None:
+        ideal_u = ideal_label_utilities(
+            qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules
+        )
+    else:
+        ideal_u = ideal_label_utilities(
+            qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
+        )
     return assemble_arrays(
         qids, kind, prof, rules, counts, ranked, g, judged, stats, ideal_u, candidates,
-        distractor=distractor,
+        distractor=distractor, given_utility=at_hits(labels.utility, np.nan),
+        no_response=at_hits(labels.no_response, np.nan),
     )  # fmt: skip
 
 
@@ -1011,16 +1196,17 @@ def _hash_rows(h: Any, rows: NDArray[Any]) -> None:
 
 def fingerprint(
     qids: Sequence[str],
-    labels: Mapping[str, Labels],
-    runs: Sequence[tuple[str, str | None, Mapping[str, Mapping[str, float]]]],
+    labels: ColumnarLabels,
+    runs: Sequence[tuple[str, str | None, ColumnarCandidates]],
 ) -> str:
-    """sha256 of labels and runs, the same whether they were read column-wise or not:
-    labels sorted by document within each query, candidates in the run's order."""
+    """sha256 of labels and runs, whatever file they came from: labels sorted by
+    document within each query (grades, then known distractors, utilities and
+    abstention probabilities), candidates in the run's order."""
     import hashlib
 
     h = hashlib.sha256()
     _hash_ids(h, list(qids))
-    if isinstance(labels, ColumnarLabels):
+    if not labels.rich and labels.stated is None:  # column-wise
         p = labels.pairs
         rows = _rows(qids, labels)[p.q]
         keep = np.flatnonzero(rows >= 0)
@@ -1066,24 +1252,16 @@ def fingerprint(
         h.update(np.asarray(stated, np.int64).tobytes())
     for name, kind, cands in runs:
         h.update(f"run\x00{name}\x00{kind}".encode())
-        if isinstance(cands, ColumnarCandidates):
-            p = cands.pairs
-            in_eval = _rows(qids, cands).astype(np.int32)[p.q]
-            if bool((in_eval >= 0).all()) and not bool((in_eval[1:] < in_eval[:-1]).any()):
-                _hash_rows(h, in_eval)  # every row, in order (the usual run): no copies
-                _hash_ids(h, p.doc_column())
-                _hash_floats(h, p.value)
-            else:
-                keep = np.flatnonzero(in_eval >= 0)
-                keep = keep[np.argsort(in_eval[keep], kind="stable")]
-                _hash_rows(h, in_eval[keep])
-                _hash_ids(h, p.doc_column(keep))
-                _hash_floats(h, p.value[keep])
+        p = cands.pairs
+        in_eval = _rows(qids, cands).astype(np.int32)[p.q]
+        if bool((in_eval >= 0).all()) and not bool((in_eval[1:] < in_eval[:-1]).any()):
+            _hash_rows(h, in_eval)  # every row, in order (the usual run): no copies
+            _hash_ids(h, p.doc_column())
+            _hash_floats(h, p.value)
         else:
-            empty: Mapping[str, float] = {}
-            per = [cands.get(q, empty) for q in qids]
-            rows = np.repeat(np.arange(len(qids), dtype=np.int64), list(map(len, per)))
-            h.update(rows.tobytes())
-            _hash_ids(h, [d for m in per for d in m])
-            _hash_floats(h, np.array([float(s) for m in per for s in m.values()], np.float64))
+            keep = np.flatnonzero(in_eval >= 0)
+            keep = keep[np.argsort(in_eval[keep], kind="stable")]
+            _hash_rows(h, in_eval[keep])
+            _hash_ids(h, p.doc_column(keep))
+            _hash_floats(h, p.value[keep])
     return h.hexdigest()

@@ -735,9 +735,9 @@ def build_arrays(
     given_values = no_values
     p_no_values = no_values
     if utilities is not None:
-        given_values = _check_range(qids, utilities, "utility", -1.0, 1.0)
+        given_values = check_range(qids, utilities, "utility", -1.0, 1.0)
     if no_response is not None:
-        p_no_values = _check_range(qids, no_response, "no-response probability", 0.0, 1.0)
+        p_no_values = check_range(qids, no_response, "no-response probability", 0.0, 1.0)
     distractor = np.zeros((n_q, width), dtype=np.bool_)
     if distractors is not None and any(distractors):
         q, r, _ = _retrieved(distractors, candidates, ranking, hit_keys)
@@ -1122,7 +1122,7 @@ def ideal_label_utilities(
     return _rank_within(rows_arr, values, n_q)[0]
 
 
-def _check_range(
+def check_range(
     qids: Sequence[str], maps: Sequence[Mapping[str, float]], what: str, lo: float, hi: float
 ) -> F64:
     """All values of ``maps``, flat (see :func:`_flat_floats`), each checked to lie in

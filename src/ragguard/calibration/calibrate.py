@@ -1334,16 +1334,15 @@ def _finite(value: float) -> float | str:
 def data_fingerprint(evalset: EvalSet, runs: Sequence[str] | None = None) -> str:
     """sha256 of the labels and the given runs, independent of file layout: the same
     data loaded from JSONL or TREC files, column-wise or not, hashes alike."""
-    from ragguard.calibration._columnar import fingerprint
+    from ragguard.calibration._columnar import ColumnarCandidates, fingerprint
 
     names = runs if runs is not None else list(evalset.runs)
     chosen = [evalset.runs[n] for n in names]
-    kinds = [r.score_kind.value if r.score_kind else None for r in chosen]
-    return fingerprint(
-        evalset.qids,
-        evalset.labels,
-        [(r.name, k, r.candidates) for r, k in zip(chosen, kinds, strict=True)],
-    )
+    parts = []
+    for r in chosen:
+        assert isinstance(r.candidates, ColumnarCandidates)  # (an EvalSet holds columns)
+        parts.append((r.name, r.score_kind.value if r.score_kind else None, r.candidates))
+    return fingerprint(evalset.qids, evalset.labels, parts)
 
 
 def _file_hashes(evalset: EvalSet, runs: Sequence[str]) -> dict[str, str]:

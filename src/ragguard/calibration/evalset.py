@@ -122,7 +122,7 @@ from ragguard.calibration._columnar_json import read_beir, read_jsonl
 from ragguard.calibration._problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration._records import Labels, Query, Run
 from ragguard.calibration._tables import Table, as_dicts, columnar, read_input
-from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.texts import Texts, TextSource
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
@@ -181,8 +181,10 @@ class EvalSet:
             if name != run.name:
                 raise EvalSetError(f"run {run.name!r} registered under the name {name!r}")
         self.queries: Mapping[str, Query] = _frozen(queries)
-        self.labels: Mapping[str, Labels] = _frozen(labels)
-        self.runs: Mapping[str, Run] = MappingProxyType(dict(runs))
+        self.labels: ColumnarLabels = as_columns(labels, source)
+        self.runs: Mapping[str, Run] = MappingProxyType(
+            {name: columnar_run(run, source) for name, run in runs.items()}
+        )
         self.report = report or LoadReport()
         self.source = source
         self.texts = texts if texts is not None else Texts()
@@ -204,13 +206,7 @@ class EvalSet:
         with no label at all is neither answerable nor unanswerable: it is not judged.
         ``calibrate(..., max_false_abstain=...)`` calibrates ``min_evidence`` on them
         (:mod:`ragguard.calibration.answerability`)."""
-        if isinstance(self.labels, ColumnarLabels):
-            return tuple(self.labels.unanswerable())
-        return tuple(
-            q
-            for q, lab in self.labels.items()
-            if lab.grades and not any(g >= 1 for g in lab.grades.values()) and not lab.n_relevant
-        )
+        return tuple(self.labels.unanswerable())
 
     @property
     def qids(self) -> tuple[str, ...]:
@@ -365,13 +361,10 @@ class EvalSet:
                 cached = self._arrays[key] = arr.with_profile(prof)
                 return cached
         r = self.runs[name]
-        qids = self.qids
-        if isinstance(r.candidates, ColumnarCandidates) and isinstance(self.labels, ColumnarLabels):
-            arrays = arrays_from_columnar(
-                qids, r.candidates, self.labels, score_kind=r.score_kind, profile=prof, rules=rules
-            )
-        else:
-            arrays = self._dict_arrays(r, prof, rules)
+        assert isinstance(r.candidates, ColumnarCandidates)  # (EvalSet keeps runs as columns)
+        arrays = arrays_from_columnar(
+            self.qids, r.candidates, self.labels, score_kind=r.score_kind, profile=prof, rules=rules
+        )
         if arrays.score_issues:
             logger.warning(
                 "run %r: scores contradict score_kind=%r in %s",
@@ -381,23 +374,6 @@ class EvalSet:
             )
         self._arrays[key] = arrays
         return arrays
-
-    def _dict_arrays(self, r: Run, prof: Profile, rules: UtilityRules) -> EvalArrays:
-        qids = self.qids
-        empty: Mapping[str, float] = {}
-        labels = [self.labels[q] for q in qids]
-        return build_arrays(
-            qids,
-            [r.candidates.get(q, empty) for q in qids],
-            [lab.grades for lab in labels],
-            score_kind=r.score_kind,
-            distractors=[lab.distractors for lab in labels],
-            utilities=[lab.utilities for lab in labels],
-            no_response=[lab.no_response for lab in labels],
-            n_relevant=[lab.n_relevant for lab in labels],
-            profile=prof,
-            rules=rules,
-        )
 
     def _run_name(self, run: str | None) -> str:
         if run is not None:
@@ -456,9 +432,25 @@ def _labels_from_dicts(
 def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """A read-only copy of ``data``; mappings read column-wise are read-only already and
     stay columnar (copying them would build every query's dict)."""
-    if isinstance(data, ColumnarLabels | ColumnarQueries):
+    if isinstance(data, ColumnarQueries):
         return data
     return MappingProxyType(dict(data))
+
+
+def as_columns(labels: Mapping[str, Labels], source: str | None) -> ColumnarLabels:
+    """``labels`` as the eval set holds them: columns (:class:`ColumnarLabels`)."""
+    if isinstance(labels, ColumnarLabels):
+        return labels
+    return ColumnarLabels.of_labels(labels, source or "")
+
+
+def columnar_run(run: Run, source: str | None = None) -> Run:
+    """``run`` with its candidates as the eval set holds them: columns
+    (:class:`ColumnarCandidates`)."""
+    if isinstance(run.candidates, ColumnarCandidates):
+        return run
+    cands = ColumnarCandidates.of_dicts(run.candidates, run.source or source or "")
+    return Run(run.name, cands, run.score_kind, run.source)
 
 
 def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
@@ -501,16 +493,14 @@ def assemble(
     """Reconcile runs with labels (reporting mismatches) and build the :class:`EvalSet`."""
     if not labels:
         raise EvalSetError("no labelled queries found", path=source)
+    labels = as_columns(labels, source)
     kept: dict[str, Run] = {}
-    for name, run in runs.items():
+    for name, given in runs.items():
+        run = columnar_run(given, source)
+        assert isinstance(run.candidates, ColumnarCandidates)
         lines = run_lines.get(name, {})
-        cands: Mapping[str, Mapping[str, float]]
-        if isinstance(run.candidates, ColumnarCandidates):
-            cands, dropped = run.candidates.restrict(labels)
-            sizes = {qid: run.candidates.size(qid) for qid in dropped}
-        else:
-            cands = {qid: c for qid, c in run.candidates.items() if qid in labels}
-            sizes = {qid: len(c) for qid, c in run.candidates.items() if qid not in labels}
+        cands, dropped = run.candidates.restrict(labels)
+        sizes = {qid: run.candidates.size(qid) for qid in dropped}
         for qid, n in sizes.items():
             rep(
                 ProblemKind.RUN_QUERY_WITHOUT_LABELS,
@@ -527,11 +517,7 @@ def assemble(
                     path=path,
                     line=line,
                 )
-        if isinstance(cands, ColumnarCandidates):
-            has_score = cands.has_score()
-        else:
-            has_score = any(not math.isnan(s) for c in cands.values() for s in c.values())
-        kind = run.score_kind if has_score else None
+        kind = run.score_kind if cands.has_score() else None
         kept[name] = Run(name, cands, kind, run.source)
     es = EvalSet(queries, labels, kept, report=rep.report, source=source, texts=texts)
     rep.log(source or "eval set")
