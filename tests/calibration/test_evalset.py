@@ -727,11 +727,10 @@ BESIDE = (
 
 
 def careful_load(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:
-    """load_evalset by the line-by-line reader (as without pyarrow)."""
-    from ragguard.calibration import _columnar
-
+    """load_evalset by the line-by-line readers (the library's careful JSONL reader, the
+    tests' reference BEIR reader)."""
     with monkeypatch.context() as m:
-        m.setattr(_columnar, "arrow", lambda: None)
+        use_line_reader(m)
         return load_evalset(*args, **kw)
 
 
