@@ -121,6 +121,7 @@ def test_a_clean_beir_folder_is_read_column_wise(
         "query-id\tcorpus-id\tscore\nq1\ta\t1\nq1\tb\t-1\nq2\tc\t-2\n",  # distractor, junk
         "query-id\tcorpus-id\tscore\nq1\ta\u00a0x\t1\n",  # whitespace only Python splits on
         "query-id\tcorpus-id\n",  # only a header: no labels
+        "",  # an empty file: no labels
     ],
 )
 def test_messy_beir_qrels_read_alike(
@@ -202,6 +203,8 @@ def test_corpus_and_queries_files_read_alike(
         ("queries.jsonl", '{"_id": "q1", "text": 3}\n', "queries.jsonl:1, field 'text'"),
         ("corpus.jsonl", '{"_id": "a"}\n{"_id": "b", "text": 5}\n', "corpus.jsonl:2, field 'text'"),
         ("corpus.jsonl", '{"_id": "a", "text": ["x"]}\n', "corpus.jsonl:1, field 'text'"),
+        ("distractors.tsv", "query-id\tcorpus-id\nq1\ta\tb\n", "distractors.tsv:2: a dis"),
+        ("distractors.tsv", "q1\ta\nq2\n", "distractors.tsv:2: a distractors line has 2"),
     ],
 )
 def test_beir_errors_name_file_line_and_field_on_both_paths(
@@ -235,6 +238,18 @@ def test_distractors_file_and_grades_read_alike(
     assert fast.labels["q2"].distractors == {"d"}
     assert fast.labels["q2"].grades == {"c": 2, "d": 0}
     assert ("unknown_query", 3) in [(p.kind.value, p.line) for p in fast.report.problems]
+
+
+@pytest.mark.parametrize(
+    "distractors",
+    ["", "query-id\tcorpus-id\n", "# none yet\n\n", "q7\ta\r\nq1\tc\r\nq2\tc\r\n", "q1 c\n"],
+)
+def test_distractors_files_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, distractors: str
+) -> None:
+    folder = beir(tmp_path, distractors=distractors)
+    fast, _ = both(monkeypatch, folder, runs=write(tmp_path / "run.trec", RUN))
+    assert isinstance(fast.labels, ColumnarLabels)
 
 
 def test_a_distractors_file_is_read_column_wise_into_the_labels_and_arrays(

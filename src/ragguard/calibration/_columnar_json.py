@@ -344,8 +344,6 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
     if not path.is_dir():
         raise EvalSetError("a BEIR eval set is a folder", path=str(path))
     qrels_path = beir_split(path, split)
-    pa = _columnar.arrow()
-    string = pa.string()
     corpus = None
     passages = Texts()
     if (path / "corpus.jsonl").exists():
@@ -369,7 +367,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
     pairs, events = _qrels(fields, qrels_path, corpus, query_ids, rep)
     del fields
     report_events(events, rep, str(qrels_path))
-    labels = _with_distractors(pairs, path / BEIR_DISTRACTORS, rep, string)
+    labels = _with_distractors(pairs, path / BEIR_DISTRACTORS, rep)
     queries = TextQueries(labels, query_texts)
     return ColumnarRead(queries, labels, labels.label_lines(), {}, corpus, passages)
 
@@ -555,7 +553,7 @@ def _qrels(
     return pairs, events
 
 
-def _with_distractors(pairs: Pairs, path: Path, rep: Reporter, string: Any) -> ColumnarLabels:
+def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels:
     """The labels of qrels ``pairs`` (grades as written) with the known distractors of
     ``distractors.tsv`` at ``path``, if it exists: a distractor of a labelled (query,
     document) flags that label; one of an unlabelled document adds a label of grade 0
@@ -568,6 +566,7 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter, string: Any) -> C
     if not path.exists():
         return ColumnarLabels.of_grades(pairs)
     pa = _columnar.arrow()
+    string = pa.string()
     fields = read_fields(path, BEIR_DISTRACTOR, split=split_tsv, is_header=_is_header)
     dq = vocab_positions(fields.q.combine_chunks(), pa.array(pairs.qids, string))
     dline = np.arange(1, dq.size + 1) if fields.line is None else fields.line
