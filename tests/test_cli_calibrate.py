@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from ragguard import Candidate, ContextGuard
 from ragguard._optional import install_hint
 from ragguard.calibration import (
+    EvalSet,
     calibrate,
     compute,
     data_fingerprint,
@@ -29,6 +30,7 @@ from ragguard.calibration import (
 )
 from ragguard.cli import app
 from ragguard.errors import ConfigError, EvalSetError, RetrieverError
+from tests.calibration.notes_beir import notes_as_beir
 from tests.cli_checks import error_line
 from tests.faults import (
     LiveStaging,
@@ -109,6 +111,50 @@ def test_calibrate_options(tmp_path: Path) -> None:
     assert cfg.profile == "medical" and cfg.max_k <= 6
     assert cfg.provenance["objective"] == "utility"
     assert cfg.provenance["queries"]["heldout"] == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "options"),
+    [
+        ([], {}),
+        (["--max-tokens", "300"], {"max_tokens": 300}),
+        (["--near-duplicate-threshold", "0.8"], {"near_duplicate_threshold": 0.8}),
+        (["--conflicts", "off,drop"], {"conflicts": ["off", "drop"]}),
+    ],
+)
+def test_calibrate_leaves_passage_texts_out_unless_a_stage_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: list[str], options: dict[str, object]
+) -> None:
+    """A BEIR folder (its corpus.jsonl holds every passage text) is loaded without texts
+    when the calibration reads none, with them when a stage after the cut does; the
+    config is the one calibrated with the texts loaded."""
+    from ragguard.calibration import inputs
+
+    folder = notes_as_beir(tmp_path, distractors=True)
+    loaded: list[EvalSet] = []
+    real = inputs.load_evalset
+
+    def keep(*args: object, **kw: object) -> EvalSet:
+        es = real(*args, **kw)  # type: ignore[arg-type]
+        loaded.append(es)
+        return es
+
+    monkeypatch.setattr(inputs, "load_evalset", keep)
+    result = invoke("calibrate", folder, "--no-report", *extra)
+    assert result.exit_code == 0, result.output
+    (es,) = loaded
+    doc = "log-2024-03-02-deadlift"
+    if options:
+        assert (es.texts.get("q01", doc) or "").startswith("Training log 2024-03-02\n")
+    else:
+        with pytest.raises(EvalSetError, match="without its passage texts"):
+            es.texts.get("q01", doc)
+    api = calibrate(real(folder, runs=sorted((folder / "runs").iterdir())), min_recall=0.8,
+                    **options)  # type: ignore[arg-type]  # fmt: skip
+    written = ContextGuard.from_file(tmp_path / "ragguard.toml").config
+    expected = api.config()
+    assert written.model_dump(exclude={"provenance"}) == expected.model_dump(exclude={"provenance"})
+    assert written.provenance["data_sha256"] == expected.provenance["data_sha256"]
 
 
 def test_calibrate_with_a_live_langchain_retriever(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
-"""A reference reader of TREC qrels and run files, line by line with ``str.split()``
-(as trec_eval 9 and pytrec_eval read them), for the tests of the one column-wise reader
-(:mod:`ragguard.calibration.delimited`): the same labels, candidates, problems (file,
-line, message) and first error are expected of both.
+"""Reference readers, line by line, for the tests of the one column-wise reader of each
+format: TREC qrels and run files split with ``str.split()`` (as trec_eval 9 and
+pytrec_eval read them; the one reader: :mod:`ragguard.calibration.delimited`) and BEIR
+folders read with Python's ``json`` one line at a time (the one reader:
+:func:`ragguard.calibration._columnar_json.read_beir`). The same labels, candidates,
+texts, problems (file, line, message) and first error are expected of both.
 
-:func:`careful` loads an eval set with this reader in place of the library's TREC
-reading (and the JSON readers' line-by-line paths), so a test compares the two.
+:func:`careful` loads an eval set with these readers in place of the library's TREC and
+BEIR reading (and the JSONL reader's line-by-line path), so a test compares the two.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ import pytest
 
 from ragguard.calibration import EvalSet, evalset, load_evalset
 from ragguard.calibration import _columnar as columnar
+from ragguard.calibration._columnar_json import BEIR_DISTRACTORS, beir_split
 from ragguard.calibration._problems import ProblemKind, Reporter
 from ragguard.calibration._readers import (
+    BEIR_DISTRACTOR,
+    BEIR_HEADERS,
+    BEIR_QRELS,
     DISTRACTOR_GRADE,
     TREC_QRELS,
     TREC_RUN,
@@ -28,9 +34,12 @@ from ragguard.calibration._readers import (
     ReadResult,
     bad_grade,
     grade_error,
+    json_id,
+    json_line,
     read_json_run,
 )
 from ragguard.calibration._records import Labels, Query
+from ragguard.calibration.texts import Texts, TextSource, corpus_text
 from ragguard.errors import EvalSetError
 
 
@@ -139,14 +148,143 @@ def _read_run(
     return read_run(path, rep, known_docs)
 
 
+# --------------------------------------------------------------------------- BEIR
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of each line of a UTF-8 file, lines ended as Python's universal
+    newlines end them (a byte order mark at the start skipped); a line that is not UTF-8
+    raises, naming it."""
+    for lineno, raw in enumerate(path.read_bytes().splitlines(keepends=True), 1):
+        try:
+            yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise EvalSetError(
+                f"not UTF-8 text ({exc.reason})", path=str(path), line=lineno
+            ) from None
+
+
+def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for lineno, text in _text_lines(path):
+        if text.strip():
+            obj = json_line(text, path, lineno)
+            if not isinstance(obj, dict):
+                raise EvalSetError("each line must be a JSON object", path=str(path), line=lineno)
+            yield lineno, obj
+
+
+def _tsv_records(path: Path, layout: Layout) -> Iterator[tuple[int, list[str]]]:
+    """The fields of each record of a BEIR TSV file: a line split on tabs when it has
+    one, else on whitespace, each field stripped; blank lines, comments (see
+    :class:`Layout`) and a header on line 1 left out."""
+    for lineno, text in _text_lines(path):
+        s = text.strip()
+        if not s:
+            continue
+        parts = [p.strip() for p in s.split("\t")] if "\t" in s else s.split()
+        if layout.comment(s, parts) or (lineno == 1 and parts[0].lower() in BEIR_HEADERS):
+            continue
+        if len(parts) != layout.columns:
+            raise EvalSetError(
+                f"a {layout.kind} line has {layout.columns} columns ({layout.names}), "
+                f"got {len(parts)}",
+                path=str(path),
+                line=lineno,
+            )
+        yield lineno, parts
+
+
+def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = True) -> ReadResult:
+    """A BEIR folder read line by line (the split picked first, then ``corpus.jsonl``,
+    ``queries.jsonl``, the qrels and ``distractors.tsv``, in that order)."""
+    if not path.is_dir():
+        raise EvalSetError("a BEIR eval set is a folder", path=str(path))
+    qrels_path = beir_split(path, split)
+    res = ReadResult()
+    corpus_path = path / "corpus.jsonl"
+    if corpus_path.exists():
+        res.corpus = set()
+        passages: dict[str, str] = {}
+        titles: dict[str, str] = {}
+        for lineno, obj in _json_objects(corpus_path):
+            doc = json_id(obj.get("_id"), corpus_path, lineno, "_id")
+            res.corpus.add(doc)
+            passage, title = corpus_text(obj, corpus_path, lineno, required=False)
+            if passage is not None:
+                passages[doc] = passage
+                if title is not None:
+                    titles[doc] = title
+        if passages and texts:
+            res.texts = Texts(docs=[TextSource.of(passages, titles)])
+    query_texts: dict[str, str | None] = {}
+    queries_path = path / "queries.jsonl"
+    if queries_path.exists():
+        for lineno, obj in _json_objects(queries_path):
+            qtext = obj.get("text")
+            if qtext is not None and not isinstance(qtext, str):
+                raise EvalSetError(f"must be a string, got {type(qtext).__name__}",
+                                   path=str(queries_path), line=lineno, field="text")  # fmt: skip
+            query_texts[json_id(obj.get("_id"), queries_path, lineno, "_id")] = qtext
+    grades: dict[str, dict[str, int]] = {}
+    where = str(qrels_path)
+    for lineno, (qid, doc, text) in _tsv_records(qrels_path, BEIR_QRELS):
+        try:
+            grade = int(text)
+        except ValueError:
+            raise EvalSetError(
+                f"must be an integer, got {text!r}", path=where, line=lineno, field="score"
+            ) from None
+        if bad_grade(grade):
+            raise EvalSetError(grade_error(grade, qid, doc), path=where, line=lineno,
+                               field="score")  # fmt: skip
+        if res.corpus is not None and doc not in res.corpus:
+            msg = f"labelled document {doc!r} (query {qid!r}) is not in corpus.jsonl"
+            rep(ProblemKind.UNKNOWN_DOCUMENT, msg, path=where, line=lineno)
+        if queries_path.exists() and qid not in query_texts and qid not in grades:
+            msg = f"labelled query {qid!r} is not in queries.jsonl"
+            rep(ProblemKind.UNKNOWN_QUERY, msg, path=where, line=lineno)
+        q = grades.get(qid)
+        if q is None:
+            q = grades[qid] = {}
+            res.label_lines[qid] = (where, lineno)
+        if doc in q:
+            if q[doc] != grade:
+                raise EvalSetError(
+                    f"query {qid!r}, document {doc!r}: grade {grade} contradicts {q[doc]}",
+                    path=where,
+                    line=lineno,
+                )
+            msg = f"query {qid!r}, document {doc!r} is labelled twice"
+            rep(ProblemKind.DUPLICATE_LABEL, msg, path=where, line=lineno)
+            continue
+        q[doc] = grade
+    known: dict[str, set[str]] = {}
+    dis_path = path / BEIR_DISTRACTORS
+    if dis_path.exists():
+        for lineno, (qid, doc) in _tsv_records(dis_path, BEIR_DISTRACTOR):
+            if qid not in grades:
+                msg = f"distractor {doc!r} is for query {qid!r}, which has no labels in this split"
+                rep(ProblemKind.UNKNOWN_QUERY, msg, path=str(dis_path), line=lineno)
+                continue
+            known.setdefault(qid, set()).add(doc)
+    for qid, g in grades.items():
+        res.queries[qid] = Query(qid, query_texts.get(qid))
+        dis = {d for d, v in g.items() if v == DISTRACTOR_GRADE} | known.get(qid, set())
+        labels = {d: max(v, 0) for d, v in g.items()}
+        for d in dis:
+            labels.setdefault(d, 0)
+        res.labels[qid] = Labels(labels, frozenset(dis))
+    return res
+
+
 USED: list[str] = []
 """What the line-by-line readers read while patched in (:func:`use_line_reader`)."""
 
 
 def use_line_reader(m: pytest.MonkeyPatch) -> None:
-    """From now on (in ``m``'s scope), TREC files are read by this module and JSON-lines
-    files and BEIR folders by the library's line-by-line readers (each read is recorded
-    in :data:`USED`)."""
+    """From now on (in ``m``'s scope), TREC files and BEIR folders are read by this
+    module and JSON-lines files by the library's line-by-line reader (each read is
+    recorded in :data:`USED`)."""
 
     def qrels(path: Path, rep: Reporter) -> ReadResult:
         USED.append(str(path))
@@ -161,8 +299,13 @@ def use_line_reader(m: pytest.MonkeyPatch) -> None:
 
     m.setattr(columnar, "read_qrels", qrels)
     m.setattr(columnar, "read_run", run)
+
+    def beir(path: Path, *args: Any, **kw: Any) -> ReadResult:
+        USED.append(str(path))
+        return read_beir(path, *args, **kw)
+
     m.setattr(evalset, "read_jsonl", not_column_wise)
-    m.setattr(evalset, "read_beir", not_column_wise)
+    m.setattr(evalset, "read_beir", beir)
 
 
 def careful(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:

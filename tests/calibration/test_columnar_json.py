@@ -1,7 +1,11 @@
 """BEIR folders and ragguard JSONL eval sets read column-wise (pyarrow) give exactly what
-the careful line-by-line reader gives: the same queries, texts, labels, candidates,
-problems and errors, on clean and messy data; shapes the fast path does not read go to
-the careful reader and still read alike."""
+a line-by-line reader gives: the same queries, texts, labels, candidates, problems and
+errors, on clean and messy data.
+
+A BEIR folder has one reader (:func:`ragguard.calibration._columnar_json.read_beir`):
+it is compared with the line-by-line reference of ``tests/calibration/line_reader.py``,
+and its errors name file, line and field. A JSONL file the column-wise reader does not
+read goes to the library's careful reader, and still reads alike."""
 
 from __future__ import annotations
 
@@ -9,10 +13,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from ragguard.calibration import data_fingerprint, load_evalset
+from ragguard.calibration import EvalSet, calibrate, data_fingerprint, load_evalset
+from ragguard.calibration import _columnar_json as columnar_json
 from ragguard.calibration._columnar import ColumnarCandidates, ColumnarLabels
+from ragguard.calibration._problems import Reporter
 from ragguard.errors import EvalSetError
 from tests.calibration.test_columnar import assert_same, both, careful, write
 
@@ -114,6 +121,7 @@ def test_a_clean_beir_folder_is_read_column_wise(
         "query-id\tcorpus-id\tscore\nq1\ta\t1\nq1\tb\t-1\nq2\tc\t-2\n",  # distractor, junk
         "query-id\tcorpus-id\tscore\nq1\ta\u00a0x\t1\n",  # whitespace only Python splits on
         "query-id\tcorpus-id\n",  # only a header: no labels
+        "",  # an empty file: no labels
     ],
 )
 def test_messy_beir_qrels_read_alike(
@@ -158,7 +166,6 @@ def test_duplicates_and_unknown_ids_are_reported_alike_in_line_order(
         ('{"_id": "a", "text": "Inf, -NaN: Infinity"}\n{"_id": "b"}\n', QUERIES),  # in text
         ('{"_id": "a"}\n{"_id": 7}\n', QUERIES),  # a number as id: Python reads "7"
         ('{"_id": "a", "_id": "b"}\n', QUERIES),  # repeated key: Python keeps the last
-        ('{"_id": "a", "text": "\\ud800"}\n', QUERIES),  # a lone surrogate Python reads
         ("", QUERIES),  # an empty corpus
         (CORPUS, '{"_id": "q1", "text": "old"}\n{"_id": "q1", "text": "new"}\n'),
         (CORPUS, '{"_id": "q1"}\n{"_id": "q2", "text": "two", "metadata": {"k": [1]}}\n'),
@@ -196,6 +203,8 @@ def test_corpus_and_queries_files_read_alike(
         ("queries.jsonl", '{"_id": "q1", "text": 3}\n', "queries.jsonl:1, field 'text'"),
         ("corpus.jsonl", '{"_id": "a"}\n{"_id": "b", "text": 5}\n', "corpus.jsonl:2, field 'text'"),
         ("corpus.jsonl", '{"_id": "a", "text": ["x"]}\n', "corpus.jsonl:1, field 'text'"),
+        ("distractors.tsv", "query-id\tcorpus-id\nq1\ta\tb\n", "distractors.tsv:2: a dis"),
+        ("distractors.tsv", "q1\ta\nq2\n", "distractors.tsv:2: a distractors line has 2"),
     ],
 )
 def test_beir_errors_name_file_line_and_field_on_both_paths(
@@ -223,11 +232,193 @@ def test_distractors_file_and_grades_read_alike(
     folder = beir(tmp_path, qrels, distractors="query-id\tcorpus-id\nq2\td\nq7\ta\n")
     run = write(tmp_path / "run.trec", RUN)
     fast, _ = both(monkeypatch, folder, runs=run)
+    assert isinstance(fast.labels, ColumnarLabels)  # the one reader, not a fallback
     # hand-checked: b is a distractor by grade, d by the file; q7 has no labels
     assert fast.labels["q1"].distractors == {"b"}
     assert fast.labels["q2"].distractors == {"d"}
     assert fast.labels["q2"].grades == {"c": 2, "d": 0}
     assert ("unknown_query", 3) in [(p.kind.value, p.line) for p in fast.report.problems]
+
+
+@pytest.mark.parametrize(
+    "distractors",
+    ["", "query-id\tcorpus-id\n", "# none yet\n\n", "q7\ta\r\nq1\tc\r\nq2\tc\r\n", "q1 c\n"],
+)
+def test_distractors_files_read_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, distractors: str
+) -> None:
+    folder = beir(tmp_path, distractors=distractors)
+    fast, _ = both(monkeypatch, folder, runs=write(tmp_path / "run.trec", RUN))
+    assert isinstance(fast.labels, ColumnarLabels)
+
+
+def test_a_distractors_file_is_read_column_wise_into_the_labels_and_arrays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``distractors.tsv`` (odd header, comment, blank line, spaces, a repeat, an
+    unknown query) flags the labels column-wise; the labels, the arrays' ``distractor``
+    flags and the fingerprint are those of the same data given as dicts."""
+    qrels = "query-id\tcorpus-id\tscore\nq1\ta\t1\nq1\tb\t-1\nq2\tc\t2\nq3\td\t0\nq1\te\t0\n"
+    distractors = (
+        "QID\tdocid\n"
+        "q2\td\n"  # not labelled for q2: judged, grade 0
+        "# by hand\n\n"
+        "q1  e\n"  # labelled 0: flagged
+        "q7\ta\n"  # q7 has no labels in this split: reported
+        "q2\td\n"  # a repeat: once
+        " q3 \t d \n"  # labelled 0: flagged
+        "q1\tzz\n"  # not in the corpus: a label anyway, as in the qrels
+    )
+    folder = beir(tmp_path, qrels, distractors=distractors)
+    run = write(tmp_path / "run.trec", RUN + "q3 Q0 d 1 0.3 x\nq1 Q0 zz 3 0.2 x\n")
+    fast, _ = both(monkeypatch, folder, runs=run)
+    assert isinstance(fast.labels, ColumnarLabels)
+    assert fast.labels.distractor is not None
+    expected = {
+        "q1": ({"a": 1, "b": 0, "e": 0, "zz": 0}, {"b", "e", "zz"}),
+        "q2": ({"c": 2, "d": 0}, {"d"}),
+        "q3": ({"d": 0}, {"d"}),
+    }
+    assert {q: (dict(lab.grades), set(lab.distractors)) for q, lab in fast.labels.items()} == (
+        expected
+    )
+    problems = [(p.kind.value, p.path, p.line) for p in fast.report.problems]
+    assert ("unknown_query", str(folder / "distractors.tsv"), 6) in problems
+    dicts = EvalSet.from_dicts(
+        {q: {d: max(g, 0) for d, g in grades.items()} for q, (grades, _) in expected.items()},
+        {"run": fast.run_dict("run")},
+        distractors={q: sorted(dis) for q, (_, dis) in expected.items()},
+    )
+    a, b = fast.arrays("run"), dicts.arrays("run")
+    np.testing.assert_array_equal(a.distractor, b.distractor)
+    np.testing.assert_array_equal(a.utility, b.utility)
+    # hand-checked: q1's candidates a (0.9), b (0.4), zz (0.2): b and zz known distractors
+    assert a.distractor[0, :3].tolist() == [False, True, True]
+    assert data_fingerprint(fast) == data_fingerprint(dicts)
+    assert data_fingerprint(fast) != data_fingerprint(load_evalset(beir(tmp_path / "x", qrels),
+                                                                   runs=run))  # fmt: skip
+    # a relevant document listed as a distractor stays relevant and is flagged
+    # (EvalSet.from_dicts refuses such labels)
+    folder = beir(tmp_path / "graded", qrels, distractors="q1\ta\n")
+    fast, _ = both(monkeypatch, folder, runs=run)
+    assert (fast.labels["q1"].grades["a"], fast.labels["q1"].distractors) == (1, {"a", "b"})
+
+
+def test_ids_that_are_integers_are_read_as_their_decimal_text(tmp_path: Path) -> None:
+    corpus = '{"_id": 7, "text": "seven"}\n{"_id": "a", "text": "alpha"}\n'
+    queries = '{"_id": 12, "text": "twelve"}\n'
+    folder = beir(tmp_path, "query-id\tcorpus-id\tscore\n12\t7\t1\n12\ta\t0\n",
+                  corpus=corpus, queries=queries)  # fmt: skip
+    es = load_evalset(folder, strict=True)  # no unknown document or query
+    assert isinstance(es.labels, ColumnarLabels)
+    assert es.queries["12"].text == "twelve"
+    assert es.labels["12"].grades == {"7": 1, "a": 0}
+    assert (es.texts.get("12", "7"), es.texts.get("12", "a")) == ("seven", "alpha")
+
+
+def test_a_lone_surrogate_escape_is_read_as_a_replacement_character(tmp_path: Path) -> None:
+    """Python's json reads ``\\ud800`` as a lone surrogate, which no UTF-8 text (nor an
+    Arrow string) can hold: the one reader keeps U+FFFD in its place."""
+    corpus = '{"_id": "a", "title": "T\\udc00", "text": "x\\ud800y"}\n{"_id": "b"}\n'
+    es = load_evalset(beir(tmp_path, corpus=corpus))
+    assert es.texts.get("q1", "a") == "T\ufffd\nx\ufffdy"
+    assert es.texts.title("q1", "a") == "T\ufffd"
+    # a real pair of surrogate escapes is one character, read by pyarrow as by Python
+    corpus = '{"_id": "a", "text": "\\ud83d\\ude00"}\n'
+    assert load_evalset(beir(tmp_path / "pair", corpus=corpus)).texts.get("q1", "a") == "\U0001f600"
+
+
+@pytest.mark.parametrize(
+    ("bad", "where"),
+    [
+        ('{"_id": "x"', "corpus.jsonl:{n}: malformed JSON: Expecting ',' delimiter"),
+        ('{"_id": "x", "text": 5}', "corpus.jsonl:{n}, field 'text'"),
+        ('{"text": "no id"}', "corpus.jsonl:{n}, field '_id': missing id"),
+        ('{"_id": 1.5}', "corpus.jsonl:{n}, field '_id': an id must be a string, got float 1.5"),
+        ('"x"', "corpus.jsonl:{n}: each line must be a JSON object"),
+    ],
+)
+def test_a_bad_corpus_line_in_a_later_block_is_named_by_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str, where: str
+) -> None:
+    """Blocks of a few lines: the first is read column-wise, a later one holding the bad
+    line is walked line by line and names it (blank lines and a lone ``\\r`` line end
+    counted before it, as Python counts lines)."""
+    monkeypatch.setattr(columnar_json, "_BLOCK", 64)
+    lines = [f'{{"_id": "d{i}", "text": "passage {i}"}}' for i in range(12)]
+    lines[3] += '\r{"_id": "cr"}'  # one more line in Python's count
+    lines[5] = ""
+    corpus = "\n".join([*lines, bad, *lines[:2]]) + "\n"
+    folder = beir(tmp_path, corpus=corpus)
+    with pytest.raises(EvalSetError) as err:
+        load_evalset(folder)
+    assert where.format(n=14) in str(err.value), str(err.value)
+    message = same_error(monkeypatch, folder)
+    assert where.format(n=14) in message
+
+
+def test_good_blocks_after_a_diagnosed_one_keep_their_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block walked line by line (an integer id) gives Python's values; the blocks after
+    it are read column-wise with the lines counted on, so a qrels problem and the corpus
+    read alike."""
+    monkeypatch.setattr(columnar_json, "_BLOCK", 64)
+    corpus = "".join(f'{{"_id": {i}, "text": "t{i}"}}\n' if i == 2 else
+                     f'{{"_id": "d{i}", "text": "t{i}"}}\n' for i in range(10))  # fmt: skip
+    qrels = "query-id\tcorpus-id\tscore\nq1\t2\t1\nq1\td9\t1\nq2\td2\t1\n"
+    folder = beir(tmp_path, qrels, corpus=corpus)
+    fast, _ = both(monkeypatch, folder)
+    assert fast.texts.get("q1", "2") == "t2" and fast.texts.get("q1", "d9") == "t9"
+    assert [(p.kind.value, p.line) for p in fast.report.problems] == [("unknown_document", 4)]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "line"),
+    [
+        ("corpus.jsonl", b'{"_id": "a"}\n\n{"_id": "b", "text": "caf\xe9"}\n', 3),
+        ("queries.jsonl", b'{"_id": "q1"}\n{"_id": "q2", "text": "\xff"}\n', 2),
+        ("qrels/test.tsv", b"query-id\tcorpus-id\tscore\nq1\ta\t1\nq1\tb\xe9\t1\n", 3),
+        ("distractors.tsv", b"q1\ta\nq1\t\xc3\n", 2),
+    ],
+)
+def test_text_that_is_not_utf8_is_named_by_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, content: bytes, line: int
+) -> None:
+    folder = beir(tmp_path)
+    (folder / name).write_bytes(content)
+    message = same_error(monkeypatch, folder)
+    assert f"{Path(name).name}:{line}: not UTF-8 text" in message, message
+
+
+def test_without_texts_no_passage_text_is_kept_and_a_consumer_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = beir(tmp_path)
+    run = write(tmp_path / "run.trec", RUN)
+    read = columnar_json.read_beir(folder, Reporter(False), None, texts=False)
+    assert read.texts.by_doc == {} and read.corpus is not None and "zz" not in read.corpus
+    es = load_evalset(folder, runs=run, texts=False)
+    full = load_evalset(folder, runs=run)
+    assert dict(es.labels) == dict(full.labels) and dict(es.queries) == dict(full.queries)
+    assert es.report.problems == full.report.problems  # zz not in the corpus: still checked
+    assert data_fingerprint(es) == data_fingerprint(full)
+    for look_up in (lambda t: t.get("q1", "a"), lambda t: t.by_doc, lambda t: t.metadata):
+        with pytest.raises(EvalSetError, match=r"beir: .*loaded without its passage texts"):
+            look_up(es.texts)
+    # corpus files given later cannot stand in for the eval set's own texts
+    more = write(tmp_path / "more.jsonl", '{"_id": "a", "text": "other"}\n')
+    with pytest.raises(EvalSetError, match="with texts=True"):
+        es.with_texts(corpus=[more]).texts.get("q1", "a")
+    with pytest.raises(EvalSetError, match="with texts=True") as err:
+        calibrate(es, max_tokens=50, n_bootstrap=20)
+    assert "\n" not in str(err.value)
+    plain = calibrate(es, n_bootstrap=20, holdout=0)  # needs no text
+    assert plain.config() == calibrate(full, n_bootstrap=20, holdout=0).config()
+    # the texts are checked all the same
+    write(folder / "corpus.jsonl", '{"_id": "a", "text": 5}\n')
+    with pytest.raises(EvalSetError, match=r"corpus\.jsonl:1, field 'text'"):
+        load_evalset(folder, texts=False)
 
 
 @pytest.mark.parametrize(

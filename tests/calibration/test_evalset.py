@@ -725,7 +725,8 @@ BESIDE = (
 
 
 def careful_load(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:
-    """load_evalset by the line-by-line readers."""
+    """load_evalset by the line-by-line readers (the library's careful JSONL reader, the
+    tests' reference BEIR reader)."""
     return careful(monkeypatch, *args, **kw)
 
 
@@ -821,6 +822,45 @@ def test_beir_corpus_texts_and_titles(
     # no title anywhere: no titles held
     write(root, "corpus.jsonl", '{"_id": "d1", "title": "", "text": "x"}\n{"_id": "d2"}\n')
     assert dict(load_evalset(root).texts.titles_by_doc) == {}
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "jsonl-careful", "udcg", "beir"])
+def test_loaded_without_texts_the_same_set_keeps_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """``texts=False``: the labels, runs and queries of every format as with texts, no
+    passage text, title, metadata or UDCG example (nor the corpus beside the file); a
+    look-up says to load the texts, in one line naming the eval set."""
+    if fmt.startswith("jsonl"):
+        records = [dict(r) for r in TEXTS_JSONL]
+        if fmt == "jsonl-careful":  # graded labels: read line by line
+            records[0]["relevant"] = {"d1": 2}
+        path = jsonl(tmp_path, *records)
+        write(tmp_path, "corpus.jsonl", BESIDE)
+    elif fmt == "udcg":
+        path = udcg_file(tmp_path, [{"example_id": "e1", "passages": [
+            dict(passage("doc_1", True, m=0.1), title="T", text="one")]}])  # fmt: skip
+    else:
+        path = beir(tmp_path)
+    full, bare = load_evalset(path), load_evalset(path, texts=False)
+    assert dict(bare.labels) == dict(full.labels) and dict(bare.queries) == dict(full.queries)
+    assert str({n: dict(r.candidates) for n, r in bare.runs.items()}) == str(
+        {n: dict(r.candidates) for n, r in full.runs.items()}
+    )  # (str: NaN scores compare equal)
+    qid = bare.qids[0]
+    doc = next(iter(full.labels[qid].grades))
+    assert full.texts.get(qid, doc) is not None
+    assert bare.texts.files == ()
+    looks = [
+        lambda t: t.get(qid, doc), lambda t: t.title(qid, doc), lambda t: t.by_pair,
+        lambda t: t.titles_by_doc, lambda t: t.metadata, lambda t: t.udcg_examples,
+    ]  # fmt: skip
+    for look in looks:
+        with pytest.raises(EvalSetError) as err:
+            look(bare.texts)
+        message = str(err.value)
+        assert message.startswith(f"{path}: ") and "load it with texts=True" in message
+        assert "\n" not in message
 
 
 def test_with_texts_adds_corpus_files_and_passages_to_a_copy(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ragguard.calibration import EvalSet, calibrate, load_inputs, retrieve_run
@@ -14,9 +15,7 @@ from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 from tests.calibration import retrievers
 from tests.calibration.line_reader import use_line_reader
-
-ROOT = Path(__file__).resolve().parents[2]
-NOTES = ROOT / "examples" / "notes"
+from tests.calibration.notes_beir import NOTES, notes_as_beir
 
 
 @pytest.fixture(autouse=True)
@@ -69,34 +68,6 @@ def test_folder_and_path_errors(tmp_path: Path) -> None:
         load_inputs(bad)
 
 
-def notes_as_beir(root: Path, depth: int | None = None) -> Path:
-    """examples/notes as a BEIR folder: corpus.jsonl with ``_id``, queries.jsonl,
-    qrels/test.tsv with the graded relevant documents and the distractors judged 0
-    (-1 would mark them as known distractors, which the line reader collects), and the
-    runs in runs/ (each query's first ``depth`` candidates, or all)."""
-    folder = root / "notes-beir"
-    (folder / "qrels").mkdir(parents=True)
-    corpus = [json.loads(x) for x in (NOTES / "corpus.jsonl").read_text().splitlines() if x]
-    (folder / "corpus.jsonl").write_text(
-        "".join(json.dumps({"_id": d["id"], "title": d["title"], "text": d["text"]}) + "\n"
-                for d in corpus)
-    )  # fmt: skip
-    queries, qrels = [], ["query-id\tcorpus-id\tscore"]
-    for line in (NOTES / "evalset.jsonl").read_text().splitlines():
-        item = json.loads(line)
-        queries.append(json.dumps({"_id": item["query_id"], "text": item["query"]}) + "\n")
-        qrels += [f"{item['query_id']}\t{d}\t{g}" for d, g in item["relevant"].items()]
-        qrels += [f"{item['query_id']}\t{d}\t0" for d in item.get("distractors", [])]
-    (folder / "queries.jsonl").write_text("".join(queries))
-    (folder / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
-    (folder / "runs").mkdir()
-    for run in (NOTES / "runs").glob("*.trec"):
-        lines = run.read_text().splitlines(keepends=True)
-        kept = [x for x in lines if depth is None or int(x.split()[3]) <= depth]
-        (folder / "runs" / run.name).write_text("".join(kept))
-    return folder
-
-
 @pytest.mark.parametrize("depth", [None, 2])  # 2: fewer run lines than corpus documents
 @pytest.mark.parametrize("columnar", ["1", "0"])
 def test_examples_notes_as_a_beir_folder_loads_without_problems(
@@ -119,6 +90,25 @@ def test_examples_notes_as_a_beir_folder_loads_without_problems(
     assert {q: dict(es.labels[q].grades) for q in es.qids} == {
         q: dict(jsonl.labels[q].grades) for q in jsonl.qids
     }
+
+
+@pytest.mark.parametrize("columnar", ["1", "0"])
+def test_examples_notes_as_a_beir_folder_with_known_distractors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columnar: str
+) -> None:
+    """The distractors of examples/notes as -1 grades and in distractors.tsv: the
+    labels, known distractors and arrays are the JSONL eval set's, read column-wise."""
+    if columnar == "0":
+        use_line_reader(monkeypatch)
+    es = load_inputs(notes_as_beir(tmp_path, distractors=True), strict=True)
+    jsonl = load_inputs(NOTES)
+    assert es.qids == jsonl.qids
+    assert {q: es.labels[q] for q in es.qids} == {q: jsonl.labels[q] for q in jsonl.qids}
+    assert sum(len(es.labels[q].distractors) for q in es.qids) > 20
+    for run in ("bm25", "dense-minilm"):
+        a, b = es.arrays(run), jsonl.arrays(run)
+        np.testing.assert_array_equal(a.distractor, b.distractor)
+        np.testing.assert_array_equal(a.utility, b.utility)
 
 
 def test_add_run_refuses_a_second_run_of_the_same_name() -> None:

@@ -1,29 +1,38 @@
 """BEIR folders and ragguard JSONL eval sets read column-wise.
 
-A BEIR folder's ``corpus.jsonl`` and ``queries.jsonl`` are read by pyarrow's JSON reader
-with an explicit schema (every other field skipped; a corpus's ids, texts and titles stay
-Arrow string arrays, :mod:`ragguard.calibration.texts` builds Python strings of the
-texts only when asked), ``qrels/<split>.tsv`` by pyarrow's streaming CSV
-reader into integer-coded ids, like TREC files (:mod:`ragguard.calibration._columnar`).
-A JSONL eval set is read by the JSON reader block by block into the same integer-coded
-labels and candidates, when its shape allows (see :func:`read_jsonl`).
+**A BEIR folder** has one reader, :func:`read_beir`. ``qrels/<split>.tsv`` and
+``distractors.tsv`` are read by :func:`~ragguard.calibration.delimited.read_fields`
+(integer-coded ids, like TREC files). ``corpus.jsonl`` and ``queries.jsonl`` are read
+block by block by pyarrow's JSON reader with an explicit schema (``_id``, ``text``,
+``title``; every other field skipped): a corpus's ids, texts and titles stay Arrow
+string arrays (:mod:`ragguard.calibration.texts` builds Python strings of the texts only
+when asked; with ``texts=False`` only the ids are kept). A block pyarrow does not read
+as Python's json would (a line that is not one JSON object on its own line, a lone
+``\r``, a bare ``Inf`` / ``-NaN``, text that is not UTF-8, a value of another type than
+a string, a repeated key, a lone surrogate escape), or whose ids are missing, ``null`` or
+empty, is walked line by line with Python's json (:func:`_diagnose`): the first bad line
+raises :class:`~ragguard.errors.EvalSetError` naming file, line and field (malformed
+JSON, not an object, a missing, empty or non-string id, a text that is not a string);
+when none is bad, the block's values are those Python reads (an integer id as its
+decimal text, the last of a repeated key, a title that is not a string ignored). The
+walk is a diagnosis of one block, not a second reader.
 
-The result is **exactly** what the careful reader (``_read_beir`` / ``_read_jsonl`` in
-:mod:`ragguard.calibration._readers`) returns: the same queries, texts, labels,
-candidates and problems (file, line, field, message, order). A JSON-lines file is read
-column-wise only when every non-blank line is one JSON object on its own (it starts with
-``{`` and ends with ``}``, and pyarrow finds as many objects as there are such lines),
-it is UTF-8, and no literal Python's ``json`` rejects (``Inf``, ``-NaN``) may hide in
-it. Anything else (a malformed line, an id that is a number, a negative grade, a
-``distractors.tsv``, an unusual header or whitespace, a shape pyarrow cannot read
-column-wise) returns ``None``, and the careful reader reads the data again to name
-file, line and field, or to read what Python reads.
+**A JSONL eval set** is read by the JSON reader block by block into the same
+integer-coded labels and candidates, when its shape allows (see :func:`read_jsonl`):
+every non-blank line is one JSON object on its own (it starts with ``{`` and ends with
+``}``, and pyarrow finds as many objects as there are such lines), it is UTF-8, and no
+literal Python's ``json`` rejects (``Inf``, ``-NaN``) may hide in it. Anything else (a
+malformed line, an id that is a number, graded labels, an unusual field) returns
+``None``, and the careful reader (``_read_jsonl`` in
+:mod:`ragguard.calibration._readers`) reads the file again to name file, line and field,
+or to read what Python reads.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +53,33 @@ from ragguard.calibration._columnar import (
     missing_ids,
     repeat_events,
     repeated_rows,
+    report_events,
     vocab_positions,
     vocab_take,
+    without_rows,
 )
 from ragguard.calibration._problems import ProblemKind, Reporter
 from ragguard.calibration._readers import (
-    BEIR_DISTRACTORS,
+    BEIR_DISTRACTOR,
     BEIR_HEADERS,
     BEIR_QRELS,
     CANDIDATE_FIELDS,
-    beir_split,
+    DISTRACTOR_GRADE,
+    json_id,
+    json_line,
 )
 from ragguard.calibration._records import Query
-from ragguard.calibration.delimited import read_fields, split_tsv
-from ragguard.calibration.texts import ArrowCorpus, ArrowPairTexts, Texts, TextSource
+from ragguard.calibration.delimited import Fields, read_fields, split_tsv
+from ragguard.calibration.texts import (
+    ArrowCorpus,
+    ArrowPairTexts,
+    Texts,
+    TextSource,
+    corpus_text,
+)
 from ragguard.errors import EvalSetError
 
-__all__ = ["read_beir", "read_jsonl"]
+__all__ = ["BEIR_DISTRACTORS", "beir_split", "read_beir", "read_jsonl"]
 
 I64 = NDArray[np.int64]
 Event = tuple[int, int, ProblemKind, str, str | None]
@@ -186,51 +205,65 @@ def json_blocks(
     objects, ``fields`` (name -> pyarrow type) typed as given and other fields skipped
     (never held) or, with ``infer``, added with inferred types; the line of each row;
     and the bytes of each row's line (valid while the block is the current one). Raises
-    :class:`NeedsCareful` when the careful reader must read the file (see the module
-    docstring, and ``check``, which may refuse a block, given as bytes and as a
-    one-string pyarrow array)."""
-    pa = _columnar.arrow()
-    assert pa is not None
-    pj = arrow_module("json")
-    parse = pj.ParseOptions(
-        explicit_schema=pa.schema(list(fields.items())),
-        unexpected_field_behavior="infer" if infer else "ignore",
-    )
+    :class:`NeedsCareful` when the careful reader must read the file (a block
+    :func:`_read_block` does not read, given ``check``)."""
+    parse = _parse_options(fields, infer)
     seen = 0
     try:
         for block in _line_blocks(path):
-            found = _object_lines(block)
-            if found is None:
+            got = _read_block(block, parse, check)
+            if got is None:
                 raise NeedsCareful
-            full, starts, n_lines = found
-            buf = pa.py_buffer(block)
-            offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int32))
-            text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, buf])
-            text.validate(full=True)  # UTF-8
-            if check is not None and not check(block, text):
-                raise NeedsCareful
+            table, full, starts, n_lines = got
             if full.size:
-                table = pj.read_json(
-                    pa.BufferReader(buf),
-                    read_options=pj.ReadOptions(block_size=1 << 20),
-                    parse_options=parse,
-                )
-                if table.num_rows != full.size:
-                    raise NeedsCareful  # an object over several lines, or several on one line
                 yield table, full.astype(np.int64) + seen + 1, _Rows(block, starts)
             seen += n_lines
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError, EOFError):
+    except (OSError, EOFError):
         raise NeedsCareful from None
 
 
-def _json_ids(path: Path, fields: Mapping[str, Any]) -> tuple[Any, Any]:
-    """The ``_id`` column (one array, every id a non-empty string) and the table of a
-    JSON-lines file's ``fields``; raises :class:`NeedsCareful`."""
+def _parse_options(fields: Mapping[str, Any], infer: bool = False) -> Any:
     pa = _columnar.arrow()
-    assert pa is not None
-    tables = [t for t, _, _ in json_blocks(path, fields)]
-    table = pa.concat_tables(tables) if tables else pa.schema(list(fields.items())).empty_table()
-    return _ids(table.column("_id")), table
+    return arrow_module("json").ParseOptions(
+        explicit_schema=pa.schema(list(fields.items())),
+        unexpected_field_behavior="infer" if infer else "ignore",
+    )
+
+
+def _read_block(
+    block: memoryview, parse: Any, check: Callable[[memoryview, Any], bool] | None = None
+) -> tuple[Any, NDArray[np.intp], NDArray[np.intp], int] | None:
+    """A block of whole JSON lines read by pyarrow's JSON reader: the table of its
+    objects (empty when every line is blank), the 0-based index and the byte offset of
+    the line of each row, and the block's number of lines. ``None`` when it cannot be
+    read so: a line Python's json may read otherwise (:func:`_object_lines`), text
+    that is not UTF-8, ``check`` (given the bytes and a one-string pyarrow array)
+    refusing it, pyarrow rejecting it, or finding another number of objects than of
+    non-blank lines (an object over several lines, several on one line)."""
+    pa = _columnar.arrow()
+    found = _object_lines(block)
+    if found is None:
+        return None
+    full, starts, n_lines = found
+    buf = pa.py_buffer(block)
+    offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int32))
+    text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, buf])
+    try:
+        text.validate(full=True)  # UTF-8
+        if check is not None and not check(block, text):
+            return None
+        if not full.size:
+            return parse.explicit_schema.empty_table(), full, starts, n_lines
+        table = arrow_module("json").read_json(
+            pa.BufferReader(buf),
+            read_options=arrow_module("json").ReadOptions(block_size=1 << 20),
+            parse_options=parse,
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != full.size:
+        return None
+    return table, full, starts, n_lines
 
 
 def _ids(column: Any) -> Any:
@@ -264,37 +297,78 @@ class TextQueries(ColumnarQueries):
 
 # --------------------------------------------------------------------------- BEIR
 
+BEIR_DISTRACTORS = "distractors.tsv"
+"""Optional file of a BEIR folder: ``query-id<TAB>corpus-id`` lines (a header line is
+allowed), each a known distractor of a labelled query of the split read."""
 
-def read_beir(path: Path, rep: Reporter, split: str | None) -> ColumnarRead | None:
-    """A BEIR folder column-wise, or ``None`` when the careful reader must read it."""
-    pa = _columnar.arrow()
-    if pa is None or (path / BEIR_DISTRACTORS).exists():
-        return None  # known distractors: the careful reader collects them
-    try:
-        qrels_path = beir_split(path, split)
-        split_qrels = _split_qrels(qrels_path)
-        corpus = None
-        passages = Texts()
-        if (path / "corpus.jsonl").exists():
-            string = pa.string()
-            fields = {"_id": string, "text": string, "title": string}
-            ids, table = _json_ids(path / "corpus.jsonl", fields)
-            corpus = CorpusIds(ids)
+
+def beir_split(path: Path, split: str | None) -> Path:
+    """``qrels/<split>.tsv`` of a BEIR folder (default: the only split, else ``test``).
+
+    Raises:
+        EvalSetError: no split given and none to pick, or no qrels for the split.
+    """
+    qrels_dir = path / "qrels"
+    splits = sorted(p.stem for p in qrels_dir.glob("*.tsv")) if qrels_dir.is_dir() else []
+    if split is None:
+        if len(splits) == 1:
+            split = splits[0]
+        elif "test" in splits:
+            split = "test"
+        else:
+            raise EvalSetError(
+                f"pick a qrels split with split=...; found: {', '.join(splits) or 'none'}",
+                path=str(qrels_dir),
+            )
+    qrels_path = qrels_dir / f"{split}.tsv"
+    if not qrels_path.exists():
+        raise EvalSetError(
+            f"no qrels for split {split!r}; found: {', '.join(splits) or 'none'}",
+            path=str(qrels_path),
+        )
+    return qrels_path
+
+
+def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = True) -> ColumnarRead:
+    """A BEIR folder, column-wise (see the module docstring).
+
+    ``corpus.jsonl`` gives the corpus ids and, with ``texts``, the passage texts and
+    titles; ``queries.jsonl`` the query texts; ``qrels/<split>.tsv`` the grades (-1 a
+    known distractor); ``distractors.tsv`` more known distractors (judged, grade 0
+    unless graded).
+
+    Raises:
+        EvalSetError: not a folder, no qrels for the split, or the first bad line of a
+            file, naming file, line and field.
+    """
+    if not path.is_dir():
+        raise EvalSetError("a BEIR eval set is a folder", path=str(path))
+    qrels_path = beir_split(path, split)
+    corpus = None
+    passages = Texts()
+    if (path / "corpus.jsonl").exists():
+        kept = ("_id", "text", "title") if texts else ("_id",)
+        table = _json_file(path / "corpus.jsonl", ("_id", "text", "title"), _corpus_row, kept)
+        ids = table.column("_id").combine_chunks()
+        corpus = CorpusIds(ids)
+        if texts:
             passages = _corpus_texts(ids, table)
-            del table
-        texts: dict[str, str | None] = {}
-        query_ids = None
-        if (path / "queries.jsonl").exists():
-            fields = {"_id": pa.string(), "text": pa.string()}
-            query_ids, table = _json_ids(path / "queries.jsonl", fields)
-            texts = dict(zip(query_ids.to_pylist(), table.column("text").to_pylist(), strict=True))
-        pairs, events = _qrels(split_qrels, qrels_path, corpus, query_ids, rep)
-    except (NeedsCareful, EvalSetError):
-        return None
-    for line_no, _, kind, message, fld in sorted(events, key=lambda e: (e[0], e[1])):
-        rep(kind, message, path=str(qrels_path), line=line_no, field=fld)
-    labels = ColumnarLabels.of_grades(pairs)
-    queries = TextQueries(labels, texts)
+        del table
+    query_texts: dict[str, str | None] = {}
+    query_ids = None
+    if (path / "queries.jsonl").exists():
+        table = _json_file(path / "queries.jsonl", ("_id", "text"), _query_row)
+        query_ids = table.column("_id").combine_chunks()
+        query_texts = dict(
+            zip(query_ids.to_pylist(), table.column("text").to_pylist(), strict=True)
+        )
+        del table
+    fields = read_fields(qrels_path, BEIR_QRELS, split=split_tsv, is_header=_is_header)
+    pairs, events = _qrels(fields, qrels_path, corpus, query_ids, rep)
+    del fields
+    report_events(events, rep, str(qrels_path))
+    labels = _with_distractors(pairs, path / BEIR_DISTRACTORS, rep)
+    queries = TextQueries(labels, query_texts)
     return ColumnarRead(queries, labels, labels.label_lines(), {}, corpus, passages)
 
 
@@ -311,20 +385,149 @@ def _corpus_texts(ids: Any, table: Any) -> Texts:
     return Texts(docs=[TextSource(ArrowCorpus(ids, text, title))])
 
 
+Row = tuple[str, str | None, str | None]
+
+
+def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
+    """The id, text and title of one line of ``corpus.jsonl`` as Python's json read it:
+    an id (:func:`~ragguard.calibration._readers.json_id`), a text that is a string or
+    missing or ``null``, a title that is kept when it is a string."""
+    doc = json_id(obj.get("_id"), path, line, "_id")
+    corpus_text(obj, path, line, required=False)  # raises on a text that is not a string
+    title = obj.get("title")
+    return doc, obj.get("text"), title if isinstance(title, str) else None
+
+
+def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
+    """The id and text of one line of ``queries.jsonl`` as Python's json read it (the
+    text is checked first)."""
+    text = obj.get("text")
+    if text is not None and not isinstance(text, str):
+        raise EvalSetError(
+            f"must be a string, got {type(text).__name__}", path=str(path), line=line, field="text"
+        )
+    return json_id(obj.get("_id"), path, line, "_id"), text, None
+
+
+def _json_file(
+    path: Path,
+    fields: tuple[str, ...],
+    row: Callable[[dict[str, Any], Path, int], Row],
+    kept: tuple[str, ...] | None = None,
+) -> Any:
+    """The string ``fields`` (``_id`` first) of a BEIR JSON-lines file, as one table of
+    the ``kept`` ones (default all).
+
+    Each block of lines is read by pyarrow's JSON reader; a block it does not read
+    (:func:`_read_block`), or whose ids are missing, ``null`` or empty, is walked line
+    by line with Python's json (:func:`_diagnose`, ``row`` reading one object), which
+    names the first bad line or gives the values Python reads.
+
+    Raises:
+        EvalSetError: the first bad line, naming file, line and field; a file that
+            cannot be read.
+    """
+    pa = _columnar.arrow()
+    string = pa.string()
+    kept = kept or fields
+    parse = _parse_options(dict.fromkeys(fields, string))
+    tables = []
+    seen = 0  # lines before the block
+    try:
+        for block in _line_blocks(path):
+            got = _read_block(block, parse)
+            if got is None or not _good_ids(got[0].column("_id")):
+                table, n_lines = _diagnose(block, seen, path, fields, row)
+            else:
+                table, n_lines = got[0], got[3]
+            tables.append(table.select(list(kept)))
+            seen += n_lines
+            del table, got
+    except (OSError, EOFError) as exc:
+        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
+    schema = pa.schema([(name, string) for name in kept])
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _good_ids(column: Any) -> bool:
+    """Whether every id of a string column is there and not empty."""
+    pc = arrow_module("compute")
+    if column.null_count:
+        return False
+    return not len(column) or pc.min(pc.binary_length(column)).as_py() > 0
+
+
+def _diagnose(
+    block: memoryview,
+    seen: int,
+    path: Path,
+    fields: tuple[str, ...],
+    row: Callable[[dict[str, Any], Path, int], Row],
+) -> tuple[Any, int]:
+    """Walk a block of JSON lines that the column-wise checks did not pass, line by
+    line (lines end as Python's universal newlines end them: ``\\n``, ``\\r\\n`` or a
+    lone ``\\r``): the first line that is not UTF-8, not JSON or not a JSON object, or
+    whose values ``row`` rejects, raises :class:`EvalSetError` naming file, line and
+    field; when none is bad, the block's values as Python reads them (a lone surrogate
+    escape, which no UTF-8 text holds, as U+FFFD) and its number of lines. ``seen``:
+    the lines before the block."""
+    pa = _columnar.arrow()
+    lines = bytes(block).splitlines(keepends=True)
+    values: list[Row] = []
+    for i, raw in enumerate(lines):
+        line = seen + i + 1
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EvalSetError(
+                f"not UTF-8 text ({exc.reason})", path=str(path), line=line
+            ) from None
+        if not text.strip():
+            continue
+        obj = json_line(text, path, line)
+        if not isinstance(obj, dict):
+            raise EvalSetError("each line must be a JSON object", path=str(path), line=line)
+        values.append(row(obj, path, line))
+    columns = list(zip(*values, strict=True)) if values else [() for _ in fields]
+    table = pa.table(
+        {name: _strings(column) for name, column in zip(fields, columns, strict=False)}
+    )
+    return table, len(lines)
+
+
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
+
+
+def _strings(values: Sequence[str | None]) -> Any:
+    """A pyarrow string array of ``values``; lone surrogates (which Python's json reads
+    from escapes such as ``\\ud800`` and UTF-8 cannot hold) become U+FFFD."""
+    pa = _columnar.arrow()
+    try:
+        return pa.array(values, pa.string())
+    except UnicodeEncodeError:
+        return pa.array(
+            [None if v is None else _SURROGATE.sub("\ufffd", v) for v in values], pa.string()
+        )
+
+
 def _qrels(
-    split: tuple[Any, Any, NDArray[np.float64], I64 | None],
+    fields: Fields,
     path: Path,
     corpus: CorpusIds | None,
     query_ids: Any | None,
     rep: Reporter,
 ) -> tuple[Pairs, list[Event]]:
-    """The labels of a BEIR qrels file (``_split_qrels``'s columns; repeats removed) and
-    its problems as (line, order within the line, kind, message, field); raises
-    :class:`NeedsCareful`."""
-    qcol, dcol, value, line = split
-    qvocab, q = encode_ids(qcol)
-    docs, d = encode_ids(dcol)
-    del qcol, dcol
+    """The labels of a BEIR qrels file (its fields read by
+    :func:`~ragguard.calibration.delimited.read_fields`; repeats removed) and its
+    problems as (line, order within the line, kind, message, field).
+
+    Raises:
+        EvalSetError: a grade contradicting an earlier one of the same (query,
+            document), after the problems of the lines before it went to ``rep``.
+    """
+    qvocab, q = encode_ids(fields.q)
+    docs, d = encode_ids(fields.d)
+    value, line = fields.value, fields.line
     pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
     events: list[Event] = []
     if corpus is not None:
@@ -346,21 +549,69 @@ def _qrels(
     if repeats.size:
         events.extend((e[0], 2, *e[2:]) for e in repeat_events(pairs, repeats, "qrels"))
         check_grades(pairs, repeats, events, rep)
-        keep = np.ones(q.size, dtype=np.bool_)
-        keep[repeats] = False
-        pairs = Pairs(
-            pairs.qids, docs, q[keep], d[keep], value[keep], pairs.line_of(np.flatnonzero(keep)),
-            str(path),
-        )  # fmt: skip
+        pairs = without_rows(pairs, repeats)
     return pairs, events
 
 
-def _split_qrels(path: Path) -> tuple[Any, Any, NDArray[np.float64], I64 | None]:
-    """Query and document columns (pyarrow), grades and lines (``None``: row ``i`` is
-    line ``i+1``) of a BEIR qrels file: each line split on tabs when it has one, else on
-    whitespace, a header on line 1 skipped."""
-    fields = read_fields(path, BEIR_QRELS, split=split_tsv, is_header=_is_header)
-    return fields.q, fields.d, fields.value, fields.line
+def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels:
+    """The labels of qrels ``pairs`` (grades as written) with the known distractors of
+    ``distractors.tsv`` at ``path``, if it exists: a distractor of a labelled (query,
+    document) flags that label; one of an unlabelled document adds a label of grade 0
+    (after the query's labels, in the file's order, its line that of
+    ``distractors.tsv``); one of a query without labels in the split is reported.
+
+    Raises:
+        EvalSetError: a bad line of ``distractors.tsv``, naming file and line.
+    """
+    if not path.exists():
+        return ColumnarLabels.of_grades(pairs)
+    pa = _columnar.arrow()
+    string = pa.string()
+    fields = read_fields(path, BEIR_DISTRACTOR, split=split_tsv, is_header=_is_header)
+    dq = vocab_positions(fields.q.combine_chunks(), pa.array(pairs.qids, string))
+    dline = np.arange(1, dq.size + 1) if fields.line is None else fields.line
+    unknown = np.flatnonzero(dq < 0)
+    if unknown.size:
+        qids = vocab_take(fields.q, unknown)
+        names = vocab_take(fields.d, unknown)
+        events: list[Event] = [
+            (int(ln), 0, ProblemKind.UNKNOWN_QUERY,
+             f"distractor {doc!r} is for query {qid!r}, which has no labels in this split", None)
+            for qid, doc, ln in zip(qids, names, dline[unknown].tolist(), strict=True)
+        ]  # fmt: skip
+        report_events(events, rep, str(path))
+    known = np.flatnonzero(dq >= 0)
+    dq, dline = dq[known], dline[known]
+    dnames = fields.d.combine_chunks().take(pa.array(known))
+    del fields
+    docs = pairs.docs
+    assert pairs.d is not None  # labels' ids are interned
+    dd = vocab_positions(dnames, docs).copy()
+    new = dd < 0
+    if new.any():  # documents not labelled for any query: into the vocabulary
+        more, codes = encode_ids(pa.chunked_array([dnames.filter(pa.array(new))], string))
+        dd[new] = len(docs) + codes
+        docs = pa.concat_arrays([docs, more]) if len(docs) else more
+    width = max(len(docs), 1)
+    dkey = dq.astype(np.int64) * width + dd
+    lkey = pairs.q.astype(np.int64) * width + pairs.d
+    flagged = np.isin(lkey, dkey)
+    # the distractors of unlabelled documents, each (query, document) once, in file order
+    _, first = np.unique(dkey, return_index=True)
+    first = np.sort(first)
+    add = first[~np.isin(dkey[first], lkey)]
+    n = pairs.q.size
+    value = np.concatenate([pairs.value, np.zeros(add.size)])
+    line = np.concatenate([pairs.line_of(np.arange(n)), dline[add]]) if add.size else pairs.line
+    joined = Pairs(
+        pairs.qids, docs, np.concatenate([pairs.q, dq[add].astype(np.int32)]),
+        np.concatenate([pairs.d, dd[add].astype(np.int32)]), np.maximum(value, 0.0), line,
+        pairs.source,
+    )  # fmt: skip
+    distractor = np.concatenate(
+        [flagged | (pairs.value == DISTRACTOR_GRADE), np.ones(add.size, np.bool_)]
+    )
+    return ColumnarLabels(joined, distractor=distractor)
 
 
 def _is_header(parts: list[str]) -> bool:
@@ -383,19 +634,20 @@ def _no_null_list(block: memoryview, text: Any) -> bool:
     return not pc.any(pc.match_substring_regex(text, _NULL_LIST)).as_py()
 
 
-def read_jsonl(path: Path, rep: Reporter) -> ColumnarRead | None:
+def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead | None:
     """A ragguard JSONL eval set column-wise, or ``None`` when the careful reader must
     read it: only the fields ``query_id``, ``query``, ``answers``, ``relevant`` (a list
     of ids), ``not_relevant``, ``candidates`` (a list of ``{id, score}`` objects, maybe
     with ``text`` / ``metadata``) and ``metadata`` are read column-wise; graded
     ``relevant`` objects, ``distractors``, ``utilities``, ``no_response``,
     ``num_relevant``, ``runs``, candidates given as bare ids, ids that are numbers and
-    every error go to the careful reader."""
+    every error go to the careful reader. Without ``texts``, the candidates' texts and
+    the ``metadata`` objects are not kept."""
     pa = _columnar.arrow()
     if pa is None:
         return None
     try:
-        columns = _jsonl_columns(path)
+        columns = _jsonl_columns(path, texts)
         qids = pa.chunked_array(columns["query_id"], type=pa.string()).to_pylist()
         if len(set(qids)) != len(qids):
             raise NeedsCareful  # a query id used twice: the careful reader names the line
@@ -406,11 +658,11 @@ def read_jsonl(path: Path, rep: Reporter) -> ColumnarRead | None:
         return None
     for line_no, _, kind, message, fld in events:
         rep(kind, message, path=str(path), line=line_no, field=fld)
-    texts = pa.chunked_array(columns["query"], type=pa.string()).to_pylist()
+    query_texts = pa.chunked_array(columns["query"], type=pa.string()).to_pylist()
     answers = pa.chunked_array(columns["answers"], type=pa.list_(pa.string())).to_pylist()
     queries = TextQueries(
         labels,
-        dict(zip(qids, texts, strict=True)),
+        dict(zip(qids, query_texts, strict=True)),
         {q: tuple(a) for q, a in zip(qids, answers, strict=True) if a},
     )
     where = str(path)
@@ -425,13 +677,13 @@ def read_jsonl(path: Path, rep: Reporter) -> ColumnarRead | None:
     )
 
 
-def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
+def _jsonl_columns(path: Path, texts: bool = True) -> dict[str, list[Any]]:
     """Per block of a JSONL eval set: the query ids, texts, answers and lines, and for
     ``relevant``, ``not_relevant`` and ``candidates`` the ids listed, the candidates'
     scores, the length of each line's list and (candidates) whether it has one; the
     candidates that have a ``text`` (``texts``: query row, ids, texts) and each line's
-    ``metadata`` object (``metadata``: query row, object). Raises
-    :class:`NeedsCareful`."""
+    ``metadata`` object (``metadata``: query row, object), these two only with
+    ``texts``. Raises :class:`NeedsCareful`."""
     pa = _columnar.arrow()
     assert pa is not None
     pc = arrow_module("compute")
@@ -479,13 +731,13 @@ def _jsonl_columns(path: Path) -> dict[str, list[Any]]:
                 add("candidates.score", np.asarray(scores, np.float64))
                 text = pc.struct_field(flat, "text")
                 flat = pc.struct_field(flat, "id")
-                if text.null_count < len(text):
+                if texts and text.null_count < len(text):
                     has = np.flatnonzero(np.asarray(text.is_valid(), np.bool_))
                     row = np.arange(rows, rows + table.num_rows, dtype=np.int32)
                     query = np.repeat(row, counts)[has]
                     add("texts", (query, flat.take(has), text.take(has)))
             add(f"{name}.ids", _ids(flat) if len(flat) else pa.array([], string))
-        if "metadata" in table.schema.names:
+        if texts and "metadata" in table.schema.names:
             _metadata(table.column("metadata"), raw, rows, out["metadata"])
         rows += table.num_rows
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,6 +21,7 @@ from ragguard.calibration.texts import Texts, TextSource, corpus_text
 from ragguard.errors import EvalSetError
 
 __all__ = [
+    "BEIR_DISTRACTOR",
     "BEIR_HEADERS",
     "BEIR_QRELS",
     "TREC_QRELS",
@@ -28,10 +29,10 @@ __all__ = [
     "Layout",
     "ReadResult",
     "bad_grade",
-    "beir_columns",
-    "beir_fields",
     "first_content",
     "grade_error",
+    "json_id",
+    "json_line",
     "read",
     "read_json_run",
 ]
@@ -235,6 +236,25 @@ def _json_line(text: str, at: _Where) -> Any:
         at.fail(f"malformed JSON: {exc.msg} ({_json_where(exc, 'line')[1]})")
 
 
+def json_line(text: str, path: Path, line: int) -> Any:
+    """One line of a JSON-lines file as Python's json reads it.
+
+    Raises:
+        EvalSetError: malformed JSON, naming file, line and column.
+    """
+    return _json_line(text, _Where(path, line))
+
+
+def json_id(value: object, path: Path, line: int, fld: str) -> str:
+    """An id read from JSON: a non-empty string, or an integer as its decimal text.
+
+    Raises:
+        EvalSetError: a missing (``None``) or empty id, or one of another type (a
+            boolean, a float, a list...), naming file, line and field.
+    """
+    return _Where(path, line).id(value, fld)
+
+
 def _json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
     """The line (1-based, within the text decoded) of a JSON error and ``column N``,
     with ``the end of the <what>`` when the text ends there (it was cut short): such an
@@ -426,56 +446,6 @@ def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
 # --------------------------------------------------------------------------- TREC
 
 
-def _grade(text: str, at: _Where, fld: str, qid: str, doc: str) -> int:
-    """A qrels grade: an integer that :func:`bad_grade` accepts (-1 a known distractor,
-    below that judged not relevant; see :func:`_qrels_labels`)."""
-    try:
-        grade = int(text)
-    except ValueError:
-        at.fail(f"must be an integer, got {text!r}", fld)
-    if bad_grade(grade):
-        at.fail(grade_error(grade, qid, doc), fld)
-    return grade
-
-
-def _qrels_labels(grades: dict[str, int], distractors: Iterable[str] = ()) -> Labels:
-    """One query's labels from qrels grades: a grade of DISTRACTOR_GRADE (or an entry of
-    a distractors file) makes a known distractor, judged not relevant; grades below it
-    are judged not relevant."""
-    known = {d for d, g in grades.items() if g == DISTRACTOR_GRADE}.union(distractors)
-    if known or any(g < 0 for g in grades.values()):
-        grades = {d: max(g, 0) for d, g in grades.items()}
-        for d in known:
-            grades.setdefault(d, 0)
-    return Labels(grades, frozenset(known))
-
-
-def _add_label(
-    grades: dict[str, dict[str, int]],
-    res: ReadResult,
-    qid: str,
-    doc: str,
-    grade: int,
-    at: _Where,
-    rep: Reporter,
-) -> None:
-    q = grades.get(qid)
-    if q is None:
-        q = grades[qid] = {}
-        res.label_lines[qid] = (at.path, at.line)
-    if doc in q:
-        if q[doc] != grade:
-            at.fail(f"query {qid!r}, document {doc!r}: grade {grade} contradicts {q[doc]}")
-        rep(
-            ProblemKind.DUPLICATE_LABEL,
-            f"query {qid!r}, document {doc!r} is labelled twice",
-            path=at.path,
-            line=at.line,
-        )
-        return
-    q[doc] = grade
-
-
 def _add_candidate(
     cands: Candidates,
     lines: Lines,
@@ -548,157 +518,6 @@ def _read_json_run(
             s = at.score(score, f"{qid}.{doc}")
             _add_candidate(cands, lines, qid, doc, s, at, rep, known_docs)
     return cands, lines
-
-
-# --------------------------------------------------------------------------- BEIR
-
-
-def _read_beir(path: Path, rep: Reporter, split: str | None) -> ReadResult:
-    res = ReadResult()
-    corpus_path = path / "corpus.jsonl"
-    if corpus_path.exists():
-        res.corpus = set()
-        passages: dict[str, str] = {}
-        titles: dict[str, str] = {}
-        for lineno, text in enumerate(_open(corpus_path), 1):
-            if text.strip():
-                at = _Where(corpus_path, lineno)
-                obj = _json_line(text, at)
-                if not isinstance(obj, dict):
-                    at.fail("each line must be a JSON object")
-                doc = at.id(obj.get("_id"), "_id")
-                res.corpus.add(doc)
-                passage, title = corpus_text(obj, corpus_path, lineno, required=False)
-                if passage is not None:
-                    passages[doc] = passage
-                    if title is not None:
-                        titles[doc] = title
-        if passages:
-            res.texts = Texts(docs=[TextSource.of(passages, titles)])
-    texts: dict[str, str | None] = {}
-    queries_path = path / "queries.jsonl"
-    if queries_path.exists():
-        for lineno, text in enumerate(_open(queries_path), 1):
-            if text.strip():
-                at = _Where(queries_path, lineno)
-                obj = _json_line(text, at)
-                if not isinstance(obj, dict):
-                    at.fail("each line must be a JSON object")
-                qtext = obj.get("text")
-                if qtext is not None and not isinstance(qtext, str):
-                    at.fail(f"must be a string, got {type(qtext).__name__}", "text")
-                texts[at.id(obj.get("_id"), "_id")] = qtext
-    qrels_path = beir_split(path, split)
-    grades: dict[str, dict[str, int]] = {}
-    for lineno, text in enumerate(_open(qrels_path), 1):
-        parts = beir_columns(text, lineno, BEIR_QRELS)
-        if parts is None:
-            continue
-        at = _Where(qrels_path, lineno)
-        if len(parts) != 3:
-            at.fail(f"a BEIR qrels line has 3 columns (query-id corpus-id score), got {len(parts)}")
-        qid, doc, grade_text = (p.strip() for p in parts)
-        grade = _grade(grade_text, at, "score", qid, doc)
-        if res.corpus is not None and doc not in res.corpus:
-            rep(
-                ProblemKind.UNKNOWN_DOCUMENT,
-                f"labelled document {doc!r} (query {qid!r}) is not in corpus.jsonl",
-                path=at.path,
-                line=lineno,
-            )
-        if queries_path.exists() and qid not in texts and qid not in grades:
-            rep(
-                ProblemKind.UNKNOWN_QUERY,
-                f"labelled query {qid!r} is not in queries.jsonl",
-                path=at.path,
-                line=lineno,
-            )
-        _add_label(grades, res, qid, doc, grade, at, rep)
-    known = _beir_distractors(path / BEIR_DISTRACTORS, grades, rep)
-    for qid, g in grades.items():
-        res.queries[qid] = Query(qid, texts.get(qid))
-        res.labels[qid] = _qrels_labels(g, known.get(qid, ()))
-    return res
-
-
-def beir_split(path: Path, split: str | None) -> Path:
-    """``qrels/<split>.tsv`` of a BEIR folder (default: the only split, else ``test``).
-
-    Raises:
-        EvalSetError: no split given and none to pick, or no qrels for the split.
-    """
-    qrels_dir = path / "qrels"
-    splits = sorted(p.stem for p in qrels_dir.glob("*.tsv")) if qrels_dir.is_dir() else []
-    if split is None:
-        if len(splits) == 1:
-            split = splits[0]
-        elif "test" in splits:
-            split = "test"
-        else:
-            raise EvalSetError(
-                f"pick a qrels split with split=...; found: {', '.join(splits) or 'none'}",
-                path=str(qrels_dir),
-            )
-    qrels_path = qrels_dir / f"{split}.tsv"
-    if not qrels_path.exists():
-        raise EvalSetError(
-            f"no qrels for split {split!r}; found: {', '.join(splits) or 'none'}",
-            path=str(qrels_path),
-        )
-    return qrels_path
-
-
-def beir_columns(text: str, lineno: int, layout: Layout) -> list[str] | None:
-    """The columns of a line of a BEIR TSV file: split on tabs when it has one, else on
-    whitespace; ``None`` for a blank line, a comment (a ``#`` line that cannot be a
-    record of ``layout``, see :class:`Layout`) and a header on line 1."""
-    s = text.strip()
-    if not s:
-        return None
-    parts = beir_fields(s)
-    if layout.comment(s, parts):
-        return None
-    if lineno == 1 and parts[0].lower() in BEIR_HEADERS:
-        return None
-    return parts
-
-
-def beir_fields(line: str) -> list[str]:
-    """The columns of a (stripped) line of a BEIR TSV file: split on tabs when it has
-    one, else on whitespace."""
-    return line.split("\t") if "\t" in line else line.split()
-
-
-BEIR_DISTRACTORS = "distractors.tsv"
-"""Optional file of a BEIR folder: ``query-id<TAB>corpus-id`` lines (a header line is
-allowed), each a known distractor of a labelled query of the split read."""
-
-
-def _beir_distractors(
-    path: Path, grades: dict[str, dict[str, int]], rep: Reporter
-) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    if not path.exists():
-        return out
-    for lineno, text in enumerate(_open(path), 1):
-        parts = beir_columns(text, lineno, BEIR_DISTRACTOR)
-        if parts is None:
-            continue
-        if len(parts) != 2:
-            _Where(path, lineno).fail(
-                f"a distractors line has 2 columns (query-id corpus-id), got {len(parts)}"
-            )
-        qid, doc = (p.strip() for p in parts)
-        if qid not in grades:
-            rep(
-                ProblemKind.UNKNOWN_QUERY,
-                f"distractor {doc!r} is for query {qid!r}, which has no labels in this split",
-                path=str(path),
-                line=lineno,
-            )
-            continue
-        out.setdefault(qid, []).append(doc)
-    return out
 
 
 # --------------------------------------------------------------------------- UDCG JSON
@@ -859,15 +678,9 @@ def _answers(value: object, at: _Where, base: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def read(
-    fmt: str, path: Path, rep: Reporter, *, split: str | None, model: str | None
-) -> ReadResult:
-    """Read labels (and embedded runs) in format ``fmt`` (``"jsonl"``, ``"beir"``,
-    ``"udcg"``; TREC qrels are read column-wise)."""
-    if fmt == "beir":
-        if not path.is_dir():
-            raise EvalSetError("a BEIR eval set is a folder", path=str(path))
-        return _read_beir(path, rep, split)
+def read(fmt: str, path: Path, rep: Reporter, *, model: str | None) -> ReadResult:
+    """Read labels (and embedded runs) in format ``fmt`` (``"jsonl"``, ``"udcg"``; TREC
+    qrels and BEIR folders are read column-wise)."""
     if not path.is_file():
         raise EvalSetError("no such file", path=str(path))
     if fmt == "jsonl":

@@ -1394,6 +1394,26 @@ def _check_ids_match(evalset: EvalSet, name: str) -> None:
     )
 
 
+def needs_texts(
+    *,
+    reranker: bool = False,
+    max_tokens: int | None = None,
+    near_duplicate_threshold: float | None = None,
+    conflicts: Sequence[str | ConflictMode] = (),
+) -> bool:
+    """Whether :func:`calibrate` with these options reads passage texts: a ``reranker``
+    scores (query, passage text) pairs, and the token budget, near-duplicate and conflict
+    stages after the cut read the ranked passages. Precomputed ``rerank_scores`` and
+    the rest of a calibration read none, so an eval set loaded with
+    ``load_evalset(..., texts=False)`` serves them (and holds no corpus text)."""
+    return (
+        reranker
+        or max_tokens is not None
+        or near_duplicate_threshold is not None
+        or bool(conflicts)
+    )
+
+
 def calibrate(
     evalset: EvalSet,
     *,

@@ -362,15 +362,17 @@ def _stream(path: Path, delimiter: str) -> Any:
 
 
 def _batches(path: Path, delimiter: str) -> Iterator[Any]:
-    """The streamed line batches of ``path``; a file that cannot be read, or is not
-    UTF-8, raises :class:`EvalSetError` (naming the first line that is not UTF-8), one
-    holding ``delimiter`` raises :class:`_InText`."""
+    """The streamed line batches of ``path`` (none for an empty file); a file that
+    cannot be read, or is not UTF-8, raises :class:`EvalSetError` (naming the first line
+    that is not UTF-8), one holding ``delimiter`` raises :class:`_InText`."""
     pa = pyarrow()
     try:
         yield from _stream(path, delimiter)
     except pa.ArrowInvalid as exc:
         if "Expected 1 columns" in str(exc):
             raise _InText from None
+        if str(exc) == "Empty CSV file":
+            return
         not_utf8(path)
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
     except (OSError, EOFError) as exc:

@@ -582,6 +582,7 @@ def load_evalset(
     split: str | None = None,
     model: str | None = None,
     strict: bool = False,
+    texts: bool = True,
 ) -> EvalSet:
     """Load an eval set (and its runs), validating everything.
 
@@ -598,6 +599,12 @@ def load_evalset(
         model: UDCG only: whose ``no_res_prob`` gives the utilities (default: the only
             model in the file).
         strict: raise on the first reported problem instead of counting it.
+        texts: keep the passage texts the data carries (:attr:`EvalSet.texts`: a BEIR
+            corpus's texts and titles, JSONL candidates' texts and metadata, UDCG
+            passages). ``False`` keeps none (less memory for a large corpus; the texts
+            are still checked): a calibration without a reranker and without the
+            stages after the cut needs none, and whatever asks for one raises
+            :class:`~ragguard.errors.EvalSetError`.
 
     Returns:
         The :class:`EvalSet`; its ``report`` lists every problem counted.
@@ -615,9 +622,11 @@ def load_evalset(
     if fmt == "udcg" and runs is not None:
         raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
     rep = Reporter(strict)
-    data: _readers.ReadResult | ColumnarRead | None = _read_columnar(fmt, Path(path), rep, split)
+    data: _readers.ReadResult | ColumnarRead | None = _read_columnar(
+        fmt, Path(path), rep, split, texts
+    )
     if data is None:
-        data = _readers.read(fmt, Path(path), rep, split=split, model=model)
+        data = _readers.read(fmt, Path(path), rep, model=model)
     kinds = score_kind if isinstance(score_kind, Mapping) else None
 
     def kind_of(name: str) -> ScoreKind | None:
@@ -648,7 +657,7 @@ def load_evalset(
         label_lines=data.label_lines,
         run_lines=run_lines,
         source=str(path),
-        texts=_with_corpus_beside(data.texts, Path(path)),
+        texts=_with_corpus_beside(data.texts, Path(path)) if texts else Texts.left_out(str(path)),
     )
 
 
@@ -661,13 +670,15 @@ def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
     return texts.merged(corpus=[beside])
 
 
-def _read_columnar(fmt: str, path: Path, rep: Reporter, split: str | None) -> ColumnarRead | None:
+def _read_columnar(
+    fmt: str, path: Path, rep: Reporter, split: str | None, texts: bool
+) -> ColumnarRead | None:
     """The labels of TREC qrels, a BEIR folder or a ragguard JSONL file read column-wise;
     ``None`` for other formats or when the careful reader must read the file."""
-    if fmt == "beir" and path.is_dir():
-        return read_beir(path, rep, split)
+    if fmt == "beir":
+        return read_beir(path, rep, split, texts=texts)
     if fmt == "jsonl" and path.is_file():
-        return read_jsonl(path, rep)
+        return read_jsonl(path, rep, texts=texts)
     if fmt == "trec" and path.is_file():
         return _columnar.read_qrels(path, rep)
     return None

@@ -81,6 +81,7 @@ def load_inputs(
     folder_runs_too: bool = True,
     score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
     strict: bool = False,
+    texts: bool = True,
 ) -> EvalSet:
     """Load an eval set from a file or a folder (see the module docstring).
 
@@ -91,6 +92,8 @@ def load_inputs(
             live retriever will provide the run).
         score_kind: what the run files' scores are.
         strict: raise on the first reported loading problem.
+        texts: keep the passage texts the data carries (``False``: none, see
+            :func:`~ragguard.calibration.load_evalset`).
 
     Raises:
         EvalSetError: no such path, a folder without labels, malformed data.
@@ -118,9 +121,16 @@ def load_inputs(
         elif labels.name.startswith("qrels"):
             fmt = "trec"
         return load_evalset(
-            labels, format=fmt, runs=run_paths or None, score_kind=score_kind, strict=strict
+            labels,
+            format=fmt,
+            runs=run_paths or None,
+            score_kind=score_kind,
+            strict=strict,
+            texts=texts,
         )
-    return load_evalset(p, runs=run_paths or None, score_kind=score_kind, strict=strict)
+    return load_evalset(
+        p, runs=run_paths or None, score_kind=score_kind, strict=strict, texts=texts
+    )
 
 
 def add_run(evalset: EvalSet, run: Run, *, only: bool = False) -> EvalSet:

@@ -21,7 +21,9 @@ passage id the later source wins: the caller's corpus files over the eval set's 
 ``passages`` over every file.
 
 Texts read column-wise stay Arrow arrays until the first look-up builds the Python
-mapping, so loading a large eval set adds no Python object per passage.
+mapping, so loading a large eval set adds no Python object per passage. An eval set
+loaded with ``load_evalset(..., texts=False)`` keeps none (:meth:`Texts.left_out`): a
+look-up then raises :class:`~ragguard.errors.EvalSetError` saying to load the texts.
 """
 
 from __future__ import annotations
@@ -132,20 +134,55 @@ class Texts:
         """
         self._pairs = tuple(pairs)
         self._docs = tuple(docs)
-        self.metadata: Mapping[str, Mapping[str, Any]] = dict(metadata or {})
-        self.udcg_examples: Mapping[str, dict[str, Any]] | None = (
+        self._metadata: Mapping[str, Mapping[str, Any]] = dict(metadata or {})
+        self._udcg_examples: Mapping[str, dict[str, Any]] | None = (
             None if udcg_examples is None else dict(udcg_examples)
         )
+        self._left_out: str | None = None
+
+    @classmethod
+    def left_out(cls, source: str | None) -> Texts:
+        """The texts of an eval set loaded without them (``load_evalset(...,
+        texts=False)``, ``source`` its file or folder): none is kept, and every look-up
+        (texts, titles, metadata, UDCG examples; also after :meth:`merged`, whose files
+        and passages cannot stand in for the eval set's own) raises
+        :class:`~ragguard.errors.EvalSetError`."""
+        out = cls()
+        out._left_out = source or "the eval set"
+        return out
+
+    def _check(self) -> None:
+        if self._left_out is not None:
+            raise EvalSetError(
+                "this eval set was loaded without its passage texts (texts=False); load it "
+                "with texts=True (the default) to use them",
+                path=self._left_out,
+            )
 
     def __repr__(self) -> str:
+        if self._left_out is not None:
+            return f"Texts(left out when {self._left_out} was loaded)"
         files = ", ".join(str(f) for f in self.files)
         return (
             f"Texts({len(self._pairs)} per-pair and {len(self._docs)} per-passage sources"
             f"{f'; files {files}' if files else ''})"
         )
 
+    @property
+    def metadata(self) -> Mapping[str, Mapping[str, Any]]:
+        """Query id -> the ``metadata`` object of its JSONL line."""
+        self._check()
+        return self._metadata
+
+    @property
+    def udcg_examples(self) -> Mapping[str, dict[str, Any]] | None:
+        """Query id -> its example in a UDCG file (``None``: the eval set is not one)."""
+        self._check()
+        return self._udcg_examples
+
     def get(self, qid: str, doc: str) -> str | None:
         """The text of passage ``doc`` for query ``qid``, or ``None``."""
+        self._check()
         for s in self._pairs:
             text = s.texts.get((qid, doc))
             if text is not None:
@@ -159,6 +196,7 @@ class Texts:
     def title(self, qid: str, doc: str) -> str | None:
         """The title of passage ``doc`` for query ``qid`` (a corpus's or a UDCG
         passage's ``title``), or ``None``."""
+        self._check()
         for s in self._pairs:
             title = s.titles.get((qid, doc))
             if title is not None:
@@ -172,21 +210,25 @@ class Texts:
     @property
     def by_pair(self) -> Mapping[Pair, str]:
         """(query id, passage id) -> text (a read-only view)."""
+        self._check()
         return _view([s.texts for s in self._pairs])
 
     @property
     def by_doc(self) -> Mapping[str, str]:
         """Passage id -> text (a read-only view)."""
+        self._check()
         return _view([d.texts for d in reversed(self._docs)])
 
     @property
     def titles_by_pair(self) -> Mapping[Pair, str]:
         """(query id, passage id) -> title (a read-only view)."""
+        self._check()
         return _view([s.titles for s in self._pairs])
 
     @property
     def titles_by_doc(self) -> Mapping[str, str]:
         """Passage id -> title (a read-only view)."""
+        self._check()
         return _view([d.titles for d in reversed(self._docs)])
 
     @property
@@ -217,9 +259,11 @@ class Texts:
         docs = [*self._docs, *(corpus_source(c) for c in corpus)]
         if passages:
             docs.append(TextSource.of({str(k): v for k, v in passages.items()}))
-        return Texts(
-            pairs=self._pairs, docs=docs, metadata=self.metadata, udcg_examples=self.udcg_examples
+        out = Texts(
+            pairs=self._pairs, docs=docs, metadata=self._metadata, udcg_examples=self._udcg_examples
         )
+        out._left_out = self._left_out
+        return out
 
 
 def _view(maps: Sequence[Mapping[K, str]]) -> Mapping[K, str]:

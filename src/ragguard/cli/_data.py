@@ -118,10 +118,13 @@ def load_evalset_for_cli(
     *,
     score_kind: ScoreKind | None,
     retriever: str | None = None,
+    texts: bool = True,
 ) -> EvalSet:
     """Load the eval set and its runs (and call a live retriever), with a progress bar for
-    the retrieval. Loading problems are logged once by the loader (a warning, which
-    :func:`~ragguard.cli._common.friendly_errors` prints on stderr)."""
+    the retrieval; without ``texts``, no passage text is kept (see
+    :func:`~ragguard.calibration.load_evalset`). Loading problems are logged once by the
+    loader (a warning, which :func:`~ragguard.cli._common.friendly_errors` prints on
+    stderr)."""
     from ragguard.calibration.inputs import add_run, load_factory, load_inputs, retrieve_run
 
     evalset = load_inputs(
@@ -129,6 +132,7 @@ def load_evalset_for_cli(
         runs or (),
         folder_runs_too=retriever is None,
         score_kind=score_kind or ScoreKind.SIMILARITY,
+        texts=texts,
     )
     if retriever is not None:
         instance = load_factory(retriever)

@@ -313,7 +313,17 @@ def calibrate(
 
         given = [evalset, *(run or ()), profiles, *(corpus or ()), rerank_run]
         _check_outputs(out_path, None if no_report else report, given)
-        es = load_evalset_for_cli(evalset, run, score_kind=score_kind, retriever=retriever)
+        from ragguard.calibration.calibrate import needs_texts
+
+        texts = needs_texts(  # else the passage texts are left out: less memory
+            reranker=rerank is not None,
+            max_tokens=max_tokens,
+            near_duplicate_threshold=near_duplicate_threshold,
+            conflicts=modes,
+        )
+        es = load_evalset_for_cli(
+            evalset, run, score_kind=score_kind, retriever=retriever, texts=texts
+        )
         read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
         _check_outputs(out_path, None if no_report else report, read)
         constraints = [Constraint.parse(c) for c in constraint or ()]
