@@ -12,6 +12,7 @@ BEIR reading (and the JSONL reader's line-by-line path), so a test compares the 
 from __future__ import annotations
 
 import gzip
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -277,14 +278,81 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
     return res
 
 
+# --------------------------------------------------------------------------- JSONL
+
+
+def read_jsonl_reference(path: Path, rep: Reporter, *, texts: bool = True) -> ReadResult:
+    """A ragguard JSONL file read as its documentation says (valid files only: no checks),
+    one ``json.loads`` a line: a reference for the library's reader."""
+    res = ReadResult()
+    runs: dict[str, tuple[dict[str, dict[str, float]], dict[str, int]]] = {}
+    invalid: dict[str, list[tuple[str, int, str]]] = {}
+    pair_texts: dict[tuple[str, str], str] = {}
+    metadata: dict[str, Any] = {}
+    where = str(path)
+    for lineno, text in enumerate(_lines(path), 1):
+        if not text.strip():
+            continue
+        obj = json.loads(text)
+        qid = str(obj["query_id"])
+        rel = obj.get("relevant", [])
+        grades = {str(d): 1 for d in rel} if isinstance(rel, list) else dict(rel)
+        grades.update({str(d): 0 for d in obj.get("not_relevant", [])})
+        distractors = [str(d) for d in obj.get("distractors", [])]
+        grades.update(dict.fromkeys(distractors, 0))
+        res.queries[qid] = Query(qid, obj.get("query"), tuple(obj.get("answers", [])))
+        res.labels[qid] = Labels(
+            grades,
+            frozenset(distractors),
+            {str(d): float(u) for d, u in obj.get("utilities", {}).items()},
+            {str(d): float(p) for d, p in obj.get("no_response", {}).items()},
+            obj.get("num_relevant"),
+        )
+        res.label_lines[qid] = (where, lineno)
+        if isinstance(obj.get("metadata"), dict):
+            metadata[qid] = obj["metadata"]
+        listed = [("default", "candidates", obj["candidates"])] if "candidates" in obj else []
+        listed += [(n, f"runs.{n}", c) for n, c in obj.get("runs", {}).items()]
+        for name, fld, cands in listed:
+            out = runs.setdefault(name, ({}, {}))
+            out[1][qid] = lineno
+            got = out[0][qid] = {}
+            for i, c in enumerate(cands):
+                doc = str(c["id"]) if isinstance(c, dict) else str(c)
+                score = c.get("score") if isinstance(c, dict) else None
+                value = math.nan if score is None else float(score)
+                if doc in got:
+                    msg = (
+                        f"document {doc!r} appears twice among the candidates of query "
+                        f"{qid!r} in run {name!r}"
+                    )
+                    rep(ProblemKind.DUPLICATE_CANDIDATE, msg, path=where, line=lineno,
+                        field=f"{fld}[{i}]")  # fmt: skip
+                    continue
+                got[doc] = value
+                if not math.isfinite(value):
+                    invalid.setdefault(name, []).append((doc, lineno, f"{fld}[{i}]"))
+                if isinstance(c, dict) and isinstance(c.get("text"), str):
+                    pair_texts.setdefault((qid, doc), c["text"])
+    for name, (cands, _) in runs.items():
+        if any(math.isfinite(v) for c in cands.values() for v in c.values()):
+            for doc, line, fld in invalid.get(name, []):
+                msg = f"candidate {doc!r} of run {name!r} has no valid score"
+                rep(ProblemKind.INVALID_SCORE, msg, path=where, line=line, field=fld)
+    res.runs = runs
+    if texts:
+        sources = [TextSource.of(pair_texts)] if pair_texts else []
+        res.texts = Texts(pairs=sources, metadata=metadata)
+    return res
+
+
 USED: list[str] = []
 """What the line-by-line readers read while patched in (:func:`use_line_reader`)."""
 
 
 def use_line_reader(m: pytest.MonkeyPatch) -> None:
-    """From now on (in ``m``'s scope), TREC files and BEIR folders are read by this
-    module and JSON-lines files by the library's line-by-line reader (each read is
-    recorded in :data:`USED`)."""
+    """From now on (in ``m``'s scope), TREC files, BEIR folders and JSONL files are read
+    by this module's references (each read is recorded in :data:`USED`)."""
 
     def qrels(path: Path, rep: Reporter) -> ReadResult:
         USED.append(str(path))
@@ -294,9 +362,6 @@ def use_line_reader(m: pytest.MonkeyPatch) -> None:
         USED.append(str(path))
         return _read_run(path, rep, known_docs=known_docs)
 
-    def not_column_wise(path: Path, *args: Any, **kw: Any) -> None:
-        USED.append(str(path))
-
     m.setattr(columnar, "read_qrels", qrels)
     m.setattr(columnar, "read_run", run)
 
@@ -304,8 +369,12 @@ def use_line_reader(m: pytest.MonkeyPatch) -> None:
         USED.append(str(path))
         return read_beir(path, *args, **kw)
 
-    m.setattr(evalset, "read_jsonl", not_column_wise)
+    def jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ReadResult:
+        USED.append(str(path))
+        return read_jsonl_reference(path, rep, texts=texts)
+
     m.setattr(evalset, "read_beir", beir)
+    m.setattr(evalset, "read_jsonl", jsonl)
 
 
 def careful(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:

@@ -60,23 +60,25 @@ def beir(
 
 
 def same_error(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> str:
-    """The error both paths raise, with the same message."""
+    """The error the reader raises; the references of TREC and BEIR files raise the same
+    (the JSONL reference reads valid files only)."""
     with pytest.raises(EvalSetError) as fast:
         load_evalset(*args, **kw)
-    with pytest.raises(EvalSetError) as slow:
-        careful(monkeypatch, *args, **kw)
-    assert str(fast.value) == str(slow.value)
+    if not str(args[0]).endswith((".jsonl", ".jsonl.gz")):
+        with pytest.raises(EvalSetError) as slow:
+            careful(monkeypatch, *args, **kw)
+        assert str(fast.value) == str(slow.value)
     return str(fast.value)
 
 
 def alike_or_same_error(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> None:
-    """Both paths read the data alike, or both raise the same error."""
+    """The reader reads the data as the reference does, or raises as it does."""
     try:
-        slow = careful(monkeypatch, *args, **kw)
+        fast = load_evalset(*args, **kw)
     except EvalSetError:
         same_error(monkeypatch, *args, **kw)
         return
-    assert_same(load_evalset(*args, **kw), slow)
+    assert_same(fast, careful(monkeypatch, *args, **kw))
 
 
 # --------------------------------------------------------------------------- BEIR
@@ -414,7 +416,12 @@ def test_without_texts_no_passage_text_is_kept_and_a_consumer_says_so(
         calibrate(es, max_tokens=50, n_bootstrap=20)
     assert "\n" not in str(err.value)
     plain = calibrate(es, n_bootstrap=20, holdout=0)  # needs no text
-    assert plain.config() == calibrate(full, n_bootstrap=20, holdout=0).config()
+    with_texts = calibrate(full, n_bootstrap=20, holdout=0).config()
+    # (the provenance's time of writing may fall in another second)
+    assert plain.config().model_dump(exclude={"provenance"}) == with_texts.model_dump(
+        exclude={"provenance"}
+    )
+    assert plain.data_sha256 == data_fingerprint(full)
     # the texts are checked all the same
     write(folder / "corpus.jsonl", '{"_id": "a", "text": 5}\n')
     with pytest.raises(EvalSetError, match=r"corpus\.jsonl:1, field 'text'"):

@@ -81,8 +81,10 @@ __all__ = [
     "ColumnarQueries",
     "ColumnarRead",
     "CorpusIds",
+    "LabelColumns",
     "LabelRows",
     "Pairs",
+    "RunColumns",
     "Vocab",
     "arrays_from_columnar",
     "arrow",
@@ -90,7 +92,6 @@ __all__ = [
     "check_grades",
     "encode_ids",
     "fingerprint",
-    "intern",
     "missing_ids",
     "read_qrels",
     "read_run",
@@ -171,14 +172,6 @@ def string_array(ids: Sequence[str]) -> Any:
     np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
     return pa.Array.from_buffers(pa.large_string(), len(encoded), buffers).cast(pa.string())
-
-
-def intern(ids: Sequence[str]) -> tuple[Any, NDArray[np.int32]]:
-    """(pyarrow array of the distinct ids in order of first appearance, int32 code of
-    each id) of Python strings."""
-    index: dict[str, int] = {}
-    codes = np.fromiter((index.setdefault(i, len(index)) for i in ids), np.int32, len(ids))
-    return string_array(list(index)), codes
 
 
 def vocab_list(vocab: Vocab) -> list[str]:
@@ -422,15 +415,12 @@ class ColumnarCandidates(_ByQuery):
 
     @classmethod
     def of_dicts(cls, run: Mapping[str, Mapping[str, float]], source: str) -> ColumnarCandidates:
-        """Columns of ``{query_id: {doc_id: score}}`` (as the line-by-line readers and
-        dicts give a run), queries and candidates in their order."""
-        sizes = [len(c) for c in run.values()]
-        q = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
-        vocab, d = intern([d for c in run.values() for d in c])
-        value = np.fromiter(
-            (s for c in run.values() for s in c.values()), np.float64, count=int(q.size)
-        )
-        return cls(Pairs(list(run), vocab, q, d, value, None, source))
+        """Columns of ``{query_id: {doc_id: score}}`` (as dicts and the line readers give
+        a run), queries and candidates in their order."""
+        out = RunColumns()
+        for qid, cands in run.items():
+            out.add(qid, list(cands), list(cands.values()))
+        return out.build(source)
 
     def restrict(self, qids: Mapping[str, object]) -> tuple[ColumnarCandidates, list[str]]:
         """The queries also in ``qids`` (the same run, their order kept) and the others."""
@@ -512,42 +502,12 @@ class ColumnarLabels(_ByQuery):
 
     @classmethod
     def of_labels(cls, labels: Mapping[str, Labels], source: str) -> ColumnarLabels:
-        """Columns of per-query :class:`Labels` (as the line-by-line readers and dicts
-        give them), in their order: each query's graded documents, then those with only
-        a utility, then those with only an abstention probability."""
-        q: list[int] = []
-        docs: list[str] = []
-        grade: list[float] = []
-        flag: list[bool] = []
-        util: list[float] = []
-        p_no: list[float] = []
-        stated = np.full(len(labels), -1, dtype=np.int64)
-        nan = float("nan")
-        for code, lab in enumerate(labels.values()):
-            extra = [d for d in lab.utilities if d not in lab.grades]
-            extra += [d for d in lab.no_response if d not in lab.grades and d not in extra]
-            row_docs = [*lab.grades, *extra]
-            q.extend([code] * len(row_docs))
-            docs.extend(row_docs)
-            grade.extend(float(g) for g in lab.grades.values())
-            grade.extend([nan] * len(extra))
-            flag.extend(d in lab.distractors for d in row_docs)
-            util.extend(float(lab.utilities.get(d, nan)) for d in row_docs)
-            p_no.extend(float(lab.no_response.get(d, nan)) for d in row_docs)
-            if lab.n_relevant is not None:
-                stated[code] = lab.n_relevant
-        vocab, d = intern(docs)
-        pairs = Pairs(
-            list(labels), vocab, np.asarray(q, np.int32), d, np.asarray(grade, np.float64),
-            None, source,
-        )  # fmt: skip
-        return cls(
-            pairs,
-            distractor=np.asarray(flag, np.bool_),
-            utility=np.asarray(util, np.float64),
-            no_response=np.asarray(p_no, np.float64),
-            stated=stated,
-        )
+        """Columns of per-query :class:`Labels` (as dicts and the UDCG reader give
+        them), in their order (see :class:`LabelColumns`)."""
+        out = LabelColumns()
+        for qid, lab in labels.items():
+            out.add(qid, lab)
+        return out.build(source)
 
     def __getitem__(self, qid: str) -> Labels:
         code = self._index[qid]
@@ -628,6 +588,90 @@ class ColumnarQueries(Mapping[str, "Query"]):
 
 
 # --------------------------------------------------------------------------- reading
+
+
+_FLUSH = 1 << 16  # rows gathered as Python objects before they become columns
+
+
+class RunColumns:
+    """A run's candidates added query by query (by a reader, or from dicts), gathered
+    into :class:`ColumnarCandidates`: ids as read, one per row (no dictionary of the
+    ids), turned into Arrow arrays every :data:`_FLUSH` rows."""
+
+    def __init__(self) -> None:
+        self.qids: list[str] = []
+        self.sizes: list[int] = []
+        self._ids: list[Any] = []
+        self._values: list[F64] = []
+        self._docs: list[str] = []
+        self._scores: list[float] = []
+
+    def add(self, qid: str, docs: Sequence[str], scores: Sequence[float]) -> None:
+        """One query's candidates (distinct ids, in the run's order) and scores."""
+        self.qids.append(qid)
+        self.sizes.append(len(docs))
+        self._docs.extend(docs)
+        self._scores.extend(scores)
+        if len(self._docs) >= _FLUSH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Turn the rows gathered so far into columns."""
+        if self._docs:
+            self._ids.append(string_array(self._docs))
+            self._values.append(np.asarray(self._scores, dtype=np.float64))
+            self._docs, self._scores = [], []
+
+    def pairs(self, source: str) -> Pairs:
+        """The rows added, as :class:`Pairs` (the ids as read)."""
+        pa = arrow()
+        self.flush()
+        q = np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes)
+        ids = pa.chunked_array(self._ids, type=pa.string())
+        value = np.concatenate(self._values) if self._values else np.zeros(0)
+        return Pairs(self.qids, ids, q, None, value, None, source)
+
+    def build(self, source: str) -> ColumnarCandidates:
+        return ColumnarCandidates(self.pairs(source))
+
+
+class LabelColumns:
+    """Labels added query by query, gathered into :class:`ColumnarLabels`: each query's
+    graded documents, then those with only a utility, then those with only an abstention
+    probability (their grade NaN)."""
+
+    def __init__(self) -> None:
+        self._rows = RunColumns()  # ids and grades
+        self._stated: list[int] = []
+        self._flags: list[NDArray[np.bool_]] = []
+        self._util: list[F64] = []
+        self._p_no: list[F64] = []
+
+    def add(self, qid: str, lab: Labels) -> None:
+        """One query's labels."""
+        nan = float("nan")
+        extra = [d for d in lab.utilities if d not in lab.grades]
+        extra += [d for d in lab.no_response if d not in lab.grades and d not in extra]
+        docs = [*lab.grades, *extra]
+        self._rows.add(qid, docs, [*map(float, lab.grades.values()), *[nan] * len(extra)])
+        self._stated.append(-1 if lab.n_relevant is None else lab.n_relevant)
+        n = len(docs)
+        dis, util, p_no = lab.distractors, lab.utilities, lab.no_response
+        self._flags.append(np.fromiter((d in dis for d in docs), np.bool_, n))
+        self._util.append(np.fromiter((util.get(d, nan) for d in docs), np.float64, n))
+        self._p_no.append(np.fromiter((p_no.get(d, nan) for d in docs), np.float64, n))
+
+    def build(self, source: str) -> ColumnarLabels:
+        def joined(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+        return ColumnarLabels(
+            self._rows.pairs(source),
+            distractor=joined(self._flags, np.bool_),
+            utility=joined(self._util, np.float64),
+            no_response=joined(self._p_no, np.float64),
+            stated=np.asarray(self._stated, dtype=np.int64),
+        )
 
 
 def encode_ids(column: Any) -> tuple[Any, NDArray[np.int32]]:

@@ -1,4 +1,4 @@
-"""BEIR folders and ragguard JSONL eval sets read column-wise.
+"""BEIR folders read column-wise.
 
 **A BEIR folder** has one reader, :func:`read_beir`. ``qrels/<split>.tsv`` and
 ``distractors.tsv`` are read by :func:`~ragguard.calibration.delimited.read_fields`
@@ -16,21 +16,10 @@ JSON, not an object, a missing, empty or non-string id, a text that is not a str
 when none is bad, the block's values are those Python reads (an integer id as its
 decimal text, the last of a repeated key, a title that is not a string ignored). The
 walk is a diagnosis of one block, not a second reader.
-
-**A JSONL eval set** is read by the JSON reader block by block into the same
-integer-coded labels and candidates, when its shape allows (see :func:`read_jsonl`):
-every non-blank line is one JSON object on its own (it starts with ``{`` and ends with
-``}``, and pyarrow finds as many objects as there are such lines), it is UTF-8, and no
-literal Python's ``json`` rejects (``Inf``, ``-NaN``) may hide in it. Anything else (a
-malformed line, an id that is a number, graded labels, an unusual field) returns
-``None``, and the careful reader (``_read_jsonl`` in
-:mod:`ragguard.calibration._readers`) reads the file again to name file, line and field,
-or to read what Python reads.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +30,6 @@ from numpy.typing import NDArray
 
 from ragguard.calibration import _columnar
 from ragguard.calibration._columnar import (
-    ColumnarCandidates,
     ColumnarLabels,
     ColumnarQueries,
     ColumnarRead,
@@ -63,7 +51,6 @@ from ragguard.calibration._readers import (
     BEIR_DISTRACTOR,
     BEIR_HEADERS,
     BEIR_QRELS,
-    CANDIDATE_FIELDS,
     DISTRACTOR_GRADE,
     json_id,
     json_line,
@@ -72,23 +59,18 @@ from ragguard.calibration._records import Query
 from ragguard.calibration.delimited import Fields, read_fields, split_tsv
 from ragguard.calibration.texts import (
     ArrowCorpus,
-    ArrowPairTexts,
     Texts,
     TextSource,
     corpus_text,
 )
 from ragguard.errors import EvalSetError
 
-__all__ = ["BEIR_DISTRACTORS", "beir_split", "read_beir", "read_jsonl"]
+__all__ = ["BEIR_DISTRACTORS", "beir_split", "read_beir"]
 
 I64 = NDArray[np.int64]
 Event = tuple[int, int, ProblemKind, str, str | None]
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
-
-
-class NeedsCareful(Exception):
-    """Raised inside the column-wise JSON readers: the careful reader must read the file."""
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -159,12 +141,6 @@ def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], NDArray[np.intp]
     return None if _bare_literals(a) else (full, starts[full], ends.size)
 
 
-def _has(block: memoryview, needle: bytes) -> bool:
-    """Whether ``needle`` occurs in ``block`` (a view of bytes from their start)."""
-    raw: bytes = block.obj  # type: ignore[assignment]
-    return raw.find(needle, 0, len(block)) >= 0
-
-
 _DELIMITERS = np.frombuffer(b" \t\r\n,]}", dtype=np.uint8)
 
 
@@ -178,48 +154,6 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
     at = np.flatnonzero(a[1:-3] == ord("N")) + 1
     at = at[(a[at - 1] == ord("-")) & (a[at + 1] == ord("a")) & (a[at + 2] == ord("N"))]
     return bool(at.size)
-
-
-class _Rows:
-    """The bytes of each row's line in a block of JSON lines."""
-
-    def __init__(self, block: memoryview, starts: NDArray[np.intp]) -> None:
-        self._block = block
-        self._starts = starts
-
-    def line(self, row: int) -> bytes:
-        """The line of row ``row`` (its JSON object and what follows it on the line)."""
-        start = int(self._starts[row])
-        raw: bytes = self._block.obj  # type: ignore[assignment]
-        return raw[start : raw.find(b"\n", start, len(self._block))]
-
-
-def json_blocks(
-    path: Path,
-    fields: Mapping[str, Any],
-    *,
-    infer: bool = False,
-    check: Callable[[memoryview, Any], bool] | None = None,
-) -> Iterator[tuple[Any, I64, _Rows]]:
-    """For each block of whole lines of a JSON-lines file: a pyarrow table of its
-    objects, ``fields`` (name -> pyarrow type) typed as given and other fields skipped
-    (never held) or, with ``infer``, added with inferred types; the line of each row;
-    and the bytes of each row's line (valid while the block is the current one). Raises
-    :class:`NeedsCareful` when the careful reader must read the file (a block
-    :func:`_read_block` does not read, given ``check``)."""
-    parse = _parse_options(fields, infer)
-    seen = 0
-    try:
-        for block in _line_blocks(path):
-            got = _read_block(block, parse, check)
-            if got is None:
-                raise NeedsCareful
-            table, full, starts, n_lines = got
-            if full.size:
-                yield table, full.astype(np.int64) + seen + 1, _Rows(block, starts)
-            seen += n_lines
-    except (OSError, EOFError):
-        raise NeedsCareful from None
 
 
 def _parse_options(fields: Mapping[str, Any], infer: bool = False) -> Any:
@@ -264,15 +198,6 @@ def _read_block(
     if table.num_rows != full.size:
         return None
     return table, full, starts, n_lines
-
-
-def _ids(column: Any) -> Any:
-    """A string column of ids as one array; raises :class:`NeedsCareful` when one is missing
-    or empty (the careful reader names the line)."""
-    pc = arrow_module("compute")
-    if column.null_count or (len(column) and pc.min(pc.binary_length(column)).as_py() == 0):
-        raise NeedsCareful
-    return column.combine_chunks()
 
 
 class TextQueries(ColumnarQueries):
@@ -616,216 +541,3 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
 
 def _is_header(parts: list[str]) -> bool:
     return parts[0].lower() in BEIR_HEADERS
-
-
-# --------------------------------------------------------------------------- ragguard JSONL
-
-_NULL_LIST = r'"(?:answers|relevant|not_relevant|candidates)"[ \t\r]*:[ \t\r]*null'
-_DROPPED = frozenset({"metadata"})  # read per block (types inferred), then dropped
-
-
-def _no_null_list(block: memoryview, text: Any) -> bool:
-    """Whether no field the careful reader requires to be a list is ``null`` in
-    ``block`` (``text``: the same as a one-string pyarrow array): pyarrow reads ``null``
-    like a missing field, the careful reader rejects it."""
-    if not _has(block, b"null"):
-        return True
-    pc = arrow_module("compute")
-    return not pc.any(pc.match_substring_regex(text, _NULL_LIST)).as_py()
-
-
-def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead | None:
-    """A ragguard JSONL eval set column-wise, or ``None`` when the careful reader must
-    read it: only the fields ``query_id``, ``query``, ``answers``, ``relevant`` (a list
-    of ids), ``not_relevant``, ``candidates`` (a list of ``{id, score}`` objects, maybe
-    with ``text`` / ``metadata``) and ``metadata`` are read column-wise; graded
-    ``relevant`` objects, ``distractors``, ``utilities``, ``no_response``,
-    ``num_relevant``, ``runs``, candidates given as bare ids, ids that are numbers and
-    every error go to the careful reader. Without ``texts``, the candidates' texts and
-    the ``metadata`` objects are not kept."""
-    pa = _columnar.arrow()
-    if pa is None:
-        return None
-    try:
-        columns = _jsonl_columns(path, texts)
-        qids = pa.chunked_array(columns["query_id"], type=pa.string()).to_pylist()
-        if len(set(qids)) != len(qids):
-            raise NeedsCareful  # a query id used twice: the careful reader names the line
-        line = np.concatenate(columns["line"]) if qids else np.zeros(0, np.int64)
-        labels = _jsonl_labels(path, qids, line, columns)
-        runs, events = _jsonl_run(path, qids, line, columns)
-    except NeedsCareful:
-        return None
-    for line_no, _, kind, message, fld in events:
-        rep(kind, message, path=str(path), line=line_no, field=fld)
-    query_texts = pa.chunked_array(columns["query"], type=pa.string()).to_pylist()
-    answers = pa.chunked_array(columns["answers"], type=pa.list_(pa.string())).to_pylist()
-    queries = TextQueries(
-        labels,
-        dict(zip(qids, query_texts, strict=True)),
-        {q: tuple(a) for q, a in zip(qids, answers, strict=True) if a},
-    )
-    where = str(path)
-    label_lines = {q: (where, ln) for q, ln in zip(qids, line.tolist(), strict=True)}
-    passages = ArrowPairTexts(qids)
-    for part in columns["texts"]:
-        passages.add(*part)
-    metadata = {qids[row]: meta for row, meta in columns["metadata"]}
-    sources = [TextSource(passages)] if passages.parts else []
-    return ColumnarRead(
-        queries, labels, label_lines, runs, texts=Texts(pairs=sources, metadata=metadata)
-    )
-
-
-def _jsonl_columns(path: Path, texts: bool = True) -> dict[str, list[Any]]:
-    """Per block of a JSONL eval set: the query ids, texts, answers and lines, and for
-    ``relevant``, ``not_relevant`` and ``candidates`` the ids listed, the candidates'
-    scores, the length of each line's list and (candidates) whether it has one; the
-    candidates that have a ``text`` (``texts``: query row, ids, texts) and each line's
-    ``metadata`` object (``metadata``: query row, object), these two only with
-    ``texts``. Raises :class:`NeedsCareful`."""
-    pa = _columnar.arrow()
-    assert pa is not None
-    pc = arrow_module("compute")
-    string = pa.string()
-    candidate = pa.struct([("id", string), ("score", pa.float64()), ("text", string)])
-    fields = {
-        "query_id": string,
-        "query": string,
-        "answers": pa.list_(string),
-        "relevant": pa.list_(string),
-        "not_relevant": pa.list_(string),
-        "candidates": pa.list_(candidate),
-    }
-    out: dict[str, list[Any]] = {}
-
-    def add(name: str, value: Any) -> None:
-        out.setdefault(name, []).append(value)
-
-    for name in ("query_id", "query", "answers", "line", "texts", "metadata"):
-        out[name] = []
-    rows = 0  # query rows of the blocks before this one
-    for table, lines, raw in json_blocks(path, fields, infer=True, check=_no_null_list):
-        if set(table.schema.names) - fields.keys() - _DROPPED:
-            raise NeedsCareful  # a field the fast path does not read, or an unknown one
-        cands = table.column("candidates")
-        if {f.name for f in cands.type.value_type} - CANDIDATE_FIELDS:
-            raise NeedsCareful  # an unknown field in a candidate
-        add("query_id", _ids(table.column("query_id")))
-        out["query"].extend(table.column("query").chunks)
-        answers = table.column("answers")
-        if pc.list_flatten(answers).null_count:
-            raise NeedsCareful
-        out["answers"].extend(answers.chunks)
-        add("line", lines)
-        for name in ("relevant", "not_relevant", "candidates"):
-            col = table.column(name)
-            counts = np.asarray(pc.list_value_length(col).fill_null(0), np.int64)
-            add(f"{name}.n", counts)
-            flat = pc.list_flatten(col)
-            if name == "candidates":
-                if flat.null_count:
-                    raise NeedsCareful  # a candidate that is null
-                add("candidates.has", np.asarray(col.is_valid(), np.bool_))
-                scores = pc.struct_field(flat, "score").to_numpy()
-                add("candidates.score", np.asarray(scores, np.float64))
-                text = pc.struct_field(flat, "text")
-                flat = pc.struct_field(flat, "id")
-                if texts and text.null_count < len(text):
-                    has = np.flatnonzero(np.asarray(text.is_valid(), np.bool_))
-                    row = np.arange(rows, rows + table.num_rows, dtype=np.int32)
-                    query = np.repeat(row, counts)[has]
-                    add("texts", (query, flat.take(has), text.take(has)))
-            add(f"{name}.ids", _ids(flat) if len(flat) else pa.array([], string))
-        if texts and "metadata" in table.schema.names:
-            _metadata(table.column("metadata"), raw, rows, out["metadata"])
-        rows += table.num_rows
-    return out
-
-
-def _metadata(column: Any, raw: Any, rows: int, into: list[tuple[int, Any]]) -> None:
-    """The ``metadata`` objects of a block's lines (``column``: the field as pyarrow
-    inferred it), parsed from their lines as Python's json reads them: (query row,
-    object) for each line whose ``metadata`` is an object."""
-    pa = _columnar.arrow()
-    assert pa is not None
-    if not pa.types.is_struct(column.type):
-        return  # not an object on any line of the block: nothing kept, as the careful reader
-    for row in np.flatnonzero(np.asarray(column.is_valid(), np.bool_)).tolist():
-        meta = json.loads(raw.line(row)).get("metadata")
-        if isinstance(meta, dict):
-            into.append((rows + row, meta))
-
-
-def _jsonl_labels(
-    path: Path, qids: list[str], line: I64, columns: dict[str, list[Any]]
-) -> ColumnarLabels:
-    """Grades of a JSONL eval set: 1 for ``relevant``, 0 for ``not_relevant``, each
-    query's relevant ones first. Raises :class:`NeedsCareful` when a document is listed
-    twice for a query (the careful reader names the field)."""
-    pa = _columnar.arrow()
-    assert pa is not None
-    n = len(qids)
-    codes = np.arange(n, dtype=np.int32)
-    q_parts, v_parts, id_parts = [], [], []
-    for name, grade in (("relevant", 1.0), ("not_relevant", 0.0)):
-        counts = np.concatenate(columns[f"{name}.n"]) if n else np.zeros(0, np.int64)
-        q_parts.append(np.repeat(codes, counts))
-        v_parts.append(np.full(int(counts.sum()), grade))
-        id_parts.extend(columns.get(f"{name}.ids", []))
-    q = np.concatenate(q_parts)
-    docs, d = encode_ids(pa.chunked_array(id_parts, type=pa.string()))
-    if repeated_rows(q, d, len(docs)).size:
-        raise NeedsCareful
-    return ColumnarLabels(Pairs(qids, docs, q, d, np.concatenate(v_parts), line[q], str(path)))
-
-
-def _jsonl_run(
-    path: Path, qids: list[str], line: I64, columns: dict[str, list[Any]]
-) -> tuple[dict[str, tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]], list[Event]]:
-    """The run ``default`` of a JSONL eval set's ``candidates`` (none when no line has
-    any) and its problems in the careful reader's order: repeated candidates, then
-    candidates without a valid score (when some candidate has one)."""
-    pa = _columnar.arrow()
-    assert pa is not None
-    n = len(qids)
-    has = np.concatenate(columns["candidates.has"]) if n else np.zeros(0, np.bool_)
-    if not has.any():
-        return {}, []
-    counts = np.concatenate(columns["candidates.n"])
-    q = np.repeat(np.arange(n, dtype=np.int32), counts)
-    starts = np.zeros(n, dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
-    kept: NDArray[np.intp] | None = None  # rows left after repeats (None: all)
-    docs, d = encode_ids(pa.chunked_array(columns["candidates.ids"], type=pa.string()))
-    value = np.concatenate(columns["candidates.score"])
-    pairs = Pairs(qids, docs, q, d, value, line[q], str(path))
-    events: list[Event] = []
-    name = "default"
-    repeats = repeated_rows(q, d, len(docs))
-    if repeats.size:
-        names = vocab_take(docs, d[repeats])
-        for r, doc in zip(repeats.tolist(), names, strict=True):
-            msg = (
-                f"document {doc!r} appears twice among the candidates of query "
-                f"{qids[int(q[r])]!r} in run {name!r}"
-            )
-            fld = f"candidates[{r - starts[q[r]]}]"
-            events.append((int(line[q[r]]), 0, ProblemKind.DUPLICATE_CANDIDATE, msg, fld))
-        keep = np.ones(q.size, dtype=np.bool_)
-        keep[repeats] = False
-        kept = np.flatnonzero(keep)
-        q, d, value = q[keep], d[keep], value[keep]
-        pairs = Pairs(qids, docs, q, d, value, line[q], str(path))
-    finite = np.isfinite(value)
-    bad = np.flatnonzero(~finite)
-    if bad.size and finite.any():
-        names = vocab_take(docs, d[bad])
-        for r, doc in zip(bad.tolist(), names, strict=True):
-            msg = f"candidate {doc!r} of run {name!r} has no valid score"
-            fld = f"candidates[{(r if kept is None else kept[r]) - starts[q[r]]}]"
-            events.append((int(line[q[r]]), 1, ProblemKind.INVALID_SCORE, msg, fld))
-    listed = np.flatnonzero(has)
-    cands = ColumnarCandidates(pairs, listed.tolist())
-    lines = dict(zip(cands, line[listed].tolist(), strict=True))
-    return {name: (cands, lines)}, events

@@ -24,15 +24,20 @@ __all__ = [
     "BEIR_DISTRACTOR",
     "BEIR_HEADERS",
     "BEIR_QRELS",
+    "MAX_GRADE",
+    "MIN_GRADE",
     "TREC_QRELS",
     "TREC_RUN",
     "Layout",
     "ReadResult",
+    "Where",
     "bad_grade",
     "first_content",
     "grade_error",
     "json_id",
     "json_line",
+    "json_value",
+    "open_text",
     "read",
     "read_json_run",
 ]
@@ -55,7 +60,7 @@ class ReadResult:
     texts: Texts = field(default_factory=Texts)
 
 
-def _open(path: Path) -> Iterator[str]:
+def open_text(path: Path) -> Iterator[str]:
     """The lines of a UTF-8 text file (gzipped when its name ends in ``.gz``); a byte
     order mark at its start, as some editors write, is skipped."""
     try:
@@ -129,15 +134,16 @@ BEIR_HEADERS = frozenset({"query-id", "query_id", "qid"})
 def first_content(path: Path) -> tuple[str, int]:
     """The first non-blank, non-comment line of a file (stripped) and its number; a line
     starting with ``#`` is a comment unless it can be a TREC qrels or run record."""
-    for n, line in enumerate(_open(path), 1):
+    for n, line in enumerate(open_text(path), 1):
         s = line.strip()
         if s and not (TREC_QRELS.comment(s, parts := s.split()) and TREC_RUN.comment(s, parts)):
             return s, n
     raise EvalSetError("the file is empty", path=str(path))
 
 
-class _Where:
-    """Error helper bound to a file and line."""
+class Where:
+    """Errors of one line of a file: each method checks a value read from JSON and raises
+    :class:`~ragguard.errors.EvalSetError` naming the file, the line and the field."""
 
     def __init__(self, path: Path, line: int | None = None) -> None:
         self.path = str(path)
@@ -179,23 +185,6 @@ class _Where:
 
 # --------------------------------------------------------------------------- JSONL
 
-JSONL_FIELDS = frozenset(
-    {
-        "query_id",
-        "query",
-        "relevant",
-        "not_relevant",
-        "distractors",
-        "utilities",
-        "no_response",
-        "num_relevant",
-        "answers",
-        "candidates",
-        "runs",
-        "metadata",
-    }
-)
-CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
 MIN_GRADE, MAX_GRADE = 1, 5
 """Grades of relevant documents; 0 is judged not relevant. TREC and BEIR qrels use the
 same scale, plus DISTRACTOR_GRADE for a known distractor (JSONL lists those under
@@ -229,11 +218,20 @@ def grade_error(grade: Any, qid: str, doc: str) -> str:
     )
 
 
-def _json_line(text: str, at: _Where) -> Any:
+def _json_line(text: str, at: Where) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         at.fail(f"malformed JSON: {exc.msg} ({_json_where(exc, 'line')[1]})")
+
+
+def json_value(text: str, at: Where) -> Any:
+    """One line of JSON as Python's json reads it (``NaN`` and ``Infinity`` included).
+
+    Raises:
+        EvalSetError: malformed JSON, naming file, line and column.
+    """
+    return _json_line(text, at)
 
 
 def json_line(text: str, path: Path, line: int) -> Any:
@@ -242,7 +240,7 @@ def json_line(text: str, path: Path, line: int) -> Any:
     Raises:
         EvalSetError: malformed JSON, naming file, line and column.
     """
-    return _json_line(text, _Where(path, line))
+    return _json_line(text, Where(path, line))
 
 
 def json_id(value: object, path: Path, line: int, fld: str) -> str:
@@ -252,7 +250,7 @@ def json_id(value: object, path: Path, line: int, fld: str) -> str:
         EvalSetError: a missing (``None``) or empty id, or one of another type (a
             boolean, a float, a list...), naming file, line and field.
     """
-    return _Where(path, line).id(value, fld)
+    return Where(path, line).id(value, fld)
 
 
 def _json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
@@ -268,191 +266,13 @@ def _json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
     return line, f"{column}, the end of the {what}" if pos >= end else column
 
 
-def _candidate_list(
-    value: object,
-    fld: str,
-    at: _Where,
-    qid: str,
-    run: str,
-    rep: Reporter,
-    invalid: list[tuple[str, int, str]],
-    texts: dict[tuple[str, str], str],
-) -> dict[str, float]:
-    if not isinstance(value, list):
-        at.fail(f"must be a list of candidates, got {type(value).__name__}", fld)
-    out: dict[str, float] = {}
-    for i, item in enumerate(value):
-        where = f"{fld}[{i}]"
-        if isinstance(item, dict):
-            unknown = sorted(item.keys() - CANDIDATE_FIELDS)
-            if unknown:
-                at.fail(
-                    f"unknown field {unknown[0]!r} in a candidate; allowed: "
-                    f"{', '.join(sorted(CANDIDATE_FIELDS))}",
-                    where,
-                )
-            doc = at.id(item.get("id"), f"{where}.id")
-            score = at.score(item.get("score"), f"{where}.score")
-            text = item.get("text")
-            if text is not None:
-                if not isinstance(text, str):
-                    at.fail(f"must be a string or null, got {type(text).__name__}", f"{where}.text")
-                texts.setdefault((qid, doc), text)
-        else:
-            doc = at.id(item, where)
-            score = math.nan
-        if doc in out:
-            rep(
-                ProblemKind.DUPLICATE_CANDIDATE,
-                f"document {doc!r} appears twice among the candidates of query {qid!r} in "
-                f"run {run!r}",
-                path=at.path,
-                line=at.line,
-                field=where,
-            )
-            continue
-        out[doc] = score
-        if not math.isfinite(score):
-            invalid.append((doc, at.line or 0, where))
-    return out
-
-
-def _jsonl_grades(obj: dict[str, Any], at: _Where) -> dict[str, int]:
-    """Grades of one JSONL line: relevant (1-5), not_relevant and distractors (0)."""
-    grades: dict[str, int] = {}
-    owner: dict[str, str] = {}
-
-    def claim(doc: str, fld: str, grade: int) -> None:
-        if doc in owner:
-            at.fail(f"document {doc!r} is also listed in {owner[doc]!r}", fld)
-        owner[doc] = fld.split("[")[0].split(".")[0]
-        grades[doc] = grade
-
-    rel = obj.get("relevant", [])
-    if isinstance(rel, list):
-        for i, doc in enumerate(at.id_list(rel, "relevant")):
-            claim(doc, f"relevant[{i}]", 1)
-    elif isinstance(rel, dict):
-        for doc, g in rel.items():
-            fld = f"relevant.{doc}"
-            if isinstance(g, bool) or not isinstance(g, int) or not MIN_GRADE <= g <= MAX_GRADE:
-                at.fail(f"a grade must be an integer {MIN_GRADE}-{MAX_GRADE}, got {g!r}", fld)
-            claim(at.id(doc, fld), fld, g)
-    else:
-        at.fail(f"must be a list of ids or {{id: grade}}, got {type(rel).__name__}", "relevant")
-    for name in ("not_relevant", "distractors"):
-        for i, doc in enumerate(at.id_list(obj.get(name, []), name)):
-            claim(doc, f"{name}[{i}]", 0)
-    return grades
-
-
-def _doc_numbers(
-    obj: dict[str, Any], name: str, at: _Where, lo: float, hi: float
-) -> dict[str, float]:
-    """A ``{id: number}`` field of one JSONL line, each number in [lo, hi]."""
-    value = obj.get(name, {})
-    if not isinstance(value, dict):
-        at.fail(f"must be an object {{id: number}}, got {type(value).__name__}", name)
-    return {at.id(d, f"{name}.{d}"): at.number(v, f"{name}.{d}", lo, hi) for d, v in value.items()}
-
-
-def _read_jsonl(path: Path, rep: Reporter) -> ReadResult:
-    res = ReadResult()
-    seen: dict[str, int] = {}
-    invalid: dict[str, list[tuple[str, int, str]]] = {}
-    runs: dict[str, tuple[Candidates, Lines]] = {}
-    texts: dict[tuple[str, str], str] = {}
-    metadata: dict[str, dict[str, Any]] = {}
-    for lineno, text in enumerate(_open(path), 1):
-        if not text.strip():
-            continue
-        at = _Where(path, lineno)
-        obj = _json_line(text, at)
-        if not isinstance(obj, dict):
-            at.fail(f"each line must be a JSON object, got {type(obj).__name__}")
-        unknown = sorted(obj.keys() - JSONL_FIELDS)
-        if unknown:
-            at.fail(
-                f"unknown field; allowed: {', '.join(sorted(JSONL_FIELDS))} (put extra data "
-                "under 'metadata')",
-                unknown[0],
-            )
-        qid = at.id(obj.get("query_id"), "query_id")
-        if qid in seen:
-            at.fail(f"query id {qid!r} was already used on line {seen[qid]}", "query_id")
-        seen[qid] = lineno
-        query = obj.get("query")
-        if query is not None and not isinstance(query, str):
-            at.fail(f"must be a string, got {type(query).__name__}", "query")
-        answers = obj.get("answers", [])
-        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-            at.fail("must be a list of strings", "answers")
-
-        grades = _jsonl_grades(obj, at)
-        distractors = at.id_list(obj.get("distractors", []), "distractors")
-        utilities = _doc_numbers(obj, "utilities", at, -1.0, 1.0)
-        no_response = _doc_numbers(obj, "no_response", at, 0.0, 1.0)
-        n_rel = obj.get("num_relevant")
-        if n_rel is not None:
-            labelled = sum(1 for g in grades.values() if g >= 1)
-            if isinstance(n_rel, bool) or not isinstance(n_rel, int) or n_rel < labelled:
-                at.fail(
-                    f"must be an integer >= the {labelled} relevant documents listed, "
-                    f"got {n_rel!r}",
-                    "num_relevant",
-                )
-        res.queries[qid] = Query(qid, query, tuple(answers))
-        res.labels[qid] = Labels(grades, frozenset(distractors), utilities, no_response, n_rel)
-        res.label_lines[qid] = (str(path), lineno)
-        meta = obj.get("metadata")
-        if isinstance(meta, dict):
-            metadata[qid] = meta
-
-        listed: dict[str, object] = {}
-        if "candidates" in obj:
-            listed["default"] = obj["candidates"]
-        extra = obj.get("runs", {})
-        if not isinstance(extra, dict):
-            at.fail(
-                f"must be an object {{run name: candidates}}, got {type(extra).__name__}", "runs"
-            )
-        for name, cands in extra.items():
-            if name in listed:
-                at.fail("a run named 'default' clashes with 'candidates'", f"runs.{name}")
-            listed[name] = cands
-        for name, cands in listed.items():
-            fld = "candidates" if name == "default" and "candidates" in obj else f"runs.{name}"
-            bucket = runs.setdefault(name, ({}, {}))
-            bucket[0][qid] = _candidate_list(
-                cands, fld, at, qid, name, rep, invalid.setdefault(name, []), texts
-            )
-            bucket[1][qid] = lineno
-    for name, (cands, _) in runs.items():
-        scored = any(math.isfinite(s) for c in cands.values() for s in c.values())
-        if scored:
-            for doc, line, fld in invalid.get(name, []):
-                rep(
-                    ProblemKind.INVALID_SCORE,
-                    f"candidate {doc!r} of run {name!r} has no valid score",
-                    path=str(path),
-                    line=line,
-                    field=fld,
-                )
-    res.runs = runs
-    res.texts = Texts(pairs=[TextSource.of(texts)] if texts else (), metadata=metadata)
-    return res
-
-
-# --------------------------------------------------------------------------- TREC
-
-
 def _add_candidate(
     cands: Candidates,
     lines: Lines,
     qid: str,
     doc: str,
     score: float,
-    at: _Where,
+    at: Where,
     rep: Reporter,
     known_docs: Set[str] | None,
 ) -> None:
@@ -497,8 +317,8 @@ def read_json_run(
 def _read_json_run(
     path: Path, rep: Reporter, known_docs: Set[str] | None
 ) -> tuple[Candidates, Lines]:
-    at = _Where(path)
-    text = "".join(_open(path))
+    at = Where(path)
+    text = "".join(open_text(path))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -525,7 +345,7 @@ def _read_json_run(
 
 def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
     """(line, element) of each element of a top-level JSON list, with line numbers."""
-    text = "".join(_open(path))
+    text = "".join(open_text(path))
     decoder = json.JSONDecoder()
     ws = " \t\r\n"
 
@@ -567,7 +387,7 @@ def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
 
 def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
     res = ReadResult()
-    examples: list[tuple[_Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
+    examples: list[tuple[Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
     run: Candidates = {}
     lines: Lines = {}
     seen: dict[str, int] = {}
@@ -576,7 +396,7 @@ def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
     titles: dict[tuple[str, str], str] = {}
     originals: dict[str, dict[str, Any]] = {}
     for index, (lineno, ex) in enumerate(_json_list_items(path)):
-        at = _Where(path, lineno)
+        at = Where(path, lineno)
         base = f"[{index}]"
         if not isinstance(ex, dict):
             at.fail(f"an example must be an object, got {type(ex).__name__}", base)
@@ -670,7 +490,7 @@ def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
     return res
 
 
-def _answers(value: object, at: _Where, base: str) -> tuple[str, ...]:
+def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
@@ -679,10 +499,8 @@ def _answers(value: object, at: _Where, base: str) -> tuple[str, ...]:
 
 
 def read(fmt: str, path: Path, rep: Reporter, *, model: str | None) -> ReadResult:
-    """Read labels (and embedded runs) in format ``fmt`` (``"jsonl"``, ``"udcg"``; TREC
-    qrels and BEIR folders are read column-wise)."""
+    """Read labels (and embedded runs) in format ``fmt`` (``"udcg"``; TREC qrels, BEIR
+    folders and JSONL files have readers of their own)."""
     if not path.is_file():
         raise EvalSetError("no such file", path=str(path))
-    if fmt == "jsonl":
-        return _read_jsonl(path, rep)
     return _read_udcg(path, rep, model)

@@ -118,11 +118,12 @@ from ragguard.calibration._columnar import (
     ColumnarRead,
     arrays_from_columnar,
 )
-from ragguard.calibration._columnar_json import read_beir, read_jsonl
+from ragguard.calibration._columnar_json import read_beir
 from ragguard.calibration._problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration._records import Labels, Query, Run
 from ragguard.calibration._tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.jsonl import read_jsonl
 from ragguard.calibration.texts import Texts, TextSource
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError

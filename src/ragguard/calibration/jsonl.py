@@ -1,0 +1,355 @@
+"""ragguard's JSONL eval sets (one JSON object per line, see
+:mod:`ragguard.calibration.evalset`): the one reader.
+
+Each line is parsed by Python's ``json`` (which reads every shape the format allows: a
+``relevant`` list or ``{id: grade}`` object, ``NaN`` scores, integer ids) and its labels
+and candidates go straight into columns (:class:`~ragguard.calibration._columnar.
+LabelColumns`, :class:`~ragguard.calibration._columnar.RunColumns`): no per-query dict
+is kept, and every 65,536 rows become Arrow arrays. A line's candidates are checked as
+one list (every one an object with a non-empty string id, a number or null score, known
+fields, no repeated id); a list that fails the check is walked candidate by candidate,
+which names the field at fault, reports repeated ids and reads integer ids and bare-id
+candidates as Python reads them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragguard.calibration._columnar import ColumnarRead, LabelColumns, RunColumns, string_array
+from ragguard.calibration._problems import ProblemKind, Reporter
+from ragguard.calibration._readers import MAX_GRADE, MIN_GRADE, Where, json_value, open_text
+from ragguard.calibration._records import Labels, Query
+from ragguard.calibration.texts import ArrowPairTexts, Texts, TextSource
+
+__all__ = ["CANDIDATE_FIELDS", "JSONL_FIELDS", "read_jsonl"]
+
+JSONL_FIELDS = frozenset(
+    {
+        "query_id",
+        "query",
+        "relevant",
+        "not_relevant",
+        "distractors",
+        "utilities",
+        "no_response",
+        "num_relevant",
+        "answers",
+        "candidates",
+        "runs",
+        "metadata",
+    }
+)
+CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
+
+
+def _jsonl_grades(obj: dict[str, Any], at: Where) -> dict[str, int]:
+    """Grades of one JSONL line: relevant (1-5), not_relevant and distractors (0)."""
+    grades: dict[str, int] = {}
+    owner: dict[str, str] = {}
+
+    def claim(doc: str, fld: str, grade: int) -> None:
+        if doc in owner:
+            at.fail(f"document {doc!r} is also listed in {owner[doc]!r}", fld)
+        owner[doc] = fld.split("[")[0].split(".")[0]
+        grades[doc] = grade
+
+    rel = obj.get("relevant", [])
+    if isinstance(rel, list):
+        for i, doc in enumerate(at.id_list(rel, "relevant")):
+            claim(doc, f"relevant[{i}]", 1)
+    elif isinstance(rel, dict):
+        for doc, g in rel.items():
+            fld = f"relevant.{doc}"
+            if isinstance(g, bool) or not isinstance(g, int) or not MIN_GRADE <= g <= MAX_GRADE:
+                at.fail(f"a grade must be an integer {MIN_GRADE}-{MAX_GRADE}, got {g!r}", fld)
+            claim(at.id(doc, fld), fld, g)
+    else:
+        at.fail(f"must be a list of ids or {{id: grade}}, got {type(rel).__name__}", "relevant")
+    for name in ("not_relevant", "distractors"):
+        for i, doc in enumerate(at.id_list(obj.get(name, []), name)):
+            claim(doc, f"{name}[{i}]", 0)
+    return grades
+
+
+def _doc_numbers(
+    obj: dict[str, Any], name: str, at: Where, lo: float, hi: float
+) -> dict[str, float]:
+    """A ``{id: number}`` field of one JSONL line, each number in [lo, hi]."""
+    value = obj.get(name, {})
+    if not isinstance(value, dict):
+        at.fail(f"must be an object {{id: number}}, got {type(value).__name__}", name)
+    return {at.id(d, f"{name}.{d}"): at.number(v, f"{name}.{d}", lo, hi) for d, v in value.items()}
+
+
+class _Run:
+    """One run's candidates as they are read: columns, the line of each query, and the
+    candidates without a valid score (reported at the end, when the run has a score)."""
+
+    def __init__(self) -> None:
+        self.columns = RunColumns()
+        self.lines: dict[str, int] = {}
+        self.invalid: list[tuple[str, int, str]] = []
+        self.scored = False
+
+
+def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead:
+    """A ragguard JSONL eval set (see the module docstring).
+
+    Args:
+        path: the file (gzipped when its name ends in ``.gz``).
+        rep: where problems go (repeated candidates, candidates without a valid score).
+        texts: keep the candidates' ``text`` and the lines' ``metadata``.
+
+    Raises:
+        EvalSetError: malformed JSON, an unknown field, a missing or mistyped id, a grade,
+            utility or probability out of range, a document listed twice, a repeated
+            query: naming file, line and field.
+    """
+    queries: dict[str, Query] = {}
+    label_lines: dict[str, tuple[str | None, int | None]] = {}
+    labels = LabelColumns()
+    runs: dict[str, _Run] = {}
+    seen: dict[str, int] = {}
+    pair_texts = _PairTexts() if texts else None
+    metadata: dict[str, dict[str, Any]] = {}
+    for lineno, text in enumerate(open_text(path), 1):
+        if not text.strip():
+            continue
+        at = Where(path, lineno)
+        obj = json_value(text, at)
+        if not isinstance(obj, dict):
+            at.fail(f"each line must be a JSON object, got {type(obj).__name__}")
+        unknown = sorted(obj.keys() - JSONL_FIELDS)
+        if unknown:
+            at.fail(
+                f"unknown field; allowed: {', '.join(sorted(JSONL_FIELDS))} (put extra data "
+                "under 'metadata')",
+                unknown[0],
+            )
+        qid = at.id(obj.get("query_id"), "query_id")
+        if qid in seen:
+            at.fail(f"query id {qid!r} was already used on line {seen[qid]}", "query_id")
+        seen[qid] = lineno
+        query = obj.get("query")
+        if query is not None and not isinstance(query, str):
+            at.fail(f"must be a string, got {type(query).__name__}", "query")
+        answers = obj.get("answers", [])
+        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+            at.fail("must be a list of strings", "answers")
+        labels.add(qid, _labels(obj, at))
+        queries[qid] = Query(qid, query, tuple(answers))
+        label_lines[qid] = (str(path), lineno)
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and texts:
+            metadata[qid] = meta
+        for name, fld, cands in _candidate_lists(obj, at):
+            run = runs.setdefault(name, _Run())
+            docs, scores, cand_texts = _candidates(cands, fld, at, qid, name, rep, run.invalid)
+            run.columns.add(qid, docs, scores)
+            run.lines[qid] = lineno
+            run.scored = run.scored or any(map(math.isfinite, scores))
+            if pair_texts is not None and cand_texts:
+                pair_texts.add(qid, cand_texts)
+    for name, run in runs.items():
+        if run.scored:
+            for doc, line, fld in run.invalid:
+                rep(
+                    ProblemKind.INVALID_SCORE,
+                    f"candidate {doc!r} of run {name!r} has no valid score",
+                    path=str(path),
+                    line=line,
+                    field=fld,
+                )
+    source = str(path)
+    sources = [TextSource(pair_texts.done())] if pair_texts is not None and pair_texts else []
+    return ColumnarRead(
+        queries,
+        labels.build(source),
+        label_lines,
+        {name: (run.columns.build(source), run.lines) for name, run in runs.items()},
+        texts=Texts(pairs=sources, metadata=metadata),
+    )
+
+
+def _labels(obj: dict[str, Any], at: Where) -> Labels:
+    grades = _jsonl_grades(obj, at)
+    distractors = at.id_list(obj.get("distractors", []), "distractors")
+    utilities = _doc_numbers(obj, "utilities", at, -1.0, 1.0)
+    no_response = _doc_numbers(obj, "no_response", at, 0.0, 1.0)
+    n_rel = obj.get("num_relevant")
+    if n_rel is not None:
+        labelled = sum(1 for g in grades.values() if g >= 1)
+        if isinstance(n_rel, bool) or not isinstance(n_rel, int) or n_rel < labelled:
+            at.fail(
+                f"must be an integer >= the {labelled} relevant documents listed, got {n_rel!r}",
+                "num_relevant",
+            )
+    return Labels(grades, frozenset(distractors), utilities, no_response, n_rel)
+
+
+def _candidate_lists(obj: dict[str, Any], at: Where) -> list[tuple[str, str, object]]:
+    """(run name, field, candidate list) of one line: ``candidates`` as the run
+    ``default``, then each of ``runs``."""
+    listed: list[tuple[str, str, object]] = []
+    if "candidates" in obj:
+        listed.append(("default", "candidates", obj["candidates"]))
+    extra = obj.get("runs", {})
+    if not isinstance(extra, dict):
+        at.fail(f"must be an object {{run name: candidates}}, got {type(extra).__name__}", "runs")
+    for name, cands in extra.items():
+        if name == "default" and "candidates" in obj:
+            at.fail("a run named 'default' clashes with 'candidates'", f"runs.{name}")
+        listed.append((name, f"runs.{name}", cands))
+    return listed
+
+
+def _candidates(
+    value: object,
+    fld: str,
+    at: Where,
+    qid: str,
+    run: str,
+    rep: Reporter,
+    invalid: list[tuple[str, int, str]],
+) -> tuple[list[str], list[float], list[tuple[str, str]]]:
+    """(ids, scores, (id, text) of those with a text) of one candidate list: checked as a
+    whole, or walked candidate by candidate when the check fails (which names the field
+    at fault and reports repeats)."""
+    whole = _checked(value)
+    if whole is None:
+        return _walked(value, fld, at, qid, run, rep, invalid)
+    docs, scores, texts = whole
+    if None in scores:
+        scores = [math.nan if s is None else s for s in scores]
+    if not all(map(math.isfinite, scores)):
+        for i, s in enumerate(scores):
+            if not math.isfinite(s):
+                invalid.append((docs[i], at.line or 0, f"{fld}[{i}]"))
+    return docs, scores, texts
+
+
+_SCORE_TYPES = frozenset({float, int, type(None)})
+
+
+def _checked(value: object) -> tuple[list[str], list[Any], list[tuple[str, str]]] | None:
+    """A list of candidate objects with distinct non-empty string ids, number or null
+    scores, string or null texts and known fields, as (ids, scores, texts); else
+    ``None``. (Each check runs over the whole list at once, in C where it can.)"""
+    if type(value) is not list or set(map(type, value)) - {dict}:
+        return None
+    keys: set[str] = set().union(*value)
+    if not keys <= CANDIDATE_FIELDS or "id" not in keys:
+        return None
+    try:
+        docs = list(map(itemgetter("id"), value))
+    except KeyError:
+        return None
+    if set(map(type, docs)) - {str} or "" in docs or len(set(docs)) != len(docs):
+        return None
+    scores = list(map(dict.get, value, repeat("score")))
+    if set(map(type, scores)) - _SCORE_TYPES:
+        return None
+    texts: list[tuple[str, str]] = []
+    if "text" in keys:
+        texts = [
+            (d, c["text"]) for d, c in zip(docs, value, strict=True) if c.get("text") is not None
+        ]
+        if not all(type(t) is str for _, t in texts):
+            return None
+    return docs, scores, texts
+
+
+def _walked(
+    value: object,
+    fld: str,
+    at: Where,
+    qid: str,
+    run: str,
+    rep: Reporter,
+    invalid: list[tuple[str, int, str]],
+) -> tuple[list[str], list[float], list[tuple[str, str]]]:
+    if not isinstance(value, list):
+        at.fail(f"must be a list of candidates, got {type(value).__name__}", fld)
+    out: dict[str, float] = {}
+    texts: list[tuple[str, str]] = []
+    for i, item in enumerate(value):
+        where = f"{fld}[{i}]"
+        if isinstance(item, dict):
+            unknown = sorted(item.keys() - CANDIDATE_FIELDS)
+            if unknown:
+                at.fail(
+                    f"unknown field {unknown[0]!r} in a candidate; allowed: "
+                    f"{', '.join(sorted(CANDIDATE_FIELDS))}",
+                    where,
+                )
+            doc = at.id(item.get("id"), f"{where}.id")
+            score = at.score(item.get("score"), f"{where}.score")
+            text = item.get("text")
+            if text is not None:
+                if not isinstance(text, str):
+                    at.fail(f"must be a string or null, got {type(text).__name__}", f"{where}.text")
+                texts.append((doc, text))
+        else:
+            doc = at.id(item, where)
+            score = math.nan
+        if doc in out:
+            rep(
+                ProblemKind.DUPLICATE_CANDIDATE,
+                f"document {doc!r} appears twice among the candidates of query {qid!r} in "
+                f"run {run!r}",
+                path=at.path,
+                line=at.line,
+                field=where,
+            )
+            continue
+        out[doc] = score
+        if not math.isfinite(score):
+            invalid.append((doc, at.line or 0, where))
+    return list(out), list(out.values()), texts
+
+
+class _PairTexts:
+    """Candidate texts as they are read, turned into Arrow arrays block by block
+    (:class:`~ragguard.calibration.texts.ArrowPairTexts`); the first text of a
+    (query, candidate) pair wins when looked up."""
+
+    def __init__(self) -> None:
+        self._order: list[str] = []
+        self._code: dict[str, int] = {}
+        self.out = ArrowPairTexts(self._order)
+        self._q: list[int] = []
+        self._docs: list[str] = []
+        self._texts: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.out.parts or self._docs)
+
+    def add(self, qid: str, texts: Sequence[tuple[str, str]]) -> None:
+        code = self._code.setdefault(qid, len(self._order))
+        if code == len(self._order):
+            self._order.append(qid)
+        self._q.extend([code] * len(texts))
+        for doc, text in texts:
+            self._docs.append(doc)
+            self._texts.append(text)
+        if len(self._docs) >= 1 << 16:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._docs:
+            self.out.add(
+                np.asarray(self._q, np.int32), string_array(self._docs), string_array(self._texts)
+            )
+            self._q, self._docs, self._texts = [], [], []
+
+    def done(self) -> ArrowPairTexts:
+        self._flush()
+        return self.out
