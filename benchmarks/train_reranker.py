@@ -55,7 +55,7 @@ import numpy as np
 
 from ragguard.calibration import calibrate, load_inputs
 from ragguard.calibration.calibrate import metric_values
-from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.rerank_scores import passage_texts
 from ragguard.calibration.sweep import describe_point
 from ragguard.calibration.train import (

@@ -74,7 +74,7 @@ import numpy as np
 
 from ragguard.calibration import calibrate
 from ragguard.calibration.calibrate import CalibrationResult, Interval
-from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.inputs import load_inputs
 from ragguard.calibration.sweep import describe_point
 

@@ -95,7 +95,7 @@ def test_library_warnings_print_once_as_a_warning_line() -> None:
     @probe.command()
     def warn() -> None:
         with friendly_errors():
-            logging.getLogger("ragguard.calibration.evalset").warning("3 problems [sic]")
+            logging.getLogger("ragguard.calibration.data.evalset").warning("3 problems [sic]")
 
     result = runner.invoke(probe, [])
     assert result.exit_code == 0

@@ -1,8 +1,8 @@
 """Reference readers, line by line, for the tests of the one column-wise reader of each
 format: TREC qrels and run files split with ``str.split()`` (as trec_eval 9 and
-pytrec_eval read them; the one reader: :mod:`ragguard.calibration.delimited`) and BEIR
+pytrec_eval read them; the one reader: :mod:`ragguard.calibration.data.formats.delimited`) and BEIR
 folders read with Python's ``json`` one line at a time (the one reader:
-:func:`ragguard.calibration._columnar_json.read_beir`). The same labels, candidates,
+:func:`ragguard.calibration.data.formats.beir.read_beir`). The same labels, candidates,
 texts, problems (file, line, message) and first error are expected of both.
 
 :func:`careful` loads an eval set with these readers in place of the library's TREC and
@@ -20,27 +20,31 @@ from typing import Any
 
 import pytest
 
-from ragguard.calibration import EvalSet, evalset, load_evalset
-from ragguard.calibration import _columnar as columnar
-from ragguard.calibration._columnar_json import BEIR_DISTRACTORS, beir_split
-from ragguard.calibration._problems import ProblemKind, Reporter
-from ragguard.calibration._readers import (
+from ragguard.calibration import EvalSet, load_evalset
+from ragguard.calibration.data import evalset
+from ragguard.calibration.data.formats import trec
+from ragguard.calibration.data.formats.beir import BEIR_DISTRACTORS, beir_split
+from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
     BEIR_HEADERS,
     BEIR_QRELS,
-    DISTRACTOR_GRADE,
     TREC_QRELS,
     TREC_RUN,
     Layout,
     ReadResult,
-    bad_grade,
-    grade_error,
     json_id,
     json_line,
     read_json_run,
 )
-from ragguard.calibration._records import Labels, Query
-from ragguard.calibration.texts import Texts, TextSource, corpus_text
+from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.records import (
+    DISTRACTOR_GRADE,
+    Labels,
+    Query,
+    bad_grade,
+    grade_error,
+)
+from ragguard.calibration.data.texts import Texts, TextSource, corpus_text
 from ragguard.errors import EvalSetError
 
 
@@ -362,8 +366,8 @@ def use_line_reader(m: pytest.MonkeyPatch) -> None:
         USED.append(str(path))
         return _read_run(path, rep, known_docs=known_docs)
 
-    m.setattr(columnar, "read_qrels", qrels)
-    m.setattr(columnar, "read_run", run)
+    m.setattr(trec, "read_qrels", qrels)
+    m.setattr(trec, "read_run", run)
 
     def beir(path: Path, *args: Any, **kw: Any) -> ReadResult:
         USED.append(str(path))

@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, delimited, load_evalset
-from ragguard.calibration import _columnar as columnar
-from ragguard.calibration._columnar import ColumnarCandidates, ColumnarLabels
-from ragguard.calibration._readers import TREC_QRELS, TREC_RUN
+from ragguard.calibration import EvalSet, load_evalset
 from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data import columns as columnar
+from ragguard.calibration.data.columns import ColumnarCandidates, ColumnarLabels
+from ragguard.calibration.data.formats import delimited, trec
+from ragguard.calibration.data.formats.common import TREC_QRELS, TREC_RUN
 from ragguard.errors import EvalSetError
 from tests.calibration.line_reader import careful
 
@@ -393,7 +394,7 @@ def test_repeated_candidates_are_found_by_their_text(
     reader's."""
     if collide:
         monkeypatch.setattr(
-            columnar, "_chunk_keys", lambda arr: np.zeros(len(arr), dtype=np.uint64)
+            trec, "_chunk_keys", lambda arr: np.zeros(len(arr), dtype=np.uint64)
         )
     ids = _ids()
     lines, labels = [], []
@@ -418,12 +419,12 @@ def test_keys_of_equal_ids_are_equal_and_of_short_ones_distinct() -> None:
     pa = pytest.importorskip("pyarrow")
     ids = _ids()
     column = pa.chunked_array([pa.array(ids[:5]), pa.array(ids[5:] + ids)])
-    keys = columnar.doc_keys(column)
+    keys = trec.doc_keys(column)
     n = len(ids)
     assert keys[:n].tolist() == keys[n:].tolist()  # equal ids, equal keys, across chunks
     short = [i for i, d in enumerate(ids) if len(d.encode()) <= 16]
     assert len({int(keys[i]) for i in short}) == len(short)  # up to 16 bytes: all distinct
-    sliced = columnar.doc_keys(pa.array(ids).slice(3))
+    sliced = trec.doc_keys(pa.array(ids).slice(3))
     assert sliced.tolist() == keys[3:n].tolist()  # an array's offset is honoured
 
 

@@ -2,7 +2,7 @@
 a line-by-line reader gives: the same queries, texts, labels, candidates, problems and
 errors, on clean and messy data.
 
-A BEIR folder has one reader (:func:`ragguard.calibration._columnar_json.read_beir`):
+A BEIR folder has one reader (:func:`ragguard.calibration.data.formats.beir.read_beir`):
 it is compared with the line-by-line reference of ``tests/calibration/line_reader.py``,
 and its errors name file, line and field. A JSONL file the column-wise reader does not
 read goes to the library's careful reader, and still reads alike."""
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from ragguard.calibration import EvalSet, calibrate, data_fingerprint, load_evalset
-from ragguard.calibration import _columnar_json as columnar_json
-from ragguard.calibration._columnar import ColumnarCandidates, ColumnarLabels
-from ragguard.calibration._problems import Reporter
+from ragguard.calibration.data.columns import ColumnarCandidates, ColumnarLabels
+from ragguard.calibration.data.formats import beir as columnar_json
+from ragguard.calibration.data.problems import Reporter
 from ragguard.errors import EvalSetError
 from tests.calibration.test_columnar import assert_same, both, careful, write
 
@@ -650,7 +650,8 @@ def test_files_read_in_many_small_blocks_read_alike(
 ) -> None:
     """Blocks of a few lines (a line longer than a block, blank lines and repeats across
     blocks): the same rows, lines and problems as one block gives."""
-    from ragguard.calibration import _columnar_json, delimited
+    from ragguard.calibration.data.formats import beir as _columnar_json
+    from ragguard.calibration.data.formats import delimited
 
     monkeypatch.setattr(_columnar_json, "_BLOCK", 40)
     monkeypatch.setattr(delimited, "_BLOCK", 64)

@@ -760,7 +760,7 @@ def test_jsonl_runs_texts_and_texts_across_blocks(
 ) -> None:
     """Candidates of extra runs carry texts too (the careful reader reads ``runs``); read
     column-wise in blocks of a few lines, each text stays with its own query."""
-    from ragguard.calibration import _columnar_json
+    from ragguard.calibration.data.formats import beir as _columnar_json
 
     runs = dict(TEXTS_JSONL[1], runs={"bm25": [{"id": "d9", "text": "nine"}, {"id": "d1"}]})
     es = load_evalset(jsonl(tmp_path, TEXTS_JSONL[0], runs))

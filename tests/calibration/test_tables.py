@@ -63,7 +63,7 @@ MAKERS: dict[str, Maker] = {"pandas": pandas_table, "arrow": arrow_table, "polar
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Tables read column-wise with pyarrow, and row by row as without it."""
     if request.param == "row by row":
-        from ragguard.calibration import _tables
+        from ragguard.calibration.data.formats import tables as _tables
 
         monkeypatch.setattr(_tables, "arrow", lambda: None)
     return str(request.param)

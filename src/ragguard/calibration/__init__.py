@@ -26,7 +26,7 @@ from ragguard.calibration.calibrate import (
     data_fingerprint,
     split_queries,
 )
-from ragguard.calibration.evalset import (
+from ragguard.calibration.data.evalset import (
     EvalSet,
     Labels,
     LoadReport,

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ragguard.calibration._fine_tune import TextPair
-from ragguard.calibration.texts import json_lines
+from ragguard.calibration.data.texts import json_lines
 from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = ["PretrainData", "normalise", "pretrain_pairs", "read_pretrain"]

@@ -85,7 +85,7 @@ from ragguard.policy import PolicyParams, abstains, cut_ranked
 
 if TYPE_CHECKING:
     from ragguard.calibration.calibrate import CalibrationResult
-    from ragguard.calibration.evalset import EvalSet
+    from ragguard.calibration.data.evalset import EvalSet
 
 __all__ = [
     "MAX_FLOORS",

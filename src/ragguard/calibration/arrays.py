@@ -82,7 +82,7 @@ class EvalArrays:
     """One run against its labels, as dense (queries x candidates) arrays in ranked order.
 
     Build it with :func:`build_arrays` (or :meth:`EvalSet.arrays
-    <ragguard.calibration.evalset.EvalSet.arrays>`); treat every array as read-only.
+    <ragguard.calibration.data.evalset.EvalSet.arrays>`); treat every array as read-only.
     :meth:`reordered` gives the rows in another order (reranked, or the candidates some
     stage keeps first) without going back to the labels.
     Expensive views (:attr:`scores`, :attr:`raw`, :attr:`order`, :attr:`utility`,
@@ -190,7 +190,7 @@ class EvalArrays:
         """(Q,) True for an **unanswerable** query: judged (some document labelled) and
         nothing relevant (no labelled grade >= 1, no stated relevant document); the
         queries of :attr:`EvalSet.unanswerable
-        <ragguard.calibration.evalset.EvalSet.unanswerable>`, whatever the run."""
+        <ragguard.calibration.data.evalset.EvalSet.unanswerable>`, whatever the run."""
         out: B = (self.grade_counts.sum(axis=1) > 0) & (self.n_relevant == 0)
         return out
 

@@ -76,7 +76,7 @@ from numpy.typing import NDArray
 from ragguard.calibration._format import floor_number, format_interval, format_number
 from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.arrays import EvalArrays
-from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.metrics import SafetyBand, parse_metric, safety_band
 from ragguard.calibration.select import (
     DEFAULT_FOLDS,
@@ -1334,7 +1334,7 @@ def _finite(value: float) -> float | str:
 def data_fingerprint(evalset: EvalSet, runs: Sequence[str] | None = None) -> str:
     """sha256 of the labels and the given runs, independent of file layout: the same
     data loaded from JSONL or TREC files, column-wise or not, hashes alike."""
-    from ragguard.calibration._columnar import ColumnarCandidates, fingerprint
+    from ragguard.calibration.data.columns import ColumnarCandidates, fingerprint
 
     names = runs if runs is not None else list(evalset.runs)
     chosen = [evalset.runs[n] for n in names]

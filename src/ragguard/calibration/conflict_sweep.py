@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.arrays import EvalArrays
-from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.stages import PassageStages
 from ragguard.calibration.sweep import Cuts, SweepKernel, cut_dtype
 from ragguard.conflicts import Pair, find_conflicts

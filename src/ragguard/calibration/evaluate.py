@@ -11,15 +11,21 @@ from typing import TYPE_CHECKING, Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ragguard.calibration._columnar import (
+from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
     arrays_from_columnar,
 )
-from ragguard.calibration._problems import Reporter
-from ragguard.calibration._readers import MAX_GRADE
-from ragguard.calibration._tables import Table, as_dicts, columnar, read_input, table_kind
-from ragguard.calibration.arrays import EvalArrays, build_arrays
+from ragguard.calibration.data.formats.tables import (
+    Table,
+    as_dicts,
+    columnar,
+    read_input,
+    table_kind,
+)
+from ragguard.calibration.data.problems import Reporter
+from ragguard.calibration.data.records import MAX_GRADE
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.calibration.utility import UtilityRules
 from ragguard.errors import ArgumentTypeError, ConfigError
@@ -27,7 +33,7 @@ from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
-    from ragguard.calibration.evalset import EvalSet
+    from ragguard.calibration.data.evalset import EvalSet
 
 __all__ = ["arrays_from_dicts", "evaluate"]
 
@@ -112,7 +118,7 @@ def arrays_from_tables(
     rules: UtilityRules | None = None,
 ) -> EvalArrays:
     """Dense arrays from qrels and a run held as tables or dicts (see
-    :mod:`ragguard.calibration._tables`); the same arrays :func:`arrays_from_dicts`
+    :mod:`ragguard.calibration.data.formats.tables`); the same arrays :func:`arrays_from_dicts`
     gives for the dicts built from the tables' rows, once the input is checked as the
     file readers check theirs (grades, no empty qrels or run).
 
@@ -231,7 +237,7 @@ def evaluate(
         evaluate(qrels_df, run_df, metrics=["recall@5"])        # DataFrames, ranx objects
 
     Args:
-        data: an :class:`~ragguard.calibration.evalset.EvalSet`, prepared
+        data: an :class:`~ragguard.calibration.data.evalset.EvalSet`, prepared
             :class:`~ragguard.calibration.arrays.EvalArrays`, or qrels: a dict
             ``{query_id: {doc_id: grade}}``, a pandas or polars DataFrame or pyarrow
             Table with one row per label (query id, document id, grade columns), or a
@@ -267,7 +273,7 @@ def evaluate(
             the file readers reject such as 2.5 or 7, qrels or a run without any row, a
             table column missing or ambiguous, a repeated label with two grades, ...).
     """
-    from ragguard.calibration.evalset import EvalSet
+    from ragguard.calibration.data.evalset import EvalSet
 
     parsed: list[ParsedMetric] = [
         parse_metric(m) for m in ([metrics] if isinstance(metrics, str) else metrics)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ragguard._optional import import_object
-from ragguard.calibration.evalset import EvalSet, Run, as_score_kind, load_evalset
+from ragguard.calibration.data.evalset import EvalSet, Run, as_score_kind, load_evalset
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 

@@ -91,7 +91,7 @@ from ragguard.calibration.calibrate import (
     metric_values,
 )
 from ragguard.calibration.conflict_sweep import StageSweep
-from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.probability import (
     Reliability,
     brier_score,

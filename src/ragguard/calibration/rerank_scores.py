@@ -56,8 +56,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ragguard.calibration.evalset import EvalSet
-from ragguard.calibration.texts import Texts
+from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.data.texts import Texts
 from ragguard.config import RerankConfig, RerankFailure
 from ragguard.errors import EvalSetError, RerankError, RerankModelError, ScoreCacheError
 from ragguard.rerank import (
@@ -487,8 +487,8 @@ def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> Reran
         EvalSetError: the file is missing or malformed, ``score_kind`` is not given, or
             scores declared probabilities lie outside [0, 1].
     """
-    from ragguard.calibration._columnar import read_run
-    from ragguard.calibration._problems import ProblemKind, Reporter
+    from ragguard.calibration.data.formats.trec import read_run
+    from ragguard.calibration.data.problems import ProblemKind, Reporter
 
     p = Path(path)
     if score_kind is None:

@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.arrays import EvalArrays
-from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.data.evalset import EvalSet
 from ragguard.conflicts import Pair, conflict_stage, find_conflicts
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams

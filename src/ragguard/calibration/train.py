@@ -119,7 +119,7 @@ from ragguard.calibration.calibrate import (
     data_fingerprint,
     split_queries,
 )
-from ragguard.calibration.evalset import EvalSet
+from ragguard.calibration.data.evalset import EvalSet
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.trained import (
     CARD_NAME,
@@ -135,7 +135,7 @@ from ragguard.trained import (
 )
 
 if TYPE_CHECKING:
-    from ragguard.calibration.texts import Texts
+    from ragguard.calibration.data.texts import Texts
 
 __all__ = [
     "Candidate",

@@ -18,8 +18,8 @@ from ragguard.calibration._output import check_not_input, check_output_path
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
 from ragguard.calibration.annotate._judge import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
-from ragguard.calibration.evalset import EvalSet, load_evalset
-from ragguard.calibration.texts import Texts
+from ragguard.calibration.data.evalset import EvalSet, load_evalset
+from ragguard.calibration.data.texts import Texts
 from ragguard.calibration.utility import UtilityRules
 from ragguard.errors import AnnotationError
 
@@ -140,7 +140,7 @@ def annotate(
         runs: run files, when ``evalset`` is a path (as in ``load_evalset``).
         format: the eval set's format, when ``evalset`` is a path (detected otherwise).
         corpus: JSONL corpus files with the passage texts
-            (:mod:`ragguard.calibration.texts`), added to the eval set's own.
+            (:mod:`ragguard.calibration.data.texts`), added to the eval set's own.
         passages: more passage texts, ``{doc_id: text}``.
         only_runs: annotate the candidates of these runs only (default: every run).
         judge: the relevance judge for candidates without labels.

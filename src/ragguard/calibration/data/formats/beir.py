@@ -1,11 +1,11 @@
 """BEIR folders read column-wise.
 
 **A BEIR folder** has one reader, :func:`read_beir`. ``qrels/<split>.tsv`` and
-``distractors.tsv`` are read by :func:`~ragguard.calibration.delimited.read_fields`
+``distractors.tsv`` are read by :func:`~ragguard.calibration.data.formats.delimited.read_fields`
 (integer-coded ids, like TREC files). ``corpus.jsonl`` and ``queries.jsonl`` are read
 block by block by pyarrow's JSON reader with an explicit schema (``_id``, ``text``,
 ``title``; every other field skipped): a corpus's ids, texts and titles stay Arrow
-string arrays (:mod:`ragguard.calibration.texts` builds Python strings of the texts only
+string arrays (:mod:`ragguard.calibration.data.texts` builds Python strings of the texts only
 when asked; with ``texts=False`` only the ids are kept). A block pyarrow does not read
 as Python's json would (a line that is not one JSON object on its own line, a lone
 ``\r``, a bare ``Inf`` / ``-NaN``, text that is not UTF-8, a value of another type than
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration import _columnar
-from ragguard.calibration._columnar import (
+from ragguard.calibration.data import columns as _columnar
+from ragguard.calibration.data.columns import (
     ColumnarLabels,
     ColumnarQueries,
     ColumnarRead,
@@ -46,18 +46,17 @@ from ragguard.calibration._columnar import (
     vocab_take,
     without_rows,
 )
-from ragguard.calibration._problems import ProblemKind, Reporter
-from ragguard.calibration._readers import (
+from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
     BEIR_HEADERS,
     BEIR_QRELS,
-    DISTRACTOR_GRADE,
     json_id,
     json_line,
 )
-from ragguard.calibration._records import Query
-from ragguard.calibration.delimited import Fields, read_fields, split_tsv
-from ragguard.calibration.texts import (
+from ragguard.calibration.data.formats.delimited import Fields, read_fields, split_tsv
+from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.records import DISTRACTOR_GRADE, Query
+from ragguard.calibration.data.texts import (
     ArrowCorpus,
     Texts,
     TextSource,
@@ -315,7 +314,7 @@ Row = tuple[str, str | None, str | None]
 
 def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     """The id, text and title of one line of ``corpus.jsonl`` as Python's json read it:
-    an id (:func:`~ragguard.calibration._readers.json_id`), a text that is a string or
+    an id (:func:`~ragguard.calibration.data.formats.common.json_id`), a text that is a string or
     missing or ``null``, a title that is kept when it is a string."""
     doc = json_id(obj.get("_id"), path, line, "_id")
     corpus_text(obj, path, line, required=False)  # raises on a text that is not a string
@@ -443,7 +442,7 @@ def _qrels(
     rep: Reporter,
 ) -> tuple[Pairs, list[Event]]:
     """The labels of a BEIR qrels file (its fields read by
-    :func:`~ragguard.calibration.delimited.read_fields`; repeats removed) and its
+    :func:`~ragguard.calibration.data.formats.delimited.read_fields`; repeats removed) and its
     problems as (line, order within the line, kind, message, field).
 
     Raises:

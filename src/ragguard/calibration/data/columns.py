@@ -14,7 +14,7 @@ Each row keeps a float64 value and, only where blank, comment or dropped lines m
 differ from the row number, its line (as steps, :class:`Lines`).
 
 The result is **exactly** what the careful line-by-line reader
-(:mod:`ragguard.calibration._readers`) returns: the same queries, labels, candidates in
+(:mod:`ragguard.calibration.data.formats.common`) returns: the same queries, labels, candidates in
 the same order, and the same problems with the same file, line and message. Whenever a
 file holds something the fast path does not judge itself (a malformed line, a number
 Python and Arrow might parse differently, contradictory labels, whitespace other than
@@ -22,18 +22,18 @@ spaces and tabs, text that is not UTF-8), it returns ``None`` and the careful re
 reads the file again: it raises the error naming file, line and field, or reads what
 Python reads. Without pyarrow (the ``fast`` extra), the careful reader is used.
 
-The data stay columnar inside the :class:`~ragguard.calibration.evalset.EvalSet`:
+The data stay columnar inside the :class:`~ragguard.calibration.data.evalset.EvalSet`:
 :class:`ColumnarCandidates`, :class:`ColumnarLabels` and :class:`ColumnarQueries` are
 read-only mappings that build one query's dict or :class:`Labels` only when asked, and
 :func:`arrays_from_columnar` converts them into
 :class:`~ragguard.calibration.arrays.EvalArrays` with column-wise joins, never touching a
 per-candidate Python object.
 
-The column-wise readers of other formats (:mod:`ragguard.calibration._columnar_json`,
-:mod:`ragguard.calibration._tables`) build on this module's helpers (:func:`arrow`,
+The column-wise readers of other formats (:mod:`ragguard.calibration.data.formats.beir`,
+:mod:`ragguard.calibration.data.formats.tables`) build on this module's helpers (:func:`arrow`,
 :func:`encode_ids`, :func:`numeric_values`, :func:`repeated_rows`, :func:`same_grades`,
 :func:`repeat_events`, :func:`missing_ids`, ...), listed in ``__all__``; it imports none
-of them, nor :mod:`ragguard.calibration.evalset`, which sits above every reader.
+of them, nor :mod:`ragguard.calibration.data.evalset`, which sits above every reader.
 """
 
 from __future__ import annotations
@@ -42,22 +42,13 @@ import importlib
 from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration._problems import ProblemKind, Reporter
-from ragguard.calibration._readers import (
-    DISTRACTOR_GRADE,
-    TREC_QRELS,
-    TREC_RUN,
-    first_content,
-    read_json_run,
-)
-from ragguard.calibration._records import Labels, Query
+from ragguard._optional import require
 from ragguard.calibration.arrays import (
     EvalArrays,
     PaddedRows,
@@ -68,8 +59,9 @@ from ragguard.calibration.arrays import (
     rank_in_chunks,
     ranked_positions,
 )
-from ragguard.calibration.delimited import pyarrow, read_fields
-from ragguard.calibration.texts import Texts
+from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.records import DISTRACTOR_GRADE, Labels, Query
+from ragguard.calibration.data.texts import Texts
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
@@ -93,9 +85,7 @@ __all__ = [
     "encode_ids",
     "fingerprint",
     "missing_ids",
-    "read_qrels",
-    "read_run",
-    "read_trec",
+    "pyarrow",
     "repeat_events",
     "repeated_rows",
     "report_events",
@@ -107,6 +97,12 @@ __all__ = [
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
+
+
+def pyarrow() -> Any:
+    """pyarrow, or :class:`~ragguard.errors.MissingDependencyError` naming the
+    ``calibrate`` extra (calibration reads and holds its data with it)."""
+    return require("pyarrow", "calibrate")
 
 
 def arrow() -> ModuleType:
@@ -546,7 +542,7 @@ class ColumnarLabels(_ByQuery):
     def unanswerable(self) -> list[str]:
         """The query ids judged (at least one label) with no relevant (grade >= 1) label,
         in order (see :attr:`EvalSet.unanswerable
-        <ragguard.calibration.evalset.EvalSet.unanswerable>`)."""
+        <ragguard.calibration.data.evalset.EvalSet.unanswerable>`)."""
         p = self.pairs
         n = len(p.qids)
         judged = np.bincount(p.q[~np.isnan(p.value)], minlength=n)
@@ -703,46 +699,6 @@ def repeated_rows(q: NDArray[np.int32], d: NDArray[np.int32], n_docs: int) -> ND
     return np.sort(order[again]).astype(np.intp)
 
 
-def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None) -> Pairs:
-    """A TREC run (``kind="run"``) or qrels (``kind="qrels"``) file, column-wise
-    (:func:`~ragguard.calibration.delimited.read_fields`).
-
-    Problems go to ``rep`` in the order of their lines. A run's document ids stay as
-    read (one per line, see :class:`Pairs`); labels' are interned, their values the
-    grades as written (-1 and below included).
-
-    Raises:
-        EvalSetError: a malformed line, a grade out of range or one contradicting an
-            earlier label of the same document, with file, line and field.
-    """
-    pa = pyarrow()
-    layout = TREC_RUN if kind == "run" else TREC_QRELS
-    fields = read_fields(path, layout)
-    qvocab, q = encode_ids(fields.q)
-    line = None if fields.line is None else Lines(fields.line)
-    if kind == "run":
-        keys = doc_keys(fields.d)
-        pairs = Pairs(qvocab.to_pylist(), fields.d, q, None, fields.value, line, str(path))
-        repeats = _text_repeats(pairs, keys)
-        del keys
-    else:
-        docs, d = encode_ids(fields.d)
-        pairs = Pairs(qvocab.to_pylist(), docs, q, d, fields.value, line, str(path))
-        repeats = repeated_rows(q, d, len(docs))
-    del fields
-    pa.default_memory_pool().release_unused()
-    events: list[Event] = []
-    if repeats.size:
-        events.extend(repeat_events(pairs, repeats, kind))
-        if kind == "qrels":
-            check_grades(pairs, repeats, events, rep)
-        pairs = without_rows(pairs, repeats)
-    if kind == "run":
-        events.extend(_run_events(pairs, known_docs))
-    report_events(events, rep, str(path))
-    return pairs
-
-
 Event = tuple[int, int, ProblemKind, str, str | None]
 """A problem found column-wise: (line, order within the line, kind, message, field)."""
 
@@ -797,89 +753,6 @@ def check_grades(
         )
 
 
-_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX_2 = np.uint64(0x94D049BB133111EB)
-_LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
-
-
-def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """splitmix64's finaliser: every input bit moves every output bit (wraps mod 2**64)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _MIX_1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _MIX_2
-    out: NDArray[np.uint64] = x ^ (x >> np.uint64(31))
-    return out
-
-
-def doc_keys(column: Any) -> NDArray[np.uint64]:
-    """A 64-bit key of each id of a pyarrow string column (chunked or not): equal ids
-    have equal keys; different ids seldom do (callers compare the text of equal keys).
-    The key is an id's first 8 bytes, read as one unaligned 64-bit word, with its length
-    and (for longer ids) its last 8 bytes mixed in: no per-id Python and no hash
-    table."""
-    chunks = column.chunks if hasattr(column, "chunks") else [column]
-    step = 1 << 20  # ids a piece: the temporaries stay near 8 MB each
-    parts = [
-        _chunk_keys(c.slice(lo, step)) for c in chunks for lo in range(0, max(len(c), 1), step)
-    ]
-    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-
-
-def _chunk_keys(arr: Any) -> NDArray[np.uint64]:
-    n = len(arr)
-    if n == 0:
-        return np.zeros(0, np.uint64)
-    wide = str(arr.type) in ("large_string", "large_utf8")
-    buffer = np.frombuffer(arr.buffers()[1], np.int64 if wide else np.int32)
-    offsets: I64 = buffer[arr.offset : arr.offset + n + 1].astype(np.int64)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    text = np.zeros(hi - lo + 16, np.uint8)  # 8 zero bytes on each side: reads stay inside
-    if hi > lo:
-        text[8 : 8 + hi - lo] = np.frombuffer(arr.buffers()[2], np.uint8)[lo:hi]
-    words: NDArray[np.uint64] = np.ndarray((text.size - 7,), dtype="<u8", buffer=text, strides=(1,))
-    start = offsets[:-1] - lo + 8
-    length = offsets[1:] - offsets[:-1]
-    key: NDArray[np.uint64] = words[start]
-    key &= _LOW_BYTES[np.minimum(length, 8)]
-    key ^= length.astype(np.uint64) * _MIX_2
-    long = np.flatnonzero(length > 8)
-    if long.size:  # the last 8 bytes too (overlapping the first up to 16 bytes)
-        key[long] ^= _mix(words[start[long] + length[long] - 8])
-    return key
-
-
-def _text_repeats(pairs: Pairs, keys: NDArray[np.uint64]) -> NDArray[np.intp]:
-    """Rows repeating an earlier row's (query, document), in row order, for ids kept as
-    read: rows whose (query, key) occurs twice are candidates, and their text decides."""
-    q = pairs.q
-    n = q.size
-    if n < 2:
-        return np.zeros(0, np.intp)
-    counts = np.bincount(q)
-    if not bool((q[1:] < q[:-1]).any()) and bool((counts == counts[0]).all()):
-        # one block per query, all of one size (the usual run): sort each query's keys
-        by_row = np.sort(keys.reshape(counts.size, int(counts[0])), axis=1)
-        twice = np.flatnonzero((by_row[:, 1:] == by_row[:, :-1]).any(axis=1))
-        rows = (twice[:, None] * int(counts[0]) + np.arange(int(counts[0]))).ravel()
-    else:
-        mixed = keys ^ _mix(q.astype(np.uint64) + np.uint64(1))
-        ordered = np.sort(mixed)
-        again = ordered[1:][ordered[1:] == ordered[:-1]]
-        if again.size == 0:
-            return np.zeros(0, np.intp)
-        at = np.minimum(np.searchsorted(again, mixed), again.size - 1)
-        rows = np.flatnonzero(again[at] == mixed)
-    seen: set[tuple[int, str]] = set()
-    out: list[int] = []
-    for row, code, doc in zip(rows.tolist(), q[rows].tolist(), pairs.doc_ids(rows), strict=True):
-        if (code, doc) in seen:
-            out.append(row)
-        else:
-            seen.add((code, doc))
-    return np.asarray(out, dtype=np.intp)
-
-
 def repeat_events(
     pairs: Pairs, repeats: NDArray[np.intp], kind: str
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
@@ -900,34 +773,10 @@ def repeat_events(
     return out
 
 
-def _run_events(
-    pairs: Pairs, known_docs: Set[str] | None
-) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    out: list[tuple[int, int, ProblemKind, str, str | None]] = []
-    if known_docs is not None:
-        unknown = missing_ids(pairs.docs, known_docs)  # per id of docs: per row when d is None
-        if pairs.d is not None and unknown.size:
-            unknown = unknown[pairs.d]
-        rows = np.flatnonzero(unknown)
-        docs = pairs.doc_ids(rows)
-        for r, doc, ln in zip(rows.tolist(), docs, pairs.line_of(rows).tolist(), strict=True):
-            qid = pairs.qids[int(pairs.q[r])]
-            msg = f"run document {doc!r} (query {qid!r}) is not in corpus.jsonl"
-            out.append((ln, 1, ProblemKind.UNKNOWN_DOCUMENT, msg, None))
-    bad = np.flatnonzero(~np.isfinite(pairs.value))
-    if bad.size:
-        docs = pairs.doc_ids(bad)
-        for r, doc, ln in zip(bad.tolist(), docs, pairs.line_of(bad).tolist(), strict=True):
-            qid = pairs.qids[int(pairs.q[r])]
-            score = float(pairs.value[r])
-            msg = f"document {doc!r} of query {qid!r} has score {score!r}"
-            out.append((ln, 2, ProblemKind.INVALID_SCORE, msg, "score"))
-    return out
-
-
 @dataclass
 class ColumnarRead:
-    """Labels read column-wise, shaped like :class:`~ragguard.calibration._readers.ReadResult`."""
+    """What a column-wise reader found (as
+    :class:`~ragguard.calibration.data.formats.common.ReadResult`)."""
 
     queries: Mapping[str, Query]
     labels: ColumnarLabels
@@ -935,24 +784,6 @@ class ColumnarRead:
     runs: dict[str, tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]]
     corpus: Set[str] | None = None
     texts: Texts = field(default_factory=Texts)
-
-
-def read_qrels(path: Path, rep: Reporter) -> ColumnarRead:
-    """A TREC qrels file, column-wise (-1 marks a known distractor)."""
-    labels = ColumnarLabels.of_grades(read_trec(path, "qrels", rep))
-    return ColumnarRead(ColumnarQueries(labels), labels, labels.label_lines(), {})
-
-
-def read_run(
-    path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
-) -> tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]:
-    """A run file: TREC run lines, column-wise, or JSON ``{query_id: {doc_id: score}}``;
-    its candidates and the line of each query's first."""
-    head, _ = first_content(path)
-    if head.startswith("{"):
-        return read_json_run(path, rep, known_docs=known_docs)
-    cands = ColumnarCandidates(read_trec(path, "run", rep, known_docs=known_docs))
-    return cands, cands.first_lines()
 
 
 # --------------------------------------------------------------------------- arrays

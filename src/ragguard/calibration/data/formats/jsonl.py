@@ -1,10 +1,10 @@
 """ragguard's JSONL eval sets (one JSON object per line, see
-:mod:`ragguard.calibration.evalset`): the one reader.
+:mod:`ragguard.calibration.data.evalset`): the one reader.
 
 Each line is parsed by Python's ``json`` (which reads every shape the format allows: a
 ``relevant`` list or ``{id: grade}`` object, ``NaN`` scores, integer ids) and its labels
-and candidates go straight into columns (:class:`~ragguard.calibration._columnar.
-LabelColumns`, :class:`~ragguard.calibration._columnar.RunColumns`): no per-query dict
+and candidates go straight into columns (:class:`~ragguard.calibration.data.columns.
+LabelColumns`, :class:`~ragguard.calibration.data.columns.RunColumns`): no per-query dict
 is kept, and every 65,536 rows become Arrow arrays. A line's candidates are checked as
 one list (every one an object with a non-empty string id, a number or null score, known
 fields, no repeated id); a list that fails the check is walked candidate by candidate,
@@ -23,11 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from ragguard.calibration._columnar import ColumnarRead, LabelColumns, RunColumns, string_array
-from ragguard.calibration._problems import ProblemKind, Reporter
-from ragguard.calibration._readers import MAX_GRADE, MIN_GRADE, Where, json_value, open_text
-from ragguard.calibration._records import Labels, Query
-from ragguard.calibration.texts import ArrowPairTexts, Texts, TextSource
+from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns, string_array
+from ragguard.calibration.data.formats.common import (
+    Where,
+    json_value,
+    open_text,
+)
+from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Query
+from ragguard.calibration.data.texts import ArrowPairTexts, Texts, TextSource
 
 __all__ = ["CANDIDATE_FIELDS", "JSONL_FIELDS", "read_jsonl"]
 
@@ -318,7 +322,7 @@ def _walked(
 
 class _PairTexts:
     """Candidate texts as they are read, turned into Arrow arrays block by block
-    (:class:`~ragguard.calibration.texts.ArrowPairTexts`); the first text of a
+    (:class:`~ragguard.calibration.data.texts.ArrowPairTexts`); the first text of a
     (query, candidate) pair wins when looked up."""
 
     def __init__(self) -> None:

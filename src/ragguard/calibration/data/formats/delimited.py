@@ -12,7 +12,7 @@ A block that does not pass the column-wise checks (a line with the wrong number 
 fields, a value pyarrow does not parse, a grade out of range) is walked row by row, in
 the order of its lines: the first bad line raises
 :class:`~ragguard.errors.EvalSetError` naming file, line and field, the message the
-format's :class:`~ragguard.calibration._readers.Layout` gives. When no line is bad
+format's :class:`~ragguard.calibration.data.formats.common.Layout` gives. When no line is bad
 (pyarrow rejected a number Python reads, such as ``1_000`` or ``Infinity``), the block's
 values are those Python reads. Text that is not UTF-8 is named by its line the same way.
 This walk is a diagnosis of one block, not a second reader: every file is read here.
@@ -34,10 +34,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._optional import require
-from ragguard.calibration._readers import MAX_GRADE, Layout, grade_error
+from ragguard.calibration.data.columns import pyarrow
+from ragguard.calibration.data.formats.common import Layout
+from ragguard.calibration.data.records import MAX_GRADE, grade_error
 from ragguard.errors import EvalSetError
 
-__all__ = ["Fields", "pyarrow", "read_fields"]
+__all__ = ["Fields", "read_fields", "split_tsv", "split_whitespace"]
 
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
@@ -56,11 +58,6 @@ _OTHER_SPACE = re.compile(
     rb"|\xe2\x81\x9f|\xe3\x80\x80"
 )
 _ASCII_SPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
-
-
-def pyarrow() -> Any:
-    """pyarrow, or :class:`~ragguard.errors.MissingDependencyError` naming the extra."""
-    return require("pyarrow", "calibrate")
 
 
 def _module(name: str) -> Any:

@@ -11,7 +11,7 @@ from ragguard.errors import EvalSetError
 
 __all__ = ["LoadReport", "Problem", "ProblemKind", "Reporter"]
 
-logger = logging.getLogger("ragguard.calibration.evalset")
+logger = logging.getLogger("ragguard.calibration.data.evalset")
 
 
 class ProblemKind(StrEnum):

@@ -21,7 +21,7 @@ error). A table means what the dict built from its rows means, with one differen
 repeated (query, document) row keeps its first occurrence and is reported, as the file
 readers do (a repeated label with another grade is an error).
 
-Grades follow the file readers' rule (:func:`~ragguard.calibration._readers.bad_grade`),
+Grades follow the file readers' rule (:func:`~ragguard.calibration.data.formats.common.bad_grade`),
 in tables, dicts and ranx objects alike: whole numbers up to 5 (-1 a known distractor's
 grade in files, lower ones judged not relevant). A float column of whole numbers
 (``1.0``, as pandas makes one when a value is missing or computed) holds grades; ``2.5``
@@ -31,7 +31,7 @@ one (as an empty run file): never metrics of nothing.
 
 A table is converted column-wise with pyarrow (a requirement of calibration, the
 ``calibrate`` extra): ids are dictionary-encoded into integer codes and stay columnar
-(:class:`~ragguard.calibration._columnar.Pairs`); no Python object is built per row. A
+(:class:`~ragguard.calibration.data.columns.Pairs`); no Python object is built per row. A
 pandas DataFrame pyarrow cannot convert (a column of mixed types) is read row by row,
 its ids interned in dicts, so the row at fault is named. ranx
 objects become dicts, read from the typed dicts they hold (a few microseconds per entry;
@@ -52,7 +52,7 @@ from typing import Any, Literal, TypeGuard
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration._columnar import (
+from ragguard.calibration.data.columns import (
     Pairs,
     arrow,
     arrow_module,
@@ -60,8 +60,8 @@ from ragguard.calibration._columnar import (
     repeated_rows,
     vocab_take,
 )
-from ragguard.calibration._problems import ProblemKind, Reporter
-from ragguard.calibration._readers import bad_grade, grade_error
+from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.records import bad_grade, grade_error
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 
 __all__ = ["COLUMN_NAMES", "Table", "as_dicts", "columnar", "read_input", "table_kind"]

@@ -1,0 +1,704 @@
+"""Evaluation sets: queries, labels and one run per retrieval profile, loaded and checked.
+
+An **eval set** holds labelled queries; a **run** holds, per query, the candidates a
+retriever returned with their scores. One eval set may carry several runs (one per
+retrieval profile being compared). :meth:`EvalSet.arrays` converts a run and the labels
+once into dense :class:`~ragguard.calibration.arrays.EvalArrays` that every metric and
+the sweep read.
+
+Formats (:func:`load_evalset` detects them; or pass ``format=``)
+----------------------------------------------------------------
+``"jsonl"`` -- ragguard's own, one JSON object per line (``.jsonl`` or ``.jsonl.gz``)::
+
+    {"query_id": "q1",
+     "query": "What was my 500 lb deadlift PR?",
+     "relevant": {"log-03-02": 5, "log-02-10": 3},
+     "not_relevant": ["nutrition"],
+     "distractors": ["squat-pr"],
+     "utilities": {"goal-2024": -0.5},
+     "no_response": {"log-03-02": 0.01},
+     "num_relevant": 3,
+     "answers": ["March 2"],
+     "candidates": [{"id": "log-03-02", "score": 0.83}, {"id": "squat-pr", "score": 0.52}],
+     "runs": {"bm25": [{"id": "squat-pr", "score": 11.2}]},
+     "metadata": {"topic": "training"}}
+
+=================  ========  ==========================================================
+field              required  meaning
+=================  ========  ==========================================================
+``query_id``       yes       string (an integer is taken as its decimal string)
+``query``          no        the query text
+``relevant``       no        relevant ids: a list (grade 1 each) or ``{id: grade}`` with
+                             integer grades 1-5
+``not_relevant``   no        ids judged not relevant (grade 0)
+``distractors``    no        ids of known distractors (judged, grade 0; the profile's
+                             ``known_distractor_penalty`` as utility)
+``utilities``      no        ``{id: utility}``, each in [-1, 1]: used as given
+``no_response``    no        ``{id: p}``, the LLM's abstention probability in [0, 1]
+                             (utility ``R * (1 - p)``)
+``num_relevant``   no        stated number of relevant documents (>= those labelled),
+                             when labels cover only retrieved candidates
+``answers``        no        reference answers (strings)
+``candidates``     no        the run named ``"default"``: a list of ``{"id", "score"}``
+                             objects (``score`` may be missing or null; ``text``, a
+                             string or null, is the passage's text for this query) or
+                             of ids
+``runs``           no        ``{run name: candidate list}``, more runs
+``metadata``       no        an object is kept (:attr:`EvalSet.texts`; ``annotate``
+                             writes it back); anything else is ignored
+=================  ========  ==========================================================
+
+An id may appear in only one of ``relevant``, ``not_relevant`` and ``distractors``.
+Unknown fields are errors (they are usually typos). A run in which no candidate has a
+score keeps its order (``score_kind=None``).
+
+``"trec"`` -- a TREC qrels file (``query_id iteration doc_id grade``), with runs in TREC
+run format (``query_id Q0 doc_id rank score tag``; the rank column is ignored, as in
+trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``. A line
+starting with ``#`` is a comment only when it cannot be a record (not the format's
+number of columns, or no number where the grade or score goes): ``#7 0 docA 1`` labels
+query ``#7``, as trec_eval 9 and pytrec_eval read it (trec_eval 10 skips every line
+starting with ``#``). BEIR's TSV files follow the same rule.
+
+**Grades** follow one scale in every format: integers up to 5, where 1-5 are relevant
+(as ``relevant: {id: grade}`` in JSONL; :class:`~ragguard.calibration.UtilityRules`
+says which count as relevant or partially relevant), 0 is judged not relevant and -1
+marks a known distractor (JSONL's ``distractors``; in a BEIR folder also an optional
+``distractors.tsv`` of ``query-id  corpus-id`` lines). A grade above 5 is an error; a
+qrels grade below -1 (TREC Web tracks mark junk -2) is read as judged not relevant, like
+0. Files are UTF-8; a byte order mark at the start is skipped.
+
+``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``, optional ``text`` and
+``title``), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id
+corpus-id  score``, header line), with runs passed as ``runs=`` (TREC or JSON).
+
+``"udcg"`` -- the UDCG authors' JSON: a list of examples with ``example_id``,
+``question`` and ``passages`` (``doc_id``, ``is_relevant``, and
+``models_info.<model>.no_res_prob``). The passages, in their order, form one run named
+``"passages"`` without scores; ``no_res_prob`` of the chosen ``model`` gives the
+utilities. Other keys (such as the ``udcg`` outputs in the authors' result file) are
+ignored.
+
+**Texts.** The passage texts a file carries (candidates' and passages' ``text`` and
+``title``, a BEIR ``corpus.jsonl``, a ``corpus.jsonl`` beside an eval-set file) are read
+with the labels into :attr:`EvalSet.texts` (:mod:`ragguard.calibration.data.texts`), so the
+consumers (two-stage scoring, the stages after the cut, training, annotation) never read
+the file again; :meth:`EvalSet.with_texts` adds corpus files and ``{id: text}``.
+
+Problems
+--------
+Malformed input raises :class:`~ragguard.errors.EvalSetError` naming the file, the line
+and the field: bad JSON, a missing or mistyped id, a grade, utility or probability out
+of range, contradictory labels, a repeated query. Problems that leave the data usable
+are **counted and reported**, never silently dropped: a run query without labels is
+skipped, a labelled query missing from a run counts with an empty list, a repeated
+candidate keeps its first occurrence, a candidate without a valid score is ranked after
+the scored ones (as the runtime guard does), ... (:class:`ProblemKind`). They are
+listed in :attr:`EvalSet.report` and logged as one warning; ``strict=True`` raises on
+the first instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.columns import (
+    ColumnarCandidates,
+    ColumnarLabels,
+    ColumnarQueries,
+    ColumnarRead,
+    arrays_from_columnar,
+)
+from ragguard.calibration.data.formats import trec as _trec
+from ragguard.calibration.data.formats.beir import read_beir
+from ragguard.calibration.data.formats.common import ReadResult, first_content
+from ragguard.calibration.data.formats.jsonl import read_jsonl
+from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
+from ragguard.calibration.data.formats.udcg import read_udcg
+from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
+from ragguard.calibration.data.records import Labels, Query, Run
+from ragguard.calibration.data.texts import Texts, TextSource
+from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
+from ragguard.errors import EvalSetError
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreKind
+
+__all__ = [
+    "FORMATS",
+    "EvalSet",
+    "Labels",
+    "LoadReport",
+    "Problem",
+    "ProblemKind",
+    "Query",
+    "Run",
+    "detect_format",
+    "load_evalset",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("jsonl", "trec", "beir", "udcg")
+PathLike = str | os.PathLike[str]
+
+
+class EvalSet:
+    """Labelled queries and the runs to evaluate on them.
+
+    Build one with :func:`load_evalset` or :meth:`from_dicts`. Queries are evaluated in
+    the order of :attr:`qids` (the order of the labels).
+
+    Attributes:
+        queries: query id -> :class:`Query`.
+        labels: query id -> :class:`Labels`.
+        runs: run name -> :class:`Run`.
+        report: problems found while loading (empty when there were none).
+        source: where the labels came from.
+        texts: the passage texts the source carries (:mod:`ragguard.calibration.data.texts`;
+            empty when it has none); :meth:`with_texts` adds more.
+    """
+
+    def __init__(
+        self,
+        queries: Mapping[str, Query],
+        labels: Mapping[str, Labels],
+        runs: Mapping[str, Run],
+        *,
+        report: LoadReport | None = None,
+        source: str | None = None,
+        texts: Texts | None = None,
+    ) -> None:
+        missing = [q for q in labels if q not in queries]
+        if missing:
+            raise EvalSetError(f"labels for queries without a Query entry, e.g. {missing[0]!r}")
+        for name, run in runs.items():
+            if name != run.name:
+                raise EvalSetError(f"run {run.name!r} registered under the name {name!r}")
+        self.queries: Mapping[str, Query] = _frozen(queries)
+        self.labels: ColumnarLabels = as_columns(labels, source)
+        self.runs: Mapping[str, Run] = MappingProxyType(
+            {name: columnar_run(run, source) for name, run in runs.items()}
+        )
+        self.report = report or LoadReport()
+        self.source = source
+        self.texts = texts if texts is not None else Texts()
+        self._arrays: dict[tuple[str, Profile, UtilityRules], EvalArrays] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"EvalSet({len(self.labels)} queries, runs={list(self.runs)}, "
+            f"problems={len(self.report.problems)})"
+        )
+
+    @cached_property
+    def unanswerable(self) -> tuple[str, ...]:
+        """The **unanswerable** queries, in order: judged (at least one document labelled,
+        relevant or not) and none relevant (no grade >= 1, no stated ``num_relevant`` above
+        0). In JSONL: ``relevant: []`` (or no ``relevant``) with ``not_relevant`` or
+        ``distractors`` ids; in TREC qrels and BEIR: qrels lines with no positive grade;
+        in tables and dicts alike; in a UDCG file: no passage ``is_relevant``. A query
+        with no label at all is neither answerable nor unanswerable: it is not judged.
+        ``calibrate(..., max_false_abstain=...)`` calibrates ``min_evidence`` on them
+        (:mod:`ragguard.calibration.answerability`)."""
+        return tuple(self.labels.unanswerable())
+
+    @property
+    def qids(self) -> tuple[str, ...]:
+        """The labelled query ids, in order."""
+        return tuple(self.labels)
+
+    def with_texts(
+        self,
+        *,
+        corpus: Sequence[PathLike] = (),
+        passages: Mapping[str, str] | None = None,
+    ) -> EvalSet:
+        """This eval set with more passage texts: ``corpus`` files (JSONL: ``_id`` /
+        ``id`` / ``doc_id``, ``text``, ``title``; each read once, when a text is first
+        asked for) and ``passages`` (``{passage id: text}``), winning over the texts per
+        passage id it has, in that order (see :mod:`ragguard.calibration.data.texts`). A new
+        eval set sharing this one's data (and its cache of arrays); this one is
+        unchanged. Without either it returns this one.
+
+        Raises:
+            EvalSetError: a corpus file does not exist.
+        """
+        if not corpus and not passages:
+            return self
+        out = copy.copy(self)
+        out.texts = self.texts.merged(corpus=corpus, passages=passages)
+        return out
+
+    @classmethod
+    def from_dicts(
+        cls,
+        qrels: Mapping[str, Mapping[str, int]] | Table,
+        runs: Mapping[str, Mapping[str, Mapping[str, float]] | Table] | None = None,
+        *,
+        score_kind: ScoreKind | str | Mapping[str, ScoreKind | str | None] | None = "similarity",
+        distractors: Mapping[str, Sequence[str]] | None = None,
+        utilities: Mapping[str, Mapping[str, float]] | None = None,
+        no_response: Mapping[str, Mapping[str, float]] | None = None,
+        n_relevant: Mapping[str, int] | None = None,
+        queries: Mapping[str, str] | None = None,
+        passages: Mapping[str, str] | None = None,
+        strict: bool = False,
+        columns: Mapping[str, str] | None = None,
+    ) -> EvalSet:
+        """An eval set from ranx / pytrec_eval style dicts, or from tables (copied; never
+        modified).
+
+        Qrels and each run may be a dict, a pandas or polars DataFrame or a pyarrow
+        Table (one row per label or candidate; row order is the run's order, which
+        breaks score ties), or a ranx ``Qrels`` / ``Run``. A table means what the dict
+        of its rows means; with pyarrow installed it stays columnar (ids interned into
+        integer codes, no Python object per row), so a large run converts fast.
+        Repeated (query, document) rows keep the first and are counted in
+        :attr:`report`, like repeated lines of a file.
+
+        ::
+
+            EvalSet.from_dicts(qrels_df, {"bm25": run_df})        # pandas / polars
+            EvalSet.from_dicts(ranx_qrels, {"bm25": ranx_run})     # ranx objects
+
+        Args:
+            qrels: ``{query_id: {doc_id: grade}}`` or a table of (query id, document id,
+                grade) rows; these are the labelled queries.
+            runs: ``{run_name: run}``, each run ``{query_id: {doc_id: score}}`` or a
+                table of (query id, document id, score) rows.
+            score_kind: one kind for every run, or ``{run_name: kind}``.
+            distractors: ``{query_id: [doc_id, ...]}`` known distractors (judged, grade
+                0, unless graded in ``qrels``).
+            utilities: ``{query_id: {doc_id: utility}}``.
+            no_response: ``{query_id: {doc_id: abstention probability}}``.
+            n_relevant: ``{query_id: stated number of relevant documents}``.
+            queries: ``{query_id: text}``.
+            passages: ``{doc_id: text}``, the passage texts (for a reranker, the stages
+                after the cut, annotation, training).
+            strict: raise on the first problem instead of counting it.
+            columns: tables only: column names that are not the usual ones, ``{"qid":
+                ..., "docid": ..., "grade": ..., "score": ...}`` (recognised without it:
+                ``qid`` / ``query_id`` / ``q_id``, ``docid`` / ``doc_id`` / ``docno`` /
+                ``doc`` / ``corpus-id``, ``grade`` / ``relevance`` / ``rel`` / ``label``
+                (else ``score``) in qrels, ``score`` in runs).
+
+        Raises:
+            EvalSetError: inconsistent labels (see :func:`load_evalset`), a grade the file
+                readers reject (2.5, 7), qrels or a run without any row, a table column
+                missing, ambiguous or not numeric, a repeated label with two grades.
+        """
+        rep = Reporter(strict)
+        read = read_input(qrels, "qrels", columns=columns, what="qrels table", rep=rep)
+        extras = (distractors, utilities, no_response, n_relevant)
+        labels: Mapping[str, Labels]
+        if columnar(read) and all(x is None for x in extras):  # grades: whole numbers
+            labels = ColumnarLabels(read)
+        else:
+            labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
+        query_texts = queries or {}
+        qs: Mapping[str, Query] = (
+            ColumnarQueries(labels)
+            if queries is None and isinstance(labels, ColumnarLabels)
+            else {qid: Query(qid, query_texts.get(qid)) for qid in labels}
+        )
+        built: dict[str, Run] = {}
+        for name, run in (runs or {}).items():
+            kind = (
+                score_kind.get(name, "similarity")
+                if isinstance(score_kind, Mapping)
+                else score_kind
+            )
+            got = read_input(run, "run", columns=columns, what=f"run table {name!r}", rep=rep)
+            cands: Mapping[str, Mapping[str, float]]
+            if columnar(got):
+                cands = ColumnarCandidates(got)
+            else:
+                cands = {
+                    q: {d: _score(s, name, q, d) for d, s in c.items()}
+                    for q, c in as_dicts(got, "run").items()
+                }
+            built[name] = Run(name, cands, as_score_kind(kind, f"run {name!r}"))
+        texts = (
+            Texts(docs=[TextSource.of({str(k): v for k, v in passages.items()})])
+            if passages
+            else Texts()
+        )
+        return assemble(qs, labels, built, rep, label_lines={}, run_lines={}, texts=texts)
+
+    def arrays(
+        self,
+        run: str | None = None,
+        *,
+        profile: Profile | str | None = None,
+        rules: UtilityRules | None = None,
+    ) -> EvalArrays:
+        """Dense arrays of one run against the labels, converted once and cached.
+
+        Args:
+            run: the run's name; may be omitted when the eval set has exactly one.
+            profile: tolerance profile for utilities (default ``support``).
+            rules: which grades are relevant / partially relevant.
+
+        Raises:
+            EvalSetError: the eval set has no runs, ``run`` is unknown or omitted while
+                there are several, or its data is out of range.
+        """
+        name = self._run_name(run)
+        prof = as_profile(profile)
+        rules = rules_of(prof, rules)
+        key = (name, prof, rules)
+        cached = self._arrays.get(key)
+        if cached is not None:
+            return cached
+        for (other, _, other_rules), arr in self._arrays.items():
+            if other == name and other_rules == rules:
+                cached = self._arrays[key] = arr.with_profile(prof)
+                return cached
+        r = self.runs[name]
+        assert isinstance(r.candidates, ColumnarCandidates)  # (EvalSet keeps runs as columns)
+        arrays = arrays_from_columnar(
+            self.qids, r.candidates, self.labels, score_kind=r.score_kind, profile=prof, rules=rules
+        )
+        if arrays.score_issues:
+            logger.warning(
+                "run %r: scores contradict score_kind=%r in %s",
+                name,
+                r.score_kind and r.score_kind.value,
+                ", ".join(f"{n} queries ({i.value})" for i, n in arrays.score_issues.items()),
+            )
+        self._arrays[key] = arrays
+        return arrays
+
+    def _run_name(self, run: str | None) -> str:
+        if run is not None:
+            if run not in self.runs:
+                raise EvalSetError(f"no run named {run!r}; runs: {', '.join(self.runs) or 'none'}")
+            return run
+        if not self.runs:
+            raise EvalSetError(
+                "this eval set has no runs; load one with runs=... or add candidates",
+                path=self.source,
+            )
+        if len(self.runs) > 1:
+            raise EvalSetError(
+                f"this eval set has several runs; pick one of: {', '.join(self.runs)}"
+            )
+        return next(iter(self.runs))
+
+    def qrels(self) -> dict[str, dict[str, int]]:
+        """The labels as ``{query_id: {doc_id: grade}}`` (a copy), for other tools."""
+        return {q: dict(lab.grades) for q, lab in self.labels.items()}
+
+    def run_dict(self, run: str | None = None) -> dict[str, dict[str, float]]:
+        """A run as ``{query_id: {doc_id: score}}`` (a copy), for other tools."""
+        r = self.runs[self._run_name(run)]
+        return {q: dict(c) for q, c in r.candidates.items()}
+
+
+def _labels_from_dicts(
+    qrels: Mapping[str, Mapping[str, Any]],
+    distractors: Mapping[str, Sequence[str]] | None,
+    utilities: Mapping[str, Mapping[str, float]] | None,
+    no_response: Mapping[str, Mapping[str, float]] | None,
+    n_relevant: Mapping[str, int] | None,
+) -> dict[str, Labels]:
+    labels: dict[str, Labels] = {}
+    for qid, grades in qrels.items():
+        dis = frozenset((distractors or {}).get(qid, ()))
+        g = dict(grades)
+        for doc in dis:
+            if g.get(doc, 0) >= 1:
+                raise EvalSetError(
+                    f"document {doc!r} is both relevant and a known distractor",
+                    field=f"{qid}",
+                )
+            g.setdefault(doc, 0)
+        labels[qid] = Labels(
+            grades=g,
+            distractors=dis,
+            utilities=dict((utilities or {}).get(qid, {})),
+            no_response=dict((no_response or {}).get(qid, {})),
+            n_relevant=(n_relevant or {}).get(qid),
+        )
+    return labels
+
+
+def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only copy of ``data``; mappings read column-wise are read-only already and
+    stay columnar (copying them would build every query's dict)."""
+    if isinstance(data, ColumnarQueries):
+        return data
+    return MappingProxyType(dict(data))
+
+
+def as_columns(labels: Mapping[str, Labels], source: str | None) -> ColumnarLabels:
+    """``labels`` as the eval set holds them: columns (:class:`ColumnarLabels`)."""
+    if isinstance(labels, ColumnarLabels):
+        return labels
+    return ColumnarLabels.of_labels(labels, source or "")
+
+
+def columnar_run(run: Run, source: str | None = None) -> Run:
+    """``run`` with its candidates as the eval set holds them: columns
+    (:class:`ColumnarCandidates`)."""
+    if isinstance(run.candidates, ColumnarCandidates):
+        return run
+    cands = ColumnarCandidates.of_dicts(run.candidates, run.source or source or "")
+    return Run(run.name, cands, run.score_kind, run.source)
+
+
+def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
+    """``value`` as a :class:`~ragguard.scores.ScoreKind` (``None`` stays ``None``).
+
+    Raises:
+        EvalSetError: not a score kind; the message lists the kinds.
+    """
+    if value is None:
+        return None
+    try:
+        return ScoreKind(value)
+    except ValueError:
+        kinds = ", ".join(k.value for k in ScoreKind)
+        raise EvalSetError(f"{what}: score_kind must be one of {kinds}, got {value!r}") from None
+
+
+def _score(value: object, run: str, qid: str, doc: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EvalSetError(
+            f"run {run!r}: the score of document {doc!r} in query {qid!r} is not a number: "
+            f"{value!r}"
+        )
+    return float(value)
+
+
+def assemble(
+    queries: Mapping[str, Query],
+    labels: Mapping[str, Labels],
+    runs: Mapping[str, Run],
+    rep: Reporter,
+    *,
+    label_lines: Mapping[str, tuple[str | None, int | None]],
+    run_lines: Mapping[str, Mapping[str, int]],
+    source: str | None = None,
+    texts: Texts | None = None,
+) -> EvalSet:
+    """Reconcile runs with labels (reporting mismatches) and build the :class:`EvalSet`."""
+    if not labels:
+        raise EvalSetError("no labelled queries found", path=source)
+    labels = as_columns(labels, source)
+    kept: dict[str, Run] = {}
+    for name, given in runs.items():
+        run = columnar_run(given, source)
+        assert isinstance(run.candidates, ColumnarCandidates)
+        lines = run_lines.get(name, {})
+        cands, dropped = run.candidates.restrict(labels)
+        sizes = {qid: run.candidates.size(qid) for qid in dropped}
+        for qid, n in sizes.items():
+            rep(
+                ProblemKind.RUN_QUERY_WITHOUT_LABELS,
+                f"run {name!r} has {n} candidates for query {qid!r}, which has no labels",
+                path=run.source,
+                line=lines.get(qid),
+            )
+        for qid in labels:
+            if qid not in run.candidates:
+                path, line = label_lines.get(qid, (source, None))
+                rep(
+                    ProblemKind.LABELS_WITHOUT_RUN,
+                    f"labelled query {qid!r} has no candidates in run {name!r}",
+                    path=path,
+                    line=line,
+                )
+        kind = run.score_kind if cands.has_score() else None
+        kept[name] = Run(name, cands, kind, run.source)
+    es = EvalSet(queries, labels, kept, report=rep.report, source=source, texts=texts)
+    rep.log(source or "eval set")
+    return es
+
+
+def detect_format(path: PathLike) -> str:
+    """Guess the format of ``path``: ``"beir"`` for a folder, ``"jsonl"``, ``"udcg"``
+    (a JSON list) or ``"trec"`` (qrels lines).
+
+    Raises:
+        EvalSetError: the file does not exist or matches no format.
+    """
+    p = Path(path)
+    if p.is_dir():
+        if (p / "qrels").is_dir() or (p / "corpus.jsonl").exists():
+            return "beir"
+        raise EvalSetError(
+            "a folder is read as BEIR, but it has neither qrels/ nor corpus.jsonl", path=str(p)
+        )
+    if not p.exists():
+        raise EvalSetError("no such file or folder", path=str(p))
+    name = p.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return "jsonl"
+    head, line = first_content(p)
+    if head.startswith("["):
+        return "udcg"
+    if head.startswith("{"):
+        if name.endswith(".json"):
+            raise EvalSetError(
+                "a JSON object is not an eval set format (a run {query: {doc: score}}? "
+                "pass it as runs=...); eval sets are JSONL, TREC qrels, BEIR or UDCG JSON",
+                path=str(p),
+            )
+        return "jsonl"
+    fields = head.split()
+    if len(fields) == 4 and _is_int(fields[3]):
+        return "trec"
+    raise EvalSetError(
+        f"cannot detect the format from this line: {head[:80]!r}; pass format= one of "
+        f"{', '.join(FORMATS)}",
+        path=str(p),
+        line=line,
+    )
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_evalset(
+    path: PathLike,
+    *,
+    format: str | None = None,
+    runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None = None,
+    score_kind: ScoreKind | str | Mapping[str, ScoreKind | str | None] | None = "similarity",
+    split: str | None = None,
+    model: str | None = None,
+    strict: bool = False,
+    texts: bool = True,
+) -> EvalSet:
+    """Load an eval set (and its runs), validating everything.
+
+    Args:
+        path: the labels: a ``.jsonl`` file, TREC qrels, a BEIR folder or a UDCG JSON file.
+        format: ``"jsonl"``, ``"trec"``, ``"beir"`` or ``"udcg"``; detected when omitted.
+        runs: run files (TREC run format or JSON ``{query_id: {doc_id: score}}``): one
+            path, several (named by file stem) or ``{name: path}``. They add to the
+            runs embedded in a JSONL file.
+        score_kind: what the runs' scores are (default ``similarity``: higher is
+            better); one kind for all or ``{run name: kind}``. Runs without scores keep
+            their order.
+        split: BEIR only: the qrels split (default: the only one, else ``test``).
+        model: UDCG only: whose ``no_res_prob`` gives the utilities (default: the only
+            model in the file).
+        strict: raise on the first reported problem instead of counting it.
+        texts: keep the passage texts the data carries (:attr:`EvalSet.texts`: a BEIR
+            corpus's texts and titles, JSONL candidates' texts and metadata, UDCG
+            passages). ``False`` keeps none (less memory for a large corpus; the texts
+            are still checked): a calibration without a reranker and without the
+            stages after the cut needs none, and whatever asks for one raises
+            :class:`~ragguard.errors.EvalSetError`.
+
+    Returns:
+        The :class:`EvalSet`; its ``report`` lists every problem counted.
+
+    Raises:
+        EvalSetError: malformed or inconsistent data, with file, line and field.
+    """
+    fmt = detect_format(path) if format is None else format
+    if fmt not in FORMATS:
+        raise EvalSetError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if fmt != "beir" and split is not None:
+        raise EvalSetError("split= applies to BEIR folders only")
+    if fmt != "udcg" and model is not None:
+        raise EvalSetError("model= applies to UDCG files only")
+    if fmt == "udcg" and runs is not None:
+        raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
+    rep = Reporter(strict)
+    data: ReadResult | ColumnarRead | None = _read_columnar(fmt, Path(path), rep, split, texts)
+    if data is None:
+        data = read_udcg(Path(path), rep, model)
+    kinds = score_kind if isinstance(score_kind, Mapping) else None
+
+    def kind_of(name: str) -> ScoreKind | None:
+        k = kinds.get(name, "similarity") if kinds is not None else score_kind
+        return as_score_kind(k, f"run {name!r}")  # type: ignore[arg-type]
+
+    all_runs: dict[str, Run] = {}
+    run_lines: dict[str, Mapping[str, int]] = {}
+    cands: Mapping[str, Mapping[str, float]]
+    for name, (cands, lines) in data.runs.items():
+        all_runs[name] = Run(name, cands, kind_of(name) if fmt != "udcg" else None, str(path))
+        run_lines[name] = lines
+    for name, run_path in _run_paths(runs).items():
+        if name in all_runs:
+            raise EvalSetError(f"two runs are named {name!r}", path=str(run_path))
+        cands, lines = _trec.read_run(Path(run_path), rep, known_docs=data.corpus)
+        all_runs[name] = Run(name, cands, kind_of(name), str(run_path))
+        run_lines[name] = lines
+    if kinds is not None:
+        unknown = set(kinds) - set(all_runs)
+        if unknown:
+            raise EvalSetError(f"score_kind names unknown runs: {', '.join(sorted(unknown))}")
+    return assemble(
+        data.queries,
+        data.labels,
+        all_runs,
+        rep,
+        label_lines=data.label_lines,
+        run_lines=run_lines,
+        source=str(path),
+        texts=_with_corpus_beside(data.texts, Path(path)) if texts else Texts.left_out(str(path)),
+    )
+
+
+def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
+    """``texts`` with the ``corpus.jsonl`` beside an eval-set file (not a BEIR folder's
+    own), read when a text is first asked for."""
+    beside = path.parent / "corpus.jsonl"
+    if not path.is_file() or not beside.is_file() or beside.resolve() == path.resolve():
+        return texts
+    return texts.merged(corpus=[beside])
+
+
+def _read_columnar(
+    fmt: str, path: Path, rep: Reporter, split: str | None, texts: bool
+) -> ColumnarRead | None:
+    """The labels of TREC qrels, a BEIR folder or a ragguard JSONL file read column-wise;
+    ``None`` for other formats or when the careful reader must read the file."""
+    if fmt == "beir":
+        return read_beir(path, rep, split, texts=texts)
+    if fmt == "jsonl" and path.is_file():
+        return read_jsonl(path, rep, texts=texts)
+    if fmt == "trec" and path.is_file():
+        return _trec.read_qrels(path, rep)
+    return None
+
+
+def _run_paths(
+    runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None,
+) -> dict[str, PathLike]:
+    if runs is None:
+        return {}
+    if isinstance(runs, Mapping):
+        return dict(runs)
+    items = [runs] if isinstance(runs, str | os.PathLike) else list(runs)
+    out: dict[str, PathLike] = {}
+    for p in items:
+        stem = Path(p).name.split(".")[0]
+        if stem in out:
+            raise EvalSetError(
+                f"two run files are named {stem!r}; pass runs={{name: path}}", path=str(p)
+            )
+        out[stem] = p
+    return out

@@ -1,0 +1,194 @@
+"""The UDCG authors' JSON files (a list of examples with ``example_id``, ``question``
+and ``passages``; see :mod:`ragguard.calibration.data.evalset`): the one reader, with
+Python's json (the examples are few and each is read whole)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ragguard.calibration.data.formats.common import (
+    Candidates,
+    Lines,
+    ReadResult,
+    Where,
+    json_where,
+    open_text,
+)
+from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.records import Labels, Query
+from ragguard.calibration.data.texts import Texts, TextSource, corpus_text
+from ragguard.errors import EvalSetError
+
+__all__ = ["read_udcg"]
+
+
+def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line, element) of each element of a top-level JSON list, with line numbers."""
+    text = "".join(open_text(path))
+    decoder = json.JSONDecoder()
+    ws = " \t\r\n"
+
+    def line_of(pos: int) -> int:
+        return text.count("\n", 0, pos) + 1
+
+    def fail(pos: int, message: str) -> NoReturn:
+        raise EvalSetError(message, path=str(path), line=line_of(pos))
+
+    pos = len(text) - len(text.lstrip(ws))
+    if not text.startswith("[", pos):
+        fail(pos, "a UDCG file is a JSON list of examples")
+    pos += 1
+    first = True
+    while True:
+        while pos < len(text) and text[pos] in ws:
+            pos += 1
+        if pos >= len(text):
+            fail(pos, "malformed JSON: the list is not closed with ']'")
+        if text[pos] == "]":
+            return
+        if not first:
+            if text[pos] != ",":
+                fail(pos, "malformed JSON: expected ',' or ']' between examples")
+            pos += 1
+            while pos < len(text) and text[pos] in ws:
+                pos += 1
+        try:
+            item, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            line, column = json_where(exc, "file")
+            raise EvalSetError(
+                f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line
+            ) from None
+        yield line_of(pos), item
+        pos = end
+        first = False
+
+
+def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
+    res = ReadResult()
+    examples: list[tuple[Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
+    run: Candidates = {}
+    lines: Lines = {}
+    seen: dict[str, int] = {}
+    models: set[str] = set()
+    texts: dict[tuple[str, str], str] = {}
+    titles: dict[tuple[str, str], str] = {}
+    originals: dict[str, dict[str, Any]] = {}
+    for index, (lineno, ex) in enumerate(_json_list_items(path)):
+        at = Where(path, lineno)
+        base = f"[{index}]"
+        if not isinstance(ex, dict):
+            at.fail(f"an example must be an object, got {type(ex).__name__}", base)
+        qid = at.id(ex.get("example_id"), f"{base}.example_id")
+        if qid in seen:
+            at.fail(
+                f"example id {qid!r} was already used on line {seen[qid]}", f"{base}.example_id"
+            )
+        seen[qid] = lineno
+        question = ex.get("question")
+        if question is not None and not isinstance(question, str):
+            at.fail(f"must be a string, got {type(question).__name__}", f"{base}.question")
+        passages = ex.get("passages")
+        if not isinstance(passages, list):
+            at.fail("missing list of passages" if passages is None else "must be a list",
+                    f"{base}.passages")  # fmt: skip
+        grades: dict[str, int] = {}
+        probs: dict[str, dict[str, float]] = {}
+        cands: dict[str, float] = {}
+        for i, p in enumerate(passages):
+            fld = f"{base}.passages[{i}]"
+            if not isinstance(p, dict):
+                at.fail(f"a passage must be an object, got {type(p).__name__}", fld)
+            doc = at.id(p.get("doc_id"), f"{fld}.doc_id")
+            rel = p.get("is_relevant")
+            if not isinstance(rel, bool):
+                at.fail(f"must be true or false, got {rel!r}", f"{fld}.is_relevant")
+            info = p.get("models_info", {})
+            if not isinstance(info, dict):
+                at.fail(f"must be an object, got {type(info).__name__}", f"{fld}.models_info")
+            text, title = corpus_text(p, path, lineno, required=False, field=f"{fld}.text")
+            if text is not None:
+                texts.setdefault((qid, doc), text)
+                if title is not None:
+                    titles.setdefault((qid, doc), title)
+            if doc in cands:
+                rep(
+                    ProblemKind.DUPLICATE_CANDIDATE,
+                    f"document {doc!r} appears twice in example {qid!r}",
+                    path=str(path),
+                    line=lineno,
+                    field=fld,
+                )
+                continue
+            cands[doc] = math.nan
+            grades[doc] = int(rel)
+            for name, entry in info.items():
+                mfld = f"{fld}.models_info.{name}"
+                if not isinstance(entry, dict):
+                    at.fail(f"must be an object, got {type(entry).__name__}", mfld)
+                if "no_res_prob" in entry:
+                    probs.setdefault(name, {})[doc] = at.number(
+                        entry["no_res_prob"], f"{mfld}.no_res_prob", 0.0, 1.0
+                    )
+                    models.add(name)
+        res.queries[qid] = Query(qid, question, _answers(ex.get("answers"), at, base))
+        res.label_lines[qid] = (str(path), lineno)
+        run[qid] = cands
+        lines[qid] = lineno
+        examples.append((at, qid, grades, probs))
+        originals[qid] = ex
+    if model is None and len(models) > 1:
+        raise EvalSetError(
+            f"the file has no_res_prob for several models; pick one with model=...: "
+            f"{', '.join(sorted(models))}",
+            path=str(path),
+        )
+    chosen = model if model is not None else next(iter(models), None)
+    if model is not None and model not in models:
+        raise EvalSetError(
+            f"no passage has no_res_prob for model {model!r}; models in the file: "
+            f"{', '.join(sorted(models)) or 'none'}",
+            path=str(path),
+        )
+    for at, qid, grades, probs in examples:
+        no_response: dict[str, float] = {}
+        if chosen is not None:
+            no_response = probs.get(chosen, {})
+            missing = [d for d in grades if d not in no_response]
+            if missing:
+                at.fail(
+                    f"passage {missing[0]!r} of example {qid!r} has no no_res_prob for model "
+                    f"{chosen!r}",
+                    "models_info",
+                )
+        res.labels[qid] = Labels(grades, no_response=no_response)
+    res.runs["passages"] = (run, lines)
+    res.texts = Texts(
+        pairs=[TextSource.of(texts, titles)] if texts else (), udcg_examples=originals
+    )
+    return res
+
+
+def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        at.fail("must be a list of strings", f"{base}.answers")
+    return tuple(value)
+
+
+def read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
+    """A UDCG authors' JSON file: the examples' labels, utilities and passages (one run
+    named ``"passages"``, no scores), read with Python's json.
+
+    Raises:
+        EvalSetError: malformed JSON or a missing or mistyped field, naming file, line
+            and field; no such file.
+    """
+    if not path.is_file():
+        raise EvalSetError("no such file", path=str(path))
+    return _read_udcg(path, rep, model)
