@@ -393,9 +393,7 @@ def test_repeated_candidates_are_found_by_their_text(
     forced equal (``collide``), only the text decides, and the result is the careful
     reader's."""
     if collide:
-        monkeypatch.setattr(
-            trec, "_chunk_keys", lambda arr: np.zeros(len(arr), dtype=np.uint64)
-        )
+        monkeypatch.setattr(trec, "_chunk_keys", lambda arr: np.zeros(len(arr), dtype=np.uint64))
     ids = _ids()
     lines, labels = [], []
     for qn in range(6):
