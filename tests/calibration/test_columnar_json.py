@@ -9,6 +9,7 @@ read goes to the library's careful reader, and still reads alike."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from ragguard.calibration.data.columns import ColumnarCandidates, ColumnarLabels
 from ragguard.calibration.data.formats import beir as columnar_json
 from ragguard.calibration.data.problems import Reporter
 from ragguard.errors import EvalSetError
-from tests.calibration.test_columnar import assert_same, both, careful, write
+from tests.calibration.test_columnar import assert_same, assert_same_arrays, both, careful, write
 
 pytest.importorskip("pyarrow")
 
@@ -72,7 +73,8 @@ def same_error(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> str:
 
 
 def alike_or_same_error(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> None:
-    """The reader reads the data as the reference does, or raises as it does."""
+    """The reader reads the data as the reference does, or raises as it does (TREC and
+    BEIR: their references judge bad input too)."""
     try:
         fast = load_evalset(*args, **kw)
     except EvalSetError:
@@ -576,7 +578,7 @@ def test_shapes_read_by_the_careful_reader_read_alike(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: dict[str, object]
 ) -> None:
     path = jsonl(tmp_path / "eval.jsonl", *CLEAN, line)
-    alike_or_same_error(monkeypatch, path)
+    both(monkeypatch, path)  # every shape is valid: read, and as the reference reads it
 
 
 @pytest.mark.parametrize(
@@ -672,3 +674,68 @@ def test_files_read_in_many_small_blocks_read_alike(
     assert isinstance(fast.labels, ColumnarLabels)
     first = fast.report.problems[0]
     assert (first.kind.value, first.line) == ("duplicate_candidate", 5)
+
+
+# --------------------------------------------------------------------------- JSONL input
+
+
+def test_jsonl_that_is_not_utf8_or_truncated_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "eval.jsonl"
+    bad.write_bytes(b'{"query_id": "q1", "relevant": ["caf\xe9"]}\n')
+    with pytest.raises(EvalSetError, match=r"eval.jsonl: not UTF-8 text"):
+        load_evalset(bad)
+    gz = tmp_path / "eval.jsonl.gz"
+    line = '{"query_id": "q%d", "relevant": ["a"], "candidates": [{"id": "a", "score": 1}]}\n'
+    gz.write_bytes(gzip.compress("".join(line % i for i in range(3000)).encode())[:-40])
+    with pytest.raises(EvalSetError, match=r"eval.jsonl.gz"):
+        load_evalset(gz)
+
+
+def test_nan_and_infinite_scores_in_a_whole_list_are_counted_and_ranked_last(
+    tmp_path: Path,
+) -> None:
+    """Python's json reads NaN and Infinity: a list that passes the whole-list check
+    still reports each such score (hand-checked fields) and ranks it after the scored."""
+    path = write(
+        tmp_path / "eval.jsonl",
+        '{"query_id": "q1", "relevant": ["b"], "candidates": [{"id": "a", "score": NaN}, '
+        '{"id": "b", "score": 0.5}, {"id": "c", "score": Infinity}, {"id": "d"}]}\n',
+    )
+    es = load_evalset(path)
+    problems = [(p.kind.value, p.field) for p in es.report.problems]
+    assert problems == [
+        ("invalid_score", "candidates[0]"),
+        ("invalid_score", "candidates[2]"),
+        ("invalid_score", "candidates[3]"),
+    ]
+    assert es.arrays().doc_ids(0)[0] == "b"
+
+
+def test_labels_given_only_a_utility_or_a_probability_build_the_dicts_arrays() -> None:
+    """Labels as columns (a document with only a utility, or only a probability, has no
+    grade: not judged) give the arrays build_arrays gives from the same dicts; a value out
+    of range is the same error."""
+    from ragguard.calibration.arrays import build_arrays
+
+    qrels = {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
+    run = {"q1": {"a": 0.9, "u": 0.8, "b": 0.4, "p": 0.3}, "q2": {"c": 0.7, "u": 0.2}}
+    utilities = {"q1": {"u": -0.5, "a": 0.8}, "q2": {"x": 0.9}}
+    no_response = {"q1": {"p": 0.2}}
+    es = EvalSet.from_dicts(
+        qrels, {"r": run}, utilities=utilities, no_response=no_response, n_relevant={"q2": 3}
+    )
+    ref = build_arrays(
+        ["q1", "q2"], [run["q1"], run["q2"]], [qrels["q1"], qrels["q2"]],
+        utilities=[utilities["q1"], utilities["q2"]], no_response=[no_response["q1"], {}],
+        n_relevant=[None, 3],
+    )  # fmt: skip
+    assert_same_arrays(es.arrays(), ref)
+    assert es.labels["q1"].utilities == {"u": -0.5, "a": 0.8}
+    assert es.labels["q1"].grades == {"a": 2, "b": 0}  # u and p are not judged
+    for bad in (1.5, float("nan")):
+        with pytest.raises(EvalSetError) as got:
+            EvalSet.from_dicts(qrels, {"r": run}, utilities={"q1": {"u": bad}}).arrays()
+        with pytest.raises(EvalSetError) as want:
+            build_arrays(["q1", "q2"], [run["q1"], run["q2"]], [qrels["q1"], qrels["q2"]],
+                         utilities=[{"u": bad}, {}])  # fmt: skip
+        assert str(got.value) == str(want.value)

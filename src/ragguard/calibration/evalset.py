@@ -3,28 +3,5 @@ the old import path (``from ragguard.calibration.evalset import EvalSet``) worki
 
 from __future__ import annotations
 
-from ragguard.calibration.data.evalset import (
-    FORMATS,
-    EvalSet,
-    Labels,
-    LoadReport,
-    Problem,
-    ProblemKind,
-    Query,
-    Run,
-    detect_format,
-    load_evalset,
-)
-
-__all__ = [
-    "FORMATS",
-    "EvalSet",
-    "Labels",
-    "LoadReport",
-    "Problem",
-    "ProblemKind",
-    "Query",
-    "Run",
-    "detect_format",
-    "load_evalset",
-]
+from ragguard.calibration.data.evalset import *  # noqa: F403
+from ragguard.calibration.data.evalset import __all__ as __all__

@@ -29,28 +29,5 @@ Adding a format is one module in ``formats/`` (returning
 
 from __future__ import annotations
 
-from ragguard.calibration.data.evalset import (
-    FORMATS,
-    EvalSet,
-    Labels,
-    LoadReport,
-    Problem,
-    ProblemKind,
-    Query,
-    Run,
-    detect_format,
-    load_evalset,
-)
-
-__all__ = [
-    "FORMATS",
-    "EvalSet",
-    "Labels",
-    "LoadReport",
-    "Problem",
-    "ProblemKind",
-    "Query",
-    "Run",
-    "detect_format",
-    "load_evalset",
-]
+from ragguard.calibration.data.evalset import *  # noqa: F403
+from ragguard.calibration.data.evalset import __all__ as __all__

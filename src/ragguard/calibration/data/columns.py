@@ -644,7 +644,16 @@ class LabelColumns:
         self._p_no: list[F64] = []
 
     def add(self, qid: str, lab: Labels) -> None:
-        """One query's labels."""
+        """One query's labels.
+
+        Raises:
+            EvalSetError: a given utility outside [-1, 1] or an abstention probability
+                outside [0, 1] (NaN included: NaN is how the columns say "none").
+        """
+        if lab.utilities:
+            check_range([qid], [lab.utilities], "utility", -1.0, 1.0)
+        if lab.no_response:
+            check_range([qid], [lab.no_response], "no-response probability", 0.0, 1.0)
         nan = float("nan")
         extra = [d for d in lab.utilities if d not in lab.grades]
         extra += [d for d in lab.no_response if d not in lab.grades and d not in extra]
@@ -865,8 +874,7 @@ class LabelRows:
         no_response: (n,) its abstention probability (NaN: none), or ``None``.
         stated: per eval row, the stated number of relevant documents, or ``None``.
         maps: per eval row, the grades, utilities and probabilities as mappings, when
-            utilities or probabilities are given (the ideal ranking and the range checks
-            read them).
+            utilities or probabilities are given (the ideal ranking reads them).
     """
 
     row: NDArray[np.intp]
@@ -952,8 +960,9 @@ def arrays_from_codes(
     ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
 
     Raises:
-        EvalSetError: a utility or probability out of range, a stated number of relevant
-            documents below the labelled one (as :func:`build_arrays`).
+        EvalSetError: a stated number of relevant documents below the labelled one (as
+            :func:`build_arrays`; utilities and probabilities were checked when the
+            labels became columns).
     """
     n_q = len(qids)
     prof = as_profile(profile)
@@ -1003,12 +1012,6 @@ def arrays_from_codes(
         return out
 
     distractor = at_hits(labels.distractor, False)
-    if labels.maps is not None:
-        grades, utilities, no_response = labels.maps
-        if labels.utility is not None:
-            check_range(qids, utilities, "utility", -1.0, 1.0)
-        if labels.no_response is not None:
-            check_range(qids, no_response, "no-response probability", 0.0, 1.0)
     lrow = labels.row if all_graded else labels.row[graded]
     stats = label_stats(qids, lrow, lgrade if all_graded else lgrade[graded], labels.stated)
     if labels.maps is None:
@@ -1016,6 +1019,7 @@ def arrays_from_codes(
             qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules
         )
     else:
+        grades, utilities, no_response = labels.maps
         ideal_u = ideal_label_utilities(
             qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
         )

@@ -52,6 +52,7 @@ __all__ = [
     "json_lines",
     "read_corpus",
     "title_of",
+    "utf8_lines",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -277,7 +278,7 @@ def _view(maps: Sequence[Mapping[K, str]]) -> Mapping[K, str]:
 # --------------------------------------------------------------------------- JSON lines
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line of a UTF-8 file (gzipped when its name ends in
     ``.gz``; a byte order mark at its start skipped); a line that is not UTF-8 raises
     :class:`EvalSetError` naming file and line."""
@@ -301,7 +302,7 @@ def json_lines(path: Path) -> Iterator[tuple[int, object]]:
     """(line number, parsed value) of each non-blank line of a JSON-lines file (gzipped
     when its name ends in ``.gz``); a malformed line raises :class:`EvalSetError` naming
     file and line."""
-    for lineno, raw in _lines(path):
+    for lineno, raw in utf8_lines(path):
         if not raw.strip():
             continue
         try:

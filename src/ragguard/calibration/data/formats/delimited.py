@@ -23,7 +23,6 @@ guard.
 
 from __future__ import annotations
 
-import gzip
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,9 +33,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._optional import require
-from ragguard.calibration.data.columns import pyarrow
+from ragguard.calibration.data.columns import pyarrow, string_array
 from ragguard.calibration.data.formats.common import Layout
 from ragguard.calibration.data.records import MAX_GRADE, grade_error
+from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
 
 __all__ = ["Fields", "read_fields", "split_tsv", "split_whitespace"]
@@ -264,10 +264,8 @@ def _streamed(
             or values is None
             or (layout.parse is int and values.size and values.max() > MAX_GRADE)
         ):
-            values = _diagnose(path, block, layout, split)  # raises, or Python's values
-            fields = [split(s) for s in text.to_pylist()]
-            q = pa.array([f[qi] for f in fields], pa.string())
-            d = pa.array([f[di] for f in fields], pa.string())
+            values, qs_py, ds_py = _diagnose(path, block, layout, split)  # or it raises
+            q, d = string_array(qs_py), string_array(ds_py)
         qs.append(q)
         ds.append(d)
         vs.append(values)
@@ -310,12 +308,18 @@ def _cast(column: Any, layout: Layout) -> F64 | None:
         return None
 
 
-def _diagnose(path: Path, block: _Block, layout: Layout, split: Callable[[str], list[str]]) -> F64:
+def _diagnose(
+    path: Path, block: _Block, layout: Layout, split: Callable[[str], list[str]]
+) -> tuple[F64, list[str], list[str]]:
     """Walk a block that failed the column-wise checks row by row: the first bad line
-    raises; when none is bad, the values as Python reads them."""
+    raises; when none is bad, the values, query ids and document ids as Python reads
+    them."""
     vi = layout.value
+    qi, di = layout.ids
     fld = None if vi is None else layout.names.split()[vi]
     out: list[float] = []
+    qs: list[str] = []
+    ds: list[str] = []
     for row, s in enumerate(block.text.to_pylist()):
         parts = split(s)
 
@@ -327,6 +331,8 @@ def _diagnose(path: Path, block: _Block, layout: Layout, split: Callable[[str], 
                 f"a {layout.kind} line has {layout.columns} columns ({layout.names}), "
                 f"got {len(parts)}"
             )
+        qs.append(parts[qi])
+        ds.append(parts[di])
         if vi is None:
             out.append(0.0)
             continue
@@ -337,10 +343,9 @@ def _diagnose(path: Path, block: _Block, layout: Layout, split: Callable[[str], 
             what = "an integer" if layout.parse is int else "a number"
             fail(f"must be {what}, got {text!r}", fld)
         if layout.parse is int and isinstance(value, int) and value > MAX_GRADE:
-            qi, di = layout.ids
             fail(grade_error(value, parts[qi], parts[di]), fld)
         out.append(float(value))  # type: ignore[arg-type]
-    return np.asarray(out, dtype=np.float64)
+    return np.asarray(out, dtype=np.float64), qs, ds
 
 
 def _stream(path: Path, delimiter: str) -> Any:
@@ -379,18 +384,8 @@ def _batches(path: Path, delimiter: str) -> Iterator[Any]:
 def not_utf8(path: Path) -> None:
     """Raise :class:`EvalSetError` naming the first line of ``path`` that is not UTF-8
     (a byte order mark at its start is allowed); return when every line is."""
-    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
-    try:
-        with opener(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                try:
-                    raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-                except UnicodeDecodeError as exc:
-                    raise EvalSetError(
-                        f"not UTF-8 text ({exc.reason})", path=str(path), line=lineno
-                    ) from None
-    except (OSError, EOFError) as exc:
-        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
+    for _ in utf8_lines(path):
+        pass
 
 
 def _blocks(
