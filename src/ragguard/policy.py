@@ -63,6 +63,10 @@ from numpy.typing import NDArray
 
 from ragguard.errors import ConfigError, EvalSetError
 
+# Reductions called as ufunc methods: the numpy functions of the same name go through a
+# Python wrapper first, which costs more than the work on one guard call's short row.
+_all = np.logical_and.reduce
+_count = np.add.reduce  # of a bool array: how many are True
 __all__ = [
     "DEFAULT_CONFLICT_SIMILARITY",
     "ConflictMode",
@@ -265,12 +269,16 @@ class Ranked:
             NaN for padding, so every comparison with a finite bar excludes them.
         n_valid: (Q,) number of candidates with a valid score (they come first).
         n_present: (Q,) number of candidates (valid ones, then invalid ones).
+        complete: every position of every row holds a candidate with a valid score
+            (and there is at least one position), which lets the cut skip its checks
+            for rows without one.
     """
 
     order: NDArray[np.intp]
     scores: NDArray[np.float64]
     n_valid: NDArray[np.intp]
     n_present: NDArray[np.intp]
+    complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -375,15 +383,23 @@ def rank(
             f"scores and valid must be 2-D arrays of one shape, got {scores.shape} and "
             f"{valid.shape}"
         )
-    key = np.where(valid, -scores, np.inf)
+    q, size = scores.shape
+    complete = False
     if present is None:
-        n_present = np.full(scores.shape[0], scores.shape[1], dtype=np.intp)
+        n_present = np.empty(q, dtype=np.intp)
+        n_present.fill(size)
+        complete = size > 0 and bool(_all(valid, axis=None))
+        # all valid (the usual case): no invalid score to send to the end
+        key = -scores if complete else np.where(valid, -scores, np.inf)
     else:
         valid = valid & present
+        key = np.where(valid, -scores, np.inf)
         key = np.where(present, key, np.nan)  # NaN sorts after +inf
-        n_present = present.sum(axis=1)
-    order = np.argsort(key, axis=1, kind="stable")
-    return Ranked(order, -np.sort(key, axis=1), np.count_nonzero(valid, axis=1), n_present)
+        n_present = _count(present, axis=1)
+    order = key.argsort(axis=1, kind="stable")
+    key.sort(axis=1)  # ``key`` is this function's own array
+    n_valid = n_present if complete else _count(valid, axis=1)
+    return Ranked(order, np.negative(key, out=key), n_valid, n_present, complete)
 
 
 def _finite(s: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -446,25 +462,27 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
     s, n_valid = ranked.scores, ranked.n_valid
     q, size = s.shape
     first = s[:, 0] if size else np.full(q, np.nan)  # -inf / NaN when no valid score
-    scored = n_valid > 0
-    top = np.where(scored, first, np.nan)
-    skipped = np.zeros(q, dtype=np.bool_)
+    scored = None if ranked.complete else n_valid > 0  # None: every row is
+    top = first if scored is None else np.where(scored, first, np.nan)
 
     p_thr = p_floor = p_eu = p_cut = m = n_valid
-    if params.score_rules:
-        if params.relative_threshold > 0:
-            positive = first > 0
-            bar = params.relative_threshold * first
-            p_thr = np.where(positive, np.count_nonzero(s >= bar[:, None], axis=1), n_valid)
-            skipped = scored & ~positive
-            m = p_thr
+    rules = params.score_rules
+    if rules and params.relative_threshold > 0:
+        positive = first > 0
+        bar = first * params.relative_threshold
+        p_thr = np.where(positive, _count(s >= bar[:, None], axis=1), n_valid)
+        skipped = ~positive if scored is None else scored & ~positive
+        m = p_thr
+    else:
+        skipped = np.zeros(q, dtype=np.bool_)
+    if rules:
         if params.min_score is not None:
-            p_floor = np.count_nonzero(s >= params.min_score, axis=1)
+            p_floor = _count(s >= params.min_score, axis=1)
             m = np.minimum(m, p_floor)
         if params.expected_utility is not None:
             eu = params.expected_utility
             with np.errstate(invalid="ignore"):  # inf x 0 on invalid rows: NaN, compares False
-                p_eu = np.count_nonzero(s * eu.gain > (1.0 - s) * eu.penalty, axis=1)
+                p_eu = _count(s * eu.gain > (1.0 - s) * eu.penalty, axis=1)
             m = np.minimum(m, p_eu)
         if params.cut is CutRule.GAP:
             p_cut = _gap_prefix(s, n_valid, params)
@@ -473,7 +491,9 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
             p_cut = _autocut_prefix(s, n_valid, params)
             m = np.minimum(m, p_cut)
 
-    if params.min_k:
+    # min_k: a relative threshold alone keeps the top candidate of every scored row
+    alone = m is p_thr and p_floor is p_eu is p_cut is n_valid
+    if params.min_k > 1 or (params.min_k and not alone):
         m = np.maximum(m, np.minimum(n_valid, params.min_k))
     m = np.minimum(m, params.max_k)
     n_kept = m

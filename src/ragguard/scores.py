@@ -210,23 +210,33 @@ _UNORDERED_MIN = 4
 _RANKED_MIN = 2
 
 
+# Reductions called as ufunc methods: the numpy functions of the same name go through a
+# Python wrapper first, which costs more than the work on one guard call's short row.
+_any = np.logical_or.reduce
+_all = np.logical_and.reduce
+_count = np.add.reduce  # of a bool array: how many are True
+_min = np.minimum.reduce
+
+
 def _rows_with(mask: NDArray[np.bool_]) -> int:
-    return int(np.count_nonzero(mask.any(axis=1)))
+    return int(_count(_any(mask, axis=1)))
 
 
 def _one_way_rows(
-    x: NDArray[np.float64], valid: NDArray[np.bool_], *, rising: bool, min_len: int
+    x: NDArray[np.float64], valid: NDArray[np.bool_], *, rising: bool, min_len: int, every: bool
 ) -> int:
     """Rows with ``min_len`` or more valid scores that strictly rise (``rising``) or
     strictly fall from each valid score to the next valid one (invalid scores and padding
-    skipped). Each row on its own. The full check runs only on the rows whose first
-    steps do not already go the other way, so large calibration matrices pay for the few
-    rows that can match."""
+    skipped). Each row on its own; ``every``: all of ``valid`` is True. The full check
+    runs only on the rows whose first steps do not already go the other way, so large
+    calibration matrices pay for the few rows that can match."""
     if x.shape[1] < min_len:
         return 0
     d = x if rising else -x
-    if valid.all():  # the usual case: each score against the next one
-        return int(np.count_nonzero((np.diff(d, axis=1) > 0).all(axis=1)))
+    if every:  # the usual case: each score against the next one
+        if not _any(d.argmax(axis=1) == x.shape[1] - 1):
+            return 0  # a strictly rising row has its maximum last: most rows stop here
+        return int(_count(_all(d[:, 1:] > d[:, :-1], axis=1)))
     maybe = np.ones(x.shape[0], dtype=np.bool_)
     for j in range(min(_UNORDERED_MIN, x.shape[1]) - 1):
         maybe &= ~(valid[:, j] & valid[:, j + 1] & (d[:, j + 1] <= d[:, j]))
@@ -243,7 +253,18 @@ def _one_way_rows(
     has_before = vr & (before >= 0)
     prev = np.take_along_axis(dr, np.maximum(before, 0), axis=1)
     falls = has_before & ~(dr > prev)
-    return int(np.count_nonzero(~falls.any(axis=1)))
+    return int(_count(~_any(falls, axis=1)))
+
+
+def _note(
+    issues: dict[ScoreIssue, int],
+    issue: ScoreIssue,
+    mask: NDArray[np.bool_],
+    valid: NDArray[np.bool_],
+) -> None:
+    """Record ``issue`` for the rows where ``mask`` holds at a valid score."""
+    if _any(mask, axis=None) and (rows := _rows_with(mask & valid)):
+        issues[issue] = rows
 
 
 def normalize(
@@ -286,24 +307,22 @@ def normalize(
             issues[ScoreIssue.UNKNOWN_KIND] = _rows_with(held)
         return Normalized(np.zeros(x.shape), held, issues)
 
-    kind = ScoreKind(kind)
+    if not isinstance(kind, ScoreKind):
+        kind = ScoreKind(kind)
     valid = np.isfinite(x) if present is None else np.isfinite(x) & present
+    every = bool(_all(valid, axis=None))
     min_len = _RANKED_MIN if ranked else _UNORDERED_MIN
     # Each check starts with one cheap test that is False for ordinary scores; NaN
     # compares False, and +-inf are masked by ``valid`` before anything is counted.
-
-    def note(issue: ScoreIssue, mask: NDArray[np.bool_]) -> None:
-        if mask.any() and (rows := _rows_with(mask & valid)):
-            issues[issue] = rows
-
     if kind is ScoreKind.SIMILARITY:
-        note(ScoreIssue.NEGATIVE_SIMILARITY, x < -1)
+        if x.size and not _min(x, axis=None) >= -1:  # below -1, or an invalid score
+            _note(issues, ScoreIssue.NEGATIVE_SIMILARITY, x < -1, valid)
         s = x
-        if rows := _one_way_rows(x, valid, rising=True, min_len=min_len):
+        if rows := _one_way_rows(x, valid, rising=True, min_len=min_len, every=every):
             issues[ScoreIssue.ASCENDING_SIMILARITY] = rows
     elif kind is ScoreKind.DISTANCE:
-        note(ScoreIssue.NEGATIVE_DISTANCE, x < 0)
-        if rows := _one_way_rows(x, valid, rising=False, min_len=min_len):
+        _note(issues, ScoreIssue.NEGATIVE_DISTANCE, x < 0, valid)
+        if rows := _one_way_rows(x, valid, rising=False, min_len=min_len, every=every):
             issues[ScoreIssue.DESCENDING_DISTANCE] = rows
         s = 1.0 / (1.0 + np.maximum(x, 0.0))
     elif kind is ScoreKind.LOGIT:
@@ -313,10 +332,12 @@ def normalize(
             issues[ScoreIssue.LOGIT_IN_UNIT_INTERVAL] = int(looks_prob.sum())
         s = 0.5 * (1.0 + np.tanh(0.5 * x))  # sigmoid without overflow for large |x|
     elif kind is ScoreKind.PROBABILITY:
-        note(ScoreIssue.PROBABILITY_OUT_OF_RANGE, (x < 0) | (x > 1))
+        _note(issues, ScoreIssue.PROBABILITY_OUT_OF_RANGE, (x < 0) | (x > 1), valid)
         s = np.clip(x, 0.0, 1.0)
     else:  # ScoreKind.RRF
-        note(ScoreIssue.RRF_OUT_OF_RANGE, (x < 0) | (x > 1))
+        _note(issues, ScoreIssue.RRF_OUT_OF_RANGE, (x < 0) | (x > 1), valid)
         s = x * float(rrf_k + 1)
 
+    if every:  # nothing to blank out; never hand back the caller's own array
+        return Normalized(x.copy() if s is x and isinstance(raw, np.ndarray) else s, valid, issues)
     return Normalized(np.where(valid, s, np.nan), valid, issues)

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -100,6 +102,16 @@ __all__ = [
     "start",
 ]
 
+_any = np.logical_or.reduce  # without the Python wrapper of ndarray.any
+_ID = attrgetter("id")
+_SCORE = attrgetter("score")
+# a new call's state shares these until its stages assign its own
+_NO_VALUES: NDArray[np.float64] = np.empty((1, 0))
+_NO_VALUES.flags.writeable = False
+_NO_VALID: NDArray[np.bool_] = np.empty((1, 0), np.bool_)
+_NO_VALID.flags.writeable = False
+_NOTHING: Mapping[Any, int] = {}  # read-only by its type (a mappingproxy cannot be pickled)
+
 
 @dataclass(frozen=True, slots=True)
 class Warn:
@@ -156,34 +168,36 @@ class State:
     scored: bool
     max_k: int | None
     params: PolicyParams
-    values: NDArray[np.float64] = field(default_factory=lambda: np.empty((1, 0)))
-    valid: NDArray[np.bool_] = field(default_factory=lambda: np.empty((1, 0), np.bool_))
-    issues: Mapping[ScoreIssue, int] = field(default_factory=dict)
+    values: NDArray[np.float64] = field(default_factory=lambda: _NO_VALUES)
+    valid: NDArray[np.bool_] = field(default_factory=lambda: _NO_VALID)
+    issues: Mapping[ScoreIssue, int] = field(default_factory=lambda: _NOTHING)
     distinct: bool = True
-    duplicate_of: dict[int, int] = field(default_factory=dict)
+    duplicate_of: Mapping[int, int] = field(default_factory=lambda: _NOTHING)
     present: NDArray[np.bool_] | None = None
     cut_values: NDArray[np.float64] | None = None
     cut_valid: NDArray[np.bool_] | None = None
     cut_present: NDArray[np.bool_] | None = None
-    cut_positions: list[int] | None = None
-    top: list[int] = field(default_factory=list)
-    below: list[int] = field(default_factory=list)
+    cut_positions: Sequence[int] | None = None
+    top: Sequence[int] = ()
+    below: Sequence[int] = ()
     rerank_config: RerankConfig | None = None
     reranker: str = ""
     scores: Scored | None = None
-    probabilities: list[float] = field(default_factory=list)
+    probabilities: Sequence[float] = ()
     n_below: int = 0
     cut: PolicyResult | None = None
-    kept: list[int] = field(default_factory=list)
+    kept: Sequence[int] = ()
     after: StageState | None = None
-    pairs: list[Pair] = field(default_factory=list)
+    pairs: Sequence[Pair] = ()
     conflict_mode: ConflictMode | None = None
     conflict_similarity: float = 0.0
-    sets: dict[int, Shingles] = field(default_factory=dict)
+    sets: dict[int, Shingles] | None = None
     warnings: list[Warn] = field(default_factory=list)
 
     def shingles(self, position: int) -> Shingles:
         """The word shingle set of the candidate at input ``position`` (built once)."""
+        if self.sets is None:
+            self.sets = {}
         got = self.sets.get(position)
         if got is None:
             got = self.sets[position] = shingles(self.candidates[position].text)
@@ -240,7 +254,7 @@ class State:
             candidates=cands,
             score_kind=self.kind,
             kept=[cands[i] for i in self.kept],
-            warnings=tuple(w.message for w in self.warnings),
+            warnings=tuple([w.message for w in self.warnings]) if self.warnings else (),
             rerank=self.outcome(),
             decisions=self.decisions,
             conflicts=conflicts,
@@ -630,11 +644,11 @@ class Normalise(Stage):
 
     def __call__(self, s: State, /) -> None:
         cands = s.candidates
-        raw = np.array([c.score for c in cands], dtype=np.float64)
         # candidates come in the retriever's order (best first), which lets normalize()
         # catch a wrong score direction on short lists; repeated ids mean several lists
         # were merged, whose order is no single ranking
-        s.distinct = len({c.id for c in cands}) == len(cands)
+        s.distinct = len(set(map(_ID, cands))) == len(cands)
+        raw = list(map(_SCORE, cands))  # normalize() reads None as NaN
         norm = normalize(raw, s.kind, rrf_k=self.rrf_k, ranked=s.distinct)
         s.values, s.valid, s.issues = norm.values, norm.valid, norm.issues
         if self.raise_invalid and s.kind is not None and not norm.valid.all():
@@ -789,7 +803,7 @@ class Cut(Stage):
         abstained = s.cut is not None and s.cut.abstained is not None and s.cut.abstained[0]
         if self.keep_below and not abstained:
             s.n_below = max(0, min(len(s.below), s.params.max_k - n_kept))
-            s.kept += s.below[: s.n_below]
+            s.kept = [*s.kept, *s.below[: s.n_below]]
         s.warnings[:0] = warnings  # the retrieval scores' issues come first
 
     def _common_warnings(self, s: State) -> list[Warn]:
@@ -799,7 +813,7 @@ class Cut(Stage):
             for i in s.issues
             if i is not ScoreIssue.UNKNOWN_KIND
         ]
-        if s.kind is not None and not s.params.keep_invalid and not s.valid.any():
+        if s.kind is not None and not s.params.keep_invalid and not _any(s.valid, axis=None):
             out.append(
                 Warn(ScoreIssue.ALL_INVALID, issue_message(ScoreIssue.ALL_INVALID), ScoreWarning)
             )
@@ -813,7 +827,7 @@ class Cut(Stage):
                 issues.append(ScoreIssue.UNKNOWN_KIND if s.scored else ScoreIssue.NO_SCORES)
         if result.threshold_skipped[0]:
             issues.append(ScoreIssue.NONPOSITIVE_TOP)
-        if s.kind is not None and not s.params.keep_invalid and not s.valid.any():
+        if s.kind is not None and not s.params.keep_invalid and not _any(s.valid, axis=None):
             issues.append(ScoreIssue.ALL_INVALID)
         found = [Warn(i, issue_message(i), ScoreWarning) for i in issues]
         if s.rerank_failed:
