@@ -480,3 +480,24 @@ def test_stages_on_many_rows_equal_the_guard_row_by_row(
     for q, r in enumerate(batch):
         sel = select_quietly(guard, [Candidate(f"c{i}", t, s) for i, (s, t) in enumerate(r)])
         assert [c.id for c in sel.kept] == [f"c{i}" for i in state.kept_positions(q)]
+
+
+def test_rows_of_valid_scores_cut_as_rows_with_a_presence_mask() -> None:
+    # rank() marks rows whose every position holds a valid score as complete, and the
+    # cut then skips its per-row validity checks; the same rows ranked with a presence
+    # mask (all True) take the general path: every figure of the cut must agree
+    rng = np.random.default_rng(3)
+    x = np.round(rng.normal(size=(40, 9)), 1)  # ties and non-positive tops included
+    x[5] = -np.abs(x[5])
+    valid = np.isfinite(x)
+    fast, general = rank(x, valid), rank(x, valid, np.ones_like(valid))
+    assert fast.complete and not general.complete
+    for t in (0.0, 0.5, 1.0):
+        for min_k in (0, 1, 3):
+            for cut in CutRule:
+                p = PolicyParams(max_k=6, min_k=min_k, relative_threshold=t, cut=cut)
+                a, b = cut_ranked(fast, p), cut_ranked(general, p)
+                for field in ("n_kept", "n_kept_valid", "top", "threshold_skipped"):
+                    assert np.array_equal(getattr(a, field), getattr(b, field)), field
+                assert np.array_equal(a.reasons, b.reasons) and np.array_equal(a.order, b.order)
+                assert all(map(np.array_equal, a.prefixes, b.prefixes))

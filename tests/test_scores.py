@@ -221,3 +221,27 @@ def test_direction_checks_skip_invalid_scores_between_valid_ones() -> None:
     # beside a row that rises end to end, the falling row still does not count
     both = np.array([[0.9, np.nan, 0.8], [0.1, 0.2, 0.3]])
     assert normalize(both, "similarity", ranked=True).issues == {ScoreIssue.ASCENDING_SIMILARITY: 1}
+
+
+@pytest.mark.parametrize("kind", list(ScoreKind))
+def test_normalize_never_hands_back_the_callers_array(kind: ScoreKind) -> None:
+    # the guard writes nothing into the values, but a caller may: writing into them
+    # must never change the scores it passed in (all valid: nothing is blanked out)
+    one_row = np.array([0.9, 0.5, 0.1])
+    for raw in (one_row, one_row[None, :].copy(), one_row.tolist()):
+        before = np.array(raw, dtype=np.float64)
+        out = normalize(raw, kind)
+        out.values[...] = -7.0
+        assert np.array_equal(np.asarray(raw, dtype=np.float64), before), type(raw)
+
+
+def test_ascending_similarity_needs_every_step_to_rise() -> None:
+    # the check first asks whether the maximum is last; a list whose maximum is last
+    # but which falls on the way does not rise (hand-checked)
+    assert norm([0.3, 0.1, 0.5], "similarity", ranked=True)[1] == {}
+    assert norm([0.1, 0.3, 0.5], "similarity", ranked=True)[1] == {
+        ScoreIssue.ASCENDING_SIMILARITY: 1
+    }
+    assert norm([0.5, 0.5, 0.5], "similarity", ranked=True)[1] == {}  # ties do not rise
+    assert norm([0.1, 0.5], "similarity", ranked=True)[1] == {ScoreIssue.ASCENDING_SIMILARITY: 1}
+    assert norm([0.5], "similarity", ranked=True)[1] == {}
