@@ -464,6 +464,27 @@ def test_plain_dicts_with_wrong_types_are_named() -> None:
     assert es.arrays().doc_ids(0) == ["b", "a"]
 
 
+def test_run_scores_of_any_number_type_become_float_columns() -> None:
+    """An EvalSet built from Run dicts holds each score as float64 whatever its Python
+    type (int, bool, numpy float, a numeric string), and ``None`` as NaN (unscored), as
+    numpy reads them; the columns are gathered in blocks, so a value that is not a plain
+    float must not stop or shift the others."""
+    import numpy as np
+
+    from ragguard.calibration import Labels, Query, Run
+
+    scores = {"a": None, "b": 2, "c": np.float32(0.5), "d": "0.25", "e": True}
+    es = EvalSet(
+        {"q": Query("q"), "p": Query("p")},
+        {"q": Labels({"b": 1}), "p": Labels({"x": 1})},
+        {"r": Run("r", {"q": scores, "p": {"x": 0.125}})},  # type: ignore[dict-item]
+    )
+    got = es.run_dict()
+    assert math.isnan(got["q"].pop("a"))
+    assert got == {"q": {"b": 2.0, "c": 0.5, "d": 0.25, "e": 1.0}, "p": {"x": 0.125}}
+    assert es.arrays().doc_ids(0) == ["b", "e", "c", "d", "a"]
+
+
 # --- files as users write them --------------------------------------------------------
 
 BOM = "\ufeff"  # what "UTF-8 with BOM" editors write first; encoded: EF BB BF

@@ -117,11 +117,11 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
             utility or probability out of range, a document listed twice, a repeated
             query: naming file, line and field.
     """
+    source = str(path)
     queries: dict[str, Query] = {}
     label_lines: dict[str, tuple[str | None, int | None]] = {}
     labels = LabelColumns()
     runs: dict[str, _Run] = {}
-    seen: dict[str, int] = {}
     pair_texts = _PairTexts() if texts else None
     metadata: dict[str, dict[str, Any]] = {}
     for lineno, text in enumerate(open_text(path), 1):
@@ -139,9 +139,8 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
                 unknown[0],
             )
         qid = at.id(obj.get("query_id"), "query_id")
-        if qid in seen:
-            at.fail(f"query id {qid!r} was already used on line {seen[qid]}", "query_id")
-        seen[qid] = lineno
+        if qid in label_lines:
+            at.fail(f"query id {qid!r} was already used on line {label_lines[qid][1]}", "query_id")
         query = obj.get("query")
         if query is not None and not isinstance(query, str):
             at.fail(f"must be a string, got {type(query).__name__}", "query")
@@ -150,7 +149,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
             at.fail("must be a list of strings", "answers")
         labels.add(qid, _labels(obj, at))
         queries[qid] = Query(qid, query, tuple(answers))
-        label_lines[qid] = (str(path), lineno)
+        label_lines[qid] = (source, lineno)
         meta = obj.get("metadata")
         if isinstance(meta, dict) and texts:
             metadata[qid] = meta
@@ -172,7 +171,6 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
                     line=line,
                     field=fld,
                 )
-    source = str(path)
     sources = [TextSource(pair_texts.done())] if pair_texts is not None and pair_texts else []
     return ColumnarRead(
         queries,
