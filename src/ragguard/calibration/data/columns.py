@@ -122,13 +122,11 @@ def arrow_module(name: str) -> ModuleType:
 
 # --------------------------------------------------------------------------- vocabularies
 
-Vocab = Any  # a pyarrow string array (from files) or a list of str
+Vocab = Any  # a pyarrow string array, chunked or not
 
 
 def vocab_take(vocab: Vocab, codes: NDArray[Any]) -> list[str]:
     """The ids of ``codes`` in ``vocab``."""
-    if isinstance(vocab, list):
-        return [vocab[i] for i in codes.tolist()]
     out: list[str] = take(vocab, codes).to_pylist()
     return out
 
@@ -175,21 +173,11 @@ def string_array(ids: Sequence[str]) -> Any:
     return pa.concat_arrays([wide.cast(pa.string())])
 
 
-def vocab_list(vocab: Vocab) -> list[str]:
-    """All ids of ``vocab`` as Python strings."""
-    return vocab if isinstance(vocab, list) else vocab.to_pylist()
-
-
 def vocab_positions(needles: Vocab, hay: Vocab) -> I64:
     """Position of each id of ``needles`` in ``hay`` (-1 where absent)."""
-    pa = arrow()
-    if pa is not None and not isinstance(needles, list) and not isinstance(hay, list):
-        pc = arrow_module("compute")
-        found = pc.index_in(needles, value_set=hay).fill_null(-1)
-        out: I64 = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
-        return out
-    index = {d: i for i, d in enumerate(vocab_list(hay))}
-    return np.fromiter((index.get(d, -1) for d in vocab_list(needles)), np.int64)
+    found = arrow_module("compute").index_in(needles, value_set=hay).fill_null(-1)
+    out: I64 = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return out
 
 
 class CorpusIds(Set[str]):
@@ -219,7 +207,7 @@ def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
     """Whether each id of ``vocab`` (distinct, or one per row of a run, repeated) is
     missing from ``known``; for :class:`CorpusIds`, column-wise, hashing the smaller
     side."""
-    if isinstance(known, CorpusIds) and not isinstance(vocab, list):
+    if isinstance(known, CorpusIds):
         pa = arrow()
         ids = known.ids
         if len(vocab) <= len(ids):  # first the corpus ids found in vocab, then those
@@ -227,7 +215,7 @@ def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
             ids = ids.filter(pa.array(at >= 0))
         out: NDArray[np.bool_] = vocab_positions(vocab, ids) < 0
         return out
-    return np.fromiter((doc not in known for doc in vocab_list(vocab)), np.bool_)
+    return np.fromiter((doc not in known for doc in vocab.to_pylist()), np.bool_)
 
 
 # --------------------------------------------------------------------------- rows
@@ -247,7 +235,7 @@ class Pairs:
 
     Attributes:
         qids: query ids, in order of first appearance (a list).
-        docs: document ids (a pyarrow string array, chunked or not, or a list).
+        docs: document ids (a pyarrow string array, chunked or not).
         q: (n,) int32 query code of each row.
         d: (n,) int32 position of each row's id in ``docs``, or ``None`` (row ``i``:
             ``docs[i]``).
@@ -289,8 +277,6 @@ class Pairs:
         """Document ids of ``rows`` (default all) as a pyarrow string array (chunked or
         not)."""
         pa = arrow()
-        if isinstance(self.docs, list):
-            return pa.array(self.doc_ids(self.codes() if rows is None else rows), pa.string())
         if rows is None and self.d is None:
             return self.docs
         codes = self.codes(rows)
