@@ -81,7 +81,6 @@ __all__ = [
     "RunColumns",
     "Vocab",
     "arrays_from_columnar",
-    "arrow",
     "arrow_module",
     "check_grades",
     "encode_ids",
@@ -107,16 +106,9 @@ def pyarrow() -> Any:
     return require("pyarrow", "calibrate")
 
 
-def arrow() -> ModuleType:
-    """pyarrow (:class:`~ragguard.errors.MissingDependencyError` naming the
-    ``calibrate`` extra when it is missing)."""
-    module: ModuleType = pyarrow()
-    return module
-
-
 def arrow_module(name: str) -> ModuleType:
     """A pyarrow submodule (``compute``, ``csv``, ``json``); call only where
-    :func:`arrow` returned pyarrow."""
+    :func:`pyarrow` returned pyarrow."""
     return importlib.import_module(f"pyarrow.{name}")
 
 
@@ -137,7 +129,7 @@ def take(column: Any, rows: NDArray[Any]) -> Any:
     rows.)"""
     if not hasattr(column, "chunks"):
         return column.take(rows)
-    pa = arrow()
+    pa = pyarrow()
     lengths = [len(c) for c in column.chunks]
     if not lengths:
         return pa.array([], column.type)
@@ -164,7 +156,7 @@ def string_array(ids: Sequence[str]) -> Any:
     ``pyarrow.array`` of a list, which imports pandas to ask whether it is one), copied
     into Arrow's memory pool: the Python buffers it is built from are freed at once, so
     a reader keeping many of them leaves no long-lived blocks scattered in the heap."""
-    pa = arrow()
+    pa = pyarrow()
     encoded = [i.encode() for i in ids]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
@@ -208,7 +200,7 @@ def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
     missing from ``known``; for :class:`CorpusIds`, column-wise, hashing the smaller
     side."""
     if isinstance(known, CorpusIds):
-        pa = arrow()
+        pa = pyarrow()
         ids = known.ids
         if len(vocab) <= len(ids):  # first the corpus ids found in vocab, then those
             at = vocab_positions(ids, vocab)  # (a position: an id's first row only)
@@ -276,7 +268,7 @@ class Pairs:
     def doc_column(self, rows: NDArray[Any] | None = None) -> Any:
         """Document ids of ``rows`` (default all) as a pyarrow string array (chunked or
         not)."""
-        pa = arrow()
+        pa = pyarrow()
         if rows is None and self.d is None:
             return self.docs
         codes = self.codes(rows)
@@ -614,7 +606,7 @@ class RunColumns:
 
     def pairs(self, source: str) -> Pairs:
         """The rows added, as :class:`Pairs` (the ids as read)."""
-        pa = arrow()
+        pa = pyarrow()
         self.flush()
         q = np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes)
         ids = pa.chunked_array(self._ids, type=pa.string())
@@ -674,7 +666,7 @@ class LabelColumns:
 def encode_ids(column: Any) -> tuple[Any, NDArray[np.int32]]:
     """(dictionary, int32 codes) of a chunked string column, ids in order of first
     appearance."""
-    pa = arrow()
+    pa = pyarrow()
     enc = column.dictionary_encode()
     if enc.num_chunks == 0:
         return pa.array([], pa.string()), np.zeros(0, np.int32)
@@ -912,7 +904,7 @@ def label_hits(
     document id) in Arrow, built on the labels (the smaller side) and probed by the run,
     so no dictionary of the run's ids is needed. One thread: as fast on two cores, and
     the worker threads' freed memory would stay resident (about 40 MB at 10 M rows)."""
-    pa = arrow()
+    pa = pyarrow()
     lsel = np.flatnonzero(lrow >= 0)
     if lsel.size == 0 or crow.size == 0:
         return np.zeros(0, np.intp), np.zeros(0, np.intp)
@@ -1082,7 +1074,7 @@ def fingerprint(
         p = labels.pairs
         rows = _rows(qids, labels)[p.q]
         keep = np.flatnonzero(rows >= 0)
-        pa = arrow()
+        pa = pyarrow()
         table = pa.table(
             {"r": rows[keep], "d": p.doc_column(keep), "v": p.value[keep],
              "i": np.arange(keep.size)}

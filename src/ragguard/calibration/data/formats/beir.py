@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration.data import columns as _columnar
 from ragguard.calibration.data.columns import (
     ColumnarLabels,
     ColumnarQueries,
@@ -39,6 +38,7 @@ from ragguard.calibration.data.columns import (
     check_grades,
     encode_ids,
     missing_ids,
+    pyarrow,
     repeat_events,
     repeated_rows,
     report_events,
@@ -82,7 +82,7 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
     """``path``'s bytes (gunzipped when its name ends in ``.gz``, a leading byte order
     mark dropped) in blocks of whole lines, each ending with a newline: views of a new
     buffer per block, from its start, read into without copies."""
-    pa = _columnar.arrow()
+    pa = pyarrow()
     assert pa is not None
     gz = path.name.lower().endswith(".gz")
     rest = b""
@@ -156,7 +156,7 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
 
 
 def _parse_options(fields: Mapping[str, Any], infer: bool = False) -> Any:
-    pa = _columnar.arrow()
+    pa = pyarrow()
     return arrow_module("json").ParseOptions(
         explicit_schema=pa.schema(list(fields.items())),
         unexpected_field_behavior="infer" if infer else "ignore",
@@ -173,7 +173,7 @@ def _read_block(
     that is not UTF-8, ``check`` (given the bytes and a one-string pyarrow array)
     refusing it, pyarrow rejecting it, or finding another number of objects than of
     non-blank lines (an object over several lines, several on one line)."""
-    pa = _columnar.arrow()
+    pa = pyarrow()
     found = _object_lines(block)
     if found is None:
         return None
@@ -351,7 +351,7 @@ def _json_file(
         EvalSetError: the first bad line, naming file, line and field; a file that
             cannot be read.
     """
-    pa = _columnar.arrow()
+    pa = pyarrow()
     string = pa.string()
     kept = kept or fields
     parse = _parse_options(dict.fromkeys(fields, string))
@@ -395,7 +395,7 @@ def _diagnose(
     field; when none is bad, the block's values as Python reads them (a lone surrogate
     escape, which no UTF-8 text holds, as U+FFFD) and its number of lines. ``seen``:
     the lines before the block."""
-    pa = _columnar.arrow()
+    pa = pyarrow()
     lines = bytes(block).splitlines(keepends=True)
     values: list[Row] = []
     for i, raw in enumerate(lines):
@@ -425,7 +425,7 @@ _SURROGATE = re.compile("[\\ud800-\\udfff]")
 def _strings(values: Sequence[str | None]) -> Any:
     """A pyarrow string array of ``values``; lone surrogates (which Python's json reads
     from escapes such as ``\\ud800`` and UTF-8 cannot hold) become U+FFFD."""
-    pa = _columnar.arrow()
+    pa = pyarrow()
     try:
         return pa.array(values, pa.string())
     except UnicodeEncodeError:
@@ -489,7 +489,7 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
     """
     if not path.exists():
         return ColumnarLabels.of_grades(pairs)
-    pa = _columnar.arrow()
+    pa = pyarrow()
     string = pa.string()
     fields = read_fields(path, BEIR_DISTRACTOR, split=split_tsv, is_header=_is_header)
     dq = vocab_positions(fields.q.combine_chunks(), pa.array(pairs.qids, string))

@@ -26,7 +26,7 @@ import numpy as np
 from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns, string_array
 from ragguard.calibration.data.formats.common import (
     Where,
-    json_value,
+    json_line,
     open_text,
 )
 from ragguard.calibration.data.problems import ProblemKind, Reporter
@@ -128,7 +128,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         if not text.strip():
             continue
         at = Where(path, lineno)
-        obj = json_value(text, at)
+        obj = json_line(text, path, lineno)
         if not isinstance(obj, dict):
             at.fail(f"each line must be a JSON object, got {type(obj).__name__}")
         unknown = sorted(obj.keys() - JSONL_FIELDS)

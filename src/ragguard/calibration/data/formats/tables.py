@@ -54,9 +54,9 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.data.columns import (
     Pairs,
-    arrow,
     arrow_module,
     encode_ids,
+    pyarrow,
     repeated_rows,
     string_array,
     vocab_take,
@@ -270,7 +270,7 @@ def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:
     if kind != "pandas":
         table = obj.to_arrow() if kind == "polars" else obj
         return list(table.column_names), table.column
-    pa = arrow()
+    pa = pyarrow()
     if any(n is not None for n in obj.index.names):  # named index levels are columns
         obj = obj.reset_index()
     names = [str(c) for c in obj.columns]
@@ -289,7 +289,7 @@ def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:
 
 def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
     """An id column as strings (integers as their decimal text)."""
-    pa = arrow()
+    pa = pyarrow()
     if isinstance(column, list):
         return pa.chunked_array([string_array(_python_ids(column, name, label, what))])
     types = pa.types
@@ -314,7 +314,7 @@ def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
         return np.array(
             [_number(v, role, name, i, what) for i, v in enumerate(column)], dtype=np.float64
         )
-    pa = arrow()
+    pa = pyarrow()
     types = pa.types
     t = column.type
     numeric = types.is_integer(t) or types.is_floating(t) or types.is_decimal(t)
