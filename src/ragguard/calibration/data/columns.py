@@ -1,39 +1,17 @@
-"""The columnar data path: TREC files read column-wise into integer-coded ids and dense
-arrays, with no Python object per line.
+"""The one storage of an eval set: labels and runs as columns.
 
-A file whose fields are separated by single spaces (the usual run) is read by pyarrow's
-multi-threaded CSV reader with the space as delimiter and typed columns
-(:func:`_typed`); any other file by pyarrow's streaming CSV reader, one line per row (a
-delimiter that never occurs in text), split on whitespace by pyarrow's compute kernels,
-so tabs and runs of blanks are handled like ``str.split()``. Query ids, and the
-documents of labels, are dictionary-encoded (interned) into int32 codes; a run's
-document ids stay as read, one Arrow string per row: repeats are found per query from a
-64-bit key of each id (:func:`doc_keys`) and confirmed on the text, and labels are
-joined to candidates by an Arrow hash join on (query, document) (:func:`label_hits`).
-Each row keeps a float64 value and, only where blank, comment or dropped lines make it
-differ from the row number, its line (as steps, :class:`Lines`).
-
-The result is **exactly** what the careful line-by-line reader
-(:mod:`ragguard.calibration.data.formats.common`) returns: the same queries, labels, candidates in
-the same order, and the same problems with the same file, line and message. Whenever a
-file holds something the fast path does not judge itself (a malformed line, a number
-Python and Arrow might parse differently, contradictory labels, whitespace other than
-spaces and tabs, text that is not UTF-8), it returns ``None`` and the careful reader
-reads the file again: it raises the error naming file, line and field, or reads what
-Python reads. Without pyarrow (the ``fast`` extra), the careful reader is used.
-
-The data stay columnar inside the :class:`~ragguard.calibration.data.evalset.EvalSet`:
-:class:`ColumnarCandidates`, :class:`ColumnarLabels` and :class:`ColumnarQueries` are
-read-only mappings that build one query's dict or :class:`Labels` only when asked, and
-:func:`arrays_from_columnar` converts them into
-:class:`~ragguard.calibration.arrays.EvalArrays` with column-wise joins, never touching a
-per-candidate Python object.
-
-The column-wise readers of other formats (:mod:`ragguard.calibration.data.formats.beir`,
-:mod:`ragguard.calibration.data.formats.tables`) build on this module's helpers (:func:`arrow`,
-:func:`encode_ids`, :func:`numeric_values`, :func:`repeated_rows`, :func:`same_grades`,
-:func:`repeat_events`, :func:`missing_ids`, ...), listed in ``__all__``; it imports none
-of them, nor :mod:`ragguard.calibration.data.evalset`, which sits above every reader.
+A reader (:mod:`ragguard.calibration.data.formats`) gives :class:`Pairs`: (query,
+document, value) rows with int32 query codes, document ids in a pyarrow string array
+(interned, or one per row as read: a TREC run's 10 million ids are never hashed into a
+dictionary), float64 values and, where they are not the row numbers, lines.
+:class:`ColumnarLabels` and :class:`ColumnarCandidates` are read-only mappings over them
+that build one query's :class:`~ragguard.calibration.data.records.Labels` or dict only
+when asked; :func:`arrays_from_columnar` is the one way into
+:class:`~ragguard.calibration.arrays.EvalArrays` (labels joined to candidates by an Arrow
+hash join, :func:`label_hits`), and :func:`fingerprint` hashes the data. The helpers the
+readers share (:func:`encode_ids`, :func:`repeated_rows`, :func:`repeat_events`,
+:func:`missing_ids`, ...) are listed in ``__all__``; this module imports no reader, nor
+:mod:`ragguard.calibration.data.evalset`.
 """
 
 from __future__ import annotations
@@ -749,8 +727,8 @@ def check_grades(
 def repeat_events(
     pairs: Pairs, repeats: NDArray[np.intp], kind: str
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    """The problems of the repeated rows ``repeats`` (:func:`repeated_rows`), as the
-    careful reader reports them: ``(line, 0, kind, message, field)`` per row, a repeated
+    """The problems of the repeated rows ``repeats`` (:func:`repeated_rows`), as a
+    line-by-line reader would report them: ``(line, 0, kind, message, field)`` per row, a repeated
     candidate for ``kind="run"``, a repeated label otherwise."""
     docs = pairs.doc_ids(repeats)
     lines = pairs.line_of(repeats).tolist()

@@ -116,11 +116,11 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
 def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], NDArray[np.intp], int] | None:
     """0-based indices of the non-blank lines of ``block``, the byte offset where each
     starts and its number of lines, or
-    ``None`` unless each such line looks like one JSON object the careful reader reads
+    ``None`` unless each such line looks like one JSON object Python's json reads
     alike: it starts with ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r``
     ends a line on its own, and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow
     reads and Python's json rejects) may be in it. Lines of spaces and tabs are blank; a
-    line with other leading or trailing whitespace goes to the careful reader."""
+    line with other leading or trailing whitespace is walked (:func:`_diagnose`)."""
     a = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(a == 10)
     starts = np.empty_like(ends)
@@ -145,7 +145,7 @@ _DELIMITERS = np.frombuffer(b" \t\r\n,]}", dtype=np.uint8)
 
 def _bare_literals(a: NDArray[np.uint8]) -> bool:
     """Whether ``Inf`` or ``-NaN`` followed by a JSON delimiter occurs (maybe inside a
-    string: then the careful reader reads the file, which it would read alike)."""
+    string: then the block is walked, which reads it alike)."""
     at = np.flatnonzero(a[:-3] == ord("I"))
     at = at[(a[at + 1] == ord("n")) & (a[at + 2] == ord("f"))]
     if at.size and bool(np.isin(a[at + 3], _DELIMITERS).any()):

@@ -68,7 +68,14 @@ def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
         first = False
 
 
-def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
+def read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
+    """A UDCG authors' JSON file: the examples' labels, utilities and passages (one run
+    named ``"passages"``, no scores), read with Python's json.
+
+    Raises:
+        EvalSetError: malformed JSON or a missing or mistyped field, naming file, line
+            and field.
+    """
     res = ReadResult()
     examples: list[tuple[Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
     run: Candidates = {}
@@ -179,16 +186,3 @@ def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         at.fail("must be a list of strings", f"{base}.answers")
     return tuple(value)
-
-
-def read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
-    """A UDCG authors' JSON file: the examples' labels, utilities and passages (one run
-    named ``"passages"``, no scores), read with Python's json.
-
-    Raises:
-        EvalSetError: malformed JSON or a missing or mistyped field, naming file, line
-            and field; no such file.
-    """
-    if not path.is_file():
-        raise EvalSetError("no such file", path=str(path))
-    return _read_udcg(path, rep, model)
