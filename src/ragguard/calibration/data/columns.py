@@ -1048,50 +1048,30 @@ def fingerprint(
 
     h = hashlib.sha256()
     _hash_ids(h, list(qids))
-    if not labels.rich and labels.stated is None:  # column-wise
-        p = labels.pairs
-        rows = _rows(qids, labels)[p.q]
-        keep = np.flatnonzero(rows >= 0)
-        pa = pyarrow()
-        table = pa.table(
-            {"r": rows[keep], "d": p.doc_column(keep), "v": p.value[keep],
-             "i": np.arange(keep.size)}
-        )  # fmt: skip
-        table = table.sort_by([("r", "ascending"), ("d", "ascending")])
-        h.update(b"grades")
-        h.update(np.asarray(table.column("r").to_numpy(), np.int64).tobytes())
-        _hash_ids(h, table.column("d").combine_chunks())
-        _hash_floats(h, np.asarray(table.column("v").to_numpy(), np.float64))
-        h.update(b"distractors")
-        if labels.distractor is not None:  # as the dicts' part: rows, sorted ids, 1.0s
-            flagged = labels.distractor[keep]
-            dis = table.filter(pa.array(np.asarray(flagged)[table.column("i").to_numpy()]))
-            h.update(np.asarray(dis.column("r").to_numpy(), np.int64).tobytes())
-            _hash_ids(h, dis.column("d").combine_chunks())
-            _hash_floats(h, np.ones(dis.num_rows))
-        for part in (b"utilities", b"no_response"):
-            h.update(part)
-        h.update(np.full(len(qids), -1, np.int64).tobytes())
-    else:
-        labs = [labels[q] for q in qids]
-        parts: list[tuple[bytes, list[Mapping[str, float]]]] = [
-            (b"grades", [lab.grades for lab in labs]),
-            (b"distractors", [dict.fromkeys(lab.distractors, 1.0) for lab in labs]),
-            (b"utilities", [lab.utilities for lab in labs]),
-            (b"no_response", [lab.no_response for lab in labs]),
-        ]
-        for i, (part, maps) in enumerate(parts):
-            h.update(part)
-            items = [sorted(m.items()) for m in maps]
-            if i and not any(items):
-                continue
-            rows = np.repeat(np.arange(len(qids), dtype=np.int64), list(map(len, items)))
-            h.update(rows.tobytes())
-            flat = [kv for row in items for kv in row]
-            _hash_ids(h, [k for k, _ in flat])
-            _hash_floats(h, np.array([float(v) for _, v in flat], dtype=np.float64))
-        stated = [-1 if lab.n_relevant is None else lab.n_relevant for lab in labs]
-        h.update(np.asarray(stated, np.int64).tobytes())
+    p = labels.pairs
+    rows = _rows(qids, labels)[p.q]
+    keep = np.flatnonzero(rows >= 0)
+    table = pyarrow().table({"r": rows[keep], "d": p.doc_column(keep), "i": keep})
+    table = table.sort_by([("r", "ascending"), ("d", "ascending")])
+    row = np.asarray(table.column("r").to_numpy(), np.int64)
+    docs = table.column("d").combine_chunks()
+    at = np.asarray(table.column("i").to_numpy(), np.intp)  # label rows, sorted
+    flags = None if labels.distractor is None else np.where(labels.distractor, 1.0, np.nan)
+    parts = [
+        (b"grades", p.value), (b"distractors", flags),
+        (b"utilities", labels.utility), (b"no_response", labels.no_response),
+    ]  # fmt: skip
+    for part, values in parts:  # per part: rows, ids and values of the labels it has
+        h.update(part)
+        if values is None:
+            continue
+        sel = ~np.isnan(values[at])
+        h.update(row[sel].tobytes())
+        _hash_ids(h, docs.filter(sel))
+        _hash_floats(h, values[at][sel])
+    codes = [labels.code(q) for q in qids]
+    stated = [-1 if c is None or labels.stated is None else int(labels.stated[c]) for c in codes]
+    h.update(np.asarray(stated, np.int64).tobytes())
     for name, kind, cands in runs:
         h.update(f"run\x00{name}\x00{kind}".encode())
         p = cands.pairs
