@@ -524,15 +524,19 @@ class ColumnarLabels(_ByQuery):
 
 
 class ColumnarQueries(Mapping[str, "Query"]):
-    """``{query_id: Query}`` (ids only) for the queries of some labels."""
+    """``{query_id: Query}`` for the queries of some labels, with their text where
+    ``texts`` has one."""
 
-    def __init__(self, keys: Mapping[str, object]) -> None:
+    def __init__(
+        self, keys: Mapping[str, object], texts: Mapping[str, str | None] | None = None
+    ) -> None:
         self._keys = keys
+        self._texts = texts or {}
 
     def __getitem__(self, qid: str) -> Query:
         if qid not in self._keys:
             raise KeyError(qid)
-        return Query(qid)
+        return Query(qid, self._texts.get(qid))
 
     def __len__(self) -> int:
         return len(self._keys)

@@ -21,7 +21,7 @@ walk is a diagnosis of one block, not a second reader.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from ragguard.calibration.data.columns import (
     ColumnarQueries,
     ColumnarRead,
     CorpusIds,
+    Event,
     Pairs,
     arrow_module,
     check_grades,
@@ -55,7 +56,7 @@ from ragguard.calibration.data.formats.common import (
 )
 from ragguard.calibration.data.formats.delimited import Fields, read_fields, split_tsv
 from ragguard.calibration.data.problems import ProblemKind, Reporter
-from ragguard.calibration.data.records import DISTRACTOR_GRADE, Query
+from ragguard.calibration.data.records import DISTRACTOR_GRADE
 from ragguard.calibration.data.texts import (
     ArrowCorpus,
     Texts,
@@ -67,7 +68,6 @@ from ragguard.errors import EvalSetError
 __all__ = ["BEIR_DISTRACTORS", "beir_split", "read_beir"]
 
 I64 = NDArray[np.int64]
-Event = tuple[int, int, ProblemKind, str, str | None]
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
 
@@ -83,7 +83,6 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
     mark dropped) in blocks of whole lines, each ending with a newline: views of a new
     buffer per block, from its start, read into without copies."""
     pa = pyarrow()
-    assert pa is not None
     gz = path.name.lower().endswith(".gz")
     rest = b""
     first = True
@@ -113,10 +112,9 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
             rest = bytes(buf[cut:n])
 
 
-def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], NDArray[np.intp], int] | None:
-    """0-based indices of the non-blank lines of ``block``, the byte offset where each
-    starts and its number of lines, or
-    ``None`` unless each such line looks like one JSON object Python's json reads
+def _object_lines(block: memoryview) -> tuple[int, int] | None:
+    """The number of non-blank lines of ``block`` and its number of lines, or ``None``
+    unless each such line looks like one JSON object Python's json reads
     alike: it starts with ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r``
     ends a line on its own, and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow
     reads and Python's json rejects) may be in it. Lines of spaces and tabs are blank; a
@@ -137,7 +135,7 @@ def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], NDArray[np.intp]
         if any(bytes(block[starts[i] : ends[i]]).strip(b" \t") for i in odd.tolist()):
             return None
         full = np.setdiff1d(full, odd)
-    return None if _bare_literals(a) else (full, starts[full], ends.size)
+    return None if _bare_literals(a) else (full.size, ends.size)
 
 
 _DELIMITERS = np.frombuffer(b" \t\r\n,]}", dtype=np.uint8)
@@ -155,38 +153,25 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
     return bool(at.size)
 
 
-def _parse_options(fields: Mapping[str, Any], infer: bool = False) -> Any:
-    pa = pyarrow()
-    return arrow_module("json").ParseOptions(
-        explicit_schema=pa.schema(list(fields.items())),
-        unexpected_field_behavior="infer" if infer else "ignore",
-    )
-
-
-def _read_block(
-    block: memoryview, parse: Any, check: Callable[[memoryview, Any], bool] | None = None
-) -> tuple[Any, NDArray[np.intp], NDArray[np.intp], int] | None:
+def _read_block(block: memoryview, parse: Any) -> tuple[Any, int] | None:
     """A block of whole JSON lines read by pyarrow's JSON reader: the table of its
-    objects (empty when every line is blank), the 0-based index and the byte offset of
-    the line of each row, and the block's number of lines. ``None`` when it cannot be
-    read so: a line Python's json may read otherwise (:func:`_object_lines`), text
-    that is not UTF-8, ``check`` (given the bytes and a one-string pyarrow array)
-    refusing it, pyarrow rejecting it, or finding another number of objects than of
-    non-blank lines (an object over several lines, several on one line)."""
+    objects (empty when every line is blank) and the block's number of lines. ``None``
+    when it cannot be read so: a line Python's json may read otherwise
+    (:func:`_object_lines`), text that is not UTF-8, pyarrow rejecting it, or finding
+    another number of objects than of non-blank lines (an object over several lines,
+    several on one line)."""
     pa = pyarrow()
     found = _object_lines(block)
     if found is None:
         return None
-    full, starts, n_lines = found
+    n_objects, n_lines = found
     buf = pa.py_buffer(block)
     offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int32))
     text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, buf])
     try:
         text.validate(full=True)  # UTF-8
-        if check is not None and not check(block, text):
-            return None
-        if not full.size:
-            return parse.explicit_schema.empty_table(), full, starts, n_lines
+        if not n_objects:
+            return parse.explicit_schema.empty_table(), n_lines
         table = arrow_module("json").read_json(
             pa.BufferReader(buf),
             read_options=arrow_module("json").ReadOptions(block_size=1 << 20),
@@ -194,29 +179,9 @@ def _read_block(
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != full.size:
+    if table.num_rows != n_objects:
         return None
-    return table, full, starts, n_lines
-
-
-class TextQueries(ColumnarQueries):
-    """``{query_id: Query}`` of labelled queries with their text (``None`` when the data
-    have none) and reference answers."""
-
-    def __init__(
-        self,
-        keys: Mapping[str, object],
-        texts: Mapping[str, str | None],
-        answers: Mapping[str, tuple[str, ...]] | None = None,
-    ) -> None:
-        super().__init__(keys)
-        self._texts = texts
-        self._answers = answers or {}
-
-    def __getitem__(self, qid: str) -> Query:
-        if qid not in self._keys:
-            raise KeyError(qid)
-        return Query(qid, self._texts.get(qid), self._answers.get(qid, ()))
+    return table, n_lines
 
 
 # --------------------------------------------------------------------------- BEIR
@@ -292,7 +257,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
     del fields
     report_events(events, rep, str(qrels_path))
     labels = _with_distractors(pairs, path / BEIR_DISTRACTORS, rep)
-    queries = TextQueries(labels, query_texts)
+    queries = ColumnarQueries(labels, query_texts)
     return ColumnarRead(queries, labels, labels.label_lines(), {}, corpus, passages)
 
 
@@ -354,16 +319,18 @@ def _json_file(
     pa = pyarrow()
     string = pa.string()
     kept = kept or fields
-    parse = _parse_options(dict.fromkeys(fields, string))
+    parse = arrow_module("json").ParseOptions(
+        explicit_schema=pa.schema([(name, string) for name in fields]),
+        unexpected_field_behavior="ignore",
+    )
     tables = []
     seen = 0  # lines before the block
     try:
         for block in _line_blocks(path):
             got = _read_block(block, parse)
             if got is None or not _good_ids(got[0].column("_id")):
-                table, n_lines = _diagnose(block, seen, path, fields, row)
-            else:
-                table, n_lines = got[0], got[3]
+                got = _diagnose(block, seen, path, fields, row)
+            table, n_lines = got
             tables.append(table.select(list(kept)))
             seen += n_lines
             del table, got
