@@ -750,8 +750,9 @@ def repeat_events(
 
 @dataclass
 class ColumnarRead:
-    """What a column-wise reader found (as
-    :class:`~ragguard.calibration.data.formats.common.ReadResult`)."""
+    """What a reader found: queries, labels (with the file and line where each query's
+    labels start), runs (with the line of each query's first candidate), the corpus ids
+    when known, and the passage texts the file carries."""
 
     queries: Mapping[str, Query]
     labels: ColumnarLabels

@@ -120,7 +120,7 @@ from ragguard.calibration.data.columns import (
 )
 from ragguard.calibration.data.formats import trec as _trec
 from ragguard.calibration.data.formats.beir import read_beir
-from ragguard.calibration.data.formats.common import ReadResult, first_content
+from ragguard.calibration.data.formats.common import first_content
 from ragguard.calibration.data.formats.jsonl import read_jsonl
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.data.formats.udcg import read_udcg
@@ -671,7 +671,7 @@ def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
 
 def _read(
     fmt: str, path: Path, rep: Reporter, split: str | None, model: str | None, texts: bool
-) -> ReadResult | ColumnarRead:
+) -> ColumnarRead:
     """What the reader of ``fmt`` finds in ``path``.
 
     Raises:

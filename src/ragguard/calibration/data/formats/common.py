@@ -11,12 +11,11 @@ import gzip
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ragguard.calibration.data.problems import ProblemKind, Reporter
-from ragguard.calibration.data.texts import Texts
 from ragguard.errors import EvalSetError
 
 __all__ = [
@@ -26,7 +25,6 @@ __all__ = [
     "TREC_QRELS",
     "TREC_RUN",
     "Layout",
-    "ReadResult",
     "Where",
     "first_content",
     "json_id",
@@ -38,20 +36,6 @@ __all__ = [
 
 Candidates = dict[str, dict[str, float]]
 Lines = dict[str, int]
-
-
-@dataclass
-class ReadResult:
-    """What a reader found: queries, labels (with where each query's labels start),
-    embedded runs (with the line of each query), the corpus ids when known, and the
-    passage texts the file carries."""
-
-    queries: dict[str, Any] = field(default_factory=dict)
-    labels: dict[str, Any] = field(default_factory=dict)
-    label_lines: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
-    runs: dict[str, tuple[Candidates, Lines]] = field(default_factory=dict)
-    corpus: set[str] | None = None
-    texts: Texts = field(default_factory=Texts)
 
 
 def open_text(path: Path) -> Iterator[str]:

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ragguard.calibration.data.columns import ColumnarLabels, ColumnarRead
 from ragguard.calibration.data.formats.common import (
     Candidates,
     Lines,
-    ReadResult,
     Where,
     json_where,
     open_text,
@@ -68,7 +68,7 @@ def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
         first = False
 
 
-def read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
+def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
     """A UDCG authors' JSON file: the examples' labels, utilities and passages (one run
     named ``"passages"``, no scores), read with Python's json.
 
@@ -76,7 +76,9 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
         EvalSetError: malformed JSON or a missing or mistyped field, naming file, line
             and field.
     """
-    res = ReadResult()
+    queries: dict[str, Query] = {}
+    labels: dict[str, Labels] = {}
+    label_lines: dict[str, tuple[str | None, int | None]] = {}
     examples: list[tuple[Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
     run: Candidates = {}
     lines: Lines = {}
@@ -142,8 +144,8 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
                         entry["no_res_prob"], f"{mfld}.no_res_prob", 0.0, 1.0
                     )
                     models.add(name)
-        res.queries[qid] = Query(qid, question, _answers(ex.get("answers"), at, base))
-        res.label_lines[qid] = (str(path), lineno)
+        queries[qid] = Query(qid, question, _answers(ex.get("answers"), at, base))
+        label_lines[qid] = (str(path), lineno)
         run[qid] = cands
         lines[qid] = lineno
         examples.append((at, qid, grades, probs))
@@ -172,12 +174,10 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
                     f"{chosen!r}",
                     "models_info",
                 )
-        res.labels[qid] = Labels(grades, no_response=no_response)
-    res.runs["passages"] = (run, lines)
-    res.texts = Texts(
-        pairs=[TextSource.of(texts, titles)] if texts else (), udcg_examples=originals
-    )
-    return res
+        labels[qid] = Labels(grades, no_response=no_response)
+    source = Texts(pairs=[TextSource.of(texts, titles)] if texts else (), udcg_examples=originals)
+    columns = ColumnarLabels.of_labels(labels, str(path))
+    return ColumnarRead(queries, columns, label_lines, {"passages": (run, lines)}, texts=source)
 
 
 def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
