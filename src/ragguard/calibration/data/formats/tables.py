@@ -1,43 +1,27 @@
 """Qrels and runs held as tables: pandas and polars DataFrames, pyarrow Tables, ranx
-``Qrels`` and ``Run`` objects, next to ``{query_id: {doc_id: value}}`` dicts.
+``Qrels`` and ``Run`` objects, next to ``{query_id: {doc_id: value}}`` dicts (see
+:meth:`EvalSet.from_dicts <ragguard.calibration.data.evalset.EvalSet.from_dicts>`).
 
-A qrels table has one row per label (query id, document id, grade), a run table one
-row per candidate (query id, document id, score); row order is the run's order, which
-breaks score ties. Columns are found by name, case-insensitively:
+One row per label (query id, document id, grade) or candidate (query id, document id,
+score; row order is the run's order, which breaks score ties). Columns are found by
+name, case-insensitively (:data:`COLUMN_NAMES`; a qrels table without a grade column
+uses ``score``), or named by ``columns={"qid": ..., "docid": ..., "grade": ...,
+"score": ...}``. Ids are strings or integers (an integer is taken as its decimal
+string); a missing score is a candidate without one, a missing grade an error. Grades
+follow the file readers' rule (:func:`~ragguard.calibration.data.records.bad_grade`):
+whole numbers up to 5, so a float column of whole numbers holds grades and ``2.5`` is an
+error naming the query, the document and the grade. A repeated (query, document) row
+keeps its first occurrence and is reported, as in files; a table without a row is an
+error, never metrics of nothing.
 
-==========  ===================================================================
-column      names recognised
-==========  ===================================================================
-query id    ``qid``, ``query_id``, ``q_id``, ``query-id``, ``queryid``
-doc id      ``docid``, ``doc_id``, ``docno``, ``doc``, ``corpus-id``, ``corpus_id``
-grade       ``grade``, ``relevance``, ``rel``, ``label``; else ``score`` (qrels only)
-score       ``score`` (runs only)
-==========  ===================================================================
-
-``columns={"qid": ..., "docid": ..., "grade": ..., "score": ...}`` names others. Ids are
-strings or integers (an integer is taken as its decimal string); grades and scores are
-numbers (a missing score is a candidate without one, ranked last; a missing grade is an
-error). A table means what the dict built from its rows means, with one difference: a
-repeated (query, document) row keeps its first occurrence and is reported, as the file
-readers do (a repeated label with another grade is an error).
-
-Grades follow the file readers' rule (:func:`~ragguard.calibration.data.formats.common.bad_grade`),
-in tables, dicts and ranx objects alike: whole numbers up to 5 (-1 a known distractor's
-grade in files, lower ones judged not relevant). A float column of whole numbers
-(``1.0``, as pandas makes one when a value is missing or computed) holds grades; ``2.5``
-or ``7`` is an error naming the query, the document and the grade. Qrels without a row
-are an error ("no labelled queries", as an empty qrels file), and so is a run without
-one (as an empty run file): never metrics of nothing.
-
-A table is converted column-wise with pyarrow (a requirement of calibration, the
-``calibrate`` extra): ids are dictionary-encoded into integer codes and stay columnar
-(:class:`~ragguard.calibration.data.columns.Pairs`); no Python object is built per row.
-A pandas column pyarrow cannot convert (mixed types) has its values checked one by one,
-so the row at fault is named, and joins the others as an Arrow column. ranx
-objects become dicts, read from the typed dicts they hold (a few microseconds per entry;
-ranx has already sorted each query's documents by score, so tied scores come in ranx's
-order). pandas, polars, pyarrow and ranx are never imported here; inputs are recognised
-by the module of their type.
+A table is converted column-wise with pyarrow (the ``calibrate`` extra): ids are
+dictionary-encoded into integer codes and stay columnar
+(:class:`~ragguard.calibration.data.columns.Pairs`). A pandas column pyarrow cannot
+convert (mixed types) has its values checked one by one, so the row at fault is named,
+and joins the others as an Arrow column. ranx objects become dicts, read from the typed
+dicts they hold (ranx has sorted each query's documents by score, so tied scores come in
+ranx's order). pandas, polars, pyarrow and ranx are never imported here; inputs are
+recognised by the module of their type.
 """
 
 from __future__ import annotations
