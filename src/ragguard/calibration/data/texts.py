@@ -36,14 +36,10 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ragguard.errors import EvalSetError
 
 __all__ = [
     "ArrowCorpus",
-    "ArrowPairTexts",
     "TextSource",
     "Texts",
     "corpus_source",
@@ -408,27 +404,3 @@ class ArrowCorpus:
                 if (t := title_of(title)) is not None:
                     titles[doc] = t
         return texts, titles
-
-
-class ArrowPairTexts:
-    """Candidate texts read column-wise: per block of lines, the query of each
-    candidate that has a text (an index into ``qids``), its id and its text (pyarrow
-    string arrays); the mapping is built when called, the first text of a pair
-    winning."""
-
-    def __init__(self, qids: Sequence[str]) -> None:
-        self.qids = qids
-        self.parts: list[tuple[NDArray[np.int32], Any, Any]] = []
-
-    def add(self, query: NDArray[np.int32], ids: Any, texts: Any) -> None:
-        """One block's candidates that have a text."""
-        self.parts.append((query, ids, texts))
-
-    def __call__(self) -> tuple[dict[Pair, str], dict[Pair, str]]:
-        out: dict[Pair, str] = {}
-        qids = self.qids
-        for query, ids, texts in self.parts:
-            rows = zip(query.tolist(), ids.to_pylist(), texts.to_pylist(), strict=True)
-            for q, doc, text in rows:
-                out.setdefault((qids[q], doc), text)
-        return out, {}
