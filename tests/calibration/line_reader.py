@@ -15,6 +15,7 @@ import gzip
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,6 @@ from ragguard.calibration.data.formats.common import (
     TREC_QRELS,
     TREC_RUN,
     Layout,
-    ReadResult,
     json_id,
     json_line,
     read_json_run,
@@ -46,6 +46,21 @@ from ragguard.calibration.data.records import (
 )
 from ragguard.calibration.data.texts import Texts, TextSource, corpus_text
 from ragguard.errors import EvalSetError
+
+
+@dataclass
+class ReadResult:
+    """What a reference reader found, as the library's readers give it
+    (:class:`~ragguard.calibration.data.columns.ColumnarRead`), held in dicts."""
+
+    queries: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, Any] = field(default_factory=dict)
+    label_lines: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
+    runs: dict[str, tuple[dict[str, dict[str, float]], dict[str, int]]] = field(
+        default_factory=dict
+    )
+    corpus: set[str] | None = None
+    texts: Texts = field(default_factory=Texts)
 
 
 def _lines(path: Path) -> Iterator[str]:

@@ -464,6 +464,55 @@ def test_plain_dicts_with_wrong_types_are_named() -> None:
     assert es.arrays().doc_ids(0) == ["b", "a"]
 
 
+def test_run_scores_of_any_number_type_become_float_columns() -> None:
+    """An EvalSet built from Run dicts holds each score as float64 whatever its Python
+    type (int, bool, numpy float, a numeric string), and ``None`` as NaN (unscored), as
+    numpy reads them; the columns are gathered in blocks, so a value that is not a plain
+    float must not stop or shift the others."""
+    import numpy as np
+
+    from ragguard.calibration import Labels, Query, Run
+
+    scores = {"a": None, "b": 2, "c": np.float32(0.5), "d": "0.25", "e": True}
+    es = EvalSet(
+        {"q": Query("q"), "p": Query("p")},
+        {"q": Labels({"b": 1}), "p": Labels({"x": 1})},
+        {"r": Run("r", {"q": scores, "p": {"x": 0.125}})},  # type: ignore[dict-item]
+    )
+    got = es.run_dict()
+    assert math.isnan(got["q"].pop("a"))
+    assert got == {"q": {"b": 2.0, "c": 0.5, "d": 0.25, "e": 1.0}, "p": {"x": 0.125}}
+    assert es.arrays().doc_ids(0) == ["b", "e", "c", "d", "a"]
+
+
+def test_the_data_fingerprint_is_pinned(tmp_path: Path) -> None:
+    """The data's sha256 (``data_sha256`` of every written config, the key of cached
+    scores) stays what it was: grades, known distractors, utilities, abstention
+    probabilities and stated counts (hashed column-wise since one path serves them
+    all), and plain grades from dicts. Values computed by the previous implementation,
+    which hashed rich labels through per-query dicts."""
+    from ragguard.calibration import data_fingerprint
+
+    lines = [
+        {"query_id": "q1", "relevant": {"a": 2, "é": 1}, "not_relevant": ["b"],
+         "distractors": ["c"], "utilities": {"a": 0.5, "u": -0.25},
+         "candidates": [{"id": "c", "score": 0.9}, {"id": "a", "score": 0.5}]},
+        {"query_id": "q2", "relevant": ["z"], "no_response": {"z": 0.1, "y": 0.75},
+         "num_relevant": 3, "candidates": [{"id": "y", "score": None}, {"id": "z", "score": 1}]},
+        {"query_id": "q3", "not_relevant": ["a"], "candidates": [{"id": "a", "score": 0.2}]},
+    ]  # fmt: skip
+    path = tmp_path / "pin.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    rich = "c50143856f1bff7cf876acc24d071df232bc92bf1d622de6b69ecc5f05334948"
+    assert data_fingerprint(load_evalset(path)) == rich
+    es = EvalSet.from_dicts(
+        {"q1": {"a": 2, "b": 0}, "q2": {"z": 1}},
+        {"r": {"q1": {"a": 0.5, "c": 0.9}, "q2": {"z": 1.0}}},
+    )
+    plain = "4308ec8f0230238dd3ea3e48dd0050f59b5164f46df76183ba7ecbca55c53d0d"
+    assert data_fingerprint(es) == plain
+
+
 # --- files as users write them --------------------------------------------------------
 
 BOM = "\ufeff"  # what "UTF-8 with BOM" editors write first; encoded: EF BB BF

@@ -61,11 +61,24 @@ MAKERS: dict[str, Maker] = {"pandas": pandas_table, "arrow": arrow_table, "polar
 
 @pytest.fixture(params=["columnar", "row by row"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Tables read column-wise with pyarrow, and row by row as without it."""
+    """Tables read column-wise with pyarrow, and with every column's values checked one
+    by one in Python, as a pandas column of mixed types (which pyarrow cannot convert)
+    is read."""
     if request.param == "row by row":
         from ragguard.calibration.data.formats import tables as _tables
 
-        monkeypatch.setattr(_tables, "arrow", lambda: None)
+        columns = _tables._columns
+
+        def as_lists(obj: Any, kind: str) -> tuple[list[str], Callable[[str], Any]]:
+            names, column = columns(obj, kind)
+
+            def values(name: str) -> Any:
+                got = column(name)
+                return got if isinstance(got, list) else got.to_pylist()
+
+            return names, values
+
+        monkeypatch.setattr(_tables, "_columns", as_lists)
     return str(request.param)
 
 
@@ -148,9 +161,9 @@ def test_evalset_from_tables_is_the_evalset_from_dicts(table: Maker, engine: str
         )
     assert tables.report.counts() == dicts.report.counts()  # the queries the runs missed
     assert tables.report.counts()[ProblemKind.LABELS_WITHOUT_RUN] > 0
-    if engine == "columnar":  # kept as integer-coded columns, no dict per query
-        assert type(tables.labels).__name__ == "ColumnarLabels"
-        assert type(tables.runs["bm25"].candidates).__name__ == "ColumnarCandidates"
+    # kept as integer-coded columns, no dict per query
+    assert type(tables.labels).__name__ == "ColumnarLabels"
+    assert type(tables.runs["bm25"].candidates).__name__ == "ColumnarCandidates"
 
 
 def test_calibrate_runs_on_tables_as_on_dicts() -> None:
@@ -216,7 +229,7 @@ def test_other_column_names_by_mapping_and_integer_ids(table: Maker, engine: str
 
 def test_mixed_and_nullable_columns(engine: str) -> None:
     """A pandas object column mixing integer and text ids (which pyarrow cannot type)
-    is read row by row; a nullable integer column's missing id is named by its row."""
+    is read value by value; a nullable integer column's missing id is named by its row."""
     qrels = pd.DataFrame({"qid": ["q", "q"], "docid": [7, "a"], "grade": [1, 2]})
     run = pd.DataFrame({"qid": ["q", "q"], "docid": ["a", 7], "score": [0.9, 0.2]})
     got = evaluate(qrels, run, METRICS, per_query=True)

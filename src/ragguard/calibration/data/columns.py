@@ -1,44 +1,24 @@
-"""The columnar data path: TREC files read column-wise into integer-coded ids and dense
-arrays, with no Python object per line.
+"""The one storage of an eval set: labels and runs as columns.
 
-A file whose fields are separated by single spaces (the usual run) is read by pyarrow's
-multi-threaded CSV reader with the space as delimiter and typed columns
-(:func:`_typed`); any other file by pyarrow's streaming CSV reader, one line per row (a
-delimiter that never occurs in text), split on whitespace by pyarrow's compute kernels,
-so tabs and runs of blanks are handled like ``str.split()``. Query ids, and the
-documents of labels, are dictionary-encoded (interned) into int32 codes; a run's
-document ids stay as read, one Arrow string per row: repeats are found per query from a
-64-bit key of each id (:func:`doc_keys`) and confirmed on the text, and labels are
-joined to candidates by an Arrow hash join on (query, document) (:func:`label_hits`).
-Each row keeps a float64 value and, only where blank, comment or dropped lines make it
-differ from the row number, its line (as steps, :class:`Lines`).
-
-The result is **exactly** what the careful line-by-line reader
-(:mod:`ragguard.calibration.data.formats.common`) returns: the same queries, labels, candidates in
-the same order, and the same problems with the same file, line and message. Whenever a
-file holds something the fast path does not judge itself (a malformed line, a number
-Python and Arrow might parse differently, contradictory labels, whitespace other than
-spaces and tabs, text that is not UTF-8), it returns ``None`` and the careful reader
-reads the file again: it raises the error naming file, line and field, or reads what
-Python reads. Without pyarrow (the ``fast`` extra), the careful reader is used.
-
-The data stay columnar inside the :class:`~ragguard.calibration.data.evalset.EvalSet`:
-:class:`ColumnarCandidates`, :class:`ColumnarLabels` and :class:`ColumnarQueries` are
-read-only mappings that build one query's dict or :class:`Labels` only when asked, and
-:func:`arrays_from_columnar` converts them into
-:class:`~ragguard.calibration.arrays.EvalArrays` with column-wise joins, never touching a
-per-candidate Python object.
-
-The column-wise readers of other formats (:mod:`ragguard.calibration.data.formats.beir`,
-:mod:`ragguard.calibration.data.formats.tables`) build on this module's helpers (:func:`arrow`,
-:func:`encode_ids`, :func:`numeric_values`, :func:`repeated_rows`, :func:`same_grades`,
-:func:`repeat_events`, :func:`missing_ids`, ...), listed in ``__all__``; it imports none
-of them, nor :mod:`ragguard.calibration.data.evalset`, which sits above every reader.
+A reader (:mod:`ragguard.calibration.data.formats`) gives :class:`Pairs`: (query,
+document, value) rows with int32 query codes, document ids in a pyarrow string array
+(interned, or one per row as read: a TREC run's 10 million ids are never hashed into a
+dictionary), float64 values and, where they are not the row numbers, lines.
+:class:`ColumnarLabels` and :class:`ColumnarCandidates` are read-only mappings over them
+that build one query's :class:`~ragguard.calibration.data.records.Labels` or dict only
+when asked; :func:`arrays_from_columnar` is the one way into
+:class:`~ragguard.calibration.arrays.EvalArrays` (labels joined to candidates by an Arrow
+hash join, :func:`label_hits`), and :func:`fingerprint` hashes the data. The helpers the
+readers share (:func:`encode_ids`, :func:`repeated_rows`, :func:`repeat_events`,
+:func:`missing_ids`, ...) are listed in ``__all__``; this module imports no reader, nor
+:mod:`ragguard.calibration.data.evalset`.
 """
 
 from __future__ import annotations
 
 import importlib
+import math
+from array import array
 from collections.abc import Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -79,7 +59,6 @@ __all__ = [
     "RunColumns",
     "Vocab",
     "arrays_from_columnar",
-    "arrow",
     "arrow_module",
     "check_grades",
     "encode_ids",
@@ -105,28 +84,19 @@ def pyarrow() -> Any:
     return require("pyarrow", "calibrate")
 
 
-def arrow() -> ModuleType:
-    """pyarrow (:class:`~ragguard.errors.MissingDependencyError` naming the
-    ``calibrate`` extra when it is missing)."""
-    module: ModuleType = pyarrow()
-    return module
-
-
 def arrow_module(name: str) -> ModuleType:
     """A pyarrow submodule (``compute``, ``csv``, ``json``); call only where
-    :func:`arrow` returned pyarrow."""
+    :func:`pyarrow` returned pyarrow."""
     return importlib.import_module(f"pyarrow.{name}")
 
 
 # --------------------------------------------------------------------------- vocabularies
 
-Vocab = Any  # a pyarrow string array (from files) or a list of str
+Vocab = Any  # a pyarrow string array, chunked or not
 
 
 def vocab_take(vocab: Vocab, codes: NDArray[Any]) -> list[str]:
     """The ids of ``codes`` in ``vocab``."""
-    if isinstance(vocab, list):
-        return [vocab[i] for i in codes.tolist()]
     out: list[str] = take(vocab, codes).to_pylist()
     return out
 
@@ -137,7 +107,7 @@ def take(column: Any, rows: NDArray[Any]) -> Any:
     rows.)"""
     if not hasattr(column, "chunks"):
         return column.take(rows)
-    pa = arrow()
+    pa = pyarrow()
     lengths = [len(c) for c in column.chunks]
     if not lengths:
         return pa.array([], column.type)
@@ -161,30 +131,23 @@ def take(column: Any, rows: NDArray[Any]) -> Any:
 
 def string_array(ids: Sequence[str]) -> Any:
     """A pyarrow string array of Python strings, built from their UTF-8 bytes (no
-    ``pyarrow.array`` of a list, which imports pandas to ask whether it is one)."""
-    pa = arrow()
+    ``pyarrow.array`` of a list, which imports pandas to ask whether it is one), copied
+    into Arrow's memory pool: the Python buffers it is built from are freed at once, so
+    a reader keeping many of them leaves no long-lived blocks scattered in the heap."""
+    pa = pyarrow()
     encoded = [i.encode() for i in ids]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
-    return pa.Array.from_buffers(pa.large_string(), len(encoded), buffers).cast(pa.string())
-
-
-def vocab_list(vocab: Vocab) -> list[str]:
-    """All ids of ``vocab`` as Python strings."""
-    return vocab if isinstance(vocab, list) else vocab.to_pylist()
+    wide = pa.Array.from_buffers(pa.large_string(), len(encoded), buffers)
+    return pa.concat_arrays([wide.cast(pa.string())])
 
 
 def vocab_positions(needles: Vocab, hay: Vocab) -> I64:
     """Position of each id of ``needles`` in ``hay`` (-1 where absent)."""
-    pa = arrow()
-    if pa is not None and not isinstance(needles, list) and not isinstance(hay, list):
-        pc = arrow_module("compute")
-        found = pc.index_in(needles, value_set=hay).fill_null(-1)
-        out: I64 = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
-        return out
-    index = {d: i for i, d in enumerate(vocab_list(hay))}
-    return np.fromiter((index.get(d, -1) for d in vocab_list(needles)), np.int64)
+    found = arrow_module("compute").index_in(needles, value_set=hay).fill_null(-1)
+    out: I64 = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return out
 
 
 class CorpusIds(Set[str]):
@@ -214,15 +177,15 @@ def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
     """Whether each id of ``vocab`` (distinct, or one per row of a run, repeated) is
     missing from ``known``; for :class:`CorpusIds`, column-wise, hashing the smaller
     side."""
-    if isinstance(known, CorpusIds) and not isinstance(vocab, list):
-        pa = arrow()
+    if isinstance(known, CorpusIds):
+        pa = pyarrow()
         ids = known.ids
         if len(vocab) <= len(ids):  # first the corpus ids found in vocab, then those
             at = vocab_positions(ids, vocab)  # (a position: an id's first row only)
             ids = ids.filter(pa.array(at >= 0))
         out: NDArray[np.bool_] = vocab_positions(vocab, ids) < 0
         return out
-    return np.fromiter((doc not in known for doc in vocab_list(vocab)), np.bool_)
+    return np.fromiter((doc not in known for doc in vocab.to_pylist()), np.bool_)
 
 
 # --------------------------------------------------------------------------- rows
@@ -242,7 +205,7 @@ class Pairs:
 
     Attributes:
         qids: query ids, in order of first appearance (a list).
-        docs: document ids (a pyarrow string array, chunked or not, or a list).
+        docs: document ids (a pyarrow string array, chunked or not).
         q: (n,) int32 query code of each row.
         d: (n,) int32 position of each row's id in ``docs``, or ``None`` (row ``i``:
             ``docs[i]``).
@@ -283,9 +246,7 @@ class Pairs:
     def doc_column(self, rows: NDArray[Any] | None = None) -> Any:
         """Document ids of ``rows`` (default all) as a pyarrow string array (chunked or
         not)."""
-        pa = arrow()
-        if isinstance(self.docs, list):
-            return pa.array(self.doc_ids(self.codes() if rows is None else rows), pa.string())
+        pa = pyarrow()
         if rows is None and self.d is None:
             return self.docs
         codes = self.codes(rows)
@@ -563,15 +524,19 @@ class ColumnarLabels(_ByQuery):
 
 
 class ColumnarQueries(Mapping[str, "Query"]):
-    """``{query_id: Query}`` (ids only) for the queries of some labels."""
+    """``{query_id: Query}`` for the queries of some labels, with their text where
+    ``texts`` has one."""
 
-    def __init__(self, keys: Mapping[str, object]) -> None:
+    def __init__(
+        self, keys: Mapping[str, object], texts: Mapping[str, str | None] | None = None
+    ) -> None:
         self._keys = keys
+        self._texts = texts or {}
 
     def __getitem__(self, qid: str) -> Query:
         if qid not in self._keys:
             raise KeyError(qid)
-        return Query(qid)
+        return Query(qid, self._texts.get(qid))
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -592,22 +557,26 @@ _FLUSH = 1 << 16  # rows gathered as Python objects before they become columns
 class RunColumns:
     """A run's candidates added query by query (by a reader, or from dicts), gathered
     into :class:`ColumnarCandidates`: ids as read, one per row (no dictionary of the
-    ids), turned into Arrow arrays every :data:`_FLUSH` rows."""
+    ids), turned into Arrow arrays every :data:`_FLUSH` rows; scores into one growing
+    float64 block."""
 
     def __init__(self) -> None:
         self.qids: list[str] = []
         self.sizes: list[int] = []
         self._ids: list[Any] = []
-        self._values: list[F64] = []
         self._docs: list[str] = []
-        self._scores: list[float] = []
+        self._scores = array("d")  # one growing block, not a chunk per flush
 
     def add(self, qid: str, docs: Sequence[str], scores: Sequence[float]) -> None:
         """One query's candidates (distinct ids, in the run's order) and scores."""
         self.qids.append(qid)
         self.sizes.append(len(docs))
         self._docs.extend(docs)
-        self._scores.extend(scores)
+        try:
+            block = array("d", scores)
+        except TypeError:  # None (NaN) and the other values numpy reads as numbers
+            block = array("d", np.asarray(scores, dtype=np.float64).tolist())
+        self._scores.extend(block)
         if len(self._docs) >= _FLUSH:
             self.flush()
 
@@ -615,16 +584,15 @@ class RunColumns:
         """Turn the rows gathered so far into columns."""
         if self._docs:
             self._ids.append(string_array(self._docs))
-            self._values.append(np.asarray(self._scores, dtype=np.float64))
-            self._docs, self._scores = [], []
+            self._docs = []
 
     def pairs(self, source: str) -> Pairs:
         """The rows added, as :class:`Pairs` (the ids as read)."""
-        pa = arrow()
+        pa = pyarrow()
         self.flush()
         q = np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes)
         ids = pa.chunked_array(self._ids, type=pa.string())
-        value = np.concatenate(self._values) if self._values else np.zeros(0)
+        value = np.frombuffer(self._scores, dtype=np.float64)
         return Pairs(self.qids, ids, q, None, value, None, source)
 
     def build(self, source: str) -> ColumnarCandidates:
@@ -639,9 +607,9 @@ class LabelColumns:
     def __init__(self) -> None:
         self._rows = RunColumns()  # ids and grades
         self._stated: list[int] = []
-        self._flags: list[NDArray[np.bool_]] = []
-        self._util: list[F64] = []
-        self._p_no: list[F64] = []
+        self._flags: list[bool] = []
+        self._util: list[float] = []
+        self._p_no: list[float] = []
 
     def add(self, qid: str, lab: Labels) -> None:
         """One query's labels.
@@ -654,27 +622,25 @@ class LabelColumns:
             check_range([qid], [lab.utilities], "utility", -1.0, 1.0)
         if lab.no_response:
             check_range([qid], [lab.no_response], "no-response probability", 0.0, 1.0)
-        nan = float("nan")
+        nan = math.nan
         extra = [d for d in lab.utilities if d not in lab.grades]
         extra += [d for d in lab.no_response if d not in lab.grades and d not in extra]
         docs = [*lab.grades, *extra]
         self._rows.add(qid, docs, [*map(float, lab.grades.values()), *[nan] * len(extra)])
         self._stated.append(-1 if lab.n_relevant is None else lab.n_relevant)
-        n = len(docs)
-        dis, util, p_no = lab.distractors, lab.utilities, lab.no_response
-        self._flags.append(np.fromiter((d in dis for d in docs), np.bool_, n))
-        self._util.append(np.fromiter((util.get(d, nan) for d in docs), np.float64, n))
-        self._p_no.append(np.fromiter((p_no.get(d, nan) for d in docs), np.float64, n))
+        # Python lists, one array at the end (a small array per query would leave
+        # long-lived blocks scattered over the heap while a file is read)
+        n, dis, util, p_no = len(docs), lab.distractors, lab.utilities, lab.no_response
+        self._flags.extend([d in dis for d in docs] if dis else [False] * n)
+        self._util.extend([util.get(d, nan) for d in docs] if util else [nan] * n)
+        self._p_no.extend([p_no.get(d, nan) for d in docs] if p_no else [nan] * n)
 
     def build(self, source: str) -> ColumnarLabels:
-        def joined(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
-            return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
         return ColumnarLabels(
             self._rows.pairs(source),
-            distractor=joined(self._flags, np.bool_),
-            utility=joined(self._util, np.float64),
-            no_response=joined(self._p_no, np.float64),
+            distractor=np.array(self._flags, dtype=np.bool_),
+            utility=np.array(self._util, dtype=np.float64),
+            no_response=np.array(self._p_no, dtype=np.float64),
             stated=np.asarray(self._stated, dtype=np.int64),
         )
 
@@ -682,7 +648,7 @@ class LabelColumns:
 def encode_ids(column: Any) -> tuple[Any, NDArray[np.int32]]:
     """(dictionary, int32 codes) of a chunked string column, ids in order of first
     appearance."""
-    pa = arrow()
+    pa = pyarrow()
     enc = column.dictionary_encode()
     if enc.num_chunks == 0:
         return pa.array([], pa.string()), np.zeros(0, np.int32)
@@ -765,8 +731,8 @@ def check_grades(
 def repeat_events(
     pairs: Pairs, repeats: NDArray[np.intp], kind: str
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    """The problems of the repeated rows ``repeats`` (:func:`repeated_rows`), as the
-    careful reader reports them: ``(line, 0, kind, message, field)`` per row, a repeated
+    """The problems of the repeated rows ``repeats`` (:func:`repeated_rows`), as a
+    line-by-line reader would report them: ``(line, 0, kind, message, field)`` per row, a repeated
     candidate for ``kind="run"``, a repeated label otherwise."""
     docs = pairs.doc_ids(repeats)
     lines = pairs.line_of(repeats).tolist()
@@ -784,8 +750,9 @@ def repeat_events(
 
 @dataclass
 class ColumnarRead:
-    """What a column-wise reader found (as
-    :class:`~ragguard.calibration.data.formats.common.ReadResult`)."""
+    """What a reader found: queries, labels (with the file and line where each query's
+    labels start), runs (with the line of each query's first candidate), the corpus ids
+    when known, and the passage texts the file carries."""
 
     queries: Mapping[str, Query]
     labels: ColumnarLabels
@@ -918,8 +885,9 @@ def label_hits(
     """(run row, label row) of every label naming a candidate of the same eval row
     (``crow``, ``lrow``: each row's eval row, -1 for none): a hash join on (eval row,
     document id) in Arrow, built on the labels (the smaller side) and probed by the run,
-    so no dictionary of the run's ids is needed."""
-    pa = arrow()
+    so no dictionary of the run's ids is needed. One thread: as fast on two cores, and
+    the worker threads' freed memory would stay resident (about 40 MB at 10 M rows)."""
+    pa = pyarrow()
     lsel = np.flatnonzero(lrow >= 0)
     if lsel.size == 0 or crow.size == 0:
         return np.zeros(0, np.intp), np.zeros(0, np.intp)
@@ -930,7 +898,7 @@ def label_hits(
     index = np.int32 if crow.size < 1 << 31 else np.int64
     left = pa.table({"r": crow.astype(np.int32), "d": docs, "i": np.arange(crow.size, dtype=index)})
     right = pa.table({"r": lrow[lsel].astype(np.int32), "d": ldocs, "j": lsel.astype(np.int64)})
-    joined = left.join(right, keys=["r", "d"], join_type="inner", use_threads=True)
+    joined = left.join(right, keys=["r", "d"], join_type="inner", use_threads=False)
     cand = np.asarray(joined.column("i").to_numpy(), dtype=np.intp)
     lab = np.asarray(joined.column("j").to_numpy(), dtype=np.intp)
     del joined, left
@@ -1085,50 +1053,30 @@ def fingerprint(
 
     h = hashlib.sha256()
     _hash_ids(h, list(qids))
-    if not labels.rich and labels.stated is None:  # column-wise
-        p = labels.pairs
-        rows = _rows(qids, labels)[p.q]
-        keep = np.flatnonzero(rows >= 0)
-        pa = arrow()
-        table = pa.table(
-            {"r": rows[keep], "d": p.doc_column(keep), "v": p.value[keep],
-             "i": np.arange(keep.size)}
-        )  # fmt: skip
-        table = table.sort_by([("r", "ascending"), ("d", "ascending")])
-        h.update(b"grades")
-        h.update(np.asarray(table.column("r").to_numpy(), np.int64).tobytes())
-        _hash_ids(h, table.column("d").combine_chunks())
-        _hash_floats(h, np.asarray(table.column("v").to_numpy(), np.float64))
-        h.update(b"distractors")
-        if labels.distractor is not None:  # as the dicts' part: rows, sorted ids, 1.0s
-            flagged = labels.distractor[keep]
-            dis = table.filter(pa.array(np.asarray(flagged)[table.column("i").to_numpy()]))
-            h.update(np.asarray(dis.column("r").to_numpy(), np.int64).tobytes())
-            _hash_ids(h, dis.column("d").combine_chunks())
-            _hash_floats(h, np.ones(dis.num_rows))
-        for part in (b"utilities", b"no_response"):
-            h.update(part)
-        h.update(np.full(len(qids), -1, np.int64).tobytes())
-    else:
-        labs = [labels[q] for q in qids]
-        parts: list[tuple[bytes, list[Mapping[str, float]]]] = [
-            (b"grades", [lab.grades for lab in labs]),
-            (b"distractors", [dict.fromkeys(lab.distractors, 1.0) for lab in labs]),
-            (b"utilities", [lab.utilities for lab in labs]),
-            (b"no_response", [lab.no_response for lab in labs]),
-        ]
-        for i, (part, maps) in enumerate(parts):
-            h.update(part)
-            items = [sorted(m.items()) for m in maps]
-            if i and not any(items):
-                continue
-            rows = np.repeat(np.arange(len(qids), dtype=np.int64), list(map(len, items)))
-            h.update(rows.tobytes())
-            flat = [kv for row in items for kv in row]
-            _hash_ids(h, [k for k, _ in flat])
-            _hash_floats(h, np.array([float(v) for _, v in flat], dtype=np.float64))
-        stated = [-1 if lab.n_relevant is None else lab.n_relevant for lab in labs]
-        h.update(np.asarray(stated, np.int64).tobytes())
+    p = labels.pairs
+    rows = _rows(qids, labels)[p.q]
+    keep = np.flatnonzero(rows >= 0)
+    table = pyarrow().table({"r": rows[keep], "d": p.doc_column(keep), "i": keep})
+    table = table.sort_by([("r", "ascending"), ("d", "ascending")])
+    row = np.asarray(table.column("r").to_numpy(), np.int64)
+    docs = table.column("d").combine_chunks()
+    at = np.asarray(table.column("i").to_numpy(), np.intp)  # label rows, sorted
+    flags = None if labels.distractor is None else np.where(labels.distractor, 1.0, np.nan)
+    parts = [
+        (b"grades", p.value), (b"distractors", flags),
+        (b"utilities", labels.utility), (b"no_response", labels.no_response),
+    ]  # fmt: skip
+    for part, values in parts:  # per part: rows, ids and values of the labels it has
+        h.update(part)
+        if values is None:
+            continue
+        sel = ~np.isnan(values[at])
+        h.update(row[sel].tobytes())
+        _hash_ids(h, docs.filter(sel))
+        _hash_floats(h, values[at][sel])
+    codes = [labels.code(q) for q in qids]
+    stated = [-1 if c is None or labels.stated is None else int(labels.stated[c]) for c in codes]
+    h.update(np.asarray(stated, np.int64).tobytes())
     for name, kind, cands in runs:
         h.update(f"run\x00{name}\x00{kind}".encode())
         p = cands.pairs

@@ -120,7 +120,7 @@ from ragguard.calibration.data.columns import (
 )
 from ragguard.calibration.data.formats import trec as _trec
 from ragguard.calibration.data.formats.beir import read_beir
-from ragguard.calibration.data.formats.common import ReadResult, first_content
+from ragguard.calibration.data.formats.common import first_content
 from ragguard.calibration.data.formats.jsonl import read_jsonl
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.data.formats.udcg import read_udcg
@@ -625,9 +625,7 @@ def load_evalset(
     if fmt == "udcg" and runs is not None:
         raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
     rep = Reporter(strict)
-    data: ReadResult | ColumnarRead | None = _read_columnar(fmt, Path(path), rep, split, texts)
-    if data is None:
-        data = read_udcg(Path(path), rep, model)
+    data = _read(fmt, Path(path), rep, split, model, texts)
     kinds = score_kind if isinstance(score_kind, Mapping) else None
 
     def kind_of(name: str) -> ScoreKind | None:
@@ -671,18 +669,23 @@ def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
     return texts.merged(corpus=[beside])
 
 
-def _read_columnar(
-    fmt: str, path: Path, rep: Reporter, split: str | None, texts: bool
-) -> ColumnarRead | None:
-    """The labels of TREC qrels, a BEIR folder or a ragguard JSONL file read column-wise;
-    ``None`` for other formats or when the careful reader must read the file."""
+def _read(
+    fmt: str, path: Path, rep: Reporter, split: str | None, model: str | None, texts: bool
+) -> ColumnarRead:
+    """What the reader of ``fmt`` finds in ``path``.
+
+    Raises:
+        EvalSetError: no such file, or what the reader raises.
+    """
     if fmt == "beir":
         return read_beir(path, rep, split, texts=texts)
-    if fmt == "jsonl" and path.is_file():
+    if not path.is_file():
+        raise EvalSetError("no such file", path=str(path))
+    if fmt == "jsonl":
         return read_jsonl(path, rep, texts=texts)
-    if fmt == "trec" and path.is_file():
+    if fmt == "trec":
         return _trec.read_qrels(path, rep)
-    return None
+    return read_udcg(path, rep, model)
 
 
 def _run_paths(

@@ -36,14 +36,10 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ragguard.errors import EvalSetError
 
 __all__ = [
     "ArrowCorpus",
-    "ArrowPairTexts",
     "TextSource",
     "Texts",
     "corpus_source",
@@ -183,54 +179,53 @@ class Texts:
 
     def get(self, qid: str, doc: str) -> str | None:
         """The text of passage ``doc`` for query ``qid``, or ``None``."""
-        self._check()
-        for s in self._pairs:
-            text = s.texts.get((qid, doc))
-            if text is not None:
-                return text
-        for d in reversed(self._docs):
-            text = d.texts.get(doc)
-            if text is not None:
-                return text
-        return None
+        return self._first("texts", qid, doc)
 
     def title(self, qid: str, doc: str) -> str | None:
         """The title of passage ``doc`` for query ``qid`` (a corpus's or a UDCG
         passage's ``title``), or ``None``."""
+        return self._first("titles", qid, doc)
+
+    def _first(self, what: str, qid: str, doc: str) -> str | None:
         self._check()
         for s in self._pairs:
-            title = s.titles.get((qid, doc))
-            if title is not None:
-                return title
+            found: str | None = getattr(s, what).get((qid, doc))
+            if found is not None:
+                return found
         for d in reversed(self._docs):
-            title = d.titles.get(doc)
-            if title is not None:
-                return title
+            found = getattr(d, what).get(doc)
+            if found is not None:
+                return found
         return None
 
     @property
     def by_pair(self) -> Mapping[Pair, str]:
         """(query id, passage id) -> text (a read-only view)."""
-        self._check()
-        return _view([s.texts for s in self._pairs])
+        return self._view(self._pairs, "texts")
 
     @property
     def by_doc(self) -> Mapping[str, str]:
         """Passage id -> text (a read-only view)."""
-        self._check()
-        return _view([d.texts for d in reversed(self._docs)])
+        return self._view(self._docs[::-1], "texts")
 
     @property
     def titles_by_pair(self) -> Mapping[Pair, str]:
         """(query id, passage id) -> title (a read-only view)."""
-        self._check()
-        return _view([s.titles for s in self._pairs])
+        return self._view(self._pairs, "titles")
 
     @property
     def titles_by_doc(self) -> Mapping[str, str]:
         """Passage id -> title (a read-only view)."""
+        return self._view(self._docs[::-1], "titles")
+
+    def _view(self, sources: Sequence[TextSource[Any]], what: str) -> Mapping[Any, str]:
+        """One mapping over the ``what`` of ``sources``, the first that has a key
+        winning."""
         self._check()
-        return _view([d.titles for d in reversed(self._docs)])
+        maps = [getattr(s, what) for s in sources]
+        if len(maps) > 1:
+            return ChainMap(*maps)
+        return maps[0] if maps else {}
 
     @property
     def loaded(self) -> bool:
@@ -265,14 +260,6 @@ class Texts:
         )
         out._left_out = self._left_out
         return out
-
-
-def _view(maps: Sequence[Mapping[K, str]]) -> Mapping[K, str]:
-    if not maps:
-        return {}
-    if len(maps) == 1:
-        return maps[0]
-    return ChainMap(*maps)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- JSON lines
@@ -417,27 +404,3 @@ class ArrowCorpus:
                 if (t := title_of(title)) is not None:
                     titles[doc] = t
         return texts, titles
-
-
-class ArrowPairTexts:
-    """Candidate texts read column-wise: per block of lines, the query of each
-    candidate that has a text (an index into ``qids``), its id and its text (pyarrow
-    string arrays); the mapping is built when called, the first text of a pair
-    winning."""
-
-    def __init__(self, qids: Sequence[str]) -> None:
-        self.qids = qids
-        self.parts: list[tuple[NDArray[np.int32], Any, Any]] = []
-
-    def add(self, query: NDArray[np.int32], ids: Any, texts: Any) -> None:
-        """One block's candidates that have a text."""
-        self.parts.append((query, ids, texts))
-
-    def __call__(self) -> tuple[dict[Pair, str], dict[Pair, str]]:
-        out: dict[Pair, str] = {}
-        qids = self.qids
-        for query, ids, texts in self.parts:
-            rows = zip(query.tolist(), ids.to_pylist(), texts.to_pylist(), strict=True)
-            for q, doc, text in rows:
-                out.setdefault((qids[q], doc), text)
-        return out, {}

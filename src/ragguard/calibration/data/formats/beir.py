@@ -21,24 +21,25 @@ walk is a diagnosis of one block, not a second reader.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration.data import columns as _columnar
 from ragguard.calibration.data.columns import (
     ColumnarLabels,
     ColumnarQueries,
     ColumnarRead,
     CorpusIds,
+    Event,
     Pairs,
     arrow_module,
     check_grades,
     encode_ids,
     missing_ids,
+    pyarrow,
     repeat_events,
     repeated_rows,
     report_events,
@@ -55,7 +56,7 @@ from ragguard.calibration.data.formats.common import (
 )
 from ragguard.calibration.data.formats.delimited import Fields, read_fields, split_tsv
 from ragguard.calibration.data.problems import ProblemKind, Reporter
-from ragguard.calibration.data.records import DISTRACTOR_GRADE, Query
+from ragguard.calibration.data.records import DISTRACTOR_GRADE
 from ragguard.calibration.data.texts import (
     ArrowCorpus,
     Texts,
@@ -67,7 +68,6 @@ from ragguard.errors import EvalSetError
 __all__ = ["BEIR_DISTRACTORS", "beir_split", "read_beir"]
 
 I64 = NDArray[np.int64]
-Event = tuple[int, int, ProblemKind, str, str | None]
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
 
@@ -82,8 +82,7 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
     """``path``'s bytes (gunzipped when its name ends in ``.gz``, a leading byte order
     mark dropped) in blocks of whole lines, each ending with a newline: views of a new
     buffer per block, from its start, read into without copies."""
-    pa = _columnar.arrow()
-    assert pa is not None
+    pa = pyarrow()
     gz = path.name.lower().endswith(".gz")
     rest = b""
     first = True
@@ -113,14 +112,13 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
             rest = bytes(buf[cut:n])
 
 
-def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], NDArray[np.intp], int] | None:
-    """0-based indices of the non-blank lines of ``block``, the byte offset where each
-    starts and its number of lines, or
-    ``None`` unless each such line looks like one JSON object the careful reader reads
+def _object_lines(block: memoryview) -> tuple[int, int] | None:
+    """The number of non-blank lines of ``block`` and its number of lines, or ``None``
+    unless each such line looks like one JSON object Python's json reads
     alike: it starts with ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r``
     ends a line on its own, and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow
     reads and Python's json rejects) may be in it. Lines of spaces and tabs are blank; a
-    line with other leading or trailing whitespace goes to the careful reader."""
+    line with other leading or trailing whitespace is walked (:func:`_diagnose`)."""
     a = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(a == 10)
     starts = np.empty_like(ends)
@@ -137,7 +135,7 @@ def _object_lines(block: memoryview) -> tuple[NDArray[np.intp], NDArray[np.intp]
         if any(bytes(block[starts[i] : ends[i]]).strip(b" \t") for i in odd.tolist()):
             return None
         full = np.setdiff1d(full, odd)
-    return None if _bare_literals(a) else (full, starts[full], ends.size)
+    return None if _bare_literals(a) else (full.size, ends.size)
 
 
 _DELIMITERS = np.frombuffer(b" \t\r\n,]}", dtype=np.uint8)
@@ -145,7 +143,7 @@ _DELIMITERS = np.frombuffer(b" \t\r\n,]}", dtype=np.uint8)
 
 def _bare_literals(a: NDArray[np.uint8]) -> bool:
     """Whether ``Inf`` or ``-NaN`` followed by a JSON delimiter occurs (maybe inside a
-    string: then the careful reader reads the file, which it would read alike)."""
+    string: then the block is walked, which reads it alike)."""
     at = np.flatnonzero(a[:-3] == ord("I"))
     at = at[(a[at + 1] == ord("n")) & (a[at + 2] == ord("f"))]
     if at.size and bool(np.isin(a[at + 3], _DELIMITERS).any()):
@@ -155,38 +153,25 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
     return bool(at.size)
 
 
-def _parse_options(fields: Mapping[str, Any], infer: bool = False) -> Any:
-    pa = _columnar.arrow()
-    return arrow_module("json").ParseOptions(
-        explicit_schema=pa.schema(list(fields.items())),
-        unexpected_field_behavior="infer" if infer else "ignore",
-    )
-
-
-def _read_block(
-    block: memoryview, parse: Any, check: Callable[[memoryview, Any], bool] | None = None
-) -> tuple[Any, NDArray[np.intp], NDArray[np.intp], int] | None:
+def _read_block(block: memoryview, parse: Any) -> tuple[Any, int] | None:
     """A block of whole JSON lines read by pyarrow's JSON reader: the table of its
-    objects (empty when every line is blank), the 0-based index and the byte offset of
-    the line of each row, and the block's number of lines. ``None`` when it cannot be
-    read so: a line Python's json may read otherwise (:func:`_object_lines`), text
-    that is not UTF-8, ``check`` (given the bytes and a one-string pyarrow array)
-    refusing it, pyarrow rejecting it, or finding another number of objects than of
-    non-blank lines (an object over several lines, several on one line)."""
-    pa = _columnar.arrow()
+    objects (empty when every line is blank) and the block's number of lines. ``None``
+    when it cannot be read so: a line Python's json may read otherwise
+    (:func:`_object_lines`), text that is not UTF-8, pyarrow rejecting it, or finding
+    another number of objects than of non-blank lines (an object over several lines,
+    several on one line)."""
+    pa = pyarrow()
     found = _object_lines(block)
     if found is None:
         return None
-    full, starts, n_lines = found
+    n_objects, n_lines = found
     buf = pa.py_buffer(block)
     offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int32))
     text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, buf])
     try:
         text.validate(full=True)  # UTF-8
-        if check is not None and not check(block, text):
-            return None
-        if not full.size:
-            return parse.explicit_schema.empty_table(), full, starts, n_lines
+        if not n_objects:
+            return parse.explicit_schema.empty_table(), n_lines
         table = arrow_module("json").read_json(
             pa.BufferReader(buf),
             read_options=arrow_module("json").ReadOptions(block_size=1 << 20),
@@ -194,29 +179,9 @@ def _read_block(
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != full.size:
+    if table.num_rows != n_objects:
         return None
-    return table, full, starts, n_lines
-
-
-class TextQueries(ColumnarQueries):
-    """``{query_id: Query}`` of labelled queries with their text (``None`` when the data
-    have none) and reference answers."""
-
-    def __init__(
-        self,
-        keys: Mapping[str, object],
-        texts: Mapping[str, str | None],
-        answers: Mapping[str, tuple[str, ...]] | None = None,
-    ) -> None:
-        super().__init__(keys)
-        self._texts = texts
-        self._answers = answers or {}
-
-    def __getitem__(self, qid: str) -> Query:
-        if qid not in self._keys:
-            raise KeyError(qid)
-        return Query(qid, self._texts.get(qid), self._answers.get(qid, ()))
+    return table, n_lines
 
 
 # --------------------------------------------------------------------------- BEIR
@@ -292,7 +257,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
     del fields
     report_events(events, rep, str(qrels_path))
     labels = _with_distractors(pairs, path / BEIR_DISTRACTORS, rep)
-    queries = TextQueries(labels, query_texts)
+    queries = ColumnarQueries(labels, query_texts)
     return ColumnarRead(queries, labels, labels.label_lines(), {}, corpus, passages)
 
 
@@ -351,19 +316,21 @@ def _json_file(
         EvalSetError: the first bad line, naming file, line and field; a file that
             cannot be read.
     """
-    pa = _columnar.arrow()
+    pa = pyarrow()
     string = pa.string()
     kept = kept or fields
-    parse = _parse_options(dict.fromkeys(fields, string))
+    parse = arrow_module("json").ParseOptions(
+        explicit_schema=pa.schema([(name, string) for name in fields]),
+        unexpected_field_behavior="ignore",
+    )
     tables = []
     seen = 0  # lines before the block
     try:
         for block in _line_blocks(path):
             got = _read_block(block, parse)
             if got is None or not _good_ids(got[0].column("_id")):
-                table, n_lines = _diagnose(block, seen, path, fields, row)
-            else:
-                table, n_lines = got[0], got[3]
+                got = _diagnose(block, seen, path, fields, row)
+            table, n_lines = got
             tables.append(table.select(list(kept)))
             seen += n_lines
             del table, got
@@ -395,7 +362,7 @@ def _diagnose(
     field; when none is bad, the block's values as Python reads them (a lone surrogate
     escape, which no UTF-8 text holds, as U+FFFD) and its number of lines. ``seen``:
     the lines before the block."""
-    pa = _columnar.arrow()
+    pa = pyarrow()
     lines = bytes(block).splitlines(keepends=True)
     values: list[Row] = []
     for i, raw in enumerate(lines):
@@ -425,7 +392,7 @@ _SURROGATE = re.compile("[\\ud800-\\udfff]")
 def _strings(values: Sequence[str | None]) -> Any:
     """A pyarrow string array of ``values``; lone surrogates (which Python's json reads
     from escapes such as ``\\ud800`` and UTF-8 cannot hold) become U+FFFD."""
-    pa = _columnar.arrow()
+    pa = pyarrow()
     try:
         return pa.array(values, pa.string())
     except UnicodeEncodeError:
@@ -489,7 +456,7 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
     """
     if not path.exists():
         return ColumnarLabels.of_grades(pairs)
-    pa = _columnar.arrow()
+    pa = pyarrow()
     string = pa.string()
     fields = read_fields(path, BEIR_DISTRACTOR, split=split_tsv, is_header=_is_header)
     dq = vocab_positions(fields.q.combine_chunks(), pa.array(pairs.qids, string))

@@ -11,12 +11,11 @@ import gzip
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ragguard.calibration.data.problems import ProblemKind, Reporter
-from ragguard.calibration.data.texts import Texts
 from ragguard.errors import EvalSetError
 
 __all__ = [
@@ -26,12 +25,10 @@ __all__ = [
     "TREC_QRELS",
     "TREC_RUN",
     "Layout",
-    "ReadResult",
     "Where",
     "first_content",
     "json_id",
     "json_line",
-    "json_value",
     "json_where",
     "open_text",
     "read_json_run",
@@ -41,23 +38,10 @@ Candidates = dict[str, dict[str, float]]
 Lines = dict[str, int]
 
 
-@dataclass
-class ReadResult:
-    """What a reader found: queries, labels (with where each query's labels start),
-    embedded runs (with the line of each query), the corpus ids when known, and the
-    passage texts the file carries."""
-
-    queries: dict[str, Any] = field(default_factory=dict)
-    labels: dict[str, Any] = field(default_factory=dict)
-    label_lines: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
-    runs: dict[str, tuple[Candidates, Lines]] = field(default_factory=dict)
-    corpus: set[str] | None = None
-    texts: Texts = field(default_factory=Texts)
-
-
 def open_text(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (gzipped when its name ends in ``.gz``); a byte
-    order mark at its start, as some editors write, is skipped."""
+    """The lines of a UTF-8 text file (gzipped when its name ends in ``.gz``), as text
+    mode splits them (``\r`` alone ends a line too); a byte order mark at its start,
+    as some editors write, is skipped."""
     try:
         if path.name.lower().endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8-sig") as fh:
@@ -178,29 +162,19 @@ class Where:
         return [self.id(v, f"{fld}[{i}]") for i, v in enumerate(value)]
 
 
-def _json_line(text: str, at: Where) -> Any:
+def json_line(text: str, path: Path, line: int) -> Any:
+    """One line of a JSON-lines file as Python's json reads it (``NaN`` and
+    ``Infinity`` included).
+
+    Raises:
+        EvalSetError: malformed JSON, naming file, line and column.
+    """
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        at.fail(f"malformed JSON: {exc.msg} ({json_where(exc, 'line')[1]})")
-
-
-def json_value(text: str, at: Where) -> Any:
-    """One line of JSON as Python's json reads it (``NaN`` and ``Infinity`` included).
-
-    Raises:
-        EvalSetError: malformed JSON, naming file, line and column.
-    """
-    return _json_line(text, at)
-
-
-def json_line(text: str, path: Path, line: int) -> Any:
-    """One line of a JSON-lines file as Python's json reads it.
-
-    Raises:
-        EvalSetError: malformed JSON, naming file, line and column.
-    """
-    return _json_line(text, Where(path, line))
+        raise EvalSetError(
+            f"malformed JSON: {exc.msg} ({json_where(exc, 'line')[1]})", path=str(path), line=line
+        ) from None
 
 
 def json_id(value: object, path: Path, line: int, fld: str) -> str:
@@ -271,16 +245,9 @@ def read_json_run(
 ) -> tuple[Candidates, Lines]:
     """A JSON run file, ``{query_id: {doc_id: score}}`` (TREC run files are read
     column-wise, :mod:`ragguard.calibration.data.formats.delimited`)."""
-    return _read_json_run(path, rep, known_docs)
-
-
-def _read_json_run(
-    path: Path, rep: Reporter, known_docs: Set[str] | None
-) -> tuple[Candidates, Lines]:
     at = Where(path)
-    text = "".join(open_text(path))
     try:
-        data = json.loads(text)
+        data = json.loads("".join(open_text(path)))
     except json.JSONDecodeError as exc:
         line, column = json_where(exc, "file")
         raise EvalSetError(

@@ -32,8 +32,7 @@ from typing import Any, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard._optional import require
-from ragguard.calibration.data.columns import pyarrow, string_array
+from ragguard.calibration.data.columns import arrow_module, pyarrow, string_array
 from ragguard.calibration.data.formats.common import Layout
 from ragguard.calibration.data.records import MAX_GRADE, grade_error
 from ragguard.calibration.data.texts import utf8_lines
@@ -58,10 +57,6 @@ _OTHER_SPACE = re.compile(
     rb"|\xe2\x81\x9f|\xe3\x80\x80"
 )
 _ASCII_SPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
-
-
-def _module(name: str) -> Any:
-    return require(f"pyarrow.{name}", "calibrate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +164,7 @@ def _only_spaces(path: Path) -> bool:
 def _csv_options(delimiter: str, types: dict[str, Any]) -> tuple[Any, Any]:
     """CSV parse and convert options that read text as it is: no quoting or escapes,
     blank lines kept (as rows), nothing read as null; only the columns of ``types``."""
-    csv = _module("csv")
+    csv = arrow_module("csv")
     parse = csv.ParseOptions(
         delimiter=delimiter,
         quote_char=False,
@@ -194,7 +189,7 @@ def _typed(path: Path, layout: Layout) -> Fields | None:
     line, a line with another number of fields, a value that does not parse or is out
     of range): the streamed reader reads it then."""
     pa = pyarrow()
-    csv, pc = _module("csv"), _module("compute")
+    csv, pc = arrow_module("csv"), arrow_module("compute")
     if not _only_spaces(path):
         return None
     names = [f"f{i}" for i in range(layout.columns)]
@@ -235,7 +230,7 @@ def _streamed(
     delimiter: str,
 ) -> Fields:
     pa = pyarrow()
-    pc = _module("compute")
+    pc = arrow_module("compute")
     qi, di = layout.ids
     vi = layout.value
     tsv = split is split_tsv
@@ -300,7 +295,7 @@ def _cast(column: Any, layout: Layout) -> F64 | None:
     """The value column as float64, or ``None`` when pyarrow does not parse every value
     (the block is diagnosed then)."""
     pa = pyarrow()
-    pc = _module("compute")
+    pc = arrow_module("compute")
     target = pa.int64() if layout.parse is int else pa.float64()
     try:
         return np.asarray(pc.cast(column, target).to_numpy(), dtype=np.float64)
@@ -351,7 +346,7 @@ def _diagnose(
 def _stream(path: Path, delimiter: str) -> Any:
     """A streaming reader of ``path``'s lines (one string column, blank lines kept)."""
     pa = pyarrow()
-    csv = _module("csv")
+    csv = arrow_module("csv")
     gz = path.name.lower().endswith(".gz")
     source = pa.input_stream(str(path), compression="gzip" if gz else None)
     parse, convert = _csv_options(delimiter, {"line": pa.string()})
@@ -400,7 +395,7 @@ def _blocks(
     record, :meth:`Layout.comment`), and line 1 when ``is_header`` says so. Each block's
     memory goes back to the system once the caller is done with it."""
     pa = pyarrow()
-    pc = _module("compute")
+    pc = arrow_module("compute")
     pool = pa.default_memory_pool()
     seen = 0
     for batch in _batches(path, delimiter):

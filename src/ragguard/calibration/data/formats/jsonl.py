@@ -22,16 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns, string_array
 from ragguard.calibration.data.formats.common import (
     Where,
-    json_value,
+    json_line,
     open_text,
 )
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Query
-from ragguard.calibration.data.texts import ArrowPairTexts, Texts, TextSource
+from ragguard.calibration.data.texts import Texts, TextSource
 
 __all__ = ["CANDIDATE_FIELDS", "JSONL_FIELDS", "read_jsonl"]
 
@@ -117,18 +118,18 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
             utility or probability out of range, a document listed twice, a repeated
             query: naming file, line and field.
     """
+    source = str(path)
     queries: dict[str, Query] = {}
     label_lines: dict[str, tuple[str | None, int | None]] = {}
     labels = LabelColumns()
     runs: dict[str, _Run] = {}
-    seen: dict[str, int] = {}
     pair_texts = _PairTexts() if texts else None
     metadata: dict[str, dict[str, Any]] = {}
     for lineno, text in enumerate(open_text(path), 1):
         if not text.strip():
             continue
         at = Where(path, lineno)
-        obj = json_value(text, at)
+        obj = json_line(text, path, lineno)
         if not isinstance(obj, dict):
             at.fail(f"each line must be a JSON object, got {type(obj).__name__}")
         unknown = sorted(obj.keys() - JSONL_FIELDS)
@@ -139,9 +140,8 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
                 unknown[0],
             )
         qid = at.id(obj.get("query_id"), "query_id")
-        if qid in seen:
-            at.fail(f"query id {qid!r} was already used on line {seen[qid]}", "query_id")
-        seen[qid] = lineno
+        if qid in label_lines:
+            at.fail(f"query id {qid!r} was already used on line {label_lines[qid][1]}", "query_id")
         query = obj.get("query")
         if query is not None and not isinstance(query, str):
             at.fail(f"must be a string, got {type(query).__name__}", "query")
@@ -150,7 +150,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
             at.fail("must be a list of strings", "answers")
         labels.add(qid, _labels(obj, at))
         queries[qid] = Query(qid, query, tuple(answers))
-        label_lines[qid] = (str(path), lineno)
+        label_lines[qid] = (source, lineno)
         meta = obj.get("metadata")
         if isinstance(meta, dict) and texts:
             metadata[qid] = meta
@@ -172,8 +172,9 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
                     line=line,
                     field=fld,
                 )
-    source = str(path)
-    sources = [TextSource(pair_texts.done())] if pair_texts is not None and pair_texts else []
+    if pair_texts is not None:
+        pair_texts.flush()
+    sources = [TextSource(pair_texts)] if pair_texts is not None and pair_texts.parts else []
     return ColumnarRead(
         queries,
         labels.build(source),
@@ -321,39 +322,38 @@ def _walked(
 
 
 class _PairTexts:
-    """Candidate texts as they are read, turned into Arrow arrays block by block
-    (:class:`~ragguard.calibration.data.texts.ArrowPairTexts`); the first text of a
-    (query, candidate) pair wins when looked up."""
+    """Candidate texts as they are read: every 65,536 texts, the query of each (an index
+    into ``qids``), its id and its text become Arrow arrays. Called (by
+    :class:`~ragguard.calibration.data.texts.TextSource`, on the first look-up), the
+    mapping (query, candidate) -> text, the first text of a pair winning."""
 
     def __init__(self) -> None:
-        self._order: list[str] = []
-        self._code: dict[str, int] = {}
-        self.out = ArrowPairTexts(self._order)
+        self.qids: list[str] = []
+        self.parts: list[tuple[NDArray[np.int32], Any, Any]] = []
         self._q: list[int] = []
         self._docs: list[str] = []
         self._texts: list[str] = []
 
-    def __bool__(self) -> bool:
-        return bool(self.out.parts or self._docs)
-
     def add(self, qid: str, texts: Sequence[tuple[str, str]]) -> None:
-        code = self._code.setdefault(qid, len(self._order))
-        if code == len(self._order):
-            self._order.append(qid)
-        self._q.extend([code] * len(texts))
-        for doc, text in texts:
-            self._docs.append(doc)
-            self._texts.append(text)
+        """One candidate list's texts (a query's lists come one after another)."""
+        if not self.qids or self.qids[-1] != qid:
+            self.qids.append(qid)
+        self._q.extend([len(self.qids) - 1] * len(texts))
+        self._docs.extend(doc for doc, _ in texts)
+        self._texts.extend(text for _, text in texts)
         if len(self._docs) >= 1 << 16:
-            self._flush()
+            self.flush()
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         if self._docs:
-            self.out.add(
-                np.asarray(self._q, np.int32), string_array(self._docs), string_array(self._texts)
-            )
+            q = np.asarray(self._q, np.int32)
+            self.parts.append((q, string_array(self._docs), string_array(self._texts)))
             self._q, self._docs, self._texts = [], [], []
 
-    def done(self) -> ArrowPairTexts:
-        self._flush()
-        return self.out
+    def __call__(self) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
+        out: dict[tuple[str, str], str] = {}
+        for query, ids, texts in self.parts:
+            rows = zip(query.tolist(), ids.to_pylist(), texts.to_pylist(), strict=True)
+            for q, doc, text in rows:
+                out.setdefault((self.qids[q], doc), text)
+        return out, {}

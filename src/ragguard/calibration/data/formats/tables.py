@@ -1,49 +1,33 @@
 """Qrels and runs held as tables: pandas and polars DataFrames, pyarrow Tables, ranx
-``Qrels`` and ``Run`` objects, next to ``{query_id: {doc_id: value}}`` dicts.
+``Qrels`` and ``Run`` objects, next to ``{query_id: {doc_id: value}}`` dicts (see
+:meth:`EvalSet.from_dicts <ragguard.calibration.data.evalset.EvalSet.from_dicts>`).
 
-A qrels table has one row per label (query id, document id, grade), a run table one
-row per candidate (query id, document id, score); row order is the run's order, which
-breaks score ties. Columns are found by name, case-insensitively:
+One row per label (query id, document id, grade) or candidate (query id, document id,
+score; row order is the run's order, which breaks score ties). Columns are found by
+name, case-insensitively (:data:`COLUMN_NAMES`; a qrels table without a grade column
+uses ``score``), or named by ``columns={"qid": ..., "docid": ..., "grade": ...,
+"score": ...}``. Ids are strings or integers (an integer is taken as its decimal
+string); a missing score is a candidate without one, a missing grade an error. Grades
+follow the file readers' rule (:func:`~ragguard.calibration.data.records.bad_grade`):
+whole numbers up to 5, so a float column of whole numbers holds grades and ``2.5`` is an
+error naming the query, the document and the grade. A repeated (query, document) row
+keeps its first occurrence and is reported, as in files; a table without a row is an
+error, never metrics of nothing.
 
-==========  ===================================================================
-column      names recognised
-==========  ===================================================================
-query id    ``qid``, ``query_id``, ``q_id``, ``query-id``, ``queryid``
-doc id      ``docid``, ``doc_id``, ``docno``, ``doc``, ``corpus-id``, ``corpus_id``
-grade       ``grade``, ``relevance``, ``rel``, ``label``; else ``score`` (qrels only)
-score       ``score`` (runs only)
-==========  ===================================================================
-
-``columns={"qid": ..., "docid": ..., "grade": ..., "score": ...}`` names others. Ids are
-strings or integers (an integer is taken as its decimal string); grades and scores are
-numbers (a missing score is a candidate without one, ranked last; a missing grade is an
-error). A table means what the dict built from its rows means, with one difference: a
-repeated (query, document) row keeps its first occurrence and is reported, as the file
-readers do (a repeated label with another grade is an error).
-
-Grades follow the file readers' rule (:func:`~ragguard.calibration.data.formats.common.bad_grade`),
-in tables, dicts and ranx objects alike: whole numbers up to 5 (-1 a known distractor's
-grade in files, lower ones judged not relevant). A float column of whole numbers
-(``1.0``, as pandas makes one when a value is missing or computed) holds grades; ``2.5``
-or ``7`` is an error naming the query, the document and the grade. Qrels without a row
-are an error ("no labelled queries", as an empty qrels file), and so is a run without
-one (as an empty run file): never metrics of nothing.
-
-A table is converted column-wise with pyarrow (a requirement of calibration, the
-``calibrate`` extra): ids are dictionary-encoded into integer codes and stay columnar
-(:class:`~ragguard.calibration.data.columns.Pairs`); no Python object is built per row. A
-pandas DataFrame pyarrow cannot convert (a column of mixed types) is read row by row,
-its ids interned in dicts, so the row at fault is named. ranx
-objects become dicts, read from the typed dicts they hold (a few microseconds per entry;
-ranx has already sorted each query's documents by score, so tied scores come in ranx's
-order). pandas, polars, pyarrow and ranx are never imported here; inputs are recognised
-by the module of their type.
+A table is converted column-wise with pyarrow (the ``calibrate`` extra): ids are
+dictionary-encoded into integer codes and stay columnar
+(:class:`~ragguard.calibration.data.columns.Pairs`). A pandas column pyarrow cannot
+convert (mixed types) has its values checked one by one, so the row at fault is named,
+and joins the others as an Arrow column. ranx objects become dicts, read from the typed
+dicts they hold (ranx has sorted each query's documents by score, so tied scores come in
+ranx's order). pandas, polars, pyarrow and ranx are never imported here; inputs are
+recognised by the module of their type.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from itertools import chain
 from numbers import Real
@@ -54,10 +38,11 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.data.columns import (
     Pairs,
-    arrow,
     arrow_module,
     encode_ids,
+    pyarrow,
     repeated_rows,
+    string_array,
     vocab_take,
 )
 from ragguard.calibration.data.problems import ProblemKind, Reporter
@@ -130,14 +115,12 @@ def read_input(
         if role == "qrels":
             _check_grades(dicts, what)
         return dicts
-    if arrow() is not None:
-        return _arrow_pairs(obj, kind, role, columns, what, rep)
-    return _list_pairs(obj, kind, role, columns, what, rep)
+    return _arrow_pairs(obj, kind, role, columns, what, rep)
 
 
 def columnar(data: Pairs | Dicts) -> TypeGuard[Pairs]:
-    """Whether ``data`` was read column-wise (ids in pyarrow arrays)."""
-    return isinstance(data, Pairs) and not isinstance(data.docs, list)
+    """Whether ``data`` is a table's columns (not dicts)."""
+    return isinstance(data, Pairs)
 
 
 def as_dicts(data: Pairs | Dicts, role: Role) -> Dicts:
@@ -256,28 +239,43 @@ def _missing_grade(name: str, row: int, value: object, what: str) -> EvalSetErro
 def _arrow_pairs(
     obj: Table, kind: str, role: Role, columns: Mapping[str, str] | None, what: str, rep: Reporter
 ) -> Pairs:
-    pa = arrow()
-    assert pa is not None
-    if kind == "polars":
-        table = obj.to_arrow()
-    elif kind == "pandas":
-        try:
-            table = pa.Table.from_pandas(obj)  # named index levels become columns
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types: the row names them
-            return _list_pairs(obj, kind, role, columns, what, rep)
-    else:
-        table = obj
-    qname, dname, vname = _column_names(table.column_names, role, columns, what)
-    qvocab, q = encode_ids(_arrow_ids(table.column(qname), qname, "query id", what))
-    docs, d = encode_ids(_arrow_ids(table.column(dname), dname, "document id", what))
-    value = _arrow_values(table.column(vname), role, vname, what)
+    names, column = _columns(obj, kind)
+    qname, dname, vname = _column_names(names, role, columns, what)
+    qvocab, q = encode_ids(_arrow_ids(column(qname), qname, "query id", what))
+    docs, d = encode_ids(_arrow_ids(column(dname), dname, "document id", what))
+    value = _arrow_values(column(vname), role, vname, what)
     return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep, vname)
+
+
+def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:
+    """A table's column names and a function giving one column as a pyarrow array, or
+    as a Python list where pyarrow cannot convert it (a pandas column of mixed types:
+    its values are checked one by one, so the row at fault is named)."""
+    if kind != "pandas":
+        table = obj.to_arrow() if kind == "polars" else obj
+        return list(table.column_names), table.column
+    pa = pyarrow()
+    if any(n is not None for n in obj.index.names):  # named index levels are columns
+        obj = obj.reset_index()
+    names = [str(c) for c in obj.columns]
+    by_name = dict(zip(names, obj.columns, strict=True))
+
+    def column(name: str) -> Any:
+        series = obj[by_name[name]]
+        try:
+            return pa.chunked_array([pa.array(series, from_pandas=True)])
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            values: list[Any] = series.tolist()
+            return values
+
+    return names, column
 
 
 def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
     """An id column as strings (integers as their decimal text)."""
-    pa = arrow()
-    assert pa is not None
+    pa = pyarrow()
+    if isinstance(column, list):
+        return pa.chunked_array([string_array(_python_ids(column, name, label, what))])
     types = pa.types
     if column.null_count:
         pc = arrow_module("compute")
@@ -296,8 +294,11 @@ def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
 
 def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
     """A score or grade column as float64 (a missing score is NaN)."""
-    pa = arrow()
-    assert pa is not None
+    if isinstance(column, list):
+        return np.array(
+            [_number(v, role, name, i, what) for i, v in enumerate(column)], dtype=np.float64
+        )
+    pa = pyarrow()
     types = pa.types
     t = column.type
     numeric = types.is_integer(t) or types.is_floating(t) or types.is_decimal(t)
@@ -313,49 +314,9 @@ def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
     return values
 
 
-# --------------------------------------------------------------------------- row by row
-
-
-def _list_pairs(
-    obj: Table, kind: str, role: Role, columns: Mapping[str, str] | None, what: str, rep: Reporter
-) -> Pairs:
-    """A pandas DataFrame pyarrow cannot convert (mixed types): columns as Python lists, ids
-    interned in dicts."""
-    if kind == "pandas":
-        if any(n is not None for n in obj.index.names):
-            obj = obj.reset_index()
-        names = [str(c) for c in obj.columns]
-        by_name = dict(zip(names, obj.columns, strict=True))
-
-        def column(name: str) -> list[Any]:
-            out: list[Any] = obj[by_name[name]].tolist()
-            return out
-    elif kind == "polars":
-        names = list(obj.columns)
-
-        def column(name: str) -> list[Any]:
-            out: list[Any] = obj[name].to_list()
-            return out
-    else:  # a pyarrow Table (only when pyarrow is patched out in the tests)
-        names = list(obj.column_names)
-
-        def column(name: str) -> list[Any]:
-            out: list[Any] = obj.column(name).to_pylist()
-            return out
-
-    qname, dname, vname = _column_names(names, role, columns, what)
-    qids, q = _intern(column(qname), qname, "query id", what)
-    docs, d = _intern(column(dname), dname, "document id", what)
-    value = np.array(
-        [_number(v, role, vname, i, what) for i, v in enumerate(column(vname))], dtype=np.float64
-    )
-    return _pairs(qids, docs, q, d, value, role, what, rep, vname)
-
-
-def _intern(values: list[Any], name: str, label: str, what: str) -> tuple[list[str], Any]:
-    """(ids in order of first appearance, int32 code of each row)."""
-    index: dict[str, int] = {}
-    codes = np.empty(len(values), dtype=np.int32)
+def _python_ids(values: list[Any], name: str, label: str, what: str) -> list[str]:
+    """Ids of a column pyarrow cannot convert: strings, integers as their decimal text."""
+    out: list[str] = []
     for i, v in enumerate(values):
         if not isinstance(v, str):
             if isinstance(v, bool) or not isinstance(v, int):
@@ -366,8 +327,8 @@ def _intern(values: list[Any], name: str, label: str, what: str) -> tuple[list[s
                     path=what,
                 )
             v = str(v)
-        codes[i] = index.setdefault(v, len(index))
-    return list(index), codes
+        out.append(v)
+    return out
 
 
 def _number(value: object, role: Role, name: str, row: int, what: str) -> float:

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ragguard.calibration.data.columns import ColumnarLabels, ColumnarRead
 from ragguard.calibration.data.formats.common import (
     Candidates,
     Lines,
-    ReadResult,
     Where,
     json_where,
     open_text,
@@ -68,8 +68,17 @@ def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
         first = False
 
 
-def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
-    res = ReadResult()
+def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
+    """A UDCG authors' JSON file: the examples' labels, utilities and passages (one run
+    named ``"passages"``, no scores), read with Python's json.
+
+    Raises:
+        EvalSetError: malformed JSON or a missing or mistyped field, naming file, line
+            and field.
+    """
+    queries: dict[str, Query] = {}
+    labels: dict[str, Labels] = {}
+    label_lines: dict[str, tuple[str | None, int | None]] = {}
     examples: list[tuple[Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
     run: Candidates = {}
     lines: Lines = {}
@@ -135,8 +144,8 @@ def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
                         entry["no_res_prob"], f"{mfld}.no_res_prob", 0.0, 1.0
                     )
                     models.add(name)
-        res.queries[qid] = Query(qid, question, _answers(ex.get("answers"), at, base))
-        res.label_lines[qid] = (str(path), lineno)
+        queries[qid] = Query(qid, question, _answers(ex.get("answers"), at, base))
+        label_lines[qid] = (str(path), lineno)
         run[qid] = cands
         lines[qid] = lineno
         examples.append((at, qid, grades, probs))
@@ -165,12 +174,10 @@ def _read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
                     f"{chosen!r}",
                     "models_info",
                 )
-        res.labels[qid] = Labels(grades, no_response=no_response)
-    res.runs["passages"] = (run, lines)
-    res.texts = Texts(
-        pairs=[TextSource.of(texts, titles)] if texts else (), udcg_examples=originals
-    )
-    return res
+        labels[qid] = Labels(grades, no_response=no_response)
+    source = Texts(pairs=[TextSource.of(texts, titles)] if texts else (), udcg_examples=originals)
+    columns = ColumnarLabels.of_labels(labels, str(path))
+    return ColumnarRead(queries, columns, label_lines, {"passages": (run, lines)}, texts=source)
 
 
 def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
@@ -179,16 +186,3 @@ def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         at.fail("must be a list of strings", f"{base}.answers")
     return tuple(value)
-
-
-def read_udcg(path: Path, rep: Reporter, model: str | None) -> ReadResult:
-    """A UDCG authors' JSON file: the examples' labels, utilities and passages (one run
-    named ``"passages"``, no scores), read with Python's json.
-
-    Raises:
-        EvalSetError: malformed JSON or a missing or mistyped field, naming file, line
-            and field; no such file.
-    """
-    if not path.is_file():
-        raise EvalSetError("no such file", path=str(path))
-    return _read_udcg(path, rep, model)
