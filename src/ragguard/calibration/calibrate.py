@@ -1544,9 +1544,10 @@ def calibrate(
             run none of whose document ids is labelled for its query (the ids of the
             run and of the labels do not match); with ``max_false_abstain``, no
             unanswerable query among the calibration queries.
-        ConfigError: a parameter out of range (``holdout``, ``min_recall``, ``level``,
-            ``n_bootstrap``, ``baseline_k``).
-        ValueError: an unknown metric or profile, or a malformed constraint.
+        ConfigError: a parameter out of range or of the wrong type (``holdout``,
+            ``min_recall``, ``level``, ``n_bootstrap``, ``seed``, ``baseline_k``,
+            ``probability_map``, ...), an unknown metric or profile, a malformed
+            constraint, or both ``reranker`` and ``rerank_scores``.
     """
     if not evalset.runs:
         raise EvalSetError(
