@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 
 from ragguard.calibration import rerank_scores
 from ragguard.cli import app
+from tests.calibration.two_stage_data import write_folder
 from tests.cli_checks import error_line
 from tests.faults import block_network
-from tests.test_cli_two_stage import write_folder
-from tests.test_trained import TAMPERED, trained_folder
+from tests.trained_folders import TAMPERED, trained_folder
 
 runner = CliRunner()
 

@@ -14,21 +14,9 @@ from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.cli import app
-from tests.calibration.test_two_stage import make_data
+from tests.calibration.two_stage_data import write_folder
 
 runner = CliRunner()
-
-RERANKER_MODULE = """
-import hashlib
-
-def _noise(text):
-    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF - 0.5
-
-def judge(query, texts):
-    return [(3.0 if "answer" in t else -2.0) + 4.0 * _noise(t) for t in texts]
-
-judge.score_kind = "logit"
-"""
 
 
 @pytest.fixture
@@ -36,28 +24,6 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RAGGUARD_CACHE_DIR", str(tmp_path / "cache"))
     return write_folder(tmp_path)
-
-
-def write_folder(tmp_path: Path) -> Path:
-    """``tmp_path/data``: the eval set of :func:`make_data` with a run and a corpus, and
-    ``tmp_path/myjudge.py``, a reranker module (``myjudge:judge``)."""
-    es, texts, run = make_data()
-    root = tmp_path / "data"
-    (root / "runs").mkdir(parents=True)
-    with (root / "evalset.jsonl").open("w") as fh:
-        for qid in es.qids:
-            relevant = sorted(es.labels[qid].grades)
-            fh.write(json.dumps({"query_id": qid, "query": es.queries[qid].text,
-                                 "relevant": relevant}) + "\n")  # fmt: skip
-    with (root / "runs" / "dense.trec").open("w") as fh:
-        for qid, cands in run.items():
-            for rank, (doc, score) in enumerate(cands.items(), 1):
-                fh.write(f"{qid} Q0 {doc} {rank} {score} dense\n")
-    with (root / "corpus.jsonl").open("w") as fh:
-        for doc, text in texts.items():
-            fh.write(json.dumps({"_id": doc, "text": text}) + "\n")
-    (tmp_path / "myjudge.py").write_text(RERANKER_MODULE)
-    return root
 
 
 def test_rerank_callable_end_to_end_and_cached(folder: Path, tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from ragguard.trained import (
     model_kind,
     resolve_model,
 )
-from tests.test_trained import fusion_card, trained_folder
+from tests.trained_folders import fusion_card, trained_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 # ragguard helpers that import what their first argument names: installed as a reranker,

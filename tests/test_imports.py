@@ -1,5 +1,6 @@
-"""The shape of ragguard's imports: no import circle, and no private name of one module
-imported into another.
+"""The shape of ragguard's imports: no import circle, no private name of one module
+imported into another, and no test module importing another (shared helpers live in
+helper modules and conftest.py).
 
 Circles: the import-linter contract in pyproject.toml (``[tool.importlinter]``), run by
 ``lint-imports`` on the package the tests import. Private names: ruff's PLC2701 skips
@@ -29,6 +30,13 @@ KNOWN_PRIVATE: dict[tuple[str, str], str] = {
     ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._feasible"): "#25",
     ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._finite"): "#25",
     ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._guarantee"): "#25",
+}
+
+# Test modules that still import another test module, each with who removes it. The test
+# fails when one is gone, too: then delete its line.
+KNOWN_TEST_IMPORTS: dict[tuple[str, str], str] = {
+    # the columnar-data work of issue 25 owns these two files
+    ("tests/calibration/test_columnar_json.py", "tests.calibration.test_columnar"): "#25",
 }
 
 
@@ -118,6 +126,76 @@ def test_the_private_name_check_sees_every_kind_of_import(tmp_path: Path) -> Non
         ("pkg.top", "pkg._low._SECRET"),
         ("pkg.top", "pkg.sub._impl._helper"),
         ("pkg.top", "pkg.sub._impl._other"),
+    }
+
+
+def _is_test_module(dotted: str) -> bool:
+    return dotted.rpartition(".")[2].startswith("test_")
+
+
+def imported_test_modules(root: Path) -> set[tuple[str, str]]:
+    """``(file, module)`` for every test module (``test_*.py`` under ``root``, the path
+    relative to ``root``'s parent) that imports another test module, at the top or in a
+    function, absolutely or relatively, as ``from pkg import test_x`` or ``import``."""
+    found: set[tuple[str, str]] = set()
+    for path in sorted(root.rglob("test_*.py")):
+        rel = path.relative_to(root.parent)
+        package = list(rel.parent.parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package[: len(package) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                folder = root.parent.joinpath(*base.split("."))
+                targets = [base]  # from tests.x.test_y import z
+                targets += [  # from tests.x import test_y (a module, not a name test_y)
+                    f"{base}.{a.name}"
+                    for a in node.names
+                    if _is_test_module(a.name) and (folder / f"{a.name}.py").is_file()
+                ]
+            found |= {(rel.as_posix(), t) for t in targets if _is_test_module(t)}
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """What two test modules share lives in a helper module or a conftest.py fixture:
+    a test module imported by another runs its module-level code twice and ties the
+    two files' tests together."""
+    found = imported_test_modules(ROOT / "tests")
+    new = sorted(found - set(KNOWN_TEST_IMPORTS))
+    assert new == [], "\n".join(f"{file} imports the test module {name}" for file, name in new)
+    assert sorted(set(KNOWN_TEST_IMPORTS) - found) == []  # fixed: delete its line
+
+
+def test_the_test_import_check_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """The check against a small test tree with each way of importing a test module, and
+    the imports it must let through (helper modules, conftest, names that merely start
+    with ``test``)."""
+    tests = tmp_path / "tests"
+    (tests / "sub").mkdir(parents=True)
+    (tests / "sub" / "test_a.py").write_text(
+        "from tests.sub.test_b import helper\n"  # absolute: found
+        "from tests.sub.helpers import make, test_data\n"  # a helper module: fine
+        "from tests.sub.conftest import fixture\n"
+        "def f():\n"
+        "    from .test_c import other\n"  # function-local and relative: found
+        "    from . import test_d, shared\n"  # a test module as a name: found
+        "    import tests.test_e\n"  # plain import: found
+    )
+    for name in ("test_b", "test_c", "test_d", "shared", "helpers", "conftest"):
+        (tests / "sub" / f"{name}.py").write_text("")
+    (tests / "test_e.py").write_text("from tests.sub.test_b import x\n")  # found
+    assert imported_test_modules(tests) == {
+        ("tests/sub/test_a.py", "tests.sub.test_b"),
+        ("tests/sub/test_a.py", "tests.sub.test_c"),
+        ("tests/sub/test_a.py", "tests.sub.test_d"),
+        ("tests/sub/test_a.py", "tests.test_e"),
+        ("tests/test_e.py", "tests.sub.test_b"),
     }
 
 

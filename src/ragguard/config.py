@@ -50,7 +50,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from ragguard._fields import NumbersNotBools
+from ragguard._fields import ConfigModel, NumbersNotBools
 from ragguard._optional import DISTRIBUTION
 from ragguard._version import __version__
 from ragguard.errors import ConfigError, ConfigWarning
@@ -136,7 +136,7 @@ DEFAULT_RERANK_MODEL = "cross-encoder/ms-marco-MiniLM-L6-v2"
 RERANK_SCORE_KINDS = (ScoreKind.LOGIT, ScoreKind.PROBABILITY)
 
 
-class RerankConfig(NumbersNotBools):
+class RerankConfig(ConfigModel, NumbersNotBools):
     """The optional cross-encoder rerank stage (``GuardConfig.rerank``, TOML ``[rerank]``).
 
     The reranker's outputs are mapped to probabilities *before* any rule runs: logits

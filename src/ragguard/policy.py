@@ -175,10 +175,11 @@ class UtilityCut:
     penalty: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.gain) and self.gain > 0):
-            raise ValueError(f"gain must be a finite number > 0, got {self.gain}")
-        if not (np.isfinite(self.penalty) and self.penalty >= 0):
-            raise ValueError(f"penalty must be a finite number >= 0, got {self.penalty}")
+        for name, value, low in (("gain", self.gain, "> 0"), ("penalty", self.penalty, ">= 0")):
+            real = isinstance(value, (int, float, np.integer, np.floating))
+            ok = real and not isinstance(value, bool) and np.isfinite(value)
+            if not (ok and (value > 0 if low == "> 0" else value >= 0)):
+                raise ConfigError(f"UtilityCut {name} must be a finite number {low}, got {value!r}")
 
     @property
     def threshold(self) -> float:

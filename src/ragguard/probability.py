@@ -34,8 +34,10 @@ from enum import StrEnum
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from ragguard._fields import ConfigModel
+from ragguard.errors import ConfigError
 from ragguard.scores import Normalized, ScoreIssue, ScoreKind, normalize
 
 __all__ = ["MapMethod", "ProbabilityMap", "rerank_probabilities", "to_logit"]
@@ -51,6 +53,12 @@ class MapMethod(StrEnum):
     ISOTONIC = "isotonic"
     """Non-decreasing, piecewise linear through the breakpoints ``(x, y)``."""
 
+    @classmethod
+    def _missing_(cls, value: object) -> MapMethod:
+        # MapMethod("platt_scaling") is a user's mistake in a setting: say what is allowed
+        allowed = ", ".join(repr(m.value) for m in cls)
+        raise ConfigError(f"a probability map's method must be one of {allowed}; got {value!r}")
+
 
 def _sigmoid(x: NDArray[np.float64]) -> NDArray[np.float64]:
     out: NDArray[np.float64] = 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
@@ -64,13 +72,13 @@ def to_logit(raw: ArrayLike, kind: ScoreKind | str) -> NDArray[np.float64]:
     if ScoreKind(kind) is ScoreKind.LOGIT:
         return x
     if ScoreKind(kind) is not ScoreKind.PROBABILITY:
-        raise ValueError(f"a rerank score is a logit or a probability, not {kind!r}")
+        raise ConfigError(f"a rerank score is a logit or a probability, not {kind!r}")
     p = np.clip(x, _EPS, 1.0 - _EPS)
     out: NDArray[np.float64] = np.log(p) - np.log1p(-p)
     return out
 
 
-class ProbabilityMap(BaseModel):
+class ProbabilityMap(ConfigModel):
     """A fitted map from a rerank score to a calibrated p(relevant) (see the module
     docstring). Build one with :func:`ragguard.calibration.fit_probability_map`.
 

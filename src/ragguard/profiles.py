@@ -63,7 +63,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, model_validator
 
-from ragguard._fields import NumbersNotBools
+from ragguard._fields import ConfigModel, NumbersNotBools
 from ragguard.errors import ConfigError
 
 __all__ = ["BUILTIN_PROFILES", "DEFAULT_PROFILE", "Profile", "ProfileSpec", "resolve_profile"]
@@ -73,7 +73,7 @@ Penalty = Annotated[float, Field(ge=-1.0, le=0.0)]
 Grade = Annotated[int, Field(ge=1, le=5)]
 
 
-class Profile(NumbersNotBools):
+class Profile(ConfigModel, NumbersNotBools):
     """A resolved tolerance profile (see the module docstring for each field's role)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -108,7 +108,7 @@ class Profile(NumbersNotBools):
         return self
 
 
-class ProfileSpec(NumbersNotBools):
+class ProfileSpec(ConfigModel, NumbersNotBools):
     """A custom profile as written in TOML: a base profile plus overrides."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -170,7 +170,9 @@ def resolve_profile(name: str, custom: Mapping[str, ProfileSpec] | None = None) 
     built-in one.
 
     Raises:
-        ConfigError: the name is unknown, or custom bases form a cycle.
+        ConfigError: the name is unknown, custom bases form a cycle, or the resolved
+            profile is invalid (a custom ``partial_grade`` at or above the base's
+            ``relevant_grade``).
     """
     custom = custom or {}
     chain: list[str] = []
@@ -188,4 +190,4 @@ def resolve_profile(name: str, custom: Mapping[str, ProfileSpec] | None = None) 
     for link in reversed(chain):
         data.update(custom[link].model_dump(exclude={"base"}, exclude_none=True))
     data["name"] = name
-    return Profile.model_validate(data)
+    return Profile(**data)

@@ -486,6 +486,8 @@ def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Re
     )
     if not isinstance(spec, str) or not spec.strip():
         raise RerankModelError(f"--rerank needs {what}; got {spec!r}")
+    if score_kind is not None:
+        parse_kind(score_kind, "score_kind")
     module_name, sep, _ = spec.partition(":")
     if Path(spec).expanduser().exists():
         return CrossEncoderReranker(spec, score_kind=score_kind)

@@ -28,7 +28,7 @@ from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import Reason
 from ragguard.profiles import BUILTIN_PROFILES
 from tests.calibration.answerability_data import candidates_of, random_rows, write_jsonl
-from tests.calibration.test_two_stage import BROKEN, Breaking, oracle
+from tests.calibration.two_stage_data import BROKEN, Breaking, oracle
 
 # --- helpers ----------------------------------------------------------------------------
 

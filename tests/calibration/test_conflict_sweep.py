@@ -29,7 +29,7 @@ from ragguard.calibration.sweep import PASSAGES, SweepKernel, describe_point
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, CutRule, PolicyParams
 from tests.calibration.conftest import random_trec_data
-from tests.calibration.test_sweep import brute_force
+from tests.calibration.sweep_reference import brute_force
 
 LOW = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "the", "of"]
 FACTS = ["1990", "2001", "3,559", "4,112", "Paris", "Bhatt", "Kapoor", "42"]

@@ -7,7 +7,7 @@ import pytest
 
 from ragguard.calibration import EvalSet, compute, parse_metric
 from ragguard.calibration.metrics.tables import prefix_table
-from tests.calibration.test_sweep import messy_evalset
+from tests.calibration.sweep_reference import messy_evalset
 
 METRICS = (
     "precision", "precision@3", "recall", "recall@4", "evidence_recall", "hit_rate",

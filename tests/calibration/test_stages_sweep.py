@@ -17,7 +17,7 @@ from ragguard.calibration.sweep import PASSAGES, SweepKernel
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams
 from tests.calibration.conftest import random_trec_data
-from tests.calibration.test_sweep import brute_force
+from tests.calibration.sweep_reference import brute_force
 
 GAMMA = 1.0 / 3.0
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]

@@ -24,7 +24,8 @@ from ragguard.calibration.sweep import (
     sweep,
 )
 from ragguard.policy import PolicyParams, cut_ranked
-from tests.calibration.test_sweep import NOTES, messy_evalset
+from tests.calibration.notes_beir import NOTES
+from tests.calibration.sweep_reference import messy_evalset
 
 sweep_module = importlib.import_module("ragguard.calibration.sweep")
 

@@ -42,7 +42,7 @@ from ragguard.cli import app
 from ragguard.errors import ConfigError
 from ragguard.rerank import CrossEncoderReranker
 from ragguard.trained import CARD_NAME, PACKAGED_ENCODER, model_kind
-from tests.calibration.test_train_reranker import TOPICS, VALIDATION
+from tests.calibration.training_topics import TOPICS, VALIDATION
 from tests.rerank_models import IDENTITY, build_bi_encoder, build_cross_encoder
 
 ORDER = ["relevant", "distractor", "judged", "same_query", "same_title", "random"]

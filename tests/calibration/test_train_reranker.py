@@ -33,24 +33,15 @@ from ragguard.calibration.train import (
 from ragguard.cli import app
 from ragguard.rerank import CrossEncoderReranker, load_reranker
 from ragguard.trained import CARD_NAME, TrainedReranker
+from tests.calibration.training_topics import TOPICS, VALIDATION
 from tests.cli_checks import error_line
 from tests.faults import LiveStaging, killed_staging_folder
 from tests.rerank_models import build_bi_encoder
 
 F64 = NDArray[np.float64]
 
-SPORTS = [
-    "deadlift", "squat", "bench", "press", "row", "curl", "lunge", "plank", "sprint", "swim",
-    "cycle", "hike", "yoga", "rowing", "boxing", "climb", "skate", "ski", "surf", "golf",
-    "tennis", "rugby", "judo", "fencing",
-]  # fmt: skip
-#: 96 one-word topics: the sports, then numbered variants ("deadlift2"). With the
-#: default holdout 0.3 and VALIDATION 0.5 a 96-query set has 34 validation queries,
-#: above the 30 usable ones train-reranker needs to write anything.
-TOPICS = SPORTS + [f"{s}{k}" for k in (2, 3, 4) for s in SPORTS]
 FILLER = "note log entry about training week"
 FUSION = ["fusion"]
-VALIDATION = 0.5
 
 
 def _write_set(folder: Path, *, relevant_is_query: bool = False, n: int = len(TOPICS)) -> Path:

@@ -5,7 +5,6 @@ what calibration measured."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -29,21 +28,15 @@ from ragguard.calibration.rerank_scores import read_rerank_run
 from ragguard.errors import EvalSetError
 from ragguard.policy import CutRule
 from ragguard.rerank import load_reranker
-
-N_QUERIES, N_CANDS = 40, 8
-
-
-def _noise(text: str) -> float:
-    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF - 0.5
-
-
-def oracle(query: str, texts: Sequence[str]) -> list[float]:
-    """A reranker that reads the passage: +3 for an answer, -2 otherwise, plus a fixed
-    per-text noise in [-2, 2] (so the map and the cuts have something to calibrate)."""
-    return [(3.0 if "answer" in t else -2.0) + 4.0 * _noise(t) for t in texts]
-
-
-oracle.score_kind = "logit"  # type: ignore[attr-defined]
+from tests.calibration.two_stage_data import (
+    BROKEN,
+    N_CANDS,
+    N_QUERIES,
+    Breaking,
+    make_data,
+    oracle,
+    text_noise,
+)
 
 
 class Counting:
@@ -57,29 +50,6 @@ class Counting:
     def __call__(self, query: str, texts: Sequence[str]) -> list[float]:
         self.pairs += len(texts)
         return oracle(query, texts)
-
-
-def make_data() -> tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]]:
-    """Retrieval ranks look-alike distractors as high as answers; the reranker can tell."""
-    rng = np.random.default_rng(5)
-    qrels: dict[str, dict[str, int]] = {}
-    run: dict[str, dict[str, float]] = {}
-    texts: dict[str, str] = {}
-    queries: dict[str, str] = {}
-    for q in range(N_QUERIES):
-        qid = f"q{q:02d}"
-        queries[qid] = f"question {q}"
-        n_rel = int(rng.integers(1, 3))
-        cands: dict[str, float] = {}
-        for c in range(N_CANDS):
-            doc = f"{qid}-d{c}"
-            relevant = c < n_rel
-            texts[doc] = f"passage {doc} " + ("with the answer" if relevant else "look alike")
-            cands[doc] = round(float(rng.uniform(0.5, 0.9)), 3)
-        qrels[qid] = {f"{qid}-d{c}": 1 for c in range(n_rel)}
-        run[qid] = dict(sorted(cands.items(), key=lambda kv: -kv[1]))
-    es = EvalSet.from_dicts(qrels, {"dense": run}, queries=queries)
-    return es, texts, run
 
 
 GRID = RerankGrid(top_n=(4, 8))
@@ -317,7 +287,7 @@ def test_isotonic_map_is_stored_and_applied(
 
 
 def test_load_reranker_names_a_callable_or_a_model() -> None:
-    r = load_reranker("tests.calibration.test_two_stage:oracle")
+    r = load_reranker("tests.calibration.two_stage_data:oracle")
     assert r is oracle
     from ragguard.rerank import CrossEncoderReranker
 
@@ -326,7 +296,7 @@ def test_load_reranker_names_a_callable_or_a_model() -> None:
     from ragguard.errors import RerankModelError
 
     with pytest.raises(RerankModelError, match="no attribute"):
-        load_reranker("tests.calibration.test_two_stage:nothing_here")
+        load_reranker("tests.calibration.two_stage_data:nothing_here")
 
 
 def test_report_compares_the_stages_and_shows_the_reliability_diagram(
@@ -519,34 +489,6 @@ def test_cached_values_that_are_not_finite_scores_are_computed_again(
     values = _cached_values(path)
     assert len(values) == N_QUERIES * N_CANDS
     assert all(isinstance(v, float) and math.isfinite(v) for v in values)
-
-
-BROKEN = {"question 3", "question 17", "question 29"}
-
-
-class Breaking:
-    """``oracle``, except that on the queries of ``BROKEN`` the call goes wrong as
-    ``how`` says (a NaN or an infinite score, one score too few, an exception), while
-    ``broken`` is set."""
-
-    score_kind = "logit"
-
-    def __init__(self, how: str) -> None:
-        self.how = how
-        self.broken = True
-        self.pairs = 0
-
-    def __call__(self, query: str, texts: Sequence[str]) -> list[float]:
-        self.pairs += len(texts)
-        out = oracle(query, texts)
-        if not self.broken or query not in BROKEN:
-            return out
-        if self.how == "raise":
-            raise ConnectionError("the rerank service is down")
-        if self.how == "short":
-            return out[:-1]
-        out[-1] = {"nan": math.nan, "inf": math.inf}[self.how]
-        return out
 
 
 @pytest.mark.parametrize("how", ["nan", "inf", "short", "raise"])
@@ -768,7 +710,7 @@ def test_a_second_stage_with_no_clear_difference_says_why_it_is_written(
     es, texts, _ = data
 
     def weak(query: str, passages: Sequence[str]) -> list[float]:
-        return [(1.0 if "answer" in t else 0.0) + 4.0 * _noise(t) for t in passages]
+        return [(1.0 if "answer" in t else 0.0) + 4.0 * text_noise(t) for t in passages]
 
     weak.score_kind = "logit"  # type: ignore[attr-defined]
     result = run_calibration(es, texts, tmp_path / "cache", reranker=weak, n_bootstrap=200)

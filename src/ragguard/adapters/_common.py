@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ragguard import ContextGuard
+from ragguard._fields import validation_problems
 from ragguard.candidate import Decision, Selection
 from ragguard.errors import ConfigError
 from ragguard.rerank import (
@@ -179,15 +180,7 @@ def adapter_options(model: type[BaseModel]) -> Iterator[None]:
     try:
         yield
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            name = ".".join(str(part) for part in err["loc"]) or "options"
-            if err["type"] == "extra_forbidden":
-                allowed = ", ".join(model.model_fields)
-                problems.append(f"unknown option {name!r}; allowed: {allowed}")
-            else:
-                problems.append(f"{name}={err['input']!r}: {err['msg']}")
-        raise ConfigError(f"{model.__name__}: {'; '.join(problems)}") from exc
+        raise ConfigError(validation_problems(model, exc, noun="option")) from exc
 
 
 def check_guard(guard: object, owner: str) -> None:

@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard._fields import is_real
 from ragguard.calibration._format import floor_number, format_interval, format_number
 from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.arrays import EvalArrays
@@ -106,6 +107,7 @@ from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import ConflictMode, CutRule, PolicyParams
+from ragguard.probability import MapMethod
 from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
 from ragguard.scores import ScoreKind
 
@@ -113,7 +115,6 @@ if TYPE_CHECKING:
     from ragguard.calibration.answerability import AnswerabilityResult
     from ragguard.calibration.pipeline import RerankGrid, TwoStageCalibration
     from ragguard.calibration.rerank_scores import RerankScores
-    from ragguard.probability import MapMethod
     from ragguard.rerank import Reranker
 
 __all__ = [
@@ -1337,6 +1338,9 @@ def data_fingerprint(evalset: EvalSet, runs: Sequence[str] | None = None) -> str
     from ragguard.calibration.data.columns import ColumnarCandidates, fingerprint
 
     names = runs if runs is not None else list(evalset.runs)
+    for n in names:
+        if n not in evalset.runs:
+            raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs) or 'none'}")
     chosen = [evalset.runs[n] for n in names]
     parts = []
     for r in chosen:
@@ -1540,9 +1544,10 @@ def calibrate(
             run none of whose document ids is labelled for its query (the ids of the
             run and of the labels do not match); with ``max_false_abstain``, no
             unanswerable query among the calibration queries.
-        ConfigError: a parameter out of range (``holdout``, ``min_recall``, ``level``,
-            ``n_bootstrap``, ``baseline_k``).
-        ValueError: an unknown metric or profile, or a malformed constraint.
+        ConfigError: a parameter out of range or of the wrong type (``holdout``,
+            ``min_recall``, ``level``, ``n_bootstrap``, ``seed``, ``baseline_k``,
+            ``probability_map``, ...), an unknown metric or profile, a malformed
+            constraint, or both ``reranker`` and ``rerank_scores``.
     """
     if not evalset.runs:
         raise EvalSetError(
@@ -1556,20 +1561,23 @@ def calibrate(
             raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs)}")
     if not names:
         raise EvalSetError("no runs selected")
-    if n_bootstrap < 1:
-        raise ConfigError(f"n_bootstrap must be >= 1, got {n_bootstrap}")
-    if not 0.0 < level < 1.0:
-        raise ConfigError(f"level must be in (0, 1), got {level}")
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 1:
+        raise ConfigError(f"n_bootstrap must be a whole number >= 1, got {n_bootstrap!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed must be a whole number, got {seed!r}")
+    if not (is_real(level) and 0.0 < level < 1.0):
+        raise ConfigError(f"level must be in (0, 1), got {level!r}")
+    MapMethod(probability_map)  # fail early on an unknown method (ConfigError)
     prof = as_profile(profile)
     cons = [Constraint.parse(c) if isinstance(c, str) else c for c in constraints]
     if min_recall is not None:
-        if not 0.0 <= min_recall <= 1.0:
-            raise ConfigError(f"min_recall must be in [0, 1], got {min_recall}")
+        if not (is_real(min_recall) and 0.0 <= min_recall <= 1.0):
+            raise ConfigError(f"min_recall must be in [0, 1], got {min_recall!r}")
         cons.append(Constraint(EVIDENCE, ">=", float(min_recall)))
     if on_worse not in ("top-k", "stop"):
         raise ConfigError(f"on_worse must be 'top-k' or 'stop', got {on_worse!r}")
-    if not 0.0 < confidence < 1.0:
-        raise ConfigError(f"confidence must be in (0, 1), got {confidence}")
+    if not (is_real(confidence) and 0.0 < confidence < 1.0):
+        raise ConfigError(f"confidence must be in (0, 1), got {confidence!r}")
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 0:
         raise ConfigError(f"folds must be an int >= 0, got {folds!r}")
     if objective != PASSAGES:
@@ -1892,7 +1900,7 @@ def _two_stage(
     from ragguard.calibration.rerank_scores import score_candidates
 
     if reranker is not None and scores is not None:
-        raise ValueError("pass a reranker or precomputed rerank_scores, not both")
+        raise ConfigError("calibrate: pass reranker= or rerank_scores=, not both; drop one of them")
     rgrid = rerank_grid or RerankGrid()
     arrays = best.arrays
     if scores is None:

@@ -105,12 +105,14 @@ from ragguard.calibration.sweep import (
     Constraint,
     SweepKernel,
     SweepResult,
+    check_cut_rules,
+    check_grid_values,
     describe_point,
     sweep,
 )
 from ragguard.calibration.utility import UtilityRules
 from ragguard.config import profile_utility_cut
-from ragguard.errors import EvalSetError, RerankError
+from ragguard.errors import ConfigError, EvalSetError, RerankError
 from ragguard.policy import CutRule, PolicyParams
 from ragguard.probability import MapMethod, ProbabilityMap, rerank_probabilities, to_logit
 from ragguard.profiles import Profile
@@ -147,10 +149,21 @@ class RerankGrid:
     expected_utility: bool = True
 
     def __post_init__(self) -> None:
+        check_grid_values("top_n", self.top_n, int)
+        check_grid_values("thresholds", self.thresholds, float)
+        check_grid_values("min_scores", self.min_scores, float)
         if not self.top_n or any(n < 1 for n in self.top_n):
-            raise ValueError(f"top_n values must be ints >= 1, got {self.top_n!r}")
+            raise ConfigError(f"top_n values must be ints >= 1, got {self.top_n!r}")
         if any(not 0.0 <= t <= 1.0 for t in (*self.thresholds, *self.min_scores)):
-            raise ValueError("rerank thresholds and min_scores are probabilities in [0, 1]")
+            raise ConfigError(
+                "rerank thresholds and min_scores are probabilities in [0, 1], got "
+                f"thresholds={self.thresholds!r}, min_scores={self.min_scores!r}"
+            )
+        check_cut_rules(self.cut_rules)
+        if not isinstance(self.expected_utility, bool):
+            raise ConfigError(
+                f"expected_utility must be true or false, got {self.expected_utility!r}"
+            )
 
     def points(self, max_k: Sequence[int], min_k: int, profile: Profile) -> list[PolicyParams]:
         """Every rerank cut at every cap."""
@@ -534,7 +547,7 @@ def calibrate_two_stage(
     n_fit = int(np.isfinite(z_fit).sum())
     try:
         pmap = fit_probability_map(z_fit, y_fit, method)
-    except ValueError as exc:
+    except EvalSetError as exc:
         raise EvalSetError(
             f"cannot fit the rerank probability map on the {n_fit} scored pairs of the "
             f"calibration queries: {exc}"

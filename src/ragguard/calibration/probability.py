@@ -28,8 +28,8 @@ predicts.
 
 Neither fitter returns a map that cannot rank: a Platt slope :math:`a \le 0` (the scores
 fall as relevance rises, so the map would keep the worst passages) and a flat isotonic
-fit raise ``ValueError`` instead, as the config refuses such maps
-(:class:`~ragguard.probability.ProbabilityMap`).
+fit raise :class:`~ragguard.errors.EvalSetError` (a ``ValueError``) instead, as the config
+refuses such maps (:class:`~ragguard.probability.ProbabilityMap`).
 
 Calibration error
 -----------------
@@ -46,6 +46,7 @@ from typing import NoReturn
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ragguard.errors import ConfigError, EvalSetError
 from ragguard.probability import MapMethod, ProbabilityMap
 
 __all__ = [
@@ -65,17 +66,17 @@ def _pairs(z: ArrayLike, y: ArrayLike) -> tuple[F64, F64]:
     zs = np.asarray(z, dtype=np.float64).reshape(-1)
     ys = np.asarray(y, dtype=np.float64).reshape(-1)
     if zs.shape != ys.shape:
-        raise ValueError(f"scores and labels differ in length: {zs.size} and {ys.size}")
+        raise EvalSetError(f"scores and labels differ in length: {zs.size} and {ys.size}")
     keep = np.isfinite(zs) & np.isfinite(ys)
     zs, ys = zs[keep], ys[keep]
     if ((ys != 0) & (ys != 1)).any():
-        raise ValueError("labels must be 0 or 1")
+        raise EvalSetError("labels must be 0 or 1")
     return zs, ys
 
 
 def _need_both(y: F64, what: str) -> None:
     if y.size == 0 or y.min() == y.max():
-        raise ValueError(
+        raise EvalSetError(
             f"{what} needs relevant and non-relevant passages among the scored ones; got "
             f"{int(y.sum())} relevant of {y.size}"
         )
@@ -90,7 +91,7 @@ def fit_platt(z: ArrayLike, y: ArrayLike, *, smooth: bool = True) -> Probability
         smooth: use Platt's smoothed targets (finite under perfect separation).
 
     Raises:
-        ValueError: lengths differ, labels are not 0/1, one class is missing, or the
+        EvalSetError: lengths differ, labels are not 0/1, one class is missing, or the
             fitted slope is not positive (the scores fall with relevance: a decreasing
             map would keep the worst passages).
     """
@@ -136,14 +137,14 @@ def fit_platt(z: ArrayLike, y: ArrayLike, *, smooth: bool = True) -> Probability
     a = w[0] / sd
     b = w[1] - w[0] * mu / sd
     if not (math.isfinite(a) and math.isfinite(b)):
-        raise ValueError("Platt scaling did not converge (the scores separate the labels)")
+        raise EvalSetError("Platt scaling did not converge (the scores separate the labels)")
     if a <= 0:
         _not_rising(f"Platt slope a = {a:.3g} <= 0", ys.size)
     return ProbabilityMap(method=MapMethod.PLATT, a=float(a), b=float(b))
 
 
 def _not_rising(detail: str, n: int) -> NoReturn:
-    raise ValueError(
+    raise EvalSetError(
         f"the scores do not rise with relevance on these {n} pairs ({detail}): such a map "
         "would keep the worst passages, or cannot rank them, so none is fitted; check that "
         "higher scores mean more relevant and the declared score kind"
@@ -171,7 +172,7 @@ def fit_isotonic(z: ArrayLike, y: ArrayLike) -> ProbabilityMap:
     """Fit a non-decreasing map by pool-adjacent-violators (see the module docstring).
 
     Raises:
-        ValueError: lengths differ, labels are not 0/1, one class is missing, or the fit
+        EvalSetError: lengths differ, labels are not 0/1, one class is missing, or the fit
             is flat (one probability for every score: the scores do not rank relevance).
     """
     zs, ys = _pairs(z, y)
@@ -250,8 +251,8 @@ class Reliability:
 
 def reliability(p: ArrayLike, y: ArrayLike, bins: int = 10) -> Reliability:
     """Bin probabilities into ``bins`` equal-width bins of [0, 1] (the last closed)."""
-    if bins < 1:
-        raise ValueError(f"bins must be >= 1, got {bins}")
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ConfigError(f"bins must be a whole number >= 1, got {bins!r}")
     ps, ys = _pairs(p, y)
     edges = np.linspace(0.0, 1.0, bins + 1)
     idx = np.clip(np.floor(np.clip(ps, 0.0, 1.0) * bins).astype(np.intp), 0, bins - 1)

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard._fields import is_real
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.calibration.metrics.tables import prefix_table
@@ -71,6 +72,7 @@ __all__ = [
     "SweepGrid",
     "SweepKernel",
     "SweepResult",
+    "check_grid_values",
     "choose",
     "cut_dtype",
     "describe_point",
@@ -188,6 +190,41 @@ def nanmean(values: F64, axis: int = -1) -> F64:
 # --------------------------------------------------------------------------- the grid
 
 
+def check_grid_values(name: str, values: object, kind: type[int] | type[float]) -> None:
+    """Raise :class:`~ragguard.errors.ConfigError` unless ``values`` is a sequence of
+    numbers of ``kind`` (whole numbers for ``int``, never a bool), naming ``name``; the
+    caller checks their range."""
+    what = "whole numbers" if kind is int else "numbers"
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ConfigError(f"{name} must be a tuple of {what}, got {values!r}")
+    if not all(is_real(v) and (kind is float or isinstance(v, (int, np.integer))) for v in values):
+        raise ConfigError(f"{name} must be a tuple of {what}, got {tuple(values)!r}")
+
+
+def check_cut_rules(cut_rules: object) -> None:
+    """Raise :class:`~ragguard.errors.ConfigError` unless ``cut_rules`` is a sequence of
+    ``(rule, value)`` pairs: gap with a value >= 0, autocut with a whole number >= 1."""
+    if isinstance(cut_rules, (str, bytes)) or not isinstance(cut_rules, Sequence):
+        raise ConfigError(f"cut_rules must be (rule, value) pairs, got {cut_rules!r}")
+    allowed = ", ".join(repr(r.value) for r in CutRule if r is not CutRule.NONE)
+    for pair in cut_rules:
+        if not (isinstance(pair, Sequence) and len(pair) == 2):
+            raise ConfigError(f"cut_rules must be (rule, value) pairs, got {pair!r}")
+        rule, value = pair
+        if rule not in {r.value for r in CutRule} - {CutRule.NONE.value}:
+            raise ConfigError(f"a cut rule is one of {allowed}, got {rule!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, np.integer))
+            or value < 0
+            or (CutRule(rule) is CutRule.AUTOCUT and value < 1)
+        ):
+            raise ConfigError(
+                f"bad cut rule setting {(rule, value)!r}: gap takes a whole number >= 0, "
+                "autocut one >= 1"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class SweepGrid:
     """The policy settings a sweep tries.
@@ -211,6 +248,10 @@ class SweepGrid:
     min_k: int = 1
 
     def __post_init__(self) -> None:
+        check_grid_values("max_k", self.max_k, int)
+        check_grid_values("thresholds", self.thresholds, float)
+        if not isinstance(self.min_k, int) or isinstance(self.min_k, bool):
+            raise ConfigError(f"min_k must be a whole number, got {self.min_k!r}")
         if not self.max_k or any(k < 1 for k in self.max_k):
             raise ConfigError(f"max_k values must be ints >= 1, got {self.max_k!r}")
         if len(set(self.max_k)) != len(self.max_k) or list(self.max_k) != sorted(self.max_k):
@@ -223,11 +264,7 @@ class SweepGrid:
             )
         if self.min_k < 0 or self.min_k > self.max_k[0]:
             raise ConfigError(f"min_k must be in [0, smallest max_k={self.max_k[0]}]")
-        for rule, value in self.cut_rules:
-            if CutRule(rule) is CutRule.NONE:
-                raise ConfigError("cut_rules hold gap or autocut settings, not 'none'")
-            if value < 0 or (CutRule(rule) is CutRule.AUTOCUT and value < 1):
-                raise ConfigError(f"bad cut rule setting {(rule, value)!r}")
+        check_cut_rules(self.cut_rules)
 
     @classmethod
     def up_to(cls, max_k: int, **kwargs: object) -> SweepGrid:
@@ -302,7 +339,7 @@ class Constraint:
         _metric_name(self.metric)  # raises on an unknown metric
         if self.op not in (">=", "<="):
             raise ConfigError(f"a constraint compares with >= or <=, got {self.op!r}")
-        if not math.isfinite(self.bound):
+        if not (is_real(self.bound) and math.isfinite(self.bound)):
             raise ConfigError(f"constraint bound must be finite, got {self.bound!r}")
 
     @classmethod
@@ -899,7 +936,13 @@ class OptimalK:
 
 
 def optimal_k(arrays: EvalArrays, max_k: int, rows: I | Sequence[int] | None = None) -> OptimalK:
-    """Per-query optimal k (argmax of cumulative utility over ``k = 0..max_k``)."""
+    """Per-query optimal k (argmax of cumulative utility over ``k = 0..max_k``).
+
+    Raises:
+        ConfigError: ``max_k`` is not a whole number >= 1.
+    """
+    if isinstance(max_k, bool) or not isinstance(max_k, (int, np.integer)) or max_k < 1:
+        raise ConfigError(f"optimal_k: max_k must be a whole number >= 1, got {max_k!r}")
     q, n = arrays.shape
     width = min(max_k, n)
     best_k = np.empty(q, dtype=np.intp)

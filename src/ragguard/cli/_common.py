@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
@@ -80,9 +79,9 @@ class _ConsoleHandler(logging.Handler):
 
 @contextmanager
 def friendly_errors(verbose: bool = False) -> Iterator[None]:
-    """Turn ragguard's errors, invalid settings and file-system errors into one clear line
-    on stderr and exit code 1; with ``verbose``, log at DEBUG and re-raise for the
-    traceback.
+    """Turn ragguard's errors (invalid settings included) and file-system errors into one
+    clear line on stderr and exit code 1; with ``verbose``, log at DEBUG and re-raise for
+    the traceback. Any other exception is a bug and keeps its traceback.
 
     Without ``verbose``, the library's warnings (``logging``) print on stderr as
     ``warning: ...`` while the command runs (and nowhere else, so once each).
@@ -95,7 +94,7 @@ def friendly_errors(verbose: bool = False) -> Iterator[None]:
         logging.getLogger("ragguard").addHandler(handler)
     try:
         yield
-    except (RagguardError, ValidationError, OSError, ValueError) as exc:
+    except (RagguardError, OSError) as exc:
         if verbose:
             raise
         err.print(f"[bold red]error:[/] {escape(error_line(exc))}", highlight=False, soft_wrap=True)

@@ -123,7 +123,7 @@ def rerank_options(
     if rerank is None and rerank_run is None:
         return {}
     if rerank is not None and rerank_run is not None:
-        raise ValueError("give --rerank or --rerank-run, not both")
+        raise ConfigError("give --rerank or --rerank-run, not both")
     from ragguard.calibration.rerank_scores import read_rerank_run
     from ragguard.rerank import load_reranker
 

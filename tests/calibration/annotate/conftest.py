@@ -1,4 +1,5 @@
-"""Fixtures for the annotation tests: a fake estimator, the packaged SmolLM2 GGUF file.
+"""Fixtures for the annotation tests: a fake estimator, a fake OpenAI-compatible server,
+the packaged SmolLM2 GGUF file.
 
 Everything here runs offline: no model hub (HF_HUB_OFFLINE=1), no network but servers
 the tests start on 127.0.0.1.
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from ragguard.calibration.annotate import Pair
+from tests.calibration.annotate.fake_server import FakeServer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -71,3 +73,10 @@ def smollm(gguf_path: Path) -> Any:
     from ragguard.calibration.annotate import TransformersEstimator
 
     return TransformersEstimator.from_gguf(gguf_path, batch_size=4)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    s = FakeServer()
+    yield s
+    s.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from typer.testing import CliRunner
 from ragguard.calibration import evaluate, load_evalset
 from ragguard.calibration.annotate import TransformersEstimator
 from ragguard.cli import app
-from tests.calibration.annotate.test_endpoint import FakeServer
+from tests.calibration.annotate.fake_server import FakeServer
 
 runner = CliRunner()
 
@@ -54,13 +53,6 @@ def evalset(tmp_path: Path) -> Path:
     path = tmp_path / "eval.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
-
-
-@pytest.fixture
-def server() -> Iterator[FakeServer]:
-    s = FakeServer()
-    yield s
-    s.close()
 
 
 def test_chat_backend_writes_both_formats_and_resumes(
@@ -261,11 +253,11 @@ def test_the_api_key_never_reaches_the_terminal(
 
 
 def test_chat_template_flags(evalset: Path, tmp_path: Path) -> None:
-    from tests.calibration.annotate.test_transformers import _build_tiny
+    from tests.calibration.annotate.tiny_llm import build_tiny_llm
 
     chat, plain = tmp_path / "chat", tmp_path / "plain"
-    _build_tiny(chat, chat=True)
-    _build_tiny(plain, chat=False)
+    build_tiny_llm(chat, chat=True)
+    build_tiny_llm(plain, chat=False)
     base = ["annotate", str(evalset), "--backend", "transformers", "--out"]
     settings = {}
     for flag in ("--chat-template", "--no-chat-template"):

@@ -31,6 +31,7 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ragguard._fields import is_real
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, divide, window
 from ragguard.errors import ConfigError
@@ -86,7 +87,8 @@ class SafetyBands:
     dangerous: float = 0.5
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.risky <= self.dangerous <= 1.0:
+        numbers = is_real(self.risky) and is_real(self.dangerous)
+        if not (numbers and 0.0 < self.risky <= self.dangerous <= 1.0):
             raise ConfigError(
                 "safety bands need 0 < risky <= dangerous <= 1, got "
                 f"risky={self.risky!r}, dangerous={self.dangerous!r}"

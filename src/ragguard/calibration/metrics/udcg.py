@@ -41,9 +41,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ragguard._fields import is_real
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, discount, divide, window
-from ragguard.errors import ConfigError, EvalSetError
+from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 
 __all__ = [
     "UDCGTheta",
@@ -163,6 +164,9 @@ class UDCGTheta:
     beta: tuple[float, ...]
 
     def __post_init__(self) -> None:
+        for name, values in (("alpha", self.alpha), ("beta", self.beta)):
+            if not isinstance(values, Sequence) or not all(is_real(v) for v in values):
+                raise ConfigError(f"UDCGTheta {name} must be a tuple of numbers, got {values!r}")
         if len(self.alpha) != len(self.beta) or not self.alpha:
             raise ConfigError(
                 f"alpha and beta need the same non-zero length, got {len(self.alpha)} and "
@@ -197,6 +201,11 @@ def udcg_theta(arrays: EvalArrays, weights: UDCGTheta, *, cut: ArrayLike | None 
     :func:`udcg` on contexts of exactly k passages. Edge cases: an empty context scores
     :math:`\sigma(0) = 0.5` (Eq. 3 has no special case; compare UDCG's 0.0).
     """
+    if not isinstance(weights, UDCGTheta):
+        raise ArgumentTypeError(
+            f"udcg_theta: weights must be a UDCGTheta (fit one with fit_udcg_theta), "
+            f"got {type(weights).__name__}"
+        )
     x = _features(arrays, weights.k, cut)
     theta = np.asarray((*weights.alpha, *weights.beta), dtype=np.float64)
     return _sigmoid(x @ theta)

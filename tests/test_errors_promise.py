@@ -1,0 +1,333 @@
+"""The promise of :mod:`ragguard.errors`: every failure a user can cause raises a
+:class:`~ragguard.errors.RagguardError` subclass, never a bare ``ValueError`` /
+``TypeError`` or pydantic's ``ValidationError``.
+
+Each public constructor and function of ``ragguard.__all__`` and
+``ragguard.calibration.__all__`` that takes options is probed with bad values (a wrong
+type, a value out of range, NaN, an unknown name); each probe names the error class it
+expects and a word its one-line message must hold. Every option class of those lists
+(a pydantic model, or a dataclass that validates in ``__post_init__``) must have a probe,
+so a new one cannot join the public face unchecked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import ragguard
+import ragguard.calibration as cal
+from ragguard import (
+    ArgumentTypeError,
+    CandidateError,
+    ConfigError,
+    EvalSetError,
+    RagguardError,
+    RerankModelError,
+    RetrieverError,
+)
+from ragguard.calibration.pipeline import RerankGrid
+from ragguard.calibration.rerank_scores import RerankScores
+from ragguard.profiles import ProfileSpec, resolve_profile
+
+
+def _evalset() -> cal.EvalSet:
+    """Twelve queries of three candidates, the first relevant: enough for calibrate()."""
+    qrels = {f"q{i}": {f"q{i}-d0": 1, f"q{i}-d1": 0} for i in range(12)}
+    run = {f"q{i}": {f"q{i}-d{j}": 1.0 - 0.2 * j for j in range(3)} for i in range(12)}
+    return cal.EvalSet.from_dicts(qrels, {"r": run})
+
+
+NOTES = Path(__file__).resolve().parents[1] / "examples" / "notes"
+ES = _evalset()
+ARRAYS = A = ES.arrays("r")
+SUPPORT = ragguard.BUILTIN_PROFILES["support"].model_dump()
+
+
+def _oracle(query: str, texts: list[str]) -> list[float]:
+    return [0.0 for _ in texts]
+
+
+_oracle.score_kind = "logit"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """``call()`` must raise ``error`` (a RagguardError subclass) whose message holds
+    ``says``; ``target`` is the public object probed."""
+
+    id: str
+    target: object
+    call: Callable[[], object]
+    error: type[RagguardError]
+    says: str
+
+
+def _calibrate(**options: Any) -> Callable[[], object]:
+    return lambda: cal.calibrate(ES, **{"n_bootstrap": 20, "cache_dir": None, **options})
+
+
+NAN = math.nan
+
+PROBES: list[Probe] = [
+    # ----------------------------------------------------------------- ragguard
+    Probe("Candidate id int", ragguard.Candidate,
+          lambda: ragguard.Candidate(3, "t"), CandidateError, "id"),
+    Probe("Candidate score str", ragguard.Candidate,
+          lambda: ragguard.Candidate("a", "t", "x"), CandidateError, "score"),
+    Probe("ContextGuard config int", ragguard.ContextGuard,
+          lambda: ragguard.ContextGuard(3), ConfigError, "GuardConfig"),
+    Probe("ContextGuard max_k 0", ragguard.ContextGuard,
+          lambda: ragguard.ContextGuard(max_k=0), ConfigError, "max_k"),
+    Probe("ContextGuard unknown setting", ragguard.ContextGuard,
+          lambda: ragguard.ContextGuard(max_kk=3), ConfigError, "max_kk"),
+    Probe("ContextGuard reranker int", ragguard.ContextGuard,
+          lambda: ragguard.ContextGuard(reranker=3), ConfigError, "reranker"),
+    Probe("CrossEncoderReranker model int", ragguard.CrossEncoderReranker,
+          lambda: ragguard.CrossEncoderReranker(3), ConfigError, "model"),
+    Probe("CrossEncoderReranker batch_size 0", ragguard.CrossEncoderReranker,
+          lambda: ragguard.CrossEncoderReranker(batch_size=0), ConfigError, "batch_size"),
+    Probe("CrossEncoderReranker score_kind", ragguard.CrossEncoderReranker,
+          lambda: ragguard.CrossEncoderReranker(score_kind="cosine"), ConfigError, "cosine"),
+    Probe("GuardConfig max_k 0", ragguard.GuardConfig,
+          lambda: ragguard.GuardConfig(max_k=0), ConfigError, "max_k"),
+    Probe("GuardConfig max_k str", ragguard.GuardConfig,
+          lambda: ragguard.GuardConfig(max_k="a"), ConfigError, "max_k"),
+    Probe("GuardConfig threshold NaN", ragguard.GuardConfig,
+          lambda: ragguard.GuardConfig(relative_threshold=NAN), ConfigError, "relative_threshold"),
+    Probe("GuardConfig profile", ragguard.GuardConfig,
+          lambda: ragguard.GuardConfig(profile="nope"), ConfigError, "nope"),
+    Probe("GuardConfig unknown key", ragguard.GuardConfig,
+          lambda: ragguard.GuardConfig(max_kk=3), ConfigError, "max_kk"),
+    Probe("GuardConfig rerank.top_n", ragguard.GuardConfig,
+          lambda: ragguard.GuardConfig(rerank={"top_n": 0}), ConfigError, "rerank.top_n"),
+    Probe("ProbabilityMap method", ragguard.ProbabilityMap,
+          lambda: ragguard.ProbabilityMap(method="nope"), ConfigError, "method"),
+    Probe("ProbabilityMap slope", ragguard.ProbabilityMap,
+          lambda: ragguard.ProbabilityMap(method="platt", a=-1.0, b=0.0), ConfigError, "slope"),
+    Probe("ProbabilityMap NaN", ragguard.ProbabilityMap,
+          lambda: ragguard.ProbabilityMap(method="platt", a=NAN, b=0.0), ConfigError, "a=nan"),
+    Probe("ProbabilityMap isotonic order", ragguard.ProbabilityMap,
+          lambda: ragguard.ProbabilityMap(method="isotonic", x=[1.0, 0.0], y=[0.1, 0.2]),
+          ConfigError, "increasing"),
+    Probe("ProbabilityMap unknown key", ragguard.ProbabilityMap,
+          lambda: ragguard.ProbabilityMap(method="platt", a=1.0, b=0.0, c=1.0), ConfigError, "'c'"),
+    Probe("Profile max_k 0", ragguard.Profile,
+          lambda: ragguard.Profile(**{**SUPPORT, "max_k": 0}),
+          ConfigError, "max_k"),
+    Probe("Profile missing", ragguard.Profile,
+          lambda: ragguard.Profile(name="x"), ConfigError, "missing"),
+    Probe("ProfileSpec ratio", ProfileSpec,
+          lambda: ProfileSpec(distractor_score_ratio=2.0), ConfigError, "distractor_score_ratio"),
+    Probe("resolve_profile unknown", resolve_profile,
+          lambda: resolve_profile("nope"), ConfigError, "nope"),
+    Probe("resolve_profile grades", resolve_profile,
+          lambda: resolve_profile("x", {"x": ProfileSpec(partial_grade=1)}),
+          ConfigError, "partial_grade"),
+    Probe("RerankConfig top_n 0", ragguard.RerankConfig,
+          lambda: ragguard.RerankConfig(top_n=0), ConfigError, "top_n"),
+    Probe("RerankConfig on_failure", ragguard.RerankConfig,
+          lambda: ragguard.RerankConfig(on_failure="nope"), ConfigError, "on_failure"),
+    Probe("RerankConfig bool number", ragguard.RerankConfig,
+          lambda: ragguard.RerankConfig(top_n=True), ConfigError, "top_n"),
+    Probe("RerankConfig unknown key", ragguard.RerankConfig,
+          lambda: ragguard.RerankConfig(topn=3), ConfigError, "topn"),
+    Probe("UtilityCut gain NaN", ragguard.UtilityCut,
+          lambda: ragguard.UtilityCut(NAN, 1.0), ConfigError, "gain"),
+    Probe("UtilityCut gain 0", ragguard.UtilityCut,
+          lambda: ragguard.UtilityCut(0.0, 1.0), ConfigError, "gain"),
+    Probe("UtilityCut penalty < 0", ragguard.UtilityCut,
+          lambda: ragguard.UtilityCut(1.0, -1.0), ConfigError, "penalty"),
+    Probe("UtilityCut gain str", ragguard.UtilityCut,
+          lambda: ragguard.UtilityCut("a", 1.0), ConfigError, "gain"),
+    Probe("UtilityCut gain bool", ragguard.UtilityCut,
+          lambda: ragguard.UtilityCut(True, 1.0), ConfigError, "gain"),
+    Probe("load_reranker empty", ragguard.load_reranker,
+          lambda: ragguard.load_reranker(""), RerankModelError, "--rerank"),
+    Probe("load_reranker int", ragguard.load_reranker,
+          lambda: ragguard.load_reranker(3), RerankModelError, "3"),
+    Probe("load_reranker score_kind", ragguard.load_reranker,
+          lambda: ragguard.load_reranker("tests.test_errors_promise:_oracle", score_kind="cos"),
+          ConfigError, "cos"),
+    Probe("register_reranker not callable", ragguard.register_reranker,
+          lambda: ragguard.register_reranker("x"), ConfigError, "callable"),
+    # ------------------------------------------------------ ragguard.calibration
+    Probe("Constraint metric", cal.Constraint,
+          lambda: cal.Constraint("nope", ">=", 0.5), ConfigError, "nope"),
+    Probe("Constraint op", cal.Constraint,
+          lambda: cal.Constraint("recall", "==", 0.5), ConfigError, "=="),
+    Probe("Constraint NaN", cal.Constraint,
+          lambda: cal.Constraint("recall", ">=", NAN), ConfigError, "nan"),
+    Probe("Constraint bound str", cal.Constraint,
+          lambda: cal.Constraint("recall", ">=", "a"), ConfigError, "bound"),
+    Probe("SafetyBands NaN", cal.SafetyBands,
+          lambda: cal.SafetyBands(NAN, 0.5), ConfigError, "risky"),
+    Probe("SafetyBands order", cal.SafetyBands,
+          lambda: cal.SafetyBands(0.6, 0.5), ConfigError, "risky"),
+    Probe("SafetyBands str", cal.SafetyBands,
+          lambda: cal.SafetyBands("a", 0.5), ConfigError, "risky"),
+    Probe("SweepGrid max_k 0", cal.SweepGrid,
+          lambda: cal.SweepGrid(max_k=(0,)), ConfigError, "max_k"),
+    Probe("SweepGrid max_k int", cal.SweepGrid,
+          lambda: cal.SweepGrid(max_k=3), ConfigError, "max_k"),
+    Probe("SweepGrid max_k str", cal.SweepGrid,
+          lambda: cal.SweepGrid(max_k=("a",)), ConfigError, "max_k"),
+    Probe("SweepGrid thresholds NaN", cal.SweepGrid,
+          lambda: cal.SweepGrid(thresholds=(NAN,)), ConfigError, "thresholds"),
+    Probe("SweepGrid cut rule", cal.SweepGrid,
+          lambda: cal.SweepGrid(cut_rules=(("nope", 1),)), ConfigError, "nope"),
+    Probe("SweepGrid min_k str", cal.SweepGrid,
+          lambda: cal.SweepGrid(min_k="a"), ConfigError, "min_k"),
+    Probe("UDCGTheta NaN", cal.UDCGTheta,
+          lambda: cal.UDCGTheta((NAN,), (1.0,)), ConfigError, "finite"),
+    Probe("UDCGTheta lengths", cal.UDCGTheta,
+          lambda: cal.UDCGTheta((1.0,), (1.0, 2.0)), ConfigError, "length"),
+    Probe("UDCGTheta floats", cal.UDCGTheta, lambda: cal.UDCGTheta(1.0, 1.0), ConfigError, "alpha"),
+    Probe("UtilityRules NaN", cal.UtilityRules,
+          lambda: cal.UtilityRules(NAN), ConfigError, "relevant_grade"),
+    Probe("UtilityRules order", cal.UtilityRules,
+          lambda: cal.UtilityRules(1, 2), ConfigError, "partial_grade"),
+    Probe("RerankGrid top_n 0", RerankGrid, lambda: RerankGrid(top_n=(0,)), ConfigError, "top_n"),
+    Probe("RerankGrid top_n str", RerankGrid, lambda: RerankGrid(top_n="a"), ConfigError, "top_n"),
+    Probe("RerankGrid thresholds NaN", RerankGrid,
+          lambda: RerankGrid(thresholds=(NAN,)), ConfigError, "thresholds"),
+    Probe("RerankGrid min_scores > 1", RerankGrid,
+          lambda: RerankGrid(min_scores=(2.0,)), ConfigError, "min_scores"),
+    Probe("RerankGrid cut rule", RerankGrid,
+          lambda: RerankGrid(cut_rules=(("gap", -1),)), ConfigError, "gap"),
+    Probe("calibrate objective", cal.calibrate, _calibrate(objective="nope"), ConfigError, "nope"),
+    Probe("calibrate constraint", cal.calibrate,
+          _calibrate(constraints=["recall>>1"]), ConfigError, "recall>>1"),
+    Probe("calibrate min_recall NaN", cal.calibrate,
+          _calibrate(min_recall=NAN), ConfigError, "nan"),
+    Probe("calibrate max_k 0", cal.calibrate, _calibrate(max_k=0), ConfigError, "max_k"),
+    Probe("calibrate holdout", cal.calibrate, _calibrate(holdout=2.0), ConfigError, "holdout"),
+    Probe("calibrate n_bootstrap", cal.calibrate,
+          _calibrate(n_bootstrap=-1), ConfigError, "n_bootstrap"),
+    Probe("calibrate n_bootstrap str", cal.calibrate,
+          _calibrate(n_bootstrap="a"), ConfigError, "n_bootstrap"),
+    Probe("calibrate seed str", cal.calibrate, _calibrate(seed="a"), ConfigError, "seed"),
+    Probe("calibrate level str", cal.calibrate, _calibrate(level="a"), ConfigError, "level"),
+    Probe("calibrate min_recall str", cal.calibrate,
+          _calibrate(min_recall="a"), ConfigError, "min_recall"),
+    Probe("calibrate confidence NaN", cal.calibrate,
+          _calibrate(confidence=NAN), ConfigError, "confidence"),
+    Probe("calibrate metric", cal.calibrate, _calibrate(metrics=("nope",)), ConfigError, "nope"),
+    Probe("calibrate profile", cal.calibrate, _calibrate(profile="nope"), ConfigError, "nope"),
+    Probe("calibrate run", cal.calibrate, _calibrate(runs=["nope"]), EvalSetError, "nope"),
+    Probe("calibrate reranker and scores", cal.calibrate,
+          _calibrate(reranker=_oracle, rerank_scores=RerankScores.__new__(RerankScores)),
+          ConfigError, "rerank_scores"),
+    Probe("calibrate probability_map", cal.calibrate,
+          _calibrate(reranker=_oracle, probability_map="nope"), ConfigError, "nope"),
+    Probe("calibrate rerank_score_kind", cal.calibrate,
+          _calibrate(reranker=_oracle, rerank_score_kind="cosine"), ConfigError, "cosine"),
+    Probe("calibrate folds", cal.calibrate, _calibrate(folds=-1), ConfigError, "folds"),
+    Probe("calibrate on_worse", cal.calibrate, _calibrate(on_worse="nope"), ConfigError, "nope"),
+    Probe("calibrate guarantee", cal.calibrate, _calibrate(guarantee="nope"), ConfigError, "nope"),
+    Probe("calibrate conflicts", cal.calibrate,
+          _calibrate(conflicts=["nope"]), ConfigError, "nope"),
+    Probe("evaluate metric", cal.evaluate,
+          lambda: cal.evaluate(ES, "r", ["nope"]), ConfigError, "nope"),
+    Probe("evaluate profile", cal.evaluate,
+          lambda: cal.evaluate(ES, "r", profile="nope"), ConfigError, "nope"),
+    Probe("evaluate run", cal.evaluate, lambda: cal.evaluate(ES, "nope"), EvalSetError, "nope"),
+    Probe("parse_metric unknown", cal.parse_metric,
+          lambda: cal.parse_metric("nope"), ConfigError, "nope"),
+    Probe("parse_metric cutoff", cal.parse_metric,
+          lambda: cal.parse_metric("ndcg@x"), ConfigError, "ndcg@x"),
+    Probe("compute metric", cal.compute, lambda: cal.compute(ARRAYS, "nope"), ConfigError, "nope"),
+    Probe("optimal_k 0", cal.optimal_k, lambda: cal.optimal_k(ARRAYS, 0), ConfigError, "max_k"),
+    Probe("split_queries holdout", cal.split_queries,
+          lambda: cal.split_queries(10, 2.0, 0), ConfigError, "holdout"),
+    Probe("safety_band NaN", cal.safety_band, lambda: cal.safety_band(NAN), ConfigError, "nan"),
+    Probe("sweep metric", cal.sweep,
+          lambda: cal.sweep(ARRAYS, metrics=["nope"]), ConfigError, "nope"),
+    Probe("udcg_theta weights", cal.udcg_theta,
+          lambda: cal.udcg_theta(ARRAYS, 3), ArgumentTypeError, "UDCGTheta"),
+    Probe("fit_udcg_theta k", cal.fit_udcg_theta,
+          lambda: cal.fit_udcg_theta(ARRAYS, [1.0] * 12, 0), ConfigError, "k"),
+    Probe("fit_udcg_theta l2", cal.fit_udcg_theta,
+          lambda: cal.fit_udcg_theta(ARRAYS, [1.0] * 12, 2, l2=NAN), ConfigError, "l2"),
+    Probe("fit_probability_map lengths", cal.fit_probability_map,
+          lambda: cal.fit_probability_map([0.1, 0.2], [1]), EvalSetError, "length"),
+    Probe("fit_probability_map labels", cal.fit_probability_map,
+          lambda: cal.fit_probability_map([0.1, 0.2], [1, 2]), EvalSetError, "0 or 1"),
+    Probe("fit_probability_map one class", cal.fit_probability_map,
+          lambda: cal.fit_probability_map([0.1, 0.2], [1, 1]), EvalSetError, "relevant"),
+    Probe("fit_probability_map method", cal.fit_probability_map,
+          lambda: cal.fit_probability_map([0.1, 0.2], [1, 0], "nope"), ConfigError, "nope"),
+    Probe("brier_score lengths", cal.brier_score,
+          lambda: cal.brier_score([0.1], [1, 0]), EvalSetError, "length"),
+    Probe("expected_calibration_error bins", cal.expected_calibration_error,
+          lambda: cal.expected_calibration_error([0.1], [1], bins=0), ConfigError, "bins"),
+    Probe("expected_calibration_error bins str", cal.expected_calibration_error,
+          lambda: cal.expected_calibration_error([0.1], [1], bins="a"), ConfigError, "bins"),
+    Probe("arrays_from_dicts list", cal.arrays_from_dicts,
+          lambda: cal.arrays_from_dicts([], {}), ArgumentTypeError, "qrels"),
+    Probe("arrays_from_dicts score_kind", cal.arrays_from_dicts,
+          lambda: cal.arrays_from_dicts({}, {}, score_kind="cosine"), ConfigError, "cosine"),
+    Probe("build_arrays lengths", cal.build_arrays,
+          lambda: cal.build_arrays(["q"], [], []), EvalSetError, "1 queries"),
+    Probe("candidate_utilities profile", cal.candidate_utilities,
+          lambda: cal.candidate_utilities(A.grades, A.scores, A.valid, A.valid, profile="nope"),
+          ConfigError, "nope"),
+    Probe("data_fingerprint run", cal.data_fingerprint,
+          lambda: cal.data_fingerprint(ES, ["nope"]), EvalSetError, "nope"),
+    Probe("load_evalset format", cal.load_evalset,
+          lambda: cal.load_evalset(Path(__file__), format="nope"), EvalSetError, "nope"),
+    Probe("load_inputs score_kind", cal.load_inputs,
+          lambda: cal.load_inputs(NOTES, score_kind="cosine"), EvalSetError, "cosine"),
+    Probe("retrieve_run retriever", cal.retrieve_run,
+          lambda: cal.retrieve_run(ES, 3), RetrieverError, "retriever"),
+    Probe("retrieve_run concurrency", cal.retrieve_run,
+          lambda: cal.retrieve_run(ES, _oracle, max_concurrency=0),
+          RetrieverError, "max_concurrency"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=[p.id for p in PROBES])
+def test_a_bad_option_raises_a_ragguard_error_of_one_line(probe: Probe) -> None:
+    with pytest.raises(RagguardError) as caught:
+        probe.call()
+    assert isinstance(caught.value, probe.error), repr(caught.value)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    assert probe.says.lower() in message.lower(), message
+
+
+def _option_classes(module: object) -> list[type]:
+    """The classes of ``module.__all__`` that validate what they are built with: pydantic
+    models and dataclasses with a ``__post_init__``."""
+    out = []
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if not inspect.isclass(obj):
+            continue
+        if issubclass(obj, BaseModel) or (
+            dataclasses.is_dataclass(obj) and hasattr(obj, "__post_init__")
+        ):
+            out.append(obj)
+    return out
+
+
+@pytest.mark.parametrize("module", [ragguard, cal], ids=["ragguard", "ragguard.calibration"])
+def test_every_public_option_class_is_probed(module: object) -> None:
+    probed = {id(p.target) for p in PROBES}
+    missing = [c.__name__ for c in _option_classes(module) if id(c) not in probed]
+    assert missing == [], f"add probes of bad values to PROBES for {missing}"
+
+
+def test_the_option_classes_are_found() -> None:
+    """The introspection sees the option classes it must (so the check above can fail)."""
+    names = {c.__name__ for c in _option_classes(ragguard) + _option_classes(cal)}
+    assert {"GuardConfig", "RerankConfig", "ProbabilityMap", "Profile", "UtilityCut",
+            "SweepGrid", "Constraint"} <= names  # fmt: skip
