@@ -32,13 +32,6 @@ KNOWN_PRIVATE: dict[tuple[str, str], str] = {
     ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._guarantee"): "#25",
 }
 
-# Test modules that still import another test module, each with who removes it. The test
-# fails when one is gone, too: then delete its line.
-KNOWN_TEST_IMPORTS: dict[tuple[str, str], str] = {
-    # the columnar-data work of issue 25 owns these two files
-    ("tests/calibration/test_columnar_json.py", "tests.calibration.test_columnar"): "#25",
-}
-
 
 def _modules(package: Path) -> dict[str, Path]:
     """Dotted module name -> file, for every module of ``package`` (a folder)."""
@@ -166,10 +159,8 @@ def test_no_test_module_imports_another() -> None:
     """What two test modules share lives in a helper module or a conftest.py fixture:
     a test module imported by another runs its module-level code twice and ties the
     two files' tests together."""
-    found = imported_test_modules(ROOT / "tests")
-    new = sorted(found - set(KNOWN_TEST_IMPORTS))
-    assert new == [], "\n".join(f"{file} imports the test module {name}" for file, name in new)
-    assert sorted(set(KNOWN_TEST_IMPORTS) - found) == []  # fixed: delete its line
+    found = sorted(imported_test_modules(ROOT / "tests"))
+    assert found == [], "\n".join(f"{file} imports the test module {name}" for file, name in found)
 
 
 def test_the_test_import_check_sees_every_kind_of_import(tmp_path: Path) -> None:

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from ragguard.calibration import EvalSet, load_evalset
+from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.data import evalset
 from ragguard.calibration.data.formats import trec
 from ragguard.calibration.data.formats.beir import BEIR_DISTRACTORS, beir_split
@@ -405,3 +407,71 @@ def careful(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:
         out = load_evalset(*args, **kw)
     assert USED, "the line-by-line readers read nothing"
     return out
+
+
+# --- comparing what the column-wise readers read with the references above ---------
+
+
+def write(path: Path, text: str, *, encoding: str = "utf-8") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode(encoding)))
+    else:
+        path.write_bytes(text.encode(encoding))
+    return path
+
+
+ARRAY_FIELDS = (
+    "n_present", "n_valid", "grades", "judged", "distractor", "given_utility", "no_response",
+    "n_relevant", "n_relevant_labelled", "ideal_grades", "ideal_utilities", "grade_counts",
+    "max_grade", "order", "scores", "raw", "utility", "n_evidence",
+)  # fmt: skip
+
+
+def assert_same_arrays(a: EvalArrays, b: EvalArrays) -> None:
+    assert a.qids == b.qids
+    assert a.score_kind == b.score_kind
+    assert a.integer_grades == b.integer_grades
+    assert dict(a.score_issues) == dict(b.score_issues)
+    for name in ARRAY_FIELDS:
+        x, y = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
+        assert x.shape == y.shape, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+    for row in range(a.n_queries):
+        assert a.doc_ids(row) == b.doc_ids(row)
+
+
+def assert_same(fast: EvalSet, slow: EvalSet) -> None:
+    # ``slow`` came from the line-by-line readers (``careful`` checks they read), so the
+    # comparison is not of the column-wise readers with themselves
+    assert fast.qids == slow.qids
+    assert dict(fast.queries) == dict(slow.queries)
+    assert dict(fast.labels) == dict(slow.labels)
+    assert list(fast.runs) == list(slow.runs)
+    for name in slow.runs:
+        fr, sr = fast.runs[name], slow.runs[name]
+        assert (fr.name, fr.score_kind, fr.source) == (sr.name, sr.score_kind, sr.source)
+        assert list(fr.candidates) == list(sr.candidates)
+        for q in sr.candidates:
+            f, s = dict(fr.candidates[q]), dict(sr.candidates[q])
+            assert list(f) == list(s)  # the run's order
+            assert [str(v) for v in f.values()] == [str(v) for v in s.values()]  # NaN too
+        assert_same_arrays(fast.arrays(name), slow.arrays(name))
+    assert fast.report.problems == slow.report.problems
+    assert texts_of(fast) == texts_of(slow)
+
+
+def texts_of(es: EvalSet) -> tuple[object, ...]:
+    """Everything :attr:`EvalSet.texts` holds, as plain values."""
+    t = es.texts
+    return (
+        dict(t.by_pair), dict(t.by_doc), dict(t.titles_by_pair), dict(t.titles_by_doc),
+        dict(t.metadata), t.udcg_examples, t.files,
+    )  # fmt: skip
+
+
+def both(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> tuple[EvalSet, EvalSet]:
+    fast = load_evalset(*args, **kw)
+    slow = careful(monkeypatch, *args, **kw)
+    assert_same(fast, slow)
+    return fast, slow

@@ -22,7 +22,7 @@ from ragguard.calibration.data.columns import ColumnarCandidates, ColumnarLabels
 from ragguard.calibration.data.formats import beir as columnar_json
 from ragguard.calibration.data.problems import Reporter
 from ragguard.errors import EvalSetError
-from tests.calibration.test_columnar import assert_same, assert_same_arrays, both, careful, write
+from tests.calibration.line_reader import assert_same, assert_same_arrays, both, careful, write
 
 pytest.importorskip("pyarrow")
 
