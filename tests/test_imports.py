@@ -25,12 +25,7 @@ PACKAGE = Path(ragguard.__file__).resolve().parent
 
 # Private names one module still imports from another, each with the issue that removes
 # it. The test fails when one is gone, too: then delete its line.
-KNOWN_PRIVATE: dict[tuple[str, str], str] = {
-    # issue 25 splits calibrate.py; pipeline.py imports these back from it
-    ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._feasible"): "#25",
-    ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._finite"): "#25",
-    ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._guarantee"): "#25",
-}
+KNOWN_PRIVATE: dict[tuple[str, str], str] = {}
 
 
 def _modules(package: Path) -> dict[str, Path]:
