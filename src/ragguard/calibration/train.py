@@ -122,6 +122,7 @@ from ragguard.trained import (
     CROSS_KINDS,
     FORMAT,
     PACKAGED_ENCODER,
+    CrossEncoderSignal,
     Lexical,
     Signals,
     load_cross_encoder,
@@ -816,10 +817,8 @@ def train_reranker(
     encoder = load_encoder(encoder_spec, device)
     cross = None
     if base_kind == "cross-encoder":
-        from ragguard.rerank import CrossEncoderReranker
-
         say(f"loading the cross-encoder {base}")
-        cross = CrossEncoderReranker(str(resolve_model(base)), device=device)
+        cross = CrossEncoderSignal(resolve_model(base), device=device)
     signals = Signals(encoder, lexical, cross)
     names = signals.names
     base_col = names.index("cross_encoder") if cross is not None else 0
