@@ -31,13 +31,10 @@ contracts of ``pyproject.toml`` hold this (``lint-imports``).
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.calibrate import (
     CalibrationResult,
-    Comparison,
-    Interval,
     RunCalibration,
     WrittenSetting,
     calibrate,
     data_fingerprint,
-    split_queries,
 )
 from ragguard.calibration.data.evalset import (
     EvalSet,
@@ -68,6 +65,7 @@ from ragguard.calibration.probability import (
     expected_calibration_error,
     fit_probability_map,
 )
+from ragguard.calibration.statistics import Comparison, Interval, split_queries
 from ragguard.calibration.sweep import (
     Constraint,
     OptimalK,
