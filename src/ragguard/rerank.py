@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard._optional import import_object, require
+from ragguard._optional import import_object
 from ragguard.config import (
     DEFAULT_RERANK_MODEL,
     RERANK_SCORE_KINDS,
@@ -86,10 +86,9 @@ from ragguard.policy import PolicyResult
 from ragguard.scores import ScoreIssue, ScoreKind, issue_message
 from ragguard.trained import (
     TrainedReranker,
-    check_model_files,
-    is_trained_folder,
-    one_line,
+    load_pair_scorer,
     path_like,
+    score_pairs,
 )
 
 if TYPE_CHECKING:
@@ -365,59 +364,22 @@ class CrossEncoderReranker:
             return self._model
 
     def _load(self) -> tuple[CrossEncoder | TrainedReranker, ScoreKind]:
-        local = Path(self.model_name).expanduser()
-        if is_trained_folder(local):
-            trained = TrainedReranker(local, device=self.device)
-            return trained, self._explicit_kind or ScoreKind.LOGIT
-        if local.is_dir():
-            check_model_files(local)
-        elif path_like(self.model_name):
-            raise RerankModelError(
-                f"no folder {self.model_name}: the cross-encoder model is a local path that "
-                "does not exist (give an existing folder or a Hugging Face model name)"
-            )
-        st = require("sentence_transformers", "rerank")
         started = time.perf_counter()
-        try:
-            model = st.CrossEncoder(
-                str(local) if local.is_dir() else self.model_name,
-                device=self.device,
-                max_length=self.max_length,
-                **self._model_kwargs,
-            )
-        except Exception as exc:
-            raise RerankModelError(
-                f"cannot load cross-encoder model {self.model_name!r}: {one_line(exc)}"
-            ) from exc
-        labels = int(model.num_labels)
-        if labels != 1:
-            raise RerankModelError(
-                f"cross-encoder model {self.model_name!r} has {labels} outputs per pair; a "
-                "relevance reranker has one (num_labels=1). NLI or classification models "
-                "cannot rerank."
-            )
-        kind = self._explicit_kind or _kind_of_activation(model.activation_fn)
-        if kind is None:
-            raise RerankModelError(
-                f"cross-encoder model {self.model_name!r} applies activation "
-                f"{type(model.activation_fn).__name__}, so ragguard cannot tell whether its "
-                "scores are logits or probabilities; set rerank.score_kind to 'logit' or "
-                "'probability'"
-            )
-        try:  # the first forward pass initialises kernels (and CUDA): not in a call's budget
-            model.predict([("warm-up", "warm-up")], show_progress_bar=False)
-        except Exception as exc:
-            raise RerankModelError(
-                f"cross-encoder model {self.model_name!r} loaded but cannot score a pair: "
-                f"{one_line(exc)}"
-            ) from exc
-        logger.info(
-            "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
+        model, kind = load_pair_scorer(
             self.model_name,
-            model.device,
-            time.perf_counter() - started,
-            kind.value,
+            device=self.device,
+            max_length=self.max_length,
+            score_kind=self._explicit_kind,
+            **self._model_kwargs,
         )
+        if not isinstance(model, TrainedReranker):
+            logger.info(
+                "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
+                self.model_name,
+                model.device,
+                time.perf_counter() - started,
+                kind.value,
+            )
         return model, kind
 
     @property
@@ -434,33 +396,14 @@ class CrossEncoderReranker:
         model = self.load()
         if not texts:
             return np.empty(0, dtype=np.float64)
-        if isinstance(model, TrainedReranker):
-            with self._predict_lock:
-                return np.asarray(model(query, texts), dtype=np.float64).reshape(-1)
-        pairs = [(query, text) for text in texts]
         with self._predict_lock:
-            scores = model.predict(
-                pairs,
-                batch_size=self.batch_size,
-                show_progress_bar=False,
-                convert_to_numpy=True,
-            )
-        return np.asarray(scores, dtype=np.float64).reshape(-1)
+            return score_pairs(model, query, texts, self.batch_size)
 
     def __repr__(self) -> str:
         return (
             f"CrossEncoderReranker({self.model_name!r}, device={self.device!r}, "
             f"batch_size={self.batch_size}, loaded={self.loaded})"
         )
-
-
-def _kind_of_activation(activation: object) -> ScoreKind | None:
-    name = type(activation).__name__
-    if name == "Sigmoid":
-        return ScoreKind.PROBABILITY
-    if name == "Identity":
-        return ScoreKind.LOGIT
-    return None
 
 
 def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Reranker:

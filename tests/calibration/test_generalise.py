@@ -86,7 +86,7 @@ def test_guaranteed_recall_holds_on_new_queries_in_the_promised_share() -> None:
     cands = [{f"d{j}": float(scores[i, j]) for j in range(depth)} for i in range(n)]
     grades = [{f"d{j}": 1 for j in range(depth) if rel[i, j]} for i in range(n)]
     arrays = build_arrays(qids, cands, grades)
-    from ragguard.calibration.calibrate import certify_paths, guarantee_paths
+    from ragguard.calibration.risk import certify_paths, guarantee_paths
     from ragguard.calibration.sweep import SweepGrid, sweep
 
     grid = SweepGrid(max_k=tuple(range(1, depth + 1)), cut_rules=())

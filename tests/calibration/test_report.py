@@ -20,7 +20,6 @@ import pytest
 
 from ragguard._optional import install_hint
 from ragguard.calibration import CalibrationResult, EvalSet, SweepGrid, calibrate, load_inputs
-from ragguard.calibration.calibrate import Interval, split_queries
 from ragguard.calibration.metrics import compute
 from ragguard.calibration.pipeline import RerankGrid
 from ragguard.calibration.report import (
@@ -31,6 +30,7 @@ from ragguard.calibration.report import (
     write_report,
 )
 from ragguard.calibration.risk import risk_upper_bound
+from ragguard.calibration.statistics import Interval, split_queries
 from ragguard.calibration.sweep import describe_point, is_plain_top_k
 from ragguard.errors import ConfigError
 from tests.calibration.generalise_data import adversarial, synthetic_evalset

@@ -24,7 +24,7 @@ from ragguard.calibration import (
     split_queries,
     sweep,
 )
-from ragguard.calibration.calibrate import compare
+from ragguard.calibration.statistics import compare
 from ragguard.calibration.sweep import PASSAGES, SweepKernel, SweepResult, choose, describe_point
 from ragguard.errors import EvalSetError
 from ragguard.policy import CutRule, PolicyParams, cut_ranked

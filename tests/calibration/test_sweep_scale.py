@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ragguard.calibration import EvalSet, calibrate, evaluate, load_inputs
-from ragguard.calibration.calibrate import bootstrap_means
+from ragguard.calibration.statistics import bootstrap_means
 from ragguard.calibration.sweep import (
     PASSAGES,
     GroupedMeans,

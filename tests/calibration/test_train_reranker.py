@@ -17,7 +17,7 @@ pytest.importorskip("sklearn")
 
 from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.calibration import EvalSet, load_evalset, split_queries
-from ragguard.calibration.calibrate import Interval
+from ragguard.calibration.statistics import Interval
 from ragguard.calibration.train import Candidate as Scorer
 from ragguard.calibration.train import (
     Ticker,

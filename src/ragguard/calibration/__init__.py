@@ -13,18 +13,28 @@ sweep the guard's settings to recommend a config.
     result.save_config("ragguard.toml")                   # ContextGuard.from_file(...)
 
 Importing :mod:`ragguard` does not import this package; it loads on first use.
+
+The rule: the runtime applies, calibration fits. The runtime guard (every module of
+:mod:`ragguard` outside ``calibration`` and ``cli``) never imports this package; this
+package reads the runtime's policy, configs and scores to fit them. Its layers, top to
+bottom, each importing only those below: training and annotation (``train``,
+``annotate``, which consume calibration data and are imported by nothing here); the
+rendering of a result (``report``, ``summary``); orchestration (``calibrate``) and the
+other front doors (``evaluate``, ``inputs``); the two-stage search (``pipeline``) and
+the ``min_evidence`` floor (``answerability``); risk (Learn-then-Test, ``risk``),
+statistics (splits and paired bootstrap comparisons, ``statistics``), cross-validated
+selection (``select``), the stage sweeps, rerank scores and probability maps; the sweep
+(``sweep``); passage stages and metrics; data; arrays. The ``[tool.importlinter]``
+contracts of ``pyproject.toml`` hold this (``lint-imports``).
 """
 
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.calibrate import (
     CalibrationResult,
-    Comparison,
-    Interval,
     RunCalibration,
     WrittenSetting,
     calibrate,
     data_fingerprint,
-    split_queries,
 )
 from ragguard.calibration.data.evalset import (
     EvalSet,
@@ -55,6 +65,7 @@ from ragguard.calibration.probability import (
     expected_calibration_error,
     fit_probability_map,
 )
+from ragguard.calibration.statistics import Comparison, Interval, split_queries
 from ragguard.calibration.sweep import (
     Constraint,
     OptimalK,

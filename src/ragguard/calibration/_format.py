@@ -1,12 +1,13 @@
 """Numbers and intervals as calibrate prints them: the console, ``--json``'s strings,
-the report and the provenance all format through these two functions."""
+the report and the provenance all format through these functions (and the provenance's
+numbers through :func:`finite`)."""
 
 from __future__ import annotations
 
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
-__all__ = ["ceil_number", "floor_number", "format_interval", "format_number"]
+__all__ = ["ceil_number", "finite", "floor_number", "format_interval", "format_number"]
 
 _MAX_DIGITS = 12
 
@@ -76,3 +77,8 @@ def ceil_number(value: float, digits: int = 3) -> str:
     if math.isinf(value):
         return f"{value:g}"
     return f"{_rounded(value, digits, ROUND_CEILING) + 0:f}"
+
+
+def finite(value: float) -> float | str:
+    """TOML-friendly: rounded to 6 significant digits; NaN as the string "nan"."""
+    return float(f"{value:.6g}") if math.isfinite(value) else "nan"

@@ -71,30 +71,31 @@ from numpy.typing import NDArray
 
 from ragguard.calibration._format import ceil_number, format_interval, format_number
 from ragguard.calibration.arrays import EvalArrays
-from ragguard.calibration.calibrate import (
+from ragguard.calibration.risk import Certification, certify_means, risk_upper_bound
+from ragguard.calibration.statistics import (
     Comparison,
     Interval,
     bootstrap_interval,
     checked_rows,
     compare,
 )
-from ragguard.calibration.risk import Certification, certify_means, risk_upper_bound
-from ragguard.calibration.sweep import ROW_CELLS
+from ragguard.calibration.sweep import ROW_CELLS, SweepKernel
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import PolicyParams, abstains, cut_ranked
 
 if TYPE_CHECKING:
-    from ragguard.calibration.calibrate import CalibrationResult
     from ragguard.calibration.data.evalset import EvalSet
 
 __all__ = [
     "MAX_FLOORS",
+    "RERANK_SCALE",
+    "RETRIEVAL_SCALE",
     "AnswerabilityResult",
-    "calibrate_answerability",
     "candidate_floors",
     "check_max_false_abstain",
     "check_share",
     "evidence_tops",
+    "fit_answerability",
     "fit_floor",
     "floor_above",
 ]
@@ -494,49 +495,47 @@ class AnswerabilityResult:
         }
 
 
-def calibrate_answerability(
-    result: CalibrationResult,
+def fit_answerability(
+    top: F64,
+    arrays: EvalArrays,
+    kernel: SweepKernel,
+    written: NDArray[np.integer[Any]],
     *,
+    scale: str,
+    setting: str,
+    metrics: Sequence[str],
+    calibration_rows: I,
+    heldout_rows: I,
     max_false_abstain: float,
     confidence: float,
     n_bootstrap: int,
     seed: int,
     level: float,
 ) -> AnswerabilityResult:
-    """Calibrate ``min_evidence`` for the setting ``result``'s config holds (see the module
-    docstring): certified on the calibration queries, checked on the held-out ones.
+    """Calibrate ``min_evidence`` for one written setting (see the module docstring):
+    certified on the calibration queries, checked on the held-out ones.
 
-    Raises:
-        ConfigError: the written setting's scores cannot carry a floor (a run without
-            scores and no rerank stage).
+    Args:
+        top: per query, the evidence score the floor reads (:func:`evidence_tops`;
+            ``inf`` where the guard does not apply the floor).
+        arrays: the run's arrays (which queries are answerable, which unanswerable).
+        kernel: the kernel the written setting cuts on (the floor's effect on the
+            metrics is measured on it).
+        written: the written setting's per-query cut.
+        scale: what ``top`` is, in words (:data:`RETRIEVAL_SCALE`, :data:`RERANK_SCALE`).
+        setting: the written setting, in words.
+        metrics: the metrics the floor's effect is compared on.
+        calibration_rows: the calibration query rows (the floor is certified on them).
+        heldout_rows: the held-out query rows (the floor is checked on them).
+        max_false_abstain: the largest share of answerable queries the floor may lose.
+        confidence: the probability that the bound holds.
+        n_bootstrap: bootstrap resamples of the held-out shares and the effect.
+        seed: the bootstrap's seed.
+        level: the intervals' confidence level.
     """
-    w = result.written_setting()
-    r = w.run
-    arrays = r.arrays
-    retrieval = (
-        evidence_tops(arrays)
-        if arrays.score_kind is not None
-        else np.full(arrays.n_queries, math.inf)  # no score rule applies, min_evidence neither
-    )
-    two = w.two_stage
-    if two is None:
-        if arrays.score_kind is None:
-            raise ConfigError(
-                f"--max-false-abstain cannot calibrate min_evidence for run {r.name!r}: it "
-                "has no scores, and min_evidence reads the best candidate's score; pass "
-                "--score-kind or a run with scores"
-            )
-        top, scale, kernel = retrieval, RETRIEVAL_SCALE, r.kernel
-    else:
-        n = two.points[w.index][0]
-        kernel = two.kernels[n]
-        top = evidence_tops(kernel.arrays)
-        failed = np.isin(np.asarray(arrays.qids, dtype=object), list(two.failed.get(n, ())))
-        top[failed] = np.inf  # a failed call: the guard does not apply the floor
-        scale = RERANK_SCALE
     answerable = arrays.n_evidence > 0
     unanswerable = np.asarray(arrays.unanswerable, dtype=np.bool_)
-    calib = result.calibration_rows
+    calib = calibration_rows
     ans_cal = calib[answerable[calib]]
     un_cal = calib[unanswerable[calib]]
     floors = candidate_floors(top[un_cal])
@@ -544,7 +543,7 @@ def calibrate_answerability(
         top[ans_cal], floors, max_false_abstain=max_false_abstain, confidence=confidence
     )
     abstained = abstains(top, floor) if floor is not None else np.zeros(top.size, np.bool_)
-    rows, split = checked_rows(calib, result.heldout_rows)
+    rows, split = checked_rows(calib, heldout_rows)
     ans_rows, un_rows = rows[answerable[rows]], rows[unanswerable[rows]]
     caught, lost = (
         bootstrap_interval(
@@ -555,17 +554,17 @@ def calibrate_answerability(
     )  # fmt: skip
     effect = None
     if floor is not None:
-        without = w.full.kept[w.index].astype(np.intp)
+        without = written.astype(np.intp)
         with_floor = np.where(abstained, 0, without).astype(np.intp)
         effect = compare(
-            kernel, without, with_floor, rows, w.comparison.metrics,
+            kernel, without, with_floor, rows, metrics,
             split=split, n_bootstrap=n_bootstrap, seed=seed, level=level,
         )  # fmt: skip
     return AnswerabilityResult(
         max_false_abstain=float(max_false_abstain),
         confidence=confidence,
         scale=scale,
-        setting=w.setting,
+        setting=setting,
         floor=floor,
         floors=floors,
         certification=cert,

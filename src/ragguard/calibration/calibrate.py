@@ -74,11 +74,29 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._fields import is_real
-from ragguard.calibration._format import floor_number, format_interval, format_number
+from ragguard.calibration._format import finite, floor_number, format_number
 from ragguard.calibration._output import check_output_path, staging_folder
+from ragguard.calibration.answerability import (
+    RERANK_SCALE,
+    RETRIEVAL_SCALE,
+    AnswerabilityResult,
+    check_max_false_abstain,
+    evidence_tops,
+    fit_answerability,
+)
 from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.conflict_sweep import StageKernels, describe_conflicts, stage_sweep
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.metrics import SafetyBand, parse_metric, safety_band
+from ragguard.calibration.pipeline import RerankGrid, TwoStageCalibration, calibrate_two_stage
+from ragguard.calibration.rerank_scores import RerankScores, score_candidates
+from ragguard.calibration.risk import (
+    EVIDENCE,
+    GuaranteeResult,
+    certify_guarantee,
+    guarantee_paths,
+    parse_guarantee,
+)
 from ragguard.calibration.select import (
     DEFAULT_FOLDS,
     Selection,
@@ -87,6 +105,17 @@ from ragguard.calibration.select import (
     fold_parts,
     refit,
 )
+from ragguard.calibration.statistics import (
+    Comparison,
+    checked_rows,
+    compare,
+    split_queries,
+)
+
+# the statistics' former home: benchmarks/ still import these from here
+from ragguard.calibration.statistics import Interval as Interval
+from ragguard.calibration.statistics import bootstrap_means as bootstrap_means
+from ragguard.calibration.statistics import metric_values as metric_values
 from ragguard.calibration.sweep import (
     DEFAULT_METRICS,
     PASSAGES,
@@ -97,40 +126,33 @@ from ragguard.calibration.sweep import (
     SweepResult,
     choose,
     describe_point,
-    distinct_rows,
+    guard_settings,
     is_plain_top_k,
     lower_is_better,
+    meets_constraints,
     optimal_k,
     sweep,
 )
 from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import ConflictMode, CutRule, PolicyParams
+from ragguard.policy import ConflictMode, PolicyParams
 from ragguard.probability import MapMethod
 from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
 from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
-    from ragguard.calibration.answerability import AnswerabilityResult
-    from ragguard.calibration.pipeline import RerankGrid, TwoStageCalibration
-    from ragguard.calibration.rerank_scores import RerankScores
     from ragguard.rerank import Reranker
 
 __all__ = [
     "DEFAULT_MAX_K",
     "MAX_K_LIMIT",
     "CalibrationResult",
-    "Comparison",
-    "GuaranteeResult",
-    "Interval",
     "RunCalibration",
     "Shortfall",
     "WrittenSetting",
     "calibrate",
     "data_fingerprint",
-    "parse_guarantee",
-    "split_queries",
 ]
 
 logger = logging.getLogger(__name__)
@@ -151,8 +173,6 @@ REPORTED: tuple[str, ...] = (
 )
 """Metrics compared between baseline and guarded (plus the objective and constraints)."""
 
-_BOOTSTRAP_CHUNK = 100  # resamples per bincount (memory: 2 x chunk x n values)
-
 DEFAULT_MAX_K = 10
 """The largest cap of the default grid (``max_k=None``), before it grows."""
 
@@ -162,430 +182,6 @@ need more than :data:`DEFAULT_MAX_K` passages. A ``max_k`` given is never exceed
 
 SMALL_SET = 50
 """Fewer labelled queries than this get a warning with the held-out interval's width."""
-
-EVIDENCE = "evidence_recall"
-
-
-# --------------------------------------------------------------------------- split
-
-
-def split_queries(n: int, holdout: float, seed: int) -> tuple[I, I]:
-    """Calibration and held-out row indices (each sorted), reproducible by ``seed``.
-
-    ``round(holdout * n)`` queries are held out (at least one when ``holdout > 0``), drawn
-    by a permutation from ``numpy.random.default_rng(seed)``.
-
-    Raises:
-        ConfigError: ``holdout`` outside [0, 1).
-        EvalSetError: no query would be left to calibrate on (or to hold out).
-    """
-    if not (isinstance(holdout, int | float) and 0.0 <= holdout < 1.0):
-        raise ConfigError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
-    n_held = 0 if holdout == 0 else max(1, round(holdout * n))
-    if n - n_held < 1:
-        raise EvalSetError(
-            f"no queries left to calibrate on: {n} labelled queries, {n_held} held out "
-            f"(holdout={holdout:g}); lower --holdout or add queries"
-        )
-    perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[n_held:]).astype(np.intp), np.sort(perm[:n_held]).astype(np.intp)
-
-
-def checked_rows(calibration_rows: I, heldout_rows: I) -> tuple[I, str]:
-    """The rows a choice is checked on and their name: the held-out rows, or every
-    calibration row (in-sample) when nothing is held out."""
-    if heldout_rows.size:
-        return heldout_rows, "held-out"
-    return calibration_rows, "all queries (in-sample)"
-
-
-# --------------------------------------------------------------------------- bootstrap
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A mean with its percentile bootstrap confidence interval (NaN when undefined)."""
-
-    mean: float
-    low: float
-    high: float
-
-    def excludes_zero(self) -> bool:
-        """Whether the whole interval lies on one side of 0."""
-        return (self.low > 0 or self.high < 0) and not math.isnan(self.low)
-
-    def as_dict(self) -> dict[str, float]:
-        """``{"mean", "low", "high"}``."""
-        return {"mean": self.mean, "low": self.low, "high": self.high}
-
-
-def _weighted_means(weights: F64, values: F64) -> F64:
-    """(B, M) means of ``values`` (n, M) under bootstrap count ``weights`` (B, n),
-    skipping NaN."""
-    defined = ~np.isnan(values)
-    num = weights @ np.where(defined, values, 0.0)
-    den = weights @ defined.astype(np.float64)
-    out: F64 = np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 0)
-    return out
-
-
-def bootstrap_means(sample: F64, n_bootstrap: int, rng: np.random.Generator) -> F64:
-    """(n_bootstrap, M) means of ``sample`` (n, M) over resamples of its n rows drawn
-    with replacement (NaN skipped).
-
-    Each resample is n uniform draws of a row, counted per row: the multinomial
-    counts of a classic bootstrap, computed with one ``bincount`` per chunk of
-    resamples and applied as one matrix product (BLAS) instead of a Python loop.
-    """
-    n = sample.shape[0]
-    out = np.empty((n_bootstrap, sample.shape[1]))
-    for lo in range(0, n_bootstrap, _BOOTSTRAP_CHUNK):
-        b = min(_BOOTSTRAP_CHUNK, n_bootstrap - lo)
-        draws = rng.integers(0, n, size=(b, n))
-        draws += (np.arange(b) * n)[:, None]
-        counts = np.bincount(draws.ravel(), minlength=b * n).reshape(b, n)
-        out[lo : lo + b] = _weighted_means(counts.astype(np.float64), sample)
-    return out
-
-
-def _intervals(sample: F64, boot: F64, level: float) -> list[Interval]:
-    """Per column of ``sample`` (n, M): the mean and the percentile interval of its
-    bootstrap means ``boot`` (B, M)."""
-    alpha = (1.0 - level) / 2.0
-    out: list[Interval] = []
-    point = _weighted_means(np.ones((1, sample.shape[0])), sample)[0]
-    for j in range(sample.shape[1]):
-        col = boot[:, j]
-        col = col[~np.isnan(col)]
-        if col.size == 0 or math.isnan(point[j]):
-            out.append(Interval(float(point[j]), math.nan, math.nan))
-            continue
-        lo, hi = np.quantile(col, [alpha, 1.0 - alpha])
-        out.append(Interval(float(point[j]), float(lo), float(hi)))
-    return out
-
-
-def bootstrap_interval(
-    values: F64, *, n_bootstrap: int, seed: int, level: float = 0.95, stream: int = 2
-) -> Interval:
-    """The mean of ``values`` (n,) with its percentile bootstrap interval (NaN without
-    values), drawn from its own random stream ``[seed, stream]``: a share of held-out
-    queries, say (:mod:`ragguard.calibration.answerability`)."""
-    sample = np.asarray(values, dtype=np.float64).reshape(-1, 1)
-    if sample.shape[0] == 0:
-        return Interval(math.nan, math.nan, math.nan)
-    boot = bootstrap_means(sample, n_bootstrap, np.random.default_rng([seed, stream]))
-    return _intervals(sample, boot, level)[0]
-
-
-@dataclass(frozen=True, eq=False)
-class Comparison:
-    """Baseline (plain top-k) against the guarded setting on one set of queries.
-
-    Attributes:
-        split: ``"held-out"``, or ``"all queries (in-sample)"`` without a hold-out.
-        rows: the query rows compared.
-        metrics: the metrics compared.
-        baseline: per metric, the baseline's mean and interval.
-        guarded: per metric, the guarded setting's mean and interval.
-        difference: per metric, guarded minus baseline (paired), mean and interval.
-        baseline_values: (M, n) per-query values of the baseline.
-        guarded_values: (M, n) per-query values of the guarded setting.
-        level: the intervals' confidence level.
-        n_bootstrap: resamples drawn.
-    """
-
-    split: str
-    rows: I
-    metrics: tuple[str, ...]
-    baseline: Mapping[str, Interval]
-    guarded: Mapping[str, Interval]
-    difference: Mapping[str, Interval]
-    baseline_values: F64 = field(repr=False)
-    guarded_values: F64 = field(repr=False)
-    level: float = 0.95
-    n_bootstrap: int = 2000
-
-    @property
-    def n_queries(self) -> int:
-        """Number of queries compared."""
-        return int(self.rows.size)
-
-    def verdict(self, metric: str) -> str:
-        """``"better"``, ``"worse"`` or ``"no clear difference"`` for the guarded setting
-        on ``metric``, from the interval of the difference."""
-        d = self.difference[metric]
-        if not d.excludes_zero():
-            return "no clear difference"
-        gained = d.low > 0
-        if lower_is_better(metric):
-            gained = not gained
-        return "better" if gained else "worse"
-
-    def header(self) -> dict[str, Any]:
-        """How the comparison was made: ``{"split", "queries", "level", "n_bootstrap"}``
-        (the head of a ``heldout_check`` record in the provenance and the JSON summary)."""
-        return {
-            "split": self.split,
-            "queries": self.n_queries,
-            "level": self.level,
-            "n_bootstrap": self.n_bootstrap,
-        }
-
-    def where(self) -> str:
-        """``on the 15 held-out queries``, or ``in-sample on all 51 queries (none held
-        out)``: where the comparison was made, for a sentence."""
-        if self.split == "held-out":
-            return f"on the {self.n_queries} held-out queries"
-        return f"in-sample on all {self.n_queries} queries (none held out)"
-
-    def change(self, metric: str, digits: int = 3) -> str:
-        """The difference on ``metric`` with its interval, rounded outward:
-        ``+0.038 [-0.011, +0.089]``."""
-        d = self.difference[metric]
-        text = format_number(d.mean, digits, signed=True)
-        interval = format_interval(d.low, d.high, digits)
-        return f"{text} {interval}" if interval else text
-
-    def passages_verdict(self) -> str:
-        """``"fewer"``, ``"more"`` or ``"same"``: the passages the guarded setting keeps
-        on average against the baseline (the sign of the mean difference; a count is
-        neither better nor worse by itself); ``"n/a"`` without queries."""
-        d = self.difference[PASSAGES].mean
-        if math.isnan(d):
-            return "n/a"
-        return "fewer" if d < 0 else "more" if d > 0 else "same"
-
-
-def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I) -> F64:
-    """(M, len(rows)) per-query values of ``metrics`` on ``rows`` when each query keeps
-    ``kept`` passages."""
-    out: F64 = kernel.values(kept, metrics)[:, rows]
-    return out
-
-
-def compare(
-    kernel: SweepKernel,
-    baseline_kept: I,
-    guarded_kept: I,
-    rows: I,
-    metrics: Sequence[str],
-    *,
-    split: str,
-    n_bootstrap: int,
-    seed: int,
-    level: float = 0.95,
-) -> Comparison:
-    """Paired bootstrap comparison of two per-query cuts on ``rows``."""
-    both = kernel.values(np.stack([baseline_kept, guarded_kept]), metrics)[:, :, rows]
-    base, guard = both[0], both[1]
-    return compare_values(
-        base, guard, rows, metrics, split=split, n_bootstrap=n_bootstrap, seed=seed, level=level
-    )
-
-
-def compare_values(
-    base: F64,
-    guard: F64,
-    rows: I,
-    metrics: Sequence[str],
-    *,
-    split: str,
-    n_bootstrap: int,
-    seed: int,
-    level: float = 0.95,
-) -> Comparison:
-    """Paired bootstrap comparison of two settings' per-query values (M, len(rows))."""
-    diff = guard - base
-    n = rows.size
-    rng = np.random.default_rng([seed, 1])  # its own stream, apart from the split
-    m = base.shape[0]
-    sample = np.concatenate((base.T, guard.T, diff.T), axis=1)  # (n, 3M)
-    boot = bootstrap_means(sample, n_bootstrap, rng) if n > 0 else np.full((1, 3 * m), np.nan)
-    b_iv = _intervals(sample[:, :m], boot[:, :m], level)
-    g_iv = _intervals(sample[:, m : 2 * m], boot[:, m : 2 * m], level)
-    d_iv = _intervals(sample[:, 2 * m :], boot[:, 2 * m :], level)
-    names = tuple(metrics)
-    return Comparison(
-        split,
-        rows,
-        names,
-        dict(zip(names, b_iv, strict=True)),
-        dict(zip(names, g_iv, strict=True)),
-        dict(zip(names, d_iv, strict=True)),
-        base,
-        guard,
-        level,
-        n_bootstrap,
-    )
-
-
-# --------------------------------------------------------------------------- guarantee
-
-
-def parse_guarantee(text: str) -> float:
-    """The recall target of ``"recall>=0.9"`` (``evidence_recall>=0.9`` alike): the
-    guarantee is always on evidence recall, the recall a guard controls.
-
-    Raises:
-        ConfigError: another metric or operator, or a target outside (0, 1).
-    """
-    c = Constraint.parse(text)
-    if c.metric not in ("recall", EVIDENCE) or c.op != ">=":
-        raise ConfigError(f"a guarantee reads 'recall>=TARGET' (on evidence recall), got {text!r}")
-    if not 0.0 < c.bound < 1.0:
-        raise ConfigError(f"the guaranteed recall must lie in (0, 1), got {c.bound:g}")
-    return float(c.bound)
-
-
-@dataclass(frozen=True, eq=False)
-class GuaranteeResult:
-    """A finite-sample recall guarantee (Learn-then-Test, :mod:`ragguard.calibration.risk`).
-
-    The guarantee is certified on the **calibration** queries and that setting is the
-    one written (no refit): the held-out queries never took part, so their evidence
-    recall checks the guarantee on queries it has not seen. With ``holdout=0`` every
-    query certifies and nothing checks it.
-
-    Attributes:
-        target: the guaranteed mean evidence recall.
-        confidence: the probability that the guarantee holds (``1 - delta``).
-        paths: the fixed sequences of settings tested, largest context first, by name.
-        point: the certified setting with the smallest mean context (index in the
-            sweep's points): the one written; ``None`` when none is certified.
-        n_calibration: calibration queries with evidence the test used.
-        recall_bound: the certified lower bound on the point's mean evidence recall
-            (one minus its risk's upper confidence bound), NaN when nothing is certified.
-        best_bound: the highest recall any path's first (largest) setting can be
-            certified to reach at this confidence: what is reachable when the target
-            is not.
-        best_point: that largest setting.
-        heldout_recall: mean evidence recall of ``point`` on the held-out queries (NaN
-            without a hold-out or a certified setting).
-        heldout_queries: held-out queries with evidence.
-    """
-
-    target: float
-    confidence: float
-    paths: tuple[str, ...]
-    point: int | None
-    n_calibration: int
-    recall_bound: float
-    best_bound: float
-    best_point: int
-    heldout_recall: float
-    heldout_queries: int
-
-    @property
-    def met(self) -> bool:
-        """Whether a setting carries the guarantee."""
-        return self.point is not None
-
-    @property
-    def written(self) -> int:
-        """The setting written: the certified one, or the largest context standing in."""
-        return self.point if self.point is not None else self.best_point
-
-    def statement(self, name: Callable[[int], str]) -> str:
-        """The guarantee in words, with its assumptions; ``name(i)`` names point ``i``."""
-        pct = f"{self.confidence:.0%}"
-        if self.point is None:
-            return (
-                f"no setting guarantees mean evidence recall >= {self.target:g} at {pct} "
-                f"confidence on {self.n_calibration} calibration queries with evidence; the "
-                f"most that can be guaranteed is {floor_number(self.best_bound)} "
-                f"({name(self.best_point)})"
-            )
-        return (
-            f"{name(self.point)}: mean evidence recall >= {self.target:g} on new queries "
-            f"with probability >= {pct} (Learn-then-Test, Hoeffding-Bentkus p-values, "
-            f"fixed-sequence over {len(self.paths)} path(s), {self.n_calibration} "
-            f"calibration queries with evidence; certified lower bound "
-            f"{floor_number(self.recall_bound)}); assumes new queries exchangeable with "
-            "these (same distribution of queries, corpus and retriever) and counts only "
-            "queries whose candidates hold evidence"
-        )
-
-    def heldout_line(self, name: Callable[[int], str]) -> str:
-        """What the held-out queries say about the guarantee, in one line."""
-        if self.point is None:
-            return "no setting is certified, so there is nothing to check on held-out queries"
-        if not self.heldout_queries:
-            return (
-                f"no queries with evidence were held out: nothing checks {name(self.point)} "
-                "on queries it has not seen"
-            )
-        ok = "meets" if self.heldout_recall >= self.target else "falls short of"
-        return (
-            f"held-out check: {name(self.point)} reaches mean evidence recall "
-            f"{format_number(self.heldout_recall)} on the {self.heldout_queries} held-out "
-            f"queries with evidence, never used to certify it ({ok} the target "
-            f"{self.target:g})"
-        )
-
-
-def guarantee_paths(points: Sequence[PolicyParams]) -> dict[str, list[int]]:
-    """Fixed sequences of settings, largest context first, fixed before any data is
-    read: plain top-k from the largest cap down, and the relative threshold rising at
-    the largest cap. Along each, every query's context only shrinks."""
-    top_k = sorted(
-        (i for i, p in enumerate(points) if is_plain_top_k(p)),
-        key=lambda i: -points[i].max_k,
-    )
-    paths = {"top-k": top_k} if top_k else {}
-    if top_k:
-        cap = points[top_k[0]].max_k
-        thr = sorted(
-            (
-                i
-                for i, p in enumerate(points)
-                if p.max_k == cap and p.cut is CutRule.NONE and p.min_score is None
-                and p.expected_utility is None
-            ),
-            key=lambda i: points[i].relative_threshold,
-        )  # fmt: skip
-        if len(thr) > 1:
-            paths["threshold"] = thr
-    return paths
-
-
-def certify_paths(
-    paths: Mapping[str, Sequence[int]],
-    evidence: F64,
-    passages: F64,
-    target: float,
-    confidence: float,
-) -> tuple[int | None, float, float, int]:
-    """Learn-then-Test over ``paths`` (Bonferroni: ``delta / len(paths)`` each).
-
-    ``evidence`` is (points, queries) evidence recall (NaN: the query has no evidence;
-    left out), ``passages`` (points,) the mean context. Returns the certified point
-    with the smallest mean context (``None`` when none), its certified recall bound,
-    the best bound any path's first point reaches, and that point.
-    """
-    from ragguard.calibration.risk import certify, risk_upper_bound
-
-    alpha = 1.0 - target
-    delta = (1.0 - confidence) / max(1, len(paths))
-    best: int | None = None
-    best_bound = -math.inf
-    best_start = next(iter(paths.values()))[0]
-    bound = math.nan
-    for path in paths.values():
-        ev = evidence[list(path)]
-        has = ~np.isnan(ev).any(axis=0)
-        loss = 1.0 - ev[:, has].T  # (queries with evidence, settings)
-        cert = certify(loss, alpha, delta)
-        start_bound = 1.0 - risk_upper_bound(float(cert.risks[0]), cert.n, delta)
-        if start_bound > best_bound:
-            best_bound, best_start = start_bound, path[0]
-        for j in range(cert.certified):
-            i = path[j]
-            if best is None or passages[i] < passages[best] - 1e-12:
-                best = i
-                bound = 1.0 - risk_upper_bound(float(cert.risks[j]), cert.n, delta)
-    return best, bound, best_bound, best_start
-
 
 # --------------------------------------------------------------------------- results
 
@@ -1158,8 +754,8 @@ class CalibrationResult:
         r = run or self.recommended
         w = self.written_setting(r)
         two = w.two_stage
-        written = {m: _finite(v) for m, v in w.metrics.items()}
-        baseline = {m: _finite(v) for m, v in r.sweep.point_means(r.baseline).items()}
+        written = {m: finite(v) for m, v in w.metrics.items()}
+        baseline = {m: finite(v) for m, v in r.sweep.point_means(r.baseline).items()}
         c = w.comparison
         check = c.header()
         check["setting"] = w.tested
@@ -1206,7 +802,7 @@ class CalibrationResult:
             "holdout": self.holdout,
             "seed": self.seed,
             "metrics": written,
-            "chosen_metrics": {m: _finite(v) for m, v in w.tested_metrics.items()},
+            "chosen_metrics": {m: finite(v) for m, v in w.tested_metrics.items()},
             "baseline_metrics": baseline,
             "heldout_check": check,
         }
@@ -1233,12 +829,10 @@ class CalibrationResult:
                 "met": g.met,
                 "certified_on": "calibration queries",
                 "queries_with_evidence": g.n_calibration,
-                "recall_lower_bound": _finite(g.recall_bound),
-                "heldout_recall": _finite(g.heldout_recall),
+                "recall_lower_bound": finite(g.recall_bound),
+                "heldout_recall": finite(g.heldout_recall),
                 "heldout_queries": g.heldout_queries,
             }
-        from ragguard.calibration.conflict_sweep import StageKernels, describe_conflicts
-
         if isinstance(r.kernel, StageKernels):  # what the conflict setting was chosen from
             out["conflicts_swept"] = [describe_conflicts(c) for c in r.kernel.settings]
         if r.source:
@@ -1286,26 +880,6 @@ class CalibrationResult:
         return p
 
 
-def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, Any]:
-    """The guard-level config fields of setting ``p``: cap, floor, threshold and cut
-    (with the cut's own parameter), and the conflict stage when it is on."""
-    settings: dict[str, Any] = {
-        "score_kind": score_kind,
-        "max_k": p.max_k,
-        "min_k": p.min_k,
-        "relative_threshold": p.relative_threshold,
-        "cut": p.cut,
-    }
-    if p.cut is CutRule.GAP:
-        settings["gap_buffer"] = p.gap_buffer
-    if p.cut is CutRule.AUTOCUT:
-        settings["autocut_jumps"] = p.autocut_jumps
-    if p.conflicts is not ConflictMode.OFF:  # a swept conflict setting
-        settings["conflicts"] = p.conflicts
-        settings["conflict_similarity"] = p.conflict_similarity
-    return settings
-
-
 def _shown_path(path: str | None) -> str:
     """``path`` relative to the current folder when it lies under it (as a user would
     type it), else as given; ``""`` for none."""
@@ -1319,11 +893,6 @@ def _shown_path(path: str | None) -> str:
 
 def _fmt(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.3f}"
-
-
-def _finite(value: float) -> float | str:
-    """TOML-friendly: rounded to 6 significant digits; NaN as the string "nan"."""
-    return float(f"{value:.6g}") if math.isfinite(value) else "nan"
 
 
 # --------------------------------------------------------------------------- files
@@ -1597,13 +1166,9 @@ def calibrate(
     qids = evalset.qids
     calib_rows, held_rows = split_queries(len(qids), holdout, seed)
     if max_false_abstain is not None:
-        from ragguard.calibration.answerability import check_max_false_abstain
-
         check_max_false_abstain(
             evalset, max_false_abstain, calib_rows, guarantee=guarantee is not None
         )
-    from ragguard.calibration.conflict_sweep import stage_sweep
-
     evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
     stages = stage_sweep(
         evalset, max_tokens=max_tokens, token_counter_spec=token_counter,
@@ -1679,9 +1244,9 @@ def calibrate(
         g_result = None
         if target is not None:
             paths = None if stages is None else stages.paths(points, guarantee_paths)
-            g_result = _guarantee(kernel, result, target, confidence, held_rows, paths)
+            g_result = certify_guarantee(kernel, result, target, confidence, held_rows, paths)
             chosen = g_result.written
-            feasible = _feasible(result, chosen, cons)
+            feasible = meets_constraints(result, chosen, cons)
         else:
             selection = cross_validate(
                 means, points, calib_rows, objective, cons, folds=folds, seed=seed
@@ -1731,7 +1296,7 @@ def calibrate(
         # and the held-out queries check it)
         if g_result is not None:
             written = chosen
-            written_feasible = _feasible(full, written, cons)
+            written_feasible = meets_constraints(full, written, cons)
         else:
             assert selection is not None
             members = top_idx if fallback is not None else selection.members[selection.chosen]
@@ -1815,13 +1380,62 @@ def calibrate(
     )
     if max_false_abstain is None:
         return calibrated
-    from ragguard.calibration.answerability import calibrate_answerability
-
     answerability = calibrate_answerability(
         calibrated, max_false_abstain=max_false_abstain, confidence=confidence,
         n_bootstrap=n_bootstrap, seed=seed, level=level,
     )  # fmt: skip
     return replace(calibrated, answerability=answerability)
+
+
+def calibrate_answerability(
+    result: CalibrationResult,
+    *,
+    max_false_abstain: float,
+    confidence: float,
+    n_bootstrap: int,
+    seed: int,
+    level: float,
+) -> AnswerabilityResult:
+    """Calibrate ``min_evidence`` for the setting ``result``'s config holds
+    (:func:`ragguard.calibration.answerability.fit_answerability` on the scores the floor
+    reads under that setting): certified on the calibration queries, checked on the
+    held-out ones.
+
+    Raises:
+        ConfigError: the written setting's scores cannot carry a floor (a run without
+            scores and no rerank stage).
+    """
+    w = result.written_setting()
+    r = w.run
+    arrays = r.arrays
+    retrieval = (
+        evidence_tops(arrays)
+        if arrays.score_kind is not None
+        else np.full(arrays.n_queries, math.inf)  # no score rule applies, min_evidence neither
+    )
+    two = w.two_stage
+    if two is None:
+        if arrays.score_kind is None:
+            raise ConfigError(
+                f"--max-false-abstain cannot calibrate min_evidence for run {r.name!r}: it "
+                "has no scores, and min_evidence reads the best candidate's score; pass "
+                "--score-kind or a run with scores"
+            )
+        top, scale, kernel = retrieval, RETRIEVAL_SCALE, r.kernel
+    else:
+        n = two.points[w.index][0]
+        kernel = two.kernels[n]
+        top = evidence_tops(kernel.arrays)
+        failed = np.isin(np.asarray(arrays.qids, dtype=object), list(two.failed.get(n, ())))
+        top[failed] = np.inf  # a failed call: the guard does not apply the floor
+        scale = RERANK_SCALE
+    return fit_answerability(
+        top, arrays, kernel, w.full.kept[w.index],
+        scale=scale, setting=w.setting, metrics=w.comparison.metrics,
+        calibration_rows=result.calibration_rows, heldout_rows=result.heldout_rows,
+        max_false_abstain=max_false_abstain, confidence=confidence,
+        n_bootstrap=n_bootstrap, seed=seed, level=level,
+    )  # fmt: skip
 
 
 def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:
@@ -1830,55 +1444,6 @@ def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:
     steps = (12, 15, 20, 25, 30, 40, 50, 60, 80, 100)
     more = [k for k in steps if max(caps) < k < depth]
     return tuple(sorted({*caps, *more, depth}))
-
-
-def _feasible(result: SweepResult, point: int, constraints: Sequence[Constraint]) -> bool:
-    return all(float(c.violation(result.column(c.metric)[[point]])[0]) == 0 for c in constraints)
-
-
-def _guarantee(
-    kernel: SweepKernel,
-    result: SweepResult,
-    target: float,
-    confidence: float,
-    held_rows: I,
-    paths: Mapping[str, Sequence[int]] | None = None,
-    kernel_of: Any = None,
-) -> GuaranteeResult:
-    """Certify on the calibration queries (``result.rows``) and measure the certified
-    setting, the one written, on the held-out queries."""
-    points = result.points
-    paths = paths if paths is not None else guarantee_paths(points)
-    if not paths:
-        raise ConfigError("a recall guarantee needs plain top-k settings in the grid")
-    kern = kernel_of or (lambda i: kernel)
-    members = sorted({i for path in paths.values() for i in path})
-    ev = np.full((len(points), kernel.n_queries), np.nan)
-    on_kernel: dict[int, list[int]] = {}  # settings cutting alike on one kernel: one pass
-    for i in members:
-        on_kernel.setdefault(id(kern(i)), []).append(i)
-    for same in on_kernel.values():
-        first, which = distinct_rows(result.kept[same])
-        ev[same] = kern(same[0]).values(result.kept[same][first], [EVIDENCE])[which, 0]
-    calib = result.rows
-    point, bound, best_bound, best_start = certify_paths(
-        paths, ev[:, calib], result.column(PASSAGES), target, confidence
-    )
-    has = ~np.isnan(ev[members[0]])
-    held = held_rows[has[held_rows]]
-    held_recall = float(np.mean(ev[point, held])) if point is not None and held.size else math.nan
-    return GuaranteeResult(
-        target=target,
-        confidence=confidence,
-        paths=tuple(paths),
-        point=point,
-        n_calibration=int(has[calib].sum()),
-        recall_bound=bound,
-        best_bound=best_bound,
-        best_point=best_start,
-        heldout_recall=held_recall,
-        heldout_queries=int(held.size),
-    )
 
 
 def _two_stage(
@@ -1896,9 +1461,6 @@ def _two_stage(
     """Score the recommended run's candidates (or take the given scores) and sweep the
     two-stage pipeline (:func:`ragguard.calibration.pipeline.calibrate_two_stage`); the
     passage texts are ``evalset.texts``."""
-    from ragguard.calibration.pipeline import RerankGrid, calibrate_two_stage
-    from ragguard.calibration.rerank_scores import score_candidates
-
     if reranker is not None and scores is not None:
         raise ConfigError("calibrate: pass reranker= or rerank_scores=, not both; drop one of them")
     rgrid = rerank_grid or RerankGrid()

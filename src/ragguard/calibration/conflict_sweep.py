@@ -336,7 +336,7 @@ class StageSweep:
     def config_settings(self) -> dict[str, Any]:
         """The config fields every setting shares (the token budget, near-duplicates);
         a setting's conflict fields go with the setting
-        (:func:`ragguard.calibration.calibrate.guard_settings`)."""
+        (:func:`ragguard.calibration.sweep.guard_settings`)."""
         return self.base.config_settings()
 
     def kernel(self, arrays: EvalArrays, metrics: Sequence[str], width: int) -> SweepKernel:

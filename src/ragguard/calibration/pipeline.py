@@ -77,19 +77,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard.calibration._format import finite
 from ragguard.calibration.arrays import EvalArrays, Ranking
-from ragguard.calibration.calibrate import (
-    EVIDENCE,
-    Comparison,
-    GuaranteeResult,
-    _feasible,
-    _finite,
-    _guarantee,
-    checked_rows,
-    compare_values,
-    guard_settings,
-    metric_values,
-)
 from ragguard.calibration.conflict_sweep import StageSweep
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.probability import (
@@ -99,7 +88,9 @@ from ragguard.calibration.probability import (
     reliability,
 )
 from ragguard.calibration.rerank_scores import RerankScores
+from ragguard.calibration.risk import EVIDENCE, GuaranteeResult, certify_guarantee
 from ragguard.calibration.select import DEFAULT_FOLDS, Selection, cross_validate, refit
+from ragguard.calibration.statistics import Comparison, checked_rows, compare_values, metric_values
 from ragguard.calibration.sweep import (
     PASSAGES,
     Constraint,
@@ -108,6 +99,8 @@ from ragguard.calibration.sweep import (
     check_cut_rules,
     check_grid_values,
     describe_point,
+    guard_settings,
+    meets_constraints,
     sweep,
 )
 from ragguard.calibration.utility import UtilityRules
@@ -338,10 +331,10 @@ class TwoStageCalibration:
             out[f"vs_retrieval_{m}"] = (
                 f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
             )
-        out["brier_raw"] = _finite(self.brier_raw)
-        out["brier_mapped"] = _finite(self.brier_mapped)
-        out["ece_raw"] = _finite(self.reliability_raw.ece)
-        out["ece_mapped"] = _finite(self.reliability_mapped.ece)
+        out["brier_raw"] = finite(self.brier_raw)
+        out["brier_mapped"] = finite(self.brier_mapped)
+        out["ece_raw"] = finite(self.reliability_raw.ece)
+        out["ece_mapped"] = finite(self.reliability_mapped.ece)
         return out
 
 
@@ -623,14 +616,14 @@ def calibrate_two_stage(
             for name, path in per.items()
             if path
         }
-        g_result = _guarantee(
+        g_result = certify_guarantee(
             kernels[tops[0]], combined, target, confidence, heldout_rows,
             paths=paths, kernel_of=kernel_of,
         )  # fmt: skip
         # what the calibration queries certify is written (no refit): held-out checks it
         chosen = written = g_result.written
-        feasible = _feasible(combined, chosen, constraints)
-        written_feasible = _feasible(full, written, constraints)
+        feasible = meets_constraints(combined, chosen, constraints)
+        written_feasible = meets_constraints(full, written, constraints)
     else:
         selection = cross_validate(
             means, combined.points, calibration_rows, objective, constraints,

@@ -42,17 +42,15 @@ from ragguard._optional import install_hint, require
 from ragguard.calibration._format import floor_number, format_interval, format_number
 from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.calibrate import (
-    EVIDENCE,
     SMALL_SET,
     CalibrationResult,
-    Comparison,
-    GuaranteeResult,
-    Interval,
     RunCalibration,
     WrittenSetting,
 )
 from ragguard.calibration.metrics import SafetyBands, compute, safety_band
 from ragguard.calibration.pipeline import TwoStageCalibration
+from ragguard.calibration.risk import EVIDENCE, GuaranteeResult
+from ragguard.calibration.statistics import Comparison, Interval
 from ragguard.calibration.sweep import (
     PASSAGES,
     choose,

@@ -59,6 +59,7 @@ from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.calibration.metrics.tables import prefix_table
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import ConflictMode, CutRule, PolicyParams, cut_ranked
+from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
     from ragguard.calibration.stages import Compacted, CutContexts, PassageStages
@@ -77,7 +78,9 @@ __all__ = [
     "cut_dtype",
     "describe_point",
     "distinct_rows",
+    "guard_settings",
     "is_plain_top_k",
+    "meets_constraints",
     "nanmean",
     "optimal_k",
     "sweep",
@@ -962,3 +965,29 @@ def optimal_k(arrays: EvalArrays, max_k: int, rows: I | Sequence[int] | None = N
         best_k, best_u = best_k[idx], best_u[idx]
     counts = np.bincount(best_k, minlength=max_k + 1).astype(np.int64)
     return OptimalK(best_k, best_u, counts)
+
+
+def meets_constraints(result: SweepResult, point: int, constraints: Sequence[Constraint]) -> bool:
+    """Whether ``point`` of ``result`` meets every one of ``constraints`` (its means on
+    ``result``'s queries)."""
+    return all(float(c.violation(result.column(c.metric)[[point]])[0]) == 0 for c in constraints)
+
+
+def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, Any]:
+    """The guard-level config fields of setting ``p``: cap, floor, threshold and cut
+    (with the cut's own parameter), and the conflict stage when it is on."""
+    settings: dict[str, Any] = {
+        "score_kind": score_kind,
+        "max_k": p.max_k,
+        "min_k": p.min_k,
+        "relative_threshold": p.relative_threshold,
+        "cut": p.cut,
+    }
+    if p.cut is CutRule.GAP:
+        settings["gap_buffer"] = p.gap_buffer
+    if p.cut is CutRule.AUTOCUT:
+        settings["autocut_jumps"] = p.autocut_jumps
+    if p.conflicts is not ConflictMode.OFF:  # a swept conflict setting
+        settings["conflicts"] = p.conflicts
+        settings["conflict_similarity"] = p.conflict_similarity
+    return settings

@@ -113,19 +113,16 @@ from ragguard._optional import require
 from ragguard.calibration._fine_tune import TextPair
 from ragguard.calibration._output import check_not_input, staging_folder
 from ragguard.calibration._pretrain import normalise, pretrain_pairs, read_pretrain
-from ragguard.calibration.calibrate import (
-    Interval,
-    bootstrap_means,
-    data_fingerprint,
-    split_queries,
-)
+from ragguard.calibration.calibrate import data_fingerprint
 from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.statistics import Interval, bootstrap_means, split_queries
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.trained import (
     CARD_NAME,
     CROSS_KINDS,
     FORMAT,
     PACKAGED_ENCODER,
+    CrossEncoderSignal,
     Lexical,
     Signals,
     load_cross_encoder,
@@ -820,10 +817,8 @@ def train_reranker(
     encoder = load_encoder(encoder_spec, device)
     cross = None
     if base_kind == "cross-encoder":
-        from ragguard.rerank import CrossEncoderReranker
-
         say(f"loading the cross-encoder {base}")
-        cross = CrossEncoderReranker(str(resolve_model(base)), device=device)
+        cross = CrossEncoderSignal(resolve_model(base), device=device)
     signals = Signals(encoder, lexical, cross)
     names = signals.names
     base_col = names.index("cross_encoder") if cross is not None else 0

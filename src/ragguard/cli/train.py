@@ -16,7 +16,7 @@ from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_f
 from ragguard.cli._two_stage import CorpusOpt
 
 if TYPE_CHECKING:
-    from ragguard.calibration.calibrate import Interval
+    from ragguard.calibration.statistics import Interval
 
 __all__ = ["train_reranker"]
 
