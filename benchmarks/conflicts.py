@@ -61,8 +61,8 @@ import numpy as np
 from ragguard import Candidate, ContextGuard, Selection
 from ragguard.calibration import calibrate, load_evalset, split_queries
 from ragguard.calibration.arrays import EvalArrays
-from ragguard.calibration.calibrate import bootstrap_means
 from ragguard.calibration.metrics import compute
+from ragguard.calibration.statistics import bootstrap_means
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "examples" / "ramdocs"

@@ -54,9 +54,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np
 
 from ragguard.calibration import calibrate, load_inputs
-from ragguard.calibration.calibrate import metric_values
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.rerank_scores import passage_texts
+from ragguard.calibration.statistics import metric_values
 from ragguard.calibration.sweep import describe_point
 from ragguard.calibration.train import (
     Candidate,

@@ -73,9 +73,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np
 
 from ragguard.calibration import calibrate
-from ragguard.calibration.calibrate import CalibrationResult, Interval
+from ragguard.calibration.calibrate import CalibrationResult
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.inputs import load_inputs
+from ragguard.calibration.statistics import Interval
 from ragguard.calibration.sweep import describe_point
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

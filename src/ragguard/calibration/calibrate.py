@@ -111,11 +111,6 @@ from ragguard.calibration.statistics import (
     compare,
     split_queries,
 )
-
-# the statistics' former home: benchmarks/ still import these from here
-from ragguard.calibration.statistics import Interval as Interval
-from ragguard.calibration.statistics import bootstrap_means as bootstrap_means
-from ragguard.calibration.statistics import metric_values as metric_values
 from ragguard.calibration.sweep import (
     DEFAULT_METRICS,
     PASSAGES,
