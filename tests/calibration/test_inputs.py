@@ -14,7 +14,7 @@ from ragguard.calibration.inputs import add_run, load_factory
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 from tests.calibration import retrievers
-from tests.calibration.line_reader import use_line_reader
+from tests.calibration.data.line_reader import use_line_reader
 from tests.calibration.notes_beir import NOTES, notes_as_beir
 
 

@@ -34,7 +34,7 @@ from ragguard.cli import app
 from ragguard.rerank import CrossEncoderReranker, load_reranker
 from ragguard.trained import CARD_NAME, TrainedReranker
 from tests.calibration.training_topics import TOPICS, VALIDATION
-from tests.cli_checks import error_line
+from tests.cli.checks import error_line
 from tests.faults import LiveStaging, killed_staging_folder
 from tests.rerank_models import build_bi_encoder
 

@@ -24,7 +24,7 @@ from tests.calibration.conftest import random_trec_data
 pytrec_eval = pytest.importorskip("pytrec_eval")
 ranx = pytest.importorskip("ranx")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 METRICS = ["ndcg@10", "recall@5", "precision@5", "map", "hit_rate@3", "ndcg"]
 TREC = {
     "ndcg@10": "ndcg_cut_10",

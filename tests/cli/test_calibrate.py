@@ -31,7 +31,7 @@ from ragguard.calibration import (
 from ragguard.cli import app
 from ragguard.errors import ConfigError, EvalSetError, RetrieverError
 from tests.calibration.notes_beir import notes_as_beir
-from tests.cli_checks import error_line
+from tests.cli.checks import error_line
 from tests.faults import (
     LiveStaging,
     killed_staging_folder,
@@ -39,7 +39,7 @@ from tests.faults import (
     replace_interrupted,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "examples" / "notes"
 runner = CliRunner()
 

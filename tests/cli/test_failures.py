@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from ragguard.calibration import rerank_scores
 from ragguard.cli import app
 from tests.calibration.two_stage_data import write_folder
-from tests.cli_checks import error_line
+from tests.cli.checks import error_line
 from tests.faults import block_network
 from tests.trained_folders import TAMPERED, trained_folder
 

@@ -18,7 +18,7 @@ from ragguard.calibration.data.columns import ColumnarCandidates, ColumnarLabels
 from ragguard.calibration.data.formats import delimited, trec
 from ragguard.calibration.data.formats.common import TREC_QRELS, TREC_RUN
 from ragguard.errors import EvalSetError
-from tests.calibration.line_reader import (
+from tests.calibration.data.line_reader import (
     assert_same,
     assert_same_arrays,
     both,

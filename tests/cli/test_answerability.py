@@ -17,7 +17,7 @@ from ragguard import ContextGuard, GuardConfig, Verdict
 from ragguard.calibration import evaluate, load_evalset
 from ragguard.cli import app
 from tests.calibration.answerability_data import candidates_of, random_rows, write_jsonl
-from tests.cli_checks import error_line
+from tests.cli.checks import error_line
 
 runner = CliRunner()
 

@@ -18,7 +18,7 @@ from ragguard.calibration.rerank_scores import passage_texts
 from ragguard.cli import app
 from tests.faults import block_network
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "examples" / "notes"
 runner = CliRunner()
 

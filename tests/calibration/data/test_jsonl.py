@@ -3,7 +3,7 @@ a line-by-line reader gives: the same queries, texts, labels, candidates, proble
 errors, on clean and messy data.
 
 A BEIR folder has one reader (:func:`ragguard.calibration.data.formats.beir.read_beir`):
-it is compared with the line-by-line reference of ``tests/calibration/line_reader.py``,
+it is compared with the line-by-line reference of ``tests/calibration/data/line_reader.py``,
 and its errors name file, line and field. A JSONL file the column-wise reader does not
 read goes to the library's careful reader, and still reads alike."""
 
@@ -22,7 +22,7 @@ from ragguard.calibration.data.columns import ColumnarCandidates, ColumnarLabels
 from ragguard.calibration.data.formats import beir as columnar_json
 from ragguard.calibration.data.problems import Reporter
 from ragguard.errors import EvalSetError
-from tests.calibration.line_reader import assert_same, assert_same_arrays, both, careful, write
+from tests.calibration.data.line_reader import assert_same, assert_same_arrays, both, careful, write
 
 pytest.importorskip("pyarrow")
 

@@ -22,7 +22,7 @@ from ragguard.calibration import (
 )
 from ragguard.errors import EvalSetError, RagguardError
 from tests.calibration.conftest import random_trec_data
-from tests.calibration.line_reader import careful, use_line_reader
+from tests.calibration.data.line_reader import careful, use_line_reader
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
