@@ -99,7 +99,7 @@ from ragguard.calibration.risk import (
 )
 from ragguard.calibration.select import (
     DEFAULT_FOLDS,
-    Selection,
+    FamilyChoice,
     cross_validate,
     fold_count,
     fold_parts,
@@ -223,7 +223,7 @@ class RunCalibration:
     full: SweepResult = field(repr=False)
     written: int
     grid: SweepGrid | None = None
-    selection: Selection | None = None
+    selection: FamilyChoice | None = None
     written_feasible: bool = True
     fallback: str | None = None
     guarantee: GuaranteeResult | None = None

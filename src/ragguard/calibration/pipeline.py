@@ -89,7 +89,7 @@ from ragguard.calibration.probability import (
 )
 from ragguard.calibration.rerank_scores import RerankScores
 from ragguard.calibration.risk import EVIDENCE, GuaranteeResult, certify_guarantee
-from ragguard.calibration.select import DEFAULT_FOLDS, Selection, cross_validate, refit
+from ragguard.calibration.select import DEFAULT_FOLDS, FamilyChoice, cross_validate, refit
 from ragguard.calibration.statistics import Comparison, checked_rows, compare_values, metric_values
 from ragguard.calibration.sweep import (
     PASSAGES,
@@ -236,7 +236,7 @@ class TwoStageCalibration:
     n_pairs_fit: int = 0
     score_kind: ScoreKind | None = None
     written: int = -1
-    selection: Selection | None = None
+    selection: FamilyChoice | None = None
     fallback: str | None = None
     guarantee: GuaranteeResult | None = None
     failed: Mapping[int, tuple[str, ...]] = field(default_factory=dict)

@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 from ragguard.calibration.sweep import Constraint, SweepResult, choose, lower_is_better
 from ragguard.policy import ConflictMode, CutRule, PolicyParams
 
-__all__ = ["DEFAULT_FOLDS", "Selection", "cross_validate", "fold_count", "refit", "rule_family"]
+__all__ = ["DEFAULT_FOLDS", "FamilyChoice", "cross_validate", "fold_count", "refit", "rule_family"]
 
 I = NDArray[np.intp]  # noqa: E741
 
@@ -91,8 +91,9 @@ def fold_parts(rows: I, k: int, seed: int) -> list[I]:
 
 
 @dataclass(frozen=True, eq=False)
-class Selection:
-    """What :func:`cross_validate` found.
+class FamilyChoice:
+    """What :func:`cross_validate` found: the rule family chosen and the cross-validated
+    figures of every family (not the runtime :class:`ragguard.Selection`).
 
     Attributes:
         families: ``(rules, name)`` of each family, simplest first.
@@ -160,7 +161,7 @@ def cross_validate(
     *,
     folds: int = DEFAULT_FOLDS,
     seed: int = 0,
-) -> Selection:
+) -> FamilyChoice:
     """Choose a rule family by ``folds``-fold cross-validation over ``rows`` with the
     one-standard-error rule (see the module docstring). ``means(rows)`` returns the
     sweep of every point (in ``points`` order) over ``rows``."""
@@ -205,7 +206,7 @@ def cross_validate(
     margin = 0.0 if math.isnan(se[best]) else float(se[best])
     within = [int(j) for j in pool if signed[j] >= signed[best] - margin - 1e-12]
     chosen = min(within)  # families are sorted simplest first
-    return Selection(
+    return FamilyChoice(
         families=tuple(order),
         members=members,
         cv_mean=tuple(float(v) for v in cv),
