@@ -245,3 +245,12 @@ def test_ascending_similarity_needs_every_step_to_rise() -> None:
     assert norm([0.5, 0.5, 0.5], "similarity", ranked=True)[1] == {}  # ties do not rise
     assert norm([0.1, 0.5], "similarity", ranked=True)[1] == {ScoreIssue.ASCENDING_SIMILARITY: 1}
     assert norm([0.5], "similarity", ranked=True)[1] == {}
+
+
+def test_similarity_below_minus_one_is_counted_beside_invalid_scores() -> None:
+    # the quick test for a similarity below -1 is the row's minimum, which NaN and -inf
+    # make NaN / -inf: the masked count must still count only valid scores below -1
+    assert norm([0.5, None, -2.0], "similarity")[1] == {ScoreIssue.NEGATIVE_SIMILARITY: 1}
+    assert norm([0.5, None, -np.inf], "similarity")[1] == {}
+    assert norm([math.nan, math.nan], "similarity")[1] == {}
+    assert norm([], "similarity")[1] == {}

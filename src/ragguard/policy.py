@@ -492,9 +492,14 @@ def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
             p_cut = _autocut_prefix(s, n_valid, params)
             m = np.minimum(m, p_cut)
 
-    # min_k: a relative threshold alone keeps the top candidate of every scored row
-    alone = m is p_thr and p_floor is p_eu is p_cut is n_valid
-    if params.min_k > 1 or (params.min_k and not alone):
+    # min_k = 1 changes nothing unless a rule besides the relative threshold cut (the
+    # threshold keeps the top candidate of every scored row)
+    other_rules = rules and (
+        params.min_score is not None
+        or params.expected_utility is not None
+        or params.cut is not CutRule.NONE
+    )
+    if params.min_k > 1 or (params.min_k and other_rules):
         m = np.maximum(m, np.minimum(n_valid, params.min_k))
     m = np.minimum(m, params.max_k)
     n_kept = m
