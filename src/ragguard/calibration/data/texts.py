@@ -48,6 +48,7 @@ __all__ = [
     "json_lines",
     "read_corpus",
     "title_of",
+    "utf8_line",
     "utf8_lines",
 ]
 
@@ -265,6 +266,14 @@ class Texts:
 # --------------------------------------------------------------------------- JSON lines
 
 
+def utf8_line(raw: bytes, path: Path, line: int) -> str:
+    """``raw`` decoded as UTF-8; :class:`EvalSetError` naming file and line if it is not."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EvalSetError(f"not UTF-8 text ({exc.reason})", path=str(path), line=line) from None
+
+
 def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line of a UTF-8 file (gzipped when its name ends in
     ``.gz``; a byte order mark at its start skipped); a line that is not UTF-8 raises
@@ -274,12 +283,7 @@ def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
     try:
         with opener(path, "rb") as fh:
             for lineno, raw in enumerate(fh, 1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise EvalSetError(
-                        f"not UTF-8 text ({exc.reason})", path=str(path), line=lineno
-                    ) from None
+                text = utf8_line(raw, path, lineno)
                 yield lineno, text[1:] if lineno == 1 and text.startswith(_BOM) else text
     except (OSError, EOFError) as exc:
         raise EvalSetError(f"cannot read: {exc}", path=str(path), line=lineno or None) from None

@@ -62,6 +62,7 @@ from ragguard.calibration.data.texts import (
     Texts,
     TextSource,
     corpus_text,
+    utf8_line,
 )
 from ragguard.errors import EvalSetError
 
@@ -367,12 +368,7 @@ def _diagnose(
     values: list[Row] = []
     for i, raw in enumerate(lines):
         line = seen + i + 1
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise EvalSetError(
-                f"not UTF-8 text ({exc.reason})", path=str(path), line=line
-            ) from None
+        text = utf8_line(raw, path, line)
         if not text.strip():
             continue
         obj = json_line(text, path, line)
