@@ -1,34 +1,124 @@
-"""The README's quick start and the example run as written."""
+"""Every page's code says what the code does: each python block of README.md and of
+docs/ runs and prints what it says it prints (addressed by page and block, see
+tests/doc_checks.py), every skipped block still compiles, every TOML block is a config
+the guard accepts, and every ``ragguard`` command line in a bash block names a real
+command and real options."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from ragguard import GuardConfig
+from tests.doc_checks import ROOT, Block, all_blocks, blocks, output_matches, pages, run_block
+
+PYTHON = list(all_blocks("python"))
+RUNNABLE = [b for b in PYTHON if b.skip is None]
 
 
-def test_readme_quick_start_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Quick start", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    source = code.group(1)
-    monkeypatch.chdir(tmp_path)  # the snippet writes ragguard.toml
-    namespace: dict[str, object] = {}
-    exec(compile(source, "README.md", "exec"), namespace)
-    assert (tmp_path / "ragguard.toml").exists()
-    selection = namespace["selection"]
-    assert [c.id for c in selection.kept] == ["log-03-02", "log-02-10"]  # type: ignore[attr-defined]
-    assert [d.candidate.id for d in selection.dropped] == ["squat-pr", "no-score"]  # type: ignore[attr-defined]
+@pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: b.name)
+def test_the_block_runs_and_prints_what_it_says(block: Block, tmp_path: Path) -> None:
+    run_block(block, tmp_path)
 
 
-def test_quickstart_example_runs() -> None:
+@pytest.mark.parametrize("block", PYTHON, ids=lambda b: b.name)
+def test_every_python_block_compiles(block: Block) -> None:
+    compile(block.source, block.name, "exec")
+
+
+def test_the_runner_finds_the_blocks_it_should() -> None:
+    """The runner sees the pages' code: if the fence pattern broke, every test above
+    would pass on nothing."""
+    assert "README.md" in pages() and "docs/guides/calibrate.md" in pages()
+    assert len(RUNNABLE) >= 10
+    quick = blocks("README.md", "python")[0]
+    assert quick.skip is None and quick.expected_output()[0] == "['log-03-02', 'log-02-10']"
+    skipped = [b for b in PYTHON if b.skip is not None]
+    assert skipped and all(b.skip for b in skipped)  # every skip gives its reason
+
+
+def test_output_matching_is_exact_but_for_a_marked_prefix() -> None:
+    assert output_matches(["a b c"], ["a b ..."])
+    assert not output_matches(["a b c"], ["a b"])  # no prefix without the marker
+    assert not output_matches(["a", "b"], ["a"])  # an extra printed line fails
+    assert not output_matches(["x b c"], ["a b ..."])
+
+
+def test_a_block_that_prints_something_else_fails(tmp_path: Path) -> None:
+    wrong = Block(page="README.md", lang="python", number=1, line=1, source="print(1)\n# 2\n", skip=None)
+    with pytest.raises(AssertionError):
+        # run_block reads the page's own blocks; a block of another text is never found
+        run_block(wrong, tmp_path)
+    assert not output_matches(["1"], wrong.expected_output())
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in all_blocks("toml") if b.skip is None], ids=lambda b: b.name
+)
+def test_every_toml_block_is_a_config_the_guard_accepts(block: Block) -> None:
+    data = tomllib.loads(block.source)
+    config = GuardConfig.model_validate(data)
+    assert config.profile == data.get("profile", config.profile)
+
+
+# --------------------------------------------------------------- commands in bash blocks
+
+
+def _cli_options() -> dict[str, set[str]]:
+    import typer.main
+
+    from ragguard.cli import app
+
+    options: dict[str, set[str]] = {}
+
+    def walk(prefix: str, command: Any) -> None:
+        options[prefix] = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(f"{prefix} {name}".strip(), sub)
+
+    walk("", typer.main.get_command(app))
+    return options
+
+
+def _command_lines() -> list[tuple[Block, str]]:
+    lines = []
+    for lang in ("bash", "console"):
+        for block in all_blocks(lang):
+            joined = re.sub(r"\\\n\s*", " ", block.source)
+            for line in joined.splitlines():
+                line = line.removeprefix("$ ").split(" #", 1)[0].strip()
+                if line.startswith("ragguard "):
+                    lines.append((block, line))
+    return lines
+
+
+def test_every_ragguard_command_line_in_the_docs_is_real() -> None:
+    options = _cli_options()
+    checked = 0
+    for block, line in _command_lines():
+        words = shlex.split(line)[1:]
+        command = ""
+        while words and f"{command} {words[0]}".strip() in options:
+            command = f"{command} {words.pop(0)}".strip()
+        assert command, f"{block.name}: {line!r} names no ragguard command"
+        for word in words:
+            if word.startswith("--"):
+                assert word.split("=", 1)[0] in options[command], (
+                    f"{block.name}: {line!r}: ragguard {command} has no option {word}"
+                )
+        checked += 1
+    assert checked >= 20
+
+
+def test_the_quickstart_example_runs() -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGGUARD_")}
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py")],
@@ -55,19 +145,3 @@ def test_framework_examples_run_offline(name: str) -> None:
         "log-2024-03-02",
         "log-2024-02-10",
     ]
-
-
-def test_readme_calibration_example_prints_what_it_says(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Calibration data and metrics", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    source = code.group(1)
-    monkeypatch.chdir(tmp_path)  # the snippet writes eval.jsonl
-    exec(compile(source, "README.md", "exec"), {})
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    documented = [line[2:] for line in source.splitlines() if line.startswith("# {")]
-    assert printed == documented
-    assert "DANGEROUS" in source
