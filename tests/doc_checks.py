@@ -124,8 +124,8 @@ def run_block(block: Block, workdir: Path) -> None:
             if earlier.number == block.number:
                 lines = printed.getvalue().splitlines()
                 expected = block.expected_output()
-                assert output_matches(lines, expected), (
-                    f"{block.name} printed\n" + "\n".join(lines) + "\nbut says\n" + "\n".join(expected)
+                assert output_matches(lines, expected), "\n".join(
+                    [f"{block.name} printed", *lines, "but says", *expected]
                 )
                 return
     finally:

@@ -52,12 +52,15 @@ def test_output_matching_is_exact_but_for_a_marked_prefix() -> None:
     assert not output_matches(["x b c"], ["a b ..."])
 
 
-def test_a_block_that_prints_something_else_fails(tmp_path: Path) -> None:
-    wrong = Block(page="README.md", lang="python", number=1, line=1, source="print(1)\n# 2\n", skip=None)
-    with pytest.raises(AssertionError):
-        # run_block reads the page's own blocks; a block of another text is never found
-        run_block(wrong, tmp_path)
-    assert not output_matches(["1"], wrong.expected_output())
+def test_a_block_that_says_other_output_than_it_prints_fails(tmp_path: Path) -> None:
+    real = blocks("README.md", "python")[0]
+    says_other = Block(
+        page=real.page, lang="python", number=real.number, line=real.line,
+        source=real.source.replace("# ['log-03-02', 'log-02-10']", "# ['log-03-02']"),
+        skip=None,
+    )  # fmt: skip
+    with pytest.raises(AssertionError, match="printed"):
+        run_block(says_other, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -145,3 +148,30 @@ def test_framework_examples_run_offline(name: str) -> None:
         "log-2024-03-02",
         "log-2024-02-10",
     ]
+
+
+# ------------------------------------------------ completeness: commands, options, fields
+
+
+def _docs_text() -> str:
+    return "\n".join((ROOT / page).read_text(encoding="utf-8") for page in pages())
+
+
+def test_the_readme_command_table_lists_every_command() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("| command | what it does |", 1)[1].split("\n\n", 1)[0]
+    commands = _cli_options()
+    leaves = [c for c in commands if c and not any(o.startswith(c + " ") for o in commands)]
+    assert "train-reranker" in leaves and "config schema" in leaves
+    for command in leaves:
+        assert f"`ragguard {command}" in table, f"README's command table lacks ragguard {command}"
+
+
+def test_every_option_of_every_command_is_documented() -> None:
+    text = _docs_text()
+    for command, options in _cli_options().items():
+        for option in sorted(options):
+            if option.startswith("--") and option != "--help":
+                assert re.search(re.escape(option) + r"(?![\w-])", text), (
+                    f"ragguard {command} {option} appears on no page"
+                )
