@@ -175,3 +175,18 @@ def test_every_option_of_every_command_is_documented() -> None:
                 assert re.search(re.escape(option) + r"(?![\w-])", text), (
                     f"ragguard {command} {option} appears on no page"
                 )
+
+
+def test_the_readme_links_lead_to_files_that_exist() -> None:
+    """mkdocs checks the site's links; the README is read on its own (GitHub, PyPI)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if not re.match(r"[a-z]+://", t)]
+    assert len(local) >= 10
+    for target in local:
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_the_readme_stays_an_introduction() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200
