@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -48,6 +49,18 @@ def machine() -> str:
         f"{os.cpu_count()} CPUs ({model}){memory}, {platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}"
     )
+
+
+def commit() -> str | None:
+    """The checked-out commit (with ``+changes`` when the work tree differs), if any."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty.stdout.strip() else "")
 
 
 def load_average() -> float | None:
@@ -97,6 +110,7 @@ def result(benchmark: str, output: str, *, load_start: float | None, load_end: f
         "wall_s": round(wall_s, 1),
         "command": command,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commits": {"run": commit()},
         "source": "recorded by the script (--record)",
         "output": lines,
     }

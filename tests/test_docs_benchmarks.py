@@ -70,6 +70,7 @@ def test_record_writes_goals_machine_load_and_command(
     assert doc["command"] == "python benchmarks/demo.py --quick"
     assert "CPUs" in doc["machine"] and doc["load"].startswith("load average")
     assert doc["output"][0] == "measurement  1.0 us"
+    assert set(doc["commits"]) == {"run"}  # the checked-out commit, or None outside git
     assert "PASS: select()" in capsys.readouterr().out  # still printed as it ran
 
 
