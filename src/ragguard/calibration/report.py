@@ -41,14 +41,14 @@ from numpy.typing import NDArray
 from ragguard._optional import install_hint, require
 from ragguard.calibration._format import floor_number, format_interval, format_number
 from ragguard.calibration._output import check_output_path, staging_folder
-from ragguard.calibration.calibrate import (
+from ragguard.calibration.metrics import SafetyBands, compute, safety_band
+from ragguard.calibration.pipeline import TwoStageCalibration
+from ragguard.calibration.result import (
     SMALL_SET,
     CalibrationResult,
     RunCalibration,
     WrittenSetting,
 )
-from ragguard.calibration.metrics import SafetyBands, compute, safety_band
-from ragguard.calibration.pipeline import TwoStageCalibration
 from ragguard.calibration.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.statistics import Comparison, Interval
 from ragguard.calibration.sweep import (

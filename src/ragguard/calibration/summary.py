@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from ragguard.calibration.sweep import PASSAGES, describe_point
 
 if TYPE_CHECKING:
-    from ragguard.calibration.calibrate import CalibrationResult
+    from ragguard.calibration.result import CalibrationResult
     from ragguard.calibration.statistics import Comparison
 
 __all__ = ["result_document"]
