@@ -1,236 +1,32 @@
-"""The calibration report: Markdown and a self-contained HTML page, with plots.
-
-:func:`write_report` writes, into a folder::
-
-    report.md          the report in Markdown; plots referenced as plots/*.png
-    report.html        the same report as one self-contained page (plots embedded as
-                       base64 PNG, inline CSS, no scripts, nothing fetched)
-    plots/*.png        the plots
-
-Plots (matplotlib, drawn with the Agg canvas, never touching pyplot's global state):
-
-* ``utility_vs_k.png``: mean total utility and mean UDCG of plain top-k for each k on the
-  calibration queries, the guarded setting marked at its ``max_k``, and the per-query
-  optimal (oracle) utility as a ceiling;
-* ``heatmap.png``: the objective over ``max_k`` x ``relative_threshold``, settings that
-  fail a constraint greyed, the chosen one boxed;
-* ``optimal_k.png``: how many queries have each optimal k;
-* ``baseline_vs_guarded.png``: held-out means with their bootstrap intervals (not
-  drawn when the choice is the baseline itself).
-
-Plots need the ``report`` extra (matplotlib). Without it the report is still written,
-Markdown and HTML, with every table and a note saying how to get the plots.
-"""
+"""The report's sections: what the config holds and why, the held-out check, the
+guarantee, answerability, the second stage, the runs, the grid, conflicts, per-query
+optimal k and examples, as document blocks (:func:`report_blocks`)."""
 
 from __future__ import annotations
 
-import base64
-import html
-import io
-import logging
 import math
-import os
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from ragguard._optional import install_hint, require
+from ragguard._optional import install_hint
 from ragguard.calibration._format import floor_number, format_interval, format_number
-from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.metrics import SafetyBands, compute, safety_band
 from ragguard.calibration.pipeline import TwoStageCalibration
-from ragguard.calibration.result import (
-    SMALL_SET,
-    CalibrationResult,
-    RunCalibration,
-    WrittenSetting,
-)
+from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
+from ragguard.calibration.result import SMALL_SET, CalibrationResult, RunCalibration, WrittenSetting
 from ragguard.calibration.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.statistics import Comparison, Interval
-from ragguard.calibration.sweep import (
-    PASSAGES,
-    choose,
-    describe_point,
-    is_plain_top_k,
-    lower_is_better,
-)
-from ragguard.errors import MissingDependencyError
-from ragguard.policy import ConflictMode, CutRule, PolicyParams
+from ragguard.calibration.sweep import PASSAGES, choose, describe_point, lower_is_better
+from ragguard.policy import ConflictMode, CutRule
 
-__all__ = [
-    "Report",
-    "WrittenReport",
-    "build_report",
-    "format_interval",
-    "format_number",
-    "next_steps_intro",
-    "write_report",
-]
-
-logger = logging.getLogger(__name__)
+__all__ = ["PLOT_NOTE", "next_steps_intro", "report_blocks"]
 
 PLOT_NOTE = (
     "Plots were not drawn: matplotlib is not installed. Install the report extra "
     f"(`{install_hint('report')}`) and run calibrate again to get them."
 )
 N_EXAMPLES = 5
-
-# --------------------------------------------------------------------------- document
-
-
-@dataclass(frozen=True)
-class Heading:
-    level: int
-    text: str
-
-
-@dataclass(frozen=True)
-class Para:
-    text: str
-
-
-@dataclass(frozen=True)
-class Bullets:
-    items: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Table:
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    numeric: tuple[bool, ...] = ()
-
-
-@dataclass(frozen=True)
-class Figure:
-    name: str
-    caption: str
-    png: bytes = field(repr=False)
-
-
-Block = Heading | Para | Bullets | Table | Figure
-
-
-@dataclass(frozen=True)
-class Report:
-    """A report as blocks, rendered to Markdown or HTML."""
-
-    title: str
-    blocks: tuple[Block, ...]
-    plots: bool
-
-    @property
-    def figures(self) -> tuple[Figure, ...]:
-        """The plots, in order."""
-        return tuple(b for b in self.blocks if isinstance(b, Figure))
-
-    def markdown(self, plot_dir: str = "plots") -> str:
-        """The report in Markdown; figures point to ``plot_dir/NAME``. Text from the
-        data (queries, ids, names) never becomes HTML: ``<`` and ``&`` are written as
-        entities everywhere, so a viewer that renders HTML in Markdown shows them."""
-        out = [f"# {_md(self.title)}", ""]
-        for b in self.blocks:
-            if isinstance(b, Heading):
-                out += ["#" * (b.level + 1) + " " + _md(b.text), ""]
-            elif isinstance(b, Para):
-                out += [_md(b.text), ""]
-            elif isinstance(b, Bullets):
-                out += [f"- {_md(item)}" for item in b.items] + [""]
-            elif isinstance(b, Table):
-                out.append("| " + " | ".join(_md_cell(c) for c in b.header) + " |")
-                aligns = b.numeric or (False,) * len(b.header)
-                out.append("|" + "|".join("---:" if a else "---" for a in aligns) + "|")
-                out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
-                out.append("")
-            else:
-                caption = _md(b.caption)
-                out += [f"![{caption}]({plot_dir}/{b.name})", "", f"*{caption}*", ""]
-        return "\n".join(out).rstrip() + "\n"
-
-    def html(self) -> str:
-        """The report as one self-contained XHTML-compatible page (plots inline)."""
-        body: list[str] = [f"<h1>{_inline(self.title)}</h1>"]
-        for b in self.blocks:
-            if isinstance(b, Heading):
-                level = min(b.level + 1, 6)
-                anchor = re.sub(r"[^a-z0-9]+", "-", b.text.lower()).strip("-")
-                body.append(f'<h{level} id="{anchor}">{_inline(b.text)}</h{level}>')
-            elif isinstance(b, Para):
-                body.append(f"<p>{_inline(b.text)}</p>")
-            elif isinstance(b, Bullets):
-                items = "".join(f"<li>{_inline(i)}</li>" for i in b.items)
-                body.append(f"<ul>{items}</ul>")
-            elif isinstance(b, Table):
-                aligns = b.numeric or (False,) * len(b.header)
-                head = "".join(f"<th>{_inline(c)}</th>" for c in b.header)
-                rows = "".join(
-                    "<tr>"
-                    + "".join(
-                        f'<td class="num">{_inline(c)}</td>' if a else f"<td>{_inline(c)}</td>"
-                        for c, a in zip(row, aligns, strict=True)
-                    )
-                    + "</tr>"
-                    for row in b.rows
-                )
-                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-            else:
-                data = base64.b64encode(b.png).decode("ascii")
-                body.append(
-                    f'<figure><img src="data:image/png;base64,{data}" '
-                    f'alt="{html.escape(b.caption, quote=True)}" data-plot="{b.name}" />'
-                    f"<figcaption>{_inline(b.caption)}</figcaption></figure>"
-                )
-        return (
-            "<!DOCTYPE html>\n"
-            '<html lang="en">\n<head>\n<meta charset="utf-8" />\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1" />\n'
-            f"<title>{html.escape(self.title)}</title>\n<style>{_CSS}</style>\n</head>\n"
-            "<body>\n<main>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
-        )
-
-
-_CSS = """
-body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
-color:#1f2328;background:#fff;margin:0;line-height:1.5}
-main{max-width:1080px;margin:0 auto;padding:24px 32px 64px}
-h1{font-size:1.9em;border-bottom:1px solid #d0d7de;padding-bottom:.3em}
-h2{font-size:1.4em;margin-top:1.8em;border-bottom:1px solid #d0d7de;padding-bottom:.2em}
-h3{font-size:1.1em;margin-top:1.4em}
-code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em;
-background:#f0f2f4;padding:.1em .3em;border-radius:4px}
-table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.92em}
-th,td{border:1px solid #d0d7de;padding:4px 10px;vertical-align:top}
-th{background:#f6f8fa;text-align:left}
-td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-tbody tr:nth-child(even){background:#fafbfc}
-figure{margin:1em 0 1.6em}
-figure img{max-width:100%;height:auto;border:1px solid #eaeef2}
-figcaption{color:#57606a;font-size:.9em;margin-top:.3em}
-"""
-
-
-def _md(text: str) -> str:
-    """``text`` safe in Markdown that a viewer may render as HTML: ``&`` and ``<`` as
-    entities (everywhere, code spans included: a viewer that reads a code span
-    differently from us must still find no tag), so no tag or entity from the data
-    reaches the page."""
-    return text.replace("&", "&amp;").replace("<", "&lt;")
-
-
-def _md_cell(text: str) -> str:
-    return _md(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _inline(text: str) -> str:
-    """Escape ``text`` and render `code` and **bold** spans."""
-    out = html.escape(text, quote=False)
-    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
-
 
 # --------------------------------------------------------------------------- numbers
 
@@ -246,221 +42,6 @@ def _iv(iv: Interval, signed: bool = False) -> str:
 def _setting(r: RunCalibration, which: str = "chosen") -> str:
     p = r.chosen_params if which == "chosen" else r.baseline_params
     return describe_point(p)
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def _figure_module() -> Any:
-    try:
-        require("matplotlib", "report")
-    except MissingDependencyError:
-        return None
-    from matplotlib.figure import Figure as MplFigure
-
-    return MplFigure
-
-
-def _png(fig: Any) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def _with_chosen_conflicts(r: RunCalibration, p: PolicyParams) -> bool:
-    """Whether ``p`` runs the chosen setting's conflict stage (the plots draw one
-    conflict setting when several were swept)."""
-    c = r.chosen_params
-    return (p.conflicts, p.conflict_similarity) == (c.conflicts, c.conflict_similarity)
-
-
-def _passages(r: RunCalibration, kept: NDArray[np.intp]) -> NDArray[np.float64]:
-    """Passages each query keeps under per-query cuts ``kept`` of ``r``'s kernel (a cut
-    is not a count under the conflict stage's ``drop``, or across conflict settings)."""
-    out: NDArray[np.float64] = r.kernel.values(kept, [PASSAGES])[0]
-    return out
-
-
-def _top_k_curve(r: RunCalibration, metric: str) -> tuple[list[int], list[float]]:
-    ks: list[int] = []
-    vals: list[float] = []
-    for i, p in enumerate(r.sweep.points):
-        if is_plain_top_k(p) and _with_chosen_conflicts(r, p):
-            ks.append(p.max_k)
-            vals.append(r.sweep.mean(i, metric))
-    return ks, vals
-
-
-def _plot_utility_vs_k(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes:
-    metrics = ["utility", "udcg"]
-    if res.objective not in metrics and res.objective in r.sweep.metrics:
-        metrics.append(res.objective)
-    fig = mpl(figsize=(4.2 * len(metrics), 3.4))
-    axes = fig.subplots(1, len(metrics))
-    chosen = r.chosen_params
-    rows = res.calibration_rows
-    for ax, metric in zip(np.atleast_1d(axes), metrics, strict=True):
-        ks, vals = _top_k_curve(r, metric)
-        ax.plot(ks, vals, marker="o", color="#4c72b0", label="plain top-k")
-        g = r.sweep.mean(r.chosen, metric)
-        ax.axvline(chosen.max_k, color="#c44e52", linestyle="--", linewidth=1)
-        ax.plot(
-            [chosen.max_k], [g], marker="*", markersize=15, color="#c44e52", linestyle="none",
-            label=f"guarded ({describe_point(chosen)})",
-        )  # fmt: skip
-        if metric == "utility":
-            oracle = float(np.mean(r.optimal.utility[rows])) if rows.size else math.nan
-            ax.axhline(oracle, color="#55a868", linestyle=":", label="per-query optimal k")
-        ax.set_xlabel("k (passages given to the LLM)")
-        ax.set_ylabel(f"mean {metric}")
-        ax.set_title(f"{metric} vs k")
-        ax.set_xticks(ks)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    fig.suptitle(f"run {r.name}: calibration queries ({rows.size})", fontsize=10)
-    return _png(fig)
-
-
-def _plot_heatmap(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes | None:
-    pts = r.sweep.points
-    ks = sorted({p.max_k for p in pts if p.cut is CutRule.NONE})
-    drawn = {i for i, p in enumerate(pts) if _with_chosen_conflicts(r, p)}
-    ts = sorted({p.relative_threshold for p in pts if p.cut is CutRule.NONE})
-    if len(ts) < 2:
-        return None
-    z = np.full((len(ks), len(ts)), np.nan)
-    bad = np.zeros(z.shape, dtype=bool)
-    obj = r.sweep.column(res.objective)
-    violation = np.zeros(len(pts))
-    for con in res.constraints:
-        violation += con.violation(r.sweep.column(con.metric))
-    where: dict[tuple[int, float], tuple[int, int]] = {}
-    for i, p in enumerate(pts):
-        if p.cut is not CutRule.NONE or p.min_score is not None or i not in drawn:
-            continue
-        a, b = ks.index(p.max_k), ts.index(p.relative_threshold)
-        z[a, b] = obj[i]
-        bad[a, b] = violation[i] > 0
-        where[(p.max_k, p.relative_threshold)] = (a, b)
-    fig = mpl(figsize=(9.5, 4.6))
-    ax = fig.subplots()
-    cmap = "viridis_r" if lower_is_better(res.objective) else "viridis"
-    im = ax.imshow(z, aspect="auto", origin="lower", cmap=cmap)
-    from matplotlib.patches import Rectangle
-
-    for a, b in zip(*np.nonzero(bad), strict=True):
-        ax.add_patch(
-            Rectangle(
-                (b - 0.5, a - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#f2f2f2",
-                linewidth=0,
-            )
-        )  # fmt: skip
-    fig.colorbar(im, ax=ax, label=f"mean {res.objective}")
-    ax.set_xticks(range(len(ts)))
-    ax.set_xticklabels([f"{t:.2f}" for t in ts], rotation=60, fontsize=7)
-    ax.set_yticks(range(len(ks)))
-    ax.set_yticklabels([str(k) for k in ks], fontsize=8)
-    ax.set_xlabel("relative_threshold")
-    ax.set_ylabel("max_k")
-    c = r.chosen_params
-    title = f"mean {res.objective} on calibration queries"
-    if res.constraints:
-        title += " (hatched: fails " + " and ".join(str(x) for x in res.constraints) + ")"
-    if (c.max_k, c.relative_threshold) in where and c.cut is CutRule.NONE:
-        a, b = where[(c.max_k, c.relative_threshold)]
-        ax.add_patch(
-            Rectangle((b - 0.5, a - 0.5), 1, 1, fill=False, edgecolor="#e8000b", linewidth=2.5)
-        )
-        title += f"; chosen: {describe_point(c)}"
-    else:
-        title += f"; chosen: {describe_point(c)} (a cut rule, not on this grid)"
-    ax.set_title(title, fontsize=9)
-    return _png(fig)
-
-
-def _plot_optimal_k(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes:
-    counts = r.optimal.counts
-    fig = mpl(figsize=(6.4, 3.4))
-    ax = fig.subplots()
-    ks = np.arange(counts.size)
-    ax.bar(ks, counts, color="#4c72b0")
-    mean_kept = float(np.mean(_passages(r, r.chosen_kept)))
-    ax.axvline(
-        mean_kept,
-        color="#c44e52",
-        linestyle="--",
-        label=f"guarded: {mean_kept:.2f} kept on average",
-    )
-    ax.set_xticks(ks)
-    ax.set_xlabel("optimal k (where cumulative utility peaks; 0: every passage harms)")
-    ax.set_ylabel("queries")
-    ax.set_title(f"per-query optimal k, run {r.name} (all {len(res.qids)} queries)", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
-
-
-def _plot_baseline_vs_guarded(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes | None:
-    c = r.comparison
-    unit = [m for m in c.metrics if m in ("udcg", "recall", "precision", "ndcg", "distractor_rate")]
-    if not unit or c.n_queries == 0:
-        return None
-    fig = mpl(figsize=(7.5, 3.6))
-    ax = fig.subplots()
-    x = np.arange(len(unit))
-    width = 0.38
-    for offset, (label, ivs, color) in enumerate(
-        (
-            (f"baseline ({_setting(r, 'baseline')})", c.baseline, "#8c8c8c"),
-            (f"guarded ({_setting(r)})", c.guarded, "#c44e52"),
-        )
-    ):
-        means = np.array([ivs[m].mean for m in unit])
-        lows = np.array([ivs[m].low for m in unit])
-        highs = np.array([ivs[m].high for m in unit])
-        err = np.vstack((np.nan_to_num(means - lows), np.nan_to_num(highs - means)))
-        ax.bar(x + (offset - 0.5) * width, means, width, yerr=err, capsize=3, label=label,
-               color=color)  # fmt: skip
-    ax.set_xticks(x)
-    ax.set_xticklabels(unit)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("mean over queries")
-    pct = round(c.level * 100)
-    ax.set_title(f"{c.split} queries ({c.n_queries}), {pct}% bootstrap intervals", fontsize=10)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
-    ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
-
-
-def _plot_reliability(mpl: Any, two: TwoStageCalibration) -> bytes | None:
-    """Predicted probability vs observed frequency of relevance, per bin, before and
-    after the probability map (held-out pairs)."""
-    curves = (
-        ("reranker's own probability", two.reliability_raw, "#8c8c8c", "o"),
-        (
-            f"calibrated ({two.probability_map.method.value})",
-            two.reliability_mapped,
-            "#c44e52",
-            "s",
-        ),
-    )
-    if all(int(rel.counts.sum()) == 0 for _, rel, _, _ in curves):
-        return None
-    fig = mpl(figsize=(4.8, 4.4))
-    ax = fig.subplots()
-    ax.plot([0, 1], [0, 1], color="#bbbbbb", linestyle="--", linewidth=1, label="perfect")
-    for label, rel, color, marker in curves:
-        used = rel.counts > 0
-        ax.plot(rel.predicted[used], rel.observed[used], marker=marker, color=color,
-                label=f"{label}, ECE {format_number(rel.ece)}")  # fmt: skip
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("predicted p(relevant)")
-    ax.set_ylabel("observed fraction relevant")
-    ax.set_title(f"Reliability on {two.vs_retrieval.split} pairs", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", frameon=False)
-    ax.grid(alpha=0.3)
-    return _png(fig)
 
 
 # --------------------------------------------------------------------------- sections
@@ -1344,71 +925,21 @@ def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure])
     return blocks
 
 
-# --------------------------------------------------------------------------- build
-
-
-def build_report(
+def report_blocks(
     res: CalibrationResult,
+    figs: list[Figure] | None,
     *,
     config_path: str | None = None,
     plots: bool = True,
     evalset: str | None = None,
-) -> Report:
-    """The report of ``res`` as blocks (plots drawn when matplotlib is available and
-    ``plots`` is True); ``evalset`` is the eval set as the commands it suggests name
-    it (default: its file)."""
+) -> list[Block]:
+    """The report of ``res`` as blocks, with the plots ``figs`` (``None``: not drawn,
+    because matplotlib is missing when ``plots`` is True); ``evalset`` is the eval set
+    as the commands it suggests name it (default: its file)."""
     r = res.recommended
-    mpl = _figure_module() if plots else None
-    figs: list[Figure] = []
-    if mpl is not None:
-        figs.append(
-            Figure(
-                "utility_vs_k.png",
-                "Mean utility and UDCG vs k on the calibration queries; the star marks the "
-                "guarded setting.",
-                _plot_utility_vs_k(mpl, res, r),
-            )
-        )
-        heat = _plot_heatmap(mpl, res, r)
-        if heat is not None:
-            figs.append(
-                Figure(
-                    "heatmap.png",
-                    f"Mean {res.objective} over max_k x relative_threshold (calibration "
-                    "queries); the chosen setting is boxed.",
-                    heat,
-                )
-            )
-        figs.append(
-            Figure(
-                "optimal_k.png",
-                "How many queries have each optimal k (argmax of cumulative utility).",
-                _plot_optimal_k(mpl, res, r),
-            )
-        )
-        # nothing to compare when the choice is the baseline itself
-        bvg = None if r.chosen_is_baseline else _plot_baseline_vs_guarded(mpl, res, r)
-        if bvg is not None:
-            figs.append(
-                Figure(
-                    "baseline_vs_guarded.png",
-                    f"Baseline vs guarded on the {r.comparison.split} queries, with "
-                    "bootstrap intervals.",
-                    bvg,
-                )
-            )
-        if res.rerank is not None and (rel := _plot_reliability(mpl, res.rerank)) is not None:
-            figs.append(
-                Figure(
-                    "reliability.png",
-                    "Reliability of the rerank probabilities before and after the map "
-                    f"({res.rerank.vs_retrieval.split} pairs).",
-                    rel,
-                )
-            )
-    by_name = {f.name: f for f in figs}
+    by_name = {f.name: f for f in figs or []}
     blocks: list[Block] = _header(res, config_path)
-    if mpl is None:
+    if figs is None:
         blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
     w = res.written_setting()
     if r.guarantee is not None:
@@ -1428,7 +959,7 @@ def build_report(
     blocks += _next_steps(res, evalset)
     if len(res.runs) > 1:
         blocks += _runs_table(res)
-    blocks += _grid_section(res, r, figs)
+    blocks += _grid_section(res, r, figs or [])
     blocks += _conflicts(res, r)
     blocks += _optimal(res, r, by_name.get("optimal_k.png"))
     if not r.chosen_is_baseline:
@@ -1455,60 +986,4 @@ def build_report(
             )
         ),
     ]
-    return Report("ragguard calibration report", tuple(blocks), mpl is not None)
-
-
-@dataclass(frozen=True)
-class WrittenReport:
-    """Where :func:`write_report` put things."""
-
-    folder: Path
-    markdown: Path
-    html: Path
-    plots: tuple[Path, ...]
-    plots_drawn: bool
-
-
-def write_report(
-    res: CalibrationResult,
-    folder: str | os.PathLike[str],
-    *,
-    config_path: str | None = None,
-    plots: bool = True,
-    evalset: str | None = None,
-) -> WrittenReport:
-    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``folder``.
-
-    ``evalset`` is the eval set as the suggested commands name it (default: its file).
-    Without matplotlib (the ``report`` extra) everything but the plots is written and
-    the report says how to get them. The report is built in memory, each file is
-    written in a temporary folder inside ``folder`` and moved into place with
-    :func:`os.replace`; nothing temporary is left behind, whatever fails.
-
-    Raises:
-        ConfigError: ``folder`` is a file, or lies under a file.
-        OSError: a file cannot be written (permissions, a full disk).
-    """
-    out = check_output_path(folder, folder=True, what="the report")
-    rep = build_report(res, config_path=config_path, plots=plots, evalset=evalset)
-    files: dict[str, bytes] = {f"plots/{f.name}": f.png for f in rep.figures}
-    files["report.md"] = rep.markdown().encode("utf-8")
-    files["report.html"] = rep.html().encode("utf-8")
-    out.mkdir(parents=True, exist_ok=True)
-    with staging_folder(out) as tmp:
-        if rep.figures:
-            (tmp / "plots").mkdir()
-            (out / "plots").mkdir(exist_ok=True)
-        for name, data in files.items():
-            (tmp / name).write_bytes(data)
-        for name in files:
-            os.replace(tmp / name, out / name)
-    if not rep.plots and plots:
-        logger.info("report written without plots: matplotlib is not installed")
-    return WrittenReport(
-        out,
-        out / "report.md",
-        out / "report.html",
-        tuple(out / "plots" / f.name for f in rep.figures),
-        rep.plots,
-    )
+    return blocks
