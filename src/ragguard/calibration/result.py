@@ -26,11 +26,11 @@ from ragguard.calibration.answerability import AnswerabilityResult
 from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.conflict_sweep import StageKernels, describe_conflicts
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.metrics import SafetyBand, safety_band
+from ragguard.calibration.metrics import SafetyBand, SafetyBands, safety_band
 from ragguard.calibration.pipeline import TwoStageCalibration
 from ragguard.calibration.risk import GuaranteeResult
 from ragguard.calibration.select import DEFAULT_FOLDS, FamilyChoice
-from ragguard.calibration.statistics import Comparison
+from ragguard.calibration.statistics import Comparison, Interval
 from ragguard.calibration.sweep import (
     PASSAGES,
     Constraint,
@@ -51,6 +51,9 @@ from ragguard.scores import ScoreKind
 __all__ = [
     "SMALL_SET",
     "CalibrationResult",
+    "CheckView",
+    "MetricCheck",
+    "ResultView",
     "RunCalibration",
     "Shortfall",
     "WrittenSetting",
@@ -270,6 +273,125 @@ class WrittenSetting:
         return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
 
 
+@dataclass(frozen=True)
+class MetricCheck:
+    """One metric of a check (:class:`CheckView`): both means with their intervals, the
+    paired difference with its interval, and the verdict (``better``, ``worse``, ``no
+    clear difference``; for the passages kept, ``fewer`` or ``more``)."""
+
+    metric: str
+    baseline: Interval
+    guarded: Interval
+    difference: Interval
+    verdict: str
+
+
+@dataclass(frozen=True, eq=False)
+class CheckView:
+    """A paired comparison with plain top-k, as every output shows it.
+
+    Attributes:
+        comparison: the comparison (its split, level, number of queries).
+        rows: one :class:`MetricCheck` per metric compared, in order.
+        bands: the safety bands of the mean distractor rate, plain top-k's and the
+            guarded one's, or ``None`` without queries or a distractor rate.
+    """
+
+    comparison: Comparison = field(repr=False)
+    rows: tuple[MetricCheck, ...]
+    bands: tuple[SafetyBand, SafetyBand] | None
+
+    @classmethod
+    def of(cls, c: Comparison) -> CheckView:
+        """The view of comparison ``c``."""
+        rows = tuple(
+            MetricCheck(
+                m,
+                c.baseline[m],
+                c.guarded[m],
+                c.difference[m],
+                c.passages_verdict() if m == PASSAGES else c.verdict(m),
+            )
+            for m in c.metrics
+        )
+        bands = None
+        if c.n_queries and "distractor_rate" in c.metrics:
+            bands = (
+                safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0)),
+                safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0)),
+            )
+        return cls(c, rows, bands)
+
+
+@dataclass(frozen=True, eq=False)
+class ResultView:
+    """One calibration result as every output shows it, derived once
+    (:meth:`CalibrationResult.view`): the console summary, ``--json``
+    (:mod:`ragguard.calibration.summary`), the report
+    (:mod:`ragguard.calibration.report`) and the config's provenance
+    (:meth:`CalibrationResult.provenance`) render these values and compute none.
+
+    Attributes:
+        result: the calibration.
+        run: the run whose config it describes.
+        written: what the config holds (the second stage's setting, when written).
+        evalset: the eval set as the suggested commands name it (``None``: its file).
+        objective: the objective in words, with its constraints.
+        objective_alone: the objective in words, without them.
+        why: what was chosen on retrieval scores and why (:meth:`CalibrationResult.why`).
+        unmet: what the written setting cannot meet, one line each (empty: all met).
+        shortfalls: the constraints it misses, with the best reachable value.
+        stopped: why nothing may be written (``on_worse="stop"``), or ``None``.
+        baseline: the best plain top-k, in words.
+        baseline_metrics: its means over the calibration queries.
+        retrieval_setting: the retrieval-only setting refitted on all queries, in words.
+        retrieval_choice: the retrieval-only choice on the calibration queries, in words.
+        selection: how the rule family was chosen (cross-validation, or the guarantee).
+        retrieval_check: the retrieval-only choice against plain top-k.
+        check: the tested setting (:attr:`WrittenSetting.tested`) against plain top-k;
+            the same as ``retrieval_check`` without a second stage written.
+        stage_check: the second stage's choice against the retrieval-only one, when
+            a second stage was calibrated.
+        band: the tested setting's safety band on the held-out queries
+            (:meth:`WrittenSetting.band`).
+        next_steps: what to try when that band is DANGEROUS: ``(what, commands)``
+            pairs (empty otherwise).
+    """
+
+    result: CalibrationResult = field(repr=False)
+    run: RunCalibration = field(repr=False)
+    written: WrittenSetting
+    evalset: str | None
+    objective: str
+    objective_alone: str
+    why: str
+    unmet: tuple[str, ...]
+    shortfalls: tuple[Shortfall, ...]
+    stopped: str | None
+    baseline: str
+    baseline_metrics: Mapping[str, float]
+    retrieval_setting: str
+    retrieval_choice: str
+    selection: str
+    retrieval_check: CheckView
+    check: CheckView
+    stage_check: CheckView | None
+    band: SafetyBand | None
+    next_steps: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @property
+    def next_steps_intro(self) -> str:
+        """Why next steps are suggested: the tested setting's held-out safety band (only
+        meaningful when :attr:`next_steps` has any)."""
+        c = self.written.comparison
+        rate = c.guarded["distractor_rate"].mean
+        return (
+            f"the written setting is still DANGEROUS: mean distractor rate "
+            f"{format_number(rate)} {c.where()} (DANGEROUS from {SafetyBands().dangerous:g}); "
+            "to hand the LLM fewer look-alikes, try"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class CalibrationResult:
     """What :func:`calibrate` found: every run's sweep, choice and held-out check.
@@ -424,18 +546,71 @@ class CalibrationResult:
             f"{format_number(cal_two)} against {format_number(cal_one)}"
         )
 
+    def view(self, run: RunCalibration | None = None, evalset: str | None = None) -> ResultView:
+        """What the config of ``run`` (default: the recommended) holds and everything
+        said about it, derived once (see :class:`ResultView`); ``evalset`` is the eval
+        set as the suggested commands name it (default: its file). The same view is
+        returned for the same arguments: the console, ``--json``, the report and the
+        provenance all read it."""
+        r = run or self.recommended
+        key = (r.name, evalset)
+        if key not in self._views:
+            base = self._views.get((r.name, None))
+            if base is None:
+                base = self._views[(r.name, None)] = self._build_view(r)
+            if evalset is not None:
+                self._views[key] = replace(
+                    base, evalset=evalset, next_steps=self._next_steps(base.written, evalset)
+                )
+        return self._views[key]
+
+    def _build_view(self, r: RunCalibration) -> ResultView:
+        w = self.written_setting(r)
+        c = r.comparison
+        selection = w.two_stage.selection if w.two_stage is not None else r.selection
+        return ResultView(
+            result=self,
+            run=r,
+            written=w,
+            evalset=None,
+            objective=self.objective_text(),
+            objective_alone=self.objective_text(constraints=False),
+            why=self._why(r),
+            unmet=tuple(self._unmet(w)),
+            shortfalls=tuple(_shortfalls(w.full, w.index, self.constraints, w.names, w.cap)),
+            stopped=self.stopped if r is self.recommended else None,
+            baseline=describe_point(r.baseline_params),
+            baseline_metrics=r.sweep.point_means(r.baseline),
+            retrieval_setting=describe_point(r.written_params),
+            retrieval_choice=describe_point(r.chosen_params),
+            selection=(
+                selection.describe()
+                if selection is not None
+                else "recall guarantee (Learn-then-Test)"
+                if w.guarantee is not None
+                else ""
+            ),
+            retrieval_check=CheckView.of(c),
+            check=CheckView.of(w.comparison),
+            stage_check=None if self.rerank is None else CheckView.of(self.rerank.vs_retrieval),
+            band=w.band(),
+            next_steps=self._next_steps(w, None),
+        )
+
     def shortfalls(self, run: RunCalibration | None = None) -> list[Shortfall]:
         """The constraints the written setting of ``run`` (default: the recommended)
         misses on all queries, each with the best reachable value and the setting that
-        reaches it."""
-        w = self.written_setting(run)
-        return _shortfalls(w.full, w.index, self.constraints, w.names, w.cap)
+        reaches it (:attr:`ResultView.shortfalls`)."""
+        return list(self.view(run).shortfalls)
 
     def unmet(self, run: RunCalibration | None = None) -> list[str]:
         """What the written setting of ``run`` (default: the recommended) cannot meet,
         each with the best reachable value and the setting that reaches it (on all
-        queries); empty when every constraint (and the guarantee) is met."""
-        w = self.written_setting(run)
+        queries); empty when every constraint (and the guarantee) is met
+        (:attr:`ResultView.unmet`)."""
+        return list(self.view(run).unmet)
+
+    def _unmet(self, w: WrittenSetting) -> list[str]:
         out: list[str] = []
         if w.guarantee is not None and not w.guarantee.met:
             line = w.guarantee.statement(w.names)
@@ -475,6 +650,11 @@ class CalibrationResult:
     """The calibrated ``min_evidence`` of the recommended run's written setting, when
     ``max_false_abstain`` was given (:mod:`ragguard.calibration.answerability`)."""
 
+    _views: dict[tuple[str, str | None], ResultView] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """The views built so far (:meth:`view`), by run name and eval set name."""
+
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
         for r in self.runs:
@@ -500,8 +680,11 @@ class CalibrationResult:
     def why(self, run: RunCalibration | None = None) -> str:
         """What was chosen for ``run`` (default the recommended) on retrieval scores and
         why, what the config holds of it, and any fallback. With a second stage,
-        :attr:`WrittenSetting.stage` says which of the two the config holds."""
-        r = run or self.recommended
+        :attr:`WrittenSetting.stage` says which of the two the config holds
+        (:attr:`ResultView.why`)."""
+        return self.view(run).why
+
+    def _why(self, r: RunCalibration) -> str:
         obj = self.objective
         chosen = r.sweep.mean(r.chosen, obj)
         base = r.sweep.mean(r.baseline, obj)
@@ -549,10 +732,14 @@ class CalibrationResult:
         """What to try when the written setting is still DANGEROUS by the safety band
         on the held-out queries (empty otherwise): ``(what, commands)`` pairs, the
         commands naming ``evalset`` (default: the eval set's file) and run one after
-        the other."""
-        w = self.written_setting()
+        the other (:attr:`ResultView.next_steps`)."""
+        return list(self.view(evalset=evalset).next_steps)
+
+    def _next_steps(
+        self, w: WrittenSetting, evalset: str | None
+    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
         if w.band() is not SafetyBand.DANGEROUS:
-            return []
+            return ()
         source = self.evalset.source
         where = evalset or _shown_path(source) or "EVALSET"
         steps: list[tuple[str, tuple[str, ...]]] = []
@@ -596,13 +783,13 @@ class CalibrationResult:
             d = c.difference[obj]
             more += f"; the {c.split} interval of the {obj} difference is {d.high - d.low:.2f} wide"
         steps.append((more + ")", ()))
-        return steps
+        return tuple(steps)
 
     def config(self, run: str | None = None) -> GuardConfig:
         """The guard config of ``run``'s written setting (default: the recommended run),
         with provenance: :meth:`written_setting` says what it holds."""
-        r = self.recommended if run is None else self.run(run)
-        w = self.written_setting(r)
+        v = self.view(None if run is None else self.run(run))
+        r, w = v.run, v.written
         settings: dict[str, Any] = {
             "profile": self.profile.name,
             **guard_settings(r.written_params, r.score_kind),
@@ -631,25 +818,24 @@ class CalibrationResult:
         written (:meth:`written_setting`) with its metrics, and the held-out check."""
         from ragguard import __version__
 
-        r = run or self.recommended
-        w = self.written_setting(r)
+        v = self.view(run)
+        r, w = v.run, v.written
         two = w.two_stage
-        written = {m: finite(v) for m, v in w.metrics.items()}
-        baseline = {m: finite(v) for m, v in r.sweep.point_means(r.baseline).items()}
-        c = w.comparison
+        written = {m: finite(x) for m, x in w.metrics.items()}
+        baseline = {m: finite(x) for m, x in v.baseline_metrics.items()}
+        c = v.check.comparison
         check = c.header()
         check["setting"] = w.tested
         nothing = two is None and r.chosen_is_baseline
         if nothing:
             check["note"] = "the choice is the best plain top-k itself: nothing compared"
-        for m in c.metrics:
-            check[m] = (
-                f"{c.guarded[m].mean:.4f}"
+        for row in v.check.rows:
+            check[row.metric] = (
+                f"{row.guarded.mean:.4f}"
                 if nothing
-                else f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference "
-                f"{c.change(m, 4)}"
+                else f"{row.baseline.mean:.4f} -> {row.guarded.mean:.4f}, difference "
+                f"{c.change(row.metric, 4)}"
             )
-        selection = two.selection if two is not None else r.selection
         out: dict[str, Any] = {
             "tool": f"ragguard calibrate {__version__}",
             "created": self.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -662,17 +848,11 @@ class CalibrationResult:
             "constraints_met": w.met,
             "setting": w.setting,
             "chosen_on_calibration": w.tested,
-            "selection": (
-                selection.describe()
-                if selection is not None
-                else "recall guarantee (Learn-then-Test)"
-                if w.guarantee is not None
-                else ""
-            ),
+            "selection": v.selection,
             "refit": "the chosen rule family re-selected on all queries"
             if w.guarantee is None
             else "none: the setting certified on the calibration queries is written",
-            "baseline": describe_point(r.baseline_params),
+            "baseline": v.baseline,
             "queries": {
                 "total": len(self.qids),
                 "calibration": int(self.calibration_rows.size),
@@ -689,12 +869,11 @@ class CalibrationResult:
         if w.stage is not None:
             out["second_stage"] = w.stage
         if two is not None:
-            out["retrieval_setting"] = describe_point(r.written_params)
+            out["retrieval_setting"] = v.retrieval_setting
         if r.fallback is not None:
             out["fallback"] = r.fallback
-        shortfall = self.unmet(r)
-        if shortfall:
-            out["shortfall"] = shortfall
+        if v.unmet:
+            out["shortfall"] = list(v.unmet)
         g = w.guarantee
         if g is not None:
             out["guarantee"] = {
@@ -743,13 +922,12 @@ class CalibrationResult:
                 guarantee is unmet without ``allow_unmet``; the calibration stopped.
             OSError: the file cannot be written (permissions, a full disk).
         """
-        r = self.recommended if run is None else self.run(run)
-        if self.stopped is not None and r is self.recommended:
-            raise ConfigError(f"no config written: {self.stopped}")
-        unmet = self.unmet(r)
-        if unmet and not allow_unmet:
+        v = self.view(None if run is None else self.run(run))
+        if v.stopped is not None:
+            raise ConfigError(f"no config written: {v.stopped}")
+        if v.unmet and not allow_unmet:
             raise ConfigError(
-                "no config written: " + "; ".join(unmet) + "; lower the floor, raise "
+                "no config written: " + "; ".join(v.unmet) + "; lower the floor, raise "
                 "--max-k, or pass --allow-unmet (allow_unmet=True) to write it anyway"
             )
         p = check_output_path(path, folder=False, what="the config")

@@ -25,7 +25,7 @@ Markdown and HTML, with every table and a note saying how to get the plots.
 from ragguard.calibration._format import format_interval, format_number
 from ragguard.calibration.report.build import WrittenReport, build_report, write_report
 from ragguard.calibration.report.document import Report
-from ragguard.calibration.report.sections import PLOT_NOTE, next_steps_intro
+from ragguard.calibration.report.sections import PLOT_NOTE
 
 __all__ = [
     "PLOT_NOTE",
@@ -34,6 +34,5 @@ __all__ = [
     "build_report",
     "format_interval",
     "format_number",
-    "next_steps_intro",
     "write_report",
 ]

@@ -11,16 +11,22 @@ import numpy as np
 
 from ragguard._optional import install_hint
 from ragguard.calibration._format import floor_number, format_interval, format_number
-from ragguard.calibration.metrics import SafetyBands, compute, safety_band
+from ragguard.calibration.metrics import compute
 from ragguard.calibration.pipeline import TwoStageCalibration
 from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
-from ragguard.calibration.result import SMALL_SET, CalibrationResult, RunCalibration, WrittenSetting
+from ragguard.calibration.result import (
+    SMALL_SET,
+    CalibrationResult,
+    ResultView,
+    RunCalibration,
+    WrittenSetting,
+)
 from ragguard.calibration.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.statistics import Comparison, Interval
 from ragguard.calibration.sweep import PASSAGES, choose, describe_point, lower_is_better
 from ragguard.policy import ConflictMode, CutRule
 
-__all__ = ["PLOT_NOTE", "next_steps_intro", "report_blocks"]
+__all__ = ["PLOT_NOTE", "report_blocks"]
 
 PLOT_NOTE = (
     "Plots were not drawn: matplotlib is not installed. Install the report extra "
@@ -47,12 +53,12 @@ def _setting(r: RunCalibration, which: str = "chosen") -> str:
 # --------------------------------------------------------------------------- sections
 
 
-def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
+def _header(view: ResultView, config_path: str | None) -> list[Block]:
+    res = view.result
     es = res.evalset
     cons = " and ".join(str(c) for c in res.constraints) or "none"
-    r = res.recommended
-    w = res.written_setting()
-    how = res.objective_text(constraints=False)
+    r, w = view.run, view.written
+    how = view.objective_alone
     blocks: list[Block] = [
         Bullets(
             (
@@ -76,19 +82,19 @@ def _header(res: CalibrationResult, config_path: str | None) -> list[Block]:
     if w.stage is not None:
         blocks.append(Para(f"Second stage {w.stage}."))
     blocks += [
-        Para(_written_note(res, w)),
-        Para(("Retrieval-only choice: " if w.stage is not None else "Why: ") + f"{res.why()}."),
+        Para(_written_note(view)),
+        Para(("Retrieval-only choice: " if w.stage is not None else "Why: ") + f"{view.why}."),
     ]
-    blocks += _small_set(res, r)
-    if config_path and res.stopped is None:
+    blocks += _small_set(view)
+    if config_path and view.stopped is None:
         line = f'Config: `{config_path}`; load it with `ContextGuard.from_file("{config_path}")`.'
-        if res.unmet(r):
+        if view.unmet:
             line = (
                 f"Config: `{config_path}` is written only with `--allow-unmet` "
                 "(`allow_unmet=True`), the shortfall recorded in its provenance (see below)."
             )
         blocks.append(Para(line))
-    return blocks + _unmet(res, r)
+    return blocks + _unmet(view)
 
 
 def _config_fields(res: CalibrationResult) -> str:
@@ -116,21 +122,21 @@ def _config_fields(res: CalibrationResult) -> str:
     return ", ".join(fields)
 
 
-def _written_note(res: CalibrationResult, w: WrittenSetting) -> str:
+def _written_note(view: ResultView) -> str:
     """What the config holds: the refit on all queries, a fallback to plain top-k, or
     nothing (stopped); and which setting the held-out check tests."""
-    r = w.run
+    res, r, w = view.result, view.run, view.written
     n_all, n_cal = len(res.qids), res.calibration_rows.size
-    if res.stopped is not None:
+    if view.stopped is not None:
         return (
             f"**No config is written** (`on_worse='stop'`): {r.fallback}. Plain top-k "
-            f"refitted on all {n_all} queries would be {describe_point(r.written_params)}."
+            f"refitted on all {n_all} queries would be {view.retrieval_setting}."
         )
     if w.two_stage is None and r.fallback is not None:
         return (
             f"**Fallback to plain top-k:** {r.fallback}. The config therefore holds plain "
             f"top-k, refitted on all {n_all} queries: **{w.setting}** (the choice on the "
-            f"{n_cal} calibration queries was {describe_point(r.chosen_params)})."
+            f"{n_cal} calibration queries was {view.retrieval_choice})."
         )
     g = w.guarantee
     if g is not None:
@@ -159,11 +165,12 @@ def _written_note(res: CalibrationResult, w: WrittenSetting) -> str:
     )
 
 
-def _small_set(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+def _small_set(view: ResultView) -> list[Block]:
+    res = view.result
     n = len(res.qids)
     if n >= SMALL_SET:
         return []
-    c, obj = r.comparison, res.objective
+    c, obj = view.retrieval_check.comparison, res.objective
     text = f"**Small eval set:** {n} labelled queries ({SMALL_SET} or more advised)."
     if obj in c.metrics and c.n_queries:
         iv = c.guarded[obj]
@@ -176,11 +183,10 @@ def _small_set(res: CalibrationResult, r: RunCalibration) -> list[Block]:
     return [Para(text)]
 
 
-def _unmet(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+def _unmet(view: ResultView) -> list[Block]:
     """The constraints (and the guarantee) the written setting misses, with the best
     reachable value and the setting that reaches it."""
-    w = res.written_setting(r)
-    short = res.shortfalls(r)
+    res, w, short = view.result, view.written, view.shortfalls
     g = w.guarantee
     if not short and (g is None or g.met):
         return []
@@ -432,10 +438,9 @@ def _ceiling(r: RunCalibration, c: Comparison) -> list[Block]:
     ]
 
 
-def _heldout(
-    res: CalibrationResult, r: RunCalibration, fig: Figure | None, w: WrittenSetting
-) -> list[Block]:
-    c = r.comparison
+def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
+    r, w, check = view.run, view.written, view.retrieval_check
+    c = check.comparison
     pct = round(c.level * 100)
     where = (
         f"On the {c.n_queries} held-out queries (never used to choose)"
@@ -444,16 +449,16 @@ def _heldout(
         f"{c.n_queries} queries, so it overstates any gain"
     )
     if r.chosen_is_baseline:
-        only = tuple((m, _iv(c.guarded[m])) for m in c.metrics)
+        only = tuple((x.metric, _iv(x.guarded)) for x in check.rows)
         return [
             Heading(1, "Baseline vs guarded"),
             Para(
-                f"The choice is plain {describe_point(r.chosen_params)}, **the baseline "
+                f"The choice is plain {view.retrieval_choice}, **the baseline "
                 "itself**: there is nothing to compare it with, so no baseline-vs-guarded "
                 f"verdict is given. {where}, with {pct}% percentile bootstrap intervals, "
                 "it reaches:"
             ),
-            Table(("metric", describe_point(r.chosen_params)), only, (False, True)),
+            Table(("metric", view.retrieval_choice), only, (False, True)),
             *_ceiling(r, c),
         ]
     intro = (
@@ -469,28 +474,21 @@ def _heldout(
     elif r.written_params != r.chosen_params and r.fallback is None:
         intro += (
             f" The guarded setting here is the calibration-only choice; the written "
-            f"setting ({describe_point(r.written_params)}) was refitted on all queries, "
+            f"setting ({view.retrieval_setting}) was refitted on all queries, "
             "these included."
         )
-    rows = []
-    for m in c.metrics:
-        rows.append(
-            (
-                m,
-                _iv(c.baseline[m]),
-                _iv(c.guarded[m]),
-                _iv(c.difference[m], signed=True),
-                c.verdict(m) if m != PASSAGES else c.passages_verdict(),
-            )
-        )
+    rows = [
+        (x.metric, _iv(x.baseline), _iv(x.guarded), _iv(x.difference, signed=True), x.verdict)
+        for x in check.rows
+    ]
     blocks: list[Block] = [
         Heading(1, "Baseline vs guarded"),
         Para(intro),
         Table(
             (
                 "metric",
-                f"baseline: {_setting(r, 'baseline')}",
-                f"guarded: {_setting(r)}",
+                f"baseline: {view.baseline}",
+                f"guarded: {view.retrieval_choice}",
                 "difference",
                 "verdict",
             ),
@@ -505,17 +503,15 @@ def _heldout(
                 f"**Worse than plain top-k:** {r.fallback}; "
                 + (
                     "nothing is written (`on_worse='stop'`)."
-                    if res.stopped is not None
-                    else f"plain top-k is written instead ({describe_point(r.written_params)})."
+                    if view.stopped is not None
+                    else f"plain top-k is written instead ({view.retrieval_setting})."
                     if w.two_stage is None
-                    else f"plain top-k ({describe_point(r.written_params)}) is the "
-                    "retrieval-only setting."
+                    else f"plain top-k ({view.retrieval_setting}) is the retrieval-only setting."
                 )
             )
         )
-    if "distractor_rate" in c.metrics and c.n_queries:
-        b = safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0))
-        g = safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0))
+    if check.bands is not None:
+        b, g = check.bands
         blocks.append(
             Para(f"Safety band (by mean distractor rate): baseline **{b}**, guarded **{g}**.")
         )
@@ -524,30 +520,16 @@ def _heldout(
     return blocks
 
 
-def next_steps_intro(res: CalibrationResult) -> str:
-    """Why the report and the console suggest next steps: the written setting's held-out
-    safety band (only when :meth:`CalibrationResult.next_steps` has any)."""
-    w = res.written_setting()
-    c = w.comparison
-    rate = c.guarded["distractor_rate"].mean
-    return (
-        f"the written setting is still DANGEROUS: mean distractor rate "
-        f"{format_number(rate)} {c.where()} (DANGEROUS from {SafetyBands().dangerous:g}); "
-        "to hand the LLM fewer look-alikes, try"
-    )
-
-
-def _next_steps(res: CalibrationResult, evalset: str | None) -> list[Block]:
-    steps = res.next_steps(evalset)
-    if not steps:
+def _next_steps(view: ResultView) -> list[Block]:
+    if not view.next_steps:
         return []
     return [
         Heading(1, "What to try next"),
-        Para(next_steps_intro(res) + ":"),
+        Para(view.next_steps_intro + ":"),
         Bullets(
             tuple(
                 what + (": " + ", then ".join(f"`{c}`" for c in commands) if commands else "")
-                for what, commands in steps
+                for what, commands in view.next_steps
             )
         ),
     ]
@@ -936,12 +918,12 @@ def report_blocks(
     """The report of ``res`` as blocks, with the plots ``figs`` (``None``: not drawn,
     because matplotlib is missing when ``plots`` is True); ``evalset`` is the eval set
     as the commands it suggests name it (default: its file)."""
-    r = res.recommended
+    view = res.view(evalset=evalset)
+    r, w = view.run, view.written
     by_name = {f.name: f for f in figs or []}
-    blocks: list[Block] = _header(res, config_path)
+    blocks: list[Block] = _header(view, config_path)
     if figs is None:
         blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
-    w = res.written_setting()
     if r.guarantee is not None:
         g = r.guarantee
         blocks += _guarantee(
@@ -953,10 +935,10 @@ def report_blocks(
         )
     blocks += _answerability(res)
     blocks += _selection(res, r)
-    blocks += _heldout(res, r, by_name.get("baseline_vs_guarded.png"), w)
+    blocks += _heldout(view, by_name.get("baseline_vs_guarded.png"))
     if res.rerank is not None:
         blocks += _two_stage(res.rerank, res.objective, by_name.get("reliability.png"), w)
-    blocks += _next_steps(res, evalset)
+    blocks += _next_steps(view)
     if len(res.runs) > 1:
         blocks += _runs_table(res)
     blocks += _grid_section(res, r, figs or [])
