@@ -45,7 +45,8 @@ Steps, per run (retrieval profile):
 With a second stage (``reranker`` or ``rerank_scores``) the recommended run's
 two-stage setting is written, or the retrieval-only one with the reason
 (:meth:`CalibrationResult.written_setting`: the one description of what the config
-holds, which the console, ``--json``, the report and the provenance all print).
+holds, part of the result's one view, :meth:`CalibrationResult.view`, which the
+console, ``--json``, the report and the provenance all render).
 
 When the written setting misses a constraint (or no setting can carry the guarantee),
 :meth:`CalibrationResult.unmet` names the best reachable value and the setting that

@@ -200,7 +200,7 @@ def _shortfalls(
 
 @dataclass(frozen=True, eq=False)
 class WrittenSetting:
-    """What the config holds, described once (:meth:`CalibrationResult.written_setting`).
+    """What the config holds, described once (:attr:`ResultView.written`).
     The console, ``--json``, the report and the provenance all read it, and
     :meth:`CalibrationResult.config` writes it, so every one names the same setting.
 
@@ -442,9 +442,11 @@ class CalibrationResult:
 
     def written_setting(self, run: RunCalibration | None = None) -> WrittenSetting:
         """What the config of ``run`` (default: the recommended) holds, in words, with
-        why the second stage is written or left off (see :class:`WrittenSetting`)."""
-        r = run or self.recommended
+        why the second stage is written or left off (see :class:`WrittenSetting`;
+        :attr:`ResultView.written`)."""
+        return self.view(run).written
 
+    def _written_setting(self, r: RunCalibration) -> WrittenSetting:
         def name(i: int) -> str:
             return describe_point(r.sweep.points[i])
 
@@ -565,7 +567,7 @@ class CalibrationResult:
         return self._views[key]
 
     def _build_view(self, r: RunCalibration) -> ResultView:
-        w = self.written_setting(r)
+        w = self._written_setting(r)
         c = r.comparison
         selection = w.two_stage.selection if w.two_stage is not None else r.selection
         return ResultView(

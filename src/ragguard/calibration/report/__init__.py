@@ -20,6 +20,12 @@ Plots (matplotlib, drawn with the Agg canvas, never touching pyplot's global sta
 
 Plots need the ``report`` extra (matplotlib). Without it the report is still written,
 Markdown and HTML, with every table and a note saying how to get the plots.
+
+The package: ``document`` (the blocks and their Markdown and HTML renderers), ``plots``
+(the figures above), ``sections`` (the report's sections, read from the result's
+:meth:`~ragguard.calibration.CalibrationResult.view`, the same view the console,
+``--json`` and the config's provenance render) and ``build`` (:func:`build_report`,
+:func:`write_report`).
 """
 
 from ragguard.calibration._format import format_interval, format_number
