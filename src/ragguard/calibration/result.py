@@ -352,6 +352,7 @@ class ResultView:
             the same as ``retrieval_check`` without a second stage written.
         stage_check: the second stage's choice against the retrieval-only one, when
             a second stage was calibrated.
+        stage_top_k_check: the second stage's choice against plain top-k, then.
         band: the tested setting's safety band on the held-out queries
             (:meth:`WrittenSetting.band`).
         next_steps: what to try when that band is DANGEROUS: ``(what, commands)``
@@ -376,6 +377,7 @@ class ResultView:
     retrieval_check: CheckView
     check: CheckView
     stage_check: CheckView | None
+    stage_top_k_check: CheckView | None
     band: SafetyBand | None
     next_steps: tuple[tuple[str, tuple[str, ...]], ...]
 
@@ -568,7 +570,7 @@ class CalibrationResult:
 
     def _build_view(self, r: RunCalibration) -> ResultView:
         w = self._written_setting(r)
-        c = r.comparison
+        c, two = r.comparison, self.rerank
         selection = w.two_stage.selection if w.two_stage is not None else r.selection
         return ResultView(
             result=self,
@@ -594,7 +596,8 @@ class CalibrationResult:
             ),
             retrieval_check=CheckView.of(c),
             check=CheckView.of(w.comparison),
-            stage_check=None if self.rerank is None else CheckView.of(self.rerank.vs_retrieval),
+            stage_check=None if two is None else CheckView.of(two.vs_retrieval),
+            stage_top_k_check=None if two is None else CheckView.of(two.vs_top_k),
             band=w.band(),
             next_steps=self._next_steps(w, None),
         )

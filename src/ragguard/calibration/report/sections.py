@@ -19,7 +19,6 @@ from ragguard.calibration.result import (
     CalibrationResult,
     ResultView,
     RunCalibration,
-    WrittenSetting,
 )
 from ragguard.calibration.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.statistics import Comparison, Interval
@@ -535,29 +534,29 @@ def _next_steps(view: ResultView) -> list[Block]:
     ]
 
 
-def _two_stage(
-    two: TwoStageCalibration, objective: str, fig: Figure | None, w: WrittenSetting
-) -> list[Block]:
+def _two_stage(two: TwoStageCalibration, view: ResultView, fig: Figure | None) -> list[Block]:
     """Plain top-k, the best retrieval-only setting and the two-stage choice on the
     held-out queries, with the probability map's calibration before and after, and why
-    the config holds the second stage or not (``w``, what is written)."""
-    a, b = two.vs_retrieval, two.vs_top_k
+    the config holds the second stage or not (``view.written``, what is written)."""
+    w, objective = view.written, view.result.objective
+    assert view.stage_check is not None and view.stage_top_k_check is not None
+    a = view.stage_check.comparison
+    top_k = {x.metric: x for x in view.stage_top_k_check.rows}
     pct = round(a.level * 100)
     s = two.scores
-    rows = []
-    for m in a.metrics:
-        rows.append(
-            (
-                m,
-                _iv(b.baseline[m]),
-                _iv(a.baseline[m]),
-                _iv(a.guarded[m]),
-                _iv(a.difference[m], signed=True),
-                a.verdict(m) if m != PASSAGES else a.passages_verdict(),
-                _iv(b.difference[m], signed=True),
-                b.verdict(m) if m != PASSAGES else b.passages_verdict(),
-            )
+    rows = [
+        (
+            x.metric,
+            _iv(top_k[x.metric].baseline),
+            _iv(x.baseline),
+            _iv(x.guarded),
+            _iv(x.difference, signed=True),
+            x.verdict,
+            _iv(top_k[x.metric].difference, signed=True),
+            top_k[x.metric].verdict,
         )
+        for x in view.stage_check.rows
+    ]
     blocks: list[Block] = [
         Heading(1, "Two stages: retrieval, then the reranker"),
         Para(
@@ -919,7 +918,7 @@ def report_blocks(
     because matplotlib is missing when ``plots`` is True); ``evalset`` is the eval set
     as the commands it suggests name it (default: its file)."""
     view = res.view(evalset=evalset)
-    r, w = view.run, view.written
+    r = view.run
     by_name = {f.name: f for f in figs or []}
     blocks: list[Block] = _header(view, config_path)
     if figs is None:
@@ -937,7 +936,7 @@ def report_blocks(
     blocks += _selection(res, r)
     blocks += _heldout(view, by_name.get("baseline_vs_guarded.png"))
     if res.rerank is not None:
-        blocks += _two_stage(res.rerank, res.objective, by_name.get("reliability.png"), w)
+        blocks += _two_stage(res.rerank, view, by_name.get("reliability.png"))
     blocks += _next_steps(view)
     if len(res.runs) > 1:
         blocks += _runs_table(res)
