@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,10 @@ def test_the_view_is_built_once_and_the_methods_read_it() -> None:
     # another run's view names that run's setting
     other = next(r for r in res.runs if r is not res.recommended)
     assert res.view(other).run is other and res.view(other).written.run is other
+    # a view is of the run given, not of another one of the same name
+    twin = replace(res.recommended, fallback="worse on the held-out queries")
+    assert res.view(twin).run is twin and "worse on the held-out queries" in res.why(twin)
+    assert res.view() is view and "worse on the held-out queries" not in view.why
 
 
 def test_every_output_says_what_the_view_says(

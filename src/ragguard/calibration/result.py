@@ -557,11 +557,11 @@ class CalibrationResult:
         returned for the same arguments: the console, ``--json``, the report and the
         provenance all read it."""
         r = run or self.recommended
-        key = (r.name, evalset)
+        key = (r, evalset)
         if key not in self._views:
-            base = self._views.get((r.name, None))
+            base = self._views.get((r, None))
             if base is None:
-                base = self._views[(r.name, None)] = self._build_view(r)
+                base = self._views[(r, None)] = self._build_view(r)
             if evalset is not None:
                 self._views[key] = replace(
                     base, evalset=evalset, next_steps=self._next_steps(base.written, evalset)
@@ -655,10 +655,10 @@ class CalibrationResult:
     """The calibrated ``min_evidence`` of the recommended run's written setting, when
     ``max_false_abstain`` was given (:mod:`ragguard.calibration.answerability`)."""
 
-    _views: dict[tuple[str, str | None], ResultView] = field(
+    _views: dict[tuple[RunCalibration, str | None], ResultView] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-    """The views built so far (:meth:`view`), by run name and eval set name."""
+    """The views built so far (:meth:`view`), by run and eval set name."""
 
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
