@@ -73,9 +73,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np
 
 from ragguard.calibration import calibrate
-from ragguard.calibration.calibrate import CalibrationResult
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.inputs import load_inputs
+from ragguard.calibration.result import CalibrationResult
 from ragguard.calibration.statistics import Interval
 from ragguard.calibration.sweep import describe_point
 

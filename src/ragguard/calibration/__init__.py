@@ -20,7 +20,8 @@ package reads the runtime's policy, configs and scores to fit them. Its layers, 
 bottom, each importing only those below: training and annotation (``train``,
 ``annotate``, which consume calibration data and are imported by nothing here); the
 rendering of a result (``report``, ``summary``); orchestration (``calibrate``) and the
-other front doors (``evaluate``, ``inputs``); the two-stage search (``pipeline``) and
+other front doors (``evaluate``, ``inputs``); the result model with its provenance and
+saving (``result``); the two-stage search (``pipeline``) and
 the ``min_evidence`` floor (``answerability``); risk (Learn-then-Test, ``risk``),
 statistics (splits and paired bootstrap comparisons, ``statistics``), cross-validated
 selection (``select``), the stage sweeps, rerank scores and probability maps; the sweep
@@ -29,13 +30,7 @@ contracts of ``pyproject.toml`` hold this (``lint-imports``).
 """
 
 from ragguard.calibration.arrays import EvalArrays, build_arrays
-from ragguard.calibration.calibrate import (
-    CalibrationResult,
-    RunCalibration,
-    WrittenSetting,
-    calibrate,
-    data_fingerprint,
-)
+from ragguard.calibration.calibrate import calibrate
 from ragguard.calibration.data.evalset import (
     EvalSet,
     Labels,
@@ -64,6 +59,12 @@ from ragguard.calibration.probability import (
     brier_score,
     expected_calibration_error,
     fit_probability_map,
+)
+from ragguard.calibration.result import (
+    CalibrationResult,
+    RunCalibration,
+    WrittenSetting,
+    data_fingerprint,
 )
 from ragguard.calibration.statistics import Comparison, Interval, split_queries
 from ragguard.calibration.sweep import (

@@ -39,13 +39,13 @@ The document (every NaN written as ``null``)::
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ragguard.calibration.sweep import PASSAGES, describe_point
+from ragguard.calibration.sweep import describe_point
 
 if TYPE_CHECKING:
-    from ragguard.calibration.calibrate import CalibrationResult
-    from ragguard.calibration.statistics import Comparison
+    from ragguard.calibration.result import CalibrationResult, CheckView
 
 __all__ = ["result_document"]
 
@@ -54,21 +54,21 @@ def _num(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _means(values: dict[str, float]) -> dict[str, float | None]:
+def _means(values: Mapping[str, float]) -> dict[str, float | None]:
     return {k: _num(v) for k, v in values.items()}
 
 
-def _check(c: Comparison, setting: str) -> dict[str, Any]:
-    check = c.header()
+def _check(view: CheckView, setting: str) -> dict[str, Any]:
+    check = view.comparison.header()
     check["setting"] = setting
     check["metrics"] = {
-        m: {
-            "baseline": _num(c.baseline[m].mean),
-            "guarded": _num(c.guarded[m].mean),
-            "difference": _means(c.difference[m].as_dict()),
-            "verdict": c.passages_verdict() if m == PASSAGES else c.verdict(m),
+        row.metric: {
+            "baseline": _num(row.baseline.mean),
+            "guarded": _num(row.guarded.mean),
+            "difference": _means(row.difference.as_dict()),
+            "verdict": row.verdict,
         }
-        for m in c.metrics
+        for row in view.rows
     }
     return check
 
@@ -80,24 +80,23 @@ def result_document(
     report: dict[str, str] | None = None,
     evalset: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON-ready document of ``result`` (see the module docstring): what the
-    config holds as :meth:`CalibrationResult.written_setting
-    <ragguard.calibration.CalibrationResult.written_setting>` describes it."""
+    """The JSON-ready document of ``result`` (see the module docstring): its
+    :meth:`~ragguard.calibration.CalibrationResult.view`, what the config holds as
+    :class:`~ragguard.calibration.WrittenSetting` describes it."""
     from ragguard import __version__
 
-    r = result.recommended
-    w = result.written_setting()
+    v = result.view(evalset=evalset)
+    r, w = v.run, v.written
     two = result.rerank
     config = result.config().model_dump(mode="json", exclude_none=True)
     config.pop("provenance", None)
     g = w.guarantee
-    band = w.band()
     return {
         "ragguard_version": __version__,
         "evalset": evalset or result.evalset.source,
         "profile": result.profile.name,
         "objective": result.objective,
-        "objective_text": result.objective_text(),
+        "objective_text": v.objective,
         "constraints": [str(x) for x in result.constraints],
         "queries": {
             "total": len(result.qids),
@@ -123,13 +122,10 @@ def result_document(
                 "feasible": w.tested_feasible,
                 "metrics": _means(w.tested_metrics),
             },
-            "retrieval_setting": describe_point(r.written_params),
+            "retrieval_setting": v.retrieval_setting,
             "fallback": r.fallback,
-            "baseline": {
-                "setting": describe_point(r.baseline_params),
-                "metrics": _means(r.sweep.point_means(r.baseline)),
-            },
-            "why": result.why(),
+            "baseline": {"setting": v.baseline, "metrics": _means(v.baseline_metrics)},
+            "why": v.why,
             "guarantee": None
             if g is None
             else {
@@ -141,12 +137,10 @@ def result_document(
                 "heldout_recall": _num(g.heldout_recall),
                 "heldout_queries": g.heldout_queries,
             },
-            "safety_band": None if band is None else band.value,
-            "next_steps": [
-                {"what": what, "command": command} for what, command in result.next_steps(evalset)
-            ],
+            "safety_band": None if v.band is None else v.band.value,
+            "next_steps": [{"what": what, "command": command} for what, command in v.next_steps],
         },
-        "heldout_check": _check(w.comparison, w.tested),
+        "heldout_check": _check(v.check, w.tested),
         "runs": [
             {
                 "run": run.name,
@@ -157,12 +151,12 @@ def result_document(
             for run in result.runs
         ],
         "rerank": None
-        if two is None
+        if two is None or v.stage_check is None
         else {
             "setting": two.describe(),
             "written": w.two_stage is not None,
             **two.guard_settings(),
-            "vs_retrieval": _check(two.vs_retrieval, two.describe_chosen()),
+            "vs_retrieval": _check(v.stage_check, two.describe_chosen()),
             "rerank_failures": two.failures,
         },
         "answerability": None if result.answerability is None else result.answerability.as_dict(),

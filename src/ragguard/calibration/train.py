@@ -113,8 +113,8 @@ from ragguard._optional import require
 from ragguard.calibration._fine_tune import TextPair
 from ragguard.calibration._output import check_not_input, staging_folder
 from ragguard.calibration._pretrain import normalise, pretrain_pairs, read_pretrain
-from ragguard.calibration.calibrate import data_fingerprint
 from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.result import data_fingerprint
 from ragguard.calibration.statistics import Interval, bootstrap_means, split_queries
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.trained import (

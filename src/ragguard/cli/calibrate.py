@@ -40,6 +40,7 @@ from ragguard.cli._two_stage import (
 if TYPE_CHECKING:
     from ragguard.calibration import CalibrationResult, Comparison, Interval, RunCalibration
     from ragguard.calibration.report import WrittenReport
+    from ragguard.calibration.result import ResultView
     from ragguard.policy import PolicyParams
 
 __all__ = ["calibrate"]
@@ -499,19 +500,21 @@ def _check_outputs(
 
 
 def _print_result(result: CalibrationResult, shown: str) -> None:
-    from ragguard.calibration.metrics import safety_band
+    """The console summary of ``result`` (its :meth:`~CalibrationResult.view`), on
+    stdout; ``shown`` is the eval set as the command line named it."""
     from ragguard.calibration.report import format_number
     from ragguard.calibration.sweep import PASSAGES, describe_point
 
+    view = result.view(evalset=shown)
     obj = result.objective
-    w = result.written_setting()
+    w = view.written
     out.print(
         f"[bold]ragguard calibrate[/] {escape(shown)}: {query_count(result.evalset)}, runs "
         f"{escape(', '.join(r.name for r in result.runs))}, profile {result.profile.name}",
         highlight=False,
     )
     out.print(
-        f"objective: {result.objective_text()}; {result.calibration_rows.size} queries to "
+        f"objective: {view.objective}; {result.calibration_rows.size} queries to "
         f"choose on, {result.heldout_rows.size} held out (seed {result.seed})",
         highlight=False,
     )
@@ -537,7 +540,7 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
         )
     out.print(table)
 
-    r = result.recommended
+    r = view.run
     kind = r.score_kind.value if r.score_kind else "none"
     # what the config holds, named as the JSON, the report and the provenance name it
     out.print(
@@ -548,8 +551,8 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
         out.print(f"[bold]Second stage[/] {escape(w.stage)}.", highlight=False)
     _print_conflicts(r, w.params)
     label = "Why (retrieval only):" if w.stage is not None else "Why:"
-    out.print(f"[bold]{label}[/] {escape(result.why())}.", highlight=False)
-    for line in result.unmet():
+    out.print(f"[bold]{label}[/] {escape(view.why)}.", highlight=False)
+    for line in view.unmet:
         out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
     guarantee = w.guarantee
     if guarantee is not None and guarantee.met:
@@ -563,20 +566,21 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
             if text:
                 out.print(escape(text), highlight=False)
 
-    c = r.comparison
+    check = view.retrieval_check
+    c = check.comparison
     if r.chosen_is_baseline:
         name = "held-out check" if c.split == "held-out" else "in-sample check (no hold-out)"
         out.print(
-            f"{name}: the choice is plain {describe_point(r.baseline_params)}, the "
+            f"{name}: the choice is plain {view.baseline}, the "
             f"baseline itself; nothing to compare ({c.split}, {c.n_queries} queries: "
-            + ", ".join(f"{m} {format_number(c.guarded[m].mean)}" for m in c.metrics[:4])
+            + ", ".join(f"{x.metric} {format_number(x.guarded.mean)}" for x in check.rows[:4])
             + ")",
             highlight=False,
         )
         _print_tail(r)
         return
     pct = round(c.level * 100)
-    what = describe_point(r.chosen_params)
+    what = view.retrieval_choice
     if w.two_stage is not None:
         what = f"the retrieval-only choice {what}"
     title = (
@@ -584,32 +588,30 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
         if c.split == "held-out"
         else f"in-sample check of {what} (no hold-out): {c.n_queries} queries"
     )
-    check = compact_table(title)
-    check.add_column("metric")
-    check.add_column(describe_point(r.baseline_params), justify="right")
-    check.add_column("guarded", justify="right")
-    check.add_column("change", justify="right")
-    check.add_column(f"{pct}% interval", justify="right")
-    check.add_column("verdict")
-    for m in c.metrics:
-        verdict = c.verdict(m) if m != PASSAGES else c.passages_verdict()
-        style = {"better": "green", "worse": "red"}.get(verdict, "")
-        check.add_row(
-            m,
-            format_number(c.baseline[m].mean),
-            format_number(c.guarded[m].mean),
-            format_number(c.difference[m].mean, signed=True),
-            _interval(c.difference[m]),
-            f"[{style}]{verdict}[/]" if style else verdict,
+    table = compact_table(title)
+    table.add_column("metric")
+    table.add_column(view.baseline, justify="right")
+    table.add_column("guarded", justify="right")
+    table.add_column("change", justify="right")
+    table.add_column(f"{pct}% interval", justify="right")
+    table.add_column("verdict")
+    for row in check.rows:
+        style = {"better": "green", "worse": "red"}.get(row.verdict, "")
+        table.add_row(
+            row.metric,
+            format_number(row.baseline.mean),
+            format_number(row.guarded.mean),
+            format_number(row.difference.mean, signed=True),
+            _interval(row.difference),
+            f"[{style}]{row.verdict}[/]" if style else row.verdict,
         )
-    out.print(check)
-    if c.n_queries and "distractor_rate" in c.metrics:
-        b = safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0))
-        g = safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0))
+    out.print(table)
+    if check.bands is not None:
+        b, g = check.bands
         which = "guarded" if w.two_stage is None else "retrieval only"
         out.print(f"safety band: {b.value} with plain top-k, {g.value} {which}", highlight=False)
     if obj in c.metrics:
-        _print_verdict(result, c, w.two_stage is not None)
+        _print_verdict(view, c, w.two_stage is not None)
     if r.fallback is not None:
         out.print(
             f"[red]{escape(r.fallback)}: plain top-k is written instead[/]"
@@ -638,20 +640,18 @@ def _print_conflicts(r: RunCalibration, written: PolicyParams) -> None:
     )
 
 
-def _print_verdict(result: CalibrationResult, c: Comparison, retrieval_only: bool) -> None:
+def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool) -> None:
     """One line: what the held-out check says about the objective (of the
     retrieval-only choice when the config holds the second stage)."""
-    from ragguard.calibration.sweep import describe_point
-
+    result = view.result
     obj = result.objective
-    r = result.recommended
     v = c.verdict(obj)
     where = c.where()
     if result.target is not None:  # the objective is reported, not optimised
         than = {"better": "better than", "worse": "worse than"}.get(v, f"{v} from")
         out.print(
             f"{obj} (reported, not optimised under the guarantee): {than} plain "
-            f"{describe_point(r.baseline_params)} {where}, difference {c.change(obj)}",
+            f"{view.baseline} {where}, difference {c.change(obj)}",
             highlight=False,
         )
     elif v == "better":
@@ -669,14 +669,12 @@ def _print_verdict(result: CalibrationResult, c: Comparison, retrieval_only: boo
 
 def _print_next_steps(result: CalibrationResult, shown: str) -> None:
     """When the written setting is still DANGEROUS: what to try, with the commands."""
-    from ragguard.calibration.report import next_steps_intro
-
-    steps = result.next_steps(shown)
-    if not steps:
+    view = result.view(evalset=shown)
+    if not view.next_steps:
         return
     out.print()
-    out.print(f"[bold]Next:[/] {escape(next_steps_intro(result))}:", highlight=False)
-    for what, commands in steps:
+    out.print(f"[bold]Next:[/] {escape(view.next_steps_intro)}:", highlight=False)
+    for what, commands in view.next_steps:
         out.print(f"- {escape(what)}" + (":" if commands else ""), highlight=False)
         for command in commands:
             for line in _shell_lines(command):
