@@ -71,6 +71,7 @@ from numpy.typing import NDArray
 
 from ragguard.calibration._format import ceil_number, format_interval, format_number
 from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.options import check_share
 from ragguard.calibration.risk import Certification, certify_means, risk_upper_bound
 from ragguard.calibration.statistics import (
     Comparison,
@@ -112,19 +113,6 @@ DIGITS = 4
 
 RETRIEVAL_SCALE = "normalised retrieval score"
 RERANK_SCALE = "rerank probability"
-
-
-def check_share(max_false_abstain: float) -> None:
-    """Raise unless ``max_false_abstain`` is a share in (0, 1).
-
-    Raises:
-        ConfigError: naming the option and the value.
-    """
-    x = max_false_abstain
-    if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < x < 1.0:
-        raise ConfigError(
-            f"--max-false-abstain (max_false_abstain) must be a share in (0, 1), got {x!r}"
-        )
 
 
 def check_max_false_abstain(
