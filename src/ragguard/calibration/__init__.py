@@ -10,6 +10,7 @@ sweep the guard's settings to recommend a config.
     evaluate(evalset, metrics=["ndcg@10"], per_query=True)  # {"ndcg@10": {"q1": 0.63, ...}}
     evaluate(qrels, run, metrics=["recall@5"])            # plain dicts, as in ranx
     result = calibrate(evalset, objective="udcg", min_recall=0.8)   # the sweep
+    result = Calibrator(constraints=["evidence_recall>=0.8"], split=Split(seed=1)).fit(evalset)
     result.save_config("ragguard.toml")                   # ContextGuard.from_file(...)
 
 Importing :mod:`ragguard` does not import this package; it loads on first use.
@@ -21,16 +22,18 @@ bottom, each importing only those below: training and annotation (``train``,
 ``annotate``, which consume calibration data and are imported by nothing here); the
 rendering of a result (``report``, ``summary``); orchestration (``calibrate``) and the
 other front doors (``evaluate``, ``inputs``); the two-stage search (``pipeline``) and
-the ``min_evidence`` floor (``answerability``); risk (Learn-then-Test, ``risk``),
-statistics (splits and paired bootstrap comparisons, ``statistics``), cross-validated
-selection (``select``), the stage sweeps, rerank scores and probability maps; the sweep
-(``sweep``); passage stages and metrics; data; arrays. The ``[tool.importlinter]``
-contracts of ``pyproject.toml`` hold this (``lint-imports``).
+the ``min_evidence`` floor (``answerability``); one fit's resolved settings (``plan``);
+the option objects of :class:`Calibrator` (``options``); risk (Learn-then-Test,
+``risk``), statistics (splits and paired bootstrap comparisons, ``statistics``),
+cross-validated selection (``select``), the stage sweeps, rerank scores and probability
+maps; the sweep (``sweep``); passage stages and metrics; data; arrays. The
+``[tool.importlinter]`` contracts of ``pyproject.toml`` hold this (``lint-imports``).
 """
 
 from ragguard.calibration.arrays import EvalArrays, build_arrays
 from ragguard.calibration.calibrate import (
     CalibrationResult,
+    Calibrator,
     RunCalibration,
     WrittenSetting,
     calibrate,
@@ -60,6 +63,16 @@ from ragguard.calibration.metrics import (
     safety_band,
     udcg_theta,
 )
+from ragguard.calibration.options import (
+    Answerability,
+    Check,
+    Guarantee,
+    RerankGrid,
+    RerankSearch,
+    Search,
+    Split,
+    Stages,
+)
 from ragguard.calibration.probability import (
     brier_score,
     expected_calibration_error,
@@ -78,11 +91,15 @@ from ragguard.calibration.utility import UtilityRules, candidate_utilities
 
 __all__ = [
     "METRICS",
+    "Answerability",
     "CalibrationResult",
+    "Calibrator",
+    "Check",
     "Comparison",
     "Constraint",
     "EvalArrays",
     "EvalSet",
+    "Guarantee",
     "Interval",
     "Labels",
     "LoadReport",
@@ -90,10 +107,15 @@ __all__ = [
     "Problem",
     "ProblemKind",
     "Query",
+    "RerankGrid",
+    "RerankSearch",
     "Run",
     "RunCalibration",
     "SafetyBand",
     "SafetyBands",
+    "Search",
+    "Split",
+    "Stages",
     "SweepGrid",
     "SweepResult",
     "UDCGTheta",
