@@ -1230,10 +1230,7 @@ class Calibrator:
         a = self.answerability
         if a is None:
             return calibrated
-        answerability = calibrate_answerability(
-            calibrated, max_false_abstain=a.max_false_abstain, confidence=a.confidence,
-            n_bootstrap=check.n_bootstrap, seed=split.seed, level=check.level,
-        )  # fmt: skip
+        answerability = calibrate_answerability(calibrated, plan, a)
         return replace(calibrated, answerability=answerability)
 
 
@@ -1589,18 +1586,12 @@ def calibrate(
 
 
 def calibrate_answerability(
-    result: CalibrationResult,
-    *,
-    max_false_abstain: float,
-    confidence: float,
-    n_bootstrap: int,
-    seed: int,
-    level: float,
+    result: CalibrationResult, plan: FitPlan, option: Answerability
 ) -> AnswerabilityResult:
     """Calibrate ``min_evidence`` for the setting ``result``'s config holds
     (:func:`ragguard.calibration.answerability.fit_answerability` on the scores the floor
-    reads under that setting): certified on the calibration queries, checked on the
-    held-out ones.
+    reads under that setting): certified on the calibration queries of ``plan``, checked
+    on its held-out ones, with the share and confidence of ``option``.
 
     Raises:
         ConfigError: the written setting's scores cannot carry a floor (a run without
@@ -1632,10 +1623,7 @@ def calibrate_answerability(
         scale = RERANK_SCALE
     return fit_answerability(
         top, arrays, kernel, w.full.kept[w.index],
-        scale=scale, setting=w.setting, metrics=w.comparison.metrics,
-        calibration_rows=result.calibration_rows, heldout_rows=result.heldout_rows,
-        max_false_abstain=max_false_abstain, confidence=confidence,
-        n_bootstrap=n_bootstrap, seed=seed, level=level,
+        scale=scale, setting=w.setting, metrics=w.comparison.metrics, plan=plan, option=option,
     )  # fmt: skip
 
 
