@@ -26,6 +26,7 @@ from pydantic import BaseModel
 import ragguard
 import ragguard.calibration as cal
 from ragguard import (
+    AnnotationError,
     ArgumentTypeError,
     CandidateError,
     ConfigError,
@@ -34,8 +35,10 @@ from ragguard import (
     RerankModelError,
     RetrieverError,
 )
+from ragguard.calibration.annotate import Outputs, Relevance
 from ragguard.calibration.pipeline import RerankGrid
 from ragguard.calibration.rerank_scores import RerankScores
+from ragguard.calibration.train import Negatives, RerankerTrainer, Training
 from ragguard.profiles import ProfileSpec, resolve_profile
 
 
@@ -279,6 +282,33 @@ PROBES: list[Probe] = [
           lambda: cal.Calibrator(guarantee=cal.Guarantee(recall=0.8),
                                  answerability=cal.Answerability(max_false_abstain=0.1)).fit(ES),
           ConfigError, "--guarantee"),
+    Probe("Negatives same_query negative", Negatives,
+          lambda: Negatives(same_query=-1), ConfigError, "same_query_negatives"),
+    Probe("Negatives random float", Negatives,
+          lambda: Negatives(random=1.5), ConfigError, "random_negatives"),
+    Probe("Negatives pretrain bool", Negatives,
+          lambda: Negatives(pretrain=True), ConfigError, "pretrain_negatives"),
+    Probe("Training max_length 4", Training,
+          lambda: Training(max_length=4), ConfigError, "max_length"),
+    Probe("Training epochs 0", Training, lambda: Training(epochs=0), ConfigError, "epochs"),
+    Probe("Training learning_rate NaN", Training,
+          lambda: Training(learning_rate=NAN), ConfigError, "learning_rate"),
+    Probe("Training learning_rate negative", Training,
+          lambda: Training(learning_rate=-1e-5), ConfigError, "learning_rate"),
+    Probe("RerankerTrainer validation NaN", RerankerTrainer,
+          lambda: RerankerTrainer(validation=NAN), ConfigError, "validation"),
+    Probe("RerankerTrainer holdout 1", RerankerTrainer,
+          lambda: RerankerTrainer(holdout=1.0), ConfigError, "holdout"),
+    Probe("RerankerTrainer seed str", RerankerTrainer,
+          lambda: RerankerTrainer(seed="a"), ConfigError, "seed"),
+    Probe("RerankerTrainer training type", RerankerTrainer,
+          lambda: RerankerTrainer(training=3), ConfigError, "training"),
+    Probe("Relevance unjudged", Relevance,
+          lambda: Relevance(unjudged="nope"), AnnotationError, "nope"),
+    Probe("Relevance judge missing", Relevance,
+          lambda: Relevance(unjudged="judge"), AnnotationError, "needs a judge"),
+    Probe("Outputs out a folder", Outputs,
+          lambda: Outputs(out=Path(__file__).parent), AnnotationError, "folder"),
     Probe("calibrate objective", cal.calibrate, _calibrate(objective="nope"), ConfigError, "nope"),
     Probe("calibrate constraint", cal.calibrate,
           _calibrate(constraints=["recall>>1"]), ConfigError, "recall>>1"),

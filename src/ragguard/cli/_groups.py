@@ -36,12 +36,12 @@ class Flag:
     Attributes:
         name: the parameter name the group's ``build`` receives it as.
         annotation: ``Annotated[type, typer.Option(...)]``, as in a typer signature.
-        default: its default value.
+        default: its default value (none given: the flag is required).
     """
 
     name: str
     annotation: Any
-    default: Any = None
+    default: Any = inspect.Parameter.empty
 
 
 @dataclass(frozen=True)

@@ -149,12 +149,12 @@ def _rerank_flags(
 RERANK = FlagGroup(
     "Second stage",
     (
-        Flag("rerank", RerankOpt),
-        Flag("rerank_run", RerankRunOpt),
-        Flag("rerank_score_kind", RerankKindOpt),
-        Flag("corpus", CorpusOpt),
+        Flag("rerank", RerankOpt, None),
+        Flag("rerank_run", RerankRunOpt, None),
+        Flag("rerank_score_kind", RerankKindOpt, None),
+        Flag("corpus", CorpusOpt, None),
         Flag("probability_map", MapOpt, "platt"),
-        Flag("rerank_cache", RerankCacheOpt),
+        Flag("rerank_cache", RerankCacheOpt, None),
     ),
     _rerank_flags,
 )
