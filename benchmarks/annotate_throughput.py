@@ -174,4 +174,7 @@ def _timed(fn: object) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("annotate_throughput"):
+        main()

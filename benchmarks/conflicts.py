@@ -721,4 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("conflicts"):
+        sys.exit(main())

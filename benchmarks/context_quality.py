@@ -551,4 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("context_quality"):
+        sys.exit(main())

@@ -486,4 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("guard_overhead"):
+        sys.exit(main())

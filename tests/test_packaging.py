@@ -44,7 +44,8 @@ def _install_lines(text: str) -> list[str]:
 
 def test_every_install_line_names_the_distribution_and_a_real_extra() -> None:
     extras = set(PYPROJECT["project"]["optional-dependencies"])
-    sources = [ROOT / "README.md", *sorted((ROOT / "examples").glob("*.py"))]
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    sources += sorted((ROOT / "examples").glob("*.py"))
     sources += sorted((ROOT / "src" / "ragguard").rglob("*.py"))
     seen = 0
     for path in sources:
@@ -57,7 +58,7 @@ def test_every_install_line_names_the_distribution_and_a_real_extra() -> None:
             for names in re.findall(re.escape(DISTRIBUTION) + r"\[([a-z,]+)\]", line):
                 seen += 1
                 assert set(names.split(",")) <= extras, (path.name, line)
-    assert seen >= 10  # the README's install block alone has nine extras
+    assert seen >= 10  # the install page's block alone has fourteen extras
     assert install_hint("rerank") == f'pip install "{DISTRIBUTION}[rerank]"'
 
 

@@ -259,12 +259,12 @@ def test_a_model_path_that_does_not_exist_is_no_folder(
 def test_the_model_loads_with_the_guard_so_the_first_call_is_within_the_budget(
     logit_model: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The README's [rerank] example (with its timeout_ms) reranks from the first call,
+    """The rerank guide's [rerank] example (with its timeout_ms) reranks from the first call,
     even when loading the model takes longer than the budget."""
     import sentence_transformers
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Rerank stage", 1)[1].split("\n## ", 1)[0]
+    guide = Path(__file__).resolve().parents[1] / "docs" / "guides" / "rerank.md"
+    section = guide.read_text(encoding="utf-8").split("\n## ", 1)[0]  # before two-stage
     (toml,) = re.findall(r"```toml\n(.*?)```", section, re.S)
     budget_ms = tomllib.loads(toml)["rerank"]["timeout_ms"]
     path = tmp_path / "ragguard.toml"
@@ -971,14 +971,14 @@ def test_rerank_off_leaves_decisions_without_rerank_fields() -> None:
         assert (d.rerank_score, d.rerank_raw_score, d.rerank_reason) == (None, None, None)
 
 
-def test_readme_rerank_example_runs() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Rerank stage", 1)[1].split("\n## ", 1)[0]
+def test_the_rerank_guide_example_runs() -> None:
+    guide = Path(__file__).resolve().parents[1] / "docs" / "guides" / "rerank.md"
+    section = guide.read_text(encoding="utf-8").split("\n## ", 1)[0]  # before two-stage
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert blocks
     namespace: dict[str, object] = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)
+        exec(compile(block, "docs/guides/rerank.md", "exec"), namespace)
     selection = namespace["selection"]
     assert isinstance(selection, Selection)
     assert ids(selection.kept) == ["log-03-02"]

@@ -152,12 +152,11 @@ except MissingDependencyError as exc:
     assert install_hint("langchain") in out.stdout
 
 
-def test_the_readme_example_runs() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Testing your own code", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
+def test_the_docs_example_runs() -> None:
+    page = Path(__file__).resolve().parents[1] / "docs" / "operations" / "testing.md"
+    code = re.search(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
     assert code is not None and "assert_selection(" in code.group(1)
     namespace: dict[str, object] = {}
-    exec(compile(code.group(1), "README.md", "exec"), namespace)
+    exec(compile(code.group(1), "docs/operations/testing.md", "exec"), namespace)
     seen = namespace["seen"]
     assert isinstance(seen, list) and [c.id for c in seen[-1].kept] == ["a", "b"]

@@ -377,13 +377,13 @@ def test_reading_tables_imports_no_table_library_up_front() -> None:
     assert out.stdout.strip() == "['pyarrow']"  # an eval set holds its data as Arrow columns
 
 
-def test_readme_tables_example_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("**Tables.**", 1)[1]
+def test_docs_tables_example_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+    page = (ROOT / "docs" / "reference" / "data-formats.md").read_text(encoding="utf-8")
+    section = page.split("**Tables.**", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None
     source = code.group(1)
-    exec(compile(source, "README.md", "exec"), {})
+    exec(compile(source, "docs/reference/data-formats.md", "exec"), {})
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     documented = [line[2:] for line in source.splitlines() if line.startswith("# {")]
     assert printed == documented
