@@ -148,6 +148,23 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Plan:
+    """How the neural candidates train, and the pre-training data they start with."""
+
+    training: Training
+    pretrain_data: Path | None
+
+
+@dataclass(frozen=True)
+class Splits:
+    """calibrate's held-out fraction and seed, and the validation fraction."""
+
+    holdout: float
+    validation: float
+    seed: int
+
+
+@dataclass(frozen=True)
 class Output:
     """Where the scorer is written, and whether a folder train-reranker wrote is replaced."""
 
@@ -161,7 +178,7 @@ def _model(base: str, kind: list[str] | None) -> Model:
 
 def _training(
     max_steps: int, batch_size: int, max_length: int, device: str | None, pretrain_data: Path | None
-) -> tuple[Training, Path | None]:
+) -> Plan:
     """The training of each neural candidate (with the trainer's progress bar), and the
     pre-training data it starts with.
 
@@ -177,11 +194,11 @@ def _training(
         device=device,
         show_progress_bar=True,
     )
-    return settings, pretrain_data
+    return Plan(settings, pretrain_data)
 
 
-def _split(holdout: float, validation: float, seed: int) -> tuple[float, float, int]:
-    return holdout, validation, seed
+def _split(holdout: float, validation: float, seed: int) -> Splits:
+    return Splits(holdout, validation, seed)
 
 
 def _output(out_dir: Path, overwrite: bool) -> Output:
@@ -237,8 +254,8 @@ OUTPUT = FlagGroup(
 def train_reranker(
     evalset: EvalSetArg,
     model: Model,
-    training: tuple[Training, Path | None],
-    split: tuple[float, float, int],
+    training: Plan,
+    split: Splits,
     output: Output,
     run: RunOpt = None,
     corpus: CorpusOpt = None,
@@ -264,22 +281,21 @@ def train_reranker(
     with friendly_errors(verbose):
         from ragguard.calibration.train import RerankerTrainer
 
-        holdout, validation, seed = split
-        settings, pretrain_data = training
+        holdout, seed = split.holdout, split.seed
         base = model.base
         data = load_evalset_for_cli(evalset, run, score_kind=None)
         trainer = RerankerTrainer(
             base=base,
             kinds=model.kinds,
             holdout=holdout,
-            validation=validation,
+            validation=split.validation,
             seed=seed,
-            training=settings,
+            training=training.training,
         )
         result = trainer.fit(
             data,
             out=output.folder,
-            pretrain_data=pretrain_data,
+            pretrain_data=training.pretrain_data,
             corpus=[str(c) for c in corpus or ()],
             overwrite=output.overwrite,
             inputs=[evalset, *(run or ())],
