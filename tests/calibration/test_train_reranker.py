@@ -15,12 +15,15 @@ from typer.testing import CliRunner
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("sklearn")
 
-from ragguard import Candidate, ContextGuard, GuardConfig
+from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
 from ragguard.calibration import EvalSet, load_evalset, split_queries
 from ragguard.calibration.statistics import Interval
 from ragguard.calibration.train import Candidate as Scorer
 from ragguard.calibration.train import (
+    Negatives,
+    RerankerTrainer,
     Ticker,
+    Training,
     TrainResult,
     auc_difference,
     choose,
@@ -618,3 +621,27 @@ def test_training_takes_texts_from_the_loaded_set_never_from_the_file_again(
     assert [(c.name, c.auc_distractor, c.auc_other) for c in again.candidates] == [
         (c.name, c.auc_distractor, c.auc_other) for c in trained.candidates
     ]
+
+
+def test_the_trainer_fits_what_train_reranker_trains(
+    data: tuple[Path, Path], trained: TrainResult, tmp_path: Path
+) -> None:
+    """RerankerTrainer(option objects).fit is what train_reranker(**keywords) runs: the
+    same model card (but its time) for the same settings."""
+    path, encoder = data
+    trainer = RerankerTrainer(
+        base=str(encoder), kinds=FUSION, seed=0, validation=VALIDATION,
+        negatives=Negatives(), training=Training(),
+    )  # fmt: skip
+    fitted = trainer.fit(load_evalset(path), out=tmp_path / "scorer")
+    timeless = [
+        {k: v for k, v in card.items() if k != "training_seconds"}
+        for card in (fitted.card, trained.card)
+    ]
+    for card in timeless:  # each candidate's timing is measured, not settled
+        for c in card["validation"]["candidates"].values():
+            c.pop("seconds")
+    assert timeless[0] == timeless[1]
+    assert (fitted.chosen, fitted.why) == (trained.chosen, trained.why)
+    with pytest.raises(ConfigError, match=r"^same_query_negatives must be an int >= 0, got -1$"):
+        Negatives(same_query=-1)

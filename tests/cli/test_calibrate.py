@@ -707,3 +707,66 @@ def test_a_dangerous_result_says_what_to_try_next_with_the_commands(tmp_path: Pa
     assert (
         "still DANGEROUS" in steps and f"`ragguard train-reranker {NOTES} --out scorer/`" in steps
     )
+
+
+# --------------------------------------------------------------------------- option groups
+
+
+CALIBRATE_GROUPS = {
+    "Inputs": ["--run", "--retriever", "--score-kind"],
+    "Utilities": ["--profile", "--profiles", "--relevant-grade", "--partial-grade"],
+    "Objective": ["--objective", "--min-recall", "--constraint", "--guarantee",
+                  "--confidence", "--max-false-abstain"],
+    "Settings swept": ["--max-k", "--max-tokens", "--token-counter",
+                       "--near-duplicate-threshold", "--conflicts", "--conflict-similarity"],
+    "Held-out check": ["--holdout", "--seed", "--folds", "--on-worse"],
+    "Second stage": ["--rerank", "--rerank-run", "--rerank-score-kind", "--corpus",
+                     "--probability-map", "--rerank-cache"],
+    "Output": ["--out", "--report", "--no-report", "--allow-unmet", "--json"],
+    "Options": ["--verbose", "--help"],
+}  # fmt: skip
+
+
+def _help_sections(text: str) -> dict[str, list[str]]:
+    """Each ``Title:`` section of a help text -> the flags its entries start with."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            current = sections.setdefault(line[:-1], [])
+        elif current is not None and line.startswith("  -"):
+            flags = re.findall(r"(--[a-z][a-z-]*)", line.split("  ")[1])
+            current.append(flags[-1] if flags else "")
+    return sections
+
+
+def test_calibrate_help_lists_every_flag_under_its_group() -> None:
+    from typer.main import get_command
+
+    result = runner.invoke(app, ["calibrate", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    sections = _help_sections(result.stdout)
+    assert {k: v for k, v in sections.items() if k != "Arguments"} == CALIBRATE_GROUPS
+    # every flag typer knows is listed, once (the groups add none and drop none)
+    command = get_command(app).commands["calibrate"]  # type: ignore[attr-defined]
+    known = sorted(
+        ["--help", *(max(p.opts, key=len) for p in command.params if p.opts[0].startswith("-"))]
+    )
+    listed = sorted(f for flags in CALIBRATE_GROUPS.values() for f in flags)
+    assert known == listed
+
+
+def test_a_bad_value_of_a_group_is_one_line_before_the_eval_set_is_read(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing-here.jsonl"  # never read: the options fail first
+    for args, says in [
+        (["--guarantee", "recall>=2"], "the guaranteed recall must lie in (0, 1), got 2"),
+        (["--conflicts", "off,,drop"], "--conflicts takes comma-separated values"),
+        (["--max-false-abstain", "1.5"], "--max-false-abstain (max_false_abstain) must be"),
+        (["--constraint", "udcg>>1"], "udcg>>1"),
+        (["--rerank", "x:y", "--rerank-run", "r.trec"], "give --rerank or --rerank-run, not both"),
+    ]:
+        res = runner.invoke(app, ["calibrate", str(missing), *args, "--no-report"])
+        assert res.exit_code == 1, (args, res.output)
+        line = error_line(res)
+        assert says in line and str(missing) not in line, (args, line)
+        assert "Traceback" not in res.output

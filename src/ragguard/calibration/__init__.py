@@ -10,27 +10,20 @@ sweep the guard's settings to recommend a config.
     evaluate(evalset, metrics=["ndcg@10"], per_query=True)  # {"ndcg@10": {"q1": 0.63, ...}}
     evaluate(qrels, run, metrics=["recall@5"])            # plain dicts, as in ranx
     result = calibrate(evalset, objective="udcg", min_recall=0.8)   # the sweep
+    result = Calibrator(constraints=["evidence_recall>=0.8"], split=Split(seed=1)).fit(evalset)
     result.save_config("ragguard.toml")                   # ContextGuard.from_file(...)
 
 Importing :mod:`ragguard` does not import this package; it loads on first use.
 
 The rule: the runtime applies, calibration fits. The runtime guard (every module of
 :mod:`ragguard` outside ``calibration`` and ``cli``) never imports this package; this
-package reads the runtime's policy, configs and scores to fit them. Its layers, top to
-bottom, each importing only those below: training and annotation (``train``,
-``annotate``, which consume calibration data and are imported by nothing here); the
-rendering of a result (``report``, ``summary``); orchestration (``calibrate``) and the
-other front doors (``evaluate``, ``inputs``); the result model with its provenance and
-saving (``result``); the two-stage search (``pipeline``) and
-the ``min_evidence`` floor (``answerability``); risk (Learn-then-Test, ``risk``),
-statistics (splits and paired bootstrap comparisons, ``statistics``), cross-validated
-selection (``select``), the stage sweeps, rerank scores and probability maps; the sweep
-(``sweep``); passage stages and metrics; data; arrays. The ``[tool.importlinter]``
-contracts of ``pyproject.toml`` hold this (``lint-imports``).
+package reads the runtime's policy, configs and scores to fit them. Its wings and
+layers are drawn in ``DESIGN.md``; the ``[tool.importlinter]`` contracts of
+``pyproject.toml`` hold them (``lint-imports``).
 """
 
 from ragguard.calibration.arrays import EvalArrays, build_arrays
-from ragguard.calibration.calibrate import calibrate
+from ragguard.calibration.calibrate import Calibrator, calibrate
 from ragguard.calibration.data.evalset import (
     EvalSet,
     Labels,
@@ -54,6 +47,16 @@ from ragguard.calibration.metrics import (
     parse_metric,
     safety_band,
     udcg_theta,
+)
+from ragguard.calibration.options import (
+    Answerability,
+    Check,
+    Guarantee,
+    RerankGrid,
+    RerankSearch,
+    Search,
+    Split,
+    Stages,
 )
 from ragguard.calibration.probability import (
     brier_score,
@@ -79,11 +82,15 @@ from ragguard.calibration.utility import UtilityRules, candidate_utilities
 
 __all__ = [
     "METRICS",
+    "Answerability",
     "CalibrationResult",
+    "Calibrator",
+    "Check",
     "Comparison",
     "Constraint",
     "EvalArrays",
     "EvalSet",
+    "Guarantee",
     "Interval",
     "Labels",
     "LoadReport",
@@ -91,10 +98,15 @@ __all__ = [
     "Problem",
     "ProblemKind",
     "Query",
+    "RerankGrid",
+    "RerankSearch",
     "Run",
     "RunCalibration",
     "SafetyBand",
     "SafetyBands",
+    "Search",
+    "Split",
+    "Stages",
     "SweepGrid",
     "SweepResult",
     "UDCGTheta",

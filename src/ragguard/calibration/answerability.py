@@ -71,6 +71,8 @@ from numpy.typing import NDArray
 
 from ragguard.calibration._format import ceil_number, format_interval, format_number
 from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.options import Answerability, check_share
+from ragguard.calibration.plan import FitPlan
 from ragguard.calibration.risk import Certification, certify_means, risk_upper_bound
 from ragguard.calibration.statistics import (
     Comparison,
@@ -112,19 +114,6 @@ DIGITS = 4
 
 RETRIEVAL_SCALE = "normalised retrieval score"
 RERANK_SCALE = "rerank probability"
-
-
-def check_share(max_false_abstain: float) -> None:
-    """Raise unless ``max_false_abstain`` is a share in (0, 1).
-
-    Raises:
-        ConfigError: naming the option and the value.
-    """
-    x = max_false_abstain
-    if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < x < 1.0:
-        raise ConfigError(
-            f"--max-false-abstain (max_false_abstain) must be a share in (0, 1), got {x!r}"
-        )
 
 
 def check_max_false_abstain(
@@ -504,13 +493,8 @@ def fit_answerability(
     scale: str,
     setting: str,
     metrics: Sequence[str],
-    calibration_rows: I,
-    heldout_rows: I,
-    max_false_abstain: float,
-    confidence: float,
-    n_bootstrap: int,
-    seed: int,
-    level: float,
+    plan: FitPlan,
+    option: Answerability,
 ) -> AnswerabilityResult:
     """Calibrate ``min_evidence`` for one written setting (see the module docstring):
     certified on the calibration queries, checked on the held-out ones.
@@ -525,14 +509,15 @@ def fit_answerability(
         scale: what ``top`` is, in words (:data:`RETRIEVAL_SCALE`, :data:`RERANK_SCALE`).
         setting: the written setting, in words.
         metrics: the metrics the floor's effect is compared on.
-        calibration_rows: the calibration query rows (the floor is certified on them).
-        heldout_rows: the held-out query rows (the floor is checked on them).
-        max_false_abstain: the largest share of answerable queries the floor may lose.
-        confidence: the probability that the bound holds.
-        n_bootstrap: bootstrap resamples of the held-out shares and the effect.
-        seed: the bootstrap's seed.
-        level: the intervals' confidence level.
+        plan: the fit: its calibration queries (the floor is certified on them), its
+            held-out queries (the floor is checked on them), the bootstrap's resamples,
+            seed and level (the held-out shares and the effect).
+        option: the largest share of answerable queries the floor may lose, and the
+            probability that the bound holds.
     """
+    calibration_rows, heldout_rows = plan.calibration_rows, plan.heldout_rows
+    max_false_abstain, confidence = option.max_false_abstain, option.confidence
+    n_bootstrap, seed, level = plan.check.n_bootstrap, plan.split.seed, plan.check.level
     answerable = arrays.n_evidence > 0
     unanswerable = np.asarray(arrays.unanswerable, dtype=np.bool_)
     calib = calibration_rows

@@ -66,7 +66,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -86,7 +86,18 @@ from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.conflict_sweep import stage_sweep
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.metrics import parse_metric
-from ragguard.calibration.pipeline import RerankGrid, TwoStageCalibration, calibrate_two_stage
+from ragguard.calibration.options import (
+    Answerability,
+    Check,
+    Guarantee,
+    RerankGrid,
+    RerankSearch,
+    Search,
+    Split,
+    Stages,
+)
+from ragguard.calibration.pipeline import TwoStageCalibration, calibrate_two_stage
+from ragguard.calibration.plan import FitPlan
 from ragguard.calibration.rerank_scores import RerankScores, score_candidates
 from ragguard.calibration.result import (
     SMALL_SET,
@@ -98,7 +109,6 @@ from ragguard.calibration.risk import (
     EVIDENCE,
     certify_guarantee,
     guarantee_paths,
-    parse_guarantee,
 )
 from ragguard.calibration.select import (
     DEFAULT_FOLDS,
@@ -127,7 +137,7 @@ from ragguard.calibration.sweep import (
     optimal_k,
     sweep,
 )
-from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
+from ragguard.calibration.utility import UtilityRules, as_profile
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import ConflictMode
 from ragguard.probability import MapMethod
@@ -240,7 +250,423 @@ def needs_texts(
     )
 
 
-def calibrate(
+@dataclass(frozen=True, kw_only=True)
+class Calibrator:
+    """Calibration as an estimator: the settings of a calibration, grouped into option
+    objects and checked when built (a bad value raises
+    :class:`~ragguard.errors.ConfigError` before any data is read), and :meth:`fit`,
+    which runs it on an eval set (the steps of the module docstring).
+
+    ::
+
+        from ragguard.calibration import Calibrator, Check, Split
+
+        calibrator = Calibrator(
+            objective="udcg",
+            constraints=["evidence_recall>=0.8"],
+            split=Split(holdout=0.3, seed=0),
+            check=Check(n_bootstrap=2000),
+        )
+        result = calibrator.fit(evalset)
+        result.save_config("ragguard.toml")
+
+    :func:`calibrate` takes the same settings as keyword arguments.
+
+    Attributes:
+        objective: the metric to optimise (a registry metric string or ``passages``);
+            distractor rate and harm are minimised, everything else maximised.
+        constraints: ``Constraint`` objects or strings like ``"evidence_recall>=0.8"``
+            (evidence recall: recall among the candidates, the recall a guard controls).
+        profile: tolerance profile for utilities (default ``support``); its name goes
+            into the config.
+        rules: which grades are relevant / partially relevant (default: the profile's).
+        runs: the runs to calibrate (default: all).
+        search: the retrieval settings swept (:class:`~ragguard.calibration.options.Search`).
+        split: calibration / held-out queries and folds
+            (:class:`~ragguard.calibration.options.Split`).
+        check: the held-out check (:class:`~ragguard.calibration.options.Check`).
+        guarantee: a recall guarantee instead of the objective's optimum
+            (:class:`~ragguard.calibration.options.Guarantee`).
+        stages: the stages after the cut swept with every setting
+            (:class:`~ragguard.calibration.options.Stages`).
+        rerank: a second stage calibrated with the recommended run
+            (:class:`~ragguard.calibration.options.RerankSearch`).
+        answerability: calibrate ``min_evidence`` for the written setting
+            (:class:`~ragguard.calibration.options.Answerability`).
+    """
+
+    objective: str = "udcg"
+    constraints: Sequence[Constraint | str] = ()
+    profile: Profile | str | None = None
+    rules: UtilityRules | None = None
+    runs: Sequence[str] | None = None
+    search: Search = field(default_factory=Search)
+    split: Split = field(default_factory=Split)
+    check: Check = field(default_factory=Check)
+    guarantee: Guarantee | None = None
+    stages: Stages = field(default_factory=Stages)
+    rerank: RerankSearch | None = None
+    answerability: Answerability | None = None
+
+    def __post_init__(self) -> None:
+        options: tuple[tuple[str, object, type, bool], ...] = (
+            ("search", self.search, Search, False),
+            ("split", self.split, Split, False),
+            ("check", self.check, Check, False),
+            ("guarantee", self.guarantee, Guarantee, True),
+            ("stages", self.stages, Stages, False),
+            ("rerank", self.rerank, RerankSearch, True),
+            ("answerability", self.answerability, Answerability, True),
+        )
+        for name, value, kind, optional in options:
+            if not isinstance(value, kind) and not (optional and value is None):
+                raise ConfigError(
+                    f"{name} must be a {kind.__name__}{' or None' if optional else ''}, got "
+                    f"{type(value).__name__}"
+                )
+        if self.rules is not None and not isinstance(self.rules, UtilityRules):
+            raise ConfigError(
+                f"rules must be UtilityRules or None, got {type(self.rules).__name__}"
+            )
+        as_profile(self.profile)  # an unknown profile: ConfigError
+        if isinstance(self.constraints, str):
+            raise ConfigError(f"constraints must be a sequence of rules, got {self.constraints!r}")
+        cons = tuple(Constraint.parse(c) if isinstance(c, str) else c for c in self.constraints)
+        object.__setattr__(self, "constraints", cons)
+        if isinstance(self.runs, str):
+            raise ConfigError(f"runs must be a sequence of run names, got {self.runs!r}")
+        if not isinstance(self.objective, str):
+            raise ConfigError(f"objective must be a metric name, got {self.objective!r}")
+        if self.objective != PASSAGES:
+            parse_metric(self.objective)  # fail early on a bad name
+        baseline_k = self.check.baseline_k
+        grid = self.grid
+        if baseline_k is not None and baseline_k not in grid.max_k:
+            raise ConfigError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
+
+    @property
+    def grid(self) -> SweepGrid:
+        """The grid swept first: the one given, or the default grid up to the cap."""
+        s = self.search
+        return s.grid or SweepGrid.up_to(DEFAULT_MAX_K if s.max_k is None else s.max_k)
+
+    def fit(
+        self,
+        evalset: EvalSet,
+        *,
+        corpus: Sequence[str | os.PathLike[str]] = (),
+        passages: Mapping[str, str] | None = None,
+        on_sweep: Callable[[int, int], None] | None = None,
+    ) -> CalibrationResult:
+        """Sweep every run, choose a setting per run, check it on held-out queries.
+
+        Args:
+            evalset: labelled queries and their runs.
+            corpus: JSONL corpus files with passage texts, for a reranker and the stages
+                after the cut; added to ``evalset.texts`` (:meth:`EvalSet.with_texts`),
+                each read once.
+            passages: more passage texts, ``{passage id: text}``.
+            on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run,
+                and one for the second stage.
+
+        Raises:
+            EvalSetError: no runs, an unknown run, or nothing to calibrate on: no
+                queries left (an empty split, a run with no candidates for any labelled
+                query) or a run none of whose document ids is labelled for its query
+                (the ids of the run and of the labels do not match); with
+                ``answerability``, no unanswerable query among the calibration queries.
+            ConfigError: ``answerability`` with a ``guarantee``; a token counter that
+                cannot be built.
+        """
+        if not evalset.runs:
+            raise EvalSetError(
+                "the eval set has no runs to calibrate; pass run files (--run) or a "
+                "retriever (--retriever)",
+                path=evalset.source,
+            )
+        names = list(evalset.runs) if self.runs is None else list(self.runs)
+        for n in names:
+            if n not in evalset.runs:
+                raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs)}")
+        if not names:
+            raise EvalSetError("no runs selected")
+        objective, split, check = self.objective, self.split, self.check
+        cons = [c for c in self.constraints if isinstance(c, Constraint)]
+        grid = self.grid
+        qids = evalset.qids
+        calib_rows, held_rows = split_queries(len(qids), split.holdout, split.seed)
+        if self.answerability is not None:
+            check_max_false_abstain(
+                evalset,
+                self.answerability.max_false_abstain,
+                calib_rows,
+                guarantee=self.guarantee is not None,
+            )
+        evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
+        st = self.stages
+        plan = FitPlan(
+            profile=as_profile(self.profile),
+            rules=self.rules,
+            objective=objective,
+            constraints=tuple(cons),
+            metrics=tuple(
+                dict.fromkeys(
+                    [
+                        objective,
+                        *(c.metric for c in cons),
+                        *self.search.metrics,
+                        *REPORTED,
+                        EVIDENCE,
+                    ]
+                )
+            ),
+            reported=tuple(dict.fromkeys([objective, *(c.metric for c in cons), *REPORTED])),
+            calibration_rows=calib_rows,
+            heldout_rows=held_rows,
+            split=split,
+            check=check,
+            guarantee=self.guarantee,
+            stages=stage_sweep(
+                evalset,
+                max_tokens=st.max_tokens,
+                token_counter_spec=st.token_counter,
+                near_duplicate_threshold=st.near_duplicate_threshold,
+                conflicts=st.conflicts,
+                conflict_similarities=st.conflict_similarities,
+            ),
+        )
+        n_sweeps = len(names) + (self.rerank is not None)
+
+        def report_sweeps(done: int) -> None:
+            if on_sweep is not None:
+                on_sweep(done, n_sweeps)
+
+        report_sweeps(0)
+        results: list[RunCalibration] = []
+        for name in names:
+            results.append(
+                _search_run(evalset, name, plan, grid, self.search.grows, first=not results)
+            )
+            report_sweeps(len(results))
+
+        sign = -1.0 if lower_is_better(objective) else 1.0
+
+        def rank_key(r: RunCalibration) -> tuple[bool, bool, float]:
+            value = r.full.mean(r.written, objective)
+            ok = r.guarantee.met if r.guarantee is not None else True
+            return (ok, r.written_feasible, sign * value if not math.isnan(value) else -math.inf)
+
+        best = max(results, key=rank_key)  # first of equals: the eval set's order
+        two_stage = None
+        if self.rerank is not None:
+            two_stage = _two_stage(evalset, best, self.rerank, plan, best.grid or grid)
+            report_sweeps(n_sweeps)
+        g = self.guarantee
+        calibrated = CalibrationResult(
+            runs=tuple(results),
+            recommended=best,
+            objective=objective,
+            constraints=tuple(cons),
+            profile=plan.profile,
+            grid=grid,
+            holdout=float(split.holdout),
+            seed=split.seed,
+            qids=qids,
+            calibration_rows=calib_rows,
+            heldout_rows=held_rows,
+            evalset=evalset,
+            data_sha256=data_fingerprint(evalset, names),
+            files=_file_hashes(evalset, names),
+            rerank=two_stage,
+            on_worse=check.on_worse,
+            target=plan.target,
+            confidence=_confidence(g, self.answerability),
+            folds=split.folds,
+            stage_settings={} if plan.stages is None else plan.stages.config_settings(),
+            caps_fixed=not self.search.grows,
+        )
+        a = self.answerability
+        if a is None:
+            return calibrated
+        answerability = calibrate_answerability(calibrated, plan, a)
+        return replace(calibrated, answerability=answerability)
+
+
+def _confidence(guarantee: Guarantee | None, answerability: Answerability | None) -> float:
+    """The confidence a result states: its guarantee's, else its floor's, else 0.95."""
+    if guarantee is not None:
+        return guarantee.confidence
+    return 0.95 if answerability is None else answerability.confidence
+
+
+def _search_run(
+    evalset: EvalSet, name: str, plan: FitPlan, grid: SweepGrid, may_grow: bool, *, first: bool
+) -> RunCalibration:
+    """Sweep run ``name`` (caps grown when ``may_grow`` and no setting meets the
+    constraints, or with a guarantee), choose by cross-validation or certify the
+    guarantee, compare with plain top-k, fall back when worse, refit on all queries
+    (steps 1-7 of the module docstring); ``first``: the first run, which warns about a
+    small eval set."""
+    objective, cons, stages = plan.objective, plan.constraints, plan.stages
+    wanted, reported = plan.metrics, plan.reported
+    calib_rows, held_rows = plan.calibration_rows, plan.heldout_rows
+    seed, folds = plan.split.seed, plan.split.folds
+    check, target = plan.check, plan.target
+    baseline_k = check.baseline_k
+    qids = evalset.qids
+    all_rows = np.arange(len(qids), dtype=np.intp)
+    # the row groups every mean below is a union of: cross-validation folds of the
+    # calibration queries (the ones cross_validate draws), the held-out queries
+    k_folds = fold_count(int(calib_rows.size), folds) if target is None else 0
+    groups = [*(fold_parts(calib_rows, k_folds, seed) if k_folds else [calib_rows]), held_rows]
+    _check_ids_match(evalset, name)
+    arrays = evalset.arrays(name, profile=plan.profile, rules=plan.rules)
+    run_grid = grid
+    if arrays.score_kind is None:
+        logger.warning("run %r has no scores: only plain top-k settings apply", name)
+
+    def sweep_on(g: SweepGrid, ar: EvalArrays = arrays) -> tuple[SweepKernel, SweepResult]:
+        pts = g.points()
+        if stages is not None:  # every setting with the stages after the cut
+            pts = stages.points(pts)  # (under each conflict setting swept)
+        if ar.score_kind is None:
+            pts = tuple(p for p in pts if is_plain_top_k(p))
+        width = max(p.max_k for p in pts)
+        if stages is None:
+            kern = SweepKernel(ar, wanted, width)
+        else:
+            kern = stages.kernel(ar, wanted, width)
+        return kern, sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
+
+    # the caps grow to the candidate depth when no setting meets the constraints, and
+    # always for a guarantee (whose first sweep would go unused: it is skipped)
+    depth = min(int(arrays.n_valid.max()) if arrays.n_queries else 0, MAX_K_LIMIT)
+    wider = None
+    if may_grow and depth > max(run_grid.max_k):
+        wider = replace(run_grid, max_k=_extended_caps(run_grid.max_k, depth))
+    swept = None
+    if wider is None or target is None:
+        swept = sweep_on(run_grid)
+        if all(bool((c.violation(swept[1].column(c.metric)) == 0).any()) for c in cons):
+            wider = None
+    if wider is not None:
+        swept = None  # the first sweep's tables go before the wider ones are built
+        run_grid = wider
+        swept = sweep_on(run_grid)
+        logger.info("run %r: caps extended to %d", name, max(run_grid.max_k))
+    assert swept is not None
+    kernel, result = swept
+    points = result.points
+    # the baseline: plain top-k (under the first conflict setting swept)
+    top_idx = [
+        i
+        for i, p in enumerate(points)
+        if is_plain_top_k(p) and (stages is None or stages.is_base(p))
+    ]
+    full = result.restricted(kernel, all_rows)
+
+    def means(rows: I, kern: SweepKernel = kernel, res: SweepResult = result) -> SweepResult:
+        return res.restricted(kern, rows)
+
+    selection = None
+    g_result = None
+    if target is not None:
+        paths = None if stages is None else stages.paths(points, guarantee_paths)
+        assert plan.guarantee is not None
+        g_result = certify_guarantee(
+            kernel, result, target, plan.guarantee.confidence, held_rows, paths
+        )
+        chosen = g_result.written
+        feasible = meets_constraints(result, chosen, cons)
+    else:
+        selection = cross_validate(
+            means, points, calib_rows, objective, cons, folds=folds, seed=seed
+        )
+        chosen, feasible = refit(result, selection.members[selection.chosen], objective, cons)
+    if baseline_k is None:
+        baseline, _ = choose(result, objective, cons, among=top_idx)
+    else:
+        baseline = next(i for i in top_idx if points[i].max_k == baseline_k)
+    rows, split = checked_rows(calib_rows, held_rows)
+    comparison = compare(
+        kernel,
+        result.kept[baseline].astype(np.intp),
+        result.kept[chosen].astype(np.intp),
+        rows,
+        reported,
+        split=split,
+        n_bootstrap=check.n_bootstrap,
+        seed=seed,
+        level=check.level,
+    )
+    if len(qids) < SMALL_SET and objective in comparison.metrics and first:
+        d = comparison.guarded[objective]
+        logger.warning(
+            "only %d labelled queries (%d or more advised): the %s interval of mean "
+            "%s is %.3f wide, so small gains cannot be told from noise",
+            len(qids),
+            SMALL_SET,
+            comparison.split,
+            objective,
+            d.high - d.low,
+        )
+    fallback = None
+    if (
+        target is None
+        and chosen != baseline
+        and objective in comparison.metrics
+        and comparison.verdict(objective) == "worse"
+    ):
+        fallback = (
+            f"{comparison.where()} the choice ({describe_point(points[chosen])}) is "
+            f"worse than plain {describe_point(points[baseline])} on {objective} "
+            f"(difference {comparison.change(objective)})"
+        )
+    # refit on all queries: the family (plain top-k after a fallback) re-selected;
+    # a guarantee is not refitted (what the calibration queries certify is written,
+    # and the held-out queries check it)
+    if g_result is not None:
+        written = chosen
+        written_feasible = meets_constraints(full, written, cons)
+    else:
+        assert selection is not None
+        members = top_idx if fallback is not None else selection.members[selection.chosen]
+        if fallback is not None and baseline_k is not None:
+            members = [baseline]
+        written, written_feasible = refit(full, members, objective, cons)
+    run = evalset.runs[name]
+    run_calibration = RunCalibration(
+        name=name,
+        score_kind=arrays.score_kind,
+        source=run.source,
+        arrays=arrays,
+        kernel=kernel,
+        sweep=result,
+        chosen=chosen,
+        baseline=baseline,
+        feasible=feasible,
+        comparison=comparison,
+        optimal=optimal_k(arrays, max(run_grid.max_k)),
+        grid=run_grid,
+        selection=selection,
+        full=full,
+        written=written,
+        written_feasible=written_feasible,
+        fallback=fallback,
+        guarantee=g_result,
+    )
+    logger.info(
+        "run %r: chose %s (%s %.4f), wrote %s",
+        name,
+        describe_point(points[chosen]),
+        objective,
+        result.mean(chosen, objective),
+        describe_point(points[written]),
+    )
+    return run_calibration
+
+
+def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for callers
     evalset: EvalSet,
     *,
     runs: Sequence[str] | None = None,
@@ -278,7 +704,9 @@ def calibrate(
     conflicts: Sequence[str | ConflictMode] = (),
     conflict_similarities: Sequence[float] = (),
 ) -> CalibrationResult:
-    """Sweep every run, choose a setting per run, check it on held-out queries.
+    """Sweep every run, choose a setting per run, check it on held-out queries: a
+    :class:`Calibrator` built from these keyword arguments, fitted on ``evalset``
+    (``Calibrator(...).fit(evalset)`` groups them into option objects).
 
     Args:
         evalset: labelled queries and their runs.
@@ -371,288 +799,57 @@ def calibrate(
             ``probability_map``, ...), an unknown metric or profile, a malformed
             constraint, or both ``reranker`` and ``rerank_scores``.
     """
-    if not evalset.runs:
-        raise EvalSetError(
-            "the eval set has no runs to calibrate; pass run files (--run) or a retriever "
-            "(--retriever)",
-            path=evalset.source,
-        )
-    names = list(evalset.runs) if runs is None else list(runs)
-    for n in names:
-        if n not in evalset.runs:
-            raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs)}")
-    if not names:
-        raise EvalSetError("no runs selected")
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 1:
-        raise ConfigError(f"n_bootstrap must be a whole number >= 1, got {n_bootstrap!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed must be a whole number, got {seed!r}")
-    if not (is_real(level) and 0.0 < level < 1.0):
-        raise ConfigError(f"level must be in (0, 1), got {level!r}")
     MapMethod(probability_map)  # fail early on an unknown method (ConfigError)
-    prof = as_profile(profile)
+    if not (is_real(confidence) and 0.0 < confidence < 1.0):  # checked even when unused
+        raise ConfigError(f"confidence must be in (0, 1), got {confidence!r}")
     cons = [Constraint.parse(c) if isinstance(c, str) else c for c in constraints]
     if min_recall is not None:
         if not (is_real(min_recall) and 0.0 <= min_recall <= 1.0):
             raise ConfigError(f"min_recall must be in [0, 1], got {min_recall!r}")
         cons.append(Constraint(EVIDENCE, ">=", float(min_recall)))
-    if on_worse not in ("top-k", "stop"):
-        raise ConfigError(f"on_worse must be 'top-k' or 'stop', got {on_worse!r}")
-    if not (is_real(confidence) and 0.0 < confidence < 1.0):
-        raise ConfigError(f"confidence must be in (0, 1), got {confidence!r}")
-    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 0:
-        raise ConfigError(f"folds must be an int >= 0, got {folds!r}")
-    if objective != PASSAGES:
-        parse_metric(objective)  # fail early on a bad name
-    if max_k is not None and (isinstance(max_k, bool) or not isinstance(max_k, int) or max_k < 1):
-        raise ConfigError(f"max_k must be an int >= 1, got {max_k!r}")
-    # the caps grow only when neither a grid nor a cap was given
-    may_grow = grid is None and max_k is None
-    grid = grid or SweepGrid.up_to(DEFAULT_MAX_K if max_k is None else max_k)
-    if baseline_k is not None and baseline_k not in grid.max_k:
-        raise ConfigError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
-    wanted = tuple(
-        dict.fromkeys([objective, *(c.metric for c in cons), *metrics, *REPORTED, EVIDENCE])
-    )
-    reported = tuple(dict.fromkeys([objective, *(c.metric for c in cons), *REPORTED]))
-
-    qids = evalset.qids
-    calib_rows, held_rows = split_queries(len(qids), holdout, seed)
-    if max_false_abstain is not None:
-        check_max_false_abstain(
-            evalset, max_false_abstain, calib_rows, guarantee=guarantee is not None
-        )
-    evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
-    stages = stage_sweep(
-        evalset, max_tokens=max_tokens, token_counter_spec=token_counter,
-        near_duplicate_threshold=near_duplicate_threshold, conflicts=conflicts,
-        conflict_similarities=conflict_similarities,
-    )  # fmt: skip
-
-    results: list[RunCalibration] = []
-    all_rows = np.arange(len(qids), dtype=np.intp)
-    # the row groups every mean below is a union of: cross-validation folds of the
-    # calibration queries (the ones cross_validate draws), the held-out queries
-    k_folds = fold_count(int(calib_rows.size), folds) if guarantee is None else 0
-    groups = [*(fold_parts(calib_rows, k_folds, seed) if k_folds else [calib_rows]), held_rows]
-    target = None if guarantee is None else parse_guarantee(guarantee)
-    n_sweeps = len(names) + (reranker is not None or rerank_scores is not None)
-
-    def report_sweeps(done: int) -> None:
-        if on_sweep is not None:
-            on_sweep(done, n_sweeps)
-
-    report_sweeps(0)
-    for name in names:
-        _check_ids_match(evalset, name)
-        arrays = evalset.arrays(name, profile=prof, rules=rules)
-        run_grid = grid
-        if arrays.score_kind is None:
-            logger.warning("run %r has no scores: only plain top-k settings apply", name)
-
-        def sweep_on(g: SweepGrid, ar: EvalArrays = arrays) -> tuple[SweepKernel, SweepResult]:
-            pts = g.points()
-            if stages is not None:  # every setting with the stages after the cut
-                pts = stages.points(pts)  # (under each conflict setting swept)
-            if ar.score_kind is None:
-                pts = tuple(p for p in pts if is_plain_top_k(p))
-            width = max(p.max_k for p in pts)
-            if stages is None:
-                kern = SweepKernel(ar, wanted, width)
-            else:
-                kern = stages.kernel(ar, wanted, width)
-            return kern, sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
-
-        # the caps grow to the candidate depth when no setting meets the constraints, and
-        # always for a guarantee (whose first sweep would go unused: it is skipped)
-        depth = min(int(arrays.n_valid.max()) if arrays.n_queries else 0, MAX_K_LIMIT)
-        wider = None
-        if may_grow and depth > max(run_grid.max_k):
-            wider = replace(run_grid, max_k=_extended_caps(run_grid.max_k, depth))
-        swept = None
-        if wider is None or target is None:
-            swept = sweep_on(run_grid)
-            if all(bool((c.violation(swept[1].column(c.metric)) == 0).any()) for c in cons):
-                wider = None
-        if wider is not None:
-            swept = None  # the first sweep's tables go before the wider ones are built
-            run_grid = wider
-            swept = sweep_on(run_grid)
-            logger.info("run %r: caps extended to %d", name, max(run_grid.max_k))
-        assert swept is not None
-        kernel, result = swept
-        points = result.points
-        # the baseline: plain top-k (under the first conflict setting swept)
-        top_idx = [
-            i
-            for i, p in enumerate(points)
-            if is_plain_top_k(p) and (stages is None or stages.is_base(p))
-        ]
-        full = result.restricted(kernel, all_rows)
-
-        def means(rows: I, kern: SweepKernel = kernel, res: SweepResult = result) -> SweepResult:
-            return res.restricted(kern, rows)
-
-        selection = None
-        g_result = None
-        if target is not None:
-            paths = None if stages is None else stages.paths(points, guarantee_paths)
-            g_result = certify_guarantee(kernel, result, target, confidence, held_rows, paths)
-            chosen = g_result.written
-            feasible = meets_constraints(result, chosen, cons)
-        else:
-            selection = cross_validate(
-                means, points, calib_rows, objective, cons, folds=folds, seed=seed
-            )
-            chosen, feasible = refit(result, selection.members[selection.chosen], objective, cons)
-        if baseline_k is None:
-            baseline, _ = choose(result, objective, cons, among=top_idx)
-        else:
-            baseline = next(i for i in top_idx if points[i].max_k == baseline_k)
-        rows, split = checked_rows(calib_rows, held_rows)
-        comparison = compare(
-            kernel,
-            result.kept[baseline].astype(np.intp),
-            result.kept[chosen].astype(np.intp),
-            rows,
-            reported,
-            split=split,
-            n_bootstrap=n_bootstrap,
-            seed=seed,
-            level=level,
-        )
-        if len(qids) < SMALL_SET and objective in comparison.metrics and not results:
-            d = comparison.guarded[objective]
-            logger.warning(
-                "only %d labelled queries (%d or more advised): the %s interval of mean "
-                "%s is %.3f wide, so small gains cannot be told from noise",
-                len(qids),
-                SMALL_SET,
-                comparison.split,
-                objective,
-                d.high - d.low,
-            )
-        fallback = None
-        if (
-            target is None
-            and chosen != baseline
-            and objective in comparison.metrics
-            and comparison.verdict(objective) == "worse"
-        ):
-            fallback = (
-                f"{comparison.where()} the choice ({describe_point(points[chosen])}) is "
-                f"worse than plain {describe_point(points[baseline])} on {objective} "
-                f"(difference {comparison.change(objective)})"
-            )
-        # refit on all queries: the family (plain top-k after a fallback) re-selected;
-        # a guarantee is not refitted (what the calibration queries certify is written,
-        # and the held-out queries check it)
-        if g_result is not None:
-            written = chosen
-            written_feasible = meets_constraints(full, written, cons)
-        else:
-            assert selection is not None
-            members = top_idx if fallback is not None else selection.members[selection.chosen]
-            if fallback is not None and baseline_k is not None:
-                members = [baseline]
-            written, written_feasible = refit(full, members, objective, cons)
-        run = evalset.runs[name]
-        results.append(
-            RunCalibration(
-                name=name,
-                score_kind=arrays.score_kind,
-                source=run.source,
-                arrays=arrays,
-                kernel=kernel,
-                sweep=result,
-                chosen=chosen,
-                baseline=baseline,
-                feasible=feasible,
-                comparison=comparison,
-                optimal=optimal_k(arrays, max(run_grid.max_k)),
-                grid=run_grid,
-                selection=selection,
-                full=full,
-                written=written,
-                written_feasible=written_feasible,
-                fallback=fallback,
-                guarantee=g_result,
-            )
-        )
-        report_sweeps(len(results))
-        logger.info(
-            "run %r: chose %s (%s %.4f), wrote %s",
-            name,
-            describe_point(points[chosen]),
-            objective,
-            result.mean(chosen, objective),
-            describe_point(points[written]),
-        )
-
-    sign = -1.0 if lower_is_better(objective) else 1.0
-
-    def rank_key(r: RunCalibration) -> tuple[bool, bool, float]:
-        value = r.full.mean(r.written, objective)
-        ok = r.guarantee.met if r.guarantee is not None else True
-        return (ok, r.written_feasible, sign * value if not math.isnan(value) else -math.inf)
-
-    best = max(results, key=rank_key)  # first of equals: the eval set's order
-    two_stage = None
+    rerank = None
     if reranker is not None or rerank_scores is not None:
-        two_stage = _two_stage(
-            evalset, best, reranker, rerank_scores, rerank_score_kind, rerank_grid,
-            probability_map, cache_dir, on_rerank_query,
-            prof=prof, rules=rules, objective=objective, constraints=cons, metrics=wanted,
-            reported=reported, grid=best.grid or grid, calib_rows=calib_rows,
-            held_rows=held_rows, n_bootstrap=n_bootstrap, seed=seed, level=level,
-            folds=folds, target=target, confidence=confidence, stages=stages,
-        )  # fmt: skip
-        report_sweeps(n_sweeps)
-    calibrated = CalibrationResult(
-        runs=tuple(results),
-        recommended=best,
+        rerank = RerankSearch(
+            reranker=reranker,
+            scores=rerank_scores,
+            score_kind=rerank_score_kind,
+            grid=rerank_grid or RerankGrid(),
+            probability_map=probability_map,
+            cache_dir=cache_dir,
+            on_query=on_rerank_query,
+        )
+    calibrator = Calibrator(
         objective=objective,
-        constraints=tuple(cons),
-        profile=prof,
-        grid=grid,
-        holdout=float(holdout),
-        seed=seed,
-        qids=qids,
-        calibration_rows=calib_rows,
-        heldout_rows=held_rows,
-        evalset=evalset,
-        data_sha256=data_fingerprint(evalset, names),
-        files=_file_hashes(evalset, names),
-        rerank=two_stage,
-        on_worse=on_worse,
-        target=target,
-        confidence=confidence,
-        folds=folds,
-        stage_settings={} if stages is None else stages.config_settings(),
-        caps_fixed=not may_grow,
+        constraints=cons,
+        profile=profile,
+        rules=rules,
+        runs=runs,
+        search=Search(max_k=max_k, grid=grid, metrics=metrics),
+        split=Split(holdout=holdout, seed=seed, folds=folds),
+        check=Check(n_bootstrap=n_bootstrap, level=level, baseline_k=baseline_k, on_worse=on_worse),
+        guarantee=None if guarantee is None else Guarantee.parse(guarantee, confidence),
+        stages=Stages(
+            max_tokens=max_tokens,
+            token_counter=token_counter,
+            near_duplicate_threshold=near_duplicate_threshold,
+            conflicts=conflicts,
+            conflict_similarities=conflict_similarities,
+        ),
+        rerank=rerank,
+        answerability=None
+        if max_false_abstain is None
+        else Answerability(max_false_abstain=max_false_abstain, confidence=confidence),
     )
-    if max_false_abstain is None:
-        return calibrated
-    answerability = calibrate_answerability(
-        calibrated, max_false_abstain=max_false_abstain, confidence=confidence,
-        n_bootstrap=n_bootstrap, seed=seed, level=level,
-    )  # fmt: skip
-    return replace(calibrated, answerability=answerability)
+    return calibrator.fit(evalset, corpus=corpus, passages=passages, on_sweep=on_sweep)
 
 
 def calibrate_answerability(
-    result: CalibrationResult,
-    *,
-    max_false_abstain: float,
-    confidence: float,
-    n_bootstrap: int,
-    seed: int,
-    level: float,
+    result: CalibrationResult, plan: FitPlan, option: Answerability
 ) -> AnswerabilityResult:
     """Calibrate ``min_evidence`` for the setting ``result``'s config holds
     (:func:`ragguard.calibration.answerability.fit_answerability` on the scores the floor
-    reads under that setting): certified on the calibration queries, checked on the
-    held-out ones.
+    reads under that setting): certified on the calibration queries of ``plan``, checked
+    on its held-out ones, with the share and confidence of ``option``.
 
     Raises:
         ConfigError: the written setting's scores cannot carry a floor (a run without
@@ -684,10 +881,7 @@ def calibrate_answerability(
         scale = RERANK_SCALE
     return fit_answerability(
         top, arrays, kernel, w.full.kept[w.index],
-        scale=scale, setting=w.setting, metrics=w.comparison.metrics,
-        calibration_rows=result.calibration_rows, heldout_rows=result.heldout_rows,
-        max_false_abstain=max_false_abstain, confidence=confidence,
-        n_bootstrap=n_bootstrap, seed=seed, level=level,
+        scale=scale, setting=w.setting, metrics=w.comparison.metrics, plan=plan, option=option,
     )  # fmt: skip
 
 
@@ -700,60 +894,34 @@ def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:
 
 
 def _two_stage(
-    evalset: EvalSet,
-    best: RunCalibration,
-    reranker: Reranker | None,
-    scores: RerankScores | None,
-    score_kind: ScoreKind | str | None,
-    rerank_grid: RerankGrid | None,
-    method: MapMethod | str,
-    cache_dir: str | os.PathLike[str] | bool | None,
-    on_query: Any,
-    **common: Any,
+    evalset: EvalSet, best: RunCalibration, rerank: RerankSearch, plan: FitPlan, grid: SweepGrid
 ) -> TwoStageCalibration:
     """Score the recommended run's candidates (or take the given scores) and sweep the
-    two-stage pipeline (:func:`ragguard.calibration.pipeline.calibrate_two_stage`); the
-    passage texts are ``evalset.texts``."""
-    if reranker is not None and scores is not None:
-        raise ConfigError("calibrate: pass reranker= or rerank_scores=, not both; drop one of them")
-    rgrid = rerank_grid or RerankGrid()
+    two-stage pipeline (:func:`ragguard.calibration.pipeline.calibrate_two_stage`) over
+    ``grid``'s caps; the passage texts are ``evalset.texts``."""
     arrays = best.arrays
+    scores = rerank.scores
     if scores is None:
-        assert reranker is not None
-        depth = max(rgrid.top_n)
+        assert rerank.reranker is not None
+        depth = max(rerank.grid.top_n)
         pairs = {
             qid: arrays.doc_ids(row)[: int(arrays.n_valid[row])][:depth]
             for row, qid in enumerate(arrays.qids)
         }
         scores = score_candidates(
-            evalset, reranker, pairs, texts=evalset.texts.get, score_kind=score_kind,
-            cache_dir=cache_dir, on_query=on_query,
+            evalset, rerank.reranker, pairs, texts=evalset.texts.get,
+            score_kind=rerank.score_kind, cache_dir=rerank.cache_dir, on_query=rerank.on_query,
         )  # fmt: skip
-    grid: SweepGrid = common["grid"]
     return calibrate_two_stage(
         evalset,
         best.name,
         scores,
+        plan=plan,
         retrieval_kernel=best.kernel,
         retrieval_chosen=best.chosen_kept,
         retrieval_baseline=best.baseline_kept,
-        profile=common["prof"],
-        rules=rules_of(common["prof"], common["rules"]),
-        objective=common["objective"],
-        constraints=common["constraints"],
-        metrics=common["metrics"],
-        reported=common["reported"],
         max_k=grid.max_k,
         min_k=grid.min_k,
-        calibration_rows=common["calib_rows"],
-        heldout_rows=common["held_rows"],
-        grid=rgrid,
-        method=method,
-        n_bootstrap=common["n_bootstrap"],
-        seed=common["seed"],
-        level=common["level"],
-        folds=common["folds"],
-        target=common["target"],
-        confidence=common["confidence"],
-        stages=common["stages"],
+        grid=rerank.grid,
+        method=rerank.probability_map,
     )

@@ -79,8 +79,9 @@ from numpy.typing import NDArray
 
 from ragguard.calibration._format import finite
 from ragguard.calibration.arrays import EvalArrays, Ranking
-from ragguard.calibration.conflict_sweep import StageSweep
 from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.options import RerankGrid
+from ragguard.calibration.plan import FitPlan
 from ragguard.calibration.probability import (
     Reliability,
     brier_score,
@@ -89,26 +90,20 @@ from ragguard.calibration.probability import (
 )
 from ragguard.calibration.rerank_scores import RerankScores
 from ragguard.calibration.risk import EVIDENCE, GuaranteeResult, certify_guarantee
-from ragguard.calibration.select import DEFAULT_FOLDS, FamilyChoice, cross_validate, refit
+from ragguard.calibration.select import FamilyChoice, cross_validate, refit
 from ragguard.calibration.statistics import Comparison, checked_rows, compare_values, metric_values
 from ragguard.calibration.sweep import (
     PASSAGES,
-    Constraint,
     SweepKernel,
     SweepResult,
-    check_cut_rules,
-    check_grid_values,
     describe_point,
     guard_settings,
     meets_constraints,
     sweep,
 )
-from ragguard.calibration.utility import UtilityRules
-from ragguard.config import profile_utility_cut
-from ragguard.errors import ConfigError, EvalSetError, RerankError
-from ragguard.policy import CutRule, PolicyParams
+from ragguard.errors import EvalSetError, RerankError
+from ragguard.policy import PolicyParams
 from ragguard.probability import MapMethod, ProbabilityMap, rerank_probabilities, to_logit
-from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind, normalize
 
 __all__ = ["RerankGrid", "TwoStageCalibration", "calibrate_two_stage", "describe_rerank_point"]
@@ -117,65 +112,6 @@ logger = logging.getLogger(__name__)
 
 F64 = NDArray[np.float64]
 I = NDArray[np.intp]  # noqa: E741
-
-
-@dataclass(frozen=True, slots=True)
-class RerankGrid:
-    """The rerank cuts a two-stage sweep tries, at every ``top_n`` and ``max_k``.
-
-    Attributes:
-        top_n: candidates sent to the reranker (capped at the deepest retrieval list).
-        thresholds: relative thresholds on the calibrated probabilities.
-        min_scores: floors on the calibrated probability (``rerank.min_score``).
-        cut_rules: gap / autocut settings on the probabilities.
-        expected_utility: also try the expected-utility rule of the profile.
-    """
-
-    top_n: tuple[int, ...] = (5, 10, 20, 50)
-    thresholds: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(10))
-    min_scores: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 10))
-    cut_rules: tuple[tuple[CutRule, int], ...] = (
-        (CutRule.GAP, 0),
-        (CutRule.GAP, 1),
-        (CutRule.AUTOCUT, 1),
-    )
-    expected_utility: bool = True
-
-    def __post_init__(self) -> None:
-        check_grid_values("top_n", self.top_n, int)
-        check_grid_values("thresholds", self.thresholds, float)
-        check_grid_values("min_scores", self.min_scores, float)
-        if not self.top_n or any(n < 1 for n in self.top_n):
-            raise ConfigError(f"top_n values must be ints >= 1, got {self.top_n!r}")
-        if any(not 0.0 <= t <= 1.0 for t in (*self.thresholds, *self.min_scores)):
-            raise ConfigError(
-                "rerank thresholds and min_scores are probabilities in [0, 1], got "
-                f"thresholds={self.thresholds!r}, min_scores={self.min_scores!r}"
-            )
-        check_cut_rules(self.cut_rules)
-        if not isinstance(self.expected_utility, bool):
-            raise ConfigError(
-                f"expected_utility must be true or false, got {self.expected_utility!r}"
-            )
-
-    def points(self, max_k: Sequence[int], min_k: int, profile: Profile) -> list[PolicyParams]:
-        """Every rerank cut at every cap."""
-        eu = profile_utility_cut(profile)
-        pts: list[PolicyParams] = []
-        for k in max_k:
-            base = PolicyParams(max_k=k, min_k=min(min_k, k))
-            pts += [PolicyParams(k, base.min_k, relative_threshold=t) for t in self.thresholds]
-            pts += [PolicyParams(k, base.min_k, min_score=f) for f in self.min_scores]
-            for rule, value in self.cut_rules:
-                if CutRule(rule) is CutRule.GAP:
-                    pts.append(PolicyParams(k, base.min_k, cut=CutRule.GAP, gap_buffer=value))
-                else:
-                    pts.append(
-                        PolicyParams(k, base.min_k, cut=CutRule.AUTOCUT, autocut_jumps=value)
-                    )
-            if self.expected_utility:
-                pts.append(PolicyParams(k, base.min_k, expected_utility=eu))
-        return list(dict.fromkeys(pts))
 
 
 def describe_rerank_point(top_n: int, params: PolicyParams) -> str:
@@ -461,38 +397,28 @@ def calibrate_two_stage(
     run: str,
     scores: RerankScores,
     *,
+    plan: FitPlan,
     retrieval_kernel: SweepKernel,
     retrieval_chosen: I,
     retrieval_baseline: I,
-    profile: Profile,
-    rules: UtilityRules,
-    objective: str,
-    constraints: Sequence[Constraint],
-    metrics: Sequence[str],
-    reported: Sequence[str],
     max_k: Sequence[int],
     min_k: int,
-    calibration_rows: I,
-    heldout_rows: I,
     grid: RerankGrid | None = None,
     method: MapMethod | str = MapMethod.PLATT,
-    n_bootstrap: int = 2000,
-    seed: int = 0,
-    level: float = 0.95,
-    folds: int = DEFAULT_FOLDS,
-    target: float | None = None,
-    confidence: float = 0.95,
-    stages: StageSweep | None = None,
 ) -> TwoStageCalibration:
     """Sweep retrieval depth x rerank cut x ``max_k`` (see the module docstring), with
-    the ``stages`` after the cut (token budget, near-duplicates) applied to every setting
-    when given, as the runtime guard applies them after the rerank cut (and each setting
-    tried under every conflict setting they sweep).
+    the stages after the cut of ``plan`` (token budget, near-duplicates) applied to
+    every setting when given, as the runtime guard applies them after the rerank cut
+    (and each setting tried under every conflict setting they sweep).
 
+    ``plan`` holds what the fit optimises (profile, objective, constraints, metrics),
+    its calibration and held-out queries, its check and guarantee.
     ``retrieval_kernel`` is the run's retrieval sweep kernel; ``retrieval_chosen`` and
     ``retrieval_baseline`` are the per-query cuts of the retrieval-only choice and of
-    plain top-k, compared with the two-stage choice on ``heldout_rows`` (on
-    ``calibration_rows`` when nothing is held out).
+    plain top-k, compared with the two-stage choice on the held-out queries (on the
+    calibration queries when nothing is held out). ``max_k`` and ``min_k`` are the
+    retrieval grid's caps and floor; ``grid`` the rerank cuts and depths, ``method``
+    the probability map.
 
     Raises:
         EvalSetError: no reranked candidate has a score; precomputed scores have no row
@@ -501,6 +427,13 @@ def calibrate_two_stage(
             would be decreasing or flat).
         RerankError: every rerank call failed.
     """
+    profile, rules, objective = plan.profile, plan.utility_rules, plan.objective
+    constraints, metrics, reported = plan.constraints, plan.metrics, plan.reported
+    calibration_rows, heldout_rows = plan.calibration_rows, plan.heldout_rows
+    stages, target = plan.stages, plan.target
+    confidence = 0.95 if plan.guarantee is None else plan.guarantee.confidence
+    n_bootstrap, level = plan.check.n_bootstrap, plan.check.level
+    seed, folds = plan.split.seed, plan.split.folds
     grid = grid or RerankGrid()
     arrays = retrieval_kernel.arrays
     depth_all = int(arrays.n_valid.max()) if arrays.n_queries else 0

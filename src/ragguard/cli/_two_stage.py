@@ -3,6 +3,7 @@ the two-stage calibration."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,21 +22,25 @@ from rich.text import Text
 from ragguard.calibration.report import format_interval, format_number
 from ragguard.cli._common import err, out
 from ragguard.cli._data import compact_table
+from ragguard.cli._groups import Flag, FlagGroup
 
 if TYPE_CHECKING:
     from ragguard.calibration import WrittenSetting
+    from ragguard.calibration.options import RerankSearch
     from ragguard.calibration.pipeline import TwoStageCalibration
 
 __all__ = [
+    "RERANK",
     "CorpusOpt",
     "CountColumn",
     "MapOpt",
     "RerankCacheOpt",
+    "RerankFlags",
     "RerankKindOpt",
     "RerankOpt",
     "RerankRunOpt",
     "print_two_stage",
-    "rerank_options",
+    "rerank_search",
 ]
 
 RerankOpt = Annotated[
@@ -98,53 +103,95 @@ RerankCacheOpt = Annotated[
 ]
 
 
-def rerank_options(
+@dataclass(frozen=True)
+class RerankFlags:
+    """The second-stage flags, checked (a known ``--probability-map``, at most one of
+    ``--rerank`` and ``--rerank-run``); :func:`rerank_search` loads what they name."""
+
+    rerank: str | None
+    rerank_run: Path | None
+    score_kind: str | None
+    corpus: list[Path]
+    method: str
+    cache: Path | None
+
+
+def _rerank_flags(
     rerank: str | None,
     rerank_run: Path | None,
-    score_kind: str | None,
+    rerank_score_kind: str | None,
     corpus: list[Path] | None,
-    method: str,
-    cache: Path | None,
-    progress: Progress,
-) -> dict[str, Any]:
-    """The keyword arguments of :func:`ragguard.calibration.calibrate` for the options.
+    probability_map: str,
+    rerank_cache: Path | None,
+) -> RerankFlags:
+    """The flags of :data:`RERANK`, checked.
 
     Raises:
-        ConfigError: ``--probability-map`` names no method.
+        ConfigError: ``--probability-map`` names no method; both ``--rerank`` and
+            ``--rerank-run``.
     """
     from ragguard.errors import ConfigError
     from ragguard.probability import MapMethod
 
     methods = [m.value for m in MapMethod]
-    if method not in methods:
+    if probability_map not in methods:
         raise ConfigError(
-            f"--probability-map {method!r} is not a method; use one of {', '.join(methods)}"
+            f"--probability-map {probability_map!r} is not a method; use one of "
+            f"{', '.join(methods)}"
         )
-    if rerank is None and rerank_run is None:
-        return {}
     if rerank is not None and rerank_run is not None:
         raise ConfigError("give --rerank or --rerank-run, not both")
+    return RerankFlags(
+        rerank, rerank_run, rerank_score_kind, list(corpus or ()), probability_map, rerank_cache
+    )
+
+
+RERANK = FlagGroup(
+    "Second stage",
+    (
+        Flag("rerank", RerankOpt, None),
+        Flag("rerank_run", RerankRunOpt, None),
+        Flag("rerank_score_kind", RerankKindOpt, None),
+        Flag("corpus", CorpusOpt, None),
+        Flag("probability_map", MapOpt, "platt"),
+        Flag("rerank_cache", RerankCacheOpt, None),
+    ),
+    _rerank_flags,
+)
+"""``ragguard calibrate``'s second-stage flags (:func:`rerank_search` builds from them)."""
+
+
+def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None:
+    """The second stage the flags name (``None``: none): precomputed scores read, or
+    the reranker loaded, its scoring shown on ``progress``.
+
+    Raises:
+        ConfigError: a rerank run or reranker that cannot be read or loaded.
+    """
+    if flags.rerank is None and flags.rerank_run is None:
+        return None
+    from ragguard.calibration.options import RerankSearch
     from ragguard.calibration.rerank_scores import read_rerank_run
+    from ragguard.probability import MapMethod
     from ragguard.rerank import load_reranker
 
-    options: dict[str, Any] = {"probability_map": MapMethod(method)}
-    if rerank_run is not None:
-        options["rerank_scores"] = read_rerank_run(rerank_run, score_kind)
-        return options
-    assert rerank is not None
-    task = progress.add_task(f"reranking with {rerank}", total=None)
+    method = MapMethod(flags.method)
+    if flags.rerank_run is not None:
+        scores = read_rerank_run(flags.rerank_run, flags.score_kind)
+        return RerankSearch(scores=scores, probability_map=method)
+    assert flags.rerank is not None
+    task = progress.add_task(f"reranking with {flags.rerank}", total=None)
 
     def on_query(done: int, total: int) -> None:
         progress.update(task, completed=done, total=total)
 
-    options.update(
-        reranker=load_reranker(rerank, score_kind=score_kind),
-        rerank_score_kind=score_kind,
-        corpus=list(corpus or ()),
-        cache_dir=cache if cache is not None else True,
-        on_rerank_query=on_query,
+    return RerankSearch(
+        reranker=load_reranker(flags.rerank, score_kind=flags.score_kind),
+        score_kind=flags.score_kind,
+        probability_map=method,
+        cache_dir=flags.cache if flags.cache is not None else True,
+        on_query=on_query,
     )
-    return options
 
 
 class CountColumn(ProgressColumn):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +21,7 @@ from rich.progress import (
 )
 
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
 from ragguard.errors import AnnotationError
 
 __all__ = ["annotate_command", "load_chat_model"]
@@ -157,178 +159,376 @@ _NUMBERS = ("batch_size", "max_length", "threads", "top_logprobs", "concurrency"
 FLAG = ""  # the metavar of a flag: it takes no value
 
 
-@app.command("annotate")
+BackendOpt = Annotated[
+    Backend,
+    typer.Option(
+        metavar="BACKEND",
+        help="Where p(NO-RESPONSE) comes from: transformers, gguf, openai or chat.",
+    ),
+]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        metavar="MODEL",
+        help="transformers: a model id or folder; gguf: a .gguf file (or a folder and "
+        "--gguf-file); openai: the served model's name; chat: module:attribute of a "
+        "LangChain chat model or of a factory returning one.",
+    ),
+]
+ModelIdOpt = Annotated[
+    str | None,
+    typer.Option(metavar="NAME", help="The model's name in the outputs (default: --model)."),
+]
+RunOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        metavar="FILE",
+        help="A run file (TREC run or JSON); repeat for several.",
+        show_default=False,
+    ),
+]
+EvalsetFormatOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--format", metavar="FORMAT", help="jsonl, trec, beir or udcg (default: detected)."
+    ),
+]
+CorpusOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        metavar="FILE",
+        help="JSONL corpus with the passage texts (_id or id, text, title); repeatable.",
+        show_default=False,
+    ),
+]
+OutPathOpt = Annotated[
+    Path,
+    typer.Option(
+        "--out", metavar="FILE", help="The ragguard JSONL to write (utilities per passage)."
+    ),
+]
+UdcgOutOpt = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="Also write the UDCG authors' JSON format here."),
+]
+ProgressFileOpt = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="Where results are appended (default: OUT.progress)."),
+]
+FreshOpt = Annotated[
+    bool,
+    typer.Option("--fresh", metavar=FLAG, help="Ignore saved results and start over."),
+]
+UnjudgedOpt = Annotated[
+    UnjudgedPolicy | None,
+    typer.Option(
+        metavar="POLICY",
+        help="Passages without a label: judge (ask the judge), irrelevant or skip. "
+        "Default: judge with --judge-model, else irrelevant.",
+        show_default=False,
+    ),
+]
+JudgeModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="MODEL",
+        help="The judge (the paper's Figure 5 prompt); default: --model.",
+    ),
+]
+JudgeBackendOpt = Annotated[
+    Backend | None,
+    typer.Option(
+        metavar="BACKEND",
+        help="The judge's backend; default: --backend.",
+    ),
+]
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option(metavar="DEVICE", help="cpu, cuda, cuda:1, mps or auto."),
+]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="DTYPE",
+        help="float32, float16, bfloat16 or auto.",
+    ),
+]
+BatchSizeOpt = Annotated[int, typer.Option(metavar="N", help="Pairs per forward pass.")]
+MaxLengthOpt = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        help="Longest prompt in tokens (longer ones keep their end).",
+    ),
+]
+ChatTemplateOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--chat-template/--no-chat-template",
+        metavar=FLAG,
+        help="Use the tokenizer's chat template, or the plain prompt. Default: the "
+        "template when there is one.",
+        show_default=False,
+    ),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        help="PyTorch CPU threads (on a busy machine 1 can beat all).",
+    ),
+]
+GgufFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="NAME",
+        help="gguf: the file's name when --model is a folder.",
+    ),
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="URL",
+        help="E.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else that). "
+        "The key is $OPENAI_API_KEY.",
+    ),
+]
+ApiOpt = Annotated[
+    EndpointApi,
+    typer.Option(metavar="API", help="chat or completions."),
+]
+TopLogprobsOpt = Annotated[
+    int,
+    typer.Option(metavar="K", help="Alternatives asked for per request."),
+]
+ConcurrencyOpt = Annotated[
+    int,
+    typer.Option(
+        metavar="N",
+        help="Requests in flight at once (chat backend too).",
+    ),
+]
+MaxRetriesOpt = Annotated[
+    int,
+    typer.Option(metavar="N", help="Retries of a failed request."),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(metavar="SECONDS", help="Time allowed per request."),
+]
+SamplesOpt = Annotated[int, typer.Option(metavar="N", help="Answers sampled per pair.")]
+TemperatureOpt = Annotated[
+    float,
+    typer.Option(metavar="T", help="Sampling temperature."),
+]
+
+
+@dataclass(frozen=True)
+class Model:
+    """The backend and the model that measure p(NO-RESPONSE), and the id recorded."""
+
+    backend: Backend
+    name: str
+    model_id: str | None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Run files, the eval set's format and corpus files."""
+
+    runs: list[Path] | None
+    format: str | None
+    corpus: list[Path] | None
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the results go, and whether saved ones are ignored."""
+
+    path: Path
+    udcg_out: Path | None
+    progress_file: Path | None
+    fresh: bool
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """What to do with unlabelled candidates, and the judge's backend and model."""
+
+    unjudged: UnjudgedPolicy | None
+    judge_model: str | None
+    judge_backend: Backend | None
+
+
+def _model(backend: Backend, model: str, model_id: str | None) -> Model:
+    return Model(backend, model, model_id)
+
+
+def _inputs(
+    run: list[Path] | None, evalset_format: str | None, corpus: list[Path] | None
+) -> Inputs:
+    return Inputs(run, evalset_format, corpus)
+
+
+def _output(
+    out_path: Path, udcg_out: Path | None, progress_file: Path | None, fresh: bool
+) -> Output:
+    return Output(out_path, udcg_out, progress_file, fresh)
+
+
+def _relevance(
+    unjudged: UnjudgedPolicy | None, judge_model: str | None, judge_backend: Backend | None
+) -> Relevance:
+    return Relevance(unjudged, judge_model, judge_backend)
+
+
+def _checked(**opts: Any) -> dict[str, Any]:
+    """``opts`` with each number checked against the library's bounds (named by its flag).
+
+    Raises:
+        AnnotationError: a number out of range.
+    """
+    from ragguard.calibration.annotate._checks import check
+
+    for name in _NUMBERS:
+        if opts.get(name) is not None:
+            check(name, opts[name], label="--" + name.replace("_", "-"))
+    return opts
+
+
+def _local(
+    device: str | None,
+    dtype: str | None,
+    batch_size: int,
+    max_length: int | None,
+    chat_template: bool | None,
+    threads: int | None,
+    gguf_file: str | None,
+) -> dict[str, Any]:
+    """The settings of the local backends (transformers, gguf), checked."""
+    return _checked(
+        device=device, dtype=dtype, batch_size=batch_size, max_length=max_length,
+        chat_template=chat_template, threads=threads, gguf_file=gguf_file,
+    )  # fmt: skip
+
+
+def _endpoint(
+    base_url: str | None,
+    api: EndpointApi,
+    top_logprobs: int,
+    concurrency: int,
+    max_retries: int,
+    timeout: float,
+    samples: int,
+    temperature: float,
+) -> dict[str, Any]:
+    """The settings of the endpoint backends (openai, chat), checked."""
+    return _checked(
+        base_url=base_url, api=api, top_logprobs=top_logprobs, concurrency=concurrency,
+        max_retries=max_retries, timeout=timeout, samples=samples, temperature=temperature,
+    )  # fmt: skip
+
+
+MODEL = FlagGroup(
+    "Model",
+    (
+        Flag("backend", BackendOpt),
+        Flag("model", ModelOpt),
+        Flag("model_id", ModelIdOpt, None),
+    ),
+    _model,
+)
+
+INPUTS = FlagGroup(
+    "Inputs",
+    (
+        Flag("run", RunOpt, None),
+        Flag("evalset_format", EvalsetFormatOpt, None),
+        Flag("corpus", CorpusOpt, None),
+    ),
+    _inputs,
+)
+
+OUTPUT = FlagGroup(
+    "Output",
+    (
+        Flag("out_path", OutPathOpt),
+        Flag("udcg_out", UdcgOutOpt, None),
+        Flag("progress_file", ProgressFileOpt, None),
+        Flag("fresh", FreshOpt, False),
+    ),
+    _output,
+)
+
+RELEVANCE = FlagGroup(
+    "Relevance of unlabelled passages",
+    (
+        Flag("unjudged", UnjudgedOpt, None),
+        Flag("judge_model", JudgeModelOpt, None),
+        Flag("judge_backend", JudgeBackendOpt, None),
+    ),
+    _relevance,
+)
+
+LOCAL = FlagGroup(
+    "Local models (transformers, gguf)",
+    (
+        Flag("device", DeviceOpt, None),
+        Flag("dtype", DtypeOpt, None),
+        Flag("batch_size", BatchSizeOpt, 8),
+        Flag("max_length", MaxLengthOpt, None),
+        Flag("chat_template", ChatTemplateOpt, None),
+        Flag("threads", ThreadsOpt, None),
+        Flag("gguf_file", GgufFileOpt, None),
+    ),
+    _local,
+)
+
+ENDPOINT = FlagGroup(
+    "Endpoints (openai, chat)",
+    (
+        Flag("base_url", BaseUrlOpt, None),
+        Flag("api", ApiOpt, EndpointApi.chat),
+        Flag("top_logprobs", TopLogprobsOpt, 20),
+        Flag("concurrency", ConcurrencyOpt, 8),
+        Flag("max_retries", MaxRetriesOpt, 5),
+        Flag("timeout", TimeoutOpt, 60.0),
+        Flag("samples", SamplesOpt, 10),
+        Flag("temperature", TemperatureOpt, 1.0),
+    ),
+    _endpoint,
+)
+
+EvalsetArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="EVALSET",
+        help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON.",
+        show_default=False,
+    ),
+]
+
+
+@app.command("annotate", cls=GroupedCommand)
+@grouped(
+    {
+        "model": MODEL,
+        "inputs": INPUTS,
+        "output": OUTPUT,
+        "relevance": RELEVANCE,
+        "local": LOCAL,
+        "endpoint": ENDPOINT,
+    },
+    boundary=lambda own: friendly_errors(own["verbose"]),
+)
 def annotate_command(
-    evalset: Annotated[
-        Path,
-        typer.Argument(
-            metavar="EVALSET",
-            help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON.",
-            show_default=False,
-        ),
-    ],
-    backend: Annotated[
-        Backend,
-        typer.Option(
-            metavar="BACKEND",
-            help="Where p(NO-RESPONSE) comes from: transformers, gguf, openai or chat.",
-        ),
-    ],
-    model: Annotated[
-        str,
-        typer.Option(
-            metavar="MODEL",
-            help="transformers: a model id or folder; gguf: a .gguf file (or a folder and "
-            "--gguf-file); openai: the served model's name; chat: module:attribute of a "
-            "LangChain chat model or of a factory returning one.",
-        ),
-    ],
-    out_path: Annotated[
-        Path,
-        typer.Option(
-            "--out", metavar="FILE", help="The ragguard JSONL to write (utilities per passage)."
-        ),
-    ],
-    run: Annotated[
-        list[Path] | None,
-        typer.Option(
-            metavar="FILE",
-            help="A run file (TREC run or JSON); repeat for several.",
-            show_default=False,
-        ),
-    ] = None,
-    evalset_format: Annotated[
-        str | None,
-        typer.Option(
-            "--format", metavar="FORMAT", help="jsonl, trec, beir or udcg (default: detected)."
-        ),
-    ] = None,
-    corpus: Annotated[
-        list[Path] | None,
-        typer.Option(
-            metavar="FILE",
-            help="JSONL corpus with the passage texts (_id or id, text, title); repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    udcg_out: Annotated[
-        Path | None,
-        typer.Option(metavar="FILE", help="Also write the UDCG authors' JSON format here."),
-    ] = None,
-    model_id: Annotated[
-        str | None,
-        typer.Option(metavar="NAME", help="The model's name in the outputs (default: --model)."),
-    ] = None,
-    progress_file: Annotated[
-        Path | None,
-        typer.Option(metavar="FILE", help="Where results are appended (default: OUT.progress)."),
-    ] = None,
-    fresh: Annotated[
-        bool,
-        typer.Option("--fresh", metavar=FLAG, help="Ignore saved results and start over."),
-    ] = False,
-    unjudged: Annotated[
-        UnjudgedPolicy | None,
-        typer.Option(
-            metavar="POLICY",
-            help="Passages without a label: judge (ask the judge), irrelevant or skip. "
-            "Default: judge with --judge-model, else irrelevant.",
-            show_default=False,
-        ),
-    ] = None,
-    judge_model: Annotated[
-        str | None,
-        typer.Option(
-            metavar="MODEL",
-            help="The judge (the paper's Figure 5 prompt); default: --model.",
-        ),
-    ] = None,
-    judge_backend: Annotated[
-        Backend | None,
-        typer.Option(
-            metavar="BACKEND",
-            help="The judge's backend; default: --backend.",
-        ),
-    ] = None,
-    device: Annotated[
-        str | None,
-        typer.Option(metavar="DEVICE", help="cpu, cuda, cuda:1, mps or auto."),
-    ] = None,
-    dtype: Annotated[
-        str | None,
-        typer.Option(
-            metavar="DTYPE",
-            help="float32, float16, bfloat16 or auto.",
-        ),
-    ] = None,
-    batch_size: Annotated[int, typer.Option(metavar="N", help="Pairs per forward pass.")] = 8,
-    max_length: Annotated[
-        int | None,
-        typer.Option(
-            metavar="N",
-            help="Longest prompt in tokens (longer ones keep their end).",
-        ),
-    ] = None,
-    chat_template: Annotated[
-        bool | None,
-        typer.Option(
-            "--chat-template/--no-chat-template",
-            metavar=FLAG,
-            help="Use the tokenizer's chat template, or the plain prompt. Default: the "
-            "template when there is one.",
-            show_default=False,
-        ),
-    ] = None,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            metavar="N",
-            help="PyTorch CPU threads (on a busy machine 1 can beat all).",
-        ),
-    ] = None,
-    gguf_file: Annotated[
-        str | None,
-        typer.Option(
-            metavar="NAME",
-            help="gguf: the file's name when --model is a folder.",
-        ),
-    ] = None,
-    base_url: Annotated[
-        str | None,
-        typer.Option(
-            metavar="URL",
-            help="E.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else that). "
-            "The key is $OPENAI_API_KEY.",
-        ),
-    ] = None,
-    api: Annotated[
-        EndpointApi,
-        typer.Option(metavar="API", help="chat or completions."),
-    ] = EndpointApi.chat,
-    top_logprobs: Annotated[
-        int,
-        typer.Option(metavar="K", help="Alternatives asked for per request."),
-    ] = 20,
-    concurrency: Annotated[
-        int,
-        typer.Option(
-            metavar="N",
-            help="Requests in flight at once (chat backend too).",
-        ),
-    ] = 8,
-    max_retries: Annotated[
-        int,
-        typer.Option(metavar="N", help="Retries of a failed request."),
-    ] = 5,
-    timeout: Annotated[
-        float,
-        typer.Option(metavar="SECONDS", help="Time allowed per request."),
-    ] = 60.0,
-    samples: Annotated[int, typer.Option(metavar="N", help="Answers sampled per pair.")] = 10,
-    temperature: Annotated[
-        float,
-        typer.Option(metavar="T", help="Sampling temperature."),
-    ] = 1.0,
+    evalset: EvalsetArg,
+    model: Model,
+    inputs: Inputs,
+    output: Output,
+    relevance: Relevance,
+    local: dict[str, Any],
+    endpoint: dict[str, Any],
     verbose: Verbose = False,
 ) -> None:
     """Measure each passage's utility for an LLM with a model.
@@ -340,43 +540,24 @@ def annotate_command(
     """
     with friendly_errors(verbose):
         from ragguard.calibration.annotate import annotate
-        from ragguard.calibration.annotate._checks import check
 
-        opts: dict[str, Any] = {
-            "model_id": model_id,
-            "device": device,
-            "dtype": dtype,
-            "batch_size": batch_size,
-            "max_length": max_length,
-            "threads": threads,
-            "chat_template": chat_template,
-            "gguf_file": gguf_file,
-            "base_url": base_url,
-            "api": api,
-            "top_logprobs": top_logprobs,
-            "concurrency": concurrency,
-            "max_retries": max_retries,
-            "timeout": timeout,
-            "samples": samples,
-            "temperature": temperature,
-        }
-        for name in _NUMBERS:
-            if opts[name] is not None:
-                check(name, opts[name], label="--" + name.replace("_", "-"))
-        policy = unjudged or (
-            UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
+        opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
+        backend, threads = model.backend, local["threads"]
+        policy = relevance.unjudged or (
+            UnjudgedPolicy.judge if relevance.judge_model is not None else UnjudgedPolicy.irrelevant
         )
         if threads is not None and backend in (Backend.transformers, Backend.gguf):
             from ragguard._optional import require
 
             require("torch", "annotate").set_num_threads(threads)
-        err.print(f"loading {backend.value} model {model} ...", highlight=False, soft_wrap=True)
-        estimator = _estimator(backend, model, opts)
+        name = model.name
+        err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
+        estimator = _estimator(backend, name, opts)
         judge = None
         if policy is UnjudgedPolicy.judge:
-            jb = judge_backend or backend
-            jm = judge_model or model
-            judge = _judge(jb, jm, estimator, jb is backend and jm == model, opts)
+            jb = relevance.judge_backend or backend
+            jm = relevance.judge_model or name
+            judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
 
         with Progress(
             TextColumn("{task.description}"),
@@ -399,19 +580,19 @@ def annotate_command(
                 summary = annotate(
                     evalset,
                     estimator,
-                    out=out_path,
-                    udcg_out=udcg_out,
-                    runs=list(run) if run else None,
-                    format=evalset_format,
-                    corpus=list(corpus or []),
+                    out=output.path,
+                    udcg_out=output.udcg_out,
+                    runs=list(inputs.runs) if inputs.runs else None,
+                    format=inputs.format,
+                    corpus=list(inputs.corpus or []),
                     judge=judge,
                     unjudged=policy.value,
-                    progress_file=progress_file,
-                    fresh=fresh,
+                    progress_file=output.progress_file,
+                    fresh=output.fresh,
                     progress=progress,
                 )
             except KeyboardInterrupt:
-                saved = progress_file or Path(f"{out_path}.progress")
+                saved = output.progress_file or Path(f"{output.path}.progress")
                 err.print(
                     f"interrupted: every result so far is saved in {saved}; run the same "
                     "command again to resume",

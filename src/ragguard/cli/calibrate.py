@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,23 +26,37 @@ from ragguard.cli._data import (
     profile_for_cli,
     query_count,
 )
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
 from ragguard.cli._two_stage import (
-    CorpusOpt,
-    MapOpt,
-    RerankCacheOpt,
-    RerankKindOpt,
-    RerankOpt,
-    RerankRunOpt,
+    RERANK,
+    RerankFlags,
     print_two_stage,
-    rerank_options,
+    rerank_search,
     scoring_progress,
 )
 
 if TYPE_CHECKING:
-    from ragguard.calibration import CalibrationResult, Comparison, Interval, RunCalibration
+    from ragguard.calibration import (
+        CalibrationResult,
+        Comparison,
+        Constraint,
+        Interval,
+        RunCalibration,
+        UtilityRules,
+    )
+    from ragguard.calibration.options import (
+        Answerability,
+        Check,
+        Guarantee,
+        Search,
+        Split,
+        Stages,
+    )
     from ragguard.calibration.report import WrittenReport
     from ragguard.calibration.result import ResultView
     from ragguard.policy import PolicyParams
+    from ragguard.profiles import Profile
+    from ragguard.scores import ScoreKind
 
 __all__ = ["calibrate"]
 
@@ -54,236 +69,486 @@ def _interval(iv: Interval) -> str:
     return format_interval(iv.low, iv.high).replace(", ", ",")
 
 
-@app.command()
+@dataclass(frozen=True)
+class Inputs:
+    """Where the runs come from: run files, or a live retriever (``--run``,
+    ``--retriever``, ``--score-kind``)."""
+
+    runs: list[Path] | None
+    retriever: str | None
+    score_kind: ScoreKind | None
+
+
+@dataclass(frozen=True)
+class Utilities:
+    """How labels become utilities: the profile (``--profile``, ``--profiles``) and the
+    grades counted as relevant (``None``: the profile's)."""
+
+    profile: Profile
+    rules: UtilityRules | None
+    profiles: Path | None
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What is chosen: the objective under the constraints (``--min-recall`` among
+    them), or a recall guarantee; and the answerability floor calibrated with it."""
+
+    objective: str
+    constraints: list[Constraint]
+    guarantee: Guarantee | None
+    answerability: Answerability | None
+
+
+@dataclass(frozen=True)
+class Output:
+    """What is written: the config, the report (``None``: none), and how."""
+
+    config: Path
+    report: Path | None
+    allow_unmet: bool
+    as_json: bool
+
+
+def _inputs(run: list[Path] | None, retriever: str | None, score_kind: ScoreKind | None) -> Inputs:
+    return Inputs(run, retriever, score_kind)
+
+
+def _utilities(
+    profile: str, profiles: Path | None, relevant_grade: int | None, partial_grade: int | None
+) -> Utilities:
+    """The profile ``--profile`` names and the grade rules the flags give.
+
+    Raises:
+        ConfigError: an unknown profile, a bad ``--profiles`` file, bad grades.
+    """
+    from ragguard.calibration import UtilityRules
+
+    prof = profile_for_cli(profile, profiles)
+    rules = None  # the profile's grades, unless the command line says otherwise
+    if relevant_grade is not None or partial_grade is not None:
+        # --relevant-grade alone means binary relevance (no partial grade)
+        rules = UtilityRules(
+            relevant_grade=prof.relevant_grade if relevant_grade is None else relevant_grade,
+            partial_grade=partial_grade,
+        )
+    return Utilities(prof, rules, profiles)
+
+
+def _goal(
+    objective: str,
+    min_recall: float | None,
+    constraint: list[str] | None,
+    guarantee: str | None,
+    confidence: float,
+    max_false_abstain: float | None,
+) -> Goal:
+    """The objective, the constraints (``--min-recall``'s last: default 0.8, or none with
+    a guarantee, which states the recall; 0 turns it off), the guarantee and the
+    answerability floor.
+
+    Raises:
+        ConfigError: a share, rule or guarantee out of range or malformed.
+    """
+    from ragguard.calibration import Constraint
+    from ragguard.calibration.options import Answerability, Guarantee
+    from ragguard.calibration.risk import EVIDENCE
+
+    answerability = None
+    if max_false_abstain is not None:  # before the eval set is read
+        answerability = Answerability(max_false_abstain=max_false_abstain, confidence=confidence)
+    constraints = [Constraint.parse(c) for c in constraint or ()]
+    if min_recall is None:  # the default floor, unless a guarantee states the recall
+        min_recall = 0.8 if guarantee is None else 0.0
+    if min_recall:
+        constraints.append(Constraint(EVIDENCE, ">=", float(min_recall)))
+    return Goal(
+        objective=objective,
+        constraints=constraints,
+        guarantee=None if guarantee is None else Guarantee.parse(guarantee, confidence),
+        answerability=answerability,
+    )
+
+
+def _search(max_k: int | None) -> Search:
+    from ragguard.calibration.options import Search
+
+    return Search(max_k=max_k)
+
+
+def _stages(
+    max_tokens: int | None,
+    token_counter: str,
+    near_duplicate_threshold: float | None,
+    conflicts: str | None,
+    conflict_similarity: str | None,
+) -> Stages:
+    """The stages after the cut, ``--conflicts`` and ``--conflict-similarity`` read as
+    lists (:func:`_conflict_options`).
+
+    Raises:
+        ConfigError: a value out of range, naming its option.
+    """
+    from ragguard.calibration.options import Stages
+
+    modes, levels = _conflict_options(conflicts, conflict_similarity)
+    return Stages(
+        max_tokens=max_tokens,
+        token_counter=token_counter,
+        near_duplicate_threshold=near_duplicate_threshold,
+        conflicts=modes,
+        conflict_similarities=levels,
+    )
+
+
+def _split(holdout: float, seed: int, folds: int) -> Split:
+    from ragguard.calibration.options import Split
+
+    return Split(holdout=holdout, seed=seed, folds=folds)
+
+
+def _check(on_worse: str) -> Check:
+    """The held-out check.
+
+    Raises:
+        ConfigError: ``--on-worse`` is neither ``top-k`` nor ``stop``.
+    """
+    from ragguard.calibration.options import Check
+    from ragguard.errors import ConfigError
+
+    if on_worse not in ("top-k", "stop"):
+        raise ConfigError(f"--on-worse takes top-k or stop, got {on_worse!r}")
+    return Check(on_worse="stop" if on_worse == "stop" else "top-k")
+
+
+def _output(
+    out_path: Path, report: Path, no_report: bool, allow_unmet: bool, as_json: bool
+) -> Output:
+    return Output(out_path, None if no_report else report, allow_unmet, as_json)
+
+
+RetrieverOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--retriever",
+        metavar="MODULE:FUNCTION",
+        help="module:function returning a LangChain or LlamaIndex retriever; it is "
+        "called live for every query (the module may sit in the current directory).",
+        show_default=False,
+    ),
+]
+RelevantGradeOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=5,
+        metavar="INT",
+        help="Grades at or above this are relevant (+1.0); default: the profile's "
+        "relevant_grade (1 for the built-in ones).",
+        show_default=False,
+    ),
+]
+PartialGradeOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=5,
+        metavar="INT",
+        help="Grades at or above this (below --relevant-grade) are partially relevant "
+        "(+0.5); default: the profile's partial_grade (none for the built-in ones: "
+        "binary relevance), or none when --relevant-grade is given.",
+        show_default=False,
+    ),
+]
+ObjectiveOpt = Annotated[
+    str,
+    typer.Option(
+        metavar="METRIC",
+        help="Metric to optimise: udcg, utility, udcg_ndcg, ndcg, ... (distractor_rate "
+        "and distractor_harm are minimised).",
+    ),
+]
+MinRecallOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        metavar="FLOAT",
+        help="Keep only settings whose mean evidence recall (relevant passages kept / "
+        "relevant passages among the candidates) reaches this; 0 turns it off. "
+        "Default 0.8, or none with --guarantee (the guarantee states the recall).",
+        show_default=False,
+    ),
+]
+ConstraintOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--constraint",
+        metavar="RULE",
+        help="More constraints, METRIC>=X or METRIC<=X (e.g. distractor_rate<=0.3); repeatable.",
+        show_default=False,
+    ),
+]
+GuaranteeOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="recall>=X",
+        help="Choose the smallest context whose mean evidence recall on new queries "
+        "is at least X with probability --confidence (Learn-then-Test).",
+        show_default=False,
+    ),
+]
+ConfidenceOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.5,
+        max=0.999,
+        metavar="FLOAT",
+        help="Confidence of --guarantee and --max-false-abstain.",
+    ),
+]
+MaxFalseAbstainOpt = Annotated[
+    float | None,
+    typer.Option(
+        metavar="X",
+        help="Calibrate min_evidence (answerability): the highest floor on the best "
+        "candidate's score under which at most this share of answerable queries "
+        "abstains on new queries, with probability --confidence (Learn-then-Test). "
+        "Needs unanswerable queries (judged, none relevant).",
+        show_default=False,
+    ),
+]
+MaxKOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=1000,
+        metavar="INT",
+        help="Largest max_k tried (the grid is 1..max_k), never exceeded: a constraint. "
+        "Default 10, and then, when no setting meets the constraints or with "
+        "--guarantee, the caps grow to the candidate depth (at most 100).",
+        show_default=False,
+    ),
+]
+MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        metavar="INT",
+        help="Token budget of the kept passages: every setting is swept with it applied "
+        "after the cut (passage texts from the eval set, corpus.jsonl beside it or "
+        "--corpus), so the choice respects it; the config carries it.",
+        show_default=False,
+    ),
+]
+TokenCounterOpt = Annotated[
+    str,
+    typer.Option(
+        metavar="COUNTER",
+        help="How --max-tokens counts: chars:4 (characters per token), "
+        "tiktoken:ENCODING or hf:TOKENIZER (name or path).",
+    ),
+]
+NearDuplicateThresholdOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        max=1.0,
+        metavar="FLOAT",
+        help="Sweep with near-duplicate control on: drop a passage whose word "
+        "3-shingle Jaccard similarity with a kept, higher-ranked one is >= this.",
+        show_default=False,
+    ),
+]
+ConflictsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--conflicts",
+        metavar="MODES",
+        help="Sweep the conflict stage (passages that nearly repeat each other but "
+        "differ in facts) with these modes, comma-separated: off, flag, keep_first, "
+        "drop; the choice among them is made on the objective like any other setting, "
+        "checked against plain top-k under the simplest (off when given). prefer is not "
+        "swept: it needs per-passage metadata that eval sets do not carry (set it in the "
+        "config by hand).",
+        show_default=False,
+    ),
+]
+ConflictSimilarityOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--conflict-similarity",
+        metavar="FLOATS",
+        help="The conflict_similarity values swept with --conflicts, comma-separated, "
+        "each in (0, 1] (word 3-shingle Jaccard similarity from which two passages are "
+        "compared); default 0.5.",
+        show_default=False,
+    ),
+]
+HoldoutOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=0.95,
+        metavar="FLOAT",
+        help="Fraction of queries held out to check the choice (0: no check).",
+    ),
+]
+SeedOpt = Annotated[
+    int, typer.Option(metavar="INT", help="Seed of the held-out split and the bootstrap.")
+]
+FoldsOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        max=50,
+        metavar="INT",
+        help="Cross-validation folds for the choice of rule family (fewer on small sets; 0: none).",
+    ),
+]
+OnWorseOpt = Annotated[
+    str,
+    typer.Option(
+        metavar="top-k|stop",
+        help="When the held-out check finds the choice worse than the best plain "
+        "top-k: write top-k instead, or stop with exit code 1.",
+    ),
+]
+OutPathOpt = Annotated[
+    Path,
+    typer.Option("--out", "-o", metavar="FILE", help="Where to write the guard config (TOML)."),
+]
+ReportOpt = Annotated[
+    Path,
+    typer.Option(metavar="FOLDER", help="Folder for the report (report.html, report.md, plots/)."),
+]
+NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Write no report.")]
+AllowUnmetOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unmet",
+        help="Write the config even when a constraint or the guarantee cannot be met "
+        "(the shortfall is recorded in its provenance); without it calibrate exits 1 "
+        "and writes no config.",
+    ),
+]
+AsJsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print the result as one JSON document on stdout (progress and messages "
+        "go to stderr).",
+    ),
+]
+
+
+INPUTS = FlagGroup(
+    "Inputs",
+    (
+        Flag("run", RunOpt, None),
+        Flag("retriever", RetrieverOpt, None),
+        Flag("score_kind", ScoreKindOpt, None),
+    ),
+    _inputs,
+)
+
+UTILITIES = FlagGroup(
+    "Utilities",
+    (
+        Flag("profile", ProfileOpt, "support"),
+        Flag("profiles", ProfilesOpt, None),
+        Flag("relevant_grade", RelevantGradeOpt, None),
+        Flag("partial_grade", PartialGradeOpt, None),
+    ),
+    _utilities,
+)
+
+GOAL = FlagGroup(
+    "Objective",
+    (
+        Flag("objective", ObjectiveOpt, "udcg"),
+        Flag("min_recall", MinRecallOpt, None),
+        Flag("constraint", ConstraintOpt, None),
+        Flag("guarantee", GuaranteeOpt, None),
+        Flag("confidence", ConfidenceOpt, 0.95),
+        Flag("max_false_abstain", MaxFalseAbstainOpt, None),
+    ),
+    _goal,
+)
+
+SEARCH = FlagGroup(
+    "Settings swept",
+    (Flag("max_k", MaxKOpt, None),),
+    _search,
+)
+
+STAGES = FlagGroup(
+    "Settings swept",
+    (
+        Flag("max_tokens", MaxTokensOpt, None),
+        Flag("token_counter", TokenCounterOpt, "chars:4"),
+        Flag("near_duplicate_threshold", NearDuplicateThresholdOpt, None),
+        Flag("conflicts", ConflictsOpt, None),
+        Flag("conflict_similarity", ConflictSimilarityOpt, None),
+    ),
+    _stages,
+)
+
+SPLIT = FlagGroup(
+    "Held-out check",
+    (
+        Flag("holdout", HoldoutOpt, 0.3),
+        Flag("seed", SeedOpt, 0),
+        Flag("folds", FoldsOpt, 5),
+    ),
+    _split,
+)
+
+CHECK = FlagGroup(
+    "Held-out check",
+    (Flag("on_worse", OnWorseOpt, "top-k"),),
+    _check,
+)
+
+OUTPUT = FlagGroup(
+    "Output",
+    (
+        Flag("out_path", OutPathOpt, Path("ragguard.toml")),
+        Flag("report", ReportOpt, Path("ragguard-report")),
+        Flag("no_report", NoReportOpt, False),
+        Flag("allow_unmet", AllowUnmetOpt, False),
+        Flag("as_json", AsJsonOpt, False),
+    ),
+    _output,
+)
+
+
+@app.command(cls=GroupedCommand)
+@grouped(
+    {
+        "check": CHECK,
+        "goal": GOAL,
+        "stages": STAGES,
+        "utilities": UTILITIES,
+        "inputs": INPUTS,
+        "search": SEARCH,
+        "split": SPLIT,
+        "output": OUTPUT,
+        "rerank": RERANK,
+    },
+    boundary=lambda own: friendly_errors(own["verbose"]),
+)
 def calibrate(
     evalset: EvalSetArg,
-    run: RunOpt = None,
-    retriever: Annotated[
-        str | None,
-        typer.Option(
-            "--retriever",
-            metavar="MODULE:FUNCTION",
-            help="module:function returning a LangChain or LlamaIndex retriever; it is "
-            "called live for every query (the module may sit in the current directory).",
-            show_default=False,
-        ),
-    ] = None,
-    profile: ProfileOpt = "support",
-    profiles: ProfilesOpt = None,
-    objective: Annotated[
-        str,
-        typer.Option(
-            metavar="METRIC",
-            help="Metric to optimise: udcg, utility, udcg_ndcg, ndcg, ... (distractor_rate "
-            "and distractor_harm are minimised).",
-        ),
-    ] = "udcg",
-    min_recall: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            metavar="FLOAT",
-            help="Keep only settings whose mean evidence recall (relevant passages kept / "
-            "relevant passages among the candidates) reaches this; 0 turns it off. "
-            "Default 0.8, or none with --guarantee (the guarantee states the recall).",
-            show_default=False,
-        ),
-    ] = None,
-    constraint: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--constraint",
-            metavar="RULE",
-            help="More constraints, METRIC>=X or METRIC<=X (e.g. distractor_rate<=0.3); "
-            "repeatable.",
-            show_default=False,
-        ),
-    ] = None,
-    max_k: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=1000,
-            metavar="INT",
-            help="Largest max_k tried (the grid is 1..max_k), never exceeded: a constraint. "
-            "Default 10, and then, when no setting meets the constraints or with "
-            "--guarantee, the caps grow to the candidate depth (at most 100).",
-            show_default=False,
-        ),
-    ] = None,
-    holdout: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            max=0.95,
-            metavar="FLOAT",
-            help="Fraction of queries held out to check the choice (0: no check).",
-        ),
-    ] = 0.3,
-    seed: Annotated[
-        int, typer.Option(metavar="INT", help="Seed of the held-out split and the bootstrap.")
-    ] = 0,
-    score_kind: ScoreKindOpt = None,
-    out_path: Annotated[
-        Path,
-        typer.Option("--out", "-o", metavar="FILE", help="Where to write the guard config (TOML)."),
-    ] = Path("ragguard.toml"),
-    report: Annotated[
-        Path,
-        typer.Option(
-            metavar="FOLDER", help="Folder for the report (report.html, report.md, plots/)."
-        ),
-    ] = Path("ragguard-report"),
-    no_report: Annotated[bool, typer.Option("--no-report", help="Write no report.")] = False,
-    allow_unmet: Annotated[
-        bool,
-        typer.Option(
-            "--allow-unmet",
-            help="Write the config even when a constraint or the guarantee cannot be met "
-            "(the shortfall is recorded in its provenance); without it calibrate exits 1 "
-            "and writes no config.",
-        ),
-    ] = False,
-    folds: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            max=50,
-            metavar="INT",
-            help="Cross-validation folds for the choice of rule family (fewer on small "
-            "sets; 0: none).",
-        ),
-    ] = 5,
-    on_worse: Annotated[
-        str,
-        typer.Option(
-            metavar="top-k|stop",
-            help="When the held-out check finds the choice worse than the best plain "
-            "top-k: write top-k instead, or stop with exit code 1.",
-        ),
-    ] = "top-k",
-    guarantee: Annotated[
-        str | None,
-        typer.Option(
-            metavar="recall>=X",
-            help="Choose the smallest context whose mean evidence recall on new queries "
-            "is at least X with probability --confidence (Learn-then-Test).",
-            show_default=False,
-        ),
-    ] = None,
-    confidence: Annotated[
-        float,
-        typer.Option(
-            min=0.5,
-            max=0.999,
-            metavar="FLOAT",
-            help="Confidence of --guarantee and --max-false-abstain.",
-        ),
-    ] = 0.95,
-    max_false_abstain: Annotated[
-        float | None,
-        typer.Option(
-            metavar="X",
-            help="Calibrate min_evidence (answerability): the highest floor on the best "
-            "candidate's score under which at most this share of answerable queries "
-            "abstains on new queries, with probability --confidence (Learn-then-Test). "
-            "Needs unanswerable queries (judged, none relevant).",
-            show_default=False,
-        ),
-    ] = None,
-    relevant_grade: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=5,
-            metavar="INT",
-            help="Grades at or above this are relevant (+1.0); default: the profile's "
-            "relevant_grade (1 for the built-in ones).",
-            show_default=False,
-        ),
-    ] = None,
-    partial_grade: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            max=5,
-            metavar="INT",
-            help="Grades at or above this (below --relevant-grade) are partially relevant "
-            "(+0.5); default: the profile's partial_grade (none for the built-in ones: "
-            "binary relevance), or none when --relevant-grade is given.",
-            show_default=False,
-        ),
-    ] = None,
-    rerank: RerankOpt = None,
-    rerank_run: RerankRunOpt = None,
-    rerank_score_kind: RerankKindOpt = None,
-    corpus: CorpusOpt = None,
-    probability_map: MapOpt = "platt",
-    rerank_cache: RerankCacheOpt = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            metavar="INT",
-            help="Token budget of the kept passages: every setting is swept with it applied "
-            "after the cut (passage texts from the eval set, corpus.jsonl beside it or "
-            "--corpus), so the choice respects it; the config carries it.",
-            show_default=False,
-        ),
-    ] = None,
-    token_counter: Annotated[
-        str,
-        typer.Option(
-            metavar="COUNTER",
-            help="How --max-tokens counts: chars:4 (characters per token), "
-            "tiktoken:ENCODING or hf:TOKENIZER (name or path).",
-        ),
-    ] = "chars:4",
-    near_duplicate_threshold: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            metavar="FLOAT",
-            help="Sweep with near-duplicate control on: drop a passage whose word "
-            "3-shingle Jaccard similarity with a kept, higher-ranked one is >= this.",
-            show_default=False,
-        ),
-    ] = None,
-    conflicts: Annotated[
-        str | None,
-        typer.Option(
-            "--conflicts",
-            metavar="MODES",
-            help="Sweep the conflict stage (passages that nearly repeat each other but "
-            "differ in facts) with these modes, comma-separated: off, flag, keep_first, "
-            "drop; the choice among them is made on the objective like any other setting, "
-            "checked against plain top-k under the simplest (off when given). prefer is not "
-            "swept: it needs per-passage metadata that eval sets do not carry (set it in the "
-            "config by hand).",
-            show_default=False,
-        ),
-    ] = None,
-    conflict_similarity: Annotated[
-        str | None,
-        typer.Option(
-            "--conflict-similarity",
-            metavar="FLOATS",
-            help="The conflict_similarity values swept with --conflicts, comma-separated, "
-            "each in (0, 1] (word 3-shingle Jaccard similarity from which two passages are "
-            "compared); default 0.5.",
-            show_default=False,
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            help="Print the result as one JSON document on stdout (progress and messages "
-            "go to stderr).",
-        ),
-    ] = False,
+    inputs: Inputs,
+    utilities: Utilities,
+    goal: Goal,
+    search: Search,
+    stages: Stages,
+    split: Split,
+    check: Check,
+    rerank: RerankFlags,
+    output: Output,
     verbose: Verbose = False,
 ) -> None:
     """Recommend the guard's settings from labelled queries.
@@ -292,78 +557,59 @@ def calibrate(
     policy, choose by the objective under the constraints, check the choice on held-out
     queries, and write the config and a report."""
     with friendly_errors(verbose):
-        from ragguard.calibration import Constraint, UtilityRules
-        from ragguard.calibration import calibrate as run_calibration
+        from ragguard.calibration import Calibrator
+        from ragguard.calibration.calibrate import needs_texts
         from ragguard.errors import ConfigError
 
-        if on_worse not in ("top-k", "stop"):
-            raise ConfigError(f"--on-worse takes top-k or stop, got {on_worse!r}")
-        if max_false_abstain is not None:  # before the eval set is read
-            from ragguard.calibration.answerability import check_share
-
-            check_share(max_false_abstain)
-        modes, levels = _conflict_options(conflicts, conflict_similarity)
-        prof = profile_for_cli(profile, profiles)
-        rules = None  # the profile's grades, unless the command line says otherwise
-        if relevant_grade is not None or partial_grade is not None:
-            # --relevant-grade alone means binary relevance (no partial grade)
-            rules = UtilityRules(
-                relevant_grade=prof.relevant_grade if relevant_grade is None else relevant_grade,
-                partial_grade=partial_grade,
-            )
-
-        given = [evalset, *(run or ()), profiles, *(corpus or ()), rerank_run]
-        _check_outputs(out_path, None if no_report else report, given)
-        from ragguard.calibration.calibrate import needs_texts
-
+        out_path, report = output.config, output.report
+        given = [
+            evalset,
+            *(inputs.runs or ()),
+            utilities.profiles,
+            *rerank.corpus,
+            rerank.rerank_run,
+        ]
+        _check_outputs(out_path, report, given)
         texts = needs_texts(  # else the passage texts are left out: less memory
-            reranker=rerank is not None,
-            max_tokens=max_tokens,
-            near_duplicate_threshold=near_duplicate_threshold,
-            conflicts=modes,
+            reranker=rerank.rerank is not None,
+            max_tokens=stages.max_tokens,
+            near_duplicate_threshold=stages.near_duplicate_threshold,
+            conflicts=stages.conflicts,
         )
         es = load_evalset_for_cli(
-            evalset, run, score_kind=score_kind, retriever=retriever, texts=texts
+            evalset,
+            inputs.runs,
+            score_kind=inputs.score_kind,
+            retriever=inputs.retriever,
+            texts=texts,
         )
         read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
-        _check_outputs(out_path, None if no_report else report, read)
-        constraints = [Constraint.parse(c) for c in constraint or ()]
+        _check_outputs(out_path, report, read)
         with scoring_progress() as progress:
-            two_stage = rerank_options(
-                rerank, rerank_run, rerank_score_kind, corpus, probability_map, rerank_cache,
-                progress,
-            )  # fmt: skip
-            two_stage.setdefault("corpus", list(corpus or ()))  # texts for --max-tokens
+            second = rerank_search(rerank, progress)
             sweeps = progress.add_task("sweeping settings", total=None)
-            if min_recall is None:  # the default floor, unless a guarantee states the recall
-                min_recall = 0.8 if guarantee is None else 0.0
-            result = run_calibration(
+            calibrator = Calibrator(
+                objective=goal.objective,
+                constraints=goal.constraints,
+                profile=utilities.profile,
+                rules=utilities.rules,
+                search=search,
+                split=split,
+                check=check,
+                guarantee=goal.guarantee,
+                stages=stages,
+                rerank=second,
+                answerability=goal.answerability,
+            )
+            result = calibrator.fit(
                 es,
-                profile=prof,
-                objective=objective,
-                constraints=constraints,
-                min_recall=min_recall or None,
-                max_k=max_k,
-                holdout=holdout,
-                seed=seed,
-                rules=rules,
-                folds=folds,
-                on_worse="stop" if on_worse == "stop" else "top-k",
-                guarantee=guarantee,
-                confidence=confidence,
-                max_tokens=max_tokens,
-                token_counter=token_counter,
-                near_duplicate_threshold=near_duplicate_threshold,
-                max_false_abstain=max_false_abstain,
+                corpus=rerank.corpus,  # texts for the reranker and the stages after the cut
                 on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
-                conflicts=modes,
-                conflict_similarities=levels,
-                **two_stage,
             )
         # The report first, then the config: a command that fails leaves no fresh config
         # behind (each file is written whole, or not at all).
         report_paths = None
-        if not no_report:
+        if report is not None:
             from ragguard.calibration.report import write_report
 
             with err.status("writing the report..."):
@@ -372,14 +618,14 @@ def calibrate(
                 )
         blocked = result.stopped
         unmet = result.unmet()
-        if blocked is None and unmet and not allow_unmet:
+        if blocked is None and unmet and not output.allow_unmet:
             blocked = "; ".join(unmet) + " (pass --allow-unmet to write it anyway)"
-        if as_json:  # one JSON document on stdout, for CI pipelines; errors as usual
+        if output.as_json:  # one JSON document on stdout, for CI pipelines; errors as usual
             if blocked is not None:
                 raise ConfigError(f"no config written: {blocked}")
             from ragguard.calibration.summary import result_document
 
-            written = result.save_config(out_path, allow_unmet=allow_unmet)
+            written = result.save_config(out_path, allow_unmet=output.allow_unmet)
             paths = None
             if report_paths is not None:
                 paths = {"html": str(report_paths.html), "markdown": str(report_paths.markdown)}
@@ -395,7 +641,7 @@ def calibrate(
         if blocked is not None:
             _print_report_line(report_paths)
             raise ConfigError(f"no config written: {blocked}")
-        path = result.save_config(out_path, allow_unmet=allow_unmet)
+        path = result.save_config(out_path, allow_unmet=output.allow_unmet)
         for line in unmet:
             err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
         out.print()

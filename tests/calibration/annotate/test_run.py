@@ -14,7 +14,10 @@ import pytest
 from ragguard.calibration import evaluate, load_evalset
 from ragguard.calibration.annotate import (
     AnnotationError,
+    Annotator,
+    Outputs,
     Pair,
+    Relevance,
     RelevanceJudge,
     annotate,
 )
@@ -434,3 +437,23 @@ def test_an_eval_set_whose_file_is_gone_is_annotated_from_its_loaded_texts(
     examples[0]["passages"][0]["models_info"] = {"fake-llm": {"no_res_prob": 0.25}}  # type: ignore[index]
     assert written == examples  # the authors' example kept whole, the estimate added
     assert est.asked[-1].passage == "T\nalpha"
+
+
+def test_the_annotator_writes_what_annotate_writes(small_evalset: Path, tmp_path: Path) -> None:
+    """Annotator(option objects).run is what annotate(**keywords) runs: the same files."""
+    rules = UtilityRules(3)
+    annotate(small_evalset, FakeEstimator(_p), out=tmp_path / "a.jsonl", rules=rules,
+             udcg_out=tmp_path / "a.json")  # fmt: skip
+    annotator = Annotator(
+        estimator=FakeEstimator(_p),
+        outputs=Outputs(out=tmp_path / "b.jsonl", udcg_out=tmp_path / "b.json"),
+        relevance=Relevance(rules=rules),
+    )
+    summary = annotator.run(load_evalset(small_evalset), inputs=[small_evalset])
+    assert summary.progress == tmp_path / "b.jsonl.progress"
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+    # an output that would replace an input is refused before anything is computed
+    refused = Annotator(estimator=FakeEstimator(_p), outputs=Outputs(out=small_evalset))
+    with pytest.raises(AnnotationError, match="replace"):
+        refused.run(load_evalset(small_evalset))

@@ -51,7 +51,15 @@ from ragguard.calibration.annotate._prompts import (
     is_abstention_start,
     parse_judge_reply,
 )
-from ragguard.calibration.annotate._run import AnnotationSummary, Progress, Unjudged, annotate
+from ragguard.calibration.annotate._run import (
+    AnnotationSummary,
+    Annotator,
+    Outputs,
+    Progress,
+    Relevance,
+    Unjudged,
+    annotate,
+)
 from ragguard.calibration.annotate._sampling import ChatGenerator, SamplingEstimator
 from ragguard.calibration.annotate._transformers import (
     TransformersEstimator,
@@ -67,14 +75,17 @@ __all__ = [
     "AbstentionPrompt",
     "AnnotationError",
     "AnnotationSummary",
+    "Annotator",
     "ChatGenerator",
     "ClientOptions",
     "EndpointError",
     "EndpointGenerator",
     "JudgeReply",
     "OpenAIEndpointEstimator",
+    "Outputs",
     "Pair",
     "Progress",
+    "Relevance",
     "RelevanceJudge",
     "SamplingEstimator",
     "TextGenerator",

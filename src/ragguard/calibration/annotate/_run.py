@@ -23,7 +23,15 @@ from ragguard.calibration.data.texts import Texts
 from ragguard.calibration.utility import UtilityRules
 from ragguard.errors import AnnotationError
 
-__all__ = ["AnnotationSummary", "Progress", "Unjudged", "annotate"]
+__all__ = [
+    "AnnotationSummary",
+    "Annotator",
+    "Outputs",
+    "Progress",
+    "Relevance",
+    "Unjudged",
+    "annotate",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +109,214 @@ def _relevant_bar(rules: UtilityRules) -> int:
     return rules.partial_grade if rules.partial_grade is not None else rules.relevant_grade
 
 
-def annotate(
+@dataclass(frozen=True, kw_only=True)
+class Relevance:
+    """Where R(q, p) comes from: a passage's label (relevant from ``rules``' partial
+    grade up), else the ``unjudged`` policy.
+
+    Attributes:
+        judge: the relevance judge for candidates without labels.
+        unjudged: what to do with candidates that have no label: ``"judge"`` (ask
+            ``judge``; the default when one is given), ``"irrelevant"`` (R = -1, as
+            unjudged documents count in TREC; the default otherwise) or ``"skip"``.
+        rules: which grades are relevant: R = +1 from the partial grade up (as
+            utilities count them); default binary, grade >= 1.
+
+    Raises:
+        AnnotationError: an unknown policy, or ``"judge"`` without a judge.
+    """
+
+    judge: RelevanceJudge | None = None
+    unjudged: Unjudged | None = None
+    rules: UtilityRules | None = None
+
+    def __post_init__(self) -> None:
+        policy = self.policy
+        if policy not in ("judge", "irrelevant", "skip"):
+            raise AnnotationError(
+                f"unjudged must be 'judge', 'irrelevant' or 'skip', got {policy!r}"
+            )
+        if policy == "judge" and self.judge is None:
+            raise AnnotationError("unjudged='judge' needs a judge")
+
+    @property
+    def policy(self) -> Unjudged:
+        """The policy in force for unlabelled candidates."""
+        return self.unjudged or ("judge" if self.judge is not None else "irrelevant")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outputs:
+    """What :class:`Annotator` writes, each path checked when built.
+
+    Attributes:
+        out: the ragguard JSONL to write: the eval set with ``no_response`` and
+            ``utilities`` per annotated candidate and the model under
+            ``metadata.annotate``; :func:`~ragguard.calibration.load_evalset` reads it.
+        udcg_out: also write the UDCG authors' JSON (``models_info.<model>.no_res_prob``).
+        progress_file: where results are appended as they are computed (default: the
+            output path plus ``.progress``). A re-run reads it and skips what is done.
+        fresh: ignore saved results and start over.
+
+    Raises:
+        AnnotationError: a path that is a folder or lies under a file.
+    """
+
+    out: PathLike
+    udcg_out: PathLike | None = None
+    progress_file: PathLike | None = None
+    fresh: bool = False
+
+    def __post_init__(self) -> None:
+        for path in self.paths:
+            check_output_path(
+                path, folder=False, what="an annotate output", error=AnnotationError, example=None
+            )
+
+    @property
+    def paths(self) -> list[Path]:
+        """The files written: the JSONL, the UDCG JSON (if any), the progress file."""
+        return [p for p in (self.out_path, self.udcg_path, self.store_path) if p is not None]
+
+    @property
+    def out_path(self) -> Path:
+        """The ragguard JSONL."""
+        return Path(self.out)
+
+    @property
+    def udcg_path(self) -> Path | None:
+        """The UDCG authors' JSON, or ``None``."""
+        return None if self.udcg_out is None else Path(self.udcg_out)
+
+    @property
+    def store_path(self) -> Path:
+        """The progress file."""
+        if self.progress_file is not None:
+            return Path(self.progress_file)
+        return Path(f"{self.out_path}.progress")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Annotator:
+    """Annotation as an estimator-like object: the model (``estimator``), where
+    relevance comes from and what is written, and :meth:`run` on a loaded eval set.
+    :func:`annotate` takes the same settings as keyword arguments.
+
+    Attributes:
+        estimator: the backend (:class:`TransformersEstimator`,
+            :class:`OpenAIEndpointEstimator`, :class:`SamplingEstimator`, or your own
+            :class:`AbstentionEstimator`).
+        outputs: what is written (:class:`Outputs`).
+        relevance: where R(q, p) comes from (:class:`Relevance`).
+    """
+
+    estimator: AbstentionEstimator
+    outputs: Outputs
+    relevance: Relevance = Relevance()
+
+    def run(
+        self,
+        es: EvalSet,
+        *,
+        only_runs: Sequence[str] | None = None,
+        inputs: Sequence[PathLike] = (),
+        progress: Progress | None = None,
+    ) -> AnnotationSummary:
+        """Annotate the candidates of ``es`` (its passage texts included).
+
+        Args:
+            es: the eval set, with its texts.
+            only_runs: annotate the candidates of these runs only (default: every run).
+            inputs: more paths read for this run (the eval set's, when it was loaded
+                from one): no output may replace one.
+            progress: ``progress(stage, done, total)``, called as results come in.
+
+        Raises:
+            AnnotationError: an output would replace an input; a query or passage has
+                no text, or the eval set has no candidates.
+            EndpointError: an endpoint backend failed (what was computed is saved).
+        """
+        estimator, judge = self.estimator, self.relevance.judge
+        out_path, udcg_path = self.outputs.out_path, self.outputs.udcg_path
+        store_path, fresh = self.outputs.store_path, self.outputs.fresh
+        texts = es.texts
+        read: list[PathLike | None] = [es.source, *(r.source for r in es.runs.values())]
+        read += [*texts.files, *inputs]
+        for path in self.outputs.paths:  # writing would replace a file it reads
+            check_not_input(path, read, what="the annotate output", error=AnnotationError)
+        policy = self.relevance.policy
+        rules = self.relevance.rules or UtilityRules()
+        bar = _relevant_bar(rules)
+
+        run_names = list(es.runs) if only_runs is None else list(only_runs)
+        for name in run_names:
+            if name not in es.runs:
+                raise AnnotationError(
+                    f"no run named {name!r}; runs: {', '.join(es.runs) or 'none'}"
+                )
+        if not run_names:
+            raise AnnotationError(
+                "the eval set has no candidates to annotate: add candidates to it, or pass run "
+                "files (--run)"
+            )
+
+        items: list[_Item] = []
+        missing_text: list[tuple[str, str]] = []
+        skipped = 0
+        for qid in es.qids:
+            docs: dict[str, None] = {}
+            for name in run_names:
+                docs.update(dict.fromkeys(es.runs[name].candidates.get(qid, {})))
+            grades = es.labels[qid].grades
+            for doc in docs:
+                if doc in grades:
+                    source, rel = SOURCE_LABEL, grades[doc] >= bar
+                elif policy == "skip":
+                    skipped += 1
+                    continue
+                elif policy == "irrelevant":
+                    source, rel = SOURCE_UNJUDGED, False
+                else:
+                    source, rel = SOURCE_JUDGE, None
+                text = texts.get(qid, doc)
+                if text is None:
+                    missing_text.append((qid, doc))
+                    continue
+                items.append(_Item(qid, doc, text, source, rel))
+        if missing_text:
+            q, d = missing_text[0]
+            raise AnnotationError(
+                f"{len(missing_text)} candidates have no passage text (e.g. {d!r} of query {q!r}); "
+                "give texts in the eval set (candidates' 'text'), a corpus file (--corpus) or "
+                "passages="
+            )
+        no_text = [q for q in es.qids if not es.queries[q].text]
+        if no_text:
+            raise AnnotationError(
+                f"{len(no_text)} queries have no text (e.g. {no_text[0]!r}); the model needs the "
+                "question"
+            )
+
+        judged = failures = computed = reused = 0
+        with ProgressStore(store_path, fresh=fresh) as store:
+            if policy == "judge":
+                assert judge is not None
+                judged, failures = _judge(es, items, judge, store, progress)
+                items = [it for it in items if it.relevant is not None]
+            computed, reused = _estimate(es, items, estimator, store, progress)
+
+        _write_jsonl(out_path, es, texts, items, run_names, estimator, judge, rules)
+        if udcg_path is not None:
+            _write_udcg(udcg_path, es, texts, items, estimator.model_id)
+        summary = AnnotationSummary(
+            estimator.model_id, len(items), computed, reused, judged, failures, skipped,
+            out_path, udcg_path, store_path,
+        )  # fmt: skip
+        logger.info("annotate: %s", summary)
+        return summary
+
+
+def annotate(  # noqa: PLR0913 - the keyword face of Annotator, kept for callers
     evalset: EvalSet | PathLike,
     estimator: AbstentionEstimator,
     *,
@@ -119,7 +334,8 @@ def annotate(
     fresh: bool = False,
     progress: Progress | None = None,
 ) -> AnnotationSummary:
-    """Measure the utility of every retrieved passage with an LLM, as the UDCG paper does.
+    """Measure the utility of every retrieved passage with an LLM, as the UDCG paper does
+    (an :class:`Annotator` built from these keyword arguments, run on the eval set).
 
     For each query and each passage a run retrieved for it, the model reads the
     paper's abstention prompt (Figure 4) with that passage alone, and ``estimator``
@@ -163,95 +379,20 @@ def annotate(
         EvalSetError: the eval set or a corpus file is malformed.
         EndpointError: an endpoint backend failed (what was computed is saved).
     """
-    out_path = Path(out)
-    udcg_path = Path(udcg_out) if udcg_out is not None else None
-    store_path = Path(progress_file) if progress_file is not None else Path(f"{out_path}.progress")
-    for path in (out_path, udcg_path, store_path):
-        if path is not None:
-            check_output_path(
-                path, folder=False, what="an annotate output", error=AnnotationError, example=None
-            )
+    outputs = Outputs(out=out, udcg_out=udcg_out, progress_file=progress_file, fresh=fresh)
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
     es = _load(evalset, format, runs, corpus_list, passages)
-    texts = es.texts
-    read: list[PathLike | None] = [es.source, *(r.source for r in es.runs.values())]
-    read += texts.files
-    read += [] if isinstance(evalset, EvalSet) else [evalset]
-    for path in (out_path, udcg_path, store_path):
-        if path is not None:  # writing would replace a file it reads
-            check_not_input(path, read, what="the annotate output", error=AnnotationError)
-    policy: Unjudged = unjudged or ("judge" if judge is not None else "irrelevant")
-    if policy not in ("judge", "irrelevant", "skip"):
-        raise AnnotationError(f"unjudged must be 'judge', 'irrelevant' or 'skip', got {policy!r}")
-    if policy == "judge" and judge is None:
-        raise AnnotationError("unjudged='judge' needs a judge")
-    rules = rules or UtilityRules()
-    bar = _relevant_bar(rules)
-
-    run_names = list(es.runs) if only_runs is None else list(only_runs)
-    for name in run_names:
-        if name not in es.runs:
-            raise AnnotationError(f"no run named {name!r}; runs: {', '.join(es.runs) or 'none'}")
-    if not run_names:
-        raise AnnotationError(
-            "the eval set has no candidates to annotate: add candidates to it, or pass run "
-            "files (--run)"
-        )
-
-    items: list[_Item] = []
-    missing_text: list[tuple[str, str]] = []
-    skipped = 0
-    for qid in es.qids:
-        docs: dict[str, None] = {}
-        for name in run_names:
-            docs.update(dict.fromkeys(es.runs[name].candidates.get(qid, {})))
-        grades = es.labels[qid].grades
-        for doc in docs:
-            if doc in grades:
-                source, rel = SOURCE_LABEL, grades[doc] >= bar
-            elif policy == "skip":
-                skipped += 1
-                continue
-            elif policy == "irrelevant":
-                source, rel = SOURCE_UNJUDGED, False
-            else:
-                source, rel = SOURCE_JUDGE, None
-            text = texts.get(qid, doc)
-            if text is None:
-                missing_text.append((qid, doc))
-                continue
-            items.append(_Item(qid, doc, text, source, rel))
-    if missing_text:
-        q, d = missing_text[0]
-        raise AnnotationError(
-            f"{len(missing_text)} candidates have no passage text (e.g. {d!r} of query {q!r}); "
-            "give texts in the eval set (candidates' 'text'), a corpus file (--corpus) or "
-            "passages="
-        )
-    no_text = [q for q in es.qids if not es.queries[q].text]
-    if no_text:
-        raise AnnotationError(
-            f"{len(no_text)} queries have no text (e.g. {no_text[0]!r}); the model needs the "
-            "question"
-        )
-
-    judged = failures = computed = reused = 0
-    with ProgressStore(store_path, fresh=fresh) as store:
-        if policy == "judge":
-            assert judge is not None
-            judged, failures = _judge(es, items, judge, store, progress)
-            items = [it for it in items if it.relevant is not None]
-        computed, reused = _estimate(es, items, estimator, store, progress)
-
-    _write_jsonl(out_path, es, texts, items, run_names, estimator, judge, rules)
-    if udcg_path is not None:
-        _write_udcg(udcg_path, es, texts, items, estimator.model_id)
-    summary = AnnotationSummary(
-        estimator.model_id, len(items), computed, reused, judged, failures, skipped,
-        out_path, udcg_path, store_path,
-    )  # fmt: skip
-    logger.info("annotate: %s", summary)
-    return summary
+    annotator = Annotator(
+        estimator=estimator,
+        outputs=outputs,
+        relevance=Relevance(judge=judge, unjudged=unjudged, rules=rules),
+    )
+    return annotator.run(
+        es,
+        only_runs=only_runs,
+        inputs=[] if isinstance(evalset, EvalSet) else [evalset],
+        progress=progress,
+    )
 
 
 def _judge(

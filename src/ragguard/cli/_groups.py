@@ -1,0 +1,179 @@
+"""Option groups for typer commands: each group declares its flags once and builds one
+value from them (an option object of the library, or what the command needs), and
+:func:`grouped` hands the command the built values while typer sees every flag.
+
+typer has no option groups: it reads a command's flags from the function's signature.
+:func:`grouped` gives typer a wrapper whose signature is the command's own parameters
+with each grouped parameter replaced by its group's flags (each with
+``rich_help_panel`` set to the group's title); the wrapper builds each group's value
+from its flags and calls the command with it. ``--help`` lists each group under its
+title (:class:`GroupedCommand`, for the plain click help the app prints).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin
+
+from typer.core import TyperCommand
+from typer.models import OptionInfo
+
+__all__ = ["Flag", "FlagGroup", "GroupedCommand", "grouped"]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of a group.
+
+    Attributes:
+        name: the parameter name the group's ``build`` receives it as.
+        annotation: ``Annotated[type, typer.Option(...)]``, as in a typer signature.
+        default: its default value (none given: the flag is required).
+    """
+
+    name: str
+    annotation: Any
+    default: Any = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class FlagGroup(Generic[T]):
+    """Flags shown together under ``title`` in ``--help``, and how one value is built
+    from them.
+
+    Attributes:
+        title: the group's heading in ``--help``.
+        flags: its flags, in the order ``--help`` lists them.
+        build: called with every flag's value as a keyword argument; what it returns is
+            what the command receives. It may raise the library's errors (a bad value):
+            :func:`grouped` builds inside the command's error boundary.
+    """
+
+    title: str
+    flags: tuple[Flag, ...]
+    build: Callable[..., T]
+
+    def parameters(self) -> list[inspect.Parameter]:
+        """The flags as keyword parameters, each shown under the group's title."""
+        return [
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=_in_panel(f.annotation, self.title),
+                default=f.default,
+            )
+            for f in self.flags
+        ]
+
+
+def _in_panel(annotation: Any, title: str) -> Any:
+    """``annotation`` with its ``typer.Option`` shown under ``title``."""
+    if get_origin(annotation) is not Annotated:
+        raise TypeError(
+            f"a grouped flag needs Annotated[type, typer.Option(...)], got {annotation}"
+        )
+    base, *meta = get_args(annotation)
+    meta = [_panel(m, title) if isinstance(m, OptionInfo) else m for m in meta]
+    return Annotated[(base, *meta)]
+
+
+def _panel(info: OptionInfo, title: str) -> OptionInfo:
+    """A copy of ``info`` shown under ``title``."""
+    new = copy.copy(info)
+    new.rich_help_panel = title
+    return new
+
+
+def grouped(
+    groups: Mapping[str, FlagGroup[Any]],
+    *,
+    boundary: Callable[[Mapping[str, Any]], AbstractContextManager[object]],
+) -> Callable[[F], F]:
+    """Present ``command`` to typer with each parameter named in ``groups`` replaced by
+    that group's flags, and call it with the groups' built values.
+
+    Args:
+        groups: parameter name -> the group whose built value it receives.
+        boundary: the error boundary the values are built in, from the command's
+            remaining arguments (e.g. ``friendly_errors(verbose)``), so that a bad value
+            is one line, as the command's own errors are.
+
+    Raises:
+        TypeError: a group's flag name repeats another parameter's (at decoration time).
+    """
+
+    def decorate(command: F) -> F:
+        sig = inspect.signature(command)
+        params: list[inspect.Parameter] = []
+        for p in sig.parameters.values():
+            if p.name in groups:
+                params += groups[p.name].parameters()
+            else:  # typer reads the annotation: resolved where the command is defined
+                params.append(
+                    p.replace(
+                        kind=inspect.Parameter.KEYWORD_ONLY,
+                        annotation=_resolved(p.annotation, command),
+                    )
+                )
+        names = [p.name for p in params]
+        if len(set(names)) != len(names):
+            raise TypeError(f"{command.__name__}: a grouped flag repeats a parameter: {names}")
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            own = {k: v for k, v in kwargs.items() if k in sig.parameters}
+            with boundary(own):
+                for name, group in groups.items():
+                    own[name] = group.build(**{f.name: kwargs[f.name] for f in group.flags})
+            return command(**own)
+
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+        del wrapper.__wrapped__  # typer reads the signature above, not the command's
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _resolved(annotation: Any, command: Callable[..., Any]) -> Any:
+    """``annotation`` as an object: a string one (``from __future__ import
+    annotations``) evaluated in the module of ``command``, as typer would."""
+    if not isinstance(annotation, str):
+        return annotation
+    return eval(annotation, command.__globals__)  # our own source's annotation, not data
+
+
+class GroupedCommand(TyperCommand):
+    """A command whose plain ``--help`` lists the options of each group under its title,
+    then the ungrouped ones under ``Options``."""
+
+    # Any: typer's own (vendored) click types, which it does not export
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """Arguments, each group in order of first appearance, the ungrouped options."""
+        args: list[tuple[str, str]] = []
+        sections: dict[str, list[tuple[str, str]]] = {}
+        ungrouped: list[tuple[str, str]] = []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append(record)
+            else:
+                title = getattr(param, "rich_help_panel", None)
+                (sections.setdefault(title, []) if title else ungrouped).append(record)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        for title, records in [*sections.items(), ("Options", ungrouped)]:
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
