@@ -24,7 +24,7 @@ b. **Context quality** (UDCG, evidence recall, distractor rate: ragguard's metri
    chosen by a **runtime grid** on the calibration queries (``max_k`` x
    ``relative_threshold``, conflicts off; and the same with ``conflicts`` in keep_first /
    drop x ``conflict_similarity`` 0.3..0.7; chosen on mean UDCG, ties to the first in grid
-   order); and the guard written by ``ragguard.calibration.calibrate`` on the calibration
+   order); and the guard written by ``ragguard.calibration.fit.calibrator`` on the calibration
    queries (objective UDCG, no recall floor), without and with its conflict sweep
    (``conflicts=("off", "keep_first", "drop"), conflict_similarities=(0.3, 0.5, 0.7)``;
    printed as not available when the installed ``calibrate`` has no such option). Paired
@@ -60,9 +60,9 @@ import numpy as np
 
 from ragguard import Candidate, ContextGuard, Selection
 from ragguard.calibration import calibrate, load_evalset, split_queries
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.fit.statistics import bootstrap_means
 from ragguard.calibration.metrics import compute
-from ragguard.calibration.statistics import bootstrap_means
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "examples" / "ramdocs"

@@ -64,9 +64,9 @@ from numpy.typing import NDArray
 from ragguard import Candidate, ContextGuard
 from ragguard.calibration import CalibrationResult, calibrate, evaluate
 from ragguard.calibration.data.evalset import EvalSet, Run
-from ragguard.calibration.inputs import load_inputs
-from ragguard.calibration.statistics import split_queries
-from ragguard.calibration.sweep import describe_point
+from ragguard.calibration.data.inputs import load_inputs
+from ragguard.calibration.fit.statistics import split_queries
+from ragguard.calibration.fit.sweep import describe_point
 from ragguard.config import GuardConfig
 from ragguard.policy import cut_ranked
 

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ragguard.calibration import METRICS, SweepGrid, arrays_from_dicts, evaluate, sweep
-from ragguard.calibration.sweep import SweepKernel
+from ragguard.calibration.fit.sweep import SweepKernel
 from ragguard.policy import PolicyParams, cut_ranked
 
 GOAL_S = 30.0

@@ -10,7 +10,7 @@ calibration queries):
    every kind, so its validation AUCs are the same; a separate call lets a candidate
    that beats the base be written and scored on held-out queries). Printed: validation
    AUCs of the base, its inputs and every candidate, steps, training wall time, and the
-   candidate one call with every kind would write (:func:`ragguard.calibration.train.
+   candidate one call with every kind would write (:func:`ragguard.calibration.train.reranker.
    choose`) or that none would.
 2. **Held-out AUCs** (calibrate's held-out queries, never read by training): relevant vs
    labelled distractor and relevant vs the other candidates of the runs, for BM25 (document
@@ -55,10 +55,10 @@ import numpy as np
 
 from ragguard.calibration import calibrate, load_inputs
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.rerank_scores import passage_texts
-from ragguard.calibration.statistics import metric_values
-from ragguard.calibration.sweep import describe_point
-from ragguard.calibration.train import (
+from ragguard.calibration.fit.rerank_scores import passage_texts
+from ragguard.calibration.fit.statistics import metric_values
+from ragguard.calibration.fit.sweep import describe_point
+from ragguard.calibration.train.reranker import (
     Candidate,
     TrainResult,
     choose,

@@ -13,7 +13,7 @@ b. **retrieval-only calibration**: ``calibrate(evalset, runs=[run], min_recall=0
 c. **two-stage calibration**: the same call with ``reranker=R``: ragguard scores the run's
    candidates with R (once, cached on disk in a temporary folder), fits the Platt map
    from R's score to p(relevant) on the calibration queries, and sweeps retrieval depth
-   (``top_n``) x rerank cut x ``max_k`` (``ragguard.calibration.pipeline``).
+   (``top_n``) x rerank cut x ``max_k`` (``ragguard.calibration.fit.pipeline``).
 
 Two rerankers, both ``(query, texts) -> scores`` callables that read the query and the
 passage text (``title`` + newline + ``text``, as ragguard reads ``corpus.jsonl``):
@@ -74,10 +74,10 @@ import numpy as np
 
 from ragguard.calibration import calibrate
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.inputs import load_inputs
-from ragguard.calibration.result import CalibrationResult
-from ragguard.calibration.statistics import Interval
-from ragguard.calibration.sweep import describe_point
+from ragguard.calibration.data.inputs import load_inputs
+from ragguard.calibration.fit.result import CalibrationResult
+from ragguard.calibration.fit.statistics import Interval
+from ragguard.calibration.fit.sweep import describe_point
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from examples.rerankers import MiniLMCosine, load_model

@@ -36,9 +36,9 @@ from ragguard import (
     RetrieverError,
 )
 from ragguard.calibration.annotate import Outputs, Relevance
-from ragguard.calibration.pipeline import RerankGrid
-from ragguard.calibration.rerank_scores import RerankScores
-from ragguard.calibration.train import Negatives, RerankerTrainer, Training
+from ragguard.calibration.fit.pipeline import RerankGrid
+from ragguard.calibration.fit.rerank_scores import RerankScores
+from ragguard.calibration.train.reranker import Negatives, RerankerTrainer, Training
 from ragguard.profiles import ProfileSpec, resolve_profile
 
 

@@ -25,7 +25,7 @@ import numpy.typing as npt
 import pytest
 
 from ragguard.calibration import load_evalset
-from ragguard.calibration.rerank_scores import passage_texts
+from ragguard.calibration.fit.rerank_scores import passage_texts
 from tests.doc_checks import load_script
 
 ROOT = Path(__file__).resolve().parent.parent

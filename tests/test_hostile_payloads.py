@@ -4,7 +4,7 @@ folder's model card and model files, ``ragguard calibrate --rerank DIR``) is giv
 hostile payload. Each payload names a module whose import writes a marker file, a
 ragguard internal that imports what its argument names (``ragguard._optional.require``,
 ``ragguard._optional.import_object``, also reachable as
-``ragguard.calibration.inputs.import_object``) or ``os.system``. Every test asserts
+``ragguard.calibration.data.inputs.import_object``) or ``os.system``. Every test asserts
 that a typed one-line error came back and that the module was never imported."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 INTERNAL_GADGETS = (
     "ragguard._optional.require",
     "ragguard._optional.import_object",
-    "ragguard.calibration.inputs.import_object",
+    "ragguard.calibration.data.inputs.import_object",
 )
 
 

@@ -189,9 +189,8 @@ def test_the_test_import_check_sees_every_kind_of_import(tmp_path: Path) -> None
 CONTRACTS = (
     "no import circles",
     "the runtime applies, calibration fits: the runtime never imports calibration or the CLI",
-    "calibration layers: training > report > orchestration > searches > risk and statistics"
-    " > sweep > data",
-    "training and annotation consume calibration data, never the other way round",
+    "calibration wings: train | annotate > report > fit > metrics > data",
+    "fit layers: orchestration > result > searches > options > risk and statistics > sweep",
 )
 
 
@@ -234,16 +233,19 @@ def test_no_import_circles() -> None:
 
 def test_the_contracts_catch_each_kind_of_wrong_import(tmp_path: Path) -> None:
     """A copy of ragguard with one wrong import per contract fails each of them: a
-    runtime module importing calibration, the statistics layer importing the
-    orchestration above it, and the sweep importing training (a circle too, since
-    training imports the sweep's modules)."""
+    runtime module importing calibration (a circle too), the statistics layer of the
+    fitting wing importing the orchestration above it, and the sweep importing the
+    training wing."""
     pytest.importorskip("importlinter", reason="import-linter comes with the dev extra")
     copy = tmp_path / "ragguard"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     wrong = {
-        copy / "scores.py": "import ragguard.calibration.sweep\n",
-        copy / "calibration" / "statistics.py": "import ragguard.calibration.calibrate\n",
-        copy / "calibration" / "sweep.py": "import ragguard.calibration.train\n",
+        copy / "scores.py": "import ragguard.calibration.fit.sweep\n",
+        copy
+        / "calibration"
+        / "fit"
+        / "statistics.py": "import ragguard.calibration.fit.calibrator\n",
+        copy / "calibration" / "fit" / "sweep.py": "import ragguard.calibration.train.reranker\n",
     }
     for path, line in wrong.items():
         path.write_text(path.read_text(encoding="utf-8") + line, encoding="utf-8")
@@ -251,6 +253,8 @@ def test_the_contracts_catch_each_kind_of_wrong_import(tmp_path: Path) -> None:
     assert run.returncode != 0
     for name in CONTRACTS:
         assert f"{name} BROKEN" in run.stdout, run.stdout
-    assert "ragguard.scores -> ragguard.calibration.sweep" in run.stdout
-    assert "ragguard.calibration.statistics -> ragguard.calibration.calibrate" in run.stdout
-    assert "ragguard.calibration.sweep -> ragguard.calibration.train" in run.stdout
+    assert "ragguard.scores -> ragguard.calibration.fit.sweep" in run.stdout
+    assert (
+        "ragguard.calibration.fit.statistics -> ragguard.calibration.fit.calibrator" in run.stdout
+    )
+    assert "ragguard.calibration.fit.sweep -> ragguard.calibration.train.reranker" in run.stdout

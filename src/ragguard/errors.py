@@ -140,7 +140,7 @@ class MissingDependencyError(RagguardError, ImportError):
 
 class ScoreCacheError(RagguardError, OSError):
     """The rerank score cache of calibration (one SQLite file per model, see
-    :mod:`ragguard.calibration.rerank_scores`) cannot be used: the file is corrupt,
+    :mod:`ragguard.calibration.fit.rerank_scores`) cannot be used: the file is corrupt,
     truncated, unreadable or locked by another process past the wait, or its folder cannot
     be created or written. The message names the file or folder and the way out."""
 

@@ -453,7 +453,7 @@ def abstains(
     """Where the ``min_evidence`` rule keeps nothing: the top normalised score ``top`` is
     below the floor, or NaN (no valid score). Broadcasts: (Q, 1) tops against (1, F)
     floors give every floor's abstentions at once (the calibration of the floor,
-    :mod:`ragguard.calibration.answerability`)."""
+    :mod:`ragguard.calibration.fit.answerability`)."""
     out: NDArray[np.bool_] = ~(top >= min_evidence)  # NaN compares False: abstain too
     return out
 

@@ -3,7 +3,7 @@ r"""Calibrated probabilities for the rerank stage: a fitted map from score to p(
 A reranker's own probability (``sigmoid(logit)`` of a cross-encoder, the number a
 hosted rerank API returns) is a *ranking* score: 0.9 seldom means "relevant 9 times in
 10". ``ragguard calibrate --rerank`` fits a :class:`ProbabilityMap` on labelled queries
-(:mod:`ragguard.calibration.probability`) and writes it under ``[rerank.probability_map]``;
+(:mod:`ragguard.calibration.fit.probability`) and writes it under ``[rerank.probability_map]``;
 the guard applies the same map to every rerank score before any rule runs, so
 ``rerank.min_score`` and the expected-utility rule read *calibrated* probabilities.
 

@@ -29,7 +29,7 @@ Both stages are *causal* along the kept list: whether the passage at position ``
 kept depends only on the passages before it. Running them on a longer prefix of the
 ranked list and then taking the first ``m`` passages gives what running them on the
 first ``m`` gives; the calibration sweep relies on this to run them once per query for
-every cut (:mod:`ragguard.calibration.sweep`).
+every cut (:mod:`ragguard.calibration.fit.sweep`).
 
 The state is one set of (rows x columns) arrays over the kept list (:class:`StageState`);
 each stage is a small function that takes it, with keyword-only inputs, and returns a

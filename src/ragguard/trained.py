@@ -1,6 +1,6 @@
 """Scorers trained by ``ragguard train-reranker``, loaded from their folder.
 
-A folder written by :func:`ragguard.calibration.train.train_reranker` holds a model card
+A folder written by :func:`ragguard.calibration.train.reranker.train_reranker` holds a model card
 (``ragguard-reranker.json``, and ``README.md`` for people) and what the chosen kind
 needs:
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ragguard.calibration import EvalSet
-from ragguard.calibration.statistics import split_queries
+from ragguard.calibration.fit.statistics import split_queries
 
 
 def synthetic(n: int, depth: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

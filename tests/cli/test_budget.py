@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.calibration import calibrate, load_inputs
-from ragguard.calibration.rerank_scores import passage_texts
+from ragguard.calibration.fit.rerank_scores import passage_texts
 from ragguard.cli import app
 from tests.faults import block_network
 

@@ -128,7 +128,7 @@ def test_calibrate_leaves_passage_texts_out_unless_a_stage_reads_them(
     """A BEIR folder (its corpus.jsonl holds every passage text) is loaded without texts
     when the calibration reads none, with them when a stage after the cut does; the
     config is the one calibrated with the texts loaded."""
-    from ragguard.calibration import inputs
+    from ragguard.calibration.data import inputs
 
     folder = notes_as_beir(tmp_path, distractors=True)
     loaded: list[EvalSet] = []

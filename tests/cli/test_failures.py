@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ragguard.calibration import rerank_scores
+from ragguard.calibration.fit import rerank_scores
 from ragguard.cli import app
 from tests.calibration.two_stage_data import write_folder
 from tests.cli.checks import error_line

@@ -22,8 +22,7 @@ layers are drawn in ``DESIGN.md``; the ``[tool.importlinter]`` contracts of
 ``pyproject.toml`` hold them (``lint-imports``).
 """
 
-from ragguard.calibration.arrays import EvalArrays, build_arrays
-from ragguard.calibration.calibrate import Calibrator, calibrate
+from ragguard.calibration.data.arrays import EvalArrays, build_arrays
 from ragguard.calibration.data.evalset import (
     EvalSet,
     Labels,
@@ -35,8 +34,39 @@ from ragguard.calibration.data.evalset import (
     detect_format,
     load_evalset,
 )
-from ragguard.calibration.evaluate import arrays_from_dicts, evaluate
-from ragguard.calibration.inputs import load_inputs, retrieve_run
+from ragguard.calibration.data.inputs import load_inputs, retrieve_run
+from ragguard.calibration.data.utility import UtilityRules, candidate_utilities
+from ragguard.calibration.fit.calibrator import Calibrator, calibrate
+from ragguard.calibration.fit.options import (
+    Answerability,
+    Check,
+    Guarantee,
+    RerankGrid,
+    RerankSearch,
+    Search,
+    Split,
+    Stages,
+)
+from ragguard.calibration.fit.probability import (
+    brier_score,
+    expected_calibration_error,
+    fit_probability_map,
+)
+from ragguard.calibration.fit.result import (
+    CalibrationResult,
+    RunCalibration,
+    WrittenSetting,
+    data_fingerprint,
+)
+from ragguard.calibration.fit.statistics import Comparison, Interval, split_queries
+from ragguard.calibration.fit.sweep import (
+    Constraint,
+    OptimalK,
+    SweepGrid,
+    SweepResult,
+    optimal_k,
+    sweep,
+)
 from ragguard.calibration.metrics import (
     METRICS,
     SafetyBand,
@@ -48,37 +78,7 @@ from ragguard.calibration.metrics import (
     safety_band,
     udcg_theta,
 )
-from ragguard.calibration.options import (
-    Answerability,
-    Check,
-    Guarantee,
-    RerankGrid,
-    RerankSearch,
-    Search,
-    Split,
-    Stages,
-)
-from ragguard.calibration.probability import (
-    brier_score,
-    expected_calibration_error,
-    fit_probability_map,
-)
-from ragguard.calibration.result import (
-    CalibrationResult,
-    RunCalibration,
-    WrittenSetting,
-    data_fingerprint,
-)
-from ragguard.calibration.statistics import Comparison, Interval, split_queries
-from ragguard.calibration.sweep import (
-    Constraint,
-    OptimalK,
-    SweepGrid,
-    SweepResult,
-    optimal_k,
-    sweep,
-)
-from ragguard.calibration.utility import UtilityRules, candidate_utilities
+from ragguard.calibration.metrics.evaluate import arrays_from_dicts, evaluate
 
 __all__ = [
     "METRICS",

@@ -125,7 +125,7 @@ def load_evalset_for_cli(
     :func:`~ragguard.calibration.load_evalset`). Loading problems are logged once by the
     loader (a warning, which :func:`~ragguard.cli._common.friendly_errors` prints on
     stderr)."""
-    from ragguard.calibration.inputs import add_run, load_factory, load_inputs, retrieve_run
+    from ragguard.calibration.data.inputs import add_run, load_factory, load_inputs, retrieve_run
 
     evalset = load_inputs(
         path,

@@ -26,8 +26,8 @@ from ragguard.cli._groups import Flag, FlagGroup
 
 if TYPE_CHECKING:
     from ragguard.calibration import WrittenSetting
-    from ragguard.calibration.options import RerankSearch
-    from ragguard.calibration.pipeline import TwoStageCalibration
+    from ragguard.calibration.fit.options import RerankSearch
+    from ragguard.calibration.fit.pipeline import TwoStageCalibration
 
 __all__ = [
     "RERANK",
@@ -170,8 +170,8 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
     """
     if flags.rerank is None and flags.rerank_run is None:
         return None
-    from ragguard.calibration.options import RerankSearch
-    from ragguard.calibration.rerank_scores import read_rerank_run
+    from ragguard.calibration.fit.options import RerankSearch
+    from ragguard.calibration.fit.rerank_scores import read_rerank_run
     from ragguard.probability import MapMethod
     from ragguard.rerank import load_reranker
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
         RunCalibration,
         UtilityRules,
     )
-    from ragguard.calibration.options import (
+    from ragguard.calibration.fit.options import (
         Answerability,
         Check,
         Guarantee,
@@ -52,8 +52,8 @@ if TYPE_CHECKING:
         Split,
         Stages,
     )
+    from ragguard.calibration.fit.result import ResultView
     from ragguard.calibration.report import WrittenReport
-    from ragguard.calibration.result import ResultView
     from ragguard.policy import PolicyParams
     from ragguard.profiles import Profile
     from ragguard.scores import ScoreKind
@@ -151,8 +151,8 @@ def _goal(
         ConfigError: a share, rule or guarantee out of range or malformed.
     """
     from ragguard.calibration import Constraint
-    from ragguard.calibration.options import Answerability, Guarantee
-    from ragguard.calibration.risk import EVIDENCE
+    from ragguard.calibration.fit.options import Answerability, Guarantee
+    from ragguard.calibration.fit.risk import EVIDENCE
 
     answerability = None
     if max_false_abstain is not None:  # before the eval set is read
@@ -171,7 +171,7 @@ def _goal(
 
 
 def _search(max_k: int | None) -> Search:
-    from ragguard.calibration.options import Search
+    from ragguard.calibration.fit.options import Search
 
     return Search(max_k=max_k)
 
@@ -189,7 +189,7 @@ def _stages(
     Raises:
         ConfigError: a value out of range, naming its option.
     """
-    from ragguard.calibration.options import Stages
+    from ragguard.calibration.fit.options import Stages
 
     modes, levels = _conflict_options(conflicts, conflict_similarity)
     return Stages(
@@ -202,7 +202,7 @@ def _stages(
 
 
 def _split(holdout: float, seed: int, folds: int) -> Split:
-    from ragguard.calibration.options import Split
+    from ragguard.calibration.fit.options import Split
 
     return Split(holdout=holdout, seed=seed, folds=folds)
 
@@ -213,7 +213,7 @@ def _check(on_worse: str) -> Check:
     Raises:
         ConfigError: ``--on-worse`` is neither ``top-k`` nor ``stop``.
     """
-    from ragguard.calibration.options import Check
+    from ragguard.calibration.fit.options import Check
     from ragguard.errors import ConfigError
 
     if on_worse not in ("top-k", "stop"):
@@ -558,7 +558,7 @@ def calibrate(
     queries, and write the config and a report."""
     with friendly_errors(verbose):
         from ragguard.calibration import Calibrator
-        from ragguard.calibration.calibrate import needs_texts
+        from ragguard.calibration.fit.calibrator import needs_texts
         from ragguard.errors import ConfigError
 
         out_path, report = output.config, output.report
@@ -623,7 +623,7 @@ def calibrate(
         if output.as_json:  # one JSON document on stdout, for CI pipelines; errors as usual
             if blocked is not None:
                 raise ConfigError(f"no config written: {blocked}")
-            from ragguard.calibration.summary import result_document
+            from ragguard.calibration.report.summary import result_document
 
             written = result.save_config(out_path, allow_unmet=output.allow_unmet)
             paths = None
@@ -655,9 +655,9 @@ def calibrate(
 
 def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str], list[float]]:
     """``--conflicts`` and ``--conflict-similarity`` as lists, checked before any data is
-    read (:func:`ragguard.calibration.conflict_sweep.conflict_settings`), each error
+    read (:func:`ragguard.calibration.fit.conflict_sweep.conflict_settings`), each error
     naming its option."""
-    from ragguard.calibration.conflict_sweep import conflict_settings
+    from ragguard.calibration.fit.conflict_sweep import conflict_settings
     from ragguard.errors import ConfigError
 
     names = _list_option("--conflicts", modes)
@@ -748,8 +748,8 @@ def _check_outputs(
 def _print_result(result: CalibrationResult, shown: str) -> None:
     """The console summary of ``result`` (its :meth:`~CalibrationResult.view`), on
     stdout; ``shown`` is the eval set as the command line named it."""
+    from ragguard.calibration.fit.sweep import PASSAGES, describe_point
     from ragguard.calibration.report import format_number
-    from ragguard.calibration.sweep import PASSAGES, describe_point
 
     view = result.view(evalset=shown)
     obj = result.objective
@@ -870,7 +870,7 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
 
 def _print_conflicts(r: RunCalibration, written: PolicyParams) -> None:
     """One line when conflict settings were swept: which, and which the config holds."""
-    from ragguard.calibration.conflict_sweep import (
+    from ragguard.calibration.fit.conflict_sweep import (
         StageKernels,
         describe_conflicts,
         setting_of,

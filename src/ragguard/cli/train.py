@@ -18,8 +18,8 @@ from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
 from ragguard.cli._two_stage import CorpusOpt
 
 if TYPE_CHECKING:
-    from ragguard.calibration.statistics import Interval
-    from ragguard.calibration.train import Training
+    from ragguard.calibration.fit.statistics import Interval
+    from ragguard.calibration.train.reranker import Training
 
 __all__ = ["train_reranker"]
 
@@ -185,7 +185,7 @@ def _training(
     Raises:
         ConfigError: a value out of range.
     """
-    from ragguard.calibration.train import Training
+    from ragguard.calibration.train.reranker import Training
 
     settings = Training(
         max_steps=max_steps,
@@ -279,7 +279,7 @@ def train_reranker(
     examples/nq on 2 idle CPU cores).
     """
     with friendly_errors(verbose):
-        from ragguard.calibration.train import RerankerTrainer
+        from ragguard.calibration.train.reranker import RerankerTrainer
 
         holdout, seed = split.holdout, split.seed
         base = model.base

@@ -21,7 +21,7 @@ from ragguard.calibration.annotate import (
     RelevanceJudge,
     annotate,
 )
-from ragguard.calibration.utility import UtilityRules
+from ragguard.calibration.data.utility import UtilityRules
 from tests.calibration.annotate.conftest import FakeEstimator
 
 

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from ragguard.calibration import EvalSet, load_evalset
-from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.data import evalset
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.formats import trec
 from ragguard.calibration.data.formats.beir import BEIR_DISTRACTORS, beir_split
 from ragguard.calibration.data.formats.common import (

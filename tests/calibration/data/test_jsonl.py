@@ -715,7 +715,7 @@ def test_labels_given_only_a_utility_or_a_probability_build_the_dicts_arrays() -
     """Labels as columns (a document with only a utility, or only a probability, has no
     grade: not judged) give the arrays build_arrays gives from the same dicts; a value out
     of range is the same error."""
-    from ragguard.calibration.arrays import build_arrays
+    from ragguard.calibration.data.arrays import build_arrays
 
     qrels = {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
     run = {"q1": {"a": 0.9, "u": 0.8, "b": 0.4, "p": 0.3}, "q2": {"c": 0.7, "u": 0.2}}

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from ragguard.calibration import EvalSet, ProblemKind, calibrate, evaluate, load_evalset
-from ragguard.calibration.result import data_fingerprint
+from ragguard.calibration.fit.result import data_fingerprint
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from tests.calibration.conftest import random_trec_data
 

@@ -425,7 +425,7 @@ def test_rankings_computed_in_small_chunks_equal_the_careful_ones(
     """The column-wise arrays rank a few rows at a time; with chunks of one or two rows,
     scores, order and the score issues (counted per row, summed over chunks) are those
     of the careful reader's arrays."""
-    import ragguard.calibration.arrays as arrays_module
+    import ragguard.calibration.data.arrays as arrays_module
 
     rng = np.random.default_rng(5)
     run_lines, qrels_lines = [], []

@@ -15,7 +15,7 @@ from ragguard.calibration import (
     evaluate,
     safety_band,
 )
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics import distractor_harm, distractor_rate
 
 TOL = 1e-12

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ragguard.calibration import build_arrays, evaluate
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics import (
     harm,
     n_recall_4plus,

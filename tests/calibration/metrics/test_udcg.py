@@ -19,9 +19,9 @@ from ragguard.calibration import (
     load_evalset,
     udcg_theta,
 )
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.data.utility import UtilityRules
 from ragguard.calibration.metrics import context_utility, udcg, udcg_dcg, udcg_ndcg
-from ragguard.calibration.utility import UtilityRules
 
 TOL = 1e-12
 MODEL = "meta-llama/Llama-3.2-3B-Instruct"

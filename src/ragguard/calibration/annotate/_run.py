@@ -20,7 +20,7 @@ from ragguard.calibration.annotate._judge import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
 from ragguard.calibration.data.evalset import EvalSet, load_evalset
 from ragguard.calibration.data.texts import Texts
-from ragguard.calibration.utility import UtilityRules
+from ragguard.calibration.data.utility import UtilityRules
 from ragguard.errors import AnnotationError
 
 __all__ = [

@@ -11,7 +11,7 @@ module                      what it holds
 ``columns``                 the one storage: labels and candidates as Arrow / numpy columns
                             (:class:`~ragguard.calibration.data.columns.ColumnarLabels`,
                             :class:`~ragguard.calibration.data.columns.ColumnarCandidates`),
-                            the way into :class:`~ragguard.calibration.arrays.EvalArrays`,
+                            the way into :class:`~ragguard.calibration.data.arrays.EvalArrays`,
                             the data fingerprint
 ``problems``                problems counted while loading (:class:`ProblemKind`,
                             :class:`LoadReport`)

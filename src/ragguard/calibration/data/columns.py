@@ -7,7 +7,7 @@ dictionary), float64 values and, where they are not the row numbers, lines.
 :class:`ColumnarLabels` and :class:`ColumnarCandidates` are read-only mappings over them
 that build one query's :class:`~ragguard.calibration.data.records.Labels` or dict only
 when asked; :func:`arrays_from_columnar` is the one way into
-:class:`~ragguard.calibration.arrays.EvalArrays` (labels joined to candidates by an Arrow
+:class:`~ragguard.calibration.data.arrays.EvalArrays` (labels joined to candidates by an Arrow
 hash join, :func:`label_hits`), and :func:`fingerprint` hashes the data. The helpers the
 readers share (:func:`encode_ids`, :func:`repeated_rows`, :func:`repeat_events`,
 :func:`missing_ids`, ...) are listed in ``__all__``; this module imports no reader, nor
@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._optional import require
-from ragguard.calibration.arrays import (
+from ragguard.calibration.data.arrays import (
     EvalArrays,
     PaddedRows,
     assemble_arrays,
@@ -42,7 +42,7 @@ from ragguard.calibration.arrays import (
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE, Labels, Query
 from ragguard.calibration.data.texts import Texts
-from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
+from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
@@ -799,7 +799,7 @@ def arrays_from_columnar(
     rules: UtilityRules | None = None,
 ) -> EvalArrays:
     """:class:`EvalArrays` of a run and labels read column-wise (as
-    :func:`~ragguard.calibration.arrays.build_arrays` gives for the same data)."""
+    :func:`~ragguard.calibration.data.arrays.build_arrays` gives for the same data)."""
     rp, lp = run.pairs, labels.pairs
     crow = _rows(qids, run)[rp.q]
     lrow = _rows(qids, labels)[lp.q]

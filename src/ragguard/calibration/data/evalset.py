@@ -3,7 +3,7 @@
 An **eval set** holds labelled queries; a **run** holds, per query, the candidates a
 retriever returned with their scores. One eval set may carry several runs (one per
 retrieval profile being compared). :meth:`EvalSet.arrays` converts a run and the labels
-once into dense :class:`~ragguard.calibration.arrays.EvalArrays` that every metric and
+once into dense :class:`~ragguard.calibration.data.arrays.EvalArrays` that every metric and
 the sweep read.
 
 Formats (:func:`load_evalset` detects them; or pass ``format=``)
@@ -110,7 +110,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
@@ -127,7 +127,7 @@ from ragguard.calibration.data.formats.udcg import read_udcg
 from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query, Run
 from ragguard.calibration.data.texts import Texts, TextSource
-from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
+from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
@@ -208,7 +208,7 @@ class EvalSet:
         in tables and dicts alike; in a UDCG file: no passage ``is_relevant``. A query
         with no label at all is neither answerable nor unanswerable: it is not judged.
         ``calibrate(..., max_false_abstain=...)`` calibrates ``min_evidence`` on them
-        (:mod:`ragguard.calibration.answerability`)."""
+        (:mod:`ragguard.calibration.fit.answerability`)."""
         return tuple(self.labels.unanswerable())
 
     @property

@@ -1,4 +1,4 @@
-"""Vectorised metrics over :class:`~ragguard.calibration.arrays.EvalArrays`, and their
+"""Vectorised metrics over :class:`~ragguard.calibration.data.arrays.EvalArrays`, and their
 string registry.
 
 Each family lives in its own module with its formulas and edge cases in the docstrings:
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64
 from ragguard.calibration.metrics.classic import (
     average_precision,

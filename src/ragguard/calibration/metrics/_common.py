@@ -10,7 +10,7 @@ from typing import TypeVar, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.errors import ConfigError, EvalSetError
 
 F64 = NDArray[np.float64]

@@ -2,7 +2,7 @@ r"""Distractor statistics of the context: how much of it harms, and how badly.
 
 A **distractor** is a passage with negative utility :math:`u_i < 0` (a known
 distractor, a hard negative under the profile's rules, or an irrelevant passage the LLM
-does not abstain on; see :mod:`ragguard.calibration.utility`). The context of a query is
+does not abstain on; see :mod:`ragguard.calibration.data.utility`). The context of a query is
 its first :math:`m = \min(k, n)` ranked candidates.
 
 * :func:`distractor_rate` -- the share of the context that is a distractor;
@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ragguard._fields import is_real
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, divide, window
 from ragguard.errors import ConfigError
 

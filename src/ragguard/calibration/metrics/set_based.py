@@ -44,7 +44,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, Window, divide, window
 from ragguard.errors import ConfigError, EvalSetError
 

@@ -1,8 +1,8 @@
 r"""The UDCG family: utility- and distraction-aware scores of the context an LLM reads.
 
 Every metric here reads the per-candidate utilities :math:`u_i \in [-1, 1]` of
-:attr:`EvalArrays.utility <ragguard.calibration.arrays.EvalArrays.utility>` (see
-:mod:`ragguard.calibration.utility` for where they come from). The context of a query
+:attr:`EvalArrays.utility <ragguard.calibration.data.arrays.EvalArrays.utility>` (see
+:mod:`ragguard.calibration.data.utility` for where they come from). The context of a query
 is its first :math:`m = \min(k, n)` ranked candidates (all :math:`n` without a cutoff,
 or the first ``cut`` when a selection policy kept fewer).
 :math:`u^+ = \max(u, 0)` and :math:`u^- = \min(u, 0)` are the positive and negative
@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ragguard._fields import is_real
-from ragguard.calibration.arrays import EvalArrays
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, discount, divide, window
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragguard.calibration._output import check_output_path, staging_folder
+from ragguard.calibration.fit.result import CalibrationResult
 from ragguard.calibration.report.document import Report
 from ragguard.calibration.report.plots import draw_figures
 from ragguard.calibration.report.sections import report_blocks
-from ragguard.calibration.result import CalibrationResult
 
 __all__ = ["WrittenReport", "build_report", "write_report"]
 

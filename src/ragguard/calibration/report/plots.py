@@ -12,10 +12,10 @@ from numpy.typing import NDArray
 
 from ragguard._optional import require
 from ragguard.calibration._format import format_number
-from ragguard.calibration.pipeline import TwoStageCalibration
+from ragguard.calibration.fit.pipeline import TwoStageCalibration
+from ragguard.calibration.fit.result import CalibrationResult, RunCalibration
+from ragguard.calibration.fit.sweep import PASSAGES, describe_point, is_plain_top_k, lower_is_better
 from ragguard.calibration.report.document import Figure
-from ragguard.calibration.result import CalibrationResult, RunCalibration
-from ragguard.calibration.sweep import PASSAGES, describe_point, is_plain_top_k, lower_is_better
 from ragguard.errors import MissingDependencyError
 from ragguard.policy import CutRule, PolicyParams
 

@@ -11,18 +11,18 @@ import numpy as np
 
 from ragguard._optional import install_hint
 from ragguard.calibration._format import floor_number, format_interval, format_number
-from ragguard.calibration.metrics import compute
-from ragguard.calibration.pipeline import TwoStageCalibration
-from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
-from ragguard.calibration.result import (
+from ragguard.calibration.fit.pipeline import TwoStageCalibration
+from ragguard.calibration.fit.result import (
     SMALL_SET,
     CalibrationResult,
     ResultView,
     RunCalibration,
 )
-from ragguard.calibration.risk import EVIDENCE, GuaranteeResult
-from ragguard.calibration.statistics import Comparison, Interval
-from ragguard.calibration.sweep import PASSAGES, choose, describe_point, lower_is_better
+from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
+from ragguard.calibration.fit.statistics import Comparison, Interval
+from ragguard.calibration.fit.sweep import PASSAGES, choose, describe_point, lower_is_better
+from ragguard.calibration.metrics import compute
+from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
 from ragguard.policy import ConflictMode, CutRule
 
 __all__ = ["PLOT_NOTE", "report_blocks"]
@@ -721,7 +721,7 @@ def _conflicts(res: CalibrationResult, r: RunCalibration) -> list[Block]:
     """The conflict settings swept, the best of each, and how well detection finds the
     labelled distractors at each similarity swept, on the calibration and the held-out
     queries."""
-    from ragguard.calibration.conflict_sweep import (
+    from ragguard.calibration.fit.conflict_sweep import (
         StageKernels,
         conflict_detection,
         describe_conflicts,

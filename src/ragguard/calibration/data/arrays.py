@@ -1,0 +1,1141 @@
+"""Dense, padded (queries x candidates) arrays: the one form every metric and the sweep read.
+
+Labels and a run are converted **once** into :class:`EvalArrays`. Each row is one query;
+its candidates are stored **in ranked order**, best first, and padded to the longest
+list. Metrics then read prefixes (``[:, :k]``) and never sort or look anything up.
+
+Ranking (the tie rule)
+----------------------
+Candidates are ranked by **normalised score** (:func:`ragguard.scores.normalize`, higher
+is better), highest first. Equal scores keep the order in which the run lists the
+candidates (line order of a TREC run file, list order in JSON / JSONL, insertion order of
+a Python dict). Candidates without a valid score (missing, NaN, infinite) follow all
+scored ones, in run order. A run without scores (``score_kind=None``) keeps its order.
+This is exactly the order of the runtime policy (:func:`ragguard.policy.rank`), so what
+calibration measures on a prefix is what the guard would keep. Other tools differ on
+ties only: trec_eval breaks them by document id, descending; ranx's order is not
+specified. A TREC run's rank column is ignored, as trec_eval ignores it.
+
+Grades
+------
+``grades`` holds each candidate's label grade (0 for unjudged candidates and padding).
+A candidate is **relevant** when its grade is >= 1; negative grades count as 0 gain.
+
+Number of relevant documents (recall, MAP, IDCG)
+------------------------------------------------
+By default a query's relevant documents are its labelled ones with grade >= 1, retrieved
+or not, as in trec_eval, ranx and ir_measures. When labels cover only the retrieved
+candidates (the usual case for LLM-judged or UDCG-style data), relevant documents the
+retriever missed are unknown, recall is inflated and nDCG's ideal ranking is too small.
+A query may then **state** its number of relevant documents ``R`` (``num_relevant`` in
+ragguard's JSONL, ``n_relevant=`` in the API), which must be at least the number
+labelled. Then:
+
+* recall and MAP divide by the stated ``R``;
+* IDCG adds ``R - labelled`` documents of grade 1 (the lowest relevant grade) after the
+  labelled ones, a conservative choice that is exact for binary labels; exponential-gain
+  nDCG adds them with gain ``2**1 - 1 = 1``;
+* the normalised UDCG-DCG adds them with the utility the rules give grade 1;
+* the set-based metrics (RA-nWG, PROC, N-Recall) use labelled grades only: an unlabelled
+  document has no grade to weight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from itertools import chain, count
+from numbers import Integral
+from operator import attrgetter, contains, methodcaller
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.data.utility import (
+    UtilityRules,
+    abstention_utility,
+    as_profile,
+    candidate_utilities,
+    label_utility,
+    rules_of,
+)
+from ragguard.errors import EvalSetError
+from ragguard.policy import Ranked
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreIssue, ScoreKind, normalize
+
+__all__ = ["EvalArrays", "build_arrays"]
+
+F64 = NDArray[np.float64]
+B = NDArray[np.bool_]
+I = NDArray[np.intp]  # noqa: E741
+
+_CHUNK_CELLS = 1 << 22  # rows x candidates compared at once when breaking ties
+_SEARCH_CHUNK = 1 << 14  # hits ranked at once by the binary search
+
+
+@dataclass(frozen=True, eq=False)
+class EvalArrays:
+    """One run against its labels, as dense (queries x candidates) arrays in ranked order.
+
+    Build it with :func:`build_arrays` (or :meth:`EvalSet.arrays
+    <ragguard.calibration.data.evalset.EvalSet.arrays>`); treat every array as read-only.
+    :meth:`reordered` gives the rows in another order (reranked, or the candidates some
+    stage keeps first) without going back to the labels.
+    Expensive views (:attr:`scores`, :attr:`raw`, :attr:`order`, :attr:`utility`,
+    :meth:`doc_ids`) are computed once, on first use.
+
+    Attributes:
+        qids: the query ids, one per row.
+        score_kind: how the run's raw scores were normalised (``None``: no scores,
+            run order).
+        profile: the tolerance profile whose rules give :attr:`utility`.
+        rules: which grades are relevant / partially relevant, for :attr:`utility`.
+        n_present: (Q,) number of candidates per query.
+        n_valid: (Q,) how many of them have a valid score (they come first).
+        grades: (Q, N) label grade of each candidate (0: unjudged or padding).
+        judged: (Q, N) True where the candidate has a label grade.
+        distractor: (Q, N) True for known (labelled) distractors.
+        given_utility: (Q, N) utility given in the data, NaN where none.
+        no_response: (Q, N) abstention probability, NaN where none.
+        n_relevant: (Q,) number of relevant documents (grade >= 1), labelled or stated.
+        n_relevant_labelled: (Q,) how many of them are labelled.
+        n_evidence: (Q,) relevant candidates among the query's own candidates (grade >=
+            ``rules.relevant_grade``): the denominator of evidence recall, all the
+            guard can keep (a reranked sub-list keeps its full list's count).
+        ideal_grades: (Q, M) positive grades of all labelled documents, highest first,
+            zero-padded (stated unlabelled relevant ones as grade 1), for IDCG.
+        ideal_utilities: (Q, M') positive label utilities of all labelled documents,
+            highest first, zero-padded, for the normalised UDCG-DCG.
+        grade_counts: (Q, 6) labelled documents per grade: column g for grade g in
+            1..5, column 0 for grades <= 0.
+        max_grade: (Q,) highest labelled grade (0 when none is positive).
+        integer_grades: whether every labelled grade is a whole number.
+        score_issues: contradictions between the scores and their declared kind
+            (see :class:`ragguard.scores.ScoreIssue`), with the number of queries each
+            affects.
+    """
+
+    qids: tuple[str, ...]
+    score_kind: ScoreKind | None
+    profile: Profile
+    rules: UtilityRules
+    n_present: I
+    n_valid: I
+    grades: F64
+    judged: B
+    distractor: B
+    given_utility: F64
+    no_response: F64
+    n_relevant: I
+    n_relevant_labelled: I
+    ideal_grades: F64
+    ideal_utilities: F64
+    grade_counts: NDArray[np.int64]
+    max_grade: F64
+    integer_grades: bool = True
+    score_issues: Mapping[ScoreIssue, int] = field(default_factory=dict)
+    n_evidence: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    _order: NDArray[np.integer[Any]] = field(
+        default_factory=lambda: np.zeros((0, 0), dtype=np.intp), repr=False
+    )
+    _scores: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    _raw: F64 | PaddedRows = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    _candidates: Sequence[Mapping[str, float]] = field(default=(), repr=False)
+    _utility: F64 | None = field(default=None, repr=False)  # kept through a reorder
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(queries, candidates per row including padding)."""
+        q, n = self.grades.shape
+        return int(q), int(n)
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries (rows)."""
+        return int(self.grades.shape[0])
+
+    @cached_property
+    def present(self) -> B:
+        """(Q, N) True where the position holds a candidate."""
+        return np.arange(self.shape[1])[None, :] < self.n_present[:, None]
+
+    @cached_property
+    def valid(self) -> B:
+        """(Q, N) True where the candidate has a valid score (a prefix of each row)."""
+        return np.arange(self.shape[1])[None, :] < self.n_valid[:, None]
+
+    @property
+    def order(self) -> NDArray[np.integer[Any]]:
+        """(Q, N) run positions (0-based, input order) in ranked order (the smallest
+        integer type that holds them; meaningless on padding)."""
+        return self._order
+
+    @property
+    def scores(self) -> F64:
+        """(Q, N) normalised scores in ranked order, NaN where invalid or padding."""
+        return self._scores
+
+    @cached_property
+    def raw(self) -> F64:
+        """(Q, N) raw scores as the run gave them, in ranked order (NaN on padding)."""
+        raw = self._raw.dense() if isinstance(self._raw, PaddedRows) else self._raw
+        return np.where(self.present, np.take_along_axis(raw, self._order, axis=1), np.nan)
+
+    @cached_property
+    def unanswerable(self) -> B:
+        """(Q,) True for an **unanswerable** query: judged (some document labelled) and
+        nothing relevant (no labelled grade >= 1, no stated relevant document); the
+        queries of :attr:`EvalSet.unanswerable
+        <ragguard.calibration.data.evalset.EvalSet.unanswerable>`, whatever the run."""
+        out: B = (self.grade_counts.sum(axis=1) > 0) & (self.n_relevant == 0)
+        return out
+
+    @property
+    def n_unanswerable(self) -> int:
+        """How many queries are unanswerable (:attr:`unanswerable`)."""
+        return int(np.count_nonzero(self.unanswerable))
+
+    @cached_property
+    def retrieved_grade_counts(self) -> NDArray[np.int64]:
+        """(Q, 6) retrieved, judged candidates per grade (columns as :attr:`grade_counts`):
+        the retrieval pool of the set-based metrics."""
+        q = self.n_queries
+        cols = np.clip(self.grades, 0, 5).astype(np.intp)
+        cols = np.where(self.present & self.judged, cols, 6)  # 6: not counted
+        rows = np.repeat(np.arange(q, dtype=np.intp), cols.shape[1])
+        counts = np.bincount(rows * 7 + cols.ravel(), minlength=q * 7).reshape(q, 7)
+        out: NDArray[np.int64] = counts[:, :6].astype(np.int64)
+        return out
+
+    @cached_property
+    def utility(self) -> F64:
+        """(Q, N) utility of each candidate in [-1, 1] (0.0 on padding); see
+        :mod:`ragguard.calibration.data.utility`; rows :meth:`reordered` keep their
+        candidates' utilities from before."""
+        if self._utility is not None:
+            return self._utility
+        return candidate_utilities(
+            self.grades,
+            self.scores,
+            self.valid,
+            self.present,
+            distractor=self.distractor,
+            given=self.given_utility,
+            no_response=self.no_response,
+            profile=self.profile,
+            rules=self.rules,
+        )
+
+    def doc_ids(self, row: int) -> list[str]:
+        """Document ids of query ``row``'s candidates, in ranked order."""
+        ids = list(self._candidates[row])
+        return [ids[i] for i in self.order[row, : self.n_present[row]].tolist()]
+
+    def ranked(self) -> Ranked:
+        """The rows as a :class:`ragguard.policy.Ranked`, ready for
+        :func:`ragguard.policy.cut_ranked` (they are already in the policy's order)."""
+        q, n = self.shape
+        s = np.where(self.valid, self.scores, -np.inf)
+        s = np.where(self.present, s, np.nan)
+        order = np.broadcast_to(np.arange(n), (q, n))
+        return Ranked(order, s, self.n_valid, self.n_present)
+
+    def row_slice(self, start: int, stop: int) -> EvalArrays:
+        """Rows ``start:stop`` as arrays of their own (numpy views, nothing copied; views
+        already computed here are sliced, not computed again). Every metric is per
+        query, so a metric of the slice is the slice of the metric."""
+        sl = slice(start, stop)
+        out = replace(
+            self,
+            qids=self.qids[sl],
+            n_present=self.n_present[sl],
+            n_valid=self.n_valid[sl],
+            grades=self.grades[sl],
+            judged=self.judged[sl],
+            distractor=self.distractor[sl],
+            given_utility=self.given_utility[sl],
+            no_response=self.no_response[sl],
+            n_relevant=self.n_relevant[sl],
+            n_relevant_labelled=self.n_relevant_labelled[sl],
+            ideal_grades=self.ideal_grades[sl],
+            ideal_utilities=self.ideal_utilities[sl],
+            grade_counts=self.grade_counts[sl],
+            max_grade=self.max_grade[sl],
+            n_evidence=self.n_evidence[sl],
+            _order=self._order[sl],
+            _scores=self._scores[sl],
+            _raw=self._raw[sl],
+            _candidates=_RowRange(self._candidates, start, stop),
+            _utility=None if self._utility is None else self._utility[sl],
+        )
+        for name in ("present", "valid", "raw", "utility"):
+            if name in self.__dict__:
+                out.__dict__[name] = self.__dict__[name][sl]
+        return out
+
+    def reordered(
+        self,
+        perm: NDArray[np.integer[Any]],
+        *,
+        scores: F64 | None = None,
+        score_kind: ScoreKind | str | None = None,
+        rrf_k: int = 60,
+    ) -> EvalArrays:
+        """Each row's candidates in a new order, some of them possibly left out: the
+        arrays of a run that lists them so, against the same labels, with the same
+        utilities.
+
+        Row ``r``'s ``j``-th candidate becomes its current ``perm[r, j]``-th; ``-1``
+        marks padding, after the row's candidates; a candidate ``perm[r]`` does not name
+        leaves the row. Every per-candidate array follows: grades, judged, distractors,
+        given utilities, no-response probabilities, scores, raw scores, :attr:`order` and
+        so :meth:`doc_ids`. The per-query figures of the labels stay (relevant counts,
+        the ideal rankings, grade counts, :attr:`n_evidence`): a sub-list, such as the
+        reranked top ``n``, divides evidence recall by its full list's count.
+
+        **Utilities stay with their candidates**: each keeps its :attr:`utility` from
+        here (on this ranking, under this profile), so neither the new order nor new
+        scores change it (nor does :meth:`with_profile`), as a reranked list is scored
+        on the retrieval run's utilities.
+
+        Vectorised: a few passes over the cells, no per-row Python.
+
+        Args:
+            perm: (Q, M) integer positions in each row (``M`` at most the current width),
+                each row's candidates first, every position at most once, ``-1`` after.
+            scores: (Q, M) new raw scores of kind ``score_kind``, in the new order (NaN
+                for none; padding ignored); the valid ones must come first in each row
+                (``perm`` ranks them). Default: each candidate keeps its scores, and
+                ``perm`` must keep every row's scored candidates before its unscored
+                ones.
+            score_kind: what ``scores`` are (default: :attr:`score_kind`).
+            rrf_k: the RRF constant, for ``score_kind="rrf"``.
+
+        Raises:
+            EvalSetError: ``perm`` or ``scores`` has the wrong shape, ``perm`` names a
+                position twice or outside its row's candidates, puts padding before a
+                candidate, or puts an unscored candidate before a scored one.
+        """
+        q, n = self.shape
+        perm = np.asarray(perm)
+        if perm.ndim != 2 or perm.shape[0] != q or perm.shape[1] > n:
+            raise EvalSetError(f"perm must have shape ({q}, at most {n}), got {perm.shape}")
+        if not np.issubdtype(perm.dtype, np.integer):
+            raise EvalSetError(f"perm must hold integer positions, got dtype {perm.dtype}")
+        m = perm.shape[1]
+        present = perm >= 0
+        n_present = np.count_nonzero(present, axis=1).astype(np.intp)
+        cols = np.arange(m)[None, :]
+        if (
+            not np.array_equal(present, cols < n_present[:, None])
+            or (perm >= self.n_present[:, None]).any()
+            or (perm < -1).any()
+        ):
+            raise EvalSetError(
+                "perm must list positions of each row's candidates first and -1 after them"
+            )
+        rows = np.arange(q, dtype=np.intp)[:, None]
+        seen = np.zeros(q * (n + 1), dtype=np.bool_)  # a spare column for padding
+        seen[(rows * (n + 1) + np.where(present, perm, n)).ravel()] = True
+        if not np.array_equal(np.count_nonzero(seen.reshape(q, n + 1)[:, :n], axis=1), n_present):
+            raise EvalSetError("perm names a position twice in a row")
+        at = np.where(present, perm, 0)
+        flat = (rows * n + at).ravel()  # flat gathers: several times take_along_axis's speed
+        padding = ~present if m * q > int(n_present.sum()) else None
+
+        def moved(a: NDArray[Any], fill: Any) -> NDArray[Any]:
+            if a.ndim == 2 and a.strides == (0, 0):  # one value broadcast: stays so
+                return np.broadcast_to(a.flat[0] if a.size else fill, (q, m))
+            out = np.take(a, flat).reshape(q, m)
+            if padding is not None:
+                out[padding] = fill
+            return out
+
+        order = moved(self._order, 0)
+        raw_store = self._raw
+        issues = self.score_issues
+        kind = self.score_kind if score_kind is None else ScoreKind(score_kind)
+        if scores is None:
+            new_scores = moved(self._scores, np.nan)
+            valid = present & (at < self.n_valid[:, None])  # valid ones are a prefix
+            n_valid = np.count_nonzero(valid, axis=1).astype(np.intp)
+        else:
+            given = np.asarray(scores, dtype=np.float64)
+            if given.shape != perm.shape:
+                raise EvalSetError(f"scores must have perm's shape {perm.shape}, got {given.shape}")
+            raw = np.where(present, given, np.nan)
+            ranking = Ranking.of(raw, present, kind, rrf_k)
+            new_scores = np.negative(ranking.key)  # as _scores_in_order: +inf -> NaN
+            new_scores[np.isinf(new_scores)] = np.nan
+            valid = ranking.key < np.inf  # NaN (padding) compares False
+            n_valid, issues = ranking.n_valid, ranking.issues
+            # the raw scores at the run positions ``order`` points to (read by ``raw``)
+            raw_store = np.full(self._raw_shape(), np.nan)
+            raw_store[np.nonzero(present)[0], order[present]] = raw[present]
+        if not np.array_equal(valid, cols < n_valid[:, None]):
+            raise EvalSetError(
+                "perm must put each row's scored candidates before its unscored ones"
+            )
+        return replace(
+            self,
+            score_kind=kind,
+            n_present=n_present,
+            n_valid=n_valid,
+            grades=moved(self.grades, 0.0),
+            judged=moved(self.judged, False),
+            distractor=moved(self.distractor, False),
+            given_utility=moved(self.given_utility, np.nan),
+            no_response=moved(self.no_response, np.nan),
+            score_issues=issues,
+            _order=order,
+            _scores=new_scores,
+            _raw=raw_store,
+            _utility=moved(self.utility, 0.0),
+        )
+
+    def _raw_shape(self) -> tuple[int, int]:
+        """The shape of the raw scores in run order (a column per run position)."""
+        if isinstance(self._raw, PaddedRows):
+            return self._raw.counts.size, self._raw.width
+        q, n = self._raw.shape
+        return int(q), int(n)
+
+    def with_profile(self, profile: Profile | str) -> EvalArrays:
+        """The same arrays with utilities under another tolerance profile.
+
+        Nothing is converted again; only :attr:`utility` is recomputed (on first use).
+        """
+        return replace(self, profile=as_profile(profile))
+
+
+@dataclass(frozen=True, eq=False)
+class PaddedRows:
+    """Rows of different lengths kept flat (``flat``: row after row, ``counts`` values
+    each) and padded to ``width`` with NaN only when read: a run's raw scores without a
+    padded copy of them."""
+
+    flat: F64
+    counts: I
+    width: int
+
+    def dense(self) -> F64:
+        """(rows, width) the values, NaN-padded."""
+        out = np.full((self.counts.size, self.width), np.nan)
+        out[np.arange(self.width)[None, :] < self.counts[:, None]] = self.flat
+        return out
+
+    def __getitem__(self, rows: slice) -> PaddedRows:
+        start, stop, _ = rows.indices(self.counts.size)
+        lo = int(self.counts[:start].sum())
+        counts = self.counts[start:stop]
+        return PaddedRows(self.flat[lo : lo + int(counts.sum())], counts, self.width)
+
+
+class _RowRange(Sequence[Mapping[str, float]]):
+    """Rows ``start:stop`` of a per-row sequence, read through (no copy)."""
+
+    def __init__(self, rows: Sequence[Mapping[str, float]], start: int, stop: int) -> None:
+        self.rows, self.start, self.stop = rows, start, stop
+
+    def __len__(self) -> int:
+        return max(0, self.stop - self.start)
+
+    def __getitem__(self, row: int) -> Mapping[str, float]:  # type: ignore[override]
+        if not 0 <= row < len(self):
+            raise IndexError(row)
+        return self.rows[self.start + row]
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+def _flat_floats(
+    maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str], sizes: I | None = None
+) -> F64:
+    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones.
+    ``sizes``: the maps' lengths, when known."""
+    total = sum(map(len, maps)) if sizes is None else int(sizes.sum())
+    try:
+        values = chain.from_iterable(map(methodcaller("values"), maps))  # dict.values: C speed
+        return np.fromiter(values, np.float64, count=total)
+    except (TypeError, ValueError):
+        for qid, m in zip(qids, maps, strict=True):
+            for doc, value in m.items():
+                try:
+                    float(value)
+                except (TypeError, ValueError):
+                    raise EvalSetError(
+                        f"{what} of document {doc!r} in query {qid!r} is not a number: {value!r}"
+                    ) from None
+        raise
+
+
+def _rank_in_rows(rows: I, hkey: F64, ranking: Ranking) -> tuple[I, B]:
+    """For hits in ``rows`` with sort keys ``hkey``: how many candidates of their row
+    have a lower key, and whether another candidate of the row has the same key (then
+    the run's order decides, see :func:`_earlier_ties`).
+
+    A branchless binary search over many hits at once, a gather per halving, in the
+    rows' keys in ranked order (:attr:`Ranking.ranked_key`: ascending, NaN padding last).
+    """
+    ranked = ranking.ranked_key
+    n = ranked.shape[1]
+    if n == 0 or rows.size == 0:
+        return np.zeros(rows.size, dtype=np.intp), np.zeros(rows.size, dtype=np.bool_)
+    flat = ranked.ravel()
+    base = rows * n
+    rank = np.empty(rows.size, dtype=np.intp)
+    tied = np.empty(rows.size, dtype=np.bool_)
+    top = 1 << (n.bit_length() - 1)
+    for lo in range(0, rows.size, _SEARCH_CHUNK):  # a chunk's rows stay in cache
+        sl = slice(lo, lo + _SEARCH_CHUNK)
+        row_start, key = base[sl], hkey[sl]
+        row_end = row_start + (n - 1)
+        at = row_start.copy()  # row start + rank
+        probe_at, step_up = np.empty_like(at), np.empty_like(at)
+        probe, below = np.empty(at.size), np.empty(at.size, dtype=np.bool_)
+        step = top
+        while step:
+            # a probe past the row's end reads its last key: below hkey only when every
+            # key of the row is, and then the rank is clipped to n below
+            np.minimum(np.add(at, step - 1, out=probe_at), row_end, out=probe_at)
+            np.take(flat, probe_at, out=probe, mode="clip")  # in bounds; "clip" is unbuffered
+            np.less(probe, key, out=below)  # NaN (padding) compares False
+            at += np.multiply(below, step, out=step_up)
+            step >>= 1
+        r = np.minimum(np.subtract(at, row_start, out=at), n, out=rank[sl])
+        # the key at the rank is not hkey (no candidate has it), or the next one is too
+        after = r + 1
+        is_tied = np.not_equal(flat[row_start + np.minimum(r, n - 1)], key, out=tied[sl])
+        is_tied |= (after < n) & (flat[row_start + np.minimum(after, n - 1)] == key)
+    return rank, tied
+
+
+def _earlier_ties(
+    rows: I, hkey: F64, docs: Sequence[str], key: F64, candidates: Sequence[Mapping[str, float]]
+) -> I:
+    """For hits (row, document, key) whose key is tied: how many candidates with the
+    same key the run lists before them (the tie rule keeps the run's order). Input
+    positions are looked up by document id, one index per row with a tie."""
+    index_of: dict[int, dict[str, int]] = {}
+    pos = np.empty(rows.size, dtype=np.intp)
+    for i, (row, doc) in enumerate(zip(rows.tolist(), docs, strict=True)):
+        lookup = index_of.get(row)
+        if lookup is None:
+            lookup = index_of[row] = dict(zip(candidates[row], count()))
+        pos[i] = lookup[doc]
+    n = key.shape[1]
+    earlier = np.zeros(rows.size, dtype=np.intp)
+    cols = np.arange(n)[None, :]
+    step = max(1, _CHUNK_CELLS // max(n, 1))
+    for start in range(0, rows.size, step):
+        sl = slice(start, start + step)
+        same = (key[rows[sl]] == hkey[sl, None]) & (cols < pos[sl, None])
+        earlier[sl] = same.sum(axis=1)
+    return earlier
+
+
+def _docs_at(labelled: Sequence[Collection[str]], rows: I, within: I) -> list[str]:
+    """The documents ``labelled[row]``'s ``within``-th, for a few (row, within) pairs."""
+    listed: dict[int, list[str]] = {}
+    out = []
+    for row, j in zip(rows.tolist(), within.tolist(), strict=True):
+        ids = listed.get(row)
+        if ids is None:
+            ids = listed[row] = list(labelled[row])
+        out.append(ids[j])
+    return out
+
+
+def _retrieved(
+    labelled: Sequence[Collection[str]],
+    candidates: Sequence[Mapping[str, float]],
+    ranking: Ranking,
+    hit_keys: Callable[[F64], F64],
+    sizes: I | None = None,
+) -> tuple[I, I, B]:
+    """Where the run ranks each labelled document it retrieved.
+
+    Returns the row and ranked position of every such hit, and a mask over all
+    labelled documents (``labelled`` flattened in order) saying which ones the run
+    retrieved, so that a caller picks their values from its own flat array.
+    ``hit_keys`` maps raw scores to the policy's sort keys; ``sizes``: the lengths of
+    ``labelled``, when known.
+
+    One C-level pass looks every label up in its row's candidates (``get``: the score,
+    or NaN when absent); numpy does the rest. Per-label Python code runs only where
+    that is ambiguous (a row with a NaN score) or where scores tie. No per-query
+    containers stay alive, so converting a large run does not set off full garbage
+    collections over the caller's dicts.
+    """
+    n_q = len(labelled)
+    lens = np.fromiter(map(len, labelled), np.intp, count=n_q) if sizes is None else sizes
+    getters = map(attrgetter("get"), candidates)
+    score = np.fromiter(
+        chain.from_iterable(map(map, getters, labelled)), np.float64, count=int(lens.sum())
+    )  # None (absent, or a candidate without a score) -> NaN
+    label_rows = np.repeat(np.arange(n_q, dtype=np.intp), lens)
+    found = ~np.isnan(score)
+    starts = np.cumsum(lens) - lens
+    nan_rows = ranking.nan_rows
+    unsure = np.flatnonzero(~found & nan_rows[label_rows]) if nan_rows.any() else lens[:0]
+    if unsure.size:
+        rows = label_rows[unsure]
+        docs = _docs_at(labelled, rows, unsure - starts[rows])
+        found[unsure] = list(map(contains, map(candidates.__getitem__, rows.tolist()), docs))
+    hits = np.flatnonzero(found)
+    rows = label_rows[hits]
+    if rows.size == 0:
+        return rows, rows.copy(), found
+    hkey = hit_keys(score[hits])
+    rank, is_tied = _rank_in_rows(rows, hkey, ranking)
+    if is_tied.any():
+        tied = np.flatnonzero(is_tied)
+        docs = _docs_at(labelled, rows[tied], hits[tied] - starts[rows[tied]])
+        rank[tied] += _earlier_ties(rows[tied], hkey[tied], docs, ranking.key, candidates)
+    return rows, rank, found
+
+
+def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
+    """Scatter ``values`` into rows ``q``, highest first, zero-padded."""
+    if q.size == 0:
+        return np.zeros((n_rows, 0)), np.zeros(n_rows, dtype=np.intp)
+    lo, hi = float(values.min()), float(values.max())
+    if hi - lo < 1 << 20 and bool((values == np.round(values)).all()):
+        # whole numbers (grades): one integer sort key, highest value first in each row
+        top = np.int64(hi)
+        key = q.astype(np.int64) * (top - np.int64(lo) + 1) + (top - values.astype(np.int64))
+        order = np.argsort(key, kind="stable")
+    else:
+        order = np.lexsort((-values, q))
+    q_sorted = q[order]
+    counts = np.bincount(q_sorted, minlength=n_rows)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    within = np.arange(q_sorted.size) - starts[q_sorted]
+    out = np.zeros((n_rows, int(counts.max())))
+    out[q_sorted, within] = values[order]
+    return out, counts
+
+
+def _repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64, I]:
+    """Rows of ``values`` (highest first), each repeated as often as its row of
+    ``per_level`` (rows x values) says, zero-padded; with each row's count."""
+    n_rows = per_level.shape[0]
+    counts: I = per_level.sum(axis=1).astype(np.intp)
+    width = int(counts.max()) if n_rows else 0
+    out = np.zeros((n_rows, width))
+    out[np.arange(width)[None, :] < counts[:, None]] = np.repeat(
+        np.tile(values, n_rows), per_level.ravel()
+    )
+    return out, counts
+
+
+def build_arrays(
+    qids: Sequence[str],
+    candidates: Sequence[Mapping[str, float]],
+    grades: Sequence[Mapping[str, float]],
+    *,
+    score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
+    distractors: Sequence[Collection[str]] | None = None,
+    utilities: Sequence[Mapping[str, float]] | None = None,
+    no_response: Sequence[Mapping[str, float]] | None = None,
+    n_relevant: Sequence[int | None] | None = None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+    rrf_k: int = 60,
+    n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
+) -> EvalArrays:
+    """Convert one run and its labels into :class:`EvalArrays` (see the module docstring).
+
+    All sequences are parallel to ``qids``. Nothing passed in is modified.
+
+    Args:
+        qids: query ids, one per row.
+        candidates: per query, document id -> raw score, in the run's order (NaN for a
+            candidate without a score). An empty mapping is a query with no candidates.
+        grades: per query, document id -> label grade (judged documents, retrieved or
+            not).
+        score_kind: what the raw scores are (see :class:`ragguard.scores.ScoreKind`);
+            ``None`` keeps the run's order.
+        distractors: per query, ids of known distractors.
+        utilities: per query, document id -> utility given in the data, in [-1, 1].
+        no_response: per query, document id -> abstention probability, in [0, 1].
+        n_relevant: per query, the stated number of relevant documents, or ``None``.
+        profile: tolerance profile for the label rules (default ``support``).
+        rules: which grades are relevant / partially relevant.
+        rrf_k: the RRF constant, for ``score_kind="rrf"``.
+        n_evidence: per query, the number of relevant candidates evidence recall
+            divides by (default: counted among ``candidates``); a sub-list of a longer
+            candidate list (the reranked top-n) passes the full list's count.
+
+    Raises:
+        EvalSetError: a score, grade, utility or probability is not a number or out of
+            range, or a stated number of relevant documents is below the labelled one.
+    """
+    n_q = len(qids)
+    for name, seq in (
+        ("candidates", candidates),
+        ("grades", grades),
+        ("distractors", distractors),
+        ("utilities", utilities),
+        ("no_response", no_response),
+        ("n_relevant", n_relevant),
+    ):
+        if seq is not None and len(seq) != n_q:
+            raise EvalSetError(f"{name} has {len(seq)} entries for {n_q} queries")
+    prof = as_profile(profile)
+    rules = rules_of(prof, rules)
+    kind = None if score_kind is None else ScoreKind(score_kind)
+
+    # --- candidates, input order -> keys of the policy's ranking
+    counts = np.fromiter(map(len, candidates), np.intp, count=n_q)
+    width = int(counts.max()) if n_q else 0
+    present_in = np.arange(width)[None, :] < counts[:, None]
+    flat = _flat_floats(candidates, "score", qids, counts)
+    if flat.size == n_q * width:
+        raw = flat.reshape(n_q, width)
+    else:
+        raw = np.full((n_q, width), np.nan)
+        raw[present_in] = flat
+    ranking = Ranking.of(raw, present_in, kind, rrf_k)
+
+    # --- label values of retrieved documents, at their ranked positions
+    def hit_keys(hraw: F64) -> F64:
+        # normalisation is elementwise, so a hit's key equals its candidate's key exactly
+        # (one hit per row: no order checks along a row of every hit)
+        h = normalize(hraw[:, None], kind, rrf_k=rrf_k)
+        out: F64 = np.where(h.valid, -h.values, np.inf)[:, 0]
+        return out
+
+    n_labels = np.fromiter(map(len, grades), np.intp, count=n_q)
+    lgrade = _flat_floats(grades, "grade", qids, n_labels)
+    hq, hrank, found = _retrieved(grades, candidates, ranking, hit_keys, n_labels)
+    at = hq * width + hrank
+    hit_grades = lgrade[found]
+    g = np.zeros((n_q, width))
+    g.ravel()[at] = hit_grades
+    if n_evidence is None:  # the candidates graded at least relevant_grade (>= 1): hits
+        n_evidence = np.bincount(hq[hit_grades >= rules.relevant_grade], minlength=n_q)
+    judged = np.zeros((n_q, width), dtype=np.bool_)
+    judged.ravel()[at] = True
+
+    def scatter_map(maps: Sequence[Mapping[str, float]] | None, values: F64) -> F64:
+        if maps is None or not values.size:
+            return np.broadcast_to(np.nan, (n_q, width))  # read-only, no memory
+        out = np.full((n_q, width), np.nan)
+        q, r, found = _retrieved(maps, candidates, ranking, hit_keys)
+        out[q, r] = values[found]
+        return out
+
+    no_values = np.zeros(0)
+    given_values = no_values
+    p_no_values = no_values
+    if utilities is not None:
+        given_values = check_range(qids, utilities, "utility", -1.0, 1.0)
+    if no_response is not None:
+        p_no_values = check_range(qids, no_response, "no-response probability", 0.0, 1.0)
+    distractor = np.zeros((n_q, width), dtype=np.bool_)
+    if distractors is not None and any(distractors):
+        q, r, _ = _retrieved(distractors, candidates, ranking, hit_keys)
+        distractor[q, r] = True
+    given = scatter_map(utilities, given_values)
+    p_no = scatter_map(no_response, p_no_values)
+
+    # --- every labelled grade, retrieved or not: relevant counts, ideal ranking
+    lq = np.repeat(np.arange(n_q, dtype=np.intp), n_labels)
+    stats = label_stats(qids, lq, lgrade, n_relevant)
+    ideal_u = ideal_label_utilities(
+        qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
+    )
+    return assemble_arrays(
+        qids, kind, prof, rules, counts, ranking.ranked(), g, judged, stats, ideal_u, candidates,
+        distractor=distractor, given_utility=given, no_response=p_no, n_evidence=n_evidence,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class Ranking:
+    """Raw scores (NaN on padding), normalised scores (NaN where not valid) and the
+    policy's sort key of each (query, candidate) cell: minus the normalised score, +inf
+    where the score is not valid, NaN on padding; with the candidates and valid scores
+    per query, the score issues (a run without scores, kind ``None``, keeps its order on
+    purpose: not an issue here), and whether no candidate's raw score is NaN (known when
+    every score is valid for a kind: NaN never is)."""
+
+    raw: F64
+    scores: F64
+    key: F64
+    n_present: I
+    n_valid: I
+    issues: dict[ScoreIssue, int]
+    nan_free: bool = False
+
+    @classmethod
+    def of(cls, raw: F64, present: B, kind: ScoreKind | None, rrf_k: int) -> Ranking:
+        """The ranking of raw scores ``raw`` (``present`` marks the real candidates)."""
+        norm = normalize(raw, kind, present=present, rrf_k=rrf_k)
+        scores = norm.values
+        if kind is None:  # no scores: 0.0 for every candidate, so the input order holds
+            scores = np.where(present, scores, np.nan)
+        key = np.negative(scores)  # NaN where not valid, padding included
+        invalid = present ^ norm.valid  # present, no valid score (valid implies present)
+        all_valid = not invalid.any()
+        if not all_valid:
+            np.copyto(key, np.inf, where=invalid)
+        issues: dict[ScoreIssue, int] = {
+            i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
+        }
+        n_present = present.sum(axis=1).astype(np.intp)
+        n_valid = norm.valid.sum(axis=1).astype(np.intp)
+        nan_free = all_valid and kind is not None
+        return cls(raw, scores, key, n_present, n_valid, issues, nan_free)
+
+    @cached_property
+    def unsorted_rows(self) -> I:
+        """The rows whose keys do not already rise from each candidate to the next (ties
+        allowed): the only ones :attr:`order` sorts. A run listed best first, as run
+        files and retrievers list it, has none."""
+        key = self.key
+        q, n = key.shape
+        if n < 2:
+            return np.zeros(0, dtype=np.intp)
+        later, earlier = key[:, 1:], key[:, :-1]
+        # each row's first pair first: most rows of an unsorted run show it there
+        if np.count_nonzero(later[:, 0] < earlier[:, 0]) > q // 2:
+            return np.arange(q, dtype=np.intp)
+        in_order = np.count_nonzero(later >= earlier, axis=1)  # padding (NaN) compares False
+        return np.flatnonzero(in_order < self.n_present - 1)
+
+    @cached_property
+    def order(self) -> NDArray[np.integer[Any]]:
+        """(Q, N) each row's input positions in the policy's order: a stable sort of its
+        keys (ties keep input order, padding last), in the smallest integer type that
+        holds them. Rows already in order share one read-only row ``0..N-1``."""
+        q, n = self.key.shape
+        rows = self.unsorted_rows
+        if rows.size == q:
+            return small_index(np.argsort(self.key, axis=1, kind="stable"), n)
+        identity = small_index(np.arange(n), n)
+        if rows.size == 0:
+            return np.broadcast_to(identity, (q, n))
+        out = np.tile(identity, (q, 1))
+        out[rows] = np.argsort(self.key[rows], axis=1, kind="stable")
+        return out
+
+    @cached_property
+    def ranked_key(self) -> F64:
+        """(Q, N) each row's keys in :attr:`order`: ascending, NaN padding last."""
+        rows = self.unsorted_rows
+        if rows.size == 0:
+            return self.key
+        if rows.size == self.key.shape[0]:
+            return np.take_along_axis(self.key, self.order, axis=1)
+        out = self.key.copy()
+        out[rows] = np.take_along_axis(self.key[rows], self.order[rows], axis=1)
+        return out
+
+    def ranked_scores(self) -> F64:
+        """(Q, N) normalised scores in ranked order, NaN where invalid, infinite or
+        padding."""
+        in_order = self.unsorted_rows.size == 0
+        out = self.scores if in_order else np.negative(self.ranked_key)  # +inf key -> -inf
+        infinite = np.isinf(out)
+        if infinite.any():
+            out = np.where(infinite, np.nan, out)
+        return out
+
+    def ranked(self) -> RankedRows:
+        """The rows in the policy's order (see :class:`RankedRows`)."""
+        return RankedRows(self.order, self.ranked_scores(), self.n_valid, self.issues, self.raw)
+
+    @cached_property
+    def nan_rows(self) -> B:
+        """(Q,) True for rows with a candidate whose raw score is NaN (or ``None``)."""
+        if self.nan_free:
+            return np.zeros(self.key.shape[0], dtype=np.bool_)
+        out: B = np.any(np.isnan(self.raw) & ~np.isnan(self.key), axis=1)
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class RankedRows:
+    """What :class:`EvalArrays` keeps of a ranking: each row's input positions in the
+    policy's order (the smallest integer type that holds them), the normalised scores in
+    that order (NaN where invalid or padding), the valid scores per row, the score
+    issues, and the raw scores in input order (padded, or kept flat)."""
+
+    order: NDArray[np.integer[Any]]
+    scores: F64
+    n_valid: I
+    issues: dict[ScoreIssue, int]
+    raw: F64 | PaddedRows
+
+
+def rank_in_chunks(
+    raw_rows: Callable[[int, int], F64],
+    counts: I,
+    width: int,
+    kind: ScoreKind | None,
+    rrf_k: int,
+    raw: F64 | PaddedRows,
+) -> RankedRows:
+    """The ranking of the raw scores ``raw_rows(lo, hi)`` (rows ``lo:hi``, NaN-padded to
+    ``width``; row ``i`` holds ``counts[i]`` candidates), computed :data:`_CHUNK_CELLS`
+    cells at a time, so the sort keys and normalisation temporaries never exist for
+    every row at once. Normalisation and its issues are per row, so chunks add up."""
+    n_q = counts.size
+    order = np.empty((n_q, width), dtype=small_index(np.zeros(0, np.intp), width).dtype)
+    scores = np.empty((n_q, width))
+    n_valid = np.empty(n_q, dtype=np.intp)
+    issues: dict[ScoreIssue, int] = {}
+    step = max(1, _CHUNK_CELLS // max(width, 1))
+    for lo in range(0, n_q, step):
+        hi = min(lo + step, n_q)
+        present = np.arange(width)[None, :] < counts[lo:hi, None]
+        part = Ranking.of(raw_rows(lo, hi), present, kind, rrf_k)
+        order[lo:hi] = part.order
+        scores[lo:hi] = part.ranked_scores()
+        n_valid[lo:hi] = part.n_valid
+        for issue, rows in part.issues.items():
+            issues[issue] = issues.get(issue, 0) + rows
+    return RankedRows(order, scores, n_valid, issues, raw)
+
+
+def assemble_arrays(
+    qids: Sequence[str],
+    kind: ScoreKind | None,
+    prof: Profile,
+    rules: UtilityRules,
+    counts: I,
+    ranked: RankedRows,
+    grades: F64,
+    judged: B,
+    stats: LabelStats,
+    ideal_utilities: F64,
+    candidates: Sequence[Mapping[str, float]],
+    *,
+    distractor: B | None = None,
+    given_utility: F64 | None = None,
+    no_response: F64 | None = None,
+    n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
+) -> EvalArrays:
+    """:class:`EvalArrays` of ranked candidates and their labels (``grades`` and
+    ``judged`` at ranked positions); no distractors, utilities or probabilities unless
+    given."""
+    nan = np.broadcast_to(np.nan, grades.shape)  # read-only, no memory
+    return EvalArrays(
+        qids=tuple(qids),
+        score_kind=kind,
+        profile=prof,
+        rules=rules,
+        n_present=counts,
+        n_valid=ranked.n_valid,
+        grades=grades,
+        judged=judged,
+        distractor=np.zeros(grades.shape, dtype=np.bool_) if distractor is None else distractor,
+        given_utility=nan if given_utility is None else given_utility,
+        no_response=nan if no_response is None else no_response,
+        n_relevant=stats.n_relevant,
+        n_relevant_labelled=stats.n_relevant_labelled,
+        ideal_grades=stats.ideal_grades,
+        ideal_utilities=ideal_utilities,
+        grade_counts=stats.grade_counts,
+        max_grade=stats.max_grade,
+        integer_grades=stats.integer_grades,
+        score_issues=ranked.issues,
+        n_evidence=evidence_counts(grades, rules, n_evidence),
+        _order=ranked.order,
+        _scores=ranked.scores,
+        _raw=ranked.raw,
+        _candidates=candidates,
+    )
+
+
+def ranked_positions(order: NDArray[np.integer[Any]], rows: I, cols: NDArray[np.integer[Any]]) -> I:
+    """Where input column ``cols[i]`` of row ``rows[i]`` sits in the ranking ``order``
+    (``order[r]`` lists row ``r``'s input columns best first; every ``cols[i]`` is in its
+    row), computed :data:`_CHUNK_CELLS` cells at a time."""
+    pos = np.empty(rows.size, dtype=np.intp)
+    step = max(1, _CHUNK_CELLS // max(order.shape[1], 1))
+    for lo in range(0, rows.size, step):
+        sl = slice(lo, lo + step)
+        pos[sl] = np.argmax(order[rows[sl]] == cols[sl, None], axis=1)
+    return pos
+
+
+def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.integer[Any]]:
+    """``index`` (values in ``0..size - 1``) in the smallest signed integer type that
+    holds them: a (Q, N) ranking of 100 candidates takes 1 byte a cell, not 8."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if size <= np.iinfo(dtype).max:
+            return index.astype(dtype, copy=False)
+    return index
+
+
+def evidence_counts(
+    grades: F64, rules: UtilityRules, n_evidence: Sequence[int] | NDArray[np.intp] | None = None
+) -> I:
+    """(Q,) the denominator of evidence recall: each query's candidates graded at or above
+    ``rules.relevant_grade`` (``grades`` is 0 on padding), unless ``n_evidence`` states it.
+
+    Raises:
+        EvalSetError: ``n_evidence`` has not one entry per query.
+    """
+    if n_evidence is None:
+        out: I = (grades >= rules.relevant_grade).sum(axis=1).astype(np.intp)
+        return out
+    evidence = np.asarray(n_evidence, dtype=np.intp)
+    if evidence.shape != (grades.shape[0],):
+        raise EvalSetError(f"n_evidence has {evidence.size} entries for {grades.shape[0]} queries")
+    return evidence
+
+
+@dataclass(frozen=True, eq=False)
+class LabelStats:
+    """What every labelled grade (retrieved or not) gives: relevant counts, the ideal
+    ranking, per-grade counts (see :class:`EvalArrays`); ``extra_rows`` repeats each
+    row once per stated relevant document beyond the labelled ones."""
+
+    n_relevant: I
+    n_relevant_labelled: I
+    extra_rows: I
+    ideal_grades: F64
+    max_grade: F64
+    grade_counts: NDArray[np.int64]
+    integer_grades: bool
+
+
+def label_stats(
+    qids: Sequence[str], lq: I, lgrade: F64, n_relevant: Sequence[int | None] | None
+) -> LabelStats:
+    """:class:`LabelStats` of labels given as rows ``lq`` with grades ``lgrade``.
+
+    Raises:
+        EvalSetError: a grade is not finite, or a stated number of relevant documents is
+            not an integer or is below the labelled one.
+    """
+    n_q = len(qids)
+    if not np.isfinite(lgrade).all():
+        bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
+        raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
+    # labelled documents per row and grade: column g for grade g in 1..5 (grades above 5
+    # in column 5, below 1 in column 0: a grade >= 1 is in columns 1..5)
+    col = np.clip(lgrade, 0, 5).astype(np.intp)
+    col[(lgrade > 0) & (lgrade < 1)] = 0
+    grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
+    n_rel_labelled = grade_counts[:, 1:].sum(axis=1).astype(np.intp)
+    n_rel = n_rel_labelled.copy()
+    extra = np.zeros(n_q, dtype=np.intp)
+    if n_relevant is not None:
+        for row, stated in enumerate(n_relevant):
+            if stated is None:
+                continue
+            if isinstance(stated, bool) or not isinstance(stated, Integral):
+                raise EvalSetError(
+                    f"query {qids[row]!r}: the stated number of relevant documents must be "
+                    f"an integer, got {stated!r}"
+                )
+            if stated < n_rel_labelled[row]:
+                raise EvalSetError(
+                    f"query {qids[row]!r} states {stated} relevant documents but "
+                    f"{int(n_rel_labelled[row])} are labelled relevant"
+                )
+            n_rel[row] = stated
+            extra[row] = stated - n_rel_labelled[row]
+    ex_q = np.repeat(np.arange(n_q, dtype=np.intp), extra)
+    max_grade = np.zeros(n_q)
+    np.maximum.at(max_grade, lq, lgrade)
+    integer_grades = bool((lgrade == np.round(lgrade)).all())
+    if integer_grades and n_q and max_grade.max() <= 5:
+        # whole grades up to 5: the ideal ranking is each row's count per grade, grade 5
+        # first, the stated unlabelled relevant documents as grade 1
+        per_grade = grade_counts[:, :0:-1].copy()
+        per_grade[:, -1] += extra
+        ideal_grades, _ = _repeat_levels(per_grade, np.arange(5.0, 0.0, -1.0))
+    else:
+        gain = lgrade > 0  # every positive gain
+        pos_q = np.concatenate((lq[gain], ex_q))
+        pos_g = np.concatenate((lgrade[gain], np.ones(ex_q.size)))
+        ideal_grades, _ = _rank_within(pos_q, pos_g, n_q)
+
+    return LabelStats(
+        n_relevant=n_rel,
+        n_relevant_labelled=n_rel_labelled,
+        extra_rows=ex_q,
+        ideal_grades=ideal_grades,
+        max_grade=max_grade,
+        grade_counts=grade_counts,
+        integer_grades=integer_grades,
+    )
+
+
+def ideal_label_utilities(
+    qids: Sequence[str],
+    grades: Sequence[Mapping[str, float]],
+    ideal_grades: F64,
+    utilities: Sequence[Mapping[str, float]] | None,
+    no_response: Sequence[Mapping[str, float]] | None,
+    ex_q: I,
+    rules: UtilityRules,
+) -> F64:
+    """Positive label utilities of every labelled document, per query, highest first."""
+    n_q = len(qids)
+    if not (utilities is not None and any(utilities)) and not (
+        no_response is not None and any(no_response)
+    ):
+        # utilities come from grades alone and rise with the grade, so the ideal grade
+        # ranking (grades >= 1, stated ones as 1) is also the ideal utility ranking; only
+        # grades >= 1 can have a positive label utility
+        u = label_utility(ideal_grades, rules)
+        keep = (u > 0).any(axis=0)
+        return u[:, : int(keep.sum())] if keep.size else u
+    grade_one = float(label_utility([1.0], rules)[0])
+    rows: list[int] = []
+    all_grades: list[float] = []
+    all_given: list[float] = []
+    all_p_no: list[float] = []
+    nan = math.nan
+    for row in range(n_q):
+        given = utilities[row] if utilities is not None else {}
+        p_no = no_response[row] if no_response is not None else {}
+        labels = grades[row]
+        docs = labels.keys() | given.keys() | p_no.keys()
+        rows.extend([row] * len(docs))
+        all_grades.extend(labels.get(d, 0.0) for d in docs)
+        all_given.extend(given.get(d, nan) for d in docs)
+        all_p_no.extend(p_no.get(d, nan) for d in docs)
+    base = label_utility(all_grades, rules)
+    measured = abstention_utility(base > 0, all_p_no)
+    u = np.where(np.isnan(measured), base, measured)
+    given_u = np.asarray(all_given, dtype=np.float64)
+    u = np.where(np.isnan(given_u), u, given_u)
+    keep = u > 0
+    rows_arr = np.asarray(rows, dtype=np.intp)[keep]
+    values = u[keep]
+    if grade_one > 0:
+        rows_arr = np.concatenate((rows_arr, ex_q))
+        values = np.concatenate((values, np.full(ex_q.size, grade_one)))
+    return _rank_within(rows_arr, values, n_q)[0]
+
+
+def check_range(
+    qids: Sequence[str], maps: Sequence[Mapping[str, float]], what: str, lo: float, hi: float
+) -> F64:
+    """All values of ``maps``, flat (see :func:`_flat_floats`), each checked to lie in
+    [lo, hi]."""
+    values = _flat_floats(maps, what, qids)
+    bad = ~((values >= lo) & (values <= hi))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        lq = np.repeat(np.arange(len(qids)), np.fromiter(map(len, maps), np.intp, len(qids)))
+        q = int(lq[i])
+        doc = list(maps[q])[i - int(np.searchsorted(lq, q))]
+        raise EvalSetError(
+            f"{what} of document {doc!r} in query {qids[q]!r} must lie in [{lo:g}, {hi:g}], "
+            f"got {values[i]!r}"
+        )
+    return values

@@ -1,0 +1,198 @@
+"""Per-candidate utilities in [-1, 1]: how much a passage helps (+) or harms (-) an LLM.
+
+Every candidate of a query gets one utility, from the first source that has one:
+
+1. **given in the data** (a ``utilities`` map in ragguard's JSONL): used as it is;
+2. **abstention probability** (``no_response`` in the JSONL, ``no_res_prob`` in the
+   UDCG authors' files), the paper's Eq. 2:
+   ``u = R * (1 - p_no)`` with ``R = +1`` for a relevant (or partially relevant) passage
+   and ``R = -1`` otherwise, ``p_no`` being the LLM's probability of abstaining when it
+   reads the query with that passage alone;
+3. **labels, under a tolerance profile's rules** (the practitioner write-up's heuristic):
+
+   ==========================================================  =======================
+   the candidate                                               utility
+   ==========================================================  =======================
+   relevant: grade >= ``relevant_grade``                       +1.0
+   partially relevant: ``partial_grade`` <= grade < relevant   +0.5
+   a known distractor (labelled as such)                       ``known_distractor_penalty``
+   not relevant, normalised score >= ``distractor_score_ratio``
+   x the query's top normalised score (top > 0)                ``hard_negative_penalty``
+   not relevant, ranked within the first
+   ``distractor_top_ranks`` candidates                         ``hard_negative_penalty``
+   anything else (not relevant, unjudged, low, far down)       0.0
+   ==========================================================  =======================
+
+   "Not relevant" covers unjudged candidates, judged non-relevant ones and labelled
+   passages graded below ``partial_grade`` (or below ``relevant_grade`` when there is
+   no partial grade). The score rule uses the normalised, higher-is-better scores of
+   :func:`ragguard.scores.normalize` (the same scale as the runtime threshold), so a
+   ratio calibrated here means the same thing at runtime. It is skipped where the
+   query's top score is not positive, for candidates without a valid score, and for
+   runs without scores (``score_kind=None``); the rank rule still applies.
+
+Grades default to binary relevance (``relevant_grade=1``, no partial grade): with the
+0/1/2 grades of many TREC collections use ``UtilityRules(relevant_grade=2,
+partial_grade=1)``; with the 1-5 rubric of the RA-nWG write-up (5 decisive, 4 highly
+relevant, 3 partial, 1-2 weak or junk) ``UtilityRules(relevant_grade=4,
+partial_grade=3)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ragguard.errors import ConfigError, EvalSetError
+from ragguard.profiles import DEFAULT_PROFILE, Profile, resolve_profile
+
+__all__ = [
+    "UtilityRules",
+    "abstention_utility",
+    "as_profile",
+    "candidate_utilities",
+    "label_utility",
+    "rules_of",
+]
+
+RELEVANT_UTILITY = 1.0
+PARTIAL_UTILITY = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class UtilityRules:
+    """Which grades count as relevant (+1.0) and partially relevant (+0.5).
+
+    Attributes:
+        relevant_grade: grades at or above this are relevant.
+        partial_grade: grades at or above this (and below ``relevant_grade``) are
+            partially relevant; ``None`` for binary relevance.
+    """
+
+    relevant_grade: int = 1
+    partial_grade: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.relevant_grade, bool) or not isinstance(self.relevant_grade, int):
+            raise ConfigError(f"relevant_grade must be an int, got {self.relevant_grade!r}")
+        if self.relevant_grade < 1:
+            raise ConfigError(f"relevant_grade must be >= 1, got {self.relevant_grade}")
+        p = self.partial_grade
+        if p is not None and (
+            isinstance(p, bool) or not isinstance(p, int) or not 1 <= p < self.relevant_grade
+        ):
+            raise ConfigError(
+                f"partial_grade must be an int in [1, relevant_grade={self.relevant_grade}) "
+                f"or None, got {p!r}"
+            )
+
+
+def rules_of(profile: Profile, rules: UtilityRules | None = None) -> UtilityRules:
+    """``rules`` when given, else the grades the profile counts as (partially) relevant."""
+    if rules is not None:
+        return rules
+    return UtilityRules(profile.relevant_grade, profile.partial_grade)
+
+
+def as_profile(profile: Profile | str | None) -> Profile:
+    """A :class:`~ragguard.profiles.Profile` from a profile, a built-in name or ``None``
+    (the default profile)."""
+    if profile is None:
+        return resolve_profile(DEFAULT_PROFILE)
+    if isinstance(profile, Profile):
+        return profile
+    return resolve_profile(profile)
+
+
+def label_utility(grades: ArrayLike, rules: UtilityRules | None = None) -> NDArray[np.float64]:
+    """+1.0 for relevant grades, +0.5 for partially relevant ones, 0.0 otherwise.
+
+    This is the part of the label rules that needs no scores or ranks; it is also the
+    utility of a labelled relevant passage the run did not retrieve.
+    """
+    rules = rules or UtilityRules()
+    g = np.asarray(grades, dtype=np.float64)
+    out = np.where(g >= rules.relevant_grade, RELEVANT_UTILITY, 0.0)
+    if rules.partial_grade is not None:
+        partial = (g >= rules.partial_grade) & (g < rules.relevant_grade)
+        out = np.where(partial, PARTIAL_UTILITY, out)
+    return out
+
+
+def abstention_utility(relevant: ArrayLike, no_response_prob: ArrayLike) -> NDArray[np.float64]:
+    """The paper's Eq. 2: ``u = R * (1 - p_no)``, R = +1 if relevant else -1.
+
+    Args:
+        relevant: booleans, True for relevant passages.
+        no_response_prob: the LLM's probability of abstaining given the passage, in
+            [0, 1]; NaN gives NaN (no abstention probability known).
+
+    Raises:
+        ValueError: a probability lies outside [0, 1].
+    """
+    p = np.asarray(no_response_prob, dtype=np.float64)
+    known = ~np.isnan(p)
+    if ((p[known] < 0.0) | (p[known] > 1.0)).any():
+        raise EvalSetError("no-response probabilities must lie in [0, 1]")
+    sign = np.where(np.asarray(relevant, dtype=np.bool_), 1.0, -1.0)
+    return sign * (1.0 - p)
+
+
+def candidate_utilities(
+    grades: NDArray[np.float64],
+    scores: NDArray[np.float64],
+    valid: NDArray[np.bool_],
+    present: NDArray[np.bool_],
+    *,
+    distractor: NDArray[np.bool_] | None = None,
+    given: NDArray[np.float64] | None = None,
+    no_response: NDArray[np.float64] | None = None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+) -> NDArray[np.float64]:
+    """Utilities of ranked candidates (see the module docstring for the rules).
+
+    Every argument is a (queries x candidates) matrix **in ranked order** (best first),
+    as :class:`~ragguard.calibration.data.arrays.EvalArrays` holds them.
+
+    Args:
+        grades: label grades (0 for unjudged candidates and padding).
+        scores: normalised scores (higher is better); ignored where ``valid`` is False.
+        valid: True where the candidate has a valid score.
+        present: True where the position holds a candidate (False for padding).
+        distractor: True for known distractors.
+        given: utilities given in the data, NaN where none.
+        no_response: abstention probabilities, NaN where none.
+        profile: the tolerance profile (a :class:`Profile` or a name; default
+            ``support``) whose distractor rules apply.
+        rules: which grades are relevant and partially relevant.
+
+    Returns:
+        A (queries x candidates) matrix of utilities in [-1, 1], 0.0 on padding.
+    """
+    prof = as_profile(profile)
+    rules = rules_of(prof, rules)
+    base = label_utility(grades, rules)
+    positive = base > 0
+    not_relevant = ~positive & present
+
+    q, n = grades.shape
+    hard = np.zeros((q, n), dtype=np.bool_)
+    if prof.distractor_top_ranks > 0:
+        hard[:, : prof.distractor_top_ranks] = True
+    if n:
+        top = np.where(valid[:, 0], scores[:, 0], np.nan)
+        with np.errstate(invalid="ignore"):
+            bar = np.where(top > 0, prof.distractor_score_ratio * top, np.inf)
+            hard |= valid & (scores >= bar[:, None])
+    u = np.where(not_relevant & hard, prof.hard_negative_penalty, base)
+    if distractor is not None:
+        u = np.where(not_relevant & distractor, prof.known_distractor_penalty, u)
+    if no_response is not None:
+        measured = abstention_utility(positive, no_response)
+        u = np.where(np.isnan(measured), u, measured)
+    if given is not None:
+        u = np.where(np.isnan(given), u, given)
+    return np.where(present, u, 0.0)

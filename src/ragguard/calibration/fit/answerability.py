@@ -1,0 +1,572 @@
+r"""Answerability: ``min_evidence`` calibrated, with a bound on the answerable queries lost.
+
+``calibrate(evalset, max_false_abstain=0.1)`` (``ragguard calibrate
+--max-false-abstain 0.1``) chooses the floor ``min_evidence`` under which the guard keeps
+nothing (:mod:`ragguard.policy`: the best candidate's score below it, reason
+``insufficient_evidence``, ``Selection.verdict == "insufficient"``), so that at most a
+share 0.1 of answerable queries abstain, with probability ``confidence``.
+
+Which queries count
+-------------------
+* **unanswerable**: judged, nothing relevant (:attr:`EvalArrays.unanswerable
+  <ragguard.calibration.data.arrays.EvalArrays.unanswerable>`): abstaining on one is a
+  **catch**;
+* **answerable**: its candidates hold evidence (a candidate graded relevant under the
+  rules, ``n_evidence > 0``): abstaining on one **loses** it;
+* the others (relevant documents that no candidate holds; nothing judged) count in
+  neither share.
+
+What the floor reads
+--------------------
+What ``min_evidence`` reads at runtime under the written config: the best normalised
+retrieval score, or, when the config enables the rerank stage, the best rerank
+probability among the reranked candidates. A query whose rerank call failed never
+abstains: the guard then cuts on retrieval scores (``rerank.on_failure = "fail_open"``)
+and does not read a floor on the rerank probability scale on them. The scores come from
+the runtime policy itself (:func:`ragguard.policy.cut_ranked`'s ``top``,
+:func:`ragguard.policy.abstains`), so what is measured here is what the guard does.
+
+Choosing the floor (Learn-then-Test, as ``--guarantee``; :mod:`ragguard.calibration.fit.risk`)
+------------------------------------------------------------------------------------------
+The loss of an answerable query at floor :math:`f` is 1 when it abstains (its best score
+is below :math:`f`, or it has no valid score), else 0; its mean over answerable queries,
+:math:`R(f)`, is the share lost, and grows with :math:`f`.
+
+1. The candidate floors are set by the **unanswerable** calibration queries alone: just
+   above each one's best score (rounded up to 4 significant digits: the lowest such floor
+   that catches it), in increasing order (at most :data:`MAX_FLOORS`, evenly spaced
+   order statistics beyond). The sequence is fixed before any answerable query's loss is
+   read, as fixed-sequence testing needs.
+2. Along it, from the lowest floor up, the null :math:`R(f) > X` is tested with the
+   Hoeffding-Bentkus p-value of the answerable **calibration** queries' mean loss, at
+   level :math:`\delta = 1 - \mathrm{confidence}`, stopping at the first not rejected
+   (:func:`ragguard.calibration.fit.risk.certify_means`).
+3. The highest certified floor is written: the most unanswerable queries caught with
+   :math:`R(f) \le X` certified. When none is certified, no floor is written and the
+   calibration says so (:meth:`AnswerabilityResult.shortfall`).
+
+It assumes the answerable new queries are exchangeable with the answerable calibration
+queries (same distribution of queries, corpus, retriever and reranker); the guarantee is
+on the share of answerable new queries that abstain, not on each query, and not on the
+share of unanswerable ones caught, which is measured, not guaranteed. Even with no
+answerable query lost, certifying needs at least :math:`\log\delta / \log(1 - X)`
+answerable calibration queries (29 for :math:`X = 0.1` at 95%).
+
+The held-out queries, never used to choose the floor, then give the share of
+unanswerable queries caught and of answerable ones lost, with percentile bootstrap
+intervals, and the written setting with and without the floor side by side on the
+reported metrics (:attr:`AnswerabilityResult.effect`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration._format import ceil_number, format_interval, format_number
+from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.fit.options import Answerability, check_share
+from ragguard.calibration.fit.plan import FitPlan
+from ragguard.calibration.fit.risk import Certification, certify_means, risk_upper_bound
+from ragguard.calibration.fit.statistics import (
+    Comparison,
+    Interval,
+    bootstrap_interval,
+    checked_rows,
+    compare,
+)
+from ragguard.calibration.fit.sweep import ROW_CELLS, SweepKernel
+from ragguard.errors import ConfigError, EvalSetError
+from ragguard.policy import PolicyParams, abstains, cut_ranked
+
+if TYPE_CHECKING:
+    from ragguard.calibration.data.evalset import EvalSet
+
+__all__ = [
+    "MAX_FLOORS",
+    "RERANK_SCALE",
+    "RETRIEVAL_SCALE",
+    "AnswerabilityResult",
+    "candidate_floors",
+    "check_max_false_abstain",
+    "check_share",
+    "evidence_tops",
+    "fit_answerability",
+    "fit_floor",
+    "floor_above",
+]
+
+F64 = NDArray[np.float64]
+B = NDArray[np.bool_]
+I = NDArray[np.intp]  # noqa: E741
+
+MAX_FLOORS = 256
+"""The most floors one calibration tests (evenly spaced among the candidates beyond)."""
+
+DIGITS = 4
+"""Significant digits of a candidate floor (:func:`floor_above`)."""
+
+RETRIEVAL_SCALE = "normalised retrieval score"
+RERANK_SCALE = "rerank probability"
+
+
+def check_max_false_abstain(
+    evalset: EvalSet, max_false_abstain: float, calibration_rows: I, *, guarantee: bool
+) -> None:
+    """Fail before any sweep when the floor cannot be calibrated.
+
+    Raises:
+        ConfigError: ``max_false_abstain`` outside (0, 1), or combined with a recall
+            guarantee.
+        EvalSetError: no unanswerable query in the eval set, or none among the
+            calibration queries.
+    """
+    check_share(max_false_abstain)
+    if guarantee:
+        raise ConfigError(
+            "--max-false-abstain cannot be combined with --guarantee yet: abstentions lower "
+            "the guaranteed evidence recall; calibrate one, then the other"
+        )
+    unanswerable = evalset.unanswerable
+    if not unanswerable:
+        raise EvalSetError(
+            f"--max-false-abstain cannot calibrate min_evidence: none of the "
+            f"{len(evalset.qids)} labelled queries is unanswerable (judged, none relevant); "
+            "add queries whose candidates are all judged not relevant (JSONL: relevant [] "
+            "with not_relevant ids; qrels: no positive grade)",
+            path=evalset.source,
+        )
+    index = {q: i for i, q in enumerate(evalset.qids)}
+    rows = np.array([index[q] for q in unanswerable], dtype=np.intp)
+    if not np.isin(rows, calibration_rows).any():
+        raise EvalSetError(
+            f"--max-false-abstain cannot calibrate min_evidence: all {rows.size} "
+            "unanswerable queries were drawn into the held-out part; lower --holdout, "
+            "change --seed or add unanswerable queries",
+            path=evalset.source,
+        )
+
+
+def evidence_tops(arrays: EvalArrays) -> F64:
+    """(Q,) the score ``min_evidence`` reads on each row of ``arrays``: the runtime
+    policy's top normalised score (NaN where no score is valid), chunk by chunk."""
+    out = np.empty(arrays.n_queries)
+    step = max(1, ROW_CELLS // max(arrays.shape[1], 1))
+    probe = PolicyParams(max_k=1)
+    for lo in range(0, arrays.n_queries, step):
+        hi = min(lo + step, arrays.n_queries)
+        out[lo:hi] = cut_ranked(arrays.row_slice(lo, hi).ranked(), probe).top
+    return out
+
+
+def floor_above(top: float, digits: int = DIGITS) -> float:
+    """The floor that catches a query whose best score is ``top``: the number of
+    ``digits`` significant digits just above it (``0.61234 -> 0.6124``,
+    ``0.6 -> 0.6001``, ``-0.25 -> -0.2499``, ``0.0 -> 0.0001``).
+
+    Raises:
+        ConfigError: ``top`` is not finite.
+    """
+    if not math.isfinite(top):
+        raise ConfigError(f"a floor lies above a finite score, got {top}")
+    d = Decimal(repr(float(top)))
+    step = Decimal(1).scaleb(d.adjusted() - (digits - 1))
+    up = d.quantize(step, rounding=ROUND_CEILING)
+    if up <= d:
+        up += step
+    out = float(up)
+    return out if out > top else math.nextafter(top, math.inf)
+
+
+def candidate_floors(unanswerable_tops: F64, limit: int = MAX_FLOORS) -> F64:
+    """The floors to test, increasing: :func:`floor_above` each finite score of
+    ``unanswerable_tops`` (one floor per distinct value); at most ``limit``, evenly
+    spaced order statistics (the highest kept) when there are more."""
+    finite = np.asarray(unanswerable_tops, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    floors = np.unique(np.array([floor_above(float(t)) for t in finite], dtype=np.float64))
+    if floors.size > limit:
+        keep = np.unique(np.round(np.linspace(0, floors.size - 1, limit)).astype(np.intp))
+        floors = floors[keep]
+    return floors
+
+
+def fit_floor(
+    answerable_tops: F64,
+    floors: F64,
+    *,
+    max_false_abstain: float,
+    confidence: float,
+) -> tuple[Certification, float | None, float]:
+    """Learn-then-Test along ``floors`` (increasing) on the best scores of the
+    answerable calibration queries (see the module docstring).
+
+    Returns:
+        The certification (mean loss of every floor: the share of ``answerable_tops``
+        that abstain), the highest certified floor (``None``: none), and the certified
+        upper bound on its share lost (NaN when none).
+    """
+    a = np.asarray(answerable_tops, dtype=np.float64)
+    n = int(a.size)
+    nan = np.isnan(a)  # no valid score: abstains under every floor
+    lost = int(nan.sum()) + np.searchsorted(np.sort(a[~nan]), floors, side="left")  # top < floor
+    risks = lost / n if n else np.ones(floors.size)
+    delta = 1.0 - confidence
+    cert = certify_means(risks, n, max_false_abstain, delta)
+    if not cert.certified:
+        return cert, None, math.nan
+    last = cert.last
+    return cert, float(floors[last]), risk_upper_bound(float(cert.risks[last]), n, delta)
+
+
+def _share(mask: B) -> float:
+    return float(mask.mean()) if mask.size else math.nan
+
+
+def _toml(value: float) -> float | str:
+    """TOML-friendly: 6 significant digits, NaN as ``"nan"``."""
+    return float(f"{value:.6g}") if math.isfinite(value) else "nan"
+
+
+def _json(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def needed_answerable(max_false_abstain: float, confidence: float) -> int:
+    """The fewest answerable calibration queries that can certify any floor, even with
+    none of them lost: the smallest ``n`` with ``(1 - X)**n <= 1 - confidence``."""
+    return math.ceil(math.log(1.0 - confidence) / math.log1p(-max_false_abstain) - 1e-12)
+
+
+@dataclass(frozen=True, eq=False)
+class AnswerabilityResult:
+    """The calibrated ``min_evidence`` (see the module docstring).
+
+    Attributes:
+        max_false_abstain: the share of answerable queries allowed to abstain.
+        confidence: the probability that the bound holds (``1 - delta``).
+        scale: what the floor reads: ``"normalised retrieval score"`` or
+            ``"rerank probability"``.
+        setting: the written setting the floor applies to, in words.
+        floor: the floor written as ``min_evidence``; ``None`` when none is certified.
+        floors: the floors tested, increasing.
+        certification: the fixed-sequence test along ``floors``.
+        lost_bound: the certified upper bound on the share of answerable queries
+            ``floor`` loses (NaN without a floor).
+        calibration_answerable: answerable calibration queries (the losses' ``n``).
+        calibration_unanswerable: unanswerable calibration queries (set the floors).
+        calibration_lost: share of the answerable calibration queries the floor loses.
+        calibration_caught: share of the unanswerable calibration queries it catches.
+        split: where it is checked: ``"held-out"``, or ``"all queries (in-sample)"``.
+        heldout_answerable: answerable queries checked.
+        heldout_unanswerable: unanswerable queries checked.
+        caught: share of the checked unanswerable queries caught, with its interval.
+        lost: share of the checked answerable queries lost, with its interval.
+        top: (Q,) the score the floor reads, per query row (NaN: no valid score; inf: a
+            query the floor never applies to).
+        abstained: (Q,) rows that abstain under ``floor`` (none without one).
+        answerable: (Q,) answerable rows.
+        unanswerable: (Q,) unanswerable rows.
+        effect: the written setting without and with the floor on the checked queries,
+            paired (``None`` without a floor).
+        level: the intervals' confidence level.
+    """
+
+    max_false_abstain: float
+    confidence: float
+    scale: str
+    setting: str
+    floor: float | None
+    floors: F64 = field(repr=False)
+    certification: Certification = field(repr=False)
+    lost_bound: float
+    calibration_answerable: int
+    calibration_unanswerable: int
+    calibration_lost: float
+    calibration_caught: float
+    split: str
+    heldout_answerable: int
+    heldout_unanswerable: int
+    caught: Interval
+    lost: Interval
+    top: F64 = field(repr=False)
+    abstained: B = field(repr=False)
+    answerable: B = field(repr=False)
+    unanswerable: B = field(repr=False)
+    effect: Comparison | None = field(default=None, repr=False)
+    level: float = 0.95
+
+    @property
+    def met(self) -> bool:
+        """Whether a floor is certified (and written)."""
+        return self.floor is not None
+
+    def _where(self, n: int, what: str) -> str:
+        if self.split == "held-out":
+            return f"the {n} held-out {what} queries"
+        return f"the {n} {what} queries (in-sample: none held out)"
+
+    def statement(self) -> str:
+        """The floor and its guarantee in words, with the assumptions (or why there is
+        none: :meth:`shortfall`)."""
+        if self.floor is None:
+            return self.shortfall()
+        pct = f"{self.confidence:.0%}"
+        return (
+            f"min_evidence {self.floor:g} on the {self.scale} of {self.setting}: at most "
+            f"{self.max_false_abstain:g} of answerable new queries abstain, with "
+            f"probability >= {pct} (Learn-then-Test, Hoeffding-Bentkus p-values, "
+            f"fixed-sequence over {self.floors.size} floors set by the "
+            f"{self.calibration_unanswerable} unanswerable calibration queries, lowest "
+            f"first; {self.calibration_answerable} answerable calibration queries; "
+            f"certified upper bound {ceil_number(self.lost_bound)}); assumes new queries "
+            "exchangeable with these (same distribution of queries, corpus, retriever "
+            "and reranker); the share of unanswerable queries caught is measured, not "
+            "guaranteed"
+        )
+
+    def calibration_line(self) -> str:
+        """What the floor does on the calibration queries, in one line."""
+        if self.floor is None:
+            return "no floor is written, so nothing abstains for lack of evidence"
+        return (
+            f"on the calibration queries it catches {format_number(self.calibration_caught)} "
+            f"of the {self.calibration_unanswerable} unanswerable and loses "
+            f"{format_number(self.calibration_lost)} of the {self.calibration_answerable} "
+            "answerable"
+        )
+
+    def heldout_line(self) -> str:
+        """The shares caught and lost on the checked queries, with their intervals."""
+        if self.floor is None:
+            return "no floor is certified, so there is nothing to check on held-out queries"
+        pct = f"{self.level:.0%}"
+        parts = []
+        for iv, n, what, verb in (
+            (self.caught, self.heldout_unanswerable, "unanswerable", "catches"),
+            (self.lost, self.heldout_answerable, "answerable", "loses"),
+        ):
+            if not n:
+                parts.append(f"no {what} query is checked")
+                continue
+            interval = format_interval(iv.low, iv.high, signed=False)
+            parts.append(
+                f"{verb} {format_number(iv.mean)} {interval} of {self._where(n, what)}".replace(
+                    "  ", " "
+                )
+            )
+        check = "held-out check" if self.split == "held-out" else "in-sample check"
+        return f"{check} of min_evidence {self.floor:g} ({pct} intervals): " + "; ".join(parts)
+
+    def effect_line(self, metrics: Sequence[str]) -> str | None:
+        """The written setting without and with the floor on ``metrics``, paired, or
+        ``None`` without a floor or queries."""
+        c = self.effect
+        if c is None or not c.n_queries:
+            return None
+        shown = [m for m in metrics if m in c.metrics]
+        if not shown:
+            return None
+        changes = ", ".join(
+            f"{m} {format_number(c.baseline[m].mean)} -> {format_number(c.guarded[m].mean)} "
+            f"({c.change(m)})"
+            for m in shown
+        )
+        return f"with the floor {c.where()}: {changes}"
+
+    def shortfall(self) -> str:
+        """Why no floor is written (empty when one is)."""
+        if self.floor is not None:
+            return ""
+        pct = f"{self.confidence:.0%}"
+        x = self.max_false_abstain
+        n = self.calibration_answerable
+        need = needed_answerable(x, self.confidence)
+        text = (
+            f"no min_evidence floor keeps the share of answerable queries that abstain <= "
+            f"{x:g} at {pct} confidence on the {n} answerable calibration queries"
+        )
+        if not self.floors.size:
+            return text + (
+                " (no unanswerable calibration query has a valid score to set a floor by)"
+            )
+        risk0 = float(self.certification.risks[0])
+        text += (
+            f" (the lowest floor tried, {self.floors[0]:g}, loses {format_number(risk0)} of them"
+        )
+        if n < need:
+            text += f"; at least {need} answerable calibration queries are needed"
+        return text + ")"
+
+    def provenance(self) -> dict[str, Any]:
+        """The answerability part of the config's provenance (TOML-ready)."""
+        out: dict[str, Any] = {
+            "max_false_abstain": self.max_false_abstain,
+            "confidence": self.confidence,
+            "met": self.met,
+            "min_evidence": "none" if self.floor is None else self.floor,
+            "scale": self.scale,
+            "setting": self.setting,
+            "method": "Learn-then-Test, Hoeffding-Bentkus p-values, fixed-sequence testing "
+            "over floors set by the unanswerable calibration queries, lowest first",
+            "assumptions": "answerable queries exchangeable with the answerable calibration "
+            "queries; per-query loss 1 when an answerable query abstains",
+            "certified_on": "calibration queries",
+            "floors_tested": int(self.floors.size),
+            "calibration": {
+                "answerable": self.calibration_answerable,
+                "unanswerable": self.calibration_unanswerable,
+                "lost": _toml(self.calibration_lost),
+                "caught": _toml(self.calibration_caught),
+                "lost_upper_bound": _toml(self.lost_bound),
+            },
+            "check": {
+                "split": self.split,
+                "answerable": self.heldout_answerable,
+                "unanswerable": self.heldout_unanswerable,
+                "caught": _toml(self.caught.mean),
+                "caught_interval": [_toml(self.caught.low), _toml(self.caught.high)],
+                "lost": _toml(self.lost.mean),
+                "lost_interval": [_toml(self.lost.low), _toml(self.lost.high)],
+            },
+        }
+        if self.floor is None:
+            out["shortfall"] = self.shortfall()
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (``ragguard calibrate --json``; NaN as ``None``)."""
+
+        def iv(x: Interval) -> dict[str, float | None]:
+            return {k: _json(v) for k, v in x.as_dict().items()}
+
+        c = self.effect
+        return {
+            "max_false_abstain": self.max_false_abstain,
+            "confidence": self.confidence,
+            "met": self.met,
+            "min_evidence": self.floor,
+            "scale": self.scale,
+            "setting": self.setting,
+            "floors_tested": int(self.floors.size),
+            "statement": self.statement(),
+            "calibration": {
+                "answerable": self.calibration_answerable,
+                "unanswerable": self.calibration_unanswerable,
+                "lost": _json(self.calibration_lost),
+                "caught": _json(self.calibration_caught),
+                "lost_upper_bound": _json(self.lost_bound),
+            },
+            "check": {
+                "split": self.split,
+                "level": self.level,
+                "answerable": self.heldout_answerable,
+                "unanswerable": self.heldout_unanswerable,
+                "caught": iv(self.caught),
+                "lost": iv(self.lost),
+            },
+            "effect": None
+            if c is None
+            else {
+                m: {
+                    "without": _json(c.baseline[m].mean),
+                    "with": _json(c.guarded[m].mean),
+                    "difference": iv(c.difference[m]),
+                }
+                for m in c.metrics
+            },
+        }
+
+
+def fit_answerability(
+    top: F64,
+    arrays: EvalArrays,
+    kernel: SweepKernel,
+    written: NDArray[np.integer[Any]],
+    *,
+    scale: str,
+    setting: str,
+    metrics: Sequence[str],
+    plan: FitPlan,
+    option: Answerability,
+) -> AnswerabilityResult:
+    """Calibrate ``min_evidence`` for one written setting (see the module docstring):
+    certified on the calibration queries, checked on the held-out ones.
+
+    Args:
+        top: per query, the evidence score the floor reads (:func:`evidence_tops`;
+            ``inf`` where the guard does not apply the floor).
+        arrays: the run's arrays (which queries are answerable, which unanswerable).
+        kernel: the kernel the written setting cuts on (the floor's effect on the
+            metrics is measured on it).
+        written: the written setting's per-query cut.
+        scale: what ``top`` is, in words (:data:`RETRIEVAL_SCALE`, :data:`RERANK_SCALE`).
+        setting: the written setting, in words.
+        metrics: the metrics the floor's effect is compared on.
+        plan: the fit: its calibration queries (the floor is certified on them), its
+            held-out queries (the floor is checked on them), the bootstrap's resamples,
+            seed and level (the held-out shares and the effect).
+        option: the largest share of answerable queries the floor may lose, and the
+            probability that the bound holds.
+    """
+    calibration_rows, heldout_rows = plan.calibration_rows, plan.heldout_rows
+    max_false_abstain, confidence = option.max_false_abstain, option.confidence
+    n_bootstrap, seed, level = plan.check.n_bootstrap, plan.split.seed, plan.check.level
+    answerable = arrays.n_evidence > 0
+    unanswerable = np.asarray(arrays.unanswerable, dtype=np.bool_)
+    calib = calibration_rows
+    ans_cal = calib[answerable[calib]]
+    un_cal = calib[unanswerable[calib]]
+    floors = candidate_floors(top[un_cal])
+    cert, floor, bound = fit_floor(
+        top[ans_cal], floors, max_false_abstain=max_false_abstain, confidence=confidence
+    )
+    abstained = abstains(top, floor) if floor is not None else np.zeros(top.size, np.bool_)
+    rows, split = checked_rows(calib, heldout_rows)
+    ans_rows, un_rows = rows[answerable[rows]], rows[unanswerable[rows]]
+    caught, lost = (
+        bootstrap_interval(
+            abstained[part].astype(np.float64),
+            n_bootstrap=n_bootstrap, seed=seed, level=level, stream=stream,
+        )
+        for part, stream in ((un_rows, 3), (ans_rows, 4))
+    )  # fmt: skip
+    effect = None
+    if floor is not None:
+        without = written.astype(np.intp)
+        with_floor = np.where(abstained, 0, without).astype(np.intp)
+        effect = compare(
+            kernel, without, with_floor, rows, metrics,
+            split=split, n_bootstrap=n_bootstrap, seed=seed, level=level,
+        )  # fmt: skip
+    return AnswerabilityResult(
+        max_false_abstain=float(max_false_abstain),
+        confidence=confidence,
+        scale=scale,
+        setting=setting,
+        floor=floor,
+        floors=floors,
+        certification=cert,
+        lost_bound=bound,
+        calibration_answerable=int(ans_cal.size),
+        calibration_unanswerable=int(un_cal.size),
+        calibration_lost=_share(abstained[ans_cal]) if floor is not None else math.nan,
+        calibration_caught=_share(abstained[un_cal]) if floor is not None else math.nan,
+        split=split,
+        heldout_answerable=int(ans_rows.size),
+        heldout_unanswerable=int(un_rows.size),
+        caught=caught,
+        lost=lost,
+        top=top,
+        abstained=abstained,
+        answerable=answerable,
+        unanswerable=unanswerable,
+        effect=effect,
+        level=level,
+    )

@@ -1,0 +1,927 @@
+"""``calibrate``: from an eval set and its runs to a recommended guard config.
+
+::
+
+    from ragguard.calibration import calibrate, load_evalset
+
+    result = calibrate(load_evalset("eval.jsonl"), objective="udcg", min_recall=0.8)
+    result.recommended.chosen_params       # PolicyParams(max_k=4, relative_threshold=0.8, ...)
+    result.save_config("ragguard.toml")    # ContextGuard.from_file("ragguard.toml")
+
+Steps, per run (retrieval profile):
+
+1. split the labelled queries into a **calibration** part and a **held-out** part
+   (``holdout`` of them, drawn with ``seed``; the same split for every run);
+2. sweep the grid (:mod:`ragguard.calibration.fit.sweep`) on the **calibration queries
+   only**, and choose a rule family by ``folds``-fold cross-validation with the
+   one-standard-error rule, preferring plain top-k, then fewer rules
+   (:mod:`ragguard.calibration.fit.select`); the family's best point on the calibration
+   queries is the choice checked in step 4. When no setting of the default grid meets
+   the constraints, the caps grow to the candidate depth (at most
+   :data:`MAX_K_LIMIT`) and the sweep runs again; a ``max_k`` or a ``grid`` you give
+   is a constraint, never exceeded. With ``guarantee`` the choice is instead the
+   smallest context whose evidence recall the calibration queries certify by
+   Learn-then-Test (:mod:`ragguard.calibration.fit.risk`);
+3. choose the **baseline**, plain top-k, the same way (the best fixed k on the same
+   queries, or the ``baseline_k`` you give), so the comparison asks whether the guard
+   beats a tuned k, not an arbitrary one;
+4. compare baseline and guarded on the **held-out** queries with paired bootstrap
+   confidence intervals (percentile, ``n_bootstrap`` resamples of the queries): the gain
+   is real when the interval of the difference excludes 0. With ``holdout=0`` the
+   comparison is in-sample and says so;
+5. when the held-out interval of the objective's difference says the choice is
+   **worse** than the best plain top-k, write plain top-k instead (``on_worse="top-k"``,
+   the default) or write nothing (``on_worse="stop"``: :meth:`CalibrationResult.save_config`
+   raises), and say why;
+6. **refit**: re-select the chosen family's point on **all** queries; that is the
+   setting the config holds (:attr:`RunCalibration.written`). A guarantee is not
+   refitted: the certified setting is written, and the held-out queries, never used to
+   certify it, check it;
+7. compute each query's optimal context size (where cumulative utility peaks);
+8. with ``max_false_abstain``, calibrate ``min_evidence`` for the written setting on the
+   calibration queries and check it on the held-out ones
+   (:mod:`ragguard.calibration.fit.answerability`).
+
+With a second stage (``reranker`` or ``rerank_scores``) the recommended run's
+two-stage setting is written, or the retrieval-only one with the reason
+(:meth:`CalibrationResult.written_setting`: the one description of what the config
+holds, part of the result's one view, :meth:`CalibrationResult.view`, which the
+console, ``--json``, the report and the provenance all render).
+
+When the written setting misses a constraint (or no setting can carry the guarantee),
+:meth:`CalibrationResult.unmet` names the best reachable value and the setting that
+reaches it, and :meth:`~CalibrationResult.save_config` refuses unless
+``allow_unmet=True`` (then the shortfall is recorded in the provenance).
+
+The run whose chosen setting scores best on the calibration queries (meeting the
+constraints first) is recommended; :meth:`CalibrationResult.config` turns it into a
+:class:`~ragguard.config.GuardConfig` with provenance (data hash, date, profile,
+objective, constraints, the chosen point's metrics).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard._fields import is_real
+from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.data.utility import UtilityRules, as_profile
+from ragguard.calibration.fit.answerability import (
+    RERANK_SCALE,
+    RETRIEVAL_SCALE,
+    AnswerabilityResult,
+    check_max_false_abstain,
+    evidence_tops,
+    fit_answerability,
+)
+from ragguard.calibration.fit.conflict_sweep import stage_sweep
+from ragguard.calibration.fit.options import (
+    Answerability,
+    Check,
+    Guarantee,
+    RerankGrid,
+    RerankSearch,
+    Search,
+    Split,
+    Stages,
+)
+from ragguard.calibration.fit.pipeline import TwoStageCalibration, calibrate_two_stage
+from ragguard.calibration.fit.plan import FitPlan
+from ragguard.calibration.fit.rerank_scores import RerankScores, score_candidates
+from ragguard.calibration.fit.result import (
+    SMALL_SET,
+    CalibrationResult,
+    RunCalibration,
+    data_fingerprint,
+)
+from ragguard.calibration.fit.risk import (
+    EVIDENCE,
+    certify_guarantee,
+    guarantee_paths,
+)
+from ragguard.calibration.fit.select import (
+    DEFAULT_FOLDS,
+    cross_validate,
+    fold_count,
+    fold_parts,
+    refit,
+)
+from ragguard.calibration.fit.statistics import (
+    checked_rows,
+    compare,
+    split_queries,
+)
+from ragguard.calibration.fit.sweep import (
+    DEFAULT_METRICS,
+    PASSAGES,
+    Constraint,
+    SweepGrid,
+    SweepKernel,
+    SweepResult,
+    choose,
+    describe_point,
+    is_plain_top_k,
+    lower_is_better,
+    meets_constraints,
+    optimal_k,
+    sweep,
+)
+from ragguard.calibration.metrics import parse_metric
+from ragguard.errors import ConfigError, EvalSetError
+from ragguard.policy import ConflictMode
+from ragguard.probability import MapMethod
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreKind
+
+if TYPE_CHECKING:
+    from ragguard.rerank import Reranker
+
+__all__ = [
+    "DEFAULT_MAX_K",
+    "MAX_K_LIMIT",
+    "calibrate",
+]
+
+logger = logging.getLogger(__name__)
+
+F64 = NDArray[np.float64]
+I = NDArray[np.intp]  # noqa: E741
+
+REPORTED: tuple[str, ...] = (
+    "udcg",
+    "utility",
+    "evidence_recall",
+    "recall",
+    "precision",
+    "ndcg",
+    "distractor_rate",
+    "distractor_harm",
+    PASSAGES,
+)
+"""Metrics compared between baseline and guarded (plus the objective and constraints)."""
+
+DEFAULT_MAX_K = 10
+"""The largest cap of the default grid (``max_k=None``), before it grows."""
+
+MAX_K_LIMIT = 100
+"""The largest cap the default grid grows to when the constraints (or a guarantee)
+need more than :data:`DEFAULT_MAX_K` passages. A ``max_k`` given is never exceeded."""
+
+# --------------------------------------------------------------------------- files
+
+
+def _file_hashes(evalset: EvalSet, runs: Sequence[str]) -> dict[str, str]:
+    paths = [evalset.source] + [evalset.runs[n].source for n in runs]
+    out: dict[str, str] = {}
+    for p in paths:
+        if p and Path(p).is_file() and p not in out:
+            with Path(p).open("rb") as f:  # in blocks: a run file can be gigabytes
+                out[p] = hashlib.file_digest(f, "sha256").hexdigest()
+    return out
+
+
+# --------------------------------------------------------------------------- calibrate
+
+
+def _examples(ids: Sequence[str], n: int = 3) -> str:
+    shown = ", ".join(repr(i) for i in ids[:n])
+    return shown + (f", ... ({len(ids)} in all)" if len(ids) > n else "")
+
+
+def _check_ids_match(evalset: EvalSet, name: str) -> None:
+    """Raise when run ``name`` cannot be scored against the labels: no labelled query
+    has candidates in it, or not one of its documents is labelled for its query (the
+    run's ids and the labels' ids come from different schemes)."""
+    run = evalset.runs[name]
+    qids = evalset.qids
+    if not any(run.candidates.get(q) for q in qids):
+        raise EvalSetError(
+            f"no queries left: run {name!r} has no candidates for any of the "
+            f"{len(qids)} labelled queries (do its query ids match the labels?)",
+            path=run.source,
+        )
+    run_docs: dict[str, None] = {}
+    label_docs: dict[str, None] = {}
+    for q in qids:
+        lab = evalset.labels[q]
+        labelled = lab.grades.keys() | lab.utilities.keys() | lab.no_response.keys()
+        cands = run.candidates.get(q, {})
+        if not labelled.isdisjoint(cands):
+            return
+        run_docs.update(dict.fromkeys(cands))
+        label_docs.update(dict.fromkeys(sorted(labelled)))
+    raise EvalSetError(
+        f"no document matches: none of the {len(run_docs)} document ids of run {name!r} "
+        f"is labelled for its query in the {len(qids)} labelled queries (run ids: "
+        f"{_examples(list(run_docs))}; labelled ids: {_examples(list(label_docs))}); do "
+        "the run's document ids match the labels?",
+        path=run.source,
+    )
+
+
+def needs_texts(
+    *,
+    reranker: bool = False,
+    max_tokens: int | None = None,
+    near_duplicate_threshold: float | None = None,
+    conflicts: Sequence[str | ConflictMode] = (),
+) -> bool:
+    """Whether :func:`calibrate` with these options reads passage texts: a ``reranker``
+    scores (query, passage text) pairs, and the token budget, near-duplicate and conflict
+    stages after the cut read the ranked passages. Precomputed ``rerank_scores`` and
+    the rest of a calibration read none, so an eval set loaded with
+    ``load_evalset(..., texts=False)`` serves them (and holds no corpus text)."""
+    return (
+        reranker
+        or max_tokens is not None
+        or near_duplicate_threshold is not None
+        or bool(conflicts)
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibrator:
+    """Calibration as an estimator: the settings of a calibration, grouped into option
+    objects and checked when built (a bad value raises
+    :class:`~ragguard.errors.ConfigError` before any data is read), and :meth:`fit`,
+    which runs it on an eval set (the steps of the module docstring).
+
+    ::
+
+        from ragguard.calibration import Calibrator, Check, Split
+
+        calibrator = Calibrator(
+            objective="udcg",
+            constraints=["evidence_recall>=0.8"],
+            split=Split(holdout=0.3, seed=0),
+            check=Check(n_bootstrap=2000),
+        )
+        result = calibrator.fit(evalset)
+        result.save_config("ragguard.toml")
+
+    :func:`calibrate` takes the same settings as keyword arguments.
+
+    Attributes:
+        objective: the metric to optimise (a registry metric string or ``passages``);
+            distractor rate and harm are minimised, everything else maximised.
+        constraints: ``Constraint`` objects or strings like ``"evidence_recall>=0.8"``
+            (evidence recall: recall among the candidates, the recall a guard controls).
+        profile: tolerance profile for utilities (default ``support``); its name goes
+            into the config.
+        rules: which grades are relevant / partially relevant (default: the profile's).
+        runs: the runs to calibrate (default: all).
+        search: the retrieval settings swept (:class:`~ragguard.calibration.fit.options.Search`).
+        split: calibration / held-out queries and folds
+            (:class:`~ragguard.calibration.fit.options.Split`).
+        check: the held-out check (:class:`~ragguard.calibration.fit.options.Check`).
+        guarantee: a recall guarantee instead of the objective's optimum
+            (:class:`~ragguard.calibration.fit.options.Guarantee`).
+        stages: the stages after the cut swept with every setting
+            (:class:`~ragguard.calibration.fit.options.Stages`).
+        rerank: a second stage calibrated with the recommended run
+            (:class:`~ragguard.calibration.fit.options.RerankSearch`).
+        answerability: calibrate ``min_evidence`` for the written setting
+            (:class:`~ragguard.calibration.fit.options.Answerability`).
+    """
+
+    objective: str = "udcg"
+    constraints: Sequence[Constraint | str] = ()
+    profile: Profile | str | None = None
+    rules: UtilityRules | None = None
+    runs: Sequence[str] | None = None
+    search: Search = field(default_factory=Search)
+    split: Split = field(default_factory=Split)
+    check: Check = field(default_factory=Check)
+    guarantee: Guarantee | None = None
+    stages: Stages = field(default_factory=Stages)
+    rerank: RerankSearch | None = None
+    answerability: Answerability | None = None
+
+    def __post_init__(self) -> None:
+        options: tuple[tuple[str, object, type, bool], ...] = (
+            ("search", self.search, Search, False),
+            ("split", self.split, Split, False),
+            ("check", self.check, Check, False),
+            ("guarantee", self.guarantee, Guarantee, True),
+            ("stages", self.stages, Stages, False),
+            ("rerank", self.rerank, RerankSearch, True),
+            ("answerability", self.answerability, Answerability, True),
+        )
+        for name, value, kind, optional in options:
+            if not isinstance(value, kind) and not (optional and value is None):
+                raise ConfigError(
+                    f"{name} must be a {kind.__name__}{' or None' if optional else ''}, got "
+                    f"{type(value).__name__}"
+                )
+        if self.rules is not None and not isinstance(self.rules, UtilityRules):
+            raise ConfigError(
+                f"rules must be UtilityRules or None, got {type(self.rules).__name__}"
+            )
+        as_profile(self.profile)  # an unknown profile: ConfigError
+        if isinstance(self.constraints, str):
+            raise ConfigError(f"constraints must be a sequence of rules, got {self.constraints!r}")
+        cons = tuple(Constraint.parse(c) if isinstance(c, str) else c for c in self.constraints)
+        object.__setattr__(self, "constraints", cons)
+        if isinstance(self.runs, str):
+            raise ConfigError(f"runs must be a sequence of run names, got {self.runs!r}")
+        if not isinstance(self.objective, str):
+            raise ConfigError(f"objective must be a metric name, got {self.objective!r}")
+        if self.objective != PASSAGES:
+            parse_metric(self.objective)  # fail early on a bad name
+        baseline_k = self.check.baseline_k
+        grid = self.grid
+        if baseline_k is not None and baseline_k not in grid.max_k:
+            raise ConfigError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
+
+    @property
+    def grid(self) -> SweepGrid:
+        """The grid swept first: the one given, or the default grid up to the cap."""
+        s = self.search
+        return s.grid or SweepGrid.up_to(DEFAULT_MAX_K if s.max_k is None else s.max_k)
+
+    def fit(
+        self,
+        evalset: EvalSet,
+        *,
+        corpus: Sequence[str | os.PathLike[str]] = (),
+        passages: Mapping[str, str] | None = None,
+        on_sweep: Callable[[int, int], None] | None = None,
+    ) -> CalibrationResult:
+        """Sweep every run, choose a setting per run, check it on held-out queries.
+
+        Args:
+            evalset: labelled queries and their runs.
+            corpus: JSONL corpus files with passage texts, for a reranker and the stages
+                after the cut; added to ``evalset.texts`` (:meth:`EvalSet.with_texts`),
+                each read once.
+            passages: more passage texts, ``{passage id: text}``.
+            on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run,
+                and one for the second stage.
+
+        Raises:
+            EvalSetError: no runs, an unknown run, or nothing to calibrate on: no
+                queries left (an empty split, a run with no candidates for any labelled
+                query) or a run none of whose document ids is labelled for its query
+                (the ids of the run and of the labels do not match); with
+                ``answerability``, no unanswerable query among the calibration queries.
+            ConfigError: ``answerability`` with a ``guarantee``; a token counter that
+                cannot be built.
+        """
+        if not evalset.runs:
+            raise EvalSetError(
+                "the eval set has no runs to calibrate; pass run files (--run) or a "
+                "retriever (--retriever)",
+                path=evalset.source,
+            )
+        names = list(evalset.runs) if self.runs is None else list(self.runs)
+        for n in names:
+            if n not in evalset.runs:
+                raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs)}")
+        if not names:
+            raise EvalSetError("no runs selected")
+        objective, split, check = self.objective, self.split, self.check
+        cons = [c for c in self.constraints if isinstance(c, Constraint)]
+        grid = self.grid
+        qids = evalset.qids
+        calib_rows, held_rows = split_queries(len(qids), split.holdout, split.seed)
+        if self.answerability is not None:
+            check_max_false_abstain(
+                evalset,
+                self.answerability.max_false_abstain,
+                calib_rows,
+                guarantee=self.guarantee is not None,
+            )
+        evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
+        st = self.stages
+        plan = FitPlan(
+            profile=as_profile(self.profile),
+            rules=self.rules,
+            objective=objective,
+            constraints=tuple(cons),
+            metrics=tuple(
+                dict.fromkeys(
+                    [
+                        objective,
+                        *(c.metric for c in cons),
+                        *self.search.metrics,
+                        *REPORTED,
+                        EVIDENCE,
+                    ]
+                )
+            ),
+            reported=tuple(dict.fromkeys([objective, *(c.metric for c in cons), *REPORTED])),
+            calibration_rows=calib_rows,
+            heldout_rows=held_rows,
+            split=split,
+            check=check,
+            guarantee=self.guarantee,
+            stages=stage_sweep(
+                evalset,
+                max_tokens=st.max_tokens,
+                token_counter_spec=st.token_counter,
+                near_duplicate_threshold=st.near_duplicate_threshold,
+                conflicts=st.conflicts,
+                conflict_similarities=st.conflict_similarities,
+            ),
+        )
+        n_sweeps = len(names) + (self.rerank is not None)
+
+        def report_sweeps(done: int) -> None:
+            if on_sweep is not None:
+                on_sweep(done, n_sweeps)
+
+        report_sweeps(0)
+        results: list[RunCalibration] = []
+        for name in names:
+            results.append(
+                _search_run(evalset, name, plan, grid, self.search.grows, first=not results)
+            )
+            report_sweeps(len(results))
+
+        sign = -1.0 if lower_is_better(objective) else 1.0
+
+        def rank_key(r: RunCalibration) -> tuple[bool, bool, float]:
+            value = r.full.mean(r.written, objective)
+            ok = r.guarantee.met if r.guarantee is not None else True
+            return (ok, r.written_feasible, sign * value if not math.isnan(value) else -math.inf)
+
+        best = max(results, key=rank_key)  # first of equals: the eval set's order
+        two_stage = None
+        if self.rerank is not None:
+            two_stage = _two_stage(evalset, best, self.rerank, plan, best.grid or grid)
+            report_sweeps(n_sweeps)
+        g = self.guarantee
+        calibrated = CalibrationResult(
+            runs=tuple(results),
+            recommended=best,
+            objective=objective,
+            constraints=tuple(cons),
+            profile=plan.profile,
+            grid=grid,
+            holdout=float(split.holdout),
+            seed=split.seed,
+            qids=qids,
+            calibration_rows=calib_rows,
+            heldout_rows=held_rows,
+            evalset=evalset,
+            data_sha256=data_fingerprint(evalset, names),
+            files=_file_hashes(evalset, names),
+            rerank=two_stage,
+            on_worse=check.on_worse,
+            target=plan.target,
+            confidence=_confidence(g, self.answerability),
+            folds=split.folds,
+            stage_settings={} if plan.stages is None else plan.stages.config_settings(),
+            caps_fixed=not self.search.grows,
+        )
+        a = self.answerability
+        if a is None:
+            return calibrated
+        answerability = calibrate_answerability(calibrated, plan, a)
+        return replace(calibrated, answerability=answerability)
+
+
+def _confidence(guarantee: Guarantee | None, answerability: Answerability | None) -> float:
+    """The confidence a result states: its guarantee's, else its floor's, else 0.95."""
+    if guarantee is not None:
+        return guarantee.confidence
+    return 0.95 if answerability is None else answerability.confidence
+
+
+def _search_run(
+    evalset: EvalSet, name: str, plan: FitPlan, grid: SweepGrid, may_grow: bool, *, first: bool
+) -> RunCalibration:
+    """Sweep run ``name`` (caps grown when ``may_grow`` and no setting meets the
+    constraints, or with a guarantee), choose by cross-validation or certify the
+    guarantee, compare with plain top-k, fall back when worse, refit on all queries
+    (steps 1-7 of the module docstring); ``first``: the first run, which warns about a
+    small eval set."""
+    objective, cons, stages = plan.objective, plan.constraints, plan.stages
+    wanted, reported = plan.metrics, plan.reported
+    calib_rows, held_rows = plan.calibration_rows, plan.heldout_rows
+    seed, folds = plan.split.seed, plan.split.folds
+    check, target = plan.check, plan.target
+    baseline_k = check.baseline_k
+    qids = evalset.qids
+    all_rows = np.arange(len(qids), dtype=np.intp)
+    # the row groups every mean below is a union of: cross-validation folds of the
+    # calibration queries (the ones cross_validate draws), the held-out queries
+    k_folds = fold_count(int(calib_rows.size), folds) if target is None else 0
+    groups = [*(fold_parts(calib_rows, k_folds, seed) if k_folds else [calib_rows]), held_rows]
+    _check_ids_match(evalset, name)
+    arrays = evalset.arrays(name, profile=plan.profile, rules=plan.rules)
+    run_grid = grid
+    if arrays.score_kind is None:
+        logger.warning("run %r has no scores: only plain top-k settings apply", name)
+
+    def sweep_on(g: SweepGrid, ar: EvalArrays = arrays) -> tuple[SweepKernel, SweepResult]:
+        pts = g.points()
+        if stages is not None:  # every setting with the stages after the cut
+            pts = stages.points(pts)  # (under each conflict setting swept)
+        if ar.score_kind is None:
+            pts = tuple(p for p in pts if is_plain_top_k(p))
+        width = max(p.max_k for p in pts)
+        if stages is None:
+            kern = SweepKernel(ar, wanted, width)
+        else:
+            kern = stages.kernel(ar, wanted, width)
+        return kern, sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
+
+    # the caps grow to the candidate depth when no setting meets the constraints, and
+    # always for a guarantee (whose first sweep would go unused: it is skipped)
+    depth = min(int(arrays.n_valid.max()) if arrays.n_queries else 0, MAX_K_LIMIT)
+    wider = None
+    if may_grow and depth > max(run_grid.max_k):
+        wider = replace(run_grid, max_k=_extended_caps(run_grid.max_k, depth))
+    swept = None
+    if wider is None or target is None:
+        swept = sweep_on(run_grid)
+        if all(bool((c.violation(swept[1].column(c.metric)) == 0).any()) for c in cons):
+            wider = None
+    if wider is not None:
+        swept = None  # the first sweep's tables go before the wider ones are built
+        run_grid = wider
+        swept = sweep_on(run_grid)
+        logger.info("run %r: caps extended to %d", name, max(run_grid.max_k))
+    assert swept is not None
+    kernel, result = swept
+    points = result.points
+    # the baseline: plain top-k (under the first conflict setting swept)
+    top_idx = [
+        i
+        for i, p in enumerate(points)
+        if is_plain_top_k(p) and (stages is None or stages.is_base(p))
+    ]
+    full = result.restricted(kernel, all_rows)
+
+    def means(rows: I, kern: SweepKernel = kernel, res: SweepResult = result) -> SweepResult:
+        return res.restricted(kern, rows)
+
+    selection = None
+    g_result = None
+    if target is not None:
+        paths = None if stages is None else stages.paths(points, guarantee_paths)
+        assert plan.guarantee is not None
+        g_result = certify_guarantee(
+            kernel, result, target, plan.guarantee.confidence, held_rows, paths
+        )
+        chosen = g_result.written
+        feasible = meets_constraints(result, chosen, cons)
+    else:
+        selection = cross_validate(
+            means, points, calib_rows, objective, cons, folds=folds, seed=seed
+        )
+        chosen, feasible = refit(result, selection.members[selection.chosen], objective, cons)
+    if baseline_k is None:
+        baseline, _ = choose(result, objective, cons, among=top_idx)
+    else:
+        baseline = next(i for i in top_idx if points[i].max_k == baseline_k)
+    rows, split = checked_rows(calib_rows, held_rows)
+    comparison = compare(
+        kernel,
+        result.kept[baseline].astype(np.intp),
+        result.kept[chosen].astype(np.intp),
+        rows,
+        reported,
+        split=split,
+        n_bootstrap=check.n_bootstrap,
+        seed=seed,
+        level=check.level,
+    )
+    if len(qids) < SMALL_SET and objective in comparison.metrics and first:
+        d = comparison.guarded[objective]
+        logger.warning(
+            "only %d labelled queries (%d or more advised): the %s interval of mean "
+            "%s is %.3f wide, so small gains cannot be told from noise",
+            len(qids),
+            SMALL_SET,
+            comparison.split,
+            objective,
+            d.high - d.low,
+        )
+    fallback = None
+    if (
+        target is None
+        and chosen != baseline
+        and objective in comparison.metrics
+        and comparison.verdict(objective) == "worse"
+    ):
+        fallback = (
+            f"{comparison.where()} the choice ({describe_point(points[chosen])}) is "
+            f"worse than plain {describe_point(points[baseline])} on {objective} "
+            f"(difference {comparison.change(objective)})"
+        )
+    # refit on all queries: the family (plain top-k after a fallback) re-selected;
+    # a guarantee is not refitted (what the calibration queries certify is written,
+    # and the held-out queries check it)
+    if g_result is not None:
+        written = chosen
+        written_feasible = meets_constraints(full, written, cons)
+    else:
+        assert selection is not None
+        members = top_idx if fallback is not None else selection.members[selection.chosen]
+        if fallback is not None and baseline_k is not None:
+            members = [baseline]
+        written, written_feasible = refit(full, members, objective, cons)
+    run = evalset.runs[name]
+    run_calibration = RunCalibration(
+        name=name,
+        score_kind=arrays.score_kind,
+        source=run.source,
+        arrays=arrays,
+        kernel=kernel,
+        sweep=result,
+        chosen=chosen,
+        baseline=baseline,
+        feasible=feasible,
+        comparison=comparison,
+        optimal=optimal_k(arrays, max(run_grid.max_k)),
+        grid=run_grid,
+        selection=selection,
+        full=full,
+        written=written,
+        written_feasible=written_feasible,
+        fallback=fallback,
+        guarantee=g_result,
+    )
+    logger.info(
+        "run %r: chose %s (%s %.4f), wrote %s",
+        name,
+        describe_point(points[chosen]),
+        objective,
+        result.mean(chosen, objective),
+        describe_point(points[written]),
+    )
+    return run_calibration
+
+
+def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for callers
+    evalset: EvalSet,
+    *,
+    runs: Sequence[str] | None = None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+    objective: str = "udcg",
+    constraints: Sequence[Constraint | str] = (),
+    min_recall: float | None = None,
+    max_k: int | None = None,
+    grid: SweepGrid | None = None,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    holdout: float = 0.3,
+    seed: int = 0,
+    baseline_k: int | None = None,
+    n_bootstrap: int = 2000,
+    level: float = 0.95,
+    reranker: Reranker | None = None,
+    rerank_scores: RerankScores | None = None,
+    rerank_score_kind: ScoreKind | str | None = None,
+    rerank_grid: RerankGrid | None = None,
+    probability_map: MapMethod | str = "platt",
+    corpus: Sequence[str | os.PathLike[str]] = (),
+    passages: Mapping[str, str] | None = None,
+    cache_dir: str | os.PathLike[str] | bool | None = True,
+    on_rerank_query: Any = None,
+    folds: int = DEFAULT_FOLDS,
+    on_worse: Literal["top-k", "stop"] = "top-k",
+    guarantee: str | None = None,
+    confidence: float = 0.95,
+    max_tokens: int | None = None,
+    token_counter: str = "chars:4",
+    near_duplicate_threshold: float | None = None,
+    on_sweep: Callable[[int, int], None] | None = None,
+    max_false_abstain: float | None = None,
+    conflicts: Sequence[str | ConflictMode] = (),
+    conflict_similarities: Sequence[float] = (),
+) -> CalibrationResult:
+    """Sweep every run, choose a setting per run, check it on held-out queries: a
+    :class:`Calibrator` built from these keyword arguments, fitted on ``evalset``
+    (``Calibrator(...).fit(evalset)`` groups them into option objects).
+
+    Args:
+        evalset: labelled queries and their runs.
+        runs: the runs to calibrate (default: all).
+        profile: tolerance profile for utilities (default ``support``); its name goes
+            into the config.
+        rules: which grades are relevant / partially relevant.
+        objective: the metric to optimise (a registry metric string or ``passages``);
+            distractor rate and harm are minimised, everything else maximised.
+        constraints: ``Constraint`` objects or strings like ``"evidence_recall>=0.8"``.
+        min_recall: shorthand for the constraint ``evidence_recall>=min_recall`` (recall
+            among the candidates: the recall a guard controls; classic ``recall``, over
+            every judged document, stays in the report as the retriever's ceiling).
+        max_k: the largest cap tried (grid ``1..max_k``), a constraint: the caps never
+            grow past it. ``None`` (the default): caps ``1..`` :data:`DEFAULT_MAX_K`,
+            which grow to the candidate depth (at most :data:`MAX_K_LIMIT`) when no
+            setting meets the constraints, or with ``guarantee``. Ignored when ``grid``
+            is given (a grid never grows).
+        grid: the settings to try (default :meth:`SweepGrid.up_to(max_k)
+            <ragguard.calibration.fit.sweep.SweepGrid.up_to>`).
+        metrics: metrics computed at every setting (the objective and constraint metrics
+            are added).
+        holdout: fraction of queries held out for the check (0 disables it).
+        seed: seed of the split and of the bootstrap.
+        baseline_k: compare with plain top-``baseline_k`` instead of the best plain
+            top-k of the grid.
+        n_bootstrap: bootstrap resamples for the intervals.
+        level: confidence level of the intervals.
+        reranker: a second stage (:class:`~ragguard.rerank.Reranker`) to calibrate with
+            the recommended run: its scores are computed once per (model, query,
+            passage text) and cached (:mod:`ragguard.calibration.fit.rerank_scores`), a
+            probability map is fitted, and retrieval depth x rerank cut x max_k is swept
+            (:mod:`ragguard.calibration.fit.pipeline`); the config then enables the stage.
+        rerank_scores: precomputed second-stage scores instead of a ``reranker``
+            (:func:`~ragguard.calibration.fit.rerank_scores.read_rerank_run`).
+        rerank_score_kind: what the reranker returns, when it does not declare it.
+        rerank_grid: the rerank cuts and depths tried (default ``RerankGrid()``).
+        probability_map: ``"platt"`` (default) or ``"isotonic"``.
+        corpus: JSONL corpus files with passage texts, for ``reranker`` and the stages
+            after the cut; added to ``evalset.texts`` (:meth:`EvalSet.with_texts`), each
+            read once.
+        passages: more passage texts, ``{passage id: text}``.
+        cache_dir: the rerank score cache (``True``: the default folder; ``None``: off).
+        on_rerank_query: progress callback ``(queries done, queries)`` while scoring.
+        folds: cross-validation folds for the choice of rule family (fewer on small
+            sets; see :mod:`ragguard.calibration.fit.select`).
+        on_worse: when the held-out check finds the choice worse than the best plain
+            top-k on the objective: ``"top-k"`` writes plain top-k instead, ``"stop"``
+            writes nothing (:meth:`CalibrationResult.save_config` raises).
+        guarantee: ``"recall>=0.9"``: choose the smallest context whose mean evidence
+            recall on new queries is at least 0.9 with probability ``confidence``
+            (Learn-then-Test with Hoeffding-Bentkus p-values, Angelopoulos et al. 2021;
+            see :mod:`ragguard.calibration.fit.risk`). The objective is then reported, not
+            optimised.
+        confidence: the confidence level of the guarantee and of ``max_false_abstain``.
+        max_tokens: sweep every setting with this token budget applied after the cut
+            (texts from the eval set, a ``corpus.jsonl`` beside it, ``corpus`` and
+            ``passages``), so the choice respects it; the config carries it.
+        token_counter: how ``max_tokens`` counts (:mod:`ragguard.tokens`).
+        near_duplicate_threshold: sweep every setting with near-duplicate control on.
+        on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run, and
+            one for the second stage.
+        max_false_abstain: calibrate ``min_evidence`` (answerability) for the written
+            setting: the highest floor on the best candidate's score (the rerank
+            probability when the config holds the second stage) under which at most
+            this share of answerable queries abstain on new queries, with probability
+            ``confidence``, by Learn-then-Test on the calibration queries; the held-out
+            queries report the shares of unanswerable queries caught and of answerable
+            ones lost (:mod:`ragguard.calibration.fit.answerability`). Needs unanswerable
+            queries (judged, none relevant); default off.
+        conflicts: conflict modes to sweep (``"off"``, ``"flag"``, ``"keep_first"``,
+            ``"drop"``; not ``"prefer"``, whose metadata eval sets do not carry): every
+            setting is tried under each, at each of ``conflict_similarities``, with the
+            runtime's conflict stage after the cut, and the choice among them is made
+            on the objective like any other (a conflict mode counts as one more rule;
+            :mod:`ragguard.calibration.fit.conflict_sweep`). The held-out check compares
+            with plain top-k under the simplest one swept (``off`` when given). Empty
+            (the default): the conflict stage is not swept.
+        conflict_similarities: the ``conflict_similarity`` values swept (default
+            :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
+
+    Raises:
+        EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
+            left (an empty split, a run with no candidates for any labelled query) or a
+            run none of whose document ids is labelled for its query (the ids of the
+            run and of the labels do not match); with ``max_false_abstain``, no
+            unanswerable query among the calibration queries.
+        ConfigError: a parameter out of range or of the wrong type (``holdout``,
+            ``min_recall``, ``level``, ``n_bootstrap``, ``seed``, ``baseline_k``,
+            ``probability_map``, ...), an unknown metric or profile, a malformed
+            constraint, or both ``reranker`` and ``rerank_scores``.
+    """
+    MapMethod(probability_map)  # fail early on an unknown method (ConfigError)
+    if not (is_real(confidence) and 0.0 < confidence < 1.0):  # checked even when unused
+        raise ConfigError(f"confidence must be in (0, 1), got {confidence!r}")
+    cons = [Constraint.parse(c) if isinstance(c, str) else c for c in constraints]
+    if min_recall is not None:
+        if not (is_real(min_recall) and 0.0 <= min_recall <= 1.0):
+            raise ConfigError(f"min_recall must be in [0, 1], got {min_recall!r}")
+        cons.append(Constraint(EVIDENCE, ">=", float(min_recall)))
+    rerank = None
+    if reranker is not None or rerank_scores is not None:
+        rerank = RerankSearch(
+            reranker=reranker,
+            scores=rerank_scores,
+            score_kind=rerank_score_kind,
+            grid=rerank_grid or RerankGrid(),
+            probability_map=probability_map,
+            cache_dir=cache_dir,
+            on_query=on_rerank_query,
+        )
+    calibrator = Calibrator(
+        objective=objective,
+        constraints=cons,
+        profile=profile,
+        rules=rules,
+        runs=runs,
+        search=Search(max_k=max_k, grid=grid, metrics=metrics),
+        split=Split(holdout=holdout, seed=seed, folds=folds),
+        check=Check(n_bootstrap=n_bootstrap, level=level, baseline_k=baseline_k, on_worse=on_worse),
+        guarantee=None if guarantee is None else Guarantee.parse(guarantee, confidence),
+        stages=Stages(
+            max_tokens=max_tokens,
+            token_counter=token_counter,
+            near_duplicate_threshold=near_duplicate_threshold,
+            conflicts=conflicts,
+            conflict_similarities=conflict_similarities,
+        ),
+        rerank=rerank,
+        answerability=None
+        if max_false_abstain is None
+        else Answerability(max_false_abstain=max_false_abstain, confidence=confidence),
+    )
+    return calibrator.fit(evalset, corpus=corpus, passages=passages, on_sweep=on_sweep)
+
+
+def calibrate_answerability(
+    result: CalibrationResult, plan: FitPlan, option: Answerability
+) -> AnswerabilityResult:
+    """Calibrate ``min_evidence`` for the setting ``result``'s config holds
+    (:func:`ragguard.calibration.fit.answerability.fit_answerability` on the scores the floor
+    reads under that setting): certified on the calibration queries of ``plan``, checked
+    on its held-out ones, with the share and confidence of ``option``.
+
+    Raises:
+        ConfigError: the written setting's scores cannot carry a floor (a run without
+            scores and no rerank stage).
+    """
+    w = result.written_setting()
+    r = w.run
+    arrays = r.arrays
+    retrieval = (
+        evidence_tops(arrays)
+        if arrays.score_kind is not None
+        else np.full(arrays.n_queries, math.inf)  # no score rule applies, min_evidence neither
+    )
+    two = w.two_stage
+    if two is None:
+        if arrays.score_kind is None:
+            raise ConfigError(
+                f"--max-false-abstain cannot calibrate min_evidence for run {r.name!r}: it "
+                "has no scores, and min_evidence reads the best candidate's score; pass "
+                "--score-kind or a run with scores"
+            )
+        top, scale, kernel = retrieval, RETRIEVAL_SCALE, r.kernel
+    else:
+        n = two.points[w.index][0]
+        kernel = two.kernels[n]
+        top = evidence_tops(kernel.arrays)
+        failed = np.isin(np.asarray(arrays.qids, dtype=object), list(two.failed.get(n, ())))
+        top[failed] = np.inf  # a failed call: the guard does not apply the floor
+        scale = RERANK_SCALE
+    return fit_answerability(
+        top, arrays, kernel, w.full.kept[w.index],
+        scale=scale, setting=w.setting, metrics=w.comparison.metrics, plan=plan, option=option,
+    )  # fmt: skip
+
+
+def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:
+    """``caps`` grown towards ``depth`` in widening steps (12, 15, 20, 25, 30, 40, 50,
+    60, 80, 100), ``depth`` itself included."""
+    steps = (12, 15, 20, 25, 30, 40, 50, 60, 80, 100)
+    more = [k for k in steps if max(caps) < k < depth]
+    return tuple(sorted({*caps, *more, depth}))
+
+
+def _two_stage(
+    evalset: EvalSet, best: RunCalibration, rerank: RerankSearch, plan: FitPlan, grid: SweepGrid
+) -> TwoStageCalibration:
+    """Score the recommended run's candidates (or take the given scores) and sweep the
+    two-stage pipeline (:func:`ragguard.calibration.fit.pipeline.calibrate_two_stage`) over
+    ``grid``'s caps; the passage texts are ``evalset.texts``."""
+    arrays = best.arrays
+    scores = rerank.scores
+    if scores is None:
+        assert rerank.reranker is not None
+        depth = max(rerank.grid.top_n)
+        pairs = {
+            qid: arrays.doc_ids(row)[: int(arrays.n_valid[row])][:depth]
+            for row, qid in enumerate(arrays.qids)
+        }
+        scores = score_candidates(
+            evalset, rerank.reranker, pairs, texts=evalset.texts.get,
+            score_kind=rerank.score_kind, cache_dir=rerank.cache_dir, on_query=rerank.on_query,
+        )  # fmt: skip
+    return calibrate_two_stage(
+        evalset,
+        best.name,
+        scores,
+        plan=plan,
+        retrieval_kernel=best.kernel,
+        retrieval_chosen=best.chosen_kept,
+        retrieval_baseline=best.baseline_kept,
+        max_k=grid.max_k,
+        min_k=grid.min_k,
+        grid=rerank.grid,
+        method=rerank.probability_map,
+    )

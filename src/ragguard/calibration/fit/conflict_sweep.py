@@ -1,0 +1,561 @@
+"""Sweeping the conflict stage: ``conflicts`` x ``conflict_similarity`` as settings.
+
+``calibrate(conflicts=["off", "keep_first", "drop"], conflict_similarities=[0.3, 0.5])``
+tries every setting of the grid under every conflict setting (:func:`conflict_settings`)
+and chooses among all of them on the objective, like any other setting: cross-validated
+as part of the rule family (a conflict mode counts as one more rule, so the simplest
+family within one standard error wins), checked on held-out queries against the best
+plain top-k *without* it, refitted on all queries. ``drop`` reaches the config only
+when it wins that choice.
+
+Each conflict setting is swept with the runtime's own stage code
+(:func:`ragguard.conflicts.conflict_stage` after the cut, then near-duplicates and the
+token budget) in a kernel of its own (:class:`~ragguard.calibration.fit.sweep_stages.
+PassageStages`; ``drop``, which is not causal along the ranked list, per cut). The
+conflicting pairs of each query are found once, at the lowest similarity swept: a pair
+at a higher level is one of those at least that similar. :class:`StageKernels` shows
+the kernels as one, so the sweep, the cross-validation, the held-out check and the
+guarantee read every setting alike.
+
+``prefer`` is not swept: it keeps the member with the greatest value of a metadata key
+that eval sets do not carry. Set it in the config by hand (``conflicts = "prefer"``,
+``conflict_prefer = "date"``).
+
+The report states how well detection finds labelled distractors
+(:func:`conflict_detection`): a candidate among the first ``max_k`` ranked is
+*flagged* when it is in a conflicting pair with another of them, *positive* when it is
+a known distractor or has negative utility.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.fit.sweep import Cuts, SweepKernel, cut_dtype
+from ragguard.calibration.fit.sweep_stages import PassageStages
+from ragguard.conflicts import Pair, find_conflicts
+from ragguard.errors import ConfigError, EvalSetError
+from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams
+from ragguard.stages import Shingles, shingles
+from ragguard.tokens import DEFAULT_TOKEN_COUNTER, token_counter
+
+__all__ = [
+    "SWEPT_MODES",
+    "ConflictDetection",
+    "ConflictSetting",
+    "StageKernels",
+    "StageSweep",
+    "conflict_detection",
+    "conflict_settings",
+    "describe_conflicts",
+    "setting_of",
+    "similarity_levels",
+    "stage_sweep",
+]
+
+F64 = NDArray[np.float64]
+I = NDArray[np.intp]  # noqa: E741
+
+ConflictSetting = tuple[ConflictMode, float]
+"""``(conflicts, conflict_similarity)`` of a swept setting."""
+
+SWEPT_MODES: tuple[ConflictMode, ...] = (
+    ConflictMode.OFF,
+    ConflictMode.FLAG,
+    ConflictMode.KEEP_FIRST,
+    ConflictMode.DROP,
+)
+"""The modes the sweep can try, simplest first (the order settings are swept in)."""
+
+_PREFER = (
+    "conflicts='prefer' keeps the member with the greatest value of a metadata key that "
+    'eval sets do not carry, so it cannot be swept; set conflicts = "prefer" and '
+    "conflict_prefer in the config by hand"
+)
+
+
+def conflict_settings(
+    conflicts: Sequence[str | ConflictMode], similarities: Sequence[float] = ()
+) -> tuple[ConflictSetting, ...]:
+    """The conflict settings to sweep, in sweep order: modes simplest first (off, flag,
+    keep_first, drop), each at every similarity from the highest (fewest conflicts) to
+    the lowest; ``off`` once. Ties on the objective go to the earlier one.
+
+    Args:
+        conflicts: modes (``"off"``, ``"flag"``, ``"keep_first"``, ``"drop"``); empty:
+            nothing to sweep.
+        similarities: ``conflict_similarity`` values in (0, 1] (default
+            :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
+
+    Raises:
+        ConfigError: an unknown mode, ``prefer``, a similarity outside (0, 1] or not a
+            number, similarities without modes.
+    """
+    if not conflicts:
+        if similarities:
+            raise ConfigError(
+                "conflict similarities are swept with the conflict stage: pass the modes "
+                "too (--conflicts off,keep_first,drop)"
+            )
+        return ()
+    modes: set[ConflictMode] = set()
+    for c in conflicts:
+        try:
+            mode = ConflictMode(str(c).strip().lower())
+        except ValueError:
+            raise ConfigError(
+                f"unknown conflicts mode {c!r}; sweep some of: "
+                + ", ".join(m.value for m in SWEPT_MODES)
+            ) from None
+        if mode is ConflictMode.PREFER:
+            raise ConfigError(_PREFER)
+        modes.add(mode)
+    sims: set[float] = set()
+    for s in similarities or (DEFAULT_CONFLICT_SIMILARITY,):
+        if isinstance(s, bool) or not isinstance(s, int | float) or not 0.0 < s <= 1.0:
+            raise ConfigError(
+                f"a conflict similarity must be a number in (0, 1] (a word 3-shingle "
+                f"Jaccard similarity), got {s!r}"
+            )
+        sims.add(float(s))
+    out: list[ConflictSetting] = []
+    for mode in SWEPT_MODES:
+        if mode not in modes:
+            continue
+        if mode is ConflictMode.OFF:
+            out.append((mode, DEFAULT_CONFLICT_SIMILARITY))
+            continue
+        out += [(mode, s) for s in sorted(sims, reverse=True)]
+    return tuple(out)
+
+
+def setting_of(params: PolicyParams) -> ConflictSetting:
+    """The conflict setting of ``params`` (``off`` at the default similarity: its level
+    is not used)."""
+    if params.conflicts is ConflictMode.OFF:
+        return (ConflictMode.OFF, DEFAULT_CONFLICT_SIMILARITY)
+    return (params.conflicts, params.conflict_similarity)
+
+
+def similarity_levels(settings: Sequence[ConflictSetting]) -> tuple[float, ...]:
+    """The similarities ``settings`` compare passages at, highest first (the default
+    when only ``off`` is swept: detection is still reported at it)."""
+    levels = {s for mode, s in settings if mode is not ConflictMode.OFF}
+    return tuple(sorted(levels or {DEFAULT_CONFLICT_SIMILARITY}, reverse=True))
+
+
+def describe_conflicts(setting: ConflictSetting) -> str:
+    """``conflicts off``, ``conflicts=drop@0.5``: a conflict setting in words (the label
+    :func:`~ragguard.calibration.fit.sweep.describe_point` appends)."""
+    mode, sim = setting
+    return "conflicts off" if mode is ConflictMode.OFF else f"conflicts={mode.value}@{sim:g}"
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+class StageKernels(SweepKernel):
+    """One kernel per conflict setting over the same run, seen as one kernel.
+
+    A setting's per-query cut is ``block * stride + c``: ``block`` its conflict setting's
+    index in ``settings``, ``c`` the cut in that setting's kernel
+    (:meth:`SweepKernel.cuts`), ``stride`` the largest cut plus one. Every setting of one
+    row of cuts lies in one block, so :meth:`values` and :meth:`group_sums` read each row
+    from its own kernel.
+
+    Args:
+        arrays: the run against its labels.
+        blocks: per conflict setting, its kernel.
+        settings: the conflict settings, in ``blocks`` order.
+        max_cut: the largest cut any block holds (the sweep's width): the stride is
+            ``max_cut + 1``, the same for every kernel built with the same ``max_cut``
+            (the two-stage sweep places cuts of the retrieval kernel into its own).
+        pairs: per row, the conflicting pairs among its first ``max_cut`` ranked
+            candidates at the lowest similarity swept (:func:`similarity_levels`; for
+            :func:`conflict_detection`).
+    """
+
+    def __init__(
+        self,
+        arrays: EvalArrays,
+        blocks: Sequence[SweepKernel],
+        settings: Sequence[ConflictSetting],
+        *,
+        max_cut: int,
+        pairs: Sequence[Sequence[Pair]],
+    ) -> None:
+        if not blocks or len(blocks) != len(settings):
+            raise ConfigError("a kernel of conflict settings needs one kernel per setting")
+        self.arrays = arrays
+        self.blocks = tuple(blocks)
+        self.settings = tuple(settings)
+        self.metrics = blocks[0].metrics
+        self.width = blocks[0].width
+        self.stages = blocks[0].stages
+        self.lazy = any(b.lazy for b in blocks)
+        self.stride = max_cut + 1
+        self.pairs = pairs
+
+    def block_of(self, params: PolicyParams) -> int:
+        """The index of ``params``' conflict setting.
+
+        Raises:
+            ConfigError: it is not one of the settings swept.
+        """
+        try:
+            return self.settings.index(setting_of(params))
+        except ValueError:
+            raise ConfigError(
+                f"{describe_conflicts(setting_of(params))} was not swept; the kernel holds "
+                + ", ".join(map(describe_conflicts, self.settings))
+            ) from None
+
+    def _rows_of(self, kept: NDArray[np.integer[Any]]) -> tuple[I, I]:
+        """Each row's block, and the rows' cuts within their blocks."""
+        k = np.asarray(kept, dtype=np.intp)
+        if k.shape[-1] == 0:
+            return np.zeros(k.shape[0], dtype=np.intp), k
+        block = k // self.stride
+        lo, hi = block.min(axis=1), block.max(axis=1)
+        if (lo != hi).any() or (lo < 0).any() or (hi >= len(self.blocks)).any():
+            raise EvalSetError(
+                f"kept must hold one conflict setting's cuts per row: ints in "
+                f"[b * {self.stride}, b * {self.stride} + {self.width}] for a block b < "
+                f"{len(self.blocks)}"
+            )
+        return lo, k - (lo * self.stride)[:, None]
+
+    def cuts(self, points: Sequence[PolicyParams]) -> Cuts:
+        """(P, Q) each setting's cuts, in its block (see the class docstring)."""
+        kept = np.empty(
+            (len(points), self.n_queries), dtype=cut_dtype(len(self.blocks) * self.stride - 1)
+        )
+        members: dict[int, list[int]] = {}
+        for i, p in enumerate(points):
+            members.setdefault(self.block_of(p), []).append(i)
+        for b, idx in members.items():
+            sub = self.blocks[b].cuts([points[i] for i in idx]).astype(np.intp)
+            kept[idx] = sub + b * self.stride
+        return kept
+
+    def cut(self, params: PolicyParams) -> I:
+        """(Q,) the cuts of ``params``, in its block."""
+        b = self.block_of(params)
+        out: I = self.blocks[b].cut(params) + b * self.stride
+        return out
+
+    def context(self, row: int, kept: int) -> list[int]:
+        """As :meth:`SweepKernel.context`, in the cut's own block."""
+        b = int(kept) // self.stride
+        if not 0 <= b < len(self.blocks):
+            raise EvalSetError(f"{kept} is no conflict setting's cut (stride {self.stride})")
+        return self.blocks[b].context(row, int(kept) - b * self.stride)
+
+    def values(self, kept: NDArray[np.integer[Any]], metrics: Sequence[str] | None = None) -> F64:
+        """As :meth:`SweepKernel.values`, each row of cuts read from its own block."""
+        k = np.asarray(kept, dtype=np.intp)
+        ks = k.reshape(-1, k.shape[-1]) if k.ndim else k.reshape(1, 1)
+        block, local = self._rows_of(ks)
+        n_m = len(self.metrics if metrics is None else metrics)
+        out = np.empty((ks.shape[0], n_m, ks.shape[1]))
+        for b in np.unique(block).tolist():
+            rows = block == b
+            out[rows] = self.blocks[b].values(local[rows], metrics)
+        return out if k.ndim == 2 else out[0]
+
+    def group_sums(
+        self, kept: Cuts, part: I, n_groups: int, weight: F64 | None = None
+    ) -> tuple[F64, F64]:
+        """As :meth:`SweepKernel.group_sums`, each row of cuts read from its own block."""
+        block, local = self._rows_of(kept)
+        shape = (n_groups, kept.shape[0], len(self.metrics))
+        sums, counts = np.zeros(shape), np.zeros(shape)
+        for b in np.unique(block).tolist():
+            rows = np.flatnonzero(block == b)
+            sub = local[rows].astype(kept.dtype)
+            s, c = self.blocks[b].group_sums(sub, part, n_groups, weight)
+            sums[:, rows], counts[:, rows] = s, c
+        return sums, counts
+
+    def table(self, metric: str) -> F64:
+        """Not one table: each conflict setting has its own (``blocks[i].table``)."""
+        raise ConfigError(
+            "a kernel of several conflict settings has one table per setting; read "
+            "kernel.blocks[i].table(metric)"
+        )
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+@dataclass(frozen=True)
+class StageSweep:
+    """The stages after the cut that ``calibrate`` sweeps: the token budget and the
+    near-duplicate control at their one setting, the conflict stage at each of
+    ``settings`` (none: not swept).
+
+    Attributes:
+        base: the token budget and near-duplicate stages, with where the texts are read.
+        settings: the conflict settings swept (:func:`conflict_settings`), the first the
+            base one (the held-out check compares with plain top-k under it).
+    """
+
+    base: PassageStages
+    settings: tuple[ConflictSetting, ...] = ()
+
+    @property
+    def swept(self) -> bool:
+        """Whether conflict settings are swept."""
+        return bool(self.settings)
+
+    def points(self, points: Sequence[PolicyParams]) -> tuple[PolicyParams, ...]:
+        """``points`` with the stages on: under each conflict setting in turn (all of
+        the first setting's points, then the next's)."""
+        staged = [self.base.params(p) for p in points]
+        if not self.settings:
+            return tuple(staged)
+        return tuple(
+            replace(p, conflicts=mode, conflict_similarity=sim)
+            for mode, sim in self.settings
+            for p in staged
+        )
+
+    def is_base(self, params: PolicyParams) -> bool:
+        """Whether ``params`` runs the base conflict setting (or none is swept)."""
+        return not self.settings or setting_of(params) == self.settings[0]
+
+    def config_settings(self) -> dict[str, Any]:
+        """The config fields every setting shares (the token budget, near-duplicates);
+        a setting's conflict fields go with the setting
+        (:func:`ragguard.calibration.fit.sweep.guard_settings`)."""
+        return self.base.config_settings()
+
+    def kernel(self, arrays: EvalArrays, metrics: Sequence[str], width: int) -> SweepKernel:
+        """The sweep kernel of ``arrays`` with these stages (texts read here): a
+        :class:`StageKernels` when conflicts are swept.
+
+        Raises:
+            EvalSetError: a ranked candidate has no text, or every text is empty.
+        """
+        run = self.base.for_run(arrays, width)
+        if not self.settings:
+            return SweepKernel(arrays, metrics, width, stages=run)
+        depth = np.minimum(arrays.n_valid, width).tolist()
+        texts = [list(t[:d]) for t, d in zip(run.texts, depth, strict=True)]
+        if any(texts) and not any(t.strip() for row in texts for t in row):
+            raise EvalSetError(
+                f"conflict detection compares passage texts, but all "
+                f"{sum(map(len, texts))} ranked candidates' texts are empty; put the texts "
+                "in the eval set, in a corpus.jsonl beside it, or pass --corpus",
+                path=self.base.evalset.source if self.base.evalset is not None else None,
+            )
+        built: dict[str, Shingles] = {}  # a passage retrieved for many queries: once
+
+        def sets_of(row: list[str]) -> list[Shingles]:
+            out = []
+            for t in row:
+                got = built.get(t)
+                if got is None:
+                    got = built[t] = shingles(t)
+                out.append(got)
+            return out
+
+        sets = [sets_of(row) for row in texts]
+        low = similarity_levels(self.settings)[-1]
+        pairs = [
+            find_conflicts(row, row_sets, similarity=low)
+            for row, row_sets in zip(texts, sets, strict=True)
+        ]
+        shared = replace(run, sets=sets, pairs=pairs)
+        blocks = []
+        for mode, sim in self.settings:
+            setting = replace(shared, conflicts=mode, conflict_similarity=sim)
+            blocks.append(SweepKernel(arrays, metrics, width, stages=setting))
+        return StageKernels(arrays, blocks, self.settings, max_cut=width, pairs=pairs)
+
+    def paths(
+        self,
+        points: Sequence[PolicyParams],
+        paths_of: Callable[[Sequence[PolicyParams]], Mapping[str, Sequence[int]]],
+    ) -> dict[str, list[int]]:
+        """A recall guarantee's fixed sequences (``paths_of(points)``) for each conflict
+        setting apart, named with it: along each, only the cut changes."""
+        if len(self.settings) < 2:
+            return {k: list(v) for k, v in paths_of(points).items()}
+        out: dict[str, list[int]] = {}
+        for setting in self.settings:
+            idx = [i for i, p in enumerate(points) if setting_of(p) == setting]
+            for name, path in paths_of([points[i] for i in idx]).items():
+                out[f"{name}, {describe_conflicts(setting)}"] = [idx[j] for j in path]
+        return out
+
+
+def stage_sweep(
+    evalset: EvalSet,
+    *,
+    max_tokens: int | None,
+    token_counter_spec: str = DEFAULT_TOKEN_COUNTER,
+    near_duplicate_threshold: float | None,
+    conflicts: Sequence[str | ConflictMode] = (),
+    conflict_similarities: Sequence[float] = (),
+    corpus: Sequence[str | os.PathLike[str]] = (),
+    passages: Mapping[str, str] | None = None,
+) -> StageSweep | None:
+    """The stages after the cut to sweep with (``None`` when all are off); the values
+    are checked and the token counter built here, before any sweep.
+
+    Raises:
+        ConfigError: a value out of range, an unknown or unsweepable conflict mode, a
+            malformed counter.
+        MissingDependencyError: the counter's package is not installed.
+    """
+    settings = conflict_settings(conflicts, conflict_similarities)
+    if max_tokens is None and near_duplicate_threshold is None and not settings:
+        return None
+    PolicyParams(  # the runtime's own checks of the values
+        max_k=1, max_tokens=max_tokens, near_duplicate_threshold=near_duplicate_threshold
+    )
+    counter = token_counter(token_counter_spec) if max_tokens is not None else None
+    lookup = evalset.with_texts(corpus=corpus, passages=passages).texts.get
+    base = PassageStages(
+        near_duplicate_threshold, max_tokens, counter, lookup=lookup, evalset=evalset
+    )
+    return StageSweep(base, settings)
+
+
+# --------------------------------------------------------------------------- detection
+
+
+@dataclass(frozen=True)
+class ConflictDetection:
+    """How conflict detection at one similarity finds labelled distractors, on a set of
+    queries, among each query's first ``max_k`` ranked candidates.
+
+    A candidate is *flagged* when it is in a conflicting pair with another of them,
+    *positive* when it is a known distractor or has negative utility (a hard negative
+    by the profile's rules), *relevant* when its utility is positive. A query is flagged
+    when one of its candidates is, positive when one is.
+
+    Attributes:
+        similarity: the ``conflict_similarity``.
+        max_k: how many ranked candidates per query were compared.
+        queries: queries counted.
+        candidates: candidates counted.
+        positives: positive candidates.
+        flagged: flagged candidates.
+        hits: flagged positive candidates.
+        relevant: relevant candidates.
+        relevant_flagged: flagged relevant candidates.
+        positive_queries: positive queries.
+        flagged_queries: flagged queries.
+        query_hits: flagged positive queries.
+    """
+
+    similarity: float
+    max_k: int
+    queries: int
+    candidates: int
+    positives: int
+    flagged: int
+    hits: int
+    relevant: int
+    relevant_flagged: int
+    positive_queries: int
+    flagged_queries: int
+    query_hits: int
+
+    @staticmethod
+    def _ratio(a: int, b: int) -> float:
+        return a / b if b else math.nan
+
+    @property
+    def precision(self) -> float:
+        """Flagged candidates that are positive (NaN when none is flagged)."""
+        return self._ratio(self.hits, self.flagged)
+
+    @property
+    def recall(self) -> float:
+        """Positive candidates that are flagged (NaN when none is positive)."""
+        return self._ratio(self.hits, self.positives)
+
+    @property
+    def relevant_rate(self) -> float:
+        """Relevant candidates that are flagged (kept out under ``drop``)."""
+        return self._ratio(self.relevant_flagged, self.relevant)
+
+    @property
+    def query_precision(self) -> float:
+        """Flagged queries that hold a positive candidate."""
+        return self._ratio(self.query_hits, self.flagged_queries)
+
+    @property
+    def query_recall(self) -> float:
+        """Queries with a positive candidate that are flagged."""
+        return self._ratio(self.query_hits, self.positive_queries)
+
+    @property
+    def clean_flagged_rate(self) -> float:
+        """Queries without a positive candidate that are flagged anyway."""
+        return self._ratio(
+            self.flagged_queries - self.query_hits, self.queries - self.positive_queries
+        )
+
+
+def conflict_detection(
+    kernel: StageKernels, rows: I, similarity: float, max_k: int
+) -> ConflictDetection:
+    """Detection at ``similarity`` on query ``rows``, among each query's first ``max_k``
+    ranked candidates (at most the kernel's width), against the labels of the kernel's
+    run (see :class:`ConflictDetection`).
+
+    Raises:
+        ConfigError: ``similarity`` below the lowest one the kernel's pairs were found
+            at, or ``max_k`` above its width.
+    """
+    low = similarity_levels(kernel.settings)[-1]
+    if similarity < low:
+        raise ConfigError(f"the pairs were found at similarity >= {low:g}, not {similarity:g}")
+    if not 1 <= max_k <= max(kernel.width, 1):
+        raise ConfigError(f"max_k must be in [1, {kernel.width}], got {max_k}")
+    arrays = kernel.arrays
+    width = max(kernel.width, 1)
+    counts = np.zeros(10, dtype=np.int64)
+    for r in np.asarray(rows, dtype=np.intp).tolist():
+        depth = min(int(arrays.n_valid[r]), max_k)
+        u = arrays.utility[r, :depth]
+        positive = (u < 0) | arrays.distractor[r, :depth]
+        relevant = u > 0
+        flagged = np.zeros(width, dtype=bool)
+        for p in kernel.pairs[r]:
+            if p.similarity >= similarity and p.b < depth:
+                flagged[p.a] = flagged[p.b] = True
+        f = flagged[:depth]
+        counts += (
+            depth, int(positive.sum()), int(f.sum()), int((f & positive).sum()),
+            int(relevant.sum()), int((f & relevant).sum()), 1, int(positive.any()),
+            int(f.any()), int(f.any() and positive.any()),
+        )  # fmt: skip
+    c = counts.tolist()
+    return ConflictDetection(
+        similarity=similarity,
+        max_k=max_k,
+        queries=c[6],
+        candidates=c[0],
+        positives=c[1],
+        flagged=c[2],
+        hits=c[3],
+        relevant=c[4],
+        relevant_flagged=c[5],
+        positive_queries=c[7],
+        flagged_queries=c[8],
+        query_hits=c[9],
+    )

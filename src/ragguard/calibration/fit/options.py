@@ -1,0 +1,382 @@
+"""The option objects of :class:`~ragguard.calibration.fit.calibrator.Calibrator`: small
+frozen groups of settings, one job each, checked when built.
+
+::
+
+    from ragguard.calibration import Calibrator, Guarantee, Split
+
+    calibrator = Calibrator(
+        objective="udcg",
+        constraints=["evidence_recall>=0.8"],
+        split=Split(holdout=0.3, seed=0),
+        guarantee=Guarantee(recall=0.9, confidence=0.95),
+    )
+    result = calibrator.fit(evalset)
+
+=================  =============================================================
+:class:`Search`    the retrieval settings swept: caps, grid, metrics computed
+:class:`Split`     calibration / held-out queries and cross-validation folds
+:class:`Check`     the held-out check: baseline, paired bootstrap, what a loss does
+:class:`Guarantee` a finite-sample recall guarantee (Learn-then-Test)
+:class:`Stages`    the stages after the cut swept with every setting
+:class:`RerankSearch`  a second stage (reranker or its scores) swept with the run
+:class:`Answerability` the ``min_evidence`` floor calibrated for the written setting
+=================  =============================================================
+
+A bad value raises :class:`~ragguard.errors.ConfigError` with one line naming the
+option, before any data is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from ragguard._fields import is_real
+from ragguard.calibration.fit.conflict_sweep import conflict_settings
+from ragguard.calibration.fit.risk import parse_guarantee
+from ragguard.calibration.fit.select import DEFAULT_FOLDS
+from ragguard.calibration.fit.sweep import (
+    DEFAULT_METRICS,
+    SweepGrid,
+    check_cut_rules,
+    check_grid_values,
+)
+from ragguard.config import profile_utility_cut
+from ragguard.errors import ConfigError
+from ragguard.policy import ConflictMode, CutRule, PolicyParams
+from ragguard.probability import MapMethod
+from ragguard.scores import ScoreKind
+
+if TYPE_CHECKING:
+    from ragguard.calibration.fit.rerank_scores import RerankScores
+    from ragguard.profiles import Profile
+    from ragguard.rerank import Reranker
+
+__all__ = [
+    "Answerability",
+    "Check",
+    "Guarantee",
+    "RerankGrid",
+    "RerankSearch",
+    "Search",
+    "Split",
+    "Stages",
+    "check_share",
+]
+
+
+def _whole(name: str, value: object, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{name} must be an int >= {least}, got {value!r}")
+
+
+def _open_unit(name: str, value: object) -> None:
+    if not (is_real(value) and 0.0 < value < 1.0):  # type: ignore[operator]
+        raise ConfigError(f"{name} must be in (0, 1), got {value!r}")
+
+
+def check_share(max_false_abstain: float) -> None:
+    """Raise unless ``max_false_abstain`` is a share in (0, 1).
+
+    Raises:
+        ConfigError: naming the option and the value.
+    """
+    x = max_false_abstain
+    if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < x < 1.0:
+        raise ConfigError(
+            f"--max-false-abstain (max_false_abstain) must be a share in (0, 1), got {x!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RerankGrid:
+    """The rerank cuts a two-stage sweep tries, at every ``top_n`` and ``max_k``.
+
+    Attributes:
+        top_n: candidates sent to the reranker (capped at the deepest retrieval list).
+        thresholds: relative thresholds on the calibrated probabilities.
+        min_scores: floors on the calibrated probability (``rerank.min_score``).
+        cut_rules: gap / autocut settings on the probabilities.
+        expected_utility: also try the expected-utility rule of the profile.
+    """
+
+    top_n: tuple[int, ...] = (5, 10, 20, 50)
+    thresholds: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(10))
+    min_scores: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 10))
+    cut_rules: tuple[tuple[CutRule, int], ...] = (
+        (CutRule.GAP, 0),
+        (CutRule.GAP, 1),
+        (CutRule.AUTOCUT, 1),
+    )
+    expected_utility: bool = True
+
+    def __post_init__(self) -> None:
+        check_grid_values("top_n", self.top_n, int)
+        check_grid_values("thresholds", self.thresholds, float)
+        check_grid_values("min_scores", self.min_scores, float)
+        if not self.top_n or any(n < 1 for n in self.top_n):
+            raise ConfigError(f"top_n values must be ints >= 1, got {self.top_n!r}")
+        if any(not 0.0 <= t <= 1.0 for t in (*self.thresholds, *self.min_scores)):
+            raise ConfigError(
+                "rerank thresholds and min_scores are probabilities in [0, 1], got "
+                f"thresholds={self.thresholds!r}, min_scores={self.min_scores!r}"
+            )
+        check_cut_rules(self.cut_rules)
+        if not isinstance(self.expected_utility, bool):
+            raise ConfigError(
+                f"expected_utility must be true or false, got {self.expected_utility!r}"
+            )
+
+    def points(self, max_k: Sequence[int], min_k: int, profile: Profile) -> list[PolicyParams]:
+        """Every rerank cut at every cap."""
+        eu = profile_utility_cut(profile)
+        pts: list[PolicyParams] = []
+        for k in max_k:
+            base = PolicyParams(max_k=k, min_k=min(min_k, k))
+            pts += [PolicyParams(k, base.min_k, relative_threshold=t) for t in self.thresholds]
+            pts += [PolicyParams(k, base.min_k, min_score=f) for f in self.min_scores]
+            for rule, value in self.cut_rules:
+                if CutRule(rule) is CutRule.GAP:
+                    pts.append(PolicyParams(k, base.min_k, cut=CutRule.GAP, gap_buffer=value))
+                else:
+                    pts.append(
+                        PolicyParams(k, base.min_k, cut=CutRule.AUTOCUT, autocut_jumps=value)
+                    )
+            if self.expected_utility:
+                pts.append(PolicyParams(k, base.min_k, expected_utility=eu))
+        return list(dict.fromkeys(pts))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Search:
+    """The retrieval settings swept for every run.
+
+    Attributes:
+        max_k: the largest cap tried (grid ``1..max_k``), a constraint: the caps never
+            grow past it. ``None`` (the default): caps ``1..``
+            :data:`~ragguard.calibration.fit.calibrator.DEFAULT_MAX_K`, which grow to the
+            candidate depth (at most :data:`~ragguard.calibration.fit.calibrator.MAX_K_LIMIT`)
+            when no setting meets the constraints, or with a guarantee. Ignored when
+            ``grid`` is given (a grid never grows).
+        grid: the settings to try (default :meth:`SweepGrid.up_to(max_k)
+            <ragguard.calibration.fit.sweep.SweepGrid.up_to>`).
+        metrics: metrics computed at every setting (the objective and constraint
+            metrics are added).
+    """
+
+    max_k: int | None = None
+    grid: SweepGrid | None = None
+    metrics: Sequence[str] = DEFAULT_METRICS
+
+    def __post_init__(self) -> None:
+        if self.max_k is not None:
+            _whole("max_k", self.max_k, 1)
+        if self.grid is not None and not isinstance(self.grid, SweepGrid):
+            raise ConfigError(f"grid must be a SweepGrid, got {type(self.grid).__name__}")
+        if isinstance(self.metrics, str) or not all(isinstance(m, str) for m in self.metrics):
+            raise ConfigError(f"metrics must be a sequence of metric names, got {self.metrics!r}")
+
+    @property
+    def grows(self) -> bool:
+        """Whether the caps may grow to the candidate depth: neither a grid nor a cap
+        was given."""
+        return self.grid is None and self.max_k is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Split:
+    """Which queries choose and which check.
+
+    Attributes:
+        holdout: fraction of queries held out for the check (0 disables it).
+        seed: seed of the split, the folds and the bootstrap.
+        folds: cross-validation folds for the choice of rule family (fewer on small
+            sets; see :mod:`ragguard.calibration.fit.select`).
+    """
+
+    holdout: float = 0.3
+    seed: int = 0
+    folds: int = DEFAULT_FOLDS
+
+    def __post_init__(self) -> None:
+        h = self.holdout
+        if not (is_real(h) and 0.0 <= h < 1.0):
+            raise ConfigError(f"holdout must be a fraction in [0, 1), got {h!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be a whole number, got {self.seed!r}")
+        _whole("folds", self.folds, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """The held-out check of a choice against plain top-k.
+
+    Attributes:
+        n_bootstrap: bootstrap resamples for the paired intervals.
+        level: confidence level of the intervals.
+        baseline_k: compare with plain top-``baseline_k`` instead of the best plain
+            top-k of the grid (one of the grid's caps).
+        on_worse: when the held-out check finds the choice worse than the baseline on
+            the objective: ``"top-k"`` writes plain top-k instead, ``"stop"`` writes
+            nothing (:meth:`CalibrationResult.save_config
+            <ragguard.calibration.CalibrationResult.save_config>` raises).
+    """
+
+    n_bootstrap: int = 2000
+    level: float = 0.95
+    baseline_k: int | None = None
+    on_worse: Literal["top-k", "stop"] = "top-k"
+
+    def __post_init__(self) -> None:
+        n = self.n_bootstrap
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"n_bootstrap must be a whole number >= 1, got {n!r}")
+        _open_unit("level", self.level)
+        if self.baseline_k is not None:
+            _whole("baseline_k", self.baseline_k, 1)
+        if self.on_worse not in ("top-k", "stop"):
+            raise ConfigError(f"on_worse must be 'top-k' or 'stop', got {self.on_worse!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Guarantee:
+    """A finite-sample recall guarantee: choose the smallest context whose mean evidence
+    recall on new queries is at least ``recall`` with probability ``confidence``
+    (Learn-then-Test with Hoeffding-Bentkus p-values, Angelopoulos et al. 2021; see
+    :mod:`ragguard.calibration.fit.risk`). The objective is then reported, not optimised.
+
+    Attributes:
+        recall: the guaranteed mean evidence recall, in (0, 1).
+        confidence: the probability that the guarantee holds, in (0, 1).
+    """
+
+    recall: float
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not (is_real(self.recall) and 0.0 < self.recall < 1.0):
+            raise ConfigError(f"the guaranteed recall must lie in (0, 1), got {self.recall!r}")
+        _open_unit("confidence", self.confidence)
+
+    @classmethod
+    def parse(cls, text: str, confidence: float = 0.95) -> Guarantee:
+        """``Guarantee.parse("recall>=0.9")``: the guarantee a string states.
+
+        Raises:
+            ConfigError: another metric or operator, or a target outside (0, 1).
+        """
+        _open_unit("confidence", confidence)
+        return cls(recall=parse_guarantee(text), confidence=confidence)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stages:
+    """The runtime's stages after the cut, applied to every setting swept.
+
+    Attributes:
+        max_tokens: a token budget of the kept passages (texts from the eval set, a
+            ``corpus.jsonl`` beside it and the corpus passed to ``fit``), so the choice
+            respects it; the config carries it.
+        token_counter: how ``max_tokens`` counts (:mod:`ragguard.tokens`).
+        near_duplicate_threshold: near-duplicate control on at this similarity.
+        conflicts: conflict modes to sweep (``"off"``, ``"flag"``, ``"keep_first"``,
+            ``"drop"``; not ``"prefer"``, whose metadata eval sets do not carry): every
+            setting is tried under each, at each of ``conflict_similarities``, and the
+            choice among them is made on the objective like any other
+            (:mod:`ragguard.calibration.fit.conflict_sweep`). Empty: not swept.
+        conflict_similarities: the ``conflict_similarity`` values swept (default
+            :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
+    """
+
+    max_tokens: int | None = None
+    token_counter: str = "chars:4"
+    near_duplicate_threshold: float | None = None
+    conflicts: Sequence[str | ConflictMode] = ()
+    conflict_similarities: Sequence[float] = ()
+
+    def __post_init__(self) -> None:
+        PolicyParams(  # the runtime's own checks of the values
+            max_k=1,
+            max_tokens=self.max_tokens,
+            near_duplicate_threshold=self.near_duplicate_threshold,
+        )
+        if not isinstance(self.token_counter, str):
+            raise ConfigError(
+                f"token_counter must be a counter spec such as 'chars:4', got "
+                f"{self.token_counter!r}"
+            )
+        conflict_settings(self.conflicts, self.conflict_similarities)
+
+    @property
+    def read_texts(self) -> bool:
+        """Whether a stage reads the passage texts."""
+        return (
+            self.max_tokens is not None
+            or self.near_duplicate_threshold is not None
+            or bool(self.conflicts)
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RerankSearch:
+    """A second stage calibrated with the recommended run: the reranker's scores are
+    computed once per (model, query, passage text) and cached
+    (:mod:`ragguard.calibration.fit.rerank_scores`), or given; a probability map is fitted
+    and retrieval depth x rerank cut x ``max_k`` is swept
+    (:mod:`ragguard.calibration.fit.pipeline`); the config then enables the stage.
+
+    Attributes:
+        reranker: the second stage (:class:`~ragguard.rerank.Reranker`).
+        scores: precomputed second-stage scores instead of a ``reranker``
+            (:func:`~ragguard.calibration.fit.rerank_scores.read_rerank_run`).
+        score_kind: what the reranker returns, when it does not declare it.
+        grid: the rerank cuts and depths tried (default ``RerankGrid()``).
+        probability_map: ``"platt"`` (default) or ``"isotonic"``.
+        cache_dir: the rerank score cache (``True``: the default folder; ``None``: off).
+        on_query: progress callback ``(queries done, queries)`` while scoring.
+    """
+
+    reranker: Reranker | None = None
+    scores: RerankScores | None = None
+    score_kind: ScoreKind | str | None = None
+    grid: RerankGrid = field(default_factory=RerankGrid)
+    probability_map: MapMethod | str = MapMethod.PLATT
+    cache_dir: str | os.PathLike[str] | bool | None = True
+    on_query: Callable[[int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.reranker is not None and self.scores is not None:
+            raise ConfigError(
+                "calibrate: pass reranker= or rerank_scores=, not both; drop one of them"
+            )
+        if self.reranker is None and self.scores is None:
+            raise ConfigError("RerankSearch needs a reranker or precomputed scores; pass one")
+        if not isinstance(self.grid, RerankGrid):
+            raise ConfigError(f"grid must be a RerankGrid, got {type(self.grid).__name__}")
+        MapMethod(self.probability_map)  # an unknown method: ConfigError naming the allowed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answerability:
+    """Calibrate ``min_evidence`` (answerability) for the written setting: the highest
+    floor on the best candidate's score (the rerank probability when the config holds
+    the second stage) under which at most ``max_false_abstain`` of answerable queries
+    abstain on new queries, with probability ``confidence``, by Learn-then-Test on the
+    calibration queries; the held-out queries report the shares of unanswerable queries
+    caught and of answerable ones lost (:mod:`ragguard.calibration.fit.answerability`).
+    Needs unanswerable queries (judged, none relevant); not combined with a guarantee.
+
+    Attributes:
+        max_false_abstain: the share of answerable queries that may abstain, in (0, 1).
+        confidence: the probability that the share holds, in (0, 1).
+    """
+
+    max_false_abstain: float
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        check_share(self.max_false_abstain)
+        _open_unit("confidence", self.confidence)

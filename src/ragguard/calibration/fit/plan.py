@@ -1,0 +1,65 @@
+"""One fit's resolved settings (:class:`FitPlan`): what it optimises, on which queries,
+and how it checks, read alike by the retrieval search
+(:meth:`~ragguard.calibration.fit.calibrator.Calibrator.fit`) and the second one
+(:func:`~ragguard.calibration.fit.pipeline.calibrate_two_stage`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.data.utility import UtilityRules, rules_of
+from ragguard.calibration.fit.conflict_sweep import StageSweep
+from ragguard.calibration.fit.options import Check, Guarantee, Split
+from ragguard.calibration.fit.sweep import Constraint
+from ragguard.profiles import Profile
+
+__all__ = ["FitPlan"]
+
+I = NDArray[np.intp]  # noqa: E741
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class FitPlan:
+    """The settings of one fit, resolved from its option objects and its eval set.
+
+    Attributes:
+        profile: the tolerance profile of the utilities.
+        rules: which grades are relevant (``None``: the profile's).
+        objective: the metric optimised.
+        constraints: the constraints every choice must meet.
+        metrics: the metrics computed at every setting.
+        reported: the metrics compared on held-out queries.
+        calibration_rows: the queries that choose.
+        heldout_rows: the queries that check.
+        split: the split, folds and seed.
+        check: the held-out check's settings.
+        guarantee: the recall guarantee, if any.
+        stages: the stages after the cut swept with every setting, if any.
+    """
+
+    profile: Profile
+    rules: UtilityRules | None
+    objective: str
+    constraints: Sequence[Constraint]
+    metrics: Sequence[str]
+    reported: Sequence[str]
+    calibration_rows: I
+    heldout_rows: I
+    split: Split
+    check: Check
+    guarantee: Guarantee | None
+    stages: StageSweep | None
+
+    @property
+    def utility_rules(self) -> UtilityRules:
+        """The grade rules in force: the given ones, or the profile's."""
+        return rules_of(self.profile, self.rules)
+
+    @property
+    def target(self) -> float | None:
+        """The guaranteed recall, or ``None`` without a guarantee."""
+        return None if self.guarantee is None else self.guarantee.recall

@@ -1,0 +1,978 @@
+"""The result of a calibration: every run's sweep, choice and held-out check
+(:class:`RunCalibration`), what the config holds (:class:`WrittenSetting`), what it
+misses (:class:`Shortfall`), the config with its provenance and its saving
+(:class:`CalibrationResult`), and the data's fingerprint (:func:`data_fingerprint`).
+
+:func:`ragguard.calibration.fit.calibrator` builds a :class:`CalibrationResult`; the
+renderers (the report, ``--json``, the console) read it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration._format import finite, floor_number, format_number
+from ragguard.calibration._output import check_output_path, staging_folder
+from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.fit.answerability import AnswerabilityResult
+from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts
+from ragguard.calibration.fit.pipeline import TwoStageCalibration
+from ragguard.calibration.fit.risk import GuaranteeResult
+from ragguard.calibration.fit.select import DEFAULT_FOLDS, FamilyChoice
+from ragguard.calibration.fit.statistics import Comparison, Interval
+from ragguard.calibration.fit.sweep import (
+    PASSAGES,
+    Constraint,
+    OptimalK,
+    SweepGrid,
+    SweepKernel,
+    SweepResult,
+    describe_point,
+    guard_settings,
+    lower_is_better,
+)
+from ragguard.calibration.metrics import SafetyBand, SafetyBands, safety_band
+from ragguard.config import GuardConfig
+from ragguard.errors import ConfigError, EvalSetError
+from ragguard.policy import PolicyParams
+from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
+from ragguard.scores import ScoreKind
+
+__all__ = [
+    "SMALL_SET",
+    "CalibrationResult",
+    "CheckView",
+    "MetricCheck",
+    "ResultView",
+    "RunCalibration",
+    "Shortfall",
+    "WrittenSetting",
+    "data_fingerprint",
+]
+
+I = NDArray[np.intp]  # noqa: E741
+
+
+SMALL_SET = 50
+"""Fewer labelled queries than this get a warning with the held-out interval's width."""
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, eq=False)
+class RunCalibration:
+    """The calibration of one run (retrieval profile).
+
+    Attributes:
+        name: the run's name.
+        score_kind: what its scores are (``None``: no scores; only plain top-k applies).
+        source: the file it came from, if any.
+        arrays: the run against its labels (all queries).
+        kernel: the ranked arrays with their metric tables.
+        sweep: every setting's means over the calibration queries.
+        chosen: index of the chosen setting in ``sweep.points``.
+        baseline: index of the baseline (plain top-k) setting.
+        feasible: whether the chosen setting meets every constraint.
+        comparison: baseline against guarded on the held-out queries.
+        optimal: per-query optimal k over all queries.
+        grid: the grid swept (the default grid's caps grow when needed).
+        selection: the cross-validated choice of rule family (``None`` with a
+            guarantee, or for a run without scores).
+        full: every setting's means over **all** queries (the refit's sweep).
+        written: index (in ``sweep.points``) of the setting refitted on all queries:
+            the one the config holds.
+        written_feasible: whether it meets every constraint on all queries.
+        fallback: why plain top-k is written instead of the choice (the held-out
+            check found the choice worse), or ``None``.
+        guarantee: the recall guarantee, when one was asked for.
+    """
+
+    name: str
+    score_kind: ScoreKind | None
+    source: str | None
+    arrays: EvalArrays = field(repr=False)
+    kernel: SweepKernel = field(repr=False)
+    sweep: SweepResult = field(repr=False)
+    chosen: int
+    baseline: int
+    feasible: bool
+    comparison: Comparison = field(repr=False)
+    optimal: OptimalK = field(repr=False)
+    full: SweepResult = field(repr=False)
+    written: int
+    grid: SweepGrid | None = None
+    selection: FamilyChoice | None = None
+    written_feasible: bool = True
+    fallback: str | None = None
+    guarantee: GuaranteeResult | None = None
+
+    @property
+    def written_params(self) -> PolicyParams:
+        """The setting the config holds (refitted on all queries)."""
+        return self.sweep.points[self.written]
+
+    @property
+    def chosen_is_baseline(self) -> bool:
+        """Whether the choice is the baseline itself (then there is nothing to compare)."""
+        return self.chosen == self.baseline
+
+    @property
+    def chosen_params(self) -> PolicyParams:
+        """The chosen setting."""
+        return self.sweep.points[self.chosen]
+
+    @property
+    def baseline_params(self) -> PolicyParams:
+        """The baseline setting (plain top-k)."""
+        return self.sweep.points[self.baseline]
+
+    @property
+    def chosen_kept(self) -> I:
+        """(Q,) passages kept per query under the chosen setting (all queries)."""
+        out: I = self.sweep.kept[self.chosen].astype(np.intp)
+        return out
+
+    @property
+    def written_kept(self) -> I:
+        """(Q,) passages kept per query under the written setting (all queries)."""
+        out: I = self.sweep.kept[self.written].astype(np.intp)
+        return out
+
+    @property
+    def baseline_kept(self) -> I:
+        """(Q,) passages kept per query under the baseline (all queries)."""
+        out: I = self.sweep.kept[self.baseline].astype(np.intp)
+        return out
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """A constraint the written setting misses (:meth:`CalibrationResult.shortfalls`).
+
+    Attributes:
+        constraint: the constraint.
+        best: the setting that comes closest to it on all queries.
+        best_value: its value there: the best reachable.
+        written_value: the written setting's value.
+        max_k: the largest cap tried.
+        best_setting: ``best`` in words (with a second stage, its rerank depth too).
+    """
+
+    constraint: Constraint
+    best: PolicyParams
+    best_value: float
+    written_value: float
+    max_k: int
+    best_setting: str = ""
+
+
+def _shortfalls(
+    full: SweepResult,
+    index: int,
+    constraints: Sequence[Constraint],
+    name: Callable[[int], str],
+    cap: int,
+) -> list[Shortfall]:
+    """The ``constraints`` point ``index`` of ``full`` misses, each with the best
+    reachable value and the point that reaches it."""
+    out: list[Shortfall] = []
+    for c in constraints:
+        col = full.column(c.metric)
+        if c.violation(col[[index]])[0] == 0:
+            continue
+        signed = np.where(np.isnan(col), -np.inf, col if c.op == ">=" else -col)
+        best = int(np.flatnonzero(signed == signed.max())[0])
+        out.append(
+            Shortfall(c, full.points[best], float(col[best]), float(col[index]), cap, name(best))
+        )
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class WrittenSetting:
+    """What the config holds, described once (:attr:`ResultView.written`).
+    The console, ``--json``, the report and the provenance all read it, and
+    :meth:`CalibrationResult.config` writes it, so every one names the same setting.
+
+    Attributes:
+        run: the run's calibration.
+        two_stage: the second stage the config enables, or ``None`` (retrieval only).
+        setting: the setting the config holds, in words (``max_k=2, autocut@1``;
+            with a second stage ``rerank top-5, max_k=3, min_score=0.2``).
+        tested: the setting the held-out check tests, in words: the choice on the
+            calibration queries (the written setting is that choice's rule family
+            refitted on all queries; with a guarantee the two are the same).
+        full: every setting's means over all queries, of the sweep holding it.
+        index: the written setting's index in ``full``.
+        names: names point ``i`` of ``full`` in words.
+        feasible: whether the written setting meets every constraint on all queries.
+        guarantee: the recall guarantee of the stage written, when one was asked for.
+        comparison: the held-out check of ``tested`` against the best plain top-k.
+        stage: one line, ``written: ...`` or ``left off: ...``: why the second stage is
+            in the config or not (``None`` without a second stage).
+        cap: the largest cap the written stage's sweep tried.
+    """
+
+    run: RunCalibration
+    two_stage: TwoStageCalibration | None
+    setting: str
+    tested: str
+    full: SweepResult = field(repr=False)
+    index: int
+    names: Callable[[int], str] = field(repr=False)
+    feasible: bool
+    guarantee: GuaranteeResult | None
+    comparison: Comparison = field(repr=False)
+    stage: str | None
+    cap: int
+
+    @property
+    def params(self) -> PolicyParams:
+        """The written setting (the rerank policy's, with a second stage)."""
+        return self.full.points[self.index]
+
+    @property
+    def met(self) -> bool:
+        """Whether it meets every constraint and, when asked for, the guarantee."""
+        return self.feasible and (self.guarantee is None or self.guarantee.met)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Its mean metrics over all queries."""
+        return self.full.point_means(self.index)
+
+    @property
+    def tested_metrics(self) -> dict[str, float]:
+        """The tested setting's mean metrics over the calibration queries."""
+        if self.two_stage is not None:
+            return self.two_stage.sweep.point_means(self.two_stage.chosen)
+        return self.run.sweep.point_means(self.run.chosen)
+
+    @property
+    def tested_feasible(self) -> bool:
+        """Whether the tested setting meets every constraint on the calibration queries."""
+        return self.two_stage.feasible if self.two_stage is not None else self.run.feasible
+
+    def band(self) -> SafetyBand | None:
+        """The safety band of the tested setting's mean distractor rate on the held-out
+        queries (``None`` without queries or a distractor rate)."""
+        c = self.comparison
+        if not c.n_queries or "distractor_rate" not in c.metrics:
+            return None
+        rate = c.guarded["distractor_rate"].mean
+        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    """One metric of a check (:class:`CheckView`): both means with their intervals, the
+    paired difference with its interval, and the verdict (``better``, ``worse``, ``no
+    clear difference``; for the passages kept, ``fewer`` or ``more``)."""
+
+    metric: str
+    baseline: Interval
+    guarded: Interval
+    difference: Interval
+    verdict: str
+
+
+@dataclass(frozen=True, eq=False)
+class CheckView:
+    """A paired comparison with plain top-k, as every output shows it.
+
+    Attributes:
+        comparison: the comparison (its split, level, number of queries).
+        rows: one :class:`MetricCheck` per metric compared, in order.
+        bands: the safety bands of the mean distractor rate, plain top-k's and the
+            guarded one's, or ``None`` without queries or a distractor rate.
+    """
+
+    comparison: Comparison = field(repr=False)
+    rows: tuple[MetricCheck, ...]
+    bands: tuple[SafetyBand, SafetyBand] | None
+
+    @classmethod
+    def of(cls, c: Comparison) -> CheckView:
+        """The view of comparison ``c``."""
+        rows = tuple(
+            MetricCheck(
+                m,
+                c.baseline[m],
+                c.guarded[m],
+                c.difference[m],
+                c.passages_verdict() if m == PASSAGES else c.verdict(m),
+            )
+            for m in c.metrics
+        )
+        bands = None
+        if c.n_queries and "distractor_rate" in c.metrics:
+            bands = (
+                safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0)),
+                safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0)),
+            )
+        return cls(c, rows, bands)
+
+
+@dataclass(frozen=True, eq=False)
+class ResultView:
+    """One calibration result as every output shows it, derived once
+    (:meth:`CalibrationResult.view`): the console summary, ``--json``
+    (:mod:`ragguard.calibration.report.summary`), the report
+    (:mod:`ragguard.calibration.report`) and the config's provenance
+    (:meth:`CalibrationResult.provenance`) render these values and compute none.
+
+    Attributes:
+        result: the calibration.
+        run: the run whose config it describes.
+        written: what the config holds (the second stage's setting, when written).
+        evalset: the eval set as the suggested commands name it (``None``: its file).
+        objective: the objective in words, with its constraints.
+        objective_alone: the objective in words, without them.
+        why: what was chosen on retrieval scores and why (:meth:`CalibrationResult.why`).
+        unmet: what the written setting cannot meet, one line each (empty: all met).
+        shortfalls: the constraints it misses, with the best reachable value.
+        stopped: why nothing may be written (``on_worse="stop"``), or ``None``.
+        baseline: the best plain top-k, in words.
+        baseline_metrics: its means over the calibration queries.
+        retrieval_setting: the retrieval-only setting refitted on all queries, in words.
+        retrieval_choice: the retrieval-only choice on the calibration queries, in words.
+        selection: how the rule family was chosen (cross-validation, or the guarantee).
+        retrieval_check: the retrieval-only choice against plain top-k.
+        check: the tested setting (:attr:`WrittenSetting.tested`) against plain top-k;
+            the same as ``retrieval_check`` without a second stage written.
+        stage_check: the second stage's choice against the retrieval-only one, when
+            a second stage was calibrated.
+        stage_top_k_check: the second stage's choice against plain top-k, then.
+        band: the tested setting's safety band on the held-out queries
+            (:meth:`WrittenSetting.band`).
+        next_steps: what to try when that band is DANGEROUS: ``(what, commands)``
+            pairs (empty otherwise).
+    """
+
+    result: CalibrationResult = field(repr=False)
+    run: RunCalibration = field(repr=False)
+    written: WrittenSetting
+    evalset: str | None
+    objective: str
+    objective_alone: str
+    why: str
+    unmet: tuple[str, ...]
+    shortfalls: tuple[Shortfall, ...]
+    stopped: str | None
+    baseline: str
+    baseline_metrics: Mapping[str, float]
+    retrieval_setting: str
+    retrieval_choice: str
+    selection: str
+    retrieval_check: CheckView
+    check: CheckView
+    stage_check: CheckView | None
+    stage_top_k_check: CheckView | None
+    band: SafetyBand | None
+    next_steps: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @property
+    def next_steps_intro(self) -> str:
+        """Why next steps are suggested: the tested setting's held-out safety band (only
+        meaningful when :attr:`next_steps` has any)."""
+        c = self.written.comparison
+        rate = c.guarded["distractor_rate"].mean
+        return (
+            f"the written setting is still DANGEROUS: mean distractor rate "
+            f"{format_number(rate)} {c.where()} (DANGEROUS from {SafetyBands().dangerous:g}); "
+            "to hand the LLM fewer look-alikes, try"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class CalibrationResult:
+    """What :func:`calibrate` found: every run's sweep, choice and held-out check.
+
+    Attributes:
+        runs: one :class:`RunCalibration` per run, in the eval set's order.
+        recommended: the run whose config is recommended.
+        objective: the objective metric.
+        constraints: the constraints.
+        profile: the tolerance profile whose rules gave the utilities.
+        grid: the grid swept.
+        holdout: the fraction of queries held out.
+        seed: the seed of the split and the bootstrap.
+        qids: every labelled query id, in row order.
+        calibration_rows: rows the settings were chosen on.
+        heldout_rows: rows held out (empty without a hold-out).
+        evalset: the eval set (query texts, labels).
+        data_sha256: hash of the labels and runs used (see :func:`data_fingerprint`).
+        files: sha256 of each input file that exists on disk, by path.
+        created: when the calibration ran (UTC).
+        rerank: the two-stage calibration of the recommended run, when a reranker or
+            rerank scores were given (:mod:`ragguard.calibration.fit.pipeline`); the
+            config holds its choice unless :meth:`written_setting` says why not.
+        caps_fixed: the caps could not grow (``max_k`` or a ``grid`` was given).
+    """
+
+    runs: tuple[RunCalibration, ...]
+    recommended: RunCalibration
+    objective: str
+    constraints: tuple[Constraint, ...]
+    profile: Profile
+    grid: SweepGrid
+    holdout: float
+    seed: int
+    qids: tuple[str, ...]
+    calibration_rows: I = field(repr=False)
+    heldout_rows: I = field(repr=False)
+    evalset: EvalSet = field(repr=False)
+    data_sha256: str = ""
+    files: Mapping[str, str] = field(default_factory=dict)
+    created: datetime = field(default_factory=lambda: datetime.now(UTC))
+    rerank: TwoStageCalibration | None = None
+    on_worse: str = "top-k"
+    target: float | None = None
+    confidence: float = 0.95
+    folds: int = DEFAULT_FOLDS
+    caps_fixed: bool = False
+
+    def written_setting(self, run: RunCalibration | None = None) -> WrittenSetting:
+        """What the config of ``run`` (default: the recommended) holds, in words, with
+        why the second stage is written or left off (see :class:`WrittenSetting`;
+        :attr:`ResultView.written`)."""
+        return self.view(run).written
+
+    def _written_setting(self, r: RunCalibration) -> WrittenSetting:
+        def name(i: int) -> str:
+            return describe_point(r.sweep.points[i])
+
+        retrieval = WrittenSetting(
+            run=r,
+            two_stage=None,
+            setting=describe_point(r.written_params),
+            tested=describe_point(r.chosen_params),
+            full=r.full,
+            index=r.written,
+            names=name,
+            feasible=r.written_feasible,
+            guarantee=r.guarantee,
+            comparison=r.comparison,
+            stage=None,
+            cap=max((r.grid or self.grid).max_k),
+        )
+        two = self.rerank
+        if two is None or two.run != r.name:
+            return retrieval
+        written = WrittenSetting(
+            run=r,
+            two_stage=two,
+            setting=two.describe(),
+            tested=two.describe_chosen(),
+            full=two.full if two.full is not None else two.sweep,
+            index=two.written_index,
+            names=two.name,
+            feasible=two.written_feasible,
+            guarantee=two.guarantee,
+            comparison=two.vs_top_k,
+            stage=None,
+            cap=max(p.max_k for _, p in two.points),
+        )
+        on, why = self._stage_decision(retrieval, written)
+        return replace(written if on else retrieval, stage=why)
+
+    def _stage_decision(self, one: WrittenSetting, two: WrittenSetting) -> tuple[bool, str]:
+        """Whether the config enables the second stage, and why, in one line that starts
+        with ``written:`` or ``left off:``. ``one`` is the retrieval-only setting,
+        ``two`` the two-stage one.
+
+        With a guarantee the smaller certified context is written; otherwise the second
+        stage is written unless it was worse on held-out queries (its ``fallback``) or
+        misses a constraint on all queries that retrieval only meets."""
+        stage = two.two_stage
+        assert stage is not None
+        obj = self.objective
+        g1, g2 = one.guarantee, two.guarantee
+        if g1 is not None and g2 is not None:  # the smallest certified context wins
+            p1 = one.run.sweep.mean(one.index, PASSAGES)
+            p2 = stage.sweep.mean(two.index, PASSAGES)
+            if not g2.met:
+                return False, (
+                    f"left off: no two-stage setting is certified for recall>={g2.target:g} "
+                    f"(the most it can guarantee is {floor_number(g2.best_bound)})"
+                )
+            if g1.met and p1 < p2:
+                return False, (
+                    f"left off: {two.setting} is certified but keeps {p2:.2f} passages on "
+                    f"average against {p1:.2f} for retrieval only ({one.setting}), and the "
+                    "smallest certified context is written"
+                )
+            return True, (
+                f"written: {two.setting} is the smallest certified context, keeping "
+                f"{p2:.2f} passages on average on the calibration queries"
+                + (
+                    f" against {p1:.2f} for retrieval only ({one.setting})"
+                    if g1.met
+                    else "; retrieval alone certifies none"
+                )
+            )
+        if stage.fallback is not None:
+            return False, f"left off: {stage.fallback}"
+        missed_two = _shortfalls(two.full, two.index, self.constraints, two.names, two.cap)
+        missed_one = _shortfalls(one.full, one.index, self.constraints, one.names, one.cap)
+        also_one = {s.constraint for s in missed_one}
+        worse = [s.constraint for s in missed_two if s.constraint not in also_one]
+        if worse:
+            return False, (
+                f"left off: {two.setting} misses {' and '.join(map(str, worse))} on all "
+                f"queries, which retrieval only ({one.setting}) meets"
+            )
+        a = stage.vs_retrieval
+        if obj not in a.metrics or not a.n_queries:
+            return True, f"written (no queries to compare it with retrieval only on {obj})"
+        verdict = a.verdict(obj)
+        if verdict == "better":
+            return True, (
+                f"written: better than retrieval only ({one.tested}) on {obj} {a.where()}, "
+                f"difference {a.change(obj)}"
+            )
+        cal_two = stage.sweep.mean(stage.chosen, obj)
+        cal_one = one.run.sweep.mean(one.run.chosen, obj)
+        return True, (
+            f"written: {verdict} from retrieval only ({one.tested}) on {obj} {a.where()} "
+            f"(difference {a.change(obj)}); the stage is left off only when clearly worse, "
+            f"and on the {self.calibration_rows.size} calibration queries it scored "
+            f"{format_number(cal_two)} against {format_number(cal_one)}"
+        )
+
+    def view(self, run: RunCalibration | None = None, evalset: str | None = None) -> ResultView:
+        """What the config of ``run`` (default: the recommended) holds and everything
+        said about it, derived once (see :class:`ResultView`); ``evalset`` is the eval
+        set as the suggested commands name it (default: its file). The same view is
+        returned for the same arguments: the console, ``--json``, the report and the
+        provenance all read it."""
+        r = run or self.recommended
+        key = (r, evalset)
+        if key not in self._views:
+            base = self._views.get((r, None))
+            if base is None:
+                base = self._views[(r, None)] = self._build_view(r)
+            if evalset is not None:
+                self._views[key] = replace(
+                    base, evalset=evalset, next_steps=self._next_steps(base.written, evalset)
+                )
+        return self._views[key]
+
+    def _build_view(self, r: RunCalibration) -> ResultView:
+        w = self._written_setting(r)
+        c, two = r.comparison, self.rerank
+        selection = w.two_stage.selection if w.two_stage is not None else r.selection
+        return ResultView(
+            result=self,
+            run=r,
+            written=w,
+            evalset=None,
+            objective=self.objective_text(),
+            objective_alone=self.objective_text(constraints=False),
+            why=self._why(r),
+            unmet=tuple(self._unmet(w)),
+            shortfalls=tuple(_shortfalls(w.full, w.index, self.constraints, w.names, w.cap)),
+            stopped=self.stopped if r is self.recommended else None,
+            baseline=describe_point(r.baseline_params),
+            baseline_metrics=r.sweep.point_means(r.baseline),
+            retrieval_setting=describe_point(r.written_params),
+            retrieval_choice=describe_point(r.chosen_params),
+            selection=(
+                selection.describe()
+                if selection is not None
+                else "recall guarantee (Learn-then-Test)"
+                if w.guarantee is not None
+                else ""
+            ),
+            retrieval_check=CheckView.of(c),
+            check=CheckView.of(w.comparison),
+            stage_check=None if two is None else CheckView.of(two.vs_retrieval),
+            stage_top_k_check=None if two is None else CheckView.of(two.vs_top_k),
+            band=w.band(),
+            next_steps=self._next_steps(w, None),
+        )
+
+    def shortfalls(self, run: RunCalibration | None = None) -> list[Shortfall]:
+        """The constraints the written setting of ``run`` (default: the recommended)
+        misses on all queries, each with the best reachable value and the setting that
+        reaches it (:attr:`ResultView.shortfalls`)."""
+        return list(self.view(run).shortfalls)
+
+    def unmet(self, run: RunCalibration | None = None) -> list[str]:
+        """What the written setting of ``run`` (default: the recommended) cannot meet,
+        each with the best reachable value and the setting that reaches it (on all
+        queries); empty when every constraint (and the guarantee) is met
+        (:attr:`ResultView.unmet`)."""
+        return list(self.view(run).unmet)
+
+    def _unmet(self, w: WrittenSetting) -> list[str]:
+        out: list[str] = []
+        if w.guarantee is not None and not w.guarantee.met:
+            line = w.guarantee.statement(w.names)
+            if self.heldout_rows.size:
+                line += (
+                    f"; holdout=0 (--holdout 0) certifies on all {len(self.qids)} queries, "
+                    "with none held out to check it"
+                )
+            out.append(line)
+        a = self.answerability
+        if a is not None and not a.met and w.run is self.recommended:
+            out.append(a.shortfall())
+        caps = "the max_k given" if self.caps_fixed else "the caps grown to the candidates"
+        for s in _shortfalls(w.full, w.index, self.constraints, w.names, w.cap):
+            out.append(
+                f"no setting meets {s.constraint}: the best reachable {s.constraint.metric} "
+                f"is {_fmt(s.best_value)} ({s.best_setting}, caps up to {s.max_k}, "
+                f"{caps}; the written setting {w.setting} reaches {_fmt(s.written_value)})"
+            )
+        return out
+
+    @property
+    def stopped(self) -> str | None:
+        """Why nothing may be written (``on_worse="stop"`` and the choice was worse),
+        or ``None``."""
+        r = self.recommended
+        if self.on_worse == "stop" and r.fallback is not None:
+            return f"stopped (on_worse='stop'): {r.fallback}"
+        return None
+
+    stage_settings: Mapping[str, Any] = field(default_factory=dict)
+    """Config fields of the stages after the cut every setting ran with (max_tokens,
+    token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.fit.sweep_stages`); a swept
+    conflict setting is the written setting's own (:func:`guard_settings`)."""
+
+    answerability: AnswerabilityResult | None = None
+    """The calibrated ``min_evidence`` of the recommended run's written setting, when
+    ``max_false_abstain`` was given (:mod:`ragguard.calibration.fit.answerability`)."""
+
+    _views: dict[tuple[RunCalibration, str | None], ResultView] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """The views built so far (:meth:`view`), by run and eval set name."""
+
+    def run(self, name: str) -> RunCalibration:
+        """The calibration of run ``name``."""
+        for r in self.runs:
+            if r.name == name:
+                return r
+        raise KeyError(f"no run named {name!r}; runs: {', '.join(r.name for r in self.runs)}")
+
+    def objective_text(self, constraints: bool = True) -> str:
+        """The objective in words: ``maximise mean udcg subject to
+        evidence_recall>=0.8``, or the guarantee that replaces it (without ``subject to``
+        when not ``constraints``)."""
+        cons = " and ".join(str(c) for c in self.constraints) if constraints else ""
+        if self.target is not None:
+            text = (
+                f"the smallest context whose mean evidence recall on new queries is >= "
+                f"{self.target:g} with {self.confidence:.0%} confidence (Learn-then-Test; "
+                f"{self.objective} reported, not optimised)"
+            )
+            return text + (f", subject to {cons}" if cons else "")
+        goal = "minimise" if lower_is_better(self.objective) else "maximise"
+        return f"{goal} mean {self.objective}" + (f" subject to {cons}" if cons else "")
+
+    def why(self, run: RunCalibration | None = None) -> str:
+        """What was chosen for ``run`` (default the recommended) on retrieval scores and
+        why, what the config holds of it, and any fallback. With a second stage,
+        :attr:`WrittenSetting.stage` says which of the two the config holds
+        (:attr:`ResultView.why`)."""
+        return self.view(run).why
+
+    def _why(self, r: RunCalibration) -> str:
+        obj = self.objective
+        chosen = r.sweep.mean(r.chosen, obj)
+        base = r.sweep.mean(r.baseline, obj)
+        n_cal = self.calibration_rows.size
+        passages = r.sweep.mean(r.chosen, PASSAGES)
+        word = "lowest" if lower_is_better(obj) else "highest"
+        if r.guarantee is not None:
+            g = r.guarantee
+            text = (
+                f"{describe_point(r.chosen_params)} is the smallest context whose mean "
+                f"evidence recall >= {g.target:g} is certified at {g.confidence:.0%} "
+                f"confidence on the {n_cal} calibration queries"
+                if g.point is not None
+                else f"no retrieval-only setting is certified for recall>={g.target:g} on the "
+                f"{n_cal} calibration queries; the largest context "
+                f"({describe_point(r.chosen_params)}) stands in"
+            )
+            text += f", keeping {passages:.2f} passages on average ({obj} {chosen:.3f})"
+        else:
+            cons = " and ".join(str(c) for c in self.constraints)
+            among = f"{len(r.sweep.points)} settings"
+            if cons:
+                among += f" with {cons}" if r.feasible else f" (none meets {cons}; closest chosen)"
+            how = f"; {r.selection.describe()}" if r.selection is not None else ""
+            text = (
+                f"{describe_point(r.chosen_params)} has the {word} mean {obj} ({chosen:.3f}) "
+                f"of its rule family among {among} on {n_cal} calibration queries{how}, "
+                f"keeping {passages:.2f} passages on average"
+            )
+        if r.chosen_is_baseline:
+            text += "; it is the best plain top-k itself, so there is nothing to compare"
+        else:
+            text += (
+                f"; the best plain top-k ({describe_point(r.baseline_params)}) reaches {base:.3f}"
+            )
+        if r.fallback is not None:
+            text += f"; {r.fallback}, so plain top-k is written"
+        if r.written_params != r.chosen_params or r.fallback is not None:
+            text += (
+                f"; refitted on all {len(self.qids)} queries: {describe_point(r.written_params)}"
+            )
+        return text
+
+    def next_steps(self, evalset: str | None = None) -> list[tuple[str, tuple[str, ...]]]:
+        """What to try when the written setting is still DANGEROUS by the safety band
+        on the held-out queries (empty otherwise): ``(what, commands)`` pairs, the
+        commands naming ``evalset`` (default: the eval set's file) and run one after
+        the other (:attr:`ResultView.next_steps`)."""
+        return list(self.view(evalset=evalset).next_steps)
+
+    def _next_steps(
+        self, w: WrittenSetting, evalset: str | None
+    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        if w.band() is not SafetyBand.DANGEROUS:
+            return ()
+        source = self.evalset.source
+        where = evalset or _shown_path(source) or "EVALSET"
+        steps: list[tuple[str, tuple[str, ...]]] = []
+        if w.two_stage is None:
+            steps.append(
+                (
+                    "a second stage, which reads query and passage together",
+                    (f"ragguard calibrate {where} --rerank cross-encoder/ms-marco-MiniLM-L6-v2",),
+                )
+            )
+        steps.append(
+            (
+                "a second stage trained on your own labels",
+                (
+                    f"ragguard train-reranker {where} --out scorer/",
+                    f"ragguard calibrate {where} --rerank scorer/",
+                ),
+            )
+        )
+        annotate = f"ragguard annotate {_shown_path(source) or where}"
+        if w.run.source:
+            annotate += f" --run {_shown_path(w.run.source)}"
+        corpus = Path(source).with_name("corpus.jsonl") if source else None
+        if corpus is not None and corpus.is_file():
+            annotate += f" --corpus {_shown_path(str(corpus))}"
+        steps.append(
+            (
+                "utilities measured by the LLM that reads the passages",
+                (
+                    annotate + " --backend transformers --model MODEL --out utilities.jsonl",
+                    "ragguard calibrate utilities.jsonl",
+                ),
+            )
+        )
+        n = len(self.qids)
+        c, obj = w.comparison, self.objective
+        more = f"more labelled queries, with their distractors marked ({n} now"
+        if n < SMALL_SET:
+            more += f", {SMALL_SET} or more advised"
+        if obj in c.metrics and not math.isnan(c.difference[obj].low):
+            d = c.difference[obj]
+            more += f"; the {c.split} interval of the {obj} difference is {d.high - d.low:.2f} wide"
+        steps.append((more + ")", ()))
+        return tuple(steps)
+
+    def config(self, run: str | None = None) -> GuardConfig:
+        """The guard config of ``run``'s written setting (default: the recommended run),
+        with provenance: :meth:`written_setting` says what it holds."""
+        v = self.view(None if run is None else self.run(run))
+        r, w = v.run, v.written
+        settings: dict[str, Any] = {
+            "profile": self.profile.name,
+            **guard_settings(r.written_params, r.score_kind),
+        }
+        if (
+            self.profile.name not in BUILTIN_PROFILES
+            or BUILTIN_PROFILES[self.profile.name] != self.profile
+        ):
+            fields = self.profile.model_dump(exclude={"name"})
+            settings["profiles"] = {self.profile.name: ProfileSpec(base="support", **fields)}
+        settings.update(self.stage_settings)
+        settings["provenance"] = self.provenance(r)
+        a = self.answerability
+        if a is not None and r is self.recommended:  # the floor of the recommended run only
+            if a.floor is not None:
+                settings["min_evidence"] = a.floor
+            settings["provenance"]["answerability"] = a.provenance()
+        if w.two_stage is not None:
+            settings.update(w.two_stage.guard_settings())
+            settings["rerank"] = w.two_stage.rerank_table()
+            settings["provenance"]["rerank"] = w.two_stage.provenance()
+        return GuardConfig(**settings)
+
+    def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
+        """Where the config comes from: data, date, profile, objective, the setting
+        written (:meth:`written_setting`) with its metrics, and the held-out check."""
+        from ragguard import __version__
+
+        v = self.view(run)
+        r, w = v.run, v.written
+        two = w.two_stage
+        written = {m: finite(x) for m, x in w.metrics.items()}
+        baseline = {m: finite(x) for m, x in v.baseline_metrics.items()}
+        c = v.check.comparison
+        check = c.header()
+        check["setting"] = w.tested
+        nothing = two is None and r.chosen_is_baseline
+        if nothing:
+            check["note"] = "the choice is the best plain top-k itself: nothing compared"
+        for row in v.check.rows:
+            check[row.metric] = (
+                f"{row.guarded.mean:.4f}"
+                if nothing
+                else f"{row.baseline.mean:.4f} -> {row.guarded.mean:.4f}, difference "
+                f"{c.change(row.metric, 4)}"
+            )
+        out: dict[str, Any] = {
+            "tool": f"ragguard calibrate {__version__}",
+            "created": self.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "data_sha256": self.data_sha256,
+            "source": self.evalset.source or "",
+            "run": r.name,
+            "profile": self.profile.name,
+            "objective": self.objective,
+            "constraints": [str(c) for c in self.constraints],
+            "constraints_met": w.met,
+            "setting": w.setting,
+            "chosen_on_calibration": w.tested,
+            "selection": v.selection,
+            "refit": "the chosen rule family re-selected on all queries"
+            if w.guarantee is None
+            else "none: the setting certified on the calibration queries is written",
+            "baseline": v.baseline,
+            "queries": {
+                "total": len(self.qids),
+                "calibration": int(self.calibration_rows.size),
+                "heldout": int(self.heldout_rows.size),
+                "unanswerable": len(self.evalset.unanswerable),
+            },
+            "holdout": self.holdout,
+            "seed": self.seed,
+            "metrics": written,
+            "chosen_metrics": {m: finite(v) for m, v in w.tested_metrics.items()},
+            "baseline_metrics": baseline,
+            "heldout_check": check,
+        }
+        if w.stage is not None:
+            out["second_stage"] = w.stage
+        if two is not None:
+            out["retrieval_setting"] = v.retrieval_setting
+        if r.fallback is not None:
+            out["fallback"] = r.fallback
+        if v.unmet:
+            out["shortfall"] = list(v.unmet)
+        g = w.guarantee
+        if g is not None:
+            out["guarantee"] = {
+                "target": g.target,
+                "confidence": g.confidence,
+                "method": "Learn-then-Test, Hoeffding-Bentkus p-values, fixed-sequence "
+                "testing (Angelopoulos et al. 2021)",
+                "assumptions": "queries exchangeable with the calibration queries; "
+                "per-query loss 1 - evidence recall in [0, 1]; queries without evidence "
+                "left out",
+                "paths": list(g.paths),
+                "met": g.met,
+                "certified_on": "calibration queries",
+                "queries_with_evidence": g.n_calibration,
+                "recall_lower_bound": finite(g.recall_bound),
+                "heldout_recall": finite(g.heldout_recall),
+                "heldout_queries": g.heldout_queries,
+            }
+        if isinstance(r.kernel, StageKernels):  # what the conflict setting was chosen from
+            out["conflicts_swept"] = [describe_conflicts(c) for c in r.kernel.settings]
+        if r.source:
+            out["run_source"] = r.source
+        if self.files:
+            out["files"] = dict(self.files)
+        return out
+
+    def save_config(
+        self,
+        path: str | os.PathLike[str],
+        run: str | None = None,
+        *,
+        allow_unmet: bool = False,
+    ) -> Path:
+        """Write :meth:`config` as TOML that ``ContextGuard.from_file`` loads.
+
+        A setting that misses a constraint or the guarantee (:meth:`unmet`) is written
+        only with ``allow_unmet=True``, the shortfall recorded in the provenance; with
+        ``on_worse="stop"`` and a choice worse than plain top-k nothing is written.
+
+        The file is written in a temporary folder beside it and moved into place with
+        :func:`os.replace`: ``path`` holds either its old content or the whole new
+        config, and nothing temporary is left behind, whatever fails.
+
+        Raises:
+            ConfigError: ``path`` is a folder, or lies under a file; a constraint or the
+                guarantee is unmet without ``allow_unmet``; the calibration stopped.
+            OSError: the file cannot be written (permissions, a full disk).
+        """
+        v = self.view(None if run is None else self.run(run))
+        if v.stopped is not None:
+            raise ConfigError(f"no config written: {v.stopped}")
+        if v.unmet and not allow_unmet:
+            raise ConfigError(
+                "no config written: " + "; ".join(v.unmet) + "; lower the floor, raise "
+                "--max-k, or pass --allow-unmet (allow_unmet=True) to write it anyway"
+            )
+        p = check_output_path(path, folder=False, what="the config")
+        cfg = self.config(run)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with staging_folder(p.parent) as tmp:
+            os.replace(cfg.save(tmp / p.name), p)
+        return p
+
+
+def _shown_path(path: str | None) -> str:
+    """``path`` relative to the current folder when it lies under it (as a user would
+    type it), else as given; ``""`` for none."""
+    if not path:
+        return ""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def _fmt(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.3f}"
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def data_fingerprint(evalset: EvalSet, runs: Sequence[str] | None = None) -> str:
+    """sha256 of the labels and the given runs, independent of file layout: the same
+    data loaded from JSONL or TREC files, column-wise or not, hashes alike."""
+    from ragguard.calibration.data.columns import ColumnarCandidates, fingerprint
+
+    names = runs if runs is not None else list(evalset.runs)
+    for n in names:
+        if n not in evalset.runs:
+            raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs) or 'none'}")
+    chosen = [evalset.runs[n] for n in names]
+    parts = []
+    for r in chosen:
+        assert isinstance(r.candidates, ColumnarCandidates)  # (an EvalSet holds columns)
+        parts.append((r.name, r.score_kind.value if r.score_kind else None, r.candidates))
+    return fingerprint(evalset.qids, evalset.labels, parts)

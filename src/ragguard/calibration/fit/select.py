@@ -1,0 +1,218 @@
+r"""Choosing a setting that survives new queries: cross-validation over rule families.
+
+A grid holds hundreds of settings; the one with the best mean on the calibration
+queries is partly the luckiest. :func:`cross_validate` therefore chooses a **rule
+family** (the kind of cut), not a grid point, and estimates each family honestly:
+
+1. the calibration queries are split into ``folds`` parts (seeded);
+2. for each fold and each family, the family's best setting is chosen on the other
+   folds (the objective under the constraints, as :func:`~ragguard.calibration.fit.sweep.choose`
+   does) and scored on the fold left out: the family's cross-validated objective is the
+   mean of those fold scores, its standard error their standard deviation over
+   :math:`\sqrt{\text{folds}}`;
+3. families whose cross-validated constraint metrics meet the constraints compete
+   (all, ranked by violation, when none does); among those within **one standard
+   error** of the best, the **simplest** wins: plain top-k (no score rule) first, then
+   the one-rule families (relative threshold, gap, autocut; on rerank probabilities
+   also the probability floor and expected utility), in that order at equal
+   complexity. A conflict stage (:mod:`ragguard.calibration.fit.conflict_sweep`) is one
+   more rule: ``top-k+conflicts=drop`` is a family of its own, chosen over plain top-k
+   only when it beats it by more than one standard error.
+
+**Refit.** The family is the choice; its grid value (the cap, the threshold) is a
+parameter re-selected with the same rule on whatever queries are at hand:
+:func:`refit` chooses the family's best point on a set of rows. ``calibrate`` refits on
+the calibration queries for the held-out check, then on **all** queries for the config
+it writes.
+
+Fewer than 4 queries leave no room for 2 folds of 2: the family is then chosen by
+its mean on all calibration queries, and the result says so (``folds == 0``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.fit.sweep import Constraint, SweepResult, choose, lower_is_better
+from ragguard.policy import ConflictMode, CutRule, PolicyParams
+
+__all__ = ["DEFAULT_FOLDS", "FamilyChoice", "cross_validate", "fold_count", "refit", "rule_family"]
+
+I = NDArray[np.intp]  # noqa: E741
+
+DEFAULT_FOLDS = 5
+_FAMILY_ORDER = ("top-k", "threshold", "min_score", "gap", "autocut", "expected utility")
+
+
+def rule_family(params: PolicyParams) -> tuple[int, str]:
+    """``(number of score rules, family name)`` of a setting, for simplicity ordering."""
+    names: list[str] = []
+    if params.relative_threshold > 0:
+        names.append("threshold")
+    if params.min_score is not None:
+        names.append("min_score")
+    if params.cut is CutRule.GAP:
+        names.append("gap")
+    elif params.cut is CutRule.AUTOCUT:
+        names.append("autocut")
+    if params.expected_utility is not None:
+        names.append("expected utility")
+    name = "+".join(names) or "top-k"
+    if params.conflicts is not ConflictMode.OFF:  # one more rule, whatever its level
+        return len(names) + 1, f"{name}+conflicts={params.conflicts.value}"
+    return len(names), name
+
+
+def _simplicity(family: tuple[int, str]) -> tuple[int, int, str]:
+    rules, name = family
+    first = name.split("+")[0]
+    rank = _FAMILY_ORDER.index(first) if first in _FAMILY_ORDER else len(_FAMILY_ORDER)
+    return rules, rank, name
+
+
+def fold_count(n: int, folds: int = DEFAULT_FOLDS) -> int:
+    """Folds used for ``n`` queries: ``folds``, fewer so that each holds at least 2
+    queries, 0 (no cross-validation) below 4 queries."""
+    k = min(int(folds), n // 2)
+    return k if k >= 2 else 0
+
+
+def fold_parts(rows: I, k: int, seed: int) -> list[I]:
+    """The ``k`` folds :func:`cross_validate` splits ``rows`` into (a seeded shuffle cut
+    into near-equal parts; unsorted). Every caller with the same arguments gets the same
+    folds, so per-fold sums can be computed once (:class:`~ragguard.calibration.fit.sweep.
+    GroupedMeans`)."""
+    return list(np.array_split(np.random.default_rng([seed, 2]).permutation(rows), k))
+
+
+@dataclass(frozen=True, eq=False)
+class FamilyChoice:
+    """What :func:`cross_validate` found: the rule family chosen and the cross-validated
+    figures of every family (not the runtime :class:`ragguard.Selection`).
+
+    Attributes:
+        families: ``(rules, name)`` of each family, simplest first.
+        members: per family, its point indices.
+        cv_mean: per family, the cross-validated objective (NaN when unscored).
+        cv_se: per family, its standard error.
+        cv_feasible: per family, whether its cross-validated constraint means meet the
+            constraints.
+        folds: folds used (0: none; chosen by the in-sample mean).
+        chosen: index of the chosen family.
+        best: index of the family with the best cross-validated objective.
+    """
+
+    families: tuple[tuple[int, str], ...]
+    members: tuple[tuple[int, ...], ...]
+    cv_mean: tuple[float, ...]
+    cv_se: tuple[float, ...]
+    cv_feasible: tuple[bool, ...]
+    folds: int
+    chosen: int
+    best: int
+
+    @property
+    def family(self) -> str:
+        """The chosen family's name."""
+        return self.families[self.chosen][1]
+
+    def family_of(self, name: str) -> int:
+        """Index of family ``name``."""
+        return [f[1] for f in self.families].index(name)
+
+    def describe(self) -> str:
+        """One sentence: the family chosen and why."""
+        if self.folds == 0:
+            return f"rule family {self.family} (too few queries to cross-validate)"
+        c, b = self.chosen, self.best
+        text = (
+            f"rule family {self.family} by {self.folds}-fold cross-validation "
+            f"({self.cv_mean[c]:.3f} +/- {self.cv_se[c]:.3f})"
+        )
+        if c != b:
+            text += (
+                f", the simplest within one standard error of the best "
+                f"({self.families[b][1]}: {self.cv_mean[b]:.3f} +/- {self.cv_se[b]:.3f})"
+            )
+        return text
+
+
+def refit(
+    result: SweepResult,
+    members: Sequence[int],
+    objective: str,
+    constraints: Sequence[Constraint],
+) -> tuple[int, bool]:
+    """The family's best point on ``result``'s rows (see the module docstring)."""
+    return choose(result, objective, constraints, among=list(members))
+
+
+def cross_validate(
+    means: Callable[[I], SweepResult],
+    points: Sequence[PolicyParams],
+    rows: I,
+    objective: str,
+    constraints: Sequence[Constraint],
+    *,
+    folds: int = DEFAULT_FOLDS,
+    seed: int = 0,
+) -> FamilyChoice:
+    """Choose a rule family by ``folds``-fold cross-validation over ``rows`` with the
+    one-standard-error rule (see the module docstring). ``means(rows)`` returns the
+    sweep of every point (in ``points`` order) over ``rows``."""
+    fams: dict[tuple[int, str], list[int]] = {}
+    for i, p in enumerate(points):
+        fams.setdefault(rule_family(p), []).append(i)
+    order = sorted(fams, key=_simplicity)
+    members = tuple(tuple(fams[f]) for f in order)
+    k = fold_count(int(rows.size), folds)
+    sign = -1.0 if lower_is_better(objective) else 1.0
+    n_f = len(order)
+    # (choose on, score on) per fold; without folds, both are every row
+    splits: list[tuple[I, I | None]] = [(rows, None)]
+    if k:
+        parts = fold_parts(rows, k, seed)
+        splits = [
+            (np.sort(np.concatenate(parts[:f] + parts[f + 1 :])), np.sort(parts[f]))
+            for f in range(k)
+        ]
+    scores = np.empty((len(splits), n_f))
+    cons_vals = np.empty((len(splits), n_f, len(constraints)))
+    for f, (train, val) in enumerate(splits):
+        tr = means(train)
+        va = tr if val is None else means(val)
+        for j, m in enumerate(members):
+            i, _ = refit(tr, m, objective, constraints)
+            scores[f, j] = va.mean(i, objective)
+            cons_vals[f, j] = [va.mean(i, c.metric) for c in constraints]
+    with np.errstate(invalid="ignore"):
+        cv = np.nanmean(scores, axis=0)
+        se = np.nanstd(scores, axis=0, ddof=1) / math.sqrt(k) if k >= 2 else np.zeros(n_f)
+        cons_cv = np.nanmean(cons_vals, axis=0)  # (families, constraints)
+    violation = np.zeros(n_f)
+    for c_i, c in enumerate(constraints):
+        violation += c.violation(cons_cv[:, c_i])
+    feasible = violation == 0
+    pool = (
+        np.flatnonzero(feasible) if feasible.any() else np.flatnonzero(violation == violation.min())
+    )
+    signed = np.where(np.isnan(cv), -np.inf, sign * cv)
+    best = int(pool[np.argmax(signed[pool])])
+    margin = 0.0 if math.isnan(se[best]) else float(se[best])
+    within = [int(j) for j in pool if signed[j] >= signed[best] - margin - 1e-12]
+    chosen = min(within)  # families are sorted simplest first
+    return FamilyChoice(
+        families=tuple(order),
+        members=members,
+        cv_mean=tuple(float(v) for v in cv),
+        cv_se=tuple(float(v) for v in se),
+        cv_feasible=tuple(bool(v) for v in feasible),
+        folds=k,
+        chosen=chosen,
+        best=best,
+    )

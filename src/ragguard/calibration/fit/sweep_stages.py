@@ -1,0 +1,371 @@
+"""The stages after the cut (conflicts, near-duplicates, token budget) in the sweep.
+
+The sweep tabulates each metric at every context size of the ranked list, because the
+cut keeps a prefix. The stages after the cut (:mod:`ragguard.conflicts`,
+:mod:`ragguard.stages`) keep a subset of that prefix. Most of them are causal: the
+passages they keep among the first ``m`` ranked ones are the first of those they keep
+when run on the whole ranked list (near-duplicates, the token budget, and conflicts
+under ``keep_first`` and ``flag``). So :class:`PassageStages` runs the runtime's own
+stages (:func:`ragguard.conflicts.conflict_stage`, :func:`ragguard.stages.run_stages`)
+once per query over the first ``width`` ranked candidates and
+
+* reorders each row so the candidates the stages keep come first (in rank order); the
+  metric tables are built on these rows, so context size ``c`` means "the first ``c``
+  passages the stages keep";
+* maps each cut ``m`` to the context the stages leave of it, ``c = survivors among the
+  first m``.
+
+``conflicts="drop"`` is not causal: it drops *every* member of a conflict group, the
+better-ranked one included, once its partner is inside the cut, so the passages kept at
+cut ``m`` are those of the first ``m`` with no conflict partner among the first ``m``
+(then the later stages). For that mode the kernel's tables are per cut
+(:class:`CutContexts`): column ``m`` holds each metric of the context the stages leave
+at cut ``m``, and rows with a conflicting pair among their first ``width`` candidates
+run the runtime's stages once per cut (the pairs are found once per query: a pair
+conflicts or not whatever else the cut keeps). Rows without one keep the causal form.
+
+Utilities stay with their candidates (computed on the run's own ranking, as without the
+stages). Passage texts come from the eval set (:attr:`EvalSet.texts
+<ragguard.calibration.EvalSet.texts>`: texts in the eval-set file, a ``corpus.jsonl``
+beside it, ``--corpus`` files); token counts from the config's counter
+(:mod:`ragguard.tokens`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.data.evalset import EvalSet
+from ragguard.conflicts import Pair, conflict_stage, find_conflicts
+from ragguard.errors import ConfigError, EvalSetError
+from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams
+from ragguard.stages import Shingles, StageState, run_stages, shingles, start_state
+from ragguard.tokens import DEFAULT_TOKEN_COUNTER, TokenCounter, token_counter
+
+__all__ = ["Compacted", "CutContexts", "PassageStages", "passage_stages"]
+
+I = NDArray[np.intp]  # noqa: E741
+B = NDArray[np.bool_]
+
+
+@dataclass(frozen=True, eq=False)
+class CutContexts:
+    """Per query and cut ``m = 0..width``, the context stages that are not causal leave
+    (``conflicts="drop"``), over the rows :meth:`PassageStages.compact` returns.
+
+    Attributes:
+        sizes: (Q, width + 1) the number of passages kept at each cut.
+        rows: (E,) the rows whose context at a cut is not the first ``sizes[q, m]`` of
+            their compacted row (they hold a conflicting pair; those rows are left in
+            ranked order), sorted.
+        keep: (E, width + 1, width) for those rows, which of the first ``width`` ranked
+            candidates each cut keeps.
+    """
+
+    sizes: I
+    rows: I
+    keep: B
+
+    def arranged(self, part: EvalArrays, lo: int, cuts: I) -> tuple[EvalArrays, I]:
+        """Rows ``lo:lo + len(cuts)`` (``part``, a slice of the compacted arrays) with
+        each row's context at its cut ``cuts[i]`` first, in rank order, and the context
+        sizes: a metric at those sizes is the metric of the kept context."""
+        hi = lo + cuts.size
+        sizes = self.sizes[np.arange(lo, hi), cuts]
+        a, b = np.searchsorted(self.rows, [lo, hi])
+        if a == b:
+            return part, sizes
+        local = self.rows[a:b] - lo
+        n = part.shape[1]
+        width = self.keep.shape[2]
+        perm = np.broadcast_to(np.arange(n), (cuts.size, n)).copy()
+        keep = self.keep[np.arange(a, b), cuts[local]]  # (rows, width)
+        group = np.ones((local.size, n), dtype=np.intp)
+        group[:, :width][keep] = 0
+        perm[local] = np.argsort(group, axis=1, kind="stable")
+        return part.reordered(np.where(part.present, perm, -1)), sizes
+
+
+@dataclass(frozen=True, eq=False)
+class Compacted:
+    """What :meth:`PassageStages.compact` makes of a run's ranked rows.
+
+    Attributes:
+        arrays: the rows reordered, the passages the stages keep first (rank order).
+        through: (Q, width + 1) the table column of each cut ``0..width``: the context
+            size it leaves, or the cut itself with ``contexts``.
+        order: (Q, N) the ranked position of each column of ``arrays``.
+        contexts: per cut, the contexts of stages that are not causal, else ``None``.
+    """
+
+    arrays: EvalArrays
+    through: I
+    order: I
+    contexts: CutContexts | None
+
+    def context(self, row: int, column: int) -> list[int]:
+        """The ranked positions of the passages row ``row`` keeps at table column
+        ``column`` (its cut's, :attr:`through`), in rank order."""
+        c = self.contexts
+        if c is not None:
+            e = int(np.searchsorted(c.rows, row))
+            if e < c.rows.size and c.rows[e] == row:
+                return np.flatnonzero(c.keep[e, column]).tolist()
+            column = int(c.sizes[row, column])
+        return self.order[row, :column].tolist()  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class PassageStages:
+    """The stages' settings and the texts they read, for one run's ranked candidates.
+
+    Attributes:
+        near_duplicate_threshold: as ``GuardConfig.near_duplicate_threshold``.
+        max_tokens: as ``GuardConfig.max_tokens``.
+        counter: the token counter (``None`` without a budget).
+        texts: per query row, the texts of its ranked candidates (at least the first
+            ``width`` valid ones); set by :meth:`for_run`.
+        lookup: ``(query id, passage id) -> text or None``, where :meth:`for_run` reads
+            the texts.
+        evalset: the eval set (named in errors).
+        conflicts: as ``GuardConfig.conflicts`` (not ``prefer``).
+        conflict_similarity: as ``GuardConfig.conflict_similarity``.
+        sets: per query row, the shingle sets of its first ``width`` texts, when already
+            built (else :meth:`compact` builds them).
+        pairs: per query row, the conflicting pairs among its first ``width`` ranked
+            candidates at a similarity at most ``conflict_similarity``, when already
+            found (:meth:`compact` keeps those at least ``conflict_similarity`` similar;
+            else it finds them).
+    """
+
+    near_duplicate_threshold: float | None
+    max_tokens: int | None
+    counter: TokenCounter | None
+    texts: Sequence[Sequence[str]] = ()
+    lookup: Callable[[str, str], str | None] | None = None
+    evalset: EvalSet | None = None
+    conflicts: ConflictMode = ConflictMode.OFF
+    conflict_similarity: float = DEFAULT_CONFLICT_SIMILARITY
+    sets: Sequence[Sequence[Shingles]] | None = None
+    pairs: Sequence[Sequence[Pair]] | None = None
+
+    def for_run(self, arrays: EvalArrays, width: int) -> PassageStages:
+        """These stages with the texts of ``arrays``' first ``width`` ranked candidates.
+
+        Raises:
+            EvalSetError: a candidate has no text.
+        """
+        assert self.lookup is not None
+        return replace(
+            self, texts=_texts_of(self.evalset, arrays, width, self.lookup), sets=None, pairs=None
+        )
+
+    def params(self, p: PolicyParams) -> PolicyParams:
+        """``p`` with these stages on."""
+        return replace(
+            p,
+            near_duplicate_threshold=self.near_duplicate_threshold,
+            max_tokens=self.max_tokens,
+            conflicts=self.conflicts,
+            conflict_similarity=self.conflict_similarity,
+        )
+
+    def check(self, p: PolicyParams) -> None:
+        """Raise unless setting ``p`` runs exactly these stages."""
+        if self.params(p) != p or p.keep_invalid:
+            raise ConfigError(
+                "every setting swept with the stages after the cut must carry their settings "
+                f"(near_duplicate_threshold={self.near_duplicate_threshold}, max_tokens="
+                f"{self.max_tokens}, conflicts={self.conflicts.value}, conflict_similarity="
+                f"{self.conflict_similarity:g}) and keep_invalid=False; got {p}"
+            )
+
+    def config_settings(self) -> dict[str, Any]:
+        """The config fields that turn these stages on at runtime."""
+        out: dict[str, Any] = {}
+        if self.near_duplicate_threshold is not None:
+            out["near_duplicate_threshold"] = self.near_duplicate_threshold
+        if self.max_tokens is not None:
+            out["max_tokens"] = self.max_tokens
+            out["token_counter"] = self.counter.spec if self.counter else DEFAULT_TOKEN_COUNTER
+        if self.conflicts is not ConflictMode.OFF:
+            out["conflicts"] = self.conflicts
+            out["conflict_similarity"] = self.conflict_similarity
+        return out
+
+    def compact(self, arrays: EvalArrays, width: int) -> Compacted:
+        """The rows reordered so the stages' survivors come first, with the table column
+        of each cut and, for stages that are not causal (``conflicts="drop"``), the
+        context of every cut (the table's columns are then the cuts themselves; see the
+        module docstring)."""
+        q = arrays.n_queries
+        depth = np.minimum(arrays.n_valid, width)
+        cols = np.arange(width)
+        positions = np.where(cols[None, :] < depth[:, None], cols[None, :], -1)
+        mode = self.conflicts
+        sets = None
+        if self.near_duplicate_threshold is not None or mode is not ConflictMode.OFF:
+            sets = self.sets
+            if sets is None:
+                sets = [[shingles(t) for t in self.texts[r][: int(depth[r])]] for r in range(q)]
+        tokens = None
+        if self.max_tokens is not None:
+            assert self.counter is not None
+            tokens = np.zeros((q, width), dtype=np.int64)
+            for r in range(q):
+                d = int(depth[r])
+                tokens[r, :d] = self.counter.count(list(self.texts[r][:d]))
+        params = PolicyParams(
+            max_k=max(width, 1),
+            near_duplicate_threshold=self.near_duplicate_threshold,
+            max_tokens=self.max_tokens,
+        )
+        counter = self.counter.spec if self.counter else ""
+        state = start_state(positions)
+        pairs: list[list[Pair]] = []
+        if mode is not ConflictMode.OFF:
+            assert sets is not None
+            pairs = self._pairs(sets, depth)
+            if mode is not ConflictMode.DROP:  # causal: applied once over the width
+                state, _, _ = conflict_stage(
+                    state, texts=self.texts, shingles=sets, similarity=self.conflict_similarity,
+                    mode=mode, pairs=pairs,
+                )  # fmt: skip
+        state = run_stages(state, params, shingles=sets, tokens=tokens, counter=counter)
+        kept = state.kept
+        through = np.zeros((q, width + 1), dtype=np.intp)
+        through[:, 1:] = np.cumsum(kept, axis=1)
+        contexts = None
+        if mode is ConflictMode.DROP:
+            assert sets is not None
+            rows = np.array([r for r in range(q) if pairs[r]], dtype=np.intp)
+            kept[rows] = False  # rows with a conflict stay in ranked order
+            keep = self._per_cut(rows, positions, pairs, sets, tokens, params, counter)
+            sizes = through.copy()
+            sizes[rows] = keep.sum(axis=2)
+            contexts = CutContexts(sizes, rows, keep)
+            through = np.broadcast_to(np.arange(width + 1), (q, width + 1)).copy()
+        n = arrays.shape[1]
+        group = np.ones((q, n), dtype=np.intp)
+        group[:, :width][kept] = 0
+        perm = np.argsort(group, axis=1, kind="stable")
+        moved = arrays.reordered(np.where(arrays.present, perm, -1))
+        return Compacted(moved, through, perm, contexts)
+
+    def _pairs(self, sets: Sequence[Sequence[Shingles]], depth: I) -> list[list[Pair]]:
+        """Each row's conflicting pairs among its first ``depth`` candidates."""
+        s = self.conflict_similarity
+        if self.pairs is not None:
+            return [[p for p in row if p.similarity >= s] for row in self.pairs]
+        return [
+            find_conflicts(self.texts[r][: int(depth[r])], sets[r], similarity=s)
+            for r in range(depth.size)
+        ]
+
+    def _per_cut(
+        self,
+        rows: I,
+        positions: I,
+        pairs: Sequence[Sequence[Pair]],
+        sets: Sequence[Sequence[Shingles]],
+        tokens: NDArray[np.int64] | None,
+        params: PolicyParams,
+        counter: str,
+    ) -> B:
+        """(E, width + 1, width): for each of ``rows``, what the runtime's stages keep of
+        the first ``m`` ranked candidates, for every cut ``m`` (one stage state row per
+        row and cut; the pairs among the first ``m`` are the row's pairs inside them)."""
+        width = positions.shape[1]
+        cuts = width + 1
+        if rows.size == 0:
+            return np.zeros((0, cuts, width), dtype=bool)
+        m = np.tile(np.arange(cuts), rows.size)  # (E * cuts,)
+        r = np.repeat(rows, cuts)
+        stacked = np.where(np.arange(width)[None, :] < m[:, None], positions[r], -1)
+        state: StageState = start_state(stacked)
+        order = r.tolist()
+        inside = [[p for p in pairs[i] if p.b < c] for i, c in zip(order, m.tolist(), strict=True)]
+        state, _, _ = conflict_stage(
+            state,
+            texts=[self.texts[i] for i in order],
+            shingles=[sets[i] for i in order],
+            similarity=self.conflict_similarity,
+            mode=self.conflicts,
+            pairs=inside,  # a row's pairs among the first m
+        )
+        state = run_stages(
+            state,
+            params,
+            shingles=[sets[i] for i in order],
+            tokens=None if tokens is None else tokens[r],
+            counter=counter,
+        )
+        out: B = state.kept.reshape(rows.size, cuts, width)
+        return out
+
+
+def _texts_of(
+    evalset: EvalSet | None,
+    arrays: EvalArrays,
+    width: int,
+    lookup: Callable[[str, str], str | None],
+) -> list[list[str]]:
+    texts: list[list[str]] = []
+    missing: list[tuple[str, str]] = []
+    for row, qid in enumerate(arrays.qids):
+        docs = arrays.doc_ids(row)[: min(int(arrays.n_valid[row]), width)]
+        row_texts = []
+        for d in docs:
+            t = lookup(qid, d)
+            if t is None:
+                missing.append((qid, d))
+                t = ""
+            row_texts.append(t)
+        texts.append(row_texts)
+    if missing:
+        qid, doc = missing[0]
+        raise EvalSetError(
+            f"the stages after the cut (token budget, near-duplicates, conflicts) read "
+            f"passage texts, but "
+            f"{len(missing)} ranked candidates have none (e.g. passage {doc!r} of query "
+            f"{qid!r}); put the texts in the eval set, in a corpus.jsonl beside it, or "
+            "pass --corpus",
+            path=evalset.source if evalset is not None else None,
+        )
+    return texts
+
+
+def passage_stages(
+    evalset: EvalSet,
+    *,
+    max_tokens: int | None,
+    token_counter_spec: str = DEFAULT_TOKEN_COUNTER,
+    near_duplicate_threshold: float | None,
+    corpus: Sequence[str | os.PathLike[str]] = (),
+    passages: Mapping[str, str] | None = None,
+) -> PassageStages | None:
+    """The stages to sweep with, texts still to read per run (:meth:`PassageStages.for_run`),
+    or ``None`` when both are off. The counter is built here, so a missing tokenizer
+    fails before any sweep.
+
+    Raises:
+        ConfigError: a value out of range, a malformed counter.
+        MissingDependencyError: the counter's package is not installed.
+    """
+    if max_tokens is None and near_duplicate_threshold is None:
+        return None
+    PolicyParams(  # the runtime's own checks of the values
+        max_k=1, max_tokens=max_tokens, near_duplicate_threshold=near_duplicate_threshold
+    )
+    counter = token_counter(token_counter_spec) if max_tokens is not None else None
+    lookup = evalset.with_texts(corpus=corpus, passages=passages).texts.get
+    return PassageStages(
+        near_duplicate_threshold, max_tokens, counter, lookup=lookup, evalset=evalset
+    )

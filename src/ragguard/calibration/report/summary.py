@@ -1,0 +1,165 @@
+"""A calibration result as one JSON document (``ragguard calibrate --json``), for CI
+pipelines and experiment trackers.
+
+The document (every NaN written as ``null``)::
+
+    {
+      "ragguard_version": "...", "evalset": "...", "profile": "support",
+      "objective": "udcg", "constraints": ["recall>=0.8"],
+      "queries": {"total": 51, "calibration": 36, "heldout": 15, "unanswerable": 0},
+      "seed": 0,
+      "recommended": {
+        "run": "bm25", "setting": "max_k=4, t=0.70",    # what the config holds
+        "two_stage": false, "second_stage": null,        # or why the reranker is (not) in
+        "feasible": true,
+        "config": {"max_k": 4, "min_k": 1, "relative_threshold": 0.7, ...},
+        "metrics": {"udcg": 0.61, ...},                # the written setting, all queries
+        "calibration_choice": {"setting": "max_k=5, t=0.70", ...},  # held-out tested
+        "baseline": {"setting": "top-5", "metrics": {...}},
+        "guarantee": null, "safety_band": "RISKY",
+        "next_steps": []                               # commands, when DANGEROUS
+      },
+      "heldout_check": {
+        "split": "held-out", "queries": 15, "level": 0.95, "setting": "max_k=5, t=0.70",
+        "metrics": {"udcg": {"baseline": 0.55, "guarded": 0.61,
+                             "difference": {"mean": 0.06, "low": 0.01, "high": 0.11},
+                             "verdict": "better"}, ...}
+      },
+      "runs": [{"run": "bm25", "setting": "...", "feasible": true, "objective": 0.61}, ...],
+      "rerank": null,                                   # or the two-stage choice,
+                                                        # with "rerank_failures": null or
+                                                        # a line on failed rerank calls
+      "answerability": null,                            # or the calibrated min_evidence
+                                                        # (--max-false-abstain): floor,
+                                                        # statement, shares caught / lost
+      "config_path": "ragguard.toml", "report": null    # or {"html": ..., "markdown": ...}
+    }
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ragguard.calibration.fit.sweep import describe_point
+
+if TYPE_CHECKING:
+    from ragguard.calibration.fit.result import CalibrationResult, CheckView
+
+__all__ = ["result_document"]
+
+
+def _num(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _means(values: Mapping[str, float]) -> dict[str, float | None]:
+    return {k: _num(v) for k, v in values.items()}
+
+
+def _check(view: CheckView, setting: str) -> dict[str, Any]:
+    check = view.comparison.header()
+    check["setting"] = setting
+    check["metrics"] = {
+        row.metric: {
+            "baseline": _num(row.baseline.mean),
+            "guarded": _num(row.guarded.mean),
+            "difference": _means(row.difference.as_dict()),
+            "verdict": row.verdict,
+        }
+        for row in view.rows
+    }
+    return check
+
+
+def result_document(
+    result: CalibrationResult,
+    *,
+    config_path: str | None = None,
+    report: dict[str, str] | None = None,
+    evalset: str | None = None,
+) -> dict[str, Any]:
+    """The JSON-ready document of ``result`` (see the module docstring): its
+    :meth:`~ragguard.calibration.CalibrationResult.view`, what the config holds as
+    :class:`~ragguard.calibration.WrittenSetting` describes it."""
+    from ragguard import __version__
+
+    v = result.view(evalset=evalset)
+    r, w = v.run, v.written
+    two = result.rerank
+    config = result.config().model_dump(mode="json", exclude_none=True)
+    config.pop("provenance", None)
+    g = w.guarantee
+    return {
+        "ragguard_version": __version__,
+        "evalset": evalset or result.evalset.source,
+        "profile": result.profile.name,
+        "objective": result.objective,
+        "objective_text": v.objective,
+        "constraints": [str(x) for x in result.constraints],
+        "queries": {
+            "total": len(result.qids),
+            "calibration": int(result.calibration_rows.size),
+            "heldout": int(result.heldout_rows.size),
+            "unanswerable": len(result.evalset.unanswerable),
+        },
+        "seed": result.seed,
+        "recommended": {
+            "run": r.name,
+            "score_kind": r.score_kind.value if r.score_kind else None,
+            # what the config holds (with a second stage, the two-stage setting unless
+            # second_stage says why not), and its means over all queries; the
+            # calibration-only choice is what the held-out check tests
+            "setting": w.setting,
+            "two_stage": w.two_stage is not None,
+            "second_stage": w.stage,
+            "feasible": w.feasible,
+            "config": config,
+            "metrics": _means(w.metrics),
+            "calibration_choice": {
+                "setting": w.tested,
+                "feasible": w.tested_feasible,
+                "metrics": _means(w.tested_metrics),
+            },
+            "retrieval_setting": v.retrieval_setting,
+            "fallback": r.fallback,
+            "baseline": {"setting": v.baseline, "metrics": _means(v.baseline_metrics)},
+            "why": v.why,
+            "guarantee": None
+            if g is None
+            else {
+                "target": g.target,
+                "confidence": g.confidence,
+                "met": g.met,
+                "certified_on_queries": g.n_calibration,
+                "recall_lower_bound": _num(g.recall_bound),
+                "heldout_recall": _num(g.heldout_recall),
+                "heldout_queries": g.heldout_queries,
+            },
+            "safety_band": None if v.band is None else v.band.value,
+            "next_steps": [{"what": what, "command": command} for what, command in v.next_steps],
+        },
+        "heldout_check": _check(v.check, w.tested),
+        "runs": [
+            {
+                "run": run.name,
+                "setting": describe_point(run.written_params),
+                "feasible": run.written_feasible,
+                "objective": _num(run.full.mean(run.written, result.objective)),
+            }
+            for run in result.runs
+        ],
+        "rerank": None
+        if two is None or v.stage_check is None
+        else {
+            "setting": two.describe(),
+            "written": w.two_stage is not None,
+            **two.guard_settings(),
+            "vs_retrieval": _check(v.stage_check, two.describe_chosen()),
+            "rerank_failures": two.failures,
+        },
+        "answerability": None if result.answerability is None else result.answerability.as_dict(),
+        "config_path": config_path,
+        "report": report,
+    }
