@@ -59,9 +59,9 @@ from typing import Any
 import numpy as np
 
 from ragguard import Candidate, ContextGuard, Selection
-from ragguard.calibration import calibrate, load_evalset, split_queries
+from ragguard.calibration import calibrate, load_evalset
 from ragguard.calibration.data.arrays import EvalArrays
-from ragguard.calibration.fit.statistics import bootstrap_means
+from ragguard.calibration.fit.statistics import bootstrap_means, split_queries
 from ragguard.calibration.metrics import compute
 
 ROOT = Path(__file__).resolve().parent.parent

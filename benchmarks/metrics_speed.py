@@ -59,7 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from ragguard.calibration import arrays_from_dicts, evaluate
+from ragguard.calibration import evaluate
+from ragguard.calibration.metrics.evaluate import arrays_from_dicts
 
 METRICS = ["ndcg@10", "mrr@10", "recall@10", "precision@10", "map@100", "hit@10"]
 # issue 24's metrics: no mrr@10, so pytrec_eval needs no second evaluator on a cut run

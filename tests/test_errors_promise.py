@@ -2,8 +2,10 @@
 :class:`~ragguard.errors.RagguardError` subclass, never a bare ``ValueError`` /
 ``TypeError`` or pydantic's ``ValidationError``.
 
-Each public constructor and function of ``ragguard.__all__`` and
-``ragguard.calibration.__all__`` that takes options is probed with bad values (a wrong
+Each public constructor and function of ``ragguard.__all__``,
+``ragguard.calibration.__all__`` and the ``__all__`` of the calibration modules whose
+names left the package's face (metrics, the sweep, options, utilities) that takes
+options is probed with bad values (a wrong
 type, a value out of range, NaN, an unknown name); each probe names the error class it
 expects and a word its one-line message must hold. Every option class of those lists
 (a pydantic model, or a dataclass that validates in ``__post_init__``) must have a probe,
@@ -25,6 +27,10 @@ from pydantic import BaseModel
 
 import ragguard
 import ragguard.calibration as cal
+import ragguard.calibration.data.utility as cal_utility
+import ragguard.calibration.fit.options as cal_options
+import ragguard.calibration.fit.sweep as cal_sweep
+import ragguard.calibration.metrics as cal_metrics
 from ragguard import (
     AnnotationError,
     ArgumentTypeError,
@@ -36,10 +42,32 @@ from ragguard import (
     RetrieverError,
 )
 from ragguard.calibration.annotate import Outputs, Relevance
+from ragguard.calibration.data.arrays import build_arrays
+from ragguard.calibration.data.inputs import retrieve_run
+from ragguard.calibration.data.utility import candidate_utilities
 from ragguard.calibration.fit.pipeline import RerankGrid
+from ragguard.calibration.fit.probability import (
+    brier_score,
+    expected_calibration_error,
+    fit_probability_map,
+)
 from ragguard.calibration.fit.rerank_scores import RerankScores
+from ragguard.calibration.fit.result import data_fingerprint
+from ragguard.calibration.fit.statistics import split_queries
+from ragguard.calibration.fit.sweep import optimal_k, sweep
+from ragguard.calibration.metrics import (
+    SafetyBands,
+    UDCGTheta,
+    compute,
+    fit_udcg_theta,
+    parse_metric,
+    safety_band,
+    udcg_theta,
+)
+from ragguard.calibration.metrics.evaluate import arrays_from_dicts
 from ragguard.calibration.train.reranker import Negatives, RerankerTrainer, Training
 from ragguard.profiles import ProfileSpec, resolve_profile
+from ragguard.scores import ScoreKind
 
 
 def _evalset() -> cal.EvalSet:
@@ -171,12 +199,12 @@ PROBES: list[Probe] = [
           lambda: cal.Constraint("recall", ">=", NAN), ConfigError, "nan"),
     Probe("Constraint bound str", cal.Constraint,
           lambda: cal.Constraint("recall", ">=", "a"), ConfigError, "bound"),
-    Probe("SafetyBands NaN", cal.SafetyBands,
-          lambda: cal.SafetyBands(NAN, 0.5), ConfigError, "risky"),
-    Probe("SafetyBands order", cal.SafetyBands,
-          lambda: cal.SafetyBands(0.6, 0.5), ConfigError, "risky"),
-    Probe("SafetyBands str", cal.SafetyBands,
-          lambda: cal.SafetyBands("a", 0.5), ConfigError, "risky"),
+    Probe("SafetyBands NaN", SafetyBands,
+          lambda: SafetyBands(NAN, 0.5), ConfigError, "risky"),
+    Probe("SafetyBands order", SafetyBands,
+          lambda: SafetyBands(0.6, 0.5), ConfigError, "risky"),
+    Probe("SafetyBands str", SafetyBands,
+          lambda: SafetyBands("a", 0.5), ConfigError, "risky"),
     Probe("SweepGrid max_k 0", cal.SweepGrid,
           lambda: cal.SweepGrid(max_k=(0,)), ConfigError, "max_k"),
     Probe("SweepGrid max_k int", cal.SweepGrid,
@@ -189,15 +217,22 @@ PROBES: list[Probe] = [
           lambda: cal.SweepGrid(cut_rules=(("nope", 1),)), ConfigError, "nope"),
     Probe("SweepGrid min_k str", cal.SweepGrid,
           lambda: cal.SweepGrid(min_k="a"), ConfigError, "min_k"),
-    Probe("UDCGTheta NaN", cal.UDCGTheta,
-          lambda: cal.UDCGTheta((NAN,), (1.0,)), ConfigError, "finite"),
-    Probe("UDCGTheta lengths", cal.UDCGTheta,
-          lambda: cal.UDCGTheta((1.0,), (1.0, 2.0)), ConfigError, "length"),
-    Probe("UDCGTheta floats", cal.UDCGTheta, lambda: cal.UDCGTheta(1.0, 1.0), ConfigError, "alpha"),
+    Probe("UDCGTheta NaN", UDCGTheta,
+          lambda: UDCGTheta((NAN,), (1.0,)), ConfigError, "finite"),
+    Probe("UDCGTheta lengths", UDCGTheta,
+          lambda: UDCGTheta((1.0,), (1.0, 2.0)), ConfigError, "length"),
+    Probe("UDCGTheta floats", UDCGTheta, lambda: UDCGTheta(1.0, 1.0), ConfigError, "alpha"),
     Probe("UtilityRules NaN", cal.UtilityRules,
           lambda: cal.UtilityRules(NAN), ConfigError, "relevant_grade"),
     Probe("UtilityRules order", cal.UtilityRules,
           lambda: cal.UtilityRules(1, 2), ConfigError, "partial_grade"),
+    Probe("RerankScores score_kind unknown", RerankScores,
+          lambda: RerankScores(name="m", score_kind="logits", scores={}),  # type: ignore[arg-type]
+          ConfigError, "score_kind"),
+    Probe("RerankScores probability above 1", RerankScores,
+          lambda: RerankScores(name="m", score_kind=ScoreKind.PROBABILITY,
+                               scores={"q": {"d": 1.5}}),
+          EvalSetError, "outside [0, 1]"),
     Probe("RerankGrid top_n 0", RerankGrid, lambda: RerankGrid(top_n=(0,)), ConfigError, "top_n"),
     Probe("RerankGrid top_n str", RerankGrid, lambda: RerankGrid(top_n="a"), ConfigError, "top_n"),
     Probe("RerankGrid thresholds NaN", RerankGrid,
@@ -346,56 +381,56 @@ PROBES: list[Probe] = [
     Probe("evaluate profile", cal.evaluate,
           lambda: cal.evaluate(ES, "r", profile="nope"), ConfigError, "nope"),
     Probe("evaluate run", cal.evaluate, lambda: cal.evaluate(ES, "nope"), EvalSetError, "nope"),
-    Probe("parse_metric unknown", cal.parse_metric,
-          lambda: cal.parse_metric("nope"), ConfigError, "nope"),
-    Probe("parse_metric cutoff", cal.parse_metric,
-          lambda: cal.parse_metric("ndcg@x"), ConfigError, "ndcg@x"),
-    Probe("compute metric", cal.compute, lambda: cal.compute(ARRAYS, "nope"), ConfigError, "nope"),
-    Probe("optimal_k 0", cal.optimal_k, lambda: cal.optimal_k(ARRAYS, 0), ConfigError, "max_k"),
-    Probe("split_queries holdout", cal.split_queries,
-          lambda: cal.split_queries(10, 2.0, 0), ConfigError, "holdout"),
-    Probe("safety_band NaN", cal.safety_band, lambda: cal.safety_band(NAN), ConfigError, "nan"),
-    Probe("sweep metric", cal.sweep,
-          lambda: cal.sweep(ARRAYS, metrics=["nope"]), ConfigError, "nope"),
-    Probe("udcg_theta weights", cal.udcg_theta,
-          lambda: cal.udcg_theta(ARRAYS, 3), ArgumentTypeError, "UDCGTheta"),
-    Probe("fit_udcg_theta k", cal.fit_udcg_theta,
-          lambda: cal.fit_udcg_theta(ARRAYS, [1.0] * 12, 0), ConfigError, "k"),
-    Probe("fit_udcg_theta l2", cal.fit_udcg_theta,
-          lambda: cal.fit_udcg_theta(ARRAYS, [1.0] * 12, 2, l2=NAN), ConfigError, "l2"),
-    Probe("fit_probability_map lengths", cal.fit_probability_map,
-          lambda: cal.fit_probability_map([0.1, 0.2], [1]), EvalSetError, "length"),
-    Probe("fit_probability_map labels", cal.fit_probability_map,
-          lambda: cal.fit_probability_map([0.1, 0.2], [1, 2]), EvalSetError, "0 or 1"),
-    Probe("fit_probability_map one class", cal.fit_probability_map,
-          lambda: cal.fit_probability_map([0.1, 0.2], [1, 1]), EvalSetError, "relevant"),
-    Probe("fit_probability_map method", cal.fit_probability_map,
-          lambda: cal.fit_probability_map([0.1, 0.2], [1, 0], "nope"), ConfigError, "nope"),
-    Probe("brier_score lengths", cal.brier_score,
-          lambda: cal.brier_score([0.1], [1, 0]), EvalSetError, "length"),
-    Probe("expected_calibration_error bins", cal.expected_calibration_error,
-          lambda: cal.expected_calibration_error([0.1], [1], bins=0), ConfigError, "bins"),
-    Probe("expected_calibration_error bins str", cal.expected_calibration_error,
-          lambda: cal.expected_calibration_error([0.1], [1], bins="a"), ConfigError, "bins"),
-    Probe("arrays_from_dicts list", cal.arrays_from_dicts,
-          lambda: cal.arrays_from_dicts([], {}), ArgumentTypeError, "qrels"),
-    Probe("arrays_from_dicts score_kind", cal.arrays_from_dicts,
-          lambda: cal.arrays_from_dicts({}, {}, score_kind="cosine"), ConfigError, "cosine"),
-    Probe("build_arrays lengths", cal.build_arrays,
-          lambda: cal.build_arrays(["q"], [], []), EvalSetError, "1 queries"),
-    Probe("candidate_utilities profile", cal.candidate_utilities,
-          lambda: cal.candidate_utilities(A.grades, A.scores, A.valid, A.valid, profile="nope"),
+    Probe("parse_metric unknown", parse_metric,
+          lambda: parse_metric("nope"), ConfigError, "nope"),
+    Probe("parse_metric cutoff", parse_metric,
+          lambda: parse_metric("ndcg@x"), ConfigError, "ndcg@x"),
+    Probe("compute metric", compute, lambda: compute(ARRAYS, "nope"), ConfigError, "nope"),
+    Probe("optimal_k 0", optimal_k, lambda: optimal_k(ARRAYS, 0), ConfigError, "max_k"),
+    Probe("split_queries holdout", split_queries,
+          lambda: split_queries(10, 2.0, 0), ConfigError, "holdout"),
+    Probe("safety_band NaN", safety_band, lambda: safety_band(NAN), ConfigError, "nan"),
+    Probe("sweep metric", sweep,
+          lambda: sweep(ARRAYS, metrics=["nope"]), ConfigError, "nope"),
+    Probe("udcg_theta weights", udcg_theta,
+          lambda: udcg_theta(ARRAYS, 3), ArgumentTypeError, "UDCGTheta"),
+    Probe("fit_udcg_theta k", fit_udcg_theta,
+          lambda: fit_udcg_theta(ARRAYS, [1.0] * 12, 0), ConfigError, "k"),
+    Probe("fit_udcg_theta l2", fit_udcg_theta,
+          lambda: fit_udcg_theta(ARRAYS, [1.0] * 12, 2, l2=NAN), ConfigError, "l2"),
+    Probe("fit_probability_map lengths", fit_probability_map,
+          lambda: fit_probability_map([0.1, 0.2], [1]), EvalSetError, "length"),
+    Probe("fit_probability_map labels", fit_probability_map,
+          lambda: fit_probability_map([0.1, 0.2], [1, 2]), EvalSetError, "0 or 1"),
+    Probe("fit_probability_map one class", fit_probability_map,
+          lambda: fit_probability_map([0.1, 0.2], [1, 1]), EvalSetError, "relevant"),
+    Probe("fit_probability_map method", fit_probability_map,
+          lambda: fit_probability_map([0.1, 0.2], [1, 0], "nope"), ConfigError, "nope"),
+    Probe("brier_score lengths", brier_score,
+          lambda: brier_score([0.1], [1, 0]), EvalSetError, "length"),
+    Probe("expected_calibration_error bins", expected_calibration_error,
+          lambda: expected_calibration_error([0.1], [1], bins=0), ConfigError, "bins"),
+    Probe("expected_calibration_error bins str", expected_calibration_error,
+          lambda: expected_calibration_error([0.1], [1], bins="a"), ConfigError, "bins"),
+    Probe("arrays_from_dicts list", arrays_from_dicts,
+          lambda: arrays_from_dicts([], {}), ArgumentTypeError, "qrels"),
+    Probe("arrays_from_dicts score_kind", arrays_from_dicts,
+          lambda: arrays_from_dicts({}, {}, score_kind="cosine"), ConfigError, "cosine"),
+    Probe("build_arrays lengths", build_arrays,
+          lambda: build_arrays(["q"], [], []), EvalSetError, "1 queries"),
+    Probe("candidate_utilities profile", candidate_utilities,
+          lambda: candidate_utilities(A.grades, A.scores, A.valid, A.valid, profile="nope"),
           ConfigError, "nope"),
-    Probe("data_fingerprint run", cal.data_fingerprint,
-          lambda: cal.data_fingerprint(ES, ["nope"]), EvalSetError, "nope"),
+    Probe("data_fingerprint run", data_fingerprint,
+          lambda: data_fingerprint(ES, ["nope"]), EvalSetError, "nope"),
     Probe("load_evalset format", cal.load_evalset,
           lambda: cal.load_evalset(Path(__file__), format="nope"), EvalSetError, "nope"),
     Probe("load_inputs score_kind", cal.load_inputs,
           lambda: cal.load_inputs(NOTES, score_kind="cosine"), EvalSetError, "cosine"),
-    Probe("retrieve_run retriever", cal.retrieve_run,
-          lambda: cal.retrieve_run(ES, 3), RetrieverError, "retriever"),
-    Probe("retrieve_run concurrency", cal.retrieve_run,
-          lambda: cal.retrieve_run(ES, _oracle, max_concurrency=0),
+    Probe("retrieve_run retriever", retrieve_run,
+          lambda: retrieve_run(ES, 3), RetrieverError, "retriever"),
+    Probe("retrieve_run concurrency", retrieve_run,
+          lambda: retrieve_run(ES, _oracle, max_concurrency=0),
           RetrieverError, "max_concurrency"),
 ]  # fmt: skip
 
@@ -425,7 +460,10 @@ def _option_classes(module: object) -> list[type]:
     return out
 
 
-@pytest.mark.parametrize("module", [ragguard, cal], ids=["ragguard", "ragguard.calibration"])
+PUBLIC_MODULES = [ragguard, cal, cal_metrics, cal_sweep, cal_options, cal_utility]
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)
 def test_every_public_option_class_is_probed(module: object) -> None:
     probed = {id(p.target) for p in PROBES}
     missing = [c.__name__ for c in _option_classes(module) if id(c) not in probed]
@@ -434,6 +472,7 @@ def test_every_public_option_class_is_probed(module: object) -> None:
 
 def test_the_option_classes_are_found() -> None:
     """The introspection sees the option classes it must (so the check above can fail)."""
-    names = {c.__name__ for c in _option_classes(ragguard) + _option_classes(cal)}
+    names = {c.__name__ for m in PUBLIC_MODULES for c in _option_classes(m)}
     assert {"GuardConfig", "RerankConfig", "ProbabilityMap", "Profile", "UtilityCut",
-            "SweepGrid", "Constraint", "Calibrator", "Split", "Guarantee"} <= names  # fmt: skip
+            "SweepGrid", "Constraint", "Calibrator", "Split", "Guarantee", "SafetyBands",
+            "UDCGTheta", "UtilityRules", "RerankGrid"} <= names  # fmt: skip

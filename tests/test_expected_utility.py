@@ -136,7 +136,8 @@ def test_expected_utility_round_trips_through_toml(tmp_path: object) -> None:
 
 
 def test_sweep_tells_settings_apart_that_differ_only_in_the_utility_cut() -> None:
-    from ragguard.calibration import EvalSet, sweep
+    from ragguard.calibration import EvalSet
+    from ragguard.calibration.fit.sweep import sweep
 
     es = EvalSet.from_dicts({"q": {"a": 1}}, {"r": {"q": PROBS}}, score_kind="probability")
     points = [

@@ -19,15 +19,9 @@ from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard
 from ragguard._optional import install_hint
-from ragguard.calibration import (
-    EvalSet,
-    calibrate,
-    compute,
-    data_fingerprint,
-    evaluate,
-    load_inputs,
-    safety_band,
-)
+from ragguard.calibration import EvalSet, calibrate, evaluate, load_inputs
+from ragguard.calibration.fit.result import data_fingerprint
+from ragguard.calibration.metrics import compute, safety_band
 from ragguard.cli import app
 from ragguard.errors import ConfigError, EvalSetError, RetrieverError
 from tests.calibration.notes_beir import notes_as_beir
@@ -552,7 +546,8 @@ def test_an_explicit_max_k_is_a_cap_never_exceeded(tmp_path: Path) -> None:
 def _held_out_evidence_recall(es: object, config_path: Path, run: str) -> float:
     """Mean evidence recall of the guard the config builds on the held-out queries,
     query by query through ContextGuard.select (queries without evidence left out)."""
-    from ragguard.calibration import EvalSet, split_queries
+    from ragguard.calibration import EvalSet
+    from ragguard.calibration.fit.statistics import split_queries
 
     assert isinstance(es, EvalSet)
     guard = ContextGuard.from_file(config_path)
@@ -611,7 +606,7 @@ def test_a_guarantee_nothing_certifies_is_not_met_and_nothing_says_otherwise(
     """bm25 alone: keeping all 20 candidates has evidence recall 1 on every calibration
     query with evidence, and Hoeffding's bound at loss 0, (delta / 2 paths)^(1/n), is
     what can be guaranteed: below 0.9 on these queries."""
-    from ragguard.calibration import split_queries
+    from ragguard.calibration.fit.statistics import split_queries
 
     es = load_inputs(NOTES)
     cal, _ = split_queries(len(es.qids), 0.3, 0)

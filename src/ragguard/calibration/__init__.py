@@ -12,30 +12,31 @@ sweep the guard's settings to recommend a config.
     result = calibrate(evalset, objective="udcg", min_recall=0.8)   # the sweep
     result = Calibrator(constraints=["evidence_recall>=0.8"], split=Split(seed=1)).fit(evalset)
     result.save_config("ragguard.toml")                   # ContextGuard.from_file(...)
+    write_report(result, "report/")                       # Markdown + HTML, with plots
 
 Importing :mod:`ragguard` does not import this package; it loads on first use.
 
+This package exports what a user calls: loading (:func:`load_evalset`,
+:func:`load_inputs`), :func:`evaluate`, calibrating (:class:`Calibrator` with its option
+objects, or :func:`calibrate` with keywords), the result, :func:`write_report`,
+:func:`train_reranker` and :class:`Annotator` (whose keyword face is
+:func:`ragguard.calibration.annotate.annotate`: the function keeps its wing's name, so
+it is not exported here, where it would hide the ``annotate`` package). Everything else
+stays importable from its module: ``data`` (the eval-data model, arrays, utilities),
+``metrics`` (the registry and each metric), ``fit`` (the sweep, statistics, guarantees,
+probability maps), ``report``, ``train`` and ``annotate``.
+
 The rule: the runtime applies, calibration fits. The runtime guard (every module of
 :mod:`ragguard` outside ``calibration`` and ``cli``) never imports this package; this
-package reads the runtime's policy, configs and scores to fit them. Its wings and
-layers are drawn in ``DESIGN.md``; the ``[tool.importlinter]`` contracts of
-``pyproject.toml`` hold them (``lint-imports``).
+package reads the runtime's policy, configs and scores to fit them. Its wings and layers
+are drawn in ``DESIGN.md``; the ``[tool.importlinter]`` contracts of ``pyproject.toml``
+hold them (``lint-imports``).
 """
 
-from ragguard.calibration.data.arrays import EvalArrays, build_arrays
-from ragguard.calibration.data.evalset import (
-    EvalSet,
-    Labels,
-    LoadReport,
-    Problem,
-    ProblemKind,
-    Query,
-    Run,
-    detect_format,
-    load_evalset,
-)
-from ragguard.calibration.data.inputs import load_inputs, retrieve_run
-from ragguard.calibration.data.utility import UtilityRules, candidate_utilities
+from ragguard.calibration.annotate import Annotator
+from ragguard.calibration.data.evalset import EvalSet, load_evalset
+from ragguard.calibration.data.inputs import load_inputs
+from ragguard.calibration.data.utility import UtilityRules
 from ragguard.calibration.fit.calibrator import Calibrator, calibrate
 from ragguard.calibration.fit.options import (
     Answerability,
@@ -47,90 +48,34 @@ from ragguard.calibration.fit.options import (
     Split,
     Stages,
 )
-from ragguard.calibration.fit.probability import (
-    brier_score,
-    expected_calibration_error,
-    fit_probability_map,
-)
-from ragguard.calibration.fit.result import (
-    CalibrationResult,
-    RunCalibration,
-    WrittenSetting,
-    data_fingerprint,
-)
-from ragguard.calibration.fit.statistics import Comparison, Interval, split_queries
-from ragguard.calibration.fit.sweep import (
-    Constraint,
-    OptimalK,
-    SweepGrid,
-    SweepResult,
-    optimal_k,
-    sweep,
-)
-from ragguard.calibration.metrics import (
-    METRICS,
-    SafetyBand,
-    SafetyBands,
-    UDCGTheta,
-    compute,
-    fit_udcg_theta,
-    parse_metric,
-    safety_band,
-    udcg_theta,
-)
-from ragguard.calibration.metrics.evaluate import arrays_from_dicts, evaluate
+from ragguard.calibration.fit.rerank_scores import RerankScores
+from ragguard.calibration.fit.result import CalibrationResult
+from ragguard.calibration.fit.sweep import Constraint, SweepGrid
+from ragguard.calibration.metrics.evaluate import evaluate
+from ragguard.calibration.report import write_report
+from ragguard.calibration.train.reranker import train_reranker
 
 __all__ = [
-    "METRICS",
+    "Annotator",
     "Answerability",
     "CalibrationResult",
     "Calibrator",
     "Check",
-    "Comparison",
     "Constraint",
-    "EvalArrays",
     "EvalSet",
     "Guarantee",
-    "Interval",
-    "Labels",
-    "LoadReport",
-    "OptimalK",
-    "Problem",
-    "ProblemKind",
-    "Query",
     "RerankGrid",
+    "RerankScores",
     "RerankSearch",
-    "Run",
-    "RunCalibration",
-    "SafetyBand",
-    "SafetyBands",
     "Search",
     "Split",
     "Stages",
     "SweepGrid",
-    "SweepResult",
-    "UDCGTheta",
     "UtilityRules",
-    "WrittenSetting",
-    "arrays_from_dicts",
-    "brier_score",
-    "build_arrays",
     "calibrate",
-    "candidate_utilities",
-    "compute",
-    "data_fingerprint",
-    "detect_format",
     "evaluate",
-    "expected_calibration_error",
-    "fit_probability_map",
-    "fit_udcg_theta",
     "load_evalset",
     "load_inputs",
-    "optimal_k",
-    "parse_metric",
-    "retrieve_run",
-    "safety_band",
-    "split_queries",
-    "sweep",
-    "udcg_theta",
+    "train_reranker",
+    "write_report",
 ]

@@ -25,9 +25,9 @@ from ragguard.cli._data import compact_table
 from ragguard.cli._groups import Flag, FlagGroup
 
 if TYPE_CHECKING:
-    from ragguard.calibration import WrittenSetting
     from ragguard.calibration.fit.options import RerankSearch
     from ragguard.calibration.fit.pipeline import TwoStageCalibration
+    from ragguard.calibration.fit.result import WrittenSetting
 
 __all__ = [
     "RERANK",

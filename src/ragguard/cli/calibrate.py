@@ -36,14 +36,7 @@ from ragguard.cli._two_stage import (
 )
 
 if TYPE_CHECKING:
-    from ragguard.calibration import (
-        CalibrationResult,
-        Comparison,
-        Constraint,
-        Interval,
-        RunCalibration,
-        UtilityRules,
-    )
+    from ragguard.calibration import CalibrationResult, Constraint, UtilityRules
     from ragguard.calibration.fit.options import (
         Answerability,
         Check,
@@ -52,7 +45,8 @@ if TYPE_CHECKING:
         Split,
         Stages,
     )
-    from ragguard.calibration.fit.result import ResultView
+    from ragguard.calibration.fit.result import ResultView, RunCalibration
+    from ragguard.calibration.fit.statistics import Comparison, Interval
     from ragguard.calibration.report import WrittenReport
     from ragguard.policy import PolicyParams
     from ragguard.profiles import Profile

@@ -122,7 +122,7 @@ def evaluate(
     rate and harm)."""
     with friendly_errors(verbose):
         from ragguard.calibration import evaluate as compute_means
-        from ragguard.calibration import parse_metric
+        from ragguard.calibration.metrics import parse_metric
         from ragguard.calibration.report import format_number
 
         names = split_metrics(metrics) or [f"{m}@{k}" for m in (*TRADITIONAL, *DISTRACTION_AWARE)]
@@ -171,7 +171,7 @@ def compare(
     profile can be the most dangerous one."""
     with friendly_errors(verbose):
         from ragguard.calibration import evaluate as compute_means
-        from ragguard.calibration import safety_band
+        from ragguard.calibration.metrics import safety_band
         from ragguard.calibration.report import format_number
 
         cols = [f"mrr@{k}", f"recall@{k}", f"ndcg@{k}", f"distractor_rate@{k}",

@@ -14,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from ragguard.calibration import EvalArrays, arrays_from_dicts, build_arrays, evaluate
+from ragguard.calibration import evaluate
+from ragguard.calibration.data.arrays import EvalArrays, build_arrays
 from ragguard.calibration.metrics import ndcg, precision, recall
+from ragguard.calibration.metrics.evaluate import arrays_from_dicts
 from ragguard.errors import EvalSetError
 from ragguard.policy import PolicyParams, apply_policy, cut_ranked, rank
 from ragguard.scores import normalize

@@ -12,14 +12,8 @@ from typing import Any
 
 import pytest
 
-from ragguard.calibration import (
-    EvalSet,
-    ProblemKind,
-    UtilityRules,
-    detect_format,
-    evaluate,
-    load_evalset,
-)
+from ragguard.calibration import EvalSet, UtilityRules, evaluate, load_evalset
+from ragguard.calibration.data.evalset import ProblemKind, detect_format
 from ragguard.errors import EvalSetError, RagguardError
 from tests.calibration.conftest import random_trec_data
 from tests.calibration.data.line_reader import careful, use_line_reader
@@ -471,7 +465,7 @@ def test_run_scores_of_any_number_type_become_float_columns() -> None:
     float must not stop or shift the others."""
     import numpy as np
 
-    from ragguard.calibration import Labels, Query, Run
+    from ragguard.calibration.data.evalset import Labels, Query, Run
 
     scores = {"a": None, "b": 2, "c": np.float32(0.5), "d": "0.25", "e": True}
     es = EvalSet(
@@ -491,7 +485,7 @@ def test_the_data_fingerprint_is_pinned(tmp_path: Path) -> None:
     probabilities and stated counts (hashed column-wise since one path serves them
     all), and plain grades from dicts. Values computed by the previous implementation,
     which hashed rich labels through per-query dicts."""
-    from ragguard.calibration import data_fingerprint
+    from ragguard.calibration.fit.result import data_fingerprint
 
     lines = [
         {"query_id": "q1", "relevant": {"a": 2, "é": 1}, "not_relevant": ["b"],

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, calibrate, load_inputs, retrieve_run
-from ragguard.calibration.data.inputs import add_run, load_factory
+from ragguard.calibration import EvalSet, calibrate, load_inputs
+from ragguard.calibration.data.inputs import add_run, load_factory, retrieve_run
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 from tests.calibration import retrievers

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, calibrate, data_fingerprint, load_evalset
+from ragguard.calibration import EvalSet, calibrate, load_evalset
 from ragguard.calibration.data.columns import ColumnarCandidates, ColumnarLabels
 from ragguard.calibration.data.formats import beir as columnar_json
 from ragguard.calibration.data.problems import Reporter
+from ragguard.calibration.fit.result import data_fingerprint
 from ragguard.errors import EvalSetError
 from tests.calibration.data.line_reader import assert_same, assert_same_arrays, both, careful, write
 

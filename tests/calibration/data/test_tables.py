@@ -16,7 +16,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from ragguard.calibration import EvalSet, ProblemKind, calibrate, evaluate, load_evalset
+from ragguard.calibration import EvalSet, calibrate, evaluate, load_evalset
+from ragguard.calibration.data.evalset import ProblemKind
 from ragguard.calibration.fit.result import data_fingerprint
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from tests.calibration.conftest import random_trec_data

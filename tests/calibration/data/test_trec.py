@@ -222,7 +222,7 @@ def test_many_queries_with_ties_and_unsorted_lines(
 def test_fingerprint_is_the_same_on_both_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ragguard.calibration import data_fingerprint
+    from ragguard.calibration.fit.result import data_fingerprint
 
     q = write(tmp_path / "qrels.txt", MESSY_QRELS)
     r = write(tmp_path / "run.trec", MESSY_RUN)

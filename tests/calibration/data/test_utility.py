@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ragguard import Candidate, ContextGuard, GuardConfig
-from ragguard.calibration import UtilityRules, build_arrays
+from ragguard.calibration import UtilityRules
+from ragguard.calibration.data.arrays import build_arrays
 from ragguard.calibration.data.utility import abstention_utility, label_utility
 from ragguard.profiles import ProfileSpec, resolve_profile
 

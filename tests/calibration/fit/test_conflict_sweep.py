@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ragguard import Candidate, ConflictMode, ContextGuard, GuardConfig, ScoreWarning
-from ragguard.calibration import EvalSet, SweepGrid, calibrate, sweep
+from ragguard.calibration import EvalSet, SweepGrid, calibrate
 from ragguard.calibration.fit.conflict_sweep import (
     StageKernels,
     conflict_detection,
@@ -24,7 +24,7 @@ from ragguard.calibration.fit.conflict_sweep import (
     stage_sweep,
 )
 from ragguard.calibration.fit.select import rule_family
-from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, describe_point
+from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, describe_point, sweep
 from ragguard.calibration.report import build_report
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, CutRule, PolicyParams

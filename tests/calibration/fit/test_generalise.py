@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ragguard.calibration import EvalSet, build_arrays, calibrate
+from ragguard.calibration import EvalSet, calibrate
+from ragguard.calibration.data.arrays import build_arrays
 from ragguard.calibration.fit.risk import (
     binomial_cdf,
     certify,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ragguard import Candidate, ContextGuard, ScoreWarning
-from ragguard.calibration import EvalSet, SweepGrid, calibrate, sweep
-from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel
+from ragguard.calibration import EvalSet, SweepGrid, calibrate
+from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, sweep
 from ragguard.calibration.fit.sweep_stages import passage_stages
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import CutRule, PolicyParams

@@ -11,27 +11,26 @@ import pytest
 
 from ragguard import Candidate, ContextGuard
 from ragguard.calibration import (
-    METRICS,
     Constraint,
     EvalSet,
     SweepGrid,
     calibrate,
-    data_fingerprint,
     evaluate,
     load_evalset,
     load_inputs,
-    optimal_k,
-    split_queries,
-    sweep,
 )
-from ragguard.calibration.fit.statistics import compare
+from ragguard.calibration.fit.result import data_fingerprint
+from ragguard.calibration.fit.statistics import compare, split_queries
 from ragguard.calibration.fit.sweep import (
     PASSAGES,
     SweepKernel,
     SweepResult,
     choose,
     describe_point,
+    optimal_k,
+    sweep,
 )
+from ragguard.calibration.metrics import METRICS
 from ragguard.errors import EvalSetError
 from ragguard.policy import CutRule, PolicyParams, cut_ranked
 from ragguard.profiles import ProfileSpec, resolve_profile

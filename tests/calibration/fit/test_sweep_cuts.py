@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalArrays, EvalSet, calibrate, load_inputs
+from ragguard.calibration import EvalSet, calibrate, load_inputs
+from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.fit.sweep import (
     PASSAGES,
     GroupedMeans,

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragguard.calibration import arrays_from_dicts, evaluate
+from ragguard.calibration import evaluate
 from ragguard.calibration.metrics import compute, f_beta, precision, recall
+from ragguard.calibration.metrics.evaluate import arrays_from_dicts
 from tests.calibration.conftest import random_trec_data
 
 pytrec_eval = pytest.importorskip("pytrec_eval")

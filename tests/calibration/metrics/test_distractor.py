@@ -7,16 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from ragguard.calibration import (
+from ragguard.calibration import UtilityRules, evaluate
+from ragguard.calibration.data.arrays import EvalArrays, build_arrays
+from ragguard.calibration.metrics import (
     SafetyBand,
     SafetyBands,
-    UtilityRules,
-    build_arrays,
-    evaluate,
+    distractor_harm,
+    distractor_rate,
     safety_band,
 )
-from ragguard.calibration.data.arrays import EvalArrays
-from ragguard.calibration.metrics import distractor_harm, distractor_rate
 
 TOL = 1e-12
 

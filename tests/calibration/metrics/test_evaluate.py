@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import ragguard.calibration as calibration
-from ragguard.calibration import METRICS, arrays_from_dicts, evaluate, parse_metric
-from ragguard.calibration.metrics import ALIASES
+from ragguard.calibration import evaluate
+from ragguard.calibration.metrics import ALIASES, METRICS, parse_metric
+from ragguard.calibration.metrics.evaluate import arrays_from_dicts
 from ragguard.errors import EvalSetError
 
 QRELS = {"q1": {"a": 2, "b": 1, "z": 1}, "q2": {"c": 1}}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, compute, parse_metric
+from ragguard.calibration import EvalSet
+from ragguard.calibration.metrics import compute, parse_metric
 from ragguard.calibration.metrics.tables import prefix_table
 from tests.calibration.sweep_reference import messy_evalset
 

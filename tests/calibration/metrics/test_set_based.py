@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from ragguard.calibration import build_arrays, evaluate
-from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration import evaluate
+from ragguard.calibration.data.arrays import EvalArrays, build_arrays
 from ragguard.calibration.metrics import (
     harm,
     n_recall_4plus,

@@ -11,17 +11,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragguard.calibration import (
+from ragguard.calibration import evaluate, load_evalset
+from ragguard.calibration.data.arrays import EvalArrays, build_arrays
+from ragguard.calibration.data.utility import UtilityRules
+from ragguard.calibration.metrics import (
     UDCGTheta,
-    build_arrays,
-    evaluate,
+    context_utility,
     fit_udcg_theta,
-    load_evalset,
+    udcg,
+    udcg_dcg,
+    udcg_ndcg,
     udcg_theta,
 )
-from ragguard.calibration.data.arrays import EvalArrays
-from ragguard.calibration.data.utility import UtilityRules
-from ragguard.calibration.metrics import context_utility, udcg, udcg_dcg, udcg_ndcg
 
 TOL = 1e-12
 MODEL = "meta-llama/Llama-3.2-3B-Instruct"

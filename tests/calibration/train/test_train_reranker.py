@@ -16,8 +16,8 @@ pytest.importorskip("sentence_transformers")
 pytest.importorskip("sklearn")
 
 from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
-from ragguard.calibration import EvalSet, load_evalset, split_queries
-from ragguard.calibration.fit.statistics import Interval
+from ragguard.calibration import EvalSet, load_evalset
+from ragguard.calibration.fit.statistics import Interval, split_queries
 from ragguard.calibration.train.reranker import Candidate as Scorer
 from ragguard.calibration.train.reranker import (
     Negatives,

@@ -59,7 +59,13 @@ from pathlib import Path
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.data.texts import Texts
 from ragguard.config import RerankConfig, RerankFailure
-from ragguard.errors import EvalSetError, RerankError, RerankModelError, ScoreCacheError
+from ragguard.errors import (
+    ConfigError,
+    EvalSetError,
+    RerankError,
+    RerankModelError,
+    ScoreCacheError,
+)
 from ragguard.rerank import (
     CrossEncoderReranker,
     Reranker,
@@ -129,7 +135,15 @@ class RerankScores:
     n_calls: int = 0
 
     def __post_init__(self) -> None:
-        if self.score_kind is not ScoreKind.PROBABILITY:
+        try:
+            kind = ScoreKind(self.score_kind)
+        except ValueError:
+            known = ", ".join(k.value for k in ScoreKind)
+            raise ConfigError(
+                f"RerankScores score_kind must be one of {known}, got {self.score_kind!r}"
+            ) from None
+        object.__setattr__(self, "score_kind", kind)
+        if kind is not ScoreKind.PROBABILITY:
             return
         outside = [
             (q, d, v)
