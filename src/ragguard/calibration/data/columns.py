@@ -30,19 +30,16 @@ from numpy.typing import NDArray
 
 from ragguard._optional import require
 from ragguard.calibration.arrays import (
+    CodedRows,
     EvalArrays,
-    PaddedRows,
-    assemble_arrays,
+    LabelRows,
+    arrays_from_codes,
     check_range,
-    ideal_label_utilities,
-    label_stats,
-    rank_in_chunks,
-    ranked_positions,
 )
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE, Labels, Query
 from ragguard.calibration.data.texts import Texts
-from ragguard.calibration.utility import UtilityRules, as_profile, rules_of
+from ragguard.calibration.utility import UtilityRules
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
@@ -54,7 +51,6 @@ __all__ = [
     "ColumnarRead",
     "CorpusIds",
     "LabelColumns",
-    "LabelRows",
     "Pairs",
     "RunColumns",
     "Vocab",
@@ -798,8 +794,9 @@ def arrays_from_columnar(
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
 ) -> EvalArrays:
-    """:class:`EvalArrays` of a run and labels read column-wise (as
-    :func:`~ragguard.calibration.arrays.build_arrays` gives for the same data)."""
+    """:class:`EvalArrays` of a run and labels read column-wise: coded rows (labels
+    joined to candidates by :func:`label_hits`) for
+    :func:`~ragguard.calibration.arrays.arrays_from_codes`."""
     rp, lp = run.pairs, labels.pairs
     crow = _rows(qids, run)[rp.q]
     lrow = _rows(qids, labels)[lp.q]
@@ -815,42 +812,9 @@ def arrays_from_columnar(
     if not bool(lm.all()):
         new_label = np.cumsum(lm) - 1
         hit_label = new_label[hit_label]  # hits are only in evaluated rows
-    return arrays_from_codes(
-        qids,
-        crow,
-        cscore,
-        _label_rows(qids, labels, lrow, lm),
-        hit_cand,
-        hit_label,
-        candidates=_RowCandidates(run, qids),
-        score_kind=score_kind,
-        profile=profile,
-        rules=rules,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class LabelRows:
-    """The labels of the evaluated queries as rows, for :func:`arrays_from_codes`.
-
-    Attributes:
-        row: (n,) eval row of each label.
-        grade: (n,) its grade; NaN for a document given only a utility or a probability.
-        distractor: (n,) whether it is a known distractor, or ``None`` (none is).
-        utility: (n,) its given utility (NaN: none), or ``None``.
-        no_response: (n,) its abstention probability (NaN: none), or ``None``.
-        stated: per eval row, the stated number of relevant documents, or ``None``.
-        maps: per eval row, the grades, utilities and probabilities as mappings, when
-            utilities or probabilities are given (the ideal ranking reads them).
-    """
-
-    row: NDArray[np.intp]
-    grade: F64
-    distractor: NDArray[np.bool_] | None = None
-    utility: F64 | None = None
-    no_response: F64 | None = None
-    stated: list[int | None] | None = None
-    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
+    coded = CodedRows(qids, crow, cscore, _label_rows(qids, labels, lrow, lm), hit_cand,
+                      hit_label, _RowCandidates(run, qids))  # fmt: skip
+    return arrays_from_codes(coded, score_kind=score_kind, profile=profile, rules=rules)
 
 
 def _label_rows(
@@ -904,98 +868,6 @@ def label_hits(
     del joined, left
     pa.default_memory_pool().release_unused()
     return cand, lab
-
-
-def arrays_from_codes(
-    qids: Sequence[str],
-    crow: NDArray[np.intp],
-    cscore: F64,
-    labels: LabelRows,
-    hit_cand: NDArray[np.intp],
-    hit_label: NDArray[np.intp],
-    *,
-    candidates: Sequence[Mapping[str, float]],
-    score_kind: ScoreKind | str | None,
-    profile: Profile | str | None = None,
-    rules: UtilityRules | None = None,
-    rrf_k: int = 60,
-) -> EvalArrays:
-    """:class:`EvalArrays` from integer-coded rows.
-
-    Candidates: eval row ``crow`` and raw score ``cscore``, in the run's order within
-    each row. Labels: :class:`LabelRows`. ``hit_cand[i]`` and ``hit_label[i]`` are a
-    candidate and the label of its document. ``candidates`` gives each row's
-    ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
-
-    Raises:
-        EvalSetError: a stated number of relevant documents below the labelled one (as
-            :func:`build_arrays`; utilities and probabilities were checked when the
-            labels became columns).
-    """
-    n_q = len(qids)
-    prof = as_profile(profile)
-    rules = rules_of(prof, rules)
-    kind = None if score_kind is None else ScoreKind(score_kind)
-    if crow.size > 1 and bool((crow[1:] < crow[:-1]).any()):
-        o = np.argsort(crow, kind="stable")
-        crow, cscore = crow[o], cscore[o]
-        moved = np.empty(o.size, dtype=np.intp)
-        moved[o] = np.arange(o.size, dtype=np.intp)
-        hit_cand = moved[hit_cand]
-    counts = np.bincount(crow, minlength=n_q).astype(np.intp)
-    width = int(counts.max()) if n_q else 0
-    starts = np.zeros(n_q, dtype=np.intp)
-    np.cumsum(counts[:-1], out=starts[1:])
-    if crow.size == n_q * width:  # every row full: the scores as they are, no copy
-        raw: F64 | PaddedRows = np.ascontiguousarray(cscore, dtype=np.float64).reshape(n_q, width)
-    else:  # kept flat; each chunk of rows padded while it is ranked
-        raw = PaddedRows(np.asarray(cscore, dtype=np.float64), counts, width)
-    padded = raw
-
-    def raw_rows(lo: int, hi: int) -> F64:
-        return padded[lo:hi] if isinstance(padded, np.ndarray) else padded[lo:hi].dense()
-
-    ranked = rank_in_chunks(raw_rows, counts, width, kind, rrf_k, raw)
-
-    # ranked position of each hit: where its input column sits in its row's order
-    hrow = crow[hit_cand]
-    hcol = (hit_cand - starts[hrow]).astype(ranked.order.dtype)
-    hpos = ranked_positions(ranked.order, hrow, hcol)
-    lgrade = labels.grade
-    graded = ~np.isnan(lgrade)
-    all_graded = bool(graded.all())
-    on = slice(None) if all_graded else graded[hit_label]
-    g = np.zeros((n_q, width))
-    g[hrow[on], hpos[on]] = lgrade[hit_label[on]]
-    judged = np.zeros((n_q, width), dtype=np.bool_)
-    judged[hrow[on], hpos[on]] = True
-
-    def at_hits(values: NDArray[Any] | None, empty: Any) -> NDArray[Any] | None:
-        if values is None:
-            return None
-        out = np.full((n_q, width), empty, dtype=values.dtype)
-        v = values[hit_label]
-        sel = v if v.dtype == np.bool_ else ~np.isnan(v)
-        out[hrow[sel], hpos[sel]] = v[sel]
-        return out
-
-    distractor = at_hits(labels.distractor, False)
-    lrow = labels.row if all_graded else labels.row[graded]
-    stats = label_stats(qids, lrow, lgrade if all_graded else lgrade[graded], labels.stated)
-    if labels.maps is None:
-        ideal_u = ideal_label_utilities(
-            qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules
-        )
-    else:
-        grades, utilities, no_response = labels.maps
-        ideal_u = ideal_label_utilities(
-            qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
-        )
-    return assemble_arrays(
-        qids, kind, prof, rules, counts, ranked, g, judged, stats, ideal_u, candidates,
-        distractor=distractor, given_utility=at_hits(labels.utility, np.nan),
-        no_response=at_hits(labels.no_response, np.nan),
-    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- fingerprint
