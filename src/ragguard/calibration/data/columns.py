@@ -1,17 +1,11 @@
 """The one storage of an eval set: labels and runs as columns.
 
-A reader (:mod:`ragguard.calibration.data.formats`) gives :class:`Pairs`: (query,
-document, value) rows with int32 query codes, document ids in a pyarrow string array
-(interned, or one per row as read: a TREC run's 10 million ids are never hashed into a
-dictionary), float64 values and, where they are not the row numbers, lines.
-:class:`ColumnarLabels` and :class:`ColumnarCandidates` are read-only mappings over them
-that build one query's :class:`~ragguard.calibration.data.records.Labels` or dict only
-when asked; :func:`arrays_from_columnar` is the one way into
-:class:`~ragguard.calibration.arrays.EvalArrays` (labels joined to candidates by an Arrow
-hash join, :func:`label_hits`), and :func:`fingerprint` hashes the data. The helpers the
-readers share (:func:`encode_ids`, :func:`repeated_rows`, :func:`repeat_events`,
-:func:`missing_ids`, ...) are listed in ``__all__``; this module imports no reader, nor
-:mod:`ragguard.calibration.data.evalset`.
+Readers give :class:`Pairs` ((query, document, value) rows: int32 query codes, document
+ids in a pyarrow string array, float64 values); :class:`ColumnarLabels` and
+:class:`ColumnarCandidates` are read-only mappings over them that build one query's
+record only when asked. :func:`arrays_from_columnar` codes them for the one
+:class:`~ragguard.calibration.arrays.EvalArrays` builder, and :func:`fingerprint` hashes
+them. This module imports no reader.
 """
 
 from __future__ import annotations
@@ -19,11 +13,11 @@ from __future__ import annotations
 import importlib
 import math
 from array import array
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,9 +41,9 @@ from ragguard.scores import ScoreKind
 __all__ = [
     "ColumnarCandidates",
     "ColumnarLabels",
-    "ColumnarQueries",
     "ColumnarRead",
     "CorpusIds",
+    "KeyView",
     "LabelColumns",
     "Pairs",
     "RunColumns",
@@ -61,6 +55,7 @@ __all__ = [
     "fingerprint",
     "missing_ids",
     "pyarrow",
+    "query_view",
     "repeat_events",
     "repeated_rows",
     "report_events",
@@ -70,6 +65,7 @@ __all__ = [
     "without_rows",
 ]
 
+V = TypeVar("V")
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
@@ -192,22 +188,18 @@ class Pairs:
     """(query, document, value) rows with interned query ids, in file order, repeats
     removed.
 
-    Document ids are either interned (``docs`` holds each id once, ``d`` the code of each
-    row: labels, JSON-lines files, tables) or kept as read (``d`` is ``None``: ``docs`` is
-    the file's document column, row ``i``'s id at ``docs[i]``). A TREC run is read the
-    second way: its ids are not hashed into one dictionary (of millions of entries);
-    equal ids are found per query (:func:`doc_keys`) and joined to the labels by text
-    (:func:`label_hits`).
+    Document ids are interned (``d`` the code of each row in ``docs``) or, for a TREC
+    run, kept as read (``d`` is ``None``: row ``i``'s id is ``docs[i]``), so millions of
+    ids are never hashed into one dictionary.
 
     Attributes:
-        qids: query ids, in order of first appearance (a list).
+        qids: query ids, in order of first appearance.
         docs: document ids (a pyarrow string array, chunked or not).
         q: (n,) int32 query code of each row.
-        d: (n,) int32 position of each row's id in ``docs``, or ``None`` (row ``i``:
-            ``docs[i]``).
+        d: (n,) int32 position of each row's id in ``docs``, or ``None``.
         value: (n,) float64 score or grade of each row.
-        line: 1-based line of each row (see :class:`Lines`), or ``None`` when row ``i``
-            is line ``i+1``.
+        line: 1-based line of each row (see :class:`Lines`), or ``None`` (row ``i``:
+            line ``i + 1``).
         source: the file read.
     """
 
@@ -396,25 +388,8 @@ class ColumnarCandidates(_ByQuery):
 
     def first_lines(self) -> Mapping[str, int]:
         """Query id -> line of its first candidate."""
-        return _FirstLines(self)
-
-
-class _FirstLines(Mapping[str, int]):
-    def __init__(self, cands: ColumnarCandidates) -> None:
-        self.cands = cands
-
-    def __getitem__(self, qid: str) -> int:
-        code = self.cands.code(qid)
-        if code is None:
-            raise KeyError(qid)
-        rows = self.cands.pairs.rows_of(code)
-        return int(self.cands.pairs.line_of(rows[:1])[0])
-
-    def __len__(self) -> int:
-        return len(self.cands)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.cands)
+        p = self.pairs
+        return KeyView(self, lambda q: int(p.line_of(p.rows_of(self._index[q])[:1])[0]))
 
 
 class ColumnarLabels(_ByQuery):
@@ -519,20 +494,18 @@ class ColumnarLabels(_ByQuery):
         return {k: (p.source, lines[c]) for k, c in zip(self._keys, self.codes, strict=True)}
 
 
-class ColumnarQueries(Mapping[str, "Query"]):
-    """``{query_id: Query}`` for the queries of some labels, with their text where
-    ``texts`` has one."""
+class KeyView(Mapping[str, V]):
+    """A read-only mapping over the keys of ``keys``, each value built by ``value`` when
+    asked for (no per-key object is kept)."""
 
-    def __init__(
-        self, keys: Mapping[str, object], texts: Mapping[str, str | None] | None = None
-    ) -> None:
+    def __init__(self, keys: Mapping[str, object], value: Callable[[str], V]) -> None:
         self._keys = keys
-        self._texts = texts or {}
+        self._value = value
 
-    def __getitem__(self, qid: str) -> Query:
-        if qid not in self._keys:
-            raise KeyError(qid)
-        return Query(qid, self._texts.get(qid))
+    def __getitem__(self, key: str) -> V:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._value(key)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -540,8 +513,17 @@ class ColumnarQueries(Mapping[str, "Query"]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
-    def __contains__(self, qid: object) -> bool:
-        return qid in self._keys
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+
+def query_view(
+    keys: Mapping[str, object], texts: Mapping[str, str | None] | None = None
+) -> KeyView[Query]:
+    """``{query_id: Query}`` for the queries of ``keys``, with their text where ``texts``
+    has one."""
+    found = texts or {}
+    return KeyView(keys, lambda q: Query(q, found.get(q)))
 
 
 # --------------------------------------------------------------------------- reading

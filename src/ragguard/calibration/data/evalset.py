@@ -114,9 +114,10 @@ from ragguard.calibration.arrays import EvalArrays
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
-    ColumnarQueries,
     ColumnarRead,
+    KeyView,
     arrays_from_columnar,
+    query_view,
 )
 from ragguard.calibration.data.formats import trec as _trec
 from ragguard.calibration.data.formats.beir import read_beir
@@ -306,7 +307,7 @@ class EvalSet:
             labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
         query_texts = queries or {}
         qs: Mapping[str, Query] = (
-            ColumnarQueries(labels)
+            query_view(labels)
             if queries is None and isinstance(labels, ColumnarLabels)
             else {qid: Query(qid, query_texts.get(qid)) for qid in labels}
         )
@@ -435,7 +436,7 @@ def _labels_from_dicts(
 def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """A read-only copy of ``data``; mappings read column-wise are read-only already and
     stay columnar (copying them would build every query's dict)."""
-    if isinstance(data, ColumnarQueries):
+    if isinstance(data, KeyView):
         return data
     return MappingProxyType(dict(data))
 

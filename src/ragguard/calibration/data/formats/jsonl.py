@@ -1,15 +1,10 @@
-"""ragguard's JSONL eval sets (one JSON object per line, see
-:mod:`ragguard.calibration.data.evalset`): the one reader.
+"""ragguard's JSONL eval sets (see :mod:`ragguard.calibration.data.evalset`): the one reader.
 
-Each line is parsed by Python's ``json`` (which reads every shape the format allows: a
-``relevant`` list or ``{id: grade}`` object, ``NaN`` scores, integer ids) and its labels
-and candidates go straight into columns (:class:`~ragguard.calibration.data.columns.
-LabelColumns`, :class:`~ragguard.calibration.data.columns.RunColumns`): no per-query dict
-is kept, and every 65,536 rows become Arrow arrays. A line's candidates are checked as
-one list (every one an object with a non-empty string id, a number or null score, known
-fields, no repeated id); a list that fails the check is walked candidate by candidate,
-which names the field at fault, reports repeated ids and reads integer ids and bare-id
-candidates as Python reads them.
+Each line is parsed by Python's ``json`` and its labels and candidates go straight into
+columns (:class:`~ragguard.calibration.data.columns.LabelColumns`,
+:class:`~ragguard.calibration.data.columns.RunColumns`). A candidate list is checked as a
+whole (:func:`_checked`); one that fails is walked candidate by candidate
+(:func:`_walked`), which names the field at fault and reports repeated ids.
 """
 
 from __future__ import annotations
