@@ -911,7 +911,7 @@ def arrays_from_codes(
         moved = np.empty(o.size, dtype=np.intp)
         moved[o] = np.arange(o.size, dtype=np.intp)
         hit_cand = moved[hit_cand]
-    counts = np.bincount(crow, minlength=n_q).astype(np.intp)
+    counts = np.diff(np.searchsorted(crow, np.arange(n_q + 1))).astype(np.intp)
     width = int(counts.max()) if n_q else 0
     starts = np.zeros(n_q, dtype=np.intp)
     np.cumsum(counts[:-1], out=starts[1:])
@@ -926,11 +926,12 @@ def arrays_from_codes(
     lgrade = labels.grade
     graded = ~np.isnan(lgrade)
     all_graded = bool(graded.all())
+    cell = hrow * width + hpos
     on = slice(None) if all_graded else graded[hit_label]
     grades = np.zeros((n_q, width))
-    grades[hrow[on], hpos[on]] = lgrade[hit_label[on]]
+    grades.ravel()[cell[on]] = lgrade[hit_label[on]]
     judged = np.zeros((n_q, width), dtype=np.bool_)
-    judged[hrow[on], hpos[on]] = True
+    judged.ravel()[cell[on]] = True
 
     def at_hits(values: NDArray[Any] | None, empty: Any) -> NDArray[Any]:
         if values is None:  # read-only, no memory
@@ -938,7 +939,7 @@ def arrays_from_codes(
         out = np.full((n_q, width), empty, dtype=values.dtype)
         v = values[hit_label]
         sel = v if v.dtype == np.bool_ else ~np.isnan(v)
-        out[hrow[sel], hpos[sel]] = v[sel]
+        out.ravel()[cell[sel]] = v[sel]
         return out
 
     distractor = np.zeros((n_q, width), dtype=np.bool_)
@@ -1001,19 +1002,23 @@ def _hits(
     starts = np.cumsum(counts) - counts
     hits = np.flatnonzero(~np.isnan(score))
     hrow, hscore = lrow[hits], score[hits]
-    col, at, limit = np.zeros(hits.size, np.intp), starts[hrow], counts[hrow]
+    col, at = np.zeros(hits.size, np.intp), starts[hrow]
+    last = at + counts[hrow] - 1  # a probe past a row's end reads its last score
+    probe, above = np.empty_like(col), np.empty(hits.size, dtype=np.bool_)
     step = 1 << max(width.bit_length() - 1, 0)
     while step and width:  # in a falling row, the column of a score: how many are above it
-        probe = col + (step - 1)
-        above = np.take(cscore, at + probe, mode="clip") > hscore
-        col += step * (above & (probe < limit))
+        np.minimum(np.add(at, col + (step - 1), out=probe), last, out=probe)
+        np.greater(cscore[probe], hscore, out=above)
+        np.add(col, step, out=col, where=above)
         step >>= 1
     # per row: how many steps fall (NaN compares False) and how many scores are NaN
     falls = np.concatenate(([0], np.cumsum(cscore[1:] < cscore[:-1])))
     last = np.maximum(starts + counts - 1, 0)
     falling = falls[last] - falls[np.minimum(starts, last)] == np.maximum(counts - 1, 0)
-    nan_rows = np.bincount(np.repeat(np.arange(counts.size), counts), np.isnan(cscore),
-                           minlength=counts.size) > 0  # fmt: skip
+    nan_rows = np.zeros(counts.size, dtype=np.bool_)
+    if np.isnan(cscore).any():
+        nan_rows = np.bincount(np.repeat(np.arange(counts.size), counts), np.isnan(cscore),
+                               minlength=counts.size) > 0  # fmt: skip
     check = np.flatnonzero(~falling[hrow])
     tied = np.zeros(hits.size, dtype=np.bool_)
     if check.size:  # rows not falling: compare with each score of the row
@@ -1096,7 +1101,8 @@ def build_arrays(
     cscore = _flat_floats(candidates, "score", qids, counts)
     n_graded = np.fromiter(map(len, grades), np.intp, count=n_q)
     lgrade = _flat_floats(grades, "grade", qids, n_graded)
-    finite_grades(qids, np.repeat(np.arange(n_q, dtype=np.intp), n_graded), lgrade)
+    lrow = np.repeat(np.arange(n_q, dtype=np.intp), n_graded)
+    finite_grades(qids, lrow, lgrade)
     if utilities is not None:
         check_range(qids, utilities, "utility", -1.0, 1.0)
     if no_response is not None:
@@ -1108,9 +1114,8 @@ def build_arrays(
         n_labels = np.fromiter(map(len, docs), np.intp, count=n_q)
         lrow = np.repeat(np.arange(n_q, dtype=np.intp), n_labels)
         graded = np.arange(lrow.size) - (np.cumsum(n_labels) - n_labels)[lrow] < n_graded[lrow]
-        lgrade = np.where(graded, 0.0, np.nan)
-        lgrade[graded] = _flat_floats(grades, "grade", qids, n_graded)
-    lrow = np.repeat(np.arange(n_q, dtype=np.intp), np.fromiter(map(len, docs), np.intp, n_q))
+        lgrade, flat = np.where(graded, 0.0, np.nan), lgrade
+        lgrade[graded] = flat
 
     def per_label(maps: Sequence[Any] | None, value: Callable[[Any], Any]) -> Any:
         if maps is None or not any(maps):

@@ -305,12 +305,7 @@ class EvalSet:
             labels = ColumnarLabels(read)
         else:
             labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
-        query_texts = queries or {}
-        qs: Mapping[str, Query] = (
-            query_view(labels)
-            if queries is None and isinstance(labels, ColumnarLabels)
-            else {qid: Query(qid, query_texts.get(qid)) for qid in labels}
-        )
+        qs = query_view(labels, dict(queries) if queries else None)  # a copy: never read through
         built: dict[str, Run] = {}
         for name, run in (runs or {}).items():
             kind = (
