@@ -1002,15 +1002,17 @@ def _hits(
     starts = np.cumsum(counts) - counts
     hits = np.flatnonzero(~np.isnan(score))
     hrow, hscore = lrow[hits], score[hits]
-    col, at = np.zeros(hits.size, np.intp), starts[hrow]
-    last = at + counts[hrow] - 1  # a probe past a row's end reads its last score
-    probe, above = np.empty_like(col), np.empty(hits.size, dtype=np.bool_)
+    at = starts[hrow]
+    pos, last = at.copy(), at + counts[hrow] - 1  # a probe past a row's end reads its last
+    probe, value, above = np.empty_like(pos), np.empty(hits.size), np.empty(hits.size, np.bool_)
+    up = np.empty_like(pos)
     step = 1 << max(width.bit_length() - 1, 0)
     while step and width:  # in a falling row, the column of a score: how many are above it
-        np.minimum(np.add(at, col + (step - 1), out=probe), last, out=probe)
-        np.greater(cscore[probe], hscore, out=above)
-        np.add(col, step, out=col, where=above)
+        np.minimum(np.add(pos, step - 1, out=probe), last, out=probe)
+        np.greater(np.take(cscore, probe, out=value, mode="clip"), hscore, out=above)
+        pos += np.multiply(above, step, out=up)
         step >>= 1
+    col = pos - at
     # per row: how many steps fall (NaN compares False) and how many scores are NaN
     falls = np.concatenate(([0], np.cumsum(cscore[1:] < cscore[:-1])))
     last = np.maximum(starts + counts - 1, 0)
