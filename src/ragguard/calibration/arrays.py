@@ -80,8 +80,9 @@ _CHUNK_CELLS = 1 << 22  # rows x candidates ranked or searched at once
 class EvalArrays:
     """One run against its labels, as dense (queries x candidates) arrays in ranked order.
 
-    Build it with :func:`build_arrays` (or :meth:`EvalSet.arrays
-    <ragguard.calibration.data.evalset.EvalSet.arrays>`); treat every array as read-only.
+    Build it with :meth:`EvalSet.arrays
+    <ragguard.calibration.data.evalset.EvalSet.arrays>` or :func:`build_arrays` (both
+    through :func:`arrays_from_codes`, the one builder); treat every array as read-only.
     :meth:`reordered` gives the rows in another order (reranked, or the candidates some
     stage keeps first) without going back to the labels.
     Expensive views (:attr:`scores`, :attr:`raw`, :attr:`order`, :attr:`utility`,
