@@ -43,7 +43,7 @@ from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
     BEIR_HEADERS,
     BEIR_QRELS,
-    json_id,
+    Where,
     json_line,
 )
 from ragguard.calibration.data.formats.delimited import Fields, read_fields, split_tsv
@@ -272,9 +272,9 @@ Row = tuple[str, str | None, str | None]
 
 def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     """The id, text and title of one line of ``corpus.jsonl`` as Python's json read it:
-    an id (:func:`~ragguard.calibration.data.formats.common.json_id`), a text that is a string or
+    an id (:meth:`~ragguard.calibration.data.formats.common.Where.id`), a text that is a string or
     missing or ``null``, a title that is kept when it is a string."""
-    doc = json_id(obj.get("_id"), path, line, "_id")
+    doc = Where(path, line).id(obj.get("_id"), "_id")
     corpus_text(obj, path, line, required=False)  # raises on a text that is not a string
     title = obj.get("title")
     return doc, obj.get("text"), title if isinstance(title, str) else None
@@ -288,7 +288,7 @@ def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
         raise EvalSetError(
             f"must be a string, got {type(text).__name__}", path=str(path), line=line, field="text"
         )
-    return json_id(obj.get("_id"), path, line, "_id"), text, None
+    return Where(path, line).id(obj.get("_id"), "_id"), text, None
 
 
 def _json_file(
