@@ -9,10 +9,11 @@ Run from the repository root with the project's virtual environment active::
 
 Data: Q queries x 100 candidates with distinct float32-exact scores (the run's order is
 random), 1-12 judged documents per query with grades 0-3 (some not retrieved), converted
-once to :class:`~ragguard.calibration.data.arrays.EvalArrays` (support profile). Grid: ``max_k`` 1..10
-x ``relative_threshold`` 0, 0.05, ..., 0.95 (200 settings, ``min_k=1``). Metrics: every
-metric of the registry (``ragguard.calibration.metrics.METRICS``, 21 of them, default parameters,
-no cutoff: each reads the kept context) at every setting, plus the mean number kept.
+once to :class:`~ragguard.calibration.data.arrays.EvalArrays` (support profile). Grid:
+``max_k`` 1..10 x ``relative_threshold`` 0, 0.05, ..., 0.95 (200 settings, ``min_k=1``).
+Metrics: every metric of the registry (``ragguard.calibration.metrics.METRICS``, 21 of
+them, default parameters, no cutoff: each reads the kept context) at every setting, plus
+the mean number kept.
 
 Timed (best of ``--repeats``):
 

@@ -34,7 +34,7 @@ from ragguard.calibration.data.formats.common import (
     TREC_QRELS,
     TREC_RUN,
     Layout,
-    json_id,
+    Where,
     json_line,
     read_json_run,
 )
@@ -229,7 +229,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
         passages: dict[str, str] = {}
         titles: dict[str, str] = {}
         for lineno, obj in _json_objects(corpus_path):
-            doc = json_id(obj.get("_id"), corpus_path, lineno, "_id")
+            doc = Where(corpus_path, lineno).id(obj.get("_id"), "_id")
             res.corpus.add(doc)
             passage, title = corpus_text(obj, corpus_path, lineno, required=False)
             if passage is not None:
@@ -246,7 +246,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
             if qtext is not None and not isinstance(qtext, str):
                 raise EvalSetError(f"must be a string, got {type(qtext).__name__}",
                                    path=str(queries_path), line=lineno, field="text")  # fmt: skip
-            query_texts[json_id(obj.get("_id"), queries_path, lineno, "_id")] = qtext
+            query_texts[Where(queries_path, lineno).id(obj.get("_id"), "_id")] = qtext
     grades: dict[str, dict[str, int]] = {}
     where = str(qrels_path)
     for lineno, (qid, doc, text) in _tsv_records(qrels_path, BEIR_QRELS):

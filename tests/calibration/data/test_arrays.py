@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from ragguard.calibration import evaluate
+from ragguard.calibration import EvalSet, evaluate
 from ragguard.calibration.data.arrays import EvalArrays, build_arrays
 from ragguard.calibration.metrics import ndcg, precision, recall
 from ragguard.calibration.metrics.evaluate import arrays_from_dicts
@@ -504,3 +504,38 @@ def test_reordered_rejects_a_bad_permutation() -> None:
     # the empty case
     none = arrays_from_dicts({"q": {}}, {"q": {}})
     assert none.reordered(np.zeros((1, 0), dtype=np.intp)).shape == (1, 0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_dicts_and_columns_give_the_one_builder_the_same_rows(seed: int) -> None:
+    """``build_arrays`` codes dicts (a label's candidate found by its score: a binary
+    search in a row listed best first, a comparison in another, the ids on a tie or
+    NaN); ``EvalSet.from_dicts`` codes columns (labels joined by Arrow). Both feed the
+    one builder, and the arrays are the same: rows best first or in any order, ties,
+    NaN scores, distractors, utilities, probabilities, stated counts."""
+    rows = _labelled_rows(seed)
+    rng = np.random.default_rng(seed)
+    # about half the rows listed best first with distinct scores (the binary search),
+    # the others as drawn (ties, NaN, any order: comparison and the ids)
+    runs = [
+        {d: (len(run) - i) / 8 for i, d in enumerate(run)} if rng.random() < 0.5 else run
+        for run in rows["runs"]
+    ]
+    grades = rows["grades"]
+    distractors = [
+        {d for d in dis if grades[i].get(d, 1) <= 0} for i, dis in enumerate(rows["distractors"])
+    ]
+    qids = rows["qids"]
+    es = EvalSet.from_dicts(
+        dict(zip(qids, grades, strict=True)),
+        {"r": dict(zip(qids, runs, strict=True))},
+        distractors={q: sorted(d) for q, d in zip(qids, distractors, strict=True)},
+        utilities=dict(zip(qids, rows["utilities"], strict=True)),
+        no_response=dict(zip(qids, rows["no_response"], strict=True)),
+        n_relevant={q: s for q, s in zip(qids, rows["stated"], strict=True) if s is not None},
+    )
+    from_dicts = build_arrays(
+        qids, runs, grades, score_kind=es.runs["r"].score_kind, distractors=distractors,
+        utilities=rows["utilities"], no_response=rows["no_response"], n_relevant=rows["stated"],
+    )  # fmt: skip
+    _assert_same(from_dicts, es.arrays("r"))

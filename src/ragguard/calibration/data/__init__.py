@@ -1,29 +1,13 @@
 """The eval-data model of calibration: labelled queries, runs and passage texts, held as
-columns, and the readers of each format.
+columns (``columns``), loaded by :func:`load_evalset` (``evalset``) through one reader per
+format (``formats/``), with the records (``records``), load problems (``problems``) and
+texts (``texts``) they carry. The wing also holds what every metric and the sweep read
+from the model: utilities from labels (``utility``), the dense (queries x candidates)
+arrays (``arrays``, one builder: :func:`~ragguard.calibration.data.arrays.arrays_from_codes`),
+and runs from a live retriever (``inputs``).
 
-==========================  ================================================================
-module                      what it holds
-==========================  ================================================================
-``evalset``                 :class:`EvalSet` and :func:`load_evalset`: the loaded set, its
-                            arrays, format detection, reconciling runs with labels
-``records``                 :class:`Query`, :class:`Labels`, :class:`Run` (one query's view)
-                            and the grade scale
-``columns``                 the one storage: labels and candidates as Arrow / numpy columns
-                            (:class:`~ragguard.calibration.data.columns.ColumnarLabels`,
-                            :class:`~ragguard.calibration.data.columns.ColumnarCandidates`),
-                            the way into :class:`~ragguard.calibration.data.arrays.EvalArrays`,
-                            the data fingerprint
-``problems``                problems counted while loading (:class:`ProblemKind`,
-                            :class:`LoadReport`)
-``texts``                   passage texts per (query, passage) and per passage
-``formats/``                one module per format: ``trec`` (qrels and runs), ``beir``,
-                            ``jsonl``, ``udcg``, ``tables`` (pandas, polars, pyarrow, ranx),
-                            over ``delimited`` (whitespace / tab separated lines) and
-                            ``common`` (line layouts, JSON values, JSON run files)
-==========================  ================================================================
-
-Adding a format is one module in ``formats/`` (returning
-:class:`~ragguard.calibration.data.columns.ColumnarRead`) and one branch of
+Adding a format is one module in ``formats/`` returning
+:class:`~ragguard.calibration.data.columns.ColumnarRead`, and one branch of
 :func:`load_evalset`.
 """
 

@@ -46,9 +46,9 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from itertools import chain, count
+from itertools import chain
 from numbers import Integral
-from operator import attrgetter, contains, methodcaller
+from operator import attrgetter, methodcaller
 from typing import Any
 
 import numpy as np
@@ -73,16 +73,16 @@ F64 = NDArray[np.float64]
 B = NDArray[np.bool_]
 I = NDArray[np.intp]  # noqa: E741
 
-_CHUNK_CELLS = 1 << 22  # rows x candidates compared at once when breaking ties
-_SEARCH_CHUNK = 1 << 14  # hits ranked at once by the binary search
+_CHUNK_CELLS = 1 << 22  # rows x candidates ranked or searched at once
 
 
 @dataclass(frozen=True, eq=False)
 class EvalArrays:
     """One run against its labels, as dense (queries x candidates) arrays in ranked order.
 
-    Build it with :func:`build_arrays` (or :meth:`EvalSet.arrays
-    <ragguard.calibration.data.evalset.EvalSet.arrays>`); treat every array as read-only.
+    Build it with :meth:`EvalSet.arrays
+    <ragguard.calibration.data.evalset.EvalSet.arrays>` or :func:`build_arrays` (both
+    through :func:`arrays_from_codes`, the one builder); treat every array as read-only.
     :meth:`reordered` gives the rows in another order (reranked, or the candidates some
     stage keeps first) without going back to the labels.
     Expensive views (:attr:`scores`, :attr:`raw`, :attr:`order`, :attr:`utility`,
@@ -474,132 +474,6 @@ def _flat_floats(
         raise
 
 
-def _rank_in_rows(rows: I, hkey: F64, ranking: Ranking) -> tuple[I, B]:
-    """For hits in ``rows`` with sort keys ``hkey``: how many candidates of their row
-    have a lower key, and whether another candidate of the row has the same key (then
-    the run's order decides, see :func:`_earlier_ties`).
-
-    A branchless binary search over many hits at once, a gather per halving, in the
-    rows' keys in ranked order (:attr:`Ranking.ranked_key`: ascending, NaN padding last).
-    """
-    ranked = ranking.ranked_key
-    n = ranked.shape[1]
-    if n == 0 or rows.size == 0:
-        return np.zeros(rows.size, dtype=np.intp), np.zeros(rows.size, dtype=np.bool_)
-    flat = ranked.ravel()
-    base = rows * n
-    rank = np.empty(rows.size, dtype=np.intp)
-    tied = np.empty(rows.size, dtype=np.bool_)
-    top = 1 << (n.bit_length() - 1)
-    for lo in range(0, rows.size, _SEARCH_CHUNK):  # a chunk's rows stay in cache
-        sl = slice(lo, lo + _SEARCH_CHUNK)
-        row_start, key = base[sl], hkey[sl]
-        row_end = row_start + (n - 1)
-        at = row_start.copy()  # row start + rank
-        probe_at, step_up = np.empty_like(at), np.empty_like(at)
-        probe, below = np.empty(at.size), np.empty(at.size, dtype=np.bool_)
-        step = top
-        while step:
-            # a probe past the row's end reads its last key: below hkey only when every
-            # key of the row is, and then the rank is clipped to n below
-            np.minimum(np.add(at, step - 1, out=probe_at), row_end, out=probe_at)
-            np.take(flat, probe_at, out=probe, mode="clip")  # in bounds; "clip" is unbuffered
-            np.less(probe, key, out=below)  # NaN (padding) compares False
-            at += np.multiply(below, step, out=step_up)
-            step >>= 1
-        r = np.minimum(np.subtract(at, row_start, out=at), n, out=rank[sl])
-        # the key at the rank is not hkey (no candidate has it), or the next one is too
-        after = r + 1
-        is_tied = np.not_equal(flat[row_start + np.minimum(r, n - 1)], key, out=tied[sl])
-        is_tied |= (after < n) & (flat[row_start + np.minimum(after, n - 1)] == key)
-    return rank, tied
-
-
-def _earlier_ties(
-    rows: I, hkey: F64, docs: Sequence[str], key: F64, candidates: Sequence[Mapping[str, float]]
-) -> I:
-    """For hits (row, document, key) whose key is tied: how many candidates with the
-    same key the run lists before them (the tie rule keeps the run's order). Input
-    positions are looked up by document id, one index per row with a tie."""
-    index_of: dict[int, dict[str, int]] = {}
-    pos = np.empty(rows.size, dtype=np.intp)
-    for i, (row, doc) in enumerate(zip(rows.tolist(), docs, strict=True)):
-        lookup = index_of.get(row)
-        if lookup is None:
-            lookup = index_of[row] = dict(zip(candidates[row], count()))
-        pos[i] = lookup[doc]
-    n = key.shape[1]
-    earlier = np.zeros(rows.size, dtype=np.intp)
-    cols = np.arange(n)[None, :]
-    step = max(1, _CHUNK_CELLS // max(n, 1))
-    for start in range(0, rows.size, step):
-        sl = slice(start, start + step)
-        same = (key[rows[sl]] == hkey[sl, None]) & (cols < pos[sl, None])
-        earlier[sl] = same.sum(axis=1)
-    return earlier
-
-
-def _docs_at(labelled: Sequence[Collection[str]], rows: I, within: I) -> list[str]:
-    """The documents ``labelled[row]``'s ``within``-th, for a few (row, within) pairs."""
-    listed: dict[int, list[str]] = {}
-    out = []
-    for row, j in zip(rows.tolist(), within.tolist(), strict=True):
-        ids = listed.get(row)
-        if ids is None:
-            ids = listed[row] = list(labelled[row])
-        out.append(ids[j])
-    return out
-
-
-def _retrieved(
-    labelled: Sequence[Collection[str]],
-    candidates: Sequence[Mapping[str, float]],
-    ranking: Ranking,
-    hit_keys: Callable[[F64], F64],
-    sizes: I | None = None,
-) -> tuple[I, I, B]:
-    """Where the run ranks each labelled document it retrieved.
-
-    Returns the row and ranked position of every such hit, and a mask over all
-    labelled documents (``labelled`` flattened in order) saying which ones the run
-    retrieved, so that a caller picks their values from its own flat array.
-    ``hit_keys`` maps raw scores to the policy's sort keys; ``sizes``: the lengths of
-    ``labelled``, when known.
-
-    One C-level pass looks every label up in its row's candidates (``get``: the score,
-    or NaN when absent); numpy does the rest. Per-label Python code runs only where
-    that is ambiguous (a row with a NaN score) or where scores tie. No per-query
-    containers stay alive, so converting a large run does not set off full garbage
-    collections over the caller's dicts.
-    """
-    n_q = len(labelled)
-    lens = np.fromiter(map(len, labelled), np.intp, count=n_q) if sizes is None else sizes
-    getters = map(attrgetter("get"), candidates)
-    score = np.fromiter(
-        chain.from_iterable(map(map, getters, labelled)), np.float64, count=int(lens.sum())
-    )  # None (absent, or a candidate without a score) -> NaN
-    label_rows = np.repeat(np.arange(n_q, dtype=np.intp), lens)
-    found = ~np.isnan(score)
-    starts = np.cumsum(lens) - lens
-    nan_rows = ranking.nan_rows
-    unsure = np.flatnonzero(~found & nan_rows[label_rows]) if nan_rows.any() else lens[:0]
-    if unsure.size:
-        rows = label_rows[unsure]
-        docs = _docs_at(labelled, rows, unsure - starts[rows])
-        found[unsure] = list(map(contains, map(candidates.__getitem__, rows.tolist()), docs))
-    hits = np.flatnonzero(found)
-    rows = label_rows[hits]
-    if rows.size == 0:
-        return rows, rows.copy(), found
-    hkey = hit_keys(score[hits])
-    rank, is_tied = _rank_in_rows(rows, hkey, ranking)
-    if is_tied.any():
-        tied = np.flatnonzero(is_tied)
-        docs = _docs_at(labelled, rows[tied], hits[tied] - starts[rows[tied]])
-        rank[tied] += _earlier_ties(rows[tied], hkey[tied], docs, ranking.key, candidates)
-    return rows, rank, found
-
-
 def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
     """Scatter ``values`` into rows ``q``, highest first, zero-padded."""
     if q.size == 0:
@@ -634,137 +508,13 @@ def _repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F6
     return out, counts
 
 
-def build_arrays(
-    qids: Sequence[str],
-    candidates: Sequence[Mapping[str, float]],
-    grades: Sequence[Mapping[str, float]],
-    *,
-    score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
-    distractors: Sequence[Collection[str]] | None = None,
-    utilities: Sequence[Mapping[str, float]] | None = None,
-    no_response: Sequence[Mapping[str, float]] | None = None,
-    n_relevant: Sequence[int | None] | None = None,
-    profile: Profile | str | None = None,
-    rules: UtilityRules | None = None,
-    rrf_k: int = 60,
-    n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
-) -> EvalArrays:
-    """Convert one run and its labels into :class:`EvalArrays` (see the module docstring).
-
-    All sequences are parallel to ``qids``. Nothing passed in is modified.
-
-    Args:
-        qids: query ids, one per row.
-        candidates: per query, document id -> raw score, in the run's order (NaN for a
-            candidate without a score). An empty mapping is a query with no candidates.
-        grades: per query, document id -> label grade (judged documents, retrieved or
-            not).
-        score_kind: what the raw scores are (see :class:`ragguard.scores.ScoreKind`);
-            ``None`` keeps the run's order.
-        distractors: per query, ids of known distractors.
-        utilities: per query, document id -> utility given in the data, in [-1, 1].
-        no_response: per query, document id -> abstention probability, in [0, 1].
-        n_relevant: per query, the stated number of relevant documents, or ``None``.
-        profile: tolerance profile for the label rules (default ``support``).
-        rules: which grades are relevant / partially relevant.
-        rrf_k: the RRF constant, for ``score_kind="rrf"``.
-        n_evidence: per query, the number of relevant candidates evidence recall
-            divides by (default: counted among ``candidates``); a sub-list of a longer
-            candidate list (the reranked top-n) passes the full list's count.
-
-    Raises:
-        EvalSetError: a score, grade, utility or probability is not a number or out of
-            range, or a stated number of relevant documents is below the labelled one.
-    """
-    n_q = len(qids)
-    for name, seq in (
-        ("candidates", candidates),
-        ("grades", grades),
-        ("distractors", distractors),
-        ("utilities", utilities),
-        ("no_response", no_response),
-        ("n_relevant", n_relevant),
-    ):
-        if seq is not None and len(seq) != n_q:
-            raise EvalSetError(f"{name} has {len(seq)} entries for {n_q} queries")
-    prof = as_profile(profile)
-    rules = rules_of(prof, rules)
-    kind = None if score_kind is None else ScoreKind(score_kind)
-
-    # --- candidates, input order -> keys of the policy's ranking
-    counts = np.fromiter(map(len, candidates), np.intp, count=n_q)
-    width = int(counts.max()) if n_q else 0
-    present_in = np.arange(width)[None, :] < counts[:, None]
-    flat = _flat_floats(candidates, "score", qids, counts)
-    if flat.size == n_q * width:
-        raw = flat.reshape(n_q, width)
-    else:
-        raw = np.full((n_q, width), np.nan)
-        raw[present_in] = flat
-    ranking = Ranking.of(raw, present_in, kind, rrf_k)
-
-    # --- label values of retrieved documents, at their ranked positions
-    def hit_keys(hraw: F64) -> F64:
-        # normalisation is elementwise, so a hit's key equals its candidate's key exactly
-        # (one hit per row: no order checks along a row of every hit)
-        h = normalize(hraw[:, None], kind, rrf_k=rrf_k)
-        out: F64 = np.where(h.valid, -h.values, np.inf)[:, 0]
-        return out
-
-    n_labels = np.fromiter(map(len, grades), np.intp, count=n_q)
-    lgrade = _flat_floats(grades, "grade", qids, n_labels)
-    hq, hrank, found = _retrieved(grades, candidates, ranking, hit_keys, n_labels)
-    at = hq * width + hrank
-    hit_grades = lgrade[found]
-    g = np.zeros((n_q, width))
-    g.ravel()[at] = hit_grades
-    if n_evidence is None:  # the candidates graded at least relevant_grade (>= 1): hits
-        n_evidence = np.bincount(hq[hit_grades >= rules.relevant_grade], minlength=n_q)
-    judged = np.zeros((n_q, width), dtype=np.bool_)
-    judged.ravel()[at] = True
-
-    def scatter_map(maps: Sequence[Mapping[str, float]] | None, values: F64) -> F64:
-        if maps is None or not values.size:
-            return np.broadcast_to(np.nan, (n_q, width))  # read-only, no memory
-        out = np.full((n_q, width), np.nan)
-        q, r, found = _retrieved(maps, candidates, ranking, hit_keys)
-        out[q, r] = values[found]
-        return out
-
-    no_values = np.zeros(0)
-    given_values = no_values
-    p_no_values = no_values
-    if utilities is not None:
-        given_values = check_range(qids, utilities, "utility", -1.0, 1.0)
-    if no_response is not None:
-        p_no_values = check_range(qids, no_response, "no-response probability", 0.0, 1.0)
-    distractor = np.zeros((n_q, width), dtype=np.bool_)
-    if distractors is not None and any(distractors):
-        q, r, _ = _retrieved(distractors, candidates, ranking, hit_keys)
-        distractor[q, r] = True
-    given = scatter_map(utilities, given_values)
-    p_no = scatter_map(no_response, p_no_values)
-
-    # --- every labelled grade, retrieved or not: relevant counts, ideal ranking
-    lq = np.repeat(np.arange(n_q, dtype=np.intp), n_labels)
-    stats = label_stats(qids, lq, lgrade, n_relevant)
-    ideal_u = ideal_label_utilities(
-        qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
-    )
-    return assemble_arrays(
-        qids, kind, prof, rules, counts, ranking.ranked(), g, judged, stats, ideal_u, candidates,
-        distractor=distractor, given_utility=given, no_response=p_no, n_evidence=n_evidence,
-    )  # fmt: skip
-
-
 @dataclass(frozen=True, eq=False)
 class Ranking:
     """Raw scores (NaN on padding), normalised scores (NaN where not valid) and the
     policy's sort key of each (query, candidate) cell: minus the normalised score, +inf
     where the score is not valid, NaN on padding; with the candidates and valid scores
-    per query, the score issues (a run without scores, kind ``None``, keeps its order on
-    purpose: not an issue here), and whether no candidate's raw score is NaN (known when
-    every score is valid for a kind: NaN never is)."""
+    per query and the score issues (a run without scores, kind ``None``, keeps its order
+    on purpose: not an issue here)."""
 
     raw: F64
     scores: F64
@@ -772,7 +522,6 @@ class Ranking:
     n_present: I
     n_valid: I
     issues: dict[ScoreIssue, int]
-    nan_free: bool = False
 
     @classmethod
     def of(cls, raw: F64, present: B, kind: ScoreKind | None, rrf_k: int) -> Ranking:
@@ -783,16 +532,14 @@ class Ranking:
             scores = np.where(present, scores, np.nan)
         key = np.negative(scores)  # NaN where not valid, padding included
         invalid = present ^ norm.valid  # present, no valid score (valid implies present)
-        all_valid = not invalid.any()
-        if not all_valid:
+        if invalid.any():
             np.copyto(key, np.inf, where=invalid)
         issues: dict[ScoreIssue, int] = {
             i: n for i, n in norm.issues.items() if i is not ScoreIssue.UNKNOWN_KIND
         }
         n_present = present.sum(axis=1).astype(np.intp)
         n_valid = norm.valid.sum(axis=1).astype(np.intp)
-        nan_free = all_valid and kind is not None
-        return cls(raw, scores, key, n_present, n_valid, issues, nan_free)
+        return cls(raw, scores, key, n_present, n_valid, issues)
 
     @cached_property
     def unsorted_rows(self) -> I:
@@ -850,15 +597,10 @@ class Ranking:
 
     def ranked(self) -> RankedRows:
         """The rows in the policy's order (see :class:`RankedRows`)."""
-        return RankedRows(self.order, self.ranked_scores(), self.n_valid, self.issues, self.raw)
-
-    @cached_property
-    def nan_rows(self) -> B:
-        """(Q,) True for rows with a candidate whose raw score is NaN (or ``None``)."""
-        if self.nan_free:
-            return np.zeros(self.key.shape[0], dtype=np.bool_)
-        out: B = np.any(np.isnan(self.raw) & ~np.isnan(self.key), axis=1)
-        return out
+        return RankedRows(
+            self.order, self.ranked_scores(), self.n_valid, self.issues, self.raw,
+            self.unsorted_rows,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -866,105 +608,60 @@ class RankedRows:
     """What :class:`EvalArrays` keeps of a ranking: each row's input positions in the
     policy's order (the smallest integer type that holds them), the normalised scores in
     that order (NaN where invalid or padding), the valid scores per row, the score
-    issues, and the raw scores in input order (padded, or kept flat)."""
+    issues, the raw scores in input order (padded, or kept flat) and the rows whose
+    order is not their input order."""
 
     order: NDArray[np.integer[Any]]
     scores: F64
     n_valid: I
     issues: dict[ScoreIssue, int]
     raw: F64 | PaddedRows
+    unsorted: I
+
+    def positions(self, rows: I, cols: NDArray[np.integer[Any]]) -> I:
+        """Where input column ``cols[i]`` of row ``rows[i]`` sits in :attr:`order`; a
+        search only in the :attr:`unsorted` rows, :data:`_CHUNK_CELLS` cells at a time."""
+        pos = cols.astype(np.intp)
+        if self.unsorted.size == 0:
+            return pos
+        moved = np.zeros(self.order.shape[0], dtype=np.bool_)
+        moved[self.unsorted] = True
+        at = np.flatnonzero(moved[rows])
+        step = max(1, _CHUNK_CELLS // max(self.order.shape[1], 1))
+        for lo in range(0, at.size, step):
+            sel = at[lo : lo + step]
+            pos[sel] = np.argmax(self.order[rows[sel]] == cols[sel, None], axis=1)
+        return pos
 
 
 def rank_in_chunks(
-    raw_rows: Callable[[int, int], F64],
-    counts: I,
-    width: int,
-    kind: ScoreKind | None,
-    rrf_k: int,
-    raw: F64 | PaddedRows,
+    raw: F64 | PaddedRows, counts: I, width: int, kind: ScoreKind | None, rrf_k: int
 ) -> RankedRows:
-    """The ranking of the raw scores ``raw_rows(lo, hi)`` (rows ``lo:hi``, NaN-padded to
-    ``width``; row ``i`` holds ``counts[i]`` candidates), computed :data:`_CHUNK_CELLS`
-    cells at a time, so the sort keys and normalisation temporaries never exist for
-    every row at once. Normalisation and its issues are per row, so chunks add up."""
+    """The ranking of the raw scores ``raw`` (row ``i`` holds ``counts[i]`` candidates),
+    computed :data:`_CHUNK_CELLS` cells at a time, so the sort keys and normalisation
+    temporaries never exist for every row at once. Normalisation and its issues are per
+    row, so chunks add up."""
     n_q = counts.size
     order = np.empty((n_q, width), dtype=small_index(np.zeros(0, np.intp), width).dtype)
     scores = np.empty((n_q, width))
     n_valid = np.empty(n_q, dtype=np.intp)
     issues: dict[ScoreIssue, int] = {}
+    unsorted = []
     step = max(1, _CHUNK_CELLS // max(width, 1))
     for lo in range(0, n_q, step):
         hi = min(lo + step, n_q)
         present = np.arange(width)[None, :] < counts[lo:hi, None]
-        part = Ranking.of(raw_rows(lo, hi), present, kind, rrf_k)
+        rows = raw[lo:hi]
+        part = Ranking.of(rows if isinstance(rows, np.ndarray) else rows.dense(), present,
+                          kind, rrf_k)  # fmt: skip
         order[lo:hi] = part.order
         scores[lo:hi] = part.ranked_scores()
         n_valid[lo:hi] = part.n_valid
-        for issue, rows in part.issues.items():
-            issues[issue] = issues.get(issue, 0) + rows
-    return RankedRows(order, scores, n_valid, issues, raw)
-
-
-def assemble_arrays(
-    qids: Sequence[str],
-    kind: ScoreKind | None,
-    prof: Profile,
-    rules: UtilityRules,
-    counts: I,
-    ranked: RankedRows,
-    grades: F64,
-    judged: B,
-    stats: LabelStats,
-    ideal_utilities: F64,
-    candidates: Sequence[Mapping[str, float]],
-    *,
-    distractor: B | None = None,
-    given_utility: F64 | None = None,
-    no_response: F64 | None = None,
-    n_evidence: Sequence[int] | NDArray[np.intp] | None = None,
-) -> EvalArrays:
-    """:class:`EvalArrays` of ranked candidates and their labels (``grades`` and
-    ``judged`` at ranked positions); no distractors, utilities or probabilities unless
-    given."""
-    nan = np.broadcast_to(np.nan, grades.shape)  # read-only, no memory
-    return EvalArrays(
-        qids=tuple(qids),
-        score_kind=kind,
-        profile=prof,
-        rules=rules,
-        n_present=counts,
-        n_valid=ranked.n_valid,
-        grades=grades,
-        judged=judged,
-        distractor=np.zeros(grades.shape, dtype=np.bool_) if distractor is None else distractor,
-        given_utility=nan if given_utility is None else given_utility,
-        no_response=nan if no_response is None else no_response,
-        n_relevant=stats.n_relevant,
-        n_relevant_labelled=stats.n_relevant_labelled,
-        ideal_grades=stats.ideal_grades,
-        ideal_utilities=ideal_utilities,
-        grade_counts=stats.grade_counts,
-        max_grade=stats.max_grade,
-        integer_grades=stats.integer_grades,
-        score_issues=ranked.issues,
-        n_evidence=evidence_counts(grades, rules, n_evidence),
-        _order=ranked.order,
-        _scores=ranked.scores,
-        _raw=ranked.raw,
-        _candidates=candidates,
-    )
-
-
-def ranked_positions(order: NDArray[np.integer[Any]], rows: I, cols: NDArray[np.integer[Any]]) -> I:
-    """Where input column ``cols[i]`` of row ``rows[i]`` sits in the ranking ``order``
-    (``order[r]`` lists row ``r``'s input columns best first; every ``cols[i]`` is in its
-    row), computed :data:`_CHUNK_CELLS` cells at a time."""
-    pos = np.empty(rows.size, dtype=np.intp)
-    step = max(1, _CHUNK_CELLS // max(order.shape[1], 1))
-    for lo in range(0, rows.size, step):
-        sl = slice(lo, lo + step)
-        pos[sl] = np.argmax(order[rows[sl]] == cols[sl, None], axis=1)
-    return pos
+        unsorted.append(part.unsorted_rows + lo)
+        for issue, n in part.issues.items():
+            issues[issue] = issues.get(issue, 0) + n
+    moved = np.concatenate(unsorted) if unsorted else np.zeros(0, np.intp)
+    return RankedRows(order, scores, n_valid, issues, raw, moved)
 
 
 def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.integer[Any]]:
@@ -974,24 +671,6 @@ def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.intege
         if size <= np.iinfo(dtype).max:
             return index.astype(dtype, copy=False)
     return index
-
-
-def evidence_counts(
-    grades: F64, rules: UtilityRules, n_evidence: Sequence[int] | NDArray[np.intp] | None = None
-) -> I:
-    """(Q,) the denominator of evidence recall: each query's candidates graded at or above
-    ``rules.relevant_grade`` (``grades`` is 0 on padding), unless ``n_evidence`` states it.
-
-    Raises:
-        EvalSetError: ``n_evidence`` has not one entry per query.
-    """
-    if n_evidence is None:
-        out: I = (grades >= rules.relevant_grade).sum(axis=1).astype(np.intp)
-        return out
-    evidence = np.asarray(n_evidence, dtype=np.intp)
-    if evidence.shape != (grades.shape[0],):
-        raise EvalSetError(f"n_evidence has {evidence.size} entries for {grades.shape[0]} queries")
-    return evidence
 
 
 @dataclass(frozen=True, eq=False)
@@ -1009,6 +688,14 @@ class LabelStats:
     integer_grades: bool
 
 
+def finite_grades(qids: Sequence[str], lq: I, lgrade: F64) -> None:
+    """Raise :class:`~ragguard.errors.EvalSetError` at the first grade (of row ``lq``)
+    that is not finite."""
+    if not np.isfinite(lgrade).all():
+        bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
+        raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
+
+
 def label_stats(
     qids: Sequence[str], lq: I, lgrade: F64, n_relevant: Sequence[int | None] | None
 ) -> LabelStats:
@@ -1019,9 +706,7 @@ def label_stats(
             not an integer or is below the labelled one.
     """
     n_q = len(qids)
-    if not np.isfinite(lgrade).all():
-        bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
-        raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
+    finite_grades(qids, lq, lgrade)
     # labelled documents per row and grade: column g for grade g in 1..5 (grades above 5
     # in column 5, below 1 in column 0: a grade >= 1 is in columns 1..5)
     col = np.clip(lgrade, 0, 5).astype(np.intp)
@@ -1139,3 +824,321 @@ def check_range(
             f"got {values[i]!r}"
         )
     return values
+
+
+# --------------------------------------------------------------------------- the builder
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRows:
+    """The labels of the evaluated queries as rows.
+
+    Attributes:
+        row: (n,) eval row of each label.
+        grade: (n,) its grade; NaN for a document given only a distractor flag, a
+            utility or a probability.
+        distractor: (n,) whether it is a known distractor, or ``None`` (none is).
+        utility: (n,) its given utility (NaN: none), or ``None``.
+        no_response: (n,) its abstention probability (NaN: none), or ``None``.
+        stated: per eval row, the stated number of relevant documents, or ``None``.
+        maps: per eval row, the grades, utilities and probabilities as mappings, when
+            utilities or probabilities are given (the ideal ranking reads them).
+    """
+
+    row: I
+    grade: F64
+    distractor: B | None = None
+    utility: F64 | None = None
+    no_response: F64 | None = None
+    stated: Sequence[int | None] | None = None
+    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CodedRows:
+    """A run and its labels as integer-coded rows: what :func:`arrays_from_codes`, the
+    one way into :class:`EvalArrays`, reads (from columns or from mappings).
+
+    Attributes:
+        qids: the query ids, one per eval row.
+        crow: (n,) eval row of each candidate, in the run's order within a row.
+        cscore: (n,) its raw score.
+        labels: the labels of the eval rows.
+        hit_cand: a candidate of each hit (a label naming a candidate of its row).
+        hit_label: the label of each hit.
+        candidates: each row's ``{doc_id: score}``, for :meth:`EvalArrays.doc_ids`.
+    """
+
+    qids: Sequence[str]
+    crow: I
+    cscore: F64
+    labels: LabelRows
+    hit_cand: I
+    hit_label: I
+    candidates: Sequence[Mapping[str, float]]
+
+
+def arrays_from_codes(
+    coded: CodedRows,
+    *,
+    score_kind: ScoreKind | str | None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+    rrf_k: int = 60,
+    n_evidence: Sequence[int] | I | None = None,
+) -> EvalArrays:
+    """:class:`EvalArrays` of integer-coded rows: each row's candidates ranked (in
+    chunks), the labels of the hits placed at their ranked positions, the label
+    statistics of every label.
+
+    ``n_evidence``: per row, the number of relevant candidates evidence recall divides
+    by (default: counted among the row's candidates); a sub-list of a longer list (the
+    reranked top-n) passes the full list's count.
+
+    Raises:
+        EvalSetError: a grade that is not finite, a stated number of relevant documents
+            that is not an integer or is below the labelled one, or ``n_evidence`` not
+            one per row.
+    """
+    qids, crow, cscore, labels = coded.qids, coded.crow, coded.cscore, coded.labels
+    hit_cand, hit_label = coded.hit_cand, coded.hit_label
+    n_q = len(qids)
+    prof = as_profile(profile)
+    rules = rules_of(prof, rules)
+    kind = None if score_kind is None else ScoreKind(score_kind)
+    if crow.size > 1 and bool((crow[1:] < crow[:-1]).any()):
+        o = np.argsort(crow, kind="stable")
+        crow, cscore = crow[o], cscore[o]
+        moved = np.empty(o.size, dtype=np.intp)
+        moved[o] = np.arange(o.size, dtype=np.intp)
+        hit_cand = moved[hit_cand]
+    counts = np.diff(np.searchsorted(crow, np.arange(n_q + 1))).astype(np.intp)
+    width = int(counts.max()) if n_q else 0
+    starts = np.zeros(n_q, dtype=np.intp)
+    np.cumsum(counts[:-1], out=starts[1:])
+    if crow.size == n_q * width:  # every row full: the scores as they are, no copy
+        raw: F64 | PaddedRows = np.ascontiguousarray(cscore, dtype=np.float64).reshape(n_q, width)
+    else:  # kept flat; each chunk of rows padded while it is ranked
+        raw = PaddedRows(np.asarray(cscore, dtype=np.float64), counts, width)
+    ranked = rank_in_chunks(raw, counts, width, kind, rrf_k)
+
+    hrow = crow.take(hit_cand)
+    hpos = ranked.positions(hrow, hit_cand - starts.take(hrow))
+    lgrade = labels.grade
+    graded = ~np.isnan(lgrade)
+    all_graded = bool(graded.all())
+    cell = hrow * width + hpos
+    on = slice(None) if all_graded else graded[hit_label]
+    grades = np.zeros((n_q, width))
+    grades.ravel()[cell[on]] = lgrade.take(hit_label[on])
+    judged = np.zeros((n_q, width), dtype=np.bool_)
+    judged.ravel()[cell[on]] = True
+
+    def at_hits(values: NDArray[Any] | None, empty: Any) -> NDArray[Any]:
+        if values is None:  # read-only, no memory
+            return np.broadcast_to(np.asarray(empty), (n_q, width))
+        out = np.full((n_q, width), empty, dtype=values.dtype)
+        v = values[hit_label]
+        sel = v if v.dtype == np.bool_ else ~np.isnan(v)
+        out.ravel()[cell[sel]] = v[sel]
+        return out
+
+    distractor = np.zeros((n_q, width), dtype=np.bool_)
+    if labels.distractor is not None:
+        distractor = at_hits(labels.distractor, False)
+    lrow = labels.row if all_graded else labels.row[graded]
+    stats = label_stats(qids, lrow, lgrade if all_graded else lgrade[graded], labels.stated)
+    label_grades, utilities, no_response = labels.maps or ((), None, None)
+    evidence = (grades >= rules.relevant_grade).sum(axis=1).astype(np.intp)
+    if n_evidence is not None:
+        evidence = np.asarray(n_evidence, dtype=np.intp)
+        if evidence.shape != (n_q,):
+            raise EvalSetError(f"n_evidence has {evidence.size} entries for {n_q} queries")
+    return EvalArrays(
+        qids=tuple(qids),
+        score_kind=kind,
+        profile=prof,
+        rules=rules,
+        n_present=counts,
+        n_valid=ranked.n_valid,
+        grades=grades,
+        judged=judged,
+        distractor=distractor,
+        given_utility=at_hits(labels.utility, np.nan),
+        no_response=at_hits(labels.no_response, np.nan),
+        n_relevant=stats.n_relevant,
+        n_relevant_labelled=stats.n_relevant_labelled,
+        ideal_grades=stats.ideal_grades,
+        ideal_utilities=ideal_label_utilities(
+            qids, label_grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
+        ),
+        grade_counts=stats.grade_counts,
+        max_grade=stats.max_grade,
+        integer_grades=stats.integer_grades,
+        score_issues=ranked.issues,
+        n_evidence=evidence,
+        _order=ranked.order,
+        _scores=ranked.scores,
+        _raw=ranked.raw,
+        _candidates=coded.candidates,
+    )
+
+
+def _hits(
+    candidates: Sequence[Mapping[str, float]],
+    docs: Sequence[Collection[str]],
+    lrow: I,
+    score: F64 | None,
+    cscore: F64,
+    counts: I,
+) -> tuple[I, I]:
+    """(label, candidate) of each label naming a candidate of its row, from ``score``,
+    each label's candidate's score (NaN: absent, or no score): the candidate is the one
+    of its row with that score, found by a binary search in a row whose scores fall (as
+    a run lists them, best first), by comparison in another; a dictionary of the row's
+    ids decides where a score is tied or NaN."""
+    if score is None:
+        return lrow[:0], lrow[:0]
+    width = int(counts.max()) if counts.size else 0
+    starts = np.cumsum(counts) - counts
+    hits = np.flatnonzero(~np.isnan(score))
+    hrow, hscore = lrow.take(hits), score.take(hits)  # (take: faster than [] on 1-d)
+    at = starts.take(hrow)
+    pos, last = at.copy(), at + counts.take(hrow) - 1  # a probe past a row's end reads its last
+    probe, value, above = np.empty_like(pos), np.empty(hits.size), np.empty(hits.size, np.bool_)
+    up = np.empty_like(pos)
+    step = 1 << max(width.bit_length() - 1, 0)
+    while step and width:  # in a falling row, the column of a score: how many are above it
+        np.minimum(np.add(pos, step - 1, out=probe), last, out=probe)
+        np.greater(np.take(cscore, probe, out=value, mode="clip"), hscore, out=above)
+        pos += np.multiply(above, step, out=up)
+        step >>= 1
+    col = pos - at
+    # per row: how many steps fall (NaN compares False) and how many scores are NaN
+    falls = np.concatenate(([0], np.cumsum(cscore[1:] < cscore[:-1])))
+    last = np.maximum(starts + counts - 1, 0)
+    falling = falls[last] - falls[np.minimum(starts, last)] == np.maximum(counts - 1, 0)
+    nan_rows = np.zeros(counts.size, dtype=np.bool_)
+    if np.isnan(cscore).any():
+        nan_rows = np.bincount(np.repeat(np.arange(counts.size), counts), np.isnan(cscore),
+                               minlength=counts.size) > 0  # fmt: skip
+    check = np.flatnonzero(~falling.take(hrow))
+    tied = np.zeros(hits.size, dtype=np.bool_)
+    if check.size:  # rows not falling: compare with each score of the row
+        raw = np.full((counts.size, width), np.nan)
+        raw[np.arange(width)[None, :] < counts[:, None]] = cscore
+        step = max(1, _CHUNK_CELLS // max(width, 1))
+        for lo in range(0, check.size, step):
+            sel = check[lo : lo + step]
+            same = raw[hrow[sel]] == hscore[sel, None]
+            col[sel] = np.argmax(same, axis=1)
+            tied[sel] = np.count_nonzero(same, axis=1) > 1
+    unsure = np.concatenate((hits[tied], np.flatnonzero(np.isnan(score) & nan_rows[lrow])))
+    if unsure.size:  # tied or NaN scores: the row's ids decide
+        n_labels = np.bincount(lrow, minlength=counts.size)
+        first = np.cumsum(n_labels) - n_labels
+        where: dict[int, tuple[list[str], dict[str, int]]] = {}
+        pos = np.full(unsure.size, -1, dtype=np.intp)
+        for i, (row, label) in enumerate(zip(lrow[unsure].tolist(), unsure.tolist(), strict=True)):
+            if row not in where:
+                where[row] = list(docs[row]), {d: j for j, d in enumerate(candidates[row])}
+            ids, index = where[row]
+            pos[i] = index.get(ids[label - first[row]], -1)
+        keep = pos >= 0
+        both = np.concatenate((hits[~tied], unsure[keep]))
+        order = np.argsort(both, kind="stable")
+        hits, col = both[order], np.concatenate((col[~tied], pos[keep]))[order]
+        hrow = lrow[hits]
+    return hits, starts.take(hrow) + col
+
+
+def build_arrays(
+    qids: Sequence[str],
+    candidates: Sequence[Mapping[str, float]],
+    grades: Sequence[Mapping[str, float]],
+    *,
+    score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
+    distractors: Sequence[Collection[str]] | None = None,
+    utilities: Sequence[Mapping[str, float]] | None = None,
+    no_response: Sequence[Mapping[str, float]] | None = None,
+    n_relevant: Sequence[int | None] | None = None,
+    profile: Profile | str | None = None,
+    rules: UtilityRules | None = None,
+    rrf_k: int = 60,
+    n_evidence: Sequence[int] | I | None = None,
+) -> EvalArrays:
+    """:class:`EvalArrays` of one run and its labels given per query as mappings (see
+    the module docstring): coded rows for :func:`arrays_from_codes`, the labels found
+    among the candidates by one C-level dictionary lookup each.
+
+    All sequences are parallel to ``qids``; nothing passed in is modified.
+
+    Args:
+        qids: query ids, one per row.
+        candidates: per query, document id -> raw score, in the run's order (NaN for a
+            candidate without a score). An empty mapping is a query with no candidates.
+        grades: per query, document id -> label grade (judged documents, retrieved or
+            not).
+        score_kind: what the raw scores are; ``None`` keeps the run's order.
+        distractors: per query, ids of known distractors.
+        utilities: per query, document id -> utility given in the data, in [-1, 1].
+        no_response: per query, document id -> abstention probability, in [0, 1].
+        n_relevant: per query, the stated number of relevant documents, or ``None``.
+        profile: tolerance profile for the label rules (default ``support``).
+        rules: which grades are relevant / partially relevant.
+        rrf_k: the RRF constant, for ``score_kind="rrf"``.
+        n_evidence: per query, the number of relevant candidates evidence recall
+            divides by (see :func:`arrays_from_codes`).
+
+    Raises:
+        EvalSetError: a score, grade, utility or probability is not a number or out of
+            range, or a stated number of relevant documents is below the labelled one.
+    """
+    n_q = len(qids)
+    given = {"distractors": distractors, "utilities": utilities, "no_response": no_response}
+    for name, seq in {"candidates": candidates, "grades": grades, **given,
+                      "n_relevant": n_relevant}.items():  # fmt: skip
+        if seq is not None and len(seq) != n_q:
+            raise EvalSetError(f"{name} has {len(seq)} entries for {n_q} queries")
+    counts = np.fromiter(map(len, candidates), np.intp, count=n_q)
+    cscore = _flat_floats(candidates, "score", qids, counts)
+    n_graded = np.fromiter(map(len, grades), np.intp, count=n_q)
+    lgrade = _flat_floats(grades, "grade", qids, n_graded)
+    lrow = np.repeat(np.arange(n_q, dtype=np.intp), n_graded)
+    finite_grades(qids, lrow, lgrade)
+    if utilities is not None:
+        check_range(qids, utilities, "utility", -1.0, 1.0)
+    if no_response is not None:
+        check_range(qids, no_response, "no-response probability", 0.0, 1.0)
+    extra = [m for m in given.values() if m is not None and any(m)]
+    docs: Sequence[Collection[str]] = grades  # per row: graded ids, then the others
+    if extra:
+        docs = [list(dict.fromkeys(chain(*row))) for row in zip(grades, *extra, strict=True)]
+        n_labels = np.fromiter(map(len, docs), np.intp, count=n_q)
+        lrow = np.repeat(np.arange(n_q, dtype=np.intp), n_labels)
+        graded = np.arange(lrow.size) - (np.cumsum(n_labels) - n_labels)[lrow] < n_graded[lrow]
+        lgrade, flat = np.where(graded, 0.0, np.nan), lgrade
+        lgrade[graded] = flat
+
+    def per_label(maps: Sequence[Any] | None, value: Callable[[Any], Any]) -> Any:
+        if maps is None or not any(maps):
+            return None
+        values = chain.from_iterable(map(map, map(value, maps), docs))  # None -> NaN
+        return np.fromiter(values, np.float64, count=lrow.size)
+
+    score = per_label(candidates, attrgetter("get"))
+    hit_label, hit_cand = _hits(candidates, docs, lrow, score, cscore, counts)
+    flags = per_label(distractors, attrgetter("__contains__"))
+    util = per_label(utilities, attrgetter("get"))
+    p_no = per_label(no_response, attrgetter("get"))
+    maps = None
+    if util is not None or p_no is not None:
+        maps = (grades, utilities or [{}] * n_q, no_response or [{}] * n_q)
+    labels = LabelRows(lrow, lgrade, None if flags is None else flags.astype(np.bool_), util,
+                       p_no, n_relevant, maps)  # fmt: skip
+    crow = np.repeat(np.arange(n_q, dtype=np.intp), counts)
+    coded = CodedRows(qids, crow, cscore, labels, hit_cand, hit_label, candidates)
+    return arrays_from_codes(
+        coded, score_kind=score_kind, profile=profile, rules=rules, rrf_k=rrf_k,
+        n_evidence=n_evidence,
+    )  # fmt: skip

@@ -1,17 +1,11 @@
 """The one storage of an eval set: labels and runs as columns.
 
-A reader (:mod:`ragguard.calibration.data.formats`) gives :class:`Pairs`: (query,
-document, value) rows with int32 query codes, document ids in a pyarrow string array
-(interned, or one per row as read: a TREC run's 10 million ids are never hashed into a
-dictionary), float64 values and, where they are not the row numbers, lines.
-:class:`ColumnarLabels` and :class:`ColumnarCandidates` are read-only mappings over them
-that build one query's :class:`~ragguard.calibration.data.records.Labels` or dict only
-when asked; :func:`arrays_from_columnar` is the one way into
-:class:`~ragguard.calibration.data.arrays.EvalArrays` (labels joined to candidates by an Arrow
-hash join, :func:`label_hits`), and :func:`fingerprint` hashes the data. The helpers the
-readers share (:func:`encode_ids`, :func:`repeated_rows`, :func:`repeat_events`,
-:func:`missing_ids`, ...) are listed in ``__all__``; this module imports no reader, nor
-:mod:`ragguard.calibration.data.evalset`.
+Readers give :class:`Pairs` ((query, document, value) rows: int32 query codes, document
+ids in a pyarrow string array, float64 values); :class:`ColumnarLabels` and
+:class:`ColumnarCandidates` are read-only mappings over them that build one query's
+record only when asked. :func:`arrays_from_columnar` codes them for the one
+:class:`~ragguard.calibration.data.arrays.EvalArrays` builder, and :func:`fingerprint` hashes
+them. This module imports no reader.
 """
 
 from __future__ import annotations
@@ -19,30 +13,27 @@ from __future__ import annotations
 import importlib
 import math
 from array import array
-from collections.abc import Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._optional import require
 from ragguard.calibration.data.arrays import (
+    CodedRows,
     EvalArrays,
-    PaddedRows,
-    assemble_arrays,
+    LabelRows,
+    arrays_from_codes,
     check_range,
-    ideal_label_utilities,
-    label_stats,
-    rank_in_chunks,
-    ranked_positions,
 )
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE, Labels, Query
 from ragguard.calibration.data.texts import Texts
-from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
+from ragguard.calibration.data.utility import UtilityRules
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
@@ -50,11 +41,10 @@ from ragguard.scores import ScoreKind
 __all__ = [
     "ColumnarCandidates",
     "ColumnarLabels",
-    "ColumnarQueries",
     "ColumnarRead",
     "CorpusIds",
+    "KeyView",
     "LabelColumns",
-    "LabelRows",
     "Pairs",
     "RunColumns",
     "Vocab",
@@ -65,6 +55,7 @@ __all__ = [
     "fingerprint",
     "missing_ids",
     "pyarrow",
+    "query_view",
     "repeat_events",
     "repeated_rows",
     "report_events",
@@ -74,6 +65,7 @@ __all__ = [
     "without_rows",
 ]
 
+V = TypeVar("V")
 F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
 
@@ -196,22 +188,18 @@ class Pairs:
     """(query, document, value) rows with interned query ids, in file order, repeats
     removed.
 
-    Document ids are either interned (``docs`` holds each id once, ``d`` the code of each
-    row: labels, JSON-lines files, tables) or kept as read (``d`` is ``None``: ``docs`` is
-    the file's document column, row ``i``'s id at ``docs[i]``). A TREC run is read the
-    second way: its ids are not hashed into one dictionary (of millions of entries);
-    equal ids are found per query (:func:`doc_keys`) and joined to the labels by text
-    (:func:`label_hits`).
+    Document ids are interned (``d`` the code of each row in ``docs``) or, for a TREC
+    run, kept as read (``d`` is ``None``: row ``i``'s id is ``docs[i]``), so millions of
+    ids are never hashed into one dictionary.
 
     Attributes:
-        qids: query ids, in order of first appearance (a list).
+        qids: query ids, in order of first appearance.
         docs: document ids (a pyarrow string array, chunked or not).
         q: (n,) int32 query code of each row.
-        d: (n,) int32 position of each row's id in ``docs``, or ``None`` (row ``i``:
-            ``docs[i]``).
+        d: (n,) int32 position of each row's id in ``docs``, or ``None``.
         value: (n,) float64 score or grade of each row.
-        line: 1-based line of each row (see :class:`Lines`), or ``None`` when row ``i``
-            is line ``i+1``.
+        line: 1-based line of each row (see :class:`Lines`), or ``None`` (row ``i``:
+            line ``i + 1``).
         source: the file read.
     """
 
@@ -400,25 +388,8 @@ class ColumnarCandidates(_ByQuery):
 
     def first_lines(self) -> Mapping[str, int]:
         """Query id -> line of its first candidate."""
-        return _FirstLines(self)
-
-
-class _FirstLines(Mapping[str, int]):
-    def __init__(self, cands: ColumnarCandidates) -> None:
-        self.cands = cands
-
-    def __getitem__(self, qid: str) -> int:
-        code = self.cands.code(qid)
-        if code is None:
-            raise KeyError(qid)
-        rows = self.cands.pairs.rows_of(code)
-        return int(self.cands.pairs.line_of(rows[:1])[0])
-
-    def __len__(self) -> int:
-        return len(self.cands)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.cands)
+        p = self.pairs
+        return KeyView(self, lambda q: int(p.line_of(p.rows_of(self._index[q])[:1])[0]))
 
 
 class ColumnarLabels(_ByQuery):
@@ -523,20 +494,18 @@ class ColumnarLabels(_ByQuery):
         return {k: (p.source, lines[c]) for k, c in zip(self._keys, self.codes, strict=True)}
 
 
-class ColumnarQueries(Mapping[str, "Query"]):
-    """``{query_id: Query}`` for the queries of some labels, with their text where
-    ``texts`` has one."""
+class KeyView(Mapping[str, V]):
+    """A read-only mapping over the keys of ``keys``, each value built by ``value`` when
+    asked for (no per-key object is kept)."""
 
-    def __init__(
-        self, keys: Mapping[str, object], texts: Mapping[str, str | None] | None = None
-    ) -> None:
+    def __init__(self, keys: Mapping[str, object], value: Callable[[str], V]) -> None:
         self._keys = keys
-        self._texts = texts or {}
+        self._value = value
 
-    def __getitem__(self, qid: str) -> Query:
-        if qid not in self._keys:
-            raise KeyError(qid)
-        return Query(qid, self._texts.get(qid))
+    def __getitem__(self, key: str) -> V:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._value(key)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -544,8 +513,17 @@ class ColumnarQueries(Mapping[str, "Query"]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
-    def __contains__(self, qid: object) -> bool:
-        return qid in self._keys
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+
+def query_view(
+    keys: Mapping[str, object], texts: Mapping[str, str | None] | None = None
+) -> KeyView[Query]:
+    """``{query_id: Query}`` for the queries of ``keys``, with their text where ``texts``
+    has one."""
+    found = texts or {}
+    return KeyView(keys, lambda q: Query(q, found.get(q)))
 
 
 # --------------------------------------------------------------------------- reading
@@ -798,8 +776,9 @@ def arrays_from_columnar(
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
 ) -> EvalArrays:
-    """:class:`EvalArrays` of a run and labels read column-wise (as
-    :func:`~ragguard.calibration.data.arrays.build_arrays` gives for the same data)."""
+    """:class:`EvalArrays` of a run and labels read column-wise: coded rows (labels
+    joined to candidates by :func:`label_hits`) for
+    :func:`~ragguard.calibration.data.arrays.arrays_from_codes`."""
     rp, lp = run.pairs, labels.pairs
     crow = _rows(qids, run)[rp.q]
     lrow = _rows(qids, labels)[lp.q]
@@ -815,42 +794,9 @@ def arrays_from_columnar(
     if not bool(lm.all()):
         new_label = np.cumsum(lm) - 1
         hit_label = new_label[hit_label]  # hits are only in evaluated rows
-    return arrays_from_codes(
-        qids,
-        crow,
-        cscore,
-        _label_rows(qids, labels, lrow, lm),
-        hit_cand,
-        hit_label,
-        candidates=_RowCandidates(run, qids),
-        score_kind=score_kind,
-        profile=profile,
-        rules=rules,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class LabelRows:
-    """The labels of the evaluated queries as rows, for :func:`arrays_from_codes`.
-
-    Attributes:
-        row: (n,) eval row of each label.
-        grade: (n,) its grade; NaN for a document given only a utility or a probability.
-        distractor: (n,) whether it is a known distractor, or ``None`` (none is).
-        utility: (n,) its given utility (NaN: none), or ``None``.
-        no_response: (n,) its abstention probability (NaN: none), or ``None``.
-        stated: per eval row, the stated number of relevant documents, or ``None``.
-        maps: per eval row, the grades, utilities and probabilities as mappings, when
-            utilities or probabilities are given (the ideal ranking reads them).
-    """
-
-    row: NDArray[np.intp]
-    grade: F64
-    distractor: NDArray[np.bool_] | None = None
-    utility: F64 | None = None
-    no_response: F64 | None = None
-    stated: list[int | None] | None = None
-    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
+    coded = CodedRows(qids, crow, cscore, _label_rows(qids, labels, lrow, lm), hit_cand,
+                      hit_label, _RowCandidates(run, qids))  # fmt: skip
+    return arrays_from_codes(coded, score_kind=score_kind, profile=profile, rules=rules)
 
 
 def _label_rows(
@@ -904,98 +850,6 @@ def label_hits(
     del joined, left
     pa.default_memory_pool().release_unused()
     return cand, lab
-
-
-def arrays_from_codes(
-    qids: Sequence[str],
-    crow: NDArray[np.intp],
-    cscore: F64,
-    labels: LabelRows,
-    hit_cand: NDArray[np.intp],
-    hit_label: NDArray[np.intp],
-    *,
-    candidates: Sequence[Mapping[str, float]],
-    score_kind: ScoreKind | str | None,
-    profile: Profile | str | None = None,
-    rules: UtilityRules | None = None,
-    rrf_k: int = 60,
-) -> EvalArrays:
-    """:class:`EvalArrays` from integer-coded rows.
-
-    Candidates: eval row ``crow`` and raw score ``cscore``, in the run's order within
-    each row. Labels: :class:`LabelRows`. ``hit_cand[i]`` and ``hit_label[i]`` are a
-    candidate and the label of its document. ``candidates`` gives each row's
-    ``{doc_id: score}`` for :meth:`EvalArrays.doc_ids`.
-
-    Raises:
-        EvalSetError: a stated number of relevant documents below the labelled one (as
-            :func:`build_arrays`; utilities and probabilities were checked when the
-            labels became columns).
-    """
-    n_q = len(qids)
-    prof = as_profile(profile)
-    rules = rules_of(prof, rules)
-    kind = None if score_kind is None else ScoreKind(score_kind)
-    if crow.size > 1 and bool((crow[1:] < crow[:-1]).any()):
-        o = np.argsort(crow, kind="stable")
-        crow, cscore = crow[o], cscore[o]
-        moved = np.empty(o.size, dtype=np.intp)
-        moved[o] = np.arange(o.size, dtype=np.intp)
-        hit_cand = moved[hit_cand]
-    counts = np.bincount(crow, minlength=n_q).astype(np.intp)
-    width = int(counts.max()) if n_q else 0
-    starts = np.zeros(n_q, dtype=np.intp)
-    np.cumsum(counts[:-1], out=starts[1:])
-    if crow.size == n_q * width:  # every row full: the scores as they are, no copy
-        raw: F64 | PaddedRows = np.ascontiguousarray(cscore, dtype=np.float64).reshape(n_q, width)
-    else:  # kept flat; each chunk of rows padded while it is ranked
-        raw = PaddedRows(np.asarray(cscore, dtype=np.float64), counts, width)
-    padded = raw
-
-    def raw_rows(lo: int, hi: int) -> F64:
-        return padded[lo:hi] if isinstance(padded, np.ndarray) else padded[lo:hi].dense()
-
-    ranked = rank_in_chunks(raw_rows, counts, width, kind, rrf_k, raw)
-
-    # ranked position of each hit: where its input column sits in its row's order
-    hrow = crow[hit_cand]
-    hcol = (hit_cand - starts[hrow]).astype(ranked.order.dtype)
-    hpos = ranked_positions(ranked.order, hrow, hcol)
-    lgrade = labels.grade
-    graded = ~np.isnan(lgrade)
-    all_graded = bool(graded.all())
-    on = slice(None) if all_graded else graded[hit_label]
-    g = np.zeros((n_q, width))
-    g[hrow[on], hpos[on]] = lgrade[hit_label[on]]
-    judged = np.zeros((n_q, width), dtype=np.bool_)
-    judged[hrow[on], hpos[on]] = True
-
-    def at_hits(values: NDArray[Any] | None, empty: Any) -> NDArray[Any] | None:
-        if values is None:
-            return None
-        out = np.full((n_q, width), empty, dtype=values.dtype)
-        v = values[hit_label]
-        sel = v if v.dtype == np.bool_ else ~np.isnan(v)
-        out[hrow[sel], hpos[sel]] = v[sel]
-        return out
-
-    distractor = at_hits(labels.distractor, False)
-    lrow = labels.row if all_graded else labels.row[graded]
-    stats = label_stats(qids, lrow, lgrade if all_graded else lgrade[graded], labels.stated)
-    if labels.maps is None:
-        ideal_u = ideal_label_utilities(
-            qids, (), stats.ideal_grades, None, None, stats.extra_rows, rules
-        )
-    else:
-        grades, utilities, no_response = labels.maps
-        ideal_u = ideal_label_utilities(
-            qids, grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
-        )
-    return assemble_arrays(
-        qids, kind, prof, rules, counts, ranked, g, judged, stats, ideal_u, candidates,
-        distractor=distractor, given_utility=at_hits(labels.utility, np.nan),
-        no_response=at_hits(labels.no_response, np.nan),
-    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- fingerprint

@@ -114,9 +114,10 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
-    ColumnarQueries,
     ColumnarRead,
+    KeyView,
     arrays_from_columnar,
+    query_view,
 )
 from ragguard.calibration.data.formats import trec as _trec
 from ragguard.calibration.data.formats.beir import read_beir
@@ -304,12 +305,7 @@ class EvalSet:
             labels = ColumnarLabels(read)
         else:
             labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
-        query_texts = queries or {}
-        qs: Mapping[str, Query] = (
-            ColumnarQueries(labels)
-            if queries is None and isinstance(labels, ColumnarLabels)
-            else {qid: Query(qid, query_texts.get(qid)) for qid in labels}
-        )
+        qs = query_view(labels, dict(queries) if queries else None)  # a copy: never read through
         built: dict[str, Run] = {}
         for name, run in (runs or {}).items():
             kind = (
@@ -435,7 +431,7 @@ def _labels_from_dicts(
 def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """A read-only copy of ``data``; mappings read column-wise are read-only already and
     stay columnar (copying them would build every query's dict)."""
-    if isinstance(data, ColumnarQueries):
+    if isinstance(data, KeyView):
         return data
     return MappingProxyType(dict(data))
 

@@ -1,21 +1,13 @@
-"""BEIR folders read column-wise.
+"""BEIR folders read column-wise (:func:`read_beir`).
 
-**A BEIR folder** has one reader, :func:`read_beir`. ``qrels/<split>.tsv`` and
-``distractors.tsv`` are read by :func:`~ragguard.calibration.data.formats.delimited.read_fields`
-(integer-coded ids, like TREC files). ``corpus.jsonl`` and ``queries.jsonl`` are read
-block by block by pyarrow's JSON reader with an explicit schema (``_id``, ``text``,
-``title``; every other field skipped): a corpus's ids, texts and titles stay Arrow
-string arrays (:mod:`ragguard.calibration.data.texts` builds Python strings of the texts only
-when asked; with ``texts=False`` only the ids are kept). A block pyarrow does not read
-as Python's json would (a line that is not one JSON object on its own line, a lone
-``\r``, a bare ``Inf`` / ``-NaN``, text that is not UTF-8, a value of another type than
-a string, a repeated key, a lone surrogate escape), or whose ids are missing, ``null`` or
-empty, is walked line by line with Python's json (:func:`_diagnose`): the first bad line
-raises :class:`~ragguard.errors.EvalSetError` naming file, line and field (malformed
-JSON, not an object, a missing, empty or non-string id, a text that is not a string);
-when none is bad, the block's values are those Python reads (an integer id as its
-decimal text, the last of a repeated key, a title that is not a string ignored). The
-walk is a diagnosis of one block, not a second reader.
+``qrels/<split>.tsv`` and ``distractors.tsv`` are read by
+:func:`~ragguard.calibration.data.formats.delimited.read_fields`; ``corpus.jsonl`` and
+``queries.jsonl`` block by block by pyarrow's JSON reader with an explicit schema (``_id``,
+``text``, ``title``), the corpus staying Arrow arrays. A block pyarrow may read otherwise
+than Python's json (a lone ``\r``, a bare ``Inf``, a line that is not one object, text
+that is not UTF-8, a repeated key, ...) or with missing ids is walked line by line with
+Python's json (:func:`_diagnose`): the first bad line raises naming file, line and field;
+when none is bad, the values are Python's. The walk is a diagnosis, not a second reader.
 """
 
 from __future__ import annotations
@@ -30,7 +22,6 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.data.columns import (
     ColumnarLabels,
-    ColumnarQueries,
     ColumnarRead,
     CorpusIds,
     Event,
@@ -40,6 +31,7 @@ from ragguard.calibration.data.columns import (
     encode_ids,
     missing_ids,
     pyarrow,
+    query_view,
     repeat_events,
     repeated_rows,
     report_events,
@@ -51,7 +43,7 @@ from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
     BEIR_HEADERS,
     BEIR_QRELS,
-    json_id,
+    Where,
     json_line,
 )
 from ragguard.calibration.data.formats.delimited import Fields, read_fields, split_tsv
@@ -258,7 +250,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
     del fields
     report_events(events, rep, str(qrels_path))
     labels = _with_distractors(pairs, path / BEIR_DISTRACTORS, rep)
-    queries = ColumnarQueries(labels, query_texts)
+    queries = query_view(labels, query_texts)
     return ColumnarRead(queries, labels, labels.label_lines(), {}, corpus, passages)
 
 
@@ -280,9 +272,9 @@ Row = tuple[str, str | None, str | None]
 
 def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     """The id, text and title of one line of ``corpus.jsonl`` as Python's json read it:
-    an id (:func:`~ragguard.calibration.data.formats.common.json_id`), a text that is a string or
+    an id (:meth:`~ragguard.calibration.data.formats.common.Where.id`), a text that is a string or
     missing or ``null``, a title that is kept when it is a string."""
-    doc = json_id(obj.get("_id"), path, line, "_id")
+    doc = Where(path, line).id(obj.get("_id"), "_id")
     corpus_text(obj, path, line, required=False)  # raises on a text that is not a string
     title = obj.get("title")
     return doc, obj.get("text"), title if isinstance(title, str) else None
@@ -296,7 +288,7 @@ def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
         raise EvalSetError(
             f"must be a string, got {type(text).__name__}", path=str(path), line=line, field="text"
         )
-    return json_id(obj.get("_id"), path, line, "_id"), text, None
+    return Where(path, line).id(obj.get("_id"), "_id"), text, None
 
 
 def _json_file(

@@ -27,7 +27,7 @@ __all__ = [
     "Layout",
     "Where",
     "first_content",
-    "json_id",
+    "json_file_error",
     "json_line",
     "json_where",
     "open_text",
@@ -177,16 +177,6 @@ def json_line(text: str, path: Path, line: int) -> Any:
         ) from None
 
 
-def json_id(value: object, path: Path, line: int, fld: str) -> str:
-    """An id read from JSON: a non-empty string, or an integer as its decimal text.
-
-    Raises:
-        EvalSetError: a missing (``None``) or empty id, or one of another type (a
-            boolean, a float, a list...), naming file, line and field.
-    """
-    return Where(path, line).id(value, fld)
-
-
 def json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
     """The line (1-based, within the text decoded) of a JSON error and ``column N``,
     with ``the end of the <what>`` when the text ends there (it was cut short): such an
@@ -198,6 +188,12 @@ def json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
     line_start = text.rfind("\n", 0, pos) + 1
     column = f"column {pos - line_start + 1}"
     return line, f"{column}, the end of the {what}" if pos >= end else column
+
+
+def json_file_error(exc: json.JSONDecodeError, path: Path) -> EvalSetError:
+    """The error of malformed JSON in a whole file, naming its line and column."""
+    line, column = json_where(exc, "file")
+    return EvalSetError(f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line)
 
 
 def _add_candidate(
@@ -249,10 +245,7 @@ def read_json_run(
     try:
         data = json.loads("".join(open_text(path)))
     except json.JSONDecodeError as exc:
-        line, column = json_where(exc, "file")
-        raise EvalSetError(
-            f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line
-        ) from None
+        raise json_file_error(exc, path) from None
     if not isinstance(data, dict):
         at.fail("a JSON run is an object {query_id: {doc_id: score}}")
     cands: Candidates = {}

@@ -1,24 +1,14 @@
 """Whitespace- or tab-separated text files (TREC qrels and runs, BEIR's TSV files): the
 one reader, column-wise.
 
-A file whose fields are separated by single spaces (the usual run) is read by pyarrow's
-multi-threaded CSV reader with the space as delimiter and typed columns; any other file
-by pyarrow's streaming CSV reader, one line per row, trimmed, split into fields and cast
-by pyarrow's compute kernels, block by block. A block holding whitespace ``str.split()``
-knows besides spaces and tabs (``\\x1f``, no-break and other Unicode spaces) is trimmed
-and split by Python, so a line splits as Python splits it.
-
-A block that does not pass the column-wise checks (a line with the wrong number of
-fields, a value pyarrow does not parse, a grade out of range) is walked row by row, in
-the order of its lines: the first bad line raises
-:class:`~ragguard.errors.EvalSetError` naming file, line and field, the message the
-format's :class:`~ragguard.calibration.data.formats.common.Layout` gives. When no line is bad
-(pyarrow rejected a number Python reads, such as ``1_000`` or ``Infinity``), the block's
-values are those Python reads. Text that is not UTF-8 is named by its line the same way.
-This walk is a diagnosis of one block, not a second reader: every file is read here.
-
-pyarrow is a requirement of calibration (the ``calibrate`` extra), never of the runtime
-guard.
+A file of fields joined by single spaces (the usual run) is read by pyarrow's
+multi-threaded CSV reader with typed columns; any other by its streaming reader, one line
+a row, split and cast by pyarrow's kernels block by block (a block holding whitespace
+only ``str.split()`` knows is split by Python). A block that fails a column-wise check is
+walked row by row (:func:`_diagnose`): the first bad line raises
+:class:`~ragguard.errors.EvalSetError` naming file, line and field; when none is bad
+(a number only Python reads, such as ``1_000``), the values are Python's. The walk is a
+diagnosis of one block, not a second reader.
 """
 
 from __future__ import annotations

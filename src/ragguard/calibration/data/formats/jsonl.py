@@ -1,15 +1,10 @@
-"""ragguard's JSONL eval sets (one JSON object per line, see
-:mod:`ragguard.calibration.data.evalset`): the one reader.
+"""ragguard's JSONL eval sets (see :mod:`ragguard.calibration.data.evalset`): the one reader.
 
-Each line is parsed by Python's ``json`` (which reads every shape the format allows: a
-``relevant`` list or ``{id: grade}`` object, ``NaN`` scores, integer ids) and its labels
-and candidates go straight into columns (:class:`~ragguard.calibration.data.columns.
-LabelColumns`, :class:`~ragguard.calibration.data.columns.RunColumns`): no per-query dict
-is kept, and every 65,536 rows become Arrow arrays. A line's candidates are checked as
-one list (every one an object with a non-empty string id, a number or null score, known
-fields, no repeated id); a list that fails the check is walked candidate by candidate,
-which names the field at fault, reports repeated ids and reads integer ids and bare-id
-candidates as Python reads them.
+Each line is parsed by Python's ``json`` and its labels and candidates go straight into
+columns (:class:`~ragguard.calibration.data.columns.LabelColumns`,
+:class:`~ragguard.calibration.data.columns.RunColumns`). A candidate list is checked as a
+whole (:func:`_checked`); one that fails is walked candidate by candidate
+(:func:`_walked`), which names the field at fault and reports repeated ids.
 """
 
 from __future__ import annotations
@@ -216,31 +211,6 @@ def _candidate_lists(obj: dict[str, Any], at: Where) -> list[tuple[str, str, obj
     return listed
 
 
-def _candidates(
-    value: object,
-    fld: str,
-    at: Where,
-    qid: str,
-    run: str,
-    rep: Reporter,
-    invalid: list[tuple[str, int, str]],
-) -> tuple[list[str], list[float], list[tuple[str, str]]]:
-    """(ids, scores, (id, text) of those with a text) of one candidate list: checked as a
-    whole, or walked candidate by candidate when the check fails (which names the field
-    at fault and reports repeats)."""
-    whole = _checked(value)
-    if whole is None:
-        return _walked(value, fld, at, qid, run, rep, invalid)
-    docs, scores, texts = whole
-    if None in scores:
-        scores = [math.nan if s is None else s for s in scores]
-    if not all(map(math.isfinite, scores)):
-        for i, s in enumerate(scores):
-            if not math.isfinite(s):
-                invalid.append((docs[i], at.line or 0, f"{fld}[{i}]"))
-    return docs, scores, texts
-
-
 _SCORE_TYPES = frozenset({float, int, type(None)})
 
 
@@ -272,7 +242,7 @@ def _checked(value: object) -> tuple[list[str], list[Any], list[tuple[str, str]]
     return docs, scores, texts
 
 
-def _walked(
+def _candidates(
     value: object,
     fld: str,
     at: Where,
@@ -281,10 +251,23 @@ def _walked(
     rep: Reporter,
     invalid: list[tuple[str, int, str]],
 ) -> tuple[list[str], list[float], list[tuple[str, str]]]:
+    """(ids, scores, (id, text) of those with a text) of one candidate list: checked as a
+    whole, or walked candidate by candidate when the check fails (which names the field
+    at fault and reports repeats)."""
+    whole = _checked(value)
+    if whole is not None:
+        docs, scores, texts = whole
+        if None in scores:
+            scores = [math.nan if s is None else s for s in scores]
+        if not all(map(math.isfinite, scores)):
+            for i, s in enumerate(scores):
+                if not math.isfinite(s):
+                    invalid.append((docs[i], at.line or 0, f"{fld}[{i}]"))
+        return docs, scores, texts
     if not isinstance(value, list):
         at.fail(f"must be a list of candidates, got {type(value).__name__}", fld)
     out: dict[str, float] = {}
-    texts: list[tuple[str, str]] = []
+    walked: list[tuple[str, str]] = []
     for i, item in enumerate(value):
         where = f"{fld}[{i}]"
         if isinstance(item, dict):
@@ -301,7 +284,7 @@ def _walked(
             if text is not None:
                 if not isinstance(text, str):
                     at.fail(f"must be a string or null, got {type(text).__name__}", f"{where}.text")
-                texts.append((doc, text))
+                walked.append((doc, text))
         else:
             doc = at.id(item, where)
             score = math.nan
@@ -318,7 +301,7 @@ def _walked(
         out[doc] = score
         if not math.isfinite(score):
             invalid.append((doc, at.line or 0, where))
-    return list(out), list(out.values()), texts
+    return list(out), list(out.values()), walked
 
 
 class _PairTexts:

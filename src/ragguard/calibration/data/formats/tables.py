@@ -1,27 +1,14 @@
-"""Qrels and runs held as tables: pandas and polars DataFrames, pyarrow Tables, ranx
-``Qrels`` and ``Run`` objects, next to ``{query_id: {doc_id: value}}`` dicts (see
-:meth:`EvalSet.from_dicts <ragguard.calibration.data.evalset.EvalSet.from_dicts>`).
+"""Qrels and runs held as tables (pandas and polars DataFrames, pyarrow Tables, ranx
+``Qrels`` and ``Run``) or as ``{query_id: {doc_id: value}}`` dicts.
 
 One row per label (query id, document id, grade) or candidate (query id, document id,
-score; row order is the run's order, which breaks score ties). Columns are found by
-name, case-insensitively (:data:`COLUMN_NAMES`; a qrels table without a grade column
-uses ``score``), or named by ``columns={"qid": ..., "docid": ..., "grade": ...,
-"score": ...}``. Ids are strings or integers (an integer is taken as its decimal
-string); a missing score is a candidate without one, a missing grade an error. Grades
-follow the file readers' rule (:func:`~ragguard.calibration.data.records.bad_grade`):
-whole numbers up to 5, so a float column of whole numbers holds grades and ``2.5`` is an
-error naming the query, the document and the grade. A repeated (query, document) row
-keeps its first occurrence and is reported, as in files; a table without a row is an
-error, never metrics of nothing.
-
-A table is converted column-wise with pyarrow (the ``calibrate`` extra): ids are
-dictionary-encoded into integer codes and stay columnar
-(:class:`~ragguard.calibration.data.columns.Pairs`). A pandas column pyarrow cannot
-convert (mixed types) has its values checked one by one, so the row at fault is named,
-and joins the others as an Arrow column. ranx objects become dicts, read from the typed
-dicts they hold (ranx has sorted each query's documents by score, so tied scores come in
-ranx's order). pandas, polars, pyarrow and ranx are never imported here; inputs are
-recognised by the module of their type.
+score; row order breaks score ties). Columns are found by name (:data:`COLUMN_NAMES`) or
+named by ``columns=``. Grades follow the file readers' rule
+(:func:`~ragguard.calibration.data.records.bad_grade`); a repeated (query, document) row
+keeps its first occurrence and is reported; a table without a row is an error. Tables
+become :class:`~ragguard.calibration.data.columns.Pairs` with pyarrow (a pandas column
+pyarrow cannot convert is checked value by value, naming the row at fault); ranx objects
+become dicts. pandas, polars, pyarrow and ranx are never imported here.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""TREC qrels and run files: the one reader (:func:`read_trec`), column-wise.
+"""TREC qrels and run files, column-wise (:func:`read_trec`).
 
-Lines are read by :func:`~ragguard.calibration.data.formats.delimited.read_fields`
-(query ids dictionary-encoded into int32 codes). A run's document ids are **not**
-(dictionary-encoding 10 million ids takes seconds and hundreds of MB of hash table):
-they stay as read, one Arrow string per line; repeated candidates are found per query
-from a 64-bit key of each id (:func:`doc_keys`) and confirmed on the text, and labels
-are joined to candidates by an Arrow hash join on (query, document)
-(:func:`~ragguard.calibration.data.columns.label_hits`). Problems are reported in the
-order of their lines, as a line-by-line reader meets them.
+A run's document ids stay as read, one Arrow string per line (dictionary-encoding 10
+million ids costs seconds and a large hash table): repeats are found per query from a
+64-bit key of each id (:func:`doc_keys`), confirmed on the text. Problems are reported in
+the order of their lines.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ from numpy.typing import NDArray
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
-    ColumnarQueries,
     ColumnarRead,
     Event,
     Lines,
@@ -31,6 +26,7 @@ from ragguard.calibration.data.columns import (
     encode_ids,
     missing_ids,
     pyarrow,
+    query_view,
     repeat_events,
     repeated_rows,
     report_events,
@@ -201,7 +197,7 @@ def _run_events(
 def read_qrels(path: Path, rep: Reporter) -> ColumnarRead:
     """A TREC qrels file, column-wise (-1 marks a known distractor)."""
     labels = ColumnarLabels.of_grades(read_trec(path, "qrels", rep))
-    return ColumnarRead(ColumnarQueries(labels), labels, labels.label_lines(), {})
+    return ColumnarRead(query_view(labels), labels, labels.label_lines(), {})
 
 
 def read_run(

@@ -15,7 +15,7 @@ from ragguard.calibration.data.formats.common import (
     Candidates,
     Lines,
     Where,
-    json_where,
+    json_file_error,
     open_text,
 )
 from ragguard.calibration.data.problems import ProblemKind, Reporter
@@ -59,10 +59,7 @@ def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             item, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            line, column = json_where(exc, "file")
-            raise EvalSetError(
-                f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line
-            ) from None
+            raise json_file_error(exc, path) from None
         yield line_of(pos), item
         pos = end
         first = False
