@@ -336,4 +336,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("metrics_speed"):
+        main()

@@ -37,8 +37,7 @@ def test_every_benchmark_has_figures_a_page_and_a_record_option(name: str) -> No
     assert doc["command"].startswith(f"python benchmarks/{name}.py")
     assert (ROOT / "docs" / "benchmarks" / f"{name}.md").is_file()
     script = (ROOT / "benchmarks" / f"{name}.py").read_text(encoding="utf-8")
-    if name != "metrics_speed":  # its code is another change's; its JSON is transcribed
-        assert f'with recording("{name}"):' in script
+    assert f'with recording("{name}"):' in script
 
 
 def test_a_json_file_without_a_figure_is_refused(
