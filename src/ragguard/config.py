@@ -267,7 +267,7 @@ def _env_names(field: str) -> list[str]:
 
 
 class GuardConfig(BaseSettings, NumbersNotBools):
-    """Configuration of :class:`~ragguard.ContextGuard` (see the README's config reference).
+    """Configuration of :class:`~ragguard.ContextGuard` (every field: docs/reference/config.md).
 
     Example:
         >>> GuardConfig(max_k=3, relative_threshold=0.7, score_kind="similarity").max_k

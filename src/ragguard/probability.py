@@ -82,7 +82,7 @@ class ProbabilityMap(ConfigModel):
     """A fitted map from a rerank score to a calibrated p(relevant) (see the module
     docstring). Build one with :func:`ragguard.calibration.fit_probability_map`.
 
-    Example:
+    Examples:
         >>> m = ProbabilityMap(method="platt", a=2.0, b=-1.0)
         >>> [round(v, 4) for v in m.apply([0.0, 0.5], "logit").tolist()]
         [0.2689, 0.5]
