@@ -129,9 +129,9 @@ def guard_comparison(ev: EvalSet, name: str, reranker: Any, cache: Path, n_boot:
         assert two is not None
         r = res.recommended
         rows = res.heldout_rows
-        guarded = {m: two.vs_top_k.guarded[m].mean for m in GUARD_METRICS}
-        base = {m: two.vs_top_k.baseline[m].mean for m in GUARD_METRICS}
-        d = two.vs_top_k.difference["udcg"]
+        guarded = {m: two.comparison.guarded[m].mean for m in GUARD_METRICS}
+        base = {m: two.comparison.baseline[m].mean for m in GUARD_METRICS}
+        d = two.comparison.difference["udcg"]
         # every plain top-k on the held-out queries; the best UDCG at >= the two-stage recall
         width = r.kernel.width
         tops = []
@@ -156,7 +156,8 @@ def guard_comparison(ev: EvalSet, name: str, reranker: Any, cache: Path, n_boot:
 
         print(
             f"  run {run}: {rows.size} held-out queries; two-stage with {name}: "
-            f"{two.describe()}{' (fallback: ' + two.fallback + ')' if two.fallback else ''}"
+            f"{two.describe(two.written)}"
+            f"{' (fallback: ' + two.fallback + ')' if two.fallback else ''}"
         )
         print(f"    {'':<46} {'UDCG':>6} {'ev.recall':>8} {'d.rate':>7} {'passages':>8}")
         print(line("two-stage calibrated guard", guarded))

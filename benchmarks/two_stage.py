@@ -13,7 +13,7 @@ b. **retrieval-only calibration**: ``calibrate(evalset, runs=[run], min_recall=0
 c. **two-stage calibration**: the same call with ``reranker=R``: ragguard scores the run's
    candidates with R (once, cached on disk in a temporary folder), fits the Platt map
    from R's score to p(relevant) on the calibration queries, and sweeps retrieval depth
-   (``top_n``) x rerank cut x ``max_k`` (``ragguard.calibration.fit.pipeline``).
+   (``top_n``) x rerank cut x ``max_k`` (``ragguard.calibration.fit.second_stage``).
 
 Two rerankers, both ``(query, texts) -> scores`` callables that read the query and the
 passage text (``title`` + newline + ``text``, as ragguard reads ``corpus.jsonl``):
@@ -41,10 +41,11 @@ passage text (``title`` + newline + ``text``, as ragguard reads ``corpus.jsonl``
 Figures (ragguard's metrics, ``support`` profile): UDCG, evidence recall, distractor rate
 (labelled distractors and the profile's hard-negative rules) and passages kept, means over
 the held-out queries; the differences come with the paired bootstrap intervals
-``calibrate`` computes (``TwoStageCalibration.vs_top_k`` / ``vs_retrieval``,
-``RunCalibration.comparison``; 2,000 resamples, 95%). Also printed: AUC of each score
-(relevant vs labelled distractors, relevant vs every other candidate, all queries) and
-the check that (b) equals the retrieval choice inside the two-stage call.
+``calibrate`` computes (``RunCalibration.comparison`` of the second search and of the
+run, and the second search's ``against_retrieval``; 2,000 resamples, 95%). Also
+printed: AUC of each score (relevant vs labelled distractors, relevant vs every other
+candidate, all queries) and the check that (b) equals the retrieval choice inside the
+two-stage call.
 
 Run: ``python benchmarks/two_stage.py`` (``--quick``: notes only, one seed, 200
 resamples). The script always exits 0: it is a report, not a test.
@@ -229,14 +230,14 @@ def one(
         cache_dir=cache,
     )
     two = res.rerank
-    assert two is not None
+    assert two is not None and two.stage is not None and two.against_retrieval is not None
     r, p = res.recommended, plain.recommended
     same = (
         r.chosen_params == p.chosen_params
         and r.baseline_params == p.baseline_params
         and np.array_equal(res.heldout_rows, plain.heldout_rows)
     )
-    a, b = two.vs_retrieval, two.vs_top_k
+    a, b, stage = two.against_retrieval, two.comparison, two.stage
     means = {
         "top-k": {m: b.baseline[m].mean for m in METRICS},
         "retrieval": {m: a.baseline[m].mean for m in METRICS},
@@ -253,9 +254,9 @@ def one(
         ret_vs_top={m: p.comparison.difference[m] for m in METRICS},
         retrieval_choice=describe_point(p.chosen_params),
         top_k_choice=describe_point(p.baseline_params),
-        two_choice=two.describe(),
-        brier=(two.brier_raw, two.brier_mapped),
-        scored=(two.scores.n_computed, two.scores.n_cached),
+        two_choice=two.describe(two.written),
+        brier=(stage.brier_raw, stage.brier_mapped),
+        scored=(stage.scores.n_computed, stage.scores.n_cached),
     )
     return out, res, same
 
@@ -350,8 +351,8 @@ def run_dataset(
         print("discrimination of each score over the run's candidates (all queries):")
         print(auc_line(evalset, run, f"retrieval ({run})", retrieval_score(evalset, run)))
         for name, res in last.items():
-            assert res.rerank is not None
-            print(auc_line(evalset, run, name, res.rerank.scores.get))
+            assert res.rerank is not None and res.rerank.stage is not None
+            print(auc_line(evalset, run, name, res.rerank.stage.scores.get))
     print()
     for run in RUNS:
         for line in summary(outcomes, run, list(rerankers)):

@@ -41,11 +41,11 @@ from ragguard import (
     RerankModelError,
     RetrieverError,
 )
+from ragguard.calibration import RerankGrid
 from ragguard.calibration.annotate import Outputs, Relevance
 from ragguard.calibration.data.arrays import build_arrays
 from ragguard.calibration.data.inputs import retrieve_run
 from ragguard.calibration.data.utility import candidate_utilities
-from ragguard.calibration.fit.pipeline import RerankGrid
 from ragguard.calibration.fit.probability import (
     brier_score,
     expected_calibration_error,

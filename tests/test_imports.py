@@ -190,7 +190,7 @@ CONTRACTS = (
     "no import circles",
     "the runtime applies, calibration fits: the runtime never imports calibration or the CLI",
     "calibration wings: train | annotate > report > fit > metrics > data",
-    "fit layers: orchestration > result > searches > options > risk and statistics > sweep",
+    "fit layers: orchestration > result > search > spaces > options > risk and statistics > sweep",
 )
 
 

@@ -26,8 +26,7 @@ from ragguard.cli._groups import Flag, FlagGroup
 
 if TYPE_CHECKING:
     from ragguard.calibration.fit.options import RerankSearch
-    from ragguard.calibration.fit.pipeline import TwoStageCalibration
-    from ragguard.calibration.fit.result import WrittenSetting
+    from ragguard.calibration.fit.result import ResultView
 
 __all__ = [
     "RERANK",
@@ -222,50 +221,53 @@ def _change(iv: Any) -> str:
     return f"{iv.mean:+.2f} {interval}" if interval else ""
 
 
-def print_two_stage(two: TwoStageCalibration, objective: str, written: WrittenSetting) -> None:
-    """Retrieval-only best, two-stage best and plain top-k on held-out queries; whether
-    the config holds the second stage was said under "Chosen" (``written``)."""
-    s = two.scores
+def print_two_stage(view: ResultView) -> None:
+    """Retrieval-only best, two-stage best and plain top-k on held-out queries, as the
+    result's view holds them; whether the config holds the second stage was said under
+    "Chosen" (``view.written``)."""
+    two = view.result.rerank
+    checks, top_k = view.stage_check, view.stage_top_k_check
+    if two is None or two.stage is None or checks is None or top_k is None:
+        return
+    stage, objective = two.stage, view.result.objective
+    s = stage.scores
     failed = f"; {len(s.failed)} of {s.n_calls} calls failed, swept fail-open" if s.failed else ""
     out.print()
-    state = "written" if written.two_stage is not None else "left off"
+    state = "written" if view.written.two_stage is not None else "left off"
     out.print(
-        f"[bold]Two stages[/] ({state}): {escape(two.describe_chosen())} chosen on the "
-        f"calibration queries, on run {escape(two.run)} with reranker {escape(s.name)} "
+        f"[bold]Two stages[/] ({state}): {escape(two.describe(two.chosen))} chosen on the "
+        f"calibration queries, on run {escape(two.name)} with reranker {escape(s.name)} "
         f"({s.n_computed} pairs scored, {s.n_cached} from the cache{failed})",
         highlight=False,
     )
-    out.print(f"probability map: {escape(two.probability_map.describe())}", highlight=False)
-    a, b = two.vs_retrieval, two.vs_top_k
+    out.print(f"probability map: {escape(stage.probability_map.describe())}", highlight=False)
+    a = checks.comparison
     pct = round(a.level * 100)
     table = compact_table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
     for col in ("metric", "top-k", "retrieval", "two-stage", "vs retrieval", "vs top-k"):
         table.add_column(col, justify="left" if col == "metric" else "right", no_wrap=True)
-    for m in a.metrics:
-        d1, d2 = a.difference[m], b.difference[m]
+    for x, y in zip(checks.rows, top_k.rows, strict=True):
         table.add_row(
-            m,
-            format_number(b.baseline[m].mean),
-            format_number(a.baseline[m].mean),
-            format_number(a.guarded[m].mean),
-            _change(d1),
-            f"{d2.mean:+.2f}",
+            x.metric,
+            format_number(y.baseline.mean),
+            format_number(x.baseline.mean),
+            format_number(x.guarded.mean),
+            _change(x.difference),
+            f"{y.difference.mean:+.2f}",
         )
     out.print(table)
-    if "distractor_rate" in a.metrics and a.n_queries:
-        from ragguard.calibration.metrics import safety_band
-
+    if checks.bands is not None:
         rate = a.guarded["distractor_rate"].mean
         out.print(
             f"distractor rate: {format_number(a.baseline['distractor_rate'].mean)} retrieval-only, "
-            f"{format_number(rate)} with the reranker (safety band "
-            f"{safety_band(min(max(rate, 0.0), 1.0)).value})",
+            f"{format_number(rate)} with the reranker (safety band {checks.bands[1].value})",
             highlight=False,
         )
     out.print(
-        f"calibration of rerank probabilities ({a.split}): Brier {format_number(two.brier_raw)} -> "
-        f"{format_number(two.brier_mapped)}, ECE {format_number(two.reliability_raw.ece)} -> "
-        f"{format_number(two.reliability_mapped.ece)}",
+        f"calibration of rerank probabilities ({a.split}): Brier "
+        f"{format_number(stage.brier_raw)} -> {format_number(stage.brier_mapped)}, ECE "
+        f"{format_number(stage.reliability_raw.ece)} -> "
+        f"{format_number(stage.reliability_mapped.ece)}",
         highlight=False,
     )
     verdict = a.verdict(objective) if objective in a.metrics else ""

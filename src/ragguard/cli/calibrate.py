@@ -45,7 +45,8 @@ if TYPE_CHECKING:
         Split,
         Stages,
     )
-    from ragguard.calibration.fit.result import ResultView, RunCalibration
+    from ragguard.calibration.fit.result import ResultView
+    from ragguard.calibration.fit.search import RunCalibration
     from ragguard.calibration.fit.statistics import Comparison, Interval
     from ragguard.calibration.report import WrittenReport
     from ragguard.policy import PolicyParams
@@ -629,8 +630,7 @@ def calibrate(
             typer.echo(json.dumps(doc, indent=2))
             return
         _print_result(result, str(evalset))
-        if result.rerank is not None:
-            print_two_stage(result.rerank, result.objective, result.written_setting())
+        print_two_stage(result.view())
         _print_next_steps(result, str(evalset))
         if blocked is not None:
             _print_report_line(report_paths)
@@ -776,7 +776,7 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
             format_number(s.mean(r.chosen, "evidence_recall")),
             format_number(s.mean(r.chosen, "distractor_rate")),
             format_number(s.mean(r.chosen, PASSAGES), 2),
-            f"{describe_point(r.baseline_params)} {format_number(s.mean(r.baseline, obj))}",
+            f"{describe_point(r.baseline_params)} {format_number(r.baseline_means[obj])}",
         )
     out.print(table)
 

@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from ragguard import Candidate, ContextGuard, GuardConfig, RerankWarning, Verdict
-from ragguard.calibration import CalibrationResult, EvalSet, SweepGrid, calibrate, load_evalset
+from ragguard.calibration import (
+    CalibrationResult,
+    EvalSet,
+    RerankGrid,
+    SweepGrid,
+    calibrate,
+    load_evalset,
+)
 from ragguard.calibration.fit.answerability import (
     MAX_FLOORS,
     candidate_floors,
@@ -22,7 +29,6 @@ from ragguard.calibration.fit.answerability import (
     floor_above,
     needed_answerable,
 )
-from ragguard.calibration.fit.pipeline import RerankGrid
 from ragguard.calibration.fit.statistics import split_queries
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import Reason
@@ -384,7 +390,8 @@ def test_two_stage_floor_is_on_the_rerank_probability_and_the_guard_agrees(
     assert config.rerank.enabled and config.min_evidence == a.floor
     two = w.two_stage
     broken = {q for q in es.qids if es.queries[q].text in BROKEN} if failing else set()
-    assert set(two.failed.get(two.top_n, ())) == broken
+    assert two.stage is not None and two.top_n is not None
+    assert set(two.stage.failed.get(two.top_n, ())) == broken
     guard = ContextGuard(config, reranker=reranker)
     kept = np.where(a.abstained, 0, w.full.kept[w.index])
     for row, qid in enumerate(res.qids):

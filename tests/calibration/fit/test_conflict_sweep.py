@@ -471,7 +471,7 @@ def test_two_stages_sweep_the_conflict_settings_as_the_guard_runs_them(failing: 
     """Every (fourth) two-stage point under each conflict setting, query by query,
     against the guard with the reranker (``failing``: the calls of three queries fail,
     and the guard fails them open onto retrieval scores under the same stages)."""
-    from ragguard.calibration.fit.pipeline import RerankGrid
+    from ragguard.calibration import RerankGrid
 
     es, texts = structured_set(drop_wins=True, n=30)
     queries = {q: f"question {q}" for q in es.qids}
@@ -488,12 +488,12 @@ def test_two_stages_sweep_the_conflict_settings_as_the_guard_runs_them(failing: 
         conflicts=["off", "drop"], conflict_similarities=[0.5],
     )  # fmt: skip
     two = result.rerank
-    assert two is not None and bool(two.failures) == failing
-    assert {p.conflicts for _, p in two.points} == {ConflictMode.OFF, ConflictMode.DROP}
-    for i, (top_n, p) in enumerate(two.points):
+    assert two is not None and two.stage is not None and bool(two.stage.failures) == failing
+    assert {p.conflicts for p in two.sweep.points} == {ConflictMode.OFF, ConflictMode.DROP}
+    for i, p in enumerate(two.sweep.points):
         if i % 4:
             continue
-        kernel = two.kernels[top_n]
+        top_n, kernel = two.space.top_n_of(i), two.space.kernel_of(i)
         assert isinstance(kernel, StageKernels)
         measured = kernel.values(two.sweep.kept[i], [PASSAGES])[0]
         config = GuardConfig(
@@ -505,7 +505,7 @@ def test_two_stages_sweep_the_conflict_settings_as_the_guard_runs_them(failing: 
                 "enabled": True, "top_n": top_n, "score_kind": "logit",
                 "relative_threshold": p.relative_threshold, "min_score": p.min_score,
                 "expected_utility": p.expected_utility is not None,
-                "probability_map": two.probability_map,
+                "probability_map": two.stage.probability_map,
             },
         )  # fmt: skip
         guard = ContextGuard(config, reranker=judge)

@@ -21,9 +21,8 @@ import numpy as np
 import pytest
 
 from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig, RagguardError, RerankWarning
-from ragguard.calibration import EvalSet, calibrate
+from ragguard.calibration import EvalSet, RerankGrid, calibrate
 from ragguard.calibration.fit import rerank_scores
-from ragguard.calibration.fit.pipeline import RerankGrid
 from ragguard.calibration.fit.rerank_scores import read_rerank_run
 from ragguard.calibration.report import build_report, format_number
 from ragguard.errors import EvalSetError
@@ -85,22 +84,22 @@ def test_config_enables_the_stage_and_the_guard_reproduces_calibration(
     path = result.save_config(tmp_path / "guard.toml")  # type: ignore[attr-defined]
     config = GuardConfig.from_file(path)
     assert config.rerank.enabled and config.rerank.top_n == two.top_n
-    assert config.rerank.probability_map == two.probability_map
+    assert config.rerank.probability_map == two.stage.probability_map
     assert config.rerank.external is not None and config.rerank.external.endswith(":oracle")
-    assert config.provenance["rerank"]["cache_key"] == two.scores.cache_key
+    assert config.provenance["rerank"]["cache_key"] == two.stage.scores.cache_key
     # the file records the held-out calibration quality of the probabilities
     for key, value in (
-        ("brier_raw", two.brier_raw),
-        ("brier_mapped", two.brier_mapped),
-        ("ece_raw", two.reliability_raw.ece),
-        ("ece_mapped", two.reliability_mapped.ece),
+        ("brier_raw", two.stage.brier_raw),
+        ("brier_mapped", two.stage.brier_mapped),
+        ("ece_raw", two.stage.reliability_raw.ece),
+        ("ece_mapped", two.stage.reliability_mapped.ece),
     ):
         assert config.provenance["rerank"][key] == pytest.approx(value, rel=1e-5)
     # a callable is recorded, never imported: the guard asks for it
     with pytest.raises(ConfigError, match="reranker="):
         ContextGuard(config)
     guard = ContextGuard(config, reranker=oracle)
-    kernel = two.kernels[two.top_n]
+    kernel = two.kernel
     for row, qid in enumerate(kernel.arrays.qids):
         cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
         sel = guard.select(es.queries[qid].text or "", cands)
@@ -131,9 +130,11 @@ def test_brute_force_select_over_the_grid_equals_the_sweep(
         es, texts, tmp_path / "cache", profile="medical", reranker=reranker, **stages
     )
     two = result.rerank  # type: ignore[attr-defined]
-    assert bool(two.failures) == failing
-    rows = list(enumerate(two.kernels[4].arrays.qids))
-    for i, (top_n, p) in enumerate(two.points):
+    assert bool(two.stage.failures) == failing
+    kernels = dict(zip(two.space.top_n, two.space.kernels, strict=True))
+    rows = list(enumerate(kernels[4].arrays.qids))
+    points = [(two.space.top_n_of(i), p) for i, p in enumerate(two.sweep.points)]
+    for i, (top_n, p) in enumerate(points):
         if i % 3:  # every third point keeps the test quick; the grid's rules all occur
             continue
         settings = {
@@ -152,7 +153,7 @@ def test_brute_force_select_over_the_grid_equals_the_sweep(
                 "relative_threshold": p.relative_threshold,
                 "min_score": p.min_score,
                 "expected_utility": p.expected_utility is not None,
-                "probability_map": two.probability_map,
+                "probability_map": two.stage.probability_map,
             },
             **stages,
         }
@@ -170,10 +171,10 @@ def test_brute_force_select_over_the_grid_equals_the_sweep(
             ]
         assert kept == two.sweep.kept[i].tolist(), (top_n, p)
     if stages:  # every setting ran with the stages, and the budget binds
-        assert all(p.max_tokens == 12 for _, p in two.points)
+        assert all(p.max_tokens == 12 for _, p in points)
         assert int(two.sweep.kept.max()) == 1
-        assert any(p.max_k > 1 for _, p in two.points)
-    rules = {p.cut for _, p in two.points} | {p.expected_utility is not None for _, p in two.points}
+        assert any(p.max_k > 1 for _, p in points)
+    rules = {p.cut for _, p in points} | {p.expected_utility is not None for _, p in points}
     assert {CutRule.GAP, CutRule.AUTOCUT, True} <= rules
 
 
@@ -184,13 +185,13 @@ def test_second_run_is_served_by_the_disk_cache(
     counting = Counting()
     first = run_calibration(es, texts, tmp_path / "cache", reranker=counting)
     assert counting.pairs == N_QUERIES * N_CANDS
-    assert first.rerank.scores.n_computed == N_QUERIES * N_CANDS  # type: ignore[attr-defined]
+    assert first.rerank.stage.scores.n_computed == N_QUERIES * N_CANDS  # type: ignore[attr-defined]
     second = run_calibration(
         es, texts, tmp_path / "cache", reranker=counting, objective="utility", max_k=3
     )
     assert counting.pairs == N_QUERIES * N_CANDS  # no scoring at all
-    assert second.rerank.scores.n_computed == 0  # type: ignore[attr-defined]
-    assert second.rerank.scores.n_cached == N_QUERIES * N_CANDS  # type: ignore[attr-defined]
+    assert second.rerank.stage.scores.n_computed == 0  # type: ignore[attr-defined]
+    assert second.rerank.stage.scores.n_cached == N_QUERIES * N_CANDS  # type: ignore[attr-defined]
     # without a cache every pair is scored again
     run_calibration(es, texts, tmp_path / "cache", reranker=counting, cache_dir=None)
     assert counting.pairs == 2 * N_QUERIES * N_CANDS
@@ -201,13 +202,13 @@ def test_reranker_sees_through_look_alikes_on_held_out_queries(
 ) -> None:
     es, texts, _ = data
     two = run_calibration(es, texts, tmp_path / "cache").rerank  # type: ignore[attr-defined]
-    c = two.vs_retrieval
+    c = two.against_retrieval
     assert c.split == "held-out" and c.n_queries == 12
     assert c.guarded["distractor_rate"].mean < c.baseline["distractor_rate"].mean
     assert c.guarded["udcg"].mean > c.baseline["udcg"].mean
     # the map is fitted on the calibration queries and improves the Brier score held out
-    assert two.brier_mapped < two.brier_raw
-    assert two.reliability_mapped.ece < two.reliability_raw.ece
+    assert two.stage.brier_mapped < two.stage.brier_raw
+    assert two.stage.reliability_mapped.ece < two.stage.reliability_raw.ece
 
 
 def test_reranked_lists_keep_the_retrieval_labels_and_utilities(
@@ -228,7 +229,7 @@ def test_reranked_lists_keep_the_retrieval_labels_and_utilities(
     result = run_calibration(es, texts, tmp_path / "cache", metrics=["udcg_ndcg@3"])
     retrieval = result.run("dense").arrays  # type: ignore[attr-defined]
     two = result.rerank  # type: ignore[attr-defined]
-    for top_n, kernel in two.kernels.items():
+    for top_n, kernel in zip(two.space.top_n, two.space.kernels, strict=True):
         arrays = kernel.arrays
         assert np.array_equal(arrays.ideal_utilities, retrieval.ideal_utilities)
         assert np.array_equal(arrays.n_evidence, retrieval.n_evidence)
@@ -264,8 +265,8 @@ def test_precomputed_rerank_run_gives_the_same_choice(
     by_file = run_calibration(es, texts, tmp_path / "c", reranker=None, rerank_scores=scores)
     by_call = run_calibration(es, texts, tmp_path / "c")
     a, b = by_file.rerank, by_call.rerank  # type: ignore[attr-defined]
-    assert (a.top_n, a.params) == (b.top_n, b.params)
-    assert a.probability_map == b.probability_map
+    assert (a.top_n, a.written_params) == (b.top_n, b.written_params)
+    assert a.stage.probability_map == b.stage.probability_map
     assert by_file.config().rerank.external == f"run:{path}"  # type: ignore[attr-defined]
 
 
@@ -315,12 +316,13 @@ def test_report_compares_the_stages_and_shows_the_reliability_diagram(
     udcg = next(line for line in section if line.startswith("| udcg |"))
     cells = [c.strip() for c in udcg.strip("|").split("|")]
     # each column is the held-out mean of the comparison it names, with its verdict
-    assert cells[1].startswith(format_number(two.vs_top_k.baseline["udcg"].mean))
-    assert cells[2].startswith(format_number(two.vs_retrieval.baseline["udcg"].mean))
-    assert cells[3].startswith(format_number(two.vs_retrieval.guarded["udcg"].mean))
-    assert cells[5] == two.vs_retrieval.verdict("udcg")
-    assert cells[7] == two.vs_top_k.verdict("udcg")
-    brier = f"| Brier score | {format_number(two.brier_raw)} | {format_number(two.brier_mapped)} |"
+    assert cells[1].startswith(format_number(two.comparison.baseline["udcg"].mean))
+    assert cells[2].startswith(format_number(two.against_retrieval.baseline["udcg"].mean))
+    assert cells[3].startswith(format_number(two.against_retrieval.guarded["udcg"].mean))
+    assert cells[5] == two.against_retrieval.verdict("udcg")
+    assert cells[7] == two.comparison.verdict("udcg")
+    raw, mapped = format_number(two.stage.brier_raw), format_number(two.stage.brier_mapped)
+    brier = f"| Brier score | {raw} | {mapped} |"
     assert brier in md
     assert "reliability.png" in {f.name for f in report.figures}
     # a calibration without a reranker has no such section
@@ -354,11 +356,11 @@ def test_a_real_cross_encoder_from_the_config_reproduces_calibration(
         min_recall=None,
     )
     two = result.rerank
-    assert two is not None and two.scores.model == str(model)
+    assert two is not None and two.stage.scores.model == str(model)
     config = GuardConfig.from_file(result.save_config(tmp_path / "guard.toml"))
     assert config.rerank.model == str(model) and config.rerank.external is None
     guard = ContextGuard(config)  # builds and loads the CrossEncoder named in the config
-    kernel = two.kernels[two.top_n]
+    kernel = two.kernel
     for row, qid in enumerate(kernel.arrays.qids):
         cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
         sel = guard.select(es.queries[qid].text or "", cands)
@@ -463,7 +465,7 @@ def test_a_locked_cache_waits_a_bounded_time_then_names_the_file(
         other.close()
     # once the other writer is done, the cache serves again
     again = run_calibration(es, texts, cache)
-    assert again.rerank.scores.n_computed == 0  # type: ignore[attr-defined]
+    assert again.rerank.stage.scores.n_computed == 0  # type: ignore[attr-defined]
 
 
 def test_cached_values_that_are_not_finite_scores_are_computed_again(
@@ -484,9 +486,10 @@ def test_cached_values_that_are_not_finite_scores_are_computed_again(
     assert bad > 0
     second = run_calibration(es, texts, cache, reranker=counting)
     assert counting.pairs == N_QUERIES * N_CANDS + bad
-    assert second.rerank.scores.n_computed == bad  # type: ignore[attr-defined]
+    assert second.rerank.stage.scores.n_computed == bad  # type: ignore[attr-defined]
     a, b = first.rerank, second.rerank  # type: ignore[attr-defined]
-    assert (a.top_n, a.params, a.probability_map) == (b.top_n, b.params, b.probability_map)
+    assert (a.top_n, a.written_params) == (b.top_n, b.written_params)
+    assert a.stage.probability_map == b.stage.probability_map
     values = _cached_values(path)
     assert len(values) == N_QUERIES * N_CANDS
     assert all(isinstance(v, float) and math.isfinite(v) for v in values)
@@ -507,20 +510,20 @@ def test_a_failed_rerank_call_is_swept_as_the_runtime_fails_open(
     result = run_calibration(es, texts, tmp_path / "cache", reranker=breaking)
     two = result.rerank  # type: ignore[attr-defined]
     assert two.fallback is None
-    assert two.failures is not None and "\n" not in two.failures
-    assert two.failures.startswith(f"{len(BROKEN)} of {N_QUERIES} rerank calls failed")
+    assert two.stage.failures is not None and "\n" not in two.stage.failures
+    assert two.stage.failures.startswith(f"{len(BROKEN)} of {N_QUERIES} rerank calls failed")
     expected = {
         "nan": "not a finite number (nan)",
         "inf": "not a finite number (inf)",
         "short": "scores of shape (7,) for 8 passages",
         "raise": "raised ConnectionError: the rerank service is down",
     }[how]
-    assert expected in two.failures
+    assert expected in two.stage.failures
     broken_ids = {q for q in es.qids if es.queries[q].text in BROKEN}
-    assert all(set(ids) == broken_ids for ids in two.failed.values())
+    assert all(set(ids) == broken_ids for ids in two.stage.failed.values())
     config = GuardConfig.from_file(result.save_config(tmp_path / "guard.toml"))  # type: ignore[attr-defined]
     guard = ContextGuard(config, reranker=breaking)
-    kernel = two.kernels[two.top_n]
+    kernel = two.kernel
     for row, qid in enumerate(kernel.arrays.qids):
         cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
         query = es.queries[qid].text or ""
@@ -551,8 +554,9 @@ def test_a_failed_call_is_never_cached_and_is_scored_again(
     again = run_calibration(es, texts, cache, reranker=breaking)
     two = again.rerank  # type: ignore[attr-defined]
     assert breaking.pairs - before == len(BROKEN) * N_CANDS
-    assert two.scores.n_computed == len(BROKEN) * N_CANDS and two.scores.n_cached == good
-    assert two.failures is None and not any(two.failed.values())
+    scores = two.stage.scores
+    assert scores.n_computed == len(BROKEN) * N_CANDS and scores.n_cached == good
+    assert two.stage.failures is None and not any(two.stage.failed.values())
     assert len(_cached_values(_cache_file(cache))) == N_QUERIES * N_CANDS
 
 
@@ -638,8 +642,9 @@ def test_unusable_rows_of_a_rerank_run_are_counted_and_swept_as_failed_calls(
     assert "2 scores that are not finite numbers" in notes[0]
     assert "1 repeated row" in notes[0] and str(path) in notes[0]
     two = run_calibration(es, texts, tmp_path / "c", reranker=None, rerank_scores=scores).rerank  # type: ignore[attr-defined]
-    assert two.failed == {4: ("q11",), 8: ("q05", "q11")}
-    assert two.failures is not None and "q05" in two.failures and "\n" not in two.failures
+    assert two.stage.failed == {4: ("q11",), 8: ("q05", "q11")}
+    failures = two.stage.failures
+    assert failures is not None and "q05" in failures and "\n" not in failures
 
 
 def test_logits_declared_probabilities_are_an_error_not_a_clip(
@@ -716,9 +721,9 @@ def test_a_second_stage_with_no_clear_difference_says_why_it_is_written(
     weak.score_kind = "logit"  # type: ignore[attr-defined]
     result = run_calibration(es, texts, tmp_path / "cache", reranker=weak, n_bootstrap=200)
     two = result.rerank  # type: ignore[attr-defined]
-    assert two.vs_retrieval.verdict("udcg") == "no clear difference" and two.fallback is None
+    assert two.against_retrieval.verdict("udcg") == "no clear difference" and two.fallback is None
     w = result.written_setting()  # type: ignore[attr-defined]
-    assert w.two_stage is two and w.setting == two.describe()
+    assert w.two_stage is two and w.setting == two.describe(two.written)
     assert w.stage.startswith("written: no clear difference from retrieval only")
     low, high = map(float, re.search(r"\[([^,]+), ([^\]]+)\]", w.stage).groups())
     assert low <= 0 <= high
@@ -838,4 +843,4 @@ def test_calibration_takes_texts_from_the_loaded_set_never_from_the_file_again(
 
     assert setting(got) == setting(expected)
     assert got.rerank is not None
-    assert got.rerank.scores.scores == expected.rerank.scores.scores
+    assert got.rerank.stage.scores.scores == expected.rerank.stage.scores.scores

@@ -19,8 +19,14 @@ import numpy as np
 import pytest
 
 from ragguard._optional import install_hint
-from ragguard.calibration import CalibrationResult, EvalSet, SweepGrid, calibrate, load_inputs
-from ragguard.calibration.fit.pipeline import RerankGrid
+from ragguard.calibration import (
+    CalibrationResult,
+    EvalSet,
+    RerankGrid,
+    SweepGrid,
+    calibrate,
+    load_inputs,
+)
 from ragguard.calibration.fit.risk import risk_upper_bound
 from ragguard.calibration.fit.statistics import Interval, split_queries
 from ragguard.calibration.fit.sweep import describe_point, is_plain_top_k

@@ -12,16 +12,16 @@ Steps, per run (retrieval profile):
 
 1. split the labelled queries into a **calibration** part and a **held-out** part
    (``holdout`` of them, drawn with ``seed``; the same split for every run);
-2. sweep the grid (:mod:`ragguard.calibration.fit.sweep`) on the **calibration queries
-   only**, and choose a rule family by ``folds``-fold cross-validation with the
-   one-standard-error rule, preferring plain top-k, then fewer rules
-   (:mod:`ragguard.calibration.fit.select`); the family's best point on the calibration
-   queries is the choice checked in step 4. When no setting of the default grid meets
-   the constraints, the caps grow to the candidate depth (at most
-   :data:`MAX_K_LIMIT`) and the sweep runs again; a ``max_k`` or a ``grid`` you give
-   is a constraint, never exceeded. With ``guarantee`` the choice is instead the
-   smallest context whose evidence recall the calibration queries certify by
-   Learn-then-Test (:mod:`ragguard.calibration.fit.risk`);
+2. sweep the grid (:func:`ragguard.calibration.fit.space.retrieval_space`) on the
+   **calibration queries only**, and choose a rule family by ``folds``-fold
+   cross-validation with the one-standard-error rule, preferring plain top-k, then
+   fewer rules (:mod:`ragguard.calibration.fit.select`); the family's best point on
+   the calibration queries is the choice checked in step 4. When no setting of the
+   default grid meets the constraints, the caps grow to the candidate depth (at most
+   :data:`~ragguard.calibration.fit.space.MAX_K_LIMIT`) and the sweep runs again; a
+   ``max_k`` or a ``grid`` you give is a constraint, never exceeded. With
+   ``guarantee`` the choice is instead the smallest context whose evidence recall the
+   calibration queries certify by Learn-then-Test (:mod:`ragguard.calibration.fit.risk`);
 3. choose the **baseline**, plain top-k, the same way (the best fixed k on the same
    queries, or the ``baseline_k`` you give), so the comparison asks whether the guard
    beats a tuned k, not an arbitrary one;
@@ -37,16 +37,21 @@ Steps, per run (retrieval profile):
    setting the config holds (:attr:`RunCalibration.written`). A guarantee is not
    refitted: the certified setting is written, and the held-out queries, never used to
    certify it, check it;
-7. compute each query's optimal context size (where cumulative utility peaks);
+7. compute each query's optimal context size (where cumulative utility peaks;
+   :attr:`RunCalibration.optimal`);
 8. with ``max_false_abstain``, calibrate ``min_evidence`` for the written setting on the
    calibration queries and check it on the held-out ones
    (:mod:`ragguard.calibration.fit.answerability`).
 
-With a second stage (``reranker`` or ``rerank_scores``) the recommended run's
-two-stage setting is written, or the retrieval-only one with the reason
-(:meth:`CalibrationResult.written_setting`: the one description of what the config
-holds, part of the result's one view, :meth:`CalibrationResult.view`, which the
-console, ``--json``, the report and the provenance all render).
+Steps 2 and 4-6 are one search (:func:`ragguard.calibration.fit.search.search`). With a
+second stage (``reranker`` or ``rerank_scores``) the same search runs a second time, on
+the recommended run's rerank depths x rerank cuts x caps
+(:mod:`ragguard.calibration.fit.second_stage`), checked against that run's
+retrieval-only choice and its plain top-k; its setting is written, or the
+retrieval-only one with the reason (:meth:`CalibrationResult.written_setting`: the one
+description of what the config holds, part of the result's one view,
+:meth:`CalibrationResult.view`, which the console, ``--json``, the report and the
+provenance all render).
 
 When the written setting misses a constraint (or no setting can carry the guarantee),
 :meth:`CalibrationResult.unmet` names the best reachable value and the setting that
@@ -74,7 +79,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._fields import is_real
-from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.data.utility import UtilityRules, as_profile
 from ragguard.calibration.fit.answerability import (
@@ -96,46 +100,28 @@ from ragguard.calibration.fit.options import (
     Split,
     Stages,
 )
-from ragguard.calibration.fit.pipeline import TwoStageCalibration, calibrate_two_stage
 from ragguard.calibration.fit.plan import FitPlan
 from ragguard.calibration.fit.rerank_scores import RerankScores, score_candidates
 from ragguard.calibration.fit.result import (
     SMALL_SET,
     CalibrationResult,
-    RunCalibration,
     data_fingerprint,
 )
-from ragguard.calibration.fit.risk import (
-    EVIDENCE,
-    certify_guarantee,
-    guarantee_paths,
-)
-from ragguard.calibration.fit.select import (
-    DEFAULT_FOLDS,
-    cross_validate,
-    fold_count,
-    fold_parts,
-    refit,
-)
-from ragguard.calibration.fit.statistics import (
-    checked_rows,
-    compare,
-    split_queries,
-)
+from ragguard.calibration.fit.risk import EVIDENCE
+from ragguard.calibration.fit.search import Reference, RunCalibration, search
+from ragguard.calibration.fit.second_stage import rerank_space
+from ragguard.calibration.fit.select import DEFAULT_FOLDS
+from ragguard.calibration.fit.space import retrieval_space
+from ragguard.calibration.fit.statistics import split_queries
 from ragguard.calibration.fit.sweep import (
     DEFAULT_METRICS,
     PASSAGES,
     Constraint,
     SweepGrid,
-    SweepKernel,
-    SweepResult,
     choose,
     describe_point,
     is_plain_top_k,
     lower_is_better,
-    meets_constraints,
-    optimal_k,
-    sweep,
 )
 from ragguard.calibration.metrics import parse_metric
 from ragguard.errors import ConfigError, EvalSetError
@@ -149,7 +135,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_K",
-    "MAX_K_LIMIT",
     "calibrate",
 ]
 
@@ -174,9 +159,6 @@ REPORTED: tuple[str, ...] = (
 DEFAULT_MAX_K = 10
 """The largest cap of the default grid (``max_k=None``), before it grows."""
 
-MAX_K_LIMIT = 100
-"""The largest cap the default grid grows to when the constraints (or a guarantee)
-need more than :data:`DEFAULT_MAX_K` passages. A ``max_k`` given is never exceeded."""
 
 # --------------------------------------------------------------------------- files
 
@@ -192,42 +174,6 @@ def _file_hashes(evalset: EvalSet, runs: Sequence[str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- calibrate
-
-
-def _examples(ids: Sequence[str], n: int = 3) -> str:
-    shown = ", ".join(repr(i) for i in ids[:n])
-    return shown + (f", ... ({len(ids)} in all)" if len(ids) > n else "")
-
-
-def _check_ids_match(evalset: EvalSet, name: str) -> None:
-    """Raise when run ``name`` cannot be scored against the labels: no labelled query
-    has candidates in it, or not one of its documents is labelled for its query (the
-    run's ids and the labels' ids come from different schemes)."""
-    run = evalset.runs[name]
-    qids = evalset.qids
-    if not any(run.candidates.get(q) for q in qids):
-        raise EvalSetError(
-            f"no queries left: run {name!r} has no candidates for any of the "
-            f"{len(qids)} labelled queries (do its query ids match the labels?)",
-            path=run.source,
-        )
-    run_docs: dict[str, None] = {}
-    label_docs: dict[str, None] = {}
-    for q in qids:
-        lab = evalset.labels[q]
-        labelled = lab.grades.keys() | lab.utilities.keys() | lab.no_response.keys()
-        cands = run.candidates.get(q, {})
-        if not labelled.isdisjoint(cands):
-            return
-        run_docs.update(dict.fromkeys(cands))
-        label_docs.update(dict.fromkeys(sorted(labelled)))
-    raise EvalSetError(
-        f"no document matches: none of the {len(run_docs)} document ids of run {name!r} "
-        f"is labelled for its query in the {len(qids)} labelled queries (run ids: "
-        f"{_examples(list(run_docs))}; labelled ids: {_examples(list(label_docs))}); do "
-        "the run's document ids match the labels?",
-        path=run.source,
-    )
 
 
 def needs_texts(
@@ -502,168 +448,55 @@ def _confidence(guarantee: Guarantee | None, answerability: Answerability | None
 def _search_run(
     evalset: EvalSet, name: str, plan: FitPlan, grid: SweepGrid, may_grow: bool, *, first: bool
 ) -> RunCalibration:
-    """Sweep run ``name`` (caps grown when ``may_grow`` and no setting meets the
-    constraints, or with a guarantee), choose by cross-validation or certify the
-    guarantee, compare with plain top-k, fall back when worse, refit on all queries
-    (steps 1-7 of the module docstring); ``first``: the first run, which warns about a
-    small eval set."""
+    """Search run ``name``'s retrieval settings (steps 1-6 of the module docstring):
+    sweep them (caps grown when ``may_grow`` and no setting meets the constraints, or
+    with a guarantee), take the best plain top-k as the baseline, and run the search;
+    ``first``: the first run, which warns about a small eval set."""
     objective, cons, stages = plan.objective, plan.constraints, plan.stages
-    wanted, reported = plan.metrics, plan.reported
-    calib_rows, held_rows = plan.calibration_rows, plan.heldout_rows
-    seed, folds = plan.split.seed, plan.split.folds
-    check, target = plan.check, plan.target
-    baseline_k = check.baseline_k
-    qids = evalset.qids
-    all_rows = np.arange(len(qids), dtype=np.intp)
-    # the row groups every mean below is a union of: cross-validation folds of the
-    # calibration queries (the ones cross_validate draws), the held-out queries
-    k_folds = fold_count(int(calib_rows.size), folds) if target is None else 0
-    groups = [*(fold_parts(calib_rows, k_folds, seed) if k_folds else [calib_rows]), held_rows]
-    _check_ids_match(evalset, name)
-    arrays = evalset.arrays(name, profile=plan.profile, rules=plan.rules)
-    run_grid = grid
-    if arrays.score_kind is None:
-        logger.warning("run %r has no scores: only plain top-k settings apply", name)
-
-    def sweep_on(g: SweepGrid, ar: EvalArrays = arrays) -> tuple[SweepKernel, SweepResult]:
-        pts = g.points()
-        if stages is not None:  # every setting with the stages after the cut
-            pts = stages.points(pts)  # (under each conflict setting swept)
-        if ar.score_kind is None:
-            pts = tuple(p for p in pts if is_plain_top_k(p))
-        width = max(p.max_k for p in pts)
-        if stages is None:
-            kern = SweepKernel(ar, wanted, width)
-        else:
-            kern = stages.kernel(ar, wanted, width)
-        return kern, sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
-
-    # the caps grow to the candidate depth when no setting meets the constraints, and
-    # always for a guarantee (whose first sweep would go unused: it is skipped)
-    depth = min(int(arrays.n_valid.max()) if arrays.n_queries else 0, MAX_K_LIMIT)
-    wider = None
-    if may_grow and depth > max(run_grid.max_k):
-        wider = replace(run_grid, max_k=_extended_caps(run_grid.max_k, depth))
-    swept = None
-    if wider is None or target is None:
-        swept = sweep_on(run_grid)
-        if all(bool((c.violation(swept[1].column(c.metric)) == 0).any()) for c in cons):
-            wider = None
-    if wider is not None:
-        swept = None  # the first sweep's tables go before the wider ones are built
-        run_grid = wider
-        swept = sweep_on(run_grid)
-        logger.info("run %r: caps extended to %d", name, max(run_grid.max_k))
-    assert swept is not None
-    kernel, result = swept
-    points = result.points
+    baseline_k = plan.check.baseline_k
+    space = retrieval_space(evalset, name, plan, grid, may_grow=may_grow)
+    swept, points = space.swept, space.points
     # the baseline: plain top-k (under the first conflict setting swept)
     top_idx = [
         i
         for i, p in enumerate(points)
         if is_plain_top_k(p) and (stages is None or stages.is_base(p))
     ]
-    full = result.restricted(kernel, all_rows)
-
-    def means(rows: I, kern: SweepKernel = kernel, res: SweepResult = result) -> SweepResult:
-        return res.restricted(kern, rows)
-
-    selection = None
-    g_result = None
-    if target is not None:
-        paths = None if stages is None else stages.paths(points, guarantee_paths)
-        assert plan.guarantee is not None
-        g_result = certify_guarantee(
-            kernel, result, target, plan.guarantee.confidence, held_rows, paths
-        )
-        chosen = g_result.written
-        feasible = meets_constraints(result, chosen, cons)
-    else:
-        selection = cross_validate(
-            means, points, calib_rows, objective, cons, folds=folds, seed=seed
-        )
-        chosen, feasible = refit(result, selection.members[selection.chosen], objective, cons)
     if baseline_k is None:
-        baseline, _ = choose(result, objective, cons, among=top_idx)
+        baseline, _ = choose(swept, objective, cons, among=top_idx)
     else:
         baseline = next(i for i in top_idx if points[i].max_k == baseline_k)
-    rows, split = checked_rows(calib_rows, held_rows)
-    comparison = compare(
-        kernel,
-        result.kept[baseline].astype(np.intp),
-        result.kept[chosen].astype(np.intp),
-        rows,
-        reported,
-        split=split,
-        n_bootstrap=check.n_bootstrap,
-        seed=seed,
-        level=check.level,
+    top_k = Reference(
+        f"plain {describe_point(points[baseline])}",
+        space.kernels[0],
+        swept.kept[baseline].astype(np.intp),
+        point=baseline,
     )
-    if len(qids) < SMALL_SET and objective in comparison.metrics and first:
+    found = search(
+        space, plan, top_k, fallback_family=top_idx if baseline_k is None else [baseline]
+    )
+    n_queries = len(evalset.qids)
+    comparison = found.comparison
+    if n_queries < SMALL_SET and objective in comparison.metrics and first:
         d = comparison.guarded[objective]
         logger.warning(
             "only %d labelled queries (%d or more advised): the %s interval of mean "
             "%s is %.3f wide, so small gains cannot be told from noise",
-            len(qids),
+            n_queries,
             SMALL_SET,
             comparison.split,
             objective,
             d.high - d.low,
         )
-    fallback = None
-    if (
-        target is None
-        and chosen != baseline
-        and objective in comparison.metrics
-        and comparison.verdict(objective) == "worse"
-    ):
-        fallback = (
-            f"{comparison.where()} the choice ({describe_point(points[chosen])}) is "
-            f"worse than plain {describe_point(points[baseline])} on {objective} "
-            f"(difference {comparison.change(objective)})"
-        )
-    # refit on all queries: the family (plain top-k after a fallback) re-selected;
-    # a guarantee is not refitted (what the calibration queries certify is written,
-    # and the held-out queries check it)
-    if g_result is not None:
-        written = chosen
-        written_feasible = meets_constraints(full, written, cons)
-    else:
-        assert selection is not None
-        members = top_idx if fallback is not None else selection.members[selection.chosen]
-        if fallback is not None and baseline_k is not None:
-            members = [baseline]
-        written, written_feasible = refit(full, members, objective, cons)
-    run = evalset.runs[name]
-    run_calibration = RunCalibration(
-        name=name,
-        score_kind=arrays.score_kind,
-        source=run.source,
-        arrays=arrays,
-        kernel=kernel,
-        sweep=result,
-        chosen=chosen,
-        baseline=baseline,
-        feasible=feasible,
-        comparison=comparison,
-        optimal=optimal_k(arrays, max(run_grid.max_k)),
-        grid=run_grid,
-        selection=selection,
-        full=full,
-        written=written,
-        written_feasible=written_feasible,
-        fallback=fallback,
-        guarantee=g_result,
-    )
     logger.info(
         "run %r: chose %s (%s %.4f), wrote %s",
         name,
-        describe_point(points[chosen]),
+        describe_point(found.chosen_params),
         objective,
-        result.mean(chosen, objective),
-        describe_point(points[written]),
+        swept.mean(found.chosen, objective),
+        describe_point(found.written_params),
     )
-    return run_calibration
+    return found
 
 
 def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for callers
@@ -722,9 +555,10 @@ def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for calle
             every judged document, stays in the report as the retriever's ceiling).
         max_k: the largest cap tried (grid ``1..max_k``), a constraint: the caps never
             grow past it. ``None`` (the default): caps ``1..`` :data:`DEFAULT_MAX_K`,
-            which grow to the candidate depth (at most :data:`MAX_K_LIMIT`) when no
-            setting meets the constraints, or with ``guarantee``. Ignored when ``grid``
-            is given (a grid never grows).
+            which grow to the candidate depth (at most
+            :data:`~ragguard.calibration.fit.space.MAX_K_LIMIT`) when no setting meets
+            the constraints, or with ``guarantee``. Ignored when ``grid`` is given (a
+            grid never grows).
         grid: the settings to try (default :meth:`SweepGrid.up_to(max_k)
             <ragguard.calibration.fit.sweep.SweepGrid.up_to>`).
         metrics: metrics computed at every setting (the objective and constraint metrics
@@ -739,7 +573,7 @@ def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for calle
             the recommended run: its scores are computed once per (model, query,
             passage text) and cached (:mod:`ragguard.calibration.fit.rerank_scores`), a
             probability map is fitted, and retrieval depth x rerank cut x max_k is swept
-            (:mod:`ragguard.calibration.fit.pipeline`); the config then enables the stage.
+            (:mod:`ragguard.calibration.fit.second_stage`); the config then enables the stage.
         rerank_scores: precomputed second-stage scores instead of a ``reranker``
             (:func:`~ragguard.calibration.fit.rerank_scores.read_rerank_run`).
         rerank_score_kind: what the reranker returns, when it does not declare it.
@@ -873,10 +707,11 @@ def calibrate_answerability(
             )
         top, scale, kernel = retrieval, RETRIEVAL_SCALE, r.kernel
     else:
-        n = two.points[w.index][0]
-        kernel = two.kernels[n]
+        n, stage = two.space.top_n_of(w.index), two.stage
+        assert n is not None and stage is not None
+        kernel = two.space.kernel_of(w.index)
         top = evidence_tops(kernel.arrays)
-        failed = np.isin(np.asarray(arrays.qids, dtype=object), list(two.failed.get(n, ())))
+        failed = np.isin(np.asarray(arrays.qids, dtype=object), list(stage.failed.get(n, ())))
         top[failed] = np.inf  # a failed call: the guard does not apply the floor
         scale = RERANK_SCALE
     return fit_answerability(
@@ -885,20 +720,14 @@ def calibrate_answerability(
     )  # fmt: skip
 
 
-def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:
-    """``caps`` grown towards ``depth`` in widening steps (12, 15, 20, 25, 30, 40, 50,
-    60, 80, 100), ``depth`` itself included."""
-    steps = (12, 15, 20, 25, 30, 40, 50, 60, 80, 100)
-    more = [k for k in steps if max(caps) < k < depth]
-    return tuple(sorted({*caps, *more, depth}))
-
-
 def _two_stage(
     evalset: EvalSet, best: RunCalibration, rerank: RerankSearch, plan: FitPlan, grid: SweepGrid
-) -> TwoStageCalibration:
-    """Score the recommended run's candidates (or take the given scores) and sweep the
-    two-stage pipeline (:func:`ragguard.calibration.fit.pipeline.calibrate_two_stage`) over
-    ``grid``'s caps; the passage texts are ``evalset.texts``."""
+) -> RunCalibration:
+    """The second search: score the recommended run's candidates (or take the given
+    scores), build the space of retrieval depth x rerank cut x ``grid``'s caps
+    (:func:`ragguard.calibration.fit.second_stage.rerank_space`; the passage texts are
+    ``evalset.texts``), and search it, checked against the run's retrieval-only choice
+    and its best plain top-k."""
     arrays = best.arrays
     scores = rerank.scores
     if scores is None:
@@ -912,16 +741,27 @@ def _two_stage(
             evalset, rerank.reranker, pairs, texts=evalset.texts.get,
             score_kind=rerank.score_kind, cache_dir=rerank.cache_dir, on_query=rerank.on_query,
         )  # fmt: skip
-    return calibrate_two_stage(
+    space = rerank_space(
         evalset,
         best.name,
         scores,
         plan=plan,
         retrieval_kernel=best.kernel,
-        retrieval_chosen=best.chosen_kept,
-        retrieval_baseline=best.baseline_kept,
         max_k=grid.max_k,
         min_k=grid.min_k,
         grid=rerank.grid,
         method=rerank.probability_map,
     )
+    found = search(
+        space,
+        plan,
+        Reference("plain top-k", best.kernel, best.baseline_kept),
+        retrieval=Reference("the retrieval-only choice", best.kernel, best.chosen_kept),
+    )
+    logger.info(
+        "two-stage: chose %s (%s %.4f)",
+        found.describe(found.written),
+        plan.objective,
+        found.sweep.mean(found.chosen, plan.objective),
+    )
+    return found

@@ -326,7 +326,7 @@ class RerankSearch:
     computed once per (model, query, passage text) and cached
     (:mod:`ragguard.calibration.fit.rerank_scores`), or given; a probability map is fitted
     and retrieval depth x rerank cut x ``max_k`` is swept
-    (:mod:`ragguard.calibration.fit.pipeline`); the config then enables the stage.
+    (:mod:`ragguard.calibration.fit.second_stage`); the config then enables the stage.
 
     Attributes:
         reranker: the second stage (:class:`~ragguard.rerank.Reranker`).

@@ -1,7 +1,7 @@
 """One fit's resolved settings (:class:`FitPlan`): what it optimises, on which queries,
-and how it checks, read alike by the retrieval search
-(:meth:`~ragguard.calibration.fit.calibrator.Calibrator.fit`) and the second one
-(:func:`~ragguard.calibration.fit.pipeline.calibrate_two_stage`)."""
+and how it checks, read alike by the one search
+(:func:`~ragguard.calibration.fit.search.search`) over a run's retrieval settings and
+over its second stage's."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Second-stage scores for calibration: a reranker run once per (model, query, passage),
 cached on disk, or precomputed scores read from a run file.
 
-Two-stage calibration (:mod:`ragguard.calibration.fit.pipeline`) needs the rerank score of
+Two-stage calibration (:mod:`ragguard.calibration.fit.second_stage`) needs the rerank score of
 every candidate a setting may send to the reranker: the first ``top_n`` by retrieval
 score of each labelled query, for the largest ``top_n`` of the grid, over every run.
 They come from
@@ -38,7 +38,7 @@ call fails exactly when it would fail in the guard: the reranker raises, returns
 wrong number of scores, or a score that is NaN or infinite. A failed call's scores are
 dropped (none is cached) and :attr:`RerankScores.failed` records its error; the
 calibration sweeps that query as the guard selects when a call fails
-(:mod:`ragguard.calibration.fit.pipeline`). When every call fails,
+(:mod:`ragguard.calibration.fit.second_stage`). When every call fails,
 :class:`~ragguard.errors.RerankError` says so with the first error.
 """
 
@@ -495,7 +495,7 @@ def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> Reran
     first is kept) are counted and reported in one warning line. A candidate without a
     usable score is what a failed call is at runtime: the calibration sweeps its query
     on retrieval scores at every ``top_n`` that reaches it
-    (:mod:`ragguard.calibration.fit.pipeline`).
+    (:mod:`ragguard.calibration.fit.second_stage`).
 
     Raises:
         EvalSetError: the file is missing or malformed, ``score_kind`` is not given, or

@@ -1,7 +1,8 @@
-"""The result of a calibration: every run's sweep, choice and held-out check
-(:class:`RunCalibration`), what the config holds (:class:`WrittenSetting`), what it
-misses (:class:`Shortfall`), the config with its provenance and its saving
-(:class:`CalibrationResult`), and the data's fingerprint (:func:`data_fingerprint`).
+"""The result of a calibration: every run's search and the second stage's
+(:class:`~ragguard.calibration.fit.search.RunCalibration`), what the config holds
+(:class:`WrittenSetting`), what it misses (:class:`Shortfall`), the config with its
+provenance and its saving (:class:`CalibrationResult`), and the data's fingerprint
+(:func:`data_fingerprint`).
 
 :func:`ragguard.calibration.fit.calibrator` builds a :class:`CalibrationResult`; the
 renderers (the report, ``--json``, the console) read it.
@@ -22,23 +23,19 @@ from numpy.typing import NDArray
 
 from ragguard.calibration._format import finite, floor_number, format_number
 from ragguard.calibration._output import check_output_path, staging_folder
-from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts
-from ragguard.calibration.fit.pipeline import TwoStageCalibration
 from ragguard.calibration.fit.risk import GuaranteeResult
-from ragguard.calibration.fit.select import DEFAULT_FOLDS, FamilyChoice
+from ragguard.calibration.fit.search import RunCalibration
+from ragguard.calibration.fit.select import DEFAULT_FOLDS
 from ragguard.calibration.fit.statistics import Comparison, Interval
 from ragguard.calibration.fit.sweep import (
     PASSAGES,
     Constraint,
-    OptimalK,
     SweepGrid,
-    SweepKernel,
     SweepResult,
     describe_point,
-    guard_settings,
     lower_is_better,
 )
 from ragguard.calibration.metrics import SafetyBand, SafetyBands, safety_band
@@ -46,7 +43,6 @@ from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import PolicyParams
 from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
-from ragguard.scores import ScoreKind
 
 __all__ = [
     "SMALL_SET",
@@ -54,7 +50,6 @@ __all__ = [
     "CheckView",
     "MetricCheck",
     "ResultView",
-    "RunCalibration",
     "Shortfall",
     "WrittenSetting",
     "data_fingerprint",
@@ -67,92 +62,6 @@ SMALL_SET = 50
 """Fewer labelled queries than this get a warning with the held-out interval's width."""
 
 # --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True, eq=False)
-class RunCalibration:
-    """The calibration of one run (retrieval profile).
-
-    Attributes:
-        name: the run's name.
-        score_kind: what its scores are (``None``: no scores; only plain top-k applies).
-        source: the file it came from, if any.
-        arrays: the run against its labels (all queries).
-        kernel: the ranked arrays with their metric tables.
-        sweep: every setting's means over the calibration queries.
-        chosen: index of the chosen setting in ``sweep.points``.
-        baseline: index of the baseline (plain top-k) setting.
-        feasible: whether the chosen setting meets every constraint.
-        comparison: baseline against guarded on the held-out queries.
-        optimal: per-query optimal k over all queries.
-        grid: the grid swept (the default grid's caps grow when needed).
-        selection: the cross-validated choice of rule family (``None`` with a
-            guarantee, or for a run without scores).
-        full: every setting's means over **all** queries (the refit's sweep).
-        written: index (in ``sweep.points``) of the setting refitted on all queries:
-            the one the config holds.
-        written_feasible: whether it meets every constraint on all queries.
-        fallback: why plain top-k is written instead of the choice (the held-out
-            check found the choice worse), or ``None``.
-        guarantee: the recall guarantee, when one was asked for.
-    """
-
-    name: str
-    score_kind: ScoreKind | None
-    source: str | None
-    arrays: EvalArrays = field(repr=False)
-    kernel: SweepKernel = field(repr=False)
-    sweep: SweepResult = field(repr=False)
-    chosen: int
-    baseline: int
-    feasible: bool
-    comparison: Comparison = field(repr=False)
-    optimal: OptimalK = field(repr=False)
-    full: SweepResult = field(repr=False)
-    written: int
-    grid: SweepGrid | None = None
-    selection: FamilyChoice | None = None
-    written_feasible: bool = True
-    fallback: str | None = None
-    guarantee: GuaranteeResult | None = None
-
-    @property
-    def written_params(self) -> PolicyParams:
-        """The setting the config holds (refitted on all queries)."""
-        return self.sweep.points[self.written]
-
-    @property
-    def chosen_is_baseline(self) -> bool:
-        """Whether the choice is the baseline itself (then there is nothing to compare)."""
-        return self.chosen == self.baseline
-
-    @property
-    def chosen_params(self) -> PolicyParams:
-        """The chosen setting."""
-        return self.sweep.points[self.chosen]
-
-    @property
-    def baseline_params(self) -> PolicyParams:
-        """The baseline setting (plain top-k)."""
-        return self.sweep.points[self.baseline]
-
-    @property
-    def chosen_kept(self) -> I:
-        """(Q,) passages kept per query under the chosen setting (all queries)."""
-        out: I = self.sweep.kept[self.chosen].astype(np.intp)
-        return out
-
-    @property
-    def written_kept(self) -> I:
-        """(Q,) passages kept per query under the written setting (all queries)."""
-        out: I = self.sweep.kept[self.written].astype(np.intp)
-        return out
-
-    @property
-    def baseline_kept(self) -> I:
-        """(Q,) passages kept per query under the baseline (all queries)."""
-        out: I = self.sweep.kept[self.baseline].astype(np.intp)
-        return out
 
 
 @dataclass(frozen=True)
@@ -205,8 +114,9 @@ class WrittenSetting:
     :meth:`CalibrationResult.config` writes it, so every one names the same setting.
 
     Attributes:
-        run: the run's calibration.
-        two_stage: the second stage the config enables, or ``None`` (retrieval only).
+        run: the run's calibration (its retrieval search).
+        two_stage: the second stage's search, when the config enables the stage, or
+            ``None`` (retrieval only).
         setting: the setting the config holds, in words (``max_k=2, autocut@1``;
             with a second stage ``rerank top-5, max_k=3, min_score=0.2``).
         tested: the setting the held-out check tests, in words: the choice on the
@@ -224,7 +134,7 @@ class WrittenSetting:
     """
 
     run: RunCalibration
-    two_stage: TwoStageCalibration | None
+    two_stage: RunCalibration | None
     setting: str
     tested: str
     full: SweepResult = field(repr=False)
@@ -254,14 +164,18 @@ class WrittenSetting:
     @property
     def tested_metrics(self) -> dict[str, float]:
         """The tested setting's mean metrics over the calibration queries."""
-        if self.two_stage is not None:
-            return self.two_stage.sweep.point_means(self.two_stage.chosen)
-        return self.run.sweep.point_means(self.run.chosen)
+        s = self.search
+        return s.sweep.point_means(s.chosen)
 
     @property
     def tested_feasible(self) -> bool:
         """Whether the tested setting meets every constraint on the calibration queries."""
-        return self.two_stage.feasible if self.two_stage is not None else self.run.feasible
+        return self.search.feasible
+
+    @property
+    def search(self) -> RunCalibration:
+        """The search whose setting the config holds: the second stage's, or the run's."""
+        return self.two_stage if self.two_stage is not None else self.run
 
     def band(self) -> SafetyBand | None:
         """The safety band of the tested setting's mean distractor rate on the held-out
@@ -414,9 +328,10 @@ class CalibrationResult:
         data_sha256: hash of the labels and runs used (see :func:`data_fingerprint`).
         files: sha256 of each input file that exists on disk, by path.
         created: when the calibration ran (UTC).
-        rerank: the two-stage calibration of the recommended run, when a reranker or
-            rerank scores were given (:mod:`ragguard.calibration.fit.pipeline`); the
-            config holds its choice unless :meth:`written_setting` says why not.
+        rerank: the second search, over the recommended run's rerank depths and cuts,
+            when a reranker or rerank scores were given
+            (:mod:`ragguard.calibration.fit.second_stage`); the config holds its choice
+            unless :meth:`written_setting` says why not.
         caps_fixed: the caps could not grow (``max_k`` or a ``grid`` was given).
     """
 
@@ -435,7 +350,7 @@ class CalibrationResult:
     data_sha256: str = ""
     files: Mapping[str, str] = field(default_factory=dict)
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
-    rerank: TwoStageCalibration | None = None
+    rerank: RunCalibration | None = None
     on_worse: str = "top-k"
     target: float | None = None
     confidence: float = 0.95
@@ -449,40 +364,27 @@ class CalibrationResult:
         return self.view(run).written
 
     def _written_setting(self, r: RunCalibration) -> WrittenSetting:
-        def name(i: int) -> str:
-            return describe_point(r.sweep.points[i])
+        def described(s: RunCalibration, two_stage: RunCalibration | None) -> WrittenSetting:
+            return WrittenSetting(
+                run=r,
+                two_stage=two_stage,
+                setting=s.describe(s.written),
+                tested=s.describe(s.chosen),
+                full=s.full,
+                index=s.written,
+                names=s.describe,
+                feasible=s.written_feasible,
+                guarantee=s.guarantee,
+                comparison=s.comparison,
+                stage=None,
+                cap=s.cap,
+            )
 
-        retrieval = WrittenSetting(
-            run=r,
-            two_stage=None,
-            setting=describe_point(r.written_params),
-            tested=describe_point(r.chosen_params),
-            full=r.full,
-            index=r.written,
-            names=name,
-            feasible=r.written_feasible,
-            guarantee=r.guarantee,
-            comparison=r.comparison,
-            stage=None,
-            cap=max((r.grid or self.grid).max_k),
-        )
+        retrieval = described(r, None)
         two = self.rerank
-        if two is None or two.run != r.name:
+        if two is None or two.name != r.name:
             return retrieval
-        written = WrittenSetting(
-            run=r,
-            two_stage=two,
-            setting=two.describe(),
-            tested=two.describe_chosen(),
-            full=two.full if two.full is not None else two.sweep,
-            index=two.written_index,
-            names=two.name,
-            feasible=two.written_feasible,
-            guarantee=two.guarantee,
-            comparison=two.vs_top_k,
-            stage=None,
-            cap=max(p.max_k for _, p in two.points),
-        )
+        written = described(two, two)
         on, why = self._stage_decision(retrieval, written)
         return replace(written if on else retrieval, stage=why)
 
@@ -532,7 +434,8 @@ class CalibrationResult:
                 f"left off: {two.setting} misses {' and '.join(map(str, worse))} on all "
                 f"queries, which retrieval only ({one.setting}) meets"
             )
-        a = stage.vs_retrieval
+        a = stage.against_retrieval
+        assert a is not None
         if obj not in a.metrics or not a.n_queries:
             return True, f"written (no queries to compare it with retrieval only on {obj})"
         verdict = a.verdict(obj)
@@ -584,7 +487,7 @@ class CalibrationResult:
             shortfalls=tuple(_shortfalls(w.full, w.index, self.constraints, w.names, w.cap)),
             stopped=self.stopped if r is self.recommended else None,
             baseline=describe_point(r.baseline_params),
-            baseline_metrics=r.sweep.point_means(r.baseline),
+            baseline_metrics=r.baseline_means,
             retrieval_setting=describe_point(r.written_params),
             retrieval_choice=describe_point(r.chosen_params),
             selection=(
@@ -596,8 +499,10 @@ class CalibrationResult:
             ),
             retrieval_check=CheckView.of(c),
             check=CheckView.of(w.comparison),
-            stage_check=None if two is None else CheckView.of(two.vs_retrieval),
-            stage_top_k_check=None if two is None else CheckView.of(two.vs_top_k),
+            stage_check=None
+            if two is None or two.against_retrieval is None
+            else CheckView.of(two.against_retrieval),
+            stage_top_k_check=None if two is None else CheckView.of(two.comparison),
             band=w.band(),
             next_steps=self._next_steps(w, None),
         )
@@ -692,7 +597,7 @@ class CalibrationResult:
     def _why(self, r: RunCalibration) -> str:
         obj = self.objective
         chosen = r.sweep.mean(r.chosen, obj)
-        base = r.sweep.mean(r.baseline, obj)
+        base = r.baseline_means[obj]
         n_cal = self.calibration_rows.size
         passages = r.sweep.mean(r.chosen, PASSAGES)
         word = "lowest" if lower_is_better(obj) else "highest"
@@ -795,10 +700,7 @@ class CalibrationResult:
         with provenance: :meth:`written_setting` says what it holds."""
         v = self.view(None if run is None else self.run(run))
         r, w = v.run, v.written
-        settings: dict[str, Any] = {
-            "profile": self.profile.name,
-            **guard_settings(r.written_params, r.score_kind),
-        }
+        settings: dict[str, Any] = {"profile": self.profile.name, **r.guard_settings()}
         if (
             self.profile.name not in BUILTIN_PROFILES
             or BUILTIN_PROFILES[self.profile.name] != self.profile
@@ -812,10 +714,12 @@ class CalibrationResult:
             if a.floor is not None:
                 settings["min_evidence"] = a.floor
             settings["provenance"]["answerability"] = a.provenance()
-        if w.two_stage is not None:
-            settings.update(w.two_stage.guard_settings())
-            settings["rerank"] = w.two_stage.rerank_table()
-            settings["provenance"]["rerank"] = w.two_stage.provenance()
+        two = w.two_stage
+        if two is not None:
+            assert two.stage is not None and two.top_n is not None
+            settings.update(two.guard_settings())
+            settings["rerank"] = two.stage.table(two.top_n, two.written_params)
+            settings["provenance"]["rerank"] = _rerank_provenance(two)
         return GuardConfig(**settings)
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
@@ -941,6 +845,41 @@ class CalibrationResult:
         with staging_folder(p.parent) as tmp:
             os.replace(cfg.save(tmp / p.name), p)
         return p
+
+
+def _rerank_provenance(two: RunCalibration) -> dict[str, Any]:
+    """The second stage's part of the config's provenance: the reranker, the map, the
+    setting and how it was chosen, and its held-out check against retrieval only."""
+    stage, c = two.stage, two.against_retrieval
+    assert stage is not None and c is not None
+    scores = stage.scores
+    out: dict[str, Any] = {
+        "reranker": scores.name,
+        "identity": scores.identity.splitlines()[0] if scores.identity else "",
+        "cache_key": scores.cache_key or "",
+        "setting": two.describe(two.written),
+        "retrieval_run": two.name,
+        "probability_map": stage.probability_map.describe(),
+        "pairs_fitted": stage.n_pairs_fit,
+        "constraints_met": two.feasible,
+        "chosen_on_calibration": two.describe(two.chosen),
+        "selection": two.selection.describe()
+        if two.selection is not None
+        else "recall guarantee (Learn-then-Test)",
+    }
+    if two.fallback is not None:
+        out["fallback"] = two.fallback
+    if stage.failures is not None:
+        out["rerank_failures"] = stage.failures
+    for m in c.metrics:
+        out[f"vs_retrieval_{m}"] = (
+            f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
+        )
+    out["brier_raw"] = finite(stage.brier_raw)
+    out["brier_mapped"] = finite(stage.brier_mapped)
+    out["ece_raw"] = finite(stage.reliability_raw.ece)
+    out["ece_mapped"] = finite(stage.reliability_mapped.ece)
+    return out
 
 
 def _shown_path(path: str | None) -> str:

@@ -849,7 +849,7 @@ def sweep(
         cuts: (P, Q) per-query cuts of the settings, when some rows are not cut by the
             kernel's own policy call (default :meth:`SweepKernel.cuts`): the two-stage
             sweep passes, for a query whose rerank call fails, the cut the guard makes
-            on retrieval scores then (:mod:`ragguard.calibration.fit.pipeline`).
+            on retrieval scores then (:mod:`ragguard.calibration.fit.second_stage`).
 
     Returns:
         A :class:`SweepResult`; ``means[p, m]`` equals ``evaluate(arrays, metrics[m],

@@ -12,8 +12,9 @@ from numpy.typing import NDArray
 
 from ragguard._optional import require
 from ragguard.calibration._format import format_number
-from ragguard.calibration.fit.pipeline import TwoStageCalibration
-from ragguard.calibration.fit.result import CalibrationResult, RunCalibration
+from ragguard.calibration.fit.result import CalibrationResult
+from ragguard.calibration.fit.search import RunCalibration
+from ragguard.calibration.fit.space import RerankStage
 from ragguard.calibration.fit.sweep import PASSAGES, describe_point, is_plain_top_k, lower_is_better
 from ragguard.calibration.report.document import Figure
 from ragguard.errors import MissingDependencyError
@@ -204,7 +205,7 @@ def _plot_baseline_vs_guarded(mpl: Any, res: CalibrationResult, r: RunCalibratio
     return _png(fig)
 
 
-def _plot_reliability(mpl: Any, two: TwoStageCalibration) -> bytes | None:
+def _plot_reliability(mpl: Any, two: RerankStage, split: str) -> bytes | None:
     """Predicted probability vs observed frequency of relevance, per bin, before and
     after the probability map (held-out pairs)."""
     curves = (
@@ -229,7 +230,7 @@ def _plot_reliability(mpl: Any, two: TwoStageCalibration) -> bytes | None:
     ax.set_ylim(0, 1)
     ax.set_xlabel("predicted p(relevant)")
     ax.set_ylabel("observed fraction relevant")
-    ax.set_title(f"Reliability on {two.vs_retrieval.split} pairs", fontsize=10)
+    ax.set_title(f"Reliability on {split} pairs", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", frameon=False)
     ax.grid(alpha=0.3)
     return _png(fig)
@@ -279,13 +280,17 @@ def draw_figures(res: CalibrationResult) -> list[Figure] | None:
                 bvg,
             )
         )
-    if res.rerank is not None and (rel := _plot_reliability(mpl, res.rerank)) is not None:
-        figs.append(
-            Figure(
-                "reliability.png",
-                "Reliability of the rerank probabilities before and after the map "
-                f"({res.rerank.vs_retrieval.split} pairs).",
-                rel,
+    two = res.rerank
+    stage = None if two is None else two.stage
+    if two is not None and stage is not None:
+        split = two.comparison.split
+        if (rel := _plot_reliability(mpl, stage, split)) is not None:
+            figs.append(
+                Figure(
+                    "reliability.png",
+                    "Reliability of the rerank probabilities before and after the map "
+                    f"({split} pairs).",
+                    rel,
+                )
             )
-        )
     return figs

@@ -11,14 +11,13 @@ import numpy as np
 
 from ragguard._optional import install_hint
 from ragguard.calibration._format import floor_number, format_interval, format_number
-from ragguard.calibration.fit.pipeline import TwoStageCalibration
 from ragguard.calibration.fit.result import (
     SMALL_SET,
     CalibrationResult,
     ResultView,
-    RunCalibration,
 )
 from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
+from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.statistics import Comparison, Interval
 from ragguard.calibration.fit.sweep import PASSAGES, choose, describe_point, lower_is_better
 from ragguard.calibration.metrics import compute
@@ -404,7 +403,7 @@ def _runs_table(res: CalibrationResult) -> list[Block]:
                 format_number(s.mean(r.chosen, "distractor_rate")),
                 format_number(s.mean(r.chosen, PASSAGES), 2),
                 describe_point(r.baseline_params),
-                format_number(s.mean(r.baseline, obj)),
+                format_number(r.baseline_means[obj]),
                 "yes" if r.feasible else "**no**",
                 describe_point(r.written_params) + ("" if r.written_feasible else " (**unmet**)"),
             )
@@ -534,7 +533,7 @@ def _next_steps(view: ResultView) -> list[Block]:
     ]
 
 
-def _two_stage(two: TwoStageCalibration, view: ResultView, fig: Figure | None) -> list[Block]:
+def _two_stage(two: RunCalibration, view: ResultView, fig: Figure | None) -> list[Block]:
     """Plain top-k, the best retrieval-only setting and the two-stage choice on the
     held-out queries, with the probability map's calibration before and after, and why
     the config holds the second stage or not (``view.written``, what is written)."""
@@ -543,7 +542,9 @@ def _two_stage(two: TwoStageCalibration, view: ResultView, fig: Figure | None) -
     a = view.stage_check.comparison
     top_k = {x.metric: x for x in view.stage_top_k_check.rows}
     pct = round(a.level * 100)
-    s = two.scores
+    stage = two.stage
+    assert stage is not None
+    s = stage.scores
     rows = [
         (
             x.metric,
@@ -561,23 +562,23 @@ def _two_stage(two: TwoStageCalibration, view: ResultView, fig: Figure | None) -
         Heading(1, "Two stages: retrieval, then the reranker"),
         Para(
             f"The reranker {s.name} read query and passage together for the top "
-            f"{two.top_n} candidates of run {two.run} ({s.n_computed} pairs scored, "
+            f"{two.top_n} candidates of run {two.name} ({s.n_computed} pairs scored, "
             f"{s.n_cached} from the cache). Its scores were mapped to p(relevant) by "
-            f"{two.probability_map.describe()}, fitted on {two.n_pairs_fit} pairs of the "
+            f"{stage.probability_map.describe()}, fitted on {stage.n_pairs_fit} pairs of the "
             "calibration queries. "
             + (
-                f"Certified on the calibration queries and not refitted: **{two.describe()}** "
-                "(the setting the table below checks)"
+                f"Certified on the calibration queries and not refitted: "
+                f"**{two.describe(two.written)}** (the setting the table below checks)"
                 if two.guarantee is not None
-                else f"Chosen on the calibration queries: {two.describe_chosen()} (the "
+                else f"Chosen on the calibration queries: {two.describe(two.chosen)} (the "
                 f"setting the table below checks); refitted on all queries: "
-                f"**{two.describe()}**"
+                f"**{two.describe(two.written)}**"
             )
             + (f"; {two.selection.describe()}" if two.selection is not None else "")
             + (
                 ". The config holds it (see Recommendation)."
                 if w.two_stage is not None
-                else f". The config leaves it off and holds run {two.run}'s retrieval-only "
+                else f". The config leaves it off and holds run {two.name}'s retrieval-only "
                 f"setting, {w.setting} (see Recommendation)."
             )
         ),
@@ -613,11 +614,11 @@ def _two_stage(two: TwoStageCalibration, view: ResultView, fig: Figure | None) -
         Table(
             ("calibration of p(relevant), " + a.split, "reranker's own", "after the map"),
             (
-                ("Brier score", format_number(two.brier_raw), format_number(two.brier_mapped)),
+                ("Brier score", format_number(stage.brier_raw), format_number(stage.brier_mapped)),
                 (
                     "expected calibration error",
-                    format_number(two.reliability_raw.ece),
-                    format_number(two.reliability_mapped.ece),
+                    format_number(stage.reliability_raw.ece),
+                    format_number(stage.reliability_mapped.ece),
                 ),
             ),
             (False, True, True),
@@ -629,7 +630,7 @@ def _two_stage(two: TwoStageCalibration, view: ResultView, fig: Figure | None) -
         g = two.guarantee
         blocks += _guarantee(
             g,
-            two.name,
+            two.describe,
             int(two.sweep.kept.shape[1]),
             two.sweep.mean(g.written, PASSAGES),
             heading=(2, "Recall guarantee with the reranker"),

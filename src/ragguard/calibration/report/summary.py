@@ -153,11 +153,11 @@ def result_document(
         "rerank": None
         if two is None or v.stage_check is None
         else {
-            "setting": two.describe(),
+            "setting": two.describe(two.written),
             "written": w.two_stage is not None,
             **two.guard_settings(),
-            "vs_retrieval": _check(v.stage_check, two.describe_chosen()),
-            "rerank_failures": two.failures,
+            "vs_retrieval": _check(v.stage_check, two.describe(two.chosen)),
+            "rerank_failures": None if two.stage is None else two.stage.failures,
         },
         "answerability": None if result.answerability is None else result.answerability.as_dict(),
         "config_path": config_path,
