@@ -742,7 +742,7 @@ def _check_outputs(
 def _print_result(result: CalibrationResult, shown: str) -> None:
     """The console summary of ``result`` (its :meth:`~CalibrationResult.view`), on
     stdout; ``shown`` is the eval set as the command line named it."""
-    from ragguard.calibration.fit.sweep import PASSAGES, describe_point
+    from ragguard.calibration.fit.sweep import PASSAGES
     from ragguard.calibration.report import format_number
 
     view = result.view(evalset=shown)
@@ -766,17 +766,16 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
             justify="left" if col in ("run", "chosen") else "right",
             no_wrap=col in ("run", "chosen"),
         )
-    for r in result.runs:
-        s = r.sweep
-        mark = " *" if r is result.recommended else ""
+    for x in view.runs:
+        means = x.chosen_means
         table.add_row(
-            r.name + mark,
-            describe_point(r.chosen_params) + ("" if r.feasible else " (!)"),
-            format_number(s.mean(r.chosen, obj)),
-            format_number(s.mean(r.chosen, "evidence_recall")),
-            format_number(s.mean(r.chosen, "distractor_rate")),
-            format_number(s.mean(r.chosen, PASSAGES), 2),
-            f"{describe_point(r.baseline_params)} {format_number(r.baseline_means[obj])}",
+            x.run + (" *" if x.recommended else ""),
+            x.chosen + ("" if x.feasible else " (!)"),
+            format_number(means[obj]),
+            format_number(means["evidence_recall"]),
+            format_number(means["distractor_rate"]),
+            format_number(means[PASSAGES], 2),
+            f"{x.baseline} {format_number(x.baseline_means[obj])}",
         )
     out.print(table)
 

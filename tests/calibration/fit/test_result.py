@@ -118,3 +118,21 @@ def test_every_output_says_what_the_view_says(
         assert f"- {what}" in text and what in report
         for command in commands:
             assert command in text and f"`{command}`" in report
+
+    # every run's line: the same settings in the console, --json and the report, and
+    # means recomputed from the labels
+    assert (
+        [x.run for x in view.runs] == [x.name for x in res.runs] == [d["run"] for d in doc["runs"]]
+    )
+    for line, d, run in zip(view.runs, doc["runs"], res.runs, strict=True):
+        assert line.recommended == (run is res.recommended)
+        udcg = compute(run.arrays, "udcg", cut=run.written_kept)
+        assert line.written_means["udcg"] == pytest.approx(float(np.nanmean(udcg)), abs=1e-12)
+        assert d["setting"] == line.written and d["objective"] == pytest.approx(
+            line.written_means["udcg"]
+        )
+        calib = compute(run.arrays, "udcg", cut=run.chosen_kept)[res.calibration_rows]
+        assert line.chosen_means["udcg"] == pytest.approx(float(np.nanmean(calib)), abs=1e-12)
+        mark = " (recommended)" if line.recommended else ""
+        assert f"| `{line.run}`{mark} | {line.chosen} |" in report
+        assert f"{line.run}{' *' if line.recommended else ''} {line.chosen}" in text

@@ -50,6 +50,7 @@ __all__ = [
     "CheckView",
     "MetricCheck",
     "ResultView",
+    "RunRow",
     "Shortfall",
     "WrittenSetting",
     "data_fingerprint",
@@ -237,6 +238,53 @@ class CheckView:
         return cls(c, rows, bands)
 
 
+@dataclass(frozen=True)
+class RunRow:
+    """One run's line in the tables of every run (:attr:`ResultView.runs`): its choice
+    on the calibration queries next to its best plain top-k, and what its config would
+    hold.
+
+    Attributes:
+        run: the run's name.
+        recommended: whether it is the recommended run.
+        chosen: its choice on the calibration queries, in words.
+        chosen_means: the choice's means over the calibration queries.
+        feasible: whether the choice meets every constraint there.
+        baseline: its best plain top-k, in words.
+        baseline_means: the baseline's means over the calibration queries.
+        written: its setting refitted on all queries, in words.
+        written_means: that setting's means over all queries.
+        written_feasible: whether it meets every constraint there.
+    """
+
+    run: str
+    recommended: bool
+    chosen: str
+    chosen_means: Mapping[str, float]
+    feasible: bool
+    baseline: str
+    baseline_means: Mapping[str, float]
+    written: str
+    written_means: Mapping[str, float]
+    written_feasible: bool
+
+    @classmethod
+    def of(cls, r: RunCalibration, recommended: bool) -> RunRow:
+        """The line of run ``r``'s retrieval search."""
+        return cls(
+            run=r.name,
+            recommended=recommended,
+            chosen=r.describe(r.chosen),
+            chosen_means=r.sweep.point_means(r.chosen),
+            feasible=r.feasible,
+            baseline=describe_point(r.baseline_params),
+            baseline_means=r.baseline_means,
+            written=r.describe(r.written),
+            written_means=r.full.point_means(r.written),
+            written_feasible=r.written_feasible,
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class ResultView:
     """One calibration result as every output shows it, derived once
@@ -269,6 +317,7 @@ class ResultView:
         stage_top_k_check: the second stage's choice against plain top-k, then.
         band: the tested setting's safety band on the held-out queries
             (:meth:`WrittenSetting.band`).
+        runs: every run's line, in the eval set's order (:class:`RunRow`).
         next_steps: what to try when that band is DANGEROUS: ``(what, commands)``
             pairs (empty otherwise).
     """
@@ -293,6 +342,7 @@ class ResultView:
     stage_check: CheckView | None
     stage_top_k_check: CheckView | None
     band: SafetyBand | None
+    runs: tuple[RunRow, ...]
     next_steps: tuple[tuple[str, tuple[str, ...]], ...]
 
     @property
@@ -504,6 +554,7 @@ class CalibrationResult:
             else CheckView.of(two.against_retrieval),
             stage_top_k_check=None if two is None else CheckView.of(two.comparison),
             band=w.band(),
+            runs=tuple(RunRow.of(x, x is self.recommended) for x in self.runs),
             next_steps=self._next_steps(w, None),
         )
 

@@ -385,27 +385,27 @@ def _answerability(res: CalibrationResult) -> list[Block]:
     return [Heading(1, "Answerability (min_evidence)"), Bullets(tuple(items))]
 
 
-def _runs_table(res: CalibrationResult) -> list[Block]:
+def _runs_table(res: CalibrationResult, view: ResultView) -> list[Block]:
     obj = res.objective
     header = ("run", "chosen", obj, "evidence recall", "recall (all judged)", "distractor rate",
               "passages", "best top-k", f"top-k {obj}", "constraints met",
               "written (all queries)")  # fmt: skip
     rows = []
-    for r in res.runs:
-        s = r.sweep
+    for row in view.runs:
+        means = row.chosen_means
         rows.append(
             (
-                f"`{r.name}`" + (" (recommended)" if r is res.recommended else ""),
-                describe_point(r.chosen_params),
-                format_number(s.mean(r.chosen, obj)),
-                format_number(s.mean(r.chosen, EVIDENCE)),
-                format_number(s.mean(r.chosen, "recall")),
-                format_number(s.mean(r.chosen, "distractor_rate")),
-                format_number(s.mean(r.chosen, PASSAGES), 2),
-                describe_point(r.baseline_params),
-                format_number(r.baseline_means[obj]),
-                "yes" if r.feasible else "**no**",
-                describe_point(r.written_params) + ("" if r.written_feasible else " (**unmet**)"),
+                f"`{row.run}`" + (" (recommended)" if row.recommended else ""),
+                row.chosen,
+                format_number(means[obj]),
+                format_number(means[EVIDENCE]),
+                format_number(means["recall"]),
+                format_number(means["distractor_rate"]),
+                format_number(means[PASSAGES], 2),
+                row.baseline,
+                format_number(row.baseline_means[obj]),
+                "yes" if row.feasible else "**no**",
+                row.written + ("" if row.written_feasible else " (**unmet**)"),
             )
         )
     return [
@@ -940,7 +940,7 @@ def report_blocks(
         blocks += _two_stage(res.rerank, view, by_name.get("reliability.png"))
     blocks += _next_steps(view)
     if len(res.runs) > 1:
-        blocks += _runs_table(res)
+        blocks += _runs_table(res, view)
     blocks += _grid_section(res, r, figs or [])
     blocks += _conflicts(res, r)
     blocks += _optimal(res, r, by_name.get("optimal_k.png"))

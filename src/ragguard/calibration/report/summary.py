@@ -42,8 +42,6 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ragguard.calibration.fit.sweep import describe_point
-
 if TYPE_CHECKING:
     from ragguard.calibration.fit.result import CalibrationResult, CheckView
 
@@ -143,12 +141,12 @@ def result_document(
         "heldout_check": _check(v.check, w.tested),
         "runs": [
             {
-                "run": run.name,
-                "setting": describe_point(run.written_params),
-                "feasible": run.written_feasible,
-                "objective": _num(run.full.mean(run.written, result.objective)),
+                "run": row.run,
+                "setting": row.written,
+                "feasible": row.written_feasible,
+                "objective": _num(row.written_means[result.objective]),
             }
-            for run in result.runs
+            for row in v.runs
         ],
         "rerank": None
         if two is None or v.stage_check is None
