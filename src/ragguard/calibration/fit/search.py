@@ -295,7 +295,9 @@ def search(
         comparisons.append(comparison)
     fallback = None
     if g_result is None and objective in reported:
-        what = "the two-stage choice" if space.stage else f"the choice ({space.describe(chosen)})"
+        what = f"the choice ({space.describe(chosen)})"
+        if space.stage is not None:
+            what = "the two-stage choice"
         for ref, comp in zip(refs, comparisons, strict=True):
             if ref.point != chosen and comp.verdict(objective) == "worse":
                 fallback = (
