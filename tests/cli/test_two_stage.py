@@ -205,6 +205,14 @@ def test_every_output_names_the_setting_the_config_holds(folder: Path, tmp_path:
     assert doc["recommended"]["setting"] == named and doc["recommended"]["two_stage"]
     assert doc["recommended"]["config"]["rerank"]["top_n"] == config.rerank.top_n
     assert doc["heldout_check"]["setting"] == config.provenance["chosen_on_calibration"]
+    # the second stage's own lines: its setting, its choice and the map, alike everywhere
+    rerank = config.provenance["rerank"]
+    assert doc["rerank"]["setting"] == rerank["setting"] == named and doc["rerank"]["written"]
+    choice, pmap = rerank["chosen_on_calibration"], rerank["probability_map"]
+    assert doc["rerank"]["vs_retrieval"]["setting"] == choice
+    assert f"Two stages (written): {choice} chosen on the calibration queries" in text
+    assert f"probability map: {pmap}" in text and f"p(relevant) by {pmap}, fitted on" in md
+    assert f"refitted on all queries: **{named}**" in md
     # the reranker sees through every look-alike: SAFE, so nothing to try next
     assert "Next:" not in text and "What to try next" not in md
 

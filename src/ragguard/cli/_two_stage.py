@@ -225,22 +225,22 @@ def print_two_stage(view: ResultView) -> None:
     """Retrieval-only best, two-stage best and plain top-k on held-out queries, as the
     result's view holds them; whether the config holds the second stage was said under
     "Chosen" (``view.written``)."""
-    two = view.result.rerank
-    checks, top_k = view.stage_check, view.stage_top_k_check
-    if two is None or two.stage is None or checks is None or top_k is None:
+    st, checks, top_k = view.stage, view.stage_check, view.stage_top_k_check
+    if st is None or checks is None or top_k is None:
         return
-    stage, objective = two.stage, view.result.objective
-    s = stage.scores
-    failed = f"; {len(s.failed)} of {s.n_calls} calls failed, swept fail-open" if s.failed else ""
+    objective = view.result.objective
+    failed = ""
+    if st.calls_failed:
+        failed = f"; {st.calls_failed} of {st.calls} calls failed, swept fail-open"
     out.print()
-    state = "written" if view.written.two_stage is not None else "left off"
+    state = "written" if st.written else "left off"
     out.print(
-        f"[bold]Two stages[/] ({state}): {escape(two.describe(two.chosen))} chosen on the "
-        f"calibration queries, on run {escape(two.name)} with reranker {escape(s.name)} "
-        f"({s.n_computed} pairs scored, {s.n_cached} from the cache{failed})",
+        f"[bold]Two stages[/] ({state}): {escape(st.choice)} chosen on the "
+        f"calibration queries, on run {escape(st.run)} with reranker {escape(st.reranker)} "
+        f"({st.pairs_scored} pairs scored, {st.pairs_cached} from the cache{failed})",
         highlight=False,
     )
-    out.print(f"probability map: {escape(stage.probability_map.describe())}", highlight=False)
+    out.print(f"probability map: {escape(st.probability_map)}", highlight=False)
     a = checks.comparison
     pct = round(a.level * 100)
     table = compact_table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
@@ -263,11 +263,11 @@ def print_two_stage(view: ResultView) -> None:
             f"{format_number(rate)} with the reranker (safety band {checks.bands[1].value})",
             highlight=False,
         )
+    (brier_raw, brier_mapped), (ece_raw, ece_mapped) = st.brier, st.ece
     out.print(
         f"calibration of rerank probabilities ({a.split}): Brier "
-        f"{format_number(stage.brier_raw)} -> {format_number(stage.brier_mapped)}, ECE "
-        f"{format_number(stage.reliability_raw.ece)} -> "
-        f"{format_number(stage.reliability_mapped.ece)}",
+        f"{format_number(brier_raw)} -> {format_number(brier_mapped)}, ECE "
+        f"{format_number(ece_raw)} -> {format_number(ece_mapped)}",
         highlight=False,
     )
     verdict = a.verdict(objective) if objective in a.metrics else ""

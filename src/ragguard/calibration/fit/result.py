@@ -52,6 +52,7 @@ __all__ = [
     "ResultView",
     "RunRow",
     "Shortfall",
+    "StageView",
     "WrittenSetting",
     "data_fingerprint",
 ]
@@ -286,6 +287,78 @@ class RunRow:
 
 
 @dataclass(frozen=True, eq=False)
+class StageView:
+    """The second stage as every output shows it (:attr:`ResultView.stage`).
+
+    Attributes:
+        search: the second search (:attr:`CalibrationResult.rerank`).
+        run: the run it reranks.
+        reranker: the reranker's name.
+        written: whether the config holds the stage (:attr:`WrittenSetting.stage` says
+            why or why not).
+        setting: its setting refitted on all queries (or certified), in words.
+        choice: its choice on the calibration queries, in words.
+        top_n: the setting's rerank depth.
+        selection: how its rule family was chosen (empty with a guarantee).
+        probability_map: the map fitted on the calibration queries, in words.
+        pairs_fitted: scored (query, passage) pairs the map was fitted on.
+        pairs_scored, pairs_cached: pairs the reranker scored, and read from the cache.
+        calls, calls_failed: rerank calls, and the ones that failed.
+        failures: one line on the queries swept as failed calls, or ``None``.
+        brier: the held-out Brier score of the reranker's own probabilities and of
+            the mapped ones.
+        ece: their expected calibration errors, alike.
+        settings: the guard-level config fields of its setting.
+    """
+
+    search: RunCalibration = field(repr=False)
+    run: str
+    reranker: str
+    written: bool
+    setting: str
+    choice: str
+    top_n: int
+    selection: str
+    probability_map: str
+    pairs_fitted: int
+    pairs_scored: int
+    pairs_cached: int
+    calls: int
+    calls_failed: int
+    failures: str | None
+    brier: tuple[float, float]
+    ece: tuple[float, float]
+    settings: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, two: RunCalibration, written: bool) -> StageView:
+        """The view of the second search ``two``; ``written``: the config holds it."""
+        stage = two.stage
+        assert stage is not None and two.top_n is not None
+        s = stage.scores
+        return cls(
+            search=two,
+            run=two.name,
+            reranker=s.name,
+            written=written,
+            setting=two.describe(two.written),
+            choice=two.describe(two.chosen),
+            top_n=two.top_n,
+            selection="" if two.selection is None else two.selection.describe(),
+            probability_map=stage.probability_map.describe(),
+            pairs_fitted=stage.n_pairs_fit,
+            pairs_scored=s.n_computed,
+            pairs_cached=s.n_cached,
+            calls=s.n_calls,
+            calls_failed=len(s.failed),
+            failures=stage.failures,
+            brier=(stage.brier_raw, stage.brier_mapped),
+            ece=(stage.reliability_raw.ece, stage.reliability_mapped.ece),
+            settings=two.guard_settings(),
+        )
+
+
+@dataclass(frozen=True, eq=False)
 class ResultView:
     """One calibration result as every output shows it, derived once
     (:meth:`CalibrationResult.view`): the console summary, ``--json``
@@ -315,6 +388,7 @@ class ResultView:
         stage_check: the second stage's choice against the retrieval-only one, when
             a second stage was calibrated.
         stage_top_k_check: the second stage's choice against plain top-k, then.
+        stage: the second stage, when one was calibrated (:class:`StageView`).
         band: the tested setting's safety band on the held-out queries
             (:meth:`WrittenSetting.band`).
         runs: every run's line, in the eval set's order (:class:`RunRow`).
@@ -341,6 +415,7 @@ class ResultView:
     check: CheckView
     stage_check: CheckView | None
     stage_top_k_check: CheckView | None
+    stage: StageView | None
     band: SafetyBand | None
     runs: tuple[RunRow, ...]
     next_steps: tuple[tuple[str, tuple[str, ...]], ...]
@@ -553,6 +628,7 @@ class CalibrationResult:
             if two is None or two.against_retrieval is None
             else CheckView.of(two.against_retrieval),
             stage_top_k_check=None if two is None else CheckView.of(two.comparison),
+            stage=None if two is None else StageView.of(two, w.two_stage is not None),
             band=w.band(),
             runs=tuple(RunRow.of(x, x is self.recommended) for x in self.runs),
             next_steps=self._next_steps(w, None),
@@ -765,12 +841,12 @@ class CalibrationResult:
             if a.floor is not None:
                 settings["min_evidence"] = a.floor
             settings["provenance"]["answerability"] = a.provenance()
-        two = w.two_stage
-        if two is not None:
-            assert two.stage is not None and two.top_n is not None
-            settings.update(two.guard_settings())
-            settings["rerank"] = two.stage.table(two.top_n, two.written_params)
-            settings["provenance"]["rerank"] = _rerank_provenance(two)
+        two, st = w.two_stage, v.stage
+        if two is not None and st is not None:
+            assert two.stage is not None
+            settings.update(st.settings)
+            settings["rerank"] = two.stage.table(st.top_n, two.written_params)
+            settings["provenance"]["rerank"] = _rerank_provenance(st)
         return GuardConfig(**settings)
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
@@ -898,38 +974,35 @@ class CalibrationResult:
         return p
 
 
-def _rerank_provenance(two: RunCalibration) -> dict[str, Any]:
+def _rerank_provenance(st: StageView) -> dict[str, Any]:
     """The second stage's part of the config's provenance: the reranker, the map, the
     setting and how it was chosen, and its held-out check against retrieval only."""
+    two = st.search
     stage, c = two.stage, two.against_retrieval
     assert stage is not None and c is not None
     scores = stage.scores
     out: dict[str, Any] = {
-        "reranker": scores.name,
+        "reranker": st.reranker,
         "identity": scores.identity.splitlines()[0] if scores.identity else "",
         "cache_key": scores.cache_key or "",
-        "setting": two.describe(two.written),
-        "retrieval_run": two.name,
-        "probability_map": stage.probability_map.describe(),
-        "pairs_fitted": stage.n_pairs_fit,
+        "setting": st.setting,
+        "retrieval_run": st.run,
+        "probability_map": st.probability_map,
+        "pairs_fitted": st.pairs_fitted,
         "constraints_met": two.feasible,
-        "chosen_on_calibration": two.describe(two.chosen),
-        "selection": two.selection.describe()
-        if two.selection is not None
-        else "recall guarantee (Learn-then-Test)",
+        "chosen_on_calibration": st.choice,
+        "selection": st.selection or "recall guarantee (Learn-then-Test)",
     }
     if two.fallback is not None:
         out["fallback"] = two.fallback
-    if stage.failures is not None:
-        out["rerank_failures"] = stage.failures
+    if st.failures is not None:
+        out["rerank_failures"] = st.failures
     for m in c.metrics:
         out[f"vs_retrieval_{m}"] = (
             f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
         )
-    out["brier_raw"] = finite(stage.brier_raw)
-    out["brier_mapped"] = finite(stage.brier_mapped)
-    out["ece_raw"] = finite(stage.reliability_raw.ece)
-    out["ece_mapped"] = finite(stage.reliability_mapped.ece)
+    out["brier_raw"], out["brier_mapped"] = (finite(x) for x in st.brier)
+    out["ece_raw"], out["ece_mapped"] = (finite(x) for x in st.ece)
     return out
 
 

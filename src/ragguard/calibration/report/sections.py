@@ -533,18 +533,17 @@ def _next_steps(view: ResultView) -> list[Block]:
     ]
 
 
-def _two_stage(two: RunCalibration, view: ResultView, fig: Figure | None) -> list[Block]:
+def _two_stage(view: ResultView, fig: Figure | None) -> list[Block]:
     """Plain top-k, the best retrieval-only setting and the two-stage choice on the
     held-out queries, with the probability map's calibration before and after, and why
     the config holds the second stage or not (``view.written``, what is written)."""
     w, objective = view.written, view.result.objective
-    assert view.stage_check is not None and view.stage_top_k_check is not None
+    st = view.stage
+    assert st is not None and view.stage_check is not None and view.stage_top_k_check is not None
     a = view.stage_check.comparison
     top_k = {x.metric: x for x in view.stage_top_k_check.rows}
     pct = round(a.level * 100)
-    stage = two.stage
-    assert stage is not None
-    s = stage.scores
+    two = st.search
     rows = [
         (
             x.metric,
@@ -561,24 +560,24 @@ def _two_stage(two: RunCalibration, view: ResultView, fig: Figure | None) -> lis
     blocks: list[Block] = [
         Heading(1, "Two stages: retrieval, then the reranker"),
         Para(
-            f"The reranker {s.name} read query and passage together for the top "
-            f"{two.top_n} candidates of run {two.name} ({s.n_computed} pairs scored, "
-            f"{s.n_cached} from the cache). Its scores were mapped to p(relevant) by "
-            f"{stage.probability_map.describe()}, fitted on {stage.n_pairs_fit} pairs of the "
+            f"The reranker {st.reranker} read query and passage together for the top "
+            f"{st.top_n} candidates of run {st.run} ({st.pairs_scored} pairs scored, "
+            f"{st.pairs_cached} from the cache). Its scores were mapped to p(relevant) by "
+            f"{st.probability_map}, fitted on {st.pairs_fitted} pairs of the "
             "calibration queries. "
             + (
                 f"Certified on the calibration queries and not refitted: "
-                f"**{two.describe(two.written)}** (the setting the table below checks)"
+                f"**{st.setting}** (the setting the table below checks)"
                 if two.guarantee is not None
-                else f"Chosen on the calibration queries: {two.describe(two.chosen)} (the "
+                else f"Chosen on the calibration queries: {st.choice} (the "
                 f"setting the table below checks); refitted on all queries: "
-                f"**{two.describe(two.written)}**"
+                f"**{st.setting}**"
             )
-            + (f"; {two.selection.describe()}" if two.selection is not None else "")
+            + (f"; {st.selection}" if st.selection else "")
             + (
                 ". The config holds it (see Recommendation)."
-                if w.two_stage is not None
-                else f". The config leaves it off and holds run {two.name}'s retrieval-only "
+                if st.written
+                else f". The config leaves it off and holds run {st.run}'s retrieval-only "
                 f"setting, {w.setting} (see Recommendation)."
             )
         ),
@@ -614,11 +613,11 @@ def _two_stage(two: RunCalibration, view: ResultView, fig: Figure | None) -> lis
         Table(
             ("calibration of p(relevant), " + a.split, "reranker's own", "after the map"),
             (
-                ("Brier score", format_number(stage.brier_raw), format_number(stage.brier_mapped)),
+                ("Brier score", format_number(st.brier[0]), format_number(st.brier[1])),
                 (
                     "expected calibration error",
-                    format_number(stage.reliability_raw.ece),
-                    format_number(stage.reliability_mapped.ece),
+                    format_number(st.ece[0]),
+                    format_number(st.ece[1]),
                 ),
             ),
             (False, True, True),
@@ -936,8 +935,8 @@ def report_blocks(
     blocks += _answerability(res)
     blocks += _selection(res, r)
     blocks += _heldout(view, by_name.get("baseline_vs_guarded.png"))
-    if res.rerank is not None:
-        blocks += _two_stage(res.rerank, view, by_name.get("reliability.png"))
+    if view.stage is not None:
+        blocks += _two_stage(view, by_name.get("reliability.png"))
     blocks += _next_steps(view)
     if len(res.runs) > 1:
         blocks += _runs_table(res, view)

@@ -84,8 +84,7 @@ def result_document(
     from ragguard import __version__
 
     v = result.view(evalset=evalset)
-    r, w = v.run, v.written
-    two = result.rerank
+    r, w, st = v.run, v.written, v.stage
     config = result.config().model_dump(mode="json", exclude_none=True)
     config.pop("provenance", None)
     g = w.guarantee
@@ -149,13 +148,13 @@ def result_document(
             for row in v.runs
         ],
         "rerank": None
-        if two is None or v.stage_check is None
+        if st is None or v.stage_check is None
         else {
-            "setting": two.describe(two.written),
-            "written": w.two_stage is not None,
-            **two.guard_settings(),
-            "vs_retrieval": _check(v.stage_check, two.describe(two.chosen)),
-            "rerank_failures": None if two.stage is None else two.stage.failures,
+            "setting": st.setting,
+            "written": st.written,
+            **st.settings,
+            "vs_retrieval": _check(v.stage_check, st.choice),
+            "rerank_failures": st.failures,
         },
         "answerability": None if result.answerability is None else result.answerability.as_dict(),
         "config_path": config_path,
