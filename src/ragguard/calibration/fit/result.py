@@ -115,38 +115,72 @@ class WrittenSetting:
     The console, ``--json``, the report and the provenance all read it, and
     :meth:`CalibrationResult.config` writes it, so every one names the same setting.
 
+    Everything it says is read from :attr:`search`, the search whose setting the config
+    holds.
+
     Attributes:
         run: the run's calibration (its retrieval search).
         two_stage: the second stage's search, when the config enables the stage, or
             ``None`` (retrieval only).
-        setting: the setting the config holds, in words (``max_k=2, autocut@1``;
-            with a second stage ``rerank top-5, max_k=3, min_score=0.2``).
-        tested: the setting the held-out check tests, in words: the choice on the
-            calibration queries (the written setting is that choice's rule family
-            refitted on all queries; with a guarantee the two are the same).
-        full: every setting's means over all queries, of the sweep holding it.
-        index: the written setting's index in ``full``.
-        names: names point ``i`` of ``full`` in words.
-        feasible: whether the written setting meets every constraint on all queries.
-        guarantee: the recall guarantee of the stage written, when one was asked for.
-        comparison: the held-out check of ``tested`` against the best plain top-k.
         stage: one line, ``written: ...`` or ``left off: ...``: why the second stage is
             in the config or not (``None`` without a second stage).
-        cap: the largest cap the written stage's sweep tried.
     """
 
     run: RunCalibration
     two_stage: RunCalibration | None
-    setting: str
-    tested: str
-    full: SweepResult = field(repr=False)
-    index: int
-    names: Callable[[int], str] = field(repr=False)
-    feasible: bool
-    guarantee: GuaranteeResult | None
-    comparison: Comparison = field(repr=False)
-    stage: str | None
-    cap: int
+    stage: str | None = None
+
+    @property
+    def search(self) -> RunCalibration:
+        """The search whose setting the config holds: the second stage's, or the run's."""
+        return self.two_stage if self.two_stage is not None else self.run
+
+    @property
+    def setting(self) -> str:
+        """The setting the config holds, in words (``max_k=2, autocut@1``; with a second
+        stage ``rerank top-5, max_k=3, min_score=0.2``)."""
+        return self.search.describe(self.search.written)
+
+    @property
+    def tested(self) -> str:
+        """The setting the held-out check tests, in words: the choice on the calibration
+        queries (the written setting is that choice's rule family refitted on all
+        queries; with a guarantee the two are the same)."""
+        return self.search.describe(self.search.chosen)
+
+    @property
+    def full(self) -> SweepResult:
+        """Every setting's means over all queries, of the search holding it."""
+        return self.search.full
+
+    @property
+    def index(self) -> int:
+        """The written setting's index in :attr:`full`."""
+        return self.search.written
+
+    def names(self, i: int) -> str:
+        """Point ``i`` of :attr:`full` in words."""
+        return self.search.describe(i)
+
+    @property
+    def feasible(self) -> bool:
+        """Whether the written setting meets every constraint on all queries."""
+        return self.search.written_feasible
+
+    @property
+    def guarantee(self) -> GuaranteeResult | None:
+        """The recall guarantee of the search written, when one was asked for."""
+        return self.search.guarantee
+
+    @property
+    def comparison(self) -> Comparison:
+        """The held-out check of :attr:`tested` against the best plain top-k."""
+        return self.search.comparison
+
+    @property
+    def cap(self) -> int:
+        """The largest cap the written search tried."""
+        return self.search.cap
 
     @property
     def params(self) -> PolicyParams:
@@ -173,11 +207,6 @@ class WrittenSetting:
     def tested_feasible(self) -> bool:
         """Whether the tested setting meets every constraint on the calibration queries."""
         return self.search.feasible
-
-    @property
-    def search(self) -> RunCalibration:
-        """The search whose setting the config holds: the second stage's, or the run's."""
-        return self.two_stage if self.two_stage is not None else self.run
 
     def band(self) -> SafetyBand | None:
         """The safety band of the tested setting's mean distractor rate on the held-out
@@ -489,27 +518,11 @@ class CalibrationResult:
         return self.view(run).written
 
     def _written_setting(self, r: RunCalibration) -> WrittenSetting:
-        def described(s: RunCalibration, two_stage: RunCalibration | None) -> WrittenSetting:
-            return WrittenSetting(
-                run=r,
-                two_stage=two_stage,
-                setting=s.describe(s.written),
-                tested=s.describe(s.chosen),
-                full=s.full,
-                index=s.written,
-                names=s.describe,
-                feasible=s.written_feasible,
-                guarantee=s.guarantee,
-                comparison=s.comparison,
-                stage=None,
-                cap=s.cap,
-            )
-
-        retrieval = described(r, None)
+        retrieval = WrittenSetting(r, None)
         two = self.rerank
         if two is None or two.name != r.name:
             return retrieval
-        written = described(two, two)
+        written = WrittenSetting(r, two)
         on, why = self._stage_decision(retrieval, written)
         return replace(written if on else retrieval, stage=why)
 

@@ -184,7 +184,7 @@ class SearchSpace:
         return self._joined(parts, rows)
 
     def _joined(self, parts: list[SweepResult], rows: I) -> SweepResult:
-        if len(parts) == 1:
+        if len(parts) == 1:  # one block: its own result (and its group sums), uncopied
             return parts[0]
         return SweepResult(
             self.points,
