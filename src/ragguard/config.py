@@ -12,24 +12,30 @@ The optional cross-encoder rerank stage has its own table, :class:`RerankConfig`
 unchanged; ``ragguard calibrate`` writes the same format. Invalid values, unknown keys,
 missing or malformed files raise :class:`~ragguard.errors.ConfigError` with a message
 naming the key, the value, where it came from and what is allowed.
+
+``GuardConfig.model_copy(update=...)`` validates as the constructor does: the copy is
+built from the original's values and ``update`` (as arguments), without reading the
+environment or a file again. ``GuardConfig.model_construct`` skips validation; a guard
+refuses a config built that way. pydantic's deprecated ``copy(update=...)`` skips it too.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
 import secrets
 import tomllib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import tomli_w
 from pydantic import (
@@ -228,6 +234,9 @@ class RerankConfig(ConfigModel, NumbersNotBools):
 _loaded_file: ContextVar[tuple[Path, dict[str, Any]] | None] = ContextVar(
     "ragguard_config_file", default=None
 )
+#: while GuardConfig.model_copy builds a copy: the layers of the original's fields that
+#: the copy keeps (no environment or file is read then)
+_copied_layers: ContextVar[dict[str, str] | None] = ContextVar("ragguard_config_copy", default=None)
 
 
 def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -371,27 +380,42 @@ class GuardConfig(BaseSettings, NumbersNotBools):
     _layers: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **values: Any) -> None:
-        loaded = _loaded_file.get()
+        loaded, kept = _loaded_file.get(), _copied_layers.get()
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise ConfigError(_explain(exc, values, loaded)) from exc
+            raise ConfigError(_explain(exc, values, loaded, kept)) from exc
         except SettingsError as exc:  # an environment value that is not valid JSON
             raise ConfigError(_explain_env(exc)) from exc
-        _warn_unknown_env()
-        layers: dict[str, str] = {}
-        for name in type(self).model_fields:
-            if name in values:
-                layers[name] = "argument"
-            elif env := _env_names(name):
-                layers[name] = f"environment {env[0]}"
-            elif loaded is not None and name in loaded[1]:
-                layers[name] = f"file {loaded[0]}"
-            elif name in PROFILE_FIELDS:
-                layers[name] = f"profile {self.profile}"
-            else:
-                layers[name] = "default"
-        self._layers = layers
+        if kept is None:
+            _warn_unknown_env()
+        self._layers = {
+            name: _origin(name, values, loaded, kept)
+            or (f"profile {self.profile}" if name in PROFILE_FIELDS else "default")
+            for name in type(self).model_fields
+        }
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy of this config with the fields of ``update`` changed, validated as
+        ``GuardConfig(...)`` validates its arguments (``"3"`` reads as ``3``; a bad value
+        raises :class:`~ragguard.errors.ConfigError`). The copy keeps every value this
+        config took from a layer and reads no environment variable or file again; a
+        profile field no layer set follows the copy's profile.
+
+        Raises:
+            ConfigError: a key of ``update`` is unknown or a value is invalid.
+        """
+        if not update:
+            return super().model_copy(deep=deep)
+        given = {name: getattr(self, name) for name in self.model_fields_set}
+        if deep:
+            given = copy.deepcopy(given)
+        kept = {name: self._layers.get(name, "argument") for name in given if name not in update}
+        token = _copied_layers.set(kept)
+        try:
+            return type(self)(**{**given, **update})
+        finally:
+            _copied_layers.reset(token)
 
     @classmethod
     def settings_customise_sources(
@@ -402,6 +426,8 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if _copied_layers.get() is not None:  # model_copy: the original's values only
+            return (init_settings,)
         loaded = _loaded_file.get()
         if loaded is None:
             return init_settings, env_settings
@@ -496,8 +522,19 @@ class GuardConfig(BaseSettings, NumbersNotBools):
 
     @property
     def resolved_profile(self) -> Profile:
-        """The profile this config uses, with custom overrides applied."""
-        return self._profile
+        """The profile this config uses, with custom overrides applied.
+
+        Raises:
+            ConfigError: this config was never validated (``GuardConfig.model_construct``).
+        """
+        try:
+            return self._profile
+        except AttributeError:
+            raise ConfigError(
+                "this GuardConfig was never validated (GuardConfig.model_construct skips "
+                "validation); build it with GuardConfig(...) or copy a valid one with "
+                ".model_copy(update=...)"
+            ) from None
 
     def source_of(self, name: str) -> str:
         """Which layer supplied field ``name``: argument, environment, file, profile or
@@ -606,18 +643,36 @@ def _reading(path: Path, data: dict[str, Any]) -> Iterator[None]:
         _loaded_file.reset(token)
 
 
+def _origin(
+    key: str,
+    values: dict[str, Any],
+    loaded: tuple[Path, dict[str, Any]] | None,
+    kept: dict[str, str] | None,
+) -> str | None:
+    """The layer that set ``key``: a copy's original (``kept``), an argument, the
+    environment (never for a copy) or the file; None when none did."""
+    if kept is not None and key in kept:
+        return kept[key]
+    if key in values:
+        return "argument"
+    if kept is None and (env := _env_names(key)):
+        return f"environment {env[0]}"
+    if loaded is not None and key in loaded[1]:
+        return f"file {loaded[0]}"
+    return None
+
+
 def _explain(
-    exc: ValidationError, values: dict[str, Any], loaded: tuple[Path, dict[str, Any]] | None
+    exc: ValidationError,
+    values: dict[str, Any],
+    loaded: tuple[Path, dict[str, Any]] | None,
+    kept: dict[str, str] | None,
 ) -> str:
     """One line per problem: key, value, where it came from, what is allowed."""
 
     def origin(key: str, profile: str | None = None) -> str:
-        if key in values:
-            return "argument"
-        if env := _env_names(key):
-            return f"environment {env[0]}"
-        if loaded is not None and key in loaded[1]:
-            return f"file {loaded[0]}"
+        if found := _origin(key, values, loaded, kept):
+            return found
         if profile is not None and key in PROFILE_FIELDS:
             return f"profile {profile!r}"
         return "default"
