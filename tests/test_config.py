@@ -20,6 +20,7 @@ from ragguard import (
     ContextGuard,
     GuardConfig,
     ScoreKind,
+    Verdict,
 )
 from ragguard.config import config_json_schema, load_toml
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, CutRule
@@ -261,7 +262,7 @@ configs = st.builds(
     max_k=st.integers(3, 50),
     min_k=st.integers(0, 3),
     relative_threshold=st.floats(0, 1),
-    min_score=st.one_of(st.none(), st.floats(-10, 10)),
+    min_score=st.one_of(st.none(), st.floats(-10, 1)),  # above 1: not for every kind
     cut=st.sampled_from(list(CutRule)),
     gap_window=st.one_of(st.none(), st.integers(2, 30)),
     profiles=st.just({"mine": {"base": "code", "max_k": 4, "description": "mine"}}),
@@ -603,3 +604,63 @@ def test_audit_a_copy_with_a_valid_value_as_text_selects_as_the_constructor(
     built = ContextGuard(GuardConfig(**{**COPIED, **update}))  # type: ignore[arg-type]
     got, want = (g.select("q", plant_candidates()) for g in (copied, built))
     assert (got.verdict, got.decisions) == (want.verdict, want.decisions)
+
+
+# --- a floor above the scale of the normalised scores is never reached (issue 41) ---------
+
+
+@pytest.mark.parametrize("kind", ["probability", "logit", "distance"])
+@pytest.mark.parametrize(
+    ("field", "effect"),
+    [
+        ("min_evidence", "every query would abstain"),
+        ("min_score", "no passage passes it and only min_k are kept"),
+    ],
+)
+def test_a_floor_above_1_on_a_unit_scale_is_a_config_error(
+    kind: str, field: str, effect: str
+) -> None:
+    # audit CV-28: ContextGuard(score_kind="probability", min_evidence=1.5) abstained on
+    # every query without a word
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(score_kind=kind, **{field: 1.5})
+    message = str(info.value)
+    assert (
+        f"{field}=1.5 is never reached: score_kind='{kind}' scores are normalised into "
+        "[0, 1]" in message
+    )
+    assert effect in message and f"set {field} to at most 1, or None" in message
+    assert f"({field}: argument, score_kind: argument)" in message and "\n" not in message
+
+
+def test_a_floor_of_1_on_a_unit_scale_is_reached() -> None:
+    guard = ContextGuard(score_kind="probability", min_evidence=1.0, min_score=1.0)
+    sel = guard.select("q", [Candidate("a", "t", 1.0), Candidate("b", "t", 0.99)])
+    assert (sel.verdict, [c.id for c in sel.kept]) == (Verdict.ANSWERABLE, ["a"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "scores"),
+    [
+        ("similarity", [2.0, 1.0]),  # BM25 scores exceed 1
+        ("rrf", [2 / 61, 1 / 61]),  # first in two lists: 2.0 in units of a first place
+    ],
+)
+def test_a_floor_above_1_stands_where_scores_go_above_1(kind: str, scores: list[float]) -> None:
+    guard = ContextGuard(score_kind=kind, min_evidence=1.5, min_score=1.5)
+    sel = guard.select("q", [Candidate(str(i), "t", x) for i, x in enumerate(scores)])
+    assert (sel.verdict, [c.id for c in sel.kept]) == (Verdict.ANSWERABLE, ["0"])
+
+
+def test_min_evidence_above_1_with_the_rerank_stage_on_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # with the rerank stage on, min_evidence reads the rerank probability, whatever the
+    # retrieval scores are
+    monkeypatch.setenv("RAGGUARD_MIN_EVIDENCE", "1.5")
+    with pytest.raises(ConfigError) as info:
+        GuardConfig(score_kind="similarity", rerank={"enabled": True})
+    assert "min_evidence=1.5 is never reached: rerank probabilities lie in [0, 1]" in str(
+        info.value
+    )
+    assert "(min_evidence: environment RAGGUARD_MIN_EVIDENCE, rerank: argument)" in str(info.value)

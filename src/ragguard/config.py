@@ -90,6 +90,8 @@ WRITER_KEY = "ragguard_version"
 #: RAGGUARD_* variables that ragguard reads but that are no config key
 OTHER_VARIABLES = frozenset({"RAGGUARD_CACHE_DIR"})
 PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
+#: score kinds whose normalised scores lie in [0, 1] (:func:`ragguard.scores.normalize`)
+UNIT_SCALE_KINDS = (ScoreKind.DISTANCE, ScoreKind.LOGIT, ScoreKind.PROBABILITY)
 
 
 class InvalidScorePolicy(StrEnum):
@@ -477,6 +479,32 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             )
         return self
 
+    @model_validator(mode="after")
+    def _floors_in_reach(self) -> GuardConfig:
+        """A floor above 1 on scores normalised into [0, 1] is never reached."""
+        kind, rerank = self.score_kind, self.rerank.enabled
+        for name, on_rerank, effect in (
+            ("min_score", False, "no passage passes it and only min_k are kept"),
+            ("min_evidence", rerank, "every query would abstain (verdict insufficient)"),
+        ):
+            floor = getattr(self, name)
+            if floor is None or floor <= 1.0:
+                continue
+            if on_rerank:  # min_evidence reads the rerank probability then
+                scale, by = "rerank probabilities lie in [0, 1]", "rerank"
+            elif kind is not None and kind in UNIT_SCALE_KINDS:
+                scale = f"score_kind={kind.value!r} scores are normalised into [0, 1]"
+                by = "score_kind"
+            else:
+                continue
+            raise PydanticCustomError(
+                "floor_out_of_reach",
+                "{name}={floor} is never reached: {scale}, so {effect}; set "
+                "{name} to at most 1, or None to turn it off",
+                {"name": name, "floor": floor, "scale": scale, "effect": effect, "by": by},
+            )
+        return self
+
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> GuardConfig:
         """Load a TOML config file; environment variables and ``overrides`` win over it.
@@ -693,6 +721,9 @@ def _explain(
                 f"{msg} (conflicts: {origin('conflicts')}, conflict_prefer: "
                 f"{origin('conflict_prefer')})"
             )
+        elif err["type"] == "floor_out_of_reach":
+            name, by = err["ctx"]["name"], err["ctx"]["by"]
+            lines.append(f"{msg} ({name}: {origin(name)}, {by}: {origin(by)})")
         elif not loc:
             lines.append(msg)
         elif err["type"] == "extra_forbidden":
