@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragguard
-from ragguard import ConfigError, ConfigWarning, ContextGuard, GuardConfig, ScoreKind
+from ragguard import (
+    Candidate,
+    ConfigError,
+    ConfigWarning,
+    ContextGuard,
+    GuardConfig,
+    ScoreKind,
+    Verdict,
+)
 from ragguard.config import config_json_schema, load_toml
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, CutRule
 from tests.faults import replace_fails
@@ -253,7 +262,7 @@ configs = st.builds(
     max_k=st.integers(3, 50),
     min_k=st.integers(0, 3),
     relative_threshold=st.floats(0, 1),
-    min_score=st.one_of(st.none(), st.floats(-10, 10)),
+    min_score=st.one_of(st.none(), st.floats(-10, 1)),  # above 1: not for every kind
     cut=st.sampled_from(list(CutRule)),
     gap_window=st.one_of(st.none(), st.integers(2, 30)),
     profiles=st.just({"mine": {"base": "code", "max_k": 4, "description": "mine"}}),
@@ -401,3 +410,257 @@ def test_config_from_a_newer_ragguard_warns(tmp_path: Path) -> None:
     newer = path.read_text().replace(ragguard.__version__, "99.0.0")
     with pytest.warns(ConfigWarning, match="written by ragguard 99.0.0, newer than"):
         GuardConfig.from_file(write(tmp_path, newer))
+
+
+# --- copies: model_copy(update=...) validates as the constructor does (issue 41) ----------
+
+COPIED = {"score_kind": "similarity", "conflicts": "flag"}
+# a valid value other than the default for each field, spelled as text where text is a
+# valid spelling of it (with the fields a rule between fields needs alongside)
+AS_TEXT: dict[str, dict[str, object]] = {
+    "profile": {"profile": "medical"},
+    "score_kind": {"score_kind": "probability"},
+    "max_k": {"max_k": "3"},
+    "min_k": {"min_k": "2"},
+    "relative_threshold": {"relative_threshold": "0.5"},
+    "min_score": {"min_score": "0.25"},
+    "cut": {"cut": "gap"},
+    "gap_buffer": {"gap_buffer": "1"},
+    "gap_window": {"gap_window": "4"},
+    "autocut_jumps": {"autocut_jumps": "2"},
+    "invalid_scores": {"invalid_scores": "keep_last"},
+    "duplicates": {"duplicates": "keep_first"},
+    "rrf_k": {"rrf_k": "10"},
+    "near_duplicate_threshold": {"near_duplicate_threshold": "0.9"},
+    "max_tokens": {"max_tokens": "100"},
+    "token_counter": {"token_counter": "chars:3"},
+    "min_evidence": {"min_evidence": "0.5"},
+    "conflicts": {"conflicts": "drop"},
+    "conflict_similarity": {"conflict_similarity": "0.6"},
+    "conflict_prefer": {"conflicts": "prefer", "conflict_prefer": "-version"},
+}
+TABLES = {"profiles", "rerank", "provenance"}  # a mapping, never text
+# values that are right for some fields and wrong for others: text, numbers out of and
+# in range, booleans, None and an empty table
+PROBES: list[object] = ["3", "0.5", "1.5", "x", "", "drop", 0, 2, 0.5, 1.5, -1, True, None, {}]
+
+
+def typed(config: GuardConfig) -> dict[str, tuple[type, object, str]]:
+    """Each field's type, value and layer: a StrEnum equals its text, so compare types."""
+    return {name: (type(value), value, config.source_of(name)) for name, value in config}
+
+
+def outcome(build: Callable[[], GuardConfig]) -> object:
+    try:
+        config = build()
+    except ConfigError:
+        return ConfigError
+    return typed(config), config.resolved_profile
+
+
+def test_every_field_has_a_text_spelling_or_is_a_table() -> None:
+    assert set(AS_TEXT) | TABLES == set(GuardConfig.model_fields)
+
+
+@pytest.mark.parametrize("field", sorted(AS_TEXT))
+def test_model_copy_applies_a_value_given_as_text_as_the_constructor_does(field: str) -> None:
+    update = AS_TEXT[field]
+    copy = GuardConfig(**COPIED).model_copy(update=update)  # type: ignore[arg-type]
+    built = GuardConfig(**{**COPIED, **update})  # type: ignore[arg-type]
+    assert typed(copy) == typed(built)
+    assert copy.resolved_profile == built.resolved_profile
+    assert getattr(copy, field) != getattr(GuardConfig(**COPIED), field)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("wrong", [[1], object()], ids=["list", "object"])
+@pytest.mark.parametrize("field", sorted(GuardConfig.model_fields))
+def test_model_copy_refuses_a_value_of_the_wrong_type(field: str, wrong: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        GuardConfig(**COPIED).model_copy(update={field: wrong})  # type: ignore[arg-type]
+    assert f"{field}=" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError):  # as the constructor does
+        GuardConfig(**{**COPIED, field: wrong})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", sorted(GuardConfig.model_fields))
+def test_model_copy_accepts_and_refuses_what_the_constructor_does(field: str) -> None:
+    original = GuardConfig(**COPIED)  # type: ignore[arg-type]
+    for value in PROBES:
+        copied = outcome(lambda value=value: original.model_copy(update={field: value}))
+        built = outcome(lambda value=value: GuardConfig(**{**COPIED, field: value}))  # type: ignore[arg-type]
+        assert copied == built, (field, value)
+
+
+def test_model_copy_reads_no_environment_variable_the_original_did_not_have(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = GuardConfig(score_kind="similarity")
+    monkeypatch.setenv("RAGGUARD_MIN_K", "2")
+    monkeypatch.setenv("RAGGUARD_MAX_TOKENS", "50")
+    monkeypatch.setenv("RAGGUARD_MAXK", "3")  # a typo: the copy reads none, nor warns
+    copy = original.model_copy(update={"max_k": "3"})
+    assert (copy.max_k, copy.min_k, copy.max_tokens) == (3, 1, None)
+    assert copy.source_of("min_k") == "profile support"
+    assert copy.source_of("max_tokens") == "default"
+
+
+def test_model_copy_keeps_the_values_and_layers_of_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "max_k = 7\nmin_evidence = 0.4\n")
+    monkeypatch.setenv("RAGGUARD_SCORE_KIND", "distance")
+    original = GuardConfig.from_file(path)
+    path.unlink()  # never read again
+    monkeypatch.setenv("RAGGUARD_SCORE_KIND", "logit")
+    copy = original.model_copy(update={"min_k": "2"})
+    assert (copy.max_k, copy.min_evidence, copy.score_kind, copy.min_k) == (
+        7,
+        0.4,
+        ScoreKind.DISTANCE,
+        2,
+    )
+    assert copy.source_of("max_k") == f"file {path}"
+    assert copy.source_of("score_kind") == "environment RAGGUARD_SCORE_KIND"
+    assert copy.source_of("min_k") == "argument"
+    # an error names each value's layer in the original, not today's environment
+    with pytest.raises(ConfigError, match=rf"min_k=9 \(argument\) .* max_k=7 \(file {path}\)"):
+        original.model_copy(update={"min_k": 9})
+
+
+def test_model_copy_of_a_config_built_without_validation_validates() -> None:
+    raw = GuardConfig.model_construct(score_kind="similarity", conflicts="bogus")
+    with pytest.raises(ConfigError, match="conflicts='bogus'"):
+        raw.model_copy(update={"max_k": 2})
+    fixed = raw.model_copy(update={"conflicts": "flag"})
+    assert typed(fixed) == typed(GuardConfig(score_kind="similarity", conflicts="flag"))
+
+
+def test_a_guard_refuses_a_config_built_without_validation() -> None:
+    raw = GuardConfig.model_construct(score_kind="similarity", conflicts="bogus")
+    with pytest.raises(ConfigError, match=r"never validated .*model_construct"):
+        ContextGuard(raw)
+
+
+# the audit's cases (reliability-2026-11-28): a copy the constructor would refuse is a
+# ConfigError; a valid value spelled as text is applied
+
+
+PLANT = "In 2019 the Austin plant built {} electric cars and employed about two thousand people."
+
+
+def plant_candidates() -> list[Candidate]:
+    return [
+        Candidate("report", PLANT.format("3,559"), 0.82),
+        Candidate("blog", PLANT.format("4,112"), 0.80),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("base", "update", "expected"),
+    [
+        pytest.param(COPIED, {"conflicts": "bogus"}, "conflicts='bogus' (argument)", id="MC-01"),
+        pytest.param(
+            {"score_kind": "similarity"},
+            {"conflicts": "prefer"},
+            "conflicts='prefer' needs conflict_prefer",
+            id="MC-07",
+        ),
+        pytest.param(
+            {"score_kind": "similarity", "conflicts": "prefer", "conflict_prefer": "v"},
+            {"conflict_prefer": ""},
+            "conflict_prefer='' (argument): String should have at least 1 character",
+            id="MC-08",
+        ),
+        pytest.param(
+            {"score_kind": "similarity", "conflicts": "prefer", "conflict_prefer": "v"},
+            {"conflict_prefer": 5},
+            "conflict_prefer=5 (argument): Input should be a valid string",
+            id="MC-09",
+        ),
+    ],
+)
+def test_audit_a_copy_with_a_value_the_constructor_refuses(
+    base: dict[str, object], update: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(GuardConfig(**base).model_copy(update=update)).select(  # type: ignore[arg-type]
+            "q", plant_candidates()
+        )
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        pytest.param({"min_evidence": "0.5"}, id="MC-06"),
+        pytest.param({"conflicts": "off"}, id="MC-12"),
+        pytest.param({"conflicts": "drop"}, id="MC-13"),
+    ],
+)
+def test_audit_a_copy_with_a_valid_value_as_text_selects_as_the_constructor(
+    update: dict[str, object],
+) -> None:
+    copied = ContextGuard(GuardConfig(**COPIED).model_copy(update=update))  # type: ignore[arg-type]
+    built = ContextGuard(GuardConfig(**{**COPIED, **update}))  # type: ignore[arg-type]
+    got, want = (g.select("q", plant_candidates()) for g in (copied, built))
+    assert (got.verdict, got.decisions) == (want.verdict, want.decisions)
+
+
+# --- a floor above the scale of the normalised scores is never reached (issue 41) ---------
+
+
+@pytest.mark.parametrize("kind", ["probability", "logit", "distance"])
+@pytest.mark.parametrize(
+    ("field", "effect"),
+    [
+        ("min_evidence", "every query would abstain"),
+        ("min_score", "no passage passes it and only min_k are kept"),
+    ],
+)
+def test_a_floor_above_1_on_a_unit_scale_is_a_config_error(
+    kind: str, field: str, effect: str
+) -> None:
+    # audit CV-28: ContextGuard(score_kind="probability", min_evidence=1.5) abstained on
+    # every query without a word
+    with pytest.raises(ConfigError) as info:
+        ContextGuard(score_kind=kind, **{field: 1.5})
+    message = str(info.value)
+    assert (
+        f"{field}=1.5 is never reached: score_kind='{kind}' scores are normalised into "
+        "[0, 1]" in message
+    )
+    assert effect in message and f"set {field} to at most 1, or None" in message
+    assert f"({field}: argument, score_kind: argument)" in message and "\n" not in message
+
+
+def test_a_floor_of_1_on_a_unit_scale_is_reached() -> None:
+    guard = ContextGuard(score_kind="probability", min_evidence=1.0, min_score=1.0)
+    sel = guard.select("q", [Candidate("a", "t", 1.0), Candidate("b", "t", 0.99)])
+    assert (sel.verdict, [c.id for c in sel.kept]) == (Verdict.ANSWERABLE, ["a"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "scores"),
+    [
+        ("similarity", [2.0, 1.0]),  # BM25 scores exceed 1
+        ("rrf", [2 / 61, 1 / 61]),  # first in two lists: 2.0 in units of a first place
+    ],
+)
+def test_a_floor_above_1_stands_where_scores_go_above_1(kind: str, scores: list[float]) -> None:
+    guard = ContextGuard(score_kind=kind, min_evidence=1.5, min_score=1.5)
+    sel = guard.select("q", [Candidate(str(i), "t", x) for i, x in enumerate(scores)])
+    assert (sel.verdict, [c.id for c in sel.kept]) == (Verdict.ANSWERABLE, ["0"])
+
+
+def test_min_evidence_above_1_with_the_rerank_stage_on_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # with the rerank stage on, min_evidence reads the rerank probability, whatever the
+    # retrieval scores are
+    monkeypatch.setenv("RAGGUARD_MIN_EVIDENCE", "1.5")
+    with pytest.raises(ConfigError) as info:
+        GuardConfig(score_kind="similarity", rerank={"enabled": True})
+    assert "min_evidence=1.5 is never reached: rerank probabilities lie in [0, 1]" in str(
+        info.value
+    )
+    assert "(min_evidence: environment RAGGUARD_MIN_EVIDENCE, rerank: argument)" in str(info.value)

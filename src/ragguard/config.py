@@ -12,24 +12,30 @@ The optional cross-encoder rerank stage has its own table, :class:`RerankConfig`
 unchanged; ``ragguard calibrate`` writes the same format. Invalid values, unknown keys,
 missing or malformed files raise :class:`~ragguard.errors.ConfigError` with a message
 naming the key, the value, where it came from and what is allowed.
+
+``GuardConfig.model_copy(update=...)`` validates as the constructor does: the copy is
+built from the original's values and ``update`` (as arguments), without reading the
+environment or a file again. ``GuardConfig.model_construct`` skips validation; a guard
+refuses a config built that way. pydantic's deprecated ``copy(update=...)`` skips it too.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
 import secrets
 import tomllib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import tomli_w
 from pydantic import (
@@ -84,6 +90,8 @@ WRITER_KEY = "ragguard_version"
 #: RAGGUARD_* variables that ragguard reads but that are no config key
 OTHER_VARIABLES = frozenset({"RAGGUARD_CACHE_DIR"})
 PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
+#: score kinds whose normalised scores lie in [0, 1] (:func:`ragguard.scores.normalize`)
+UNIT_SCALE_KINDS = (ScoreKind.DISTANCE, ScoreKind.LOGIT, ScoreKind.PROBABILITY)
 
 
 class InvalidScorePolicy(StrEnum):
@@ -228,6 +236,9 @@ class RerankConfig(ConfigModel, NumbersNotBools):
 _loaded_file: ContextVar[tuple[Path, dict[str, Any]] | None] = ContextVar(
     "ragguard_config_file", default=None
 )
+#: while GuardConfig.model_copy builds a copy: the layers of the original's fields that
+#: the copy keeps (no environment or file is read then)
+_copied_layers: ContextVar[dict[str, str] | None] = ContextVar("ragguard_config_copy", default=None)
 
 
 def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -371,27 +382,42 @@ class GuardConfig(BaseSettings, NumbersNotBools):
     _layers: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **values: Any) -> None:
-        loaded = _loaded_file.get()
+        loaded, kept = _loaded_file.get(), _copied_layers.get()
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise ConfigError(_explain(exc, values, loaded)) from exc
+            raise ConfigError(_explain(exc, values, loaded, kept)) from exc
         except SettingsError as exc:  # an environment value that is not valid JSON
             raise ConfigError(_explain_env(exc)) from exc
-        _warn_unknown_env()
-        layers: dict[str, str] = {}
-        for name in type(self).model_fields:
-            if name in values:
-                layers[name] = "argument"
-            elif env := _env_names(name):
-                layers[name] = f"environment {env[0]}"
-            elif loaded is not None and name in loaded[1]:
-                layers[name] = f"file {loaded[0]}"
-            elif name in PROFILE_FIELDS:
-                layers[name] = f"profile {self.profile}"
-            else:
-                layers[name] = "default"
-        self._layers = layers
+        if kept is None:
+            _warn_unknown_env()
+        self._layers = {
+            name: _origin(name, values, loaded, kept)
+            or (f"profile {self.profile}" if name in PROFILE_FIELDS else "default")
+            for name in type(self).model_fields
+        }
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy of this config with the fields of ``update`` changed, validated as
+        ``GuardConfig(...)`` validates its arguments (``"3"`` reads as ``3``; a bad value
+        raises :class:`~ragguard.errors.ConfigError`). The copy keeps every value this
+        config took from a layer and reads no environment variable or file again; a
+        profile field no layer set follows the copy's profile.
+
+        Raises:
+            ConfigError: a key of ``update`` is unknown or a value is invalid.
+        """
+        if not update:
+            return super().model_copy(deep=deep)
+        given = {name: getattr(self, name) for name in self.model_fields_set}
+        if deep:
+            given = copy.deepcopy(given)
+        kept = {name: self._layers.get(name, "argument") for name in given if name not in update}
+        token = _copied_layers.set(kept)
+        try:
+            return type(self)(**{**given, **update})
+        finally:
+            _copied_layers.reset(token)
 
     @classmethod
     def settings_customise_sources(
@@ -402,6 +428,8 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if _copied_layers.get() is not None:  # model_copy: the original's values only
+            return (init_settings,)
         loaded = _loaded_file.get()
         if loaded is None:
             return init_settings, env_settings
@@ -451,6 +479,32 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             )
         return self
 
+    @model_validator(mode="after")
+    def _floors_in_reach(self) -> GuardConfig:
+        """A floor above 1 on scores normalised into [0, 1] is never reached."""
+        kind, rerank = self.score_kind, self.rerank.enabled
+        for name, on_rerank, effect in (
+            ("min_score", False, "no passage passes it and only min_k are kept"),
+            ("min_evidence", rerank, "every query would abstain (verdict insufficient)"),
+        ):
+            floor = getattr(self, name)
+            if floor is None or floor <= 1.0:
+                continue
+            if on_rerank:  # min_evidence reads the rerank probability then
+                scale, by = "rerank probabilities lie in [0, 1]", "rerank"
+            elif kind is not None and kind in UNIT_SCALE_KINDS:
+                scale = f"score_kind={kind.value!r} scores are normalised into [0, 1]"
+                by = "score_kind"
+            else:
+                continue
+            raise PydanticCustomError(
+                "floor_out_of_reach",
+                "{name}={floor} is never reached: {scale}, so {effect}; set "
+                "{name} to at most 1, or None to turn it off",
+                {"name": name, "floor": floor, "scale": scale, "effect": effect, "by": by},
+            )
+        return self
+
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> GuardConfig:
         """Load a TOML config file; environment variables and ``overrides`` win over it.
@@ -496,8 +550,19 @@ class GuardConfig(BaseSettings, NumbersNotBools):
 
     @property
     def resolved_profile(self) -> Profile:
-        """The profile this config uses, with custom overrides applied."""
-        return self._profile
+        """The profile this config uses, with custom overrides applied.
+
+        Raises:
+            ConfigError: this config was never validated (``GuardConfig.model_construct``).
+        """
+        try:
+            return self._profile
+        except AttributeError:
+            raise ConfigError(
+                "this GuardConfig was never validated (GuardConfig.model_construct skips "
+                "validation); build it with GuardConfig(...) or copy a valid one with "
+                ".model_copy(update=...)"
+            ) from None
 
     def source_of(self, name: str) -> str:
         """Which layer supplied field ``name``: argument, environment, file, profile or
@@ -606,18 +671,36 @@ def _reading(path: Path, data: dict[str, Any]) -> Iterator[None]:
         _loaded_file.reset(token)
 
 
+def _origin(
+    key: str,
+    values: dict[str, Any],
+    loaded: tuple[Path, dict[str, Any]] | None,
+    kept: dict[str, str] | None,
+) -> str | None:
+    """The layer that set ``key``: a copy's original (``kept``), an argument, the
+    environment (never for a copy) or the file; None when none did."""
+    if kept is not None and key in kept:
+        return kept[key]
+    if key in values:
+        return "argument"
+    if kept is None and (env := _env_names(key)):
+        return f"environment {env[0]}"
+    if loaded is not None and key in loaded[1]:
+        return f"file {loaded[0]}"
+    return None
+
+
 def _explain(
-    exc: ValidationError, values: dict[str, Any], loaded: tuple[Path, dict[str, Any]] | None
+    exc: ValidationError,
+    values: dict[str, Any],
+    loaded: tuple[Path, dict[str, Any]] | None,
+    kept: dict[str, str] | None,
 ) -> str:
     """One line per problem: key, value, where it came from, what is allowed."""
 
     def origin(key: str, profile: str | None = None) -> str:
-        if key in values:
-            return "argument"
-        if env := _env_names(key):
-            return f"environment {env[0]}"
-        if loaded is not None and key in loaded[1]:
-            return f"file {loaded[0]}"
+        if found := _origin(key, values, loaded, kept):
+            return found
         if profile is not None and key in PROFILE_FIELDS:
             return f"profile {profile!r}"
         return "default"
@@ -638,6 +721,9 @@ def _explain(
                 f"{msg} (conflicts: {origin('conflicts')}, conflict_prefer: "
                 f"{origin('conflict_prefer')})"
             )
+        elif err["type"] == "floor_out_of_reach":
+            name, by = err["ctx"]["name"], err["ctx"]["by"]
+            lines.append(f"{msg} ({name}: {origin(name)}, {by}: {origin(by)})")
         elif not loc:
             lines.append(msg)
         elif err["type"] == "extra_forbidden":

@@ -74,7 +74,8 @@ class ContextGuard:
     warm-up pair), so ``rerank.timeout_ms`` bounds the calls from the first one on.
 
     Raises:
-        ConfigError: ``config`` is not a :class:`GuardConfig` or comes with ``settings``;
+        ConfigError: ``config`` is not a :class:`GuardConfig` (or one built without
+            validation, by ``GuardConfig.model_construct``) or comes with ``settings``;
             a ``reranker`` was passed but no layer of the config enables the rerank
             stage, or the rerank stage cannot tell whether the reranker returns logits or
             probabilities.
@@ -113,6 +114,8 @@ class ContextGuard:
                 f"on_selection must be callable with a Selection, got {type(on_selection).__name__}"
             )
         self.config: GuardConfig = config if config is not None else GuardConfig(**settings)
+        # a ConfigError for a config never validated (GuardConfig.model_construct)
+        self.config.resolved_profile  # noqa: B018
         self.on_selection = on_selection
         self._warned: set[object] = set()
         self._lock = threading.Lock()
