@@ -794,7 +794,8 @@ class RerankerTrainer:
             run: the runs whose candidates give same-query negatives and validation
                 "others" (default: every run of the eval set).
             pretrain_data: offline pre-training questions (see the module docstring).
-            corpus, passages: more passage texts (as for calibrate).
+            corpus: more passage texts, from files (as for calibrate).
+            passages: more passage texts, by passage id (as for calibrate).
             overwrite: replace an ``out`` folder that train-reranker wrote and that holds
                 nothing else (its marker file lists what it wrote).
             inputs: more paths the caller read for this run (the CLI gives the eval set
@@ -1067,19 +1068,29 @@ def train_reranker(  # noqa: PLR0913 - the keyword face of RerankerTrainer, kept
             ``overwrite``; never one that is or holds an input).
         run: the runs whose candidates give same-query negatives and validation
             "others" (default: every run of the eval set).
-        base, encoder, kinds, holdout, validation, seed: as the attributes of
-            :class:`RerankerTrainer` of those names.
+        base: the model to start from and to beat (:attr:`RerankerTrainer.base`).
+        encoder: the bi-encoder beside a cross-encoder base
+            (:attr:`RerankerTrainer.encoder`).
+        kinds: the trained candidates to try (:attr:`RerankerTrainer.kinds`).
+        holdout: calibrate's held-out fraction (never read here).
+        validation: fraction of the other queries set aside to choose.
+        seed: seed of both splits, the negatives, the new head and training.
         same_query_negatives: unlabelled candidates of a query used as negatives.
         same_title_negatives: passages sharing a title with a relevant one.
         random_negatives: passages of other queries used as negatives.
         pretrain_data: offline pre-training questions (see the module docstring).
         pretrain_negatives: negatives per pre-training question.
-        epochs, max_steps, batch_size, max_length, learning_rate: training of each
-            neural candidate (at most ``max_steps`` steps; ``0`` trains nothing). The
+        epochs: passes over the pairs, for each neural candidate. The training
             defaults finish the default candidates in minutes on 2 CPU cores for a few
             hundred queries.
+        max_steps: the most training steps of each neural candidate (``0`` trains
+            nothing).
+        batch_size: pairs (or triplets) per training step.
+        max_length: tokens per text (bi-encoder) or per pair (cross-encoder).
+        learning_rate: the optimiser's learning rate.
         device: torch device for the models (``cpu``, ``cuda``); ``None`` picks one.
-        corpus, passages: more passage texts (as for calibrate).
+        corpus: more passage texts, from files (as for calibrate).
+        passages: more passage texts, by passage id (as for calibrate).
         overwrite: replace an ``out`` folder that train-reranker wrote and that holds
             nothing else (its marker file lists what it wrote).
         inputs: more paths the caller read for this run (the CLI gives the eval set and
