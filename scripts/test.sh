@@ -20,12 +20,12 @@ echo "== docs (mkdocs build --strict: a broken link, anchor or API reference fai
 # Never --quiet: it silences the warnings before strict mode counts them, so a build with
 # a broken link passes. And any WARNING line fails the step, whoever logged it.
 docs_log=$(mktemp)
+trap 'rm -f "$docs_log"' EXIT
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict 2>&1 | tee "$docs_log"
 if grep -q '^WARNING' "$docs_log"; then
     echo "docs: the build logged a WARNING (above)" >&2
     exit 1
 fi
-rm -f "$docs_log"
 echo "== pytest"
 # every test, the ones marked slow included (the quick loop: python -m pytest -m "not slow")
 python -m pytest "$@"
