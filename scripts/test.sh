@@ -17,7 +17,15 @@ mypy
 echo "== import-linter (pyproject.toml's contracts: no circle, the runtime never imports calibration, calibration's layers)"
 lint-imports --no-cache
 echo "== docs (mkdocs build --strict: a broken link, anchor or API reference fails; offline)"
-NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet
+# Never --quiet: it silences the warnings before strict mode counts them, so a build with
+# a broken link passes. And any WARNING line fails the step, whoever logged it.
+docs_log=$(mktemp)
+trap 'rm -f "$docs_log"' EXIT
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict 2>&1 | tee "$docs_log"
+if grep -q '^WARNING' "$docs_log"; then
+    echo "docs: the build logged a WARNING (above)" >&2
+    exit 1
+fi
 echo "== pytest"
 # every test, the ones marked slow included (the quick loop: python -m pytest -m "not slow")
 python -m pytest "$@"

@@ -2,10 +2,12 @@
 docs/ runs and prints what it says it prints (addressed by page and block, see
 tests/doc_checks.py), every skipped block still compiles, every TOML block is a config
 the guard accepts, and every ``ragguard`` command line in a bash block names a real
-command and real options."""
+command and real options. The site: no docstring uses a Sphinx role, and mkdocs.yml's
+settings make a broken link or anchor fail the build."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -190,3 +192,147 @@ def test_the_readme_links_lead_to_files_that_exist() -> None:
 def test_the_readme_stays_an_introduction() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 200
+
+
+# --------------------------------------------------------------------------- the site build
+
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|data|exc|obj|ref|const):`")
+
+
+def docstrings(path: Path) -> list[tuple[int, str]]:
+    """Every docstring of a module as ``(line, text)``: the bare string statements of
+    its module, class and function bodies (attribute docstrings included), which is
+    what mkdocstrings renders."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            found.append((node.lineno, node.value.value))
+    return found
+
+
+def test_no_docstring_uses_a_sphinx_role() -> None:
+    """The API pages render docstrings as Markdown, where ``:class:`X``` shows as raw
+    text: cross-references are Markdown links (``[`X`][ragguard.X]``) that autorefs
+    resolves, or plain code."""
+    modules = sorted((ROOT / "src" / "ragguard").rglob("*.py"))
+    assert len(modules) > 50
+    roles = [
+        f"{path.relative_to(ROOT)}:{line + offset}: {match.group(0)}"
+        for path in modules
+        for line, text in docstrings(path)
+        for offset, row in enumerate(text.splitlines())
+        for match in SPHINX_ROLE.finditer(row)
+    ]
+    assert not roles, "Sphinx roles in docstrings (write [`Name`][ragguard.path.Name]):\n" + (
+        "\n".join(roles)
+    )
+
+
+def mini_site(tmp_path: Path, page: str) -> Path:
+    """A two-page site in ``tmp_path`` whose ``strict``, ``validation`` and
+    ``markdown_extensions`` are mkdocs.yml's own, with ``page`` as its index; the other
+    page has the heading ``## Section two``. Returns its mkdocs.yml."""
+    pytest.importorskip("mkdocs")
+    import yaml
+
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    config = {
+        "site_name": "links",
+        "docs_dir": "docs",
+        "site_dir": str(tmp_path / "site"),
+        "theme": {"name": "mkdocs"},
+        "plugins": [],
+        "nav": [{"Home": "index.md"}, {"Other": "other.md"}],
+        **{key: site[key] for key in ("strict", "validation", "markdown_extensions")},
+    }
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text(page, encoding="utf-8")
+    (tmp_path / "docs" / "other.md").write_text("# Other\n\n## Section two\n", encoding="utf-8")
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    return tmp_path / "mkdocs.yml"
+
+
+def run_in(folder: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """``command`` in ``folder`` with this interpreter's scripts (``mkdocs``) first on
+    the path; stdout and stderr together in ``stdout``."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return subprocess.run(
+        command,
+        cwd=folder,
+        env={**os.environ, "PATH": path, "NO_MKDOCS_2_WARNING": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
+
+
+def build_mini_site(tmp_path: Path, page: str) -> subprocess.CompletedProcess[str]:
+    """``mkdocs build`` with no flags (as ``mkdocs serve`` builds) of :func:`mini_site`."""
+    config = mini_site(tmp_path, page)
+    return run_in(tmp_path, [sys.executable, "-m", "mkdocs", "build", "-f", str(config)])
+
+
+def docs_step() -> str:
+    """The docs step of scripts/test.sh: its lines from ``echo "== docs`` to the next
+    ``echo "==``, run by bash as the script runs them (``set -euo pipefail``)."""
+    script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")
+    match = re.search(r'^echo "== docs.*?(?=^echo "==)', script, re.S | re.M)
+    assert match, "scripts/test.sh has no docs step"
+    return "set -euo pipefail\n" + match.group(0)
+
+
+GOOD_PAGE = (
+    "# Home\n\n## Section one\n\n"
+    "[other](other.md), [two](other.md#section-two), [one](#section-one).\n"
+)
+
+
+def test_a_site_with_sound_links_builds_without_a_warning(tmp_path: Path) -> None:
+    built = build_mini_site(tmp_path, GOOD_PAGE)
+    log = built.stdout
+    assert built.returncode == 0, log
+    assert "WARNING" not in log
+    assert (tmp_path / "site" / "other" / "index.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("link", "warning"),
+    [
+        ("[gone](missing.md)", "'missing.md', but the target is not found"),
+        ("[gone](other.md#section-three)", "does not contain an anchor '#section-three'"),
+        ("[gone](#section-three)", "'#section-three'"),
+    ],
+    ids=["page", "anchor on another page", "anchor on the page"],
+)
+def test_mkdocs_yml_fails_the_build_on_a_broken_link(
+    tmp_path: Path, link: str, warning: str
+) -> None:
+    """mkdocs.yml's own settings (strict, validation) refuse a link to a missing page or
+    anchor; loosening them fails this test."""
+    built = build_mini_site(tmp_path, GOOD_PAGE + f"\n{link}\n")
+    log = built.stdout
+    assert built.returncode != 0, log
+    assert "Aborted with 1 warnings in strict mode" in log
+    assert re.search(r"^WARNING .*" + re.escape(warning), log, re.M), log
+
+
+@pytest.mark.parametrize(
+    "broken", [None, "[gone](other.md#section-three)"], ids=["sound", "broken anchor"]
+)
+def test_the_test_scripts_docs_step_fails_on_a_broken_anchor(
+    tmp_path: Path, broken: str | None
+) -> None:
+    """scripts/test.sh's docs step, run on the small site: it passes a sound site and
+    fails a broken anchor (``--quiet`` would hide the warning from strict mode)."""
+    mini_site(tmp_path, GOOD_PAGE + (f"\n{broken}\n" if broken else ""))
+    ran = run_in(tmp_path, ["bash", "-c", docs_step()])
+    if broken is None:
+        assert ran.returncode == 0, ran.stdout
+    else:
+        assert ran.returncode != 0, ran.stdout
+        assert "#section-three" in ran.stdout

@@ -1,5 +1,5 @@
 """Validation shared by the config models: a boolean is never a number, and a bad value
-is a :class:`~ragguard.errors.ConfigError`.
+is a [`ConfigError`][ragguard.ConfigError].
 
 pydantic's lax mode reads ``True`` as ``1`` for an ``int`` field, so ``max_k = true`` in a
 TOML file would silently keep one passage. Every model of the config rejects that.
@@ -89,9 +89,9 @@ def validation_problems(model: type[BaseModel], exc: ValidationError, noun: str 
 
 class ConfigModel(BaseModel):
     """Base of the models users build by hand: a bad value raises
-    :class:`~ragguard.errors.ConfigError` (see :func:`validation_problems`), not pydantic's
+    [`ConfigError`][ragguard.ConfigError] (see ``validation_problems``), not pydantic's
     ``ValidationError``. Validation inside another model (a ``[rerank]`` table of a
-    :class:`~ragguard.config.GuardConfig`) is reported by that model, as before."""
+    [`GuardConfig`][ragguard.GuardConfig]) is reported by that model, as before."""
 
     def __init__(self, /, **data: Any) -> None:
         try:

@@ -49,8 +49,8 @@ def import_object(
     module first, so ``my_rag:thing`` finds ``./my_rag.py``).
 
     Only for what a user types as code (``--retriever``, ``--rerank``, the argument of
-    :func:`ragguard.load_reranker`): never for a name read from data (a config, a saved
-    pipeline, a model card).
+    [`ragguard.load_reranker`][ragguard.load_reranker]): never for a name read from data (a config,
+    a saved pipeline, a model card).
 
     Raises:
         ``error``: bad syntax, or the module or attribute cannot be found.

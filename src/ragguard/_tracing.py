@@ -1,4 +1,5 @@
-"""OpenTelemetry spans for :meth:`ContextGuard.select` / ``aselect`` (extra ``otel``).
+"""OpenTelemetry spans for [`ContextGuard.select`][ragguard.ContextGuard.select] / ``aselect``
+(extra ``otel``).
 
 With ``opentelemetry-api`` importable, every call records one span named
 ``ragguard.select`` (kind ``INTERNAL``, a child of whatever span is current, e.g. a
@@ -139,7 +140,7 @@ def _decide() -> Any:
 
 class _Span:
     """The context of a traced call: a span, current while the call runs. A tracer that
-    raises is reported (:func:`_failed`) and never reaches the caller."""
+    raises is reported (``_failed``) and never reaches the caller."""
 
     __slots__ = ("_config", "_context", "_max_k", "_span", "_start", "_tracer")
 

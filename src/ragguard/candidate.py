@@ -133,8 +133,10 @@ class Decision:
         reason: why it was dropped (``None`` when kept).
         message: a one-line human explanation.
         rerank: the rerank stage's record of it (``None`` when the stage is off); read
-            it through :attr:`retrieval_score`, :attr:`rerank_score`,
-            :attr:`rerank_raw_score` and :attr:`rerank_reason`.
+            it through [`retrieval_score`][ragguard.Decision.retrieval_score],
+            [`rerank_score`][ragguard.Decision.rerank_score],
+            [`rerank_raw_score`][ragguard.Decision.rerank_raw_score] and
+            [`rerank_reason`][ragguard.Decision.rerank_reason].
         duplicate_of: for a ``duplicate_id`` or ``near_duplicate`` drop, the id of the
             candidate it repeats (for ``duplicate_id`` that is its own id: the copy
             kept); ``None`` otherwise.
@@ -181,11 +183,11 @@ class Decision:
 
 
 class Selection:
-    """The outcome of one :meth:`ContextGuard.select` call.
+    """The outcome of one [`ContextGuard.select`][ragguard.ContextGuard.select] call.
 
     ``kept`` holds the candidates that reach the LLM, best first. ``dropped`` holds a
-    :class:`Decision` for every other input candidate, with a machine-readable reason and
-    a message: ``len(kept) + len(dropped) == len(input)`` always.
+    [`Decision`][ragguard.Decision] for every other input candidate, with a machine-readable reason
+    and a message: ``len(kept) + len(dropped) == len(input)`` always.
 
     ``rerank`` says what the rerank stage did (``None`` when it is off or the input is
     empty); each decision then carries the candidate's retrieval score and rerank score.
@@ -200,10 +202,10 @@ class Selection:
         rerank: what the rerank stage did.
         conflicts: the groups of passages the cut kept that nearly repeat each other
             but differ in facts, each with the spans that differ per member (empty
-            while ``conflicts="off"``); :meth:`~ragguard.conflicts.Conflict.describe`
+            while ``conflicts="off"``); [`describe`][ragguard.Conflict.describe]
             gives a line for the LLM.
         verdict: ``answerable``, ``insufficient`` (nothing kept) or ``conflict`` (two
-            kept passages conflict), see :class:`Verdict`.
+            kept passages conflict), see [`Verdict`][ragguard.Verdict].
     """
 
     def __init__(

@@ -5,12 +5,12 @@ Each value comes from the highest layer that sets it::
     keyword arguments  >  environment (RAGGUARD_*, nested with __)  >  TOML file
         >  the profile's runtime defaults (max_k, min_k, relative_threshold)  >  defaults
 
-The optional cross-encoder rerank stage has its own table, :class:`RerankConfig`
+The optional cross-encoder rerank stage has its own table, [`RerankConfig`][ragguard.RerankConfig]
 (``GuardConfig.rerank``; TOML ``[rerank]``; environment ``RAGGUARD_RERANK__ENABLED=1``).
 
 ``GuardConfig.save()`` writes a TOML file that ``GuardConfig.from_file()`` reads back
 unchanged; ``ragguard calibrate`` writes the same format. Invalid values, unknown keys,
-missing or malformed files raise :class:`~ragguard.errors.ConfigError` with a message
+missing or malformed files raise [`ConfigError`][ragguard.ConfigError] with a message
 naming the key, the value, where it came from and what is allowed.
 
 ``GuardConfig.model_copy(update=...)`` validates as the constructor does: the copy is
@@ -90,7 +90,7 @@ WRITER_KEY = "ragguard_version"
 #: RAGGUARD_* variables that ragguard reads but that are no config key
 OTHER_VARIABLES = frozenset({"RAGGUARD_CACHE_DIR"})
 PROFILE_FIELDS = ("max_k", "min_k", "relative_threshold")
-#: score kinds whose normalised scores lie in [0, 1] (:func:`ragguard.scores.normalize`)
+#: score kinds whose normalised scores lie in [0, 1] (`ragguard.scores.normalize`)
 UNIT_SCALE_KINDS = (ScoreKind.DISTANCE, ScoreKind.LOGIT, ScoreKind.PROBABILITY)
 
 
@@ -102,7 +102,7 @@ class InvalidScorePolicy(StrEnum):
     KEEP_LAST = "keep_last"
     """Keep it after every scored candidate, subject only to ``max_k``."""
     RAISE = "raise"
-    """Raise :class:`~ragguard.errors.InvalidScoreError`."""
+    """Raise [`InvalidScoreError`][ragguard.InvalidScoreError]."""
 
 
 class DuplicatePolicy(StrEnum):
@@ -116,7 +116,7 @@ class DuplicatePolicy(StrEnum):
     KEEP_ALL = "keep_all"
     """Treat every occurrence as its own candidate."""
     RAISE = "raise"
-    """Raise :class:`~ragguard.errors.DuplicateIdError`."""
+    """Raise [`DuplicateIdError`][ragguard.DuplicateIdError]."""
 
 
 class RerankFailure(StrEnum):
@@ -124,10 +124,11 @@ class RerankFailure(StrEnum):
     ``timeout_ms`` or returns the wrong number of scores)."""
 
     FAIL_OPEN = "fail_open"
-    """Select on retrieval scores as if rerank were off; warn (:class:`RerankWarning`) and
-    mark every decision with ``rerank_reason="rerank_failed"``."""
+    """Select on retrieval scores as if rerank were off; warn
+    ([`RerankWarning`][ragguard.RerankWarning]) and mark every decision with
+    ``rerank_reason="rerank_failed"``."""
     FAIL_CLOSED = "fail_closed"
-    """Raise :class:`~ragguard.errors.RerankError` (the cause attached)."""
+    """Raise [`RerankError`][ragguard.RerankError] (the cause attached)."""
 
 
 class BeyondTopN(StrEnum):
@@ -148,11 +149,11 @@ class RerankConfig(ConfigModel, NumbersNotBools):
     """The optional cross-encoder rerank stage (``GuardConfig.rerank``, TOML ``[rerank]``).
 
     The reranker's outputs are mapped to probabilities *before* any rule runs: logits
-    through a sigmoid, probabilities clipped to [0, 1] (:func:`ragguard.scores.normalize`),
+    through a sigmoid, probabilities clipped to [0, 1] (``ragguard.scores.normalize``),
     or, when ``probability_map`` is set, through that fitted map to calibrated
-    probabilities (:mod:`ragguard.probability`).
+    probabilities (``ragguard.probability``).
     ``score_kind`` says which they are; left unset, the reranker declares it (the
-    built-in :class:`~ragguard.rerank.CrossEncoderReranker` reads the model's
+    built-in [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] reads the model's
     activation: ``Sigmoid`` means probabilities, ``Identity`` means logits).
 
     Example:
@@ -259,7 +260,7 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 class _FileSource(PydanticBaseSettingsSource):
-    """Values read from a TOML file by :meth:`GuardConfig.from_file`."""
+    """Values read from a TOML file by [`GuardConfig.from_file`][ragguard.GuardConfig.from_file]."""
 
     def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
         super().__init__(settings_cls)
@@ -278,7 +279,8 @@ def _env_names(field: str) -> list[str]:
 
 
 class GuardConfig(BaseSettings, NumbersNotBools):
-    """Configuration of :class:`~ragguard.ContextGuard` (every field: docs/reference/config.md).
+    """Configuration of [`ContextGuard`][ragguard.ContextGuard] (every field:
+    docs/reference/config.md).
 
     Example:
         >>> GuardConfig(max_k=3, relative_threshold=0.7, score_kind="similarity").max_k
@@ -400,7 +402,7 @@ class GuardConfig(BaseSettings, NumbersNotBools):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy of this config with the fields of ``update`` changed, validated as
         ``GuardConfig(...)`` validates its arguments (``"3"`` reads as ``3``; a bad value
-        raises :class:`~ragguard.errors.ConfigError`). The copy keeps every value this
+        raises [`ConfigError`][ragguard.ConfigError]). The copy keeps every value this
         config took from a layer and reads no environment variable or file again; a
         profile field no layer set follows the copy's profile.
 
@@ -519,10 +521,11 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             return cls(**overrides)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write this config as TOML that :meth:`from_file` reads back unchanged.
+        """Write this config as TOML that [`from_file`][ragguard.GuardConfig.from_file] reads back
+        unchanged.
 
         The file is written beside ``path`` under a temporary name, then moved over it
-        (:func:`os.replace`): ``path`` holds either its old content or the whole new
+        (``os.replace``): ``path`` holds either its old content or the whole new
         config, and the temporary file is removed whatever fails.
 
         Raises:
@@ -612,7 +615,7 @@ SCHEMA_ID = "https://example.invalid/ragguard/ragguard.schema.json"
 
 def config_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a ``ragguard.toml`` file: pydantic's schema of
-    :class:`GuardConfig` (``ragguard config schema`` prints it)."""
+    [`GuardConfig`][ragguard.GuardConfig] (``ragguard config schema`` prints it)."""
     schema = GuardConfig.model_json_schema()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -631,7 +634,7 @@ def profile_utility_cut(profile: Profile) -> UtilityCut:
 
 def _write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file beside it and
-    :func:`os.replace`; the temporary file never outlives a failure.
+    ``os.replace``; the temporary file never outlives a failure.
 
     Raises:
         ConfigError: naming ``path`` and the reason.

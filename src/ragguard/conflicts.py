@@ -10,17 +10,17 @@ facts cannot both be right.
 A pair of passages **conflicts** when
 
 1. they are *comparable*: the Jaccard similarity of their word 3-shingle sets (the
-   near-duplicate measure, :func:`ragguard.stages.shingles`) is at least
+   near-duplicate measure, ``ragguard.stages.shingles``) is at least
    ``conflict_similarity``; and
-2. aligning their words (:class:`difflib.SequenceMatcher` over the lower-cased words,
+2. aligning their words (``difflib.SequenceMatcher`` over the lower-cased words,
    punctuation ignored) leaves at least one differing span that carries a **fact**: a
    number (a word with a digit: ``3,559``, ``1979``, ``2.5``), a capitalised word
    (a name: ``Bhatt``, ``Kapoor``), or a negation (``not``, ``no``, ``never``,
    ``without``, ``doesn't``, ...) on one side only.
 
-Text that moved is no changed fact: a span of at least :data:`MOVED_WORDS` words that
+Text that moved is no changed fact: a span of at least ``MOVED_WORDS`` words that
 the other passage holds word for word as a differing span elsewhere (reordered
-sentences) is left out, and so is a differing span longer than :data:`MAX_SPAN` words (a
+sentences) is left out, and so is a differing span longer than ``MAX_SPAN`` words (a
 different region of the text, as two crops of one page have).
 
 Passages with the same facts (an exact or near copy) are never a conflict: they are the
@@ -186,7 +186,7 @@ def find_conflicts(
 
     Args:
         texts: each passage's text.
-        sets: each passage's shingle set (:func:`ragguard.stages.shingles`).
+        sets: each passage's shingle set (``ragguard.stages.shingles``).
         similarity: the shingle Jaccard similarity in (0, 1] from which two passages
             are comparable.
         active: which columns take part (default: all).
@@ -370,11 +370,11 @@ def conflict_stage(
         similarity: ``conflict_similarity``.
         mode: what to do with conflicting passages (not ``off``).
         prefer: per row, each column's value of the preferred metadata key
-            (:data:`MISSING` when absent); needed for ``prefer``.
+            (``MISSING`` when absent); needed for ``prefer``.
         descending: whether the greatest value wins.
         pairs: per row, the conflicting pairs among its kept passages when they are
             already known (the calibration sweep finds them once per query and applies
-            the mode at every cut); else they are found here (:func:`find_conflicts`).
+            the mode at every cut); else they are found here (``find_conflicts``).
 
     Returns:
         The new state (a dropped member's ``partner`` is the column of a member it

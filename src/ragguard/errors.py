@@ -1,7 +1,7 @@
 """Exceptions and warnings raised by ragguard.
 
-Every error ragguard raises on purpose derives from :class:`RagguardError`, so one
-``except RagguardError`` catches them all. Each also derives from the built-in class a
+Every error ragguard raises on purpose derives from [`RagguardError`][ragguard.RagguardError], so
+one ``except RagguardError`` catches them all. Each also derives from the built-in class a
 caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong types,
 ``ImportError`` for a missing optional dependency)::
 
@@ -29,7 +29,7 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── ScoreWarning             scores contradict their declared kind, or no kind is known
     └── RerankWarning            the rerank stage failed and the guard fell back (fail_open)
 
-Warnings are issued with :func:`warnings.warn` (once per guard and problem), never
+Warnings are issued with ``warnings.warn`` (once per guard and problem), never
 printed; library code logs through ``logging.getLogger(__name__)``.
 """
 
@@ -87,8 +87,8 @@ class EvalSetError(RagguardError, ValueError):
     """Evaluation data (an eval set, qrels or a run) is malformed or inconsistent.
 
     The message starts with where the problem is (``path:line``, then the field) when
-    that is known; the same parts are available as :attr:`path`, :attr:`line` and
-    :attr:`field` (each ``None`` when unknown).
+    that is known; the same parts are available as ``path``, ``line`` and
+    ``field`` (each ``None`` when unknown).
     """
 
     def __init__(
@@ -140,7 +140,7 @@ class MissingDependencyError(RagguardError, ImportError):
 
 class ScoreCacheError(RagguardError, OSError):
     """The rerank score cache of calibration (one SQLite file per model, see
-    :mod:`ragguard.calibration.fit.rerank_scores`) cannot be used: the file is corrupt,
+    ``ragguard.calibration.fit.rerank_scores``) cannot be used: the file is corrupt,
     truncated, unreadable or locked by another process past the wait, or its folder cannot
     be created or written. The message names the file or folder and the way out."""
 

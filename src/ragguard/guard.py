@@ -1,18 +1,18 @@
 """ContextGuard: decide which retrieved candidates reach the LLM.
 
-:meth:`ContextGuard.select` runs a list of small stages over one state
-(:mod:`ragguard.selecting`); the guard builds the list from its config, leaving out the
+[`ContextGuard.select`][ragguard.ContextGuard.select] runs a list of small stages over one state
+(``ragguard.selecting``); the guard builds the list from its config, leaving out the
 stages the config turns off::
 
     validate -> normalise -> duplicate ids -> rerank plan -> [rerank call] -> rerank map
       -> cut (the policy, min_evidence) -> conflicts -> near-duplicates -> token budget
       -> Selection
 
-The cut is :mod:`ragguard.policy`, the same vectorised code the calibration sweep runs.
+The cut is ``ragguard.policy``, the same vectorised code the calibration sweep runs.
 With ``rerank.enabled`` the cut reads rerank probabilities: the top ``rerank.top_n``
 candidates by retrieval score are rescored by the reranker, its outputs are mapped to
 probabilities (logits through a sigmoid, or the config's fitted map) and the same policy
-cuts them (:mod:`ragguard.rerank`). ``select()`` and ``aselect()`` share every stage;
+cuts them (``ragguard.rerank``). ``select()`` and ``aselect()`` share every stage;
 they differ only in how the rerank call is made (blocking, or awaited off the event loop).
 """
 
@@ -64,19 +64,19 @@ class ContextGuard:
     Args:
         config: the guard's configuration; omit it to build one from ``settings``
             (which then follow the usual layers: arguments > environment > defaults).
-        on_selection: optional callable invoked with every :class:`Selection`.
-        reranker: the scorer of the rerank stage (any :class:`~ragguard.rerank.Reranker`
-            callable); default: a :class:`~ragguard.rerank.CrossEncoderReranker` built
+        on_selection: optional callable invoked with every [`Selection`][ragguard.Selection].
+        reranker: the scorer of the rerank stage (any [`Reranker`][ragguard.Reranker]
+            callable); default: a [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] built
             from ``config.rerank``. Used only when ``config.rerank.enabled``.
-        **settings: :class:`GuardConfig` fields, when no ``config`` is given.
+        **settings: [`GuardConfig`][ragguard.GuardConfig] fields, when no ``config`` is given.
 
     With the rerank stage on, the built-in cross-encoder is loaded here (and scores one
     warm-up pair), so ``rerank.timeout_ms`` bounds the calls from the first one on.
 
     Raises:
-        ConfigError: ``config`` is not a :class:`GuardConfig` (or one built without
-            validation, by ``GuardConfig.model_construct``) or comes with ``settings``;
-            a ``reranker`` was passed but no layer of the config enables the rerank
+        ConfigError: ``config`` is not a [`GuardConfig`][ragguard.GuardConfig] (or one built
+            without validation, by ``GuardConfig.model_construct``) or comes with
+            ``settings``; a ``reranker`` was passed but no layer of the config enables the rerank
             stage, or the rerank stage cannot tell whether the reranker returns logits or
             probabilities.
         RerankModelError: the cross-encoder model cannot be loaded (either
@@ -202,7 +202,7 @@ class ContextGuard:
             scored: ``False`` when the source returned no scores at all: retrieval score
                 rules are skipped, candidates keep their order, only ``max_k`` / ``min_k``
                 apply (and the rerank stage, when on, supplies scores); one
-                :class:`~ragguard.errors.ScoreWarning` says so.
+                [`ScoreWarning`][ragguard.ScoreWarning] says so.
             max_k: a tighter or looser cap for this call only (``min_k`` is lowered to
                 it if needed), e.g. a LangChain ``invoke(query, k=3)``.
 
@@ -214,8 +214,8 @@ class ContextGuard:
 
         Raises:
             CandidateError: ``query`` is not a str, ``candidates`` is not an iterable of
-                candidates (``None``, a single :class:`Candidate`, a dict, a str), or an
-                element is not a :class:`Candidate`.
+                candidates (``None``, a single [`Candidate`][ragguard.Candidate], a dict, a str), or
+                an element is not a [`Candidate`][ragguard.Candidate].
             ConfigError: ``score_kind`` is not a score kind, ``max_k`` is not an
                 int >= 1, or the reranker's ``score_kind`` property gives neither
                 ``"logit"`` nor ``"probability"``.
@@ -225,7 +225,7 @@ class ContextGuard:
                 ``rerank.timeout_ms``, or returned a wrong number of scores or a score that
                 is NaN or infinite) and ``rerank.on_failure="fail_closed"``; with
                 ``"fail_open"`` the selection is made on retrieval scores instead, with a
-                :class:`~ragguard.errors.RerankWarning`.
+                [`RerankWarning`][ragguard.RerankWarning].
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(query, candidates, score_kind, scored, max_k)
@@ -246,12 +246,12 @@ class ContextGuard:
         scored: bool = True,
         max_k: int | None = None,
     ) -> Selection:
-        """Async form of :meth:`select`.
+        """Async form of [`select`][ragguard.ContextGuard.select].
 
         The policy itself takes microseconds and runs on the event loop; the rerank
         stage's model call runs in a worker thread (``asyncio.to_thread``, or the
         stage's own threads under ``rerank.timeout_ms``), so other tasks keep running
-        while the reranker works. Raises what :meth:`select` raises.
+        while the reranker works. Raises what [`select`][ragguard.ContextGuard.select] raises.
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(query, candidates, score_kind, scored, max_k)
@@ -321,18 +321,19 @@ class ContextGuard:
         """Guard ``retriever`` in one line; the result has the retriever's own framework
         type, so it fits wherever the original did.
 
-        The adapter is found through :data:`ragguard.adapters.RETRIEVERS`, without
+        The adapter is found through ``ragguard.adapters.RETRIEVERS``, without
         importing any framework.
 
         Args:
             retriever: a retriever of a framework ragguard has an adapter for (a
                 LangChain or a LlamaIndex ``BaseRetriever``).
             **options: adapter options (``score_kind``, ``metadata_key``; LangChain also
-                ``k`` and ``score_keys``), see :mod:`ragguard.adapters`.
+                ``k`` and ``score_keys``), see ``ragguard.adapters``.
 
         Returns:
-            :class:`ragguard.adapters.langchain.GuardedRetriever` or
-            :class:`ragguard.adapters.llamaindex.GuardedRetriever`.
+            the LangChain [`GuardedRetriever`][ragguard.adapters.langchain.GuardedRetriever]
+            or the LlamaIndex
+            [`GuardedRetriever`][ragguard.adapters.llamaindex.GuardedRetriever].
 
         Raises:
             ArgumentTypeError: ``retriever`` is neither (a ``TypeError``).

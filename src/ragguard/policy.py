@@ -5,7 +5,7 @@ Both run exactly this code, so a config that calibration recommends does at runt
 calibration measured.
 
 Input is a (queries x candidates) matrix of *normalised* scores (higher is better, see
-:mod:`ragguard.scores`) with a validity mask (finite score) and a presence mask (the
+``ragguard.scores``) with a validity mask (finite score) and a presence mask (the
 position holds a candidate; False for padding and for removed duplicates).
 
 Ranking: valid candidates by normalised score, highest first; ties keep input order
@@ -19,8 +19,8 @@ Rules, on the ranked valid candidates :math:`s_0 \ge s_1 \ge \dots \ge s_{n-1}`:
 * absolute floor ``min_score``: keep :math:`s_j \ge` ``min_score``;
 * expected utility (on calibrated probabilities :math:`p_j = s_j`, e.g. the rerank
   stage's): keep :math:`p_j \cdot g > (1 - p_j) \cdot d`, where :math:`g` is the gain of a
-  relevant passage and :math:`d` the penalty of a distractor (:class:`UtilityCut`), i.e.
-  :math:`p_j > d / (g + d)`. A strict profile (medical: :math:`d = 1`) keeps passages
+  relevant passage and :math:`d` the penalty of a distractor ([`UtilityCut`][ragguard.UtilityCut]),
+  i.e. :math:`p_j > d / (g + d)`. A strict profile (medical: :math:`d = 1`) keeps passages
   above 0.5, a relaxed one (creative: :math:`d = 0.2`) above 1/6;
 * optional label-free cut rule:
 
@@ -48,7 +48,7 @@ is ``insufficient_evidence`` (invalid ones keep ``invalid_score`` unless
 ``keep_invalid``). A retrieved set with nothing good enough in it gives the LLM nothing.
 
 ``near_duplicate_threshold`` and ``max_tokens`` are not rules of the cut: they are the
-stages that run on the kept list after it (:mod:`ragguard.stages`), reasons
+stages that run on the kept list after it (``ragguard.stages``), reasons
 ``near_duplicate`` and ``over_token_budget``.
 """
 
@@ -105,7 +105,7 @@ misinformation and many more false alarms."""
 
 class ConflictMode(StrEnum):
     """What the conflict stage does with passages that disagree
-    (:mod:`ragguard.conflicts`)."""
+    (``ragguard.conflicts``)."""
 
     OFF = "off"
     FLAG = "flag"
@@ -134,18 +134,18 @@ class Reason(StrEnum):
     """The rerank stage failed and the guard fell back to retrieval scores (fail_open)."""
     BELOW_EXPECTED_UTILITY = "below_expected_utility"
     """Its probability x the gain of a relevant passage does not exceed (1 - probability)
-    x the distractor penalty (:class:`UtilityCut`)."""
+    x the distractor penalty ([`UtilityCut`][ragguard.UtilityCut])."""
     NEAR_DUPLICATE = "near_duplicate"
     """Its text is near-identical to a kept, higher-ranked passage
-    (``near_duplicate_threshold``, :mod:`ragguard.stages`)."""
+    (``near_duplicate_threshold``, ``ragguard.stages``)."""
     OVER_TOKEN_BUDGET = "over_token_budget"
     """Kept by the cut, but its tokens do not fit in what is left of ``max_tokens``
-    (:mod:`ragguard.stages`)."""
+    (``ragguard.stages``)."""
     INSUFFICIENT_EVIDENCE = "insufficient_evidence"
     """The best candidate's score is below ``min_evidence``: nothing is kept."""
     CONFLICT = "conflict"
     """It nearly repeats another kept passage but states different facts, and the
-    ``conflicts`` rule dropped it (:mod:`ragguard.conflicts`)."""
+    ``conflicts`` rule dropped it (``ragguard.conflicts``)."""
 
 
 # Integer codes used in the reason matrix. 0 = kept, -1 = padding (no candidate).
@@ -240,7 +240,7 @@ class PolicyParams:
     @property
     def uses_stages(self) -> bool:
         """Whether a stage after the cut is on (conflicts, near-duplicates, token budget;
-        :mod:`ragguard.stages`, :mod:`ragguard.conflicts`)."""
+        ``ragguard.stages``, ``ragguard.conflicts``)."""
         return (
             self.near_duplicate_threshold is not None
             or self.max_tokens is not None
@@ -286,8 +286,8 @@ class Ranked:
 class PolicyResult:
     """What the policy decided, per row.
 
-    ``n_kept`` and :meth:`kept_positions` are computed eagerly; the per-candidate reason
-    codes (:attr:`reasons`, along :attr:`order`) only when asked for, since the runtime
+    ``n_kept`` and ``kept_positions`` are computed eagerly; the per-candidate reason
+    codes (``reasons``, along ``order``) only when asked for, since the runtime
     guard needs them only when a caller looks at dropped candidates, and a calibration
     sweep needs only the kept counts.
 
@@ -368,7 +368,7 @@ class PolicyResult:
 
     @property
     def reasons(self) -> NDArray[np.int8]:
-        """(Q, N) reason codes along :attr:`order`: 0 kept, -1 padding, else
+        """(Q, N) reason codes along ``order``: 0 kept, -1 padding, else
         ``CODES[reason]``."""
         return self._codes[1]
 
@@ -453,7 +453,7 @@ def abstains(
     """Where the ``min_evidence`` rule keeps nothing: the top normalised score ``top`` is
     below the floor, or NaN (no valid score). Broadcasts: (Q, 1) tops against (1, F)
     floors give every floor's abstentions at once (the calibration of the floor,
-    :mod:`ragguard.calibration.fit.answerability`)."""
+    ``ragguard.calibration.fit.answerability``)."""
     out: NDArray[np.bool_] = ~(top >= min_evidence)  # NaN compares False: abstain too
     return out
 
@@ -537,7 +537,7 @@ def apply_policy(
 
 class Explainer:
     """One-line human explanations of why candidates of one cut were dropped
-    (:func:`describe` for each of them): what depends only on the cut (the bar, the
+    (``describe`` for each of them): what depends only on the cut (the bar, the
     floor, the cap) is formatted once, the candidate's own score for each.
 
     Args:

@@ -2,8 +2,8 @@ r"""Calibrated probabilities for the rerank stage: a fitted map from score to p(
 
 A reranker's own probability (``sigmoid(logit)`` of a cross-encoder, the number a
 hosted rerank API returns) is a *ranking* score: 0.9 seldom means "relevant 9 times in
-10". ``ragguard calibrate --rerank`` fits a :class:`ProbabilityMap` on labelled queries
-(:mod:`ragguard.calibration.fit.probability`) and writes it under ``[rerank.probability_map]``;
+10". ``ragguard calibrate --rerank`` fits a [`ProbabilityMap`][ragguard.ProbabilityMap] on labelled
+queries (``ragguard.calibration.fit.probability``) and writes it under ``[rerank.probability_map]``;
 the guard applies the same map to every rerank score before any rule runs, so
 ``rerank.min_score`` and the expected-utility rule read *calibrated* probabilities.
 
@@ -25,7 +25,7 @@ In TOML::
     b = -1.9
 
 Without a map the stage maps logits through a sigmoid and clips probabilities to [0, 1]
-(:func:`ragguard.scores.normalize`), as before.
+(``ragguard.scores.normalize``), as before.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ _EPS = 1e-12
 
 
 class MapMethod(StrEnum):
-    """How a :class:`ProbabilityMap` turns a score into a probability."""
+    """How a [`ProbabilityMap`][ragguard.ProbabilityMap] turns a score into a probability."""
 
     PLATT = "platt"
     """Logistic regression on the logit-scale score: ``sigmoid(a * z + b)``."""
@@ -80,7 +80,7 @@ def to_logit(raw: ArrayLike, kind: ScoreKind | str) -> NDArray[np.float64]:
 
 class ProbabilityMap(ConfigModel):
     """A fitted map from a rerank score to a calibrated p(relevant) (see the module
-    docstring). Build one with :func:`ragguard.calibration.fit_probability_map`.
+    docstring). Build one with ``ragguard.calibration.fit.probability.fit_probability_map``.
 
     Examples:
         >>> m = ProbabilityMap(method="platt", a=2.0, b=-1.0)
@@ -158,7 +158,7 @@ def rerank_probabilities(
 ) -> Normalized:
     """The probabilities the rerank stage's rules run on, at runtime and in calibration.
 
-    Without a map: :func:`ragguard.scores.normalize` (sigmoid for logits, clip for
+    Without a map: ``ragguard.scores.normalize`` (sigmoid for logits, clip for
     probabilities), with its issues. With a map: the map's probabilities, with the issues
     ``normalize`` finds in the raw scores but ``logit_in_unit_interval``: that one warns
     that a sigmoid squeezes logits in [0, 1] into [0.5, 0.73], and the map, fitted on

@@ -2,8 +2,8 @@
 
 A bi-encoder or BM25 score cannot tell a passage *about* the deadlift from one that
 *answers* the deadlift question; a cross-encoder reads query and passage together and
-can. When ``GuardConfig.rerank.enabled`` is set, :meth:`ContextGuard.select
-<ragguard.ContextGuard.select>` runs::
+can. When ``GuardConfig.rerank.enabled`` is set,
+[`ContextGuard.select`][ragguard.ContextGuard.select] runs::
 
     validate -> normalise retrieval scores -> duplicates -> rank by retrieval score
       -> rerank the top ``rerank.top_n`` -> map rerank outputs to probabilities
@@ -16,43 +16,44 @@ A relative threshold on logits is meaningless (the top logit may be negative) an
 absolute cut of 0.5 means opposite things on the two scales, which is the bug users of
 other tools hit most. So the stage always knows which it gets, from
 ``rerank.score_kind`` or, when that is unset, from the reranker itself
-(:attr:`CrossEncoderReranker.score_kind` reads the model's configured activation:
-``Sigmoid`` means probabilities, ``Identity`` means logits), and maps the outputs to
-probabilities with :func:`ragguard.scores.normalize` (``sigmoid`` for logits, a clip to
+([`CrossEncoderReranker.score_kind`][ragguard.CrossEncoderReranker.score_kind] reads the model's
+configured activation: ``Sigmoid`` means probabilities, ``Identity`` means logits), and maps the
+outputs to probabilities with ``ragguard.scores.normalize`` (``sigmoid`` for logits, a clip to
 [0, 1] for probabilities) *before* any rule runs. The policy then runs on those
 probabilities with ``rerank.relative_threshold`` and ``rerank.min_score``; the final
 ranking of the reranked candidates is by rerank probability.
 
-**Any scorer plugs in.** A :class:`Reranker` is any callable
+**Any scorer plugs in.** A [`Reranker`][ragguard.Reranker] is any callable
 ``(query, texts) -> scores``, one score per text, higher meaning more relevant: a hosted
 rerank API, your own model. It declares what its scores are with a ``score_kind``
 attribute (``"logit"`` or ``"probability"``) or ``rerank.score_kind`` says it.
-:class:`CrossEncoderReranker` is the built-in one (sentence-transformers, imported
-lazily; ``pip install "ragguard-context[rerank]"``). :func:`load_reranker` builds one
-from what a user types (``module:callable``, a cross-encoder name or folder, a folder
-``ragguard train-reranker`` wrote), as ``ragguard calibrate --rerank`` does.
+[`CrossEncoderReranker`][ragguard.CrossEncoderReranker] is the built-in one (sentence-transformers,
+imported lazily; ``pip install "ragguard-context[rerank]"``).
+[`load_reranker`][ragguard.load_reranker] builds one from what a user types (``module:callable``, a
+cross-encoder name or folder, a folder ``ragguard train-reranker`` wrote), as ``ragguard calibrate
+--rerank`` does.
 
 **Saved pipelines name rerankers; code registers them.** A reranker is code, and a
 pipeline file (Haystack ``Pipeline.dumps()``, a saved LlamaIndex postprocessor) is data:
 loading one never imports what it names. A reranker passed in code is saved by the name
-it is registered under (:func:`register_reranker`; by default its import path), and a
-saved guard is rebuilt only with a reranker your code registered under that name
-before loading (:func:`registered_reranker`).
+it is registered under ([`register_reranker`][ragguard.register_reranker]; by default its import
+path), and a saved guard is rebuilt only with a reranker your code registered under that name
+before loading ([`registered_reranker`][ragguard.registered_reranker]).
 
 **Loading.** The built-in reranker's model is loaded, and scores one warm-up pair,
-when the guard is built (:meth:`CrossEncoderReranker.load`): loading never counts
-against ``rerank.timeout_ms``, so the first call reranks within the budget. A model
-that cannot be loaded raises :class:`~ragguard.errors.RerankModelError`, and a missing
-``rerank`` extra :class:`~ragguard.errors.MissingDependencyError`, from the guard's
+when the guard is built ([`CrossEncoderReranker.load`][ragguard.CrossEncoderReranker.load]): loading
+never counts against ``rerank.timeout_ms``, so the first call reranks within the budget. A model
+that cannot be loaded raises [`RerankModelError`][ragguard.RerankModelError], and a missing
+``rerank`` extra [`MissingDependencyError`][ragguard.MissingDependencyError], from the guard's
 constructor under either ``on_failure`` policy.
 
 **Failures.** One rerank call may take at most ``rerank.timeout_ms``. When the reranker
 raises, runs past the budget, returns the wrong number of scores or a score that is not
 a finite number (NaN or infinite: one is enough), ``rerank.on_failure`` decides:
 ``fail_open`` selects on retrieval scores as if the stage were off, warns
-(:class:`~ragguard.errors.RerankWarning`) and marks every decision with
+([`RerankWarning`][ragguard.RerankWarning]) and marks every decision with
 ``rerank_reason = Reason.RERANK_FAILED``; ``fail_closed`` raises
-:class:`~ragguard.errors.RerankError`. The stage never hands on an empty selection
+[`RerankError`][ragguard.RerankError]. The stage never hands on an empty selection
 because the reranker's scores were unusable.
 """
 
@@ -137,7 +138,8 @@ class Reranker(Protocol):
 
 def declares_kind(reranker: object) -> bool:
     """Whether a reranker has a ``score_kind`` attribute, checked without evaluating
-    properties (reading :attr:`CrossEncoderReranker.score_kind` loads the model).
+    properties (reading
+    [`CrossEncoderReranker.score_kind`][ragguard.CrossEncoderReranker.score_kind] loads the model).
 
     Raises:
         ConfigError: it declares a plain value that is neither logit nor probability.
@@ -246,8 +248,8 @@ def register_reranker(reranker: _R, name: str | None = None) -> _R:
 
 
 def registered_reranker(name: str) -> Reranker | None:
-    """The reranker registered under ``name`` (see :func:`register_reranker`), or
-    ``None``."""
+    """The reranker registered under ``name`` (see
+    [`register_reranker`][ragguard.register_reranker]), or ``None``."""
     with _REGISTRY_LOCK:
         return _REGISTERED.get(name) if isinstance(name, str) else None
 
@@ -267,29 +269,29 @@ def registered_name(reranker: object) -> str | None:
 class CrossEncoderReranker:
     """The built-in reranker: a sentence-transformers ``CrossEncoder``.
 
-    The model is loaded on first use (or by :meth:`load`), once, under a lock, and then
-    shared by every call and thread. Calls into the model are serialised: Hugging Face
-    fast tokenizers are not safe to share between threads, and torch already spreads
+    The model is loaded on first use (or by [`load`][ragguard.CrossEncoderReranker.load]), once,
+    under a lock, and then shared by every call and thread. Calls into the model are serialised:
+    Hugging Face fast tokenizers are not safe to share between threads, and torch already spreads
     one batch over the CPU cores or the GPU. Pairs are scored in batches of
     ``batch_size``.
 
     A folder written by ``ragguard train-reranker`` (it holds ``ragguard-reranker.json``)
     is detected when the model loads and scored by its
-    :class:`~ragguard.trained.TrainedReranker` (logits), so ``[rerank] model = "DIR"``
+    ``TrainedReranker`` (logits), so ``[rerank] model = "DIR"``
     works for every kind it trains.
 
     Args:
         model: a Hugging Face model name or a local folder. A spec that can only be a
             path (``./scorer``, ``scorer/``, ``~/models/x``: see
-            :func:`ragguard.trained.path_like`) must exist; a local folder whose files
-            name code to import is refused (:func:`ragguard.trained.check_model_files`).
+            ``ragguard.trained.path_like``) must exist; a local folder whose files
+            name code to import is refused (``ragguard.trained.check_model_files``).
         device: torch device (``"cpu"``, ``"cuda"``, ...); ``None`` lets
             sentence-transformers pick.
         batch_size: pairs per forward pass.
         max_length: truncate pairs to this many tokens; ``None`` uses the model's limit.
         score_kind: what ``predict`` returns, when you know better than the model's
             config; ``None`` reads it from the model's activation (see
-            :attr:`score_kind`).
+            [`score_kind`][ragguard.CrossEncoderReranker.score_kind]).
         **model_kwargs: passed to ``CrossEncoder(...)`` (e.g. ``local_files_only=True``,
             ``model_kwargs={"torch_dtype": "float16"}``).
 
@@ -297,7 +299,7 @@ class CrossEncoderReranker:
         ConfigError: ``model`` is empty, ``batch_size`` is not an int >= 1 or
             ``score_kind`` is neither ``"logit"`` nor ``"probability"`` (here); the rest
             when the model loads
-            (:meth:`load`, which a guard calls when it is built):
+            ([`load`][ragguard.CrossEncoderReranker.load], which a guard calls when it is built):
         MissingDependencyError: sentence-transformers is not installed.
         RerankModelError: no such folder, the folder names code, the model cannot be
             loaded, cannot score a pair, has more than one output, or its activation says
@@ -348,7 +350,7 @@ class CrossEncoderReranker:
 
     def load(self) -> CrossEncoder | TrainedReranker:
         """Load the model and score one warm-up pair (once; later calls return it).
-        Thread-safe. A :class:`~ragguard.ContextGuard` calls it when it is built, so the
+        Thread-safe. A [`ContextGuard`][ragguard.ContextGuard] calls it when it is built, so the
         first rerank call runs within ``rerank.timeout_ms``.
 
         Raises:
@@ -410,14 +412,15 @@ def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Re
     """The reranker ``spec`` names (as ``ragguard calibrate --rerank SPEC`` reads it):
     ``module:callable`` (imported, not called: the object is the reranker), else a
     cross-encoder name or local path (a folder written by ``ragguard train-reranker``
-    included: it loads as its trained scorer, see :mod:`ragguard.trained`). A spec that
+    included: it loads as its trained scorer, see ``ragguard.trained``). A spec that
     can only be a path (it starts with ``.``, ``~`` or ``/``, ends with ``/``, ...:
-    :func:`ragguard.trained.path_like`) must name an existing folder. The model itself
+    ``ragguard.trained.path_like``) must name an existing folder. The model itself
     loads on first use.
 
     ``spec`` is code the caller chose (``module:callable`` imports that module): never
     pass a name read from data. A saved config's ``[rerank] model`` is loaded by
-    :class:`CrossEncoderReranker`, which never imports what a folder names.
+    [`CrossEncoderReranker`][ragguard.CrossEncoderReranker], which never imports what a folder
+    names.
 
     Raises:
         RerankModelError: the spec is empty, names a folder that does not exist, or the
@@ -493,7 +496,7 @@ class ScoreCache:
 
 @dataclass(kw_only=True, frozen=True, slots=True)
 class RerankOutcome:
-    """What the rerank stage did in one :meth:`ContextGuard.select` call
+    """What the rerank stage did in one [`ContextGuard.select`][ragguard.ContextGuard.select] call
     (``Selection.rerank``; ``None`` there when the stage is off or the input is empty).
 
     Attributes:

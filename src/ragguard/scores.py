@@ -1,8 +1,8 @@
 """Score kinds and their normalisation to one higher-is-better scale.
 
 A relative threshold ("keep what scores at least 70% of the top score") only means
-something on a declared scale, so every list of candidates has a :class:`ScoreKind`
-and :func:`normalize` maps raw scores to a scale on which higher is better before any
+something on a declared scale, so every list of candidates has a [`ScoreKind`][ragguard.ScoreKind]
+and ``normalize`` maps raw scores to a scale on which higher is better before any
 rule of the policy runs. The runtime guard and the calibration sweep call the same
 function, so a threshold calibrated offline means the same thing at runtime.
 
@@ -32,8 +32,8 @@ rrf           reciprocal rank fusion,     ``s = x * (rrf_k + 1)``: fused score i
 A score that is missing (``None``), NaN or infinite is *invalid*: it is never treated as
 zero; the guard's ``invalid_scores`` policy decides what happens to its candidate.
 
-Scores that contradict their declared kind are reported as a :class:`ScoreIssue` with a
-count of affected rows; the guard turns each into one :class:`~ragguard.errors.ScoreWarning`
+Scores that contradict their declared kind are reported as a ``ScoreIssue`` with a
+count of affected rows; the guard turns each into one [`ScoreWarning`][ragguard.ScoreWarning]
 naming the config field to change. The defined behaviour for each:
 
 * ``negative_similarity``: some scores are below -1, which neither a cosine similarity
@@ -280,8 +280,8 @@ def normalize(
     Args:
         raw: a (queries x candidates) matrix (a 1-D array is one query); ``None`` entries
             become NaN.
-        kind: the declared :class:`ScoreKind`, or ``None`` when unknown. With ``None``
-            every present candidate counts as valid, every value is 0 (so a stable sort
+        kind: the declared [`ScoreKind`][ragguard.ScoreKind], or ``None`` when unknown. With
+            ``None`` every present candidate counts as valid, every value is 0 (so a stable sort
             keeps input order) and the issue ``unknown_kind`` is reported.
         present: which positions hold a candidate (False for padding); default all.
         rrf_k: the constant of reciprocal rank fusion, for ``kind="rrf"``.

@@ -1,5 +1,5 @@
-"""One :meth:`ContextGuard.select <ragguard.ContextGuard.select>` call: a list of stages
-over one state, and the builder of its :class:`~ragguard.candidate.Selection`.
+"""One [`ContextGuard.select`][ragguard.ContextGuard.select] call: a list of stages
+over one state, and the builder of its [`Selection`][ragguard.Selection].
 
 ::
 
@@ -8,26 +8,26 @@ over one state, and the builder of its :class:`~ragguard.candidate.Selection`.
       -> Selection
 
 Every stage is a small class: its settings come from the guard's config, keyword-only,
-when the guard is built; calling it with the :class:`State` of one call does its work on
+when the guard is built; calling it with the ``State`` of one call does its work on
 that state. A stage that a config turns off is not in the guard's list at all, so it
 costs nothing. The rerank call itself is the one step that is not a stage:
-:meth:`~ragguard.ContextGuard.select` makes it blocking and
-:meth:`~ragguard.ContextGuard.aselect` awaits it, between the same two lists.
+[`select`][ragguard.ContextGuard.select] makes it blocking and
+[`aselect`][ragguard.ContextGuard.aselect] awaits it, between the same two lists.
 
 The state holds one row of (rows x candidates) arrays, the shape the selection policy
-(:mod:`ragguard.policy`) and the stages after the cut (:mod:`ragguard.stages`) take,
+(``ragguard.policy``) and the stages after the cut (``ragguard.stages``) take,
 so the runtime runs the very kernels the calibration sweep runs on every query: the
 normalised scores and their validity, which positions still hold a candidate after
 duplicate ids are resolved, the scores the cut reads (retrieval scores, or the rerank
 probabilities of the reranked candidates), the cut's result and the state of the stages
-after it. Warnings are collected as data (:class:`Warn`) and emitted once by the guard,
+after it. Warnings are collected as data (``Warn``) and emitted once by the guard,
 after the last stage.
 
 A failed rerank call (``fail_open``) is not a second path: the rerank map stage records
 the failure and leaves the cut reading retrieval scores, as if the stage were off.
 
 Decisions are built lazily: ``select()`` computes which candidates are kept, and
-:meth:`State.decisions` explains every candidate only when ``Selection.decisions`` (or
+``State.decisions`` explains every candidate only when ``Selection.decisions`` (or
 ``dropped``) is read.
 """
 
@@ -245,8 +245,8 @@ class State:
     # -- the builder ------------------------------------------------------------------
 
     def selection(self) -> Selection:
-        """The call's :class:`~ragguard.candidate.Selection`; its decisions are built
-        when first read (:meth:`decisions`)."""
+        """The call's [`Selection`][ragguard.Selection]; its decisions are built
+        when first read (``decisions``)."""
         cands = self.candidates
         conflicts = self.conflicts() if self.pairs else ()
         return Selection(
@@ -555,7 +555,7 @@ def _decision(
 
 
 class Stage:
-    """A step of select(): it reads and fills in the :class:`State` of one call."""
+    """A step of select(): it reads and fills in the ``State`` of one call."""
 
     __slots__ = ()
 
@@ -578,7 +578,7 @@ def start(
 
     Raises:
         CandidateError: ``query`` is not a str, or ``candidates`` is not an iterable of
-            :class:`Candidate`.
+            [`Candidate`][ragguard.Candidate].
         ConfigError: ``score_kind`` is not a score kind, or ``max_k`` is not an int >= 1.
     """
     if not isinstance(query, str):
@@ -630,7 +630,7 @@ def _check(cands: tuple[Candidate, ...]) -> None:
 
 class Normalise(Stage):
     """Retrieval scores to the higher-is-better scale of their kind
-    (:func:`ragguard.scores.normalize`), with the contradictions it finds.
+    (``ragguard.scores.normalize``), with the contradictions it finds.
 
     Raises:
         InvalidScoreError: a score is missing/NaN/inf and ``invalid_scores="raise"``.
@@ -755,7 +755,7 @@ class RerankMap(Stage):
 
 
 class Cut(Stage):
-    """The selection policy (:func:`ragguard.policy.apply_policy`) on the scores the cut
+    """The selection policy (``ragguard.policy.apply_policy``) on the scores the cut
     reads; with the rerank stage, the candidates below ``top_n`` then fill the room left
     under ``max_k`` (``beyond_top_n="keep_below"``). Reports what the scores it read
     contradict, once per guard."""
@@ -847,7 +847,7 @@ class Cut(Stage):
 
 class Conflicts(Stage):
     """Kept passages that nearly repeat each other but differ in facts
-    (:mod:`ragguard.conflicts`): flag them, drop them all, keep the best-ranked one or
+    (``ragguard.conflicts``): flag them, drop them all, keep the best-ranked one or
     the one with the preferred metadata value."""
 
     __slots__ = ("descending", "key", "mode", "similarity")
@@ -895,7 +895,7 @@ class Conflicts(Stage):
 
 class NearDuplicates(Stage):
     """Drop a kept passage whose text nearly repeats a kept, higher-ranked one
-    (:func:`ragguard.stages.near_duplicate_stage`)."""
+    (``ragguard.stages.near_duplicate_stage``)."""
 
     __slots__ = ("threshold",)
 
@@ -913,7 +913,7 @@ class NearDuplicates(Stage):
 
 class TokenBudget(Stage):
     """Fill ``max_tokens`` greedily in kept order
-    (:func:`ragguard.stages.token_budget_stage`)."""
+    (``ragguard.stages.token_budget_stage``)."""
 
     __slots__ = ("counter", "max_tokens")
 

@@ -1,6 +1,6 @@
 r"""Stages after the cut: near-duplicate removal, then the token budget.
 
-The policy (:mod:`ragguard.policy`) cuts the ranked list; the passages it keeps then pass
+The policy (``ragguard.policy``) cuts the ranked list; the passages it keeps then pass
 through these stages, in this order:
 
 1. **near-duplicates** (``near_duplicate_threshold``, off by default): a kept passage
@@ -21,7 +21,7 @@ through these stages, in this order:
    ``over_token_budget`` and the next, smaller ones are still tried. So one long
    passage never empties the context, and a passage is never kept in place of a
    higher-ranked one that fits. The budget is a hard ceiling: it may keep fewer than
-   ``min_k`` passages. Tokens come from the config's counter (:mod:`ragguard.tokens`).
+   ``min_k`` passages. Tokens come from the config's counter (``ragguard.tokens``).
 
 Near-duplicates go first, so a removed repeat frees its tokens for the next passage.
 
@@ -29,11 +29,11 @@ Both stages are *causal* along the kept list: whether the passage at position ``
 kept depends only on the passages before it. Running them on a longer prefix of the
 ranked list and then taking the first ``m`` passages gives what running them on the
 first ``m`` gives; the calibration sweep relies on this to run them once per query for
-every cut (:mod:`ragguard.calibration.fit.sweep`).
+every cut (``ragguard.calibration.fit.sweep``).
 
-The state is one set of (rows x columns) arrays over the kept list (:class:`StageState`);
+The state is one set of (rows x columns) arrays over the kept list (``StageState``);
 each stage is a small function that takes it, with keyword-only inputs, and returns a
-new one. The runtime guard calls :func:`run_stages` with one row, the calibration sweep
+new one. The runtime guard calls ``run_stages`` with one row, the calibration sweep
 with every query.
 """
 
@@ -81,7 +81,7 @@ _ASCII_NON_WORD = str.maketrans(
 
 def words(text: str) -> list[str]:
     """The lower-cased ``\\w+`` words of ``text``. ASCII text (most passages) is split
-    with :meth:`str.translate` and :meth:`str.split`, three times faster than the regular
+    with ``str.translate`` and ``str.split``, three times faster than the regular
     expression and the same words; other text goes through the expression.
 
     Example:
@@ -123,7 +123,7 @@ class StageState:
     Attributes:
         positions: (Q, W) input positions of the passages the cut kept, in kept order;
             -1 pads short rows.
-        reasons: (Q, W) 0 while kept, else the code (:data:`ragguard.policy.CODES`) of
+        reasons: (Q, W) 0 while kept, else the code (``ragguard.policy.CODES``) of
             the stage that dropped it; -1 on padding.
         partner: (Q, W) for a near-duplicate, the column of the kept passage it repeats;
             -1 elsewhere.

@@ -13,15 +13,16 @@ Nothing here loads a model or reaches a network::
     retriever.invoke("q")
     assert_selection(seen[-1], kept=["a"], dropped={"b": "below_relative_threshold"})
 
-* :func:`fake_langchain_retriever` / :func:`fake_llamaindex_retriever`: real
-  ``BaseRetriever`` subclasses of each framework (imported when called: extras
-  ``langchain`` / ``llamaindex``) that return the passages you give them, in that order,
-  with those scores, on the sync and the async path; they record the queries they got.
-* :class:`FakeReranker`: a :class:`~ragguard.rerank.Reranker` with a known score per
-  passage text; it records every call, so a test can see what the rerank stage sent.
-* :func:`assert_selection`: compares a :class:`~ragguard.candidate.Selection` with the
-  ids you expect to be kept (in order) and dropped (with reasons); the failure message
-  lists every difference.
+* [`fake_langchain_retriever`][ragguard.testing.fake_langchain_retriever] /
+  [`fake_llamaindex_retriever`][ragguard.testing.fake_llamaindex_retriever]: real ``BaseRetriever``
+  subclasses of each framework (imported when called: extras ``langchain`` / ``llamaindex``) that
+  return the passages you give them, in that order, with those scores, on the sync and the async
+  path; they record the queries they got.
+* [`FakeReranker`][ragguard.testing.FakeReranker]: a [`Reranker`][ragguard.Reranker] with a known
+  score per passage text; it records every call, so a test can see what the rerank stage sent.
+* [`assert_selection`][ragguard.testing.assert_selection]: compares a
+  [`Selection`][ragguard.Selection] with the ids you expect to be kept (in order) and dropped (with
+  reasons); the failure message lists every difference.
 """
 
 from __future__ import annotations
@@ -218,10 +219,10 @@ def assert_selection(
     """Check what a selection kept and dropped; fail with every difference listed.
 
     Args:
-        selection: what :meth:`ContextGuard.select` (or an adapter's ``on_selection``)
-            returned.
+        selection: what [`ContextGuard.select`][ragguard.ContextGuard.select] (or an adapter's
+            ``on_selection``) returned.
         kept: the ids expected to be kept, best first (``None``: not checked).
-        dropped: id -> expected reason (a :class:`~ragguard.Reason` or its value) for
+        dropped: id -> expected reason (a [`Reason`][ragguard.Reason] or its value) for
             every dropped candidate (``None``: not checked). Ids that repeat in the
             input (merged lists) are matched with the reason of each dropped copy.
 

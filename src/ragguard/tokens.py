@@ -19,7 +19,7 @@ A counter is declared in the config as one string, ``token_counter``:
 
 The counter is built (and its tokenizer loaded) when the guard is built, so a missing
 package, a wrong name or an encoding that cannot be fetched fails at start-up with a
-:class:`~ragguard.errors.ConfigError` naming the fix, not on the first query.
+[`ConfigError`][ragguard.ConfigError] naming the fix, not on the first query.
 
 Example:
     >>> token_counter("chars:4").count(["abcdefgh", "abcde", ""])

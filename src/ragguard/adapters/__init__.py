@@ -10,12 +10,12 @@ Usually you need none of these imports: ``ContextGuard.wrap(retriever)``,
 ``ContextGuard.as_compressor()``, ``ContextGuard.as_postprocessor()`` and
 ``ContextGuard.as_haystack()`` pick the adapter.
 
-**How they pick it.** This module holds the table: :data:`RETRIEVERS` maps each
-framework's retriever base class to the adapter that wraps it, :data:`COMPONENTS` each
-``ContextGuard.as_*`` method to the adapter it builds. :func:`guarded` finds a
+**How they pick it.** This module holds the table: ``RETRIEVERS`` maps each
+framework's retriever base class to the adapter that wraps it, ``COMPONENTS`` each
+``ContextGuard.as_*`` method to the adapter it builds. ``guarded`` finds a
 retriever's adapter without importing any framework (a retriever of a framework means
 the framework is loaded: its base class is looked up in ``sys.modules``) and imports
-only that adapter; :func:`component` imports the one adapter asked for. Both tables are
+only that adapter; ``component`` imports the one adapter asked for. Both tables are
 constants of ragguard's own code and name only ragguard's adapter modules: nothing a
 user, a config or a saved pipeline passes in is ever imported through them.
 """
@@ -93,13 +93,13 @@ def guarded(guard: object, retriever: object, **options: Any) -> Any:
     """``guard.wrap(retriever)``: ``retriever`` inside the adapter of its framework.
 
     Args:
-        guard: the :class:`~ragguard.ContextGuard` (the adapter checks it).
-        retriever: an instance of a base class of :data:`RETRIEVERS`.
+        guard: the [`ContextGuard`][ragguard.ContextGuard] (the adapter checks it).
+        retriever: an instance of a base class of ``RETRIEVERS``.
         **options: the adapter's options.
 
     Raises:
         ArgumentTypeError: ``retriever`` is an instance of no base class of
-            :data:`RETRIEVERS` (a ``TypeError``).
+            ``RETRIEVERS`` (a ``TypeError``).
         MissingDependencyError: the adapter's framework cannot be imported.
     """
     for entry in RETRIEVERS:
@@ -115,7 +115,7 @@ def guarded(guard: object, retriever: object, **options: Any) -> Any:
 
 def component(method: str, guard: object, **options: Any) -> Any:
     """What ``guard.<method>(**options)`` returns (``method`` a key of
-    :data:`COMPONENTS`, e.g. ``"as_compressor"``).
+    ``COMPONENTS``, e.g. ``"as_compressor"``).
 
     Raises:
         MissingDependencyError: the adapter's framework is not installed.

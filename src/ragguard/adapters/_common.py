@@ -1,10 +1,10 @@
 """What both framework adapters share: copies of metadata, the decision and event
-payloads, and turning bad adapter options into :class:`~ragguard.errors.ConfigError`.
+payloads, and turning bad adapter options into [`ConfigError`][ragguard.ConfigError].
 
 Every adapter hands the caller the selection's verdict (``answerable``,
 ``insufficient``, ``conflict``) and its conflict groups the same way: in the decision
 metadata of each kept document (``verdict``; ``conflicts``, a line per group the document
-belongs to, :meth:`~ragguard.conflicts.Conflict.describe`) and in the selection event
+belongs to, [`describe`][ragguard.Conflict.describe]) and in the selection event
 (``verdict``; ``conflicts``, one entry per group), which is sent even when nothing is
 kept."""
 
@@ -73,7 +73,7 @@ def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any
 
 def conflict_lines(selection: Selection, position: int | None = None) -> list[str]:
     """One line per conflict group of ``selection``
-    (:meth:`~ragguard.conflicts.Conflict.describe`): every group, or only those the
+    ([`describe`][ragguard.Conflict.describe]): every group, or only those the
     candidate at input ``position`` belongs to."""
     return [
         group.describe()
@@ -85,7 +85,7 @@ def conflict_lines(selection: Selection, position: int | None = None) -> list[st
 def conflicts_payload(selection: Selection) -> list[dict[str, Any]]:
     """The conflict groups of ``selection`` as plain values: per group the member ids
     (best-ranked first), the spans of each member that differ, which members were kept,
-    and the line :meth:`~ragguard.conflicts.Conflict.describe` gives."""
+    and the line [`describe`][ragguard.Conflict.describe] gives."""
     return [
         {
             "ids": list(group.ids),
@@ -148,7 +148,7 @@ def _copy(value: Any) -> Any:
 
 
 def parse_score_kind(value: object, owner: str) -> ScoreKind | None:
-    """``value`` as a :class:`ScoreKind` (``None`` stays ``None``).
+    """``value`` as a [`ScoreKind`][ragguard.ScoreKind] (``None`` stays ``None``).
 
     Raises:
         ConfigError: ``value`` names no score kind.
@@ -176,7 +176,7 @@ def call_k(k: object, name: str = "k") -> int | None:
 @contextmanager
 def adapter_options(model: type[BaseModel]) -> Iterator[None]:
     """Turn the ``ValidationError`` of an adapter's options into one
-    :class:`~ragguard.errors.ConfigError` naming each bad option and what is allowed."""
+    [`ConfigError`][ragguard.ConfigError] naming each bad option and what is allowed."""
     try:
         yield
     except ValidationError as exc:
@@ -184,7 +184,7 @@ def adapter_options(model: type[BaseModel]) -> Iterator[None]:
 
 
 def check_guard(guard: object, owner: str) -> None:
-    """Raise :class:`~ragguard.errors.ConfigError` unless ``guard`` is a ContextGuard."""
+    """Raise [`ConfigError`][ragguard.ConfigError] unless ``guard`` is a ContextGuard."""
     if not isinstance(guard, ContextGuard):
         raise ConfigError(f"{owner}: guard must be a ContextGuard, got {type(guard).__name__}")
 
@@ -192,7 +192,7 @@ def check_guard(guard: object, owner: str) -> None:
 def code_reranker(guard: ContextGuard) -> str | None:
     """The name a saved guard gives its reranker when it is code that a saved config
     cannot rebuild: the name it is registered under
-    (:func:`~ragguard.rerank.register_reranker`), else its human name; ``None`` when the
+    ([`register_reranker`][ragguard.register_reranker]), else its human name; ``None`` when the
     stage is off or runs the cross-encoder ``config.rerank`` describes."""
     reranker = guard.reranker
     if reranker is None:

@@ -1,8 +1,9 @@
-"""Haystack adapter: :class:`GuardRanker`, a pipeline component (Haystack 2.x and 3.x).
+"""Haystack adapter: [`GuardRanker`][ragguard.adapters.haystack.GuardRanker], a pipeline component
+(Haystack 2.x and 3.x).
 
-``guard.as_haystack()`` returns a :class:`GuardRanker`. Put it between a retriever and
-the prompt builder; it takes the query and the retrieved documents and passes on only
-what the guard keeps::
+``guard.as_haystack()`` returns a [`GuardRanker`][ragguard.adapters.haystack.GuardRanker]. Put it
+between a retriever and the prompt builder; it takes the query and the retrieved documents and
+passes on only what the guard keeps::
 
     pipe.add_component("retriever", InMemoryBM25Retriever(document_store=store, top_k=20))
     pipe.add_component("guard", guard.as_haystack())
@@ -35,7 +36,7 @@ off the event loop), so ``AsyncPipeline`` runs it natively. ``top_k`` (construct
 the guard's ``max_k``.
 
 **Saving.** ``to_dict()`` / ``from_dict()`` (and so ``Pipeline.dumps()`` /
-``Pipeline.loads()``) save the guard's whole :class:`~ragguard.config.GuardConfig` (every
+``Pipeline.loads()``) save the guard's whole [`GuardConfig`][ragguard.GuardConfig] (every
 value, so the environment at load time changes nothing) and rebuild the guard from it.
 Haystack 3 imports only classes from an allowlist of modules when it loads a pipeline,
 so name ragguard there: ``Pipeline.loads(text, allowed_modules=["ragguard"])`` (or,
@@ -45,16 +46,16 @@ or ``HAYSTACK_DESERIALIZATION_ALLOWLIST=ragguard``). The built-in cross-encoder 
 (``ContextGuard(..., reranker=fn)``) is code, not data, and a pipeline file never makes
 ragguard import anything: the file saves the reranker's *name*, and loading looks that
 name up among the rerankers your code registered before loading
-(:func:`ragguard.register_reranker`; the default name is the function's import path,
-``"mypkg.rerankers.score"``, which is what files saved by earlier versions hold, so
+([`ragguard.register_reranker`][ragguard.register_reranker]; the default name is the function's
+import path, ``"mypkg.rerankers.score"``, which is what files saved by earlier versions hold, so
 ``register_reranker(score)`` makes them load). A reranker that is not registered is
-saved by its name only, and ``from_dict`` raises :class:`~ragguard.errors.ConfigError`
+saved by its name only, and ``from_dict`` raises [`ConfigError`][ragguard.ConfigError]
 saying how to register it; or hand the component itself back,
 ``Pipeline.from_dict(data, allowed_modules=[...], components={"guard":
 GuardRanker(guard)})``. ``on_selection`` is not saved.
 
 Bad options (``score_kind="cosine"``, ``top_k=0``, a guard that is not a
-:class:`~ragguard.ContextGuard`) raise :class:`~ragguard.errors.ConfigError`.
+[`ContextGuard`][ragguard.ContextGuard]) raise [`ConfigError`][ragguard.ConfigError].
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ class GuardRanker:
     async def run_async(
         self, query: str, documents: list[Document], top_k: int | None = None
     ) -> dict[str, Any]:
-        """Async form of :meth:`run`, for ``AsyncPipeline``."""
+        """Async form of [`run`][ragguard.adapters.haystack.GuardRanker.run], for
+        ``AsyncPipeline``."""
         if not documents:
             return _outputs([], Verdict.INSUFFICIENT, [])
         selection = await self.guard.aselect(**self._arguments(query, documents, top_k))

@@ -1,8 +1,9 @@
 """LangChain adapter: a guarded ``BaseRetriever`` and a ``BaseDocumentCompressor``.
 
-``guard.wrap(retriever)`` returns a :class:`GuardedRetriever`, a real
-``langchain_core.retrievers.BaseRetriever``: it invokes, batches, streams events and
-composes in chains like the retriever it wraps.
+``guard.wrap(retriever)`` returns a
+[`GuardedRetriever`][ragguard.adapters.langchain.GuardedRetriever], a real
+``langchain_core.retrievers.BaseRetriever``: it invokes, batches, streams events and composes in
+chains like the retriever it wraps.
 
 Where the scores come from (LangChain's ``Document`` has no score field), in order:
 
@@ -13,21 +14,22 @@ Where the scores come from (LangChain's ``Document`` has no score field), in ord
    retriever's own ``search_kwargs`` (so it fetches the configured ``k``) plus any
    invoke kwargs. The call runs as a child retriever run named after the original, so
    callbacks and tags see it as before. The score kind is, in order: the adapter's
-   ``score_kind`` argument; what the store tells (see :func:`store_score_kind`: relevance
-   scores are probabilities, ``InMemoryVectorStore`` returns cosine similarity, a
-   ``distance_strategy`` names distances or inner products); the guard's
-   ``config.score_kind``. Subclasses that override ``_get_relevant_documents``, and the
-   ``mmr`` search type, take path 2 or 3, so their behaviour never changes.
+   ``score_kind`` argument; what the store tells (see
+   [`store_score_kind`][ragguard.adapters.langchain.store_score_kind]: relevance scores are
+   probabilities, ``InMemoryVectorStore`` returns cosine similarity, a ``distance_strategy`` names
+   distances or inner products); the guard's ``config.score_kind``. Subclasses that override
+   ``_get_relevant_documents``, and the ``mmr`` search type, take path 2 or 3, so their behaviour
+   never changes.
 2. **Scores in document metadata**: other retrievers are invoked as they are; a document
    whose metadata holds a number under one of ``score_keys`` (default
    ``relevance_score``, then ``score``, as rerankers and hybrid retrievers write them)
    uses it. The kind is the adapter's ``score_kind`` or the guard's
    ``config.score_kind``; with neither, only ``max_k`` applies (one warning). A value
    there that is no number (the string ``'0.9'``, a bool) is not read as a score, and
-   one :class:`~ragguard.errors.ScoreWarning` per key names the key and the value: ragguard
+   one [`ScoreWarning`][ragguard.ScoreWarning] per key names the key and the value: ragguard
    never parses text into scores.
 3. **No scores at all**: only ``max_k`` / ``min_k`` apply, with one
-   :class:`~ragguard.errors.ScoreWarning` saying so.
+   [`ScoreWarning`][ragguard.ScoreWarning] saying so.
 
 Returned documents are copies (same ``id``) with the guard's decision under
 ``metadata["ragguard"]`` (``metadata_key``), including the selection's ``verdict``
@@ -48,7 +50,7 @@ id in the same call, so it is never merged with another document as a duplicate.
 The number of documents: the constructor's ``k`` or ``invoke(query, k=3)`` caps this
 call (at most ``k`` documents); otherwise the guard's ``max_k``. Other invoke kwargs
 pass through to the wrapped retriever. Bad options (an unknown one, ``k=0``,
-``score_kind="cosine"``) raise :class:`~ragguard.errors.ConfigError`.
+``score_kind="cosine"``) raise [`ConfigError`][ragguard.ConfigError].
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ __all__ = ["GuardCompressor", "GuardedRetriever", "Retriever", "candidate_ids", 
 
 Retriever: TypeAlias = BaseRetriever
 """LangChain's retriever base class, ``langchain_core.retrievers.BaseRetriever``:
-what :class:`GuardedRetriever` wraps (``ContextGuard.wrap()`` is typed with it)."""
+what [`GuardedRetriever`][ragguard.adapters.langchain.GuardedRetriever] wraps
+(``ContextGuard.wrap()`` is typed with it)."""
 
 DEFAULT_SCORE_KEYS = ("relevance_score", "score")
 _SCORE = "__ragguard_retrieval_score__"  # carries a store score through the child run
@@ -202,10 +205,11 @@ def candidate_ids(docs: Sequence[Document]) -> list[str]:
 class Translator:
     """Documents -> the guard's arguments; its selection -> guarded copies.
 
-    :class:`GuardedRetriever` and :class:`GuardCompressor` translate with it, and
-    calibration (:func:`ragguard.calibration.retrieve_run`) reads a LangChain
-    retriever's documents with it, so both read ids and scores alike. A score under a
-    key of ``score_keys`` that is no number warns once per translator and key.
+    [`GuardedRetriever`][ragguard.adapters.langchain.GuardedRetriever] and
+    [`GuardCompressor`][ragguard.adapters.langchain.GuardCompressor] translate with it, and
+    calibration (``ragguard.calibration.data.inputs.retrieve_run``) reads a LangChain retriever's
+    documents with it, so both read ids and scores alike. A score under a key of ``score_keys`` that
+    is no number warns once per translator and key.
     """
 
     def __init__(self, score_keys: Sequence[str], metadata_key: str) -> None:
@@ -291,8 +295,9 @@ class Translator:
 def scored_twin(retriever: BaseRetriever) -> VectorStoreRetriever | None:
     """A copy of a plain ``VectorStoreRetriever`` (``similarity`` or
     ``similarity_score_threshold`` search, its methods not overridden) that asks the
-    store for scores and carries each on its document (:meth:`Translator.candidates`
-    reads it); ``None`` for any other retriever, which is called as it is."""
+    store for scores and carries each on its document
+    ([`Translator.candidates`][ragguard.adapters.langchain.Translator.candidates] reads it);
+    ``None`` for any other retriever, which is called as it is."""
     if not isinstance(retriever, VectorStoreRetriever):
         return None
     overridden = (
@@ -314,7 +319,7 @@ def scored_twin(retriever: BaseRetriever) -> VectorStoreRetriever | None:
 
 class _Options(BaseModel):
     """The options the retriever and the compressor share; bad ones raise
-    :class:`~ragguard.errors.ConfigError`."""
+    [`ConfigError`][ragguard.ConfigError]."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 

@@ -1,9 +1,10 @@
 """LlamaIndex adapter: a guarded ``BaseRetriever`` and a ``BaseNodePostprocessor``.
 
 ``guard.wrap(index.as_retriever(similarity_top_k=20))`` returns a
-:class:`GuardedRetriever`, a real ``llama_index.core`` retriever, so it fits query
-engines and everything else that takes one. ``guard.as_postprocessor()`` returns a
-:class:`GuardPostprocessor` for ``node_postprocessors=[...]``.
+[`GuardedRetriever`][ragguard.adapters.llamaindex.GuardedRetriever], a real ``llama_index.core``
+retriever, so it fits query engines and everything else that takes one. ``guard.as_postprocessor()``
+returns a [`GuardPostprocessor`][ragguard.adapters.llamaindex.GuardPostprocessor] for
+``node_postprocessors=[...]``.
 
 Scores come from ``NodeWithScore.score``. Their kind is the adapter's ``score_kind``, else
 the guard's ``config.score_kind``, else ``similarity``: LlamaIndex's convention is that a
@@ -19,28 +20,28 @@ and ``conflicts`` (a line per conflict group the node is in); that key is added 
 node's excluded LLM and embedding metadata keys, so it never reaches a prompt. A
 metadata value that cannot be deep-copied (a lock, a client object) is kept by
 reference: the copy and your node share that one object, while everything around it is
-copied. Every selection is dispatched as a :class:`RagguardSelectionEvent` on
-LlamaIndex's instrumentation bus (with ``verdict`` and ``conflicts``; also when nothing
-is kept, so an event handler learns the ``insufficient`` verdict that an empty node list
-cannot carry), logged at DEBUG and passed to the guard's ``on_selection``. The async
-paths await the inner retriever's ``aretrieve`` and the guard's ``aselect``; nothing
-blocks the event loop.
+copied. Every selection is dispatched as a
+[`RagguardSelectionEvent`][ragguard.adapters.llamaindex.RagguardSelectionEvent] on LlamaIndex's
+instrumentation bus (with ``verdict`` and ``conflicts``; also when nothing is kept, so an event
+handler learns the ``insufficient`` verdict that an empty node list cannot carry), logged at DEBUG
+and passed to the guard's ``on_selection``. The async paths await the inner retriever's
+``aretrieve`` and the guard's ``aselect``; nothing blocks the event loop.
 
-:class:`GuardPostprocessor` survives LlamaIndex serialisation: ``to_dict()`` /
-``to_json()`` save the guard's whole :class:`~ragguard.config.GuardConfig` (every value,
-so the environment at load time changes nothing) and ``from_dict()`` / ``from_json()``
-rebuild the guard from it. A reranker passed in code (``ContextGuard(...,
-reranker=fn)``) and ``on_selection`` are code, not data, and loading never imports
-anything: the saved form names the reranker (by the name it is registered under,
-:func:`ragguard.register_reranker`, else by its human name), ``from_dict(data)`` looks
-that name up among the rerankers your code registered, and raises
-:class:`~ragguard.errors.ConfigError` when there is none, until you register it or hand
+[`GuardPostprocessor`][ragguard.adapters.llamaindex.GuardPostprocessor] survives LlamaIndex
+serialisation: ``to_dict()`` / ``to_json()`` save the guard's whole
+[`GuardConfig`][ragguard.GuardConfig] (every value, so the environment at load time changes nothing)
+and ``from_dict()`` / ``from_json()`` rebuild the guard from it. A reranker passed in code
+(``ContextGuard(..., reranker=fn)``) and ``on_selection`` are code, not data, and loading never
+imports anything: the saved form names the reranker (by the name it is registered under,
+[`ragguard.register_reranker`][ragguard.register_reranker], else by its human name),
+``from_dict(data)`` looks that name up among the rerankers your code registered, and raises
+[`ConfigError`][ragguard.ConfigError] when there is none, until you register it or hand
 it back, ``from_dict(data, reranker=fn)``; ``on_selection`` is not restored
 (``from_dict(data, guard=guard)`` restores any guard as it is). The built-in
 cross-encoder that ``config.rerank`` describes is rebuilt from the config.
 
 Bad options (``score_kind="cosine"``, something that is not a retriever) raise
-:class:`~ragguard.errors.ConfigError` or :class:`~ragguard.errors.ArgumentTypeError`.
+[`ConfigError`][ragguard.ConfigError] or [`ArgumentTypeError`][ragguard.ArgumentTypeError].
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ __all__ = ["GuardPostprocessor", "GuardedRetriever", "RagguardSelectionEvent", "
 
 Retriever: TypeAlias = BaseRetriever
 """LlamaIndex's retriever base class, ``llama_index.core.retrievers.BaseRetriever``:
-what :class:`GuardedRetriever` wraps (``ContextGuard.wrap()`` is typed with it)."""
+what [`GuardedRetriever`][ragguard.adapters.llamaindex.GuardedRetriever] wraps
+(``ContextGuard.wrap()`` is typed with it)."""
 
 dispatcher = get_dispatcher(__name__)
 
@@ -178,7 +180,7 @@ class GuardedRetriever(BaseRetriever):
 
     Raises:
         ArgumentTypeError: ``retriever`` is not a ``llama_index.core`` retriever.
-        ConfigError: ``guard`` is not a :class:`~ragguard.ContextGuard`, ``score_kind``
+        ConfigError: ``guard`` is not a [`ContextGuard`][ragguard.ContextGuard], ``score_kind``
             or ``metadata_key`` is invalid, or an option is unknown (``k`` is
             LangChain's).
     """
@@ -239,8 +241,8 @@ class GuardPostprocessor(BaseNodePostprocessor):
     Raises:
         ConfigError: an option is invalid, neither ``guard`` nor ``guard_config`` is
             given, or the saved guard used a reranker passed in code that is
-            not registered (:func:`ragguard.register_reranker`) and no ``reranker`` is
-            given.
+            not registered ([`ragguard.register_reranker`][ragguard.register_reranker]) and no
+            ``reranker`` is given.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")

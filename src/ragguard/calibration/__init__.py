@@ -14,20 +14,24 @@ sweep the guard's settings to recommend a config.
     result.save_config("ragguard.toml")                   # ContextGuard.from_file(...)
     write_report(result, "report/")                       # Markdown + HTML, with plots
 
-Importing :mod:`ragguard` does not import this package; it loads on first use.
+Importing ``ragguard`` does not import this package; it loads on first use.
 
-This package exports what a user calls: loading (:func:`load_evalset`,
-:func:`load_inputs`), :func:`evaluate`, calibrating (:class:`Calibrator` with its option
-objects, or :func:`calibrate` with keywords), the result, :func:`write_report`,
-:func:`train_reranker` and :class:`Annotator` (whose keyword face is
-:func:`ragguard.calibration.annotate.annotate`: the function keeps its wing's name, so
-it is not exported here, where it would hide the ``annotate`` package). Everything else
-stays importable from its module: ``data`` (the eval-data model, arrays, utilities),
-``metrics`` (the registry and each metric), ``fit`` (the sweep, statistics, guarantees,
-probability maps), ``report``, ``train`` and ``annotate``.
+This package exports what a user calls: loading
+([`load_evalset`][ragguard.calibration.load_evalset],
+[`load_inputs`][ragguard.calibration.load_inputs]), [`evaluate`][ragguard.calibration.evaluate],
+calibrating ([`Calibrator`][ragguard.calibration.Calibrator] with its option objects, or
+[`calibrate`][ragguard.calibration.calibrate] with keywords), the result,
+[`write_report`][ragguard.calibration.write_report],
+[`train_reranker`][ragguard.calibration.train_reranker] and
+[`Annotator`][ragguard.calibration.Annotator] (whose keyword face is
+``ragguard.calibration.annotate.annotate``: the function keeps its wing's name, so it is not
+exported here, where it would hide the ``annotate`` package). Everything else stays importable from
+its module: ``data`` (the eval-data model, arrays, utilities), ``metrics`` (the registry and each
+metric), ``fit`` (the sweep, statistics, guarantees, probability maps), ``report``, ``train`` and
+``annotate``.
 
 The rule: the runtime applies, calibration fits. The runtime guard (every module of
-:mod:`ragguard` outside ``calibration`` and ``cli``) never imports this package; this
+``ragguard`` outside ``calibration`` and ``cli``) never imports this package; this
 package reads the runtime's policy, configs and scores to fit them. Its wings and layers
 are drawn in ``DESIGN.md``; the ``[tool.importlinter]`` contracts of ``pyproject.toml``
 hold them (``lint-imports``).

@@ -1,6 +1,6 @@
 """Numbers and intervals as calibrate prints them: the console, ``--json``'s strings,
 the report and the provenance all format through these functions (and the provenance's
-numbers through :func:`finite`)."""
+numbers through ``finite``)."""
 
 from __future__ import annotations
 

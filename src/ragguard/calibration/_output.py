@@ -5,14 +5,14 @@ train-reranker write.
 output and moves the result into place (the same file system, so each move is
 atomic). A staging folder is named ``.ragguard-[TAG]PID-HOST-RANDOM.tmp``: ``PID`` is
 the writing process, ``HOST`` a short hash of the machine's name. It is removed on the
-way out, on success, failure or Ctrl-C (:class:`KeyboardInterrupt`); only a process
+way out, on success, failure or Ctrl-C (``KeyboardInterrupt``); only a process
 killed outright (``kill -9``, a power cut) leaves one behind, and the next staging
 folder made in the same place removes it: every folder of exactly that pattern whose
 ``HOST`` is this machine and whose process is gone. Nothing else is ever removed (not
 a folder of another machine, of a live process, nor one named otherwise). On Windows a
 process's liveness is not probed, so a leftover there stays until removed by hand.
 
-**Inputs are never outputs.** :func:`check_not_input` refuses an output path that is
+**Inputs are never outputs.** ``check_not_input`` refuses an output path that is
 one of the command's inputs or holds one.
 """
 
@@ -50,12 +50,13 @@ def check_output_path(
     error: type[RagguardError] = ConfigError,
     example: str | None = "ragguard.toml",
 ) -> Path:
-    """``path`` as a :class:`~pathlib.Path`, checked before anything is written: a file
+    """``path`` as a ``Path``, checked before anything is written: a file
     to write (``folder=False``) must not be a folder, a folder to write into must not be
     a file, and no existing parent may be a file.
 
     Raises:
-        ``error`` (default :class:`ConfigError`): naming the path, ``what`` it was meant
+        ``error`` (default [`ConfigError`][ragguard.ConfigError]): naming the path, ``what`` it was
+        meant
             for, and what to give instead (a file name like ``example``).
     """
     p = Path(path)
@@ -81,7 +82,8 @@ def check_not_input(
     (both resolved, links followed; ``None`` and paths that do not exist are skipped).
 
     Raises:
-        ``error`` (default :class:`ConfigError`): one line naming ``path``, the input it
+        ``error`` (default [`ConfigError`][ragguard.ConfigError]): one line naming ``path``, the
+        input it
             would replace, and what to do.
     """
     target = Path(path).resolve()
@@ -141,7 +143,7 @@ def staging_folder(folder: Path, *, tag: str = "") -> Iterator[Path]:
     says, ``tag`` a lowercase word such as ``train``) to write files in before they are
     moved into place. The stale staging folders of dead processes in ``folder`` are
     removed first. The new one is removed on the way out, with whatever is still in it,
-    on success, failure or :class:`KeyboardInterrupt`."""
+    on success, failure or ``KeyboardInterrupt``."""
     if tag and not re.fullmatch(r"[a-z]+", tag):
         raise ValueError(f"tag must be lowercase letters, got {tag!r}")
     remove_stale_staging(folder)

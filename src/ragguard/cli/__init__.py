@@ -1,8 +1,8 @@
 """The ``ragguard`` command.
 
 One typer app; each command lives in its own module of this package and registers on
-:data:`app` (``ragguard.cli.calibrate``, ``ragguard.cli.annotate``, ...). Every command
-runs inside :func:`ragguard.cli._common.friendly_errors`, so the library's own errors,
+``app`` (``ragguard.cli.calibrate``, ``ragguard.cli.annotate``, ...). Every command
+runs inside ``ragguard.cli._common.friendly_errors``, so the library's own errors,
 invalid settings and file-system errors print one clear line and exit 1, and the
 library's warnings print once on stderr; ``--verbose`` shows the traceback. Progress and
 messages go to stderr; results go to stdout. Help is plain text (click's formatter):

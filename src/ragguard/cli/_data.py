@@ -122,8 +122,8 @@ def load_evalset_for_cli(
 ) -> EvalSet:
     """Load the eval set and its runs (and call a live retriever), with a progress bar for
     the retrieval; without ``texts``, no passage text is kept (see
-    :func:`~ragguard.calibration.load_evalset`). Loading problems are logged once by the
-    loader (a warning, which :func:`~ragguard.cli._common.friendly_errors` prints on
+    ``load_evalset``). Loading problems are logged once by the
+    loader (a warning, which ``friendly_errors`` prints on
     stderr)."""
     from ragguard.calibration.data.inputs import add_run, load_factory, load_inputs, retrieve_run
 

@@ -1,13 +1,13 @@
 """Option groups for typer commands: each group declares its flags once and builds one
 value from them (an option object of the library, or what the command needs), and
-:func:`grouped` hands the command the built values while typer sees every flag.
+``grouped`` hands the command the built values while typer sees every flag.
 
 typer has no option groups: it reads a command's flags from the function's signature.
-:func:`grouped` gives typer a wrapper whose signature is the command's own parameters
+``grouped`` gives typer a wrapper whose signature is the command's own parameters
 with each grouped parameter replaced by its group's flags (each with
 ``rich_help_panel`` set to the group's title); the wrapper builds each group's value
 from its flags and calls the command with it. ``--help`` lists each group under its
-title (:class:`GroupedCommand`, for the plain click help the app prints).
+title (``GroupedCommand``, for the plain click help the app prints).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class FlagGroup(Generic[T]):
         flags: its flags, in the order ``--help`` lists them.
         build: called with every flag's value as a keyword argument; what it returns is
             what the command receives. It may raise the library's errors (a bad value):
-            :func:`grouped` builds inside the command's error boundary.
+            ``grouped`` builds inside the command's error boundary.
     """
 
     title: str

@@ -105,7 +105,7 @@ RerankCacheOpt = Annotated[
 @dataclass(frozen=True)
 class RerankFlags:
     """The second-stage flags, checked (a known ``--probability-map``, at most one of
-    ``--rerank`` and ``--rerank-run``); :func:`rerank_search` loads what they name."""
+    ``--rerank`` and ``--rerank-run``); ``rerank_search`` loads what they name."""
 
     rerank: str | None
     rerank_run: Path | None
@@ -123,7 +123,7 @@ def _rerank_flags(
     probability_map: str,
     rerank_cache: Path | None,
 ) -> RerankFlags:
-    """The flags of :data:`RERANK`, checked.
+    """The flags of ``RERANK``, checked.
 
     Raises:
         ConfigError: ``--probability-map`` names no method; both ``--rerank`` and
@@ -157,7 +157,7 @@ RERANK = FlagGroup(
     ),
     _rerank_flags,
 )
-"""``ragguard calibrate``'s second-stage flags (:func:`rerank_search` builds from them)."""
+"""``ragguard calibrate``'s second-stage flags (``rerank_search`` builds from them)."""
 
 
 def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None:

@@ -179,7 +179,7 @@ def _stages(
     conflict_similarity: str | None,
 ) -> Stages:
     """The stages after the cut, ``--conflicts`` and ``--conflict-similarity`` read as
-    lists (:func:`_conflict_options`).
+    lists (``_conflict_options``).
 
     Raises:
         ConfigError: a value out of range, naming its option.
@@ -649,7 +649,7 @@ def calibrate(
 
 def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str], list[float]]:
     """``--conflicts`` and ``--conflict-similarity`` as lists, checked before any data is
-    read (:func:`ragguard.calibration.fit.conflict_sweep.conflict_settings`), each error
+    read (``ragguard.calibration.fit.conflict_sweep.conflict_settings``), each error
     naming its option."""
     from ragguard.calibration.fit.conflict_sweep import conflict_settings
     from ragguard.errors import ConfigError
@@ -740,7 +740,7 @@ def _check_outputs(
 
 
 def _print_result(result: CalibrationResult, shown: str) -> None:
-    """The console summary of ``result`` (its :meth:`~CalibrationResult.view`), on
+    """The console summary of ``result`` (its ``view``), on
     stdout; ``shown`` is the eval set as the command line named it."""
     from ragguard.calibration.fit.sweep import PASSAGES
     from ragguard.calibration.report import format_number

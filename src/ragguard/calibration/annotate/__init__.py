@@ -18,18 +18,18 @@ irrelevant passage that makes it answer anyway (a distractor) scores near -1.
     est = TransformersEstimator("Qwen/Qwen2.5-7B-Instruct", device="cuda", dtype="bfloat16")
     annotate("eval.jsonl", est, out="utilities.jsonl", udcg_out="utilities.json")
 
-Backends (each an :class:`AbstentionEstimator`):
+Backends (each an ``AbstentionEstimator``):
 
-* :class:`TransformersEstimator`: a local causal LM, one forward pass per pair, the
+* ``TransformersEstimator``: a local causal LM, one forward pass per pair, the
   first-token probability of the abstention (the ``annotate`` extra);
-  :meth:`TransformersEstimator.from_gguf` loads GGUF files (the ``gguf`` extra);
-* :class:`OpenAIEndpointEstimator`: an OpenAI-compatible server that returns logprobs,
+  ``TransformersEstimator.from_gguf`` loads GGUF files (the ``gguf`` extra);
+* ``OpenAIEndpointEstimator``: an OpenAI-compatible server that returns logprobs,
   e.g. vLLM (the ``endpoint`` extra);
-* :class:`SamplingEstimator`: any LangChain chat model, by sampling ``n`` answers
+* ``SamplingEstimator``: any LangChain chat model, by sampling ``n`` answers
   (the ``langchain`` extra).
 
 Relevance comes from the labels; candidates without one are judged by a
-:class:`RelevanceJudge` (the paper's Figure 5 prompt) and marked as judged, or counted
+``RelevanceJudge`` (the paper's Figure 5 prompt) and marked as judged, or counted
 irrelevant, or skipped. Everything is appended to a progress file as it is computed, so
 an interrupted run resumes where it stopped.
 """

@@ -2,7 +2,7 @@
 
 The library's constructors and ``ragguard annotate`` check numbers against the same
 table, so ``concurrency=0``, ``timeout=-1``, ``--timeout nan`` or ``--samples 10**9``
-give one :class:`~ragguard.errors.AnnotationError` that names the setting, never a
+give one [`AnnotationError`][ragguard.AnnotationError] that names the setting, never a
 traceback from deep inside httpx or PyTorch, and never a run that waits forever. The
 upper bounds only stop values that cannot be meant (a day per request, a million
 retries); they are far above anything a real run uses.

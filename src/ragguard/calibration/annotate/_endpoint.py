@@ -19,13 +19,13 @@ of tokens less likely than the K-th (OpenAI allows K <= 20; vLLM's default limit
 Requests run ``concurrency`` at a time. Transient failures (connection errors,
 timeouts, HTTP 408, 409, 425, 429, 500, 502, 503, 504) are retried up to
 ``max_retries`` times with exponential backoff and jitter, honouring ``Retry-After``;
-anything else, or a reply without logprobs, raises :class:`~ragguard.errors.EndpointError`
+anything else, or a reply without logprobs, raises [`EndpointError`][ragguard.EndpointError]
 at once, naming the URL and the model. Results already handed out stay saved.
 
 The requests run on an event loop of their own in a worker thread, so the same
 synchronous calls work from a script, from a thread and from inside a running event loop
 (Jupyter, an async application). Every message shown from the server (an error body, an
-exception) has credentials replaced by ``***`` (see :func:`redact`). The base URL is part
+exception) has credentials replaced by ``***`` (see ``redact``). The base URL is part
 of the settings, so results saved from one server are not reused for another.
 """
 
@@ -88,7 +88,7 @@ SHORT_KEY = 8
 
 
 def redact(text: str, api_key: str | None = None) -> str:
-    """``text`` with credentials replaced by ``***``: ``api_key`` (see :data:`SHORT_KEY`),
+    """``text`` with credentials replaced by ``***``: ``api_key`` (see ``SHORT_KEY``),
     the values of ``Authorization``, ``api_key``/``api-key``, ``x-api-key``,
     ``access_token`` and ``password`` fields, ``Bearer``/``Basic`` tokens, ``sk-...`` keys
     and the ``user:password@`` of URLs."""
@@ -103,7 +103,7 @@ def redact(text: str, api_key: str | None = None) -> str:
 
 
 class ClientOptions(TypedDict, total=False):
-    """How both endpoint classes reach the server (see :class:`OpenAIEndpointEstimator`)."""
+    """How both endpoint classes reach the server (see ``OpenAIEndpointEstimator``)."""
 
     base_url: str | None
     api_key: str | None
@@ -166,7 +166,8 @@ class _Client:
         self.transport = transport
 
     def error(self, model: object, message: str, path: str = "") -> EndpointError:
-        """An :class:`EndpointError` naming the URL and the model, credentials hidden."""
+        """An [`EndpointError`][ragguard.EndpointError] naming the URL and the model, credentials
+        hidden."""
         where = f"{self.shown_url}{path} (model {model!r})"
         return EndpointError(redact(f"{where}{message}", self.api_key))
 
@@ -367,12 +368,12 @@ class OpenAIEndpointEstimator(_EndpointModel):
         prompt: the abstention prompt (default: the paper's Figure 4).
         extra_body: more JSON fields for every request (e.g. vLLM's
             ``chat_template_kwargs``).
-        **client: how the server is reached (:class:`ClientOptions`):
+        **client: how the server is reached (``ClientOptions``):
 
             * ``base_url``: e.g. ``http://localhost:8000/v1`` (vLLM's default, and the
               default here); else ``$OPENAI_BASE_URL``.
             * ``api_key``: sent as a bearer token; default ``$OPENAI_API_KEY`` (none if
-              unset). Messages never show it (see :func:`redact`).
+              unset). Messages never show it (see ``redact``).
             * ``concurrency``: requests in flight at once (default 8).
             * ``max_retries``: retries of a transient failure (default 5).
             * ``backoff``: first retry delay in seconds (default 0.5; doubled each time,
@@ -470,13 +471,13 @@ class OpenAIEndpointEstimator(_EndpointModel):
 
 class EndpointGenerator(_EndpointModel):
     """Chat-completion text from an OpenAI-compatible endpoint: a
-    :class:`TextGenerator` for the relevance judge (temperature 0).
+    ``TextGenerator`` for the relevance judge (temperature 0).
 
     Args:
         model: the model name the server knows.
         max_tokens: longest reply.
         model_id: the model's name in the outputs (default ``model``).
-        **client: how the server is reached, as for :class:`OpenAIEndpointEstimator`.
+        **client: how the server is reached, as for ``OpenAIEndpointEstimator``.
     """
 
     def __init__(

@@ -25,9 +25,9 @@ class RelevanceJudge:
     The reference answers matter: without them the judge must guess what would answer.
 
     Args:
-        generator: the model (:class:`TransformersGenerator`,
-            :class:`EndpointGenerator`, :class:`ChatGenerator` or your own
-            :class:`TextGenerator`).
+        generator: the model (``TransformersGenerator``,
+            ``EndpointGenerator``, ``ChatGenerator`` or your own
+            ``TextGenerator``).
     """
 
     def __init__(self, generator: TextGenerator) -> None:

@@ -1,9 +1,9 @@
 """The two prompts of the UDCG paper and what is read from the model's replies.
 
-* :data:`ABSTENTION_PROMPT`: the paper's Figure 4 ("Prompt for evaluating the utility of
+* ``ABSTENTION_PROMPT``: the paper's Figure 4 ("Prompt for evaluating the utility of
   a document"), one passage and one question; the model answers or says
   ``NO-RESPONSE``.
-* :data:`RELEVANCE_PROMPT`: the paper's Figure 5 (the relevance judge), which grades a
+* ``RELEVANCE_PROMPT``: the paper's Figure 5 (the relevance judge), which grades a
   passage ``A`` (RELEVANT) or ``B`` (IRRELEVANT) against the reference answers and
   replies with a small JSON object.
 

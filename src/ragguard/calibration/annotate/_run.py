@@ -48,7 +48,7 @@ SOURCE_UNJUDGED = "unjudged"
 
 @dataclass(frozen=True, slots=True)
 class AnnotationSummary:
-    """What :func:`annotate` did.
+    """What ``annotate`` did.
 
     Attributes:
         model_id: the annotating model's name, as written in the outputs.
@@ -147,12 +147,12 @@ class Relevance:
 
 @dataclass(frozen=True, kw_only=True)
 class Outputs:
-    """What :class:`Annotator` writes, each path checked when built.
+    """What [`Annotator`][ragguard.calibration.Annotator] writes, each path checked when built.
 
     Attributes:
         out: the ragguard JSONL to write: the eval set with ``no_response`` and
             ``utilities`` per annotated candidate and the model under
-            ``metadata.annotate``; :func:`~ragguard.calibration.load_evalset` reads it.
+            ``metadata.annotate``; [`load_evalset`][ragguard.calibration.load_evalset] reads it.
         udcg_out: also write the UDCG authors' JSON (``models_info.<model>.no_res_prob``).
         progress_file: where results are appended as they are computed (default: the
             output path plus ``.progress``). A re-run reads it and skips what is done.
@@ -199,15 +199,15 @@ class Outputs:
 @dataclass(frozen=True, kw_only=True)
 class Annotator:
     """Annotation as an estimator-like object: the model (``estimator``), where
-    relevance comes from and what is written, and :meth:`run` on a loaded eval set.
-    :func:`annotate` takes the same settings as keyword arguments.
+    relevance comes from and what is written, and [`run`][ragguard.calibration.Annotator.run] on a
+    loaded eval set. ``annotate`` takes the same settings as keyword arguments.
 
     Attributes:
-        estimator: the backend (:class:`TransformersEstimator`,
-            :class:`OpenAIEndpointEstimator`, :class:`SamplingEstimator`, or your own
-            :class:`AbstentionEstimator`).
-        outputs: what is written (:class:`Outputs`).
-        relevance: where R(q, p) comes from (:class:`Relevance`).
+        estimator: the backend (``TransformersEstimator``,
+            ``OpenAIEndpointEstimator``, ``SamplingEstimator``, or your own
+            ``AbstentionEstimator``).
+        outputs: what is written (``Outputs``).
+        relevance: where R(q, p) comes from (``Relevance``).
     """
 
     estimator: AbstentionEstimator
@@ -335,7 +335,8 @@ def annotate(  # noqa: PLR0913 - the keyword face of Annotator, kept for callers
     progress: Progress | None = None,
 ) -> AnnotationSummary:
     """Measure the utility of every retrieved passage with an LLM, as the UDCG paper does
-    (an :class:`Annotator` built from these keyword arguments, run on the eval set).
+    (an [`Annotator`][ragguard.calibration.Annotator] built from these keyword arguments, run on the
+    eval set).
 
     For each query and each passage a run retrieved for it, the model reads the
     paper's abstention prompt (Figure 4) with that passage alone, and ``estimator``
@@ -344,19 +345,19 @@ def annotate(  # noqa: PLR0913 - the keyword face of Annotator, kept for callers
     and ``-1`` otherwise.
 
     Args:
-        evalset: an :class:`~ragguard.calibration.EvalSet` or the path of one (any
-            format :func:`~ragguard.calibration.load_evalset` reads).
-        estimator: the backend (:class:`TransformersEstimator`,
-            :class:`OpenAIEndpointEstimator`, :class:`SamplingEstimator`, or your own
-            :class:`AbstentionEstimator`).
+        evalset: an [`EvalSet`][ragguard.calibration.EvalSet] or the path of one (any
+            format [`load_evalset`][ragguard.calibration.load_evalset] reads).
+        estimator: the backend (``TransformersEstimator``,
+            ``OpenAIEndpointEstimator``, ``SamplingEstimator``, or your own
+            ``AbstentionEstimator``).
         out: the ragguard JSONL to write: the eval set with ``no_response`` and
             ``utilities`` per annotated candidate and the model under
-            ``metadata.annotate``; :func:`~ragguard.calibration.load_evalset` reads it.
+            ``metadata.annotate``; [`load_evalset`][ragguard.calibration.load_evalset] reads it.
         udcg_out: also write the UDCG authors' JSON (``models_info.<model>.no_res_prob``).
         runs: run files, when ``evalset`` is a path (as in ``load_evalset``).
         format: the eval set's format, when ``evalset`` is a path (detected otherwise).
         corpus: JSONL corpus files with the passage texts
-            (:mod:`ragguard.calibration.data.texts`), added to the eval set's own.
+            (``ragguard.calibration.data.texts``), added to the eval set's own.
         passages: more passage texts, ``{doc_id: text}``.
         only_runs: annotate the candidates of these runs only (default: every run).
         judge: the relevance judge for candidates without labels.
@@ -371,7 +372,7 @@ def annotate(  # noqa: PLR0913 - the keyword face of Annotator, kept for callers
         progress: ``progress(stage, done, total)``, called as results come in.
 
     Returns:
-        An :class:`AnnotationSummary`.
+        An ``AnnotationSummary``.
 
     Raises:
         AnnotationError: a query or passage has no text, or unjudged candidates have no

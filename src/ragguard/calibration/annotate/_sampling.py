@@ -150,7 +150,7 @@ class SamplingEstimator(_ChatModel):
 
 
 class ChatGenerator(_ChatModel):
-    """Replies from a LangChain chat model: a :class:`TextGenerator` for the judge.
+    """Replies from a LangChain chat model: a ``TextGenerator`` for the judge.
 
     Args:
         chat_model: any LangChain chat model; copied at ``temperature`` when it has

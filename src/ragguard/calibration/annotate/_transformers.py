@@ -30,7 +30,7 @@ the user message). Without one, the plain text ends in ``Answer:``.
 with explicit position ids, so a padded row gives the same result as the row alone;
 only the last position's logits are computed where the model supports it.
 
-**GGUF.** :meth:`TransformersEstimator.from_gguf` loads a ``.gguf`` file with
+**GGUF.** ``TransformersEstimator.from_gguf`` loads a ``.gguf`` file with
 transformers' GGUF support (the ``gguf`` package): the weights are de-quantised to
 ``dtype`` and run by PyTorch, so the same code and the same first-token rule apply.
 """
@@ -233,7 +233,7 @@ class TransformersEstimator:
             ``max_length`` tokens (with a warning). Default: no limit.
         chat_template: use the tokenizer's chat template (default: when it has one).
         prompt: the abstention prompt (default: the paper's Figure 4).
-        gguf_file: the ``.gguf`` file inside ``model`` (a folder); see :meth:`from_gguf`.
+        gguf_file: the ``.gguf`` file inside ``model`` (a folder); see ``from_gguf``.
         trust_remote_code: passed to transformers.
     """
 
@@ -363,9 +363,9 @@ class TransformersEstimator:
 
 
 class TransformersGenerator:
-    """Greedy generation with a local model: a :class:`TextGenerator` for the judge.
+    """Greedy generation with a local model: a ``TextGenerator`` for the judge.
 
-    Build one with :meth:`TransformersEstimator.generator` (sharing the loaded model) or
+    Build one with ``TransformersEstimator.generator`` (sharing the loaded model) or
     from a model id or folder, with the constructor's options.
     """
 

@@ -1,14 +1,14 @@
 """The eval-data model of calibration: labelled queries, runs and passage texts, held as
-columns (``columns``), loaded by :func:`load_evalset` (``evalset``) through one reader per
-format (``formats/``), with the records (``records``), load problems (``problems``) and
-texts (``texts``) they carry. The wing also holds what every metric and the sweep read
-from the model: utilities from labels (``utility``), the dense (queries x candidates)
-arrays (``arrays``, one builder: :func:`~ragguard.calibration.data.arrays.arrays_from_codes`),
+columns (``columns``), loaded by [`load_evalset`][ragguard.calibration.load_evalset] (``evalset``)
+through one reader per format (``formats/``), with the records (``records``), load problems
+(``problems``) and texts (``texts``) they carry. The wing also holds what every metric and the sweep
+read from the model: utilities from labels (``utility``), the dense (queries x candidates)
+arrays (``arrays``, one builder: ``arrays_from_codes``),
 and runs from a live retriever (``inputs``).
 
 Adding a format is one module in ``formats/`` returning
-:class:`~ragguard.calibration.data.columns.ColumnarRead`, and one branch of
-:func:`load_evalset`.
+``ColumnarRead``, and one branch of
+[`load_evalset`][ragguard.calibration.load_evalset].
 """
 
 from __future__ import annotations

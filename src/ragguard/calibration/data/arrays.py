@@ -1,17 +1,17 @@
 """Dense, padded (queries x candidates) arrays: the one form every metric and the sweep read.
 
-Labels and a run are converted **once** into :class:`EvalArrays`. Each row is one query;
+Labels and a run are converted **once** into ``EvalArrays``. Each row is one query;
 its candidates are stored **in ranked order**, best first, and padded to the longest
 list. Metrics then read prefixes (``[:, :k]``) and never sort or look anything up.
 
 Ranking (the tie rule)
 ----------------------
-Candidates are ranked by **normalised score** (:func:`ragguard.scores.normalize`, higher
+Candidates are ranked by **normalised score** (``ragguard.scores.normalize``, higher
 is better), highest first. Equal scores keep the order in which the run lists the
 candidates (line order of a TREC run file, list order in JSON / JSONL, insertion order of
 a Python dict). Candidates without a valid score (missing, NaN, infinite) follow all
 scored ones, in run order. A run without scores (``score_kind=None``) keeps its order.
-This is exactly the order of the runtime policy (:func:`ragguard.policy.rank`), so what
+This is exactly the order of the runtime policy (``ragguard.policy.rank``), so what
 calibration measures on a prefix is what the guard would keep. Other tools differ on
 ties only: trec_eval breaks them by document id, descending; ranx's order is not
 specified. A TREC run's rank column is ignored, as trec_eval ignores it.
@@ -80,20 +80,19 @@ _CHUNK_CELLS = 1 << 22  # rows x candidates ranked or searched at once
 class EvalArrays:
     """One run against its labels, as dense (queries x candidates) arrays in ranked order.
 
-    Build it with :meth:`EvalSet.arrays
-    <ragguard.calibration.data.evalset.EvalSet.arrays>` or :func:`build_arrays` (both
-    through :func:`arrays_from_codes`, the one builder); treat every array as read-only.
-    :meth:`reordered` gives the rows in another order (reranked, or the candidates some
+    Build it with [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays] or ``build_arrays`` (both
+    through ``arrays_from_codes``, the one builder); treat every array as read-only.
+    ``reordered`` gives the rows in another order (reranked, or the candidates some
     stage keeps first) without going back to the labels.
-    Expensive views (:attr:`scores`, :attr:`raw`, :attr:`order`, :attr:`utility`,
-    :meth:`doc_ids`) are computed once, on first use.
+    Expensive views (``scores``, ``raw``, ``order``, ``utility``,
+    ``doc_ids``) are computed once, on first use.
 
     Attributes:
         qids: the query ids, one per row.
         score_kind: how the run's raw scores were normalised (``None``: no scores,
             run order).
-        profile: the tolerance profile whose rules give :attr:`utility`.
-        rules: which grades are relevant / partially relevant, for :attr:`utility`.
+        profile: the tolerance profile whose rules give ``utility``.
+        rules: which grades are relevant / partially relevant, for ``utility``.
         n_present: (Q,) number of candidates per query.
         n_valid: (Q,) how many of them have a valid score (they come first).
         grades: (Q, N) label grade of each candidate (0: unjudged or padding).
@@ -115,7 +114,7 @@ class EvalArrays:
         max_grade: (Q,) highest labelled grade (0 when none is positive).
         integer_grades: whether every labelled grade is a whole number.
         score_issues: contradictions between the scores and their declared kind
-            (see :class:`ragguard.scores.ScoreIssue`), with the number of queries each
+            (see ``ragguard.scores.ScoreIssue``), with the number of queries each
             affects.
     """
 
@@ -189,19 +188,19 @@ class EvalArrays:
     def unanswerable(self) -> B:
         """(Q,) True for an **unanswerable** query: judged (some document labelled) and
         nothing relevant (no labelled grade >= 1, no stated relevant document); the
-        queries of :attr:`EvalSet.unanswerable
-        <ragguard.calibration.data.evalset.EvalSet.unanswerable>`, whatever the run."""
+        queries of [`EvalSet.unanswerable`][ragguard.calibration.EvalSet.unanswerable], whatever the
+        run."""
         out: B = (self.grade_counts.sum(axis=1) > 0) & (self.n_relevant == 0)
         return out
 
     @property
     def n_unanswerable(self) -> int:
-        """How many queries are unanswerable (:attr:`unanswerable`)."""
+        """How many queries are unanswerable (``unanswerable``)."""
         return int(np.count_nonzero(self.unanswerable))
 
     @cached_property
     def retrieved_grade_counts(self) -> NDArray[np.int64]:
-        """(Q, 6) retrieved, judged candidates per grade (columns as :attr:`grade_counts`):
+        """(Q, 6) retrieved, judged candidates per grade (columns as ``grade_counts``):
         the retrieval pool of the set-based metrics."""
         q = self.n_queries
         cols = np.clip(self.grades, 0, 5).astype(np.intp)
@@ -214,7 +213,7 @@ class EvalArrays:
     @cached_property
     def utility(self) -> F64:
         """(Q, N) utility of each candidate in [-1, 1] (0.0 on padding); see
-        :mod:`ragguard.calibration.data.utility`; rows :meth:`reordered` keep their
+        ``ragguard.calibration.data.utility``; rows ``reordered`` keep their
         candidates' utilities from before."""
         if self._utility is not None:
             return self._utility
@@ -236,8 +235,8 @@ class EvalArrays:
         return [ids[i] for i in self.order[row, : self.n_present[row]].tolist()]
 
     def ranked(self) -> Ranked:
-        """The rows as a :class:`ragguard.policy.Ranked`, ready for
-        :func:`ragguard.policy.cut_ranked` (they are already in the policy's order)."""
+        """The rows as a ``ragguard.policy.Ranked``, ready for
+        ``ragguard.policy.cut_ranked`` (they are already in the policy's order)."""
         q, n = self.shape
         s = np.where(self.valid, self.scores, -np.inf)
         s = np.where(self.present, s, np.nan)
@@ -292,14 +291,14 @@ class EvalArrays:
         Row ``r``'s ``j``-th candidate becomes its current ``perm[r, j]``-th; ``-1``
         marks padding, after the row's candidates; a candidate ``perm[r]`` does not name
         leaves the row. Every per-candidate array follows: grades, judged, distractors,
-        given utilities, no-response probabilities, scores, raw scores, :attr:`order` and
-        so :meth:`doc_ids`. The per-query figures of the labels stay (relevant counts,
-        the ideal rankings, grade counts, :attr:`n_evidence`): a sub-list, such as the
+        given utilities, no-response probabilities, scores, raw scores, ``order`` and
+        so ``doc_ids``. The per-query figures of the labels stay (relevant counts,
+        the ideal rankings, grade counts, ``n_evidence``): a sub-list, such as the
         reranked top ``n``, divides evidence recall by its full list's count.
 
-        **Utilities stay with their candidates**: each keeps its :attr:`utility` from
+        **Utilities stay with their candidates**: each keeps its ``utility`` from
         here (on this ranking, under this profile), so neither the new order nor new
-        scores change it (nor does :meth:`with_profile`), as a reranked list is scored
+        scores change it (nor does ``with_profile``), as a reranked list is scored
         on the retrieval run's utilities.
 
         Vectorised: a few passes over the cells, no per-row Python.
@@ -312,7 +311,7 @@ class EvalArrays:
                 (``perm`` ranks them). Default: each candidate keeps its scores, and
                 ``perm`` must keep every row's scored candidates before its unscored
                 ones.
-            score_kind: what ``scores`` are (default: :attr:`score_kind`).
+            score_kind: what ``scores`` are (default: ``score_kind``).
             rrf_k: the RRF constant, for ``score_kind="rrf"``.
 
         Raises:
@@ -407,7 +406,7 @@ class EvalArrays:
     def with_profile(self, profile: Profile | str) -> EvalArrays:
         """The same arrays with utilities under another tolerance profile.
 
-        Nothing is converted again; only :attr:`utility` is recomputed (on first use).
+        Nothing is converted again; only ``utility`` is recomputed (on first use).
         """
         return replace(self, profile=as_profile(profile))
 
@@ -544,7 +543,7 @@ class Ranking:
     @cached_property
     def unsorted_rows(self) -> I:
         """The rows whose keys do not already rise from each candidate to the next (ties
-        allowed): the only ones :attr:`order` sorts. A run listed best first, as run
+        allowed): the only ones ``order`` sorts. A run listed best first, as run
         files and retrievers list it, has none."""
         key = self.key
         q, n = key.shape
@@ -575,7 +574,7 @@ class Ranking:
 
     @cached_property
     def ranked_key(self) -> F64:
-        """(Q, N) each row's keys in :attr:`order`: ascending, NaN padding last."""
+        """(Q, N) each row's keys in ``order``: ascending, NaN padding last."""
         rows = self.unsorted_rows
         if rows.size == 0:
             return self.key
@@ -596,7 +595,7 @@ class Ranking:
         return out
 
     def ranked(self) -> RankedRows:
-        """The rows in the policy's order (see :class:`RankedRows`)."""
+        """The rows in the policy's order (see ``RankedRows``)."""
         return RankedRows(
             self.order, self.ranked_scores(), self.n_valid, self.issues, self.raw,
             self.unsorted_rows,
@@ -605,7 +604,7 @@ class Ranking:
 
 @dataclass(frozen=True, eq=False)
 class RankedRows:
-    """What :class:`EvalArrays` keeps of a ranking: each row's input positions in the
+    """What ``EvalArrays`` keeps of a ranking: each row's input positions in the
     policy's order (the smallest integer type that holds them), the normalised scores in
     that order (NaN where invalid or padding), the valid scores per row, the score
     issues, the raw scores in input order (padded, or kept flat) and the rows whose
@@ -619,8 +618,8 @@ class RankedRows:
     unsorted: I
 
     def positions(self, rows: I, cols: NDArray[np.integer[Any]]) -> I:
-        """Where input column ``cols[i]`` of row ``rows[i]`` sits in :attr:`order`; a
-        search only in the :attr:`unsorted` rows, :data:`_CHUNK_CELLS` cells at a time."""
+        """Where input column ``cols[i]`` of row ``rows[i]`` sits in ``order``; a
+        search only in the ``unsorted`` rows, ``_CHUNK_CELLS`` cells at a time."""
         pos = cols.astype(np.intp)
         if self.unsorted.size == 0:
             return pos
@@ -638,7 +637,7 @@ def rank_in_chunks(
     raw: F64 | PaddedRows, counts: I, width: int, kind: ScoreKind | None, rrf_k: int
 ) -> RankedRows:
     """The ranking of the raw scores ``raw`` (row ``i`` holds ``counts[i]`` candidates),
-    computed :data:`_CHUNK_CELLS` cells at a time, so the sort keys and normalisation
+    computed ``_CHUNK_CELLS`` cells at a time, so the sort keys and normalisation
     temporaries never exist for every row at once. Normalisation and its issues are per
     row, so chunks add up."""
     n_q = counts.size
@@ -676,7 +675,7 @@ def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.intege
 @dataclass(frozen=True, eq=False)
 class LabelStats:
     """What every labelled grade (retrieved or not) gives: relevant counts, the ideal
-    ranking, per-grade counts (see :class:`EvalArrays`); ``extra_rows`` repeats each
+    ranking, per-grade counts (see ``EvalArrays``); ``extra_rows`` repeats each
     row once per stated relevant document beyond the labelled ones."""
 
     n_relevant: I
@@ -689,7 +688,7 @@ class LabelStats:
 
 
 def finite_grades(qids: Sequence[str], lq: I, lgrade: F64) -> None:
-    """Raise :class:`~ragguard.errors.EvalSetError` at the first grade (of row ``lq``)
+    """Raise [`EvalSetError`][ragguard.EvalSetError] at the first grade (of row ``lq``)
     that is not finite."""
     if not np.isfinite(lgrade).all():
         bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
@@ -699,7 +698,7 @@ def finite_grades(qids: Sequence[str], lq: I, lgrade: F64) -> None:
 def label_stats(
     qids: Sequence[str], lq: I, lgrade: F64, n_relevant: Sequence[int | None] | None
 ) -> LabelStats:
-    """:class:`LabelStats` of labels given as rows ``lq`` with grades ``lgrade``.
+    """``LabelStats`` of labels given as rows ``lq`` with grades ``lgrade``.
 
     Raises:
         EvalSetError: a grade is not finite, or a stated number of relevant documents is
@@ -810,7 +809,7 @@ def ideal_label_utilities(
 def check_range(
     qids: Sequence[str], maps: Sequence[Mapping[str, float]], what: str, lo: float, hi: float
 ) -> F64:
-    """All values of ``maps``, flat (see :func:`_flat_floats`), each checked to lie in
+    """All values of ``maps``, flat (see ``_flat_floats``), each checked to lie in
     [lo, hi]."""
     values = _flat_floats(maps, what, qids)
     bad = ~((values >= lo) & (values <= hi))
@@ -856,8 +855,8 @@ class LabelRows:
 
 @dataclass(frozen=True, slots=True)
 class CodedRows:
-    """A run and its labels as integer-coded rows: what :func:`arrays_from_codes`, the
-    one way into :class:`EvalArrays`, reads (from columns or from mappings).
+    """A run and its labels as integer-coded rows: what ``arrays_from_codes``, the
+    one way into ``EvalArrays``, reads (from columns or from mappings).
 
     Attributes:
         qids: the query ids, one per eval row.
@@ -866,7 +865,7 @@ class CodedRows:
         labels: the labels of the eval rows.
         hit_cand: a candidate of each hit (a label naming a candidate of its row).
         hit_label: the label of each hit.
-        candidates: each row's ``{doc_id: score}``, for :meth:`EvalArrays.doc_ids`.
+        candidates: each row's ``{doc_id: score}``, for ``EvalArrays.doc_ids``.
     """
 
     qids: Sequence[str]
@@ -887,7 +886,7 @@ def arrays_from_codes(
     rrf_k: int = 60,
     n_evidence: Sequence[int] | I | None = None,
 ) -> EvalArrays:
-    """:class:`EvalArrays` of integer-coded rows: each row's candidates ranked (in
+    """``EvalArrays`` of integer-coded rows: each row's candidates ranked (in
     chunks), the labels of the hits placed at their ranked positions, the label
     statistics of every label.
 
@@ -1067,8 +1066,8 @@ def build_arrays(
     rrf_k: int = 60,
     n_evidence: Sequence[int] | I | None = None,
 ) -> EvalArrays:
-    """:class:`EvalArrays` of one run and its labels given per query as mappings (see
-    the module docstring): coded rows for :func:`arrays_from_codes`, the labels found
+    """``EvalArrays`` of one run and its labels given per query as mappings (see
+    the module docstring): coded rows for ``arrays_from_codes``, the labels found
     among the candidates by one C-level dictionary lookup each.
 
     All sequences are parallel to ``qids``; nothing passed in is modified.
@@ -1088,7 +1087,7 @@ def build_arrays(
         rules: which grades are relevant / partially relevant.
         rrf_k: the RRF constant, for ``score_kind="rrf"``.
         n_evidence: per query, the number of relevant candidates evidence recall
-            divides by (see :func:`arrays_from_codes`).
+            divides by (see ``arrays_from_codes``).
 
     Raises:
         EvalSetError: a score, grade, utility or probability is not a number or out of

@@ -1,10 +1,10 @@
 """The one storage of an eval set: labels and runs as columns.
 
-Readers give :class:`Pairs` ((query, document, value) rows: int32 query codes, document
-ids in a pyarrow string array, float64 values); :class:`ColumnarLabels` and
-:class:`ColumnarCandidates` are read-only mappings over them that build one query's
-record only when asked. :func:`arrays_from_columnar` codes them for the one
-:class:`~ragguard.calibration.data.arrays.EvalArrays` builder, and :func:`fingerprint` hashes
+Readers give ``Pairs`` ((query, document, value) rows: int32 query codes, document
+ids in a pyarrow string array, float64 values); ``ColumnarLabels`` and
+``ColumnarCandidates`` are read-only mappings over them that build one query's
+record only when asked. ``arrays_from_columnar`` codes them for the one
+``EvalArrays`` builder, and ``fingerprint`` hashes
 them. This module imports no reader.
 """
 
@@ -71,14 +71,14 @@ I64 = NDArray[np.int64]
 
 
 def pyarrow() -> Any:
-    """pyarrow, or :class:`~ragguard.errors.MissingDependencyError` naming the
+    """pyarrow, or [`MissingDependencyError`][ragguard.MissingDependencyError] naming the
     ``calibrate`` extra (calibration reads and holds its data with it)."""
     return require("pyarrow", "calibrate")
 
 
 def arrow_module(name: str) -> ModuleType:
     """A pyarrow submodule (``compute``, ``csv``, ``json``); call only where
-    :func:`pyarrow` returned pyarrow."""
+    ``pyarrow`` returned pyarrow."""
     return importlib.import_module(f"pyarrow.{name}")
 
 
@@ -144,7 +144,7 @@ def vocab_positions(needles: Vocab, hay: Vocab) -> I64:
 
 class CorpusIds(Set[str]):
     """The document ids of a ``corpus.jsonl``, held as one pyarrow string array (no
-    Python string per document); :func:`missing_ids` checks many ids at once."""
+    Python string per document); ``missing_ids`` checks many ids at once."""
 
     def __init__(self, ids: Any) -> None:
         self.ids = ids
@@ -167,7 +167,7 @@ class CorpusIds(Set[str]):
 
 def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
     """Whether each id of ``vocab`` (distinct, or one per row of a run, repeated) is
-    missing from ``known``; for :class:`CorpusIds`, column-wise, hashing the smaller
+    missing from ``known``; for ``CorpusIds``, column-wise, hashing the smaller
     side."""
     if isinstance(known, CorpusIds):
         pa = pyarrow()
@@ -198,7 +198,7 @@ class Pairs:
         q: (n,) int32 query code of each row.
         d: (n,) int32 position of each row's id in ``docs``, or ``None``.
         value: (n,) float64 score or grade of each row.
-        line: 1-based line of each row (see :class:`Lines`), or ``None`` (row ``i``:
+        line: 1-based line of each row (see ``Lines``), or ``None`` (row ``i``:
             line ``i + 1``).
         source: the file read.
     """
@@ -324,7 +324,7 @@ class Lines:
 
 
 class _ByQuery(Mapping[str, Any]):
-    """A read-only mapping over some query codes of :class:`Pairs`, in a given order."""
+    """A read-only mapping over some query codes of ``Pairs``, in a given order."""
 
     def __init__(self, pairs: Pairs, codes: Sequence[int] | None = None) -> None:
         self.pairs = pairs
@@ -398,7 +398,7 @@ class ColumnarLabels(_ByQuery):
     probability), and optionally, per row, whether it is a known distractor
     (``distractor``), its given utility and its abstention probability (NaN where none),
     and per query code the stated number of relevant documents (``stated``, -1 where
-    none). One query's :class:`Labels` is built when asked for."""
+    none). One query's ``Labels`` is built when asked for."""
 
     def __init__(
         self,
@@ -430,8 +430,8 @@ class ColumnarLabels(_ByQuery):
 
     @classmethod
     def of_labels(cls, labels: Mapping[str, Labels], source: str) -> ColumnarLabels:
-        """Columns of per-query :class:`Labels` (as dicts and the UDCG reader give
-        them), in their order (see :class:`LabelColumns`)."""
+        """Columns of per-query ``Labels`` (as dicts and the UDCG reader give
+        them), in their order (see ``LabelColumns``)."""
         out = LabelColumns()
         for qid, lab in labels.items():
             out.add(qid, lab)
@@ -473,8 +473,7 @@ class ColumnarLabels(_ByQuery):
 
     def unanswerable(self) -> list[str]:
         """The query ids judged (at least one label) with no relevant (grade >= 1) label,
-        in order (see :attr:`EvalSet.unanswerable
-        <ragguard.calibration.data.evalset.EvalSet.unanswerable>`)."""
+        in order (see [`EvalSet.unanswerable`][ragguard.calibration.EvalSet.unanswerable])."""
         p = self.pairs
         n = len(p.qids)
         judged = np.bincount(p.q[~np.isnan(p.value)], minlength=n)
@@ -534,8 +533,8 @@ _FLUSH = 1 << 16  # rows gathered as Python objects before they become columns
 
 class RunColumns:
     """A run's candidates added query by query (by a reader, or from dicts), gathered
-    into :class:`ColumnarCandidates`: ids as read, one per row (no dictionary of the
-    ids), turned into Arrow arrays every :data:`_FLUSH` rows; scores into one growing
+    into ``ColumnarCandidates``: ids as read, one per row (no dictionary of the
+    ids), turned into Arrow arrays every ``_FLUSH`` rows; scores into one growing
     float64 block."""
 
     def __init__(self) -> None:
@@ -565,7 +564,7 @@ class RunColumns:
             self._docs = []
 
     def pairs(self, source: str) -> Pairs:
-        """The rows added, as :class:`Pairs` (the ids as read)."""
+        """The rows added, as ``Pairs`` (the ids as read)."""
         pa = pyarrow()
         self.flush()
         q = np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes)
@@ -578,7 +577,7 @@ class RunColumns:
 
 
 class LabelColumns:
-    """Labels added query by query, gathered into :class:`ColumnarLabels`: each query's
+    """Labels added query by query, gathered into ``ColumnarLabels``: each query's
     graded documents, then those with only a utility, then those with only an abstention
     probability (their grade NaN)."""
 
@@ -680,7 +679,7 @@ def without_rows(pairs: Pairs, rows: NDArray[np.intp]) -> Pairs:
 def check_grades(
     pairs: Pairs, repeats: NDArray[np.intp], events: list[Event], rep: Reporter
 ) -> None:
-    """Raise :class:`~ragguard.errors.EvalSetError` at the first repeated label whose
+    """Raise [`EvalSetError`][ragguard.EvalSetError] at the first repeated label whose
     grade contradicts the first label of its (query, document), after reporting the
     problems of earlier lines (``events``) as a line-by-line reader meets them."""
     first: dict[tuple[int, int], float] = {}
@@ -709,7 +708,7 @@ def check_grades(
 def repeat_events(
     pairs: Pairs, repeats: NDArray[np.intp], kind: str
 ) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    """The problems of the repeated rows ``repeats`` (:func:`repeated_rows`), as a
+    """The problems of the repeated rows ``repeats`` (``repeated_rows``), as a
     line-by-line reader would report them: ``(line, 0, kind, message, field)`` per row, a repeated
     candidate for ``kind="run"``, a repeated label otherwise."""
     docs = pairs.doc_ids(repeats)
@@ -776,9 +775,9 @@ def arrays_from_columnar(
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
 ) -> EvalArrays:
-    """:class:`EvalArrays` of a run and labels read column-wise: coded rows (labels
-    joined to candidates by :func:`label_hits`) for
-    :func:`~ragguard.calibration.data.arrays.arrays_from_codes`."""
+    """``EvalArrays`` of a run and labels read column-wise: coded rows (labels
+    joined to candidates by ``label_hits``) for
+    ``arrays_from_codes``."""
     rp, lp = run.pairs, labels.pairs
     crow = _rows(qids, run)[rp.q]
     lrow = _rows(qids, labels)[lp.q]

@@ -2,11 +2,11 @@
 
 An **eval set** holds labelled queries; a **run** holds, per query, the candidates a
 retriever returned with their scores. One eval set may carry several runs (one per
-retrieval profile being compared). :meth:`EvalSet.arrays` converts a run and the labels
-once into dense :class:`~ragguard.calibration.data.arrays.EvalArrays` that every metric and
+retrieval profile being compared). [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays] converts
+a run and the labels once into dense ``EvalArrays`` that every metric and
 the sweep read.
 
-Formats (:func:`load_evalset` detects them; or pass ``format=``)
+Formats ([`load_evalset`][ragguard.calibration.load_evalset] detects them; or pass ``format=``)
 ----------------------------------------------------------------
 ``"jsonl"`` -- ragguard's own, one JSON object per line (``.jsonl`` or ``.jsonl.gz``)::
 
@@ -44,7 +44,7 @@ field              required  meaning
                              string or null, is the passage's text for this query) or
                              of ids
 ``runs``           no        ``{run name: candidate list}``, more runs
-``metadata``       no        an object is kept (:attr:`EvalSet.texts`; ``annotate``
+``metadata``       no        an object is kept (``EvalSet.texts``; ``annotate``
                              writes it back); anything else is ignored
 =================  ========  ==========================================================
 
@@ -61,7 +61,7 @@ query ``#7``, as trec_eval 9 and pytrec_eval read it (trec_eval 10 skips every l
 starting with ``#``). BEIR's TSV files follow the same rule.
 
 **Grades** follow one scale in every format: integers up to 5, where 1-5 are relevant
-(as ``relevant: {id: grade}`` in JSONL; :class:`~ragguard.calibration.UtilityRules`
+(as ``relevant: {id: grade}`` in JSONL; [`UtilityRules`][ragguard.calibration.UtilityRules]
 says which count as relevant or partially relevant), 0 is judged not relevant and -1
 marks a known distractor (JSONL's ``distractors``; in a BEIR folder also an optional
 ``distractors.tsv`` of ``query-id  corpus-id`` lines). A grade above 5 is an error; a
@@ -81,20 +81,21 @@ ignored.
 
 **Texts.** The passage texts a file carries (candidates' and passages' ``text`` and
 ``title``, a BEIR ``corpus.jsonl``, a ``corpus.jsonl`` beside an eval-set file) are read
-with the labels into :attr:`EvalSet.texts` (:mod:`ragguard.calibration.data.texts`), so the
+with the labels into ``EvalSet.texts`` (``ragguard.calibration.data.texts``), so the
 consumers (two-stage scoring, the stages after the cut, training, annotation) never read
-the file again; :meth:`EvalSet.with_texts` adds corpus files and ``{id: text}``.
+the file again; [`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts] adds corpus files
+and ``{id: text}``.
 
 Problems
 --------
-Malformed input raises :class:`~ragguard.errors.EvalSetError` naming the file, the line
+Malformed input raises [`EvalSetError`][ragguard.EvalSetError] naming the file, the line
 and the field: bad JSON, a missing or mistyped id, a grade, utility or probability out
 of range, contradictory labels, a repeated query. Problems that leave the data usable
 are **counted and reported**, never silently dropped: a run query without labels is
 skipped, a labelled query missing from a run counts with an empty list, a repeated
 candidate keeps its first occurrence, a candidate without a valid score is ranked after
-the scored ones (as the runtime guard does), ... (:class:`ProblemKind`). They are
-listed in :attr:`EvalSet.report` and logged as one warning; ``strict=True`` raises on
+the scored ones (as the runtime guard does), ... (``ProblemKind``). They are
+listed in ``EvalSet.report`` and logged as one warning; ``strict=True`` raises on
 the first instead.
 """
 
@@ -155,17 +156,19 @@ PathLike = str | os.PathLike[str]
 class EvalSet:
     """Labelled queries and the runs to evaluate on them.
 
-    Build one with :func:`load_evalset` or :meth:`from_dicts`. Queries are evaluated in
-    the order of :attr:`qids` (the order of the labels).
+    Build one with [`load_evalset`][ragguard.calibration.load_evalset] or
+    [`from_dicts`][ragguard.calibration.EvalSet.from_dicts]. Queries are evaluated in the order of
+    [`qids`][ragguard.calibration.EvalSet.qids] (the order of the labels).
 
     Attributes:
-        queries: query id -> :class:`Query`.
-        labels: query id -> :class:`Labels`.
-        runs: run name -> :class:`Run`.
+        queries: query id -> ``Query``.
+        labels: query id -> ``Labels``.
+        runs: run name -> ``Run``.
         report: problems found while loading (empty when there were none).
         source: where the labels came from.
-        texts: the passage texts the source carries (:mod:`ragguard.calibration.data.texts`;
-            empty when it has none); :meth:`with_texts` adds more.
+        texts: the passage texts the source carries (``ragguard.calibration.data.texts``;
+            empty when it has none); [`with_texts`][ragguard.calibration.EvalSet.with_texts] adds
+            more.
     """
 
     def __init__(
@@ -209,7 +212,7 @@ class EvalSet:
         in tables and dicts alike; in a UDCG file: no passage ``is_relevant``. A query
         with no label at all is neither answerable nor unanswerable: it is not judged.
         ``calibrate(..., max_false_abstain=...)`` calibrates ``min_evidence`` on them
-        (:mod:`ragguard.calibration.fit.answerability`)."""
+        (``ragguard.calibration.fit.answerability``)."""
         return tuple(self.labels.unanswerable())
 
     @property
@@ -226,7 +229,7 @@ class EvalSet:
         """This eval set with more passage texts: ``corpus`` files (JSONL: ``_id`` /
         ``id`` / ``doc_id``, ``text``, ``title``; each read once, when a text is first
         asked for) and ``passages`` (``{passage id: text}``), winning over the texts per
-        passage id it has, in that order (see :mod:`ragguard.calibration.data.texts`). A new
+        passage id it has, in that order (see ``ragguard.calibration.data.texts``). A new
         eval set sharing this one's data (and its cache of arrays); this one is
         unchanged. Without either it returns this one.
 
@@ -264,7 +267,7 @@ class EvalSet:
         of its rows means; with pyarrow installed it stays columnar (ids interned into
         integer codes, no Python object per row), so a large run converts fast.
         Repeated (query, document) rows keep the first and are counted in
-        :attr:`report`, like repeated lines of a file.
+        ``report``, like repeated lines of a file.
 
         ::
 
@@ -293,9 +296,10 @@ class EvalSet:
                 (else ``score``) in qrels, ``score`` in runs).
 
         Raises:
-            EvalSetError: inconsistent labels (see :func:`load_evalset`), a grade the file
-                readers reject (2.5, 7), qrels or a run without any row, a table column
-                missing, ambiguous or not numeric, a repeated label with two grades.
+            EvalSetError: inconsistent labels (see
+                [`load_evalset`][ragguard.calibration.load_evalset]), a grade the file readers
+                reject (2.5, 7), qrels or a run without any row, a table column missing, ambiguous
+                or not numeric, a repeated label with two grades.
         """
         rep = Reporter(strict)
         read = read_input(qrels, "qrels", columns=columns, what="qrels table", rep=rep)
@@ -437,7 +441,7 @@ def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def as_columns(labels: Mapping[str, Labels], source: str | None) -> ColumnarLabels:
-    """``labels`` as the eval set holds them: columns (:class:`ColumnarLabels`)."""
+    """``labels`` as the eval set holds them: columns (``ColumnarLabels``)."""
     if isinstance(labels, ColumnarLabels):
         return labels
     return ColumnarLabels.of_labels(labels, source or "")
@@ -445,7 +449,7 @@ def as_columns(labels: Mapping[str, Labels], source: str | None) -> ColumnarLabe
 
 def columnar_run(run: Run, source: str | None = None) -> Run:
     """``run`` with its candidates as the eval set holds them: columns
-    (:class:`ColumnarCandidates`)."""
+    (``ColumnarCandidates``)."""
     if isinstance(run.candidates, ColumnarCandidates):
         return run
     cands = ColumnarCandidates.of_dicts(run.candidates, run.source or source or "")
@@ -453,7 +457,7 @@ def columnar_run(run: Run, source: str | None = None) -> Run:
 
 
 def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
-    """``value`` as a :class:`~ragguard.scores.ScoreKind` (``None`` stays ``None``).
+    """``value`` as a [`ScoreKind`][ragguard.ScoreKind] (``None`` stays ``None``).
 
     Raises:
         EvalSetError: not a score kind; the message lists the kinds.
@@ -489,7 +493,8 @@ def assemble(
     source: str | None = None,
     texts: Texts | None = None,
 ) -> EvalSet:
-    """Reconcile runs with labels (reporting mismatches) and build the :class:`EvalSet`."""
+    """Reconcile runs with labels (reporting mismatches) and build the
+    [`EvalSet`][ragguard.calibration.EvalSet]."""
     if not labels:
         raise EvalSetError("no labelled queries found", path=source)
     labels = as_columns(labels, source)
@@ -598,15 +603,15 @@ def load_evalset(
         model: UDCG only: whose ``no_res_prob`` gives the utilities (default: the only
             model in the file).
         strict: raise on the first reported problem instead of counting it.
-        texts: keep the passage texts the data carries (:attr:`EvalSet.texts`: a BEIR
+        texts: keep the passage texts the data carries (``EvalSet.texts``: a BEIR
             corpus's texts and titles, JSONL candidates' texts and metadata, UDCG
             passages). ``False`` keeps none (less memory for a large corpus; the texts
             are still checked): a calibration without a reranker and without the
             stages after the cut needs none, and whatever asks for one raises
-            :class:`~ragguard.errors.EvalSetError`.
+            [`EvalSetError`][ragguard.EvalSetError].
 
     Returns:
-        The :class:`EvalSet`; its ``report`` lists every problem counted.
+        The [`EvalSet`][ragguard.calibration.EvalSet]; its ``report`` lists every problem counted.
 
     Raises:
         EvalSetError: malformed or inconsistent data, with file, line and field.

@@ -15,9 +15,9 @@ Runs named explicitly (``runs=``) or produced by a live retriever replace the fo
 
 A **live retriever** comes from a factory ``"module:function"`` (the module is imported
 from the current directory too, as ``uvicorn app:app`` does) that returns a LangChain
-``BaseRetriever`` or a LlamaIndex ``BaseRetriever``. :func:`retrieve_run` calls it for
+``BaseRetriever`` or a LlamaIndex ``BaseRetriever``. ``retrieve_run`` calls it for
 every labelled query's text and records each returned document's id and score, the way
-the guard's adapters read them (:mod:`ragguard.adapters`): a plain LangChain
+the guard's adapters read them (``ragguard.adapters``): a plain LangChain
 vector-store retriever is asked for the same search with scores (their kind from the
 store), other LangChain retrievers' scores come from document metadata
 (``relevance_score`` or ``score``), LlamaIndex scores from ``NodeWithScore.score``.
@@ -86,14 +86,15 @@ def load_inputs(
     """Load an eval set from a file or a folder (see the module docstring).
 
     Args:
-        path: a labels file (any format :func:`load_evalset` reads) or a folder.
+        path: a labels file (any format [`load_evalset`][ragguard.calibration.load_evalset] reads)
+            or a folder.
         runs: run files to load with it; for a folder, they replace ``runs/``.
         folder_runs_too: load a folder's ``runs/`` when ``runs`` is empty (False when a
             live retriever will provide the run).
         score_kind: what the run files' scores are.
         strict: raise on the first reported loading problem.
         texts: keep the passage texts the data carries (``False``: none, see
-            :func:`~ragguard.calibration.load_evalset`).
+            [`load_evalset`][ragguard.calibration.load_evalset]).
 
     Raises:
         EvalSetError: no such path, a folder without labels, malformed data.

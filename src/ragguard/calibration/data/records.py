@@ -1,10 +1,10 @@
-"""The records of an eval set: :class:`Query`, :class:`Labels` and :class:`Run`.
+"""The records of an eval set: ``Query``, ``Labels`` and ``Run``.
 
-They sit below every reader (:mod:`ragguard.calibration.data.formats.common`, the column-wise
-readers, :mod:`ragguard.calibration.data.formats.tables`) and below
-:mod:`ragguard.calibration.data.evalset`, which builds an
-:class:`~ragguard.calibration.data.evalset.EvalSet` of them; users import them from
-:mod:`ragguard.calibration` (or :mod:`ragguard.calibration.data.evalset`).
+They sit below every reader (``ragguard.calibration.data.formats.common``, the column-wise
+readers, ``ragguard.calibration.data.formats.tables``) and below
+``ragguard.calibration.data.evalset``, which builds an
+[`EvalSet`][ragguard.calibration.EvalSet] of them; users import them from
+``ragguard.calibration`` (or ``ragguard.calibration.data.evalset``).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def bad_grade(grade: Any) -> bool:
 
 
 def grade_error(grade: Any, qid: str, doc: str) -> str:
-    """The message for a grade :func:`bad_grade` rejects, naming the query and document."""
+    """The message for a grade ``bad_grade`` rejects, naming the query and document."""
     value = grade if isinstance(grade, int) else float(grade)
     text = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
     return (

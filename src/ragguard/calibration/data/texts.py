@@ -1,7 +1,7 @@
 """Passage texts of an eval set: read with the labels, held until a consumer asks.
 
-:func:`~ragguard.calibration.load_evalset` puts the texts its file carries into
-:attr:`EvalSet.texts <ragguard.calibration.EvalSet.texts>`, read in the same pass as the
+[`load_evalset`][ragguard.calibration.load_evalset] puts the texts its file carries into
+``EvalSet.texts``, read in the same pass as the
 labels:
 
 1. the eval-set file: ``text`` of the candidates in ragguard's JSONL (in
@@ -10,7 +10,7 @@ labels:
 2. a ``corpus.jsonl`` beside an eval-set file (read when a text is first asked for:
    a calibration that needs no text never reads it);
 3. corpus files and ``{passage id: text}`` given by the caller
-   (:meth:`EvalSet.with_texts <ragguard.calibration.EvalSet.with_texts>`,
+   ([`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts],
    ``--corpus``): JSONL, one passage a line, with an id (``_id``, ``id`` or
    ``doc_id``), ``text`` and optionally ``title`` (BEIR's ``corpus.jsonl`` is one).
 
@@ -22,8 +22,8 @@ passage id the later source wins: the caller's corpus files over the eval set's 
 
 Texts read column-wise stay Arrow arrays until the first look-up builds the Python
 mapping, so loading a large eval set adds no Python object per passage. An eval set
-loaded with ``load_evalset(..., texts=False)`` keeps none (:meth:`Texts.left_out`): a
-look-up then raises :class:`~ragguard.errors.EvalSetError` saying to load the texts.
+loaded with ``load_evalset(..., texts=False)`` keeps none (``Texts.left_out``): a
+look-up then raises [`EvalSetError`][ragguard.EvalSetError] saying to load the texts.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Texts:
     """Passage texts per (query, passage) and per passage, their titles, and what the
     source file carried that an output should keep (JSONL metadata, UDCG examples).
 
-    Read-only: :meth:`merged` returns a new one. See the module docstring for where
+    Read-only: ``merged`` returns a new one. See the module docstring for where
     texts come from and which wins.
     """
 
@@ -142,9 +142,9 @@ class Texts:
     def left_out(cls, source: str | None) -> Texts:
         """The texts of an eval set loaded without them (``load_evalset(...,
         texts=False)``, ``source`` its file or folder): none is kept, and every look-up
-        (texts, titles, metadata, UDCG examples; also after :meth:`merged`, whose files
+        (texts, titles, metadata, UDCG examples; also after ``merged``, whose files
         and passages cannot stand in for the eval set's own) raises
-        :class:`~ragguard.errors.EvalSetError`."""
+        [`EvalSetError`][ragguard.EvalSetError]."""
         out = cls()
         out._left_out = source or "the eval set"
         return out
@@ -267,7 +267,8 @@ class Texts:
 
 
 def utf8_line(raw: bytes, path: Path, line: int) -> str:
-    """``raw`` decoded as UTF-8; :class:`EvalSetError` naming file and line if it is not."""
+    """``raw`` decoded as UTF-8; [`EvalSetError`][ragguard.EvalSetError] naming file and line if it
+    is not."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -277,7 +278,7 @@ def utf8_line(raw: bytes, path: Path, line: int) -> str:
 def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of each line of a UTF-8 file (gzipped when its name ends in
     ``.gz``; a byte order mark at its start skipped); a line that is not UTF-8 raises
-    :class:`EvalSetError` naming file and line."""
+    [`EvalSetError`][ragguard.EvalSetError] naming file and line."""
     opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
     lineno = 0
     try:
@@ -291,8 +292,8 @@ def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 def json_lines(path: Path) -> Iterator[tuple[int, object]]:
     """(line number, parsed value) of each non-blank line of a JSON-lines file (gzipped
-    when its name ends in ``.gz``); a malformed line raises :class:`EvalSetError` naming
-    file and line."""
+    when its name ends in ``.gz``); a malformed line raises [`EvalSetError`][ragguard.EvalSetError]
+    naming file and line."""
     for lineno, raw in utf8_lines(path):
         if not raw.strip():
             continue

@@ -26,7 +26,7 @@ Every candidate of a query gets one utility, from the first source that has one:
    "Not relevant" covers unjudged candidates, judged non-relevant ones and labelled
    passages graded below ``partial_grade`` (or below ``relevant_grade`` when there is
    no partial grade). The score rule uses the normalised, higher-is-better scores of
-   :func:`ragguard.scores.normalize` (the same scale as the runtime threshold), so a
+   ``ragguard.scores.normalize`` (the same scale as the runtime threshold), so a
    ratio calibrated here means the same thing at runtime. It is skipped where the
    query's top score is not positive, for candidates without a valid score, and for
    runs without scores (``score_kind=None``); the rank rule still applies.
@@ -97,7 +97,7 @@ def rules_of(profile: Profile, rules: UtilityRules | None = None) -> UtilityRule
 
 
 def as_profile(profile: Profile | str | None) -> Profile:
-    """A :class:`~ragguard.profiles.Profile` from a profile, a built-in name or ``None``
+    """A [`Profile`][ragguard.Profile] from a profile, a built-in name or ``None``
     (the default profile)."""
     if profile is None:
         return resolve_profile(DEFAULT_PROFILE)
@@ -155,7 +155,7 @@ def candidate_utilities(
     """Utilities of ranked candidates (see the module docstring for the rules).
 
     Every argument is a (queries x candidates) matrix **in ranked order** (best first),
-    as :class:`~ragguard.calibration.data.arrays.EvalArrays` holds them.
+    as ``EvalArrays`` holds them.
 
     Args:
         grades: label grades (0 for unjudged candidates and padding).
@@ -165,7 +165,7 @@ def candidate_utilities(
         distractor: True for known distractors.
         given: utilities given in the data, NaN where none.
         no_response: abstention probabilities, NaN where none.
-        profile: the tolerance profile (a :class:`Profile` or a name; default
+        profile: the tolerance profile (a [`Profile`][ragguard.Profile] or a name; default
             ``support``) whose distractor rules apply.
         rules: which grades are relevant and partially relevant.
 

@@ -1,3 +1,3 @@
 """Fitting the guard: the sweep over the runtime's own stages, cross-validated
 choice, statistics, guarantees, fitted maps and floors, and the orchestration
-(:class:`Calibrator`)."""
+([`Calibrator`][ragguard.calibration.Calibrator])."""

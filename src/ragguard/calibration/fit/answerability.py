@@ -2,14 +2,13 @@ r"""Answerability: ``min_evidence`` calibrated, with a bound on the answerable q
 
 ``calibrate(evalset, max_false_abstain=0.1)`` (``ragguard calibrate
 --max-false-abstain 0.1``) chooses the floor ``min_evidence`` under which the guard keeps
-nothing (:mod:`ragguard.policy`: the best candidate's score below it, reason
+nothing (``ragguard.policy``: the best candidate's score below it, reason
 ``insufficient_evidence``, ``Selection.verdict == "insufficient"``), so that at most a
 share 0.1 of answerable queries abstain, with probability ``confidence``.
 
 Which queries count
 -------------------
-* **unanswerable**: judged, nothing relevant (:attr:`EvalArrays.unanswerable
-  <ragguard.calibration.data.arrays.EvalArrays.unanswerable>`): abstaining on one is a
+* **unanswerable**: judged, nothing relevant (``EvalArrays.unanswerable``): abstaining on one is a
   **catch**;
 * **answerable**: its candidates hold evidence (a candidate graded relevant under the
   rules, ``n_evidence > 0``): abstaining on one **loses** it;
@@ -23,10 +22,10 @@ retrieval score, or, when the config enables the rerank stage, the best rerank
 probability among the reranked candidates. A query whose rerank call failed never
 abstains: the guard then cuts on retrieval scores (``rerank.on_failure = "fail_open"``)
 and does not read a floor on the rerank probability scale on them. The scores come from
-the runtime policy itself (:func:`ragguard.policy.cut_ranked`'s ``top``,
-:func:`ragguard.policy.abstains`), so what is measured here is what the guard does.
+the runtime policy itself (``ragguard.policy.cut_ranked``'s ``top``,
+``ragguard.policy.abstains``), so what is measured here is what the guard does.
 
-Choosing the floor (Learn-then-Test, as ``--guarantee``; :mod:`ragguard.calibration.fit.risk`)
+Choosing the floor (Learn-then-Test, as ``--guarantee``; ``ragguard.calibration.fit.risk``)
 ------------------------------------------------------------------------------------------
 The loss of an answerable query at floor :math:`f` is 1 when it abstains (its best score
 is below :math:`f`, or it has no valid score), else 0; its mean over answerable queries,
@@ -34,16 +33,16 @@ is below :math:`f`, or it has no valid score), else 0; its mean over answerable 
 
 1. The candidate floors are set by the **unanswerable** calibration queries alone: just
    above each one's best score (rounded up to 4 significant digits: the lowest such floor
-   that catches it), in increasing order (at most :data:`MAX_FLOORS`, evenly spaced
+   that catches it), in increasing order (at most ``MAX_FLOORS``, evenly spaced
    order statistics beyond). The sequence is fixed before any answerable query's loss is
    read, as fixed-sequence testing needs.
 2. Along it, from the lowest floor up, the null :math:`R(f) > X` is tested with the
    Hoeffding-Bentkus p-value of the answerable **calibration** queries' mean loss, at
    level :math:`\delta = 1 - \mathrm{confidence}`, stopping at the first not rejected
-   (:func:`ragguard.calibration.fit.risk.certify_means`).
+   (``ragguard.calibration.fit.risk.certify_means``).
 3. The highest certified floor is written: the most unanswerable queries caught with
    :math:`R(f) \le X` certified. When none is certified, no floor is written and the
-   calibration says so (:meth:`AnswerabilityResult.shortfall`).
+   calibration says so (``AnswerabilityResult.shortfall``).
 
 It assumes the answerable new queries are exchangeable with the answerable calibration
 queries (same distribution of queries, corpus, retriever and reranker); the guarantee is
@@ -55,7 +54,7 @@ answerable calibration queries (29 for :math:`X = 0.1` at 95%).
 The held-out queries, never used to choose the floor, then give the share of
 unanswerable queries caught and of answerable ones lost, with percentile bootstrap
 intervals, and the written setting with and without the floor side by side on the
-reported metrics (:attr:`AnswerabilityResult.effect`).
+reported metrics (``AnswerabilityResult.effect``).
 """
 
 from __future__ import annotations
@@ -110,7 +109,7 @@ MAX_FLOORS = 256
 """The most floors one calibration tests (evenly spaced among the candidates beyond)."""
 
 DIGITS = 4
-"""Significant digits of a candidate floor (:func:`floor_above`)."""
+"""Significant digits of a candidate floor (``floor_above``)."""
 
 RETRIEVAL_SCALE = "normalised retrieval score"
 RERANK_SCALE = "rerank probability"
@@ -185,7 +184,7 @@ def floor_above(top: float, digits: int = DIGITS) -> float:
 
 
 def candidate_floors(unanswerable_tops: F64, limit: int = MAX_FLOORS) -> F64:
-    """The floors to test, increasing: :func:`floor_above` each finite score of
+    """The floors to test, increasing: ``floor_above`` each finite score of
     ``unanswerable_tops`` (one floor per distinct value); at most ``limit``, evenly
     spaced order statistics (the highest kept) when there are more."""
     finite = np.asarray(unanswerable_tops, dtype=np.float64)
@@ -314,7 +313,7 @@ class AnswerabilityResult:
 
     def statement(self) -> str:
         """The floor and its guarantee in words, with the assumptions (or why there is
-        none: :meth:`shortfall`)."""
+        none: ``shortfall``)."""
         if self.floor is None:
             return self.shortfall()
         pct = f"{self.confidence:.0%}"
@@ -500,13 +499,13 @@ def fit_answerability(
     certified on the calibration queries, checked on the held-out ones.
 
     Args:
-        top: per query, the evidence score the floor reads (:func:`evidence_tops`;
+        top: per query, the evidence score the floor reads (``evidence_tops``;
             ``inf`` where the guard does not apply the floor).
         arrays: the run's arrays (which queries are answerable, which unanswerable).
         kernel: the kernel the written setting cuts on (the floor's effect on the
             metrics is measured on it).
         written: the written setting's per-query cut.
-        scale: what ``top`` is, in words (:data:`RETRIEVAL_SCALE`, :data:`RERANK_SCALE`).
+        scale: what ``top`` is, in words (``RETRIEVAL_SCALE``, ``RERANK_SCALE``).
         setting: the written setting, in words.
         metrics: the metrics the floor's effect is compared on.
         plan: the fit: its calibration queries (the floor is certified on them), its

@@ -12,16 +12,16 @@ Steps, per run (retrieval profile):
 
 1. split the labelled queries into a **calibration** part and a **held-out** part
    (``holdout`` of them, drawn with ``seed``; the same split for every run);
-2. sweep the grid (:func:`ragguard.calibration.fit.space.retrieval_space`) on the
+2. sweep the grid (``ragguard.calibration.fit.space.retrieval_space``) on the
    **calibration queries only**, and choose a rule family by ``folds``-fold
    cross-validation with the one-standard-error rule, preferring plain top-k, then
-   fewer rules (:mod:`ragguard.calibration.fit.select`); the family's best point on
+   fewer rules (``ragguard.calibration.fit.select``); the family's best point on
    the calibration queries is the choice checked in step 4. When no setting of the
    default grid meets the constraints, the caps grow to the candidate depth (at most
-   :data:`~ragguard.calibration.fit.space.MAX_K_LIMIT`) and the sweep runs again; a
+   ``MAX_K_LIMIT``) and the sweep runs again; a
    ``max_k`` or a ``grid`` you give is a constraint, never exceeded. With
    ``guarantee`` the choice is instead the smallest context whose evidence recall the
-   calibration queries certify by Learn-then-Test (:mod:`ragguard.calibration.fit.risk`);
+   calibration queries certify by Learn-then-Test (``ragguard.calibration.fit.risk``);
 3. choose the **baseline**, plain top-k, the same way (the best fixed k on the same
    queries, or the ``baseline_k`` you give), so the comparison asks whether the guard
    beats a tuned k, not an arbitrary one;
@@ -31,37 +31,41 @@ Steps, per run (retrieval profile):
    comparison is in-sample and says so;
 5. when the held-out interval of the objective's difference says the choice is
    **worse** than the best plain top-k, write plain top-k instead (``on_worse="top-k"``,
-   the default) or write nothing (``on_worse="stop"``: :meth:`CalibrationResult.save_config`
-   raises), and say why;
+   the default) or write nothing (``on_worse="stop"``:
+   [`CalibrationResult.save_config`][ragguard.calibration.CalibrationResult.save_config] raises),
+   and say why;
 6. **refit**: re-select the chosen family's point on **all** queries; that is the
-   setting the config holds (:attr:`RunCalibration.written`). A guarantee is not
+   setting the config holds (``RunCalibration.written``). A guarantee is not
    refitted: the certified setting is written, and the held-out queries, never used to
    certify it, check it;
 7. compute each query's optimal context size (where cumulative utility peaks;
-   :attr:`RunCalibration.optimal`);
+   ``RunCalibration.optimal``);
 8. with ``max_false_abstain``, calibrate ``min_evidence`` for the written setting on the
    calibration queries and check it on the held-out ones
-   (:mod:`ragguard.calibration.fit.answerability`).
+   (``ragguard.calibration.fit.answerability``).
 
-Steps 2 and 4-6 are one search (:func:`ragguard.calibration.fit.search.search`). With a
+Steps 2 and 4-6 are one search (``ragguard.calibration.fit.search.search``). With a
 second stage (``reranker`` or ``rerank_scores``) the same search runs a second time, on
 the recommended run's rerank depths x rerank cuts x caps
-(:mod:`ragguard.calibration.fit.second_stage`), checked against that run's
+(``ragguard.calibration.fit.second_stage``), checked against that run's
 retrieval-only choice and its plain top-k; its setting is written, or the
-retrieval-only one with the reason (:meth:`CalibrationResult.written_setting`: the one
-description of what the config holds, part of the result's one view,
-:meth:`CalibrationResult.view`, which the console, ``--json``, the report and the
-provenance all render).
+retrieval-only one with the reason
+([`CalibrationResult.written_setting`][ragguard.calibration.CalibrationResult.written_setting]: the
+one description of what the config holds, part of the result's one view,
+[`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view], which the console,
+``--json``, the report and the provenance all render).
 
 When the written setting misses a constraint (or no setting can carry the guarantee),
-:meth:`CalibrationResult.unmet` names the best reachable value and the setting that
-reaches it, and :meth:`~CalibrationResult.save_config` refuses unless
+[`CalibrationResult.unmet`][ragguard.calibration.CalibrationResult.unmet] names the best reachable
+value and the setting that reaches it, and
+[`save_config`][ragguard.calibration.CalibrationResult.save_config] refuses unless
 ``allow_unmet=True`` (then the shortfall is recorded in the provenance).
 
 The run whose chosen setting scores best on the calibration queries (meeting the
-constraints first) is recommended; :meth:`CalibrationResult.config` turns it into a
-:class:`~ragguard.config.GuardConfig` with provenance (data hash, date, profile,
-objective, constraints, the chosen point's metrics).
+constraints first) is recommended;
+[`CalibrationResult.config`][ragguard.calibration.CalibrationResult.config] turns it into a
+[`GuardConfig`][ragguard.GuardConfig] with provenance (data hash, date, profile, objective,
+constraints, the chosen point's metrics).
 """
 
 from __future__ import annotations
@@ -183,9 +187,9 @@ def needs_texts(
     near_duplicate_threshold: float | None = None,
     conflicts: Sequence[str | ConflictMode] = (),
 ) -> bool:
-    """Whether :func:`calibrate` with these options reads passage texts: a ``reranker``
-    scores (query, passage text) pairs, and the token budget, near-duplicate and conflict
-    stages after the cut read the ranked passages. Precomputed ``rerank_scores`` and
+    """Whether [`calibrate`][ragguard.calibration.calibrate] with these options reads passage texts:
+    a ``reranker`` scores (query, passage text) pairs, and the token budget, near-duplicate and
+    conflict stages after the cut read the ranked passages. Precomputed ``rerank_scores`` and
     the rest of a calibration read none, so an eval set loaded with
     ``load_evalset(..., texts=False)`` serves them (and holds no corpus text)."""
     return (
@@ -200,8 +204,9 @@ def needs_texts(
 class Calibrator:
     """Calibration as an estimator: the settings of a calibration, grouped into option
     objects and checked when built (a bad value raises
-    :class:`~ragguard.errors.ConfigError` before any data is read), and :meth:`fit`,
-    which runs it on an eval set (the steps of the module docstring).
+    [`ConfigError`][ragguard.ConfigError] before any data is read), and
+    [`fit`][ragguard.calibration.Calibrator.fit], which runs it on an eval set (the steps of the
+    module docstring).
 
     ::
 
@@ -216,7 +221,7 @@ class Calibrator:
         result = calibrator.fit(evalset)
         result.save_config("ragguard.toml")
 
-    :func:`calibrate` takes the same settings as keyword arguments.
+    [`calibrate`][ragguard.calibration.calibrate] takes the same settings as keyword arguments.
 
     Attributes:
         objective: the metric to optimise (a registry metric string or ``passages``);
@@ -227,18 +232,18 @@ class Calibrator:
             into the config.
         rules: which grades are relevant / partially relevant (default: the profile's).
         runs: the runs to calibrate (default: all).
-        search: the retrieval settings swept (:class:`~ragguard.calibration.fit.options.Search`).
+        search: the retrieval settings swept ([`Search`][ragguard.calibration.Search]).
         split: calibration / held-out queries and folds
-            (:class:`~ragguard.calibration.fit.options.Split`).
-        check: the held-out check (:class:`~ragguard.calibration.fit.options.Check`).
+            ([`Split`][ragguard.calibration.Split]).
+        check: the held-out check ([`Check`][ragguard.calibration.Check]).
         guarantee: a recall guarantee instead of the objective's optimum
-            (:class:`~ragguard.calibration.fit.options.Guarantee`).
+            ([`Guarantee`][ragguard.calibration.Guarantee]).
         stages: the stages after the cut swept with every setting
-            (:class:`~ragguard.calibration.fit.options.Stages`).
+            ([`Stages`][ragguard.calibration.Stages]).
         rerank: a second stage calibrated with the recommended run
-            (:class:`~ragguard.calibration.fit.options.RerankSearch`).
+            ([`RerankSearch`][ragguard.calibration.RerankSearch]).
         answerability: calibrate ``min_evidence`` for the written setting
-            (:class:`~ragguard.calibration.fit.options.Answerability`).
+            ([`Answerability`][ragguard.calibration.Answerability]).
     """
 
     objective: str = "udcg"
@@ -309,8 +314,8 @@ class Calibrator:
         Args:
             evalset: labelled queries and their runs.
             corpus: JSONL corpus files with passage texts, for a reranker and the stages
-                after the cut; added to ``evalset.texts`` (:meth:`EvalSet.with_texts`),
-                each read once.
+                after the cut; added to ``evalset.texts``
+                ([`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]), each read once.
             passages: more passage texts, ``{passage id: text}``.
             on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run,
                 and one for the second stage.
@@ -538,8 +543,8 @@ def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for calle
     conflict_similarities: Sequence[float] = (),
 ) -> CalibrationResult:
     """Sweep every run, choose a setting per run, check it on held-out queries: a
-    :class:`Calibrator` built from these keyword arguments, fitted on ``evalset``
-    (``Calibrator(...).fit(evalset)`` groups them into option objects).
+    [`Calibrator`][ragguard.calibration.Calibrator] built from these keyword arguments, fitted on
+    ``evalset`` (``Calibrator(...).fit(evalset)`` groups them into option objects).
 
     Args:
         evalset: labelled queries and their runs.
@@ -554,13 +559,13 @@ def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for calle
             among the candidates: the recall a guard controls; classic ``recall``, over
             every judged document, stays in the report as the retriever's ceiling).
         max_k: the largest cap tried (grid ``1..max_k``), a constraint: the caps never
-            grow past it. ``None`` (the default): caps ``1..`` :data:`DEFAULT_MAX_K`,
+            grow past it. ``None`` (the default): caps ``1..`` ``DEFAULT_MAX_K``,
             which grow to the candidate depth (at most
-            :data:`~ragguard.calibration.fit.space.MAX_K_LIMIT`) when no setting meets
+            ``MAX_K_LIMIT``) when no setting meets
             the constraints, or with ``guarantee``. Ignored when ``grid`` is given (a
             grid never grows).
-        grid: the settings to try (default :meth:`SweepGrid.up_to(max_k)
-            <ragguard.calibration.fit.sweep.SweepGrid.up_to>`).
+        grid: the settings to try (default
+            [`SweepGrid.up_to(max_k)`][ragguard.calibration.SweepGrid.up_to]).
         metrics: metrics computed at every setting (the objective and constraint metrics
             are added).
         holdout: fraction of queries held out for the check (0 disables it).
@@ -569,37 +574,39 @@ def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for calle
             top-k of the grid.
         n_bootstrap: bootstrap resamples for the intervals.
         level: confidence level of the intervals.
-        reranker: a second stage (:class:`~ragguard.rerank.Reranker`) to calibrate with
+        reranker: a second stage ([`Reranker`][ragguard.Reranker]) to calibrate with
             the recommended run: its scores are computed once per (model, query,
-            passage text) and cached (:mod:`ragguard.calibration.fit.rerank_scores`), a
+            passage text) and cached (``ragguard.calibration.fit.rerank_scores``), a
             probability map is fitted, and retrieval depth x rerank cut x max_k is swept
-            (:mod:`ragguard.calibration.fit.second_stage`); the config then enables the stage.
+            (``ragguard.calibration.fit.second_stage``); the config then enables the stage.
         rerank_scores: precomputed second-stage scores instead of a ``reranker``
-            (:func:`~ragguard.calibration.fit.rerank_scores.read_rerank_run`).
+            (``read_rerank_run``).
         rerank_score_kind: what the reranker returns, when it does not declare it.
         rerank_grid: the rerank cuts and depths tried (default ``RerankGrid()``).
         probability_map: ``"platt"`` (default) or ``"isotonic"``.
         corpus: JSONL corpus files with passage texts, for ``reranker`` and the stages
-            after the cut; added to ``evalset.texts`` (:meth:`EvalSet.with_texts`), each
-            read once.
+            after the cut; added to ``evalset.texts``
+            ([`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]), each read once.
         passages: more passage texts, ``{passage id: text}``.
         cache_dir: the rerank score cache (``True``: the default folder; ``None``: off).
         on_rerank_query: progress callback ``(queries done, queries)`` while scoring.
         folds: cross-validation folds for the choice of rule family (fewer on small
-            sets; see :mod:`ragguard.calibration.fit.select`).
+            sets; see ``ragguard.calibration.fit.select``).
         on_worse: when the held-out check finds the choice worse than the best plain
             top-k on the objective: ``"top-k"`` writes plain top-k instead, ``"stop"``
-            writes nothing (:meth:`CalibrationResult.save_config` raises).
+            writes nothing
+            ([`CalibrationResult.save_config`][ragguard.calibration.CalibrationResult.save_config]
+            raises).
         guarantee: ``"recall>=0.9"``: choose the smallest context whose mean evidence
             recall on new queries is at least 0.9 with probability ``confidence``
             (Learn-then-Test with Hoeffding-Bentkus p-values, Angelopoulos et al. 2021;
-            see :mod:`ragguard.calibration.fit.risk`). The objective is then reported, not
+            see ``ragguard.calibration.fit.risk``). The objective is then reported, not
             optimised.
         confidence: the confidence level of the guarantee and of ``max_false_abstain``.
         max_tokens: sweep every setting with this token budget applied after the cut
             (texts from the eval set, a ``corpus.jsonl`` beside it, ``corpus`` and
             ``passages``), so the choice respects it; the config carries it.
-        token_counter: how ``max_tokens`` counts (:mod:`ragguard.tokens`).
+        token_counter: how ``max_tokens`` counts (``ragguard.tokens``).
         near_duplicate_threshold: sweep every setting with near-duplicate control on.
         on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run, and
             one for the second stage.
@@ -609,18 +616,18 @@ def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for calle
             this share of answerable queries abstain on new queries, with probability
             ``confidence``, by Learn-then-Test on the calibration queries; the held-out
             queries report the shares of unanswerable queries caught and of answerable
-            ones lost (:mod:`ragguard.calibration.fit.answerability`). Needs unanswerable
+            ones lost (``ragguard.calibration.fit.answerability``). Needs unanswerable
             queries (judged, none relevant); default off.
         conflicts: conflict modes to sweep (``"off"``, ``"flag"``, ``"keep_first"``,
             ``"drop"``; not ``"prefer"``, whose metadata eval sets do not carry): every
             setting is tried under each, at each of ``conflict_similarities``, with the
             runtime's conflict stage after the cut, and the choice among them is made
             on the objective like any other (a conflict mode counts as one more rule;
-            :mod:`ragguard.calibration.fit.conflict_sweep`). The held-out check compares
+            ``ragguard.calibration.fit.conflict_sweep``). The held-out check compares
             with plain top-k under the simplest one swept (``off`` when given). Empty
             (the default): the conflict stage is not swept.
         conflict_similarities: the ``conflict_similarity`` values swept (default
-            :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
+            ``DEFAULT_CONFLICT_SIMILARITY``).
 
     Raises:
         EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
@@ -681,7 +688,7 @@ def calibrate_answerability(
     result: CalibrationResult, plan: FitPlan, option: Answerability
 ) -> AnswerabilityResult:
     """Calibrate ``min_evidence`` for the setting ``result``'s config holds
-    (:func:`ragguard.calibration.fit.answerability.fit_answerability` on the scores the floor
+    (``ragguard.calibration.fit.answerability.fit_answerability`` on the scores the floor
     reads under that setting): certified on the calibration queries of ``plan``, checked
     on its held-out ones, with the share and confidence of ``option``.
 
@@ -725,7 +732,7 @@ def _two_stage(
 ) -> RunCalibration:
     """The second search: score the recommended run's candidates (or take the given
     scores), build the space of retrieval depth x rerank cut x ``grid``'s caps
-    (:func:`ragguard.calibration.fit.second_stage.rerank_space`; the passage texts are
+    (``ragguard.calibration.fit.second_stage.rerank_space``; the passage texts are
     ``evalset.texts``), and search it, checked against the run's retrieval-only choice
     and its best plain top-k."""
     arrays = best.arrays

@@ -1,7 +1,7 @@
 """Sweeping the conflict stage: ``conflicts`` x ``conflict_similarity`` as settings.
 
 ``calibrate(conflicts=["off", "keep_first", "drop"], conflict_similarities=[0.3, 0.5])``
-tries every setting of the grid under every conflict setting (:func:`conflict_settings`)
+tries every setting of the grid under every conflict setting (``conflict_settings``)
 and chooses among all of them on the objective, like any other setting: cross-validated
 as part of the rule family (a conflict mode counts as one more rule, so the simplest
 family within one standard error wins), checked on held-out queries against the best
@@ -9,11 +9,10 @@ plain top-k *without* it, refitted on all queries. ``drop`` reaches the config o
 when it wins that choice.
 
 Each conflict setting is swept with the runtime's own stage code
-(:func:`ragguard.conflicts.conflict_stage` after the cut, then near-duplicates and the
-token budget) in a kernel of its own (:class:`~ragguard.calibration.fit.sweep_stages.
-PassageStages`; ``drop``, which is not causal along the ranked list, per cut). The
-conflicting pairs of each query are found once, at the lowest similarity swept: a pair
-at a higher level is one of those at least that similar. :class:`StageKernels` shows
+(``ragguard.conflicts.conflict_stage`` after the cut, then near-duplicates and the
+token budget) in a kernel of its own (``PassageStages``; ``drop``, which is not causal along the
+ranked list, per cut). The conflicting pairs of each query are found once, at the lowest similarity
+swept: a pair at a higher level is one of those at least that similar. ``StageKernels`` shows
 the kernels as one, so the sweep, the cross-validation, the held-out check and the
 guarantee read every setting alike.
 
@@ -22,7 +21,7 @@ that eval sets do not carry. Set it in the config by hand (``conflicts = "prefer
 ``conflict_prefer = "date"``).
 
 The report states how well detection finds labelled distractors
-(:func:`conflict_detection`): a candidate among the first ``max_k`` ranked is
+(``conflict_detection``): a candidate among the first ``max_k`` ranked is
 *flagged* when it is in a conflicting pair with another of them, *positive* when it is
 a known distractor or has negative utility.
 """
@@ -94,7 +93,7 @@ def conflict_settings(
         conflicts: modes (``"off"``, ``"flag"``, ``"keep_first"``, ``"drop"``); empty:
             nothing to sweep.
         similarities: ``conflict_similarity`` values in (0, 1] (default
-            :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
+            ``DEFAULT_CONFLICT_SIMILARITY``).
 
     Raises:
         ConfigError: an unknown mode, ``prefer``, a similarity outside (0, 1] or not a
@@ -155,7 +154,7 @@ def similarity_levels(settings: Sequence[ConflictSetting]) -> tuple[float, ...]:
 
 def describe_conflicts(setting: ConflictSetting) -> str:
     """``conflicts off``, ``conflicts=drop@0.5``: a conflict setting in words (the label
-    :func:`~ragguard.calibration.fit.sweep.describe_point` appends)."""
+    ``describe_point`` appends)."""
     mode, sim = setting
     return "conflicts off" if mode is ConflictMode.OFF else f"conflicts={mode.value}@{sim:g}"
 
@@ -168,8 +167,8 @@ class StageKernels(SweepKernel):
 
     A setting's per-query cut is ``block * stride + c``: ``block`` its conflict setting's
     index in ``settings``, ``c`` the cut in that setting's kernel
-    (:meth:`SweepKernel.cuts`), ``stride`` the largest cut plus one. Every setting of one
-    row of cuts lies in one block, so :meth:`values` and :meth:`group_sums` read each row
+    (``SweepKernel.cuts``), ``stride`` the largest cut plus one. Every setting of one
+    row of cuts lies in one block, so ``values`` and ``group_sums`` read each row
     from its own kernel.
 
     Args:
@@ -180,8 +179,8 @@ class StageKernels(SweepKernel):
             ``max_cut + 1``, the same for every kernel built with the same ``max_cut``
             (the two-stage sweep places cuts of the retrieval kernel into its own).
         pairs: per row, the conflicting pairs among its first ``max_cut`` ranked
-            candidates at the lowest similarity swept (:func:`similarity_levels`; for
-            :func:`conflict_detection`).
+            candidates at the lowest similarity swept (``similarity_levels``; for
+            ``conflict_detection``).
     """
 
     def __init__(
@@ -254,14 +253,14 @@ class StageKernels(SweepKernel):
         return out
 
     def context(self, row: int, kept: int) -> list[int]:
-        """As :meth:`SweepKernel.context`, in the cut's own block."""
+        """As ``SweepKernel.context``, in the cut's own block."""
         b = int(kept) // self.stride
         if not 0 <= b < len(self.blocks):
             raise EvalSetError(f"{kept} is no conflict setting's cut (stride {self.stride})")
         return self.blocks[b].context(row, int(kept) - b * self.stride)
 
     def values(self, kept: NDArray[np.integer[Any]], metrics: Sequence[str] | None = None) -> F64:
-        """As :meth:`SweepKernel.values`, each row of cuts read from its own block."""
+        """As ``SweepKernel.values``, each row of cuts read from its own block."""
         k = np.asarray(kept, dtype=np.intp)
         ks = k.reshape(-1, k.shape[-1]) if k.ndim else k.reshape(1, 1)
         block, local = self._rows_of(ks)
@@ -275,7 +274,7 @@ class StageKernels(SweepKernel):
     def group_sums(
         self, kept: Cuts, part: I, n_groups: int, weight: F64 | None = None
     ) -> tuple[F64, F64]:
-        """As :meth:`SweepKernel.group_sums`, each row of cuts read from its own block."""
+        """As ``SweepKernel.group_sums``, each row of cuts read from its own block."""
         block, local = self._rows_of(kept)
         shape = (n_groups, kept.shape[0], len(self.metrics))
         sums, counts = np.zeros(shape), np.zeros(shape)
@@ -305,7 +304,7 @@ class StageSweep:
 
     Attributes:
         base: the token budget and near-duplicate stages, with where the texts are read.
-        settings: the conflict settings swept (:func:`conflict_settings`), the first the
+        settings: the conflict settings swept (``conflict_settings``), the first the
             base one (the held-out check compares with plain top-k under it).
     """
 
@@ -336,12 +335,12 @@ class StageSweep:
     def config_settings(self) -> dict[str, Any]:
         """The config fields every setting shares (the token budget, near-duplicates);
         a setting's conflict fields go with the setting
-        (:func:`ragguard.calibration.fit.sweep.guard_settings`)."""
+        (``ragguard.calibration.fit.sweep.guard_settings``)."""
         return self.base.config_settings()
 
     def kernel(self, arrays: EvalArrays, metrics: Sequence[str], width: int) -> SweepKernel:
         """The sweep kernel of ``arrays`` with these stages (texts read here): a
-        :class:`StageKernels` when conflicts are swept.
+        ``StageKernels`` when conflicts are swept.
 
         Raises:
             EvalSetError: a ranked candidate has no text, or every text is empty.
@@ -515,7 +514,7 @@ def conflict_detection(
 ) -> ConflictDetection:
     """Detection at ``similarity`` on query ``rows``, among each query's first ``max_k``
     ranked candidates (at most the kernel's width), against the labels of the kernel's
-    run (see :class:`ConflictDetection`).
+    run (see ``ConflictDetection``).
 
     Raises:
         ConfigError: ``similarity`` below the lowest one the kernel's pairs were found

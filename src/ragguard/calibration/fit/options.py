@@ -1,4 +1,4 @@
-"""The option objects of :class:`~ragguard.calibration.fit.calibrator.Calibrator`: small
+"""The option objects of [`Calibrator`][ragguard.calibration.Calibrator]: small
 frozen groups of settings, one job each, checked when built.
 
 ::
@@ -14,16 +14,16 @@ frozen groups of settings, one job each, checked when built.
     result = calibrator.fit(evalset)
 
 =================  =============================================================
-:class:`Search`    the retrieval settings swept: caps, grid, metrics computed
-:class:`Split`     calibration / held-out queries and cross-validation folds
-:class:`Check`     the held-out check: baseline, paired bootstrap, what a loss does
-:class:`Guarantee` a finite-sample recall guarantee (Learn-then-Test)
-:class:`Stages`    the stages after the cut swept with every setting
-:class:`RerankSearch`  a second stage (reranker or its scores) swept with the run
-:class:`Answerability` the ``min_evidence`` floor calibrated for the written setting
+``Search``         the retrieval settings swept: caps, grid, metrics computed
+``Split``          calibration / held-out queries and cross-validation folds
+``Check``          the held-out check: baseline, paired bootstrap, what a loss does
+``Guarantee``      a finite-sample recall guarantee (Learn-then-Test)
+``Stages``         the stages after the cut swept with every setting
+``RerankSearch``   a second stage (reranker or its scores) swept with the run
+``Answerability``  the ``min_evidence`` floor calibrated for the written setting
 =================  =============================================================
 
-A bad value raises :class:`~ragguard.errors.ConfigError` with one line naming the
+A bad value raises [`ConfigError`][ragguard.ConfigError] with one line naming the
 option, before any data is read.
 """
 
@@ -157,12 +157,12 @@ class Search:
     Attributes:
         max_k: the largest cap tried (grid ``1..max_k``), a constraint: the caps never
             grow past it. ``None`` (the default): caps ``1..``
-            :data:`~ragguard.calibration.fit.calibrator.DEFAULT_MAX_K`, which grow to the
-            candidate depth (at most :data:`~ragguard.calibration.fit.calibrator.MAX_K_LIMIT`)
+            ``DEFAULT_MAX_K``, which grow to the
+            candidate depth (at most ``MAX_K_LIMIT``)
             when no setting meets the constraints, or with a guarantee. Ignored when
             ``grid`` is given (a grid never grows).
-        grid: the settings to try (default :meth:`SweepGrid.up_to(max_k)
-            <ragguard.calibration.fit.sweep.SweepGrid.up_to>`).
+        grid: the settings to try (default
+            [`SweepGrid.up_to(max_k)`][ragguard.calibration.SweepGrid.up_to]).
         metrics: metrics computed at every setting (the objective and constraint
             metrics are added).
     """
@@ -194,7 +194,7 @@ class Split:
         holdout: fraction of queries held out for the check (0 disables it).
         seed: seed of the split, the folds and the bootstrap.
         folds: cross-validation folds for the choice of rule family (fewer on small
-            sets; see :mod:`ragguard.calibration.fit.select`).
+            sets; see ``ragguard.calibration.fit.select``).
     """
 
     holdout: float = 0.3
@@ -221,8 +221,9 @@ class Check:
             top-k of the grid (one of the grid's caps).
         on_worse: when the held-out check finds the choice worse than the baseline on
             the objective: ``"top-k"`` writes plain top-k instead, ``"stop"`` writes
-            nothing (:meth:`CalibrationResult.save_config
-            <ragguard.calibration.CalibrationResult.save_config>` raises).
+            nothing
+            ([`CalibrationResult.save_config`][ragguard.calibration.CalibrationResult.save_config]
+            raises).
     """
 
     n_bootstrap: int = 2000
@@ -246,7 +247,7 @@ class Guarantee:
     """A finite-sample recall guarantee: choose the smallest context whose mean evidence
     recall on new queries is at least ``recall`` with probability ``confidence``
     (Learn-then-Test with Hoeffding-Bentkus p-values, Angelopoulos et al. 2021; see
-    :mod:`ragguard.calibration.fit.risk`). The objective is then reported, not optimised.
+    ``ragguard.calibration.fit.risk``). The objective is then reported, not optimised.
 
     Attributes:
         recall: the guaranteed mean evidence recall, in (0, 1).
@@ -280,15 +281,15 @@ class Stages:
         max_tokens: a token budget of the kept passages (texts from the eval set, a
             ``corpus.jsonl`` beside it and the corpus passed to ``fit``), so the choice
             respects it; the config carries it.
-        token_counter: how ``max_tokens`` counts (:mod:`ragguard.tokens`).
+        token_counter: how ``max_tokens`` counts (``ragguard.tokens``).
         near_duplicate_threshold: near-duplicate control on at this similarity.
         conflicts: conflict modes to sweep (``"off"``, ``"flag"``, ``"keep_first"``,
             ``"drop"``; not ``"prefer"``, whose metadata eval sets do not carry): every
             setting is tried under each, at each of ``conflict_similarities``, and the
             choice among them is made on the objective like any other
-            (:mod:`ragguard.calibration.fit.conflict_sweep`). Empty: not swept.
+            (``ragguard.calibration.fit.conflict_sweep``). Empty: not swept.
         conflict_similarities: the ``conflict_similarity`` values swept (default
-            :data:`~ragguard.policy.DEFAULT_CONFLICT_SIMILARITY`).
+            ``DEFAULT_CONFLICT_SIMILARITY``).
     """
 
     max_tokens: int | None = None
@@ -324,14 +325,14 @@ class Stages:
 class RerankSearch:
     """A second stage calibrated with the recommended run: the reranker's scores are
     computed once per (model, query, passage text) and cached
-    (:mod:`ragguard.calibration.fit.rerank_scores`), or given; a probability map is fitted
+    (``ragguard.calibration.fit.rerank_scores``), or given; a probability map is fitted
     and retrieval depth x rerank cut x ``max_k`` is swept
-    (:mod:`ragguard.calibration.fit.second_stage`); the config then enables the stage.
+    (``ragguard.calibration.fit.second_stage``); the config then enables the stage.
 
     Attributes:
-        reranker: the second stage (:class:`~ragguard.rerank.Reranker`).
+        reranker: the second stage ([`Reranker`][ragguard.Reranker]).
         scores: precomputed second-stage scores instead of a ``reranker``
-            (:func:`~ragguard.calibration.fit.rerank_scores.read_rerank_run`).
+            (``read_rerank_run``).
         score_kind: what the reranker returns, when it does not declare it.
         grid: the rerank cuts and depths tried (default ``RerankGrid()``).
         probability_map: ``"platt"`` (default) or ``"isotonic"``.
@@ -366,7 +367,7 @@ class Answerability:
     the second stage) under which at most ``max_false_abstain`` of answerable queries
     abstain on new queries, with probability ``confidence``, by Learn-then-Test on the
     calibration queries; the held-out queries report the shares of unanswerable queries
-    caught and of answerable ones lost (:mod:`ragguard.calibration.fit.answerability`).
+    caught and of answerable ones lost (``ragguard.calibration.fit.answerability``).
     Needs unanswerable queries (judged, none relevant); not combined with a guarantee.
 
     Attributes:

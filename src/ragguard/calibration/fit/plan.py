@@ -1,6 +1,6 @@
-"""One fit's resolved settings (:class:`FitPlan`): what it optimises, on which queries,
+"""One fit's resolved settings (``FitPlan``): what it optimises, on which queries,
 and how it checks, read alike by the one search
-(:func:`~ragguard.calibration.fit.search.search`) over a run's retrieval settings and
+(``search``) over a run's retrieval settings and
 over its second stage's."""
 
 from __future__ import annotations

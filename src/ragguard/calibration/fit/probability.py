@@ -1,10 +1,10 @@
 r"""Fitting a rerank score's map to p(relevant), and measuring how calibrated it is.
 
-:func:`fit_platt` (logistic regression on the logit-scale score, by maximum likelihood)
-and :func:`fit_isotonic` (pool-adjacent-violators) return a
-:class:`~ragguard.probability.ProbabilityMap` that the config stores and the runtime
-guard applies. :func:`brier_score`, :func:`expected_calibration_error` and
-:func:`reliability` say how well probabilities match observed frequencies.
+``fit_platt`` (logistic regression on the logit-scale score, by maximum likelihood)
+and ``fit_isotonic`` (pool-adjacent-violators) return a
+[`ProbabilityMap`][ragguard.ProbabilityMap] that the config stores and the runtime
+guard applies. ``brier_score``, ``expected_calibration_error`` and
+``reliability`` say how well probabilities match observed frequencies.
 
 Platt
 -----
@@ -28,8 +28,8 @@ predicts.
 
 Neither fitter returns a map that cannot rank: a Platt slope :math:`a \le 0` (the scores
 fall as relevance rises, so the map would keep the worst passages) and a flat isotonic
-fit raise :class:`~ragguard.errors.EvalSetError` (a ``ValueError``) instead, as the config
-refuses such maps (:class:`~ragguard.probability.ProbabilityMap`).
+fit raise [`EvalSetError`][ragguard.EvalSetError] (a ``ValueError``) instead, as the config
+refuses such maps ([`ProbabilityMap`][ragguard.ProbabilityMap]).
 
 Calibration error
 -----------------
@@ -266,5 +266,5 @@ def reliability(p: ArrayLike, y: ArrayLike, bins: int = 10) -> Reliability:
 
 
 def expected_calibration_error(p: ArrayLike, y: ArrayLike, bins: int = 10) -> float:
-    """ECE over ``bins`` equal-width bins (see :class:`Reliability`)."""
+    """ECE over ``bins`` equal-width bins (see ``Reliability``)."""
     return reliability(p, y, bins).ece

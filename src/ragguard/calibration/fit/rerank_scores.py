@@ -1,13 +1,13 @@
 """Second-stage scores for calibration: a reranker run once per (model, query, passage),
 cached on disk, or precomputed scores read from a run file.
 
-Two-stage calibration (:mod:`ragguard.calibration.fit.second_stage`) needs the rerank score of
+Two-stage calibration (``ragguard.calibration.fit.second_stage``) needs the rerank score of
 every candidate a setting may send to the reranker: the first ``top_n`` by retrieval
 score of each labelled query, for the largest ``top_n`` of the grid, over every run.
 They come from
 
-* a **reranker** (:class:`~ragguard.rerank.Reranker`: a
-  :class:`~ragguard.rerank.CrossEncoderReranker` or any ``(query, texts) -> scores``
+* a **reranker** ([`Reranker`][ragguard.Reranker]: a
+  [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] or any ``(query, texts) -> scores``
   callable), called once per query with the texts not yet cached; the texts come from
   the eval set (candidates' ``text`` in ragguard's JSONL, UDCG passages), the folder's
   ``corpus.jsonl``, a BEIR ``corpus.jsonl``, ``corpus=`` files or ``passages=``;
@@ -27,19 +27,19 @@ A second calibration with other options therefore calls no model.
 Only finite scores of calls that succeeded are stored. A cached value that is not a
 finite number (text, ``NULL``: how older versions stored a NaN, infinity) counts as
 missing and is computed again, never served. A cache file that is corrupt, truncated or
-unreadable raises :class:`~ragguard.errors.ScoreCacheError` naming it (delete it or give
+unreadable raises [`ScoreCacheError`][ragguard.ScoreCacheError] naming it (delete it or give
 ``--rerank-cache`` another folder); so does a folder that cannot be created or written
 (naming the folder), and a file another process keeps locked for more than
-:data:`CACHE_LOCK_TIMEOUT_S` seconds.
+``CACHE_LOCK_TIMEOUT_S`` seconds.
 
 **Failed calls.** Each query's passages are scored in one call through the runtime's own
-rerank stage (:class:`ragguard.rerank.RerankStage`, ``on_failure="fail_open"``), so a
+rerank stage (``ragguard.rerank.RerankStage``, ``on_failure="fail_open"``), so a
 call fails exactly when it would fail in the guard: the reranker raises, returns the
 wrong number of scores, or a score that is NaN or infinite. A failed call's scores are
-dropped (none is cached) and :attr:`RerankScores.failed` records its error; the
+dropped (none is cached) and ``RerankScores.failed`` records its error; the
 calibration sweeps that query as the guard selects when a call fails
-(:mod:`ragguard.calibration.fit.second_stage`). When every call fails,
-:class:`~ragguard.errors.RerankError` says so with the first error.
+(``ragguard.calibration.fit.second_stage``). When every call fails,
+[`RerankError`][ragguard.RerankError] says so with the first error.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ Progress = Callable[[int, int], None]
 
 CACHE_LOCK_TIMEOUT_S = 30.0
 """Seconds a calibration waits for a cache file another process has locked (a second
-calibration writing it) before :class:`~ragguard.errors.ScoreCacheError`."""
+calibration writing it) before [`ScoreCacheError`][ragguard.ScoreCacheError]."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -249,7 +249,7 @@ def passage_texts(
     passages: Mapping[str, str] | None = None,
 ) -> Callable[[str, str], str | None]:
     """A look-up ``(query id, passage id) -> text or None`` over every source of texts
-    (see the module docstring): :attr:`EvalSet.texts` (the eval-set file's texts, a
+    (see the module docstring): ``EvalSet.texts`` (the eval-set file's texts, a
     ``corpus.jsonl`` beside it), then ``corpus`` files and ``passages``."""
     return passage_sources(evalset, corpus=corpus, passages=passages).get
 
@@ -260,10 +260,10 @@ def passage_sources(
     corpus: Sequence[PathLike] = (),
     passages: Mapping[str, str] | None = None,
 ) -> Texts:
-    """The passage texts of :func:`passage_texts` with the titles the sources carry
+    """The passage texts of ``passage_texts`` with the titles the sources carry
     (``Texts.get(qid, doc)``, ``Texts.title(qid, doc)``): ``evalset.texts`` merged with
-    ``corpus`` and ``passages`` (:meth:`EvalSet.with_texts`); the eval-set file is not
-    read again."""
+    ``corpus`` and ``passages`` ([`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]);
+    the eval-set file is not read again."""
     return evalset.with_texts(corpus=corpus, passages=passages).texts
 
 
@@ -279,7 +279,7 @@ def default_cache_dir() -> Path:
 class _DiskCache:
     """(query, text) -> raw score in one SQLite file per model.
 
-    Every SQLite failure becomes a :class:`~ragguard.errors.ScoreCacheError` naming the
+    Every SQLite failure becomes a [`ScoreCacheError`][ragguard.ScoreCacheError] naming the
     file (or, when the file could not be created, the folder) and the way out.
     """
 
@@ -311,7 +311,7 @@ class _DiskCache:
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
-        """SQLite's errors as one :class:`ScoreCacheError` line."""
+        """SQLite's errors as one [`ScoreCacheError`][ragguard.ScoreCacheError] line."""
         try:
             yield
         except sqlite3.Error as exc:
@@ -382,13 +382,13 @@ def score_candidates(
         pairs: query id -> passage ids to score.
         texts: ``(query id, passage id) -> text``; default ``evalset.texts.get``.
         score_kind: what the reranker returns, when it does not declare it.
-        cache_dir: the cache folder; ``True`` for :func:`default_cache_dir`, ``None`` or
+        cache_dir: the cache folder; ``True`` for ``default_cache_dir``, ``None`` or
             ``False`` for no cache.
         on_query: called with (queries done, queries in all) after each query.
 
     A call that fails (the reranker raises, returns the wrong number of scores, or a
     score that is NaN or infinite: the runtime stage's check) leaves its query without
-    scores, in :attr:`RerankScores.failed`; nothing of it is cached.
+    scores, in ``RerankScores.failed``; nothing of it is cached.
 
     Raises:
         EvalSetError: a query or passage text is missing; scores declared probabilities
@@ -495,7 +495,7 @@ def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> Reran
     first is kept) are counted and reported in one warning line. A candidate without a
     usable score is what a failed call is at runtime: the calibration sweeps its query
     on retrieval scores at every ``top_n`` that reaches it
-    (:mod:`ragguard.calibration.fit.second_stage`).
+    (``ragguard.calibration.fit.second_stage``).
 
     Raises:
         EvalSetError: the file is missing or malformed, ``score_kind`` is not given, or

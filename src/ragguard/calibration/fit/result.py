@@ -1,11 +1,12 @@
 """The result of a calibration: every run's search and the second stage's
-(:class:`~ragguard.calibration.fit.search.RunCalibration`), what the config holds
-(:class:`WrittenSetting`), what it misses (:class:`Shortfall`), the config with its
-provenance and its saving (:class:`CalibrationResult`), and the data's fingerprint
-(:func:`data_fingerprint`).
+(``RunCalibration``), what the config holds
+(``WrittenSetting``), what it misses (``Shortfall``), the config with its
+provenance and its saving ([`CalibrationResult`][ragguard.calibration.CalibrationResult]), and the
+data's fingerprint (``data_fingerprint``).
 
-:func:`ragguard.calibration.fit.calibrator` builds a :class:`CalibrationResult`; the
-renderers (the report, ``--json``, the console) read it.
+``ragguard.calibration.fit.calibrator`` builds a
+[`CalibrationResult`][ragguard.calibration.CalibrationResult]; the renderers (the report,
+``--json``, the console) read it.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ SMALL_SET = 50
 
 @dataclass(frozen=True)
 class Shortfall:
-    """A constraint the written setting misses (:meth:`CalibrationResult.shortfalls`).
+    """A constraint the written setting misses
+    ([`CalibrationResult.shortfalls`][ragguard.calibration.CalibrationResult.shortfalls]).
 
     Attributes:
         constraint: the constraint.
@@ -111,11 +113,12 @@ def _shortfalls(
 
 @dataclass(frozen=True, eq=False)
 class WrittenSetting:
-    """What the config holds, described once (:attr:`ResultView.written`).
+    """What the config holds, described once (``ResultView.written``).
     The console, ``--json``, the report and the provenance all read it, and
-    :meth:`CalibrationResult.config` writes it, so every one names the same setting.
+    [`CalibrationResult.config`][ragguard.calibration.CalibrationResult.config] writes it, so every
+    one names the same setting.
 
-    Everything it says is read from :attr:`search`, the search whose setting the config
+    Everything it says is read from ``search``, the search whose setting the config
     holds.
 
     Attributes:
@@ -155,11 +158,11 @@ class WrittenSetting:
 
     @property
     def index(self) -> int:
-        """The written setting's index in :attr:`full`."""
+        """The written setting's index in ``full``."""
         return self.search.written
 
     def names(self, i: int) -> str:
-        """Point ``i`` of :attr:`full` in words."""
+        """Point ``i`` of ``full`` in words."""
         return self.search.describe(i)
 
     @property
@@ -174,7 +177,7 @@ class WrittenSetting:
 
     @property
     def comparison(self) -> Comparison:
-        """The held-out check of :attr:`tested` against the best plain top-k."""
+        """The held-out check of ``tested`` against the best plain top-k."""
         return self.search.comparison
 
     @property
@@ -220,7 +223,7 @@ class WrittenSetting:
 
 @dataclass(frozen=True)
 class MetricCheck:
-    """One metric of a check (:class:`CheckView`): both means with their intervals, the
+    """One metric of a check (``CheckView``): both means with their intervals, the
     paired difference with its interval, and the verdict (``better``, ``worse``, ``no
     clear difference``; for the passages kept, ``fewer`` or ``more``)."""
 
@@ -237,7 +240,7 @@ class CheckView:
 
     Attributes:
         comparison: the comparison (its split, level, number of queries).
-        rows: one :class:`MetricCheck` per metric compared, in order.
+        rows: one ``MetricCheck`` per metric compared, in order.
         bands: the safety bands of the mean distractor rate, plain top-k's and the
             guarded one's, or ``None`` without queries or a distractor rate.
     """
@@ -270,7 +273,7 @@ class CheckView:
 
 @dataclass(frozen=True)
 class RunRow:
-    """One run's line in the tables of every run (:attr:`ResultView.runs`): its choice
+    """One run's line in the tables of every run (``ResultView.runs``): its choice
     on the calibration queries next to its best plain top-k, and what its config would
     hold.
 
@@ -317,13 +320,13 @@ class RunRow:
 
 @dataclass(frozen=True, eq=False)
 class StageView:
-    """The second stage as every output shows it (:attr:`ResultView.stage`).
+    """The second stage as every output shows it (``ResultView.stage``).
 
     Attributes:
-        search: the second search (:attr:`CalibrationResult.rerank`).
+        search: the second search (``CalibrationResult.rerank``).
         run: the run it reranks.
         reranker: the reranker's name.
-        written: whether the config holds the stage (:attr:`WrittenSetting.stage` says
+        written: whether the config holds the stage (``WrittenSetting.stage`` says
             why or why not).
         setting: its setting refitted on all queries (or certified), in words.
         choice: its choice on the calibration queries, in words.
@@ -390,10 +393,11 @@ class StageView:
 @dataclass(frozen=True, eq=False)
 class ResultView:
     """One calibration result as every output shows it, derived once
-    (:meth:`CalibrationResult.view`): the console summary, ``--json``
-    (:mod:`ragguard.calibration.report.summary`), the report
-    (:mod:`ragguard.calibration.report`) and the config's provenance
-    (:meth:`CalibrationResult.provenance`) render these values and compute none.
+    ([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]): the console summary,
+    ``--json`` (``ragguard.calibration.report.summary``), the report
+    (``ragguard.calibration.report``) and the config's provenance
+    ([`CalibrationResult.provenance`][ragguard.calibration.CalibrationResult.provenance]) render
+    these values and compute none.
 
     Attributes:
         result: the calibration.
@@ -402,7 +406,8 @@ class ResultView:
         evalset: the eval set as the suggested commands name it (``None``: its file).
         objective: the objective in words, with its constraints.
         objective_alone: the objective in words, without them.
-        why: what was chosen on retrieval scores and why (:meth:`CalibrationResult.why`).
+        why: what was chosen on retrieval scores and why
+            ([`CalibrationResult.why`][ragguard.calibration.CalibrationResult.why]).
         unmet: what the written setting cannot meet, one line each (empty: all met).
         shortfalls: the constraints it misses, with the best reachable value.
         stopped: why nothing may be written (``on_worse="stop"``), or ``None``.
@@ -412,15 +417,15 @@ class ResultView:
         retrieval_choice: the retrieval-only choice on the calibration queries, in words.
         selection: how the rule family was chosen (cross-validation, or the guarantee).
         retrieval_check: the retrieval-only choice against plain top-k.
-        check: the tested setting (:attr:`WrittenSetting.tested`) against plain top-k;
+        check: the tested setting (``WrittenSetting.tested``) against plain top-k;
             the same as ``retrieval_check`` without a second stage written.
         stage_check: the second stage's choice against the retrieval-only one, when
             a second stage was calibrated.
         stage_top_k_check: the second stage's choice against plain top-k, then.
-        stage: the second stage, when one was calibrated (:class:`StageView`).
+        stage: the second stage, when one was calibrated (``StageView``).
         band: the tested setting's safety band on the held-out queries
-            (:meth:`WrittenSetting.band`).
-        runs: every run's line, in the eval set's order (:class:`RunRow`).
+            (``WrittenSetting.band``).
+        runs: every run's line, in the eval set's order (``RunRow``).
         next_steps: what to try when that band is DANGEROUS: ``(what, commands)``
             pairs (empty otherwise).
     """
@@ -452,7 +457,7 @@ class ResultView:
     @property
     def next_steps_intro(self) -> str:
         """Why next steps are suggested: the tested setting's held-out safety band (only
-        meaningful when :attr:`next_steps` has any)."""
+        meaningful when ``next_steps`` has any)."""
         c = self.written.comparison
         rate = c.guarded["distractor_rate"].mean
         return (
@@ -464,10 +469,11 @@ class ResultView:
 
 @dataclass(frozen=True, eq=False)
 class CalibrationResult:
-    """What :func:`calibrate` found: every run's sweep, choice and held-out check.
+    """What [`calibrate`][ragguard.calibration.calibrate] found: every run's sweep, choice and
+    held-out check.
 
     Attributes:
-        runs: one :class:`RunCalibration` per run, in the eval set's order.
+        runs: one ``RunCalibration`` per run, in the eval set's order.
         recommended: the run whose config is recommended.
         objective: the objective metric.
         constraints: the constraints.
@@ -479,13 +485,14 @@ class CalibrationResult:
         calibration_rows: rows the settings were chosen on.
         heldout_rows: rows held out (empty without a hold-out).
         evalset: the eval set (query texts, labels).
-        data_sha256: hash of the labels and runs used (see :func:`data_fingerprint`).
+        data_sha256: hash of the labels and runs used (see ``data_fingerprint``).
         files: sha256 of each input file that exists on disk, by path.
         created: when the calibration ran (UTC).
         rerank: the second search, over the recommended run's rerank depths and cuts,
             when a reranker or rerank scores were given
-            (:mod:`ragguard.calibration.fit.second_stage`); the config holds its choice
-            unless :meth:`written_setting` says why not.
+            (``ragguard.calibration.fit.second_stage``); the config holds its choice
+            unless [`written_setting`][ragguard.calibration.CalibrationResult.written_setting] says
+            why not.
         caps_fixed: the caps could not grow (``max_k`` or a ``grid`` was given).
     """
 
@@ -513,8 +520,8 @@ class CalibrationResult:
 
     def written_setting(self, run: RunCalibration | None = None) -> WrittenSetting:
         """What the config of ``run`` (default: the recommended) holds, in words, with
-        why the second stage is written or left off (see :class:`WrittenSetting`;
-        :attr:`ResultView.written`)."""
+        why the second stage is written or left off (see ``WrittenSetting``;
+        ``ResultView.written``)."""
         return self.view(run).written
 
     def _written_setting(self, r: RunCalibration) -> WrittenSetting:
@@ -593,7 +600,7 @@ class CalibrationResult:
 
     def view(self, run: RunCalibration | None = None, evalset: str | None = None) -> ResultView:
         """What the config of ``run`` (default: the recommended) holds and everything
-        said about it, derived once (see :class:`ResultView`); ``evalset`` is the eval
+        said about it, derived once (see ``ResultView``); ``evalset`` is the eval
         set as the suggested commands name it (default: its file). The same view is
         returned for the same arguments: the console, ``--json``, the report and the
         provenance all read it."""
@@ -650,14 +657,14 @@ class CalibrationResult:
     def shortfalls(self, run: RunCalibration | None = None) -> list[Shortfall]:
         """The constraints the written setting of ``run`` (default: the recommended)
         misses on all queries, each with the best reachable value and the setting that
-        reaches it (:attr:`ResultView.shortfalls`)."""
+        reaches it (``ResultView.shortfalls``)."""
         return list(self.view(run).shortfalls)
 
     def unmet(self, run: RunCalibration | None = None) -> list[str]:
         """What the written setting of ``run`` (default: the recommended) cannot meet,
         each with the best reachable value and the setting that reaches it (on all
         queries); empty when every constraint (and the guarantee) is met
-        (:attr:`ResultView.unmet`)."""
+        (``ResultView.unmet``)."""
         return list(self.view(run).unmet)
 
     def _unmet(self, w: WrittenSetting) -> list[str]:
@@ -693,17 +700,18 @@ class CalibrationResult:
 
     stage_settings: Mapping[str, Any] = field(default_factory=dict)
     """Config fields of the stages after the cut every setting ran with (max_tokens,
-    token_counter, near_duplicate_threshold; :mod:`ragguard.calibration.fit.sweep_stages`); a swept
-    conflict setting is the written setting's own (:func:`guard_settings`)."""
+    token_counter, near_duplicate_threshold; ``ragguard.calibration.fit.sweep_stages``); a swept
+    conflict setting is the written setting's own (``guard_settings``)."""
 
     answerability: AnswerabilityResult | None = None
     """The calibrated ``min_evidence`` of the recommended run's written setting, when
-    ``max_false_abstain`` was given (:mod:`ragguard.calibration.fit.answerability`)."""
+    ``max_false_abstain`` was given (``ragguard.calibration.fit.answerability``)."""
 
     _views: dict[tuple[RunCalibration, str | None], ResultView] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-    """The views built so far (:meth:`view`), by run and eval set name."""
+    """The views built so far ([`view`][ragguard.calibration.CalibrationResult.view]), by run and
+    eval set name."""
 
     def run(self, name: str) -> RunCalibration:
         """The calibration of run ``name``."""
@@ -730,8 +738,8 @@ class CalibrationResult:
     def why(self, run: RunCalibration | None = None) -> str:
         """What was chosen for ``run`` (default the recommended) on retrieval scores and
         why, what the config holds of it, and any fallback. With a second stage,
-        :attr:`WrittenSetting.stage` says which of the two the config holds
-        (:attr:`ResultView.why`)."""
+        ``WrittenSetting.stage`` says which of the two the config holds
+        (``ResultView.why``)."""
         return self.view(run).why
 
     def _why(self, r: RunCalibration) -> str:
@@ -782,7 +790,7 @@ class CalibrationResult:
         """What to try when the written setting is still DANGEROUS by the safety band
         on the held-out queries (empty otherwise): ``(what, commands)`` pairs, the
         commands naming ``evalset`` (default: the eval set's file) and run one after
-        the other (:attr:`ResultView.next_steps`)."""
+        the other (``ResultView.next_steps``)."""
         return list(self.view(evalset=evalset).next_steps)
 
     def _next_steps(
@@ -837,7 +845,8 @@ class CalibrationResult:
 
     def config(self, run: str | None = None) -> GuardConfig:
         """The guard config of ``run``'s written setting (default: the recommended run),
-        with provenance: :meth:`written_setting` says what it holds."""
+        with provenance: [`written_setting`][ragguard.calibration.CalibrationResult.written_setting]
+        says what it holds."""
         v = self.view(None if run is None else self.run(run))
         r, w = v.run, v.written
         settings: dict[str, Any] = {"profile": self.profile.name, **r.guard_settings()}
@@ -864,7 +873,8 @@ class CalibrationResult:
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
         """Where the config comes from: data, date, profile, objective, the setting
-        written (:meth:`written_setting`) with its metrics, and the held-out check."""
+        written ([`written_setting`][ragguard.calibration.CalibrationResult.written_setting]) with
+        its metrics, and the held-out check."""
         from ragguard import __version__
 
         v = self.view(run)
@@ -956,14 +966,16 @@ class CalibrationResult:
         *,
         allow_unmet: bool = False,
     ) -> Path:
-        """Write :meth:`config` as TOML that ``ContextGuard.from_file`` loads.
+        """Write [`config`][ragguard.calibration.CalibrationResult.config] as TOML that
+        ``ContextGuard.from_file`` loads.
 
-        A setting that misses a constraint or the guarantee (:meth:`unmet`) is written
-        only with ``allow_unmet=True``, the shortfall recorded in the provenance; with
-        ``on_worse="stop"`` and a choice worse than plain top-k nothing is written.
+        A setting that misses a constraint or the guarantee
+        ([`unmet`][ragguard.calibration.CalibrationResult.unmet]) is written only with
+        ``allow_unmet=True``, the shortfall recorded in the provenance; with ``on_worse="stop"`` and
+        a choice worse than plain top-k nothing is written.
 
         The file is written in a temporary folder beside it and moved into place with
-        :func:`os.replace`: ``path`` holds either its old content or the whole new
+        ``os.replace``: ``path`` holds either its old content or the whole new
         config, and nothing temporary is left behind, whatever fails.
 
         Raises:

@@ -158,7 +158,7 @@ def risk_upper_bound(risk: float, n: int, delta: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Certification:
-    """What :func:`certify` found on one path of settings.
+    """What ``certify`` found on one path of settings.
 
     Attributes:
         certified: how many leading settings of the path are certified (0: none).
@@ -204,7 +204,7 @@ def certify(losses: ArrayLike, alpha: float, delta: float) -> Certification:
 
 
 def certify_means(risks: ArrayLike, n: int, alpha: float, delta: float) -> Certification:
-    """:func:`certify` from the mean loss of each setting over ``n`` queries (path
+    """``certify`` from the mean loss of each setting over ``n`` queries (path
     order, largest context first), when the losses need not be held: 0/1 losses of a
     threshold, say, whose means come from one sort (``ragguard.calibration.fit.answerability``).
 
@@ -247,7 +247,7 @@ def parse_guarantee(text: str) -> float:
 
 @dataclass(frozen=True, eq=False)
 class GuaranteeResult:
-    """A finite-sample recall guarantee (Learn-then-Test, :mod:`ragguard.calibration.fit.risk`).
+    """A finite-sample recall guarantee (Learn-then-Test, ``ragguard.calibration.fit.risk``).
 
     The guarantee is certified on the **calibration** queries and that setting is the
     one written (no refit): the held-out queries never took part, so their evidence
@@ -403,7 +403,7 @@ def certify_guarantee(
 ) -> GuaranteeResult:
     """The recall guarantee of ``result``'s sweep: certified on the calibration queries
     (``result.rows``) by Learn-then-Test along ``paths`` (by default
-    :func:`guarantee_paths`), and the certified setting, the one written, measured on
+    ``guarantee_paths``), and the certified setting, the one written, measured on
     the held-out queries ``held_rows``.
 
     Args:

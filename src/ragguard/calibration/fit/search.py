@@ -1,6 +1,6 @@
-"""The search: over one space of settings (:mod:`ragguard.calibration.fit.space`),
+"""The search: over one space of settings (``ragguard.calibration.fit.space``),
 choose a setting on the calibration queries, check it on the held-out ones, refit it
-on all of them. :func:`search` runs it and :class:`RunCalibration` is what it found,
+on all of them. ``search`` runs it and ``RunCalibration`` is what it found,
 for a run's retrieval settings and for the second stage alike.
 
 ::
@@ -11,15 +11,15 @@ for a run's retrieval settings and for the second stage alike.
     found = search(space, plan, top_k)
     found.describe(found.written)                     # what the config holds
 
-Steps (the module docstring of :mod:`ragguard.calibration.fit.calibrator` tells them
+Steps (the module docstring of ``ragguard.calibration.fit.calibrator`` tells them
 for a whole calibration):
 
 1. **choose** on the calibration queries: a rule family by cross-validation with the
-   one-standard-error rule (:mod:`ragguard.calibration.fit.select`) and its best point;
+   one-standard-error rule (``ragguard.calibration.fit.select``) and its best point;
    with a recall guarantee, the smallest context certified by Learn-then-Test along
-   the space's fixed sequences (:mod:`ragguard.calibration.fit.risk`) instead;
+   the space's fixed sequences (``ragguard.calibration.fit.risk``) instead;
 2. **check** the choice on the held-out queries against the best plain top-k (for a
-   second stage, against the retrieval-only choice first), each a :class:`Reference`,
+   second stage, against the retrieval-only choice first), each a ``Reference``,
    with paired bootstrap intervals; the first it is **worse** than on the objective
    (the interval of the difference excludes 0) is its ``fallback``;
 3. **refit**: the chosen family's point re-selected on **all** queries, which the config
@@ -87,8 +87,8 @@ class Reference:
 
 @dataclass(frozen=True, eq=False)
 class RunCalibration:
-    """What one search over one run found (:func:`search`): over the run's retrieval
-    settings, or over the second stage's (:attr:`stage`).
+    """What one search over one run found (``search``): over the run's retrieval
+    settings, or over the second stage's (``stage``).
 
     Attributes:
         space: what was swept: the points, their kernels, the run's arrays.
@@ -177,8 +177,7 @@ class RunCalibration:
         return optimal_k(self.arrays, self.cap)
 
     def describe(self, i: int) -> str:
-        """Point ``i`` in words (:meth:`SearchSpace.describe
-        <ragguard.calibration.fit.space.SearchSpace.describe>`)."""
+        """Point ``i`` in words (``SearchSpace.describe``)."""
         return self.space.describe(i)
 
     @property

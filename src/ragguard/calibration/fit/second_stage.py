@@ -1,26 +1,26 @@
 r"""The second search's space: retrieval depth x rerank cut x ``max_k``, as one decision.
 
-Given a retrieval run and second-stage scores (:mod:`ragguard.calibration.fit.rerank_scores`),
-:func:`rerank_space`
+Given a retrieval run and second-stage scores (``ragguard.calibration.fit.rerank_scores``),
+``rerank_space``
 
 1. fits a map from the rerank score to p(relevant) (Platt or isotonic,
-   :mod:`ragguard.calibration.fit.probability`) on the **calibration** queries' reranked
+   ``ragguard.calibration.fit.probability``) on the **calibration** queries' reranked
    candidates (relevant: grade >= ``rules.relevant_grade``), and measures the raw and
    the mapped probabilities' Brier score and reliability on the **held-out** queries
-   (:class:`RerankStage`);
+   (``RerankStage``);
 2. for every ``top_n`` of the grid, builds the list the guard's rerank stage would
    build: the first ``top_n`` valid candidates by retrieval score (ties in run order, as
-   :func:`ragguard.policy.rank` breaks them), their rerank scores mapped to
-   probabilities by :func:`ragguard.probability.rerank_probabilities` (the runtime's
+   ``ragguard.policy.rank`` breaks them), their rerank scores mapped to
+   probabilities by ``ragguard.probability.rerank_probabilities`` (the runtime's
    own function), ranked by probability;
 3. sweeps the rerank cuts on those probabilities with the runtime policy: relative
    threshold, minimum calibrated probability (``rerank.min_score``), gap and autocut,
    and the expected-utility rule with the profile's distractor penalty, each at every
-   ``max_k``: one block of a :class:`~ragguard.calibration.fit.space.SearchSpace` per
+   ``max_k``: one block of a ``SearchSpace`` per
    ``top_n``.
 
 The search that runs over the retrieval settings then runs over this space
-(:func:`ragguard.calibration.fit.search.search`): it chooses a rule family by
+(``ragguard.calibration.fit.search.search``): it chooses a rule family by
 cross-validation with the one-standard-error rule and its best ``top_n`` x cut x
 ``max_k`` on the calibration queries (with a recall guarantee: the smallest reranked
 top-k certified by Learn-then-Test instead, see below); checks the choice on the
@@ -31,8 +31,8 @@ objective than either (the interval of the difference excludes 0), the search's
 ``fallback`` says so and the config leaves the stage off; otherwise the config holds
 it (a no-clear-difference included), unless it misses a constraint the retrieval-only
 setting meets or, with a guarantee, keeps a larger certified context:
-:meth:`CalibrationResult.written_setting
-<ragguard.calibration.CalibrationResult.written_setting>` decides and says why.
+[`CalibrationResult.written_setting`][ragguard.calibration.CalibrationResult.written_setting]
+decides and says why.
 
 **Guarantee.** The map is fitted on the calibration queries, so a cut on mapped
 probabilities is not fixed before those queries are read; the reranked **order** is
@@ -43,15 +43,14 @@ candidate, so a shallow ``top_n`` cannot hide the evidence it never sends to the
 reranker.
 
 **Failed calls.** A query whose rerank call failed (the reranker raised, returned the
-wrong number of scores or a NaN / infinite one: :attr:`RerankScores.failed
-<ragguard.calibration.fit.rerank_scores.RerankScores.failed>`), or that lacks a usable
+wrong number of scores or a NaN / infinite one: ``RerankScores.failed``), or that lacks a usable
 score for a candidate among the ``top_n`` a setting sends to the reranker (a
 precomputed run without that row), is what a failed call is at runtime. The config
 leaves ``rerank.on_failure`` at ``fail_open``, so the guard then selects on retrieval
 scores with the guard-level settings the config holds (the point's cap, floor,
 threshold and cut; the rerank floor and the expected-utility rule read rerank
 probabilities and do not apply); the sweep cuts that query so, at that ``top_n``, and
-:attr:`RerankStage.failures` says how many and why. Queries with no rerank score at
+``RerankStage.failures`` says how many and why. Queries with no rerank score at
 all in a precomputed run are an error (they name no failed call).
 
 **Utilities.** A candidate's utility comes from the retrieval run (the profile's rules:
@@ -60,7 +59,7 @@ when the reranker reorders it, so the retrieval-only and the two-stage settings 
 scored on the same utilities, and pushing a distractor down helps only by keeping it out
 of the context.
 
-The config's ``[rerank]`` table (:meth:`RerankStage.table`) is set so that
+The config's ``[rerank]`` table (``RerankStage.table``) is set so that
 ``ContextGuard(GuardConfig.from_file(p), reranker=...)`` does what was measured: the
 guard-level ``max_k``, ``min_k``, ``cut`` and ``relative_threshold`` are the chosen
 point's (the rerank policy is the guard's own with the rerank fields in place; on a
@@ -112,7 +111,7 @@ def _reranked_arrays(
     policy ranks them. A ``failed`` query's row is its retrieval list instead (every
     candidate, in retrieval order), which the guard selects from when the call fails.
     Its stand-in scores only keep that order: its cuts come from the retrieval kernel
-    (:func:`rerank_space`)."""
+    (``rerank_space``)."""
     q = arrays.n_queries
     depth = probs.shape[1]
     m = np.where(failed, arrays.n_present, np.minimum(sizes, top_n))
@@ -234,7 +233,7 @@ def rerank_space(
     method: MapMethod | str = MapMethod.PLATT,
 ) -> SearchSpace:
     """The second search's space over run ``run`` (retrieval depth x rerank cut x
-    ``max_k``, see the module docstring), built on its :class:`RerankStage`, with the stages
+    ``max_k``, see the module docstring), built on its ``RerankStage``, with the stages
     after the cut of ``plan`` (token budget, near-duplicates) applied to every setting
     when given, as the runtime guard applies them after the rerank cut (and each
     setting tried under every conflict setting they sweep).

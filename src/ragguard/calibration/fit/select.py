@@ -1,12 +1,12 @@
 r"""Choosing a setting that survives new queries: cross-validation over rule families.
 
 A grid holds hundreds of settings; the one with the best mean on the calibration
-queries is partly the luckiest. :func:`cross_validate` therefore chooses a **rule
+queries is partly the luckiest. ``cross_validate`` therefore chooses a **rule
 family** (the kind of cut), not a grid point, and estimates each family honestly:
 
 1. the calibration queries are split into ``folds`` parts (seeded);
 2. for each fold and each family, the family's best setting is chosen on the other
-   folds (the objective under the constraints, as :func:`~ragguard.calibration.fit.sweep.choose`
+   folds (the objective under the constraints, as ``choose``
    does) and scored on the fold left out: the family's cross-validated objective is the
    mean of those fold scores, its standard error their standard deviation over
    :math:`\sqrt{\text{folds}}`;
@@ -15,13 +15,13 @@ family** (the kind of cut), not a grid point, and estimates each family honestly
    error** of the best, the **simplest** wins: plain top-k (no score rule) first, then
    the one-rule families (relative threshold, gap, autocut; on rerank probabilities
    also the probability floor and expected utility), in that order at equal
-   complexity. A conflict stage (:mod:`ragguard.calibration.fit.conflict_sweep`) is one
+   complexity. A conflict stage (``ragguard.calibration.fit.conflict_sweep``) is one
    more rule: ``top-k+conflicts=drop`` is a family of its own, chosen over plain top-k
    only when it beats it by more than one standard error.
 
 **Refit.** The family is the choice; its grid value (the cap, the threshold) is a
 parameter re-selected with the same rule on whatever queries are at hand:
-:func:`refit` chooses the family's best point on a set of rows. ``calibrate`` refits on
+``refit`` chooses the family's best point on a set of rows. ``calibrate`` refits on
 the calibration queries for the held-out check, then on **all** queries for the config
 it writes.
 
@@ -83,17 +83,16 @@ def fold_count(n: int, folds: int = DEFAULT_FOLDS) -> int:
 
 
 def fold_parts(rows: I, k: int, seed: int) -> list[I]:
-    """The ``k`` folds :func:`cross_validate` splits ``rows`` into (a seeded shuffle cut
+    """The ``k`` folds ``cross_validate`` splits ``rows`` into (a seeded shuffle cut
     into near-equal parts; unsorted). Every caller with the same arguments gets the same
-    folds, so per-fold sums can be computed once (:class:`~ragguard.calibration.fit.sweep.
-    GroupedMeans`)."""
+    folds, so per-fold sums can be computed once (``GroupedMeans``)."""
     return list(np.array_split(np.random.default_rng([seed, 2]).permutation(rows), k))
 
 
 @dataclass(frozen=True, eq=False)
 class FamilyChoice:
-    """What :func:`cross_validate` found: the rule family chosen and the cross-validated
-    figures of every family (not the runtime :class:`ragguard.Selection`).
+    """What ``cross_validate`` found: the rule family chosen and the cross-validated
+    figures of every family (not the runtime [`ragguard.Selection`][ragguard.Selection]).
 
     Attributes:
         families: ``(rules, name)`` of each family, simplest first.

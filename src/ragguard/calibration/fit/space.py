@@ -1,14 +1,14 @@
-"""What a search sweeps (:class:`SearchSpace`): its settings, in blocks that cut on one
+"""What a search sweeps (``SearchSpace``): its settings, in blocks that cut on one
 kernel each, swept over the calibration queries; and the first search's space, one
-run's retrieval settings (:func:`retrieval_space`).
+run's retrieval settings (``retrieval_space``).
 
-A calibration runs the same search (:func:`ragguard.calibration.fit.search.search`)
+A calibration runs the same search (``ragguard.calibration.fit.search.search``)
 over two kinds of space:
 
 - **retrieval**: one block, the run's ranked lists; its caps grow to the candidate
   depth when no setting meets the constraints (or for a guarantee);
 - **second stage**: one block per rerank depth ``top_n``, each the lists the guard's
-  rerank stage builds at that depth (:func:`ragguard.calibration.fit.second_stage.rerank_space`).
+  rerank stage builds at that depth (``ragguard.calibration.fit.second_stage.rerank_space``).
 
 ::
 
@@ -63,7 +63,7 @@ I = NDArray[np.intp]  # noqa: E741
 
 MAX_K_LIMIT = 100
 """The largest cap the default grid grows to when the constraints (or a guarantee)
-need more than :data:`~ragguard.calibration.fit.calibrator.DEFAULT_MAX_K` passages. A
+need more than ``DEFAULT_MAX_K`` passages. A
 ``max_k`` given is never exceeded."""
 
 
@@ -124,7 +124,7 @@ class SearchSpace:
     """The settings one search sweeps, in blocks that each cut on one kernel.
 
     A point's index runs over the blocks in order (all of the first block's settings,
-    then the next's), in :attr:`points`, :attr:`swept` and :meth:`means` alike.
+    then the next's), in ``points``, ``swept`` and ``means`` alike.
 
     Attributes:
         run: the run's name.
@@ -134,7 +134,7 @@ class SearchSpace:
         kernels: each block's kernel (its ranked lists with their metric tables).
         top_n: each block's rerank depth; empty for retrieval settings.
         paths: a recall guarantee's fixed sequences of points, by name (``None``:
-            :func:`~ragguard.calibration.fit.risk.guarantee_paths` of the points).
+            ``guarantee_paths`` of the points).
         grid: the retrieval grid swept (``None`` for a second stage).
         stage: the second stage the blocks rerank with (``None``: retrieval settings).
     """
@@ -252,7 +252,7 @@ def retrieval_space(
     """Run ``name``'s retrieval settings (``grid``, with the stages after the cut of
     ``plan``, under each conflict setting they sweep; plain top-k only for a run
     without scores), swept over the calibration queries. The caps grow to the candidate
-    depth (at most :data:`MAX_K_LIMIT`) when ``may_grow`` and no setting meets the
+    depth (at most ``MAX_K_LIMIT``) when ``may_grow`` and no setting meets the
     constraints, and always for a guarantee (whose first sweep would go unused: it is
     skipped).
 

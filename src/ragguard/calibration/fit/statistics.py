@@ -10,8 +10,8 @@ bootstrap comparisons with percentile confidence intervals.
                          split="held-out", n_bootstrap=2000, seed=0)
     comparison.verdict("udcg")      # "better", "worse" or "no clear difference"
 
-The statistics layer of :mod:`ragguard.calibration`: it reads sweep kernels
-(:mod:`ragguard.calibration.fit.sweep`) and is read by the risk, answerability, two-stage
+The statistics layer of ``ragguard.calibration``: it reads sweep kernels
+(``ragguard.calibration.fit.sweep``) and is read by the risk, answerability, two-stage
 and orchestration modules; it imports none of them.
 """
 
@@ -151,7 +151,7 @@ def bootstrap_interval(
 ) -> Interval:
     """The mean of ``values`` (n,) with its percentile bootstrap interval (NaN without
     values), drawn from its own random stream ``[seed, stream]``: a share of held-out
-    queries, say (:mod:`ragguard.calibration.fit.answerability`)."""
+    queries, say (``ragguard.calibration.fit.answerability``)."""
     sample = np.asarray(values, dtype=np.float64).reshape(-1, 1)
     if sample.shape[0] == 0:
         return Interval(math.nan, math.nan, math.nan)

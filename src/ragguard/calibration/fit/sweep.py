@@ -2,25 +2,24 @@ r"""The calibration sweep: every policy setting of a grid, scored on labelled qu
 
 Why it is cheap
 ---------------
-Every rule of the selection policy (:mod:`ragguard.policy`) keeps a **prefix** of the
+Every rule of the selection policy (``ragguard.policy``) keeps a **prefix** of the
 ranked list, so under any setting a query's context is its first :math:`m_q` ranked
 candidates. The sweep therefore
 
-1. ranks each query **once** (:meth:`EvalArrays.ranked
-   <ragguard.calibration.data.arrays.EvalArrays.ranked>`; the arrays are already in the
+1. ranks each query **once** (``EvalArrays.ranked``; the arrays are already in the
    policy's order);
 2. tabulates, for every metric, each query's value at every context size
    :math:`c = 0 \dots K` (:math:`K` the largest ``max_k`` of the grid) with the metric
-   registry's own kernels (:func:`ragguard.calibration.metrics.compute` with a constant
+   registry's own kernels (``ragguard.calibration.metrics.compute`` with a constant
    ``cut``), so a metric costs :math:`K + 1` vectorised passes in all. For the total
    utility this table is the prefix sum of the utilities;
-3. for each setting, runs the runtime policy itself (:func:`ragguard.policy.cut_ranked`)
+3. for each setting, runs the runtime policy itself (``ragguard.policy.cut_ranked``)
    to get the per-query cut :math:`m_q`, and reads each metric's value at
    :math:`(q, m_q)` from its table: :math:`O(Q)` per setting and metric. Settings that
    differ only in ``max_k`` share one policy call (the cap is the policy's last step, so
-   a smaller cap is a minimum; see :meth:`SweepKernel.cuts`).
+   a smaller cap is a minimum; see ``SweepKernel.cuts``).
 
-Step 3 uses the very function :class:`~ragguard.ContextGuard` runs, so a setting does
+Step 3 uses the very function [`ContextGuard`][ragguard.ContextGuard] runs, so a setting does
 at runtime exactly what the sweep measured (a test holds the two equal, query by query).
 
 The grid
@@ -89,7 +88,7 @@ __all__ = [
 F64 = NDArray[np.float64]
 I = NDArray[np.intp]  # noqa: E741
 Cuts = NDArray[np.unsignedinteger[Any] | np.int32]
-"""(P, Q) per-query cuts of a sweep's settings (:meth:`SweepKernel.cuts`)."""
+"""(P, Q) per-query cuts of a sweep's settings (``SweepKernel.cuts``)."""
 
 PASSAGES = "passages"
 """Pseudo-metric of the sweep: the number of passages kept (its mean: the mean context)."""
@@ -116,14 +115,14 @@ LOWER_IS_BETTER: frozenset[str] = frozenset(
 TIE_TOLERANCE = 1e-12
 
 TABLE_BUDGET = 256 << 20
-"""Bytes of metric tables a :class:`SweepKernel` keeps whole; larger ones (many queries
+"""Bytes of metric tables a ``SweepKernel`` keeps whole; larger ones (many queries
 or a wide grid) are recomputed chunk by chunk when read."""
 
 CHUNK_CELLS = 1 << 21
 """Rows x candidates a kernel computes at once (its temporaries stay near 16 MB each)."""
 
 ROW_CELLS = 1 << 18
-"""Rows x candidates of a chunk of the policy's cuts (and of :func:`optimal_k`): 2 MB
+"""Rows x candidates of a chunk of the policy's cuts (and of ``optimal_k``): 2 MB
 temporaries, in cache, are 1.4x faster than 16 MB ones."""
 
 PREFIX_CELLS = 1 << 16
@@ -131,7 +130,7 @@ PREFIX_CELLS = 1 << 16
 temporary: they stay in cache)."""
 
 GATHER_CELLS = 1 << 21
-"""Values :meth:`SweepKernel.group_sums` reads from a chunk's tables at once, for a
+"""Values ``SweepKernel.group_sums`` reads from a chunk's tables at once, for a
 block of settings (16 MB)."""
 
 
@@ -194,7 +193,7 @@ def nanmean(values: F64, axis: int = -1) -> F64:
 
 
 def check_grid_values(name: str, values: object, kind: type[int] | type[float]) -> None:
-    """Raise :class:`~ragguard.errors.ConfigError` unless ``values`` is a sequence of
+    """Raise [`ConfigError`][ragguard.ConfigError] unless ``values`` is a sequence of
     numbers of ``kind`` (whole numbers for ``int``, never a bool), naming ``name``; the
     caller checks their range."""
     what = "whole numbers" if kind is int else "numbers"
@@ -205,7 +204,7 @@ def check_grid_values(name: str, values: object, kind: type[int] | type[float]) 
 
 
 def check_cut_rules(cut_rules: object) -> None:
-    """Raise :class:`~ragguard.errors.ConfigError` unless ``cut_rules`` is a sequence of
+    """Raise [`ConfigError`][ragguard.ConfigError] unless ``cut_rules`` is a sequence of
     ``(rule, value)`` pairs: gap with a value >= 0, autocut with a whole number >= 1."""
     if isinstance(cut_rules, (str, bytes)) or not isinstance(cut_rules, Sequence):
         raise ConfigError(f"cut_rules must be (rule, value) pairs, got {cut_rules!r}")
@@ -390,7 +389,7 @@ class SweepKernel:
         max_cut: the largest context size any setting will keep (the grid's largest
             ``max_k``); tables go up to ``min(max_cut, candidates per row)``.
         stages: the stages after the cut (conflicts, near-duplicates, token budget)
-            every setting runs (:mod:`ragguard.calibration.fit.sweep_stages`); the tables then hold
+            every setting runs (``ragguard.calibration.fit.sweep_stages``); the tables then hold
             each metric at every size of the context the stages leave (at every cut, for
             stages that are not causal).
     """
@@ -499,9 +498,9 @@ class SweepKernel:
         group (-1: none), ``weight`` an optional per-row multiplicity.
 
         Settings with the same cut on every row of the groups (a high threshold under
-        any large cap, say) are summed once (:func:`distinct_rows`) and the sums copied.
+        any large cap, say) are summed once (``distinct_rows``) and the sums copied.
         Each chunk of rows is prepared once (NA values as 0, times the weight), then
-        blocks of settings are read from it together, :data:`GATHER_CELLS` values at a
+        blocks of settings are read from it together, ``GATHER_CELLS`` values at a
         time: a few large numpy calls, not two per setting and chunk.
         """
         n_m = len(self.metrics)
@@ -540,7 +539,7 @@ class SweepKernel:
         return sums[:, which], counts[:, which]
 
     def _summands(self, lo: int, hi: int, w: F64 | None) -> tuple[F64, tuple[I, F64]]:
-        """The tables of rows ``lo:hi`` as :meth:`group_sums` adds them: ((hi - lo) *
+        """The tables of rows ``lo:hi`` as ``group_sums`` adds them: ((hi - lo) *
         (K + 1), M) values with NA as 0, times each row's weight ``w``; and the metrics NA
         somewhere here with, per entry, whether it is NA (times the weight)."""
         flat = self.flat_rows(lo, hi)
@@ -565,7 +564,7 @@ class SweepKernel:
         return self.arrays.n_queries
 
     def _chunks(self, cells: int | None = None) -> list[tuple[int, int]]:
-        """Row ranges of about :data:`CHUNK_CELLS` cells each: rows x candidates (the
+        """Row ranges of about ``CHUNK_CELLS`` cells each: rows x candidates (the
         policy's and the metrics' temporaries) or rows x context sizes x metrics / 4
         (a chunk's tables), whichever is wider; with ``cells``, of that many rows x
         candidates (the policy's cuts)."""
@@ -610,7 +609,7 @@ class SweepKernel:
 
     def cuts(self, points: Sequence[PolicyParams]) -> Cuts:
         """(P, Q) number kept under each setting, in the smallest integer dtype that
-        holds every count (:func:`cut_dtype`: ``uint8`` up to 255 candidates); cast
+        holds every count (``cut_dtype``: ``uint8`` up to 255 candidates); cast
         before any arithmetic on them (``astype(np.intp)``).
 
         Settings that differ only in ``max_k`` share one call of the policy: the cap is
@@ -646,7 +645,7 @@ class SweepKernel:
 
     def context(self, row: int, kept: int) -> list[int]:
         """The ranked positions of the passages query ``row`` keeps under a setting
-        whose cut there is ``kept`` (:meth:`cuts`), in rank order: what the metrics of
+        whose cut there is ``kept`` (``cuts``), in rank order: what the metrics of
         that cut are computed on."""
         if self._compacted is None:
             return list(range(min(int(kept), int(self.arrays.n_present[row]))))
@@ -787,10 +786,10 @@ class GroupedMeans:
     """Sums of every setting's metrics over fixed, disjoint row groups.
 
     The per-group sums (and counts of defined values) of every setting and metric are
-    computed in one pass over the rows (:meth:`SweepKernel.group_sums`); the means over
+    computed in one pass over the rows (``SweepKernel.group_sums``); the means over
     any union of the groups (the calibration queries, a cross-validation fold or all
-    folds but one, every query) then cost nothing. :meth:`means` answers ``None`` for
-    rows that are not a union of groups, and :meth:`SweepResult.restricted` aggregates
+    folds but one, every query) then cost nothing. ``means`` answers ``None`` for
+    rows that are not a union of groups, and ``SweepResult.restricted`` aggregates
     those directly, so an answer never depends on the groups (up to rounding).
 
     Args:
@@ -836,23 +835,24 @@ def sweep(
     """Score every setting of ``grid`` on the queries of ``arrays``.
 
     Args:
-        arrays: one run against its labels (or a prepared :class:`SweepKernel`).
-        grid: a :class:`SweepGrid` (default ``SweepGrid()``) or explicit settings.
+        arrays: one run against its labels (or a prepared ``SweepKernel``).
+        grid: a [`SweepGrid`][ragguard.calibration.SweepGrid] (default ``SweepGrid()``) or explicit
+            settings.
         metrics: metric strings computed at every setting (``"passages"`` included
             always).
         rows: query rows the means are over (default all); the per-query cuts are
             computed for every row.
         groups: disjoint row sets whose unions the result will be restricted to
             (cross-validation folds, held-out queries): their sums are computed once
-            (:class:`GroupedMeans`), so each later :meth:`SweepResult.restricted` to a
+            (``GroupedMeans``), so each later ``SweepResult.restricted`` to a
             union of them is free.
         cuts: (P, Q) per-query cuts of the settings, when some rows are not cut by the
-            kernel's own policy call (default :meth:`SweepKernel.cuts`): the two-stage
+            kernel's own policy call (default ``SweepKernel.cuts``): the two-stage
             sweep passes, for a query whose rerank call fails, the cut the guard makes
-            on retrieval scores then (:mod:`ragguard.calibration.fit.second_stage`).
+            on retrieval scores then (``ragguard.calibration.fit.second_stage``).
 
     Returns:
-        A :class:`SweepResult`; ``means[p, m]`` equals ``evaluate(arrays, metrics[m],
+        A ``SweepResult``; ``means[p, m]`` equals ``evaluate(arrays, metrics[m],
         cut=kept[p])`` restricted to ``rows``.
     """
     points = (grid or SweepGrid()).points() if not isinstance(grid, Sequence) else tuple(grid)

@@ -1,12 +1,12 @@
 """The stages after the cut (conflicts, near-duplicates, token budget) in the sweep.
 
 The sweep tabulates each metric at every context size of the ranked list, because the
-cut keeps a prefix. The stages after the cut (:mod:`ragguard.conflicts`,
-:mod:`ragguard.stages`) keep a subset of that prefix. Most of them are causal: the
+cut keeps a prefix. The stages after the cut (``ragguard.conflicts``,
+``ragguard.stages``) keep a subset of that prefix. Most of them are causal: the
 passages they keep among the first ``m`` ranked ones are the first of those they keep
 when run on the whole ranked list (near-duplicates, the token budget, and conflicts
-under ``keep_first`` and ``flag``). So :class:`PassageStages` runs the runtime's own
-stages (:func:`ragguard.conflicts.conflict_stage`, :func:`ragguard.stages.run_stages`)
+under ``keep_first`` and ``flag``). So ``PassageStages`` runs the runtime's own
+stages (``ragguard.conflicts.conflict_stage``, ``ragguard.stages.run_stages``)
 once per query over the first ``width`` ranked candidates and
 
 * reorders each row so the candidates the stages keep come first (in rank order); the
@@ -19,16 +19,15 @@ once per query over the first ``width`` ranked candidates and
 better-ranked one included, once its partner is inside the cut, so the passages kept at
 cut ``m`` are those of the first ``m`` with no conflict partner among the first ``m``
 (then the later stages). For that mode the kernel's tables are per cut
-(:class:`CutContexts`): column ``m`` holds each metric of the context the stages leave
+(``CutContexts``): column ``m`` holds each metric of the context the stages leave
 at cut ``m``, and rows with a conflicting pair among their first ``width`` candidates
 run the runtime's stages once per cut (the pairs are found once per query: a pair
 conflicts or not whatever else the cut keeps). Rows without one keep the causal form.
 
 Utilities stay with their candidates (computed on the run's own ranking, as without the
-stages). Passage texts come from the eval set (:attr:`EvalSet.texts
-<ragguard.calibration.EvalSet.texts>`: texts in the eval-set file, a ``corpus.jsonl``
-beside it, ``--corpus`` files); token counts from the config's counter
-(:mod:`ragguard.tokens`).
+stages). Passage texts come from the eval set (``EvalSet.texts``: texts in the eval-set file, a
+``corpus.jsonl`` beside it, ``--corpus`` files); token counts from the config's counter
+(``ragguard.tokens``).
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ B = NDArray[np.bool_]
 @dataclass(frozen=True, eq=False)
 class CutContexts:
     """Per query and cut ``m = 0..width``, the context stages that are not causal leave
-    (``conflicts="drop"``), over the rows :meth:`PassageStages.compact` returns.
+    (``conflicts="drop"``), over the rows ``PassageStages.compact`` returns.
 
     Attributes:
         sizes: (Q, width + 1) the number of passages kept at each cut.
@@ -95,7 +94,7 @@ class CutContexts:
 
 @dataclass(frozen=True, eq=False)
 class Compacted:
-    """What :meth:`PassageStages.compact` makes of a run's ranked rows.
+    """What ``PassageStages.compact`` makes of a run's ranked rows.
 
     Attributes:
         arrays: the rows reordered, the passages the stages keep first (rank order).
@@ -112,7 +111,7 @@ class Compacted:
 
     def context(self, row: int, column: int) -> list[int]:
         """The ranked positions of the passages row ``row`` keeps at table column
-        ``column`` (its cut's, :attr:`through`), in rank order."""
+        ``column`` (its cut's, ``through``), in rank order."""
         c = self.contexts
         if c is not None:
             e = int(np.searchsorted(c.rows, row))
@@ -131,17 +130,17 @@ class PassageStages:
         max_tokens: as ``GuardConfig.max_tokens``.
         counter: the token counter (``None`` without a budget).
         texts: per query row, the texts of its ranked candidates (at least the first
-            ``width`` valid ones); set by :meth:`for_run`.
-        lookup: ``(query id, passage id) -> text or None``, where :meth:`for_run` reads
+            ``width`` valid ones); set by ``for_run``.
+        lookup: ``(query id, passage id) -> text or None``, where ``for_run`` reads
             the texts.
         evalset: the eval set (named in errors).
         conflicts: as ``GuardConfig.conflicts`` (not ``prefer``).
         conflict_similarity: as ``GuardConfig.conflict_similarity``.
         sets: per query row, the shingle sets of its first ``width`` texts, when already
-            built (else :meth:`compact` builds them).
+            built (else ``compact`` builds them).
         pairs: per query row, the conflicting pairs among its first ``width`` ranked
             candidates at a similarity at most ``conflict_similarity``, when already
-            found (:meth:`compact` keeps those at least ``conflict_similarity`` similar;
+            found (``compact`` keeps those at least ``conflict_similarity`` similar;
             else it finds them).
     """
 
@@ -351,7 +350,7 @@ def passage_stages(
     corpus: Sequence[str | os.PathLike[str]] = (),
     passages: Mapping[str, str] | None = None,
 ) -> PassageStages | None:
-    """The stages to sweep with, texts still to read per run (:meth:`PassageStages.for_run`),
+    """The stages to sweep with, texts still to read per run (``PassageStages.for_run``),
     or ``None`` when both are off. The counter is built here, so a missing tokenizer
     fails before any sweep.
 

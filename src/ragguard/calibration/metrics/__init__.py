@@ -1,14 +1,14 @@
-"""Vectorised metrics over :class:`~ragguard.calibration.data.arrays.EvalArrays`, and their
+"""Vectorised metrics over ``EvalArrays``, and their
 string registry.
 
 Each family lives in its own module with its formulas and edge cases in the docstrings:
 
-* :mod:`.classic` -- precision, recall, evidence recall, hit rate, MRR, MAP, nDCG (linear and
+* ``classic`` -- precision, recall, evidence recall, hit rate, MRR, MAP, nDCG (linear and
   exponential gain), F-beta;
-* :mod:`.udcg` -- UDCG (Eq. 4), the signed-utility DCG and its normalised form, the
+* ``udcg`` -- UDCG (Eq. 4), the signed-utility DCG and its normalised form, the
   context's total utility, UDCG_theta (Eq. 3) and its fitting routine;
-* :mod:`.distractor` -- distractor rate, distractor harm, safety bands;
-* :mod:`.set_based` -- RA-nWG, PROC, %PROC, N-Recall4+, N-Recall5, Precision4+, Harm.
+* ``distractor`` -- distractor rate, distractor harm, safety bands;
+* ``set_based`` -- RA-nWG, PROC, %PROC, N-Recall4+, N-Recall5, Precision4+, Harm.
 
 Metric strings
 --------------
@@ -169,7 +169,7 @@ METRICS: dict[str, MetricSpec] = {
         _spec("harm", harm),
     )
 }
-"""Registry of metric names (see :func:`parse_metric` for the string syntax)."""
+"""Registry of metric names (see ``parse_metric`` for the string syntax)."""
 
 ALIASES: dict[str, str] = {
     "p": "precision",

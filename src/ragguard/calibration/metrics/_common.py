@@ -68,7 +68,7 @@ def window(arrays: EvalArrays, k: int | None, cut: ArrayLike | None) -> Window:
         arrays: the evaluation arrays.
         k: cutoff (``None``: the whole list).
         cut: optional (Q,) number of leading candidates kept per query, e.g. the
-            ``n_kept`` of :func:`ragguard.policy.cut_ranked`; the rest count as not
+            ``n_kept`` of ``ragguard.policy.cut_ranked``; the rest count as not
             retrieved.
     """
     k = check_k(k)

@@ -1,7 +1,7 @@
 r"""Classic ranking metrics, with the conventions of trec_eval, ranx and ir_measures.
 
 Notation for one query: candidates ranked :math:`1..n` (ragguard's tie rule, see
-:mod:`ragguard.calibration.data.arrays`), grade :math:`g_i` of the candidate at rank
+``ragguard.calibration.data.arrays``), grade :math:`g_i` of the candidate at rank
 :math:`i` (0 when unjudged), relevant when :math:`g_i \ge 1`, :math:`R` the number of
 relevant documents of the query (labelled, retrieved or not, or stated), and the
 cutoff :math:`k`. Without a cutoff a metric reads the whole list (:math:`k = n`).
@@ -15,7 +15,7 @@ Shared conventions (checked against pytrec_eval and ranx in the tests):
 * nDCG's ideal ranking uses every relevant document of the query, retrieved or not;
   IDCG = 0 gives nDCG = 0; negative grades count as gain 0.
 
-Each public function takes :class:`~ragguard.calibration.data.arrays.EvalArrays`, a cutoff
+Each public function takes ``EvalArrays``, a cutoff
 ``k`` (``None`` for the whole list) and an optional per-query ``cut`` (candidates kept
 per query, e.g. by the selection policy; the rest count as not retrieved), and returns
 one float per query.
@@ -121,7 +121,7 @@ def recall(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = 
     .. math:: R@k = \frac{1}{R} \sum_{i=1}^{\min(k, n)} [g_i \ge 1]
 
     Edge cases: R counts relevant documents that were not retrieved (or the stated
-    number, see :mod:`ragguard.calibration.data.arrays`); R = 0 scores 0.
+    number, see ``ragguard.calibration.data.arrays``); R = 0 scores 0.
     """
     rel, _ = _relevant_in(arrays, k, cut)
     return _recall(rel, arrays.n_relevant)
@@ -136,8 +136,7 @@ def evidence_recall(
     .. math:: ER@k = \frac{1}{E} \sum_{i=1}^{\min(k, n)} [g_i \ge g_{rel}]
 
     with :math:`E` the number of the query's candidates graded at least the rules'
-    ``relevant_grade`` :math:`g_{rel}` (:attr:`EvalArrays.n_evidence
-    <ragguard.calibration.data.arrays.EvalArrays.n_evidence>`). Classic :func:`recall`
+    ``relevant_grade`` :math:`g_{rel}` (``EvalArrays.n_evidence``). Classic ``recall``
     divides by every judged relevant document, retrieved or not; keeping every
     candidate reaches it only up to the retriever's ceiling, while evidence recall
     reaches 1.
@@ -226,7 +225,7 @@ def ndcg_burges(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | No
     .. math::
         DCG@k = \sum_{i=1}^{\min(k, n)} \frac{2^{\max(g_i, 0)} - 1}{\log_2(i + 1)}
 
-    Same ideal ranking and edge cases as :func:`ndcg`. With binary labels both are
+    Same ideal ranking and edge cases as ``ndcg``. With binary labels both are
     equal.
     """
     g, ideal = _gains(arrays, k, cut)
@@ -245,7 +244,7 @@ def f_beta(
     .. math:: F_\beta@k = \frac{(1 + \beta^2)\, P@k\, R@k}{\beta^2\, P@k + R@k}
 
     ``beta > 1`` weighs recall more, ``beta < 1`` precision; ``beta = 1`` is F1 (ranx
-    ``f1@k``). P and R follow :func:`precision` and :func:`recall` (P@k divides by k).
+    ``f1@k``). P and R follow ``precision`` and ``recall`` (P@k divides by k).
     Edge cases: P = R = 0 scores 0. trec_eval's ``set_F`` is not this metric for
     ``beta != 1`` (it puts beta where beta squared belongs) and has no cutoff.
     """

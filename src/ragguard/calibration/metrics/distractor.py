@@ -2,17 +2,17 @@ r"""Distractor statistics of the context: how much of it harms, and how badly.
 
 A **distractor** is a passage with negative utility :math:`u_i < 0` (a known
 distractor, a hard negative under the profile's rules, or an irrelevant passage the LLM
-does not abstain on; see :mod:`ragguard.calibration.data.utility`). The context of a query is
+does not abstain on; see ``ragguard.calibration.data.utility``). The context of a query is
 its first :math:`m = \min(k, n)` ranked candidates.
 
-* :func:`distractor_rate` -- the share of the context that is a distractor;
-* :func:`distractor_harm` -- the total negative utility in the context, as a positive
+* ``distractor_rate`` -- the share of the context that is a distractor;
+* ``distractor_harm`` -- the total negative utility in the context, as a positive
   number;
-* :func:`safety_band` -- SAFE / RISKY / DANGEROUS from a (mean) distractor rate.
+* ``safety_band`` -- SAFE / RISKY / DANGEROUS from a (mean) distractor rate.
 
 Safety bands
 ------------
-:class:`SafetyBands` holds two thresholds on the distractor rate: below ``risky``
+``SafetyBands`` holds two thresholds on the distractor rate: below ``risky``
 (default 0.2, one passage in five) the context is SAFE; from ``risky`` up to below
 ``dangerous`` (default 0.5) RISKY; from ``dangerous`` on, DANGEROUS: at least half of
 what the LLM reads argues for a wrong answer. The practitioner write-up labels its
@@ -71,7 +71,7 @@ def distractor_harm(
 
 
 class SafetyBand(StrEnum):
-    """How risky a context is, by its distractor rate (see :class:`SafetyBands`)."""
+    """How risky a context is, by its distractor rate (see ``SafetyBands``)."""
 
     SAFE = "SAFE"
     RISKY = "RISKY"

@@ -64,7 +64,7 @@ def arrays_from_dicts(
         score_kind: what the run's scores are (default ``similarity``: higher is
             better, as ranx and trec_eval assume).
         n_relevant: optional stated number of relevant documents per query (see
-            :mod:`ragguard.calibration.data.arrays`).
+            ``ragguard.calibration.data.arrays``).
         profile: tolerance profile for utilities (default ``support``).
         rules: which grades are relevant / partially relevant, for utilities.
     """
@@ -118,7 +118,7 @@ def arrays_from_tables(
     rules: UtilityRules | None = None,
 ) -> EvalArrays:
     """Dense arrays from qrels and a run held as tables or dicts (see
-    :mod:`ragguard.calibration.data.formats.tables`); the same arrays :func:`arrays_from_dicts`
+    ``ragguard.calibration.data.formats.tables``); the same arrays ``arrays_from_dicts``
     gives for the dicts built from the tables' rows, once the input is checked as the
     file readers check theirs (grades, no empty qrels or run).
 
@@ -237,8 +237,8 @@ def evaluate(
         evaluate(qrels_df, run_df, metrics=["recall@5"])        # DataFrames, ranx objects
 
     Args:
-        data: an :class:`~ragguard.calibration.data.evalset.EvalSet`, prepared
-            :class:`~ragguard.calibration.data.arrays.EvalArrays`, or qrels: a dict
+        data: an [`EvalSet`][ragguard.calibration.EvalSet], prepared
+            ``EvalArrays``, or qrels: a dict
             ``{query_id: {doc_id: grade}}``, a pandas or polars DataFrame or pyarrow
             Table with one row per label (query id, document id, grade columns), or a
             ranx ``Qrels``.
@@ -246,7 +246,7 @@ def evaluate(
             one row per candidate (query id, document id, score columns; row order
             breaks ties) or a ranx ``Run``; with an eval set, the name of the run to
             evaluate (needed when it has several).
-        metrics: one metric string or several (see :mod:`ragguard.calibration.metrics`).
+        metrics: one metric string or several (see ``ragguard.calibration.metrics``).
         per_query: return ``{metric: {query_id: value}}`` instead of means.
         profile: tolerance profile for utilities (default ``support``); not for
             prepared arrays, which carry theirs.

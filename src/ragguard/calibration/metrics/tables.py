@@ -1,7 +1,7 @@
 """A metric at every context size at once, from prefix sums.
 
 The calibration sweep needs each metric at every context size ``c = 0..K`` (see
-:mod:`ragguard.calibration.fit.sweep`). Calling the metric K + 1 times re-reads the first c
+``ragguard.calibration.fit.sweep``). Calling the metric K + 1 times re-reads the first c
 positions each time, O(K^2) per query: fine for K = 10, slow when the grid's caps grow to
 100. Every metric below is a function of sums over the kept prefix (hits, gains, signed
 utilities, distractors) and of the context's length, so its whole table is one

@@ -1,14 +1,14 @@
 r"""The UDCG family: utility- and distraction-aware scores of the context an LLM reads.
 
 Every metric here reads the per-candidate utilities :math:`u_i \in [-1, 1]` of
-:attr:`EvalArrays.utility <ragguard.calibration.data.arrays.EvalArrays.utility>` (see
-:mod:`ragguard.calibration.data.utility` for where they come from). The context of a query
+``EvalArrays.utility`` (see
+``ragguard.calibration.data.utility`` for where they come from). The context of a query
 is its first :math:`m = \min(k, n)` ranked candidates (all :math:`n` without a cutoff,
 or the first ``cut`` when a selection policy kept fewer).
 :math:`u^+ = \max(u, 0)` and :math:`u^- = \min(u, 0)` are the positive and negative
 parts.
 
-* :func:`udcg` -- the paper's training-free UDCG (Trappolini et al., Eq. 4):
+* ``udcg`` -- the paper's training-free UDCG (Trappolini et al., Eq. 4):
 
   .. math:: \mathrm{UDCG} = \sigma\Big(\frac{1}{m}\sum_{i=1}^{m} u_i^+
             + \frac{\gamma}{m}\sum_{i=1}^{m} u_i^-\Big), \qquad \gamma = 1/3
@@ -18,18 +18,18 @@ parts.
   what the authors' code computes. Like their code it returns 0.0 for an empty context.
   Their sample outputs were produced with ``gamma=0.333``; the default here is the
   paper's 1/3.
-* :func:`udcg_dcg` -- the practitioner write-up's form: DCG with signed utilities,
+* ``udcg_dcg`` -- the practitioner write-up's form: DCG with signed utilities,
   :math:`\sum_{i=1}^{m} u_i / \log_2(i + 1)`. Unbounded; 0 for an empty context.
-* :func:`udcg_ndcg` -- :func:`udcg_dcg` divided by the DCG of the best possible
+* ``udcg_ndcg`` -- ``udcg_dcg`` divided by the DCG of the best possible
   context: the query's positive label utilities (every labelled passage, retrieved or
   not, plus stated unlabelled relevant ones at grade 1) sorted highest first, cut at
   k. At most 1; below 0 when distractors outweigh the relevant passages. 0 when the
   ideal is 0 (no passage with positive utility), as nDCG.
-* :func:`context_utility` -- the total utility of the context, :math:`\sum_{i=1}^{m} u_i`:
+* ``context_utility`` -- the total utility of the context, :math:`\sum_{i=1}^{m} u_i`:
   what a calibration sweep's per-query optimal k maximises.
-* :func:`udcg_theta` -- the learned form (Eq. 3),
+* ``udcg_theta`` -- the learned form (Eq. 3),
   :math:`\sigma(\sum_i \alpha_i u_i^+ + \sum_i \beta_i u_i^-)` with positional
-  weights from :func:`fit_udcg_theta`.
+  weights from ``fit_udcg_theta``.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def udcg_theta(arrays: EvalArrays, weights: UDCGTheta, *, cut: ArrayLike | None 
 
     The context is the first ``weights.k`` candidates (or fewer: missing positions
     contribute 0). With :math:`\alpha_i = 1/k` and :math:`\beta_i = \gamma/k` it equals
-    :func:`udcg` on contexts of exactly k passages. Edge cases: an empty context scores
+    ``udcg`` on contexts of exactly k passages. Edge cases: an empty context scores
     :math:`\sigma(0) = 0.5` (Eq. 3 has no special case; compare UDCG's 0.0).
     """
     if not isinstance(weights, UDCGTheta):

@@ -1,6 +1,6 @@
 """The calibration report: Markdown and a self-contained HTML page, with plots.
 
-:func:`write_report` writes, into a folder::
+[`write_report`][ragguard.calibration.write_report] writes, into a folder::
 
     report.md          the report in Markdown; plots referenced as plots/*.png
     report.html        the same report as one self-contained page (plots embedded as
@@ -23,9 +23,9 @@ Markdown and HTML, with every table and a note saying how to get the plots.
 
 The package: ``document`` (the blocks and their Markdown and HTML renderers), ``plots``
 (the figures above), ``sections`` (the report's sections, read from the result's
-:meth:`~ragguard.calibration.CalibrationResult.view`, the same view the console,
-``--json`` and the config's provenance render) and ``build`` (:func:`build_report`,
-:func:`write_report`).
+[`view`][ragguard.calibration.CalibrationResult.view], the same view the console,
+``--json`` and the config's provenance render) and ``build`` (``build_report``,
+[`write_report`][ragguard.calibration.write_report]).
 """
 
 from ragguard.calibration._format import format_interval, format_number

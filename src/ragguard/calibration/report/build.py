@@ -1,4 +1,5 @@
-"""Build the report (:func:`build_report`) and write it (:func:`write_report`)."""
+"""Build the report (``build_report``) and write it
+([`write_report`][ragguard.calibration.write_report])."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def build_report(
 
 @dataclass(frozen=True)
 class WrittenReport:
-    """Where :func:`write_report` put things."""
+    """Where [`write_report`][ragguard.calibration.write_report] put things."""
 
     folder: Path
     markdown: Path
@@ -58,7 +59,7 @@ def write_report(
     Without matplotlib (the ``report`` extra) everything but the plots is written and
     the report says how to get them. The report is built in memory, each file is
     written in a temporary folder inside ``folder`` and moved into place with
-    :func:`os.replace`; nothing temporary is left behind, whatever fails.
+    ``os.replace``; nothing temporary is left behind, whatever fails.
 
     Raises:
         ConfigError: ``folder`` is a file, or lies under a file.

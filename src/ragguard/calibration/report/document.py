@@ -1,5 +1,5 @@
-"""The report as a document: blocks (:class:`Heading`, :class:`Para`, :class:`Bullets`,
-:class:`Table`, :class:`Figure`) in a :class:`Report`, rendered to Markdown or to one
+"""The report as a document: blocks (``Heading``, ``Para``, ``Bullets``,
+``Table``, ``Figure``) in a ``Report``, rendered to Markdown or to one
 self-contained HTML page."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The report's plots (matplotlib, drawn with the Agg canvas, never touching pyplot's
-global state): :func:`draw_figures`."""
+global state): ``draw_figures``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The report's sections: what the config holds and why, the held-out check, the
 guarantee, answerability, the second stage, the runs, the grid, conflicts, per-query
-optimal k and examples, as document blocks (:func:`report_blocks`)."""
+optimal k and examples, as document blocks (``report_blocks``)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ N_EXAMPLES = 5
 
 def _iv(iv: Interval, signed: bool = False) -> str:
     """A mean and its interval, the interval rounded outward (see
-    :func:`~ragguard.calibration._format.format_interval`)."""
+    ``format_interval``)."""
     mean = format_number(iv.mean, signed=signed)
     interval = format_interval(iv.low, iv.high, 3, signed=signed)
     return f"{mean} {interval}" if interval else mean

@@ -79,8 +79,8 @@ def result_document(
     evalset: str | None = None,
 ) -> dict[str, Any]:
     """The JSON-ready document of ``result`` (see the module docstring): its
-    :meth:`~ragguard.calibration.CalibrationResult.view`, what the config holds as
-    :class:`~ragguard.calibration.WrittenSetting` describes it."""
+    [`view`][ragguard.calibration.CalibrationResult.view], what the config holds as
+    ``WrittenSetting`` describes it."""
     from ragguard import __version__
 
     v = result.view(evalset=evalset)

@@ -1,13 +1,13 @@
 """Fine-tune the neural candidates of ``train-reranker`` with sentence-transformers'
 trainers, stopping early on validation AUC.
 
-* **bi-encoder** (:func:`fine_tune_bi_encoder`): a SentenceTransformer with
+* **bi-encoder** (``fine_tune_bi_encoder``): a SentenceTransformer with
   MultipleNegativesRankingLoss over (query, relevant, hard negative) triplets: each
   relevant passage of a training query with each of its negatives, in the pair
   builder's order (labelled distractors, judged not relevant, same-query candidates,
   same-title passages, then random ones), at most ``4`` negatives per positive; the
   other passages of a batch are more negatives (in-batch).
-* **cross-encoders** (:func:`fine_tune_cross_encoder`): an existing CrossEncoder, or a
+* **cross-encoders** (``fine_tune_cross_encoder``): an existing CrossEncoder, or a
   SentenceTransformer's weights with a new one-logit classification head
   (``new_head=True``), trained with BinaryCrossEntropyLoss on every (query, passage)
   pair, the grade as a soft target (``grade / highest grade``; 0 for negatives), the

@@ -1,5 +1,5 @@
 """Offline pre-training pairs for ``train-reranker --pretrain-data`` (see
-:mod:`ragguard.calibration.train.reranker`): questions with their gold passage, in the layout of
+``ragguard.calibration.train.reranker``): questions with their gold passage, in the layout of
 NQ-open oracle files, one JSON object a line::
 
     {"question": "who got the first nobel prize in physics",
@@ -107,7 +107,7 @@ def pretrain_pairs(
     """Pairs from the pre-training data and their counts: per kept question its gold
     passage (``relevant``), then other kept questions' gold passages with the same title
     (``same_title``), then random ones (``random``), ``negatives`` in all. A question
-    is dropped when it equals (:func:`normalise`) one of ``exclude_queries`` or its gold
+    is dropped when it equals (``normalise``) one of ``exclude_queries`` or its gold
     passage one of ``exclude_passages`` (normalised texts)."""
     keep = []
     dropped_q = dropped_p = 0

@@ -1,17 +1,17 @@
 """Train a second-stage scorer from the eval set's own labels, never worse than its base.
 
-:func:`train_reranker` (``ragguard train-reranker``) turns the labelled queries that
-``ragguard calibrate`` reads into a scorer that separates relevant passages from the
-labelled distractors of *this* domain, and writes it only when it beats the untrained
+[`train_reranker`][ragguard.calibration.train_reranker] (``ragguard train-reranker``) turns the
+labelled queries that ``ragguard calibrate`` reads into a scorer that separates relevant passages
+from the labelled distractors of *this* domain, and writes it only when it beats the untrained
 base on validation queries.
 
-**Queries.** The held-out split of ``calibrate`` (:func:`split_queries` with the same
+**Queries.** The held-out split of ``calibrate`` (``split_queries`` with the same
 ``holdout`` and ``seed``) is never read: no pair, no validation figure and no corpus
 statistic comes from a held-out query, so calibrating with the trained scorer
 afterwards stays honest. Of the remaining queries a ``validation`` fraction (drawn with
 ``numpy.random.default_rng([seed, 2])``) is set aside to choose; the rest train.
 
-**Pairs** (:func:`training_pairs`), per training query: every relevant passage as a
+**Pairs** (``training_pairs``), per training query: every relevant passage as a
 positive with its grade as a soft target (``grade / highest grade``); then negatives in
 this order: every labelled distractor, every passage judged not relevant, then
 same-topic ones: the ``same_query_negatives`` best-ranked unlabelled candidates of the
@@ -40,7 +40,7 @@ model was trained on it.
 (SentenceTransformer; default the packaged all-MiniLM-L6-v2): the base score is its
 cosine. A cross-encoder (a local ``CrossEncoder`` folder, or a name in the local Hugging
 Face cache): the base score is its own score, and the bi-encoder signals use the
-packaged all-MiniLM-L6-v2. :func:`ragguard.trained.model_kind` tells them apart.
+packaged all-MiniLM-L6-v2. ``ragguard.trained.model_kind`` tells them apart.
 
 **Candidates.**
 
@@ -49,7 +49,7 @@ packaged all-MiniLM-L6-v2. :func:`ragguard.trained.model_kind` tells them apart.
   ``bm25``, ``coverage`` (IDF-weighted share of query words in the passage).
 * ``fusion``: a logistic regression (scikit-learn, ``C=1``, balanced weights, soft
   targets as weighted positive and negative copies) over those text-only signals and,
-  with a cross-encoder base, its score; see :mod:`ragguard.trained` for why retrieval
+  with a cross-encoder base, its score; see ``ragguard.trained`` for why retrieval
   scores and ranks cannot be inputs of a runtime reranker.
 * ``bi-encoder``: the bi-encoder fine-tuned with MultipleNegativesRankingLoss over
   (query, relevant, hard negative) triplets.
@@ -62,7 +62,7 @@ Default candidates: ``fusion`` and ``bi-encoder`` with a bi-encoder base, ``fusi
 ``cross-encoder`` with a cross-encoder base. Every neural candidate trains at most
 ``max_steps`` steps of ``batch_size`` pairs of at most ``max_length`` tokens (defaults
 200, 16, 128), seeded, stopping early on validation AUC (see
-:mod:`ragguard.calibration.train.fine_tune`).
+``ragguard.calibration.train.fine_tune``).
 
 **The choice.** Each candidate is scored on the validation queries by two AUCs: relevant
 vs labelled distractor and relevant vs every other candidate (the share of (relevant,
@@ -70,11 +70,11 @@ negative) pairs *of the same query* ordered correctly, ties counting half). The
 selection AUC is relevant-vs-distractor when validation has distractors, else
 relevant-vs-other. Validation must hold at least ``MIN_VALIDATION_QUERIES`` (30)
 *usable* queries, each with a relevant and a non-relevant candidate; with fewer the
-command stops before training (:class:`~ragguard.errors.EvalSetError` saying how many
+command stops before training ([`EvalSetError`][ragguard.EvalSetError] saying how many
 more labelled queries it needs), and with none it says that validation has no
 non-relevant candidate. A trained candidate is eligible only when its validation win is
 shown: its selection AUC is higher than the base's, the lower bound of the ``LEVEL``
-(95%) paired bootstrap interval of the difference (:func:`auc_difference`:
+(95%) paired bootstrap interval of the difference (``auc_difference``:
 ``N_BOOTSTRAP`` resamples of the usable validation queries, seeded by ``seed``) is
 above 0, and its other AUC is not lower. The eligible one with the best selection AUC
 is written, the interval in its card. When none is eligible **nothing is written**
@@ -89,7 +89,7 @@ without it, or holding anything it does not list, is refused, as is an ``out`` t
 or holds one of the command's inputs (the eval set and the corpus beside it, run files,
 ``corpus``, ``pretrain_data``, a local ``base`` or ``encoder``, ``inputs``). The new
 folder is written whole in a staging folder beside it (see
-:mod:`ragguard.calibration._output`) and moved into place; the old one is removed only
+``ragguard.calibration._output``) and moved into place; the old one is removed only
 after that.
 """
 
@@ -224,7 +224,7 @@ def _n_validation(n_calibration: int, validation: float) -> int:
 
 
 def _n_calibration(n: int, holdout: float) -> int:
-    """Queries left to calibrate on of ``n``: the count of :func:`split_queries`."""
+    """Queries left to calibrate on of ``n``: the count of ``split_queries``."""
     return n - (0 if holdout == 0 else max(1, round(holdout * n)))
 
 
@@ -451,7 +451,7 @@ class Candidate:
         note: anything worth saying (what the base is, steps run).
         gain: of a trained candidate, its selection AUC minus the base's on the usable
             validation queries, with the paired bootstrap interval
-            (:func:`auc_difference`); ``None`` for the others.
+            (``auc_difference``); ``None`` for the others.
     """
 
     name: str
@@ -466,7 +466,7 @@ class Candidate:
 
 @dataclass
 class TrainResult:
-    """What :func:`train_reranker` did.
+    """What [`train_reranker`][ragguard.calibration.train_reranker] did.
 
     Attributes:
         path: the folder written, or ``None`` when no candidate beat the base.
@@ -724,9 +724,10 @@ class Training:
 @dataclass(frozen=True, kw_only=True)
 class RerankerTrainer:
     """Training a second-stage scorer as an estimator: the settings, checked when built,
-    and :meth:`fit`, which trains candidate scorers on the calibration split and writes
+    and ``fit``, which trains candidate scorers on the calibration split and writes
     the best one if it beats the base on validation queries (see the module docstring).
-    :func:`train_reranker` takes the same settings as keyword arguments.
+    [`train_reranker`][ragguard.calibration.train_reranker] takes the same settings as keyword
+    arguments.
 
     Attributes:
         base: the model to start from and to beat: a bi-encoder
@@ -743,8 +744,8 @@ class RerankerTrainer:
         holdout: calibrate's held-out fraction (never read here).
         validation: fraction of the other queries set aside to choose.
         seed: seed of both splits, the negatives, the new head and training.
-        negatives: the negatives per query (:class:`Negatives`).
-        training: how each neural candidate trains (:class:`Training`).
+        negatives: the negatives per query (``Negatives``).
+        training: how each neural candidate trains (``Training``).
     """
 
     base: str = PACKAGED_ENCODER
@@ -794,7 +795,8 @@ class RerankerTrainer:
             run: the runs whose candidates give same-query negatives and validation
                 "others" (default: every run of the eval set).
             pretrain_data: offline pre-training questions (see the module docstring).
-            corpus, passages: more passage texts (as for calibrate).
+            corpus: more passage texts, from files (as for calibrate).
+            passages: more passage texts, by passage id (as for calibrate).
             overwrite: replace an ``out`` folder that train-reranker wrote and that holds
                 nothing else (its marker file lists what it wrote).
             inputs: more paths the caller read for this run (the CLI gives the eval set
@@ -1059,7 +1061,7 @@ def train_reranker(  # noqa: PLR0913 - the keyword face of RerankerTrainer, kept
 ) -> TrainResult:
     """Train candidate scorers on the calibration split and write the best one to
     ``out`` if it beats the base on validation queries (see the module docstring): a
-    :class:`RerankerTrainer` built from these keyword arguments, fitted on ``evalset``.
+    ``RerankerTrainer`` built from these keyword arguments, fitted on ``evalset``.
 
     Args:
         evalset: labelled queries with query and passage texts.
@@ -1067,19 +1069,29 @@ def train_reranker(  # noqa: PLR0913 - the keyword face of RerankerTrainer, kept
             ``overwrite``; never one that is or holds an input).
         run: the runs whose candidates give same-query negatives and validation
             "others" (default: every run of the eval set).
-        base, encoder, kinds, holdout, validation, seed: as the attributes of
-            :class:`RerankerTrainer` of those names.
+        base: the model to start from and to beat (``RerankerTrainer.base``).
+        encoder: the bi-encoder beside a cross-encoder base
+            (``RerankerTrainer.encoder``).
+        kinds: the trained candidates to try (``RerankerTrainer.kinds``).
+        holdout: calibrate's held-out fraction (never read here).
+        validation: fraction of the other queries set aside to choose.
+        seed: seed of both splits, the negatives, the new head and training.
         same_query_negatives: unlabelled candidates of a query used as negatives.
         same_title_negatives: passages sharing a title with a relevant one.
         random_negatives: passages of other queries used as negatives.
         pretrain_data: offline pre-training questions (see the module docstring).
         pretrain_negatives: negatives per pre-training question.
-        epochs, max_steps, batch_size, max_length, learning_rate: training of each
-            neural candidate (at most ``max_steps`` steps; ``0`` trains nothing). The
+        epochs: passes over the pairs, for each neural candidate. The training
             defaults finish the default candidates in minutes on 2 CPU cores for a few
             hundred queries.
+        max_steps: the most training steps of each neural candidate (``0`` trains
+            nothing).
+        batch_size: pairs (or triplets) per training step.
+        max_length: tokens per text (bi-encoder) or per pair (cross-encoder).
+        learning_rate: the optimiser's learning rate.
         device: torch device for the models (``cpu``, ``cuda``); ``None`` picks one.
-        corpus, passages: more passage texts (as for calibrate).
+        corpus: more passage texts, from files (as for calibrate).
+        passages: more passage texts, by passage id (as for calibrate).
         overwrite: replace an ``out`` folder that train-reranker wrote and that holds
             nothing else (its marker file lists what it wrote).
         inputs: more paths the caller read for this run (the CLI gives the eval set and

@@ -1,1 +1,1 @@
-"""One reader per eval-set format (see :mod:`ragguard.calibration.data`)."""
+"""One reader per eval-set format (see ``ragguard.calibration.data``)."""

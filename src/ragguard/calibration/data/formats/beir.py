@@ -1,12 +1,12 @@
-"""BEIR folders read column-wise (:func:`read_beir`).
+"""BEIR folders read column-wise (``read_beir``).
 
 ``qrels/<split>.tsv`` and ``distractors.tsv`` are read by
-:func:`~ragguard.calibration.data.formats.delimited.read_fields`; ``corpus.jsonl`` and
+``read_fields``; ``corpus.jsonl`` and
 ``queries.jsonl`` block by block by pyarrow's JSON reader with an explicit schema (``_id``,
 ``text``, ``title``), the corpus staying Arrow arrays. A block pyarrow may read otherwise
 than Python's json (a lone ``\r``, a bare ``Inf``, a line that is not one object, text
 that is not UTF-8, a repeated key, ...) or with missing ids is walked line by line with
-Python's json (:func:`_diagnose`): the first bad line raises naming file, line and field;
+Python's json (``_diagnose``): the first bad line raises naming file, line and field;
 when none is bad, the values are Python's. The walk is a diagnosis, not a second reader.
 """
 
@@ -111,7 +111,7 @@ def _object_lines(block: memoryview) -> tuple[int, int] | None:
     alike: it starts with ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r``
     ends a line on its own, and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow
     reads and Python's json rejects) may be in it. Lines of spaces and tabs are blank; a
-    line with other leading or trailing whitespace is walked (:func:`_diagnose`)."""
+    line with other leading or trailing whitespace is walked (``_diagnose``)."""
     a = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(a == 10)
     starts = np.empty_like(ends)
@@ -150,7 +150,7 @@ def _read_block(block: memoryview, parse: Any) -> tuple[Any, int] | None:
     """A block of whole JSON lines read by pyarrow's JSON reader: the table of its
     objects (empty when every line is blank) and the block's number of lines. ``None``
     when it cannot be read so: a line Python's json may read otherwise
-    (:func:`_object_lines`), text that is not UTF-8, pyarrow rejecting it, or finding
+    (``_object_lines``), text that is not UTF-8, pyarrow rejecting it, or finding
     another number of objects than of non-blank lines (an object over several lines,
     several on one line)."""
     pa = pyarrow()
@@ -272,7 +272,7 @@ Row = tuple[str, str | None, str | None]
 
 def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     """The id, text and title of one line of ``corpus.jsonl`` as Python's json read it:
-    an id (:meth:`~ragguard.calibration.data.formats.common.Where.id`), a text that is a string or
+    an id (``id``), a text that is a string or
     missing or ``null``, a title that is kept when it is a string."""
     doc = Where(path, line).id(obj.get("_id"), "_id")
     corpus_text(obj, path, line, required=False)  # raises on a text that is not a string
@@ -301,8 +301,8 @@ def _json_file(
     the ``kept`` ones (default all).
 
     Each block of lines is read by pyarrow's JSON reader; a block it does not read
-    (:func:`_read_block`), or whose ids are missing, ``null`` or empty, is walked line
-    by line with Python's json (:func:`_diagnose`, ``row`` reading one object), which
+    (``_read_block``), or whose ids are missing, ``null`` or empty, is walked line
+    by line with Python's json (``_diagnose``, ``row`` reading one object), which
     names the first bad line or gives the values Python reads.
 
     Raises:
@@ -351,8 +351,8 @@ def _diagnose(
     """Walk a block of JSON lines that the column-wise checks did not pass, line by
     line (lines end as Python's universal newlines end them: ``\\n``, ``\\r\\n`` or a
     lone ``\\r``): the first line that is not UTF-8, not JSON or not a JSON object, or
-    whose values ``row`` rejects, raises :class:`EvalSetError` naming file, line and
-    field; when none is bad, the block's values as Python reads them (a lone surrogate
+    whose values ``row`` rejects, raises [`EvalSetError`][ragguard.EvalSetError] naming file, line
+    and field; when none is bad, the block's values as Python reads them (a lone surrogate
     escape, which no UTF-8 text holds, as U+FFFD) and its number of lines. ``seen``:
     the lines before the block."""
     pa = pyarrow()
@@ -397,7 +397,7 @@ def _qrels(
     rep: Reporter,
 ) -> tuple[Pairs, list[Event]]:
     """The labels of a BEIR qrels file (its fields read by
-    :func:`~ragguard.calibration.data.formats.delimited.read_fields`; repeats removed) and its
+    ``read_fields``; repeats removed) and its
     problems as (line, order within the line, kind, message, field).
 
     Raises:

@@ -1,8 +1,8 @@
-"""Parsers for the eval-set and run formats (see :mod:`ragguard.calibration.data.evalset`).
+"""Parsers for the eval-set and run formats (see ``ragguard.calibration.data.evalset``).
 
-Each parser validates as it reads and raises :class:`~ragguard.errors.EvalSetError`
+Each parser validates as it reads and raises [`EvalSetError`][ragguard.EvalSetError]
 with the file, the line and the field of the first malformed value; problems that leave
-the data usable go to the :class:`~ragguard.calibration.data.problems.Reporter`.
+the data usable go to the ``Reporter``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Layout:
     """The columns of a line of a qrels or run file, and which one holds a number.
 
     A line starting with ``#`` is a comment only when it cannot be a record
-    (:meth:`comment`): trec_eval up to 9 (and pytrec_eval) know no comments, so
+    (``comment``): trec_eval up to 9 (and pytrec_eval) know no comments, so
     ``#7 0 docA 1`` labels query ``#7``; trec_eval 10 skips every line starting with
     ``#``, which would drop that query without a word. Here such a line is read, and a
     ``#`` line that has not the layout's number of columns, or no number where the
@@ -122,7 +122,7 @@ def first_content(path: Path) -> tuple[str, int]:
 
 class Where:
     """Errors of one line of a file: each method checks a value read from JSON and raises
-    :class:`~ragguard.errors.EvalSetError` naming the file, the line and the field."""
+    [`EvalSetError`][ragguard.EvalSetError] naming the file, the line and the field."""
 
     def __init__(self, path: Path, line: int | None = None) -> None:
         self.path = str(path)
@@ -240,7 +240,7 @@ def read_json_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> tuple[Candidates, Lines]:
     """A JSON run file, ``{query_id: {doc_id: score}}`` (TREC run files are read
-    column-wise, :mod:`ragguard.calibration.data.formats.delimited`)."""
+    column-wise, ``ragguard.calibration.data.formats.delimited``)."""
     at = Where(path)
     try:
         data = json.loads("".join(open_text(path)))

@@ -5,8 +5,8 @@ A file of fields joined by single spaces (the usual run) is read by pyarrow's
 multi-threaded CSV reader with typed columns; any other by its streaming reader, one line
 a row, split and cast by pyarrow's kernels block by block (a block holding whitespace
 only ``str.split()`` knows is split by Python). A block that fails a column-wise check is
-walked row by row (:func:`_diagnose`): the first bad line raises
-:class:`~ragguard.errors.EvalSetError` naming file, line and field; when none is bad
+walked row by row (``_diagnose``): the first bad line raises
+[`EvalSetError`][ragguard.EvalSetError] naming file, line and field; when none is bad
 (a number only Python reads, such as ``1_000``), the values are Python's. The walk is a
 diagnosis of one block, not a second reader.
 """
@@ -350,8 +350,8 @@ def _stream(path: Path, delimiter: str) -> Any:
 
 def _batches(path: Path, delimiter: str) -> Iterator[Any]:
     """The streamed line batches of ``path`` (none for an empty file); a file that
-    cannot be read, or is not UTF-8, raises :class:`EvalSetError` (naming the first line
-    that is not UTF-8), one holding ``delimiter`` raises :class:`_InText`."""
+    cannot be read, or is not UTF-8, raises [`EvalSetError`][ragguard.EvalSetError] (naming the
+    first line that is not UTF-8), one holding ``delimiter`` raises ``_InText``."""
     pa = pyarrow()
     try:
         yield from _stream(path, delimiter)
@@ -367,8 +367,8 @@ def _batches(path: Path, delimiter: str) -> Iterator[Any]:
 
 
 def not_utf8(path: Path) -> None:
-    """Raise :class:`EvalSetError` naming the first line of ``path`` that is not UTF-8
-    (a byte order mark at its start is allowed); return when every line is."""
+    """Raise [`EvalSetError`][ragguard.EvalSetError] naming the first line of ``path`` that is not
+    UTF-8 (a byte order mark at its start is allowed); return when every line is."""
     for _ in utf8_lines(path):
         pass
 
@@ -382,7 +382,7 @@ def _blocks(
 ) -> Iterator[_Block]:
     """The content lines of each streamed block: whitespace normalised, trimmed, blank
     lines and comments left out (a ``#`` line is a comment only when it cannot be a
-    record, :meth:`Layout.comment`), and line 1 when ``is_header`` says so. Each block's
+    record, ``Layout.comment``), and line 1 when ``is_header`` says so. Each block's
     memory goes back to the system once the caller is done with it."""
     pa = pyarrow()
     pc = arrow_module("compute")

@@ -1,10 +1,10 @@
-"""ragguard's JSONL eval sets (see :mod:`ragguard.calibration.data.evalset`): the one reader.
+"""ragguard's JSONL eval sets (see ``ragguard.calibration.data.evalset``): the one reader.
 
 Each line is parsed by Python's ``json`` and its labels and candidates go straight into
-columns (:class:`~ragguard.calibration.data.columns.LabelColumns`,
-:class:`~ragguard.calibration.data.columns.RunColumns`). A candidate list is checked as a
-whole (:func:`_checked`); one that fails is walked candidate by candidate
-(:func:`_walked`), which names the field at fault and reports repeated ids.
+columns (``LabelColumns``,
+``RunColumns``). A candidate list is checked as a
+whole (``_checked``); one that fails is walked candidate by candidate
+(``_walked``), which names the field at fault and reports repeated ids.
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ def _candidates(
 class _PairTexts:
     """Candidate texts as they are read: every 65,536 texts, the query of each (an index
     into ``qids``), its id and its text become Arrow arrays. Called (by
-    :class:`~ragguard.calibration.data.texts.TextSource`, on the first look-up), the
+    ``TextSource``, on the first look-up), the
     mapping (query, candidate) -> text, the first text of a pair winning."""
 
     def __init__(self) -> None:

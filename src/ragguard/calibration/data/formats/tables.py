@@ -2,11 +2,11 @@
 ``Qrels`` and ``Run``) or as ``{query_id: {doc_id: value}}`` dicts.
 
 One row per label (query id, document id, grade) or candidate (query id, document id,
-score; row order breaks score ties). Columns are found by name (:data:`COLUMN_NAMES`) or
+score; row order breaks score ties). Columns are found by name (``COLUMN_NAMES``) or
 named by ``columns=``. Grades follow the file readers' rule
-(:func:`~ragguard.calibration.data.records.bad_grade`); a repeated (query, document) row
+(``bad_grade``); a repeated (query, document) row
 keeps its first occurrence and is reported; a table without a row is an error. Tables
-become :class:`~ragguard.calibration.data.columns.Pairs` with pyarrow (a pandas column
+become ``Pairs`` with pyarrow (a pandas column
 pyarrow cannot convert is checked value by value, naming the row at fault); ranx objects
 become dicts. pandas, polars, pyarrow and ranx are never imported here.
 """
@@ -77,7 +77,7 @@ def read_input(
     rep: Reporter,
 ) -> Pairs | Dicts:
     """Qrels (``role="qrels"``) or a run as given: dicts stay dicts, ranx objects become
-    dicts, DataFrames and pyarrow Tables become :class:`Pairs` (ids interned, repeated
+    dicts, DataFrames and pyarrow Tables become ``Pairs`` (ids interned, repeated
     rows removed and reported to ``rep`` under the name ``what``).
 
     Raises:
@@ -111,7 +111,7 @@ def columnar(data: Pairs | Dicts) -> TypeGuard[Pairs]:
 
 
 def as_dicts(data: Pairs | Dicts, role: Role) -> Dicts:
-    """``data`` as ``{query_id: {doc_id: value}}``, built per query from :class:`Pairs`
+    """``data`` as ``{query_id: {doc_id: value}}``, built per query from ``Pairs``
     (whole-number grades as ints, as a dict of qrels holds them)."""
     if not isinstance(data, Pairs):
         return data
@@ -138,7 +138,7 @@ def _ranx_dicts(obj: Table, role: Role) -> Dicts:
 
 
 def _check_grades(qrels: Dicts, what: str) -> None:
-    """Raise on the first grade of ``qrels`` that :func:`bad_grade` rejects (values that
+    """Raise on the first grade of ``qrels`` that ``bad_grade`` rejects (values that
     are not numbers are left to the conversion, which names them). The rule is asked once
     per distinct value."""
     # (type(m) is dict: a fast check before the slower one of the Mapping ABC)
@@ -347,7 +347,7 @@ def _pairs(
     rep: Reporter,
     name: str,
 ) -> Pairs:
-    """:class:`Pairs` of interned rows; a grade :func:`bad_grade` rejects (in column
+    """``Pairs`` of interned rows; a grade ``bad_grade`` rejects (in column
     ``name``) is an error, a repeated (query, document) row is reported and dropped, a
     repeated label with another grade is an error."""
     if role == "qrels":

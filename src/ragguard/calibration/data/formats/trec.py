@@ -1,8 +1,8 @@
-"""TREC qrels and run files, column-wise (:func:`read_trec`).
+"""TREC qrels and run files, column-wise (``read_trec``).
 
 A run's document ids stay as read, one Arrow string per line (dictionary-encoding 10
 million ids costs seconds and a large hash table): repeats are found per query from a
-64-bit key of each id (:func:`doc_keys`), confirmed on the text. Problems are reported in
+64-bit key of each id (``doc_keys``), confirmed on the text. Problems are reported in
 the order of their lines.
 """
 
@@ -48,10 +48,10 @@ I64 = NDArray[np.int64]
 
 def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None) -> Pairs:
     """A TREC run (``kind="run"``) or qrels (``kind="qrels"``) file, column-wise
-    (:func:`~ragguard.calibration.data.formats.delimited.read_fields`).
+    (``read_fields``).
 
     Problems go to ``rep`` in the order of their lines. A run's document ids stay as
-    read (one per line, see :class:`Pairs`); labels' are interned, their values the
+    read (one per line, see ``Pairs``); labels' are interned, their values the
     grades as written (-1 and below included).
 
     Raises:

@@ -1,5 +1,5 @@
 """The UDCG authors' JSON files (a list of examples with ``example_id``, ``question``
-and ``passages``; see :mod:`ragguard.calibration.data.evalset`): the one reader, with
+and ``passages``; see ``ragguard.calibration.data.evalset``): the one reader, with
 Python's json (the examples are few and each is read whole)."""
 
 from __future__ import annotations
