@@ -128,6 +128,7 @@ from ragguard.calibration.fit.sweep import (
     lower_is_better,
 )
 from ragguard.calibration.metrics import parse_metric
+from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import ConflictMode
 from ragguard.probability import MapMethod
@@ -320,6 +321,10 @@ class Calibrator:
             on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run,
                 and one for the second stage.
 
+        The config starts from the defaults and what was measured: ``RAGGUARD_*``
+        variables, which configure a runtime guard, are not read (a warning is logged
+        naming them).
+
         Raises:
             EvalSetError: no runs, an unknown run, or nothing to calibrate on: no
                 queries left (an empty split, a run with no candidates for any labelled
@@ -329,6 +334,18 @@ class Calibrator:
             ConfigError: ``answerability`` with a ``guarantee``; a token counter that
                 cannot be built.
         """
+        ignored = sorted(
+            k
+            for k in os.environ
+            if k.upper().startswith(ENV_PREFIX) and k.upper() not in OTHER_VARIABLES
+        )
+        if ignored:
+            logger.warning(
+                "%s not read: calibration starts from the defaults and the eval set, and "
+                "the config holds what it measured (%s* variables configure a runtime guard)",
+                ", ".join(ignored),
+                ENV_PREFIX,
+            )
         if not evalset.runs:
             raise EvalSetError(
                 "the eval set has no runs to calibrate; pass run files (--run) or a "
