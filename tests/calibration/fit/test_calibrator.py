@@ -30,7 +30,7 @@ from ragguard.calibration import (
     load_evalset,
 )
 from ragguard.calibration.report.summary import result_document
-from ragguard.errors import ConfigError
+from ragguard.errors import ArgumentTypeError, ConfigError
 from ragguard.policy import ConflictMode
 from tests.calibration.answerability_data import random_rows, write_jsonl
 from tests.calibration.two_stage_data import make_data, oracle
@@ -185,6 +185,18 @@ def test_fit_reads_no_ragguard_variables(
     assert "min_evidence" not in raw and raw["conflicts"] == "off"
     (warned,) = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
     assert warned.startswith("RAGGUARD_CONFLICTS, RAGGUARD_MIN_EVIDENCE not read: calibration")
+
+
+@pytest.mark.parametrize("given", ["examples/ramdocs/evalset.jsonl", NOTES, None])
+def test_fit_of_what_is_not_an_eval_set_says_load_it_first(given: Any) -> None:
+    """A path (or None) where the EvalSet belongs: one line saying how to load it (issue
+    41, CB-73, CB-74), not AttributeError: 'str' object has no attribute 'runs'."""
+    with pytest.raises(ArgumentTypeError) as caught:
+        Calibrator().fit(given)
+    message = str(caught.value)
+    assert "fit(load_evalset(path))" in message and "load_inputs" in message
+    assert "\n" not in message
+    assert ("NoneType" if given is None else repr(str(given))) in message
 
 
 def test_fit_leaves_the_eval_set_and_the_options_as_they_were() -> None:
