@@ -80,6 +80,26 @@ def test_nested_environment_and_custom_profile(monkeypatch: pytest.MonkeyPatch) 
     assert (config.max_k, config.relative_threshold) == (2, 0.8)
 
 
+def test_without_environment_reads_only_its_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What calibration writes with: no RAGGUARD_* variable is read, none warns, and a bad
+    one does not fail it (issue 41, CB-83); the ordinary constructor still reads them."""
+    monkeypatch.setenv("RAGGUARD_MIN_EVIDENCE", "0.99")
+    monkeypatch.setenv("RAGGUARD_CONFLICTS", "drop")
+    monkeypatch.setenv("RAGGUARD_RERANK__ENABLED", "1")
+    monkeypatch.setenv("RAGGUARD_MAX_K", "0")  # invalid: GuardConfig() refuses it
+    monkeypatch.setenv("RAGGUARD_MAXK", "3")  # unknown: GuardConfig() warns
+    config = GuardConfig.without_environment(profile="legal", max_k=4)
+    assert (config.max_k, config.min_evidence, config.conflicts) == (4, None, ConflictMode.OFF)
+    assert config.rerank.enabled is False
+    assert config.relative_threshold == ragguard.BUILTIN_PROFILES["legal"].relative_threshold
+    assert config.source_of("min_evidence") == "default"
+    assert config.source_of("max_k") == "argument"
+    with pytest.raises(ConfigError, match=r"max_k=0 \(argument\)"):
+        GuardConfig.without_environment(max_k=0)
+    with pytest.raises(ConfigError, match="environment RAGGUARD_MAX_K"):
+        GuardConfig()
+
+
 def test_guard_from_file_with_overrides(tmp_path: Path) -> None:
     path = write(tmp_path, 'score_kind = "similarity"\nmax_k = 4\nrelative_threshold = 0.5\n')
     guard = ContextGuard.from_file(path, max_k=1)

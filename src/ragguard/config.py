@@ -609,6 +609,22 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             ),
         )
 
+    @classmethod
+    def without_environment(cls, **values: Any) -> GuardConfig:
+        """A config of ``values`` over the profile and the defaults alone: no ``RAGGUARD_*``
+        variable is read, none warns (``ragguard calibrate`` writes what it measured,
+        whatever the environment of the calibrating process sets; the variables configure
+        a runtime guard).
+
+        Raises:
+            ConfigError: a value is invalid.
+        """
+        token = _copied_layers.set({})  # as model_copy builds: the values given only
+        try:
+            return cls(**values)
+        finally:
+            _copied_layers.reset(token)
+
 
 SCHEMA_ID = "https://example.invalid/ragguard/ragguard.schema.json"
 

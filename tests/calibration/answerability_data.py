@@ -38,3 +38,20 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 def candidates_of(record: dict[str, Any]) -> list[Candidate]:
     return [Candidate(c["id"], c["text"], c["score"]) for c in record["candidates"]]
+
+
+RAMDOCS_UNANSWERABLE = (
+    Path(__file__).resolve().parents[2] / "examples" / "ramdocs" / "unanswerable" / "evalset.jsonl"
+)
+
+
+def unanswerable_only(path: Path) -> Path:
+    """The lines of ``examples/ramdocs/unanswerable/evalset.jsonl`` whose ``relevant`` is
+    empty (101 queries, none answerable), written to ``path``."""
+    lines = [
+        line
+        for line in RAMDOCS_UNANSWERABLE.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not json.loads(line).get("relevant")
+    ]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path

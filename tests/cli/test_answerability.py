@@ -16,7 +16,12 @@ from typer.testing import CliRunner
 from ragguard import ContextGuard, GuardConfig, Verdict
 from ragguard.calibration import evaluate, load_evalset
 from ragguard.cli import app
-from tests.calibration.answerability_data import candidates_of, random_rows, write_jsonl
+from tests.calibration.answerability_data import (
+    candidates_of,
+    random_rows,
+    unanswerable_only,
+    write_jsonl,
+)
 from tests.cli.checks import error_line
 
 runner = CliRunner()
@@ -149,3 +154,15 @@ def test_no_certified_floor_writes_nothing_unless_allowed(tmp_path: Path) -> Non
     raw = tomllib.loads((tmp_path / "s.toml").read_text())
     assert "min_evidence" not in raw
     assert raw["provenance"]["answerability"]["met"] is False
+
+
+def test_a_set_with_no_answerable_query_is_one_line(tmp_path: Path) -> None:
+    """The 101 unanswerable ramdocs queries alone (issue 41, CB-77): the library's check,
+    before any sweep, is the command's one line."""
+    path = unanswerable_only(tmp_path / "all.jsonl")
+    line = error_line(
+        invoke("calibrate", path, "--max-false-abstain", "0.1", "--no-report", "--out",
+               tmp_path / "cfg.toml")
+    )  # fmt: skip
+    assert "none of the 101 labelled queries has a relevant passage" in line, line
+    assert not (tmp_path / "cfg.toml").exists()

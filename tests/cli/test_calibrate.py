@@ -10,6 +10,7 @@ import math
 import os
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,49 @@ def flat(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- calibrate
+
+
+RAMDOCS = ROOT / "examples" / "ramdocs" / "evalset.jsonl"
+
+
+def _config_lines(path: Path) -> list[str]:
+    """The config's lines but its header and creation time (they differ run to run)."""
+    return [
+        line
+        for line in path.read_text().splitlines()
+        if not line.startswith("#") and not line.startswith("created")
+    ]
+
+
+def test_calibrate_reads_no_ragguard_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RAGGUARD_MIN_EVIDENCE=0.99 and RAGGUARD_CONFLICTS=drop in the shell (issue 41,
+    CQ-33, CQ-34): the config is the one written without them, and stderr names them."""
+    for name in [k for k in os.environ if k.upper().startswith("RAGGUARD_")]:
+        monkeypatch.delenv(name)
+    clean = invoke("calibrate", RAMDOCS, "--no-report", "--out", "clean.toml")
+    assert clean.exit_code == 0, clean.output
+    monkeypatch.setenv("RAGGUARD_MIN_EVIDENCE", "0.99")
+    monkeypatch.setenv("RAGGUARD_CONFLICTS", "drop")
+    res = invoke("calibrate", RAMDOCS, "--no-report", "--out", "cfg.toml")
+    assert res.exit_code == 0, res.output
+    assert _config_lines(tmp_path / "cfg.toml") == _config_lines(tmp_path / "clean.toml")
+    raw = tomllib.loads((tmp_path / "cfg.toml").read_text())
+    assert "min_evidence" not in raw and raw["conflicts"] == "off"
+    warned = flat(res.stderr)
+    assert "warning: RAGGUARD_CONFLICTS, RAGGUARD_MIN_EVIDENCE not read: " in warned, warned
+
+
+def test_calibrate_negative_seed_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    """``--seed -1`` (issue 41, CQ-37): click's usage error naming --seed, not numpy's
+    ValueError in a traceback."""
+    res = invoke("calibrate", RAMDOCS, "--seed", "-1", "--no-report", "--out", "cfg.toml")
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    assert isinstance(res.exception, SystemExit), res.exception
+    assert "Invalid value for '--seed'" in res.stderr, res.stderr
+    assert not (tmp_path / "cfg.toml").exists()
 
 
 def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path: Path) -> None:

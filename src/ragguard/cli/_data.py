@@ -89,7 +89,7 @@ def profile_for_cli(name: str, profiles: Path | None) -> Profile:
     custom: dict[str, ProfileSpec] = {}
     if profiles is not None:
         table = load_toml(profiles).get("profiles", {})
-        custom = dict(GuardConfig(profiles=table).profiles)
+        custom = dict(GuardConfig.without_environment(profiles=table).profiles)
     return resolve_profile(name, custom)
 
 

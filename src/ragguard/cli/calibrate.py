@@ -390,7 +390,7 @@ HoldoutOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[
-    int, typer.Option(metavar="INT", help="Seed of the held-out split and the bootstrap.")
+    int, typer.Option(min=0, metavar="INT", help="Seed of the held-out split and the bootstrap.")
 ]
 FoldsOpt = Annotated[
     int,

@@ -4,6 +4,7 @@ written config with which the runtime guard abstains exactly where calibration s
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from decimal import Decimal
@@ -15,7 +16,9 @@ import pytest
 
 from ragguard import Candidate, ContextGuard, GuardConfig, RerankWarning, Verdict
 from ragguard.calibration import (
+    Answerability,
     CalibrationResult,
+    Calibrator,
     EvalSet,
     RerankGrid,
     SweepGrid,
@@ -33,7 +36,12 @@ from ragguard.calibration.fit.statistics import split_queries
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import Reason
 from ragguard.profiles import BUILTIN_PROFILES
-from tests.calibration.answerability_data import candidates_of, random_rows, write_jsonl
+from tests.calibration.answerability_data import (
+    candidates_of,
+    random_rows,
+    unanswerable_only,
+    write_jsonl,
+)
 from tests.calibration.two_stage_data import BROKEN, Breaking, oracle
 
 # --- helpers ----------------------------------------------------------------------------
@@ -432,8 +440,35 @@ def test_what_cannot_be_calibrated_is_one_clear_error() -> None:
     seed = next(s for s in range(100) if row in split_queries(len(es.qids), 0.3, s)[1])
     with pytest.raises(EvalSetError, match="all 1 unanswerable queries were drawn into the held"):
         calibrate(es, max_false_abstain=0.1, seed=seed)
+    # no query with a relevant passage: nothing answerable bounds the share lost (CB-77)
+    none_qrels, none_run = tops_data([], [0.3] * 40)
+    es = EvalSet.from_dicts(none_qrels, {"r": none_run})
+    with pytest.raises(EvalSetError, match="none of the 40 labelled queries has a relevant"):
+        calibrate(es, max_false_abstain=0.1)
     # a run without scores: min_evidence has nothing to read
     unscored = {q: {d: math.nan for d in c} for q, c in run.items()}
     es = EvalSet.from_dicts(qrels, {"r": unscored})
     with pytest.raises(ConfigError, match="it has no scores"):
         calibrate(es, max_false_abstain=0.1, holdout=0, min_recall=None, n_bootstrap=20)
+
+
+def test_a_set_with_no_answerable_query_is_refused_before_any_sweep(tmp_path: Path) -> None:
+    """The 101 unanswerable ramdocs queries alone (issue 41, CB-77): the fit used to
+    succeed and write a config without a floor; it refuses in one line, as it does for a
+    set without unanswerable queries, and a query with no label at all changes nothing."""
+    path = unanswerable_only(tmp_path / "all.jsonl")
+    es = load_evalset(path)
+    assert len(es.qids) == len(es.unanswerable) == 101
+    calibrator = Calibrator(answerability=Answerability(max_false_abstain=0.1))
+    with pytest.raises(EvalSetError) as caught:
+        calibrator.fit(es)
+    message = str(caught.value)
+    assert "none of the 101 labelled queries has a relevant passage" in message
+    assert "\n" not in message
+    unjudged = {"query_id": "x", "query": "?", "relevant": [],
+                "candidates": [{"id": "x-d0", "score": 0.5, "text": "t"}]}  # fmt: skip
+    path.write_text(path.read_text() + json.dumps(unjudged) + "\n")
+    es = load_evalset(path)
+    assert len(es.qids) == 102 and len(es.unanswerable) == 101
+    with pytest.raises(EvalSetError, match="none of the 102 labelled queries has a relevant"):
+        calibrator.fit(es)

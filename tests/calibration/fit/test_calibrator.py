@@ -5,6 +5,9 @@ objects untouched."""
 from __future__ import annotations
 
 import json
+import logging
+import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,8 @@ from ragguard.calibration import (
     load_evalset,
 )
 from ragguard.calibration.report.summary import result_document
-from ragguard.errors import ConfigError
+from ragguard.errors import ArgumentTypeError, ConfigError
+from ragguard.policy import ConflictMode
 from tests.calibration.answerability_data import random_rows, write_jsonl
 from tests.calibration.two_stage_data import make_data, oracle
 
@@ -157,6 +161,42 @@ def test_options_are_frozen_and_checked_before_any_data(notes: Any) -> None:
         check=Check(n_bootstrap=2000, level=0.95, baseline_k=None, on_worse="top-k"),
         stages=Stages(),
     )  # fmt: skip
+
+
+def test_fit_reads_no_ragguard_variables(
+    notes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RAGGUARD_* variables configure a runtime guard: a calibration with them set writes
+    what one without them writes (no min_evidence 0.99, no conflicts "drop" that nothing
+    measured), and a warning names them (issue 41, CB-83)."""
+    for name in [k for k in os.environ if k.upper().startswith("RAGGUARD_")]:
+        monkeypatch.delenv(name)
+    calibrator = Calibrator(check=Check(n_bootstrap=100))
+    clean = calibrator.fit(notes)
+    monkeypatch.setenv("RAGGUARD_MIN_EVIDENCE", "0.99")
+    monkeypatch.setenv("RAGGUARD_CONFLICTS", "drop")
+    with caplog.at_level(logging.WARNING, logger="ragguard"):
+        fitted = calibrator.fit(notes)
+    _same(fitted, clean)
+    config = fitted.config()
+    assert (config.min_evidence, config.conflicts) == (None, ConflictMode.OFF)
+    assert config.source_of("min_evidence") == "default"
+    raw = tomllib.loads(fitted.save_config(tmp_path / "cfg.toml").read_text())
+    assert "min_evidence" not in raw and raw["conflicts"] == "off"
+    (warned,) = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
+    assert warned.startswith("RAGGUARD_CONFLICTS, RAGGUARD_MIN_EVIDENCE not read: calibration")
+
+
+@pytest.mark.parametrize("given", ["examples/ramdocs/evalset.jsonl", NOTES, None])
+def test_fit_of_what_is_not_an_eval_set_says_load_it_first(given: Any) -> None:
+    """A path (or None) where the EvalSet belongs: one line saying how to load it (issue
+    41, CB-73, CB-74), not AttributeError: 'str' object has no attribute 'runs'."""
+    with pytest.raises(ArgumentTypeError) as caught:
+        Calibrator().fit(given)
+    message = str(caught.value)
+    assert "fit(load_evalset(path))" in message and "load_inputs" in message
+    assert "\n" not in message
+    assert ("NoneType" if given is None else repr(str(given))) in message
 
 
 def test_fit_leaves_the_eval_set_and_the_options_as_they_were() -> None:

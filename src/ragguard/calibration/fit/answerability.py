@@ -124,7 +124,7 @@ def check_max_false_abstain(
         ConfigError: ``max_false_abstain`` outside (0, 1), or combined with a recall
             guarantee.
         EvalSetError: no unanswerable query in the eval set, or none among the
-            calibration queries.
+            calibration queries; no query with a relevant passage (nothing answerable).
     """
     check_share(max_false_abstain)
     if guarantee:
@@ -139,6 +139,18 @@ def check_max_false_abstain(
             f"{len(evalset.qids)} labelled queries is unanswerable (judged, none relevant); "
             "add queries whose candidates are all judged not relevant (JSONL: relevant [] "
             "with not_relevant ids; qrels: no positive grade)",
+            path=evalset.source,
+        )
+    others = set(evalset.qids).difference(unanswerable)  # judged relevant, or not judged
+    if not any(
+        max(labels.grades.values(), default=0) >= 1 or (labels.n_relevant or 0) > 0
+        for labels in (evalset.labels[q] for q in evalset.qids if q in others)
+    ):  # stops at the first query with a relevant passage
+        raise EvalSetError(
+            f"--max-false-abstain cannot calibrate min_evidence: none of the "
+            f"{len(evalset.qids)} labelled queries has a relevant passage, so no answerable "
+            "query bounds the share that abstains; add queries with relevant passages "
+            "(JSONL: relevant ids; qrels: a positive grade)",
             path=evalset.source,
         )
     index = {q: i for i, q in enumerate(evalset.qids)}

@@ -128,7 +128,8 @@ from ragguard.calibration.fit.sweep import (
     lower_is_better,
 )
 from ragguard.calibration.metrics import parse_metric
-from ragguard.errors import ConfigError, EvalSetError
+from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
+from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from ragguard.policy import ConflictMode
 from ragguard.probability import MapMethod
 from ragguard.profiles import Profile
@@ -320,15 +321,44 @@ class Calibrator:
             on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run,
                 and one for the second stage.
 
+        The config starts from the defaults and what was measured: ``RAGGUARD_*``
+        variables, which configure a runtime guard, are not read (a warning is logged
+        naming them).
+
         Raises:
+            ArgumentTypeError: ``evalset`` is not an
+                [`EvalSet`][ragguard.calibration.EvalSet] (a path: load it first).
             EvalSetError: no runs, an unknown run, or nothing to calibrate on: no
                 queries left (an empty split, a run with no candidates for any labelled
                 query) or a run none of whose document ids is labelled for its query
                 (the ids of the run and of the labels do not match); with
-                ``answerability``, no unanswerable query among the calibration queries.
+                ``answerability``, no unanswerable query among the calibration queries,
+                or no query with a relevant passage.
             ConfigError: ``answerability`` with a ``guarantee``; a token counter that
                 cannot be built.
         """
+        if not isinstance(evalset, EvalSet):
+            given = (
+                f"the path {os.fspath(evalset)!r}"
+                if isinstance(evalset, str | os.PathLike)
+                else type(evalset).__name__
+            )
+            raise ArgumentTypeError(
+                f"fit takes an EvalSet, got {given}: load it first, "
+                "fit(load_evalset(path)) or fit(load_inputs(path)) for a folder with its runs"
+            )
+        ignored = sorted(
+            k
+            for k in os.environ
+            if k.upper().startswith(ENV_PREFIX) and k.upper() not in OTHER_VARIABLES
+        )
+        if ignored:
+            logger.warning(
+                "%s not read: calibration starts from the defaults and the eval set, and "
+                "the config holds what it measured (%s* variables configure a runtime guard)",
+                ", ".join(ignored),
+                ENV_PREFIX,
+            )
         if not evalset.runs:
             raise EvalSetError(
                 "the eval set has no runs to calibrate; pass run files (--run) or a "

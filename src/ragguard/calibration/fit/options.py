@@ -30,7 +30,7 @@ option, before any data is read.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -192,7 +192,7 @@ class Split:
 
     Attributes:
         holdout: fraction of queries held out for the check (0 disables it).
-        seed: seed of the split, the folds and the bootstrap.
+        seed: seed of the split, the folds and the bootstrap (a whole number >= 0).
         folds: cross-validation folds for the choice of rule family (fewer on small
             sets; see ``ragguard.calibration.fit.select``).
     """
@@ -205,8 +205,8 @@ class Split:
         h = self.holdout
         if not (is_real(h) and 0.0 <= h < 1.0):
             raise ConfigError(f"holdout must be a fraction in [0, 1), got {h!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be a whole number, got {self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be a whole number >= 0, got {self.seed!r}")
         _whole("folds", self.folds, 0)
 
 
@@ -299,16 +299,23 @@ class Stages:
     conflict_similarities: Sequence[float] = ()
 
     def __post_init__(self) -> None:
-        PolicyParams(  # the runtime's own checks of the values
-            max_k=1,
-            max_tokens=self.max_tokens,
-            near_duplicate_threshold=self.near_duplicate_threshold,
+        if self.max_tokens is not None:
+            _whole("max_tokens", self.max_tokens, 1)  # a whole budget, as GuardConfig's
+        PolicyParams(  # the runtime's own checks of the value
+            max_k=1, near_duplicate_threshold=self.near_duplicate_threshold
         )
         if not isinstance(self.token_counter, str):
             raise ConfigError(
                 f"token_counter must be a counter spec such as 'chars:4', got "
                 f"{self.token_counter!r}"
             )
+        lists = (
+            ("conflicts", self.conflicts, '["drop"]'),
+            ("conflict_similarities", self.conflict_similarities, "[0.5]"),
+        )
+        for name, value, example in lists:
+            if isinstance(value, str) or not isinstance(value, Iterable):
+                raise ConfigError(f"{name} takes a list, e.g. {example}; got {value!r}")
         conflict_settings(self.conflicts, self.conflict_similarities)
 
     @property
@@ -330,7 +337,10 @@ class RerankSearch:
     (``ragguard.calibration.fit.second_stage``); the config then enables the stage.
 
     Attributes:
-        reranker: the second stage ([`Reranker`][ragguard.Reranker]).
+        reranker: the second stage ([`Reranker`][ragguard.Reranker]: a callable
+            ``reranker(query, texts) -> scores``;
+            [`load_reranker`][ragguard.load_reranker] builds one from a cross-encoder name
+            or folder).
         scores: precomputed second-stage scores instead of a ``reranker``
             (``read_rerank_run``).
         score_kind: what the reranker returns, when it does not declare it.
@@ -355,6 +365,12 @@ class RerankSearch:
             )
         if self.reranker is None and self.scores is None:
             raise ConfigError("RerankSearch needs a reranker or precomputed scores; pass one")
+        if self.reranker is not None and not callable(self.reranker):
+            raise ConfigError(
+                "reranker must be callable as reranker(query, texts) -> scores, got "
+                f"{type(self.reranker).__name__}; for a cross-encoder name or folder pass "
+                "ragguard.load_reranker(name) or ragguard.CrossEncoderReranker(name)"
+            )
         if not isinstance(self.grid, RerankGrid):
             raise ConfigError(f"grid must be a RerankGrid, got {type(self.grid).__name__}")
         MapMethod(self.probability_map)  # an unknown method: ConfigError naming the allowed

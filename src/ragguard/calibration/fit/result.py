@@ -846,7 +846,9 @@ class CalibrationResult:
     def config(self, run: str | None = None) -> GuardConfig:
         """The guard config of ``run``'s written setting (default: the recommended run),
         with provenance: [`written_setting`][ragguard.calibration.CalibrationResult.written_setting]
-        says what it holds."""
+        says what it holds. No ``RAGGUARD_*`` variable is read
+        ([`GuardConfig.without_environment`][ragguard.GuardConfig.without_environment]):
+        the rest are the defaults."""
         v = self.view(None if run is None else self.run(run))
         r, w = v.run, v.written
         settings: dict[str, Any] = {"profile": self.profile.name, **r.guard_settings()}
@@ -869,7 +871,7 @@ class CalibrationResult:
             settings.update(st.settings)
             settings["rerank"] = two.stage.table(st.top_n, two.written_params)
             settings["provenance"]["rerank"] = _rerank_provenance(st)
-        return GuardConfig(**settings)
+        return GuardConfig.without_environment(**settings)
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
         """Where the config comes from: data, date, profile, objective, the setting
