@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ragguard import Candidate, ConflictMode, ContextGuard, GuardConfig, ScoreWarning
-from ragguard.calibration import EvalSet, SweepGrid, calibrate
+from ragguard.calibration import EvalSet, Stages, SweepGrid, calibrate
 from ragguard.calibration.fit.conflict_sweep import (
     StageKernels,
     conflict_detection,
@@ -339,6 +339,17 @@ def test_settings_are_swept_simplest_first_and_labelled() -> None:
     assert rule_family(p) == (1, "top-k+conflicts=drop")
     assert rule_family(replace(p, cut=CutRule.GAP)) == (2, "gap+conflicts=drop")
     assert rule_family(PolicyParams(max_k=4)) == (0, "top-k")
+
+
+def test_stages_read_any_sequence_of_modes_and_similarities_as_a_list() -> None:
+    as_lists = Stages(conflicts=["drop", "flag"], conflict_similarities=[0.5, 0.7])
+    as_arrays = Stages(
+        conflicts=np.array(["drop", "flag"]), conflict_similarities=np.array([0.5, 0.7])
+    )
+    assert as_arrays == as_lists
+    assert conflict_settings(as_arrays.conflicts, as_arrays.conflict_similarities) == (
+        conflict_settings(["drop", "flag"], [0.5, 0.7])
+    )
 
 
 @pytest.mark.parametrize(

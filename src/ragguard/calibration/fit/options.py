@@ -316,6 +316,7 @@ class Stages:
         for name, value, example in lists:
             if isinstance(value, str) or not isinstance(value, Iterable):
                 raise ConfigError(f"{name} takes a list, e.g. {example}; got {value!r}")
+            object.__setattr__(self, name, tuple(value))  # a numpy array reads as a list
         conflict_settings(self.conflicts, self.conflict_similarities)
 
     @property
