@@ -479,8 +479,9 @@ class ResultView:
         band: the tested setting's safety band on the held-out queries
             (:meth:`WrittenSetting.band`).
         runs: every run's line, in the eval set's order (:class:`RunRow`).
-        next_steps: what to try when that band is DANGEROUS: ``(what, commands)``
-            pairs (empty otherwise).
+        next_steps: what to try when the written setting's own band on those queries
+            (:meth:`WrittenSetting.checked_band`) is RISKY or DANGEROUS: ``(what,
+            commands)`` pairs (empty otherwise).
     """
 
     result: CalibrationResult = field(repr=False)
@@ -894,8 +895,12 @@ class CalibrationResult:
         if w.search.chosen_is_baseline:
             more += f"; the choice is plain {w.tested}: no difference to measure"
         elif obj in c.metrics and not math.isnan(c.difference[obj].low):
-            d = c.difference[obj]
-            more += f"; the {c.split} interval of the {obj} difference is {d.high - d.low:.2f} wide"
+            width = c.difference[obj].high - c.difference[obj].low
+            if width > 0:  # a width under 0.005 is not printed as 0.00
+                shown = f"{width:.2f}" if width >= 0.005 else f"{width:.1g}"
+                more += f"; the {c.split} interval of the {obj} difference is {shown} wide"
+            else:
+                more += f"; {c.where()} the choice scores as plain top-k: nothing to measure"
         steps.append((more + ")", ()))
         return tuple(steps)
 
