@@ -16,6 +16,7 @@ built on disk (tests/calibration/annotate/tiny_llm.py): only those words are rep
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -297,6 +298,40 @@ def test_a_config_whose_reranker_is_code_says_how_to_load_it(tmp_path: Path) -> 
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("myjudge", None)
+
+
+def test_a_config_calibrated_on_precomputed_rerank_scores_asks_for_the_reranker(
+    tmp_path: Path,
+) -> None:
+    from ragguard import ConfigError, ContextGuard
+    from tests.calibration.two_stage_data import oracle, write_folder
+
+    folder = write_folder(tmp_path)
+    texts = {
+        row["_id"]: row["text"]
+        for row in map(json.loads, (folder / "corpus.jsonl").read_text().splitlines())
+    }
+    queries = {
+        row["query_id"]: row["query"]
+        for row in map(json.loads, (folder / "evalset.jsonl").read_text().splitlines())
+    }
+    rows = [line.split() for line in (folder / "runs" / "dense.trec").read_text().splitlines()]
+    judged = [(q, d, r, oracle(queries[q], [texts[d]])[0]) for q, _, d, r, *_ in rows]
+    (tmp_path / "judge.trec").write_text(
+        "".join(f"{q} Q0 {d} {r} {x} judge\n" for q, d, r, x in judged)
+    )
+    result = runner.invoke(
+        app,
+        ["calibrate", str(folder), "--rerank-run", "judge.trec", "--rerank-score-kind", "logit",
+         "--min-recall", "0", "--max-k", "5", "--no-report", "--out", "run.toml"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "Two stages (written)" in text and "load it: ContextGuard.from_file" not in text
+    assert "its reranker gave precomputed scores (run:" in text
+    assert 'ContextGuard(GuardConfig.from_file("run.toml"), reranker=YOUR_RERANKER)' in text
+    with pytest.raises(ConfigError, match="reranker="):
+        ContextGuard.from_file("run.toml")
 
 
 def test_a_retrieval_config_is_loaded_by_its_path(tmp_path: Path) -> None:
