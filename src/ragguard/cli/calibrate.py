@@ -649,7 +649,7 @@ def calibrate(
 #: calibrate's options the suggested commands never repeat: the inputs CommandLine holds
 #: apart, where and how the outputs are written, and the second stage a suggestion names.
 _NOT_REPEATED = frozenset(
-    {"ctx", "evalset", "run", "corpus", "retriever", "out_path", "report", "no_report",
+    {"evalset", "run", "corpus", "retriever", "out_path", "report", "no_report",
      "as_json", "rerank", "rerank_run", "rerank_score_kind", "verbose"}
 )  # fmt: skip
 
