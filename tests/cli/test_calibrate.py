@@ -722,30 +722,37 @@ def test_progress_shows_real_counts_on_stderr() -> None:
     assert "sweeping" not in result.stdout
 
 
-def test_a_dangerous_result_says_what_to_try_next_with_the_commands(tmp_path: Path) -> None:
+def test_a_risky_result_says_what_to_try_next_with_the_commands(tmp_path: Path) -> None:
+    """The headline's figures are the written setting's (max_k=2 refitted on all queries),
+    not those of the setting the held-out check tests (max_k=3: 0.544, DANGEROUS)."""
     es = load_inputs(NOTES)
     api = calibrate(es, min_recall=0.8)
     r = api.recommended
     held = api.heldout_rows
-    rate = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.chosen_kept)[held]))
-    assert safety_band(rate).value == "DANGEROUS"  # the setting the held-out check tests
+    tested = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.chosen_kept)[held]))
+    rate = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.written_kept)[held]))
+    assert safety_band(tested).value == "DANGEROUS"  # the setting the held-out check tests
+    assert safety_band(rate).value == "RISKY"  # the setting written
     result = invoke("calibrate", NOTES, "--report", "rep")
     assert result.exit_code == 0, result.output
     out = lines_of(result)
-    assert f"still DANGEROUS: mean distractor rate {rate:.3f} on the 15 held-out queries" in out
+    assert (
+        f"Next: the written setting (max_k=2, autocut@1) is RISKY: mean distractor rate "
+        f"{rate:.3f} on the 15 held-out queries (RISKY from 0.2; its refit on all 51 "
+        "queries saw them)" in out
+    )
+    assert f"{tested:.3f} on the" not in out and "DANGEROUS:" not in out
     for command in (
-        f"ragguard calibrate {NOTES} --rerank cross-encoder/ms-marco-MiniLM-L6-v2",
-        f"ragguard train-reranker {NOTES} --out scorer/",
-        f"ragguard calibrate {NOTES} --rerank scorer/",
+        f"ragguard calibrate {NOTES} --rerank CROSS_ENCODER",
         f"ragguard annotate {NOTES / 'evalset.jsonl'} --run {NOTES / 'runs' / r.name}.trec",
     ):
         assert command in out
+    # 51 queries cannot validate a trained reranker: said, with no command that would fail
+    assert "train-reranker" in out and "ragguard train-reranker" not in out
     assert "more labelled queries" in out
     md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
     steps = md.split("## What to try next", 1)[1]
-    assert (
-        "still DANGEROUS" in steps and f"`ragguard train-reranker {NOTES} --out scorer/`" in steps
-    )
+    assert "is RISKY" in steps and f"`ragguard calibrate {NOTES} --rerank CROSS_ENCODER`" in steps
 
 
 # --------------------------------------------------------------------------- option groups

