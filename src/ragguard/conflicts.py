@@ -37,18 +37,22 @@ library (``difflib``) and the shingle sets the near-duplicate stage builds.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
+from itertools import pairwise
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ragguard.policy import CODES, DEFAULT_CONFLICT_SIMILARITY, KEPT, ConflictMode, Reason
-from ragguard.stages import Shingles, StageState, jaccard
+from ragguard.stages import UNSPACED, Shingles, StageState
 
 __all__ = [
     "DEFAULT_CONFLICT_SIMILARITY",
+    "MAX_PAIRS",
     "MAX_SPAN",
     "MISSING",
     "MOVED_WORDS",
@@ -56,6 +60,7 @@ __all__ = [
     "Conflict",
     "ConflictMember",
     "Pair",
+    "compared_passages",
     "conflict_groups",
     "conflict_stage",
     "find_conflicts",
@@ -68,14 +73,27 @@ NEGATIONS = frozenset(
 )
 """Words whose presence on one side only of a differing span makes it a fact."""
 
-# numbers keep their separators (3,559 / 2.5 / 1,000,000), a contraction with n't stays
-# one word (doesn't, or with a typographic apostrophe); other words are \w+ runs
-_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+n['\u2019]t\b|\w+")
+# numbers keep their separators (3,559 / 2.5 / 1,000,000), a character of a script
+# written without spaces is a word, a contraction with n't stays one word (doesn't, or
+# with a typographic apostrophe); other words are \w+ runs
+_TOKEN = re.compile(rf"\d+(?:[.,]\d+)*|[{UNSPACED}]|[^\W{UNSPACED}]+n['\u2019]t\b|[^\W{UNSPACED}]+")
+_UNSPACED = re.compile(f"[{UNSPACED}]")
 _NEGATED = re.compile(r"n['\u2019]t$")
 
 MAX_SPAN = 6
 """Differing spans longer than this many words (on either side) are different regions
 of a text (two crops of one page), not a changed fact."""
+
+MAX_PAIRS = 1_225
+"""The most pairs of passages one call compares (per row): each passage with every
+better-ranked one, best-ranked first, so 1,225 is every pair among the 50 best-ranked
+passages (:func:`compared_passages`) and the passages ranked below are checked against
+none. It bounds the stage's cost (a pair of passages of 2,000 words costs tens of
+microseconds) whatever ``max_k`` lets through; the guard warns when it cuts in. It
+depends on nothing but the number of passages, so the pairs among the first ``m``
+passages are the same whatever follows them (the calibration sweep relies on it)."""
+
+_BUCKETS = 1024  # counts per passage of the sketch that bounds a pair's shared shingles
 
 MOVED_WORDS = 3
 """A differing span of at least this many words that the other passage holds word for
@@ -123,6 +141,28 @@ class Pair:
     spans_b: tuple[str, ...]
 
 
+def _join(words: Sequence[str]) -> str:
+    """A span's words as one string: a space between two words, none next to a
+    character of a script written without spaces (``3559辆``)."""
+    out = words[0]
+    for prev, word in pairwise(words):
+        glued = _UNSPACED.match(prev[-1]) or _UNSPACED.match(word[0])
+        out += word if glued else " " + word
+    return out
+
+
+Ids = NDArray[np.int64]
+
+
+def _ids(words: PassageWords, vocab: dict[str, int]) -> Ids:
+    """The lower-cased words as integers (equal words, equal integers, through ``vocab``,
+    which the passages compared with each other share)."""
+    low, n = words.low, len(vocab)
+    new = set(low).difference(vocab)
+    vocab.update(zip(new, range(n, n + len(new)), strict=True))
+    return np.fromiter(map(vocab.__getitem__, low), np.int64, len(low))
+
+
 def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The spans of ``x`` and of ``y`` that differ and carry a fact (both empty when
     they state the same facts).
@@ -133,17 +173,33 @@ def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], 
         >>> differing_facts(a, b)
         (('3,559',), ('4,112',))
     """
+    vocab: dict[str, int] = {}
+    return _differing(x, _ids(x, vocab), y, _ids(y, vocab))
+
+
+def _common_ends(ia: Ids, ib: Ids) -> tuple[int, int]:
+    """How many words two passages share at their head, and then at their tail (on the
+    words' integers, compared by numpy)."""
+    end = min(ia.size, ib.size)
+    differ = ia[:end] != ib[:end]
+    head = int(differ.argmax()) if differ.any() else end
+    rest = end - head
+    differ = ia[ia.size - rest :][::-1] != ib[ib.size - rest :][::-1]
+    tail = int(differ.argmax()) if differ.any() else rest
+    return head, tail
+
+
+def _differing(
+    x: PassageWords, ix: Ids, y: PassageWords, iy: Ids
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:func:`differing_facts` of ``x`` and ``y``, whose words' integers are ``ix`` and
+    ``iy``."""
     out_x: list[str] = []
     out_y: list[str] = []
     a, b = x.low, y.low
     # the common head and tail are equal: align only what lies between (near-copies
-    # that differ in one figure align in microseconds)
-    head, end = 0, min(len(a), len(b))
-    while head < end and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < end - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
+    # that differ in one figure align in microseconds, however long they are)
+    head, tail = _common_ends(ix, iy)
     matcher = SequenceMatcher(None, a[head : len(a) - tail], b[head : len(b) - tail], False)
     ops = [
         (head + i1, head + i2, head + j1, head + j2)
@@ -169,10 +225,21 @@ def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], 
             fact = _negation(sx or sy)
         if fact:
             if sx:
-                out_x.append(" ".join(sx))
+                out_x.append(_join(sx))
             if sy:
-                out_y.append(" ".join(sy))
+                out_y.append(_join(sy))
     return tuple(out_x), tuple(out_y)
+
+
+def compared_passages(n: int) -> int:
+    """How many of ``n`` ranked passages the conflict stage compares: all of them when
+    their pairs fit in :data:`MAX_PAIRS`, else the most best-ranked ones whose pairs do.
+
+    Example:
+        >>> compared_passages(5), compared_passages(200)
+        (5, 50)
+    """
+    return min(n, (1 + math.isqrt(1 + 8 * MAX_PAIRS)) // 2)
 
 
 def find_conflicts(
@@ -182,44 +249,72 @@ def find_conflicts(
     similarity: float,
     active: Sequence[bool] | None = None,
 ) -> list[Pair]:
-    """Every conflicting pair among the passages (columns in ranked order).
+    """Every conflicting pair among the passages (columns in ranked order) that the
+    stage compares: all pairs among the first :func:`compared_passages` active columns.
 
     Args:
         texts: each passage's text.
-        sets: each passage's shingle set (:func:`ragguard.stages.shingles`).
+        sets: each passage's shingle set (:func:`ragguard.stages.shingles`); columns
+            beyond these are not compared.
         similarity: the shingle Jaccard similarity in (0, 1] from which two passages
             are comparable.
         active: which columns take part (default: all).
 
     Returns:
-        The pairs, by ``(a, b)``. Only comparable pairs are aligned word by word, so the
-        cost is one set comparison per pair of passages plus an alignment per
-        comparable pair.
+        The pairs, by ``(a, b)``. A pair whose similarity cannot reach ``similarity``
+        is set aside by two bounds, computed for all pairs of a passage at once with
+        numpy: the sizes of the two shingle sets (Jaccard <= smaller / larger) and a
+        sketch (each set's shingles counted into 1,024 buckets: two sets share at most
+        the sum over buckets of the smaller count). The others get their exact
+        similarity; only comparable pairs are aligned word by word, and only between
+        their common head and tail.
     """
     cols = [j for j in range(len(sets)) if active is None or active[j]]
-    words: dict[int, PassageWords] = {}
+    cols = cols[: compared_passages(len(cols))]
+    # the shingles as integers, equal shingles equal integers (the numbering follows the
+    # sets' iteration order; the bounds hold whatever it is, so the pairs found do not
+    # depend on it)
+    ids = {t: i for i, t in enumerate(frozenset().union(*(sets[c] for c in cols)))}
+    keys = [np.fromiter(map(ids.__getitem__, sets[c]), np.int64, len(sets[c])) for c in cols]
+    sizes = np.array([k.size for k in keys], dtype=np.int64)
+    sketch = np.zeros((len(cols), _BUCKETS), dtype=np.int64)
+    for row, k in zip(sketch, keys, strict=True):
+        row += np.bincount(k & (_BUCKETS - 1), minlength=_BUCKETS)
+    member = np.zeros(len(ids), dtype=bool)  # the shingles of the passage compared
+    vocab: dict[str, int] = {}
+    words: dict[int, tuple[PassageWords, Ids]] = {}
 
-    def of(j: int) -> PassageWords:
-        w = words.get(j)
-        if w is None:
-            w = words[j] = passage_words(texts[j])
-        return w
+    def of(j: int) -> tuple[PassageWords, Ids]:
+        got = words.get(j)
+        if got is None:
+            w = passage_words(texts[j])
+            got = words[j] = (w, _ids(w, vocab))
+        return got
 
     out: list[Pair] = []
-    for k, a in enumerate(cols):
-        sa = sets[a]
-        na = len(sa)
-        for b in cols[k + 1 :]:
-            sb = sets[b]
-            nb = len(sb)
-            if min(na, nb) < similarity * max(na, nb):  # Jaccard <= min / max
-                continue
-            sim = jaccard(sa, sb)
+    for k in range(1, len(cols)):
+        nb, na = sizes[k], sizes[:k]
+        if nb == 0:
+            continue
+        shared = np.minimum(sketch[:k], sketch[k]).sum(axis=1)  # >= |A & B|
+        near = (np.minimum(na, nb) >= similarity * np.maximum(na, nb)) & (
+            shared / (na + nb - shared) >= similarity
+        )
+        if not near.any():
+            continue
+        b = cols[k]
+        member[keys[k]] = True
+        for i in np.flatnonzero(near).tolist():
+            inter = int(np.count_nonzero(member[keys[i]]))
+            sim = inter / (int(na[i]) + int(nb) - inter)  # as stages.jaccard computes it
             if sim < similarity:
                 continue
-            fa, fb = differing_facts(of(a), of(b))
+            a = cols[i]
+            fa, fb = _differing(*of(a), *of(b))
             if fa or fb:
                 out.append(Pair(a, b, sim, fa, fb))
+        member[keys[k]] = False
+    out.sort(key=lambda p: (p.a, p.b))
     return out
 
 
@@ -366,7 +461,8 @@ def conflict_stage(
     Args:
         state: the kept lists.
         texts: per row, the text of each column.
-        shingles: per row, the shingle set of each column.
+        shingles: per row, the shingle set of each column (of at least the first
+            :func:`compared_passages` columns: no other is read).
         similarity: ``conflict_similarity``.
         mode: what to do with conflicting passages (not ``off``).
         prefer: per row, each column's value of the preferred metadata key
