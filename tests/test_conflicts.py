@@ -8,6 +8,7 @@ import asyncio
 import copy
 import math
 import random
+import re
 import warnings
 from collections.abc import Sequence
 
@@ -35,7 +36,7 @@ from ragguard.conflicts import (
     find_conflicts,
     passage_words,
 )
-from ragguard.stages import jaccard, shingles
+from ragguard.stages import UNSPACED, jaccard, shingles
 
 # --- hand-made passages ----------------------------------------------------------------
 
@@ -640,6 +641,18 @@ def test_spans_in_unspaced_scripts_are_joined_as_written() -> None:
     ) == (("3,559 cars",), ("4,112 trucks",))
 
 
+_GENERAL = re.compile(
+    rf"\d+(?:[.,]\d+)*|[{UNSPACED}]|[^\W{UNSPACED}]+n['\u2019]t\b|[^\W{UNSPACED}]+"
+)
+
+
+@given(st.text(alphabet=st.sampled_from("aZn't 09,.-_\n\u2019é工了"), max_size=40) | st.text())
+def test_passage_words_are_the_documented_tokens_on_ascii_and_other_text(text: str) -> None:
+    """Numbers with separators, characters of scripts without spaces, n't contractions,
+    other word runs (ASCII text goes through a faster expression: the same tokens)."""
+    assert passage_words(text).shown == tuple(_GENERAL.findall(text))
+
+
 # --- the cost bound (audit TM-02) --------------------------------------------------------
 
 
@@ -678,15 +691,40 @@ def test_the_prefilter_never_sets_aside_a_comparable_pair(
     a fact is found, with that similarity (a brute force over all pairs)."""
     texts = [" ".join(p) for p in passages]
     sets = [shingles(t) for t in texts]
-    expected = []
+    assert find_conflicts(texts, sets, similarity=similarity) == brute_force(texts, similarity)
+
+
+def brute_force(texts: Sequence[str], similarity: float) -> list[Pair]:
+    """The conflicting pairs by their definition, every pair compared."""
+    sets = [shingles(t) for t in texts]
+    out = []
     for a in range(len(texts)):
         for b in range(a + 1, len(texts)):
             sim = jaccard(sets[a], sets[b])
             if sim >= similarity:
                 fa, fb = differing_facts(passage_words(texts[a]), passage_words(texts[b]))
                 if fa or fb:
-                    expected.append(Pair(a, b, sim, fa, fb))
-    assert find_conflicts(texts, sets, similarity=similarity) == expected
+                    out.append(Pair(a, b, sim, fa, fb))
+    return out
+
+
+def test_long_passages_give_the_pairs_of_the_definition() -> None:
+    """Passages of 400 words (their shared shingles are counted with numpy): copies of
+    one passage with 0 to 120 words changed, so similarities spread across the level."""
+    rnd = random.Random(5)
+    vocabulary = [*_WORDS, *(f"w{i}" for i in range(300))]
+    base = [rnd.choice(vocabulary) for _ in range(400)]
+    texts = []
+    for _ in range(20):
+        copy = list(base)
+        for _ in range(rnd.randrange(121)):
+            copy[rnd.randrange(len(copy))] = rnd.choice(vocabulary)
+        texts.append(" ".join(copy))
+    sets = [shingles(t) for t in texts]
+    assert sum(map(len, sets)) > 5_000
+    found = find_conflicts(texts, sets, similarity=0.5)
+    assert found == brute_force(texts, 0.5)
+    assert 0 < len(found) < 190  # some pairs conflict, others are set aside
 
 
 def near_copies(n: int, words: int) -> list[str]:

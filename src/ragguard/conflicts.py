@@ -31,8 +31,18 @@ Conflicting pairs are joined into **groups** (connected components); each group 
 its members and, per member, the spans that differ from the other members, so an
 application can tell the LLM "sources 2 and 5 disagree: 3,559 vs 4,112".
 
-Detection reads only the passages the cut kept (at most ``max_k``); it uses the standard
-library (``difflib``) and the shingle sets the near-duplicate stage builds.
+In scripts written without spaces between words (:data:`ragguard.stages.UNSPACED`:
+Chinese, Japanese kana, Thai, ...) each character is a word, in the shingles and in the
+alignment; there only numbers are facts (no capitals mark a name).
+
+Detection reads only the passages the cut kept (at most ``max_k``), and its cost is
+bounded: before any alignment, a pair is set aside when the sizes of its shingle sets
+show it cannot be comparable, else given its exact similarity (its shared shingles
+counted with numpy on long passages); a comparable pair is aligned only between its
+common head and tail, and one call compares at most :data:`MAX_PAIRS` pairs (every pair among the 50
+best-ranked passages; the guard warns when passages ranked below are left out). It uses
+the standard library (``difflib``), numpy and the shingle sets the near-duplicate stage
+builds.
 """
 
 from __future__ import annotations
@@ -45,7 +55,6 @@ from difflib import SequenceMatcher
 from itertools import pairwise
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.policy import CODES, DEFAULT_CONFLICT_SIMILARITY, KEPT, ConflictMode, Reason
 from ragguard.stages import UNSPACED, Shingles, StageState
@@ -77,6 +86,7 @@ NEGATIONS = frozenset(
 # written without spaces is a word, a contraction with n't stays one word (doesn't, or
 # with a typographic apostrophe); other words are \w+ runs
 _TOKEN = re.compile(rf"\d+(?:[.,]\d+)*|[{UNSPACED}]|[^\W{UNSPACED}]+n['\u2019]t\b|[^\W{UNSPACED}]+")
+_ASCII_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+n't\b|\w+")  # the same on ASCII, faster
 _UNSPACED = re.compile(f"[{UNSPACED}]")
 _NEGATED = re.compile(r"n['\u2019]t$")
 
@@ -93,7 +103,7 @@ microseconds) whatever ``max_k`` lets through; the guard warns when it cuts in. 
 depends on nothing but the number of passages, so the pairs among the first ``m``
 passages are the same whatever follows them (the calibration sweep relies on it)."""
 
-_BUCKETS = 1024  # counts per passage of the sketch that bounds a pair's shared shingles
+_NUMPY_FROM = 5_000  # shingles in all of the compared passages: count shared ones with numpy
 
 MOVED_WORDS = 3
 """A differing span of at least this many words that the other passage holds word for
@@ -117,7 +127,7 @@ def passage_words(text: str) -> PassageWords:
         >>> passage_words("Revenue: 3,559 (not 4,112).").shown
         ('Revenue', '3,559', 'not', '4,112')
     """
-    shown = tuple(_TOKEN.findall(text))
+    shown = tuple((_ASCII_TOKEN if text.isascii() else _TOKEN).findall(text))
     return PassageWords(shown, tuple(map(str.lower, shown)))
 
 
@@ -151,16 +161,17 @@ def _join(words: Sequence[str]) -> str:
     return out
 
 
-Ids = NDArray[np.int64]
-
-
-def _ids(words: PassageWords, vocab: dict[str, int]) -> Ids:
-    """The lower-cased words as integers (equal words, equal integers, through ``vocab``,
-    which the passages compared with each other share)."""
-    low, n = words.low, len(vocab)
-    new = set(low).difference(vocab)
-    vocab.update(zip(new, range(n, n + len(new)), strict=True))
-    return np.fromiter(map(vocab.__getitem__, low), np.int64, len(low))
+def _common_head(a: Sequence[str], b: Sequence[str]) -> int:
+    """How many words ``a`` and ``b`` share at their start, found by halving: each step
+    compares two slices in C, so a long common head costs no loop over its words."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # a[:lo] == b[:lo]; the answer is at most hi
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -173,33 +184,14 @@ def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], 
         >>> differing_facts(a, b)
         (('3,559',), ('4,112',))
     """
-    vocab: dict[str, int] = {}
-    return _differing(x, _ids(x, vocab), y, _ids(y, vocab))
-
-
-def _common_ends(ia: Ids, ib: Ids) -> tuple[int, int]:
-    """How many words two passages share at their head, and then at their tail (on the
-    words' integers, compared by numpy)."""
-    end = min(ia.size, ib.size)
-    differ = ia[:end] != ib[:end]
-    head = int(differ.argmax()) if differ.any() else end
-    rest = end - head
-    differ = ia[ia.size - rest :][::-1] != ib[ib.size - rest :][::-1]
-    tail = int(differ.argmax()) if differ.any() else rest
-    return head, tail
-
-
-def _differing(
-    x: PassageWords, ix: Ids, y: PassageWords, iy: Ids
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """:func:`differing_facts` of ``x`` and ``y``, whose words' integers are ``ix`` and
-    ``iy``."""
     out_x: list[str] = []
     out_y: list[str] = []
     a, b = x.low, y.low
     # the common head and tail are equal: align only what lies between (near-copies
     # that differ in one figure align in microseconds, however long they are)
-    head, tail = _common_ends(ix, iy)
+    head = _common_head(a, b)
+    rest = min(len(a), len(b)) - head  # the tail may not overlap the head
+    tail = _common_head(a[len(a) - rest :][::-1], b[len(b) - rest :][::-1]) if rest else 0
     matcher = SequenceMatcher(None, a[head : len(a) - tail], b[head : len(b) - tail], False)
     ops = [
         (head + i1, head + i2, head + j1, head + j2)
@@ -242,6 +234,29 @@ def compared_passages(n: int) -> int:
     return min(n, (1 + math.isqrt(1 + 8 * MAX_PAIRS)) // 2)
 
 
+def _shared_counter(sets: Sequence[Shingles]) -> Callable[[int, list[int]], list[int]]:
+    """``shared(k, above)``: how many shingles passage ``k`` shares with each of the
+    passages ``above``, exactly. Set intersections on short passages; from
+    :data:`_NUMPY_FROM` shingles in all, the shingles are numbered once and each count is
+    a numpy gather (a set intersection of two passages of 2,000 words compares 2,000
+    strings; the gather, 2,000 booleans)."""
+    if sum(map(len, sets)) < _NUMPY_FROM:
+        return lambda k, above: [len(sets[k] & sets[i]) for i in above]
+    # equal shingles, equal numbers (the numbering follows the sets' iteration order:
+    # the counts do not depend on it)
+    number = {t: i for i, t in enumerate(frozenset().union(*sets))}
+    keys = [np.fromiter(map(number.__getitem__, s), np.int64, len(s)) for s in sets]
+    member = np.zeros(len(number), dtype=bool)  # the shingles of passage k
+
+    def shared(k: int, above: list[int]) -> list[int]:
+        member[keys[k]] = True
+        counts = [int(np.count_nonzero(member[keys[i]])) for i in above]
+        member[keys[k]] = False
+        return counts
+
+    return shared
+
+
 def find_conflicts(
     texts: Sequence[str],
     sets: Sequence[Shingles],
@@ -261,59 +276,43 @@ def find_conflicts(
         active: which columns take part (default: all).
 
     Returns:
-        The pairs, by ``(a, b)``. A pair whose similarity cannot reach ``similarity``
-        is set aside by two bounds, computed for all pairs of a passage at once with
-        numpy: the sizes of the two shingle sets (Jaccard <= smaller / larger) and a
-        sketch (each set's shingles counted into 1,024 buckets: two sets share at most
-        the sum over buckets of the smaller count). The others get their exact
-        similarity; only comparable pairs are aligned word by word, and only between
-        their common head and tail.
+        The pairs, by ``(a, b)``. Before any alignment, a pair whose shingle-set sizes
+        cannot give ``similarity`` (Jaccard <= smaller / larger) is set aside, and the
+        others get their exact similarity from their shared shingles (counted with
+        numpy on long passages). Only comparable pairs are aligned word by word, and only
+        between their common head and tail.
     """
     cols = [j for j in range(len(sets)) if active is None or active[j]]
     cols = cols[: compared_passages(len(cols))]
-    # the shingles as integers, equal shingles equal integers (the numbering follows the
-    # sets' iteration order; the bounds hold whatever it is, so the pairs found do not
-    # depend on it)
-    ids = {t: i for i, t in enumerate(frozenset().union(*(sets[c] for c in cols)))}
-    keys = [np.fromiter(map(ids.__getitem__, sets[c]), np.int64, len(sets[c])) for c in cols]
-    sizes = np.array([k.size for k in keys], dtype=np.int64)
-    sketch = np.zeros((len(cols), _BUCKETS), dtype=np.int64)
-    for row, k in zip(sketch, keys, strict=True):
-        row += np.bincount(k & (_BUCKETS - 1), minlength=_BUCKETS)
-    member = np.zeros(len(ids), dtype=bool)  # the shingles of the passage compared
-    vocab: dict[str, int] = {}
-    words: dict[int, tuple[PassageWords, Ids]] = {}
+    mine = [sets[c] for c in cols]
+    sizes = [len(s) for s in mine]
+    shared = _shared_counter(mine)
+    words: dict[int, PassageWords] = {}
+    same: dict[str, str] = {}  # one object per word: slices compare by identity first
 
-    def of(j: int) -> tuple[PassageWords, Ids]:
-        got = words.get(j)
-        if got is None:
+    def of(j: int) -> PassageWords:
+        w = words.get(j)
+        if w is None:
             w = passage_words(texts[j])
-            got = words[j] = (w, _ids(w, vocab))
-        return got
+            w = words[j] = PassageWords(w.shown, tuple(map(same.setdefault, w.low, w.low)))
+        return w
 
     out: list[Pair] = []
     for k in range(1, len(cols)):
-        nb, na = sizes[k], sizes[:k]
-        if nb == 0:
+        nb = sizes[k]
+        if not nb:
+            continue  # no words: comparable with nothing
+        # Jaccard <= min / max of the sizes
+        above = [i for i in range(k) if min(sizes[i], nb) >= similarity * max(sizes[i], nb)]
+        if not above:
             continue
-        shared = np.minimum(sketch[:k], sketch[k]).sum(axis=1)  # >= |A & B|
-        near = (np.minimum(na, nb) >= similarity * np.maximum(na, nb)) & (
-            shared / (na + nb - shared) >= similarity
-        )
-        if not near.any():
-            continue
-        b = cols[k]
-        member[keys[k]] = True
-        for i in np.flatnonzero(near).tolist():
-            inter = int(np.count_nonzero(member[keys[i]]))
-            sim = inter / (int(na[i]) + int(nb) - inter)  # as stages.jaccard computes it
+        for i, inter in zip(above, shared(k, above), strict=True):
+            sim = inter / (sizes[i] + nb - inter)  # as stages.jaccard computes it
             if sim < similarity:
                 continue
-            a = cols[i]
-            fa, fb = _differing(*of(a), *of(b))
+            fa, fb = differing_facts(of(cols[i]), of(cols[k]))
             if fa or fb:
-                out.append(Pair(a, b, sim, fa, fb))
-        member[keys[k]] = False
+                out.append(Pair(cols[i], cols[k], sim, fa, fb))
     out.sort(key=lambda p: (p.a, p.b))
     return out
 
