@@ -39,10 +39,10 @@ Detection reads only the passages the cut kept (at most ``max_k``), and its cost
 bounded: before any alignment, a pair is set aside when the sizes of its shingle sets
 show it cannot be comparable, else given its exact similarity (its shared shingles
 counted with numpy on long passages); a comparable pair is aligned only between its
-common head and tail, and one call compares at most :data:`MAX_PAIRS` pairs (every pair among the 50
-best-ranked passages; the guard warns when passages ranked below are left out). It uses
-the standard library (``difflib``), numpy and the shingle sets the near-duplicate stage
-builds.
+common head and tail; and one call compares at most :data:`MAX_PAIRS` pairs (every pair
+among the 50 best-ranked passages; the guard warns when passages ranked below are left
+out). It uses the standard library (``difflib``), numpy and the shingle sets the
+near-duplicate stage builds.
 """
 
 from __future__ import annotations
@@ -236,10 +236,10 @@ def compared_passages(n: int) -> int:
 
 def _shared_counter(sets: Sequence[Shingles]) -> Callable[[int, list[int]], list[int]]:
     """``shared(k, above)``: how many shingles passage ``k`` shares with each of the
-    passages ``above``, exactly. Set intersections on short passages; from
-    :data:`_NUMPY_FROM` shingles in all, the shingles are numbered once and each count is
-    a numpy gather (a set intersection of two passages of 2,000 words compares 2,000
-    strings; the gather, 2,000 booleans)."""
+    passages ``above``, exactly. Set intersections on short passages; from 5,000
+    shingles in all, the shingles are numbered once and each count is a numpy gather (a
+    set intersection of two passages of 2,000 words compares 2,000 strings; the gather,
+    2,000 booleans)."""
     if sum(map(len, sets)) < _NUMPY_FROM:
         return lambda k, above: [len(sets[k] & sets[i]) for i in above]
     # equal shingles, equal numbers (the numbering follows the sets' iteration order:
