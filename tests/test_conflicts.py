@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
+import random
+import re
 import warnings
 from collections.abc import Sequence
 
@@ -24,14 +26,17 @@ from ragguard import (
     Verdict,
 )
 from ragguard.conflicts import (
+    MAX_PAIRS,
     Conflict,
     ConflictMember,
     Pair,
+    compared_passages,
     conflict_groups,
+    differing_facts,
     find_conflicts,
     passage_words,
 )
-from ragguard.stages import shingles
+from ragguard.stages import UNSPACED, jaccard, shingles
 
 # --- hand-made passages ----------------------------------------------------------------
 
@@ -595,3 +600,167 @@ def test_every_mode_equals_the_reference_and_keeps_its_invariants(
                 assert where[a.id] == where[b.id]
     for group in sel.conflicts:
         assert [m.kept for m in group.members] == [m.id in kept(sel) for m in group.members]
+
+
+# --- scripts written without spaces (audit AT-07) ---------------------------------------
+
+ZH = "2019年奥斯汀工厂生产了{}辆电动车\uff0c雇用了大约两千名员工。"  # \uff0c: a full-width comma
+JA = "2019年にオースティン工場は{}台の電気自動車を生産した。"
+TH = "ในปี 2019 โรงงานออสตินผลิตรถยนต์ไฟฟ้า {} คัน"
+
+
+def test_chinese_near_copies_with_a_changed_number_conflict_through_the_guard() -> None:
+    g = ContextGuard(score_kind="similarity", max_k=5, relative_threshold=0.5, conflicts="flag")
+    cands = [Candidate("a", ZH.format(3559), 1.0), Candidate("b", ZH.format(4112), 0.95)]
+    sel = g.select("q", cands)
+    # each Han character is a word: 2019 年 奥 斯 汀 工 厂 生 产 了 N 辆 电 动 车 雇 用 了
+    # 大 约 两 千 名 员 工 (25 words, 23 shingles); the 3 shingles holding N differ:
+    # 20 shared, union 26
+    assert sel.verdict is Verdict.CONFLICT
+    (group,) = sel.conflicts
+    assert group.similarity == pytest.approx(20 / 26)
+    assert group.describe() == "sources 'a' and 'b' disagree: 3559 vs 4112"
+
+
+@pytest.mark.parametrize("text", [ZH, JA, TH], ids=["chinese", "japanese", "thai"])
+def test_unspaced_scripts_are_compared_character_by_character(text: str) -> None:
+    (p,) = pair_of(text.format(3559), text.format(4112))
+    assert (p.spans_a, p.spans_b) == (("3559",), ("4112",))
+    # the same facts, or a changed word that is no number, are no conflict
+    assert pair_of(text.format(3559), text.format(3559)) == []
+
+
+def test_spans_in_unspaced_scripts_are_joined_as_written() -> None:
+    a = passage_words("工厂生产了3,559辆电动车")
+    assert a.shown == ("工", "厂", "生", "产", "了", "3,559", "辆", "电", "动", "车")
+    b = passage_words("工厂生产了4,112台电动车")
+    assert differing_facts(a, b) == (("3,559辆",), ("4,112台",))
+    # Latin words keep their space
+    assert differing_facts(
+        passage_words("made 3,559 cars in Austin"), passage_words("made 4,112 trucks in Austin")
+    ) == (("3,559 cars",), ("4,112 trucks",))
+
+
+_GENERAL = re.compile(
+    rf"\d+(?:[.,]\d+)*|[{UNSPACED}]|[^\W{UNSPACED}]+n['\u2019]t\b|[^\W{UNSPACED}]+"
+)
+
+
+@given(st.text(alphabet=st.sampled_from("aZn't 09,.-_\n\u2019é工了"), max_size=40) | st.text())
+def test_passage_words_are_the_documented_tokens_on_ascii_and_other_text(text: str) -> None:
+    """Numbers with separators, characters of scripts without spaces, n't contractions,
+    other word runs (ASCII text goes through a faster expression: the same tokens)."""
+    assert passage_words(text).shown == tuple(_GENERAL.findall(text))
+
+
+# --- the cost bound (audit TM-02) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "expected"),
+    [
+        ("In 2019 they built cars", "In 2020 they built cars", (("2019",), ("2020",))),
+        ("2019 was the year", "2020 was the year", (("2019",), ("2020",))),
+        ("they built cars in 2019", "they built cars in 2020", (("2019",), ("2020",))),
+        # one passage is the other plus more words: the common head takes all of the
+        # shorter one and leaves no tail
+        ("Rome 1 Rome", "Rome 1 Rome 1 Rome", ((), ())),
+        ("Rome is Paris", "Rome is not Paris", ((), ("not",))),
+        # the head and the tail overlap in the longer passage
+        ("cars cars 5 cars cars", "cars cars 6 cars cars cars", (("5",), ("6 cars",))),
+    ],
+)
+def test_the_common_head_and_tail_are_trimmed_exactly(
+    x: str, y: str, expected: tuple[tuple[str, ...], tuple[str, ...]]
+) -> None:
+    assert differing_facts(passage_words(x), passage_words(y)) == expected
+
+
+_WORDS = ["alpha", "beta", "gamma", "Delta", "not", "7", "8"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(_WORDS), max_size=30), min_size=2, max_size=12),
+    st.sampled_from([0.2, 0.3, 0.5, 0.7, 1.0]),
+)
+def test_the_prefilter_never_sets_aside_a_comparable_pair(
+    passages: list[list[str]], similarity: float
+) -> None:
+    """Every pair whose exact shingle Jaccard reaches the level and whose words differ in
+    a fact is found, with that similarity (a brute force over all pairs)."""
+    texts = [" ".join(p) for p in passages]
+    sets = [shingles(t) for t in texts]
+    assert find_conflicts(texts, sets, similarity=similarity) == brute_force(texts, similarity)
+
+
+def brute_force(texts: Sequence[str], similarity: float) -> list[Pair]:
+    """The conflicting pairs by their definition, every pair compared."""
+    sets = [shingles(t) for t in texts]
+    out = []
+    for a in range(len(texts)):
+        for b in range(a + 1, len(texts)):
+            sim = jaccard(sets[a], sets[b])
+            if sim >= similarity:
+                fa, fb = differing_facts(passage_words(texts[a]), passage_words(texts[b]))
+                if fa or fb:
+                    out.append(Pair(a, b, sim, fa, fb))
+    return out
+
+
+def test_long_passages_give_the_pairs_of_the_definition() -> None:
+    """Passages of 400 words (their shared shingles are counted with numpy): copies of
+    one passage with 0 to 120 words changed, so similarities spread across the level."""
+    rnd = random.Random(5)
+    vocabulary = [*_WORDS, *(f"w{i}" for i in range(300))]
+    base = [rnd.choice(vocabulary) for _ in range(400)]
+    texts = []
+    for _ in range(20):
+        copy = list(base)
+        for _ in range(rnd.randrange(121)):
+            copy[rnd.randrange(len(copy))] = rnd.choice(vocabulary)
+        texts.append(" ".join(copy))
+    sets = [shingles(t) for t in texts]
+    assert sum(map(len, sets)) > 5_000
+    found = find_conflicts(texts, sets, similarity=0.5)
+    assert found == brute_force(texts, 0.5)
+    assert 0 < len(found) < 190  # some pairs conflict, others are set aside
+
+
+def near_copies(n: int, words: int) -> list[str]:
+    """``n`` copies of one passage of ``words`` random words, each with its own number in
+    the middle (the shape of audit case TM-02)."""
+    rnd = random.Random(3)
+    base = [f"w{rnd.randrange(3000)}" for _ in range(words)]
+    mid = words // 2
+    return [" ".join([*base[:mid], str(1000 + i), *base[mid + 1 :]]) for i in range(n)]
+
+
+def test_the_pair_cap_compares_the_best_ranked_passages_whatever_follows() -> None:
+    assert MAX_PAIRS == 1_225 and compared_passages(200) == 50 and compared_passages(50) == 50
+    texts = near_copies(60, 40)
+    sets = [shingles(t) for t in texts]
+    pairs = find_conflicts(texts, sets, similarity=0.5)
+    # every pair among the first 50, none with the 10 below them
+    assert [(p.a, p.b) for p in pairs] == [(a, b) for a in range(50) for b in range(a + 1, 50)]
+    assert pairs == find_conflicts(texts[:50], sets[:50], similarity=0.5)
+    assert (pairs[0].spans_a, pairs[0].spans_b) == (("1000",), ("1001",))
+
+
+def test_near_copies_beyond_the_pair_cap_are_grouped_and_the_cap_says_why() -> None:
+    texts = near_copies(200, 300)
+    cands = [Candidate(f"d{i}", t, 1 - i / 2000) for i, t in enumerate(texts)]
+    g = guard("flag", max_k=200)
+    with pytest.warns(ConfigWarning, match="compared the 50 best-ranked of the 200 kept"):
+        sel = g.select("q", cands)
+    assert sel.verdict is Verdict.CONFLICT and len(sel.kept) == 200
+    (group,) = sel.conflicts
+    assert group.ids == tuple(f"d{i}" for i in range(50))
+    assert [m.spans for m in group.members] == [(str(1000 + i),) for i in range(50)]
+    (message,) = sel.warnings
+    assert "the 150 ranked below them were not checked" in message and "1,225 pairs" in message
+    again = g.select("q", cands)  # warned once per guard, recorded on every selection
+    assert again.warnings == sel.warnings
+    # within the cap every passage is compared, and nothing is said
+    sel = g.select("q", cands[:50])
+    assert sel.warnings == () and sel.conflicts[0].ids == tuple(f"d{i}" for i in range(50))

@@ -102,6 +102,18 @@ def test_shingles_and_jaccard_by_hand() -> None:
     assert jaccard(shingles(""), shingles("")) == 0.0  # no words: never a near-duplicate
 
 
+def test_each_character_of_a_script_without_spaces_is_a_shingle_word() -> None:
+    # Han characters, numbers and Latin words are words of their own; punctuation is not
+    assert shingles("工厂生产了3559辆EV。") == frozenset(
+        {"工 厂 生", "厂 生 产", "生 产 了", "产 了 3559", "了 3559 辆", "3559 辆 ev"}
+    )
+    assert shingles("オースティン工場") == frozenset(
+        {"オ ー ス", "ー ス テ", "ス テ ィ", "テ ィ ン", "ィ ン 工", "ン 工 場"}
+    )
+    # other scripts keep their words
+    assert shingles("Crème brûlée à Köln") == frozenset({"crème brûlée à", "brûlée à köln"})
+
+
 # ASCII punctuation, control characters Python's str.split() takes for whitespace
 # (\x1c-\x1f), and non-ASCII letters, digits, marks and spaces, one of which (the Kelvin
 # sign) lower-cases to ASCII

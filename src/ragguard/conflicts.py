@@ -31,24 +31,37 @@ Conflicting pairs are joined into **groups** (connected components); each group 
 its members and, per member, the spans that differ from the other members, so an
 application can tell the LLM "sources 2 and 5 disagree: 3,559 vs 4,112".
 
-Detection reads only the passages the cut kept (at most ``max_k``); it uses the standard
-library (``difflib``) and the shingle sets the near-duplicate stage builds.
+In scripts written without spaces between words (``ragguard.stages.UNSPACED``:
+Chinese, Japanese kana, Thai, ...) each character is a word, in the shingles and in the
+alignment; there only numbers are facts (no capitals mark a name).
+
+Detection reads only the passages the cut kept (at most ``max_k``), and its cost is
+bounded: before any alignment, a pair is set aside when the sizes of its shingle sets
+show it cannot be comparable, else given its exact similarity (its shared shingles
+counted with numpy on long passages); a comparable pair is aligned only between its
+common head and tail; and one call compares at most ``MAX_PAIRS`` pairs (every pair
+among the 50 best-ranked passages; the guard warns when passages ranked below are left
+out). It uses the standard library (``difflib``), numpy and the shingle sets the
+near-duplicate stage builds.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
+from itertools import pairwise
 
 import numpy as np
 
 from ragguard.policy import CODES, DEFAULT_CONFLICT_SIMILARITY, KEPT, ConflictMode, Reason
-from ragguard.stages import Shingles, StageState, jaccard
+from ragguard.stages import UNSPACED, Shingles, StageState
 
 __all__ = [
     "DEFAULT_CONFLICT_SIMILARITY",
+    "MAX_PAIRS",
     "MAX_SPAN",
     "MISSING",
     "MOVED_WORDS",
@@ -56,6 +69,7 @@ __all__ = [
     "Conflict",
     "ConflictMember",
     "Pair",
+    "compared_passages",
     "conflict_groups",
     "conflict_stage",
     "find_conflicts",
@@ -68,14 +82,28 @@ NEGATIONS = frozenset(
 )
 """Words whose presence on one side only of a differing span makes it a fact."""
 
-# numbers keep their separators (3,559 / 2.5 / 1,000,000), a contraction with n't stays
-# one word (doesn't, or with a typographic apostrophe); other words are \w+ runs
-_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+n['\u2019]t\b|\w+")
+# numbers keep their separators (3,559 / 2.5 / 1,000,000), a character of a script
+# written without spaces is a word, a contraction with n't stays one word (doesn't, or
+# with a typographic apostrophe); other words are \w+ runs
+_TOKEN = re.compile(rf"\d+(?:[.,]\d+)*|[{UNSPACED}]|[^\W{UNSPACED}]+n['\u2019]t\b|[^\W{UNSPACED}]+")
+_ASCII_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+n't\b|\w+")  # the same on ASCII, faster
+_UNSPACED = re.compile(f"[{UNSPACED}]")
 _NEGATED = re.compile(r"n['\u2019]t$")
 
 MAX_SPAN = 6
 """Differing spans longer than this many words (on either side) are different regions
 of a text (two crops of one page), not a changed fact."""
+
+MAX_PAIRS = 1_225
+"""The most pairs of passages one call compares (per row): each passage with every
+better-ranked one, best-ranked first, so 1,225 is every pair among the 50 best-ranked
+passages (``compared_passages``) and the passages ranked below are checked against
+none. It bounds the stage's cost (a pair of passages of 2,000 words costs tens of
+microseconds) whatever ``max_k`` lets through; the guard warns when it cuts in. It
+depends on nothing but the number of passages, so the pairs among the first ``m``
+passages are the same whatever follows them (the calibration sweep relies on it)."""
+
+_NUMPY_FROM = 5_000  # shingles in all of the compared passages: count shared ones with numpy
 
 MOVED_WORDS = 3
 """A differing span of at least this many words that the other passage holds word for
@@ -99,7 +127,7 @@ def passage_words(text: str) -> PassageWords:
         >>> passage_words("Revenue: 3,559 (not 4,112).").shown
         ('Revenue', '3,559', 'not', '4,112')
     """
-    shown = tuple(_TOKEN.findall(text))
+    shown = tuple((_ASCII_TOKEN if text.isascii() else _TOKEN).findall(text))
     return PassageWords(shown, tuple(map(str.lower, shown)))
 
 
@@ -123,6 +151,29 @@ class Pair:
     spans_b: tuple[str, ...]
 
 
+def _join(words: Sequence[str]) -> str:
+    """A span's words as one string: a space between two words, none next to a
+    character of a script written without spaces (``3559辆``)."""
+    out = words[0]
+    for prev, word in pairwise(words):
+        glued = _UNSPACED.match(prev[-1]) or _UNSPACED.match(word[0])
+        out += word if glued else " " + word
+    return out
+
+
+def _common_head(a: Sequence[str], b: Sequence[str]) -> int:
+    """How many words ``a`` and ``b`` share at their start, found by halving: each step
+    compares two slices in C, so a long common head costs no loop over its words."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # a[:lo] == b[:lo]; the answer is at most hi
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The spans of ``x`` and of ``y`` that differ and carry a fact (both empty when
     they state the same facts).
@@ -137,13 +188,10 @@ def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], 
     out_y: list[str] = []
     a, b = x.low, y.low
     # the common head and tail are equal: align only what lies between (near-copies
-    # that differ in one figure align in microseconds)
-    head, end = 0, min(len(a), len(b))
-    while head < end and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < end - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
+    # that differ in one figure align in microseconds, however long they are)
+    head = _common_head(a, b)
+    rest = min(len(a), len(b)) - head  # the tail may not overlap the head
+    tail = _common_head(a[len(a) - rest :][::-1], b[len(b) - rest :][::-1]) if rest else 0
     matcher = SequenceMatcher(None, a[head : len(a) - tail], b[head : len(b) - tail], False)
     ops = [
         (head + i1, head + i2, head + j1, head + j2)
@@ -169,10 +217,44 @@ def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], 
             fact = _negation(sx or sy)
         if fact:
             if sx:
-                out_x.append(" ".join(sx))
+                out_x.append(_join(sx))
             if sy:
-                out_y.append(" ".join(sy))
+                out_y.append(_join(sy))
     return tuple(out_x), tuple(out_y)
+
+
+def compared_passages(n: int) -> int:
+    """How many of ``n`` ranked passages the conflict stage compares: all of them when
+    their pairs fit in ``MAX_PAIRS``, else the most best-ranked ones whose pairs do.
+
+    Example:
+        >>> compared_passages(5), compared_passages(200)
+        (5, 50)
+    """
+    return min(n, (1 + math.isqrt(1 + 8 * MAX_PAIRS)) // 2)
+
+
+def _shared_counter(sets: Sequence[Shingles]) -> Callable[[int, list[int]], list[int]]:
+    """``shared(k, above)``: how many shingles passage ``k`` shares with each of the
+    passages ``above``, exactly. Set intersections on short passages; from 5,000
+    shingles in all, the shingles are numbered once and each count is a numpy gather (a
+    set intersection of two passages of 2,000 words compares 2,000 strings; the gather,
+    2,000 booleans)."""
+    if sum(map(len, sets)) < _NUMPY_FROM:
+        return lambda k, above: [len(sets[k] & sets[i]) for i in above]
+    # equal shingles, equal numbers (the numbering follows the sets' iteration order:
+    # the counts do not depend on it)
+    number = {t: i for i, t in enumerate(frozenset().union(*sets))}
+    keys = [np.fromiter(map(number.__getitem__, s), np.int64, len(s)) for s in sets]
+    member = np.zeros(len(number), dtype=bool)  # the shingles of passage k
+
+    def shared(k: int, above: list[int]) -> list[int]:
+        member[keys[k]] = True
+        counts = [int(np.count_nonzero(member[keys[i]])) for i in above]
+        member[keys[k]] = False
+        return counts
+
+    return shared
 
 
 def find_conflicts(
@@ -182,44 +264,56 @@ def find_conflicts(
     similarity: float,
     active: Sequence[bool] | None = None,
 ) -> list[Pair]:
-    """Every conflicting pair among the passages (columns in ranked order).
+    """Every conflicting pair among the passages (columns in ranked order) that the
+    stage compares: all pairs among the first ``compared_passages`` active columns.
 
     Args:
         texts: each passage's text.
-        sets: each passage's shingle set (``ragguard.stages.shingles``).
+        sets: each passage's shingle set (``ragguard.stages.shingles``); columns
+            beyond these are not compared.
         similarity: the shingle Jaccard similarity in (0, 1] from which two passages
             are comparable.
         active: which columns take part (default: all).
 
     Returns:
-        The pairs, by ``(a, b)``. Only comparable pairs are aligned word by word, so the
-        cost is one set comparison per pair of passages plus an alignment per
-        comparable pair.
+        The pairs, by ``(a, b)``. Before any alignment, a pair whose shingle-set sizes
+        cannot give ``similarity`` (Jaccard <= smaller / larger) is set aside, and the
+        others get their exact similarity from their shared shingles (counted with
+        numpy on long passages). Only comparable pairs are aligned word by word, and only
+        between their common head and tail.
     """
     cols = [j for j in range(len(sets)) if active is None or active[j]]
+    cols = cols[: compared_passages(len(cols))]
+    mine = [sets[c] for c in cols]
+    sizes = [len(s) for s in mine]
+    shared = _shared_counter(mine)
     words: dict[int, PassageWords] = {}
+    same: dict[str, str] = {}  # one object per word: slices compare by identity first
 
     def of(j: int) -> PassageWords:
         w = words.get(j)
         if w is None:
-            w = words[j] = passage_words(texts[j])
+            w = passage_words(texts[j])
+            w = words[j] = PassageWords(w.shown, tuple(map(same.setdefault, w.low, w.low)))
         return w
 
     out: list[Pair] = []
-    for k, a in enumerate(cols):
-        sa = sets[a]
-        na = len(sa)
-        for b in cols[k + 1 :]:
-            sb = sets[b]
-            nb = len(sb)
-            if min(na, nb) < similarity * max(na, nb):  # Jaccard <= min / max
-                continue
-            sim = jaccard(sa, sb)
+    for k in range(1, len(cols)):
+        nb = sizes[k]
+        if not nb:
+            continue  # no words: comparable with nothing
+        # Jaccard <= min / max of the sizes
+        above = [i for i in range(k) if min(sizes[i], nb) >= similarity * max(sizes[i], nb)]
+        if not above:
+            continue
+        for i, inter in zip(above, shared(k, above), strict=True):
+            sim = inter / (sizes[i] + nb - inter)  # as stages.jaccard computes it
             if sim < similarity:
                 continue
-            fa, fb = differing_facts(of(a), of(b))
+            fa, fb = differing_facts(of(cols[i]), of(cols[k]))
             if fa or fb:
-                out.append(Pair(a, b, sim, fa, fb))
+                out.append(Pair(cols[i], cols[k], sim, fa, fb))
+    out.sort(key=lambda p: (p.a, p.b))
     return out
 
 
@@ -366,7 +460,8 @@ def conflict_stage(
     Args:
         state: the kept lists.
         texts: per row, the text of each column.
-        shingles: per row, the shingle set of each column.
+        shingles: per row, the shingle set of each column (of at least the first
+            ``compared_passages`` columns: no other is read).
         similarity: ``conflict_similarity``.
         mode: what to do with conflicting passages (not ``off``).
         prefer: per row, each column's value of the preferred metadata key

@@ -167,8 +167,10 @@ class RagguardWarning(UserWarning):
 
 class ConfigWarning(RagguardWarning):
     """The config may not say what its author meant: an environment variable named
-    ``RAGGUARD_*`` that is no config key (the message names the closest one), or a file
-    written by a newer ragguard than the one reading it."""
+    ``RAGGUARD_*`` that is no config key (the message names the closest one), a file
+    written by a newer ragguard than the one reading it, or a setting the guard could not
+    apply in full (``conflict_prefer`` values that cannot be compared, more kept passages
+    than the conflict stage compares)."""
 
 
 class ScoreWarning(RagguardWarning):

@@ -46,10 +46,12 @@ from numpy.typing import NDArray
 from ragguard.candidate import Candidate, Decision, RerankDetail, Selection, Verdict
 from ragguard.config import BeyondTopN, DuplicatePolicy, RerankConfig
 from ragguard.conflicts import (
+    MAX_PAIRS,
     MISSING,
     Conflict,
     ConflictMember,
     Pair,
+    compared_passages,
     conflict_groups,
     conflict_stage,
 )
@@ -868,10 +870,23 @@ class Conflicts(Stage):
         if self.key is not None:
             key = self.key
             prefer = [[s.candidates[i].metadata.get(key, MISSING) for i in cols]]
+        compared = compared_passages(len(cols))
+        if compared < len(cols):
+            s.warnings.append(
+                Warn(
+                    "conflict_pairs",
+                    f"conflicts: compared the {compared} best-ranked of the {len(cols)} kept "
+                    f"passages with each other (at most {MAX_PAIRS:,} pairs per call); the "
+                    f"{len(cols) - compared} ranked below them were not checked for conflicts; "
+                    f"a max_k of at most {compared} has every kept passage compared",
+                    ConfigWarning,
+                )
+            )
         new, pairs, incomparable = conflict_stage(
             st,
             texts=[[s.candidates[i].text for i in cols]],
-            shingles=[[s.shingles(i) for i in cols]],
+            # the passages ranked below the compared ones are not read (find_conflicts)
+            shingles=[[s.shingles(i) for i in cols[:compared]]],
             similarity=self.similarity,
             mode=self.mode,
             prefer=prefer,

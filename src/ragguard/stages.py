@@ -8,8 +8,10 @@ through these stages, in this order:
    ``near_duplicate``; its decision names the passage it repeats. Near-identical: the
    exact Jaccard similarity of the two passages' **word 3-shingle sets**,
    :math:`|A \cap B| / |A \cup B|`, is at least the threshold. Words are the ``\w+``
-   runs of the lower-cased text; a passage of fewer than three words is one shingle of
-   its words; a passage with no word is never a near-duplicate. The shingle sets are
+   runs of the lower-cased text, except that in scripts written without spaces between
+   words (``UNSPACED``: Chinese, Japanese kana, Thai, ...) each character is a
+   word; a passage of fewer than three words is one shingle of its words; a passage
+   with no word is never a near-duplicate. The shingle sets are
    exact (no MinHash estimate): the stage compares only the kept passages, at most
    ``max_k`` of them. Ids are not looked at here: exact duplicate ids are resolved
    before the cut (``duplicates``). The passage named is the one the near-duplicate
@@ -51,6 +53,7 @@ from ragguard.policy import CODES, KEPT, PADDING, PolicyParams, Reason
 
 __all__ = [
     "SHINGLE_WORDS",
+    "UNSPACED",
     "StageState",
     "jaccard",
     "near_duplicate_stage",
@@ -65,6 +68,20 @@ SHINGLE_WORDS = 3
 """Words per shingle of the near-duplicate comparison."""
 
 _WORD = re.compile(r"\w+")
+
+UNSPACED = (
+    "\u0e00-\u0eff"  # Thai, Lao
+    "\u1000-\u109f"  # Myanmar
+    "\u1780-\u17ff"  # Khmer
+    "\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"  # Hiragana, Katakana (and half-width)
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"  # Han
+)
+"""The characters (a regular-expression class body) of scripts written without spaces
+between words: in a shingle (and in the conflict stage's alignment) each is a word of
+its own, so passages in these scripts are compared character by character instead of as
+one long "word" per sentence. Other scripts keep their ``\\w+`` words."""
+
+_SHINGLE_WORD = re.compile(rf"[{UNSPACED}]|[^\W{UNSPACED}]+")
 _NEAR = CODES[Reason.NEAR_DUPLICATE]
 _OVER = CODES[Reason.OVER_TOKEN_BUDGET]
 
@@ -95,14 +112,16 @@ def words(text: str) -> list[str]:
 
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> Shingles:
-    """The set of ``size``-word shingles of ``text`` (lower-cased ``\\w+`` words), each
-    as its words joined by a space.
+    """The set of ``size``-word shingles of ``text`` (lower-cased ``\\w+`` words; each
+    character of ``UNSPACED`` a word), each as its words joined by a space.
 
     Example:
         >>> sorted(shingles("The cat sat on the mat"))[:2]
         ['cat sat on', 'on the mat']
+        >>> sorted(shingles("工厂生产了3559辆"))[:2]
+        ['了 3559 辆', '产 了 3559']
     """
-    w = words(text)
+    w = words(text) if text.isascii() else _SHINGLE_WORD.findall(text.lower())
     if len(w) < size:
         return frozenset([" ".join(w)]) if w else frozenset()
     return frozenset(map(" ".join, zip(*[w[i:] for i in range(size)], strict=False)))
