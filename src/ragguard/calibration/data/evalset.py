@@ -135,6 +135,7 @@ from ragguard.scores import ScoreKind
 
 __all__ = [
     "FORMATS",
+    "LABEL_FILES",
     "EvalSet",
     "Labels",
     "LoadReport",
@@ -149,6 +150,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "trec", "beir", "udcg")
+LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
+"""File names a folder's labels may have (:func:`~ragguard.calibration.data.inputs.load_inputs`
+looks them up in this order)."""
 PathLike = str | os.PathLike[str]
 
 
@@ -532,7 +536,16 @@ def detect_format(path: PathLike) -> str:
     """
     p = Path(path)
     if p.is_dir():
-        if (p / "qrels").is_dir() or (p / "corpus.jsonl").exists():
+        if (p / "qrels").is_dir():
+            return "beir"
+        labels = next((p / n for n in LABEL_FILES if (p / n).is_file()), None)
+        if labels is not None:
+            raise EvalSetError(
+                f"a folder holding {labels.name}, not an eval set format: call "
+                f"load_evalset({str(labels)!r}) or load_inputs({str(p)!r}) (its runs/ too)",
+                path=str(p),
+            )
+        if (p / "corpus.jsonl").exists():
             return "beir"
         raise EvalSetError(
             "a folder is read as BEIR, but it has neither qrels/ nor corpus.jsonl", path=str(p)
