@@ -569,9 +569,11 @@ def detect_format(path: PathLike) -> str:
     fields = head.split()
     if len(fields) == 4 and _is_int(fields[3]):
         return "trec"
+    table = name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")) or "," in head
     raise EvalSetError(
-        f"cannot detect the format from this line: {head[:80]!r}; pass format= one of "
-        f"{', '.join(FORMATS)}",
+        f"cannot detect the format from this line: {head[:80]!r}; eval sets are JSONL, "
+        "TREC qrels ('query 0 doc grade' lines), a BEIR folder or UDCG JSON"
+        + (" (a CSV table: EvalSet.from_dicts(pandas.read_csv(...)) in Python)" if table else ""),
         path=str(p),
         line=line,
     )
