@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from ragguard import GuardConfig
+from ragguard.errors import ConfigWarning
 from tests.doc_checks import ROOT, Block, all_blocks, blocks, output_matches, pages, run_block
 
 PYTHON = list(all_blocks("python"))
@@ -229,6 +230,23 @@ def test_each_readme_block_runs_in_the_demo_venv_or_says_which_extra_it_needs(
             f"{block.name} needs the {extra} extra ({message}); the text before it must "
             f"say so, or scripts/demo.sh must install it"
         )
+
+
+def test_a_variable_the_changelog_removed_is_gone_and_warned_about(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    removed = changelog.split("\n### Removed\n", 1)[1].split("\n### ", 1)[0]
+    names = sorted(set(re.findall(r"RAGGUARD_[A-Z_]+", removed)))
+    assert "RAGGUARD_COLUMNAR" in names
+    for path in (ROOT / "src" / "ragguard").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert not [n for n in names if n in text], path  # nothing reads it any more
+    for name in names:  # and a user who still sets it is told
+        monkeypatch.setenv(name, "0")
+        with pytest.warns(ConfigWarning, match=name):
+            GuardConfig()
+        monkeypatch.delenv(name)
 
 
 # ------------------------------------------------ completeness: commands, options, fields
