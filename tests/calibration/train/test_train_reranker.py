@@ -541,14 +541,18 @@ def test_the_staging_folder_is_beside_the_output_never_in_the_working_folder(
             yield work
 
     monkeypatch.setattr(reranker, "staging_folder", watched)
+
+    def disk_full(stage: Path) -> None:
+        raise OSError("no space left on device")
+
     if fails:  # a failure while the new folder is being written
-        monkeypatch.setattr(reranker, "_mark", lambda stage: (_ for _ in ()).throw(OSError))
+        monkeypatch.setattr(reranker, "_mark", disk_full)
     run = functools.partial(
         train_reranker, load_evalset(path), out=out, base=str(encoder), kinds=FUSION,
         validation=VALIDATION,
     )  # fmt: skip
     if fails:
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="no space left"):
             run()
     else:
         assert run().path == out
