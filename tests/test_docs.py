@@ -8,6 +8,7 @@ settings make a broken link or anchor fail the build."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shlex
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from ragguard import GuardConfig
+from ragguard.errors import ConfigWarning
 from tests.doc_checks import ROOT, Block, all_blocks, blocks, output_matches, pages, run_block
 
 PYTHON = list(all_blocks("python"))
@@ -150,6 +152,103 @@ def test_framework_examples_run_offline(name: str) -> None:
         "log-2024-03-02",
         "log-2024-02-10",
     ]
+
+
+def _extras_closure(names: set[str], extras: dict[str, list[str]]) -> set[str]:
+    """``names`` with the extras they pull in (``all`` = every feature extra)."""
+    out, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            for pulled in re.findall(
+                r"^ragguard-context\[([\w,]+)\]", "\n".join(extras[name]), re.M
+            ):
+                todo += pulled.split(",")
+    return out
+
+
+def _distributions(requirements: list[str]) -> set[str]:
+    names = (re.match(r"[A-Za-z0-9._-]+", r) for r in requirements)
+    return {re.sub(r"[-_.]+", "-", m.group(0)).lower() for m in names if m}
+
+
+_IN_DEMO_VENV = """
+import contextlib, io, json, sys
+for module in json.loads(sys.argv[1]):
+    sys.modules[module] = None  # as if its extra were not installed
+from ragguard.errors import MissingDependencyError
+namespace = {"__name__": "__doc_block__"}
+for number, source in json.loads(sys.stdin.read()):
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(source, f"block {number}", "exec"), namespace)
+    except MissingDependencyError as exc:
+        print(json.dumps([number, str(exc)]))
+"""
+
+
+def test_each_readme_block_runs_in_the_demo_venv_or_says_which_extra_it_needs(
+    tmp_path: Path,
+) -> None:
+    """README says: run scripts/demo.sh, then the quick start. Each python block runs in
+    the `.venv` demo.sh makes (its extras' modules present, every other extra's absent),
+    or the text just before it names the install line of the extra it fails for."""
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras: dict[str, list[str]] = project["optional-dependencies"]
+    demo = (ROOT / "scripts" / "demo.sh").read_text(encoding="utf-8")
+    (installed,) = re.findall(r'^\. scripts/_venv\.sh "([\w,]*)"', demo, re.M)
+    present = _distributions(project["dependencies"]) | _distributions(
+        [r for e in _extras_closure(set(installed.split(",")), extras) for r in extras[e]]
+    )
+    absent = _distributions([r for reqs in extras.values() for r in reqs]) - present
+    absent.discard(project["name"])  # extras that pull in extras name the project
+    blocked = sorted(
+        module
+        for module, dists in packages_distributions().items()
+        if _distributions(dists) & absent and not _distributions(dists) & present
+    )
+    assert "langchain_core" in blocked or "langchain" in installed  # the block does block
+    readme = [b for b in blocks("README.md", "python") if b.skip is None]
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RAGGUARD_")}
+    env |= {"HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", _IN_DEMO_VENV, json.dumps(blocked)],
+        input=json.dumps([[b.number, b.source] for b in readme]),
+        capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    ends = [b.line + b.source.count("\n") + 1 for b in blocks("README.md")]  # closing fences
+    for number, message in (json.loads(line) for line in out.stdout.splitlines()):
+        block = next(b for b in readme if b.number == number)
+        (extra,) = re.findall(r"ragguard-context\[(\w+)\]", message)
+        start = max([end for end in ends if end < block.line], default=0)
+        prose = "\n".join(lines[start : block.line - 1])
+        assert f'pip install -e ".[{extra}]"' in prose, (
+            f"{block.name} needs the {extra} extra ({message}); the text before it must "
+            f"say so, or scripts/demo.sh must install it"
+        )
+
+
+def test_a_variable_the_changelog_removed_is_gone_and_warned_about(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    removed = changelog.split("\n### Removed\n", 1)[1].split("\n### ", 1)[0]
+    names = sorted(set(re.findall(r"RAGGUARD_[A-Z_]+", removed)))
+    assert "RAGGUARD_COLUMNAR" in names
+    for path in (ROOT / "src" / "ragguard").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert not [n for n in names if n in text], path  # nothing reads it any more
+    for name in names:  # and a user who still sets it is told
+        monkeypatch.setenv(name, "0")
+        with pytest.warns(ConfigWarning, match=name):
+            GuardConfig()
+        monkeypatch.delenv(name)
 
 
 # ------------------------------------------------ completeness: commands, options, fields

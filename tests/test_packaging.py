@@ -3,12 +3,18 @@ suite starting on a machine without the optional reference libraries."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import os
 import re
 import subprocess
 import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from ragguard._optional import DISTRIBUTION, install_hint
 
@@ -60,6 +66,58 @@ def test_every_install_line_names_the_distribution_and_a_real_extra() -> None:
                 assert set(names.split(",")) <= extras, (path.name, line)
     assert seen >= 10  # the install page's block alone has fourteen extras
     assert install_hint("rerank") == f'pip install "{DISTRIBUTION}[rerank]"'
+
+
+def _hint_calls() -> list[tuple[str, str | None, object]]:
+    """``(file, module, extra)`` of every ``require(module, extra)`` and
+    ``install_hint(extra)`` call in the package (``module`` None when not a literal)."""
+    calls = []
+    for path in sorted((ROOT / "src" / "ragguard").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                continue
+            args = [a.value if isinstance(a, ast.Constant) else None for a in node.args]
+            if node.func.id == "require" and len(args) == 2:
+                calls.append((path.name, args[0], args[1]))
+            elif node.func.id == "install_hint" and len(args) == 1 and args[0] is not None:
+                calls.append((path.name, None, args[0]))
+    return calls
+
+
+def _installed_by(extra: str, extras: dict[str, list[str]]) -> set[str]:
+    """The distributions ``pip install "ragguard-context[extra]"`` installs (as far as
+    this environment's metadata tells: requirements of what is installed)."""
+    found: set[str] = set()
+    todo = [Requirement(r) for r in extras[extra]]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name == DISTRIBUTION:
+            todo += [Requirement(r) for e in req.extras for r in extras[e]]
+            continue
+        if name in found or (req.marker is not None and "extra" in str(req.marker)):
+            continue
+        found.add(name)
+        with contextlib.suppress(metadata.PackageNotFoundError):  # not installed here
+            todo += [Requirement(r) for r in metadata.requires(req.name) or ()]
+    return found
+
+
+def test_every_install_hint_in_the_code_names_an_extra_that_installs_the_module() -> None:
+    extras: dict[str, list[str]] = PYPROJECT["project"]["optional-dependencies"]
+    providers = metadata.packages_distributions()
+    calls = _hint_calls()
+    assert len(calls) >= 30  # the scan sees the calls
+    checked = 0
+    for where, module, extra in calls:
+        assert extra in extras, (where, module, extra)  # a literal naming a real extra
+        assert install_hint(extra) == f'pip install "{DISTRIBUTION}[{extra}]"'
+        dists = providers.get(module.split(".")[0], []) if module else []
+        if dists:  # installed here: the extra named must be what brings it
+            checked += 1
+            installs = _installed_by(extra, extras)
+            assert {canonicalize_name(d) for d in dists} & installs, (where, module, extra)
+    assert checked >= 20
 
 
 def test_suite_starts_without_numba(tmp_path: Path) -> None:

@@ -255,6 +255,17 @@ def test_errors_print_one_line_and_exit_1(tmp_path: Path, args: list[object], me
     assert not (tmp_path / "ragguard.toml").exists()
 
 
+def test_a_csv_file_is_refused_naming_no_option_the_command_lacks(tmp_path: Path) -> None:
+    labels = tmp_path / "labels.csv"
+    labels.write_text("query_id,doc_id,relevance\nq1,d1,1\n")
+    for command in ("calibrate", "evaluate"):
+        result = invoke(command, labels)
+        error_line(result)
+        err = flat(result.stderr)
+        assert "cannot detect the format" in err and "eval sets are JSONL" in err
+        assert "format=" not in err and "--format" not in err  # neither command has one
+
+
 def test_verbose_shows_the_exception(tmp_path: Path) -> None:
     result = invoke("calibrate", "missing-folder", "--verbose")
     assert result.exit_code == 1

@@ -427,6 +427,31 @@ def test_detect_format_errors(tmp_path: Path) -> None:
         load_evalset(write(tmp_path, "q", "q 0 a 1\n"), model="m")
 
 
+def test_a_csv_file_is_refused_naming_the_formats_and_the_table_path(tmp_path: Path) -> None:
+    path = write(tmp_path, "labels.csv", "query_id,doc_id,relevance\nq1,d1,1\n")
+    message = str(fails(path, r"labels\.csv:1: cannot detect the format"))
+    assert "format=" not in message  # no format reads CSV; the CLI has no such option
+    assert "EvalSet.from_dicts(pandas.read_csv(...))" in message
+    pandas = pytest.importorskip("pandas")
+    assert EvalSet.from_dicts(pandas.read_csv(path)).qids == ("q1",)  # the path it names
+
+
+def test_a_folder_holding_an_evalset_file_names_the_calls_that_read_it(tmp_path: Path) -> None:
+    # examples/notes's layout: evalset.jsonl, corpus.jsonl beside it, runs/; the
+    # corpus.jsonl made it read as a BEIR folder ("pick a qrels split ...; found: none")
+    folder = tmp_path / "notes"
+    labels = jsonl(folder, {"query_id": "q1", "relevant": ["d1"]}, name="evalset.jsonl")
+    write(folder, "corpus.jsonl", '{"id": "d1", "text": "x"}\n')
+    write(folder, "runs/bm25.trec", "q1 Q0 d1 1 2.0 bm25\n")
+    error = fails(folder, "a folder holding evalset.jsonl")
+    message = str(error)
+    assert "\n" not in message
+    assert f"load_evalset({str(labels)!r})" in message
+    assert f"load_inputs({str(folder)!r})" in message
+    assert "split" not in message
+    assert load_evalset(labels).qids == ("q1",)  # the call it names works
+
+
 def test_from_dicts_and_cached_arrays() -> None:
     es = EvalSet.from_dicts(
         {"q1": {"a": 1}, "q2": {"b": 2}},

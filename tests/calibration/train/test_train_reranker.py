@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,7 @@ pytest.importorskip("sklearn")
 from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
 from ragguard.calibration import EvalSet, load_evalset
 from ragguard.calibration.fit.statistics import Interval, split_queries
+from ragguard.calibration.train import reranker
 from ragguard.calibration.train.reranker import Candidate as Scorer
 from ragguard.calibration.train.reranker import (
     Negatives,
@@ -514,6 +518,52 @@ def test_a_stale_work_folder_is_removed_by_the_next_run_and_a_live_one_kept(
         assert live.path.is_dir()
     assert not killed.exists()
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".ragguard-")] == [live.path]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_staging_folder_is_beside_the_output_never_in_the_working_folder(
+    fails: bool, data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--out models/v1/scorer`` from a working folder without ``models/``: the staging
+    folder is made in ``models/v1`` (a killed run's leftover lies beside the output,
+    where the next run removes it), never in the working folder; it is gone after the
+    run, and so are the folders made for it when nothing was written."""
+    path, encoder = data
+    monkeypatch.chdir(tmp_path)
+    out = Path("models", "v1", "scorer")
+    made: list[Path] = []
+    real = reranker.staging_folder
+
+    @contextmanager
+    def watched(folder: Path, *, tag: str = "") -> Iterator[Path]:
+        with real(folder, tag=tag) as work:
+            made.append(work)
+            yield work
+
+    monkeypatch.setattr(reranker, "staging_folder", watched)
+
+    def disk_full(stage: Path) -> None:
+        raise OSError("no space left on device")
+
+    if fails:  # a failure while the new folder is being written
+        monkeypatch.setattr(reranker, "_mark", disk_full)
+    run = functools.partial(
+        train_reranker, load_evalset(path), out=out, base=str(encoder), kinds=FUSION,
+        validation=VALIDATION,
+    )  # fmt: skip
+    if fails:
+        with pytest.raises(OSError, match="no space left"):
+            run()
+    else:
+        assert run().path == out
+    assert len(made) == 1 and made[0].parent.resolve() == (tmp_path / "models" / "v1").resolve()
+    assert made[0].name.startswith(".ragguard-train-") and made[0].name.endswith(".tmp")
+    assert not made[0].exists()
+    if fails:
+        assert list(tmp_path.iterdir()) == []
+    else:
+        assert [p.name for p in tmp_path.iterdir()] == ["models"]
+        assert [p.name for p in (tmp_path / "models" / "v1").iterdir()] == ["scorer"]
 
 
 @pytest.mark.slow

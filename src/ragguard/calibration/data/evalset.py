@@ -136,6 +136,7 @@ from ragguard.scores import ScoreKind
 
 __all__ = [
     "FORMATS",
+    "LABEL_FILES",
     "EvalSet",
     "Labels",
     "LoadReport",
@@ -150,6 +151,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "trec", "beir", "udcg")
+LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
+"""File names a folder's labels may have (:func:`~ragguard.calibration.data.inputs.load_inputs`
+looks them up in this order)."""
 PathLike = str | os.PathLike[str]
 
 
@@ -537,7 +541,16 @@ def detect_format(path: PathLike) -> str:
     """
     p = Path(path)
     if p.is_dir():
-        if (p / "qrels").is_dir() or (p / "corpus.jsonl").exists():
+        if (p / "qrels").is_dir():
+            return "beir"
+        labels = next((p / n for n in LABEL_FILES if (p / n).is_file()), None)
+        if labels is not None:
+            raise EvalSetError(
+                f"a folder holding {labels.name}, not an eval set format: call "
+                f"load_evalset({str(labels)!r}) or load_inputs({str(p)!r}) (its runs/ too)",
+                path=str(p),
+            )
+        if (p / "corpus.jsonl").exists():
             return "beir"
         raise EvalSetError(
             "a folder is read as BEIR, but it has neither qrels/ nor corpus.jsonl", path=str(p)
@@ -561,9 +574,11 @@ def detect_format(path: PathLike) -> str:
     fields = head.split()
     if len(fields) == 4 and _is_int(fields[3]):
         return "trec"
+    table = name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")) or "," in head
     raise EvalSetError(
-        f"cannot detect the format from this line: {head[:80]!r}; pass format= one of "
-        f"{', '.join(FORMATS)}",
+        f"cannot detect the format from this line: {head[:80]!r}; eval sets are JSONL, "
+        "TREC qrels ('query 0 doc grade' lines), a BEIR folder or UDCG JSON"
+        + (" (a CSV table: EvalSet.from_dicts(pandas.read_csv(...)) in Python)" if table else ""),
         path=str(p),
         line=line,
     )

@@ -36,7 +36,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ragguard._optional import import_object
-from ragguard.calibration.data.evalset import EvalSet, Run, as_score_kind, load_evalset
+from ragguard.calibration.data.evalset import (
+    LABEL_FILES,
+    EvalSet,
+    Run,
+    as_score_kind,
+    load_evalset,
+)
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 
@@ -51,9 +57,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
-"""File names a folder's labels may have, looked up in this order."""
 
 RUN_SUFFIXES = tuple(
     s + gz for s in (".trec", ".run", ".txt", ".json", ".tsv") for gz in ("", ".gz")

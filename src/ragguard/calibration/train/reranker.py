@@ -101,7 +101,8 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -925,7 +926,7 @@ class RerankerTrainer:
             scores = [_fusion_scores(head, x) for x in val_x]
             cands.append(judge.candidate("fusion", scores, time.perf_counter() - t0))
         tuned: dict[str, Path] = {}
-        with staging_folder(_existing_ancestor(target), tag="train") as work:
+        with _folder_of(target) as folder, staging_folder(folder, tag="train") as work:
             if neural:
                 from ragguard.calibration.train import fine_tune as ft
 
@@ -1290,9 +1291,18 @@ def _inputs(
     return [p for p in out if Path(p).exists()]
 
 
-def _existing_ancestor(target: Path) -> Path:
-    """The nearest existing folder above ``target`` (its staging folder goes there)."""
-    return next(a for a in target.absolute().parents if a.exists())
+@contextmanager
+def _folder_of(target: Path) -> Iterator[Path]:
+    """``target``'s parent folder, where its staging folder goes, made if missing; the
+    folders made are removed on the way out unless something was written in them."""
+    made = [a for a in target.absolute().parents if not a.exists()]  # deepest first
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield target.parent
+    finally:
+        for folder in made:
+            with suppress(OSError):  # not empty: the output is in it
+                folder.rmdir()
 
 
 def _listed(folder: Path) -> list[str]:
