@@ -89,15 +89,16 @@ def test_calibrate_reads_no_ragguard_variables(
     assert "warning: RAGGUARD_CONFLICTS, RAGGUARD_MIN_EVIDENCE not read: " in warned, warned
 
 
-def test_calibrate_negative_seed_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["calibrate", "train-reranker"])
+def test_a_negative_seed_is_a_usage_error_naming_it(command: str, tmp_path: Path) -> None:
     """``--seed -1`` (issue 41, CQ-37): click's usage error naming --seed, not numpy's
-    ValueError in a traceback."""
-    res = invoke("calibrate", RAMDOCS, "--seed", "-1", "--no-report", "--out", "cfg.toml")
+    ValueError in a traceback (train-reranker: before any training)."""
+    res = invoke(command, RAMDOCS, "--seed", "-1", "--out", "out")
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
     assert isinstance(res.exception, SystemExit), res.exception
     assert "Invalid value for '--seed'" in res.stderr, res.stderr
-    assert not (tmp_path / "cfg.toml").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path: Path) -> None:

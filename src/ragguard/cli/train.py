@@ -117,7 +117,9 @@ ValidationOpt = Annotated[
         help="Fraction of the other queries used to choose and to compare with the base.",
     ),
 ]
-SeedOpt = Annotated[int, typer.Option(metavar="INT", help="Seed of the splits and training.")]
+SeedOpt = Annotated[
+    int, typer.Option(min=0, metavar="INT", help="Seed of the splits and training.")
+]
 OutDirOpt = Annotated[
     Path,
     typer.Option(
