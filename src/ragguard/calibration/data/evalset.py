@@ -152,8 +152,8 @@ logger = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "trec", "beir", "udcg")
 LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
-"""File names a folder's labels may have (:func:`~ragguard.calibration.data.inputs.load_inputs`
-looks them up in this order)."""
+"""File names a folder's labels may have (``load_inputs`` looks them up in this
+order)."""
 PathLike = str | os.PathLike[str]
 
 
