@@ -586,10 +586,10 @@ def train_reranker(
         base=base,
         encoder=encoder,
         kinds=kinds,
-        negatives=negatives or Negatives(),
+        negatives=Negatives() if negatives is None else negatives,
         holdout=holdout,
         validation=validation,
         seed=seed,
-        training=training or Training(),
+        training=Training() if training is None else training,
     )
     return trainer.fit(evalset, out=out, run=run, progress=progress)
