@@ -6,12 +6,12 @@ calibration queries):
 
 1. **Training.** Each candidate kind (default ``fusion``, ``bi-encoder`` and the opt-in
    ``new-cross-encoder``; base: the packaged all-MiniLM-L6-v2) is trained by its own
-   ``train_reranker(kinds=[kind])`` call (same split, pairs and seed as one call with
+   ``RerankerTrainer(kinds=[kind]).fit`` call (same split, pairs and seed as one call with
    every kind, so its validation AUCs are the same; a separate call lets a candidate
    that beats the base be written and scored on held-out queries). Printed: validation
    AUCs of the base, its inputs and every candidate, steps, training wall time, and the
-   candidate one call with every kind would write (:func:`ragguard.calibration.train.reranker.
-   choose`) or that none would.
+   candidate one call with every kind would write (``ragguard.calibration.train.choice.choose``)
+   or that none would.
 2. **Held-out AUCs** (calibrate's held-out queries, never read by training): relevant vs
    labelled distractor and relevant vs the other candidates of the runs, for BM25 (document
    frequencies of the corpus), MiniLM cosine and every written candidate.
@@ -58,14 +58,9 @@ from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.rerank_scores import passage_texts
 from ragguard.calibration.fit.statistics import metric_values
 from ragguard.calibration.fit.sweep import describe_point
-from ragguard.calibration.train.reranker import (
-    Candidate,
-    TrainResult,
-    choose,
-    pair_auc,
-    train_reranker,
-    validation_queries,
-)
+from ragguard.calibration.train.choice import Candidate, choose, pair_auc
+from ragguard.calibration.train.pairs import validation_queries
+from ragguard.calibration.train.reranker import RerankerTrainer, Training, TrainResult
 from ragguard.errors import EvalSetError
 from ragguard.trained import PACKAGED_ENCODER, Lexical, Signals, TrainedReranker, load_encoder
 
@@ -107,9 +102,10 @@ def train_all(
     results: dict[str, TrainResult] = {}
     for kind in kinds:
         print(f"  -- training {kind}")
-        results[kind] = train_reranker(
-            ev, out=tmp / kind, kinds=[kind], device=args.device, max_steps=args.max_steps,
-            pretrain_data=args.pretrain_data, holdout=HOLDOUT, seed=SEED,
+        training = Training(device=args.device, max_steps=args.max_steps)
+        trainer = RerankerTrainer(kinds=[kind], holdout=HOLDOUT, seed=SEED, training=training)
+        results[kind] = trainer.fit(
+            ev, out=tmp / kind, pretrain_data=args.pretrain_data,
             progress=lambda line: print("     " + line),
         )  # fmt: skip
     first = next(iter(results.values()))

@@ -29,14 +29,19 @@ import ragguard
 from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.calibration import load_evalset
 from ragguard.calibration.fit.rerank_scores import passage_sources
-from ragguard.calibration.train.pretrain import normalise, pretrain_pairs, read_pretrain
-from ragguard.calibration.train.reranker import (
-    TrainResult,
-    pair_auc,
+from ragguard.calibration.train.choice import pair_auc
+from ragguard.calibration.train.pairs import (
     split_for_training,
-    train_reranker,
     training_pairs,
     validation_queries,
+)
+from ragguard.calibration.train.pretrain import normalise, pretrain_pairs, read_pretrain
+from ragguard.calibration.train.reranker import (
+    Negatives,
+    RerankerTrainer,
+    Training,
+    TrainResult,
+    train_reranker,
 )
 from ragguard.cli import app
 from ragguard.errors import ConfigError
@@ -166,8 +171,7 @@ def test_the_card_counts_every_negative_type(titled: dict[str, Path], tmp_path: 
     texts = _texts(titled["set"])
     result = train_reranker(
         ev, out=tmp_path / "fusion", base=str(titled["encoder"]), kinds=["fusion"],
-        same_query_negatives=1, same_title_negatives=2, random_negatives=1,
-        validation=VALIDATION,
+        negatives=Negatives(same_query=1, same_title=2, random=1), validation=VALIDATION,
     )  # fmt: skip
     pairs = training_pairs(
         ev, result.split.train, runs=["default"], has_text=lambda q, d: bool(texts.get(q, d)),
@@ -198,14 +202,23 @@ def test_the_base_kind_is_read_from_the_model_files(titled: dict[str, Path]) -> 
 
 
 def _cross_result(
-    titled: dict[str, Path], out: Path, evalset: Path | None = None, **kw: Any
+    titled: dict[str, Path],
+    out: Path,
+    evalset: Path | None = None,
+    pretrain_data: Path | None = None,
+    max_steps: int = 20,
+    **kw: Any,
 ) -> TrainResult:
     args: dict[str, Any] = {
         "base": str(titled["cross"]), "encoder": str(titled["encoder"]),
-        "kinds": ["cross-encoder"], "max_steps": 20, "epochs": 5, "batch_size": 8,
-        "learning_rate": 3e-3, "device": "cpu", "seed": 0, "validation": VALIDATION,
+        "kinds": ["cross-encoder"], "seed": 0, "validation": VALIDATION,
     }  # fmt: skip
-    return train_reranker(load_evalset(evalset or titled["set"]), out=out, **{**args, **kw})
+    training = Training(
+        max_steps=max_steps, epochs=5, batch_size=8, learning_rate=3e-3, device="cpu"
+    )
+    trainer = RerankerTrainer(**{**args, **kw}, training=training)
+    evalset_ = load_evalset(evalset or titled["set"])
+    return trainer.fit(evalset_, out=out, pretrain_data=pretrain_data)
 
 
 @pytest.fixture(scope="module")
@@ -355,9 +368,9 @@ def test_a_new_cross_encoder_from_bi_encoder_weights(
     titled: dict[str, Path], tmp_path: Path
 ) -> None:
     ev = load_evalset(titled["set"])
+    training = Training(max_steps=20, epochs=5, batch_size=8, learning_rate=3e-3, device="cpu")
     kw: dict[str, Any] = {
-        "base": str(titled["encoder"]), "kinds": ["new-cross-encoder"], "max_steps": 20,
-        "epochs": 5, "batch_size": 8, "learning_rate": 3e-3, "device": "cpu",
+        "base": str(titled["encoder"]), "kinds": ["new-cross-encoder"], "training": training,
         "validation": VALIDATION,
     }  # fmt: skip
     first = train_reranker(ev, out=tmp_path / "a", **kw)

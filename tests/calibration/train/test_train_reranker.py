@@ -20,22 +20,18 @@ pytest.importorskip("sklearn")
 
 from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
 from ragguard.calibration import EvalSet, load_evalset
-from ragguard.calibration.fit.statistics import Interval, split_queries
-from ragguard.calibration.train import reranker
-from ragguard.calibration.train.reranker import Candidate as Scorer
+from ragguard.calibration.fit.statistics import Interval, queries_needed, split_queries
+from ragguard.calibration.train import output, reranker
+from ragguard.calibration.train.choice import Candidate as Scorer
+from ragguard.calibration.train.choice import auc_difference, choose, pair_auc
+from ragguard.calibration.train.features import Ticker
+from ragguard.calibration.train.pairs import split_for_training, training_pairs
 from ragguard.calibration.train.reranker import (
     Negatives,
     RerankerTrainer,
-    Ticker,
     Training,
     TrainResult,
-    auc_difference,
-    choose,
-    pair_auc,
-    queries_needed,
-    split_for_training,
     train_reranker,
-    training_pairs,
 )
 from ragguard.cli import app
 from ragguard.rerank import CrossEncoderReranker, load_reranker
@@ -181,7 +177,7 @@ def test_pair_auc_by_hand() -> None:
 def test_fusion_is_written_complete_and_loads_everywhere(
     trained: object, data: tuple[Path, Path]
 ) -> None:
-    from ragguard.calibration.train.reranker import TrainResult, ValidationQuery, validation_queries
+    from ragguard.calibration.train.pairs import ValidationQuery, validation_queries
 
     assert isinstance(trained, TrainResult)
     assert trained.chosen == "fusion" and trained.path is not None
@@ -248,8 +244,8 @@ def test_a_candidate_that_cannot_beat_the_base_is_never_written(
     encoder = build_bi_encoder(tmp_path / "enc", _words(path))
     out = tmp_path / "out"
     result = train_reranker(
-        load_evalset(path), out=out, base=str(encoder), max_steps=4, validation=VALIDATION,
-        kinds=kinds,
+        load_evalset(path), out=out, base=str(encoder), training=Training(max_steps=4),
+        validation=VALIDATION, kinds=kinds,
     )  # fmt: skip
     assert [c.name for c in result.candidates if c.role == "trained"] == kinds
     assert result.base.auc_distractor == 1.0 and result.base.auc_other == 1.0
@@ -301,9 +297,10 @@ def test_bi_encoder_fine_tuning_beats_the_base_and_is_written(
     test_a_candidate_that_cannot_beat_the_base_is_never_written.)"""
     path, encoder = data
     ev = load_evalset(path)
-    kwargs = {"base": str(encoder), "kinds": ["bi-encoder"], "max_steps": 6, "batch_size": 8,
-              "learning_rate": 1e-3, "validation": VALIDATION}  # fmt: skip
-    result = train_reranker(ev, out=tmp_path / "bi", device="cpu", **kwargs)  # type: ignore[arg-type]
+    training = Training(max_steps=6, batch_size=8, learning_rate=1e-3, device="cpu")
+    kwargs = {"base": str(encoder), "kinds": ["bi-encoder"], "training": training,
+              "validation": VALIDATION}  # fmt: skip
+    result = train_reranker(ev, out=tmp_path / "bi", **kwargs)  # type: ignore[arg-type]
     (bi,) = [c for c in result.candidates if c.name == "bi-encoder"]
     assert "steps" in bi.note and bi.role == "trained"
     base = result.base
@@ -314,7 +311,7 @@ def test_bi_encoder_fine_tuning_beats_the_base_and_is_written(
     reranker = load_reranker(str(result.path))
     s = np.asarray(reranker("what is my squat record", ["squat record 101 lb", "golf"]))
     assert s.shape == (2,) and np.all(np.abs(s) <= 1.0 + 1e-6)  # cosines
-    again = train_reranker(ev, out=tmp_path / "bi2", device="cpu", **kwargs)  # type: ignore[arg-type]
+    again = train_reranker(ev, out=tmp_path / "bi2", **kwargs)  # type: ignore[arg-type]
     (bi2,) = [c for c in again.candidates if c.name == "bi-encoder"]
     assert (bi2.auc_distractor, bi2.auc_other) == (bi.auc_distractor, bi.auc_other)  # seeded
 
@@ -546,7 +543,7 @@ def test_the_staging_folder_is_beside_the_output_never_in_the_working_folder(
         raise OSError("no space left on device")
 
     if fails:  # a failure while the new folder is being written
-        monkeypatch.setattr(reranker, "_mark", disk_full)
+        monkeypatch.setattr(output, "_mark", disk_full)
     run = functools.partial(
         train_reranker, load_evalset(path), out=out, base=str(encoder), kinds=FUSION,
         validation=VALIDATION,
@@ -585,7 +582,8 @@ def test_an_interrupted_training_leaves_nothing_behind(
     with pytest.raises(fault):
         train_reranker(
             load_evalset(path), out=tmp_path / "out", base=str(encoder), kinds=["bi-encoder"],
-            max_steps=6, batch_size=8, validation=VALIDATION, device="cpu", progress=progress,
+            training=Training(max_steps=6, batch_size=8, device="cpu"), validation=VALIDATION,
+            progress=progress,
         )  # fmt: skip
     assert any("validation auc" in line for line in seen)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
@@ -620,7 +618,7 @@ def test_stdout_holds_only_the_results(
 ) -> None:
     """Item 12: results on stdout, progress on stderr (here a progress line at every
     step of the signals, as a long run says one every PROGRESS_EVERY_S seconds)."""
-    import ragguard.calibration.train.reranker as train
+    import ragguard.calibration.train.features as train
 
     monkeypatch.setattr(train, "PROGRESS_EVERY_S", 0.0)
     path, encoder = data

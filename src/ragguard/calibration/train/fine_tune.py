@@ -139,9 +139,14 @@ def _split(flat: NDArray[np.float64], texts: Sequence[Sequence[str]]) -> list[ND
 def bi_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.float64]]:
     """Per validation query, the cosine of each of its passages (one encode per side)."""
     q = np.asarray(
-        model.encode(list(validation.queries), batch_size=32, normalize_embeddings=True,
-                     show_progress_bar=False), dtype=np.float64,
-    )  # fmt: skip
+        model.encode(
+            list(validation.queries),
+            batch_size=32,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        ),
+        dtype=np.float64,
+    )
     flat = [t for texts in validation.texts for t in texts]
     d = np.asarray(
         model.encode(flat, batch_size=32, normalize_embeddings=True, show_progress_bar=False),
@@ -154,8 +159,9 @@ def bi_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.flo
 def cross_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.float64]]:
     """Per validation query, a cross-encoder's score of each of its passages (one
     ``predict`` over every pair)."""
-    flat = [(q, t) for q, texts in zip(validation.queries, validation.texts, strict=True)
-            for t in texts]  # fmt: skip
+    flat = [
+        (q, t) for q, texts in zip(validation.queries, validation.texts, strict=True) for t in texts
+    ]
     s = model.predict(flat, batch_size=32, show_progress_bar=False, convert_to_numpy=True)
     return _split(np.asarray(s, dtype=np.float64).reshape(-1), validation.texts)
 
@@ -164,14 +170,19 @@ def _args(cls: Any, out: Path, total: int, s: FineTuning, *, evaluate: bool, **e
     every = max(1, total // 5)
     steps: dict[str, Any] = (
         {
-            "eval_strategy": "steps", "eval_steps": every, "save_strategy": "steps",
-            "save_steps": every, "save_total_limit": 2, "save_only_model": True,
+            "eval_strategy": "steps",
+            "eval_steps": every,
+            "save_strategy": "steps",
+            "save_steps": every,
+            "save_total_limit": 2,
+            "save_only_model": True,
             "load_best_model_at_end": True,
-            "metric_for_best_model": "eval_auc", "greater_is_better": True,
+            "metric_for_best_model": "eval_auc",
+            "greater_is_better": True,
         }
         if evaluate
         else {"eval_strategy": "no", "save_strategy": "no"}
-    )  # fmt: skip
+    )
     return cls(
         output_dir=str(out),
         num_train_epochs=s.epochs,
@@ -329,11 +340,17 @@ def fine_tune_bi_encoder(
         )
 
     note = _run(
-        "bi-encoder", trainer, st.SentenceTransformerTrainingArguments, data,
-        _triplets(pretrain) if pretrain else None, _evaluator(validation, scores, say),
-        out.parent / "bi-encoder-work", settings, say,
+        "bi-encoder",
+        trainer,
+        st.SentenceTransformerTrainingArguments,
+        data,
+        _triplets(pretrain) if pretrain else None,
+        _evaluator(validation, scores, say),
+        out.parent / "bi-encoder-work",
+        settings,
+        say,
         batch_sampler=training_args.BatchSamplers.NO_DUPLICATES,
-    )  # fmt: skip
+    )
     model.save(str(out))
     return out, note
 
@@ -386,9 +403,11 @@ def fine_tune_cross_encoder(
         raise EvalSetError("fine-tuning a cross-encoder needs positive and negative pairs")
     require("transformers", "train").set_seed(settings.seed)  # the new head's draw
     model = load_cross_encoder(
-        start, settings.device, num_labels=1 if new_head else None,
+        start,
+        settings.device,
+        num_labels=1 if new_head else None,
         max_length=settings.max_length,
-    )  # fmt: skip
+    )
     losses = importlib.import_module("sentence_transformers.cross_encoder.losses")
 
     def scores(m: Any) -> list[Any]:
@@ -400,10 +419,16 @@ def fine_tune_cross_encoder(
 
     what = "new cross-encoder (bi-encoder weights, new head)" if new_head else "cross-encoder"
     note = _run(
-        what, trainer, ce.CrossEncoderTrainingArguments, _pairs(pairs),
-        _pairs(pretrain) if pretrain else None, _evaluator(validation, scores, say),
-        out.parent / (out.name + "-work"), settings, say,
-    )  # fmt: skip
+        what,
+        trainer,
+        ce.CrossEncoderTrainingArguments,
+        _pairs(pairs),
+        _pairs(pretrain) if pretrain else None,
+        _evaluator(validation, scores, say),
+        out.parent / (out.name + "-work"),
+        settings,
+        say,
+    )
     model.activation_fn = torch.nn.Identity()
     model.save(str(out))
     return out, note

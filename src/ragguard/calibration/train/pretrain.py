@@ -79,16 +79,20 @@ def read_pretrain(path: PathLike) -> PretrainData:
             question = obj.get("question") if isinstance(obj, dict) else None
             ctxs = obj.get("ctxs") if isinstance(obj, dict) else None
             if not isinstance(question, str) or not question.strip():
-                raise EvalSetError("missing question", path=str(f), line=lineno,
-                                   field="question")  # fmt: skip
+                raise EvalSetError("missing question", path=str(f), line=lineno, field="question")
             if not isinstance(ctxs, list) or not ctxs or not all(isinstance(c, dict) for c in ctxs):
-                raise EvalSetError("ctxs must be a non-empty list of objects", path=str(f),
-                                   line=lineno, field="ctxs")  # fmt: skip
+                raise EvalSetError(
+                    "ctxs must be a non-empty list of objects",
+                    path=str(f),
+                    line=lineno,
+                    field="ctxs",
+                )
             gold = next((c for c in ctxs if c.get("isgold") is True), ctxs[0])
             text, title = gold.get("text"), gold.get("title")
             if not isinstance(text, str) or not text.strip():
-                raise EvalSetError("the gold passage has no text", path=str(f), line=lineno,
-                                   field="ctxs.text")  # fmt: skip
+                raise EvalSetError(
+                    "the gold passage has no text", path=str(f), line=lineno, field="ctxs.text"
+                )
             title = title.strip() if isinstance(title, str) and title.strip() else None
             questions.append(question)
             passages.append(f"{title}\n{text}" if title else text)

@@ -1,0 +1,295 @@
+"""How ``train-reranker`` chooses (see ``ragguard.calibration.train.reranker``): pair
+AUCs on the validation queries, the paired bootstrap of a candidate's gain over the
+base, and the rule that writes a candidate only when that gain is shown.
+
+**The choice.** Each candidate is scored on the validation queries by two AUCs: relevant
+vs labelled distractor and relevant vs every other candidate (the share of (relevant,
+negative) pairs *of the same query* ordered correctly, ties counting half). The
+selection AUC is relevant-vs-distractor when validation has distractors, else
+relevant-vs-other. Validation must hold at least ``MIN_VALIDATION_QUERIES`` (30)
+*usable* queries, each with a relevant and a non-relevant candidate; with fewer the
+command stops before training ([`EvalSetError`][ragguard.EvalSetError] saying how many
+more labelled queries it needs), and with none it says that validation has no
+non-relevant candidate. A trained candidate is eligible only when its validation win is
+shown: its selection AUC is higher than the base's, the lower bound of the ``LEVEL``
+(95%) paired bootstrap interval of the difference (``auc_difference``:
+``N_BOOTSTRAP`` resamples of the usable validation queries, seeded by ``seed``) is
+above 0, and its other AUC is not lower. The eligible one with the best selection AUC
+is written, the interval in its card. When none is eligible **nothing is written**
+(``TrainResult.path`` is ``None``, ``TrainResult.why`` says why; the command exits 1):
+the base is as good as far as validation can tell, so use it (``--rerank
+examples.rerankers:minilm``, ``--rerank BASE_FOLDER``) or label more queries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.fit.statistics import (
+    MIN_VALIDATION_QUERIES,
+    Interval,
+    bootstrap_means,
+    queries_needed,
+)
+from ragguard.calibration.train.pairs import ValidationQuery
+from ragguard.errors import EvalSetError
+
+__all__ = [
+    "LEVEL",
+    "N_BOOTSTRAP",
+    "Candidate",
+    "Judge",
+    "auc_difference",
+    "aucs",
+    "check_validation",
+    "choose",
+    "fmt_auc",
+    "pair_auc",
+    "why",
+]
+
+F64 = NDArray[np.float64]
+#: Level of the paired bootstrap interval of a candidate's AUC gain over the base.
+LEVEL = 0.95
+#: Resamples of the validation queries behind that interval.
+N_BOOTSTRAP = 2000
+
+
+def _ordered(pos: F64, neg: F64) -> tuple[float, int]:
+    """(pairs in the right order, ties counting half; pairs) of one group."""
+    if not (len(pos) and len(neg)):
+        return 0.0, 0
+    diff = pos[:, None] - neg[None, :]
+    return float((diff > 0).sum()) + 0.5 * float((diff == 0).sum()), int(diff.size)
+
+
+def pair_auc(groups: Sequence[tuple[F64, F64]]) -> float:
+    """The share of (positive, negative) pairs of the same group scored in the right
+    order, ties counting half; NaN when there is no such pair."""
+    counts = [_ordered(pos, neg) for pos, neg in groups]
+    right = sum(r for r, _ in counts)
+    total = sum(t for _, t in counts)
+    return right / total if total else math.nan
+
+
+def auc_difference(
+    base: Sequence[tuple[F64, F64]],
+    candidate: Sequence[tuple[F64, F64]],
+    *,
+    n_bootstrap: int = N_BOOTSTRAP,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> Interval:
+    """``pair_auc(candidate) - pair_auc(base)`` over the same groups (one per query:
+    the scores of its positives and of its negatives) with the percentile interval of a
+    paired bootstrap over the groups: ``n_bootstrap`` resamples of the groups with
+    replacement (the same draws for both scorers, from
+    ``numpy.random.default_rng([seed, 4])``), both AUCs recomputed on each. A resample
+    without any pair counts as no difference (0). NaN throughout without any pair.
+
+    Raises:
+        ValueError: the groups of the two scorers differ in number or shape.
+    """
+    if len(base) != len(candidate) or any(
+        len(bp) != len(cp) or len(bn) != len(cn)
+        for (bp, bn), (cp, cn) in zip(base, candidate, strict=True)
+    ):
+        raise ValueError("auc_difference compares two scorers on the same groups")
+    rows = [(*_ordered(*b), _ordered(*c)[0]) for b, c in zip(base, candidate, strict=True)]
+    sample = np.array(rows, dtype=np.float64).reshape(-1, 3)  # base right, pairs, cand right
+    total = sample[:, 1].sum()
+    if total == 0:
+        return Interval(math.nan, math.nan, math.nan)
+    point = float((sample[:, 2].sum() - sample[:, 0].sum()) / total)
+    boot = bootstrap_means(sample, n_bootstrap, np.random.default_rng([seed, 4]))
+    pairs = boot[:, 1]
+    diff = np.divide(boot[:, 2] - boot[:, 0], pairs, out=np.zeros_like(pairs), where=pairs > 0)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(diff, [alpha, 1.0 - alpha])
+    return Interval(point, float(low), float(high))
+
+
+@dataclass
+class Candidate:
+    """A scorer compared on validation queries.
+
+    Attributes:
+        name: ``base``, ``cosine``, ``bm25``, ``coverage``, ``fusion``, ``bi-encoder``,
+            ``cross-encoder``, ``new-cross-encoder``.
+        role: ``base``, ``input`` (a single signal, for comparison) or ``trained``.
+        auc_distractor: relevant vs labelled distractor (NaN without distractors).
+        auc_other: relevant vs the other candidates.
+        seconds: training time.
+        eligible: whether it beats the base (see the module docstring).
+        note: anything worth saying (what the base is, steps run).
+        gain: of a trained candidate, its selection AUC minus the base's on the usable
+            validation queries, with the paired bootstrap interval
+            (``auc_difference``); ``None`` for the others.
+    """
+
+    name: str
+    role: str
+    auc_distractor: float = math.nan
+    auc_other: float = math.nan
+    seconds: float = 0.0
+    eligible: bool = False
+    note: str = ""
+    gain: Interval | None = None
+
+
+def choose(candidates: Sequence[Candidate], metric: str) -> Candidate | None:
+    """The candidate to write: among the trained ones that beat the base (the first of
+    ``candidates``) by ``metric`` with the lower bound of their ``gain`` interval above
+    0 and the other AUC not lower (see the module docstring), the best by ``metric``,
+    then by the other AUC, the earliest on a tie; ``None`` when none does. Sets each
+    one's ``eligible``."""
+    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+    for c in candidates:
+        c.eligible = c.role == "trained" and _eligible(c, candidates[0], metric)
+    eligible = [c for c in candidates if c.eligible]
+    if not eligible:
+        return None
+    return max(eligible, key=lambda c: (getattr(c, metric), getattr(c, other)))
+
+
+def _eligible(c: Candidate, base: Candidate, metric: str) -> bool:
+    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+    mine, theirs = getattr(c, metric), getattr(base, metric)
+    if math.isnan(mine) or not mine > theirs or not _shown(c.gain):
+        return False
+    o_mine, o_theirs = getattr(c, other), getattr(base, other)
+    return math.isnan(o_theirs) or (not math.isnan(o_mine) and o_mine >= o_theirs)
+
+
+def _shown(gain: Interval | None) -> bool:
+    """Whether the interval of a gain lies above 0."""
+    return gain is not None and gain.low > 0  # NaN compares False
+
+
+def why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, where: str) -> str:
+    """One line: the written candidate and its gain, or why nothing was written;
+    ``where`` names the queries compared."""
+    base = cands[0]
+    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+    pct = f"{LEVEL:.0%}"
+
+    def gain(c: Candidate) -> str:
+        g = c.gain
+        assert g is not None
+        return (
+            f"{metric} {fmt_auc(getattr(c, metric))} vs the base's "
+            f"{fmt_auc(getattr(base, metric))}, "
+            f"gain {g.mean:+.3f}, {pct} interval {g.low:+.3f} to {g.high:+.3f} over {where}"
+        )
+
+    if chosen is not None:
+        return f"{chosen.name} beat the base: {gain(chosen)}"
+    trained = [c for c in cands if c.role == "trained"]
+    ahead = [c for c in trained if getattr(c, metric) > getattr(base, metric)]
+    if not ahead:
+        return f"no trained candidate beat the base on validation {metric}"
+    best = max(ahead, key=lambda c: getattr(c, metric))
+    if not _shown(best.gain):
+        return (
+            f"{best.name} beat the base on validation but not clearly ({gain(best)}: the "
+            "interval reaches 0)"
+        )
+    return (
+        f"{best.name} beat the base on validation {metric} but its {other} is lower "
+        f"({fmt_auc(getattr(best, other))} vs {fmt_auc(getattr(base, other))})"
+    )
+
+
+def aucs(val: Sequence[ValidationQuery], scores: Sequence[F64]) -> tuple[float, float]:
+    dis, oth = [], []
+    for v, s in zip(val, scores, strict=True):
+        a, b = len(v.relevant), len(v.relevant) + len(v.distractors)
+        dis.append((s[:a], s[a:b]))
+        oth.append((s[:a], s[b:]))
+    return pair_auc(dis), pair_auc(oth)
+
+
+class Judge:
+    """Scores a candidate on validation: both AUCs and, on the usable queries, its gain
+    over the base by ``metric`` with the paired bootstrap interval."""
+
+    def __init__(
+        self,
+        val: Sequence[ValidationQuery],
+        usable: Sequence[int],
+        metric: str,
+        base_scores: Sequence[F64],
+        seed: int,
+    ) -> None:
+        self.val, self.usable, self.metric, self.seed = val, usable, metric, seed
+        self.base = self.groups(base_scores)
+
+    def where(self) -> str:
+        """The queries compared: ``34 validation queries``, and how many of them have
+        pairs for the metric when not all do (``, 3 with a labelled distractor``)."""
+        with_pairs = sum(1 for pos, neg in self.base if len(pos) and len(neg))
+        what = "labelled distractor" if self.metric == "auc_distractor" else "other candidate"
+        some = f", {with_pairs} with a {what}" if with_pairs < len(self.base) else ""
+        return f"{len(self.base)} validation queries{some}"
+
+    def groups(self, scores: Sequence[F64]) -> list[tuple[F64, F64]]:
+        """Per usable query: scores of the relevant passages and of the negatives by
+        ``metric``."""
+        out = []
+        for i in self.usable:
+            v, s = self.val[i], scores[i]
+            a, b = len(v.relevant), len(v.relevant) + len(v.distractors)
+            out.append((s[:a], s[a:b] if self.metric == "auc_distractor" else s[b:]))
+        return out
+
+    def candidate(
+        self, name: str, scores: Sequence[F64], seconds: float, note: str = ""
+    ) -> Candidate:
+        d, o = aucs(self.val, scores)
+        gain = auc_difference(self.base, self.groups(scores), seed=self.seed)
+        return Candidate(name, "trained", d, o, seconds, note=note, gain=gain)
+
+
+def check_validation(
+    val: Sequence[ValidationQuery],
+    n_validation: int,
+    n_queries: int,
+    holdout: float,
+    validation: float,
+) -> list[int]:
+    """The positions in ``val`` of the usable queries (a relevant and a non-relevant
+    candidate), when there are enough to show a win.
+
+    Raises:
+        EvalSetError: no validation query has a relevant passage, or none has a
+            non-relevant candidate, or fewer than ``MIN_VALIDATION_QUERIES`` are usable.
+    """
+    if not val:
+        raise EvalSetError("no validation query has a relevant passage with a text")
+    usable = [i for i, v in enumerate(val) if v.distractors or v.others]
+    if not usable:
+        raise EvalSetError(
+            f"validation queries have no non-relevant candidate: each of the {len(val)} "
+            "with a relevant passage lists only relevant passages, so no candidate can be "
+            "compared with the base; label distractors or passages not relevant "
+            "('distractors', 'not_relevant') or give runs with more candidates"
+        )
+    if len(usable) < MIN_VALIDATION_QUERIES:
+        more = queries_needed(n_queries, len(usable), holdout, validation)
+        raise EvalSetError(
+            f"validation has {len(usable)} usable queries (a relevant and a non-relevant "
+            f"candidate each; {n_validation} validation queries in all), too few to show a "
+            f"win over the base: label at least {more} more queries with both to reach "
+            f"{MIN_VALIDATION_QUERIES} (validation takes {validation:g} of the queries not "
+            f"held out), or raise --validation"
+        )
+    return usable
+
+
+def fmt_auc(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
