@@ -17,7 +17,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin
 
 from typer.core import TyperCommand
@@ -36,7 +36,8 @@ class Flag:
     Attributes:
         name: the parameter name the group's ``build`` receives it as.
         annotation: ``Annotated[type, typer.Option(...)]``, as in a typer signature.
-        default: its default value (none given: the flag is required).
+        default: its default value; none given: the default of the field of the same name
+            of its group's option class, else none (the flag is required).
     """
 
     name: str
@@ -55,11 +56,25 @@ class FlagGroup(Generic[T]):
         build: called with every flag's value as a keyword argument; what it returns is
             what the command receives. It may raise the library's errors (a bad value):
             ``grouped`` builds inside the command's error boundary.
+        options: the library's option class (a dataclass) whose field defaults are the
+            defaults of the flags that give none, so no default is typed twice
+            (``None``: ``build``, when it is a dataclass).
     """
 
     title: str
     flags: tuple[Flag, ...]
     build: Callable[..., T]
+    options: type | None = None
+
+    def default(self, flag: Flag) -> Any:
+        """``flag``'s default: its own, else its option field's (``options``)."""
+        if flag.default is not inspect.Parameter.empty:
+            return flag.default
+        fields = getattr(self.options or self.build, "__dataclass_fields__", {})
+        field = fields.get(flag.name)
+        if field is None or field.default is MISSING:
+            return inspect.Parameter.empty
+        return field.default
 
     def parameters(self) -> list[inspect.Parameter]:
         """The flags as keyword parameters, each shown under the group's title."""
@@ -68,7 +83,7 @@ class FlagGroup(Generic[T]):
                 f.name,
                 inspect.Parameter.KEYWORD_ONLY,
                 annotation=_in_panel(f.annotation, self.title),
-                default=f.default,
+                default=self.default(f),
             )
             for f in self.flags
         ]

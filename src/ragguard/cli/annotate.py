@@ -20,6 +20,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ragguard.calibration.annotate import Outputs
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
 from ragguard.errors import AnnotationError
@@ -151,10 +152,6 @@ def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[
         gen = ann.ChatGenerator(load_chat_model(model), concurrency=opts["concurrency"])
     return ann.RelevanceJudge(gen)
 
-
-#: the numeric options, checked against the library's bounds (each named by its flag)
-_NUMBERS = ("batch_size", "max_length", "threads", "top_logprobs", "concurrency",
-            "max_retries", "timeout", "samples", "temperature")  # fmt: skip
 
 FLAG = ""  # the metavar of a flag: it takes no value
 
@@ -328,7 +325,7 @@ class Model:
     """The backend and the model that measure p(NO-RESPONSE), and the id recorded."""
 
     backend: Backend
-    name: str
+    model: str
     model_id: str | None
 
 
@@ -336,97 +333,24 @@ class Model:
 class Inputs:
     """Run files, the eval set's format and corpus files."""
 
-    runs: list[Path] | None
-    format: str | None
+    run: list[Path] | None
+    evalset_format: str | None
     corpus: list[Path] | None
 
 
-@dataclass(frozen=True)
-class Output:
-    """Where the results go, and whether saved ones are ignored."""
-
-    path: Path
-    udcg_out: Path | None
-    progress_file: Path | None
-    fresh: bool
-
-
-@dataclass(frozen=True)
-class Relevance:
-    """What to do with unlabelled candidates, and the judge's backend and model."""
-
-    unjudged: UnjudgedPolicy | None
-    judge_model: str | None
-    judge_backend: Backend | None
-
-
-def _model(backend: Backend, model: str, model_id: str | None) -> Model:
-    return Model(backend, model, model_id)
-
-
-def _inputs(
-    run: list[Path] | None, evalset_format: str | None, corpus: list[Path] | None
-) -> Inputs:
-    return Inputs(run, evalset_format, corpus)
-
-
-def _output(
-    out_path: Path, udcg_out: Path | None, progress_file: Path | None, fresh: bool
-) -> Output:
-    return Output(out_path, udcg_out, progress_file, fresh)
-
-
-def _relevance(
-    unjudged: UnjudgedPolicy | None, judge_model: str | None, judge_backend: Backend | None
-) -> Relevance:
-    return Relevance(unjudged, judge_model, judge_backend)
-
-
 def _checked(**opts: Any) -> dict[str, Any]:
-    """``opts`` with each number checked against the library's bounds (named by its flag).
+    """The settings of the local backends (transformers, gguf) or of the endpoint ones
+    (openai, chat), each number checked against the library's bounds (named by its flag).
 
     Raises:
         AnnotationError: a number out of range.
     """
-    from ragguard.calibration.annotate._checks import check
+    from ragguard.calibration.annotate._checks import BOUNDS, check
 
-    for name in _NUMBERS:
-        if opts.get(name) is not None:
+    for name in BOUNDS.keys() & opts.keys():
+        if opts[name] is not None:
             check(name, opts[name], label="--" + name.replace("_", "-"))
     return opts
-
-
-def _local(
-    device: str | None,
-    dtype: str | None,
-    batch_size: int,
-    max_length: int | None,
-    chat_template: bool | None,
-    threads: int | None,
-    gguf_file: str | None,
-) -> dict[str, Any]:
-    """The settings of the local backends (transformers, gguf), checked."""
-    return _checked(
-        device=device, dtype=dtype, batch_size=batch_size, max_length=max_length,
-        chat_template=chat_template, threads=threads, gguf_file=gguf_file,
-    )  # fmt: skip
-
-
-def _endpoint(
-    base_url: str | None,
-    api: EndpointApi,
-    top_logprobs: int,
-    concurrency: int,
-    max_retries: int,
-    timeout: float,
-    samples: int,
-    temperature: float,
-) -> dict[str, Any]:
-    """The settings of the endpoint backends (openai, chat), checked."""
-    return _checked(
-        base_url=base_url, api=api, top_logprobs=top_logprobs, concurrency=concurrency,
-        max_retries=max_retries, timeout=timeout, samples=samples, temperature=temperature,
-    )  # fmt: skip
 
 
 MODEL = FlagGroup(
@@ -436,7 +360,7 @@ MODEL = FlagGroup(
         Flag("model", ModelOpt),
         Flag("model_id", ModelIdOpt, None),
     ),
-    _model,
+    Model,
 )
 
 INPUTS = FlagGroup(
@@ -446,18 +370,18 @@ INPUTS = FlagGroup(
         Flag("evalset_format", EvalsetFormatOpt, None),
         Flag("corpus", CorpusOpt, None),
     ),
-    _inputs,
+    Inputs,
 )
 
 OUTPUT = FlagGroup(
     "Output",
     (
-        Flag("out_path", OutPathOpt),
-        Flag("udcg_out", UdcgOutOpt, None),
-        Flag("progress_file", ProgressFileOpt, None),
-        Flag("fresh", FreshOpt, False),
+        Flag("out", OutPathOpt),
+        Flag("udcg_out", UdcgOutOpt),
+        Flag("progress_file", ProgressFileOpt),
+        Flag("fresh", FreshOpt),
     ),
-    _output,
+    Outputs,  # the flags' defaults are its fields'
 )
 
 RELEVANCE = FlagGroup(
@@ -467,7 +391,7 @@ RELEVANCE = FlagGroup(
         Flag("judge_model", JudgeModelOpt, None),
         Flag("judge_backend", JudgeBackendOpt, None),
     ),
-    _relevance,
+    dict,
 )
 
 LOCAL = FlagGroup(
@@ -481,7 +405,7 @@ LOCAL = FlagGroup(
         Flag("threads", ThreadsOpt, None),
         Flag("gguf_file", GgufFileOpt, None),
     ),
-    _local,
+    _checked,
 )
 
 ENDPOINT = FlagGroup(
@@ -496,7 +420,7 @@ ENDPOINT = FlagGroup(
         Flag("samples", SamplesOpt, 10),
         Flag("temperature", TemperatureOpt, 1.0),
     ),
-    _endpoint,
+    _checked,
 )
 
 EvalsetArg = Annotated[
@@ -525,8 +449,8 @@ def annotate_command(
     evalset: EvalsetArg,
     model: Model,
     inputs: Inputs,
-    output: Output,
-    relevance: Relevance,
+    output: Outputs,
+    relevance: dict[str, Any],
     local: dict[str, Any],
     endpoint: dict[str, Any],
     verbose: Verbose = False,
@@ -539,24 +463,25 @@ def annotate_command(
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
     with friendly_errors(verbose):
-        from ragguard.calibration.annotate import annotate
+        from ragguard.calibration.annotate import Relevance, annotate
 
         opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
         backend, threads = model.backend, local["threads"]
-        policy = relevance.unjudged or (
-            UnjudgedPolicy.judge if relevance.judge_model is not None else UnjudgedPolicy.irrelevant
+        judge_model, judge_backend = relevance["judge_model"], relevance["judge_backend"]
+        policy = relevance["unjudged"] or (
+            UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
         )
         if threads is not None and backend in (Backend.transformers, Backend.gguf):
             from ragguard._optional import require
 
             require("torch", "annotate").set_num_threads(threads)
-        name = model.name
+        name = model.model
         err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
         estimator = _estimator(backend, name, opts)
         judge = None
         if policy is UnjudgedPolicy.judge:
-            jb = relevance.judge_backend or backend
-            jm = relevance.judge_model or name
+            jb = judge_backend or backend
+            jm = judge_model or name
             judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
 
         with Progress(
@@ -580,19 +505,15 @@ def annotate_command(
                 summary = annotate(
                     evalset,
                     estimator,
-                    out=output.path,
-                    udcg_out=output.udcg_out,
-                    runs=list(inputs.runs) if inputs.runs else None,
-                    format=inputs.format,
+                    outputs=output,
+                    relevance=Relevance(judge=judge, unjudged=policy.value),
+                    runs=list(inputs.run) if inputs.run else None,
+                    format=inputs.evalset_format,
                     corpus=list(inputs.corpus or []),
-                    judge=judge,
-                    unjudged=policy.value,
-                    progress_file=output.progress_file,
-                    fresh=output.fresh,
                     progress=progress,
                 )
             except KeyboardInterrupt:
-                saved = output.progress_file or Path(f"{output.path}.progress")
+                saved = output.store_path
                 err.print(
                     f"interrupted: every result so far is saved in {saved}; run the same "
                     "command again to resume",

@@ -555,7 +555,6 @@ def calibrate(
     queries, and write the config and a report."""
     with friendly_errors(verbose):
         from ragguard.calibration import Calibrator
-        from ragguard.calibration.fit.calibrator import needs_texts
         from ragguard.errors import ConfigError
 
         out_path, report = output.config, output.report
@@ -567,12 +566,9 @@ def calibrate(
             rerank.rerank_run,
         ]
         _check_outputs(out_path, report, given)
-        texts = needs_texts(  # else the passage texts are left out: less memory
-            reranker=rerank.rerank is not None,
-            max_tokens=stages.max_tokens,
-            near_duplicate_threshold=stages.near_duplicate_threshold,
-            conflicts=stages.conflicts,
-        )
+        # a reranker and the stages after the cut read the passage texts; else they are
+        # left out: less memory (precomputed rerank scores read none)
+        texts = rerank.rerank is not None or stages.read_texts
         es = load_evalset_for_cli(
             evalset,
             inputs.runs,
