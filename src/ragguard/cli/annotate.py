@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.progress import (
@@ -22,7 +22,7 @@ from rich.progress import (
 
 from ragguard.calibration.annotate import Outputs
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
 from ragguard.errors import AnnotationError
 
 __all__ = ["annotate_command", "load_chat_model"]
@@ -156,26 +156,21 @@ def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[
 FLAG = ""  # the metavar of a flag: it takes no value
 
 
-BackendOpt = Annotated[
+BackendOpt = option(
     Backend,
-    typer.Option(
-        metavar="BACKEND",
-        help="Where p(NO-RESPONSE) comes from: transformers, gguf, openai or chat.",
-    ),
-]
-ModelOpt = Annotated[
+    "Where p(NO-RESPONSE) comes from: transformers, gguf, openai or chat.",
+    metavar="BACKEND",
+)
+ModelOpt = option(
     str,
-    typer.Option(
-        metavar="MODEL",
-        help="transformers: a model id or folder; gguf: a .gguf file (or a folder and "
-        "--gguf-file); openai: the served model's name; chat: module:attribute of a "
-        "LangChain chat model or of a factory returning one.",
-    ),
-]
-ModelIdOpt = Annotated[
-    str | None,
-    typer.Option(metavar="NAME", help="The model's name in the outputs (default: --model)."),
-]
+    "transformers: a model id or folder; gguf: a .gguf file (or a folder and "
+    "--gguf-file); openai: the served model's name; chat: module:attribute of a "
+    "LangChain chat model or of a factory returning one.",
+    metavar="MODEL",
+)
+ModelIdOpt = option(
+    str | None, "The model's name in the outputs (default: --model).", metavar="NAME"
+)
 RunOpt = Annotated[
     list[Path] | None,
     typer.Option(
@@ -184,12 +179,9 @@ RunOpt = Annotated[
         show_default=False,
     ),
 ]
-EvalsetFormatOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--format", metavar="FORMAT", help="jsonl, trec, beir or udcg (default: detected)."
-    ),
-]
+EvalsetFormatOpt = option(
+    str | None, "jsonl, trec, beir or udcg (default: detected).", "--format", metavar="FORMAT"
+)
 CorpusOpt = Annotated[
     list[Path] | None,
     typer.Option(
@@ -198,126 +190,58 @@ CorpusOpt = Annotated[
         show_default=False,
     ),
 ]
-OutPathOpt = Annotated[
-    Path,
-    typer.Option(
-        "--out", metavar="FILE", help="The ragguard JSONL to write (utilities per passage)."
-    ),
-]
-UdcgOutOpt = Annotated[
-    Path | None,
-    typer.Option(metavar="FILE", help="Also write the UDCG authors' JSON format here."),
-]
-ProgressFileOpt = Annotated[
-    Path | None,
-    typer.Option(metavar="FILE", help="Where results are appended (default: OUT.progress)."),
-]
-FreshOpt = Annotated[
-    bool,
-    typer.Option("--fresh", metavar=FLAG, help="Ignore saved results and start over."),
-]
-UnjudgedOpt = Annotated[
+OutPathOpt = option(
+    Path, "The ragguard JSONL to write (utilities per passage).", "--out", metavar="FILE"
+)
+UdcgOutOpt = option(Path | None, "Also write the UDCG authors' JSON format here.", metavar="FILE")
+ProgressFileOpt = option(
+    Path | None, "Where results are appended (default: OUT.progress).", metavar="FILE"
+)
+FreshOpt = option(bool, "Ignore saved results and start over.", "--fresh", metavar=FLAG)
+UnjudgedOpt = option(
     UnjudgedPolicy | None,
-    typer.Option(
-        metavar="POLICY",
-        help="Passages without a label: judge (ask the judge), irrelevant or skip. "
-        "Default: judge with --judge-model, else irrelevant.",
-        show_default=False,
-    ),
-]
-JudgeModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="MODEL",
-        help="The judge (the paper's Figure 5 prompt); default: --model.",
-    ),
-]
-JudgeBackendOpt = Annotated[
-    Backend | None,
-    typer.Option(
-        metavar="BACKEND",
-        help="The judge's backend; default: --backend.",
-    ),
-]
-DeviceOpt = Annotated[
-    str | None,
-    typer.Option(metavar="DEVICE", help="cpu, cuda, cuda:1, mps or auto."),
-]
-DtypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="DTYPE",
-        help="float32, float16, bfloat16 or auto.",
-    ),
-]
-BatchSizeOpt = Annotated[int, typer.Option(metavar="N", help="Pairs per forward pass.")]
-MaxLengthOpt = Annotated[
-    int | None,
-    typer.Option(
-        metavar="N",
-        help="Longest prompt in tokens (longer ones keep their end).",
-    ),
-]
-ChatTemplateOpt = Annotated[
+    "Passages without a label: judge (ask the judge), irrelevant or skip. "
+    "Default: judge with --judge-model, else irrelevant.",
+    metavar="POLICY",
+    show_default=False,
+)
+JudgeModelOpt = option(
+    str | None, "The judge (the paper's Figure 5 prompt); default: --model.", metavar="MODEL"
+)
+JudgeBackendOpt = option(
+    Backend | None, "The judge's backend; default: --backend.", metavar="BACKEND"
+)
+DeviceOpt = option(str | None, "cpu, cuda, cuda:1, mps or auto.", metavar="DEVICE")
+DtypeOpt = option(str | None, "float32, float16, bfloat16 or auto.", metavar="DTYPE")
+BatchSizeOpt = option(int, "Pairs per forward pass.", metavar="N")
+MaxLengthOpt = option(
+    int | None, "Longest prompt in tokens (longer ones keep their end).", metavar="N"
+)
+ChatTemplateOpt = option(
     bool | None,
-    typer.Option(
-        "--chat-template/--no-chat-template",
-        metavar=FLAG,
-        help="Use the tokenizer's chat template, or the plain prompt. Default: the "
-        "template when there is one.",
-        show_default=False,
-    ),
-]
-ThreadsOpt = Annotated[
-    int | None,
-    typer.Option(
-        metavar="N",
-        help="PyTorch CPU threads (on a busy machine 1 can beat all).",
-    ),
-]
-GgufFileOpt = Annotated[
+    "Use the tokenizer's chat template, or the plain prompt. Default: the "
+    "template when there is one.",
+    "--chat-template/--no-chat-template",
+    metavar=FLAG,
+    show_default=False,
+)
+ThreadsOpt = option(
+    int | None, "PyTorch CPU threads (on a busy machine 1 can beat all).", metavar="N"
+)
+GgufFileOpt = option(str | None, "gguf: the file's name when --model is a folder.", metavar="NAME")
+BaseUrlOpt = option(
     str | None,
-    typer.Option(
-        metavar="NAME",
-        help="gguf: the file's name when --model is a folder.",
-    ),
-]
-BaseUrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="URL",
-        help="E.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else that). "
-        "The key is $OPENAI_API_KEY.",
-    ),
-]
-ApiOpt = Annotated[
-    EndpointApi,
-    typer.Option(metavar="API", help="chat or completions."),
-]
-TopLogprobsOpt = Annotated[
-    int,
-    typer.Option(metavar="K", help="Alternatives asked for per request."),
-]
-ConcurrencyOpt = Annotated[
-    int,
-    typer.Option(
-        metavar="N",
-        help="Requests in flight at once (chat backend too).",
-    ),
-]
-MaxRetriesOpt = Annotated[
-    int,
-    typer.Option(metavar="N", help="Retries of a failed request."),
-]
-TimeoutOpt = Annotated[
-    float,
-    typer.Option(metavar="SECONDS", help="Time allowed per request."),
-]
-SamplesOpt = Annotated[int, typer.Option(metavar="N", help="Answers sampled per pair.")]
-TemperatureOpt = Annotated[
-    float,
-    typer.Option(metavar="T", help="Sampling temperature."),
-]
+    "E.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else that). "
+    "The key is $OPENAI_API_KEY.",
+    metavar="URL",
+)
+ApiOpt = option(EndpointApi, "chat or completions.", metavar="API")
+TopLogprobsOpt = option(int, "Alternatives asked for per request.", metavar="K")
+ConcurrencyOpt = option(int, "Requests in flight at once (chat backend too).", metavar="N")
+MaxRetriesOpt = option(int, "Retries of a failed request.", metavar="N")
+TimeoutOpt = option(float, "Time allowed per request.", metavar="SECONDS")
+SamplesOpt = option(int, "Answers sampled per pair.", metavar="N")
+TemperatureOpt = option(float, "Sampling temperature.", metavar="T")
 
 
 @dataclass(frozen=True)
@@ -384,7 +308,7 @@ OUTPUT = FlagGroup(
     Outputs,  # the flags' defaults are its fields'
 )
 
-RELEVANCE = FlagGroup(
+RELEVANCE: FlagGroup[dict[str, Any]] = FlagGroup(
     "Relevance of unlabelled passages",
     (
         Flag("unjudged", UnjudgedOpt, None),
@@ -463,7 +387,7 @@ def annotate_command(
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
     with friendly_errors(verbose):
-        from ragguard.calibration.annotate import Relevance, annotate
+        from ragguard.calibration.annotate import Relevance, Unjudged, annotate
 
         opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
         backend, threads = model.backend, local["threads"]
@@ -506,7 +430,7 @@ def annotate_command(
                     evalset,
                     estimator,
                     outputs=output,
-                    relevance=Relevance(judge=judge, unjudged=policy.value),
+                    relevance=Relevance(judge=judge, unjudged=cast("Unjudged", policy.value)),
                     runs=list(inputs.run) if inputs.run else None,
                     format=inputs.evalset_format,
                     corpus=list(inputs.corpus or []),

@@ -309,9 +309,17 @@ class Annotator:
         if udcg_path is not None:
             _write_udcg(udcg_path, es, texts, items, estimator.model_id)
         summary = AnnotationSummary(
-            estimator.model_id, len(items), computed, reused, judged, failures, skipped,
-            out_path, udcg_path, store_path,
-        )  # fmt: skip
+            estimator.model_id,
+            len(items),
+            computed,
+            reused,
+            judged,
+            failures,
+            skipped,
+            out_path,
+            udcg_path,
+            store_path,
+        )
         logger.info("annotate: %s", summary)
         return summary
 

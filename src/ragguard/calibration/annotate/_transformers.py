@@ -180,9 +180,12 @@ class _Local:
         if isinstance(model, str | os.PathLike):
             name = Path(str(model)).name if gguf_file is None else gguf_file
             self.model, self.tokenizer, self.device = load_model(
-                model, gguf_file=gguf_file, device=device, dtype=dtype,
+                model,
+                gguf_file=gguf_file,
+                device=device,
+                dtype=dtype,
                 trust_remote_code=trust_remote_code,
-            )  # fmt: skip
+            )
             default_id = str(model) if gguf_file is None else name
         else:
             if tokenizer is None:
@@ -256,10 +259,15 @@ class TransformersEstimator:
         if max_length is not None:
             check("max_length", max_length)
         self._local = _Local(
-            model, tokenizer, model_id=model_id, device=device, dtype=dtype,
-            gguf_file=gguf_file, trust_remote_code=trust_remote_code,
+            model,
+            tokenizer,
+            model_id=model_id,
+            device=device,
+            dtype=dtype,
+            gguf_file=gguf_file,
+            trust_remote_code=trust_remote_code,
             chat_template=chat_template,
-        )  # fmt: skip
+        )
         self.batch_size = batch_size
         self.max_length = max_length
         self.prompt = prompt
@@ -386,9 +394,15 @@ class TransformersGenerator:
             self._local = model
         else:
             self._local = _Local(
-                model, tokenizer, model_id=model_id, device=device, dtype=dtype,
-                gguf_file=gguf_file, trust_remote_code=trust_remote_code, chat_template=None,
-            )  # fmt: skip
+                model,
+                tokenizer,
+                model_id=model_id,
+                device=device,
+                dtype=dtype,
+                gguf_file=gguf_file,
+                trust_remote_code=trust_remote_code,
+                chat_template=None,
+            )
         self.max_new_tokens = max_new_tokens
 
     @property
