@@ -561,8 +561,8 @@ def test_bad_parameters_are_typed_errors() -> None:
     es = load_inputs(NOTES)
     with pytest.raises(ConfigError, match="holdout"):
         calibrate(es, split=Split(holdout=1.5))
-    with pytest.raises(ConfigError, match="must be finite, got nan"):
-        calibrate(es, constraints=["evidence_recall>=nan"])
+    with pytest.raises(ConfigError, match=r"evidence_recall is a share.*got 2.0"):
+        calibrate(es, constraints=["evidence_recall>=2.0"])
     with pytest.raises(ConfigError, match="level"):
         calibrate(es, check=Check(level=1.0))
     with pytest.raises(EvalSetError, match="no run named 'bogus'"):

@@ -355,7 +355,7 @@ def test_no_queries_left_and_bad_arguments(notes: EvalSet) -> None:
         calibrate(notes, runs=["nope"])
     with pytest.raises(ValueError, match="unknown metric"):
         calibrate(notes, objective="nonsense")
-    with pytest.raises(ValueError, match="min_recall"):
+    with pytest.raises(ValueError, match=r"bound must be in \[0, 1\], got 1.5"):
         calibrate(notes, constraints=["evidence_recall>=1.5"])
     with pytest.raises(ValueError, match="baseline_k"):
         calibrate(notes, check=Check(baseline_k=50))

@@ -146,7 +146,12 @@ def test_brute_force_select_over_the_grid_equals_the_sweep(
     es, texts, run = data
     reranker = Breaking("nan") if failing else oracle
     result = run_calibration(
-        es, texts, tmp_path / "cache", profile="medical", reranker=reranker, **stages
+        es,
+        texts,
+        tmp_path / "cache",
+        profile="medical",
+        reranker=reranker,
+        stages=Stages(**stages),  # type: ignore[arg-type]
     )
     two = result.rerank  # type: ignore[attr-defined]
     assert bool(two.stage.failures) == failing

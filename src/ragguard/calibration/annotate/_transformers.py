@@ -161,13 +161,13 @@ def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]], plain: str, chat
 
 
 class _Local:
-    """Model, tokenizer and device shared by the estimator and the generator."""
+    """Model, tokenizer and device shared by the estimator and the generator (its
+    arguments are theirs, by position)."""
 
     def __init__(
         self,
         model: Any,
         tokenizer: Any,
-        *,
         model_id: str | None,
         device: str | None,
         dtype: str | None,
@@ -259,14 +259,7 @@ class TransformersEstimator:
         if max_length is not None:
             check("max_length", max_length)
         self._local = _Local(
-            model,
-            tokenizer,
-            model_id=model_id,
-            device=device,
-            dtype=dtype,
-            gguf_file=gguf_file,
-            trust_remote_code=trust_remote_code,
-            chat_template=chat_template,
+            model, tokenizer, model_id, device, dtype, gguf_file, trust_remote_code, chat_template
         )
         self.batch_size = batch_size
         self.max_length = max_length
@@ -394,14 +387,7 @@ class TransformersGenerator:
             self._local = model
         else:
             self._local = _Local(
-                model,
-                tokenizer,
-                model_id=model_id,
-                device=device,
-                dtype=dtype,
-                gguf_file=gguf_file,
-                trust_remote_code=trust_remote_code,
-                chat_template=None,
+                model, tokenizer, model_id, device, dtype, gguf_file, trust_remote_code, None
             )
         self.max_new_tokens = max_new_tokens
 
