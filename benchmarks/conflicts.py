@@ -43,6 +43,7 @@ always exits 0: it is a report, not a test.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import os
@@ -61,6 +62,7 @@ from ragguard import Candidate, ContextGuard, Selection
 from ragguard.calibration import Answerability as AnswerabilityOption
 from ragguard.calibration import Check, Split, Stages, calibrate, load_evalset
 from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.fit.calibrator import CalibratorOptions
 from ragguard.calibration.fit.statistics import bootstrap_means, split_queries
 from ragguard.calibration.metrics import compute
 
@@ -80,6 +82,7 @@ CALIBRATE_CONFLICTS = {
     "conflict_similarities": (0.3, 0.5, 0.7),
 }
 METRICS = ("udcg", "evidence_recall", "distractor_rate")
+NOT_AVAILABLE = "not available in this checkout"
 N_BOOTSTRAP = 2000
 
 
@@ -323,6 +326,10 @@ def calibrate_guard(
     queries: Mapping[str, Query], qids: Sequence[str], folder: Path, seed: int, **options: Any
 ) -> tuple[ContextGuard | None, str]:
     """The guard ``calibrate(**options)`` writes from ``qids`` alone, or ``None`` and why."""
+    accepted = {*inspect.signature(calibrate).parameters, *CalibratorOptions.__annotations__}
+    missing = [k for k in options if k not in accepted]
+    if missing:
+        return None, f"{NOT_AVAILABLE} (calibrate() takes no {', '.join(missing)})"
     folder.mkdir(parents=True, exist_ok=True)
     subset = folder / "evalset.jsonl"
     subset.write_text("".join(queries[q].line for q in qids), encoding="utf-8")
