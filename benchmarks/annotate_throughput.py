@@ -86,7 +86,7 @@ def main() -> None:
     import torch
     import transformers
 
-    from ragguard.calibration.annotate import Pair, TransformersEstimator, annotate
+    from ragguard.calibration.annotate import Outputs, Pair, TransformersEstimator, annotate
 
     transformers.utils.logging.disable_progress_bar()
     path = _gguf_path()
@@ -153,9 +153,12 @@ def main() -> None:
         for _ in range(args.repeats):
             t = time.perf_counter()
             summary = annotate(
-                evalset, est, runs=run, corpus=NOTES / "corpus.jsonl",
-                out=Path(tmp) / "u.jsonl", fresh=True,
-            )  # fmt: skip
+                evalset,
+                est,
+                outputs=Outputs(out=Path(tmp) / "u.jsonl", fresh=True),
+                runs=run,
+                corpus=NOTES / "corpus.jsonl",
+            )
             best = min(best, time.perf_counter() - t)
             n = summary.pairs
         rows.append((f"annotate() end to end, notes, batch 8, {threads[0]} thr", n, best))

@@ -26,15 +26,15 @@ b. **Context quality** (UDCG, evidence recall, distractor rate: ragguard's metri
    drop x ``conflict_similarity`` 0.3..0.7; chosen on mean UDCG, ties to the first in grid
    order); and the guard written by ``ragguard.calibration.fit.calibrator`` on the calibration
    queries (objective UDCG, no recall floor), without and with its conflict sweep
-   (``conflicts=("off", "keep_first", "drop"), conflict_similarities=(0.3, 0.5, 0.7)``;
-   printed as not available when the installed ``calibrate`` has no such option). Paired
+   (``stages=Stages(conflicts=("off", "keep_first", "drop"),
+   conflict_similarities=(0.3, 0.5, 0.7))``). Paired
    bootstrap intervals (2,000 resamples, 95%) of the differences that matter.
 c. **Answerability** on the unanswerable variant: the share of unanswerable held-out
    queries caught (verdict ``insufficient``) and of answerable ones lost, at the floor
    ``min_evidence`` chosen on the calibration queries: the largest of 0.00, 0.01, ..., 0.99
    that loses at most 10% of the answerable calibration queries (on the runtime grid's
-   conflicts-off setting), and the one ``calibrate(max_false_abstain=0.1)`` writes when
-   available.
+   conflicts-off setting), and the one
+   ``calibrate(answerability=Answerability(max_false_abstain=0.1))`` writes.
 
 Run: ``python benchmarks/conflicts.py [--json FILE]`` (about 2 minutes on 2 cores). It
 always exits 0: it is a report, not a test.
@@ -59,8 +59,10 @@ from typing import Any
 import numpy as np
 
 from ragguard import Candidate, ContextGuard, Selection
-from ragguard.calibration import calibrate, load_evalset
+from ragguard.calibration import Answerability as AnswerabilityOption
+from ragguard.calibration import Check, Split, Stages, calibrate, load_evalset
 from ragguard.calibration.data.arrays import EvalArrays
+from ragguard.calibration.fit.calibrator import CalibratorOptions
 from ragguard.calibration.fit.statistics import bootstrap_means, split_queries
 from ragguard.calibration.metrics import compute
 
@@ -80,8 +82,8 @@ CALIBRATE_CONFLICTS = {
     "conflict_similarities": (0.3, 0.5, 0.7),
 }
 METRICS = ("udcg", "evidence_recall", "distractor_rate")
-N_BOOTSTRAP = 2000
 NOT_AVAILABLE = "not available in this checkout"
+N_BOOTSTRAP = 2000
 
 
 # --------------------------------------------------------------------------- data
@@ -324,7 +326,7 @@ def calibrate_guard(
     queries: Mapping[str, Query], qids: Sequence[str], folder: Path, seed: int, **options: Any
 ) -> tuple[ContextGuard | None, str]:
     """The guard ``calibrate(**options)`` writes from ``qids`` alone, or ``None`` and why."""
-    accepted = inspect.signature(calibrate).parameters
+    accepted = {*inspect.signature(calibrate).parameters, *CalibratorOptions.__annotations__}
     missing = [k for k in options if k not in accepted]
     if missing:
         return None, f"{NOT_AVAILABLE} (calibrate() takes no {', '.join(missing)})"
@@ -332,7 +334,9 @@ def calibrate_guard(
     subset = folder / "evalset.jsonl"
     subset.write_text("".join(queries[q].line for q in qids), encoding="utf-8")
     try:
-        result = calibrate(load_evalset(subset), seed=seed, n_bootstrap=200, **options)
+        result = calibrate(
+            load_evalset(subset), split=Split(seed=seed), check=Check(n_bootstrap=200), **options
+        )
         path = result.save_config(folder / "ragguard.toml", allow_unmet=True)
         g = ContextGuard.from_file(path)
     except Exception as exc:  # a report, not a test: say what failed and go on
@@ -542,7 +546,7 @@ def quality_section(
     with_conflicts = f"calibrate {options_text(CALIBRATE_CONFLICTS)}"
     for method, sub, options in (
         ("calibrate", "plain", {}),
-        (with_conflicts, "conflicts", CALIBRATE_CONFLICTS),
+        (with_conflicts, "conflicts", {"stages": Stages(**CALIBRATE_CONFLICTS)}),
     ):
         g_cal, text = calibrate_guard(queries, cal, folder / sub, args.seed, **options)
         if g_cal is None:
@@ -622,7 +626,11 @@ def answerability_section(
     ]
     method = f"calibrate --max-false-abstain {MAX_LOSS:g}"
     g_abs, text = calibrate_guard(
-        queries, cal, folder / "abstain", seed, max_false_abstain=MAX_LOSS
+        queries,
+        cal,
+        folder / "abstain",
+        seed,
+        answerability=AnswerabilityOption(max_false_abstain=MAX_LOSS),
     )
     if g_abs is None:
         rows.append(Answerability(method, None, math.nan, math.nan, n_una, n_ans, text))

@@ -13,11 +13,11 @@ below chooses, per query, which of the ``dense-minilm`` run's candidates reach t
 * ragguard's label-free cuts through a real ``ContextGuard`` (``cut="gap"`` and
   ``cut="autocut"``, ``relative_threshold=0``, ``max_k=10``);
 * the calibrated guard, two ways: ``calibrate(calibration_set, runs=["dense-minilm"],
-  min_recall=0.8)`` (the UDCG objective under an evidence-recall floor) and
-  ``calibrate(calibration_set, runs=["dense-minilm"], guarantee="recall>=0.9",
-  confidence=0.9, holdout=0)`` (the smallest context whose mean evidence recall on new
-  queries is certified >= 0.9 with probability 0.9, Learn-then-Test, on every
-  calibration query). ``calibration_set`` holds
+  constraints=["evidence_recall>=0.8"])`` (the UDCG objective under an evidence-recall
+  floor) and ``calibrate(calibration_set, runs=["dense-minilm"],
+  guarantee=Guarantee(recall=0.9, confidence=0.9), split=Split(holdout=0))`` (the
+  smallest context whose mean evidence recall on new queries is certified >= 0.9 with
+  probability 0.9, Learn-then-Test, on every calibration query). ``calibration_set`` holds
   only the calibration queries (``split_queries(n, 0.3, seed=0)``): the held-out queries
   are new queries that calibration never reads, not even in its refit on all of its
   queries. A ``ContextGuard`` built from each ``config()`` runs ``select()`` per
@@ -62,7 +62,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard import Candidate, ContextGuard
-from ragguard.calibration import CalibrationResult, calibrate, evaluate
+from ragguard.calibration import CalibrationResult, Guarantee, Split, calibrate, evaluate
 from ragguard.calibration.data.evalset import EvalSet, Run
 from ragguard.calibration.data.inputs import load_inputs
 from ragguard.calibration.fit.statistics import split_queries
@@ -418,16 +418,19 @@ def run_dataset(
     held_ids = [qids[i] for i in new_rows.tolist()]
     # calibration never reads the held-out queries, not even in its refit on all queries
     cal_set = subset(evalset, cal_ids, f"{folder} calibration queries")
-    result = calibrate(cal_set, runs=[RUN], min_recall=min_recall, holdout=0.3, seed=0)
+    result = calibrate(
+        cal_set,
+        constraints=[f"evidence_recall>={min_recall}"],
+        runs=[RUN],
+        split=Split(holdout=0.3, seed=0),
+    )
     # the guarantee is certified on every calibration query (holdout=0): the held-out
     # queries above, which calibration never reads, are the check
     guaranteed = calibrate(
         cal_set,
         runs=[RUN],
-        guarantee=f"recall>={TARGET}",
-        confidence=CONFIDENCE,
-        holdout=0.0,
-        seed=0,
+        split=Split(holdout=0.0, seed=0),
+        guarantee=Guarantee(recall=TARGET, confidence=CONFIDENCE),
     )
     full = evalset.arrays(RUN)
     row_of = {q: i for i, q in enumerate(full.qids)}

@@ -16,7 +16,8 @@ calibration queries):
    labelled distractor and relevant vs the other candidates of the runs, for BM25 (document
    frequencies of the corpus), MiniLM cosine and every written candidate.
 3. **The guard.** For each run (``bm25``, ``dense-minilm``): ``calibrate(evalset,
-   runs=[run], min_recall=0.8, holdout=0.3, seed=0, reranker=R)`` with R the chosen
+   runs=[run], constraints=["evidence_recall>=0.8"], split=Split(holdout=0.3, seed=0),
+   rerank=RerankSearch(reranker=R))`` with R the chosen
    scorer, or MiniLM cosine (``examples.rerankers.MiniLMCosine``) when nothing was
    written (said so). Held-out means of UDCG, evidence recall, distractor rate and
    passages kept: the two-stage choice; calibrate's own plain top-k baseline (k chosen
@@ -53,7 +54,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
 
-from ragguard.calibration import calibrate, load_inputs
+from ragguard.calibration import Check, RerankSearch, Split, calibrate, load_inputs
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.rerank_scores import passage_texts
 from ragguard.calibration.fit.statistics import metric_values
@@ -118,9 +119,13 @@ def guard_comparison(ev: EvalSet, name: str, reranker: Any, cache: Path, n_boot:
     for run in RUNS:
         t0 = time.perf_counter()
         res = calibrate(
-            ev, runs=[run], min_recall=MIN_RECALL, holdout=HOLDOUT, seed=SEED,
-            n_bootstrap=n_boot, reranker=reranker, cache_dir=cache,
-        )  # fmt: skip
+            ev,
+            constraints=[f"evidence_recall>={MIN_RECALL}"],
+            runs=[run],
+            split=Split(holdout=HOLDOUT, seed=SEED),
+            check=Check(n_bootstrap=n_boot),
+            rerank=RerankSearch(reranker=reranker, cache_dir=cache),
+        )
         two = res.rerank
         assert two is not None
         r = res.recommended

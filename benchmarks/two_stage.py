@@ -8,12 +8,14 @@ three contexts are compared on the **held-out** queries, none of which is used t
 anything:
 
 a. **plain top-k**: the best fixed k on the calibration queries (calibrate's baseline);
-b. **retrieval-only calibration**: ``calibrate(evalset, runs=[run], min_recall=0.8,
-   holdout=0.3, seed=s)``, no reranker (the guard's cut on retrieval scores);
-c. **two-stage calibration**: the same call with ``reranker=R``: ragguard scores the run's
-   candidates with R (once, cached on disk in a temporary folder), fits the Platt map
-   from R's score to p(relevant) on the calibration queries, and sweeps retrieval depth
-   (``top_n``) x rerank cut x ``max_k`` (``ragguard.calibration.fit.second_stage``).
+b. **retrieval-only calibration**: ``calibrate(evalset, runs=[run],
+   constraints=["evidence_recall>=0.8"], split=Split(holdout=0.3, seed=s))``, no reranker
+   (the guard's cut on retrieval scores);
+c. **two-stage calibration**: the same call with ``rerank=RerankSearch(reranker=R)``:
+   ragguard scores the run's candidates with R (once, cached on disk in a temporary
+   folder), fits the Platt map from R's score to p(relevant) on the calibration queries,
+   and sweeps retrieval depth (``top_n``) x rerank cut x ``max_k``
+   (``ragguard.calibration.fit.second_stage``).
 
 Two rerankers, both ``(query, texts) -> scores`` callables that read the query and the
 passage text (``title`` + newline + ``text``, as ragguard reads ``corpus.jsonl``):
@@ -73,7 +75,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
 
-from ragguard.calibration import calibrate
+from ragguard.calibration import Check, RerankSearch, Split, calibrate
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.data.inputs import load_inputs
 from ragguard.calibration.fit.result import CalibrationResult
@@ -221,13 +223,11 @@ def one(
 ) -> tuple[Outcome, CalibrationResult, bool]:
     res = calibrate(
         evalset,
+        constraints=[f"evidence_recall>={min_recall}"],
         runs=[run],
-        min_recall=min_recall,
-        holdout=HOLDOUT,
-        seed=seed,
-        n_bootstrap=n_boot,
-        reranker=reranker,
-        cache_dir=cache,
+        split=Split(holdout=HOLDOUT, seed=seed),
+        check=Check(n_bootstrap=n_boot),
+        rerank=RerankSearch(reranker=reranker, cache_dir=cache),
     )
     two = res.rerank
     assert two is not None and two.stage is not None and two.against_retrieval is not None
@@ -327,11 +327,10 @@ def run_dataset(
         for seed in seeds:
             plain = calibrate(
                 evalset,
+                constraints=[f"evidence_recall>={min_recall}"],
                 runs=[run],
-                min_recall=min_recall,
-                holdout=HOLDOUT,
-                seed=seed,
-                n_bootstrap=n_boot,
+                split=Split(holdout=HOLDOUT, seed=seed),
+                check=Check(n_bootstrap=n_boot),
             )
             for name, reranker in rerankers.items():
                 t1 = time.perf_counter()

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from ragguard.calibration import load_evalset
+from ragguard.calibration import Stages, load_evalset
 from ragguard.calibration.fit.rerank_scores import passage_texts
 from tests.doc_checks import load_script
 
@@ -434,7 +434,9 @@ def test_benchmark_calibrate_rows_pass_options_or_say_why(source: Path, tmp_path
     g, text = bench.calibrate_guard(queries, qids, tmp_path / "a", 0, no_such_option=(1, 2))
     assert g is None
     assert text == "not available in this checkout (calibrate() takes no no_such_option)"
-    g, text = bench.calibrate_guard(queries, qids, tmp_path / "b", 0, near_duplicate_threshold=0.9)
+    g, text = bench.calibrate_guard(
+        queries, qids, tmp_path / "b", 0, stages=Stages(near_duplicate_threshold=0.9)
+    )
     assert g is not None, text
     assert g.config.near_duplicate_threshold == 0.9
     assert text.startswith(f"max_k={g.config.max_k}, ")

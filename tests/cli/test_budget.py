@@ -13,7 +13,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard, GuardConfig
-from ragguard.calibration import calibrate, load_inputs
+from ragguard.calibration import Stages, calibrate, load_inputs
 from ragguard.calibration.fit.rerank_scores import passage_texts
 from ragguard.cli import app
 from tests.faults import block_network
@@ -56,7 +56,11 @@ def test_calibrate_json_with_a_budget_is_one_document_and_the_config_keeps_it(
     # the same calibration through the API: the CLI's choice, and the guard from the file
     # keeps what the sweep measured (texts from examples/notes/corpus.jsonl)
     es = load_inputs(NOTES)
-    api = calibrate(es, min_recall=0.8, max_tokens=120, near_duplicate_threshold=0.9)
+    api = calibrate(
+        es,
+        constraints=["evidence_recall>=0.8"],
+        stages=Stages(max_tokens=120, near_duplicate_threshold=0.9),
+    )
     r = api.recommended
     # the config holds the choice refitted on all queries; its means are over all queries
     assert r.full is not None
@@ -153,9 +157,10 @@ def test_calibrate_sweeps_conflict_settings_and_every_output_names_the_choice(
     rec = doc["recommended"]
     es = load_inputs(NOTES)
     api = calibrate(
-        es, min_recall=0.8, conflicts=["off", "keep_first", "drop"],
-        conflict_similarities=[0.3, 0.7],
-    )  # fmt: skip
+        es,
+        constraints=["evidence_recall>=0.8"],
+        stages=Stages(conflicts=["off", "keep_first", "drop"], conflict_similarities=[0.3, 0.7]),
+    )
     r = api.recommended
     w = r.written_params
     assert rec["run"] == r.name and rec["setting"] == api.written_setting().setting

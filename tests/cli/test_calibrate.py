@@ -20,7 +20,16 @@ from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard
 from ragguard._optional import install_hint
-from ragguard.calibration import EvalSet, calibrate, evaluate, load_inputs
+from ragguard.calibration import (
+    Check,
+    EvalSet,
+    Search,
+    Split,
+    Stages,
+    calibrate,
+    evaluate,
+    load_inputs,
+)
 from ragguard.calibration.fit.result import data_fingerprint
 from ragguard.calibration.metrics import compute, safety_band
 from ragguard.cli import app
@@ -120,7 +129,7 @@ def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path:
     # the same calibration through the API, and the guard loaded from the file keeps,
     # query by query, what the sweep measured for the chosen setting
     es = load_inputs(NOTES)
-    api = calibrate(es, min_recall=0.8)
+    api = calibrate(es, constraints=["evidence_recall>=0.8"])
     r = api.recommended
     guard = ContextGuard.from_file(toml)
     assert guard.config.policy_params() == r.written_params
@@ -156,9 +165,9 @@ def test_calibrate_options(tmp_path: Path) -> None:
     ("extra", "options"),
     [
         ([], {}),
-        (["--max-tokens", "300"], {"max_tokens": 300}),
-        (["--near-duplicate-threshold", "0.8"], {"near_duplicate_threshold": 0.8}),
-        (["--conflicts", "off,drop"], {"conflicts": ["off", "drop"]}),
+        (["--max-tokens", "300"], {"stages": Stages(max_tokens=300)}),
+        (["--near-duplicate-threshold", "0.8"], {"stages": Stages(near_duplicate_threshold=0.8)}),
+        (["--conflicts", "off,drop"], {"stages": Stages(conflicts=["off", "drop"])}),
     ],
 )
 def test_calibrate_leaves_passage_texts_out_unless_a_stage_reads_them(
@@ -188,8 +197,11 @@ def test_calibrate_leaves_passage_texts_out_unless_a_stage_reads_them(
     else:
         with pytest.raises(EvalSetError, match="without its passage texts"):
             es.texts.get("q01", doc)
-    api = calibrate(real(folder, runs=sorted((folder / "runs").iterdir())), min_recall=0.8,
-                    **options)  # type: ignore[arg-type]  # fmt: skip
+    api = calibrate(
+        real(folder, runs=sorted((folder / "runs").iterdir())),
+        constraints=["evidence_recall>=0.8"],
+        **options,  # type: ignore[arg-type]
+    )
     written = ContextGuard.from_file(tmp_path / "ragguard.toml").config
     expected = api.config()
     assert written.model_dump(exclude={"provenance"}) == expected.model_dump(exclude={"provenance"})
@@ -552,7 +564,7 @@ def test_config_show_lists_the_rerank_table_field_by_field(tmp_path: Path) -> No
 def test_calibrate_prints_the_passages_verdict(tmp_path: Path) -> None:
     result = invoke("calibrate", NOTES, "--no-report")
     row = next(line for line in result.stdout.splitlines() if line.startswith(" passages"))
-    api = calibrate(load_inputs(NOTES), min_recall=0.8)
+    api = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.8"])
     expected = api.recommended.comparison.difference["passages"].mean
     assert row.split()[-1] == ("fewer" if expected < 0 else "more" if expected > 0 else "same")
 
@@ -560,11 +572,11 @@ def test_calibrate_prints_the_passages_verdict(tmp_path: Path) -> None:
 def test_bad_parameters_are_typed_errors() -> None:
     es = load_inputs(NOTES)
     with pytest.raises(ConfigError, match="holdout"):
-        calibrate(es, holdout=1.5)
-    with pytest.raises(ConfigError, match="min_recall"):
-        calibrate(es, min_recall=2.0)
+        calibrate(es, split=Split(holdout=1.5))
+    with pytest.raises(ConfigError, match=r"evidence_recall is a share.*got 2.0"):
+        calibrate(es, constraints=["evidence_recall>=2.0"])
     with pytest.raises(ConfigError, match="level"):
-        calibrate(es, level=1.0)
+        calibrate(es, check=Check(level=1.0))
     with pytest.raises(EvalSetError, match="no run named 'bogus'"):
         calibrate(es, runs=["bogus"])
 
@@ -582,7 +594,9 @@ def test_an_explicit_max_k_is_a_cap_never_exceeded(tmp_path: Path) -> None:
     caps must not grow past the cap given (they grew, and max_k = 12 was written); the
     unmet floor exits 1 naming the reachable value under that cap."""
     es = load_inputs(NOTES)
-    run = calibrate(es, max_k=1, min_recall=0.8).recommended.name
+    run = calibrate(
+        es, constraints=["evidence_recall>=0.8"], search=Search(max_k=1)
+    ).recommended.name
     reach = evaluate(es, run, metrics=["evidence_recall@1"])["evidence_recall@1"]
     line = error_line(invoke("calibrate", NOTES, "--max-k", "1", "--no-report"))
     assert f"the best reachable evidence_recall is {reach:.3f} (top-1, caps up to 1," in line
@@ -592,10 +606,15 @@ def test_an_explicit_max_k_is_a_cap_never_exceeded(tmp_path: Path) -> None:
     cfg = ContextGuard.from_file(tmp_path / "ragguard.toml").config
     assert cfg.max_k == 1 and cfg.provenance["constraints_met"] is False
     # the library alike: a max_k given is a cap; without one the default grid grows
-    capped = calibrate(es, max_k=3, min_recall=0.95, n_bootstrap=50)
+    capped = calibrate(
+        es,
+        constraints=["evidence_recall>=0.95"],
+        search=Search(max_k=3),
+        check=Check(n_bootstrap=50),
+    )
     assert max(p.max_k for r in capped.runs for p in r.sweep.points) == 3
     assert capped.unmet() and "caps up to 3" in capped.unmet()[0]
-    grown = calibrate(es, min_recall=0.95, n_bootstrap=50)
+    grown = calibrate(es, constraints=["evidence_recall>=0.95"], check=Check(n_bootstrap=50))
     assert max(p.max_k for p in grown.recommended.sweep.points) > 10
 
 
@@ -738,7 +757,7 @@ def test_a_risky_result_says_what_to_try_next_with_the_commands(tmp_path: Path) 
     """The headline's figures are the written setting's (max_k=2 refitted on all queries),
     not those of the setting the held-out check tests (max_k=3: 0.544, DANGEROUS)."""
     es = load_inputs(NOTES)
-    api = calibrate(es, min_recall=0.8)
+    api = calibrate(es, constraints=["evidence_recall>=0.8"])
     r = api.recommended
     held = api.heldout_rows
     tested = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.chosen_kept)[held]))

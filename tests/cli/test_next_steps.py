@@ -203,7 +203,7 @@ def test_the_headline_is_the_written_settings(tmp_path: Path) -> None:
     """The demo (examples/notes) called the written setting (max_k=2) DANGEROUS with the
     distractor rate of the setting the held-out check tests (max_k=3: 0.544); the
     written one measures 0.433 on those queries: RISKY."""
-    res = calibrate(load_inputs(NOTES), min_recall=0.8)
+    res = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.8"])
     r, held = res.recommended, res.heldout_rows
     rate = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.written_kept)[held]))
     tested = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.chosen_kept)[held]))
@@ -228,7 +228,7 @@ def test_the_headline_is_the_written_settings(tmp_path: Path) -> None:
 
 def test_a_choice_that_is_plain_top_k_has_no_interval_to_report() -> None:
     """ "interval 0.00 wide" was printed when the choice is the baseline itself."""
-    res = calibrate(load_inputs(NOTES), min_recall=0.9)
+    res = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.9"])
     assert res.recommended.chosen_is_baseline
     (more,) = [what for what, _ in res.view().next_steps if what.startswith("more labelled")]
     assert "0.00 wide" not in more and "the choice is plain top-3: no difference to measure" in more
@@ -252,8 +252,10 @@ def test_the_table_keeps_its_numbers_at_80_columns(tmp_path: Path) -> None:
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
     assert "…" not in result.stdout
     table = result.stdout.split("best setting per run", 1)[1].split("Chosen:", 1)[0]
-    res = calibrate(load_inputs(NOTES / "evalset.jsonl", [tmp_path / f"{n}.trec" for n in long]),
-                    min_recall=0.8)  # fmt: skip
+    res = calibrate(
+        load_inputs(NOTES / "evalset.jsonl", [tmp_path / f"{n}.trec" for n in long]),
+        constraints=["evidence_recall>=0.8"],
+    )
     for row in res.view().runs:
         means = row.chosen_means
         for metric in ("udcg", "evidence_recall", "distractor_rate"):

@@ -9,7 +9,7 @@ sweep the guard's settings to recommend a config.
     evaluate(evalset, metrics=["ndcg@10", "udcg"])        # {"ndcg@10": 0.71, "udcg": 0.58}
     evaluate(evalset, metrics=["ndcg@10"], per_query=True)  # {"ndcg@10": {"q1": 0.63, ...}}
     evaluate(qrels, run, metrics=["recall@5"])            # plain dicts, as in ranx
-    result = calibrate(evalset, objective="udcg", min_recall=0.8)   # the sweep
+    result = calibrate(evalset, constraints=["evidence_recall>=0.8"])  # the sweep
     result = Calibrator(constraints=["evidence_recall>=0.8"], split=Split(seed=1)).fit(evalset)
     result.save_config("ragguard.toml")                   # ContextGuard.from_file(...)
     write_report(result, "report/")                       # Markdown + HTML, with plots
@@ -20,7 +20,7 @@ This package exports what a user calls: loading
 ([`load_evalset`][ragguard.calibration.load_evalset],
 [`load_inputs`][ragguard.calibration.load_inputs]), [`evaluate`][ragguard.calibration.evaluate],
 calibrating ([`Calibrator`][ragguard.calibration.Calibrator] with its option objects, or
-[`calibrate`][ragguard.calibration.calibrate] with keywords), the result,
+[`calibrate`][ragguard.calibration.calibrate] with the same fields as keywords), the result,
 [`write_report`][ragguard.calibration.write_report],
 [`train_reranker`][ragguard.calibration.train_reranker] and
 [`Annotator`][ragguard.calibration.Annotator] (whose keyword face is

@@ -17,16 +17,24 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin
 
+import typer
 from typer.core import TyperCommand
 from typer.models import OptionInfo
 
-__all__ = ["Flag", "FlagGroup", "GroupedCommand", "grouped"]
+__all__ = ["Flag", "FlagGroup", "GroupedCommand", "grouped", "option"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def option(kind: Any, help: str, *names: str, **settings: Any) -> Any:
+    """``Annotated[kind, typer.Option(*names, help=help, **settings)]``: a grouped flag's
+    type and option (a command's own parameters spell ``Annotated``, which type checkers
+    read)."""
+    return Annotated[kind, typer.Option(*names, help=help, **settings)]
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,8 @@ class Flag:
     Attributes:
         name: the parameter name the group's ``build`` receives it as.
         annotation: ``Annotated[type, typer.Option(...)]``, as in a typer signature.
-        default: its default value (none given: the flag is required).
+        default: its default value; none given: the default of the field of the same name
+            of its group's option class, else none (the flag is required).
     """
 
     name: str
@@ -55,11 +64,25 @@ class FlagGroup(Generic[T]):
         build: called with every flag's value as a keyword argument; what it returns is
             what the command receives. It may raise the library's errors (a bad value):
             ``grouped`` builds inside the command's error boundary.
+        options: the library's option classes (dataclasses) whose field defaults are the
+            defaults of the flags that give none, the first with a field of the flag's
+            name, so no default is typed twice (none: ``build``, when it is a dataclass).
     """
 
     title: str
     flags: tuple[Flag, ...]
     build: Callable[..., T]
+    options: tuple[type, ...] = ()
+
+    def default(self, flag: Flag) -> Any:
+        """``flag``'s default: its own, else its option field's (``options``)."""
+        if flag.default is not inspect.Parameter.empty:
+            return flag.default
+        for option in self.options or (self.build,):
+            field = getattr(option, "__dataclass_fields__", {}).get(flag.name)
+            if field is not None and field.default is not MISSING:
+                return field.default
+        return inspect.Parameter.empty
 
     def parameters(self) -> list[inspect.Parameter]:
         """The flags as keyword parameters, each shown under the group's title."""
@@ -68,7 +91,7 @@ class FlagGroup(Generic[T]):
                 f.name,
                 inspect.Parameter.KEYWORD_ONLY,
                 annotation=_in_panel(f.annotation, self.title),
-                default=f.default,
+                default=self.default(f),
             )
             for f in self.flags
         ]

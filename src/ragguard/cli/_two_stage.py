@@ -19,13 +19,13 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from ragguard.calibration import RerankSearch
 from ragguard.calibration.report import format_interval, format_number
 from ragguard.cli._common import err, out
 from ragguard.cli._data import compact_table
-from ragguard.cli._groups import Flag, FlagGroup
+from ragguard.cli._groups import Flag, FlagGroup, option
 
 if TYPE_CHECKING:
-    from ragguard.calibration.fit.options import RerankSearch
     from ragguard.calibration.fit.result import ResultView
 
 __all__ = [
@@ -42,37 +42,30 @@ __all__ = [
     "rerank_search",
 ]
 
-RerankOpt = Annotated[
+RerankOpt = option(
     str | None,
-    typer.Option(
-        "--rerank",
-        metavar="SPEC",
-        help="Calibrate a second stage too: a sentence-transformers CrossEncoder name or "
-        "local path, or module:callable (a reranker(query, texts) -> scores, imported "
-        "because you named it). Scores are computed once and cached.",
-        show_default=False,
-    ),
-]
-RerankRunOpt = Annotated[
+    "Calibrate a second stage too: a sentence-transformers CrossEncoder name or "
+    "local path, or module:callable (a reranker(query, texts) -> scores, imported "
+    "because you named it). Scores are computed once and cached.",
+    "--rerank",
+    metavar="SPEC",
+    show_default=False,
+)
+RerankRunOpt = option(
     Path | None,
-    typer.Option(
-        "--rerank-run",
-        metavar="FILE",
-        help="Precomputed second-stage scores (TREC run format or JSON) instead of --rerank; "
-        "needs --rerank-score-kind.",
-        show_default=False,
-    ),
-]
-RerankKindOpt = Annotated[
+    "Precomputed second-stage scores (TREC run format or JSON) instead of --rerank; "
+    "needs --rerank-score-kind.",
+    "--rerank-run",
+    metavar="FILE",
+    show_default=False,
+)
+RerankKindOpt = option(
     str | None,
-    typer.Option(
-        "--rerank-score-kind",
-        metavar="KIND",
-        help="What the second-stage scores are: logit or probability (default: what the "
-        "reranker declares).",
-        show_default=False,
-    ),
-]
+    "What the second-stage scores are: logit or probability (default: what the reranker declares).",
+    "--rerank-score-kind",
+    metavar="KIND",
+    show_default=False,
+)
 CorpusOpt = Annotated[
     list[Path] | None,
     typer.Option(
@@ -82,24 +75,19 @@ CorpusOpt = Annotated[
         show_default=False,
     ),
 ]
-MapOpt = Annotated[
+MapOpt = option(
     str,
-    typer.Option(
-        "--probability-map",
-        metavar="METHOD",
-        help="How rerank scores become calibrated probabilities: platt or isotonic.",
-    ),
-]
-RerankCacheOpt = Annotated[
+    "How rerank scores become calibrated probabilities: platt or isotonic.",
+    "--probability-map",
+    metavar="METHOD",
+)
+RerankCacheOpt = option(
     Path | None,
-    typer.Option(
-        "--rerank-cache",
-        metavar="FOLDER",
-        help="Folder of the rerank score cache (default $RAGGUARD_CACHE_DIR or "
-        "~/.cache/ragguard/rerank).",
-        show_default=False,
-    ),
-]
+    "Folder of the rerank score cache (default $RAGGUARD_CACHE_DIR or ~/.cache/ragguard/rerank).",
+    "--rerank-cache",
+    metavar="FOLDER",
+    show_default=False,
+)
 
 
 @dataclass(frozen=True)
@@ -152,10 +140,11 @@ RERANK = FlagGroup(
         Flag("rerank_run", RerankRunOpt, None),
         Flag("rerank_score_kind", RerankKindOpt, None),
         Flag("corpus", CorpusOpt, None),
-        Flag("probability_map", MapOpt, "platt"),
+        Flag("probability_map", MapOpt),
         Flag("rerank_cache", RerankCacheOpt, None),
     ),
     _rerank_flags,
+    (RerankSearch,),
 )
 """``ragguard calibrate``'s second-stage flags (``rerank_search`` builds from them)."""
 
@@ -169,7 +158,6 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
     """
     if flags.rerank is None and flags.rerank_run is None:
         return None
-    from ragguard.calibration.fit.options import RerankSearch
     from ragguard.calibration.fit.rerank_scores import read_rerank_run
     from ragguard.probability import MapMethod
     from ragguard.rerank import load_reranker

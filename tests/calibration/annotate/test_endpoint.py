@@ -18,7 +18,9 @@ from ragguard.calibration.annotate import (
     EndpointError,
     EndpointGenerator,
     OpenAIEndpointEstimator,
+    Outputs,
     Pair,
+    Relevance,
     RelevanceJudge,
     annotate,
 )
@@ -129,7 +131,7 @@ def test_interrupted_endpoint_run_resumes(server: FakeServer, tmp_path: Path) ->
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        annotate(evalset, est, out=out, progress=stop_after_five)
+        annotate(evalset, est, outputs=Outputs(out=out), progress=stop_after_five)
     # A request the interrupted run had sent may reach the server after the run stopped
     # (cancelling on the client cannot unsend it), so the resumed run's requests are told
     # apart by their key, not by counting before and after. The key is no part of what
@@ -137,7 +139,7 @@ def test_interrupted_endpoint_run_resumes(server: FakeServer, tmp_path: Path) ->
     resumed = OpenAIEndpointEstimator(
         "m", base_url=server.url, concurrency=2, api_key="resumed-run"
     )
-    summary = annotate(evalset, resumed, out=out)
+    summary = annotate(evalset, resumed, outputs=Outputs(out=out))
     assert (summary.computed, summary.reused) == (7, 5)
     assert sum(r["auth"] == "Bearer resumed-run" for r in server.requests) == 7
     es = load_evalset(out)
@@ -160,7 +162,9 @@ def test_endpoint_judge(server: FakeServer, tmp_path: Path) -> None:
     evalset.write_text(json.dumps(rows[0]) + "\n")
     judge = RelevanceJudge(EndpointGenerator("judge", base_url=server.url))
     est = OpenAIEndpointEstimator("m", base_url=server.url)
-    annotate(evalset, est, out=tmp_path / "u.jsonl", judge=judge)
+    annotate(
+        evalset, est, outputs=Outputs(out=tmp_path / "u.jsonl"), relevance=Relevance(judge=judge)
+    )
     row = json.loads((tmp_path / "u.jsonl").read_text())
     assert row["relevant"] == {"a": 1} and row["not_relevant"] == ["b"]
     assert row["metadata"]["annotate"]["relevance"] == {"a": "judge", "b": "judge"}
@@ -184,7 +188,9 @@ async def test_annotate_works_inside_a_running_event_loop(
     evalset.write_text("".join(json.dumps(r) + "\n" for r in del_labels))
     est = OpenAIEndpointEstimator("m", base_url=server.url, concurrency=2)
     judge = RelevanceJudge(EndpointGenerator("judge", base_url=server.url))
-    summary = annotate(evalset, est, out=tmp_path / "u.jsonl", judge=judge)
+    summary = annotate(
+        evalset, est, outputs=Outputs(out=tmp_path / "u.jsonl"), relevance=Relevance(judge=judge)
+    )
     assert (summary.pairs, summary.computed, summary.judged) == (12, 12, 12)
     es = load_evalset(tmp_path / "u.jsonl")
     assert dict(es.labels["q3"].utilities) == pytest.approx({"a": 0.75, "b": -0.25, "c": -0.25})
@@ -262,17 +268,23 @@ def test_results_from_another_server_are_not_reused(
     evalset, out = _evalset(tmp_path), tmp_path / "u.jsonl"
     a, b = FakeServer(), FakeServer()
     try:
-        first = annotate(evalset, OpenAIEndpointEstimator("m", base_url=a.url), out=out)
+        first = annotate(
+            evalset, OpenAIEndpointEstimator("m", base_url=a.url), outputs=Outputs(out=out)
+        )
         assert (first.computed, first.reused) == (12, 0)
         with caplog.at_level(logging.WARNING):
-            second = annotate(evalset, OpenAIEndpointEstimator("m", base_url=b.url), out=out)
+            second = annotate(
+                evalset, OpenAIEndpointEstimator("m", base_url=b.url), outputs=Outputs(out=out)
+            )
         assert (second.computed, second.reused) == (12, 0)
         assert len(b.requests) == 12
         assert "made with other settings" in caplog.text and "12 of these pairs" in caplog.text
         settings = json.loads(out.read_text().splitlines()[0])["metadata"]["annotate"]["settings"]
         assert settings["base_url"] == b.url
         # and against A again, A's saved results are still there to reuse
-        third = annotate(evalset, OpenAIEndpointEstimator("m", base_url=a.url), out=out)
+        third = annotate(
+            evalset, OpenAIEndpointEstimator("m", base_url=a.url), outputs=Outputs(out=out)
+        )
         assert (third.computed, third.reused) == (0, 12)
     finally:
         a.close()

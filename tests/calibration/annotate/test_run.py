@@ -48,8 +48,7 @@ def test_udcg_from_annotated_output_matches_the_authors_file(
     summary = annotate(
         udcg_dir / "sample_dataset.json",
         est,
-        out=tmp_path / "u.jsonl",
-        udcg_out=tmp_path / "u.json",
+        outputs=Outputs(out=tmp_path / "u.jsonl", udcg_out=tmp_path / "u.json"),
     )
     assert (summary.pairs, summary.computed, summary.reused) == (15, 15, 0)
     llama = "meta-llama/Llama-3.2-3B-Instruct"
@@ -109,7 +108,7 @@ def _p(pair: Pair) -> float:
 
 def test_output_utilities_are_r_times_one_minus_p(small_evalset: Path, tmp_path: Path) -> None:
     out = tmp_path / "u.jsonl"
-    annotate(small_evalset, FakeEstimator(_p), out=out)
+    annotate(small_evalset, FakeEstimator(_p), outputs=Outputs(out=out))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     q1 = rows[0]
     texts = {c["id"]: c["text"] for c in q1["candidates"]}
@@ -137,7 +136,12 @@ def test_output_utilities_are_r_times_one_minus_p(small_evalset: Path, tmp_path:
 
 def test_relevance_follows_the_utility_rules(small_evalset: Path, tmp_path: Path) -> None:
     out = tmp_path / "u.jsonl"
-    annotate(small_evalset, FakeEstimator(lambda _: 0.25), out=out, rules=UtilityRules(3))
+    annotate(
+        small_evalset,
+        FakeEstimator(lambda _: 0.25),
+        outputs=Outputs(out=out),
+        relevance=Relevance(rules=UtilityRules(3)),
+    )
     q1 = json.loads(out.read_text().splitlines()[0])
     assert q1["utilities"]["pr"] == -0.75  # grade 2 < relevant_grade 3: R = -1
 
@@ -152,34 +156,36 @@ def test_interrupted_run_resumes_without_recomputing(small_evalset: Path, tmp_pa
 
     out = tmp_path / "u.jsonl"
     with pytest.raises(KeyboardInterrupt):
-        annotate(small_evalset, Interrupting(_p), out=out)
+        annotate(small_evalset, Interrupting(_p), outputs=Outputs(out=out))
     assert not out.exists()
     progress = Path(f"{out}.progress")
     assert len(progress.read_text().splitlines()) == 2  # both finished results saved
 
     rest = FakeEstimator(_p)
-    summary = annotate(small_evalset, rest, out=out)
+    summary = annotate(small_evalset, rest, outputs=Outputs(out=out))
     assert (summary.computed, summary.reused) == (3, 2)
     assert len(rest.asked) == 3
     reference = tmp_path / "ref.jsonl"
-    annotate(small_evalset, FakeEstimator(_p), out=reference)
+    annotate(small_evalset, FakeEstimator(_p), outputs=Outputs(out=reference))
     assert out.read_text() == reference.read_text()
 
     again = FakeEstimator(_p)
-    assert annotate(small_evalset, again, out=out).reused == 5 and again.asked == []
+    assert (
+        annotate(small_evalset, again, outputs=Outputs(out=out)).reused == 5 and again.asked == []
+    )
 
 
 def test_a_cut_off_progress_line_is_dropped_and_recomputed(
     small_evalset: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     out = tmp_path / "u.jsonl"
-    annotate(small_evalset, FakeEstimator(_p), out=out)
+    annotate(small_evalset, FakeEstimator(_p), outputs=Outputs(out=out))
     progress = Path(f"{out}.progress")
     lines = progress.read_text().splitlines(keepends=True)
     progress.write_text("".join(lines[:-1]) + lines[-1][:20])  # killed mid-write
     est = FakeEstimator(_p)
     with caplog.at_level(logging.WARNING):
-        summary = annotate(small_evalset, est, out=out)
+        summary = annotate(small_evalset, est, outputs=Outputs(out=out))
     assert "incomplete last line" in caplog.text
     assert (summary.computed, summary.reused) == (1, 4)
     assert all(json.loads(line) for line in progress.read_text().splitlines())
@@ -187,12 +193,18 @@ def test_a_cut_off_progress_line_is_dropped_and_recomputed(
 
 def test_other_settings_or_texts_are_not_reused(small_evalset: Path, tmp_path: Path) -> None:
     out = tmp_path / "u.jsonl"
-    annotate(small_evalset, FakeEstimator(_p), out=out)
-    assert annotate(small_evalset, FakeEstimator(_p, version=2), out=out).computed == 5
+    annotate(small_evalset, FakeEstimator(_p), outputs=Outputs(out=out))
+    assert (
+        annotate(small_evalset, FakeEstimator(_p, version=2), outputs=Outputs(out=out)).computed
+        == 5
+    )
     text = small_evalset.read_text().replace("Ate 3000 kcal.", "Ate 2500 kcal.")
     small_evalset.write_text(text)
-    assert annotate(small_evalset, FakeEstimator(_p), out=out).computed == 1
-    assert annotate(small_evalset, FakeEstimator(_p), out=out, fresh=True).computed == 5
+    assert annotate(small_evalset, FakeEstimator(_p), outputs=Outputs(out=out)).computed == 1
+    assert (
+        annotate(small_evalset, FakeEstimator(_p), outputs=Outputs(out=out, fresh=True)).computed
+        == 5
+    )
 
 
 class _FakeJudgeModel:
@@ -240,9 +252,8 @@ def test_unlabelled_candidates_are_judged_and_marked(tmp_path: Path) -> None:
     summary = annotate(
         evalset,
         FakeEstimator(lambda _: 0.5),
-        out=out,
-        udcg_out=tmp_path / "u.json",
-        judge=RelevanceJudge(gen),
+        outputs=Outputs(out=out, udcg_out=tmp_path / "u.json"),
+        relevance=Relevance(judge=RelevanceJudge(gen)),
     )
     assert summary.judged == 2 and len(gen.prompts) == 2
     assert "Acceptable answers list: ['500 lb']" in gen.prompts[0]
@@ -259,7 +270,12 @@ def test_unlabelled_candidates_are_judged_and_marked(tmp_path: Path) -> None:
     ]
     # judgements are saved too: a re-run asks the judge nothing
     gen2 = _FakeJudgeModel()
-    annotate(evalset, FakeEstimator(lambda _: 0.5), out=out, judge=RelevanceJudge(gen2))
+    annotate(
+        evalset,
+        FakeEstimator(lambda _: 0.5),
+        outputs=Outputs(out=out),
+        relevance=Relevance(judge=RelevanceJudge(gen2)),
+    )
     assert gen2.prompts == []
 
 
@@ -270,18 +286,33 @@ def test_ungradable_judge_replies_are_left_out_and_retried(tmp_path: Path) -> No
     )
     out = tmp_path / "u.jsonl"
     judge = RelevanceJudge(_FakeJudgeModel(reply="I think it is fine."))
-    summary = annotate(evalset, FakeEstimator(lambda _: 0.5), out=out, judge=judge)
+    summary = annotate(
+        evalset,
+        FakeEstimator(lambda _: 0.5),
+        outputs=Outputs(out=out),
+        relevance=Relevance(judge=judge),
+    )
     assert (summary.pairs, summary.judge_failures) == (0, 1)
     assert "utilities" not in json.loads(out.read_text())
 
 
 def test_unjudged_policies(small_evalset: Path, tmp_path: Path) -> None:
     out = tmp_path / "u.jsonl"
-    s = annotate(small_evalset, FakeEstimator(_p), out=out, unjudged="skip")
+    s = annotate(
+        small_evalset,
+        FakeEstimator(_p),
+        outputs=Outputs(out=out),
+        relevance=Relevance(unjudged="skip"),
+    )
     assert (s.pairs, s.skipped) == (4, 1)
     assert "diet" not in json.loads(out.read_text().splitlines()[0])["utilities"]
     with pytest.raises(AnnotationError, match="needs a judge"):
-        annotate(small_evalset, FakeEstimator(_p), out=out, unjudged="judge")
+        annotate(
+            small_evalset,
+            FakeEstimator(_p),
+            outputs=Outputs(out=out),
+            relevance=Relevance(unjudged="judge"),
+        )
 
 
 def test_texts_from_a_corpus_and_missing_texts(tmp_path: Path) -> None:
@@ -290,13 +321,19 @@ def test_texts_from_a_corpus_and_missing_texts(tmp_path: Path) -> None:
     run = tmp_path / "bm25.run"
     run.write_text("q1 Q0 d1 1 3.5 bm25\nq1 Q0 d2 2 1.5 bm25\n")
     with pytest.raises(AnnotationError, match="2 candidates have no passage text"):
-        annotate(qrels, FakeEstimator(_p), out=tmp_path / "u.jsonl", runs=run)
+        annotate(qrels, FakeEstimator(_p), outputs=Outputs(out=tmp_path / "u.jsonl"), runs=run)
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(
         '{"_id": "d1", "title": "Hours", "text": "Closed Sundays."}\n{"id": "d2", "text": "x"}\n'
     )
     with pytest.raises(AnnotationError, match="queries have no text"):
-        annotate(qrels, FakeEstimator(_p), out=tmp_path / "u.jsonl", runs=run, corpus=corpus)
+        annotate(
+            qrels,
+            FakeEstimator(_p),
+            outputs=Outputs(out=tmp_path / "u.jsonl"),
+            runs=run,
+            corpus=corpus,
+        )
 
 
 def test_queries_from_a_beir_folder(tmp_path: Path) -> None:
@@ -310,7 +347,7 @@ def test_queries_from_a_beir_folder(tmp_path: Path) -> None:
     run = tmp_path / "run.json"
     run.write_text('{"q1": {"d1": 0.9, "d2": 0.4}}')
     est = FakeEstimator(lambda _: 0.0)
-    annotate(beir, est, out=tmp_path / "u.jsonl", runs=run)
+    annotate(beir, est, outputs=Outputs(out=tmp_path / "u.jsonl"), runs=run)
     assert [p.passage for p in est.asked] == ["Hours\nClosed Sundays.", "x"]
     assert est.asked[0].question == "When is it closed?"
     es = load_evalset(tmp_path / "u.jsonl")
@@ -324,11 +361,15 @@ class _WrongIndex(FakeEstimator):
 
 def test_estimator_results_are_checked(small_evalset: Path, tmp_path: Path) -> None:
     with pytest.raises(AnnotationError, match="not a probability"):
-        annotate(small_evalset, FakeEstimator(lambda _: 1.5), out=tmp_path / "u.jsonl")
+        annotate(
+            small_evalset, FakeEstimator(lambda _: 1.5), outputs=Outputs(out=tmp_path / "u.jsonl")
+        )
     with pytest.raises(AnnotationError, match="not a probability"):
-        annotate(small_evalset, FakeEstimator(lambda _: True), out=tmp_path / "u.jsonl")
+        annotate(
+            small_evalset, FakeEstimator(lambda _: True), outputs=Outputs(out=tmp_path / "u.jsonl")
+        )
     with pytest.raises(AnnotationError, match="result for index 10 of 5 inputs"):
-        annotate(small_evalset, _WrongIndex(_p), out=tmp_path / "u.jsonl")
+        annotate(small_evalset, _WrongIndex(_p), outputs=Outputs(out=tmp_path / "u.jsonl"))
 
 
 def test_wrong_arguments_are_annotation_errors(small_evalset: Path, tmp_path: Path) -> None:
@@ -336,11 +377,16 @@ def test_wrong_arguments_are_annotation_errors(small_evalset: Path, tmp_path: Pa
     est, out = FakeEstimator(_p), tmp_path / "u.jsonl"
     es = load_evalset(small_evalset)
     with pytest.raises(AnnotationError, match="when evalset is a path"):
-        annotate(es, est, out=out, runs=tmp_path / "bm25.run")
+        annotate(es, est, outputs=Outputs(out=out), runs=tmp_path / "bm25.run")
     with pytest.raises(AnnotationError, match="unjudged must be"):
-        annotate(small_evalset, est, out=out, unjudged="ask")  # type: ignore[arg-type]
+        annotate(
+            small_evalset,
+            est,
+            outputs=Outputs(out=out),
+            relevance=Relevance(unjudged="ask"),  # type: ignore[arg-type]
+        )
     with pytest.raises(AnnotationError, match="no run named 'bm25'; runs: default"):
-        annotate(small_evalset, est, out=out, only_runs=["bm25"])
+        annotate(small_evalset, est, outputs=Outputs(out=out), only_runs=["bm25"])
     assert est.asked == []
 
 
@@ -352,23 +398,29 @@ def test_unwritable_outputs_are_named_before_any_work(small_evalset: Path, tmp_p
         AnnotationError,
         match=r"results is a folder; an annotate output is a file: give a file name$",
     ):
-        annotate(small_evalset, est, out=folder)
+        annotate(small_evalset, est, outputs=Outputs(out=folder))
     with pytest.raises(AnnotationError, match=r"results is a folder"):
-        annotate(small_evalset, est, out=tmp_path / "u.jsonl", udcg_out=folder)
+        annotate(small_evalset, est, outputs=Outputs(out=tmp_path / "u.jsonl", udcg_out=folder))
     with pytest.raises(AnnotationError, match=r"results is a folder"):
-        annotate(small_evalset, est, out=tmp_path / "u.jsonl", progress_file=folder)
+        annotate(
+            small_evalset, est, outputs=Outputs(out=tmp_path / "u.jsonl", progress_file=folder)
+        )
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(
         AnnotationError,
         match=r"cannot write an annotate output to .*: .*a-file is a file, not a folder",
     ):
-        annotate(small_evalset, est, out=blocker / "sub" / "u.jsonl")
+        annotate(small_evalset, est, outputs=Outputs(out=blocker / "sub" / "u.jsonl"))
     with pytest.raises(
         AnnotationError,
         match=r"cannot write an annotate output to .*: .*a-file is a file, not a folder",
     ):
-        annotate(small_evalset, est, out=tmp_path / "u.jsonl", udcg_out=blocker / "u.json")
+        annotate(
+            small_evalset,
+            est,
+            outputs=Outputs(out=tmp_path / "u.jsonl", udcg_out=blocker / "u.json"),
+        )
     assert est.asked == []
     assert not list(tmp_path.glob("*.progress")) and not (tmp_path / "u.jsonl").exists()
 
@@ -385,7 +437,7 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(
         {"out": tmp_path / "u.jsonl", "progress_file": small_evalset},
     ):
         with pytest.raises(AnnotationError, match=r"annotate output .*eval\.jsonl.* input"):
-            annotate(small_evalset, est, **outputs)  # type: ignore[arg-type]
+            annotate(small_evalset, est, outputs=Outputs(**outputs))  # type: ignore[arg-type]
     assert est.asked == [] and small_evalset.read_bytes() == before
     assert not (tmp_path / "u.jsonl").exists()
 
@@ -413,7 +465,7 @@ def test_an_eval_set_whose_file_is_gone_is_annotated_from_its_loaded_texts(
     es = load_evalset(src)
     src.unlink()
     est = FakeEstimator(lambda _: 0.25)
-    annotate(es, est, out=tmp_path / "u.jsonl", passages={"d9": "unused"})
+    annotate(es, est, outputs=Outputs(out=tmp_path / "u.jsonl"), passages={"d9": "unused"})
     assert [p.passage for p in est.asked] == ["Closed Sundays.", "Misc\nx"]
     line = json.loads((tmp_path / "u.jsonl").read_text())
     assert [c.get("text") for c in line["candidates"]] == ["Closed Sundays.", "Misc\nx"]
@@ -423,7 +475,7 @@ def test_an_eval_set_whose_file_is_gone_is_annotated_from_its_loaded_texts(
     }
     # the corpus beside the eval set is one of its inputs: never an output
     with pytest.raises(AnnotationError, match=r"corpus\.jsonl, which writing there would"):
-        annotate(es, est, out=tmp_path / "corpus.jsonl")
+        annotate(es, est, outputs=Outputs(out=tmp_path / "corpus.jsonl"))
     examples = [{"example_id": "e1", "question": "Q?", "extra": [1], "passages": [
         {"doc_id": "a", "title": "T", "text": "alpha", "is_relevant": True},
     ]}]  # fmt: skip
@@ -432,7 +484,7 @@ def test_an_eval_set_whose_file_is_gone_is_annotated_from_its_loaded_texts(
     udcg.write_text(json.dumps(examples))
     es = load_evalset(udcg)
     udcg.unlink()
-    annotate(es, est, out=tmp_path / "e.jsonl", udcg_out=tmp_path / "e.json")
+    annotate(es, est, outputs=Outputs(out=tmp_path / "e.jsonl", udcg_out=tmp_path / "e.json"))
     written = json.loads((tmp_path / "e.json").read_text())
     examples[0]["passages"][0]["models_info"] = {"fake-llm": {"no_res_prob": 0.25}}  # type: ignore[index]
     assert written == examples  # the authors' example kept whole, the estimate added
@@ -440,10 +492,14 @@ def test_an_eval_set_whose_file_is_gone_is_annotated_from_its_loaded_texts(
 
 
 def test_the_annotator_writes_what_annotate_writes(small_evalset: Path, tmp_path: Path) -> None:
-    """Annotator(option objects).run is what annotate(**keywords) runs: the same files."""
+    """Annotator(option objects).run is what annotate(option objects) runs: the same files."""
     rules = UtilityRules(3)
-    annotate(small_evalset, FakeEstimator(_p), out=tmp_path / "a.jsonl", rules=rules,
-             udcg_out=tmp_path / "a.json")  # fmt: skip
+    annotate(
+        small_evalset,
+        FakeEstimator(_p),
+        outputs=Outputs(out=tmp_path / "a.jsonl", udcg_out=tmp_path / "a.json"),
+        relevance=Relevance(rules=rules),
+    )
     annotator = Annotator(
         estimator=FakeEstimator(_p),
         outputs=Outputs(out=tmp_path / "b.jsonl", udcg_out=tmp_path / "b.json"),

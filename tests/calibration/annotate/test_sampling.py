@@ -20,7 +20,9 @@ from ragguard.calibration import load_evalset
 from ragguard.calibration.annotate import (
     AnnotationError,
     ChatGenerator,
+    Outputs,
     Pair,
+    Relevance,
     RelevanceJudge,
     SamplingEstimator,
     annotate,
@@ -125,8 +127,8 @@ def test_chat_judge_and_annotate_end_to_end(tmp_path: Path) -> None:
     annotate(
         evalset,
         SamplingEstimator(RateChatModel(), n=10),
-        out=tmp_path / "u.jsonl",
-        judge=RelevanceJudge(ChatGenerator(judge_model, concurrency=1)),
+        outputs=Outputs(out=tmp_path / "u.jsonl"),
+        relevance=Relevance(judge=RelevanceJudge(ChatGenerator(judge_model, concurrency=1))),
     )
     es = load_evalset(tmp_path / "u.jsonl")
     assert dict(es.labels["q"].utilities) == pytest.approx({"lyon": -0.7, "paris": 1.0})

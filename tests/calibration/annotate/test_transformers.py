@@ -17,6 +17,7 @@ from ragguard.calibration import evaluate, load_evalset
 from ragguard.calibration.annotate import (
     ABSTENTION_PROMPT,
     AnnotationError,
+    Outputs,
     Pair,
     RelevanceJudge,
     TransformersEstimator,
@@ -176,8 +177,7 @@ def test_gguf_annotation_feeds_the_metrics(
     summary = annotate(
         udcg_dir / "sample_dataset.json",
         smollm,
-        out=tmp_path / "u.jsonl",
-        udcg_out=tmp_path / "u.json",
+        outputs=Outputs(out=tmp_path / "u.jsonl", udcg_out=tmp_path / "u.json"),
     )
     assert summary.pairs == 15
     rows = [json.loads(line) for line in (tmp_path / "u.jsonl").read_text().splitlines()]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, calibrate, load_inputs
+from ragguard.calibration import Check, EvalSet, Split, calibrate, load_inputs
 from ragguard.calibration.data.inputs import add_run, load_factory, retrieve_run
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
@@ -170,7 +170,7 @@ def test_live_langchain_retriever_gives_a_scored_run_that_calibrates() -> None:
     text = es.queries["q01"].text
     expected = {d.id: s for d, s in store.similarity_search_with_score(text, k=10)}
     assert run.candidates["q01"] == pytest.approx(expected)
-    result = calibrate(add_run(es, run), holdout=0, n_bootstrap=50)
+    result = calibrate(add_run(es, run), split=Split(holdout=0), check=Check(n_bootstrap=50))
     assert result.recommended.name == "keywords"
 
 

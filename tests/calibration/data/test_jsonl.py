@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, calibrate, load_evalset
+from ragguard.calibration import Check, EvalSet, Split, Stages, calibrate, load_evalset
 from ragguard.calibration.data.columns import ColumnarCandidates, ColumnarLabels
 from ragguard.calibration.data.formats import beir as columnar_json
 from ragguard.calibration.data.problems import Reporter
@@ -416,10 +416,10 @@ def test_without_texts_no_passage_text_is_kept_and_a_consumer_says_so(
     with pytest.raises(EvalSetError, match="with texts=True"):
         es.with_texts(corpus=[more]).texts.get("q1", "a")
     with pytest.raises(EvalSetError, match="with texts=True") as err:
-        calibrate(es, max_tokens=50, n_bootstrap=20)
+        calibrate(es, check=Check(n_bootstrap=20), stages=Stages(max_tokens=50))
     assert "\n" not in str(err.value)
-    plain = calibrate(es, n_bootstrap=20, holdout=0)  # needs no text
-    with_texts = calibrate(full, n_bootstrap=20, holdout=0).config()
+    plain = calibrate(es, split=Split(holdout=0), check=Check(n_bootstrap=20))  # needs no text
+    with_texts = calibrate(full, split=Split(holdout=0), check=Check(n_bootstrap=20)).config()
     # (the provenance's time of writing may fall in another second)
     assert plain.config().model_dump(exclude={"provenance"}) == with_texts.model_dump(
         exclude={"provenance"}

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from ragguard.calibration import EvalSet, calibrate, evaluate, load_evalset
+from ragguard.calibration import Check, EvalSet, Search, calibrate, evaluate, load_evalset
 from ragguard.calibration.data.evalset import ProblemKind
 from ragguard.calibration.fit.result import data_fingerprint
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
@@ -169,7 +169,7 @@ def test_evalset_from_tables_is_the_evalset_from_dicts(table: Maker, engine: str
 
 def test_calibrate_runs_on_tables_as_on_dicts() -> None:
     qrels, run = random_trec_data(5, n_queries=80)
-    kwargs: dict[str, Any] = {"n_bootstrap": 50, "cache_dir": False, "max_k": 5}
+    kwargs: dict[str, Any] = {"check": Check(n_bootstrap=50), "search": Search(max_k=5)}
     from_dicts = calibrate(EvalSet.from_dicts(qrels, {"bm25": run}), **kwargs)
     from_tables = calibrate(
         EvalSet.from_dicts(

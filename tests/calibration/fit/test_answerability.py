@@ -19,8 +19,14 @@ from ragguard.calibration import (
     Answerability,
     CalibrationResult,
     Calibrator,
+    Check,
     EvalSet,
+    Guarantee,
     RerankGrid,
+    RerankSearch,
+    Search,
+    Split,
+    Stages,
     SweepGrid,
     calibrate,
     load_evalset,
@@ -198,12 +204,12 @@ def test_the_guarantee_holds_over_many_draws() -> None:
 def hand_result(**kw: Any) -> CalibrationResult:
     qrels, run = tops_data(HAND_ANSWERABLE, HAND_UNANSWERABLE)
     es = EvalSet.from_dicts(qrels, {"r": run})
-    options: dict[str, Any] = {"holdout": 0, "min_recall": None, "n_bootstrap": 200}
+    options: dict[str, Any] = {"split": Split(holdout=0), "check": Check(n_bootstrap=200)}
     return calibrate(es, **(options | kw))
 
 
 def test_calibrate_chooses_the_hand_computed_floor() -> None:
-    res = hand_result(max_false_abstain=0.1)
+    res = hand_result(answerability=Answerability(max_false_abstain=0.1))
     a = res.answerability
     assert a is not None and a.met
     assert a.floor == 0.8001 and a.scale == "normalised retrieval score"
@@ -220,7 +226,9 @@ def test_calibrate_chooses_the_hand_computed_floor() -> None:
     assert prov["queries"]["unanswerable"] == 6
     assert res.unmet() == []
     assert "0.8001" in a.statement() and "at most 0.1 of answerable" in a.statement()
-    low = hand_result(max_false_abstain=0.02, confidence=0.8).answerability
+    low = hand_result(
+        answerability=Answerability(max_false_abstain=0.02, confidence=0.8)
+    ).answerability
     assert low is not None and low.floor == 0.3001
     assert low.calibration_caught == pytest.approx(1 / 6) and low.calibration_lost == 0
 
@@ -235,7 +243,7 @@ def test_without_the_option_nothing_changes() -> None:
     assert all(
         p.min_evidence is None for p in RerankGrid().points((1, 5), 1, BUILTIN_PROFILES["support"])
     )
-    with_floor = hand_result(max_false_abstain=0.1)
+    with_floor = hand_result(answerability=Answerability(max_false_abstain=0.1))
     # the floor is added to the setting; everything else is the same
     a, b = res.config().model_dump(), with_floor.config().model_dump()
     for d in (a, b):
@@ -247,7 +255,12 @@ def test_without_the_option_nothing_changes() -> None:
 def test_no_certified_floor_is_not_met_and_writes_no_floor(tmp_path: Path) -> None:
     qrels, run = tops_data([0.9] * 28, [0.3, 0.5])
     es = EvalSet.from_dicts(qrels, {"r": run})
-    res = calibrate(es, max_false_abstain=0.1, holdout=0, min_recall=None, n_bootstrap=50)
+    res = calibrate(
+        es,
+        split=Split(holdout=0),
+        check=Check(n_bootstrap=50),
+        answerability=Answerability(max_false_abstain=0.1),
+    )
     a = res.answerability
     assert a is not None and not a.met and a.floor is None
     (line,) = res.unmet()
@@ -266,7 +279,12 @@ def test_no_certified_floor_is_not_met_and_writes_no_floor(tmp_path: Path) -> No
 def test_shares_and_guarantee_by_an_independent_count(tmp_path: Path, seed: int) -> None:
     records = random_rows(seed)
     es = load_evalset(write_jsonl(tmp_path / "e.jsonl", records))
-    res = calibrate(es, max_false_abstain=0.1, seed=seed, n_bootstrap=200)
+    res = calibrate(
+        es,
+        split=Split(seed=seed),
+        check=Check(n_bootstrap=200),
+        answerability=Answerability(max_false_abstain=0.1),
+    )
     a = res.answerability
     assert a is not None and a.met and a.floor is not None
     best = {r["query_id"]: max(c["score"] for c in r["candidates"]) for r in records}
@@ -302,9 +320,8 @@ def test_shares_and_guarantee_by_an_independent_count(tmp_path: Path, seed: int)
 
 
 BUDGET = {
-    "max_tokens": 6,
-    "token_counter": "chars:4",
-    "grid": SweepGrid(max_k=(3,), thresholds=(0.0,), cut_rules=()),
+    "stages": Stages(max_tokens=6, token_counter="chars:4"),
+    "search": Search(grid=SweepGrid(max_k=(3,), thresholds=(0.0,), cut_rules=())),
 }
 
 
@@ -318,14 +335,21 @@ def test_the_guard_with_the_written_config_abstains_where_calibration_said(
     and the held-out counts are the reported shares."""
     records = random_rows(2)
     es = load_evalset(write_jsonl(tmp_path / "e.jsonl", records))
-    res = calibrate(es, max_false_abstain=0.1, n_bootstrap=100, **stages)
+    res = calibrate(
+        es,
+        check=Check(n_bootstrap=100),
+        answerability=Answerability(max_false_abstain=0.1),
+        **stages,
+    )
     if stages:
         w = res.written_setting()
         assert w.params.max_k > 1 and w.full.kept[w.index].max() == 1  # the budget binds
     a = res.answerability
     assert a is not None and a.met
     config = GuardConfig.from_file(res.save_config(tmp_path / "guard.toml"))
-    assert config.min_evidence == a.floor and config.max_tokens == stages.get("max_tokens")
+    assert config.min_evidence == a.floor and config.max_tokens == (
+        stages["stages"].max_tokens if stages else None
+    )
     guard = ContextGuard(config)
     w = res.written_setting()
     kept = np.where(a.abstained, 0, w.full.kept[w.index])
@@ -386,10 +410,15 @@ def test_two_stage_floor_is_on_the_rerank_probability_and_the_guard_agrees(
     es, texts, run = two_stage_data(low=frozenset(BROKEN) if failing else frozenset())
     reranker = Breaking("nan") if failing else oracle
     res = calibrate(
-        es, reranker=reranker, passages=texts, cache_dir=tmp_path / "cache", max_k=4,
-        rerank_grid=RerankGrid(top_n=(3, 6)), min_recall=None, n_bootstrap=50,
-        max_false_abstain=0.2, confidence=0.8,
-    )  # fmt: skip
+        es,
+        search=Search(max_k=4),
+        check=Check(n_bootstrap=50),
+        rerank=RerankSearch(
+            reranker=reranker, grid=RerankGrid(top_n=(3, 6)), cache_dir=tmp_path / "cache"
+        ),
+        answerability=Answerability(max_false_abstain=0.2, confidence=0.8),
+        passages=texts,
+    )
     a = res.answerability
     w = res.written_setting()
     assert a is not None and w.two_stage is not None
@@ -423,33 +452,40 @@ def test_two_stage_floor_is_on_the_rerank_probability_and_the_guard_agrees(
 @pytest.mark.parametrize("x", [0, 1, 1.5, -0.1, math.nan, math.inf, True, "0.1"])
 def test_a_share_outside_zero_one_is_refused(x: Any) -> None:
     with pytest.raises(ConfigError, match=r"max_false_abstain\) must be a share in \(0, 1\)"):
-        hand_result(max_false_abstain=x)
+        hand_result(answerability=Answerability(max_false_abstain=x))
 
 
 def test_what_cannot_be_calibrated_is_one_clear_error() -> None:
     qrels, run = tops_data([0.9] * 40, [])
     es = EvalSet.from_dicts(qrels, {"r": run})
     with pytest.raises(EvalSetError, match="none of the 40 labelled queries is unanswerable"):
-        calibrate(es, max_false_abstain=0.1)
+        calibrate(es, answerability=Answerability(max_false_abstain=0.1))
     with pytest.raises(ConfigError, match="cannot be combined with --guarantee"):
-        hand_result(max_false_abstain=0.1, guarantee="recall>=0.9")
+        hand_result(
+            answerability=Answerability(max_false_abstain=0.1), guarantee=Guarantee(recall=0.9)
+        )
     # the only unanswerable query drawn into the held-out part
     qrels, run = tops_data([0.9] * 40, [0.3])
     es = EvalSet.from_dicts(qrels, {"r": run})
     row = es.qids.index("u000")
     seed = next(s for s in range(100) if row in split_queries(len(es.qids), 0.3, s)[1])
     with pytest.raises(EvalSetError, match="all 1 unanswerable queries were drawn into the held"):
-        calibrate(es, max_false_abstain=0.1, seed=seed)
+        calibrate(es, split=Split(seed=seed), answerability=Answerability(max_false_abstain=0.1))
     # no query with a relevant passage: nothing answerable bounds the share lost (CB-77)
     none_qrels, none_run = tops_data([], [0.3] * 40)
     es = EvalSet.from_dicts(none_qrels, {"r": none_run})
     with pytest.raises(EvalSetError, match="none of the 40 labelled queries has a relevant"):
-        calibrate(es, max_false_abstain=0.1)
+        calibrate(es, answerability=Answerability(max_false_abstain=0.1))
     # a run without scores: min_evidence has nothing to read
     unscored = {q: {d: math.nan for d in c} for q, c in run.items()}
     es = EvalSet.from_dicts(qrels, {"r": unscored})
     with pytest.raises(ConfigError, match="it has no scores"):
-        calibrate(es, max_false_abstain=0.1, holdout=0, min_recall=None, n_bootstrap=20)
+        calibrate(
+            es,
+            split=Split(holdout=0),
+            check=Check(n_bootstrap=20),
+            answerability=Answerability(max_false_abstain=0.1),
+        )
 
 
 def test_a_set_with_no_answerable_query_is_refused_before_any_sweep(tmp_path: Path) -> None:

@@ -68,18 +68,12 @@ def notes() -> Any:
 def test_fit_equals_calibrate_on_the_notes_example(notes: Any) -> None:
     keywords: dict[str, Any] = {
         "objective": "utility",
-        "constraints": ["distractor_rate<=0.6"],
-        "min_recall": 0.7,
+        "constraints": ["distractor_rate<=0.6", "evidence_recall>=0.7"],
         "profile": "medical",
         "rules": UtilityRules(relevant_grade=1),
-        "max_k": 6,
-        "holdout": 0.4,
-        "seed": 3,
-        "folds": 3,
-        "n_bootstrap": 200,
-        "level": 0.9,
-        "baseline_k": 3,
-        "on_worse": "stop",
+        "search": Search(max_k=6),
+        "split": Split(holdout=0.4, seed=3, folds=3),
+        "check": Check(n_bootstrap=200, level=0.9, baseline_k=3, on_worse="stop"),
     }
     calibrator = Calibrator(
         objective="utility",
@@ -101,7 +95,9 @@ def test_fit_equals_calibrate_with_a_guarantee(notes: Any) -> None:
     fitted = Calibrator(
         guarantee=Guarantee(recall=0.8, confidence=0.9), check=Check(n_bootstrap=100)
     ).fit(notes)
-    called = calibrate(notes, guarantee="recall>=0.8", confidence=0.9, n_bootstrap=100)
+    called = calibrate(
+        notes, check=Check(n_bootstrap=100), guarantee=Guarantee(recall=0.8, confidence=0.9)
+    )
     _same(fitted, called)
     assert fitted.target == 0.8 and fitted.confidence == 0.9
     assert Guarantee.parse("recall>=0.8", 0.9) == Guarantee(recall=0.8, confidence=0.9)
@@ -109,7 +105,10 @@ def test_fit_equals_calibrate_with_a_guarantee(notes: Any) -> None:
 
 def test_fit_equals_calibrate_on_the_udcg_authors_sample() -> None:
     es = load_evalset(UDCG_AUTHORS)
-    _same(Calibrator(check=Check(n_bootstrap=100)).fit(es), calibrate(es, n_bootstrap=100))
+    _same(
+        Calibrator(check=Check(n_bootstrap=100)).fit(es),
+        calibrate(es, check=Check(n_bootstrap=100)),
+    )
 
 
 def test_fit_equals_calibrate_with_a_second_stage_stages_and_a_floor() -> None:
@@ -125,10 +124,15 @@ def test_fit_equals_calibrate_with_a_second_stage_stages_and_a_floor() -> None:
         rerank=RerankSearch(reranker=oracle, grid=grid, cache_dir=None),
     ).fit(es, passages=texts)
     called = calibrate(
-        es, min_recall=0.5, max_k=5, folds=2, n_bootstrap=100, max_tokens=40,
-        conflicts=("off", "drop"), reranker=oracle, rerank_grid=grid, cache_dir=None,
+        es,
+        constraints=["evidence_recall>=0.5"],
+        search=Search(max_k=5),
+        split=Split(folds=2),
+        check=Check(n_bootstrap=100),
+        stages=Stages(max_tokens=40, conflicts=("off", "drop")),
+        rerank=RerankSearch(reranker=oracle, grid=grid, cache_dir=None),
         passages=texts,
-    )  # fmt: skip
+    )
     _same(fitted, called)
     assert fitted.rerank is not None and fitted.stage_settings == called.stage_settings
 
@@ -140,7 +144,12 @@ def test_fit_equals_calibrate_with_an_answerability_floor(tmp_path: Path) -> Non
         check=Check(n_bootstrap=100),
         answerability=Answerability(max_false_abstain=0.2, confidence=0.9),
     ).fit(es)
-    called = calibrate(es, min_recall=0.5, n_bootstrap=100, max_false_abstain=0.2, confidence=0.9)
+    called = calibrate(
+        es,
+        constraints=["evidence_recall>=0.5"],
+        check=Check(n_bootstrap=100),
+        answerability=Answerability(max_false_abstain=0.2, confidence=0.9),
+    )
     _same(fitted, called)
     assert fitted.answerability is not None
 

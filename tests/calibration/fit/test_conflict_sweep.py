@@ -16,7 +16,17 @@ import numpy as np
 import pytest
 
 from ragguard import Candidate, ConflictMode, ContextGuard, GuardConfig, ScoreWarning
-from ragguard.calibration import EvalSet, Stages, SweepGrid, calibrate
+from ragguard.calibration import (
+    Check,
+    EvalSet,
+    Guarantee,
+    RerankSearch,
+    Search,
+    Split,
+    Stages,
+    SweepGrid,
+    calibrate,
+)
 from ragguard.calibration.fit.conflict_sweep import (
     StageKernels,
     conflict_detection,
@@ -265,9 +275,13 @@ def test_drop_is_written_when_it_wins_and_the_config_keeps_what_was_measured(
 ) -> None:
     es, texts = structured_set(drop_wins=True)
     result = calibrate(
-        es, max_k=5, holdout=0.3, seed=0, passages=texts, n_bootstrap=300,
-        conflicts=["off", "keep_first", "drop"], conflict_similarities=[0.5, 0.7],
-    )  # fmt: skip
+        es,
+        search=Search(max_k=5),
+        split=Split(holdout=0.3, seed=0),
+        check=Check(n_bootstrap=300),
+        stages=Stages(conflicts=["off", "keep_first", "drop"], conflict_similarities=[0.5, 0.7]),
+        passages=texts,
+    )
     r = result.recommended
     assert r.baseline_params.conflicts is ConflictMode.OFF  # compared with plain top-k
     assert r.written_params.conflicts is ConflictMode.DROP
@@ -298,9 +312,13 @@ def test_drop_is_written_when_it_wins_and_the_config_keeps_what_was_measured(
 def test_drop_is_not_written_where_it_loses(tmp_path: Path) -> None:
     es, texts = structured_set(drop_wins=False)
     result = calibrate(
-        es, max_k=5, holdout=0.3, seed=0, passages=texts, n_bootstrap=300,
-        conflicts=["drop", "off"], conflict_similarities=[0.5],
-    )  # fmt: skip
+        es,
+        search=Search(max_k=5),
+        split=Split(holdout=0.3, seed=0),
+        check=Check(n_bootstrap=300),
+        stages=Stages(conflicts=["drop", "off"], conflict_similarities=[0.5]),
+        passages=texts,
+    )
     r = result.recommended
     assert r.chosen_params.conflicts is ConflictMode.OFF
     assert r.written_params.conflicts is ConflictMode.OFF
@@ -311,7 +329,9 @@ def test_drop_is_not_written_where_it_loses(tmp_path: Path) -> None:
 
 def test_without_the_option_nothing_changes() -> None:
     es, _ = structured_set(drop_wins=True)
-    plain = calibrate(es, max_k=5, holdout=0.3, seed=0, n_bootstrap=200)
+    plain = calibrate(
+        es, search=Search(max_k=5), split=Split(holdout=0.3, seed=0), check=Check(n_bootstrap=200)
+    )
     assert all(p.conflicts is ConflictMode.OFF for p in plain.recommended.sweep.points)
     assert not isinstance(plain.recommended.kernel, StageKernels)
     assert "conflicts_swept" not in plain.provenance()
@@ -369,7 +389,11 @@ def test_bad_conflict_options_are_one_line_errors(
 ) -> None:
     es, texts = structured_set(drop_wins=True, n=6)
     with pytest.raises(ConfigError, match=match) as info:
-        calibrate(es, passages=texts, conflicts=conflicts, conflict_similarities=similarities)
+        calibrate(
+            es,
+            stages=Stages(conflicts=conflicts, conflict_similarities=similarities),
+            passages=texts,
+        )
     assert "\n" not in str(info.value)
 
 
@@ -377,10 +401,10 @@ def test_missing_and_empty_texts_are_named() -> None:
     es, texts = structured_set(drop_wins=True, n=8)
     some = dict(list(texts.items())[:5])
     with pytest.raises(EvalSetError, match="have none") as info:
-        calibrate(es, passages=some, conflicts=["drop"])
+        calibrate(es, stages=Stages(conflicts=["drop"]), passages=some)
     assert "conflicts" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(EvalSetError, match="texts are empty"):
-        calibrate(es, passages=dict.fromkeys(texts, " "), conflicts=["drop"])
+        calibrate(es, stages=Stages(conflicts=["drop"]), passages=dict.fromkeys(texts, " "))
 
 
 def test_a_kernel_refuses_a_conflict_setting_it_did_not_sweep() -> None:
@@ -432,9 +456,13 @@ def test_detection_counts_by_hand() -> None:
 def test_the_report_shows_the_settings_and_detection() -> None:
     es, texts = structured_set(drop_wins=True)
     result = calibrate(
-        es, max_k=5, holdout=0.3, seed=0, passages=texts, n_bootstrap=200,
-        conflicts=["off", "drop"], conflict_similarities=[0.5, 0.7],
-    )  # fmt: skip
+        es,
+        search=Search(max_k=5),
+        split=Split(holdout=0.3, seed=0),
+        check=Check(n_bootstrap=200),
+        stages=Stages(conflicts=["off", "drop"], conflict_similarities=[0.5, 0.7]),
+        passages=texts,
+    )
     md = build_report(result, plots=False).markdown()
     section = md[md.index("# Conflicting passages") :]
     assert "`prefer` is not swept" in section
@@ -494,10 +522,13 @@ def test_two_stages_sweep_the_conflict_settings_as_the_guard_runs_them(failing: 
     )
     judge = Judge(frozenset(list(queries.values())[:3]) if failing else frozenset())
     result = calibrate(
-        es, reranker=judge, passages=texts, cache_dir=None, max_k=4, n_bootstrap=50,
-        rerank_grid=RerankGrid(top_n=(3, 5)), min_recall=None,
-        conflicts=["off", "drop"], conflict_similarities=[0.5],
-    )  # fmt: skip
+        es,
+        search=Search(max_k=4),
+        check=Check(n_bootstrap=50),
+        stages=Stages(conflicts=["off", "drop"], conflict_similarities=[0.5]),
+        rerank=RerankSearch(reranker=judge, grid=RerankGrid(top_n=(3, 5)), cache_dir=None),
+        passages=texts,
+    )
     two = result.rerank
     assert two is not None and two.stage is not None and bool(two.stage.failures) == failing
     assert {p.conflicts for p in two.sweep.points} == {ConflictMode.OFF, ConflictMode.DROP}
@@ -533,9 +564,14 @@ def test_a_guarantee_certifies_each_conflict_setting_on_its_own_path() -> None:
     alone (evidence recall 1/2), so only plain top-3 without it certifies 0.9."""
     es, texts = structured_set(drop_wins=True)
     result = calibrate(
-        es, max_k=5, holdout=0.3, seed=0, passages=texts, n_bootstrap=100, min_recall=None,
-        guarantee="recall>=0.9", conflicts=["off", "drop"], conflict_similarities=[0.5],
-    )  # fmt: skip
+        es,
+        search=Search(max_k=5),
+        split=Split(holdout=0.3, seed=0),
+        check=Check(n_bootstrap=100),
+        stages=Stages(conflicts=["off", "drop"], conflict_similarities=[0.5]),
+        guarantee=Guarantee(recall=0.9),
+        passages=texts,
+    )
     g = result.recommended.guarantee
     assert g is not None and g.met
     assert set(g.paths) == {

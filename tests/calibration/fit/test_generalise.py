@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from ragguard.calibration import EvalSet, calibrate
+from ragguard.calibration import Check, EvalSet, Split, calibrate
 from ragguard.calibration.data.arrays import build_arrays
 from ragguard.calibration.fit.risk import (
     binomial_cdf,
@@ -172,7 +172,7 @@ def test_an_unreachable_floor_names_the_reachable_recall_and_writes_nothing(
 
 
 def test_the_written_setting_is_the_family_refitted_on_all_queries(notes: EvalSet) -> None:
-    result = calibrate(notes, min_recall=0.8)
+    result = calibrate(notes, constraints=["evidence_recall>=0.8"])
     r = result.recommended
     assert r.selection is not None and r.full is not None
     from ragguard.calibration.fit.sweep import sweep
@@ -188,7 +188,9 @@ def test_the_written_setting_is_the_family_refitted_on_all_queries(notes: EvalSe
 
 def test_a_choice_worse_than_top_k_on_held_out_is_not_written(tmp_path: Path) -> None:
     es = adversarial(90, 0, 0.3)
-    result = calibrate(es, objective="utility", min_recall=0.0, seed=0)
+    result = calibrate(
+        es, objective="utility", constraints=["evidence_recall>=0.0"], split=Split(seed=0)
+    )
     r = result.recommended
     assert not is_plain_top_k(r.chosen_params)  # chosen on the calibration queries
     assert r.comparison.verdict("utility") == "worse"
@@ -197,7 +199,13 @@ def test_a_choice_worse_than_top_k_on_held_out_is_not_written(tmp_path: Path) ->
     path = result.save_config(tmp_path / "g.toml")
     cfg = GuardConfig.from_file(path)
     assert cfg.policy_params() == r.written_params and "fallback" in cfg.provenance
-    stop = calibrate(es, objective="utility", min_recall=0.0, seed=0, on_worse="stop")
+    stop = calibrate(
+        es,
+        objective="utility",
+        constraints=["evidence_recall>=0.0"],
+        split=Split(seed=0),
+        check=Check(on_worse="stop"),
+    )
     with pytest.raises(ConfigError, match="on_worse='stop'"):
         stop.save_config(tmp_path / "h.toml")
     assert not (tmp_path / "h.toml").exists()
@@ -211,7 +219,7 @@ def test_rule_families_and_fold_counts() -> None:
 
 
 def test_a_chosen_baseline_is_not_compared_with_itself(notes: EvalSet) -> None:
-    result = calibrate(notes, runs=["bm25"], min_recall=0.8)
+    result = calibrate(notes, constraints=["evidence_recall>=0.8"], runs=["bm25"])
     r = result.recommended
     assert r.chosen_is_baseline
     assert "nothing to compare" in result.why()

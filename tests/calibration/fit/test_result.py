@@ -41,7 +41,7 @@ def _verdict(metric: str, low: float, high: float) -> str:
 
 
 def test_the_view_is_built_once_and_the_methods_read_it() -> None:
-    res = calibrate(load_inputs(NOTES), min_recall=0.8)
+    res = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.8"])
     view = res.view()
     assert res.view() is view and res.view(res.recommended) is view
     named = res.view(evalset="my/eval")
@@ -75,7 +75,7 @@ def test_every_output_says_what_the_view_says(
     text = _flat(console.stdout)
 
     # the view, built independently by the library on the same data and options
-    res = calibrate(load_inputs(NOTES), min_recall=0.8)
+    res = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.8"])
     view = res.view(evalset=shown)
     r, w = view.run, view.written
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragguard.calibration import CalibrationResult, RerankGrid, calibrate
+from ragguard.calibration import (
+    CalibrationResult,
+    Check,
+    RerankGrid,
+    RerankSearch,
+    Search,
+    calibrate,
+)
 from ragguard.calibration.fit.sweep import sweep
 from tests.calibration.two_stage_data import make_data, oracle
 
@@ -16,9 +23,12 @@ from tests.calibration.two_stage_data import make_data, oracle
 def result() -> CalibrationResult:
     es, texts, _ = make_data()
     return calibrate(
-        es, reranker=oracle, passages=texts, cache_dir=None, max_k=5, n_bootstrap=200,
-        rerank_grid=RerankGrid(top_n=(4, 8)), min_recall=None,
-    )  # fmt: skip
+        es,
+        search=Search(max_k=5),
+        check=Check(n_bootstrap=200),
+        rerank=RerankSearch(reranker=oracle, grid=RerankGrid(top_n=(4, 8)), cache_dir=None),
+        passages=texts,
+    )
 
 
 def test_the_second_space_has_one_block_per_rerank_depth(result: CalibrationResult) -> None:

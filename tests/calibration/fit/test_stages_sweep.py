@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ragguard import Candidate, ContextGuard, ScoreWarning
-from ragguard.calibration import EvalSet, SweepGrid, calibrate
+from ragguard.calibration import EvalSet, Search, Split, Stages, SweepGrid, calibrate
 from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, sweep
 from ragguard.calibration.fit.sweep_stages import passage_stages
 from ragguard.errors import ConfigError, EvalSetError
@@ -106,9 +106,12 @@ def test_calibrate_with_a_budget_writes_a_config_that_keeps_what_was_measured(
 ) -> None:
     es, texts = evalset_with_texts(4)
     result = calibrate(
-        es, max_k=6, min_recall=None, holdout=0.3, seed=0, max_tokens=15,
-        token_counter="chars:3", near_duplicate_threshold=0.7, passages=texts,
-    )  # fmt: skip
+        es,
+        search=Search(max_k=6),
+        split=Split(holdout=0.3, seed=0),
+        stages=Stages(max_tokens=15, token_counter="chars:3", near_duplicate_threshold=0.7),
+        passages=texts,
+    )
     r = result.recommended
     # every setting swept, the calibration-only choice and its refit on all queries alike
     for params in (r.chosen_params, r.written_params):

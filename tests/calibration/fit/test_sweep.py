@@ -11,8 +11,10 @@ import pytest
 
 from ragguard import Candidate, ContextGuard
 from ragguard.calibration import (
+    Check,
     Constraint,
     EvalSet,
+    Split,
     SweepGrid,
     calibrate,
     evaluate,
@@ -56,7 +58,9 @@ def brute_choice(values: np.ndarray, min_recall: float) -> int:
 @pytest.mark.parametrize("run", ["bm25", "dense-minilm"])
 def test_chosen_point_equals_brute_force_over_the_runtime_guard(notes: EvalSet, run: str) -> None:
     # folds=0: no cross-validation, the grid's best point (what brute force finds)
-    result = calibrate(notes, runs=[run], constraints=["recall>=0.8"], holdout=0.3, seed=0, folds=0)
+    result = calibrate(
+        notes, constraints=["recall>=0.8"], runs=[run], split=Split(holdout=0.3, seed=0, folds=0)
+    )
     r = result.recommended
     qids = [result.qids[i] for i in result.calibration_rows]
     values = brute_force(notes, run, r.sweep.points, qids)
@@ -244,13 +248,28 @@ def test_split_is_reproducible_by_seed() -> None:
 
 
 def test_calibrate_is_reproducible_and_the_seed_matters(notes: EvalSet) -> None:
-    a = calibrate(notes, min_recall=0.8, seed=3, n_bootstrap=300)
-    b = calibrate(notes, min_recall=0.8, seed=3, n_bootstrap=300)
+    a = calibrate(
+        notes,
+        constraints=["evidence_recall>=0.8"],
+        split=Split(seed=3),
+        check=Check(n_bootstrap=300),
+    )
+    b = calibrate(
+        notes,
+        constraints=["evidence_recall>=0.8"],
+        split=Split(seed=3),
+        check=Check(n_bootstrap=300),
+    )
     assert (a.heldout_rows == b.heldout_rows).all()
     for ra, rb in zip(a.runs, b.runs, strict=True):
         assert ra.chosen == rb.chosen and ra.baseline == rb.baseline
         assert ra.comparison.difference == rb.comparison.difference
-    c = calibrate(notes, min_recall=0.8, seed=4, n_bootstrap=300)
+    c = calibrate(
+        notes,
+        constraints=["evidence_recall>=0.8"],
+        split=Split(seed=4),
+        check=Check(n_bootstrap=300),
+    )
     assert set(c.heldout_rows.tolist()) != set(a.heldout_rows.tolist())
 
 
@@ -281,7 +300,7 @@ def test_comparison_means_intervals_and_verdicts(notes: EvalSet) -> None:
 def test_config_round_trips_into_a_guard_that_keeps_what_was_measured(
     notes: EvalSet, tmp_path: Path
 ) -> None:
-    result = calibrate(notes, min_recall=0.8, objective="udcg")
+    result = calibrate(notes, objective="udcg", constraints=["evidence_recall>=0.8"])
     path = result.save_config(tmp_path / "ragguard.toml")
     guard = ContextGuard.from_file(path)
     r = result.recommended
@@ -309,7 +328,7 @@ def test_custom_profile_is_written_with_the_config(notes: EvalSet, tmp_path: Pat
     strict = resolve_profile(
         "notes-strict", {"notes-strict": ProfileSpec(base="medical", distractor_top_ranks=5)}
     )
-    result = calibrate(notes, runs=["bm25"], profile=strict, holdout=0)
+    result = calibrate(notes, profile=strict, runs=["bm25"], split=Split(holdout=0))
     guard = ContextGuard.from_file(result.save_config(tmp_path / "c.toml"))
     assert guard.profile == strict
     assert result.recommended.comparison.split == "all queries (in-sample)"
@@ -319,7 +338,7 @@ def test_run_without_scores_sweeps_plain_top_k_only() -> None:
     qrels, run = random_trec_data(11, n_queries=30)
     es = EvalSet.from_dicts(qrels, {"ranked": {q: dict.fromkeys(c) for q, c in run.items()}})
     assert es.runs["ranked"].score_kind is None
-    result = calibrate(es, holdout=0, n_bootstrap=50)
+    result = calibrate(es, split=Split(holdout=0), check=Check(n_bootstrap=50))
     r = result.recommended
     assert all(not p.uses_scores for p in r.sweep.points)
     assert len(r.sweep.points) == 10
@@ -329,21 +348,21 @@ def test_run_without_scores_sweeps_plain_top_k_only() -> None:
 def test_no_queries_left_and_bad_arguments(notes: EvalSet) -> None:
     es = EvalSet.from_dicts({"q1": {"a": 1}, "q2": {"b": 1}}, {"r": {"x1": {"a": 0.5}}})
     with pytest.raises(EvalSetError, match="no queries left: run 'r' has no candidates"):
-        calibrate(es, holdout=0)
+        calibrate(es, split=Split(holdout=0))
     with pytest.raises(EvalSetError, match="no runs"):
         calibrate(EvalSet.from_dicts({"q1": {"a": 1}}))
     with pytest.raises(ValueError, match="no run named"):
         calibrate(notes, runs=["nope"])
     with pytest.raises(ValueError, match="unknown metric"):
         calibrate(notes, objective="nonsense")
-    with pytest.raises(ValueError, match="min_recall"):
-        calibrate(notes, min_recall=1.5)
+    with pytest.raises(ValueError, match=r"bound must be in \[0, 1\], got 1.5"):
+        calibrate(notes, constraints=["evidence_recall>=1.5"])
     with pytest.raises(ValueError, match="baseline_k"):
-        calibrate(notes, baseline_k=50)
+        calibrate(notes, check=Check(baseline_k=50))
 
 
 def test_baseline_k_fixes_the_baseline(notes: EvalSet) -> None:
-    result = calibrate(notes, runs=["bm25"], baseline_k=5, n_bootstrap=100)
+    result = calibrate(notes, runs=["bm25"], check=Check(n_bootstrap=100, baseline_k=5))
     assert result.recommended.baseline_params == PolicyParams(max_k=5)
 
 

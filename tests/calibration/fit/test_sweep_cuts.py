@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, calibrate, load_inputs
+from ragguard.calibration import Check, EvalSet, Guarantee, calibrate, load_inputs
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.fit.sweep import (
     PASSAGES,
@@ -148,7 +148,7 @@ def notes() -> EvalSet:
 
 
 def test_consumers_subtract_cuts_without_unsigned_wrap(notes: EvalSet) -> None:
-    res = calibrate(notes, min_recall=0.8, n_bootstrap=50)
+    res = calibrate(notes, constraints=["evidence_recall>=0.8"], check=Check(n_bootstrap=50))
     r = res.recommended
     assert r.sweep.kept.dtype == np.uint8
     wide = r.sweep.kept.astype(np.int64)  # the reference: the same cuts, signed
@@ -172,7 +172,7 @@ def test_consumers_subtract_cuts_without_unsigned_wrap(notes: EvalSet) -> None:
 
 
 def test_guarantee_reads_small_cuts_as_counts(notes: EvalSet) -> None:
-    res = calibrate(notes, guarantee="recall>=0.8", n_bootstrap=50)
+    res = calibrate(notes, check=Check(n_bootstrap=50), guarantee=Guarantee(recall=0.8))
     r = res.recommended
     g = r.guarantee
     assert g is not None and g.point is not None

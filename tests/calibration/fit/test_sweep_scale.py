@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragguard.calibration import EvalSet, calibrate, evaluate, load_inputs
+from ragguard.calibration import Check, EvalSet, calibrate, evaluate, load_inputs
 from ragguard.calibration.fit.statistics import bootstrap_means
 from ragguard.calibration.fit.sweep import (
     PASSAGES,
@@ -96,9 +96,9 @@ def test_group_sums_answer_unions_and_leave_other_rows_to_direct_means(
 def test_calibrate_chooses_the_same_with_lazy_tables(
     notes: EvalSet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = calibrate(notes, min_recall=0.8, n_bootstrap=200)
+    a = calibrate(notes, constraints=["evidence_recall>=0.8"], check=Check(n_bootstrap=200))
     _lazy(monkeypatch, cells=20 * 11)
-    b = calibrate(notes, min_recall=0.8, n_bootstrap=200)
+    b = calibrate(notes, constraints=["evidence_recall>=0.8"], check=Check(n_bootstrap=200))
     for ra, rb in zip(a.runs, b.runs, strict=True):
         assert (ra.chosen, ra.written, ra.baseline) == (rb.chosen, rb.written, rb.baseline)
         np.testing.assert_allclose(ra.full.means, rb.full.means, rtol=1e-12, atol=1e-12)

@@ -16,12 +16,21 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig, RagguardError, RerankWarning
-from ragguard.calibration import EvalSet, RerankGrid, calibrate
+from ragguard.calibration import (
+    Check,
+    EvalSet,
+    RerankGrid,
+    RerankSearch,
+    Search,
+    Stages,
+    calibrate,
+)
 from ragguard.calibration.fit import rerank_scores
 from ragguard.calibration.fit.rerank_scores import read_rerank_run
 from ragguard.calibration.report import build_report, format_number
@@ -60,18 +69,28 @@ def data() -> tuple[EvalSet, dict[str, str], dict[str, dict[str, float]]]:
     return make_data()
 
 
-def run_calibration(es: EvalSet, texts: dict[str, str], cache: Path, **kw: object) -> object:
-    options: dict[str, object] = {
-        "reranker": oracle,
-        "passages": texts,
-        "cache_dir": cache,
-        "max_k": 5,
-        "n_bootstrap": 50,
-        "rerank_grid": GRID,
-        "min_recall": None,
-    }
-    options.update(kw)
-    return calibrate(es, **options)  # type: ignore[arg-type]
+def run_calibration(
+    es: EvalSet,
+    texts: dict[str, str],
+    cache: Path,
+    *,
+    search: Search | None = None,
+    check: Check | None = None,
+    **kw: Any,
+) -> Any:
+    """calibrate() with a second stage: ``kw`` holds the fields of ``RerankSearch`` (the
+    oracle reranker, ``cache``, ``GRID`` unless given) and calibrate's other keywords."""
+    rerank = {"reranker": oracle, "cache_dir": cache, "grid": GRID}
+    rerank |= {k: kw.pop(k) for k in list(kw) if k in RerankSearch.__dataclass_fields__}
+    rerank_search = RerankSearch(**rerank)
+    return calibrate(
+        es,
+        search=search or Search(max_k=5),
+        check=check or Check(n_bootstrap=50),
+        rerank=rerank_search,
+        passages=texts,
+        **kw,
+    )
 
 
 def test_config_enables_the_stage_and_the_guard_reproduces_calibration(
@@ -127,7 +146,12 @@ def test_brute_force_select_over_the_grid_equals_the_sweep(
     es, texts, run = data
     reranker = Breaking("nan") if failing else oracle
     result = run_calibration(
-        es, texts, tmp_path / "cache", profile="medical", reranker=reranker, **stages
+        es,
+        texts,
+        tmp_path / "cache",
+        profile="medical",
+        reranker=reranker,
+        stages=Stages(**stages),  # type: ignore[arg-type]
     )
     two = result.rerank  # type: ignore[attr-defined]
     assert bool(two.stage.failures) == failing
@@ -187,7 +211,12 @@ def test_second_run_is_served_by_the_disk_cache(
     assert counting.pairs == N_QUERIES * N_CANDS
     assert first.rerank.stage.scores.n_computed == N_QUERIES * N_CANDS  # type: ignore[attr-defined]
     second = run_calibration(
-        es, texts, tmp_path / "cache", reranker=counting, objective="utility", max_k=3
+        es,
+        texts,
+        tmp_path / "cache",
+        reranker=counting,
+        objective="utility",
+        search=Search(max_k=3),
     )
     assert counting.pairs == N_QUERIES * N_CANDS  # no scoring at all
     assert second.rerank.stage.scores.n_computed == 0  # type: ignore[attr-defined]
@@ -226,7 +255,9 @@ def test_reranked_lists_keep_the_retrieval_labels_and_utilities(
         utilities={q: {f"{q}-d{c}": 0.25 * c - 1.0 for c in (0, 6, 7)} for q in run},
         no_response={q: {f"{q}-d{c}": 0.1 * c for c in (1, 5)} for q in run},
     )
-    result = run_calibration(es, texts, tmp_path / "cache", metrics=["udcg_ndcg@3"])
+    result = run_calibration(
+        es, texts, tmp_path / "cache", search=Search(max_k=5, metrics=["udcg_ndcg@3"])
+    )
     retrieval = result.run("dense").arrays  # type: ignore[attr-defined]
     two = result.rerank  # type: ignore[attr-defined]
     for top_n, kernel in zip(two.space.top_n, two.space.kernels, strict=True):
@@ -262,7 +293,7 @@ def test_precomputed_rerank_run_gives_the_same_choice(
     with pytest.raises(EvalSetError, match="--rerank-score-kind"):
         read_rerank_run(path, None)
     scores = read_rerank_run(path, "logit")
-    by_file = run_calibration(es, texts, tmp_path / "c", reranker=None, rerank_scores=scores)
+    by_file = run_calibration(es, texts, tmp_path / "c", reranker=None, scores=scores)
     by_call = run_calibration(es, texts, tmp_path / "c")
     a, b = by_file.rerank, by_call.rerank  # type: ignore[attr-defined]
     assert (a.top_n, a.written_params) == (b.top_n, b.written_params)
@@ -326,7 +357,13 @@ def test_report_compares_the_stages_and_shows_the_reliability_diagram(
     assert brier in md
     assert "reliability.png" in {f.name for f in report.figures}
     # a calibration without a reranker has no such section
-    plain = build_report(calibrate(es, max_k=5, n_bootstrap=50, min_recall=None))
+    plain = build_report(
+        calibrate(
+            es,
+            search=Search(max_k=5),
+            check=Check(n_bootstrap=50),
+        )
+    )
     assert "Two stages" not in plain.markdown()
 
 
@@ -347,13 +384,12 @@ def test_a_real_cross_encoder_from_the_config_reproduces_calibration(
     model = build_cross_encoder(tmp_path / "ce", q0, logits, activation=IDENTITY)
     result = calibrate(
         es,
-        reranker=load_reranker(str(model)),
+        search=Search(max_k=5),
+        check=Check(n_bootstrap=50),
+        rerank=RerankSearch(
+            reranker=load_reranker(str(model)), grid=GRID, cache_dir=tmp_path / "cache"
+        ),
         passages=texts,
-        cache_dir=tmp_path / "cache",
-        max_k=5,
-        n_bootstrap=50,
-        rerank_grid=GRID,
-        min_recall=None,
     )
     two = result.rerank
     assert two is not None and two.stage.scores.model == str(model)
@@ -609,7 +645,7 @@ def test_a_rerank_run_missing_whole_queries_is_an_error_naming_them(
     path = _rerank_run(tmp_path / "half.trec", run, texts, skip=lambda q, r: int(q[1:]) >= 20)
     scores = read_rerank_run(path, "logit")
     with pytest.raises(EvalSetError) as info:
-        run_calibration(es, texts, tmp_path / "c", reranker=None, rerank_scores=scores)
+        run_calibration(es, texts, tmp_path / "c", reranker=None, scores=scores)
     message = str(info.value)
     assert "20 of 40 queries" in message and "q20, q21, q22" in message
     assert "\n" not in message
@@ -641,7 +677,7 @@ def test_unusable_rows_of_a_rerank_run_are_counted_and_swept_as_failed_calls(
     assert len(notes) == 1 and "\n" not in notes[0]
     assert "2 scores that are not finite numbers" in notes[0]
     assert "1 repeated row" in notes[0] and str(path) in notes[0]
-    two = run_calibration(es, texts, tmp_path / "c", reranker=None, rerank_scores=scores).rerank  # type: ignore[attr-defined]
+    two = run_calibration(es, texts, tmp_path / "c", reranker=None, scores=scores).rerank  # type: ignore[attr-defined]
     assert two.stage.failed == {4: ("q11",), 8: ("q05", "q11")}
     failures = two.stage.failures
     assert failures is not None and "q05" in failures and "\n" not in failures
@@ -719,7 +755,9 @@ def test_a_second_stage_with_no_clear_difference_says_why_it_is_written(
         return [(1.0 if "answer" in t else 0.0) + 4.0 * text_noise(t) for t in passages]
 
     weak.score_kind = "logit"  # type: ignore[attr-defined]
-    result = run_calibration(es, texts, tmp_path / "cache", reranker=weak, n_bootstrap=200)
+    result = run_calibration(
+        es, texts, tmp_path / "cache", reranker=weak, check=Check(n_bootstrap=200)
+    )
     two = result.rerank  # type: ignore[attr-defined]
     assert two.against_retrieval.verdict("udcg") == "no clear difference" and two.fallback is None
     w = result.written_setting()  # type: ignore[attr-defined]
@@ -755,8 +793,8 @@ def test_a_second_stage_that_misses_a_constraint_retrieval_meets_is_left_off(
     )
     assert reachable < 0.99
     result = run_calibration(
-        es, texts, tmp_path / "cache", max_k=8, min_recall=0.99,
-        rerank_grid=RerankGrid(top_n=(4,)),
+        es, texts, tmp_path / "cache", search=Search(max_k=8),
+        constraints=["evidence_recall>=0.99"], grid=RerankGrid(top_n=(4,)),
     )  # fmt: skip
     config = result.config()  # type: ignore[attr-defined]
     assert not config.rerank.enabled and config.max_k == 8
@@ -828,11 +866,12 @@ def test_calibration_takes_texts_from_the_loaded_set_never_from_the_file_again(
 
     path, options = _as_files(*data, tmp_path / "data", fmt)
     loaded = load_evalset(path, **options)  # type: ignore[arg-type]
-    settings: dict[str, object] = {
-        "reranker": oracle, "cache_dir": None, "max_k": 4, "n_bootstrap": 20,
-        "rerank_grid": RerankGrid(top_n=(4,)), "min_recall": None, "max_tokens": 20,
-        "near_duplicate_threshold": 0.9,
-    }  # fmt: skip
+    settings: dict[str, Any] = {
+        "rerank": RerankSearch(reranker=oracle, cache_dir=None, grid=RerankGrid(top_n=(4,))),
+        "search": Search(max_k=4),
+        "check": Check(n_bootstrap=20),
+        "stages": Stages(max_tokens=20, near_duplicate_threshold=0.9),
+    }
     expected = calibrate(load_evalset(path, **options), **settings)  # type: ignore[arg-type]
     assert expected.rerank is not None  # texts were found: the reranker ran
     shutil.rmtree(path) if path.is_dir() else path.unlink()

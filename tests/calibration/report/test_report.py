@@ -21,8 +21,12 @@ import pytest
 from ragguard._optional import install_hint
 from ragguard.calibration import (
     CalibrationResult,
+    Check,
     EvalSet,
+    Guarantee,
     RerankGrid,
+    RerankSearch,
+    Search,
     SweepGrid,
     calibrate,
     load_inputs,
@@ -51,7 +55,9 @@ VOID = {"meta", "img", "br", "hr", "link", "input"}
 
 @pytest.fixture(scope="module")
 def result() -> CalibrationResult:
-    return calibrate(load_inputs(NOTES), min_recall=0.8, n_bootstrap=300)
+    return calibrate(
+        load_inputs(NOTES), constraints=["evidence_recall>=0.8"], check=Check(n_bootstrap=300)
+    )
 
 
 class _Balance(HTMLParser):
@@ -146,7 +152,7 @@ def test_the_passages_verdict_says_same_when_nothing_changes(result: Calibration
     """Only one setting to choose from: the guarded setting is the baseline, so the
     passages kept differ by exactly 0, and the report gives no verdict at all."""
     only_top3 = SweepGrid(max_k=(3,), thresholds=(0.0,), cut_rules=())
-    same = calibrate(load_inputs(NOTES), grid=only_top3, n_bootstrap=50)
+    same = calibrate(load_inputs(NOTES), search=Search(grid=only_top3), check=Check(n_bootstrap=50))
     c = same.recommended.comparison
     assert c.difference["passages"].mean == 0.0 and c.passages_verdict() == "same"
     row = verdict_row(build_report(same, plots=False).markdown(), "passages")
@@ -196,7 +202,9 @@ def test_markdown_report_writes_no_html_from_the_data(tmp_path: Path) -> None:
     (folder / "runs" / f"{run}.trec").write_text(
         (NOTES / "runs" / "dense-minilm.trec").read_text(encoding="utf-8"), encoding="utf-8"
     )
-    res = calibrate(load_inputs(folder), min_recall=0.8, n_bootstrap=100)
+    res = calibrate(
+        load_inputs(folder), constraints=["evidence_recall>=0.8"], check=Check(n_bootstrap=100)
+    )
     md = build_report(res, plots=False).markdown()
     assert payload in "".join(res.evalset.queries[q].text or "" for q in res.qids)
     assert "<img" not in md and "<b>" not in md and "<" not in md
@@ -238,7 +246,9 @@ def interval(iv: Interval, signed: bool = False) -> str:
 
 def test_the_report_states_the_guarantee_with_its_numbers() -> None:
     res = calibrate(
-        synthetic_evalset(200, 20, 3), guarantee="recall>=0.8", confidence=0.9, n_bootstrap=200
+        synthetic_evalset(200, 20, 3),
+        check=Check(n_bootstrap=200),
+        guarantee=Guarantee(recall=0.8, confidence=0.9),
     )
     r = res.recommended
     g = r.guarantee
@@ -279,7 +289,7 @@ def test_the_report_states_the_guarantee_with_its_numbers() -> None:
 
 
 def test_an_unmet_guarantee_names_what_can_be_guaranteed() -> None:
-    res = calibrate(synthetic_evalset(60, 10, 1), guarantee="recall>=0.99", confidence=0.95)
+    res = calibrate(synthetic_evalset(60, 10, 1), guarantee=Guarantee(recall=0.99, confidence=0.95))
     g = res.recommended.guarantee
     assert g is not None and not g.met
     # keeping all 10 candidates has evidence recall 1 on every query (loss 0); the HB
@@ -304,7 +314,12 @@ def test_an_unmet_guarantee_names_what_can_be_guaranteed() -> None:
 
 
 def test_a_fallback_to_top_k_is_what_the_report_says_is_written() -> None:
-    res = calibrate(adversarial(90, 0, 0.3), objective="utility", min_recall=0.0, n_bootstrap=200)
+    res = calibrate(
+        adversarial(90, 0, 0.3),
+        objective="utility",
+        constraints=["evidence_recall>=0.0"],
+        check=Check(n_bootstrap=200),
+    )
     r = res.recommended
     assert r.fallback is not None and is_plain_top_k(r.written_params)
     md = build_report(res, plots=False, config_path="g.toml").markdown()
@@ -336,8 +351,12 @@ def test_a_fallback_to_top_k_is_what_the_report_says_is_written() -> None:
     assert "**chosen**" in next(x for x in cv.splitlines() if x.startswith(f"| {s.family} |"))
     assert f"of at least {format_number(s.cv_mean[best] - s.cv_se[best])}" in cv
     # with on_worse="stop" the report says nothing is written, and names no config
-    stop = calibrate(adversarial(90, 0, 0.3), objective="utility", min_recall=0.0,
-                     n_bootstrap=200, on_worse="stop")  # fmt: skip
+    stop = calibrate(
+        adversarial(90, 0, 0.3),
+        objective="utility",
+        constraints=["evidence_recall>=0.0"],
+        check=Check(n_bootstrap=200, on_worse="stop"),
+    )
     md = build_report(stop, plots=False, config_path="g.toml").markdown()
     assert "**No config is written** (`on_worse='stop'`)" in md and "g.toml" not in md
 
@@ -346,7 +365,9 @@ def test_a_chosen_baseline_is_not_compared_with_itself_and_a_small_set_is_flagge
     tmp_path: Path,
 ) -> None:
     only_top_k = SweepGrid(max_k=(1, 2, 3, 4), thresholds=(0.0,), cut_rules=())
-    res = calibrate(synthetic_evalset(40, 6, 5), grid=only_top_k, n_bootstrap=200)
+    res = calibrate(
+        synthetic_evalset(40, 6, 5), search=Search(grid=only_top_k), check=Check(n_bootstrap=200)
+    )
     r = res.recommended
     assert r.chosen_is_baseline
     written = write_report(res, tmp_path / "r")
@@ -380,7 +401,12 @@ def test_an_unmet_floor_names_the_best_reachable_value_and_its_setting() -> None
         qrels[q] = {f"{q}_{1 if i % 3 == 0 else 5}": 1}
     es = EvalSet.from_dicts(qrels, {"run": run})
     grid = SweepGrid(max_k=(1, 2, 3), thresholds=(0.0, 0.5), cut_rules=())
-    res = calibrate(es, grid=grid, min_recall=0.8, n_bootstrap=100)
+    res = calibrate(
+        es,
+        constraints=["evidence_recall>=0.8"],
+        search=Search(grid=grid),
+        check=Check(n_bootstrap=100),
+    )
     r = res.recommended
     [short] = res.shortfalls()
     ev = compute(r.arrays, "evidence_recall", cut=r.kernel.cut(short.best))
@@ -416,9 +442,14 @@ def test_a_two_stage_choice_worse_on_held_out_leaves_the_stage_off() -> None:
         texts.update({f"{q}-a": "the answer", f"{q}-b": "b", f"{q}-c": "c", f"{q}-d": "d"})
     es = EvalSet.from_dicts(qrels, {"dense": run}, queries=queries)
     res = calibrate(
-        es, reranker=treacherous, rerank_score_kind="logit", passages=texts, cache_dir=None,
-        max_k=4, n_bootstrap=200, rerank_grid=RerankGrid(top_n=(4,)), min_recall=None,
-    )  # fmt: skip
+        es,
+        search=Search(max_k=4),
+        check=Check(n_bootstrap=200),
+        rerank=RerankSearch(
+            reranker=treacherous, score_kind="logit", grid=RerankGrid(top_n=(4,)), cache_dir=None
+        ),
+        passages=texts,
+    )
     two = res.rerank
     assert two is not None and two.fallback is not None
     assert not res.config().rerank.enabled

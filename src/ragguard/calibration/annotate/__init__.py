@@ -13,10 +13,10 @@ irrelevant passage that makes it answer anyway (a distractor) scores near -1.
 
 ::
 
-    from ragguard.calibration.annotate import TransformersEstimator, annotate
+    from ragguard.calibration.annotate import Outputs, TransformersEstimator, annotate
 
     est = TransformersEstimator("Qwen/Qwen2.5-7B-Instruct", device="cuda", dtype="bfloat16")
-    annotate("eval.jsonl", est, out="utilities.jsonl", udcg_out="utilities.json")
+    annotate("eval.jsonl", est, outputs=Outputs(out="utilities.jsonl", udcg_out="utilities.json"))
 
 Backends (each an ``AbstentionEstimator``):
 

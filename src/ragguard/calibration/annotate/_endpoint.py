@@ -140,9 +140,13 @@ class _Client:
         transport: Any = None,
     ) -> None:
         require("httpx", "endpoint")
-        for name, value in (("concurrency", concurrency), ("max_retries", max_retries),
-                            ("backoff", backoff), ("max_backoff", max_backoff),
-                            ("timeout", timeout)):  # fmt: skip
+        for name, value in (
+            ("concurrency", concurrency),
+            ("max_retries", max_retries),
+            ("backoff", backoff),
+            ("max_backoff", max_backoff),
+            ("timeout", timeout),
+        ):
             check(name, value)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         if self.api_key is not None and not isinstance(self.api_key, str):
@@ -198,8 +202,9 @@ class _Client:
                         path,
                     ) from exc
                 delay = self._delay(attempt, None)
-                logger.info("%s%s: %s; retrying in %.2fs", self.shown_url, path,
-                            type(exc).__name__, delay)  # fmt: skip
+                logger.info(
+                    "%s%s: %s; retrying in %.2fs", self.shown_url, path, type(exc).__name__, delay
+                )
                 await asyncio.sleep(delay)
                 continue
             if resp.status_code == 200:
@@ -212,13 +217,20 @@ class _Client:
                     ) from None
             if resp.status_code in TRANSIENT_STATUS and not last:
                 delay = self._delay(attempt, resp.headers.get("retry-after"))
-                logger.info("%s%s: HTTP %d; retrying in %.2fs", self.shown_url, path,
-                            resp.status_code, delay)  # fmt: skip
+                logger.info(
+                    "%s%s: HTTP %d; retrying in %.2fs",
+                    self.shown_url,
+                    path,
+                    resp.status_code,
+                    delay,
+                )
                 await asyncio.sleep(delay)
                 continue
-            tail = f" (after {self.max_retries} retries)" if resp.status_code in (
-                TRANSIENT_STATUS
-            ) else ""  # fmt: skip
+            tail = (
+                f" (after {self.max_retries} retries)"
+                if resp.status_code in (TRANSIENT_STATUS)
+                else ""
+            )
             body = redact(resp.text, self.api_key)[:300]
             raise self.error(model, f" answered HTTP {resp.status_code}{tail}: {body}", path)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -200,7 +200,7 @@ class Outputs:
 class Annotator:
     """Annotation as an estimator-like object: the model (``estimator``), where
     relevance comes from and what is written, and [`run`][ragguard.calibration.Annotator.run] on a
-    loaded eval set. ``annotate`` takes the same settings as keyword arguments.
+    loaded eval set. ``annotate`` takes the same option objects.
 
     Attributes:
         estimator: the backend (``TransformersEstimator``,
@@ -309,34 +309,37 @@ class Annotator:
         if udcg_path is not None:
             _write_udcg(udcg_path, es, texts, items, estimator.model_id)
         summary = AnnotationSummary(
-            estimator.model_id, len(items), computed, reused, judged, failures, skipped,
-            out_path, udcg_path, store_path,
-        )  # fmt: skip
+            estimator.model_id,
+            len(items),
+            computed,
+            reused,
+            judged,
+            failures,
+            skipped,
+            out_path,
+            udcg_path,
+            store_path,
+        )
         logger.info("annotate: %s", summary)
         return summary
 
 
-def annotate(  # noqa: PLR0913 - the keyword face of Annotator, kept for callers
+def annotate(
     evalset: EvalSet | PathLike,
     estimator: AbstentionEstimator,
     *,
-    out: PathLike,
-    udcg_out: PathLike | None = None,
+    outputs: Outputs,
+    relevance: Relevance = Relevance(),
     runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None = None,
     format: str | None = None,
     corpus: PathLike | Sequence[PathLike] = (),
     passages: Mapping[str, str] | None = None,
     only_runs: Sequence[str] | None = None,
-    judge: RelevanceJudge | None = None,
-    unjudged: Unjudged | None = None,
-    rules: UtilityRules | None = None,
-    progress_file: PathLike | None = None,
-    fresh: bool = False,
     progress: Progress | None = None,
 ) -> AnnotationSummary:
-    """Measure the utility of every retrieved passage with an LLM, as the UDCG paper does
-    (an [`Annotator`][ragguard.calibration.Annotator] built from these keyword arguments, run on the
-    eval set).
+    """Measure the utility of every retrieved passage with an LLM, as the UDCG paper does:
+    ``Annotator(estimator=estimator, outputs=outputs, relevance=relevance).run(...)`` on
+    the eval set ([`Annotator`][ragguard.calibration.Annotator]).
 
     For each query and each passage a run retrieved for it, the model reads the
     paper's abstention prompt (Figure 4) with that passage alone, and ``estimator``
@@ -350,44 +353,30 @@ def annotate(  # noqa: PLR0913 - the keyword face of Annotator, kept for callers
         estimator: the backend (``TransformersEstimator``,
             ``OpenAIEndpointEstimator``, ``SamplingEstimator``, or your own
             ``AbstentionEstimator``).
-        out: the ragguard JSONL to write: the eval set with ``no_response`` and
-            ``utilities`` per annotated candidate and the model under
-            ``metadata.annotate``; [`load_evalset`][ragguard.calibration.load_evalset] reads it.
-        udcg_out: also write the UDCG authors' JSON (``models_info.<model>.no_res_prob``).
+        outputs: what is written (``Outputs``: the ragguard JSONL, the UDCG authors'
+            JSON, the progress file, ``fresh``).
+        relevance: where R(q, p) comes from (``Relevance``: the judge, the policy for
+            unlabelled candidates, the grade rules).
         runs: run files, when ``evalset`` is a path (as in ``load_evalset``).
         format: the eval set's format, when ``evalset`` is a path (detected otherwise).
         corpus: JSONL corpus files with the passage texts
             (``ragguard.calibration.data.texts``), added to the eval set's own.
         passages: more passage texts, ``{doc_id: text}``.
         only_runs: annotate the candidates of these runs only (default: every run).
-        judge: the relevance judge for candidates without labels.
-        unjudged: what to do with candidates that have no label: ``"judge"`` (ask
-            ``judge``; the default when one is given), ``"irrelevant"`` (R = -1, as
-            unjudged documents count in TREC; the default otherwise) or ``"skip"``.
-        rules: which grades are relevant: R = +1 from the partial grade up (as
-            utilities count them); default binary, grade >= 1.
-        progress_file: where results are appended as they are computed (default: the
-            output path plus ``.progress``). A re-run reads it and skips what is done.
-        fresh: ignore saved results and start over.
         progress: ``progress(stage, done, total)``, called as results come in.
 
     Returns:
         An ``AnnotationSummary``.
 
     Raises:
-        AnnotationError: a query or passage has no text, or unjudged candidates have no
-            judge, or the eval set has no candidates.
+        AnnotationError: a query or passage has no text, or the eval set has no
+            candidates.
         EvalSetError: the eval set or a corpus file is malformed.
         EndpointError: an endpoint backend failed (what was computed is saved).
     """
-    outputs = Outputs(out=out, udcg_out=udcg_out, progress_file=progress_file, fresh=fresh)
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
     es = _load(evalset, format, runs, corpus_list, passages)
-    annotator = Annotator(
-        estimator=estimator,
-        outputs=outputs,
-        relevance=Relevance(judge=judge, unjudged=unjudged, rules=rules),
-    )
+    annotator = Annotator(estimator=estimator, outputs=outputs, relevance=relevance)
     return annotator.run(
         es,
         only_runs=only_runs,

@@ -140,9 +140,15 @@ class ProgressStore:
         """Save one abstention probability."""
         self.no_response[(key, qid, doc, pair)] = p
         self._write(
-            {"kind": "no_response", "key": key, "query_id": qid, "doc_id": doc, "pair": pair,
-             "p": p}
-        )  # fmt: skip
+            {
+                "kind": "no_response",
+                "key": key,
+                "query_id": qid,
+                "doc_id": doc,
+                "pair": pair,
+                "p": p,
+            }
+        )
 
     def add_relevance(
         self, key: str, qid: str, doc: str, pair: str, relevant: bool, motivation: str
@@ -150,9 +156,16 @@ class ProgressStore:
         """Save one relevance judgement."""
         self.relevance[(key, qid, doc, pair)] = (relevant, motivation)
         self._write(
-            {"kind": "relevance", "key": key, "query_id": qid, "doc_id": doc, "pair": pair,
-             "relevant": relevant, "motivation": motivation}
-        )  # fmt: skip
+            {
+                "kind": "relevance",
+                "key": key,
+                "query_id": qid,
+                "doc_id": doc,
+                "pair": pair,
+                "relevant": relevant,
+                "motivation": motivation,
+            }
+        )
 
     def close(self) -> None:
         """Close the append handle (everything written is already flushed)."""

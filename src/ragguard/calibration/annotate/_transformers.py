@@ -161,13 +161,13 @@ def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]], plain: str, chat
 
 
 class _Local:
-    """Model, tokenizer and device shared by the estimator and the generator."""
+    """Model, tokenizer and device shared by the estimator and the generator (its
+    arguments are theirs, by position)."""
 
     def __init__(
         self,
         model: Any,
         tokenizer: Any,
-        *,
         model_id: str | None,
         device: str | None,
         dtype: str | None,
@@ -180,9 +180,12 @@ class _Local:
         if isinstance(model, str | os.PathLike):
             name = Path(str(model)).name if gguf_file is None else gguf_file
             self.model, self.tokenizer, self.device = load_model(
-                model, gguf_file=gguf_file, device=device, dtype=dtype,
+                model,
+                gguf_file=gguf_file,
+                device=device,
+                dtype=dtype,
                 trust_remote_code=trust_remote_code,
-            )  # fmt: skip
+            )
             default_id = str(model) if gguf_file is None else name
         else:
             if tokenizer is None:
@@ -256,10 +259,8 @@ class TransformersEstimator:
         if max_length is not None:
             check("max_length", max_length)
         self._local = _Local(
-            model, tokenizer, model_id=model_id, device=device, dtype=dtype,
-            gguf_file=gguf_file, trust_remote_code=trust_remote_code,
-            chat_template=chat_template,
-        )  # fmt: skip
+            model, tokenizer, model_id, device, dtype, gguf_file, trust_remote_code, chat_template
+        )
         self.batch_size = batch_size
         self.max_length = max_length
         self.prompt = prompt
@@ -386,9 +387,8 @@ class TransformersGenerator:
             self._local = model
         else:
             self._local = _Local(
-                model, tokenizer, model_id=model_id, device=device, dtype=dtype,
-                gguf_file=gguf_file, trust_remote_code=trust_remote_code, chat_template=None,
-            )  # fmt: skip
+                model, tokenizer, model_id, device, dtype, gguf_file, trust_remote_code, None
+            )
         self.max_new_tokens = max_new_tokens
 
     @property

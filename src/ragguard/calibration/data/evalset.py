@@ -215,7 +215,7 @@ class EvalSet:
         ``distractors`` ids; in TREC qrels and BEIR: qrels lines with no positive grade;
         in tables and dicts alike; in a UDCG file: no passage ``is_relevant``. A query
         with no label at all is neither answerable nor unanswerable: it is not judged.
-        ``calibrate(..., max_false_abstain=...)`` calibrates ``min_evidence`` on them
+        ``calibrate(..., answerability=Answerability(...))`` calibrates ``min_evidence`` on them
         (``ragguard.calibration.fit.answerability``)."""
         return tuple(self.labels.unanswerable())
 

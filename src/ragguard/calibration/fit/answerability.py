@@ -1,6 +1,6 @@
 r"""Answerability: ``min_evidence`` calibrated, with a bound on the answerable queries lost.
 
-``calibrate(evalset, max_false_abstain=0.1)`` (``ragguard calibrate
+``calibrate(evalset, answerability=Answerability(max_false_abstain=0.1))`` (``ragguard calibrate
 --max-false-abstain 0.1``) chooses the floor ``min_evidence`` under which the guard keeps
 nothing (``ragguard.policy``: the best candidate's score below it, reason
 ``insufficient_evidence``, ``Selection.verdict == "insufficient"``), so that at most a

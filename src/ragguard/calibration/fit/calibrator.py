@@ -4,7 +4,7 @@
 
     from ragguard.calibration import calibrate, load_evalset
 
-    result = calibrate(load_evalset("eval.jsonl"), objective="udcg", min_recall=0.8)
+    result = calibrate(load_evalset("eval.jsonl"), constraints=["evidence_recall>=0.8"])
     result.recommended.chosen_params       # PolicyParams(max_k=4, relative_threshold=0.8, ...)
     result.save_config("ragguard.toml")    # ContextGuard.from_file("ragguard.toml")
 
@@ -40,12 +40,12 @@ Steps, per run (retrieval profile):
    certify it, check it;
 7. compute each query's optimal context size (where cumulative utility peaks;
    ``RunCalibration.optimal``);
-8. with ``max_false_abstain``, calibrate ``min_evidence`` for the written setting on the
+8. with ``answerability``, calibrate ``min_evidence`` for the written setting on the
    calibration queries and check it on the held-out ones
    (``ragguard.calibration.fit.answerability``).
 
 Steps 2 and 4-6 are one search (``ragguard.calibration.fit.search.search``). With a
-second stage (``reranker`` or ``rerank_scores``) the same search runs a second time, on
+second stage (``rerank``: a reranker or its scores) the same search runs a second time, on
 the recommended run's rerank depths x rerank cuts x caps
 (``ragguard.calibration.fit.second_stage``), checked against that run's
 retrieval-only choice and its plain top-k; its setting is written, or the
@@ -77,12 +77,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard._fields import is_real
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.data.utility import UtilityRules, as_profile
 from ragguard.calibration.fit.answerability import (
@@ -98,14 +97,13 @@ from ragguard.calibration.fit.options import (
     Answerability,
     Check,
     Guarantee,
-    RerankGrid,
     RerankSearch,
     Search,
     Split,
     Stages,
 )
 from ragguard.calibration.fit.plan import FitPlan
-from ragguard.calibration.fit.rerank_scores import RerankScores, score_candidates
+from ragguard.calibration.fit.rerank_scores import score_candidates
 from ragguard.calibration.fit.result import (
     SMALL_SET,
     CalibrationResult,
@@ -114,11 +112,9 @@ from ragguard.calibration.fit.result import (
 from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.search import Reference, RunCalibration, search
 from ragguard.calibration.fit.second_stage import rerank_space
-from ragguard.calibration.fit.select import DEFAULT_FOLDS
 from ragguard.calibration.fit.space import retrieval_space
 from ragguard.calibration.fit.statistics import split_queries
 from ragguard.calibration.fit.sweep import (
-    DEFAULT_METRICS,
     PASSAGES,
     Constraint,
     SweepGrid,
@@ -130,16 +126,14 @@ from ragguard.calibration.fit.sweep import (
 from ragguard.calibration.metrics import parse_metric
 from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
-from ragguard.policy import ConflictMode
-from ragguard.probability import MapMethod
 from ragguard.profiles import Profile
-from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
-    from ragguard.rerank import Reranker
+    pass
 
 __all__ = [
     "DEFAULT_MAX_K",
+    "CalibratorOptions",
     "calibrate",
 ]
 
@@ -181,26 +175,6 @@ def _file_hashes(evalset: EvalSet, runs: Sequence[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------- calibrate
 
 
-def needs_texts(
-    *,
-    reranker: bool = False,
-    max_tokens: int | None = None,
-    near_duplicate_threshold: float | None = None,
-    conflicts: Sequence[str | ConflictMode] = (),
-) -> bool:
-    """Whether [`calibrate`][ragguard.calibration.calibrate] with these options reads passage texts:
-    a ``reranker`` scores (query, passage text) pairs, and the token budget, near-duplicate and
-    conflict stages after the cut read the ranked passages. Precomputed ``rerank_scores`` and
-    the rest of a calibration read none, so an eval set loaded with
-    ``load_evalset(..., texts=False)`` serves them (and holds no corpus text)."""
-    return (
-        reranker
-        or max_tokens is not None
-        or near_duplicate_threshold is not None
-        or bool(conflicts)
-    )
-
-
 @dataclass(frozen=True, kw_only=True)
 class Calibrator:
     """Calibration as an estimator: the settings of a calibration, grouped into option
@@ -222,7 +196,7 @@ class Calibrator:
         result = calibrator.fit(evalset)
         result.save_config("ragguard.toml")
 
-    [`calibrate`][ragguard.calibration.calibrate] takes the same settings as keyword arguments.
+    [`calibrate`][ragguard.calibration.calibrate] takes the same fields as keyword arguments.
 
     Attributes:
         objective: the metric to optimise (a registry metric string or ``passages``);
@@ -534,184 +508,61 @@ def _search_run(
     return found
 
 
-def calibrate(  # noqa: PLR0913 - the keyword face of Calibrator, kept for callers
+class CalibratorOptions(TypedDict, total=False):
+    """The keyword arguments of [`calibrate`][ragguard.calibration.calibrate]: the fields of
+    [`Calibrator`][ragguard.calibration.Calibrator], which documents them."""
+
+    objective: str
+    constraints: Sequence[Constraint | str]
+    profile: Profile | str | None
+    rules: UtilityRules | None
+    runs: Sequence[str] | None
+    search: Search
+    split: Split
+    check: Check
+    guarantee: Guarantee | None
+    stages: Stages
+    rerank: RerankSearch | None
+    answerability: Answerability | None
+
+
+def calibrate(
     evalset: EvalSet,
     *,
-    runs: Sequence[str] | None = None,
-    profile: Profile | str | None = None,
-    rules: UtilityRules | None = None,
-    objective: str = "udcg",
-    constraints: Sequence[Constraint | str] = (),
-    min_recall: float | None = None,
-    max_k: int | None = None,
-    grid: SweepGrid | None = None,
-    metrics: Sequence[str] = DEFAULT_METRICS,
-    holdout: float = 0.3,
-    seed: int = 0,
-    baseline_k: int | None = None,
-    n_bootstrap: int = 2000,
-    level: float = 0.95,
-    reranker: Reranker | None = None,
-    rerank_scores: RerankScores | None = None,
-    rerank_score_kind: ScoreKind | str | None = None,
-    rerank_grid: RerankGrid | None = None,
-    probability_map: MapMethod | str = "platt",
     corpus: Sequence[str | os.PathLike[str]] = (),
     passages: Mapping[str, str] | None = None,
-    cache_dir: str | os.PathLike[str] | bool | None = True,
-    on_rerank_query: Any = None,
-    folds: int = DEFAULT_FOLDS,
-    on_worse: Literal["top-k", "stop"] = "top-k",
-    guarantee: str | None = None,
-    confidence: float = 0.95,
-    max_tokens: int | None = None,
-    token_counter: str = "chars:4",
-    near_duplicate_threshold: float | None = None,
     on_sweep: Callable[[int, int], None] | None = None,
-    max_false_abstain: float | None = None,
-    conflicts: Sequence[str | ConflictMode] = (),
-    conflict_similarities: Sequence[float] = (),
+    **options: Unpack[CalibratorOptions],
 ) -> CalibrationResult:
-    """Sweep every run, choose a setting per run, check it on held-out queries: a
-    [`Calibrator`][ragguard.calibration.Calibrator] built from these keyword arguments, fitted on
-    ``evalset`` (``Calibrator(...).fit(evalset)`` groups them into option objects).
+    """``Calibrator(**options).fit(evalset, ...)``: sweep every run, choose a setting per
+    run, check it on held-out queries.
+
+    ::
+
+        result = calibrate(
+            evalset,
+            constraints=["evidence_recall>=0.8"],
+            split=Split(holdout=0.3, seed=0),
+            stages=Stages(conflicts=["off", "drop"]),
+        )
 
     Args:
         evalset: labelled queries and their runs.
-        runs: the runs to calibrate (default: all).
-        profile: tolerance profile for utilities (default ``support``); its name goes
-            into the config.
-        rules: which grades are relevant / partially relevant.
-        objective: the metric to optimise (a registry metric string or ``passages``);
-            distractor rate and harm are minimised, everything else maximised.
-        constraints: ``Constraint`` objects or strings like ``"evidence_recall>=0.8"``.
-        min_recall: shorthand for the constraint ``evidence_recall>=min_recall`` (recall
-            among the candidates: the recall a guard controls; classic ``recall``, over
-            every judged document, stays in the report as the retriever's ceiling).
-        max_k: the largest cap tried (grid ``1..max_k``), a constraint: the caps never
-            grow past it. ``None`` (the default): caps ``1..`` ``DEFAULT_MAX_K``,
-            which grow to the candidate depth (at most
-            ``MAX_K_LIMIT``) when no setting meets
-            the constraints, or with ``guarantee``. Ignored when ``grid`` is given (a
-            grid never grows).
-        grid: the settings to try (default
-            [`SweepGrid.up_to(max_k)`][ragguard.calibration.SweepGrid.up_to]).
-        metrics: metrics computed at every setting (the objective and constraint metrics
-            are added).
-        holdout: fraction of queries held out for the check (0 disables it).
-        seed: seed of the split and of the bootstrap.
-        baseline_k: compare with plain top-``baseline_k`` instead of the best plain
-            top-k of the grid.
-        n_bootstrap: bootstrap resamples for the intervals.
-        level: confidence level of the intervals.
-        reranker: a second stage ([`Reranker`][ragguard.Reranker]) to calibrate with
-            the recommended run: its scores are computed once per (model, query,
-            passage text) and cached (``ragguard.calibration.fit.rerank_scores``), a
-            probability map is fitted, and retrieval depth x rerank cut x max_k is swept
-            (``ragguard.calibration.fit.second_stage``); the config then enables the stage.
-        rerank_scores: precomputed second-stage scores instead of a ``reranker``
-            (``read_rerank_run``).
-        rerank_score_kind: what the reranker returns, when it does not declare it.
-        rerank_grid: the rerank cuts and depths tried (default ``RerankGrid()``).
-        probability_map: ``"platt"`` (default) or ``"isotonic"``.
-        corpus: JSONL corpus files with passage texts, for ``reranker`` and the stages
-            after the cut; added to ``evalset.texts``
-            ([`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]), each read once.
+        corpus: JSONL corpus files with passage texts
+            ([`Calibrator.fit`][ragguard.calibration.Calibrator.fit]).
         passages: more passage texts, ``{passage id: text}``.
-        cache_dir: the rerank score cache (``True``: the default folder; ``None``: off).
-        on_rerank_query: progress callback ``(queries done, queries)`` while scoring.
-        folds: cross-validation folds for the choice of rule family (fewer on small
-            sets; see ``ragguard.calibration.fit.select``).
-        on_worse: when the held-out check finds the choice worse than the best plain
-            top-k on the objective: ``"top-k"`` writes plain top-k instead, ``"stop"``
-            writes nothing
-            ([`CalibrationResult.save_config`][ragguard.calibration.CalibrationResult.save_config]
-            raises).
-        guarantee: ``"recall>=0.9"``: choose the smallest context whose mean evidence
-            recall on new queries is at least 0.9 with probability ``confidence``
-            (Learn-then-Test with Hoeffding-Bentkus p-values, Angelopoulos et al. 2021;
-            see ``ragguard.calibration.fit.risk``). The objective is then reported, not
-            optimised.
-        confidence: the confidence level of the guarantee and of ``max_false_abstain``.
-        max_tokens: sweep every setting with this token budget applied after the cut
-            (texts from the eval set, a ``corpus.jsonl`` beside it, ``corpus`` and
-            ``passages``), so the choice respects it; the config carries it.
-        token_counter: how ``max_tokens`` counts (``ragguard.tokens``).
-        near_duplicate_threshold: sweep every setting with near-duplicate control on.
-        on_sweep: progress callback ``(sweeps done, sweeps)``: one sweep per run, and
-            one for the second stage.
-        max_false_abstain: calibrate ``min_evidence`` (answerability) for the written
-            setting: the highest floor on the best candidate's score (the rerank
-            probability when the config holds the second stage) under which at most
-            this share of answerable queries abstain on new queries, with probability
-            ``confidence``, by Learn-then-Test on the calibration queries; the held-out
-            queries report the shares of unanswerable queries caught and of answerable
-            ones lost (``ragguard.calibration.fit.answerability``). Needs unanswerable
-            queries (judged, none relevant); default off.
-        conflicts: conflict modes to sweep (``"off"``, ``"flag"``, ``"keep_first"``,
-            ``"drop"``; not ``"prefer"``, whose metadata eval sets do not carry): every
-            setting is tried under each, at each of ``conflict_similarities``, with the
-            runtime's conflict stage after the cut, and the choice among them is made
-            on the objective like any other (a conflict mode counts as one more rule;
-            ``ragguard.calibration.fit.conflict_sweep``). The held-out check compares
-            with plain top-k under the simplest one swept (``off`` when given). Empty
-            (the default): the conflict stage is not swept.
-        conflict_similarities: the ``conflict_similarity`` values swept (default
-            ``DEFAULT_CONFLICT_SIMILARITY``).
+        on_sweep: progress callback ``(sweeps done, sweeps)``.
+        **options: the settings, as the fields of
+            [`Calibrator`][ragguard.calibration.Calibrator] (``objective``, ``constraints``,
+            ``profile``, ``rules``, ``runs`` and the option objects ``search``, ``split``,
+            ``check``, ``guarantee``, ``stages``, ``rerank``, ``answerability``).
 
     Raises:
-        EvalSetError: no runs, an unknown run, or nothing to calibrate on: no queries
-            left (an empty split, a run with no candidates for any labelled query) or a
-            run none of whose document ids is labelled for its query (the ids of the
-            run and of the labels do not match); with ``max_false_abstain``, no
-            unanswerable query among the calibration queries.
-        ConfigError: a parameter out of range or of the wrong type (``holdout``,
-            ``min_recall``, ``level``, ``n_bootstrap``, ``seed``, ``baseline_k``,
-            ``probability_map``, ...), an unknown metric or profile, a malformed
-            constraint, or both ``reranker`` and ``rerank_scores``.
+        ConfigError: a setting out of range or of the wrong type (raised when its option
+            object is built), an unknown metric or profile, a malformed constraint.
+        EvalSetError: as [`Calibrator.fit`][ragguard.calibration.Calibrator.fit].
     """
-    MapMethod(probability_map)  # fail early on an unknown method (ConfigError)
-    if not (is_real(confidence) and 0.0 < confidence < 1.0):  # checked even when unused
-        raise ConfigError(f"confidence must be in (0, 1), got {confidence!r}")
-    cons = [Constraint.parse(c) if isinstance(c, str) else c for c in constraints]
-    if min_recall is not None:
-        if not (is_real(min_recall) and 0.0 <= min_recall <= 1.0):
-            raise ConfigError(f"min_recall must be in [0, 1], got {min_recall!r}")
-        cons.append(Constraint(EVIDENCE, ">=", float(min_recall)))
-    rerank = None
-    if reranker is not None or rerank_scores is not None:
-        rerank = RerankSearch(
-            reranker=reranker,
-            scores=rerank_scores,
-            score_kind=rerank_score_kind,
-            grid=rerank_grid or RerankGrid(),
-            probability_map=probability_map,
-            cache_dir=cache_dir,
-            on_query=on_rerank_query,
-        )
-    calibrator = Calibrator(
-        objective=objective,
-        constraints=cons,
-        profile=profile,
-        rules=rules,
-        runs=runs,
-        search=Search(max_k=max_k, grid=grid, metrics=metrics),
-        split=Split(holdout=holdout, seed=seed, folds=folds),
-        check=Check(n_bootstrap=n_bootstrap, level=level, baseline_k=baseline_k, on_worse=on_worse),
-        guarantee=None if guarantee is None else Guarantee.parse(guarantee, confidence),
-        stages=Stages(
-            max_tokens=max_tokens,
-            token_counter=token_counter,
-            near_duplicate_threshold=near_duplicate_threshold,
-            conflicts=conflicts,
-            conflict_similarities=conflict_similarities,
-        ),
-        rerank=rerank,
-        answerability=None
-        if max_false_abstain is None
-        else Answerability(max_false_abstain=max_false_abstain, confidence=confidence),
-    )
-    return calibrator.fit(evalset, corpus=corpus, passages=passages, on_sweep=on_sweep)
+    return Calibrator(**options).fit(evalset, corpus=corpus, passages=passages, on_sweep=on_sweep)
 
 
 def calibrate_answerability(

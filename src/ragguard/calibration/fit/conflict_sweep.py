@@ -1,6 +1,7 @@
 """Sweeping the conflict stage: ``conflicts`` x ``conflict_similarity`` as settings.
 
-``calibrate(conflicts=["off", "keep_first", "drop"], conflict_similarities=[0.3, 0.5])``
+``calibrate(stages=Stages(conflicts=["off", "keep_first", "drop"],``
+``conflict_similarities=[0.3, 0.5]))``
 tries every setting of the grid under every conflict setting (``conflict_settings``)
 and chooses among all of them on the objective, like any other setting: cross-validated
 as part of the rule family (a conflict mode counts as one more rule, so the simplest

@@ -361,9 +361,7 @@ class RerankSearch:
 
     def __post_init__(self) -> None:
         if self.reranker is not None and self.scores is not None:
-            raise ConfigError(
-                "calibrate: pass reranker= or rerank_scores=, not both; drop one of them"
-            )
+            raise ConfigError("RerankSearch: pass reranker= or scores=, not both; drop one of them")
         if self.reranker is None and self.scores is None:
             raise ConfigError("RerankSearch needs a reranker or precomputed scores; pass one")
         if self.reranker is not None and not callable(self.reranker):

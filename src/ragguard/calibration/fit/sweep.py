@@ -343,6 +343,11 @@ class Constraint:
             raise ConfigError(f"a constraint compares with >= or <=, got {self.op!r}")
         if not (is_real(self.bound) and math.isfinite(self.bound)):
             raise ConfigError(f"constraint bound must be finite, got {self.bound!r}")
+        if self.metric == "evidence_recall" and not 0.0 <= self.bound <= 1.0:
+            raise ConfigError(
+                f"evidence_recall is a share: its constraint bound must be in [0, 1], got "
+                f"{self.bound!r}"
+            )
 
     @classmethod
     def parse(cls, text: str) -> Constraint:
