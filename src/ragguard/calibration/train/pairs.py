@@ -67,7 +67,7 @@ class QuerySplit:
 def split_for_training(
     evalset: EvalSet, holdout: float, validation: float, seed: int
 ) -> QuerySplit:
-    """The held-out split of ``calibrate(holdout=, seed=)``, and the rest cut into
+    """The held-out split of calibrate's ``Split(holdout=, seed=)``, and the rest cut into
     training and validation queries (see the module docstring).
 
     Raises:
