@@ -42,7 +42,7 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.fit.plan import FitPlan
 from ragguard.calibration.fit.risk import GuaranteeResult, certify_guarantee
 from ragguard.calibration.fit.select import FamilyChoice, cross_validate, refit
-from ragguard.calibration.fit.space import RerankStage, SearchSpace
+from ragguard.calibration.fit.space import FittedRerank, SearchSpace
 from ragguard.calibration.fit.statistics import (
     Comparison,
     checked_rows,
@@ -156,7 +156,7 @@ class RunCalibration:
         return self.space.grid
 
     @property
-    def stage(self) -> RerankStage | None:
+    def stage(self) -> FittedRerank | None:
         """The second stage the settings rerank with (``None``: retrieval only)."""
         return self.space.stage
 

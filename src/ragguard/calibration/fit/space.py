@@ -51,7 +51,7 @@ from ragguard.probability import ProbabilityMap
 
 __all__ = [
     "MAX_K_LIMIT",
-    "RerankStage",
+    "FittedRerank",
     "SearchSpace",
     "describe_rerank_point",
     "retrieval_space",
@@ -68,7 +68,7 @@ need more than ``DEFAULT_MAX_K`` passages. A
 
 
 @dataclass(frozen=True, eq=False)
-class RerankStage:
+class FittedRerank:
     """The second stage a search's space is built on (see the module docstring): its
     scores, the probability map fitted on the calibration queries, how well the raw
     and the mapped probabilities are calibrated, and the queries swept as failed calls.
@@ -147,7 +147,7 @@ class SearchSpace:
     top_n: tuple[int, ...] = ()
     paths: Mapping[str, Sequence[int]] | None = None
     grid: SweepGrid | None = None
-    stage: RerankStage | None = None
+    stage: FittedRerank | None = None
 
     @cached_property
     def points(self) -> tuple[PolicyParams, ...]:

@@ -14,7 +14,7 @@ from ragguard._optional import require
 from ragguard.calibration._format import format_number
 from ragguard.calibration.fit.result import CalibrationResult
 from ragguard.calibration.fit.search import RunCalibration
-from ragguard.calibration.fit.space import RerankStage
+from ragguard.calibration.fit.space import FittedRerank
 from ragguard.calibration.fit.sweep import PASSAGES, describe_point, is_plain_top_k, lower_is_better
 from ragguard.calibration.report.document import Figure
 from ragguard.errors import MissingDependencyError
@@ -205,7 +205,7 @@ def _plot_baseline_vs_guarded(mpl: Any, res: CalibrationResult, r: RunCalibratio
     return _png(fig)
 
 
-def _plot_reliability(mpl: Any, two: RerankStage, split: str) -> bytes | None:
+def _plot_reliability(mpl: Any, two: FittedRerank, split: str) -> bytes | None:
     """Predicted probability vs observed frequency of relevance, per bin, before and
     after the probability map (held-out pairs)."""
     curves = (
