@@ -106,11 +106,7 @@ from ragguard.calibration.fit.options import (
 )
 from ragguard.calibration.fit.plan import FitPlan
 from ragguard.calibration.fit.rerank_scores import RerankScores, score_candidates
-from ragguard.calibration.fit.result import (
-    SMALL_SET,
-    CalibrationResult,
-    data_fingerprint,
-)
+from ragguard.calibration.fit.result import CalibrationResult, data_fingerprint
 from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.search import Reference, RunCalibration, search
 from ragguard.calibration.fit.second_stage import rerank_space
@@ -127,6 +123,7 @@ from ragguard.calibration.fit.sweep import (
     is_plain_top_k,
     lower_is_better,
 )
+from ragguard.calibration.fit.view import SMALL_SET
 from ragguard.calibration.metrics import parse_metric
 from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError

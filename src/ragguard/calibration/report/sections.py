@@ -11,18 +11,15 @@ import numpy as np
 
 from ragguard._optional import install_hint
 from ragguard.calibration._format import floor_number, format_interval, format_number
-from ragguard.calibration.fit.result import (
-    SMALL_SET,
-    CalibrationResult,
-    CommandLine,
-    ResultView,
-)
+from ragguard.calibration.fit.result import CalibrationResult
 from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.statistics import Comparison, Interval
 from ragguard.calibration.fit.sweep import PASSAGES, choose, describe_point, lower_is_better
+from ragguard.calibration.fit.view import SMALL_SET, CommandLine, Header, ResultView
 from ragguard.calibration.metrics import compute
 from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
+from ragguard.config import GuardConfig
 from ragguard.policy import ConflictMode, CutRule
 
 __all__ = ["PLOT_NOTE", "report_blocks"]
@@ -52,8 +49,8 @@ def _setting(r: RunCalibration, which: str = "chosen") -> str:
 # --------------------------------------------------------------------------- sections
 
 
-def _header(view: ResultView, config_path: str | None) -> list[Block]:
-    res = view.result
+def _header(view: ResultView, cfg: GuardConfig, config_path: str | None) -> list[Block]:
+    res = view.header
     es = res.evalset
     cons = " and ".join(str(c) for c in res.constraints) or "none"
     r, w = view.run, view.written
@@ -63,7 +60,7 @@ def _header(view: ResultView, config_path: str | None) -> list[Block]:
             (
                 f"eval set: `{es.source or 'in memory'}`, {len(res.qids)} labelled queries"
                 + (f" ({len(es.unanswerable)} unanswerable)" if es.unanswerable else "")
-                + f", runs: {', '.join(f'`{x.name}`' for x in res.runs)}",
+                + f", runs: {', '.join(f'`{x}`' for x in res.runs)}",
                 f"profile: `{res.profile.name}` (distractor score ratio "
                 f"{res.profile.distractor_score_ratio:g}, hard negative "
                 f"{res.profile.hard_negative_penalty:g}, known distractor "
@@ -76,7 +73,7 @@ def _header(view: ResultView, config_path: str | None) -> list[Block]:
             )
         ),
         Heading(1, "Recommendation"),
-        Para(f"**Run `{r.name}`: {w.setting}** ({_config_fields(res)})."),
+        Para(f"**Run `{r.name}`: {w.setting}** ({_config_fields(cfg)})."),
     ]
     if w.stage is not None:
         blocks.append(Para(f"Second stage {w.stage}."))
@@ -96,9 +93,8 @@ def _header(view: ResultView, config_path: str | None) -> list[Block]:
     return blocks + _unmet(view)
 
 
-def _config_fields(res: CalibrationResult) -> str:
+def _config_fields(cfg: GuardConfig) -> str:
     """The config's own fields for the setting, read from the config itself."""
-    cfg = res.config()
     fields = [
         f"`max_k = {cfg.max_k}`",
         f"`relative_threshold = {cfg.relative_threshold:g}`",
@@ -124,7 +120,7 @@ def _config_fields(res: CalibrationResult) -> str:
 def _written_note(view: ResultView) -> str:
     """What the config holds: the refit on all queries, a fallback to plain top-k, or
     nothing (stopped); and which setting the held-out check tests."""
-    res, r, w = view.result, view.run, view.written
+    res, r, w = view.header, view.run, view.written
     n_all, n_cal = len(res.qids), res.calibration_rows.size
     if view.stopped is not None:
         return (
@@ -165,7 +161,7 @@ def _written_note(view: ResultView) -> str:
 
 
 def _small_set(view: ResultView) -> list[Block]:
-    res = view.result
+    res = view.header
     n = len(res.qids)
     if n >= SMALL_SET:
         return []
@@ -185,7 +181,7 @@ def _small_set(view: ResultView) -> list[Block]:
 def _unmet(view: ResultView) -> list[Block]:
     """The constraints (and the guarantee) the written setting misses, with the best
     reachable value and the setting that reaches it."""
-    res, w, short = view.result, view.written, view.shortfalls
+    res, w, short = view.header, view.written, view.shortfalls
     g = w.guarantee
     if not short and (g is None or g.met):
         return []
@@ -240,7 +236,7 @@ def _unmet(view: ResultView) -> list[Block]:
     return blocks
 
 
-def _selection(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+def _selection(res: Header, r: RunCalibration) -> list[Block]:
     """The cross-validated choice of rule family, with each family's CV mean and
     standard error and the one-standard-error rule."""
     s = r.selection
@@ -363,10 +359,10 @@ def _guarantee(
     return [Heading(*heading), Bullets(tuple(items))]
 
 
-def _answerability(res: CalibrationResult) -> list[Block]:
+def _answerability(view: ResultView) -> list[Block]:
     """The calibrated ``min_evidence``: its guarantee, what it does on the calibration
     and the held-out queries, and the written setting with and without it."""
-    a = res.answerability
+    a, res = view.answerability, view.header
     if a is None:
         return []
     items = [a.statement() if a.met else f"**not met**: {a.shortfall()}"]
@@ -386,7 +382,7 @@ def _answerability(res: CalibrationResult) -> list[Block]:
     return [Heading(1, "Answerability (min_evidence)"), Bullets(tuple(items))]
 
 
-def _runs_table(res: CalibrationResult, view: ResultView) -> list[Block]:
+def _runs_table(res: Header, view: ResultView) -> list[Block]:
     obj = res.objective
     header = ("run", "chosen", obj, "evidence recall", "recall (all judged)", "distractor rate",
               "passages", "best top-k", f"top-k {obj}", "constraints met",
@@ -538,7 +534,7 @@ def _two_stage(view: ResultView, fig: Figure | None) -> list[Block]:
     """Plain top-k, the best retrieval-only setting and the two-stage choice on the
     held-out queries, with the probability map's calibration before and after, and why
     the config holds the second stage or not (``view.written``, what is written)."""
-    w, objective = view.written, view.result.objective
+    w, objective = view.written, view.header.objective
     st = view.stage
     assert st is not None and view.stage_check is not None and view.stage_top_k_check is not None
     a = view.stage_check.comparison
@@ -641,7 +637,7 @@ def _two_stage(view: ResultView, fig: Figure | None) -> list[Block]:
     return blocks
 
 
-def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+def _examples(res: Header, r: RunCalibration) -> list[Block]:
     c = r.comparison
     obj = res.objective
     if obj not in c.metrics or c.n_queries == 0:
@@ -718,7 +714,7 @@ def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
     return blocks
 
 
-def _conflicts(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+def _conflicts(res: Header, r: RunCalibration) -> list[Block]:
     """The conflict settings swept, the best of each, and how well detection finds the
     labelled distractors at each similarity swept, on the calibration and the held-out
     queries."""
@@ -826,7 +822,7 @@ def _conflicts(res: CalibrationResult, r: RunCalibration) -> list[Block]:
     return blocks
 
 
-def _optimal(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> list[Block]:
+def _optimal(res: Header, r: RunCalibration, fig: Figure | None) -> list[Block]:
     dist = r.optimal.distribution()
     counts = r.optimal.counts
     n = int(counts.sum())
@@ -848,7 +844,7 @@ def _optimal(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
     return blocks
 
 
-def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure]) -> list[Block]:
+def _grid_section(res: Header, r: RunCalibration, figs: list[Figure]) -> list[Block]:
     grid = r.grid or res.grid  # the run's grid: its caps may have grown
     rules = [describe_point(p) for p in r.sweep.points if p.cut is not CutRule.NONE]
     blocks: list[Block] = [
@@ -920,9 +916,9 @@ def report_blocks(
     as the commands it suggests name it, or the command line they repeat (default: its
     file)."""
     view = res.view(evalset=evalset)
-    r = view.run
+    r, h = view.run, view.header
     by_name = {f.name: f for f in figs or []}
-    blocks: list[Block] = _header(view, config_path)
+    blocks: list[Block] = _header(view, res.config(), config_path)
     if figs is None:
         blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
     if r.guarantee is not None:
@@ -930,23 +926,23 @@ def report_blocks(
         blocks += _guarantee(
             g,
             lambda i: describe_point(r.sweep.points[i]),
-            len(res.qids),
+            len(h.qids),
             r.sweep.mean(g.written, PASSAGES),
-            scope="" if res.rerank is None else "retrieval-only ",
+            scope="" if view.stage is None else "retrieval-only ",
         )
-    blocks += _answerability(res)
-    blocks += _selection(res, r)
+    blocks += _answerability(view)
+    blocks += _selection(h, r)
     blocks += _heldout(view, by_name.get("baseline_vs_guarded.png"))
     if view.stage is not None:
         blocks += _two_stage(view, by_name.get("reliability.png"))
     blocks += _next_steps(view)
-    if len(res.runs) > 1:
-        blocks += _runs_table(res, view)
-    blocks += _grid_section(res, r, figs or [])
-    blocks += _conflicts(res, r)
-    blocks += _optimal(res, r, by_name.get("optimal_k.png"))
+    if len(h.runs) > 1:
+        blocks += _runs_table(h, view)
+    blocks += _grid_section(h, r, figs or [])
+    blocks += _conflicts(h, r)
+    blocks += _optimal(h, r, by_name.get("optimal_k.png"))
     if not r.chosen_is_baseline:
-        blocks += _examples(res, r)
+        blocks += _examples(h, r)
     blocks += [
         Heading(1, "How this was computed"),
         Bullets(
