@@ -36,7 +36,6 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.fit.plan import FitPlan
@@ -50,6 +49,7 @@ from ragguard.calibration.fit.statistics import (
     metric_values,
 )
 from ragguard.calibration.fit.sweep import (
+    I,
     OptimalK,
     SweepGrid,
     SweepKernel,
@@ -62,8 +62,6 @@ from ragguard.policy import PolicyParams
 from ragguard.scores import ScoreKind
 
 __all__ = ["Reference", "RunCalibration", "search"]
-
-I = NDArray[np.intp]  # noqa: E741
 
 
 @dataclass(frozen=True, eq=False)
@@ -265,16 +263,26 @@ def search(
     g_result = None
     if plan.guarantee is not None:
         g_result = certify_guarantee(
-            space.kernels[0], swept, plan.guarantee.recall, plan.guarantee.confidence,
-            held_rows, space.guarantee_paths(), kernel_of=space.kernel_of,
-        )  # fmt: skip
+            space.kernels[0],
+            swept,
+            plan.guarantee.recall,
+            plan.guarantee.confidence,
+            held_rows,
+            space.guarantee_paths(),
+            kernel_of=space.kernel_of,
+        )
         chosen = g_result.written
         feasible = meets_constraints(swept, chosen, cons)
     else:
         selection = cross_validate(
-            space.means, swept.points, calib_rows, objective, cons,
-            folds=plan.split.folds, seed=plan.split.seed,
-        )  # fmt: skip
+            space.means,
+            swept.points,
+            calib_rows,
+            objective,
+            cons,
+            folds=plan.split.folds,
+            seed=plan.split.seed,
+        )
         chosen, feasible = refit(swept, selection.members[selection.chosen], objective, cons)
 
     # the held-out check, against each reference in turn
@@ -288,9 +296,15 @@ def search(
     for ref in refs:
         theirs = metric_values(ref.kernel, ref.kept, reported, rows)
         comparison = compare_values(
-            theirs, ours, rows, reported,
-            split=split, n_bootstrap=check.n_bootstrap, seed=plan.split.seed, level=check.level,
-        )  # fmt: skip
+            theirs,
+            ours,
+            rows,
+            reported,
+            split=split,
+            n_bootstrap=check.n_bootstrap,
+            seed=plan.split.seed,
+            level=check.level,
+        )
         comparisons.append(comparison)
     fallback = None
     if g_result is None and objective in reported:

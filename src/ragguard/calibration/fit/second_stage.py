@@ -88,7 +88,7 @@ from ragguard.calibration.fit.rerank_scores import RerankScores
 from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.space import FittedRerank, SearchSpace
 from ragguard.calibration.fit.statistics import checked_rows
-from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, SweepResult, sweep
+from ragguard.calibration.fit.sweep import F64, PASSAGES, I, SweepKernel, SweepResult, sweep
 from ragguard.errors import EvalSetError, RerankError
 from ragguard.policy import PolicyParams
 from ragguard.probability import MapMethod, rerank_probabilities, to_logit
@@ -97,9 +97,6 @@ from ragguard.scores import ScoreKind, normalize
 __all__ = ["rerank_space"]
 
 logger = logging.getLogger(__name__)
-
-F64 = NDArray[np.float64]
-I = NDArray[np.intp]  # noqa: E741
 
 
 def _reranked_arrays(

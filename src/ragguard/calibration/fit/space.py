@@ -28,7 +28,6 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.evalset import EvalSet
@@ -38,6 +37,7 @@ from ragguard.calibration.fit.rerank_scores import RerankScores
 from ragguard.calibration.fit.risk import guarantee_paths
 from ragguard.calibration.fit.select import fold_count, fold_parts
 from ragguard.calibration.fit.sweep import (
+    I,
     SweepGrid,
     SweepKernel,
     SweepResult,
@@ -59,7 +59,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-I = NDArray[np.intp]  # noqa: E741
 
 MAX_K_LIMIT = 100
 """The largest cap the default grid grows to when the constraints (or a guarantee)
