@@ -19,9 +19,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ragguard.calibration._format import finite
 from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.data.evalset import EvalSet
@@ -29,24 +26,21 @@ from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
-from ragguard.calibration.fit.sweep import Constraint, SweepGrid
+from ragguard.calibration.fit.sweep import Constraint, I, SweepGrid
 from ragguard.calibration.fit.view import (
     CommandLine,
     Header,
     ResultView,
-    Shortfall,
     StageView,
-    WrittenSetting,
     build_view,
     name_evalset,
 )
+from ragguard.calibration.fit.written import Shortfall, WrittenSetting
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
 
 __all__ = ["CalibrationResult", "data_fingerprint"]
-
-I = NDArray[np.intp]  # noqa: E741
 
 
 @dataclass(frozen=True, eq=False)

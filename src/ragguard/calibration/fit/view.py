@@ -1,8 +1,11 @@
 """The result view: one calibration as every output shows it, derived once
-([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]): what the config
-holds (``WrittenSetting``) and what it misses (``Shortfall``), the held-out checks
-(``CheckView``), every run's line (``RunRow``), the second stage (``StageView``), why,
-and what to try next (``CommandLine``, ``ResultView.next_steps``).
+([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]): the calibration
+introduced (``Header``), what the config holds and misses
+(``ragguard.calibration.fit.written``), the held-out checks (``CheckView``), every run's
+line (``RunRow``), the second stage (``StageView``), the guarantees (``GuaranteeView``),
+the conflict stage (``ConflictView``), the cut rules (``RuleRow``), the queries that
+gained and lost most (``Example``), why, and what to try next (``CommandLine``,
+``ResultView.next_steps``).
 
 The console (``ragguard.calibration.report.console``), ``--json``
 (``ragguard.calibration.report.summary``), the report (``ragguard.calibration.report``) and
@@ -13,21 +16,28 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from ragguard.calibration._format import floor_number, format_number
+from ragguard.calibration._format import format_number
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.answerability import AnswerabilityResult
-from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts, setting_of
-from ragguard.calibration.fit.risk import GuaranteeResult
+from ragguard.calibration.fit.conflict_sweep import (
+    ConflictDetection,
+    StageKernels,
+    conflict_detection,
+    describe_conflicts,
+    setting_of,
+    similarity_levels,
+)
+from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
+from ragguard.calibration.fit.select import FamilyChoice
 from ragguard.calibration.fit.statistics import (
     VALIDATION,
     Comparison,
@@ -38,13 +48,16 @@ from ragguard.calibration.fit.statistics import (
 from ragguard.calibration.fit.sweep import (
     PASSAGES,
     Constraint,
+    I,
+    OptimalK,
     SweepGrid,
-    SweepResult,
+    choose,
     describe_point,
     lower_is_better,
 )
-from ragguard.calibration.metrics import SafetyBand, SafetyBands, safety_band
-from ragguard.policy import PolicyParams
+from ragguard.calibration.fit.written import Shortfall, WrittenSetting, shortfalls, written_setting
+from ragguard.calibration.metrics import SafetyBand, SafetyBands, compute, safety_band
+from ragguard.policy import ConflictMode, CutRule
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
 
@@ -52,66 +65,24 @@ __all__ = [
     "SMALL_SET",
     "CheckView",
     "CommandLine",
+    "ConflictView",
+    "Example",
+    "GuaranteeView",
     "Header",
     "MetricCheck",
     "ResultView",
+    "RuleRow",
     "RunRow",
-    "Shortfall",
     "StageView",
-    "WrittenSetting",
     "build_view",
     "name_evalset",
-    "shortfalls",
 ]
 
 SMALL_SET = 50
 """Fewer labelled queries than this get a warning with the held-out interval's width."""
 
-I = NDArray[np.intp]  # noqa: E741
-
 
 # --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class Shortfall:
-    """A constraint the written setting misses
-    ([`CalibrationResult.shortfalls`][ragguard.calibration.CalibrationResult.shortfalls]).
-
-    Attributes:
-        constraint: the constraint.
-        best: the setting that comes closest to it on all queries.
-        best_value: its value there: the best reachable.
-        written_value: the written setting's value.
-        max_k: the largest cap tried.
-        best_setting: ``best`` in words (with a second stage, its rerank depth too).
-    """
-
-    constraint: Constraint
-    best: PolicyParams
-    best_value: float
-    written_value: float
-    max_k: int
-    best_setting: str = ""
-
-
-def shortfalls(w: WrittenSetting, constraints: Sequence[Constraint]) -> list[Shortfall]:
-    """The ``constraints`` the written setting ``w`` misses on all queries, each with the
-    best reachable value and the point that reaches it."""
-    full, index = w.full, w.index
-    out: list[Shortfall] = []
-    for c in constraints:
-        col = full.column(c.metric)
-        if c.violation(col[[index]])[0] == 0:
-            continue
-        signed = np.where(np.isnan(col), -np.inf, col if c.op == ">=" else -col)
-        best = int(np.flatnonzero(signed == signed.max())[0])
-        out.append(
-            Shortfall(
-                c, full.points[best], float(col[best]), float(col[index]), w.cap, w.names(best)
-            )
-        )
-    return out
 
 
 @dataclass(frozen=True)
@@ -146,132 +117,6 @@ class CommandLine:
 def _command(*words: str) -> str:
     """``words`` as one shell command line (each quoted where the shell needs it)."""
     return " ".join(shlex.quote(w) for w in words)
-
-
-@dataclass(frozen=True, eq=False)
-class WrittenSetting:
-    """What the config holds, described once (``ResultView.written``).
-    The console, ``--json``, the report and the provenance all read it, and
-    [`CalibrationResult.config`][ragguard.calibration.CalibrationResult.config] writes it, so every
-    one names the same setting.
-
-    Everything it says is read from ``search``, the search whose setting the config
-    holds.
-
-    Attributes:
-        run: the run's calibration (its retrieval search).
-        two_stage: the second stage's search, when the config enables the stage, or
-            ``None`` (retrieval only).
-        stage: one line, ``written: ...`` or ``left off: ...``: why the second stage is
-            in the config or not (``None`` without a second stage).
-    """
-
-    run: RunCalibration
-    two_stage: RunCalibration | None
-    stage: str | None = None
-
-    @property
-    def search(self) -> RunCalibration:
-        """The search whose setting the config holds: the second stage's, or the run's."""
-        return self.two_stage if self.two_stage is not None else self.run
-
-    @property
-    def setting(self) -> str:
-        """The setting the config holds, in words (``max_k=2, autocut@1``; with a second
-        stage ``rerank top-5, max_k=3, min_score=0.2``)."""
-        return self.search.describe(self.search.written)
-
-    @property
-    def tested(self) -> str:
-        """The setting the held-out check tests, in words: the choice on the calibration
-        queries (the written setting is that choice's rule family refitted on all
-        queries; with a guarantee the two are the same)."""
-        return self.search.describe(self.search.chosen)
-
-    @property
-    def full(self) -> SweepResult:
-        """Every setting's means over all queries, of the search holding it."""
-        return self.search.full
-
-    @property
-    def index(self) -> int:
-        """The written setting's index in ``full``."""
-        return self.search.written
-
-    def names(self, i: int) -> str:
-        """Point ``i`` of ``full`` in words."""
-        return self.search.describe(i)
-
-    @property
-    def feasible(self) -> bool:
-        """Whether the written setting meets every constraint on all queries."""
-        return self.search.written_feasible
-
-    @property
-    def guarantee(self) -> GuaranteeResult | None:
-        """The recall guarantee of the search written, when one was asked for."""
-        return self.search.guarantee
-
-    @property
-    def comparison(self) -> Comparison:
-        """The held-out check of ``tested`` against the best plain top-k."""
-        return self.search.comparison
-
-    @property
-    def cap(self) -> int:
-        """The largest cap the written search tried."""
-        return self.search.cap
-
-    @property
-    def params(self) -> PolicyParams:
-        """The written setting (the rerank policy's, with a second stage)."""
-        return self.full.points[self.index]
-
-    @property
-    def met(self) -> bool:
-        """Whether it meets every constraint and, when asked for, the guarantee."""
-        return self.feasible and (self.guarantee is None or self.guarantee.met)
-
-    @property
-    def metrics(self) -> dict[str, float]:
-        """Its mean metrics over all queries."""
-        return self.full.point_means(self.index)
-
-    @property
-    def tested_metrics(self) -> dict[str, float]:
-        """The tested setting's mean metrics over the calibration queries."""
-        s = self.search
-        return s.sweep.point_means(s.chosen)
-
-    @property
-    def tested_feasible(self) -> bool:
-        """Whether the tested setting meets every constraint on the calibration queries."""
-        return self.search.feasible
-
-    def band(self) -> SafetyBand | None:
-        """The safety band of the tested setting's mean distractor rate on the held-out
-        queries (``None`` without queries or a distractor rate)."""
-        c = self.comparison
-        if not c.n_queries or "distractor_rate" not in c.metrics:
-            return None
-        rate = c.guarded["distractor_rate"].mean
-        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
-
-    @property
-    def checked_rate(self) -> float:
-        """Its own mean distractor rate on the queries ``comparison`` checked (NaN
-        without queries or a distractor rate); where it is not ``tested``, its refit
-        on all queries saw these queries."""
-        c = self.comparison
-        if not c.n_queries or "distractor_rate" not in c.metrics:
-            return math.nan
-        return self.search.space.means(c.rows).mean(self.index, "distractor_rate")
-
-    def checked_band(self) -> SafetyBand | None:
-        """The safety band of ``checked_rate`` (``None`` when it is NaN): what the
-        next steps (``ResultView.next_steps``) are suggested on."""
-        rate = self.checked_rate
-        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
 
 
 @dataclass(frozen=True)
@@ -372,6 +217,84 @@ class RunRow:
 
 
 @dataclass(frozen=True, eq=False)
+class GuaranteeView:
+    """A recall guarantee as the report shows it (``ResultView.guarantee``,
+    ``StageView.guarantee``).
+
+    Attributes:
+        outcome: the guarantee (certified or not, its bound, its held-out recall).
+        names: point ``i`` of the search in words.
+        n_queries: the queries it was asked on.
+        passages: the mean context of the setting written, on the calibration queries.
+    """
+
+    outcome: GuaranteeResult
+    names: Callable[[int], str] = field(repr=False)
+    n_queries: int
+    passages: float
+
+    @classmethod
+    def of(cls, r: RunCalibration, n_queries: int) -> GuaranteeView | None:
+        """The guarantee of search ``r`` (``None`` without one)."""
+        g = r.guarantee
+        if g is None:
+            return None
+        return cls(g, r.describe, n_queries, r.sweep.mean(g.written, PASSAGES))
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    """The best setting of one label-free cut rule on the calibration queries
+    (``ResultView.rules``): the rule, the setting, whether it meets the constraints,
+    and its objective, evidence recall and recall."""
+
+    rule: str
+    setting: str
+    feasible: bool
+    objective: float
+    evidence_recall: float
+    recall: float
+
+
+@dataclass(frozen=True)
+class ConflictView:
+    """The conflict stage as swept (``ResultView.conflicts``).
+
+    Attributes:
+        swept: each conflict setting swept, in words.
+        written: the one the config holds, in words.
+        best: per setting swept: it, its best setting on the calibration queries,
+            whether that meets the constraints, and its objective, distractor rate and
+            passages kept.
+        max_k: the candidates detection is measured among (the written ``max_k``).
+        similarity: the similarity written (``None``: the stage is off).
+        detection: per similarity swept and split: the similarity, the split's name,
+            and detection against the labels there.
+    """
+
+    swept: tuple[str, ...]
+    written: str
+    best: tuple[tuple[str, str, bool, float, float, float], ...]
+    max_k: int
+    similarity: float | None
+    detection: tuple[tuple[float, str, ConflictDetection], ...]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One query that gained or lost most (``ResultView.examples``): its id and text,
+    the change of the objective, each context as ``(passage id, utility)`` best first,
+    and the distractors in either as ``(passage id, kind, kept)``."""
+
+    qid: str
+    text: str
+    change: float
+    baseline: tuple[tuple[str, float], ...]
+    guarded: tuple[tuple[str, float], ...]
+    distractors: tuple[tuple[str, str, bool], ...]
+
+
+@dataclass(frozen=True, eq=False)
 class StageView:
     """The second stage as every output shows it (``ResultView.stage``).
 
@@ -394,6 +317,7 @@ class StageView:
             the mapped ones.
         ece: their expected calibration errors, alike.
         settings: the guard-level config fields of its setting.
+        guarantee: its recall guarantee, when one was asked for.
     """
 
     search: RunCalibration = field(repr=False)
@@ -414,6 +338,7 @@ class StageView:
     brier: tuple[float, float]
     ece: tuple[float, float]
     settings: Mapping[str, Any]
+    guarantee: GuaranteeView | None
 
     @classmethod
     def of(cls, two: RunCalibration, written: bool) -> StageView:
@@ -440,6 +365,7 @@ class StageView:
             brier=(stage.brier_raw, stage.brier_mapped),
             ece=(stage.reliability_raw.ece, stage.reliability_mapped.ece),
             settings=two.guard_settings(),
+            guarantee=GuaranteeView.of(two, int(two.sweep.kept.shape[1])),
         )
 
 
@@ -548,12 +474,23 @@ class ResultView:
         score_kind: its score kind (``None``: unknown).
         fallback: why its choice fell back to plain top-k, or ``None``.
         chosen_is_baseline: its choice is the best plain top-k itself.
-        optimal_k: how many queries have each per-query optimal k.
-        conflicts: the conflict settings swept, in words, and the one written, when
-            the conflict stage was swept (``None`` otherwise).
+        refitted: the written retrieval setting differs from the choice on the
+            calibration queries.
+        optimal: the per-query optimal k on the calibration queries.
+        conflicts: the conflict stage as swept (``None`` when it was not).
         reranker_code: the written second stage's reranker when the config names it
             and never imports it (``module:callable``, or ``run:PATH`` of
             precomputed scores); ``None`` otherwise.
+        family: the cross-validated choice of the run's rule family (``None`` with a
+            guarantee).
+        guarantee: the run's retrieval-only recall guarantee, when one was asked for.
+        recall_ceiling: the recall of keeping every candidate on the queries
+            ``retrieval_check`` compares (NaN where it has no recall).
+        grid: the run's grid (its caps may have grown); ``n_settings``: the settings
+            swept on it.
+        rules: the best setting of each label-free cut rule (``RuleRow``).
+        examples: the queries that gained and lost most on the held-out check, or
+            ``None`` when there is no difference to show.
     """
 
     header: Header
@@ -584,9 +521,17 @@ class ResultView:
     score_kind: ScoreKind | None
     fallback: str | None
     chosen_is_baseline: bool
-    optimal_k: Mapping[int, int]
-    conflicts: tuple[tuple[str, ...], str] | None
+    refitted: bool
+    optimal: OptimalK
+    conflicts: ConflictView | None
     reranker_code: str | None
+    family: FamilyChoice | None
+    guarantee: GuaranteeView | None
+    recall_ceiling: float
+    grid: SweepGrid
+    n_settings: int
+    rules: tuple[RuleRow, ...]
+    examples: tuple[tuple[Example, ...], tuple[Example, ...]] | None
 
     @property
     def next_steps_intro(self) -> str:
@@ -623,7 +568,9 @@ def build_view(
     recommended), with the second search ``rerank`` and the calibrated
     ``answerability`` (the recommended run's; see ``ResultView``); its next steps name
     the eval set by its file (``name_evalset`` names it otherwise)."""
-    w = _written_setting(header, r, rerank)
+    w = written_setting(
+        r, rerank, header.objective, header.constraints, header.calibration_rows.size
+    )
     c, two = r.comparison, rerank
     selection = w.two_stage.selection if w.two_stage is not None else r.selection
     mine = answerability if r is recommended else None
@@ -670,19 +617,125 @@ def build_view(
         score_kind=r.score_kind,
         fallback=r.fallback,
         chosen_is_baseline=r.chosen_is_baseline,
-        optimal_k=r.optimal.distribution(),
-        conflicts=_conflicts(r, w.params),
+        refitted=r.written_params != r.chosen_params,
+        optimal=r.optimal,
+        conflicts=_conflicts(header, r),
         reranker_code=None if w.two_stage is None else _external(w.two_stage),
+        family=r.selection,
+        guarantee=GuaranteeView.of(r, len(header.qids)),
+        recall_ceiling=_ceiling(r),
+        grid=r.grid or header.grid,
+        n_settings=len(r.sweep.points),
+        rules=_rules(header, r),
+        examples=None if r.chosen_is_baseline else _examples(header, r),
     )
 
 
-def _conflicts(r: RunCalibration, written: PolicyParams) -> tuple[tuple[str, ...], str] | None:
-    """The conflict settings swept for ``r`` and the one ``written``, in words (``None``
-    when the conflict stage was not swept)."""
-    if not isinstance(r.kernel, StageKernels):
+def _ceiling(r: RunCalibration) -> float:
+    """The recall of keeping every candidate on the queries of ``r``'s check."""
+    c = r.comparison
+    if EVIDENCE not in c.metrics or "recall" not in c.metrics or not c.n_queries:
+        return math.nan
+    every = compute(r.arrays, "recall")[c.rows]
+    return float(np.nanmean(every)) if not np.isnan(every).all() else math.nan
+
+
+def _rules(header: Header, r: RunCalibration) -> tuple[RuleRow, ...]:
+    """The best setting of each label-free cut rule of ``r`` on the calibration queries."""
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(r.sweep.points):
+        if p.cut is CutRule.NONE:
+            continue
+        extra = f"+{p.gap_buffer}" if p.cut is CutRule.GAP else f"@{p.autocut_jumps}"
+        groups.setdefault(p.cut.value + extra, []).append(i)
+    rows = []
+    for key, members in groups.items():
+        i, ok = choose(r.sweep, header.objective, header.constraints, among=members)
+        means = [r.sweep.mean(i, m) for m in (header.objective, EVIDENCE, "recall")]
+        rows.append(RuleRow(key, describe_point(r.sweep.points[i]), ok, *means))
+    return tuple(rows)
+
+
+def _conflicts(header: Header, r: RunCalibration) -> ConflictView | None:
+    """The conflict settings swept for ``r``, the best of each, and detection against
+    the labels at each similarity swept (``None`` when the stage was not swept)."""
+    kernel = r.kernel
+    if not isinstance(kernel, StageKernels):
         return None
-    swept = tuple(describe_conflicts(c) for c in r.kernel.settings)
-    return swept, describe_conflicts(setting_of(written))
+    obj, sweep = header.objective, r.sweep
+    best = []
+    for setting in kernel.settings:
+        among = [i for i, p in enumerate(sweep.points) if setting_of(p) == setting]
+        if not among:
+            continue
+        i, ok = choose(sweep, obj, header.constraints, among=among)
+        name, point = describe_conflicts(setting), describe_point(sweep.points[i])
+        rate, kept = sweep.mean(i, "distractor_rate"), sweep.mean(i, PASSAGES)
+        best.append((name, point, ok, sweep.mean(i, obj), rate, kept))
+    w = r.written_params
+    max_k = min(w.max_k, max(kernel.width, 1))
+    splits = [("calibration", header.calibration_rows)]
+    if header.heldout_rows.size:
+        splits.append(("held-out", header.heldout_rows))
+    detection = tuple(
+        (level, name, conflict_detection(kernel, rows, level, max_k))
+        for level in similarity_levels(kernel.settings)
+        for name, rows in splits
+    )
+    return ConflictView(
+        swept=tuple(describe_conflicts(c) for c in kernel.settings),
+        written=describe_conflicts(setting_of(w)),
+        best=tuple(best),
+        max_k=max_k,
+        similarity=None if w.conflicts is ConflictMode.OFF else w.conflict_similarity,
+        detection=detection,
+    )
+
+
+def _examples(
+    header: Header, r: RunCalibration, n: int = 5
+) -> tuple[tuple[Example, ...], tuple[Example, ...]] | None:
+    """The ``n`` queries of ``r``'s check that gained most and the ``n`` that lost most
+    on the objective (``None`` without queries or the objective)."""
+    c, obj = r.comparison, header.objective
+    if obj not in c.metrics or c.n_queries == 0:
+        return None
+    j = c.metrics.index(obj)
+    delta = c.guarded_values[j] - c.baseline_values[j]
+    if lower_is_better(obj):
+        delta = -delta
+    delta = np.where(np.isnan(delta), 0.0, delta)
+    order = np.argsort(-delta, kind="stable")
+    gained = [i for i in order[:n].tolist() if delta[i] > 0]
+    lost = [i for i in order[::-1][:n].tolist() if delta[i] < 0]
+    arrays = r.arrays
+
+    def example(i: int) -> Example:
+        row = int(c.rows[i])
+        qid = arrays.qids[row]
+        ids, u = arrays.doc_ids(row), arrays.utility[row]
+        # the passages each setting keeps (the stages after the cut may skip some)
+        base = r.kernel.context(row, int(r.baseline_kept[row]))
+        guard = r.kernel.context(row, int(r.chosen_kept[row]))
+        distractors = tuple(
+            (
+                ids[pos],
+                "known distractor" if arrays.distractor[row, pos] else "hard negative",
+                pos in guard,
+            )
+            for pos in sorted({*base, *guard})
+            if u[pos] < 0
+        )
+        return Example(
+            qid,
+            header.evalset.queries[qid].text or "",
+            float(c.guarded_values[j][i] - c.baseline_values[j][i]),
+            tuple((ids[pos], float(u[pos])) for pos in base),
+            tuple((ids[pos], float(u[pos])) for pos in guard),
+            distractors,
+        )
+
+    return tuple(map(example, gained)), tuple(map(example, lost))
 
 
 def _external(two: RunCalibration) -> str | None:
@@ -696,83 +749,6 @@ def name_evalset(view: ResultView, evalset: str | CommandLine) -> ResultView:
     line = CommandLine(evalset) if isinstance(evalset, str) else evalset
     return replace(
         view, evalset=line.evalset, next_steps=_next_steps(view.header, view.written, line)
-    )
-
-
-def _written_setting(
-    header: Header, r: RunCalibration, two: RunCalibration | None
-) -> WrittenSetting:
-    retrieval = WrittenSetting(r, None)
-    if two is None or two.name != r.name:
-        return retrieval
-    written = WrittenSetting(r, two)
-    on, why = _stage_decision(header, retrieval, written)
-    return replace(written if on else retrieval, stage=why)
-
-
-def _stage_decision(header: Header, one: WrittenSetting, two: WrittenSetting) -> tuple[bool, str]:
-    """Whether the config enables the second stage, and why, in one line that starts
-    with ``written:`` or ``left off:``. ``one`` is the retrieval-only setting,
-    ``two`` the two-stage one.
-
-    With a guarantee the smaller certified context is written; otherwise the second
-    stage is written unless it was worse on held-out queries (its ``fallback``) or
-    misses a constraint on all queries that retrieval only meets."""
-    stage = two.two_stage
-    assert stage is not None
-    obj = header.objective
-    g1, g2 = one.guarantee, two.guarantee
-    if g1 is not None and g2 is not None:  # the smallest certified context wins
-        p1 = one.run.sweep.mean(one.index, PASSAGES)
-        p2 = stage.sweep.mean(two.index, PASSAGES)
-        if not g2.met:
-            return False, (
-                f"left off: no two-stage setting is certified for recall>={g2.target:g} "
-                f"(the most it can guarantee is {floor_number(g2.best_bound)})"
-            )
-        if g1.met and p1 < p2:
-            return False, (
-                f"left off: {two.setting} is certified but keeps {p2:.2f} passages on "
-                f"average against {p1:.2f} for retrieval only ({one.setting}), and the "
-                "smallest certified context is written"
-            )
-        return True, (
-            f"written: {two.setting} is the smallest certified context, keeping "
-            f"{p2:.2f} passages on average on the calibration queries"
-            + (
-                f" against {p1:.2f} for retrieval only ({one.setting})"
-                if g1.met
-                else "; retrieval alone certifies none"
-            )
-        )
-    if stage.fallback is not None:
-        return False, f"left off: {stage.fallback}"
-    missed_two = shortfalls(two, header.constraints)
-    missed_one = shortfalls(one, header.constraints)
-    also_one = {s.constraint for s in missed_one}
-    worse = [s.constraint for s in missed_two if s.constraint not in also_one]
-    if worse:
-        return False, (
-            f"left off: {two.setting} misses {' and '.join(map(str, worse))} on all "
-            f"queries, which retrieval only ({one.setting}) meets"
-        )
-    a = stage.against_retrieval
-    assert a is not None
-    if obj not in a.metrics or not a.n_queries:
-        return True, f"written (no queries to compare it with retrieval only on {obj})"
-    verdict = a.verdict(obj)
-    if verdict == "better":
-        return True, (
-            f"written: better than retrieval only ({one.tested}) on {obj} {a.where()}, "
-            f"difference {a.change(obj)}"
-        )
-    cal_two = stage.sweep.mean(stage.chosen, obj)
-    cal_one = one.run.sweep.mean(one.run.chosen, obj)
-    return True, (
-        f"written: {verdict} from retrieval only ({one.tested}) on {obj} {a.where()} "
-        f"(difference {a.change(obj)}); the stage is left off only when clearly worse, "
-        f"and on the {header.calibration_rows.size} calibration queries it scored "
-        f"{format_number(cal_two)} against {format_number(cal_one)}"
     )
 
 

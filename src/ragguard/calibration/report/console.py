@@ -111,10 +111,10 @@ def _print_summary(view: ResultView, out: Console) -> None:
     if w.stage is not None:
         out.print(f"[bold]Second stage[/] {escape(w.stage)}.", highlight=False)
     if view.conflicts is not None:  # which conflict settings were swept, which is written
-        swept, written = view.conflicts
+        swept = ", ".join(view.conflicts.swept)
         out.print(
-            f"[bold]Conflict stage:[/] swept {escape(', '.join(swept))}; the config holds "
-            f"{escape(written)}.",
+            f"[bold]Conflict stage:[/] swept {escape(swept)}; the config holds "
+            f"{escape(view.conflicts.written)}.",
             highlight=False,
         )
     label = "Why (retrieval only):" if w.stage is not None else "Why:"
@@ -214,7 +214,7 @@ def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool, out: C
 
 
 def _print_tail(view: ResultView, out: Console) -> None:
-    dist = ", ".join(f"{k}: {n}" for k, n in view.optimal_k.items())
+    dist = ", ".join(f"{k}: {n}" for k, n in view.optimal.distribution().items())
     out.print(f"per-query optimal k (queries): {dist}", highlight=False)
 
 

@@ -85,7 +85,7 @@ def result_document(
     from ragguard import __version__
 
     v = result.view(evalset=evalset)
-    h, r, w, st = v.header, v.run, v.written, v.stage
+    h, w, st = v.header, v.written, v.stage
     config = result.config().model_dump(mode="json", exclude_none=True)
     config.pop("provenance", None)
     g = w.guarantee
@@ -104,8 +104,8 @@ def result_document(
         },
         "seed": h.seed,
         "recommended": {
-            "run": r.name,
-            "score_kind": r.score_kind.value if r.score_kind else None,
+            "run": v.run_name,
+            "score_kind": v.score_kind.value if v.score_kind else None,
             # what the config holds (with a second stage, the two-stage setting unless
             # second_stage says why not), and its means over all queries; the
             # calibration-only choice is what the held-out check tests
@@ -121,7 +121,7 @@ def result_document(
                 "metrics": _means(w.tested_metrics),
             },
             "retrieval_setting": v.retrieval_setting,
-            "fallback": r.fallback,
+            "fallback": v.fallback,
             "baseline": {"setting": v.baseline, "metrics": _means(v.baseline_metrics)},
             "why": v.why,
             "guarantee": None
