@@ -31,7 +31,6 @@ from ragguard.calibration.fit.view import (
     CommandLine,
     Header,
     ResultView,
-    StageView,
     build_view,
     name_evalset,
 )
@@ -235,7 +234,7 @@ class CalibrationResult:
             assert two.stage is not None
             settings.update(st.settings)
             settings["rerank"] = two.stage.table(st.top_n, two.written_params)
-            settings["provenance"]["rerank"] = _rerank_provenance(st)
+            settings["provenance"]["rerank"] = st.provenance()
         return GuardConfig.without_environment(**settings)
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
@@ -364,38 +363,6 @@ class CalibrationResult:
         with staging_folder(p.parent) as tmp:
             os.replace(cfg.save(tmp / p.name), p)
         return p
-
-
-def _rerank_provenance(st: StageView) -> dict[str, Any]:
-    """The second stage's part of the config's provenance: the reranker, the map, the
-    setting and how it was chosen, and its held-out check against retrieval only."""
-    two = st.search
-    stage, c = two.stage, two.against_retrieval
-    assert stage is not None and c is not None
-    scores = stage.scores
-    out: dict[str, Any] = {
-        "reranker": st.reranker,
-        "identity": scores.identity.splitlines()[0] if scores.identity else "",
-        "cache_key": scores.cache_key or "",
-        "setting": st.setting,
-        "retrieval_run": st.run,
-        "probability_map": st.probability_map,
-        "pairs_fitted": st.pairs_fitted,
-        "constraints_met": two.feasible,
-        "chosen_on_calibration": st.choice,
-        "selection": st.selection or "recall guarantee (Learn-then-Test)",
-    }
-    if two.fallback is not None:
-        out["fallback"] = two.fallback
-    if st.failures is not None:
-        out["rerank_failures"] = st.failures
-    for m in c.metrics:
-        out[f"vs_retrieval_{m}"] = (
-            f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
-        )
-    out["brier_raw"], out["brier_mapped"] = (finite(x) for x in st.brier)
-    out["ece_raw"], out["ece_mapped"] = (finite(x) for x in st.ece)
-    return out
 
 
 # --------------------------------------------------------------------------- fingerprint

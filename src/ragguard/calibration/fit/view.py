@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ragguard.calibration._format import format_number
+from ragguard.calibration._format import finite, format_number
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import (
@@ -367,6 +367,37 @@ class StageView:
             settings=two.guard_settings(),
             guarantee=GuaranteeView.of(two, int(two.sweep.kept.shape[1])),
         )
+
+    def provenance(self) -> dict[str, Any]:
+        """The second stage's part of the config's provenance: the reranker, the map, the
+        setting and how it was chosen, and its held-out check against retrieval only."""
+        two = self.search
+        stage, c = two.stage, two.against_retrieval
+        assert stage is not None and c is not None
+        scores = stage.scores
+        out: dict[str, Any] = {
+            "reranker": self.reranker,
+            "identity": scores.identity.splitlines()[0] if scores.identity else "",
+            "cache_key": scores.cache_key or "",
+            "setting": self.setting,
+            "retrieval_run": self.run,
+            "probability_map": self.probability_map,
+            "pairs_fitted": self.pairs_fitted,
+            "constraints_met": two.feasible,
+            "chosen_on_calibration": self.choice,
+            "selection": self.selection or "recall guarantee (Learn-then-Test)",
+        }
+        if two.fallback is not None:
+            out["fallback"] = two.fallback
+        if self.failures is not None:
+            out["rerank_failures"] = self.failures
+        for m in c.metrics:
+            out[f"vs_retrieval_{m}"] = (
+                f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
+            )
+        out["brier_raw"], out["brier_mapped"] = (finite(x) for x in self.brier)
+        out["ece_raw"], out["ece_mapped"] = (finite(x) for x in self.ece)
+        return out
 
 
 @dataclass(frozen=True, eq=False)
