@@ -749,9 +749,16 @@ def calibrate_answerability(
         top[failed] = np.inf  # a failed call: the guard does not apply the floor
         scale = RERANK_SCALE
     return fit_answerability(
-        top, arrays, kernel, w.full.kept[w.index],
-        scale=scale, setting=w.setting, metrics=w.comparison.metrics, plan=plan, option=option,
-    )  # fmt: skip
+        top,
+        arrays,
+        kernel,
+        w.full.kept[w.index],
+        scale=scale,
+        setting=w.setting,
+        metrics=w.comparison.metrics,
+        plan=plan,
+        option=option,
+    )
 
 
 def _two_stage(
@@ -772,9 +779,14 @@ def _two_stage(
             for row, qid in enumerate(arrays.qids)
         }
         scores = score_candidates(
-            evalset, rerank.reranker, pairs, texts=evalset.texts.get,
-            score_kind=rerank.score_kind, cache_dir=rerank.cache_dir, on_query=rerank.on_query,
-        )  # fmt: skip
+            evalset,
+            rerank.reranker,
+            pairs,
+            texts=evalset.texts.get,
+            score_kind=rerank.score_kind,
+            cache_dir=rerank.cache_dir,
+            on_query=rerank.on_query,
+        )
     space = rerank_space(
         evalset,
         best.name,
