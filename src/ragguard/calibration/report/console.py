@@ -26,18 +26,11 @@ from ragguard.calibration.fit.view import ResultView
 if TYPE_CHECKING:
     from ragguard.calibration.report.build import WrittenReport
 
-__all__ = [
-    "compact_table",
-    "config_line",
-    "print_report_line",
-    "print_result",
-    "print_two_stage",
-    "shell_lines",
-]
+__all__ = ["config_line", "print_report_line", "print_result"]
 
 
-def compact_table(title: str | None = None) -> Table:
-    """A table that fits 80 columns: a rule under the header, one space between columns."""
+def _table(title: str) -> Table:
+    # fits 80 columns: a rule under the header, one space between columns
     return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
 
 
@@ -60,7 +53,7 @@ def print_result(view: ResultView, out: Console) -> None:
     why, the held-out check, the second stage and what to try next; the eval set as
     ``view.evalset`` names it."""
     _print_summary(view, out)
-    print_two_stage(view, out)
+    _print_two_stage(view, out)
     _print_next_steps(view, out)
 
 
@@ -78,7 +71,7 @@ def _print_summary(view: ResultView, out: Console) -> None:
         highlight=False,
     )
 
-    table = compact_table("best setting per run (calibration queries)")
+    table = _table("best setting per run (calibration queries)")
     # at 80 columns long names wrap (folded), numbers never do
     for col in ("run", "chosen", obj, "ev.rec", "distr.", "kept", "best top-k"):
         named = col in ("run", "chosen")
@@ -155,7 +148,7 @@ def _print_summary(view: ResultView, out: Console) -> None:
         if c.split == "held-out"
         else f"in-sample check of {what} (no hold-out): {c.n_queries} queries"
     )
-    table = compact_table(title)
+    table = _table(title)
     table.add_column("metric", overflow="fold")
     for col in (view.baseline, "guarded", "change", f"{pct}% interval"):
         table.add_column(col, justify="right", no_wrap=True)
@@ -218,7 +211,7 @@ def _print_tail(view: ResultView, out: Console) -> None:
     out.print(f"per-query optimal k (queries): {dist}", highlight=False)
 
 
-def print_two_stage(view: ResultView, out: Console) -> None:
+def _print_two_stage(view: ResultView, out: Console) -> None:
     """Retrieval-only best, two-stage best and plain top-k on held-out queries, as the
     result's view holds them; whether the config holds the second stage was said under
     "Chosen" (``view.written``)."""
@@ -240,7 +233,7 @@ def print_two_stage(view: ResultView, out: Console) -> None:
     out.print(f"probability map: {escape(st.probability_map)}", highlight=False)
     a = checks.comparison
     pct = round(a.level * 100)
-    table = compact_table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
+    table = _table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
     table.add_column("metric", overflow="fold")  # at 80 columns it wraps, numbers never do
     for col in ("top-k", "retrieval", "two-stage", "vs retrieval", "vs top-k"):
         table.add_column(col, justify="right", no_wrap=True)
@@ -283,11 +276,11 @@ def _print_next_steps(view: ResultView, out: Console) -> None:
     for what, commands in view.next_steps:
         out.print(f"- {escape(what)}" + (":" if commands else ""), highlight=False)
         for command in commands:
-            for line in shell_lines(command):
+            for line in _shell_lines(command):
                 out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def shell_lines(command: str, width: int = 80, indent: str = "    ") -> list[str]:
+def _shell_lines(command: str, width: int = 80, indent: str = "    ") -> list[str]:
     """``command`` as shell lines of at most ``width`` characters where it can be
     broken before an option, continued with `` \\`` (pasted back, it runs as one)."""
     lines: list[str] = []
