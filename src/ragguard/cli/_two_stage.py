@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     Progress,
@@ -20,13 +19,11 @@ from rich.progress import (
 from rich.text import Text
 
 from ragguard.calibration import RerankSearch
-from ragguard.calibration.report import format_interval, format_number
-from ragguard.cli._common import err, out
-from ragguard.cli._data import compact_table
+from ragguard.cli._common import err
 from ragguard.cli._groups import Flag, FlagGroup, option
 
 if TYPE_CHECKING:
-    from ragguard.calibration.fit.result import ResultView
+    pass
 
 __all__ = [
     "RERANK",
@@ -38,7 +35,6 @@ __all__ = [
     "RerankKindOpt",
     "RerankOpt",
     "RerankRunOpt",
-    "print_two_stage",
     "rerank_search",
 ]
 
@@ -201,64 +197,3 @@ def scoring_progress() -> Progress:
         TimeElapsedColumn(),
         console=err,
     )
-
-
-def _change(iv: Any) -> str:
-    """``+0.04 [-0.01,+0.09]``: the interval rounded outward, as everywhere."""
-    interval = format_interval(iv.low, iv.high).replace(", ", ",")
-    return f"{iv.mean:+.2f} {interval}" if interval else ""
-
-
-def print_two_stage(view: ResultView) -> None:
-    """Retrieval-only best, two-stage best and plain top-k on held-out queries, as the
-    result's view holds them; whether the config holds the second stage was said under
-    "Chosen" (``view.written``)."""
-    st, checks, top_k = view.stage, view.stage_check, view.stage_top_k_check
-    if st is None or checks is None or top_k is None:
-        return
-    objective = view.result.objective
-    failed = ""
-    if st.calls_failed:
-        failed = f"; {st.calls_failed} of {st.calls} calls failed, swept fail-open"
-    out.print()
-    state = "written" if st.written else "left off"
-    out.print(
-        f"[bold]Two stages[/] ({state}): {escape(st.choice)} chosen on the "
-        f"calibration queries, on run {escape(st.run)} with reranker {escape(st.reranker)} "
-        f"({st.pairs_scored} pairs scored, {st.pairs_cached} from the cache{failed})",
-        highlight=False,
-    )
-    out.print(f"probability map: {escape(st.probability_map)}", highlight=False)
-    a = checks.comparison
-    pct = round(a.level * 100)
-    table = compact_table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
-    table.add_column("metric", overflow="fold")  # at 80 columns it wraps, numbers never do
-    for col in ("top-k", "retrieval", "two-stage", "vs retrieval", "vs top-k"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for x, y in zip(checks.rows, top_k.rows, strict=True):
-        table.add_row(
-            x.metric,
-            format_number(y.baseline.mean),
-            format_number(x.baseline.mean),
-            format_number(x.guarded.mean),
-            _change(x.difference),
-            f"{y.difference.mean:+.2f}",
-        )
-    out.print(table)
-    if checks.bands is not None:
-        rate = a.guarded["distractor_rate"].mean
-        out.print(
-            f"distractor rate: {format_number(a.baseline['distractor_rate'].mean)} retrieval-only, "
-            f"{format_number(rate)} with the reranker (safety band {checks.bands[1].value})",
-            highlight=False,
-        )
-    (brier_raw, brier_mapped), (ece_raw, ece_mapped) = st.brier, st.ece
-    out.print(
-        f"calibration of rerank probabilities ({a.split}): Brier "
-        f"{format_number(brier_raw)} -> {format_number(brier_mapped)}, ECE "
-        f"{format_number(ece_raw)} -> {format_number(ece_mapped)}",
-        highlight=False,
-    )
-    verdict = a.verdict(objective) if objective in a.metrics else ""
-    if verdict:
-        out.print(f"two-stage vs retrieval-only on {objective}: {verdict}", highlight=False)

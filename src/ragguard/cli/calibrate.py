@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
-from ragguard._optional import install_hint
 from ragguard.calibration import Calibrator, Check, Guarantee, Search, Split, Stages
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import (
@@ -23,39 +22,24 @@ from ragguard.cli._data import (
     ProfilesOpt,
     RunOpt,
     ScoreKindOpt,
-    compact_table,
     load_evalset_for_cli,
     profile_for_cli,
-    query_count,
 )
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
 from ragguard.cli._two_stage import (
     RERANK,
     RerankFlags,
-    print_two_stage,
     rerank_search,
     scoring_progress,
 )
 
 if TYPE_CHECKING:
-    from ragguard.calibration import Answerability, CalibrationResult, Constraint, UtilityRules
-    from ragguard.calibration.fit.result import CommandLine, ResultView
-    from ragguard.calibration.fit.search import RunCalibration
-    from ragguard.calibration.fit.statistics import Comparison, Interval
-    from ragguard.calibration.report import WrittenReport
-    from ragguard.policy import PolicyParams
+    from ragguard.calibration import Answerability, Constraint, UtilityRules
+    from ragguard.calibration.fit.view import CommandLine
     from ragguard.profiles import Profile
     from ragguard.scores import ScoreKind
 
 __all__ = ["calibrate"]
-
-
-def _interval(iv: Interval) -> str:
-    """``[+0.002,+0.07]``: rounded outward, so it excludes 0 exactly when the verdict
-    says better or worse (no space: the table fits 80 columns)."""
-    from ragguard.calibration.report import format_interval
-
-    return format_interval(iv.low, iv.high).replace(", ", ",")
 
 
 @dataclass(frozen=True)
@@ -551,20 +535,23 @@ def calibrate(
             doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
             typer.echo(json.dumps(doc, indent=2))
             return
-        _print_result(result, str(evalset))
-        print_two_stage(result.view())
-        _print_next_steps(result, repeat)
+        from ragguard.calibration.report.console import (
+            config_line,
+            print_report_line,
+            print_result,
+        )
+
+        view = result.view(evalset=repeat)
+        print_result(view, out)
         if blocked is not None:
-            _print_report_line(report_paths)
+            print_report_line(report_paths, out, err)
             raise ConfigError(f"no config written: {blocked}")
         path = result.save_config(out_path, allow_unmet=output.allow_unmet)
         for line in unmet:
             err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
         out.print()
-        out.print(
-            f"[bold]Config[/]  {escape(str(path))}  ({_load_it(result, path)})", highlight=False
-        )
-        _print_report_line(report_paths)
+        out.print(config_line(view, path), highlight=False)
+        print_report_line(report_paths, out, err)
 
 
 #: calibrate's options the suggested commands never repeat: the inputs CommandLine holds
@@ -593,7 +580,7 @@ def _command_line(
     """This command line as the suggested next steps repeat it: the eval set, runs and
     corpus as given, and every other option given a value other than its default (the
     outputs and the second stage left out)."""
-    from ragguard.calibration.fit.result import CommandLine
+    from ragguard.calibration.fit.view import CommandLine
 
     options: list[str] = []
     for param in ctx.command.params:
@@ -623,29 +610,6 @@ def _word(value: object) -> str:
     if isinstance(value, Enum):
         return str(value.value)
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def _load_it(result: CalibrationResult, path: Path) -> str:
-    """How to load the written config: by its path alone, or with its reranker passed in
-    code when the config names one it never imports (``module:callable``, or the
-    ``run:PATH`` of precomputed scores)."""
-    w = result.view().written
-    shown = escape(str(path))
-    stage = w.two_stage.stage if w.two_stage is not None else None
-    external = stage.scores.external if stage is not None else None
-    if external is None:
-        return f'load it: ContextGuard.from_file("{shown}")'
-    load = f'ContextGuard(GuardConfig.from_file("{shown}"), reranker='
-    if external.startswith("run:"):
-        return (
-            f"its reranker gave precomputed scores ({escape(external)}): pass the reranker "
-            f"that made them in code, {load}YOUR_RERANKER)"
-        )
-    module, _, name = external.partition(":")
-    return (
-        f"its reranker is code, never loaded by path: pass it, from {escape(module)} "
-        f"import {escape(name)}; {load}{escape(name)})"
-    )
 
 
 def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str], list[float]]:
@@ -701,22 +665,6 @@ def _number(option: str, text: str) -> float:
         raise ConfigError(f"{option}: {text!r} is not a number") from None
 
 
-def _print_report_line(report_paths: WrittenReport | None) -> None:
-    if report_paths is None:
-        return
-    out.print(
-        f"[bold]Report[/]  {escape(str(report_paths.html))}  "
-        f"(also {report_paths.markdown.name}" + (", plots/)" if report_paths.plots else ")"),
-        highlight=False,
-    )
-    if not report_paths.plots_drawn:
-        err.print(
-            "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
-            + escape(install_hint("report")),
-            highlight=False,
-        )
-
-
 def _check_outputs(
     config: Path, report: Path | None, inputs: Sequence[str | os.PathLike[str] | None]
 ) -> None:
@@ -738,203 +686,3 @@ def _check_outputs(
             f"--out {config} and --report {report} collide: the report writes that path; "
             "put the config elsewhere"
         )
-
-
-def _print_result(result: CalibrationResult, shown: str) -> None:
-    """The console summary of ``result`` (its ``view``), on
-    stdout; ``shown`` is the eval set as the command line named it."""
-    from ragguard.calibration.fit.sweep import PASSAGES
-    from ragguard.calibration.report import format_number
-
-    view = result.view(evalset=shown)
-    obj = result.objective
-    w = view.written
-    out.print(
-        f"[bold]ragguard calibrate[/] {escape(shown)}: {query_count(result.evalset)}, runs "
-        f"{escape(', '.join(r.name for r in result.runs))}, profile {result.profile.name}",
-        highlight=False,
-    )
-    out.print(
-        f"objective: {view.objective}; {result.calibration_rows.size} queries to "
-        f"choose on, {result.heldout_rows.size} held out (seed {result.seed})",
-        highlight=False,
-    )
-
-    table = compact_table("best setting per run (calibration queries)")
-    # at 80 columns long names wrap (folded), numbers never do
-    for col in ("run", "chosen", obj, "ev.rec", "distr.", "kept", "best top-k"):
-        named = col in ("run", "chosen")
-        table.add_column(
-            col,
-            justify="left" if named else "right",
-            no_wrap=not named,
-            overflow="fold" if named else "ellipsis",
-        )
-    for x in view.runs:
-        means = x.chosen_means
-        table.add_row(
-            x.run + (" *" if x.recommended else ""),
-            x.chosen + ("" if x.feasible else " (!)"),
-            format_number(means[obj]),
-            format_number(means["evidence_recall"]),
-            format_number(means["distractor_rate"]),
-            format_number(means[PASSAGES], 2),
-            f"{x.baseline} {format_number(x.baseline_means[obj])}",
-        )
-    out.print(table)
-
-    r = view.run
-    kind = r.score_kind.value if r.score_kind else "none"
-    # what the config holds, named as the JSON, the report and the provenance name it
-    out.print(
-        f"[bold]Chosen:[/] run {escape(r.name)} with {escape(w.setting)} (score_kind {kind})",
-        highlight=False,
-    )
-    if w.stage is not None:
-        out.print(f"[bold]Second stage[/] {escape(w.stage)}.", highlight=False)
-    _print_conflicts(r, w.params)
-    label = "Why (retrieval only):" if w.stage is not None else "Why:"
-    out.print(f"[bold]{label}[/] {escape(view.why)}.", highlight=False)
-    for line in view.unmet:
-        out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
-    guarantee = w.guarantee
-    if guarantee is not None and guarantee.met:
-        out.print(f"[bold]Guarantee:[/] {escape(guarantee.statement(w.names))}.", highlight=False)
-        out.print(escape(guarantee.heldout_line(w.names)), highlight=False)
-    a = result.answerability
-    if a is not None and a.met:
-        out.print(f"[bold]Answerability:[/] {escape(a.statement())}.", highlight=False)
-        effect = a.effect_line((result.objective, "evidence_recall"))
-        for text in (a.calibration_line(), a.heldout_line(), effect):
-            if text:
-                out.print(escape(text), highlight=False)
-
-    check = view.retrieval_check
-    c = check.comparison
-    if r.chosen_is_baseline:
-        name = "held-out check" if c.split == "held-out" else "in-sample check (no hold-out)"
-        out.print(
-            f"{name}: the choice is plain {view.baseline}, the "
-            f"baseline itself; nothing to compare ({c.split}, {c.n_queries} queries: "
-            + ", ".join(f"{x.metric} {format_number(x.guarded.mean)}" for x in check.rows[:4])
-            + ")",
-            highlight=False,
-        )
-        _print_tail(r)
-        return
-    pct = round(c.level * 100)
-    what = view.retrieval_choice
-    if w.two_stage is not None:
-        what = f"the retrieval-only choice {what}"
-    title = (
-        f"held-out check of {what}: {c.n_queries} queries never used to choose"
-        if c.split == "held-out"
-        else f"in-sample check of {what} (no hold-out): {c.n_queries} queries"
-    )
-    table = compact_table(title)
-    table.add_column("metric", overflow="fold")
-    for col in (view.baseline, "guarded", "change", f"{pct}% interval"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("verdict")
-    for row in check.rows:
-        style = {"better": "green", "worse": "red"}.get(row.verdict, "")
-        table.add_row(
-            row.metric,
-            format_number(row.baseline.mean),
-            format_number(row.guarded.mean),
-            format_number(row.difference.mean, signed=True),
-            _interval(row.difference),
-            f"[{style}]{row.verdict}[/]" if style else row.verdict,
-        )
-    out.print(table)
-    if check.bands is not None:
-        b, g = check.bands
-        which = "guarded" if w.two_stage is None else "retrieval only"
-        out.print(f"safety band: {b.value} with plain top-k, {g.value} {which}", highlight=False)
-    if obj in c.metrics:
-        _print_verdict(view, c, w.two_stage is not None)
-    if r.fallback is not None:
-        out.print(
-            f"[red]{escape(r.fallback)}: plain top-k is written instead[/]"
-            if result.on_worse == "top-k"
-            else f"[red]{escape(r.fallback)}[/]",
-            highlight=False,
-        )
-    _print_tail(r)
-
-
-def _print_conflicts(r: RunCalibration, written: PolicyParams) -> None:
-    """One line when conflict settings were swept: which, and which the config holds."""
-    from ragguard.calibration.fit.conflict_sweep import (
-        StageKernels,
-        describe_conflicts,
-        setting_of,
-    )
-
-    if not isinstance(r.kernel, StageKernels):
-        return
-    swept = ", ".join(describe_conflicts(c) for c in r.kernel.settings)
-    out.print(
-        f"[bold]Conflict stage:[/] swept {escape(swept)}; the config holds "
-        f"{escape(describe_conflicts(setting_of(written)))}.",
-        highlight=False,
-    )
-
-
-def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool) -> None:
-    """One line: what the held-out check says about the objective (of the
-    retrieval-only choice when the config holds the second stage)."""
-    result = view.result
-    obj = result.objective
-    v = c.verdict(obj)
-    where = c.where()
-    if result.target is not None:  # the objective is reported, not optimised
-        than = {"better": "better than", "worse": "worse than"}.get(v, f"{v} from")
-        out.print(
-            f"{obj} (reported, not optimised under the guarantee): {than} plain "
-            f"{view.baseline} {where}, difference {c.change(obj)}",
-            highlight=False,
-        )
-    elif v == "better":
-        which = "retrieval-only gain" if retrieval_only else "gain"
-        out.print(f"The {which} in {obj} holds {where}.", highlight=False)
-    elif v == "worse":
-        which = "retrieval-only choice" if retrieval_only else "guarded setting"
-        out.print(f"[red]The {which} is worse on {obj} {where}.[/]", highlight=False)
-    else:
-        out.print(
-            f"{v.capitalize()} in {obj} {where}; more labelled queries would tell.",
-            highlight=False,
-        )
-
-
-def _print_next_steps(result: CalibrationResult, repeat: CommandLine) -> None:
-    """When the written setting is RISKY or DANGEROUS: what to try, with the commands."""
-    view = result.view(evalset=repeat)
-    if not view.next_steps:
-        return
-    out.print()
-    out.print(f"[bold]Next:[/] {escape(view.next_steps_intro)}:", highlight=False)
-    for what, commands in view.next_steps:
-        out.print(f"- {escape(what)}" + (":" if commands else ""), highlight=False)
-        for command in commands:
-            for line in _shell_lines(command):
-                out.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def _shell_lines(command: str, width: int = 80, indent: str = "    ") -> list[str]:
-    """``command`` as shell lines of at most ``width`` characters where it can be
-    broken before an option, continued with `` \\`` (pasted back, it runs as one)."""
-    lines: list[str] = []
-    line = indent
-    for word in command.replace(" --", "\0--").split("\0"):
-        if line.strip() and len(line) + 1 + len(word) + 2 > width:
-            lines.append(line + " \\")
-            line = indent + "    "
-        line += (" " if line.strip() else "") + word
-    return [*lines, line]
-
-
-def _print_tail(r: RunCalibration) -> None:
-    dist = ", ".join(f"{k}: {n}" for k, n in r.optimal.distribution().items())
-    out.print(f"per-query optimal k (queries): {dist}", highlight=False)

@@ -80,7 +80,7 @@ from ragguard.calibration.fit.statistics import (
     checked_rows,
     compare,
 )
-from ragguard.calibration.fit.sweep import ROW_CELLS, SweepKernel
+from ragguard.calibration.fit.sweep import F64, ROW_CELLS, B, I, SweepKernel
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import PolicyParams, abstains, cut_ranked
 
@@ -101,9 +101,6 @@ __all__ = [
     "floor_above",
 ]
 
-F64 = NDArray[np.float64]
-B = NDArray[np.bool_]
-I = NDArray[np.intp]  # noqa: E741
 
 MAX_FLOORS = 256
 """The most floors one calibration tests (evenly spaced among the candidates beyond)."""
@@ -544,18 +541,28 @@ def fit_answerability(
     caught, lost = (
         bootstrap_interval(
             abstained[part].astype(np.float64),
-            n_bootstrap=n_bootstrap, seed=seed, level=level, stream=stream,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+            level=level,
+            stream=stream,
         )
         for part, stream in ((un_rows, 3), (ans_rows, 4))
-    )  # fmt: skip
+    )
     effect = None
     if floor is not None:
         without = written.astype(np.intp)
         with_floor = np.where(abstained, 0, without).astype(np.intp)
         effect = compare(
-            kernel, without, with_floor, rows, metrics,
-            split=split, n_bootstrap=n_bootstrap, seed=seed, level=level,
-        )  # fmt: skip
+            kernel,
+            without,
+            with_floor,
+            rows,
+            metrics,
+            split=split,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+            level=level,
+        )
     return AnswerabilityResult(
         max_false_abstain=float(max_false_abstain),
         confidence=confidence,

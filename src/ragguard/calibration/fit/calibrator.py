@@ -104,11 +104,7 @@ from ragguard.calibration.fit.options import (
 )
 from ragguard.calibration.fit.plan import FitPlan
 from ragguard.calibration.fit.rerank_scores import score_candidates
-from ragguard.calibration.fit.result import (
-    SMALL_SET,
-    CalibrationResult,
-    data_fingerprint,
-)
+from ragguard.calibration.fit.result import CalibrationResult, data_fingerprint
 from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.search import Reference, RunCalibration, search
 from ragguard.calibration.fit.second_stage import rerank_space
@@ -123,6 +119,7 @@ from ragguard.calibration.fit.sweep import (
     is_plain_top_k,
     lower_is_better,
 )
+from ragguard.calibration.fit.view import SMALL_SET
 from ragguard.calibration.metrics import parse_metric
 from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
@@ -603,9 +600,16 @@ def calibrate_answerability(
         top[failed] = np.inf  # a failed call: the guard does not apply the floor
         scale = RERANK_SCALE
     return fit_answerability(
-        top, arrays, kernel, w.full.kept[w.index],
-        scale=scale, setting=w.setting, metrics=w.comparison.metrics, plan=plan, option=option,
-    )  # fmt: skip
+        top,
+        arrays,
+        kernel,
+        w.full.kept[w.index],
+        scale=scale,
+        setting=w.setting,
+        metrics=w.comparison.metrics,
+        plan=plan,
+        option=option,
+    )
 
 
 def _two_stage(
@@ -626,9 +630,14 @@ def _two_stage(
             for row, qid in enumerate(arrays.qids)
         }
         scores = score_candidates(
-            evalset, rerank.reranker, pairs, texts=evalset.texts.get,
-            score_kind=rerank.score_kind, cache_dir=rerank.cache_dir, on_query=rerank.on_query,
-        )  # fmt: skip
+            evalset,
+            rerank.reranker,
+            pairs,
+            texts=evalset.texts.get,
+            score_kind=rerank.score_kind,
+            cache_dir=rerank.cache_dir,
+            on_query=rerank.on_query,
+        )
     space = rerank_space(
         evalset,
         best.name,

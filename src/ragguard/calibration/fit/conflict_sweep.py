@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.fit.sweep import Cuts, SweepKernel, cut_dtype
+from ragguard.calibration.fit.sweep import F64, Cuts, I, SweepKernel, cut_dtype
 from ragguard.calibration.fit.sweep_stages import PassageStages
 from ragguard.conflicts import Pair, find_conflicts
 from ragguard.errors import ConfigError, EvalSetError
@@ -62,8 +62,6 @@ __all__ = [
     "stage_sweep",
 ]
 
-F64 = NDArray[np.float64]
-I = NDArray[np.intp]  # noqa: E741
 
 ConflictSetting = tuple[ConflictMode, float]
 """``(conflicts, conflict_similarity)`` of a swept setting."""
@@ -540,10 +538,17 @@ def conflict_detection(
                 flagged[p.a] = flagged[p.b] = True
         f = flagged[:depth]
         counts += (
-            depth, int(positive.sum()), int(f.sum()), int((f & positive).sum()),
-            int(relevant.sum()), int((f & relevant).sum()), 1, int(positive.any()),
-            int(f.any()), int(f.any() and positive.any()),
-        )  # fmt: skip
+            depth,
+            int(positive.sum()),
+            int(f.sum()),
+            int((f & positive).sum()),
+            int(relevant.sum()),
+            int((f & relevant).sum()),
+            1,
+            int(positive.any()),
+            int(f.any()),
+            int(f.any() and positive.any()),
+        )
     c = counts.tolist()
     return ConflictDetection(
         similarity=similarity,

@@ -8,18 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ragguard.calibration.data.utility import UtilityRules, rules_of
 from ragguard.calibration.fit.conflict_sweep import StageSweep
 from ragguard.calibration.fit.options import Check, Guarantee, Split
-from ragguard.calibration.fit.sweep import Constraint
+from ragguard.calibration.fit.sweep import Constraint, I
 from ragguard.profiles import Profile
 
 __all__ = ["FitPlan"]
-
-I = NDArray[np.intp]  # noqa: E741
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

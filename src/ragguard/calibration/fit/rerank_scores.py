@@ -538,8 +538,11 @@ def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> Reran
         logger.warning(
             "rerank run %s: %s (e.g. %s%s); a candidate without a usable score fails its "
             "query's rerank call at every top_n that reaches it",
-            p, ", ".join(parts), where, first.message,
-        )  # fmt: skip
+            p,
+            ", ".join(parts),
+            where,
+            first.message,
+        )
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
     scores = {q: dict(c) for q, c in cands.items()}
     return RerankScores(

@@ -50,12 +50,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
 from ragguard.calibration._format import floor_number, format_number
 from ragguard.calibration.fit.sweep import (
+    F64,
     PASSAGES,
     Constraint,
+    I,
     SweepKernel,
     SweepResult,
     distinct_rows,
@@ -80,8 +82,6 @@ __all__ = [
     "risk_upper_bound",
 ]
 
-F64 = NDArray[np.float64]
-I = NDArray[np.intp]  # noqa: E741
 
 EVIDENCE = "evidence_recall"
 """The metric a recall guarantee is on: evidence recall, the recall a guard controls."""
@@ -99,8 +99,10 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
         return 0.0
     lp, lq = math.log(p), math.log1p(-p)
     base = math.lgamma(n + 1)
-    terms = [base - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-             for i in range(k + 1)]  # fmt: skip
+    terms = [
+        base - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        for i in range(k + 1)
+    ]
     top = max(terms)
     return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
 
@@ -346,11 +348,13 @@ def guarantee_paths(points: Sequence[PolicyParams]) -> dict[str, list[int]]:
             (
                 i
                 for i, p in enumerate(points)
-                if p.max_k == cap and p.cut is CutRule.NONE and p.min_score is None
+                if p.max_k == cap
+                and p.cut is CutRule.NONE
+                and p.min_score is None
                 and p.expected_utility is None
             ),
             key=lambda i: points[i].relative_threshold,
-        )  # fmt: skip
+        )
         if len(thr) > 1:
             paths["threshold"] = thr
     return paths

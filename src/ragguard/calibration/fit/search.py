@@ -36,13 +36,12 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.fit.plan import FitPlan
 from ragguard.calibration.fit.risk import GuaranteeResult, certify_guarantee
 from ragguard.calibration.fit.select import FamilyChoice, cross_validate, refit
-from ragguard.calibration.fit.space import RerankStage, SearchSpace
+from ragguard.calibration.fit.space import FittedRerank, SearchSpace
 from ragguard.calibration.fit.statistics import (
     Comparison,
     checked_rows,
@@ -50,6 +49,7 @@ from ragguard.calibration.fit.statistics import (
     metric_values,
 )
 from ragguard.calibration.fit.sweep import (
+    I,
     OptimalK,
     SweepGrid,
     SweepKernel,
@@ -62,8 +62,6 @@ from ragguard.policy import PolicyParams
 from ragguard.scores import ScoreKind
 
 __all__ = ["Reference", "RunCalibration", "search"]
-
-I = NDArray[np.intp]  # noqa: E741
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,7 +154,7 @@ class RunCalibration:
         return self.space.grid
 
     @property
-    def stage(self) -> RerankStage | None:
+    def stage(self) -> FittedRerank | None:
         """The second stage the settings rerank with (``None``: retrieval only)."""
         return self.space.stage
 
@@ -265,16 +263,26 @@ def search(
     g_result = None
     if plan.guarantee is not None:
         g_result = certify_guarantee(
-            space.kernels[0], swept, plan.guarantee.recall, plan.guarantee.confidence,
-            held_rows, space.guarantee_paths(), kernel_of=space.kernel_of,
-        )  # fmt: skip
+            space.kernels[0],
+            swept,
+            plan.guarantee.recall,
+            plan.guarantee.confidence,
+            held_rows,
+            space.guarantee_paths(),
+            kernel_of=space.kernel_of,
+        )
         chosen = g_result.written
         feasible = meets_constraints(swept, chosen, cons)
     else:
         selection = cross_validate(
-            space.means, swept.points, calib_rows, objective, cons,
-            folds=plan.split.folds, seed=plan.split.seed,
-        )  # fmt: skip
+            space.means,
+            swept.points,
+            calib_rows,
+            objective,
+            cons,
+            folds=plan.split.folds,
+            seed=plan.split.seed,
+        )
         chosen, feasible = refit(swept, selection.members[selection.chosen], objective, cons)
 
     # the held-out check, against each reference in turn
@@ -288,9 +296,15 @@ def search(
     for ref in refs:
         theirs = metric_values(ref.kernel, ref.kept, reported, rows)
         comparison = compare_values(
-            theirs, ours, rows, reported,
-            split=split, n_bootstrap=check.n_bootstrap, seed=plan.split.seed, level=check.level,
-        )  # fmt: skip
+            theirs,
+            ours,
+            rows,
+            reported,
+            split=split,
+            n_bootstrap=check.n_bootstrap,
+            seed=plan.split.seed,
+            level=check.level,
+        )
         comparisons.append(comparison)
     fallback = None
     if g_result is None and objective in reported:

@@ -7,7 +7,7 @@ Given a retrieval run and second-stage scores (``ragguard.calibration.fit.rerank
    ``ragguard.calibration.fit.probability``) on the **calibration** queries' reranked
    candidates (relevant: grade >= ``rules.relevant_grade``), and measures the raw and
    the mapped probabilities' Brier score and reliability on the **held-out** queries
-   (``RerankStage``);
+   (``FittedRerank``);
 2. for every ``top_n`` of the grid, builds the list the guard's rerank stage would
    build: the first ``top_n`` valid candidates by retrieval score (ties in run order, as
    ``ragguard.policy.rank`` breaks them), their rerank scores mapped to
@@ -50,7 +50,7 @@ leaves ``rerank.on_failure`` at ``fail_open``, so the guard then selects on retr
 scores with the guard-level settings the config holds (the point's cap, floor,
 threshold and cut; the rerank floor and the expected-utility rule read rerank
 probabilities and do not apply); the sweep cuts that query so, at that ``top_n``, and
-``RerankStage.failures`` says how many and why. Queries with no rerank score at
+``FittedRerank.failures`` says how many and why. Queries with no rerank score at
 all in a precomputed run are an error (they name no failed call).
 
 **Utilities.** A candidate's utility comes from the retrieval run (the profile's rules:
@@ -59,7 +59,7 @@ when the reranker reorders it, so the retrieval-only and the two-stage settings 
 scored on the same utilities, and pushing a distractor down helps only by keeping it out
 of the context.
 
-The config's ``[rerank]`` table (``RerankStage.table``) is set so that
+The config's ``[rerank]`` table (``FittedRerank.table``) is set so that
 ``ContextGuard(GuardConfig.from_file(p), reranker=...)`` does what was measured: the
 guard-level ``max_k``, ``min_k``, ``cut`` and ``relative_threshold`` are the chosen
 point's (the rerank policy is the guard's own with the rerank fields in place; on a
@@ -86,9 +86,9 @@ from ragguard.calibration.fit.probability import (
 )
 from ragguard.calibration.fit.rerank_scores import RerankScores
 from ragguard.calibration.fit.risk import EVIDENCE
-from ragguard.calibration.fit.space import RerankStage, SearchSpace
+from ragguard.calibration.fit.space import FittedRerank, SearchSpace
 from ragguard.calibration.fit.statistics import checked_rows
-from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, SweepResult, sweep
+from ragguard.calibration.fit.sweep import F64, PASSAGES, I, SweepKernel, SweepResult, sweep
 from ragguard.errors import EvalSetError, RerankError
 from ragguard.policy import PolicyParams
 from ragguard.probability import MapMethod, rerank_probabilities, to_logit
@@ -97,9 +97,6 @@ from ragguard.scores import ScoreKind, normalize
 __all__ = ["rerank_space"]
 
 logger = logging.getLogger(__name__)
-
-F64 = NDArray[np.float64]
-I = NDArray[np.intp]  # noqa: E741
 
 
 def _reranked_arrays(
@@ -233,7 +230,7 @@ def rerank_space(
     method: MapMethod | str = MapMethod.PLATT,
 ) -> SearchSpace:
     """The second search's space over run ``run`` (retrieval depth x rerank cut x
-    ``max_k``, see the module docstring), built on its ``RerankStage``, with the stages
+    ``max_k``, see the module docstring), built on its ``FittedRerank``, with the stages
     after the cut of ``plan`` (token budget, near-duplicates) applied to every setting
     when given, as the runtime guard applies them after the rerank cut (and each
     setting tried under every conflict setting they sweep).
@@ -356,7 +353,7 @@ def rerank_space(
     raw_held = np.concatenate([raw[r] for r in rows.tolist()]) if rows.size else np.empty(0)
     p_raw = normalize(raw_held, scores.score_kind).values[0] if raw_held.size else raw_held
     p_map = pmap.apply_logit(z_held)
-    stage = RerankStage(
+    stage = FittedRerank(
         scores=scores,
         probability_map=pmap,
         n_pairs_fit=n_fit,

@@ -36,14 +36,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import NDArray
 
-from ragguard.calibration.fit.sweep import Constraint, SweepResult, choose, lower_is_better
+from ragguard.calibration.fit.sweep import Constraint, I, SweepResult, choose, lower_is_better
 from ragguard.policy import ConflictMode, CutRule, PolicyParams
 
 __all__ = ["DEFAULT_FOLDS", "FamilyChoice", "cross_validate", "fold_count", "refit", "rule_family"]
 
-I = NDArray[np.intp]  # noqa: E741
 
 DEFAULT_FOLDS = 5
 _FAMILY_ORDER = ("top-k", "threshold", "min_score", "gap", "autocut", "expected utility")

@@ -28,7 +28,6 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.evalset import EvalSet
@@ -38,6 +37,7 @@ from ragguard.calibration.fit.rerank_scores import RerankScores
 from ragguard.calibration.fit.risk import guarantee_paths
 from ragguard.calibration.fit.select import fold_count, fold_parts
 from ragguard.calibration.fit.sweep import (
+    I,
     SweepGrid,
     SweepKernel,
     SweepResult,
@@ -51,7 +51,7 @@ from ragguard.probability import ProbabilityMap
 
 __all__ = [
     "MAX_K_LIMIT",
-    "RerankStage",
+    "FittedRerank",
     "SearchSpace",
     "describe_rerank_point",
     "retrieval_space",
@@ -59,7 +59,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-I = NDArray[np.intp]  # noqa: E741
 
 MAX_K_LIMIT = 100
 """The largest cap the default grid grows to when the constraints (or a guarantee)
@@ -68,7 +67,7 @@ need more than ``DEFAULT_MAX_K`` passages. A
 
 
 @dataclass(frozen=True, eq=False)
-class RerankStage:
+class FittedRerank:
     """The second stage a search's space is built on (see the module docstring): its
     scores, the probability map fitted on the calibration queries, how well the raw
     and the mapped probabilities are calibrated, and the queries swept as failed calls.
@@ -147,7 +146,7 @@ class SearchSpace:
     top_n: tuple[int, ...] = ()
     paths: Mapping[str, Sequence[int]] | None = None
     grid: SweepGrid | None = None
-    stage: RerankStage | None = None
+    stage: FittedRerank | None = None
 
     @cached_property
     def points(self) -> tuple[PolicyParams, ...]:

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.calibration._format import format_interval, format_number
-from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, lower_is_better
+from ragguard.calibration.fit.sweep import F64, PASSAGES, I, SweepKernel, lower_is_better
 from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = [
@@ -45,8 +44,6 @@ __all__ = [
     "validation_count",
 ]
 
-F64 = NDArray[np.float64]
-I = NDArray[np.intp]  # noqa: E741
 
 _BOOTSTRAP_CHUNK = 100  # resamples per bincount (memory: 2 x chunk x n values)
 

@@ -65,10 +65,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_METRICS",
+    "F64",
     "LOWER_IS_BETTER",
     "PASSAGES",
+    "B",
     "Constraint",
     "GroupedMeans",
+    "I",
     "SweepGrid",
     "SweepKernel",
     "SweepResult",
@@ -86,7 +89,10 @@ __all__ = [
 ]
 
 F64 = NDArray[np.float64]
+B = NDArray[np.bool_]
 I = NDArray[np.intp]  # noqa: E741
+"""The array types of the fitting wing (float values, masks, rows and indices), defined
+here once and imported by every module above the sweep."""
 Cuts = NDArray[np.unsignedinteger[Any] | np.int32]
 """(P, Q) per-query cuts of a sweep's settings (``SweepKernel.cuts``)."""
 

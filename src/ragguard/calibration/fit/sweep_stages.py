@@ -234,9 +234,13 @@ class PassageStages:
             pairs = self._pairs(sets, depth)
             if mode is not ConflictMode.DROP:  # causal: applied once over the width
                 state, _, _ = conflict_stage(
-                    state, texts=self.texts, shingles=sets, similarity=self.conflict_similarity,
-                    mode=mode, pairs=pairs,
-                )  # fmt: skip
+                    state,
+                    texts=self.texts,
+                    shingles=sets,
+                    similarity=self.conflict_similarity,
+                    mode=mode,
+                    pairs=pairs,
+                )
         state = run_stages(state, params, shingles=sets, tokens=tokens, counter=counter)
         kept = state.kept
         through = np.zeros((q, width + 1), dtype=np.intp)

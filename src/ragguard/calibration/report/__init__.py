@@ -24,8 +24,9 @@ Markdown and HTML, with every table and a note saying how to get the plots.
 The package: ``document`` (the blocks and their Markdown and HTML renderers), ``plots``
 (the figures above), ``sections`` (the report's sections, read from the result's
 [`view`][ragguard.calibration.CalibrationResult.view], the same view the console,
-``--json`` and the config's provenance render) and ``build`` (``build_report``,
-[`write_report`][ragguard.calibration.write_report]).
+``--json`` and the config's provenance render), ``build`` (``build_report``,
+[`write_report`][ragguard.calibration.write_report]), ``summary`` (``--json``) and
+``console`` (``ragguard calibrate``'s console summary).
 """
 
 from ragguard.calibration._format import format_interval, format_number

@@ -14,7 +14,7 @@ from ragguard._optional import require
 from ragguard.calibration._format import format_number
 from ragguard.calibration.fit.result import CalibrationResult
 from ragguard.calibration.fit.search import RunCalibration
-from ragguard.calibration.fit.space import RerankStage
+from ragguard.calibration.fit.space import FittedRerank
 from ragguard.calibration.fit.sweep import PASSAGES, describe_point, is_plain_top_k, lower_is_better
 from ragguard.calibration.report.document import Figure
 from ragguard.errors import MissingDependencyError
@@ -78,9 +78,14 @@ def _plot_utility_vs_k(mpl: Any, res: CalibrationResult, r: RunCalibration) -> b
         g = r.sweep.mean(r.chosen, metric)
         ax.axvline(chosen.max_k, color="#c44e52", linestyle="--", linewidth=1)
         ax.plot(
-            [chosen.max_k], [g], marker="*", markersize=15, color="#c44e52", linestyle="none",
+            [chosen.max_k],
+            [g],
+            marker="*",
+            markersize=15,
+            color="#c44e52",
+            linestyle="none",
             label=f"guarded ({describe_point(chosen)})",
-        )  # fmt: skip
+        )
         if metric == "utility":
             oracle = float(np.mean(r.optimal.utility[rows])) if rows.size else math.nan
             ax.axhline(oracle, color="#55a868", linestyle=":", label="per-query optimal k")
@@ -124,10 +129,15 @@ def _plot_heatmap(mpl: Any, res: CalibrationResult, r: RunCalibration) -> bytes 
     for a, b in zip(*np.nonzero(bad), strict=True):
         ax.add_patch(
             Rectangle(
-                (b - 0.5, a - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#f2f2f2",
+                (b - 0.5, a - 0.5),
+                1,
+                1,
+                fill=False,
+                hatch="///",
+                edgecolor="#f2f2f2",
                 linewidth=0,
             )
-        )  # fmt: skip
+        )
     fig.colorbar(im, ax=ax, label=f"mean {res.objective}")
     ax.set_xticks(range(len(ts)))
     ax.set_xticklabels([f"{t:.2f}" for t in ts], rotation=60, fontsize=7)
@@ -192,8 +202,9 @@ def _plot_baseline_vs_guarded(mpl: Any, res: CalibrationResult, r: RunCalibratio
         lows = np.array([ivs[m].low for m in unit])
         highs = np.array([ivs[m].high for m in unit])
         err = np.vstack((np.nan_to_num(means - lows), np.nan_to_num(highs - means)))
-        ax.bar(x + (offset - 0.5) * width, means, width, yerr=err, capsize=3, label=label,
-               color=color)  # fmt: skip
+        ax.bar(
+            x + (offset - 0.5) * width, means, width, yerr=err, capsize=3, label=label, color=color
+        )
     ax.set_xticks(x)
     ax.set_xticklabels(unit)
     ax.set_ylim(0, 1.05)
@@ -205,7 +216,7 @@ def _plot_baseline_vs_guarded(mpl: Any, res: CalibrationResult, r: RunCalibratio
     return _png(fig)
 
 
-def _plot_reliability(mpl: Any, two: RerankStage, split: str) -> bytes | None:
+def _plot_reliability(mpl: Any, two: FittedRerank, split: str) -> bytes | None:
     """Predicted probability vs observed frequency of relevance, per bin, before and
     after the probability map (held-out pairs)."""
     curves = (
@@ -224,8 +235,13 @@ def _plot_reliability(mpl: Any, two: RerankStage, split: str) -> bytes | None:
     ax.plot([0, 1], [0, 1], color="#bbbbbb", linestyle="--", linewidth=1, label="perfect")
     for label, rel, color, marker in curves:
         used = rel.counts > 0
-        ax.plot(rel.predicted[used], rel.observed[used], marker=marker, color=color,
-                label=f"{label}, ECE {format_number(rel.ece)}")  # fmt: skip
+        ax.plot(
+            rel.predicted[used],
+            rel.observed[used],
+            marker=marker,
+            color=color,
+            label=f"{label}, ECE {format_number(rel.ece)}",
+        )
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("predicted p(relevant)")

@@ -4,26 +4,16 @@ optimal k and examples, as document blocks (``report_blocks``)."""
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import numpy as np
-
 from ragguard._optional import install_hint
 from ragguard.calibration._format import floor_number, format_interval, format_number
-from ragguard.calibration.fit.result import (
-    SMALL_SET,
-    CalibrationResult,
-    CommandLine,
-    ResultView,
-)
-from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
-from ragguard.calibration.fit.search import RunCalibration
+from ragguard.calibration.fit.result import CalibrationResult
+from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.statistics import Comparison, Interval
-from ragguard.calibration.fit.sweep import PASSAGES, choose, describe_point, lower_is_better
-from ragguard.calibration.metrics import compute
+from ragguard.calibration.fit.sweep import PASSAGES, lower_is_better
+from ragguard.calibration.fit.view import SMALL_SET, CommandLine, Example, GuaranteeView, ResultView
 from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
-from ragguard.policy import ConflictMode, CutRule
+from ragguard.config import GuardConfig
+from ragguard.policy import ConflictMode
 
 __all__ = ["PLOT_NOTE", "report_blocks"]
 
@@ -31,7 +21,6 @@ PLOT_NOTE = (
     "Plots were not drawn: matplotlib is not installed. Install the report extra "
     f"(`{install_hint('report')}`) and run calibrate again to get them."
 )
-N_EXAMPLES = 5
 
 # --------------------------------------------------------------------------- numbers
 
@@ -44,26 +33,21 @@ def _iv(iv: Interval, signed: bool = False) -> str:
     return f"{mean} {interval}" if interval else mean
 
 
-def _setting(r: RunCalibration, which: str = "chosen") -> str:
-    p = r.chosen_params if which == "chosen" else r.baseline_params
-    return describe_point(p)
-
-
 # --------------------------------------------------------------------------- sections
 
 
-def _header(view: ResultView, config_path: str | None) -> list[Block]:
-    res = view.result
+def _header(view: ResultView, cfg: GuardConfig, config_path: str | None) -> list[Block]:
+    res = view.header
     es = res.evalset
     cons = " and ".join(str(c) for c in res.constraints) or "none"
-    r, w = view.run, view.written
+    w = view.written
     how = view.objective_alone
     blocks: list[Block] = [
         Bullets(
             (
                 f"eval set: `{es.source or 'in memory'}`, {len(res.qids)} labelled queries"
                 + (f" ({len(es.unanswerable)} unanswerable)" if es.unanswerable else "")
-                + f", runs: {', '.join(f'`{x.name}`' for x in res.runs)}",
+                + f", runs: {', '.join(f'`{x}`' for x in res.runs)}",
                 f"profile: `{res.profile.name}` (distractor score ratio "
                 f"{res.profile.distractor_score_ratio:g}, hard negative "
                 f"{res.profile.hard_negative_penalty:g}, known distractor "
@@ -76,7 +60,7 @@ def _header(view: ResultView, config_path: str | None) -> list[Block]:
             )
         ),
         Heading(1, "Recommendation"),
-        Para(f"**Run `{r.name}`: {w.setting}** ({_config_fields(res)})."),
+        Para(f"**Run `{view.run_name}`: {w.setting}** ({_config_fields(cfg)})."),
     ]
     if w.stage is not None:
         blocks.append(Para(f"Second stage {w.stage}."))
@@ -96,9 +80,8 @@ def _header(view: ResultView, config_path: str | None) -> list[Block]:
     return blocks + _unmet(view)
 
 
-def _config_fields(res: CalibrationResult) -> str:
+def _config_fields(cfg: GuardConfig) -> str:
     """The config's own fields for the setting, read from the config itself."""
-    cfg = res.config()
     fields = [
         f"`max_k = {cfg.max_k}`",
         f"`relative_threshold = {cfg.relative_threshold:g}`",
@@ -124,16 +107,16 @@ def _config_fields(res: CalibrationResult) -> str:
 def _written_note(view: ResultView) -> str:
     """What the config holds: the refit on all queries, a fallback to plain top-k, or
     nothing (stopped); and which setting the held-out check tests."""
-    res, r, w = view.result, view.run, view.written
+    res, w = view.header, view.written
     n_all, n_cal = len(res.qids), res.calibration_rows.size
     if view.stopped is not None:
         return (
-            f"**No config is written** (`on_worse='stop'`): {r.fallback}. Plain top-k "
+            f"**No config is written** (`on_worse='stop'`): {view.fallback}. Plain top-k "
             f"refitted on all {n_all} queries would be {view.retrieval_setting}."
         )
-    if w.two_stage is None and r.fallback is not None:
+    if w.two_stage is None and view.fallback is not None:
         return (
-            f"**Fallback to plain top-k:** {r.fallback}. The config therefore holds plain "
+            f"**Fallback to plain top-k:** {view.fallback}. The config therefore holds plain "
             f"top-k, refitted on all {n_all} queries: **{w.setting}** (the choice on the "
             f"{n_cal} calibration queries was {view.retrieval_choice})."
         )
@@ -165,7 +148,7 @@ def _written_note(view: ResultView) -> str:
 
 
 def _small_set(view: ResultView) -> list[Block]:
-    res = view.result
+    res = view.header
     n = len(res.qids)
     if n >= SMALL_SET:
         return []
@@ -185,7 +168,7 @@ def _small_set(view: ResultView) -> list[Block]:
 def _unmet(view: ResultView) -> list[Block]:
     """The constraints (and the guarantee) the written setting misses, with the best
     reachable value and the setting that reaches it."""
-    res, w, short = view.result, view.written, view.shortfalls
+    res, w, short = view.header, view.written, view.shortfalls
     g = w.guarantee
     if not short and (g is None or g.met):
         return []
@@ -240,10 +223,10 @@ def _unmet(view: ResultView) -> list[Block]:
     return blocks
 
 
-def _selection(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+def _selection(view: ResultView) -> list[Block]:
     """The cross-validated choice of rule family, with each family's CV mean and
     standard error and the one-standard-error rule."""
-    s = r.selection
+    s, res = view.family, view.header
     if s is None:
         return []
     obj = res.objective
@@ -289,10 +272,10 @@ def _selection(res: CalibrationResult, r: RunCalibration) -> list[Block]:
         f"Best: {s.families[b][1]} ({format_number(s.cv_mean[b])} +/- "
         f"{format_number(s.cv_se[b])}); within one standard error means a cross-validated "
         f"`{obj}` of {word} {format_number(bar)}. Chosen: **{s.family}**; its best setting "
-        f"on the calibration queries is {describe_point(r.chosen_params)}, refitted on all "
-        f"{len(res.qids)} queries {describe_point(r.written_params)}."
+        f"on the calibration queries is {view.retrieval_choice}, refitted on all "
+        f"{len(res.qids)} queries {view.retrieval_setting}."
     )
-    if r.fallback is not None:
+    if view.fallback is not None:
         closing += " The held-out check overruled it (see the fallback above)."
     return [
         Heading(1, "Choosing the rule family: cross-validation"),
@@ -322,17 +305,12 @@ ASSUMPTIONS = (
 
 
 def _guarantee(
-    g: GuaranteeResult,
-    describe: Any,
-    n_queries: int,
-    passages: float,
-    heading: tuple[int, str] = (1, "Recall guarantee"),
-    scope: str = "",
+    gv: GuaranteeView, heading: tuple[int, str] = (1, "Recall guarantee"), scope: str = ""
 ) -> list[Block]:
     """The guarantee: target, confidence, method, assumptions, the certified bound and
-    context (the one written), and its evidence recall on the held-out queries.
-    ``describe(i)`` names the point ``i``; ``passages`` is the certified setting's mean
-    context on the calibration queries; ``scope`` qualifies "setting" (``"two-stage "``)."""
+    context (the one written), and its evidence recall on the held-out queries;
+    ``scope`` qualifies "setting" (``"two-stage "``)."""
+    g, describe, n_queries, passages = gv.outcome, gv.names, gv.n_queries, gv.passages
     pct = f"{g.confidence:.0%}"
     m = len(g.paths)
     delta = (1.0 - g.confidence) / max(1, m)
@@ -363,10 +341,10 @@ def _guarantee(
     return [Heading(*heading), Bullets(tuple(items))]
 
 
-def _answerability(res: CalibrationResult) -> list[Block]:
+def _answerability(view: ResultView) -> list[Block]:
     """The calibrated ``min_evidence``: its guarantee, what it does on the calibration
     and the held-out queries, and the written setting with and without it."""
-    a = res.answerability
+    a, res = view.answerability, view.header
     if a is None:
         return []
     items = [a.statement() if a.met else f"**not met**: {a.shortfall()}"]
@@ -386,11 +364,22 @@ def _answerability(res: CalibrationResult) -> list[Block]:
     return [Heading(1, "Answerability (min_evidence)"), Bullets(tuple(items))]
 
 
-def _runs_table(res: CalibrationResult, view: ResultView) -> list[Block]:
+def _runs_table(view: ResultView) -> list[Block]:
+    res = view.header
     obj = res.objective
-    header = ("run", "chosen", obj, "evidence recall", "recall (all judged)", "distractor rate",
-              "passages", "best top-k", f"top-k {obj}", "constraints met",
-              "written (all queries)")  # fmt: skip
+    header = (
+        "run",
+        "chosen",
+        obj,
+        "evidence recall",
+        "recall (all judged)",
+        "distractor rate",
+        "passages",
+        "best top-k",
+        f"top-k {obj}",
+        "constraints met",
+        "written (all queries)",
+    )
     rows = []
     for row in view.runs:
         means = row.chosen_means
@@ -420,25 +409,24 @@ def _runs_table(res: CalibrationResult, view: ResultView) -> list[Block]:
     ]
 
 
-def _ceiling(r: RunCalibration, c: Comparison) -> list[Block]:
+def _ceiling(view: ResultView, c: Comparison) -> list[Block]:
     """Evidence recall next to classic recall, the retriever's ceiling."""
     if EVIDENCE not in c.metrics or "recall" not in c.metrics or not c.n_queries:
         return []
-    every = compute(r.arrays, "recall")[c.rows]
-    ceiling = float(np.nanmean(every)) if not np.isnan(every).all() else math.nan
     return [
         Para(
             "`evidence_recall` counts the relevant passages **among the retrieved "
             "candidates**: the recall a guard controls (keeping every candidate reaches "
             "1). `recall` counts every judged-relevant document, retrieved or not: it is "
             "bounded by the **retriever's ceiling**, which no cut can raise; keeping every "
-            f"candidate gives recall {format_number(ceiling)} on these {c.n_queries} queries."
+            f"candidate gives recall {format_number(view.recall_ceiling)} on these "
+            f"{c.n_queries} queries."
         )
     ]
 
 
 def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
-    r, w, check = view.run, view.written, view.retrieval_check
+    w, check = view.written, view.retrieval_check
     c = check.comparison
     pct = round(c.level * 100)
     where = (
@@ -447,7 +435,7 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
         else f"No queries were held out (holdout 0): this is **in-sample** on all "
         f"{c.n_queries} queries, so it overstates any gain"
     )
-    if r.chosen_is_baseline:
+    if view.chosen_is_baseline:
         only = tuple((x.metric, _iv(x.guarded)) for x in check.rows)
         return [
             Heading(1, "Baseline vs guarded"),
@@ -458,7 +446,7 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
                 "it reaches:"
             ),
             Table(("metric", view.retrieval_choice), only, (False, True)),
-            *_ceiling(r, c),
+            *_ceiling(view, c),
         ]
     intro = (
         f"{where}, with {pct}% percentile bootstrap intervals ({c.n_bootstrap} paired "
@@ -470,7 +458,7 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
             f" This is the retrieval-only choice; the config holds the two-stage setting "
             f"({w.setting}), checked under Two stages below."
         )
-    elif r.written_params != r.chosen_params and r.fallback is None:
+    elif view.refitted and view.fallback is None:
         intro += (
             f" The guarded setting here is the calibration-only choice; the written "
             f"setting ({view.retrieval_setting}) was refitted on all queries, "
@@ -495,11 +483,11 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
             (False, True, True, True, False),
         ),
     ]
-    blocks += _ceiling(r, c)
-    if r.fallback is not None:
+    blocks += _ceiling(view, c)
+    if view.fallback is not None:
         blocks.append(
             Para(
-                f"**Worse than plain top-k:** {r.fallback}; "
+                f"**Worse than plain top-k:** {view.fallback}; "
                 + (
                     "nothing is written (`on_worse='stop'`)."
                     if view.stopped is not None
@@ -538,13 +526,12 @@ def _two_stage(view: ResultView, fig: Figure | None) -> list[Block]:
     """Plain top-k, the best retrieval-only setting and the two-stage choice on the
     held-out queries, with the probability map's calibration before and after, and why
     the config holds the second stage or not (``view.written``, what is written)."""
-    w, objective = view.written, view.result.objective
+    w, objective = view.written, view.header.objective
     st = view.stage
     assert st is not None and view.stage_check is not None and view.stage_top_k_check is not None
     a = view.stage_check.comparison
     top_k = {x.metric: x for x in view.stage_top_k_check.rows}
     pct = round(a.level * 100)
-    two = st.search
     rows = [
         (
             x.metric,
@@ -569,7 +556,7 @@ def _two_stage(view: ResultView, fig: Figure | None) -> list[Block]:
             + (
                 f"Certified on the calibration queries and not refitted: "
                 f"**{st.setting}** (the setting the table below checks)"
-                if two.guarantee is not None
+                if st.guarantee is not None
                 else f"Chosen on the calibration queries: {st.choice} (the "
                 f"setting the table below checks); refitted on all queries: "
                 f"**{st.setting}**"
@@ -626,131 +613,86 @@ def _two_stage(view: ResultView, fig: Figure | None) -> list[Block]:
     )
     if objective in a.metrics:
         blocks.append(Para(f"Two-stage vs retrieval-only on {objective}: {a.verdict(objective)}."))
-    if two.guarantee is not None:
-        g = two.guarantee
+    if st.guarantee is not None:
         blocks += _guarantee(
-            g,
-            two.describe,
-            int(two.sweep.kept.shape[1]),
-            two.sweep.mean(g.written, PASSAGES),
-            heading=(2, "Recall guarantee with the reranker"),
-            scope="two-stage ",
+            st.guarantee, heading=(2, "Recall guarantee with the reranker"), scope="two-stage "
         )
     if fig is not None:
         blocks.append(fig)
     return blocks
 
 
-def _examples(res: CalibrationResult, r: RunCalibration) -> list[Block]:
-    c = r.comparison
-    obj = res.objective
-    if obj not in c.metrics or c.n_queries == 0:
+def _examples(view: ResultView) -> list[Block]:
+    if view.examples is None:
         return []
-    j = c.metrics.index(obj)
-    delta = c.guarded_values[j] - c.baseline_values[j]
-    if lower_is_better(obj):
-        delta = -delta
-    delta = np.where(np.isnan(delta), 0.0, delta)
-    order = np.argsort(-delta, kind="stable")
-    gained = [i for i in order[:N_EXAMPLES].tolist() if delta[i] > 0]
-    lost = [i for i in order[::-1][:N_EXAMPLES].tolist() if delta[i] < 0]
-    arrays = r.arrays
-    base_kept, guard_kept = r.baseline_kept, r.chosen_kept
+    res, c = view.header, view.retrieval_check.comparison
+    obj = res.objective
 
-    def describe(i: int) -> tuple[str, ...]:
-        row = int(c.rows[i])
-        qid = arrays.qids[row]
-        text = res.evalset.queries[qid].text or ""
-        ids = arrays.doc_ids(row)
-        u = arrays.utility[row]
-        # the passages each setting keeps (the stages after the cut may skip some)
-        base = r.kernel.context(row, int(base_kept[row]))
-        guard = r.kernel.context(row, int(guard_kept[row]))
+    def ctx(passages: tuple[tuple[str, float], ...]) -> str:
+        marks = [f"`{i}` ({'+' if u > 0 else '-' if u < 0 else '0'})" for i, u in passages]
+        return ", ".join(marks) or "(nothing)"
 
-        def ctx(positions: list[int]) -> str:
-            parts = []
-            for pos in positions:
-                mark = "+" if u[pos] > 0 else ("-" if u[pos] < 0 else "0")
-                parts.append(f"`{ids[pos]}` ({mark})")
-            return ", ".join(parts) or "(nothing)"
-
-        named = []
-        for pos in sorted({*base, *guard}):
-            if u[pos] < 0:
-                kind = "known distractor" if arrays.distractor[row, pos] else "hard negative"
-                fate = "kept" if pos in guard else "removed"
-                named.append(f"`{ids[pos]}` ({kind}, {fate})")
+    def describe(x: Example) -> tuple[str, ...]:
+        fates = [(i, kind, "kept" if kept else "removed") for i, kind, kept in x.distractors]
+        named = [f"`{i}` ({kind}, {fate})" for i, kind, fate in fates]
         return (
-            f"`{qid}` {text}",
-            format_number(float(c.guarded_values[j][i] - c.baseline_values[j][i]), signed=True),
-            ctx(base),
-            ctx(guard),
+            f"`{x.qid}` {x.text}",
+            format_number(x.change, signed=True),
+            ctx(x.baseline),
+            ctx(x.guarded),
             ", ".join(named) or "none",
         )
 
-    header = ("query", f"{obj} change", f"baseline context ({_setting(r, 'baseline')})",
-              f"guarded context ({_setting(r)})", "distractors in either context")  # fmt: skip
+    header = (
+        "query",
+        f"{obj} change",
+        f"baseline context ({view.baseline})",
+        f"guarded context ({view.retrieval_choice})",
+        "distractors in either context",
+    )
     blocks: list[Block] = [
         Heading(1, "Queries that gained and lost most"),
         Para(
-            f"On the {c.split} queries of run `{r.name}`. Contexts list passages best first "
-            "with their utility sign: (+) helps, (-) a distractor, (0) neutral. A known "
+            f"On the {c.split} queries of run `{view.run_name}`. Contexts list passages best "
+            "first with their utility sign: (+) helps, (-) a distractor, (0) neutral. A known "
             "distractor is labelled as one; a hard negative is an unlabelled passage the "
             f"`{res.profile.name}` profile's rules count as harmful (ranked in the top "
             f"{res.profile.distractor_top_ranks} or scoring at least "
             f"{res.profile.distractor_score_ratio:g} x the top score)."
         ),
     ]
-    blocks.append(Heading(2, "Gained most"))
-    if gained:
-        blocks.append(
-            Table(header, tuple(describe(i) for i in gained), (False, True, False, False, False))
-        )
-    else:
-        blocks.append(Para("No query gained."))
-    blocks.append(Heading(2, "Lost most"))
-    if lost:
-        blocks.append(
-            Table(header, tuple(describe(i) for i in lost), (False, True, False, False, False))
-        )
-    else:
-        blocks.append(Para("No query lost."))
+    for title, rows, none in (
+        ("Gained most", view.examples[0], "No query gained."),
+        ("Lost most", view.examples[1], "No query lost."),
+    ):
+        blocks.append(Heading(2, title))
+        if rows:
+            aligned = (False, True, False, False, False)
+            blocks.append(Table(header, tuple(map(describe, rows)), aligned))
+        else:
+            blocks.append(Para(none))
     return blocks
 
 
-def _conflicts(res: CalibrationResult, r: RunCalibration) -> list[Block]:
+def _conflicts(view: ResultView) -> list[Block]:
     """The conflict settings swept, the best of each, and how well detection finds the
     labelled distractors at each similarity swept, on the calibration and the held-out
     queries."""
-    from ragguard.calibration.fit.conflict_sweep import (
-        StageKernels,
-        conflict_detection,
-        describe_conflicts,
-        setting_of,
-        similarity_levels,
-    )
-
-    kernel = r.kernel
-    if not isinstance(kernel, StageKernels):
+    cv = view.conflicts
+    if cv is None:
         return []
-    obj = res.objective
-    rows = []
-    for setting in kernel.settings:
-        among = [i for i, p in enumerate(r.sweep.points) if setting_of(p) == setting]
-        if not among:
-            continue
-        i, ok = choose(r.sweep, obj, res.constraints, among=among)
-        rows.append(
-            (
-                describe_conflicts(setting),
-                describe_point(r.sweep.points[i]) + ("" if ok else " (fails constraints)"),
-                format_number(r.sweep.mean(i, obj)),
-                format_number(r.sweep.mean(i, "distractor_rate")),
-                format_number(r.sweep.mean(i, PASSAGES), 2),
-            )
+    obj = view.header.objective
+    rows = tuple(
+        (
+            name,
+            point + ("" if ok else " (fails constraints)"),
+            format_number(objective),
+            format_number(rate),
+            format_number(kept, 2),
         )
-    w = r.written_params
-    written = describe_conflicts(setting_of(w))
+        for name, point, ok, objective, rate, kept in cv.best
+    )
+    written = cv.written
     blocks: list[Block] = [
         Heading(1, "Conflicting passages"),
         Para(
@@ -770,32 +712,25 @@ def _conflicts(res: CalibrationResult, r: RunCalibration) -> list[Block]:
                 "distractor rate",
                 "passages",
             ),
-            tuple(rows),
+            rows,
             (False, False, True, True, True),
         ),
     ]
-    max_k = min(w.max_k, max(kernel.width, 1))
-    splits = [("calibration", res.calibration_rows)]
-    if res.heldout_rows.size:
-        splits.append(("held-out", res.heldout_rows))
-    table = []
-    on = w.conflicts is not ConflictMode.OFF
-    for level in similarity_levels(kernel.settings):
-        for name, split_rows in splits:
-            d = conflict_detection(kernel, split_rows, level, max_k)
-            table.append(
-                (
-                    f"{level:g}" + (" (written)" if on and w.conflict_similarity == level else ""),
-                    f"{name} ({d.queries})",
-                    f"{d.flagged} / {d.candidates}",
-                    format_number(d.precision),
-                    format_number(d.recall),
-                    format_number(d.relevant_rate),
-                    format_number(d.query_precision),
-                    format_number(d.query_recall),
-                    format_number(d.clean_flagged_rate),
-                )
-            )
+    max_k = cv.max_k
+    table = [
+        (
+            f"{level:g}" + (" (written)" if cv.similarity == level else ""),
+            f"{name} ({d.queries})",
+            f"{d.flagged} / {d.candidates}",
+            format_number(d.precision),
+            format_number(d.recall),
+            format_number(d.relevant_rate),
+            format_number(d.query_precision),
+            format_number(d.query_recall),
+            format_number(d.clean_flagged_rate),
+        )
+        for level, name, d in cv.detection
+    ]
     blocks += [
         Para(
             f"Detection against the labels, among each query's first {max_k} ranked "
@@ -826,9 +761,9 @@ def _conflicts(res: CalibrationResult, r: RunCalibration) -> list[Block]:
     return blocks
 
 
-def _optimal(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> list[Block]:
-    dist = r.optimal.distribution()
-    counts = r.optimal.counts
+def _optimal(view: ResultView, fig: Figure | None) -> list[Block]:
+    dist = view.optimal.distribution()
+    counts = view.optimal.counts
     n = int(counts.sum())
     zero = int(counts[0]) if counts.size else 0
     rows = tuple((str(k), str(v), f"{100 * v / n:.0f}%") for k, v in sorted(dist.items()))
@@ -848,9 +783,8 @@ def _optimal(res: CalibrationResult, r: RunCalibration, fig: Figure | None) -> l
     return blocks
 
 
-def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure]) -> list[Block]:
-    grid = r.grid or res.grid  # the run's grid: its caps may have grown
-    rules = [describe_point(p) for p in r.sweep.points if p.cut is not CutRule.NONE]
+def _grid_section(view: ResultView, figs: list[Figure]) -> list[Block]:
+    grid = view.grid
     blocks: list[Block] = [
         Heading(1, "How utility and the objective change with k"),
         Para(
@@ -863,34 +797,25 @@ def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure])
     blocks.append(Heading(1, "The settings grid"))
     blocks.append(
         Para(
-            f"{len(r.sweep.points)} settings: `max_k` in {min(grid.max_k)}..{max(grid.max_k)} x "
+            f"{view.n_settings} settings: `max_k` in {min(grid.max_k)}..{max(grid.max_k)} x "
             f"`relative_threshold` in {{{', '.join(f'{t:g}' for t in grid.thresholds)}}} "
             f"(`min_k = {grid.min_k}`), plus the label-free cut rules at every `max_k`."
-            if r.score_kind is not None
+            if view.score_kind is not None
             else "This run has no scores, so only plain top-k settings apply."
         )
     )
     blocks += [f for f in figs if f.name == "heatmap.png"]
-    if rules:
-        obj = res.objective
-        groups: dict[str, list[int]] = {}
-        for i, p in enumerate(r.sweep.points):
-            if p.cut is CutRule.NONE:
-                continue
-            extra = f"+{p.gap_buffer}" if p.cut is CutRule.GAP else f"@{p.autocut_jumps}"
-            groups.setdefault(p.cut.value + extra, []).append(i)
-        rows = []
-        for key, members in groups.items():
-            i, ok = choose(r.sweep, obj, res.constraints, among=members)
-            rows.append(
-                (
-                    key,
-                    describe_point(r.sweep.points[i]) + ("" if ok else " (fails constraints)"),
-                    format_number(r.sweep.mean(i, obj)),
-                    format_number(r.sweep.mean(i, EVIDENCE)),
-                    format_number(r.sweep.mean(i, "recall")),
-                )
+    if view.rules:
+        rows = tuple(
+            (
+                x.rule,
+                x.setting + ("" if x.feasible else " (fails constraints)"),
+                format_number(x.objective),
+                format_number(x.evidence_recall),
+                format_number(x.recall),
             )
+            for x in view.rules
+        )
         blocks.append(
             Para(
                 "Best setting of each label-free cut rule under the same objective and "
@@ -899,8 +824,14 @@ def _grid_section(res: CalibrationResult, r: RunCalibration, figs: list[Figure])
         )
         blocks.append(
             Table(
-                ("rule", "best setting", obj, "evidence recall", "recall (all judged)"),
-                tuple(rows),
+                (
+                    "rule",
+                    "best setting",
+                    view.header.objective,
+                    "evidence recall",
+                    "recall (all judged)",
+                ),
+                rows,
                 (False, False, True, True, True),
             )
         )
@@ -920,33 +851,26 @@ def report_blocks(
     as the commands it suggests name it, or the command line they repeat (default: its
     file)."""
     view = res.view(evalset=evalset)
-    r = view.run
+    h = view.header
     by_name = {f.name: f for f in figs or []}
-    blocks: list[Block] = _header(view, config_path)
+    blocks: list[Block] = _header(view, res.config(), config_path)
     if figs is None:
         blocks.append(Para(PLOT_NOTE if plots else "Plots were turned off."))
-    if r.guarantee is not None:
-        g = r.guarantee
-        blocks += _guarantee(
-            g,
-            lambda i: describe_point(r.sweep.points[i]),
-            len(res.qids),
-            r.sweep.mean(g.written, PASSAGES),
-            scope="" if res.rerank is None else "retrieval-only ",
-        )
-    blocks += _answerability(res)
-    blocks += _selection(res, r)
+    if view.guarantee is not None:
+        scope = "" if view.stage is None else "retrieval-only "
+        blocks += _guarantee(view.guarantee, scope=scope)
+    blocks += _answerability(view)
+    blocks += _selection(view)
     blocks += _heldout(view, by_name.get("baseline_vs_guarded.png"))
     if view.stage is not None:
         blocks += _two_stage(view, by_name.get("reliability.png"))
     blocks += _next_steps(view)
-    if len(res.runs) > 1:
-        blocks += _runs_table(res, view)
-    blocks += _grid_section(res, r, figs or [])
-    blocks += _conflicts(res, r)
-    blocks += _optimal(res, r, by_name.get("optimal_k.png"))
-    if not r.chosen_is_baseline:
-        blocks += _examples(res, r)
+    if len(h.runs) > 1:
+        blocks += _runs_table(view)
+    blocks += _grid_section(view, figs or [])
+    blocks += _conflicts(view)
+    blocks += _optimal(view, by_name.get("optimal_k.png"))
+    blocks += _examples(view)
     blocks += [
         Heading(1, "How this was computed"),
         Bullets(

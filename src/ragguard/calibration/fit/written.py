@@ -1,0 +1,281 @@
+"""What the config holds (``WrittenSetting``): the run's retrieval setting or the second
+stage's, and why the second stage is written or left off; and the constraints it misses
+(``Shortfall``). [`CalibrationResult.config`][ragguard.calibration.CalibrationResult.config]
+writes it; the result view (``ragguard.calibration.fit.view``) and every output name it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ragguard.calibration._format import floor_number, format_number
+from ragguard.calibration.fit.risk import GuaranteeResult
+from ragguard.calibration.fit.search import RunCalibration
+from ragguard.calibration.fit.statistics import Comparison
+from ragguard.calibration.fit.sweep import PASSAGES, Constraint, SweepResult
+from ragguard.calibration.metrics import SafetyBand, safety_band
+from ragguard.policy import PolicyParams
+
+__all__ = ["Shortfall", "WrittenSetting", "shortfalls", "written_setting"]
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """A constraint the written setting misses
+    ([`CalibrationResult.shortfalls`][ragguard.calibration.CalibrationResult.shortfalls]).
+
+    Attributes:
+        constraint: the constraint.
+        best: the setting that comes closest to it on all queries.
+        best_value: its value there: the best reachable.
+        written_value: the written setting's value.
+        max_k: the largest cap tried.
+        best_setting: ``best`` in words (with a second stage, its rerank depth too).
+    """
+
+    constraint: Constraint
+    best: PolicyParams
+    best_value: float
+    written_value: float
+    max_k: int
+    best_setting: str = ""
+
+
+def shortfalls(w: WrittenSetting, constraints: Sequence[Constraint]) -> list[Shortfall]:
+    """The ``constraints`` the written setting ``w`` misses on all queries, each with the
+    best reachable value and the point that reaches it."""
+    full, index = w.full, w.index
+    out: list[Shortfall] = []
+    for c in constraints:
+        col = full.column(c.metric)
+        if c.violation(col[[index]])[0] == 0:
+            continue
+        signed = np.where(np.isnan(col), -np.inf, col if c.op == ">=" else -col)
+        best = int(np.flatnonzero(signed == signed.max())[0])
+        out.append(
+            Shortfall(
+                c, full.points[best], float(col[best]), float(col[index]), w.cap, w.names(best)
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class WrittenSetting:
+    """What the config holds, described once (``ResultView.written``).
+    The console, ``--json``, the report and the provenance all read it, and
+    [`CalibrationResult.config`][ragguard.calibration.CalibrationResult.config] writes it, so every
+    one names the same setting.
+
+    Everything it says is read from ``search``, the search whose setting the config
+    holds.
+
+    Attributes:
+        run: the run's calibration (its retrieval search).
+        two_stage: the second stage's search, when the config enables the stage, or
+            ``None`` (retrieval only).
+        stage: one line, ``written: ...`` or ``left off: ...``: why the second stage is
+            in the config or not (``None`` without a second stage).
+    """
+
+    run: RunCalibration
+    two_stage: RunCalibration | None
+    stage: str | None = None
+
+    @property
+    def search(self) -> RunCalibration:
+        """The search whose setting the config holds: the second stage's, or the run's."""
+        return self.two_stage if self.two_stage is not None else self.run
+
+    @property
+    def setting(self) -> str:
+        """The setting the config holds, in words (``max_k=2, autocut@1``; with a second
+        stage ``rerank top-5, max_k=3, min_score=0.2``)."""
+        return self.search.describe(self.search.written)
+
+    @property
+    def tested(self) -> str:
+        """The setting the held-out check tests, in words: the choice on the calibration
+        queries (the written setting is that choice's rule family refitted on all
+        queries; with a guarantee the two are the same)."""
+        return self.search.describe(self.search.chosen)
+
+    @property
+    def full(self) -> SweepResult:
+        """Every setting's means over all queries, of the search holding it."""
+        return self.search.full
+
+    @property
+    def index(self) -> int:
+        """The written setting's index in ``full``."""
+        return self.search.written
+
+    def names(self, i: int) -> str:
+        """Point ``i`` of ``full`` in words."""
+        return self.search.describe(i)
+
+    @property
+    def feasible(self) -> bool:
+        """Whether the written setting meets every constraint on all queries."""
+        return self.search.written_feasible
+
+    @property
+    def guarantee(self) -> GuaranteeResult | None:
+        """The recall guarantee of the search written, when one was asked for."""
+        return self.search.guarantee
+
+    @property
+    def comparison(self) -> Comparison:
+        """The held-out check of ``tested`` against the best plain top-k."""
+        return self.search.comparison
+
+    @property
+    def cap(self) -> int:
+        """The largest cap the written search tried."""
+        return self.search.cap
+
+    @property
+    def params(self) -> PolicyParams:
+        """The written setting (the rerank policy's, with a second stage)."""
+        return self.full.points[self.index]
+
+    @property
+    def met(self) -> bool:
+        """Whether it meets every constraint and, when asked for, the guarantee."""
+        return self.feasible and (self.guarantee is None or self.guarantee.met)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """Its mean metrics over all queries."""
+        return self.full.point_means(self.index)
+
+    @property
+    def tested_metrics(self) -> dict[str, float]:
+        """The tested setting's mean metrics over the calibration queries."""
+        s = self.search
+        return s.sweep.point_means(s.chosen)
+
+    @property
+    def tested_feasible(self) -> bool:
+        """Whether the tested setting meets every constraint on the calibration queries."""
+        return self.search.feasible
+
+    def band(self) -> SafetyBand | None:
+        """The safety band of the tested setting's mean distractor rate on the held-out
+        queries (``None`` without queries or a distractor rate)."""
+        c = self.comparison
+        if not c.n_queries or "distractor_rate" not in c.metrics:
+            return None
+        rate = c.guarded["distractor_rate"].mean
+        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+
+    @property
+    def checked_rate(self) -> float:
+        """Its own mean distractor rate on the queries ``comparison`` checked (NaN
+        without queries or a distractor rate); where it is not ``tested``, its refit
+        on all queries saw these queries."""
+        c = self.comparison
+        if not c.n_queries or "distractor_rate" not in c.metrics:
+            return math.nan
+        return self.search.space.means(c.rows).mean(self.index, "distractor_rate")
+
+    def checked_band(self) -> SafetyBand | None:
+        """The safety band of ``checked_rate`` (``None`` when it is NaN): what the
+        next steps (``ResultView.next_steps``) are suggested on."""
+        rate = self.checked_rate
+        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+
+
+def written_setting(
+    r: RunCalibration,
+    two: RunCalibration | None,
+    objective: str,
+    constraints: Sequence[Constraint],
+    n_calibration: int,
+) -> WrittenSetting:
+    """What the config of run ``r`` holds, with ``two`` the second search (``None``
+    without one): the second stage's setting when it is written (see
+    ``WrittenSetting``), chosen under ``objective`` and ``constraints`` on
+    ``n_calibration`` calibration queries."""
+    retrieval = WrittenSetting(r, None)
+    if two is None or two.name != r.name:
+        return retrieval
+    written = WrittenSetting(r, two)
+    on, why = _stage_decision(retrieval, written, objective, constraints, n_calibration)
+    return replace(written if on else retrieval, stage=why)
+
+
+def _stage_decision(
+    one: WrittenSetting,
+    two: WrittenSetting,
+    objective: str,
+    constraints: Sequence[Constraint],
+    n_calibration: int,
+) -> tuple[bool, str]:
+    """Whether the config enables the second stage, and why, in one line that starts
+    with ``written:`` or ``left off:``. ``one`` is the retrieval-only setting,
+    ``two`` the two-stage one.
+
+    With a guarantee the smaller certified context is written; otherwise the second
+    stage is written unless it was worse on held-out queries (its ``fallback``) or
+    misses a constraint on all queries that retrieval only meets."""
+    stage = two.two_stage
+    assert stage is not None
+    obj = objective
+    g1, g2 = one.guarantee, two.guarantee
+    if g1 is not None and g2 is not None:  # the smallest certified context wins
+        p1 = one.run.sweep.mean(one.index, PASSAGES)
+        p2 = stage.sweep.mean(two.index, PASSAGES)
+        if not g2.met:
+            return False, (
+                f"left off: no two-stage setting is certified for recall>={g2.target:g} "
+                f"(the most it can guarantee is {floor_number(g2.best_bound)})"
+            )
+        if g1.met and p1 < p2:
+            return False, (
+                f"left off: {two.setting} is certified but keeps {p2:.2f} passages on "
+                f"average against {p1:.2f} for retrieval only ({one.setting}), and the "
+                "smallest certified context is written"
+            )
+        return True, (
+            f"written: {two.setting} is the smallest certified context, keeping "
+            f"{p2:.2f} passages on average on the calibration queries"
+            + (
+                f" against {p1:.2f} for retrieval only ({one.setting})"
+                if g1.met
+                else "; retrieval alone certifies none"
+            )
+        )
+    if stage.fallback is not None:
+        return False, f"left off: {stage.fallback}"
+    missed_two = shortfalls(two, constraints)
+    missed_one = shortfalls(one, constraints)
+    also_one = {s.constraint for s in missed_one}
+    worse = [s.constraint for s in missed_two if s.constraint not in also_one]
+    if worse:
+        return False, (
+            f"left off: {two.setting} misses {' and '.join(map(str, worse))} on all "
+            f"queries, which retrieval only ({one.setting}) meets"
+        )
+    a = stage.against_retrieval
+    assert a is not None
+    if obj not in a.metrics or not a.n_queries:
+        return True, f"written (no queries to compare it with retrieval only on {obj})"
+    verdict = a.verdict(obj)
+    if verdict == "better":
+        return True, (
+            f"written: better than retrieval only ({one.tested}) on {obj} {a.where()}, "
+            f"difference {a.change(obj)}"
+        )
+    cal_two = stage.sweep.mean(stage.chosen, obj)
+    cal_one = one.run.sweep.mean(one.run.chosen, obj)
+    return True, (
+        f"written: {verdict} from retrieval only ({one.tested}) on {obj} {a.where()} "
+        f"(difference {a.change(obj)}); the stage is left off only when clearly worse, "
+        f"and on the {n_calibration} calibration queries it scored "
+        f"{format_number(cal_two)} against {format_number(cal_one)}"
+    )

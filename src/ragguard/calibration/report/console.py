@@ -1,0 +1,334 @@
+"""A calibration result on the console (``ragguard calibrate`` without ``--json``): the
+runs, what the config holds and why, the held-out check, the second stage, what to try
+next, and where the config and the report went.
+
+Every printer reads the result's [`view`][ragguard.calibration.CalibrationResult.view]
+(``ResultView``), the same view ``--json``, the report and the config's provenance
+render, and prints to the ``rich`` console it is given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ragguard._optional import install_hint
+from ragguard.calibration._format import format_interval, format_number
+from ragguard.calibration.fit.statistics import Comparison, Interval
+from ragguard.calibration.fit.sweep import PASSAGES
+from ragguard.calibration.fit.view import ResultView
+
+if TYPE_CHECKING:
+    from ragguard.calibration.report.build import WrittenReport
+
+__all__ = ["config_line", "print_report_line", "print_result"]
+
+
+def _table(title: str) -> Table:
+    # fits 80 columns: a rule under the header, one space between columns
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+
+
+def _interval(iv: Interval) -> str:
+    """``[+0.002,+0.07]``: rounded outward, so it excludes 0 exactly when the verdict
+    says better or worse (no space: the table fits 80 columns)."""
+    return format_interval(iv.low, iv.high).replace(", ", ",")
+
+
+def _queries(view: ResultView) -> str:
+    """``51 queries``, or ``51 queries (3 unanswerable: judged, none relevant)``."""
+    es = view.header.evalset
+    n, k = len(es.qids), len(es.unanswerable)
+    text = f"{n} {'query' if n == 1 else 'queries'}"
+    return text + (f" ({k} unanswerable: judged, none relevant)" if k else "")
+
+
+def print_result(view: ResultView, out: Console) -> None:
+    """The console summary of ``view`` on ``out``: the runs, what the config holds and
+    why, the held-out check, the second stage and what to try next; the eval set as
+    ``view.evalset`` names it."""
+    _print_summary(view, out)
+    _print_two_stage(view, out)
+    _print_next_steps(view, out)
+
+
+def _print_summary(view: ResultView, out: Console) -> None:
+    h, w = view.header, view.written
+    obj, shown = h.objective, view.evalset or h.evalset.source or ""
+    out.print(
+        f"[bold]ragguard calibrate[/] {escape(shown)}: {_queries(view)}, runs "
+        f"{escape(', '.join(h.runs))}, profile {h.profile.name}",
+        highlight=False,
+    )
+    out.print(
+        f"objective: {view.objective}; {h.calibration_rows.size} queries to "
+        f"choose on, {h.heldout_rows.size} held out (seed {h.seed})",
+        highlight=False,
+    )
+
+    table = _table("best setting per run (calibration queries)")
+    # at 80 columns long names wrap (folded), numbers never do
+    for col in ("run", "chosen", obj, "ev.rec", "distr.", "kept", "best top-k"):
+        named = col in ("run", "chosen")
+        table.add_column(
+            col,
+            justify="left" if named else "right",
+            no_wrap=not named,
+            overflow="fold" if named else "ellipsis",
+        )
+    for x in view.runs:
+        means = x.chosen_means
+        table.add_row(
+            x.run + (" *" if x.recommended else ""),
+            x.chosen + ("" if x.feasible else " (!)"),
+            format_number(means[obj]),
+            format_number(means["evidence_recall"]),
+            format_number(means["distractor_rate"]),
+            format_number(means[PASSAGES], 2),
+            f"{x.baseline} {format_number(x.baseline_means[obj])}",
+        )
+    out.print(table)
+
+    kind = view.score_kind.value if view.score_kind else "none"
+    # what the config holds, named as the JSON, the report and the provenance name it
+    out.print(
+        f"[bold]Chosen:[/] run {escape(view.run_name)} with {escape(w.setting)} "
+        f"(score_kind {kind})",
+        highlight=False,
+    )
+    if w.stage is not None:
+        out.print(f"[bold]Second stage[/] {escape(w.stage)}.", highlight=False)
+    if view.conflicts is not None:  # which conflict settings were swept, which is written
+        swept = ", ".join(view.conflicts.swept)
+        out.print(
+            f"[bold]Conflict stage:[/] swept {escape(swept)}; the config holds "
+            f"{escape(view.conflicts.written)}.",
+            highlight=False,
+        )
+    label = "Why (retrieval only):" if w.stage is not None else "Why:"
+    out.print(f"[bold]{label}[/] {escape(view.why)}.", highlight=False)
+    for line in view.unmet:
+        out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
+    guarantee = w.guarantee
+    if guarantee is not None and guarantee.met:
+        out.print(f"[bold]Guarantee:[/] {escape(guarantee.statement(w.names))}.", highlight=False)
+        out.print(escape(guarantee.heldout_line(w.names)), highlight=False)
+    a = view.answerability
+    if a is not None and a.met:
+        out.print(f"[bold]Answerability:[/] {escape(a.statement())}.", highlight=False)
+        effect = a.effect_line((obj, "evidence_recall"))
+        for text in (a.calibration_line(), a.heldout_line(), effect):
+            if text:
+                out.print(escape(text), highlight=False)
+
+    check = view.retrieval_check
+    c = check.comparison
+    if view.chosen_is_baseline:
+        name = "held-out check" if c.split == "held-out" else "in-sample check (no hold-out)"
+        out.print(
+            f"{name}: the choice is plain {view.baseline}, the "
+            f"baseline itself; nothing to compare ({c.split}, {c.n_queries} queries: "
+            + ", ".join(f"{x.metric} {format_number(x.guarded.mean)}" for x in check.rows[:4])
+            + ")",
+            highlight=False,
+        )
+        _print_tail(view, out)
+        return
+    pct = round(c.level * 100)
+    what = view.retrieval_choice
+    if w.two_stage is not None:
+        what = f"the retrieval-only choice {what}"
+    title = (
+        f"held-out check of {what}: {c.n_queries} queries never used to choose"
+        if c.split == "held-out"
+        else f"in-sample check of {what} (no hold-out): {c.n_queries} queries"
+    )
+    table = _table(title)
+    table.add_column("metric", overflow="fold")
+    for col in (view.baseline, "guarded", "change", f"{pct}% interval"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("verdict")
+    for row in check.rows:
+        style = {"better": "green", "worse": "red"}.get(row.verdict, "")
+        table.add_row(
+            row.metric,
+            format_number(row.baseline.mean),
+            format_number(row.guarded.mean),
+            format_number(row.difference.mean, signed=True),
+            _interval(row.difference),
+            f"[{style}]{row.verdict}[/]" if style else row.verdict,
+        )
+    out.print(table)
+    if check.bands is not None:
+        b, g = check.bands
+        which = "guarded" if w.two_stage is None else "retrieval only"
+        out.print(f"safety band: {b.value} with plain top-k, {g.value} {which}", highlight=False)
+    if obj in c.metrics:
+        _print_verdict(view, c, w.two_stage is not None, out)
+    if view.fallback is not None:
+        out.print(
+            f"[red]{escape(view.fallback)}: plain top-k is written instead[/]"
+            if h.on_worse == "top-k"
+            else f"[red]{escape(view.fallback)}[/]",
+            highlight=False,
+        )
+    _print_tail(view, out)
+
+
+def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool, out: Console) -> None:
+    """One line: what the held-out check says about the objective (of the
+    retrieval-only choice when the config holds the second stage)."""
+    obj = view.header.objective
+    v = c.verdict(obj)
+    where = c.where()
+    if view.header.target is not None:  # the objective is reported, not optimised
+        than = {"better": "better than", "worse": "worse than"}.get(v, f"{v} from")
+        out.print(
+            f"{obj} (reported, not optimised under the guarantee): {than} plain "
+            f"{view.baseline} {where}, difference {c.change(obj)}",
+            highlight=False,
+        )
+    elif v == "better":
+        which = "retrieval-only gain" if retrieval_only else "gain"
+        out.print(f"The {which} in {obj} holds {where}.", highlight=False)
+    elif v == "worse":
+        which = "retrieval-only choice" if retrieval_only else "guarded setting"
+        out.print(f"[red]The {which} is worse on {obj} {where}.[/]", highlight=False)
+    else:
+        out.print(
+            f"{v.capitalize()} in {obj} {where}; more labelled queries would tell.",
+            highlight=False,
+        )
+
+
+def _print_tail(view: ResultView, out: Console) -> None:
+    dist = ", ".join(f"{k}: {n}" for k, n in view.optimal.distribution().items())
+    out.print(f"per-query optimal k (queries): {dist}", highlight=False)
+
+
+def _print_two_stage(view: ResultView, out: Console) -> None:
+    """Retrieval-only best, two-stage best and plain top-k on held-out queries, as the
+    result's view holds them; whether the config holds the second stage was said under
+    "Chosen" (``view.written``)."""
+    st, checks, top_k = view.stage, view.stage_check, view.stage_top_k_check
+    if st is None or checks is None or top_k is None:
+        return
+    objective = view.header.objective
+    failed = ""
+    if st.calls_failed:
+        failed = f"; {st.calls_failed} of {st.calls} calls failed, swept fail-open"
+    out.print()
+    state = "written" if st.written else "left off"
+    out.print(
+        f"[bold]Two stages[/] ({state}): {escape(st.choice)} chosen on the "
+        f"calibration queries, on run {escape(st.run)} with reranker {escape(st.reranker)} "
+        f"({st.pairs_scored} pairs scored, {st.pairs_cached} from the cache{failed})",
+        highlight=False,
+    )
+    out.print(f"probability map: {escape(st.probability_map)}", highlight=False)
+    a = checks.comparison
+    pct = round(a.level * 100)
+    table = _table(f"{a.split}: {a.n_queries} queries, {pct}% paired bootstrap intervals")
+    table.add_column("metric", overflow="fold")  # at 80 columns it wraps, numbers never do
+    for col in ("top-k", "retrieval", "two-stage", "vs retrieval", "vs top-k"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for x, y in zip(checks.rows, top_k.rows, strict=True):
+        interval = _interval(x.difference)
+        table.add_row(
+            x.metric,
+            format_number(y.baseline.mean),
+            format_number(x.baseline.mean),
+            format_number(x.guarded.mean),
+            f"{x.difference.mean:+.2f} {interval}" if interval else "",
+            f"{y.difference.mean:+.2f}",
+        )
+    out.print(table)
+    if checks.bands is not None:
+        rate = a.guarded["distractor_rate"].mean
+        out.print(
+            f"distractor rate: {format_number(a.baseline['distractor_rate'].mean)} retrieval-only, "
+            f"{format_number(rate)} with the reranker (safety band {checks.bands[1].value})",
+            highlight=False,
+        )
+    (brier_raw, brier_mapped), (ece_raw, ece_mapped) = st.brier, st.ece
+    out.print(
+        f"calibration of rerank probabilities ({a.split}): Brier "
+        f"{format_number(brier_raw)} -> {format_number(brier_mapped)}, ECE "
+        f"{format_number(ece_raw)} -> {format_number(ece_mapped)}",
+        highlight=False,
+    )
+    verdict = a.verdict(objective) if objective in a.metrics else ""
+    if verdict:
+        out.print(f"two-stage vs retrieval-only on {objective}: {verdict}", highlight=False)
+
+
+def _print_next_steps(view: ResultView, out: Console) -> None:
+    """When the written setting is RISKY or DANGEROUS: what to try, with the commands."""
+    if not view.next_steps:
+        return
+    out.print()
+    out.print(f"[bold]Next:[/] {escape(view.next_steps_intro)}:", highlight=False)
+    for what, commands in view.next_steps:
+        out.print(f"- {escape(what)}" + (":" if commands else ""), highlight=False)
+        for command in commands:
+            for line in _shell_lines(command):
+                out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _shell_lines(command: str, width: int = 80, indent: str = "    ") -> list[str]:
+    """``command`` as shell lines of at most ``width`` characters where it can be
+    broken before an option, continued with `` \\`` (pasted back, it runs as one)."""
+    lines: list[str] = []
+    line = indent
+    for word in command.replace(" --", "\0--").split("\0"):
+        if line.strip() and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = indent + "    "
+        line += (" " if line.strip() else "") + word
+    return [*lines, line]
+
+
+def config_line(view: ResultView, path: Path) -> str:
+    """The line that names the written config at ``path`` and how to load it: by its
+    path alone, or with its reranker passed in code when the config names one it never
+    imports (``module:callable``, or the ``run:PATH`` of precomputed scores)."""
+    shown = escape(str(path))
+    external = view.reranker_code
+    if external is None:
+        how = f'load it: ContextGuard.from_file("{shown}")'
+    else:
+        load = f'ContextGuard(GuardConfig.from_file("{shown}"), reranker='
+        if external.startswith("run:"):
+            how = (
+                f"its reranker gave precomputed scores ({escape(external)}): pass the "
+                f"reranker that made them in code, {load}YOUR_RERANKER)"
+            )
+        else:
+            module, _, name = external.partition(":")
+            how = (
+                f"its reranker is code, never loaded by path: pass it, from "
+                f"{escape(module)} import {escape(name)}; {load}{escape(name)})"
+            )
+    return f"[bold]Config[/]  {shown}  ({how})"
+
+
+def print_report_line(paths: WrittenReport | None, out: Console, err: Console) -> None:
+    """Where the report went (on ``out``), and a note on ``err`` when it has no plots."""
+    if paths is None:
+        return
+    out.print(
+        f"[bold]Report[/]  {escape(str(paths.html))}  "
+        f"(also {paths.markdown.name}" + (", plots/)" if paths.plots else ")"),
+        highlight=False,
+    )
+    if not paths.plots_drawn:
+        err.print(
+            "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
+            + escape(install_hint("report")),
+            highlight=False,
+        )
