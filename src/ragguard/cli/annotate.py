@@ -20,6 +20,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ragguard.calibration.data.evalset import FORMATS
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
 from ragguard.errors import AnnotationError
@@ -190,7 +191,9 @@ RunOpt = Annotated[
 EvalsetFormatOpt = Annotated[
     str | None,
     typer.Option(
-        "--format", metavar="FORMAT", help="jsonl, trec, beir or udcg (default: detected)."
+        "--format",
+        metavar="FORMAT",
+        help=f"{', '.join([*FORMATS][:-1])} or {[*FORMATS][-1]} (default: detected).",
     ),
 ]
 CorpusOpt = Annotated[

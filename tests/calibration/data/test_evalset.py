@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 from ragguard.calibration import EvalSet, UtilityRules, evaluate, load_evalset
-from ragguard.calibration.data.evalset import ProblemKind, detect_format
+from ragguard.calibration.data.columns import ColumnarLabels, ColumnarRead, query_view
+from ragguard.calibration.data.evalset import FORMATS, Format, ProblemKind, detect_format
+from ragguard.calibration.data.formats.common import ReadOptions
+from ragguard.calibration.data.problems import Reporter
+from ragguard.calibration.data.records import Labels
 from ragguard.errors import EvalSetError, RagguardError
 from tests.calibration.conftest import random_trec_data
 from tests.calibration.data.line_reader import careful, use_line_reader
@@ -425,6 +429,36 @@ def test_detect_format_errors(tmp_path: Path) -> None:
         load_evalset(write(tmp_path, "q", "q 0 a 1\n"), format="csv")
     with pytest.raises(ValueError, match="model= applies to UDCG files only"):
         load_evalset(write(tmp_path, "q", "q 0 a 1\n"), model="m")
+
+
+def _read_toy(path: Path, rep: Reporter, options: ReadOptions) -> ColumnarRead:
+    """A toy format, ``query doc grade`` separated by commas, one label a line."""
+    labels: dict[str, dict[str, int]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        qid, doc, grade = line.split(",")
+        labels.setdefault(qid, {})[doc] = int(grade)
+    columns = ColumnarLabels.of_labels({q: Labels(g) for q, g in labels.items()}, str(path))
+    return ColumnarRead(query_view(columns), columns, columns.label_lines(), {})
+
+
+def test_a_format_registered_from_outside_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a format added to FORMATS (here, by this test) is detected and read by
+    load_evalset, with no change to evalset.py; the options of other formats still
+    refuse it."""
+    toy = Format("toy", lambda path, head: head is not None and head.count(",") == 2, _read_toy)
+    monkeypatch.setitem(FORMATS, "toy", toy)
+    path = write(tmp_path, "labels.txt", "q1,a,2\nq1,b,0\nq2,c,1\n")
+    assert detect_format(path) == "toy"
+    es = load_evalset(path, runs=write(tmp_path, "bm25.trec", "q1 Q0 b 1 2.0 t\n"))
+    assert es.qrels() == {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
+    assert es.run_dict("bm25") == {"q1": {"b": 2.0}}
+    assert [p.kind for p in es.report.problems] == [ProblemKind.LABELS_WITHOUT_RUN]
+    with pytest.raises(EvalSetError, match="split= applies to BEIR folders only"):
+        load_evalset(path, format="toy", split="dev")
+    with pytest.raises(EvalSetError, match=r"format must be one of jsonl, trec, beir, udcg, toy"):
+        load_evalset(path, format="csv")
 
 
 def test_from_dicts_and_cached_arrays() -> None:

@@ -115,17 +115,16 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
-    ColumnarRead,
     KeyView,
     arrays_from_columnar,
     query_view,
 )
-from ragguard.calibration.data.formats import trec as _trec
-from ragguard.calibration.data.formats.beir import read_beir
-from ragguard.calibration.data.formats.common import first_content
-from ragguard.calibration.data.formats.jsonl import read_jsonl
+from ragguard.calibration.data.formats import trec
+from ragguard.calibration.data.formats.beir import BEIR
+from ragguard.calibration.data.formats.common import Format, ReadOptions, first_content
+from ragguard.calibration.data.formats.jsonl import JSONL
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
-from ragguard.calibration.data.formats.udcg import read_udcg
+from ragguard.calibration.data.formats.udcg import UDCG
 from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query, Run
 from ragguard.calibration.data.texts import Texts, TextSource
@@ -137,6 +136,7 @@ from ragguard.scores import ScoreKind
 __all__ = [
     "FORMATS",
     "EvalSet",
+    "Format",
     "Labels",
     "LoadReport",
     "Problem",
@@ -149,7 +149,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("jsonl", "trec", "beir", "udcg")
+FORMATS: dict[str, Format] = {f.name: f for f in (JSONL, trec.TREC, BEIR, UDCG)}
+"""The eval-set formats by name, in the order ``detect_format`` tries them; a format
+added here loads with ``load_evalset`` (and ``--format``) like the built-in ones."""
 PathLike = str | os.PathLike[str]
 
 
@@ -529,52 +531,36 @@ def assemble(
 
 
 def detect_format(path: PathLike) -> str:
-    """Guess the format of ``path``: ``"beir"`` for a folder, ``"jsonl"``, ``"udcg"``
-    (a JSON list) or ``"trec"`` (qrels lines).
+    """Guess the format of ``path`` from ``FORMATS``: ``"beir"`` for a folder,
+    ``"jsonl"``, ``"udcg"`` (a JSON list) or ``"trec"`` (qrels lines).
 
     Raises:
         EvalSetError: the file does not exist or matches no format.
     """
     p = Path(path)
     if p.is_dir():
-        if (p / "qrels").is_dir() or (p / "corpus.jsonl").exists():
-            return "beir"
+        for f in FORMATS.values():
+            if f.folder and f.detect(p, None):
+                return f.name
         raise EvalSetError(
             "a folder is read as BEIR, but it has neither qrels/ nor corpus.jsonl", path=str(p)
         )
     if not p.exists():
         raise EvalSetError("no such file or folder", path=str(p))
     name = p.name.lower()
-    if name.endswith((".jsonl", ".jsonl.gz")):
-        return "jsonl"
+    for f in FORMATS.values():
+        if f.suffixes and name.endswith(f.suffixes):
+            return f.name
     head, line = first_content(p)
-    if head.startswith("["):
-        return "udcg"
-    if head.startswith("{"):
-        if name.endswith(".json"):
-            raise EvalSetError(
-                "a JSON object is not an eval set format (a run {query: {doc: score}}? "
-                "pass it as runs=...); eval sets are JSONL, TREC qrels, BEIR or UDCG JSON",
-                path=str(p),
-            )
-        return "jsonl"
-    fields = head.split()
-    if len(fields) == 4 and _is_int(fields[3]):
-        return "trec"
+    for f in FORMATS.values():
+        if not f.folder and f.detect(p, head):
+            return f.name
     raise EvalSetError(
         f"cannot detect the format from this line: {head[:80]!r}; pass format= one of "
         f"{', '.join(FORMATS)}",
         path=str(p),
         line=line,
     )
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
 
 
 def load_evalset(
@@ -616,17 +602,19 @@ def load_evalset(
     Raises:
         EvalSetError: malformed or inconsistent data, with file, line and field.
     """
-    fmt = detect_format(path) if format is None else format
-    if fmt not in FORMATS:
+    fmt = FORMATS.get(detect_format(path) if format is None else format)
+    if fmt is None:
         raise EvalSetError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-    if fmt != "beir" and split is not None:
-        raise EvalSetError("split= applies to BEIR folders only")
-    if fmt != "udcg" and model is not None:
-        raise EvalSetError("model= applies to UDCG files only")
-    if fmt == "udcg" and runs is not None:
-        raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
+    for option, value in (("split", split), ("model", model)):
+        if value is not None and option not in fmt.takes:
+            owners = " or ".join(f.what for f in FORMATS.values() if option in f.takes)
+            raise EvalSetError(f"{option}= applies to {owners} only")
+    if fmt.no_runs is not None and runs is not None:
+        raise EvalSetError(fmt.no_runs)
+    if not fmt.folder and not Path(path).is_file():
+        raise EvalSetError("no such file", path=str(path))
     rep = Reporter(strict)
-    data = _read(fmt, Path(path), rep, split, model, texts)
+    data = fmt.read(Path(path), rep, ReadOptions(split, model, texts))
     kinds = score_kind if isinstance(score_kind, Mapping) else None
 
     def kind_of(name: str) -> ScoreKind | None:
@@ -637,12 +625,13 @@ def load_evalset(
     run_lines: dict[str, Mapping[str, int]] = {}
     cands: Mapping[str, Mapping[str, float]]
     for name, (cands, lines) in data.runs.items():
-        all_runs[name] = Run(name, cands, kind_of(name) if fmt != "udcg" else None, str(path))
+        kind = kind_of(name) if fmt.no_runs is None else None
+        all_runs[name] = Run(name, cands, kind, str(path))
         run_lines[name] = lines
     for name, run_path in _run_paths(runs).items():
         if name in all_runs:
             raise EvalSetError(f"two runs are named {name!r}", path=str(run_path))
-        cands, lines = _trec.read_run(Path(run_path), rep, known_docs=data.corpus)
+        cands, lines = trec.read_run(Path(run_path), rep, known_docs=data.corpus)
         all_runs[name] = Run(name, cands, kind_of(name), str(run_path))
         run_lines[name] = lines
     if kinds is not None:
@@ -668,25 +657,6 @@ def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
     if not path.is_file() or not beside.is_file() or beside.resolve() == path.resolve():
         return texts
     return texts.merged(corpus=[beside])
-
-
-def _read(
-    fmt: str, path: Path, rep: Reporter, split: str | None, model: str | None, texts: bool
-) -> ColumnarRead:
-    """What the reader of ``fmt`` finds in ``path``.
-
-    Raises:
-        EvalSetError: no such file, or what the reader raises.
-    """
-    if fmt == "beir":
-        return read_beir(path, rep, split, texts=texts)
-    if not path.is_file():
-        raise EvalSetError("no such file", path=str(path))
-    if fmt == "jsonl":
-        return read_jsonl(path, rep, texts=texts)
-    if fmt == "trec":
-        return _trec.read_qrels(path, rep)
-    return read_udcg(path, rep, model)
 
 
 def _run_paths(

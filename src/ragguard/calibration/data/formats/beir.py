@@ -43,6 +43,7 @@ from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
     BEIR_HEADERS,
     BEIR_QRELS,
+    Format,
     Where,
     json_line,
 )
@@ -58,7 +59,7 @@ from ragguard.calibration.data.texts import (
 )
 from ragguard.errors import EvalSetError
 
-__all__ = ["BEIR_DISTRACTORS", "beir_split", "read_beir"]
+__all__ = ["BEIR", "BEIR_DISTRACTORS", "beir_split", "read_beir"]
 
 I64 = NDArray[np.int64]
 
@@ -495,3 +496,15 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
 
 def _is_header(parts: list[str]) -> bool:
     return parts[0].lower() in BEIR_HEADERS
+
+
+BEIR = Format(
+    "beir",
+    lambda path, head: (
+        head is None and ((path / "qrels").is_dir() or (path / "corpus.jsonl").exists())
+    ),
+    lambda path, rep, options: read_beir(path, rep, options.split, texts=options.texts),
+    folder=True,
+    what="BEIR folders",
+    takes=frozenset({"split"}),
+)

@@ -1,6 +1,8 @@
-"""Parsers for the eval-set and run formats (see ``ragguard.calibration.data.evalset``).
+"""What the eval-set formats share: ``Format`` (an entry of
+``ragguard.calibration.data.evalset.FORMATS``), the line layouts of TREC and BEIR files,
+``Where`` (errors naming file, line and field) and the JSON helpers.
 
-Each parser validates as it reads and raises [`EvalSetError`][ragguard.EvalSetError]
+Each reader validates as it reads and raises [`EvalSetError`][ragguard.EvalSetError]
 with the file, the line and the field of the first malformed value; problems that leave
 the data usable go to the ``Reporter``.
 """
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ragguard.calibration.data.columns import ColumnarRead
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.errors import EvalSetError
 
@@ -24,7 +27,9 @@ __all__ = [
     "BEIR_QRELS",
     "TREC_QRELS",
     "TREC_RUN",
+    "Format",
     "Layout",
+    "ReadOptions",
     "Where",
     "first_content",
     "json_file_error",
@@ -36,6 +41,37 @@ __all__ = [
 
 Candidates = dict[str, dict[str, float]]
 Lines = dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """What ``load_evalset`` passes every reader besides the path and the reporter."""
+
+    split: str | None = None
+    model: str | None = None
+    texts: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """An eval-set format, an entry of ``FORMATS``: ``load_evalset`` and the CLI read
+    the registry, so a format added there (``FORMATS[name] = Format(...)``) loads."""
+
+    name: str
+    detect: Callable[[Path, str | None], bool]
+    """Whether a folder (``head`` None) or a file (``head`` its first content line,
+    ``first_content``) holds this format; it may raise saying why one that looks like
+    it is not."""
+    read: Callable[[Path, Reporter, ReadOptions], ColumnarRead]
+    suffixes: tuple[str, ...] = ()
+    """A file whose (lower-case) name ends so is this format, unread."""
+    folder: bool = False
+    what: str = ""
+    """The format's data in messages (``BEIR folders``)."""
+    takes: frozenset[str] = frozenset()
+    """The options of ``ReadOptions`` beyond ``texts`` it reads (``split``, ``model``)."""
+    no_runs: str | None = None
+    """Why ``runs=`` does not apply, when the data is its own (unscored) run."""
 
 
 def open_text(path: Path) -> Iterator[str]:

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from ragguard.calibration.data.columns import ColumnarLabels, ColumnarRead
 from ragguard.calibration.data.formats.common import (
     Candidates,
+    Format,
     Lines,
     Where,
     json_file_error,
@@ -23,7 +24,7 @@ from ragguard.calibration.data.records import Labels, Query
 from ragguard.calibration.data.texts import Texts, TextSource, corpus_text
 from ragguard.errors import EvalSetError
 
-__all__ = ["read_udcg"]
+__all__ = ["UDCG", "read_udcg"]
 
 
 def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
@@ -183,3 +184,13 @@ def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         at.fail("must be a list of strings", f"{base}.answers")
     return tuple(value)
+
+
+UDCG = Format(
+    "udcg",
+    lambda path, head: head is not None and head.startswith("["),
+    lambda path, rep, options: read_udcg(path, rep, options.model),
+    what="UDCG files",
+    takes=frozenset({"model"}),
+    no_runs="a UDCG file is its own run (its passages); runs= does not apply",
+)
