@@ -55,7 +55,7 @@ from ragguard.calibration.data.texts import (
     Texts,
     TextSource,
     corpus_text,
-    utf8_line,
+    utf8_lines,
 )
 from ragguard.errors import EvalSetError
 
@@ -357,11 +357,9 @@ def _diagnose(
     escape, which no UTF-8 text holds, as U+FFFD) and its number of lines. ``seen``:
     the lines before the block."""
     pa = pyarrow()
-    lines = bytes(block).splitlines(keepends=True)
+    lines = list(utf8_lines(path, [bytes(block)], seen + 1))
     values: list[Row] = []
-    for i, raw in enumerate(lines):
-        line = seen + i + 1
-        text = utf8_line(raw, path, line)
+    for line, text in enumerate(lines, seen + 1):
         if not text.strip():
             continue
         obj = json_line(text, path, line)

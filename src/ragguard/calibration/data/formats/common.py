@@ -9,16 +9,16 @@ the data usable go to the ``Reporter``.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ragguard.calibration.data.columns import ColumnarRead
 from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "json_file_error",
     "json_line",
     "json_where",
-    "open_text",
     "read_json_run",
 ]
 
@@ -72,23 +71,6 @@ class Format:
     """The options of ``ReadOptions`` beyond ``texts`` it reads (``split``, ``model``)."""
     no_runs: str | None = None
     """Why ``runs=`` does not apply, when the data is its own (unscored) run."""
-
-
-def open_text(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (gzipped when its name ends in ``.gz``), as text
-    mode splits them (``\r`` alone ends a line too); a byte order mark at its start,
-    as some editors write, is skipped."""
-    try:
-        if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8-sig") as fh:
-                yield from fh
-        else:
-            with path.open(encoding="utf-8-sig") as fh:
-                yield from fh
-    except UnicodeDecodeError as exc:
-        raise EvalSetError(f"not UTF-8 text ({exc.reason})", path=str(path)) from None
-    except (OSError, EOFError) as exc:
-        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +131,7 @@ BEIR_HEADERS = frozenset({"query-id", "query_id", "qid"})
 def first_content(path: Path) -> tuple[str, int]:
     """The first non-blank, non-comment line of a file (stripped) and its number; a line
     starting with ``#`` is a comment unless it can be a TREC qrels or run record."""
-    for n, line in enumerate(open_text(path), 1):
+    for n, line in enumerate(utf8_lines(path, numbered=False), 1):
         s = line.strip()
         if s and not (TREC_QRELS.comment(s, parts := s.split()) and TREC_RUN.comment(s, parts)):
             return s, n
@@ -279,7 +261,7 @@ def read_json_run(
     column-wise, ``ragguard.calibration.data.formats.delimited``)."""
     at = Where(path)
     try:
-        data = json.loads("".join(open_text(path)))
+        data = json.loads("".join(utf8_lines(path, numbered=False)))
     except json.JSONDecodeError as exc:
         raise json_file_error(exc, path) from None
     if not isinstance(data, dict):

@@ -20,10 +20,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns, string_array
-from ragguard.calibration.data.formats.common import Format, Where, json_line, open_text
+from ragguard.calibration.data.formats.common import Format, Where, json_line
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Query
-from ragguard.calibration.data.texts import Texts, TextSource
+from ragguard.calibration.data.texts import Texts, TextSource, utf8_lines
 from ragguard.errors import EvalSetError
 
 __all__ = ["CANDIDATE_FIELDS", "JSONL", "JSONL_FIELDS", "read_jsonl"]
@@ -130,7 +130,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
     runs: dict[str, _Run] = {}
     pair_texts = _PairTexts() if texts else None
     metadata: dict[str, dict[str, Any]] = {}
-    for lineno, text in enumerate(open_text(path), 1):
+    for lineno, text in enumerate(utf8_lines(path, numbered=False), 1):
         if not text.strip():
             continue
         at = Where(path, lineno)

@@ -17,11 +17,10 @@ from ragguard.calibration.data.formats.common import (
     Lines,
     Where,
     json_file_error,
-    open_text,
 )
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query
-from ragguard.calibration.data.texts import Texts, TextSource, corpus_text
+from ragguard.calibration.data.texts import Texts, TextSource, corpus_text, utf8_lines
 from ragguard.errors import EvalSetError
 
 __all__ = ["UDCG", "read_udcg"]
@@ -29,7 +28,7 @@ __all__ = ["UDCG", "read_udcg"]
 
 def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
     """(line, element) of each element of a top-level JSON list, with line numbers."""
-    text = "".join(open_text(path))
+    text = "".join(utf8_lines(path, numbered=False))
     decoder = json.JSONDecoder()
     ws = " \t\r\n"
 
