@@ -378,8 +378,9 @@ def read_corpus(path: PathLike) -> tuple[dict[str, str], dict[str, str]]:
             raise EvalSetError("each line must be a JSON object", path=str(p), line=lineno)
         doc = next((obj[k] for k in CORPUS_IDS if k in obj), None)
         if isinstance(doc, bool) or not isinstance(doc, str | int) or doc == "":
-            raise EvalSetError("missing passage id (_id, id or doc_id)", path=str(p),
-                               line=lineno, field="_id")  # fmt: skip
+            raise EvalSetError(
+                "missing passage id (_id, id or doc_id)", path=str(p), line=lineno, field="_id"
+            )
         text, title = corpus_text(obj, p, lineno, required=True)
         assert text is not None
         texts[str(doc)] = text

@@ -452,11 +452,11 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
     if unknown.size:
         qids = vocab_take(fields.q, unknown)
         names = vocab_take(fields.d, unknown)
+        message = "distractor {!r} is for query {!r}, which has no labels in this split"
         events: list[Event] = [
-            (int(ln), 0, ProblemKind.UNKNOWN_QUERY,
-             f"distractor {doc!r} is for query {qid!r}, which has no labels in this split", None)
+            (int(ln), 0, ProblemKind.UNKNOWN_QUERY, message.format(doc, qid), None)
             for qid, doc, ln in zip(qids, names, dline[unknown].tolist(), strict=True)
-        ]  # fmt: skip
+        ]
         report_events(events, rep, str(path))
     known = np.flatnonzero(dq >= 0)
     dq, dline = dq[known], dline[known]
@@ -481,11 +481,9 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
     n = pairs.q.size
     value = np.concatenate([pairs.value, np.zeros(add.size)])
     line = np.concatenate([pairs.line_of(np.arange(n)), dline[add]]) if add.size else pairs.line
-    joined = Pairs(
-        pairs.qids, docs, np.concatenate([pairs.q, dq[add].astype(np.int32)]),
-        np.concatenate([pairs.d, dd[add].astype(np.int32)]), np.maximum(value, 0.0), line,
-        pairs.source,
-    )  # fmt: skip
+    jq = np.concatenate([pairs.q, dq[add].astype(np.int32)])
+    jd = np.concatenate([pairs.d, dd[add].astype(np.int32)])
+    joined = Pairs(pairs.qids, docs, jq, jd, np.maximum(value, 0.0), line, pairs.source)
     distractor = np.concatenate(
         [flagged | (pairs.value == DISTRACTOR_GRADE), np.ones(add.size, np.bool_)]
     )

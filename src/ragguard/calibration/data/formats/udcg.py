@@ -100,8 +100,10 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
             at.fail(f"must be a string, got {type(question).__name__}", f"{base}.question")
         passages = ex.get("passages")
         if not isinstance(passages, list):
-            at.fail("missing list of passages" if passages is None else "must be a list",
-                    f"{base}.passages")  # fmt: skip
+            at.fail(
+                "missing list of passages" if passages is None else "must be a list",
+                f"{base}.passages",
+            )
         grades: dict[str, int] = {}
         probs: dict[str, dict[str, float]] = {}
         cands: dict[str, float] = {}
