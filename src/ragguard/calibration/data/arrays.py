@@ -70,6 +70,7 @@ from ragguard.scores import ScoreIssue, ScoreKind, normalize
 __all__ = ["EvalArrays", "build_arrays"]
 
 F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
 B = NDArray[np.bool_]
 I = NDArray[np.intp]  # noqa: E741
 

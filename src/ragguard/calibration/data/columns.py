@@ -24,6 +24,8 @@ from numpy.typing import NDArray
 
 from ragguard._optional import require
 from ragguard.calibration.data.arrays import (
+    F64,
+    I64,
     CodedRows,
     EvalArrays,
     LabelRows,
@@ -66,8 +68,6 @@ __all__ = [
 ]
 
 V = TypeVar("V")
-F64 = NDArray[np.float64]
-I64 = NDArray[np.int64]
 
 
 def pyarrow() -> Any:

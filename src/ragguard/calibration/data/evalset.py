@@ -127,7 +127,7 @@ from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, 
 from ragguard.calibration.data.formats.udcg import UDCG
 from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query, Run
-from ragguard.calibration.data.texts import Texts, TextSource
+from ragguard.calibration.data.texts import PathLike, Texts, TextSource
 from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
@@ -152,7 +152,6 @@ logger = logging.getLogger(__name__)
 FORMATS: dict[str, Format] = {f.name: f for f in (JSONL, trec.TREC, BEIR, UDCG)}
 """The eval-set formats by name, in the order ``detect_format`` tries them; a format
 added here loads with ``load_evalset`` (and ``--format``) like the built-in ones."""
-PathLike = str | os.PathLike[str]
 
 
 class EvalSet:

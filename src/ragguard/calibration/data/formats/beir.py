@@ -61,8 +61,6 @@ from ragguard.errors import EvalSetError
 
 __all__ = ["BEIR", "BEIR_DISTRACTORS", "beir_split", "read_beir"]
 
-I64 = NDArray[np.int64]
-
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
 
 
