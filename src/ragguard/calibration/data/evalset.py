@@ -2,101 +2,17 @@
 
 An **eval set** holds labelled queries; a **run** holds, per query, the candidates a
 retriever returned with their scores. One eval set may carry several runs (one per
-retrieval profile being compared). [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays] converts
-a run and the labels once into dense ``EvalArrays`` that every metric and
-the sweep read.
+retrieval profile being compared). [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays]
+converts a run and the labels once into dense ``EvalArrays`` that every metric and the
+sweep read.
 
-Formats ([`load_evalset`][ragguard.calibration.load_evalset] detects them; or pass ``format=``)
-----------------------------------------------------------------
-``"jsonl"`` -- ragguard's own, one JSON object per line (``.jsonl`` or ``.jsonl.gz``)::
-
-    {"query_id": "q1",
-     "query": "What was my 500 lb deadlift PR?",
-     "relevant": {"log-03-02": 5, "log-02-10": 3},
-     "not_relevant": ["nutrition"],
-     "distractors": ["squat-pr"],
-     "utilities": {"goal-2024": -0.5},
-     "no_response": {"log-03-02": 0.01},
-     "num_relevant": 3,
-     "answers": ["March 2"],
-     "candidates": [{"id": "log-03-02", "score": 0.83}, {"id": "squat-pr", "score": 0.52}],
-     "runs": {"bm25": [{"id": "squat-pr", "score": 11.2}]},
-     "metadata": {"topic": "training"}}
-
-=================  ========  ==========================================================
-field              required  meaning
-=================  ========  ==========================================================
-``query_id``       yes       string (an integer is taken as its decimal string)
-``query``          no        the query text
-``relevant``       no        relevant ids: a list (grade 1 each) or ``{id: grade}`` with
-                             integer grades 1-5
-``not_relevant``   no        ids judged not relevant (grade 0)
-``distractors``    no        ids of known distractors (judged, grade 0; the profile's
-                             ``known_distractor_penalty`` as utility)
-``utilities``      no        ``{id: utility}``, each in [-1, 1]: used as given
-``no_response``    no        ``{id: p}``, the LLM's abstention probability in [0, 1]
-                             (utility ``R * (1 - p)``)
-``num_relevant``   no        stated number of relevant documents (>= those labelled),
-                             when labels cover only retrieved candidates
-``answers``        no        reference answers (strings)
-``candidates``     no        the run named ``"default"``: a list of ``{"id", "score"}``
-                             objects (``score`` may be missing or null; ``text``, a
-                             string or null, is the passage's text for this query) or
-                             of ids
-``runs``           no        ``{run name: candidate list}``, more runs
-``metadata``       no        an object is kept (``EvalSet.texts``; ``annotate``
-                             writes it back); anything else is ignored
-=================  ========  ==========================================================
-
-An id may appear in only one of ``relevant``, ``not_relevant`` and ``distractors``.
-Unknown fields are errors (they are usually typos). A run in which no candidate has a
-score keeps its order (``score_kind=None``).
-
-``"trec"`` -- a TREC qrels file (``query_id iteration doc_id grade``), with runs in TREC
-run format (``query_id Q0 doc_id rank score tag``; the rank column is ignored, as in
-trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``. A line
-starting with ``#`` is a comment only when it cannot be a record (not the format's
-number of columns, or no number where the grade or score goes): ``#7 0 docA 1`` labels
-query ``#7``, as trec_eval 9 and pytrec_eval read it (trec_eval 10 skips every line
-starting with ``#``). BEIR's TSV files follow the same rule.
-
-**Grades** follow one scale in every format: integers up to 5, where 1-5 are relevant
-(as ``relevant: {id: grade}`` in JSONL; [`UtilityRules`][ragguard.calibration.UtilityRules]
-says which count as relevant or partially relevant), 0 is judged not relevant and -1
-marks a known distractor (JSONL's ``distractors``; in a BEIR folder also an optional
-``distractors.tsv`` of ``query-id  corpus-id`` lines). A grade above 5 is an error; a
-qrels grade below -1 (TREC Web tracks mark junk -2) is read as judged not relevant, like
-0. Files are UTF-8; a byte order mark at the start is skipped.
-
-``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``, optional ``text`` and
-``title``), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id
-corpus-id  score``, header line), with runs passed as ``runs=`` (TREC or JSON).
-
-``"udcg"`` -- the UDCG authors' JSON: a list of examples with ``example_id``,
-``question`` and ``passages`` (``doc_id``, ``is_relevant``, and
-``models_info.<model>.no_res_prob``). The passages, in their order, form one run named
-``"passages"`` without scores; ``no_res_prob`` of the chosen ``model`` gives the
-utilities. Other keys (such as the ``udcg`` outputs in the authors' result file) are
-ignored.
-
-**Texts.** The passage texts a file carries (candidates' and passages' ``text`` and
-``title``, a BEIR ``corpus.jsonl``, a ``corpus.jsonl`` beside an eval-set file) are read
-with the labels into ``EvalSet.texts`` (``ragguard.calibration.data.texts``), so the
-consumers (two-stage scoring, the stages after the cut, training, annotation) never read
-the file again; [`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts] adds corpus files
-and ``{id: text}``.
-
-Problems
---------
+The formats are the entries of ``FORMATS`` (ragguard's JSONL, TREC qrels with TREC or
+JSON runs, a BEIR folder, the UDCG authors' JSON; one reader each in ``formats/``);
+[`load_evalset`][ragguard.calibration.load_evalset] detects them or takes ``format=``.
+docs/reference/data-formats.md describes each file, the grade scale and the texts.
 Malformed input raises [`EvalSetError`][ragguard.EvalSetError] naming the file, the line
-and the field: bad JSON, a missing or mistyped id, a grade, utility or probability out
-of range, contradictory labels, a repeated query. Problems that leave the data usable
-are **counted and reported**, never silently dropped: a run query without labels is
-skipped, a labelled query missing from a run counts with an empty list, a repeated
-candidate keeps its first occurrence, a candidate without a valid score is ranked after
-the scored ones (as the runtime guard does), ... (``ProblemKind``). They are
-listed in ``EvalSet.report`` and logged as one warning; ``strict=True`` raises on
-the first instead.
+and the field; problems that leave the data usable are counted (``ProblemKind``) in
+``EvalSet.report`` and logged as one warning, or raised with ``strict=True``.
 """
 
 from __future__ import annotations
