@@ -978,6 +978,27 @@ def test_from_dicts_takes_passage_texts() -> None:
     assert EvalSet.from_dicts({"q": {"a": 1}}).texts.get("q", "a") is None
 
 
+def test_a_corpus_file_is_read_by_the_one_corpus_reader(tmp_path: Path) -> None:
+    """Issue 34: a corpus file is read as a BEIR corpus.jsonl is (column-wise), with its
+    id under ``_id``, ``id`` or ``doc_id``, the first of them present winning, also
+    where a line names another key than the first line (an explicit null included)."""
+    lines = [
+        '{"id": "a", "text": "A"}',
+        '{"doc_id": "b", "text": "B", "title": "Bee"}',
+        '{"_id": "c", "id": "x", "text": "C"}',
+        '{"id": "a", "text": "A again"}',
+    ]
+    corpus = write(tmp_path, "c.jsonl", "\n".join(lines) + "\n")
+    es = EvalSet.from_dicts({"q": {"a": 1}}).with_texts(corpus=[corpus])
+    assert dict(es.texts.by_doc) == {"a": "A again", "b": "Bee\nB", "c": "C"}
+    assert dict(es.texts.titles_by_doc) == {"b": "Bee"}
+    plain = write(
+        tmp_path, "p.jsonl", '{"id": "a", "text": "A"}\n{"_id": null, "id": "b", "text": "B"}\n'
+    )
+    with pytest.raises(EvalSetError, match=r"p\.jsonl:2, field '_id': missing passage id"):
+        EvalSet.from_dicts({"q": {"a": 1}}).with_texts(corpus=[plain]).texts.get("q", "a")
+
+
 @pytest.mark.parametrize(
     ("text", "where"),
     [

@@ -36,7 +36,7 @@ from ragguard.calibration.data.columns import (
     query_view,
 )
 from ragguard.calibration.data.formats import trec
-from ragguard.calibration.data.formats.beir import BEIR
+from ragguard.calibration.data.formats.beir import BEIR, corpus_source
 from ragguard.calibration.data.formats.common import Format, ReadOptions, first_content
 from ragguard.calibration.data.formats.jsonl import JSONL
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
@@ -156,7 +156,7 @@ class EvalSet:
         if not corpus and not passages:
             return self
         out = copy.copy(self)
-        out.texts = self.texts.merged(corpus=corpus, passages=passages)
+        out.texts = self.texts.merged(docs=[corpus_source(c) for c in corpus], passages=passages)
         return out
 
     @classmethod
@@ -571,7 +571,7 @@ def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
     beside = path.parent / "corpus.jsonl"
     if not path.is_file() or not beside.is_file() or beside.resolve() == path.resolve():
         return texts
-    return texts.merged(corpus=[beside])
+    return texts.merged(docs=[corpus_source(beside)])
 
 
 def _run_paths(

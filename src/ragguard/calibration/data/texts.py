@@ -43,11 +43,9 @@ __all__ = [
     "ArrowCorpus",
     "TextSource",
     "Texts",
-    "corpus_source",
     "corpus_text",
     "joined",
     "json_lines",
-    "read_corpus",
     "title_of",
     "utf8_lines",
 ]
@@ -243,17 +241,13 @@ class Texts:
     def merged(
         self,
         *,
-        corpus: Sequence[PathLike] = (),
+        docs: Sequence[TextSource[str]] = (),
         passages: Mapping[str, str] | None = None,
     ) -> Texts:
-        """These texts with more: ``corpus`` files (read on first use; each must exist)
-        and ``passages`` (``{passage id: text}``), which win over the texts per passage
-        id already here, in that order.
-
-        Raises:
-            EvalSetError: a corpus file does not exist.
-        """
-        docs = [*self._docs, *(corpus_source(c) for c in corpus)]
+        """These texts with more: ``docs`` (corpus files, read on first use) and
+        ``passages`` (``{passage id: text}``), which win over the texts per passage id
+        already here, in that order."""
+        docs = [*self._docs, *docs]
         if passages:
             docs.append(TextSource.of({str(k): v for k, v in passages.items()}))
         out = Texts(
@@ -354,51 +348,6 @@ def corpus_text(
         raise EvalSetError(message, path=str(path), line=lineno, field=field)
     title = obj.get("title")
     return joined(title, text), title_of(title)
-
-
-CORPUS_IDS = ("_id", "id", "doc_id")
-
-
-def read_corpus(path: PathLike) -> tuple[dict[str, str], dict[str, str]]:
-    """A JSONL corpus (``_id`` / ``id`` / ``doc_id``, ``text``, ``title``): passage id ->
-    title and text, and passage id -> title (where one is given); a later line of the
-    same id wins.
-
-    Raises:
-        EvalSetError: no such file, a line that is not UTF-8 or not a JSON object, a
-            missing id or text, naming file and line.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise EvalSetError("no such corpus file", path=str(p))
-    texts: dict[str, str] = {}
-    titles: dict[str, str] = {}
-    for lineno, obj in json_lines(p):
-        if not isinstance(obj, dict):
-            raise EvalSetError("each line must be a JSON object", path=str(p), line=lineno)
-        doc = next((obj[k] for k in CORPUS_IDS if k in obj), None)
-        if isinstance(doc, bool) or not isinstance(doc, str | int) or doc == "":
-            raise EvalSetError(
-                "missing passage id (_id, id or doc_id)", path=str(p), line=lineno, field="_id"
-            )
-        text, title = corpus_text(obj, p, lineno, required=True)
-        assert text is not None
-        texts[str(doc)] = text
-        if title is not None:
-            titles[str(doc)] = title
-    return texts, titles
-
-
-def corpus_source(path: PathLike) -> TextSource[str]:
-    """The texts of a corpus file, read on first use.
-
-    Raises:
-        EvalSetError: the file does not exist.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise EvalSetError("no such corpus file", path=str(p))
-    return TextSource(lambda: read_corpus(p), file=p)
 
 
 # --------------------------------------------------------------------------- Arrow

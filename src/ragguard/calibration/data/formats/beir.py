@@ -12,6 +12,7 @@ when none is bad, the values are Python's. The walk is a diagnosis, not a second
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE
 from ragguard.calibration.data.texts import (
     ArrowCorpus,
+    PathLike,
     Texts,
     TextSource,
     corpus_text,
@@ -59,7 +61,7 @@ from ragguard.calibration.data.texts import (
 )
 from ragguard.errors import EvalSetError
 
-__all__ = ["BEIR", "BEIR_DISTRACTORS", "beir_split", "read_beir"]
+__all__ = ["BEIR", "BEIR_DISTRACTORS", "CORPUS_IDS", "beir_split", "corpus_source", "read_beir"]
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
 
@@ -279,6 +281,60 @@ def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     return doc, obj.get("text"), title if isinstance(title, str) else None
 
 
+CORPUS_IDS = ("_id", "id", "doc_id")
+
+
+def corpus_source(path: PathLike) -> TextSource[str]:
+    """The texts of a JSONL corpus file (``_id``, ``id`` or ``doc_id``, ``text``,
+    ``title``; BEIR's ``corpus.jsonl`` is one), read as a BEIR folder's is when a text is
+    first asked for; a later line of the same id wins. A bad line (not UTF-8, not a JSON
+    object, no id or text) raises then, naming file and line.
+
+    Raises:
+        EvalSetError: the file does not exist.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise EvalSetError("no such corpus file", path=str(p))
+
+    def read() -> tuple[dict[str, str], dict[str, str]]:
+        # read column-wise under the first line's id key; a block naming another is walked
+        key = _id_key(p)
+        foreign = tuple(f'"{k}"'.encode() for k in CORPUS_IDS if k != key)
+        fields = (key, "text", "title")
+        table = _json_file(p, fields, _any_corpus_row, required="text", foreign=foreign)
+        return ArrowCorpus(table.column(key), table.column("text"), table.column("title"))()
+
+    return TextSource(read, file=p)
+
+
+def _id_key(path: Path) -> str:
+    """The id key (of ``CORPUS_IDS``) of the first line of a corpus file, if it is one."""
+    for line in utf8_lines(path):
+        if line.strip():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if isinstance(obj, dict):
+                return next((k for k in CORPUS_IDS if k in obj), "_id")
+            break
+    return "_id"
+
+
+def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
+    """The id (``_id``, ``id`` or ``doc_id``), text (required) and title of a line of a
+    corpus file."""
+    doc = next((obj[k] for k in CORPUS_IDS if k in obj), None)
+    if isinstance(doc, bool) or not isinstance(doc, str | int) or doc == "":
+        raise EvalSetError(
+            "missing passage id (_id, id or doc_id)", path=str(path), line=line, field="_id"
+        )
+    corpus_text(obj, path, line, required=True)
+    title = obj.get("title")
+    return str(doc), obj["text"], title if isinstance(title, str) else None
+
+
 def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     """The id and text of one line of ``queries.jsonl`` as Python's json read it (the
     text is checked first)."""
@@ -295,14 +351,17 @@ def _json_file(
     fields: tuple[str, ...],
     row: Callable[[dict[str, Any], Path, int], Row],
     kept: tuple[str, ...] | None = None,
+    required: str | None = None,
+    foreign: tuple[bytes, ...] = (),
 ) -> Any:
-    """The string ``fields`` (``_id`` first) of a BEIR JSON-lines file, as one table of
-    the ``kept`` ones (default all).
+    """The string ``fields`` (the id first) of a JSON-lines file, as one table of the
+    ``kept`` ones (default all).
 
     Each block of lines is read by pyarrow's JSON reader; a block it does not read
-    (``_read_block``), or whose ids are missing, ``null`` or empty, is walked line
-    by line with Python's json (``_diagnose``, ``row`` reading one object), which
-    names the first bad line or gives the values Python reads.
+    (``_read_block``), whose ids (or ``required`` column) are missing, ``null`` or
+    empty, or that holds one of the ``foreign`` byte strings, is walked line by line
+    with Python's json (``_diagnose``, ``row`` reading one object), which names the
+    first bad line or gives the values Python reads.
 
     Raises:
         EvalSetError: the first bad line, naming file, line and field; a file that
@@ -320,7 +379,12 @@ def _json_file(
     try:
         for block in _line_blocks(path):
             got = _read_block(block, parse)
-            if got is None or not _good_ids(got[0].column("_id")):
+            if (
+                got is None
+                or not _good_ids(got[0].column(fields[0]))
+                or (required and got[0].column(required).null_count)
+                or (foreign and any(f in bytes(block) for f in foreign))
+            ):
                 got = _diagnose(block, seen, path, fields, row)
             table, n_lines = got
             tables.append(table.select(list(kept)))
