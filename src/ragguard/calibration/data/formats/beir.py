@@ -298,28 +298,20 @@ def corpus_source(path: PathLike) -> TextSource[str]:
         raise EvalSetError("no such corpus file", path=str(p))
 
     def read() -> tuple[dict[str, str], dict[str, str]]:
-        # read column-wise under the first line's id key; a block naming another is walked
-        key = _id_key(p)
-        foreign = tuple(f'"{k}"'.encode() for k in CORPUS_IDS if k != key)
-        fields = (key, "text", "title")
-        table = _json_file(p, fields, _any_corpus_row, required="text", foreign=foreign)
-        return ArrowCorpus(table.column(key), table.column("text"), table.column("title"))()
+        fields = ("_id", "text", "title")
+        table = _json_file(p, fields, _any_corpus_row, required="text", ids=CORPUS_IDS)
+        return ArrowCorpus(table.column("_id"), table.column("text"), table.column("title"))()
 
     return TextSource(read, file=p)
 
 
-def _id_key(path: Path) -> str:
-    """The id key (of ``CORPUS_IDS``) of the first line of a corpus file, if it is one."""
-    for line in utf8_lines(path):
-        if line.strip():
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if isinstance(obj, dict):
-                return next((k for k in CORPUS_IDS if k in obj), "_id")
-            break
-    return "_id"
+def _first_key(block: memoryview, ids: tuple[str, ...]) -> str:
+    """The first of ``ids`` the first line of ``block`` has, if it is a JSON object."""
+    try:
+        obj = json.loads(bytes(block).lstrip().split(b"\n", 1)[0])
+    except ValueError:
+        return ids[0]
+    return next((k for k in ids if k in obj), ids[0]) if isinstance(obj, dict) else ids[0]
 
 
 def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
@@ -352,16 +344,17 @@ def _json_file(
     row: Callable[[dict[str, Any], Path, int], Row],
     kept: tuple[str, ...] | None = None,
     required: str | None = None,
-    foreign: tuple[bytes, ...] = (),
+    ids: tuple[str, ...] = (),
 ) -> Any:
     """The string ``fields`` (the id first) of a JSON-lines file, as one table of the
     ``kept`` ones (default all).
 
     Each block of lines is read by pyarrow's JSON reader; a block it does not read
     (``_read_block``), whose ids (or ``required`` column) are missing, ``null`` or
-    empty, or that holds one of the ``foreign`` byte strings, is walked line by line
-    with Python's json (``_diagnose``, ``row`` reading one object), which names the
-    first bad line or gives the values Python reads.
+    empty, or that names another of the ``ids`` (the keys an id may have, the first
+    present winning; the first line's is read column-wise, as ``fields[0]``) is walked
+    line by line with Python's json (``_diagnose``, ``row`` reading one object), which
+    names the first bad line or gives the values Python reads.
 
     Raises:
         EvalSetError: the first bad line, naming file, line and field; a file that
@@ -370,14 +363,24 @@ def _json_file(
     pa = pyarrow()
     string = pa.string()
     kept = kept or fields
-    parse = arrow_module("json").ParseOptions(
-        explicit_schema=pa.schema([(name, string) for name in fields]),
-        unexpected_field_behavior="ignore",
-    )
+    foreign: list[bytes] = []
+
+    def options(names: tuple[str, ...]) -> Any:
+        schema = pa.schema([(name, string) for name in names])
+        return arrow_module("json").ParseOptions(
+            explicit_schema=schema, unexpected_field_behavior="ignore"
+        )
+
+    parse = options(fields)
     tables = []
     seen = 0  # lines before the block
     try:
         for block in _line_blocks(path):
+            if ids and not seen:  # the first block: its first line's id key
+                key = _first_key(block, ids)
+                foreign = [f'"{k}"'.encode() for k in ids if k != key]
+                fields = (key, *fields[1:])
+                parse = options(fields)
             got = _read_block(block, parse)
             if (
                 got is None
@@ -387,7 +390,7 @@ def _json_file(
             ):
                 got = _diagnose(block, seen, path, fields, row)
             table, n_lines = got
-            tables.append(table.select(list(kept)))
+            tables.append(table.select([fields[0], *kept[1:]]).rename_columns(list(kept)))
             seen += n_lines
             del table, got
     except (OSError, EOFError) as exc:
