@@ -21,6 +21,7 @@ from rich.progress import (
 )
 
 from ragguard.calibration.annotate import Outputs
+from ragguard.calibration.data.evalset import FORMATS
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
 from ragguard.errors import AnnotationError
@@ -180,7 +181,10 @@ RunOpt = Annotated[
     ),
 ]
 EvalsetFormatOpt = option(
-    str | None, "jsonl, trec, beir or udcg (default: detected).", "--format", metavar="FORMAT"
+    str | None,
+    f"{', '.join([*FORMATS][:-1])} or {[*FORMATS][-1]} (default: detected).",
+    "--format",
+    metavar="FORMAT",
 )
 CorpusOpt = Annotated[
     list[Path] | None,

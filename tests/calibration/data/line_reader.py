@@ -15,7 +15,7 @@ import gzip
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -394,8 +394,15 @@ def use_line_reader(m: pytest.MonkeyPatch) -> None:
         USED.append(str(path))
         return read_jsonl_reference(path, rep, texts=texts)
 
-    m.setattr(evalset, "read_beir", beir)
-    m.setattr(evalset, "read_jsonl", jsonl)
+    formats = evalset.FORMATS
+    m.setitem(
+        formats,
+        "beir",
+        replace(formats["beir"], read=lambda p, r, o: beir(p, r, o.split, texts=o.texts)),
+    )
+    m.setitem(
+        formats, "jsonl", replace(formats["jsonl"], read=lambda p, r, o: jsonl(p, r, texts=o.texts))
+    )
 
 
 def careful(monkeypatch: pytest.MonkeyPatch, *args: Any, **kw: Any) -> EvalSet:

@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 from ragguard.calibration import EvalSet, UtilityRules, evaluate, load_evalset
-from ragguard.calibration.data.evalset import ProblemKind, detect_format
+from ragguard.calibration.data.columns import ColumnarLabels, ColumnarRead, query_view
+from ragguard.calibration.data.evalset import FORMATS, Format, ProblemKind, detect_format
+from ragguard.calibration.data.formats.common import ReadOptions
+from ragguard.calibration.data.problems import Reporter
+from ragguard.calibration.data.records import Labels
 from ragguard.errors import EvalSetError, RagguardError
 from tests.calibration.conftest import random_trec_data
 from tests.calibration.data.line_reader import careful, use_line_reader
@@ -450,6 +454,36 @@ def test_a_folder_holding_an_evalset_file_names_the_calls_that_read_it(tmp_path:
     assert f"load_inputs({str(folder)!r})" in message
     assert "split" not in message
     assert load_evalset(labels).qids == ("q1",)  # the call it names works
+
+
+def _read_toy(path: Path, rep: Reporter, options: ReadOptions) -> ColumnarRead:
+    """A toy format, ``query doc grade`` separated by commas, one label a line."""
+    labels: dict[str, dict[str, int]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        qid, doc, grade = line.split(",")
+        labels.setdefault(qid, {})[doc] = int(grade)
+    columns = ColumnarLabels.of_labels({q: Labels(g) for q, g in labels.items()}, str(path))
+    return ColumnarRead(query_view(columns), columns, columns.label_lines(), {})
+
+
+def test_a_format_registered_from_outside_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a format added to FORMATS (here, by this test) is detected and read by
+    load_evalset, with no change to evalset.py; the options of other formats still
+    refuse it."""
+    toy = Format("toy", lambda path, head: head is not None and head.count(",") == 2, _read_toy)
+    monkeypatch.setitem(FORMATS, "toy", toy)
+    path = write(tmp_path, "labels.txt", "q1,a,2\nq1,b,0\nq2,c,1\n")
+    assert detect_format(path) == "toy"
+    es = load_evalset(path, runs=write(tmp_path, "bm25.trec", "q1 Q0 b 1 2.0 t\n"))
+    assert es.qrels() == {"q1": {"a": 2, "b": 0}, "q2": {"c": 1}}
+    assert es.run_dict("bm25") == {"q1": {"b": 2.0}}
+    assert [p.kind for p in es.report.problems] == [ProblemKind.LABELS_WITHOUT_RUN]
+    with pytest.raises(EvalSetError, match="split= applies to BEIR folders only"):
+        load_evalset(path, format="toy", split="dev")
+    with pytest.raises(EvalSetError, match=r"format must be one of jsonl, trec, beir, udcg, toy"):
+        load_evalset(path, format="csv")
 
 
 def test_from_dicts_and_cached_arrays() -> None:
@@ -967,6 +1001,27 @@ def test_from_dicts_takes_passage_texts() -> None:
     passages["a"] = "changed"
     assert (es.texts.get("q", "a"), es.texts.get("q", "b")) == ("alpha", "beta")
     assert EvalSet.from_dicts({"q": {"a": 1}}).texts.get("q", "a") is None
+
+
+def test_a_corpus_file_is_read_by_the_one_corpus_reader(tmp_path: Path) -> None:
+    """Issue 34: a corpus file is read as a BEIR corpus.jsonl is (column-wise), with its
+    id under ``_id``, ``id`` or ``doc_id``, the first of them present winning, also
+    where a line names another key than the first line (an explicit null included)."""
+    lines = [
+        '{"id": "a", "text": "A"}',
+        '{"doc_id": "b", "text": "B", "title": "Bee"}',
+        '{"_id": "c", "id": "x", "text": "C"}',
+        '{"id": "a", "text": "A again"}',
+    ]
+    corpus = write(tmp_path, "c.jsonl", "\n".join(lines) + "\n")
+    es = EvalSet.from_dicts({"q": {"a": 1}}).with_texts(corpus=[corpus])
+    assert dict(es.texts.by_doc) == {"a": "A again", "b": "Bee\nB", "c": "C"}
+    assert dict(es.texts.titles_by_doc) == {"b": "Bee"}
+    plain = write(
+        tmp_path, "p.jsonl", '{"id": "a", "text": "A"}\n{"_id": null, "id": "b", "text": "B"}\n'
+    )
+    with pytest.raises(EvalSetError, match=r"p\.jsonl:2, field '_id': missing passage id"):
+        EvalSet.from_dicts({"q": {"a": 1}}).with_texts(corpus=[plain]).texts.get("q", "a")
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,8 @@ read from the model: utilities from labels (``utility``), the dense (queries x c
 arrays (``arrays``, one builder: ``arrays_from_codes``),
 and runs from a live retriever (``inputs``).
 
-Adding a format is one module in ``formats/`` returning
-``ColumnarRead``, and one branch of
-[`load_evalset`][ragguard.calibration.load_evalset].
+Adding a format is one module in ``formats/`` defining its ``Format`` (a reader
+returning ``ColumnarRead``) and one entry of ``FORMATS``.
 """
 
 from __future__ import annotations

@@ -70,6 +70,7 @@ from ragguard.scores import ScoreIssue, ScoreKind, normalize
 __all__ = ["EvalArrays", "build_arrays"]
 
 F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
 B = NDArray[np.bool_]
 I = NDArray[np.intp]  # noqa: E741
 
@@ -597,9 +598,13 @@ class Ranking:
     def ranked(self) -> RankedRows:
         """The rows in the policy's order (see ``RankedRows``)."""
         return RankedRows(
-            self.order, self.ranked_scores(), self.n_valid, self.issues, self.raw,
+            self.order,
+            self.ranked_scores(),
+            self.n_valid,
+            self.issues,
+            self.raw,
             self.unsorted_rows,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -651,8 +656,9 @@ def rank_in_chunks(
         hi = min(lo + step, n_q)
         present = np.arange(width)[None, :] < counts[lo:hi, None]
         rows = raw[lo:hi]
-        part = Ranking.of(rows if isinstance(rows, np.ndarray) else rows.dense(), present,
-                          kind, rrf_k)  # fmt: skip
+        part = Ranking.of(
+            rows if isinstance(rows, np.ndarray) else rows.dense(), present, kind, rrf_k
+        )
         order[lo:hi] = part.order
         scores[lo:hi] = part.ranked_scores()
         n_valid[lo:hi] = part.n_valid
@@ -1019,8 +1025,8 @@ def _hits(
     falling = falls[last] - falls[np.minimum(starts, last)] == np.maximum(counts - 1, 0)
     nan_rows = np.zeros(counts.size, dtype=np.bool_)
     if np.isnan(cscore).any():
-        nan_rows = np.bincount(np.repeat(np.arange(counts.size), counts), np.isnan(cscore),
-                               minlength=counts.size) > 0  # fmt: skip
+        at_row = np.repeat(np.arange(counts.size), counts)
+        nan_rows = np.bincount(at_row, np.isnan(cscore), minlength=counts.size) > 0
     check = np.flatnonzero(~falling.take(hrow))
     tied = np.zeros(hits.size, dtype=np.bool_)
     if check.size:  # rows not falling: compare with each score of the row
@@ -1095,8 +1101,8 @@ def build_arrays(
     """
     n_q = len(qids)
     given = {"distractors": distractors, "utilities": utilities, "no_response": no_response}
-    for name, seq in {"candidates": candidates, "grades": grades, **given,
-                      "n_relevant": n_relevant}.items():  # fmt: skip
+    every = {"candidates": candidates, "grades": grades, **given, "n_relevant": n_relevant}
+    for name, seq in every.items():
         if seq is not None and len(seq) != n_q:
             raise EvalSetError(f"{name} has {len(seq)} entries for {n_q} queries")
     counts = np.fromiter(map(len, candidates), np.intp, count=n_q)
@@ -1133,11 +1139,15 @@ def build_arrays(
     maps = None
     if util is not None or p_no is not None:
         maps = (grades, utilities or [{}] * n_q, no_response or [{}] * n_q)
-    labels = LabelRows(lrow, lgrade, None if flags is None else flags.astype(np.bool_), util,
-                       p_no, n_relevant, maps)  # fmt: skip
+    flagged = None if flags is None else flags.astype(np.bool_)
+    labels = LabelRows(lrow, lgrade, flagged, util, p_no, n_relevant, maps)
     crow = np.repeat(np.arange(n_q, dtype=np.intp), counts)
     coded = CodedRows(qids, crow, cscore, labels, hit_cand, hit_label, candidates)
     return arrays_from_codes(
-        coded, score_kind=score_kind, profile=profile, rules=rules, rrf_k=rrf_k,
+        coded,
+        score_kind=score_kind,
+        profile=profile,
+        rules=rules,
+        rrf_k=rrf_k,
         n_evidence=n_evidence,
-    )  # fmt: skip
+    )

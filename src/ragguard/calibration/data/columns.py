@@ -24,6 +24,8 @@ from numpy.typing import NDArray
 
 from ragguard._optional import require
 from ragguard.calibration.data.arrays import (
+    F64,
+    I64,
     CodedRows,
     EvalArrays,
     LabelRows,
@@ -66,8 +68,6 @@ __all__ = [
 ]
 
 V = TypeVar("V")
-F64 = NDArray[np.float64]
-I64 = NDArray[np.int64]
 
 
 def pyarrow() -> Any:
@@ -672,8 +672,7 @@ def without_rows(pairs: Pairs, rows: NDArray[np.intp]) -> Pairs:
         docs = docs.filter(pa.array(keep))
     else:
         codes = codes[keep]
-    return Pairs(pairs.qids, docs, pairs.q[keep], codes, pairs.value[keep], kept_line,
-                 pairs.source)  # fmt: skip
+    return Pairs(pairs.qids, docs, pairs.q[keep], codes, pairs.value[keep], kept_line, pairs.source)
 
 
 def check_grades(
@@ -793,8 +792,10 @@ def arrays_from_columnar(
     if not bool(lm.all()):
         new_label = np.cumsum(lm) - 1
         hit_label = new_label[hit_label]  # hits are only in evaluated rows
-    coded = CodedRows(qids, crow, cscore, _label_rows(qids, labels, lrow, lm), hit_cand,
-                      hit_label, _RowCandidates(run, qids))  # fmt: skip
+    label_rows = _label_rows(qids, labels, lrow, lm)
+    coded = CodedRows(
+        qids, crow, cscore, label_rows, hit_cand, hit_label, _RowCandidates(run, qids)
+    )
     return arrays_from_codes(coded, score_kind=score_kind, profile=profile, rules=rules)
 
 
@@ -819,9 +820,14 @@ def _label_rows(
             [lab.no_response for lab in per],
         )
     return LabelRows(
-        lrow[lm], labels.pairs.value[lm], kept(labels.distractor), kept(labels.utility),
-        kept(labels.no_response), stated, maps,
-    )  # fmt: skip
+        lrow[lm],
+        labels.pairs.value[lm],
+        kept(labels.distractor),
+        kept(labels.utility),
+        kept(labels.no_response),
+        stated,
+        maps,
+    )
 
 
 def label_hits(
@@ -916,9 +922,11 @@ def fingerprint(
     at = np.asarray(table.column("i").to_numpy(), np.intp)  # label rows, sorted
     flags = None if labels.distractor is None else np.where(labels.distractor, 1.0, np.nan)
     parts = [
-        (b"grades", p.value), (b"distractors", flags),
-        (b"utilities", labels.utility), (b"no_response", labels.no_response),
-    ]  # fmt: skip
+        (b"grades", p.value),
+        (b"distractors", flags),
+        (b"utilities", labels.utility),
+        (b"no_response", labels.no_response),
+    ]
     for part, values in parts:  # per part: rows, ids and values of the labels it has
         h.update(part)
         if values is None:

@@ -2,101 +2,17 @@
 
 An **eval set** holds labelled queries; a **run** holds, per query, the candidates a
 retriever returned with their scores. One eval set may carry several runs (one per
-retrieval profile being compared). [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays] converts
-a run and the labels once into dense ``EvalArrays`` that every metric and
-the sweep read.
+retrieval profile being compared). [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays]
+converts a run and the labels once into dense ``EvalArrays`` that every metric and the
+sweep read.
 
-Formats ([`load_evalset`][ragguard.calibration.load_evalset] detects them; or pass ``format=``)
-----------------------------------------------------------------
-``"jsonl"`` -- ragguard's own, one JSON object per line (``.jsonl`` or ``.jsonl.gz``)::
-
-    {"query_id": "q1",
-     "query": "What was my 500 lb deadlift PR?",
-     "relevant": {"log-03-02": 5, "log-02-10": 3},
-     "not_relevant": ["nutrition"],
-     "distractors": ["squat-pr"],
-     "utilities": {"goal-2024": -0.5},
-     "no_response": {"log-03-02": 0.01},
-     "num_relevant": 3,
-     "answers": ["March 2"],
-     "candidates": [{"id": "log-03-02", "score": 0.83}, {"id": "squat-pr", "score": 0.52}],
-     "runs": {"bm25": [{"id": "squat-pr", "score": 11.2}]},
-     "metadata": {"topic": "training"}}
-
-=================  ========  ==========================================================
-field              required  meaning
-=================  ========  ==========================================================
-``query_id``       yes       string (an integer is taken as its decimal string)
-``query``          no        the query text
-``relevant``       no        relevant ids: a list (grade 1 each) or ``{id: grade}`` with
-                             integer grades 1-5
-``not_relevant``   no        ids judged not relevant (grade 0)
-``distractors``    no        ids of known distractors (judged, grade 0; the profile's
-                             ``known_distractor_penalty`` as utility)
-``utilities``      no        ``{id: utility}``, each in [-1, 1]: used as given
-``no_response``    no        ``{id: p}``, the LLM's abstention probability in [0, 1]
-                             (utility ``R * (1 - p)``)
-``num_relevant``   no        stated number of relevant documents (>= those labelled),
-                             when labels cover only retrieved candidates
-``answers``        no        reference answers (strings)
-``candidates``     no        the run named ``"default"``: a list of ``{"id", "score"}``
-                             objects (``score`` may be missing or null; ``text``, a
-                             string or null, is the passage's text for this query) or
-                             of ids
-``runs``           no        ``{run name: candidate list}``, more runs
-``metadata``       no        an object is kept (``EvalSet.texts``; ``annotate``
-                             writes it back); anything else is ignored
-=================  ========  ==========================================================
-
-An id may appear in only one of ``relevant``, ``not_relevant`` and ``distractors``.
-Unknown fields are errors (they are usually typos). A run in which no candidate has a
-score keeps its order (``score_kind=None``).
-
-``"trec"`` -- a TREC qrels file (``query_id iteration doc_id grade``), with runs in TREC
-run format (``query_id Q0 doc_id rank score tag``; the rank column is ignored, as in
-trec_eval) or as JSON ``{query_id: {doc_id: score}}``, passed as ``runs=``. A line
-starting with ``#`` is a comment only when it cannot be a record (not the format's
-number of columns, or no number where the grade or score goes): ``#7 0 docA 1`` labels
-query ``#7``, as trec_eval 9 and pytrec_eval read it (trec_eval 10 skips every line
-starting with ``#``). BEIR's TSV files follow the same rule.
-
-**Grades** follow one scale in every format: integers up to 5, where 1-5 are relevant
-(as ``relevant: {id: grade}`` in JSONL; [`UtilityRules`][ragguard.calibration.UtilityRules]
-says which count as relevant or partially relevant), 0 is judged not relevant and -1
-marks a known distractor (JSONL's ``distractors``; in a BEIR folder also an optional
-``distractors.tsv`` of ``query-id  corpus-id`` lines). A grade above 5 is an error; a
-qrels grade below -1 (TREC Web tracks mark junk -2) is read as judged not relevant, like
-0. Files are UTF-8; a byte order mark at the start is skipped.
-
-``"beir"`` -- a BEIR folder: ``corpus.jsonl`` (``_id``, optional ``text`` and
-``title``), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id
-corpus-id  score``, header line), with runs passed as ``runs=`` (TREC or JSON).
-
-``"udcg"`` -- the UDCG authors' JSON: a list of examples with ``example_id``,
-``question`` and ``passages`` (``doc_id``, ``is_relevant``, and
-``models_info.<model>.no_res_prob``). The passages, in their order, form one run named
-``"passages"`` without scores; ``no_res_prob`` of the chosen ``model`` gives the
-utilities. Other keys (such as the ``udcg`` outputs in the authors' result file) are
-ignored.
-
-**Texts.** The passage texts a file carries (candidates' and passages' ``text`` and
-``title``, a BEIR ``corpus.jsonl``, a ``corpus.jsonl`` beside an eval-set file) are read
-with the labels into ``EvalSet.texts`` (``ragguard.calibration.data.texts``), so the
-consumers (two-stage scoring, the stages after the cut, training, annotation) never read
-the file again; [`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts] adds corpus files
-and ``{id: text}``.
-
-Problems
---------
+The formats are the entries of ``FORMATS`` (ragguard's JSONL, TREC qrels with TREC or
+JSON runs, a BEIR folder, the UDCG authors' JSON; one reader each in ``formats/``);
+[`load_evalset`][ragguard.calibration.load_evalset] detects them or takes ``format=``.
+docs/reference/data-formats.md describes each file, the grade scale and the texts.
 Malformed input raises [`EvalSetError`][ragguard.EvalSetError] naming the file, the line
-and the field: bad JSON, a missing or mistyped id, a grade, utility or probability out
-of range, contradictory labels, a repeated query. Problems that leave the data usable
-are **counted and reported**, never silently dropped: a run query without labels is
-skipped, a labelled query missing from a run counts with an empty list, a repeated
-candidate keeps its first occurrence, a candidate without a valid score is ranked after
-the scored ones (as the runtime guard does), ... (``ProblemKind``). They are
-listed in ``EvalSet.report`` and logged as one warning; ``strict=True`` raises on
-the first instead.
+and the field; problems that leave the data usable are counted (``ProblemKind``) in
+``EvalSet.report`` and logged as one warning, or raised with ``strict=True``.
 """
 
 from __future__ import annotations
@@ -115,20 +31,19 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
-    ColumnarRead,
     KeyView,
     arrays_from_columnar,
     query_view,
 )
-from ragguard.calibration.data.formats import trec as _trec
-from ragguard.calibration.data.formats.beir import read_beir
-from ragguard.calibration.data.formats.common import first_content
-from ragguard.calibration.data.formats.jsonl import read_jsonl
+from ragguard.calibration.data.formats import trec
+from ragguard.calibration.data.formats.beir import BEIR, corpus_source
+from ragguard.calibration.data.formats.common import Format, ReadOptions, first_content
+from ragguard.calibration.data.formats.jsonl import JSONL
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
-from ragguard.calibration.data.formats.udcg import read_udcg
+from ragguard.calibration.data.formats.udcg import UDCG
 from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query, Run
-from ragguard.calibration.data.texts import Texts, TextSource
+from ragguard.calibration.data.texts import PathLike, Texts, TextSource
 from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
@@ -138,6 +53,7 @@ __all__ = [
     "FORMATS",
     "LABEL_FILES",
     "EvalSet",
+    "Format",
     "Labels",
     "LoadReport",
     "Problem",
@@ -150,11 +66,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("jsonl", "trec", "beir", "udcg")
+FORMATS: dict[str, Format] = {f.name: f for f in (JSONL, trec.TREC, BEIR, UDCG)}
+"""The eval-set formats by name, in the order ``detect_format`` tries them; a format
+added here loads with ``load_evalset`` (and ``--format``) like the built-in ones."""
 LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
 """File names a folder's labels may have (``load_inputs`` looks them up in this
 order)."""
-PathLike = str | os.PathLike[str]
 
 
 class EvalSet:
@@ -243,7 +160,7 @@ class EvalSet:
         if not corpus and not passages:
             return self
         out = copy.copy(self)
-        out.texts = self.texts.merged(corpus=corpus, passages=passages)
+        out.texts = self.texts.merged(docs=[corpus_source(c) for c in corpus], passages=passages)
         return out
 
     @classmethod
@@ -533,47 +450,37 @@ def assemble(
 
 
 def detect_format(path: PathLike) -> str:
-    """Guess the format of ``path``: ``"beir"`` for a folder, ``"jsonl"``, ``"udcg"``
-    (a JSON list) or ``"trec"`` (qrels lines).
+    """Guess the format of ``path`` from ``FORMATS``: ``"beir"`` for a folder,
+    ``"jsonl"``, ``"udcg"`` (a JSON list) or ``"trec"`` (qrels lines).
 
     Raises:
         EvalSetError: the file does not exist or matches no format.
     """
     p = Path(path)
     if p.is_dir():
-        if (p / "qrels").is_dir():
-            return "beir"
         labels = next((p / n for n in LABEL_FILES if (p / n).is_file()), None)
-        if labels is not None:
+        if labels is not None and not (p / "qrels").is_dir():
             raise EvalSetError(
                 f"a folder holding {labels.name}, not an eval set format: call "
                 f"load_evalset({str(labels)!r}) or load_inputs({str(p)!r}) (its runs/ too)",
                 path=str(p),
             )
-        if (p / "corpus.jsonl").exists():
-            return "beir"
+        for f in FORMATS.values():
+            if f.folder and f.detect(p, None):
+                return f.name
         raise EvalSetError(
             "a folder is read as BEIR, but it has neither qrels/ nor corpus.jsonl", path=str(p)
         )
     if not p.exists():
         raise EvalSetError("no such file or folder", path=str(p))
     name = p.name.lower()
-    if name.endswith((".jsonl", ".jsonl.gz")):
-        return "jsonl"
+    for f in FORMATS.values():
+        if f.suffixes and name.endswith(f.suffixes):
+            return f.name
     head, line = first_content(p)
-    if head.startswith("["):
-        return "udcg"
-    if head.startswith("{"):
-        if name.endswith(".json"):
-            raise EvalSetError(
-                "a JSON object is not an eval set format (a run {query: {doc: score}}? "
-                "pass it as runs=...); eval sets are JSONL, TREC qrels, BEIR or UDCG JSON",
-                path=str(p),
-            )
-        return "jsonl"
-    fields = head.split()
-    if len(fields) == 4 and _is_int(fields[3]):
-        return "trec"
+    for f in FORMATS.values():
+        if not f.folder and f.detect(p, head):
+            return f.name
     table = name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")) or "," in head
     raise EvalSetError(
         f"cannot detect the format from this line: {head[:80]!r}; eval sets are JSONL, "
@@ -582,14 +489,6 @@ def detect_format(path: PathLike) -> str:
         path=str(p),
         line=line,
     )
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
 
 
 def load_evalset(
@@ -631,17 +530,19 @@ def load_evalset(
     Raises:
         EvalSetError: malformed or inconsistent data, with file, line and field.
     """
-    fmt = detect_format(path) if format is None else format
-    if fmt not in FORMATS:
+    fmt = FORMATS.get(detect_format(path) if format is None else format)
+    if fmt is None:
         raise EvalSetError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-    if fmt != "beir" and split is not None:
-        raise EvalSetError("split= applies to BEIR folders only")
-    if fmt != "udcg" and model is not None:
-        raise EvalSetError("model= applies to UDCG files only")
-    if fmt == "udcg" and runs is not None:
-        raise EvalSetError("a UDCG file is its own run (its passages); runs= does not apply")
+    for option, value in (("split", split), ("model", model)):
+        if value is not None and option not in fmt.takes:
+            owners = " or ".join(f.what for f in FORMATS.values() if option in f.takes)
+            raise EvalSetError(f"{option}= applies to {owners} only")
+    if fmt.no_runs is not None and runs is not None:
+        raise EvalSetError(fmt.no_runs)
+    if not fmt.folder and not Path(path).is_file():
+        raise EvalSetError("no such file", path=str(path))
     rep = Reporter(strict)
-    data = _read(fmt, Path(path), rep, split, model, texts)
+    data = fmt.read(Path(path), rep, ReadOptions(split, model, texts))
     kinds = score_kind if isinstance(score_kind, Mapping) else None
 
     def kind_of(name: str) -> ScoreKind | None:
@@ -652,12 +553,13 @@ def load_evalset(
     run_lines: dict[str, Mapping[str, int]] = {}
     cands: Mapping[str, Mapping[str, float]]
     for name, (cands, lines) in data.runs.items():
-        all_runs[name] = Run(name, cands, kind_of(name) if fmt != "udcg" else None, str(path))
+        kind = kind_of(name) if fmt.no_runs is None else None
+        all_runs[name] = Run(name, cands, kind, str(path))
         run_lines[name] = lines
     for name, run_path in _run_paths(runs).items():
         if name in all_runs:
             raise EvalSetError(f"two runs are named {name!r}", path=str(run_path))
-        cands, lines = _trec.read_run(Path(run_path), rep, known_docs=data.corpus)
+        cands, lines = trec.read_run(Path(run_path), rep, known_docs=data.corpus)
         all_runs[name] = Run(name, cands, kind_of(name), str(run_path))
         run_lines[name] = lines
     if kinds is not None:
@@ -682,26 +584,7 @@ def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
     beside = path.parent / "corpus.jsonl"
     if not path.is_file() or not beside.is_file() or beside.resolve() == path.resolve():
         return texts
-    return texts.merged(corpus=[beside])
-
-
-def _read(
-    fmt: str, path: Path, rep: Reporter, split: str | None, model: str | None, texts: bool
-) -> ColumnarRead:
-    """What the reader of ``fmt`` finds in ``path``.
-
-    Raises:
-        EvalSetError: no such file, or what the reader raises.
-    """
-    if fmt == "beir":
-        return read_beir(path, rep, split, texts=texts)
-    if not path.is_file():
-        raise EvalSetError("no such file", path=str(path))
-    if fmt == "jsonl":
-        return read_jsonl(path, rep, texts=texts)
-    if fmt == "trec":
-        return _trec.read_qrels(path, rep)
-    return read_udcg(path, rep, model)
+    return texts.merged(docs=[corpus_source(beside)])
 
 
 def _run_paths(

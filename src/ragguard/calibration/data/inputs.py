@@ -29,7 +29,6 @@ import asyncio
 import concurrent.futures
 import logging
 import math
-import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -43,6 +42,7 @@ from ragguard.calibration.data.evalset import (
     as_score_kind,
     load_evalset,
 )
+from ragguard.calibration.data.texts import PathLike
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 
@@ -63,8 +63,6 @@ RUN_SUFFIXES = tuple(
 )
 """Suffixes of run files in a folder's ``runs/`` (gzipped ones too, which every run
 reader reads)."""
-
-PathLike = str | os.PathLike[str]
 
 
 def folder_runs(folder: Path) -> list[Path]:

@@ -28,11 +28,12 @@ look-up then raises [`EvalSetError`][ragguard.EvalSetError] saying to load the t
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 from collections import ChainMap
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -42,13 +43,10 @@ __all__ = [
     "ArrowCorpus",
     "TextSource",
     "Texts",
-    "corpus_source",
     "corpus_text",
     "joined",
     "json_lines",
-    "read_corpus",
     "title_of",
-    "utf8_line",
     "utf8_lines",
 ]
 
@@ -243,17 +241,13 @@ class Texts:
     def merged(
         self,
         *,
-        corpus: Sequence[PathLike] = (),
+        docs: Sequence[TextSource[str]] = (),
         passages: Mapping[str, str] | None = None,
     ) -> Texts:
-        """These texts with more: ``corpus`` files (read on first use; each must exist)
-        and ``passages`` (``{passage id: text}``), which win over the texts per passage
-        id already here, in that order.
-
-        Raises:
-            EvalSetError: a corpus file does not exist.
-        """
-        docs = [*self._docs, *(corpus_source(c) for c in corpus)]
+        """These texts with more: ``docs`` (corpus files, read on first use) and
+        ``passages`` (``{passage id: text}``), which win over the texts per passage id
+        already here, in that order."""
+        docs = [*self._docs, *docs]
         if passages:
             docs.append(TextSource.of({str(k): v for k, v in passages.items()}))
         out = Texts(
@@ -266,35 +260,51 @@ class Texts:
 # --------------------------------------------------------------------------- JSON lines
 
 
-def utf8_line(raw: bytes, path: Path, line: int) -> str:
-    """``raw`` decoded as UTF-8; [`EvalSetError`][ragguard.EvalSetError] naming file and line if it
-    is not."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise EvalSetError(f"not UTF-8 text ({exc.reason})", path=str(path), line=line) from None
+def utf8_lines(
+    path: Path, chunks: Iterable[bytes] | None = None, first: int = 1, *, numbered: bool = True
+) -> Iterator[str]:
+    """The one UTF-8 line reader: each line of ``path`` (gzipped when its name ends in
+    ``.gz``; a byte order mark at its start skipped), or of ``chunks`` (its bytes, in
+    pieces ending at line ends, the first being line ``first``), as Python's universal
+    newlines end them (``\\n``, ``\\r\\n`` or a lone ``\\r``, each given back as ``\\n``).
 
-
-def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each line of a UTF-8 file (gzipped when its name ends in
-    ``.gz``; a byte order mark at its start skipped); a line that is not UTF-8 raises
-    [`EvalSetError`][ragguard.EvalSetError] naming file and line."""
-    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
-    lineno = 0
+    Raises:
+        EvalSetError: a line that is not UTF-8 (naming the line when ``numbered``: the
+            JSONL, UDCG and JSON-run readers name the file only), a file that cannot be
+            read.
+    """
+    line = first
     try:
-        with opener(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                text = utf8_line(raw, path, lineno)
-                yield lineno, text[1:] if lineno == 1 and text.startswith(_BOM) else text
+        with contextlib.ExitStack() as stack:
+            if chunks is None:
+                gz = path.name.lower().endswith(".gz")
+                opener: Callable[..., Any] = gzip.open if gz else open
+                chunks = stack.enter_context(opener(path, "rb"))
+            for chunk in chunks:
+                for raw in chunk.splitlines(keepends=True):
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        where = line if numbered else None
+                        raise EvalSetError(
+                            f"not UTF-8 text ({exc.reason})", path=str(path), line=where
+                        ) from None
+                    if text.endswith("\r"):
+                        text = text[:-1] + "\n"
+                    elif text.endswith("\r\n"):
+                        text = text[:-2] + "\n"
+                    yield text[1:] if line == 1 and text.startswith(_BOM) else text
+                    line += 1
     except (OSError, EOFError) as exc:
-        raise EvalSetError(f"cannot read: {exc}", path=str(path), line=lineno or None) from None
+        where = line - 1 if numbered and line > first else None
+        raise EvalSetError(f"cannot read: {exc}", path=str(path), line=where) from None
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, object]]:
     """(line number, parsed value) of each non-blank line of a JSON-lines file (gzipped
     when its name ends in ``.gz``); a malformed line raises [`EvalSetError`][ragguard.EvalSetError]
     naming file and line."""
-    for lineno, raw in utf8_lines(path):
+    for lineno, raw in enumerate(utf8_lines(path), 1):
         if not raw.strip():
             continue
         try:
@@ -338,50 +348,6 @@ def corpus_text(
         raise EvalSetError(message, path=str(path), line=lineno, field=field)
     title = obj.get("title")
     return joined(title, text), title_of(title)
-
-
-CORPUS_IDS = ("_id", "id", "doc_id")
-
-
-def read_corpus(path: PathLike) -> tuple[dict[str, str], dict[str, str]]:
-    """A JSONL corpus (``_id`` / ``id`` / ``doc_id``, ``text``, ``title``): passage id ->
-    title and text, and passage id -> title (where one is given); a later line of the
-    same id wins.
-
-    Raises:
-        EvalSetError: no such file, a line that is not UTF-8 or not a JSON object, a
-            missing id or text, naming file and line.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise EvalSetError("no such corpus file", path=str(p))
-    texts: dict[str, str] = {}
-    titles: dict[str, str] = {}
-    for lineno, obj in json_lines(p):
-        if not isinstance(obj, dict):
-            raise EvalSetError("each line must be a JSON object", path=str(p), line=lineno)
-        doc = next((obj[k] for k in CORPUS_IDS if k in obj), None)
-        if isinstance(doc, bool) or not isinstance(doc, str | int) or doc == "":
-            raise EvalSetError("missing passage id (_id, id or doc_id)", path=str(p),
-                               line=lineno, field="_id")  # fmt: skip
-        text, title = corpus_text(obj, p, lineno, required=True)
-        assert text is not None
-        texts[str(doc)] = text
-        if title is not None:
-            titles[str(doc)] = title
-    return texts, titles
-
-
-def corpus_source(path: PathLike) -> TextSource[str]:
-    """The texts of a corpus file, read on first use.
-
-    Raises:
-        EvalSetError: the file does not exist.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise EvalSetError("no such corpus file", path=str(p))
-    return TextSource(lambda: read_corpus(p), file=p)
 
 
 # --------------------------------------------------------------------------- Arrow

@@ -12,6 +12,7 @@ when none is bad, the values are Python's. The walk is a diagnosis, not a second
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -43,6 +44,7 @@ from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
     BEIR_HEADERS,
     BEIR_QRELS,
+    Format,
     Where,
     json_line,
 )
@@ -51,16 +53,15 @@ from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE
 from ragguard.calibration.data.texts import (
     ArrowCorpus,
+    PathLike,
     Texts,
     TextSource,
     corpus_text,
-    utf8_line,
+    utf8_lines,
 )
 from ragguard.errors import EvalSetError
 
-__all__ = ["BEIR_DISTRACTORS", "beir_split", "read_beir"]
-
-I64 = NDArray[np.int64]
+__all__ = ["BEIR", "BEIR_DISTRACTORS", "CORPUS_IDS", "beir_split", "corpus_source", "read_beir"]
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
 
@@ -280,6 +281,52 @@ def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     return doc, obj.get("text"), title if isinstance(title, str) else None
 
 
+CORPUS_IDS = ("_id", "id", "doc_id")
+
+
+def corpus_source(path: PathLike) -> TextSource[str]:
+    """The texts of a JSONL corpus file (``_id``, ``id`` or ``doc_id``, ``text``,
+    ``title``; BEIR's ``corpus.jsonl`` is one), read as a BEIR folder's is when a text is
+    first asked for; a later line of the same id wins. A bad line (not UTF-8, not a JSON
+    object, no id or text) raises then, naming file and line.
+
+    Raises:
+        EvalSetError: the file does not exist.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise EvalSetError("no such corpus file", path=str(p))
+
+    def read() -> tuple[dict[str, str], dict[str, str]]:
+        fields = ("_id", "text", "title")
+        table = _json_file(p, fields, _any_corpus_row, required="text", ids=CORPUS_IDS)
+        return ArrowCorpus(table.column("_id"), table.column("text"), table.column("title"))()
+
+    return TextSource(read, file=p)
+
+
+def _first_key(block: memoryview, ids: tuple[str, ...]) -> str:
+    """The first of ``ids`` the first line of ``block`` has, if it is a JSON object."""
+    try:
+        obj = json.loads(bytes(block).lstrip().split(b"\n", 1)[0])
+    except ValueError:
+        return ids[0]
+    return next((k for k in ids if k in obj), ids[0]) if isinstance(obj, dict) else ids[0]
+
+
+def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
+    """The id (``_id``, ``id`` or ``doc_id``), text (required) and title of a line of a
+    corpus file."""
+    doc = next((obj[k] for k in CORPUS_IDS if k in obj), None)
+    if isinstance(doc, bool) or not isinstance(doc, str | int) or doc == "":
+        raise EvalSetError(
+            "missing passage id (_id, id or doc_id)", path=str(path), line=line, field="_id"
+        )
+    corpus_text(obj, path, line, required=True)
+    title = obj.get("title")
+    return str(doc), obj["text"], title if isinstance(title, str) else None
+
+
 def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     """The id and text of one line of ``queries.jsonl`` as Python's json read it (the
     text is checked first)."""
@@ -296,13 +343,17 @@ def _json_file(
     fields: tuple[str, ...],
     row: Callable[[dict[str, Any], Path, int], Row],
     kept: tuple[str, ...] | None = None,
+    required: str | None = None,
+    ids: tuple[str, ...] = (),
 ) -> Any:
-    """The string ``fields`` (``_id`` first) of a BEIR JSON-lines file, as one table of
-    the ``kept`` ones (default all).
+    """The string ``fields`` (the id first) of a JSON-lines file, as one table of the
+    ``kept`` ones (default all).
 
     Each block of lines is read by pyarrow's JSON reader; a block it does not read
-    (``_read_block``), or whose ids are missing, ``null`` or empty, is walked line
-    by line with Python's json (``_diagnose``, ``row`` reading one object), which
+    (``_read_block``), whose ids (or ``required`` column) are missing, ``null`` or
+    empty, or that names another of the ``ids`` (the keys an id may have, the first
+    present winning; the first line's is read column-wise, as ``fields[0]``) is walked
+    line by line with Python's json (``_diagnose``, ``row`` reading one object), which
     names the first bad line or gives the values Python reads.
 
     Raises:
@@ -312,19 +363,34 @@ def _json_file(
     pa = pyarrow()
     string = pa.string()
     kept = kept or fields
-    parse = arrow_module("json").ParseOptions(
-        explicit_schema=pa.schema([(name, string) for name in fields]),
-        unexpected_field_behavior="ignore",
-    )
+    foreign: list[bytes] = []
+
+    def options(names: tuple[str, ...]) -> Any:
+        schema = pa.schema([(name, string) for name in names])
+        return arrow_module("json").ParseOptions(
+            explicit_schema=schema, unexpected_field_behavior="ignore"
+        )
+
+    parse = options(fields)
     tables = []
     seen = 0  # lines before the block
     try:
         for block in _line_blocks(path):
+            if ids and not seen:  # the first block: its first line's id key
+                key = _first_key(block, ids)
+                foreign = [f'"{k}"'.encode() for k in ids if k != key]
+                fields = (key, *fields[1:])
+                parse = options(fields)
             got = _read_block(block, parse)
-            if got is None or not _good_ids(got[0].column("_id")):
+            if (
+                got is None
+                or not _good_ids(got[0].column(fields[0]))
+                or (required and got[0].column(required).null_count)
+                or (foreign and any(f in bytes(block) for f in foreign))
+            ):
                 got = _diagnose(block, seen, path, fields, row)
             table, n_lines = got
-            tables.append(table.select(list(kept)))
+            tables.append(table.select([fields[0], *kept[1:]]).rename_columns(list(kept)))
             seen += n_lines
             del table, got
     except (OSError, EOFError) as exc:
@@ -356,11 +422,9 @@ def _diagnose(
     escape, which no UTF-8 text holds, as U+FFFD) and its number of lines. ``seen``:
     the lines before the block."""
     pa = pyarrow()
-    lines = bytes(block).splitlines(keepends=True)
+    lines = list(utf8_lines(path, [bytes(block)], seen + 1))
     values: list[Row] = []
-    for i, raw in enumerate(lines):
-        line = seen + i + 1
-        text = utf8_line(raw, path, line)
+    for line, text in enumerate(lines, seen + 1):
         if not text.strip():
             continue
         obj = json_line(text, path, line)
@@ -453,11 +517,11 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
     if unknown.size:
         qids = vocab_take(fields.q, unknown)
         names = vocab_take(fields.d, unknown)
+        message = "distractor {!r} is for query {!r}, which has no labels in this split"
         events: list[Event] = [
-            (int(ln), 0, ProblemKind.UNKNOWN_QUERY,
-             f"distractor {doc!r} is for query {qid!r}, which has no labels in this split", None)
+            (int(ln), 0, ProblemKind.UNKNOWN_QUERY, message.format(doc, qid), None)
             for qid, doc, ln in zip(qids, names, dline[unknown].tolist(), strict=True)
-        ]  # fmt: skip
+        ]
         report_events(events, rep, str(path))
     known = np.flatnonzero(dq >= 0)
     dq, dline = dq[known], dline[known]
@@ -482,11 +546,9 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
     n = pairs.q.size
     value = np.concatenate([pairs.value, np.zeros(add.size)])
     line = np.concatenate([pairs.line_of(np.arange(n)), dline[add]]) if add.size else pairs.line
-    joined = Pairs(
-        pairs.qids, docs, np.concatenate([pairs.q, dq[add].astype(np.int32)]),
-        np.concatenate([pairs.d, dd[add].astype(np.int32)]), np.maximum(value, 0.0), line,
-        pairs.source,
-    )  # fmt: skip
+    jq = np.concatenate([pairs.q, dq[add].astype(np.int32)])
+    jd = np.concatenate([pairs.d, dd[add].astype(np.int32)])
+    joined = Pairs(pairs.qids, docs, jq, jd, np.maximum(value, 0.0), line, pairs.source)
     distractor = np.concatenate(
         [flagged | (pairs.value == DISTRACTOR_GRADE), np.ones(add.size, np.bool_)]
     )
@@ -495,3 +557,15 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
 
 def _is_header(parts: list[str]) -> bool:
     return parts[0].lower() in BEIR_HEADERS
+
+
+BEIR = Format(
+    "beir",
+    lambda path, head: (
+        head is None and ((path / "qrels").is_dir() or (path / "corpus.jsonl").exists())
+    ),
+    lambda path, rep, options: read_beir(path, rep, options.split, texts=options.texts),
+    folder=True,
+    what="BEIR folders",
+    takes=frozenset({"split"}),
+)

@@ -1,21 +1,24 @@
-"""Parsers for the eval-set and run formats (see ``ragguard.calibration.data.evalset``).
+"""What the eval-set formats share: ``Format`` (an entry of
+``ragguard.calibration.data.evalset.FORMATS``), the line layouts of TREC and BEIR files,
+``Where`` (errors naming file, line and field) and the JSON helpers.
 
-Each parser validates as it reads and raises [`EvalSetError`][ragguard.EvalSetError]
+Each reader validates as it reads and raises [`EvalSetError`][ragguard.EvalSetError]
 with the file, the line and the field of the first malformed value; problems that leave
 the data usable go to the ``Reporter``.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ragguard.calibration.data.columns import ColumnarRead
 from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
 
 __all__ = [
@@ -24,13 +27,14 @@ __all__ = [
     "BEIR_QRELS",
     "TREC_QRELS",
     "TREC_RUN",
+    "Format",
     "Layout",
+    "ReadOptions",
     "Where",
     "first_content",
     "json_file_error",
     "json_line",
     "json_where",
-    "open_text",
     "read_json_run",
 ]
 
@@ -38,21 +42,35 @@ Candidates = dict[str, dict[str, float]]
 Lines = dict[str, int]
 
 
-def open_text(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (gzipped when its name ends in ``.gz``), as text
-    mode splits them (``\r`` alone ends a line too); a byte order mark at its start,
-    as some editors write, is skipped."""
-    try:
-        if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8-sig") as fh:
-                yield from fh
-        else:
-            with path.open(encoding="utf-8-sig") as fh:
-                yield from fh
-    except UnicodeDecodeError as exc:
-        raise EvalSetError(f"not UTF-8 text ({exc.reason})", path=str(path)) from None
-    except (OSError, EOFError) as exc:
-        raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """What ``load_evalset`` passes every reader besides the path and the reporter."""
+
+    split: str | None = None
+    model: str | None = None
+    texts: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """An eval-set format, an entry of ``FORMATS``: ``load_evalset`` and the CLI read
+    the registry, so a format added there (``FORMATS[name] = Format(...)``) loads."""
+
+    name: str
+    detect: Callable[[Path, str | None], bool]
+    """Whether a folder (``head`` None) or a file (``head`` its first content line,
+    ``first_content``) holds this format; it may raise saying why one that looks like
+    it is not."""
+    read: Callable[[Path, Reporter, ReadOptions], ColumnarRead]
+    suffixes: tuple[str, ...] = ()
+    """A file whose (lower-case) name ends so is this format, unread."""
+    folder: bool = False
+    what: str = ""
+    """The format's data in messages (``BEIR folders``)."""
+    takes: frozenset[str] = frozenset()
+    """The options of ``ReadOptions`` beyond ``texts`` it reads (``split``, ``model``)."""
+    no_runs: str | None = None
+    """Why ``runs=`` does not apply, when the data is its own (unscored) run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +131,7 @@ BEIR_HEADERS = frozenset({"query-id", "query_id", "qid"})
 def first_content(path: Path) -> tuple[str, int]:
     """The first non-blank, non-comment line of a file (stripped) and its number; a line
     starting with ``#`` is a comment unless it can be a TREC qrels or run record."""
-    for n, line in enumerate(open_text(path), 1):
+    for n, line in enumerate(utf8_lines(path, numbered=False), 1):
         s = line.strip()
         if s and not (TREC_QRELS.comment(s, parts := s.split()) and TREC_RUN.comment(s, parts)):
             return s, n
@@ -243,7 +261,7 @@ def read_json_run(
     column-wise, ``ragguard.calibration.data.formats.delimited``)."""
     at = Where(path)
     try:
-        data = json.loads("".join(open_text(path)))
+        data = json.loads("".join(utf8_lines(path, numbered=False)))
     except json.JSONDecodeError as exc:
         raise json_file_error(exc, path) from None
     if not isinstance(data, dict):

@@ -20,16 +20,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns, string_array
-from ragguard.calibration.data.formats.common import (
-    Where,
-    json_line,
-    open_text,
-)
+from ragguard.calibration.data.formats.common import Format, Where, json_line
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Query
-from ragguard.calibration.data.texts import Texts, TextSource
+from ragguard.calibration.data.texts import Texts, TextSource, utf8_lines
+from ragguard.errors import EvalSetError
 
-__all__ = ["CANDIDATE_FIELDS", "JSONL_FIELDS", "read_jsonl"]
+__all__ = ["CANDIDATE_FIELDS", "JSONL", "JSONL_FIELDS", "read_jsonl"]
 
 JSONL_FIELDS = frozenset(
     {
@@ -89,6 +86,19 @@ def _doc_numbers(
     return {at.id(d, f"{name}.{d}"): at.number(v, f"{name}.{d}", lo, hi) for d, v in value.items()}
 
 
+def _detect(path: Path, head: str | None) -> bool:
+    """A file whose first line is a JSON object (a ``.json`` one is a run, not JSONL)."""
+    if head is None or not head.startswith("{"):
+        return False
+    if path.name.lower().endswith(".json"):
+        raise EvalSetError(
+            "a JSON object is not an eval set format (a run {query: {doc: score}}? "
+            "pass it as runs=...); eval sets are JSONL, TREC qrels, BEIR or UDCG JSON",
+            path=str(path),
+        )
+    return True
+
+
 class _Run:
     """One run's candidates as they are read: columns, the line of each query, and the
     candidates without a valid score (reported at the end, when the run has a score)."""
@@ -120,7 +130,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
     runs: dict[str, _Run] = {}
     pair_texts = _PairTexts() if texts else None
     metadata: dict[str, dict[str, Any]] = {}
-    for lineno, text in enumerate(open_text(path), 1):
+    for lineno, text in enumerate(utf8_lines(path, numbered=False), 1):
         if not text.strip():
             continue
         at = Where(path, lineno)
@@ -340,3 +350,11 @@ class _PairTexts:
             for q, doc, text in rows:
                 out.setdefault((self.qids[q], doc), text)
         return out, {}
+
+
+JSONL = Format(
+    "jsonl",
+    _detect,
+    lambda path, rep, options: read_jsonl(path, rep, texts=options.texts),
+    suffixes=(".jsonl", ".jsonl.gz"),
+)

@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeGuard
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard.calibration.data.arrays import F64
 from ragguard.calibration.data.columns import (
     Pairs,
     arrow_module,
@@ -43,7 +44,6 @@ Table = Any
 
 Role = Literal["qrels", "run"]
 Dicts = Mapping[str, Mapping[str, float]]
-F64 = NDArray[np.float64]
 
 COLUMN_NAMES: dict[str, tuple[str, ...]] = {
     "qid": ("qid", "query_id", "q_id", "query-id", "queryid"),

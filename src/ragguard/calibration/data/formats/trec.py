@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard.calibration.data.arrays import I64
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
@@ -35,15 +36,14 @@ from ragguard.calibration.data.columns import (
 from ragguard.calibration.data.formats.common import (
     TREC_QRELS,
     TREC_RUN,
+    Format,
     first_content,
     read_json_run,
 )
 from ragguard.calibration.data.formats.delimited import read_fields
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 
-__all__ = ["doc_keys", "read_qrels", "read_run", "read_trec", "text_repeats"]
-
-I64 = NDArray[np.int64]
+__all__ = ["TREC", "doc_keys", "read_qrels", "read_run", "read_trec", "text_repeats"]
 
 
 def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None) -> Pairs:
@@ -210,3 +210,18 @@ def read_run(
         return read_json_run(path, rep, known_docs=known_docs)
     cands = ColumnarCandidates(read_trec(path, "run", rep, known_docs=known_docs))
     return cands, cands.first_lines()
+
+
+def _detect(path: Path, head: str | None) -> bool:
+    """A file whose first record is a qrels line: four fields, the last an integer."""
+    fields = (head or "[").split()
+    if fields[0].startswith("[") or len(fields) != 4:
+        return False
+    try:
+        int(fields[3])
+    except ValueError:
+        return False
+    return True
+
+
+TREC = Format("trec", _detect, lambda path, rep, _: read_qrels(path, rep))

@@ -13,22 +13,22 @@ from typing import Any, NoReturn
 from ragguard.calibration.data.columns import ColumnarLabels, ColumnarRead
 from ragguard.calibration.data.formats.common import (
     Candidates,
+    Format,
     Lines,
     Where,
     json_file_error,
-    open_text,
 )
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query
-from ragguard.calibration.data.texts import Texts, TextSource, corpus_text
+from ragguard.calibration.data.texts import Texts, TextSource, corpus_text, utf8_lines
 from ragguard.errors import EvalSetError
 
-__all__ = ["read_udcg"]
+__all__ = ["UDCG", "read_udcg"]
 
 
 def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
     """(line, element) of each element of a top-level JSON list, with line numbers."""
-    text = "".join(open_text(path))
+    text = "".join(utf8_lines(path, numbered=False))
     decoder = json.JSONDecoder()
     ws = " \t\r\n"
 
@@ -100,8 +100,10 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
             at.fail(f"must be a string, got {type(question).__name__}", f"{base}.question")
         passages = ex.get("passages")
         if not isinstance(passages, list):
-            at.fail("missing list of passages" if passages is None else "must be a list",
-                    f"{base}.passages")  # fmt: skip
+            at.fail(
+                "missing list of passages" if passages is None else "must be a list",
+                f"{base}.passages",
+            )
         grades: dict[str, int] = {}
         probs: dict[str, dict[str, float]] = {}
         cands: dict[str, float] = {}
@@ -183,3 +185,13 @@ def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         at.fail("must be a list of strings", f"{base}.answers")
     return tuple(value)
+
+
+UDCG = Format(
+    "udcg",
+    lambda path, head: head is not None and head.startswith("["),
+    lambda path, rep, options: read_udcg(path, rep, options.model),
+    what="UDCG files",
+    takes=frozenset({"model"}),
+    no_runs="a UDCG file is its own run (its passages); runs= does not apply",
+)
