@@ -39,11 +39,12 @@ from ragguard.selecting import (
     Duplicates,
     NearDuplicates,
     Normalise,
-    RerankMap,
-    RerankPlan,
+    Rerank,
     Stage,
     State,
     TokenBudget,
+    arun,
+    run,
     start,
 )
 from ragguard.tokens import token_counter
@@ -131,36 +132,36 @@ class ContextGuard:
                 "[rerank] in the TOML file (set it to false explicitly to switch a passed "
                 "reranker off)"
             )
-        self._before, self._after = self._stages()
+        self.stages: list[Stage] = self._stages()
 
-    def _stages(self) -> tuple[list[Stage], list[Stage]]:
-        """The stages of every select() call, before and after the rerank call; a stage
-        the config turns off is left out. One line a stage: add a stage here."""
+    def _stages(self) -> list[Stage]:
+        """The stages of every select() call, in order; a stage the config turns off is
+        left out. One line a stage: add a stage here."""
         c = self.config
         scored = self._params
-        before: list[Stage] = [
+        stages: list[Stage] = [
             Normalise(rrf_k=c.rrf_k, raise_invalid=c.invalid_scores is InvalidScorePolicy.RAISE),
             Duplicates(rule=c.duplicates),
         ]
-        after: list[Stage] = []
         if self._stage is not None:
-            name, keep = self._stage.name, scored.keep_invalid
-            before.append(RerankPlan(config=c.rerank, name=name, keep_invalid=keep))
-            after.append(RerankMap(params=c.rerank_policy_params()))
+            params, keep = c.rerank_policy_params(), scored.keep_invalid
+            stages.append(
+                Rerank(config=c.rerank, scorer=self._stage, params=params, keep_invalid=keep)
+            )
         keep_below = c.rerank.beyond_top_n is BeyondTopN.KEEP_BELOW
         floor = c.min_evidence if self._stage is not None else None  # not read on fail-open
-        after.append(Cut(uses_scores=scored.uses_scores, keep_below=keep_below, floor=floor))
+        stages.append(Cut(uses_scores=scored.uses_scores, keep_below=keep_below, floor=floor))
         if c.conflicts is not ConflictMode.OFF:
             prefer = c.conflict_prefer
-            after.append(
+            stages.append(
                 Conflicts(mode=c.conflicts, similarity=c.conflict_similarity, prefer=prefer)
             )
         if c.near_duplicate_threshold is not None:
-            after.append(NearDuplicates(threshold=c.near_duplicate_threshold))
+            stages.append(NearDuplicates(threshold=c.near_duplicate_threshold))
         if c.max_tokens is not None:  # load the tokenizer now, not on a query
             counter = token_counter(c.token_counter)
-            after.append(TokenBudget(counter=counter, max_tokens=c.max_tokens))
-        return before, after
+            stages.append(TokenBudget(counter=counter, max_tokens=c.max_tokens))
+        return stages
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> ContextGuard:
@@ -229,11 +230,7 @@ class ContextGuard:
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(query, candidates, score_kind, scored, max_k)
-            texts = state.texts
-            if texts is not None:
-                assert self._stage is not None
-                state.scores = self._stage.score(query, texts)
-            selection = self._finish(state)
+            selection = run(self.stages, state)
             self._emit(state)
             return traced(self._deliver(selection))
 
@@ -255,11 +252,7 @@ class ContextGuard:
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(query, candidates, score_kind, scored, max_k)
-            texts = state.texts
-            if texts is not None:
-                assert self._stage is not None
-                state.scores = await self._stage.ascore(query, texts)
-            selection = self._finish(state)
+            selection = await arun(self.stages, state)
             self._emit(state)
             return traced(self._deliver(selection))
 
@@ -271,9 +264,9 @@ class ContextGuard:
         scored: bool,
         max_k: int | None,
     ) -> State:
-        """The call's state through the stages before the rerank call."""
+        """The call's state, its arguments checked."""
         c = self.config
-        state = start(
+        return start(
             query,
             candidates,
             score_kind=score_kind,
@@ -283,17 +276,6 @@ class ContextGuard:
             params=self._params,
             unscored=self._unscored,
         )
-        if state.candidates:
-            for stage in self._before:
-                stage(state)
-        return state
-
-    def _finish(self, state: State) -> Selection:
-        """The call's state through the stages after the rerank call, as a Selection."""
-        if state.candidates:
-            for stage in self._after:
-                stage(state)
-        return state.selection()
 
     def _emit(self, state: State) -> None:
         """Emit the warnings the stages collected: each once per guard (a failed rerank
