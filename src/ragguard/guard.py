@@ -33,20 +33,16 @@ from ragguard.policy import ConflictMode
 from ragguard.profiles import Profile
 from ragguard.rerank import Reranker, RerankStage
 from ragguard.scores import ScoreKind
-from ragguard.selecting import (
+from ragguard.select_stages import (
     Conflicts,
     Cut,
     Duplicates,
     NearDuplicates,
     Normalise,
     Rerank,
-    Stage,
-    State,
     TokenBudget,
-    arun,
-    run,
-    start,
 )
+from ragguard.selecting import Stage, State, arun, run, start
 from ragguard.tokens import token_counter
 
 if TYPE_CHECKING:  # wrap()'s types; at run time the adapters come through ragguard.adapters
