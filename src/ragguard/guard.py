@@ -1,10 +1,10 @@
 """ContextGuard: decide which retrieved candidates reach the LLM.
 
 [`ContextGuard.select`][ragguard.ContextGuard.select] runs a list of small stages over one state
-(``ragguard.selecting``); the guard builds the list from its config, leaving out the
-stages the config turns off::
+(``ragguard.selecting``, ``ragguard.select_stages``); the guard builds the list from its
+config, leaving out the stages the config turns off::
 
-    validate -> normalise -> duplicate ids -> rerank plan -> [rerank call] -> rerank map
+    validate -> normalise -> duplicate ids -> rerank (a call stage)
       -> cut (the policy, min_evidence) -> conflicts -> near-duplicates -> token budget
       -> Selection
 
@@ -13,7 +13,8 @@ With ``rerank.enabled`` the cut reads rerank probabilities: the top ``rerank.top
 candidates by retrieval score are rescored by the reranker, its outputs are mapped to
 probabilities (logits through a sigmoid, or the config's fitted map) and the same policy
 cuts them (``ragguard.rerank``). ``select()`` and ``aselect()`` share every stage;
-they differ only in how the rerank call is made (blocking, or awaited off the event loop).
+they differ only in how a call stage's model call is made (blocking, or awaited off the
+event loop).
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ class ContextGuard:
 
     With the rerank stage on, the built-in cross-encoder is loaded here (and scores one
     warm-up pair), so ``rerank.timeout_ms`` bounds the calls from the first one on.
+
+    Attributes:
+        stages: the stages every call runs, in order (``ragguard.select_stages``); a
+            stage of your own (a ``ragguard.selecting.Stage``, or a ``CallStage`` for a
+            model call) joins with one line, e.g. ``guard.stages.append(stage)``.
 
     Raises:
         ConfigError: ``config`` is not a [`GuardConfig`][ragguard.GuardConfig] (or one built
