@@ -105,15 +105,19 @@ def event_payload(selection: Selection) -> dict[str, Any]:
         "query": selection.query,
         "kept": [c.id for c in selection.kept],
         "dropped": [
-            {"id": d.candidate.id, "reason": d.reason.value if d.reason else None,
-             "message": d.message, "duplicate_of": d.duplicate_of,
-             "conflict_with": list(d.conflict_with)}
+            {
+                "id": d.candidate.id,
+                "reason": d.reason.value if d.reason else None,
+                "message": d.message,
+                "duplicate_of": d.duplicate_of,
+                "conflict_with": list(d.conflict_with),
+            }
             for d in selection.dropped
         ],
         "warnings": list(selection.warnings),
         "verdict": selection.verdict.value,
         "conflicts": conflicts_payload(selection),
-    }  # fmt: skip
+    }
 
 
 def copy_metadata(
