@@ -7,7 +7,9 @@ import copy
 import logging
 import math
 import pickle
+import threading
 import warnings
+from collections.abc import Callable
 
 import pytest
 
@@ -26,6 +28,7 @@ from ragguard import (
     Selection,
     Verdict,
 )
+from ragguard.selecting import CallStage, Drop, Stage, State
 from ragguard.testing import FakeReranker
 
 
@@ -472,3 +475,112 @@ def test_min_evidence_reads_rerank_probabilities_and_keeps_nothing_below_top_n()
     # one probability at the floor: the cut keeps as usual, and c fills the room
     guard = ContextGuard(guard.config, reranker=FakeReranker({"a": 0.5, "b": 0.2}))
     assert ids(guard.select("q", inputs).kept) == ["a", "b", "c"]
+
+
+# -- a stage added to the guard's list: one class, one line ----------------------------
+
+
+class DropWord(Stage):
+    """A test-only stage after the cut: drops the kept passages whose text holds a word."""
+
+    __slots__ = ("word",)
+
+    def __init__(self, *, word: str) -> None:
+        self.word = word
+
+    def __call__(self, s: State, /) -> None:
+        gone = [i for i in s.kept if self.word in s.candidates[i].text.split()]
+        if gone:
+            s.kept = [i for i in s.kept if i not in gone]
+            s.records.append((self, gone))
+
+    def drops(self, s: State, facts: list[int], /) -> list[Drop]:
+        return [Drop(i, Reason.OVER_MAX_K, detail=self.word) for i in facts]
+
+    def explain(self, drop: Drop, s: State, /) -> str:
+        return f"its text says {drop.detail!r}"
+
+
+class Judge(CallStage):
+    """A test-only model call: a judge says which kept passages answer the query."""
+
+    __slots__ = ("judge", "threads")
+
+    def __init__(self, *, judge: Callable[[str, list[str]], list[bool]]) -> None:
+        self.judge = judge
+        self.threads: list[int] = []
+
+    def request(self, s: State, /) -> tuple[str, list[str]] | None:
+        return (s.query, [s.candidates[i].text for i in s.kept]) if s.kept else None
+
+    def call(self, request: tuple[str, list[str]], /) -> list[bool]:
+        self.threads.append(threading.get_ident())
+        return self.judge(*request)
+
+    def apply(self, s: State, response: list[bool], /) -> None:
+        cols = list(s.kept)
+        s.kept = [i for i, ok in zip(cols, response, strict=True) if ok]
+        gone = [i for i, ok in zip(cols, response, strict=True) if not ok]
+        if gone:
+            s.records.append((self, gone))
+
+    def drops(self, s: State, facts: list[int], /) -> list[Drop]:
+        return [Drop(i, Reason.BELOW_MIN_SCORE) for i in facts]
+
+    def explain(self, drop: Drop, s: State, /) -> str:
+        return f"the judge says it does not answer {s.query!r}"
+
+
+def judged_guard() -> tuple[ContextGuard, Judge]:
+    guard = sim_guard(max_k=4)
+    guard.stages.append(DropWord(word="stale"))  # the one line a post-cut stage needs
+    judge = Judge(judge=lambda query, texts: ["wrong" not in t for t in texts])
+    guard.stages.append(judge)  # the one line a call stage needs
+    return guard, judge
+
+
+JUDGED = [
+    Candidate("d0", "fresh fact", 0.9),
+    Candidate("d1", "stale fact", 0.85),
+    Candidate("d2", "another fresh fact", 0.8),
+    Candidate("d3", "a wrong fact", 0.75),
+    Candidate("d4", "far away", 0.1),
+]
+
+
+def check_judged(sel: Selection) -> None:
+    assert [c.id for c in sel.kept] == ["d0", "d2"]
+    assert [(d.candidate.id, d.kept, d.rank) for d in sel.decisions] == [
+        ("d0", True, 0),
+        ("d2", True, 1),
+        ("d1", False, 2),  # dropped after the cut, in the cut's order
+        ("d3", False, 3),
+        ("d4", False, 4),  # dropped by the cut itself
+    ]
+    by_id = {d.candidate.id: d for d in sel.dropped}
+    assert (by_id["d1"].reason, by_id["d1"].message) == (Reason.OVER_MAX_K, "its text says 'stale'")
+    assert by_id["d3"].reason is Reason.BELOW_MIN_SCORE
+    assert by_id["d3"].message == "the judge says it does not answer 'q'"
+    assert by_id["d3"].normalized_score == pytest.approx(0.75)  # the cut's score stays
+    assert by_id["d4"].reason is Reason.BELOW_RELATIVE_THRESHOLD
+    assert all(d.message == "kept" for d in sel.kept_decisions)
+
+
+def test_a_stage_and_a_call_stage_added_in_one_line_each_run_in_select() -> None:
+    guard, judge = judged_guard()
+    check_judged(guard.select("q", JUDGED))
+    assert judge.threads == [threading.get_ident()]  # select() calls it blocking
+
+
+def test_a_stage_and_a_call_stage_added_in_one_line_each_run_in_aselect() -> None:
+    guard, judge = judged_guard()
+    check_judged(asyncio.run(guard.aselect("q", JUDGED)))
+    # aselect() awaits the call, made off the event loop's thread
+    assert len(judge.threads) == 1 and judge.threads[0] != threading.get_ident()
+
+
+def test_a_call_stage_with_nothing_to_ask_is_not_called() -> None:
+    guard, judge = judged_guard()
+    sel = guard.select("q", [Candidate("d1", "stale fact", 0.9)])
+    assert sel.kept == [] and judge.threads == []
+    assert [d.message for d in sel.dropped] == ["its text says 'stale'"]

@@ -194,18 +194,24 @@ class RerankConfig(ConfigModel, NumbersNotBools):
         description="What the reranker returns: logit or probability; None asks the reranker.",
     )
     relative_threshold: float | None = Field(
-        default=None, ge=0.0, le=1.0,
+        default=None,
+        ge=0.0,
+        le=1.0,
         description="Keep reranked passages with probability >= this x the top one; None "
         "uses the guard's relative_threshold.",
-    )  # fmt: skip
+    )
     min_score: float | None = Field(
-        default=None, ge=0.0, le=1.0,
+        default=None,
+        ge=0.0,
+        le=1.0,
         description="Absolute floor on the rerank probability; None disables it.",
-    )  # fmt: skip
+    )
     timeout_ms: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
         description="Time budget of one rerank call; None waits as long as it takes.",
-    )  # fmt: skip
+    )
     on_failure: RerankFailure = Field(
         default=RerankFailure.FAIL_OPEN, description="fail_open or fail_closed."
     )
@@ -306,13 +312,16 @@ class GuardConfig(BaseSettings, NumbersNotBools):
     max_k: int = Field(default=5, ge=1, description="Most passages kept (profile default).")
     min_k: int = Field(default=1, ge=0, description="Fewest passages kept (profile default).")
     relative_threshold: float = Field(
-        default=0.7, ge=0.0, le=1.0,
+        default=0.7,
+        ge=0.0,
+        le=1.0,
         description="Keep passages scoring >= this x the top normalised score (profile default).",
-    )  # fmt: skip
+    )
     min_score: float | None = Field(
-        default=None, allow_inf_nan=False,
+        default=None,
+        allow_inf_nan=False,
         description="Absolute floor on the normalised score; None disables it.",
-    )  # fmt: skip
+    )
     cut: CutRule = Field(
         default=CutRule.NONE, description="Label-free cut rule: none, gap or autocut."
     )
@@ -331,26 +340,30 @@ class GuardConfig(BaseSettings, NumbersNotBools):
     )
     rrf_k: int = Field(default=60, ge=0, description="The k of reciprocal rank fusion scores.")
     near_duplicate_threshold: float | None = Field(
-        default=None, gt=0.0, le=1.0,
+        default=None,
+        gt=0.0,
+        le=1.0,
         description="Drop a kept passage whose word 3-shingle Jaccard similarity with a "
         "kept, higher-ranked passage is >= this; None turns it off.",
-    )  # fmt: skip
+    )
     max_tokens: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Token budget of the kept passages, filled in rank order (a passage "
         "that does not fit is skipped); None turns it off.",
-    )  # fmt: skip
+    )
     token_counter: str = Field(
         default=DEFAULT_TOKEN_COUNTER,
         description="How max_tokens counts: chars:<characters per token>, "
         "tiktoken:<encoding> or hf:<tokenizer name or path>.",
     )
     min_evidence: float | None = Field(
-        default=None, allow_inf_nan=False,
+        default=None,
+        allow_inf_nan=False,
         description="Answerability: when the best candidate's normalised score (its rerank "
         "probability with the rerank stage on) is below this, nothing is kept (reason "
         "insufficient_evidence, verdict insufficient); None turns it off.",
-    )  # fmt: skip
+    )
     conflicts: ConflictMode = Field(
         default=ConflictMode.OFF,
         description="Kept passages that nearly repeat each other but differ in facts: off, "
@@ -358,15 +371,18 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         "prefer (the member with the greatest conflict_prefer metadata value).",
     )
     conflict_similarity: float = Field(
-        default=DEFAULT_CONFLICT_SIMILARITY, gt=0.0, le=1.0,
+        default=DEFAULT_CONFLICT_SIMILARITY,
+        gt=0.0,
+        le=1.0,
         description="Word 3-shingle Jaccard similarity from which two passages are compared "
         "for conflicting facts.",
-    )  # fmt: skip
+    )
     conflict_prefer: str | None = Field(
-        default=None, min_length=1,
+        default=None,
+        min_length=1,
         description="With conflicts='prefer': the metadata key whose greatest value wins "
         "('-key': the smallest); members without it rank last.",
-    )  # fmt: skip
+    )
     profiles: dict[str, ProfileSpec] = Field(
         default_factory=dict, description="Custom profiles, by name."
     )

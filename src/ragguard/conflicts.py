@@ -57,7 +57,7 @@ from itertools import pairwise
 import numpy as np
 
 from ragguard.policy import CODES, DEFAULT_CONFLICT_SIMILARITY, KEPT, ConflictMode, Reason
-from ragguard.stages import UNSPACED, Shingles, StageState
+from ragguard.stages import SHINGLE_WORDS, UNSPACED, Shingles, StageState
 
 __all__ = [
     "DEFAULT_CONFLICT_SIMILARITY",
@@ -71,6 +71,7 @@ __all__ = [
     "Pair",
     "compared_passages",
     "conflict_groups",
+    "conflict_message",
     "conflict_stage",
     "find_conflicts",
     "passage_words",
@@ -540,3 +541,24 @@ def _keep_first(pairs: Sequence[Pair], drop: Callable[[int, int], None]) -> None
         if p.b not in dropped and p.a not in dropped:
             dropped.add(p.b)
             drop(p.b, p.a)
+
+
+_RULES = {
+    ConflictMode.DROP: "conflicts='drop' drops every member of a conflict group",
+    ConflictMode.KEEP_FIRST: "conflicts='keep_first' keeps the better-ranked one",
+    ConflictMode.PREFER: "conflicts='prefer' keeps the member with the preferred metadata value",
+}
+
+
+def conflict_message(
+    other: str, position: int, pair: Pair, mine_first: bool, threshold: float, mode: ConflictMode
+) -> str:
+    """Why the conflict stage dropped a passage: it conflicts with id ``other`` at input
+    ``position`` (their ``pair``; ``mine_first``: the dropped one is ``pair.a``)."""
+    mine, theirs = (pair.spans_a, pair.spans_b) if mine_first else (pair.spans_b, pair.spans_a)
+    return (
+        f"conflicts with id {other!r} at input position {position}: "
+        f"{'; '.join(mine) or '(nothing)'} vs {'; '.join(theirs) or '(nothing)'} (word "
+        f"{SHINGLE_WORDS}-shingle similarity {pair.similarity:.3g} >= conflict_similarity "
+        f"{threshold:g}); {_RULES.get(mode, '')}"
+    )

@@ -1,10 +1,10 @@
 """ContextGuard: decide which retrieved candidates reach the LLM.
 
 [`ContextGuard.select`][ragguard.ContextGuard.select] runs a list of small stages over one state
-(``ragguard.selecting``); the guard builds the list from its config, leaving out the
-stages the config turns off::
+(``ragguard.selecting``, ``ragguard.select_stages``); the guard builds the list from its
+config, leaving out the stages the config turns off::
 
-    validate -> normalise -> duplicate ids -> rerank plan -> [rerank call] -> rerank map
+    validate -> normalise -> duplicate ids -> rerank (a call stage)
       -> cut (the policy, min_evidence) -> conflicts -> near-duplicates -> token budget
       -> Selection
 
@@ -13,7 +13,8 @@ With ``rerank.enabled`` the cut reads rerank probabilities: the top ``rerank.top
 candidates by retrieval score are rescored by the reranker, its outputs are mapped to
 probabilities (logits through a sigmoid, or the config's fitted map) and the same policy
 cuts them (``ragguard.rerank``). ``select()`` and ``aselect()`` share every stage;
-they differ only in how the rerank call is made (blocking, or awaited off the event loop).
+they differ only in how a call stage's model call is made (blocking, or awaited off the
+event loop).
 """
 
 from __future__ import annotations
@@ -33,19 +34,16 @@ from ragguard.policy import ConflictMode
 from ragguard.profiles import Profile
 from ragguard.rerank import Reranker, RerankStage
 from ragguard.scores import ScoreKind
-from ragguard.selecting import (
+from ragguard.select_stages import (
     Conflicts,
     Cut,
     Duplicates,
     NearDuplicates,
     Normalise,
-    RerankMap,
-    RerankPlan,
-    Stage,
-    State,
+    Rerank,
     TokenBudget,
-    start,
 )
+from ragguard.selecting import Stage, State, arun, run, start
 from ragguard.tokens import token_counter
 
 if TYPE_CHECKING:  # wrap()'s types; at run time the adapters come through ragguard.adapters
@@ -72,6 +70,11 @@ class ContextGuard:
 
     With the rerank stage on, the built-in cross-encoder is loaded here (and scores one
     warm-up pair), so ``rerank.timeout_ms`` bounds the calls from the first one on.
+
+    Attributes:
+        stages: the stages every call runs, in order (``ragguard.select_stages``); a
+            stage of your own (a ``ragguard.selecting.Stage``, or a ``CallStage`` for a
+            model call) joins with one line, e.g. ``guard.stages.append(stage)``.
 
     Raises:
         ConfigError: ``config`` is not a [`GuardConfig`][ragguard.GuardConfig] (or one built
@@ -131,36 +134,36 @@ class ContextGuard:
                 "[rerank] in the TOML file (set it to false explicitly to switch a passed "
                 "reranker off)"
             )
-        self._before, self._after = self._stages()
+        self.stages: list[Stage] = self._stages()
 
-    def _stages(self) -> tuple[list[Stage], list[Stage]]:
-        """The stages of every select() call, before and after the rerank call; a stage
-        the config turns off is left out. One line a stage: add a stage here."""
+    def _stages(self) -> list[Stage]:
+        """The stages of every select() call, in order; a stage the config turns off is
+        left out. One line a stage: add a stage here."""
         c = self.config
         scored = self._params
-        before: list[Stage] = [
+        stages: list[Stage] = [
             Normalise(rrf_k=c.rrf_k, raise_invalid=c.invalid_scores is InvalidScorePolicy.RAISE),
             Duplicates(rule=c.duplicates),
         ]
-        after: list[Stage] = []
         if self._stage is not None:
-            name, keep = self._stage.name, scored.keep_invalid
-            before.append(RerankPlan(config=c.rerank, name=name, keep_invalid=keep))
-            after.append(RerankMap(params=c.rerank_policy_params()))
+            params, keep = c.rerank_policy_params(), scored.keep_invalid
+            stages.append(
+                Rerank(config=c.rerank, scorer=self._stage, params=params, keep_invalid=keep)
+            )
         keep_below = c.rerank.beyond_top_n is BeyondTopN.KEEP_BELOW
         floor = c.min_evidence if self._stage is not None else None  # not read on fail-open
-        after.append(Cut(uses_scores=scored.uses_scores, keep_below=keep_below, floor=floor))
+        stages.append(Cut(uses_scores=scored.uses_scores, keep_below=keep_below, floor=floor))
         if c.conflicts is not ConflictMode.OFF:
             prefer = c.conflict_prefer
-            after.append(
+            stages.append(
                 Conflicts(mode=c.conflicts, similarity=c.conflict_similarity, prefer=prefer)
             )
         if c.near_duplicate_threshold is not None:
-            after.append(NearDuplicates(threshold=c.near_duplicate_threshold))
+            stages.append(NearDuplicates(threshold=c.near_duplicate_threshold))
         if c.max_tokens is not None:  # load the tokenizer now, not on a query
             counter = token_counter(c.token_counter)
-            after.append(TokenBudget(counter=counter, max_tokens=c.max_tokens))
-        return before, after
+            stages.append(TokenBudget(counter=counter, max_tokens=c.max_tokens))
+        return stages
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> ContextGuard:
@@ -229,11 +232,7 @@ class ContextGuard:
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(query, candidates, score_kind, scored, max_k)
-            texts = state.texts
-            if texts is not None:
-                assert self._stage is not None
-                state.scores = self._stage.score(query, texts)
-            selection = self._finish(state)
+            selection = run(self.stages, state)
             self._emit(state)
             return traced(self._deliver(selection))
 
@@ -255,11 +254,7 @@ class ContextGuard:
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(query, candidates, score_kind, scored, max_k)
-            texts = state.texts
-            if texts is not None:
-                assert self._stage is not None
-                state.scores = await self._stage.ascore(query, texts)
-            selection = self._finish(state)
+            selection = await arun(self.stages, state)
             self._emit(state)
             return traced(self._deliver(selection))
 
@@ -271,9 +266,9 @@ class ContextGuard:
         scored: bool,
         max_k: int | None,
     ) -> State:
-        """The call's state through the stages before the rerank call."""
+        """The call's state, its arguments checked."""
         c = self.config
-        state = start(
+        return start(
             query,
             candidates,
             score_kind=score_kind,
@@ -283,17 +278,6 @@ class ContextGuard:
             params=self._params,
             unscored=self._unscored,
         )
-        if state.candidates:
-            for stage in self._before:
-                stage(state)
-        return state
-
-    def _finish(self, state: State) -> Selection:
-        """The call's state through the stages after the rerank call, as a Selection."""
-        if state.candidates:
-            for stage in self._after:
-                stage(state)
-        return state.selection()
 
     def _emit(self, state: State) -> None:
         """Emit the warnings the stages collected: each once per guard (a failed rerank

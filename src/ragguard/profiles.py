@@ -139,11 +139,17 @@ def _builtin(
     t: float,
 ) -> Profile:
     return Profile(
-        name=name, tolerance=tolerance, description=description,
-        distractor_score_ratio=ratio, distractor_top_ranks=ranks,
-        known_distractor_penalty=known, hard_negative_penalty=hard,
-        max_k=max_k, min_k=1, relative_threshold=t,
-    )  # fmt: skip
+        name=name,
+        tolerance=tolerance,
+        description=description,
+        distractor_score_ratio=ratio,
+        distractor_top_ranks=ranks,
+        known_distractor_penalty=known,
+        hard_negative_penalty=hard,
+        max_k=max_k,
+        min_k=1,
+        relative_threshold=t,
+    )
 
 
 BUILTIN_PROFILES: Mapping[str, Profile] = {

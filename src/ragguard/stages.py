@@ -56,7 +56,9 @@ __all__ = [
     "UNSPACED",
     "StageState",
     "jaccard",
+    "near_duplicate_message",
     "near_duplicate_stage",
+    "over_budget_message",
     "run_stages",
     "shingles",
     "start_state",
@@ -252,6 +254,28 @@ def token_budget_stage(
                 row[j] = _OVER
     reasons = np.array(codes, dtype=np.int8).reshape(state.reasons.shape)
     return replace(state, reasons=reasons, tokens=t, max_tokens=max_tokens, counter=counter)
+
+
+def near_duplicate_message(
+    other: str, position: int, similarity: float, threshold: float, kept: bool
+) -> str:
+    """Why the near-duplicate stage dropped a passage: it repeats id ``other`` at input
+    ``position`` (``kept``: whether that passage is kept in the end)."""
+    return (
+        f"near-duplicate of {'kept ' if kept else ''}id {other!r} at input position "
+        f"{position}: word {SHINGLE_WORDS}-shingle Jaccard similarity {similarity:.3g} >= "
+        f"near_duplicate_threshold {threshold:g}"
+        + ("" if kept else " (that passage then did not fit in max_tokens either)")
+    )
+
+
+def over_budget_message(tokens: int, used: int, max_tokens: int, counter: str) -> str:
+    """Why the token budget dropped a passage of ``tokens`` tokens: the passages kept
+    before it use ``used``."""
+    return (
+        f"its {tokens} tokens do not fit in max_tokens={max_tokens}: the passages kept "
+        f"before it use {used} (token_counter {counter!r})"
+    )
 
 
 def run_stages(

@@ -435,9 +435,13 @@ def load_cross_encoder(
     check_model_files(spec)
     try:
         model = st.CrossEncoder(
-            str(spec), device=device, num_labels=num_labels, max_length=max_length,
-            activation_fn=torch.nn.Identity(), local_files_only=True,
-        )  # fmt: skip
+            str(spec),
+            device=device,
+            num_labels=num_labels,
+            max_length=max_length,
+            activation_fn=torch.nn.Identity(),
+            local_files_only=True,
+        )
     except Exception as exc:
         raise RerankModelError(
             f"cannot load the cross-encoder {str(spec)!r}: {one_line(exc)}"

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from ragguard import ContextGuard
 from ragguard._fields import validation_problems
 from ragguard.candidate import Decision, Selection
+from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError
 from ragguard.rerank import (
     CrossEncoderReranker,
@@ -105,15 +106,19 @@ def event_payload(selection: Selection) -> dict[str, Any]:
         "query": selection.query,
         "kept": [c.id for c in selection.kept],
         "dropped": [
-            {"id": d.candidate.id, "reason": d.reason.value if d.reason else None,
-             "message": d.message, "duplicate_of": d.duplicate_of,
-             "conflict_with": list(d.conflict_with)}
+            {
+                "id": d.candidate.id,
+                "reason": d.reason.value if d.reason else None,
+                "message": d.message,
+                "duplicate_of": d.duplicate_of,
+                "conflict_with": list(d.conflict_with),
+            }
             for d in selection.dropped
         ],
         "warnings": list(selection.warnings),
         "verdict": selection.verdict.value,
         "conflicts": conflicts_payload(selection),
-    }  # fmt: skip
+    }
 
 
 def copy_metadata(
@@ -228,3 +233,35 @@ def restore_reranker(name: object, owner: str, hand_back: str) -> Reranker:
             f"name={name!r}), or {hand_back}"
         )
     return reranker
+
+
+def saved_guard(
+    config: object,
+    name: object,
+    owner: str,
+    method: str,
+    hand_back: str,
+    reranker: Reranker | None = None,
+) -> ContextGuard:
+    """The guard a saved component describes: its ``guard_config`` and, when the saved
+    data names one (``name``), its reranker from the registry (``restore_reranker``).
+
+    Args:
+        config: the saved ``guard_config``.
+        name: the reranker's saved name, ``None`` when there is none to restore.
+        owner: the component, for the messages; ``method``: the guard method that builds
+            one; ``hand_back``: the other way to restore the reranker.
+        reranker: the reranker handed back by the caller (then ``name`` is not read).
+
+    Raises:
+        ConfigError: there is no ``guard_config``; no reranker is registered under
+            ``name``.
+    """
+    if not isinstance(config, dict) or not config:
+        raise ConfigError(
+            f"{owner} needs a guard: {owner}(guard), guard.{method}(), or from_dict() on "
+            "what to_dict() wrote (with its guard_config)"
+        )
+    if reranker is None and name is not None:
+        reranker = restore_reranker(name, owner, hand_back)
+    return ContextGuard(GuardConfig(**config), reranker=reranker)

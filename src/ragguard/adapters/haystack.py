@@ -79,10 +79,9 @@ from ragguard.adapters._common import (  # noqa: E402
     conflict_lines,
     copy_metadata,
     parse_score_kind,
-    restore_reranker,
+    saved_guard,
 )
 from ragguard.candidate import Candidate, Selection, Verdict  # noqa: E402
-from ragguard.config import GuardConfig  # noqa: E402
 from ragguard.errors import ConfigError  # noqa: E402
 from ragguard.rerank import registered_name  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
@@ -130,7 +129,14 @@ class GuardRanker:
                 "metadata_key, top_k"
             )
         if guard is None:
-            guard = _saved_guard(guard_config, reranker, code_reranker)
+            guard = saved_guard(
+                guard_config,
+                reranker if reranker is not None else code_reranker,
+                "GuardRanker",
+                "as_haystack",
+                "hand the component back when loading: Pipeline.from_dict(data, "
+                "allowed_modules=[...], components={'<name>': GuardRanker(guard)})",
+            )
         else:
             check_guard(guard, "GuardRanker")
             if guard_config is not None or reranker is not None or code_reranker is not None:
@@ -234,22 +240,3 @@ class GuardRanker:
 def _outputs(documents: list[Document], verdict: Verdict, conflicts: list[str]) -> dict[str, Any]:
     """The component's outputs, one per socket."""
     return {"documents": documents, "verdict": verdict.value, "conflicts": conflicts}
-
-
-def _saved_guard(config: dict[str, Any] | None, registered: object, name: object) -> ContextGuard:
-    """The guard a saved component describes; its reranker comes from the registry."""
-    if not isinstance(config, dict) or not config:
-        raise ConfigError(
-            "GuardRanker needs a guard: GuardRanker(guard), guard.as_haystack(), or "
-            "from_dict() on what to_dict() wrote (with its guard_config)"
-        )
-    saved = registered if registered is not None else name
-    reranker = None
-    if saved is not None:
-        reranker = restore_reranker(
-            saved,
-            "GuardRanker",
-            "hand the component back when loading: Pipeline.from_dict(data, "
-            "allowed_modules=[...], components={'<name>': GuardRanker(guard)})",
-        )
-    return ContextGuard(GuardConfig(**config), reranker=reranker)

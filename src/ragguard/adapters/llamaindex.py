@@ -69,10 +69,9 @@ from ragguard.adapters._common import (  # noqa: E402
     copy_metadata,
     event_payload,
     parse_score_kind,
-    restore_reranker,
+    saved_guard,
 )
 from ragguard.candidate import Candidate, Selection  # noqa: E402
-from ragguard.config import GuardConfig  # noqa: E402
 from ragguard.errors import ArgumentTypeError, ConfigError  # noqa: E402
 from ragguard.rerank import Reranker  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
@@ -270,7 +269,15 @@ class GuardPostprocessor(BaseNodePostprocessor):
         self, guard: ContextGuard | None = None, *, reranker: Reranker | None = None, **data: Any
     ) -> None:
         if guard is None:
-            guard = _saved_guard(data, reranker)
+            guard = saved_guard(
+                data.get("guard_config"),
+                data.get("code_reranker"),
+                "GuardPostprocessor",
+                "as_postprocessor",
+                "hand it back: GuardPostprocessor.from_dict(data, reranker=...) or "
+                "from_dict(data, guard=...)",
+                reranker,
+            )
         else:
             check_guard(guard, "GuardPostprocessor")
             if reranker is not None:
@@ -309,23 +316,3 @@ class GuardPostprocessor(BaseNodePostprocessor):
 
 def _query(query_bundle: QueryBundle | None) -> str:
     return "" if query_bundle is None else query_bundle.query_str
-
-
-def _saved_guard(data: dict[str, Any], reranker: Reranker | None) -> ContextGuard:
-    """The guard a saved postprocessor describes (``guard_config``, ``code_reranker``)."""
-    config = data.get("guard_config")
-    if not isinstance(config, dict) or not config:
-        raise ConfigError(
-            "GuardPostprocessor needs a guard: GuardPostprocessor(guard), "
-            "guard.as_postprocessor(), or from_dict() on what to_dict() wrote "
-            "(with its guard_config)"
-        )
-    name = data.get("code_reranker")
-    if name is not None and reranker is None:
-        reranker = restore_reranker(
-            name,
-            "GuardPostprocessor",
-            "hand it back: GuardPostprocessor.from_dict(data, reranker=...) or "
-            "from_dict(data, guard=...)",
-        )
-    return ContextGuard(GuardConfig(**config), reranker=reranker)
