@@ -343,7 +343,7 @@ def test_the_guard_with_the_written_config_abstains_where_calibration_said(
     )
     if stages:
         w = res.written_setting()
-        assert w.params.max_k > 1 and w.full.kept[w.index].max() == 1  # the budget binds
+        assert w.params.max_k > 1 and w.search.full.kept[w.index].max() == 1  # the budget binds
     a = res.answerability
     assert a is not None and a.met
     config = GuardConfig.from_file(res.save_config(tmp_path / "guard.toml"))
@@ -352,7 +352,7 @@ def test_the_guard_with_the_written_config_abstains_where_calibration_said(
     )
     guard = ContextGuard(config)
     w = res.written_setting()
-    kept = np.where(a.abstained, 0, w.full.kept[w.index])
+    kept = np.where(a.abstained, 0, w.search.full.kept[w.index])
     by_id = {r["query_id"]: r for r in records}
     caught = lost = 0
     for row, qid in enumerate(res.qids):
@@ -430,7 +430,7 @@ def test_two_stage_floor_is_on_the_rerank_probability_and_the_guard_agrees(
     assert two.stage is not None and two.top_n is not None
     assert set(two.stage.failed.get(two.top_n, ())) == broken
     guard = ContextGuard(config, reranker=reranker)
-    kept = np.where(a.abstained, 0, w.full.kept[w.index])
+    kept = np.where(a.abstained, 0, w.search.full.kept[w.index])
     for row, qid in enumerate(res.qids):
         cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
         with warnings.catch_warnings():

@@ -603,10 +603,10 @@ def calibrate_answerability(
         top,
         arrays,
         kernel,
-        w.full.kept[w.index],
+        w.search.full.kept[w.index],
         scale=scale,
         setting=w.setting,
-        metrics=w.comparison.metrics,
+        metrics=w.search.comparison.metrics,
         plan=plan,
         option=option,
     )

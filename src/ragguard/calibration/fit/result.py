@@ -275,7 +275,7 @@ class CalibrationResult:
             "chosen_on_calibration": w.tested,
             "selection": v.selection,
             "refit": "the chosen rule family re-selected on all queries"
-            if w.guarantee is None
+            if w.search.guarantee is None
             else "none: the setting certified on the calibration queries is written",
             "baseline": v.baseline,
             "queries": {
@@ -299,7 +299,7 @@ class CalibrationResult:
             out["fallback"] = r.fallback
         if v.unmet:
             out["shortfall"] = list(v.unmet)
-        g = w.guarantee
+        g = w.search.guarantee
         if g is not None:
             out["guarantee"] = {
                 "target": g.target,

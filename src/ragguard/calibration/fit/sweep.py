@@ -895,17 +895,9 @@ def choose(
     *,
     among: Sequence[int] | None = None,
 ) -> tuple[int, bool]:
-    """The best setting by ``objective`` under ``constraints`` (see the module docstring).
-
-    Args:
-        result: the sweep.
-        objective: a metric the sweep computed.
-        constraints: constraints on other (or the same) metrics.
-        among: restrict the choice to these point indices (e.g. plain top-k only).
-
-    Returns:
-        The chosen point's index and whether it meets every constraint.
-    """
+    """The index of ``result``'s best point by ``objective`` (a metric the sweep computed)
+    under ``constraints`` (see the module docstring), among the point indices ``among``
+    (all by default; e.g. plain top-k only), and whether it meets every constraint."""
     candidates = np.arange(len(result.points)) if among is None else np.asarray(among)
     if candidates.size == 0:
         raise ConfigError("no settings to choose from")

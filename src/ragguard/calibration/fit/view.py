@@ -570,7 +570,7 @@ class ResultView:
         safety band on the checked queries (only meaningful when ``next_steps`` has
         any)."""
         w = self.written
-        band, rate, c = w.checked_band(), w.checked_rate, w.comparison
+        band, rate, c = w.checked_band(), w.checked_rate, w.search.comparison
         bands = SafetyBands()
         start = bands.dangerous if band is SafetyBand.DANGEROUS else bands.risky
         seen = ""
@@ -630,11 +630,11 @@ def build_view(
             selection.describe()
             if selection is not None
             else "recall guarantee (Learn-then-Test)"
-            if w.guarantee is not None
+            if w.search.guarantee is not None
             else ""
         ),
         retrieval_check=CheckView.of(c),
-        check=CheckView.of(w.comparison),
+        check=CheckView.of(w.search.comparison),
         stage_check=None
         if two is None or two.against_retrieval is None
         else CheckView.of(two.against_retrieval),
@@ -787,8 +787,8 @@ def _unmet(
     header: Header, w: WrittenSetting, answerability: AnswerabilityResult | None
 ) -> list[str]:
     out: list[str] = []
-    if w.guarantee is not None and not w.guarantee.met:
-        line = w.guarantee.statement(w.names)
+    if w.search.guarantee is not None and not w.search.guarantee.met:
+        line = w.search.guarantee.statement(w.names)
         if header.heldout_rows.size:
             line += (
                 f"; holdout=0 (--holdout 0) certifies on all {len(header.qids)} queries, "
@@ -871,7 +871,7 @@ def _next_steps(
     steps.append(_train_step(header, line, calibrate))
     steps.append(_annotate_step(header, w, line))
     n = len(header.qids)
-    c, obj = w.comparison, header.objective
+    c, obj = w.search.comparison, header.objective
     more = f"more labelled queries, with their distractors marked ({n} now"
     if n < SMALL_SET:
         more += f", {SMALL_SET} or more advised"

@@ -13,10 +13,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ragguard.calibration._format import floor_number, format_number
-from ragguard.calibration.fit.risk import GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
-from ragguard.calibration.fit.statistics import Comparison
-from ragguard.calibration.fit.sweep import PASSAGES, Constraint, SweepResult
+from ragguard.calibration.fit.sweep import PASSAGES, Constraint
 from ragguard.calibration.metrics import SafetyBand, safety_band
 from ragguard.policy import PolicyParams
 
@@ -48,7 +46,7 @@ class Shortfall:
 def shortfalls(w: WrittenSetting, constraints: Sequence[Constraint]) -> list[Shortfall]:
     """The ``constraints`` the written setting ``w`` misses on all queries, each with the
     best reachable value and the point that reaches it."""
-    full, index = w.full, w.index
+    full, index = w.search.full, w.index
     out: list[Shortfall] = []
     for c in constraints:
         col = full.column(c.metric)
@@ -58,7 +56,12 @@ def shortfalls(w: WrittenSetting, constraints: Sequence[Constraint]) -> list[Sho
         best = int(np.flatnonzero(signed == signed.max())[0])
         out.append(
             Shortfall(
-                c, full.points[best], float(col[best]), float(col[index]), w.cap, w.names(best)
+                c,
+                full.points[best],
+                float(col[best]),
+                float(col[index]),
+                w.search.cap,
+                w.names(best),
             )
         )
     return out
@@ -105,17 +108,12 @@ class WrittenSetting:
         return self.search.describe(self.search.chosen)
 
     @property
-    def full(self) -> SweepResult:
-        """Every setting's means over all queries, of the search holding it."""
-        return self.search.full
-
-    @property
     def index(self) -> int:
-        """The written setting's index in ``full``."""
+        """The written setting's index in ``search.full``."""
         return self.search.written
 
     def names(self, i: int) -> str:
-        """Point ``i`` of ``full`` in words."""
+        """Point ``i`` of ``search.full`` in words."""
         return self.search.describe(i)
 
     @property
@@ -124,34 +122,19 @@ class WrittenSetting:
         return self.search.written_feasible
 
     @property
-    def guarantee(self) -> GuaranteeResult | None:
-        """The recall guarantee of the search written, when one was asked for."""
-        return self.search.guarantee
-
-    @property
-    def comparison(self) -> Comparison:
-        """The held-out check of ``tested`` against the best plain top-k."""
-        return self.search.comparison
-
-    @property
-    def cap(self) -> int:
-        """The largest cap the written search tried."""
-        return self.search.cap
-
-    @property
     def params(self) -> PolicyParams:
         """The written setting (the rerank policy's, with a second stage)."""
-        return self.full.points[self.index]
+        return self.search.full.points[self.index]
 
     @property
     def met(self) -> bool:
         """Whether it meets every constraint and, when asked for, the guarantee."""
-        return self.feasible and (self.guarantee is None or self.guarantee.met)
+        return self.feasible and (self.search.guarantee is None or self.search.guarantee.met)
 
     @property
     def metrics(self) -> dict[str, float]:
         """Its mean metrics over all queries."""
-        return self.full.point_means(self.index)
+        return self.search.full.point_means(self.index)
 
     @property
     def tested_metrics(self) -> dict[str, float]:
@@ -167,7 +150,7 @@ class WrittenSetting:
     def band(self) -> SafetyBand | None:
         """The safety band of the tested setting's mean distractor rate on the held-out
         queries (``None`` without queries or a distractor rate)."""
-        c = self.comparison
+        c = self.search.comparison
         if not c.n_queries or "distractor_rate" not in c.metrics:
             return None
         rate = c.guarded["distractor_rate"].mean
@@ -175,10 +158,10 @@ class WrittenSetting:
 
     @property
     def checked_rate(self) -> float:
-        """Its own mean distractor rate on the queries ``comparison`` checked (NaN
+        """Its own mean distractor rate on the queries ``search.comparison`` checked (NaN
         without queries or a distractor rate); where it is not ``tested``, its refit
         on all queries saw these queries."""
-        c = self.comparison
+        c = self.search.comparison
         if not c.n_queries or "distractor_rate" not in c.metrics:
             return math.nan
         return self.search.space.means(c.rows).mean(self.index, "distractor_rate")
@@ -226,7 +209,7 @@ def _stage_decision(
     stage = two.two_stage
     assert stage is not None
     obj = objective
-    g1, g2 = one.guarantee, two.guarantee
+    g1, g2 = one.search.guarantee, two.search.guarantee
     if g1 is not None and g2 is not None:  # the smallest certified context wins
         p1 = one.run.sweep.mean(one.index, PASSAGES)
         p2 = stage.sweep.mean(two.index, PASSAGES)

@@ -114,7 +114,7 @@ def _print_summary(view: ResultView, out: Console) -> None:
     out.print(f"[bold]{label}[/] {escape(view.why)}.", highlight=False)
     for line in view.unmet:
         out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
-    guarantee = w.guarantee
+    guarantee = w.search.guarantee
     if guarantee is not None and guarantee.met:
         out.print(f"[bold]Guarantee:[/] {escape(guarantee.statement(w.names))}.", highlight=False)
         out.print(escape(guarantee.heldout_line(w.names)), highlight=False)

@@ -88,7 +88,7 @@ def result_document(
     h, w, st = v.header, v.written, v.stage
     config = result.config().model_dump(mode="json", exclude_none=True)
     config.pop("provenance", None)
-    g = w.guarantee
+    g = w.search.guarantee
     return {
         "ragguard_version": __version__,
         "evalset": v.evalset or h.evalset.source,
