@@ -1,43 +1,9 @@
 """Dense, padded (queries x candidates) arrays: the one form every metric and the sweep read.
 
-Labels and a run are converted **once** into ``EvalArrays``. Each row is one query;
-its candidates are stored **in ranked order**, best first, and padded to the longest
-list. Metrics then read prefixes (``[:, :k]``) and never sort or look anything up.
-
-Ranking (the tie rule)
-----------------------
-Candidates are ranked by **normalised score** (``ragguard.scores.normalize``, higher
-is better), highest first. Equal scores keep the order in which the run lists the
-candidates (line order of a TREC run file, list order in JSON / JSONL, insertion order of
-a Python dict). Candidates without a valid score (missing, NaN, infinite) follow all
-scored ones, in run order. A run without scores (``score_kind=None``) keeps its order.
-This is exactly the order of the runtime policy (``ragguard.policy.rank``), so what
-calibration measures on a prefix is what the guard would keep. Other tools differ on
-ties only: trec_eval breaks them by document id, descending; ranx's order is not
-specified. A TREC run's rank column is ignored, as trec_eval ignores it.
-
-Grades
-------
-``grades`` holds each candidate's label grade (0 for unjudged candidates and padding).
-A candidate is **relevant** when its grade is >= 1; negative grades count as 0 gain.
-
-Number of relevant documents (recall, MAP, IDCG)
-------------------------------------------------
-By default a query's relevant documents are its labelled ones with grade >= 1, retrieved
-or not, as in trec_eval, ranx and ir_measures. When labels cover only the retrieved
-candidates (the usual case for LLM-judged or UDCG-style data), relevant documents the
-retriever missed are unknown, recall is inflated and nDCG's ideal ranking is too small.
-A query may then **state** its number of relevant documents ``R`` (``num_relevant`` in
-ragguard's JSONL, ``n_relevant=`` in the API), which must be at least the number
-labelled. Then:
-
-* recall and MAP divide by the stated ``R``;
-* IDCG adds ``R - labelled`` documents of grade 1 (the lowest relevant grade) after the
-  labelled ones, a conservative choice that is exact for binary labels; exponential-gain
-  nDCG adds them with gain ``2**1 - 1 = 1``;
-* the normalised UDCG-DCG adds them with the utility the rules give grade 1;
-* the set-based metrics (RA-nWG, PROC, N-Recall) use labelled grades only: an unlabelled
-  document has no grade to weight.
+Labels and a run are converted **once** into ``EvalArrays``, each row's candidates in
+ranked order; metrics read prefixes (``[:, :k]``). The tie rule, grades and stated
+relevant counts: docs/reference/data-formats.md ("Ranking, grades and stated relevant
+counts").
 """
 
 from __future__ import annotations
