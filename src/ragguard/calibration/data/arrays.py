@@ -1,65 +1,34 @@
 """Dense, padded (queries x candidates) arrays: the one form every metric and the sweep read.
 
-Labels and a run are converted **once** into ``EvalArrays``. Each row is one query;
-its candidates are stored **in ranked order**, best first, and padded to the longest
-list. Metrics then read prefixes (``[:, :k]``) and never sort or look anything up.
-
-Ranking (the tie rule)
-----------------------
-Candidates are ranked by **normalised score** (``ragguard.scores.normalize``, higher
-is better), highest first. Equal scores keep the order in which the run lists the
-candidates (line order of a TREC run file, list order in JSON / JSONL, insertion order of
-a Python dict). Candidates without a valid score (missing, NaN, infinite) follow all
-scored ones, in run order. A run without scores (``score_kind=None``) keeps its order.
-This is exactly the order of the runtime policy (``ragguard.policy.rank``), so what
-calibration measures on a prefix is what the guard would keep. Other tools differ on
-ties only: trec_eval breaks them by document id, descending; ranx's order is not
-specified. A TREC run's rank column is ignored, as trec_eval ignores it.
-
-Grades
-------
-``grades`` holds each candidate's label grade (0 for unjudged candidates and padding).
-A candidate is **relevant** when its grade is >= 1; negative grades count as 0 gain.
-
-Number of relevant documents (recall, MAP, IDCG)
-------------------------------------------------
-By default a query's relevant documents are its labelled ones with grade >= 1, retrieved
-or not, as in trec_eval, ranx and ir_measures. When labels cover only the retrieved
-candidates (the usual case for LLM-judged or UDCG-style data), relevant documents the
-retriever missed are unknown, recall is inflated and nDCG's ideal ranking is too small.
-A query may then **state** its number of relevant documents ``R`` (``num_relevant`` in
-ragguard's JSONL, ``n_relevant=`` in the API), which must be at least the number
-labelled. Then:
-
-* recall and MAP divide by the stated ``R``;
-* IDCG adds ``R - labelled`` documents of grade 1 (the lowest relevant grade) after the
-  labelled ones, a conservative choice that is exact for binary labels; exponential-gain
-  nDCG adds them with gain ``2**1 - 1 = 1``;
-* the normalised UDCG-DCG adds them with the utility the rules give grade 1;
-* the set-based metrics (RA-nWG, PROC, N-Recall) use labelled grades only: an unlabelled
-  document has no grade to weight.
+Labels and a run are converted **once** into ``EvalArrays``, each row's candidates in
+ranked order; metrics read prefixes (``[:, :k]``). The tie rule, grades and stated
+relevant counts: docs/reference/data-formats.md ("Ranking, grades and stated relevant
+counts").
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain
-from numbers import Integral
-from operator import attrgetter, methodcaller
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard.calibration.data.labels import (
+    check_range,
+    finite_grades,
+    flat_floats,
+    ideal_label_utilities,
+    label_stats,
+)
 from ragguard.calibration.data.utility import (
     UtilityRules,
-    abstention_utility,
     as_profile,
     candidate_utilities,
-    label_utility,
     rules_of,
 )
 from ragguard.errors import EvalSetError
@@ -450,62 +419,7 @@ class _RowRange(Sequence[Mapping[str, float]]):
         return self.rows[self.start + row]
 
 
-# --------------------------------------------------------------------------- conversion
-
-
-def _flat_floats(
-    maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str], sizes: I | None = None
-) -> F64:
-    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones.
-    ``sizes``: the maps' lengths, when known."""
-    total = sum(map(len, maps)) if sizes is None else int(sizes.sum())
-    try:
-        values = chain.from_iterable(map(methodcaller("values"), maps))  # dict.values: C speed
-        return np.fromiter(values, np.float64, count=total)
-    except (TypeError, ValueError):
-        for qid, m in zip(qids, maps, strict=True):
-            for doc, value in m.items():
-                try:
-                    float(value)
-                except (TypeError, ValueError):
-                    raise EvalSetError(
-                        f"{what} of document {doc!r} in query {qid!r} is not a number: {value!r}"
-                    ) from None
-        raise
-
-
-def _rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
-    """Scatter ``values`` into rows ``q``, highest first, zero-padded."""
-    if q.size == 0:
-        return np.zeros((n_rows, 0)), np.zeros(n_rows, dtype=np.intp)
-    lo, hi = float(values.min()), float(values.max())
-    if hi - lo < 1 << 20 and bool((values == np.round(values)).all()):
-        # whole numbers (grades): one integer sort key, highest value first in each row
-        top = np.int64(hi)
-        key = q.astype(np.int64) * (top - np.int64(lo) + 1) + (top - values.astype(np.int64))
-        order = np.argsort(key, kind="stable")
-    else:
-        order = np.lexsort((-values, q))
-    q_sorted = q[order]
-    counts = np.bincount(q_sorted, minlength=n_rows)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    within = np.arange(q_sorted.size) - starts[q_sorted]
-    out = np.zeros((n_rows, int(counts.max())))
-    out[q_sorted, within] = values[order]
-    return out, counts
-
-
-def _repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64, I]:
-    """Rows of ``values`` (highest first), each repeated as often as its row of
-    ``per_level`` (rows x values) says, zero-padded; with each row's count."""
-    n_rows = per_level.shape[0]
-    counts: I = per_level.sum(axis=1).astype(np.intp)
-    width = int(counts.max()) if n_rows else 0
-    out = np.zeros((n_rows, width))
-    out[np.arange(width)[None, :] < counts[:, None]] = np.repeat(
-        np.tile(values, n_rows), per_level.ravel()
-    )
-    return out, counts
+# --------------------------------------------------------------------------- ranking
 
 
 @dataclass(frozen=True, eq=False)
@@ -676,159 +590,6 @@ def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.intege
         if size <= np.iinfo(dtype).max:
             return index.astype(dtype, copy=False)
     return index
-
-
-@dataclass(frozen=True, eq=False)
-class LabelStats:
-    """What every labelled grade (retrieved or not) gives: relevant counts, the ideal
-    ranking, per-grade counts (see ``EvalArrays``); ``extra_rows`` repeats each
-    row once per stated relevant document beyond the labelled ones."""
-
-    n_relevant: I
-    n_relevant_labelled: I
-    extra_rows: I
-    ideal_grades: F64
-    max_grade: F64
-    grade_counts: NDArray[np.int64]
-    integer_grades: bool
-
-
-def finite_grades(qids: Sequence[str], lq: I, lgrade: F64) -> None:
-    """Raise [`EvalSetError`][ragguard.EvalSetError] at the first grade (of row ``lq``)
-    that is not finite."""
-    if not np.isfinite(lgrade).all():
-        bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
-        raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
-
-
-def label_stats(
-    qids: Sequence[str], lq: I, lgrade: F64, n_relevant: Sequence[int | None] | None
-) -> LabelStats:
-    """``LabelStats`` of labels given as rows ``lq`` with grades ``lgrade``.
-
-    Raises:
-        EvalSetError: a grade is not finite, or a stated number of relevant documents is
-            not an integer or is below the labelled one.
-    """
-    n_q = len(qids)
-    finite_grades(qids, lq, lgrade)
-    # labelled documents per row and grade: column g for grade g in 1..5 (grades above 5
-    # in column 5, below 1 in column 0: a grade >= 1 is in columns 1..5)
-    col = np.clip(lgrade, 0, 5).astype(np.intp)
-    col[(lgrade > 0) & (lgrade < 1)] = 0
-    grade_counts = np.bincount(lq * 6 + col, minlength=n_q * 6).reshape(n_q, 6)
-    n_rel_labelled = grade_counts[:, 1:].sum(axis=1).astype(np.intp)
-    n_rel = n_rel_labelled.copy()
-    extra = np.zeros(n_q, dtype=np.intp)
-    if n_relevant is not None:
-        for row, stated in enumerate(n_relevant):
-            if stated is None:
-                continue
-            if isinstance(stated, bool) or not isinstance(stated, Integral):
-                raise EvalSetError(
-                    f"query {qids[row]!r}: the stated number of relevant documents must be "
-                    f"an integer, got {stated!r}"
-                )
-            if stated < n_rel_labelled[row]:
-                raise EvalSetError(
-                    f"query {qids[row]!r} states {stated} relevant documents but "
-                    f"{int(n_rel_labelled[row])} are labelled relevant"
-                )
-            n_rel[row] = stated
-            extra[row] = stated - n_rel_labelled[row]
-    ex_q = np.repeat(np.arange(n_q, dtype=np.intp), extra)
-    max_grade = np.zeros(n_q)
-    np.maximum.at(max_grade, lq, lgrade)
-    integer_grades = bool((lgrade == np.round(lgrade)).all())
-    if integer_grades and n_q and max_grade.max() <= 5:
-        # whole grades up to 5: the ideal ranking is each row's count per grade, grade 5
-        # first, the stated unlabelled relevant documents as grade 1
-        per_grade = grade_counts[:, :0:-1].copy()
-        per_grade[:, -1] += extra
-        ideal_grades, _ = _repeat_levels(per_grade, np.arange(5.0, 0.0, -1.0))
-    else:
-        gain = lgrade > 0  # every positive gain
-        pos_q = np.concatenate((lq[gain], ex_q))
-        pos_g = np.concatenate((lgrade[gain], np.ones(ex_q.size)))
-        ideal_grades, _ = _rank_within(pos_q, pos_g, n_q)
-
-    return LabelStats(
-        n_relevant=n_rel,
-        n_relevant_labelled=n_rel_labelled,
-        extra_rows=ex_q,
-        ideal_grades=ideal_grades,
-        max_grade=max_grade,
-        grade_counts=grade_counts,
-        integer_grades=integer_grades,
-    )
-
-
-def ideal_label_utilities(
-    qids: Sequence[str],
-    grades: Sequence[Mapping[str, float]],
-    ideal_grades: F64,
-    utilities: Sequence[Mapping[str, float]] | None,
-    no_response: Sequence[Mapping[str, float]] | None,
-    ex_q: I,
-    rules: UtilityRules,
-) -> F64:
-    """Positive label utilities of every labelled document, per query, highest first."""
-    n_q = len(qids)
-    if not (utilities is not None and any(utilities)) and not (
-        no_response is not None and any(no_response)
-    ):
-        # utilities come from grades alone and rise with the grade, so the ideal grade
-        # ranking (grades >= 1, stated ones as 1) is also the ideal utility ranking; only
-        # grades >= 1 can have a positive label utility
-        u = label_utility(ideal_grades, rules)
-        keep = (u > 0).any(axis=0)
-        return u[:, : int(keep.sum())] if keep.size else u
-    grade_one = float(label_utility([1.0], rules)[0])
-    rows: list[int] = []
-    all_grades: list[float] = []
-    all_given: list[float] = []
-    all_p_no: list[float] = []
-    nan = math.nan
-    for row in range(n_q):
-        given = utilities[row] if utilities is not None else {}
-        p_no = no_response[row] if no_response is not None else {}
-        labels = grades[row]
-        docs = labels.keys() | given.keys() | p_no.keys()
-        rows.extend([row] * len(docs))
-        all_grades.extend(labels.get(d, 0.0) for d in docs)
-        all_given.extend(given.get(d, nan) for d in docs)
-        all_p_no.extend(p_no.get(d, nan) for d in docs)
-    base = label_utility(all_grades, rules)
-    measured = abstention_utility(base > 0, all_p_no)
-    u = np.where(np.isnan(measured), base, measured)
-    given_u = np.asarray(all_given, dtype=np.float64)
-    u = np.where(np.isnan(given_u), u, given_u)
-    keep = u > 0
-    rows_arr = np.asarray(rows, dtype=np.intp)[keep]
-    values = u[keep]
-    if grade_one > 0:
-        rows_arr = np.concatenate((rows_arr, ex_q))
-        values = np.concatenate((values, np.full(ex_q.size, grade_one)))
-    return _rank_within(rows_arr, values, n_q)[0]
-
-
-def check_range(
-    qids: Sequence[str], maps: Sequence[Mapping[str, float]], what: str, lo: float, hi: float
-) -> F64:
-    """All values of ``maps``, flat (see ``_flat_floats``), each checked to lie in
-    [lo, hi]."""
-    values = _flat_floats(maps, what, qids)
-    bad = ~((values >= lo) & (values <= hi))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        lq = np.repeat(np.arange(len(qids)), np.fromiter(map(len, maps), np.intp, len(qids)))
-        q = int(lq[i])
-        doc = list(maps[q])[i - int(np.searchsorted(lq, q))]
-        raise EvalSetError(
-            f"{what} of document {doc!r} in query {qids[q]!r} must lie in [{lo:g}, {hi:g}], "
-            f"got {values[i]!r}"
-        )
-    return values
 
 
 # --------------------------------------------------------------------------- the builder
@@ -1106,9 +867,9 @@ def build_arrays(
         if seq is not None and len(seq) != n_q:
             raise EvalSetError(f"{name} has {len(seq)} entries for {n_q} queries")
     counts = np.fromiter(map(len, candidates), np.intp, count=n_q)
-    cscore = _flat_floats(candidates, "score", qids, counts)
+    cscore = flat_floats(candidates, "score", qids, counts)
     n_graded = np.fromiter(map(len, grades), np.intp, count=n_q)
-    lgrade = _flat_floats(grades, "grade", qids, n_graded)
+    lgrade = flat_floats(grades, "grade", qids, n_graded)
     lrow = np.repeat(np.arange(n_q, dtype=np.intp), n_graded)
     finite_grades(qids, lrow, lgrade)
     if utilities is not None:

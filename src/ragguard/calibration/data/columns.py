@@ -30,8 +30,8 @@ from ragguard.calibration.data.arrays import (
     EvalArrays,
     LabelRows,
     arrays_from_codes,
-    check_range,
 )
+from ragguard.calibration.data.labels import check_range
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE, Labels, Query
 from ragguard.calibration.data.texts import Texts

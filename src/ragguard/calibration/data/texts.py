@@ -1,24 +1,10 @@
 """Passage texts of an eval set: read with the labels, held until a consumer asks.
 
 [`load_evalset`][ragguard.calibration.load_evalset] puts the texts its file carries into
-``EvalSet.texts``, read in the same pass as the
-labels:
-
-1. the eval-set file: ``text`` of the candidates in ragguard's JSONL (in
-   ``candidates`` and ``runs``), ``text`` and ``title`` of the passages in the UDCG
-   authors' JSON, ``text`` and ``title`` of a BEIR folder's ``corpus.jsonl``;
-2. a ``corpus.jsonl`` beside an eval-set file (read when a text is first asked for:
-   a calibration that needs no text never reads it);
-3. corpus files and ``{passage id: text}`` given by the caller
-   ([`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts],
-   ``--corpus``): JSONL, one passage a line, with an id (``_id``, ``id`` or
-   ``doc_id``), ``text`` and optionally ``title`` (BEIR's ``corpus.jsonl`` is one).
-
-A title is put on its own line before the text. A text given for a (query, passage)
-pair (1, JSONL and UDCG) wins over a text for the passage id (UDCG files reuse ids such
-as ``doc_1`` across examples, so their texts are kept per query); among texts per
-passage id the later source wins: the caller's corpus files over the eval set's own,
-``passages`` over every file.
+``EvalSet.texts`` in the same pass as the labels (a ``corpus.jsonl`` beside the file is
+read on the first look-up); [`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]
+and ``--corpus`` add more. The sources and which text wins (pair over passage id, later
+source over earlier): docs/reference/data-formats.md ("Files").
 
 Texts read column-wise stay Arrow arrays until the first look-up builds the Python
 mapping, so loading a large eval set adds no Python object per passage. An eval set

@@ -1,41 +1,9 @@
 """Per-candidate utilities in [-1, 1]: how much a passage helps (+) or harms (-) an LLM.
 
-Every candidate of a query gets one utility, from the first source that has one:
-
-1. **given in the data** (a ``utilities`` map in ragguard's JSONL): used as it is;
-2. **abstention probability** (``no_response`` in the JSONL, ``no_res_prob`` in the
-   UDCG authors' files), the paper's Eq. 2:
-   ``u = R * (1 - p_no)`` with ``R = +1`` for a relevant (or partially relevant) passage
-   and ``R = -1`` otherwise, ``p_no`` being the LLM's probability of abstaining when it
-   reads the query with that passage alone;
-3. **labels, under a tolerance profile's rules** (the practitioner write-up's heuristic):
-
-   ==========================================================  =======================
-   the candidate                                               utility
-   ==========================================================  =======================
-   relevant: grade >= ``relevant_grade``                       +1.0
-   partially relevant: ``partial_grade`` <= grade < relevant   +0.5
-   a known distractor (labelled as such)                       ``known_distractor_penalty``
-   not relevant, normalised score >= ``distractor_score_ratio``
-   x the query's top normalised score (top > 0)                ``hard_negative_penalty``
-   not relevant, ranked within the first
-   ``distractor_top_ranks`` candidates                         ``hard_negative_penalty``
-   anything else (not relevant, unjudged, low, far down)       0.0
-   ==========================================================  =======================
-
-   "Not relevant" covers unjudged candidates, judged non-relevant ones and labelled
-   passages graded below ``partial_grade`` (or below ``relevant_grade`` when there is
-   no partial grade). The score rule uses the normalised, higher-is-better scores of
-   ``ragguard.scores.normalize`` (the same scale as the runtime threshold), so a
-   ratio calibrated here means the same thing at runtime. It is skipped where the
-   query's top score is not positive, for candidates without a valid score, and for
-   runs without scores (``score_kind=None``); the rank rule still applies.
-
-Grades default to binary relevance (``relevant_grade=1``, no partial grade): with the
-0/1/2 grades of many TREC collections use ``UtilityRules(relevant_grade=2,
-partial_grade=1)``; with the 1-5 rubric of the RA-nWG write-up (5 decisive, 4 highly
-relevant, 3 partial, 1-2 weak or junk) ``UtilityRules(relevant_grade=4,
-partial_grade=3)``.
+Each comes from the first source that has one: a utility given in the data, an
+abstention probability (``u = R * (1 - p_no)``), or the labels under a tolerance
+profile's rules (``UtilityRules``). The rules, in full: docs/reference/data-formats.md
+("Utilities").
 """
 
 from __future__ import annotations
