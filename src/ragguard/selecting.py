@@ -283,9 +283,14 @@ class State:
         """A decision for every input candidate: the kept ones (best first), then the
         dropped ones in the order the records first name them. The first stage to name
         a candidate gives its score; the last one its reason and message."""
-        first: dict[int, Drop] = {}
+        if not self.records:
+            return
+        # the first record (the cut's, which names every candidate) is taken as is;
+        # only what later stages decided is merged over it
+        stage0, facts0 = self.records[0]
+        first = {d.position: d for d in stage0.drops(self, facts0)}
         last: dict[int, tuple[Stage, Drop]] = {}
-        for stage, facts in self.records:
+        for stage, facts in self.records[1:]:
             for d in stage.drops(self, facts):
                 first.setdefault(d.position, d)
                 last[d.position] = (stage, d)
@@ -293,23 +298,41 @@ class State:
         order = [*self.kept, *(i for i in first if i not in kept)]
         unscored = None if self.rerank is None else self.rerank.unscored()
         cands = self.candidates
+        n_kept = len(self.kept)
+        # the default explain (the detail as a line) without a method call per candidate
+        plain = type(stage0).explain is Stage.explain
         for n, i in enumerate(order):
-            stage, d = last[i]
-            ids = tuple([cands[p].id for p in d.partners]) if d.partners else ()
-            conflict = d.reason is Reason.CONFLICT
             base = first[i]
+            got = last.get(i)
+            if got is None:
+                d = base
+                message = str(d.detail) if plain else stage0.explain(d, self)
+            else:
+                stage, d = got
+                message = stage.explain(d, self)
+            partners = d.partners
+            if not partners:
+                first_id = first_pos = None
+                conflict_with: tuple[str, ...] = ()
+            elif d.reason is Reason.CONFLICT:
+                first_id = first_pos = None
+                conflict_with = tuple([cands[p].id for p in partners])
+            else:
+                first_pos = partners[0]
+                first_id = cands[first_pos].id
+                conflict_with = ()
             yield Decision(
                 candidate=cands[i],
-                kept=i in kept,
+                kept=n < n_kept,
                 rank=n,
                 index=i,
                 normalized_score=base.score,
                 reason=d.reason,
-                message=stage.explain(d, self),
+                message=message,
                 rerank=base.rerank or unscored,
-                duplicate_of=ids[0] if ids and not conflict else None,
-                duplicate_of_position=d.partners[0] if ids and not conflict else None,
-                conflict_with=ids if conflict else (),
+                duplicate_of=first_id,
+                duplicate_of_position=first_pos,
+                conflict_with=conflict_with,
             )
 
 
