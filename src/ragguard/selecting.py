@@ -299,28 +299,13 @@ class State:
         unscored = None if self.rerank is None else self.rerank.unscored()
         cands = self.candidates
         n_kept = len(self.kept)
-        # the default explain (the detail as a line) without a method call per candidate
-        plain = type(stage0).explain is Stage.explain
+        plain = type(stage0).explain is Stage.explain  # its message is its detail
         for n, i in enumerate(order):
             base = first[i]
-            got = last.get(i)
-            if got is None:
-                d = base
-                message = str(d.detail) if plain else stage0.explain(d, self)
-            else:
-                stage, d = got
-                message = stage.explain(d, self)
-            partners = d.partners
-            if not partners:
-                first_id = first_pos = None
-                conflict_with: tuple[str, ...] = ()
-            elif d.reason is Reason.CONFLICT:
-                first_id = first_pos = None
-                conflict_with = tuple([cands[p].id for p in partners])
-            else:
-                first_pos = partners[0]
-                first_id = cands[first_pos].id
-                conflict_with = ()
+            stage, d = last.get(i) or (stage0, base)
+            message = str(d.detail) if plain and stage is stage0 else stage.explain(d, self)
+            ids = tuple([cands[p].id for p in d.partners]) if d.partners else ()
+            conflict = d.reason is Reason.CONFLICT
             yield Decision(
                 candidate=cands[i],
                 kept=n < n_kept,
@@ -330,9 +315,9 @@ class State:
                 reason=d.reason,
                 message=message,
                 rerank=base.rerank or unscored,
-                duplicate_of=first_id,
-                duplicate_of_position=first_pos,
-                conflict_with=conflict_with,
+                duplicate_of=ids[0] if ids and not conflict else None,
+                duplicate_of_position=d.partners[0] if ids and not conflict else None,
+                conflict_with=ids if conflict else (),
             )
 
 
