@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from operator import attrgetter
 
@@ -309,56 +309,25 @@ class Cut(Stage):
     def drops(self, s: State, facts: PolicyResult, /) -> list[Drop]:
         r = s.rerank
         if r is not None and r.ok:
-            return self._scored(s, r, facts) + self._unscored(s, r, facts)
-        failed = r is not None
-        kept = "kept on retrieval score (rerank failed)" if failed else "kept"
-        norms, cands = s.retrieval(), s.candidates
-        explain = Explainer(facts.params, float(facts.top[0]))
-        out: list[Drop] = []
-        for i, code in zip(facts.order[0].tolist(), facts.reasons[0].tolist(), strict=True):
-            if code < 0:  # a removed duplicate
-                continue
-            norm, reason = norms[i], REASON_OF_CODE.get(code)
-            note = (
-                RerankDetail(retrieval_score=norm, reason=Reason.RERANK_FAILED) if failed else None
+            assert r.scored is not None and r.scored.raw is not None
+            retrieval, raw = s.retrieval(), r.scored.raw.tolist()
+            probs = [None if math.isnan(p) else p for p in r.probabilities]
+            details = [
+                RerankDetail(retrieval_score=retrieval[i], score=p, raw_score=x)
+                for i, p, x in zip(r.top, probs, raw, strict=True)
+            ]
+            scored = _in_cut_order(
+                facts, r.top, probs, details, lambda j: f"rerank score is {raw[j]!r}", "kept", True
             )
-            if reason is None:
-                message = kept
-            elif reason is Reason.INVALID_SCORE:
-                message = f"score is {_shown(cands[i])}; dropped by invalid_scores='drop'"
-            else:
-                message = explain(reason, norm)
-            out.append(Drop(i, reason, (), message, norm, note))
-        return out
-
-    def _scored(self, s: State, r: Reranked, result: PolicyResult) -> list[Drop]:
-        """The reranked candidates, in the order of the cut on their probabilities."""
-        assert r.scored is not None and r.scored.raw is not None
-        retrieval, raw, probs = s.retrieval(), r.scored.raw.tolist(), r.probabilities
-        explain = Explainer(result.params, float(result.top[0]), "rerank probability")
-        out: list[Drop] = []
-        for j, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
-            i, prob = r.top[j], probs[j]
-            p = None if math.isnan(prob) else prob
-            detail = RerankDetail(retrieval_score=retrieval[i], score=p, raw_score=raw[j])
-            reason = REASON_OF_CODE.get(code)
-            if reason is None:
-                message = (
-                    "kept"
-                    if p is not None
-                    else (
-                        f"kept after the scored candidates: rerank score is {raw[j]!r} "
-                        "(invalid_scores='keep_last')"
-                    )
-                )
-            elif reason is Reason.INVALID_SCORE:
-                message = f"rerank score is {raw[j]!r}; dropped by invalid_scores='drop'"
-            elif p is None:
-                message = f"rerank score is {raw[j]!r}; ranked below the max_k cap"
-            else:
-                message = explain(reason, p)
-            out.append(Drop(i, reason, (), message, p, detail))
-        return out
+            return scored + self._unscored(s, r, facts)
+        norms, cands = s.retrieval(), s.candidates
+        notes = None
+        if r is not None:  # the rerank call failed
+            notes = [RerankDetail(retrieval_score=x, reason=Reason.RERANK_FAILED) for x in norms]
+        kept = "kept" if r is None else "kept on retrieval score (rerank failed)"
+        return _in_cut_order(
+            facts, range(len(cands)), norms, notes, lambda i: f"score is {_shown(cands[i])}", kept
+        )
 
     def _unscored(self, s: State, r: Reranked, result: PolicyResult) -> list[Drop]:
         """Those below ``top_n``, then those dropped before the call."""
@@ -397,6 +366,38 @@ class Cut(Stage):
                 message = f"score is {_shown(c)}; dropped by invalid_scores='drop' before reranking"
                 out.append(Drop(i, Reason.INVALID_SCORE, (), message, None, before))
         return out
+
+
+def _in_cut_order(
+    result: PolicyResult,
+    at: Sequence[int],
+    scores: Sequence[float | None],
+    details: Sequence[RerankDetail] | None,
+    shown: Callable[[int], str],
+    kept: str,
+    reranked: bool = False,
+) -> list[Drop]:
+    """The drops of the candidates the cut ranked, in its order: its column ``j`` is
+    input position ``at[j]``, with score ``scores[j]`` (``None``: invalid), rerank
+    record ``details[j]`` and raw score shown as ``shown(j)``. ``reranked``: the cut
+    read rerank probabilities, where an invalid one is said as such."""
+    params, top = result.params, float(result.top[0])
+    explain = Explainer(params, top, "rerank probability") if reranked else Explainer(params, top)
+    out: list[Drop] = []
+    for j, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
+        if code < 0:  # a removed duplicate
+            continue
+        score, reason = scores[j], REASON_OF_CODE.get(code)
+        if reason is Reason.INVALID_SCORE:
+            message = f"{shown(j)}; dropped by invalid_scores='drop'"
+        elif score is None and reranked and reason is None:
+            message = f"kept after the scored candidates: {shown(j)} (invalid_scores='keep_last')"
+        elif score is None and reranked:
+            message = f"{shown(j)}; ranked below the max_k cap"
+        else:
+            message = kept if reason is None else explain(reason, score)
+        out.append(Drop(at[j], reason, (), message, score, None if details is None else details[j]))
+    return out
 
 
 def _kept_state(s: State) -> tuple[list[int], StageState]:

@@ -283,9 +283,14 @@ class State:
         """A decision for every input candidate: the kept ones (best first), then the
         dropped ones in the order the records first name them. The first stage to name
         a candidate gives its score; the last one its reason and message."""
-        first: dict[int, Drop] = {}
+        if not self.records:
+            return
+        # the first record (the cut's, which names every candidate) is taken as is;
+        # only what later stages decided is merged over it
+        stage0, facts0 = self.records[0]
+        first = {d.position: d for d in stage0.drops(self, facts0)}
         last: dict[int, tuple[Stage, Drop]] = {}
-        for stage, facts in self.records:
+        for stage, facts in self.records[1:]:
             for d in stage.drops(self, facts):
                 first.setdefault(d.position, d)
                 last[d.position] = (stage, d)
@@ -293,19 +298,22 @@ class State:
         order = [*self.kept, *(i for i in first if i not in kept)]
         unscored = None if self.rerank is None else self.rerank.unscored()
         cands = self.candidates
+        n_kept = len(self.kept)
+        plain = type(stage0).explain is Stage.explain  # its message is its detail
         for n, i in enumerate(order):
-            stage, d = last[i]
+            base = first[i]
+            stage, d = last.get(i) or (stage0, base)
+            message = str(d.detail) if plain and stage is stage0 else stage.explain(d, self)
             ids = tuple([cands[p].id for p in d.partners]) if d.partners else ()
             conflict = d.reason is Reason.CONFLICT
-            base = first[i]
             yield Decision(
                 candidate=cands[i],
-                kept=i in kept,
+                kept=n < n_kept,
                 rank=n,
                 index=i,
                 normalized_score=base.score,
                 reason=d.reason,
-                message=stage.explain(d, self),
+                message=message,
                 rerank=base.rerank or unscored,
                 duplicate_of=ids[0] if ids and not conflict else None,
                 duplicate_of_position=d.partners[0] if ids and not conflict else None,
