@@ -243,9 +243,12 @@ class RerankConfig(ConfigModel, NumbersNotBools):
 _loaded_file: ContextVar[tuple[Path, dict[str, Any]] | None] = ContextVar(
     "ragguard_config_file", default=None
 )
-#: while GuardConfig.model_copy builds a copy: the layers of the original's fields that
-#: the copy keeps (no environment or file is read then)
-_copied_layers: ContextVar[dict[str, str] | None] = ContextVar("ragguard_config_copy", default=None)
+#: while a config is built from its arguments alone (GuardConfig.model_copy,
+#: GuardConfig.without_environment): no environment or file is read, and these layers
+#: are kept (a copy's original's; empty otherwise)
+_arguments_only: ContextVar[dict[str, str] | None] = ContextVar(
+    "ragguard_config_arguments_only", default=None
+)
 
 
 def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -400,7 +403,7 @@ class GuardConfig(BaseSettings, NumbersNotBools):
     _layers: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **values: Any) -> None:
-        loaded, kept = _loaded_file.get(), _copied_layers.get()
+        loaded, kept = _loaded_file.get(), _arguments_only.get()
         try:
             super().__init__(**values)
         except ValidationError as exc:
@@ -431,11 +434,11 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         if deep:
             given = copy.deepcopy(given)
         kept = {name: self._layers.get(name, "argument") for name in given if name not in update}
-        token = _copied_layers.set(kept)
+        token = _arguments_only.set(kept)
         try:
             return type(self)(**{**given, **update})
         finally:
-            _copied_layers.reset(token)
+            _arguments_only.reset(token)
 
     @classmethod
     def settings_customise_sources(
@@ -446,7 +449,7 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        if _copied_layers.get() is not None:  # model_copy: the original's values only
+        if _arguments_only.get() is not None:  # model_copy, without_environment
             return (init_settings,)
         loaded = _loaded_file.get()
         if loaded is None:
@@ -635,11 +638,11 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         Raises:
             ConfigError: a value is invalid.
         """
-        token = _copied_layers.set({})  # as model_copy builds: the values given only
+        token = _arguments_only.set({})  # as model_copy builds: the values given only
         try:
             return cls(**values)
         finally:
-            _copied_layers.reset(token)
+            _arguments_only.reset(token)
 
 
 SCHEMA_ID = "https://example.invalid/ragguard/ragguard.schema.json"
