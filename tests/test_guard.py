@@ -572,6 +572,20 @@ def test_a_stage_and_a_call_stage_added_in_one_line_each_run_in_select() -> None
     assert judge.threads == [threading.get_ident()]  # select() calls it blocking
 
 
+@pytest.mark.parametrize("entry", [42, None, lambda state: None, "Cut"])
+def test_a_stage_list_entry_that_is_not_a_stage_is_refused_in_one_line(entry: object) -> None:
+    guard = ContextGuard(score_kind="similarity")
+    guard.stages.append(entry)  # type: ignore[arg-type]
+    candidates = [Candidate("a", "text", 0.9)]
+    for call in (
+        lambda: guard.select("q", candidates),
+        lambda: asyncio.run(guard.aselect("q", candidates)),
+    ):
+        with pytest.raises(ArgumentTypeError, match=r"ContextGuard\.stages holds") as raised:
+            call()
+        assert "\n" not in str(raised.value) and repr(entry) in str(raised.value)
+
+
 def test_a_stage_and_a_call_stage_added_in_one_line_each_run_in_aselect() -> None:
     guard, judge = judged_guard()
     check_judged(asyncio.run(guard.aselect("q", JUDGED)))

@@ -46,10 +46,7 @@ from ragguard.config import BeyondTopN, RerankConfig
 from ragguard.conflicts import (
     Conflict,
 )
-from ragguard.errors import (
-    CandidateError,
-    ConfigError,
-)
+from ragguard.errors import ArgumentTypeError, CandidateError, ConfigError
 from ragguard.policy import (
     PolicyParams,
     PolicyResult,
@@ -180,18 +177,29 @@ class CallStage(Stage):
             self.apply(s, await self.acall(request))
 
 
+def _stage(stage: object) -> Stage:
+    """``stage``, refused when it is not a ``Stage`` (``ContextGuard.stages`` is a list a
+    caller may add to)."""
+    if not isinstance(stage, Stage):
+        raise ArgumentTypeError(
+            f"ContextGuard.stages holds {stage!r}, not a stage: add an instance of "
+            "ragguard.selecting.Stage or CallStage"
+        )
+    return stage
+
+
 def run(stages: Sequence[Stage], s: State) -> Selection:
     """The stages over ``s`` (call stages blocking), as a Selection."""
     if s.candidates:
         for stage in stages:
-            stage(s)
+            _stage(stage)(s)
     return s.selection()
 
 
 async def arun(stages: Sequence[Stage], s: State) -> Selection:
     """The stages over ``s``, call stages awaited, as a Selection."""
     if s.candidates:
-        for stage in stages:
+        for stage in map(_stage, stages):
             if isinstance(stage, CallStage):
                 await stage.arun(s)
             else:
