@@ -62,8 +62,11 @@ class Shape:
 
 
 CONSTRAINTS = ("--min-recall", "0.9")
+HOSTILE = "my notes's [v2] $HOME"
 SHAPES = [
     Shape("folder", (str(NOTES), *CONSTRAINTS)),
+    # a name a shell and rich's markup would both misread unquoted / unescaped
+    Shape("folder named with a space, a quote, brackets and a dollar", (HOSTILE, *CONSTRAINTS)),
     Shape("jsonl with its run inside", ("ramdocs.jsonl", *CONSTRAINTS)),
     Shape(
         "beir folder and --run files",
@@ -77,7 +80,9 @@ SHAPES = [
 
 def given(shape: Shape, tmp_path: Path) -> list[str]:
     """Write the files ``shape`` names into ``tmp_path``; its arguments."""
-    if shape.name.startswith("jsonl"):
+    if HOSTILE in shape.args:
+        shutil.copytree(NOTES, tmp_path / HOSTILE)
+    elif shape.name.startswith("jsonl"):
         lines = RAMDOCS.read_text(encoding="utf-8").splitlines(keepends=True)
         (tmp_path / "ramdocs.jsonl").write_text("".join(lines[:30]), encoding="utf-8")
     elif shape.name.startswith("beir"):
