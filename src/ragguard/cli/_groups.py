@@ -24,7 +24,7 @@ import typer
 from typer.core import TyperCommand
 from typer.models import OptionInfo
 
-__all__ = ["Flag", "FlagGroup", "GroupedCommand", "grouped", "option"]
+__all__ = ["Flag", "FlagGroup", "GroupedCommand", "group", "grouped", "option"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -66,7 +66,7 @@ class FlagGroup(Generic[T]):
             ``grouped`` builds inside the command's error boundary.
         options: the library's option classes (dataclasses) whose field defaults are the
             defaults of the flags that give none, the first with a field of the flag's
-            name, so no default is typed twice (none: ``build``, when it is a dataclass).
+            name, so no default is typed twice; then ``build``'s field or parameter.
     """
 
     title: str
@@ -75,13 +75,18 @@ class FlagGroup(Generic[T]):
     options: tuple[type, ...] = ()
 
     def default(self, flag: Flag) -> Any:
-        """``flag``'s default: its own, else its option field's (``options``)."""
+        """``flag``'s default: its own, else its option field's (``options``), else
+        ``build``'s field or parameter's."""
         if flag.default is not inspect.Parameter.empty:
             return flag.default
-        for option in self.options or (self.build,):
-            field = getattr(option, "__dataclass_fields__", {}).get(flag.name)
+        for owner in (*self.options, self.build):
+            field = getattr(owner, "__dataclass_fields__", {}).get(flag.name)
             if field is not None and field.default is not MISSING:
                 return field.default
+            if field is None and inspect.isfunction(owner):
+                param = inspect.signature(owner).parameters.get(flag.name)
+                if param is not None and param.default is not inspect.Parameter.empty:
+                    return param.default
         return inspect.Parameter.empty
 
     def parameters(self) -> list[inspect.Parameter]:
@@ -95,6 +100,13 @@ class FlagGroup(Generic[T]):
             )
             for f in self.flags
         ]
+
+
+def group(title: str, build: Callable[..., T], *options: type, **flags: Any) -> FlagGroup[T]:
+    """``FlagGroup(title, flags, build, options)`` with ``flags`` given as name:
+    ``option(...)``, each with the default of ``options``' field or ``build``'s
+    parameter of its name."""
+    return FlagGroup(title, tuple(Flag(n, a) for n, a in flags.items()), build, options)
 
 
 def _in_panel(annotation: Any, title: str) -> Any:

@@ -25,7 +25,7 @@ from ragguard.cli._data import (
     load_evalset_for_cli,
     profile_for_cli,
 )
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
 from ragguard.cli._two_stage import (
     RERANK,
     RerankFlags,
@@ -47,9 +47,9 @@ class Inputs:
     """Where the runs come from: run files, or a live retriever (``--run``,
     ``--retriever``, ``--score-kind``)."""
 
-    run: list[Path] | None
-    retriever: str | None
-    score_kind: ScoreKind | None
+    run: list[Path] | None = None
+    retriever: str | None = None
+    score_kind: ScoreKind | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,10 @@ class Output:
 
 
 def _utilities(
-    profile: str, profiles: Path | None, relevant_grade: int | None, partial_grade: int | None
+    profile: str = "support",
+    profiles: Path | None = None,
+    relevant_grade: int | None = None,
+    partial_grade: int | None = None,
 ) -> Utilities:
     """The profile ``--profile`` names and the grade rules the flags give.
 
@@ -143,8 +146,8 @@ def _stages(
     max_tokens: int | None,
     token_counter: str,
     near_duplicate_threshold: float | None,
-    conflict_modes: str | None,
-    conflict_similarity: str | None,
+    conflict_modes: str | None = None,  # --conflicts: a comma-separated list
+    conflict_similarity: str | None = None,
 ) -> Stages:
     """The stages after the cut, ``--conflicts`` and ``--conflict-similarity`` read as
     lists (``_conflict_options``).
@@ -176,7 +179,11 @@ def _check(on_worse: str) -> Check:
 
 
 def _output(
-    out_path: Path, report: Path, no_report: bool, allow_unmet: bool, as_json: bool
+    out_path: Path = Path("ragguard.toml"),
+    report: Path = Path("ragguard-report"),
+    no_report: bool = False,
+    allow_unmet: bool = False,
+    as_json: bool = False,
 ) -> Output:
     return Output(out_path, None if no_report else report, allow_unmet, as_json)
 
@@ -345,27 +352,15 @@ AsJsonOpt = option(
 )
 
 
-INPUTS = FlagGroup(
-    "Inputs",
-    (
-        Flag("run", RunOpt, None),
-        Flag("retriever", RetrieverOpt, None),
-        Flag("score_kind", ScoreKindOpt, None),
-    ),
-    Inputs,
-)
-
-UTILITIES = FlagGroup(
+INPUTS = group("Inputs", Inputs, run=RunOpt, retriever=RetrieverOpt, score_kind=ScoreKindOpt)
+UTILITIES = group(
     "Utilities",
-    (
-        Flag("profile", ProfileOpt, "support"),
-        Flag("profiles", ProfilesOpt, None),
-        Flag("relevant_grade", RelevantGradeOpt, None),
-        Flag("partial_grade", PartialGradeOpt, None),
-    ),
     _utilities,
+    profile=ProfileOpt,
+    profiles=ProfilesOpt,
+    relevant_grade=RelevantGradeOpt,
+    partial_grade=PartialGradeOpt,
 )
-
 GOAL = FlagGroup(
     "Objective",
     (
@@ -380,52 +375,27 @@ GOAL = FlagGroup(
     (Calibrator, Guarantee),
 )
 
-SEARCH = FlagGroup(
+SEARCH = group("Settings swept", Search, max_k=MaxKOpt)
+STAGES = group(
     "Settings swept",
-    (Flag("max_k", MaxKOpt),),
-    Search,
-)
-
-STAGES = FlagGroup(
-    "Settings swept",
-    (
-        Flag("max_tokens", MaxTokensOpt),
-        Flag("token_counter", TokenCounterOpt),
-        Flag("near_duplicate_threshold", NearDuplicateThresholdOpt),
-        Flag("conflict_modes", ConflictsOpt, None),  # --conflicts: a comma-separated list
-        Flag("conflict_similarity", ConflictSimilarityOpt, None),
-    ),
     _stages,
-    (Stages,),
+    Stages,
+    max_tokens=MaxTokensOpt,
+    token_counter=TokenCounterOpt,
+    near_duplicate_threshold=NearDuplicateThresholdOpt,
+    conflict_modes=ConflictsOpt,
+    conflict_similarity=ConflictSimilarityOpt,
 )
-
-SPLIT = FlagGroup(
-    "Held-out check",
-    (
-        Flag("holdout", HoldoutOpt),
-        Flag("seed", SeedOpt),
-        Flag("folds", FoldsOpt),
-    ),
-    Split,
-)
-
-CHECK = FlagGroup(
-    "Held-out check",
-    (Flag("on_worse", OnWorseOpt),),
-    _check,
-    (Check,),
-)
-
-OUTPUT = FlagGroup(
+SPLIT = group("Held-out check", Split, holdout=HoldoutOpt, seed=SeedOpt, folds=FoldsOpt)
+CHECK = group("Held-out check", _check, Check, on_worse=OnWorseOpt)
+OUTPUT = group(
     "Output",
-    (
-        Flag("out_path", OutPathOpt, Path("ragguard.toml")),
-        Flag("report", ReportOpt, Path("ragguard-report")),
-        Flag("no_report", NoReportOpt, False),
-        Flag("allow_unmet", AllowUnmetOpt, False),
-        Flag("as_json", AsJsonOpt, False),
-    ),
     _output,
+    out_path=OutPathOpt,
+    report=ReportOpt,
+    no_report=NoReportOpt,
+    allow_unmet=AllowUnmetOpt,
+    as_json=AsJsonOpt,
 )
 
 
