@@ -1,67 +1,19 @@
-"""``ragguard calibrate --rerank``: options, scoring progress and the console summary of
-the two-stage calibration."""
+"""``ragguard calibrate``'s second-stage flags and the ``RerankSearch`` they name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
-from rich.progress import (
-    BarColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.text import Text
+from rich.progress import Progress
 
 from ragguard.calibration import RerankSearch
-from ragguard.cli._common import err
-from ragguard.cli._groups import Flag, FlagGroup, option
+from ragguard.cli._groups import group, option
 
-if TYPE_CHECKING:
-    pass
+__all__ = ["RERANK", "CorpusOpt", "RerankFlags", "rerank_search"]
 
-__all__ = [
-    "RERANK",
-    "CorpusOpt",
-    "CountColumn",
-    "MapOpt",
-    "RerankCacheOpt",
-    "RerankFlags",
-    "RerankKindOpt",
-    "RerankOpt",
-    "RerankRunOpt",
-    "rerank_search",
-]
-
-RerankOpt = option(
-    str | None,
-    "Calibrate a second stage too: a sentence-transformers CrossEncoder name or "
-    "local path, or module:callable (a reranker(query, texts) -> scores, imported "
-    "because you named it). Scores are computed once and cached.",
-    "--rerank",
-    metavar="SPEC",
-    show_default=False,
-)
-RerankRunOpt = option(
-    Path | None,
-    "Precomputed second-stage scores (TREC run format or JSON) instead of --rerank; "
-    "needs --rerank-score-kind.",
-    "--rerank-run",
-    metavar="FILE",
-    show_default=False,
-)
-RerankKindOpt = option(
-    str | None,
-    "What the second-stage scores are: logit or probability (default: what the reranker declares).",
-    "--rerank-score-kind",
-    metavar="KIND",
-    show_default=False,
-)
 CorpusOpt = Annotated[
     list[Path] | None,
     typer.Option(
@@ -71,19 +23,6 @@ CorpusOpt = Annotated[
         show_default=False,
     ),
 ]
-MapOpt = option(
-    str,
-    "How rerank scores become calibrated probabilities: platt or isotonic.",
-    "--probability-map",
-    metavar="METHOD",
-)
-RerankCacheOpt = option(
-    Path | None,
-    "Folder of the rerank score cache (default $RAGGUARD_CACHE_DIR or ~/.cache/ragguard/rerank).",
-    "--rerank-cache",
-    metavar="FOLDER",
-    show_default=False,
-)
 
 
 @dataclass(frozen=True)
@@ -100,12 +39,13 @@ class RerankFlags:
 
 
 def _rerank_flags(
-    rerank: str | None,
-    rerank_run: Path | None,
-    rerank_score_kind: str | None,
-    corpus: list[Path] | None,
+    *,
+    rerank: str | None = None,
+    rerank_run: Path | None = None,
+    rerank_score_kind: str | None = None,
+    corpus: list[Path] | None = None,
     probability_map: str,
-    rerank_cache: Path | None,
+    rerank_cache: Path | None = None,
 ) -> RerankFlags:
     """The flags of ``RERANK``, checked.
 
@@ -129,18 +69,50 @@ def _rerank_flags(
     )
 
 
-RERANK = FlagGroup(
+RERANK = group(
     "Second stage",
-    (
-        Flag("rerank", RerankOpt, None),
-        Flag("rerank_run", RerankRunOpt, None),
-        Flag("rerank_score_kind", RerankKindOpt, None),
-        Flag("corpus", CorpusOpt, None),
-        Flag("probability_map", MapOpt),
-        Flag("rerank_cache", RerankCacheOpt, None),
-    ),
     _rerank_flags,
-    (RerankSearch,),
+    RerankSearch,
+    rerank=option(
+        str | None,
+        "Calibrate a second stage too: a sentence-transformers CrossEncoder name or "
+        "local path, or module:callable (a reranker(query, texts) -> scores, imported "
+        "because you named it). Scores are computed once and cached.",
+        "--rerank",
+        metavar="SPEC",
+        show_default=False,
+    ),
+    rerank_run=option(
+        Path | None,
+        "Precomputed second-stage scores (TREC run format or JSON) instead of --rerank; "
+        "needs --rerank-score-kind.",
+        "--rerank-run",
+        metavar="FILE",
+        show_default=False,
+    ),
+    rerank_score_kind=option(
+        str | None,
+        "What the second-stage scores are: logit or probability (default: what the reranker "
+        "declares).",
+        "--rerank-score-kind",
+        metavar="KIND",
+        show_default=False,
+    ),
+    corpus=CorpusOpt,
+    probability_map=option(
+        str,
+        "How rerank scores become calibrated probabilities: platt or isotonic.",
+        "--probability-map",
+        metavar="METHOD",
+    ),
+    rerank_cache=option(
+        Path | None,
+        "Folder of the rerank score cache (default $RAGGUARD_CACHE_DIR or "
+        "~/.cache/ragguard/rerank).",
+        "--rerank-cache",
+        metavar="FOLDER",
+        show_default=False,
+    ),
 )
 """``ragguard calibrate``'s second-stage flags (``rerank_search`` builds from them)."""
 
@@ -174,26 +146,4 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
         probability_map=method,
         cache_dir=flags.cache if flags.cache is not None else True,
         on_query=on_query,
-    )
-
-
-class CountColumn(ProgressColumn):
-    """``done/total`` of a task, or nothing while its total is unknown (a count that
-    cannot be known is not shown as ``0/?``)."""
-
-    def render(self, task: Task) -> Text:
-        """The count, or an empty text."""
-        if task.total is None:
-            return Text("")
-        return Text(f"{int(task.completed)}/{int(task.total)}", style="progress.download")
-
-
-def scoring_progress() -> Progress:
-    """The progress bars of rerank scoring and of the sweeps (stderr)."""
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        CountColumn(),
-        TimeElapsedColumn(),
-        console=err,
     )

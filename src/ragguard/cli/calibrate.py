@@ -24,14 +24,10 @@ from ragguard.cli._data import (
     ScoreKindOpt,
     load_evalset_for_cli,
     profile_for_cli,
+    progress_bars,
 )
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
-from ragguard.cli._two_stage import (
-    RERANK,
-    RerankFlags,
-    rerank_search,
-    scoring_progress,
-)
+from ragguard.cli._two_stage import RERANK, RerankFlags, rerank_search
 
 if TYPE_CHECKING:
     from ragguard.calibration import Answerability, Constraint, UtilityRules
@@ -457,7 +453,7 @@ def calibrate(
         )
         read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
         _check_outputs(out_path, report, read)
-        with scoring_progress() as progress:
+        with progress_bars() as progress:
             second = rerank_search(rerank, progress)
             sweeps = progress.add_task("sweeping settings", total=None)
             calibrator = Calibrator(
