@@ -43,7 +43,6 @@ EvalSetArg = Annotated[
         metavar="EVALSET",
         help="The eval set: a JSONL, TREC qrels or UDCG JSON file, a BEIR folder, or a "
         "folder holding evalset.jsonl and its runs in runs/ (like examples/notes).",
-        show_default=False,
     ),
 ]
 RunOpt = Annotated[
@@ -54,7 +53,6 @@ RunOpt = Annotated[
         metavar="FILE",
         help="A run file (TREC run format or JSON {query: {doc: score}}), named by its file "
         "stem; repeat for several. For a folder EVALSET these replace its runs/.",
-        show_default=False,
     ),
 ]
 ProfileOpt = Annotated[
@@ -74,7 +72,6 @@ ProfilesOpt = Annotated[
         metavar="FILE",
         help="A TOML file whose [profiles.NAME] tables define custom profiles (your "
         "ragguard.toml); --profile can then name one.",
-        show_default=False,
     ),
 ]
 
@@ -101,7 +98,6 @@ ScoreKindOpt = Annotated[
         "--score-kind",
         help="What the run scores are. Default: similarity (BM25, cosine); for calibrate "
         "--retriever, what its vector store tells, else similarity.",
-        show_default=False,
     ),
 ]
 

@@ -20,7 +20,6 @@ CorpusOpt = Annotated[
         "--corpus",
         help="JSONL corpus with passage texts (_id/id, text, title) for --rerank; "
         "repeatable. A corpus.jsonl beside the labels is read by itself.",
-        show_default=False,
     ),
 ]
 
@@ -80,7 +79,6 @@ RERANK = group(
         "because you named it). Scores are computed once and cached.",
         "--rerank",
         metavar="SPEC",
-        show_default=False,
     ),
     rerank_run=option(
         Path | None,
@@ -88,7 +86,6 @@ RERANK = group(
         "needs --rerank-score-kind.",
         "--rerank-run",
         metavar="FILE",
-        show_default=False,
     ),
     rerank_score_kind=option(
         str | None,
@@ -96,7 +93,6 @@ RERANK = group(
         "declares).",
         "--rerank-score-kind",
         metavar="KIND",
-        show_default=False,
     ),
     corpus=CorpusOpt,
     probability_map=option(
@@ -111,7 +107,6 @@ RERANK = group(
         "~/.cache/ragguard/rerank).",
         "--rerank-cache",
         metavar="FOLDER",
-        show_default=False,
     ),
 )
 """``ragguard calibrate``'s second-stage flags (``rerank_search`` builds from them)."""

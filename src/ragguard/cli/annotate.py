@@ -177,7 +177,6 @@ RunOpt = Annotated[
     typer.Option(
         metavar="FILE",
         help="A run file (TREC run or JSON); repeat for several.",
-        show_default=False,
     ),
 ]
 EvalsetFormatOpt = option(
@@ -191,7 +190,6 @@ CorpusOpt = Annotated[
     typer.Option(
         metavar="FILE",
         help="JSONL corpus with the passage texts (_id or id, text, title); repeatable.",
-        show_default=False,
     ),
 ]
 OutPathOpt = option(
@@ -207,7 +205,6 @@ UnjudgedOpt = option(
     "Passages without a label: judge (ask the judge), irrelevant or skip. "
     "Default: judge with --judge-model, else irrelevant.",
     metavar="POLICY",
-    show_default=False,
 )
 JudgeModelOpt = option(
     str | None, "The judge (the paper's Figure 5 prompt); default: --model.", metavar="MODEL"
@@ -227,7 +224,6 @@ ChatTemplateOpt = option(
     "template when there is one.",
     "--chat-template/--no-chat-template",
     metavar=FLAG,
-    show_default=False,
 )
 ThreadsOpt = option(
     int | None, "PyTorch CPU threads (on a busy machine 1 can beat all).", metavar="N"
@@ -356,7 +352,6 @@ EvalsetArg = Annotated[
     typer.Argument(
         metavar="EVALSET",
         help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON.",
-        show_default=False,
     ),
 ]
 

@@ -190,7 +190,6 @@ RetrieverOpt = option(
     "called live for every query (the module may sit in the current directory).",
     "--retriever",
     metavar="MODULE:FUNCTION",
-    show_default=False,
 )
 RelevantGradeOpt = option(
     int | None,
@@ -199,7 +198,6 @@ RelevantGradeOpt = option(
     min=1,
     max=5,
     metavar="INT",
-    show_default=False,
 )
 PartialGradeOpt = option(
     int | None,
@@ -209,7 +207,6 @@ PartialGradeOpt = option(
     min=1,
     max=5,
     metavar="INT",
-    show_default=False,
 )
 ObjectiveOpt = option(
     str,
@@ -239,7 +236,6 @@ GuaranteeOpt = option(
     "Choose the smallest context whose mean evidence recall on new queries "
     "is at least X with probability --confidence (Learn-then-Test).",
     metavar="recall>=X",
-    show_default=False,
 )
 ConfidenceOpt = option(
     float, "Confidence of --guarantee and --max-false-abstain.", min=0.5, max=0.999, metavar="FLOAT"
@@ -251,7 +247,6 @@ MaxFalseAbstainOpt = option(
     "abstains on new queries, with probability --confidence (Learn-then-Test). "
     "Needs unanswerable queries (judged, none relevant).",
     metavar="X",
-    show_default=False,
 )
 MaxKOpt = option(
     int | None,
@@ -261,7 +256,6 @@ MaxKOpt = option(
     min=1,
     max=1000,
     metavar="INT",
-    show_default=False,
 )
 MaxTokensOpt = option(
     int | None,
@@ -270,7 +264,6 @@ MaxTokensOpt = option(
     "--corpus), so the choice respects it; the config carries it.",
     min=1,
     metavar="INT",
-    show_default=False,
 )
 TokenCounterOpt = option(
     str,
@@ -285,7 +278,6 @@ NearDuplicateThresholdOpt = option(
     min=0.0,
     max=1.0,
     metavar="FLOAT",
-    show_default=False,
 )
 ConflictsOpt = option(
     str | None,
@@ -297,7 +289,6 @@ ConflictsOpt = option(
     "config by hand).",
     "--conflicts",
     metavar="MODES",
-    show_default=False,
 )
 ConflictSimilarityOpt = option(
     str | None,
@@ -306,7 +297,6 @@ ConflictSimilarityOpt = option(
     "compared); default 0.5.",
     "--conflict-similarity",
     metavar="FLOATS",
-    show_default=False,
 )
 HoldoutOpt = option(
     float,

@@ -55,7 +55,6 @@ KindOpt = option(
     "bi-encoder, or fusion and cross-encoder when --base is a cross-encoder.",
     "--kind",
     metavar="KIND",
-    show_default=False,
 )
 MaxStepsOpt = option(
     int,
@@ -68,9 +67,7 @@ BatchSizeOpt = option(int, "Pairs (or triplets) per training step.", min=1, meta
 MaxLengthOpt = option(
     int, "Tokens per text (bi-encoder) or per pair (cross-encoder).", min=8, metavar="INT"
 )
-DeviceOpt = option(
-    str | None, "torch device: cpu, cuda, cuda:1, mps.", metavar="DEVICE", show_default=False
-)
+DeviceOpt = option(str | None, "torch device: cpu, cuda, cuda:1, mps.", metavar="DEVICE")
 PretrainDataOpt = option(
     Path | None,
     "Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
@@ -80,7 +77,6 @@ PretrainDataOpt = option(
     "copied into --out when the written model used it.",
     "--pretrain-data",
     metavar="PATH",
-    show_default=False,
 )
 HoldoutOpt = option(
     float,
@@ -105,7 +101,6 @@ OutDirOpt = option(
     "when no candidate clearly beats the base.",
     "--out",
     metavar="DIR",
-    show_default=False,
 )
 OverwriteOpt = option(
     bool,
