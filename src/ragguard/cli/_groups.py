@@ -16,13 +16,14 @@ import copy
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import MISSING, dataclass
 from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin
 
 import typer
 from typer.core import TyperCommand
 from typer.models import OptionInfo
+
+from ragguard.cli._common import friendly_errors
 
 __all__ = ["Flag", "FlagGroup", "GroupedCommand", "group", "grouped", "option"]
 
@@ -127,19 +128,11 @@ def _panel(info: OptionInfo, title: str) -> OptionInfo:
     return new
 
 
-def grouped(
-    groups: Mapping[str, FlagGroup[Any]],
-    *,
-    boundary: Callable[[Mapping[str, Any]], AbstractContextManager[object]],
-) -> Callable[[F], F]:
-    """Present ``command`` to typer with each parameter named in ``groups`` replaced by
-    that group's flags, and call it with the groups' built values.
-
-    Args:
-        groups: parameter name -> the group whose built value it receives.
-        boundary: the error boundary the values are built in, from the command's
-            remaining arguments (e.g. ``friendly_errors(verbose)``), so that a bad value
-            is one line, as the command's own errors are.
+def grouped(groups: Mapping[str, FlagGroup[Any]]) -> Callable[[F], F]:
+    """Present ``command`` to typer with each parameter named in ``groups`` (parameter
+    name -> group) replaced by that group's flags, and call it with the groups' built
+    values, all inside ``friendly_errors`` (with the command's ``verbose``), so that a
+    bad value is one line, as the command's own errors are.
 
     Raises:
         TypeError: a group's flag name repeats another parameter's (at decoration time).
@@ -165,10 +158,10 @@ def grouped(
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
             own = {k: v for k, v in kwargs.items() if k in sig.parameters}
-            with boundary(own):
+            with friendly_errors(own["verbose"]):
                 for name, group in groups.items():
                     own[name] = group.build(**{f.name: kwargs[f.name] for f in group.flags})
-            return command(**own)
+                return command(**own)
 
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}

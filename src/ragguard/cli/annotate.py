@@ -22,7 +22,7 @@ from rich.progress import (
 
 from ragguard.calibration.annotate import Outputs
 from ragguard.calibration.data.evalset import FORMATS
-from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._common import Verbose, app, err, out
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
 from ragguard.errors import AnnotationError
 
@@ -365,8 +365,7 @@ EvalsetArg = Annotated[
         "relevance": RELEVANCE,
         "local": LOCAL,
         "endpoint": ENDPOINT,
-    },
-    boundary=lambda own: friendly_errors(own["verbose"]),
+    }
 )
 def annotate_command(
     evalset: EvalsetArg,
@@ -385,87 +384,84 @@ def annotate_command(
 
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
-    with friendly_errors(verbose):
-        from ragguard.calibration.annotate import Relevance, Unjudged, annotate
+    from ragguard.calibration.annotate import Relevance, Unjudged, annotate
 
-        opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
-        backend, threads = model.backend, local["threads"]
-        judge_model, judge_backend = relevance["judge_model"], relevance["judge_backend"]
-        policy = relevance["unjudged"] or (
-            UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
-        )
-        if threads is not None and backend in (Backend.transformers, Backend.gguf):
-            from ragguard._optional import require
+    opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
+    backend, threads = model.backend, local["threads"]
+    judge_model, judge_backend = relevance["judge_model"], relevance["judge_backend"]
+    policy = relevance["unjudged"] or (
+        UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
+    )
+    if threads is not None and backend in (Backend.transformers, Backend.gguf):
+        from ragguard._optional import require
 
-            require("torch", "annotate").set_num_threads(threads)
-        name = model.model
-        err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
-        estimator = _estimator(backend, name, opts)
-        judge = None
-        if policy is UnjudgedPolicy.judge:
-            jb = judge_backend or backend
-            jm = judge_model or name
-            judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
+        require("torch", "annotate").set_num_threads(threads)
+    name = model.model
+    err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
+    estimator = _estimator(backend, name, opts)
+    judge = None
+    if policy is UnjudgedPolicy.judge:
+        jb = judge_backend or backend
+        jm = judge_model or name
+        judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
 
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=False,
-        ) as bar:
-            tasks: dict[str, TaskID] = {}
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
 
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    label = "judging relevance" if stage == "judge" else "p(NO-RESPONSE)"
-                    tasks[stage] = bar.add_task(label, total=total)
-                bar.update(tasks[stage], completed=done, total=total)
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                label = "judging relevance" if stage == "judge" else "p(NO-RESPONSE)"
+                tasks[stage] = bar.add_task(label, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
 
-            try:
-                summary = annotate(
-                    evalset,
-                    estimator,
-                    outputs=output,
-                    relevance=Relevance(judge=judge, unjudged=cast("Unjudged", policy.value)),
-                    runs=list(inputs.run) if inputs.run else None,
-                    format=inputs.evalset_format,
-                    corpus=list(inputs.corpus or []),
-                    progress=progress,
-                )
-            except KeyboardInterrupt:
-                saved = output.store_path
-                err.print(
-                    f"interrupted: every result so far is saved in {saved}; run the same "
-                    "command again to resume",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                raise typer.Exit(130) from None
-        out.print(
-            f"annotated {summary.pairs} passages with {summary.model_id}: "
-            f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        if summary.judged or summary.judge_failures:
-            out.print(
-                f"relevance judged for {summary.judged} passages"
-                + (
-                    f"; {summary.judge_failures} replies had no grade (left out; judged again "
-                    "on the next run)"
-                    if summary.judge_failures
-                    else ""
-                ),
+        try:
+            summary = annotate(
+                evalset,
+                estimator,
+                outputs=output,
+                relevance=Relevance(judge=judge, unjudged=cast("Unjudged", policy.value)),
+                runs=list(inputs.run) if inputs.run else None,
+                format=inputs.evalset_format,
+                corpus=list(inputs.corpus or []),
+                progress=progress,
+            )
+        except KeyboardInterrupt:
+            saved = output.store_path
+            err.print(
+                f"interrupted: every result so far is saved in {saved}; run the same "
+                "command again to resume",
                 highlight=False,
                 soft_wrap=True,
             )
-        if summary.skipped:
-            out.print(
-                f"skipped {summary.skipped} unlabelled passages", highlight=False, soft_wrap=True
-            )
-        out.print(f"wrote {summary.out}", highlight=False, soft_wrap=True)
-        if summary.udcg_out is not None:
-            out.print(f"wrote {summary.udcg_out}", highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
+    out.print(
+        f"annotated {summary.pairs} passages with {summary.model_id}: "
+        f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if summary.judged or summary.judge_failures:
+        out.print(
+            f"relevance judged for {summary.judged} passages"
+            + (
+                f"; {summary.judge_failures} replies had no grade (left out; judged again "
+                "on the next run)"
+                if summary.judge_failures
+                else ""
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+    if summary.skipped:
+        out.print(f"skipped {summary.skipped} unlabelled passages", highlight=False, soft_wrap=True)
+    out.print(f"wrote {summary.out}", highlight=False, soft_wrap=True)
+    if summary.udcg_out is not None:
+        out.print(f"wrote {summary.udcg_out}", highlight=False, soft_wrap=True)

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from ragguard.calibration import Calibrator, Check, Guarantee, Search, Split, Stages
-from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._common import Verbose, app, err, out
 from ragguard.cli._data import (
     EvalSetArg,
     ProfileOpt,
@@ -397,8 +397,7 @@ OUTPUT = group(
         "split": SPLIT,
         "output": OUTPUT,
         "rerank": RERANK,
-    },
-    boundary=lambda own: friendly_errors(own["verbose"]),
+    }
 )
 def calibrate(
     ctx: typer.Context,
@@ -419,95 +418,92 @@ def calibrate(
     Sweep max_k x relative threshold (and the gap / autocut rules) with the guard's own
     policy, choose by the objective under the constraints, check the choice on held-out
     queries, and write the config and a report."""
-    with friendly_errors(verbose):
-        from ragguard.errors import ConfigError
+    from ragguard.errors import ConfigError
 
-        out_path, report = output.config, output.report
-        given = [
-            evalset,
-            *(inputs.run or ()),
-            utilities.profiles,
-            *rerank.corpus,
-            rerank.rerank_run,
-        ]
-        _check_outputs(out_path, report, given)
-        # a reranker and the stages after the cut read the passage texts; else they are
-        # left out: less memory (precomputed rerank scores read none)
-        texts = rerank.rerank is not None or stages.read_texts
-        es = load_evalset_for_cli(
-            evalset,
-            inputs.run,
-            score_kind=inputs.score_kind,
-            retriever=inputs.retriever,
-            texts=texts,
+    out_path, report = output.config, output.report
+    given = [
+        evalset,
+        *(inputs.run or ()),
+        utilities.profiles,
+        *rerank.corpus,
+        rerank.rerank_run,
+    ]
+    _check_outputs(out_path, report, given)
+    # a reranker and the stages after the cut read the passage texts; else they are
+    # left out: less memory (precomputed rerank scores read none)
+    texts = rerank.rerank is not None or stages.read_texts
+    es = load_evalset_for_cli(
+        evalset,
+        inputs.run,
+        score_kind=inputs.score_kind,
+        retriever=inputs.retriever,
+        texts=texts,
+    )
+    read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
+    _check_outputs(out_path, report, read)
+    with progress_bars() as progress:
+        second = rerank_search(rerank, progress)
+        sweeps = progress.add_task("sweeping settings", total=None)
+        calibrator = Calibrator(
+            objective=goal.objective,
+            constraints=goal.constraints,
+            profile=utilities.profile,
+            rules=utilities.rules,
+            search=search,
+            split=split,
+            check=check,
+            guarantee=goal.guarantee,
+            stages=stages,
+            rerank=second,
+            answerability=goal.answerability,
         )
-        read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
-        _check_outputs(out_path, report, read)
-        with progress_bars() as progress:
-            second = rerank_search(rerank, progress)
-            sweeps = progress.add_task("sweeping settings", total=None)
-            calibrator = Calibrator(
-                objective=goal.objective,
-                constraints=goal.constraints,
-                profile=utilities.profile,
-                rules=utilities.rules,
-                search=search,
-                split=split,
-                check=check,
-                guarantee=goal.guarantee,
-                stages=stages,
-                rerank=second,
-                answerability=goal.answerability,
-            )
-            result = calibrator.fit(
-                es,
-                corpus=rerank.corpus,  # texts for the reranker and the stages after the cut
-                on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
-            )
-        repeat = _command_line(ctx, evalset, inputs, rerank)  # what the next steps repeat
-        # The report first, then the config: a command that fails leaves no fresh config
-        # behind (each file is written whole, or not at all).
-        report_paths = None
-        if report is not None:
-            from ragguard.calibration.report import write_report
-
-            with err.status("writing the report..."):
-                report_paths = write_report(
-                    result, report, config_path=str(out_path), evalset=repeat
-                )
-        blocked = result.stopped
-        unmet = result.unmet()
-        if blocked is None and unmet and not output.allow_unmet:
-            blocked = "; ".join(unmet) + " (pass --allow-unmet to write it anyway)"
-        if output.as_json:  # one JSON document on stdout, for CI pipelines; errors as usual
-            if blocked is not None:
-                raise ConfigError(f"no config written: {blocked}")
-            from ragguard.calibration.report.summary import result_document
-
-            written = result.save_config(out_path, allow_unmet=output.allow_unmet)
-            paths = None
-            if report_paths is not None:
-                paths = {"html": str(report_paths.html), "markdown": str(report_paths.markdown)}
-            doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
-            typer.echo(json.dumps(doc, indent=2))
-            return
-        from ragguard.calibration.report.console import (
-            config_line,
-            print_report_line,
-            print_result,
+        result = calibrator.fit(
+            es,
+            corpus=rerank.corpus,  # texts for the reranker and the stages after the cut
+            on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
         )
+    repeat = _command_line(ctx, evalset, inputs, rerank)  # what the next steps repeat
+    # The report first, then the config: a command that fails leaves no fresh config
+    # behind (each file is written whole, or not at all).
+    report_paths = None
+    if report is not None:
+        from ragguard.calibration.report import write_report
 
-        view = result.view(evalset=repeat)
-        print_result(view, out)
+        with err.status("writing the report..."):
+            report_paths = write_report(result, report, config_path=str(out_path), evalset=repeat)
+    blocked = result.stopped
+    unmet = result.unmet()
+    if blocked is None and unmet and not output.allow_unmet:
+        blocked = "; ".join(unmet) + " (pass --allow-unmet to write it anyway)"
+    if output.as_json:  # one JSON document on stdout, for CI pipelines; errors as usual
         if blocked is not None:
-            print_report_line(report_paths, out, err)
             raise ConfigError(f"no config written: {blocked}")
-        path = result.save_config(out_path, allow_unmet=output.allow_unmet)
-        for line in unmet:
-            err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
-        out.print()
-        out.print(config_line(view, path), highlight=False)
+        from ragguard.calibration.report.summary import result_document
+
+        written = result.save_config(out_path, allow_unmet=output.allow_unmet)
+        paths = None
+        if report_paths is not None:
+            paths = {"html": str(report_paths.html), "markdown": str(report_paths.markdown)}
+        doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    from ragguard.calibration.report.console import (
+        config_line,
+        print_report_line,
+        print_result,
+    )
+
+    view = result.view(evalset=repeat)
+    print_result(view, out)
+    if blocked is not None:
         print_report_line(report_paths, out, err)
+        raise ConfigError(f"no config written: {blocked}")
+    path = result.save_config(out_path, allow_unmet=output.allow_unmet)
+    for line in unmet:
+        err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
+    out.print()
+    out.print(config_line(view, path), highlight=False)
+    print_report_line(report_paths, out, err)
 
 
 #: calibrate's options the suggested commands never repeat: the inputs CommandLine holds

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from ragguard.calibration.train.reranker import RerankerTrainer, Training
-from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._common import Verbose, app, err, out
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
 from ragguard.cli._two_stage import CorpusOpt
@@ -211,10 +211,7 @@ OUTPUT = FlagGroup(
 
 
 @app.command("train-reranker", cls=GroupedCommand)
-@grouped(
-    {"model": MODEL, "training": TRAINING, "split": SPLIT, "output": OUTPUT},
-    boundary=lambda own: friendly_errors(own["verbose"]),
-)
+@grouped({"model": MODEL, "training": TRAINING, "split": SPLIT, "output": OUTPUT})
 def train_reranker(
     evalset: EvalSetArg,
     model: Model,
@@ -242,58 +239,57 @@ def train_reranker(
     seeded, stopping early on validation AUC (the default command took 3 min 50 s on
     examples/nq on 2 idle CPU cores).
     """
-    with friendly_errors(verbose):
-        holdout, seed = split.holdout, split.seed
-        base = model.base
-        data = load_evalset_for_cli(evalset, run, score_kind=None)
-        trainer = RerankerTrainer(
-            base=base,
-            kinds=model.kinds,
-            holdout=holdout,
-            validation=split.validation,
-            seed=seed,
-            training=training.training,
+    holdout, seed = split.holdout, split.seed
+    base = model.base
+    data = load_evalset_for_cli(evalset, run, score_kind=None)
+    trainer = RerankerTrainer(
+        base=base,
+        kinds=model.kinds,
+        holdout=holdout,
+        validation=split.validation,
+        seed=seed,
+        training=training.training,
+    )
+    result = trainer.fit(
+        data,
+        out=output.out_dir,
+        pretrain_data=training.pretrain_data,
+        corpus=[str(c) for c in corpus or ()],
+        overwrite=output.overwrite,
+        inputs=[evalset, *(run or ())],
+        progress=lambda line: err.print(escape(line), highlight=False),
+    )
+    table = compact_table(
+        f"validation AUCs on {result.usable_queries} usable queries "
+        f"(chosen by {result.selection_metric})"
+    )
+    cols = ("candidate", "role", "vs distractor", "vs other", "gain", "95% interval", "s")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("candidate", "role") else "right")
+    for c in result.candidates:
+        mark = " *" if c.name == result.chosen else ""
+        aucs = (_auc(c.auc_distractor), _auc(c.auc_other))
+        seconds = f"{c.seconds:.1f}" if c.role == "trained" else ""
+        table.add_row(c.name + mark, c.role, *aucs, *_gain(c.gain), seconds)
+    out.print(table)
+    if result.path is None:
+        what = (
+            f"the cross-encoder {escape(base)}, usable as --rerank {escape(base)}"
+            if result.base_kind == "cross-encoder"
+            else f"{escape(base)} cosine, e.g. --rerank examples.rerankers:minilm"
         )
-        result = trainer.fit(
-            data,
-            out=output.out_dir,
-            pretrain_data=training.pretrain_data,
-            corpus=[str(c) for c in corpus or ()],
-            overwrite=output.overwrite,
-            inputs=[evalset, *(run or ())],
-            progress=lambda line: err.print(escape(line), highlight=False),
-        )
-        table = compact_table(
-            f"validation AUCs on {result.usable_queries} usable queries "
-            f"(chosen by {result.selection_metric})"
-        )
-        cols = ("candidate", "role", "vs distractor", "vs other", "gain", "95% interval", "s")
-        for col in cols:
-            table.add_column(col, justify="left" if col in ("candidate", "role") else "right")
-        for c in result.candidates:
-            mark = " *" if c.name == result.chosen else ""
-            aucs = (_auc(c.auc_distractor), _auc(c.auc_other))
-            seconds = f"{c.seconds:.1f}" if c.role == "trained" else ""
-            table.add_row(c.name + mark, c.role, *aucs, *_gain(c.gain), seconds)
-        out.print(table)
-        if result.path is None:
-            what = (
-                f"the cross-encoder {escape(base)}, usable as --rerank {escape(base)}"
-                if result.base_kind == "cross-encoder"
-                else f"{escape(base)} cosine, e.g. --rerank examples.rerankers:minilm"
-            )
-            err.print(
-                f"[bold red]not written:[/] {escape(result.why)}; use the base as it is "
-                f"({what}) or label more queries",
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(1)
-        out.print(escape(result.why), highlight=False, soft_wrap=True)
-        out.print(
-            f"wrote {escape(str(result.path))} ({result.chosen}, {result.seconds:.1f} s); next: "
-            f"ragguard calibrate {escape(str(evalset))} --rerank {escape(str(result.path))} "
-            f"--holdout {holdout:g} --seed {seed}",
+        err.print(
+            f"[bold red]not written:[/] {escape(result.why)}; use the base as it is "
+            f"({what}) or label more queries",
             highlight=False,
             soft_wrap=True,
         )
+        raise typer.Exit(1)
+    out.print(escape(result.why), highlight=False, soft_wrap=True)
+    out.print(
+        f"wrote {escape(str(result.path))} ({result.chosen}, {result.seconds:.1f} s); next: "
+        f"ragguard calibrate {escape(str(evalset))} --rerank {escape(str(result.path))} "
+        f"--holdout {holdout:g} --seed {seed}",
+        highlight=False,
+        soft_wrap=True,
+    )
