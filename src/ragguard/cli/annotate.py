@@ -23,7 +23,7 @@ from rich.progress import (
 from ragguard.calibration.annotate import Outputs
 from ragguard.calibration.data.evalset import FORMATS
 from ragguard.cli._common import Verbose, app, err, out
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
 from ragguard.errors import AnnotationError
 
 __all__ = ["annotate_command", "load_chat_model"]
@@ -250,16 +250,28 @@ class Model:
 
     backend: Backend
     model: str
-    model_id: str | None
+    model_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Inputs:
     """Run files, the eval set's format and corpus files."""
 
-    run: list[Path] | None
-    evalset_format: str | None
-    corpus: list[Path] | None
+    run: list[Path] | None = None
+    evalset_format: str | None = None
+    corpus: list[Path] | None = None
+
+
+def _relevance(
+    unjudged: UnjudgedPolicy | None = None,
+    judge_model: str | None = None,
+    judge_backend: Backend | None = None,
+) -> tuple[UnjudgedPolicy, str | None, Backend | None]:
+    """The policy for unlabelled passages (default: judge with a judge model, else
+    irrelevant), and the judge's model and backend (``None``: the measuring one's)."""
+    if unjudged is None:
+        unjudged = UnjudgedPolicy.irrelevant if judge_model is None else UnjudgedPolicy.judge
+    return unjudged, judge_model, judge_backend
 
 
 def _checked(**opts: Any) -> dict[str, Any]:
@@ -277,45 +289,22 @@ def _checked(**opts: Any) -> dict[str, Any]:
     return opts
 
 
-MODEL = FlagGroup(
-    "Model",
-    (
-        Flag("backend", BackendOpt),
-        Flag("model", ModelOpt),
-        Flag("model_id", ModelIdOpt, None),
-    ),
-    Model,
-)
-
-INPUTS = FlagGroup(
-    "Inputs",
-    (
-        Flag("run", RunOpt, None),
-        Flag("evalset_format", EvalsetFormatOpt, None),
-        Flag("corpus", CorpusOpt, None),
-    ),
-    Inputs,
-)
-
-OUTPUT = FlagGroup(
+MODEL = group("Model", Model, backend=BackendOpt, model=ModelOpt, model_id=ModelIdOpt)
+INPUTS = group("Inputs", Inputs, run=RunOpt, evalset_format=EvalsetFormatOpt, corpus=CorpusOpt)
+OUTPUT = group(
     "Output",
-    (
-        Flag("out", OutPathOpt),
-        Flag("udcg_out", UdcgOutOpt),
-        Flag("progress_file", ProgressFileOpt),
-        Flag("fresh", FreshOpt),
-    ),
-    Outputs,  # the flags' defaults are its fields'
+    Outputs,
+    out=OutPathOpt,
+    udcg_out=UdcgOutOpt,
+    progress_file=ProgressFileOpt,
+    fresh=FreshOpt,
 )
-
-RELEVANCE: FlagGroup[dict[str, Any]] = FlagGroup(
+RELEVANCE = group(
     "Relevance of unlabelled passages",
-    (
-        Flag("unjudged", UnjudgedOpt, None),
-        Flag("judge_model", JudgeModelOpt, None),
-        Flag("judge_backend", JudgeBackendOpt, None),
-    ),
-    dict,
+    _relevance,
+    unjudged=UnjudgedOpt,
+    judge_model=JudgeModelOpt,
+    judge_backend=JudgeBackendOpt,
 )
 
 LOCAL = FlagGroup(
@@ -372,7 +361,7 @@ def annotate_command(
     model: Model,
     inputs: Inputs,
     output: Outputs,
-    relevance: dict[str, Any],
+    relevance: tuple[UnjudgedPolicy, str | None, Backend | None],
     local: dict[str, Any],
     endpoint: dict[str, Any],
     verbose: Verbose = False,
@@ -388,10 +377,7 @@ def annotate_command(
 
     opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
     backend, threads = model.backend, local["threads"]
-    judge_model, judge_backend = relevance["judge_model"], relevance["judge_backend"]
-    policy = relevance["unjudged"] or (
-        UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
-    )
+    policy, judge_model, judge_backend = relevance
     if threads is not None and backend in (Backend.transformers, Backend.gguf):
         from ragguard._optional import require
 

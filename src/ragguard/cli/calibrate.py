@@ -71,12 +71,13 @@ class Goal:
 
 @dataclass(frozen=True)
 class Output:
-    """What is written: the config, the report (``None``: none), and how."""
+    """What is written: the config, the report (unless ``no_report``), and how."""
 
-    config: Path
-    report: Path | None
-    allow_unmet: bool
-    as_json: bool
+    out_path: Path = Path("ragguard.toml")
+    report: Path = Path("ragguard-report")
+    no_report: bool = False
+    allow_unmet: bool = False
+    as_json: bool = False
 
 
 def _utilities(
@@ -172,16 +173,6 @@ def _check(on_worse: str) -> Check:
     if on_worse not in ("top-k", "stop"):
         raise ConfigError(f"--on-worse takes top-k or stop, got {on_worse!r}")
     return Check(on_worse="stop" if on_worse == "stop" else "top-k")
-
-
-def _output(
-    out_path: Path = Path("ragguard.toml"),
-    report: Path = Path("ragguard-report"),
-    no_report: bool = False,
-    allow_unmet: bool = False,
-    as_json: bool = False,
-) -> Output:
-    return Output(out_path, None if no_report else report, allow_unmet, as_json)
 
 
 RetrieverOpt = option(
@@ -376,7 +367,7 @@ SPLIT = group("Held-out check", Split, holdout=HoldoutOpt, seed=SeedOpt, folds=F
 CHECK = group("Held-out check", _check, Check, on_worse=OnWorseOpt)
 OUTPUT = group(
     "Output",
-    _output,
+    Output,
     out_path=OutPathOpt,
     report=ReportOpt,
     no_report=NoReportOpt,
@@ -420,7 +411,7 @@ def calibrate(
     queries, and write the config and a report."""
     from ragguard.errors import ConfigError
 
-    out_path, report = output.config, output.report
+    out_path, report = output.out_path, None if output.no_report else output.report
     given = [
         evalset,
         *(inputs.run or ()),
