@@ -24,53 +24,39 @@ CorpusOpt = Annotated[
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RerankFlags:
-    """The second-stage flags, checked (a known ``--probability-map``, at most one of
-    ``--rerank`` and ``--rerank-run``); ``rerank_search`` loads what they name."""
-
-    rerank: str | None
-    rerank_run: Path | None
-    score_kind: str | None
-    corpus: list[Path]
-    method: str
-    cache: Path | None
-
-
-def _rerank_flags(
-    *,
-    rerank: str | None = None,
-    rerank_run: Path | None = None,
-    rerank_score_kind: str | None = None,
-    corpus: list[Path] | None = None,
-    probability_map: str,
-    rerank_cache: Path | None = None,
-) -> RerankFlags:
-    """The flags of ``RERANK``, checked.
+    """The second-stage flags, checked; ``rerank_search`` loads what they name.
 
     Raises:
         ConfigError: ``--probability-map`` names no method; both ``--rerank`` and
             ``--rerank-run``.
     """
-    from ragguard.errors import ConfigError
-    from ragguard.probability import MapMethod
 
-    methods = [m.value for m in MapMethod]
-    if probability_map not in methods:
-        raise ConfigError(
-            f"--probability-map {probability_map!r} is not a method; use one of "
-            f"{', '.join(methods)}"
-        )
-    if rerank is not None and rerank_run is not None:
-        raise ConfigError("give --rerank or --rerank-run, not both")
-    return RerankFlags(
-        rerank, rerank_run, rerank_score_kind, list(corpus or ()), probability_map, rerank_cache
-    )
+    rerank: str | None = None
+    rerank_run: Path | None = None
+    rerank_score_kind: str | None = None
+    corpus: list[Path] | None = None
+    probability_map: str
+    rerank_cache: Path | None = None
+
+    def __post_init__(self) -> None:
+        from ragguard.errors import ConfigError
+        from ragguard.probability import MapMethod
+
+        methods = [m.value for m in MapMethod]
+        if self.probability_map not in methods:
+            raise ConfigError(
+                f"--probability-map {self.probability_map!r} is not a method; use one of "
+                f"{', '.join(methods)}"
+            )
+        if self.rerank is not None and self.rerank_run is not None:
+            raise ConfigError("give --rerank or --rerank-run, not both")
 
 
 RERANK = group(
     "Second stage",
-    _rerank_flags,
+    RerankFlags,
     RerankSearch,
     rerank=option(
         str | None,
@@ -125,9 +111,9 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
     from ragguard.probability import MapMethod
     from ragguard.rerank import load_reranker
 
-    method = MapMethod(flags.method)
+    method = MapMethod(flags.probability_map)
     if flags.rerank_run is not None:
-        scores = read_rerank_run(flags.rerank_run, flags.score_kind)
+        scores = read_rerank_run(flags.rerank_run, flags.rerank_score_kind)
         return RerankSearch(scores=scores, probability_map=method)
     assert flags.rerank is not None
     task = progress.add_task(f"reranking with {flags.rerank}", total=None)
@@ -136,9 +122,9 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
         progress.update(task, completed=done, total=total)
 
     return RerankSearch(
-        reranker=load_reranker(flags.rerank, score_kind=flags.score_kind),
-        score_kind=flags.score_kind,
+        reranker=load_reranker(flags.rerank, score_kind=flags.rerank_score_kind),
+        score_kind=flags.rerank_score_kind,
         probability_map=method,
-        cache_dir=flags.cache if flags.cache is not None else True,
+        cache_dir=flags.rerank_cache if flags.rerank_cache is not None else True,
         on_query=on_query,
     )

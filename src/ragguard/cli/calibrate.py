@@ -416,7 +416,7 @@ def calibrate(
         evalset,
         *(inputs.run or ()),
         utilities.profiles,
-        *rerank.corpus,
+        *(rerank.corpus or ()),
         rerank.rerank_run,
     ]
     _check_outputs(out_path, report, given)
@@ -450,7 +450,7 @@ def calibrate(
         )
         result = calibrator.fit(
             es,
-            corpus=rerank.corpus,  # texts for the reranker and the stages after the cut
+            corpus=rerank.corpus or (),  # texts for the reranker and the stages after the cut
             on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
         )
     repeat = _command_line(ctx, evalset, inputs, rerank)  # what the next steps repeat
@@ -542,7 +542,7 @@ def _command_line(
     return CommandLine(
         str(evalset),
         runs=tuple(str(r) for r in inputs.run or ()),
-        corpus=tuple(str(c) for c in rerank.corpus),
+        corpus=tuple(str(c) for c in rerank.corpus or ()),
         retriever=inputs.retriever,
         options=tuple(options),
     )
