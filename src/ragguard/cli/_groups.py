@@ -17,11 +17,10 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass
-from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Generic, TypeVar, get_args
 
 import typer
 from typer.core import TyperCommand
-from typer.models import OptionInfo
 
 from ragguard.cli._common import friendly_errors
 
@@ -45,8 +44,8 @@ class Flag:
     Attributes:
         name: the parameter name the group's ``build`` receives it as.
         annotation: ``Annotated[type, typer.Option(...)]``, as in a typer signature.
-        default: its default value; none given: the default of the field of the same name
-            of its group's option class, else none (the flag is required).
+        default: its default value; none given: its group's (``FlagGroup.default``),
+            else none (the flag is required).
     """
 
     name: str
@@ -111,21 +110,12 @@ def group(title: str, build: Callable[..., T], *options: type, **flags: Any) -> 
 
 
 def _in_panel(annotation: Any, title: str) -> Any:
-    """``annotation`` with its ``typer.Option`` shown under ``title``."""
-    if get_origin(annotation) is not Annotated:
-        raise TypeError(
-            f"a grouped flag needs Annotated[type, typer.Option(...)], got {annotation}"
-        )
-    base, *meta = get_args(annotation)
-    meta = [_panel(m, title) if isinstance(m, OptionInfo) else m for m in meta]
-    return Annotated[(base, *meta)]
-
-
-def _panel(info: OptionInfo, title: str) -> OptionInfo:
-    """A copy of ``info`` shown under ``title``."""
-    new = copy.copy(info)
-    new.rich_help_panel = title
-    return new
+    """``annotation`` (``Annotated[type, typer.Option(...)]``) with its option shown under
+    ``title`` (a copy: one option may stand in several groups)."""
+    kind, info = get_args(annotation)
+    info = copy.copy(info)
+    info.rich_help_panel = title
+    return Annotated[(kind, info)]
 
 
 def grouped(groups: Mapping[str, FlagGroup[Any]]) -> Callable[[F], F]:

@@ -564,7 +564,12 @@ def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str],
 
     names = _list_option("--conflicts", modes)
     given = _list_option("--conflict-similarity", levels)
-    values = [_number("--conflict-similarity", x) for x in given]
+    values: list[float] = []
+    for x in given:
+        try:
+            values.append(float(x))
+        except ValueError:
+            raise ConfigError(f"--conflict-similarity: {x!r} is not a number") from None
     if values and not names:
         raise ConfigError(
             "--conflict-similarity sets the levels the conflict stage is swept at; pass "
@@ -596,16 +601,6 @@ def _list_option(option: str, value: str | None) -> list[str]:
     if not all(items):
         raise ConfigError(f"{option} takes comma-separated values with none empty, got {value!r}")
     return items
-
-
-def _number(option: str, text: str) -> float:
-    """``text`` as a float, or a one-line error naming ``option``."""
-    from ragguard.errors import ConfigError
-
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{option}: {text!r} is not a number") from None
 
 
 def _check_outputs(
