@@ -172,26 +172,20 @@ ModelOpt = option(
 ModelIdOpt = option(
     str | None, "The model's name in the outputs (default: --model).", metavar="NAME"
 )
-RunOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        metavar="FILE",
-        help="A run file (TREC run or JSON); repeat for several.",
-    ),
-]
+RunOpt = option(
+    list[Path] | None, "A run file (TREC run or JSON); repeat for several.", metavar="FILE"
+)
 EvalsetFormatOpt = option(
     str | None,
     f"{', '.join([*FORMATS][:-1])} or {[*FORMATS][-1]} (default: detected).",
     "--format",
     metavar="FORMAT",
 )
-CorpusOpt = Annotated[
+CorpusOpt = option(
     list[Path] | None,
-    typer.Option(
-        metavar="FILE",
-        help="JSONL corpus with the passage texts (_id or id, text, title); repeatable.",
-    ),
-]
+    "JSONL corpus with the passage texts (_id or id, text, title); repeatable.",
+    metavar="FILE",
+)
 OutPathOpt = option(
     Path, "The ragguard JSONL to write (utilities per passage).", "--out", metavar="FILE"
 )
