@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
 from rich.progress import (
@@ -367,7 +367,7 @@ def annotate_command(
 
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
-    from ragguard.calibration.annotate import Relevance, Unjudged, annotate
+    from ragguard.calibration.annotate import Relevance, annotate
 
     opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
     backend, threads = model.backend, local["threads"]
@@ -407,7 +407,7 @@ def annotate_command(
                 evalset,
                 estimator,
                 outputs=output,
-                relevance=Relevance(judge=judge, unjudged=cast("Unjudged", policy.value)),
+                relevance=Relevance(judge=judge, unjudged=policy.value),
                 runs=list(inputs.run) if inputs.run else None,
                 format=inputs.evalset_format,
                 corpus=list(inputs.corpus or []),

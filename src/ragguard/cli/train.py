@@ -15,7 +15,7 @@ from rich.markup import escape
 from ragguard.calibration.train.reranker import RerankerTrainer, Training
 from ragguard.cli._common import Verbose, app, err, out
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
-from ragguard.cli._groups import GroupedCommand, group, grouped, option
+from ragguard.cli._groups import FlagGroup, GroupedCommand, group, grouped, option
 from ragguard.cli._two_stage import CorpusOpt
 
 if TYPE_CHECKING:
@@ -119,7 +119,9 @@ OverwriteOpt = Annotated[
 ]
 
 
-MODEL = group("Candidates", dict, RerankerTrainer, base=BaseOpt, kinds=KindOpt)
+MODEL: FlagGroup[dict[str, Any]] = group(
+    "Candidates", dict, RerankerTrainer, base=BaseOpt, kinds=KindOpt
+)
 TRAINING = group(
     "Training",
     functools.partial(Training, show_progress_bar=True),
@@ -129,7 +131,7 @@ TRAINING = group(
     max_length=MaxLengthOpt,
     device=DeviceOpt,
 )
-SPLIT = group(
+SPLIT: FlagGroup[dict[str, Any]] = group(
     "Split", dict, RerankerTrainer, holdout=HoldoutOpt, validation=ValidationOpt, seed=SeedOpt
 )
 
