@@ -11,6 +11,7 @@ from typing import Any
 
 import ragguard.cli
 from ragguard.cli._groups import Flag, FlagGroup
+from ragguard.cli._groups import group as flag_group
 
 
 def _groups() -> list[tuple[str, FlagGroup[Any]]]:
@@ -73,3 +74,16 @@ def test_a_flag_without_a_default_of_its_own_takes_its_fields() -> None:
 
     group = FlagGroup("T", (Flag("size", Any), Flag("name", Any, "y"), Flag("other", Any)), Option)
     assert [group.default(f) for f in group.flags] == [7, "y", inspect.Parameter.empty]
+
+
+def test_group_lists_its_flags_in_order_with_the_options_defaults_then_the_builds() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Option:
+        size: int = 7
+
+    def build(name: str = "x", size: int = 1, other: int | None = None) -> None:
+        """A command's own bundle: ``size`` is the option's, so its default is too."""
+
+    built = flag_group("T", build, Option, other=Any, size=Any, name=Any, needed=Any)
+    assert [f.name for f in built.flags] == ["other", "size", "name", "needed"]
+    assert [built.default(f) for f in built.flags] == [None, 7, "x", inspect.Parameter.empty]

@@ -1,13 +1,7 @@
-"""The ``ragguard`` command.
-
-One typer app; each command lives in its own module of this package and registers on
-``app`` (``ragguard.cli.calibrate``, ``ragguard.cli.annotate``, ...). Every command
-runs inside ``ragguard.cli._common.friendly_errors``, so the library's own errors,
-invalid settings and file-system errors print one clear line and exit 1, and the
-library's warnings print once on stderr; ``--verbose`` shows the traceback. Progress and
-messages go to stderr; results go to stdout. Help is plain text (click's formatter):
-help strings are shown as written, without rich markup.
-"""
+"""The ``ragguard`` command: one typer app (``_common``); each command lives in its own
+module of this package and registers on ``app``. Every command runs inside
+``friendly_errors`` (one line and exit 1 for the library's errors, ``--verbose`` for the
+traceback); progress and messages go to stderr, results to stdout."""
 
 from __future__ import annotations
 

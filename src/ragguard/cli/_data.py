@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ragguard.cli._common import err
 from ragguard.profiles import Profile, ProfileSpec, resolve_profile
@@ -26,6 +27,7 @@ __all__ = [
     "compact_table",
     "load_evalset_for_cli",
     "profile_for_cli",
+    "progress_bars",
     "query_count",
 ]
 
@@ -41,7 +43,6 @@ EvalSetArg = Annotated[
         metavar="EVALSET",
         help="The eval set: a JSONL, TREC qrels or UDCG JSON file, a BEIR folder, or a "
         "folder holding evalset.jsonl and its runs in runs/ (like examples/notes).",
-        show_default=False,
     ),
 ]
 RunOpt = Annotated[
@@ -52,7 +53,6 @@ RunOpt = Annotated[
         metavar="FILE",
         help="A run file (TREC run format or JSON {query: {doc: score}}), named by its file "
         "stem; repeat for several. For a folder EVALSET these replace its runs/.",
-        show_default=False,
     ),
 ]
 ProfileOpt = Annotated[
@@ -72,7 +72,6 @@ ProfilesOpt = Annotated[
         metavar="FILE",
         help="A TOML file whose [profiles.NAME] tables define custom profiles (your "
         "ragguard.toml); --profile can then name one.",
-        show_default=False,
     ),
 ]
 
@@ -99,7 +98,6 @@ ScoreKindOpt = Annotated[
         "--score-kind",
         help="What the run scores are. Default: similarity (BM25, cosine); for calibrate "
         "--retriever, what its vector store tells, else similarity.",
-        show_default=False,
     ),
 ]
 
@@ -137,13 +135,7 @@ def load_evalset_for_cli(
     if retriever is not None:
         instance = load_factory(retriever)
         name = retriever.rpartition(":")[2] or "retriever"
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-        ) as progress:
+        with progress_bars() as progress:
             task = progress.add_task(f"retrieving with {retriever}", total=len(evalset.qids))
             run = retrieve_run(
                 evalset,
@@ -154,3 +146,25 @@ def load_evalset_for_cli(
             )
         evalset = add_run(evalset, run)
     return evalset
+
+
+class CountColumn(ProgressColumn):
+    """``done/total`` of a task, or nothing while its total is unknown (a count that
+    cannot be known is not shown as ``0/?``)."""
+
+    def render(self, task: Task) -> Text:
+        """The count, or an empty text."""
+        if task.total is None:
+            return Text("")
+        return Text(f"{int(task.completed)}/{int(task.total)}", style="progress.download")
+
+
+def progress_bars() -> Progress:
+    """The progress bars of retrieval, rerank scoring and the sweeps (stderr)."""
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        CountColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )

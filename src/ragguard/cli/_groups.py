@@ -16,15 +16,15 @@ import copy
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import MISSING, dataclass
-from typing import Annotated, Any, Generic, TypeVar, get_args, get_origin
+from typing import Annotated, Any, Generic, TypeVar, get_args
 
 import typer
 from typer.core import TyperCommand
-from typer.models import OptionInfo
 
-__all__ = ["Flag", "FlagGroup", "GroupedCommand", "grouped", "option"]
+from ragguard.cli._common import friendly_errors
+
+__all__ = ["Flag", "FlagGroup", "GroupedCommand", "group", "grouped", "option"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,8 +44,8 @@ class Flag:
     Attributes:
         name: the parameter name the group's ``build`` receives it as.
         annotation: ``Annotated[type, typer.Option(...)]``, as in a typer signature.
-        default: its default value; none given: the default of the field of the same name
-            of its group's option class, else none (the flag is required).
+        default: its default value; none given: its group's (``FlagGroup.default``),
+            else none (the flag is required).
     """
 
     name: str
@@ -66,7 +66,7 @@ class FlagGroup(Generic[T]):
             ``grouped`` builds inside the command's error boundary.
         options: the library's option classes (dataclasses) whose field defaults are the
             defaults of the flags that give none, the first with a field of the flag's
-            name, so no default is typed twice (none: ``build``, when it is a dataclass).
+            name, so no default is typed twice; then ``build``'s field or parameter.
     """
 
     title: str
@@ -75,13 +75,18 @@ class FlagGroup(Generic[T]):
     options: tuple[type, ...] = ()
 
     def default(self, flag: Flag) -> Any:
-        """``flag``'s default: its own, else its option field's (``options``)."""
+        """``flag``'s default: its own, else its option field's (``options``), else
+        ``build``'s field or parameter's."""
         if flag.default is not inspect.Parameter.empty:
             return flag.default
-        for option in self.options or (self.build,):
-            field = getattr(option, "__dataclass_fields__", {}).get(flag.name)
+        for owner in (*self.options, self.build):
+            field = getattr(owner, "__dataclass_fields__", {}).get(flag.name)
             if field is not None and field.default is not MISSING:
                 return field.default
+            if field is None and inspect.isfunction(owner):
+                param = inspect.signature(owner).parameters.get(flag.name)
+                if param is not None and param.default is not inspect.Parameter.empty:
+                    return param.default
         return inspect.Parameter.empty
 
     def parameters(self) -> list[inspect.Parameter]:
@@ -97,37 +102,27 @@ class FlagGroup(Generic[T]):
         ]
 
 
+def group(title: str, build: Callable[..., T], *options: type, **flags: Any) -> FlagGroup[T]:
+    """``FlagGroup(title, flags, build, options)`` with ``flags`` given as name:
+    ``option(...)``, each with the default of ``options``' field or ``build``'s
+    parameter of its name."""
+    return FlagGroup(title, tuple(Flag(n, a) for n, a in flags.items()), build, options)
+
+
 def _in_panel(annotation: Any, title: str) -> Any:
-    """``annotation`` with its ``typer.Option`` shown under ``title``."""
-    if get_origin(annotation) is not Annotated:
-        raise TypeError(
-            f"a grouped flag needs Annotated[type, typer.Option(...)], got {annotation}"
-        )
-    base, *meta = get_args(annotation)
-    meta = [_panel(m, title) if isinstance(m, OptionInfo) else m for m in meta]
-    return Annotated[(base, *meta)]
+    """``annotation`` (``Annotated[type, typer.Option(...)]``) with its option shown under
+    ``title`` (a copy: one option may stand in several groups)."""
+    kind, info = get_args(annotation)
+    info = copy.copy(info)
+    info.rich_help_panel = title
+    return Annotated[(kind, info)]
 
 
-def _panel(info: OptionInfo, title: str) -> OptionInfo:
-    """A copy of ``info`` shown under ``title``."""
-    new = copy.copy(info)
-    new.rich_help_panel = title
-    return new
-
-
-def grouped(
-    groups: Mapping[str, FlagGroup[Any]],
-    *,
-    boundary: Callable[[Mapping[str, Any]], AbstractContextManager[object]],
-) -> Callable[[F], F]:
-    """Present ``command`` to typer with each parameter named in ``groups`` replaced by
-    that group's flags, and call it with the groups' built values.
-
-    Args:
-        groups: parameter name -> the group whose built value it receives.
-        boundary: the error boundary the values are built in, from the command's
-            remaining arguments (e.g. ``friendly_errors(verbose)``), so that a bad value
-            is one line, as the command's own errors are.
+def grouped(groups: Mapping[str, FlagGroup[Any]]) -> Callable[[F], F]:
+    """Present ``command`` to typer with each parameter named in ``groups`` (parameter
+    name -> group) replaced by that group's flags, and call it with the groups' built
+    values, all inside ``friendly_errors`` (with the command's ``verbose``), so that a
+    bad value is one line, as the command's own errors are.
 
     Raises:
         TypeError: a group's flag name repeats another parameter's (at decoration time).
@@ -153,10 +148,10 @@ def grouped(
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
             own = {k: v for k, v in kwargs.items() if k in sig.parameters}
-            with boundary(own):
+            with friendly_errors(own["verbose"]):
                 for name, group in groups.items():
                     own[name] = group.build(**{f.name: kwargs[f.name] for f in group.flags})
-            return command(**own)
+                return command(**own)
 
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}

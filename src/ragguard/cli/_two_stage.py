@@ -1,146 +1,99 @@
-"""``ragguard calibrate --rerank``: options, scoring progress and the console summary of
-the two-stage calibration."""
+"""``ragguard calibrate``'s second-stage flags and the ``RerankSearch`` they name."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
-from rich.progress import (
-    BarColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.text import Text
+from rich.progress import Progress
 
 from ragguard.calibration import RerankSearch
-from ragguard.cli._common import err
-from ragguard.cli._groups import Flag, FlagGroup, option
+from ragguard.cli._groups import group, option
 
-if TYPE_CHECKING:
-    pass
+__all__ = ["RERANK", "CorpusOpt", "RerankFlags", "rerank_search"]
 
-__all__ = [
-    "RERANK",
-    "CorpusOpt",
-    "CountColumn",
-    "MapOpt",
-    "RerankCacheOpt",
-    "RerankFlags",
-    "RerankKindOpt",
-    "RerankOpt",
-    "RerankRunOpt",
-    "rerank_search",
-]
-
-RerankOpt = option(
-    str | None,
-    "Calibrate a second stage too: a sentence-transformers CrossEncoder name or "
-    "local path, or module:callable (a reranker(query, texts) -> scores, imported "
-    "because you named it). Scores are computed once and cached.",
-    "--rerank",
-    metavar="SPEC",
-    show_default=False,
-)
-RerankRunOpt = option(
-    Path | None,
-    "Precomputed second-stage scores (TREC run format or JSON) instead of --rerank; "
-    "needs --rerank-score-kind.",
-    "--rerank-run",
-    metavar="FILE",
-    show_default=False,
-)
-RerankKindOpt = option(
-    str | None,
-    "What the second-stage scores are: logit or probability (default: what the reranker declares).",
-    "--rerank-score-kind",
-    metavar="KIND",
-    show_default=False,
-)
 CorpusOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--corpus",
         help="JSONL corpus with passage texts (_id/id, text, title) for --rerank; "
         "repeatable. A corpus.jsonl beside the labels is read by itself.",
-        show_default=False,
     ),
 ]
-MapOpt = option(
-    str,
-    "How rerank scores become calibrated probabilities: platt or isotonic.",
-    "--probability-map",
-    metavar="METHOD",
-)
-RerankCacheOpt = option(
-    Path | None,
-    "Folder of the rerank score cache (default $RAGGUARD_CACHE_DIR or ~/.cache/ragguard/rerank).",
-    "--rerank-cache",
-    metavar="FOLDER",
-    show_default=False,
-)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RerankFlags:
-    """The second-stage flags, checked (a known ``--probability-map``, at most one of
-    ``--rerank`` and ``--rerank-run``); ``rerank_search`` loads what they name."""
-
-    rerank: str | None
-    rerank_run: Path | None
-    score_kind: str | None
-    corpus: list[Path]
-    method: str
-    cache: Path | None
-
-
-def _rerank_flags(
-    rerank: str | None,
-    rerank_run: Path | None,
-    rerank_score_kind: str | None,
-    corpus: list[Path] | None,
-    probability_map: str,
-    rerank_cache: Path | None,
-) -> RerankFlags:
-    """The flags of ``RERANK``, checked.
+    """The second-stage flags, checked; ``rerank_search`` loads what they name.
 
     Raises:
         ConfigError: ``--probability-map`` names no method; both ``--rerank`` and
             ``--rerank-run``.
     """
-    from ragguard.errors import ConfigError
-    from ragguard.probability import MapMethod
 
-    methods = [m.value for m in MapMethod]
-    if probability_map not in methods:
-        raise ConfigError(
-            f"--probability-map {probability_map!r} is not a method; use one of "
-            f"{', '.join(methods)}"
-        )
-    if rerank is not None and rerank_run is not None:
-        raise ConfigError("give --rerank or --rerank-run, not both")
-    return RerankFlags(
-        rerank, rerank_run, rerank_score_kind, list(corpus or ()), probability_map, rerank_cache
-    )
+    rerank: str | None = None
+    rerank_run: Path | None = None
+    rerank_score_kind: str | None = None
+    corpus: list[Path] | None = None
+    probability_map: str
+    rerank_cache: Path | None = None
+
+    def __post_init__(self) -> None:
+        from ragguard.errors import ConfigError
+        from ragguard.probability import MapMethod
+
+        methods = [m.value for m in MapMethod]
+        if self.probability_map not in methods:
+            raise ConfigError(
+                f"--probability-map {self.probability_map!r} is not a method; use one of "
+                f"{', '.join(methods)}"
+            )
+        if self.rerank is not None and self.rerank_run is not None:
+            raise ConfigError("give --rerank or --rerank-run, not both")
 
 
-RERANK = FlagGroup(
+RERANK = group(
     "Second stage",
-    (
-        Flag("rerank", RerankOpt, None),
-        Flag("rerank_run", RerankRunOpt, None),
-        Flag("rerank_score_kind", RerankKindOpt, None),
-        Flag("corpus", CorpusOpt, None),
-        Flag("probability_map", MapOpt),
-        Flag("rerank_cache", RerankCacheOpt, None),
+    RerankFlags,
+    RerankSearch,
+    rerank=option(
+        str | None,
+        "Calibrate a second stage too: a sentence-transformers CrossEncoder name or "
+        "local path, or module:callable (a reranker(query, texts) -> scores, imported "
+        "because you named it). Scores are computed once and cached.",
+        "--rerank",
+        metavar="SPEC",
     ),
-    _rerank_flags,
-    (RerankSearch,),
+    rerank_run=option(
+        Path | None,
+        "Precomputed second-stage scores (TREC run format or JSON) instead of --rerank; "
+        "needs --rerank-score-kind.",
+        "--rerank-run",
+        metavar="FILE",
+    ),
+    rerank_score_kind=option(
+        str | None,
+        "What the second-stage scores are: logit or probability (default: what the reranker "
+        "declares).",
+        "--rerank-score-kind",
+        metavar="KIND",
+    ),
+    corpus=CorpusOpt,
+    probability_map=option(
+        str,
+        "How rerank scores become calibrated probabilities: platt or isotonic.",
+        "--probability-map",
+        metavar="METHOD",
+    ),
+    rerank_cache=option(
+        Path | None,
+        "Folder of the rerank score cache (default $RAGGUARD_CACHE_DIR or "
+        "~/.cache/ragguard/rerank).",
+        "--rerank-cache",
+        metavar="FOLDER",
+    ),
 )
 """``ragguard calibrate``'s second-stage flags (``rerank_search`` builds from them)."""
 
@@ -158,9 +111,9 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
     from ragguard.probability import MapMethod
     from ragguard.rerank import load_reranker
 
-    method = MapMethod(flags.method)
+    method = MapMethod(flags.probability_map)
     if flags.rerank_run is not None:
-        scores = read_rerank_run(flags.rerank_run, flags.score_kind)
+        scores = read_rerank_run(flags.rerank_run, flags.rerank_score_kind)
         return RerankSearch(scores=scores, probability_map=method)
     assert flags.rerank is not None
     task = progress.add_task(f"reranking with {flags.rerank}", total=None)
@@ -169,31 +122,9 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
         progress.update(task, completed=done, total=total)
 
     return RerankSearch(
-        reranker=load_reranker(flags.rerank, score_kind=flags.score_kind),
-        score_kind=flags.score_kind,
+        reranker=load_reranker(flags.rerank, score_kind=flags.rerank_score_kind),
+        score_kind=flags.rerank_score_kind,
         probability_map=method,
-        cache_dir=flags.cache if flags.cache is not None else True,
+        cache_dir=flags.rerank_cache if flags.rerank_cache is not None else True,
         on_query=on_query,
-    )
-
-
-class CountColumn(ProgressColumn):
-    """``done/total`` of a task, or nothing while its total is unknown (a count that
-    cannot be known is not shown as ``0/?``)."""
-
-    def render(self, task: Task) -> Text:
-        """The count, or an empty text."""
-        if task.total is None:
-            return Text("")
-        return Text(f"{int(task.completed)}/{int(task.total)}", style="progress.download")
-
-
-def scoring_progress() -> Progress:
-    """The progress bars of rerank scoring and of the sweeps (stderr)."""
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        CountColumn(),
-        TimeElapsedColumn(),
-        console=err,
     )

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
 from rich.progress import (
@@ -22,8 +22,8 @@ from rich.progress import (
 
 from ragguard.calibration.annotate import Outputs
 from ragguard.calibration.data.evalset import FORMATS
-from ragguard.cli._common import Verbose, app, err, friendly_errors, out
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
+from ragguard.cli._common import Verbose, app, err, out
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
 from ragguard.errors import AnnotationError
 
 __all__ = ["annotate_command", "load_chat_model"]
@@ -172,28 +172,20 @@ ModelOpt = option(
 ModelIdOpt = option(
     str | None, "The model's name in the outputs (default: --model).", metavar="NAME"
 )
-RunOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        metavar="FILE",
-        help="A run file (TREC run or JSON); repeat for several.",
-        show_default=False,
-    ),
-]
+RunOpt = option(
+    list[Path] | None, "A run file (TREC run or JSON); repeat for several.", metavar="FILE"
+)
 EvalsetFormatOpt = option(
     str | None,
     f"{', '.join([*FORMATS][:-1])} or {[*FORMATS][-1]} (default: detected).",
     "--format",
     metavar="FORMAT",
 )
-CorpusOpt = Annotated[
+CorpusOpt = option(
     list[Path] | None,
-    typer.Option(
-        metavar="FILE",
-        help="JSONL corpus with the passage texts (_id or id, text, title); repeatable.",
-        show_default=False,
-    ),
-]
+    "JSONL corpus with the passage texts (_id or id, text, title); repeatable.",
+    metavar="FILE",
+)
 OutPathOpt = option(
     Path, "The ragguard JSONL to write (utilities per passage).", "--out", metavar="FILE"
 )
@@ -207,7 +199,6 @@ UnjudgedOpt = option(
     "Passages without a label: judge (ask the judge), irrelevant or skip. "
     "Default: judge with --judge-model, else irrelevant.",
     metavar="POLICY",
-    show_default=False,
 )
 JudgeModelOpt = option(
     str | None, "The judge (the paper's Figure 5 prompt); default: --model.", metavar="MODEL"
@@ -227,7 +218,6 @@ ChatTemplateOpt = option(
     "template when there is one.",
     "--chat-template/--no-chat-template",
     metavar=FLAG,
-    show_default=False,
 )
 ThreadsOpt = option(
     int | None, "PyTorch CPU threads (on a busy machine 1 can beat all).", metavar="N"
@@ -254,16 +244,28 @@ class Model:
 
     backend: Backend
     model: str
-    model_id: str | None
+    model_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Inputs:
     """Run files, the eval set's format and corpus files."""
 
-    run: list[Path] | None
-    evalset_format: str | None
-    corpus: list[Path] | None
+    run: list[Path] | None = None
+    evalset_format: str | None = None
+    corpus: list[Path] | None = None
+
+
+def _relevance(
+    unjudged: UnjudgedPolicy | None = None,
+    judge_model: str | None = None,
+    judge_backend: Backend | None = None,
+) -> tuple[UnjudgedPolicy, str | None, Backend | None]:
+    """The policy for unlabelled passages (default: judge with a judge model, else
+    irrelevant), and the judge's model and backend (``None``: the measuring one's)."""
+    if unjudged is None:
+        unjudged = UnjudgedPolicy.irrelevant if judge_model is None else UnjudgedPolicy.judge
+    return unjudged, judge_model, judge_backend
 
 
 def _checked(**opts: Any) -> dict[str, Any]:
@@ -281,45 +283,22 @@ def _checked(**opts: Any) -> dict[str, Any]:
     return opts
 
 
-MODEL = FlagGroup(
-    "Model",
-    (
-        Flag("backend", BackendOpt),
-        Flag("model", ModelOpt),
-        Flag("model_id", ModelIdOpt, None),
-    ),
-    Model,
-)
-
-INPUTS = FlagGroup(
-    "Inputs",
-    (
-        Flag("run", RunOpt, None),
-        Flag("evalset_format", EvalsetFormatOpt, None),
-        Flag("corpus", CorpusOpt, None),
-    ),
-    Inputs,
-)
-
-OUTPUT = FlagGroup(
+MODEL = group("Model", Model, backend=BackendOpt, model=ModelOpt, model_id=ModelIdOpt)
+INPUTS = group("Inputs", Inputs, run=RunOpt, evalset_format=EvalsetFormatOpt, corpus=CorpusOpt)
+OUTPUT = group(
     "Output",
-    (
-        Flag("out", OutPathOpt),
-        Flag("udcg_out", UdcgOutOpt),
-        Flag("progress_file", ProgressFileOpt),
-        Flag("fresh", FreshOpt),
-    ),
-    Outputs,  # the flags' defaults are its fields'
+    Outputs,
+    out=OutPathOpt,
+    udcg_out=UdcgOutOpt,
+    progress_file=ProgressFileOpt,
+    fresh=FreshOpt,
 )
-
-RELEVANCE: FlagGroup[dict[str, Any]] = FlagGroup(
+RELEVANCE = group(
     "Relevance of unlabelled passages",
-    (
-        Flag("unjudged", UnjudgedOpt, None),
-        Flag("judge_model", JudgeModelOpt, None),
-        Flag("judge_backend", JudgeBackendOpt, None),
-    ),
-    dict,
+    _relevance,
+    unjudged=UnjudgedOpt,
+    judge_model=JudgeModelOpt,
+    judge_backend=JudgeBackendOpt,
 )
 
 LOCAL = FlagGroup(
@@ -356,7 +335,6 @@ EvalsetArg = Annotated[
     typer.Argument(
         metavar="EVALSET",
         help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON.",
-        show_default=False,
     ),
 ]
 
@@ -370,15 +348,14 @@ EvalsetArg = Annotated[
         "relevance": RELEVANCE,
         "local": LOCAL,
         "endpoint": ENDPOINT,
-    },
-    boundary=lambda own: friendly_errors(own["verbose"]),
+    }
 )
 def annotate_command(
     evalset: EvalsetArg,
     model: Model,
     inputs: Inputs,
     output: Outputs,
-    relevance: dict[str, Any],
+    relevance: tuple[UnjudgedPolicy, str | None, Backend | None],
     local: dict[str, Any],
     endpoint: dict[str, Any],
     verbose: Verbose = False,
@@ -390,87 +367,81 @@ def annotate_command(
 
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
-    with friendly_errors(verbose):
-        from ragguard.calibration.annotate import Relevance, Unjudged, annotate
+    from ragguard.calibration.annotate import Relevance, annotate
 
-        opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
-        backend, threads = model.backend, local["threads"]
-        judge_model, judge_backend = relevance["judge_model"], relevance["judge_backend"]
-        policy = relevance["unjudged"] or (
-            UnjudgedPolicy.judge if judge_model is not None else UnjudgedPolicy.irrelevant
-        )
-        if threads is not None and backend in (Backend.transformers, Backend.gguf):
-            from ragguard._optional import require
+    opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
+    backend, threads = model.backend, local["threads"]
+    policy, judge_model, judge_backend = relevance
+    if threads is not None and backend in (Backend.transformers, Backend.gguf):
+        from ragguard._optional import require
 
-            require("torch", "annotate").set_num_threads(threads)
-        name = model.model
-        err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
-        estimator = _estimator(backend, name, opts)
-        judge = None
-        if policy is UnjudgedPolicy.judge:
-            jb = judge_backend or backend
-            jm = judge_model or name
-            judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
+        require("torch", "annotate").set_num_threads(threads)
+    name = model.model
+    err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
+    estimator = _estimator(backend, name, opts)
+    judge = None
+    if policy is UnjudgedPolicy.judge:
+        jb = judge_backend or backend
+        jm = judge_model or name
+        judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
 
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=False,
-        ) as bar:
-            tasks: dict[str, TaskID] = {}
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
 
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    label = "judging relevance" if stage == "judge" else "p(NO-RESPONSE)"
-                    tasks[stage] = bar.add_task(label, total=total)
-                bar.update(tasks[stage], completed=done, total=total)
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                label = "judging relevance" if stage == "judge" else "p(NO-RESPONSE)"
+                tasks[stage] = bar.add_task(label, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
 
-            try:
-                summary = annotate(
-                    evalset,
-                    estimator,
-                    outputs=output,
-                    relevance=Relevance(judge=judge, unjudged=cast("Unjudged", policy.value)),
-                    runs=list(inputs.run) if inputs.run else None,
-                    format=inputs.evalset_format,
-                    corpus=list(inputs.corpus or []),
-                    progress=progress,
-                )
-            except KeyboardInterrupt:
-                saved = output.store_path
-                err.print(
-                    f"interrupted: every result so far is saved in {saved}; run the same "
-                    "command again to resume",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                raise typer.Exit(130) from None
-        out.print(
-            f"annotated {summary.pairs} passages with {summary.model_id}: "
-            f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",
-            highlight=False,
-            soft_wrap=True,
-        )
-        if summary.judged or summary.judge_failures:
-            out.print(
-                f"relevance judged for {summary.judged} passages"
-                + (
-                    f"; {summary.judge_failures} replies had no grade (left out; judged again "
-                    "on the next run)"
-                    if summary.judge_failures
-                    else ""
-                ),
+        try:
+            summary = annotate(
+                evalset,
+                estimator,
+                outputs=output,
+                relevance=Relevance(judge=judge, unjudged=policy.value),
+                runs=list(inputs.run) if inputs.run else None,
+                format=inputs.evalset_format,
+                corpus=list(inputs.corpus or []),
+                progress=progress,
+            )
+        except KeyboardInterrupt:
+            saved = output.store_path
+            err.print(
+                f"interrupted: every result so far is saved in {saved}; run the same "
+                "command again to resume",
                 highlight=False,
                 soft_wrap=True,
             )
-        if summary.skipped:
-            out.print(
-                f"skipped {summary.skipped} unlabelled passages", highlight=False, soft_wrap=True
-            )
-        out.print(f"wrote {summary.out}", highlight=False, soft_wrap=True)
-        if summary.udcg_out is not None:
-            out.print(f"wrote {summary.udcg_out}", highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
+    out.print(
+        f"annotated {summary.pairs} passages with {summary.model_id}: "
+        f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if summary.judged or summary.judge_failures:
+        out.print(
+            f"relevance judged for {summary.judged} passages"
+            + (
+                f"; {summary.judge_failures} replies had no grade (left out; judged again "
+                "on the next run)"
+                if summary.judge_failures
+                else ""
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
+    if summary.skipped:
+        out.print(f"skipped {summary.skipped} unlabelled passages", highlight=False, soft_wrap=True)
+    out.print(f"wrote {summary.out}", highlight=False, soft_wrap=True)
+    if summary.udcg_out is not None:
+        out.print(f"wrote {summary.udcg_out}", highlight=False, soft_wrap=True)

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from ragguard.calibration import Calibrator, Check, Guarantee, Search, Split, Stages
-from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._common import Verbose, app, err, out
 from ragguard.cli._data import (
     EvalSetArg,
     ProfileOpt,
@@ -24,14 +24,10 @@ from ragguard.cli._data import (
     ScoreKindOpt,
     load_evalset_for_cli,
     profile_for_cli,
+    progress_bars,
 )
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
-from ragguard.cli._two_stage import (
-    RERANK,
-    RerankFlags,
-    rerank_search,
-    scoring_progress,
-)
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
+from ragguard.cli._two_stage import RERANK, RerankFlags, rerank_search
 
 if TYPE_CHECKING:
     from ragguard.calibration import Answerability, Constraint, UtilityRules
@@ -47,9 +43,9 @@ class Inputs:
     """Where the runs come from: run files, or a live retriever (``--run``,
     ``--retriever``, ``--score-kind``)."""
 
-    run: list[Path] | None
-    retriever: str | None
-    score_kind: ScoreKind | None
+    run: list[Path] | None = None
+    retriever: str | None = None
+    score_kind: ScoreKind | None = None
 
 
 @dataclass(frozen=True)
@@ -75,16 +71,20 @@ class Goal:
 
 @dataclass(frozen=True)
 class Output:
-    """What is written: the config, the report (``None``: none), and how."""
+    """What is written: the config, the report (unless ``no_report``), and how."""
 
-    config: Path
-    report: Path | None
-    allow_unmet: bool
-    as_json: bool
+    out_path: Path = Path("ragguard.toml")
+    report: Path = Path("ragguard-report")
+    no_report: bool = False
+    allow_unmet: bool = False
+    as_json: bool = False
 
 
 def _utilities(
-    profile: str, profiles: Path | None, relevant_grade: int | None, partial_grade: int | None
+    profile: str = "support",
+    profiles: Path | None = None,
+    relevant_grade: int | None = None,
+    partial_grade: int | None = None,
 ) -> Utilities:
     """The profile ``--profile`` names and the grade rules the flags give.
 
@@ -143,8 +143,8 @@ def _stages(
     max_tokens: int | None,
     token_counter: str,
     near_duplicate_threshold: float | None,
-    conflict_modes: str | None,
-    conflict_similarity: str | None,
+    conflict_modes: str | None = None,  # --conflicts: a comma-separated list
+    conflict_similarity: str | None = None,
 ) -> Stages:
     """The stages after the cut, ``--conflicts`` and ``--conflict-similarity`` read as
     lists (``_conflict_options``).
@@ -175,19 +175,12 @@ def _check(on_worse: str) -> Check:
     return Check(on_worse="stop" if on_worse == "stop" else "top-k")
 
 
-def _output(
-    out_path: Path, report: Path, no_report: bool, allow_unmet: bool, as_json: bool
-) -> Output:
-    return Output(out_path, None if no_report else report, allow_unmet, as_json)
-
-
 RetrieverOpt = option(
     str | None,
     "module:function returning a LangChain or LlamaIndex retriever; it is "
     "called live for every query (the module may sit in the current directory).",
     "--retriever",
     metavar="MODULE:FUNCTION",
-    show_default=False,
 )
 RelevantGradeOpt = option(
     int | None,
@@ -196,7 +189,6 @@ RelevantGradeOpt = option(
     min=1,
     max=5,
     metavar="INT",
-    show_default=False,
 )
 PartialGradeOpt = option(
     int | None,
@@ -206,7 +198,6 @@ PartialGradeOpt = option(
     min=1,
     max=5,
     metavar="INT",
-    show_default=False,
 )
 ObjectiveOpt = option(
     str,
@@ -236,7 +227,6 @@ GuaranteeOpt = option(
     "Choose the smallest context whose mean evidence recall on new queries "
     "is at least X with probability --confidence (Learn-then-Test).",
     metavar="recall>=X",
-    show_default=False,
 )
 ConfidenceOpt = option(
     float, "Confidence of --guarantee and --max-false-abstain.", min=0.5, max=0.999, metavar="FLOAT"
@@ -248,7 +238,6 @@ MaxFalseAbstainOpt = option(
     "abstains on new queries, with probability --confidence (Learn-then-Test). "
     "Needs unanswerable queries (judged, none relevant).",
     metavar="X",
-    show_default=False,
 )
 MaxKOpt = option(
     int | None,
@@ -258,7 +247,6 @@ MaxKOpt = option(
     min=1,
     max=1000,
     metavar="INT",
-    show_default=False,
 )
 MaxTokensOpt = option(
     int | None,
@@ -267,7 +255,6 @@ MaxTokensOpt = option(
     "--corpus), so the choice respects it; the config carries it.",
     min=1,
     metavar="INT",
-    show_default=False,
 )
 TokenCounterOpt = option(
     str,
@@ -282,7 +269,6 @@ NearDuplicateThresholdOpt = option(
     min=0.0,
     max=1.0,
     metavar="FLOAT",
-    show_default=False,
 )
 ConflictsOpt = option(
     str | None,
@@ -294,7 +280,6 @@ ConflictsOpt = option(
     "config by hand).",
     "--conflicts",
     metavar="MODES",
-    show_default=False,
 )
 ConflictSimilarityOpt = option(
     str | None,
@@ -303,7 +288,6 @@ ConflictSimilarityOpt = option(
     "compared); default 0.5.",
     "--conflict-similarity",
     metavar="FLOATS",
-    show_default=False,
 )
 HoldoutOpt = option(
     float,
@@ -345,27 +329,15 @@ AsJsonOpt = option(
 )
 
 
-INPUTS = FlagGroup(
-    "Inputs",
-    (
-        Flag("run", RunOpt, None),
-        Flag("retriever", RetrieverOpt, None),
-        Flag("score_kind", ScoreKindOpt, None),
-    ),
-    Inputs,
-)
-
-UTILITIES = FlagGroup(
+INPUTS = group("Inputs", Inputs, run=RunOpt, retriever=RetrieverOpt, score_kind=ScoreKindOpt)
+UTILITIES = group(
     "Utilities",
-    (
-        Flag("profile", ProfileOpt, "support"),
-        Flag("profiles", ProfilesOpt, None),
-        Flag("relevant_grade", RelevantGradeOpt, None),
-        Flag("partial_grade", PartialGradeOpt, None),
-    ),
     _utilities,
+    profile=ProfileOpt,
+    profiles=ProfilesOpt,
+    relevant_grade=RelevantGradeOpt,
+    partial_grade=PartialGradeOpt,
 )
-
 GOAL = FlagGroup(
     "Objective",
     (
@@ -380,52 +352,27 @@ GOAL = FlagGroup(
     (Calibrator, Guarantee),
 )
 
-SEARCH = FlagGroup(
+SEARCH = group("Settings swept", Search, max_k=MaxKOpt)
+STAGES = group(
     "Settings swept",
-    (Flag("max_k", MaxKOpt),),
-    Search,
-)
-
-STAGES = FlagGroup(
-    "Settings swept",
-    (
-        Flag("max_tokens", MaxTokensOpt),
-        Flag("token_counter", TokenCounterOpt),
-        Flag("near_duplicate_threshold", NearDuplicateThresholdOpt),
-        Flag("conflict_modes", ConflictsOpt, None),  # --conflicts: a comma-separated list
-        Flag("conflict_similarity", ConflictSimilarityOpt, None),
-    ),
     _stages,
-    (Stages,),
+    Stages,
+    max_tokens=MaxTokensOpt,
+    token_counter=TokenCounterOpt,
+    near_duplicate_threshold=NearDuplicateThresholdOpt,
+    conflict_modes=ConflictsOpt,
+    conflict_similarity=ConflictSimilarityOpt,
 )
-
-SPLIT = FlagGroup(
-    "Held-out check",
-    (
-        Flag("holdout", HoldoutOpt),
-        Flag("seed", SeedOpt),
-        Flag("folds", FoldsOpt),
-    ),
-    Split,
-)
-
-CHECK = FlagGroup(
-    "Held-out check",
-    (Flag("on_worse", OnWorseOpt),),
-    _check,
-    (Check,),
-)
-
-OUTPUT = FlagGroup(
+SPLIT = group("Held-out check", Split, holdout=HoldoutOpt, seed=SeedOpt, folds=FoldsOpt)
+CHECK = group("Held-out check", _check, Check, on_worse=OnWorseOpt)
+OUTPUT = group(
     "Output",
-    (
-        Flag("out_path", OutPathOpt, Path("ragguard.toml")),
-        Flag("report", ReportOpt, Path("ragguard-report")),
-        Flag("no_report", NoReportOpt, False),
-        Flag("allow_unmet", AllowUnmetOpt, False),
-        Flag("as_json", AsJsonOpt, False),
-    ),
-    _output,
+    Output,
+    out_path=OutPathOpt,
+    report=ReportOpt,
+    no_report=NoReportOpt,
+    allow_unmet=AllowUnmetOpt,
+    as_json=AsJsonOpt,
 )
 
 
@@ -441,8 +388,7 @@ OUTPUT = FlagGroup(
         "split": SPLIT,
         "output": OUTPUT,
         "rerank": RERANK,
-    },
-    boundary=lambda own: friendly_errors(own["verbose"]),
+    }
 )
 def calibrate(
     ctx: typer.Context,
@@ -463,95 +409,92 @@ def calibrate(
     Sweep max_k x relative threshold (and the gap / autocut rules) with the guard's own
     policy, choose by the objective under the constraints, check the choice on held-out
     queries, and write the config and a report."""
-    with friendly_errors(verbose):
-        from ragguard.errors import ConfigError
+    from ragguard.errors import ConfigError
 
-        out_path, report = output.config, output.report
-        given = [
-            evalset,
-            *(inputs.run or ()),
-            utilities.profiles,
-            *rerank.corpus,
-            rerank.rerank_run,
-        ]
-        _check_outputs(out_path, report, given)
-        # a reranker and the stages after the cut read the passage texts; else they are
-        # left out: less memory (precomputed rerank scores read none)
-        texts = rerank.rerank is not None or stages.read_texts
-        es = load_evalset_for_cli(
-            evalset,
-            inputs.run,
-            score_kind=inputs.score_kind,
-            retriever=inputs.retriever,
-            texts=texts,
+    out_path, report = output.out_path, None if output.no_report else output.report
+    given = [
+        evalset,
+        *(inputs.run or ()),
+        utilities.profiles,
+        *(rerank.corpus or ()),
+        rerank.rerank_run,
+    ]
+    _check_outputs(out_path, report, given)
+    # a reranker and the stages after the cut read the passage texts; else they are
+    # left out: less memory (precomputed rerank scores read none)
+    texts = rerank.rerank is not None or stages.read_texts
+    es = load_evalset_for_cli(
+        evalset,
+        inputs.run,
+        score_kind=inputs.score_kind,
+        retriever=inputs.retriever,
+        texts=texts,
+    )
+    read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
+    _check_outputs(out_path, report, read)
+    with progress_bars() as progress:
+        second = rerank_search(rerank, progress)
+        sweeps = progress.add_task("sweeping settings", total=None)
+        calibrator = Calibrator(
+            objective=goal.objective,
+            constraints=goal.constraints,
+            profile=utilities.profile,
+            rules=utilities.rules,
+            search=search,
+            split=split,
+            check=check,
+            guarantee=goal.guarantee,
+            stages=stages,
+            rerank=second,
+            answerability=goal.answerability,
         )
-        read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
-        _check_outputs(out_path, report, read)
-        with scoring_progress() as progress:
-            second = rerank_search(rerank, progress)
-            sweeps = progress.add_task("sweeping settings", total=None)
-            calibrator = Calibrator(
-                objective=goal.objective,
-                constraints=goal.constraints,
-                profile=utilities.profile,
-                rules=utilities.rules,
-                search=search,
-                split=split,
-                check=check,
-                guarantee=goal.guarantee,
-                stages=stages,
-                rerank=second,
-                answerability=goal.answerability,
-            )
-            result = calibrator.fit(
-                es,
-                corpus=rerank.corpus,  # texts for the reranker and the stages after the cut
-                on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
-            )
-        repeat = _command_line(ctx, evalset, inputs, rerank)  # what the next steps repeat
-        # The report first, then the config: a command that fails leaves no fresh config
-        # behind (each file is written whole, or not at all).
-        report_paths = None
-        if report is not None:
-            from ragguard.calibration.report import write_report
-
-            with err.status("writing the report..."):
-                report_paths = write_report(
-                    result, report, config_path=str(out_path), evalset=repeat
-                )
-        blocked = result.stopped
-        unmet = result.unmet()
-        if blocked is None and unmet and not output.allow_unmet:
-            blocked = "; ".join(unmet) + " (pass --allow-unmet to write it anyway)"
-        if output.as_json:  # one JSON document on stdout, for CI pipelines; errors as usual
-            if blocked is not None:
-                raise ConfigError(f"no config written: {blocked}")
-            from ragguard.calibration.report.summary import result_document
-
-            written = result.save_config(out_path, allow_unmet=output.allow_unmet)
-            paths = None
-            if report_paths is not None:
-                paths = {"html": str(report_paths.html), "markdown": str(report_paths.markdown)}
-            doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
-            typer.echo(json.dumps(doc, indent=2))
-            return
-        from ragguard.calibration.report.console import (
-            config_line,
-            print_report_line,
-            print_result,
+        result = calibrator.fit(
+            es,
+            corpus=rerank.corpus or (),  # texts for the reranker and the stages after the cut
+            on_sweep=lambda done, total: progress.update(sweeps, completed=done, total=total),
         )
+    repeat = _command_line(ctx, evalset, inputs, rerank)  # what the next steps repeat
+    # The report first, then the config: a command that fails leaves no fresh config
+    # behind (each file is written whole, or not at all).
+    report_paths = None
+    if report is not None:
+        from ragguard.calibration.report import write_report
 
-        view = result.view(evalset=repeat)
-        print_result(view, out)
+        with err.status("writing the report..."):
+            report_paths = write_report(result, report, config_path=str(out_path), evalset=repeat)
+    blocked = result.stopped
+    unmet = result.unmet()
+    if blocked is None and unmet and not output.allow_unmet:
+        blocked = "; ".join(unmet) + " (pass --allow-unmet to write it anyway)"
+    if output.as_json:  # one JSON document on stdout, for CI pipelines; errors as usual
         if blocked is not None:
-            print_report_line(report_paths, out, err)
             raise ConfigError(f"no config written: {blocked}")
-        path = result.save_config(out_path, allow_unmet=output.allow_unmet)
-        for line in unmet:
-            err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
-        out.print()
-        out.print(config_line(view, path), highlight=False)
+        from ragguard.calibration.report.summary import result_document
+
+        written = result.save_config(out_path, allow_unmet=output.allow_unmet)
+        paths = None
+        if report_paths is not None:
+            paths = {"html": str(report_paths.html), "markdown": str(report_paths.markdown)}
+        doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    from ragguard.calibration.report.console import (
+        config_line,
+        print_report_line,
+        print_result,
+    )
+
+    view = result.view(evalset=repeat)
+    print_result(view, out)
+    if blocked is not None:
         print_report_line(report_paths, out, err)
+        raise ConfigError(f"no config written: {blocked}")
+    path = result.save_config(out_path, allow_unmet=output.allow_unmet)
+    for line in unmet:
+        err.print(f"[yellow]warning:[/] {escape(line)}; written anyway (--allow-unmet)")
+    out.print()
+    out.print(config_line(view, path), highlight=False)
+    print_report_line(report_paths, out, err)
 
 
 #: calibrate's options the suggested commands never repeat: the inputs CommandLine holds
@@ -599,7 +542,7 @@ def _command_line(
     return CommandLine(
         str(evalset),
         runs=tuple(str(r) for r in inputs.run or ()),
-        corpus=tuple(str(c) for c in rerank.corpus),
+        corpus=tuple(str(c) for c in rerank.corpus or ()),
         retriever=inputs.retriever,
         options=tuple(options),
     )
@@ -621,7 +564,12 @@ def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str],
 
     names = _list_option("--conflicts", modes)
     given = _list_option("--conflict-similarity", levels)
-    values = [_number("--conflict-similarity", x) for x in given]
+    values: list[float] = []
+    for x in given:
+        try:
+            values.append(float(x))
+        except ValueError:
+            raise ConfigError(f"--conflict-similarity: {x!r} is not a number") from None
     if values and not names:
         raise ConfigError(
             "--conflict-similarity sets the levels the conflict stage is swept at; pass "
@@ -653,16 +601,6 @@ def _list_option(option: str, value: str | None) -> list[str]:
     if not all(items):
         raise ConfigError(f"{option} takes comma-separated values with none empty, got {value!r}")
     return items
-
-
-def _number(option: str, text: str) -> float:
-    """``text`` as a float, or a one-line error naming ``option``."""
-    from ragguard.errors import ConfigError
-
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{option}: {text!r} is not a number") from None
 
 
 def _check_outputs(

@@ -30,7 +30,6 @@ ConfigFileOpt = Annotated[
         "-c",
         metavar="FILE",
         help="A ragguard.toml whose custom [profiles.NAME] tables are included.",
-        show_default=False,
     ),
 ]
 
@@ -103,9 +102,7 @@ def profiles_list(config: ConfigFileOpt = None, verbose: Verbose = False) -> Non
 
 @profiles_app.command("show")
 def profiles_show(
-    name: Annotated[
-        str, typer.Argument(metavar="NAME", help="The profile's name.", show_default=False)
-    ],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The profile's name.")],
     config: ConfigFileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     verbose: Verbose = False,
@@ -139,7 +136,6 @@ def config_show(
             metavar="FILE",
             help="A config TOML; default ./ragguard.toml when it exists, else defaults and "
             "environment only.",
-            show_default=False,
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -203,7 +199,6 @@ def config_schema(
             "-o",
             metavar="FILE",
             help="Write the schema to this file instead of stdout.",
-            show_default=False,
         ),
     ] = None,
     verbose: Verbose = False,

@@ -52,7 +52,6 @@ MetricsOpt = Annotated[
         metavar="METRICS",
         help="Metric strings, comma-separated or repeated (e.g. ndcg@10,udcg@5). Default: "
         f"{', '.join(TRADITIONAL)} and {', '.join(DISTRACTION_AWARE)}, at --k.",
-        show_default=False,
     ),
 ]
 KOpt = Annotated[

@@ -4,18 +4,18 @@ on stderr."""
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from ragguard.calibration.train.reranker import RerankerTrainer, Training
-from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._common import Verbose, app, err, out
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
+from ragguard.cli._groups import FlagGroup, GroupedCommand, group, grouped, option
 from ragguard.cli._two_stage import CorpusOpt
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ KindOpt = option(
     "bi-encoder, or fusion and cross-encoder when --base is a cross-encoder.",
     "--kind",
     metavar="KIND",
-    show_default=False,
 )
 MaxStepsOpt = option(
     int,
@@ -68,20 +67,20 @@ BatchSizeOpt = option(int, "Pairs (or triplets) per training step.", min=1, meta
 MaxLengthOpt = option(
     int, "Tokens per text (bi-encoder) or per pair (cross-encoder).", min=8, metavar="INT"
 )
-DeviceOpt = option(
-    str | None, "torch device: cpu, cuda, cuda:1, mps.", metavar="DEVICE", show_default=False
-)
-PretrainDataOpt = option(
+DeviceOpt = option(str | None, "torch device: cpu, cuda, cuda:1, mps.", metavar="DEVICE")
+PretrainDataOpt = Annotated[
     Path | None,
-    "Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
-    'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
-    '"isgold"}]}): a first training phase of the neural candidates. Questions and '
-    "passages of the eval set are left out; the licence file beside the data is "
-    "copied into --out when the written model used it.",
-    "--pretrain-data",
-    metavar="PATH",
-    show_default=False,
-)
+    typer.Option(
+        "--pretrain-data",
+        help="Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
+        'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
+        '"isgold"}]}): a first training phase of the neural candidates. Questions and '
+        "passages of the eval set are left out; the licence file beside the data is "
+        "copied into --out when the written model used it.",
+        metavar="PATH",
+        rich_help_panel="Training",
+    ),
+]
 HoldoutOpt = option(
     float,
     "calibrate's held-out fraction: these queries are never read (use the same "
@@ -98,134 +97,56 @@ ValidationOpt = option(
     metavar="FLOAT",
 )
 SeedOpt = option(int, "Seed of the splits and training.", min=0, metavar="INT")
-OutDirOpt = option(
+OutDirOpt = Annotated[
     Path,
-    "Folder to write the scorer and its model card to (must not exist or be "
-    "empty, unless --overwrite; never one holding an input). Nothing is written "
-    "when no candidate clearly beats the base.",
-    "--out",
-    metavar="DIR",
-    show_default=False,
-)
-OverwriteOpt = option(
+    typer.Option(
+        "--out",
+        help="Folder to write the scorer and its model card to (must not exist or be "
+        "empty, unless --overwrite; never one holding an input). Nothing is written "
+        "when no candidate clearly beats the base.",
+        metavar="DIR",
+        rich_help_panel="Output",
+    ),
+]
+OverwriteOpt = Annotated[
     bool,
-    "Replace an --out folder that train-reranker wrote (its "
-    "ragguard-written.json lists what); one holding anything else is refused.",
-    "--overwrite",
-)
-
-
-@dataclass(frozen=True)
-class Model:
-    """The model to start from and to beat, and the candidates to train."""
-
-    base: str
-    kinds: list[str] | None
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How the neural candidates train, and the pre-training data they start with."""
-
-    training: Training
-    pretrain_data: Path | None
-
-
-@dataclass(frozen=True)
-class Splits:
-    """calibrate's held-out fraction and seed, and the validation fraction."""
-
-    holdout: float
-    validation: float
-    seed: int
-
-
-@dataclass(frozen=True)
-class Output:
-    """Where the scorer is written, and whether a folder train-reranker wrote is replaced."""
-
-    out_dir: Path
-    overwrite: bool
-
-
-def _model(base: str, kind: list[str] | None) -> Model:
-    return Model(base, kind or None)
-
-
-def _training(
-    max_steps: int, batch_size: int, max_length: int, device: str | None, pretrain_data: Path | None
-) -> Plan:
-    """The training of each neural candidate (with the trainer's progress bar), and the
-    pre-training data it starts with.
-
-    Raises:
-        ConfigError: a value out of range.
-    """
-    settings = Training(
-        max_steps=max_steps,
-        batch_size=batch_size,
-        max_length=max_length,
-        device=device,
-        show_progress_bar=True,
-    )
-    return Plan(settings, pretrain_data)
-
-
-MODEL = FlagGroup(
-    "Candidates",
-    (
-        Flag("base", BaseOpt),
-        Flag("kind", KindOpt, None),
+    typer.Option(
+        "--overwrite",
+        help="Replace an --out folder that train-reranker wrote (its "
+        "ragguard-written.json lists what); one holding anything else is refused.",
+        rich_help_panel="Output",
     ),
-    _model,
-    (RerankerTrainer,),
-)
+]
 
-TRAINING = FlagGroup(
+
+MODEL: FlagGroup[dict[str, Any]] = group(
+    "Candidates", dict, RerankerTrainer, base=BaseOpt, kinds=KindOpt
+)
+TRAINING = group(
     "Training",
-    (
-        Flag("max_steps", MaxStepsOpt),
-        Flag("batch_size", BatchSizeOpt),
-        Flag("max_length", MaxLengthOpt),
-        Flag("device", DeviceOpt),
-        Flag("pretrain_data", PretrainDataOpt, None),
-    ),
-    _training,
-    (Training,),
+    functools.partial(Training, show_progress_bar=True),
+    Training,
+    max_steps=MaxStepsOpt,
+    batch_size=BatchSizeOpt,
+    max_length=MaxLengthOpt,
+    device=DeviceOpt,
 )
-
-SPLIT = FlagGroup(
-    "Split",
-    (
-        Flag("holdout", HoldoutOpt),
-        Flag("validation", ValidationOpt),
-        Flag("seed", SeedOpt),
-    ),
-    Splits,
-    (RerankerTrainer,),
-)
-
-OUTPUT = FlagGroup(
-    "Output",
-    (
-        Flag("out_dir", OutDirOpt),
-        Flag("overwrite", OverwriteOpt, False),
-    ),
-    Output,
+SPLIT: FlagGroup[dict[str, Any]] = group(
+    "Split", dict, RerankerTrainer, holdout=HoldoutOpt, validation=ValidationOpt, seed=SeedOpt
 )
 
 
 @app.command("train-reranker", cls=GroupedCommand)
-@grouped(
-    {"model": MODEL, "training": TRAINING, "split": SPLIT, "output": OUTPUT},
-    boundary=lambda own: friendly_errors(own["verbose"]),
-)
+@grouped({"model": MODEL, "training": TRAINING, "split": SPLIT})
 def train_reranker(
     evalset: EvalSetArg,
-    model: Model,
-    training: Plan,
-    split: Splits,
-    output: Output,
+    *,
+    model: dict[str, Any],
+    training: Training,
+    pretrain_data: PretrainDataOpt = None,
+    split: dict[str, Any],
+    out_dir: OutDirOpt,
+    overwrite: OverwriteOpt = False,
     run: RunOpt = None,
     corpus: CorpusOpt = None,
     verbose: Verbose = False,
@@ -247,58 +168,49 @@ def train_reranker(
     seeded, stopping early on validation AUC (the default command took 3 min 50 s on
     examples/nq on 2 idle CPU cores).
     """
-    with friendly_errors(verbose):
-        holdout, seed = split.holdout, split.seed
-        base = model.base
-        data = load_evalset_for_cli(evalset, run, score_kind=None)
-        trainer = RerankerTrainer(
-            base=base,
-            kinds=model.kinds,
-            holdout=holdout,
-            validation=split.validation,
-            seed=seed,
-            training=training.training,
+    base = model["base"]
+    data = load_evalset_for_cli(evalset, run, score_kind=None)
+    trainer = RerankerTrainer(**model, **split, training=training)
+    result = trainer.fit(
+        data,
+        out=out_dir,
+        pretrain_data=pretrain_data,
+        corpus=[str(c) for c in corpus or ()],
+        overwrite=overwrite,
+        inputs=[evalset, *(run or ())],
+        progress=lambda line: err.print(escape(line), highlight=False),
+    )
+    table = compact_table(
+        f"validation AUCs on {result.usable_queries} usable queries "
+        f"(chosen by {result.selection_metric})"
+    )
+    cols = ("candidate", "role", "vs distractor", "vs other", "gain", "95% interval", "s")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("candidate", "role") else "right")
+    for c in result.candidates:
+        mark = " *" if c.name == result.chosen else ""
+        aucs = (_auc(c.auc_distractor), _auc(c.auc_other))
+        seconds = f"{c.seconds:.1f}" if c.role == "trained" else ""
+        table.add_row(c.name + mark, c.role, *aucs, *_gain(c.gain), seconds)
+    out.print(table)
+    if result.path is None:
+        what = (
+            f"the cross-encoder {escape(base)}, usable as --rerank {escape(base)}"
+            if result.base_kind == "cross-encoder"
+            else f"{escape(base)} cosine, e.g. --rerank examples.rerankers:minilm"
         )
-        result = trainer.fit(
-            data,
-            out=output.out_dir,
-            pretrain_data=training.pretrain_data,
-            corpus=[str(c) for c in corpus or ()],
-            overwrite=output.overwrite,
-            inputs=[evalset, *(run or ())],
-            progress=lambda line: err.print(escape(line), highlight=False),
-        )
-        table = compact_table(
-            f"validation AUCs on {result.usable_queries} usable queries "
-            f"(chosen by {result.selection_metric})"
-        )
-        cols = ("candidate", "role", "vs distractor", "vs other", "gain", "95% interval", "s")
-        for col in cols:
-            table.add_column(col, justify="left" if col in ("candidate", "role") else "right")
-        for c in result.candidates:
-            mark = " *" if c.name == result.chosen else ""
-            aucs = (_auc(c.auc_distractor), _auc(c.auc_other))
-            seconds = f"{c.seconds:.1f}" if c.role == "trained" else ""
-            table.add_row(c.name + mark, c.role, *aucs, *_gain(c.gain), seconds)
-        out.print(table)
-        if result.path is None:
-            what = (
-                f"the cross-encoder {escape(base)}, usable as --rerank {escape(base)}"
-                if result.base_kind == "cross-encoder"
-                else f"{escape(base)} cosine, e.g. --rerank examples.rerankers:minilm"
-            )
-            err.print(
-                f"[bold red]not written:[/] {escape(result.why)}; use the base as it is "
-                f"({what}) or label more queries",
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(1)
-        out.print(escape(result.why), highlight=False, soft_wrap=True)
-        out.print(
-            f"wrote {escape(str(result.path))} ({result.chosen}, {result.seconds:.1f} s); next: "
-            f"ragguard calibrate {escape(str(evalset))} --rerank {escape(str(result.path))} "
-            f"--holdout {holdout:g} --seed {seed}",
+        err.print(
+            f"[bold red]not written:[/] {escape(result.why)}; use the base as it is "
+            f"({what}) or label more queries",
             highlight=False,
             soft_wrap=True,
         )
+        raise typer.Exit(1)
+    out.print(escape(result.why), highlight=False, soft_wrap=True)
+    out.print(
+        f"wrote {escape(str(result.path))} ({result.chosen}, {result.seconds:.1f} s); next: "
+        f"ragguard calibrate {escape(str(evalset))} --rerank {escape(str(result.path))} "
+        f"--holdout {split['holdout']:g} --seed {split['seed']}",
+        highlight=False,
+        soft_wrap=True,
+    )
