@@ -52,19 +52,17 @@ __all__ = [
     "Vocab",
     "arrays_from_columnar",
     "arrow_module",
-    "check_grades",
     "encode_ids",
     "fingerprint",
     "missing_ids",
     "pyarrow",
     "query_view",
-    "repeat_events",
     "repeated_rows",
     "report_events",
     "string_array",
     "vocab_positions",
     "vocab_take",
-    "without_rows",
+    "without_repeats",
 ]
 
 V = TypeVar("V")
@@ -661,67 +659,54 @@ def report_events(events: list[Event], rep: Reporter, path: str) -> None:
         rep(pk, message, path=path, line=line_no, field=fld)
 
 
-def without_rows(pairs: Pairs, rows: NDArray[np.intp]) -> Pairs:
-    """``pairs`` with the (sorted, distinct) ``rows`` taken out."""
-    pa = pyarrow()
-    keep = np.ones(pairs.q.size, dtype=np.bool_)
-    keep[rows] = False
-    kept_line = Lines.of_steps(pairs.line).without(rows)
-    docs, codes = pairs.docs, pairs.d
-    if codes is None:  # ids as read: the rows leave the column
-        docs = docs.filter(pa.array(keep))
-    else:
-        codes = codes[keep]
-    return Pairs(pairs.qids, docs, pairs.q[keep], codes, pairs.value[keep], kept_line, pairs.source)
+def without_repeats(
+    pairs: Pairs, repeats: NDArray[np.intp], kind: str, events: list[Event], rep: Reporter
+) -> Pairs:
+    """``pairs`` without the repeated rows ``repeats`` (``repeated_rows``), each added to
+    ``events`` as a line-by-line reader meets it (order 2 within its line): a repeated
+    candidate for ``kind="run"``, else a repeated label.
 
-
-def check_grades(
-    pairs: Pairs, repeats: NDArray[np.intp], events: list[Event], rep: Reporter
-) -> None:
-    """Raise [`EvalSetError`][ragguard.EvalSetError] at the first repeated label whose
-    grade contradicts the first label of its (query, document), after reporting the
-    problems of earlier lines (``events``) as a line-by-line reader meets them."""
-    first: dict[tuple[int, int], float] = {}
-    again = set(repeats.tolist())
-    codes = pairs.codes()
-    width = max(len(pairs.docs), 1)
-    key = pairs.q.astype(np.int64) * width + codes
-    for r in np.flatnonzero(np.isin(key, key[repeats])).tolist():
-        k = (int(pairs.q[r]), int(codes[r]))
-        if r not in again:
-            first.setdefault(k, float(pairs.value[r]))
-            continue
-        if first[k] == pairs.value[r]:
-            continue
-        line = int(pairs.line_of(np.array([r]))[0])
-        report_events([e for e in events if e[0] < line], rep, pairs.source)
-        qid, doc = pairs.qids[k[0]], pairs.doc_ids(np.array([r]))[0]
-        raise EvalSetError(
-            f"query {qid!r}, document {doc!r}: grade {int(pairs.value[r])} contradicts "
-            f"{int(first[k])}",
-            path=pairs.source,
-            line=line,
-        )
-
-
-def repeat_events(
-    pairs: Pairs, repeats: NDArray[np.intp], kind: str
-) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    """The problems of the repeated rows ``repeats`` (``repeated_rows``), as a
-    line-by-line reader would report them: ``(line, 0, kind, message, field)`` per row, a repeated
-    candidate for ``kind="run"``, a repeated label otherwise."""
-    docs = pairs.doc_ids(repeats)
+    Raises:
+        EvalSetError: the first repeated label whose grade contradicts the first label of
+            its (query, document), after the problems of earlier lines went to ``rep``.
+    """
+    if not repeats.size:
+        return pairs
     lines = pairs.line_of(repeats).tolist()
-    out: list[tuple[int, int, ProblemKind, str, str | None]] = []
-    for r, doc, ln in zip(repeats.tolist(), docs, lines, strict=True):
+    for r, doc, ln in zip(repeats.tolist(), pairs.doc_ids(repeats), lines, strict=True):
         qid = pairs.qids[int(pairs.q[r])]
         if kind == "run":
             msg = f"document {doc!r} appears twice in query {qid!r}"
-            out.append((ln, 0, ProblemKind.DUPLICATE_CANDIDATE, msg, None))
+            events.append((ln, 2, ProblemKind.DUPLICATE_CANDIDATE, msg, None))
         else:
             msg = f"query {qid!r}, document {doc!r} is labelled twice"
-            out.append((ln, 0, ProblemKind.DUPLICATE_LABEL, msg, None))
-    return out
+            events.append((ln, 2, ProblemKind.DUPLICATE_LABEL, msg, None))
+    codes = pairs.codes()
+    key = pairs.q.astype(np.int64) * max(len(pairs.docs), 1) + codes
+    first: dict[int, float] = {}
+    again = set(repeats.tolist())
+    for r in np.flatnonzero(np.isin(key, key[repeats])).tolist() if kind != "run" else ():
+        k, value = int(key[r]), float(pairs.value[r])
+        if r not in again:
+            first.setdefault(k, value)
+        elif first[k] != value:
+            line = int(pairs.line_of(np.array([r]))[0])
+            report_events([e for e in events if e[0] < line], rep, pairs.source)
+            qid, doc = pairs.qids[int(pairs.q[r])], pairs.doc_ids(np.array([r]))[0]
+            raise EvalSetError(
+                f"query {qid!r}, document {doc!r}: grade {int(value)} contradicts {int(first[k])}",
+                path=pairs.source,
+                line=line,
+            )
+    keep = np.ones(pairs.q.size, dtype=np.bool_)
+    keep[repeats] = False
+    docs, d = pairs.docs, pairs.d
+    if d is None:  # ids as read: the rows leave the column
+        docs = docs.filter(pyarrow().array(keep))
+    else:
+        d = d[keep]
+    line = Lines.of_steps(pairs.line).without(repeats)
+    return Pairs(pairs.qids, docs, pairs.q[keep], d, pairs.value[keep], line, pairs.source)
 
 
 @dataclass

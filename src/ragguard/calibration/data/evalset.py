@@ -36,7 +36,7 @@ from ragguard.calibration.data.columns import (
     query_view,
 )
 from ragguard.calibration.data.formats import trec
-from ragguard.calibration.data.formats.beir import BEIR, corpus_source
+from ragguard.calibration.data.formats.beir import BEIR, LABEL_FILES, corpus_source
 from ragguard.calibration.data.formats.common import Format, ReadOptions, first_content
 from ragguard.calibration.data.formats.jsonl import JSONL
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
@@ -69,9 +69,6 @@ logger = logging.getLogger(__name__)
 FORMATS: dict[str, Format] = {f.name: f for f in (JSONL, trec.TREC, BEIR, UDCG)}
 """The eval-set formats by name, in the order ``detect_format`` tries them; a format
 added here loads with ``load_evalset`` (and ``--format``) like the built-in ones."""
-LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
-"""File names a folder's labels may have (``load_inputs`` looks them up in this
-order)."""
 
 
 class EvalSet:
@@ -458,13 +455,6 @@ def detect_format(path: PathLike) -> str:
     """
     p = Path(path)
     if p.is_dir():
-        labels = next((p / n for n in LABEL_FILES if (p / n).is_file()), None)
-        if labels is not None and not (p / "qrels").is_dir():
-            raise EvalSetError(
-                f"a folder holding {labels.name}, not an eval set format: call "
-                f"load_evalset({str(labels)!r}) or load_inputs({str(p)!r}) (its runs/ too)",
-                path=str(p),
-            )
         for f in FORMATS.values():
             if f.folder and f.detect(p, None):
                 return f.name

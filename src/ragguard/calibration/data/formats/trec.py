@@ -23,15 +23,13 @@ from ragguard.calibration.data.columns import (
     Event,
     Lines,
     Pairs,
-    check_grades,
     encode_ids,
     missing_ids,
     pyarrow,
     query_view,
-    repeat_events,
     repeated_rows,
     report_events,
-    without_rows,
+    without_repeats,
 )
 from ragguard.calibration.data.formats.common import (
     TREC_QRELS,
@@ -75,11 +73,7 @@ def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | No
     del fields
     pa.default_memory_pool().release_unused()
     events: list[Event] = []
-    if repeats.size:
-        events.extend(repeat_events(pairs, repeats, kind))
-        if kind == "qrels":
-            check_grades(pairs, repeats, events, rep)
-        pairs = without_rows(pairs, repeats)
+    pairs = without_repeats(pairs, repeats, kind, events, rep)
     if kind == "run":
         events.extend(_run_events(pairs, known_docs))
     report_events(events, rep, str(path))
