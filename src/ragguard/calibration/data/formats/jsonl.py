@@ -170,13 +170,8 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
     for name, run in runs.items():
         if run.scored:
             for doc, line, fld in run.invalid:
-                rep(
-                    ProblemKind.INVALID_SCORE,
-                    f"candidate {doc!r} of run {name!r} has no valid score",
-                    path=str(path),
-                    line=line,
-                    field=fld,
-                )
+                message = f"candidate {doc!r} of run {name!r} has no valid score"
+                Where(path, line).report(rep, ProblemKind.INVALID_SCORE, message, fld)
     if pair_texts is not None:
         pair_texts.flush()
     sources = [TextSource(pair_texts)] if pair_texts is not None and pair_texts.parts else []
@@ -299,14 +294,8 @@ def _candidates(
             doc = at.id(item, where)
             score = math.nan
         if doc in out:
-            rep(
-                ProblemKind.DUPLICATE_CANDIDATE,
-                f"document {doc!r} appears twice among the candidates of query {qid!r} in "
-                f"run {run!r}",
-                path=at.path,
-                line=at.line,
-                field=where,
-            )
+            message = f"document {doc!r} appears twice among the candidates of query {qid!r} in"
+            at.report(rep, ProblemKind.DUPLICATE_CANDIDATE, f"{message} run {run!r}", where)
             continue
         out[doc] = score
         if not math.isfinite(score):

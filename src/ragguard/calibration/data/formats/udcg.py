@@ -124,13 +124,8 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
                 if title is not None:
                     titles.setdefault((qid, doc), title)
             if doc in cands:
-                rep(
-                    ProblemKind.DUPLICATE_CANDIDATE,
-                    f"document {doc!r} appears twice in example {qid!r}",
-                    path=str(path),
-                    line=lineno,
-                    field=fld,
-                )
+                message = f"document {doc!r} appears twice in example {qid!r}"
+                at.report(rep, ProblemKind.DUPLICATE_CANDIDATE, message, fld)
                 continue
             cands[doc] = math.nan
             grades[doc] = int(rel)
