@@ -487,23 +487,17 @@ class Ranking:
         out[rows] = np.argsort(self.key[rows], axis=1, kind="stable")
         return out
 
-    @cached_property
-    def ranked_key(self) -> F64:
-        """(Q, N) each row's keys in ``order``: ascending, NaN padding last."""
-        rows = self.unsorted_rows
-        if rows.size == 0:
-            return self.key
-        if rows.size == self.key.shape[0]:
-            return np.take_along_axis(self.key, self.order, axis=1)
-        out = self.key.copy()
-        out[rows] = np.take_along_axis(self.key[rows], self.order[rows], axis=1)
-        return out
-
     def ranked_scores(self) -> F64:
         """(Q, N) normalised scores in ranked order, NaN where invalid, infinite or
         padding."""
-        in_order = self.unsorted_rows.size == 0
-        out = self.scores if in_order else np.negative(self.ranked_key)  # +inf key -> -inf
+        rows = self.unsorted_rows
+        if rows.size == 0:
+            out = self.scores
+        elif rows.size == self.key.shape[0]:  # the keys in order, negated: +inf -> -inf
+            out = np.negative(np.take_along_axis(self.key, self.order, axis=1))
+        else:
+            out = np.negative(self.key)
+            out[rows] = np.negative(np.take_along_axis(self.key[rows], self.order[rows], axis=1))
         infinite = np.isinf(out)
         if infinite.any():
             out = np.where(infinite, np.nan, out)

@@ -321,17 +321,18 @@ class Lines:
 # --------------------------------------------------------------------------- mappings
 
 
-class _ByQuery(Mapping[str, Any]):
-    """A read-only mapping over some query codes of ``Pairs``, in a given order."""
+class KeyView(Mapping[str, V]):
+    """A read-only mapping over the keys of ``keys``, each value built by ``value`` when
+    asked for (no per-key object is kept)."""
 
-    def __init__(self, pairs: Pairs, codes: Sequence[int] | None = None) -> None:
-        self.pairs = pairs
-        self.codes: list[int] = list(range(len(pairs.qids))) if codes is None else list(codes)
-        self._keys = [pairs.qids[c] for c in self.codes]
-        self._index = dict(zip(self._keys, self.codes, strict=True))
+    def __init__(self, keys: Mapping[str, object], value: Callable[[str], V]) -> None:
+        self._keys = keys
+        self._value = value
 
-    def code(self, qid: str) -> int | None:
-        return self._index.get(qid)
+    def __getitem__(self, key: str) -> V:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._value(key)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -339,8 +340,20 @@ class _ByQuery(Mapping[str, Any]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
-    def __contains__(self, qid: object) -> bool:
-        return qid in self._index
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+
+class _ByQuery(KeyView[Any]):
+    """A read-only mapping over some query codes of ``Pairs``, in a given order."""
+
+    def __init__(self, pairs: Pairs, codes: Sequence[int] | None = None) -> None:
+        self.pairs = pairs
+        self.codes: list[int] = list(range(len(pairs.qids))) if codes is None else list(codes)
+        self._keys: dict[str, int] = {pairs.qids[c]: c for c in self.codes}
+
+    def code(self, qid: str) -> int | None:
+        return self._keys.get(qid)
 
     def _docs(self, code: int) -> tuple[list[str], F64]:
         rows = self.pairs.rows_of(code)
@@ -352,7 +365,7 @@ class ColumnarCandidates(_ByQuery):
     built when asked for."""
 
     def __getitem__(self, qid: str) -> dict[str, float]:
-        code = self._index[qid]
+        code = self._keys[qid]
         docs, values = self._docs(code)
         return dict(zip(docs, values.tolist(), strict=True))
 
@@ -373,7 +386,7 @@ class ColumnarCandidates(_ByQuery):
 
     def size(self, qid: str) -> int:
         """Number of candidates of ``qid``."""
-        return int(self.pairs.counts()[self._index[qid]])
+        return int(self.pairs.counts()[self._keys[qid]])
 
     def has_score(self) -> bool:
         """Whether any candidate of these queries has a valid (non-NaN) score."""
@@ -387,7 +400,7 @@ class ColumnarCandidates(_ByQuery):
     def first_lines(self) -> Mapping[str, int]:
         """Query id -> line of its first candidate."""
         p = self.pairs
-        return KeyView(self, lambda q: int(p.line_of(p.rows_of(self._index[q])[:1])[0]))
+        return KeyView(self, lambda q: int(p.line_of(p.rows_of(self._keys[q])[:1])[0]))
 
 
 class ColumnarLabels(_ByQuery):
@@ -436,7 +449,7 @@ class ColumnarLabels(_ByQuery):
         return out.build(source)
 
     def __getitem__(self, qid: str) -> Labels:
-        code = self._index[qid]
+        code = self._keys[qid]
         rows = self.pairs.rows_of(code)
         docs, values = self.pairs.doc_ids(rows), self.pairs.value[rows].tolist()
         grades = {d: int(v) for d, v in zip(docs, values, strict=True) if v == v}
@@ -489,29 +502,6 @@ class ColumnarLabels(_ByQuery):
         first = starts[:-1] if order is None else order[starts[:-1]]
         lines = p.line_of(first).tolist()
         return {k: (p.source, lines[c]) for k, c in zip(self._keys, self.codes, strict=True)}
-
-
-class KeyView(Mapping[str, V]):
-    """A read-only mapping over the keys of ``keys``, each value built by ``value`` when
-    asked for (no per-key object is kept)."""
-
-    def __init__(self, keys: Mapping[str, object], value: Callable[[str], V]) -> None:
-        self._keys = keys
-        self._value = value
-
-    def __getitem__(self, key: str) -> V:
-        if key not in self._keys:
-            raise KeyError(key)
-        return self._value(key)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
 
 
 def query_view(
