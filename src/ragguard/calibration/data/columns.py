@@ -650,16 +650,24 @@ def report_events(events: list[Event], rep: Reporter, path: str) -> None:
 
 
 def without_repeats(
-    pairs: Pairs, repeats: NDArray[np.intp], kind: str, events: list[Event], rep: Reporter
+    pairs: Pairs,
+    kind: str,
+    events: list[Event],
+    rep: Reporter,
+    repeats: NDArray[np.intp] | None = None,
 ) -> Pairs:
-    """``pairs`` without the repeated rows ``repeats`` (``repeated_rows``), each added to
-    ``events`` as a line-by-line reader meets it (order 2 within its line): a repeated
-    candidate for ``kind="run"``, else a repeated label.
+    """``pairs`` without the rows that repeat an earlier (query, document) (``repeats``;
+    default ``repeated_rows`` of interned ids), each added to ``events`` as a line-by-line
+    reader meets it (order 2 within its line): a repeated candidate for ``kind="run"``,
+    else a repeated label.
 
     Raises:
         EvalSetError: the first repeated label whose grade contradicts the first label of
             its (query, document), after the problems of earlier lines went to ``rep``.
     """
+    if repeats is None:
+        assert pairs.d is not None
+        repeats = repeated_rows(pairs.q, pairs.d, len(pairs.docs))
     if not repeats.size:
         return pairs
     lines = pairs.line_of(repeats).tolist()

@@ -32,7 +32,6 @@ from ragguard.calibration.data.columns import (
     missing_ids,
     pyarrow,
     query_view,
-    repeated_rows,
     report_events,
     vocab_positions,
     vocab_take,
@@ -494,7 +493,7 @@ def _qrels(
             for code, ln in zip(unknown.tolist(), pairs.line_of(first).tolist(), strict=True):
                 msg = f"labelled query {pairs.qids[code]!r} is not in queries.jsonl"
                 events.append((ln, 1, ProblemKind.UNKNOWN_QUERY, msg, None))
-    return without_repeats(pairs, repeated_rows(q, d, len(docs)), "qrels", events, rep), events
+    return without_repeats(pairs, "qrels", events, rep), events
 
 
 def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels:

@@ -27,7 +27,6 @@ from ragguard.calibration.data.columns import (
     missing_ids,
     pyarrow,
     query_view,
-    repeated_rows,
     report_events,
     without_repeats,
 )
@@ -61,19 +60,17 @@ def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | No
     fields = read_fields(path, layout)
     qvocab, q = encode_ids(fields.q)
     line = None if fields.line is None else Lines(fields.line)
+    repeats = None
     if kind == "run":
-        keys = doc_keys(fields.d)
         pairs = Pairs(qvocab.to_pylist(), fields.d, q, None, fields.value, line, str(path))
-        repeats = text_repeats(pairs, keys)
-        del keys
+        repeats = text_repeats(pairs, doc_keys(fields.d))
     else:
         docs, d = encode_ids(fields.d)
         pairs = Pairs(qvocab.to_pylist(), docs, q, d, fields.value, line, str(path))
-        repeats = repeated_rows(q, d, len(docs))
     del fields
     pa.default_memory_pool().release_unused()
     events: list[Event] = []
-    pairs = without_repeats(pairs, repeats, kind, events, rep)
+    pairs = without_repeats(pairs, kind, events, rep, repeats)
     if kind == "run":
         events.extend(_run_events(pairs, known_docs))
     report_events(events, rep, str(path))
