@@ -9,7 +9,7 @@ counts").
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from itertools import chain
 from operator import attrgetter
@@ -218,29 +218,11 @@ class EvalArrays:
         already computed here are sliced, not computed again). Every metric is per
         query, so a metric of the slice is the slice of the metric."""
         sl = slice(start, stop)
-        out = replace(
-            self,
-            qids=self.qids[sl],
-            n_present=self.n_present[sl],
-            n_valid=self.n_valid[sl],
-            grades=self.grades[sl],
-            judged=self.judged[sl],
-            distractor=self.distractor[sl],
-            given_utility=self.given_utility[sl],
-            no_response=self.no_response[sl],
-            n_relevant=self.n_relevant[sl],
-            n_relevant_labelled=self.n_relevant_labelled[sl],
-            ideal_grades=self.ideal_grades[sl],
-            ideal_utilities=self.ideal_utilities[sl],
-            grade_counts=self.grade_counts[sl],
-            max_grade=self.max_grade[sl],
-            n_evidence=self.n_evidence[sl],
-            _order=self._order[sl],
-            _scores=self._scores[sl],
-            _raw=self._raw[sl],
-            _candidates=_RowRange(self._candidates, start, stop),
-            _utility=None if self._utility is None else self._utility[sl],
-        )
+        per_row = (np.ndarray, PaddedRows, tuple)  # every array here has a row per query
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        changes = {k: v[sl] for k, v in values.items() if isinstance(v, per_row)}
+        changes["_candidates"] = _RowRange(self._candidates, start, stop)
+        out = replace(self, **changes)
         for name in ("present", "valid", "raw", "utility"):
             if name in self.__dict__:
                 out.__dict__[name] = self.__dict__[name][sl]
