@@ -1,19 +1,8 @@
-"""Evaluation sets: queries, labels and one run per retrieval profile, loaded and checked.
-
-An **eval set** holds labelled queries; a **run** holds, per query, the candidates a
-retriever returned with their scores. One eval set may carry several runs (one per
-retrieval profile being compared). [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays]
-converts a run and the labels once into dense ``EvalArrays`` that every metric and the
-sweep read.
-
-The formats are the entries of ``FORMATS`` (ragguard's JSONL, TREC qrels with TREC or
-JSON runs, a BEIR folder, the UDCG authors' JSON; one reader each in ``formats/``);
-[`load_evalset`][ragguard.calibration.load_evalset] detects them or takes ``format=``.
-docs/reference/data-formats.md describes each file, the grade scale and the texts.
-Malformed input raises [`EvalSetError`][ragguard.EvalSetError] naming the file, the line
-and the field; problems that leave the data usable are counted (``ProblemKind``) in
-``EvalSet.report`` and logged as one warning, or raised with ``strict=True``.
-"""
+"""Evaluation sets: labelled queries and one run (per query, the candidates a retriever
+returned with their scores) per retrieval profile, loaded from the formats of ``FORMATS``
+and checked as docs/reference/data-formats.md describes; malformed input raises
+[`EvalSetError`][ragguard.EvalSetError] naming file, line and field, and problems that
+leave the data usable are counted in ``EvalSet.report`` (``strict=True`` raises)."""
 
 from __future__ import annotations
 

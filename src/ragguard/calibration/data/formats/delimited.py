@@ -332,44 +332,32 @@ def _diagnose(
     return np.asarray(out, dtype=np.float64), qs, ds
 
 
-def _stream(path: Path, delimiter: str) -> Any:
-    """A streaming reader of ``path``'s lines (one string column, blank lines kept)."""
+def _batches(path: Path, delimiter: str) -> Iterator[Any]:
+    """The streamed line batches of ``path`` (one string column, blank lines kept; none
+    for an empty file); a file that cannot be read, or is not UTF-8, raises
+    [`EvalSetError`][ragguard.EvalSetError] (naming the first line that is not UTF-8),
+    one holding ``delimiter`` raises ``_InText``."""
     pa = pyarrow()
     csv = arrow_module("csv")
     gz = path.name.lower().endswith(".gz")
-    source = pa.input_stream(str(path), compression="gzip" if gz else None)
     parse, convert = _csv_options(delimiter, {"line": pa.string()})
-    return csv.open_csv(
-        source,
-        read_options=csv.ReadOptions(column_names=["line"], block_size=_BLOCK, use_threads=True),
-        parse_options=parse,
-        convert_options=convert,
-    )
-
-
-def _batches(path: Path, delimiter: str) -> Iterator[Any]:
-    """The streamed line batches of ``path`` (none for an empty file); a file that
-    cannot be read, or is not UTF-8, raises [`EvalSetError`][ragguard.EvalSetError] (naming the
-    first line that is not UTF-8), one holding ``delimiter`` raises ``_InText``."""
-    pa = pyarrow()
     try:
-        yield from _stream(path, delimiter)
+        yield from csv.open_csv(
+            pa.input_stream(str(path), compression="gzip" if gz else None),
+            read_options=csv.ReadOptions(column_names=["line"], block_size=_BLOCK),
+            parse_options=parse,
+            convert_options=convert,
+        )
     except pa.ArrowInvalid as exc:
         if "Expected 1 columns" in str(exc):
             raise _InText from None
         if str(exc) == "Empty CSV file":
             return
-        not_utf8(path)
+        for _ in utf8_lines(path):  # raises at the first line that is not UTF-8
+            pass
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
     except (OSError, EOFError) as exc:
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
-
-
-def not_utf8(path: Path) -> None:
-    """Raise [`EvalSetError`][ragguard.EvalSetError] naming the first line of ``path`` that is not
-    UTF-8 (a byte order mark at its start is allowed); return when every line is."""
-    for _ in utf8_lines(path):
-        pass
 
 
 def _blocks(

@@ -1,11 +1,5 @@
-"""ragguard's JSONL eval sets (see ``ragguard.calibration.data.evalset``): the one reader.
-
-Each line is parsed by Python's ``json`` and its labels and candidates go straight into
-columns (``LabelColumns``,
-``RunColumns``). A candidate list is checked as a
-whole (``_checked``); one that fails is walked candidate by candidate
-(``_walked``), which names the field at fault and reports repeated ids.
-"""
+"""ragguard's JSONL eval sets: the one reader (docs/reference/data-formats.md, "How
+files are read")."""
 
 from __future__ import annotations
 
