@@ -94,7 +94,9 @@ class EvalSet:
         for name, run in runs.items():
             if name != run.name:
                 raise EvalSetError(f"run {run.name!r} registered under the name {name!r}")
-        self.queries: Mapping[str, Query] = _frozen(queries)
+        self.queries: Mapping[str, Query] = (  # read column-wise: read-only already
+            queries if isinstance(queries, KeyView) else MappingProxyType(dict(queries))
+        )
         self.labels: ColumnarLabels = as_columns(labels, source)
         self.runs: Mapping[str, Run] = MappingProxyType(
             {name: columnar_run(run, source) for name, run in runs.items()}
@@ -219,11 +221,6 @@ class EvalSet:
         qs = query_view(labels, dict(queries) if queries else None)  # a copy: never read through
         built: dict[str, Run] = {}
         for name, run in (runs or {}).items():
-            kind = (
-                score_kind.get(name, "similarity")
-                if isinstance(score_kind, Mapping)
-                else score_kind
-            )
             got = read_input(run, "run", columns=columns, what=f"run table {name!r}", rep=rep)
             cands: Mapping[str, Mapping[str, float]]
             if columnar(got):
@@ -233,7 +230,7 @@ class EvalSet:
                     q: {d: _score(s, name, q, d) for d, s in c.items()}
                     for q, c in as_dicts(got, "run").items()
                 }
-            built[name] = Run(name, cands, as_score_kind(kind, f"run {name!r}"))
+            built[name] = Run(name, cands, _kind_of(score_kind, name))
         texts = (
             Texts(docs=[TextSource.of({str(k): v for k, v in passages.items()})])
             if passages
@@ -339,14 +336,6 @@ def _labels_from_dicts(
     return labels
 
 
-def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A read-only copy of ``data``; mappings read column-wise are read-only already and
-    stay columnar (copying them would build every query's dict)."""
-    if isinstance(data, KeyView):
-        return data
-    return MappingProxyType(dict(data))
-
-
 def as_columns(labels: Mapping[str, Labels], source: str | None) -> ColumnarLabels:
     """``labels`` as the eval set holds them: columns (``ColumnarLabels``)."""
     if isinstance(labels, ColumnarLabels):
@@ -376,6 +365,15 @@ def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
     except ValueError:
         kinds = ", ".join(k.value for k in ScoreKind)
         raise EvalSetError(f"{what}: score_kind must be one of {kinds}, got {value!r}") from None
+
+
+def _kind_of(
+    score_kind: ScoreKind | str | Mapping[str, ScoreKind | str | None] | None, run: str
+) -> ScoreKind | None:
+    """The kind of ``run``'s scores: ``score_kind``, or its entry for ``run`` (default
+    ``similarity``)."""
+    kind = score_kind.get(run, "similarity") if isinstance(score_kind, Mapping) else score_kind
+    return as_score_kind(kind, f"run {run!r}")
 
 
 def _score(value: object, run: str, qid: str, doc: str) -> float:
@@ -522,27 +520,21 @@ def load_evalset(
         raise EvalSetError("no such file", path=str(path))
     rep = Reporter(strict)
     data = fmt.read(Path(path), rep, ReadOptions(split, model, texts))
-    kinds = score_kind if isinstance(score_kind, Mapping) else None
-
-    def kind_of(name: str) -> ScoreKind | None:
-        k = kinds.get(name, "similarity") if kinds is not None else score_kind
-        return as_score_kind(k, f"run {name!r}")  # type: ignore[arg-type]
-
     all_runs: dict[str, Run] = {}
     run_lines: dict[str, Mapping[str, int]] = {}
     cands: Mapping[str, Mapping[str, float]]
     for name, (cands, lines) in data.runs.items():
-        kind = kind_of(name) if fmt.no_runs is None else None
+        kind = _kind_of(score_kind, name) if fmt.no_runs is None else None
         all_runs[name] = Run(name, cands, kind, str(path))
         run_lines[name] = lines
     for name, run_path in _run_paths(runs).items():
         if name in all_runs:
             raise EvalSetError(f"two runs are named {name!r}", path=str(run_path))
         cands, lines = trec.read_run(Path(run_path), rep, known_docs=data.corpus)
-        all_runs[name] = Run(name, cands, kind_of(name), str(run_path))
+        all_runs[name] = Run(name, cands, _kind_of(score_kind, name), str(run_path))
         run_lines[name] = lines
-    if kinds is not None:
-        unknown = set(kinds) - set(all_runs)
+    if isinstance(score_kind, Mapping):
+        unknown = set(score_kind) - set(all_runs)
         if unknown:
             raise EvalSetError(f"score_kind names unknown runs: {', '.join(sorted(unknown))}")
     return assemble(

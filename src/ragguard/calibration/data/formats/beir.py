@@ -335,12 +335,9 @@ def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
 def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     """The id and text of one line of ``queries.jsonl`` as Python's json read it (the
     text is checked first)."""
-    text = obj.get("text")
-    if text is not None and not isinstance(text, str):
-        raise EvalSetError(
-            f"must be a string, got {type(text).__name__}", path=str(path), line=line, field="text"
-        )
-    return Where(path, line).id(obj.get("_id"), "_id"), text, None
+    at = Where(path, line)
+    text = at.text(obj.get("text"), "text")
+    return at.id(obj.get("_id"), "_id"), text, None
 
 
 def _json_file(

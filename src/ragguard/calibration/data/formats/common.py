@@ -165,6 +165,11 @@ class Where:
             self.fail("an id must not be empty", fld)
         return text
 
+    def text(self, value: object, fld: str) -> str | None:
+        if value is not None and not isinstance(value, str):
+            self.fail(f"must be a string, got {type(value).__name__}", fld)
+        return value
+
     def number(self, value: object, fld: str, lo: float, hi: float) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(f"must be a number in [{lo:g}, {hi:g}], got {value!r}", fld)

@@ -141,9 +141,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         qid = at.id(obj.get("query_id"), "query_id")
         if qid in label_lines:
             at.fail(f"query id {qid!r} was already used on line {label_lines[qid][1]}", "query_id")
-        query = obj.get("query")
-        if query is not None and not isinstance(query, str):
-            at.fail(f"must be a string, got {type(query).__name__}", "query")
+        query = at.text(obj.get("query"), "query")
         answers = obj.get("answers", [])
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             at.fail("must be a list of strings", "answers")
