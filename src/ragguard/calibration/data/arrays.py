@@ -19,6 +19,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.data.labels import (
+    F64,
+    B,
+    I,
     check_range,
     finite_grades,
     flat_floats,
@@ -38,10 +41,7 @@ from ragguard.scores import ScoreIssue, ScoreKind, normalize
 
 __all__ = ["EvalArrays", "build_arrays"]
 
-F64 = NDArray[np.float64]
 I64 = NDArray[np.int64]
-B = NDArray[np.bool_]
-I = NDArray[np.intp]  # noqa: E741
 
 _CHUNK_CELLS = 1 << 22  # rows x candidates ranked or searched at once
 
