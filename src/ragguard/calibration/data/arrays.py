@@ -39,10 +39,6 @@ from ragguard.policy import Ranked
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreIssue, ScoreKind, normalize
 
-__all__ = ["EvalArrays", "build_arrays"]
-
-I64 = NDArray[np.int64]
-
 _CHUNK_CELLS = 1 << 22  # rows x candidates ranked or searched at once
 
 
@@ -220,7 +216,7 @@ class EvalArrays:
         sl = slice(start, stop)
         per_row = (np.ndarray, PaddedRows, tuple)  # every array here has a row per query
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        changes = {k: v[sl] for k, v in values.items() if isinstance(v, per_row)}
+        changes: dict[str, Any] = {k: v[sl] for k, v in values.items() if isinstance(v, per_row)}
         changes["_candidates"] = _RowRange(self._candidates, start, stop)
         out = replace(self, **changes)
         for name in ("present", "valid", "raw", "utility"):

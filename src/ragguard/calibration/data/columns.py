@@ -23,15 +23,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._optional import require
-from ragguard.calibration.data.arrays import (
-    F64,
-    I64,
-    CodedRows,
-    EvalArrays,
-    LabelRows,
-    arrays_from_codes,
-)
-from ragguard.calibration.data.labels import check_range
+from ragguard.calibration.data.arrays import CodedRows, EvalArrays, LabelRows, arrays_from_codes
+from ragguard.calibration.data.labels import F64, I64, check_range
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE, Labels, Query
 from ragguard.calibration.data.texts import Texts
@@ -39,31 +32,6 @@ from ragguard.calibration.data.utility import UtilityRules
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
-
-__all__ = [
-    "ColumnarCandidates",
-    "ColumnarLabels",
-    "ColumnarRead",
-    "CorpusIds",
-    "KeyView",
-    "LabelColumns",
-    "Pairs",
-    "RunColumns",
-    "Vocab",
-    "arrays_from_columnar",
-    "arrow_module",
-    "encode_ids",
-    "fingerprint",
-    "missing_ids",
-    "pyarrow",
-    "query_view",
-    "repeated_rows",
-    "report_events",
-    "string_array",
-    "vocab_positions",
-    "vocab_take",
-    "without_repeats",
-]
 
 V = TypeVar("V")
 
@@ -703,8 +671,8 @@ def without_repeats(
         docs = docs.filter(pyarrow().array(keep))
     else:
         d = d[keep]
-    line = Lines.of_steps(pairs.line).without(repeats)
-    return Pairs(pairs.qids, docs, pairs.q[keep], d, pairs.value[keep], line, pairs.source)
+    kept = Lines.of_steps(pairs.line).without(repeats)
+    return Pairs(pairs.qids, docs, pairs.q[keep], d, pairs.value[keep], kept, pairs.source)
 
 
 @dataclass

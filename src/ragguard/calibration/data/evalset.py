@@ -32,7 +32,7 @@ from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, 
 from ragguard.calibration.data.formats.udcg import UDCG
 from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query, Run
-from ragguard.calibration.data.texts import PathLike, Texts, TextSource
+from ragguard.calibration.data.texts import PathLike, Texts
 from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
@@ -231,11 +231,7 @@ class EvalSet:
                     for q, c in as_dicts(got, "run").items()
                 }
             built[name] = Run(name, cands, _kind_of(score_kind, name))
-        texts = (
-            Texts(docs=[TextSource.of({str(k): v for k, v in passages.items()})])
-            if passages
-            else Texts()
-        )
+        texts = Texts().merged(passages=passages)
         return assemble(qs, labels, built, rep, label_lines={}, run_lines={}, texts=texts)
 
     def arrays(

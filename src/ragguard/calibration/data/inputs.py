@@ -46,16 +46,6 @@ from ragguard.calibration.data.texts import PathLike
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 
-__all__ = [
-    "LABEL_FILES",
-    "RUN_SUFFIXES",
-    "add_run",
-    "folder_runs",
-    "load_factory",
-    "load_inputs",
-    "retrieve_run",
-]
-
 logger = logging.getLogger(__name__)
 
 RUN_SUFFIXES = tuple(

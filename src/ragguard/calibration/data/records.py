@@ -9,17 +9,6 @@ from typing import Any
 
 from ragguard.scores import ScoreKind
 
-__all__ = [
-    "DISTRACTOR_GRADE",
-    "MAX_GRADE",
-    "MIN_GRADE",
-    "Labels",
-    "Query",
-    "Run",
-    "bad_grade",
-    "grade_error",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Query:

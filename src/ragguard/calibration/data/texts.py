@@ -15,17 +15,6 @@ from typing import Any, Generic, TypeVar
 
 from ragguard.errors import EvalSetError
 
-__all__ = [
-    "ArrowCorpus",
-    "TextSource",
-    "Texts",
-    "corpus_text",
-    "joined",
-    "json_lines",
-    "title_of",
-    "utf8_lines",
-]
-
 PathLike = str | os.PathLike[str]
 K = TypeVar("K", bound=Hashable)
 Pair = tuple[str, str]

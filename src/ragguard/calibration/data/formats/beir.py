@@ -58,16 +58,6 @@ from ragguard.calibration.data.texts import (
 )
 from ragguard.errors import EvalSetError
 
-__all__ = [
-    "BEIR",
-    "BEIR_DISTRACTORS",
-    "CORPUS_IDS",
-    "LABEL_FILES",
-    "beir_split",
-    "corpus_source",
-    "read_beir",
-]
-
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
 
 

@@ -21,23 +21,6 @@ from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
 
-__all__ = [
-    "BEIR_DISTRACTOR",
-    "BEIR_HEADERS",
-    "BEIR_QRELS",
-    "TREC_QRELS",
-    "TREC_RUN",
-    "Format",
-    "Layout",
-    "ReadOptions",
-    "Where",
-    "first_content",
-    "json_file_error",
-    "json_line",
-    "json_where",
-    "read_json_run",
-]
-
 Candidates = dict[str, dict[str, float]]
 Lines = dict[str, int]
 

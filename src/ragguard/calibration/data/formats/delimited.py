@@ -22,15 +22,12 @@ from typing import Any, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration.data.arrays import F64, I64
 from ragguard.calibration.data.columns import arrow_module, pyarrow, string_array
 from ragguard.calibration.data.formats.common import Layout
+from ragguard.calibration.data.labels import F64, I64
 from ragguard.calibration.data.records import MAX_GRADE, grade_error
 from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
-
-__all__ = ["Fields", "read_fields", "split_tsv", "split_whitespace"]
-
 
 _BLOCK = 1 << 24  # bytes per streamed block
 # one of these, not in the file, separates "fields" when lines are streamed as one column

@@ -20,8 +20,6 @@ from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Quer
 from ragguard.calibration.data.texts import Texts, TextSource, utf8_lines
 from ragguard.errors import EvalSetError
 
-__all__ = ["CANDIDATE_FIELDS", "JSONL", "JSONL_FIELDS", "read_jsonl"]
-
 JSONL_FIELDS = frozenset(
     {
         "query_id",

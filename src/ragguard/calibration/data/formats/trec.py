@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration.data.arrays import I64
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
@@ -38,9 +37,8 @@ from ragguard.calibration.data.formats.common import (
     read_json_run,
 )
 from ragguard.calibration.data.formats.delimited import read_fields
+from ragguard.calibration.data.labels import I64
 from ragguard.calibration.data.problems import ProblemKind, Reporter
-
-__all__ = ["TREC", "doc_keys", "read_qrels", "read_run", "read_trec", "text_repeats"]
 
 
 def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None) -> Pairs:

@@ -22,8 +22,6 @@ from ragguard.calibration.data.records import Labels, Query
 from ragguard.calibration.data.texts import Texts, TextSource, corpus_text, utf8_lines
 from ragguard.errors import EvalSetError
 
-__all__ = ["UDCG", "read_udcg"]
-
 
 def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
     """(line, element) of each element of a top-level JSON list, with line numbers."""
