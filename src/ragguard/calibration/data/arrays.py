@@ -321,7 +321,9 @@ class EvalArrays:
             valid = ranking.key < np.inf  # NaN (padding) compares False
             n_valid, issues = ranking.n_valid, ranking.issues
             # the raw scores at the run positions ``order`` points to (read by ``raw``)
-            raw_store = np.full(self._raw_shape(), np.nan)
+            old = self._raw  # (a column per run position)
+            width = old.width if isinstance(old, PaddedRows) else old.shape[1]
+            raw_store = np.full((q, width), np.nan)
             raw_store[np.nonzero(present)[0], order[present]] = raw[present]
         if not np.array_equal(valid, cols < n_valid[:, None]):
             raise EvalSetError(
@@ -343,13 +345,6 @@ class EvalArrays:
             _raw=raw_store,
             _utility=moved(self.utility, 0.0),
         )
-
-    def _raw_shape(self) -> tuple[int, int]:
-        """The shape of the raw scores in run order (a column per run position)."""
-        if isinstance(self._raw, PaddedRows):
-            return self._raw.counts.size, self._raw.width
-        q, n = self._raw.shape
-        return int(q), int(n)
 
     def with_profile(self, profile: Profile | str) -> EvalArrays:
         """The same arrays with utilities under another tolerance profile.

@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import compress
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -425,19 +426,13 @@ class ColumnarLabels(_ByQuery):
             return Labels(grades)
         return Labels(
             grades,
-            frozenset(self._picked(self.distractor, rows, docs)),
+            frozenset(
+                () if self.distractor is None else compress(docs, self.distractor[rows].tolist())
+            ),
             self._numbers(self.utility, rows, docs),
             self._numbers(self.no_response, rows, docs),
             None if self.stated is None or self.stated[code] < 0 else int(self.stated[code]),
         )
-
-    @staticmethod
-    def _picked(
-        flags: NDArray[np.bool_] | None, rows: NDArray[np.intp], docs: list[str]
-    ) -> list[str]:
-        if flags is None:
-            return []
-        return [d for d, f in zip(docs, flags[rows].tolist(), strict=True) if f]
 
     @staticmethod
     def _numbers(values: F64 | None, rows: NDArray[np.intp], docs: list[str]) -> dict[str, float]:
