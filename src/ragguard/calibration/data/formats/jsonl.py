@@ -39,35 +39,6 @@ JSONL_FIELDS = frozenset(
 CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
 
 
-def _jsonl_grades(obj: dict[str, Any], at: Where) -> dict[str, int]:
-    """Grades of one JSONL line: relevant (1-5), not_relevant and distractors (0)."""
-    grades: dict[str, int] = {}
-    owner: dict[str, str] = {}
-
-    def claim(doc: str, fld: str, grade: int) -> None:
-        if doc in owner:
-            at.fail(f"document {doc!r} is also listed in {owner[doc]!r}", fld)
-        owner[doc] = fld.split("[")[0].split(".")[0]
-        grades[doc] = grade
-
-    rel = obj.get("relevant", [])
-    if isinstance(rel, list):
-        for i, doc in enumerate(at.id_list(rel, "relevant")):
-            claim(doc, f"relevant[{i}]", 1)
-    elif isinstance(rel, dict):
-        for doc, g in rel.items():
-            fld = f"relevant.{doc}"
-            if isinstance(g, bool) or not isinstance(g, int) or not MIN_GRADE <= g <= MAX_GRADE:
-                at.fail(f"a grade must be an integer {MIN_GRADE}-{MAX_GRADE}, got {g!r}", fld)
-            claim(at.id(doc, fld), fld, g)
-    else:
-        at.fail(f"must be a list of ids or {{id: grade}}, got {type(rel).__name__}", "relevant")
-    for name in ("not_relevant", "distractors"):
-        for i, doc in enumerate(at.id_list(obj.get(name, []), name)):
-            claim(doc, f"{name}[{i}]", 0)
-    return grades
-
-
 def _doc_numbers(
     obj: dict[str, Any], name: str, at: Where, lo: float, hi: float
 ) -> dict[str, float]:
@@ -175,8 +146,32 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
 
 
 def _labels(obj: dict[str, Any], at: Where) -> Labels:
-    grades = _jsonl_grades(obj, at)
-    distractors = at.id_list(obj.get("distractors", []), "distractors")
+    """The labels of one JSONL line: grades (``relevant`` 1-5, ``not_relevant`` and
+    ``distractors`` 0), utilities, abstention probabilities, ``num_relevant``."""
+    grades: dict[str, int] = {}
+    owner: dict[str, str] = {}
+
+    def claim(doc: str, fld: str, grade: int) -> None:
+        if doc in owner:
+            at.fail(f"document {doc!r} is also listed in {owner[doc]!r}", fld)
+        owner[doc] = fld.split("[")[0].split(".")[0]
+        grades[doc] = grade
+
+    rel = obj.get("relevant", [])
+    if isinstance(rel, list):
+        for i, doc in enumerate(at.id_list(rel, "relevant")):
+            claim(doc, f"relevant[{i}]", 1)
+    elif isinstance(rel, dict):
+        for doc, g in rel.items():
+            fld = f"relevant.{doc}"
+            if isinstance(g, bool) or not isinstance(g, int) or not MIN_GRADE <= g <= MAX_GRADE:
+                at.fail(f"a grade must be an integer {MIN_GRADE}-{MAX_GRADE}, got {g!r}", fld)
+            claim(at.id(doc, fld), fld, g)
+    else:
+        at.fail(f"must be a list of ids or {{id: grade}}, got {type(rel).__name__}", "relevant")
+    for name in ("not_relevant", "distractors"):
+        for i, doc in enumerate(at.id_list(obj.get(name, []), name)):
+            claim(doc, f"{name}[{i}]", 0)
     utilities = _doc_numbers(obj, "utilities", at, -1.0, 1.0)
     no_response = _doc_numbers(obj, "no_response", at, 0.0, 1.0)
     n_rel = obj.get("num_relevant")
@@ -187,7 +182,8 @@ def _labels(obj: dict[str, Any], at: Where) -> Labels:
                 f"must be an integer >= the {labelled} relevant documents listed, got {n_rel!r}",
                 "num_relevant",
             )
-    return Labels(grades, frozenset(distractors), utilities, no_response, n_rel)
+    distractors = frozenset(d for d, o in owner.items() if o == "distractors")
+    return Labels(grades, distractors, utilities, no_response, n_rel)
 
 
 def _candidate_lists(obj: dict[str, Any], at: Where) -> list[tuple[str, str, object]]:
