@@ -93,7 +93,12 @@ def read_input(
         if role == "qrels":
             _check_grades(dicts, what)
         return dicts
-    return _arrow_pairs(obj, kind, role, columns, what, rep)
+    names, column = _columns(obj, kind)
+    qname, dname, vname = _column_names(names, role, columns, what)
+    qvocab, q = encode_ids(_arrow_ids(column(qname), qname, "query id", what))
+    docs, d = encode_ids(_arrow_ids(column(dname), dname, "document id", what))
+    value = _arrow_values(column(vname), role, vname, what)
+    return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep, vname)
 
 
 def columnar(data: Pairs | Dicts) -> TypeGuard[Pairs]:
@@ -212,17 +217,6 @@ def _missing_grade(name: str, row: int, value: object, what: str) -> EvalSetErro
 
 
 # --------------------------------------------------------------------------- pyarrow
-
-
-def _arrow_pairs(
-    obj: Table, kind: str, role: Role, columns: Mapping[str, str] | None, what: str, rep: Reporter
-) -> Pairs:
-    names, column = _columns(obj, kind)
-    qname, dname, vname = _column_names(names, role, columns, what)
-    qvocab, q = encode_ids(_arrow_ids(column(qname), qname, "query id", what))
-    docs, d = encode_ids(_arrow_ids(column(dname), dname, "document id", what))
-    value = _arrow_values(column(vname), role, vname, what)
-    return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep, vname)
 
 
 def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:
