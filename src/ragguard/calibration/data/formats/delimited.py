@@ -111,7 +111,8 @@ def read_fields(
             return typed
     for delimiter in _LINE_DELIMITERS:
         try:
-            return _streamed(path, layout, split, is_header, delimiter)
+            blocks = _blocks(path, layout, split, is_header, delimiter)
+            return _streamed(blocks, path, layout, split)
         except _InText:
             continue
     raise EvalSetError(
@@ -209,11 +210,7 @@ def _typed(path: Path, layout: Layout) -> Fields | None:
 
 
 def _streamed(
-    path: Path,
-    layout: Layout,
-    split: Callable[[str], list[str]],
-    is_header: Callable[[list[str]], bool] | None,
-    delimiter: str,
+    blocks: Iterator[_Block], path: Path, layout: Layout, split: Callable[[str], list[str]]
 ) -> Fields:
     pa = pyarrow()
     pc = arrow_module("compute")
@@ -224,7 +221,7 @@ def _streamed(
     ds: list[Any] = []
     vs: list[F64] = []
     spans: list[tuple[int, NDArray[np.intp] | None, int]] = []  # (first, kept, rows)
-    for block in _blocks(path, layout, split, is_header, delimiter):
+    for block in blocks:
         text = block.text
         n = len(text)
         parts = pc.ascii_split_whitespace(text)
