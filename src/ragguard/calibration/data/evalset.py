@@ -405,11 +405,11 @@ def assemble(
         assert isinstance(run.candidates, ColumnarCandidates)
         lines = run_lines.get(name, {})
         cands, dropped = run.candidates.restrict(labels)
-        sizes = {qid: run.candidates.size(qid) for qid in dropped}
-        for qid, n in sizes.items():
+        for qid in dropped:
             rep(
                 ProblemKind.RUN_QUERY_WITHOUT_LABELS,
-                f"run {name!r} has {n} candidates for query {qid!r}, which has no labels",
+                f"run {name!r} has {run.candidates.size(qid)} candidates for query {qid!r}, "
+                "which has no labels",
                 path=run.source,
                 line=lines.get(qid),
             )

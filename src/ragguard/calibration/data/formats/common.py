@@ -22,7 +22,6 @@ from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
 
 Candidates = dict[str, dict[str, float]]
-Lines = dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +209,7 @@ def json_file_error(exc: json.JSONDecodeError, path: Path) -> EvalSetError:
 
 def read_json_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
-) -> tuple[Candidates, Lines]:
+) -> tuple[Candidates, dict[str, int]]:
     """A JSON run file, ``{query_id: {doc_id: score}}`` (TREC run files are read
     column-wise, ``ragguard.calibration.data.formats.delimited``)."""
     at = Where(path)
