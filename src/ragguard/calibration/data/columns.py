@@ -236,11 +236,6 @@ class Pairs:
         """Rows per query code."""
         return np.diff(self.grouped[1])
 
-    @cached_property
-    def index(self) -> dict[str, int]:
-        """Query id -> code."""
-        return {q: i for i, q in enumerate(self.qids)}
-
 
 class Lines:
     """The 1-based line of each row, stored as steps: row ``r`` is line ``r + 1 +
