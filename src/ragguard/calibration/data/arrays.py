@@ -9,7 +9,7 @@ counts").
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from itertools import chain
 from operator import attrgetter
@@ -19,6 +19,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.data.labels import (
+    F64,
+    B,
+    I,
     check_range,
     finite_grades,
     flat_floats,
@@ -35,13 +38,6 @@ from ragguard.errors import EvalSetError
 from ragguard.policy import Ranked
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreIssue, ScoreKind, normalize
-
-__all__ = ["EvalArrays", "build_arrays"]
-
-F64 = NDArray[np.float64]
-I64 = NDArray[np.int64]
-B = NDArray[np.bool_]
-I = NDArray[np.intp]  # noqa: E741
 
 _CHUNK_CELLS = 1 << 22  # rows x candidates ranked or searched at once
 
@@ -218,29 +214,11 @@ class EvalArrays:
         already computed here are sliced, not computed again). Every metric is per
         query, so a metric of the slice is the slice of the metric."""
         sl = slice(start, stop)
-        out = replace(
-            self,
-            qids=self.qids[sl],
-            n_present=self.n_present[sl],
-            n_valid=self.n_valid[sl],
-            grades=self.grades[sl],
-            judged=self.judged[sl],
-            distractor=self.distractor[sl],
-            given_utility=self.given_utility[sl],
-            no_response=self.no_response[sl],
-            n_relevant=self.n_relevant[sl],
-            n_relevant_labelled=self.n_relevant_labelled[sl],
-            ideal_grades=self.ideal_grades[sl],
-            ideal_utilities=self.ideal_utilities[sl],
-            grade_counts=self.grade_counts[sl],
-            max_grade=self.max_grade[sl],
-            n_evidence=self.n_evidence[sl],
-            _order=self._order[sl],
-            _scores=self._scores[sl],
-            _raw=self._raw[sl],
-            _candidates=_RowRange(self._candidates, start, stop),
-            _utility=None if self._utility is None else self._utility[sl],
-        )
+        per_row = (np.ndarray, PaddedRows, tuple)  # every array here has a row per query
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        changes: dict[str, Any] = {k: v[sl] for k, v in values.items() if isinstance(v, per_row)}
+        changes["_candidates"] = _RowRange(self._candidates, start, stop)
+        out = replace(self, **changes)
         for name in ("present", "valid", "raw", "utility"):
             if name in self.__dict__:
                 out.__dict__[name] = self.__dict__[name][sl]
@@ -343,7 +321,9 @@ class EvalArrays:
             valid = ranking.key < np.inf  # NaN (padding) compares False
             n_valid, issues = ranking.n_valid, ranking.issues
             # the raw scores at the run positions ``order`` points to (read by ``raw``)
-            raw_store = np.full(self._raw_shape(), np.nan)
+            old = self._raw  # (a column per run position)
+            width = old.width if isinstance(old, PaddedRows) else old.shape[1]
+            raw_store = np.full((q, width), np.nan)
             raw_store[np.nonzero(present)[0], order[present]] = raw[present]
         if not np.array_equal(valid, cols < n_valid[:, None]):
             raise EvalSetError(
@@ -365,13 +345,6 @@ class EvalArrays:
             _raw=raw_store,
             _utility=moved(self.utility, 0.0),
         )
-
-    def _raw_shape(self) -> tuple[int, int]:
-        """The shape of the raw scores in run order (a column per run position)."""
-        if isinstance(self._raw, PaddedRows):
-            return self._raw.counts.size, self._raw.width
-        q, n = self._raw.shape
-        return int(q), int(n)
 
     def with_profile(self, profile: Profile | str) -> EvalArrays:
         """The same arrays with utilities under another tolerance profile.
@@ -487,23 +460,17 @@ class Ranking:
         out[rows] = np.argsort(self.key[rows], axis=1, kind="stable")
         return out
 
-    @cached_property
-    def ranked_key(self) -> F64:
-        """(Q, N) each row's keys in ``order``: ascending, NaN padding last."""
-        rows = self.unsorted_rows
-        if rows.size == 0:
-            return self.key
-        if rows.size == self.key.shape[0]:
-            return np.take_along_axis(self.key, self.order, axis=1)
-        out = self.key.copy()
-        out[rows] = np.take_along_axis(self.key[rows], self.order[rows], axis=1)
-        return out
-
     def ranked_scores(self) -> F64:
         """(Q, N) normalised scores in ranked order, NaN where invalid, infinite or
         padding."""
-        in_order = self.unsorted_rows.size == 0
-        out = self.scores if in_order else np.negative(self.ranked_key)  # +inf key -> -inf
+        rows = self.unsorted_rows
+        if rows.size == 0:
+            out = self.scores
+        elif rows.size == self.key.shape[0]:  # the keys in order, negated: +inf -> -inf
+            out = np.negative(np.take_along_axis(self.key, self.order, axis=1))
+        else:
+            out = np.negative(self.key)
+            out[rows] = np.negative(np.take_along_axis(self.key[rows], self.order[rows], axis=1))
         infinite = np.isinf(out)
         if infinite.any():
             out = np.where(infinite, np.nan, out)

@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import compress
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -23,15 +24,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._optional import require
-from ragguard.calibration.data.arrays import (
-    F64,
-    I64,
-    CodedRows,
-    EvalArrays,
-    LabelRows,
-    arrays_from_codes,
-)
-from ragguard.calibration.data.labels import check_range
+from ragguard.calibration.data.arrays import CodedRows, EvalArrays, LabelRows, arrays_from_codes
+from ragguard.calibration.data.labels import F64, I64, check_range
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE, Labels, Query
 from ragguard.calibration.data.texts import Texts
@@ -39,33 +33,6 @@ from ragguard.calibration.data.utility import UtilityRules
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
-
-__all__ = [
-    "ColumnarCandidates",
-    "ColumnarLabels",
-    "ColumnarRead",
-    "CorpusIds",
-    "KeyView",
-    "LabelColumns",
-    "Pairs",
-    "RunColumns",
-    "Vocab",
-    "arrays_from_columnar",
-    "arrow_module",
-    "check_grades",
-    "encode_ids",
-    "fingerprint",
-    "missing_ids",
-    "pyarrow",
-    "query_view",
-    "repeat_events",
-    "repeated_rows",
-    "report_events",
-    "string_array",
-    "vocab_positions",
-    "vocab_take",
-    "without_rows",
-]
 
 V = TypeVar("V")
 
@@ -269,11 +236,6 @@ class Pairs:
         """Rows per query code."""
         return np.diff(self.grouped[1])
 
-    @cached_property
-    def index(self) -> dict[str, int]:
-        """Query id -> code."""
-        return {q: i for i, q in enumerate(self.qids)}
-
 
 class Lines:
     """The 1-based line of each row, stored as steps: row ``r`` is line ``r + 1 +
@@ -323,17 +285,18 @@ class Lines:
 # --------------------------------------------------------------------------- mappings
 
 
-class _ByQuery(Mapping[str, Any]):
-    """A read-only mapping over some query codes of ``Pairs``, in a given order."""
+class KeyView(Mapping[str, V]):
+    """A read-only mapping over the keys of ``keys``, each value built by ``value`` when
+    asked for (no per-key object is kept)."""
 
-    def __init__(self, pairs: Pairs, codes: Sequence[int] | None = None) -> None:
-        self.pairs = pairs
-        self.codes: list[int] = list(range(len(pairs.qids))) if codes is None else list(codes)
-        self._keys = [pairs.qids[c] for c in self.codes]
-        self._index = dict(zip(self._keys, self.codes, strict=True))
+    def __init__(self, keys: Mapping[str, object], value: Callable[[str], V]) -> None:
+        self._keys = keys
+        self._value = value
 
-    def code(self, qid: str) -> int | None:
-        return self._index.get(qid)
+    def __getitem__(self, key: str) -> V:
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._value(key)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -341,8 +304,20 @@ class _ByQuery(Mapping[str, Any]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
-    def __contains__(self, qid: object) -> bool:
-        return qid in self._index
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+
+class _ByQuery(KeyView[Any]):
+    """A read-only mapping over some query codes of ``Pairs``, in a given order."""
+
+    def __init__(self, pairs: Pairs, codes: Sequence[int] | None = None) -> None:
+        self.pairs = pairs
+        self.codes: list[int] = list(range(len(pairs.qids))) if codes is None else list(codes)
+        self._keys: dict[str, int] = {pairs.qids[c]: c for c in self.codes}
+
+    def code(self, qid: str) -> int | None:
+        return self._keys.get(qid)
 
     def _docs(self, code: int) -> tuple[list[str], F64]:
         rows = self.pairs.rows_of(code)
@@ -354,7 +329,7 @@ class ColumnarCandidates(_ByQuery):
     built when asked for."""
 
     def __getitem__(self, qid: str) -> dict[str, float]:
-        code = self._index[qid]
+        code = self._keys[qid]
         docs, values = self._docs(code)
         return dict(zip(docs, values.tolist(), strict=True))
 
@@ -375,7 +350,7 @@ class ColumnarCandidates(_ByQuery):
 
     def size(self, qid: str) -> int:
         """Number of candidates of ``qid``."""
-        return int(self.pairs.counts()[self._index[qid]])
+        return int(self.pairs.counts()[self._keys[qid]])
 
     def has_score(self) -> bool:
         """Whether any candidate of these queries has a valid (non-NaN) score."""
@@ -389,7 +364,7 @@ class ColumnarCandidates(_ByQuery):
     def first_lines(self) -> Mapping[str, int]:
         """Query id -> line of its first candidate."""
         p = self.pairs
-        return KeyView(self, lambda q: int(p.line_of(p.rows_of(self._index[q])[:1])[0]))
+        return KeyView(self, lambda q: int(p.line_of(p.rows_of(self._keys[q])[:1])[0]))
 
 
 class ColumnarLabels(_ByQuery):
@@ -438,7 +413,7 @@ class ColumnarLabels(_ByQuery):
         return out.build(source)
 
     def __getitem__(self, qid: str) -> Labels:
-        code = self._index[qid]
+        code = self._keys[qid]
         rows = self.pairs.rows_of(code)
         docs, values = self.pairs.doc_ids(rows), self.pairs.value[rows].tolist()
         grades = {d: int(v) for d, v in zip(docs, values, strict=True) if v == v}
@@ -446,19 +421,13 @@ class ColumnarLabels(_ByQuery):
             return Labels(grades)
         return Labels(
             grades,
-            frozenset(self._picked(self.distractor, rows, docs)),
+            frozenset(
+                () if self.distractor is None else compress(docs, self.distractor[rows].tolist())
+            ),
             self._numbers(self.utility, rows, docs),
             self._numbers(self.no_response, rows, docs),
             None if self.stated is None or self.stated[code] < 0 else int(self.stated[code]),
         )
-
-    @staticmethod
-    def _picked(
-        flags: NDArray[np.bool_] | None, rows: NDArray[np.intp], docs: list[str]
-    ) -> list[str]:
-        if flags is None:
-            return []
-        return [d for d, f in zip(docs, flags[rows].tolist(), strict=True) if f]
 
     @staticmethod
     def _numbers(values: F64 | None, rows: NDArray[np.intp], docs: list[str]) -> dict[str, float]:
@@ -491,29 +460,6 @@ class ColumnarLabels(_ByQuery):
         first = starts[:-1] if order is None else order[starts[:-1]]
         lines = p.line_of(first).tolist()
         return {k: (p.source, lines[c]) for k, c in zip(self._keys, self.codes, strict=True)}
-
-
-class KeyView(Mapping[str, V]):
-    """A read-only mapping over the keys of ``keys``, each value built by ``value`` when
-    asked for (no per-key object is kept)."""
-
-    def __init__(self, keys: Mapping[str, object], value: Callable[[str], V]) -> None:
-        self._keys = keys
-        self._value = value
-
-    def __getitem__(self, key: str) -> V:
-        if key not in self._keys:
-            raise KeyError(key)
-        return self._value(key)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
 
 
 def query_view(
@@ -661,67 +607,62 @@ def report_events(events: list[Event], rep: Reporter, path: str) -> None:
         rep(pk, message, path=path, line=line_no, field=fld)
 
 
-def without_rows(pairs: Pairs, rows: NDArray[np.intp]) -> Pairs:
-    """``pairs`` with the (sorted, distinct) ``rows`` taken out."""
-    pa = pyarrow()
-    keep = np.ones(pairs.q.size, dtype=np.bool_)
-    keep[rows] = False
-    kept_line = Lines.of_steps(pairs.line).without(rows)
-    docs, codes = pairs.docs, pairs.d
-    if codes is None:  # ids as read: the rows leave the column
-        docs = docs.filter(pa.array(keep))
-    else:
-        codes = codes[keep]
-    return Pairs(pairs.qids, docs, pairs.q[keep], codes, pairs.value[keep], kept_line, pairs.source)
+def without_repeats(
+    pairs: Pairs,
+    kind: str,
+    events: list[Event],
+    rep: Reporter,
+    repeats: NDArray[np.intp] | None = None,
+) -> Pairs:
+    """``pairs`` without the rows that repeat an earlier (query, document) (``repeats``;
+    default ``repeated_rows`` of interned ids), each added to ``events`` as a line-by-line
+    reader meets it (order 2 within its line): a repeated candidate for ``kind="run"``,
+    else a repeated label.
 
-
-def check_grades(
-    pairs: Pairs, repeats: NDArray[np.intp], events: list[Event], rep: Reporter
-) -> None:
-    """Raise [`EvalSetError`][ragguard.EvalSetError] at the first repeated label whose
-    grade contradicts the first label of its (query, document), after reporting the
-    problems of earlier lines (``events``) as a line-by-line reader meets them."""
-    first: dict[tuple[int, int], float] = {}
-    again = set(repeats.tolist())
-    codes = pairs.codes()
-    width = max(len(pairs.docs), 1)
-    key = pairs.q.astype(np.int64) * width + codes
-    for r in np.flatnonzero(np.isin(key, key[repeats])).tolist():
-        k = (int(pairs.q[r]), int(codes[r]))
-        if r not in again:
-            first.setdefault(k, float(pairs.value[r]))
-            continue
-        if first[k] == pairs.value[r]:
-            continue
-        line = int(pairs.line_of(np.array([r]))[0])
-        report_events([e for e in events if e[0] < line], rep, pairs.source)
-        qid, doc = pairs.qids[k[0]], pairs.doc_ids(np.array([r]))[0]
-        raise EvalSetError(
-            f"query {qid!r}, document {doc!r}: grade {int(pairs.value[r])} contradicts "
-            f"{int(first[k])}",
-            path=pairs.source,
-            line=line,
-        )
-
-
-def repeat_events(
-    pairs: Pairs, repeats: NDArray[np.intp], kind: str
-) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    """The problems of the repeated rows ``repeats`` (``repeated_rows``), as a
-    line-by-line reader would report them: ``(line, 0, kind, message, field)`` per row, a repeated
-    candidate for ``kind="run"``, a repeated label otherwise."""
-    docs = pairs.doc_ids(repeats)
+    Raises:
+        EvalSetError: the first repeated label whose grade contradicts the first label of
+            its (query, document), after the problems of earlier lines went to ``rep``.
+    """
+    if repeats is None:
+        assert pairs.d is not None
+        repeats = repeated_rows(pairs.q, pairs.d, len(pairs.docs))
+    if not repeats.size:
+        return pairs
     lines = pairs.line_of(repeats).tolist()
-    out: list[tuple[int, int, ProblemKind, str, str | None]] = []
-    for r, doc, ln in zip(repeats.tolist(), docs, lines, strict=True):
+    for r, doc, ln in zip(repeats.tolist(), pairs.doc_ids(repeats), lines, strict=True):
         qid = pairs.qids[int(pairs.q[r])]
         if kind == "run":
             msg = f"document {doc!r} appears twice in query {qid!r}"
-            out.append((ln, 0, ProblemKind.DUPLICATE_CANDIDATE, msg, None))
+            events.append((ln, 2, ProblemKind.DUPLICATE_CANDIDATE, msg, None))
         else:
             msg = f"query {qid!r}, document {doc!r} is labelled twice"
-            out.append((ln, 0, ProblemKind.DUPLICATE_LABEL, msg, None))
-    return out
+            events.append((ln, 2, ProblemKind.DUPLICATE_LABEL, msg, None))
+    codes = pairs.codes()
+    key = pairs.q.astype(np.int64) * max(len(pairs.docs), 1) + codes
+    first: dict[int, float] = {}
+    again = set(repeats.tolist())
+    for r in np.flatnonzero(np.isin(key, key[repeats])).tolist() if kind != "run" else ():
+        k, value = int(key[r]), float(pairs.value[r])
+        if r not in again:
+            first.setdefault(k, value)
+        elif first[k] != value:
+            line = int(pairs.line_of(np.array([r]))[0])
+            report_events([e for e in events if e[0] < line], rep, pairs.source)
+            qid, doc = pairs.qids[int(pairs.q[r])], pairs.doc_ids(np.array([r]))[0]
+            raise EvalSetError(
+                f"query {qid!r}, document {doc!r}: grade {int(value)} contradicts {int(first[k])}",
+                path=pairs.source,
+                line=line,
+            )
+    keep = np.ones(pairs.q.size, dtype=np.bool_)
+    keep[repeats] = False
+    docs, d = pairs.docs, pairs.d
+    if d is None:  # ids as read: the rows leave the column
+        docs = docs.filter(pyarrow().array(keep))
+    else:
+        d = d[keep]
+    kept = Lines.of_steps(pairs.line).without(repeats)
+    return Pairs(pairs.qids, docs, pairs.q[keep], d, pairs.value[keep], kept, pairs.source)
 
 
 @dataclass

@@ -1,19 +1,8 @@
-"""Evaluation sets: queries, labels and one run per retrieval profile, loaded and checked.
-
-An **eval set** holds labelled queries; a **run** holds, per query, the candidates a
-retriever returned with their scores. One eval set may carry several runs (one per
-retrieval profile being compared). [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays]
-converts a run and the labels once into dense ``EvalArrays`` that every metric and the
-sweep read.
-
-The formats are the entries of ``FORMATS`` (ragguard's JSONL, TREC qrels with TREC or
-JSON runs, a BEIR folder, the UDCG authors' JSON; one reader each in ``formats/``);
-[`load_evalset`][ragguard.calibration.load_evalset] detects them or takes ``format=``.
-docs/reference/data-formats.md describes each file, the grade scale and the texts.
-Malformed input raises [`EvalSetError`][ragguard.EvalSetError] naming the file, the line
-and the field; problems that leave the data usable are counted (``ProblemKind``) in
-``EvalSet.report`` and logged as one warning, or raised with ``strict=True``.
-"""
+"""Evaluation sets: labelled queries and one run (per query, the candidates a retriever
+returned with their scores) per retrieval profile, loaded from the formats of ``FORMATS``
+and checked as docs/reference/data-formats.md describes; malformed input raises
+[`EvalSetError`][ragguard.EvalSetError] naming file, line and field, and problems that
+leave the data usable are counted in ``EvalSet.report`` (``strict=True`` raises)."""
 
 from __future__ import annotations
 
@@ -36,14 +25,14 @@ from ragguard.calibration.data.columns import (
     query_view,
 )
 from ragguard.calibration.data.formats import trec
-from ragguard.calibration.data.formats.beir import BEIR, corpus_source
+from ragguard.calibration.data.formats.beir import BEIR, LABEL_FILES, corpus_source
 from ragguard.calibration.data.formats.common import Format, ReadOptions, first_content
 from ragguard.calibration.data.formats.jsonl import JSONL
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.data.formats.udcg import UDCG
 from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query, Run
-from ragguard.calibration.data.texts import PathLike, Texts, TextSource
+from ragguard.calibration.data.texts import PathLike, Texts
 from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
@@ -69,9 +58,6 @@ logger = logging.getLogger(__name__)
 FORMATS: dict[str, Format] = {f.name: f for f in (JSONL, trec.TREC, BEIR, UDCG)}
 """The eval-set formats by name, in the order ``detect_format`` tries them; a format
 added here loads with ``load_evalset`` (and ``--format``) like the built-in ones."""
-LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
-"""File names a folder's labels may have (``load_inputs`` looks them up in this
-order)."""
 
 
 class EvalSet:
@@ -108,7 +94,9 @@ class EvalSet:
         for name, run in runs.items():
             if name != run.name:
                 raise EvalSetError(f"run {run.name!r} registered under the name {name!r}")
-        self.queries: Mapping[str, Query] = _frozen(queries)
+        self.queries: Mapping[str, Query] = (  # read column-wise: read-only already
+            queries if isinstance(queries, KeyView) else MappingProxyType(dict(queries))
+        )
         self.labels: ColumnarLabels = as_columns(labels, source)
         self.runs: Mapping[str, Run] = MappingProxyType(
             {name: columnar_run(run, source) for name, run in runs.items()}
@@ -233,11 +221,6 @@ class EvalSet:
         qs = query_view(labels, dict(queries) if queries else None)  # a copy: never read through
         built: dict[str, Run] = {}
         for name, run in (runs or {}).items():
-            kind = (
-                score_kind.get(name, "similarity")
-                if isinstance(score_kind, Mapping)
-                else score_kind
-            )
             got = read_input(run, "run", columns=columns, what=f"run table {name!r}", rep=rep)
             cands: Mapping[str, Mapping[str, float]]
             if columnar(got):
@@ -247,12 +230,8 @@ class EvalSet:
                     q: {d: _score(s, name, q, d) for d, s in c.items()}
                     for q, c in as_dicts(got, "run").items()
                 }
-            built[name] = Run(name, cands, as_score_kind(kind, f"run {name!r}"))
-        texts = (
-            Texts(docs=[TextSource.of({str(k): v for k, v in passages.items()})])
-            if passages
-            else Texts()
-        )
+            built[name] = Run(name, cands, _kind_of(score_kind, name))
+        texts = Texts().merged(passages=passages)
         return assemble(qs, labels, built, rep, label_lines={}, run_lines={}, texts=texts)
 
     def arrays(
@@ -353,14 +332,6 @@ def _labels_from_dicts(
     return labels
 
 
-def _frozen(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A read-only copy of ``data``; mappings read column-wise are read-only already and
-    stay columnar (copying them would build every query's dict)."""
-    if isinstance(data, KeyView):
-        return data
-    return MappingProxyType(dict(data))
-
-
 def as_columns(labels: Mapping[str, Labels], source: str | None) -> ColumnarLabels:
     """``labels`` as the eval set holds them: columns (``ColumnarLabels``)."""
     if isinstance(labels, ColumnarLabels):
@@ -390,6 +361,15 @@ def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
     except ValueError:
         kinds = ", ".join(k.value for k in ScoreKind)
         raise EvalSetError(f"{what}: score_kind must be one of {kinds}, got {value!r}") from None
+
+
+def _kind_of(
+    score_kind: ScoreKind | str | Mapping[str, ScoreKind | str | None] | None, run: str
+) -> ScoreKind | None:
+    """The kind of ``run``'s scores: ``score_kind``, or its entry for ``run`` (default
+    ``similarity``)."""
+    kind = score_kind.get(run, "similarity") if isinstance(score_kind, Mapping) else score_kind
+    return as_score_kind(kind, f"run {run!r}")
 
 
 def _score(value: object, run: str, qid: str, doc: str) -> float:
@@ -425,11 +405,11 @@ def assemble(
         assert isinstance(run.candidates, ColumnarCandidates)
         lines = run_lines.get(name, {})
         cands, dropped = run.candidates.restrict(labels)
-        sizes = {qid: run.candidates.size(qid) for qid in dropped}
-        for qid, n in sizes.items():
+        for qid in dropped:
             rep(
                 ProblemKind.RUN_QUERY_WITHOUT_LABELS,
-                f"run {name!r} has {n} candidates for query {qid!r}, which has no labels",
+                f"run {name!r} has {run.candidates.size(qid)} candidates for query {qid!r}, "
+                "which has no labels",
                 path=run.source,
                 line=lines.get(qid),
             )
@@ -458,13 +438,6 @@ def detect_format(path: PathLike) -> str:
     """
     p = Path(path)
     if p.is_dir():
-        labels = next((p / n for n in LABEL_FILES if (p / n).is_file()), None)
-        if labels is not None and not (p / "qrels").is_dir():
-            raise EvalSetError(
-                f"a folder holding {labels.name}, not an eval set format: call "
-                f"load_evalset({str(labels)!r}) or load_inputs({str(p)!r}) (its runs/ too)",
-                path=str(p),
-            )
         for f in FORMATS.values():
             if f.folder and f.detect(p, None):
                 return f.name
@@ -543,27 +516,21 @@ def load_evalset(
         raise EvalSetError("no such file", path=str(path))
     rep = Reporter(strict)
     data = fmt.read(Path(path), rep, ReadOptions(split, model, texts))
-    kinds = score_kind if isinstance(score_kind, Mapping) else None
-
-    def kind_of(name: str) -> ScoreKind | None:
-        k = kinds.get(name, "similarity") if kinds is not None else score_kind
-        return as_score_kind(k, f"run {name!r}")  # type: ignore[arg-type]
-
     all_runs: dict[str, Run] = {}
     run_lines: dict[str, Mapping[str, int]] = {}
     cands: Mapping[str, Mapping[str, float]]
     for name, (cands, lines) in data.runs.items():
-        kind = kind_of(name) if fmt.no_runs is None else None
+        kind = _kind_of(score_kind, name) if fmt.no_runs is None else None
         all_runs[name] = Run(name, cands, kind, str(path))
         run_lines[name] = lines
     for name, run_path in _run_paths(runs).items():
         if name in all_runs:
             raise EvalSetError(f"two runs are named {name!r}", path=str(run_path))
         cands, lines = trec.read_run(Path(run_path), rep, known_docs=data.corpus)
-        all_runs[name] = Run(name, cands, kind_of(name), str(run_path))
+        all_runs[name] = Run(name, cands, _kind_of(score_kind, name), str(run_path))
         run_lines[name] = lines
-    if kinds is not None:
-        unknown = set(kinds) - set(all_runs)
+    if isinstance(score_kind, Mapping):
+        unknown = set(score_kind) - set(all_runs)
         if unknown:
             raise EvalSetError(f"score_kind names unknown runs: {', '.join(sorted(unknown))}")
     return assemble(

@@ -1,27 +1,8 @@
-"""Where calibration data comes from: a file, a folder, run files, or a live retriever.
-
-A **folder** is a valid eval set when it holds the labels and, optionally, its runs::
-
-    examples/notes/
-      evalset.jsonl        the labels (ragguard JSONL; also evalset.jsonl.gz, or
-                           qrels.txt / qrels.trec in TREC qrels format)
-      runs/                one run per file: TREC run format (.trec, .run, .txt) or
-        bm25.trec          JSON {query_id: {doc_id: score}} (.json); named by file stem
-        dense-minilm.trec
-
-A BEIR folder (``queries.jsonl`` and ``qrels/``) works too, with its runs in ``runs/``.
-Runs named explicitly (``runs=``) or produced by a live retriever replace the folder's
-``runs/`` (runs embedded in a JSONL file always load).
-
-A **live retriever** comes from a factory ``"module:function"`` (the module is imported
-from the current directory too, as ``uvicorn app:app`` does) that returns a LangChain
-``BaseRetriever`` or a LlamaIndex ``BaseRetriever``. ``retrieve_run`` calls it for
-every labelled query's text and records each returned document's id and score, the way
-the guard's adapters read them (``ragguard.adapters``): a plain LangChain
-vector-store retriever is asked for the same search with scores (their kind from the
-store), other LangChain retrievers' scores come from document metadata
-(``relevance_score`` or ``score``), LlamaIndex scores from ``NodeWithScore.score``.
-"""
+"""Where calibration data comes from: a file, a folder (the labels, and its runs in
+``runs/``), run files, or a live retriever from a ``"module:function"`` factory; the
+layout and how a retriever's scores are read: docs/guides/calibrate.md ("Eval sets",
+"A live retriever"). Runs named explicitly or from a retriever replace a folder's
+``runs/``; runs embedded in a JSONL file always load."""
 
 from __future__ import annotations
 
@@ -45,16 +26,6 @@ from ragguard.calibration.data.evalset import (
 from ragguard.calibration.data.texts import PathLike
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
-
-__all__ = [
-    "LABEL_FILES",
-    "RUN_SUFFIXES",
-    "add_run",
-    "folder_runs",
-    "load_factory",
-    "load_inputs",
-    "retrieve_run",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +55,8 @@ def load_inputs(
     strict: bool = False,
     texts: bool = True,
 ) -> EvalSet:
-    """Load an eval set from a file or a folder (see the module docstring).
+    """Load an eval set from a file or a folder (its labels, one of ``LABEL_FILES`` or a
+    BEIR layout, and its runs in ``runs/``).
 
     Args:
         path: a labels file (any format [`load_evalset`][ragguard.calibration.load_evalset] reads)

@@ -17,7 +17,8 @@ from numpy.typing import NDArray
 from ragguard.calibration.data.utility import UtilityRules, abstention_utility, label_utility
 from ragguard.errors import EvalSetError
 
-F64 = NDArray[np.float64]
+F64 = NDArray[np.float64]  # the array aliases of the data wing
+I64 = NDArray[np.int64]
 B = NDArray[np.bool_]
 I = NDArray[np.intp]  # noqa: E741
 

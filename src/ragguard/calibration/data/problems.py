@@ -9,8 +9,6 @@ from enum import StrEnum
 
 from ragguard.errors import EvalSetError
 
-__all__ = ["LoadReport", "Problem", "ProblemKind", "Reporter"]
-
 logger = logging.getLogger("ragguard.calibration.data.evalset")
 
 

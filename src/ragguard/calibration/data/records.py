@@ -1,11 +1,5 @@
-"""The records of an eval set: ``Query``, ``Labels`` and ``Run``.
-
-They sit below every reader (``ragguard.calibration.data.formats.common``, the column-wise
-readers, ``ragguard.calibration.data.formats.tables``) and below
-``ragguard.calibration.data.evalset``, which builds an
-[`EvalSet`][ragguard.calibration.EvalSet] of them; users import them from
-``ragguard.calibration`` (or ``ragguard.calibration.data.evalset``).
-"""
+"""The records of an eval set (``Query``, ``Labels``, ``Run``) and the grade rule, below
+every reader; users import them from ``ragguard.calibration``."""
 
 from __future__ import annotations
 
@@ -14,17 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragguard.scores import ScoreKind
-
-__all__ = [
-    "DISTRACTOR_GRADE",
-    "MAX_GRADE",
-    "MIN_GRADE",
-    "Labels",
-    "Query",
-    "Run",
-    "bad_grade",
-    "grade_error",
-]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,6 @@
-"""Passage texts of an eval set: read with the labels, held until a consumer asks.
-
-[`load_evalset`][ragguard.calibration.load_evalset] puts the texts its file carries into
-``EvalSet.texts`` in the same pass as the labels (a ``corpus.jsonl`` beside the file is
-read on the first look-up); [`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]
-and ``--corpus`` add more. The sources and which text wins (pair over passage id, later
-source over earlier): docs/reference/data-formats.md ("Files").
-
-Texts read column-wise stay Arrow arrays until the first look-up builds the Python
-mapping, so loading a large eval set adds no Python object per passage. An eval set
-loaded with ``load_evalset(..., texts=False)`` keeps none (``Texts.left_out``): a
-look-up then raises [`EvalSetError`][ragguard.EvalSetError] saying to load the texts.
-"""
+"""Passage texts of an eval set, read with the labels and held (Arrow arrays, or a file
+not yet read) until the first look-up; the sources and which text wins:
+docs/reference/data-formats.md ("Files"). Also the one UTF-8 line reader."""
 
 from __future__ import annotations
 
@@ -24,17 +14,6 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ragguard.errors import EvalSetError
-
-__all__ = [
-    "ArrowCorpus",
-    "TextSource",
-    "Texts",
-    "corpus_text",
-    "joined",
-    "json_lines",
-    "title_of",
-    "utf8_lines",
-]
 
 PathLike = str | os.PathLike[str]
 K = TypeVar("K", bound=Hashable)

@@ -28,17 +28,14 @@ from ragguard.calibration.data.columns import (
     Event,
     Pairs,
     arrow_module,
-    check_grades,
     encode_ids,
     missing_ids,
     pyarrow,
     query_view,
-    repeat_events,
-    repeated_rows,
     report_events,
     vocab_positions,
     vocab_take,
-    without_rows,
+    without_repeats,
 )
 from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
@@ -60,8 +57,6 @@ from ragguard.calibration.data.texts import (
     utf8_lines,
 )
 from ragguard.errors import EvalSetError
-
-__all__ = ["BEIR", "BEIR_DISTRACTORS", "CORPUS_IDS", "beir_split", "corpus_source", "read_beir"]
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
 
@@ -330,12 +325,9 @@ def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
 def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
     """The id and text of one line of ``queries.jsonl`` as Python's json read it (the
     text is checked first)."""
-    text = obj.get("text")
-    if text is not None and not isinstance(text, str):
-        raise EvalSetError(
-            f"must be a string, got {type(text).__name__}", path=str(path), line=line, field="text"
-        )
-    return Where(path, line).id(obj.get("_id"), "_id"), text, None
+    at = Where(path, line)
+    text = at.text(obj.get("text"), "text")
+    return at.id(obj.get("_id"), "_id"), text, None
 
 
 def _json_file(
@@ -488,12 +480,7 @@ def _qrels(
             for code, ln in zip(unknown.tolist(), pairs.line_of(first).tolist(), strict=True):
                 msg = f"labelled query {pairs.qids[code]!r} is not in queries.jsonl"
                 events.append((ln, 1, ProblemKind.UNKNOWN_QUERY, msg, None))
-    repeats = repeated_rows(q, d, len(docs))
-    if repeats.size:
-        events.extend((e[0], 2, *e[2:]) for e in repeat_events(pairs, repeats, "qrels"))
-        check_grades(pairs, repeats, events, rep)
-        pairs = without_rows(pairs, repeats)
-    return pairs, events
+    return without_repeats(pairs, "qrels", events, rep), events
 
 
 def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels:
@@ -559,11 +546,29 @@ def _is_header(parts: list[str]) -> bool:
     return parts[0].lower() in BEIR_HEADERS
 
 
+LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
+"""File names a folder's labels may have (``load_inputs`` looks them up in this
+order)."""
+
+
+def _detect(path: Path, head: str | None) -> bool:
+    """A folder with ``qrels/`` or ``corpus.jsonl``; one holding an eval-set file
+    instead raises, naming the call that loads it."""
+    if head is not None:
+        return False
+    labels = next((path / n for n in LABEL_FILES if (path / n).is_file()), None)
+    if labels is not None and not (path / "qrels").is_dir():
+        raise EvalSetError(
+            f"a folder holding {labels.name}, not an eval set format: call "
+            f"load_evalset({str(labels)!r}) or load_inputs({str(path)!r}) (its runs/ too)",
+            path=str(path),
+        )
+    return (path / "qrels").is_dir() or (path / "corpus.jsonl").exists()
+
+
 BEIR = Format(
     "beir",
-    lambda path, head: (
-        head is None and ((path / "qrels").is_dir() or (path / "corpus.jsonl").exists())
-    ),
+    _detect,
     lambda path, rep, options: read_beir(path, rep, options.split, texts=options.texts),
     folder=True,
     what="BEIR folders",

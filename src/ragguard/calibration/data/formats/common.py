@@ -21,25 +21,7 @@ from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
 
-__all__ = [
-    "BEIR_DISTRACTOR",
-    "BEIR_HEADERS",
-    "BEIR_QRELS",
-    "TREC_QRELS",
-    "TREC_RUN",
-    "Format",
-    "Layout",
-    "ReadOptions",
-    "Where",
-    "first_content",
-    "json_file_error",
-    "json_line",
-    "json_where",
-    "read_json_run",
-]
-
 Candidates = dict[str, dict[str, float]]
-Lines = dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +131,12 @@ class Where:
     def fail(self, message: str, fld: str | None = None) -> NoReturn:
         raise EvalSetError(message, path=self.path, line=self.line, field=fld)
 
+    def report(
+        self, rep: Reporter, kind: ProblemKind, message: str, fld: str | None = None
+    ) -> None:
+        """Report a problem of this line to ``rep``."""
+        rep(kind, message, path=self.path, line=self.line, field=fld)
+
     def id(self, value: object, fld: str) -> str:
         if isinstance(value, bool) or not isinstance(value, str | int):
             if value is None:
@@ -158,6 +146,11 @@ class Where:
         if not text:
             self.fail("an id must not be empty", fld)
         return text
+
+    def text(self, value: object, fld: str) -> str | None:
+        if value is not None and not isinstance(value, str):
+            self.fail(f"must be a string, got {type(value).__name__}", fld)
+        return value
 
     def number(self, value: object, fld: str, lo: float, hi: float) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -214,49 +207,9 @@ def json_file_error(exc: json.JSONDecodeError, path: Path) -> EvalSetError:
     return EvalSetError(f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line)
 
 
-def _add_candidate(
-    cands: Candidates,
-    lines: Lines,
-    qid: str,
-    doc: str,
-    score: float,
-    at: Where,
-    rep: Reporter,
-    known_docs: Set[str] | None,
-) -> None:
-    q = cands.get(qid)
-    if q is None:
-        q = cands[qid] = {}
-        lines[qid] = at.line or 0
-    if doc in q:
-        rep(
-            ProblemKind.DUPLICATE_CANDIDATE,
-            f"document {doc!r} appears twice in query {qid!r}",
-            path=at.path,
-            line=at.line,
-        )
-        return
-    if known_docs is not None and doc not in known_docs:
-        rep(
-            ProblemKind.UNKNOWN_DOCUMENT,
-            f"run document {doc!r} (query {qid!r}) is not in corpus.jsonl",
-            path=at.path,
-            line=at.line,
-        )
-    if not math.isfinite(score):
-        rep(
-            ProblemKind.INVALID_SCORE,
-            f"document {doc!r} of query {qid!r} has score {score!r}",
-            path=at.path,
-            line=at.line,
-            field="score",
-        )
-    q[doc] = score
-
-
 def read_json_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
-) -> tuple[Candidates, Lines]:
+) -> tuple[Candidates, dict[str, int]]:
     """A JSON run file, ``{query_id: {doc_id: score}}`` (TREC run files are read
     column-wise, ``ragguard.calibration.data.formats.delimited``)."""
     at = Where(path)
@@ -267,12 +220,16 @@ def read_json_run(
     if not isinstance(data, dict):
         at.fail("a JSON run is an object {query_id: {doc_id: score}}")
     cands: Candidates = {}
-    lines: Lines = {}
     for qid, docs in data.items():
         if not isinstance(docs, dict):
             at.fail(f"must be an object {{doc_id: score}}, got {type(docs).__name__}", qid)
-        cands[qid] = {}
-        for doc, score in docs.items():
-            s = at.score(score, f"{qid}.{doc}")
-            _add_candidate(cands, lines, qid, doc, s, at, rep, known_docs)
-    return cands, lines
+        q = cands[qid] = {}
+        for doc, value in docs.items():
+            score = q[doc] = at.score(value, f"{qid}.{doc}")
+            if known_docs is not None and doc not in known_docs:
+                message = f"run document {doc!r} (query {qid!r}) is not in corpus.jsonl"
+                at.report(rep, ProblemKind.UNKNOWN_DOCUMENT, message)
+            if not math.isfinite(score):
+                message = f"document {doc!r} of query {qid!r} has score {score!r}"
+                at.report(rep, ProblemKind.INVALID_SCORE, message, "score")
+    return cands, {}

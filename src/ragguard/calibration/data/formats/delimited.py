@@ -22,15 +22,12 @@ from typing import Any, NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration.data.arrays import F64, I64
 from ragguard.calibration.data.columns import arrow_module, pyarrow, string_array
 from ragguard.calibration.data.formats.common import Layout
+from ragguard.calibration.data.labels import F64, I64
 from ragguard.calibration.data.records import MAX_GRADE, grade_error
 from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
-
-__all__ = ["Fields", "read_fields", "split_tsv", "split_whitespace"]
-
 
 _BLOCK = 1 << 24  # bytes per streamed block
 # one of these, not in the file, separates "fields" when lines are streamed as one column
@@ -114,7 +111,8 @@ def read_fields(
             return typed
     for delimiter in _LINE_DELIMITERS:
         try:
-            return _streamed(path, layout, split, is_header, delimiter)
+            blocks = _blocks(path, layout, split, is_header, delimiter)
+            return _streamed(blocks, path, layout, split)
         except _InText:
             continue
     raise EvalSetError(
@@ -212,11 +210,7 @@ def _typed(path: Path, layout: Layout) -> Fields | None:
 
 
 def _streamed(
-    path: Path,
-    layout: Layout,
-    split: Callable[[str], list[str]],
-    is_header: Callable[[list[str]], bool] | None,
-    delimiter: str,
+    blocks: Iterator[_Block], path: Path, layout: Layout, split: Callable[[str], list[str]]
 ) -> Fields:
     pa = pyarrow()
     pc = arrow_module("compute")
@@ -227,7 +221,7 @@ def _streamed(
     ds: list[Any] = []
     vs: list[F64] = []
     spans: list[tuple[int, NDArray[np.intp] | None, int]] = []  # (first, kept, rows)
-    for block in _blocks(path, layout, split, is_header, delimiter):
+    for block in blocks:
         text = block.text
         n = len(text)
         parts = pc.ascii_split_whitespace(text)
@@ -332,44 +326,32 @@ def _diagnose(
     return np.asarray(out, dtype=np.float64), qs, ds
 
 
-def _stream(path: Path, delimiter: str) -> Any:
-    """A streaming reader of ``path``'s lines (one string column, blank lines kept)."""
+def _batches(path: Path, delimiter: str) -> Iterator[Any]:
+    """The streamed line batches of ``path`` (one string column, blank lines kept; none
+    for an empty file); a file that cannot be read, or is not UTF-8, raises
+    [`EvalSetError`][ragguard.EvalSetError] (naming the first line that is not UTF-8),
+    one holding ``delimiter`` raises ``_InText``."""
     pa = pyarrow()
     csv = arrow_module("csv")
     gz = path.name.lower().endswith(".gz")
-    source = pa.input_stream(str(path), compression="gzip" if gz else None)
     parse, convert = _csv_options(delimiter, {"line": pa.string()})
-    return csv.open_csv(
-        source,
-        read_options=csv.ReadOptions(column_names=["line"], block_size=_BLOCK, use_threads=True),
-        parse_options=parse,
-        convert_options=convert,
-    )
-
-
-def _batches(path: Path, delimiter: str) -> Iterator[Any]:
-    """The streamed line batches of ``path`` (none for an empty file); a file that
-    cannot be read, or is not UTF-8, raises [`EvalSetError`][ragguard.EvalSetError] (naming the
-    first line that is not UTF-8), one holding ``delimiter`` raises ``_InText``."""
-    pa = pyarrow()
     try:
-        yield from _stream(path, delimiter)
+        yield from csv.open_csv(
+            pa.input_stream(str(path), compression="gzip" if gz else None),
+            read_options=csv.ReadOptions(column_names=["line"], block_size=_BLOCK),
+            parse_options=parse,
+            convert_options=convert,
+        )
     except pa.ArrowInvalid as exc:
         if "Expected 1 columns" in str(exc):
             raise _InText from None
         if str(exc) == "Empty CSV file":
             return
-        not_utf8(path)
+        for _ in utf8_lines(path):  # raises at the first line that is not UTF-8
+            pass
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
     except (OSError, EOFError) as exc:
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
-
-
-def not_utf8(path: Path) -> None:
-    """Raise [`EvalSetError`][ragguard.EvalSetError] naming the first line of ``path`` that is not
-    UTF-8 (a byte order mark at its start is allowed); return when every line is."""
-    for _ in utf8_lines(path):
-        pass
 
 
 def _blocks(

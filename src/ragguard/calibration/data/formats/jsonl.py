@@ -1,11 +1,5 @@
-"""ragguard's JSONL eval sets (see ``ragguard.calibration.data.evalset``): the one reader.
-
-Each line is parsed by Python's ``json`` and its labels and candidates go straight into
-columns (``LabelColumns``,
-``RunColumns``). A candidate list is checked as a
-whole (``_checked``); one that fails is walked candidate by candidate
-(``_walked``), which names the field at fault and reports repeated ids.
-"""
+"""ragguard's JSONL eval sets: the one reader (docs/reference/data-formats.md, "How
+files are read")."""
 
 from __future__ import annotations
 
@@ -26,8 +20,6 @@ from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Quer
 from ragguard.calibration.data.texts import Texts, TextSource, utf8_lines
 from ragguard.errors import EvalSetError
 
-__all__ = ["CANDIDATE_FIELDS", "JSONL", "JSONL_FIELDS", "read_jsonl"]
-
 JSONL_FIELDS = frozenset(
     {
         "query_id",
@@ -45,35 +37,6 @@ JSONL_FIELDS = frozenset(
     }
 )
 CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
-
-
-def _jsonl_grades(obj: dict[str, Any], at: Where) -> dict[str, int]:
-    """Grades of one JSONL line: relevant (1-5), not_relevant and distractors (0)."""
-    grades: dict[str, int] = {}
-    owner: dict[str, str] = {}
-
-    def claim(doc: str, fld: str, grade: int) -> None:
-        if doc in owner:
-            at.fail(f"document {doc!r} is also listed in {owner[doc]!r}", fld)
-        owner[doc] = fld.split("[")[0].split(".")[0]
-        grades[doc] = grade
-
-    rel = obj.get("relevant", [])
-    if isinstance(rel, list):
-        for i, doc in enumerate(at.id_list(rel, "relevant")):
-            claim(doc, f"relevant[{i}]", 1)
-    elif isinstance(rel, dict):
-        for doc, g in rel.items():
-            fld = f"relevant.{doc}"
-            if isinstance(g, bool) or not isinstance(g, int) or not MIN_GRADE <= g <= MAX_GRADE:
-                at.fail(f"a grade must be an integer {MIN_GRADE}-{MAX_GRADE}, got {g!r}", fld)
-            claim(at.id(doc, fld), fld, g)
-    else:
-        at.fail(f"must be a list of ids or {{id: grade}}, got {type(rel).__name__}", "relevant")
-    for name in ("not_relevant", "distractors"):
-        for i, doc in enumerate(at.id_list(obj.get(name, []), name)):
-            claim(doc, f"{name}[{i}]", 0)
-    return grades
 
 
 def _doc_numbers(
@@ -147,9 +110,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         qid = at.id(obj.get("query_id"), "query_id")
         if qid in label_lines:
             at.fail(f"query id {qid!r} was already used on line {label_lines[qid][1]}", "query_id")
-        query = obj.get("query")
-        if query is not None and not isinstance(query, str):
-            at.fail(f"must be a string, got {type(query).__name__}", "query")
+        query = at.text(obj.get("query"), "query")
         answers = obj.get("answers", [])
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             at.fail("must be a list of strings", "answers")
@@ -170,13 +131,8 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
     for name, run in runs.items():
         if run.scored:
             for doc, line, fld in run.invalid:
-                rep(
-                    ProblemKind.INVALID_SCORE,
-                    f"candidate {doc!r} of run {name!r} has no valid score",
-                    path=str(path),
-                    line=line,
-                    field=fld,
-                )
+                message = f"candidate {doc!r} of run {name!r} has no valid score"
+                Where(path, line).report(rep, ProblemKind.INVALID_SCORE, message, fld)
     if pair_texts is not None:
         pair_texts.flush()
     sources = [TextSource(pair_texts)] if pair_texts is not None and pair_texts.parts else []
@@ -190,8 +146,32 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
 
 
 def _labels(obj: dict[str, Any], at: Where) -> Labels:
-    grades = _jsonl_grades(obj, at)
-    distractors = at.id_list(obj.get("distractors", []), "distractors")
+    """The labels of one JSONL line: grades (``relevant`` 1-5, ``not_relevant`` and
+    ``distractors`` 0), utilities, abstention probabilities, ``num_relevant``."""
+    grades: dict[str, int] = {}
+    owner: dict[str, str] = {}
+
+    def claim(doc: str, fld: str, grade: int) -> None:
+        if doc in owner:
+            at.fail(f"document {doc!r} is also listed in {owner[doc]!r}", fld)
+        owner[doc] = fld.split("[")[0].split(".")[0]
+        grades[doc] = grade
+
+    rel = obj.get("relevant", [])
+    if isinstance(rel, list):
+        for i, doc in enumerate(at.id_list(rel, "relevant")):
+            claim(doc, f"relevant[{i}]", 1)
+    elif isinstance(rel, dict):
+        for doc, g in rel.items():
+            fld = f"relevant.{doc}"
+            if isinstance(g, bool) or not isinstance(g, int) or not MIN_GRADE <= g <= MAX_GRADE:
+                at.fail(f"a grade must be an integer {MIN_GRADE}-{MAX_GRADE}, got {g!r}", fld)
+            claim(at.id(doc, fld), fld, g)
+    else:
+        at.fail(f"must be a list of ids or {{id: grade}}, got {type(rel).__name__}", "relevant")
+    for name in ("not_relevant", "distractors"):
+        for i, doc in enumerate(at.id_list(obj.get(name, []), name)):
+            claim(doc, f"{name}[{i}]", 0)
     utilities = _doc_numbers(obj, "utilities", at, -1.0, 1.0)
     no_response = _doc_numbers(obj, "no_response", at, 0.0, 1.0)
     n_rel = obj.get("num_relevant")
@@ -202,7 +182,8 @@ def _labels(obj: dict[str, Any], at: Where) -> Labels:
                 f"must be an integer >= the {labelled} relevant documents listed, got {n_rel!r}",
                 "num_relevant",
             )
-    return Labels(grades, frozenset(distractors), utilities, no_response, n_rel)
+    distractors = frozenset(d for d, o in owner.items() if o == "distractors")
+    return Labels(grades, distractors, utilities, no_response, n_rel)
 
 
 def _candidate_lists(obj: dict[str, Any], at: Where) -> list[tuple[str, str, object]]:
@@ -299,14 +280,8 @@ def _candidates(
             doc = at.id(item, where)
             score = math.nan
         if doc in out:
-            rep(
-                ProblemKind.DUPLICATE_CANDIDATE,
-                f"document {doc!r} appears twice among the candidates of query {qid!r} in "
-                f"run {run!r}",
-                path=at.path,
-                line=at.line,
-                field=where,
-            )
+            message = f"document {doc!r} appears twice among the candidates of query {qid!r} in"
+            at.report(rep, ProblemKind.DUPLICATE_CANDIDATE, f"{message} run {run!r}", where)
             continue
         out[doc] = score
         if not math.isfinite(score):

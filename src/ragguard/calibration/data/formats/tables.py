@@ -1,15 +1,8 @@
 """Qrels and runs held as tables (pandas and polars DataFrames, pyarrow Tables, ranx
-``Qrels`` and ``Run``) or as ``{query_id: {doc_id: value}}`` dicts.
-
-One row per label (query id, document id, grade) or candidate (query id, document id,
-score; row order breaks score ties). Columns are found by name (``COLUMN_NAMES``) or
-named by ``columns=``. Grades follow the file readers' rule
-(``bad_grade``); a repeated (query, document) row
-keeps its first occurrence and is reported; a table without a row is an error. Tables
-become ``Pairs`` with pyarrow (a pandas column
-pyarrow cannot convert is checked value by value, naming the row at fault); ranx objects
-become dicts. pandas, polars, pyarrow and ranx are never imported here.
-"""
+``Qrels`` and ``Run``) or as ``{query_id: {doc_id: value}}`` dicts, read as
+docs/reference/data-formats.md ("Tables") describes: tables become ``Pairs`` with
+pyarrow, ranx objects become dicts; pandas, polars, pyarrow and ranx are never imported
+here."""
 
 from __future__ import annotations
 
@@ -23,7 +16,6 @@ from typing import Any, Literal, TypeGuard
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration.data.arrays import F64
 from ragguard.calibration.data.columns import (
     Pairs,
     arrow_module,
@@ -33,11 +25,10 @@ from ragguard.calibration.data.columns import (
     string_array,
     vocab_take,
 )
+from ragguard.calibration.data.labels import F64
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import bad_grade, grade_error
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
-
-__all__ = ["COLUMN_NAMES", "Table", "as_dicts", "columnar", "read_input", "table_kind"]
 
 Table = Any
 """A pandas or polars DataFrame, a pyarrow Table, or a ranx ``Qrels`` / ``Run``."""
@@ -102,7 +93,12 @@ def read_input(
         if role == "qrels":
             _check_grades(dicts, what)
         return dicts
-    return _arrow_pairs(obj, kind, role, columns, what, rep)
+    names, column = _columns(obj, kind)
+    qname, dname, vname = _column_names(names, role, columns, what)
+    qvocab, q = encode_ids(_arrow_ids(column(qname), qname, "query id", what))
+    docs, d = encode_ids(_arrow_ids(column(dname), dname, "document id", what))
+    value = _arrow_values(column(vname), role, vname, what)
+    return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep, vname)
 
 
 def columnar(data: Pairs | Dicts) -> TypeGuard[Pairs]:
@@ -221,17 +217,6 @@ def _missing_grade(name: str, row: int, value: object, what: str) -> EvalSetErro
 
 
 # --------------------------------------------------------------------------- pyarrow
-
-
-def _arrow_pairs(
-    obj: Table, kind: str, role: Role, columns: Mapping[str, str] | None, what: str, rep: Reporter
-) -> Pairs:
-    names, column = _columns(obj, kind)
-    qname, dname, vname = _column_names(names, role, columns, what)
-    qvocab, q = encode_ids(_arrow_ids(column(qname), qname, "query id", what))
-    docs, d = encode_ids(_arrow_ids(column(dname), dname, "document id", what))
-    value = _arrow_values(column(vname), role, vname, what)
-    return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep, vname)
 
 
 def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration.data.arrays import I64
 from ragguard.calibration.data.columns import (
     ColumnarCandidates,
     ColumnarLabels,
@@ -23,15 +22,12 @@ from ragguard.calibration.data.columns import (
     Event,
     Lines,
     Pairs,
-    check_grades,
     encode_ids,
     missing_ids,
     pyarrow,
     query_view,
-    repeat_events,
-    repeated_rows,
     report_events,
-    without_rows,
+    without_repeats,
 )
 from ragguard.calibration.data.formats.common import (
     TREC_QRELS,
@@ -41,9 +37,8 @@ from ragguard.calibration.data.formats.common import (
     read_json_run,
 )
 from ragguard.calibration.data.formats.delimited import read_fields
+from ragguard.calibration.data.labels import I64
 from ragguard.calibration.data.problems import ProblemKind, Reporter
-
-__all__ = ["TREC", "doc_keys", "read_qrels", "read_run", "read_trec", "text_repeats"]
 
 
 def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None) -> Pairs:
@@ -63,23 +58,17 @@ def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | No
     fields = read_fields(path, layout)
     qvocab, q = encode_ids(fields.q)
     line = None if fields.line is None else Lines(fields.line)
+    repeats = None
     if kind == "run":
-        keys = doc_keys(fields.d)
         pairs = Pairs(qvocab.to_pylist(), fields.d, q, None, fields.value, line, str(path))
-        repeats = text_repeats(pairs, keys)
-        del keys
+        repeats = text_repeats(pairs, doc_keys(fields.d))
     else:
         docs, d = encode_ids(fields.d)
         pairs = Pairs(qvocab.to_pylist(), docs, q, d, fields.value, line, str(path))
-        repeats = repeated_rows(q, d, len(docs))
     del fields
     pa.default_memory_pool().release_unused()
     events: list[Event] = []
-    if repeats.size:
-        events.extend(repeat_events(pairs, repeats, kind))
-        if kind == "qrels":
-            check_grades(pairs, repeats, events, rep)
-        pairs = without_rows(pairs, repeats)
+    pairs = without_repeats(pairs, kind, events, rep, repeats)
     if kind == "run":
         events.extend(_run_events(pairs, known_docs))
     report_events(events, rep, str(path))

@@ -14,7 +14,6 @@ from ragguard.calibration.data.columns import ColumnarLabels, ColumnarRead
 from ragguard.calibration.data.formats.common import (
     Candidates,
     Format,
-    Lines,
     Where,
     json_file_error,
 )
@@ -22,8 +21,6 @@ from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query
 from ragguard.calibration.data.texts import Texts, TextSource, corpus_text, utf8_lines
 from ragguard.errors import EvalSetError
-
-__all__ = ["UDCG", "read_udcg"]
 
 
 def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
@@ -75,11 +72,9 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
     """
     queries: dict[str, Query] = {}
     labels: dict[str, Labels] = {}
-    label_lines: dict[str, tuple[str | None, int | None]] = {}
+    lines: dict[str, int] = {}
     examples: list[tuple[Where, str, dict[str, int], dict[str, dict[str, float]]]] = []
     run: Candidates = {}
-    lines: Lines = {}
-    seen: dict[str, int] = {}
     models: set[str] = set()
     texts: dict[tuple[str, str], str] = {}
     titles: dict[tuple[str, str], str] = {}
@@ -90,14 +85,11 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
         if not isinstance(ex, dict):
             at.fail(f"an example must be an object, got {type(ex).__name__}", base)
         qid = at.id(ex.get("example_id"), f"{base}.example_id")
-        if qid in seen:
+        if qid in lines:
             at.fail(
-                f"example id {qid!r} was already used on line {seen[qid]}", f"{base}.example_id"
+                f"example id {qid!r} was already used on line {lines[qid]}", f"{base}.example_id"
             )
-        seen[qid] = lineno
-        question = ex.get("question")
-        if question is not None and not isinstance(question, str):
-            at.fail(f"must be a string, got {type(question).__name__}", f"{base}.question")
+        question = at.text(ex.get("question"), f"{base}.question")
         passages = ex.get("passages")
         if not isinstance(passages, list):
             at.fail(
@@ -124,13 +116,8 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
                 if title is not None:
                     titles.setdefault((qid, doc), title)
             if doc in cands:
-                rep(
-                    ProblemKind.DUPLICATE_CANDIDATE,
-                    f"document {doc!r} appears twice in example {qid!r}",
-                    path=str(path),
-                    line=lineno,
-                    field=fld,
-                )
+                message = f"document {doc!r} appears twice in example {qid!r}"
+                at.report(rep, ProblemKind.DUPLICATE_CANDIDATE, message, fld)
                 continue
             cands[doc] = math.nan
             grades[doc] = int(rel)
@@ -144,9 +131,8 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
                     )
                     models.add(name)
         queries[qid] = Query(qid, question, _answers(ex.get("answers"), at, base))
-        label_lines[qid] = (str(path), lineno)
-        run[qid] = cands
         lines[qid] = lineno
+        run[qid] = cands
         examples.append((at, qid, grades, probs))
         originals[qid] = ex
     if model is None and len(models) > 1:
@@ -176,6 +162,7 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
         labels[qid] = Labels(grades, no_response=no_response)
     source = Texts(pairs=[TextSource.of(texts, titles)] if texts else (), udcg_examples=originals)
     columns = ColumnarLabels.of_labels(labels, str(path))
+    label_lines = {q: (str(path), n) for q, n in lines.items()}
     return ColumnarRead(queries, columns, label_lines, {"passages": (run, lines)}, texts=source)
 
 
