@@ -83,15 +83,8 @@ def _average_precision(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
     return divide(total, n_rel.astype(np.float64))
 
 
-def _dcg(gains: F64) -> F64:
-    if not gains.shape[1]:
-        return np.zeros(gains.shape[0])
-    out: F64 = gains @ discount(gains.shape[1])
-    return out
-
-
-def _ndcg(gains: F64, ideal_gains: F64) -> F64:
-    return divide(_dcg(gains), _dcg(ideal_gains))
+def _ndcg(gains: F64, ideal: F64) -> F64:
+    return divide(gains @ discount(gains.shape[1]), ideal @ discount(ideal.shape[1]))
 
 
 def _f_beta(p: F64, r: F64, beta: float) -> F64:

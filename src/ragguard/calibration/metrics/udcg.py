@@ -111,8 +111,6 @@ def udcg_dcg(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None 
     """
     w = window(arrays, k, cut)
     u = w.take(arrays.utility)
-    if not u.shape[1]:
-        return np.zeros(u.shape[0])
     out: F64 = u @ discount(u.shape[1])
     return out
 
@@ -146,7 +144,7 @@ def udcg_ndcg(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None
     """
     top = udcg_dcg(arrays, k, cut=cut)
     ideal = arrays.ideal_utilities if k is None else arrays.ideal_utilities[:, :k]
-    best: F64 = ideal @ discount(ideal.shape[1]) if ideal.shape[1] else np.zeros(ideal.shape[0])
+    best: F64 = ideal @ discount(ideal.shape[1])
     return divide(top, best)
 
 
