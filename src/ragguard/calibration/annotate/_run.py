@@ -19,7 +19,7 @@ from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
 from ragguard.calibration.annotate._judge import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
 from ragguard.calibration.data.evalset import EvalSet, load_evalset
-from ragguard.calibration.data.texts import Texts
+from ragguard.calibration.data.texts import PathLike, Texts
 from ragguard.calibration.data.utility import UtilityRules
 from ragguard.errors import AnnotationError
 
@@ -35,15 +35,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PathLike = str | os.PathLike[str]
 T = TypeVar("T")
 Unjudged = Literal["judge", "irrelevant", "skip"]
 #: ``progress(stage, done, total)``: stage is ``"judge"`` or ``"estimate"``.
 Progress = Callable[[str, int, int], None]
-
-SOURCE_LABEL = "label"
-SOURCE_JUDGE = "judge"
-SOURCE_UNJUDGED = "unjudged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,32 +76,10 @@ class _Item:
     qid: str
     doc: str
     passage: str
-    source: str  # label / judge / unjudged
+    source: Literal["label", "judge", "unjudged"]
     relevant: bool | None  # None until judged
     motivation: str = ""
     p: float | None = None
-
-
-def _load(
-    evalset: EvalSet | PathLike,
-    format: str | None,
-    runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None,
-    corpus: Sequence[PathLike],
-    passages: Mapping[str, str] | None,
-) -> EvalSet:
-    """The eval set with its texts (those it was loaded with, ``corpus`` files and
-    ``passages``)."""
-    if isinstance(evalset, EvalSet):
-        if runs is not None or format is not None:
-            raise AnnotationError("runs= and format= apply when evalset is a path")
-        es = evalset
-    else:
-        es = load_evalset(evalset, format=format, runs=runs)
-    return es.with_texts(corpus=corpus, passages=passages)
-
-
-def _relevant_bar(rules: UtilityRules) -> int:
-    return rules.partial_grade if rules.partial_grade is not None else rules.relevant_grade
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,7 +219,7 @@ class Annotator:
             check_not_input(path, read, what="the annotate output", error=AnnotationError)
         policy = self.relevance.policy
         rules = self.relevance.rules or UtilityRules()
-        bar = _relevant_bar(rules)
+        bar = rules.relevant_grade if rules.partial_grade is None else rules.partial_grade
 
         run_names = list(es.runs) if only_runs is None else list(only_runs)
         for name in run_names:
@@ -270,14 +243,14 @@ class Annotator:
             grades = es.labels[qid].grades
             for doc in docs:
                 if doc in grades:
-                    source, rel = SOURCE_LABEL, grades[doc] >= bar
+                    source, rel = "label", grades[doc] >= bar
                 elif policy == "skip":
                     skipped += 1
                     continue
                 elif policy == "irrelevant":
-                    source, rel = SOURCE_UNJUDGED, False
+                    source, rel = "unjudged", False
                 else:
-                    source, rel = SOURCE_JUDGE, None
+                    source, rel = "judge", None
                 text = texts.get(qid, doc)
                 if text is None:
                     missing_text.append((qid, doc))
@@ -305,9 +278,12 @@ class Annotator:
                 items = [it for it in items if it.relevant is not None]
             computed, reused = _estimate(es, items, estimator, store, progress)
 
-        _write_jsonl(out_path, es, texts, items, run_names, estimator, judge, rules)
+        by_query: dict[str, list[_Item]] = {}
+        for it in items:
+            by_query.setdefault(it.qid, []).append(it)
+        _write_jsonl(out_path, es, texts, by_query, run_names, estimator, judge, rules)
         if udcg_path is not None:
-            _write_udcg(udcg_path, es, texts, items, estimator.model_id)
+            _write_udcg(udcg_path, es, texts, by_query, estimator.model_id)
         summary = AnnotationSummary(
             estimator.model_id,
             len(items),
@@ -374,8 +350,14 @@ def annotate(
         EvalSetError: the eval set or a corpus file is malformed.
         EndpointError: an endpoint backend failed (what was computed is saved).
     """
+    if isinstance(evalset, EvalSet):
+        if runs is not None or format is not None:
+            raise AnnotationError("runs= and format= apply when evalset is a path")
+        es = evalset
+    else:
+        es = load_evalset(evalset, format=format, runs=runs)
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
-    es = _load(evalset, format, runs, corpus_list, passages)
+    es = es.with_texts(corpus=corpus_list, passages=passages)
     annotator = Annotator(estimator=estimator, outputs=outputs, relevance=relevance)
     return annotator.run(
         es,
@@ -395,7 +377,7 @@ def _judge(
     key = settings_key(judge.settings())
     todo: list[tuple[_Item, str]] = []
     for it in items:
-        if it.source != SOURCE_JUDGE:
+        if it.source != "judge":
             continue
         q = es.queries[it.qid]
         h = pair_hash(q.text or "", json.dumps(list(q.answers)), it.passage)
@@ -404,7 +386,7 @@ def _judge(
             it.relevant, it.motivation = saved
         else:
             todo.append((it, h))
-    total = sum(1 for it in items if it.source == SOURCE_JUDGE)
+    total = sum(1 for it in items if it.source == "judge")
     done = total - len(todo)
     _note_not_reused(store, "relevance", key, todo, "relevance judgements")
     if progress:
@@ -537,15 +519,12 @@ def _write_jsonl(
     path: Path,
     es: EvalSet,
     texts: Texts,
-    items: list[_Item],
+    by_query: dict[str, list[_Item]],
     run_names: list[str],
     estimator: AbstentionEstimator,
     judge: RelevanceJudge | None,
     rules: UtilityRules,
 ) -> None:
-    by_query: dict[str, list[_Item]] = {}
-    for it in items:
-        by_query.setdefault(it.qid, []).append(it)
     judged_grade = rules.relevant_grade
 
     def lines(fh: Any) -> None:
@@ -560,7 +539,7 @@ def _write_jsonl(
             relevant = {d: g for d, g in lab.grades.items() if g >= 1}
             not_relevant = [d for d, g in lab.grades.items() if g < 1 and d not in lab.distractors]
             for it in mine:
-                if it.source == SOURCE_JUDGE:
+                if it.source == "judge":
                     if it.relevant:
                         relevant[it.doc] = judged_grade
                     else:
@@ -607,13 +586,14 @@ def _write_jsonl(
                 "method": "UDCG paper: u = R * (1 - p(NO-RESPONSE | q, p)), Figure 4 prompt",
                 "runs": run_names,
                 "relevance": {it.doc: it.source for it in mine},
+                "score_kinds": {
+                    n: (r.score_kind.value if r.score_kind else None) for n, r in es.runs.items()
+                },
             }
-            kinds = {n: (r.score_kind.value if r.score_kind else None) for n, r in es.runs.items()}
-            info["score_kinds"] = kinds
-            if judge is not None and any(it.source == SOURCE_JUDGE for it in mine):
+            if judge is not None and any(it.source == "judge" for it in mine):
                 info["judge_model"] = judge.model_id
                 info["judge_motivation"] = {
-                    it.doc: it.motivation for it in mine if it.source == SOURCE_JUDGE
+                    it.doc: it.motivation for it in mine if it.source == "judge"
                 }
             meta["annotate"] = info
             obj["metadata"] = meta
@@ -622,10 +602,9 @@ def _write_jsonl(
     _atomic_write(path, lines)
 
 
-def _write_udcg(path: Path, es: EvalSet, texts: Texts, items: list[_Item], model_id: str) -> None:
-    by_query: dict[str, list[_Item]] = {}
-    for it in items:
-        by_query.setdefault(it.qid, []).append(it)
+def _write_udcg(
+    path: Path, es: EvalSet, texts: Texts, by_query: dict[str, list[_Item]], model_id: str
+) -> None:
     examples: list[dict[str, Any]] = []
     originals = texts.udcg_examples or {}
     for qid in es.qids:
@@ -649,7 +628,7 @@ def _write_udcg(path: Path, es: EvalSet, texts: Texts, items: list[_Item], model
                 "text": it.passage,
                 "is_relevant": bool(it.relevant),
             }
-            if it.source != SOURCE_LABEL:
+            if it.source != "label":
                 entry["relevance_source"] = it.source
             entry["models_info"] = {model_id: {"no_res_prob": it.p}}
             passages.append(entry)
