@@ -66,6 +66,7 @@ import numpy as np
 from ragguard._fields import is_real
 from ragguard.calibration._output import staging_folder
 from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.data.texts import PathLike
 from ragguard.calibration.fit.statistics import VALIDATION
 from ragguard.calibration.train.choice import (
     Candidate,
@@ -87,7 +88,6 @@ from ragguard.calibration.train.fine_tune import TextPair
 from ragguard.calibration.train.options import Negatives, Training, check_kinds
 from ragguard.calibration.train.output import (
     Choice,
-    PathLike,
     TrainResult,
     check_out,
     inputs_of,
