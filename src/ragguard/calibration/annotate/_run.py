@@ -76,7 +76,7 @@ class _Item:
     qid: str
     doc: str
     passage: str
-    source: Literal["label", "judge", "unjudged"]
+    source: str  # label / judge / unjudged
     relevant: bool | None  # None until judged
     motivation: str = ""
     p: float | None = None
