@@ -215,11 +215,8 @@ class _Client:
                 )
                 await asyncio.sleep(delay)
                 continue
-            tail = (
-                f" (after {self.max_retries} retries)"
-                if resp.status_code in (TRANSIENT_STATUS)
-                else ""
-            )
+            retried = f" (after {self.max_retries} retries)"
+            tail = retried if resp.status_code in TRANSIENT_STATUS else ""
             body = redact(resp.text, self.api_key)[:300]
             raise self.error(model, f" answered HTTP {resp.status_code}{tail}: {body}", path)
         raise AssertionError("unreachable")  # pragma: no cover
