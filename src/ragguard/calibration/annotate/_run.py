@@ -272,11 +272,12 @@ class Annotator:
 
         judged = failures = computed = reused = 0
         with ProgressStore(store_path, fresh=fresh) as store:
+            work = _Work(es, store, progress or (lambda stage, done, total: None))
             if policy == "judge":
                 assert judge is not None
-                judged, failures = _judge(es, items, judge, store, progress)
+                judged, failures = work.judge(items, judge)
                 items = [it for it in items if it.relevant is not None]
-            computed, reused = _estimate(es, items, estimator, store, progress)
+            computed, reused = work.estimate(items, estimator)
 
         by_query: dict[str, list[_Item]] = {}
         for it in items:
@@ -367,54 +368,6 @@ def annotate(
     )
 
 
-def _judge(
-    es: EvalSet,
-    items: list[_Item],
-    judge: RelevanceJudge,
-    store: ProgressStore,
-    progress: Progress | None,
-) -> tuple[int, int]:
-    key = settings_key(judge.settings())
-    todo: list[tuple[_Item, str]] = []
-    for it in items:
-        if it.source != "judge":
-            continue
-        q = es.queries[it.qid]
-        h = pair_hash(q.text or "", json.dumps(list(q.answers)), it.passage)
-        saved = store.relevance.get((key, it.qid, it.doc, h))
-        if saved is not None:
-            it.relevant, it.motivation = saved
-        else:
-            todo.append((it, h))
-    total = sum(1 for it in items if it.source == "judge")
-    done = total - len(todo)
-    _note_not_reused(store, "relevance", key, todo, "relevance judgements")
-    if progress:
-        progress("judge", done, total)
-    failures = 0
-    questions = [
-        (es.queries[it.qid].text or "", es.queries[it.qid].answers, it.passage) for it, _ in todo
-    ]
-    with _closing(judge.judge(questions)) as replies:
-        for i, reply in replies:
-            it, h = _todo(todo, i, "judge")
-            done += 1
-            if reply is None:
-                failures += 1
-                logger.warning(
-                    "the judge's reply for passage %r of query %r has no grade; it is left out "
-                    "and judged again on the next run",
-                    it.doc,
-                    it.qid,
-                )
-            else:
-                it.relevant, it.motivation = reply.relevant, reply.motivation
-                store.add_relevance(key, it.qid, it.doc, h, reply.relevant, reply.motivation)
-            if progress:
-                progress("judge", done, total)
-    return total - failures, failures
-
-
 @contextmanager
 def _closing(results: Iterator[T]) -> Iterator[Iterator[T]]:
     """``results``, closed on the way out when it can be (a generator): an interrupt or an
@@ -434,63 +387,100 @@ def _todo(todo: list[tuple[_Item, str]], i: object, who: str) -> tuple[_Item, st
     return todo[i]
 
 
-def _note_not_reused(
-    store: ProgressStore, kind: str, key: str, todo: list[tuple[_Item, str]], what: str
-) -> None:
-    """Say so when pairs to compute have results saved under other settings."""
-    n = store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
-    if n:
-        logger.warning(
-            "%s holds %s for %d of these pairs made with other settings (another model, "
-            "server, prompt or options); they are not reused, the pairs are computed again "
-            "(--fresh / fresh=True starts a clean file)",
-            store.path,
-            what,
-            n,
-        )
+@dataclass(frozen=True)
+class _Work:
+    """Judging and estimating for one run: the eval set, the progress file, the callback."""
 
+    es: EvalSet
+    store: ProgressStore
+    progress: Progress
 
-def _estimate(
-    es: EvalSet,
-    items: list[_Item],
-    estimator: AbstentionEstimator,
-    store: ProgressStore,
-    progress: Progress | None,
-) -> tuple[int, int]:
-    key = settings_key(estimator.settings())
-    todo: list[tuple[_Item, str]] = []
-    for it in items:
-        question = es.queries[it.qid].text or ""
-        h = pair_hash(question, it.passage)
-        saved = store.no_response.get((key, it.qid, it.doc, h))
-        if saved is not None:
-            it.p = saved
-        else:
-            todo.append((it, h))
-    reused = len(items) - len(todo)
-    _note_not_reused(store, "no_response", key, todo, "p(NO-RESPONSE) results")
-    if progress:
-        progress("estimate", reused, len(items))
-    pairs = [Pair(es.queries[it.qid].text or "", it.passage) for it, _ in todo]
-    done = reused
-    with _closing(estimator.estimate(pairs)) as results:
-        for i, p in results:
-            ok = isinstance(p, float | int) and not isinstance(p, bool)
-            if not (ok and math.isfinite(p) and 0.0 <= p <= 1.0):
-                raise AnnotationError(f"the estimator returned {p!r}, not a probability in [0, 1]")
-            it, h = _todo(todo, i, "estimator")
-            it.p = float(p)
-            store.add_no_response(key, it.qid, it.doc, h, float(p))
-            done += 1
-            if progress:
-                progress("estimate", done, len(items))
-    missing = [it for it, _ in todo if it.p is None]
-    if missing:
-        raise AnnotationError(
-            f"the estimator returned no result for {len(missing)} pairs (e.g. passage "
-            f"{missing[0].doc!r} of query {missing[0].qid!r})"
-        )
-    return len(todo), reused
+    def judge(self, items: list[_Item], judge: RelevanceJudge) -> tuple[int, int]:
+        key = settings_key(judge.settings())
+        todo: list[tuple[_Item, str]] = []
+        for it in items:
+            if it.source != "judge":
+                continue
+            q = self.es.queries[it.qid]
+            h = pair_hash(q.text or "", json.dumps(list(q.answers)), it.passage)
+            saved = self.store.relevance.get((key, it.qid, it.doc, h))
+            if saved is not None:
+                it.relevant, it.motivation = saved
+            else:
+                todo.append((it, h))
+        total = sum(1 for it in items if it.source == "judge")
+        done = total - len(todo)
+        self.not_reused("relevance", key, todo, "relevance judgements")
+        self.progress("judge", done, total)
+        failures, add = 0, self.store.add_relevance
+        qs = self.es.queries
+        questions = [(qs[it.qid].text or "", qs[it.qid].answers, it.passage) for it, _ in todo]
+        with _closing(judge.judge(questions)) as replies:
+            for i, reply in replies:
+                it, h = _todo(todo, i, "judge")
+                done += 1
+                if reply is None:
+                    failures += 1
+                    logger.warning(
+                        "the judge's reply for passage %r of query %r has no grade; it is left "
+                        "out and judged again on the next run",
+                        it.doc,
+                        it.qid,
+                    )
+                else:
+                    it.relevant, it.motivation = reply.relevant, reply.motivation
+                    add(key, it.qid, it.doc, h, reply.relevant, reply.motivation)
+                self.progress("judge", done, total)
+        return total - failures, failures
+
+    def estimate(self, items: list[_Item], estimator: AbstentionEstimator) -> tuple[int, int]:
+        key = settings_key(estimator.settings())
+        todo: list[tuple[_Item, str]] = []
+        for it in items:
+            question = self.es.queries[it.qid].text or ""
+            h = pair_hash(question, it.passage)
+            saved = self.store.no_response.get((key, it.qid, it.doc, h))
+            if saved is not None:
+                it.p = saved
+            else:
+                todo.append((it, h))
+        reused = len(items) - len(todo)
+        self.not_reused("no_response", key, todo, "p(NO-RESPONSE) results")
+        self.progress("estimate", reused, len(items))
+        pairs = [Pair(self.es.queries[it.qid].text or "", it.passage) for it, _ in todo]
+        done = reused
+        with _closing(estimator.estimate(pairs)) as results:
+            for i, p in results:
+                ok = isinstance(p, float | int) and not isinstance(p, bool)
+                if not (ok and math.isfinite(p) and 0.0 <= p <= 1.0):
+                    raise AnnotationError(
+                        f"the estimator returned {p!r}, not a probability in [0, 1]"
+                    )
+                it, h = _todo(todo, i, "estimator")
+                it.p = float(p)
+                self.store.add_no_response(key, it.qid, it.doc, h, float(p))
+                done += 1
+                self.progress("estimate", done, len(items))
+        missing = [it for it, _ in todo if it.p is None]
+        if missing:
+            raise AnnotationError(
+                f"the estimator returned no result for {len(missing)} pairs (e.g. passage "
+                f"{missing[0].doc!r} of query {missing[0].qid!r})"
+            )
+        return len(todo), reused
+
+    def not_reused(self, kind: str, key: str, todo: list[tuple[_Item, str]], what: str) -> None:
+        """Say so when pairs to compute have results saved under other settings."""
+        n = self.store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
+        if n:
+            logger.warning(
+                "%s holds %s for %d of these pairs made with other settings (another model, "
+                "server, prompt or options); they are not reused, the pairs are computed again "
+                "(--fresh / fresh=True starts a clean file)",
+                self.store.path,
+                what,
+                n,
+            )
 
 
 def _utility(it: _Item) -> float:
