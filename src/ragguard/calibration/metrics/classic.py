@@ -226,11 +226,7 @@ def ndcg_burges(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | No
 
 
 def f_beta(
-    arrays: EvalArrays,
-    k: int | None = None,
-    *,
-    beta: float = 1.0,
-    cut: ArrayLike | None = None,
+    arrays: EvalArrays, k: int | None = None, *, beta: float = 1.0, cut: ArrayLike | None = None
 ) -> F64:
     r"""F-beta at k: the weighted harmonic mean of precision and recall at k.
 

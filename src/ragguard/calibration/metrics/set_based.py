@@ -119,12 +119,7 @@ def _top_weight_sum(weights: F64, counts: F64, budget: F64) -> F64:
 
 
 def _gains(
-    arrays: EvalArrays,
-    k: int | None,
-    cut: ArrayLike | None,
-    alpha: float,
-    cap4: float,
-    cap3: float,
+    arrays: EvalArrays, k: int | None, cut: ArrayLike | None, alpha: float, cap4: float, cap3: float
 ) -> tuple[F64, F64, F64]:
     """(G_obs, G_oracle, G_pool) per query."""
     _check_grades(arrays)
@@ -260,11 +255,7 @@ def precision_4plus(
 
 
 def harm(
-    arrays: EvalArrays,
-    k: int | None = None,
-    *,
-    harm_grade: int = 2,
-    cut: ArrayLike | None = None,
+    arrays: EvalArrays, k: int | None = None, *, harm_grade: int = 2, cut: ArrayLike | None = None
 ) -> F64:
     r"""Harm@K: the share of the K slots holding a passage labelled harmful or junk.
 
