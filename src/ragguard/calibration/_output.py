@@ -33,7 +33,6 @@ from ragguard.errors import ConfigError, RagguardError
 __all__ = [
     "check_not_input",
     "check_output_path",
-    "remove_stale_staging",
     "staging_folder",
 ]
 
@@ -55,9 +54,8 @@ def check_output_path(
     a file, and no existing parent may be a file.
 
     Raises:
-        ``error`` (default [`ConfigError`][ragguard.ConfigError]): naming the path, ``what`` it was
-        meant
-            for, and what to give instead (a file name like ``example``).
+        ``error`` (default [`ConfigError`][ragguard.ConfigError]): naming the path, ``what``
+            it was meant for, and what to give instead (a file name like ``example``).
     """
     p = Path(path)
     if folder and p.exists() and not p.is_dir():
@@ -82,9 +80,8 @@ def check_not_input(
     (both resolved, links followed; ``None`` and paths that do not exist are skipped).
 
     Raises:
-        ``error`` (default [`ConfigError`][ragguard.ConfigError]): one line naming ``path``, the
-        input it
-            would replace, and what to do.
+        ``error`` (default [`ConfigError`][ragguard.ConfigError]): one line naming ``path``,
+            the input it would replace, and what to do.
     """
     target = Path(path).resolve()
     for given in inputs:
@@ -116,14 +113,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_staging(folder: Path) -> list[Path]:
+def _remove_stale_staging(folder: Path) -> None:
     """Remove the staging folders in ``folder`` left by dead processes of this machine
-    (see the module docstring); returns those removed."""
-    removed: list[Path] = []
+    (see the module docstring)."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
-        return removed
+        return
     host = _host()
     for entry in entries:
         m = _STAGING.match(entry.name)
@@ -133,8 +129,6 @@ def remove_stale_staging(folder: Path) -> list[Path]:
         if pid == os.getpid() or _alive(pid):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(Path(entry.path))
-    return removed
 
 
 @contextmanager
@@ -146,7 +140,7 @@ def staging_folder(folder: Path, *, tag: str = "") -> Iterator[Path]:
     on success, failure or ``KeyboardInterrupt``."""
     if tag and not re.fullmatch(r"[a-z]+", tag):
         raise ValueError(f"tag must be lowercase letters, got {tag!r}")
-    remove_stale_staging(folder)
+    _remove_stale_staging(folder)
     prefix = f".ragguard-{tag + '-' if tag else ''}{os.getpid()}-{_host()}-"
     tmp = Path(tempfile.mkdtemp(dir=folder, prefix=prefix, suffix=".tmp"))
     try:

@@ -1,15 +1,7 @@
-"""Measure passage utility with an LLM, as the UDCG paper does.
-
-Labels say whether a passage is relevant; they do not say how much it helps, or how
-much it distracts, a particular LLM. The paper (Trappolini, Cuconasu et al., "Redefining
-Retrieval Evaluation in the Era of LLMs") measures it: the LLM reads the question with
-one passage alone under its abstention prompt (Figure 4), and
-
-    u(q, p) = R(q, p) * (1 - p_LLM(NO-RESPONSE | q, p)),   R = +1 if relevant, else -1.
-
-A relevant passage the model can answer from scores near +1; a relevant passage it
-cannot use scores near 0; an irrelevant passage it abstains on scores near 0; an
-irrelevant passage that makes it answer anyway (a distractor) scores near -1.
+"""Measure passage utility with an LLM, as the UDCG paper does (the guide:
+``docs/guides/annotate.md``): the LLM reads the question with one passage alone under its
+abstention prompt (Figure 4), and ``u(q, p) = R(q, p) * (1 - p_LLM(NO-RESPONSE | q, p))``,
+``R = +1`` if relevant, else -1 (a distractor that makes it answer anyway scores near -1).
 
 ::
 

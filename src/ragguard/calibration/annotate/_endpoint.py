@@ -42,6 +42,7 @@ import re
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import closing
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import urlsplit
 
@@ -118,6 +119,7 @@ class ClientOptions(TypedDict, total=False):
 _Put = Callable[["tuple[int, Any] | BaseException | None"], None]
 
 
+@dataclass(kw_only=True)
 class _Client:
     """POSTs JSON payloads ``concurrency`` at a time, with retries; yields as they finish.
 
@@ -127,47 +129,34 @@ class _Client:
     not run.
     """
 
-    def __init__(
-        self,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        concurrency: int = 8,
-        max_retries: int = 5,
-        backoff: float = 0.5,
-        max_backoff: float = 30.0,
-        timeout: float = 60.0,
-        transport: Any = None,
-    ) -> None:
+    base_url: str | None = None
+    api_key: str | None = None
+    concurrency: int = 8
+    max_retries: int = 5
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+    timeout: float = 60.0
+    transport: Any = None
+
+    def __post_init__(self) -> None:
         require("httpx", "endpoint")
-        for name, value in (
-            ("concurrency", concurrency),
-            ("max_retries", max_retries),
-            ("backoff", backoff),
-            ("max_backoff", max_backoff),
-            ("timeout", timeout),
-        ):
-            check(name, value)
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        for name in ("concurrency", "max_retries", "backoff", "max_backoff", "timeout"):
+            check(name, getattr(self, name))
+        if self.api_key is None:
+            self.api_key = os.environ.get("OPENAI_API_KEY")
         if self.api_key is not None and not isinstance(self.api_key, str):
             raise AnnotationError(f"api_key must be a string, got {type(self.api_key).__name__}")
-        given = base_url or os.environ.get("OPENAI_BASE_URL")
-        self.base_url = (given or DEFAULT_BASE_URL).rstrip("/")
+        origin = "" if self.base_url else " (from $OPENAI_BASE_URL)"
+        url = (self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = url
         #: the URL as messages and output files show it (credentials hidden)
-        self.shown_url = redact(self.base_url, self.api_key)
-        parts = urlsplit(self.base_url)
+        self.shown_url = redact(url, self.api_key)
+        parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            origin = "" if base_url else " (from $OPENAI_BASE_URL)"
             raise AnnotationError(
                 f"base_url must be an http:// or https:// URL such as {DEFAULT_BASE_URL}, "
                 f"got {self.shown_url!r}{origin}"
             )
-        self.concurrency = concurrency
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.timeout = timeout
-        self.transport = transport
 
     def error(self, model: object, message: str, path: str = "") -> EndpointError:
         """An [`EndpointError`][ragguard.EndpointError] naming the URL and the model, credentials
@@ -226,11 +215,8 @@ class _Client:
                 )
                 await asyncio.sleep(delay)
                 continue
-            tail = (
-                f" (after {self.max_retries} retries)"
-                if resp.status_code in (TRANSIENT_STATUS)
-                else ""
-            )
+            retried = f" (after {self.max_retries} retries)"
+            tail = retried if resp.status_code in TRANSIENT_STATUS else ""
             body = redact(resp.text, self.api_key)[:300]
             raise self.error(model, f" answered HTTP {resp.status_code}{tail}: {body}", path)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -19,7 +19,7 @@ from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
 from ragguard.calibration.annotate._judge import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
 from ragguard.calibration.data.evalset import EvalSet, load_evalset
-from ragguard.calibration.data.texts import Texts
+from ragguard.calibration.data.texts import PathLike, Texts
 from ragguard.calibration.data.utility import UtilityRules
 from ragguard.errors import AnnotationError
 
@@ -35,15 +35,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PathLike = str | os.PathLike[str]
 T = TypeVar("T")
 Unjudged = Literal["judge", "irrelevant", "skip"]
 #: ``progress(stage, done, total)``: stage is ``"judge"`` or ``"estimate"``.
 Progress = Callable[[str, int, int], None]
-
-SOURCE_LABEL = "label"
-SOURCE_JUDGE = "judge"
-SOURCE_UNJUDGED = "unjudged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,28 +80,6 @@ class _Item:
     relevant: bool | None  # None until judged
     motivation: str = ""
     p: float | None = None
-
-
-def _load(
-    evalset: EvalSet | PathLike,
-    format: str | None,
-    runs: PathLike | Sequence[PathLike] | Mapping[str, PathLike] | None,
-    corpus: Sequence[PathLike],
-    passages: Mapping[str, str] | None,
-) -> EvalSet:
-    """The eval set with its texts (those it was loaded with, ``corpus`` files and
-    ``passages``)."""
-    if isinstance(evalset, EvalSet):
-        if runs is not None or format is not None:
-            raise AnnotationError("runs= and format= apply when evalset is a path")
-        es = evalset
-    else:
-        es = load_evalset(evalset, format=format, runs=runs)
-    return es.with_texts(corpus=corpus, passages=passages)
-
-
-def _relevant_bar(rules: UtilityRules) -> int:
-    return rules.partial_grade if rules.partial_grade is not None else rules.relevant_grade
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,7 +219,7 @@ class Annotator:
             check_not_input(path, read, what="the annotate output", error=AnnotationError)
         policy = self.relevance.policy
         rules = self.relevance.rules or UtilityRules()
-        bar = _relevant_bar(rules)
+        bar = rules.relevant_grade if rules.partial_grade is None else rules.partial_grade
 
         run_names = list(es.runs) if only_runs is None else list(only_runs)
         for name in run_names:
@@ -270,14 +243,14 @@ class Annotator:
             grades = es.labels[qid].grades
             for doc in docs:
                 if doc in grades:
-                    source, rel = SOURCE_LABEL, grades[doc] >= bar
+                    source, rel = "label", grades[doc] >= bar
                 elif policy == "skip":
                     skipped += 1
                     continue
                 elif policy == "irrelevant":
-                    source, rel = SOURCE_UNJUDGED, False
+                    source, rel = "unjudged", False
                 else:
-                    source, rel = SOURCE_JUDGE, None
+                    source, rel = "judge", None
                 text = texts.get(qid, doc)
                 if text is None:
                     missing_text.append((qid, doc))
@@ -299,15 +272,19 @@ class Annotator:
 
         judged = failures = computed = reused = 0
         with ProgressStore(store_path, fresh=fresh) as store:
+            work = _Work(es, store, progress or (lambda stage, done, total: None))
             if policy == "judge":
                 assert judge is not None
-                judged, failures = _judge(es, items, judge, store, progress)
+                judged, failures = work.judge(items, judge)
                 items = [it for it in items if it.relevant is not None]
-            computed, reused = _estimate(es, items, estimator, store, progress)
+            computed, reused = work.estimate(items, estimator)
 
-        _write_jsonl(out_path, es, texts, items, run_names, estimator, judge, rules)
+        by_query: dict[str, list[_Item]] = {}
+        for it in items:
+            by_query.setdefault(it.qid, []).append(it)
+        _write_jsonl(out_path, es, texts, by_query, run_names, estimator, judge, rules)
         if udcg_path is not None:
-            _write_udcg(udcg_path, es, texts, items, estimator.model_id)
+            _write_udcg(udcg_path, es, texts, by_query, estimator.model_id)
         summary = AnnotationSummary(
             estimator.model_id,
             len(items),
@@ -374,8 +351,14 @@ def annotate(
         EvalSetError: the eval set or a corpus file is malformed.
         EndpointError: an endpoint backend failed (what was computed is saved).
     """
+    if isinstance(evalset, EvalSet):
+        if runs is not None or format is not None:
+            raise AnnotationError("runs= and format= apply when evalset is a path")
+        es = evalset
+    else:
+        es = load_evalset(evalset, format=format, runs=runs)
     corpus_list = [corpus] if isinstance(corpus, str | os.PathLike) else list(corpus)
-    es = _load(evalset, format, runs, corpus_list, passages)
+    es = es.with_texts(corpus=corpus_list, passages=passages)
     annotator = Annotator(estimator=estimator, outputs=outputs, relevance=relevance)
     return annotator.run(
         es,
@@ -383,54 +366,6 @@ def annotate(
         inputs=[] if isinstance(evalset, EvalSet) else [evalset],
         progress=progress,
     )
-
-
-def _judge(
-    es: EvalSet,
-    items: list[_Item],
-    judge: RelevanceJudge,
-    store: ProgressStore,
-    progress: Progress | None,
-) -> tuple[int, int]:
-    key = settings_key(judge.settings())
-    todo: list[tuple[_Item, str]] = []
-    for it in items:
-        if it.source != SOURCE_JUDGE:
-            continue
-        q = es.queries[it.qid]
-        h = pair_hash(q.text or "", json.dumps(list(q.answers)), it.passage)
-        saved = store.relevance.get((key, it.qid, it.doc, h))
-        if saved is not None:
-            it.relevant, it.motivation = saved
-        else:
-            todo.append((it, h))
-    total = sum(1 for it in items if it.source == SOURCE_JUDGE)
-    done = total - len(todo)
-    _note_not_reused(store, "relevance", key, todo, "relevance judgements")
-    if progress:
-        progress("judge", done, total)
-    failures = 0
-    questions = [
-        (es.queries[it.qid].text or "", es.queries[it.qid].answers, it.passage) for it, _ in todo
-    ]
-    with _closing(judge.judge(questions)) as replies:
-        for i, reply in replies:
-            it, h = _todo(todo, i, "judge")
-            done += 1
-            if reply is None:
-                failures += 1
-                logger.warning(
-                    "the judge's reply for passage %r of query %r has no grade; it is left out "
-                    "and judged again on the next run",
-                    it.doc,
-                    it.qid,
-                )
-            else:
-                it.relevant, it.motivation = reply.relevant, reply.motivation
-                store.add_relevance(key, it.qid, it.doc, h, reply.relevant, reply.motivation)
-            if progress:
-                progress("judge", done, total)
-    return total - failures, failures
 
 
 @contextmanager
@@ -452,63 +387,100 @@ def _todo(todo: list[tuple[_Item, str]], i: object, who: str) -> tuple[_Item, st
     return todo[i]
 
 
-def _note_not_reused(
-    store: ProgressStore, kind: str, key: str, todo: list[tuple[_Item, str]], what: str
-) -> None:
-    """Say so when pairs to compute have results saved under other settings."""
-    n = store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
-    if n:
-        logger.warning(
-            "%s holds %s for %d of these pairs made with other settings (another model, "
-            "server, prompt or options); they are not reused, the pairs are computed again "
-            "(--fresh / fresh=True starts a clean file)",
-            store.path,
-            what,
-            n,
-        )
+@dataclass(frozen=True)
+class _Work:
+    """Judging and estimating for one run: the eval set, the progress file, the callback."""
 
+    es: EvalSet
+    store: ProgressStore
+    progress: Progress
 
-def _estimate(
-    es: EvalSet,
-    items: list[_Item],
-    estimator: AbstentionEstimator,
-    store: ProgressStore,
-    progress: Progress | None,
-) -> tuple[int, int]:
-    key = settings_key(estimator.settings())
-    todo: list[tuple[_Item, str]] = []
-    for it in items:
-        question = es.queries[it.qid].text or ""
-        h = pair_hash(question, it.passage)
-        saved = store.no_response.get((key, it.qid, it.doc, h))
-        if saved is not None:
-            it.p = saved
-        else:
-            todo.append((it, h))
-    reused = len(items) - len(todo)
-    _note_not_reused(store, "no_response", key, todo, "p(NO-RESPONSE) results")
-    if progress:
-        progress("estimate", reused, len(items))
-    pairs = [Pair(es.queries[it.qid].text or "", it.passage) for it, _ in todo]
-    done = reused
-    with _closing(estimator.estimate(pairs)) as results:
-        for i, p in results:
-            ok = isinstance(p, float | int) and not isinstance(p, bool)
-            if not (ok and math.isfinite(p) and 0.0 <= p <= 1.0):
-                raise AnnotationError(f"the estimator returned {p!r}, not a probability in [0, 1]")
-            it, h = _todo(todo, i, "estimator")
-            it.p = float(p)
-            store.add_no_response(key, it.qid, it.doc, h, float(p))
-            done += 1
-            if progress:
-                progress("estimate", done, len(items))
-    missing = [it for it, _ in todo if it.p is None]
-    if missing:
-        raise AnnotationError(
-            f"the estimator returned no result for {len(missing)} pairs (e.g. passage "
-            f"{missing[0].doc!r} of query {missing[0].qid!r})"
-        )
-    return len(todo), reused
+    def judge(self, items: list[_Item], judge: RelevanceJudge) -> tuple[int, int]:
+        key = settings_key(judge.settings())
+        todo: list[tuple[_Item, str]] = []
+        for it in items:
+            if it.source != "judge":
+                continue
+            q = self.es.queries[it.qid]
+            h = pair_hash(q.text or "", json.dumps(list(q.answers)), it.passage)
+            saved = self.store.relevance.get((key, it.qid, it.doc, h))
+            if saved is not None:
+                it.relevant, it.motivation = saved
+            else:
+                todo.append((it, h))
+        total = sum(1 for it in items if it.source == "judge")
+        done = total - len(todo)
+        self.not_reused("relevance", key, todo, "relevance judgements")
+        self.progress("judge", done, total)
+        failures, add = 0, self.store.add_relevance
+        qs = self.es.queries
+        questions = [(qs[it.qid].text or "", qs[it.qid].answers, it.passage) for it, _ in todo]
+        with _closing(judge.judge(questions)) as replies:
+            for i, reply in replies:
+                it, h = _todo(todo, i, "judge")
+                done += 1
+                if reply is None:
+                    failures += 1
+                    logger.warning(
+                        "the judge's reply for passage %r of query %r has no grade; it is left "
+                        "out and judged again on the next run",
+                        it.doc,
+                        it.qid,
+                    )
+                else:
+                    it.relevant, it.motivation = reply.relevant, reply.motivation
+                    add(key, it.qid, it.doc, h, reply.relevant, reply.motivation)
+                self.progress("judge", done, total)
+        return total - failures, failures
+
+    def estimate(self, items: list[_Item], estimator: AbstentionEstimator) -> tuple[int, int]:
+        key = settings_key(estimator.settings())
+        todo: list[tuple[_Item, str]] = []
+        for it in items:
+            question = self.es.queries[it.qid].text or ""
+            h = pair_hash(question, it.passage)
+            saved = self.store.no_response.get((key, it.qid, it.doc, h))
+            if saved is not None:
+                it.p = saved
+            else:
+                todo.append((it, h))
+        reused = len(items) - len(todo)
+        self.not_reused("no_response", key, todo, "p(NO-RESPONSE) results")
+        self.progress("estimate", reused, len(items))
+        pairs = [Pair(self.es.queries[it.qid].text or "", it.passage) for it, _ in todo]
+        done = reused
+        with _closing(estimator.estimate(pairs)) as results:
+            for i, p in results:
+                ok = isinstance(p, float | int) and not isinstance(p, bool)
+                if not (ok and math.isfinite(p) and 0.0 <= p <= 1.0):
+                    raise AnnotationError(
+                        f"the estimator returned {p!r}, not a probability in [0, 1]"
+                    )
+                it, h = _todo(todo, i, "estimator")
+                it.p = float(p)
+                self.store.add_no_response(key, it.qid, it.doc, h, float(p))
+                done += 1
+                self.progress("estimate", done, len(items))
+        missing = [it for it, _ in todo if it.p is None]
+        if missing:
+            raise AnnotationError(
+                f"the estimator returned no result for {len(missing)} pairs (e.g. passage "
+                f"{missing[0].doc!r} of query {missing[0].qid!r})"
+            )
+        return len(todo), reused
+
+    def not_reused(self, kind: str, key: str, todo: list[tuple[_Item, str]], what: str) -> None:
+        """Say so when pairs to compute have results saved under other settings."""
+        n = self.store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
+        if n:
+            logger.warning(
+                "%s holds %s for %d of these pairs made with other settings (another model, "
+                "server, prompt or options); they are not reused, the pairs are computed again "
+                "(--fresh / fresh=True starts a clean file)",
+                self.store.path,
+                what,
+                n,
+            )
 
 
 def _utility(it: _Item) -> float:
@@ -537,15 +509,12 @@ def _write_jsonl(
     path: Path,
     es: EvalSet,
     texts: Texts,
-    items: list[_Item],
+    by_query: dict[str, list[_Item]],
     run_names: list[str],
     estimator: AbstentionEstimator,
     judge: RelevanceJudge | None,
     rules: UtilityRules,
 ) -> None:
-    by_query: dict[str, list[_Item]] = {}
-    for it in items:
-        by_query.setdefault(it.qid, []).append(it)
     judged_grade = rules.relevant_grade
 
     def lines(fh: Any) -> None:
@@ -560,7 +529,7 @@ def _write_jsonl(
             relevant = {d: g for d, g in lab.grades.items() if g >= 1}
             not_relevant = [d for d, g in lab.grades.items() if g < 1 and d not in lab.distractors]
             for it in mine:
-                if it.source == SOURCE_JUDGE:
+                if it.source == "judge":
                     if it.relevant:
                         relevant[it.doc] = judged_grade
                     else:
@@ -607,13 +576,14 @@ def _write_jsonl(
                 "method": "UDCG paper: u = R * (1 - p(NO-RESPONSE | q, p)), Figure 4 prompt",
                 "runs": run_names,
                 "relevance": {it.doc: it.source for it in mine},
+                "score_kinds": {
+                    n: (r.score_kind.value if r.score_kind else None) for n, r in es.runs.items()
+                },
             }
-            kinds = {n: (r.score_kind.value if r.score_kind else None) for n, r in es.runs.items()}
-            info["score_kinds"] = kinds
-            if judge is not None and any(it.source == SOURCE_JUDGE for it in mine):
+            if judge is not None and any(it.source == "judge" for it in mine):
                 info["judge_model"] = judge.model_id
                 info["judge_motivation"] = {
-                    it.doc: it.motivation for it in mine if it.source == SOURCE_JUDGE
+                    it.doc: it.motivation for it in mine if it.source == "judge"
                 }
             meta["annotate"] = info
             obj["metadata"] = meta
@@ -622,10 +592,9 @@ def _write_jsonl(
     _atomic_write(path, lines)
 
 
-def _write_udcg(path: Path, es: EvalSet, texts: Texts, items: list[_Item], model_id: str) -> None:
-    by_query: dict[str, list[_Item]] = {}
-    for it in items:
-        by_query.setdefault(it.qid, []).append(it)
+def _write_udcg(
+    path: Path, es: EvalSet, texts: Texts, by_query: dict[str, list[_Item]], model_id: str
+) -> None:
     examples: list[dict[str, Any]] = []
     originals = texts.udcg_examples or {}
     for qid in es.qids:
@@ -649,7 +618,7 @@ def _write_udcg(path: Path, es: EvalSet, texts: Texts, items: list[_Item], model
                 "text": it.passage,
                 "is_relevant": bool(it.relevant),
             }
-            if it.source != SOURCE_LABEL:
+            if it.source != "label":
                 entry["relevance_source"] = it.source
             entry["models_info"] = {model_id: {"no_res_prob": it.p}}
             passages.append(entry)

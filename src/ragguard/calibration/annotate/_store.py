@@ -29,6 +29,8 @@ from ragguard.errors import AnnotationError
 __all__ = ["ProgressStore", "pair_hash", "settings_key"]
 
 logger = logging.getLogger(__name__)
+#: What a saved result is keyed by: the settings, the pair's ids and the hash of its texts.
+_FIELDS = ("key", "query_id", "doc_id", "pair")
 
 
 def settings_key(settings: Mapping[str, object]) -> str:
@@ -103,8 +105,7 @@ class ProgressStore:
     def _add(self, rec: Any) -> bool:
         """Keep one saved record; ``False`` when it is unreadable (a record of a kind
         this version does not know is passed over)."""
-        names = ("key", "query_id", "doc_id", "pair")
-        if not isinstance(rec, dict) or any(n not in rec for n in names):
+        if not isinstance(rec, dict) or any(n not in rec for n in _FIELDS):
             return False
         k = (str(rec["key"]), str(rec["query_id"]), str(rec["doc_id"]), str(rec["pair"]))
         if rec.get("kind") == "no_response":
@@ -119,7 +120,8 @@ class ProgressStore:
             self.relevance[k] = (rel, str(rec.get("motivation", "")))
         return True
 
-    def _write(self, rec: dict[str, object]) -> None:
+    def _write(self, kind: str, k: tuple[str, str, str, str], **values: object) -> None:
+        rec = {"kind": kind, **dict(zip(_FIELDS, k, strict=True)), **values}
         try:
             if self._fh is None:
                 self._fh = self.path.open("a", encoding="utf-8")
@@ -139,33 +141,14 @@ class ProgressStore:
     def add_no_response(self, key: str, qid: str, doc: str, pair: str, p: float) -> None:
         """Save one abstention probability."""
         self.no_response[(key, qid, doc, pair)] = p
-        self._write(
-            {
-                "kind": "no_response",
-                "key": key,
-                "query_id": qid,
-                "doc_id": doc,
-                "pair": pair,
-                "p": p,
-            }
-        )
+        self._write("no_response", (key, qid, doc, pair), p=p)
 
     def add_relevance(
         self, key: str, qid: str, doc: str, pair: str, relevant: bool, motivation: str
     ) -> None:
         """Save one relevance judgement."""
         self.relevance[(key, qid, doc, pair)] = (relevant, motivation)
-        self._write(
-            {
-                "kind": "relevance",
-                "key": key,
-                "query_id": qid,
-                "doc_id": doc,
-                "pair": pair,
-                "relevant": relevant,
-                "motivation": motivation,
-            }
-        )
+        self._write("relevance", (key, qid, doc, pair), relevant=relevant, motivation=motivation)
 
     def close(self) -> None:
         """Close the append handle (everything written is already flushed)."""

@@ -141,25 +141,6 @@ def abstention_token_ids(tokenizer: Any, abstention: str = "NO-RESPONSE") -> lis
     return sorted(ids)
 
 
-def _prompt_ids(tokenizer: Any, messages: list[dict[str, str]], plain: str, chat: bool) -> Any:
-    if not chat:
-        return list(tokenizer(plain, add_special_tokens=True)["input_ids"])
-    try:
-        ids = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-    except Exception:  # templates without a system role raise (jinja2 TemplateError)
-        folded = [
-            {"role": "user", "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}
-        ]
-        ids = tokenizer.apply_chat_template(
-            folded, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-    if isinstance(ids, Mapping):  # older/newer versions may still return a mapping
-        ids = ids["input_ids"]
-    return list(ids)
-
-
 class _Local:
     """Model, tokenizer and device shared by the estimator and the generator (its
     arguments are theirs, by position)."""
@@ -208,6 +189,21 @@ class _Local:
     @property
     def model_id(self) -> str:
         return self._model_id
+
+    def ids(self, messages: list[dict[str, str]], plain: str) -> list[int]:
+        """The token ids of a prompt: ``messages`` through the chat template, else
+        ``plain``."""
+        if not self.chat:
+            return list(self.tokenizer(plain, add_special_tokens=True)["input_ids"])
+        template = self.tokenizer.apply_chat_template
+        try:
+            ids = template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        except Exception:  # templates without a system role raise (jinja2 TemplateError)
+            folded = [{"role": "user", "content": "\n\n".join(m["content"] for m in messages)}]
+            ids = template(folded, add_generation_prompt=True, tokenize=True, return_dict=False)
+        if isinstance(ids, Mapping):  # older/newer versions may still return a mapping
+            ids = ids["input_ids"]
+        return list(ids)
 
     def base_settings(self) -> dict[str, object]:
         return {
@@ -306,13 +302,8 @@ class TransformersEstimator:
 
     def prompt_ids(self, pair: Pair) -> list[int]:
         """The token ids the model reads for one pair."""
-        ids: list[int] = _prompt_ids(
-            self.tokenizer,
-            self.prompt.messages(pair.question, pair.passage),
-            self.prompt.plain(pair.question, pair.passage),
-            self._local.chat,
-        )
-        return ids
+        q, passage = pair.question, pair.passage
+        return self._local.ids(self.prompt.messages(q, passage), self.prompt.plain(q, passage))
 
     def estimate(self, pairs: Sequence[Pair]) -> Iterator[tuple[int, float]]:
         """``(index, p)`` per pair, one batch at a time."""
@@ -405,7 +396,7 @@ class TransformersGenerator:
         torch = require("torch", "annotate")
         tok = self._local.tokenizer
         for i, prompt in enumerate(prompts):
-            ids = self._ids(prompt)
+            ids = self._local.ids([{"role": "user", "content": prompt}], prompt)
             x = torch.tensor([ids], dtype=torch.long, device=self._local.device)
             with torch.inference_mode():
                 out = self._local.model.generate(
@@ -418,17 +409,3 @@ class TransformersGenerator:
                     else tok.eos_token_id,
                 )
             yield i, str(tok.decode(out[0, len(ids) :], skip_special_tokens=True))
-
-    def _ids(self, prompt: str) -> list[int]:
-        tok = self._local.tokenizer
-        if not self._local.chat:
-            return list(tok(prompt, add_special_tokens=True)["input_ids"])
-        ids = tok.apply_chat_template(
-            [{"role": "user", "content": prompt}],
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-        )
-        if isinstance(ids, Mapping):
-            ids = ids["input_ids"]
-        return list(ids)

@@ -18,15 +18,6 @@ I = NDArray[np.intp]  # noqa: E741
 S = TypeVar("S", bound=np.generic)
 
 
-def check_k(k: int | None) -> int | None:
-    """Validate a cutoff: ``None`` (the whole list) or an int >= 1."""
-    if k is None:
-        return None
-    if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
-        raise ConfigError(f"k must be an int >= 1 or None, got {k!r}")
-    return int(k)
-
-
 @dataclass(frozen=True, slots=True)
 class Window:
     """Which ranked positions a metric reads.
@@ -71,7 +62,10 @@ def window(arrays: EvalArrays, k: int | None, cut: ArrayLike | None) -> Window:
             ``n_kept`` of ``ragguard.policy.cut_ranked``; the rest count as not
             retrieved.
     """
-    k = check_k(k)
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, Integral) or k < 1:
+            raise ConfigError(f"k must be an int >= 1 or None, got {k!r}")
+        k = int(k)
     n = arrays.shape[1]
     length = arrays.n_present
     masked = False
@@ -96,15 +90,11 @@ def window(arrays: EvalArrays, k: int | None, cut: ArrayLike | None) -> Window:
 
 
 @lru_cache(maxsize=32)
-def _discount(n: int) -> F64:
+def discount(n: int) -> F64:
+    """``1 / log2(rank + 1)`` for ranks 1..n (read-only, cached)."""
     d = 1.0 / np.log2(np.arange(2, n + 2, dtype=np.float64))
     d.setflags(write=False)
     return d
-
-
-def discount(n: int) -> F64:
-    """``1 / log2(rank + 1)`` for ranks 1..n."""
-    return _discount(n)
 
 
 def divide(num: F64, den: F64, *, empty: float = 0.0) -> F64:

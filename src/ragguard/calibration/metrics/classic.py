@@ -83,15 +83,8 @@ def _average_precision(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
     return divide(total, n_rel.astype(np.float64))
 
 
-def _dcg(gains: F64) -> F64:
-    if not gains.shape[1]:
-        return np.zeros(gains.shape[0])
-    out: F64 = gains @ discount(gains.shape[1])
-    return out
-
-
-def _ndcg(gains: F64, ideal_gains: F64) -> F64:
-    return divide(_dcg(gains), _dcg(ideal_gains))
+def _ndcg(gains: F64, ideal: F64) -> F64:
+    return divide(gains @ discount(gains.shape[1]), ideal @ discount(ideal.shape[1]))
 
 
 def _f_beta(p: F64, r: F64, beta: float) -> F64:
@@ -233,11 +226,7 @@ def ndcg_burges(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | No
 
 
 def f_beta(
-    arrays: EvalArrays,
-    k: int | None = None,
-    *,
-    beta: float = 1.0,
-    cut: ArrayLike | None = None,
+    arrays: EvalArrays, k: int | None = None, *, beta: float = 1.0, cut: ArrayLike | None = None
 ) -> F64:
     r"""F-beta at k: the weighted harmonic mean of precision and recall at k.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Literal, overload
 
@@ -129,17 +130,17 @@ def arrays_from_tables(
     fraction, one above the highest grade) or the conversion fails: the same errors,
     without a second walk over every grade.
     """
+    to_arrays = partial(
+        arrays_from_dicts,
+        score_kind=score_kind,
+        n_relevant=n_relevant,
+        profile=profile,
+        rules=rules,
+    )
     if isinstance(qrels, Mapping) and isinstance(run, Mapping) and qrels and run:
         failed: Exception | None = None
         try:
-            arrays = arrays_from_dicts(
-                qrels,
-                run,
-                score_kind=score_kind,
-                n_relevant=n_relevant,
-                profile=profile,
-                rules=rules,
-            )
+            arrays = to_arrays(qrels, run)
         except Exception as exc:
             failed = exc
         else:
@@ -162,14 +163,7 @@ def arrays_from_tables(
         return arrays_from_columnar(
             list(lab), ranked, lab, score_kind=score_kind, profile=profile, rules=rules
         )
-    return arrays_from_dicts(
-        as_dicts(labels, "qrels"),
-        as_dicts(cands, "run"),
-        score_kind=score_kind,
-        n_relevant=n_relevant,
-        profile=profile,
-        rules=rules,
-    )
+    return to_arrays(as_dicts(labels, "qrels"), as_dicts(cands, "run"))
 
 
 def _mean(values: NDArray[np.float64], may_be_na: bool) -> float:

@@ -101,10 +101,6 @@ def rarity_weights(
     return w
 
 
-def _grade_columns(grades: F64) -> NDArray[np.intp]:
-    return np.clip(grades, 0, 5).astype(np.intp)
-
-
 def _top_weight_sum(weights: F64, counts: F64, budget: F64) -> F64:
     """Sum of the ``budget`` largest weights of a multiset holding ``counts[:, g]``
     copies of ``weights[:, g]`` (grades 3..5; lower grades weigh 0)."""
@@ -122,26 +118,17 @@ def _top_weight_sum(weights: F64, counts: F64, budget: F64) -> F64:
     return total
 
 
-def _budget(win: Window) -> F64:
-    return win.denominator()
-
-
 def _gains(
-    arrays: EvalArrays,
-    k: int | None,
-    cut: ArrayLike | None,
-    alpha: float,
-    cap4: float,
-    cap3: float,
+    arrays: EvalArrays, k: int | None, cut: ArrayLike | None, alpha: float, cap4: float, cap3: float
 ) -> tuple[F64, F64, F64]:
     """(G_obs, G_oracle, G_pool) per query."""
     _check_grades(arrays)
     win = window(arrays, k, cut)
     weights = rarity_weights(arrays.grade_counts, alpha=alpha, cap4=cap4, cap3=cap3)
-    cols = _grade_columns(win.take(arrays.grades))
+    cols = np.clip(win.take(arrays.grades), 0, 5).astype(np.intp)
     cand_w = np.take_along_axis(weights, cols, axis=1)  # padding/unjudged: grade 0 -> 0
     observed = cand_w.sum(axis=1)
-    budget = _budget(win)
+    budget = win.denominator()
     oracle = _top_weight_sum(weights, arrays.grade_counts.astype(np.float64), budget)
     pool_counts = arrays.retrieved_grade_counts.astype(np.float64)
     pool = _top_weight_sum(weights, pool_counts, budget)
@@ -224,7 +211,7 @@ def _count_in_window(
 def _n_recall(arrays: EvalArrays, k: int | None, cut: ArrayLike | None, lowest: int) -> F64:
     found, win = _count_in_window(arrays, k, cut, lowest)
     available = arrays.grade_counts[:, lowest:6].sum(axis=1).astype(np.float64)
-    den = np.minimum(_budget(win), available)
+    den = np.minimum(win.denominator(), available)
     return divide(found, den, empty=math.nan)
 
 
@@ -264,15 +251,11 @@ def precision_4plus(
     without a cutoff.
     """
     found, win = _count_in_window(arrays, k, cut, 4)
-    return divide(found, _budget(win))
+    return divide(found, win.denominator())
 
 
 def harm(
-    arrays: EvalArrays,
-    k: int | None = None,
-    *,
-    harm_grade: int = 2,
-    cut: ArrayLike | None = None,
+    arrays: EvalArrays, k: int | None = None, *, harm_grade: int = 2, cut: ArrayLike | None = None
 ) -> F64:
     r"""Harm@K: the share of the K slots holding a passage labelled harmful or junk.
 
@@ -289,4 +272,4 @@ def harm(
         raise ConfigError(f"harm_grade must be an int, got {harm_grade!r}")
     win = window(arrays, k, cut)
     bad = win.take(arrays.judged, False) & (win.take(arrays.grades) <= harm_grade)
-    return divide(bad.sum(axis=1, dtype=np.float64), _budget(win))
+    return divide(bad.sum(axis=1, dtype=np.float64), win.denominator())

@@ -21,13 +21,10 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric
-from ragguard.calibration.metrics._common import discount, divide
+from ragguard.calibration.metrics._common import F64, I, discount, divide
 from ragguard.calibration.metrics.udcg import DEFAULT_GAMMA
 
 __all__ = ["prefix_table"]
-
-F64 = NDArray[np.float64]
-I = NDArray[np.intp]  # noqa: E741
 
 
 def _cumulative(x: F64, cols: int) -> F64:
@@ -63,7 +60,12 @@ class _Prefix:
         return self.arrays.utility[:, : self.width]
 
     def discounted(self, x: F64) -> F64:
-        return self.sum(x * discount(self.width)[None, :]) if self.width else self.sum(x)
+        return self.sum(x * discount(self.width)[None, :])
+
+    def normalised(self, x: F64, ideal: F64) -> F64:
+        """``discounted(x)`` over the DCG of the ``ideal`` ranking cut at ``k``."""
+        top, ideal = self.discounted(x), ideal[:, : self.k]
+        return divide(top, np.broadcast_to((ideal @ discount(ideal.shape[1]))[:, None], top.shape))
 
 
 def _precision(p: _Prefix, params: dict[str, object]) -> F64:
@@ -103,10 +105,7 @@ def _mrr(p: _Prefix, params: dict[str, object]) -> F64:
 
 
 def _ndcg(p: _Prefix, params: dict[str, object]) -> F64:
-    dcg = p.discounted(np.maximum(p.grades(), 0.0))
-    ideal = p.arrays.ideal_grades if p.k is None else p.arrays.ideal_grades[:, : p.k]
-    best = ideal @ discount(ideal.shape[1]) if ideal.shape[1] else np.zeros(ideal.shape[0])
-    return divide(dcg, np.broadcast_to(best[:, None], dcg.shape))
+    return p.normalised(np.maximum(p.grades(), 0.0), p.arrays.ideal_grades)
 
 
 def _udcg(p: _Prefix, params: dict[str, object]) -> F64:
@@ -124,10 +123,7 @@ def _udcg_dcg(p: _Prefix, params: dict[str, object]) -> F64:
 
 
 def _udcg_ndcg(p: _Prefix, params: dict[str, object]) -> F64:
-    top = p.discounted(p.utility())
-    ideal = p.arrays.ideal_utilities if p.k is None else p.arrays.ideal_utilities[:, : p.k]
-    best = ideal @ discount(ideal.shape[1]) if ideal.shape[1] else np.zeros(ideal.shape[0])
-    return divide(top, np.broadcast_to(best[:, None], top.shape))
+    return p.normalised(p.utility(), p.arrays.ideal_utilities)
 
 
 def _utility(p: _Prefix, params: dict[str, object]) -> F64:

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
 from ragguard._fields import is_real
 from ragguard.calibration.data.arrays import EvalArrays
@@ -61,15 +61,6 @@ DEFAULT_GAMMA = 1.0 / 3.0
 
 def _sigmoid(x: F64) -> F64:
     return 1.0 / (1.0 + np.exp(-x))
-
-
-def _udcg(u: F64, length: NDArray[np.intp], gamma: float) -> F64:
-    """Eq. 4 on a (Q, W) utility block whose rows hold ``length`` passages each."""
-    pos = np.maximum(u, 0.0).sum(axis=1)
-    neg = np.minimum(u, 0.0).sum(axis=1)
-    m = length.astype(np.float64)
-    x = divide(pos + gamma * neg, m)
-    return np.where(length > 0, _sigmoid(x), 0.0)
 
 
 def udcg(
@@ -98,7 +89,10 @@ def udcg(
     if not (isinstance(gamma, int | float) and 0.0 <= gamma <= 1.0):
         raise ConfigError(f"gamma must be in [0, 1], got {gamma!r}")
     w = window(arrays, k, cut)
-    return _udcg(w.take(arrays.utility), w.length, float(gamma))
+    u = w.take(arrays.utility)
+    pos, neg = np.maximum(u, 0.0).sum(axis=1), np.minimum(u, 0.0).sum(axis=1)
+    x = divide(pos + float(gamma) * neg, w.length.astype(np.float64))
+    return np.where(w.length > 0, _sigmoid(x), 0.0)
 
 
 def udcg_dcg(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
@@ -111,8 +105,6 @@ def udcg_dcg(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None 
     """
     w = window(arrays, k, cut)
     u = w.take(arrays.utility)
-    if not u.shape[1]:
-        return np.zeros(u.shape[0])
     out: F64 = u @ discount(u.shape[1])
     return out
 
@@ -146,7 +138,7 @@ def udcg_ndcg(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None
     """
     top = udcg_dcg(arrays, k, cut=cut)
     ideal = arrays.ideal_utilities if k is None else arrays.ideal_utilities[:, :k]
-    best: F64 = ideal @ discount(ideal.shape[1]) if ideal.shape[1] else np.zeros(ideal.shape[0])
+    best: F64 = ideal @ discount(ideal.shape[1])
     return divide(top, best)
 
 

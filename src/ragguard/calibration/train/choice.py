@@ -148,17 +148,20 @@ def choose(candidates: Sequence[Candidate], metric: str) -> Candidate | None:
     0 and the other AUC not lower (see the module docstring), the best by ``metric``,
     then by the other AUC, the earliest on a tie; ``None`` when none does. Sets each
     one's ``eligible``."""
-    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+    other = _other(metric)
     for c in candidates:
-        c.eligible = c.role == "trained" and _eligible(c, candidates[0], metric)
+        c.eligible = c.role == "trained" and _eligible(c, candidates[0], metric, other)
     eligible = [c for c in candidates if c.eligible]
     if not eligible:
         return None
     return max(eligible, key=lambda c: (getattr(c, metric), getattr(c, other)))
 
 
-def _eligible(c: Candidate, base: Candidate, metric: str) -> bool:
-    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+def _other(metric: str) -> str:
+    return "auc_other" if metric == "auc_distractor" else "auc_distractor"
+
+
+def _eligible(c: Candidate, base: Candidate, metric: str, other: str) -> bool:
     mine, theirs = getattr(c, metric), getattr(base, metric)
     if math.isnan(mine) or not mine > theirs or not _shown(c.gain):
         return False
@@ -174,8 +177,7 @@ def _shown(gain: Interval | None) -> bool:
 def why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, where: str) -> str:
     """One line: the written candidate and its gain, or why nothing was written;
     ``where`` names the queries compared."""
-    base = cands[0]
-    other = "auc_other" if metric == "auc_distractor" else "auc_distractor"
+    base, other = cands[0], _other(metric)
     pct = f"{LEVEL:.0%}"
 
     def gain(c: Candidate) -> str:
@@ -205,13 +207,15 @@ def why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, where
     )
 
 
+def _parts(v: ValidationQuery, s: F64) -> tuple[F64, F64, F64]:
+    """The scores of a validation query's relevant passages, distractors and others."""
+    a, b = len(v.relevant), len(v.relevant) + len(v.distractors)
+    return s[:a], s[a:b], s[b:]
+
+
 def aucs(val: Sequence[ValidationQuery], scores: Sequence[F64]) -> tuple[float, float]:
-    dis, oth = [], []
-    for v, s in zip(val, scores, strict=True):
-        a, b = len(v.relevant), len(v.relevant) + len(v.distractors)
-        dis.append((s[:a], s[a:b]))
-        oth.append((s[:a], s[b:]))
-    return pair_auc(dis), pair_auc(oth)
+    parts = [_parts(v, s) for v, s in zip(val, scores, strict=True)]
+    return pair_auc([(r, d) for r, d, _ in parts]), pair_auc([(r, o) for r, _, o in parts])
 
 
 class Judge:
@@ -240,12 +244,8 @@ class Judge:
     def groups(self, scores: Sequence[F64]) -> list[tuple[F64, F64]]:
         """Per usable query: scores of the relevant passages and of the negatives by
         ``metric``."""
-        out = []
-        for i in self.usable:
-            v, s = self.val[i], scores[i]
-            a, b = len(v.relevant), len(v.relevant) + len(v.distractors)
-            out.append((s[:a], s[a:b] if self.metric == "auc_distractor" else s[b:]))
-        return out
+        pick = 1 if self.metric == "auc_distractor" else 2
+        return [(p[0], p[pick]) for p in (_parts(self.val[i], scores[i]) for i in self.usable)]
 
     def candidate(
         self, name: str, scores: Sequence[F64], seconds: float, note: str = ""

@@ -138,20 +138,13 @@ def _split(flat: NDArray[np.float64], texts: Sequence[Sequence[str]]) -> list[ND
 
 def bi_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.float64]]:
     """Per validation query, the cosine of each of its passages (one encode per side)."""
-    q = np.asarray(
-        model.encode(
-            list(validation.queries),
-            batch_size=32,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        ),
-        dtype=np.float64,
-    )
-    flat = [t for texts in validation.texts for t in texts]
-    d = np.asarray(
-        model.encode(flat, batch_size=32, normalize_embeddings=True, show_progress_bar=False),
-        dtype=np.float64,
-    )
+
+    def encode(texts: list[str]) -> NDArray[np.float64]:
+        out = model.encode(texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False)
+        return np.asarray(out, dtype=np.float64)
+
+    q = encode(list(validation.queries))
+    d = encode([t for texts in validation.texts for t in texts])
     owner = np.repeat(np.arange(len(validation.texts)), [len(t) for t in validation.texts])
     return _split(np.einsum("ij,ij->i", d, q[owner]), validation.texts)
 
@@ -331,9 +324,6 @@ def fine_tune_bi_encoder(
     model = load_encoder(base, settings.device)
     model.max_seq_length = settings.max_length
 
-    def scores(m: Any) -> list[Any]:
-        return bi_encoder_scores(m, validation)
-
     def trainer(**kw: Any) -> Any:
         return st.SentenceTransformerTrainer(
             model=model, loss=losses.MultipleNegativesRankingLoss(model), **kw
@@ -345,7 +335,7 @@ def fine_tune_bi_encoder(
         st.SentenceTransformerTrainingArguments,
         data,
         _triplets(pretrain) if pretrain else None,
-        _evaluator(validation, scores, say),
+        _evaluator(validation, lambda m: bi_encoder_scores(m, validation), say),
         out.parent / "bi-encoder-work",
         settings,
         say,
@@ -410,9 +400,6 @@ def fine_tune_cross_encoder(
     )
     losses = importlib.import_module("sentence_transformers.cross_encoder.losses")
 
-    def scores(m: Any) -> list[Any]:
-        return cross_encoder_scores(m, validation)
-
     def trainer(**kw: Any) -> Any:
         loss = losses.BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(n_neg / n_pos))
         return ce.CrossEncoderTrainer(model=model, loss=loss, **kw)
@@ -424,7 +411,7 @@ def fine_tune_cross_encoder(
         ce.CrossEncoderTrainingArguments,
         _pairs(pairs),
         _pairs(pretrain) if pretrain else None,
-        _evaluator(validation, scores, say),
+        _evaluator(validation, lambda m: cross_encoder_scores(m, validation), say),
         out.parent / (out.name + "-work"),
         settings,
         say,

@@ -26,6 +26,7 @@ from typing import Any
 
 from ragguard.calibration._output import check_not_input
 from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.data.texts import PathLike
 from ragguard.calibration.fit.result import data_fingerprint
 from ragguard.calibration.fit.statistics import MIN_VALIDATION_QUERIES
 from ragguard.calibration.train.choice import LEVEL, N_BOOTSTRAP, Candidate, fmt_auc
@@ -48,7 +49,6 @@ __all__ = [
     "write_folder",
 ]
 
-PathLike = str | os.PathLike[str]
 Progress = Callable[[str], None]
 #: The file in a written folder that lists what train-reranker wrote there.
 MARKER = "ragguard-written.json"
@@ -239,6 +239,7 @@ def model_card(
     from ragguard import __version__
 
     fusion_cross = kind == "fusion" and base_kind == "cross-encoder"
+    fusion_copied = kind == "fusion" and not encoder_spec.startswith("package:")  # not packaged
     return {
         "format": FORMAT,
         "ragguard_version": __version__,
@@ -250,7 +251,7 @@ def model_card(
             None
             if kind in CROSS_KINDS
             else "encoder"
-            if kind == "bi-encoder" or (kind == "fusion" and _copied(encoder_spec))
+            if kind == "bi-encoder" or fusion_copied
             else encoder_spec
         ),
         "cross_encoder": "cross-encoder" if fusion_cross else None,
@@ -283,12 +284,6 @@ def model_card(
         "settings": settings,
         "training_seconds": round(seconds, 3),
     }
-
-
-def _copied(encoder_spec: str) -> bool:
-    """Whether a fusion head's bi-encoder is copied into the folder (not the packaged
-    weights)."""
-    return not encoder_spec.startswith("package:")
 
 
 def write_folder(

@@ -33,7 +33,7 @@ import numpy as np
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.statistics import split_queries, validation_count
 from ragguard.calibration.train.fine_tune import TextPair
-from ragguard.errors import ConfigError, EvalSetError
+from ragguard.errors import EvalSetError
 
 if TYPE_CHECKING:
     from ragguard.calibration.data.texts import Texts
@@ -71,11 +71,8 @@ def split_for_training(
     training and validation queries (see the module docstring).
 
     Raises:
-        ConfigError: ``validation`` outside (0, 1).
         EvalSetError: fewer than two queries left to train and validate on.
     """
-    if not (isinstance(validation, int | float) and 0.0 < validation < 1.0):
-        raise ConfigError(f"validation must be a fraction in (0, 1), got {validation!r}")
     qids = evalset.qids
     calib, held = split_queries(len(qids), holdout, seed)
     if len(calib) < 2:

@@ -12,20 +12,18 @@ The gold passage is the first of ``ctxs`` marked ``isgold``, else the first; its
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ragguard.calibration.data.texts import json_lines
+from ragguard.calibration.data.texts import PathLike, json_lines
 from ragguard.calibration.train.fine_tune import TextPair
 from ragguard.errors import ConfigError, EvalSetError
 
 __all__ = ["PretrainData", "normalise", "pretrain_pairs", "read_pretrain"]
 
-PathLike = str | os.PathLike[str]
 LICENCE_PREFIXES = ("LICENSE", "LICENCE", "COPYING")
 
 

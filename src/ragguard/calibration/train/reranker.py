@@ -28,27 +28,14 @@ cosine. A cross-encoder (a local ``CrossEncoder`` folder, or a name in the local
 Face cache): the base score is its own score, and the bi-encoder signals use the
 packaged all-MiniLM-L6-v2. ``ragguard.trained.model_kind`` tells them apart.
 
-**Candidates.**
-
-* ``base``: the base's score, untrained.
-* single inputs, reported for comparison: ``cosine`` (with a cross-encoder base),
-  ``bm25``, ``coverage`` (IDF-weighted share of query words in the passage).
-* ``fusion``: a logistic regression (scikit-learn, ``C=1``, balanced weights, soft
-  targets as weighted positive and negative copies) over those text-only signals and,
-  with a cross-encoder base, its score; see ``ragguard.trained`` for why retrieval
-  scores and ranks cannot be inputs of a runtime reranker.
-* ``bi-encoder``: the bi-encoder fine-tuned with MultipleNegativesRankingLoss over
-  (query, relevant, hard negative) triplets.
-* ``cross-encoder`` (with a cross-encoder base): the base fine-tuned with binary
-  cross-entropy, grades as soft targets.
-* ``new-cross-encoder`` (opt-in: slow on a CPU): a cross-encoder built from the
-  bi-encoder's weights with a new classification head, trained the same way.
-
-Default candidates: ``fusion`` and ``bi-encoder`` with a bi-encoder base, ``fusion`` and
-``cross-encoder`` with a cross-encoder base. Every neural candidate trains at most
-``max_steps`` steps of ``batch_size`` pairs of at most ``max_length`` tokens (defaults
-200, 16, 128), seeded, stopping early on validation AUC (see
-``ragguard.calibration.train.fine_tune``).
+**Candidates** (``Candidate.name``): the ``base``'s own score; the single signals
+``cosine`` (with a cross-encoder base), ``bm25`` and ``coverage`` (IDF-weighted share of
+query words in the passage), reported for comparison; the ``fusion`` head over them
+(``ragguard.calibration.train.features``; ``ragguard.trained`` says why retrieval scores
+and ranks cannot be inputs of a runtime reranker); and the neural ``bi-encoder``,
+``cross-encoder`` (with a cross-encoder base) and opt-in ``new-cross-encoder`` (slow on a
+CPU), fine-tuned as ``ragguard.calibration.train.fine_tune`` says. The default kinds are
+in ``RerankerTrainer.kinds``, the step budget in ``Training``.
 """
 
 from __future__ import annotations
@@ -66,6 +53,7 @@ import numpy as np
 from ragguard._fields import is_real
 from ragguard.calibration._output import staging_folder
 from ragguard.calibration.data.evalset import EvalSet
+from ragguard.calibration.data.texts import PathLike
 from ragguard.calibration.fit.statistics import VALIDATION
 from ragguard.calibration.train.choice import (
     Candidate,
@@ -87,7 +75,6 @@ from ragguard.calibration.train.fine_tune import TextPair
 from ragguard.calibration.train.options import Negatives, Training, check_kinds
 from ragguard.calibration.train.output import (
     Choice,
-    PathLike,
     TrainResult,
     check_out,
     inputs_of,
