@@ -77,7 +77,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -125,12 +125,8 @@ from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from ragguard.profiles import Profile
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = [
     "DEFAULT_MAX_K",
-    "CalibratorOptions",
     "calibrate",
 ]
 
@@ -505,31 +501,13 @@ def _search_run(
     return found
 
 
-class CalibratorOptions(TypedDict, total=False):
-    """The keyword arguments of [`calibrate`][ragguard.calibration.calibrate]: the fields of
-    [`Calibrator`][ragguard.calibration.Calibrator], which documents them."""
-
-    objective: str
-    constraints: Sequence[Constraint | str]
-    profile: Profile | str | None
-    rules: UtilityRules | None
-    runs: Sequence[str] | None
-    search: Search
-    split: Split
-    check: Check
-    guarantee: Guarantee | None
-    stages: Stages
-    rerank: RerankSearch | None
-    answerability: Answerability | None
-
-
 def calibrate(
     evalset: EvalSet,
     *,
     corpus: Sequence[str | os.PathLike[str]] = (),
     passages: Mapping[str, str] | None = None,
     on_sweep: Callable[[int, int], None] | None = None,
-    **options: Unpack[CalibratorOptions],
+    **options: Any,
 ) -> CalibrationResult:
     """``Calibrator(**options).fit(evalset, ...)``: sweep every run, choose a setting per
     run, check it on held-out queries.
