@@ -129,7 +129,7 @@ def guard_comparison(ev: EvalSet, name: str, reranker: Any, cache: Path, n_boot:
         two = res.rerank
         assert two is not None
         r = res.recommended
-        rows = res.heldout_rows
+        rows = res.header.heldout_rows
         guarded = {m: two.comparison.guarded[m].mean for m in GUARD_METRICS}
         base = {m: two.comparison.baseline[m].mean for m in GUARD_METRICS}
         d = two.comparison.difference["udcg"]

@@ -73,7 +73,7 @@ def test_calibrate_json_with_a_budget_is_one_document_and_the_config_keeps_it(
     guard = ContextGuard.from_file(tmp_path / "ragguard.toml")
     assert guard.config.policy_params() == r.written_params
     text = passage_texts(es)
-    for q, n in zip(api.qids, r.written_kept.tolist(), strict=True):
+    for q, n in zip(api.header.qids, r.written_kept.tolist(), strict=True):
         cands = [
             Candidate(d, text(q, d) or "", s) for d, s in es.runs[r.name].candidates[q].items()
         ]
@@ -178,7 +178,7 @@ def test_calibrate_sweeps_conflict_settings_and_every_output_names_the_choice(
     assert guard.config.policy_params() == w
     text = passage_texts(es)
     measured = r.kernel.values(r.written_kept, ["passages"])[0]
-    for q, n in zip(api.qids, measured.tolist(), strict=True):
+    for q, n in zip(api.header.qids, measured.tolist(), strict=True):
         cands = [
             Candidate(d, text(q, d) or "", s) for d, s in es.runs[r.name].candidates[q].items()
         ]

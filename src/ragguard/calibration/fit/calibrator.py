@@ -76,6 +76,7 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ from ragguard.calibration.fit.sweep import (
     is_plain_top_k,
     lower_is_better,
 )
-from ragguard.calibration.fit.view import SMALL_SET
+from ragguard.calibration.fit.view import SMALL_SET, Header
 from ragguard.calibration.metrics import parse_metric
 from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
@@ -411,27 +412,31 @@ class Calibrator:
             report_sweeps(n_sweeps)
         g = self.guarantee
         calibrated = CalibrationResult(
+            header=Header(
+                evalset=evalset,
+                profile=plan.profile,
+                objective=objective,
+                constraints=tuple(cons),
+                runs=tuple(r.name for r in results),
+                qids=qids,
+                calibration_rows=calib_rows,
+                heldout_rows=held_rows,
+                holdout=float(split.holdout),
+                seed=split.seed,
+                created=datetime.now(UTC),
+                data_sha256=data_fingerprint(evalset, names),
+                target=plan.target,
+                confidence=_confidence(g, self.answerability),
+                on_worse=check.on_worse,
+                caps_fixed=not self.search.grows,
+                grid=grid,
+            ),
             runs=tuple(results),
             recommended=best,
-            objective=objective,
-            constraints=tuple(cons),
-            profile=plan.profile,
-            grid=grid,
-            holdout=float(split.holdout),
-            seed=split.seed,
-            qids=qids,
-            calibration_rows=calib_rows,
-            heldout_rows=held_rows,
-            evalset=evalset,
-            data_sha256=data_fingerprint(evalset, names),
             files=_file_hashes(evalset, names),
             rerank=two_stage,
-            on_worse=check.on_worse,
-            target=plan.target,
-            confidence=_confidence(g, self.answerability),
             folds=split.folds,
             stage_settings={} if plan.stages is None else plan.stages.config_settings(),
-            caps_fixed=not self.search.grows,
         )
         a = self.answerability
         if a is None:
