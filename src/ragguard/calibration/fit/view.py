@@ -35,6 +35,7 @@ from ragguard.calibration.fit.conflict_sweep import (
     setting_of,
     similarity_levels,
 )
+from ragguard.calibration.fit.probability import Reliability
 from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import FamilyChoice
@@ -51,6 +52,7 @@ from ragguard.calibration.fit.sweep import (
     I,
     OptimalK,
     SweepGrid,
+    SweepResult,
     choose,
     describe_point,
     lower_is_better,
@@ -316,6 +318,8 @@ class StageView:
         brier: the held-out Brier score of the reranker's own probabilities and of
             the mapped ones.
         ece: their expected calibration errors, alike.
+        reliability: the reliability of both (held-out pairs), and ``map_method`` the
+            map's method (the plots draw them).
         settings: the guard-level config fields of its setting.
         guarantee: its recall guarantee, when one was asked for.
     """
@@ -337,6 +341,8 @@ class StageView:
     failures: str | None
     brier: tuple[float, float]
     ece: tuple[float, float]
+    reliability: tuple[Reliability, Reliability] = field(repr=False)
+    map_method: str
     settings: Mapping[str, Any]
     guarantee: GuaranteeView | None
 
@@ -364,6 +370,8 @@ class StageView:
             failures=stage.failures,
             brier=(stage.brier_raw, stage.brier_mapped),
             ece=(stage.reliability_raw.ece, stage.reliability_mapped.ece),
+            reliability=(stage.reliability_raw, stage.reliability_mapped),
+            map_method=stage.probability_map.method.value,
             settings=two.guard_settings(),
             guarantee=GuaranteeView.of(two, int(two.sweep.kept.shape[1])),
         )
@@ -508,6 +516,9 @@ class ResultView:
         refitted: the written retrieval setting differs from the choice on the
             calibration queries.
         optimal: the per-query optimal k on the calibration queries.
+        sweep: every setting's means over the calibration queries; ``chosen`` the
+            choice's index among them; ``passages_kept`` its mean context over all
+            queries (the plots draw them).
         conflicts: the conflict stage as swept (``None`` when it was not).
         reranker_code: the written second stage's reranker when the config names it
             and never imports it (``module:callable``, or ``run:PATH`` of
@@ -554,6 +565,9 @@ class ResultView:
     chosen_is_baseline: bool
     refitted: bool
     optimal: OptimalK
+    sweep: SweepResult = field(repr=False)
+    chosen: int
+    passages_kept: float
     conflicts: ConflictView | None
     reranker_code: str | None
     family: FamilyChoice | None
@@ -650,6 +664,9 @@ def build_view(
         chosen_is_baseline=r.chosen_is_baseline,
         refitted=r.written_params != r.chosen_params,
         optimal=r.optimal,
+        sweep=r.sweep,
+        chosen=r.chosen,
+        passages_kept=float(np.mean(r.kernel.values(r.chosen_kept, [PASSAGES])[0])),
         conflicts=_conflicts(header, r),
         reranker_code=None if w.two_stage is None else _external(w.two_stage),
         family=r.selection,
