@@ -280,23 +280,12 @@ def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I)
 
 
 def compare(
-    kernel: SweepKernel,
-    baseline_kept: I,
-    guarded_kept: I,
-    rows: I,
-    metrics: Sequence[str],
-    *,
-    split: str,
-    n_bootstrap: int,
-    seed: int,
-    level: float = 0.95,
+    kernel: SweepKernel, base: I, guard: I, rows: I, metrics: Sequence[str], **how: Any
 ) -> Comparison:
-    """Paired bootstrap comparison of two per-query cuts on ``rows``."""
-    both = kernel.values(np.stack([baseline_kept, guarded_kept]), metrics)[:, :, rows]
-    base, guard = both[0], both[1]
-    return compare_values(
-        base, guard, rows, metrics, split=split, n_bootstrap=n_bootstrap, seed=seed, level=level
-    )
+    """Paired bootstrap comparison of two per-query cuts on ``rows``, ``base`` and
+    ``guard`` passages kept per query (``how``: the keywords of ``compare_values``)."""
+    both = kernel.values(np.stack([base, guard]), metrics)[:, :, rows]
+    return compare_values(both[0], both[1], rows, metrics, **how)
 
 
 def compare_values(
