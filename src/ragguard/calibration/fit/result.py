@@ -93,17 +93,13 @@ class CalibrationResult:
         returned for the same arguments: the console, ``--json``, the report and the
         provenance all read it."""
         r = run or self.recommended
-        key = (r, evalset)
-        if key not in self._views:
-            base = self._views.get((r, None))
-            if base is None:
-                base = build_view(
-                    self.header, r, self.runs, self.recommended, self.rerank, self.answerability
-                )
-                self._views[(r, None)] = base
-            if evalset is not None:
-                self._views[key] = name_evalset(base, evalset)
-        return self._views[key]
+        if (r, None) not in self._views:
+            self._views[(r, None)] = build_view(
+                self.header, r, self.runs, self.recommended, self.rerank, self.answerability
+            )
+        if evalset is not None and (r, evalset) not in self._views:
+            self._views[(r, evalset)] = name_evalset(self._views[(r, None)], evalset)
+        return self._views[(r, evalset)]
 
     def written_setting(self, run: RunCalibration | None = None) -> WrittenSetting:
         """What the config of ``run`` (default: the recommended) holds, in words, with

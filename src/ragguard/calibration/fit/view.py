@@ -1,15 +1,7 @@
-"""The result view: one calibration as every output shows it, derived once
-([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]): the calibration
-introduced (``Header``), what the config holds and misses
-(``ragguard.calibration.fit.written``), the held-out checks (``CheckView``), every run's
-line (``RunRow``), the second stage (``StageView``), the guarantees (``GuaranteeView``),
-the conflict stage (``ConflictView``), the cut rules (``RuleRow``), the queries that
-gained and lost most (``Example``), why, and what to try next (``CommandLine``,
-``ResultView.next_steps``).
-
-The console (``ragguard.calibration.report.console``), ``--json``
-(``ragguard.calibration.report.summary``), the report (``ragguard.calibration.report``) and
-the config's provenance render these values and compute none.
+"""The result view (``ResultView``): one calibration as every output shows it, derived
+once ([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]); the
+console, ``--json``, the report and the config's provenance render it and compute
+nothing.
 """
 
 from __future__ import annotations
@@ -619,6 +611,7 @@ def build_view(
     c, two = r.comparison, rerank
     selection = w.two_stage.selection if w.two_stage is not None else r.selection
     mine = answerability if r is recommended else None
+    stage = None if w.two_stage is None else w.two_stage.stage
     stopped = None
     if r is recommended and header.on_worse == "stop" and r.fallback is not None:
         stopped = f"stopped (on_worse='stop'): {r.fallback}"
@@ -668,7 +661,7 @@ def build_view(
         chosen=r.chosen,
         passages_kept=float(np.mean(r.kernel.values(r.chosen_kept, [PASSAGES])[0])),
         conflicts=_conflicts(header, r),
-        reranker_code=None if w.two_stage is None else _external(w.two_stage),
+        reranker_code=None if stage is None else stage.scores.external,
         family=r.selection,
         guarantee=GuaranteeView.of(r, len(header.qids)),
         recall_ceiling=_ceiling(r),
@@ -784,11 +777,6 @@ def _examples(
         )
 
     return tuple(map(example, gained)), tuple(map(example, lost))
-
-
-def _external(two: RunCalibration) -> str | None:
-    stage = two.stage
-    return None if stage is None else stage.scores.external
 
 
 def name_evalset(view: ResultView, evalset: str | CommandLine) -> ResultView:
