@@ -43,6 +43,7 @@ from ragguard.calibration.fit.sweep import (
     SweepGrid,
     check_cut_rules,
     check_grid_values,
+    cut_rule_points,
 )
 from ragguard.config import profile_utility_cut
 from ragguard.errors import ConfigError
@@ -138,13 +139,7 @@ class RerankGrid:
             base = PolicyParams(max_k=k, min_k=min(min_k, k))
             pts += [PolicyParams(k, base.min_k, relative_threshold=t) for t in self.thresholds]
             pts += [PolicyParams(k, base.min_k, min_score=f) for f in self.min_scores]
-            for rule, value in self.cut_rules:
-                if CutRule(rule) is CutRule.GAP:
-                    pts.append(PolicyParams(k, base.min_k, cut=CutRule.GAP, gap_buffer=value))
-                else:
-                    pts.append(
-                        PolicyParams(k, base.min_k, cut=CutRule.AUTOCUT, autocut_jumps=value)
-                    )
+            pts += cut_rule_points(k, base.min_k, self.cut_rules)
             if self.expected_utility:
                 pts.append(PolicyParams(k, base.min_k, expected_utility=eu))
         return list(dict.fromkeys(pts))
