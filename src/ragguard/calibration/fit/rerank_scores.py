@@ -57,7 +57,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.data.texts import Texts
 from ragguard.config import RerankConfig, RerankFailure
 from ragguard.errors import (
     ConfigError,
@@ -80,8 +79,6 @@ __all__ = [
     "RerankScores",
     "default_cache_dir",
     "model_identity",
-    "passage_sources",
-    "passage_texts",
     "read_rerank_run",
     "score_candidates",
 ]
@@ -237,34 +234,6 @@ def _kind_of(reranker: Reranker, score_kind: ScoreKind | str | None) -> ScoreKin
     if kind not in (ScoreKind.LOGIT, ScoreKind.PROBABILITY):
         raise RerankModelError(f"a reranker returns 'logit' or 'probability', not {kind.value!r}")
     return kind
-
-
-# --------------------------------------------------------------------------- texts
-
-
-def passage_texts(
-    evalset: EvalSet,
-    *,
-    corpus: Sequence[PathLike] = (),
-    passages: Mapping[str, str] | None = None,
-) -> Callable[[str, str], str | None]:
-    """A look-up ``(query id, passage id) -> text or None`` over every source of texts
-    (see the module docstring): ``EvalSet.texts`` (the eval-set file's texts, a
-    ``corpus.jsonl`` beside it), then ``corpus`` files and ``passages``."""
-    return passage_sources(evalset, corpus=corpus, passages=passages).get
-
-
-def passage_sources(
-    evalset: EvalSet,
-    *,
-    corpus: Sequence[PathLike] = (),
-    passages: Mapping[str, str] | None = None,
-) -> Texts:
-    """The passage texts of ``passage_texts`` with the titles the sources carry
-    (``Texts.get(qid, doc)``, ``Texts.title(qid, doc)``): ``evalset.texts`` merged with
-    ``corpus`` and ``passages`` ([`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]);
-    the eval-set file is not read again."""
-    return evalset.with_texts(corpus=corpus, passages=passages).texts
 
 
 # --------------------------------------------------------------------------- cache
