@@ -436,7 +436,7 @@ class Calibrator:
             files=_file_hashes(evalset, names),
             rerank=two_stage,
             folds=split.folds,
-            stage_settings={} if plan.stages is None else plan.stages.config_settings(),
+            stage_settings={} if plan.stages is None else plan.stages.base.config_settings(),
         )
         a = self.answerability
         if a is None:

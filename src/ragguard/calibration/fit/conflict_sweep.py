@@ -308,11 +308,6 @@ class StageSweep:
     base: PassageStages
     settings: tuple[ConflictSetting, ...] = ()
 
-    @property
-    def swept(self) -> bool:
-        """Whether conflict settings are swept."""
-        return bool(self.settings)
-
     def points(self, points: Sequence[PolicyParams]) -> tuple[PolicyParams, ...]:
         """``points`` with the stages on: under each conflict setting in turn (all of
         the first setting's points, then the next's)."""
@@ -328,12 +323,6 @@ class StageSweep:
     def is_base(self, params: PolicyParams) -> bool:
         """Whether ``params`` runs the base conflict setting (or none is swept)."""
         return not self.settings or setting_of(params) == self.settings[0]
-
-    def config_settings(self) -> dict[str, Any]:
-        """The config fields every setting shares (the token budget, near-duplicates);
-        a setting's conflict fields go with the setting
-        (``ragguard.calibration.fit.sweep.guard_settings``)."""
-        return self.base.config_settings()
 
     def kernel(self, arrays: EvalArrays, metrics: Sequence[str], width: int) -> SweepKernel:
         """The sweep kernel of ``arrays`` with these stages (texts read here): a
