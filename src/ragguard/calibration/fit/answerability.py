@@ -70,7 +70,7 @@ from numpy.typing import NDArray
 
 from ragguard.calibration._format import ceil_number, format_interval, format_number
 from ragguard.calibration.data.arrays import EvalArrays
-from ragguard.calibration.fit.options import Answerability, check_share
+from ragguard.calibration.fit.options import Answerability
 from ragguard.calibration.fit.plan import FitPlan
 from ragguard.calibration.fit.risk import Certification, certify_means, risk_upper_bound
 from ragguard.calibration.fit.statistics import (
@@ -94,7 +94,6 @@ __all__ = [
     "AnswerabilityResult",
     "candidate_floors",
     "check_max_false_abstain",
-    "check_share",
     "evidence_tops",
     "fit_answerability",
     "fit_floor",
@@ -112,18 +111,14 @@ RETRIEVAL_SCALE = "normalised retrieval score"
 RERANK_SCALE = "rerank probability"
 
 
-def check_max_false_abstain(
-    evalset: EvalSet, max_false_abstain: float, calibration_rows: I, *, guarantee: bool
-) -> None:
+def check_max_false_abstain(evalset: EvalSet, calibration_rows: I, *, guarantee: bool) -> None:
     """Fail before any sweep when the floor cannot be calibrated.
 
     Raises:
-        ConfigError: ``max_false_abstain`` outside (0, 1), or combined with a recall
-            guarantee.
+        ConfigError: combined with a recall guarantee.
         EvalSetError: no unanswerable query in the eval set, or none among the
             calibration queries; no query with a relevant passage (nothing answerable).
     """
-    check_share(max_false_abstain)
     if guarantee:
         raise ConfigError(
             "--max-false-abstain cannot be combined with --guarantee yet: abstentions lower "

@@ -345,12 +345,7 @@ class Calibrator:
         qids = evalset.qids
         calib_rows, held_rows = split_queries(len(qids), split.holdout, split.seed)
         if self.answerability is not None:
-            check_max_false_abstain(
-                evalset,
-                self.answerability.max_false_abstain,
-                calib_rows,
-                guarantee=self.guarantee is not None,
-            )
+            check_max_false_abstain(evalset, calib_rows, guarantee=self.guarantee is not None)
         evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
         st = self.stages
         plan = FitPlan(

@@ -65,7 +65,6 @@ __all__ = [
     "Search",
     "Split",
     "Stages",
-    "check_share",
 ]
 
 
@@ -77,19 +76,6 @@ def _whole(name: str, value: object, least: int) -> None:
 def _open_unit(name: str, value: object) -> None:
     if not (is_real(value) and 0.0 < value < 1.0):  # type: ignore[operator]
         raise ConfigError(f"{name} must be in (0, 1), got {value!r}")
-
-
-def check_share(max_false_abstain: float) -> None:
-    """Raise unless ``max_false_abstain`` is a share in (0, 1).
-
-    Raises:
-        ConfigError: naming the option and the value.
-    """
-    x = max_false_abstain
-    if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < x < 1.0:
-        raise ConfigError(
-            f"--max-false-abstain (max_false_abstain) must be a share in (0, 1), got {x!r}"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,5 +375,9 @@ class Answerability:
     confidence: float = 0.95
 
     def __post_init__(self) -> None:
-        check_share(self.max_false_abstain)
+        x = self.max_false_abstain
+        if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < x < 1.0:
+            raise ConfigError(
+                f"--max-false-abstain (max_false_abstain) must be a share in (0, 1), got {x!r}"
+            )
         _open_unit("confidence", self.confidence)
