@@ -616,22 +616,15 @@ def _two_stage(
             cache_dir=rerank.cache_dir,
             on_query=rerank.on_query,
         )
+    kernel = best.kernel
     space = rerank_space(
-        evalset,
-        best.name,
-        scores,
-        plan=plan,
-        retrieval_kernel=best.kernel,
-        max_k=grid.max_k,
-        min_k=grid.min_k,
-        grid=rerank.grid,
-        method=rerank.probability_map,
+        evalset, best.name, scores, plan=plan, retrieval_kernel=kernel, caps=grid, option=rerank
     )
     found = search(
         space,
         plan,
-        Reference("plain top-k", best.kernel, best.baseline_kept),
-        retrieval=Reference("the retrieval-only choice", best.kernel, best.chosen_kept),
+        Reference("plain top-k", kernel, best.baseline_kept),
+        retrieval=Reference("the retrieval-only choice", kernel, best.chosen_kept),
     )
     logger.info(
         "two-stage: chose %s (%s %.4f)",
