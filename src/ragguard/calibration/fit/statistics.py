@@ -63,7 +63,7 @@ def split_queries(n: int, holdout: float, seed: int) -> tuple[I, I]:
     """
     if not (isinstance(holdout, int | float) and 0.0 <= holdout < 1.0):
         raise ConfigError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
-    n_held = 0 if holdout == 0 else max(1, round(holdout * n))
+    n_held = n - _n_calibration(n, holdout)
     if n - n_held < 1:
         raise EvalSetError(
             f"no queries left to calibrate on: {n} labelled queries, {n_held} held out "
@@ -95,7 +95,7 @@ def validation_count(n_calibration: int, validation: float) -> int:
 
 
 def _n_calibration(n: int, holdout: float) -> int:
-    """Queries left to calibrate on of ``n``: the count of ``split_queries``."""
+    """Queries left to calibrate on of ``n`` (``split_queries``)."""
     return n - (0 if holdout == 0 else max(1, round(holdout * n)))
 
 
