@@ -81,7 +81,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.data.utility import UtilityRules, as_profile
@@ -126,15 +125,10 @@ from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from ragguard.profiles import Profile
 
-__all__ = [
-    "DEFAULT_MAX_K",
-    "calibrate",
-]
+__all__ = ["DEFAULT_MAX_K", "calibrate"]
 
 logger = logging.getLogger(__name__)
 
-F64 = NDArray[np.float64]
-I = NDArray[np.intp]  # noqa: E741
 
 REPORTED: tuple[str, ...] = (
     "udcg",
