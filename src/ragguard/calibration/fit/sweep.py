@@ -84,7 +84,6 @@ __all__ = [
     "guard_settings",
     "is_plain_top_k",
     "meets_constraints",
-    "nanmean",
     "optimal_k",
     "sweep",
 ]
@@ -185,15 +184,6 @@ def _metric_name(metric: str) -> str:
 def lower_is_better(metric: str) -> bool:
     """Whether an objective on ``metric`` is minimised."""
     return _metric_name(metric) in LOWER_IS_BETTER
-
-
-def nanmean(values: F64, axis: int = -1) -> F64:
-    """Mean over ``axis`` skipping NaN (NA); NaN where every value is NA. No warnings."""
-    defined = ~np.isnan(values)
-    total = np.where(defined, values, 0.0).sum(axis=axis)
-    count = defined.sum(axis=axis)
-    out: F64 = np.divide(total, count, out=np.full(np.shape(total), np.nan), where=count > 0)
-    return out
 
 
 # --------------------------------------------------------------------------- the grid
