@@ -309,9 +309,8 @@ class StageView:
         failures: one line on the queries swept as failed calls, or ``None``.
         brier: the held-out Brier score of the reranker's own probabilities and of
             the mapped ones.
-        ece: their expected calibration errors, alike.
-        reliability: the reliability of both (held-out pairs), and ``map_method`` the
-            map's method (the plots draw them).
+        reliability: the reliability of both, with their expected calibration errors
+            (``ece``); ``map_method`` the map's method.
         settings: the guard-level config fields of its setting.
         guarantee: its recall guarantee, when one was asked for.
     """
@@ -332,7 +331,6 @@ class StageView:
     calls_failed: int
     failures: str | None
     brier: tuple[float, float]
-    ece: tuple[float, float]
     reliability: tuple[Reliability, Reliability] = field(repr=False)
     map_method: str
     settings: Mapping[str, Any]
@@ -361,7 +359,6 @@ class StageView:
             calls_failed=len(s.failed),
             failures=stage.failures,
             brier=(stage.brier_raw, stage.brier_mapped),
-            ece=(stage.reliability_raw.ece, stage.reliability_mapped.ece),
             reliability=(stage.reliability_raw, stage.reliability_mapped),
             map_method=stage.probability_map.method.value,
             settings=two.guard_settings(),
@@ -396,7 +393,7 @@ class StageView:
                 f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
             )
         out["brier_raw"], out["brier_mapped"] = (finite(x) for x in self.brier)
-        out["ece_raw"], out["ece_mapped"] = (finite(x) for x in self.ece)
+        out["ece_raw"], out["ece_mapped"] = (finite(x.ece) for x in self.reliability)
         return out
 
 
@@ -508,9 +505,8 @@ class ResultView:
         refitted: the written retrieval setting differs from the choice on the
             calibration queries.
         optimal: the per-query optimal k on the calibration queries.
-        sweep: every setting's means over the calibration queries; ``chosen`` the
-            choice's index among them; ``passages_kept`` its mean context over all
-            queries (the plots draw them).
+        sweep: every setting's means over the calibration queries (``chosen``: the
+            choice's index; ``passages_kept``: its mean context over all queries).
         conflicts: the conflict stage as swept (``None`` when it was not).
         reranker_code: the written second stage's reranker when the config names it
             and never imports it (``module:callable``, or ``run:PATH`` of
@@ -598,17 +594,14 @@ def build_view(
     r: RunCalibration,
     runs: Sequence[RunCalibration],
     recommended: RunCalibration,
-    rerank: RunCalibration | None,
+    two: RunCalibration | None,
     answerability: AnswerabilityResult | None,
 ) -> ResultView:
     """The view of run ``r``'s config, among ``runs`` (``recommended`` the run
-    recommended), with the second search ``rerank`` and the calibrated
+    recommended), with the second search ``two`` and the calibrated
     ``answerability`` (the recommended run's; see ``ResultView``); its next steps name
     the eval set by its file (``name_evalset`` names it otherwise)."""
-    w = written_setting(
-        r, rerank, header.objective, header.constraints, header.calibration_rows.size
-    )
-    c, two = r.comparison, rerank
+    w = written_setting(r, two, header.objective, header.constraints, header.calibration_rows.size)
     selection = w.two_stage.selection if w.two_stage is not None else r.selection
     mine = answerability if r is recommended else None
     stage = None if w.two_stage is None else w.two_stage.stage
@@ -640,7 +633,7 @@ def build_view(
             if w.search.guarantee is not None
             else ""
         ),
-        retrieval_check=CheckView.of(c),
+        retrieval_check=CheckView.of(r.comparison),
         check=CheckView.of(w.search.comparison),
         stage_check=None
         if two is None or two.against_retrieval is None
