@@ -605,7 +605,6 @@ def _two_stage(
             evalset,
             rerank.reranker,
             pairs,
-            texts=evalset.texts.get,
             score_kind=rerank.score_kind,
             cache_dir=rerank.cache_dir,
             on_query=rerank.on_query,

@@ -337,7 +337,6 @@ def score_candidates(
     reranker: Reranker,
     pairs: Mapping[str, Sequence[str]],
     *,
-    texts: Callable[[str, str], str | None] | None = None,
     score_kind: ScoreKind | str | None = None,
     cache_dir: PathLike | bool | None = True,
     on_query: Progress | None = None,
@@ -346,10 +345,9 @@ def score_candidates(
     at most once across calls (the disk cache).
 
     Args:
-        evalset: supplies query texts (and passage texts, unless ``texts`` is given).
+        evalset: supplies the query and passage texts (``EvalSet.texts``).
         reranker: the second stage.
         pairs: query id -> passage ids to score.
-        texts: ``(query id, passage id) -> text``; default ``evalset.texts.get``.
         score_kind: what the reranker returns, when it does not declare it.
         cache_dir: the cache folder; ``True`` for ``default_cache_dir``, ``None`` or
             ``False`` for no cache.
@@ -369,7 +367,7 @@ def score_candidates(
             locked, or the cache folder cannot be created or written.
     """
     kind = _kind_of(reranker, score_kind)
-    lookup = texts or evalset.texts.get
+    lookup = evalset.texts.get
     missing: list[str] = []
     work: list[tuple[str, str, list[str], list[str]]] = []
     for qid, docs in pairs.items():
