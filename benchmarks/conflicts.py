@@ -60,9 +60,8 @@ import numpy as np
 
 from ragguard import Candidate, ContextGuard, Selection
 from ragguard.calibration import Answerability as AnswerabilityOption
-from ragguard.calibration import Check, Split, Stages, calibrate, load_evalset
+from ragguard.calibration import Calibrator, Check, Split, Stages, calibrate, load_evalset
 from ragguard.calibration.data.arrays import EvalArrays
-from ragguard.calibration.fit.calibrator import CalibratorOptions
 from ragguard.calibration.fit.statistics import bootstrap_means, split_queries
 from ragguard.calibration.metrics import compute
 
@@ -326,7 +325,7 @@ def calibrate_guard(
     queries: Mapping[str, Query], qids: Sequence[str], folder: Path, seed: int, **options: Any
 ) -> tuple[ContextGuard | None, str]:
     """The guard ``calibrate(**options)`` writes from ``qids`` alone, or ``None`` and why."""
-    accepted = {*inspect.signature(calibrate).parameters, *CalibratorOptions.__annotations__}
+    accepted = {*inspect.signature(calibrate).parameters, *Calibrator.__dataclass_fields__}
     missing = [k for k in options if k not in accepted]
     if missing:
         return None, f"{NOT_AVAILABLE} (calibrate() takes no {', '.join(missing)})"

@@ -487,7 +487,8 @@ def run_dataset(
     print(
         f"\n=== {folder.relative_to(ROOT)}: {len(held_ids)} held-out queries, new to "
         f"calibration (of {len(qids)}; calibration read {len(cal_ids)}: chose on "
-        f"{result.calibration_rows.size}, checked on {result.heldout_rows.size}, refit on all "
+        f"{result.header.calibration_rows.size}, checked on "
+        f"{result.header.heldout_rows.size}, refit on all "
         f"{len(cal_ids)}) ==="
     )
     print(f"calibrated choice (UDCG objective): {result.why(result.run(RUN))}")

@@ -56,7 +56,6 @@ import numpy as np
 
 from ragguard.calibration import Check, RerankSearch, Split, calibrate, load_inputs
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.fit.rerank_scores import passage_texts
 from ragguard.calibration.fit.statistics import metric_values
 from ragguard.calibration.fit.sweep import describe_point
 from ragguard.calibration.train.choice import Candidate, choose, pair_auc
@@ -129,7 +128,7 @@ def guard_comparison(ev: EvalSet, name: str, reranker: Any, cache: Path, n_boot:
         two = res.rerank
         assert two is not None
         r = res.recommended
-        rows = res.heldout_rows
+        rows = res.header.heldout_rows
         guarded = {m: two.comparison.guarded[m].mean for m in GUARD_METRICS}
         base = {m: two.comparison.baseline[m].mean for m in GUARD_METRICS}
         d = two.comparison.difference["udcg"]
@@ -193,7 +192,7 @@ def one_set(folder: Path, args: argparse.Namespace, tmp: Path) -> None:
 
 def train_and_compare(ev: EvalSet, args: argparse.Namespace, tmp: Path) -> tuple[Path | None, str]:
     """Parts 1 and 2; the chosen scorer's folder (``None``: nothing written) and name."""
-    lookup = passage_texts(ev)
+    lookup = ev.texts.get
     started = time.perf_counter()
     try:
         cands, results, metric = train_all(ev, args.kinds, tmp, args)

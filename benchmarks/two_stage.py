@@ -235,7 +235,7 @@ def one(
     same = (
         r.chosen_params == p.chosen_params
         and r.baseline_params == p.baseline_params
-        and np.array_equal(res.heldout_rows, plain.heldout_rows)
+        and np.array_equal(res.header.heldout_rows, plain.header.heldout_rows)
     )
     a, b, stage = two.against_retrieval, two.comparison, two.stage
     means = {

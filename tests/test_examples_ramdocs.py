@@ -25,7 +25,6 @@ import numpy.typing as npt
 import pytest
 
 from ragguard.calibration import Stages, load_evalset
-from ragguard.calibration.fit.rerank_scores import passage_texts
 from tests.doc_checks import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +143,7 @@ def test_build_writes_an_eval_set_the_loader_reads(source: Path, tmp_path: Path)
     assert len(evalset.queries) == N_QUESTIONS
     assert list(evalset.runs) == [RUN]
     assert not evalset.report.problems
-    texts = passage_texts(evalset)
+    texts = evalset.texts.get
     for i in range(N_QUESTIONS):
         qid = f"r{i + 1:03d}"
         lab = evalset.labels[qid]
@@ -289,7 +288,7 @@ def test_committed_files_load() -> None:
         arrays = evalset.arrays(RUN)
         assert int((arrays.n_evidence == 0).sum()) == unanswerable
         assert arrays.score_kind is not None and arrays.score_kind.value == "similarity"
-    texts = passage_texts(main)
+    texts = main.texts.get
     assert all(texts(q, d) for q, cands in main.runs[RUN].candidates.items() for d in cands)
     license_text = (RAMDOCS / "LICENSE-ramdocs").read_text(encoding="utf-8")
     assert "MIT License" in license_text

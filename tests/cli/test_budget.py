@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.calibration import Stages, calibrate, load_inputs
-from ragguard.calibration.fit.rerank_scores import passage_texts
 from ragguard.cli import app
 from tests.faults import block_network
 
@@ -72,8 +71,8 @@ def test_calibrate_json_with_a_budget_is_one_document_and_the_config_keeps_it(
     )
     guard = ContextGuard.from_file(tmp_path / "ragguard.toml")
     assert guard.config.policy_params() == r.written_params
-    text = passage_texts(es)
-    for q, n in zip(api.qids, r.written_kept.tolist(), strict=True):
+    text = es.texts.get
+    for q, n in zip(api.header.qids, r.written_kept.tolist(), strict=True):
         cands = [
             Candidate(d, text(q, d) or "", s) for d, s in es.runs[r.name].candidates[q].items()
         ]
@@ -176,9 +175,9 @@ def test_calibrate_sweeps_conflict_settings_and_every_output_names_the_choice(
     # the guard from the file keeps what the sweep measured for the written setting
     guard = ContextGuard.from_file(tmp_path / "ragguard.toml")
     assert guard.config.policy_params() == w
-    text = passage_texts(es)
+    text = es.texts.get
     measured = r.kernel.values(r.written_kept, ["passages"])[0]
-    for q, n in zip(api.qids, measured.tolist(), strict=True):
+    for q, n in zip(api.header.qids, measured.tolist(), strict=True):
         cands = [
             Candidate(d, text(q, d) or "", s) for d, s in es.runs[r.name].candidates[q].items()
         ]

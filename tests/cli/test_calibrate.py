@@ -133,7 +133,7 @@ def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path:
     r = api.recommended
     guard = ContextGuard.from_file(toml)
     assert guard.config.policy_params() == r.written_params
-    for q, n in zip(api.qids, r.written_kept.tolist(), strict=True):
+    for q, n in zip(api.header.qids, r.written_kept.tolist(), strict=True):
         cands = [Candidate(d, score=s) for d, s in es.runs[r.name].candidates[q].items()]
         assert len(guard.select(q, cands).kept) == n
     prov = guard.config.provenance
@@ -759,7 +759,7 @@ def test_a_risky_result_says_what_to_try_next_with_the_commands(tmp_path: Path) 
     es = load_inputs(NOTES)
     api = calibrate(es, constraints=["evidence_recall>=0.8"])
     r = api.recommended
-    held = api.heldout_rows
+    held = api.header.heldout_rows
     tested = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.chosen_kept)[held]))
     rate = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.written_kept)[held]))
     assert safety_band(tested).value == "DANGEROUS"  # the setting the held-out check tests

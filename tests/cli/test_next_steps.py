@@ -209,7 +209,7 @@ def test_the_headline_is_the_written_settings(tmp_path: Path) -> None:
     distractor rate of the setting the held-out check tests (max_k=3: 0.544); the
     written one measures 0.433 on those queries: RISKY."""
     res = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.8"])
-    r, held = res.recommended, res.heldout_rows
+    r, held = res.recommended, res.header.heldout_rows
     rate = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.written_kept)[held]))
     tested = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.chosen_kept)[held]))
     assert (round(rate, 3), round(tested, 3)) == (0.433, 0.544)

@@ -289,7 +289,7 @@ def test_shares_and_guarantee_by_an_independent_count(tmp_path: Path, seed: int)
     assert a is not None and a.met and a.floor is not None
     best = {r["query_id"]: max(c["score"] for c in r["candidates"]) for r in records}
     unanswerable = {r["query_id"] for r in records if not r["relevant"]}
-    qids = res.qids
+    qids = res.header.qids
 
     def split(rows: Any) -> tuple[list[bool], list[bool]]:
         ids = [qids[i] for i in rows.tolist()]
@@ -298,7 +298,7 @@ def test_shares_and_guarantee_by_an_independent_count(tmp_path: Path, seed: int)
             [best[q] < a.floor for q in ids if q not in unanswerable],
         )
 
-    caught, lost = split(res.heldout_rows)
+    caught, lost = split(res.header.heldout_rows)
     assert (a.heldout_unanswerable, a.heldout_answerable) == (len(caught), len(lost))
     assert a.caught.mean == pytest.approx(np.mean(caught))
     assert a.lost.mean == pytest.approx(np.mean(lost))
@@ -306,11 +306,15 @@ def test_shares_and_guarantee_by_an_independent_count(tmp_path: Path, seed: int)
         assert 0 <= iv.low <= iv.mean <= iv.high <= 1
     # the guarantee on the calibration queries: at most X lost, and the chosen floor is
     # the last of the leading floors whose HB p-value rejects "share lost > X"
-    cal_caught, cal_lost = split(res.calibration_rows)
+    cal_caught, cal_lost = split(res.header.calibration_rows)
     assert a.calibration_lost == pytest.approx(np.mean(cal_lost)) and np.mean(cal_lost) <= 0.1
     assert a.calibration_caught == pytest.approx(np.mean(cal_caught))
-    cal_ans = [best[qids[i]] for i in res.calibration_rows.tolist() if qids[i] not in unanswerable]
-    cal_un = [best[qids[i]] for i in res.calibration_rows.tolist() if qids[i] in unanswerable]
+    cal_ans = [
+        best[qids[i]] for i in res.header.calibration_rows.tolist() if qids[i] not in unanswerable
+    ]
+    cal_un = [
+        best[qids[i]] for i in res.header.calibration_rows.tolist() if qids[i] in unanswerable
+    ]
     floors = sorted({floor_above(t) for t in cal_un})
     assert a.floors.tolist() == floors
     p = [hb_reference(sum(t < f for t in cal_ans), len(cal_ans), 0.1) for f in floors]
@@ -355,14 +359,14 @@ def test_the_guard_with_the_written_config_abstains_where_calibration_said(
     kept = np.where(a.abstained, 0, w.search.full.kept[w.index])
     by_id = {r["query_id"]: r for r in records}
     caught = lost = 0
-    for row, qid in enumerate(res.qids):
+    for row, qid in enumerate(res.header.qids):
         sel = guard.select(by_id[qid]["query"], candidates_of(by_id[qid]))
         abstained = sel.verdict is Verdict.INSUFFICIENT
         assert abstained == bool(a.abstained[row]), qid
         if abstained:
             assert {d.reason for d in sel.dropped} == {Reason.INSUFFICIENT_EVIDENCE}
         assert len(sel.kept) == kept[row], qid
-        if row in set(res.heldout_rows.tolist()):
+        if row in set(res.header.heldout_rows.tolist()):
             caught += abstained and bool(a.unanswerable[row])
             lost += abstained and bool(a.answerable[row])
     assert caught == round(a.caught.mean * a.heldout_unanswerable)
@@ -431,14 +435,14 @@ def test_two_stage_floor_is_on_the_rerank_probability_and_the_guard_agrees(
     assert set(two.stage.failed.get(two.top_n, ())) == broken
     guard = ContextGuard(config, reranker=reranker)
     kept = np.where(a.abstained, 0, w.search.full.kept[w.index])
-    for row, qid in enumerate(res.qids):
+    for row, qid in enumerate(res.header.qids):
         cands = [Candidate(d, texts[d], s) for d, s in run[qid].items()]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RerankWarning)  # the failed calls, failed open
             sel = guard.select(es.queries[qid].text or "", cands)
         assert (sel.verdict is Verdict.INSUFFICIENT) == bool(a.abstained[row]), qid
         assert len(sel.kept) == kept[row], qid
-    rows = [i for i, q in enumerate(res.qids) if es.queries[q].text in BROKEN]
+    rows = [i for i, q in enumerate(res.header.qids) if es.queries[q].text in BROKEN]
     assert len(rows) == 3 and a.answerable[rows].all()
     assert np.isinf(a.top[rows]).all() == failing  # a failed call never abstains
     assert not a.abstained[rows].any()

@@ -85,16 +85,19 @@ def test_calibrate_forwards_every_option_and_fits_the_same_twice(notes: Any) -> 
     )
     fitted = calibrator.fit(notes)
     _same(fitted, calibrate(notes, **keywords))
-    assert fitted.holdout == 0.4 and fitted.seed == 3 and fitted.folds == 3
-    assert fitted.on_worse == "stop" and fitted.profile.name == "medical"
-    assert [str(c) for c in fitted.constraints] == ["distractor_rate<=0.6", "evidence_recall>=0.7"]
+    assert fitted.header.holdout == 0.4 and fitted.header.seed == 3 and fitted.folds == 3
+    assert fitted.header.on_worse == "stop" and fitted.header.profile.name == "medical"
+    assert [str(c) for c in fitted.header.constraints] == [
+        "distractor_rate<=0.6",
+        "evidence_recall>=0.7",
+    ]
 
 
 def test_a_guarantee_option_reaches_the_result(notes: Any) -> None:
     fitted = Calibrator(
         guarantee=Guarantee(recall=0.8, confidence=0.9), check=Check(n_bootstrap=100)
     ).fit(notes)
-    assert fitted.target == 0.8 and fitted.confidence == 0.9
+    assert fitted.header.target == 0.8 and fitted.header.confidence == 0.9
     assert Guarantee.parse("recall>=0.8", 0.9) == Guarantee(recall=0.8, confidence=0.9)
 
 

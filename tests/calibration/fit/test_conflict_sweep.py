@@ -298,7 +298,7 @@ def test_drop_is_written_when_it_wins_and_the_config_keeps_what_was_measured(
     assert guard.config.policy_params() == r.written_params
     measured = r.kernel.values(r.written_kept, ["udcg", PASSAGES])
     arrays = es.arrays("r")
-    for row, qid in enumerate(result.qids):
+    for row, qid in enumerate(result.header.qids):
         kept = guard_kept(guard, es, texts, qid)
         assert f"{qid}c" not in kept  # the distractor never reaches the LLM
         assert measured[1, row] == len(kept)

@@ -179,7 +179,7 @@ def test_the_written_setting_is_the_family_refitted_on_all_queries(notes: EvalSe
 
     everything = sweep(r.kernel, r.sweep.points, r.kernel.metrics)  # all rows
     members = r.selection.members[r.selection.chosen]
-    expected, _ = refit(everything, members, "udcg", result.constraints)
+    expected, _ = refit(everything, members, "udcg", result.header.constraints)
     assert r.written == expected
     assert result.config().policy_params() == r.sweep.points[expected]
     # on these 51 queries the refit differs from the calibration-only choice

@@ -101,7 +101,7 @@ def test_every_output_says_what_the_view_says(
         assert f"| {row.metric} |" in report and f"| {row.verdict} |" in report
 
     # the safety band of the tested setting, recomputed from the labels
-    held = res.heldout_rows
+    held = res.header.heldout_rows
     rate = float(np.nanmean(compute(r.arrays, "distractor_rate", cut=r.chosen_kept)[held]))
     band = safety_band(rate)
     assert view.band is band and doc["recommended"]["safety_band"] == band.value
@@ -131,7 +131,7 @@ def test_every_output_says_what_the_view_says(
         assert d["setting"] == line.written and d["objective"] == pytest.approx(
             line.written_means["udcg"]
         )
-        calib = compute(run.arrays, "udcg", cut=run.chosen_kept)[res.calibration_rows]
+        calib = compute(run.arrays, "udcg", cut=run.chosen_kept)[res.header.calibration_rows]
         assert line.chosen_means["udcg"] == pytest.approx(float(np.nanmean(calib)), abs=1e-12)
         mark = " (recommended)" if line.recommended else ""
         assert f"| `{line.run}`{mark} | {line.chosen} |" in report

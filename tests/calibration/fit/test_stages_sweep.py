@@ -122,7 +122,7 @@ def test_calibrate_with_a_budget_writes_a_config_that_keeps_what_was_measured(
     guard = ContextGuard.from_file(path)
     assert guard.config.policy_params() == r.written_params
     kept = []
-    for q in result.qids:
+    for q in result.header.qids:
         cands = [Candidate(d, texts[d], s) for d, s in es.runs["r"].candidates[q].items()]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ScoreWarning)

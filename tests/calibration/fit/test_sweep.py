@@ -62,7 +62,7 @@ def test_chosen_point_equals_brute_force_over_the_runtime_guard(notes: EvalSet, 
         notes, constraints=["recall>=0.8"], runs=[run], split=Split(holdout=0.3, seed=0, folds=0)
     )
     r = result.recommended
-    qids = [result.qids[i] for i in result.calibration_rows]
+    qids = [result.header.qids[i] for i in result.header.calibration_rows]
     values = brute_force(notes, run, r.sweep.points, qids)
     # every setting: the sweep's means are what the guard does, query by query
     np.testing.assert_allclose(r.sweep.column("udcg"), values[:, 0], rtol=0, atol=1e-12)
@@ -260,7 +260,7 @@ def test_calibrate_is_reproducible_and_the_seed_matters(notes: EvalSet) -> None:
         split=Split(seed=3),
         check=Check(n_bootstrap=300),
     )
-    assert (a.heldout_rows == b.heldout_rows).all()
+    assert (a.header.heldout_rows == b.header.heldout_rows).all()
     for ra, rb in zip(a.runs, b.runs, strict=True):
         assert ra.chosen == rb.chosen and ra.baseline == rb.baseline
         assert ra.comparison.difference == rb.comparison.difference
@@ -270,7 +270,7 @@ def test_calibrate_is_reproducible_and_the_seed_matters(notes: EvalSet) -> None:
         split=Split(seed=4),
         check=Check(n_bootstrap=300),
     )
-    assert set(c.heldout_rows.tolist()) != set(a.heldout_rows.tolist())
+    assert set(c.header.heldout_rows.tolist()) != set(a.header.heldout_rows.tolist())
 
 
 def test_comparison_means_intervals_and_verdicts(notes: EvalSet) -> None:
@@ -307,7 +307,7 @@ def test_config_round_trips_into_a_guard_that_keeps_what_was_measured(
     assert guard.config.policy_params() == r.written_params
     assert guard.config.score_kind is r.score_kind
     kept = []
-    for q in result.qids:
+    for q in result.header.qids:
         cands = [Candidate(d, score=s) for d, s in notes.runs[r.name].candidates[q].items()]
         kept.append(len(guard.select(q, cands).kept))
     assert kept == r.written_kept.tolist()

@@ -178,5 +178,5 @@ def test_guarantee_reads_small_cuts_as_counts(notes: EvalSet) -> None:
     assert g is not None and g.point is not None
     assert r.sweep.kept.dtype == np.uint8
     ev = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[g.point].astype(np.int64))
-    held = ev[res.heldout_rows]
+    held = ev[res.header.heldout_rows]
     assert g.heldout_recall == pytest.approx(float(np.nanmean(held)), abs=1e-12)

@@ -206,7 +206,7 @@ def test_markdown_report_writes_no_html_from_the_data(tmp_path: Path) -> None:
         load_inputs(folder), constraints=["evidence_recall>=0.8"], check=Check(n_bootstrap=100)
     )
     md = build_report(res, plots=False).markdown()
-    assert payload in "".join(res.evalset.queries[q].text or "" for q in res.qids)
+    assert payload in "".join(res.header.evalset.queries[q].text or "" for q in res.header.qids)
     assert "<img" not in md and "<b>" not in md and "<" not in md
     assert "&lt;img src=x onerror=alert(2)> &amp; more" in md  # shown as text
     assert "`dense&lt;b>x`" in md
@@ -267,7 +267,7 @@ def test_the_report_states_the_guarantee_with_its_numbers() -> None:
     # the certified lower bound: the HB upper confidence bound on the mean loss of the
     # written setting over the 140 calibration queries, at delta = 0.1 shared by the
     # two paths
-    cal = res.calibration_rows
+    cal = res.header.calibration_rows
     ev_cal = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[r.written])[cal]
     bound = 1 - risk_upper_bound(1 - float(np.mean(ev_cal)), cal.size, 0.1 / len(g.paths))
     assert bound >= 0.8 and g.recall_bound == pytest.approx(bound)
@@ -278,10 +278,10 @@ def test_the_report_states_the_guarantee_with_its_numbers() -> None:
         f"{format_number(passages, 2)} passages on average" in sec
     )
     # the held-out evidence recall of the calibration-certified setting, recomputed
-    held = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[g.point])[res.heldout_rows]
+    held = compute(r.arrays, "evidence_recall", cut=r.sweep.kept[g.point])[res.header.heldout_rows]
     assert (
         f"held-out check: {describe_point(r.sweep.points[g.point])} reaches mean evidence "
-        f"recall {format_number(float(np.nanmean(held)))} on the {res.heldout_rows.size} "
+        f"recall {format_number(float(np.nanmean(held)))} on the {res.header.heldout_rows.size} "
         "held-out queries with evidence, never used to certify it" in sec
     )
     # classic recall, labelled as the retriever's ceiling, next to evidence recall
@@ -380,7 +380,7 @@ def test_a_chosen_baseline_is_not_compared_with_itself_and_a_small_set_is_flagge
     # no baseline-vs-guarded plot (and no heatmap: one threshold is no grid)
     assert {p.name for p in written.plots} == {"utility_vs_k.png", "optimal_k.png"}
     # the held-out values of that one setting, recomputed from the arrays
-    udcg = compute(r.arrays, "udcg", cut=r.sweep.kept[r.chosen])[res.heldout_rows]
+    udcg = compute(r.arrays, "udcg", cut=r.sweep.kept[r.chosen])[res.header.heldout_rows]
     assert f"| udcg | {format_number(float(np.mean(udcg)))} [" in sec
     iv = r.comparison.guarded["udcg"]
     assert f"| udcg | {interval(iv)} |" in sec

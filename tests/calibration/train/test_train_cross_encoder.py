@@ -28,7 +28,6 @@ from sentence_transformers import CrossEncoder
 import ragguard
 from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.calibration import load_evalset
-from ragguard.calibration.fit.rerank_scores import passage_sources
 from ragguard.calibration.train.choice import pair_auc
 from ragguard.calibration.train.pairs import (
     split_for_training,
@@ -115,7 +114,7 @@ def titled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _texts(path: Path) -> Any:
-    return passage_sources(load_evalset(path))
+    return load_evalset(path).texts
 
 
 # --------------------------------------------------------------------------- pairs

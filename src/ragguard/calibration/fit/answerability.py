@@ -68,9 +68,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration._format import ceil_number, format_interval, format_number
+from ragguard.calibration._format import ceil_number, finite, format_interval, format_number
 from ragguard.calibration.data.arrays import EvalArrays
-from ragguard.calibration.fit.options import Answerability, check_share
+from ragguard.calibration.fit.options import Answerability
 from ragguard.calibration.fit.plan import FitPlan
 from ragguard.calibration.fit.risk import Certification, certify_means, risk_upper_bound
 from ragguard.calibration.fit.statistics import (
@@ -94,7 +94,6 @@ __all__ = [
     "AnswerabilityResult",
     "candidate_floors",
     "check_max_false_abstain",
-    "check_share",
     "evidence_tops",
     "fit_answerability",
     "fit_floor",
@@ -112,18 +111,14 @@ RETRIEVAL_SCALE = "normalised retrieval score"
 RERANK_SCALE = "rerank probability"
 
 
-def check_max_false_abstain(
-    evalset: EvalSet, max_false_abstain: float, calibration_rows: I, *, guarantee: bool
-) -> None:
+def check_max_false_abstain(evalset: EvalSet, calibration_rows: I, *, guarantee: bool) -> None:
     """Fail before any sweep when the floor cannot be calibrated.
 
     Raises:
-        ConfigError: ``max_false_abstain`` outside (0, 1), or combined with a recall
-            guarantee.
+        ConfigError: combined with a recall guarantee.
         EvalSetError: no unanswerable query in the eval set, or none among the
             calibration queries; no query with a relevant passage (nothing answerable).
     """
-    check_share(max_false_abstain)
     if guarantee:
         raise ConfigError(
             "--max-false-abstain cannot be combined with --guarantee yet: abstentions lower "
@@ -196,9 +191,9 @@ def candidate_floors(unanswerable_tops: F64, limit: int = MAX_FLOORS) -> F64:
     """The floors to test, increasing: ``floor_above`` each finite score of
     ``unanswerable_tops`` (one floor per distinct value); at most ``limit``, evenly
     spaced order statistics (the highest kept) when there are more."""
-    finite = np.asarray(unanswerable_tops, dtype=np.float64)
-    finite = finite[np.isfinite(finite)]
-    floors = np.unique(np.array([floor_above(float(t)) for t in finite], dtype=np.float64))
+    tops = np.asarray(unanswerable_tops, dtype=np.float64)
+    tops = tops[np.isfinite(tops)]
+    floors = np.unique(np.array([floor_above(float(t)) for t in tops], dtype=np.float64))
     if floors.size > limit:
         keep = np.unique(np.round(np.linspace(0, floors.size - 1, limit)).astype(np.intp))
         floors = floors[keep]
@@ -235,11 +230,6 @@ def fit_floor(
 
 def _share(mask: B) -> float:
     return float(mask.mean()) if mask.size else math.nan
-
-
-def _toml(value: float) -> float | str:
-    """TOML-friendly: 6 significant digits, NaN as ``"nan"``."""
-    return float(f"{value:.6g}") if math.isfinite(value) else "nan"
 
 
 def _json(value: float) -> float | None:
@@ -430,18 +420,18 @@ class AnswerabilityResult:
             "calibration": {
                 "answerable": self.calibration_answerable,
                 "unanswerable": self.calibration_unanswerable,
-                "lost": _toml(self.calibration_lost),
-                "caught": _toml(self.calibration_caught),
-                "lost_upper_bound": _toml(self.lost_bound),
+                "lost": finite(self.calibration_lost),
+                "caught": finite(self.calibration_caught),
+                "lost_upper_bound": finite(self.lost_bound),
             },
             "check": {
                 "split": self.split,
                 "answerable": self.heldout_answerable,
                 "unanswerable": self.heldout_unanswerable,
-                "caught": _toml(self.caught.mean),
-                "caught_interval": [_toml(self.caught.low), _toml(self.caught.high)],
-                "lost": _toml(self.lost.mean),
-                "lost_interval": [_toml(self.lost.low), _toml(self.lost.high)],
+                "caught": finite(self.caught.mean),
+                "caught_interval": [finite(self.caught.low), finite(self.caught.high)],
+                "lost": finite(self.lost.mean),
+                "lost_interval": [finite(self.lost.low), finite(self.lost.high)],
             },
         }
         if self.floor is None:

@@ -76,11 +76,11 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.data.utility import UtilityRules, as_profile
@@ -119,25 +119,16 @@ from ragguard.calibration.fit.sweep import (
     is_plain_top_k,
     lower_is_better,
 )
-from ragguard.calibration.fit.view import SMALL_SET
+from ragguard.calibration.fit.view import SMALL_SET, Header
 from ragguard.calibration.metrics import parse_metric
 from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from ragguard.profiles import Profile
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = [
-    "DEFAULT_MAX_K",
-    "CalibratorOptions",
-    "calibrate",
-]
+__all__ = ["DEFAULT_MAX_K", "calibrate"]
 
 logger = logging.getLogger(__name__)
 
-F64 = NDArray[np.float64]
-I = NDArray[np.intp]  # noqa: E741
 
 REPORTED: tuple[str, ...] = (
     "udcg",
@@ -348,12 +339,7 @@ class Calibrator:
         qids = evalset.qids
         calib_rows, held_rows = split_queries(len(qids), split.holdout, split.seed)
         if self.answerability is not None:
-            check_max_false_abstain(
-                evalset,
-                self.answerability.max_false_abstain,
-                calib_rows,
-                guarantee=self.guarantee is not None,
-            )
+            check_max_false_abstain(evalset, calib_rows, guarantee=self.guarantee is not None)
         evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
         st = self.stages
         plan = FitPlan(
@@ -415,27 +401,31 @@ class Calibrator:
             report_sweeps(n_sweeps)
         g = self.guarantee
         calibrated = CalibrationResult(
+            header=Header(
+                evalset=evalset,
+                profile=plan.profile,
+                objective=objective,
+                constraints=tuple(cons),
+                runs=tuple(r.name for r in results),
+                qids=qids,
+                calibration_rows=calib_rows,
+                heldout_rows=held_rows,
+                holdout=float(split.holdout),
+                seed=split.seed,
+                created=datetime.now(UTC),
+                data_sha256=data_fingerprint(evalset, names),
+                target=plan.target,
+                confidence=_confidence(g, self.answerability),
+                on_worse=check.on_worse,
+                caps_fixed=not self.search.grows,
+                grid=grid,
+            ),
             runs=tuple(results),
             recommended=best,
-            objective=objective,
-            constraints=tuple(cons),
-            profile=plan.profile,
-            grid=grid,
-            holdout=float(split.holdout),
-            seed=split.seed,
-            qids=qids,
-            calibration_rows=calib_rows,
-            heldout_rows=held_rows,
-            evalset=evalset,
-            data_sha256=data_fingerprint(evalset, names),
             files=_file_hashes(evalset, names),
             rerank=two_stage,
-            on_worse=check.on_worse,
-            target=plan.target,
-            confidence=_confidence(g, self.answerability),
             folds=split.folds,
-            stage_settings={} if plan.stages is None else plan.stages.config_settings(),
-            caps_fixed=not self.search.grows,
+            stage_settings={} if plan.stages is None else plan.stages.base.config_settings(),
         )
         a = self.answerability
         if a is None:
@@ -505,31 +495,13 @@ def _search_run(
     return found
 
 
-class CalibratorOptions(TypedDict, total=False):
-    """The keyword arguments of [`calibrate`][ragguard.calibration.calibrate]: the fields of
-    [`Calibrator`][ragguard.calibration.Calibrator], which documents them."""
-
-    objective: str
-    constraints: Sequence[Constraint | str]
-    profile: Profile | str | None
-    rules: UtilityRules | None
-    runs: Sequence[str] | None
-    search: Search
-    split: Split
-    check: Check
-    guarantee: Guarantee | None
-    stages: Stages
-    rerank: RerankSearch | None
-    answerability: Answerability | None
-
-
 def calibrate(
     evalset: EvalSet,
     *,
     corpus: Sequence[str | os.PathLike[str]] = (),
     passages: Mapping[str, str] | None = None,
     on_sweep: Callable[[int, int], None] | None = None,
-    **options: Unpack[CalibratorOptions],
+    **options: Any,
 ) -> CalibrationResult:
     """``Calibrator(**options).fit(evalset, ...)``: sweep every run, choose a setting per
     run, check it on held-out queries.
@@ -633,27 +605,19 @@ def _two_stage(
             evalset,
             rerank.reranker,
             pairs,
-            texts=evalset.texts.get,
             score_kind=rerank.score_kind,
             cache_dir=rerank.cache_dir,
             on_query=rerank.on_query,
         )
+    kernel = best.kernel
     space = rerank_space(
-        evalset,
-        best.name,
-        scores,
-        plan=plan,
-        retrieval_kernel=best.kernel,
-        max_k=grid.max_k,
-        min_k=grid.min_k,
-        grid=rerank.grid,
-        method=rerank.probability_map,
+        evalset, best.name, scores, plan=plan, retrieval_kernel=kernel, caps=grid, option=rerank
     )
     found = search(
         space,
         plan,
-        Reference("plain top-k", best.kernel, best.baseline_kept),
-        retrieval=Reference("the retrieval-only choice", best.kernel, best.chosen_kept),
+        Reference("plain top-k", kernel, best.baseline_kept),
+        retrieval=Reference("the retrieval-only choice", kernel, best.chosen_kept),
     )
     logger.info(
         "two-stage: chose %s (%s %.4f)",

@@ -30,7 +30,6 @@ a known distractor or has negative utility.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,12 +40,11 @@ from numpy.typing import NDArray
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.sweep import F64, Cuts, I, SweepKernel, cut_dtype
-from ragguard.calibration.fit.sweep_stages import PassageStages
+from ragguard.calibration.fit.sweep_stages import PassageStages, passage_stages
 from ragguard.conflicts import Pair, find_conflicts
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams
 from ragguard.stages import Shingles, shingles
-from ragguard.tokens import DEFAULT_TOKEN_COUNTER, token_counter
 
 __all__ = [
     "SWEPT_MODES",
@@ -310,11 +308,6 @@ class StageSweep:
     base: PassageStages
     settings: tuple[ConflictSetting, ...] = ()
 
-    @property
-    def swept(self) -> bool:
-        """Whether conflict settings are swept."""
-        return bool(self.settings)
-
     def points(self, points: Sequence[PolicyParams]) -> tuple[PolicyParams, ...]:
         """``points`` with the stages on: under each conflict setting in turn (all of
         the first setting's points, then the next's)."""
@@ -330,12 +323,6 @@ class StageSweep:
     def is_base(self, params: PolicyParams) -> bool:
         """Whether ``params`` runs the base conflict setting (or none is swept)."""
         return not self.settings or setting_of(params) == self.settings[0]
-
-    def config_settings(self) -> dict[str, Any]:
-        """The config fields every setting shares (the token budget, near-duplicates);
-        a setting's conflict fields go with the setting
-        (``ragguard.calibration.fit.sweep.guard_settings``)."""
-        return self.base.config_settings()
 
     def kernel(self, arrays: EvalArrays, metrics: Sequence[str], width: int) -> SweepKernel:
         """The sweep kernel of ``arrays`` with these stages (texts read here): a
@@ -400,16 +387,14 @@ class StageSweep:
 def stage_sweep(
     evalset: EvalSet,
     *,
-    max_tokens: int | None,
-    token_counter_spec: str = DEFAULT_TOKEN_COUNTER,
-    near_duplicate_threshold: float | None,
     conflicts: Sequence[str | ConflictMode] = (),
     conflict_similarities: Sequence[float] = (),
-    corpus: Sequence[str | os.PathLike[str]] = (),
-    passages: Mapping[str, str] | None = None,
+    **stages: Any,
 ) -> StageSweep | None:
-    """The stages after the cut to sweep with (``None`` when all are off); the values
-    are checked and the token counter built here, before any sweep.
+    """The stages after the cut to sweep with (``None`` when all are off): the conflict
+    settings swept, over the other stages (``stages``: the keywords of
+    ``ragguard.calibration.fit.sweep_stages.passage_stages``); the values are checked
+    and the token counter built here, before any sweep.
 
     Raises:
         ConfigError: a value out of range, an unknown or unsweepable conflict mode, a
@@ -417,17 +402,8 @@ def stage_sweep(
         MissingDependencyError: the counter's package is not installed.
     """
     settings = conflict_settings(conflicts, conflict_similarities)
-    if max_tokens is None and near_duplicate_threshold is None and not settings:
-        return None
-    PolicyParams(  # the runtime's own checks of the values
-        max_k=1, max_tokens=max_tokens, near_duplicate_threshold=near_duplicate_threshold
-    )
-    counter = token_counter(token_counter_spec) if max_tokens is not None else None
-    lookup = evalset.with_texts(corpus=corpus, passages=passages).texts.get
-    base = PassageStages(
-        near_duplicate_threshold, max_tokens, counter, lookup=lookup, evalset=evalset
-    )
-    return StageSweep(base, settings)
+    base = passage_stages(evalset, conflicts=bool(settings), **stages)
+    return None if base is None else StageSweep(base, settings)
 
 
 # --------------------------------------------------------------------------- detection

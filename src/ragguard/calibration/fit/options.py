@@ -43,6 +43,7 @@ from ragguard.calibration.fit.sweep import (
     SweepGrid,
     check_cut_rules,
     check_grid_values,
+    cut_rule_points,
 )
 from ragguard.config import profile_utility_cut
 from ragguard.errors import ConfigError
@@ -64,7 +65,6 @@ __all__ = [
     "Search",
     "Split",
     "Stages",
-    "check_share",
 ]
 
 
@@ -76,19 +76,6 @@ def _whole(name: str, value: object, least: int) -> None:
 def _open_unit(name: str, value: object) -> None:
     if not (is_real(value) and 0.0 < value < 1.0):  # type: ignore[operator]
         raise ConfigError(f"{name} must be in (0, 1), got {value!r}")
-
-
-def check_share(max_false_abstain: float) -> None:
-    """Raise unless ``max_false_abstain`` is a share in (0, 1).
-
-    Raises:
-        ConfigError: naming the option and the value.
-    """
-    x = max_false_abstain
-    if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < x < 1.0:
-        raise ConfigError(
-            f"--max-false-abstain (max_false_abstain) must be a share in (0, 1), got {x!r}"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +125,7 @@ class RerankGrid:
             base = PolicyParams(max_k=k, min_k=min(min_k, k))
             pts += [PolicyParams(k, base.min_k, relative_threshold=t) for t in self.thresholds]
             pts += [PolicyParams(k, base.min_k, min_score=f) for f in self.min_scores]
-            for rule, value in self.cut_rules:
-                if CutRule(rule) is CutRule.GAP:
-                    pts.append(PolicyParams(k, base.min_k, cut=CutRule.GAP, gap_buffer=value))
-                else:
-                    pts.append(
-                        PolicyParams(k, base.min_k, cut=CutRule.AUTOCUT, autocut_jumps=value)
-                    )
+            pts += cut_rule_points(k, base.min_k, self.cut_rules)
             if self.expected_utility:
                 pts.append(PolicyParams(k, base.min_k, expected_utility=eu))
         return list(dict.fromkeys(pts))
@@ -394,5 +375,9 @@ class Answerability:
     confidence: float = 0.95
 
     def __post_init__(self) -> None:
-        check_share(self.max_false_abstain)
+        x = self.max_false_abstain
+        if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < x < 1.0:
+            raise ConfigError(
+                f"--max-false-abstain (max_false_abstain) must be a share in (0, 1), got {x!r}"
+            )
         _open_unit("confidence", self.confidence)

@@ -46,6 +46,7 @@ from typing import NoReturn
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ragguard.calibration.fit.sweep import F64
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.probability import MapMethod, ProbabilityMap
 
@@ -58,8 +59,6 @@ __all__ = [
     "fit_probability_map",
     "reliability",
 ]
-
-F64 = NDArray[np.float64]
 
 
 def _pairs(z: ArrayLike, y: ArrayLike) -> tuple[F64, F64]:

@@ -57,7 +57,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.data.texts import Texts
 from ragguard.config import RerankConfig, RerankFailure
 from ragguard.errors import (
     ConfigError,
@@ -80,8 +79,6 @@ __all__ = [
     "RerankScores",
     "default_cache_dir",
     "model_identity",
-    "passage_sources",
-    "passage_texts",
     "read_rerank_run",
     "score_candidates",
 ]
@@ -239,34 +236,6 @@ def _kind_of(reranker: Reranker, score_kind: ScoreKind | str | None) -> ScoreKin
     return kind
 
 
-# --------------------------------------------------------------------------- texts
-
-
-def passage_texts(
-    evalset: EvalSet,
-    *,
-    corpus: Sequence[PathLike] = (),
-    passages: Mapping[str, str] | None = None,
-) -> Callable[[str, str], str | None]:
-    """A look-up ``(query id, passage id) -> text or None`` over every source of texts
-    (see the module docstring): ``EvalSet.texts`` (the eval-set file's texts, a
-    ``corpus.jsonl`` beside it), then ``corpus`` files and ``passages``."""
-    return passage_sources(evalset, corpus=corpus, passages=passages).get
-
-
-def passage_sources(
-    evalset: EvalSet,
-    *,
-    corpus: Sequence[PathLike] = (),
-    passages: Mapping[str, str] | None = None,
-) -> Texts:
-    """The passage texts of ``passage_texts`` with the titles the sources carry
-    (``Texts.get(qid, doc)``, ``Texts.title(qid, doc)``): ``evalset.texts`` merged with
-    ``corpus`` and ``passages`` ([`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]);
-    the eval-set file is not read again."""
-    return evalset.with_texts(corpus=corpus, passages=passages).texts
-
-
 # --------------------------------------------------------------------------- cache
 
 
@@ -368,7 +337,6 @@ def score_candidates(
     reranker: Reranker,
     pairs: Mapping[str, Sequence[str]],
     *,
-    texts: Callable[[str, str], str | None] | None = None,
     score_kind: ScoreKind | str | None = None,
     cache_dir: PathLike | bool | None = True,
     on_query: Progress | None = None,
@@ -377,10 +345,9 @@ def score_candidates(
     at most once across calls (the disk cache).
 
     Args:
-        evalset: supplies query texts (and passage texts, unless ``texts`` is given).
+        evalset: supplies the query and passage texts (``EvalSet.texts``).
         reranker: the second stage.
         pairs: query id -> passage ids to score.
-        texts: ``(query id, passage id) -> text``; default ``evalset.texts.get``.
         score_kind: what the reranker returns, when it does not declare it.
         cache_dir: the cache folder; ``True`` for ``default_cache_dir``, ``None`` or
             ``False`` for no cache.
@@ -400,7 +367,7 @@ def score_candidates(
             locked, or the cache folder cannot be created or written.
     """
     kind = _kind_of(reranker, score_kind)
-    lookup = texts or evalset.texts.get
+    lookup = evalset.texts.get
     missing: list[str] = []
     work: list[tuple[str, str, list[str], list[str]]] = []
     for qid, docs in pairs.items():

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,6 @@ from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
-from ragguard.calibration.fit.sweep import Constraint, I, SweepGrid
 from ragguard.calibration.fit.view import (
     CommandLine,
     Header,
@@ -37,7 +34,7 @@ from ragguard.calibration.fit.view import (
 from ragguard.calibration.fit.written import Shortfall, WrittenSetting
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.profiles import BUILTIN_PROFILES, Profile, ProfileSpec
+from ragguard.profiles import BUILTIN_PROFILES, ProfileSpec
 
 __all__ = ["CalibrationResult", "data_fingerprint"]
 
@@ -48,50 +45,28 @@ class CalibrationResult:
     held-out check.
 
     Attributes:
+        header: the calibration as every output introduces it (``Header``): the
+            objective, constraints, profile and grid, the split (``qids``,
+            ``calibration_rows``, ``heldout_rows``, ``holdout``, ``seed``), the eval set,
+            ``data_sha256`` (see ``data_fingerprint``), ``created``, the guarantee asked
+            for (``target``, ``confidence``), ``on_worse`` and ``caps_fixed``.
         runs: one ``RunCalibration`` per run, in the eval set's order.
         recommended: the run whose config is recommended.
-        objective: the objective metric.
-        constraints: the constraints.
-        profile: the tolerance profile whose rules gave the utilities.
-        grid: the grid swept.
-        holdout: the fraction of queries held out.
-        seed: the seed of the split and the bootstrap.
-        qids: every labelled query id, in row order.
-        calibration_rows: rows the settings were chosen on.
-        heldout_rows: rows held out (empty without a hold-out).
-        evalset: the eval set (query texts, labels).
-        data_sha256: hash of the labels and runs used (see ``data_fingerprint``).
         files: sha256 of each input file that exists on disk, by path.
-        created: when the calibration ran (UTC).
         rerank: the second search, over the recommended run's rerank depths and cuts,
             when a reranker or rerank scores were given
             (``ragguard.calibration.fit.second_stage``); the config holds its choice
             unless [`written_setting`][ragguard.calibration.CalibrationResult.written_setting] says
             why not.
-        caps_fixed: the caps could not grow (``max_k`` or a ``grid`` was given).
+        folds: the cross-validation folds asked for.
     """
 
+    header: Header
     runs: tuple[RunCalibration, ...]
     recommended: RunCalibration
-    objective: str
-    constraints: tuple[Constraint, ...]
-    profile: Profile
-    grid: SweepGrid
-    holdout: float
-    seed: int
-    qids: tuple[str, ...]
-    calibration_rows: I = field(repr=False)
-    heldout_rows: I = field(repr=False)
-    evalset: EvalSet = field(repr=False)
-    data_sha256: str = ""
     files: Mapping[str, str] = field(default_factory=dict)
-    created: datetime = field(default_factory=lambda: datetime.now(UTC))
     rerank: RunCalibration | None = None
-    on_worse: str = "top-k"
-    target: float | None = None
-    confidence: float = 0.95
     folds: int = DEFAULT_FOLDS
-    caps_fixed: bool = False
 
     stage_settings: Mapping[str, Any] = field(default_factory=dict)
     """Config fields of the stages after the cut every setting ran with (max_tokens,
@@ -108,29 +83,6 @@ class CalibrationResult:
     """The views built so far ([`view`][ragguard.calibration.CalibrationResult.view]), by run and
     eval set name."""
 
-    @cached_property
-    def header(self) -> Header:
-        """The calibration as every output introduces it (``ResultView.header``)."""
-        return Header(
-            evalset=self.evalset,
-            profile=self.profile,
-            objective=self.objective,
-            constraints=self.constraints,
-            runs=tuple(r.name for r in self.runs),
-            qids=self.qids,
-            calibration_rows=self.calibration_rows,
-            heldout_rows=self.heldout_rows,
-            holdout=self.holdout,
-            seed=self.seed,
-            created=self.created,
-            data_sha256=self.data_sha256,
-            target=self.target,
-            confidence=self.confidence,
-            on_worse=self.on_worse,
-            caps_fixed=self.caps_fixed,
-            grid=self.grid,
-        )
-
     def view(
         self, run: RunCalibration | None = None, evalset: str | CommandLine | None = None
     ) -> ResultView:
@@ -141,17 +93,13 @@ class CalibrationResult:
         returned for the same arguments: the console, ``--json``, the report and the
         provenance all read it."""
         r = run or self.recommended
-        key = (r, evalset)
-        if key not in self._views:
-            base = self._views.get((r, None))
-            if base is None:
-                base = build_view(
-                    self.header, r, self.runs, self.recommended, self.rerank, self.answerability
-                )
-                self._views[(r, None)] = base
-            if evalset is not None:
-                self._views[key] = name_evalset(base, evalset)
-        return self._views[key]
+        if (r, None) not in self._views:
+            self._views[(r, None)] = build_view(
+                self.header, r, self.runs, self.recommended, self.rerank, self.answerability
+            )
+        if evalset is not None and (r, evalset) not in self._views:
+            self._views[(r, evalset)] = name_evalset(self._views[(r, None)], evalset)
+        return self._views[(r, evalset)]
 
     def written_setting(self, run: RunCalibration | None = None) -> WrittenSetting:
         """What the config of ``run`` (default: the recommended) holds, in words, with
@@ -185,12 +133,6 @@ class CalibrationResult:
                 return r
         raise KeyError(f"no run named {name!r}; runs: {', '.join(r.name for r in self.runs)}")
 
-    def objective_text(self, constraints: bool = True) -> str:
-        """The objective in words: ``maximise mean udcg subject to
-        evidence_recall>=0.8``, or the guarantee that replaces it (without ``subject to``
-        when not ``constraints``; ``Header.objective_text``)."""
-        return self.header.objective_text(constraints)
-
     def why(self, run: RunCalibration | None = None) -> str:
         """What was chosen for ``run`` (default the recommended) on retrieval scores and
         why, what the config holds of it, and any fallback. With a second stage,
@@ -214,14 +156,11 @@ class CalibrationResult:
         ([`GuardConfig.without_environment`][ragguard.GuardConfig.without_environment]):
         the rest are the defaults."""
         v = self.view(None if run is None else self.run(run))
-        r, w = v.run, v.written
-        settings: dict[str, Any] = {"profile": self.profile.name, **r.guard_settings()}
-        if (
-            self.profile.name not in BUILTIN_PROFILES
-            or BUILTIN_PROFILES[self.profile.name] != self.profile
-        ):
-            fields = self.profile.model_dump(exclude={"name"})
-            settings["profiles"] = {self.profile.name: ProfileSpec(base="support", **fields)}
+        r, w, profile = v.run, v.written, self.header.profile
+        settings: dict[str, Any] = {"profile": profile.name, **r.guard_settings()}
+        if profile.name not in BUILTIN_PROFILES or BUILTIN_PROFILES[profile.name] != profile:
+            fields = profile.model_dump(exclude={"name"})
+            settings["profiles"] = {profile.name: ProfileSpec(base="support", **fields)}
         settings.update(self.stage_settings)
         settings["provenance"] = self.provenance(r)
         a = self.answerability
@@ -244,7 +183,7 @@ class CalibrationResult:
         from ragguard import __version__
 
         v = self.view(run)
-        r, w = v.run, v.written
+        r, w, h = v.run, v.written, self.header
         two = w.two_stage
         written = {m: finite(x) for m, x in w.metrics.items()}
         baseline = {m: finite(x) for m, x in v.baseline_metrics.items()}
@@ -263,13 +202,13 @@ class CalibrationResult:
             )
         out: dict[str, Any] = {
             "tool": f"ragguard calibrate {__version__}",
-            "created": self.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "data_sha256": self.data_sha256,
-            "source": self.evalset.source or "",
+            "created": h.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "data_sha256": h.data_sha256,
+            "source": h.evalset.source or "",
             "run": r.name,
-            "profile": self.profile.name,
-            "objective": self.objective,
-            "constraints": [str(c) for c in self.constraints],
+            "profile": h.profile.name,
+            "objective": h.objective,
+            "constraints": [str(c) for c in h.constraints],
             "constraints_met": w.met,
             "setting": w.setting,
             "chosen_on_calibration": w.tested,
@@ -279,13 +218,13 @@ class CalibrationResult:
             else "none: the setting certified on the calibration queries is written",
             "baseline": v.baseline,
             "queries": {
-                "total": len(self.qids),
-                "calibration": int(self.calibration_rows.size),
-                "heldout": int(self.heldout_rows.size),
-                "unanswerable": len(self.evalset.unanswerable),
+                "total": len(h.qids),
+                "calibration": int(h.calibration_rows.size),
+                "heldout": int(h.heldout_rows.size),
+                "unanswerable": len(h.evalset.unanswerable),
             },
-            "holdout": self.holdout,
-            "seed": self.seed,
+            "holdout": h.holdout,
+            "seed": h.seed,
             "metrics": written,
             "chosen_metrics": {m: finite(v) for m, v in w.tested_metrics.items()},
             "baseline_metrics": baseline,

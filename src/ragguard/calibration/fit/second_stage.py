@@ -77,7 +77,7 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays, Ranking
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.fit.options import RerankGrid
+from ragguard.calibration.fit.options import RerankSearch
 from ragguard.calibration.fit.plan import FitPlan
 from ragguard.calibration.fit.probability import (
     brier_score,
@@ -88,10 +88,18 @@ from ragguard.calibration.fit.rerank_scores import RerankScores
 from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.space import FittedRerank, SearchSpace
 from ragguard.calibration.fit.statistics import checked_rows
-from ragguard.calibration.fit.sweep import F64, PASSAGES, I, SweepKernel, SweepResult, sweep
+from ragguard.calibration.fit.sweep import (
+    F64,
+    PASSAGES,
+    I,
+    SweepGrid,
+    SweepKernel,
+    SweepResult,
+    sweep,
+)
 from ragguard.errors import EvalSetError, RerankError
 from ragguard.policy import PolicyParams
-from ragguard.probability import MapMethod, rerank_probabilities, to_logit
+from ragguard.probability import rerank_probabilities, to_logit
 from ragguard.scores import ScoreKind, normalize
 
 __all__ = ["rerank_space"]
@@ -224,10 +232,8 @@ def rerank_space(
     *,
     plan: FitPlan,
     retrieval_kernel: SweepKernel,
-    max_k: Sequence[int],
-    min_k: int,
-    grid: RerankGrid | None = None,
-    method: MapMethod | str = MapMethod.PLATT,
+    caps: SweepGrid,
+    option: RerankSearch,
 ) -> SearchSpace:
     """The second search's space over run ``run`` (retrieval depth x rerank cut x
     ``max_k``, see the module docstring), built on its ``FittedRerank``, with the stages
@@ -237,9 +243,8 @@ def rerank_space(
 
     ``plan`` holds the fit's profile, metrics, calibration and held-out queries and
     guarantee; ``retrieval_kernel`` is the run's retrieval sweep kernel (its arrays
-    are the run's; a failed call's query is cut on it). ``max_k`` and ``min_k`` are the
-    retrieval grid's caps and floor; ``grid`` the rerank cuts and depths, ``method``
-    the probability map.
+    are the run's; a failed call's query is cut on it). ``caps`` is the retrieval grid
+    (its caps and floor); ``option`` the rerank cuts and depths and the probability map.
 
     Raises:
         EvalSetError: no reranked candidate has a score; precomputed scores have no row
@@ -251,7 +256,7 @@ def rerank_space(
     profile, rules, stages = plan.profile, plan.utility_rules, plan.stages
     metrics, reported = plan.metrics, plan.reported
     calibration_rows, heldout_rows = plan.calibration_rows, plan.heldout_rows
-    grid = grid or RerankGrid()
+    grid, max_k = option.grid, caps.max_k
     arrays = retrieval_kernel.arrays
     depth_all = int(arrays.n_valid.max()) if arrays.n_queries else 0
     tops = sorted({min(n, depth_all) for n in grid.top_n if depth_all} or {1})
@@ -289,7 +294,7 @@ def rerank_space(
     z_fit, y_fit = pairs(calibration_rows)
     n_fit = int(np.isfinite(z_fit).sum())
     try:
-        pmap = fit_probability_map(z_fit, y_fit, method)
+        pmap = fit_probability_map(z_fit, y_fit, option.probability_map)
     except EvalSetError as exc:
         raise EvalSetError(
             f"cannot fit the rerank probability map on the {n_fit} scored pairs of the "
@@ -306,7 +311,7 @@ def rerank_space(
     wanted = tuple(dict.fromkeys([*metrics, *reported, EVIDENCE, PASSAGES]))
     kernels: list[SweepKernel] = []
     results: list[SweepResult] = []
-    settings = grid.points(max_k, min_k, profile)
+    settings = grid.points(max_k, caps.min_k, profile)
     if stages is not None:  # (under each conflict setting swept)
         settings = list(stages.points(settings))
     # a failed call's query: the guard-level setting on retrieval scores, as the guard

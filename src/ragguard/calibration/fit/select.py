@@ -118,10 +118,6 @@ class FamilyChoice:
         """The chosen family's name."""
         return self.families[self.chosen][1]
 
-    def family_of(self, name: str) -> int:
-        """Index of family ``name``."""
-        return [f[1] for f in self.families].index(name)
-
     def describe(self) -> str:
         """One sentence: the family chosen and why."""
         if self.folds == 0:

@@ -63,7 +63,7 @@ def split_queries(n: int, holdout: float, seed: int) -> tuple[I, I]:
     """
     if not (isinstance(holdout, int | float) and 0.0 <= holdout < 1.0):
         raise ConfigError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
-    n_held = 0 if holdout == 0 else max(1, round(holdout * n))
+    n_held = n - _n_calibration(n, holdout)
     if n - n_held < 1:
         raise EvalSetError(
             f"no queries left to calibrate on: {n} labelled queries, {n_held} held out "
@@ -95,7 +95,7 @@ def validation_count(n_calibration: int, validation: float) -> int:
 
 
 def _n_calibration(n: int, holdout: float) -> int:
-    """Queries left to calibrate on of ``n``: the count of ``split_queries``."""
+    """Queries left to calibrate on of ``n`` (``split_queries``)."""
     return n - (0 if holdout == 0 else max(1, round(holdout * n)))
 
 
@@ -280,23 +280,12 @@ def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I)
 
 
 def compare(
-    kernel: SweepKernel,
-    baseline_kept: I,
-    guarded_kept: I,
-    rows: I,
-    metrics: Sequence[str],
-    *,
-    split: str,
-    n_bootstrap: int,
-    seed: int,
-    level: float = 0.95,
+    kernel: SweepKernel, base: I, guard: I, rows: I, metrics: Sequence[str], **how: Any
 ) -> Comparison:
-    """Paired bootstrap comparison of two per-query cuts on ``rows``."""
-    both = kernel.values(np.stack([baseline_kept, guarded_kept]), metrics)[:, :, rows]
-    base, guard = both[0], both[1]
-    return compare_values(
-        base, guard, rows, metrics, split=split, n_bootstrap=n_bootstrap, seed=seed, level=level
-    )
+    """Paired bootstrap comparison of two per-query cuts on ``rows``, ``base`` and
+    ``guard`` passages kept per query (``how``: the keywords of ``compare_values``)."""
+    both = kernel.values(np.stack([base, guard]), metrics)[:, :, rows]
+    return compare_values(both[0], both[1], rows, metrics, **how)
 
 
 def compare_values(

@@ -78,12 +78,12 @@ __all__ = [
     "check_grid_values",
     "choose",
     "cut_dtype",
+    "cut_rule_points",
     "describe_point",
     "distinct_rows",
     "guard_settings",
     "is_plain_top_k",
     "meets_constraints",
-    "nanmean",
     "optimal_k",
     "sweep",
 ]
@@ -186,15 +186,6 @@ def lower_is_better(metric: str) -> bool:
     return _metric_name(metric) in LOWER_IS_BETTER
 
 
-def nanmean(values: F64, axis: int = -1) -> F64:
-    """Mean over ``axis`` skipping NaN (NA); NaN where every value is NA. No warnings."""
-    defined = ~np.isnan(values)
-    total = np.where(defined, values, 0.0).sum(axis=axis)
-    count = defined.sum(axis=axis)
-    out: F64 = np.divide(total, count, out=np.full(np.shape(total), np.nan), where=count > 0)
-    return out
-
-
 # --------------------------------------------------------------------------- the grid
 
 
@@ -289,13 +280,21 @@ class SweepGrid:
             for t in self.thresholds
         ]
         for k in self.max_k:
-            for rule, value in self.cut_rules:
-                r = CutRule(rule)
-                if r is CutRule.GAP:
-                    pts.append(PolicyParams(max_k=k, min_k=self.min_k, cut=r, gap_buffer=value))
-                else:
-                    pts.append(PolicyParams(max_k=k, min_k=self.min_k, cut=r, autocut_jumps=value))
+            pts += cut_rule_points(k, self.min_k, self.cut_rules)
         return tuple(pts)
+
+
+def cut_rule_points(
+    max_k: int, min_k: int, cut_rules: Sequence[tuple[CutRule, int]]
+) -> list[PolicyParams]:
+    """The settings of ``cut_rules`` (``(rule, gap_buffer or autocut_jumps)``) at cap
+    ``max_k``, with no threshold."""
+    return [
+        PolicyParams(max_k=max_k, min_k=min_k, cut=CutRule.GAP, gap_buffer=value)
+        if CutRule(rule) is CutRule.GAP
+        else PolicyParams(max_k=max_k, min_k=min_k, cut=CutRule.AUTOCUT, autocut_jumps=value)
+        for rule, value in cut_rules
+    ]
 
 
 def is_plain_top_k(params: PolicyParams) -> bool:
@@ -594,14 +593,10 @@ class SweepKernel:
                 o[lo:hi] = cut_ranked(ranked, p).n_kept
         return out
 
-    def _policy_cut(self, params: PolicyParams) -> I:
-        """(Q,) the runtime policy's ``n_kept`` under ``params``."""
-        return self._policy_cuts([params])[0]
-
     def cut(self, params: PolicyParams) -> I:
         """(Q,) number of candidates the runtime policy keeps under ``params`` (after the
         stages, when the kernel has them)."""
-        return self._after_stages(self._policy_cut(params), params)
+        return self._after_stages(self._policy_cuts([params])[0], params)
 
     def _after_stages(self, n: I, params: PolicyParams) -> I:
         """The context the stages after the cut leave of per-query cuts ``n``."""

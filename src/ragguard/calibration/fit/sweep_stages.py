@@ -353,16 +353,18 @@ def passage_stages(
     near_duplicate_threshold: float | None,
     corpus: Sequence[str | os.PathLike[str]] = (),
     passages: Mapping[str, str] | None = None,
+    conflicts: bool = False,
 ) -> PassageStages | None:
     """The stages to sweep with, texts still to read per run (``PassageStages.for_run``),
-    or ``None`` when both are off. The counter is built here, so a missing tokenizer
-    fails before any sweep.
+    or ``None`` when both are off (and ``conflicts``, a conflict stage to sweep over
+    them, is not asked for). The counter is built here, so a missing tokenizer fails
+    before any sweep.
 
     Raises:
         ConfigError: a value out of range, a malformed counter.
         MissingDependencyError: the counter's package is not installed.
     """
-    if max_tokens is None and near_duplicate_threshold is None:
+    if max_tokens is None and near_duplicate_threshold is None and not conflicts:
         return None
     PolicyParams(  # the runtime's own checks of the values
         max_k=1, max_tokens=max_tokens, near_duplicate_threshold=near_duplicate_threshold

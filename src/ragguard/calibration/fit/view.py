@@ -1,15 +1,7 @@
-"""The result view: one calibration as every output shows it, derived once
-([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]): the calibration
-introduced (``Header``), what the config holds and misses
-(``ragguard.calibration.fit.written``), the held-out checks (``CheckView``), every run's
-line (``RunRow``), the second stage (``StageView``), the guarantees (``GuaranteeView``),
-the conflict stage (``ConflictView``), the cut rules (``RuleRow``), the queries that
-gained and lost most (``Example``), why, and what to try next (``CommandLine``,
-``ResultView.next_steps``).
-
-The console (``ragguard.calibration.report.console``), ``--json``
-(``ragguard.calibration.report.summary``), the report (``ragguard.calibration.report``) and
-the config's provenance render these values and compute none.
+"""The result view (``ResultView``): one calibration as every output shows it, derived
+once ([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]); the
+console, ``--json``, the report and the config's provenance render it and compute
+nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +27,7 @@ from ragguard.calibration.fit.conflict_sweep import (
     setting_of,
     similarity_levels,
 )
+from ragguard.calibration.fit.probability import Reliability
 from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import FamilyChoice
@@ -51,6 +44,7 @@ from ragguard.calibration.fit.sweep import (
     I,
     OptimalK,
     SweepGrid,
+    SweepResult,
     choose,
     describe_point,
     lower_is_better,
@@ -315,7 +309,8 @@ class StageView:
         failures: one line on the queries swept as failed calls, or ``None``.
         brier: the held-out Brier score of the reranker's own probabilities and of
             the mapped ones.
-        ece: their expected calibration errors, alike.
+        reliability: the reliability of both, with their expected calibration errors
+            (``ece``); ``map_method`` the map's method.
         settings: the guard-level config fields of its setting.
         guarantee: its recall guarantee, when one was asked for.
     """
@@ -336,7 +331,8 @@ class StageView:
     calls_failed: int
     failures: str | None
     brier: tuple[float, float]
-    ece: tuple[float, float]
+    reliability: tuple[Reliability, Reliability] = field(repr=False)
+    map_method: str
     settings: Mapping[str, Any]
     guarantee: GuaranteeView | None
 
@@ -363,7 +359,8 @@ class StageView:
             calls_failed=len(s.failed),
             failures=stage.failures,
             brier=(stage.brier_raw, stage.brier_mapped),
-            ece=(stage.reliability_raw.ece, stage.reliability_mapped.ece),
+            reliability=(stage.reliability_raw, stage.reliability_mapped),
+            map_method=stage.probability_map.method.value,
             settings=two.guard_settings(),
             guarantee=GuaranteeView.of(two, int(two.sweep.kept.shape[1])),
         )
@@ -396,7 +393,7 @@ class StageView:
                 f"{c.baseline[m].mean:.4f} -> {c.guarded[m].mean:.4f}, difference {c.change(m, 4)}"
             )
         out["brier_raw"], out["brier_mapped"] = (finite(x) for x in self.brier)
-        out["ece_raw"], out["ece_mapped"] = (finite(x) for x in self.ece)
+        out["ece_raw"], out["ece_mapped"] = (finite(x.ece) for x in self.reliability)
         return out
 
 
@@ -508,6 +505,8 @@ class ResultView:
         refitted: the written retrieval setting differs from the choice on the
             calibration queries.
         optimal: the per-query optimal k on the calibration queries.
+        sweep: every setting's means over the calibration queries (``chosen``: the
+            choice's index; ``passages_kept``: its mean context over all queries).
         conflicts: the conflict stage as swept (``None`` when it was not).
         reranker_code: the written second stage's reranker when the config names it
             and never imports it (``module:callable``, or ``run:PATH`` of
@@ -554,6 +553,9 @@ class ResultView:
     chosen_is_baseline: bool
     refitted: bool
     optimal: OptimalK
+    sweep: SweepResult = field(repr=False)
+    chosen: int
+    passages_kept: float
     conflicts: ConflictView | None
     reranker_code: str | None
     family: FamilyChoice | None
@@ -592,19 +594,17 @@ def build_view(
     r: RunCalibration,
     runs: Sequence[RunCalibration],
     recommended: RunCalibration,
-    rerank: RunCalibration | None,
+    two: RunCalibration | None,
     answerability: AnswerabilityResult | None,
 ) -> ResultView:
     """The view of run ``r``'s config, among ``runs`` (``recommended`` the run
-    recommended), with the second search ``rerank`` and the calibrated
+    recommended), with the second search ``two`` and the calibrated
     ``answerability`` (the recommended run's; see ``ResultView``); its next steps name
     the eval set by its file (``name_evalset`` names it otherwise)."""
-    w = written_setting(
-        r, rerank, header.objective, header.constraints, header.calibration_rows.size
-    )
-    c, two = r.comparison, rerank
+    w = written_setting(r, two, header.objective, header.constraints, header.calibration_rows.size)
     selection = w.two_stage.selection if w.two_stage is not None else r.selection
     mine = answerability if r is recommended else None
+    stage = None if w.two_stage is None else w.two_stage.stage
     stopped = None
     if r is recommended and header.on_worse == "stop" and r.fallback is not None:
         stopped = f"stopped (on_worse='stop'): {r.fallback}"
@@ -633,7 +633,7 @@ def build_view(
             if w.search.guarantee is not None
             else ""
         ),
-        retrieval_check=CheckView.of(c),
+        retrieval_check=CheckView.of(r.comparison),
         check=CheckView.of(w.search.comparison),
         stage_check=None
         if two is None or two.against_retrieval is None
@@ -650,8 +650,11 @@ def build_view(
         chosen_is_baseline=r.chosen_is_baseline,
         refitted=r.written_params != r.chosen_params,
         optimal=r.optimal,
+        sweep=r.sweep,
+        chosen=r.chosen,
+        passages_kept=float(np.mean(r.kernel.values(r.chosen_kept, [PASSAGES])[0])),
         conflicts=_conflicts(header, r),
-        reranker_code=None if w.two_stage is None else _external(w.two_stage),
+        reranker_code=None if stage is None else stage.scores.external,
         family=r.selection,
         guarantee=GuaranteeView.of(r, len(header.qids)),
         recall_ceiling=_ceiling(r),
@@ -767,11 +770,6 @@ def _examples(
         )
 
     return tuple(map(example, gained)), tuple(map(example, lost))
-
-
-def _external(two: RunCalibration) -> str | None:
-    stage = two.stage
-    return None if stage is None else stage.scores.external
 
 
 def name_evalset(view: ResultView, evalset: str | CommandLine) -> ResultView:

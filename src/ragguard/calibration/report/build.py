@@ -30,7 +30,7 @@ def build_report(
     """The report of ``res`` as blocks (plots drawn when matplotlib is available and
     ``plots`` is True); ``evalset`` is the eval set as the commands it suggests name
     it, or the command line they repeat (default: its file)."""
-    figs = draw_figures(res) if plots else None
+    figs = draw_figures(res.view()) if plots else None
     blocks = report_blocks(res, figs, config_path=config_path, plots=plots, evalset=evalset)
     return Report("ragguard calibration report", tuple(blocks), figs is not None)
 

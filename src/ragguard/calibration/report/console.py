@@ -255,11 +255,11 @@ def _print_two_stage(view: ResultView, out: Console) -> None:
             f"{format_number(rate)} with the reranker (safety band {checks.bands[1].value})",
             highlight=False,
         )
-    (brier_raw, brier_mapped), (ece_raw, ece_mapped) = st.brier, st.ece
+    (brier_raw, brier_mapped), (raw, mapped) = st.brier, st.reliability
     out.print(
         f"calibration of rerank probabilities ({a.split}): Brier "
         f"{format_number(brier_raw)} -> {format_number(brier_mapped)}, ECE "
-        f"{format_number(ece_raw)} -> {format_number(ece_mapped)}",
+        f"{format_number(raw.ece)} -> {format_number(mapped.ece)}",
         highlight=False,
     )
     verdict = a.verdict(objective) if objective in a.metrics else ""

@@ -604,8 +604,8 @@ def _two_stage(view: ResultView, fig: Figure | None) -> list[Block]:
                 ("Brier score", format_number(st.brier[0]), format_number(st.brier[1])),
                 (
                     "expected calibration error",
-                    format_number(st.ece[0]),
-                    format_number(st.ece[1]),
+                    format_number(st.reliability[0].ece),
+                    format_number(st.reliability[1].ece),
                 ),
             ),
             (False, True, True),
