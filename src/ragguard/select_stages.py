@@ -1,13 +1,8 @@
 """The stages of one [`ContextGuard.select`][ragguard.ContextGuard.select] call, each
-a small class over the call's ``State`` (``ragguard.selecting``)::
-
-    normalise -> duplicate ids -> rerank (a call stage) -> cut (min_evidence)
-      -> conflicts -> near-duplicates -> token budget
-
-Each is configured once, keyword-only, when the guard is built; each that drops
-candidates records what it decided (``drops``) and explains it (``explain``). The
-stages after the cut run the kernels of ``ragguard.stages`` and ``ragguard.conflicts``,
-the very ones the calibration sweep runs (``ragguard.calibration.fit.sweep_stages``).
+a small class over the call's ``State`` (``ragguard.selecting``), in the order of
+``ContextGuard.stages``. The stages after the cut run the kernels of ``ragguard.stages``
+and ``ragguard.conflicts``, the very ones the calibration sweep runs
+(``ragguard.calibration.fit.sweep_stages``).
 """
 
 from __future__ import annotations
