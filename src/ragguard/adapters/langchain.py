@@ -363,20 +363,16 @@ class GuardedRetriever(_Options, BaseRetriever):
         description="Most documents returned; default the guard's max_k.",
     )
 
-    def _source(self) -> tuple[BaseRetriever, ScoreKind | None]:
-        """The retriever to invoke and the score kind it implies (None: the guard's)."""
+    def _plan(self, k: object) -> tuple[BaseRetriever, ScoreKind | None, int | None]:
+        """What one call invokes, the score kind it implies (None: the guard's) and the
+        cap (shared by both paths)."""
+        max_k = call_k(k) or self.k
         twin = scored_twin(self.retriever)
         if twin is None:
-            return self.retriever, self.score_kind
+            return self.retriever, self.score_kind, max_k
         relevance = twin.search_type == "similarity_score_threshold"
         kind = self.score_kind or store_score_kind(twin.vectorstore, relevance=relevance)
-        return twin, kind
-
-    def _plan(self, k: object) -> tuple[BaseRetriever, ScoreKind | None, int | None]:
-        """What one call invokes, the score kind and the cap (shared by both paths)."""
-        max_k = call_k(k) or self.k
-        source, kind = self._source()
-        return source, kind, max_k
+        return twin, kind, max_k
 
     def _get_relevant_documents(
         self,
