@@ -1,22 +1,9 @@
-"""Layered configuration of the guard.
-
-Each value comes from the highest layer that sets it::
-
-    keyword arguments  >  environment (RAGGUARD_*, nested with __)  >  TOML file
-        >  the profile's runtime defaults (max_k, min_k, relative_threshold)  >  defaults
-
-The optional cross-encoder rerank stage has its own table, [`RerankConfig`][ragguard.RerankConfig]
-(``GuardConfig.rerank``; TOML ``[rerank]``; environment ``RAGGUARD_RERANK__ENABLED=1``).
-
-``GuardConfig.save()`` writes a TOML file that ``GuardConfig.from_file()`` reads back
-unchanged; ``ragguard calibrate`` writes the same format. Invalid values, unknown keys,
-missing or malformed files raise [`ConfigError`][ragguard.ConfigError] with a message
-naming the key, the value, where it came from and what is allowed.
-
-``GuardConfig.model_copy(update=...)`` validates as the constructor does: the copy is
-built from the original's values and ``update`` (as arguments), without reading the
-environment or a file again. ``GuardConfig.model_construct`` skips validation; a guard
-refuses a config built that way. pydantic's deprecated ``copy(update=...)`` skips it too.
+"""Layered configuration of the guard (docs/reference/config.md): each value comes from
+the highest layer that sets it, keyword arguments > environment (``RAGGUARD_*``, nested
+with ``__``) > TOML file > the profile's runtime defaults > defaults. The rerank stage has
+its own table, [`RerankConfig`][ragguard.RerankConfig]. Invalid values, unknown keys,
+missing or malformed files raise [`ConfigError`][ragguard.ConfigError] naming the key,
+the value, where it came from and what is allowed.
 """
 
 from __future__ import annotations
