@@ -173,21 +173,19 @@ def _is_number(value: object) -> TypeGuard[Real]:
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
-def _metadata_score(metadata: dict[str, Any], keys: Sequence[str]) -> float | None:
+def _metadata_score(
+    metadata: dict[str, Any], keys: Sequence[str]
+) -> tuple[float | None, tuple[str, Any] | None]:
+    """The first number under ``keys``; without one, the first of ``keys`` whose value is
+    there but is no number (``'0.9'``, ``True``)."""
+    unread = None
     for key in keys:
         value = metadata.get(key)
         if _is_number(value):
-            return float(value)
-    return None
-
-
-def _not_a_number(metadata: dict[str, Any], keys: Sequence[str]) -> tuple[str, Any] | None:
-    """The first of ``keys`` whose value is there but is no number (``'0.9'``, ``True``)."""
-    for key in keys:
-        value = metadata.get(key)
-        if value is not None and not _is_number(value):
-            return key, value
-    return None
+            return float(value), None
+        if value is not None and unread is None:
+            unread = key, value
+    return None, unread
 
 
 def candidate_ids(docs: Sequence[Document]) -> list[str]:
@@ -229,10 +227,9 @@ class Translator:
                 score = float(raw) if isinstance(raw, Real) else None
                 doc = doc.model_copy(update={"metadata": metadata})
             else:
-                score = _metadata_score(doc.metadata, self.score_keys)
-                if score is None and unread is None:
-                    found = _not_a_number(doc.metadata, self.score_keys)
-                    unread = None if found is None else (cid, *found)
+                score, found = _metadata_score(doc.metadata, self.score_keys)
+                if found is not None and unread is None:
+                    unread = (cid, *found)
             any_score = any_score or score is not None
             out.append(
                 Candidate(
