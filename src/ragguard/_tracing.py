@@ -1,52 +1,10 @@
 """OpenTelemetry spans for [`ContextGuard.select`][ragguard.ContextGuard.select] / ``aselect``
-(extra ``otel``).
-
-With ``opentelemetry-api`` importable, every call records one span named
-``ragguard.select`` (kind ``INTERNAL``, a child of whatever span is current, e.g. a
-LangChain, LlamaIndex or Haystack step) whose attributes say what the guard did. ragguard
-configures no exporter and no tracer provider: until the application sets one (the
-OpenTelemetry SDK's, or any other), every span would be a no-op span, so none is started
-and no attribute is computed; the check is one look at the global provider per call.
-
-Without the package, tracing is off: whether ``opentelemetry`` can be imported is decided
-once, on the first call in the process (``import ragguard`` never imports it), and every
-later call only enters a do-nothing context.
-
-Attributes (``ragguard.*`` is ragguard's own namespace; OpenTelemetry's GenAI semantic
-conventions define no attributes for a post-retrieval selection step, so only the ones
-that fit are used):
-
-* ``ragguard.candidates``, ``ragguard.kept``, ``ragguard.dropped``: counts;
-* ``ragguard.dropped.<reason>``: count per drop reason (``below_relative_threshold``,
-  ``over_max_k``, ``invalid_score``, ...), only for reasons that occurred;
-* ``ragguard.cut`` (``none``, ``gap``, ``autocut``), ``ragguard.max_k``,
-  ``ragguard.min_k``, ``ragguard.relative_threshold``, ``ragguard.min_score`` (when set):
-  the rule that cut this call (the rerank stage's threshold and floor when it ranked);
-* ``ragguard.verdict`` (``answerable``, ``insufficient``, ``conflict``) and
-  ``ragguard.conflict_groups`` (the number of conflict groups among the passages the
-  cut kept); ``ragguard.conflict_mode`` when ``conflicts`` is on, ``ragguard.min_evidence``
-  when set;
-* ``ragguard.score_kind``: the retrieval scores' kind (``none`` when unknown);
-* ``ragguard.profile``, ``ragguard.warnings`` (number of score / rerank warnings);
-* ``ragguard.rerank.enabled``; with the stage on: ``gen_ai.request.model`` (GenAI
-  convention: the reranker model or callable's name), ``ragguard.rerank.top_n``,
-  ``ragguard.rerank.failed``, ``ragguard.rerank.cache_hits`` and
-  ``ragguard.rerank.duration_ms``;
-* ``ragguard.duration_ms``: the whole call's wall time (the span's own start and end
-  carry it too; the attribute survives backends that aggregate attributes only);
-* ``error.type`` (general semantic conventions): the exception class when the call
-  raised; the span's status is then ``ERROR`` and the exception is recorded as an event.
-
-Neither the query nor passage texts are recorded (the GenAI conventions make content
-opt-in; it is often personal data).
-
-Tracing never breaks a selection. OpenTelemetry's API promises not to raise, but a
-tracer provider, span processor or exporter outside that contract may (an exporter
-that is down, a buggy custom provider). Whatever starting the span, recording its
-attributes or ending it raises is caught: ``select()`` / ``aselect()`` return their
-selection (or raise their own error) as without tracing, and the failure is logged on
-the ``ragguard._tracing`` logger, at ``WARNING`` the first time in the process and at
-``DEBUG`` after that.
+(extra ``otel``): one ``ragguard.select`` span per call, with the attributes of
+docs/operations/tracing.md, started only while the application has set a tracer
+provider. Whether ``opentelemetry`` can be imported is decided once, on the first call
+(``import ragguard`` never imports it). Tracing never breaks a selection: what starting,
+recording or ending a span raises is caught and logged on this module's logger, at
+``WARNING`` the first time in the process and at ``DEBUG`` after that.
 """
 
 from __future__ import annotations

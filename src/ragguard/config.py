@@ -1,22 +1,9 @@
-"""Layered configuration of the guard.
-
-Each value comes from the highest layer that sets it::
-
-    keyword arguments  >  environment (RAGGUARD_*, nested with __)  >  TOML file
-        >  the profile's runtime defaults (max_k, min_k, relative_threshold)  >  defaults
-
-The optional cross-encoder rerank stage has its own table, [`RerankConfig`][ragguard.RerankConfig]
-(``GuardConfig.rerank``; TOML ``[rerank]``; environment ``RAGGUARD_RERANK__ENABLED=1``).
-
-``GuardConfig.save()`` writes a TOML file that ``GuardConfig.from_file()`` reads back
-unchanged; ``ragguard calibrate`` writes the same format. Invalid values, unknown keys,
-missing or malformed files raise [`ConfigError`][ragguard.ConfigError] with a message
-naming the key, the value, where it came from and what is allowed.
-
-``GuardConfig.model_copy(update=...)`` validates as the constructor does: the copy is
-built from the original's values and ``update`` (as arguments), without reading the
-environment or a file again. ``GuardConfig.model_construct`` skips validation; a guard
-refuses a config built that way. pydantic's deprecated ``copy(update=...)`` skips it too.
+"""Layered configuration of the guard (docs/reference/config.md): each value comes from
+the highest layer that sets it, keyword arguments > environment (``RAGGUARD_*``, nested
+with ``__``) > TOML file > the profile's runtime defaults > defaults. The rerank stage has
+its own table, [`RerankConfig`][ragguard.RerankConfig]. Invalid values, unknown keys,
+missing or malformed files raise [`ConfigError`][ragguard.ConfigError] naming the key,
+the value, where it came from and what is allowed.
 """
 
 from __future__ import annotations
@@ -28,8 +15,8 @@ import re
 import secrets
 import tomllib
 import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
+from contextlib import suppress
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -536,8 +523,11 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         """
         data = load_toml(path)
         _check_writer(Path(path), data)
-        with _reading(Path(path), data):
+        token = _loaded_file.set((Path(path), data))
+        try:
             return cls(**overrides)
+        finally:
+            _loaded_file.reset(token)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write this config as TOML that [`from_file`][ragguard.GuardConfig.from_file] reads back
@@ -700,15 +690,6 @@ def _write_atomic(path: Path, text: str) -> None:
         raise ConfigError(f"cannot save the config to {path}: {reason}") from exc
 
 
-@contextmanager
-def _reading(path: Path, data: dict[str, Any]) -> Iterator[None]:
-    token = _loaded_file.set((path, data))
-    try:
-        yield
-    finally:
-        _loaded_file.reset(token)
-
-
 def _origin(
     key: str,
     values: dict[str, Any],
@@ -792,14 +773,6 @@ def _explain_env(exc: SettingsError) -> str:
     )
 
 
-def _config_keys() -> dict[str, set[str]]:
-    """Top-level keys, and the keys of each nested table an environment variable may set."""
-    return {
-        name: set(RerankConfig.model_fields) if name == "rerank" else set()
-        for name in GuardConfig.model_fields
-    }
-
-
 def _warn_unknown_env() -> None:
     """Warn about RAGGUARD_* variables that set nothing, naming the closest key: a typo
     (RAGGUARD_MAXK) would otherwise leave the default in place without a word."""
@@ -810,7 +783,11 @@ def _warn_unknown_env() -> None:
     ]
     if not unknown:
         return
-    keys = _config_keys()
+    # top-level keys, and the keys of each nested table an environment variable may set
+    keys = {
+        name: set(RerankConfig.model_fields) if name == "rerank" else set()
+        for name in GuardConfig.model_fields
+    }
     for var in unknown:
         top, _, nested = var[len(ENV_PREFIX) :].lower().partition("__")
         if top in keys and (not nested or not keys[top] or nested in keys[top]):

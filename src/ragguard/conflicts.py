@@ -1,12 +1,5 @@
 """Conflicting passages: near-copies of each other that differ in facts.
 
-The distractors that hurt an LLM most are look-alikes that disagree with the answer:
-last year's figure, the superseded rule, a passage with one number or one name changed.
-Every relevance score is at chance on them (they are as related to the query as the
-passage they copy), so no cut on relevance removes them. What gives them away is the
-other passage: two retrieved passages that nearly repeat each other but state different
-facts cannot both be right.
-
 A pair of passages **conflicts** when
 
 1. they are *comparable*: the Jaccard similarity of their word 3-shingle sets (the
@@ -18,31 +11,10 @@ A pair of passages **conflicts** when
    (a name: ``Bhatt``, ``Kapoor``), or a negation (``not``, ``no``, ``never``,
    ``without``, ``doesn't``, ...) on one side only.
 
-Text that moved is no changed fact: a span of at least ``MOVED_WORDS`` words that
-the other passage holds word for word as a differing span elsewhere (reordered
-sentences) is left out, and so is a differing span longer than ``MAX_SPAN`` words (a
-different region of the text, as two crops of one page have).
-
-Passages with the same facts (an exact or near copy) are never a conflict: they are the
-near-duplicate stage's job. Differing spans that carry no fact (a reworded phrase, an
-extra adjective) do not make a conflict either.
-
-Conflicting pairs are joined into **groups** (connected components); each group lists
-its members and, per member, the spans that differ from the other members, so an
-application can tell the LLM "sources 2 and 5 disagree: 3,559 vs 4,112".
-
-In scripts written without spaces between words (``ragguard.stages.UNSPACED``:
-Chinese, Japanese kana, Thai, ...) each character is a word, in the shingles and in the
-alignment; there only numbers are facts (no capitals mark a name).
-
-Detection reads only the passages the cut kept (at most ``max_k``), and its cost is
-bounded: before any alignment, a pair is set aside when the sizes of its shingle sets
-show it cannot be comparable, else given its exact similarity (its shared shingles
-counted with numpy on long passages); a comparable pair is aligned only between its
-common head and tail; and one call compares at most ``MAX_PAIRS`` pairs (every pair
-among the 50 best-ranked passages; the guard warns when passages ranked below are left
-out). It uses the standard library (``difflib``), numpy and the shingle sets the
-near-duplicate stage builds.
+Text that moved (``MOVED_WORDS``) and differing spans longer than ``MAX_SPAN`` words
+are no changed fact. Conflicting pairs are joined into groups (connected components).
+What each ``conflicts`` mode does, the scripts written without spaces, and the bound on
+the cost (``MAX_PAIRS``): docs/guides/conflicts.md.
 """
 
 from __future__ import annotations

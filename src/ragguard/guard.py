@@ -1,20 +1,10 @@
 """ContextGuard: decide which retrieved candidates reach the LLM.
 
-[`ContextGuard.select`][ragguard.ContextGuard.select] runs a list of small stages over one state
-(``ragguard.selecting``, ``ragguard.select_stages``); the guard builds the list from its
-config, leaving out the stages the config turns off::
-
-    validate -> normalise -> duplicate ids -> rerank (a call stage)
-      -> cut (the policy, min_evidence) -> conflicts -> near-duplicates -> token budget
-      -> Selection
-
-The cut is ``ragguard.policy``, the same vectorised code the calibration sweep runs.
-With ``rerank.enabled`` the cut reads rerank probabilities: the top ``rerank.top_n``
-candidates by retrieval score are rescored by the reranker, its outputs are mapped to
-probabilities (logits through a sigmoid, or the config's fitted map) and the same policy
-cuts them (``ragguard.rerank``). ``select()`` and ``aselect()`` share every stage;
-they differ only in how a call stage's model call is made (blocking, or awaited off the
-event loop).
+[`ContextGuard.select`][ragguard.ContextGuard.select] runs the guard's list of stages
+(``ragguard.select_stages``) over one state (``ragguard.selecting``; the pipeline is
+drawn in DESIGN.md); the guard builds the list from its config, leaving out the stages
+the config turns off. ``select()`` and ``aselect()`` differ only in how a call stage's
+model call is made (blocking, or awaited off the event loop).
 """
 
 from __future__ import annotations

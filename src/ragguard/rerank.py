@@ -1,37 +1,11 @@
-"""The optional cross-encoder rerank stage.
+"""The optional cross-encoder rerank stage: rerankers, and the rerank call (cache, time
+budget, failure policy). What the stage does, logits versus probabilities, loading and
+failures: docs/guides/rerank.md.
 
-A bi-encoder or BM25 score cannot tell a passage *about* the deadlift from one that
-*answers* the deadlift question; a cross-encoder reads query and passage together and
-can. When ``GuardConfig.rerank.enabled`` is set,
-[`ContextGuard.select`][ragguard.ContextGuard.select] runs::
-
-    validate -> normalise retrieval scores -> duplicates -> rank by retrieval score
-      -> rerank the top ``rerank.top_n`` -> map rerank outputs to probabilities
-      -> the selection policy on those probabilities -> Selection
-
-**Logits or probabilities.** Most relevance cross-encoders (``cross-encoder/ms-marco-*``)
-return *logits*, roughly -10..10; others (``BAAI/bge-reranker-*`` loaded with
-sentence-transformers' default ``Sigmoid``, hosted rerank APIs) return *probabilities*.
-A relative threshold on logits is meaningless (the top logit may be negative) and an
-absolute cut of 0.5 means opposite things on the two scales, which is the bug users of
-other tools hit most. So the stage always knows which it gets, from
-``rerank.score_kind`` or, when that is unset, from the reranker itself
-([`CrossEncoderReranker.score_kind`][ragguard.CrossEncoderReranker.score_kind] reads the model's
-configured activation: ``Sigmoid`` means probabilities, ``Identity`` means logits), and maps the
-outputs to probabilities with ``ragguard.scores.normalize`` (``sigmoid`` for logits, a clip to
-[0, 1] for probabilities) *before* any rule runs. The policy then runs on those
-probabilities with ``rerank.relative_threshold`` and ``rerank.min_score``; the final
-ranking of the reranked candidates is by rerank probability.
-
-**Any scorer plugs in.** A [`Reranker`][ragguard.Reranker] is any callable
-``(query, texts) -> scores``, one score per text, higher meaning more relevant: a hosted
-rerank API, your own model. It declares what its scores are with a ``score_kind``
-attribute (``"logit"`` or ``"probability"``) or ``rerank.score_kind`` says it.
-[`CrossEncoderReranker`][ragguard.CrossEncoderReranker] is the built-in one (sentence-transformers,
-imported lazily; ``pip install "ragguard-context[rerank]"``).
-[`load_reranker`][ragguard.load_reranker] builds one from what a user types (``module:callable``, a
-cross-encoder name or folder, a folder ``ragguard train-reranker`` wrote), as ``ragguard calibrate
---rerank`` does.
+A [`Reranker`][ragguard.Reranker] is any callable ``(query, texts) -> scores``;
+[`CrossEncoderReranker`][ragguard.CrossEncoderReranker] is the built-in one
+(sentence-transformers, imported lazily), and [`load_reranker`][ragguard.load_reranker]
+builds one from what a user types, as ``ragguard calibrate --rerank`` does.
 
 **Saved pipelines name rerankers; code registers them.** A reranker is code, and a
 pipeline file (Haystack ``Pipeline.dumps()``, a saved LlamaIndex postprocessor) is data:
@@ -39,22 +13,6 @@ loading one never imports what it names. A reranker passed in code is saved by t
 it is registered under ([`register_reranker`][ragguard.register_reranker]; by default its import
 path), and a saved guard is rebuilt only with a reranker your code registered under that name
 before loading ([`registered_reranker`][ragguard.registered_reranker]).
-
-**Loading.** The built-in reranker's model is loaded, and scores one warm-up pair,
-when the guard is built ([`CrossEncoderReranker.load`][ragguard.CrossEncoderReranker.load]): loading
-never counts against ``rerank.timeout_ms``, so the first call reranks within the budget. A model
-that cannot be loaded raises [`RerankModelError`][ragguard.RerankModelError], and a missing
-``rerank`` extra [`MissingDependencyError`][ragguard.MissingDependencyError], from the guard's
-constructor under either ``on_failure`` policy.
-
-**Failures.** One rerank call may take at most ``rerank.timeout_ms``. When the reranker
-raises, runs past the budget, returns the wrong number of scores or a score that is not
-a finite number (NaN or infinite: one is enough), ``rerank.on_failure`` decides:
-``fail_open`` selects on retrieval scores as if the stage were off, warns
-([`RerankWarning`][ragguard.RerankWarning]) and marks every decision with
-``rerank_reason = Reason.RERANK_FAILED``; ``fail_closed`` raises
-[`RerankError`][ragguard.RerankError]. The stage never hands on an empty selection
-because the reranker's scores were unusable.
 """
 
 from __future__ import annotations

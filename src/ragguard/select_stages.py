@@ -1,13 +1,8 @@
 """The stages of one [`ContextGuard.select`][ragguard.ContextGuard.select] call, each
-a small class over the call's ``State`` (``ragguard.selecting``)::
-
-    normalise -> duplicate ids -> rerank (a call stage) -> cut (min_evidence)
-      -> conflicts -> near-duplicates -> token budget
-
-Each is configured once, keyword-only, when the guard is built; each that drops
-candidates records what it decided (``drops``) and explains it (``explain``). The
-stages after the cut run the kernels of ``ragguard.stages`` and ``ragguard.conflicts``,
-the very ones the calibration sweep runs (``ragguard.calibration.fit.sweep_stages``).
+a small class over the call's ``State`` (``ragguard.selecting``), in the order of
+``ContextGuard.stages``. The stages after the cut run the kernels of ``ragguard.stages``
+and ``ragguard.conflicts``, the very ones the calibration sweep runs
+(``ragguard.calibration.fit.sweep_stages``).
 """
 
 from __future__ import annotations
@@ -432,9 +427,18 @@ class Conflicts(Stage):
         if self.key is not None:
             key = self.key
             prefer = [[s.candidates[i].metadata.get(key, MISSING) for i in cols]]
-        compared = compared_passages(len(cols))
-        if compared < len(cols):
-            s.warnings.append(_compared_warning(compared, len(cols)))
+        compared, n = compared_passages(len(cols)), len(cols)
+        if compared < n:
+            s.warnings.append(
+                Warn(
+                    "conflict_pairs",
+                    f"conflicts: compared the {compared} best-ranked of the {n} kept passages "
+                    f"with each other (at most {MAX_PAIRS:,} pairs per call); the "
+                    f"{n - compared} ranked below them were not checked for conflicts; a "
+                    f"max_k of at most {compared} has every kept passage compared",
+                    ConfigWarning,
+                )
+            )
         new, pairs, incomparable = conflict_stage(
             st,
             texts=[[s.candidates[i].text for i in cols]],
@@ -505,17 +509,6 @@ class Conflicts(Stage):
             best = max(p.similarity for p in pairs if p.a in members_set)
             out.append(Conflict(members, best))
         return tuple(out), conflicting
-
-
-def _compared_warning(compared: int, n: int) -> Warn:
-    return Warn(
-        "conflict_pairs",
-        f"conflicts: compared the {compared} best-ranked of the {n} kept passages with each "
-        f"other (at most {MAX_PAIRS:,} pairs per call); the {n - compared} ranked below them "
-        f"were not checked for conflicts; a max_k of at most {compared} has every kept "
-        "passage compared",
-        ConfigWarning,
-    )
 
 
 class NearDuplicates(Stage):

@@ -1,33 +1,14 @@
 """One [`ContextGuard.select`][ragguard.ContextGuard.select] call: the state its
-stages share, the stage protocol, and the builder of its [`Selection`][ragguard.Selection].
+stages share, the stage protocol, and the builder of its [`Selection`][ragguard.Selection]
+(DESIGN.md, "The runtime").
 
-::
-
-    start (validate) -> normalise -> duplicate ids -> rerank (a call stage)
-      -> cut (min_evidence) -> conflicts -> near-duplicates -> token budget
-      -> Selection
-
-The stages are small classes (``ragguard.select_stages``): their settings come from the
-guard's config, keyword-only, when the guard is built; calling one with the ``State``
-of one call does its work on that state. A stage that a config turns off is not in the
-guard's list (``ContextGuard.stages``) at all, so it costs nothing. A stage that calls
-a model is a ``CallStage``: ``request(state)`` says what to send, ``apply(state,
-response)`` takes the answer in; [`select`][ragguard.ContextGuard.select] makes the call
-blocking (``run``) and [`aselect`][ragguard.ContextGuard.aselect] awaits it (``arun``).
-The rerank call is the first.
-
-The state holds what every stage shares: one row of (rows x candidates) arrays, the
-shape the selection policy (``ragguard.policy``) and the stages after the cut
-(``ragguard.stages``) take, so the runtime runs the very kernels the calibration sweep
-runs on every query; the positions still kept; the warnings, collected as data
-(``Warn``) and emitted once by the guard after the last stage; and one record per stage
-that decided something. A failed rerank call (``fail_open``) is not a second path: the
-cut then reads retrieval scores, as if the stage were off.
-
-Decisions are built lazily, from those records: each stage says what it decided about
-each candidate (``Stage.drops``: a ``Drop``, with its reason, partners and detail) and
-explains it (``Stage.explain``); ``State.decisions`` assembles them only when
-``Selection.decisions`` (or ``dropped``) is read.
+The state's score arrays are one row of the (rows x candidates) arrays that the
+selection policy (``ragguard.policy``) and the stages after the cut (``ragguard.stages``)
+take, so the runtime runs the very kernels the calibration sweep runs. Warnings are
+collected as data (``Warn``) and emitted once by the guard after the last stage. A
+failed rerank call (``fail_open``) is not a second path: the cut then reads retrieval
+scores, as if the stage were off. Decisions are built from the stages' records only
+when ``Selection.decisions`` (or ``dropped``) is read.
 """
 
 from __future__ import annotations
@@ -43,25 +24,12 @@ from numpy.typing import NDArray
 
 from ragguard.candidate import Candidate, Decision, RerankDetail, Selection, Verdict
 from ragguard.config import BeyondTopN, RerankConfig
-from ragguard.conflicts import (
-    Conflict,
-)
+from ragguard.conflicts import Conflict
 from ragguard.errors import ArgumentTypeError, CandidateError, ConfigError
-from ragguard.policy import (
-    PolicyParams,
-    PolicyResult,
-    Reason,
-)
-from ragguard.rerank import (
-    RerankOutcome,
-    Scored,
-    parse_kind,
-)
+from ragguard.policy import PolicyParams, PolicyResult, Reason
+from ragguard.rerank import RerankOutcome, Scored, parse_kind
 from ragguard.scores import ScoreIssue, ScoreKind
-from ragguard.stages import (
-    Shingles,
-    shingles,
-)
+from ragguard.stages import Shingles, shingles
 
 __all__ = [
     "CallStage",

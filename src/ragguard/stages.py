@@ -1,42 +1,19 @@
-r"""Stages after the cut: near-duplicate removal, then the token budget.
+r"""Stages after the cut: near-duplicate removal, then the token budget (what each
+does: docs/guides/budget.md).
 
-The policy (``ragguard.policy``) cuts the ranked list; the passages it keeps then pass
-through these stages, in this order:
-
-1. **near-duplicates** (``near_duplicate_threshold``, off by default): a kept passage
-   whose text is near-identical to a kept, higher-ranked passage is dropped with reason
-   ``near_duplicate``; its decision names the passage it repeats. Near-identical: the
-   exact Jaccard similarity of the two passages' **word 3-shingle sets**,
-   :math:`|A \cap B| / |A \cup B|`, is at least the threshold. Words are the ``\w+``
-   runs of the lower-cased text, except that in scripts written without spaces between
-   words (``UNSPACED``: Chinese, Japanese kana, Thai, ...) each character is a
-   word; a passage of fewer than three words is one shingle of its words; a passage
-   with no word is never a near-duplicate. The shingle sets are
-   exact (no MinHash estimate): the stage compares only the kept passages, at most
-   ``max_k`` of them. Ids are not looked at here: exact duplicate ids are resolved
-   before the cut (``duplicates``). The passage named is the one the near-duplicate
-   control kept; in the rare case that the token budget then drops it (it does not
-   fit), the near-duplicate stays dropped too and its message says so;
-2. **token budget** (``max_tokens``, off by default): the passages left are filled into
-   the budget greedily in rank order: a passage is kept when its tokens fit in what the
-   passages kept before it left; a passage that does not fit is dropped with reason
-   ``over_token_budget`` and the next, smaller ones are still tried. So one long
-   passage never empties the context, and a passage is never kept in place of a
-   higher-ranked one that fits. The budget is a hard ceiling: it may keep fewer than
-   ``min_k`` passages. Tokens come from the config's counter (``ragguard.tokens``).
-
-Near-duplicates go first, so a removed repeat frees its tokens for the next passage.
+Near-identical: the exact Jaccard similarity of the two passages' **word 3-shingle
+sets**, :math:`|A \cap B| / |A \cup B|`, is at least the threshold; in scripts written
+without spaces between words (``UNSPACED``) each character is a word; a passage of fewer
+than three words is one shingle of its words. The passage a near-duplicate names is the
+one the near-duplicate control kept; when the token budget then drops that one, the
+near-duplicate stays dropped too and its message says so.
 
 Both stages are *causal* along the kept list: whether the passage at position ``j`` is
-kept depends only on the passages before it. Running them on a longer prefix of the
-ranked list and then taking the first ``m`` passages gives what running them on the
-first ``m`` gives; the calibration sweep relies on this to run them once per query for
-every cut (``ragguard.calibration.fit.sweep``).
-
-The state is one set of (rows x columns) arrays over the kept list (``StageState``);
-each stage is a small function that takes it, with keyword-only inputs, and returns a
-new one. The runtime guard calls ``run_stages`` with one row, the calibration sweep
-with every query.
+kept depends only on the passages before it, so running them on a longer prefix of the
+ranked list and taking the first ``m`` passages gives what running them on the first
+``m`` gives; the calibration sweep relies on this (``ragguard.calibration.fit.sweep``).
+Their state is one set of (rows x columns) arrays over the kept list (``StageState``);
+the runtime guard runs them on one row, the calibration sweep on every query.
 """
 
 from __future__ import annotations

@@ -152,18 +152,15 @@ def _llamaindex_class() -> type[Any]:
             self.passages = passages
             self.queries: list[str] = []
 
-        def _nodes(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
             self.queries.append(query_bundle.query_str)
             return [
                 NodeWithScore(node=TextNode(id_=pid, text=text), score=score)
                 for pid, text, score in self.passages
             ]
 
-        def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-            return self._nodes(query_bundle)
-
         async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-            return self._nodes(query_bundle)
+            return self._retrieve(query_bundle)
 
     return FakeLlamaIndexRetriever
 

@@ -1,21 +1,8 @@
 """Token counters for the context budget (``GuardConfig.max_tokens``).
 
-A counter is declared in the config as one string, ``token_counter``:
-
-* ``"chars:4"`` (the default): ``ceil(len(text) / 4)``, the common estimate of about
-  four characters per token for English text with OpenAI-style BPE vocabularies
-  (``"chars:3.5"`` and any other positive ratio work too). No dependency; it
-  over-counts code and under-counts languages with long words, so leave headroom;
-* ``"tiktoken:<encoding>"``: the number of tokens of a tiktoken encoding, e.g.
-  ``"tiktoken:cl100k_base"`` or ``"tiktoken:o200k_base"`` (extra ``tiktoken``). tiktoken
-  downloads the encoding file once and caches it (in ``$TIKTOKEN_CACHE_DIR``, else a
-  ``data-gym-cache`` folder in the temporary directory); offline, the cached file must
-  be there already;
-* ``"hf:<tokenizer>"``: a Hugging Face tokenizer, given as a local ``tokenizer.json``
-  file, a folder that holds one, or the name of a tokenizer already in the local Hugging
-  Face cache (extra ``tokenizers``; nothing is downloaded, whatever ``HF_HUB_OFFLINE``
-  says: fetch it once with ``hf download NAME tokenizer.json``); special tokens are not
-  counted.
+A counter is declared in the config as one string, ``token_counter``: ``"chars:4"`` (the
+default), ``"tiktoken:<encoding>"`` or ``"hf:<tokenizer>"`` (what each counts and needs:
+docs/guides/budget.md).
 
 The counter is built (and its tokenizer loaded) when the guard is built, so a missing
 package, a wrong name or an encoding that cannot be fetched fails at start-up with a

@@ -173,21 +173,19 @@ def _is_number(value: object) -> TypeGuard[Real]:
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
-def _metadata_score(metadata: dict[str, Any], keys: Sequence[str]) -> float | None:
+def _metadata_score(
+    metadata: dict[str, Any], keys: Sequence[str]
+) -> tuple[float | None, tuple[str, Any] | None]:
+    """The first number under ``keys``; without one, the first of ``keys`` whose value is
+    there but is no number (``'0.9'``, ``True``)."""
+    unread = None
     for key in keys:
         value = metadata.get(key)
         if _is_number(value):
-            return float(value)
-    return None
-
-
-def _not_a_number(metadata: dict[str, Any], keys: Sequence[str]) -> tuple[str, Any] | None:
-    """The first of ``keys`` whose value is there but is no number (``'0.9'``, ``True``)."""
-    for key in keys:
-        value = metadata.get(key)
-        if value is not None and not _is_number(value):
-            return key, value
-    return None
+            return float(value), None
+        if value is not None and unread is None:
+            unread = key, value
+    return None, unread
 
 
 def candidate_ids(docs: Sequence[Document]) -> list[str]:
@@ -229,10 +227,9 @@ class Translator:
                 score = float(raw) if isinstance(raw, Real) else None
                 doc = doc.model_copy(update={"metadata": metadata})
             else:
-                score = _metadata_score(doc.metadata, self.score_keys)
-                if score is None and unread is None:
-                    found = _not_a_number(doc.metadata, self.score_keys)
-                    unread = None if found is None else (cid, *found)
+                score, found = _metadata_score(doc.metadata, self.score_keys)
+                if found is not None and unread is None:
+                    unread = (cid, *found)
             any_score = any_score or score is not None
             out.append(
                 Candidate(
@@ -363,20 +360,16 @@ class GuardedRetriever(_Options, BaseRetriever):
         description="Most documents returned; default the guard's max_k.",
     )
 
-    def _source(self) -> tuple[BaseRetriever, ScoreKind | None]:
-        """The retriever to invoke and the score kind it implies (None: the guard's)."""
+    def _plan(self, k: object) -> tuple[BaseRetriever, ScoreKind | None, int | None]:
+        """What one call invokes, the score kind it implies (None: the guard's) and the
+        cap (shared by both paths)."""
+        max_k = call_k(k) or self.k
         twin = scored_twin(self.retriever)
         if twin is None:
-            return self.retriever, self.score_kind
+            return self.retriever, self.score_kind, max_k
         relevance = twin.search_type == "similarity_score_threshold"
         kind = self.score_kind or store_score_kind(twin.vectorstore, relevance=relevance)
-        return twin, kind
-
-    def _plan(self, k: object) -> tuple[BaseRetriever, ScoreKind | None, int | None]:
-        """What one call invokes, the score kind and the cap (shared by both paths)."""
-        max_k = call_k(k) or self.k
-        source, kind = self._source()
-        return source, kind, max_k
+        return twin, kind, max_k
 
     def _get_relevant_documents(
         self,
