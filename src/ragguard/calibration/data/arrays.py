@@ -75,6 +75,9 @@ class EvalArrays:
         n_evidence: (Q,) relevant candidates among the query's own candidates (grade >=
             ``rules.relevant_grade``): the denominator of evidence recall, all the
             guard can keep (a reranked sub-list keeps its full list's count).
+        n_needed: (Q,) relevant passages each query needs, as its data states (the JSONL
+            ``needs`` field; 0 where none is stated), or empty when no query states one:
+            what evidence coverage asks of a context.
         ideal_grades: (Q, M) positive grades of all labelled documents, highest first,
             zero-padded (stated unlabelled relevant ones as grade 1), for IDCG.
         ideal_utilities: (Q, M') positive label utilities of all labelled documents,
@@ -108,6 +111,7 @@ class EvalArrays:
     integer_grades: bool = True
     score_issues: Mapping[ScoreIssue, int] = field(default_factory=dict)
     n_evidence: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    n_needed: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     _order: NDArray[np.integer[Any]] = field(
         default_factory=lambda: np.zeros((0, 0), dtype=np.intp), repr=False
     )
@@ -235,6 +239,7 @@ class EvalArrays:
             grade_counts=self.grade_counts[sl],
             max_grade=self.max_grade[sl],
             n_evidence=self.n_evidence[sl],
+            n_needed=self.n_needed[sl],
             _order=self._order[sl],
             _scores=self._scores[sl],
             _raw=self._raw[sl],

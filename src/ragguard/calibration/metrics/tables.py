@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric
 from ragguard.calibration.metrics._common import discount, divide
+from ragguard.calibration.metrics.classic import evidence_needed
 from ragguard.calibration.metrics.udcg import DEFAULT_GAMMA
 
 __all__ = ["prefix_table"]
@@ -81,6 +82,15 @@ def _evidence_recall(p: _Prefix, params: dict[str, object]) -> F64:
     found = p.sum((p.grades() >= p.arrays.rules.relevant_grade).astype(np.float64))
     den = np.broadcast_to(p.arrays.n_evidence.astype(np.float64)[:, None], found.shape)
     out: F64 = np.divide(found, den, out=np.full(found.shape, np.nan), where=den > 0)
+    return out
+
+
+def _evidence_coverage(p: _Prefix, params: dict[str, object]) -> F64:
+    found = p.sum((p.grades() >= p.arrays.rules.relevant_grade).astype(np.float64))
+    need = evidence_needed(p.arrays, params.get("needs"))  # type: ignore[arg-type]
+    out: F64 = np.where(
+        (p.arrays.n_evidence > 0)[:, None], (found >= need[:, None]).astype(np.float64), np.nan
+    )
     return out
 
 
@@ -149,6 +159,7 @@ _TABLES: dict[str, Callable[[_Prefix, dict[str, object]], F64]] = {
     "precision": _precision,
     "recall": _recall,
     "evidence_recall": _evidence_recall,
+    "evidence_coverage": _evidence_coverage,
     "hit_rate": _hit_rate,
     "mrr": _mrr,
     "ndcg": _ndcg,
@@ -165,6 +176,6 @@ def prefix_table(arrays: EvalArrays, metric: ParsedMetric, cols: int) -> F64 | N
     """(Q, cols) ``metric`` of every row at context sizes ``0..cols-1``, or ``None`` when
     the metric has no prefix form here (compute it size by size)."""
     table = _TABLES.get(metric.spec.name)
-    if table is None or set(metric.params) - {"gamma"}:
+    if table is None or set(metric.params) - {"gamma", "needs"}:
         return None
     return table(_Prefix(arrays, metric.k, cols), metric.params)
