@@ -478,8 +478,21 @@ def _search_run(
         swept.kept[baseline].astype(np.intp),
         point=baseline,
     )
+    free, _ = choose(swept, objective, (), among=top_idx)  # the constraints' cost
+    unconstrained = None
+    if cons and free != baseline:
+        unconstrained = Reference(
+            f"plain {describe_point(points[free])}",
+            space.kernels[0],
+            swept.kept[free].astype(np.intp),
+            point=free,
+        )
     found = search(
-        space, plan, top_k, fallback_family=top_idx if baseline_k is None else [baseline]
+        space,
+        plan,
+        top_k,
+        fallback_family=top_idx if baseline_k is None else [baseline],
+        unconstrained=unconstrained,
     )
     n_queries = len(evalset.qids)
     comparison = found.comparison
