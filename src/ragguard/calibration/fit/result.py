@@ -187,7 +187,7 @@ class CalibrationResult:
 
     def objective_text(self, constraints: bool = True) -> str:
         """The objective in words: ``maximise mean udcg subject to
-        evidence_recall>=0.8``, or the guarantee that replaces it (without ``subject to``
+        evidence_coverage>=0.9``, or the guarantee that replaces it (without ``subject to``
         when not ``constraints``; ``Header.objective_text``)."""
         return self.header.objective_text(constraints)
 

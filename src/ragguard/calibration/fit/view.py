@@ -233,6 +233,7 @@ class ConstraintCost:
         free_setting: that setting, in words.
         top_k: the best plain top-k without the constraints, in words.
         top_k_value: its mean objective.
+        chosen: the choice on the calibration queries, in words.
         check: the choice against that top-k on the held-out queries.
         worse: a line saying the choice is worse than that top-k there, or ``None``.
     """
@@ -245,6 +246,7 @@ class ConstraintCost:
     free_setting: str
     top_k: str
     top_k_value: float
+    chosen: str
     check: CheckView
     worse: str | None
 
@@ -279,6 +281,7 @@ class ConstraintCost:
             free_setting=describe_point(r.sweep.points[free]),
             top_k=describe_point(r.sweep.points[top]),
             top_k_value=r.sweep.mean(top, obj),
+            chosen=describe_point(r.chosen_params),
             check=CheckView.of(c),
             worse=worse,
         )
@@ -298,7 +301,9 @@ class ConstraintCost:
         c, obj = self.check.comparison, self.objective
         if self.worse is not None:
             return f"{text}. {self.worse[0].upper()}{self.worse[1:]}"
-        if obj in c.metrics and c.n_queries:
+        if self.chosen == self.top_k:
+            text += "; the choice is that top-k itself"
+        elif obj in c.metrics and c.n_queries:
             text += f"; {c.where()} the choice against it: {c.change(obj)}, {c.verdict(obj)}"
         return text
 
@@ -532,7 +537,7 @@ class Header:
 
     def objective_text(self, constraints: bool = True) -> str:
         """The objective in words: ``maximise mean udcg subject to
-        evidence_recall>=0.8``, or the guarantee that replaces it (without ``subject to``
+        evidence_coverage>=0.9``, or the guarantee that replaces it (without ``subject to``
         when not ``constraints``)."""
         cons = " and ".join(str(c) for c in self.constraints) if constraints else ""
         if self.target is not None:
