@@ -13,6 +13,7 @@ from typer.testing import CliRunner, Result
 
 from ragguard.calibration import calibrate, load_inputs
 from ragguard.cli import app
+from tests.calibration.two_stage_data import write_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 NQ = ROOT / "examples" / "nq"
@@ -153,3 +154,18 @@ def test_the_held_out_check_says_when_the_constraint_makes_the_choice_worse() ->
     )  # fmt: skip
     assert console.exit_code == 0, console.output
     assert f"Constraint cost: {cost.line()}." in " ".join(console.stdout.split())
+
+
+def test_the_second_stage_is_calibrated_under_the_default_constraint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stages take the coverage floor as the retrieval search does: every setting
+    written meets it, the one the reranker picks included."""
+    monkeypatch.setenv("RAGGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    folder = write_folder(tmp_path)
+    doc = calibrate_json(folder, "--rerank", "myjudge:judge", "--max-k", "5")
+    assert doc["constraints"] == ["evidence_coverage>=0.9"]
+    assert doc["recommended"]["two_stage"] and doc["recommended"]["feasible"]
+    assert doc["recommended"]["metrics"]["evidence_coverage"] >= 0.9
+    assert doc["rerank"]["vs_retrieval"]["metrics"]["evidence_coverage"]["guarded"] >= 0.9
+    assert doc["constraint_cost"]["constraints"] == "evidence_coverage>=0.9"

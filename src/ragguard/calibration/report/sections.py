@@ -916,9 +916,11 @@ def report_blocks(
                 "objective and constraints) were both chosen on the calibration queries only, "
                 "and compared on the held-out queries; the config holds the choice refitted "
                 "on all queries (plain top-k when the held-out check found the choice worse).",
-                "Evidence recall counts relevant passages among the candidates (what a guard "
-                "can keep); recall counts every judged-relevant document (the retriever's "
-                "ceiling).",
+                "Evidence coverage counts the answerable queries whose context holds the "
+                "relevant passages they need (one unless the data or the constraint says "
+                "more); evidence recall counts relevant passages among the candidates (what "
+                "a guard can keep); recall counts every judged-relevant document (the "
+                "retriever's ceiling).",
             )
         ),
     ]
