@@ -28,7 +28,7 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def many_relevant(path: Path, needs: int | None = None, n: int = 60) -> Path:
     """An eval set judged as graded qrels often are: six relevant passages among each
-    query's ten candidates (ranks 1, 3, 5, 6, 8, 10; rank 2 first for one query in
+    query's ten candidates (ranks 1, 3, 4, 5, 7, 9; 2 instead of 1 for one query in
     twenty), the others high-scoring look-alikes. One passage answers a query; keeping
     eight in ten relevant ones takes most of the list."""
     lines = []
