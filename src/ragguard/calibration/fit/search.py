@@ -349,7 +349,7 @@ def search(
         space=space,
         chosen=chosen,
         feasible=feasible,
-        comparison=comparisons[len(comparisons) - 1 - (unconstrained is not None)],
+        comparison=comparisons[refs.index(top_k)],
         full=full,
         written=written,
         written_feasible=written_feasible,
