@@ -88,9 +88,8 @@ def _evidence_recall(p: _Prefix, params: dict[str, object]) -> F64:
 def _evidence_coverage(p: _Prefix, params: dict[str, object]) -> F64:
     found = p.sum((p.grades() >= p.arrays.rules.relevant_grade).astype(np.float64))
     need = evidence_needed(p.arrays, params.get("needs"))  # type: ignore[arg-type]
-    out: F64 = np.where(
-        (p.arrays.n_evidence > 0)[:, None], (found >= need[:, None]).astype(np.float64), np.nan
-    )
+    out: F64 = np.greater_equal(found, need[:, None]).astype(np.float64)
+    out[p.arrays.n_evidence == 0] = np.nan
     return out
 
 
