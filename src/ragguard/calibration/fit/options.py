@@ -7,7 +7,7 @@ frozen groups of settings, one job each, checked when built.
 
     calibrator = Calibrator(
         objective="udcg",
-        constraints=["evidence_recall>=0.8"],
+        constraints=["evidence_coverage>=0.9"],
         split=Split(holdout=0.3, seed=0),
         guarantee=Guarantee(recall=0.9, confidence=0.95),
     )

@@ -112,6 +112,8 @@ def _print_summary(view: ResultView, out: Console) -> None:
         )
     label = "Why (retrieval only):" if w.stage is not None else "Why:"
     out.print(f"[bold]{label}[/] {escape(view.why)}.", highlight=False)
+    if view.cost is not None:
+        out.print(f"[bold]Constraint cost:[/] {escape(view.cost.line())}.", highlight=False)
     for line in view.unmet:
         out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
     guarantee = w.search.guarantee
