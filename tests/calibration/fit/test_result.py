@@ -110,7 +110,7 @@ def test_every_output_says_what_the_view_says(
 
     # what the default constraint costs: the same everywhere; the best plain top-k
     # without it, and its held-out mean, recomputed from the labels
-    cost, cal = view.cost, res.calibration_rows
+    cost, cal = view.cost, res.header.calibration_rows
     assert cost is not None and cost.constraints == "evidence_coverage>=0.9"
 
     def top(k: int, rows: np.ndarray) -> float:
