@@ -214,8 +214,12 @@ def write_folder(data: EvalData, qids: Sequence[str], folder: Path) -> None:
 # --------------------------------------------------------------------------- calibrate
 
 
-def calibrate_cli(folder: Path, extra: list[str], out: Path) -> tuple[GuardConfig, dict[str, Any]]:
-    """``ragguard calibrate FOLDER --json --no-report -o OUT [extra]`` in a subprocess."""
+def calibrate_cli(
+    folder: Path, extra: list[str], out: Path
+) -> tuple[GuardConfig, dict[str, Any], str]:
+    """``ragguard calibrate FOLDER --json --no-report -o OUT [extra]`` in a subprocess:
+    the config, the ``--json`` document and, when calibrate wrote no config (exit 1, a
+    constraint unmet), its message; the config is then the one ``--allow-unmet`` writes."""
     cmd = [
         sys.executable,
         "-c",
@@ -229,12 +233,16 @@ def calibrate_cli(folder: Path, extra: list[str], out: Path) -> tuple[GuardConfi
         *extra,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    refused = ""
+    if proc.returncode == 1 and "--allow-unmet" in proc.stderr:
+        refused = proc.stderr.strip().splitlines()[-1]
+        proc = subprocess.run([*cmd, "--allow-unmet"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(
             f"ragguard calibrate {' '.join(extra)} exited {proc.returncode}: "
             f"{proc.stderr.strip().splitlines()[-1:] or proc.stdout[-300:]}"
         )
-    return GuardConfig.from_file(out), json.loads(proc.stdout)
+    return GuardConfig.from_file(out), json.loads(proc.stdout), refused
 
 
 def describe(config: GuardConfig) -> str:
@@ -313,7 +321,7 @@ class SplitResult:
     seed: int
     rows: list[Row]  # default, recall, top-k chosen on calibration, held-out oracle
     check: bool
-    why: str
+    notes: list[str]
 
 
 def run_split(data: EvalData, qids: list[str], seed: int, tmp: Path) -> SplitResult:
@@ -324,8 +332,8 @@ def run_split(data: EvalData, qids: list[str], seed: int, tmp: Path) -> SplitRes
     cal_dir, held_dir = tmp / f"{data.name}-{seed}-cal", tmp / f"{data.name}-{seed}-held"
     write_folder(data, cal_ids, cal_dir)
     write_folder(data, held_ids, held_dir)
-    default, report = calibrate_cli(cal_dir, [], tmp / "default.toml")
-    recall, _ = calibrate_cli(cal_dir, ["--min-recall", "0.8"], tmp / "recall.toml")
+    default, report, refused = calibrate_cli(cal_dir, [], tmp / "default.toml")
+    recall, _, recall_refused = calibrate_cli(cal_dir, ["--min-recall", "0.8"], tmp / "recall.toml")
     cal_set = load_inputs(cal_dir)
     held_set = load_inputs(held_dir)
     cal_topk = topk_rows(cal_set, cal_ids, data)
@@ -368,8 +376,15 @@ def run_split(data: EvalData, qids: list[str], seed: int, tmp: Path) -> SplitRes
         )
     )
     rows.extend(held_topk)
-    why = report_line(report)
-    return SplitResult(seed, rows, guard_agrees(default, data, held_ids, kept_default), why)
+    notes = [report_line(report)]
+    for name, message in ((DEFAULT, refused), (RECALL, recall_refused)):
+        if message:
+            notes.append(
+                f"{name}: calibrate wrote no config ({message}); scored: the "
+                "config --allow-unmet writes"
+            )
+    agrees = guard_agrees(default, data, held_ids, kept_default)
+    return SplitResult(seed, rows, agrees, notes)
 
 
 def report_line(report: dict[str, Any]) -> str:
@@ -377,7 +392,7 @@ def report_line(report: dict[str, Any]) -> str:
     keys = ("constraints", "constraint")
     for key in keys:
         if key in report:
-            return f"{key}: {json.dumps(report[key])[:300]}"
+            return f"default run's --json {key}: {json.dumps(report[key])[:300]}"
     return "top-level --json keys: " + ", ".join(sorted(report)[:20])
 
 
@@ -385,11 +400,11 @@ def report_line(report: dict[str, Any]) -> str:
 
 
 def table(rows: list[Row]) -> list[str]:
-    head = f"{'method':<40} {'setting':<34} {'UDCG':>6} {'ev.rec':>6} {'cover':>6} {'kept':>6}"
+    head = f"{'method':<40} {'setting':<44} {'UDCG':>6} {'ev.rec':>6} {'cover':>6} {'kept':>6}"
     out = [head, "-" * len(head)]
     for r in rows:
         out.append(
-            f"{r.name:<40} {r.setting:<34} {np.mean(r.udcg):6.3f} "
+            f"{r.name:<40} {r.setting:<44} {np.mean(r.udcg):6.3f} "
             f"{np.nanmean(r.evidence_recall):6.3f} {np.mean(r.coverage):6.3f} "
             f"{np.mean(r.passages):6.2f}"
         )
@@ -408,13 +423,19 @@ def run_dataset(data: EvalData, n_queries: int, seeds: Sequence[int], tmp: Path)
     verdicts: list[str] = []
     for seed in seeds:
         t0 = time.perf_counter()
-        res = run_split(data, qids, seed, tmp)
+        try:
+            res = run_split(data, qids, seed, tmp)
+        except Exception as exc:  # a report, never a failure
+            print(f"\nsplit seed {seed}: failed: {exc!r}")
+            verdicts.append(f"FAIL {data.name} seed {seed}: the run failed ({exc!r})")
+            continue
         d, r, best = res.rows[0], res.rows[1], res.rows[2]
         print(
             f"\nsplit seed {seed}: calibrate read {len(qids) // 2} questions, "
             f"{len(qids) - len(qids) // 2} held out ({time.perf_counter() - t0:.0f} s)"
         )
-        print(f"default run's --json: {res.why}")
+        for note in res.notes:
+            print(note)
         print(
             "check: ContextGuard(default config).select keeps what the policy function "
             f"keeps on every held-out query: {res.check}"
@@ -428,7 +449,7 @@ def run_dataset(data: EvalData, n_queries: int, seeds: Sequence[int], tmp: Path)
         ok_udcg = gap >= -TOLERANCE
         fewer = float(np.mean(d.passages)), float(np.mean(r.passages))
         verdicts.append(
-            f"{'PASS' if ok_udcg else 'FAIL'} {data.name} seed {seed}: default config UDCG "
+            f"{'PASS' if ok_udcg else 'FAIL'} {data.name} seed {seed}: {d.name} UDCG "
             f"{np.mean(d.udcg):.3f} vs the best top-k chosen on calibration "
             f"({best.name.split('(')[1][:-1]}) "
             f"{np.mean(best.udcg):.3f}: {gap:+.3f} (goal >= -{TOLERANCE}); passages kept "
