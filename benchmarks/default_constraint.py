@@ -343,10 +343,16 @@ def run_split(data: EvalData, qids: list[str], seed: int, tmp: Path) -> SplitRes
     kept_default = policy_kept(held_set, default, held_ids)
     rows = [
         score(
-            DEFAULT, held_set, kept_default, held_ids, data.relevant, data.ranked, describe(default)
+            DEFAULT + (" (unmet)" if refused else ""),
+            held_set,
+            kept_default,
+            held_ids,
+            data.relevant,
+            data.ranked,
+            describe(default),
         ),
         score(
-            RECALL,
+            RECALL + (" (unmet)" if recall_refused else ""),
             held_set,
             policy_kept(held_set, recall, held_ids),
             held_ids,
