@@ -31,7 +31,13 @@ __all__ = ["config_line", "print_report_line", "print_result"]
 
 def _table(title: str) -> Table:
     # fits 80 columns: a rule under the header, one space between columns
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
 
 
 def _interval(iv: Interval) -> str:
