@@ -124,10 +124,10 @@ def test_calibrate_notes_writes_a_config_that_round_trips_and_a_report(tmp_path:
     # what the default constraint costs: top-1 scores more on the calibration queries
     # without it, and no worse than the choice on the held-out ones
     assert (
-        "Constraint cost: best mean udcg on the calibration queries with "
-        "evidence_coverage>=0.9 0.624 (max_k=4, t=0.80); without 0.654 (top-1); the best "
-        "plain top-k without them: top-1 (0.654); on the 15 held-out queries the choice "
-        "against it: -0.012 [-0.070, +0.045], no clear difference"
+        "Constraint cost: mean udcg on the calibration queries 0.624 (max_k=4, t=0.80) "
+        "with evidence_coverage>=0.9, 0.654 (top-1, also the best plain top-k) without; "
+        "on the 15 held-out queries the choice against top-1: -0.012 [-0.070, +0.045], "
+        "no clear difference"
     ) in out
     assert "Config ragguard.toml" in out and "ContextGuard.from_file" in out
     assert "Report ragguard-report/report.html" in out
@@ -570,8 +570,8 @@ def test_config_show_lists_the_rerank_table_field_by_field(tmp_path: Path) -> No
 
 def test_calibrate_prints_the_passages_verdict(tmp_path: Path) -> None:
     result = invoke("calibrate", NOTES, "--no-report")
-    row = next(line for line in result.stdout.splitlines() if line.startswith(" passages"))
-    api = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.8"])
+    row = next(line for line in result.stdout.splitlines() if line.startswith("passages "))
+    api = calibrate(load_inputs(NOTES), constraints=["evidence_coverage>=0.9"])
     expected = api.recommended.comparison.difference["passages"].mean
     assert row.split()[-1] == ("fewer" if expected < 0 else "more" if expected > 0 else "same")
 
@@ -714,7 +714,7 @@ def test_a_guarantee_nothing_certifies_is_not_met_and_nothing_says_otherwise(
 
 
 _ROW = re.compile(
-    r"^ (?P<metric>[a-z_]+)\s+\S+\s+\S+\s+\S+\s+\[(?P<low>[^,\]]+),\s*(?P<high>[^\]]+)\]\s+"
+    r"^(?P<metric>[a-z_]+)\s+\S+\s+\S+\s+\S+\s+\[(?P<low>[^,\]]+),\s*(?P<high>[^\]]+)\]\s+"
     r"(?P<verdict>.+?)\s*$"
 )
 

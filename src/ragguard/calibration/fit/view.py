@@ -281,23 +281,23 @@ class ConstraintCost:
 
     def line(self) -> str:
         """The cost in one line, as the console and the report print it."""
-        best = (
-            f"{_fmt(self.best)} ({self.best_setting})"
-            if math.isfinite(self.best)
-            else "none (no setting meets them)"
-        )
+        best = f"{_fmt(self.best)} ({self.best_setting})" if math.isfinite(self.best) else "none"
+        same = ", also the best plain top-k" if self.free_setting == self.top_k else ""
         text = (
-            f"best mean {self.objective} on the calibration queries with {self.constraints} "
-            f"{best}; without {_fmt(self.free)} ({self.free_setting}); the best plain "
-            f"top-k without them: {self.top_k} ({_fmt(self.top_k_value)})"
+            f"mean {self.objective} on the calibration queries {best} with {self.constraints}, "
+            f"{_fmt(self.free)} ({self.free_setting}{same}) without"
         )
+        if not same:
+            text += f"; the best plain top-k without them: {self.top_k} ({_fmt(self.top_k_value)})"
         c, obj = self.check.comparison, self.objective
         if self.worse is not None:
             return f"{text}. {self.worse[0].upper()}{self.worse[1:]}"
         if self.chosen == self.top_k:
-            text += "; the choice is that top-k itself"
+            text += f"; the choice is {self.top_k} itself"
         elif obj in c.metrics and c.n_queries:
-            text += f"; {c.where()} the choice against it: {c.change(obj)}, {c.verdict(obj)}"
+            text += (
+                f"; {c.where()} the choice against {self.top_k}: {c.change(obj)}, {c.verdict(obj)}"
+            )
         return text
 
 
