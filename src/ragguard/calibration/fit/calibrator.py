@@ -17,7 +17,8 @@ Steps, per run (retrieval profile):
    cross-validation with the one-standard-error rule, preferring plain top-k, then
    fewer rules (``ragguard.calibration.fit.select``); the family's best point on
    the calibration queries is the choice checked in step 4. When no setting of the
-   default grid meets the constraints, the caps grow to the candidate depth (at most
+   default grid meets the constraints (on the calibration queries, or on all of them
+   for the refit of step 6), the caps grow to the candidate depth (at most
    ``MAX_K_LIMIT``) and the sweep runs again; a
    ``max_k`` or a ``grid`` you give is a constraint, never exceeded. With
    ``guarantee`` the choice is instead the smallest context whose evidence recall the

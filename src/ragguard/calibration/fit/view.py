@@ -892,12 +892,23 @@ def _unmet(
     if a is not None and not a.met:
         out.append(a.shortfall())
     caps = "the max_k given" if header.caps_fixed else "the caps grown to the candidates"
+    n_all, n_cal = len(header.qids), header.calibration_rows.size
     for s in shortfalls(w, header.constraints):
-        out.append(
-            f"no setting meets {s.constraint}: the best reachable {s.constraint.metric} "
-            f"is {_fmt(s.best_value)} ({s.best_setting}, caps up to {s.max_k}, "
-            f"{caps}; the written setting {w.setting} reaches {_fmt(s.written_value)})"
+        line = (
+            f"no setting meets {s.constraint} on all {n_all} queries: the best reachable "
+            f"{s.constraint.metric} is {_fmt(s.best_value)} ({s.best_setting}, caps up to "
+            f"{s.max_k}, {caps}; the written setting {w.setting} reaches "
+            f"{_fmt(s.written_value)})"
         )
+        chosen = w.search.sweep.mean(w.search.chosen, s.constraint.metric)
+        if n_cal < n_all and s.constraint.violation(np.array([chosen]))[0] == 0:
+            missed = s.constraint.violation(np.array([s.written_value]))[0]
+            line += (
+                f"; it was met where chosen: {w.tested} reaches {_fmt(chosen)} on the "
+                f"{n_cal} calibration queries, and the written setting misses it on all "
+                f"{n_all} by {_fmt(missed)}"
+            )
+        out.append(line)
     return out
 
 
