@@ -36,7 +36,7 @@ def test_calibrate_json_with_a_budget_is_one_document_and_the_config_keeps_it(
 ) -> None:
     result = invoke(
         "calibrate", NOTES, "--max-tokens", 120, "--near-duplicate-threshold", 0.9,
-        "--token-counter", "chars:4", "--json",
+        "--token-counter", "chars:4", "--json", "--min-recall", 0.8,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)  # stdout holds the JSON document and nothing else
@@ -86,7 +86,7 @@ def test_calibrate_json_without_a_report() -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["report"] is None and doc["heldout_check"]["split"] == "all queries (in-sample)"
-    assert doc["objective"] == "udcg" and doc["constraints"] == ["evidence_recall>=0.8"]
+    assert doc["objective"] == "udcg" and doc["constraints"] == ["evidence_coverage>=0.9"]
     assert {r["run"] for r in doc["runs"]} == {"bm25", "dense-minilm"}
 
 
@@ -157,7 +157,7 @@ def test_calibrate_sweeps_conflict_settings_and_every_output_names_the_choice(
     es = load_inputs(NOTES)
     api = calibrate(
         es,
-        constraints=["evidence_recall>=0.8"],
+        constraints=["evidence_coverage>=0.9"],
         stages=Stages(conflicts=["off", "keep_first", "drop"], conflict_similarities=[0.3, 0.7]),
     )
     r = api.recommended

@@ -9,8 +9,8 @@ sweep the guard's settings to recommend a config.
     evaluate(evalset, metrics=["ndcg@10", "udcg"])        # {"ndcg@10": 0.71, "udcg": 0.58}
     evaluate(evalset, metrics=["ndcg@10"], per_query=True)  # {"ndcg@10": {"q1": 0.63, ...}}
     evaluate(qrels, run, metrics=["recall@5"])            # plain dicts, as in ranx
-    result = calibrate(evalset, constraints=["evidence_recall>=0.8"])  # the sweep
-    result = Calibrator(constraints=["evidence_recall>=0.8"], split=Split(seed=1)).fit(evalset)
+    result = calibrate(evalset, constraints=["evidence_coverage>=0.9"])  # the sweep
+    result = Calibrator(constraints=["evidence_coverage>=0.9"], split=Split(seed=1)).fit(evalset)
     result.save_config("ragguard.toml")                   # ContextGuard.from_file(...)
     write_report(result, "report/")                       # Markdown + HTML, with plots
 

@@ -60,7 +60,7 @@ class Utilities:
 
 @dataclass(frozen=True)
 class Goal:
-    """What is chosen: the objective under the constraints (``--min-recall`` among
+    """What is chosen: the objective under the constraints (the evidence one among
     them), or a recall guarantee; and the answerability floor calibrated with it."""
 
     objective: str
@@ -107,14 +107,17 @@ def _utilities(
 def _goal(
     objective: str,
     min_recall: float | None,
+    evidence_needed: int | None,
     constraint: list[str] | None,
     guarantee: str | None,
     confidence: float,
     max_false_abstain: float | None,
 ) -> Goal:
-    """The objective, the constraints (``--min-recall``'s last: default 0.8, or none with
-    a guarantee, which states the recall; 0 turns it off), the guarantee and the
-    answerability floor.
+    """The objective, the constraints (the evidence one last: by default
+    ``evidence_coverage>=DEFAULT_MIN_COVERAGE``, of ``--evidence-needed`` passages when
+    given; ``--min-recall`` replaces it with ``evidence_recall>=X``, 0 turning both off;
+    none with a guarantee, which states the recall), the guarantee and the answerability
+    floor.
 
     Raises:
         ConfigError: a share, rule or guarantee out of range or malformed.
@@ -122,13 +125,15 @@ def _goal(
     from ragguard.calibration import Constraint
     from ragguard.calibration.fit.options import Answerability
     from ragguard.calibration.fit.risk import EVIDENCE
+    from ragguard.calibration.fit.sweep import COVERAGE, DEFAULT_MIN_COVERAGE
 
     answerability = None
     if max_false_abstain is not None:  # before the eval set is read
         answerability = Answerability(max_false_abstain=max_false_abstain, confidence=confidence)
     constraints = [Constraint.parse(c) for c in constraint or ()]
-    if min_recall is None:  # the default floor, unless a guarantee states the recall
-        min_recall = 0.8 if guarantee is None else 0.0
+    needs = "" if evidence_needed is None else f"(needs={evidence_needed})"
+    if (min_recall is None and guarantee is None) or (evidence_needed and min_recall != 0):
+        constraints.append(Constraint(COVERAGE + needs, ">=", DEFAULT_MIN_COVERAGE))
     if min_recall:
         constraints.append(Constraint(EVIDENCE, ">=", float(min_recall)))
     return Goal(
@@ -208,11 +213,22 @@ ObjectiveOpt = option(
 MinRecallOpt = option(
     float | None,
     "Keep only settings whose mean evidence recall (relevant passages kept / "
-    "relevant passages among the candidates) reaches this; 0 turns it off. "
-    "Default 0.8, or none with --guarantee (the guarantee states the recall).",
+    "relevant passages among the candidates) reaches this, instead of the default "
+    "evidence coverage >= 0.9 (the share of answerable queries whose context holds "
+    "the relevant passages they need); 0 turns both off. None by default, nor with "
+    "--guarantee (the guarantee states the recall).",
     min=0.0,
     max=1.0,
     metavar="FLOAT",
+    show_default=False,
+)
+EvidenceNeededOpt = option(
+    int | None,
+    "Relevant passages every query needs in its context, for the evidence coverage "
+    "constraint (default: the eval set's per-query 'needs', else 1; at most the "
+    "relevant candidates a query has).",
+    min=1,
+    metavar="INT",
     show_default=False,
 )
 ConstraintOpt = option(
@@ -343,6 +359,7 @@ GOAL = FlagGroup(
     (
         Flag("objective", ObjectiveOpt),
         Flag("min_recall", MinRecallOpt, None),
+        Flag("evidence_needed", EvidenceNeededOpt, None),
         Flag("constraint", ConstraintOpt, None),
         Flag("guarantee", GuaranteeOpt, None),
         Flag("confidence", ConfidenceOpt),

@@ -159,13 +159,13 @@ def test_an_unreachable_floor_names_the_reachable_recall_and_writes_nothing(
     assert not out.exists()
     text = " ".join(res.output.split())
     assert "no config written" in text
-    assert "best reachable evidence_recall is 0.333" in text
+    assert "best reachable evidence_coverage is 0.333" in text
     assert "caps up to 100" in text  # the grid grew to the stated cap
     res = CliRunner().invoke(app, [*args, "--allow-unmet"])
     assert res.exit_code == 0, res.output
     prov = GuardConfig.from_file(out).provenance
     assert prov["constraints_met"] is False
-    assert any("best reachable evidence_recall is 0.333" in s for s in prov["shortfall"])
+    assert any("best reachable evidence_coverage is 0.333" in s for s in prov["shortfall"])
 
 
 # --------------------------------------------------------------------------- refit, fallback

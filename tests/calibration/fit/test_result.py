@@ -75,7 +75,7 @@ def test_every_output_says_what_the_view_says(
     text = _flat(console.stdout)
 
     # the view, built independently by the library on the same data and options
-    res = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.8"])
+    res = calibrate(load_inputs(NOTES), constraints=["evidence_coverage>=0.9"])
     view = res.view(evalset=shown)
     r, w = view.run, view.written
 
@@ -108,8 +108,34 @@ def test_every_output_says_what_the_view_says(
     assert view.check.bands is not None and view.check.bands[1] is band
     assert f"{view.check.bands[0].value} with plain top-k, {band.value} guarded" in text
 
-    # what to try next (DANGEROUS here): the same commands everywhere
-    assert band.value == "DANGEROUS" and view.next_steps
+    # what the default constraint costs: the same everywhere; the best plain top-k
+    # without it, and its held-out mean, recomputed from the labels
+    cost, cal = view.cost, res.header.calibration_rows
+    assert cost is not None and cost.constraints == "evidence_coverage>=0.9"
+
+    def top(k: int, rows: np.ndarray) -> float:
+        cut = np.minimum(r.arrays.n_present, k)
+        return float(np.nanmean(compute(r.arrays, "udcg", cut=cut)[rows]))
+
+    by_k = {k: top(k, cal) for k in range(1, r.cap + 1)}
+    best_k = max(by_k, key=lambda k: by_k[k])
+    assert cost.top_k == f"top-{best_k}" and cost.top_k_value == pytest.approx(by_k[best_k])
+    assert cost.free >= cost.top_k_value and cost.free >= cost.best
+    assert cost.best == pytest.approx(r.sweep.mean(r.chosen, "udcg"))  # the choice is best
+    free = doc["constraint_cost"]
+    assert free["constraints"] == cost.constraints and free["worse"] is None
+    assert free["top_k_without"] == {"setting": f"top-{best_k}", "objective": cost.top_k_value}
+    assert (
+        free["best_with"]["objective"] == cost.best
+        and free["best_without"]["objective"] == cost.free
+    )
+    held_top = free["heldout_check"]["metrics"]["udcg"]["baseline"]
+    assert held_top == pytest.approx(top(best_k, held))
+    assert f"Constraint cost: {cost.line()}." in text
+    assert "## What the constraints cost" in report and cost.line()[1:] in report
+
+    # what to try next (RISKY here): the same commands everywhere
+    assert band.value == "RISKY" and view.next_steps
     assert [s["command"] for s in doc["recommended"]["next_steps"]] == [
         list(cmds) for _, cmds in view.next_steps
     ]

@@ -122,7 +122,7 @@ def test_a_cut_equals_truncating_the_run(k: int | None) -> None:
         distractors={q: sorted(es.labels[q].distractors) for q in es.qids},
     ).arrays("t")
     for name in METRICS:
-        if name in ("proc", "pct_proc", "evidence_recall"):
+        if name in ("proc", "pct_proc", "evidence_recall", "evidence_coverage"):
             continue  # their pool is the whole candidate list, not the kept prefix
         text = name if k is None else f"{name}@{k}"
         got = evaluate(arrays, metrics=text, per_query=True, cut=cut)[text]

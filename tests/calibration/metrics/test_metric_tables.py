@@ -11,7 +11,8 @@ from ragguard.calibration.metrics.tables import prefix_table
 from tests.calibration.sweep_reference import messy_evalset
 
 METRICS = (
-    "precision", "precision@3", "recall", "recall@4", "evidence_recall", "hit_rate",
+    "precision", "precision@3", "recall", "recall@4", "evidence_recall", "evidence_coverage",
+    "evidence_coverage(needs=2)", "evidence_coverage@3", "hit_rate",
     "mrr", "mrr@2", "ndcg", "ndcg@5", "udcg", "udcg(gamma=0.5)", "udcg@3", "udcg_dcg",
     "udcg_ndcg", "udcg_ndcg@4", "utility", "distractor_rate", "distractor_harm@6",
 )  # fmt: skip

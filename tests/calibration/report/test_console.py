@@ -29,7 +29,7 @@ def test_the_console_prints_the_view_alone(tmp_path: Path, monkeypatch: pytest.M
 
     # the same calibration (calibrate's defaults are the command's), its view with the
     # run's search taken out: a printer that reached into it would fail or differ
-    result = calibrate(load_inputs(NOTES), constraints=["evidence_recall>=0.8"])
+    result = calibrate(load_inputs(NOTES), constraints=["evidence_coverage>=0.9"])
     view = result.view(evalset=CommandLine(str(NOTES)))
     detached = replace(view, run=None)
     buffer = io.StringIO()

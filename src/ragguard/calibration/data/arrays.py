@@ -71,6 +71,9 @@ class EvalArrays:
         n_evidence: (Q,) relevant candidates among the query's own candidates (grade >=
             ``rules.relevant_grade``): the denominator of evidence recall, all the
             guard can keep (a reranked sub-list keeps its full list's count).
+        n_needed: (Q,) relevant passages each query needs, as its data states (the JSONL
+            ``needs`` field; 0 where none is stated), or empty when no query states one:
+            what evidence coverage asks of a context.
         ideal_grades: (Q, M) positive grades of all labelled documents, highest first,
             zero-padded (stated unlabelled relevant ones as grade 1), for IDCG.
         ideal_utilities: (Q, M') positive label utilities of all labelled documents,
@@ -104,6 +107,7 @@ class EvalArrays:
     integer_grades: bool = True
     score_issues: Mapping[ScoreIssue, int] = field(default_factory=dict)
     n_evidence: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    n_needed: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
     _order: NDArray[np.integer[Any]] = field(
         default_factory=lambda: np.zeros((0, 0), dtype=np.intp), repr=False
     )

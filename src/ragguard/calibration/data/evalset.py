@@ -11,10 +11,13 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import numpy as np
 
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.columns import (
@@ -268,6 +271,10 @@ class EvalSet:
         arrays = arrays_from_columnar(
             self.qids, r.candidates, self.labels, score_kind=r.score_kind, profile=prof, rules=rules
         )
+        if not isinstance(self.queries, KeyView):  # (queries read column-wise state no need)
+            needs = [getattr(self.queries.get(q), "needs", None) or 0 for q in arrays.qids]
+            if any(needs):
+                arrays = replace(arrays, n_needed=np.asarray(needs, dtype=np.intp))
         if arrays.score_issues:
             logger.warning(
                 "run %r: scores contradict score_kind=%r in %s",

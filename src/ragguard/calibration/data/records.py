@@ -12,11 +12,14 @@ from ragguard.scores import ScoreKind
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """A query of the eval set: its id, text and reference answers."""
+    """A query of the eval set: its id, text, reference answers and the relevant
+    passages it needs to be answered (``None``: not stated, one; see
+    [`evidence_coverage`][ragguard.calibration.metrics.evidence_coverage])."""
 
     id: str
     text: str | None = None
     answers: tuple[str, ...] = ()
+    needs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

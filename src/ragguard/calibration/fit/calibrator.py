@@ -4,7 +4,7 @@
 
     from ragguard.calibration import calibrate, load_evalset
 
-    result = calibrate(load_evalset("eval.jsonl"), constraints=["evidence_recall>=0.8"])
+    result = calibrate(load_evalset("eval.jsonl"), constraints=["evidence_coverage>=0.9"])
     result.recommended.chosen_params       # PolicyParams(max_k=4, relative_threshold=0.8, ...)
     result.save_config("ragguard.toml")    # ContextGuard.from_file("ragguard.toml")
 
@@ -17,7 +17,8 @@ Steps, per run (retrieval profile):
    cross-validation with the one-standard-error rule, preferring plain top-k, then
    fewer rules (``ragguard.calibration.fit.select``); the family's best point on
    the calibration queries is the choice checked in step 4. When no setting of the
-   default grid meets the constraints, the caps grow to the candidate depth (at most
+   default grid meets the constraints (on the calibration queries, or on all of them
+   for the refit of step 6), the caps grow to the candidate depth (at most
    ``MAX_K_LIMIT``) and the sweep runs again; a
    ``max_k`` or a ``grid`` you give is a constraint, never exceeded. With
    ``guarantee`` the choice is instead the smallest context whose evidence recall the
@@ -177,7 +178,7 @@ class Calibrator:
 
         calibrator = Calibrator(
             objective="udcg",
-            constraints=["evidence_recall>=0.8"],
+            constraints=["evidence_coverage>=0.9"],
             split=Split(holdout=0.3, seed=0),
             check=Check(n_bootstrap=2000),
         )
@@ -189,8 +190,11 @@ class Calibrator:
     Attributes:
         objective: the metric to optimise (a registry metric string or ``passages``);
             distractor rate and harm are minimised, everything else maximised.
-        constraints: ``Constraint`` objects or strings like ``"evidence_recall>=0.8"``
-            (evidence recall: recall among the candidates, the recall a guard controls).
+        constraints: ``Constraint`` objects or strings like ``"evidence_coverage>=0.9"``
+            (the share of answerable queries whose context holds the relevant passages
+            they need, ``evidence_coverage(needs=2)`` for two; ``ragguard calibrate``'s
+            default) or ``"evidence_recall>=0.8"`` (recall among the candidates); none
+            by default.
         profile: tolerance profile for utilities (default ``support``); its name goes
             into the config.
         rules: which grades are relevant / partially relevant (default: the profile's).
@@ -468,8 +472,21 @@ def _search_run(
         swept.kept[baseline].astype(np.intp),
         point=baseline,
     )
+    free, _ = choose(swept, objective, (), among=top_idx)  # the constraints' cost
+    unconstrained = None
+    if cons and free != baseline:
+        unconstrained = Reference(
+            f"plain {describe_point(points[free])}",
+            space.kernels[0],
+            swept.kept[free].astype(np.intp),
+            point=free,
+        )
     found = search(
-        space, plan, top_k, fallback_family=top_idx if baseline_k is None else [baseline]
+        space,
+        plan,
+        top_k,
+        fallback_family=top_idx if baseline_k is None else [baseline],
+        unconstrained=unconstrained,
     )
     n_queries = len(evalset.qids)
     comparison = found.comparison
@@ -510,7 +527,7 @@ def calibrate(
 
         result = calibrate(
             evalset,
-            constraints=["evidence_recall>=0.8"],
+            constraints=["evidence_coverage>=0.9"],
             split=Split(holdout=0.3, seed=0),
             stages=Stages(conflicts=["off", "drop"]),
         )

@@ -7,7 +7,7 @@ frozen groups of settings, one job each, checked when built.
 
     calibrator = Calibrator(
         objective="udcg",
-        constraints=["evidence_recall>=0.8"],
+        constraints=["evidence_coverage>=0.9"],
         split=Split(holdout=0.3, seed=0),
         guarantee=Guarantee(recall=0.9, confidence=0.95),
     )
@@ -140,7 +140,8 @@ class Search:
             grow past it. ``None`` (the default): caps ``1..``
             ``DEFAULT_MAX_K``, which grow to the
             candidate depth (at most ``MAX_K_LIMIT``)
-            when no setting meets the constraints, or with a guarantee. Ignored when
+            when no setting meets the constraints (on the calibration queries or on
+            all), or with a guarantee. Ignored when
             ``grid`` is given (a grid never grows).
         grid: the settings to try (default
             [`SweepGrid.up_to(max_k)`][ragguard.calibration.SweepGrid.up_to]).

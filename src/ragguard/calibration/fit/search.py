@@ -21,7 +21,9 @@ for a whole calibration):
 2. **check** the choice on the held-out queries against the best plain top-k (for a
    second stage, against the retrieval-only choice first), each a ``Reference``,
    with paired bootstrap intervals; the first it is **worse** than on the objective
-   (the interval of the difference excludes 0) is its ``fallback``;
+   (the interval of the difference excludes 0) is its ``fallback``; with constraints,
+   also against the best plain top-k **without** them (``unconstrained``), which only
+   shows what the constraints cost: it is never fallen back to;
 3. **refit**: the chosen family's point re-selected on **all** queries, which the config
    holds; after a fallback, the ``fallback_family`` given (plain top-k in the space)
    re-selected instead. A guarantee is not refitted: the certified point is written,
@@ -107,6 +109,9 @@ class RunCalibration:
             second stage, checked against the retrieval run's).
         against_retrieval: a second stage's choice against the retrieval-only choice
             on the held-out queries (``None`` for a retrieval search).
+        unconstrained: index of the best plain top-k without the constraints, when it
+            is not ``baseline`` (``None`` otherwise).
+        against_unconstrained: the choice against it on the held-out queries.
     """
 
     space: SearchSpace = field(repr=False)
@@ -121,6 +126,8 @@ class RunCalibration:
     guarantee: GuaranteeResult | None = None
     baseline: int | None = None
     against_retrieval: Comparison | None = field(default=None, repr=False)
+    unconstrained: int | None = None
+    against_unconstrained: Comparison | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -243,6 +250,7 @@ def search(
     *,
     retrieval: Reference | None = None,
     fallback_family: Sequence[int] | None = None,
+    unconstrained: Reference | None = None,
 ) -> RunCalibration:
     """Choose, check and refit over ``space`` (see the module docstring).
 
@@ -254,6 +262,8 @@ def search(
         retrieval: a second stage's retrieval-only choice, checked against first.
         fallback_family: the points re-selected on all queries after a fallback
             (``None``: the choice's family still is, and the caller leaves it out).
+        unconstrained: the best plain top-k without the constraints, compared (never
+            fallen back to) when it is not ``top_k``.
     """
     objective, cons, reported = plan.objective, plan.constraints, plan.reported
     calib_rows, held_rows = plan.calibration_rows, plan.heldout_rows
@@ -292,6 +302,8 @@ def search(
         space.kernel_of(chosen), swept.kept[chosen].astype(np.intp), reported, rows
     )
     refs = ([] if retrieval is None else [retrieval]) + [top_k]
+    if unconstrained is not None:
+        refs.append(unconstrained)
     comparisons: list[Comparison] = []
     for ref in refs:
         theirs = metric_values(ref.kernel, ref.kept, reported, rows)
@@ -312,6 +324,8 @@ def search(
         if space.stage is not None:
             what = "the two-stage choice"
         for ref, comp in zip(refs, comparisons, strict=True):
+            if ref is unconstrained:
+                break
             if ref.point != chosen and comp.verdict(objective) == "worse":
                 fallback = (
                     f"{comp.where()} {what} is worse than {ref.name} on {objective} "
@@ -335,7 +349,7 @@ def search(
         space=space,
         chosen=chosen,
         feasible=feasible,
-        comparison=comparisons[-1],
+        comparison=comparisons[refs.index(top_k)],
         full=full,
         written=written,
         written_feasible=written_feasible,
@@ -344,4 +358,6 @@ def search(
         guarantee=g_result,
         baseline=top_k.point,
         against_retrieval=None if retrieval is None else comparisons[0],
+        unconstrained=None if unconstrained is None else unconstrained.point,
+        against_unconstrained=None if unconstrained is None else comparisons[-1],
     )

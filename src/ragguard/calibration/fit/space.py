@@ -252,7 +252,8 @@ def retrieval_space(
     ``plan``, under each conflict setting they sweep; plain top-k only for a run
     without scores), swept over the calibration queries. The caps grow to the candidate
     depth (at most ``MAX_K_LIMIT``) when ``may_grow`` and no setting meets the
-    constraints, and always for a guarantee (whose first sweep would go unused: it is
+    constraints on the calibration queries or on all of them (where the refit
+    re-chooses), and always for a guarantee (whose first sweep would go unused: it is
     skipped).
 
     Raises:
@@ -296,8 +297,12 @@ def retrieval_space(
         wider = replace(grid, max_k=_extended_caps(grid.max_k, depth))
     if wider is None or target is None:
         space = sweep_on(grid)
+        # met on the calibration queries (the choice's) and on all (the refit's)
+        every = np.arange(arrays.n_queries, dtype=np.intp)
         if wider is None or all(
-            bool((c.violation(space.swept.column(c.metric)) == 0).any()) for c in cons
+            bool((c.violation(swept.column(c.metric)) == 0).any())
+            for swept in (space.swept, space.means(every))
+            for c in cons
         ):
             return space
         del space  # the first sweep's tables go before the wider ones are built

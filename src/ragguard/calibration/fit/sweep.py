@@ -64,7 +64,9 @@ if TYPE_CHECKING:
     from ragguard.calibration.fit.sweep_stages import Compacted, CutContexts, PassageStages
 
 __all__ = [
+    "COVERAGE",
     "DEFAULT_METRICS",
+    "DEFAULT_MIN_COVERAGE",
     "F64",
     "LOWER_IS_BETTER",
     "PASSAGES",
@@ -98,6 +100,14 @@ Cuts = NDArray[np.unsignedinteger[Any] | np.int32]
 
 PASSAGES = "passages"
 """Pseudo-metric of the sweep: the number of passages kept (its mean: the mean context)."""
+
+COVERAGE = "evidence_coverage"
+"""The metric of ``ragguard calibrate``'s default constraint: the share of answerable
+queries whose context holds the relevant passages they need."""
+
+DEFAULT_MIN_COVERAGE = 0.9
+"""``ragguard calibrate``'s default constraint is ``evidence_coverage>=DEFAULT_MIN_COVERAGE``
+(docs/guides/calibrate.md says why this value)."""
 
 DEFAULT_METRICS: tuple[str, ...] = (
     "udcg",
@@ -331,7 +341,7 @@ def describe_point(params: PolicyParams) -> str:
 # --------------------------------------------------------------------------- constraints
 
 
-_CONSTRAINT = re.compile(r"^\s*(?P<metric>[^<>=\s]+)\s*(?P<op>>=|<=)\s*(?P<bound>[^\s]+)\s*$")
+_CONSTRAINT = re.compile(r"^\s*(?P<metric>[^<>\s]+?)\s*(?P<op>>=|<=)\s*(?P<bound>[^\s]+)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,15 +358,16 @@ class Constraint:
             raise ConfigError(f"a constraint compares with >= or <=, got {self.op!r}")
         if not (is_real(self.bound) and math.isfinite(self.bound)):
             raise ConfigError(f"constraint bound must be finite, got {self.bound!r}")
-        if self.metric == "evidence_recall" and not 0.0 <= self.bound <= 1.0:
+        name = _metric_name(self.metric)
+        if name in ("evidence_recall", COVERAGE) and not 0.0 <= self.bound <= 1.0:
             raise ConfigError(
-                f"evidence_recall is a share: its constraint bound must be in [0, 1], got "
-                f"{self.bound!r}"
+                f"{name} is a share: its constraint bound must be in [0, 1], got {self.bound!r}"
             )
 
     @classmethod
     def parse(cls, text: str) -> Constraint:
-        """``"recall>=0.8"`` or ``"distractor_rate<=0.2"``.
+        """``"recall>=0.8"``, ``"distractor_rate<=0.2"`` or
+        ``"evidence_coverage(needs=2)>=0.9"``.
 
         Raises:
             ValueError: bad syntax or an unknown metric.

@@ -60,6 +60,7 @@ __all__ = [
     "CheckView",
     "CommandLine",
     "ConflictView",
+    "ConstraintCost",
     "Example",
     "GuaranteeView",
     "Header",
@@ -208,6 +209,96 @@ class RunRow:
             written_means=r.full.point_means(r.written),
             written_feasible=r.written_feasible,
         )
+
+
+@dataclass(frozen=True, eq=False)
+class ConstraintCost:
+    """What the constraints cost (``ResultView.cost``): the best mean objective on the
+    calibration queries with them and without them, the plain top-k that wins without
+    them, and the choice against that top-k on the held-out queries.
+
+    Attributes:
+        constraints: the constraints, in words (``evidence_coverage>=0.9``).
+        objective: the objective metric.
+        best: the best mean objective of a setting meeting them (NaN: none does).
+        best_setting: that setting, in words.
+        free: the best mean objective of any setting.
+        free_setting: that setting, in words.
+        top_k: the best plain top-k without the constraints, in words.
+        top_k_value: its mean objective.
+        chosen: the choice on the calibration queries, in words.
+        check: the choice against that top-k on the held-out queries.
+        worse: a line saying the choice is worse than that top-k there, or ``None``.
+    """
+
+    constraints: str
+    objective: str
+    best: float
+    best_setting: str
+    free: float
+    free_setting: str
+    top_k: str
+    top_k_value: float
+    chosen: str
+    check: CheckView
+    worse: str | None
+
+    @classmethod
+    def of(cls, header: Header, r: RunCalibration) -> ConstraintCost | None:
+        """The cost of ``header``'s constraints on run ``r``'s retrieval search
+        (``None`` without constraints)."""
+        cons, obj = header.constraints, header.objective
+        if not cons:
+            return None
+        best, ok = choose(r.sweep, obj, cons)
+        free, _ = choose(r.sweep, obj)
+        top = r.baseline if r.unconstrained is None else r.unconstrained
+        assert top is not None  # a retrieval search has its plain top-k
+        c = r.comparison if r.against_unconstrained is None else r.against_unconstrained
+        text = " and ".join(str(x) for x in cons)
+        worse = None
+        if obj in c.metrics and c.verdict(obj) == "worse":
+            worse = (
+                f"{c.where()} the choice ({describe_point(r.chosen_params)}) is worse than "
+                f"plain {describe_point(r.sweep.points[top])}, the best plain top-k without "
+                f"{text}, on {obj} (difference {c.change(obj)}): that is what {text} costs; "
+                "without the constraint (--min-recall 0, or constraints=[]) that top-k "
+                "competes"
+            )
+        return cls(
+            constraints=text,
+            objective=obj,
+            best=r.sweep.mean(best, obj) if ok else math.nan,
+            best_setting=describe_point(r.sweep.points[best]),
+            free=r.sweep.mean(free, obj),
+            free_setting=describe_point(r.sweep.points[free]),
+            top_k=describe_point(r.sweep.points[top]),
+            top_k_value=r.sweep.mean(top, obj),
+            chosen=describe_point(r.chosen_params),
+            check=CheckView.of(c),
+            worse=worse,
+        )
+
+    def line(self) -> str:
+        """The cost in one line, as the console and the report print it."""
+        best = f"{_fmt(self.best)} ({self.best_setting})" if math.isfinite(self.best) else "none"
+        same = ", also the best plain top-k" if self.free_setting == self.top_k else ""
+        text = (
+            f"mean {self.objective} on the calibration queries {best} with {self.constraints}, "
+            f"{_fmt(self.free)} ({self.free_setting}{same}) without"
+        )
+        if not same:
+            text += f"; the best plain top-k without them: {self.top_k} ({_fmt(self.top_k_value)})"
+        c, obj = self.check.comparison, self.objective
+        if self.worse is not None:
+            return f"{text}. {self.worse[0].upper()}{self.worse[1:]}"
+        if self.chosen == self.top_k:
+            text += f"; the choice is {self.top_k} itself"
+        elif obj in c.metrics and c.n_queries:
+            text += (
+                f"; {c.where()} the choice against {self.top_k}: {c.change(obj)}, {c.verdict(obj)}"
+            )
+        return text
 
 
 @dataclass(frozen=True, eq=False)
@@ -442,7 +533,7 @@ class Header:
 
     def objective_text(self, constraints: bool = True) -> str:
         """The objective in words: ``maximise mean udcg subject to
-        evidence_recall>=0.8``, or the guarantee that replaces it (without ``subject to``
+        evidence_coverage>=0.9``, or the guarantee that replaces it (without ``subject to``
         when not ``constraints``)."""
         cons = " and ".join(str(c) for c in self.constraints) if constraints else ""
         if self.target is not None:
@@ -493,6 +584,8 @@ class ResultView:
         band: the tested setting's safety band on the held-out queries
             (``WrittenSetting.band``).
         runs: every run's line, in the eval set's order (``RunRow``).
+        cost: what the constraints cost on the run's retrieval search
+            (``ConstraintCost``; ``None`` without constraints).
         next_steps: what to try when the written setting's own band on those queries
             (``WrittenSetting.checked_band``) is RISKY or DANGEROUS: ``(what,
             commands)`` pairs (empty otherwise).
@@ -545,6 +638,7 @@ class ResultView:
     stage: StageView | None
     band: SafetyBand | None
     runs: tuple[RunRow, ...]
+    cost: ConstraintCost | None
     next_steps: tuple[tuple[str, tuple[str, ...]], ...]
     answerability: AnswerabilityResult | None
     run_name: str
@@ -642,6 +736,7 @@ def build_view(
         stage=None if two is None else StageView.of(two, w.two_stage is not None),
         band=w.band(),
         runs=tuple(RunRow.of(x, x is recommended) for x in runs),
+        cost=ConstraintCost.of(header, r),
         next_steps=_next_steps(header, w, line),
         answerability=mine,
         run_name=r.name,
@@ -797,12 +892,23 @@ def _unmet(
     if a is not None and not a.met:
         out.append(a.shortfall())
     caps = "the max_k given" if header.caps_fixed else "the caps grown to the candidates"
+    n_all, n_cal = len(header.qids), header.calibration_rows.size
     for s in shortfalls(w, header.constraints):
-        out.append(
-            f"no setting meets {s.constraint}: the best reachable {s.constraint.metric} "
-            f"is {_fmt(s.best_value)} ({s.best_setting}, caps up to {s.max_k}, "
-            f"{caps}; the written setting {w.setting} reaches {_fmt(s.written_value)})"
+        line = (
+            f"no setting meets {s.constraint} on all {n_all} queries: the best reachable "
+            f"{s.constraint.metric} is {_fmt(s.best_value)} ({s.best_setting}, caps up to "
+            f"{s.max_k}, {caps}; the written setting {w.setting} reaches "
+            f"{_fmt(s.written_value)})"
         )
+        chosen = w.search.sweep.mean(w.search.chosen, s.constraint.metric)
+        if n_cal < n_all and s.constraint.violation(np.array([chosen]))[0] == 0:
+            missed = s.constraint.violation(np.array([s.written_value]))[0]
+            line += (
+                f"; it was met where chosen: {w.tested} reaches {_fmt(chosen)} on the "
+                f"{n_cal} calibration queries, and the written setting misses it on all "
+                f"{n_all} by {_fmt(missed)}"
+            )
+        out.append(line)
     return out
 
 

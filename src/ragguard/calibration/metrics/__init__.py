@@ -3,8 +3,8 @@ string registry.
 
 Each family lives in its own module with its formulas and edge cases in the docstrings:
 
-* ``classic`` -- precision, recall, evidence recall, hit rate, MRR, MAP, nDCG (linear and
-  exponential gain), F-beta;
+* ``classic`` -- precision, recall, evidence recall, evidence coverage, hit rate, MRR,
+  MAP, nDCG (linear and exponential gain), F-beta;
 * ``udcg`` -- UDCG (Eq. 4), the signed-utility DCG and its normalised form, the
   context's total utility, UDCG_theta (Eq. 3) and its fitting routine;
 * ``distractor`` -- distractor rate, distractor harm, safety bands;
@@ -34,6 +34,7 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64
 from ragguard.calibration.metrics.classic import (
     average_precision,
+    evidence_coverage,
     evidence_recall,
     f_beta,
     hit_rate,
@@ -84,6 +85,7 @@ __all__ = [
     "context_utility",
     "distractor_harm",
     "distractor_rate",
+    "evidence_coverage",
     "evidence_recall",
     "f_beta",
     "fit_udcg_theta",
@@ -148,6 +150,7 @@ METRICS: dict[str, MetricSpec] = {
         _spec("precision", precision),
         _spec("recall", recall),
         _spec("evidence_recall", evidence_recall, may_be_na=True),
+        _spec("evidence_coverage", evidence_coverage, may_be_na=True),
         _spec("hit_rate", hit_rate),
         _spec("mrr", reciprocal_rank),
         _spec("map", average_precision),
@@ -175,6 +178,7 @@ ALIASES: dict[str, str] = {
     "p": "precision",
     "hit": "hit_rate",
     "evidence": "evidence_recall",
+    "coverage": "evidence_coverage",
     "success": "hit_rate",
     "rr": "mrr",
     "recip_rank": "mrr",

@@ -29,11 +29,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
-from ragguard.calibration.metrics._common import F64, discount, divide, window
+from ragguard.calibration.metrics._common import F64, I, discount, divide, window
 from ragguard.errors import ConfigError
 
 __all__ = [
     "average_precision",
+    "evidence_coverage",
+    "evidence_needed",
     "evidence_recall",
     "f_beta",
     "hit_rate",
@@ -141,6 +143,54 @@ def evidence_recall(
     found = (w.take(arrays.grades) >= arrays.rules.relevant_grade).sum(axis=1, dtype=np.float64)
     den = arrays.n_evidence.astype(np.float64)
     out: F64 = np.divide(found, den, out=np.full(den.shape, np.nan), where=den > 0)
+    return out
+
+
+def evidence_needed(arrays: EvalArrays, needs: int | None = None) -> I:
+    """(Q,) relevant candidates each query needs in its context: ``needs`` for every
+    query when given, else the query's stated need (``EvalArrays.n_needed``, the JSONL
+    ``needs`` field), else 1; at most the relevant candidates it has
+    (``EvalArrays.n_evidence``).
+
+    Raises:
+        ConfigError: ``needs`` is not a whole number >= 1.
+    """
+    if needs is not None and (isinstance(needs, bool) or not isinstance(needs, int) or needs < 1):
+        raise ConfigError(f"evidence_coverage: needs must be a whole number >= 1, got {needs!r}")
+    stated = arrays.n_needed if arrays.n_needed.size else np.zeros(arrays.n_queries, np.intp)
+    want = np.where(stated > 0, stated, 1) if needs is None else np.full(stated.shape, needs)
+    out: I = np.minimum(want, arrays.n_evidence).astype(np.intp)
+    return out
+
+
+def evidence_coverage(
+    arrays: EvalArrays,
+    k: int | None = None,
+    *,
+    cut: ArrayLike | None = None,
+    needs: int | None = None,
+) -> F64:
+    r"""Evidence coverage at k: 1 if the first k hold the relevant passages the query
+    needs, else 0; its mean is the share of answerable queries whose context holds
+    their evidence.
+
+    .. math:: EC@k = \Big[\sum_{i=1}^{\min(k, n)} [g_i \ge g_{rel}] \ge \min(\nu, E)\Big]
+
+    with :math:`E` as in ``evidence_recall`` and :math:`\nu` what the query needs
+    (``evidence_needed``): ``needs`` for every query when given
+    (``"evidence_coverage(needs=2)"``), else its own ``needs`` from the data, else one
+    passage. Evidence recall asks for a share of **every** relevant candidate; coverage
+    asks for enough of them to answer, so many relevant candidates per query do not
+    force a long context.
+
+    Edge cases: a query with no relevant candidate (:math:`E = 0`) is NA (NaN), as in
+    evidence recall; a query that needs more than it has needs all it has.
+    """
+    w = window(arrays, k, cut)
+    found = (w.take(arrays.grades) >= arrays.rules.relevant_grade).sum(axis=1)
+    out: F64 = np.where(
+        arrays.n_evidence > 0, (found >= evidence_needed(arrays, needs)).astype(np.float64), np.nan
+    )
     return out
 
 

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric
 from ragguard.calibration.metrics._common import F64, I, discount, divide
+from ragguard.calibration.metrics.classic import evidence_needed
 from ragguard.calibration.metrics.udcg import DEFAULT_GAMMA
 
 __all__ = ["prefix_table"]
@@ -86,6 +87,14 @@ def _evidence_recall(p: _Prefix, params: dict[str, object]) -> F64:
     return out
 
 
+def _evidence_coverage(p: _Prefix, params: dict[str, object]) -> F64:
+    found = p.sum((p.grades() >= p.arrays.rules.relevant_grade).astype(np.float64))
+    need = evidence_needed(p.arrays, params.get("needs"))  # type: ignore[arg-type]
+    out: F64 = np.greater_equal(found, need[:, None]).astype(np.float64)
+    out[p.arrays.n_evidence == 0] = np.nan
+    return out
+
+
 def _hit_rate(p: _Prefix, params: dict[str, object]) -> F64:
     hits = p.sum((p.grades() >= 1).astype(np.float64))
     out: F64 = (hits > 0).astype(np.float64)
@@ -145,6 +154,7 @@ _TABLES: dict[str, Callable[[_Prefix, dict[str, object]], F64]] = {
     "precision": _precision,
     "recall": _recall,
     "evidence_recall": _evidence_recall,
+    "evidence_coverage": _evidence_coverage,
     "hit_rate": _hit_rate,
     "mrr": _mrr,
     "ndcg": _ndcg,
@@ -161,6 +171,6 @@ def prefix_table(arrays: EvalArrays, metric: ParsedMetric, cols: int) -> F64 | N
     """(Q, cols) ``metric`` of every row at context sizes ``0..cols-1``, or ``None`` when
     the metric has no prefix form here (compute it size by size)."""
     table = _TABLES.get(metric.spec.name)
-    if table is None or set(metric.params) - {"gamma"}:
+    if table is None or set(metric.params) - {"gamma", "needs"}:
         return None
     return table(_Prefix(arrays, metric.k, cols), metric.params)

@@ -31,7 +31,13 @@ __all__ = ["config_line", "print_report_line", "print_result"]
 
 def _table(title: str) -> Table:
     # fits 80 columns: a rule under the header, one space between columns
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
 
 
 def _interval(iv: Interval) -> str:
@@ -112,6 +118,8 @@ def _print_summary(view: ResultView, out: Console) -> None:
         )
     label = "Why (retrieval only):" if w.stage is not None else "Why:"
     out.print(f"[bold]{label}[/] {escape(view.why)}.", highlight=False)
+    if view.cost is not None:
+        out.print(f"[bold]Constraint cost:[/] {escape(view.cost.line())}.", highlight=False)
     for line in view.unmet:
         out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
     guarantee = w.search.guarantee

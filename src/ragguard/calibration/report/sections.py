@@ -507,6 +507,34 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
     return blocks
 
 
+def _cost(view: ResultView) -> list[Block]:
+    """What the constraints cost: the best objective with and without them, and the
+    choice against the best plain top-k without them on the held-out queries."""
+    cost = view.cost
+    if cost is None:
+        return []
+    c = cost.check.comparison
+    rows = [
+        (x.metric, _iv(x.baseline), _iv(x.guarded), _iv(x.difference, signed=True), x.verdict)
+        for x in cost.check.rows
+    ]
+    return [
+        Heading(1, "What the constraints cost"),
+        Para(f"{cost.line()[0].upper()}{cost.line()[1:]}. {c.where()[0].upper()}{c.where()[1:]}:"),
+        Table(
+            (
+                "metric",
+                f"without {cost.constraints}: {cost.top_k}",
+                f"guarded: {view.retrieval_choice}",
+                "difference",
+                "verdict",
+            ),
+            tuple(rows),
+            (False, True, True, True, False),
+        ),
+    ]
+
+
 def _next_steps(view: ResultView) -> list[Block]:
     if not view.next_steps:
         return []
@@ -862,6 +890,7 @@ def report_blocks(
     blocks += _answerability(view)
     blocks += _selection(view)
     blocks += _heldout(view, by_name.get("baseline_vs_guarded.png"))
+    blocks += _cost(view)
     if view.stage is not None:
         blocks += _two_stage(view, by_name.get("reliability.png"))
     blocks += _next_steps(view)
@@ -887,9 +916,11 @@ def report_blocks(
                 "objective and constraints) were both chosen on the calibration queries only, "
                 "and compared on the held-out queries; the config holds the choice refitted "
                 "on all queries (plain top-k when the held-out check found the choice worse).",
-                "Evidence recall counts relevant passages among the candidates (what a guard "
-                "can keep); recall counts every judged-relevant document (the retriever's "
-                "ceiling).",
+                "Evidence coverage counts the answerable queries whose context holds the "
+                "relevant passages they need (one unless the data or the constraint says "
+                "more); evidence recall counts relevant passages among the candidates (what "
+                "a guard can keep); recall counts every judged-relevant document (the "
+                "retriever's ceiling).",
             )
         ),
     ]

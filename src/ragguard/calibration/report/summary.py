@@ -25,6 +25,14 @@ The document (every NaN written as ``null``)::
                              "difference": {"mean": 0.06, "low": 0.01, "high": 0.11},
                              "verdict": "better"}, ...}
       },
+      "constraint_cost": {                              # null without constraints
+        "constraints": "evidence_coverage>=0.9",
+        "best_with": {"setting": "max_k=4, t=0.70", "objective": 0.61},
+        "best_without": {"setting": "top-1", "objective": 0.63},  # calibration queries
+        "top_k_without": {"setting": "top-1", "objective": 0.63},
+        "heldout_check": {...},                         # the choice against that top-k
+        "worse": null                                   # or why the choice is worse
+      },
       "runs": [{"run": "bm25", "setting": "...", "feasible": true, "objective": 0.61}, ...],
       "rerank": null,                                   # or the two-stage choice,
                                                         # with "rerank_failures": null or
@@ -139,6 +147,16 @@ def result_document(
             "next_steps": [{"what": what, "command": command} for what, command in v.next_steps],
         },
         "heldout_check": _check(v.check, w.tested),
+        "constraint_cost": None
+        if v.cost is None
+        else {
+            "constraints": v.cost.constraints,
+            "best_with": {"setting": v.cost.best_setting, "objective": _num(v.cost.best)},
+            "best_without": {"setting": v.cost.free_setting, "objective": _num(v.cost.free)},
+            "top_k_without": {"setting": v.cost.top_k, "objective": _num(v.cost.top_k_value)},
+            "heldout_check": _check(v.cost.check, v.retrieval_choice),
+            "worse": v.cost.worse,
+        },
         "runs": [
             {
                 "run": row.run,

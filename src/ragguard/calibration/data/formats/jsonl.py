@@ -30,6 +30,7 @@ JSONL_FIELDS = frozenset(
         "utilities",
         "no_response",
         "num_relevant",
+        "needs",
         "answers",
         "candidates",
         "runs",
@@ -114,8 +115,11 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         answers = obj.get("answers", [])
         if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
             at.fail("must be a list of strings", "answers")
+        needs = obj.get("needs")
+        if needs is not None and (type(needs) is not int or needs < 1):
+            at.fail(f"must be a whole number >= 1 (passages needed), got {needs!r}", "needs")
         labels.add(qid, _labels(obj, at))
-        queries[qid] = Query(qid, query, tuple(answers))
+        queries[qid] = Query(qid, query, tuple(answers), needs)
         label_lines[qid] = (source, lineno)
         meta = obj.get("metadata")
         if isinstance(meta, dict) and texts:
