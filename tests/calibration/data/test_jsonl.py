@@ -424,7 +424,7 @@ def test_without_texts_no_passage_text_is_kept_and_a_consumer_says_so(
     assert plain.config().model_dump(exclude={"provenance"}) == with_texts.model_dump(
         exclude={"provenance"}
     )
-    assert plain.data_sha256 == data_fingerprint(full)
+    assert plain.header.data_sha256 == data_fingerprint(full)
     # the texts are checked all the same
     write(folder / "corpus.jsonl", '{"_id": "a", "text": 5}\n')
     with pytest.raises(EvalSetError, match=r"corpus\.jsonl:1, field 'text'"):

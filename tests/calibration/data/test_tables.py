@@ -177,7 +177,7 @@ def test_calibrate_runs_on_tables_as_on_dicts() -> None:
         ),
         **kwargs,
     )
-    assert from_tables.data_sha256 == from_dicts.data_sha256
+    assert from_tables.header.data_sha256 == from_dicts.header.data_sha256
     a, b = from_dicts.recommended, from_tables.recommended
     assert b.sweep.points[b.written] == a.sweep.points[a.written]
 
