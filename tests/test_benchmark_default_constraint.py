@@ -21,3 +21,13 @@ def test_windows_cover_every_word_in_order_and_overlap(n_words: int) -> None:
     assert windows[-1][-1] == words[-1]  # the last window reaches the end
     # no window is redundant: the one before the last stops short of the end
     assert len(windows) == 1 or windows[-2][-1] != words[-1]
+
+
+def test_the_questions_of_examples_nq_are_the_ones_left_out() -> None:
+    """The default threshold was chosen on examples/nq: its 300 questions, named by the
+    source line as the benchmark names its own, are never sampled."""
+    lines = (ROOT / "examples" / "nq" / "evalset.jsonl").read_text(encoding="utf-8")
+    seen = bench.example_ids()
+    assert len(seen) == 300 == len(lines.splitlines())
+    assert all(q.startswith("q") and len(q) == 5 and q[1:].isdigit() for q in seen)
+    assert '"query_id": "q0001"' in lines and "q0001" in seen
