@@ -132,8 +132,14 @@ def test_a_1_mb_passage_loads_and_is_reported(tmp_path: Path) -> None:
         write_testset(tmp_path, sample(contexts=[big]), corpus=[{"_id": "big", "text": big}])
     )
     assert es.qrels() == {"q1": {"big": 1}}
-    assert es.report.counts() == {ProblemKind.LONG_PASSAGE: 2}  # the corpus's, the context's
-    assert "1,048,580 characters" in es.report.summary()
+    assert es.report.counts() == {ProblemKind.LONG_PASSAGE: 1}
+    assert "passage 'big' has 1,048,580 characters" in es.report.summary()
+    named = write_testset(tmp_path, sample(contexts=[big], reference_context_ids=["p1"]))
+    assert load_evalset(named).report.counts() == {ProblemKind.LONG_PASSAGE: 1}
+    table = tmp_path / "testset.csv"
+    with table.open("w", newline="") as f:
+        csv.writer(f).writerows([["user_input", "reference_contexts"], ["q?", str([big])]])
+    one_line_error(table, r"testset.csv:2: a cell has over 131,072 characters")
 
 
 @pytest.mark.parametrize(

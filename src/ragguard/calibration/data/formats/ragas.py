@@ -70,7 +70,13 @@ def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield line, sample
             line = rows.line_num + 1
     except csv.Error as exc:
-        raise EvalSetError(f"malformed CSV: {exc}", path=str(path), line=rows.line_num) from None
+        why = f"malformed CSV: {exc}"
+        if "field larger than field limit" in str(exc):
+            why = (
+                f"a cell has over {csv.field_size_limit():,} characters, more than Python's csv "
+                "reads (a whole document?); write the testset with to_jsonl instead"
+            )
+        raise EvalSetError(why, path=str(path), line=line) from None
 
 
 def _literal(cell: str, at: Where, fld: str) -> object:
@@ -154,9 +160,12 @@ def read_ragas(path: Path, rep: Reporter) -> ColumnarRead:
             docs = at.id_list(ids, _IDS)
             if len(docs) != len(contexts):
                 at.fail(f"has {len(docs)} ids for {len(contexts)} reference contexts", _IDS)
-            for doc, context in zip(docs, contexts, strict=True):
+            for i, (doc, context) in enumerate(zip(docs, contexts, strict=True)):
                 grades[doc] = 1
                 named.setdefault(doc, context)
+                if len(context) > LONG_PASSAGE:  # (a corpus reports its own)
+                    message = f"passage {doc!r} has {len(context):,} characters: a whole document?"
+                    at.report(rep, ProblemKind.LONG_PASSAGE, message, f"{ctx_key}[{i}]")
         else:
             by_text = corpus.by_text(at)
             for i, context in enumerate(contexts):
@@ -169,10 +178,6 @@ def read_ragas(path: Path, rep: Reporter) -> ColumnarRead:
                         f"{corpus.path.name} by text: {context[:60]!r}"
                     )
                     at.report(rep, ProblemKind.UNMATCHED_CONTEXT, message, f"{ctx_key}[{i}]")
-        for i, context in enumerate(contexts):
-            if len(context) > LONG_PASSAGE:
-                message = f"reference context has {len(context):,} characters: a whole document?"
-                at.report(rep, ProblemKind.LONG_PASSAGE, message, f"{ctx_key}[{i}]")
         if not grades:
             message = f"query {qid!r} is left out: none of its reference contexts matches a passage"
             at.report(rep, ProblemKind.UNMATCHED_CONTEXT, message, ctx_key)
