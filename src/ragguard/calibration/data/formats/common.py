@@ -45,7 +45,8 @@ class Format:
     it is not."""
     read: Callable[[Path, Reporter, ReadOptions], ColumnarRead]
     suffixes: tuple[str, ...] = ()
-    """A file whose (lower-case) name ends so is this format, unread."""
+    """A file whose (lower-case) name ends so is this format, unless a format before it
+    in ``FORMATS`` detects its first line."""
     folder: bool = False
     what: str = ""
     """The format's data in messages (``BEIR folders``)."""
