@@ -41,8 +41,10 @@ EvalSetArg = Annotated[
     Path,
     typer.Argument(
         metavar="EVALSET",
-        help="The eval set: a JSONL, TREC qrels or UDCG JSON file, a BEIR folder, or a "
-        "folder holding evalset.jsonl and its runs in runs/ (like examples/notes).",
+        help="The eval set: a JSONL, TREC qrels or UDCG JSON file, a BEIR folder, a RAGAS "
+        "testset (JSONL or CSV, its corpus.jsonl beside it) or LlamaIndex "
+        "EmbeddingQAFinetuneDataset JSON, or a folder holding evalset.jsonl and its runs in "
+        "runs/ (like examples/notes).",
     ),
 ]
 RunOpt = Annotated[

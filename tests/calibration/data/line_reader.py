@@ -63,6 +63,7 @@ class ReadResult:
     )
     corpus: set[str] | None = None
     texts: Texts = field(default_factory=Texts)
+    silver: bool = False
 
 
 def _lines(path: Path) -> Iterator[str]:

@@ -488,7 +488,9 @@ def test_a_format_registered_from_outside_loads(
     assert [p.kind for p in es.report.problems] == [ProblemKind.LABELS_WITHOUT_RUN]
     with pytest.raises(EvalSetError, match="split= applies to BEIR folders only"):
         load_evalset(path, format="toy", split="dev")
-    with pytest.raises(EvalSetError, match=r"format must be one of jsonl, trec, beir, udcg, toy"):
+    with pytest.raises(
+        EvalSetError, match=r"format must be one of ragas, llamaindex, jsonl, trec, beir, udcg, toy"
+    ):
         load_evalset(path, format="csv")
 
 

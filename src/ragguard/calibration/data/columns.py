@@ -669,7 +669,8 @@ def without_repeats(
 class ColumnarRead:
     """What a reader found: queries, labels (with the file and line where each query's
     labels start), runs (with the line of each query's first candidate), the corpus ids
-    when known, and the passage texts the file carries."""
+    when known, the passage texts the file carries, and whether its labels are silver
+    (``EvalSet.silver``)."""
 
     queries: Mapping[str, Query]
     labels: ColumnarLabels
@@ -677,6 +678,7 @@ class ColumnarRead:
     runs: dict[str, tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]]
     corpus: Set[str] | None = None
     texts: Texts = field(default_factory=Texts)
+    silver: bool = False
 
 
 # --------------------------------------------------------------------------- arrays

@@ -31,6 +31,8 @@ from ragguard.calibration.data.formats import trec
 from ragguard.calibration.data.formats.beir import BEIR, LABEL_FILES, corpus_source
 from ragguard.calibration.data.formats.common import Format, ReadOptions, first_content
 from ragguard.calibration.data.formats.jsonl import JSONL
+from ragguard.calibration.data.formats.llamaindex import LLAMAINDEX
+from ragguard.calibration.data.formats.ragas import RAGAS
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.data.formats.udcg import UDCG
 from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
@@ -58,7 +60,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-FORMATS: dict[str, Format] = {f.name: f for f in (JSONL, trec.TREC, BEIR, UDCG)}
+FORMATS: dict[str, Format] = {f.name: f for f in (RAGAS, LLAMAINDEX, JSONL, trec.TREC, BEIR, UDCG)}
 """The eval-set formats by name, in the order ``detect_format`` tries them; a format
 added here loads with ``load_evalset`` (and ``--format``) like the built-in ones."""
 
@@ -79,6 +81,10 @@ class EvalSet:
         texts: the passage texts the source carries (``ragguard.calibration.data.texts``;
             empty when it has none); [`with_texts`][ragguard.calibration.EvalSet.with_texts] adds
             more.
+        silver: whether the labels were generated, not judged (a RAGAS testset, a
+            LlamaIndex ``EmbeddingQAFinetuneDataset``): each query's source passages are
+            relevant and every other passage counts as not relevant, though some may
+            answer it too.
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class EvalSet:
         report: LoadReport | None = None,
         source: str | None = None,
         texts: Texts | None = None,
+        silver: bool = False,
     ) -> None:
         missing = [q for q in labels if q not in queries]
         if missing:
@@ -107,6 +114,7 @@ class EvalSet:
         self.report = report or LoadReport()
         self.source = source
         self.texts = texts if texts is not None else Texts()
+        self.silver = silver
         self._arrays: dict[tuple[str, Profile, UtilityRules], EvalArrays] = {}
 
     def __repr__(self) -> str:
@@ -400,6 +408,7 @@ def assemble(
     run_lines: Mapping[str, Mapping[str, int]],
     source: str | None = None,
     texts: Texts | None = None,
+    silver: bool = False,
 ) -> EvalSet:
     """Reconcile runs with labels (reporting mismatches) and build the
     [`EvalSet`][ragguard.calibration.EvalSet]."""
@@ -431,14 +440,17 @@ def assemble(
                 )
         kind = run.score_kind if cands.has_score() else None
         kept[name] = Run(name, cands, kind, run.source)
-    es = EvalSet(queries, labels, kept, report=rep.report, source=source, texts=texts)
+    es = EvalSet(
+        queries, labels, kept, report=rep.report, source=source, texts=texts, silver=silver
+    )
     rep.log(source or "eval set")
     return es
 
 
 def detect_format(path: PathLike) -> str:
     """Guess the format of ``path`` from ``FORMATS``: ``"beir"`` for a folder,
-    ``"jsonl"``, ``"udcg"`` (a JSON list) or ``"trec"`` (qrels lines).
+    ``"ragas"`` (a JSONL or CSV testset), ``"llamaindex"`` (a JSON object opening with
+    ``queries``), ``"jsonl"``, ``"udcg"`` (a JSON list) or ``"trec"`` (qrels lines).
 
     Raises:
         EvalSetError: the file does not exist or matches no format.
@@ -454,17 +466,22 @@ def detect_format(path: PathLike) -> str:
     if not p.exists():
         raise EvalSetError("no such file or folder", path=str(p))
     name = p.name.lower()
+    try:
+        head, line = first_content(p)
+    except EvalSetError:  # an empty or unreadable file: its format's reader says so
+        head, line = None, None
     for f in FORMATS.values():
         if f.suffixes and name.endswith(f.suffixes):
             return f.name
-    head, line = first_content(p)
-    for f in FORMATS.values():
-        if not f.folder and f.detect(p, head):
+        if not f.folder and head is not None and f.detect(p, head):
             return f.name
+    if head is None:
+        head, line = first_content(p)  # raises why
     table = name.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz")) or "," in head
     raise EvalSetError(
         f"cannot detect the format from this line: {head[:80]!r}; eval sets are JSONL, "
-        "TREC qrels ('query 0 doc grade' lines), a BEIR folder or UDCG JSON"
+        "TREC qrels ('query 0 doc grade' lines), a BEIR folder, UDCG JSON, a RAGAS "
+        "testset or a LlamaIndex EmbeddingQAFinetuneDataset"
         + (" (a CSV table: EvalSet.from_dicts(pandas.read_csv(...)) in Python)" if table else ""),
         path=str(p),
         line=line,
@@ -485,8 +502,13 @@ def load_evalset(
     """Load an eval set (and its runs), validating everything.
 
     Args:
-        path: the labels: a ``.jsonl`` file, TREC qrels, a BEIR folder or a UDCG JSON file.
-        format: ``"jsonl"``, ``"trec"``, ``"beir"`` or ``"udcg"``; detected when omitted.
+        path: the labels: a ``.jsonl`` file, TREC qrels, a BEIR folder, a UDCG JSON
+            file, a RAGAS testset (JSONL or CSV; its reference contexts matched by text
+            to the passages of the ``corpus.jsonl`` beside it) or a LlamaIndex
+            ``EmbeddingQAFinetuneDataset`` JSON file (these two load silver labels,
+            ``EvalSet.silver``; docs/reference/data-formats.md).
+        format: a name of ``FORMATS`` (``"jsonl"``, ``"trec"``, ``"beir"``, ``"udcg"``,
+            ``"ragas"``, ``"llamaindex"``); detected when omitted.
         runs: run files (TREC run format or JSON ``{query_id: {doc_id: score}}``): one
             path, several (named by file stem) or ``{name: path}``. They add to the
             runs embedded in a JSONL file.
@@ -549,6 +571,7 @@ def load_evalset(
         run_lines=run_lines,
         source=str(path),
         texts=_with_corpus_beside(data.texts, Path(path)) if texts else Texts.left_out(str(path)),
+        silver=data.silver,
     )
 
 

@@ -119,6 +119,7 @@ def add_run(evalset: EvalSet, run: Run, *, only: bool = False) -> EvalSet:
         report=evalset.report,
         source=evalset.source,
         texts=evalset.texts,
+        silver=evalset.silver,
     )
 
 

@@ -29,6 +29,14 @@ class ProblemKind(StrEnum):
     """A BEIR label or run names a document missing from corpus.jsonl: it is kept."""
     UNKNOWN_QUERY = "unknown_query"
     """A BEIR label names a query missing from queries.jsonl: it is kept, without text."""
+    UNMATCHED_CONTEXT = "unmatched_context"
+    """A RAGAS reference context matches no corpus passage by text: it is left out of the
+    labels (a query none of whose contexts matches is left out)."""
+    DUPLICATE_TEXT = "duplicate_text"
+    """Passages of a generated eval set's corpus have the same text (whitespace aside): a
+    label on one is a label on each."""
+    LONG_PASSAGE = "long_passage"
+    """A passage of a generated eval set has over 100,000 characters: it is kept."""
 
 
 ACTIONS: dict[ProblemKind, str] = {
@@ -39,6 +47,9 @@ ACTIONS: dict[ProblemKind, str] = {
     ProblemKind.INVALID_SCORE: "ranked after the scored candidates",
     ProblemKind.UNKNOWN_DOCUMENT: "kept",
     ProblemKind.UNKNOWN_QUERY: "kept without query text",
+    ProblemKind.UNMATCHED_CONTEXT: "left out of the labels",
+    ProblemKind.DUPLICATE_TEXT: "labelled alike",
+    ProblemKind.LONG_PASSAGE: "kept",
 }
 
 

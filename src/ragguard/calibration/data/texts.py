@@ -265,6 +265,18 @@ def utf8_lines(
         raise EvalSetError(f"cannot read: {exc}", path=str(path), line=where) from None
 
 
+def head_bytes(path: Path, n: int) -> bytes:
+    """The first ``n`` bytes of ``path`` (gunzipped when its name ends in ``.gz``); none
+    when it cannot be read (its reader then says why)."""
+    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            data: bytes = f.read(n)
+    except (OSError, EOFError):
+        return b""
+    return data
+
+
 def json_lines(path: Path) -> Iterator[tuple[int, object]]:
     """(line number, parsed value) of each non-blank line of a JSON-lines file (gzipped
     when its name ends in ``.gz``); a malformed line raises [`EvalSetError`][ragguard.EvalSetError]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -45,7 +45,8 @@ class Format:
     it is not."""
     read: Callable[[Path, Reporter, ReadOptions], ColumnarRead]
     suffixes: tuple[str, ...] = ()
-    """A file whose (lower-case) name ends so is this format, unread."""
+    """A file whose (lower-case) name ends so is this format, unless a format before it
+    in ``FORMATS`` detects its first line."""
     folder: bool = False
     what: str = ""
     """The format's data in messages (``BEIR folders``)."""
@@ -207,16 +208,59 @@ def json_file_error(exc: json.JSONDecodeError, path: Path) -> EvalSetError:
     return EvalSetError(f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line)
 
 
+def json_file(path: Path) -> Any:
+    """A whole JSON file as Python's json reads it.
+
+    Raises:
+        EvalSetError: an empty file, text that is not UTF-8, malformed JSON (naming its
+            line and column).
+    """
+    text = "".join(utf8_lines(path, numbered=False))
+    if not text.strip():
+        raise EvalSetError("the file is empty", path=str(path))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise json_file_error(exc, path) from None
+
+
+LONG_PASSAGE = 100_000
+"""Characters above which a passage of a generated eval set is reported as
+``ProblemKind.LONG_PASSAGE`` (a whole document rather than a passage?)."""
+
+
+def normalised(text: str) -> str:
+    """``text`` with its runs of whitespace made one space and its ends stripped: how
+    generated eval sets' passage texts are compared."""
+    return " ".join(text.split())
+
+
+def same_texts(texts: Mapping[str, str], rep: Reporter, path: Path) -> dict[str, list[str]]:
+    """Normalised text -> the ids of the passages of ``texts`` holding it (in order);
+    each group of several ids (the same text, whitespace aside) is reported as
+    ``DUPLICATE_TEXT``, and each passage over ``LONG_PASSAGE`` characters as
+    ``LONG_PASSAGE``."""
+    by_text: dict[str, list[str]] = {}
+    for doc, text in texts.items():
+        by_text.setdefault(normalised(text), []).append(doc)
+        if len(text) > LONG_PASSAGE:
+            message = f"passage {doc!r} has {len(text):,} characters: a whole document?"
+            rep(ProblemKind.LONG_PASSAGE, message, path=str(path))
+    for ids in by_text.values():
+        if len(ids) > 1:
+            shown = ", ".join(map(repr, ids[:3])) + (", ..." if len(ids) > 3 else "")
+            message = f"{len(ids)} passages have the same text: {shown}"
+            rep(ProblemKind.DUPLICATE_TEXT, message, path=str(path))
+    return by_text
+
+
 def read_json_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> tuple[Candidates, dict[str, int]]:
     """A JSON run file, ``{query_id: {doc_id: score}}`` (TREC run files are read
     column-wise, ``ragguard.calibration.data.formats.delimited``)."""
     at = Where(path)
-    try:
-        data = json.loads("".join(utf8_lines(path, numbered=False)))
-    except json.JSONDecodeError as exc:
-        raise json_file_error(exc, path) from None
+    data = json_file(path)
     if not isinstance(data, dict):
         at.fail("a JSON run is an object {query_id: {doc_id: score}}")
     cands: Candidates = {}

@@ -1,0 +1,225 @@
+"""RAGAS testsets (``Testset.to_jsonl`` / ``to_csv`` / ``to_pandas().to_csv``: one sample
+per line or row with ``user_input``, ``reference_contexts``, ``reference``; RAGAS 0.1's
+``question``, ``contexts``, ``ground_truth`` too): the one reader
+(docs/reference/data-formats.md, "RAGAS testsets"). The reference contexts are texts:
+each is matched by text, whitespace aside, to the passages of the ``corpus.jsonl``
+beside the file (``reference_context_ids``, where a sample has them, name the passages
+instead). Its labels are silver: each query's reference contexts are relevant."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ragguard.calibration.data.columns import ColumnarLabels, ColumnarRead
+from ragguard.calibration.data.formats.beir import corpus_source
+from ragguard.calibration.data.formats.common import (
+    LONG_PASSAGE,
+    Format,
+    Where,
+    json_line,
+    normalised,
+    same_texts,
+)
+from ragguard.calibration.data.problems import ProblemKind, Reporter
+from ragguard.calibration.data.records import Labels, Query
+from ragguard.calibration.data.texts import Texts, TextSource, utf8_lines
+from ragguard.errors import EvalSetError
+
+NAMES = (
+    ("user_input", "reference_contexts", "reference"),
+    ("question", "contexts", "ground_truth"),
+)
+"""The (query, contexts, answer) fields of a sample: RAGAS 0.2+, then RAGAS 0.1."""
+_IDS = "reference_context_ids"
+
+
+def _is_table(path: Path) -> bool:
+    return path.name.lower().endswith((".csv", ".csv.gz"))
+
+
+def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, sample) of each sample of a JSONL or CSV testset; a CSV cell holding a
+    list (``['a', 'b']``, as ``csv`` and pandas write one) is read as the list."""
+    if not _is_table(path):
+        for lineno, text in enumerate(utf8_lines(path, numbered=False), 1):
+            if text.strip():
+                obj = json_line(text, path, lineno)
+                if not isinstance(obj, dict):
+                    Where(path, lineno).fail(
+                        f"each line must be a JSON object, got {type(obj).__name__}"
+                    )
+                yield lineno, obj
+        return
+    rows = csv.DictReader(io.StringIO("".join(utf8_lines(path, numbered=False)), newline=""))
+    line = 2
+    try:
+        for row in rows:
+            at = Where(path, line)
+            if None in row:
+                at.fail("the row has more cells than the header has columns")
+            sample: dict[str, Any] = {k: v or None for k, v in row.items()}
+            for key in (NAMES[0][1], NAMES[1][1], _IDS):
+                cell = sample.get(key)
+                if isinstance(cell, str):
+                    sample[key] = _literal(cell, at, key)
+            yield line, sample
+            line = rows.line_num + 1
+    except csv.Error as exc:
+        why = f"malformed CSV: {exc}"
+        if "field larger than field limit" in str(exc):
+            why = (
+                f"a cell has over {csv.field_size_limit():,} characters, more than Python's csv "
+                "reads (a whole document?); write the testset with to_jsonl instead"
+            )
+        raise EvalSetError(why, path=str(path), line=line) from None
+
+
+def _literal(cell: str, at: Where, fld: str) -> object:
+    try:
+        return ast.literal_eval(cell)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        at.fail(f"must be a list of strings (['...', ...]), got {cell[:40]!r}", fld)
+
+
+def _strings(value: object, at: Where, fld: str) -> list[str]:
+    """A non-empty list of non-blank strings."""
+    if not isinstance(value, list) or not value:
+        what = "an empty list" if value == [] else type(value).__name__
+        at.fail(f"must be a non-empty list of passage texts, got {what}", fld)
+    for i, text in enumerate(value):
+        if not isinstance(text, str) or not text.strip():
+            at.fail(f"must be a non-blank string, got {text!r:.40}", f"{fld}[{i}]")
+    return value
+
+
+class _Corpus:
+    """The passages of the ``corpus.jsonl`` beside a testset, by normalised text (a
+    title, if any, with or without it), read when first asked for."""
+
+    def __init__(self, testset: Path, rep: Reporter) -> None:
+        self.path = testset.parent / "corpus.jsonl"
+        self.rep = rep
+        self._by_text: dict[str, list[str]] | None = None
+        self.ids: set[str] | None = None
+
+    def by_text(self, at: Where) -> dict[str, list[str]]:
+        if self._by_text is None:
+            if not self.path.is_file():
+                at.fail(
+                    "a RAGAS testset gives its reference contexts as texts: put the corpus "
+                    f"they come from beside it as {self.path.name} (JSONL: _id, text) to "
+                    "match them to passage ids",
+                    NAMES[0][1],
+                )
+            source = corpus_source(self.path)
+            self._by_text = same_texts(source.texts, self.rep, self.path)
+            for doc in source.titles:  # the text without its title line too
+                body = source.texts[doc].split("\n", 1)[-1]
+                self._by_text.setdefault(normalised(body), []).append(doc)
+            self.ids = set(source.texts)
+        return self._by_text
+
+
+def read_ragas(path: Path, rep: Reporter) -> ColumnarRead:
+    """A RAGAS testset: query ``q<n>`` for its n-th sample (its ``user_input``, its
+    ``reference`` as the answer), labelled with the passages its reference contexts
+    match (grade 1), silver; no run. Contexts matching no passage are reported
+    (``UNMATCHED_CONTEXT``) and left out, as is a sample none of whose contexts matches.
+
+    Raises:
+        EvalSetError: an empty file, malformed JSON or CSV, a sample without a query or
+            contexts, mistyped or blank texts, a multi-turn sample, no ``corpus.jsonl``
+            beside the file when a sample needs it, no context matching any passage:
+            naming file, line and field.
+    """
+    corpus = _Corpus(path, rep)
+    queries: dict[str, Query] = {}
+    labels: dict[str, Labels] = {}
+    lines: dict[str, tuple[str | None, int | None]] = {}
+    named: dict[str, str] = {}
+    n = unmatched = 0
+    for lineno, sample in _samples(path):
+        at = Where(path, lineno)
+        n += 1
+        qid = f"q{n}"
+        key, ctx_key, ref_key = next((k for k in NAMES if k[0] in sample), NAMES[0])
+        text = sample.get(key)
+        if isinstance(text, list):
+            at.fail("a multi-turn sample (a list of messages) is not read; use single-turn", key)
+        if not isinstance(text, str) or not text.strip():
+            at.fail(f"must be the query text, got {text!r:.40}", key)
+        contexts = _strings(sample.get(ctx_key), at, ctx_key)
+        grades: dict[str, int] = {}
+        ids = sample.get(_IDS)
+        if ids is not None:
+            docs = at.id_list(ids, _IDS)
+            if len(docs) != len(contexts):
+                at.fail(f"has {len(docs)} ids for {len(contexts)} reference contexts", _IDS)
+            for i, (doc, context) in enumerate(zip(docs, contexts, strict=True)):
+                grades[doc] = 1
+                named.setdefault(doc, context)
+                if len(context) > LONG_PASSAGE:  # (a corpus reports its own)
+                    message = f"passage {doc!r} has {len(context):,} characters: a whole document?"
+                    at.report(rep, ProblemKind.LONG_PASSAGE, message, f"{ctx_key}[{i}]")
+        else:
+            by_text = corpus.by_text(at)
+            for i, context in enumerate(contexts):
+                found = by_text.get(normalised(context), [])
+                grades.update(dict.fromkeys(found, 1))
+                if not found:
+                    unmatched += 1
+                    message = (
+                        f"reference context of query {qid!r} matches no passage of "
+                        f"{corpus.path.name} by text: {context[:60]!r}"
+                    )
+                    at.report(rep, ProblemKind.UNMATCHED_CONTEXT, message, f"{ctx_key}[{i}]")
+        if not grades:
+            message = f"query {qid!r} is left out: none of its reference contexts matches a passage"
+            at.report(rep, ProblemKind.UNMATCHED_CONTEXT, message, ctx_key)
+            continue
+        reference = sample.get(ref_key)
+        answers = (reference,) if isinstance(reference, str) and reference.strip() else ()
+        queries[qid] = Query(qid, text, answers)
+        labels[qid] = Labels(grades)
+        lines[qid] = (str(path), lineno)
+    if n and not labels:
+        raise EvalSetError(
+            f"none of the {unmatched} reference contexts matches a passage of "
+            f"{corpus.path} by text (whitespace aside): was the testset generated from "
+            "this corpus's passages?",
+            path=str(path),
+        )
+    columns = ColumnarLabels.of_labels(labels, str(path))
+    texts = Texts(docs=[TextSource.of(named)]) if named else Texts()
+    return ColumnarRead(queries, columns, lines, {}, corpus.ids, texts, silver=True)
+
+
+def _detect(path: Path, head: str | None) -> bool:
+    """A JSONL file whose first line is a sample (``user_input`` or ``question`` and its
+    contexts), or a CSV file whose header names them."""
+    if head is None:
+        return False
+    if _is_table(path):
+        columns = set(next(csv.reader([head]), []))
+    elif head.startswith("{"):
+        try:
+            obj = json_line(head, path, 1)
+        except EvalSetError:
+            return False
+        columns = set(obj) if isinstance(obj, dict) else set()
+    else:
+        return False
+    return any({query, contexts} <= columns for query, contexts, _ in NAMES)
+
+
+RAGAS = Format(
+    "ragas",
+    _detect,
+    lambda path, rep, _: read_ragas(path, rep),
+    what="RAGAS testsets",
+)
