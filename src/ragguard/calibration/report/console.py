@@ -79,7 +79,13 @@ def _print_summary(view: ResultView, out: Console) -> None:
 
     table = _table("best setting per run (calibration queries)")
     # at 80 columns long names wrap (folded), numbers never do
-    for col in ("run", "chosen", obj, "ev.rec", "distr.", "kept", "best top-k"):
+    # the evidence the constraints ask for: coverage by default, else evidence recall
+    evidence = next(
+        (c.metric for c in h.constraints if c.metric.startswith("evidence_coverage")),
+        "evidence_recall",
+    )
+    short = "cover." if evidence != "evidence_recall" else "ev.rec"
+    for col in ("run", "chosen", obj, short, "distr.", "kept", "best top-k"):
         named = col in ("run", "chosen")
         table.add_column(
             col,
@@ -93,7 +99,7 @@ def _print_summary(view: ResultView, out: Console) -> None:
             x.run + (" *" if x.recommended else ""),
             x.chosen + ("" if x.feasible else " (!)"),
             format_number(means[obj]),
-            format_number(means["evidence_recall"]),
+            format_number(means[evidence]),
             format_number(means["distractor_rate"]),
             format_number(means[PASSAGES], 2),
             f"{x.baseline} {format_number(x.baseline_means[obj])}",
