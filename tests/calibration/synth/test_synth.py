@@ -95,6 +95,13 @@ def test_duplicate_texts_never_sampled_and_queries_deduplicated(tmp_path: Path) 
     assert sources <= {"d1", "d2", "d4", "d5"}
 
 
+def test_accents_fold_and_dashes_separate_words(tmp_path: Path) -> None:
+    texts = ["Offensive of Gorlice\u2013Tarn\u00f3w in 1915", TOPICS[1]]
+    corpus = read_corpus(write_corpus(tmp_path / "c.jsonl", texts))
+    made = {q.source: q.query for q in synthesize(corpus, n=2, words=4)}
+    assert made["d0"].split() == ["offensive", "gorlice", "tarnow", "1915"]
+
+
 def test_a_query_equal_to_its_passage_is_skipped(tmp_path: Path) -> None:
     corpus = read_corpus(write_corpus(tmp_path / "c.jsonl", ["zebra", "yak", TOPICS[0]]))
     assert [q.source for q in synthesize(corpus, n=5)] == ["d2"]

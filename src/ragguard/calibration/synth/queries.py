@@ -56,7 +56,10 @@ class SynthQuery:
 
 
 def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    """Lower-cased, accents dropped (``Tarnów`` -> ``tarnow``); other marks stay, so a
+    dash still separates words."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
 
 
 def _tokens(text: str) -> list[str]:
