@@ -11,7 +11,7 @@ import pytest
 from ragguard.calibration import load_evalset
 from ragguard.calibration.synth import read_corpus, synthesize, write_evalset
 from ragguard.calibration.synth.corpus import split_text
-from ragguard.errors import CorpusError
+from ragguard.errors import ConfigError, CorpusError
 
 TOPICS = [
     "The Eiffel Tower in Paris was completed in 1889 for the World's Fair.",
@@ -168,3 +168,11 @@ def test_bad_corpus_is_one_corpus_error(tmp_path: Path, name: str) -> None:
     with pytest.raises(CorpusError, match=BAD[name]) as caught:
         synthesize(read_corpus(_bad(tmp_path, name)))
     assert "\n" not in str(caught.value)
+
+
+def test_bad_settings_are_config_errors(tmp_path: Path) -> None:
+    corpus = read_corpus(write_corpus(tmp_path / "c.jsonl", TOPICS))
+    with pytest.raises(ConfigError, match="n=0"):
+        synthesize(corpus, n=0)
+    with pytest.raises(ConfigError, match="unknown method 'llm'; choose one of keyphrases, cloze"):
+        synthesize(corpus, method="llm")
