@@ -41,6 +41,7 @@ __all__ = [
     "CandidateError",
     "ConfigError",
     "ConfigWarning",
+    "CorpusError",
     "DuplicateIdError",
     "EndpointError",
     "EvalSetError",
@@ -117,6 +118,11 @@ def _rebuild_evalset_error(
     message: str, path: str | None, line: int | None, field: str | None
 ) -> EvalSetError:
     return EvalSetError(message, path=path, line=line, field=field)
+
+
+class CorpusError(RagguardError, ValueError):
+    """A corpus ``ragguard synth`` reads is missing, empty, binary, too small or has a
+    passage too long to ask a question of. The message names the path or passage."""
 
 
 class RetrieverError(RagguardError, ValueError):

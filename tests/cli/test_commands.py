@@ -43,7 +43,7 @@ def test_friendly_errors_print_one_line_and_exit_1() -> None:
 
 COMMANDS = [
     [], ["calibrate"], ["evaluate"], ["compare"], ["profiles"], ["profiles", "list"],
-    ["profiles", "show"], ["config"], ["config", "show"], ["annotate"],
+    ["profiles", "show"], ["config"], ["config", "show"], ["annotate"], ["synth"],
 ]  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from ragguard.cli import annotate as _annotate  # noqa: F401  (registers its com
 from ragguard.cli import calibrate as _calibrate  # noqa: F401
 from ragguard.cli import config as _config  # noqa: F401
 from ragguard.cli import evaluate as _evaluate  # noqa: F401
+from ragguard.cli import synth as _synth  # noqa: F401
 from ragguard.cli import train as _train  # noqa: F401
 from ragguard.cli._common import app
 
