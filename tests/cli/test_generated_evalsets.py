@@ -110,3 +110,17 @@ def test_calibrate_on_judged_labels_says_nothing_of_silver(tmp_path: Path) -> No
     assert out.exit_code == 0, out.output
     assert "labels" not in json.loads(out.stdout)
 
+
+def test_calibrate_matches_ragas_contexts_against_the_corpus_given(tmp_path: Path) -> None:
+    # the testset alone, its corpus elsewhere under another name
+    shutil.copy(DATA / "ragas" / "testset.jsonl", tmp_path)
+    (tmp_path / "store").mkdir()
+    shutil.copy(DATA / "ragas" / "corpus.jsonl", tmp_path / "store" / "passages.jsonl")
+    relevant = {"q1": "doc1", "q2": "doc2", "q3": "doc3", "q4": "doc6"}
+    run = run_file(tmp_path / "dense.trec", relevant, [f"doc{i}" for i in range(1, 7)])
+    args = ("calibrate", "testset.jsonl", "--run", run, "--no-report", "--json")
+    out = invoke(*args, "--corpus", "store/passages.jsonl")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["queries"]["total"] == 4
+    line = error_line(invoke(*args, "--corpus", "store/missing.jsonl"))
+    assert "store/missing.jsonl" in line and "no such corpus file" in line, line
