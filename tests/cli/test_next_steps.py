@@ -266,7 +266,7 @@ def test_the_table_keeps_its_numbers_at_80_columns(tmp_path: Path) -> None:
     )
     for row in res.view().runs:
         means = row.chosen_means
-        for metric in ("udcg", "evidence_recall", "distractor_rate"):
+        for metric in ("udcg", "evidence_coverage", "distractor_rate"):
             assert f"{means[metric]:.3f}" in table, (row.run, metric)
     held = result.stdout.split("held-out check of", 1)[1]
     for check in res.view().check.rows:
