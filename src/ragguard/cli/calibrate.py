@@ -31,7 +31,7 @@ from ragguard.cli._two_stage import RERANK, RerankFlags, rerank_search
 
 if TYPE_CHECKING:
     from ragguard.calibration import Answerability, Constraint, UtilityRules
-    from ragguard.calibration.fit.view import CommandLine
+    from ragguard.calibration.fit.steps import CommandLine
     from ragguard.profiles import Profile
     from ragguard.scores import ScoreKind
 
@@ -541,7 +541,7 @@ def _command_line(
     """This command line as the suggested next steps repeat it: the eval set, runs and
     corpus as given, and every other option given a value other than its default (the
     outputs and the second stage left out)."""
-    from ragguard.calibration.fit.view import CommandLine
+    from ragguard.calibration.fit.steps import CommandLine
 
     options: list[str] = []
     for param in ctx.command.params:

@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from ragguard.calibration import calibrate, load_inputs
-from ragguard.calibration.fit.view import CommandLine
+from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.report.console import print_result
 from ragguard.cli import app
 

@@ -94,6 +94,7 @@ from ragguard.calibration.fit.answerability import (
     fit_answerability,
 )
 from ragguard.calibration.fit.conflict_sweep import stage_sweep
+from ragguard.calibration.fit.header import SMALL_SET, Header
 from ragguard.calibration.fit.options import (
     Answerability,
     Check,
@@ -120,7 +121,6 @@ from ragguard.calibration.fit.sweep import (
     is_plain_top_k,
     lower_is_better,
 )
-from ragguard.calibration.fit.view import SMALL_SET, Header
 from ragguard.calibration.metrics import parse_metric
 from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError

@@ -22,15 +22,11 @@ from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts
+from ragguard.calibration.fit.header import Header
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
-from ragguard.calibration.fit.view import (
-    CommandLine,
-    Header,
-    ResultView,
-    build_view,
-    name_evalset,
-)
+from ragguard.calibration.fit.steps import CommandLine
+from ragguard.calibration.fit.view import ResultView, build_view, name_evalset
 from ragguard.calibration.fit.written import Shortfall, WrittenSetting
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError

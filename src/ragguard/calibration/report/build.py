@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.fit.result import CalibrationResult
-from ragguard.calibration.fit.view import CommandLine
+from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.report.document import Report
 from ragguard.calibration.report.plots import draw_figures
 from ragguard.calibration.report.sections import report_blocks

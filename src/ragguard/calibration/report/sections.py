@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from ragguard._optional import install_hint
 from ragguard.calibration._format import floor_number, format_interval, format_number
+from ragguard.calibration.fit.header import SMALL_SET
 from ragguard.calibration.fit.result import CalibrationResult
 from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.statistics import Comparison, Interval
+from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.fit.sweep import PASSAGES, lower_is_better
-from ragguard.calibration.fit.view import SMALL_SET, CommandLine, Example, GuaranteeView, ResultView
+from ragguard.calibration.fit.view import Example, GuaranteeView, ResultView
 from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
 from ragguard.config import GuardConfig
 from ragguard.policy import ConflictMode

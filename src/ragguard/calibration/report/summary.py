@@ -55,7 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ragguard.calibration.fit.result import CalibrationResult
-    from ragguard.calibration.fit.view import CheckView, CommandLine
+    from ragguard.calibration.fit.steps import CommandLine
+    from ragguard.calibration.fit.view import CheckView
 
 __all__ = ["result_document"]
 
