@@ -121,7 +121,9 @@ def synth(
         check_not_input(progress_file, [corpus], what="--progress-file")
         opts = {**local, **endpoint}
         name = writer.model
-        err.print(f"loading {writer.backend.value} model {name} ...", highlight=False)
+        err.print(
+            f"loading {writer.backend.value} model {name} ...", highlight=False, soft_wrap=True
+        )
         gen = text_generator(
             writer.backend, name, opts, model_id=writer.model_id, max_tokens=QUESTION_TOKENS
         )
