@@ -137,3 +137,23 @@ def test_synth_with_smollm2_writes_llm_questions_and_resumes(
         synth = r["metadata"]["synth"]
         assert synth["method"] == "llm" and synth["model"] == gguf_path.name
         assert synth["labels"] == "silver" and r["relevant"] == {synth["source"]: 1}
+
+
+def test_synth_with_an_endpoint_asks_concurrently_and_reports_duplicates(tmp_path: Path) -> None:
+    from tests.calibration.annotate.fake_server import FakeServer
+
+    server = FakeServer()  # one JSON line for the passage about Paris, one for the others
+    server.delay = 0.2
+    try:
+        corpus, out = str(four_passages(tmp_path / "c.jsonl")), tmp_path / "e.jsonl"
+        endpoint = ["--model", "served-llm", "--base-url", server.url, "--concurrency", "4"]
+        args = ["synth", corpus, "-o", str(out), "--n", "4", "--backend", "openai", *endpoint]
+        result = runner.invoke(app, args)
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    assert len(server.requests) == 4 and server.max_in_flight > 1
+    assert all("Passage: " in json.dumps(r["body"]) for r in server.requests)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and {r["metadata"]["synth"]["model"] for r in rows} == {"served-llm"}
+    assert len(re.findall(r"no usable question \(duplicate\)", result.stderr)) == 2
