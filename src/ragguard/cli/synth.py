@@ -120,6 +120,10 @@ def synth(
         progress_file = writer.progress_file or Path(f"{target}.progress")
         check_not_input(progress_file, [corpus], what="--progress-file")
         opts = {**local, **endpoint}
+        if local["threads"] is not None and writer.backend in (Backend.transformers, Backend.gguf):
+            from ragguard._optional import require
+
+            require("torch", "annotate").set_num_threads(local["threads"])
         name = writer.model
         err.print(
             f"loading {writer.backend.value} model {name} ...", highlight=False, soft_wrap=True
