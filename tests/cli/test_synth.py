@@ -60,7 +60,9 @@ def test_synth_then_calibrate_end_to_end(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert (tmp_path / "ragguard.toml").is_file()
-    assert json.loads(result.stdout)
+    # synth's labels are generated: calibrate reads them as silver and says so
+    assert json.loads(result.stdout)["labels"] == "silver"
+    assert 'labels = "silver"' in (tmp_path / "ragguard.toml").read_text()
 
 
 def test_bad_corpus_prints_one_line_and_exits_1(tmp_path: Path) -> None:

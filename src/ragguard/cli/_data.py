@@ -119,12 +119,12 @@ def load_evalset_for_cli(
     score_kind: ScoreKind | None,
     retriever: str | None = None,
     texts: bool = True,
+    corpus: list[Path] | None = None,
 ) -> EvalSet:
     """Load the eval set and its runs (and call a live retriever), with a progress bar for
-    the retrieval; without ``texts``, no passage text is kept (see
-    ``load_evalset``). Loading problems are logged once by the
-    loader (a warning, which ``friendly_errors`` prints on
-    stderr)."""
+    the retrieval; without ``texts``, no passage text is kept; ``corpus``: what a RAGAS
+    testset's contexts are matched against (see ``load_evalset``). Loading problems are
+    logged once by the loader (a warning, which ``friendly_errors`` prints on stderr)."""
     from ragguard.calibration.data.inputs import add_run, load_factory, load_inputs, retrieve_run
 
     evalset = load_inputs(
@@ -133,6 +133,7 @@ def load_evalset_for_cli(
         folder_runs_too=retriever is None,
         score_kind=score_kind or ScoreKind.SIMILARITY,
         texts=texts,
+        corpus=corpus or (),
     )
     if retriever is not None:
         instance = load_factory(retriever)

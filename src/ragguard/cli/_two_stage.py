@@ -18,8 +18,9 @@ CorpusOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--corpus",
-        help="JSONL corpus with passage texts (_id/id, text, title) for --rerank; "
-        "repeatable. A corpus.jsonl beside the labels is read by itself.",
+        help="JSONL corpus with passage texts (_id/id, text, title) for --rerank and what "
+        "a RAGAS testset's contexts are matched against; repeatable. A corpus.jsonl beside "
+        "the labels is read by itself.",
     ),
 ]
 

@@ -446,6 +446,7 @@ def calibrate(
         score_kind=inputs.score_kind,
         retriever=inputs.retriever,
         texts=texts,
+        corpus=rerank.corpus,
     )
     read = [es.source, *(r.source for r in es.runs.values())]  # a folder's files too
     _check_outputs(out_path, report, read)

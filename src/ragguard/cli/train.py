@@ -169,7 +169,7 @@ def train_reranker(
     examples/nq on 2 idle CPU cores).
     """
     base = model["base"]
-    data = load_evalset_for_cli(evalset, run, score_kind=None)
+    data = load_evalset_for_cli(evalset, run, score_kind=None, corpus=corpus)
     trainer = RerankerTrainer(**model, **split, training=training)
     result = trainer.fit(
         data,

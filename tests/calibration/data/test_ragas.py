@@ -188,3 +188,17 @@ def test_bad_csv_cells_get_one_line(tmp_path: Path) -> None:
         out.writerow(["How tall is Everest?", "8,849 metres", "8,849 m"])
     assert detect_format(path) == "ragas"
     one_line_error(path, r"testset.csv:2, field 'reference_contexts': must be a list of strings")
+
+
+def test_corpus_files_given_replace_the_corpus_beside(tmp_path: Path) -> None:
+    path = write_testset(tmp_path, sample(), sample("Capital of Peru?", [CORPUS[1]["text"]]))
+    elsewhere = tmp_path / "store"
+    elsewhere.mkdir()
+    (elsewhere / "one.jsonl").write_text(json.dumps({"id": "x1", "text": CORPUS[0]["text"]}))
+    (elsewhere / "two.jsonl").write_text(json.dumps({"id": "x2", "text": CORPUS[1]["text"]}))
+    es = load_evalset(path, corpus=[elsewhere / "one.jsonl", elsewhere / "two.jsonl"])
+    assert es.qrels() == {"q1": {"x1": 1}, "q2": {"x2": 1}}
+    (tmp_path / "corpus.jsonl").unlink()  # none beside: the files given suffice
+    es = load_evalset(path, corpus=[elsewhere / "one.jsonl"])
+    assert es.qrels() == {"q1": {"x1": 1}}
+    assert es.report.counts() == {ProblemKind.UNMATCHED_CONTEXT: 2}  # q2's context, q2

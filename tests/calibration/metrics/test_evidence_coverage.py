@@ -118,3 +118,26 @@ def test_a_need_that_is_not_a_positive_whole_number_is_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=rf"needs must be a whole number >= 1, got {needs}"):
         compute(hand, f"evidence_coverage(needs={needs})")
+
+
+def test_on_silver_labels_evidence_recall_is_coverage_where_a_query_has_one_source(
+    tmp_path: Path,
+) -> None:
+    # what the report says of silver labels: with one source passage, --min-recall X
+    # (mean evidence recall) asks what evidence_coverage>=X asks; the RAGAS testset's q3
+    # was written from two passages (doc3, doc4), where they differ
+    ragas = Path(__file__).resolve().parents[2] / "data" / "ragas"
+    ranked = {"q1": "doc2 doc1", "q2": "doc2 doc5", "q3": "doc3 doc6 doc4", "q4": "doc1 doc6"}
+    lines = [
+        f"{q} Q0 {d} {r} {1 - r / 10} run"
+        for q, docs in ranked.items()
+        for r, d in enumerate(docs.split(), 1)
+    ]
+    (tmp_path / "run.trec").write_text("\n".join(lines) + "\n")
+    arrays = load_evalset(ragas / "testset.jsonl", runs=tmp_path / "run.trec").arrays()
+    for size in (1, 2, 3):
+        recall = at(arrays, "evidence_recall", size)
+        coverage = at(arrays, "evidence_coverage", size)
+        np.testing.assert_equal([recall[i] for i in (0, 1, 3)], [coverage[i] for i in (0, 1, 3)])
+    assert (at(arrays, "evidence_recall", 1)[2], at(arrays, "evidence_coverage", 1)[2]) == (0.5, 1)
+    assert at(arrays, "evidence_coverage", 1)[:2] == [0, 1]  # doc1 at rank 2; doc2 first

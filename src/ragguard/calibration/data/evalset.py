@@ -498,6 +498,7 @@ def load_evalset(
     model: str | None = None,
     strict: bool = False,
     texts: bool = True,
+    corpus: Sequence[PathLike] = (),
 ) -> EvalSet:
     """Load an eval set (and its runs), validating everything.
 
@@ -525,6 +526,10 @@ def load_evalset(
             are still checked): a calibration without a reranker and without the
             stages after the cut needs none, and whatever asks for one raises
             [`EvalSetError`][ragguard.EvalSetError].
+        corpus: JSONL corpus files (``_id`` / ``id`` / ``doc_id``, ``text``, ``title``)
+            a RAGAS testset's reference contexts are matched against, instead of the
+            ``corpus.jsonl`` beside it; other formats ignore them (passage texts come
+            with [`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]).
 
     Returns:
         The [`EvalSet`][ragguard.calibration.EvalSet]; its ``report`` lists every problem counted.
@@ -544,7 +549,8 @@ def load_evalset(
     if not fmt.folder and not Path(path).is_file():
         raise EvalSetError("no such file", path=str(path))
     rep = Reporter(strict)
-    data = fmt.read(Path(path), rep, ReadOptions(split, model, texts))
+    options = ReadOptions(split, model, texts, tuple(Path(c) for c in corpus))
+    data = fmt.read(Path(path), rep, options)
     all_runs: dict[str, Run] = {}
     run_lines: dict[str, Mapping[str, int]] = {}
     cands: Mapping[str, Mapping[str, float]]

@@ -54,6 +54,7 @@ def load_inputs(
     score_kind: ScoreKind | str | None = ScoreKind.SIMILARITY,
     strict: bool = False,
     texts: bool = True,
+    corpus: Sequence[PathLike] = (),
 ) -> EvalSet:
     """Load an eval set from a file or a folder (its labels, one of ``LABEL_FILES`` or a
     BEIR layout, and its runs in ``runs/``).
@@ -67,6 +68,8 @@ def load_inputs(
         score_kind: what the run files' scores are.
         strict: raise on the first reported loading problem.
         texts: keep the passage texts the data carries (``False``: none, see
+            [`load_evalset`][ragguard.calibration.load_evalset]).
+        corpus: corpus files a RAGAS testset's contexts are matched against (see
             [`load_evalset`][ragguard.calibration.load_evalset]).
 
     Raises:
@@ -103,7 +106,12 @@ def load_inputs(
             texts=texts,
         )
     return load_evalset(
-        p, runs=run_paths or None, score_kind=score_kind, strict=strict, texts=texts
+        p,
+        runs=run_paths or None,
+        score_kind=score_kind,
+        strict=strict,
+        texts=texts,
+        corpus=corpus,
     )
 
 

@@ -205,6 +205,7 @@ class CalibrationResult:
             "created": h.created.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "data_sha256": h.data_sha256,
             "source": h.evalset.source or "",
+            **({"labels": "silver"} if h.silver else {}),
             "run": r.name,
             "profile": h.profile.name,
             "objective": h.objective,

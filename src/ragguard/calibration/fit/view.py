@@ -39,6 +39,8 @@ from ragguard.calibration.fit.statistics import (
     validation_count,
 )
 from ragguard.calibration.fit.sweep import (
+    COVERAGE,
+    DEFAULT_MIN_COVERAGE,
     PASSAGES,
     Constraint,
     I,
@@ -545,6 +547,60 @@ class Header:
             return text + (f", subject to {cons}" if cons else "")
         goal = "minimise" if lower_is_better(self.objective) else "maximise"
         return f"{goal} mean {self.objective}" + (f" subject to {cons}" if cons else "")
+
+    @property
+    def silver(self) -> bool:
+        """Whether the labels were generated, not judged (``EvalSet.silver``);
+        ``silver_note`` says what that means for the figures."""
+        return self.evalset.silver
+
+    def silver_note(self, full: bool = False) -> str:
+        """What silver labels cannot see and what the evidence constraints mean under
+        them (empty for judged labels): the console's line, or with ``full`` the report's
+        paragraph (``--min-recall`` too, and the queries with several relevant passages)."""
+        if not self.silver:
+            return ""
+        reads = [
+            (c, f"the source passage kept for {c.bound:.0%} of the queries")
+            for c in self.constraints
+            if c.metric in (COVERAGE, EVIDENCE) and c.op == ">="
+        ]
+        if not full:
+            return (
+                "generated: other passages that answer a question count as not relevant, so "
+                "evidence recall, precision and distractor figures are pessimistic"
+                + "".join(f"; {c} means {r}" for c, r in reads)
+            )
+        default = Constraint(COVERAGE, ">=", DEFAULT_MIN_COVERAGE)
+        several = sum(
+            sum(g >= 1 for g in self.evalset.labels[q].grades.values()) > 1 for q in self.qids
+        )
+        return (
+            "The labels were generated, not judged: each question's source passages are its "
+            "only relevant ones, and passages that also answer it count as not relevant. "
+            "Evidence recall, precision and the distractor figures are therefore pessimistic, "
+            "and the choice leans to short contexts. "
+            + "".join(
+                f"`{c}` here means: {r}"
+                + (
+                    " (the default floor, the right one for silver labels). "
+                    if c == default
+                    else ". "
+                )
+                for c, r in reads
+            )
+            + "With one source passage, a query's evidence recall is its coverage (0 or 1), "
+            "so `--min-recall X` asks the same as `evidence_coverage>=X`."
+            + (
+                f" {several} of the {len(self.qids)} queries "
+                f"{'has' if several == 1 else 'have'} several relevant passages "
+                "(a multi-hop sample, or passages with the same text): coverage counts such a "
+                "query covered when one of them is kept (`--evidence-needed N` asks for N), "
+                "evidence recall by the share kept."
+                if several
+                else ""
+            )
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -76,6 +76,8 @@ def _print_summary(view: ResultView, out: Console) -> None:
         f"choose on, {h.heldout_rows.size} held out (seed {h.seed})",
         highlight=False,
     )
+    if h.silver:
+        out.print(f"[bold]Silver labels:[/] {escape(h.silver_note())}.", highlight=False)
 
     table = _table("best setting per run (calibration queries)")
     # at 80 columns long names wrap (folded), numbers never do

@@ -69,6 +69,8 @@ def _header(view: ResultView, cfg: GuardConfig, config_path: str | None) -> list
         Para(("Retrieval-only choice: " if w.stage is not None else "Why: ") + f"{view.why}."),
     ]
     blocks += _small_set(view)
+    if res.silver:
+        blocks.append(Para(f"**Silver labels.** {res.silver_note(full=True)}"))
     if config_path and view.stopped is None:
         line = f'Config: `{config_path}`; load it with `ContextGuard.from_file("{config_path}")`.'
         if view.unmet:

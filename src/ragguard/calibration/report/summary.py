@@ -4,7 +4,10 @@ pipelines and experiment trackers.
 The document (every NaN written as ``null``)::
 
     {
-      "ragguard_version": "...", "evalset": "...", "profile": "support",
+      "ragguard_version": "...", "evalset": "...",
+      "labels": "silver",                               # only when the labels were
+                                                        # generated (EvalSet.silver)
+      "profile": "support",
       "objective": "udcg", "constraints": ["recall>=0.8"],
       "queries": {"total": 51, "calibration": 36, "heldout": 15, "unanswerable": 0},
       "seed": 0,
@@ -100,6 +103,7 @@ def result_document(
     return {
         "ragguard_version": __version__,
         "evalset": v.evalset or h.evalset.source,
+        **({"labels": "silver"} if h.silver else {}),
         "profile": h.profile.name,
         "objective": h.objective,
         "objective_text": v.objective,

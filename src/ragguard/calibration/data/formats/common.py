@@ -31,6 +31,9 @@ class ReadOptions:
     split: str | None = None
     model: str | None = None
     texts: bool = True
+    corpus: tuple[Path, ...] = ()
+    """Corpus files a RAGAS testset's contexts are matched against (else the
+    ``corpus.jsonl`` beside it)."""
 
 
 @dataclass(frozen=True, slots=True)

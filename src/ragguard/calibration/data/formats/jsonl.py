@@ -94,6 +94,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
     runs: dict[str, _Run] = {}
     pair_texts = _PairTexts() if texts else None
     metadata: dict[str, dict[str, Any]] = {}
+    silver = False  # a line written by ragguard synth says its labels are generated
     for lineno, text in enumerate(utf8_lines(path, numbered=False), 1):
         if not text.strip():
             continue
@@ -122,8 +123,11 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         queries[qid] = Query(qid, query, tuple(answers), needs)
         label_lines[qid] = (source, lineno)
         meta = obj.get("metadata")
-        if isinstance(meta, dict) and texts:
-            metadata[qid] = meta
+        if isinstance(meta, dict):
+            synth = meta.get("synth")
+            silver = silver or (isinstance(synth, dict) and synth.get("labels") == "silver")
+            if texts:
+                metadata[qid] = meta
         for name, fld, cands in _candidate_lists(obj, at):
             run = runs.setdefault(name, _Run())
             docs, scores, cand_texts = _candidates(cands, fld, at, qid, name, rep, run.invalid)
@@ -146,6 +150,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         label_lines,
         {name: (run.columns.build(source), run.lines) for name, run in runs.items()},
         texts=Texts(pairs=sources, metadata=metadata),
+        silver=silver,
     )
 
 

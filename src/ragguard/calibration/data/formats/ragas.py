@@ -3,8 +3,9 @@ per line or row with ``user_input``, ``reference_contexts``, ``reference``; RAGA
 ``question``, ``contexts``, ``ground_truth`` too): the one reader
 (docs/reference/data-formats.md, "RAGAS testsets"). The reference contexts are texts:
 each is matched by text, whitespace aside, to the passages of the ``corpus.jsonl``
-beside the file (``reference_context_ids``, where a sample has them, name the passages
-instead). Its labels are silver: each query's reference contexts are relevant."""
+beside the file, or of the corpus files ``load_evalset``'s ``corpus=`` names
+(``reference_context_ids``, where a sample has them, name the passages instead). Its
+labels are silver: each query's reference contexts are relevant."""
 
 from __future__ import annotations
 
@@ -98,46 +99,52 @@ def _strings(value: object, at: Where, fld: str) -> list[str]:
 
 
 class _Corpus:
-    """The passages of the ``corpus.jsonl`` beside a testset, by normalised text (a
-    title, if any, with or without it), read when first asked for."""
+    """The passages of the corpus files given, else of the ``corpus.jsonl`` beside a
+    testset, by normalised text (a title, if any, with or without it), read when first
+    asked for."""
 
-    def __init__(self, testset: Path, rep: Reporter) -> None:
-        self.path = testset.parent / "corpus.jsonl"
+    def __init__(self, testset: Path, given: tuple[Path, ...], rep: Reporter) -> None:
+        self.paths = given or (testset.parent / "corpus.jsonl",)
+        self.name = ", ".join(p.name for p in self.paths)
+        self.given = bool(given)
         self.rep = rep
         self._by_text: dict[str, list[str]] | None = None
         self.ids: set[str] | None = None
 
     def by_text(self, at: Where) -> dict[str, list[str]]:
         if self._by_text is None:
-            if not self.path.is_file():
+            if not self.given and not self.paths[0].is_file():
                 at.fail(
                     "a RAGAS testset gives its reference contexts as texts: put the corpus "
-                    f"they come from beside it as {self.path.name} (JSONL: _id, text) to "
-                    "match them to passage ids",
+                    f"they come from beside it as {self.name} (JSONL: _id, text) or name it "
+                    "with --corpus (corpus=) to match them to passage ids",
                     NAMES[0][1],
                 )
-            source = corpus_source(self.path)
-            self._by_text = same_texts(source.texts, self.rep, self.path)
-            for doc in source.titles:  # the text without its title line too
-                body = source.texts[doc].split("\n", 1)[-1]
-                self._by_text.setdefault(normalised(body), []).append(doc)
-            self.ids = set(source.texts)
+            sources = [corpus_source(p) for p in self.paths]
+            texts = {doc: text for s in sources for doc, text in s.texts.items()}
+            self._by_text = same_texts(texts, self.rep, self.paths[-1])
+            for source in sources:  # the text without its title line too
+                for doc in source.titles:
+                    body = source.texts[doc].split("\n", 1)[-1]
+                    self._by_text.setdefault(normalised(body), []).append(doc)
+            self.ids = set(texts)
         return self._by_text
 
 
-def read_ragas(path: Path, rep: Reporter) -> ColumnarRead:
+def read_ragas(path: Path, rep: Reporter, corpus_files: tuple[Path, ...] = ()) -> ColumnarRead:
     """A RAGAS testset: query ``q<n>`` for its n-th sample (its ``user_input``, its
     ``reference`` as the answer), labelled with the passages its reference contexts
-    match (grade 1), silver; no run. Contexts matching no passage are reported
+    match (grade 1), silver; no run. The contexts are matched against ``corpus_files``,
+    else the ``corpus.jsonl`` beside the testset. Contexts matching no passage are reported
     (``UNMATCHED_CONTEXT``) and left out, as is a sample none of whose contexts matches.
 
     Raises:
         EvalSetError: an empty file, malformed JSON or CSV, a sample without a query or
-            contexts, mistyped or blank texts, a multi-turn sample, no ``corpus.jsonl``
-            beside the file when a sample needs it, no context matching any passage:
-            naming file, line and field.
+            contexts, mistyped or blank texts, a multi-turn sample, no corpus (a
+            ``corpus.jsonl`` beside the file, or ``corpus_files``) when a sample needs
+            it, no context matching any passage: naming file, line and field.
     """
-    corpus = _Corpus(path, rep)
+    corpus = _Corpus(path, corpus_files, rep)
     queries: dict[str, Query] = {}
     labels: dict[str, Labels] = {}
     lines: dict[str, tuple[str | None, int | None]] = {}
@@ -175,7 +182,7 @@ def read_ragas(path: Path, rep: Reporter) -> ColumnarRead:
                     unmatched += 1
                     message = (
                         f"reference context of query {qid!r} matches no passage of "
-                        f"{corpus.path.name} by text: {context[:60]!r}"
+                        f"{corpus.name} by text: {context[:60]!r}"
                     )
                     at.report(rep, ProblemKind.UNMATCHED_CONTEXT, message, f"{ctx_key}[{i}]")
         if not grades:
@@ -190,7 +197,7 @@ def read_ragas(path: Path, rep: Reporter) -> ColumnarRead:
     if n and not labels:
         raise EvalSetError(
             f"none of the {unmatched} reference contexts matches a passage of "
-            f"{corpus.path} by text (whitespace aside): was the testset generated from "
+            f"{corpus.name} by text (whitespace aside): was the testset generated from "
             "this corpus's passages?",
             path=str(path),
         )
@@ -220,6 +227,6 @@ def _detect(path: Path, head: str | None) -> bool:
 RAGAS = Format(
     "ragas",
     _detect,
-    lambda path, rep, _: read_ragas(path, rep),
+    lambda path, rep, options: read_ragas(path, rep, options.corpus),
     what="RAGAS testsets",
 )
