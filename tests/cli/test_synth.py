@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ragguard.cli import app
@@ -75,3 +76,86 @@ def test_bad_corpus_prints_one_line_and_exits_1(tmp_path: Path) -> None:
         "(the others are what a retriever must rank below it)"
     ]
     assert "Traceback" not in result.output and not (tmp_path / "e.jsonl").exists()
+
+
+def four_passages(path: Path) -> Path:
+    texts = {
+        "p1": "The Eiffel Tower in Paris was completed in 1889. It is 330 metres tall.",
+        "p2": "Photosynthesis turns sunlight, water and carbon dioxide into glucose and oxygen.",
+        "p3": "The Great Barrier Reef off Queensland is the largest coral reef in the world.",
+        "p4": "Mount Kilimanjaro in Tanzania is the highest mountain in Africa.",
+    }
+    path.write_text("\n".join(json.dumps({"id": k, "text": v}) for k, v in texts.items()))
+    return path
+
+
+def one_line_error(args: list[str], expected: str) -> None:
+    result = runner.invoke(app, ["synth", *args])
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    if result.exit_code == 1:  # ours (2: click's usage error, in its box)
+        errors = [line for line in result.output.splitlines() if line.startswith("error")]
+        assert len(errors) == 1 and expected in errors[0], result.output
+    else:
+        assert expected in result.output
+
+
+def test_a_bad_backend_or_model_is_one_line(tmp_path: Path) -> None:
+    corpus = str(four_passages(tmp_path / "c.jsonl"))
+    out = ["--out", str(tmp_path / "e.jsonl")]
+    one_line_error([corpus, *out, "--backend", "llama"], "'llama' is not one of")
+    one_line_error(
+        [corpus, *out, "--backend", "gguf", "--model", str(tmp_path / "none.gguf")],
+        "no such GGUF file",
+    )
+    one_line_error([corpus, *out, "--model", "x.gguf"], "--backend and --model go together")
+    one_line_error(
+        [corpus, *out, "--backend", "gguf", "--model", "x.gguf", "--method", "cloze"],
+        "--method builds queries without a model",
+    )
+    assert not (tmp_path / "e.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_synth_with_smollm2_writes_llm_questions_and_resumes(
+    tmp_path: Path, gguf_path: Path
+) -> None:
+    corpus, out = str(four_passages(tmp_path / "c.jsonl")), tmp_path / "e.jsonl"
+    args = ["synth", corpus, "-o", str(out), "--backend", "gguf", "--model", str(gguf_path)]
+    first = runner.invoke(app, [*args, "--n", "2"])  # as if interrupted after 2 passages
+    assert first.exit_code == 0, first.output
+    progress = out.with_name("e.jsonl.progress")
+    done = [json.loads(line)["doc_id"] for line in progress.read_text().splitlines()]
+    assert len(done) == 2
+    second = runner.invoke(app, [*args, "--n", "3"])
+    assert second.exit_code == 0, second.output
+    assert "1 replies asked, 2 reused" in second.stderr
+    saved = [json.loads(line)["doc_id"] for line in progress.read_text().splitlines()]
+    assert saved[:2] == done and len(saved) == 3
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rejected = re.findall(r"passage '(p\d)': no usable question", second.stderr)
+    assert sorted([r["metadata"]["synth"]["source"] for r in rows] + rejected) == sorted(saved)
+    for r in rows:
+        synth = r["metadata"]["synth"]
+        assert synth["method"] == "llm" and synth["model"] == gguf_path.name
+        assert synth["labels"] == "silver" and r["relevant"] == {synth["source"]: 1}
+
+
+def test_synth_with_an_endpoint_asks_concurrently_and_reports_duplicates(tmp_path: Path) -> None:
+    from tests.calibration.annotate.fake_server import FakeServer
+
+    server = FakeServer()  # one JSON line for the passage about Paris, one for the others
+    server.delay = 0.2
+    try:
+        corpus, out = str(four_passages(tmp_path / "c.jsonl")), tmp_path / "e.jsonl"
+        endpoint = ["--model", "served-llm", "--base-url", server.url, "--concurrency", "4"]
+        args = ["synth", corpus, "-o", str(out), "--n", "4", "--backend", "openai", *endpoint]
+        result = runner.invoke(app, args)
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    assert len(server.requests) == 4 and server.max_in_flight > 1
+    assert all("Passage: " in json.dumps(r["body"]) for r in server.requests)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and {r["metadata"]["synth"]["model"] for r in rows} == {"served-llm"}
+    assert len(re.findall(r"no usable question \(duplicate\)", result.stderr)) == 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -26,7 +28,9 @@ from ragguard.cli._common import Verbose, app, err, out
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
 from ragguard.errors import AnnotationError
 
-__all__ = ["annotate_command", "load_chat_model"]
+__all__ = ["annotate_command", "load_chat_model", "progress_bar", "text_generator"]
+
+ProgressFn = Callable[[str, int, int], None]
 
 
 class Backend(StrEnum):
@@ -95,17 +99,9 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
         }
         if backend is Backend.transformers:
             return ann.TransformersEstimator(model, **kwargs)
-        path = Path(model)
-        if path.is_dir():
-            files = sorted(path.glob("*.gguf"))
-            if opts["gguf_file"] is None and len(files) != 1:
-                raise AnnotationError(
-                    f"{path} holds {len(files)} .gguf files; name one with --gguf-file"
-                )
-            return ann.TransformersEstimator.from_gguf(
-                path / (opts["gguf_file"] or files[0].name), **kwargs
-            )
-        return ann.TransformersEstimator.from_gguf(path, **kwargs)
+        return ann.TransformersEstimator.from_gguf(
+            _gguf_file(Path(model), opts["gguf_file"]), **kwargs
+        )
     if backend is Backend.openai:
         return ann.OpenAIEndpointEstimator(
             model,
@@ -133,25 +129,77 @@ def _client(opts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[str, Any]) -> Any:
+def text_generator(
+    backend: Backend,
+    model: str,
+    opts: dict[str, Any],
+    *,
+    model_id: str | None = None,
+    max_tokens: int = 256,
+) -> Any:
+    """The ``TextGenerator`` of ``--backend`` / ``--model`` with the Local and Endpoint
+    groups' settings ``opts``: the judge's model, and ``ragguard synth``'s."""
     from ragguard.calibration import annotate as ann
 
     if backend in (Backend.transformers, Backend.gguf):
-        if same:
-            gen = estimator.generator()
-        else:
-            path = Path(model)
-            if backend is Backend.gguf:
-                gen = ann.TransformersGenerator(
-                    path.parent, gguf_file=path.name, device=opts["device"], dtype=opts["dtype"]
-                )
-            else:
-                gen = ann.TransformersGenerator(model, device=opts["device"], dtype=opts["dtype"])
-    elif backend is Backend.openai:
-        gen = ann.EndpointGenerator(model, **_client(opts))
-    else:
-        gen = ann.ChatGenerator(load_chat_model(model), concurrency=opts["concurrency"])
-    return ann.RelevanceJudge(gen)
+        local = {"device": opts["device"], "dtype": opts["dtype"], "model_id": model_id}
+        if backend is Backend.transformers:
+            return ann.TransformersGenerator(model, max_new_tokens=max_tokens, **local)
+        path = _gguf_file(Path(model), opts["gguf_file"])
+        if not path.is_file():
+            raise AnnotationError(f"no such GGUF file: {path}")
+        return ann.TransformersGenerator(
+            path.parent, gguf_file=path.name, max_new_tokens=max_tokens, **local
+        )
+    if backend is Backend.openai:
+        return ann.EndpointGenerator(
+            model, max_tokens=max_tokens, model_id=model_id, **_client(opts)
+        )
+    return ann.ChatGenerator(
+        load_chat_model(model), concurrency=opts["concurrency"], model_id=model_id
+    )
+
+
+def _gguf_file(path: Path, name: str | None) -> Path:
+    """The GGUF file of ``--model`` (a file, or a folder with ``--gguf-file`` or one
+    ``.gguf`` file)."""
+    if not path.is_dir():
+        return path
+    files = sorted(path.glob("*.gguf"))
+    if name is None and len(files) != 1:
+        raise AnnotationError(f"{path} holds {len(files)} .gguf files; name one with --gguf-file")
+    return path / (name or files[0].name)
+
+
+def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[str, Any]) -> Any:
+    from ragguard.calibration import annotate as ann
+
+    if same and backend in (Backend.transformers, Backend.gguf):
+        return ann.RelevanceJudge(estimator.generator())
+    return ann.RelevanceJudge(text_generator(backend, model, opts))
+
+
+@contextmanager
+def progress_bar(labels: Mapping[str, str]) -> Iterator[ProgressFn]:
+    """A ``progress(stage, done, total)`` that draws one bar per stage (titled
+    ``labels[stage]``) on stderr, as annotate and synth show their work."""
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(labels.get(stage, stage), total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield progress
 
 
 FLAG = ""  # the metavar of a flag: it takes no value
@@ -385,23 +433,7 @@ def annotate_command(
         jm = judge_model or name
         judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=False,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                label = "judging relevance" if stage == "judge" else "p(NO-RESPONSE)"
-                tasks[stage] = bar.add_task(label, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
+    with progress_bar({"judge": "judging relevance", "estimate": "p(NO-RESPONSE)"}) as progress:
         try:
             summary = annotate(
                 evalset,

@@ -2,17 +2,69 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ragguard.cli._common import Verbose, app, err, friendly_errors
+from ragguard.cli._common import Verbose, app, err
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
+from ragguard.cli.annotate import (
+    ENDPOINT,
+    LOCAL,
+    Backend,
+    FreshOpt,
+    ModelIdOpt,
+    ModelOpt,
+    ProgressFileOpt,
+    progress_bar,
+    text_generator,
+)
+from ragguard.errors import ConfigError
 
 __all__ = ["synth"]
 
+QUESTION_TOKENS = 64
+"""The longest reply asked of a model: a question, not an essay."""
 
-@app.command()
+
+@dataclass(frozen=True)
+class Writer:
+    """The model that writes the questions (none: built without one), the id recorded,
+    and the progress file of its replies."""
+
+    backend: Backend | None = None
+    model: str | None = None
+    model_id: str | None = None
+    progress_file: Path | None = None
+    fresh: bool = False
+
+
+WRITER = FlagGroup(
+    "Model (optional; as ragguard annotate takes it)",
+    (
+        Flag(
+            "backend",
+            option(
+                Backend | None,
+                "The LLM that writes one question per passage: transformers, gguf, openai or "
+                "chat. Default: none (queries built from the passage's words, --method).",
+                metavar="BACKEND",
+            ),
+            None,
+        ),
+        Flag("model", ModelOpt, None),
+        Flag("model_id", ModelIdOpt, None),
+        Flag("progress_file", ProgressFileOpt, None),
+        Flag("fresh", FreshOpt, False),
+    ),
+    Writer,
+)
+
+
+@app.command(cls=GroupedCommand)
+@grouped({"writer": WRITER, "local": LOCAL, "endpoint": ENDPOINT})
 def synth(
     corpus: Annotated[
         Path,
@@ -24,37 +76,104 @@ def synth(
     out: Annotated[
         Path, typer.Option("--out", "-o", metavar="FILE", help="The eval set to write (JSONL).")
     ],
+    writer: Writer,
+    local: dict[str, Any],
+    endpoint: dict[str, Any],
     n: Annotated[
         int, typer.Option("--n", help="Queries to make (fewer if the corpus runs out).")
     ] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Which passages are sampled.")] = 0,
     method: Annotated[
-        str, typer.Option("--method", help="How a query is built: keyphrases or cloze.")
-    ] = "keyphrases",
+        str | None,
+        typer.Option(
+            "--method", help="Without a model, how a query is built: keyphrases or cloze."
+        ),
+    ] = None,
     verbose: Verbose = False,
 ) -> None:
-    """Questions made from your passages, without a model: each sampled passage gives one
-    query built from its own words, labelled relevant to it (silver labels: other passages
-    that also answer it count as not relevant). Deterministic for a seed."""
-    with friendly_errors(verbose):
-        from ragguard.calibration._output import check_not_input, check_output_path
-        from ragguard.calibration.synth import read_corpus, synthesize, write_evalset
+    """Questions made from your passages: each sampled passage gives one query,
+    labelled relevant to it (silver labels: other passages that also answer it count as
+    not relevant). Without a model the query is built from the passage's own words,
+    deterministic for a seed; with --backend/--model an LLM writes it, its replies
+    appended to OUT.progress as they come (run the same command to resume)."""
+    from ragguard.calibration._output import check_not_input, check_output_path
+    from ragguard.calibration.synth import ask, read_corpus, synthesize, write_evalset
 
-        target = check_output_path(out, folder=False, what="--out", example="eval.jsonl")
-        check_not_input(target, [corpus], what="--out")
-        read = read_corpus(corpus)
-        queries = synthesize(read, n=n, seed=seed, method=method)
-        provenance = {
-            "method": method,
-            "seed": seed,
-            "n": n,
-            "corpus": corpus.name,
-            "split": read.split,
-        }
-        write_evalset(queries, target, provenance)
+    if (writer.backend is None) != (writer.model is None):
+        raise ConfigError(
+            "synth: --backend and --model go together (an LLM writes the questions); "
+            "give both, or neither for queries built without a model"
+        )
+    if writer.backend is not None and method is not None:
+        raise ConfigError(
+            "synth: --method builds queries without a model; drop it, or drop --backend/--model"
+        )
+    target = check_output_path(out, folder=False, what="--out", example="eval.jsonl")
+    check_not_input(target, [corpus], what="--out")
+    read = read_corpus(corpus)
+    where = {"seed": seed, "n": n, "corpus": corpus.name, "split": read.split}
+    if writer.backend is None or writer.model is None:
+        how = method or "keyphrases"
+        queries = synthesize(read, n=n, seed=seed, method=how)
+        provenance: dict[str, Any] = {"method": how, **where}
+    else:
+        progress_file = writer.progress_file or Path(f"{target}.progress")
+        check_not_input(progress_file, [corpus], what="--progress-file")
+        opts = {**local, **endpoint}
+        if local["threads"] is not None and writer.backend in (Backend.transformers, Backend.gguf):
+            from ragguard._optional import require
+
+            require("torch", "annotate").set_num_threads(local["threads"])
+        name = writer.model
         err.print(
-            f"{target}: {len(queries)} queries from {len(read.passages)} passages "
-            f"({method}, seed {seed}; silver labels: each query's source passage)",
+            f"loading {writer.backend.value} model {name} ...", highlight=False, soft_wrap=True
+        )
+        gen = text_generator(
+            writer.backend, name, opts, model_id=writer.model_id, max_tokens=QUESTION_TOKENS
+        )
+        with progress_bar({"ask": "writing questions"}) as progress:
+            try:
+                asked = ask(
+                    read,
+                    gen,
+                    progress_file=progress_file,
+                    n=n,
+                    seed=seed,
+                    fresh=writer.fresh,
+                    progress=progress,
+                )
+            except KeyboardInterrupt:
+                err.print(
+                    f"interrupted: every reply so far is saved in {progress_file}; run the "
+                    "same command again to resume",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                raise typer.Exit(130) from None
+        for r in asked.rejected:
+            err.print(
+                f"passage {r.source!r}: no usable question ({r.reason}): {r.reply.strip()[:80]!r}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if not asked.queries:
+            raise ConfigError(
+                f"synth: the model gave no usable question for any of the {len(asked.rejected)} "
+                "passages asked (see above): try a larger model"
+            )
+        queries, how = asked.queries, f"llm {gen.model_id}"
+        provenance = {"method": "llm", **where, "model": gen.model_id}
+        provenance["settings"] = dict(gen.settings())
+        err.print(
+            f"{asked.computed} replies asked, {asked.reused} reused from {progress_file}; "
+            f"{len(asked.rejected)} passages rejected",
             highlight=False,
             soft_wrap=True,
         )
+    write_evalset(queries, target, provenance)
+    err.print(
+        f"{target}: {len(queries)} queries from {len(read.passages)} passages "
+        f"({how}, seed {seed}; silver labels: each query's source passage)",
+        highlight=False,
+        soft_wrap=True,
+    )

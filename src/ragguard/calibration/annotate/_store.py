@@ -6,6 +6,8 @@ One JSON object per line::
      "pair": "9b1c...", "p": 0.031}
     {"kind": "relevance", "key": "77e0...", "query_id": "q1", "doc_id": "d4",
      "pair": "02aa...", "relevant": false, "motivation": "..."}
+    {"kind": "question", "key": "5c9d...", "query_id": "", "doc_id": "d7",
+     "pair": "e41b...", "reply": "..."}
 
 ``key`` hashes the estimator's (or judge's) settings and ``pair`` hashes the question
 and passage texts, so a result is reused only for the same model, prompt and options
@@ -64,6 +66,7 @@ class ProgressStore:
         self.path = Path(path)
         self.no_response: dict[tuple[str, str, str, str], float] = {}
         self.relevance: dict[tuple[str, str, str, str], tuple[bool, str]] = {}
+        self.questions: dict[tuple[str, str, str, str], str] = {}
         self._fh: IO[str] | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,6 +121,11 @@ class ProgressStore:
             if not isinstance(rel, bool):
                 return False
             self.relevance[k] = (rel, str(rec.get("motivation", "")))
+        elif rec.get("kind") == "question":
+            reply = rec.get("reply")
+            if not isinstance(reply, str):
+                return False
+            self.questions[k] = reply
         return True
 
     def _write(self, kind: str, k: tuple[str, str, str, str], **values: object) -> None:
@@ -149,6 +157,12 @@ class ProgressStore:
         """Save one relevance judgement."""
         self.relevance[(key, qid, doc, pair)] = (relevant, motivation)
         self._write("relevance", (key, qid, doc, pair), relevant=relevant, motivation=motivation)
+
+    def add_question(self, key: str, doc: str, pair: str, reply: str) -> None:
+        """Save one model's reply to ``ragguard synth``'s question prompt for passage
+        ``doc`` (``query_id`` is ``""``: no query exists yet)."""
+        self.questions[(key, "", doc, pair)] = reply
+        self._write("question", (key, "", doc, pair), reply=reply)
 
     def close(self) -> None:
         """Close the append handle (everything written is already flushed)."""

@@ -30,7 +30,7 @@ from typing import Any
 from ragguard.calibration.synth.corpus import Corpus, Passage
 from ragguard.errors import ConfigError, CorpusError
 
-__all__ = ["METHODS", "SynthQuery", "synthesize", "write_evalset"]
+__all__ = ["METHODS", "SynthQuery", "folded", "sample", "synthesize", "write_evalset"]
 
 METHODS = ("keyphrases", "cloze")
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -94,6 +94,29 @@ def _cloze(p: Passage, idf: dict[str, float], words: int) -> list[str]:
 _BUILD = {"keyphrases": _keyphrases, "cloze": _cloze}
 
 
+def folded(text: str) -> str:
+    """``text``'s words, lower-cased and accents dropped, one space apart: what two texts
+    are compared by (a repeated passage, a query that copies its passage)."""
+    return " ".join(_tokens(text))
+
+
+def sample(corpus: Corpus, seed: int) -> list[Passage]:
+    """The passages whose text no other passage repeats, in the order
+    ``random.Random(seed)`` draws them: the order queries are made in.
+
+    Raises:
+        CorpusError: every passage's text is repeated by another passage.
+    """
+    seen = Counter(folded(p.text) for p in corpus.passages)
+    unique = [p for p in corpus.passages if seen[folded(p.text)] == 1]
+    if not unique:
+        raise CorpusError(
+            "every passage's text is repeated by another passage: a question made from one "
+            "would have several sources; remove the duplicates"
+        )
+    return [unique[i] for i in random.Random(seed).sample(range(len(unique)), len(unique))]
+
+
 def synthesize(
     corpus: Corpus, *, n: int = 100, seed: int = 0, method: str = "keyphrases", words: int = 8
 ) -> list[SynthQuery]:
@@ -112,24 +135,16 @@ def synthesize(
     if build is None:
         raise ConfigError(f"synth: unknown method {method!r}; choose one of {', '.join(METHODS)}")
     passages = corpus.passages
-    seen_texts = Counter(" ".join(_tokens(p.text)) for p in passages)
-    unique = [p for p in passages if seen_texts[" ".join(_tokens(p.text))] == 1]
-    if not unique:
-        raise CorpusError(
-            "every passage's text is repeated by another passage: a question made from one "
-            "would have several sources; remove the duplicates"
-        )
+    sampled = sample(corpus, seed)
     df: Counter[str] = Counter()
     for p in passages:
         df.update(set(_tokens(f"{p.title} {p.text}")))
     idf = {t: math.log(len(passages) / c) for t, c in df.items()}
-    order = random.Random(seed).sample(range(len(unique)), len(unique))
     made: list[SynthQuery] = []
     queries: set[str] = set()
-    for i in order:
-        p = unique[i]
+    for p in sampled:
         query = " ".join(build(p, idf, words))
-        if not query or query in queries or query == " ".join(_tokens(p.text)):
+        if not query or query in queries or query == folded(p.text):
             continue
         queries.add(query)
         made.append(SynthQuery(f"synth-{len(made) + 1:05d}", query, p.id))
