@@ -159,3 +159,16 @@ def test_synth_with_an_endpoint_asks_concurrently_and_reports_duplicates(tmp_pat
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 2 and {r["metadata"]["synth"]["model"] for r in rows} == {"served-llm"}
     assert len(re.findall(r"no usable question \(duplicate\)", result.stderr)) == 2
+
+
+def test_annotates_scoring_options_are_not_synths(tmp_path: Path) -> None:
+    # synth reuses annotate's model flags, but a scoring flag it would ignore is refused
+    tiny_corpus(tmp_path / "corpus.jsonl")
+    for flag, value in (("--batch-size", "4"), ("--temperature", "0.5"), ("--samples", "3")):
+        result = runner.invoke(
+            app, ["synth", str(tmp_path / "corpus.jsonl"), "-o", str(tmp_path / "e.jsonl"),
+                  "--backend", "gguf", "--model", "m.gguf", flag, value],
+        )  # fmt: skip
+        assert result.exit_code == 2, (flag, result.output)
+        assert f"No such option: {flag}" in result.output
+        assert not (tmp_path / "e.jsonl").exists()

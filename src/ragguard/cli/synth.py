@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -63,8 +63,20 @@ WRITER = FlagGroup(
 )
 
 
+def _only(g: FlagGroup[Any], *names: str) -> FlagGroup[Any]:
+    """``g`` with only the flags question writing reads (annotate's judge and estimator
+    read the others), so synth shows no flag it would ignore."""
+    return replace(g, flags=tuple(f for f in g.flags if f.name in names))
+
+
 @app.command(cls=GroupedCommand)
-@grouped({"writer": WRITER, "local": LOCAL, "endpoint": ENDPOINT})
+@grouped(
+    {
+        "writer": WRITER,
+        "local": _only(LOCAL, "device", "dtype", "threads", "gguf_file"),
+        "endpoint": _only(ENDPOINT, "base_url", "concurrency", "max_retries", "timeout"),
+    }
+)
 def synth(
     corpus: Annotated[
         Path,
