@@ -172,3 +172,49 @@ def test_annotates_scoring_options_are_not_synths(tmp_path: Path) -> None:
         assert result.exit_code == 2, (flag, result.output)
         assert f"No such option: {flag}" in result.output
         assert not (tmp_path / "e.jsonl").exists()
+
+
+LANGCHAIN = "tests.calibration.retrievers:make_langchain_retriever"
+
+
+def test_synth_with_a_retriever_writes_its_run_and_calibrates_alone(tmp_path: Path) -> None:
+    from tests.calibration.retrievers import NOTES, make_langchain_retriever
+
+    out = tmp_path / "eval.jsonl"
+    args = ["synth", str(NOTES / "corpus.jsonl"), "-o", str(out), "--n", "20"]
+    made = runner.invoke(app, [*args, "--retriever", LANGCHAIN])
+    assert made.exit_code == 0, made.output
+    assert "run make_langchain_retriever" in made.stderr and "similarity scores" in made.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 20
+    retriever = make_langchain_retriever()
+    for line in lines:
+        # every query carries the retriever's own ranking, scored, under the factory's name
+        cands = line["runs"]["make_langchain_retriever"]
+        assert [c["id"] for c in cands] == [d.id for d in retriever.invoke(line["query"])]
+        assert all(isinstance(c["score"], float) for c in cands)
+    result = runner.invoke(
+        app,
+        ["calibrate", str(out), "--json", "--no-report", "-o", str(tmp_path / "ragguard.toml"),
+         "--allow-unmet"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["labels"] == "silver"
+    assert report["recommended"]["run"] == "make_langchain_retriever"
+    assert report["recommended"]["score_kind"] == "similarity"
+    assert 'run = "make_langchain_retriever"' in (tmp_path / "ragguard.toml").read_text()
+
+
+def test_a_bad_retriever_factory_is_one_line_before_any_query(tmp_path: Path) -> None:
+    corpus = str(four_passages(tmp_path / "c.jsonl"))
+    out = ["--out", str(tmp_path / "e.jsonl")]
+    one_line_error(
+        [corpus, *out, "--retriever", "no_such_module_xyz:make"],
+        "cannot import module 'no_such_module_xyz'",
+    )
+    one_line_error(
+        [corpus, *out, "--retriever", "tests.calibration.retrievers:make_list"],
+        "returned a builtins.list, not a retriever",
+    )
+    assert not (tmp_path / "e.jsonl").exists()

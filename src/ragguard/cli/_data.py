@@ -17,6 +17,7 @@ from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
     from ragguard.calibration import EvalSet
+    from ragguard.calibration.data.records import Run
 
 __all__ = [
     "EvalSetArg",
@@ -25,6 +26,7 @@ __all__ = [
     "RunOpt",
     "ScoreKindOpt",
     "compact_table",
+    "live_run",
     "load_evalset_for_cli",
     "profile_for_cli",
     "progress_bars",
@@ -125,7 +127,7 @@ def load_evalset_for_cli(
     the retrieval; without ``texts``, no passage text is kept; ``corpus``: what a RAGAS
     testset's contexts are matched against (see ``load_evalset``). Loading problems are
     logged once by the loader (a warning, which ``friendly_errors`` prints on stderr)."""
-    from ragguard.calibration.data.inputs import add_run, load_factory, load_inputs, retrieve_run
+    from ragguard.calibration.data.inputs import add_run, load_factory, load_inputs
 
     evalset = load_inputs(
         path,
@@ -136,19 +138,27 @@ def load_evalset_for_cli(
         corpus=corpus or (),
     )
     if retriever is not None:
-        instance = load_factory(retriever)
-        name = retriever.rpartition(":")[2] or "retriever"
-        with progress_bars() as progress:
-            task = progress.add_task(f"retrieving with {retriever}", total=len(evalset.qids))
-            run = retrieve_run(
-                evalset,
-                instance,
-                name=name,
-                score_kind=score_kind,
-                on_query=lambda done, _total: progress.update(task, completed=done),
-            )
+        run = live_run(evalset, retriever, load_factory(retriever), score_kind=score_kind)
         evalset = add_run(evalset, run)
     return evalset
+
+
+def live_run(evalset: EvalSet, spec: str, instance: object, *, score_kind: ScoreKind | None) -> Run:
+    """The run of the retriever that ``--retriever spec`` built (``instance``) over every
+    query of ``evalset``, with a progress bar; named by the factory, as ``calibrate``
+    names a live run."""
+    from ragguard.calibration.data.inputs import retrieve_run
+
+    name = spec.rpartition(":")[2] or "retriever"
+    with progress_bars() as progress:
+        task = progress.add_task(f"retrieving with {spec}", total=len(evalset.qids))
+        return retrieve_run(
+            evalset,
+            instance,
+            name=name,
+            score_kind=score_kind,
+            on_query=lambda done, _total: progress.update(task, completed=done),
+        )
 
 
 class CountColumn(ProgressColumn):

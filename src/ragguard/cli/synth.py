@@ -101,13 +101,25 @@ def synth(
             "--method", help="Without a model, how a query is built: keyphrases or cloze."
         ),
     ] = None,
+    retriever: Annotated[
+        str | None,
+        typer.Option(
+            "--retriever",
+            metavar="MODULE:FUNCTION",
+            help="module:function returning a LangChain or LlamaIndex retriever (as "
+            "calibrate takes it): its candidates for every query are written as the run, so "
+            "`ragguard calibrate OUT` needs no --run or --retriever.",
+        ),
+    ] = None,
     verbose: Verbose = False,
 ) -> None:
     """Questions made from your passages: each sampled passage gives one query,
     labelled relevant to it (silver labels: other passages that also answer it count as
     not relevant). Without a model the query is built from the passage's own words,
     deterministic for a seed; with --backend/--model an LLM writes it, its replies
-    appended to OUT.progress as they come (run the same command to resume)."""
+    appended to OUT.progress as they come (run the same command to resume). With
+    --retriever, each query's candidates are written too (else `calibrate --retriever`
+    retrieves them live)."""
     from ragguard.calibration._output import check_not_input, check_output_path
     from ragguard.calibration.synth import ask, read_corpus, synthesize, write_evalset
 
@@ -123,6 +135,10 @@ def synth(
     target = check_output_path(out, folder=False, what="--out", example="eval.jsonl")
     check_not_input(target, [corpus], what="--out")
     read = read_corpus(corpus)
+    if retriever is not None:
+        from ragguard.calibration.data.inputs import load_factory
+
+        instance = load_factory(retriever)  # a bad factory fails before any query is made
     where = {"seed": seed, "n": n, "corpus": corpus.name, "split": read.split}
     if writer.backend is None or writer.model is None:
         how = method or "keyphrases"
@@ -182,10 +198,29 @@ def synth(
             highlight=False,
             soft_wrap=True,
         )
-    write_evalset(queries, target, provenance)
+    run = None
+    if retriever is not None:
+        from ragguard.calibration import EvalSet
+        from ragguard.cli._data import live_run
+
+        labelled = EvalSet.from_dicts(
+            {q.query_id: {q.source: 1} for q in queries},
+            queries={q.query_id: q.query for q in queries},
+        )
+        run = live_run(labelled, retriever, instance, score_kind=None)
+    write_evalset(queries, target, provenance, run)
     err.print(
         f"{target}: {len(queries)} queries from {len(read.passages)} passages "
         f"({how}, seed {seed}; silver labels: each query's source passage)",
         highlight=False,
         soft_wrap=True,
     )
+    if run is not None:
+        kind = run.score_kind.value if run.score_kind else None
+        hint = f"; calibrate with --score-kind {kind}" if kind not in ("similarity", None) else ""
+        err.print(
+            f"{target}: run {run.name}, the retriever's candidates for every query "
+            f"({kind or 'no'} scores{hint})",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -25,10 +25,13 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragguard.calibration.synth.corpus import Corpus, Passage
 from ragguard.errors import ConfigError, CorpusError
+
+if TYPE_CHECKING:
+    from ragguard.calibration.data.records import Run
 
 __all__ = ["METHODS", "SynthQuery", "folded", "sample", "synthesize", "write_evalset"]
 
@@ -158,11 +161,27 @@ def synthesize(
     return made
 
 
-def write_evalset(queries: list[SynthQuery], path: str | Path, provenance: dict[str, Any]) -> None:
+def write_evalset(
+    queries: list[SynthQuery], path: str | Path, provenance: dict[str, Any], run: Run | None = None
+) -> None:
     """Write ``queries`` as ragguard's JSONL eval set: the source passage relevant
-    (grade 1), ``metadata.synth`` = ``provenance`` plus the source's id on every line."""
+    (grade 1), ``metadata.synth`` = ``provenance`` plus the source's id on every line;
+    with ``run``, each query's candidates under ``runs.<run name>`` (a score that is
+    missing or not finite: ``null``)."""
     with Path(path).open("w", encoding="utf-8") as fh:
         for q in queries:
             meta = {"synth": {**provenance, "source": q.source, "labels": "silver"}}
-            row = {"query_id": q.query_id, "query": q.query, "relevant": {q.source: 1}}
+            row: dict[str, Any] = {
+                "query_id": q.query_id,
+                "query": q.query,
+                "relevant": {q.source: 1},
+            }
+            if run is not None:
+                cands = run.candidates.get(q.query_id, {})
+                row["runs"] = {
+                    run.name: [
+                        {"id": d, "score": s if math.isfinite(s) else None}
+                        for d, s in cands.items()
+                    ]
+                }
             fh.write(json.dumps({**row, "metadata": meta}, ensure_ascii=False) + "\n")
