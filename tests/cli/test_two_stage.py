@@ -242,7 +242,8 @@ def test_a_calibration_that_needs_texts_reads_each_file_once(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reranker and the token budget both read passage texts: the eval-set file is
-    parsed once (and its bytes hashed once for the config's provenance), the corpus
+    parsed once (its bytes hashed once for the config's provenance, its first line read
+    once to detect its format), the corpus
     beside it and a --corpus file read once each, whoever asks for texts first."""
     import builtins
     import io
@@ -273,7 +274,9 @@ def test_a_calibration_that_needs_texts_reads_each_file_once(
                               "--corpus", str(extra), "--out", "a.toml"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "Two stages" in res.output  # the reranker read the texts
-    assert opened[(folder / "evalset.jsonl").resolve()] == 2
+    # parsed once, hashed once, and its first line read once by format detection (a
+    # RAGAS testset is a .jsonl file too, told apart by its fields)
+    assert opened[(folder / "evalset.jsonl").resolve()] == 3
     assert opened[(folder / "corpus.jsonl").resolve()] == 1
     assert opened[extra.resolve()] == 1
 
