@@ -29,7 +29,18 @@ figures. Goal (issue 35): the chosen variant's held-out UDCG at least top-4's an
 **Speed** (issue 35): ``read_corpus`` + ``synthesize`` of 1,000 queries from 10,000
 passages (the pool's passages and their 40-word chunks), wall time; goal < 30 s.
 
-Run: ``python benchmarks/label_free.py [--record]``. Always exits 0.
+**examples/nq** (``--evalset examples/nq`` runs only this part; the default runs it
+too): the team's 300 questions with graded labels and **marked distractors**, and its
+``dense-minilm`` run over ``examples/nq/corpus.jsonl`` (the same pool). Split once
+(``random.Random(0)``) into a tuning and a held-out half; synth (keyphrases, 8 words, its
+default) reads the tuning half's relevant passages, its queries are retrieved by the same
+MiniLM over the corpus; ``ragguard calibrate`` reads (a) that silver set and (b) the
+tuning half with its real labels and run; both configs and top-4 are scored on the
+held-out half under its real labels: UDCG, distractor rate (``distractor_rate``, the
+profile's rules and the marked distractors), labelled distractors kept (``harm``),
+evidence coverage, passages kept.
+
+Run: ``python benchmarks/label_free.py [--evalset examples/nq] [--record]``. Always exits 0.
 """
 
 from __future__ import annotations
@@ -69,6 +80,7 @@ from default_constraint import (  # the pool, retrieval, calibrate and scoring o
     table,
     write_folder,
 )
+from ragguard.calibration import evaluate
 from ragguard.calibration.data.inputs import load_inputs
 from ragguard.calibration.synth import read_corpus, synthesize
 
@@ -88,6 +100,7 @@ TOP_K = 4  # LangChain's default k
 QUERIES = 1000  # synthetic queries per variant
 REAL, TOPK = "calibrated on real labels", f"top-{TOP_K} (LangChain default)"
 DEFAULT_VARIANT = "synth keyphrases, 8 words"  # what `ragguard synth` does by default
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "nq"
 
 
 def write_corpus(passages: Sequence[Passage], path: Path) -> Path:
@@ -197,9 +210,113 @@ def run_pool(
     )
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def subset(rows: list[dict[str, Any]], run: list[str], qids: list[str], folder: Path) -> None:
+    """An eval-set folder of ``qids`` with their real labels and ``dense-minilm`` run."""
+    keep = set(qids)
+    (folder / "runs").mkdir(parents=True)
+    lines = [json.dumps(r, ensure_ascii=False) for r in rows if r["query_id"] in keep]
+    (folder / "evalset.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    trec = [line for line in run if line.split()[0] in keep]
+    (folder / "runs" / "dense-minilm.trec").write_text("\n".join(trec) + "\n", encoding="utf-8")
+
+
+def nq_row(name: str, folder: Path, kept: Any, qids: list[str], setting: str) -> list[Any]:
+    """UDCG, distractor rate, labelled distractors, coverage and kept, per held-out query."""
+    evset = load_inputs(folder)
+    per = evaluate(
+        evset, "dense-minilm", metrics=["udcg", "distractor_rate", "harm"], per_query=True, cut=kept
+    )
+    relevant = {r["query_id"]: set(r["relevant"]) for r in read_jsonl(folder / "evalset.jsonl")}
+    ranked: dict[str, list[str]] = {q: [] for q in qids}
+    for line in (folder / "runs" / "dense-minilm.trec").read_text().splitlines():
+        ranked[line.split()[0]].append(line.split()[2])
+    cov = [bool(relevant[q] & set(ranked[q][:n])) for q, n in zip(qids, kept, strict=True)]
+    cols = [
+        np.array([per[m][q] for q in qids], np.float64) for m in ("udcg", "distractor_rate", "harm")
+    ]
+    return [name, setting, *cols, np.array(cov, np.float64), np.asarray(kept, np.float64)]
+
+
+def run_examples_nq(model: Any, pool_ids: set[str], tmp: Path) -> str:
+    """examples/nq: silver-calibrated vs real-label-calibrated vs top-4, on its held-out
+    half under its real labels (with marked distractors)."""
+    tmp = tmp / "examples-nq"
+    tmp.mkdir()
+    rows = read_jsonl(EXAMPLE / "evalset.jsonl")
+    run = (EXAMPLE / "runs" / "dense-minilm.trec").read_text(encoding="utf-8").splitlines()
+    corpus = [Passage(r["id"], r["title"], r["text"]) for r in read_jsonl(EXAMPLE / "corpus.jsonl")]
+    ids = {p.id for p in corpus}
+    missing = {line.split()[2] for line in run} - ids
+    print(
+        f"\n=== examples/nq: {len(rows)} questions, corpus {len(corpus)} passages (the same "
+        f"ids as the source's pool: {ids == pool_ids}); run ids missing from the corpus: "
+        f"{len(missing)} ==="
+    )
+    order = sorted(r["query_id"] for r in rows)
+    random.Random(0).shuffle(order)
+    half = len(order) // 2
+    tune, held = sorted(order[:half]), sorted(order[half:])
+    tune_dir, held_dir = tmp / "tune", tmp / "held"
+    subset(rows, run, tune, tune_dir)
+    subset(rows, run, held, held_dir)
+    own_ids = {d for r in rows if r["query_id"] in set(tune) for d in r["relevant"]}
+    own = [p for p in corpus if p.id in own_ids]
+    made = synthesize(read_corpus(write_corpus(own, tmp / "corpus.jsonl")), n=QUERIES, seed=0)
+    synth_qs = [Question(q.query_id, q.query, ()) for q in made]
+    data = build(
+        "passages", corpus, synth_qs, embed(model, [q.text for q in synth_qs], "synth-nq"), model
+    )
+    data.relevant = {q.query_id: {q.source} for q in made}
+    synth_dir = tmp / "synth"
+    write_folder(data, [q.query_id for q in made], synth_dir)
+    found = np.mean([q.source in {d for d, _ in data.ranked[q.query_id]} for q in made])
+    print(
+        f"tuning half {len(tune)} questions ({len(own)} relevant passages), held out "
+        f"{len(held)}; {DEFAULT_VARIANT}: {len(made)} queries; source in the top 20: {found:.1%}"
+    )
+    configs = {}
+    for name, folder in ((DEFAULT_VARIANT, synth_dir), (REAL, tune_dir)):
+        cfg, _, refused = calibrate_cli(folder, [], tmp / "cfg.toml")
+        configs[name] = cfg
+        if refused:
+            print(f"{name}: calibrate refused: {refused}")
+    results = {
+        n: nq_row(n, held_dir, policy_kept(load_inputs(held_dir), c, held), held, describe(c))
+        for n, c in configs.items()
+    }
+    n_cand = np.array(
+        [min(TOP_K, sum(1 for line in run if line.split()[0] == q)) for q in held], np.intp
+    )
+    results[TOPK] = nq_row(TOPK, held_dir, n_cand, held, "")
+    print(f"\nexamples/nq: {len(held)} real questions held out, real labels with distractors:")
+    cols = ("UDCG", "distr.", "marked", "cover", "kept")
+    head = f"{'config':<32} {'setting':<40} " + " ".join(f"{c:>6}" for c in cols)
+    print(head + "\n" + "-" * len(head))
+    for name, setting, *cols in results.values():
+        print(f"{name:<32} {setting:<40} " + " ".join(f"{np.mean(c):6.3f}" for c in cols))
+    s, r, k = (results[n][2] for n in (DEFAULT_VARIANT, REAL, TOPK))
+    gap, lo, hi = bootstrap_diff(s, r, 0)
+    gap_k, lo_k, hi_k = bootstrap_diff(s, k, 0)
+    ok = gap >= -TOLERANCE and gap_k >= 0
+    return (
+        f"{'PASS' if ok else 'FAIL'} examples/nq (real labels with distractors): "
+        f"{DEFAULT_VARIANT} ({results[DEFAULT_VARIANT][1]}): held-out UDCG {np.mean(s):.3f} "
+        f"vs real labels {np.mean(r):.3f} ({results[REAL][1]}): {gap:+.3f} [{lo:+.3f}, "
+        f"{hi:+.3f}] (goal >= -{TOLERANCE}); vs top-{TOP_K} {np.mean(k):.3f}: {gap_k:+.3f} "
+        f"[{lo_k:+.3f}, {hi_k:+.3f}] (goal >= 0)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--source", type=Path, default=SOURCE)
+    ap.add_argument(
+        "--evalset", choices=["examples/nq"], help="run only this eval set's part (examples/nq)"
+    )
     args = ap.parse_args(argv)
     print(f"label_free: ragguard code: {code_version(Path(ragguard.__file__).parent)}")
     t0 = time.perf_counter()
@@ -233,11 +350,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        lines.append(run_examples_nq(model, {p.id for p in pool}, tmp))
         for name, items in (("passages", pool), ("chunks", chunk_pool(pool))):
             # synth's corpus: the pool's items made from the tuning half's gold passages
             own = [p for p in items if p.id.split("-")[0] in tune_gold]
-            lines.append(run_pool(name, items, own, questions, q_emb, model, tune, held, tmp))
-        lines.append(speed(pool, tmp))
+            if not args.evalset:
+                lines.append(run_pool(name, items, own, questions, q_emb, model, tune, held, tmp))
+        if not args.evalset:
+            lines.append(speed(pool, tmp))
     print()
     for line in lines:
         print(line)

@@ -85,7 +85,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "label_free": (
         "held-out UDCG of a config calibrated on `ragguard synth`'s questions (no model, "
         "no labels) against one calibrated on real labelled questions and top-4, on "
-        "nq-open-oracle; synth's speed",
+        "nq-open-oracle and on `examples/nq` (real labels with distractors); synth's speed",
         "within 0.015 UDCG of the real-label config and >= top-4; 1,000 queries from "
         "10,000 passages < 30 s",
     ),
