@@ -218,3 +218,23 @@ def test_a_bad_retriever_factory_is_one_line_before_any_query(tmp_path: Path) ->
         "returned a builtins.list, not a retriever",
     )
     assert not (tmp_path / "e.jsonl").exists()
+
+
+def test_an_interrupt_says_the_replies_are_saved_and_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ragguard.calibration.synth as package
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(package, "ask", interrupted)
+    tiny_corpus(tmp_path / "corpus.jsonl")
+    out = tmp_path / "e.jsonl"
+    result = runner.invoke(
+        app, ["synth", str(tmp_path / "corpus.jsonl"), "-o", str(out), "--backend", "openai",
+              "--model", "m", "--base-url", "http://127.0.0.1:9/v1"],
+    )  # fmt: skip
+    assert result.exit_code == 130, result.output
+    assert f"every reply so far is saved in {out}.progress" in " ".join(result.stderr.split())
+    assert "resume" in result.stderr and not out.exists()

@@ -129,6 +129,22 @@ def _client(opts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def resumable(saved: Path, what: str) -> Iterator[None]:
+    """Ctrl-C in a long model run: say that every ``what`` so far is in ``saved`` and how
+    to resume, then exit 130 (annotate's results, synth's replies)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err.print(
+            f"interrupted: every {what} so far is saved in {saved}; run the same command "
+            "again to resume",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(130) from None
+
+
 def text_generator(
     backend: Backend,
     model: str,
@@ -433,27 +449,20 @@ def annotate_command(
         jm = judge_model or name
         judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
 
-    with progress_bar({"judge": "judging relevance", "estimate": "p(NO-RESPONSE)"}) as progress:
-        try:
-            summary = annotate(
-                evalset,
-                estimator,
-                outputs=output,
-                relevance=Relevance(judge=judge, unjudged=policy.value),
-                runs=list(inputs.run) if inputs.run else None,
-                format=inputs.evalset_format,
-                corpus=list(inputs.corpus or []),
-                progress=progress,
-            )
-        except KeyboardInterrupt:
-            saved = output.store_path
-            err.print(
-                f"interrupted: every result so far is saved in {saved}; run the same "
-                "command again to resume",
-                highlight=False,
-                soft_wrap=True,
-            )
-            raise typer.Exit(130) from None
+    with (
+        progress_bar({"judge": "judging relevance", "estimate": "p(NO-RESPONSE)"}) as progress,
+        resumable(output.store_path, "result"),
+    ):
+        summary = annotate(
+            evalset,
+            estimator,
+            outputs=output,
+            relevance=Relevance(judge=judge, unjudged=policy.value),
+            runs=list(inputs.run) if inputs.run else None,
+            format=inputs.evalset_format,
+            corpus=list(inputs.corpus or []),
+            progress=progress,
+        )
     out.print(
         f"annotated {summary.pairs} passages with {summary.model_id}: "
         f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",

@@ -19,6 +19,7 @@ from ragguard.cli.annotate import (
     ModelOpt,
     ProgressFileOpt,
     progress_bar,
+    resumable,
     text_generator,
 )
 from ragguard.errors import ConfigError
@@ -159,25 +160,19 @@ def synth(
         gen = text_generator(
             writer.backend, name, opts, model_id=writer.model_id, max_tokens=QUESTION_TOKENS
         )
-        with progress_bar({"ask": "writing questions"}) as progress:
-            try:
-                asked = ask(
-                    read,
-                    gen,
-                    progress_file=progress_file,
-                    n=n,
-                    seed=seed,
-                    fresh=writer.fresh,
-                    progress=progress,
-                )
-            except KeyboardInterrupt:
-                err.print(
-                    f"interrupted: every reply so far is saved in {progress_file}; run the "
-                    "same command again to resume",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                raise typer.Exit(130) from None
+        with (
+            progress_bar({"ask": "writing questions"}) as progress,
+            resumable(progress_file, "reply"),
+        ):
+            asked = ask(
+                read,
+                gen,
+                progress_file=progress_file,
+                n=n,
+                seed=seed,
+                fresh=writer.fresh,
+                progress=progress,
+            )
         for r in asked.rejected:
             err.print(
                 f"passage {r.source!r}: no usable question ({r.reason}): {r.reply.strip()[:80]!r}",
