@@ -84,6 +84,13 @@ class Header:
         return f"{goal} mean {self.objective}" + (f" subject to {cons}" if cons else "")
 
     @property
+    def evidence(self) -> str:
+        """The evidence metric each run's line shows: the coverage the constraints ask
+        for (the default floor), else evidence recall."""
+        asked = (c.metric for c in self.constraints if c.metric.startswith(COVERAGE))
+        return next(asked, EVIDENCE)
+
+    @property
     def silver(self) -> bool:
         """Whether the labels were generated, not judged (``EvalSet.silver``);
         ``silver_note`` says what that means for the figures."""

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ragguard._optional import install_hint
 from ragguard.calibration._format import format_interval, format_number
+from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.statistics import Comparison, Interval
 from ragguard.calibration.fit.sweep import PASSAGES
 from ragguard.calibration.fit.view import ResultView
@@ -81,12 +82,8 @@ def _print_summary(view: ResultView, out: Console) -> None:
 
     table = _table("best setting per run (calibration queries)")
     # at 80 columns long names wrap (folded), numbers never do
-    # the evidence the constraints ask for: coverage by default, else evidence recall
-    evidence = next(
-        (c.metric for c in h.constraints if c.metric.startswith("evidence_coverage")),
-        "evidence_recall",
-    )
-    short = "cover." if evidence != "evidence_recall" else "ev.rec"
+    evidence = h.evidence
+    short = "cover." if evidence != EVIDENCE else "ev.rec"
     for col in ("run", "chosen", obj, short, "distr.", "kept", "best top-k"):
         named = col in ("run", "chosen")
         table.add_column(
