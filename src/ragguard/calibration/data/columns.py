@@ -357,7 +357,9 @@ class ColumnarLabels(_ByQuery):
 
     @classmethod
     def of_labels(cls, labels: Mapping[str, Labels], source: str) -> ColumnarLabels:
-        """Columns of per-query ``Labels``, in their order."""
+        """Columns of per-query ``Labels``, in their order (columns stay as they are)."""
+        if isinstance(labels, ColumnarLabels):
+            return labels
         out = LabelColumns()
         for qid, lab in labels.items():
             out.add(qid, lab)
