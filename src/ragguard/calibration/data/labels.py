@@ -1,5 +1,5 @@
 """Labels as rows: relevant counts, the ideal rankings, per-grade counts (see
-[`EvalArrays`][ragguard.calibration.EvalArrays]) and the checks of label values."""
+``EvalArrays``) and the checks of label values."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ I = NDArray[np.intp]  # noqa: E741
 def flat_floats(
     maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str], sizes: I | None = None
 ) -> F64:
-    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones.
-    ``sizes``: the maps' lengths, when known."""
+    """All values of ``maps`` as one float64 array (``sizes``: their lengths, when known);
+    a clear error naming a value that is not a number."""
     total = sum(map(len, maps)) if sizes is None else int(sizes.sum())
     try:
         values = chain.from_iterable(map(methodcaller("values"), maps))  # dict.values: C speed
@@ -45,7 +45,6 @@ def flat_floats(
 
 
 def rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
-    """Scatter ``values`` into rows ``q``, highest first, zero-padded."""
     if q.size == 0:
         return np.zeros((n_rows, 0)), np.zeros(n_rows, dtype=np.intp)
     lo, hi = float(values.min()), float(values.max())
@@ -67,7 +66,7 @@ def rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
 
 def repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64, I]:
     """Rows of ``values`` (highest first), each repeated as often as its row of
-    ``per_level`` (rows x values) says, zero-padded; with each row's count."""
+    ``per_level`` says, zero-padded; with each row's count."""
     n_rows = per_level.shape[0]
     counts: I = per_level.sum(axis=1).astype(np.intp)
     width = int(counts.max()) if n_rows else 0
@@ -80,8 +79,7 @@ def repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64
 
 @dataclass(frozen=True, eq=False)
 class LabelStats:
-    """What every labelled grade (retrieved or not) gives: relevant counts, the ideal
-    ranking, per-grade counts (see ``EvalArrays``); ``extra_rows`` repeats each
+    """What every labelled grade gives (see ``EvalArrays``); ``extra_rows`` repeats each
     row once per stated relevant document beyond the labelled ones."""
 
     n_relevant: I
@@ -94,8 +92,7 @@ class LabelStats:
 
 
 def finite_grades(qids: Sequence[str], lq: I, lgrade: F64) -> None:
-    """Raise [`EvalSetError`][ragguard.EvalSetError] at the first grade (of row ``lq``)
-    that is not finite."""
+    """Raise ``EvalSetError`` at the first grade (of row ``lq``) that is not finite."""
     if not np.isfinite(lgrade).all():
         bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
         raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
@@ -107,9 +104,8 @@ def label_stats(
     """``LabelStats`` of labels given as rows ``lq`` with grades ``lgrade``.
 
     Raises:
-        EvalSetError: a grade is not finite, or a stated number of relevant documents is
-            not an integer or is below the labelled one.
-    """
+        EvalSetError: a grade not finite, a stated relevant count not an integer or below
+            the labelled one."""
     n_q = len(qids)
     finite_grades(qids, lq, lgrade)
     # labelled documents per row and grade: column g for grade g in 1..5 (grades above 5
@@ -172,7 +168,6 @@ def ideal_label_utilities(
     ex_q: I,
     rules: UtilityRules,
 ) -> F64:
-    """Positive label utilities of every labelled document, per query, highest first."""
     n_q = len(qids)
     if not (utilities is not None and any(utilities)) and not (
         no_response is not None and any(no_response)
@@ -215,8 +210,7 @@ def ideal_label_utilities(
 def check_range(
     qids: Sequence[str], maps: Sequence[Mapping[str, float]], what: str, lo: float, hi: float
 ) -> F64:
-    """All values of ``maps``, flat (see ``flat_floats``), each checked to lie in
-    [lo, hi]."""
+    """All values of ``maps``, flat, each checked to lie in [lo, hi]."""
     values = flat_floats(maps, what, qids)
     bad = ~((values >= lo) & (values <= hi))
     if bad.any():
