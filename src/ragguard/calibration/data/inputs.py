@@ -71,7 +71,7 @@ def load_inputs(
             )
         if not run_paths and folder_runs_too and (p / "runs").is_dir():
             found = (f for f in (p / "runs").iterdir() if f.is_file())
-            run_paths = sorted(f for f in found if f.name.lower().endswith(_RUN_SUFFIXES))
+            run_paths.extend(sorted(f for f in found if f.name.lower().endswith(_RUN_SUFFIXES)))
         fmt = None
         if labels is None:
             labels, fmt = p, "beir"
