@@ -9,9 +9,9 @@ import concurrent.futures
 import logging
 import math
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ragguard._optional import import_object
 from ragguard.calibration.data.evalset import EvalSet, as_score_kind, load_evalset
@@ -132,7 +132,6 @@ def load_factory(spec: str) -> Any:
 
 
 Hits = list[tuple[str, float | None]]
-_T = TypeVar("_T")
 # (many queries with a progress callback -> hits or the error of each, the score kind
 # the source declares)
 Searcher = tuple[
@@ -218,20 +217,14 @@ def _llamaindex_searcher(retriever: Any, concurrency: int) -> Searcher | None:
         return out
 
     def search_many(queries: Sequence[str], done: Callable[[int], None]) -> list[Hits | Exception]:
-        return _run_coroutine(lambda: gather(queries, done))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(gather(queries, done))
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # in a running loop (a notebook)
+            return pool.submit(lambda: asyncio.run(gather(queries, done))).result()
 
     return search_many, None
-
-
-def _run_coroutine(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """Run a coroutine from sync code, also inside a running event loop (a notebook:
-    then in a worker thread with its own loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 def retrieve_run(
