@@ -61,6 +61,7 @@ def load_inputs(
         if not Path(r).is_file():
             raise EvalSetError("run file not found", path=str(r))
     run_paths: list[PathLike] = list(runs)
+    fmt = None
     if p.is_dir():
         labels = next((p / n for n in LABEL_FILES if (p / n).is_file()), None)
         if labels is None and not ((p / "queries.jsonl").is_file() and (p / "qrels").is_dir()):
@@ -72,21 +73,14 @@ def load_inputs(
         if not run_paths and folder_runs_too and (p / "runs").is_dir():
             found = (f for f in (p / "runs").iterdir() if f.is_file())
             run_paths.extend(sorted(f for f in found if f.name.lower().endswith(_RUN_SUFFIXES)))
-        fmt = None
         if labels is None:
             labels, fmt = p, "beir"
         elif labels.name.startswith("qrels"):
             fmt = "trec"
-        return load_evalset(
-            labels,
-            format=fmt,
-            runs=run_paths or None,
-            score_kind=score_kind,
-            strict=strict,
-            texts=texts,
-        )
+        p, corpus = labels, ()  # a folder: the corpus beside its labels
     return load_evalset(
         p,
+        format=fmt,
         runs=run_paths or None,
         score_kind=score_kind,
         strict=strict,
