@@ -307,11 +307,9 @@ class ArrowCorpus:
     def __call__(self) -> tuple[dict[str, str], dict[str, str]]:
         texts: dict[str, str] = {}
         titles: dict[str, str] = {}
-        title_list = self.titles.to_pylist() if self.titles is not None else None
-        for i, (doc, text) in enumerate(
-            zip(self.ids.to_pylist(), self.texts.to_pylist(), strict=True)
-        ):
-            title = title_list[i] if title_list is not None else None
+        ids = self.ids.to_pylist()
+        title_list = [None] * len(ids) if self.titles is None else self.titles.to_pylist()
+        for doc, text, title in zip(ids, self.texts.to_pylist(), title_list, strict=True):
             if text is not None:
                 texts[doc] = joined(title, text)
                 if (t := title_of(title)) is not None:
