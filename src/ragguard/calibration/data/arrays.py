@@ -669,22 +669,10 @@ def build_arrays(
     rrf_k: int = 60,
     n_evidence: Sequence[int] | I | None = None,
 ) -> EvalArrays:
-    """``EvalArrays`` of one run and its labels given per query as mappings, parallel to
-    ``qids`` (nothing passed in is modified); no pyarrow needed.
-
-    Args:
-        qids: query ids, one per row.
-        candidates: per query, document id -> raw score in the run's order (NaN: none).
-        grades: per query, document id -> label grade (retrieved or not).
-        score_kind: what the raw scores are; ``None`` keeps the run's order.
-        distractors: per query, ids of known distractors.
-        utilities: per query, document id -> given utility in [-1, 1].
-        no_response: per query, document id -> abstention probability in [0, 1].
-        n_relevant: per query, the stated number of relevant documents, or ``None``.
-        profile: tolerance profile for the label rules (default ``support``).
-        rules: which grades are relevant / partially relevant.
-        rrf_k: the RRF constant, for ``score_kind="rrf"``.
-        n_evidence: per query, what evidence recall divides by.
+    """``EvalArrays`` of one run and its labels given per query as mappings parallel to
+    ``qids`` (none modified; no pyarrow needed): ``candidates`` document id -> raw score in
+    the run's order (NaN: none), ``grades`` document id -> grade (retrieved or not), the
+    others as ``Labels`` holds them; ``n_evidence`` as ``arrays_from_codes`` takes it.
 
     Raises:
         EvalSetError: a value not a number or out of range, a stated relevant count below
