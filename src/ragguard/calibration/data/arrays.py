@@ -472,8 +472,6 @@ class LabelRows:
     utility: F64 | None = None
     no_response: F64 | None = None
     stated: Sequence[int | None] | None = None
-    # per eval row (grades, utilities, probabilities) when any of the latter is given
-    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,7 +550,6 @@ def arrays_from_codes(
         distractor = at_hits(labels.distractor, False)
     lrow = labels.row if all_graded else labels.row[graded]
     stats = label_stats(qids, lrow, lgrade if all_graded else lgrade[graded], labels.stated)
-    label_grades, utilities, no_response = labels.maps or ((), None, None)
     evidence = (grades >= rules.relevant_grade).sum(axis=1).astype(np.intp)
     if n_evidence is not None:
         evidence = np.asarray(n_evidence, dtype=np.intp)
@@ -574,7 +571,14 @@ def arrays_from_codes(
         n_relevant_labelled=stats.n_relevant_labelled,
         ideal_grades=stats.ideal_grades,
         ideal_utilities=ideal_label_utilities(
-            qids, label_grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
+            n_q,
+            labels.row,
+            lgrade,
+            labels.utility,
+            labels.no_response,
+            stats.ideal_grades,
+            stats.extra_rows,
+            rules,
         ),
         grade_counts=stats.grade_counts,
         max_grade=stats.max_grade,
@@ -714,11 +718,8 @@ def build_arrays(
     flags = per_label(distractors, attrgetter("__contains__"))
     util = per_label(utilities, attrgetter("get"))
     p_no = per_label(no_response, attrgetter("get"))
-    maps = None
-    if util is not None or p_no is not None:
-        maps = (grades, utilities or [{}] * n_q, no_response or [{}] * n_q)
     flagged = None if flags is None else flags.astype(np.bool_)
-    labels = LabelRows(lrow, lgrade, flagged, util, p_no, n_relevant, maps)
+    labels = LabelRows(lrow, lgrade, flagged, util, p_no, n_relevant)
     crow = np.repeat(np.arange(n_q, dtype=np.intp), counts)
     coded = CodedRows(qids, crow, cscore, labels, hit_cand, hit_label, candidates)
     return arrays_from_codes(

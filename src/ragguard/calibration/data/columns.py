@@ -690,14 +690,6 @@ def _label_rows(
         stated = [
             None if c is None or labels.stated[c] < 0 else int(labels.stated[c]) for c in codes
         ]
-    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
-    if labels.rich:
-        per = [labels[q] for q in qids]
-        maps = (
-            [dict(lab.grades) for lab in per],
-            [lab.utilities for lab in per],
-            [lab.no_response for lab in per],
-        )
     return LabelRows(
         lrow[lm],
         labels.pairs.value[lm],
@@ -705,7 +697,6 @@ def _label_rows(
         kept(labels.utility),
         kept(labels.no_response),
         stated,
-        maps,
     )
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -160,51 +159,37 @@ def label_stats(
 
 
 def ideal_label_utilities(
-    qids: Sequence[str],
-    grades: Sequence[Mapping[str, float]],
-    ideal_grades: F64,
-    utilities: Sequence[Mapping[str, float]] | None,
-    no_response: Sequence[Mapping[str, float]] | None,
+    n_q: int,
+    lq: I,
+    lgrade: F64,
+    given: F64 | None,
+    p_no: F64 | None,
+    ideal: F64,
     ex_q: I,
     rules: UtilityRules,
 ) -> F64:
-    n_q = len(qids)
-    if not (utilities is not None and any(utilities)) and not (
-        no_response is not None and any(no_response)
-    ):
+    """Positive label utilities of every label (rows ``lq``; grade, given utility and
+    abstention probability NaN where none), per query, highest first."""
+    if all(v is None or bool(np.isnan(v).all()) for v in (given, p_no)):
         # utilities come from grades alone and rise with the grade, so the ideal grade
         # ranking (grades >= 1, stated ones as 1) is also the ideal utility ranking; only
         # grades >= 1 can have a positive label utility
-        u = label_utility(ideal_grades, rules)
+        u = label_utility(ideal, rules)
         keep = (u > 0).any(axis=0)
         return u[:, : int(keep.sum())] if keep.size else u
-    grade_one = float(label_utility([1.0], rules)[0])
-    rows: list[int] = []
-    all_grades: list[float] = []
-    all_given: list[float] = []
-    all_p_no: list[float] = []
-    nan = math.nan
-    for row in range(n_q):
-        given = utilities[row] if utilities is not None else {}
-        p_no = no_response[row] if no_response is not None else {}
-        labels = grades[row]
-        docs = labels.keys() | given.keys() | p_no.keys()
-        rows.extend([row] * len(docs))
-        all_grades.extend(labels.get(d, 0.0) for d in docs)
-        all_given.extend(given.get(d, nan) for d in docs)
-        all_p_no.extend(p_no.get(d, nan) for d in docs)
-    base = label_utility(all_grades, rules)
-    measured = abstention_utility(base > 0, all_p_no)
-    u = np.where(np.isnan(measured), base, measured)
-    given_u = np.asarray(all_given, dtype=np.float64)
-    u = np.where(np.isnan(given_u), u, given_u)
+    u = base = label_utility(np.where(np.isnan(lgrade), 0.0, lgrade), rules)
+    if p_no is not None:
+        measured = abstention_utility(base > 0, p_no)
+        u = np.where(np.isnan(measured), base, measured)
+    if given is not None:
+        u = np.where(np.isnan(given), u, given)
     keep = u > 0
-    rows_arr = np.asarray(rows, dtype=np.intp)[keep]
-    values = u[keep]
+    rows, values = lq[keep], u[keep]
+    grade_one = float(label_utility([1.0], rules)[0])
     if grade_one > 0:
-        rows_arr = np.concatenate((rows_arr, ex_q))
+        rows = np.concatenate((rows, ex_q))
         values = np.concatenate((values, np.full(ex_q.size, grade_one)))
-    return rank_within(rows_arr, values, n_q)[0]
+    return rank_within(rows, values, n_q)[0]
 
 
 def check_range(
