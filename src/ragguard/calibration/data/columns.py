@@ -671,33 +671,17 @@ def arrays_from_columnar(
     if not bool(lm.all()):
         new_label = np.cumsum(lm) - 1
         hit_label = new_label[hit_label]  # hits are only in evaluated rows
-    label_rows = _label_rows(qids, labels, lrow, lm)
+    per_row: tuple[Any, ...] = (labels.distractor, labels.utility, labels.no_response)
+    flags, util, p_no = (None if v is None else v[lm] for v in per_row)
+    stated = None
+    if labels.stated is not None:
+        at = [labels.code(q) for q in qids]
+        stated = [None if c is None or labels.stated[c] < 0 else int(labels.stated[c]) for c in at]
+    label_rows = LabelRows(lrow[lm], lp.value[lm], flags, util, p_no, stated)
     coded = CodedRows(
         qids, crow, cscore, label_rows, hit_cand, hit_label, _RowCandidates(run, qids)
     )
     return arrays_from_codes(coded, score_kind=score_kind, profile=profile, rules=rules)
-
-
-def _label_rows(
-    qids: Sequence[str], labels: ColumnarLabels, lrow: NDArray[np.intp], lm: NDArray[np.bool_]
-) -> LabelRows:
-    def kept(values: Any) -> Any:
-        return None if values is None else values[lm]
-
-    stated = None
-    if labels.stated is not None:
-        codes = [labels.code(q) for q in qids]
-        stated = [
-            None if c is None or labels.stated[c] < 0 else int(labels.stated[c]) for c in codes
-        ]
-    return LabelRows(
-        lrow[lm],
-        labels.pairs.value[lm],
-        kept(labels.distractor),
-        kept(labels.utility),
-        kept(labels.no_response),
-        stated,
-    )
 
 
 def label_hits(
