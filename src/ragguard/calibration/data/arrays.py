@@ -317,9 +317,6 @@ class _RowRange(Sequence[Mapping[str, float]]):
         return self.rows[self.start + row]
 
 
-# --------------------------------------------------------------------------- ranking
-
-
 @dataclass(frozen=True, eq=False)
 class Ranking:
     """Raw scores, normalised scores and the policy's sort key of each cell (minus the
@@ -457,9 +454,6 @@ def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.intege
         if size <= np.iinfo(dtype).max:
             return index.astype(dtype, copy=False)
     return index
-
-
-# --------------------------------------------------------------------------- the builder
 
 
 @dataclass(frozen=True, slots=True)

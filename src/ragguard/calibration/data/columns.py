@@ -41,8 +41,6 @@ def arrow_module(name: str) -> ModuleType:
     return importlib.import_module(f"pyarrow.{name}")
 
 
-# --------------------------------------------------------------------------- vocabularies
-
 Vocab = Any  # a pyarrow string array, chunked or not
 
 
@@ -131,9 +129,6 @@ def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
         out: NDArray[np.bool_] = vocab_positions(vocab, ids) < 0
         return out
     return np.fromiter((doc not in known for doc in vocab.to_pylist()), np.bool_)
-
-
-# --------------------------------------------------------------------------- rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -243,9 +238,6 @@ class Lines:
         out = Lines(np.zeros(0, np.int64))
         out.starts, out.shift = new_starts[first], shift[first]
         return out
-
-
-# --------------------------------------------------------------------------- mappings
 
 
 class KeyView(Mapping[str, V]):
@@ -420,9 +412,6 @@ def query_view(
     """``{query_id: Query}`` for the keys of ``keys``, with their ``texts``."""
     found = texts or {}
     return KeyView(keys, lambda q: Query(q, found.get(q)))
-
-
-# --------------------------------------------------------------------------- reading
 
 
 _FLUSH = 1 << 16  # rows gathered as Python objects before they become columns
@@ -619,9 +608,6 @@ class ColumnarRead:
     silver: bool = False
 
 
-# --------------------------------------------------------------------------- arrays
-
-
 class _RowCandidates(Sequence[Mapping[str, float]]):
     """Per eval row, the run's ``{doc_id: score}`` (built when asked for)."""
 
@@ -707,9 +693,6 @@ def label_hits(
     del joined, left
     pa.default_memory_pool().release_unused()
     return cand, lab
-
-
-# --------------------------------------------------------------------------- fingerprint
 
 
 _PIECE = 1 << 20  # values fed to the hash at a time (the same bytes, fed in pieces)

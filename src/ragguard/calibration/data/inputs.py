@@ -105,9 +105,6 @@ def add_run(evalset: EvalSet, run: Run, *, only: bool = False) -> EvalSet:
     )
 
 
-# --------------------------------------------------------------------------- retriever
-
-
 def load_factory(spec: str) -> Any:
     """Import ``module:function`` (the current directory first), call it with no
     arguments and return its result.

@@ -45,8 +45,6 @@ class Run:
     source: str | None = None
 
 
-# --------------------------------------------------------------------------- grades
-
 MIN_GRADE, MAX_GRADE = 1, 5
 """Grades of relevant documents; 0 is judged not relevant. TREC and BEIR qrels use the
 same scale, plus DISTRACTOR_GRADE for a known distractor (JSONL lists those under

@@ -21,9 +21,6 @@ Pair = tuple[str, str]
 _BOM = "\ufeff"
 
 
-# --------------------------------------------------------------------------- sources
-
-
 class TextSource(Generic[K]):
     """Texts and titles of one source, keyed by passage id or (query id, passage id),
     built by ``read`` once, on first use."""
@@ -197,9 +194,6 @@ class Texts:
         return out
 
 
-# --------------------------------------------------------------------------- JSON lines
-
-
 def utf8_lines(
     path: Path, chunks: Iterable[bytes] | None = None, first: int = 1, *, numbered: bool = True
 ) -> Iterator[str]:
@@ -259,9 +253,6 @@ def json_lines(path: Path) -> Iterator[tuple[int, object]]:
             raise EvalSetError(f"malformed JSON: {exc.msg}", path=str(path), line=lineno) from None
 
 
-# --------------------------------------------------------------------------- corpus
-
-
 def joined(title: object, text: str) -> str:
     """A passage's text as ragguard reads it: a non-blank title on its own line first."""
     return f"{title}\n{text}" if isinstance(title, str) and title.strip() else text
@@ -291,9 +282,6 @@ def corpus_text(
         raise EvalSetError(message, path=str(path), line=lineno, field=field)
     title = obj.get("title")
     return joined(title, text), title_of(title)
-
-
-# --------------------------------------------------------------------------- Arrow
 
 
 class ArrowCorpus:
