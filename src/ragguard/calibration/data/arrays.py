@@ -565,14 +565,7 @@ def arrays_from_codes(
         n_relevant_labelled=stats.n_relevant_labelled,
         ideal_grades=stats.ideal_grades,
         ideal_utilities=ideal_label_utilities(
-            n_q,
-            labels.row,
-            lgrade,
-            labels.utility,
-            labels.no_response,
-            stats.ideal_grades,
-            stats.extra_rows,
-            rules,
+            n_q, labels.row, lgrade, labels.utility, labels.no_response, stats, rules
         ),
         grade_counts=stats.grade_counts,
         max_grade=stats.max_grade,

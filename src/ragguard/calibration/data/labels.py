@@ -164,8 +164,7 @@ def ideal_label_utilities(
     lgrade: F64,
     given: F64 | None,
     p_no: F64 | None,
-    ideal: F64,
-    ex_q: I,
+    stats: LabelStats,
     rules: UtilityRules,
 ) -> F64:
     """Positive label utilities of every label (rows ``lq``; grade, given utility and
@@ -174,7 +173,7 @@ def ideal_label_utilities(
         # utilities come from grades alone and rise with the grade, so the ideal grade
         # ranking (grades >= 1, stated ones as 1) is also the ideal utility ranking; only
         # grades >= 1 can have a positive label utility
-        u = label_utility(ideal, rules)
+        u = label_utility(stats.ideal_grades, rules)
         keep = (u > 0).any(axis=0)
         return u[:, : int(keep.sum())] if keep.size else u
     u = base = label_utility(np.where(np.isnan(lgrade), 0.0, lgrade), rules)
@@ -187,8 +186,8 @@ def ideal_label_utilities(
     rows, values = lq[keep], u[keep]
     grade_one = float(label_utility([1.0], rules)[0])
     if grade_one > 0:
-        rows = np.concatenate((rows, ex_q))
-        values = np.concatenate((values, np.full(ex_q.size, grade_one)))
+        rows = np.concatenate((rows, stats.extra_rows))
+        values = np.concatenate((values, np.full(stats.extra_rows.size, grade_one)))
     return rank_within(rows, values, n_q)[0]
 
 
