@@ -1,10 +1,6 @@
-"""Dense, padded (queries x candidates) arrays: the one form every metric and the sweep read.
-
-Labels and a run are converted **once** into ``EvalArrays``, each row's candidates in
-ranked order; metrics read prefixes (``[:, :k]``). The tie rule, grades and stated
-relevant counts: docs/reference/data-formats.md ("Ranking, grades and stated relevant
-counts").
-"""
+"""Dense, padded (queries x candidates) arrays in ranked order: the one form every metric
+and the sweep read (DESIGN.md, the data wing; the tie rule and grades:
+docs/reference/data-formats.md)."""
 
 from __future__ import annotations
 
@@ -44,74 +40,41 @@ _CHUNK_CELLS = 1 << 22  # rows x candidates ranked or searched at once
 
 @dataclass(frozen=True, eq=False)
 class EvalArrays:
-    """One run against its labels, as dense (queries x candidates) arrays in ranked order.
+    """One run against its labels as dense (queries x candidates) arrays in ranked order.
 
-    Build it with [`EvalSet.arrays`][ragguard.calibration.EvalSet.arrays] or ``build_arrays`` (both
-    through ``arrays_from_codes``, the one builder); treat every array as read-only.
-    ``reordered`` gives the rows in another order (reranked, or the candidates some
-    stage keeps first) without going back to the labels.
-    Expensive views (``scores``, ``raw``, ``order``, ``utility``,
-    ``doc_ids``) are computed once, on first use.
-
-    Attributes:
-        qids: the query ids, one per row.
-        score_kind: how the run's raw scores were normalised (``None``: no scores,
-            run order).
-        profile: the tolerance profile whose rules give ``utility``.
-        rules: which grades are relevant / partially relevant, for ``utility``.
-        n_present: (Q,) number of candidates per query.
-        n_valid: (Q,) how many of them have a valid score (they come first).
-        grades: (Q, N) label grade of each candidate (0: unjudged or padding).
-        judged: (Q, N) True where the candidate has a label grade.
-        distractor: (Q, N) True for known (labelled) distractors.
-        given_utility: (Q, N) utility given in the data, NaN where none.
-        no_response: (Q, N) abstention probability, NaN where none.
-        n_relevant: (Q,) number of relevant documents (grade >= 1), labelled or stated.
-        n_relevant_labelled: (Q,) how many of them are labelled.
-        n_evidence: (Q,) relevant candidates among the query's own candidates (grade >=
-            ``rules.relevant_grade``): the denominator of evidence recall, all the
-            guard can keep (a reranked sub-list keeps its full list's count).
-        n_needed: (Q,) relevant passages each query needs, as its data states (the JSONL
-            ``needs`` field; 0 where none is stated), or empty when no query states one:
-            what evidence coverage asks of a context.
-        ideal_grades: (Q, M) positive grades of all labelled documents, highest first,
-            zero-padded (stated unlabelled relevant ones as grade 1), for IDCG.
-        ideal_utilities: (Q, M') positive label utilities of all labelled documents,
-            highest first, zero-padded, for the normalised UDCG-DCG.
-        grade_counts: (Q, 6) labelled documents per grade: column g for grade g in
-            1..5, column 0 for grades <= 0.
-        max_grade: (Q,) highest labelled grade (0 when none is positive).
-        integer_grades: whether every labelled grade is a whole number.
-        score_issues: contradictions between the scores and their declared kind
-            (see ``ragguard.scores.ScoreIssue``), with the number of queries each
-            affects.
-    """
+    Built by ``arrays_from_codes`` only (``EvalSet.arrays``, ``build_arrays``); read-only.
+    Metrics read prefixes (``[:, :k]``); shapes: Q queries, N candidates per row."""
 
     qids: tuple[str, ...]
-    score_kind: ScoreKind | None
-    profile: Profile
+    score_kind: ScoreKind | None  # how raw scores were normalised (None: run order)
+    profile: Profile  # whose rules give ``utility``
     rules: UtilityRules
-    n_present: I
-    n_valid: I
-    grades: F64
-    judged: B
-    distractor: B
-    given_utility: F64
-    no_response: F64
-    n_relevant: I
-    n_relevant_labelled: I
-    ideal_grades: F64
-    ideal_utilities: F64
-    grade_counts: NDArray[np.int64]
-    max_grade: F64
+    n_present: I  # (Q,) candidates per query
+    n_valid: I  # (Q,) of them with a valid score (they come first)
+    grades: F64  # (Q, N) label grade (0: unjudged or padding)
+    judged: B  # (Q, N) the candidate has a label grade
+    distractor: B  # (Q, N) a known (labelled) distractor
+    given_utility: F64  # (Q, N) utility given in the data, NaN where none
+    no_response: F64  # (Q, N) abstention probability, NaN where none
+    n_relevant: I  # (Q,) relevant documents (grade >= 1), labelled or stated
+    n_relevant_labelled: I  # (Q,) of them labelled
+    ideal_grades: F64  # (Q, M) positive grades of all labels, highest first (IDCG)
+    ideal_utilities: F64  # (Q, M') positive label utilities, highest first
+    grade_counts: NDArray[np.int64]  # (Q, 6) labels per grade 1..5; column 0: <= 0
+    max_grade: F64  # (Q,) highest labelled grade (0 when none is positive)
     integer_grades: bool = True
-    score_issues: Mapping[ScoreIssue, int] = field(default_factory=dict)
+    score_issues: Mapping[ScoreIssue, int] = field(default_factory=dict)  # queries each
+    # (Q,) relevant candidates (>= rules.relevant_grade) among the query's own: evidence
+    # recall's denominator (a reranked sub-list keeps its full list's count)
     n_evidence: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
+    # (Q,) relevant passages each query needs (JSONL ``needs``), or empty when none states one
     n_needed: I = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
-    _order: NDArray[np.integer[Any]] = field(
+    # (Q, N) run positions in ranked order (``small_index`` type; meaningless on padding)
+    order: NDArray[np.integer[Any]] = field(
         default_factory=lambda: np.zeros((0, 0), dtype=np.intp), repr=False
     )
-    _scores: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    # (Q, N) normalised scores in ranked order, NaN where invalid or padding
+    scores: F64 = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _raw: F64 | PaddedRows = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     _candidates: Sequence[Mapping[str, float]] = field(default=(), repr=False)
     _utility: F64 | None = field(default=None, repr=False)  # kept through a reorder
@@ -124,7 +87,6 @@ class EvalArrays:
 
     @property
     def n_queries(self) -> int:
-        """Number of queries (rows)."""
         return int(self.grades.shape[0])
 
     @cached_property
@@ -137,41 +99,25 @@ class EvalArrays:
         """(Q, N) True where the candidate has a valid score (a prefix of each row)."""
         return np.arange(self.shape[1])[None, :] < self.n_valid[:, None]
 
-    @property
-    def order(self) -> NDArray[np.integer[Any]]:
-        """(Q, N) run positions (0-based, input order) in ranked order (the smallest
-        integer type that holds them; meaningless on padding)."""
-        return self._order
-
-    @property
-    def scores(self) -> F64:
-        """(Q, N) normalised scores in ranked order, NaN where invalid or padding."""
-        return self._scores
-
     @cached_property
     def raw(self) -> F64:
         """(Q, N) raw scores as the run gave them, in ranked order (NaN on padding)."""
         raw = self._raw.dense() if isinstance(self._raw, PaddedRows) else self._raw
-        return np.where(self.present, np.take_along_axis(raw, self._order, axis=1), np.nan)
+        return np.where(self.present, np.take_along_axis(raw, self.order, axis=1), np.nan)
 
     @cached_property
     def unanswerable(self) -> B:
-        """(Q,) True for an **unanswerable** query: judged (some document labelled) and
-        nothing relevant (no labelled grade >= 1, no stated relevant document); the
-        queries of [`EvalSet.unanswerable`][ragguard.calibration.EvalSet.unanswerable], whatever the
-        run."""
+        """(Q,) judged and nothing relevant: ``EvalSet.unanswerable``'s queries."""
         out: B = (self.grade_counts.sum(axis=1) > 0) & (self.n_relevant == 0)
         return out
 
     @property
     def n_unanswerable(self) -> int:
-        """How many queries are unanswerable (``unanswerable``)."""
         return int(np.count_nonzero(self.unanswerable))
 
     @cached_property
     def retrieved_grade_counts(self) -> NDArray[np.int64]:
-        """(Q, 6) retrieved, judged candidates per grade (columns as ``grade_counts``):
-        the retrieval pool of the set-based metrics."""
+        """(Q, 6) retrieved, judged candidates per grade (as ``grade_counts``)."""
         q = self.n_queries
         cols = np.clip(self.grades, 0, 5).astype(np.intp)
         cols = np.where(self.present & self.judged, cols, 6)  # 6: not counted
@@ -182,9 +128,8 @@ class EvalArrays:
 
     @cached_property
     def utility(self) -> F64:
-        """(Q, N) utility of each candidate in [-1, 1] (0.0 on padding); see
-        ``ragguard.calibration.data.utility``; rows ``reordered`` keep their
-        candidates' utilities from before."""
+        """(Q, N) utility of each candidate in [-1, 1] (0.0 on padding); ``reordered``
+        rows keep their candidates' utilities from before."""
         if self._utility is not None:
             return self._utility
         return candidate_utilities(
@@ -200,13 +145,12 @@ class EvalArrays:
         )
 
     def doc_ids(self, row: int) -> list[str]:
-        """Document ids of query ``row``'s candidates, in ranked order."""
+        """Document ids of row ``row``'s candidates, in ranked order."""
         ids = list(self._candidates[row])
         return [ids[i] for i in self.order[row, : self.n_present[row]].tolist()]
 
     def ranked(self) -> Ranked:
-        """The rows as a ``ragguard.policy.Ranked``, ready for
-        ``ragguard.policy.cut_ranked`` (they are already in the policy's order)."""
+        """The rows as a ``ragguard.policy.Ranked`` (already in the policy's order)."""
         q, n = self.shape
         s = np.where(self.valid, self.scores, -np.inf)
         s = np.where(self.present, s, np.nan)
@@ -214,9 +158,8 @@ class EvalArrays:
         return Ranked(order, s, self.n_valid, self.n_present)
 
     def row_slice(self, start: int, stop: int) -> EvalArrays:
-        """Rows ``start:stop`` as arrays of their own (numpy views, nothing copied; views
-        already computed here are sliced, not computed again). Every metric is per
-        query, so a metric of the slice is the slice of the metric."""
+        """Rows ``start:stop`` as numpy views (views already computed are sliced):
+        every metric is per query, so a metric of the slice is the slice of the metric."""
         sl = slice(start, stop)
         per_row = (np.ndarray, PaddedRows, tuple)  # every array here has a row per query
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -236,41 +179,25 @@ class EvalArrays:
         score_kind: ScoreKind | str | None = None,
         rrf_k: int = 60,
     ) -> EvalArrays:
-        """Each row's candidates in a new order, some of them possibly left out: the
-        arrays of a run that lists them so, against the same labels, with the same
-        utilities.
+        """Each row's candidates in a new order, some possibly left out: the arrays of a
+        run listing them so, against the same labels.
 
-        Row ``r``'s ``j``-th candidate becomes its current ``perm[r, j]``-th; ``-1``
-        marks padding, after the row's candidates; a candidate ``perm[r]`` does not name
-        leaves the row. Every per-candidate array follows: grades, judged, distractors,
-        given utilities, no-response probabilities, scores, raw scores, ``order`` and
-        so ``doc_ids``. The per-query figures of the labels stay (relevant counts,
-        the ideal rankings, grade counts, ``n_evidence``): a sub-list, such as the
-        reranked top ``n``, divides evidence recall by its full list's count.
-
-        **Utilities stay with their candidates**: each keeps its ``utility`` from
-        here (on this ranking, under this profile), so neither the new order nor new
-        scores change it (nor does ``with_profile``), as a reranked list is scored
-        on the retrieval run's utilities.
-
-        Vectorised: a few passes over the cells, no per-row Python.
+        Row ``r``'s ``j``-th candidate becomes its current ``perm[r, j]``-th (``-1``: padding,
+        after the candidates). Per-candidate arrays follow; per-query label figures stay (a
+        reranked top ``n`` divides evidence recall by its full list's count), and each
+        candidate keeps its ``utility`` (a reranked list is scored on the retrieval run's).
 
         Args:
-            perm: (Q, M) integer positions in each row (``M`` at most the current width),
-                each row's candidates first, every position at most once, ``-1`` after.
-            scores: (Q, M) new raw scores of kind ``score_kind``, in the new order (NaN
-                for none; padding ignored); the valid ones must come first in each row
-                (``perm`` ranks them). Default: each candidate keeps its scores, and
-                ``perm`` must keep every row's scored candidates before its unscored
-                ones.
+            perm: (Q, M) positions in each row, M at most the current width.
+            scores: (Q, M) new raw scores of kind ``score_kind`` in the new order, valid ones
+                first (default: each candidate keeps its scores, scored before unscored).
             score_kind: what ``scores`` are (default: ``score_kind``).
             rrf_k: the RRF constant, for ``score_kind="rrf"``.
 
         Raises:
-            EvalSetError: ``perm`` or ``scores`` has the wrong shape, ``perm`` names a
-                position twice or outside its row's candidates, puts padding before a
-                candidate, or puts an unscored candidate before a scored one.
-        """
+            EvalSetError: ``perm`` or ``scores`` has the wrong shape, ``perm`` names a position
+                twice or outside its row, puts padding before a candidate, or an unscored
+                candidate before a scored one."""
         q, n = self.shape
         perm = np.asarray(perm)
         if perm.ndim != 2 or perm.shape[0] != q or perm.shape[1] > n:
@@ -306,12 +233,12 @@ class EvalArrays:
                 out[padding] = fill
             return out
 
-        order = moved(self._order, 0)
+        order = moved(self.order, 0)
         raw_store = self._raw
         issues = self.score_issues
         kind = self.score_kind if score_kind is None else ScoreKind(score_kind)
         if scores is None:
-            new_scores = moved(self._scores, np.nan)
+            new_scores = moved(self.scores, np.nan)
             valid = present & (at < self.n_valid[:, None])  # valid ones are a prefix
             n_valid = np.count_nonzero(valid, axis=1).astype(np.intp)
         else:
@@ -344,32 +271,26 @@ class EvalArrays:
             given_utility=moved(self.given_utility, np.nan),
             no_response=moved(self.no_response, np.nan),
             score_issues=issues,
-            _order=order,
-            _scores=new_scores,
+            order=order,
+            scores=new_scores,
             _raw=raw_store,
             _utility=moved(self.utility, 0.0),
         )
 
     def with_profile(self, profile: Profile | str) -> EvalArrays:
-        """The same arrays with utilities under another tolerance profile.
-
-        Nothing is converted again; only ``utility`` is recomputed (on first use).
-        """
+        """The same arrays with ``utility`` recomputed under another profile."""
         return replace(self, profile=as_profile(profile))
 
 
 @dataclass(frozen=True, eq=False)
 class PaddedRows:
-    """Rows of different lengths kept flat (``flat``: row after row, ``counts`` values
-    each) and padded to ``width`` with NaN only when read: a run's raw scores without a
-    padded copy of them."""
+    """Rows of different lengths kept flat, NaN-padded to ``width`` only when read."""
 
     flat: F64
     counts: I
     width: int
 
     def dense(self) -> F64:
-        """(rows, width) the values, NaN-padded."""
         out = np.full((self.counts.size, self.width), np.nan)
         out[np.arange(self.width)[None, :] < self.counts[:, None]] = self.flat
         return out
@@ -382,7 +303,7 @@ class PaddedRows:
 
 
 class _RowRange(Sequence[Mapping[str, float]]):
-    """Rows ``start:stop`` of a per-row sequence, read through (no copy)."""
+    """Rows ``start:stop`` of a per-row sequence, read through."""
 
     def __init__(self, rows: Sequence[Mapping[str, float]], start: int, stop: int) -> None:
         self.rows, self.start, self.stop = rows, start, stop
@@ -396,18 +317,12 @@ class _RowRange(Sequence[Mapping[str, float]]):
         return self.rows[self.start + row]
 
 
-# --------------------------------------------------------------------------- ranking
-
-
 @dataclass(frozen=True, eq=False)
 class Ranking:
-    """Raw scores (NaN on padding), normalised scores (NaN where not valid) and the
-    policy's sort key of each (query, candidate) cell: minus the normalised score, +inf
-    where the score is not valid, NaN on padding; with the candidates and valid scores
-    per query and the score issues (a run without scores, kind ``None``, keeps its order
-    on purpose: not an issue here)."""
+    """Raw scores, normalised scores and the policy's sort key of each cell (minus the
+    score; +inf where not valid; NaN on padding). A run without scores (kind ``None``)
+    keeps its order on purpose: not an issue."""
 
-    raw: F64
     scores: F64
     key: F64
     n_present: I
@@ -416,7 +331,6 @@ class Ranking:
 
     @classmethod
     def of(cls, raw: F64, present: B, kind: ScoreKind | None, rrf_k: int) -> Ranking:
-        """The ranking of raw scores ``raw`` (``present`` marks the real candidates)."""
         norm = normalize(raw, kind, present=present, rrf_k=rrf_k)
         scores = norm.values
         if kind is None:  # no scores: 0.0 for every candidate, so the input order holds
@@ -430,13 +344,12 @@ class Ranking:
         }
         n_present = present.sum(axis=1).astype(np.intp)
         n_valid = norm.valid.sum(axis=1).astype(np.intp)
-        return cls(raw, scores, key, n_present, n_valid, issues)
+        return cls(scores, key, n_present, n_valid, issues)
 
     @cached_property
     def unsorted_rows(self) -> I:
-        """The rows whose keys do not already rise from each candidate to the next (ties
-        allowed): the only ones ``order`` sorts. A run listed best first, as run
-        files and retrievers list it, has none."""
+        """The rows whose keys do not already rise (ties allowed): the only ones ``order``
+        sorts; a run listed best first has none."""
         key = self.key
         q, n = key.shape
         if n < 2:
@@ -450,9 +363,8 @@ class Ranking:
 
     @cached_property
     def order(self) -> NDArray[np.integer[Any]]:
-        """(Q, N) each row's input positions in the policy's order: a stable sort of its
-        keys (ties keep input order, padding last), in the smallest integer type that
-        holds them. Rows already in order share one read-only row ``0..N-1``."""
+        """(Q, N) each row's input positions in the policy's order (stable; ``small_index``
+        type); rows already in order share one read-only row."""
         q, n = self.key.shape
         rows = self.unsorted_rows
         if rows.size == q:
@@ -465,8 +377,7 @@ class Ranking:
         return out
 
     def ranked_scores(self) -> F64:
-        """(Q, N) normalised scores in ranked order, NaN where invalid, infinite or
-        padding."""
+        """(Q, N) normalised scores in ranked order, NaN where invalid, infinite or padding."""
         rows = self.unsorted_rows
         if rows.size == 0:
             out = self.scores
@@ -480,25 +391,10 @@ class Ranking:
             out = np.where(infinite, np.nan, out)
         return out
 
-    def ranked(self) -> RankedRows:
-        """The rows in the policy's order (see ``RankedRows``)."""
-        return RankedRows(
-            self.order,
-            self.ranked_scores(),
-            self.n_valid,
-            self.issues,
-            self.raw,
-            self.unsorted_rows,
-        )
-
 
 @dataclass(frozen=True, eq=False)
 class RankedRows:
-    """What ``EvalArrays`` keeps of a ranking: each row's input positions in the
-    policy's order (the smallest integer type that holds them), the normalised scores in
-    that order (NaN where invalid or padding), the valid scores per row, the score
-    issues, the raw scores in input order (padded, or kept flat) and the rows whose
-    order is not their input order."""
+    """What ``EvalArrays`` keeps of a ranking (``unsorted``: rows whose order moved)."""
 
     order: NDArray[np.integer[Any]]
     scores: F64
@@ -508,8 +404,7 @@ class RankedRows:
     unsorted: I
 
     def positions(self, rows: I, cols: NDArray[np.integer[Any]]) -> I:
-        """Where input column ``cols[i]`` of row ``rows[i]`` sits in ``order``; a
-        search only in the ``unsorted`` rows, ``_CHUNK_CELLS`` cells at a time."""
+        """Where input column ``cols[i]`` of row ``rows[i]`` sits in ``order``."""
         pos = cols.astype(np.intp)
         if self.unsorted.size == 0:
             return pos
@@ -526,10 +421,8 @@ class RankedRows:
 def rank_in_chunks(
     raw: F64 | PaddedRows, counts: I, width: int, kind: ScoreKind | None, rrf_k: int
 ) -> RankedRows:
-    """The ranking of the raw scores ``raw`` (row ``i`` holds ``counts[i]`` candidates),
-    computed ``_CHUNK_CELLS`` cells at a time, so the sort keys and normalisation
-    temporaries never exist for every row at once. Normalisation and its issues are per
-    row, so chunks add up."""
+    """The ranking of ``raw``, ``_CHUNK_CELLS`` cells at a time (normalisation is per row,
+    so chunks add up; the temporaries never exist for every row at once)."""
     n_q = counts.size
     order = np.empty((n_q, width), dtype=small_index(np.zeros(0, np.intp), width).dtype)
     scores = np.empty((n_q, width))
@@ -555,62 +448,35 @@ def rank_in_chunks(
 
 
 def small_index(index: NDArray[np.integer[Any]], size: int) -> NDArray[np.integer[Any]]:
-    """``index`` (values in ``0..size - 1``) in the smallest signed integer type that
-    holds them: a (Q, N) ranking of 100 candidates takes 1 byte a cell, not 8."""
+    """``index`` in the smallest signed integer type holding ``0..size - 1`` (1 byte a
+    cell for 100 candidates)."""
     for dtype in (np.int8, np.int16, np.int32):
         if size <= np.iinfo(dtype).max:
             return index.astype(dtype, copy=False)
     return index
 
 
-# --------------------------------------------------------------------------- the builder
-
-
 @dataclass(frozen=True, slots=True)
 class LabelRows:
-    """The labels of the evaluated queries as rows.
+    """The labels of the evaluated queries as rows."""
 
-    Attributes:
-        row: (n,) eval row of each label.
-        grade: (n,) its grade; NaN for a document given only a distractor flag, a
-            utility or a probability.
-        distractor: (n,) whether it is a known distractor, or ``None`` (none is).
-        utility: (n,) its given utility (NaN: none), or ``None``.
-        no_response: (n,) its abstention probability (NaN: none), or ``None``.
-        stated: per eval row, the stated number of relevant documents, or ``None``.
-        maps: per eval row, the grades, utilities and probabilities as mappings, when
-            utilities or probabilities are given (the ideal ranking reads them).
-    """
-
-    row: I
-    grade: F64
+    row: I  # (n,) eval row of each label
+    grade: F64  # NaN: a document given only a flag, a utility or a probability
     distractor: B | None = None
     utility: F64 | None = None
     no_response: F64 | None = None
     stated: Sequence[int | None] | None = None
-    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CodedRows:
-    """A run and its labels as integer-coded rows: what ``arrays_from_codes``, the
-    one way into ``EvalArrays``, reads (from columns or from mappings).
-
-    Attributes:
-        qids: the query ids, one per eval row.
-        crow: (n,) eval row of each candidate, in the run's order within a row.
-        cscore: (n,) its raw score.
-        labels: the labels of the eval rows.
-        hit_cand: a candidate of each hit (a label naming a candidate of its row).
-        hit_label: the label of each hit.
-        candidates: each row's ``{doc_id: score}``, for ``EvalArrays.doc_ids``.
-    """
+    """A run and its labels as integer-coded rows: what ``arrays_from_codes`` reads."""
 
     qids: Sequence[str]
-    crow: I
+    crow: I  # (n,) eval row of each candidate, in the run's order within a row
     cscore: F64
     labels: LabelRows
-    hit_cand: I
+    hit_cand: I  # (candidate, label) of each label naming a candidate of its row
     hit_label: I
     candidates: Sequence[Mapping[str, float]]
 
@@ -624,19 +490,12 @@ def arrays_from_codes(
     rrf_k: int = 60,
     n_evidence: Sequence[int] | I | None = None,
 ) -> EvalArrays:
-    """``EvalArrays`` of integer-coded rows: each row's candidates ranked (in
-    chunks), the labels of the hits placed at their ranked positions, the label
-    statistics of every label.
-
-    ``n_evidence``: per row, the number of relevant candidates evidence recall divides
-    by (default: counted among the row's candidates); a sub-list of a longer list (the
-    reranked top-n) passes the full list's count.
+    """``EvalArrays`` of coded rows: the one builder. ``n_evidence``: per row, what
+    evidence recall divides by (default: the row's relevant candidates).
 
     Raises:
-        EvalSetError: a grade that is not finite, a stated number of relevant documents
-            that is not an integer or is below the labelled one, or ``n_evidence`` not
-            one per row.
-    """
+        EvalSetError: a grade not finite, a stated relevant count not an integer or below
+            the labelled one, ``n_evidence`` not one per row."""
     qids, crow, cscore, labels = coded.qids, coded.crow, coded.cscore, coded.labels
     hit_cand, hit_label = coded.hit_cand, coded.hit_label
     n_q = len(qids)
@@ -685,7 +544,6 @@ def arrays_from_codes(
         distractor = at_hits(labels.distractor, False)
     lrow = labels.row if all_graded else labels.row[graded]
     stats = label_stats(qids, lrow, lgrade if all_graded else lgrade[graded], labels.stated)
-    label_grades, utilities, no_response = labels.maps or ((), None, None)
     evidence = (grades >= rules.relevant_grade).sum(axis=1).astype(np.intp)
     if n_evidence is not None:
         evidence = np.asarray(n_evidence, dtype=np.intp)
@@ -707,15 +565,15 @@ def arrays_from_codes(
         n_relevant_labelled=stats.n_relevant_labelled,
         ideal_grades=stats.ideal_grades,
         ideal_utilities=ideal_label_utilities(
-            qids, label_grades, stats.ideal_grades, utilities, no_response, stats.extra_rows, rules
+            n_q, labels.row, lgrade, labels.utility, labels.no_response, stats, rules
         ),
         grade_counts=stats.grade_counts,
         max_grade=stats.max_grade,
         integer_grades=stats.integer_grades,
         score_issues=ranked.issues,
         n_evidence=evidence,
-        _order=ranked.order,
-        _scores=ranked.scores,
+        order=ranked.order,
+        scores=ranked.scores,
         _raw=ranked.raw,
         _candidates=coded.candidates,
     )
@@ -729,11 +587,9 @@ def _hits(
     cscore: F64,
     counts: I,
 ) -> tuple[I, I]:
-    """(label, candidate) of each label naming a candidate of its row, from ``score``,
-    each label's candidate's score (NaN: absent, or no score): the candidate is the one
-    of its row with that score, found by a binary search in a row whose scores fall (as
-    a run lists them, best first), by comparison in another; a dictionary of the row's
-    ids decides where a score is tied or NaN."""
+    """(label, candidate) of each label naming a candidate of its row, found by its score
+    ``score``: a binary search in a row whose scores fall (as runs list them), comparison
+    in another, the row's ids where a score is tied or NaN."""
     if score is None:
         return lrow[:0], lrow[:0]
     width = int(counts.max()) if counts.size else 0
@@ -804,33 +660,14 @@ def build_arrays(
     rrf_k: int = 60,
     n_evidence: Sequence[int] | I | None = None,
 ) -> EvalArrays:
-    """``EvalArrays`` of one run and its labels given per query as mappings (see
-    the module docstring): coded rows for ``arrays_from_codes``, the labels found
-    among the candidates by one C-level dictionary lookup each.
-
-    All sequences are parallel to ``qids``; nothing passed in is modified.
-
-    Args:
-        qids: query ids, one per row.
-        candidates: per query, document id -> raw score, in the run's order (NaN for a
-            candidate without a score). An empty mapping is a query with no candidates.
-        grades: per query, document id -> label grade (judged documents, retrieved or
-            not).
-        score_kind: what the raw scores are; ``None`` keeps the run's order.
-        distractors: per query, ids of known distractors.
-        utilities: per query, document id -> utility given in the data, in [-1, 1].
-        no_response: per query, document id -> abstention probability, in [0, 1].
-        n_relevant: per query, the stated number of relevant documents, or ``None``.
-        profile: tolerance profile for the label rules (default ``support``).
-        rules: which grades are relevant / partially relevant.
-        rrf_k: the RRF constant, for ``score_kind="rrf"``.
-        n_evidence: per query, the number of relevant candidates evidence recall
-            divides by (see ``arrays_from_codes``).
+    """``EvalArrays`` of one run and its labels given per query as mappings parallel to
+    ``qids`` (none modified; no pyarrow needed): ``candidates`` document id -> raw score in
+    the run's order (NaN: none), ``grades`` document id -> grade (retrieved or not), the
+    others as ``Labels`` holds them; ``n_evidence`` as ``arrays_from_codes`` takes it.
 
     Raises:
-        EvalSetError: a score, grade, utility or probability is not a number or out of
-            range, or a stated number of relevant documents is below the labelled one.
-    """
+        EvalSetError: a value not a number or out of range, a stated relevant count below
+            the labelled one."""
     n_q = len(qids)
     given = {"distractors": distractors, "utilities": utilities, "no_response": no_response}
     every = {"candidates": candidates, "grades": grades, **given, "n_relevant": n_relevant}
@@ -868,11 +705,8 @@ def build_arrays(
     flags = per_label(distractors, attrgetter("__contains__"))
     util = per_label(utilities, attrgetter("get"))
     p_no = per_label(no_response, attrgetter("get"))
-    maps = None
-    if util is not None or p_no is not None:
-        maps = (grades, utilities or [{}] * n_q, no_response or [{}] * n_q)
     flagged = None if flags is None else flags.astype(np.bool_)
-    labels = LabelRows(lrow, lgrade, flagged, util, p_no, n_relevant, maps)
+    labels = LabelRows(lrow, lgrade, flagged, util, p_no, n_relevant)
     crow = np.repeat(np.arange(n_q, dtype=np.intp), counts)
     coded = CodedRows(qids, crow, cscore, labels, hit_cand, hit_label, candidates)
     return arrays_from_codes(

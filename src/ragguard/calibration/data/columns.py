@@ -1,12 +1,6 @@
-"""The one storage of an eval set: labels and runs as columns.
-
-Readers give ``Pairs`` ((query, document, value) rows: int32 query codes, document
-ids in a pyarrow string array, float64 values); ``ColumnarLabels`` and
-``ColumnarCandidates`` are read-only mappings over them that build one query's
-record only when asked. ``arrays_from_columnar`` codes them for the one
-``EvalArrays`` builder, and ``fingerprint`` hashes
-them. This module imports no reader.
-"""
+"""The one storage of an eval set: labels and runs as columns (``Pairs``), read-only
+mappings over them, their conversion to ``EvalArrays`` and their fingerprint (DESIGN.md,
+the data wing). This module imports no reader."""
 
 from __future__ import annotations
 
@@ -38,32 +32,26 @@ V = TypeVar("V")
 
 
 def pyarrow() -> Any:
-    """pyarrow, or [`MissingDependencyError`][ragguard.MissingDependencyError] naming the
-    ``calibrate`` extra (calibration reads and holds its data with it)."""
+    """pyarrow, or ``MissingDependencyError`` naming the ``calibrate`` extra."""
     return require("pyarrow", "calibrate")
 
 
 def arrow_module(name: str) -> ModuleType:
-    """A pyarrow submodule (``compute``, ``csv``, ``json``); call only where
-    ``pyarrow`` returned pyarrow."""
+    """A pyarrow submodule; call only where ``pyarrow`` returned pyarrow."""
     return importlib.import_module(f"pyarrow.{name}")
 
-
-# --------------------------------------------------------------------------- vocabularies
 
 Vocab = Any  # a pyarrow string array, chunked or not
 
 
 def vocab_take(vocab: Vocab, codes: NDArray[Any]) -> list[str]:
-    """The ids of ``codes`` in ``vocab``."""
     out: list[str] = take(vocab, codes).to_pylist()
     return out
 
 
 def take(column: Any, rows: NDArray[Any]) -> Any:
-    """Rows ``rows`` of a pyarrow array, chunked or not, as one array. (pyarrow's own
-    ``ChunkedArray.take`` joins every chunk first: a copy of the whole column for a few
-    rows.)"""
+    """Rows ``rows`` of a pyarrow array, chunked or not, as one array (pyarrow's
+    ``ChunkedArray.take`` copies the whole column for a few rows)."""
     if not hasattr(column, "chunks"):
         return column.take(rows)
     pa = pyarrow()
@@ -89,10 +77,8 @@ def take(column: Any, rows: NDArray[Any]) -> Any:
 
 
 def string_array(ids: Sequence[str]) -> Any:
-    """A pyarrow string array of Python strings, built from their UTF-8 bytes (no
-    ``pyarrow.array`` of a list, which imports pandas to ask whether it is one), copied
-    into Arrow's memory pool: the Python buffers it is built from are freed at once, so
-    a reader keeping many of them leaves no long-lived blocks scattered in the heap."""
+    """A pyarrow string array of ``ids`` from their UTF-8 bytes, in Arrow's pool: no
+    pandas import (``pyarrow.array`` asks for it), no long-lived blocks left in the heap."""
     pa = pyarrow()
     encoded = [i.encode() for i in ids]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
@@ -110,8 +96,7 @@ def vocab_positions(needles: Vocab, hay: Vocab) -> I64:
 
 
 class CorpusIds(Set[str]):
-    """The document ids of a ``corpus.jsonl``, held as one pyarrow string array (no
-    Python string per document); ``missing_ids`` checks many ids at once."""
+    """A corpus's document ids as one pyarrow string array (no Python string each)."""
 
     def __init__(self, ids: Any) -> None:
         self.ids = ids
@@ -133,9 +118,8 @@ class CorpusIds(Set[str]):
 
 
 def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
-    """Whether each id of ``vocab`` (distinct, or one per row of a run, repeated) is
-    missing from ``known``; for ``CorpusIds``, column-wise, hashing the smaller
-    side."""
+    """Whether each id of ``vocab`` is missing from ``known`` (for ``CorpusIds``,
+    column-wise, hashing the smaller side)."""
     if isinstance(known, CorpusIds):
         pa = pyarrow()
         ids = known.ids
@@ -147,46 +131,25 @@ def missing_ids(vocab: Vocab, known: Set[str]) -> NDArray[np.bool_]:
     return np.fromiter((doc not in known for doc in vocab.to_pylist()), np.bool_)
 
 
-# --------------------------------------------------------------------------- rows
-
-
 @dataclass(frozen=True, eq=False)
 class Pairs:
     """(query, document, value) rows with interned query ids, in file order, repeats
-    removed.
+    removed; document ids interned (``d``: codes into ``docs``) or, for a TREC run, kept as
+    read (``d`` ``None``: row ``i``'s id is ``docs[i]``), so no dictionary of millions of ids."""
 
-    Document ids are interned (``d`` the code of each row in ``docs``) or, for a TREC
-    run, kept as read (``d`` is ``None``: row ``i``'s id is ``docs[i]``), so millions of
-    ids are never hashed into one dictionary.
-
-    Attributes:
-        qids: query ids, in order of first appearance.
-        docs: document ids (a pyarrow string array, chunked or not).
-        q: (n,) int32 query code of each row.
-        d: (n,) int32 position of each row's id in ``docs``, or ``None``.
-        value: (n,) float64 score or grade of each row.
-        line: 1-based line of each row (see ``Lines``), or ``None`` (row ``i``:
-            line ``i + 1``).
-        source: the file read.
-    """
-
-    qids: list[str]
+    qids: list[str]  # in order of first appearance
     docs: Vocab
-    q: NDArray[np.int32]
-    d: NDArray[np.int32] | None
-    value: F64
-    line: Lines | I64 | None
+    q: NDArray[np.int32]  # (n,) query code of each row
+    d: NDArray[np.int32] | None  # (n,) position of each row's id in ``docs``, or None
+    value: F64  # (n,) score or grade
+    line: Lines | I64 | None  # 1-based line of each row (None: row i is line i + 1)
     source: str
 
     def line_of(self, rows: NDArray[Any]) -> I64:
-        """Lines of ``rows``."""
-        if self.line is None:
-            plus_one: I64 = np.asarray(rows, dtype=np.int64) + 1
-            return plus_one
-        if isinstance(self.line, Lines):
-            return self.line.of(rows)
-        picked: I64 = self.line[rows]
-        return picked
+        if isinstance(self.line, np.ndarray):
+            picked: I64 = self.line[rows]
+            return picked
+        return Lines.of_steps(self.line).of(rows)
 
     def codes(self, rows: NDArray[Any] | None = None) -> NDArray[Any]:
         """Positions in ``docs`` of the ids of ``rows`` (default all)."""
@@ -195,12 +158,10 @@ class Pairs:
         return self.d if rows is None else self.d[rows]
 
     def doc_ids(self, rows: NDArray[Any]) -> list[str]:
-        """Document ids of ``rows``, as Python strings."""
         return vocab_take(self.docs, self.codes(rows))
 
     def doc_column(self, rows: NDArray[Any] | None = None) -> Any:
-        """Document ids of ``rows`` (default all) as a pyarrow string array (chunked or
-        not)."""
+        """Document ids of ``rows`` (default all) as a pyarrow string array."""
         pa = pyarrow()
         if rows is None and self.d is None:
             return self.docs
@@ -213,8 +174,8 @@ class Pairs:
 
     @cached_property
     def grouped(self) -> tuple[NDArray[np.intp] | None, NDArray[np.intp]]:
-        """(rows sorted by query, stable; ``None`` when already grouped) and the start of
-        each query's rows in that order (length ``len(qids) + 1``)."""
+        """(rows sorted by query, stable, or ``None`` when already grouped; the start of
+        each query's rows in that order)."""
         q = self.q
         order = None
         if q.size > 1 and bool((q[1:] < q[:-1]).any()):
@@ -233,14 +194,12 @@ class Pairs:
         return order[lo:hi]
 
     def counts(self) -> NDArray[np.intp]:
-        """Rows per query code."""
         return np.diff(self.grouped[1])
 
 
 class Lines:
-    """The 1-based line of each row, stored as steps: row ``r`` is line ``r + 1 +
-    shift``, where ``shift`` (the blank, comment and dropped lines before it) changes only
-    at a few rows. A file with a few such lines keeps a few numbers, not one per row."""
+    """The 1-based line of each row as steps: row ``r`` is line ``r + 1 + shift``, and
+    ``shift`` changes only at a few rows (a few numbers, not one a row)."""
 
     def __init__(self, line: I64) -> None:
         n = line.size
@@ -260,15 +219,14 @@ class Lines:
         return cls(line)
 
     def of(self, rows: NDArray[Any]) -> I64:
-        """Lines of ``rows``."""
         r = np.asarray(rows, dtype=np.int64)
         at = np.searchsorted(self.starts, r, side="right") - 1
         out: I64 = r + 1 + self.shift[np.maximum(at, 0)]
         return out
 
     def without(self, removed: NDArray[Any]) -> Lines:
-        """The lines of the rows left when the (sorted, distinct) rows ``removed`` are
-        taken out; computed at the steps only, never per row."""
+        """The lines of the rows left when the sorted, distinct rows ``removed`` go;
+        computed at the steps only."""
         gone = np.asarray(removed, dtype=np.int64)
         # in the new numbering a step starts at each old step and after each removed row
         after = gone - np.arange(gone.size)  # new index of the row after each removed one
@@ -282,12 +240,9 @@ class Lines:
         return out
 
 
-# --------------------------------------------------------------------------- mappings
-
-
 class KeyView(Mapping[str, V]):
     """A read-only mapping over the keys of ``keys``, each value built by ``value`` when
-    asked for (no per-key object is kept)."""
+    asked for."""
 
     def __init__(self, keys: Mapping[str, object], value: Callable[[str], V]) -> None:
         self._keys = keys
@@ -319,41 +274,33 @@ class _ByQuery(KeyView[Any]):
     def code(self, qid: str) -> int | None:
         return self._keys.get(qid)
 
-    def _docs(self, code: int) -> tuple[list[str], F64]:
-        rows = self.pairs.rows_of(code)
-        return self.pairs.doc_ids(rows), self.pairs.value[rows]
-
 
 class ColumnarCandidates(_ByQuery):
-    """``{query_id: {doc_id: score}}`` of a run read column-wise; one query's dict is
-    built when asked for."""
+    """``{query_id: {doc_id: score}}`` of a run held as columns."""
 
     def __getitem__(self, qid: str) -> dict[str, float]:
-        code = self._keys[qid]
-        docs, values = self._docs(code)
-        return dict(zip(docs, values.tolist(), strict=True))
+        rows = self.pairs.rows_of(self._keys[qid])
+        return dict(zip(self.pairs.doc_ids(rows), self.pairs.value[rows].tolist(), strict=True))
 
     @classmethod
     def of_dicts(cls, run: Mapping[str, Mapping[str, float]], source: str) -> ColumnarCandidates:
-        """Columns of ``{query_id: {doc_id: score}}`` (as dicts and the line readers give
-        a run), queries and candidates in their order."""
+        """Columns of ``{query_id: {doc_id: score}}``, in their order."""
         out = RunColumns()
         for qid, cands in run.items():
             out.add(qid, list(cands), list(cands.values()))
         return out.build(source)
 
     def restrict(self, qids: Mapping[str, object]) -> tuple[ColumnarCandidates, list[str]]:
-        """The queries also in ``qids`` (the same run, their order kept) and the others."""
+        """The queries also in ``qids`` (their order kept) and the others."""
         kept = [c for k, c in zip(self._keys, self.codes, strict=True) if k in qids]
         dropped = [k for k in self._keys if k not in qids]
         return ColumnarCandidates(self.pairs, kept), dropped
 
     def size(self, qid: str) -> int:
-        """Number of candidates of ``qid``."""
         return int(self.pairs.counts()[self._keys[qid]])
 
     def has_score(self) -> bool:
-        """Whether any candidate of these queries has a valid (non-NaN) score."""
+        """Whether any candidate of these queries has a non-NaN score."""
         p = self.pairs
         if len(self.codes) == len(p.qids):
             return bool((~np.isnan(p.value)).any())
@@ -368,12 +315,9 @@ class ColumnarCandidates(_ByQuery):
 
 
 class ColumnarLabels(_ByQuery):
-    """``{query_id: Labels}`` held as columns: one row per labelled document of a query
-    (``pairs``: its grade, NaN for a document given only a utility or a no-response
-    probability), and optionally, per row, whether it is a known distractor
-    (``distractor``), its given utility and its abstention probability (NaN where none),
-    and per query code the stated number of relevant documents (``stated``, -1 where
-    none). One query's ``Labels`` is built when asked for."""
+    """``{query_id: Labels}`` held as columns: a row per labelled document (grade NaN for
+    one given only a utility or probability), optional per-row ``distractor``, ``utility``
+    and ``no_response`` (NaN: none), and per query code ``stated`` (-1: none)."""
 
     def __init__(
         self,
@@ -395,8 +339,8 @@ class ColumnarLabels(_ByQuery):
 
     @classmethod
     def of_grades(cls, pairs: Pairs) -> ColumnarLabels:
-        """Labels of qrels grades as a file writes them: -1 marks a known distractor
-        (judged not relevant), a grade below 0 is judged not relevant."""
+        """Labels of qrels grades as files write them: -1 a known distractor, below 0 judged
+        not relevant."""
         value = pairs.value
         if value.size == 0 or value.min() >= 0:
             return cls(pairs)
@@ -405,8 +349,9 @@ class ColumnarLabels(_ByQuery):
 
     @classmethod
     def of_labels(cls, labels: Mapping[str, Labels], source: str) -> ColumnarLabels:
-        """Columns of per-query ``Labels`` (as dicts and the UDCG reader give
-        them), in their order (see ``LabelColumns``)."""
+        """Columns of per-query ``Labels``, in their order (columns stay as they are)."""
+        if isinstance(labels, ColumnarLabels):
+            return labels
         out = LabelColumns()
         for qid, lab in labels.items():
             out.add(qid, lab)
@@ -441,8 +386,7 @@ class ColumnarLabels(_ByQuery):
         return self.utility is not None or self.no_response is not None
 
     def unanswerable(self) -> list[str]:
-        """The query ids judged (at least one label) with no relevant (grade >= 1) label,
-        in order (see [`EvalSet.unanswerable`][ragguard.calibration.EvalSet.unanswerable])."""
+        """The query ids judged with no relevant label, in order."""
         p = self.pairs
         n = len(p.qids)
         judged = np.bincount(p.q[~np.isnan(p.value)], minlength=n)
@@ -465,23 +409,17 @@ class ColumnarLabels(_ByQuery):
 def query_view(
     keys: Mapping[str, object], texts: Mapping[str, str | None] | None = None
 ) -> KeyView[Query]:
-    """``{query_id: Query}`` for the queries of ``keys``, with their text where ``texts``
-    has one."""
+    """``{query_id: Query}`` for the keys of ``keys``, with their ``texts``."""
     found = texts or {}
     return KeyView(keys, lambda q: Query(q, found.get(q)))
-
-
-# --------------------------------------------------------------------------- reading
 
 
 _FLUSH = 1 << 16  # rows gathered as Python objects before they become columns
 
 
 class RunColumns:
-    """A run's candidates added query by query (by a reader, or from dicts), gathered
-    into ``ColumnarCandidates``: ids as read, one per row (no dictionary of the
-    ids), turned into Arrow arrays every ``_FLUSH`` rows; scores into one growing
-    float64 block."""
+    """A run's candidates added query by query, gathered into ``ColumnarCandidates``:
+    ids as read (no dictionary), to Arrow every ``_FLUSH`` rows; scores one growing block."""
 
     def __init__(self) -> None:
         self.qids: list[str] = []
@@ -504,13 +442,11 @@ class RunColumns:
             self.flush()
 
     def flush(self) -> None:
-        """Turn the rows gathered so far into columns."""
         if self._docs:
             self._ids.append(string_array(self._docs))
             self._docs = []
 
     def pairs(self, source: str) -> Pairs:
-        """The rows added, as ``Pairs`` (the ids as read)."""
         pa = pyarrow()
         self.flush()
         q = np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes)
@@ -523,9 +459,8 @@ class RunColumns:
 
 
 class LabelColumns:
-    """Labels added query by query, gathered into ``ColumnarLabels``: each query's
-    graded documents, then those with only a utility, then those with only an abstention
-    probability (their grade NaN)."""
+    """Labels added query by query, gathered into ``ColumnarLabels``: graded documents,
+    then those with only a utility, then only a probability (grade NaN)."""
 
     def __init__(self) -> None:
         self._rows = RunColumns()  # ids and grades
@@ -538,9 +473,8 @@ class LabelColumns:
         """One query's labels.
 
         Raises:
-            EvalSetError: a given utility outside [-1, 1] or an abstention probability
-                outside [0, 1] (NaN included: NaN is how the columns say "none").
-        """
+            EvalSetError: a utility outside [-1, 1] or a probability outside [0, 1] (NaN
+                included: NaN is how the columns say "none")."""
         if lab.utilities:
             check_range([qid], [lab.utilities], "utility", -1.0, 1.0)
         if lab.no_response:
@@ -569,8 +503,7 @@ class LabelColumns:
 
 
 def encode_ids(column: Any) -> tuple[Any, NDArray[np.int32]]:
-    """(dictionary, int32 codes) of a chunked string column, ids in order of first
-    appearance."""
+    """(dictionary, int32 codes) of a chunked string column, in order of first appearance."""
     pa = pyarrow()
     enc = column.dictionary_encode()
     if enc.num_chunks == 0:
@@ -602,7 +535,6 @@ Event = tuple[int, int, ProblemKind, str, str | None]
 
 
 def report_events(events: list[Event], rep: Reporter, path: str) -> None:
-    """Report ``events`` to ``rep`` in the order of their lines."""
     for line_no, _, pk, message, fld in sorted(events, key=lambda e: (e[0], e[1])):
         rep(pk, message, path=path, line=line_no, field=fld)
 
@@ -614,15 +546,12 @@ def without_repeats(
     rep: Reporter,
     repeats: NDArray[np.intp] | None = None,
 ) -> Pairs:
-    """``pairs`` without the rows that repeat an earlier (query, document) (``repeats``;
-    default ``repeated_rows`` of interned ids), each added to ``events`` as a line-by-line
-    reader meets it (order 2 within its line): a repeated candidate for ``kind="run"``,
-    else a repeated label.
+    """``pairs`` without the rows repeating an earlier (query, document) (default
+    ``repeated_rows``), each added to ``events`` at order 2 of its line.
 
     Raises:
-        EvalSetError: the first repeated label whose grade contradicts the first label of
-            its (query, document), after the problems of earlier lines went to ``rep``.
-    """
+        EvalSetError: a repeated label whose grade contradicts the first, after the
+            problems of earlier lines went to ``rep``."""
     if repeats is None:
         assert pairs.d is not None
         repeats = repeated_rows(pairs.q, pairs.d, len(pairs.docs))
@@ -667,10 +596,8 @@ def without_repeats(
 
 @dataclass
 class ColumnarRead:
-    """What a reader found: queries, labels (with the file and line where each query's
-    labels start), runs (with the line of each query's first candidate), the corpus ids
-    when known, the passage texts the file carries, and whether its labels are silver
-    (``EvalSet.silver``)."""
+    """What a reader found: queries, labels (with where each query's labels start), runs
+    (with each query's first line), corpus ids, passage texts, whether labels are silver."""
 
     queries: Mapping[str, Query]
     labels: ColumnarLabels
@@ -679,9 +606,6 @@ class ColumnarRead:
     corpus: Set[str] | None = None
     texts: Texts = field(default_factory=Texts)
     silver: bool = False
-
-
-# --------------------------------------------------------------------------- arrays
 
 
 class _RowCandidates(Sequence[Mapping[str, float]]):
@@ -717,9 +641,7 @@ def arrays_from_columnar(
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
 ) -> EvalArrays:
-    """``EvalArrays`` of a run and labels read column-wise: coded rows (labels
-    joined to candidates by ``label_hits``) for
-    ``arrays_from_codes``."""
+    """``EvalArrays`` of a run and labels held as columns."""
     rp, lp = run.pairs, labels.pairs
     crow = _rows(qids, run)[rp.q]
     lrow = _rows(qids, labels)[lp.q]
@@ -735,51 +657,24 @@ def arrays_from_columnar(
     if not bool(lm.all()):
         new_label = np.cumsum(lm) - 1
         hit_label = new_label[hit_label]  # hits are only in evaluated rows
-    label_rows = _label_rows(qids, labels, lrow, lm)
+    per_row: tuple[Any, ...] = (labels.distractor, labels.utility, labels.no_response)
+    flags, util, p_no = (None if v is None else v[lm] for v in per_row)
+    stated = None
+    if labels.stated is not None:
+        at = [labels.code(q) for q in qids]
+        stated = [None if c is None or labels.stated[c] < 0 else int(labels.stated[c]) for c in at]
+    label_rows = LabelRows(lrow[lm], lp.value[lm], flags, util, p_no, stated)
     coded = CodedRows(
         qids, crow, cscore, label_rows, hit_cand, hit_label, _RowCandidates(run, qids)
     )
     return arrays_from_codes(coded, score_kind=score_kind, profile=profile, rules=rules)
 
 
-def _label_rows(
-    qids: Sequence[str], labels: ColumnarLabels, lrow: NDArray[np.intp], lm: NDArray[np.bool_]
-) -> LabelRows:
-    def kept(values: Any) -> Any:
-        return None if values is None else values[lm]
-
-    stated = None
-    if labels.stated is not None:
-        codes = [labels.code(q) for q in qids]
-        stated = [
-            None if c is None or labels.stated[c] < 0 else int(labels.stated[c]) for c in codes
-        ]
-    maps: tuple[Sequence[Mapping[str, float]], ...] | None = None
-    if labels.rich:
-        per = [labels[q] for q in qids]
-        maps = (
-            [dict(lab.grades) for lab in per],
-            [lab.utilities for lab in per],
-            [lab.no_response for lab in per],
-        )
-    return LabelRows(
-        lrow[lm],
-        labels.pairs.value[lm],
-        kept(labels.distractor),
-        kept(labels.utility),
-        kept(labels.no_response),
-        stated,
-        maps,
-    )
-
-
 def label_hits(
     run: Pairs, crow: NDArray[np.intp], labels: Pairs, lrow: NDArray[np.intp]
 ) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
-    """(run row, label row) of every label naming a candidate of the same eval row
-    (``crow``, ``lrow``: each row's eval row, -1 for none): a hash join on (eval row,
-    document id) in Arrow, built on the labels (the smaller side) and probed by the run,
-    so no dictionary of the run's ids is needed. One thread: as fast on two cores, and
+    """(run row, label row) of each label naming a candidate of its eval row: an Arrow
+    hash join on (eval row, id) built on the labels. One thread: as fast on two cores, and
     the worker threads' freed memory would stay resident (about 40 MB at 10 M rows)."""
     pa = pyarrow()
     lsel = np.flatnonzero(lrow >= 0)
@@ -800,15 +695,12 @@ def label_hits(
     return cand, lab
 
 
-# --------------------------------------------------------------------------- fingerprint
-
-
 _PIECE = 1 << 20  # values fed to the hash at a time (the same bytes, fed in pieces)
 
 
 def _hash_ids(h: Any, ids: Vocab) -> None:
-    """Feed ids to ``h`` as their UTF-8 byte lengths then their bytes (the same for a
-    list and a pyarrow array of the same ids)."""
+    """Feed ids as their UTF-8 byte lengths then their bytes (alike for a list and an
+    array of the same ids)."""
     if isinstance(ids, list):
         encoded = list(map(str.encode, ids))
         h.update(np.fromiter(map(len, encoded), np.int64, len(encoded)).tobytes())
@@ -849,8 +741,7 @@ def fingerprint(
     runs: Sequence[tuple[str, str | None, ColumnarCandidates]],
 ) -> str:
     """sha256 of labels and runs, whatever file they came from: labels sorted by
-    document within each query (grades, then known distractors, utilities and
-    abstention probabilities), candidates in the run's order."""
+    document within each query, candidates in the run's order."""
     import hashlib
 
     h = hashlib.sha256()

@@ -1,8 +1,6 @@
-"""Evaluation sets: labelled queries and one run (per query, the candidates a retriever
-returned with their scores) per retrieval profile, loaded from the formats of ``FORMATS``
-and checked as docs/reference/data-formats.md describes; malformed input raises
-[`EvalSetError`][ragguard.EvalSetError] naming file, line and field, and problems that
-leave the data usable are counted in ``EvalSet.report`` (``strict=True`` raises)."""
+"""Evaluation sets: labelled queries and one run per retrieval profile, loaded through
+``FORMATS`` and checked as docs/reference/data-formats.md describes (malformed input
+raises ``EvalSetError``; usable problems are counted in ``EvalSet.report``)."""
 
 from __future__ import annotations
 
@@ -28,35 +26,20 @@ from ragguard.calibration.data.columns import (
     query_view,
 )
 from ragguard.calibration.data.formats import trec
-from ragguard.calibration.data.formats.beir import BEIR, LABEL_FILES, corpus_source
+from ragguard.calibration.data.formats.beir import BEIR, corpus_source
 from ragguard.calibration.data.formats.common import Format, ReadOptions, first_content
 from ragguard.calibration.data.formats.jsonl import JSONL
 from ragguard.calibration.data.formats.llamaindex import LLAMAINDEX
 from ragguard.calibration.data.formats.ragas import RAGAS
 from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
 from ragguard.calibration.data.formats.udcg import UDCG
-from ragguard.calibration.data.problems import LoadReport, Problem, ProblemKind, Reporter
+from ragguard.calibration.data.problems import LoadReport, ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query, Run
 from ragguard.calibration.data.texts import PathLike, Texts
 from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
 from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
-
-__all__ = [
-    "FORMATS",
-    "LABEL_FILES",
-    "EvalSet",
-    "Format",
-    "Labels",
-    "LoadReport",
-    "Problem",
-    "ProblemKind",
-    "Query",
-    "Run",
-    "detect_format",
-    "load_evalset",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -78,14 +61,11 @@ class EvalSet:
         runs: run name -> ``Run``.
         report: problems found while loading (empty when there were none).
         source: where the labels came from.
-        texts: the passage texts the source carries (``ragguard.calibration.data.texts``;
-            empty when it has none); [`with_texts`][ragguard.calibration.EvalSet.with_texts] adds
-            more.
+        texts: the passage texts the source carries (empty when none);
+            [`with_texts`][ragguard.calibration.EvalSet.with_texts] adds more.
         silver: whether the labels were generated, not judged (a RAGAS testset, a
-            LlamaIndex ``EmbeddingQAFinetuneDataset``): each query's source passages are
-            relevant and every other passage counts as not relevant, though some may
-            answer it too.
-    """
+            LlamaIndex dataset): each query's source passages are relevant, every other
+            counts as not relevant."""
 
     def __init__(
         self,
@@ -107,7 +87,7 @@ class EvalSet:
         self.queries: Mapping[str, Query] = (  # read column-wise: read-only already
             queries if isinstance(queries, KeyView) else MappingProxyType(dict(queries))
         )
-        self.labels: ColumnarLabels = as_columns(labels, source)
+        self.labels = ColumnarLabels.of_labels(labels, source or "")
         self.runs: Mapping[str, Run] = MappingProxyType(
             {name: columnar_run(run, source) for name, run in runs.items()}
         )
@@ -125,14 +105,9 @@ class EvalSet:
 
     @cached_property
     def unanswerable(self) -> tuple[str, ...]:
-        """The **unanswerable** queries, in order: judged (at least one document labelled,
-        relevant or not) and none relevant (no grade >= 1, no stated ``num_relevant`` above
-        0). In JSONL: ``relevant: []`` (or no ``relevant``) with ``not_relevant`` or
-        ``distractors`` ids; in TREC qrels and BEIR: qrels lines with no positive grade;
-        in tables and dicts alike; in a UDCG file: no passage ``is_relevant``. A query
-        with no label at all is neither answerable nor unanswerable: it is not judged.
-        ``calibrate(..., answerability=Answerability(...))`` calibrates ``min_evidence`` on them
-        (``ragguard.calibration.fit.answerability``)."""
+        """The **unanswerable** queries, in order: judged (at least one document labelled)
+        and none relevant (no grade >= 1, no stated ``num_relevant`` above 0); a query with no
+        label is not judged. How each format states one: docs/reference/data-formats.md."""
         return tuple(self.labels.unanswerable())
 
     @property
@@ -146,16 +121,12 @@ class EvalSet:
         corpus: Sequence[PathLike] = (),
         passages: Mapping[str, str] | None = None,
     ) -> EvalSet:
-        """This eval set with more passage texts: ``corpus`` files (JSONL: ``_id`` /
-        ``id`` / ``doc_id``, ``text``, ``title``; each read once, when a text is first
-        asked for) and ``passages`` (``{passage id: text}``), winning over the texts per
-        passage id it has, in that order (see ``ragguard.calibration.data.texts``). A new
-        eval set sharing this one's data (and its cache of arrays); this one is
-        unchanged. Without either it returns this one.
+        """This eval set with more passage texts: ``corpus`` files (JSONL, read when a text
+        is first asked for) and ``passages`` (``{passage id: text}``), winning in that order. A
+        new eval set sharing this one's data and arrays; this one is unchanged.
 
         Raises:
-            EvalSetError: a corpus file does not exist.
-        """
+            EvalSetError: a corpus file does not exist."""
         if not corpus and not passages:
             return self
         out = copy.copy(self)
@@ -181,13 +152,10 @@ class EvalSet:
         """An eval set from ranx / pytrec_eval style dicts, or from tables (copied; never
         modified).
 
-        Qrels and each run may be a dict, a pandas or polars DataFrame or a pyarrow
-        Table (one row per label or candidate; row order is the run's order, which
-        breaks score ties), or a ranx ``Qrels`` / ``Run``. A table means what the dict
-        of its rows means; with pyarrow installed it stays columnar (ids interned into
-        integer codes, no Python object per row), so a large run converts fast.
-        Repeated (query, document) rows keep the first and are counted in
-        ``report``, like repeated lines of a file.
+        Qrels and each run may be a dict, a pandas or polars DataFrame, a pyarrow Table (a row
+        per label or candidate; row order is the run's order) or a ranx ``Qrels`` / ``Run``. A
+        table means what the dict of its rows means and stays columnar with pyarrow. Repeated
+        (query, document) rows keep the first and are counted in ``report``.
 
         ::
 
@@ -197,30 +165,24 @@ class EvalSet:
         Args:
             qrels: ``{query_id: {doc_id: grade}}`` or a table of (query id, document id,
                 grade) rows; these are the labelled queries.
-            runs: ``{run_name: run}``, each run ``{query_id: {doc_id: score}}`` or a
-                table of (query id, document id, score) rows.
+            runs: ``{run_name: run}``, each ``{query_id: {doc_id: score}}`` or a table.
             score_kind: one kind for every run, or ``{run_name: kind}``.
-            distractors: ``{query_id: [doc_id, ...]}`` known distractors (judged, grade
-                0, unless graded in ``qrels``).
+            distractors: ``{query_id: [doc_id, ...]}`` known distractors (grade 0 unless
+                graded in ``qrels``).
             utilities: ``{query_id: {doc_id: utility}}``.
             no_response: ``{query_id: {doc_id: abstention probability}}``.
             n_relevant: ``{query_id: stated number of relevant documents}``.
             queries: ``{query_id: text}``.
-            passages: ``{doc_id: text}``, the passage texts (for a reranker, the stages
-                after the cut, annotation, training).
+            passages: ``{doc_id: text}``, the passage texts.
             strict: raise on the first problem instead of counting it.
-            columns: tables only: column names that are not the usual ones, ``{"qid":
-                ..., "docid": ..., "grade": ..., "score": ...}`` (recognised without it:
-                ``qid`` / ``query_id`` / ``q_id``, ``docid`` / ``doc_id`` / ``docno`` /
-                ``doc`` / ``corpus-id``, ``grade`` / ``relevance`` / ``rel`` / ``label``
-                (else ``score``) in qrels, ``score`` in runs).
+            columns: tables only: column names that are not the usual ones (``{"qid": ...,
+                "docid": ..., "grade": ..., "score": ...}``; the usual ones:
+                docs/reference/data-formats.md).
 
         Raises:
-            EvalSetError: inconsistent labels (see
-                [`load_evalset`][ragguard.calibration.load_evalset]), a grade the file readers
-                reject (2.5, 7), qrels or a run without any row, a table column missing, ambiguous
-                or not numeric, a repeated label with two grades.
-        """
+            EvalSetError: inconsistent labels, a grade the file readers reject (2.5, 7), qrels
+                or a run without rows, a table column missing, ambiguous or not numeric, a
+                repeated label with two grades."""
         rep = Reporter(strict)
         read = read_input(qrels, "qrels", columns=columns, what="qrels table", rep=rep)
         extras = (distractors, utilities, no_response, n_relevant)
@@ -260,9 +222,8 @@ class EvalSet:
             rules: which grades are relevant / partially relevant.
 
         Raises:
-            EvalSetError: the eval set has no runs, ``run`` is unknown or omitted while
-                there are several, or its data is out of range.
-        """
+            EvalSetError: no runs, ``run`` unknown or omitted among several, or data out of
+                range."""
         name = self._run_name(run)
         prof = as_profile(profile)
         rules = rules_of(prof, rules)
@@ -347,16 +308,7 @@ def _labels_from_dicts(
     return labels
 
 
-def as_columns(labels: Mapping[str, Labels], source: str | None) -> ColumnarLabels:
-    """``labels`` as the eval set holds them: columns (``ColumnarLabels``)."""
-    if isinstance(labels, ColumnarLabels):
-        return labels
-    return ColumnarLabels.of_labels(labels, source or "")
-
-
 def columnar_run(run: Run, source: str | None = None) -> Run:
-    """``run`` with its candidates as the eval set holds them: columns
-    (``ColumnarCandidates``)."""
     if isinstance(run.candidates, ColumnarCandidates):
         return run
     cands = ColumnarCandidates.of_dicts(run.candidates, run.source or source or "")
@@ -364,11 +316,10 @@ def columnar_run(run: Run, source: str | None = None) -> Run:
 
 
 def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
-    """``value`` as a [`ScoreKind`][ragguard.ScoreKind] (``None`` stays ``None``).
+    """``value`` as a ``ScoreKind`` (``None`` stays ``None``).
 
     Raises:
-        EvalSetError: not a score kind; the message lists the kinds.
-    """
+        EvalSetError: not a score kind; the message lists the kinds."""
     if value is None:
         return None
     try:
@@ -381,8 +332,7 @@ def as_score_kind(value: ScoreKind | str | None, what: str) -> ScoreKind | None:
 def _kind_of(
     score_kind: ScoreKind | str | Mapping[str, ScoreKind | str | None] | None, run: str
 ) -> ScoreKind | None:
-    """The kind of ``run``'s scores: ``score_kind``, or its entry for ``run`` (default
-    ``similarity``)."""
+    """The kind of ``run``'s scores: ``score_kind`` or its entry (default ``similarity``)."""
     kind = score_kind.get(run, "similarity") if isinstance(score_kind, Mapping) else score_kind
     return as_score_kind(kind, f"run {run!r}")
 
@@ -410,11 +360,10 @@ def assemble(
     texts: Texts | None = None,
     silver: bool = False,
 ) -> EvalSet:
-    """Reconcile runs with labels (reporting mismatches) and build the
-    [`EvalSet`][ragguard.calibration.EvalSet]."""
+    """Reconcile runs with labels (reporting mismatches) and build the ``EvalSet``."""
     if not labels:
         raise EvalSetError("no labelled queries found", path=source)
-    labels = as_columns(labels, source)
+    labels = ColumnarLabels.of_labels(labels, source or "")
     kept: dict[str, Run] = {}
     for name, given in runs.items():
         run = columnar_run(given, source)
@@ -448,13 +397,10 @@ def assemble(
 
 
 def detect_format(path: PathLike) -> str:
-    """Guess the format of ``path`` from ``FORMATS``: ``"beir"`` for a folder,
-    ``"ragas"`` (a JSONL or CSV testset), ``"llamaindex"`` (a JSON object opening with
-    ``queries``), ``"jsonl"``, ``"udcg"`` (a JSON list) or ``"trec"`` (qrels lines).
+    """The name of ``path``'s format in ``FORMATS`` (a folder: ``beir``).
 
     Raises:
-        EvalSetError: the file does not exist or matches no format.
-    """
+        EvalSetError: the file does not exist or matches no format."""
     p = Path(path)
     if p.is_dir():
         for f in FORMATS.values():
@@ -503,40 +449,29 @@ def load_evalset(
     """Load an eval set (and its runs), validating everything.
 
     Args:
-        path: the labels: a ``.jsonl`` file, TREC qrels, a BEIR folder, a UDCG JSON
-            file, a RAGAS testset (JSONL or CSV; its reference contexts matched by text
-            to the passages of the ``corpus.jsonl`` beside it) or a LlamaIndex
-            ``EmbeddingQAFinetuneDataset`` JSON file (these two load silver labels,
-            ``EvalSet.silver``; docs/reference/data-formats.md).
-        format: a name of ``FORMATS`` (``"jsonl"``, ``"trec"``, ``"beir"``, ``"udcg"``,
-            ``"ragas"``, ``"llamaindex"``); detected when omitted.
-        runs: run files (TREC run format or JSON ``{query_id: {doc_id: score}}``): one
-            path, several (named by file stem) or ``{name: path}``. They add to the
-            runs embedded in a JSONL file.
-        score_kind: what the runs' scores are (default ``similarity``: higher is
-            better); one kind for all or ``{run name: kind}``. Runs without scores keep
-            their order.
+        path: the labels: a ``.jsonl`` file, TREC qrels, a BEIR folder, a UDCG JSON file,
+            a RAGAS testset (JSONL or CSV, matched to the ``corpus.jsonl`` beside it) or a
+            LlamaIndex ``EmbeddingQAFinetuneDataset`` (these two load silver labels;
+            docs/reference/data-formats.md).
+        format: a name of ``FORMATS``; detected when omitted.
+        runs: run files (TREC or JSON ``{query_id: {doc_id: score}}``): one path, several
+            (named by file stem) or ``{name: path}``; added to a JSONL file's own runs.
+        score_kind: what the runs' scores are (default ``similarity``: higher is better);
+            one kind or ``{run name: kind}``. Runs without scores keep their order.
         split: BEIR only: the qrels split (default: the only one, else ``test``).
-        model: UDCG only: whose ``no_res_prob`` gives the utilities (default: the only
-            model in the file).
+        model: UDCG only: whose ``no_res_prob`` gives the utilities (default: the only one).
         strict: raise on the first reported problem instead of counting it.
-        texts: keep the passage texts the data carries (``EvalSet.texts``: a BEIR
-            corpus's texts and titles, JSONL candidates' texts and metadata, UDCG
-            passages). ``False`` keeps none (less memory for a large corpus; the texts
-            are still checked): a calibration without a reranker and without the
-            stages after the cut needs none, and whatever asks for one raises
+        texts: keep the passage texts the data carries (``EvalSet.texts``). ``False``
+            keeps none (less memory; still checked), and whatever asks for one raises
             [`EvalSetError`][ragguard.EvalSetError].
-        corpus: JSONL corpus files (``_id`` / ``id`` / ``doc_id``, ``text``, ``title``)
-            a RAGAS testset's reference contexts are matched against, instead of the
-            ``corpus.jsonl`` beside it; other formats ignore them (passage texts come
-            with [`EvalSet.with_texts`][ragguard.calibration.EvalSet.with_texts]).
+        corpus: JSONL corpus files a RAGAS testset's contexts are matched against,
+            instead of the ``corpus.jsonl`` beside it; other formats ignore them.
 
     Returns:
         The [`EvalSet`][ragguard.calibration.EvalSet]; its ``report`` lists every problem counted.
 
     Raises:
-        EvalSetError: malformed or inconsistent data, with file, line and field.
-    """
+        EvalSetError: malformed or inconsistent data, with file, line and field."""
     fmt = FORMATS.get(detect_format(path) if format is None else format)
     if fmt is None:
         raise EvalSetError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -582,8 +517,7 @@ def load_evalset(
 
 
 def _with_corpus_beside(texts: Texts, path: Path) -> Texts:
-    """``texts`` with the ``corpus.jsonl`` beside an eval-set file (not a BEIR folder's
-    own), read when a text is first asked for."""
+    """``texts`` with the ``corpus.jsonl`` beside an eval-set file, read on first use."""
     beside = path.parent / "corpus.jsonl"
     if not path.is_file() or not beside.is_file() or beside.resolve() == path.resolve():
         return texts

@@ -1,8 +1,6 @@
-"""Where calibration data comes from: a file, a folder (the labels, and its runs in
-``runs/``), run files, or a live retriever from a ``"module:function"`` factory; the
-layout and how a retriever's scores are read: docs/guides/calibrate.md ("Eval sets",
-"A live retriever"). Runs named explicitly or from a retriever replace a folder's
-``runs/``; runs embedded in a JSONL file always load."""
+"""Where calibration data comes from: a file, a folder (labels, runs in ``runs/``), run
+files, or a live retriever from a ``"module:function"`` factory: docs/guides/calibrate.md
+("Eval sets", "A live retriever")."""
 
 from __future__ import annotations
 
@@ -11,39 +9,23 @@ import concurrent.futures
 import logging
 import math
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from ragguard._optional import import_object
-from ragguard.calibration.data.evalset import (
-    LABEL_FILES,
-    EvalSet,
-    Run,
-    as_score_kind,
-    load_evalset,
-)
+from ragguard.calibration.data.evalset import EvalSet, as_score_kind, load_evalset
+from ragguard.calibration.data.formats.beir import LABEL_FILES
+from ragguard.calibration.data.records import Run
 from ragguard.calibration.data.texts import PathLike
 from ragguard.errors import EvalSetError, RetrieverError
 from ragguard.scores import ScoreKind
 
 logger = logging.getLogger(__name__)
 
-RUN_SUFFIXES = tuple(
+_RUN_SUFFIXES = tuple(
     s + gz for s in (".trec", ".run", ".txt", ".json", ".tsv") for gz in ("", ".gz")
 )
-"""Suffixes of run files in a folder's ``runs/`` (gzipped ones too, which every run
-reader reads)."""
-
-
-def folder_runs(folder: Path) -> list[Path]:
-    """Run files in ``folder/runs``, sorted by name."""
-    runs_dir = folder / "runs"
-    if not runs_dir.is_dir():
-        return []
-    return sorted(
-        p for p in runs_dir.iterdir() if p.is_file() and p.name.lower().endswith(RUN_SUFFIXES)
-    )
 
 
 def load_inputs(
@@ -67,14 +49,11 @@ def load_inputs(
             live retriever will provide the run).
         score_kind: what the run files' scores are.
         strict: raise on the first reported loading problem.
-        texts: keep the passage texts the data carries (``False``: none, see
-            [`load_evalset`][ragguard.calibration.load_evalset]).
-        corpus: corpus files a RAGAS testset's contexts are matched against (see
-            [`load_evalset`][ragguard.calibration.load_evalset]).
+        texts: keep the passage texts the data carries.
+        corpus: corpus files a RAGAS testset's contexts are matched against.
 
     Raises:
-        EvalSetError: no such path, a folder without labels, malformed data.
-    """
+        EvalSetError: no such path, a folder without labels, malformed data."""
     p = Path(path)
     if not p.exists():
         raise EvalSetError("no such file or folder", path=str(p))
@@ -82,6 +61,7 @@ def load_inputs(
         if not Path(r).is_file():
             raise EvalSetError("run file not found", path=str(r))
     run_paths: list[PathLike] = list(runs)
+    fmt = None
     if p.is_dir():
         labels = next((p / n for n in LABEL_FILES if (p / n).is_file()), None)
         if labels is None and not ((p / "queries.jsonl").is_file() and (p / "qrels").is_dir()):
@@ -90,23 +70,17 @@ def load_inputs(
                 "(with run files in runs/) or a BEIR layout (queries.jsonl, qrels/)",
                 path=str(p),
             )
-        if not run_paths and folder_runs_too:
-            run_paths = list(folder_runs(p))
-        fmt = None
+        if not run_paths and folder_runs_too and (p / "runs").is_dir():
+            found = (f for f in (p / "runs").iterdir() if f.is_file())
+            run_paths.extend(sorted(f for f in found if f.name.lower().endswith(_RUN_SUFFIXES)))
         if labels is None:
             labels, fmt = p, "beir"
         elif labels.name.startswith("qrels"):
             fmt = "trec"
-        return load_evalset(
-            labels,
-            format=fmt,
-            runs=run_paths or None,
-            score_kind=score_kind,
-            strict=strict,
-            texts=texts,
-        )
+        p, corpus = labels, ()  # a folder: the corpus beside its labels
     return load_evalset(
         p,
+        format=fmt,
         runs=run_paths or None,
         score_kind=score_kind,
         strict=strict,
@@ -131,19 +105,12 @@ def add_run(evalset: EvalSet, run: Run, *, only: bool = False) -> EvalSet:
     )
 
 
-# --------------------------------------------------------------------------- retriever
-
-
 def load_factory(spec: str) -> Any:
-    """Import ``module:function``, call it with no arguments and return its result.
-
-    The current directory is searched for the module first, so ``my_rag:make_retriever``
-    finds ``./my_rag.py``.
+    """Import ``module:function`` (the current directory first), call it with no
+    arguments and return its result.
 
     Raises:
-        RetrieverError: bad syntax, the module or function cannot be found, it is not
-            callable, or it raises.
-    """
+        RetrieverError: bad syntax, not found, not callable, or it raises."""
     target = import_object(spec)
     if not callable(target):
         raise RetrieverError(
@@ -156,7 +123,6 @@ def load_factory(spec: str) -> Any:
 
 
 Hits = list[tuple[str, float | None]]
-_T = TypeVar("_T")
 # (many queries with a progress callback -> hits or the error of each, the score kind
 # the source declares)
 Searcher = tuple[
@@ -242,20 +208,14 @@ def _llamaindex_searcher(retriever: Any, concurrency: int) -> Searcher | None:
         return out
 
     def search_many(queries: Sequence[str], done: Callable[[int], None]) -> list[Hits | Exception]:
-        return _run_coroutine(lambda: gather(queries, done))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(gather(queries, done))
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # in a running loop (a notebook)
+            return pool.submit(lambda: asyncio.run(gather(queries, done))).result()
 
     return search_many, None
-
-
-def _run_coroutine(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """Run a coroutine to the end from sync code, also when called inside a running event
-    loop (a notebook): then in a worker thread with its own loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(make())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 def retrieve_run(
@@ -267,27 +227,15 @@ def retrieve_run(
     on_query: Callable[[int, int], None] | None = None,
     max_concurrency: int = 8,
 ) -> Run:
-    """Call ``retriever`` for every labelled query and record what it returns as a run.
-
-    Queries run through the framework's own concurrency: a LangChain retriever's
-    ``Runnable.batch`` with ``max_concurrency``, a LlamaIndex retriever's ``aretrieve``
-    gathered under a semaphore of ``max_concurrency``. The run is the same as calling
-    the retriever for one query after the other.
-
-    Args:
-        evalset: the labelled queries (each needs its text).
-        retriever: a LangChain or LlamaIndex retriever.
-        name: the run's name.
-        score_kind: what the scores are; default what the vector store tells (LangChain
-            vector-store retrievers), else ``similarity``.
-        on_query: called with ``(done, total)`` as queries finish (progress).
-        max_concurrency: most queries in flight at once (>= 1).
+    """The run of ``retriever`` (LangChain or LlamaIndex) on every labelled query, through
+    the framework's own concurrency (at most ``max_concurrency`` in flight); the same run as
+    calling it query after query. ``score_kind`` default: what the vector store tells, else
+    ``similarity``; ``on_query(done, total)`` as queries finish.
 
     Raises:
         RetrieverError: not a supported retriever, a query without text, a document
-            without an id, or the retriever raising.
-        EvalSetError: ``score_kind`` is not a score kind.
-    """
+            without an id, the retriever raising.
+        EvalSetError: ``score_kind`` is not a score kind."""
     requested = as_score_kind(score_kind, f"run {name!r}")
     if (
         isinstance(max_concurrency, bool)
@@ -346,12 +294,7 @@ def retrieve_run(
         candidates[qid] = cands
     if repeats:
         logger.warning("the retriever returned %d repeated documents; kept the first", repeats)
-    kind: ScoreKind | None
     if not any_score:
         logger.warning("the retriever returned no scores: only plain top-k can be calibrated")
-        kind = None
-    elif requested is not None:
-        kind = requested
-    else:
-        kind = store_kind or ScoreKind.SIMILARITY
-    return Run(name, candidates, kind, None)
+        return Run(name, candidates, None, None)
+    return Run(name, candidates, requested or store_kind or ScoreKind.SIMILARITY, None)

@@ -1,9 +1,8 @@
 """Labels as rows: relevant counts, the ideal rankings, per-grade counts (see
-[`EvalArrays`][ragguard.calibration.EvalArrays]) and the checks of label values."""
+``EvalArrays``) and the checks of label values."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -26,8 +25,8 @@ I = NDArray[np.intp]  # noqa: E741
 def flat_floats(
     maps: Sequence[Mapping[str, float]], what: str, qids: Sequence[str], sizes: I | None = None
 ) -> F64:
-    """All values of ``maps`` (in order) as one float64 array; clear errors on bad ones.
-    ``sizes``: the maps' lengths, when known."""
+    """All values of ``maps`` as one float64 array (``sizes``: their lengths, when known);
+    a clear error naming a value that is not a number."""
     total = sum(map(len, maps)) if sizes is None else int(sizes.sum())
     try:
         values = chain.from_iterable(map(methodcaller("values"), maps))  # dict.values: C speed
@@ -45,7 +44,6 @@ def flat_floats(
 
 
 def rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
-    """Scatter ``values`` into rows ``q``, highest first, zero-padded."""
     if q.size == 0:
         return np.zeros((n_rows, 0)), np.zeros(n_rows, dtype=np.intp)
     lo, hi = float(values.min()), float(values.max())
@@ -67,7 +65,7 @@ def rank_within(q: I, values: F64, n_rows: int) -> tuple[F64, I]:
 
 def repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64, I]:
     """Rows of ``values`` (highest first), each repeated as often as its row of
-    ``per_level`` (rows x values) says, zero-padded; with each row's count."""
+    ``per_level`` says, zero-padded; with each row's count."""
     n_rows = per_level.shape[0]
     counts: I = per_level.sum(axis=1).astype(np.intp)
     width = int(counts.max()) if n_rows else 0
@@ -80,8 +78,7 @@ def repeat_levels(per_level: NDArray[np.integer[Any]], values: F64) -> tuple[F64
 
 @dataclass(frozen=True, eq=False)
 class LabelStats:
-    """What every labelled grade (retrieved or not) gives: relevant counts, the ideal
-    ranking, per-grade counts (see ``EvalArrays``); ``extra_rows`` repeats each
+    """What every labelled grade gives (see ``EvalArrays``); ``extra_rows`` repeats each
     row once per stated relevant document beyond the labelled ones."""
 
     n_relevant: I
@@ -94,8 +91,7 @@ class LabelStats:
 
 
 def finite_grades(qids: Sequence[str], lq: I, lgrade: F64) -> None:
-    """Raise [`EvalSetError`][ragguard.EvalSetError] at the first grade (of row ``lq``)
-    that is not finite."""
+    """Raise ``EvalSetError`` at the first grade (of row ``lq``) that is not finite."""
     if not np.isfinite(lgrade).all():
         bad = int(np.flatnonzero(~np.isfinite(lgrade))[0])
         raise EvalSetError(f"grade of a document in query {qids[int(lq[bad])]!r} is not finite")
@@ -107,9 +103,8 @@ def label_stats(
     """``LabelStats`` of labels given as rows ``lq`` with grades ``lgrade``.
 
     Raises:
-        EvalSetError: a grade is not finite, or a stated number of relevant documents is
-            not an integer or is below the labelled one.
-    """
+        EvalSetError: a grade not finite, a stated relevant count not an integer or below
+            the labelled one."""
     n_q = len(qids)
     finite_grades(qids, lq, lgrade)
     # labelled documents per row and grade: column g for grade g in 1..5 (grades above 5
@@ -164,59 +159,42 @@ def label_stats(
 
 
 def ideal_label_utilities(
-    qids: Sequence[str],
-    grades: Sequence[Mapping[str, float]],
-    ideal_grades: F64,
-    utilities: Sequence[Mapping[str, float]] | None,
-    no_response: Sequence[Mapping[str, float]] | None,
-    ex_q: I,
+    n_q: int,
+    lq: I,
+    lgrade: F64,
+    given: F64 | None,
+    p_no: F64 | None,
+    stats: LabelStats,
     rules: UtilityRules,
 ) -> F64:
-    """Positive label utilities of every labelled document, per query, highest first."""
-    n_q = len(qids)
-    if not (utilities is not None and any(utilities)) and not (
-        no_response is not None and any(no_response)
-    ):
+    """Positive label utilities of every label (rows ``lq``; grade, given utility and
+    abstention probability NaN where none), per query, highest first."""
+    if all(v is None or bool(np.isnan(v).all()) for v in (given, p_no)):
         # utilities come from grades alone and rise with the grade, so the ideal grade
         # ranking (grades >= 1, stated ones as 1) is also the ideal utility ranking; only
         # grades >= 1 can have a positive label utility
-        u = label_utility(ideal_grades, rules)
+        u = label_utility(stats.ideal_grades, rules)
         keep = (u > 0).any(axis=0)
         return u[:, : int(keep.sum())] if keep.size else u
-    grade_one = float(label_utility([1.0], rules)[0])
-    rows: list[int] = []
-    all_grades: list[float] = []
-    all_given: list[float] = []
-    all_p_no: list[float] = []
-    nan = math.nan
-    for row in range(n_q):
-        given = utilities[row] if utilities is not None else {}
-        p_no = no_response[row] if no_response is not None else {}
-        labels = grades[row]
-        docs = labels.keys() | given.keys() | p_no.keys()
-        rows.extend([row] * len(docs))
-        all_grades.extend(labels.get(d, 0.0) for d in docs)
-        all_given.extend(given.get(d, nan) for d in docs)
-        all_p_no.extend(p_no.get(d, nan) for d in docs)
-    base = label_utility(all_grades, rules)
-    measured = abstention_utility(base > 0, all_p_no)
-    u = np.where(np.isnan(measured), base, measured)
-    given_u = np.asarray(all_given, dtype=np.float64)
-    u = np.where(np.isnan(given_u), u, given_u)
+    u = base = label_utility(np.where(np.isnan(lgrade), 0.0, lgrade), rules)
+    if p_no is not None:
+        measured = abstention_utility(base > 0, p_no)
+        u = np.where(np.isnan(measured), base, measured)
+    if given is not None:
+        u = np.where(np.isnan(given), u, given)
     keep = u > 0
-    rows_arr = np.asarray(rows, dtype=np.intp)[keep]
-    values = u[keep]
+    rows, values = lq[keep], u[keep]
+    grade_one = float(label_utility([1.0], rules)[0])
     if grade_one > 0:
-        rows_arr = np.concatenate((rows_arr, ex_q))
-        values = np.concatenate((values, np.full(ex_q.size, grade_one)))
-    return rank_within(rows_arr, values, n_q)[0]
+        rows = np.concatenate((rows, stats.extra_rows))
+        values = np.concatenate((values, np.full(stats.extra_rows.size, grade_one)))
+    return rank_within(rows, values, n_q)[0]
 
 
 def check_range(
     qids: Sequence[str], maps: Sequence[Mapping[str, float]], what: str, lo: float, hi: float
 ) -> F64:
-    """All values of ``maps``, flat (see ``flat_floats``), each checked to lie in
-    [lo, hi]."""
+    """All values of ``maps``, flat, each checked to lie in [lo, hi]."""
     values = flat_floats(maps, what, qids)
     bad = ~((values >= lo) & (values <= hi))
     if bad.any():

@@ -69,16 +69,12 @@ class Problem:
 
 @dataclass
 class LoadReport:
-    """What a loader found and did. Nothing is skipped without being counted here.
-
-    Attributes:
-        problems: every problem, in the order found.
-    """
+    """What a loader found and did (``problems``, in the order found). Nothing is
+    skipped without being counted here."""
 
     problems: list[Problem] = field(default_factory=list)
 
     def counts(self) -> dict[ProblemKind, int]:
-        """Number of problems of each kind."""
         return dict(Counter(p.kind for p in self.problems))
 
     @property
@@ -129,7 +125,7 @@ class Reporter:
         self.report.problems.append(Problem(kind, message, path, line, field))
 
     def log(self, what: str) -> None:
-        """Log the summary at WARNING, once, when there were problems."""
+        """Log the summary at WARNING when there were problems."""
         if self.report:
             logger.warning(
                 "%d problems while loading %s (counted, not fatal):\n%s",

@@ -12,9 +12,8 @@ from ragguard.scores import ScoreKind
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """A query of the eval set: its id, text, reference answers and the relevant
-    passages it needs to be answered (``None``: not stated, one; see
-    [`evidence_coverage`][ragguard.calibration.metrics.evidence_coverage])."""
+    """A query: its id, text, reference answers and the relevant passages it needs
+    (``None``: not stated, one; see ``evidence_coverage``)."""
 
     id: str
     text: str | None = None
@@ -24,16 +23,9 @@ class Query:
 
 @dataclass(frozen=True, slots=True)
 class Labels:
-    """The labels of one query.
-
-    Attributes:
-        grades: judged documents -> grade (0 for judged not relevant and for known
-            distractors).
-        distractors: known distractors.
-        utilities: documents -> utility given in the data, in [-1, 1].
-        no_response: documents -> abstention probability, in [0, 1].
-        n_relevant: stated number of relevant documents, or ``None``.
-    """
+    """The labels of one query: grades (0 for judged not relevant and known distractors),
+    known distractors, given utilities in [-1, 1], abstention probabilities in [0, 1], and
+    the stated number of relevant documents."""
 
     grades: Mapping[str, int] = field(default_factory=dict)
     distractors: frozenset[str] = frozenset()
@@ -44,23 +36,14 @@ class Labels:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One retrieval run: per query, candidate id -> raw score, in the run's order.
-
-    Attributes:
-        name: the run's name (a retrieval profile, a model, a file stem).
-        candidates: query id -> {document id: raw score}; NaN for a missing score.
-        score_kind: what the scores are; ``None`` when the run has none (its order is
-            the ranking).
-        source: the file it came from, if any.
-    """
+    """One retrieval run: per query, candidate id -> raw score (NaN: none) in the run's
+    order; ``score_kind`` ``None`` when it has none (its order is the ranking)."""
 
     name: str
     candidates: Mapping[str, Mapping[str, float]]
     score_kind: ScoreKind | None = ScoreKind.SIMILARITY
     source: str | None = None
 
-
-# --------------------------------------------------------------------------- grades
 
 MIN_GRADE, MAX_GRADE = 1, 5
 """Grades of relevant documents; 0 is judged not relevant. TREC and BEIR qrels use the
@@ -73,12 +56,9 @@ as judged not relevant."""
 
 
 def bad_grade(grade: Any) -> bool:
-    """Whether a number cannot be a qrels grade: the one rule for grades read from files,
-    tables and dicts. A grade is a whole number up to MAX_GRADE (1-5 relevant, 0 judged
-    not relevant, DISTRACTOR_GRADE a known distractor, below it judged not relevant); a
-    whole float (``1.0``, as a typed table column holds it) is one, ``2.5``, ``7`` and
-    NaN are not. (In a text file a grade is read with ``int``, so ``1.0`` is not an
-    integer there.)"""
+    """Whether a number cannot be a qrels grade: the one rule for files, tables and
+    dicts. A grade is a whole number up to MAX_GRADE; a whole float (``1.0``, in a typed
+    table column) is one, ``2.5``, ``7`` and NaN are not."""
     if isinstance(grade, int):
         return grade > MAX_GRADE
     value = float(grade)
@@ -86,7 +66,6 @@ def bad_grade(grade: Any) -> bool:
 
 
 def grade_error(grade: Any, qid: str, doc: str) -> str:
-    """The message for a grade ``bad_grade`` rejects, naming the query and document."""
     value = grade if isinstance(grade, int) else float(grade)
     text = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
     return (

@@ -1,6 +1,6 @@
-"""Passage texts of an eval set, read with the labels and held (Arrow arrays, or a file
-not yet read) until the first look-up; the sources and which text wins:
-docs/reference/data-formats.md ("Files"). Also the one UTF-8 line reader."""
+"""Passage texts of an eval set, held (Arrow arrays, or a file not yet read) until the
+first look-up; the sources and which text wins: docs/reference/data-formats.md
+("Files"). Also the one UTF-8 line reader."""
 
 from __future__ import annotations
 
@@ -21,12 +21,9 @@ Pair = tuple[str, str]
 _BOM = "\ufeff"
 
 
-# --------------------------------------------------------------------------- sources
-
-
 class TextSource(Generic[K]):
     """Texts and titles of one source, keyed by passage id or (query id, passage id),
-    built by ``read`` on first use and kept (``read`` runs at most once)."""
+    built by ``read`` once, on first use."""
 
     def __init__(
         self,
@@ -41,8 +38,7 @@ class TextSource(Generic[K]):
 
     @classmethod
     def of(cls, texts: Mapping[K, str], titles: Mapping[K, str] | None = None) -> TextSource[K]:
-        """A source of texts already read (kept as given: hand over mappings nothing
-        else changes)."""
+        """A source of texts already read (kept as given)."""
         data = (texts, titles if titles is not None else {})
         return cls(lambda: data)
 
@@ -55,7 +51,6 @@ class TextSource(Generic[K]):
 
     @property
     def loaded(self) -> bool:
-        """Whether the mappings are built (a look-up has asked for them)."""
         return self._data is not None
 
     @property
@@ -65,17 +60,13 @@ class TextSource(Generic[K]):
 
     @property
     def titles(self) -> Mapping[K, str]:
-        """Key -> title, where the source has one."""
         return self._load()[1]
 
 
 class Texts:
     """Passage texts per (query, passage) and per passage, their titles, and what the
-    source file carried that an output should keep (JSONL metadata, UDCG examples).
-
-    Read-only: ``merged`` returns a new one. See the module docstring for where
-    texts come from and which wins.
-    """
+    source file carried that an output keeps (JSONL metadata, UDCG examples); read-only.
+    Per pair the first source that has a text wins; per passage the last."""
 
     def __init__(
         self,
@@ -85,14 +76,6 @@ class Texts:
         metadata: Mapping[str, Mapping[str, Any]] | None = None,
         udcg_examples: Mapping[str, dict[str, Any]] | None = None,
     ) -> None:
-        """
-        Args:
-            pairs: sources of texts per (query id, passage id); the first that has a
-                pair wins.
-            docs: sources of texts per passage id; the last that has an id wins.
-            metadata: query id -> the ``metadata`` object of its JSONL line.
-            udcg_examples: query id -> its example in a UDCG file (``None``: not one).
-        """
         self._pairs = tuple(pairs)
         self._docs = tuple(docs)
         self._metadata: Mapping[str, Mapping[str, Any]] = dict(metadata or {})
@@ -103,11 +86,8 @@ class Texts:
 
     @classmethod
     def left_out(cls, source: str | None) -> Texts:
-        """The texts of an eval set loaded without them (``load_evalset(...,
-        texts=False)``, ``source`` its file or folder): none is kept, and every look-up
-        (texts, titles, metadata, UDCG examples; also after ``merged``, whose files
-        and passages cannot stand in for the eval set's own) raises
-        [`EvalSetError`][ragguard.EvalSetError]."""
+        """The texts of an eval set loaded with ``texts=False``: every look-up (also after
+        ``merged``) raises ``EvalSetError``."""
         out = cls()
         out._left_out = source or "the eval set"
         return out
@@ -137,7 +117,7 @@ class Texts:
 
     @property
     def udcg_examples(self) -> Mapping[str, dict[str, Any]] | None:
-        """Query id -> its example in a UDCG file (``None``: the eval set is not one)."""
+        """Query id -> its example in a UDCG file (``None``: not a UDCG eval set)."""
         self._check()
         return self._udcg_examples
 
@@ -146,8 +126,7 @@ class Texts:
         return self._first("texts", qid, doc)
 
     def title(self, qid: str, doc: str) -> str | None:
-        """The title of passage ``doc`` for query ``qid`` (a corpus's or a UDCG
-        passage's ``title``), or ``None``."""
+        """The title of passage ``doc`` for query ``qid``, or ``None``."""
         return self._first("titles", qid, doc)
 
     def _first(self, what: str, qid: str, doc: str) -> str | None:
@@ -164,27 +143,22 @@ class Texts:
 
     @property
     def by_pair(self) -> Mapping[Pair, str]:
-        """(query id, passage id) -> text (a read-only view)."""
         return self._view(self._pairs, "texts")
 
     @property
     def by_doc(self) -> Mapping[str, str]:
-        """Passage id -> text (a read-only view)."""
         return self._view(self._docs[::-1], "texts")
 
     @property
     def titles_by_pair(self) -> Mapping[Pair, str]:
-        """(query id, passage id) -> title (a read-only view)."""
         return self._view(self._pairs, "titles")
 
     @property
     def titles_by_doc(self) -> Mapping[str, str]:
-        """Passage id -> title (a read-only view)."""
         return self._view(self._docs[::-1], "titles")
 
     def _view(self, sources: Sequence[TextSource[Any]], what: str) -> Mapping[Any, str]:
-        """One mapping over the ``what`` of ``sources``, the first that has a key
-        winning."""
+        """One mapping over the ``what`` of ``sources``, the first that has a key winning."""
         self._check()
         maps = [getattr(s, what) for s in sources]
         if len(maps) > 1:
@@ -193,8 +167,7 @@ class Texts:
 
     @property
     def loaded(self) -> bool:
-        """Whether every source's mappings are built: texts read column-wise stay Arrow
-        arrays, and a corpus beside the eval set stays unread, until a look-up."""
+        """Whether every source's mappings are built (else Arrow arrays or an unread file)."""
         return all(s.loaded for s in self._pairs) and all(d.loaded for d in self._docs)
 
     @property
@@ -209,9 +182,8 @@ class Texts:
         docs: Sequence[TextSource[str]] = (),
         passages: Mapping[str, str] | None = None,
     ) -> Texts:
-        """These texts with more: ``docs`` (corpus files, read on first use) and
-        ``passages`` (``{passage id: text}``), which win over the texts per passage id
-        already here, in that order."""
+        """These texts with more: ``docs`` (read on first use) and ``passages``, winning over
+        those here per passage id, in that order."""
         docs = [*self._docs, *docs]
         if passages:
             docs.append(TextSource.of({str(k): v for k, v in passages.items()}))
@@ -222,22 +194,15 @@ class Texts:
         return out
 
 
-# --------------------------------------------------------------------------- JSON lines
-
-
 def utf8_lines(
     path: Path, chunks: Iterable[bytes] | None = None, first: int = 1, *, numbered: bool = True
 ) -> Iterator[str]:
-    """The one UTF-8 line reader: each line of ``path`` (gzipped when its name ends in
-    ``.gz``; a byte order mark at its start skipped), or of ``chunks`` (its bytes, in
-    pieces ending at line ends, the first being line ``first``), as Python's universal
-    newlines end them (``\\n``, ``\\r\\n`` or a lone ``\\r``, each given back as ``\\n``).
+    """The one UTF-8 line reader: the lines of ``path`` (gunzipped for ``.gz``; a BOM
+    skipped) or of ``chunks`` (pieces ending at line ends, the first line ``first``), ended
+    as universal newlines end them, each end given back as ``\n``.
 
     Raises:
-        EvalSetError: a line that is not UTF-8 (naming the line when ``numbered``: the
-            JSONL, UDCG and JSON-run readers name the file only), a file that cannot be
-            read.
-    """
+        EvalSetError: a line not UTF-8 (its number when ``numbered``), a file not readable."""
     line = first
     try:
         with contextlib.ExitStack() as stack:
@@ -266,8 +231,7 @@ def utf8_lines(
 
 
 def head_bytes(path: Path, n: int) -> bytes:
-    """The first ``n`` bytes of ``path`` (gunzipped when its name ends in ``.gz``); none
-    when it cannot be read (its reader then says why)."""
+    """The first ``n`` bytes of ``path`` (gunzipped for ``.gz``); none when unreadable."""
     opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -278,9 +242,8 @@ def head_bytes(path: Path, n: int) -> bytes:
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, object]]:
-    """(line number, parsed value) of each non-blank line of a JSON-lines file (gzipped
-    when its name ends in ``.gz``); a malformed line raises [`EvalSetError`][ragguard.EvalSetError]
-    naming file and line."""
+    """(line number, value) of each non-blank line of a JSON-lines file; a malformed line
+    raises ``EvalSetError`` naming it."""
     for lineno, raw in enumerate(utf8_lines(path), 1):
         if not raw.strip():
             continue
@@ -290,29 +253,23 @@ def json_lines(path: Path) -> Iterator[tuple[int, object]]:
             raise EvalSetError(f"malformed JSON: {exc.msg}", path=str(path), line=lineno) from None
 
 
-# --------------------------------------------------------------------------- corpus
-
-
 def joined(title: object, text: str) -> str:
     """A passage's text as ragguard reads it: a non-blank title on its own line first."""
     return f"{title}\n{text}" if isinstance(title, str) and title.strip() else text
 
 
 def title_of(value: object) -> str | None:
-    """A title as kept: a non-blank string, stripped; anything else is no title."""
     return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def corpus_text(
     obj: Mapping[str, Any], path: Path, lineno: int, *, required: bool, field: str = "text"
 ) -> tuple[str | None, str | None]:
-    """The text (title joined) and title of one parsed corpus line or passage: ``text``
-    a string (or, unless ``required``, missing or ``null``: no text), ``title`` used when
-    it is a non-blank string.
+    """The text (title joined) and title of one corpus line or passage (``text`` may be
+    missing or ``null`` unless ``required``).
 
     Raises:
-        EvalSetError: a text that is not a string, naming file, line and ``field``.
-    """
+        EvalSetError: a text that is not a string, naming file, line and ``field``."""
     text = obj.get("text")
     if text is None and not required:
         return None, None
@@ -327,12 +284,8 @@ def corpus_text(
     return joined(title, text), title_of(title)
 
 
-# --------------------------------------------------------------------------- Arrow
-
-
 class ArrowCorpus:
-    """Passage ids, texts and titles read column-wise (pyarrow string arrays, aligned;
-    ``titles`` ``None`` when no passage has one): the mappings are built when called."""
+    """Passage ids, texts and titles as aligned pyarrow arrays; mappings built when called."""
 
     def __init__(self, ids: Any, texts: Any, titles: Any | None) -> None:
         self.ids = ids
@@ -342,11 +295,9 @@ class ArrowCorpus:
     def __call__(self) -> tuple[dict[str, str], dict[str, str]]:
         texts: dict[str, str] = {}
         titles: dict[str, str] = {}
-        title_list = self.titles.to_pylist() if self.titles is not None else None
-        for i, (doc, text) in enumerate(
-            zip(self.ids.to_pylist(), self.texts.to_pylist(), strict=True)
-        ):
-            title = title_list[i] if title_list is not None else None
+        ids = self.ids.to_pylist()
+        title_list = [None] * len(ids) if self.titles is None else self.titles.to_pylist()
+        for doc, text, title in zip(ids, self.texts.to_pylist(), title_list, strict=True):
             if text is not None:
                 texts[doc] = joined(title, text)
                 if (t := title_of(title)) is not None:

@@ -1,10 +1,6 @@
-"""Per-candidate utilities in [-1, 1]: how much a passage helps (+) or harms (-) an LLM.
-
-Each comes from the first source that has one: a utility given in the data, an
-abstention probability (``u = R * (1 - p_no)``), or the labels under a tolerance
-profile's rules (``UtilityRules``). The rules, in full: docs/reference/data-formats.md
-("Utilities").
-"""
+"""Per-candidate utilities in [-1, 1]: a utility given in the data, else an abstention
+probability (``u = R * (1 - p_no)``), else the labels under a profile's rules
+(``UtilityRules``); in full: docs/reference/data-formats.md ("Utilities")."""
 
 from __future__ import annotations
 
@@ -65,8 +61,7 @@ def rules_of(profile: Profile, rules: UtilityRules | None = None) -> UtilityRule
 
 
 def as_profile(profile: Profile | str | None) -> Profile:
-    """A [`Profile`][ragguard.Profile] from a profile, a built-in name or ``None``
-    (the default profile)."""
+    """A ``Profile`` from a profile, a built-in name or ``None`` (the default)."""
     if profile is None:
         return resolve_profile(DEFAULT_PROFILE)
     if isinstance(profile, Profile):
@@ -75,11 +70,8 @@ def as_profile(profile: Profile | str | None) -> Profile:
 
 
 def label_utility(grades: ArrayLike, rules: UtilityRules | None = None) -> NDArray[np.float64]:
-    """+1.0 for relevant grades, +0.5 for partially relevant ones, 0.0 otherwise.
-
-    This is the part of the label rules that needs no scores or ranks; it is also the
-    utility of a labelled relevant passage the run did not retrieve.
-    """
+    """+1.0 for relevant grades, +0.5 for partially relevant ones, 0.0 otherwise (also the
+    utility of a relevant passage the run did not retrieve)."""
     rules = rules or UtilityRules()
     g = np.asarray(grades, dtype=np.float64)
     out = np.where(g >= rules.relevant_grade, RELEVANT_UTILITY, 0.0)
@@ -90,16 +82,11 @@ def label_utility(grades: ArrayLike, rules: UtilityRules | None = None) -> NDArr
 
 
 def abstention_utility(relevant: ArrayLike, no_response_prob: ArrayLike) -> NDArray[np.float64]:
-    """The paper's Eq. 2: ``u = R * (1 - p_no)``, R = +1 if relevant else -1.
-
-    Args:
-        relevant: booleans, True for relevant passages.
-        no_response_prob: the LLM's probability of abstaining given the passage, in
-            [0, 1]; NaN gives NaN (no abstention probability known).
+    """The paper's Eq. 2: ``u = R * (1 - p_no)``, R = +1 if relevant else -1 (NaN
+    ``p_no``: NaN).
 
     Raises:
-        ValueError: a probability lies outside [0, 1].
-    """
+        EvalSetError: a probability outside [0, 1]."""
     p = np.asarray(no_response_prob, dtype=np.float64)
     known = ~np.isnan(p)
     if ((p[known] < 0.0) | (p[known] > 1.0)).any():
@@ -120,26 +107,8 @@ def candidate_utilities(
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
 ) -> NDArray[np.float64]:
-    """Utilities of ranked candidates (see the module docstring for the rules).
-
-    Every argument is a (queries x candidates) matrix **in ranked order** (best first),
-    as ``EvalArrays`` holds them.
-
-    Args:
-        grades: label grades (0 for unjudged candidates and padding).
-        scores: normalised scores (higher is better); ignored where ``valid`` is False.
-        valid: True where the candidate has a valid score.
-        present: True where the position holds a candidate (False for padding).
-        distractor: True for known distractors.
-        given: utilities given in the data, NaN where none.
-        no_response: abstention probabilities, NaN where none.
-        profile: the tolerance profile (a [`Profile`][ragguard.Profile] or a name; default
-            ``support``) whose distractor rules apply.
-        rules: which grades are relevant and partially relevant.
-
-    Returns:
-        A (queries x candidates) matrix of utilities in [-1, 1], 0.0 on padding.
-    """
+    """Utilities of ranked candidates, (queries x candidates) matrices in ranked order as
+    ``EvalArrays`` holds them; 0.0 on padding (rules: the module docstring)."""
     prof = as_profile(profile)
     rules = rules_of(prof, rules)
     base = label_utility(grades, rules)

@@ -131,7 +131,7 @@ def _reranked_arrays(
         stand_in = 1.0 - cols / (n + 1)
         raw[failed] = np.where(cols < arrays.n_valid[failed, None], stand_in, np.nan)
     raw[~present] = np.nan
-    ranked = Ranking.of(raw, present, ScoreKind.PROBABILITY, rrf_k=60).ranked()
+    ranked = Ranking.of(raw, present, ScoreKind.PROBABILITY, rrf_k=60)
     perm = np.where(present, ranked.order, -1)
     ordered = np.take_along_axis(raw, np.maximum(perm, 0), axis=1)
     return arrays.reordered(perm, scores=ordered, score_kind=ScoreKind.PROBABILITY)
