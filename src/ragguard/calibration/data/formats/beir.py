@@ -1,14 +1,6 @@
-"""BEIR folders read column-wise (``read_beir``).
-
-``qrels/<split>.tsv`` and ``distractors.tsv`` are read by
-``read_fields``; ``corpus.jsonl`` and
-``queries.jsonl`` block by block by pyarrow's JSON reader with an explicit schema (``_id``,
-``text``, ``title``), the corpus staying Arrow arrays. A block pyarrow may read otherwise
-than Python's json (a lone ``\r``, a bare ``Inf``, a line that is not one object, text
-that is not UTF-8, a repeated key, ...) or with missing ids is walked line by line with
-Python's json (``_diagnose``): the first bad line raises naming file, line and field;
-when none is bad, the values are Python's. The walk is a diagnosis, not a second reader.
-"""
+"""BEIR folders, column-wise (``read_beir``): JSON-lines files by pyarrow's JSON reader,
+a block it may read otherwise than Python's json walked line by line to name the bad line
+(docs/benchmarks/calibrate_scale.md, "BEIR folders")."""
 
 from __future__ import annotations
 
@@ -39,13 +31,12 @@ from ragguard.calibration.data.columns import (
 )
 from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
-    BEIR_HEADERS,
     BEIR_QRELS,
     Format,
     Where,
     json_line,
 )
-from ragguard.calibration.data.formats.delimited import Fields, read_fields, split_tsv
+from ragguard.calibration.data.formats.delimited import Fields, read_fields
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE
 from ragguard.calibration.data.texts import (
@@ -59,18 +50,12 @@ from ragguard.calibration.data.texts import (
 from ragguard.errors import EvalSetError
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
-
-
 _BOM = b"\xef\xbb\xbf"
 
 
-# --------------------------------------------------------------------------- JSON lines
-
-
 def _line_blocks(path: Path) -> Iterator[memoryview]:
-    """``path``'s bytes (gunzipped when its name ends in ``.gz``, a leading byte order
-    mark dropped) in blocks of whole lines, each ending with a newline: views of a new
-    buffer per block, from its start, read into without copies."""
+    """``path``'s bytes (gunzipped, without a BOM) in blocks of whole lines, each ending
+    with a newline: views of a new buffer per block, read into without copies."""
     pa = pyarrow()
     gz = path.name.lower().endswith(".gz")
     rest = b""
@@ -102,12 +87,9 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
 
 
 def _object_lines(block: memoryview) -> tuple[int, int] | None:
-    """The number of non-blank lines of ``block`` and its number of lines, or ``None``
-    unless each such line looks like one JSON object Python's json reads
-    alike: it starts with ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r``
-    ends a line on its own, and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow
-    reads and Python's json rejects) may be in it. Lines of spaces and tabs are blank; a
-    line with other leading or trailing whitespace is walked (``_diagnose``)."""
+    """The numbers of non-blank lines and of lines of ``block``, or ``None`` unless each
+    line is one ``{...}`` that Python's json reads alike (no lone ``\\r``, which ends a
+    line for Python; no bare ``Inf`` or ``-NaN``, which only pyarrow reads)."""
     a = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(a == 10)
     starts = np.empty_like(ends)
@@ -131,8 +113,7 @@ _DELIMITERS = np.frombuffer(b" \t\r\n,]}", dtype=np.uint8)
 
 
 def _bare_literals(a: NDArray[np.uint8]) -> bool:
-    """Whether ``Inf`` or ``-NaN`` followed by a JSON delimiter occurs (maybe inside a
-    string: then the block is walked, which reads it alike)."""
+    """Whether ``Inf`` before a JSON delimiter, or ``-NaN``, occurs (maybe in a string)."""
     at = np.flatnonzero(a[:-3] == ord("I"))
     at = at[(a[at + 1] == ord("n")) & (a[at + 2] == ord("f"))]
     if at.size and bool(np.isin(a[at + 3], _DELIMITERS).any()):
@@ -143,12 +124,9 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
 
 
 def _read_block(block: memoryview, parse: Any) -> tuple[Any, int] | None:
-    """A block of whole JSON lines read by pyarrow's JSON reader: the table of its
-    objects (empty when every line is blank) and the block's number of lines. ``None``
-    when it cannot be read so: a line Python's json may read otherwise
-    (``_object_lines``), text that is not UTF-8, pyarrow rejecting it, or finding
-    another number of objects than of non-blank lines (an object over several lines,
-    several on one line)."""
+    """A block read by pyarrow's JSON reader, and its number of lines; ``None`` when
+    Python's json may read it otherwise (``_object_lines``), it is not UTF-8, or pyarrow
+    rejects it or finds another number of objects than of non-blank lines."""
     pa = pyarrow()
     found = _object_lines(block)
     if found is None:
@@ -173,11 +151,7 @@ def _read_block(block: memoryview, parse: Any) -> tuple[Any, int] | None:
     return table, n_lines
 
 
-# --------------------------------------------------------------------------- BEIR
-
-BEIR_DISTRACTORS = "distractors.tsv"
-"""Optional file of a BEIR folder: ``query-id<TAB>corpus-id`` lines (a header line is
-allowed), each a known distractor of a labelled query of the split read."""
+BEIR_DISTRACTORS = "distractors.tsv"  # known distractors: query-id<TAB>corpus-id lines
 
 
 def beir_split(path: Path, split: str | None) -> Path:
@@ -208,12 +182,9 @@ def beir_split(path: Path, split: str | None) -> Path:
 
 
 def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = True) -> ColumnarRead:
-    """A BEIR folder, column-wise (see the module docstring).
-
-    ``corpus.jsonl`` gives the corpus ids and, with ``texts``, the passage texts and
-    titles; ``queries.jsonl`` the query texts; ``qrels/<split>.tsv`` the grades (-1 a
-    known distractor); ``distractors.tsv`` more known distractors (judged, grade 0
-    unless graded).
+    """A BEIR folder: ``corpus.jsonl`` (its texts with ``texts``), ``queries.jsonl``,
+    ``qrels/<split>.tsv`` (-1 a known distractor) and ``distractors.tsv`` (grade 0 unless
+    graded).
 
     Raises:
         EvalSetError: not a folder, no qrels for the split, or the first bad line of a
@@ -241,7 +212,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
             zip(query_ids.to_pylist(), table.column("text").to_pylist(), strict=True)
         )
         del table
-    fields = read_fields(qrels_path, BEIR_QRELS, split=split_tsv, is_header=_is_header)
+    fields = read_fields(qrels_path, BEIR_QRELS)
     pairs, events = _qrels(fields, qrels_path, corpus, query_ids, rep)
     del fields
     report_events(events, rep, str(qrels_path))
@@ -251,8 +222,8 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
 
 
 def _corpus_texts(ids: Any, table: Any) -> Texts:
-    """The texts and titles of a ``corpus.jsonl`` read column-wise, held as Arrow arrays
-    (none when no line has a text; no titles when none is a non-empty string)."""
+    """A ``corpus.jsonl``'s texts and titles as Arrow arrays (none, or no titles, when
+    no line has one)."""
     pc = arrow_module("compute")
     text = table.column("text")
     if text.null_count == len(text):
@@ -267,9 +238,6 @@ Row = tuple[str, str | None, str | None]
 
 
 def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
-    """The id, text and title of one line of ``corpus.jsonl`` as Python's json read it:
-    an id (``id``), a text that is a string or
-    missing or ``null``, a title that is kept when it is a string."""
     doc = Where(path, line).id(obj.get("_id"), "_id")
     corpus_text(obj, path, line, required=False)  # raises on a text that is not a string
     title = obj.get("title")
@@ -281,9 +249,8 @@ CORPUS_IDS = ("_id", "id", "doc_id")
 
 def corpus_source(path: PathLike) -> TextSource[str]:
     """The texts of a JSONL corpus file (``_id``, ``id`` or ``doc_id``, ``text``,
-    ``title``; BEIR's ``corpus.jsonl`` is one), read as a BEIR folder's is when a text is
-    first asked for; a later line of the same id wins. A bad line (not UTF-8, not a JSON
-    object, no id or text) raises then, naming file and line.
+    ``title``), read as a BEIR folder's when first asked for (a bad line raises then);
+    a later line of the same id wins.
 
     Raises:
         EvalSetError: the file does not exist.
@@ -301,7 +268,7 @@ def corpus_source(path: PathLike) -> TextSource[str]:
 
 
 def _first_key(block: memoryview, ids: tuple[str, ...]) -> str:
-    """The first of ``ids`` the first line of ``block`` has, if it is a JSON object."""
+    """The first of ``ids`` the first line of ``block`` has."""
     try:
         obj = json.loads(bytes(block).lstrip().split(b"\n", 1)[0])
     except ValueError:
@@ -310,8 +277,6 @@ def _first_key(block: memoryview, ids: tuple[str, ...]) -> str:
 
 
 def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
-    """The id (``_id``, ``id`` or ``doc_id``), text (required) and title of a line of a
-    corpus file."""
     doc = next((obj[k] for k in CORPUS_IDS if k in obj), None)
     if isinstance(doc, bool) or not isinstance(doc, str | int) or doc == "":
         raise EvalSetError(
@@ -323,8 +288,6 @@ def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
 
 
 def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
-    """The id and text of one line of ``queries.jsonl`` as Python's json read it (the
-    text is checked first)."""
     at = Where(path, line)
     text = at.text(obj.get("text"), "text")
     return at.id(obj.get("_id"), "_id"), text, None
@@ -338,20 +301,10 @@ def _json_file(
     required: str | None = None,
     ids: tuple[str, ...] = (),
 ) -> Any:
-    """The string ``fields`` (the id first) of a JSON-lines file, as one table of the
-    ``kept`` ones (default all).
-
-    Each block of lines is read by pyarrow's JSON reader; a block it does not read
-    (``_read_block``), whose ids (or ``required`` column) are missing, ``null`` or
-    empty, or that names another of the ``ids`` (the keys an id may have, the first
-    present winning; the first line's is read column-wise, as ``fields[0]``) is walked
-    line by line with Python's json (``_diagnose``, ``row`` reading one object), which
-    names the first bad line or gives the values Python reads.
-
-    Raises:
-        EvalSetError: the first bad line, naming file, line and field; a file that
-            cannot be read.
-    """
+    """The string ``fields`` (the id first) of a JSON-lines file as one table of the
+    ``kept`` ones. A block pyarrow does not read, with an id (or the ``required`` column)
+    missing or empty, or naming another of the id keys ``ids`` than its first line's, is
+    walked line by line (``_diagnose``, ``row`` reading one object)."""
     pa = pyarrow()
     string = pa.string()
     kept = kept or fields
@@ -392,7 +345,6 @@ def _json_file(
 
 
 def _good_ids(column: Any) -> bool:
-    """Whether every id of a string column is there and not empty."""
     pc = arrow_module("compute")
     if column.null_count:
         return False
@@ -406,13 +358,9 @@ def _diagnose(
     fields: tuple[str, ...],
     row: Callable[[dict[str, Any], Path, int], Row],
 ) -> tuple[Any, int]:
-    """Walk a block of JSON lines that the column-wise checks did not pass, line by
-    line (lines end as Python's universal newlines end them: ``\\n``, ``\\r\\n`` or a
-    lone ``\\r``): the first line that is not UTF-8, not JSON or not a JSON object, or
-    whose values ``row`` rejects, raises [`EvalSetError`][ragguard.EvalSetError] naming file, line
-    and field; when none is bad, the block's values as Python reads them (a lone surrogate
-    escape, which no UTF-8 text holds, as U+FFFD) and its number of lines. ``seen``:
-    the lines before the block."""
+    """Walk a block line by line with Python's json: the first bad line raises, naming
+    file, line and field; else the block's values as Python reads them, and its number of
+    lines (``seen``: the lines before it)."""
     pa = pyarrow()
     lines = list(utf8_lines(path, [bytes(block)], seen + 1))
     values: list[Row] = []
@@ -434,8 +382,7 @@ _SURROGATE = re.compile("[\\ud800-\\udfff]")
 
 
 def _strings(values: Sequence[str | None]) -> Any:
-    """A pyarrow string array of ``values``; lone surrogates (which Python's json reads
-    from escapes such as ``\\ud800`` and UTF-8 cannot hold) become U+FFFD."""
+    """A pyarrow string array; lone surrogates (Python's json reads ``\\ud800``) as U+FFFD."""
     pa = pyarrow()
     try:
         return pa.array(values, pa.string())
@@ -452,14 +399,8 @@ def _qrels(
     query_ids: Any | None,
     rep: Reporter,
 ) -> tuple[Pairs, list[Event]]:
-    """The labels of a BEIR qrels file (its fields read by
-    ``read_fields``; repeats removed) and its
-    problems as (line, order within the line, kind, message, field).
-
-    Raises:
-        EvalSetError: a grade contradicting an earlier one of the same (query,
-            document), after the problems of the lines before it went to ``rep``.
-    """
+    """The labels of a BEIR qrels file (repeats removed) and its problems; a grade
+    contradicting an earlier one raises after the problems of the lines before it."""
     qvocab, q = encode_ids(fields.q)
     docs, d = encode_ids(fields.d)
     value, line = fields.value, fields.line
@@ -484,20 +425,14 @@ def _qrels(
 
 
 def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels:
-    """The labels of qrels ``pairs`` (grades as written) with the known distractors of
-    ``distractors.tsv`` at ``path``, if it exists: a distractor of a labelled (query,
-    document) flags that label; one of an unlabelled document adds a label of grade 0
-    (after the query's labels, in the file's order, its line that of
-    ``distractors.tsv``); one of a query without labels in the split is reported.
-
-    Raises:
-        EvalSetError: a bad line of ``distractors.tsv``, naming file and line.
-    """
+    """The labels of ``pairs`` with the known distractors of ``distractors.tsv``, if any:
+    one of a label flags it, one of an unlabelled document adds a grade 0 (after the
+    query's labels), one of a query without labels in the split is reported."""
     if not path.exists():
         return ColumnarLabels.of_grades(pairs)
     pa = pyarrow()
     string = pa.string()
-    fields = read_fields(path, BEIR_DISTRACTOR, split=split_tsv, is_header=_is_header)
+    fields = read_fields(path, BEIR_DISTRACTOR)
     dq = vocab_positions(fields.q.combine_chunks(), pa.array(pairs.qids, string))
     dline = np.arange(1, dq.size + 1) if fields.line is None else fields.line
     unknown = np.flatnonzero(dq < 0)
@@ -542,18 +477,11 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
     return ColumnarLabels(joined, distractor=distractor)
 
 
-def _is_header(parts: list[str]) -> bool:
-    return parts[0].lower() in BEIR_HEADERS
-
-
 LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
-"""File names a folder's labels may have (``load_inputs`` looks them up in this
-order)."""
 
 
 def _detect(path: Path, head: str | None) -> bool:
-    """A folder with ``qrels/`` or ``corpus.jsonl``; one holding an eval-set file
-    instead raises, naming the call that loads it."""
+    """A folder with ``qrels/`` or ``corpus.jsonl``; one holding an eval-set file raises."""
     if head is not None:
         return False
     labels = next((path / n for n in LABEL_FILES if (path / n).is_file()), None)
