@@ -21,7 +21,6 @@ from ragguard.calibration.data.columns import (
     Pairs,
     arrow_module,
     encode_ids,
-    missing_ids,
     pyarrow,
     query_view,
     report_events,
@@ -35,6 +34,7 @@ from ragguard.calibration.data.formats.common import (
     Format,
     Where,
     json_line,
+    unknown_documents,
 )
 from ragguard.calibration.data.formats.delimited import Fields, read_fields
 from ragguard.calibration.data.problems import ProblemKind, Reporter
@@ -55,35 +55,19 @@ _BOM = b"\xef\xbb\xbf"
 
 def _line_blocks(path: Path) -> Iterator[memoryview]:
     """``path``'s bytes (gunzipped, without a BOM) in blocks of whole lines, each ending
-    with a newline: views of a new buffer per block, read into without copies."""
-    pa = pyarrow()
+    with a newline."""
     gz = path.name.lower().endswith(".gz")
-    rest = b""
-    first = True
-    with pa.input_stream(str(path), compression="gzip" if gz else None) as stream:
-        while True:
-            buf = bytearray(len(rest) + _BLOCK)
-            buf[: len(rest)] = rest
-            view = memoryview(buf)
-            n = len(rest)
-            while n < len(buf) and (got := stream.readinto(view[n:])):
-                n += got
-            if first and buf.startswith(_BOM):
-                del view
-                del buf[: len(_BOM)]
-                n -= len(_BOM)
-            first = False
-            if n < len(buf):  # the end of the file
-                if n and buf[n - 1] != 0x0A:
-                    buf[n] = 0x0A
-                    n += 1
-                if n:
-                    yield memoryview(buf)[:n]
-                return
-            cut = buf.rfind(b"\n", 0, n) + 1
+    with pyarrow().input_stream(str(path), compression="gzip" if gz else None) as stream:
+        rest = stream.read(len(_BOM))
+        rest = b"" if rest == _BOM else rest
+        while chunk := stream.read(_BLOCK):
+            buf = rest + chunk
+            cut = buf.rfind(b"\n") + 1
             if cut:
                 yield memoryview(buf)[:cut]
-            rest = bytes(buf[cut:n])
+            rest = buf[cut:]
+    if rest:
+        yield memoryview(rest if rest.endswith(b"\n") else rest + b"\n")
 
 
 def _object_lines(block: memoryview) -> tuple[int, int] | None:
@@ -405,14 +389,7 @@ def _qrels(
     docs, d = encode_ids(fields.d)
     value, line = fields.value, fields.line
     pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
-    events: list[Event] = []
-    if corpus is not None:
-        rows = np.flatnonzero(missing_ids(docs, corpus)[d])
-        names = vocab_take(docs, d[rows])
-        for r, doc, ln in zip(rows.tolist(), names, pairs.line_of(rows).tolist(), strict=True):
-            qid = pairs.qids[int(q[r])]
-            msg = f"labelled document {doc!r} (query {qid!r}) is not in corpus.jsonl"
-            events.append((ln, 0, ProblemKind.UNKNOWN_DOCUMENT, msg, None))
+    events = [] if corpus is None else unknown_documents(pairs, corpus, "labelled", 0)
     if query_ids is not None:
         unknown = np.flatnonzero(vocab_positions(qvocab, query_ids) < 0)
         if unknown.size:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ragguard.calibration.data.columns import ColumnarRead
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.data.columns import ColumnarRead, Event, Pairs, missing_ids
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
@@ -162,6 +165,19 @@ def json_line(text: str, path: Path, line: int) -> Any:
         ) from None
 
 
+def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, object) of each non-blank line of a JSON-lines file."""
+    for n, text in enumerate(utf8_lines(path, numbered=False), 1):
+        if text.strip():
+            obj = json_line(text, path, n)
+            if not isinstance(obj, dict):
+                kind = type(obj).__name__
+                raise EvalSetError(
+                    f"each line must be a JSON object, got {kind}", path=str(path), line=n
+                )
+            yield n, obj
+
+
 def json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
     """The line of a JSON error and ``column N`` (``, the end of the <what>`` when the text
     was cut short: pointing past the last character, not past the final newline)."""
@@ -237,3 +253,35 @@ def read_json_run(
                 message = f"document {doc!r} of query {qid!r} has score {score!r}"
                 at.report(rep, ProblemKind.INVALID_SCORE, message, "score")
     return cands, {}
+
+
+def row_events(
+    pairs: Pairs,
+    rows: NDArray[np.intp],
+    order: int,
+    kind: ProblemKind,
+    message: str,
+    fld: str | None = None,
+) -> list[Event]:
+    """An event of each of ``rows``, ``message`` formatted with its ``doc``, ``qid`` and
+    ``score``."""
+    lines = pairs.line_of(rows).tolist()
+    return [
+        (ln, order, kind, message.format(doc=doc, qid=pairs.qids[q], score=v), fld)
+        for doc, q, v, ln in zip(
+            pairs.doc_ids(rows),
+            pairs.q[rows].tolist(),
+            pairs.value[rows].tolist(),
+            lines,
+            strict=True,
+        )
+    ]
+
+
+def unknown_documents(pairs: Pairs, known: Set[str], who: str, order: int) -> list[Event]:
+    """An ``UNKNOWN_DOCUMENT`` event of each row whose document is not in ``known``."""
+    unknown = missing_ids(pairs.docs, known)  # per id of docs: per row when d is None
+    if pairs.d is not None and unknown.size:
+        unknown = unknown[pairs.d]
+    message = who + " document {doc!r} (query {qid!r}) is not in corpus.jsonl"
+    return row_events(pairs, np.flatnonzero(unknown), order, ProblemKind.UNKNOWN_DOCUMENT, message)

@@ -1,11 +1,6 @@
-"""RAGAS testsets (``Testset.to_jsonl`` / ``to_csv`` / ``to_pandas().to_csv``: one sample
-per line or row with ``user_input``, ``reference_contexts``, ``reference``; RAGAS 0.1's
-``question``, ``contexts``, ``ground_truth`` too): the one reader
-(docs/reference/data-formats.md, "RAGAS testsets"). The reference contexts are texts:
-each is matched by text, whitespace aside, to the passages of the ``corpus.jsonl``
-beside the file, or of the corpus files ``load_evalset``'s ``corpus=`` names
-(``reference_context_ids``, where a sample has them, name the passages instead). Its
-labels are silver: each query's reference contexts are relevant."""
+"""RAGAS testsets, JSONL or CSV: the one reader (docs/reference/data-formats.md, "RAGAS
+testsets"); the reference contexts are matched by text to a corpus's passages, and are
+the (silver) relevant passages."""
 
 from __future__ import annotations
 
@@ -23,6 +18,7 @@ from ragguard.calibration.data.formats.common import (
     Format,
     Where,
     json_line,
+    json_objects,
     normalised,
     same_texts,
 )
@@ -44,17 +40,10 @@ def _is_table(path: Path) -> bool:
 
 
 def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line, sample) of each sample of a JSONL or CSV testset; a CSV cell holding a
-    list (``['a', 'b']``, as ``csv`` and pandas write one) is read as the list."""
+    """(line, sample) of each sample; a CSV cell holding a list (``['a', 'b']``) is read
+    as the list."""
     if not _is_table(path):
-        for lineno, text in enumerate(utf8_lines(path, numbered=False), 1):
-            if text.strip():
-                obj = json_line(text, path, lineno)
-                if not isinstance(obj, dict):
-                    Where(path, lineno).fail(
-                        f"each line must be a JSON object, got {type(obj).__name__}"
-                    )
-                yield lineno, obj
+        yield from json_objects(path)
         return
     rows = csv.DictReader(io.StringIO("".join(utf8_lines(path, numbered=False)), newline=""))
     line = 2
@@ -88,7 +77,6 @@ def _literal(cell: str, at: Where, fld: str) -> object:
 
 
 def _strings(value: object, at: Where, fld: str) -> list[str]:
-    """A non-empty list of non-blank strings."""
     if not isinstance(value, list) or not value:
         what = "an empty list" if value == [] else type(value).__name__
         at.fail(f"must be a non-empty list of passage texts, got {what}", fld)
@@ -99,9 +87,8 @@ def _strings(value: object, at: Where, fld: str) -> list[str]:
 
 
 class _Corpus:
-    """The passages of the corpus files given, else of the ``corpus.jsonl`` beside a
-    testset, by normalised text (a title, if any, with or without it), read when first
-    asked for."""
+    """The passages of the corpus files given, else of the ``corpus.jsonl`` beside the
+    testset, by normalised text (with or without a title), read when first asked for."""
 
     def __init__(self, testset: Path, given: tuple[Path, ...], rep: Reporter) -> None:
         self.paths = given or (testset.parent / "corpus.jsonl",)
@@ -132,17 +119,13 @@ class _Corpus:
 
 
 def read_ragas(path: Path, rep: Reporter, corpus_files: tuple[Path, ...] = ()) -> ColumnarRead:
-    """A RAGAS testset: query ``q<n>`` for its n-th sample (its ``user_input``, its
-    ``reference`` as the answer), labelled with the passages its reference contexts
-    match (grade 1), silver; no run. The contexts are matched against ``corpus_files``,
-    else the ``corpus.jsonl`` beside the testset. Contexts matching no passage are reported
-    (``UNMATCHED_CONTEXT``) and left out, as is a sample none of whose contexts matches.
+    """A RAGAS testset: query ``q<n>`` for its n-th sample, labelled (grade 1, silver)
+    with the passages its reference contexts match; no run. A context matching none is
+    reported and left out, as is a sample none of whose contexts matches.
 
     Raises:
-        EvalSetError: an empty file, malformed JSON or CSV, a sample without a query or
-            contexts, mistyped or blank texts, a multi-turn sample, no corpus (a
-            ``corpus.jsonl`` beside the file, or ``corpus_files``) when a sample needs
-            it, no context matching any passage: naming file, line and field.
+        EvalSetError: the first bad value, no corpus when a sample needs one, no context
+            matching any passage: naming file, line and field.
     """
     corpus = _Corpus(path, corpus_files, rep)
     queries: dict[str, Query] = {}
@@ -207,8 +190,8 @@ def read_ragas(path: Path, rep: Reporter, corpus_files: tuple[Path, ...] = ()) -
 
 
 def _detect(path: Path, head: str | None) -> bool:
-    """A JSONL file whose first line is a sample (``user_input`` or ``question`` and its
-    contexts), or a CSV file whose header names them."""
+    """A JSONL file whose first line is a sample, or a CSV file whose header names one's
+    fields."""
     if head is None:
         return False
     if _is_table(path):

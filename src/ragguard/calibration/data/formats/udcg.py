@@ -1,6 +1,5 @@
 """The UDCG authors' JSON files (a list of examples with ``example_id``, ``question``
-and ``passages``; see ``ragguard.calibration.data.evalset``): the one reader, with
-Python's json (the examples are few and each is read whole)."""
+and ``passages``): the one reader, with Python's json."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from ragguard.errors import EvalSetError
 
 
 def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line, element) of each element of a top-level JSON list, with line numbers."""
+    """(line, element) of each element of a top-level JSON list."""
     text = "".join(utf8_lines(path, numbered=False))
     decoder = json.JSONDecoder()
     ws = " \t\r\n"
@@ -64,11 +63,10 @@ def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
 
 def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
     """A UDCG authors' JSON file: the examples' labels, utilities and passages (one run
-    named ``"passages"``, no scores), read with Python's json.
+    named ``"passages"``, no scores).
 
     Raises:
-        EvalSetError: malformed JSON or a missing or mistyped field, naming file, line
-            and field.
+        EvalSetError: the first bad value, naming file, line and field.
     """
     queries: dict[str, Query] = {}
     labels: dict[str, Labels] = {}
