@@ -54,8 +54,7 @@ _BOM = b"\xef\xbb\xbf"
 
 
 def _line_blocks(path: Path) -> Iterator[memoryview]:
-    """``path``'s bytes (gunzipped, without a BOM) in blocks of whole lines, each ending
-    with a newline."""
+    """``path``'s bytes (gunzipped, no BOM) in blocks of whole lines, each ending with ``\n``."""
     gz = path.name.lower().endswith(".gz")
     with pyarrow().input_stream(str(path), compression="gzip" if gz else None) as stream:
         rest = stream.read(len(_BOM))
@@ -71,9 +70,8 @@ def _line_blocks(path: Path) -> Iterator[memoryview]:
 
 
 def _object_lines(block: memoryview) -> tuple[int, int] | None:
-    """The numbers of non-blank lines and of lines of ``block``, or ``None`` unless each
-    line is one ``{...}`` that Python's json reads alike (no lone ``\\r``, which ends a
-    line for Python; no bare ``Inf`` or ``-NaN``, which only pyarrow reads)."""
+    """(non-blank lines, lines) of ``block``, or ``None`` unless Python's json reads each
+    line alike (one ``{...}``; no lone ``\r``, bare ``Inf`` or ``-NaN``)."""
     a = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(a == 10)
     starts = np.empty_like(ends)
@@ -108,9 +106,7 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
 
 
 def _read_block(block: memoryview, parse: Any) -> tuple[Any, int] | None:
-    """A block read by pyarrow's JSON reader, and its number of lines; ``None`` when
-    Python's json may read it otherwise (``_object_lines``), it is not UTF-8, or pyarrow
-    rejects it or finds another number of objects than of non-blank lines."""
+    """A block read by pyarrow, and its lines; ``None`` if Python's json may read it otherwise."""
     pa = pyarrow()
     found = _object_lines(block)
     if found is None:
@@ -139,11 +135,7 @@ BEIR_DISTRACTORS = "distractors.tsv"  # known distractors: query-id<TAB>corpus-i
 
 
 def beir_split(path: Path, split: str | None) -> Path:
-    """``qrels/<split>.tsv`` of a BEIR folder (default: the only split, else ``test``).
-
-    Raises:
-        EvalSetError: no split given and none to pick, or no qrels for the split.
-    """
+    """``qrels/<split>.tsv`` of a BEIR folder (default: the only split, else ``test``)."""
     qrels_dir = path / "qrels"
     splits = sorted(p.stem for p in qrels_dir.glob("*.tsv")) if qrels_dir.is_dir() else []
     if split is None:
@@ -167,13 +159,7 @@ def beir_split(path: Path, split: str | None) -> Path:
 
 def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = True) -> ColumnarRead:
     """A BEIR folder: ``corpus.jsonl`` (its texts with ``texts``), ``queries.jsonl``,
-    ``qrels/<split>.tsv`` (-1 a known distractor) and ``distractors.tsv`` (grade 0 unless
-    graded).
-
-    Raises:
-        EvalSetError: not a folder, no qrels for the split, or the first bad line of a
-            file, naming file, line and field.
-    """
+    ``qrels/<split>.tsv`` (-1 a known distractor) and ``distractors.tsv``."""
     if not path.is_dir():
         raise EvalSetError("a BEIR eval set is a folder", path=str(path))
     qrels_path = beir_split(path, split)
@@ -206,8 +192,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
 
 
 def _corpus_texts(ids: Any, table: Any) -> Texts:
-    """A ``corpus.jsonl``'s texts and titles as Arrow arrays (none, or no titles, when
-    no line has one)."""
+    """A ``corpus.jsonl``'s texts and titles as Arrow arrays (none if no line has one)."""
     pc = arrow_module("compute")
     text = table.column("text")
     if text.null_count == len(text):
@@ -285,10 +270,8 @@ def _json_file(
     required: str | None = None,
     ids: tuple[str, ...] = (),
 ) -> Any:
-    """The string ``fields`` (the id first) of a JSON-lines file as one table of the
-    ``kept`` ones. A block pyarrow does not read, with an id (or the ``required`` column)
-    missing or empty, or naming another of the id keys ``ids`` than its first line's, is
-    walked line by line (``_diagnose``, ``row`` reading one object)."""
+    """The ``fields`` (id first) of a JSON-lines file as a table of the ``kept`` ones; a
+    block failing a check (ids or ``required`` missing, another id key of ``ids``) is walked."""
     pa = pyarrow()
     string = pa.string()
     kept = kept or fields
@@ -342,9 +325,7 @@ def _diagnose(
     fields: tuple[str, ...],
     row: Callable[[dict[str, Any], Path, int], Row],
 ) -> tuple[Any, int]:
-    """Walk a block line by line with Python's json: the first bad line raises, naming
-    file, line and field; else the block's values as Python reads them, and its number of
-    lines (``seen``: the lines before it)."""
+    """Walk a block with Python's json: the first bad line raises; else its table and lines."""
     pa = pyarrow()
     lines = list(utf8_lines(path, [bytes(block)], seen + 1))
     values: list[Row] = []
@@ -383,8 +364,7 @@ def _qrels(
     query_ids: Any | None,
     rep: Reporter,
 ) -> tuple[Pairs, list[Event]]:
-    """The labels of a BEIR qrels file (repeats removed) and its problems; a grade
-    contradicting an earlier one raises after the problems of the lines before it."""
+    """A BEIR qrels file's labels (repeats removed) and problems."""
     qvocab, q = encode_ids(fields.q)
     docs, d = encode_ids(fields.d)
     value, line = fields.value, fields.line
@@ -402,9 +382,7 @@ def _qrels(
 
 
 def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels:
-    """The labels of ``pairs`` with the known distractors of ``distractors.tsv``, if any:
-    one of a label flags it, one of an unlabelled document adds a grade 0 (after the
-    query's labels), one of a query without labels in the split is reported."""
+    """``pairs`` with ``distractors.tsv``'s: flagging a label, or a grade 0 after the query's."""
     if not path.exists():
         return ColumnarLabels.of_grades(pairs)
     pa = pyarrow()

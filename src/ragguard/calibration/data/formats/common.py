@@ -1,6 +1,6 @@
 """What the eval-set readers share: ``Format``, the TREC and BEIR line layouts, ``Where``
-(errors naming file, line and field) and the JSON helpers (docs/reference/data-formats.md,
-"How files are read")."""
+(each reader raises ``EvalSetError`` naming file, line and field of the first bad value)
+and the JSON helpers (docs/reference/data-formats.md, "How files are read")."""
 
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ Candidates = dict[str, dict[str, float]]
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """What ``load_evalset`` passes every reader besides the path and the reporter;
-    ``corpus``: the files a RAGAS testset's contexts are matched against."""
+    """What ``load_evalset`` passes every reader (``corpus``: the files RAGAS contexts match)."""
 
     split: str | None = None
     model: str | None = None
@@ -53,11 +52,8 @@ class Format:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """The columns of a qrels or run line (``names``, as messages name them), what a line
-    is (``kind``), the column holding a number (``value``, read by ``parse``), the id
-    columns, and whether it is a BEIR TSV line (``tsv``: tabs split it, line 1 may be a
-    header).
-
+    """A qrels or run line's columns (as messages name them), what it is, its number's column
+    and parser, its id columns, and whether it is BEIR TSV (split on tabs, maybe a header).
     A ``#`` line is a comment only when it cannot be a record: trec_eval up to 9 (and
     pytrec_eval) read ``#7 0 docA 1`` as query ``#7``, which trec_eval 10 drops silently.
     """
@@ -104,8 +100,7 @@ def first_content(path: Path) -> tuple[str, int]:
 
 
 class Where:
-    """One line of a file: each method checks a value read from JSON, raising
-    [`EvalSetError`][ragguard.EvalSetError] naming the file, the line and the field."""
+    """One line of a file: each method checks a JSON value, raising naming file, line and field."""
 
     def __init__(self, path: Path, line: int | None = None) -> None:
         self.path = str(path)
@@ -149,6 +144,11 @@ class Where:
             self.fail(f"a score must be a number or null, got {value!r}", fld)
         return float(value)
 
+    def strings(self, value: object, fld: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+            self.fail("must be a list of strings", fld)
+        return tuple(value)
+
     def id_list(self, value: object, fld: str) -> list[str]:
         if not isinstance(value, list):
             self.fail(f"must be a list of ids, got {type(value).__name__}", fld)
@@ -171,16 +171,12 @@ def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if text.strip():
             obj = json_line(text, path, n)
             if not isinstance(obj, dict):
-                kind = type(obj).__name__
-                raise EvalSetError(
-                    f"each line must be a JSON object, got {kind}", path=str(path), line=n
-                )
+                Where(path, n).fail(f"each line must be a JSON object, got {type(obj).__name__}")
             yield n, obj
 
 
 def json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
-    """The line of a JSON error and ``column N`` (``, the end of the <what>`` when the text
-    was cut short: pointing past the last character, not past the final newline)."""
+    """A JSON error's line and ``column N`` (``, the end of the <what>``: the text is cut)."""
     text = exc.doc
     end = len(text.rstrip())
     pos = min(exc.pos, end)
@@ -215,8 +211,7 @@ def normalised(text: str) -> str:
 
 
 def same_texts(texts: Mapping[str, str], rep: Reporter, path: Path) -> dict[str, list[str]]:
-    """Normalised text -> the ids of the passages holding it; several ids of one text are
-    reported (``DUPLICATE_TEXT``), as are passages over ``LONG_PASSAGE`` characters."""
+    """Normalised text -> ids of the passages holding it; repeated and long texts are reported."""
     by_text: dict[str, list[str]] = {}
     for doc, text in texts.items():
         by_text.setdefault(normalised(text), []).append(doc)
@@ -263,8 +258,7 @@ def row_events(
     message: str,
     fld: str | None = None,
 ) -> list[Event]:
-    """An event of each of ``rows``, ``message`` formatted with its ``doc``, ``qid`` and
-    ``score``."""
+    """An event of each of ``rows``, ``message`` formatted with ``doc``, ``qid``, ``score``."""
     lines = pairs.line_of(rows).tolist()
     return [
         (ln, order, kind, message.format(doc=doc, qid=pairs.qids[q], score=v), fld)

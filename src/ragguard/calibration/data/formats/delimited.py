@@ -38,8 +38,7 @@ _ASCII_SPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
 
 @dataclass(frozen=True, slots=True)
 class Fields:
-    """The query and document columns (chunked pyarrow strings), the values and each row's
-    line (``None``: row ``i`` is line ``i + 1``)."""
+    """Query and document columns (chunked strings), values, lines (``None``: row i is line i+1)."""
 
     q: Any
     d: Any
@@ -49,8 +48,8 @@ class Fields:
 
 @dataclass(frozen=True, slots=True)
 class _Block:
-    """The content lines of one streamed block (trimmed), the lines before it, its rows
-    kept (``None``: all), and whether it holds whitespace only Python splits on."""
+    """A streamed block's content lines, the lines before it, its rows kept (``None``: all),
+    and whether Python splits it."""
 
     text: Any
     first: int
@@ -128,8 +127,7 @@ def _csv_options(delimiter: str, types: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _typed(path: Path, layout: Layout) -> Fields | None:
-    """A file of fields joined by single spaces, read by the multi-threaded CSV reader
-    with typed columns; ``None`` when it is not that plain (the streamed reader's then)."""
+    """A file of fields joined by single spaces, read with typed columns; else ``None``."""
     pa = pyarrow()
     csv, pc = arrow_module("csv"), arrow_module("compute")
     if not _only_spaces(path):
@@ -206,8 +204,7 @@ def _streamed(blocks: Iterator[_Block], path: Path, layout: Layout) -> Fields:
 
 
 def _lines(spans: list[tuple[int, NDArray[np.intp] | None, int]]) -> I64 | None:
-    """The line of each row of the blocks (lines before, rows kept, rows); ``None`` when
-    every row is kept (row ``i`` is line ``i + 1``)."""
+    """Each row's line from (lines before, rows kept, rows); ``None`` when all are kept."""
     if all(kept is None for _, kept, _ in spans):
         return None
     parts = [
@@ -231,8 +228,7 @@ def _cast(column: Any, layout: Layout) -> F64 | None:
 
 
 def _diagnose(path: Path, block: _Block, layout: Layout) -> tuple[F64, list[str], list[str]]:
-    """Walk a block row by row: the first bad line raises; else its values, query ids and
-    document ids as Python reads them."""
+    """Walk a block row by row: the first bad line raises; else its values and ids."""
     vi = layout.value
     qi, di = layout.ids
     fld = None if vi is None else layout.names.split()[vi]
@@ -268,8 +264,7 @@ def _diagnose(path: Path, block: _Block, layout: Layout) -> tuple[F64, list[str]
 
 
 def _batches(path: Path, delimiter: str) -> Iterator[Any]:
-    """The streamed line batches of ``path`` (one string column, blank lines kept); a file
-    holding ``delimiter`` raises ``_InText``, one not UTF-8 names its first bad line."""
+    """A file's line batches; one holding ``delimiter`` raises ``_InText``."""
     pa = pyarrow()
     csv = arrow_module("csv")
     gz = path.name.lower().endswith(".gz")
@@ -294,8 +289,7 @@ def _batches(path: Path, delimiter: str) -> Iterator[Any]:
 
 
 def _blocks(path: Path, layout: Layout, delimiter: str) -> Iterator[_Block]:
-    """The content lines of each streamed block: trimmed, without blank lines, comments
-    and (BEIR) a header line; each block's memory goes back to the system after use."""
+    """Each streamed block's content lines, trimmed, without blanks, comments and a BEIR header."""
     pa = pyarrow()
     pc = arrow_module("compute")
     pool = pa.default_memory_pool()

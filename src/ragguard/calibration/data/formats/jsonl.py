@@ -62,8 +62,7 @@ def _detect(path: Path, head: str | None) -> bool:
 
 
 class _Run:
-    """One run as it is read; candidates without a valid score are reported at the end,
-    when the run has a score."""
+    """One run as it is read."""
 
     def __init__(self) -> None:
         self.columns = RunColumns()
@@ -73,12 +72,7 @@ class _Run:
 
 
 def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead:
-    """A ragguard JSONL eval set (gzipped when named ``.gz``); ``texts``: keep the
-    candidates' ``text`` and the lines' ``metadata``.
-
-    Raises:
-        EvalSetError: the first bad value, naming file, line and field.
-    """
+    """A ragguard JSONL eval set; ``texts``: keep candidates' texts and lines' metadata."""
     source = str(path)
     queries: dict[str, Query] = {}
     label_lines: dict[str, tuple[str | None, int | None]] = {}
@@ -100,14 +94,12 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         if qid in label_lines:
             at.fail(f"query id {qid!r} was already used on line {label_lines[qid][1]}", "query_id")
         query = at.text(obj.get("query"), "query")
-        answers = obj.get("answers", [])
-        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-            at.fail("must be a list of strings", "answers")
+        answers = at.strings(obj.get("answers", []), "answers")
         needs = obj.get("needs")
         if needs is not None and (type(needs) is not int or needs < 1):
             at.fail(f"must be a whole number >= 1 (passages needed), got {needs!r}", "needs")
         labels.add(qid, _labels(obj, at))
-        queries[qid] = Query(qid, query, tuple(answers), needs)
+        queries[qid] = Query(qid, query, answers, needs)
         label_lines[qid] = (source, lineno)
         meta = obj.get("metadata")
         if isinstance(meta, dict):
@@ -199,8 +191,7 @@ _SCORE_TYPES = frozenset({float, int, type(None)})
 
 
 def _checked(value: object) -> tuple[list[str], list[Any], list[tuple[str, str]]] | None:
-    """(ids, scores, texts) of a list of candidates all good (checked as a whole, in C
-    where it can), else ``None``."""
+    """(ids, scores, texts) of a list of good candidates, checked as a whole; else ``None``."""
     if type(value) is not list or set(map(type, value)) - {dict}:
         return None
     keys: set[str] = set().union(*value)
@@ -234,8 +225,7 @@ def _candidates(
     rep: Reporter,
     invalid: list[tuple[str, int, str]],
 ) -> tuple[list[str], list[float], list[tuple[str, str]]]:
-    """(ids, scores, (id, text) of those with a text) of one candidate list; a list
-    ``_checked`` does not pass is walked, naming the field at fault and reporting repeats."""
+    """(ids, scores, (id, text) pairs) of one candidate list; one ``_checked`` rejects is walked."""
     whole = _checked(value)
     if whole is not None:
         docs, scores, texts = whole
@@ -281,8 +271,7 @@ def _candidates(
 
 
 class _PairTexts:
-    """Candidate texts as they are read, every 65,536 made Arrow arrays; called, the
-    mapping (query, candidate) -> text, the first text of a pair winning."""
+    """Candidate texts, made Arrow arrays every 65,536; called, (query, doc) -> first text."""
 
     def __init__(self) -> None:
         self.qids: list[str] = []

@@ -38,11 +38,7 @@ def _text_map(data: dict[str, object], name: str, at: Where) -> dict[str, str]:
 
 def read_llamaindex(path: Path, rep: Reporter) -> ColumnarRead:
     """A LlamaIndex dataset: its queries, each labelled (grade 1) with its
-    ``relevant_docs`` and the nodes of the same text, and the ``corpus`` texts; no run.
-
-    Raises:
-        EvalSetError: the first bad value, naming file and field.
-    """
+    ``relevant_docs`` and the nodes of the same text, and the ``corpus`` texts; no run."""
     at = Where(path)
     data = json_file(path)
     if not isinstance(data, dict):

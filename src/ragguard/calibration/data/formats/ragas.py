@@ -40,8 +40,7 @@ def _is_table(path: Path) -> bool:
 
 
 def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line, sample) of each sample; a CSV cell holding a list (``['a', 'b']``) is read
-    as the list."""
+    """(line, sample) of each sample; a CSV cell holding a list (``['a', 'b']``) is the list."""
     if not _is_table(path):
         yield from json_objects(path)
         return
@@ -87,8 +86,7 @@ def _strings(value: object, at: Where, fld: str) -> list[str]:
 
 
 class _Corpus:
-    """The passages of the corpus files given, else of the ``corpus.jsonl`` beside the
-    testset, by normalised text (with or without a title), read when first asked for."""
+    """The corpus passages by normalised text (with or without a title), read when asked."""
 
     def __init__(self, testset: Path, given: tuple[Path, ...], rep: Reporter) -> None:
         self.paths = given or (testset.parent / "corpus.jsonl",)
@@ -121,12 +119,7 @@ class _Corpus:
 def read_ragas(path: Path, rep: Reporter, corpus_files: tuple[Path, ...] = ()) -> ColumnarRead:
     """A RAGAS testset: query ``q<n>`` for its n-th sample, labelled (grade 1, silver)
     with the passages its reference contexts match; no run. A context matching none is
-    reported and left out, as is a sample none of whose contexts matches.
-
-    Raises:
-        EvalSetError: the first bad value, no corpus when a sample needs one, no context
-            matching any passage: naming file, line and field.
-    """
+    reported and left out, as is a sample none of whose contexts matches."""
     corpus = _Corpus(path, corpus_files, rep)
     queries: dict[str, Query] = {}
     labels: dict[str, Labels] = {}
@@ -190,8 +183,7 @@ def read_ragas(path: Path, rep: Reporter, corpus_files: tuple[Path, ...] = ()) -
 
 
 def _detect(path: Path, head: str | None) -> bool:
-    """A JSONL file whose first line is a sample, or a CSV file whose header names one's
-    fields."""
+    """A JSONL or CSV file whose first sample or header names a sample's fields."""
     if head is None:
         return False
     if _is_table(path):

@@ -44,8 +44,7 @@ _WHAT = {"qid": "query id", "docid": "document id", "grade": "grade", "score": "
 
 
 def table_kind(obj: object) -> str | None:
-    """``"pandas"``, ``"polars"``, ``"arrow"`` or ``"ranx"`` (by the module of the object's
-    class or a base class), else ``None``."""
+    """``pandas``, ``polars``, ``arrow``, ``ranx`` (by the object's class's module), or ``None``."""
     for cls in type(obj).__mro__:
         top = cls.__module__.partition(".")[0]
         if top in ("pandas", "polars") and cls.__name__ == "DataFrame":
@@ -128,8 +127,7 @@ def _ranx_dicts(obj: Table, role: Role) -> Dicts:
 
 
 def _check_grades(qrels: Dicts, what: str) -> None:
-    """Raise on the first number of ``qrels`` that ``bad_grade`` rejects (asked once per
-    distinct value; other values are left to the conversion, which names them)."""
+    """Raise on the first number ``bad_grade`` rejects (asked once per distinct value)."""
     maps = [m.values() for m in qrels.values() if type(m) is dict or isinstance(m, Mapping)]
     try:
         distinct: Iterable[Any] = set(chain.from_iterable(maps))
@@ -205,8 +203,7 @@ def _missing_grade(name: str, row: int, value: object, what: str) -> EvalSetErro
 
 
 def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:
-    """A table's column names and a function giving one column as a pyarrow array, or as
-    a Python list (checked value by value, naming the row) where pyarrow cannot convert it."""
+    """Column names and a getter of a column as pyarrow (else as a list, checked value by value)."""
     if kind != "pandas":
         table = obj.to_arrow() if kind == "polars" else obj
         return list(table.column_names), table.column
@@ -303,8 +300,7 @@ def _pairs(
     rep: Reporter,
     name: str,
 ) -> Pairs:
-    """``Pairs`` of interned rows: a bad grade (in column ``name``) raises, a repeated row
-    is reported and dropped, unless a label with another grade (which raises)."""
+    """``Pairs`` of interned rows: a bad grade or contradicting label raises, repeats go."""
     if role == "qrels":
         bad = [v for v in np.unique(value).tolist() if bad_grade(v)]  # NaN: rejected before
         if bad:

@@ -39,12 +39,7 @@ from ragguard.calibration.data.problems import ProblemKind, Reporter
 
 def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None) -> Pairs:
     """A TREC run or qrels (``kind``) file; problems go to ``rep`` in line order. A run's
-    document ids stay as read; labels' are interned, their grades as written.
-
-    Raises:
-        EvalSetError: a malformed line, a grade out of range or contradicting an earlier
-            one, with file, line and field.
-    """
+    document ids stay as read; labels' are interned, their grades as written."""
     pa = pyarrow()
     layout = TREC_RUN if kind == "run" else TREC_QRELS
     fields = read_fields(path, layout)
@@ -83,8 +78,7 @@ def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
 
 
 def doc_keys(column: Any) -> NDArray[np.uint64]:
-    """A 64-bit key of each id of a pyarrow string column (equal ids, equal keys; others
-    seldom): its first 8 bytes as one unaligned word, its length and last 8 bytes mixed in."""
+    """A 64-bit key of each id: its first 8 bytes as one word, its length and last 8 mixed in."""
     chunks = column.chunks if hasattr(column, "chunks") else [column]
     step = 1 << 20  # ids a piece: the temporaries stay near 8 MB each
     parts = [
@@ -117,8 +111,7 @@ def _chunk_keys(arr: Any) -> NDArray[np.uint64]:
 
 
 def text_repeats(pairs: Pairs, keys: NDArray[np.uint64]) -> NDArray[np.intp]:
-    """Rows repeating an earlier row's (query, document): rows whose (query, key) occurs
-    twice are candidates, and their text decides."""
+    """Rows repeating an earlier (query, document): equal (query, key), confirmed on the text."""
     q = pairs.q
     n = q.size
     if n < 2:
