@@ -105,30 +105,33 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
     return bool(at.size)
 
 
-def _read_block(block: memoryview, parse: Any) -> tuple[Any, int] | None:
-    """A block read by pyarrow, and its lines; ``None`` if Python's json may read it otherwise."""
+def _read_block(block: memoryview, fields: tuple[str, ...]) -> tuple[Any, int] | None:
+    """A block's string ``fields`` read by pyarrow, and its lines; ``None`` if Python's json
+    may read it otherwise."""
     pa = pyarrow()
     found = _object_lines(block)
     if found is None:
         return None
     n_objects, n_lines = found
+    schema = pa.schema([(name, pa.string()) for name in fields])
     buf = pa.py_buffer(block)
     offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int32))
     text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, buf])
     try:
         text.validate(full=True)  # UTF-8
         if not n_objects:
-            return parse.explicit_schema.empty_table(), n_lines
-        table = arrow_module("json").read_json(
+            return schema.empty_table(), n_lines
+        pj = arrow_module("json")
+        table = pj.read_json(
             pa.BufferReader(buf),
-            read_options=arrow_module("json").ReadOptions(block_size=1 << 20),
-            parse_options=parse,
+            read_options=pj.ReadOptions(block_size=1 << 20),
+            parse_options=pj.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != n_objects:
-        return None
-    return table, n_lines
+    return (table, n_lines) if table.num_rows == n_objects else None
 
 
 BEIR_DISTRACTORS = "distractors.tsv"  # known distractors: query-id<TAB>corpus-id lines
@@ -273,17 +276,8 @@ def _json_file(
     """The ``fields`` (id first) of a JSON-lines file as a table of the ``kept`` ones; a
     block failing a check (ids or ``required`` missing, another id key of ``ids``) is walked."""
     pa = pyarrow()
-    string = pa.string()
     kept = kept or fields
     foreign: list[bytes] = []
-
-    def options(names: tuple[str, ...]) -> Any:
-        schema = pa.schema([(name, string) for name in names])
-        return arrow_module("json").ParseOptions(
-            explicit_schema=schema, unexpected_field_behavior="ignore"
-        )
-
-    parse = options(fields)
     tables = []
     seen = 0  # lines before the block
     try:
@@ -292,8 +286,7 @@ def _json_file(
                 key = _first_key(block, ids)
                 foreign = [f'"{k}"'.encode() for k in ids if k != key]
                 fields = (key, *fields[1:])
-                parse = options(fields)
-            got = _read_block(block, parse)
+            got = _read_block(block, fields)
             if (
                 got is None
                 or not _good_ids(got[0].column(fields[0]))
@@ -307,7 +300,7 @@ def _json_file(
             del table, got
     except (OSError, EOFError) as exc:
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
-    schema = pa.schema([(name, string) for name in kept])
+    schema = pa.schema([(name, pa.string()) for name in kept])
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 

@@ -137,7 +137,7 @@ def _typed(path: Path, layout: Layout) -> Fields | None:
     vi = layout.value
     assert vi is not None
     types = {names[qi]: pa.string(), names[di]: pa.string()}
-    types[names[vi]] = pa.int64() if layout.parse is int else pa.float64()
+    types[names[vi]] = _value_type(layout)
     parse, convert = _csv_options(" ", types)
     try:
         table = csv.read_csv(
@@ -153,10 +153,8 @@ def _typed(path: Path, layout: Layout) -> Fields | None:
     # can be a record, so it is one: see Layout)
     if table.num_rows and pc.any(pc.equal(q, "")).as_py():
         return None
-    values = np.asarray(table.column(names[vi]).to_numpy(), dtype=np.float64)
-    if layout.parse is int and values.size and values.max() > MAX_GRADE:
-        return None  # the streamed reader names the line
-    return Fields(q, d, values, None)
+    values = _cast(table.column(names[vi]), layout)  # None: the streamed reader names the line
+    return None if values is None else Fields(q, d, values, None)
 
 
 def _streamed(blocks: Iterator[_Block], path: Path, layout: Layout) -> Fields:
@@ -185,11 +183,7 @@ def _streamed(blocks: Iterator[_Block], path: Path, layout: Layout) -> Fields:
                 q, d = pc.ascii_trim_whitespace(q), pc.ascii_trim_whitespace(d)
                 v = None if v is None else pc.ascii_trim_whitespace(v)
             values = np.zeros(n) if v is None else _cast(v, layout)
-        if (
-            block.python
-            or values is None
-            or (layout.parse is int and values.size and values.max() > MAX_GRADE)
-        ):
+        if block.python or values is None:
             values, qs_py, ds_py = _diagnose(path, block, layout)  # or it raises
             q, d = string_array(qs_py), string_array(ds_py)
         qs.append(q)
@@ -216,15 +210,20 @@ def _lines(spans: list[tuple[int, NDArray[np.intp] | None, int]]) -> I64 | None:
     return np.concatenate(parts)
 
 
+def _value_type(layout: Layout) -> Any:
+    return pyarrow().int64() if layout.parse is int else pyarrow().float64()
+
+
 def _cast(column: Any, layout: Layout) -> F64 | None:
-    """The value column as float64, or ``None`` when pyarrow does not parse every value."""
+    """The value column as float64; ``None`` when pyarrow does not parse a value or a grade
+    is above ``MAX_GRADE`` (the row-by-row walk names it)."""
     pa = pyarrow()
-    pc = arrow_module("compute")
-    target = pa.int64() if layout.parse is int else pa.float64()
     try:
-        return np.asarray(pc.cast(column, target).to_numpy(), dtype=np.float64)
+        cast = arrow_module("compute").cast(column, _value_type(layout))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
         return None
+    values = np.asarray(cast.to_numpy(), dtype=np.float64)
+    return None if layout.parse is int and values.size and values.max() > MAX_GRADE else values
 
 
 def _diagnose(path: Path, block: _Block, layout: Layout) -> tuple[F64, list[str], list[str]]:

@@ -54,8 +54,12 @@ def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             sample: dict[str, Any] = {k: v or None for k, v in row.items()}
             for key in (NAMES[0][1], NAMES[1][1], _IDS):
                 cell = sample.get(key)
-                if isinstance(cell, str):
-                    sample[key] = _literal(cell, at, key)
+                if not isinstance(cell, str):
+                    continue
+                try:
+                    sample[key] = ast.literal_eval(cell)
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    at.fail(f"must be a list of strings (['...', ...]), got {cell[:40]!r}", key)
             yield line, sample
             line = rows.line_num + 1
     except csv.Error as exc:
@@ -66,13 +70,6 @@ def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 "reads (a whole document?); write the testset with to_jsonl instead"
             )
         raise EvalSetError(why, path=str(path), line=line) from None
-
-
-def _literal(cell: str, at: Where, fld: str) -> object:
-    try:
-        return ast.literal_eval(cell)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        at.fail(f"must be a list of strings (['...', ...]), got {cell[:40]!r}", fld)
 
 
 def _strings(value: object, at: Where, fld: str) -> list[str]:

@@ -226,8 +226,13 @@ def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:
 
 def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
     pa = pyarrow()
-    if isinstance(column, list):
-        return pa.chunked_array([string_array(_python_ids(column, name, label, what))])
+    if isinstance(column, list):  # strings, integers as their decimal text
+        for i, v in enumerate(column):
+            if isinstance(v, bool) or not isinstance(v, str | int):
+                why = f"{label}s must be strings or integers, column {name!r} holds {v!r}"
+                why = f"no {label} (column {name!r})" if _missing(v) else why
+                raise EvalSetError(f"row {i}: {why}", path=what)
+        return pa.chunked_array([string_array([str(v) for v in column])])
     types = pa.types
     if column.null_count:
         pc = arrow_module("compute")
@@ -263,15 +268,6 @@ def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
         row = int(np.flatnonzero(~np.isfinite(values))[0])
         raise _missing_grade(name, row, column[row].as_py(), what)
     return values
-
-
-def _python_ids(values: list[Any], name: str, label: str, what: str) -> list[str]:
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, str | int):
-            why = f"{label}s must be strings or integers, column {name!r} holds {v!r}"
-            why = f"no {label} (column {name!r})" if _missing(v) else why
-            raise EvalSetError(f"row {i}: {why}", path=what)
-    return [str(v) for v in values]
 
 
 def _number(value: object, role: Role, name: str, row: int, what: str) -> float:
