@@ -149,8 +149,7 @@ def _typed(path: Path, layout: Layout) -> Fields | None:
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
         return None
     q, d = table.column(names[qi]), table.column(names[di])
-    # an empty first field is a blank line (a "#" line that parsed into typed columns
-    # can be a record, so it is one: see Layout)
+    # an empty first field is a blank line (a "#" line parsed so is a record: see Layout)
     if table.num_rows and pc.any(pc.equal(q, "")).as_py():
         return None
     values = _cast(table.column(names[vi]), layout)  # None: the streamed reader names the line

@@ -27,11 +27,10 @@ from ragguard.calibration.data.records import Labels, Query
 from ragguard.calibration.data.texts import Texts, TextSource, utf8_lines
 from ragguard.errors import EvalSetError
 
-NAMES = (
+NAMES = (  # a sample's (query, contexts, answer) fields: RAGAS 0.2+, then RAGAS 0.1
     ("user_input", "reference_contexts", "reference"),
     ("question", "contexts", "ground_truth"),
 )
-"""The (query, contexts, answer) fields of a sample: RAGAS 0.2+, then RAGAS 0.1."""
 _IDS = "reference_context_ids"
 
 
