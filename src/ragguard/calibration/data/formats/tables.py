@@ -271,18 +271,17 @@ def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
 
 
 def _number(value: object, role: Role, name: str, row: int, what: str) -> float:
-    if isinstance(value, int | float | Decimal) and (
-        role == "qrels" or not isinstance(value, bool)
-    ):
+    if isinstance(value, int | float | Decimal) and (role == "qrels" or type(value) is not bool):
         out = float(value)
-        if role == "qrels" and not math.isfinite(out):
-            raise _missing_grade(name, row, value, what)
-        return out
-    if _missing(value):
-        if role == "qrels":
-            raise _missing_grade(name, row, value, what)
-        return math.nan
-    raise EvalSetError(f"column {name!r} must hold numbers, row {row} holds {value!r}", path=what)
+    elif _missing(value):
+        out = math.nan
+    else:
+        raise EvalSetError(
+            f"column {name!r} must hold numbers, row {row} holds {value!r}", path=what
+        )
+    if role == "qrels" and not math.isfinite(out):
+        raise _missing_grade(name, row, value, what)
+    return out
 
 
 def _pairs(
