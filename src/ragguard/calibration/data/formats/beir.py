@@ -1,14 +1,6 @@
-"""BEIR folders read column-wise (``read_beir``).
-
-``qrels/<split>.tsv`` and ``distractors.tsv`` are read by
-``read_fields``; ``corpus.jsonl`` and
-``queries.jsonl`` block by block by pyarrow's JSON reader with an explicit schema (``_id``,
-``text``, ``title``), the corpus staying Arrow arrays. A block pyarrow may read otherwise
-than Python's json (a lone ``\r``, a bare ``Inf``, a line that is not one object, text
-that is not UTF-8, a repeated key, ...) or with missing ids is walked line by line with
-Python's json (``_diagnose``): the first bad line raises naming file, line and field;
-when none is bad, the values are Python's. The walk is a diagnosis, not a second reader.
-"""
+"""BEIR folders, column-wise (``read_beir``): JSON-lines files by pyarrow's JSON reader,
+a block it may read otherwise than Python's json walked line by line to name the bad line
+(docs/benchmarks/calibrate_scale.md, "BEIR folders")."""
 
 from __future__ import annotations
 
@@ -29,7 +21,6 @@ from ragguard.calibration.data.columns import (
     Pairs,
     arrow_module,
     encode_ids,
-    missing_ids,
     pyarrow,
     query_view,
     report_events,
@@ -39,13 +30,13 @@ from ragguard.calibration.data.columns import (
 )
 from ragguard.calibration.data.formats.common import (
     BEIR_DISTRACTOR,
-    BEIR_HEADERS,
     BEIR_QRELS,
     Format,
     Where,
     json_line,
+    unknown_documents,
 )
-from ragguard.calibration.data.formats.delimited import Fields, read_fields, split_tsv
+from ragguard.calibration.data.formats.delimited import Fields, read_fields
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import DISTRACTOR_GRADE
 from ragguard.calibration.data.texts import (
@@ -59,55 +50,28 @@ from ragguard.calibration.data.texts import (
 from ragguard.errors import EvalSetError
 
 _BLOCK = 1 << 24  # bytes of whole lines parsed at a time
-
-
 _BOM = b"\xef\xbb\xbf"
 
 
-# --------------------------------------------------------------------------- JSON lines
-
-
 def _line_blocks(path: Path) -> Iterator[memoryview]:
-    """``path``'s bytes (gunzipped when its name ends in ``.gz``, a leading byte order
-    mark dropped) in blocks of whole lines, each ending with a newline: views of a new
-    buffer per block, from its start, read into without copies."""
-    pa = pyarrow()
+    """``path``'s bytes (gunzipped, no BOM) in blocks of whole lines, each ending with ``\n``."""
     gz = path.name.lower().endswith(".gz")
-    rest = b""
-    first = True
-    with pa.input_stream(str(path), compression="gzip" if gz else None) as stream:
-        while True:
-            buf = bytearray(len(rest) + _BLOCK)
-            buf[: len(rest)] = rest
-            view = memoryview(buf)
-            n = len(rest)
-            while n < len(buf) and (got := stream.readinto(view[n:])):
-                n += got
-            if first and buf.startswith(_BOM):
-                del view
-                del buf[: len(_BOM)]
-                n -= len(_BOM)
-            first = False
-            if n < len(buf):  # the end of the file
-                if n and buf[n - 1] != 0x0A:
-                    buf[n] = 0x0A
-                    n += 1
-                if n:
-                    yield memoryview(buf)[:n]
-                return
-            cut = buf.rfind(b"\n", 0, n) + 1
+    with pyarrow().input_stream(str(path), compression="gzip" if gz else None) as stream:
+        rest = stream.read(len(_BOM))
+        rest = b"" if rest == _BOM else rest
+        while chunk := stream.read(_BLOCK):
+            buf = rest + chunk
+            cut = buf.rfind(b"\n") + 1
             if cut:
                 yield memoryview(buf)[:cut]
-            rest = bytes(buf[cut:n])
+            rest = buf[cut:]
+    if rest:
+        yield memoryview(rest if rest.endswith(b"\n") else rest + b"\n")
 
 
 def _object_lines(block: memoryview) -> tuple[int, int] | None:
-    """The number of non-blank lines of ``block`` and its number of lines, or ``None``
-    unless each such line looks like one JSON object Python's json reads
-    alike: it starts with ``{`` and ends with ``}`` (before a ``\\r\\n``), no ``\\r``
-    ends a line on its own, and no bare ``Inf`` / ``-Inf`` / ``-NaN`` (which pyarrow
-    reads and Python's json rejects) may be in it. Lines of spaces and tabs are blank; a
-    line with other leading or trailing whitespace is walked (``_diagnose``)."""
+    """(non-blank lines, lines) of ``block``, or ``None`` unless Python's json reads each
+    line alike (one ``{...}``; no lone ``\r``, bare ``Inf`` or ``-NaN``)."""
     a = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(a == 10)
     starts = np.empty_like(ends)
@@ -131,8 +95,7 @@ _DELIMITERS = np.frombuffer(b" \t\r\n,]}", dtype=np.uint8)
 
 
 def _bare_literals(a: NDArray[np.uint8]) -> bool:
-    """Whether ``Inf`` or ``-NaN`` followed by a JSON delimiter occurs (maybe inside a
-    string: then the block is walked, which reads it alike)."""
+    """Whether ``Inf`` before a JSON delimiter, or ``-NaN``, occurs (maybe in a string)."""
     at = np.flatnonzero(a[:-3] == ord("I"))
     at = at[(a[at + 1] == ord("n")) & (a[at + 2] == ord("f"))]
     if at.size and bool(np.isin(a[at + 3], _DELIMITERS).any()):
@@ -142,50 +105,40 @@ def _bare_literals(a: NDArray[np.uint8]) -> bool:
     return bool(at.size)
 
 
-def _read_block(block: memoryview, parse: Any) -> tuple[Any, int] | None:
-    """A block of whole JSON lines read by pyarrow's JSON reader: the table of its
-    objects (empty when every line is blank) and the block's number of lines. ``None``
-    when it cannot be read so: a line Python's json may read otherwise
-    (``_object_lines``), text that is not UTF-8, pyarrow rejecting it, or finding
-    another number of objects than of non-blank lines (an object over several lines,
-    several on one line)."""
+def _read_block(block: memoryview, fields: tuple[str, ...]) -> tuple[Any, int] | None:
+    """A block's string ``fields`` read by pyarrow, and its lines; ``None`` if Python's json
+    may read it otherwise."""
     pa = pyarrow()
     found = _object_lines(block)
     if found is None:
         return None
     n_objects, n_lines = found
+    schema = pa.schema([(name, pa.string()) for name in fields])
     buf = pa.py_buffer(block)
     offsets = pa.py_buffer(np.array([0, len(block)], dtype=np.int32))
     text = pa.Array.from_buffers(pa.string(), 1, [None, offsets, buf])
     try:
         text.validate(full=True)  # UTF-8
         if not n_objects:
-            return parse.explicit_schema.empty_table(), n_lines
-        table = arrow_module("json").read_json(
+            return schema.empty_table(), n_lines
+        pj = arrow_module("json")
+        table = pj.read_json(
             pa.BufferReader(buf),
-            read_options=arrow_module("json").ReadOptions(block_size=1 << 20),
-            parse_options=parse,
+            read_options=pj.ReadOptions(block_size=1 << 20),
+            parse_options=pj.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != n_objects:
-        return None
-    return table, n_lines
+    return (table, n_lines) if table.num_rows == n_objects else None
 
 
-# --------------------------------------------------------------------------- BEIR
-
-BEIR_DISTRACTORS = "distractors.tsv"
-"""Optional file of a BEIR folder: ``query-id<TAB>corpus-id`` lines (a header line is
-allowed), each a known distractor of a labelled query of the split read."""
+BEIR_DISTRACTORS = "distractors.tsv"  # known distractors: query-id<TAB>corpus-id lines
 
 
 def beir_split(path: Path, split: str | None) -> Path:
-    """``qrels/<split>.tsv`` of a BEIR folder (default: the only split, else ``test``).
-
-    Raises:
-        EvalSetError: no split given and none to pick, or no qrels for the split.
-    """
+    """``qrels/<split>.tsv`` of a BEIR folder (default: the only split, else ``test``)."""
     qrels_dir = path / "qrels"
     splits = sorted(p.stem for p in qrels_dir.glob("*.tsv")) if qrels_dir.is_dir() else []
     if split is None:
@@ -208,17 +161,8 @@ def beir_split(path: Path, split: str | None) -> Path:
 
 
 def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = True) -> ColumnarRead:
-    """A BEIR folder, column-wise (see the module docstring).
-
-    ``corpus.jsonl`` gives the corpus ids and, with ``texts``, the passage texts and
-    titles; ``queries.jsonl`` the query texts; ``qrels/<split>.tsv`` the grades (-1 a
-    known distractor); ``distractors.tsv`` more known distractors (judged, grade 0
-    unless graded).
-
-    Raises:
-        EvalSetError: not a folder, no qrels for the split, or the first bad line of a
-            file, naming file, line and field.
-    """
+    """A BEIR folder: ``corpus.jsonl`` (its texts with ``texts``), ``queries.jsonl``,
+    ``qrels/<split>.tsv`` (-1 a known distractor) and ``distractors.tsv``."""
     if not path.is_dir():
         raise EvalSetError("a BEIR eval set is a folder", path=str(path))
     qrels_path = beir_split(path, split)
@@ -241,7 +185,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
             zip(query_ids.to_pylist(), table.column("text").to_pylist(), strict=True)
         )
         del table
-    fields = read_fields(qrels_path, BEIR_QRELS, split=split_tsv, is_header=_is_header)
+    fields = read_fields(qrels_path, BEIR_QRELS)
     pairs, events = _qrels(fields, qrels_path, corpus, query_ids, rep)
     del fields
     report_events(events, rep, str(qrels_path))
@@ -251,8 +195,7 @@ def read_beir(path: Path, rep: Reporter, split: str | None, *, texts: bool = Tru
 
 
 def _corpus_texts(ids: Any, table: Any) -> Texts:
-    """The texts and titles of a ``corpus.jsonl`` read column-wise, held as Arrow arrays
-    (none when no line has a text; no titles when none is a non-empty string)."""
+    """A ``corpus.jsonl``'s texts and titles as Arrow arrays (none if no line has one)."""
     pc = arrow_module("compute")
     text = table.column("text")
     if text.null_count == len(text):
@@ -267,9 +210,6 @@ Row = tuple[str, str | None, str | None]
 
 
 def _corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
-    """The id, text and title of one line of ``corpus.jsonl`` as Python's json read it:
-    an id (``id``), a text that is a string or
-    missing or ``null``, a title that is kept when it is a string."""
     doc = Where(path, line).id(obj.get("_id"), "_id")
     corpus_text(obj, path, line, required=False)  # raises on a text that is not a string
     title = obj.get("title")
@@ -281,9 +221,8 @@ CORPUS_IDS = ("_id", "id", "doc_id")
 
 def corpus_source(path: PathLike) -> TextSource[str]:
     """The texts of a JSONL corpus file (``_id``, ``id`` or ``doc_id``, ``text``,
-    ``title``; BEIR's ``corpus.jsonl`` is one), read as a BEIR folder's is when a text is
-    first asked for; a later line of the same id wins. A bad line (not UTF-8, not a JSON
-    object, no id or text) raises then, naming file and line.
+    ``title``), read as a BEIR folder's when first asked for (a bad line raises then);
+    a later line of the same id wins.
 
     Raises:
         EvalSetError: the file does not exist.
@@ -301,7 +240,7 @@ def corpus_source(path: PathLike) -> TextSource[str]:
 
 
 def _first_key(block: memoryview, ids: tuple[str, ...]) -> str:
-    """The first of ``ids`` the first line of ``block`` has, if it is a JSON object."""
+    """The first of ``ids`` the first line of ``block`` has."""
     try:
         obj = json.loads(bytes(block).lstrip().split(b"\n", 1)[0])
     except ValueError:
@@ -310,8 +249,6 @@ def _first_key(block: memoryview, ids: tuple[str, ...]) -> str:
 
 
 def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
-    """The id (``_id``, ``id`` or ``doc_id``), text (required) and title of a line of a
-    corpus file."""
     doc = next((obj[k] for k in CORPUS_IDS if k in obj), None)
     if isinstance(doc, bool) or not isinstance(doc, str | int) or doc == "":
         raise EvalSetError(
@@ -323,8 +260,6 @@ def _any_corpus_row(obj: dict[str, Any], path: Path, line: int) -> Row:
 
 
 def _query_row(obj: dict[str, Any], path: Path, line: int) -> Row:
-    """The id and text of one line of ``queries.jsonl`` as Python's json read it (the
-    text is checked first)."""
     at = Where(path, line)
     text = at.text(obj.get("text"), "text")
     return at.id(obj.get("_id"), "_id"), text, None
@@ -338,32 +273,11 @@ def _json_file(
     required: str | None = None,
     ids: tuple[str, ...] = (),
 ) -> Any:
-    """The string ``fields`` (the id first) of a JSON-lines file, as one table of the
-    ``kept`` ones (default all).
-
-    Each block of lines is read by pyarrow's JSON reader; a block it does not read
-    (``_read_block``), whose ids (or ``required`` column) are missing, ``null`` or
-    empty, or that names another of the ``ids`` (the keys an id may have, the first
-    present winning; the first line's is read column-wise, as ``fields[0]``) is walked
-    line by line with Python's json (``_diagnose``, ``row`` reading one object), which
-    names the first bad line or gives the values Python reads.
-
-    Raises:
-        EvalSetError: the first bad line, naming file, line and field; a file that
-            cannot be read.
-    """
+    """The ``fields`` (id first) of a JSON-lines file as a table of the ``kept`` ones; a
+    block failing a check (ids or ``required`` missing, another id key of ``ids``) is walked."""
     pa = pyarrow()
-    string = pa.string()
     kept = kept or fields
     foreign: list[bytes] = []
-
-    def options(names: tuple[str, ...]) -> Any:
-        schema = pa.schema([(name, string) for name in names])
-        return arrow_module("json").ParseOptions(
-            explicit_schema=schema, unexpected_field_behavior="ignore"
-        )
-
-    parse = options(fields)
     tables = []
     seen = 0  # lines before the block
     try:
@@ -372,8 +286,7 @@ def _json_file(
                 key = _first_key(block, ids)
                 foreign = [f'"{k}"'.encode() for k in ids if k != key]
                 fields = (key, *fields[1:])
-                parse = options(fields)
-            got = _read_block(block, parse)
+            got = _read_block(block, fields)
             if (
                 got is None
                 or not _good_ids(got[0].column(fields[0]))
@@ -387,12 +300,11 @@ def _json_file(
             del table, got
     except (OSError, EOFError) as exc:
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
-    schema = pa.schema([(name, string) for name in kept])
+    schema = pa.schema([(name, pa.string()) for name in kept])
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def _good_ids(column: Any) -> bool:
-    """Whether every id of a string column is there and not empty."""
     pc = arrow_module("compute")
     if column.null_count:
         return False
@@ -406,13 +318,7 @@ def _diagnose(
     fields: tuple[str, ...],
     row: Callable[[dict[str, Any], Path, int], Row],
 ) -> tuple[Any, int]:
-    """Walk a block of JSON lines that the column-wise checks did not pass, line by
-    line (lines end as Python's universal newlines end them: ``\\n``, ``\\r\\n`` or a
-    lone ``\\r``): the first line that is not UTF-8, not JSON or not a JSON object, or
-    whose values ``row`` rejects, raises [`EvalSetError`][ragguard.EvalSetError] naming file, line
-    and field; when none is bad, the block's values as Python reads them (a lone surrogate
-    escape, which no UTF-8 text holds, as U+FFFD) and its number of lines. ``seen``:
-    the lines before the block."""
+    """Walk a block with Python's json: the first bad line raises; else its table and lines."""
     pa = pyarrow()
     lines = list(utf8_lines(path, [bytes(block)], seen + 1))
     values: list[Row] = []
@@ -434,8 +340,7 @@ _SURROGATE = re.compile("[\\ud800-\\udfff]")
 
 
 def _strings(values: Sequence[str | None]) -> Any:
-    """A pyarrow string array of ``values``; lone surrogates (which Python's json reads
-    from escapes such as ``\\ud800`` and UTF-8 cannot hold) become U+FFFD."""
+    """A pyarrow string array; lone surrogates (Python's json reads ``\\ud800``) as U+FFFD."""
     pa = pyarrow()
     try:
         return pa.array(values, pa.string())
@@ -452,26 +357,12 @@ def _qrels(
     query_ids: Any | None,
     rep: Reporter,
 ) -> tuple[Pairs, list[Event]]:
-    """The labels of a BEIR qrels file (its fields read by
-    ``read_fields``; repeats removed) and its
-    problems as (line, order within the line, kind, message, field).
-
-    Raises:
-        EvalSetError: a grade contradicting an earlier one of the same (query,
-            document), after the problems of the lines before it went to ``rep``.
-    """
+    """A BEIR qrels file's labels (repeats removed) and problems."""
     qvocab, q = encode_ids(fields.q)
     docs, d = encode_ids(fields.d)
     value, line = fields.value, fields.line
     pairs = Pairs(qvocab.to_pylist(), docs, q, d, value, line, str(path))
-    events: list[Event] = []
-    if corpus is not None:
-        rows = np.flatnonzero(missing_ids(docs, corpus)[d])
-        names = vocab_take(docs, d[rows])
-        for r, doc, ln in zip(rows.tolist(), names, pairs.line_of(rows).tolist(), strict=True):
-            qid = pairs.qids[int(q[r])]
-            msg = f"labelled document {doc!r} (query {qid!r}) is not in corpus.jsonl"
-            events.append((ln, 0, ProblemKind.UNKNOWN_DOCUMENT, msg, None))
+    events = [] if corpus is None else unknown_documents(pairs, corpus, "labelled", 0)
     if query_ids is not None:
         unknown = np.flatnonzero(vocab_positions(qvocab, query_ids) < 0)
         if unknown.size:
@@ -484,20 +375,12 @@ def _qrels(
 
 
 def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels:
-    """The labels of qrels ``pairs`` (grades as written) with the known distractors of
-    ``distractors.tsv`` at ``path``, if it exists: a distractor of a labelled (query,
-    document) flags that label; one of an unlabelled document adds a label of grade 0
-    (after the query's labels, in the file's order, its line that of
-    ``distractors.tsv``); one of a query without labels in the split is reported.
-
-    Raises:
-        EvalSetError: a bad line of ``distractors.tsv``, naming file and line.
-    """
+    """``pairs`` with ``distractors.tsv``'s: flagging a label, or a grade 0 after the query's."""
     if not path.exists():
         return ColumnarLabels.of_grades(pairs)
     pa = pyarrow()
     string = pa.string()
-    fields = read_fields(path, BEIR_DISTRACTOR, split=split_tsv, is_header=_is_header)
+    fields = read_fields(path, BEIR_DISTRACTOR)
     dq = vocab_positions(fields.q.combine_chunks(), pa.array(pairs.qids, string))
     dline = np.arange(1, dq.size + 1) if fields.line is None else fields.line
     unknown = np.flatnonzero(dq < 0)
@@ -542,18 +425,11 @@ def _with_distractors(pairs: Pairs, path: Path, rep: Reporter) -> ColumnarLabels
     return ColumnarLabels(joined, distractor=distractor)
 
 
-def _is_header(parts: list[str]) -> bool:
-    return parts[0].lower() in BEIR_HEADERS
-
-
 LABEL_FILES = ("evalset.jsonl", "evalset.jsonl.gz", "qrels.txt", "qrels.trec", "qrels")
-"""File names a folder's labels may have (``load_inputs`` looks them up in this
-order)."""
 
 
 def _detect(path: Path, head: str | None) -> bool:
-    """A folder with ``qrels/`` or ``corpus.jsonl``; one holding an eval-set file
-    instead raises, naming the call that loads it."""
+    """A folder with ``qrels/`` or ``corpus.jsonl``; one holding an eval-set file raises."""
     if head is not None:
         return False
     labels = next((path / n for n in LABEL_FILES if (path / n).is_file()), None)

@@ -1,22 +1,20 @@
-"""What the eval-set formats share: ``Format`` (an entry of
-``ragguard.calibration.data.evalset.FORMATS``), the line layouts of TREC and BEIR files,
-``Where`` (errors naming file, line and field) and the JSON helpers.
-
-Each reader validates as it reads and raises [`EvalSetError`][ragguard.EvalSetError]
-with the file, the line and the field of the first malformed value; problems that leave
-the data usable go to the ``Reporter``.
-"""
+"""What the eval-set readers share: ``Format``, the TREC and BEIR line layouts, ``Where``
+(each reader raises ``EvalSetError`` naming file, line and field of the first bad value)
+and the JSON helpers (docs/reference/data-formats.md, "How files are read")."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ragguard.calibration.data.columns import ColumnarRead
+import numpy as np
+from numpy.typing import NDArray
+
+from ragguard.calibration.data.columns import ColumnarRead, Event, Pairs, missing_ids
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.texts import utf8_lines
 from ragguard.errors import EvalSetError
@@ -26,97 +24,74 @@ Candidates = dict[str, dict[str, float]]
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """What ``load_evalset`` passes every reader besides the path and the reporter."""
+    """What ``load_evalset`` passes every reader (``corpus``: the files RAGAS contexts match)."""
 
     split: str | None = None
     model: str | None = None
     texts: bool = True
     corpus: tuple[Path, ...] = ()
-    """Corpus files a RAGAS testset's contexts are matched against (else the
-    ``corpus.jsonl`` beside it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Format:
-    """An eval-set format, an entry of ``FORMATS``: ``load_evalset`` and the CLI read
-    the registry, so a format added there (``FORMATS[name] = Format(...)``) loads."""
+    """An entry of ``FORMATS`` (a format added there loads). ``detect``: whether a folder
+    (``head`` None) or a file (``head`` its ``first_content``) holds it, or raises why not;
+    ``suffixes``: file names it owns unless an earlier format detects them; ``what``: its
+    data in messages; ``takes``: the ``ReadOptions`` it reads beyond ``texts``;
+    ``no_runs``: why ``runs=`` does not apply."""
 
     name: str
     detect: Callable[[Path, str | None], bool]
-    """Whether a folder (``head`` None) or a file (``head`` its first content line,
-    ``first_content``) holds this format; it may raise saying why one that looks like
-    it is not."""
     read: Callable[[Path, Reporter, ReadOptions], ColumnarRead]
     suffixes: tuple[str, ...] = ()
-    """A file whose (lower-case) name ends so is this format, unless a format before it
-    in ``FORMATS`` detects its first line."""
     folder: bool = False
     what: str = ""
-    """The format's data in messages (``BEIR folders``)."""
     takes: frozenset[str] = frozenset()
-    """The options of ``ReadOptions`` beyond ``texts`` it reads (``split``, ``model``)."""
     no_runs: str | None = None
-    """Why ``runs=`` does not apply, when the data is its own (unscored) run."""
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """The columns of a line of a qrels or run file, and which one holds a number.
-
-    A line starting with ``#`` is a comment only when it cannot be a record
-    (``comment``): trec_eval up to 9 (and pytrec_eval) know no comments, so
-    ``#7 0 docA 1`` labels query ``#7``; trec_eval 10 skips every line starting with
-    ``#``, which would drop that query without a word. Here such a line is read, and a
-    ``#`` line that has not the layout's number of columns, or no number where the
-    grade or score goes (a header, a note), is a comment.
+    """A qrels or run line's columns (as messages name them), what it is, its number's column
+    and parser, its id columns, and whether it is BEIR TSV (split on tabs, maybe a header).
+    A ``#`` line is a comment only when it cannot be a record: trec_eval up to 9 (and
+    pytrec_eval) read ``#7 0 docA 1`` as query ``#7``, which trec_eval 10 drops silently.
     """
 
     names: str
-    """The columns, as error messages name them (``query_id iteration doc_id grade``)."""
     kind: str
-    """What a line is, for error messages (``qrels``, ``run``)."""
     value: int | None = None
-    """The column holding a number, if any."""
     parse: Callable[[str], object] = float
-    """How that number is read (``int``, ``float``)."""
     ids: tuple[int, int] = (0, 2)
-    """The columns holding the query id and the document id."""
+    tsv: bool = False
 
     @property
     def columns(self) -> int:
-        """The number of columns of a record."""
         return len(self.names.split())
 
-    def record(self, parts: Sequence[str]) -> bool:
-        """Whether a line split into ``parts`` can be a record: the layout's number of
-        columns, and a number where the value goes."""
-        if len(parts) != self.columns:
-            return False
-        if self.value is None:
-            return True
-        try:
-            self.parse(parts[self.value])
-        except ValueError:
-            return False
-        return True
-
     def comment(self, line: str, parts: Sequence[str]) -> bool:
-        """Whether a (stripped) line, split into ``parts``, is a comment: it starts with
-        ``#`` and cannot be a record."""
-        return line.startswith("#") and not self.record(parts)
+        """Whether a stripped line starts with ``#`` and cannot be a record."""
+        if len(parts) == self.columns and self.value is not None:
+            try:
+                self.parse(parts[self.value])
+            except ValueError:
+                return line.startswith("#")
+        return line.startswith("#") and len(parts) != self.columns
+
+    def split(self, line: str) -> list[str]:
+        """A stripped line's fields (a TSV line with a tab: on tabs, each stripped)."""
+        return [p.strip() for p in line.split("\t")] if self.tsv and "\t" in line else line.split()
 
 
 TREC_QRELS = Layout("query_id iteration doc_id grade", "qrels", 3, int)
 TREC_RUN = Layout("query_id Q0 doc_id rank score tag", "run", 4, float)
-BEIR_QRELS = Layout("query-id corpus-id score", "BEIR qrels", 2, int, (0, 1))
-BEIR_DISTRACTOR = Layout("query-id corpus-id", "distractors", ids=(0, 1))
-BEIR_HEADERS = frozenset({"query-id", "query_id", "qid"})
-"""First fields of a BEIR TSV file's header line (line 1, skipped)."""
+BEIR_QRELS = Layout("query-id corpus-id score", "BEIR qrels", 2, int, (0, 1), tsv=True)
+BEIR_DISTRACTOR = Layout("query-id corpus-id", "distractors", ids=(0, 1), tsv=True)
+BEIR_HEADERS = frozenset({"query-id", "query_id", "qid"})  # a BEIR TSV header's first field
 
 
 def first_content(path: Path) -> tuple[str, int]:
-    """The first non-blank, non-comment line of a file (stripped) and its number; a line
-    starting with ``#`` is a comment unless it can be a TREC qrels or run record."""
+    """The first non-blank line of a file that is no TREC comment (stripped), and its number."""
     for n, line in enumerate(utf8_lines(path, numbered=False), 1):
         s = line.strip()
         if s and not (TREC_QRELS.comment(s, parts := s.split()) and TREC_RUN.comment(s, parts)):
@@ -125,8 +100,7 @@ def first_content(path: Path) -> tuple[str, int]:
 
 
 class Where:
-    """Errors of one line of a file: each method checks a value read from JSON and raises
-    [`EvalSetError`][ragguard.EvalSetError] naming the file, the line and the field."""
+    """One line of a file: each method checks a JSON value, raising naming file, line and field."""
 
     def __init__(self, path: Path, line: int | None = None) -> None:
         self.path = str(path)
@@ -138,7 +112,6 @@ class Where:
     def report(
         self, rep: Reporter, kind: ProblemKind, message: str, fld: str | None = None
     ) -> None:
-        """Report a problem of this line to ``rep``."""
         rep(kind, message, path=self.path, line=self.line, field=fld)
 
     def id(self, value: object, fld: str) -> str:
@@ -171,6 +144,11 @@ class Where:
             self.fail(f"a score must be a number or null, got {value!r}", fld)
         return float(value)
 
+    def strings(self, value: object, fld: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+            self.fail("must be a list of strings", fld)
+        return tuple(value)
+
     def id_list(self, value: object, fld: str) -> list[str]:
         if not isinstance(value, list):
             self.fail(f"must be a list of ids, got {type(value).__name__}", fld)
@@ -178,12 +156,7 @@ class Where:
 
 
 def json_line(text: str, path: Path, line: int) -> Any:
-    """One line of a JSON-lines file as Python's json reads it (``NaN`` and
-    ``Infinity`` included).
-
-    Raises:
-        EvalSetError: malformed JSON, naming file, line and column.
-    """
+    """One line of a JSON-lines file as Python's json reads it (``NaN`` included)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -192,10 +165,18 @@ def json_line(text: str, path: Path, line: int) -> Any:
         ) from None
 
 
+def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, object) of each non-blank line of a JSON-lines file."""
+    for n, text in enumerate(utf8_lines(path, numbered=False), 1):
+        if text.strip():
+            obj = json_line(text, path, n)
+            if not isinstance(obj, dict):
+                Where(path, n).fail(f"each line must be a JSON object, got {type(obj).__name__}")
+            yield n, obj
+
+
 def json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
-    """The line (1-based, within the text decoded) of a JSON error and ``column N``,
-    with ``the end of the <what>`` when the text ends there (it was cut short): such an
-    error points just past the last character, not past the final newline."""
+    """A JSON error's line and ``column N`` (``, the end of the <what>``: the text is cut)."""
     text = exc.doc
     end = len(text.rstrip())
     pos = min(exc.pos, end)
@@ -206,18 +187,12 @@ def json_where(exc: json.JSONDecodeError, what: str) -> tuple[int, str]:
 
 
 def json_file_error(exc: json.JSONDecodeError, path: Path) -> EvalSetError:
-    """The error of malformed JSON in a whole file, naming its line and column."""
     line, column = json_where(exc, "file")
     return EvalSetError(f"malformed JSON: {exc.msg} ({column})", path=str(path), line=line)
 
 
 def json_file(path: Path) -> Any:
-    """A whole JSON file as Python's json reads it.
-
-    Raises:
-        EvalSetError: an empty file, text that is not UTF-8, malformed JSON (naming its
-            line and column).
-    """
+    """A whole JSON file as Python's json reads it; raises on an empty file."""
     text = "".join(utf8_lines(path, numbered=False))
     if not text.strip():
         raise EvalSetError("the file is empty", path=str(path))
@@ -227,22 +202,16 @@ def json_file(path: Path) -> Any:
         raise json_file_error(exc, path) from None
 
 
-LONG_PASSAGE = 100_000
-"""Characters above which a passage of a generated eval set is reported as
-``ProblemKind.LONG_PASSAGE`` (a whole document rather than a passage?)."""
+LONG_PASSAGE = 100_000  # characters: a whole document rather than a passage?
 
 
 def normalised(text: str) -> str:
-    """``text`` with its runs of whitespace made one space and its ends stripped: how
-    generated eval sets' passage texts are compared."""
+    """How generated eval sets' passage texts are compared: whitespace runs as one space."""
     return " ".join(text.split())
 
 
 def same_texts(texts: Mapping[str, str], rep: Reporter, path: Path) -> dict[str, list[str]]:
-    """Normalised text -> the ids of the passages of ``texts`` holding it (in order);
-    each group of several ids (the same text, whitespace aside) is reported as
-    ``DUPLICATE_TEXT``, and each passage over ``LONG_PASSAGE`` characters as
-    ``LONG_PASSAGE``."""
+    """Normalised text -> ids of the passages holding it; repeated and long texts are reported."""
     by_text: dict[str, list[str]] = {}
     for doc, text in texts.items():
         by_text.setdefault(normalised(text), []).append(doc)
@@ -260,8 +229,7 @@ def same_texts(texts: Mapping[str, str], rep: Reporter, path: Path) -> dict[str,
 def read_json_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> tuple[Candidates, dict[str, int]]:
-    """A JSON run file, ``{query_id: {doc_id: score}}`` (TREC run files are read
-    column-wise, ``ragguard.calibration.data.formats.delimited``)."""
+    """A JSON run file, ``{query_id: {doc_id: score}}``."""
     at = Where(path)
     data = json_file(path)
     if not isinstance(data, dict):
@@ -280,3 +248,34 @@ def read_json_run(
                 message = f"document {doc!r} of query {qid!r} has score {score!r}"
                 at.report(rep, ProblemKind.INVALID_SCORE, message, "score")
     return cands, {}
+
+
+def row_events(
+    pairs: Pairs,
+    rows: NDArray[np.intp],
+    order: int,
+    kind: ProblemKind,
+    message: str,
+    fld: str | None = None,
+) -> list[Event]:
+    """An event of each of ``rows``, ``message`` formatted with ``doc``, ``qid``, ``score``."""
+    lines = pairs.line_of(rows).tolist()
+    return [
+        (ln, order, kind, message.format(doc=doc, qid=pairs.qids[q], score=v), fld)
+        for doc, q, v, ln in zip(
+            pairs.doc_ids(rows),
+            pairs.q[rows].tolist(),
+            pairs.value[rows].tolist(),
+            lines,
+            strict=True,
+        )
+    ]
+
+
+def unknown_documents(pairs: Pairs, known: Set[str], who: str, order: int) -> list[Event]:
+    """An ``UNKNOWN_DOCUMENT`` event of each row whose document is not in ``known``."""
+    unknown = missing_ids(pairs.docs, known)  # per id of docs: per row when d is None
+    if pairs.d is not None and unknown.size:
+        unknown = unknown[pairs.d]
+    message = who + " document {doc!r} (query {qid!r}) is not in corpus.jsonl"
+    return row_events(pairs, np.flatnonzero(unknown), order, ProblemKind.UNKNOWN_DOCUMENT, message)

@@ -1,20 +1,11 @@
 """Whitespace- or tab-separated text files (TREC qrels and runs, BEIR's TSV files): the
-one reader, column-wise.
-
-A file of fields joined by single spaces (the usual run) is read by pyarrow's
-multi-threaded CSV reader with typed columns; any other by its streaming reader, one line
-a row, split and cast by pyarrow's kernels block by block (a block holding whitespace
-only ``str.split()`` knows is split by Python). A block that fails a column-wise check is
-walked row by row (``_diagnose``): the first bad line raises
-[`EvalSetError`][ragguard.EvalSetError] naming file, line and field; when none is bad
-(a number only Python reads, such as ``1_000``), the values are Python's. The walk is a
-diagnosis of one block, not a second reader.
-"""
+one reader, column-wise, its two steps described in docs/benchmarks/calibrate_scale.md
+("Why pyarrow"); a block failing a column-wise check is walked row by row (``_diagnose``)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.data.columns import arrow_module, pyarrow, string_array
-from ragguard.calibration.data.formats.common import Layout
+from ragguard.calibration.data.formats.common import BEIR_HEADERS, Layout
 from ragguard.calibration.data.labels import F64, I64
 from ragguard.calibration.data.records import MAX_GRADE, grade_error
 from ragguard.calibration.data.texts import utf8_lines
@@ -47,8 +38,7 @@ _ASCII_SPACE = (b"\t", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
 
 @dataclass(frozen=True, slots=True)
 class Fields:
-    """The query and document columns (pyarrow strings, chunked), the value of each row
-    (float64) and its 1-based line (``None``: row ``i`` is line ``i + 1``)."""
+    """Query and document columns (chunked strings), values, lines (``None``: row i is line i+1)."""
 
     q: Any
     d: Any
@@ -58,46 +48,20 @@ class Fields:
 
 @dataclass(frozen=True, slots=True)
 class _Block:
-    """The content lines of one streamed block (trimmed, spaces normalised) and where
-    they are: ``first`` lines came before the block; ``kept`` are the block's rows kept
-    (``None``: all)."""
+    """A streamed block's content lines, the lines before it, its rows kept (``None``: all),
+    and whether Python splits it."""
 
     text: Any
     first: int
     kept: NDArray[np.intp] | None
     python: bool = False
-    """Whether the block holds whitespace pyarrow's kernels do not know (trimmed by
-    Python; its fields are split by Python too)."""
 
     def line(self, row: int) -> int:
         return self.first + 1 + (row if self.kept is None else int(self.kept[row]))
 
 
-def split_whitespace(line: str) -> list[str]:
-    """The fields of a TREC line: ``str.split()``."""
-    return line.split()
-
-
-def split_tsv(line: str) -> list[str]:
-    """The fields of a (stripped) BEIR TSV line: on tabs when it has one, else on
-    whitespace; each field stripped."""
-    return [p.strip() for p in line.split("\t")] if "\t" in line else line.split()
-
-
-def read_fields(
-    path: Path,
-    layout: Layout,
-    *,
-    split: Callable[[str], list[str]] = split_whitespace,
-    is_header: Callable[[list[str]], bool] | None = None,
-) -> Fields:
-    """The id columns and values of a delimited file (see the module docstring).
-
-    Args:
-        path: the file (gzipped when its name ends in ``.gz``).
-        layout: its columns, comment rule and messages.
-        split: how a line splits into fields (Python's rule, mirrored column-wise).
-        is_header: whether line 1, split, is a header to skip.
+def read_fields(path: Path, layout: Layout) -> Fields:
+    """The id columns and values of a delimited file (gzipped when named ``.gz``).
 
     Raises:
         EvalSetError: the first bad line, with file, line and field; a file that cannot
@@ -105,14 +69,12 @@ def read_fields(
         MissingDependencyError: pyarrow is not installed.
     """
     pyarrow()
-    if split is split_whitespace and is_header is None:
-        typed = _typed(path, layout)
-        if typed is not None:
-            return typed
+    typed = None if layout.tsv else _typed(path, layout)
+    if typed is not None:
+        return typed
     for delimiter in _LINE_DELIMITERS:
         try:
-            blocks = _blocks(path, layout, split, is_header, delimiter)
-            return _streamed(blocks, path, layout, split)
+            return _streamed(_blocks(path, layout, delimiter), path, layout)
         except _InText:
             continue
     raise EvalSetError(
@@ -126,13 +88,8 @@ class _InText(Exception):
     """The character the lines are streamed with occurs in the file."""
 
 
-# --------------------------------------------------------------------------- typed
-
-
 def _only_spaces(path: Path) -> bool:
-    """Whether the only whitespace inside ``path``'s lines is the space (a plain file,
-    not gzip): then each line is its fields joined by single spaces, or the CSV reader
-    rejects it."""
+    """Whether the only whitespace inside a plain (not gzip) file's lines is the space."""
     if path.name.lower().endswith(".gz"):
         return False
     tail = b""
@@ -149,8 +106,7 @@ def _only_spaces(path: Path) -> bool:
 
 
 def _csv_options(delimiter: str, types: dict[str, Any]) -> tuple[Any, Any]:
-    """CSV parse and convert options that read text as it is: no quoting or escapes,
-    blank lines kept (as rows), nothing read as null; only the columns of ``types``."""
+    """CSV options reading text as it is (no quotes, escapes or nulls; blank lines kept)."""
     csv = arrow_module("csv")
     parse = csv.ParseOptions(
         delimiter=delimiter,
@@ -171,10 +127,7 @@ def _csv_options(delimiter: str, types: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _typed(path: Path, layout: Layout) -> Fields | None:
-    """A file of fields joined by single spaces, read by the multi-threaded CSV reader
-    with typed columns; ``None`` when it is not that plain (other whitespace, a blank
-    line, a line with another number of fields, a value that does not parse or is out
-    of range): the streamed reader reads it then."""
+    """A file of fields joined by single spaces, read with typed columns; else ``None``."""
     pa = pyarrow()
     csv, pc = arrow_module("csv"), arrow_module("compute")
     if not _only_spaces(path):
@@ -184,7 +137,7 @@ def _typed(path: Path, layout: Layout) -> Fields | None:
     vi = layout.value
     assert vi is not None
     types = {names[qi]: pa.string(), names[di]: pa.string()}
-    types[names[vi]] = pa.int64() if layout.parse is int else pa.float64()
+    types[names[vi]] = _value_type(layout)
     parse, convert = _csv_options(" ", types)
     try:
         table = csv.read_csv(
@@ -196,27 +149,19 @@ def _typed(path: Path, layout: Layout) -> Fields | None:
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, EOFError, UnicodeDecodeError):
         return None
     q, d = table.column(names[qi]), table.column(names[di])
-    # an empty first field is a blank line (a "#" line that parsed into typed columns
-    # can be a record, so it is one: see Layout)
+    # an empty first field is a blank line (a "#" line parsed so is a record: see Layout)
     if table.num_rows and pc.any(pc.equal(q, "")).as_py():
         return None
-    values = np.asarray(table.column(names[vi]).to_numpy(), dtype=np.float64)
-    if layout.parse is int and values.size and values.max() > MAX_GRADE:
-        return None  # the streamed reader names the line
-    return Fields(q, d, values, None)
+    values = _cast(table.column(names[vi]), layout)  # None: the streamed reader names the line
+    return None if values is None else Fields(q, d, values, None)
 
 
-# --------------------------------------------------------------------------- streamed
-
-
-def _streamed(
-    blocks: Iterator[_Block], path: Path, layout: Layout, split: Callable[[str], list[str]]
-) -> Fields:
+def _streamed(blocks: Iterator[_Block], path: Path, layout: Layout) -> Fields:
     pa = pyarrow()
     pc = arrow_module("compute")
     qi, di = layout.ids
     vi = layout.value
-    tsv = split is split_tsv
+    tsv = layout.tsv
     qs: list[Any] = []
     ds: list[Any] = []
     vs: list[F64] = []
@@ -237,12 +182,8 @@ def _streamed(
                 q, d = pc.ascii_trim_whitespace(q), pc.ascii_trim_whitespace(d)
                 v = None if v is None else pc.ascii_trim_whitespace(v)
             values = np.zeros(n) if v is None else _cast(v, layout)
-        if (
-            block.python
-            or values is None
-            or (layout.parse is int and values.size and values.max() > MAX_GRADE)
-        ):
-            values, qs_py, ds_py = _diagnose(path, block, layout, split)  # or it raises
+        if block.python or values is None:
+            values, qs_py, ds_py = _diagnose(path, block, layout)  # or it raises
             q, d = string_array(qs_py), string_array(ds_py)
         qs.append(q)
         ds.append(d)
@@ -256,14 +197,8 @@ def _streamed(
 
 
 def _lines(spans: list[tuple[int, NDArray[np.intp] | None, int]]) -> I64 | None:
-    """The line of each row kept from the blocks ``(lines before, rows kept or None for
-    all, rows)``; ``None`` when row ``i`` is line ``i + 1``."""
-    rows = 0
-    for first, kept, n in spans:
-        if kept is not None or first != rows:
-            break
-        rows += n
-    else:
+    """Each row's line from (lines before, rows kept, rows); ``None`` when all are kept."""
+    if all(kept is None for _, kept, _ in spans):
         return None
     parts = [
         np.arange(first + 1, first + n + 1, dtype=np.int64)
@@ -274,24 +209,24 @@ def _lines(spans: list[tuple[int, NDArray[np.intp] | None, int]]) -> I64 | None:
     return np.concatenate(parts)
 
 
+def _value_type(layout: Layout) -> Any:
+    return pyarrow().int64() if layout.parse is int else pyarrow().float64()
+
+
 def _cast(column: Any, layout: Layout) -> F64 | None:
-    """The value column as float64, or ``None`` when pyarrow does not parse every value
-    (the block is diagnosed then)."""
+    """The value column as float64; ``None`` when pyarrow does not parse a value or a grade
+    is above ``MAX_GRADE`` (the row-by-row walk names it)."""
     pa = pyarrow()
-    pc = arrow_module("compute")
-    target = pa.int64() if layout.parse is int else pa.float64()
     try:
-        return np.asarray(pc.cast(column, target).to_numpy(), dtype=np.float64)
+        cast = arrow_module("compute").cast(column, _value_type(layout))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
         return None
+    values = np.asarray(cast.to_numpy(), dtype=np.float64)
+    return None if layout.parse is int and values.size and values.max() > MAX_GRADE else values
 
 
-def _diagnose(
-    path: Path, block: _Block, layout: Layout, split: Callable[[str], list[str]]
-) -> tuple[F64, list[str], list[str]]:
-    """Walk a block that failed the column-wise checks row by row: the first bad line
-    raises; when none is bad, the values, query ids and document ids as Python reads
-    them."""
+def _diagnose(path: Path, block: _Block, layout: Layout) -> tuple[F64, list[str], list[str]]:
+    """Walk a block row by row: the first bad line raises; else its values and ids."""
     vi = layout.value
     qi, di = layout.ids
     fld = None if vi is None else layout.names.split()[vi]
@@ -299,7 +234,7 @@ def _diagnose(
     qs: list[str] = []
     ds: list[str] = []
     for row, s in enumerate(block.text.to_pylist()):
-        parts = split(s)
+        parts = layout.split(s)
 
         def fail(message: str, field: str | None = None, row: int = row) -> NoReturn:
             raise EvalSetError(message, path=str(path), line=block.line(row), field=field)
@@ -327,10 +262,7 @@ def _diagnose(
 
 
 def _batches(path: Path, delimiter: str) -> Iterator[Any]:
-    """The streamed line batches of ``path`` (one string column, blank lines kept; none
-    for an empty file); a file that cannot be read, or is not UTF-8, raises
-    [`EvalSetError`][ragguard.EvalSetError] (naming the first line that is not UTF-8),
-    one holding ``delimiter`` raises ``_InText``."""
+    """A file's line batches; one holding ``delimiter`` raises ``_InText``."""
     pa = pyarrow()
     csv = arrow_module("csv")
     gz = path.name.lower().endswith(".gz")
@@ -354,17 +286,8 @@ def _batches(path: Path, delimiter: str) -> Iterator[Any]:
         raise EvalSetError(f"cannot read: {exc}", path=str(path)) from None
 
 
-def _blocks(
-    path: Path,
-    layout: Layout,
-    split: Callable[[str], list[str]],
-    is_header: Callable[[list[str]], bool] | None,
-    delimiter: str,
-) -> Iterator[_Block]:
-    """The content lines of each streamed block: whitespace normalised, trimmed, blank
-    lines and comments left out (a ``#`` line is a comment only when it cannot be a
-    record, ``Layout.comment``), and line 1 when ``is_header`` says so. Each block's
-    memory goes back to the system once the caller is done with it."""
+def _blocks(path: Path, layout: Layout, delimiter: str) -> Iterator[_Block]:
+    """Each streamed block's content lines, trimmed, without blanks, comments and a BEIR header."""
     pa = pyarrow()
     pc = arrow_module("compute")
     pool = pa.default_memory_pool()
@@ -382,9 +305,9 @@ def _blocks(
         if pc.any(hashed).as_py():
             at = np.flatnonzero(hashed.to_numpy(zero_copy_only=False))
             lines = trimmed.take(at).to_pylist()
-            mask[at[[layout.comment(s, split(s)) for s in lines]]] = False
-        if is_header is not None and seen == 0 and n and mask[0]:
-            mask[0] = not is_header(split(trimmed[0].as_py()))
+            mask[at[[layout.comment(s, layout.split(s)) for s in lines]]] = False
+        if layout.tsv and seen == 0 and n and mask[0]:
+            mask[0] = layout.split(trimmed[0].as_py())[0].lower() not in BEIR_HEADERS
         if mask.all():
             yield _Block(trimmed, seen, None, python)
         else:

@@ -1,5 +1,4 @@
-"""ragguard's JSONL eval sets: the one reader (docs/reference/data-formats.md, "How
-files are read")."""
+"""ragguard's JSONL eval sets: the one reader (docs/reference/data-formats.md)."""
 
 from __future__ import annotations
 
@@ -14,10 +13,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns, string_array
-from ragguard.calibration.data.formats.common import Format, Where, json_line
+from ragguard.calibration.data.formats.common import Format, Where, json_objects
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Query
-from ragguard.calibration.data.texts import Texts, TextSource, utf8_lines
+from ragguard.calibration.data.texts import Texts, TextSource
 from ragguard.errors import EvalSetError
 
 JSONL_FIELDS = frozenset(
@@ -43,7 +42,6 @@ CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
 def _doc_numbers(
     obj: dict[str, Any], name: str, at: Where, lo: float, hi: float
 ) -> dict[str, float]:
-    """A ``{id: number}`` field of one JSONL line, each number in [lo, hi]."""
     value = obj.get(name, {})
     if not isinstance(value, dict):
         at.fail(f"must be an object {{id: number}}, got {type(value).__name__}", name)
@@ -51,7 +49,7 @@ def _doc_numbers(
 
 
 def _detect(path: Path, head: str | None) -> bool:
-    """A file whose first line is a JSON object (a ``.json`` one is a run, not JSONL)."""
+    """A file whose first line is a JSON object (a ``.json`` one raises: a run?)."""
     if head is None or not head.startswith("{"):
         return False
     if path.name.lower().endswith(".json"):
@@ -64,8 +62,7 @@ def _detect(path: Path, head: str | None) -> bool:
 
 
 class _Run:
-    """One run's candidates as they are read: columns, the line of each query, and the
-    candidates without a valid score (reported at the end, when the run has a score)."""
+    """One run as it is read."""
 
     def __init__(self) -> None:
         self.columns = RunColumns()
@@ -75,18 +72,7 @@ class _Run:
 
 
 def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead:
-    """A ragguard JSONL eval set (see the module docstring).
-
-    Args:
-        path: the file (gzipped when its name ends in ``.gz``).
-        rep: where problems go (repeated candidates, candidates without a valid score).
-        texts: keep the candidates' ``text`` and the lines' ``metadata``.
-
-    Raises:
-        EvalSetError: malformed JSON, an unknown field, a missing or mistyped id, a grade,
-            utility or probability out of range, a document listed twice, a repeated
-            query: naming file, line and field.
-    """
+    """A ragguard JSONL eval set; ``texts``: keep candidates' texts and lines' metadata."""
     source = str(path)
     queries: dict[str, Query] = {}
     label_lines: dict[str, tuple[str | None, int | None]] = {}
@@ -95,13 +81,8 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
     pair_texts = _PairTexts() if texts else None
     metadata: dict[str, dict[str, Any]] = {}
     silver = False  # a line written by ragguard synth says its labels are generated
-    for lineno, text in enumerate(utf8_lines(path, numbered=False), 1):
-        if not text.strip():
-            continue
+    for lineno, obj in json_objects(path):
         at = Where(path, lineno)
-        obj = json_line(text, path, lineno)
-        if not isinstance(obj, dict):
-            at.fail(f"each line must be a JSON object, got {type(obj).__name__}")
         unknown = sorted(obj.keys() - JSONL_FIELDS)
         if unknown:
             at.fail(
@@ -113,14 +94,12 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         if qid in label_lines:
             at.fail(f"query id {qid!r} was already used on line {label_lines[qid][1]}", "query_id")
         query = at.text(obj.get("query"), "query")
-        answers = obj.get("answers", [])
-        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
-            at.fail("must be a list of strings", "answers")
+        answers = at.strings(obj.get("answers", []), "answers")
         needs = obj.get("needs")
         if needs is not None and (type(needs) is not int or needs < 1):
             at.fail(f"must be a whole number >= 1 (passages needed), got {needs!r}", "needs")
         labels.add(qid, _labels(obj, at))
-        queries[qid] = Query(qid, query, tuple(answers), needs)
+        queries[qid] = Query(qid, query, answers, needs)
         label_lines[qid] = (source, lineno)
         meta = obj.get("metadata")
         if isinstance(meta, dict):
@@ -155,8 +134,6 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
 
 
 def _labels(obj: dict[str, Any], at: Where) -> Labels:
-    """The labels of one JSONL line: grades (``relevant`` 1-5, ``not_relevant`` and
-    ``distractors`` 0), utilities, abstention probabilities, ``num_relevant``."""
     grades: dict[str, int] = {}
     owner: dict[str, str] = {}
 
@@ -196,8 +173,7 @@ def _labels(obj: dict[str, Any], at: Where) -> Labels:
 
 
 def _candidate_lists(obj: dict[str, Any], at: Where) -> list[tuple[str, str, object]]:
-    """(run name, field, candidate list) of one line: ``candidates`` as the run
-    ``default``, then each of ``runs``."""
+    """(run name, field, candidate list) of one line, ``candidates`` as run ``default``."""
     listed: list[tuple[str, str, object]] = []
     if "candidates" in obj:
         listed.append(("default", "candidates", obj["candidates"]))
@@ -215,9 +191,7 @@ _SCORE_TYPES = frozenset({float, int, type(None)})
 
 
 def _checked(value: object) -> tuple[list[str], list[Any], list[tuple[str, str]]] | None:
-    """A list of candidate objects with distinct non-empty string ids, number or null
-    scores, string or null texts and known fields, as (ids, scores, texts); else
-    ``None``. (Each check runs over the whole list at once, in C where it can.)"""
+    """(ids, scores, texts) of a list of good candidates, checked as a whole; else ``None``."""
     if type(value) is not list or set(map(type, value)) - {dict}:
         return None
     keys: set[str] = set().union(*value)
@@ -251,9 +225,7 @@ def _candidates(
     rep: Reporter,
     invalid: list[tuple[str, int, str]],
 ) -> tuple[list[str], list[float], list[tuple[str, str]]]:
-    """(ids, scores, (id, text) of those with a text) of one candidate list: checked as a
-    whole, or walked candidate by candidate when the check fails (which names the field
-    at fault and reports repeats)."""
+    """(ids, scores, (id, text) pairs) of one candidate list; one ``_checked`` rejects is walked."""
     whole = _checked(value)
     if whole is not None:
         docs, scores, texts = whole
@@ -299,10 +271,7 @@ def _candidates(
 
 
 class _PairTexts:
-    """Candidate texts as they are read: every 65,536 texts, the query of each (an index
-    into ``qids``), its id and its text become Arrow arrays. Called (by
-    ``TextSource``, on the first look-up), the
-    mapping (query, candidate) -> text, the first text of a pair winning."""
+    """Candidate texts, made Arrow arrays every 65,536; called, (query, doc) -> first text."""
 
     def __init__(self) -> None:
         self.qids: list[str] = []
@@ -312,7 +281,6 @@ class _PairTexts:
         self._texts: list[str] = []
 
     def add(self, qid: str, texts: Sequence[tuple[str, str]]) -> None:
-        """One candidate list's texts (a query's lists come one after another)."""
         if not self.qids or self.qids[-1] != qid:
             self.qids.append(qid)
         self._q.extend([len(self.qids) - 1] * len(texts))

@@ -1,7 +1,6 @@
-"""LlamaIndex's ``EmbeddingQAFinetuneDataset`` JSON (what ``generate_qa_embedding_pairs``
-makes and ``save_json`` writes: ``queries``, ``corpus``, ``relevant_docs``, ``mode``):
-the one reader, with Python's json (docs/reference/data-formats.md, "LlamaIndex
-datasets"). Its labels are silver: each query's source nodes are relevant."""
+"""LlamaIndex's ``EmbeddingQAFinetuneDataset`` JSON (``save_json``): the one reader
+(docs/reference/data-formats.md, "LlamaIndex datasets"); each query's source nodes are
+its (silver) relevant passages."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ _OPENING = re.compile(r'\{\s*"queries"\s*:')
 
 
 def _text_map(data: dict[str, object], name: str, at: Where) -> dict[str, str]:
-    """The ``{id: text}`` object ``name`` of the dataset, every text a non-blank string."""
     value = data.get(name)
     if not isinstance(value, dict):
         at.fail(f"must be an object {{id: text}}, got {type(value).__name__}", name)
@@ -39,15 +37,8 @@ def _text_map(data: dict[str, object], name: str, at: Where) -> dict[str, str]:
 
 
 def read_llamaindex(path: Path, rep: Reporter) -> ColumnarRead:
-    """A LlamaIndex ``EmbeddingQAFinetuneDataset`` JSON file: its queries, each labelled
-    with its ``relevant_docs`` (grade 1; a corpus node with the same text, whitespace
-    aside, too), the ``corpus`` texts; no run.
-
-    Raises:
-        EvalSetError: an empty file, malformed JSON, a field missing or mistyped, a
-            blank text, a query without ``relevant_docs`` or one naming a node not in
-            ``corpus``: naming file and field.
-    """
+    """A LlamaIndex dataset: its queries, each labelled (grade 1) with its
+    ``relevant_docs`` and the nodes of the same text, and the ``corpus`` texts; no run."""
     at = Where(path)
     data = json_file(path)
     if not isinstance(data, dict):
@@ -89,7 +80,6 @@ def read_llamaindex(path: Path, rep: Reporter) -> ColumnarRead:
 
 
 def _detect(path: Path, head: str | None) -> bool:
-    """A ``.json`` file that opens with ``{"queries":`` (as ``save_json`` writes it)."""
     if head is None or not path.name.lower().endswith((".json", ".json.gz")):
         return False
     opening = head_bytes(path, 256).decode("utf-8", "replace")

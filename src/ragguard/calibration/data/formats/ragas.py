@@ -1,11 +1,6 @@
-"""RAGAS testsets (``Testset.to_jsonl`` / ``to_csv`` / ``to_pandas().to_csv``: one sample
-per line or row with ``user_input``, ``reference_contexts``, ``reference``; RAGAS 0.1's
-``question``, ``contexts``, ``ground_truth`` too): the one reader
-(docs/reference/data-formats.md, "RAGAS testsets"). The reference contexts are texts:
-each is matched by text, whitespace aside, to the passages of the ``corpus.jsonl``
-beside the file, or of the corpus files ``load_evalset``'s ``corpus=`` names
-(``reference_context_ids``, where a sample has them, name the passages instead). Its
-labels are silver: each query's reference contexts are relevant."""
+"""RAGAS testsets, JSONL or CSV: the one reader (docs/reference/data-formats.md, "RAGAS
+testsets"); the reference contexts are matched by text to a corpus's passages, and are
+the (silver) relevant passages."""
 
 from __future__ import annotations
 
@@ -23,6 +18,7 @@ from ragguard.calibration.data.formats.common import (
     Format,
     Where,
     json_line,
+    json_objects,
     normalised,
     same_texts,
 )
@@ -31,11 +27,10 @@ from ragguard.calibration.data.records import Labels, Query
 from ragguard.calibration.data.texts import Texts, TextSource, utf8_lines
 from ragguard.errors import EvalSetError
 
-NAMES = (
+NAMES = (  # a sample's (query, contexts, answer) fields: RAGAS 0.2+, then RAGAS 0.1
     ("user_input", "reference_contexts", "reference"),
     ("question", "contexts", "ground_truth"),
 )
-"""The (query, contexts, answer) fields of a sample: RAGAS 0.2+, then RAGAS 0.1."""
 _IDS = "reference_context_ids"
 
 
@@ -44,17 +39,9 @@ def _is_table(path: Path) -> bool:
 
 
 def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line, sample) of each sample of a JSONL or CSV testset; a CSV cell holding a
-    list (``['a', 'b']``, as ``csv`` and pandas write one) is read as the list."""
+    """(line, sample) of each sample; a CSV cell holding a list (``['a', 'b']``) is the list."""
     if not _is_table(path):
-        for lineno, text in enumerate(utf8_lines(path, numbered=False), 1):
-            if text.strip():
-                obj = json_line(text, path, lineno)
-                if not isinstance(obj, dict):
-                    Where(path, lineno).fail(
-                        f"each line must be a JSON object, got {type(obj).__name__}"
-                    )
-                yield lineno, obj
+        yield from json_objects(path)
         return
     rows = csv.DictReader(io.StringIO("".join(utf8_lines(path, numbered=False)), newline=""))
     line = 2
@@ -66,8 +53,12 @@ def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             sample: dict[str, Any] = {k: v or None for k, v in row.items()}
             for key in (NAMES[0][1], NAMES[1][1], _IDS):
                 cell = sample.get(key)
-                if isinstance(cell, str):
-                    sample[key] = _literal(cell, at, key)
+                if not isinstance(cell, str):
+                    continue
+                try:
+                    sample[key] = ast.literal_eval(cell)
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    at.fail(f"must be a list of strings (['...', ...]), got {cell[:40]!r}", key)
             yield line, sample
             line = rows.line_num + 1
     except csv.Error as exc:
@@ -80,15 +71,7 @@ def _samples(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise EvalSetError(why, path=str(path), line=line) from None
 
 
-def _literal(cell: str, at: Where, fld: str) -> object:
-    try:
-        return ast.literal_eval(cell)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        at.fail(f"must be a list of strings (['...', ...]), got {cell[:40]!r}", fld)
-
-
 def _strings(value: object, at: Where, fld: str) -> list[str]:
-    """A non-empty list of non-blank strings."""
     if not isinstance(value, list) or not value:
         what = "an empty list" if value == [] else type(value).__name__
         at.fail(f"must be a non-empty list of passage texts, got {what}", fld)
@@ -99,9 +82,7 @@ def _strings(value: object, at: Where, fld: str) -> list[str]:
 
 
 class _Corpus:
-    """The passages of the corpus files given, else of the ``corpus.jsonl`` beside a
-    testset, by normalised text (a title, if any, with or without it), read when first
-    asked for."""
+    """The corpus passages by normalised text (with or without a title), read when asked."""
 
     def __init__(self, testset: Path, given: tuple[Path, ...], rep: Reporter) -> None:
         self.paths = given or (testset.parent / "corpus.jsonl",)
@@ -132,18 +113,9 @@ class _Corpus:
 
 
 def read_ragas(path: Path, rep: Reporter, corpus_files: tuple[Path, ...] = ()) -> ColumnarRead:
-    """A RAGAS testset: query ``q<n>`` for its n-th sample (its ``user_input``, its
-    ``reference`` as the answer), labelled with the passages its reference contexts
-    match (grade 1), silver; no run. The contexts are matched against ``corpus_files``,
-    else the ``corpus.jsonl`` beside the testset. Contexts matching no passage are reported
-    (``UNMATCHED_CONTEXT``) and left out, as is a sample none of whose contexts matches.
-
-    Raises:
-        EvalSetError: an empty file, malformed JSON or CSV, a sample without a query or
-            contexts, mistyped or blank texts, a multi-turn sample, no corpus (a
-            ``corpus.jsonl`` beside the file, or ``corpus_files``) when a sample needs
-            it, no context matching any passage: naming file, line and field.
-    """
+    """A RAGAS testset: query ``q<n>`` for its n-th sample, labelled (grade 1, silver)
+    with the passages its reference contexts match; no run. A context matching none is
+    reported and left out, as is a sample none of whose contexts matches."""
     corpus = _Corpus(path, corpus_files, rep)
     queries: dict[str, Query] = {}
     labels: dict[str, Labels] = {}
@@ -207,8 +179,7 @@ def read_ragas(path: Path, rep: Reporter, corpus_files: tuple[Path, ...] = ()) -
 
 
 def _detect(path: Path, head: str | None) -> bool:
-    """A JSONL file whose first line is a sample (``user_input`` or ``question`` and its
-    contexts), or a CSV file whose header names them."""
+    """A JSONL or CSV file whose first sample or header names a sample's fields."""
     if head is None:
         return False
     if _is_table(path):

@@ -1,8 +1,6 @@
-"""Qrels and runs held as tables (pandas and polars DataFrames, pyarrow Tables, ranx
-``Qrels`` and ``Run``) or as ``{query_id: {doc_id: value}}`` dicts, read as
-docs/reference/data-formats.md ("Tables") describes: tables become ``Pairs`` with
-pyarrow, ranx objects become dicts; pandas, polars, pyarrow and ranx are never imported
-here."""
+"""Qrels and runs held as tables (pandas, polars, pyarrow, ranx) or as dicts, read as
+docs/reference/data-formats.md ("Tables") describes; pandas, polars, pyarrow and ranx are
+never imported here."""
 
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ _WHAT = {"qid": "query id", "docid": "document id", "grade": "grade", "score": "
 
 
 def table_kind(obj: object) -> str | None:
-    """``"pandas"``, ``"polars"``, ``"arrow"`` or ``"ranx"`` for the tables this module
-    reads (by the module of the object's class or a base class), else ``None``."""
+    """``pandas``, ``polars``, ``arrow``, ``ranx`` (by the object's class's module), or ``None``."""
     for cls in type(obj).__mro__:
         top = cls.__module__.partition(".")[0]
         if top in ("pandas", "polars") and cls.__name__ == "DataFrame":
@@ -67,15 +64,13 @@ def read_input(
     what: str,
     rep: Reporter,
 ) -> Pairs | Dicts:
-    """Qrels (``role="qrels"``) or a run as given: dicts stay dicts, ranx objects become
-    dicts, DataFrames and pyarrow Tables become ``Pairs`` (ids interned, repeated
-    rows removed and reported to ``rep`` under the name ``what``).
+    """Qrels or a run as given: dicts stay dicts, ranx objects become dicts, tables become
+    ``Pairs`` (repeated rows removed and reported under the name ``what``).
 
     Raises:
         ArgumentTypeError: ``obj`` is none of these.
-        EvalSetError: no rows; a column is missing, ambiguous or holds the wrong type, an
-            id or grade is missing, a grade is not one (see the module docstring), a
-            repeated label contradicts the first.
+        EvalSetError: no rows; a column missing, ambiguous or mistyped, a missing id, a
+            bad grade, a repeated label contradicting the first.
         ConfigError: ``columns`` has an unknown key.
     """
     kind = None if isinstance(obj, Mapping) else table_kind(obj)
@@ -102,13 +97,11 @@ def read_input(
 
 
 def columnar(data: Pairs | Dicts) -> TypeGuard[Pairs]:
-    """Whether ``data`` is a table's columns (not dicts)."""
     return isinstance(data, Pairs)
 
 
 def as_dicts(data: Pairs | Dicts, role: Role) -> Dicts:
-    """``data`` as ``{query_id: {doc_id: value}}``, built per query from ``Pairs``
-    (whole-number grades as ints, as a dict of qrels holds them)."""
+    """``data`` as ``{query_id: {doc_id: value}}`` (whole-number grades as ints)."""
     if not isinstance(data, Pairs):
         return data
     out: dict[str, dict[str, Any]] = {}
@@ -134,10 +127,7 @@ def _ranx_dicts(obj: Table, role: Role) -> Dicts:
 
 
 def _check_grades(qrels: Dicts, what: str) -> None:
-    """Raise on the first grade of ``qrels`` that ``bad_grade`` rejects (values that
-    are not numbers are left to the conversion, which names them). The rule is asked once
-    per distinct value."""
-    # (type(m) is dict: a fast check before the slower one of the Mapping ABC)
+    """Raise on the first number ``bad_grade`` rejects (asked once per distinct value)."""
     maps = [m.values() for m in qrels.values() if type(m) is dict or isinstance(m, Mapping)]
     try:
         distinct: Iterable[Any] = set(chain.from_iterable(maps))
@@ -155,13 +145,9 @@ def _bad_number(value: object) -> bool:
     return isinstance(value, Real | Decimal) and bad_grade(value)
 
 
-# --------------------------------------------------------------------------- columns
-
-
 def _column_names(
     names: Sequence[str], role: Role, columns: Mapping[str, str] | None, what: str
 ) -> tuple[str, str, str]:
-    """The names of the query id, document id and value columns among ``names``."""
     given = dict(columns or {})
     unknown = sorted(set(given) - set(COLUMN_NAMES))
     if unknown:
@@ -201,7 +187,7 @@ def _column_names(
 
 
 def _missing(value: object) -> bool:
-    """Whether a cell is missing: None, NaN or pandas.NA."""
+    """None, NaN or pandas.NA."""
     if value is None or type(value).__name__ == "NAType":
         return True
     return isinstance(value, float) and math.isnan(value)
@@ -216,13 +202,8 @@ def _missing_grade(name: str, row: int, value: object, what: str) -> EvalSetErro
     )
 
 
-# --------------------------------------------------------------------------- pyarrow
-
-
 def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:
-    """A table's column names and a function giving one column as a pyarrow array, or
-    as a Python list where pyarrow cannot convert it (a pandas column of mixed types:
-    its values are checked one by one, so the row at fault is named)."""
+    """Column names and a getter of a column as pyarrow (else as a list, checked value by value)."""
     if kind != "pandas":
         table = obj.to_arrow() if kind == "polars" else obj
         return list(table.column_names), table.column
@@ -244,10 +225,14 @@ def _columns(obj: Table, kind: str) -> tuple[list[str], Callable[[str], Any]]:
 
 
 def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
-    """An id column as strings (integers as their decimal text)."""
     pa = pyarrow()
-    if isinstance(column, list):
-        return pa.chunked_array([string_array(_python_ids(column, name, label, what))])
+    if isinstance(column, list):  # strings, integers as their decimal text
+        for i, v in enumerate(column):
+            if isinstance(v, bool) or not isinstance(v, str | int):
+                why = f"{label}s must be strings or integers, column {name!r} holds {v!r}"
+                why = f"no {label} (column {name!r})" if _missing(v) else why
+                raise EvalSetError(f"row {i}: {why}", path=what)
+        return pa.chunked_array([string_array([str(v) for v in column])])
     types = pa.types
     if column.null_count:
         pc = arrow_module("compute")
@@ -265,7 +250,6 @@ def _arrow_ids(column: Any, name: str, label: str, what: str) -> Any:
 
 
 def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
-    """A score or grade column as float64 (a missing score is NaN)."""
     if isinstance(column, list):
         return np.array(
             [_number(v, role, name, i, what) for i, v in enumerate(column)], dtype=np.float64
@@ -286,39 +270,18 @@ def _arrow_values(column: Any, role: Role, name: str, what: str) -> F64:
     return values
 
 
-def _python_ids(values: list[Any], name: str, label: str, what: str) -> list[str]:
-    """Ids of a column pyarrow cannot convert: strings, integers as their decimal text."""
-    out: list[str] = []
-    for i, v in enumerate(values):
-        if not isinstance(v, str):
-            if isinstance(v, bool) or not isinstance(v, int):
-                if _missing(v):
-                    raise EvalSetError(f"row {i}: no {label} (column {name!r})", path=what)
-                raise EvalSetError(
-                    f"row {i}: {label}s must be strings or integers, column {name!r} holds {v!r}",
-                    path=what,
-                )
-            v = str(v)
-        out.append(v)
-    return out
-
-
 def _number(value: object, role: Role, name: str, row: int, what: str) -> float:
-    if isinstance(value, int | float | Decimal) and (
-        role == "qrels" or not isinstance(value, bool)
-    ):
+    if isinstance(value, int | float | Decimal) and (role == "qrels" or type(value) is not bool):
         out = float(value)
-        if role == "qrels" and not math.isfinite(out):
-            raise _missing_grade(name, row, value, what)
-        return out
-    if _missing(value):
-        if role == "qrels":
-            raise _missing_grade(name, row, value, what)
-        return math.nan
-    raise EvalSetError(f"column {name!r} must hold numbers, row {row} holds {value!r}", path=what)
-
-
-# --------------------------------------------------------------------------- repeats
+    elif _missing(value):
+        out = math.nan
+    else:
+        raise EvalSetError(
+            f"column {name!r} must hold numbers, row {row} holds {value!r}", path=what
+        )
+    if role == "qrels" and not math.isfinite(out):
+        raise _missing_grade(name, row, value, what)
+    return out
 
 
 def _pairs(
@@ -332,9 +295,7 @@ def _pairs(
     rep: Reporter,
     name: str,
 ) -> Pairs:
-    """``Pairs`` of interned rows; a grade ``bad_grade`` rejects (in column
-    ``name``) is an error, a repeated (query, document) row is reported and dropped, a
-    repeated label with another grade is an error."""
+    """``Pairs`` of interned rows: a bad grade or contradicting label raises, repeats go."""
     if role == "qrels":
         bad = [v for v in np.unique(value).tolist() if bad_grade(v)]  # NaN: rejected before
         if bad:

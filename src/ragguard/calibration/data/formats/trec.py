@@ -1,10 +1,5 @@
-"""TREC qrels and run files, column-wise (``read_trec``).
-
-A run's document ids stay as read, one Arrow string per line (dictionary-encoding 10
-million ids costs seconds and a large hash table): repeats are found per query from a
-64-bit key of each id (``doc_keys``), confirmed on the text. Problems are reported in
-the order of their lines.
-"""
+"""TREC qrels and run files, column-wise (``read_trec``); a run's document ids stay as
+read, repeats found from a 64-bit key of each id (docs/benchmarks/calibrate_scale.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +18,6 @@ from ragguard.calibration.data.columns import (
     Lines,
     Pairs,
     encode_ids,
-    missing_ids,
     pyarrow,
     query_view,
     report_events,
@@ -35,6 +29,8 @@ from ragguard.calibration.data.formats.common import (
     Format,
     first_content,
     read_json_run,
+    row_events,
+    unknown_documents,
 )
 from ragguard.calibration.data.formats.delimited import read_fields
 from ragguard.calibration.data.labels import I64
@@ -42,17 +38,8 @@ from ragguard.calibration.data.problems import ProblemKind, Reporter
 
 
 def read_trec(path: Path, kind: str, rep: Reporter, *, known_docs: Set[str] | None = None) -> Pairs:
-    """A TREC run (``kind="run"``) or qrels (``kind="qrels"``) file, column-wise
-    (``read_fields``).
-
-    Problems go to ``rep`` in the order of their lines. A run's document ids stay as
-    read (one per line, see ``Pairs``); labels' are interned, their values the
-    grades as written (-1 and below included).
-
-    Raises:
-        EvalSetError: a malformed line, a grade out of range or one contradicting an
-            earlier label of the same document, with file, line and field.
-    """
+    """A TREC run or qrels (``kind``) file; problems go to ``rep`` in line order. A run's
+    document ids stay as read; labels' are interned, their grades as written."""
     pa = pyarrow()
     layout = TREC_RUN if kind == "run" else TREC_QRELS
     fields = read_fields(path, layout)
@@ -81,7 +68,7 @@ _LOW_BYTES = np.array([(1 << (8 * n)) - 1 for n in range(8)] + [(1 << 64) - 1], 
 
 
 def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
-    """splitmix64's finaliser: every input bit moves every output bit (wraps mod 2**64)."""
+    """splitmix64's finaliser (wraps mod 2**64)."""
     x = x ^ (x >> np.uint64(30))
     x = x * _MIX_1
     x = x ^ (x >> np.uint64(27))
@@ -91,11 +78,7 @@ def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
 
 
 def doc_keys(column: Any) -> NDArray[np.uint64]:
-    """A 64-bit key of each id of a pyarrow string column (chunked or not): equal ids
-    have equal keys; different ids seldom do (callers compare the text of equal keys).
-    The key is an id's first 8 bytes, read as one unaligned 64-bit word, with its length
-    and (for longer ids) its last 8 bytes mixed in: no per-id Python and no hash
-    table."""
+    """A 64-bit key of each id: its first 8 bytes as one word, its length and last 8 mixed in."""
     chunks = column.chunks if hasattr(column, "chunks") else [column]
     step = 1 << 20  # ids a piece: the temporaries stay near 8 MB each
     parts = [
@@ -128,8 +111,7 @@ def _chunk_keys(arr: Any) -> NDArray[np.uint64]:
 
 
 def text_repeats(pairs: Pairs, keys: NDArray[np.uint64]) -> NDArray[np.intp]:
-    """Rows repeating an earlier row's (query, document), in row order, for ids kept as
-    read: rows whose (query, key) occurs twice are candidates, and their text decides."""
+    """Rows repeating an earlier (query, document): equal (query, key), confirmed on the text."""
     q = pairs.q
     n = q.size
     if n < 2:
@@ -158,33 +140,14 @@ def text_repeats(pairs: Pairs, keys: NDArray[np.uint64]) -> NDArray[np.intp]:
     return np.asarray(out, dtype=np.intp)
 
 
-def _run_events(
-    pairs: Pairs, known_docs: Set[str] | None
-) -> list[tuple[int, int, ProblemKind, str, str | None]]:
-    out: list[tuple[int, int, ProblemKind, str, str | None]] = []
-    if known_docs is not None:
-        unknown = missing_ids(pairs.docs, known_docs)  # per id of docs: per row when d is None
-        if pairs.d is not None and unknown.size:
-            unknown = unknown[pairs.d]
-        rows = np.flatnonzero(unknown)
-        docs = pairs.doc_ids(rows)
-        for r, doc, ln in zip(rows.tolist(), docs, pairs.line_of(rows).tolist(), strict=True):
-            qid = pairs.qids[int(pairs.q[r])]
-            msg = f"run document {doc!r} (query {qid!r}) is not in corpus.jsonl"
-            out.append((ln, 1, ProblemKind.UNKNOWN_DOCUMENT, msg, None))
+def _run_events(pairs: Pairs, known_docs: Set[str] | None) -> list[Event]:
+    out = [] if known_docs is None else unknown_documents(pairs, known_docs, "run", 1)
     bad = np.flatnonzero(~np.isfinite(pairs.value))
-    if bad.size:
-        docs = pairs.doc_ids(bad)
-        for r, doc, ln in zip(bad.tolist(), docs, pairs.line_of(bad).tolist(), strict=True):
-            qid = pairs.qids[int(pairs.q[r])]
-            score = float(pairs.value[r])
-            msg = f"document {doc!r} of query {qid!r} has score {score!r}"
-            out.append((ln, 2, ProblemKind.INVALID_SCORE, msg, "score"))
-    return out
+    message = "document {doc!r} of query {qid!r} has score {score!r}"
+    return out + row_events(pairs, bad, 2, ProblemKind.INVALID_SCORE, message, "score")
 
 
 def read_qrels(path: Path, rep: Reporter) -> ColumnarRead:
-    """A TREC qrels file, column-wise (-1 marks a known distractor)."""
     labels = ColumnarLabels.of_grades(read_trec(path, "qrels", rep))
     return ColumnarRead(query_view(labels), labels, labels.label_lines(), {})
 
@@ -192,8 +155,7 @@ def read_qrels(path: Path, rep: Reporter) -> ColumnarRead:
 def read_run(
     path: Path, rep: Reporter, *, known_docs: Set[str] | None = None
 ) -> tuple[Mapping[str, Mapping[str, float]], Mapping[str, int]]:
-    """A run file: TREC run lines, column-wise, or JSON ``{query_id: {doc_id: score}}``;
-    its candidates and the line of each query's first."""
+    """A TREC or JSON run file: its candidates and the line of each query's first."""
     head, _ = first_content(path)
     if head.startswith("{"):
         return read_json_run(path, rep, known_docs=known_docs)
@@ -202,7 +164,6 @@ def read_run(
 
 
 def _detect(path: Path, head: str | None) -> bool:
-    """A file whose first record is a qrels line: four fields, the last an integer."""
     fields = (head or "[").split()
     if fields[0].startswith("[") or len(fields) != 4:
         return False

@@ -1,6 +1,5 @@
 """The UDCG authors' JSON files (a list of examples with ``example_id``, ``question``
-and ``passages``; see ``ragguard.calibration.data.evalset``): the one reader, with
-Python's json (the examples are few and each is read whole)."""
+and ``passages``): the one reader, with Python's json."""
 
 from __future__ import annotations
 
@@ -22,54 +21,44 @@ from ragguard.calibration.data.records import Labels, Query
 from ragguard.calibration.data.texts import Texts, TextSource, corpus_text, utf8_lines
 from ragguard.errors import EvalSetError
 
+_DECODER = json.JSONDecoder()
+
 
 def _json_list_items(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line, element) of each element of a top-level JSON list, with line numbers."""
+    """(line, element) of each element of a top-level JSON list."""
     text = "".join(utf8_lines(path, numbered=False))
-    decoder = json.JSONDecoder()
-    ws = " \t\r\n"
-
-    def line_of(pos: int) -> int:
-        return text.count("\n", 0, pos) + 1
 
     def fail(pos: int, message: str) -> NoReturn:
-        raise EvalSetError(message, path=str(path), line=line_of(pos))
+        raise EvalSetError(message, path=str(path), line=text.count("\n", 0, pos) + 1)
 
-    pos = len(text) - len(text.lstrip(ws))
+    def skip(pos: int) -> int:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        return pos
+
+    pos = skip(0)
     if not text.startswith("[", pos):
         fail(pos, "a UDCG file is a JSON list of examples")
-    pos += 1
+    pos = skip(pos + 1)
     first = True
-    while True:
-        while pos < len(text) and text[pos] in ws:
-            pos += 1
+    while not text.startswith("]", pos):
         if pos >= len(text):
             fail(pos, "malformed JSON: the list is not closed with ']'")
-        if text[pos] == "]":
-            return
         if not first:
             if text[pos] != ",":
                 fail(pos, "malformed JSON: expected ',' or ']' between examples")
-            pos += 1
-            while pos < len(text) and text[pos] in ws:
-                pos += 1
+            pos = skip(pos + 1)
         try:
-            item, end = decoder.raw_decode(text, pos)
+            item, end = _DECODER.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             raise json_file_error(exc, path) from None
-        yield line_of(pos), item
-        pos = end
+        yield text.count("\n", 0, pos) + 1, item
+        pos = skip(end)
         first = False
 
 
 def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
-    """A UDCG authors' JSON file: the examples' labels, utilities and passages (one run
-    named ``"passages"``, no scores), read with Python's json.
-
-    Raises:
-        EvalSetError: malformed JSON or a missing or mistyped field, naming file, line
-            and field.
-    """
+    """A UDCG file: its labels, utilities and passages (one unscored run, ``passages``)."""
     queries: dict[str, Query] = {}
     labels: dict[str, Labels] = {}
     lines: dict[str, int] = {}
@@ -98,7 +87,6 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
             )
         grades: dict[str, int] = {}
         probs: dict[str, dict[str, float]] = {}
-        cands: dict[str, float] = {}
         for i, p in enumerate(passages):
             fld = f"{base}.passages[{i}]"
             if not isinstance(p, dict):
@@ -115,11 +103,10 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
                 texts.setdefault((qid, doc), text)
                 if title is not None:
                     titles.setdefault((qid, doc), title)
-            if doc in cands:
+            if doc in grades:
                 message = f"document {doc!r} appears twice in example {qid!r}"
                 at.report(rep, ProblemKind.DUPLICATE_CANDIDATE, message, fld)
                 continue
-            cands[doc] = math.nan
             grades[doc] = int(rel)
             for name, entry in info.items():
                 mfld = f"{fld}.models_info.{name}"
@@ -130,9 +117,11 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
                         entry["no_res_prob"], f"{mfld}.no_res_prob", 0.0, 1.0
                     )
                     models.add(name)
-        queries[qid] = Query(qid, question, _answers(ex.get("answers"), at, base))
+        answers = ex.get("answers")
+        answers = () if answers is None else at.strings(answers, f"{base}.answers")
+        queries[qid] = Query(qid, question, answers)
         lines[qid] = lineno
-        run[qid] = cands
+        run[qid] = dict.fromkeys(grades, math.nan)
         examples.append((at, qid, grades, probs))
         originals[qid] = ex
     if model is None and len(models) > 1:
@@ -164,14 +153,6 @@ def read_udcg(path: Path, rep: Reporter, model: str | None) -> ColumnarRead:
     columns = ColumnarLabels.of_labels(labels, str(path))
     label_lines = {q: (str(path), n) for q, n in lines.items()}
     return ColumnarRead(queries, columns, label_lines, {"passages": (run, lines)}, texts=source)
-
-
-def _answers(value: object, at: Where, base: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-        at.fail("must be a list of strings", f"{base}.answers")
-    return tuple(value)
 
 
 UDCG = Format(
