@@ -87,19 +87,6 @@ from ragguard.policy import PolicyParams, abstains, cut_ranked
 if TYPE_CHECKING:
     from ragguard.calibration.data.evalset import EvalSet
 
-__all__ = [
-    "MAX_FLOORS",
-    "RERANK_SCALE",
-    "RETRIEVAL_SCALE",
-    "AnswerabilityResult",
-    "candidate_floors",
-    "check_max_false_abstain",
-    "evidence_tops",
-    "fit_answerability",
-    "fit_floor",
-    "floor_above",
-]
-
 
 MAX_FLOORS = 256
 """The most floors one calibration tests (evenly spaced among the candidates beyond)."""

@@ -126,8 +126,6 @@ from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from ragguard.profiles import Profile
 
-__all__ = ["DEFAULT_MAX_K", "calibrate"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -46,21 +46,6 @@ from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams
 from ragguard.stages import Shingles, shingles
 
-__all__ = [
-    "SWEPT_MODES",
-    "ConflictDetection",
-    "ConflictSetting",
-    "StageKernels",
-    "StageSweep",
-    "conflict_detection",
-    "conflict_settings",
-    "describe_conflicts",
-    "setting_of",
-    "similarity_levels",
-    "stage_sweep",
-]
-
-
 ConflictSetting = tuple[ConflictMode, float]
 """``(conflicts, conflict_similarity)`` of a swept setting."""
 

@@ -19,8 +19,6 @@ from ragguard.calibration.fit.sweep import (
 )
 from ragguard.profiles import Profile
 
-__all__ = ["SMALL_SET", "Header"]
-
 SMALL_SET = 50
 """Fewer labelled queries than this get a warning with the held-out interval's width."""
 

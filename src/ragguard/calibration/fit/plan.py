@@ -14,8 +14,6 @@ from ragguard.calibration.fit.options import Check, Guarantee, Split
 from ragguard.calibration.fit.sweep import Constraint, I
 from ragguard.profiles import Profile
 
-__all__ = ["FitPlan"]
-
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class FitPlan:

@@ -50,16 +50,6 @@ from ragguard.calibration.fit.sweep import F64
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.probability import MapMethod, ProbabilityMap
 
-__all__ = [
-    "Reliability",
-    "brier_score",
-    "expected_calibration_error",
-    "fit_isotonic",
-    "fit_platt",
-    "fit_probability_map",
-    "reliability",
-]
-
 
 def _pairs(z: ArrayLike, y: ArrayLike) -> tuple[F64, F64]:
     zs = np.asarray(z, dtype=np.float64).reshape(-1)

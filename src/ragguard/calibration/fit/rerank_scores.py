@@ -74,15 +74,6 @@ from ragguard.rerank import (
 )
 from ragguard.scores import ScoreKind
 
-__all__ = [
-    "CACHE_LOCK_TIMEOUT_S",
-    "RerankScores",
-    "default_cache_dir",
-    "model_identity",
-    "read_rerank_run",
-    "score_candidates",
-]
-
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]

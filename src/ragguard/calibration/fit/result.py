@@ -32,8 +32,6 @@ from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.profiles import BUILTIN_PROFILES, ProfileSpec
 
-__all__ = ["CalibrationResult", "data_fingerprint"]
-
 
 @dataclass(frozen=True, eq=False)
 class CalibrationResult:

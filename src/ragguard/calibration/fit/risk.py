@@ -66,23 +66,6 @@ from ragguard.calibration.fit.sweep import (
 from ragguard.errors import ConfigError
 from ragguard.policy import CutRule, PolicyParams
 
-__all__ = [
-    "EVIDENCE",
-    "Certification",
-    "GuaranteeResult",
-    "binomial_cdf",
-    "certify",
-    "certify_guarantee",
-    "certify_means",
-    "certify_paths",
-    "fixed_sequence",
-    "guarantee_paths",
-    "hb_p_value",
-    "parse_guarantee",
-    "risk_upper_bound",
-]
-
-
 EVIDENCE = "evidence_recall"
 """The metric a recall guarantee is on: evidence recall, the recall a guard controls."""
 

@@ -63,8 +63,6 @@ from ragguard.calibration.fit.sweep import (
 from ragguard.policy import PolicyParams
 from ragguard.scores import ScoreKind
 
-__all__ = ["Reference", "RunCalibration", "search"]
-
 
 @dataclass(frozen=True, eq=False)
 class Reference:

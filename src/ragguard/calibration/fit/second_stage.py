@@ -102,8 +102,6 @@ from ragguard.policy import PolicyParams
 from ragguard.probability import rerank_probabilities, to_logit
 from ragguard.scores import ScoreKind, normalize
 
-__all__ = ["rerank_space"]
-
 logger = logging.getLogger(__name__)
 
 

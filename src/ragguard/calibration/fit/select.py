@@ -40,9 +40,6 @@ import numpy as np
 from ragguard.calibration.fit.sweep import Constraint, I, SweepResult, choose, lower_is_better
 from ragguard.policy import ConflictMode, CutRule, PolicyParams
 
-__all__ = ["DEFAULT_FOLDS", "FamilyChoice", "cross_validate", "fold_count", "refit", "rule_family"]
-
-
 DEFAULT_FOLDS = 5
 _FAMILY_ORDER = ("top-k", "threshold", "min_score", "gap", "autocut", "expected utility")
 

@@ -49,14 +49,6 @@ from ragguard.errors import EvalSetError
 from ragguard.policy import PolicyParams
 from ragguard.probability import ProbabilityMap
 
-__all__ = [
-    "MAX_K_LIMIT",
-    "FittedRerank",
-    "SearchSpace",
-    "describe_rerank_point",
-    "retrieval_space",
-]
-
 logger = logging.getLogger(__name__)
 
 

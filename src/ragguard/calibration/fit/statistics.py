@@ -28,23 +28,6 @@ from ragguard.calibration._format import format_interval, format_number
 from ragguard.calibration.fit.sweep import F64, PASSAGES, I, SweepKernel, lower_is_better
 from ragguard.errors import ConfigError, EvalSetError
 
-__all__ = [
-    "MIN_VALIDATION_QUERIES",
-    "VALIDATION",
-    "Comparison",
-    "Interval",
-    "bootstrap_interval",
-    "bootstrap_means",
-    "checked_rows",
-    "compare",
-    "compare_values",
-    "metric_values",
-    "queries_needed",
-    "split_queries",
-    "validation_count",
-]
-
-
 _BOOTSTRAP_CHUNK = 100  # resamples per bincount (memory: 2 x chunk x n values)
 
 

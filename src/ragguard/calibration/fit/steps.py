@@ -15,8 +15,6 @@ from ragguard.calibration.fit.statistics import VALIDATION, queries_needed, vali
 from ragguard.calibration.fit.written import WrittenSetting
 from ragguard.calibration.metrics import SafetyBand
 
-__all__ = ["CommandLine", "next_steps", "shown_path"]
-
 
 @dataclass(frozen=True)
 class CommandLine:

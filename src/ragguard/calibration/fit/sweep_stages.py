@@ -48,8 +48,6 @@ from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyPar
 from ragguard.stages import Shingles, StageState, run_stages, shingles, start_state
 from ragguard.tokens import DEFAULT_TOKEN_COUNTER, TokenCounter, token_counter
 
-__all__ = ["Compacted", "CutContexts", "PassageStages", "passage_stages"]
-
 I = NDArray[np.intp]  # noqa: E741
 B = NDArray[np.bool_]
 

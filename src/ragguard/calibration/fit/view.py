@@ -47,21 +47,6 @@ from ragguard.calibration.metrics import SafetyBand, SafetyBands, compute, safet
 from ragguard.policy import ConflictMode, CutRule
 from ragguard.scores import ScoreKind
 
-__all__ = [
-    "CheckView",
-    "ConflictView",
-    "ConstraintCost",
-    "Example",
-    "GuaranteeView",
-    "MetricCheck",
-    "ResultView",
-    "RuleRow",
-    "RunRow",
-    "StageView",
-    "build_view",
-    "name_evalset",
-]
-
 # --------------------------------------------------------------------------- results
 
 

@@ -18,8 +18,6 @@ from ragguard.calibration.fit.sweep import PASSAGES, Constraint
 from ragguard.calibration.metrics import SafetyBand, safety_band
 from ragguard.policy import PolicyParams
 
-__all__ = ["Shortfall", "WrittenSetting", "shortfalls", "written_setting"]
-
 
 @dataclass(frozen=True)
 class Shortfall:
