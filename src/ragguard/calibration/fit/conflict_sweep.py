@@ -1,31 +1,6 @@
-"""Sweeping the conflict stage: ``conflicts`` x ``conflict_similarity`` as settings.
-
-``calibrate(stages=Stages(conflicts=["off", "keep_first", "drop"],``
-``conflict_similarities=[0.3, 0.5]))``
-tries every setting of the grid under every conflict setting (``conflict_settings``)
-and chooses among all of them on the objective, like any other setting: cross-validated
-as part of the rule family (a conflict mode counts as one more rule, so the simplest
-family within one standard error wins), checked on held-out queries against the best
-plain top-k *without* it, refitted on all queries. ``drop`` reaches the config only
-when it wins that choice.
-
-Each conflict setting is swept with the runtime's own stage code
-(``ragguard.conflicts.conflict_stage`` after the cut, then near-duplicates and the
-token budget) in a kernel of its own (``PassageStages``; ``drop``, which is not causal along the
-ranked list, per cut). The conflicting pairs of each query are found once, at the lowest similarity
-swept: a pair at a higher level is one of those at least that similar. ``StageKernels`` shows
-the kernels as one, so the sweep, the cross-validation, the held-out check and the
-guarantee read every setting alike.
-
-``prefer`` is not swept: it keeps the member with the greatest value of a metadata key
-that eval sets do not carry. Set it in the config by hand (``conflicts = "prefer"``,
-``conflict_prefer = "date"``).
-
-The report states how well detection finds labelled distractors
-(``conflict_detection``): a candidate among the first ``max_k`` ranked is
-*flagged* when it is in a conflicting pair with another of them, *positive* when it is
-a known distractor or has negative utility.
-"""
+"""Sweeping the conflict stage: every setting of the grid under every ``conflicts`` x
+``conflict_similarity`` setting, one kernel each (``StageKernels`` shows them as one); pairs are
+found once per query, at the lowest similarity swept. ``prefer`` is not swept."""
 
 from __future__ import annotations
 
@@ -67,20 +42,9 @@ _PREFER = (
 def conflict_settings(
     conflicts: Sequence[str | ConflictMode], similarities: Sequence[float] = ()
 ) -> tuple[ConflictSetting, ...]:
-    """The conflict settings to sweep, in sweep order: modes simplest first (off, flag,
-    keep_first, drop), each at every similarity from the highest (fewest conflicts) to
-    the lowest; ``off`` once. Ties on the objective go to the earlier one.
-
-    Args:
-        conflicts: modes (``"off"``, ``"flag"``, ``"keep_first"``, ``"drop"``); empty:
-            nothing to sweep.
-        similarities: ``conflict_similarity`` values in (0, 1] (default
-            ``DEFAULT_CONFLICT_SIMILARITY``).
-
-    Raises:
-        ConfigError: an unknown mode, ``prefer``, a similarity outside (0, 1] or not a
-            number, similarities without modes.
-    """
+    """The conflict settings to sweep, in sweep order: modes simplest first (off, flag, keep_first,
+    drop), each at every similarity from the highest (fewest conflicts) to the lowest; ``off``
+    once."""
     if not conflicts:
         if similarities:
             raise ConfigError(
@@ -145,25 +109,7 @@ def describe_conflicts(setting: ConflictSetting) -> str:
 
 
 class StageKernels(SweepKernel):
-    """One kernel per conflict setting over the same run, seen as one kernel.
-
-    A setting's per-query cut is ``block * stride + c``: ``block`` its conflict setting's
-    index in ``settings``, ``c`` the cut in that setting's kernel
-    (``SweepKernel.cuts``), ``stride`` the largest cut plus one. Every setting of one
-    row of cuts lies in one block, so ``values`` and ``group_sums`` read each row
-    from its own kernel.
-
-    Args:
-        arrays: the run against its labels.
-        blocks: per conflict setting, its kernel.
-        settings: the conflict settings, in ``blocks`` order.
-        max_cut: the largest cut any block holds (the sweep's width): the stride is
-            ``max_cut + 1``, the same for every kernel built with the same ``max_cut``
-            (the two-stage sweep places cuts of the retrieval kernel into its own).
-        pairs: per row, the conflicting pairs among its first ``max_cut`` ranked
-            candidates at the lowest similarity swept (``similarity_levels``; for
-            ``conflict_detection``).
-    """
+    """One kernel per conflict setting over the same run, seen as one kernel."""
 
     def __init__(
         self,
@@ -187,11 +133,7 @@ class StageKernels(SweepKernel):
         self.pairs = pairs
 
     def block_of(self, params: PolicyParams) -> int:
-        """The index of ``params``' conflict setting.
-
-        Raises:
-            ConfigError: it is not one of the settings swept.
-        """
+        """The index of ``params``' conflict setting."""
         try:
             return self.settings.index(setting_of(params))
         except ValueError:
@@ -280,15 +222,8 @@ class StageKernels(SweepKernel):
 
 @dataclass(frozen=True)
 class StageSweep:
-    """The stages after the cut that ``calibrate`` sweeps: the token budget and the
-    near-duplicate control at their one setting, the conflict stage at each of
-    ``settings`` (none: not swept).
-
-    Attributes:
-        base: the token budget and near-duplicate stages, with where the texts are read.
-        settings: the conflict settings swept (``conflict_settings``), the first the
-            base one (the held-out check compares with plain top-k under it).
-    """
+    """The stages after the cut that ``calibrate`` sweeps: the token budget and the near-duplicate
+    control at their one setting, the conflict stage at each of ``settings`` (none: not swept)."""
 
     base: PassageStages
     settings: tuple[ConflictSetting, ...] = ()
@@ -310,12 +245,8 @@ class StageSweep:
         return not self.settings or setting_of(params) == self.settings[0]
 
     def kernel(self, arrays: EvalArrays, metrics: Sequence[str], width: int) -> SweepKernel:
-        """The sweep kernel of ``arrays`` with these stages (texts read here): a
-        ``StageKernels`` when conflicts are swept.
-
-        Raises:
-            EvalSetError: a ranked candidate has no text, or every text is empty.
-        """
+        """The sweep kernel of ``arrays`` with these stages (texts read here): a ``StageKernels``
+        when conflicts are swept."""
         run = self.base.for_run(arrays, width)
         if not self.settings:
             return SweepKernel(arrays, metrics, width, stages=run)
@@ -376,16 +307,10 @@ def stage_sweep(
     conflict_similarities: Sequence[float] = (),
     **stages: Any,
 ) -> StageSweep | None:
-    """The stages after the cut to sweep with (``None`` when all are off): the conflict
-    settings swept, over the other stages (``stages``: the keywords of
-    ``ragguard.calibration.fit.sweep_stages.passage_stages``); the values are checked
-    and the token counter built here, before any sweep.
-
-    Raises:
-        ConfigError: a value out of range, an unknown or unsweepable conflict mode, a
-            malformed counter.
-        MissingDependencyError: the counter's package is not installed.
-    """
+    """The stages after the cut to sweep with (``None`` when all are off): the conflict settings
+    swept, over the other stages (``stages``: the keywords of
+    ``ragguard.calibration.fit.sweep_stages.passage_stages``); the values are checked and the token
+    counter built here, before any sweep."""
     settings = conflict_settings(conflicts, conflict_similarities)
     base = passage_stages(evalset, conflicts=bool(settings), **stages)
     return None if base is None else StageSweep(base, settings)
@@ -396,28 +321,8 @@ def stage_sweep(
 
 @dataclass(frozen=True)
 class ConflictDetection:
-    """How conflict detection at one similarity finds labelled distractors, on a set of
-    queries, among each query's first ``max_k`` ranked candidates.
-
-    A candidate is *flagged* when it is in a conflicting pair with another of them,
-    *positive* when it is a known distractor or has negative utility (a hard negative
-    by the profile's rules), *relevant* when its utility is positive. A query is flagged
-    when one of its candidates is, positive when one is.
-
-    Attributes:
-        similarity: the ``conflict_similarity``.
-        max_k: how many ranked candidates per query were compared.
-        queries: queries counted.
-        candidates: candidates counted.
-        positives: positive candidates.
-        flagged: flagged candidates.
-        hits: flagged positive candidates.
-        relevant: relevant candidates.
-        relevant_flagged: flagged relevant candidates.
-        positive_queries: positive queries.
-        flagged_queries: flagged queries.
-        query_hits: flagged positive queries.
-    """
+    """How conflict detection at one similarity finds labelled distractors, on a set of queries,
+    among each query's first ``max_k`` ranked candidates."""
 
     similarity: float
     max_k: int
@@ -472,14 +377,9 @@ class ConflictDetection:
 def conflict_detection(
     kernel: StageKernels, rows: I, similarity: float, max_k: int
 ) -> ConflictDetection:
-    """Detection at ``similarity`` on query ``rows``, among each query's first ``max_k``
-    ranked candidates (at most the kernel's width), against the labels of the kernel's
-    run (see ``ConflictDetection``).
-
-    Raises:
-        ConfigError: ``similarity`` below the lowest one the kernel's pairs were found
-            at, or ``max_k`` above its width.
-    """
+    """Detection at ``similarity`` on query ``rows``, among each query's first ``max_k`` ranked
+    candidates (at most the kernel's width), against the labels of the kernel's run (see
+    ``ConflictDetection``)."""
     low = similarity_levels(kernel.settings)[-1]
     if similarity < low:
         raise ConfigError(f"the pairs were found at similarity >= {low:g}, not {similarity:g}")

@@ -1,7 +1,5 @@
-"""One fit's resolved settings (``FitPlan``): what it optimises, on which queries,
-and how it checks, read alike by the one search
-(``search``) over a run's retrieval settings and
-over its second stage's."""
+"""One fit's resolved settings (``FitPlan``), read alike by the search over a run's retrieval
+settings and over its second stage's."""
 
 from __future__ import annotations
 
@@ -17,22 +15,7 @@ from ragguard.profiles import Profile
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class FitPlan:
-    """The settings of one fit, resolved from its option objects and its eval set.
-
-    Attributes:
-        profile: the tolerance profile of the utilities.
-        rules: which grades are relevant (``None``: the profile's).
-        objective: the metric optimised.
-        constraints: the constraints every choice must meet.
-        metrics: the metrics computed at every setting.
-        reported: the metrics compared on held-out queries.
-        calibration_rows: the queries that choose.
-        heldout_rows: the queries that check.
-        split: the split, folds and seed.
-        check: the held-out check's settings.
-        guarantee: the recall guarantee, if any.
-        stages: the stages after the cut swept with every setting, if any.
-    """
+    """The settings of one fit, resolved from its option objects and its eval set."""
 
     profile: Profile
     rules: UtilityRules | None
