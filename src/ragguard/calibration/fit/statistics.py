@@ -223,12 +223,29 @@ def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I)
 
 
 def compare(
-    kernel: SweepKernel, base: I, guard: I, rows: I, metrics: Sequence[str], **how: Any
+    kernel: SweepKernel,
+    base: I,
+    guard: I,
+    rows: I,
+    metrics: Sequence[str],
+    *,
+    split: str,
+    n_bootstrap: int,
+    seed: int,
+    level: float = 0.95,
 ) -> Comparison:
-    """Paired bootstrap comparison of two per-query cuts on ``rows``, ``base`` and
-    ``guard`` passages kept per query (``how``: the keywords of ``compare_values``)."""
+    """``compare_values`` of two per-query cuts on ``rows``."""
     both = kernel.values(np.stack([base, guard]), metrics)[:, :, rows]
-    return compare_values(both[0], both[1], rows, metrics, **how)
+    return compare_values(
+        both[0],
+        both[1],
+        rows,
+        metrics,
+        split=split,
+        n_bootstrap=n_bootstrap,
+        seed=seed,
+        level=level,
+    )
 
 
 def compare_values(

@@ -4,7 +4,6 @@ once the partner is inside the cut), so its tables are per cut (``CutContexts``)
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -280,7 +279,6 @@ def passage_stages(
     max_tokens: int | None,
     token_counter_spec: str = DEFAULT_TOKEN_COUNTER,
     near_duplicate_threshold: float | None,
-    corpus: Sequence[str | os.PathLike[str]] = (),
     passages: Mapping[str, str] | None = None,
     conflicts: bool = False,
 ) -> PassageStages | None:
@@ -293,7 +291,7 @@ def passage_stages(
         max_k=1, max_tokens=max_tokens, near_duplicate_threshold=near_duplicate_threshold
     )
     counter = token_counter(token_counter_spec) if max_tokens is not None else None
-    lookup = evalset.with_texts(corpus=corpus, passages=passages).texts.get
+    lookup = evalset.with_texts(passages=passages).texts.get
     return PassageStages(
         near_duplicate_threshold, max_tokens, counter, lookup=lookup, evalset=evalset
     )
