@@ -334,7 +334,7 @@ class Calibrator:
         if self.rerank is not None:
             two_stage = _two_stage(evalset, best, self.rerank, plan, best.grid or grid)
             report_sweeps(n_sweeps)
-        g = self.guarantee
+        stated = self.guarantee or self.answerability  # whose confidence the result states
         calibrated = CalibrationResult(
             header=Header(
                 evalset=evalset,
@@ -350,7 +350,7 @@ class Calibrator:
                 created=datetime.now(UTC),
                 data_sha256=data_fingerprint(evalset, names),
                 target=plan.target,
-                confidence=_confidence(g, self.answerability),
+                confidence=0.95 if stated is None else stated.confidence,
                 on_worse=check.on_worse,
                 caps_fixed=not self.search.grows,
                 grid=grid,
@@ -367,13 +367,6 @@ class Calibrator:
             return calibrated
         answerability = calibrate_answerability(calibrated, plan, a)
         return replace(calibrated, answerability=answerability)
-
-
-def _confidence(guarantee: Guarantee | None, answerability: Answerability | None) -> float:
-    """The confidence a result states: its guarantee's, else its floor's, else 0.95."""
-    if guarantee is not None:
-        return guarantee.confidence
-    return 0.95 if answerability is None else answerability.confidence
 
 
 def _search_run(
@@ -395,27 +388,18 @@ def _search_run(
         baseline, _ = choose(swept, objective, cons, among=top_idx)
     else:
         baseline = next(i for i in top_idx if points[i].max_k == baseline_k)
-    top_k = Reference(
-        f"plain {describe_point(points[baseline])}",
-        space.kernels[0],
-        swept.kept[baseline].astype(np.intp),
-        point=baseline,
-    )
+
+    def plain(i: int) -> Reference:
+        kept = swept.kept[i].astype(np.intp)
+        return Reference(f"plain {describe_point(points[i])}", space.kernels[0], kept, point=i)
+
     free, _ = choose(swept, objective, (), among=top_idx)  # the constraints' cost
-    unconstrained = None
-    if cons and free != baseline:
-        unconstrained = Reference(
-            f"plain {describe_point(points[free])}",
-            space.kernels[0],
-            swept.kept[free].astype(np.intp),
-            point=free,
-        )
     found = search(
         space,
         plan,
-        top_k,
+        plain(baseline),
         fallback_family=top_idx if baseline_k is None else [baseline],
-        unconstrained=unconstrained,
+        unconstrained=plain(free) if cons and free != baseline else None,
     )
     n_queries = len(evalset.qids)
     comparison = found.comparison
@@ -490,11 +474,6 @@ def calibrate_answerability(
     w = result.written_setting()
     r = w.run
     arrays = r.arrays
-    retrieval = (
-        evidence_tops(arrays)
-        if arrays.score_kind is not None
-        else np.full(arrays.n_queries, math.inf)  # no score rule applies, min_evidence neither
-    )
     two = w.two_stage
     if two is None:
         if arrays.score_kind is None:
@@ -503,7 +482,7 @@ def calibrate_answerability(
                 "has no scores, and min_evidence reads the best candidate's score; pass "
                 "--score-kind or a run with scores"
             )
-        top, scale, kernel = retrieval, RETRIEVAL_SCALE, r.kernel
+        top, scale, kernel = evidence_tops(arrays), RETRIEVAL_SCALE, r.kernel
     else:
         n, stage = two.space.top_n_of(w.index), two.stage
         assert n is not None and stage is not None

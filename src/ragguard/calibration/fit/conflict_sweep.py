@@ -19,7 +19,8 @@ from ragguard.calibration.fit.sweep_stages import PassageStages, passage_stages
 from ragguard.conflicts import Pair, find_conflicts
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams
-from ragguard.stages import Shingles, shingles
+from ragguard.stages import shingles
+from ragguard.tokens import DEFAULT_TOKEN_COUNTER
 
 ConflictSetting = tuple[ConflictMode, float]
 """``(conflicts, conflict_similarity)`` of a swept setting."""
@@ -209,13 +210,6 @@ class StageKernels(SweepKernel):
             sums[:, rows], counts[:, rows] = s, c
         return sums, counts
 
-    def table(self, metric: str) -> F64:
-        """Not one table: each conflict setting has its own (``blocks[i].table``)."""
-        raise ConfigError(
-            "a kernel of several conflict settings has one table per setting; read "
-            "kernel.blocks[i].table(metric)"
-        )
-
 
 # --------------------------------------------------------------------------- the sweep
 
@@ -259,18 +253,8 @@ class StageSweep:
                 "in the eval set, in a corpus.jsonl beside it, or pass --corpus",
                 path=self.base.evalset.source if self.base.evalset is not None else None,
             )
-        built: dict[str, Shingles] = {}  # a passage retrieved for many queries: once
-
-        def sets_of(row: list[str]) -> list[Shingles]:
-            out = []
-            for t in row:
-                got = built.get(t)
-                if got is None:
-                    got = built[t] = shingles(t)
-                out.append(got)
-            return out
-
-        sets = [sets_of(row) for row in texts]
+        built = {t: shingles(t) for t in {t for row in texts for t in row}}  # each text once
+        sets = [[built[t] for t in row] for row in texts]
         low = similarity_levels(self.settings)[-1]
         pairs = [
             find_conflicts(row, row_sets, similarity=low)
@@ -303,16 +287,24 @@ class StageSweep:
 def stage_sweep(
     evalset: EvalSet,
     *,
+    max_tokens: int | None,
+    near_duplicate_threshold: float | None,
     conflicts: Sequence[str | ConflictMode] = (),
     conflict_similarities: Sequence[float] = (),
-    **stages: Any,
+    token_counter_spec: str = DEFAULT_TOKEN_COUNTER,
+    passages: Mapping[str, str] | None = None,
 ) -> StageSweep | None:
     """The stages after the cut to sweep with (``None`` when all are off): the conflict settings
-    swept, over the other stages (``stages``: the keywords of
-    ``ragguard.calibration.fit.sweep_stages.passage_stages``); the values are checked and the token
-    counter built here, before any sweep."""
+    swept over ``passage_stages``; checked, and the token counter built, before any sweep."""
     settings = conflict_settings(conflicts, conflict_similarities)
-    base = passage_stages(evalset, conflicts=bool(settings), **stages)
+    base = passage_stages(
+        evalset,
+        max_tokens=max_tokens,
+        token_counter_spec=token_counter_spec,
+        near_duplicate_threshold=near_duplicate_threshold,
+        passages=passages,
+        conflicts=bool(settings),
+    )
     return None if base is None else StageSweep(base, settings)
 
 
@@ -387,7 +379,7 @@ def conflict_detection(
         raise ConfigError(f"max_k must be in [1, {kernel.width}], got {max_k}")
     arrays = kernel.arrays
     width = max(kernel.width, 1)
-    counts = np.zeros(10, dtype=np.int64)
+    counts = np.zeros(10, dtype=np.int64)  # in ConflictDetection's order
     for r in np.asarray(rows, dtype=np.intp).tolist():
         depth = min(int(arrays.n_valid[r]), max_k)
         u = arrays.utility[r, :depth]
@@ -398,30 +390,8 @@ def conflict_detection(
             if p.similarity >= similarity and p.b < depth:
                 flagged[p.a] = flagged[p.b] = True
         f = flagged[:depth]
-        counts += (
-            depth,
-            int(positive.sum()),
-            int(f.sum()),
-            int((f & positive).sum()),
-            int(relevant.sum()),
-            int((f & relevant).sum()),
-            1,
-            int(positive.any()),
-            int(f.any()),
-            int(f.any() and positive.any()),
+        sums = [1, depth, positive.sum(), f.sum(), (f & positive).sum(), relevant.sum()]
+        counts += np.array(
+            [*sums, (f & relevant).sum(), positive.any(), f.any(), f.any() & positive.any()]
         )
-    c = counts.tolist()
-    return ConflictDetection(
-        similarity=similarity,
-        max_k=max_k,
-        queries=c[6],
-        candidates=c[0],
-        positives=c[1],
-        flagged=c[2],
-        hits=c[3],
-        relevant=c[4],
-        relevant_flagged=c[5],
-        positive_queries=c[7],
-        flagged_queries=c[8],
-        query_hits=c[9],
-    )
+    return ConflictDetection(similarity, max_k, *counts.tolist())

@@ -61,8 +61,8 @@ class RerankScores:
             precomputed scores: recorded in the config, never imported from it.
         n_computed: pairs the reranker scored in this call (0 on a warm cache).
         n_cached: pairs read from the cache.
-        failed: query id -> the error of its failed rerank call (see the module
-            docstring); such a query has no scores.
+        failed: query id -> the error of its failed rerank call (the runtime stage's
+            check failed; nothing of it is cached); such a query has no scores.
         n_calls: rerank calls made (queries with a pair not in the cache).
 
     Raises:
@@ -328,8 +328,10 @@ def score_candidates(
             todo = [k for k in unique if k not in have]
             fresh: dict[bytes, float] = {}
             if todo:
-                if stage is None:
-                    stage = _stage(reranker, kind)
+                if stage is None:  # the runtime's own: a call fails exactly as in the guard
+                    fail_open = RerankFailure.FAIL_OPEN
+                    config = RerankConfig(enabled=True, score_kind=kind, on_failure=fail_open)
+                    stage = RerankStage(config, reranker)
                 calls += 1
                 call = stage.score(query, [unique[k] for k in todo])
                 if call.raw is None:  # the call failed as it would in the guard
@@ -371,13 +373,6 @@ def score_candidates(
         failed=failed,
         n_calls=calls,
     )
-
-
-def _stage(reranker: Reranker, kind: ScoreKind) -> RerankStage:
-    """The runtime's rerank stage around ``reranker``: its calls are checked and fail
-    exactly as in the guard (``fail_open``: a failed call returns its error)."""
-    config = RerankConfig(enabled=True, score_kind=kind, on_failure=RerankFailure.FAIL_OPEN)
-    return RerankStage(config, reranker)
 
 
 def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> RerankScores:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -121,8 +120,6 @@ class Certification:
 def certify(losses: ArrayLike, alpha: float, delta: float) -> Certification:
     """Learn-then-Test along one path: ``losses`` is (queries, settings) with the settings in a
     fixed order from the largest context to the smallest, each loss in [0, 1]."""
-    if not 0.0 < delta < 1.0:
-        raise ConfigError(f"delta must be in (0, 1), got {delta}")
     loss = np.asarray(losses, dtype=np.float64)
     if loss.ndim != 2:
         raise ConfigError(f"losses must be (queries, settings), got shape {loss.shape}")
@@ -292,7 +289,7 @@ def certify_guarantee(
     confidence: float,
     held_rows: I,
     paths: Mapping[str, Sequence[int]] | None = None,
-    kernel_of: Any = None,
+    kernel_of: Callable[[int], SweepKernel] | None = None,
 ) -> GuaranteeResult:
     """The recall guarantee of ``result``'s sweep: certified on the calibration queries
     (``result.rows``) by Learn-then-Test along ``paths`` (by default ``guarantee_paths``), and the

@@ -5,7 +5,7 @@ on retrieval scores, as ``fail_open`` does); docs/guides/rerank.md says how it i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -81,11 +81,12 @@ def _failed_calls(
     qids: Sequence[str],
     lists: Sequence[list[str]],
     raw: Sequence[F64],
-    depth: int,
-) -> Callable[[int], NDArray[np.bool_]]:
+    tops: Sequence[int],
+) -> dict[int, NDArray[np.bool_]]:
     """Check that the scores cover the run, and return ``top_n -> (Q,) failed``: a query fails at
     ``top_n`` when a candidate among its first ``top_n`` has no finite score (a failed call leaves
     none)."""
+    depth = max(tops)
     if not any(np.isfinite(r).any() for r in raw):
         note = scores.failure_note()
         if note is not None:
@@ -113,12 +114,7 @@ def _failed_calls(
         dtype=np.intp,
     )
     sizes = np.array([len(docs) for docs in lists], dtype=np.intp)
-
-    def failed_at(top_n: int) -> NDArray[np.bool_]:
-        out: NDArray[np.bool_] = first_bad < np.minimum(top_n, sizes)
-        return out
-
-    return failed_at
+    return {n: first_bad < np.minimum(n, sizes) for n in tops}
 
 
 def _failure_note(
@@ -176,10 +172,7 @@ def rerank_space(
         np.array([scores.get(q, d) for d in docs])
         for q, docs in zip(arrays.qids, lists, strict=True)
     ]
-    failed_at = _failed_calls(run, scores, arrays.qids, lists, raw, depth)
-
-    # the queries swept as a failed call, per top_n
-    failed = {n: failed_at(n) for n in tops}
+    failed = _failed_calls(run, scores, arrays.qids, lists, raw, tops)  # per top_n
     failed_qids = {n: tuple(arrays.qids[r] for r in np.flatnonzero(b)) for n, b in failed.items()}
     failures = _failure_note(scores, arrays.qids, lists, raw, failed)
     if failures is not None:
@@ -230,10 +223,11 @@ def rerank_space(
         bad = failed[n]
         reranked = _reranked_arrays(arrays, probs, sizes, n, bad)
         width = max(max_k)
-        if stages is None:
-            kernel = SweepKernel(reranked, wanted, width)
-        else:
-            kernel = stages.kernel(reranked, wanted, width)
+        kernel = (
+            SweepKernel(reranked, wanted, width)
+            if stages is None
+            else stages.kernel(reranked, wanted, width)
+        )
         kernels.append(kernel)
         cuts = None
         if fallback_cuts is not None and bad.any():

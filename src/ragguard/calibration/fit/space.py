@@ -75,11 +75,6 @@ class FittedRerank:
         return table
 
 
-def describe_rerank_point(top_n: int, params: PolicyParams) -> str:
-    """``rerank top-20, max_k=3, min_score=0.4``."""
-    return f"rerank top-{top_n}, {describe_point(params)}"
-
-
 @dataclass(frozen=True, eq=False)
 class SearchSpace:
     """The settings one search sweeps, in blocks that each cut on one kernel."""
@@ -116,7 +111,7 @@ class SearchSpace:
         ``rerank top-20, max_k=3, min_score=0.4``."""
         n = self.top_n_of(i)
         p = self.points[i]
-        return describe_point(p) if n is None else describe_rerank_point(n, p)
+        return describe_point(p) if n is None else f"rerank top-{n}, {describe_point(p)}"
 
     @cached_property
     def swept(self) -> SweepResult:
@@ -217,10 +212,11 @@ def retrieval_space(
         if arrays.score_kind is None:
             pts = tuple(p for p in pts if is_plain_top_k(p))
         width = max(p.max_k for p in pts)
-        if stages is None:
-            kern = SweepKernel(arrays, wanted, width)
-        else:
-            kern = stages.kernel(arrays, wanted, width)
+        kern = (
+            SweepKernel(arrays, wanted, width)
+            if stages is None
+            else stages.kernel(arrays, wanted, width)
+        )
         swept = sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
         paths = None
         if stages is not None and target is not None:

@@ -450,12 +450,6 @@ class SweepKernel:
             out[i] = sizes if p is None else compute(arranged, p, cut=sizes)
         return out
 
-    def flat_rows(self, lo: int, hi: int) -> F64:
-        """((hi - lo) * (K + 1), M) the tables of rows ``lo:hi``, row after row."""
-        if not self.lazy:
-            return self._flat[lo * self._cols : hi * self._cols]
-        return self._chunk_tables(lo, hi).reshape((hi - lo) * self._cols, len(self.metrics))
-
     def group_sums(
         self, kept: Cuts, part: I, n_groups: int, weight: F64 | None = None
     ) -> tuple[F64, F64]:
@@ -501,9 +495,10 @@ class SweepKernel:
         """The tables of rows ``lo:hi`` as ``group_sums`` adds them: ((hi - lo) *
         (K + 1), M) values with NA as 0, times each row's weight ``w``; and the metrics NA
         somewhere here with, per entry, whether it is NA (times the weight)."""
-        flat = self.flat_rows(lo, hi)
-        if not self.lazy:
-            flat = flat.copy()  # a view of the kernel's own tables
+        if self.lazy:
+            flat = self._chunk_tables(lo, hi).reshape((hi - lo) * self._cols, len(self.metrics))
+        else:  # a copy of the kernel's own tables
+            flat = self._flat[lo * self._cols : hi * self._cols].copy()
         bad = np.isnan(flat)
         # NA columns: one wide reduction over rows (an axis-0 one over M columns is 25x
         # slower), then over context sizes
