@@ -411,17 +411,7 @@ def fit_answerability(
     if floor is not None:
         without = written.astype(np.intp)
         with_floor = np.where(abstained, 0, without).astype(np.intp)
-        effect = compare(
-            kernel,
-            without,
-            with_floor,
-            rows,
-            metrics,
-            split=split,
-            n_bootstrap=n_bootstrap,
-            seed=seed,
-            level=level,
-        )
+        effect = compare(kernel, without, with_floor, rows, metrics, **plan.bootstrap(split))
     return AnswerabilityResult(
         max_false_abstain=float(max_false_abstain),
         confidence=confidence,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ragguard.calibration.data.utility import UtilityRules, rules_of
 from ragguard.calibration.fit.conflict_sweep import StageSweep
 from ragguard.calibration.fit.options import Check, Guarantee, Split
+from ragguard.calibration.fit.statistics import Bootstrap
 from ragguard.calibration.fit.sweep import Constraint, I
 from ragguard.profiles import Profile
 
@@ -34,6 +35,13 @@ class FitPlan:
     def utility_rules(self) -> UtilityRules:
         """The grade rules in force: the given ones, or the profile's."""
         return rules_of(self.profile, self.rules)
+
+    def bootstrap(self, split: str) -> Bootstrap:
+        """How the checks on ``split`` resample (``compare``)."""
+        check = self.check
+        return Bootstrap(
+            split=split, n_bootstrap=check.n_bootstrap, seed=self.split.seed, level=check.level
+        )
 
     @property
     def target(self) -> float | None:

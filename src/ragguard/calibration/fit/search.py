@@ -221,7 +221,6 @@ def search(
 
     # the held-out check, against each reference in turn
     rows, split = checked_rows(calib_rows, held_rows)
-    check = plan.check
     ours = metric_values(
         space.kernel_of(chosen), swept.kept[chosen].astype(np.intp), reported, rows
     )
@@ -231,22 +230,10 @@ def search(
     comparisons: list[Comparison] = []
     for ref in refs:
         theirs = metric_values(ref.kernel, ref.kept, reported, rows)
-        comparison = compare_values(
-            theirs,
-            ours,
-            rows,
-            reported,
-            split=split,
-            n_bootstrap=check.n_bootstrap,
-            seed=plan.split.seed,
-            level=check.level,
-        )
-        comparisons.append(comparison)
+        comparisons.append(compare_values(theirs, ours, rows, reported, **plan.bootstrap(split)))
     fallback = None
     if g_result is None and objective in reported:
-        what = f"the choice ({space.describe(chosen)})"
-        if space.stage is not None:
-            what = "the two-stage choice"
+        what = "the two-stage choice" if space.stage else f"the choice ({space.describe(chosen)})"
         for ref, comp in zip(refs, comparisons, strict=True):
             if ref is unconstrained:
                 break

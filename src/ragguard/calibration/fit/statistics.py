@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import numpy as np
 
@@ -222,47 +222,36 @@ def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I)
     return out
 
 
+class Bootstrap(TypedDict):
+    """How a comparison resamples: the split's name, resamples, seed and interval level."""
+
+    split: str
+    n_bootstrap: int
+    seed: int
+    level: NotRequired[float]
+
+
 def compare(
     kernel: SweepKernel,
     base: I,
     guard: I,
     rows: I,
     metrics: Sequence[str],
-    *,
-    split: str,
-    n_bootstrap: int,
-    seed: int,
-    level: float = 0.95,
+    **how: Unpack[Bootstrap],
 ) -> Comparison:
     """``compare_values`` of two per-query cuts on ``rows``."""
     both = kernel.values(np.stack([base, guard]), metrics)[:, :, rows]
-    return compare_values(
-        both[0],
-        both[1],
-        rows,
-        metrics,
-        split=split,
-        n_bootstrap=n_bootstrap,
-        seed=seed,
-        level=level,
-    )
+    return compare_values(both[0], both[1], rows, metrics, **how)
 
 
 def compare_values(
-    base: F64,
-    guard: F64,
-    rows: I,
-    metrics: Sequence[str],
-    *,
-    split: str,
-    n_bootstrap: int,
-    seed: int,
-    level: float = 0.95,
+    base: F64, guard: F64, rows: I, metrics: Sequence[str], **how: Unpack[Bootstrap]
 ) -> Comparison:
     """Paired bootstrap comparison of two settings' per-query values (M, len(rows))."""
+    split, n_bootstrap, level = how["split"], how["n_bootstrap"], how.get("level", 0.95)
     diff = guard - base
     n = rows.size
-    rng = np.random.default_rng([seed, 1])  # its own stream, apart from the split
+    rng = np.random.default_rng([how["seed"], 1])  # its own stream, apart from the split
     m = base.shape[0]
     sample = np.concatenate((base.T, guard.T, diff.T), axis=1)  # (n, 3M)
     boot = bootstrap_means(sample, n_bootstrap, rng) if n > 0 else np.full((1, 3 * m), np.nan)
