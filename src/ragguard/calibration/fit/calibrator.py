@@ -507,11 +507,8 @@ def calibrate_answerability(
 def _two_stage(
     evalset: EvalSet, best: RunCalibration, rerank: RerankSearch, plan: FitPlan, grid: SweepGrid
 ) -> RunCalibration:
-    """The second search: score the recommended run's candidates (or take the given
-    scores), build the space of retrieval depth x rerank cut x ``grid``'s caps
-    (``ragguard.calibration.fit.second_stage.rerank_space``; the passage texts are
-    ``evalset.texts``), and search it, checked against the run's retrieval-only choice
-    and its best plain top-k."""
+    """The second search: score ``best``'s candidates (unless given), build ``rerank_space`` and
+    search it against the run's retrieval-only choice and its best plain top-k."""
     arrays = best.arrays
     scores = rerank.scores
     if scores is None:

@@ -68,10 +68,8 @@ def _reranked_arrays(
 
 
 def _fail_open(params: PolicyParams, kind: ScoreKind | None) -> PolicyParams:
-    """What the guard runs on retrieval scores when a rerank call fails, under the config
-    a two-stage point writes: the same cap,
-    floor, threshold, cut and stages; no rerank floor or expected-utility rule (they read
-    rerank probabilities); no score rule at all on an unscored run."""
+    """What the guard runs on retrieval scores when a rerank call fails: the point's guard-level
+    settings, without the rules that read rerank probabilities (none at all on an unscored run)."""
     return replace(params, min_score=None, expected_utility=None, score_rules=kind is not None)
 
 

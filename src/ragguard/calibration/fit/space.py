@@ -148,9 +148,8 @@ def _examples(ids: Sequence[str], n: int = 3) -> str:
 
 
 def _check_ids_match(evalset: EvalSet, name: str) -> None:
-    """Raise when run ``name`` cannot be scored against the labels: no labelled query
-    has candidates in it, or not one of its documents is labelled for its query (the
-    run's ids and the labels' ids come from different schemes)."""
+    """Raise when no labelled query has candidates in run ``name``, or none of its documents is
+    labelled for its query (the ids come from different schemes)."""
     run = evalset.runs[name]
     qids = evalset.qids
     if not any(run.candidates.get(q) for q in qids):

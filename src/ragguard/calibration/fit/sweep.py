@@ -310,12 +310,11 @@ class Constraint:
     bound: float
 
     def __post_init__(self) -> None:
-        _metric_name(self.metric)  # raises on an unknown metric
+        name = _metric_name(self.metric)  # raises on an unknown metric
         if self.op not in (">=", "<="):
             raise ConfigError(f"a constraint compares with >= or <=, got {self.op!r}")
         if not (is_real(self.bound) and math.isfinite(self.bound)):
             raise ConfigError(f"constraint bound must be finite, got {self.bound!r}")
-        name = _metric_name(self.metric)
         if name in ("evidence_recall", COVERAGE) and not 0.0 <= self.bound <= 1.0:
             raise ConfigError(
                 f"{name} is a share: its constraint bound must be in [0, 1], got {self.bound!r}"

@@ -125,8 +125,7 @@ class WrittenSetting:
         c = self.search.comparison
         if not c.n_queries or "distractor_rate" not in c.metrics:
             return None
-        rate = c.guarded["distractor_rate"].mean
-        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+        return _band(c.guarded["distractor_rate"].mean)
 
     @property
     def checked_rate(self) -> float:
@@ -141,8 +140,11 @@ class WrittenSetting:
     def checked_band(self) -> SafetyBand | None:
         """The safety band of ``checked_rate`` (``None`` when it is NaN): what the
         next steps (``ResultView.next_steps``) are suggested on."""
-        rate = self.checked_rate
-        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+        return _band(self.checked_rate)
+
+
+def _band(rate: float) -> SafetyBand | None:
+    return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
 
 
 def written_setting(
