@@ -1,61 +1,6 @@
-r"""Answerability: ``min_evidence`` calibrated, with a bound on the answerable queries lost.
-
-``calibrate(evalset, answerability=Answerability(max_false_abstain=0.1))`` (``ragguard calibrate
---max-false-abstain 0.1``) chooses the floor ``min_evidence`` under which the guard keeps
-nothing (``ragguard.policy``: the best candidate's score below it, reason
-``insufficient_evidence``, ``Selection.verdict == "insufficient"``), so that at most a
-share 0.1 of answerable queries abstain, with probability ``confidence``.
-
-Which queries count
--------------------
-* **unanswerable**: judged, nothing relevant (``EvalArrays.unanswerable``): abstaining on one is a
-  **catch**;
-* **answerable**: its candidates hold evidence (a candidate graded relevant under the
-  rules, ``n_evidence > 0``): abstaining on one **loses** it;
-* the others (relevant documents that no candidate holds; nothing judged) count in
-  neither share.
-
-What the floor reads
---------------------
-What ``min_evidence`` reads at runtime under the written config: the best normalised
-retrieval score, or, when the config enables the rerank stage, the best rerank
-probability among the reranked candidates. A query whose rerank call failed never
-abstains: the guard then cuts on retrieval scores (``rerank.on_failure = "fail_open"``)
-and does not read a floor on the rerank probability scale on them. The scores come from
-the runtime policy itself (``ragguard.policy.cut_ranked``'s ``top``,
-``ragguard.policy.abstains``), so what is measured here is what the guard does.
-
-Choosing the floor (Learn-then-Test, as ``--guarantee``; ``ragguard.calibration.fit.risk``)
-------------------------------------------------------------------------------------------
-The loss of an answerable query at floor :math:`f` is 1 when it abstains (its best score
-is below :math:`f`, or it has no valid score), else 0; its mean over answerable queries,
-:math:`R(f)`, is the share lost, and grows with :math:`f`.
-
-1. The candidate floors are set by the **unanswerable** calibration queries alone: just
-   above each one's best score (rounded up to 4 significant digits: the lowest such floor
-   that catches it), in increasing order (at most ``MAX_FLOORS``, evenly spaced
-   order statistics beyond). The sequence is fixed before any answerable query's loss is
-   read, as fixed-sequence testing needs.
-2. Along it, from the lowest floor up, the null :math:`R(f) > X` is tested with the
-   Hoeffding-Bentkus p-value of the answerable **calibration** queries' mean loss, at
-   level :math:`\delta = 1 - \mathrm{confidence}`, stopping at the first not rejected
-   (``ragguard.calibration.fit.risk.certify_means``).
-3. The highest certified floor is written: the most unanswerable queries caught with
-   :math:`R(f) \le X` certified. When none is certified, no floor is written and the
-   calibration says so (``AnswerabilityResult.shortfall``).
-
-It assumes the answerable new queries are exchangeable with the answerable calibration
-queries (same distribution of queries, corpus, retriever and reranker); the guarantee is
-on the share of answerable new queries that abstain, not on each query, and not on the
-share of unanswerable ones caught, which is measured, not guaranteed. Even with no
-answerable query lost, certifying needs at least :math:`\log\delta / \log(1 - X)`
-answerable calibration queries (29 for :math:`X = 0.1` at 95%).
-
-The held-out queries, never used to choose the floor, then give the share of
-unanswerable queries caught and of answerable ones lost, with percentile bootstrap
-intervals, and the written setting with and without the floor side by side on the
-reported metrics (``AnswerabilityResult.effect``).
-"""
+"""Answerability: ``min_evidence`` certified by Learn-then-Test so that at most a share
+``max_false_abstain`` of answerable queries abstain (floors set by the unanswerable calibration
+queries alone, tested from the lowest up); docs/guides/calibrate.md says what it assumes."""
 
 from __future__ import annotations
 
@@ -87,19 +32,6 @@ from ragguard.policy import PolicyParams, abstains, cut_ranked
 if TYPE_CHECKING:
     from ragguard.calibration.data.evalset import EvalSet
 
-__all__ = [
-    "MAX_FLOORS",
-    "RERANK_SCALE",
-    "RETRIEVAL_SCALE",
-    "AnswerabilityResult",
-    "candidate_floors",
-    "check_max_false_abstain",
-    "evidence_tops",
-    "fit_answerability",
-    "fit_floor",
-    "floor_above",
-]
-
 
 MAX_FLOORS = 256
 """The most floors one calibration tests (evenly spaced among the candidates beyond)."""
@@ -112,13 +44,7 @@ RERANK_SCALE = "rerank probability"
 
 
 def check_max_false_abstain(evalset: EvalSet, calibration_rows: I, *, guarantee: bool) -> None:
-    """Fail before any sweep when the floor cannot be calibrated.
-
-    Raises:
-        ConfigError: combined with a recall guarantee.
-        EvalSetError: no unanswerable query in the eval set, or none among the
-            calibration queries; no query with a relevant passage (nothing answerable).
-    """
+    """Fail before any sweep when the floor cannot be calibrated."""
     if guarantee:
         raise ConfigError(
             "--max-false-abstain cannot be combined with --guarantee yet: abstentions lower "
@@ -169,13 +95,9 @@ def evidence_tops(arrays: EvalArrays) -> F64:
 
 
 def floor_above(top: float, digits: int = DIGITS) -> float:
-    """The floor that catches a query whose best score is ``top``: the number of
-    ``digits`` significant digits just above it (``0.61234 -> 0.6124``,
-    ``0.6 -> 0.6001``, ``-0.25 -> -0.2499``, ``0.0 -> 0.0001``).
-
-    Raises:
-        ConfigError: ``top`` is not finite.
-    """
+    """The floor that catches a query whose best score is ``top``: the number of ``digits``
+    significant digits just above it (``0.61234 -> 0.6124``, ``0.6 -> 0.6001``, ``-0.25 ->
+    -0.2499``, ``0.0 -> 0.0001``)."""
     if not math.isfinite(top):
         raise ConfigError(f"a floor lies above a finite score, got {top}")
     d = Decimal(repr(float(top)))
@@ -207,14 +129,8 @@ def fit_floor(
     max_false_abstain: float,
     confidence: float,
 ) -> tuple[Certification, float | None, float]:
-    """Learn-then-Test along ``floors`` (increasing) on the best scores of the
-    answerable calibration queries (see the module docstring).
-
-    Returns:
-        The certification (mean loss of every floor: the share of ``answerable_tops``
-        that abstain), the highest certified floor (``None``: none), and the certified
-        upper bound on its share lost (NaN when none).
-    """
+    """Learn-then-Test along ``floors`` (increasing) on the best scores of the answerable
+    calibration queries."""
     a = np.asarray(answerable_tops, dtype=np.float64)
     n = int(a.size)
     nan = np.isnan(a)  # no valid score: abstains under every floor
@@ -244,37 +160,7 @@ def needed_answerable(max_false_abstain: float, confidence: float) -> int:
 
 @dataclass(frozen=True, eq=False)
 class AnswerabilityResult:
-    """The calibrated ``min_evidence`` (see the module docstring).
-
-    Attributes:
-        max_false_abstain: the share of answerable queries allowed to abstain.
-        confidence: the probability that the bound holds (``1 - delta``).
-        scale: what the floor reads: ``"normalised retrieval score"`` or
-            ``"rerank probability"``.
-        setting: the written setting the floor applies to, in words.
-        floor: the floor written as ``min_evidence``; ``None`` when none is certified.
-        floors: the floors tested, increasing.
-        certification: the fixed-sequence test along ``floors``.
-        lost_bound: the certified upper bound on the share of answerable queries
-            ``floor`` loses (NaN without a floor).
-        calibration_answerable: answerable calibration queries (the losses' ``n``).
-        calibration_unanswerable: unanswerable calibration queries (set the floors).
-        calibration_lost: share of the answerable calibration queries the floor loses.
-        calibration_caught: share of the unanswerable calibration queries it catches.
-        split: where it is checked: ``"held-out"``, or ``"all queries (in-sample)"``.
-        heldout_answerable: answerable queries checked.
-        heldout_unanswerable: unanswerable queries checked.
-        caught: share of the checked unanswerable queries caught, with its interval.
-        lost: share of the checked answerable queries lost, with its interval.
-        top: (Q,) the score the floor reads, per query row (NaN: no valid score; inf: a
-            query the floor never applies to).
-        abstained: (Q,) rows that abstain under ``floor`` (none without one).
-        answerable: (Q,) answerable rows.
-        unanswerable: (Q,) unanswerable rows.
-        effect: the written setting without and with the floor on the checked queries,
-            paired (``None`` without a floor).
-        level: the intervals' confidence level.
-    """
+    """The calibrated ``min_evidence``."""
 
     max_false_abstain: float
     confidence: float
@@ -494,25 +380,8 @@ def fit_answerability(
     plan: FitPlan,
     option: Answerability,
 ) -> AnswerabilityResult:
-    """Calibrate ``min_evidence`` for one written setting (see the module docstring):
-    certified on the calibration queries, checked on the held-out ones.
-
-    Args:
-        top: per query, the evidence score the floor reads (``evidence_tops``;
-            ``inf`` where the guard does not apply the floor).
-        arrays: the run's arrays (which queries are answerable, which unanswerable).
-        kernel: the kernel the written setting cuts on (the floor's effect on the
-            metrics is measured on it).
-        written: the written setting's per-query cut.
-        scale: what ``top`` is, in words (``RETRIEVAL_SCALE``, ``RERANK_SCALE``).
-        setting: the written setting, in words.
-        metrics: the metrics the floor's effect is compared on.
-        plan: the fit: its calibration queries (the floor is certified on them), its
-            held-out queries (the floor is checked on them), the bootstrap's resamples,
-            seed and level (the held-out shares and the effect).
-        option: the largest share of answerable queries the floor may lose, and the
-            probability that the bound holds.
-    """
+    """Calibrate ``min_evidence`` for one written setting: certified on the calibration queries,
+    checked on the held-out ones."""
     calibration_rows, heldout_rows = plan.calibration_rows, plan.heldout_rows
     max_false_abstain, confidence = option.max_false_abstain, option.confidence
     n_bootstrap, seed, level = plan.check.n_bootstrap, plan.split.seed, plan.check.level
@@ -542,17 +411,7 @@ def fit_answerability(
     if floor is not None:
         without = written.astype(np.intp)
         with_floor = np.where(abstained, 0, without).astype(np.intp)
-        effect = compare(
-            kernel,
-            without,
-            with_floor,
-            rows,
-            metrics,
-            split=split,
-            n_bootstrap=n_bootstrap,
-            seed=seed,
-            level=level,
-        )
+        effect = compare(kernel, without, with_floor, rows, metrics, **plan.bootstrap(split))
     return AnswerabilityResult(
         max_false_abstain=float(max_false_abstain),
         confidence=confidence,

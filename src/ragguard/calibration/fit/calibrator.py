@@ -1,73 +1,6 @@
-"""``calibrate``: from an eval set and its runs to a recommended guard config.
-
-::
-
-    from ragguard.calibration import calibrate, load_evalset
-
-    result = calibrate(load_evalset("eval.jsonl"), constraints=["evidence_coverage>=0.9"])
-    result.recommended.chosen_params       # PolicyParams(max_k=4, relative_threshold=0.8, ...)
-    result.save_config("ragguard.toml")    # ContextGuard.from_file("ragguard.toml")
-
-Steps, per run (retrieval profile):
-
-1. split the labelled queries into a **calibration** part and a **held-out** part
-   (``holdout`` of them, drawn with ``seed``; the same split for every run);
-2. sweep the grid (``ragguard.calibration.fit.space.retrieval_space``) on the
-   **calibration queries only**, and choose a rule family by ``folds``-fold
-   cross-validation with the one-standard-error rule, preferring plain top-k, then
-   fewer rules (``ragguard.calibration.fit.select``); the family's best point on
-   the calibration queries is the choice checked in step 4. When no setting of the
-   default grid meets the constraints (on the calibration queries, or on all of them
-   for the refit of step 6), the caps grow to the candidate depth (at most
-   ``MAX_K_LIMIT``) and the sweep runs again; a
-   ``max_k`` or a ``grid`` you give is a constraint, never exceeded. With
-   ``guarantee`` the choice is instead the smallest context whose evidence recall the
-   calibration queries certify by Learn-then-Test (``ragguard.calibration.fit.risk``);
-3. choose the **baseline**, plain top-k, the same way (the best fixed k on the same
-   queries, or the ``baseline_k`` you give), so the comparison asks whether the guard
-   beats a tuned k, not an arbitrary one;
-4. compare baseline and guarded on the **held-out** queries with paired bootstrap
-   confidence intervals (percentile, ``n_bootstrap`` resamples of the queries): the gain
-   is real when the interval of the difference excludes 0. With ``holdout=0`` the
-   comparison is in-sample and says so;
-5. when the held-out interval of the objective's difference says the choice is
-   **worse** than the best plain top-k, write plain top-k instead (``on_worse="top-k"``,
-   the default) or write nothing (``on_worse="stop"``:
-   [`CalibrationResult.save_config`][ragguard.calibration.CalibrationResult.save_config] raises),
-   and say why;
-6. **refit**: re-select the chosen family's point on **all** queries; that is the
-   setting the config holds (``RunCalibration.written``). A guarantee is not
-   refitted: the certified setting is written, and the held-out queries, never used to
-   certify it, check it;
-7. compute each query's optimal context size (where cumulative utility peaks;
-   ``RunCalibration.optimal``);
-8. with ``answerability``, calibrate ``min_evidence`` for the written setting on the
-   calibration queries and check it on the held-out ones
-   (``ragguard.calibration.fit.answerability``).
-
-Steps 2 and 4-6 are one search (``ragguard.calibration.fit.search.search``). With a
-second stage (``rerank``: a reranker or its scores) the same search runs a second time, on
-the recommended run's rerank depths x rerank cuts x caps
-(``ragguard.calibration.fit.second_stage``), checked against that run's
-retrieval-only choice and its plain top-k; its setting is written, or the
-retrieval-only one with the reason
-([`CalibrationResult.written_setting`][ragguard.calibration.CalibrationResult.written_setting]: the
-one description of what the config holds, part of the result's one view,
-[`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view], which the console,
-``--json``, the report and the provenance all render).
-
-When the written setting misses a constraint (or no setting can carry the guarantee),
-[`CalibrationResult.unmet`][ragguard.calibration.CalibrationResult.unmet] names the best reachable
-value and the setting that reaches it, and
-[`save_config`][ragguard.calibration.CalibrationResult.save_config] refuses unless
-``allow_unmet=True`` (then the shortfall is recorded in the provenance).
-
-The run whose chosen setting scores best on the calibration queries (meeting the
-constraints first) is recommended;
-[`CalibrationResult.config`][ragguard.calibration.CalibrationResult.config] turns it into a
-[`GuardConfig`][ragguard.GuardConfig] with provenance (data hash, date, profile, objective,
-constraints, the chosen point's metrics).
-"""
+"""``calibrate`` / ``Calibrator``: from an eval set and its runs to a recommended guard config
+(split, search per run, second stage, answerability, the run recommended); the steps are those
+of docs/guides/calibrate.md and DESIGN.md."""
 
 from __future__ import annotations
 
@@ -126,8 +59,6 @@ from ragguard.config import ENV_PREFIX, OTHER_VARIABLES
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 from ragguard.profiles import Profile
 
-__all__ = ["DEFAULT_MAX_K", "calibrate"]
-
 logger = logging.getLogger(__name__)
 
 
@@ -169,8 +100,8 @@ class Calibrator:
     """Calibration as an estimator: the settings of a calibration, grouped into option
     objects and checked when built (a bad value raises
     [`ConfigError`][ragguard.ConfigError] before any data is read), and
-    [`fit`][ragguard.calibration.Calibrator.fit], which runs it on an eval set (the steps of the
-    module docstring).
+    [`fit`][ragguard.calibration.Calibrator.fit], which runs it on an eval set (the steps of
+    docs/guides/calibrate.md).
 
     ::
 
@@ -403,7 +334,7 @@ class Calibrator:
         if self.rerank is not None:
             two_stage = _two_stage(evalset, best, self.rerank, plan, best.grid or grid)
             report_sweeps(n_sweeps)
-        g = self.guarantee
+        stated = self.guarantee or self.answerability  # whose confidence the result states
         calibrated = CalibrationResult(
             header=Header(
                 evalset=evalset,
@@ -419,7 +350,7 @@ class Calibrator:
                 created=datetime.now(UTC),
                 data_sha256=data_fingerprint(evalset, names),
                 target=plan.target,
-                confidence=_confidence(g, self.answerability),
+                confidence=0.95 if stated is None else stated.confidence,
                 on_worse=check.on_worse,
                 caps_fixed=not self.search.grows,
                 grid=grid,
@@ -438,20 +369,11 @@ class Calibrator:
         return replace(calibrated, answerability=answerability)
 
 
-def _confidence(guarantee: Guarantee | None, answerability: Answerability | None) -> float:
-    """The confidence a result states: its guarantee's, else its floor's, else 0.95."""
-    if guarantee is not None:
-        return guarantee.confidence
-    return 0.95 if answerability is None else answerability.confidence
-
-
 def _search_run(
     evalset: EvalSet, name: str, plan: FitPlan, grid: SweepGrid, may_grow: bool, *, first: bool
 ) -> RunCalibration:
-    """Search run ``name``'s retrieval settings (steps 1-6 of the module docstring):
-    sweep them (caps grown when ``may_grow`` and no setting meets the constraints, or
-    with a guarantee), take the best plain top-k as the baseline, and run the search;
-    ``first``: the first run, which warns about a small eval set."""
+    """Sweep run ``name``'s retrieval settings, take its best plain top-k as the baseline, and
+    search; ``first`` warns about a small eval set."""
     objective, cons, stages = plan.objective, plan.constraints, plan.stages
     baseline_k = plan.check.baseline_k
     space = retrieval_space(evalset, name, plan, grid, may_grow=may_grow)
@@ -466,27 +388,18 @@ def _search_run(
         baseline, _ = choose(swept, objective, cons, among=top_idx)
     else:
         baseline = next(i for i in top_idx if points[i].max_k == baseline_k)
-    top_k = Reference(
-        f"plain {describe_point(points[baseline])}",
-        space.kernels[0],
-        swept.kept[baseline].astype(np.intp),
-        point=baseline,
-    )
+
+    def plain(i: int) -> Reference:
+        kept = swept.kept[i].astype(np.intp)
+        return Reference(f"plain {describe_point(points[i])}", space.kernels[0], kept, point=i)
+
     free, _ = choose(swept, objective, (), among=top_idx)  # the constraints' cost
-    unconstrained = None
-    if cons and free != baseline:
-        unconstrained = Reference(
-            f"plain {describe_point(points[free])}",
-            space.kernels[0],
-            swept.kept[free].astype(np.intp),
-            point=free,
-        )
     found = search(
         space,
         plan,
-        top_k,
+        plain(baseline),
         fallback_family=top_idx if baseline_k is None else [baseline],
-        unconstrained=unconstrained,
+        unconstrained=plain(free) if cons and free != baseline else None,
     )
     n_queries = len(evalset.qids)
     comparison = found.comparison
@@ -555,22 +468,12 @@ def calibrate_answerability(
     result: CalibrationResult, plan: FitPlan, option: Answerability
 ) -> AnswerabilityResult:
     """Calibrate ``min_evidence`` for the setting ``result``'s config holds
-    (``ragguard.calibration.fit.answerability.fit_answerability`` on the scores the floor
-    reads under that setting): certified on the calibration queries of ``plan``, checked
-    on its held-out ones, with the share and confidence of ``option``.
-
-    Raises:
-        ConfigError: the written setting's scores cannot carry a floor (a run without
-            scores and no rerank stage).
-    """
+    (``ragguard.calibration.fit.answerability.fit_answerability`` on the scores the floor reads
+    under that setting): certified on the calibration queries of ``plan``, checked on its held-out
+    ones, with the share and confidence of ``option``."""
     w = result.written_setting()
     r = w.run
     arrays = r.arrays
-    retrieval = (
-        evidence_tops(arrays)
-        if arrays.score_kind is not None
-        else np.full(arrays.n_queries, math.inf)  # no score rule applies, min_evidence neither
-    )
     two = w.two_stage
     if two is None:
         if arrays.score_kind is None:
@@ -579,7 +482,7 @@ def calibrate_answerability(
                 "has no scores, and min_evidence reads the best candidate's score; pass "
                 "--score-kind or a run with scores"
             )
-        top, scale, kernel = retrieval, RETRIEVAL_SCALE, r.kernel
+        top, scale, kernel = evidence_tops(arrays), RETRIEVAL_SCALE, r.kernel
     else:
         n, stage = two.space.top_n_of(w.index), two.stage
         assert n is not None and stage is not None
@@ -604,11 +507,8 @@ def calibrate_answerability(
 def _two_stage(
     evalset: EvalSet, best: RunCalibration, rerank: RerankSearch, plan: FitPlan, grid: SweepGrid
 ) -> RunCalibration:
-    """The second search: score the recommended run's candidates (or take the given
-    scores), build the space of retrieval depth x rerank cut x ``grid``'s caps
-    (``ragguard.calibration.fit.second_stage.rerank_space``; the passage texts are
-    ``evalset.texts``), and search it, checked against the run's retrieval-only choice
-    and its best plain top-k."""
+    """The second search: score ``best``'s candidates (unless given), build ``rerank_space`` and
+    search it against the run's retrieval-only choice and its best plain top-k."""
     arrays = best.arrays
     scores = rerank.scores
     if scores is None:

@@ -1,31 +1,6 @@
-"""Sweeping the conflict stage: ``conflicts`` x ``conflict_similarity`` as settings.
-
-``calibrate(stages=Stages(conflicts=["off", "keep_first", "drop"],``
-``conflict_similarities=[0.3, 0.5]))``
-tries every setting of the grid under every conflict setting (``conflict_settings``)
-and chooses among all of them on the objective, like any other setting: cross-validated
-as part of the rule family (a conflict mode counts as one more rule, so the simplest
-family within one standard error wins), checked on held-out queries against the best
-plain top-k *without* it, refitted on all queries. ``drop`` reaches the config only
-when it wins that choice.
-
-Each conflict setting is swept with the runtime's own stage code
-(``ragguard.conflicts.conflict_stage`` after the cut, then near-duplicates and the
-token budget) in a kernel of its own (``PassageStages``; ``drop``, which is not causal along the
-ranked list, per cut). The conflicting pairs of each query are found once, at the lowest similarity
-swept: a pair at a higher level is one of those at least that similar. ``StageKernels`` shows
-the kernels as one, so the sweep, the cross-validation, the held-out check and the
-guarantee read every setting alike.
-
-``prefer`` is not swept: it keeps the member with the greatest value of a metadata key
-that eval sets do not carry. Set it in the config by hand (``conflicts = "prefer"``,
-``conflict_prefer = "date"``).
-
-The report states how well detection finds labelled distractors
-(``conflict_detection``): a candidate among the first ``max_k`` ranked is
-*flagged* when it is in a conflicting pair with another of them, *positive* when it is
-a known distractor or has negative utility.
-"""
+"""Sweeping the conflict stage: every setting of the grid under every ``conflicts`` x
+``conflict_similarity`` setting, one kernel each (``StageKernels`` shows them as one); pairs are
+found once per query, at the lowest similarity swept. ``prefer`` is not swept."""
 
 from __future__ import annotations
 
@@ -44,22 +19,8 @@ from ragguard.calibration.fit.sweep_stages import PassageStages, passage_stages
 from ragguard.conflicts import Pair, find_conflicts
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams
-from ragguard.stages import Shingles, shingles
-
-__all__ = [
-    "SWEPT_MODES",
-    "ConflictDetection",
-    "ConflictSetting",
-    "StageKernels",
-    "StageSweep",
-    "conflict_detection",
-    "conflict_settings",
-    "describe_conflicts",
-    "setting_of",
-    "similarity_levels",
-    "stage_sweep",
-]
-
+from ragguard.stages import shingles
+from ragguard.tokens import DEFAULT_TOKEN_COUNTER
 
 ConflictSetting = tuple[ConflictMode, float]
 """``(conflicts, conflict_similarity)`` of a swept setting."""
@@ -82,20 +43,9 @@ _PREFER = (
 def conflict_settings(
     conflicts: Sequence[str | ConflictMode], similarities: Sequence[float] = ()
 ) -> tuple[ConflictSetting, ...]:
-    """The conflict settings to sweep, in sweep order: modes simplest first (off, flag,
-    keep_first, drop), each at every similarity from the highest (fewest conflicts) to
-    the lowest; ``off`` once. Ties on the objective go to the earlier one.
-
-    Args:
-        conflicts: modes (``"off"``, ``"flag"``, ``"keep_first"``, ``"drop"``); empty:
-            nothing to sweep.
-        similarities: ``conflict_similarity`` values in (0, 1] (default
-            ``DEFAULT_CONFLICT_SIMILARITY``).
-
-    Raises:
-        ConfigError: an unknown mode, ``prefer``, a similarity outside (0, 1] or not a
-            number, similarities without modes.
-    """
+    """The conflict settings to sweep, in sweep order: modes simplest first (off, flag, keep_first,
+    drop), each at every similarity from the highest (fewest conflicts) to the lowest; ``off``
+    once."""
     if not conflicts:
         if similarities:
             raise ConfigError(
@@ -160,25 +110,7 @@ def describe_conflicts(setting: ConflictSetting) -> str:
 
 
 class StageKernels(SweepKernel):
-    """One kernel per conflict setting over the same run, seen as one kernel.
-
-    A setting's per-query cut is ``block * stride + c``: ``block`` its conflict setting's
-    index in ``settings``, ``c`` the cut in that setting's kernel
-    (``SweepKernel.cuts``), ``stride`` the largest cut plus one. Every setting of one
-    row of cuts lies in one block, so ``values`` and ``group_sums`` read each row
-    from its own kernel.
-
-    Args:
-        arrays: the run against its labels.
-        blocks: per conflict setting, its kernel.
-        settings: the conflict settings, in ``blocks`` order.
-        max_cut: the largest cut any block holds (the sweep's width): the stride is
-            ``max_cut + 1``, the same for every kernel built with the same ``max_cut``
-            (the two-stage sweep places cuts of the retrieval kernel into its own).
-        pairs: per row, the conflicting pairs among its first ``max_cut`` ranked
-            candidates at the lowest similarity swept (``similarity_levels``; for
-            ``conflict_detection``).
-    """
+    """One kernel per conflict setting over the same run, seen as one kernel."""
 
     def __init__(
         self,
@@ -202,11 +134,7 @@ class StageKernels(SweepKernel):
         self.pairs = pairs
 
     def block_of(self, params: PolicyParams) -> int:
-        """The index of ``params``' conflict setting.
-
-        Raises:
-            ConfigError: it is not one of the settings swept.
-        """
+        """The index of ``params``' conflict setting."""
         try:
             return self.settings.index(setting_of(params))
         except ValueError:
@@ -282,28 +210,14 @@ class StageKernels(SweepKernel):
             sums[:, rows], counts[:, rows] = s, c
         return sums, counts
 
-    def table(self, metric: str) -> F64:
-        """Not one table: each conflict setting has its own (``blocks[i].table``)."""
-        raise ConfigError(
-            "a kernel of several conflict settings has one table per setting; read "
-            "kernel.blocks[i].table(metric)"
-        )
-
 
 # --------------------------------------------------------------------------- the sweep
 
 
 @dataclass(frozen=True)
 class StageSweep:
-    """The stages after the cut that ``calibrate`` sweeps: the token budget and the
-    near-duplicate control at their one setting, the conflict stage at each of
-    ``settings`` (none: not swept).
-
-    Attributes:
-        base: the token budget and near-duplicate stages, with where the texts are read.
-        settings: the conflict settings swept (``conflict_settings``), the first the
-            base one (the held-out check compares with plain top-k under it).
-    """
+    """The stages after the cut that ``calibrate`` sweeps: the token budget and the near-duplicate
+    control at their one setting, the conflict stage at each of ``settings`` (none: not swept)."""
 
     base: PassageStages
     settings: tuple[ConflictSetting, ...] = ()
@@ -325,12 +239,8 @@ class StageSweep:
         return not self.settings or setting_of(params) == self.settings[0]
 
     def kernel(self, arrays: EvalArrays, metrics: Sequence[str], width: int) -> SweepKernel:
-        """The sweep kernel of ``arrays`` with these stages (texts read here): a
-        ``StageKernels`` when conflicts are swept.
-
-        Raises:
-            EvalSetError: a ranked candidate has no text, or every text is empty.
-        """
+        """The sweep kernel of ``arrays`` with these stages (texts read here): a ``StageKernels``
+        when conflicts are swept."""
         run = self.base.for_run(arrays, width)
         if not self.settings:
             return SweepKernel(arrays, metrics, width, stages=run)
@@ -343,18 +253,8 @@ class StageSweep:
                 "in the eval set, in a corpus.jsonl beside it, or pass --corpus",
                 path=self.base.evalset.source if self.base.evalset is not None else None,
             )
-        built: dict[str, Shingles] = {}  # a passage retrieved for many queries: once
-
-        def sets_of(row: list[str]) -> list[Shingles]:
-            out = []
-            for t in row:
-                got = built.get(t)
-                if got is None:
-                    got = built[t] = shingles(t)
-                out.append(got)
-            return out
-
-        sets = [sets_of(row) for row in texts]
+        built = {t: shingles(t) for t in {t for row in texts for t in row}}  # each text once
+        sets = [[built[t] for t in row] for row in texts]
         low = similarity_levels(self.settings)[-1]
         pairs = [
             find_conflicts(row, row_sets, similarity=low)
@@ -387,22 +287,24 @@ class StageSweep:
 def stage_sweep(
     evalset: EvalSet,
     *,
+    max_tokens: int | None,
+    near_duplicate_threshold: float | None,
     conflicts: Sequence[str | ConflictMode] = (),
     conflict_similarities: Sequence[float] = (),
-    **stages: Any,
+    token_counter_spec: str = DEFAULT_TOKEN_COUNTER,
+    passages: Mapping[str, str] | None = None,
 ) -> StageSweep | None:
-    """The stages after the cut to sweep with (``None`` when all are off): the conflict
-    settings swept, over the other stages (``stages``: the keywords of
-    ``ragguard.calibration.fit.sweep_stages.passage_stages``); the values are checked
-    and the token counter built here, before any sweep.
-
-    Raises:
-        ConfigError: a value out of range, an unknown or unsweepable conflict mode, a
-            malformed counter.
-        MissingDependencyError: the counter's package is not installed.
-    """
+    """The stages after the cut to sweep with (``None`` when all are off): the conflict settings
+    swept over ``passage_stages``; checked, and the token counter built, before any sweep."""
     settings = conflict_settings(conflicts, conflict_similarities)
-    base = passage_stages(evalset, conflicts=bool(settings), **stages)
+    base = passage_stages(
+        evalset,
+        max_tokens=max_tokens,
+        token_counter_spec=token_counter_spec,
+        near_duplicate_threshold=near_duplicate_threshold,
+        passages=passages,
+        conflicts=bool(settings),
+    )
     return None if base is None else StageSweep(base, settings)
 
 
@@ -411,28 +313,8 @@ def stage_sweep(
 
 @dataclass(frozen=True)
 class ConflictDetection:
-    """How conflict detection at one similarity finds labelled distractors, on a set of
-    queries, among each query's first ``max_k`` ranked candidates.
-
-    A candidate is *flagged* when it is in a conflicting pair with another of them,
-    *positive* when it is a known distractor or has negative utility (a hard negative
-    by the profile's rules), *relevant* when its utility is positive. A query is flagged
-    when one of its candidates is, positive when one is.
-
-    Attributes:
-        similarity: the ``conflict_similarity``.
-        max_k: how many ranked candidates per query were compared.
-        queries: queries counted.
-        candidates: candidates counted.
-        positives: positive candidates.
-        flagged: flagged candidates.
-        hits: flagged positive candidates.
-        relevant: relevant candidates.
-        relevant_flagged: flagged relevant candidates.
-        positive_queries: positive queries.
-        flagged_queries: flagged queries.
-        query_hits: flagged positive queries.
-    """
+    """How conflict detection at one similarity finds labelled distractors, on a set of queries,
+    among each query's first ``max_k`` ranked candidates."""
 
     similarity: float
     max_k: int
@@ -487,14 +369,9 @@ class ConflictDetection:
 def conflict_detection(
     kernel: StageKernels, rows: I, similarity: float, max_k: int
 ) -> ConflictDetection:
-    """Detection at ``similarity`` on query ``rows``, among each query's first ``max_k``
-    ranked candidates (at most the kernel's width), against the labels of the kernel's
-    run (see ``ConflictDetection``).
-
-    Raises:
-        ConfigError: ``similarity`` below the lowest one the kernel's pairs were found
-            at, or ``max_k`` above its width.
-    """
+    """Detection at ``similarity`` on query ``rows``, among each query's first ``max_k`` ranked
+    candidates (at most the kernel's width), against the labels of the kernel's run (see
+    ``ConflictDetection``)."""
     low = similarity_levels(kernel.settings)[-1]
     if similarity < low:
         raise ConfigError(f"the pairs were found at similarity >= {low:g}, not {similarity:g}")
@@ -502,7 +379,7 @@ def conflict_detection(
         raise ConfigError(f"max_k must be in [1, {kernel.width}], got {max_k}")
     arrays = kernel.arrays
     width = max(kernel.width, 1)
-    counts = np.zeros(10, dtype=np.int64)
+    counts = np.zeros(10, dtype=np.int64)  # in ConflictDetection's order
     for r in np.asarray(rows, dtype=np.intp).tolist():
         depth = min(int(arrays.n_valid[r]), max_k)
         u = arrays.utility[r, :depth]
@@ -513,30 +390,8 @@ def conflict_detection(
             if p.similarity >= similarity and p.b < depth:
                 flagged[p.a] = flagged[p.b] = True
         f = flagged[:depth]
-        counts += (
-            depth,
-            int(positive.sum()),
-            int(f.sum()),
-            int((f & positive).sum()),
-            int(relevant.sum()),
-            int((f & relevant).sum()),
-            1,
-            int(positive.any()),
-            int(f.any()),
-            int(f.any() and positive.any()),
+        sums = [1, depth, positive.sum(), f.sum(), (f & positive).sum(), relevant.sum()]
+        counts += np.array(
+            [*sums, (f & relevant).sum(), positive.any(), f.any(), f.any() & positive.any()]
         )
-    c = counts.tolist()
-    return ConflictDetection(
-        similarity=similarity,
-        max_k=max_k,
-        queries=c[6],
-        candidates=c[0],
-        positives=c[1],
-        flagged=c[2],
-        hits=c[3],
-        relevant=c[4],
-        relevant_flagged=c[5],
-        positive_queries=c[7],
-        flagged_queries=c[8],
-        query_hits=c[9],
-    )
+    return ConflictDetection(similarity, max_k, *counts.tolist())

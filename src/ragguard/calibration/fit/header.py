@@ -19,36 +19,14 @@ from ragguard.calibration.fit.sweep import (
 )
 from ragguard.profiles import Profile
 
-__all__ = ["SMALL_SET", "Header"]
-
 SMALL_SET = 50
 """Fewer labelled queries than this get a warning with the held-out interval's width."""
 
 
 @dataclass(frozen=True, eq=False)
 class Header:
-    """The calibration as every output introduces it (``ResultView.header``): the
-    eval set, the profile, the objective and constraints, the split, and where the
-    data came from.
-
-    Attributes:
-        evalset: the eval set (its file, query texts, unanswerable queries).
-        profile: the tolerance profile whose rules gave the utilities.
-        objective: the objective metric.
-        constraints: the constraints.
-        runs: every run's name, in the eval set's order.
-        qids: every labelled query id, in row order.
-        calibration_rows: rows the settings were chosen on.
-        heldout_rows: rows held out (empty without a hold-out).
-        holdout: the fraction of queries held out.
-        seed: the seed of the split and the bootstrap.
-        created: when the calibration ran (UTC).
-        data_sha256: hash of the labels and runs used.
-        target, confidence: the recall guarantee asked for (``target`` ``None``: none).
-        on_worse: what is written when the choice is worse than plain top-k.
-        caps_fixed: the caps could not grow (``max_k`` or a ``grid`` was given).
-        grid: the grid swept.
-    """
+    """The calibration as every output introduces it (``ResultView.header``): the eval set, the
+    profile, the objective and constraints, the split, and where the data came from."""
 
     evalset: EvalSet = field(repr=False)
     profile: Profile
@@ -69,9 +47,8 @@ class Header:
     grid: SweepGrid
 
     def objective_text(self, constraints: bool = True) -> str:
-        """The objective in words: ``maximise mean udcg subject to
-        evidence_coverage>=0.9``, or the guarantee that replaces it (without ``subject to``
-        when not ``constraints``)."""
+        """The objective in words: ``maximise mean udcg subject to evidence_coverage>=0.9``, or the
+        guarantee that replaces it (without ``subject to`` when not ``constraints``)."""
         cons = " and ".join(str(c) for c in self.constraints) if constraints else ""
         if self.target is not None:
             text = (

@@ -1,31 +1,6 @@
-"""The option objects of [`Calibrator`][ragguard.calibration.Calibrator]: small
-frozen groups of settings, one job each, checked when built.
-
-::
-
-    from ragguard.calibration import Calibrator, Guarantee, Split
-
-    calibrator = Calibrator(
-        objective="udcg",
-        constraints=["evidence_coverage>=0.9"],
-        split=Split(holdout=0.3, seed=0),
-        guarantee=Guarantee(recall=0.9, confidence=0.95),
-    )
-    result = calibrator.fit(evalset)
-
-=================  =============================================================
-``Search``         the retrieval settings swept: caps, grid, metrics computed
-``Split``          calibration / held-out queries and cross-validation folds
-``Check``          the held-out check: baseline, paired bootstrap, what a loss does
-``Guarantee``      a finite-sample recall guarantee (Learn-then-Test)
-``Stages``         the stages after the cut swept with every setting
-``RerankSearch``   a second stage (reranker or its scores) swept with the run
-``Answerability``  the ``min_evidence`` floor calibrated for the written setting
-=================  =============================================================
-
-A bad value raises [`ConfigError`][ragguard.ConfigError] with one line naming the
-option, before any data is read.
-"""
+"""The option objects of [`Calibrator`][ragguard.calibration.Calibrator]: small frozen groups
+of settings, one job each, checked when built (a bad value raises
+[`ConfigError`][ragguard.ConfigError] naming the option, before any data is read)."""
 
 from __future__ import annotations
 

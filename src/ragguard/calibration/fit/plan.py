@@ -1,7 +1,5 @@
-"""One fit's resolved settings (``FitPlan``): what it optimises, on which queries,
-and how it checks, read alike by the one search
-(``search``) over a run's retrieval settings and
-over its second stage's."""
+"""One fit's resolved settings (``FitPlan``), read alike by the search over a run's retrieval
+settings and over its second stage's."""
 
 from __future__ import annotations
 
@@ -11,30 +9,14 @@ from dataclasses import dataclass
 from ragguard.calibration.data.utility import UtilityRules, rules_of
 from ragguard.calibration.fit.conflict_sweep import StageSweep
 from ragguard.calibration.fit.options import Check, Guarantee, Split
+from ragguard.calibration.fit.statistics import Bootstrap
 from ragguard.calibration.fit.sweep import Constraint, I
 from ragguard.profiles import Profile
-
-__all__ = ["FitPlan"]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class FitPlan:
-    """The settings of one fit, resolved from its option objects and its eval set.
-
-    Attributes:
-        profile: the tolerance profile of the utilities.
-        rules: which grades are relevant (``None``: the profile's).
-        objective: the metric optimised.
-        constraints: the constraints every choice must meet.
-        metrics: the metrics computed at every setting.
-        reported: the metrics compared on held-out queries.
-        calibration_rows: the queries that choose.
-        heldout_rows: the queries that check.
-        split: the split, folds and seed.
-        check: the held-out check's settings.
-        guarantee: the recall guarantee, if any.
-        stages: the stages after the cut swept with every setting, if any.
-    """
+    """The settings of one fit, resolved from its option objects and its eval set."""
 
     profile: Profile
     rules: UtilityRules | None
@@ -53,6 +35,13 @@ class FitPlan:
     def utility_rules(self) -> UtilityRules:
         """The grade rules in force: the given ones, or the profile's."""
         return rules_of(self.profile, self.rules)
+
+    def bootstrap(self, split: str) -> Bootstrap:
+        """How the checks on ``split`` resample (``compare``)."""
+        check = self.check
+        return Bootstrap(
+            split=split, n_bootstrap=check.n_bootstrap, seed=self.split.seed, level=check.level
+        )
 
     @property
     def target(self) -> float | None:

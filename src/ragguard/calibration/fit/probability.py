@@ -1,41 +1,6 @@
-r"""Fitting a rerank score's map to p(relevant), and measuring how calibrated it is.
-
-``fit_platt`` (logistic regression on the logit-scale score, by maximum likelihood)
-and ``fit_isotonic`` (pool-adjacent-violators) return a
-[`ProbabilityMap`][ragguard.ProbabilityMap] that the config stores and the runtime
-guard applies. ``brier_score``, ``expected_calibration_error`` and
-``reliability`` say how well probabilities match observed frequencies.
-
-Platt
------
-Maximises :math:`\sum_i t_i \log p_i + (1 - t_i) \log(1 - p_i)` with
-:math:`p_i = \sigma(a z_i + b)` by Newton's method with step halving, on standardised
-:math:`z` (so the Hessian is well conditioned) and with the log-likelihood computed
-through ``logaddexp`` (no overflow). With ``smooth=True`` (the default) the targets are
-Platt's (1999): :math:`t = (N_+ + 1) / (N_+ + 2)` for positives and
-:math:`1 / (N_- + 2)` for negatives, which keeps the fit finite when the scores
-separate the classes perfectly (plain maximum likelihood then diverges); the bias is
-:math:`O(1/N)`. ``smooth=False`` fits the 0/1 labels.
-
-Isotonic
---------
-Equal scores are pooled first (their mean label, weighted by count), then adjacent
-blocks that violate monotonicity are merged into their weighted mean (PAVA). The map
-keeps the first and last score of every block with the block's value, dropping points
-inside flat runs; between breakpoints it interpolates linearly and beyond the ends it is
-constant, exactly as scikit-learn's ``IsotonicRegression(out_of_bounds="clip")``
-predicts.
-
-Neither fitter returns a map that cannot rank: a Platt slope :math:`a \le 0` (the scores
-fall as relevance rises, so the map would keep the worst passages) and a flat isotonic
-fit raise [`EvalSetError`][ragguard.EvalSetError] (a ``ValueError``) instead, as the config
-refuses such maps ([`ProbabilityMap`][ragguard.ProbabilityMap]).
-
-Calibration error
------------------
-Brier score: :math:`\frac1n \sum (p_i - y_i)^2`. ECE with ``bins`` equal-width bins of
-:math:`[0, 1]` (the last one closed): :math:`\sum_b \frac{n_b}{n} |\bar p_b - \bar y_b|`.
-"""
+"""Fitting a rerank score's map to p(relevant) (Platt by Newton's method on standardised
+logits, with Platt's smoothed targets; isotonic by PAVA, as scikit-learn's
+``IsotonicRegression(out_of_bounds="clip")``) and measuring its calibration (Brier, ECE)."""
 
 from __future__ import annotations
 
@@ -49,16 +14,6 @@ from numpy.typing import ArrayLike, NDArray
 from ragguard.calibration.fit.sweep import F64
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.probability import MapMethod, ProbabilityMap
-
-__all__ = [
-    "Reliability",
-    "brier_score",
-    "expected_calibration_error",
-    "fit_isotonic",
-    "fit_platt",
-    "fit_probability_map",
-    "reliability",
-]
 
 
 def _pairs(z: ArrayLike, y: ArrayLike) -> tuple[F64, F64]:
@@ -82,18 +37,7 @@ def _need_both(y: F64, what: str) -> None:
 
 
 def fit_platt(z: ArrayLike, y: ArrayLike, *, smooth: bool = True) -> ProbabilityMap:
-    """Fit ``p = sigmoid(a * z + b)`` by maximum likelihood (see the module docstring).
-
-    Args:
-        z: scores on the logit scale (non-finite ones are ignored with their labels).
-        y: 1 for relevant, 0 for not.
-        smooth: use Platt's smoothed targets (finite under perfect separation).
-
-    Raises:
-        EvalSetError: lengths differ, labels are not 0/1, one class is missing, or the
-            fitted slope is not positive (the scores fall with relevance: a decreasing
-            map would keep the worst passages).
-    """
+    """Fit ``p = sigmoid(a * z + b)`` by maximum likelihood."""
     zs, ys = _pairs(z, y)
     _need_both(ys, "Platt scaling")
     t = ys
@@ -168,12 +112,7 @@ def _pava(values: F64, weights: F64) -> tuple[F64, NDArray[np.intp]]:
 
 
 def fit_isotonic(z: ArrayLike, y: ArrayLike) -> ProbabilityMap:
-    """Fit a non-decreasing map by pool-adjacent-violators (see the module docstring).
-
-    Raises:
-        EvalSetError: lengths differ, labels are not 0/1, one class is missing, or the fit
-            is flat (one probability for every score: the scores do not rank relevance).
-    """
+    """Fit a non-decreasing map by pool-adjacent-violators."""
     zs, ys = _pairs(z, y)
     _need_both(ys, "isotonic calibration")
     order = np.argsort(zs, kind="stable")
@@ -223,14 +162,7 @@ def brier_score(p: ArrayLike, y: ArrayLike) -> float:
 @dataclass(frozen=True, eq=False)
 class Reliability:
     """A reliability diagram's data: per equal-width probability bin, the mean predicted
-    probability, the observed frequency of relevance and the count (NaN where empty).
-
-    Attributes:
-        edges: (bins + 1,) bin edges over [0, 1].
-        predicted: (bins,) mean predicted probability.
-        observed: (bins,) fraction relevant.
-        counts: (bins,) pairs in the bin.
-    """
+    probability, the observed frequency of relevance and the count (NaN where empty)."""
 
     edges: F64
     predicted: F64

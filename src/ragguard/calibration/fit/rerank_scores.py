@@ -1,46 +1,6 @@
-"""Second-stage scores for calibration: a reranker run once per (model, query, passage),
-cached on disk, or precomputed scores read from a run file.
-
-Two-stage calibration (``ragguard.calibration.fit.second_stage``) needs the rerank score of
-every candidate a setting may send to the reranker: the first ``top_n`` by retrieval
-score of each labelled query, for the largest ``top_n`` of the grid, over every run.
-They come from
-
-* a **reranker** ([`Reranker`][ragguard.Reranker]: a
-  [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] or any ``(query, texts) -> scores``
-  callable), called once per query with the texts not yet cached; the texts come from
-  the eval set (candidates' ``text`` in ragguard's JSONL, UDCG passages), the folder's
-  ``corpus.jsonl``, a BEIR ``corpus.jsonl``, ``corpus=`` files or ``passages=``;
-* or a **run file** of precomputed scores (TREC run format or JSON, as for retrieval
-  runs), from a hosted reranker, an LLM judge or ``ragguard annotate``; its
-  ``score_kind`` must be given.
-
-**The cache.** Scores are stored in a SQLite file per model under ``cache_dir`` (default
-``$RAGGUARD_CACHE_DIR`` or ``~/.cache/ragguard/rerank``), keyed by
-``sha256(query \\0 passage text)``; the file's name is the model's cache key, a hash of
-its identity: for a cross-encoder its name, its ``max_length`` and declared kind and, for
-a local folder, the size and modification time of each file in it; for a callable its
-``module:qualname``, the sha256 of its source file and its ``cache_key`` attribute if it
-has one (set one to invalidate the cache when behaviour changes without a code change).
-A second calibration with other options therefore calls no model.
-
-Only finite scores of calls that succeeded are stored. A cached value that is not a
-finite number (text, ``NULL``: how older versions stored a NaN, infinity) counts as
-missing and is computed again, never served. A cache file that is corrupt, truncated or
-unreadable raises [`ScoreCacheError`][ragguard.ScoreCacheError] naming it (delete it or give
-``--rerank-cache`` another folder); so does a folder that cannot be created or written
-(naming the folder), and a file another process keeps locked for more than
-``CACHE_LOCK_TIMEOUT_S`` seconds.
-
-**Failed calls.** Each query's passages are scored in one call through the runtime's own
-rerank stage (``ragguard.rerank.RerankStage``, ``on_failure="fail_open"``), so a
-call fails exactly when it would fail in the guard: the reranker raises, returns the
-wrong number of scores, or a score that is NaN or infinite. A failed call's scores are
-dropped (none is cached) and ``RerankScores.failed`` records its error; the
-calibration sweeps that query as the guard selects when a call fails
-(``ragguard.calibration.fit.second_stage``). When every call fails,
-[`RerankError`][ragguard.RerankError] says so with the first error.
-"""
+"""Second-stage scores for calibration: a reranker called once per (model, query, passage)
+through the runtime's own rerank stage, cached in one SQLite file per model (keyed by
+``sha256(query \\0 text)``), or precomputed scores read from a run file."""
 
 from __future__ import annotations
 
@@ -74,15 +34,6 @@ from ragguard.rerank import (
 )
 from ragguard.scores import ScoreKind
 
-__all__ = [
-    "CACHE_LOCK_TIMEOUT_S",
-    "RerankScores",
-    "default_cache_dir",
-    "model_identity",
-    "read_rerank_run",
-    "score_candidates",
-]
-
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
@@ -101,7 +52,7 @@ class RerankScores:
         name: the reranker's human name (model name, callable name, run file stem).
         score_kind: logit or probability.
         scores: query id -> {passage id: raw score} (NaN where the reranker gave none).
-        identity: what identifies the model (see the module docstring); for a run file,
+        identity: what identifies the model (``model_identity``); for a run file,
             its path and sha256.
         cache_key: the hash of ``identity`` naming the cache file (``None`` for a run
             file).
@@ -110,8 +61,8 @@ class RerankScores:
             precomputed scores: recorded in the config, never imported from it.
         n_computed: pairs the reranker scored in this call (0 on a warm cache).
         n_cached: pairs read from the cache.
-        failed: query id -> the error of its failed rerank call (see the module
-            docstring); such a query has no scores.
+        failed: query id -> the error of its failed rerank call (the runtime stage's
+            check failed; nothing of it is cached); such a query has no scores.
         n_calls: rerank calls made (queries with a pair not in the cache).
 
     Raises:
@@ -182,9 +133,8 @@ class RerankScores:
 
 
 def _callable_spec(reranker: object) -> str:
-    """``module:name`` of a callable reranker: a function's or class's own name, or for
-    an instance the module attribute that holds it (``examples.rerankers:minilm``), else
-    its class."""
+    """``module:name`` of a callable reranker: a function's or class's own name, or for an instance
+    the module attribute that holds it (``examples.rerankers:minilm``), else its class."""
     module = getattr(reranker, "__module__", None) or type(reranker).__module__
     if not (inspect.isfunction(reranker) or inspect.isclass(reranker)):
         held = sys.modules.get(module)
@@ -196,7 +146,9 @@ def _callable_spec(reranker: object) -> str:
 
 
 def model_identity(reranker: object) -> str:
-    """What identifies a reranker's scores for the cache (see the module docstring)."""
+    """What identifies a reranker's scores for the cache: a cross-encoder's name, ``max_length``,
+    kind and local files' sizes and times; a callable's ``module:qualname``, source hash and
+    ``cache_key`` attribute."""
     if isinstance(reranker, CrossEncoderReranker):
         parts = [f"cross-encoder:{reranker.model_name}", f"max_length={reranker.max_length}"]
         explicit = getattr(reranker, "_explicit_kind", None)
@@ -246,11 +198,7 @@ def default_cache_dir() -> Path:
 
 
 class _DiskCache:
-    """(query, text) -> raw score in one SQLite file per model.
-
-    Every SQLite failure becomes a [`ScoreCacheError`][ragguard.ScoreCacheError] naming the
-    file (or, when the file could not be created, the folder) and the way out.
-    """
+    """(query, text) -> raw score in one SQLite file per model."""
 
     def __init__(self, folder: Path, key: str, identity: str) -> None:
         self.folder = folder
@@ -341,31 +289,8 @@ def score_candidates(
     cache_dir: PathLike | bool | None = True,
     on_query: Progress | None = None,
 ) -> RerankScores:
-    """Score every ``(query id, passage id)`` of ``pairs`` with ``reranker``, each pair
-    at most once across calls (the disk cache).
-
-    Args:
-        evalset: supplies the query and passage texts (``EvalSet.texts``).
-        reranker: the second stage.
-        pairs: query id -> passage ids to score.
-        score_kind: what the reranker returns, when it does not declare it.
-        cache_dir: the cache folder; ``True`` for ``default_cache_dir``, ``None`` or
-            ``False`` for no cache.
-        on_query: called with (queries done, queries in all) after each query.
-
-    A call that fails (the reranker raises, returns the wrong number of scores, or a
-    score that is NaN or infinite: the runtime stage's check) leaves its query without
-    scores, in ``RerankScores.failed``; nothing of it is cached.
-
-    Raises:
-        EvalSetError: a query or passage text is missing; scores declared probabilities
-            lie outside [0, 1].
-        RerankModelError: the reranker cannot be loaded or declares no score kind.
-        RerankError: every call failed (no query has a score); the message gives the
-            first error.
-        ScoreCacheError: the cache file is corrupt, truncated, unreadable or stays
-            locked, or the cache folder cannot be created or written.
-    """
+    """Score every ``(query id, passage id)`` of ``pairs`` with ``reranker``, each pair at most once
+    across calls (the disk cache)."""
     kind = _kind_of(reranker, score_kind)
     lookup = evalset.texts.get
     missing: list[str] = []
@@ -403,8 +328,10 @@ def score_candidates(
             todo = [k for k in unique if k not in have]
             fresh: dict[bytes, float] = {}
             if todo:
-                if stage is None:
-                    stage = _stage(reranker, kind)
+                if stage is None:  # the runtime's own: a call fails exactly as in the guard
+                    fail_open = RerankFailure.FAIL_OPEN
+                    config = RerankConfig(enabled=True, score_kind=kind, on_failure=fail_open)
+                    stage = RerankStage(config, reranker)
                 calls += 1
                 call = stage.score(query, [unique[k] for k in todo])
                 if call.raw is None:  # the call failed as it would in the guard
@@ -448,26 +375,8 @@ def score_candidates(
     )
 
 
-def _stage(reranker: Reranker, kind: ScoreKind) -> RerankStage:
-    """The runtime's rerank stage around ``reranker``: its calls are checked and fail
-    exactly as in the guard (``fail_open``: a failed call returns its error)."""
-    config = RerankConfig(enabled=True, score_kind=kind, on_failure=RerankFailure.FAIL_OPEN)
-    return RerankStage(config, reranker)
-
-
 def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> RerankScores:
-    """Precomputed second-stage scores from a run file (TREC run format or JSON).
-
-    Rows whose score is not a finite number (``nan``, ``inf``) and repeated rows (the
-    first is kept) are counted and reported in one warning line. A candidate without a
-    usable score is what a failed call is at runtime: the calibration sweeps its query
-    on retrieval scores at every ``top_n`` that reaches it
-    (``ragguard.calibration.fit.second_stage``).
-
-    Raises:
-        EvalSetError: the file is missing or malformed, ``score_kind`` is not given, or
-            scores declared probabilities lie outside [0, 1].
-    """
+    """Precomputed second-stage scores from a run file (TREC run format or JSON)."""
     from ragguard.calibration.data.formats.trec import read_run
     from ragguard.calibration.data.problems import ProblemKind, Reporter
 

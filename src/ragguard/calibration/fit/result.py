@@ -1,13 +1,6 @@
-"""The result of a calibration: every run's search and the second stage's
-(``RunCalibration``), the config with its provenance and its saving
-([`CalibrationResult`][ragguard.calibration.CalibrationResult]), and the data's
-fingerprint (``data_fingerprint``).
-
-``ragguard.calibration.fit.calibrator`` builds a
-[`CalibrationResult`][ragguard.calibration.CalibrationResult]; its
-[`view`][ragguard.calibration.CalibrationResult.view] (``ragguard.calibration.fit.view``)
-is what the renderers (the report, ``--json``, the console) and the provenance read.
-"""
+"""The result of a calibration ([`CalibrationResult`][ragguard.calibration.CalibrationResult]):
+every run's search, the config with its provenance, and the data's fingerprint; its
+[`view`][ragguard.calibration.CalibrationResult.view] is what every output renders."""
 
 from __future__ import annotations
 
@@ -31,8 +24,6 @@ from ragguard.calibration.fit.written import Shortfall, WrittenSetting
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.profiles import BUILTIN_PROFILES, ProfileSpec
-
-__all__ = ["CalibrationResult", "data_fingerprint"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,53 +1,12 @@
-r"""Finite-sample recall guarantees: Learn-then-Test with a Hoeffding-Bentkus p-value.
-
-The question: which settings keep the **expected** per-query loss
-:math:`R(\lambda) = E[L_q(\lambda)]` of new queries at most :math:`\alpha`, with
-probability at least :math:`1 - \delta` over the draw of the :math:`n` calibration
-queries? For recall, :math:`L_q = 1 - \mathrm{evidence\ recall}_q \in [0, 1]`, so
-:math:`R \le \alpha` is "mean evidence recall >= :math:`1 - \alpha`".
-
-Learn-then-Test (Angelopoulos, Bates, Candès, Jordan, Lei, *Learn then Test:
-Calibrating Predictive Algorithms to Achieve Risk Control*, 2021, arXiv:2110.01052)
-turns this into multiple testing: for each setting :math:`\lambda` test the null
-:math:`H_\lambda: R(\lambda) > \alpha` with a valid p-value, and certify the settings
-whose nulls a family-wise-error-controlling procedure rejects. Every certified setting
-then has :math:`R(\lambda) \le \alpha`, simultaneously, with probability
-:math:`\ge 1 - \delta`.
-
-**The p-value** (Bates, Angelopoulos, Lei, Malik, Jordan, *Distribution-free,
-risk-controlling prediction sets*, 2021, and LTT Section 3): with :math:`\hat R` the
-mean loss over the :math:`n` queries,
-
-.. math::
-
-    p^{HB} = \min\Big( \exp\{-n\, h_1(\min(\hat R, \alpha), \alpha)\},\;
-             e \cdot P\big(\mathrm{Bin}(n, \alpha) \le \lceil n \hat R \rceil\big) \Big),
-    \qquad h_1(a, b) = a \log\tfrac{a}{b} + (1 - a) \log\tfrac{1 - a}{1 - b},
-
-valid for losses bounded in :math:`[0, 1]` (Hoeffding's and Bentkus' inequalities).
-
-**The procedure** (fixed-sequence testing, LTT Section 4): settings are ordered in
-advance, without looking at the data, from the largest context to the smallest; they
-are tested in that order at level :math:`\delta` each, stopping at the first that is not
-rejected. Contexts only shrink along a path, so the risk only grows, and the procedure
-controls the family-wise error at :math:`\delta`. Several paths (a ``max_k`` path and a
-threshold path, say) share :math:`\delta` by Bonferroni: each runs at
-:math:`\delta / m`.
-
-**Assumptions.** The calibration queries and the new ones are exchangeable (i.i.d.
-draws from one distribution of queries; a shift in queries, corpus or retriever voids
-the guarantee), and the per-query loss is bounded in [0, 1]. The guarantee is on the
-mean over new queries, not on every query.
-
-The binomial tail is a stable sum of log terms (``math.lgamma``), so no SciPy is needed.
-"""
+"""Finite-sample recall guarantees: Learn-then-Test (Angelopoulos et al., arXiv:2110.01052)
+with the Hoeffding-Bentkus p-value, fixed-sequence testing along paths fixed in advance
+(largest context first), Bonferroni across paths; docs/guides/calibrate.md says what it assumes."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -65,23 +24,6 @@ from ragguard.calibration.fit.sweep import (
 )
 from ragguard.errors import ConfigError
 from ragguard.policy import CutRule, PolicyParams
-
-__all__ = [
-    "EVIDENCE",
-    "Certification",
-    "GuaranteeResult",
-    "binomial_cdf",
-    "certify",
-    "certify_guarantee",
-    "certify_means",
-    "certify_paths",
-    "fixed_sequence",
-    "guarantee_paths",
-    "hb_p_value",
-    "parse_guarantee",
-    "risk_upper_bound",
-]
-
 
 EVIDENCE = "evidence_recall"
 """The metric a recall guarantee is on: evidence recall, the recall a guard controls."""
@@ -116,7 +58,7 @@ def _h1(a: float, b: float) -> float:
 
 def hb_p_value(risk: float, n: int, alpha: float) -> float:
     """Hoeffding-Bentkus p-value of :math:`H: R > \\alpha` from the mean loss ``risk``
-    of ``n`` queries (losses in [0, 1]); see the module docstring."""
+    of ``n`` queries (losses in [0, 1])."""
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
     if n <= 0:
@@ -160,17 +102,7 @@ def risk_upper_bound(risk: float, n: int, delta: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Certification:
-    """What ``certify`` found on one path of settings.
-
-    Attributes:
-        certified: how many leading settings of the path are certified (0: none).
-        p_values: the HB p-value of every setting tested, in path order (NaN after
-            the first one not rejected: testing stops there).
-        risks: the mean loss of every setting over the queries.
-        n: queries the losses come from.
-        alpha: the risk level (``1 - target`` for recall).
-        delta: the level the path was tested at (``1 - confidence``, over the paths).
-    """
+    """What ``certify`` found on one path of settings."""
 
     certified: int
     p_values: F64
@@ -186,16 +118,8 @@ class Certification:
 
 
 def certify(losses: ArrayLike, alpha: float, delta: float) -> Certification:
-    """Learn-then-Test along one path: ``losses`` is (queries, settings) with the
-    settings in a fixed order from the largest context to the smallest, each loss in
-    [0, 1]. Returns how many leading settings have risk <= ``alpha`` certified at
-    family-wise error ``delta``.
-
-    Raises:
-        ConfigError: losses outside [0, 1] or NaN, ``alpha`` or ``delta`` outside (0, 1).
-    """
-    if not 0.0 < delta < 1.0:
-        raise ConfigError(f"delta must be in (0, 1), got {delta}")
+    """Learn-then-Test along one path: ``losses`` is (queries, settings) with the settings in a
+    fixed order from the largest context to the smallest, each loss in [0, 1]."""
     loss = np.asarray(losses, dtype=np.float64)
     if loss.ndim != 2:
         raise ConfigError(f"losses must be (queries, settings), got shape {loss.shape}")
@@ -206,13 +130,9 @@ def certify(losses: ArrayLike, alpha: float, delta: float) -> Certification:
 
 
 def certify_means(risks: ArrayLike, n: int, alpha: float, delta: float) -> Certification:
-    """``certify`` from the mean loss of each setting over ``n`` queries (path
-    order, largest context first), when the losses need not be held: 0/1 losses of a
-    threshold, say, whose means come from one sort (``ragguard.calibration.fit.answerability``).
-
-    Raises:
-        ConfigError: a mean outside [0, 1] or NaN, ``alpha`` or ``delta`` outside (0, 1).
-    """
+    """``certify`` from the mean loss of each setting over ``n`` queries (path order, largest
+    context first), when the losses need not be held: 0/1 losses of a threshold, say, whose means
+    come from one sort (``ragguard.calibration.fit.answerability``)."""
     if not 0.0 < delta < 1.0:
         raise ConfigError(f"delta must be in (0, 1), got {delta}")
     means = np.asarray(risks, dtype=np.float64)
@@ -233,12 +153,8 @@ def certify_means(risks: ArrayLike, n: int, alpha: float, delta: float) -> Certi
 
 
 def parse_guarantee(text: str) -> float:
-    """The recall target of ``"recall>=0.9"`` (``evidence_recall>=0.9`` alike): the
-    guarantee is always on evidence recall, the recall a guard controls.
-
-    Raises:
-        ConfigError: another metric or operator, or a target outside (0, 1).
-    """
+    """The recall target of ``"recall>=0.9"`` (``evidence_recall>=0.9`` alike): the guarantee is
+    always on evidence recall, the recall a guard controls."""
     c = Constraint.parse(text)
     if c.metric not in ("recall", EVIDENCE) or c.op != ">=":
         raise ConfigError(f"a guarantee reads 'recall>=TARGET' (on evidence recall), got {text!r}")
@@ -249,30 +165,7 @@ def parse_guarantee(text: str) -> float:
 
 @dataclass(frozen=True, eq=False)
 class GuaranteeResult:
-    """A finite-sample recall guarantee (Learn-then-Test, ``ragguard.calibration.fit.risk``).
-
-    The guarantee is certified on the **calibration** queries and that setting is the
-    one written (no refit): the held-out queries never took part, so their evidence
-    recall checks the guarantee on queries it has not seen. With ``holdout=0`` every
-    query certifies and nothing checks it.
-
-    Attributes:
-        target: the guaranteed mean evidence recall.
-        confidence: the probability that the guarantee holds (``1 - delta``).
-        paths: the fixed sequences of settings tested, largest context first, by name.
-        point: the certified setting with the smallest mean context (index in the
-            sweep's points): the one written; ``None`` when none is certified.
-        n_calibration: calibration queries with evidence the test used.
-        recall_bound: the certified lower bound on the point's mean evidence recall
-            (one minus its risk's upper confidence bound), NaN when nothing is certified.
-        best_bound: the highest recall any path's first (largest) setting can be
-            certified to reach at this confidence: what is reachable when the target
-            is not.
-        best_point: that largest setting.
-        heldout_recall: mean evidence recall of ``point`` on the held-out queries (NaN
-            without a hold-out or a certified setting).
-        heldout_queries: held-out queries with evidence.
-    """
+    """A finite-sample recall guarantee (Learn-then-Test, ``ragguard.calibration.fit.risk``)."""
 
     target: float
     confidence: float
@@ -334,9 +227,8 @@ class GuaranteeResult:
 
 
 def guarantee_paths(points: Sequence[PolicyParams]) -> dict[str, list[int]]:
-    """Fixed sequences of settings, largest context first, fixed before any data is
-    read: plain top-k from the largest cap down, and the relative threshold rising at
-    the largest cap. Along each, every query's context only shrinks."""
+    """Fixed sequences of settings, largest context first, fixed before any data is read: plain
+    top-k from the largest cap down, and the relative threshold rising at the largest cap."""
     top_k = sorted(
         (i for i, p in enumerate(points) if is_plain_top_k(p)),
         key=lambda i: -points[i].max_k,
@@ -367,13 +259,7 @@ def certify_paths(
     target: float,
     confidence: float,
 ) -> tuple[int | None, float, float, int]:
-    """Learn-then-Test over ``paths`` (Bonferroni: ``delta / len(paths)`` each).
-
-    ``evidence`` is (points, queries) evidence recall (NaN: the query has no evidence;
-    left out), ``passages`` (points,) the mean context. Returns the certified point
-    with the smallest mean context (``None`` when none), its certified recall bound,
-    the best bound any path's first point reaches, and that point.
-    """
+    """Learn-then-Test over ``paths`` (Bonferroni: ``delta / len(paths)`` each)."""
     alpha = 1.0 - target
     delta = (1.0 - confidence) / max(1, len(paths))
     best: int | None = None
@@ -403,26 +289,11 @@ def certify_guarantee(
     confidence: float,
     held_rows: I,
     paths: Mapping[str, Sequence[int]] | None = None,
-    kernel_of: Any = None,
+    kernel_of: Callable[[int], SweepKernel] | None = None,
 ) -> GuaranteeResult:
     """The recall guarantee of ``result``'s sweep: certified on the calibration queries
-    (``result.rows``) by Learn-then-Test along ``paths`` (by default
-    ``guarantee_paths``), and the certified setting, the one written, measured on
-    the held-out queries ``held_rows``.
-
-    Args:
-        kernel: the sweep's kernel (evidence recall per query).
-        result: the sweep on the calibration queries.
-        target: the guaranteed mean evidence recall.
-        confidence: the probability that the guarantee holds (``1 - delta``).
-        held_rows: the held-out query rows.
-        paths: the fixed sequences of settings, by name.
-        kernel_of: ``point -> kernel`` when points cut on different kernels (the
-            two-stage sweep); ``None``: every point on ``kernel``.
-
-    Raises:
-        ConfigError: no path: the grid holds no plain top-k setting.
-    """
+    (``result.rows``) by Learn-then-Test along ``paths`` (by default ``guarantee_paths``), and the
+    certified setting, the one written, measured on the held-out queries ``held_rows``."""
     points = result.points
     paths = paths if paths is not None else guarantee_paths(points)
     if not paths:

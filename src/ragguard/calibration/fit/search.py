@@ -1,34 +1,6 @@
-"""The search: over one space of settings (``ragguard.calibration.fit.space``),
-choose a setting on the calibration queries, check it on the held-out ones, refit it
-on all of them. ``search`` runs it and ``RunCalibration`` is what it found,
-for a run's retrieval settings and for the second stage alike.
-
-::
-
-    space = retrieval_space(evalset, "bm25", plan, grid, may_grow=True)
-    b = space.points.index(PolicyParams(max_k=3))     # the baseline: plain top-3
-    top_k = Reference("plain max_k=3", space.kernels[0], space.swept.kept[b], point=b)
-    found = search(space, plan, top_k)
-    found.describe(found.written)                     # what the config holds
-
-Steps (the module docstring of ``ragguard.calibration.fit.calibrator`` tells them
-for a whole calibration):
-
-1. **choose** on the calibration queries: a rule family by cross-validation with the
-   one-standard-error rule (``ragguard.calibration.fit.select``) and its best point;
-   with a recall guarantee, the smallest context certified by Learn-then-Test along
-   the space's fixed sequences (``ragguard.calibration.fit.risk``) instead;
-2. **check** the choice on the held-out queries against the best plain top-k (for a
-   second stage, against the retrieval-only choice first), each a ``Reference``,
-   with paired bootstrap intervals; the first it is **worse** than on the objective
-   (the interval of the difference excludes 0) is its ``fallback``; with constraints,
-   also against the best plain top-k **without** them (``unconstrained``), which only
-   shows what the constraints cost: it is never fallen back to;
-3. **refit**: the chosen family's point re-selected on **all** queries, which the config
-   holds; after a fallback, the ``fallback_family`` given (plain top-k in the space)
-   re-selected instead. A guarantee is not refitted: the certified point is written,
-   and the held-out queries check it.
-"""
+"""The search over one space of settings (``ragguard.calibration.fit.space``): choose on the
+calibration queries, check against ``Reference`` settings on the held-out ones, refit on all;
+the same for a run's retrieval settings and for the second stage (docs/guides/calibrate.md)."""
 
 from __future__ import annotations
 
@@ -63,21 +35,10 @@ from ragguard.calibration.fit.sweep import (
 from ragguard.policy import PolicyParams
 from ragguard.scores import ScoreKind
 
-__all__ = ["Reference", "RunCalibration", "search"]
-
 
 @dataclass(frozen=True, eq=False)
 class Reference:
-    """A setting a search's choice is checked against on the held-out queries.
-
-    Attributes:
-        name: the setting in words, as a fallback names it (``plain max_k=3``,
-            ``the retrieval-only choice``).
-        kernel: the kernel it cuts on.
-        kept: (Q,) passages it keeps per query.
-        point: its index in the search's own space, or ``None`` when it lies outside
-            it (then the choice is never the reference itself).
-    """
+    """A setting a search's choice is checked against on the held-out queries."""
 
     name: str
     kernel: SweepKernel = field(repr=False)
@@ -87,32 +48,8 @@ class Reference:
 
 @dataclass(frozen=True, eq=False)
 class RunCalibration:
-    """What one search over one run found (``search``): over the run's retrieval
-    settings, or over the second stage's (``stage``).
-
-    Attributes:
-        space: what was swept: the points, their kernels, the run's arrays.
-        chosen: index of the chosen setting in ``sweep.points``.
-        feasible: whether the chosen setting meets every constraint.
-        comparison: the choice against the best plain top-k on the held-out queries.
-        full: every setting's means over **all** queries (the refit's sweep).
-        written: index (in ``sweep.points``) of the setting refitted on all queries:
-            the one the config holds.
-        written_feasible: whether it meets every constraint on all queries.
-        selection: the cross-validated choice of rule family (``None`` with a
-            guarantee).
-        fallback: why the choice is not written: the held-out check found it worse
-            than a reference (a retrieval search then writes plain top-k; the config
-            leaves a second stage off), or ``None``.
-        guarantee: the recall guarantee, when one was asked for.
-        baseline: index of the best plain top-k among the points (``None`` for a
-            second stage, checked against the retrieval run's).
-        against_retrieval: a second stage's choice against the retrieval-only choice
-            on the held-out queries (``None`` for a retrieval search).
-        unconstrained: index of the best plain top-k without the constraints, when it
-            is not ``baseline`` (``None`` otherwise).
-        against_unconstrained: the choice against it on the held-out queries.
-    """
+    """What one search over one run found (``search``): over the run's retrieval settings, or over
+    the second stage's (``stage``)."""
 
     space: SearchSpace = field(repr=False)
     chosen: int
@@ -146,8 +83,7 @@ class RunCalibration:
 
     @property
     def score_kind(self) -> ScoreKind | None:
-        """What the run's retrieval scores are (``None``: no scores; only plain top-k
-        applies)."""
+        """What the run's retrieval scores are (``None``: no scores; only plain top-k applies)."""
         return self.space.arrays.score_kind
 
     @property
@@ -252,19 +188,7 @@ def search(
     fallback_family: Sequence[int] | None = None,
     unconstrained: Reference | None = None,
 ) -> RunCalibration:
-    """Choose, check and refit over ``space`` (see the module docstring).
-
-    Args:
-        space: the settings swept, with their means over the calibration queries.
-        plan: the fit: objective, constraints, calibration and held-out queries, the
-            check's bootstrap, the guarantee, the folds and seed.
-        top_k: the best plain top-k, which the choice is checked against.
-        retrieval: a second stage's retrieval-only choice, checked against first.
-        fallback_family: the points re-selected on all queries after a fallback
-            (``None``: the choice's family still is, and the caller leaves it out).
-        unconstrained: the best plain top-k without the constraints, compared (never
-            fallen back to) when it is not ``top_k``.
-    """
+    """Choose, check and refit over ``space``."""
     objective, cons, reported = plan.objective, plan.constraints, plan.reported
     calib_rows, held_rows = plan.calibration_rows, plan.heldout_rows
     swept = space.swept
@@ -297,7 +221,6 @@ def search(
 
     # the held-out check, against each reference in turn
     rows, split = checked_rows(calib_rows, held_rows)
-    check = plan.check
     ours = metric_values(
         space.kernel_of(chosen), swept.kept[chosen].astype(np.intp), reported, rows
     )
@@ -307,22 +230,10 @@ def search(
     comparisons: list[Comparison] = []
     for ref in refs:
         theirs = metric_values(ref.kernel, ref.kept, reported, rows)
-        comparison = compare_values(
-            theirs,
-            ours,
-            rows,
-            reported,
-            split=split,
-            n_bootstrap=check.n_bootstrap,
-            seed=plan.split.seed,
-            level=check.level,
-        )
-        comparisons.append(comparison)
+        comparisons.append(compare_values(theirs, ours, rows, reported, **plan.bootstrap(split)))
     fallback = None
     if g_result is None and objective in reported:
-        what = f"the choice ({space.describe(chosen)})"
-        if space.stage is not None:
-            what = "the two-stage choice"
+        what = "the two-stage choice" if space.stage else f"the choice ({space.describe(chosen)})"
         for ref, comp in zip(refs, comparisons, strict=True):
             if ref is unconstrained:
                 break

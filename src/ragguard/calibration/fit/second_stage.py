@@ -1,75 +1,11 @@
-r"""The second search's space: retrieval depth x rerank cut x ``max_k``, as one decision.
-
-Given a retrieval run and second-stage scores (``ragguard.calibration.fit.rerank_scores``),
-``rerank_space``
-
-1. fits a map from the rerank score to p(relevant) (Platt or isotonic,
-   ``ragguard.calibration.fit.probability``) on the **calibration** queries' reranked
-   candidates (relevant: grade >= ``rules.relevant_grade``), and measures the raw and
-   the mapped probabilities' Brier score and reliability on the **held-out** queries
-   (``FittedRerank``);
-2. for every ``top_n`` of the grid, builds the list the guard's rerank stage would
-   build: the first ``top_n`` valid candidates by retrieval score (ties in run order, as
-   ``ragguard.policy.rank`` breaks them), their rerank scores mapped to
-   probabilities by ``ragguard.probability.rerank_probabilities`` (the runtime's
-   own function), ranked by probability;
-3. sweeps the rerank cuts on those probabilities with the runtime policy: relative
-   threshold, minimum calibrated probability (``rerank.min_score``), gap and autocut,
-   and the expected-utility rule with the profile's distractor penalty, each at every
-   ``max_k``: one block of a ``SearchSpace`` per
-   ``top_n``.
-
-The search that runs over the retrieval settings then runs over this space
-(``ragguard.calibration.fit.search.search``): it chooses a rule family by
-cross-validation with the one-standard-error rule and its best ``top_n`` x cut x
-``max_k`` on the calibration queries (with a recall guarantee: the smallest reranked
-top-k certified by Learn-then-Test instead, see below); checks the choice on the
-**held-out** queries, with paired bootstrap intervals, against the retrieval-only
-choice and plain top-k; and refits the family on **all** queries (the map is not
-refitted: the cut's meaning is tied to it). When the choice is **worse** on the
-objective than either (the interval of the difference excludes 0), the search's
-``fallback`` says so and the config leaves the stage off; otherwise the config holds
-it (a no-clear-difference included), unless it misses a constraint the retrieval-only
-setting meets or, with a guarantee, keeps a larger certified context:
-[`CalibrationResult.written_setting`][ragguard.calibration.CalibrationResult.written_setting]
-decides and says why.
-
-**Guarantee.** The map is fitted on the calibration queries, so a cut on mapped
-probabilities is not fixed before those queries are read; the reranked **order** is
-(for a monotone map). A recall guarantee therefore tests, per ``top_n``, the reranked
-top-k from the largest cap down (one fixed sequence per ``top_n``, Bonferroni across
-them: the space's ``paths``), with evidence recall counted against every retrieved
-candidate, so a shallow ``top_n`` cannot hide the evidence it never sends to the
-reranker.
-
-**Failed calls.** A query whose rerank call failed (the reranker raised, returned the
-wrong number of scores or a NaN / infinite one: ``RerankScores.failed``), or that lacks a usable
-score for a candidate among the ``top_n`` a setting sends to the reranker (a
-precomputed run without that row), is what a failed call is at runtime. The config
-leaves ``rerank.on_failure`` at ``fail_open``, so the guard then selects on retrieval
-scores with the guard-level settings the config holds (the point's cap, floor,
-threshold and cut; the rerank floor and the expected-utility rule read rerank
-probabilities and do not apply); the sweep cuts that query so, at that ``top_n``, and
-``FittedRerank.failures`` says how many and why. Queries with no rerank score at
-all in a precomputed run are an error (they name no failed call).
-
-**Utilities.** A candidate's utility comes from the retrieval run (the profile's rules:
-a look-alike that retrieval ranks high is a hard negative) and stays with the candidate
-when the reranker reorders it, so the retrieval-only and the two-stage settings are
-scored on the same utilities, and pushing a distractor down helps only by keeping it out
-of the context.
-
-The config's ``[rerank]`` table (``FittedRerank.table``) is set so that
-``ContextGuard(GuardConfig.from_file(p), reranker=...)`` does what was measured: the
-guard-level ``max_k``, ``min_k``, ``cut`` and ``relative_threshold`` are the chosen
-point's (the rerank policy is the guard's own with the rerank fields in place; on a
-fail-open fallback the same settings apply to retrieval scores).
-"""
+"""The second search's space: retrieval depth x rerank cut x ``max_k``, as one decision, on the
+lists the guard's rerank stage builds (map fitted on the calibration queries; a failed call cut
+on retrieval scores, as ``fail_open`` does); docs/guides/rerank.md says how it is chosen."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -102,21 +38,15 @@ from ragguard.policy import PolicyParams
 from ragguard.probability import rerank_probabilities, to_logit
 from ragguard.scores import ScoreKind, normalize
 
-__all__ = ["rerank_space"]
-
 logger = logging.getLogger(__name__)
 
 
 def _reranked_arrays(
     arrays: EvalArrays, probs: F64, sizes: I, top_n: int, failed: NDArray[np.bool_]
 ) -> EvalArrays:
-    """The lists the rerank stage hands the policy at ``top_n``: each row's first
-    ``min(top_n, sizes[r])`` candidates (``arrays``' ranked order), ranked by their
-    probabilities ``probs`` (column ``j``: the row's ``j``-th candidate) as the runtime
-    policy ranks them. A ``failed`` query's row is its retrieval list instead (every
-    candidate, in retrieval order), which the guard selects from when the call fails.
-    Its stand-in scores only keep that order: its cuts come from the retrieval kernel
-    (``rerank_space``)."""
+    """The lists the rerank stage hands the policy at ``top_n``: each row's first ``min(top_n,
+    sizes[r])`` candidates (``arrays``' ranked order), ranked by their probabilities ``probs``
+    (column ``j``: the row's ``j``-th candidate) as the runtime policy ranks them."""
     q = arrays.n_queries
     depth = probs.shape[1]
     m = np.where(failed, arrays.n_present, np.minimum(sizes, top_n))
@@ -138,10 +68,8 @@ def _reranked_arrays(
 
 
 def _fail_open(params: PolicyParams, kind: ScoreKind | None) -> PolicyParams:
-    """What the guard runs on retrieval scores when a rerank call fails, under the config
-    a two-stage point writes: the same cap,
-    floor, threshold, cut and stages; no rerank floor or expected-utility rule (they read
-    rerank probabilities); no score rule at all on an unscored run."""
+    """What the guard runs on retrieval scores when a rerank call fails: the point's guard-level
+    settings, without the rules that read rerank probabilities (none at all on an unscored run)."""
     return replace(params, min_score=None, expected_utility=None, score_rules=kind is not None)
 
 
@@ -151,17 +79,12 @@ def _failed_calls(
     qids: Sequence[str],
     lists: Sequence[list[str]],
     raw: Sequence[F64],
-    depth: int,
-) -> Callable[[int], NDArray[np.bool_]]:
-    """Check that the scores cover the run, and return ``top_n -> (Q,) failed``: a query
-    fails at ``top_n`` when a candidate among its first ``top_n`` has no finite score (a
-    failed call leaves none).
-
-    Raises:
-        RerankError: every call failed.
-        EvalSetError: no candidate has a score, or some queries have none at all and no
-            failed call explains it.
-    """
+    tops: Sequence[int],
+) -> dict[int, NDArray[np.bool_]]:
+    """Check that the scores cover the run, and return ``top_n -> (Q,) failed``: a query fails at
+    ``top_n`` when a candidate among its first ``top_n`` has no finite score (a failed call leaves
+    none)."""
+    depth = max(tops)
     if not any(np.isfinite(r).any() for r in raw):
         note = scores.failure_note()
         if note is not None:
@@ -189,12 +112,7 @@ def _failed_calls(
         dtype=np.intp,
     )
     sizes = np.array([len(docs) for docs in lists], dtype=np.intp)
-
-    def failed_at(top_n: int) -> NDArray[np.bool_]:
-        out: NDArray[np.bool_] = first_bad < np.minimum(top_n, sizes)
-        return out
-
-    return failed_at
+    return {n: first_bad < np.minimum(n, sizes) for n in tops}
 
 
 def _failure_note(
@@ -235,24 +153,8 @@ def rerank_space(
     caps: SweepGrid,
     option: RerankSearch,
 ) -> SearchSpace:
-    """The second search's space over run ``run`` (retrieval depth x rerank cut x
-    ``max_k``, see the module docstring), built on its ``FittedRerank``, with the stages
-    after the cut of ``plan`` (token budget, near-duplicates) applied to every setting
-    when given, as the runtime guard applies them after the rerank cut (and each
-    setting tried under every conflict setting they sweep).
-
-    ``plan`` holds the fit's profile, metrics, calibration and held-out queries and
-    guarantee; ``retrieval_kernel`` is the run's retrieval sweep kernel (its arrays
-    are the run's; a failed call's query is cut on it). ``caps`` is the retrieval grid
-    (its caps and floor); ``option`` the rerank cuts and depths and the probability map.
-
-    Raises:
-        EvalSetError: no reranked candidate has a score; precomputed scores have no row
-            for some queries; the calibration queries' reranked candidates are all
-            relevant or all not, or their scores do not rise with relevance (the map
-            would be decreasing or flat).
-        RerankError: every rerank call failed.
-    """
+    """The second search's space over run ``run``: retrieval depth x rerank cut x ``max_k``, with
+    ``plan``'s stages after the cut on every setting, as the guard runs them after reranking."""
     profile, rules, stages = plan.profile, plan.utility_rules, plan.stages
     metrics, reported = plan.metrics, plan.reported
     calibration_rows, heldout_rows = plan.calibration_rows, plan.heldout_rows
@@ -268,10 +170,7 @@ def rerank_space(
         np.array([scores.get(q, d) for d in docs])
         for q, docs in zip(arrays.qids, lists, strict=True)
     ]
-    failed_at = _failed_calls(run, scores, arrays.qids, lists, raw, depth)
-
-    # the queries swept as a failed call, per top_n (see the module docstring)
-    failed = {n: failed_at(n) for n in tops}
+    failed = _failed_calls(run, scores, arrays.qids, lists, raw, tops)  # per top_n
     failed_qids = {n: tuple(arrays.qids[r] for r in np.flatnonzero(b)) for n, b in failed.items()}
     failures = _failure_note(scores, arrays.qids, lists, raw, failed)
     if failures is not None:
@@ -322,10 +221,11 @@ def rerank_space(
         bad = failed[n]
         reranked = _reranked_arrays(arrays, probs, sizes, n, bad)
         width = max(max_k)
-        if stages is None:
-            kernel = SweepKernel(reranked, wanted, width)
-        else:
-            kernel = stages.kernel(reranked, wanted, width)
+        kernel = (
+            SweepKernel(reranked, wanted, width)
+            if stages is None
+            else stages.kernel(reranked, wanted, width)
+        )
         kernels.append(kernel)
         cuts = None
         if fallback_cuts is not None and bad.any():

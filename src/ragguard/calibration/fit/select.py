@@ -1,33 +1,6 @@
-r"""Choosing a setting that survives new queries: cross-validation over rule families.
-
-A grid holds hundreds of settings; the one with the best mean on the calibration
-queries is partly the luckiest. ``cross_validate`` therefore chooses a **rule
-family** (the kind of cut), not a grid point, and estimates each family honestly:
-
-1. the calibration queries are split into ``folds`` parts (seeded);
-2. for each fold and each family, the family's best setting is chosen on the other
-   folds (the objective under the constraints, as ``choose``
-   does) and scored on the fold left out: the family's cross-validated objective is the
-   mean of those fold scores, its standard error their standard deviation over
-   :math:`\sqrt{\text{folds}}`;
-3. families whose cross-validated constraint metrics meet the constraints compete
-   (all, ranked by violation, when none does); among those within **one standard
-   error** of the best, the **simplest** wins: plain top-k (no score rule) first, then
-   the one-rule families (relative threshold, gap, autocut; on rerank probabilities
-   also the probability floor and expected utility), in that order at equal
-   complexity. A conflict stage (``ragguard.calibration.fit.conflict_sweep``) is one
-   more rule: ``top-k+conflicts=drop`` is a family of its own, chosen over plain top-k
-   only when it beats it by more than one standard error.
-
-**Refit.** The family is the choice; its grid value (the cap, the threshold) is a
-parameter re-selected with the same rule on whatever queries are at hand:
-``refit`` chooses the family's best point on a set of rows. ``calibrate`` refits on
-the calibration queries for the held-out check, then on **all** queries for the config
-it writes.
-
-Fewer than 4 queries leave no room for 2 folds of 2: the family is then chosen by
-its mean on all calibration queries, and the result says so (``folds == 0``).
-"""
+"""Choosing a rule family by cross-validation with the one-standard-error rule (simplest first:
+plain top-k, then one-rule families; a conflict stage is one more rule), and refitting its
+point (``refit``) on the rows at hand."""
 
 from __future__ import annotations
 
@@ -39,9 +12,6 @@ import numpy as np
 
 from ragguard.calibration.fit.sweep import Constraint, I, SweepResult, choose, lower_is_better
 from ragguard.policy import ConflictMode, CutRule, PolicyParams
-
-__all__ = ["DEFAULT_FOLDS", "FamilyChoice", "cross_validate", "fold_count", "refit", "rule_family"]
-
 
 DEFAULT_FOLDS = 5
 _FAMILY_ORDER = ("top-k", "threshold", "min_score", "gap", "autocut", "expected utility")
@@ -81,28 +51,15 @@ def fold_count(n: int, folds: int = DEFAULT_FOLDS) -> int:
 
 
 def fold_parts(rows: I, k: int, seed: int) -> list[I]:
-    """The ``k`` folds ``cross_validate`` splits ``rows`` into (a seeded shuffle cut
-    into near-equal parts; unsorted). Every caller with the same arguments gets the same
-    folds, so per-fold sums can be computed once (``GroupedMeans``)."""
+    """The ``k`` folds ``cross_validate`` splits ``rows`` into (a seeded shuffle cut into near-equal
+    parts; unsorted)."""
     return list(np.array_split(np.random.default_rng([seed, 2]).permutation(rows), k))
 
 
 @dataclass(frozen=True, eq=False)
 class FamilyChoice:
-    """What ``cross_validate`` found: the rule family chosen and the cross-validated
-    figures of every family (not the runtime [`ragguard.Selection`][ragguard.Selection]).
-
-    Attributes:
-        families: ``(rules, name)`` of each family, simplest first.
-        members: per family, its point indices.
-        cv_mean: per family, the cross-validated objective (NaN when unscored).
-        cv_se: per family, its standard error.
-        cv_feasible: per family, whether its cross-validated constraint means meet the
-            constraints.
-        folds: folds used (0: none; chosen by the in-sample mean).
-        chosen: index of the chosen family.
-        best: index of the family with the best cross-validated objective.
-    """
+    """What ``cross_validate`` found: the rule family chosen and the cross-validated figures of
+    every family (not the runtime [`ragguard.Selection`][ragguard.Selection])."""
 
     families: tuple[tuple[int, str], ...]
     members: tuple[tuple[int, ...], ...]
@@ -141,7 +98,7 @@ def refit(
     objective: str,
     constraints: Sequence[Constraint],
 ) -> tuple[int, bool]:
-    """The family's best point on ``result``'s rows (see the module docstring)."""
+    """The family's best point on ``result``'s rows."""
     return choose(result, objective, constraints, among=list(members))
 
 
@@ -156,8 +113,7 @@ def cross_validate(
     seed: int = 0,
 ) -> FamilyChoice:
     """Choose a rule family by ``folds``-fold cross-validation over ``rows`` with the
-    one-standard-error rule (see the module docstring). ``means(rows)`` returns the
-    sweep of every point (in ``points`` order) over ``rows``."""
+    one-standard-error rule."""
     fams: dict[tuple[int, str], list[int]] = {}
     for i, p in enumerate(points):
         fams.setdefault(rule_family(p), []).append(i)

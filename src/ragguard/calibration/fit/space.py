@@ -1,22 +1,5 @@
-"""What a search sweeps (``SearchSpace``): its settings, in blocks that cut on one
-kernel each, swept over the calibration queries; and the first search's space, one
-run's retrieval settings (``retrieval_space``).
-
-A calibration runs the same search (``ragguard.calibration.fit.search.search``)
-over two kinds of space:
-
-- **retrieval**: one block, the run's ranked lists; its caps grow to the candidate
-  depth when no setting meets the constraints (or for a guarantee);
-- **second stage**: one block per rerank depth ``top_n``, each the lists the guard's
-  rerank stage builds at that depth (``ragguard.calibration.fit.second_stage.rerank_space``).
-
-::
-
-    space = retrieval_space(evalset, "bm25", plan, SweepGrid.up_to(10), may_grow=True)
-    space.swept.mean(0, "udcg")         # a setting's mean over the calibration queries
-    space.means(all_rows)               # every setting's means over other rows
-    space.describe(3)                   # "max_k=3, autocut@1"
-"""
+"""What a search sweeps (``SearchSpace``): its settings, in blocks that cut on one kernel each;
+and the first search's space, one run's retrieval settings (``retrieval_space``)."""
 
 from __future__ import annotations
 
@@ -49,14 +32,6 @@ from ragguard.errors import EvalSetError
 from ragguard.policy import PolicyParams
 from ragguard.probability import ProbabilityMap
 
-__all__ = [
-    "MAX_K_LIMIT",
-    "FittedRerank",
-    "SearchSpace",
-    "describe_rerank_point",
-    "retrieval_space",
-]
-
 logger = logging.getLogger(__name__)
 
 
@@ -68,22 +43,9 @@ need more than ``DEFAULT_MAX_K`` passages. A
 
 @dataclass(frozen=True, eq=False)
 class FittedRerank:
-    """The second stage a search's space is built on (see the module docstring): its
-    scores, the probability map fitted on the calibration queries, how well the raw
-    and the mapped probabilities are calibrated, and the queries swept as failed calls.
-
-    Attributes:
-        scores: the second-stage scores.
-        probability_map: the map fitted on the calibration queries.
-        n_pairs_fit: scored (query, passage) pairs the map was fitted on.
-        reliability_raw: held-out reliability of the reranker's own probabilities
-            (sigmoid of logits, or its probabilities).
-        reliability_mapped: held-out reliability after the map.
-        brier_raw, brier_mapped: held-out Brier scores, before and after the map.
-        failed: per ``top_n``, the queries swept as a failed rerank call (see the
-            module docstring).
-        failures: one line on those failures (how many, the first error), or ``None``.
-    """
+    """The second stage a search's space is built on: its scores, the
+    probability map fitted on the calibration queries, how well the raw and the mapped probabilities
+    are calibrated, and the queries swept as failed calls."""
 
     scores: RerankScores
     probability_map: ProbabilityMap
@@ -113,30 +75,9 @@ class FittedRerank:
         return table
 
 
-def describe_rerank_point(top_n: int, params: PolicyParams) -> str:
-    """``rerank top-20, max_k=3, min_score=0.4``."""
-    return f"rerank top-{top_n}, {describe_point(params)}"
-
-
 @dataclass(frozen=True, eq=False)
 class SearchSpace:
-    """The settings one search sweeps, in blocks that each cut on one kernel.
-
-    A point's index runs over the blocks in order (all of the first block's settings,
-    then the next's), in ``points``, ``swept`` and ``means`` alike.
-
-    Attributes:
-        run: the run's name.
-        source: the file it came from, if any.
-        arrays: the run against its labels, in retrieval order (all queries).
-        blocks: each block's sweep over the calibration queries.
-        kernels: each block's kernel (its ranked lists with their metric tables).
-        top_n: each block's rerank depth; empty for retrieval settings.
-        paths: a recall guarantee's fixed sequences of points, by name (``None``:
-            ``guarantee_paths`` of the points).
-        grid: the retrieval grid swept (``None`` for a second stage).
-        stage: the second stage the blocks rerank with (``None``: retrieval settings).
-    """
+    """The settings one search sweeps, in blocks that each cut on one kernel."""
 
     run: str
     source: str | None
@@ -170,7 +111,7 @@ class SearchSpace:
         ``rerank top-20, max_k=3, min_score=0.4``."""
         n = self.top_n_of(i)
         p = self.points[i]
-        return describe_point(p) if n is None else describe_rerank_point(n, p)
+        return describe_point(p) if n is None else f"rerank top-{n}, {describe_point(p)}"
 
     @cached_property
     def swept(self) -> SweepResult:
@@ -207,9 +148,8 @@ def _examples(ids: Sequence[str], n: int = 3) -> str:
 
 
 def _check_ids_match(evalset: EvalSet, name: str) -> None:
-    """Raise when run ``name`` cannot be scored against the labels: no labelled query
-    has candidates in it, or not one of its documents is labelled for its query (the
-    run's ids and the labels' ids come from different schemes)."""
+    """Raise when no labelled query has candidates in run ``name``, or none of its documents is
+    labelled for its query (the ids come from different schemes)."""
     run = evalset.runs[name]
     qids = evalset.qids
     if not any(run.candidates.get(q) for q in qids):
@@ -248,18 +188,9 @@ def _extended_caps(caps: Sequence[int], depth: int) -> tuple[int, ...]:
 def retrieval_space(
     evalset: EvalSet, name: str, plan: FitPlan, grid: SweepGrid, *, may_grow: bool
 ) -> SearchSpace:
-    """Run ``name``'s retrieval settings (``grid``, with the stages after the cut of
-    ``plan``, under each conflict setting they sweep; plain top-k only for a run
-    without scores), swept over the calibration queries. The caps grow to the candidate
-    depth (at most ``MAX_K_LIMIT``) when ``may_grow`` and no setting meets the
-    constraints on the calibration queries or on all of them (where the refit
-    re-chooses), and always for a guarantee (whose first sweep would go unused: it is
-    skipped).
-
-    Raises:
-        EvalSetError: the run has no candidates for any labelled query, or none of its
-            document ids is labelled for its query.
-    """
+    """Run ``name``'s retrieval settings (``grid``, with the stages after the cut of ``plan``, under
+    each conflict setting they sweep; plain top-k only for a run without scores), swept over the
+    calibration queries."""
     cons, stages, wanted = plan.constraints, plan.stages, plan.metrics
     calib_rows, held_rows = plan.calibration_rows, plan.heldout_rows
     target = plan.target
@@ -280,10 +211,11 @@ def retrieval_space(
         if arrays.score_kind is None:
             pts = tuple(p for p in pts if is_plain_top_k(p))
         width = max(p.max_k for p in pts)
-        if stages is None:
-            kern = SweepKernel(arrays, wanted, width)
-        else:
-            kern = stages.kernel(arrays, wanted, width)
+        kern = (
+            SweepKernel(arrays, wanted, width)
+            if stages is None
+            else stages.kernel(arrays, wanted, width)
+        )
         swept = sweep(kern, pts, wanted, rows=calib_rows, groups=groups)
         paths = None
         if stages is not None and target is not None:

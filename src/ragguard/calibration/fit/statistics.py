@@ -1,49 +1,19 @@
-"""Statistics of a calibration: the query split, the checked rows, and paired
-bootstrap comparisons with percentile confidence intervals.
-
-::
-
-    from ragguard.calibration.fit.statistics import compare, split_queries
-
-    calib, held = split_queries(n=200, holdout=0.3, seed=0)
-    comparison = compare(kernel, baseline_kept, guarded_kept, held, ["udcg"],
-                         split="held-out", n_bootstrap=2000, seed=0)
-    comparison.verdict("udcg")      # "better", "worse" or "no clear difference"
-
-The statistics layer of ``ragguard.calibration``: it reads sweep kernels
-(``ragguard.calibration.fit.sweep``) and is read by the risk, answerability, two-stage
-and orchestration modules; it imports none of them.
-"""
+"""Statistics of a calibration: the query split, the checked rows, and paired bootstrap
+comparisons with percentile confidence intervals; it reads sweep kernels and imports no other
+fitting module."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import numpy as np
 
 from ragguard.calibration._format import format_interval, format_number
 from ragguard.calibration.fit.sweep import F64, PASSAGES, I, SweepKernel, lower_is_better
 from ragguard.errors import ConfigError, EvalSetError
-
-__all__ = [
-    "MIN_VALIDATION_QUERIES",
-    "VALIDATION",
-    "Comparison",
-    "Interval",
-    "bootstrap_interval",
-    "bootstrap_means",
-    "checked_rows",
-    "compare",
-    "compare_values",
-    "metric_values",
-    "queries_needed",
-    "split_queries",
-    "validation_count",
-]
-
 
 _BOOTSTRAP_CHUNK = 100  # resamples per bincount (memory: 2 x chunk x n values)
 
@@ -52,15 +22,7 @@ _BOOTSTRAP_CHUNK = 100  # resamples per bincount (memory: 2 x chunk x n values)
 
 
 def split_queries(n: int, holdout: float, seed: int) -> tuple[I, I]:
-    """Calibration and held-out row indices (each sorted), reproducible by ``seed``.
-
-    ``round(holdout * n)`` queries are held out (at least one when ``holdout > 0``), drawn
-    by a permutation from ``numpy.random.default_rng(seed)``.
-
-    Raises:
-        ConfigError: ``holdout`` outside [0, 1).
-        EvalSetError: no query would be left to calibrate on (or to hold out).
-    """
+    """Calibration and held-out row indices (each sorted), reproducible by ``seed``."""
     if not (isinstance(holdout, int | float) and 0.0 <= holdout < 1.0):
         raise ConfigError(f"holdout must be a fraction in [0, 1), got {holdout!r}")
     n_held = n - _n_calibration(n, holdout)
@@ -135,8 +97,7 @@ class Interval:
 
 
 def _weighted_means(weights: F64, values: F64) -> F64:
-    """(B, M) means of ``values`` (n, M) under bootstrap count ``weights`` (B, n),
-    skipping NaN."""
+    """(B, M) means of ``values`` (n, M) under bootstrap count ``weights`` (B, n), skipping NaN."""
     defined = ~np.isnan(values)
     num = weights @ np.where(defined, values, 0.0)
     den = weights @ defined.astype(np.float64)
@@ -145,13 +106,8 @@ def _weighted_means(weights: F64, values: F64) -> F64:
 
 
 def bootstrap_means(sample: F64, n_bootstrap: int, rng: np.random.Generator) -> F64:
-    """(n_bootstrap, M) means of ``sample`` (n, M) over resamples of its n rows drawn
-    with replacement (NaN skipped).
-
-    Each resample is n uniform draws of a row, counted per row: the multinomial
-    counts of a classic bootstrap, computed with one ``bincount`` per chunk of
-    resamples and applied as one matrix product (BLAS) instead of a Python loop.
-    """
+    """(n_bootstrap, M) means of ``sample`` (n, M) over resamples of its n rows drawn with
+    replacement (NaN skipped)."""
     n = sample.shape[0]
     out = np.empty((n_bootstrap, sample.shape[1]))
     for lo in range(0, n_bootstrap, _BOOTSTRAP_CHUNK):
@@ -195,20 +151,7 @@ def bootstrap_interval(
 
 @dataclass(frozen=True, eq=False)
 class Comparison:
-    """Baseline (plain top-k) against the guarded setting on one set of queries.
-
-    Attributes:
-        split: ``"held-out"``, or ``"all queries (in-sample)"`` without a hold-out.
-        rows: the query rows compared.
-        metrics: the metrics compared.
-        baseline: per metric, the baseline's mean and interval.
-        guarded: per metric, the guarded setting's mean and interval.
-        difference: per metric, guarded minus baseline (paired), mean and interval.
-        baseline_values: (M, n) per-query values of the baseline.
-        guarded_values: (M, n) per-query values of the guarded setting.
-        level: the intervals' confidence level.
-        n_bootstrap: resamples drawn.
-    """
+    """Baseline (plain top-k) against the guarded setting on one set of queries."""
 
     split: str
     rows: I
@@ -279,30 +222,36 @@ def metric_values(kernel: SweepKernel, kept: I, metrics: Sequence[str], rows: I)
     return out
 
 
+class Bootstrap(TypedDict):
+    """How a comparison resamples: the split's name, resamples, seed and interval level."""
+
+    split: str
+    n_bootstrap: int
+    seed: int
+    level: NotRequired[float]
+
+
 def compare(
-    kernel: SweepKernel, base: I, guard: I, rows: I, metrics: Sequence[str], **how: Any
+    kernel: SweepKernel,
+    base: I,
+    guard: I,
+    rows: I,
+    metrics: Sequence[str],
+    **how: Unpack[Bootstrap],
 ) -> Comparison:
-    """Paired bootstrap comparison of two per-query cuts on ``rows``, ``base`` and
-    ``guard`` passages kept per query (``how``: the keywords of ``compare_values``)."""
+    """``compare_values`` of two per-query cuts on ``rows``."""
     both = kernel.values(np.stack([base, guard]), metrics)[:, :, rows]
     return compare_values(both[0], both[1], rows, metrics, **how)
 
 
 def compare_values(
-    base: F64,
-    guard: F64,
-    rows: I,
-    metrics: Sequence[str],
-    *,
-    split: str,
-    n_bootstrap: int,
-    seed: int,
-    level: float = 0.95,
+    base: F64, guard: F64, rows: I, metrics: Sequence[str], **how: Unpack[Bootstrap]
 ) -> Comparison:
     """Paired bootstrap comparison of two settings' per-query values (M, len(rows))."""
+    split, n_bootstrap, level = how["split"], how["n_bootstrap"], how.get("level", 0.95)
     diff = guard - base
     n = rows.size
-    rng = np.random.default_rng([seed, 1])  # its own stream, apart from the split
+    rng = np.random.default_rng([how["seed"], 1])  # its own stream, apart from the split
     m = base.shape[0]
     sample = np.concatenate((base.T, guard.T, diff.T), axis=1)  # (n, 3M)
     boot = bootstrap_means(sample, n_bootstrap, rng) if n > 0 else np.full((1, 3 * m), np.nan)

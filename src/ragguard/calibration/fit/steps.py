@@ -15,25 +15,12 @@ from ragguard.calibration.fit.statistics import VALIDATION, queries_needed, vali
 from ragguard.calibration.fit.written import WrittenSetting
 from ragguard.calibration.metrics import SafetyBand
 
-__all__ = ["CommandLine", "next_steps", "shown_path"]
-
 
 @dataclass(frozen=True)
 class CommandLine:
-    """The calibration as the commands it suggests repeat it
-    (``ResultView.next_steps``): the eval set and the options as the command line
-    gave them, so that a suggested command reads the same data under the same
-    constraints.
-
-    Attributes:
-        evalset: the eval set as named (a file or a folder).
-        runs: the ``--run`` files, as named (none: the eval set's own runs).
-        corpus: the ``--corpus`` files, as named.
-        retriever: the ``--retriever`` called for the runs (``module:function``), if any.
-        options: calibrate's other options as words (``("--min-recall", "0.9")``):
-            the score kind, profile, objective, constraints, split, sweep and output
-            choices, never the second stage's, ``--out`` or ``--report``.
-    """
+    """The calibration as the commands it suggests repeat it (``ResultView.next_steps``): the eval
+    set and the options as the command line gave them, so that a suggested command reads the same
+    data under the same constraints."""
 
     evalset: str
     runs: tuple[str, ...] = ()

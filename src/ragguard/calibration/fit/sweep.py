@@ -1,41 +1,6 @@
-r"""The calibration sweep: every policy setting of a grid, scored on labelled queries.
-
-Why it is cheap
----------------
-Every rule of the selection policy (``ragguard.policy``) keeps a **prefix** of the
-ranked list, so under any setting a query's context is its first :math:`m_q` ranked
-candidates. The sweep therefore
-
-1. ranks each query **once** (``EvalArrays.ranked``; the arrays are already in the
-   policy's order);
-2. tabulates, for every metric, each query's value at every context size
-   :math:`c = 0 \dots K` (:math:`K` the largest ``max_k`` of the grid) with the metric
-   registry's own kernels (``ragguard.calibration.metrics.compute`` with a constant
-   ``cut``), so a metric costs :math:`K + 1` vectorised passes in all. For the total
-   utility this table is the prefix sum of the utilities;
-3. for each setting, runs the runtime policy itself (``ragguard.policy.cut_ranked``)
-   to get the per-query cut :math:`m_q`, and reads each metric's value at
-   :math:`(q, m_q)` from its table: :math:`O(Q)` per setting and metric. Settings that
-   differ only in ``max_k`` share one policy call (the cap is the policy's last step, so
-   a smaller cap is a minimum; see ``SweepKernel.cuts``).
-
-Step 3 uses the very function [`ContextGuard`][ragguard.ContextGuard] runs, so a setting does
-at runtime exactly what the sweep measured (a test holds the two equal, query by query).
-
-The grid (``SweepGrid``) is the one docs/guides/calibrate.md describes; a threshold of 0
-with no cut rule is **plain top-k**, the baseline.
-
-Choosing
---------
-The objective is a metric string of the registry (``udcg``, ``utility``,
-``udcg_ndcg@5``, ...) or ``passages`` (the mean number kept). It is maximised, except for
-``distractor_rate``, ``distractor_harm`` and ``harm``, which are minimised. Constraints
-(``recall>=0.8``, ``distractor_rate<=0.2``) restrict the candidates first; ties on the
-objective (within 1e-12) go to the setting that keeps fewer passages on average, then to
-the earlier one in grid order (smaller ``max_k``, then smaller threshold). When no
-setting meets the constraints, the one that violates them least is chosen and the result
-says so (``feasible=False``).
-"""
+"""The calibration sweep: every setting of a grid scored on labelled queries, cheaply, because
+every rule keeps a prefix of the ranked list (each metric tabulated once per context size, the
+runtime's own ``cut_ranked`` per setting); DESIGN.md and docs/guides/calibrate.md say more."""
 
 from __future__ import annotations
 
@@ -158,13 +123,9 @@ def cut_dtype(bound: int) -> np.dtype[np.unsignedinteger[Any] | np.int32]:
 
 
 def distinct_rows(kept: Cuts, columns: I | None = None) -> tuple[I, I]:
-    """The distinct rows of ``kept`` (P, Q) (on ``columns`` only, when given): the index
-    of each one's first occurrence, in order, and for every row the position of its copy
-    among them.
-
-    Many settings cut alike (at 100,000 queries the default sweep's 480 settings give
-    198 distinct cut vectors): rows are grouped by a hash of their bytes and confirmed
-    equal element by element, one row at a time (no copy of ``kept``)."""
+    """The distinct rows of ``kept`` (P, Q) (on ``columns`` only, when given): the index of each
+    one's first occurrence, in order, and for every row the position of its copy among them
+    (hashed, then compared row by row: no copy of ``kept``)."""
 
     def row(i: int) -> Cuts:
         out: Cuts = kept[i] if columns is None else kept[i, columns]
@@ -349,12 +310,11 @@ class Constraint:
     bound: float
 
     def __post_init__(self) -> None:
-        _metric_name(self.metric)  # raises on an unknown metric
+        name = _metric_name(self.metric)  # raises on an unknown metric
         if self.op not in (">=", "<="):
             raise ConfigError(f"a constraint compares with >= or <=, got {self.op!r}")
         if not (is_real(self.bound) and math.isfinite(self.bound)):
             raise ConfigError(f"constraint bound must be finite, got {self.bound!r}")
-        name = _metric_name(self.metric)
         if name in ("evidence_recall", COVERAGE) and not 0.0 <= self.bound <= 1.0:
             raise ConfigError(
                 f"{name} is a share: its constraint bound must be in [0, 1], got {self.bound!r}"
@@ -398,18 +358,7 @@ class Constraint:
 
 
 class SweepKernel:
-    """One run's arrays, ranked once, with each metric tabulated at every context size.
-
-    Args:
-        arrays: the run against its labels.
-        metrics: metric strings (registry syntax) and/or ``"passages"``.
-        max_cut: the largest context size any setting will keep (the grid's largest
-            ``max_k``); tables go up to ``min(max_cut, candidates per row)``.
-        stages: the stages after the cut (conflicts, near-duplicates, token budget)
-            every setting runs (``ragguard.calibration.fit.sweep_stages``); the tables then hold
-            each metric at every size of the context the stages leave (at every cut, for
-            stages that are not causal).
-    """
+    """One run's arrays, ranked once, with each metric tabulated at every context size."""
 
     def __init__(
         self,
@@ -453,9 +402,8 @@ class SweepKernel:
             self._flat = tables.reshape(q * cols, len(self.metrics))
 
     def _chunk_tables(self, lo: int, hi: int, only: int | None = None) -> F64:
-        """(hi - lo, K + 1, M) every metric (or column ``only``) of rows ``lo:hi`` at
-        every context size; rows go in chunks so the metrics' (rows x candidates)
-        temporaries stay small."""
+        """(hi - lo, K + 1, M) every metric (or column ``only``) of rows ``lo:hi`` at every context
+        size; rows go in chunks so the metrics' (rows x candidates) temporaries stay small."""
         part = self._tabled.row_slice(lo, hi)
         js = range(len(self.metrics)) if only is None else [only]
         shape = (hi - lo, self._cols, len(self.metrics))
@@ -501,25 +449,12 @@ class SweepKernel:
             out[i] = sizes if p is None else compute(arranged, p, cut=sizes)
         return out
 
-    def flat_rows(self, lo: int, hi: int) -> F64:
-        """((hi - lo) * (K + 1), M) the tables of rows ``lo:hi``, row after row."""
-        if not self.lazy:
-            return self._flat[lo * self._cols : hi * self._cols]
-        return self._chunk_tables(lo, hi).reshape((hi - lo) * self._cols, len(self.metrics))
-
     def group_sums(
         self, kept: Cuts, part: I, n_groups: int, weight: F64 | None = None
     ) -> tuple[F64, F64]:
-        """(G, P, M) sums of every setting's metric values over the rows of each group,
-        and the (weighted) counts of defined (non-NA) values; ``part`` gives each row's
-        group (-1: none), ``weight`` an optional per-row multiplicity.
-
-        Settings with the same cut on every row of the groups (a high threshold under
-        any large cap, say) are summed once (``distinct_rows``) and the sums copied.
-        Each chunk of rows is prepared once (NA values as 0, times the weight), then
-        blocks of settings are read from it together, ``GATHER_CELLS`` values at a
-        time: a few large numpy calls, not two per setting and chunk.
-        """
+        """(G, P, M) sums of every setting's metric values over the rows of each group, and the
+        (weighted) counts of defined (non-NA) values; ``part`` gives each row's group (-1: none),
+        ``weight`` an optional per-row multiplicity."""
         n_m = len(self.metrics)
         if kept.size and (kept.min() < 0 or kept.max() > self.width):
             raise EvalSetError(f"kept counts must lie in [0, {self.width}]")
@@ -559,9 +494,10 @@ class SweepKernel:
         """The tables of rows ``lo:hi`` as ``group_sums`` adds them: ((hi - lo) *
         (K + 1), M) values with NA as 0, times each row's weight ``w``; and the metrics NA
         somewhere here with, per entry, whether it is NA (times the weight)."""
-        flat = self.flat_rows(lo, hi)
-        if not self.lazy:
-            flat = flat.copy()  # a view of the kernel's own tables
+        if self.lazy:
+            flat = self._chunk_tables(lo, hi).reshape((hi - lo) * self._cols, len(self.metrics))
+        else:  # a copy of the kernel's own tables
+            flat = self._flat[lo * self._cols : hi * self._cols].copy()
         bad = np.isnan(flat)
         # NA columns: one wide reduction over rows (an axis-0 one over M columns is 25x
         # slower), then over context sizes
@@ -581,10 +517,9 @@ class SweepKernel:
         return self.arrays.n_queries
 
     def _chunks(self, cells: int | None = None) -> list[tuple[int, int]]:
-        """Row ranges of about ``CHUNK_CELLS`` cells each: rows x candidates (the
-        policy's and the metrics' temporaries) or rows x context sizes x metrics / 4
-        (a chunk's tables), whichever is wider; with ``cells``, of that many rows x
-        candidates (the policy's cuts)."""
+        """Row ranges of about ``CHUNK_CELLS`` cells each: rows x candidates (the policy's and the
+        metrics' temporaries) or rows x context sizes x metrics / 4 (a chunk's tables), whichever is
+        wider; with ``cells``, of that many rows x candidates (the policy's cuts)."""
         q, n = self.arrays.shape
         per_row = max(n, self._cols * len(self.metrics) // 4, 1)
         step = max(1, CHUNK_CELLS // per_row if cells is None else cells // max(n, 1))
@@ -621,16 +556,11 @@ class SweepKernel:
         return out
 
     def cuts(self, points: Sequence[PolicyParams]) -> Cuts:
-        """(P, Q) number kept under each setting, in the smallest integer dtype that
-        holds every count (``cut_dtype``: ``uint8`` up to 255 candidates); cast
-        before any arithmetic on them (``astype(np.intp)``).
+        """(P, Q) number kept under each setting, in ``cut_dtype`` (cast before arithmetic).
 
-        Settings that differ only in ``max_k`` share one call of the policy: the cap is
-        the policy's last step (``n_kept = min(max(m, min(n_valid, min_k)), max_k)``), so
-        with the group's largest cap K, ``n_kept(max_k=k) = min(n_kept(max_k=K), k)`` for
-        every ``k <= K``. (Not with ``keep_invalid``, whose invalid candidates fill the
-        room under the cap: those settings get their own call.)
-        """
+        Settings that differ only in ``max_k`` share one policy call: the cap is the policy's last
+        step, so ``n_kept(max_k=k) = min(n_kept(max_k=K), k)`` for ``k <= K`` (not with
+        ``keep_invalid``, whose invalid candidates fill the room under the cap)."""
         # a count is at most the candidates per row and the setting's cap; with stages,
         # at most the kernel's width
         n = self.arrays.shape[1]
@@ -657,9 +587,8 @@ class SweepKernel:
         return kept
 
     def context(self, row: int, kept: int) -> list[int]:
-        """The ranked positions of the passages query ``row`` keeps under a setting
-        whose cut there is ``kept`` (``cuts``), in rank order: what the metrics of
-        that cut are computed on."""
+        """The ranked positions of the passages query ``row`` keeps under a setting whose cut there
+        is ``kept`` (``cuts``), in rank order: what the metrics of that cut are computed on."""
         if self._compacted is None:
             return list(range(min(int(kept), int(self.arrays.n_present[row]))))
         return self._compacted.context(row, int(kept))
@@ -727,16 +656,7 @@ class SweepKernel:
 
 @dataclass(frozen=True, eq=False)
 class SweepResult:
-    """Mean metrics of every setting over a set of queries.
-
-    Attributes:
-        points: the settings, in grid order.
-        metrics: the metric strings (columns of ``means``).
-        means: (P, M) mean of each metric at each setting (NA queries skipped).
-        rows: the query rows the means are over.
-        kept: (P, Q) per-query number kept at each setting, over all rows of the
-            kernel (not only ``rows``).
-    """
+    """Mean metrics of every setting over a set of queries."""
 
     points: tuple[PolicyParams, ...]
     metrics: tuple[str, ...]
@@ -796,20 +716,7 @@ def _aggregate(
 
 
 class GroupedMeans:
-    """Sums of every setting's metrics over fixed, disjoint row groups.
-
-    The per-group sums (and counts of defined values) of every setting and metric are
-    computed in one pass over the rows (``SweepKernel.group_sums``); the means over
-    any union of the groups (the calibration queries, a cross-validation fold or all
-    folds but one, every query) then cost nothing. ``means`` answers ``None`` for
-    rows that are not a union of groups, and ``SweepResult.restricted`` aggregates
-    those directly, so an answer never depends on the groups (up to rounding).
-
-    Args:
-        kernel: the sweep's kernel.
-        kept: (P, Q) per-query cuts of every setting.
-        groups: disjoint row sets (empty ones are ignored).
-    """
+    """Sums of every setting's metrics over fixed, disjoint row groups."""
 
     def __init__(self, kernel: SweepKernel, kept: Cuts, groups: Sequence[I]) -> None:
         parts = [np.asarray(g, dtype=np.intp) for g in groups if len(g)]
@@ -898,8 +805,9 @@ def choose(
     among: Sequence[int] | None = None,
 ) -> tuple[int, bool]:
     """The index of ``result``'s best point by ``objective`` (a metric the sweep computed)
-    under ``constraints`` (see the module docstring), among the point indices ``among``
-    (all by default; e.g. plain top-k only), and whether it meets every constraint."""
+    under ``constraints``, among the point indices ``among`` (default all), and whether it meets
+    them: the least violation first, then the objective (ties within 1e-12 to fewer passages, then
+    to grid order)."""
     candidates = np.arange(len(result.points)) if among is None else np.asarray(among)
     if candidates.size == 0:
         raise ConfigError("no settings to choose from")
@@ -924,15 +832,7 @@ def choose(
 
 @dataclass(frozen=True, eq=False)
 class OptimalK:
-    """Per-query optimal context size: where cumulative utility peaks.
-
-    Attributes:
-        k: (Q,) the smallest k in ``0..max_k`` with the highest cumulative utility
-            :math:`\\sum_{i \\le k} u_i` (only scored candidates count, as the guard never
-            keeps others): 0 means every prefix harms.
-        utility: (Q,) that highest cumulative utility (the oracle's).
-        counts: (max_k + 1,) how many queries have each optimal k.
-    """
+    """Per-query optimal context size: where cumulative utility peaks."""
 
     k: I
     utility: F64
@@ -944,11 +844,7 @@ class OptimalK:
 
 
 def optimal_k(arrays: EvalArrays, max_k: int, rows: I | Sequence[int] | None = None) -> OptimalK:
-    """Per-query optimal k (argmax of cumulative utility over ``k = 0..max_k``).
-
-    Raises:
-        ConfigError: ``max_k`` is not a whole number >= 1.
-    """
+    """Per-query optimal k (argmax of cumulative utility over ``k = 0..max_k``)."""
     if isinstance(max_k, bool) or not isinstance(max_k, (int, np.integer)) or max_k < 1:
         raise ConfigError(f"optimal_k: max_k must be a whole number >= 1, got {max_k!r}")
     q, n = arrays.shape

@@ -1,38 +1,9 @@
-"""The stages after the cut (conflicts, near-duplicates, token budget) in the sweep.
-
-The sweep tabulates each metric at every context size of the ranked list, because the
-cut keeps a prefix. The stages after the cut (``ragguard.conflicts``,
-``ragguard.stages``) keep a subset of that prefix. Most of them are causal: the
-passages they keep among the first ``m`` ranked ones are the first of those they keep
-when run on the whole ranked list (near-duplicates, the token budget, and conflicts
-under ``keep_first`` and ``flag``). So ``PassageStages`` runs the runtime's own
-stages (``ragguard.conflicts.conflict_stage``, ``ragguard.stages.run_stages``)
-once per query over the first ``width`` ranked candidates and
-
-* reorders each row so the candidates the stages keep come first (in rank order); the
-  metric tables are built on these rows, so context size ``c`` means "the first ``c``
-  passages the stages keep";
-* maps each cut ``m`` to the context the stages leave of it, ``c = survivors among the
-  first m``.
-
-``conflicts="drop"`` is not causal: it drops *every* member of a conflict group, the
-better-ranked one included, once its partner is inside the cut, so the passages kept at
-cut ``m`` are those of the first ``m`` with no conflict partner among the first ``m``
-(then the later stages). For that mode the kernel's tables are per cut
-(``CutContexts``): column ``m`` holds each metric of the context the stages leave
-at cut ``m``, and rows with a conflicting pair among their first ``width`` candidates
-run the runtime's stages once per cut (the pairs are found once per query: a pair
-conflicts or not whatever else the cut keeps). Rows without one keep the causal form.
-
-Utilities stay with their candidates (computed on the run's own ranking, as without the
-stages). Passage texts come from the eval set (``EvalSet.texts``: texts in the eval-set file, a
-``corpus.jsonl`` beside it, ``--corpus`` files); token counts from the config's counter
-(``ragguard.tokens``).
-"""
+"""The stages after the cut in the sweep, run with the runtime's own code: causal stages reorder
+each row so the survivors come first; ``conflicts="drop"`` is not causal (it drops both members
+once the partner is inside the cut), so its tables are per cut (``CutContexts``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,8 +19,6 @@ from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyPar
 from ragguard.stages import Shingles, StageState, run_stages, shingles, start_state
 from ragguard.tokens import DEFAULT_TOKEN_COUNTER, TokenCounter, token_counter
 
-__all__ = ["Compacted", "CutContexts", "PassageStages", "passage_stages"]
-
 I = NDArray[np.intp]  # noqa: E741
 B = NDArray[np.bool_]
 
@@ -57,16 +26,7 @@ B = NDArray[np.bool_]
 @dataclass(frozen=True, eq=False)
 class CutContexts:
     """Per query and cut ``m = 0..width``, the context stages that are not causal leave
-    (``conflicts="drop"``), over the rows ``PassageStages.compact`` returns.
-
-    Attributes:
-        sizes: (Q, width + 1) the number of passages kept at each cut.
-        rows: (E,) the rows whose context at a cut is not the first ``sizes[q, m]`` of
-            their compacted row (they hold a conflicting pair; those rows are left in
-            ranked order), sorted.
-        keep: (E, width + 1, width) for those rows, which of the first ``width`` ranked
-            candidates each cut keeps.
-    """
+    (``conflicts="drop"``), over the rows ``PassageStages.compact`` returns."""
 
     sizes: I
     rows: I
@@ -94,15 +54,7 @@ class CutContexts:
 
 @dataclass(frozen=True, eq=False)
 class Compacted:
-    """What ``PassageStages.compact`` makes of a run's ranked rows.
-
-    Attributes:
-        arrays: the rows reordered, the passages the stages keep first (rank order).
-        through: (Q, width + 1) the table column of each cut ``0..width``: the context
-            size it leaves, or the cut itself with ``contexts``.
-        order: (Q, N) the ranked position of each column of ``arrays``.
-        contexts: per cut, the contexts of stages that are not causal, else ``None``.
-    """
+    """What ``PassageStages.compact`` makes of a run's ranked rows."""
 
     arrays: EvalArrays
     through: I
@@ -123,26 +75,7 @@ class Compacted:
 
 @dataclass(frozen=True)
 class PassageStages:
-    """The stages' settings and the texts they read, for one run's ranked candidates.
-
-    Attributes:
-        near_duplicate_threshold: as ``GuardConfig.near_duplicate_threshold``.
-        max_tokens: as ``GuardConfig.max_tokens``.
-        counter: the token counter (``None`` without a budget).
-        texts: per query row, the texts of its ranked candidates (at least the first
-            ``width`` valid ones); set by ``for_run``.
-        lookup: ``(query id, passage id) -> text or None``, where ``for_run`` reads
-            the texts.
-        evalset: the eval set (named in errors).
-        conflicts: as ``GuardConfig.conflicts`` (not ``prefer``).
-        conflict_similarity: as ``GuardConfig.conflict_similarity``.
-        sets: per query row, the shingle sets of its first ``width`` texts, when already
-            built (else ``compact`` builds them).
-        pairs: per query row, the conflicting pairs among its first ``width`` ranked
-            candidates at a similarity at most ``conflict_similarity``, when already
-            found (``compact`` keeps those at least ``conflict_similarity`` similar;
-            else it finds them).
-    """
+    """The stages' settings and the texts they read, for one run's ranked candidates."""
 
     near_duplicate_threshold: float | None
     max_tokens: int | None
@@ -156,11 +89,7 @@ class PassageStages:
     pairs: Sequence[Sequence[Pair]] | None = None
 
     def for_run(self, arrays: EvalArrays, width: int) -> PassageStages:
-        """These stages with the texts of ``arrays``' first ``width`` ranked candidates.
-
-        Raises:
-            EvalSetError: a candidate has no text.
-        """
+        """These stages with the texts of ``arrays``' first ``width`` ranked candidates."""
         assert self.lookup is not None
         return replace(
             self, texts=_texts_of(self.evalset, arrays, width, self.lookup), sets=None, pairs=None
@@ -200,10 +129,9 @@ class PassageStages:
         return out
 
     def compact(self, arrays: EvalArrays, width: int) -> Compacted:
-        """The rows reordered so the stages' survivors come first, with the table column
-        of each cut and, for stages that are not causal (``conflicts="drop"``), the
-        context of every cut (the table's columns are then the cuts themselves; see the
-        module docstring)."""
+        """The rows reordered so the stages' survivors come first, with the table column of each cut
+        and, for stages that are not causal (``conflicts="drop"``), the context of every cut (the
+        table's columns are then the cuts themselves)."""
         q = arrays.n_queries
         depth = np.minimum(arrays.n_valid, width)
         cols = np.arange(width)
@@ -351,26 +279,19 @@ def passage_stages(
     max_tokens: int | None,
     token_counter_spec: str = DEFAULT_TOKEN_COUNTER,
     near_duplicate_threshold: float | None,
-    corpus: Sequence[str | os.PathLike[str]] = (),
     passages: Mapping[str, str] | None = None,
     conflicts: bool = False,
 ) -> PassageStages | None:
-    """The stages to sweep with, texts still to read per run (``PassageStages.for_run``),
-    or ``None`` when both are off (and ``conflicts``, a conflict stage to sweep over
-    them, is not asked for). The counter is built here, so a missing tokenizer fails
-    before any sweep.
-
-    Raises:
-        ConfigError: a value out of range, a malformed counter.
-        MissingDependencyError: the counter's package is not installed.
-    """
+    """The stages to sweep with, texts still to read per run (``PassageStages.for_run``), or
+    ``None`` when both are off (and ``conflicts``, a conflict stage to sweep over them, is not asked
+    for)."""
     if max_tokens is None and near_duplicate_threshold is None and not conflicts:
         return None
     PolicyParams(  # the runtime's own checks of the values
         max_k=1, max_tokens=max_tokens, near_duplicate_threshold=near_duplicate_threshold
     )
     counter = token_counter(token_counter_spec) if max_tokens is not None else None
-    lookup = evalset.with_texts(corpus=corpus, passages=passages).texts.get
+    lookup = evalset.with_texts(passages=passages).texts.get
     return PassageStages(
         near_duplicate_threshold, max_tokens, counter, lookup=lookup, evalset=evalset
     )

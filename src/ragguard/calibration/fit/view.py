@@ -1,8 +1,5 @@
-"""The result view (``ResultView``): one calibration as every output shows it, derived
-once ([`CalibrationResult.view`][ragguard.calibration.CalibrationResult.view]); the
-console, ``--json``, the report and the config's provenance render it and compute
-nothing.
-"""
+"""The result view (``ResultView``): one calibration as every output shows it, derived once;
+the console, ``--json``, the report and the provenance render it and compute nothing."""
 
 from __future__ import annotations
 
@@ -47,21 +44,6 @@ from ragguard.calibration.metrics import SafetyBand, SafetyBands, compute, safet
 from ragguard.policy import ConflictMode, CutRule
 from ragguard.scores import ScoreKind
 
-__all__ = [
-    "CheckView",
-    "ConflictView",
-    "ConstraintCost",
-    "Example",
-    "GuaranteeView",
-    "MetricCheck",
-    "ResultView",
-    "RuleRow",
-    "RunRow",
-    "StageView",
-    "build_view",
-    "name_evalset",
-]
-
 # --------------------------------------------------------------------------- results
 
 
@@ -80,14 +62,7 @@ class MetricCheck:
 
 @dataclass(frozen=True, eq=False)
 class CheckView:
-    """A paired comparison with plain top-k, as every output shows it.
-
-    Attributes:
-        comparison: the comparison (its split, level, number of queries).
-        rows: one ``MetricCheck`` per metric compared, in order.
-        bands: the safety bands of the mean distractor rate, plain top-k's and the
-            guarded one's, or ``None`` without queries or a distractor rate.
-    """
+    """A paired comparison with plain top-k, as every output shows it."""
 
     comparison: Comparison = field(repr=False)
     rows: tuple[MetricCheck, ...]
@@ -117,22 +92,8 @@ class CheckView:
 
 @dataclass(frozen=True)
 class RunRow:
-    """One run's line in the tables of every run (``ResultView.runs``): its choice
-    on the calibration queries next to its best plain top-k, and what its config would
-    hold.
-
-    Attributes:
-        run: the run's name.
-        recommended: whether it is the recommended run.
-        chosen: its choice on the calibration queries, in words.
-        chosen_means: the choice's means over the calibration queries.
-        feasible: whether the choice meets every constraint there.
-        baseline: its best plain top-k, in words.
-        baseline_means: the baseline's means over the calibration queries.
-        written: its setting refitted on all queries, in words.
-        written_means: that setting's means over all queries.
-        written_feasible: whether it meets every constraint there.
-    """
+    """One run's line in the tables of every run (``ResultView.runs``): its choice on the
+    calibration queries next to its best plain top-k, and what its config would hold."""
 
     run: str
     recommended: bool
@@ -164,23 +125,9 @@ class RunRow:
 
 @dataclass(frozen=True, eq=False)
 class ConstraintCost:
-    """What the constraints cost (``ResultView.cost``): the best mean objective on the
-    calibration queries with them and without them, the plain top-k that wins without
-    them, and the choice against that top-k on the held-out queries.
-
-    Attributes:
-        constraints: the constraints, in words (``evidence_coverage>=0.9``).
-        objective: the objective metric.
-        best: the best mean objective of a setting meeting them (NaN: none does).
-        best_setting: that setting, in words.
-        free: the best mean objective of any setting.
-        free_setting: that setting, in words.
-        top_k: the best plain top-k without the constraints, in words.
-        top_k_value: its mean objective.
-        chosen: the choice on the calibration queries, in words.
-        check: the choice against that top-k on the held-out queries.
-        worse: a line saying the choice is worse than that top-k there, or ``None``.
-    """
+    """What the constraints cost (``ResultView.cost``): the best mean objective on the calibration
+    queries with them and without them, the plain top-k that wins without them, and the choice
+    against that top-k on the held-out queries."""
 
     constraints: str
     objective: str
@@ -255,14 +202,7 @@ class ConstraintCost:
 @dataclass(frozen=True, eq=False)
 class GuaranteeView:
     """A recall guarantee as the report shows it (``ResultView.guarantee``,
-    ``StageView.guarantee``).
-
-    Attributes:
-        outcome: the guarantee (certified or not, its bound, its held-out recall).
-        names: point ``i`` of the search in words.
-        n_queries: the queries it was asked on.
-        passages: the mean context of the setting written, on the calibration queries.
-    """
+    ``StageView.guarantee``)."""
 
     outcome: GuaranteeResult
     names: Callable[[int], str] = field(repr=False)
@@ -294,19 +234,7 @@ class RuleRow:
 
 @dataclass(frozen=True)
 class ConflictView:
-    """The conflict stage as swept (``ResultView.conflicts``).
-
-    Attributes:
-        swept: each conflict setting swept, in words.
-        written: the one the config holds, in words.
-        best: per setting swept: it, its best setting on the calibration queries,
-            whether that meets the constraints, and its objective, distractor rate and
-            passages kept.
-        max_k: the candidates detection is measured among (the written ``max_k``).
-        similarity: the similarity written (``None``: the stage is off).
-        detection: per similarity swept and split: the similarity, the split's name,
-            and detection against the labels there.
-    """
+    """The conflict stage as swept (``ResultView.conflicts``)."""
 
     swept: tuple[str, ...]
     written: str
@@ -332,30 +260,7 @@ class Example:
 
 @dataclass(frozen=True, eq=False)
 class StageView:
-    """The second stage as every output shows it (``ResultView.stage``).
-
-    Attributes:
-        search: the second search (``CalibrationResult.rerank``).
-        run: the run it reranks.
-        reranker: the reranker's name.
-        written: whether the config holds the stage (``WrittenSetting.stage`` says
-            why or why not).
-        setting: its setting refitted on all queries (or certified), in words.
-        choice: its choice on the calibration queries, in words.
-        top_n: the setting's rerank depth.
-        selection: how its rule family was chosen (empty with a guarantee).
-        probability_map: the map fitted on the calibration queries, in words.
-        pairs_fitted: scored (query, passage) pairs the map was fitted on.
-        pairs_scored, pairs_cached: pairs the reranker scored, and read from the cache.
-        calls, calls_failed: rerank calls, and the ones that failed.
-        failures: one line on the queries swept as failed calls, or ``None``.
-        brier: the held-out Brier score of the reranker's own probabilities and of
-            the mapped ones.
-        reliability: the reliability of both, with their expected calibration errors
-            (``ece``); ``map_method`` the map's method.
-        settings: the guard-level config fields of its setting.
-        guarantee: its recall guarantee, when one was asked for.
-    """
+    """The second stage as every output shows it (``ResultView.stage``)."""
 
     search: RunCalibration = field(repr=False)
     run: str
@@ -446,67 +351,7 @@ class ResultView:
     ``--json`` (``ragguard.calibration.report.summary``), the report
     (``ragguard.calibration.report``) and the config's provenance
     ([`CalibrationResult.provenance`][ragguard.calibration.CalibrationResult.provenance]) render
-    these values and compute none.
-
-    Attributes:
-        header: the calibration as every output introduces it (``Header``).
-        run: the run whose config it describes (its search, for the tests that
-            recompute from it; the renderers read the fields below).
-        written: what the config holds (the second stage's setting, when written).
-        evalset: the eval set as the suggested commands name it (``None``: its file).
-        objective: the objective in words, with its constraints.
-        objective_alone: the objective in words, without them.
-        why: what was chosen on retrieval scores and why
-            ([`CalibrationResult.why`][ragguard.calibration.CalibrationResult.why]).
-        unmet: what the written setting cannot meet, one line each (empty: all met).
-        shortfalls: the constraints it misses, with the best reachable value.
-        stopped: why nothing may be written (``on_worse="stop"``), or ``None``.
-        baseline: the best plain top-k, in words.
-        baseline_metrics: its means over the calibration queries.
-        retrieval_setting: the retrieval-only setting refitted on all queries, in words.
-        retrieval_choice: the retrieval-only choice on the calibration queries, in words.
-        selection: how the rule family was chosen (cross-validation, or the guarantee).
-        retrieval_check: the retrieval-only choice against plain top-k.
-        check: the tested setting (``WrittenSetting.tested``) against plain top-k;
-            the same as ``retrieval_check`` without a second stage written.
-        stage_check: the second stage's choice against the retrieval-only one, when
-            a second stage was calibrated.
-        stage_top_k_check: the second stage's choice against plain top-k, then.
-        stage: the second stage, when one was calibrated (``StageView``).
-        band: the tested setting's safety band on the held-out queries
-            (``WrittenSetting.band``).
-        runs: every run's line, in the eval set's order (``RunRow``).
-        cost: what the constraints cost on the run's retrieval search
-            (``ConstraintCost``; ``None`` without constraints).
-        next_steps: what to try when the written setting's own band on those queries
-            (``WrittenSetting.checked_band``) is RISKY or DANGEROUS: ``(what,
-            commands)`` pairs (empty otherwise).
-        answerability: the calibrated ``min_evidence`` of the recommended run's written
-            setting, when ``max_false_abstain`` was given (``None`` for another run).
-        run_name: the run's name.
-        score_kind: its score kind (``None``: unknown).
-        fallback: why its choice fell back to plain top-k, or ``None``.
-        chosen_is_baseline: its choice is the best plain top-k itself.
-        refitted: the written retrieval setting differs from the choice on the
-            calibration queries.
-        optimal: the per-query optimal k on the calibration queries.
-        sweep: every setting's means over the calibration queries (``chosen``: the
-            choice's index; ``passages_kept``: its mean context over all queries).
-        conflicts: the conflict stage as swept (``None`` when it was not).
-        reranker_code: the written second stage's reranker when the config names it
-            and never imports it (``module:callable``, or ``run:PATH`` of
-            precomputed scores); ``None`` otherwise.
-        family: the cross-validated choice of the run's rule family (``None`` with a
-            guarantee).
-        guarantee: the run's retrieval-only recall guarantee, when one was asked for.
-        recall_ceiling: the recall of keeping every candidate on the queries
-            ``retrieval_check`` compares (NaN where it has no recall).
-        grid: the run's grid (its caps may have grown); ``n_settings``: the settings
-            swept on it.
-        rules: the best setting of each label-free cut rule (``RuleRow``).
-        examples: the queries that gained and lost most on the held-out check, or
-            ``None`` when there is no difference to show.
-    """
+    these values and compute none."""
 
     header: Header
     run: RunCalibration = field(repr=False)
@@ -554,9 +399,8 @@ class ResultView:
 
     @property
     def next_steps_intro(self) -> str:
-        """Why next steps are suggested: the written setting's own distractor rate and
-        safety band on the checked queries (only meaningful when ``next_steps`` has
-        any)."""
+        """Why next steps are suggested: the written setting's own distractor rate and safety band
+        on the checked queries (only meaningful when ``next_steps`` has any)."""
         w = self.written
         band, rate, c = w.checked_band(), w.checked_rate, w.search.comparison
         bands = SafetyBands()

@@ -1,8 +1,5 @@
 """What the config holds (``WrittenSetting``): the run's retrieval setting or the second
-stage's, and why the second stage is written or left off; and the constraints it misses
-(``Shortfall``). [`CalibrationResult.config`][ragguard.calibration.CalibrationResult.config]
-writes it; the result view (``ragguard.calibration.fit.view``) and every output name it.
-"""
+stage's, why the second stage is written or left off, and the constraints it misses."""
 
 from __future__ import annotations
 
@@ -18,22 +15,11 @@ from ragguard.calibration.fit.sweep import PASSAGES, Constraint
 from ragguard.calibration.metrics import SafetyBand, safety_band
 from ragguard.policy import PolicyParams
 
-__all__ = ["Shortfall", "WrittenSetting", "shortfalls", "written_setting"]
-
 
 @dataclass(frozen=True)
 class Shortfall:
     """A constraint the written setting misses
-    ([`CalibrationResult.shortfalls`][ragguard.calibration.CalibrationResult.shortfalls]).
-
-    Attributes:
-        constraint: the constraint.
-        best: the setting that comes closest to it on all queries.
-        best_value: its value there: the best reachable.
-        written_value: the written setting's value.
-        max_k: the largest cap tried.
-        best_setting: ``best`` in words (with a second stage, its rerank depth too).
-    """
+    ([`CalibrationResult.shortfalls`][ragguard.calibration.CalibrationResult.shortfalls])."""
 
     constraint: Constraint
     best: PolicyParams
@@ -69,21 +55,7 @@ def shortfalls(w: WrittenSetting, constraints: Sequence[Constraint]) -> list[Sho
 
 @dataclass(frozen=True, eq=False)
 class WrittenSetting:
-    """What the config holds, described once (``ResultView.written``).
-    The console, ``--json``, the report and the provenance all read it, and
-    [`CalibrationResult.config`][ragguard.calibration.CalibrationResult.config] writes it, so every
-    one names the same setting.
-
-    Everything it says is read from ``search``, the search whose setting the config
-    holds.
-
-    Attributes:
-        run: the run's calibration (its retrieval search).
-        two_stage: the second stage's search, when the config enables the stage, or
-            ``None`` (retrieval only).
-        stage: one line, ``written: ...`` or ``left off: ...``: why the second stage is
-            in the config or not (``None`` without a second stage).
-    """
+    """What the config holds, described once (``ResultView.written``)."""
 
     run: RunCalibration
     two_stage: RunCalibration | None
@@ -153,8 +125,7 @@ class WrittenSetting:
         c = self.search.comparison
         if not c.n_queries or "distractor_rate" not in c.metrics:
             return None
-        rate = c.guarded["distractor_rate"].mean
-        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+        return _band(c.guarded["distractor_rate"].mean)
 
     @property
     def checked_rate(self) -> float:
@@ -169,8 +140,11 @@ class WrittenSetting:
     def checked_band(self) -> SafetyBand | None:
         """The safety band of ``checked_rate`` (``None`` when it is NaN): what the
         next steps (``ResultView.next_steps``) are suggested on."""
-        rate = self.checked_rate
-        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+        return _band(self.checked_rate)
+
+
+def _band(rate: float) -> SafetyBand | None:
+    return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
 
 
 def written_setting(
@@ -180,10 +154,9 @@ def written_setting(
     constraints: Sequence[Constraint],
     n_calibration: int,
 ) -> WrittenSetting:
-    """What the config of run ``r`` holds, with ``two`` the second search (``None``
-    without one): the second stage's setting when it is written (see
-    ``WrittenSetting``), chosen under ``objective`` and ``constraints`` on
-    ``n_calibration`` calibration queries."""
+    """What the config of run ``r`` holds, with ``two`` the second search (``None`` without one):
+    the second stage's setting when it is written (see ``WrittenSetting``), chosen under
+    ``objective`` and ``constraints`` on ``n_calibration`` calibration queries."""
     retrieval = WrittenSetting(r, None)
     if two is None or two.name != r.name:
         return retrieval
@@ -199,13 +172,8 @@ def _stage_decision(
     constraints: Sequence[Constraint],
     n_calibration: int,
 ) -> tuple[bool, str]:
-    """Whether the config enables the second stage, and why, in one line that starts
-    with ``written:`` or ``left off:``. ``one`` is the retrieval-only setting,
-    ``two`` the two-stage one.
-
-    With a guarantee the smaller certified context is written; otherwise the second
-    stage is written unless it was worse on held-out queries (its ``fallback``) or
-    misses a constraint on all queries that retrieval only meets."""
+    """Whether the config enables the second stage, and why, in one line that starts with
+    ``written:`` or ``left off:``."""
     stage = two.two_stage
     assert stage is not None
     obj = objective
