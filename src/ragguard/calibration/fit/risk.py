@@ -57,8 +57,10 @@ def _h1(a: float, b: float) -> float:
 
 
 def hb_p_value(risk: float, n: int, alpha: float) -> float:
-    """Hoeffding-Bentkus p-value of :math:`H: R > \\alpha` from the mean loss ``risk``
-    of ``n`` queries (losses in [0, 1])."""
+    """Hoeffding-Bentkus p-value of ``H: R > alpha`` from the mean loss ``risk`` (R^) of
+    ``n`` queries, losses in [0, 1] (Bates et al. 2021; LTT section 3):
+    ``min(exp(-n h1(min(R^, alpha), alpha)), e P(Bin(n, alpha) <= ceil(n R^)))`` with
+    ``h1(a, b) = a log(a/b) + (1-a) log((1-a)/(1-b))``."""
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
     if n <= 0:
