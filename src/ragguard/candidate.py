@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from itertools import islice
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +94,22 @@ class Candidate:
     def has_valid_score(self) -> bool:
         """True when the score is a finite number."""
         return self.score is not None and math.isfinite(self.score)
+
+
+def candidate_of(
+    id: str, text: str, score: float | None, metadata: Mapping[str, Any], source: Any
+) -> Candidate:
+    """``Candidate(id, text, score, metadata, source)``; what a framework object gives
+    (a str id and text, a float or no score, a dict) skips the checks it cannot fail."""
+    plain = score is None or type(score) is float
+    if not plain or type(id) is not str or type(text) is not str or type(metadata) is not dict:
+        return Candidate(id, text, score, metadata, source)
+    made = object.__new__(Candidate)
+    for name, value in zip(
+        Candidate.__slots__, (id, text, score, dict(metadata), source), strict=True
+    ):
+        object.__setattr__(made, name, value)
+    return made
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -245,8 +262,11 @@ class Selection:
 
     @property
     def kept_decisions(self) -> list[Decision]:
-        """The decisions of the kept candidates, best first."""
-        return [d for d in self.decisions if d.kept]
+        """The decisions of the kept candidates, best first (the first ``decisions``;
+        read before them, the dropped ones' are not built)."""
+        if "decisions" in self.__dict__:
+            return list(self.decisions[: len(self.kept)])
+        return list(islice(self._decide(), len(self.kept)))
 
     def __len__(self) -> int:
         return len(self.kept)

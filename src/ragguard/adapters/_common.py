@@ -131,9 +131,14 @@ def copy_metadata(
     reference: the copy and the original share that one object, while the dicts, lists
     and tuples around it are still copied.
     """
-    out: dict[str, Any] = _copy(dict(metadata))
+    out = dict(metadata)
+    if not all(type(v) in _ATOMS for v in out.values()):  # atoms need no copy
+        out = _copy(out)
     out[key] = decision_metadata(selection, decision)
     return out
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})
 
 
 def _copy(value: Any) -> Any:
