@@ -71,7 +71,9 @@ def guard(name: str) -> ContextGuard:
     return ContextGuard(config, reranker=keyword_reranker if rerank else None)
 
 
-class _ListRetriever(BaseRetriever):
+class Fixed(BaseRetriever):
+    """Returns the caller's documents."""
+
     docs: list[Document]
 
     def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
@@ -129,8 +131,8 @@ def langchain(name: str, run_async: bool = False) -> dict[str, Any]:
     store = InMemoryVectorStore(_Embeddings())
     store.add_documents(_lc_docs())
     cases = {
-        "retriever": (g.wrap(_ListRetriever(docs=_lc_docs())), None),
-        "no_ids": (g.wrap(_ListRetriever(docs=_lc_docs(with_ids=False))), None),
+        "retriever": (g.wrap(Fixed(docs=_lc_docs())), None),
+        "no_ids": (g.wrap(Fixed(docs=_lc_docs(with_ids=False))), None),
         "store": (g.wrap(store.as_retriever(search_kwargs={"k": len(ROWS)})), None),
         "compressor": (None, g.as_compressor()),
     }
