@@ -105,11 +105,16 @@ def candidate_of(
     if not plain or type(id) is not str or type(text) is not str or type(metadata) is not dict:
         return Candidate(id, text, score, metadata, source)
     made = object.__new__(Candidate)
-    for name, value in zip(
-        Candidate.__slots__, (id, text, score, dict(metadata), source), strict=True
-    ):
-        object.__setattr__(made, name, value)
+    set_id, set_text, set_score, set_metadata, set_source = _SETTERS  # the slots' own
+    set_id(made, id)
+    set_text(made, text)
+    set_score(made, score)
+    set_metadata(made, dict(metadata))
+    set_source(made, source)
     return made
+
+
+_SETTERS = tuple(getattr(Candidate, name).__set__ for name in Candidate.__slots__)
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)

@@ -379,9 +379,9 @@ class GuardedRetriever(_Options, BaseRetriever):
         **kwargs: Any,
     ) -> list[Document]:
         source, kind, max_k = self._plan(k)
-        docs = source.invoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
-        selection = self.guard.select(**self._translator.arguments(query, docs, kind, max_k))
         child = run_manager.get_child()
+        docs = source.invoke(query, config={"callbacks": child}, **kwargs)
+        selection = self.guard.select(**self._translator.arguments(query, docs, kind, max_k))
         if child.handlers:  # the payload is built for a listener only
             child.on_custom_event(
                 SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
@@ -397,10 +397,10 @@ class GuardedRetriever(_Options, BaseRetriever):
         **kwargs: Any,
     ) -> list[Document]:
         source, kind, max_k = self._plan(k)
-        docs = await source.ainvoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
+        child = run_manager.get_child()
+        docs = await source.ainvoke(query, config={"callbacks": child}, **kwargs)
         arguments = self._translator.arguments(query, docs, kind, max_k)
         selection = await self.guard.aselect(**arguments)
-        child = run_manager.get_child()
         if child.handlers:  # the payload is built for a listener only
             await child.on_custom_event(
                 SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
