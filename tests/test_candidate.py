@@ -37,6 +37,7 @@ def _candidates() -> list[Candidate]:
         ({"max_k": 3, "min_evidence": 0.999}, None),
     ],
 )
+@pytest.mark.usefixtures("untraced")
 def test_kept_decisions_are_built_without_the_dropped_ones(
     settings: dict[str, Any], reranker: Any
 ) -> None:

@@ -27,6 +27,7 @@ def test_payloads_and_metadata_are_those_of_the_eager_code(run_async: bool) -> N
             assert got[guard][framework] == expected, (guard, framework)
 
 
+@pytest.mark.usefixtures("untraced")
 def test_without_a_listener_no_payload_and_no_dropped_decision_is_built() -> None:
     """Nothing listens (no callback handler, no event handler): every adapter hands back
     the kept documents with their decisions, and never reads the dropped ones'."""
