@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from ragguard.rerank import RerankOutcome
     from ragguard.scores import ScoreKind
 
-__all__ = ["Candidate", "Decision", "RerankDetail", "Selection", "Verdict"]
-
 
 class Verdict(StrEnum):
     """What a selection gives the LLM (``Selection.verdict``).
