@@ -28,9 +28,16 @@ small next to retrieval. This script measures, on this machine:
    text is a near-copy with two words changed: a conflicting pair), and with
    ``min_evidence`` set, interleaved with ``select()`` with both off, so the differences
    are the cost of the conflict detection and of the answerability floor.
-6. Whether the goals hold: ``select()`` on 100 candidates under 100 microseconds
-   (median), and ``select()`` on the 20 retrieved candidates under 5% of the retrieval
-   call.
+6. The adapter paths on the same 20 scored passages, interleaved with ``select()`` on
+   them: a LangChain retriever that returns 20 fixed documents, bare and wrapped
+   (``guard.wrap``); LlamaIndex's ``SimilarityPostprocessor`` and the guard's
+   ``GuardPostprocessor`` on the same 20 nodes; a Haystack component that returns 20
+   fixed documents, bare and followed by ``GuardRanker``. No callback handler or event
+   handler listens and no tracer is set. What each adapter adds over its bare path is
+   given as a multiple of ``select()``'s median (each framework needs its extra).
+7. Whether the goals hold: ``select()`` on 100 candidates under 100 microseconds
+   (median), ``select()`` on the 20 retrieved candidates under 5% of the retrieval
+   call, and each adapter path adding at most 1.5x what ``select()`` costs.
 
 Every figure is a median (and p90) of per-call ``time.perf_counter_ns`` timings after a
 warm-up, with the garbage collector left on as in a real process. Rows that are compared
@@ -49,6 +56,7 @@ import random
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +84,7 @@ MIN_EVIDENCE = 0.3
 ROUNDS = 10
 GOAL_SELECT_100_US = 100.0
 GOAL_SHARE_OF_RETRIEVAL = 0.05
+GOAL_ADAPTER_MULTIPLE = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +401,113 @@ def bench_langchain(
     return RetrievalResult(retrieval, conv, sel)
 
 
+def _adapter_paths(guard: ContextGuard, seed: int) -> dict[str, Callable[[], object]]:
+    """``{label: call}``: each installed framework's bare path and its adapter path on
+    the same 20 scored passages, each pair in that order."""
+    rng = random.Random(seed)
+    rows = [
+        (
+            f"d{i}",
+            f"passage {i} about topic {i % 7}",
+            rng.random(),
+            {"source": f"doc-{i // 10}", "chunk": i % 10},
+        )
+        for i in range(RETRIEVAL_K)
+    ]
+    paths: dict[str, Callable[[], object]] = {}
+    try:
+        from langchain_core.documents import Document
+        from langchain_core.retrievers import BaseRetriever
+    except ImportError:
+        print("langchain-core is not importable: skipping the LangChain adapter path.")
+    else:
+
+        class FixedRetriever(BaseRetriever):
+            docs: list[Document]
+
+            def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+                return self.docs
+
+        docs = [
+            Document(id=i, page_content=t, metadata={**m, "relevance_score": s})
+            for i, t, s, m in rows
+        ]
+        bare, wrapped = FixedRetriever(docs=docs), guard.wrap(FixedRetriever(docs=docs))
+        paths["LangChain: fixed retriever, bare"] = lambda: bare.invoke(QUERY)
+        paths["LangChain: guard.wrap(fixed retriever)"] = lambda: wrapped.invoke(QUERY)
+    try:
+        from llama_index.core.postprocessor import SimilarityPostprocessor
+        from llama_index.core.schema import NodeWithScore, TextNode
+    except ImportError:
+        print("llama-index-core is not importable: skipping the LlamaIndex adapter path.")
+    else:
+        nodes = [
+            NodeWithScore(node=TextNode(id_=i, text=t, metadata=m), score=s) for i, t, s, m in rows
+        ]
+        cutoff = SimilarityPostprocessor(similarity_cutoff=RELATIVE_THRESHOLD / 2)
+        post = guard.as_postprocessor()
+        paths["LlamaIndex: SimilarityPostprocessor"] = lambda: cutoff.postprocess_nodes(
+            nodes, query_str=QUERY
+        )
+        paths["LlamaIndex: GuardPostprocessor"] = lambda: post.postprocess_nodes(
+            nodes, query_str=QUERY
+        )
+    try:
+        import haystack
+    except ImportError:
+        print("haystack-ai is not importable: skipping the Haystack adapter path.")
+    else:
+        hs_docs = [haystack.Document(id=i, content=t, meta=m, score=s) for i, t, s, m in rows]
+
+        @haystack.component
+        class FixedHaystackRetriever:
+            @haystack.component.output_types(documents=list[haystack.Document])
+            def run(self, query: str) -> dict[str, Any]:
+                return {"documents": list(hs_docs)}
+
+        fixed, ranker = FixedHaystackRetriever(), guard.as_haystack()
+        paths["Haystack: fixed retriever, bare"] = lambda: fixed.run(QUERY)
+        paths["Haystack: fixed retriever + GuardRanker"] = lambda: ranker.run(
+            QUERY, fixed.run(QUERY)["documents"]
+        )
+    return paths
+
+
+def bench_adapters(
+    guard: ContextGuard, report: Report, *, repeats: int, warmup: int, seed: int
+) -> list[tuple[str, float]]:
+    """Part 6: each adapter path next to its bare path and select(); returns
+    ``(framework, added cost / select())`` per framework."""
+    paths = _adapter_paths(guard, seed)
+    if not paths:
+        return []
+    cands = make_candidates(RETRIEVAL_K, seed)
+
+    def run_select(c: tuple[Candidate, ...] = cands) -> object:
+        return guard.select(QUERY, c)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the same warnings every call; not what is timed
+        sel, *timings = measure_interleaved(
+            [run_select, *paths.values()], repeats=repeats, warmup=warmup
+        )
+    report.row(f"select(), {RETRIEVAL_K} candidates (next to the adapters)", sel, "")
+    multiples: list[tuple[str, float]] = []
+    labels = list(paths)
+    for k in range(0, len(labels), 2):
+        bare, guarded = timings[k], timings[k + 1]
+        added = guarded.median_ns - bare.median_ns
+        framework = labels[k].split(":")[0]
+        report.row(labels[k], bare, "")
+        report.row(
+            labels[k + 1],
+            guarded,
+            f"+{added / 1_000:.1f} us = {added / sel.median_ns:.2f}x select()",
+        )
+        multiples.append((framework, added / sel.median_ns))
+    return multiples
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -453,6 +569,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         warmup=args.warmup,
     )
 
+    print(f"\nadapter paths on {RETRIEVAL_K} scored passages (no listener, no tracer)")
+    adapters = bench_adapters(
+        guard, report, repeats=args.repeats, warmup=args.warmup, seed=args.seed
+    )
+
     print("\nGoals")
     sel100 = selects[100].median_us
     print(
@@ -481,6 +602,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  {verdict(share < GOAL_SHARE_OF_RETRIEVAL)}: select() with conflicts='flag' on "
             f"{CONFLICT_CANDIDATES} text candidates, {share:.3%} of the retrieval call "
             f"< {GOAL_SHARE_OF_RETRIEVAL:.0%}"
+        )
+    for framework, multiple in adapters:
+        print(
+            f"  {verdict(multiple <= GOAL_ADAPTER_MULTIPLE)}: the {framework} adapter adds "
+            f"{multiple:.2f}x what select() costs on {RETRIEVAL_K} candidates "
+            f"<= {GOAL_ADAPTER_MULTIPLE}x"
         )
     return 0
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ragguard import _tracing
 from tests.rerank_models import IDENTITY, LOGITS, QUERY, build_cross_encoder
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -53,3 +54,10 @@ def logit_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def prob_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same weights without an activation in the config: predict applies Sigmoid."""
     return build_cross_encoder(tmp_path_factory.mktemp("ce") / "prob", QUERY, LOGITS)
+
+
+@pytest.fixture
+def untraced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No OpenTelemetry span for this test's selections, whatever provider an earlier
+    test set for the process (a recording span reads ``Selection.dropped``)."""
+    monkeypatch.setattr(_tracing, "_tracer", None)

@@ -1,11 +1,6 @@
 """OpenTelemetry spans for [`ContextGuard.select`][ragguard.ContextGuard.select] / ``aselect``
-(extra ``otel``): one ``ragguard.select`` span per call, with the attributes of
-docs/operations/tracing.md, started only while the application has set a tracer
-provider. Whether ``opentelemetry`` can be imported is decided once, on the first call
-(``import ragguard`` never imports it). Tracing never breaks a selection: what starting,
-recording or ending a span raises is caught and logged on this module's logger, at
-``WARNING`` the first time in the process and at ``DEBUG`` after that.
-"""
+(extra ``otel``; attributes in docs/operations/tracing.md). ``opentelemetry`` is looked up on
+the first call; a failing tracer never breaks a selection (logged once at WARNING, then DEBUG)."""
 
 from __future__ import annotations
 
@@ -24,8 +19,6 @@ from ragguard.policy import ConflictMode
 if TYPE_CHECKING:
     from ragguard.candidate import Selection
     from ragguard.config import GuardConfig
-
-__all__ = ["SPAN_NAME", "attributes", "selecting"]
 
 SPAN_NAME = "ragguard.select"
 
@@ -97,8 +90,7 @@ def _decide() -> Any:
 
 
 class _Span:
-    """The context of a traced call: a span, current while the call runs. A tracer that
-    raises is reported (``_failed``) and never reaches the caller."""
+    """A span, current while the call runs; what the tracer raises never reaches the caller."""
 
     __slots__ = ("_config", "_context", "_max_k", "_span", "_start", "_tracer")
 

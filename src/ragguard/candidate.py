@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from itertools import islice
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from ragguard.conflicts import Conflict
     from ragguard.rerank import RerankOutcome
     from ragguard.scores import ScoreKind
-
-__all__ = ["Candidate", "Decision", "RerankDetail", "Selection", "Verdict"]
 
 
 class Verdict(StrEnum):
@@ -93,6 +92,27 @@ class Candidate:
     def has_valid_score(self) -> bool:
         """True when the score is a finite number."""
         return self.score is not None and math.isfinite(self.score)
+
+
+def candidate_of(
+    id: str, text: str, score: float | None, metadata: Mapping[str, Any], source: Any
+) -> Candidate:
+    """``Candidate(id, text, score, metadata, source)``; what a framework object gives
+    (a str id and text, a float or no score, a dict) skips the checks it cannot fail."""
+    plain = score is None or type(score) is float
+    if not plain or type(id) is not str or type(text) is not str or type(metadata) is not dict:
+        return Candidate(id, text, score, metadata, source)
+    made = object.__new__(Candidate)
+    set_id, set_text, set_score, set_metadata, set_source = _SETTERS  # the slots' own
+    set_id(made, id)
+    set_text(made, text)
+    set_score(made, score)
+    set_metadata(made, dict(metadata))
+    set_source(made, source)
+    return made
+
+
+_SETTERS = tuple(getattr(Candidate, name).__set__ for name in Candidate.__slots__)
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -245,8 +265,11 @@ class Selection:
 
     @property
     def kept_decisions(self) -> list[Decision]:
-        """The decisions of the kept candidates, best first."""
-        return [d for d in self.decisions if d.kept]
+        """The decisions of the kept candidates, best first (the first ``decisions``;
+        read before them, the dropped ones' are not built)."""
+        if "decisions" in self.__dict__:
+            return list(self.decisions[: len(self.kept)])
+        return list(islice(self._decide(), len(self.kept)))
 
     def __len__(self) -> int:
         return len(self.kept)

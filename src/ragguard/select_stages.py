@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from operator import attrgetter
 
@@ -301,7 +301,7 @@ class Cut(Stage):
 
     # -- its decisions: the message of each is its detail ------------------------------
 
-    def drops(self, s: State, facts: PolicyResult, /) -> list[Drop]:
+    def drops(self, s: State, facts: PolicyResult, /) -> Iterable[Drop]:
         r = s.rerank
         if r is not None and r.ok:
             assert r.scored is not None and r.scored.raw is not None
@@ -314,7 +314,7 @@ class Cut(Stage):
             scored = _in_cut_order(
                 facts, r.top, probs, details, lambda j: f"rerank score is {raw[j]!r}", "kept", True
             )
-            return scored + self._unscored(s, r, facts)
+            return [*scored, *self._unscored(s, r, facts)]
         norms, cands = s.retrieval(), s.candidates
         notes = None
         if r is not None:  # the rerank call failed
@@ -371,14 +371,13 @@ def _in_cut_order(
     shown: Callable[[int], str],
     kept: str,
     reranked: bool = False,
-) -> list[Drop]:
+) -> Iterator[Drop]:
     """The drops of the candidates the cut ranked, in its order: its column ``j`` is
     input position ``at[j]``, with score ``scores[j]`` (``None``: invalid), rerank
     record ``details[j]`` and raw score shown as ``shown(j)``. ``reranked``: the cut
     read rerank probabilities, where an invalid one is said as such."""
     params, top = result.params, float(result.top[0])
     explain = Explainer(params, top, "rerank probability") if reranked else Explainer(params, top)
-    out: list[Drop] = []
     for j, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
         if code < 0:  # a removed duplicate
             continue
@@ -391,8 +390,7 @@ def _in_cut_order(
             message = f"{shown(j)}; ranked below the max_k cap"
         else:
             message = kept if reason is None else explain(reason, score)
-        out.append(Drop(at[j], reason, (), message, score, None if details is None else details[j]))
-    return out
+        yield Drop(at[j], reason, (), message, score, None if details is None else details[j])
 
 
 def _kept_state(s: State) -> tuple[list[int], StageState]:

@@ -17,6 +17,7 @@ import asyncio
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -261,22 +262,29 @@ class State:
         a candidate gives its score; the last one its reason and message."""
         if not self.records:
             return
-        # the first record (the cut's, which names every candidate) is taken as is;
-        # only what later stages decided is merged over it
+        # the first record (the cut's, which names every candidate) is read only as far
+        # as the kept ones need until a dropped one is read; later stages' merge over it
         stage0, facts0 = self.records[0]
-        first = {d.position: d for d in stage0.drops(self, facts0)}
-        last: dict[int, tuple[Stage, Drop]] = {}
-        for stage, facts in self.records[1:]:
-            for d in stage.drops(self, facts):
+        cut = iter(stage0.drops(self, facts0))
+        first: dict[int, Drop] = {}
+        later = [(stage, d) for stage, facts in self.records[1:] for d in stage.drops(self, facts)]
+        last = {d.position: (stage, d) for stage, d in later}
+
+        def dropped() -> Iterator[int]:
+            first.update((d.position, d) for d in cut)
+            for _, d in later:
                 first.setdefault(d.position, d)
-                last[d.position] = (stage, d)
+            yield from (i for i in first if i not in kept)
+
         kept = set(self.kept)
-        order = [*self.kept, *(i for i in first if i not in kept)]
         unscored = None if self.rerank is None else self.rerank.unscored()
         cands = self.candidates
         n_kept = len(self.kept)
         plain = type(stage0).explain is Stage.explain  # its message is its detail
-        for n, i in enumerate(order):
+        for n, i in enumerate(chain(self.kept, dropped())):
+            while i not in first:
+                d = next(cut)
+                first[d.position] = d
             base = first[i]
             stage, d = last.get(i) or (stage0, base)
             message = str(d.detail) if plain and stage is stage0 else stage.explain(d, self)

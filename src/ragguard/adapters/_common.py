@@ -1,12 +1,6 @@
-"""What both framework adapters share: copies of metadata, the decision and event
-payloads, and turning bad adapter options into [`ConfigError`][ragguard.ConfigError].
-
-Every adapter hands the caller the selection's verdict (``answerable``,
-``insufficient``, ``conflict``) and its conflict groups the same way: in the decision
-metadata of each kept document (``verdict``; ``conflicts``, a line per group the document
-belongs to, [`describe`][ragguard.Conflict.describe]) and in the selection event
-(``verdict``; ``conflicts``, one entry per group), which is sent even when nothing is
-kept."""
+"""What the framework adapters share: metadata copies, the decision and event payloads
+(built only for a listener), and bad adapter options as
+[`ConfigError`][ragguard.ConfigError]."""
 
 from __future__ import annotations
 
@@ -31,22 +25,6 @@ from ragguard.rerank import (
 )
 from ragguard.scores import ScoreKind
 
-__all__ = [
-    "METADATA_KEY",
-    "SELECTION_EVENT",
-    "adapter_options",
-    "call_k",
-    "check_guard",
-    "code_reranker",
-    "conflict_lines",
-    "conflicts_payload",
-    "copy_metadata",
-    "decision_metadata",
-    "event_payload",
-    "parse_score_kind",
-    "restore_reranker",
-]
-
 METADATA_KEY = "ragguard"
 """Default metadata key under which kept documents / nodes carry the guard's decision."""
 
@@ -55,8 +33,7 @@ SELECTION_EVENT = "ragguard_selection"
 
 
 def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any]:
-    """The guard's decision about one candidate, as plain JSON-friendly values, with the
-    selection's verdict and a line per conflict group the candidate belongs to."""
+    """The decision about one candidate as JSON values, with the verdict and its conflicts."""
     return {
         "kept": decision.kept,
         "rank": decision.rank,
@@ -73,9 +50,7 @@ def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any
 
 
 def conflict_lines(selection: Selection, position: int | None = None) -> list[str]:
-    """One line per conflict group of ``selection``
-    ([`describe`][ragguard.Conflict.describe]): every group, or only those the
-    candidate at input ``position`` belongs to."""
+    """A line per conflict group: every one, or those of the candidate at ``position``."""
     return [
         group.describe()
         for group in selection.conflicts
@@ -84,9 +59,7 @@ def conflict_lines(selection: Selection, position: int | None = None) -> list[st
 
 
 def conflicts_payload(selection: Selection) -> list[dict[str, Any]]:
-    """The conflict groups of ``selection`` as plain values: per group the member ids
-    (best-ranked first), the spans of each member that differ, which members were kept,
-    and the line [`describe`][ragguard.Conflict.describe] gives."""
+    """The conflict groups as JSON values: member ids, spans, kept flags and a line."""
     return [
         {
             "ids": list(group.ids),
@@ -99,9 +72,7 @@ def conflicts_payload(selection: Selection) -> list[dict[str, Any]]:
 
 
 def event_payload(selection: Selection) -> dict[str, Any]:
-    """A summary of a selection for callback / instrumentation channels: the kept ids,
-    per drop its id, reason, message and the id it repeats (a duplicate) or the ids it
-    conflicts with, the verdict and the conflict groups."""
+    """The selection event: kept ids, each drop, warnings, verdict and conflict groups."""
     return {
         "query": selection.query,
         "kept": [c.id for c in selection.kept],
@@ -124,21 +95,20 @@ def event_payload(selection: Selection) -> dict[str, Any]:
 def copy_metadata(
     metadata: Mapping[str, Any], key: str, selection: Selection, decision: Decision
 ) -> dict[str, Any]:
-    """A copy of ``metadata`` with the decision added under ``key``.
-
-    Values are deep-copied, so editing the copy never changes the caller's document. A
-    value that cannot be deep-copied (a ``threading.Lock``, a client object) is kept by
-    reference: the copy and the original share that one object, while the dicts, lists
-    and tuples around it are still copied.
-    """
-    out: dict[str, Any] = _copy(dict(metadata))
+    """A deep copy of ``metadata`` with the decision under ``key``; what cannot be
+    deep-copied (a lock, a client) is shared, inside copies of the containers around it."""
+    out = dict(metadata)
+    if not all(type(v) in _ATOMS for v in out.values()):  # atoms need no copy
+        out = _copy(out)
     out[key] = decision_metadata(selection, decision)
     return out
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
 def _copy(value: Any) -> Any:
-    """A deep copy of ``value``; what cannot be deep-copied is kept by reference, inside
-    copies of the plain containers that hold it."""
+    """A deep copy of ``value``, sharing only what cannot be deep-copied."""
     try:
         return copy.deepcopy(value)
     except Exception:  # whatever a __deepcopy__ / __reduce__ raises: not copyable
@@ -153,11 +123,7 @@ def _copy(value: Any) -> Any:
 
 
 def parse_score_kind(value: object, owner: str) -> ScoreKind | None:
-    """``value`` as a [`ScoreKind`][ragguard.ScoreKind] (``None`` stays ``None``).
-
-    Raises:
-        ConfigError: ``value`` names no score kind.
-    """
+    """``value`` as a ScoreKind (``None`` stays ``None``); ConfigError when it names none."""
     if value is None or isinstance(value, ScoreKind):
         return value
     if isinstance(value, str) and value in {kind.value for kind in ScoreKind}:
@@ -167,12 +133,7 @@ def parse_score_kind(value: object, owner: str) -> ScoreKind | None:
 
 
 def call_k(k: object, name: str = "k") -> int | None:
-    """The ``k`` of one call (``invoke(query, k=3)``), checked; ``name`` is what the
-    framework calls it (Haystack: ``top_k``).
-
-    Raises:
-        ConfigError: ``k`` is not a whole number >= 1 (``True`` is not a number here).
-    """
+    """The ``k`` of one call, a whole number >= 1 or ``None``; ``name``: the framework's."""
     if k is None or (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
         return k
     raise ConfigError(f"{name} must be a whole number >= 1 (or None), got {k!r}")
@@ -180,8 +141,7 @@ def call_k(k: object, name: str = "k") -> int | None:
 
 @contextmanager
 def adapter_options(model: type[BaseModel]) -> Iterator[None]:
-    """Turn the ``ValidationError`` of an adapter's options into one
-    [`ConfigError`][ragguard.ConfigError] naming each bad option and what is allowed."""
+    """An adapter options' ``ValidationError`` as one ConfigError naming each bad option."""
     try:
         yield
     except ValidationError as exc:
@@ -189,16 +149,14 @@ def adapter_options(model: type[BaseModel]) -> Iterator[None]:
 
 
 def check_guard(guard: object, owner: str) -> None:
-    """Raise [`ConfigError`][ragguard.ConfigError] unless ``guard`` is a ContextGuard."""
+    """ConfigError unless ``guard`` is a ContextGuard."""
     if not isinstance(guard, ContextGuard):
         raise ConfigError(f"{owner}: guard must be a ContextGuard, got {type(guard).__name__}")
 
 
 def code_reranker(guard: ContextGuard) -> str | None:
-    """The name a saved guard gives its reranker when it is code that a saved config
-    cannot rebuild: the name it is registered under
-    ([`register_reranker`][ragguard.register_reranker]), else its human name; ``None`` when the
-    stage is off or runs the cross-encoder ``config.rerank`` describes."""
+    """The saved name of a reranker that a saved config cannot rebuild (registered, else
+    human name); ``None`` when the stage is off or runs the cross-encoder of ``config.rerank``."""
     reranker = guard.reranker
     if reranker is None:
         return None
@@ -213,17 +171,8 @@ def code_reranker(guard: ContextGuard) -> str | None:
 
 
 def restore_reranker(name: object, owner: str, hand_back: str) -> Reranker:
-    """The reranker a saved guard names, from the registry only: nothing a saved
-    pipeline names is ever imported.
-
-    Args:
-        name: the name the saved data holds.
-        owner: the component, for the message.
-        hand_back: the other way to restore it, for the message.
-
-    Raises:
-        ConfigError: no reranker is registered under ``name``.
-    """
+    """The reranker registered under the saved ``name``: saved data never makes ragguard
+    import anything. ``owner`` and ``hand_back`` are for the message."""
     reranker = registered_reranker(name) if isinstance(name, str) else None
     if reranker is None:
         raise ConfigError(
@@ -243,20 +192,8 @@ def saved_guard(
     hand_back: str,
     reranker: Reranker | None = None,
 ) -> ContextGuard:
-    """The guard a saved component describes: its ``guard_config`` and, when the saved
-    data names one (``name``), its reranker from the registry (``restore_reranker``).
-
-    Args:
-        config: the saved ``guard_config``.
-        name: the reranker's saved name, ``None`` when there is none to restore.
-        owner: the component, for the messages; ``method``: the guard method that builds
-            one; ``hand_back``: the other way to restore the reranker.
-        reranker: the reranker handed back by the caller (then ``name`` is not read).
-
-    Raises:
-        ConfigError: there is no ``guard_config``; no reranker is registered under
-            ``name``.
-    """
+    """The guard a saved component describes: its ``guard_config`` and the reranker
+    handed back or registered under ``name``; ConfigError without a config."""
     if not isinstance(config, dict) or not config:
         raise ConfigError(
             f"{owner} needs a guard: {owner}(guard), guard.{method}(), or from_dict() on "

@@ -81,7 +81,7 @@ from ragguard.adapters._common import (  # noqa: E402
     parse_score_kind,
     saved_guard,
 )
-from ragguard.candidate import Candidate, Selection, Verdict  # noqa: E402
+from ragguard.candidate import Selection, Verdict, candidate_of  # noqa: E402
 from ragguard.errors import ConfigError  # noqa: E402
 from ragguard.rerank import registered_name  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
@@ -213,10 +213,7 @@ class GuardRanker:
     ) -> dict[str, Any]:
         """The keyword arguments of ``guard.select`` / ``guard.aselect``."""
         candidates = [
-            Candidate(
-                id=doc.id, text=doc.content or "", score=doc.score, metadata=doc.meta, source=doc
-            )
-            for doc in documents
+            candidate_of(doc.id, doc.content or "", doc.score, doc.meta, doc) for doc in documents
         ]
         return {
             "query": query,

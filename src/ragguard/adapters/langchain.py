@@ -89,7 +89,7 @@ from ragguard.adapters._common import (  # noqa: E402
     copy_metadata,
     event_payload,
 )
-from ragguard.candidate import Candidate, Selection  # noqa: E402
+from ragguard.candidate import Candidate, Selection, candidate_of  # noqa: E402
 from ragguard.errors import ScoreWarning  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
@@ -181,9 +181,11 @@ def _metadata_score(
     unread = None
     for key in keys:
         value = metadata.get(key)
-        if _is_number(value):
+        if value is None:
+            continue
+        if type(value) is float or _is_number(value):
             return float(value), None
-        if value is not None and unread is None:
+        if unread is None:
             unread = key, value
     return None, unread
 
@@ -221,21 +223,18 @@ class Translator:
         any_score = False
         unread: tuple[str, str, Any] | None = None  # (document id, key, value)
         for doc, cid in zip(docs, candidate_ids(docs), strict=True):
-            if _SCORE in doc.metadata:
-                metadata = {k: v for k, v in doc.metadata.items() if k != _SCORE}
-                raw = doc.metadata[_SCORE]
+            metadata = doc.metadata
+            if _SCORE in metadata:
+                raw = metadata[_SCORE]
                 score = float(raw) if isinstance(raw, Real) else None
+                metadata = {k: v for k, v in metadata.items() if k != _SCORE}
                 doc = doc.model_copy(update={"metadata": metadata})
             else:
-                score, found = _metadata_score(doc.metadata, self.score_keys)
+                score, found = _metadata_score(metadata, self.score_keys)
                 if found is not None and unread is None:
                     unread = (cid, *found)
             any_score = any_score or score is not None
-            out.append(
-                Candidate(
-                    id=cid, text=doc.page_content, score=score, metadata=doc.metadata, source=doc
-                )
-            )
+            out.append(candidate_of(cid, doc.page_content, score, metadata, doc))
         if unread is not None:
             self._warn_unread(*unread, any_score=any_score)
         return out, any_score
@@ -380,11 +379,13 @@ class GuardedRetriever(_Options, BaseRetriever):
         **kwargs: Any,
     ) -> list[Document]:
         source, kind, max_k = self._plan(k)
-        docs = source.invoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
+        child = run_manager.get_child()
+        docs = source.invoke(query, config={"callbacks": child}, **kwargs)
         selection = self.guard.select(**self._translator.arguments(query, docs, kind, max_k))
-        run_manager.get_child().on_custom_event(
-            SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
-        )
+        if child.handlers:  # the payload is built for a listener only
+            child.on_custom_event(
+                SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
+            )
         return self._translator.documents(selection)
 
     async def _aget_relevant_documents(
@@ -396,12 +397,14 @@ class GuardedRetriever(_Options, BaseRetriever):
         **kwargs: Any,
     ) -> list[Document]:
         source, kind, max_k = self._plan(k)
-        docs = await source.ainvoke(query, config={"callbacks": run_manager.get_child()}, **kwargs)
+        child = run_manager.get_child()
+        docs = await source.ainvoke(query, config={"callbacks": child}, **kwargs)
         arguments = self._translator.arguments(query, docs, kind, max_k)
         selection = await self.guard.aselect(**arguments)
-        await run_manager.get_child().on_custom_event(
-            SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
-        )
+        if child.handlers:  # the payload is built for a listener only
+            await child.on_custom_event(
+                SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
+            )
         return self._translator.documents(selection)
 
 
@@ -419,9 +422,10 @@ class GuardCompressor(_Options, BaseDocumentCompressor):
         arguments = self._translator.arguments(query, documents, self.score_kind)
         selection = self.guard.select(**arguments)
         manager = CallbackManager.configure(inheritable_callbacks=callbacks)
-        manager.on_custom_event(
-            SELECTION_EVENT, event_payload(selection), run_id=manager.parent_run_id
-        )
+        if manager.handlers:  # the payload is built for a listener only
+            manager.on_custom_event(
+                SELECTION_EVENT, event_payload(selection), run_id=manager.parent_run_id
+            )
         return self._translator.documents(selection)
 
     async def acompress_documents(
@@ -430,7 +434,8 @@ class GuardCompressor(_Options, BaseDocumentCompressor):
         arguments = self._translator.arguments(query, documents, self.score_kind)
         selection = await self.guard.aselect(**arguments)
         manager = AsyncCallbackManager.configure(inheritable_callbacks=callbacks)
-        await manager.on_custom_event(
-            SELECTION_EVENT, event_payload(selection), run_id=manager.parent_run_id
-        )
+        if manager.handlers:  # the payload is built for a listener only
+            await manager.on_custom_event(
+                SELECTION_EVENT, event_payload(selection), run_id=manager.parent_run_id
+            )
         return self._translator.documents(selection)

@@ -55,6 +55,7 @@ require("llama_index.core", "llamaindex")
 
 from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]  # noqa: E402
+from llama_index.core.instrumentation.event_handlers import NullEventHandler  # noqa: E402
 from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
 from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle  # noqa: E402
@@ -71,7 +72,7 @@ from ragguard.adapters._common import (  # noqa: E402
     parse_score_kind,
     saved_guard,
 )
-from ragguard.candidate import Candidate, Selection  # noqa: E402
+from ragguard.candidate import Candidate, Selection, candidate_of  # noqa: E402
 from ragguard.errors import ArgumentTypeError, ConfigError  # noqa: E402
 from ragguard.rerank import Reranker  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
@@ -122,13 +123,7 @@ class _Translator:
 
     def candidates(self, nodes: Sequence[NodeWithScore]) -> tuple[list[Candidate], bool]:
         out = [
-            Candidate(
-                id=n.node.node_id,
-                text=n.node.get_content(),
-                score=n.score,
-                metadata=n.node.metadata,
-                source=n,
-            )
+            candidate_of(n.node.node_id, n.node.get_content(), n.score, n.node.metadata, n)
             for n in nodes
         ]
         return out, any(n.score is not None for n in nodes)
@@ -150,7 +145,8 @@ class _Translator:
                 }
             )
             out.append(NodeWithScore(node=copy, score=original.score))
-        dispatcher.event(RagguardSelectionEvent(**event_payload(selection)))
+        if _listened():  # the payload is built for a listener only
+            dispatcher.event(RagguardSelectionEvent(**event_payload(selection)))
         return out
 
     def select(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
@@ -312,6 +308,17 @@ class GuardPostprocessor(BaseNodePostprocessor):
         if not nodes:
             return []
         return await self._translator.aselect(_query(query_bundle), nodes)
+
+
+def _listened() -> bool:
+    """Whether an event handler (other than LlamaIndex's default null one) would get
+    the events of this module's dispatcher."""
+    d: Any = dispatcher
+    while d is not None:
+        if any(type(h) is not NullEventHandler for h in d.event_handlers):
+            return True
+        d = d.parent if d.propagate else None
+    return False
 
 
 def _query(query_bundle: QueryBundle | None) -> str:

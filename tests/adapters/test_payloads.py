@@ -1,0 +1,72 @@
+"""With callbacks and event handlers on, every adapter sends and returns what it did
+before issue 39 made the payloads lazy (payloads_golden.json, captured from that code),
+on the sync and the async paths."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import haystack
+import pytest
+from langchain_core.documents import Document
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from ragguard import ContextGuard, GuardConfig, Reason, Selection
+from tests.adapters.payloads import GOLDEN, Fixed, as_json, capture
+
+
+@pytest.mark.parametrize("run_async", [False, True], ids=["sync", "async"])
+def test_payloads_and_metadata_are_those_of_the_eager_code(run_async: bool) -> None:
+    golden = json.loads(GOLDEN.read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = as_json(capture(run_async))
+    for guard, frameworks in golden.items():
+        for framework, expected in frameworks.items():
+            assert got[guard][framework] == expected, (guard, framework)
+
+
+@pytest.mark.usefixtures("untraced")
+def test_without_a_listener_no_payload_and_no_dropped_decision_is_built() -> None:
+    """Nothing listens (no callback handler, no event handler): every adapter hands back
+    the kept documents with their decisions, and never reads the dropped ones'."""
+    seen: list[Selection] = []
+    config = GuardConfig(max_k=2, relative_threshold=0.1, score_kind="similarity")
+    guard = ContextGuard(config, on_selection=seen.append)
+    rows = [(f"d{i}", f"passage {i}", 0.9 - 0.1 * i) for i in range(6)]
+    lc = [Document(id=i, page_content=t, metadata={"score": s}) for i, t, s in rows]
+    nodes = [NodeWithScore(node=TextNode(id_=i, text=t), score=s) for i, t, s in rows]
+    hs = [haystack.Document(id=i, content=t, score=s) for i, t, s in rows]
+    kept = [
+        [d.metadata["ragguard"]["rank"] for d in guard.wrap(Fixed(docs=lc)).invoke("q")],
+        [d.metadata["ragguard"]["rank"] for d in guard.as_compressor().compress_documents(lc, "q")],
+        [
+            n.node.metadata["ragguard"]["rank"]
+            for n in guard.as_postprocessor().postprocess_nodes(nodes, query_str="q")
+        ],
+        [d.meta["ragguard"]["rank"] for d in guard.as_haystack().run("q", hs)["documents"]],
+    ]
+    assert kept == [[0, 1]] * 4
+    assert len(seen) == 4 and not any("decisions" in vars(s) for s in seen)
+    assert [d.reason for d in seen[0].dropped] == [Reason.OVER_MAX_K] * 4  # still there
+
+
+def test_metadata_of_plain_values_is_copied_not_shared() -> None:
+    """Metadata holding only str / int / float / bool / None is copied without a deep
+    copy; editing what an adapter returned still never changes the caller's objects."""
+    guard = ContextGuard(GuardConfig(max_k=2, score_kind="similarity"))
+    meta = {"source": "a.txt", "page": 3, "ok": True, "none": None}
+    lc = [Document(id="a", page_content="t", metadata={**meta, "score": 0.9})]
+    nodes = [NodeWithScore(node=TextNode(id_="a", text="t", metadata=dict(meta)), score=0.9)]
+    hs = [haystack.Document(id="a", content="t", score=0.9, meta=dict(meta))]
+    out = [
+        guard.wrap(Fixed(docs=lc)).invoke("q")[0].metadata,
+        guard.as_postprocessor().postprocess_nodes(nodes, query_str="q")[0].node.metadata,
+        guard.as_haystack().run("q", hs)["documents"][0].meta,
+    ]
+    for got in out:
+        got["source"] = "changed"
+        got["ragguard"]["kept"] = "changed"
+    assert lc[0].metadata == {**meta, "score": 0.9}
+    assert nodes[0].node.metadata == meta and hs[0].meta == meta
