@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
-__all__ = ["ceil_number", "finite", "floor_number", "format_interval", "format_number"]
-
 _MAX_DIGITS = 12
 
 

@@ -30,12 +30,6 @@ from pathlib import Path
 
 from ragguard.errors import ConfigError, RagguardError
 
-__all__ = [
-    "check_not_input",
-    "check_output_path",
-    "staging_folder",
-]
-
 #: ``.ragguard-`` + an optional tag (letters and ``-``) + PID + host hash + tempfile's
 #: random part + ``.tmp``.
 _STAGING = re.compile(r"^\.ragguard-(?P<tag>[a-z]+-)?(?P<pid>\d+)-(?P<host>[0-9a-f]{8})-\w+\.tmp$")

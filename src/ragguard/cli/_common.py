@@ -14,8 +14,6 @@ from rich.markup import escape
 from ragguard import __version__
 from ragguard.errors import RagguardError
 
-__all__ = ["Verbose", "app", "err", "error_line", "friendly_errors", "out"]
-
 app = typer.Typer(
     name="ragguard",
     help="Decide which retrieved passages reach your LLM: calibrate, evaluate, compare.",

@@ -19,20 +19,6 @@ if TYPE_CHECKING:
     from ragguard.calibration import EvalSet
     from ragguard.calibration.data.records import Run
 
-__all__ = [
-    "EvalSetArg",
-    "ProfileOpt",
-    "ProfilesOpt",
-    "RunOpt",
-    "ScoreKindOpt",
-    "compact_table",
-    "live_run",
-    "load_evalset_for_cli",
-    "profile_for_cli",
-    "progress_bars",
-    "query_count",
-]
-
 
 def compact_table(title: str | None = None) -> Table:
     """A table that fits 80 columns: a rule under the header, one space between columns."""

@@ -24,8 +24,6 @@ from typer.core import TyperCommand
 
 from ragguard.cli._common import friendly_errors
 
-__all__ = ["Flag", "FlagGroup", "GroupedCommand", "group", "grouped", "option"]
-
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 

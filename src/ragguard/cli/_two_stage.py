@@ -12,8 +12,6 @@ from rich.progress import Progress
 from ragguard.calibration import RerankSearch
 from ragguard.cli._groups import group, option
 
-__all__ = ["RERANK", "CorpusOpt", "RerankFlags", "rerank_search"]
-
 CorpusOpt = Annotated[
     list[Path] | None,
     typer.Option(

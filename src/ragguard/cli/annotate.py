@@ -28,8 +28,6 @@ from ragguard.cli._common import Verbose, app, err, out
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
 from ragguard.errors import AnnotationError
 
-__all__ = ["annotate_command", "load_chat_model", "progress_bar", "text_generator"]
-
 ProgressFn = Callable[[str, int, int], None]
 
 

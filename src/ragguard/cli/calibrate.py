@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from ragguard.profiles import Profile
     from ragguard.scores import ScoreKind
 
-__all__ = ["calibrate"]
-
 
 @dataclass(frozen=True)
 class Inputs:

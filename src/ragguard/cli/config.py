@@ -12,8 +12,6 @@ from rich.markup import escape
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import compact_table
 
-__all__ = ["config_app", "profiles_app"]
-
 profiles_app = typer.Typer(
     help="Tolerance profiles: distractor penalties, guard defaults.",
     invoke_without_command=True,

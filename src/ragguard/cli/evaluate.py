@@ -27,8 +27,6 @@ from ragguard.cli._data import (
 if TYPE_CHECKING:
     from ragguard.calibration import EvalSet
 
-__all__ = ["compare", "evaluate", "split_metrics"]
-
 TRADITIONAL = ("ndcg", "mrr", "recall", "precision", "map", "hit_rate")
 DISTRACTION_AWARE = ("udcg", "udcg_ndcg", "utility", "distractor_rate", "distractor_harm")
 #: the metrics on graded labels (RA-nWG and its family), distraction-aware too

@@ -24,8 +24,6 @@ from ragguard.cli.annotate import (
 )
 from ragguard.errors import ConfigError
 
-__all__ = ["synth"]
-
 QUESTION_TOKENS = 64
 """The longest reply asked of a model: a question, not an essay."""
 

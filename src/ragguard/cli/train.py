@@ -21,8 +21,6 @@ from ragguard.cli._two_stage import CorpusOpt
 if TYPE_CHECKING:
     from ragguard.calibration.fit.statistics import Interval
 
-__all__ = ["train_reranker"]
-
 
 def _auc(x: float) -> str:
     return "" if math.isnan(x) else f"{x:.3f}"

@@ -32,21 +32,6 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, I, discount, divide, window
 from ragguard.errors import ConfigError
 
-__all__ = [
-    "average_precision",
-    "evidence_coverage",
-    "evidence_needed",
-    "evidence_recall",
-    "f_beta",
-    "hit_rate",
-    "ndcg",
-    "ndcg_burges",
-    "precision",
-    "recall",
-    "reciprocal_rank",
-]
-
-
 # --------------------------------------------------------------------------- kernels
 
 

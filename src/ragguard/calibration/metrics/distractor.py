@@ -36,8 +36,6 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, divide, window
 from ragguard.errors import ConfigError
 
-__all__ = ["SafetyBand", "SafetyBands", "distractor_harm", "distractor_rate", "safety_band"]
-
 
 def distractor_rate(
     arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None

@@ -36,8 +36,6 @@ from ragguard.scores import ScoreKind
 if TYPE_CHECKING:
     from ragguard.calibration.data.evalset import EvalSet
 
-__all__ = ["arrays_from_dicts", "evaluate"]
-
 logger = logging.getLogger(__name__)
 
 Qrels = Mapping[str, Mapping[str, float]]

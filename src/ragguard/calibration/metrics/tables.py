@@ -25,8 +25,6 @@ from ragguard.calibration.metrics._common import F64, I, discount, divide
 from ragguard.calibration.metrics.classic import evidence_needed
 from ragguard.calibration.metrics.udcg import DEFAULT_GAMMA
 
-__all__ = ["prefix_table"]
-
 
 def _cumulative(x: F64, cols: int) -> F64:
     """(Q, cols) sums of the first ``min(c, width)`` columns of ``x`` for c = 0..cols-1."""

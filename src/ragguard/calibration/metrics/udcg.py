@@ -46,16 +46,6 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, discount, divide, window
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 
-__all__ = [
-    "UDCGTheta",
-    "context_utility",
-    "fit_udcg_theta",
-    "udcg",
-    "udcg_dcg",
-    "udcg_ndcg",
-    "udcg_theta",
-]
-
 DEFAULT_GAMMA = 1.0 / 3.0
 
 

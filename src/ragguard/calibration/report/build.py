@@ -15,8 +15,6 @@ from ragguard.calibration.report.document import Report
 from ragguard.calibration.report.plots import draw_figures
 from ragguard.calibration.report.sections import report_blocks
 
-__all__ = ["WrittenReport", "build_report", "write_report"]
-
 logger = logging.getLogger(__name__)
 
 

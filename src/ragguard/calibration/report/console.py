@@ -27,8 +27,6 @@ from ragguard.calibration.fit.view import ResultView
 if TYPE_CHECKING:
     from ragguard.calibration.report.build import WrittenReport
 
-__all__ = ["config_line", "print_report_line", "print_result"]
-
 
 def _table(title: str) -> Table:
     # fits 80 columns: a rule under the header, one space between columns

@@ -17,8 +17,6 @@ from ragguard.calibration.report.document import Figure
 from ragguard.errors import MissingDependencyError
 from ragguard.policy import CutRule, PolicyParams
 
-__all__ = ["draw_figures"]
-
 
 def _figure_module() -> Any:
     """matplotlib's ``Figure`` class, or ``None`` when the ``report`` extra is missing."""

@@ -17,8 +17,6 @@ from ragguard.calibration.report.document import Block, Bullets, Figure, Heading
 from ragguard.config import GuardConfig
 from ragguard.policy import ConflictMode
 
-__all__ = ["PLOT_NOTE", "report_blocks"]
-
 PLOT_NOTE = (
     "Plots were not drawn: matplotlib is not installed. Install the report extra "
     f"(`{install_hint('report')}`) and run calibrate again to get them."

@@ -58,8 +58,6 @@ if TYPE_CHECKING:
     from ragguard.calibration.fit.steps import CommandLine
     from ragguard.calibration.fit.view import CheckView
 
-__all__ = ["result_document"]
-
 
 def _num(value: float) -> float | None:
     return value if math.isfinite(value) else None

@@ -12,8 +12,6 @@ from pathlib import Path
 from ragguard.calibration.data.formats.beir import corpus_source
 from ragguard.errors import CorpusError
 
-__all__ = ["MAX_CHARS", "MAX_WORDS", "Corpus", "Passage", "read_corpus", "split_text"]
-
 MAX_WORDS = 200
 """A folder's paragraphs are merged up to this many words; a longer one is cut."""
 MAX_CHARS = 100_000

@@ -24,8 +24,6 @@ from ragguard.calibration.synth.corpus import Corpus
 from ragguard.calibration.synth.queries import SynthQuery, folded, sample
 from ragguard.errors import AnnotationError, ConfigError
 
-__all__ = ["QUESTION_PROMPT", "Asked", "Rejected", "ask", "parse_question", "rejection"]
-
 QUESTION_PROMPT = (
     "Write one short question that the passage below answers, as a user would type it "
     "into a search box. Do not copy a sentence of the passage. Reply with the question "

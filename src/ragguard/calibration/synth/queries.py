@@ -33,8 +33,6 @@ from ragguard.errors import ConfigError, CorpusError
 if TYPE_CHECKING:
     from ragguard.calibration.data.records import Run
 
-__all__ = ["METHODS", "SynthQuery", "folded", "sample", "synthesize", "write_evalset"]
-
 METHODS = ("keyphrases", "cloze")
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
