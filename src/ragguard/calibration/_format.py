@@ -1,6 +1,5 @@
-"""Numbers and intervals as calibrate prints them: the console, ``--json``'s strings,
-the report and the provenance all format through these functions (and the provenance's
-numbers through ``finite``)."""
+"""Numbers and intervals as calibrate prints them (console, ``--json``, report and
+provenance all format through these)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The ``ragguard`` command: one typer app (``_common``); each command lives in its own
-module of this package and registers on ``app``. Every command runs inside
-``friendly_errors`` (one line and exit 1 for the library's errors, ``--verbose`` for the
-traceback); progress and messages go to stderr, results to stdout."""
+"""The ``ragguard`` command: one typer app (``_common``); each command registers on it from
+its own module (see DESIGN.md and the command-line guide)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""Option groups for typer commands: each group declares its flags once and builds one
-value from them (an option object of the library, or what the command needs), and
-``grouped`` hands the command the built values while typer sees every flag.
-
-typer has no option groups: it reads a command's flags from the function's signature.
-``grouped`` gives typer a wrapper whose signature is the command's own parameters
-with each grouped parameter replaced by its group's flags (each with
-``rich_help_panel`` set to the group's title); the wrapper builds each group's value
-from its flags and calls the command with it. ``--help`` lists each group under its
-title (``GroupedCommand``, for the plain click help the app prints).
-"""
+"""Option groups for typer commands, which has none: ``grouped`` shows typer each grouped
+parameter as its group's flags (under the group's title in ``--help``) and calls the
+command with the value the group builds from them."""
 
 from __future__ import annotations
 

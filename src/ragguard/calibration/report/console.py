@@ -1,11 +1,5 @@
-"""A calibration result on the console (``ragguard calibrate`` without ``--json``): the
-runs, what the config holds and why, the held-out check, the second stage, what to try
-next, and where the config and the report went.
-
-Every printer reads the result's [`view`][ragguard.calibration.CalibrationResult.view]
-(``ResultView``), the same view ``--json``, the report and the config's provenance
-render, and prints to the ``rich`` console it is given.
-"""
+"""A calibration result on the console (``ragguard calibrate`` without ``--json``), printed
+from the result's [`view`][ragguard.calibration.CalibrationResult.view]."""
 
 from __future__ import annotations
 
