@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn,
 from rich.table import Table
 from rich.text import Text
 
-from ragguard.cli._common import err
+from ragguard.cli._common import err, option
 from ragguard.profiles import Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
 
@@ -35,44 +35,33 @@ EvalSetArg = Annotated[
         "runs/ (like examples/notes).",
     ),
 ]
-RunOpt = Annotated[
+RunOpt = option(
     list[Path] | None,
-    typer.Option(
-        "--run",
-        "-r",
-        metavar="FILE",
-        help="A run file (TREC run format or JSON {query: {doc: score}}), named by its file "
-        "stem; repeat for several. For a folder EVALSET these replace its runs/.",
-    ),
-]
-ProfileOpt = Annotated[
+    "A run file (TREC run format or JSON {query: {doc: score}}), named by its file "
+    "stem; repeat for several. For a folder EVALSET these replace its runs/.",
+    "--run",
+    "-r",
+    metavar="FILE",
+)
+ProfileOpt = option(
     str,
-    typer.Option(
-        "--profile",
-        "-p",
-        metavar="NAME",
-        help="Tolerance profile whose rules turn labels into utilities: medical, legal, "
-        "support, creative, code (see `ragguard profiles`) or one from --profiles.",
-    ),
-]
-ProfilesOpt = Annotated[
+    "Tolerance profile whose rules turn labels into utilities: medical, legal, "
+    "support, creative, code (see `ragguard profiles`) or one from --profiles.",
+    "--profile",
+    "-p",
+    metavar="NAME",
+)
+ProfilesOpt = option(
     Path | None,
-    typer.Option(
-        "--profiles",
-        metavar="FILE",
-        help="A TOML file whose [profiles.NAME] tables define custom profiles (your "
-        "ragguard.toml); --profile can then name one.",
-    ),
-]
+    "A TOML file whose [profiles.NAME] tables define custom profiles (your "
+    "ragguard.toml); --profile can then name one.",
+    "--profiles",
+    metavar="FILE",
+)
 
 
 def profile_for_cli(name: str, profiles: Path | None) -> Profile:
-    """The profile ``--profile`` names: a built-in one, or a custom one from the
-    ``[profiles.NAME]`` tables of ``--profiles FILE``.
-
-    Raises:
-        ConfigError: the file is missing or malformed, or the name is unknown.
-    """
+    """The built-in profile ``name``, or a custom one of ``--profiles FILE``."""
     from ragguard.config import GuardConfig, load_toml
 
     custom: dict[str, ProfileSpec] = {}
@@ -82,14 +71,12 @@ def profile_for_cli(name: str, profiles: Path | None) -> Profile:
     return resolve_profile(name, custom)
 
 
-ScoreKindOpt = Annotated[
+ScoreKindOpt = option(
     ScoreKind | None,
-    typer.Option(
-        "--score-kind",
-        help="What the run scores are. Default: similarity (BM25, cosine); for calibrate "
-        "--retriever, what its vector store tells, else similarity.",
-    ),
-]
+    "What the run scores are. Default: similarity (BM25, cosine); for calibrate "
+    "--retriever, what its vector store tells, else similarity.",
+    "--score-kind",
+)
 
 
 def query_count(evalset: EvalSet) -> str:
@@ -109,10 +96,8 @@ def load_evalset_for_cli(
     texts: bool = True,
     corpus: list[Path] | None = None,
 ) -> EvalSet:
-    """Load the eval set and its runs (and call a live retriever), with a progress bar for
-    the retrieval; without ``texts``, no passage text is kept; ``corpus``: what a RAGAS
-    testset's contexts are matched against (see ``load_evalset``). Loading problems are
-    logged once by the loader (a warning, which ``friendly_errors`` prints on stderr)."""
+    """The eval set and its runs (a live retriever's too); without ``texts``, no passage
+    text kept; ``corpus``: what a RAGAS testset's contexts are matched against."""
     from ragguard.calibration.data.inputs import add_run, load_factory, load_inputs
 
     evalset = load_inputs(
@@ -130,9 +115,7 @@ def load_evalset_for_cli(
 
 
 def live_run(evalset: EvalSet, spec: str, instance: object, *, score_kind: ScoreKind | None) -> Run:
-    """The run of the retriever that ``--retriever spec`` built (``instance``) over every
-    query of ``evalset``, with a progress bar; named by the factory, as ``calibrate``
-    names a live run."""
+    """The run of ``--retriever spec`` (``instance``) over every query, with a progress bar."""
     from ragguard.calibration.data.inputs import retrieve_run
 
     name = spec.rpartition(":")[2] or "retriever"
@@ -148,11 +131,9 @@ def live_run(evalset: EvalSet, spec: str, instance: object, *, score_kind: Score
 
 
 class CountColumn(ProgressColumn):
-    """``done/total`` of a task, or nothing while its total is unknown (a count that
-    cannot be known is not shown as ``0/?``)."""
+    """``done/total``, or nothing while the total is unknown (never ``0/?``)."""
 
     def render(self, task: Task) -> Text:
-        """The count, or an empty text."""
         if task.total is None:
             return Text("")
         return Text(f"{int(task.completed)}/{int(task.total)}", style="progress.download")

@@ -4,33 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.progress import Progress
 
 from ragguard.calibration import RerankSearch
-from ragguard.cli._groups import group, option
+from ragguard.cli._common import option
+from ragguard.cli._groups import group
 
-CorpusOpt = Annotated[
+CorpusOpt = option(
     list[Path] | None,
-    typer.Option(
-        "--corpus",
-        help="JSONL corpus with passage texts (_id/id, text, title) for --rerank and what "
-        "a RAGAS testset's contexts are matched against; repeatable. A corpus.jsonl beside "
-        "the labels is read by itself.",
-    ),
-]
+    "JSONL corpus with passage texts (_id/id, text, title) for --rerank and what "
+    "a RAGAS testset's contexts are matched against; repeatable. A corpus.jsonl beside "
+    "the labels is read by itself.",
+    "--corpus",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class RerankFlags:
-    """The second-stage flags, checked; ``rerank_search`` loads what they name.
-
-    Raises:
-        ConfigError: ``--probability-map`` names no method; both ``--rerank`` and
-            ``--rerank-run``.
-    """
+    """The second-stage flags, checked (``--probability-map``; not both ``--rerank`` and
+    ``--rerank-run``)."""
 
     rerank: str | None = None
     rerank_run: Path | None = None
@@ -98,12 +91,7 @@ RERANK = group(
 
 
 def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None:
-    """The second stage the flags name (``None``: none): precomputed scores read, or
-    the reranker loaded, its scoring shown on ``progress``.
-
-    Raises:
-        ConfigError: a rerank run or reranker that cannot be read or loaded.
-    """
+    """The second stage the flags name (``None``: none): scores read or a reranker loaded."""
     if flags.rerank is None and flags.rerank_run is None:
         return None
     from ragguard.calibration.fit.rerank_scores import read_rerank_run

@@ -24,8 +24,8 @@ from rich.progress import (
 
 from ragguard.calibration.annotate import Outputs
 from ragguard.calibration.data.evalset import FORMATS
-from ragguard.cli._common import Verbose, app, err, out
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
+from ragguard.cli._common import Verbose, app, err, option, out
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped
 from ragguard.errors import AnnotationError
 
 ProgressFn = Callable[[str, int, int], None]
@@ -56,8 +56,7 @@ class UnjudgedPolicy(StrEnum):
 
 
 def load_chat_model(spec: str) -> Any:
-    """A LangChain chat model from ``module:attribute``: the attribute itself, or what
-    it returns when it is a factory (called with no arguments)."""
+    """A LangChain chat model from ``module:attribute`` (a factory is called)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise AnnotationError(
@@ -118,7 +117,6 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
 
 
 def _client(opts: dict[str, Any]) -> dict[str, Any]:
-    """How the openai backend reaches its server, for the estimator and the judge."""
     return {
         "base_url": opts["base_url"],
         "concurrency": opts["concurrency"],
@@ -129,8 +127,7 @@ def _client(opts: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def resumable(saved: Path, what: str) -> Iterator[None]:
-    """Ctrl-C in a long model run: say that every ``what`` so far is in ``saved`` and how
-    to resume, then exit 130 (annotate's results, synth's replies)."""
+    """Ctrl-C in a long model run: say what is saved in ``saved`` and exit 130."""
     try:
         yield
     except KeyboardInterrupt:
@@ -151,8 +148,7 @@ def text_generator(
     model_id: str | None = None,
     max_tokens: int = 256,
 ) -> Any:
-    """The ``TextGenerator`` of ``--backend`` / ``--model`` with the Local and Endpoint
-    groups' settings ``opts``: the judge's model, and ``ragguard synth``'s."""
+    """The ``TextGenerator`` of ``--backend`` / ``--model`` (the judge's, and synth's)."""
     from ragguard.calibration import annotate as ann
 
     if backend in (Backend.transformers, Backend.gguf):
@@ -175,8 +171,7 @@ def text_generator(
 
 
 def _gguf_file(path: Path, name: str | None) -> Path:
-    """The GGUF file of ``--model`` (a file, or a folder with ``--gguf-file`` or one
-    ``.gguf`` file)."""
+    """``--model``'s GGUF file (a file, or in a folder ``--gguf-file`` or its one ``.gguf``)."""
     if not path.is_dir():
         return path
     files = sorted(path.glob("*.gguf"))
@@ -195,8 +190,7 @@ def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[
 
 @contextmanager
 def progress_bar(labels: Mapping[str, str]) -> Iterator[ProgressFn]:
-    """A ``progress(stage, done, total)`` that draws one bar per stage (titled
-    ``labels[stage]``) on stderr, as annotate and synth show their work."""
+    """A ``progress(stage, done, total)`` drawing one bar per stage on stderr."""
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -323,20 +317,15 @@ def _relevance(
     judge_model: str | None = None,
     judge_backend: Backend | None = None,
 ) -> tuple[UnjudgedPolicy, str | None, Backend | None]:
-    """The policy for unlabelled passages (default: judge with a judge model, else
-    irrelevant), and the judge's model and backend (``None``: the measuring one's)."""
+    """The unlabelled-passage policy (default: judge with a judge model, else irrelevant)
+    and the judge's model and backend (``None``: the measuring one's)."""
     if unjudged is None:
         unjudged = UnjudgedPolicy.irrelevant if judge_model is None else UnjudgedPolicy.judge
     return unjudged, judge_model, judge_backend
 
 
 def _checked(**opts: Any) -> dict[str, Any]:
-    """The settings of the local backends (transformers, gguf) or of the endpoint ones
-    (openai, chat), each number checked against the library's bounds (named by its flag).
-
-    Raises:
-        AnnotationError: a number out of range.
-    """
+    """The backend settings, each number checked against the library's bounds."""
     from ragguard.calibration.annotate._checks import BOUNDS, check
 
     for name in BOUNDS.keys() & opts.keys():

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from ragguard.calibration import Calibrator, Check, Guarantee, Search, Split, Stages
-from ragguard.cli._common import Verbose, app, err, out
+from ragguard.cli._common import Verbose, app, err, option, out
 from ragguard.cli._data import (
     EvalSetArg,
     ProfileOpt,
@@ -26,7 +26,7 @@ from ragguard.cli._data import (
     profile_for_cli,
     progress_bars,
 )
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped
 from ragguard.cli._two_stage import RERANK, RerankFlags, rerank_search
 
 if TYPE_CHECKING:
@@ -38,8 +38,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Inputs:
-    """Where the runs come from: run files, or a live retriever (``--run``,
-    ``--retriever``, ``--score-kind``)."""
+    """``--run``, ``--retriever``, ``--score-kind``."""
 
     run: list[Path] | None = None
     retriever: str | None = None
@@ -48,8 +47,7 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Utilities:
-    """How labels become utilities: the profile (``--profile``, ``--profiles``) and the
-    grades counted as relevant (``None``: the profile's)."""
+    """The profile and the grade rules (``None``: the profile's)."""
 
     profile: Profile
     rules: UtilityRules | None
@@ -58,8 +56,7 @@ class Utilities:
 
 @dataclass(frozen=True)
 class Goal:
-    """What is chosen: the objective under the constraints (the evidence one among
-    them), or a recall guarantee; and the answerability floor calibrated with it."""
+    """The objective, constraints, guarantee and answerability floor."""
 
     objective: str
     constraints: list[Constraint]
@@ -69,7 +66,7 @@ class Goal:
 
 @dataclass(frozen=True)
 class Output:
-    """What is written: the config, the report (unless ``no_report``), and how."""
+    """What is written, and how."""
 
     out_path: Path = Path("ragguard.toml")
     report: Path = Path("ragguard-report")
@@ -84,11 +81,7 @@ def _utilities(
     relevant_grade: int | None = None,
     partial_grade: int | None = None,
 ) -> Utilities:
-    """The profile ``--profile`` names and the grade rules the flags give.
-
-    Raises:
-        ConfigError: an unknown profile, a bad ``--profiles`` file, bad grades.
-    """
+    """The profile and the grade rules the flags give (``--relevant-grade`` alone: binary)."""
     from ragguard.calibration import UtilityRules
 
     prof = profile_for_cli(profile, profiles)
@@ -111,15 +104,9 @@ def _goal(
     confidence: float,
     max_false_abstain: float | None,
 ) -> Goal:
-    """The objective, the constraints (the evidence one last: by default
-    ``evidence_coverage>=DEFAULT_MIN_COVERAGE``, of ``--evidence-needed`` passages when
-    given; ``--min-recall`` replaces it with ``evidence_recall>=X``, 0 turning both off;
-    none with a guarantee, which states the recall), the guarantee and the answerability
-    floor.
-
-    Raises:
-        ConfigError: a share, rule or guarantee out of range or malformed.
-    """
+    """The goal; the evidence constraint last: ``evidence_coverage>=DEFAULT_MIN_COVERAGE``
+    (of ``--evidence-needed``), or ``--min-recall``'s ``evidence_recall>=X`` (0: neither),
+    none with a guarantee."""
     from ragguard.calibration import Constraint
     from ragguard.calibration.fit.options import Answerability
     from ragguard.calibration.fit.risk import EVIDENCE
@@ -149,12 +136,8 @@ def _stages(
     conflict_modes: str | None = None,  # --conflicts: a comma-separated list
     conflict_similarity: str | None = None,
 ) -> Stages:
-    """The stages after the cut, ``--conflicts`` and ``--conflict-similarity`` read as
-    lists (``_conflict_options``).
-
-    Raises:
-        ConfigError: a value out of range, naming its option.
-    """
+    """The stages after the cut, with ``--conflicts`` and ``--conflict-similarity`` checked
+    before any data is read, each error naming its option."""
     modes, levels = _conflict_options(conflict_modes, conflict_similarity)
     return Stages(
         max_tokens=max_tokens,
@@ -166,11 +149,7 @@ def _stages(
 
 
 def _check(on_worse: str) -> Check:
-    """The held-out check.
-
-    Raises:
-        ConfigError: ``--on-worse`` is neither ``top-k`` nor ``stop``.
-    """
+    """The held-out check (``--on-worse``: ``top-k`` or ``stop``)."""
     from ragguard.errors import ConfigError
 
     if on_worse not in ("top-k", "stop"):
@@ -536,9 +515,8 @@ _NOT_REPEATED = frozenset(
 def _command_line(
     ctx: typer.Context, evalset: Path, inputs: Inputs, rerank: RerankFlags
 ) -> CommandLine:
-    """This command line as the suggested next steps repeat it: the eval set, runs and
-    corpus as given, and every other option given a value other than its default (the
-    outputs and the second stage left out)."""
+    """This command line as the suggested next steps repeat it: the inputs as given, every
+    other option not at its default (outputs and the second stage left out)."""
     from ragguard.calibration.fit.steps import CommandLine
 
     options: list[str] = []
@@ -604,11 +582,7 @@ def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str],
 
 
 def _list_option(option: str, value: str | None) -> list[str]:
-    """The comma-separated items of ``option`` (none when it is not given).
-
-    Raises:
-        ConfigError: an empty item (``drop,,off``, a trailing comma, an empty value).
-    """
+    """The comma-separated items of ``option``; an empty one is a ``ConfigError``."""
     from ragguard.errors import ConfigError
 
     if value is None:
@@ -622,8 +596,7 @@ def _list_option(option: str, value: str | None) -> list[str]:
 def _check_outputs(
     config: Path, report: Path | None, inputs: Sequence[str | os.PathLike[str] | None]
 ) -> None:
-    """Fail before the sweep when the outputs cannot be written where asked, or would
-    replace one of the command's ``inputs``."""
+    """Fail before the sweep when an output cannot be written or would replace an input."""
     from ragguard.calibration._output import check_not_input, check_output_path
     from ragguard.errors import ConfigError
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from ragguard.cli._common import Verbose, app, err, friendly_errors, out
+from ragguard.cli._common import Verbose, app, err, friendly_errors, option, out
 from ragguard.cli._data import compact_table
 
 profiles_app = typer.Typer(
@@ -21,15 +21,13 @@ config_app = typer.Typer(help="The guard's configuration.", no_args_is_help=True
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(config_app, name="config")
 
-ConfigFileOpt = Annotated[
+ConfigFileOpt = option(
     Path | None,
-    typer.Option(
-        "--config",
-        "-c",
-        metavar="FILE",
-        help="A ragguard.toml whose custom [profiles.NAME] tables are included.",
-    ),
-]
+    "A ragguard.toml whose custom [profiles.NAME] tables are included.",
+    "--config",
+    "-c",
+    metavar="FILE",
+)
 
 _PROFILE_FIELDS = (
     ("tolerance", "distractor tolerance"),

@@ -7,11 +7,9 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
-
-from ragguard.cli._common import Verbose, app, friendly_errors, out
+from ragguard.cli._common import Verbose, app, friendly_errors, option, out
 from ragguard.cli._data import (
     EvalSetArg,
     ProfileOpt,
@@ -42,20 +40,16 @@ HEADERS = {
     "udcg": "UDCG",
 }
 
-MetricsOpt = Annotated[
+MetricsOpt = option(
     list[str] | None,
-    typer.Option(
-        "--metrics",
-        "-m",
-        metavar="METRICS",
-        help="Metric strings, comma-separated or repeated (e.g. ndcg@10,udcg@5). Default: "
-        f"{', '.join(TRADITIONAL)} and {', '.join(DISTRACTION_AWARE)}, at --k.",
-    ),
-]
-KOpt = Annotated[
-    int, typer.Option("--k", "-k", min=1, metavar="INT", help="Cutoff of the default metrics.")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+    "Metric strings, comma-separated or repeated (e.g. ndcg@10,udcg@5). Default: "
+    f"{', '.join(TRADITIONAL)} and {', '.join(DISTRACTION_AWARE)}, at --k.",
+    "--metrics",
+    "-m",
+    metavar="METRICS",
+)
+KOpt = option(int, "Cutoff of the default metrics.", "--k", "-k", min=1, metavar="INT")
+JsonOpt = option(bool, "Print JSON instead of a table.", "--json")
 
 
 def split_metrics(values: list[str] | None) -> list[str]:

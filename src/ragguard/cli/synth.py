@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ragguard.cli._common import Verbose, app, err
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
+from ragguard.cli._common import Verbose, app, err, option
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
 from ragguard.cli.annotate import (
     ENDPOINT,
     LOCAL,

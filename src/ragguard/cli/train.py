@@ -7,15 +7,15 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 
 from ragguard.calibration.train.reranker import RerankerTrainer, Training
-from ragguard.cli._common import Verbose, app, err, out
+from ragguard.cli._common import Verbose, app, err, option, out
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
-from ragguard.cli._groups import FlagGroup, GroupedCommand, group, grouped, option
+from ragguard.cli._groups import FlagGroup, GroupedCommand, group, grouped
 from ragguard.cli._two_stage import CorpusOpt
 
 if TYPE_CHECKING:
@@ -66,19 +66,17 @@ MaxLengthOpt = option(
     int, "Tokens per text (bi-encoder) or per pair (cross-encoder).", min=8, metavar="INT"
 )
 DeviceOpt = option(str | None, "torch device: cpu, cuda, cuda:1, mps.", metavar="DEVICE")
-PretrainDataOpt = Annotated[
+PretrainDataOpt = option(
     Path | None,
-    typer.Option(
-        "--pretrain-data",
-        help="Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
-        'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
-        '"isgold"}]}): a first training phase of the neural candidates. Questions and '
-        "passages of the eval set are left out; the licence file beside the data is "
-        "copied into --out when the written model used it.",
-        metavar="PATH",
-        rich_help_panel="Training",
-    ),
-]
+    "Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
+    'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
+    '"isgold"}]}): a first training phase of the neural candidates. Questions and '
+    "passages of the eval set are left out; the licence file beside the data is "
+    "copied into --out when the written model used it.",
+    "--pretrain-data",
+    metavar="PATH",
+    rich_help_panel="Training",
+)
 HoldoutOpt = option(
     float,
     "calibrate's held-out fraction: these queries are never read (use the same "
@@ -95,26 +93,22 @@ ValidationOpt = option(
     metavar="FLOAT",
 )
 SeedOpt = option(int, "Seed of the splits and training.", min=0, metavar="INT")
-OutDirOpt = Annotated[
+OutDirOpt = option(
     Path,
-    typer.Option(
-        "--out",
-        help="Folder to write the scorer and its model card to (must not exist or be "
-        "empty, unless --overwrite; never one holding an input). Nothing is written "
-        "when no candidate clearly beats the base.",
-        metavar="DIR",
-        rich_help_panel="Output",
-    ),
-]
-OverwriteOpt = Annotated[
+    "Folder to write the scorer and its model card to (must not exist or be "
+    "empty, unless --overwrite; never one holding an input). Nothing is written "
+    "when no candidate clearly beats the base.",
+    "--out",
+    metavar="DIR",
+    rich_help_panel="Output",
+)
+OverwriteOpt = option(
     bool,
-    typer.Option(
-        "--overwrite",
-        help="Replace an --out folder that train-reranker wrote (its "
-        "ragguard-written.json lists what); one holding anything else is refused.",
-        rich_help_panel="Output",
-    ),
-]
+    "Replace an --out folder that train-reranker wrote (its "
+    "ragguard-written.json lists what); one holding anything else is refused.",
+    "--overwrite",
+    rich_help_panel="Output",
+)
 
 
 MODEL: FlagGroup[dict[str, Any]] = group(
