@@ -29,6 +29,11 @@ out = Console()  # results
 err = Console(stderr=True)  # progress, messages, errors
 
 
+def say(text: str, console: Console = out) -> None:
+    """Print ``text`` as written: no highlighting, wrapped by the terminal, not by rich."""
+    console.print(text, highlight=False, soft_wrap=True)
+
+
 def option(kind: Any, help: str, *names: str, **settings: Any) -> Any:
     """``Annotated[kind, typer.Option(*names, help=help, **settings)]``."""
     return Annotated[kind, typer.Option(*names, help=help, **settings)]
@@ -46,8 +51,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
     ] = False,
 ) -> None:
     """ragguard: distraction-aware calibration and a runtime context guard for RAG."""

@@ -79,14 +79,6 @@ ScoreKindOpt = option(
 )
 
 
-def query_count(evalset: EvalSet) -> str:
-    """``51 queries``, or ``51 queries (3 unanswerable: judged, none relevant)``: what the
-    commands that read an eval set say about it after loading."""
-    n, k = len(evalset.qids), len(evalset.unanswerable)
-    text = f"{n} {'query' if n == 1 else 'queries'}"
-    return text + (f" ({k} unanswerable: judged, none relevant)" if k else "")
-
-
 def load_evalset_for_cli(
     path: Path,
     runs: list[Path] | None,

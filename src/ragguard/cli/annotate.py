@@ -24,7 +24,7 @@ from rich.progress import (
 
 from ragguard.calibration.annotate import Outputs
 from ragguard.calibration.data.evalset import FORMATS
-from ragguard.cli._common import Verbose, app, err, option, out
+from ragguard.cli._common import Verbose, app, err, option, say
 from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped
 from ragguard.errors import AnnotationError
 
@@ -86,14 +86,8 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
     from ragguard.calibration import annotate as ann
 
     if backend in (Backend.transformers, Backend.gguf):
-        kwargs = {
-            "model_id": opts["model_id"],
-            "device": opts["device"],
-            "dtype": opts["dtype"],
-            "batch_size": opts["batch_size"],
-            "max_length": opts["max_length"],
-            "chat_template": opts["chat_template"],
-        }
+        local = ("model_id", "device", "dtype", "batch_size", "max_length", "chat_template")
+        kwargs = {name: opts[name] for name in local}
         if backend is Backend.transformers:
             return ann.TransformersEstimator(model, **kwargs)
         return ann.TransformersEstimator.from_gguf(
@@ -131,13 +125,21 @@ def resumable(saved: Path, what: str) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        err.print(
+        say(
             f"interrupted: every {what} so far is saved in {saved}; run the same command "
             "again to resume",
-            highlight=False,
-            soft_wrap=True,
+            err,
         )
         raise typer.Exit(130) from None
+
+
+def loading(backend: Backend, model: str, threads: int | None) -> None:
+    """Say which model loads; ``--threads`` sets torch's CPU threads for the local ones."""
+    if threads is not None and backend in (Backend.transformers, Backend.gguf):
+        from ragguard._optional import require
+
+        require("torch", "annotate").set_num_threads(threads)
+    say(f"loading {backend.value} model {model} ...", err)
 
 
 def text_generator(
@@ -384,8 +386,7 @@ ENDPOINT = FlagGroup(
 EvalsetArg = Annotated[
     Path,
     typer.Argument(
-        metavar="EVALSET",
-        help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON.",
+        metavar="EVALSET", help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON."
     ),
 ]
 
@@ -421,14 +422,10 @@ def annotate_command(
     from ragguard.calibration.annotate import Relevance, annotate
 
     opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
-    backend, threads = model.backend, local["threads"]
+    backend = model.backend
     policy, judge_model, judge_backend = relevance
-    if threads is not None and backend in (Backend.transformers, Backend.gguf):
-        from ragguard._optional import require
-
-        require("torch", "annotate").set_num_threads(threads)
     name = model.model
-    err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
+    loading(backend, name, local["threads"])
     estimator = _estimator(backend, name, opts)
     judge = None
     if policy is UnjudgedPolicy.judge:
@@ -450,26 +447,22 @@ def annotate_command(
             corpus=list(inputs.corpus or []),
             progress=progress,
         )
-    out.print(
+    say(
         f"annotated {summary.pairs} passages with {summary.model_id}: "
-        f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",
-        highlight=False,
-        soft_wrap=True,
+        f"{summary.computed} computed, {summary.reused} reused from {summary.progress}"
     )
     if summary.judged or summary.judge_failures:
-        out.print(
+        say(
             f"relevance judged for {summary.judged} passages"
             + (
                 f"; {summary.judge_failures} replies had no grade (left out; judged again "
                 "on the next run)"
                 if summary.judge_failures
                 else ""
-            ),
-            highlight=False,
-            soft_wrap=True,
+            )
         )
     if summary.skipped:
-        out.print(f"skipped {summary.skipped} unlabelled passages", highlight=False, soft_wrap=True)
-    out.print(f"wrote {summary.out}", highlight=False, soft_wrap=True)
+        say(f"skipped {summary.skipped} unlabelled passages")
+    say(f"wrote {summary.out}")
     if summary.udcg_out is not None:
-        out.print(f"wrote {summary.udcg_out}", highlight=False, soft_wrap=True)
+        say(f"wrote {summary.udcg_out}")

@@ -138,13 +138,35 @@ def _stages(
 ) -> Stages:
     """The stages after the cut, with ``--conflicts`` and ``--conflict-similarity`` checked
     before any data is read, each error naming its option."""
-    modes, levels = _conflict_options(conflict_modes, conflict_similarity)
+    from ragguard.calibration.fit.conflict_sweep import conflict_settings
+    from ragguard.errors import ConfigError
+
+    names = _list_option("--conflicts", conflict_modes)
+    values: list[float] = []
+    for x in _list_option("--conflict-similarity", conflict_similarity):
+        try:
+            values.append(float(x))
+        except ValueError:
+            raise ConfigError(f"--conflict-similarity: {x!r} is not a number") from None
+    if values and not names:
+        raise ConfigError(
+            "--conflict-similarity sets the levels the conflict stage is swept at; pass "
+            "--conflicts too (e.g. --conflicts off,keep_first,drop)"
+        )
+    for flag, those, at in (
+        ("--conflicts", names, []),
+        ("--conflict-similarity", ["drop"], values),
+    ):
+        try:
+            conflict_settings(those, at)
+        except ConfigError as exc:
+            raise ConfigError(f"{flag}: {exc}") from None
     return Stages(
         max_tokens=max_tokens,
         token_counter=token_counter,
         near_duplicate_threshold=near_duplicate_threshold,
-        conflicts=modes,
-        conflict_similarities=levels,
+        conflicts=names,
+        conflict_similarities=values,
     )
 
 
@@ -473,11 +495,7 @@ def calibrate(
         doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
         typer.echo(json.dumps(doc, indent=2))
         return
-    from ragguard.calibration.report.console import (
-        config_line,
-        print_report_line,
-        print_result,
-    )
+    from ragguard.calibration.report.console import config_line, print_report_line, print_result
 
     view = result.view(evalset=repeat)
     print_result(view, out)
@@ -495,20 +513,8 @@ def calibrate(
 #: calibrate's options the suggested commands never repeat: the inputs CommandLine holds
 #: apart, where and how the outputs are written, and the second stage a suggestion names.
 _NOT_REPEATED = frozenset(
-    {
-        "evalset",
-        "run",
-        "corpus",
-        "retriever",
-        "out_path",
-        "report",
-        "no_report",
-        "as_json",
-        "rerank",
-        "rerank_run",
-        "rerank_score_kind",
-        "verbose",
-    }
+    {"evalset", "run", "corpus", "retriever", "out_path", "report", "no_report", "as_json"}
+    | {"rerank", "rerank_run", "rerank_score_kind", "verbose"}
 )
 
 
@@ -547,38 +553,6 @@ def _word(value: object) -> str:
     if isinstance(value, Enum):
         return str(value.value)
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str], list[float]]:
-    """``--conflicts`` and ``--conflict-similarity`` as lists, checked before any data is
-    read (``ragguard.calibration.fit.conflict_sweep.conflict_settings``), each error
-    naming its option."""
-    from ragguard.calibration.fit.conflict_sweep import conflict_settings
-    from ragguard.errors import ConfigError
-
-    names = _list_option("--conflicts", modes)
-    given = _list_option("--conflict-similarity", levels)
-    values: list[float] = []
-    for x in given:
-        try:
-            values.append(float(x))
-        except ValueError:
-            raise ConfigError(f"--conflict-similarity: {x!r} is not a number") from None
-    if values and not names:
-        raise ConfigError(
-            "--conflict-similarity sets the levels the conflict stage is swept at; pass "
-            "--conflicts too (e.g. --conflicts off,keep_first,drop)"
-        )
-    checks: list[tuple[str, list[str], list[float]]] = [
-        ("--conflicts", names, []),
-        ("--conflict-similarity", ["drop"], values),
-    ]
-    for flag, those, at in checks:
-        try:
-            conflict_settings(those, at)
-        except ConfigError as exc:
-            raise ConfigError(f"{flag}: {exc}") from None
-    return names, values
 
 
 def _list_option(option: str, value: str | None) -> list[str]:

@@ -191,10 +191,7 @@ def config_schema(
     out_file: Annotated[
         Path | None,
         typer.Option(
-            "--out",
-            "-o",
-            metavar="FILE",
-            help="Write the schema to this file instead of stdout.",
+            "--out", "-o", metavar="FILE", help="Write the schema to this file instead of stdout."
         ),
     ] = None,
     verbose: Verbose = False,

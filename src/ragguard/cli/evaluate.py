@@ -19,7 +19,6 @@ from ragguard.cli._data import (
     compact_table,
     load_evalset_for_cli,
     profile_for_cli,
-    query_count,
 )
 
 if TYPE_CHECKING:
@@ -109,8 +108,9 @@ def evaluate(
     rate and harm)."""
     with friendly_errors(verbose):
         from ragguard.calibration import evaluate as compute_means
+        from ragguard.calibration._format import format_number
         from ragguard.calibration.metrics import parse_metric
-        from ragguard.calibration.report import format_number
+        from ragguard.calibration.report.console import query_count
 
         names = split_metrics(metrics) or [f"{m}@{k}" for m in (*TRADITIONAL, *DISTRACTION_AWARE)]
         parsed = [parse_metric(m) for m in names]
@@ -158,8 +158,9 @@ def compare(
     profile can be the most dangerous one."""
     with friendly_errors(verbose):
         from ragguard.calibration import evaluate as compute_means
+        from ragguard.calibration._format import format_number
         from ragguard.calibration.metrics import safety_band
-        from ragguard.calibration.report import format_number
+        from ragguard.calibration.report.console import query_count
 
         cols = [f"{m}@{k}" for m in HEADERS]  # mrr, recall, ndcg, distractor rate, harm, udcg
         es, runs = _load(evalset, run, score_kind)
@@ -183,9 +184,7 @@ def compare(
         for r, means in rows.items():
             band = str(means["safety_band"])
             table.add_row(
-                r,
-                *(format_number(float(means[c])) for c in cols),
-                f"[{style[band]}]{band}[/]",
+                r, *(format_number(float(means[c])) for c in cols), f"[{style[band]}]{band}[/]"
             )
         out.print(table)
         if len(rows) > 1:

@@ -19,6 +19,7 @@ from ragguard.calibration.fit.sweep import PASSAGES
 from ragguard.calibration.fit.view import ResultView
 
 if TYPE_CHECKING:
+    from ragguard.calibration.data.evalset import EvalSet
     from ragguard.calibration.report.build import WrittenReport
 
 
@@ -39,10 +40,9 @@ def _interval(iv: Interval) -> str:
     return format_interval(iv.low, iv.high).replace(", ", ",")
 
 
-def _queries(view: ResultView) -> str:
+def query_count(evalset: EvalSet) -> str:
     """``51 queries``, or ``51 queries (3 unanswerable: judged, none relevant)``."""
-    es = view.header.evalset
-    n, k = len(es.qids), len(es.unanswerable)
+    n, k = len(evalset.qids), len(evalset.unanswerable)
     text = f"{n} {'query' if n == 1 else 'queries'}"
     return text + (f" ({k} unanswerable: judged, none relevant)" if k else "")
 
@@ -60,7 +60,7 @@ def _print_summary(view: ResultView, out: Console) -> None:
     h, w = view.header, view.written
     obj, shown = h.objective, view.evalset or h.evalset.source or ""
     out.print(
-        f"[bold]ragguard calibrate[/] {escape(shown)}: {_queries(view)}, runs "
+        f"[bold]ragguard calibrate[/] {escape(shown)}: {query_count(h.evalset)}, runs "
         f"{escape(', '.join(h.runs))}, profile {h.profile.name}",
         highlight=False,
     )
@@ -206,8 +206,7 @@ def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool, out: C
         out.print(f"[red]The {which} is worse on {obj} {where}.[/]", highlight=False)
     else:
         out.print(
-            f"{v.capitalize()} in {obj} {where}; more labelled queries would tell.",
-            highlight=False,
+            f"{v.capitalize()} in {obj} {where}; more labelled queries would tell.", highlight=False
         )
 
 

@@ -12,7 +12,7 @@ from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.statistics import Comparison, Interval
 from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.fit.sweep import PASSAGES, lower_is_better
-from ragguard.calibration.fit.view import Example, GuaranteeView, ResultView
+from ragguard.calibration.fit.view import CheckView, Example, GuaranteeView, ResultView
 from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
 from ragguard.config import GuardConfig
 from ragguard.policy import ConflictMode
@@ -31,6 +31,16 @@ def _iv(iv: Interval, signed: bool = False) -> str:
     mean = format_number(iv.mean, signed=signed)
     interval = format_interval(iv.low, iv.high, 3, signed=signed)
     return f"{mean} {interval}" if interval else mean
+
+
+def _check_table(check: CheckView, baseline: str, guarded: str) -> Table:
+    """Each metric's two means, their difference and the verdict."""
+    rows = tuple(
+        (x.metric, _iv(x.baseline), _iv(x.guarded), _iv(x.difference, signed=True), x.verdict)
+        for x in check.rows
+    )
+    header = ("metric", baseline, guarded, "difference", "verdict")
+    return Table(header, rows, (False, True, True, True, False))
 
 
 # --------------------------------------------------------------------------- sections
@@ -466,24 +476,10 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
             f"setting ({view.retrieval_setting}) was refitted on all queries, "
             "these included."
         )
-    rows = [
-        (x.metric, _iv(x.baseline), _iv(x.guarded), _iv(x.difference, signed=True), x.verdict)
-        for x in check.rows
-    ]
     blocks: list[Block] = [
         Heading(1, "Baseline vs guarded"),
         Para(intro),
-        Table(
-            (
-                "metric",
-                f"baseline: {view.baseline}",
-                f"guarded: {view.retrieval_choice}",
-                "difference",
-                "verdict",
-            ),
-            tuple(rows),
-            (False, True, True, True, False),
-        ),
+        _check_table(check, f"baseline: {view.baseline}", f"guarded: {view.retrieval_choice}"),
     ]
     blocks += _ceiling(view, c)
     if view.fallback is not None:
@@ -516,24 +512,11 @@ def _cost(view: ResultView) -> list[Block]:
     if cost is None:
         return []
     c = cost.check.comparison
-    rows = [
-        (x.metric, _iv(x.baseline), _iv(x.guarded), _iv(x.difference, signed=True), x.verdict)
-        for x in cost.check.rows
-    ]
+    without, guarded = f"without {cost.constraints}: {cost.top_k}", view.retrieval_choice
     return [
         Heading(1, "What the constraints cost"),
         Para(f"{cost.line()[0].upper()}{cost.line()[1:]}. {c.where()[0].upper()}{c.where()[1:]}:"),
-        Table(
-            (
-                "metric",
-                f"without {cost.constraints}: {cost.top_k}",
-                f"guarded: {view.retrieval_choice}",
-                "difference",
-                "verdict",
-            ),
-            tuple(rows),
-            (False, True, True, True, False),
-        ),
+        _check_table(cost.check, without, f"guarded: {guarded}"),
     ]
 
 
