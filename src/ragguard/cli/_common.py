@@ -20,9 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    # Plain click help: every help text is shown as written (square brackets such as
-    # [profiles.NAME] included, no rich markup), flags carry no type, and it wraps to the
-    # terminal's width.
+    # plain click help: texts as written ([profiles.NAME] kept), untyped flags, terminal width
     rich_markup_mode=None,
 )
 out = Console()  # results

@@ -97,9 +97,6 @@ def grouped(groups: Mapping[str, FlagGroup[Any]]) -> Callable[[F], F]:
                         annotation=_resolved(p.annotation, command),
                     )
                 )
-        names = [p.name for p in params]
-        if len(set(names)) != len(names):
-            raise TypeError(f"{command.__name__}: a grouped flag repeats a parameter: {names}")
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:

@@ -87,7 +87,6 @@ RERANK = group(
         metavar="FOLDER",
     ),
 )
-"""``ragguard calibrate``'s second-stage flags (``rerank_search`` builds from them)."""
 
 
 def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None:
@@ -104,14 +103,10 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
         return RerankSearch(scores=scores, probability_map=method)
     assert flags.rerank is not None
     task = progress.add_task(f"reranking with {flags.rerank}", total=None)
-
-    def on_query(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
     return RerankSearch(
         reranker=load_reranker(flags.rerank, score_kind=flags.rerank_score_kind),
         score_kind=flags.rerank_score_kind,
         probability_map=method,
         cache_dir=flags.rerank_cache if flags.rerank_cache is not None else True,
-        on_query=on_query,
+        on_query=lambda done, total: progress.update(task, completed=done, total=total),
     )

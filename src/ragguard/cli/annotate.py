@@ -41,15 +41,11 @@ class Backend(StrEnum):
 
 
 class EndpointApi(StrEnum):
-    """Which API of an OpenAI-compatible server."""
-
     chat = "chat"
     completions = "completions"
 
 
 class UnjudgedPolicy(StrEnum):
-    """What to do with candidates that have no label."""
-
     judge = "judge"
     irrelevant = "irrelevant"
     skip = "skip"
@@ -182,14 +178,6 @@ def _gguf_file(path: Path, name: str | None) -> Path:
     return path / (name or files[0].name)
 
 
-def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[str, Any]) -> Any:
-    from ragguard.calibration import annotate as ann
-
-    if same and backend in (Backend.transformers, Backend.gguf):
-        return ann.RelevanceJudge(estimator.generator())
-    return ann.RelevanceJudge(text_generator(backend, model, opts))
-
-
 @contextmanager
 def progress_bar(labels: Mapping[str, str]) -> Iterator[ProgressFn]:
     """A ``progress(stage, done, total)`` drawing one bar per stage on stderr."""
@@ -210,9 +198,6 @@ def progress_bar(labels: Mapping[str, str]) -> Iterator[ProgressFn]:
             bar.update(tasks[stage], completed=done, total=total)
 
         yield progress
-
-
-FLAG = ""  # the metavar of a flag: it takes no value
 
 
 BackendOpt = option(
@@ -251,7 +236,7 @@ UdcgOutOpt = option(Path | None, "Also write the UDCG authors' JSON format here.
 ProgressFileOpt = option(
     Path | None, "Where results are appended (default: OUT.progress).", metavar="FILE"
 )
-FreshOpt = option(bool, "Ignore saved results and start over.", "--fresh", metavar=FLAG)
+FreshOpt = option(bool, "Ignore saved results and start over.", "--fresh")
 UnjudgedOpt = option(
     UnjudgedPolicy | None,
     "Passages without a label: judge (ask the judge), irrelevant or skip. "
@@ -275,7 +260,6 @@ ChatTemplateOpt = option(
     "Use the tokenizer's chat template, or the plain prompt. Default: the "
     "template when there is one.",
     "--chat-template/--no-chat-template",
-    metavar=FLAG,
 )
 ThreadsOpt = option(
     int | None, "PyTorch CPU threads (on a busy machine 1 can beat all).", metavar="N"
@@ -298,8 +282,6 @@ TemperatureOpt = option(float, "Sampling temperature.", metavar="T")
 
 @dataclass(frozen=True)
 class Model:
-    """The backend and the model that measure p(NO-RESPONSE), and the id recorded."""
-
     backend: Backend
     model: str
     model_id: str | None = None
@@ -307,8 +289,6 @@ class Model:
 
 @dataclass(frozen=True)
 class Inputs:
-    """Run files, the eval set's format and corpus files."""
-
     run: list[Path] | None = None
     evalset_format: str | None = None
     corpus: list[Path] | None = None
@@ -419,7 +399,7 @@ def annotate_command(
 
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
-    from ragguard.calibration.annotate import Relevance, annotate
+    from ragguard.calibration.annotate import Relevance, RelevanceJudge, annotate
 
     opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
     backend = model.backend
@@ -428,10 +408,10 @@ def annotate_command(
     loading(backend, name, local["threads"])
     estimator = _estimator(backend, name, opts)
     judge = None
-    if policy is UnjudgedPolicy.judge:
-        jb = judge_backend or backend
-        jm = judge_model or name
-        judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
+    if policy is UnjudgedPolicy.judge:  # a local model judges with the one it measures with
+        jb, jm = judge_backend or backend, judge_model or name
+        same = jb is backend and jm == name and jb in (Backend.transformers, Backend.gguf)
+        judge = RelevanceJudge(estimator.generator() if same else text_generator(jb, jm, opts))
 
     with (
         progress_bar({"judge": "judging relevance", "estimate": "p(NO-RESPONSE)"}) as progress,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped
 from ragguard.cli._two_stage import RERANK, RerankFlags, rerank_search
 
 if TYPE_CHECKING:
-    from ragguard.calibration import Answerability, Constraint, UtilityRules
+    from ragguard.calibration import UtilityRules
     from ragguard.calibration.fit.steps import CommandLine
     from ragguard.profiles import Profile
     from ragguard.scores import ScoreKind
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Inputs:
-    """``--run``, ``--retriever``, ``--score-kind``."""
-
     run: list[Path] | None = None
     retriever: str | None = None
     score_kind: ScoreKind | None = None
@@ -55,19 +53,7 @@ class Utilities:
 
 
 @dataclass(frozen=True)
-class Goal:
-    """The objective, constraints, guarantee and answerability floor."""
-
-    objective: str
-    constraints: list[Constraint]
-    guarantee: Guarantee | None
-    answerability: Answerability | None
-
-
-@dataclass(frozen=True)
 class Output:
-    """What is written, and how."""
-
     out_path: Path = Path("ragguard.toml")
     report: Path = Path("ragguard-report")
     no_report: bool = False
@@ -85,9 +71,8 @@ def _utilities(
     from ragguard.calibration import UtilityRules
 
     prof = profile_for_cli(profile, profiles)
-    rules = None  # the profile's grades, unless the command line says otherwise
+    rules = None
     if relevant_grade is not None or partial_grade is not None:
-        # --relevant-grade alone means binary relevance (no partial grade)
         rules = UtilityRules(
             relevant_grade=prof.relevant_grade if relevant_grade is None else relevant_grade,
             partial_grade=partial_grade,
@@ -103,10 +88,10 @@ def _goal(
     guarantee: str | None,
     confidence: float,
     max_false_abstain: float | None,
-) -> Goal:
-    """The goal; the evidence constraint last: ``evidence_coverage>=DEFAULT_MIN_COVERAGE``
-    (of ``--evidence-needed``), or ``--min-recall``'s ``evidence_recall>=X`` (0: neither),
-    none with a guarantee."""
+) -> Calibrator:
+    """The objective, guarantee, answerability floor and constraints, the evidence one
+    last: ``evidence_coverage>=DEFAULT_MIN_COVERAGE`` (of ``--evidence-needed``), or
+    ``--min-recall``'s ``evidence_recall>=X`` (0: neither); none with a guarantee."""
     from ragguard.calibration import Constraint
     from ragguard.calibration.fit.options import Answerability
     from ragguard.calibration.fit.risk import EVIDENCE
@@ -121,7 +106,7 @@ def _goal(
         constraints.append(Constraint(COVERAGE + needs, ">=", DEFAULT_MIN_COVERAGE))
     if min_recall:
         constraints.append(Constraint(EVIDENCE, ">=", float(min_recall)))
-    return Goal(
+    return Calibrator(
         objective=objective,
         constraints=constraints,
         guarantee=None if guarantee is None else Guarantee.parse(guarantee, confidence),
@@ -411,7 +396,7 @@ def calibrate(
     evalset: EvalSetArg,
     inputs: Inputs,
     utilities: Utilities,
-    goal: Goal,
+    goal: Calibrator,
     search: Search,
     stages: Stages,
     split: Split,
@@ -452,18 +437,15 @@ def calibrate(
     with progress_bars() as progress:
         second = rerank_search(rerank, progress)
         sweeps = progress.add_task("sweeping settings", total=None)
-        calibrator = Calibrator(
-            objective=goal.objective,
-            constraints=goal.constraints,
+        calibrator = replace(
+            goal,
             profile=utilities.profile,
             rules=utilities.rules,
             search=search,
             split=split,
             check=check,
-            guarantee=goal.guarantee,
             stages=stages,
             rerank=second,
-            answerability=goal.answerability,
         )
         result = calibrator.fit(
             es,

@@ -41,6 +41,11 @@ _PROFILE_FIELDS = (
 )
 
 
+def _value(profile: Any, field: str) -> str:
+    value = getattr(profile, field)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _profiles(config: Path | None) -> dict[str, Any]:
     from ragguard.config import GuardConfig
     from ragguard.profiles import BUILTIN_PROFILES, resolve_profile
@@ -68,17 +73,7 @@ def _print_list(config: Path | None) -> None:
     for col in ("profile", "tolerance", *numbers):
         table.add_column(col, justify="right" if col in numbers else "left")
     for name, p in _profiles(config).items():
-        table.add_row(
-            name,
-            p.tolerance,
-            f"{p.distractor_score_ratio:g}",
-            str(p.distractor_top_ranks),
-            f"{p.known_distractor_penalty:g}",
-            f"{p.hard_negative_penalty:g}",
-            str(p.max_k),
-            str(p.min_k),
-            f"{p.relative_threshold:g}",
-        )
+        table.add_row(name, *(_value(p, field) for field, _ in _PROFILE_FIELDS))
     out.print(table)
     out.print(
         "ratio / ranks: a non-relevant passage scoring >= ratio x the top score, or "
@@ -119,8 +114,7 @@ def profiles_show(
         table.add_column("value", justify="right")
         table.add_column("meaning")
         for field, meaning in _PROFILE_FIELDS:
-            value = getattr(p, field)
-            table.add_row(field, f"{value:g}" if isinstance(value, float) else str(value), meaning)
+            table.add_row(field, _value(p, field), meaning)
         out.print(table)
 
 
@@ -151,18 +145,9 @@ def config_show(
         provenance = data.pop("provenance")
         profiles = data.pop("profiles")
         if as_json:
-            out.print_json(
-                json.dumps(
-                    {
-                        "file": str(file) if file else None,
-                        "values": {
-                            k: {"value": v, "source": cfg.source_of(k)} for k, v in data.items()
-                        },
-                        "profiles": profiles,
-                        "provenance": provenance,
-                    }
-                )
-            )
+            values = {k: {"value": v, "source": cfg.source_of(k)} for k, v in data.items()}
+            doc = {"file": str(file) if file else None, "values": values}
+            out.print_json(json.dumps({**doc, "profiles": profiles, "provenance": provenance}))
             return
         where = f"file {file}" if file else "no file (defaults and environment)"
         out.print(f"[bold]ragguard config[/] from {escape(where)}", highlight=False)

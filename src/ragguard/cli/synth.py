@@ -25,14 +25,12 @@ from ragguard.cli.annotate import (
 )
 from ragguard.errors import ConfigError
 
-QUESTION_TOKENS = 64
-"""The longest reply asked of a model: a question, not an essay."""
+QUESTION_TOKENS = 64  # the longest reply asked of a model: a question, not an essay
 
 
 @dataclass(frozen=True)
 class Writer:
-    """The model that writes the questions (none: built without one), the id recorded,
-    and the progress file of its replies."""
+    """The model that writes the questions (none: built without one) and its progress file."""
 
     backend: Backend | None = None
     model: str | None = None
@@ -64,8 +62,7 @@ WRITER = FlagGroup(
 
 
 def _only(g: FlagGroup[Any], *names: str) -> FlagGroup[Any]:
-    """``g`` with only the flags question writing reads (annotate's judge and estimator
-    read the others), so synth shows no flag it would ignore."""
+    """``g`` with only the flags synth reads, so it shows none it would ignore."""
     return replace(g, flags=tuple(f for f in g.flags if f.name in names))
 
 

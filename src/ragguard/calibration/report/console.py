@@ -3,6 +3,7 @@ from the result's [`view`][ragguard.calibration.CalibrationResult.view]."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -334,5 +335,66 @@ def print_report_line(paths: WrittenReport | None, out: Console, err: Console) -
         err.print(
             "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
             + escape(install_hint("report")),
+            highlight=False,
+        )
+
+
+def print_metrics(
+    title: str,
+    values: Mapping[str, Mapping[str, float | str]],
+    groups: Sequence[tuple[str, Sequence[str]]],
+    out: Console,
+) -> None:
+    """``ragguard evaluate``'s table: per run (a column), the metrics of each group."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+    table.add_column("kind")
+    table.add_column("metric")
+    for r in values:
+        table.add_column(r, justify="right")
+    for n, (label, metrics) in enumerate(groups):
+        for i, m in enumerate(metrics):
+            cells = (format_number(float(row[m])) for row in values.values())
+            table.add_row(label if i == 0 else "", m, *cells)
+        if metrics and any(later for _, later in groups[n + 1 :]):
+            table.add_section()
+    out.print(table)
+
+
+def print_comparison(
+    title: str,
+    rows: Mapping[str, Mapping[str, float | str]],
+    cols: Sequence[tuple[str, str]],
+    k: int,
+    out: Console,
+) -> None:
+    """``ragguard compare``'s table (``cols``: metric and header) and, for several runs,
+    which has the highest recall, the fewest distractors and the best UDCG."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+    table.add_column("run", no_wrap=True)
+    for _, header in cols:
+        table.add_column(header, justify="right")
+    table.add_column("safety band")
+    style = {"SAFE": "green", "RISKY": "yellow", "DANGEROUS": "red"}
+    for r, means in rows.items():
+        band = str(means["safety_band"])
+        cells = (format_number(float(means[c])) for c, _ in cols)
+        table.add_row(r, *cells, f"[{style[band]}]{band}[/]")
+    out.print(table)
+    if len(rows) < 2:
+        return
+    rate = f"distractor_rate@{k}"
+    by_recall = max(rows, key=lambda r: float(rows[r][f"recall@{k}"]))
+    safest = min(rows, key=lambda r: float(rows[r][rate]))
+    best_udcg = max(rows, key=lambda r: float(rows[r][f"udcg@{k}"]))
+    out.print(
+        f"highest recall@{k}: {by_recall} (distractor rate "
+        f"{format_number(float(rows[by_recall][rate]))}, {rows[by_recall]['safety_band']}); "
+        f"fewest distractors: {safest}; best UDCG: {best_udcg}",
+        highlight=False,
+    )
+    if by_recall != safest:
+        out.print(
+            f"The highest-recall profile ({by_recall}) is not the safest: more of what "
+            "it retrieves argues for a wrong answer.",
             highlight=False,
         )
