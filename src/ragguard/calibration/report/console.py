@@ -1,5 +1,6 @@
-"""A calibration result on the console (``ragguard calibrate`` without ``--json``), printed
-from the result's [`view`][ragguard.calibration.CalibrationResult.view]."""
+"""The console printers: a calibration result (``ragguard calibrate`` without ``--json``),
+from the result's [`view`][ragguard.calibration.CalibrationResult.view], and the tables of
+``ragguard evaluate`` and ``ragguard compare``."""
 
 from __future__ import annotations
 

@@ -859,10 +859,8 @@ def report_blocks(
     plots: bool = True,
     evalset: str | CommandLine | None = None,
 ) -> list[Block]:
-    """The report of ``res`` as blocks, with the plots ``figs`` (``None``: not drawn,
-    because matplotlib is missing when ``plots`` is True); ``evalset`` is the eval set
-    as the commands it suggests name it, or the command line they repeat (default: its
-    file)."""
+    """The report of ``res`` as blocks, with the plots ``figs`` (``None``: not drawn, for
+    want of matplotlib when ``plots``)."""
     view = res.view(evalset=evalset)
     h = view.header
     by_name = {f.name: f for f in figs or []}
