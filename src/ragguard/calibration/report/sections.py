@@ -263,22 +263,16 @@ def _selection(view: ResultView) -> list[Block]:
         )
     sign = -1.0 if lower_is_better(obj) else 1.0
     bar = s.cv_mean[b] - sign * (s.cv_se[b] if s.folds else 0.0)
-    rows = []
-    for j, (_, name) in enumerate(s.families):
-        role = []
-        if j == b:
-            role.append("best")
-        if j == c:
-            role.append("**chosen**")
-        rows.append(
-            (
-                name,
-                format_number(s.cv_mean[j]),
-                format_number(s.cv_se[j]) if s.folds else "n/a",
-                "yes" if s.cv_feasible[j] else "no",
-                ", ".join(role),
-            )
+    rows = tuple(
+        (
+            name,
+            format_number(s.cv_mean[j]),
+            format_number(s.cv_se[j]) if s.folds else "n/a",
+            "yes" if s.cv_feasible[j] else "no",
+            ", ".join(role for role, on in (("best", j == b), ("**chosen**", j == c)) if on),
         )
+        for j, (_, name) in enumerate(s.families)
+    )
     word = "at least" if sign > 0 else "at most"
     closing = (
         f"Best: {s.families[b][1]} ({format_number(s.cv_mean[b])} +/- "
@@ -294,7 +288,7 @@ def _selection(view: ResultView) -> list[Block]:
         Para(intro),
         Table(
             ("rule family", f"CV mean {obj}", "standard error", "meets constraints", ""),
-            tuple(rows),
+            rows,
             (False, True, True, False, False),
         ),
         Para(closing),
