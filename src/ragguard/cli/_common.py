@@ -37,7 +37,7 @@ def option(kind: Any, help: str, *names: str, **settings: Any) -> Any:
     return Annotated[kind, typer.Option(*names, help=help, **settings)]
 
 
-Verbose = option(bool, "Show tracebacks and debug logs.", "--verbose", "-v")
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks and debug logs.")]
 
 
 def _version(value: bool) -> None:

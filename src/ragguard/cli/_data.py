@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn,
 from rich.table import Table
 from rich.text import Text
 
-from ragguard.cli._common import err, option
+from ragguard.cli._common import err
 from ragguard.profiles import Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
 
@@ -35,29 +35,35 @@ EvalSetArg = Annotated[
         "runs/ (like examples/notes).",
     ),
 ]
-RunOpt = option(
+RunOpt = Annotated[
     list[Path] | None,
-    "A run file (TREC run format or JSON {query: {doc: score}}), named by its file "
-    "stem; repeat for several. For a folder EVALSET these replace its runs/.",
-    "--run",
-    "-r",
-    metavar="FILE",
-)
-ProfileOpt = option(
+    typer.Option(
+        "--run",
+        "-r",
+        metavar="FILE",
+        help="A run file (TREC run format or JSON {query: {doc: score}}), named by its file "
+        "stem; repeat for several. For a folder EVALSET these replace its runs/.",
+    ),
+]
+ProfileOpt = Annotated[
     str,
-    "Tolerance profile whose rules turn labels into utilities: medical, legal, "
-    "support, creative, code (see `ragguard profiles`) or one from --profiles.",
-    "--profile",
-    "-p",
-    metavar="NAME",
-)
-ProfilesOpt = option(
+    typer.Option(
+        "--profile",
+        "-p",
+        metavar="NAME",
+        help="Tolerance profile whose rules turn labels into utilities: medical, legal, "
+        "support, creative, code (see `ragguard profiles`) or one from --profiles.",
+    ),
+]
+ProfilesOpt = Annotated[
     Path | None,
-    "A TOML file whose [profiles.NAME] tables define custom profiles (your "
-    "ragguard.toml); --profile can then name one.",
-    "--profiles",
-    metavar="FILE",
-)
+    typer.Option(
+        "--profiles",
+        metavar="FILE",
+        help="A TOML file whose [profiles.NAME] tables define custom profiles (your "
+        "ragguard.toml); --profile can then name one.",
+    ),
+]
 
 
 def profile_for_cli(name: str, profiles: Path | None) -> Profile:
@@ -71,12 +77,14 @@ def profile_for_cli(name: str, profiles: Path | None) -> Profile:
     return resolve_profile(name, custom)
 
 
-ScoreKindOpt = option(
+ScoreKindOpt = Annotated[
     ScoreKind | None,
-    "What the run scores are. Default: similarity (BM25, cosine); for calibrate "
-    "--retriever, what its vector store tells, else similarity.",
-    "--score-kind",
-)
+    typer.Option(
+        "--score-kind",
+        help="What the run scores are. Default: similarity (BM25, cosine); for calibrate "
+        "--retriever, what its vector store tells, else similarity.",
+    ),
+]
 
 
 def load_evalset_for_cli(

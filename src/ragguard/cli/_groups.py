@@ -127,21 +127,15 @@ class GroupedCommand(TyperCommand):
     # Any: typer's own (vendored) click types, which it does not export
     def format_options(self, ctx: Any, formatter: Any) -> None:
         """Arguments, each group in order of first appearance, then ``Options``."""
-        args: list[tuple[str, str]] = []
-        sections: dict[str, list[tuple[str, str]]] = {}
+        sections: dict[str, list[tuple[str, str]]] = {"Arguments": []}
         ungrouped: list[tuple[str, str]] = []
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is None:
                 continue
-            if param.param_type_name == "argument":
-                args.append(record)
-            else:
-                title = getattr(param, "rich_help_panel", None)
-                (sections.setdefault(title, []) if title else ungrouped).append(record)
-        if args:
-            with formatter.section("Arguments"):
-                formatter.write_dl(args)
+            argument = param.param_type_name == "argument"
+            title = "Arguments" if argument else getattr(param, "rich_help_panel", None)
+            (sections.setdefault(title, []) if title else ungrouped).append(record)
         for title, records in [*sections.items(), ("Options", ungrouped)]:
             if records:
                 with formatter.section(title):

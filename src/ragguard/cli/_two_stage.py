@@ -4,26 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.progress import Progress
 
 from ragguard.calibration import RerankSearch
 from ragguard.cli._common import option
 from ragguard.cli._groups import group
 
-CorpusOpt = option(
+CorpusOpt = Annotated[
     list[Path] | None,
-    "JSONL corpus with passage texts (_id/id, text, title) for --rerank and what "
-    "a RAGAS testset's contexts are matched against; repeatable. A corpus.jsonl beside "
-    "the labels is read by itself.",
-    "--corpus",
-)
+    typer.Option(
+        "--corpus",
+        help="JSONL corpus with passage texts (_id/id, text, title) for --rerank and what "
+        "a RAGAS testset's contexts are matched against; repeatable. A corpus.jsonl beside "
+        "the labels is read by itself.",
+    ),
+]
 
 
 @dataclass(frozen=True, kw_only=True)
 class RerankFlags:
-    """The second-stage flags, checked (``--probability-map``; not both ``--rerank`` and
-    ``--rerank-run``)."""
+    """The second-stage flags, checked (``--probability-map``; ``--rerank`` or ``--rerank-run``)."""
 
     rerank: str | None = None
     rerank_run: Path | None = None

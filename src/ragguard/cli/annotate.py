@@ -32,8 +32,6 @@ ProgressFn = Callable[[str, int, int], None]
 
 
 class Backend(StrEnum):
-    """Where p(NO-RESPONSE) comes from."""
-
     transformers = "transformers"
     gguf = "gguf"
     openai = "openai"
@@ -299,8 +297,7 @@ def _relevance(
     judge_model: str | None = None,
     judge_backend: Backend | None = None,
 ) -> tuple[UnjudgedPolicy, str | None, Backend | None]:
-    """The unlabelled-passage policy (default: judge with a judge model, else irrelevant)
-    and the judge's model and backend (``None``: the measuring one's)."""
+    """The unlabelled-passage policy (default: judge with a judge model) and the judge's."""
     if unjudged is None:
         unjudged = UnjudgedPolicy.irrelevant if judge_model is None else UnjudgedPolicy.judge
     return unjudged, judge_model, judge_backend
@@ -432,15 +429,9 @@ def annotate_command(
         f"{summary.computed} computed, {summary.reused} reused from {summary.progress}"
     )
     if summary.judged or summary.judge_failures:
-        say(
-            f"relevance judged for {summary.judged} passages"
-            + (
-                f"; {summary.judge_failures} replies had no grade (left out; judged again "
-                "on the next run)"
-                if summary.judge_failures
-                else ""
-            )
-        )
+        failed = summary.judge_failures
+        note = f"; {failed} replies had no grade (left out; judged again on the next run)"
+        say(f"relevance judged for {summary.judged} passages" + (note if failed else ""))
     if summary.skipped:
         say(f"skipped {summary.skipped} unlabelled passages")
     say(f"wrote {summary.out}")

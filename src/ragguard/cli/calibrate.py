@@ -45,8 +45,6 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Utilities:
-    """The profile and the grade rules (``None``: the profile's)."""
-
     profile: Profile
     rules: UtilityRules | None
     profiles: Path | None
@@ -156,7 +154,6 @@ def _stages(
 
 
 def _check(on_worse: str) -> Check:
-    """The held-out check (``--on-worse``: ``top-k`` or ``stop``)."""
     from ragguard.errors import ConfigError
 
     if on_worse not in ("top-k", "stop"):

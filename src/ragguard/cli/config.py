@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from ragguard.cli._common import Verbose, app, err, friendly_errors, option, out
+from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import compact_table
 
 profiles_app = typer.Typer(
@@ -21,13 +21,15 @@ config_app = typer.Typer(help="The guard's configuration.", no_args_is_help=True
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(config_app, name="config")
 
-ConfigFileOpt = option(
+ConfigFileOpt = Annotated[
     Path | None,
-    "A ragguard.toml whose custom [profiles.NAME] tables are included.",
-    "--config",
-    "-c",
-    metavar="FILE",
-)
+    typer.Option(
+        "--config",
+        "-c",
+        metavar="FILE",
+        help="A ragguard.toml whose custom [profiles.NAME] tables are included.",
+    ),
+]
 
 _PROFILE_FIELDS = (
     ("tolerance", "distractor tolerance"),
@@ -46,12 +48,13 @@ def _value(profile: Any, field: str) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _profiles(config: Path | None) -> dict[str, Any]:
+def _profiles(config: Path | None, *names: str) -> dict[str, Any]:
+    """The profiles ``names`` (default: every built-in and custom one), resolved."""
     from ragguard.config import GuardConfig
     from ragguard.profiles import BUILTIN_PROFILES, resolve_profile
 
     custom = GuardConfig.from_file(config).profiles if config is not None else {}
-    names = [*BUILTIN_PROFILES, *(n for n in custom if n not in BUILTIN_PROFILES)]
+    names = names or (*BUILTIN_PROFILES, *(n for n in custom if n not in BUILTIN_PROFILES))
     return {n: resolve_profile(n, custom) for n in names}
 
 
@@ -100,11 +103,7 @@ def profiles_show(
 ) -> None:
     """Show one profile: its distractor rules and runtime defaults."""
     with friendly_errors(verbose):
-        from ragguard.config import GuardConfig
-        from ragguard.profiles import resolve_profile
-
-        custom = GuardConfig.from_file(config).profiles if config is not None else {}
-        p = resolve_profile(name, custom)
+        p = _profiles(config, name)[name]
         if as_json:
             out.print_json(json.dumps(p.model_dump(mode="json")))
             return
@@ -202,11 +201,9 @@ def _shown(value: object) -> str:
 
 
 def _print_provenance(prov: dict[str, Any]) -> None:
-    rows: list[tuple[str, str]] = []
     said = ("tool", "created", "source", "run", "profile", "objective", "setting")
-    for key in (*said, "second_stage", "baseline", "data_sha256"):
-        if key in prov:
-            rows.append((key, str(prov[key])))
+    keys = (*said, "second_stage", "baseline", "data_sha256")
+    rows = [(key, str(prov[key])) for key in keys if key in prov]
     if "constraints" in prov:
         met = "met" if prov.get("constraints_met", True) else "NOT met"
         rows.append(("constraints", f"{', '.join(prov['constraints']) or 'none'} ({met})"))

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from ragguard.cli._common import Verbose, app, friendly_errors, option, out
+import typer
+
+from ragguard.cli._common import Verbose, app, friendly_errors, out
 from ragguard.cli._data import (
     EvalSetArg,
     ProfileOpt,
@@ -37,16 +39,20 @@ HEADERS = {
     "udcg": "UDCG",
 }
 
-MetricsOpt = option(
+MetricsOpt = Annotated[
     list[str] | None,
-    "Metric strings, comma-separated or repeated (e.g. ndcg@10,udcg@5). Default: "
-    f"{', '.join(TRADITIONAL)} and {', '.join(DISTRACTION_AWARE)}, at --k.",
-    "--metrics",
-    "-m",
-    metavar="METRICS",
-)
-KOpt = option(int, "Cutoff of the default metrics.", "--k", "-k", min=1, metavar="INT")
-JsonOpt = option(bool, "Print JSON instead of a table.", "--json")
+    typer.Option(
+        "--metrics",
+        "-m",
+        metavar="METRICS",
+        help="Metric strings, comma-separated or repeated (e.g. ndcg@10,udcg@5). Default: "
+        f"{', '.join(TRADITIONAL)} and {', '.join(DISTRACTION_AWARE)}, at --k.",
+    ),
+]
+KOpt = Annotated[
+    int, typer.Option("--k", "-k", min=1, metavar="INT", help="Cutoff of the default metrics.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def split_metrics(values: list[str] | None) -> list[str]:

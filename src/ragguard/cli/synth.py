@@ -30,8 +30,6 @@ QUESTION_TOKENS = 64  # the longest reply asked of a model: a question, not an e
 
 @dataclass(frozen=True)
 class Writer:
-    """The model that writes the questions (none: built without one) and its progress file."""
-
     backend: Backend | None = None
     model: str | None = None
     model_id: str | None = None

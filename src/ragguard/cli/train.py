@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -66,17 +66,19 @@ MaxLengthOpt = option(
     int, "Tokens per text (bi-encoder) or per pair (cross-encoder).", min=8, metavar="INT"
 )
 DeviceOpt = option(str | None, "torch device: cpu, cuda, cuda:1, mps.", metavar="DEVICE")
-PretrainDataOpt = option(
+PretrainDataOpt = Annotated[
     Path | None,
-    "Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
-    'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
-    '"isgold"}]}): a first training phase of the neural candidates. Questions and '
-    "passages of the eval set are left out; the licence file beside the data is "
-    "copied into --out when the written model used it.",
-    "--pretrain-data",
-    metavar="PATH",
-    rich_help_panel="Training",
-)
+    typer.Option(
+        "--pretrain-data",
+        help="Offline pre-training questions (JSONL or .jsonl.gz, or a folder of them, "
+        'in the NQ-open oracle layout {"question", "ctxs": [{"title", "text", '
+        '"isgold"}]}): a first training phase of the neural candidates. Questions and '
+        "passages of the eval set are left out; the licence file beside the data is "
+        "copied into --out when the written model used it.",
+        metavar="PATH",
+        rich_help_panel="Training",
+    ),
+]
 HoldoutOpt = option(
     float,
     "calibrate's held-out fraction: these queries are never read (use the same "
@@ -93,22 +95,26 @@ ValidationOpt = option(
     metavar="FLOAT",
 )
 SeedOpt = option(int, "Seed of the splits and training.", min=0, metavar="INT")
-OutDirOpt = option(
+OutDirOpt = Annotated[
     Path,
-    "Folder to write the scorer and its model card to (must not exist or be "
-    "empty, unless --overwrite; never one holding an input). Nothing is written "
-    "when no candidate clearly beats the base.",
-    "--out",
-    metavar="DIR",
-    rich_help_panel="Output",
-)
-OverwriteOpt = option(
+    typer.Option(
+        "--out",
+        help="Folder to write the scorer and its model card to (must not exist or be "
+        "empty, unless --overwrite; never one holding an input). Nothing is written "
+        "when no candidate clearly beats the base.",
+        metavar="DIR",
+        rich_help_panel="Output",
+    ),
+]
+OverwriteOpt = Annotated[
     bool,
-    "Replace an --out folder that train-reranker wrote (its "
-    "ragguard-written.json lists what); one holding anything else is refused.",
-    "--overwrite",
-    rich_help_panel="Output",
-)
+    typer.Option(
+        "--overwrite",
+        help="Replace an --out folder that train-reranker wrote (its "
+        "ragguard-written.json lists what); one holding anything else is refused.",
+        rich_help_panel="Output",
+    ),
+]
 
 
 MODEL: FlagGroup[dict[str, Any]] = group(
