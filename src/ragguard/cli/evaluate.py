@@ -11,15 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ragguard.cli._common import Verbose, app, friendly_errors, out
-from ragguard.cli._data import (
-    EvalSetArg,
-    ProfileOpt,
-    ProfilesOpt,
-    RunOpt,
-    ScoreKindOpt,
-    load_evalset_for_cli,
-    profile_for_cli,
-)
+from ragguard.cli._data import EvalSetArg, ProfileOpt, ProfilesOpt, RunOpt, ScoreKindOpt
 
 if TYPE_CHECKING:
     from ragguard.calibration import EvalSet
@@ -81,6 +73,7 @@ def _means(
 ) -> tuple[EvalSet, dict[str, dict[str, float | str]]]:
     """The eval set and, per run, the means of ``metrics``."""
     from ragguard.calibration import evaluate as compute_means
+    from ragguard.cli._data import load_evalset_for_cli, profile_for_cli
     from ragguard.errors import EvalSetError
 
     es = load_evalset_for_cli(evalset, run, score_kind=score_kind)
