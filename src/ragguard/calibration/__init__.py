@@ -16,25 +16,8 @@ sweep the guard's settings to recommend a config.
 
 Importing ``ragguard`` does not import this package; it loads on first use.
 
-This package exports what a user calls: loading
-([`load_evalset`][ragguard.calibration.load_evalset],
-[`load_inputs`][ragguard.calibration.load_inputs]), [`evaluate`][ragguard.calibration.evaluate],
-calibrating ([`Calibrator`][ragguard.calibration.Calibrator] with its option objects, or
-[`calibrate`][ragguard.calibration.calibrate] with the same fields as keywords), the result,
-[`write_report`][ragguard.calibration.write_report],
-[`train_reranker`][ragguard.calibration.train_reranker] and
-[`Annotator`][ragguard.calibration.Annotator] (whose keyword face is
-``ragguard.calibration.annotate.annotate``: the function keeps its wing's name, so it is not
-exported here, where it would hide the ``annotate`` package). Everything else stays importable from
-its module: ``data`` (the eval-data model, arrays, utilities), ``metrics`` (the registry and each
-metric), ``fit`` (the sweep, statistics, guarantees, probability maps), ``report``, ``train`` and
-``annotate``.
-
-The rule: the runtime applies, calibration fits. The runtime guard (every module of
-``ragguard`` outside ``calibration`` and ``cli``) never imports this package; this
-package reads the runtime's policy, configs and scores to fit them. Its wings and layers
-are drawn in ``DESIGN.md``; the ``[tool.importlinter]`` contracts of ``pyproject.toml``
-hold them (``lint-imports``).
+The runtime applies, calibration fits: no module of ``ragguard`` outside ``calibration``
+and ``cli`` imports this package (its wings and layers: ``DESIGN.md``, ``lint-imports``).
 """
 
 from ragguard.calibration.annotate import Annotator

@@ -1,13 +1,10 @@
-"""Numbers and intervals as calibrate prints them: the console, ``--json``'s strings,
-the report and the provenance all format through these functions (and the provenance's
-numbers through ``finite``)."""
+"""Numbers and intervals as calibrate prints them (console, ``--json``, report and
+provenance all format through these)."""
 
 from __future__ import annotations
 
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-
-__all__ = ["ceil_number", "finite", "floor_number", "format_interval", "format_number"]
 
 _MAX_DIGITS = 12
 
@@ -62,21 +59,21 @@ def floor_number(value: float, digits: int = 3) -> str:
     """``value`` rounded **down** to ``digits`` decimals: a certified lower bound is
     printed no higher than it is (0.8999 as 0.899, never as 0.900 next to a 0.9 target
     it misses); ``n/a`` when NaN."""
-    if math.isnan(value):
-        return "n/a"
-    if math.isinf(value):
-        return f"{value:g}"
-    return f"{_rounded(value, digits, ROUND_FLOOR) + 0:f}"
+    return _directed(value, digits, ROUND_FLOOR)
 
 
 def ceil_number(value: float, digits: int = 3) -> str:
     """``value`` rounded **up** to ``digits`` decimals: a certified upper bound is printed
     no lower than it is; ``n/a`` when NaN."""
+    return _directed(value, digits, ROUND_CEILING)
+
+
+def _directed(value: float, digits: int, rounding: str) -> str:
     if math.isnan(value):
         return "n/a"
     if math.isinf(value):
         return f"{value:g}"
-    return f"{_rounded(value, digits, ROUND_CEILING) + 0:f}"
+    return f"{_rounded(value, digits, rounding) + 0:f}"
 
 
 def finite(value: float) -> float | str:

@@ -1,20 +1,6 @@
-"""Checks and atomic writes for the files and folders calibrate, its report, annotate and
-train-reranker write.
-
-**Staging folders.** Each command writes into a hidden staging folder beside its
-output and moves the result into place (the same file system, so each move is
-atomic). A staging folder is named ``.ragguard-[TAG]PID-HOST-RANDOM.tmp``: ``PID`` is
-the writing process, ``HOST`` a short hash of the machine's name. It is removed on the
-way out, on success, failure or Ctrl-C (``KeyboardInterrupt``); only a process
-killed outright (``kill -9``, a power cut) leaves one behind, and the next staging
-folder made in the same place removes it: every folder of exactly that pattern whose
-``HOST`` is this machine and whose process is gone. Nothing else is ever removed (not
-a folder of another machine, of a live process, nor one named otherwise). On Windows a
-process's liveness is not probed, so a leftover there stays until removed by hand.
-
-**Inputs are never outputs.** ``check_not_input`` refuses an output path that is
-one of the command's inputs or holds one.
-"""
+"""Checks and atomic writes for what calibrate, its report, annotate and train-reranker
+write. Staging folders ``.ragguard-[TAG]PID-HOST-RANDOM.tmp`` beside the output are
+moved into place and removed on the way out (``staging_folder`` says when a stale one goes)."""
 
 from __future__ import annotations
 
@@ -29,12 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ragguard.errors import ConfigError, RagguardError
-
-__all__ = [
-    "check_not_input",
-    "check_output_path",
-    "staging_folder",
-]
 
 #: ``.ragguard-`` + an optional tag (letters and ``-``) + PID + host hash + tempfile's
 #: random part + ``.tmp``.
@@ -114,8 +94,7 @@ def _alive(pid: int) -> bool:
 
 
 def _remove_stale_staging(folder: Path) -> None:
-    """Remove the staging folders in ``folder`` left by dead processes of this machine
-    (see the module docstring)."""
+    """Remove the staging folders in ``folder`` left by dead processes of this machine."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -133,11 +112,9 @@ def _remove_stale_staging(folder: Path) -> None:
 
 @contextmanager
 def staging_folder(folder: Path, *, tag: str = "") -> Iterator[Path]:
-    """A new hidden staging folder inside ``folder`` (named as the module docstring
-    says, ``tag`` a lowercase word such as ``train``) to write files in before they are
-    moved into place. The stale staging folders of dead processes in ``folder`` are
-    removed first. The new one is removed on the way out, with whatever is still in it,
-    on success, failure or ``KeyboardInterrupt``."""
+    """A new staging folder in ``folder`` (``tag``: a lowercase word), removed on the way
+    out, whatever happens. First removes the stale ones: exactly that name pattern, this
+    HOST, its process gone (never probed on Windows); nothing else is ever removed."""
     if tag and not re.fullmatch(r"[a-z]+", tag):
         raise ValueError(f"tag must be lowercase letters, got {tag!r}")
     _remove_stale_staging(folder)

@@ -1,7 +1,5 @@
-"""The ``ragguard`` command: one typer app (``_common``); each command lives in its own
-module of this package and registers on ``app``. Every command runs inside
-``friendly_errors`` (one line and exit 1 for the library's errors, ``--verbose`` for the
-traceback); progress and messages go to stderr, results to stdout."""
+"""The ``ragguard`` command: one typer app (``_common``); each command registers on it from
+its own module (see DESIGN.md and the command-line guide)."""
 
 from __future__ import annotations
 
@@ -20,9 +18,7 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """Entry point of the ``ragguard`` console script."""
-    # pyarrow's allocator (mimalloc) keeps freed pages for a while before giving them back;
-    # in this process a large file's parse buffers are freed once and never reused, so
-    # give them back at once (about 200 MB per 100,000 x 100 run). Read when pyarrow
-    # loads, which is later; a value set by the user stays.
+    # pyarrow's mimalloc keeps freed pages a while; a large file's parse buffers are never
+    # reused here, so give them back at once (~200 MB per 100,000 x 100 run)
     os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
     app()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,21 +14,28 @@ from rich.markup import escape
 from ragguard import __version__
 from ragguard.errors import RagguardError
 
-__all__ = ["Verbose", "app", "err", "error_line", "friendly_errors", "out"]
-
 app = typer.Typer(
     name="ragguard",
     help="Decide which retrieved passages reach your LLM: calibrate, evaluate, compare.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    # Plain click help: every help text is shown as written (square brackets such as
-    # [profiles.NAME] included, no rich markup), flags carry no type, and it wraps to the
-    # terminal's width.
+    # plain click help: texts as written ([profiles.NAME] kept), untyped flags, terminal width
     rich_markup_mode=None,
 )
 out = Console()  # results
 err = Console(stderr=True)  # progress, messages, errors
+
+
+def say(text: str, console: Console = out) -> None:
+    """Print ``text`` as written: no highlighting, wrapped by the terminal, not by rich."""
+    console.print(text, highlight=False, soft_wrap=True)
+
+
+def option(kind: Any, help: str, *names: str, **settings: Any) -> Any:
+    """``Annotated[kind, typer.Option(*names, help=help, **settings)]``."""
+    return Annotated[kind, typer.Option(*names, help=help, **settings)]
+
 
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks and debug logs.")]
 
@@ -42,18 +49,15 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
     ] = False,
 ) -> None:
     """ragguard: distraction-aware calibration and a runtime context guard for RAG."""
 
 
 def error_line(exc: BaseException) -> str:
-    """The one line a command prints for ``exc``: the message, or for a file-system
-    error the path and the reason (``out/ragguard.toml: Permission denied``; for a move,
-    the destination). A message that spans lines (one a library wrapped, e.g. a
-    transformers loading error carried in a ragguard error) is joined into one."""
+    """The one line a command prints for ``exc``: the message joined into one line, or for a
+    file-system error the path (for a move, the destination) and the reason."""
     if isinstance(exc, OSError) and exc.strerror:
         where = exc.filename2 if exc.filename2 is not None else exc.filename
         text = f"{where}: {exc.strerror}" if where is not None else exc.strerror
@@ -79,13 +83,9 @@ class _ConsoleHandler(logging.Handler):
 
 @contextmanager
 def friendly_errors(verbose: bool = False) -> Iterator[None]:
-    """Turn ragguard's errors (invalid settings included) and file-system errors into one
-    clear line on stderr and exit code 1; with ``verbose``, log at DEBUG and re-raise for
-    the traceback. Any other exception is a bug and keeps its traceback.
-
-    Without ``verbose``, the library's warnings (``logging``) print on stderr as
-    ``warning: ...`` while the command runs (and nowhere else, so once each).
-    """
+    """Library and file-system errors as one line on stderr and exit 1 (with ``verbose``:
+    DEBUG logs and the traceback); other exceptions are bugs and keep theirs. The library's
+    warnings print as ``warning: ...`` while it runs."""
     handler: logging.Handler | None = None
     if verbose:
         logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s: %(message)s")

@@ -19,20 +19,6 @@ if TYPE_CHECKING:
     from ragguard.calibration import EvalSet
     from ragguard.calibration.data.records import Run
 
-__all__ = [
-    "EvalSetArg",
-    "ProfileOpt",
-    "ProfilesOpt",
-    "RunOpt",
-    "ScoreKindOpt",
-    "compact_table",
-    "live_run",
-    "load_evalset_for_cli",
-    "profile_for_cli",
-    "progress_bars",
-    "query_count",
-]
-
 
 def compact_table(title: str | None = None) -> Table:
     """A table that fits 80 columns: a rule under the header, one space between columns."""
@@ -81,12 +67,7 @@ ProfilesOpt = Annotated[
 
 
 def profile_for_cli(name: str, profiles: Path | None) -> Profile:
-    """The profile ``--profile`` names: a built-in one, or a custom one from the
-    ``[profiles.NAME]`` tables of ``--profiles FILE``.
-
-    Raises:
-        ConfigError: the file is missing or malformed, or the name is unknown.
-    """
+    """The built-in profile ``name``, or a custom one of ``--profiles FILE``."""
     from ragguard.config import GuardConfig, load_toml
 
     custom: dict[str, ProfileSpec] = {}
@@ -106,14 +87,6 @@ ScoreKindOpt = Annotated[
 ]
 
 
-def query_count(evalset: EvalSet) -> str:
-    """``51 queries``, or ``51 queries (3 unanswerable: judged, none relevant)``: what the
-    commands that read an eval set say about it after loading."""
-    n, k = len(evalset.qids), len(evalset.unanswerable)
-    text = f"{n} {'query' if n == 1 else 'queries'}"
-    return text + (f" ({k} unanswerable: judged, none relevant)" if k else "")
-
-
 def load_evalset_for_cli(
     path: Path,
     runs: list[Path] | None,
@@ -123,10 +96,8 @@ def load_evalset_for_cli(
     texts: bool = True,
     corpus: list[Path] | None = None,
 ) -> EvalSet:
-    """Load the eval set and its runs (and call a live retriever), with a progress bar for
-    the retrieval; without ``texts``, no passage text is kept; ``corpus``: what a RAGAS
-    testset's contexts are matched against (see ``load_evalset``). Loading problems are
-    logged once by the loader (a warning, which ``friendly_errors`` prints on stderr)."""
+    """The eval set and its runs (a live retriever's too); without ``texts``, no passage
+    text kept; ``corpus``: what a RAGAS testset's contexts are matched against."""
     from ragguard.calibration.data.inputs import add_run, load_factory, load_inputs
 
     evalset = load_inputs(
@@ -144,9 +115,7 @@ def load_evalset_for_cli(
 
 
 def live_run(evalset: EvalSet, spec: str, instance: object, *, score_kind: ScoreKind | None) -> Run:
-    """The run of the retriever that ``--retriever spec`` built (``instance``) over every
-    query of ``evalset``, with a progress bar; named by the factory, as ``calibrate``
-    names a live run."""
+    """The run of ``--retriever spec`` (``instance``) over every query, with a progress bar."""
     from ragguard.calibration.data.inputs import retrieve_run
 
     name = spec.rpartition(":")[2] or "retriever"
@@ -162,11 +131,9 @@ def live_run(evalset: EvalSet, spec: str, instance: object, *, score_kind: Score
 
 
 class CountColumn(ProgressColumn):
-    """``done/total`` of a task, or nothing while its total is unknown (a count that
-    cannot be known is not shown as ``0/?``)."""
+    """``done/total``, or nothing while the total is unknown (never ``0/?``)."""
 
     def render(self, task: Task) -> Text:
-        """The count, or an empty text."""
         if task.total is None:
             return Text("")
         return Text(f"{int(task.completed)}/{int(task.total)}", style="progress.download")

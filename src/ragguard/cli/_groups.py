@@ -1,14 +1,6 @@
-"""Option groups for typer commands: each group declares its flags once and builds one
-value from them (an option object of the library, or what the command needs), and
-``grouped`` hands the command the built values while typer sees every flag.
-
-typer has no option groups: it reads a command's flags from the function's signature.
-``grouped`` gives typer a wrapper whose signature is the command's own parameters
-with each grouped parameter replaced by its group's flags (each with
-``rich_help_panel`` set to the group's title); the wrapper builds each group's value
-from its flags and calls the command with it. ``--help`` lists each group under its
-title (``GroupedCommand``, for the plain click help the app prints).
-"""
+"""Option groups for typer commands, which has none: ``grouped`` shows typer each grouped
+parameter as its group's flags (under the group's title in ``--help``) and calls the
+command with the value the group builds from them."""
 
 from __future__ import annotations
 
@@ -19,34 +11,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass
 from typing import Annotated, Any, Generic, TypeVar, get_args
 
-import typer
 from typer.core import TyperCommand
 
 from ragguard.cli._common import friendly_errors
-
-__all__ = ["Flag", "FlagGroup", "GroupedCommand", "group", "grouped", "option"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def option(kind: Any, help: str, *names: str, **settings: Any) -> Any:
-    """``Annotated[kind, typer.Option(*names, help=help, **settings)]``: a grouped flag's
-    type and option (a command's own parameters spell ``Annotated``, which type checkers
-    read)."""
-    return Annotated[kind, typer.Option(*names, help=help, **settings)]
-
-
 @dataclass(frozen=True)
 class Flag:
-    """One flag of a group.
-
-    Attributes:
-        name: the parameter name the group's ``build`` receives it as.
-        annotation: ``Annotated[type, typer.Option(...)]``, as in a typer signature.
-        default: its default value; none given: its group's (``FlagGroup.default``),
-            else none (the flag is required).
-    """
+    """One flag of a group: its parameter name, ``Annotated`` type and own default
+    (none: ``FlagGroup.default``)."""
 
     name: str
     annotation: Any
@@ -55,19 +31,9 @@ class Flag:
 
 @dataclass(frozen=True)
 class FlagGroup(Generic[T]):
-    """Flags shown together under ``title`` in ``--help``, and how one value is built
-    from them.
-
-    Attributes:
-        title: the group's heading in ``--help``.
-        flags: its flags, in the order ``--help`` lists them.
-        build: called with every flag's value as a keyword argument; what it returns is
-            what the command receives. It may raise the library's errors (a bad value):
-            ``grouped`` builds inside the command's error boundary.
-        options: the library's option classes (dataclasses) whose field defaults are the
-            defaults of the flags that give none, the first with a field of the flag's
-            name, so no default is typed twice; then ``build``'s field or parameter.
-    """
+    """Flags shown under ``title`` in ``--help`` and the ``build`` that makes the command's
+    value of them (inside the command's error boundary). Flags without a default take
+    the field of ``options`` (the library's option classes), so none is typed twice."""
 
     title: str
     flags: tuple[Flag, ...]
@@ -75,8 +41,7 @@ class FlagGroup(Generic[T]):
     options: tuple[type, ...] = ()
 
     def default(self, flag: Flag) -> Any:
-        """``flag``'s default: its own, else its option field's (``options``), else
-        ``build``'s field or parameter's."""
+        """Its own default, else the field of ``options``, else ``build``'s field or parameter."""
         if flag.default is not inspect.Parameter.empty:
             return flag.default
         for owner in (*self.options, self.build):
@@ -103,15 +68,12 @@ class FlagGroup(Generic[T]):
 
 
 def group(title: str, build: Callable[..., T], *options: type, **flags: Any) -> FlagGroup[T]:
-    """``FlagGroup(title, flags, build, options)`` with ``flags`` given as name:
-    ``option(...)``, each with the default of ``options``' field or ``build``'s
-    parameter of its name."""
+    """A ``FlagGroup`` with its flags given as ``name=option(...)``."""
     return FlagGroup(title, tuple(Flag(n, a) for n, a in flags.items()), build, options)
 
 
 def _in_panel(annotation: Any, title: str) -> Any:
-    """``annotation`` (``Annotated[type, typer.Option(...)]``) with its option shown under
-    ``title`` (a copy: one option may stand in several groups)."""
+    """A copy of ``annotation`` shown under ``title`` (one option may be in several groups)."""
     kind, info = get_args(annotation)
     info = copy.copy(info)
     info.rich_help_panel = title
@@ -119,14 +81,8 @@ def _in_panel(annotation: Any, title: str) -> Any:
 
 
 def grouped(groups: Mapping[str, FlagGroup[Any]]) -> Callable[[F], F]:
-    """Present ``command`` to typer with each parameter named in ``groups`` (parameter
-    name -> group) replaced by that group's flags, and call it with the groups' built
-    values, all inside ``friendly_errors`` (with the command's ``verbose``), so that a
-    bad value is one line, as the command's own errors are.
-
-    Raises:
-        TypeError: a group's flag name repeats another parameter's (at decoration time).
-    """
+    """Show typer each parameter named in ``groups`` as its group's flags; call ``command``
+    with the built values inside ``friendly_errors``, so a bad value is one line."""
 
     def decorate(command: F) -> F:
         sig = inspect.signature(command)
@@ -141,9 +97,6 @@ def grouped(groups: Mapping[str, FlagGroup[Any]]) -> Callable[[F], F]:
                         annotation=_resolved(p.annotation, command),
                     )
                 )
-        names = [p.name for p in params]
-        if len(set(names)) != len(names):
-            raise TypeError(f"{command.__name__}: a grouped flag repeats a parameter: {names}")
 
         @functools.wraps(command)
         def wrapper(**kwargs: Any) -> Any:
@@ -162,35 +115,27 @@ def grouped(groups: Mapping[str, FlagGroup[Any]]) -> Callable[[F], F]:
 
 
 def _resolved(annotation: Any, command: Callable[..., Any]) -> Any:
-    """``annotation`` as an object: a string one (``from __future__ import
-    annotations``) evaluated in the module of ``command``, as typer would."""
+    """A string annotation evaluated in ``command``'s module, as typer would."""
     if not isinstance(annotation, str):
         return annotation
     return eval(annotation, command.__globals__)  # our own source's annotation, not data
 
 
 class GroupedCommand(TyperCommand):
-    """A command whose plain ``--help`` lists the options of each group under its title,
-    then the ungrouped ones under ``Options``."""
+    """A command whose plain ``--help`` lists each group's options under its title."""
 
     # Any: typer's own (vendored) click types, which it does not export
     def format_options(self, ctx: Any, formatter: Any) -> None:
-        """Arguments, each group in order of first appearance, the ungrouped options."""
-        args: list[tuple[str, str]] = []
-        sections: dict[str, list[tuple[str, str]]] = {}
+        """Arguments, each group in order of first appearance, then ``Options``."""
+        sections: dict[str, list[tuple[str, str]]] = {"Arguments": []}
         ungrouped: list[tuple[str, str]] = []
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is None:
                 continue
-            if param.param_type_name == "argument":
-                args.append(record)
-            else:
-                title = getattr(param, "rich_help_panel", None)
-                (sections.setdefault(title, []) if title else ungrouped).append(record)
-        if args:
-            with formatter.section("Arguments"):
-                formatter.write_dl(args)
+            argument = param.param_type_name == "argument"
+            title = "Arguments" if argument else getattr(param, "rich_help_panel", None)
+            (sections.setdefault(title, []) if title else ungrouped).append(record)
         for title, records in [*sections.items(), ("Options", ungrouped)]:
             if records:
                 with formatter.section(title):

@@ -10,9 +10,8 @@ import typer
 from rich.progress import Progress
 
 from ragguard.calibration import RerankSearch
-from ragguard.cli._groups import group, option
-
-__all__ = ["RERANK", "CorpusOpt", "RerankFlags", "rerank_search"]
+from ragguard.cli._common import option
+from ragguard.cli._groups import group
 
 CorpusOpt = Annotated[
     list[Path] | None,
@@ -27,12 +26,7 @@ CorpusOpt = Annotated[
 
 @dataclass(frozen=True, kw_only=True)
 class RerankFlags:
-    """The second-stage flags, checked; ``rerank_search`` loads what they name.
-
-    Raises:
-        ConfigError: ``--probability-map`` names no method; both ``--rerank`` and
-            ``--rerank-run``.
-    """
+    """The second-stage flags, checked (``--probability-map``; ``--rerank`` or ``--rerank-run``)."""
 
     rerank: str | None = None
     rerank_run: Path | None = None
@@ -96,16 +90,10 @@ RERANK = group(
         metavar="FOLDER",
     ),
 )
-"""``ragguard calibrate``'s second-stage flags (``rerank_search`` builds from them)."""
 
 
 def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None:
-    """The second stage the flags name (``None``: none): precomputed scores read, or
-    the reranker loaded, its scoring shown on ``progress``.
-
-    Raises:
-        ConfigError: a rerank run or reranker that cannot be read or loaded.
-    """
+    """The second stage the flags name (``None``: none): scores read or a reranker loaded."""
     if flags.rerank is None and flags.rerank_run is None:
         return None
     from ragguard.calibration.fit.rerank_scores import read_rerank_run
@@ -118,14 +106,10 @@ def rerank_search(flags: RerankFlags, progress: Progress) -> RerankSearch | None
         return RerankSearch(scores=scores, probability_map=method)
     assert flags.rerank is not None
     task = progress.add_task(f"reranking with {flags.rerank}", total=None)
-
-    def on_query(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
     return RerankSearch(
         reranker=load_reranker(flags.rerank, score_kind=flags.rerank_score_kind),
         score_kind=flags.rerank_score_kind,
         probability_map=method,
         cache_dir=flags.rerank_cache if flags.rerank_cache is not None else True,
-        on_query=on_query,
+        on_query=lambda done, total: progress.update(task, completed=done, total=total),
     )

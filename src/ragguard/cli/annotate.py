@@ -24,18 +24,14 @@ from rich.progress import (
 
 from ragguard.calibration.annotate import Outputs
 from ragguard.calibration.data.evalset import FORMATS
-from ragguard.cli._common import Verbose, app, err, out
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
+from ragguard.cli._common import Verbose, app, err, option, say
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped
 from ragguard.errors import AnnotationError
-
-__all__ = ["annotate_command", "load_chat_model", "progress_bar", "text_generator"]
 
 ProgressFn = Callable[[str, int, int], None]
 
 
 class Backend(StrEnum):
-    """Where p(NO-RESPONSE) comes from."""
-
     transformers = "transformers"
     gguf = "gguf"
     openai = "openai"
@@ -43,23 +39,18 @@ class Backend(StrEnum):
 
 
 class EndpointApi(StrEnum):
-    """Which API of an OpenAI-compatible server."""
-
     chat = "chat"
     completions = "completions"
 
 
 class UnjudgedPolicy(StrEnum):
-    """What to do with candidates that have no label."""
-
     judge = "judge"
     irrelevant = "irrelevant"
     skip = "skip"
 
 
 def load_chat_model(spec: str) -> Any:
-    """A LangChain chat model from ``module:attribute``: the attribute itself, or what
-    it returns when it is a factory (called with no arguments)."""
+    """A LangChain chat model from ``module:attribute`` (a factory is called)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise AnnotationError(
@@ -89,14 +80,8 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
     from ragguard.calibration import annotate as ann
 
     if backend in (Backend.transformers, Backend.gguf):
-        kwargs = {
-            "model_id": opts["model_id"],
-            "device": opts["device"],
-            "dtype": opts["dtype"],
-            "batch_size": opts["batch_size"],
-            "max_length": opts["max_length"],
-            "chat_template": opts["chat_template"],
-        }
+        local = ("model_id", "device", "dtype", "batch_size", "max_length", "chat_template")
+        kwargs = {name: opts[name] for name in local}
         if backend is Backend.transformers:
             return ann.TransformersEstimator(model, **kwargs)
         return ann.TransformersEstimator.from_gguf(
@@ -120,7 +105,6 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
 
 
 def _client(opts: dict[str, Any]) -> dict[str, Any]:
-    """How the openai backend reaches its server, for the estimator and the judge."""
     return {
         "base_url": opts["base_url"],
         "concurrency": opts["concurrency"],
@@ -131,18 +115,25 @@ def _client(opts: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def resumable(saved: Path, what: str) -> Iterator[None]:
-    """Ctrl-C in a long model run: say that every ``what`` so far is in ``saved`` and how
-    to resume, then exit 130 (annotate's results, synth's replies)."""
+    """Ctrl-C in a long model run: say what is saved in ``saved`` and exit 130."""
     try:
         yield
     except KeyboardInterrupt:
-        err.print(
+        say(
             f"interrupted: every {what} so far is saved in {saved}; run the same command "
             "again to resume",
-            highlight=False,
-            soft_wrap=True,
+            err,
         )
         raise typer.Exit(130) from None
+
+
+def loading(backend: Backend, model: str, threads: int | None) -> None:
+    """Say which model loads; ``--threads`` sets torch's CPU threads for the local ones."""
+    if threads is not None and backend in (Backend.transformers, Backend.gguf):
+        from ragguard._optional import require
+
+        require("torch", "annotate").set_num_threads(threads)
+    say(f"loading {backend.value} model {model} ...", err)
 
 
 def text_generator(
@@ -153,8 +144,7 @@ def text_generator(
     model_id: str | None = None,
     max_tokens: int = 256,
 ) -> Any:
-    """The ``TextGenerator`` of ``--backend`` / ``--model`` with the Local and Endpoint
-    groups' settings ``opts``: the judge's model, and ``ragguard synth``'s."""
+    """The ``TextGenerator`` of ``--backend`` / ``--model`` (the judge's, and synth's)."""
     from ragguard.calibration import annotate as ann
 
     if backend in (Backend.transformers, Backend.gguf):
@@ -177,8 +167,7 @@ def text_generator(
 
 
 def _gguf_file(path: Path, name: str | None) -> Path:
-    """The GGUF file of ``--model`` (a file, or a folder with ``--gguf-file`` or one
-    ``.gguf`` file)."""
+    """``--model``'s GGUF file (a file, or in a folder ``--gguf-file`` or its one ``.gguf``)."""
     if not path.is_dir():
         return path
     files = sorted(path.glob("*.gguf"))
@@ -187,18 +176,9 @@ def _gguf_file(path: Path, name: str | None) -> Path:
     return path / (name or files[0].name)
 
 
-def _judge(backend: Backend, model: str, estimator: Any, same: bool, opts: dict[str, Any]) -> Any:
-    from ragguard.calibration import annotate as ann
-
-    if same and backend in (Backend.transformers, Backend.gguf):
-        return ann.RelevanceJudge(estimator.generator())
-    return ann.RelevanceJudge(text_generator(backend, model, opts))
-
-
 @contextmanager
 def progress_bar(labels: Mapping[str, str]) -> Iterator[ProgressFn]:
-    """A ``progress(stage, done, total)`` that draws one bar per stage (titled
-    ``labels[stage]``) on stderr, as annotate and synth show their work."""
+    """A ``progress(stage, done, total)`` drawing one bar per stage on stderr."""
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -216,9 +196,6 @@ def progress_bar(labels: Mapping[str, str]) -> Iterator[ProgressFn]:
             bar.update(tasks[stage], completed=done, total=total)
 
         yield progress
-
-
-FLAG = ""  # the metavar of a flag: it takes no value
 
 
 BackendOpt = option(
@@ -257,7 +234,7 @@ UdcgOutOpt = option(Path | None, "Also write the UDCG authors' JSON format here.
 ProgressFileOpt = option(
     Path | None, "Where results are appended (default: OUT.progress).", metavar="FILE"
 )
-FreshOpt = option(bool, "Ignore saved results and start over.", "--fresh", metavar=FLAG)
+FreshOpt = option(bool, "Ignore saved results and start over.", "--fresh")
 UnjudgedOpt = option(
     UnjudgedPolicy | None,
     "Passages without a label: judge (ask the judge), irrelevant or skip. "
@@ -281,7 +258,6 @@ ChatTemplateOpt = option(
     "Use the tokenizer's chat template, or the plain prompt. Default: the "
     "template when there is one.",
     "--chat-template/--no-chat-template",
-    metavar=FLAG,
 )
 ThreadsOpt = option(
     int | None, "PyTorch CPU threads (on a busy machine 1 can beat all).", metavar="N"
@@ -304,8 +280,6 @@ TemperatureOpt = option(float, "Sampling temperature.", metavar="T")
 
 @dataclass(frozen=True)
 class Model:
-    """The backend and the model that measure p(NO-RESPONSE), and the id recorded."""
-
     backend: Backend
     model: str
     model_id: str | None = None
@@ -313,8 +287,6 @@ class Model:
 
 @dataclass(frozen=True)
 class Inputs:
-    """Run files, the eval set's format and corpus files."""
-
     run: list[Path] | None = None
     evalset_format: str | None = None
     corpus: list[Path] | None = None
@@ -325,20 +297,14 @@ def _relevance(
     judge_model: str | None = None,
     judge_backend: Backend | None = None,
 ) -> tuple[UnjudgedPolicy, str | None, Backend | None]:
-    """The policy for unlabelled passages (default: judge with a judge model, else
-    irrelevant), and the judge's model and backend (``None``: the measuring one's)."""
+    """The unlabelled-passage policy (default: judge with a judge model) and the judge's."""
     if unjudged is None:
         unjudged = UnjudgedPolicy.irrelevant if judge_model is None else UnjudgedPolicy.judge
     return unjudged, judge_model, judge_backend
 
 
 def _checked(**opts: Any) -> dict[str, Any]:
-    """The settings of the local backends (transformers, gguf) or of the endpoint ones
-    (openai, chat), each number checked against the library's bounds (named by its flag).
-
-    Raises:
-        AnnotationError: a number out of range.
-    """
+    """The backend settings, each number checked against the library's bounds."""
     from ragguard.calibration.annotate._checks import BOUNDS, check
 
     for name in BOUNDS.keys() & opts.keys():
@@ -397,8 +363,7 @@ ENDPOINT = FlagGroup(
 EvalsetArg = Annotated[
     Path,
     typer.Argument(
-        metavar="EVALSET",
-        help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON.",
+        metavar="EVALSET", help="Eval set: ragguard JSONL, TREC qrels, BEIR folder or UDCG JSON."
     ),
 ]
 
@@ -431,23 +396,19 @@ def annotate_command(
 
     Results are appended to OUT.progress as they come: run the same command to resume.
     """
-    from ragguard.calibration.annotate import Relevance, annotate
+    from ragguard.calibration.annotate import Relevance, RelevanceJudge, annotate
 
     opts: dict[str, Any] = {"model_id": model.model_id, **local, **endpoint}
-    backend, threads = model.backend, local["threads"]
+    backend = model.backend
     policy, judge_model, judge_backend = relevance
-    if threads is not None and backend in (Backend.transformers, Backend.gguf):
-        from ragguard._optional import require
-
-        require("torch", "annotate").set_num_threads(threads)
     name = model.model
-    err.print(f"loading {backend.value} model {name} ...", highlight=False, soft_wrap=True)
+    loading(backend, name, local["threads"])
     estimator = _estimator(backend, name, opts)
     judge = None
-    if policy is UnjudgedPolicy.judge:
-        jb = judge_backend or backend
-        jm = judge_model or name
-        judge = _judge(jb, jm, estimator, jb is backend and jm == name, opts)
+    if policy is UnjudgedPolicy.judge:  # a local model judges with the one it measures with
+        jb, jm = judge_backend or backend, judge_model or name
+        same = jb is backend and jm == name and jb in (Backend.transformers, Backend.gguf)
+        judge = RelevanceJudge(estimator.generator() if same else text_generator(jb, jm, opts))
 
     with (
         progress_bar({"judge": "judging relevance", "estimate": "p(NO-RESPONSE)"}) as progress,
@@ -463,26 +424,16 @@ def annotate_command(
             corpus=list(inputs.corpus or []),
             progress=progress,
         )
-    out.print(
+    say(
         f"annotated {summary.pairs} passages with {summary.model_id}: "
-        f"{summary.computed} computed, {summary.reused} reused from {summary.progress}",
-        highlight=False,
-        soft_wrap=True,
+        f"{summary.computed} computed, {summary.reused} reused from {summary.progress}"
     )
     if summary.judged or summary.judge_failures:
-        out.print(
-            f"relevance judged for {summary.judged} passages"
-            + (
-                f"; {summary.judge_failures} replies had no grade (left out; judged again "
-                "on the next run)"
-                if summary.judge_failures
-                else ""
-            ),
-            highlight=False,
-            soft_wrap=True,
-        )
+        failed = summary.judge_failures
+        note = f"; {failed} replies had no grade (left out; judged again on the next run)"
+        say(f"relevance judged for {summary.judged} passages" + (note if failed else ""))
     if summary.skipped:
-        out.print(f"skipped {summary.skipped} unlabelled passages", highlight=False, soft_wrap=True)
-    out.print(f"wrote {summary.out}", highlight=False, soft_wrap=True)
+        say(f"skipped {summary.skipped} unlabelled passages")
+    say(f"wrote {summary.out}")
     if summary.udcg_out is not None:
-        out.print(f"wrote {summary.udcg_out}", highlight=False, soft_wrap=True)
+        say(f"wrote {summary.udcg_out}")

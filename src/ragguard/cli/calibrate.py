@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from ragguard.calibration import Calibrator, Check, Guarantee, Search, Split, Stages
-from ragguard.cli._common import Verbose, app, err, out
+from ragguard.cli._common import Verbose, app, err, option, out
 from ragguard.cli._data import (
     EvalSetArg,
     ProfileOpt,
@@ -26,23 +26,18 @@ from ragguard.cli._data import (
     profile_for_cli,
     progress_bars,
 )
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped, option
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped
 from ragguard.cli._two_stage import RERANK, RerankFlags, rerank_search
 
 if TYPE_CHECKING:
-    from ragguard.calibration import Answerability, Constraint, UtilityRules
+    from ragguard.calibration import UtilityRules
     from ragguard.calibration.fit.steps import CommandLine
     from ragguard.profiles import Profile
     from ragguard.scores import ScoreKind
 
-__all__ = ["calibrate"]
-
 
 @dataclass(frozen=True)
 class Inputs:
-    """Where the runs come from: run files, or a live retriever (``--run``,
-    ``--retriever``, ``--score-kind``)."""
-
     run: list[Path] | None = None
     retriever: str | None = None
     score_kind: ScoreKind | None = None
@@ -50,29 +45,13 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Utilities:
-    """How labels become utilities: the profile (``--profile``, ``--profiles``) and the
-    grades counted as relevant (``None``: the profile's)."""
-
     profile: Profile
     rules: UtilityRules | None
     profiles: Path | None
 
 
 @dataclass(frozen=True)
-class Goal:
-    """What is chosen: the objective under the constraints (the evidence one among
-    them), or a recall guarantee; and the answerability floor calibrated with it."""
-
-    objective: str
-    constraints: list[Constraint]
-    guarantee: Guarantee | None
-    answerability: Answerability | None
-
-
-@dataclass(frozen=True)
 class Output:
-    """What is written: the config, the report (unless ``no_report``), and how."""
-
     out_path: Path = Path("ragguard.toml")
     report: Path = Path("ragguard-report")
     no_report: bool = False
@@ -86,17 +65,12 @@ def _utilities(
     relevant_grade: int | None = None,
     partial_grade: int | None = None,
 ) -> Utilities:
-    """The profile ``--profile`` names and the grade rules the flags give.
-
-    Raises:
-        ConfigError: an unknown profile, a bad ``--profiles`` file, bad grades.
-    """
+    """The profile and the grade rules the flags give (``--relevant-grade`` alone: binary)."""
     from ragguard.calibration import UtilityRules
 
     prof = profile_for_cli(profile, profiles)
-    rules = None  # the profile's grades, unless the command line says otherwise
+    rules = None
     if relevant_grade is not None or partial_grade is not None:
-        # --relevant-grade alone means binary relevance (no partial grade)
         rules = UtilityRules(
             relevant_grade=prof.relevant_grade if relevant_grade is None else relevant_grade,
             partial_grade=partial_grade,
@@ -112,16 +86,10 @@ def _goal(
     guarantee: str | None,
     confidence: float,
     max_false_abstain: float | None,
-) -> Goal:
-    """The objective, the constraints (the evidence one last: by default
-    ``evidence_coverage>=DEFAULT_MIN_COVERAGE``, of ``--evidence-needed`` passages when
-    given; ``--min-recall`` replaces it with ``evidence_recall>=X``, 0 turning both off;
-    none with a guarantee, which states the recall), the guarantee and the answerability
-    floor.
-
-    Raises:
-        ConfigError: a share, rule or guarantee out of range or malformed.
-    """
+) -> Calibrator:
+    """The objective, guarantee, answerability floor and constraints, the evidence one
+    last: ``evidence_coverage>=DEFAULT_MIN_COVERAGE`` (of ``--evidence-needed``), or
+    ``--min-recall``'s ``evidence_recall>=X`` (0: neither); none with a guarantee."""
     from ragguard.calibration import Constraint
     from ragguard.calibration.fit.options import Answerability
     from ragguard.calibration.fit.risk import EVIDENCE
@@ -136,7 +104,7 @@ def _goal(
         constraints.append(Constraint(COVERAGE + needs, ">=", DEFAULT_MIN_COVERAGE))
     if min_recall:
         constraints.append(Constraint(EVIDENCE, ">=", float(min_recall)))
-    return Goal(
+    return Calibrator(
         objective=objective,
         constraints=constraints,
         guarantee=None if guarantee is None else Guarantee.parse(guarantee, confidence),
@@ -151,28 +119,41 @@ def _stages(
     conflict_modes: str | None = None,  # --conflicts: a comma-separated list
     conflict_similarity: str | None = None,
 ) -> Stages:
-    """The stages after the cut, ``--conflicts`` and ``--conflict-similarity`` read as
-    lists (``_conflict_options``).
+    """The stages after the cut, with ``--conflicts`` and ``--conflict-similarity`` checked
+    before any data is read, each error naming its option."""
+    from ragguard.calibration.fit.conflict_sweep import conflict_settings
+    from ragguard.errors import ConfigError
 
-    Raises:
-        ConfigError: a value out of range, naming its option.
-    """
-    modes, levels = _conflict_options(conflict_modes, conflict_similarity)
+    names = _list_option("--conflicts", conflict_modes)
+    values: list[float] = []
+    for x in _list_option("--conflict-similarity", conflict_similarity):
+        try:
+            values.append(float(x))
+        except ValueError:
+            raise ConfigError(f"--conflict-similarity: {x!r} is not a number") from None
+    if values and not names:
+        raise ConfigError(
+            "--conflict-similarity sets the levels the conflict stage is swept at; pass "
+            "--conflicts too (e.g. --conflicts off,keep_first,drop)"
+        )
+    for flag, those, at in (
+        ("--conflicts", names, []),
+        ("--conflict-similarity", ["drop"], values),
+    ):
+        try:
+            conflict_settings(those, at)
+        except ConfigError as exc:
+            raise ConfigError(f"{flag}: {exc}") from None
     return Stages(
         max_tokens=max_tokens,
         token_counter=token_counter,
         near_duplicate_threshold=near_duplicate_threshold,
-        conflicts=modes,
-        conflict_similarities=levels,
+        conflicts=names,
+        conflict_similarities=values,
     )
 
 
 def _check(on_worse: str) -> Check:
-    """The held-out check.
-
-    Raises:
-        ConfigError: ``--on-worse`` is neither ``top-k`` nor ``stop``.
-    """
     from ragguard.errors import ConfigError
 
     if on_worse not in ("top-k", "stop"):
@@ -412,7 +393,7 @@ def calibrate(
     evalset: EvalSetArg,
     inputs: Inputs,
     utilities: Utilities,
-    goal: Goal,
+    goal: Calibrator,
     search: Search,
     stages: Stages,
     split: Split,
@@ -453,18 +434,15 @@ def calibrate(
     with progress_bars() as progress:
         second = rerank_search(rerank, progress)
         sweeps = progress.add_task("sweeping settings", total=None)
-        calibrator = Calibrator(
-            objective=goal.objective,
-            constraints=goal.constraints,
+        calibrator = replace(
+            goal,
             profile=utilities.profile,
             rules=utilities.rules,
             search=search,
             split=split,
             check=check,
-            guarantee=goal.guarantee,
             stages=stages,
             rerank=second,
-            answerability=goal.answerability,
         )
         result = calibrator.fit(
             es,
@@ -496,11 +474,7 @@ def calibrate(
         doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
         typer.echo(json.dumps(doc, indent=2))
         return
-    from ragguard.calibration.report.console import (
-        config_line,
-        print_report_line,
-        print_result,
-    )
+    from ragguard.calibration.report.console import config_line, print_report_line, print_result
 
     view = result.view(evalset=repeat)
     print_result(view, out)
@@ -518,29 +492,16 @@ def calibrate(
 #: calibrate's options the suggested commands never repeat: the inputs CommandLine holds
 #: apart, where and how the outputs are written, and the second stage a suggestion names.
 _NOT_REPEATED = frozenset(
-    {
-        "evalset",
-        "run",
-        "corpus",
-        "retriever",
-        "out_path",
-        "report",
-        "no_report",
-        "as_json",
-        "rerank",
-        "rerank_run",
-        "rerank_score_kind",
-        "verbose",
-    }
+    {"evalset", "run", "corpus", "retriever", "out_path", "report", "no_report", "as_json"}
+    | {"rerank", "rerank_run", "rerank_score_kind", "verbose"}
 )
 
 
 def _command_line(
     ctx: typer.Context, evalset: Path, inputs: Inputs, rerank: RerankFlags
 ) -> CommandLine:
-    """This command line as the suggested next steps repeat it: the eval set, runs and
-    corpus as given, and every other option given a value other than its default (the
-    outputs and the second stage left out)."""
+    """This command line as the suggested next steps repeat it: the inputs as given, every
+    other option not at its default (outputs and the second stage left out)."""
     from ragguard.calibration.fit.steps import CommandLine
 
     options: list[str] = []
@@ -573,44 +534,8 @@ def _word(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _conflict_options(modes: str | None, levels: str | None) -> tuple[list[str], list[float]]:
-    """``--conflicts`` and ``--conflict-similarity`` as lists, checked before any data is
-    read (``ragguard.calibration.fit.conflict_sweep.conflict_settings``), each error
-    naming its option."""
-    from ragguard.calibration.fit.conflict_sweep import conflict_settings
-    from ragguard.errors import ConfigError
-
-    names = _list_option("--conflicts", modes)
-    given = _list_option("--conflict-similarity", levels)
-    values: list[float] = []
-    for x in given:
-        try:
-            values.append(float(x))
-        except ValueError:
-            raise ConfigError(f"--conflict-similarity: {x!r} is not a number") from None
-    if values and not names:
-        raise ConfigError(
-            "--conflict-similarity sets the levels the conflict stage is swept at; pass "
-            "--conflicts too (e.g. --conflicts off,keep_first,drop)"
-        )
-    checks: list[tuple[str, list[str], list[float]]] = [
-        ("--conflicts", names, []),
-        ("--conflict-similarity", ["drop"], values),
-    ]
-    for flag, those, at in checks:
-        try:
-            conflict_settings(those, at)
-        except ConfigError as exc:
-            raise ConfigError(f"{flag}: {exc}") from None
-    return names, values
-
-
 def _list_option(option: str, value: str | None) -> list[str]:
-    """The comma-separated items of ``option`` (none when it is not given).
-
-    Raises:
-        ConfigError: an empty item (``drop,,off``, a trailing comma, an empty value).
-    """
+    """The comma-separated items of ``option``; an empty one is a ``ConfigError``."""
     from ragguard.errors import ConfigError
 
     if value is None:
@@ -624,8 +549,7 @@ def _list_option(option: str, value: str | None) -> list[str]:
 def _check_outputs(
     config: Path, report: Path | None, inputs: Sequence[str | os.PathLike[str] | None]
 ) -> None:
-    """Fail before the sweep when the outputs cannot be written where asked, or would
-    replace one of the command's ``inputs``."""
+    """Fail before the sweep when an output cannot be written or would replace an input."""
     from ragguard.calibration._output import check_not_input, check_output_path
     from ragguard.errors import ConfigError
 

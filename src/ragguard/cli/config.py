@@ -12,8 +12,6 @@ from rich.markup import escape
 from ragguard.cli._common import Verbose, app, err, friendly_errors, out
 from ragguard.cli._data import compact_table
 
-__all__ = ["config_app", "profiles_app"]
-
 profiles_app = typer.Typer(
     help="Tolerance profiles: distractor penalties, guard defaults.",
     invoke_without_command=True,
@@ -45,12 +43,18 @@ _PROFILE_FIELDS = (
 )
 
 
-def _profiles(config: Path | None) -> dict[str, Any]:
+def _value(profile: Any, field: str) -> str:
+    value = getattr(profile, field)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _profiles(config: Path | None, *names: str) -> dict[str, Any]:
+    """The profiles ``names`` (default: every built-in and custom one), resolved."""
     from ragguard.config import GuardConfig
     from ragguard.profiles import BUILTIN_PROFILES, resolve_profile
 
     custom = GuardConfig.from_file(config).profiles if config is not None else {}
-    names = [*BUILTIN_PROFILES, *(n for n in custom if n not in BUILTIN_PROFILES)]
+    names = names or (*BUILTIN_PROFILES, *(n for n in custom if n not in BUILTIN_PROFILES))
     return {n: resolve_profile(n, custom) for n in names}
 
 
@@ -72,17 +76,7 @@ def _print_list(config: Path | None) -> None:
     for col in ("profile", "tolerance", *numbers):
         table.add_column(col, justify="right" if col in numbers else "left")
     for name, p in _profiles(config).items():
-        table.add_row(
-            name,
-            p.tolerance,
-            f"{p.distractor_score_ratio:g}",
-            str(p.distractor_top_ranks),
-            f"{p.known_distractor_penalty:g}",
-            f"{p.hard_negative_penalty:g}",
-            str(p.max_k),
-            str(p.min_k),
-            f"{p.relative_threshold:g}",
-        )
+        table.add_row(name, *(_value(p, field) for field, _ in _PROFILE_FIELDS))
     out.print(table)
     out.print(
         "ratio / ranks: a non-relevant passage scoring >= ratio x the top score, or "
@@ -109,11 +103,7 @@ def profiles_show(
 ) -> None:
     """Show one profile: its distractor rules and runtime defaults."""
     with friendly_errors(verbose):
-        from ragguard.config import GuardConfig
-        from ragguard.profiles import resolve_profile
-
-        custom = GuardConfig.from_file(config).profiles if config is not None else {}
-        p = resolve_profile(name, custom)
+        p = _profiles(config, name)[name]
         if as_json:
             out.print_json(json.dumps(p.model_dump(mode="json")))
             return
@@ -123,8 +113,7 @@ def profiles_show(
         table.add_column("value", justify="right")
         table.add_column("meaning")
         for field, meaning in _PROFILE_FIELDS:
-            value = getattr(p, field)
-            table.add_row(field, f"{value:g}" if isinstance(value, float) else str(value), meaning)
+            table.add_row(field, _value(p, field), meaning)
         out.print(table)
 
 
@@ -155,18 +144,9 @@ def config_show(
         provenance = data.pop("provenance")
         profiles = data.pop("profiles")
         if as_json:
-            out.print_json(
-                json.dumps(
-                    {
-                        "file": str(file) if file else None,
-                        "values": {
-                            k: {"value": v, "source": cfg.source_of(k)} for k, v in data.items()
-                        },
-                        "profiles": profiles,
-                        "provenance": provenance,
-                    }
-                )
-            )
+            values = {k: {"value": v, "source": cfg.source_of(k)} for k, v in data.items()}
+            doc = {"file": str(file) if file else None, "values": values}
+            out.print_json(json.dumps({**doc, "profiles": profiles, "provenance": provenance}))
             return
         where = f"file {file}" if file else "no file (defaults and environment)"
         out.print(f"[bold]ragguard config[/] from {escape(where)}", highlight=False)
@@ -195,10 +175,7 @@ def config_schema(
     out_file: Annotated[
         Path | None,
         typer.Option(
-            "--out",
-            "-o",
-            metavar="FILE",
-            help="Write the schema to this file instead of stdout.",
+            "--out", "-o", metavar="FILE", help="Write the schema to this file instead of stdout."
         ),
     ] = None,
     verbose: Verbose = False,
@@ -224,11 +201,9 @@ def _shown(value: object) -> str:
 
 
 def _print_provenance(prov: dict[str, Any]) -> None:
-    rows: list[tuple[str, str]] = []
     said = ("tool", "created", "source", "run", "profile", "objective", "setting")
-    for key in (*said, "second_stage", "baseline", "data_sha256"):
-        if key in prov:
-            rows.append((key, str(prov[key])))
+    keys = (*said, "second_stage", "baseline", "data_sha256")
+    rows = [(key, str(prov[key])) for key in keys if key in prov]
     if "constraints" in prov:
         met = "met" if prov.get("constraints_met", True) else "NOT met"
         rows.append(("constraints", f"{', '.join(prov['constraints']) or 'none'} ({met})"))

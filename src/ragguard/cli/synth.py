@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ragguard.cli._common import Verbose, app, err
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped, option
+from ragguard.cli._common import Verbose, app, err, option, say
+from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
 from ragguard.cli.annotate import (
     ENDPOINT,
     LOCAL,
@@ -18,23 +18,18 @@ from ragguard.cli.annotate import (
     ModelIdOpt,
     ModelOpt,
     ProgressFileOpt,
+    loading,
     progress_bar,
     resumable,
     text_generator,
 )
 from ragguard.errors import ConfigError
 
-__all__ = ["synth"]
-
-QUESTION_TOKENS = 64
-"""The longest reply asked of a model: a question, not an essay."""
+QUESTION_TOKENS = 64  # the longest reply asked of a model: a question, not an essay
 
 
 @dataclass(frozen=True)
 class Writer:
-    """The model that writes the questions (none: built without one), the id recorded,
-    and the progress file of its replies."""
-
     backend: Backend | None = None
     model: str | None = None
     model_id: str | None = None
@@ -65,8 +60,7 @@ WRITER = FlagGroup(
 
 
 def _only(g: FlagGroup[Any], *names: str) -> FlagGroup[Any]:
-    """``g`` with only the flags question writing reads (annotate's judge and estimator
-    read the others), so synth shows no flag it would ignore."""
+    """``g`` with only the flags synth reads, so it shows none it would ignore."""
     return replace(g, flags=tuple(f for f in g.flags if f.name in names))
 
 
@@ -149,14 +143,8 @@ def synth(
         progress_file = writer.progress_file or Path(f"{target}.progress")
         check_not_input(progress_file, [corpus], what="--progress-file")
         opts = {**local, **endpoint}
-        if local["threads"] is not None and writer.backend in (Backend.transformers, Backend.gguf):
-            from ragguard._optional import require
-
-            require("torch", "annotate").set_num_threads(local["threads"])
         name = writer.model
-        err.print(
-            f"loading {writer.backend.value} model {name} ...", highlight=False, soft_wrap=True
-        )
+        loading(writer.backend, name, local["threads"])
         gen = text_generator(
             writer.backend, name, opts, model_id=writer.model_id, max_tokens=QUESTION_TOKENS
         )
@@ -174,10 +162,9 @@ def synth(
                 progress=progress,
             )
         for r in asked.rejected:
-            err.print(
+            say(
                 f"passage {r.source!r}: no usable question ({r.reason}): {r.reply.strip()[:80]!r}",
-                highlight=False,
-                soft_wrap=True,
+                err,
             )
         if not asked.queries:
             raise ConfigError(
@@ -187,11 +174,10 @@ def synth(
         queries, how = asked.queries, f"llm {gen.model_id}"
         provenance = {"method": "llm", **where, "model": gen.model_id}
         provenance["settings"] = dict(gen.settings())
-        err.print(
+        say(
             f"{asked.computed} replies asked, {asked.reused} reused from {progress_file}; "
             f"{len(asked.rejected)} passages rejected",
-            highlight=False,
-            soft_wrap=True,
+            err,
         )
     run = None
     if retriever is not None:
@@ -204,18 +190,16 @@ def synth(
         )
         run = live_run(labelled, retriever, instance, score_kind=None)
     write_evalset(queries, target, provenance, run)
-    err.print(
+    say(
         f"{target}: {len(queries)} queries from {len(read.passages)} passages "
         f"({how}, seed {seed}; silver labels: each query's source passage)",
-        highlight=False,
-        soft_wrap=True,
+        err,
     )
     if run is not None:
         kind = run.score_kind.value if run.score_kind else None
         hint = f"; calibrate with --score-kind {kind}" if kind not in ("similarity", None) else ""
-        err.print(
+        say(
             f"{target}: run {run.name}, the retriever's candidates for every query "
             f"({kind or 'no'} scores{hint})",
-            highlight=False,
-            soft_wrap=True,
+            err,
         )

@@ -13,15 +13,13 @@ import typer
 from rich.markup import escape
 
 from ragguard.calibration.train.reranker import RerankerTrainer, Training
-from ragguard.cli._common import Verbose, app, err, out
+from ragguard.cli._common import Verbose, app, err, option, out, say
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
-from ragguard.cli._groups import FlagGroup, GroupedCommand, group, grouped, option
+from ragguard.cli._groups import FlagGroup, GroupedCommand, group, grouped
 from ragguard.cli._two_stage import CorpusOpt
 
 if TYPE_CHECKING:
     from ragguard.calibration.fit.statistics import Interval
-
-__all__ = ["train_reranker"]
 
 
 def _auc(x: float) -> str:
@@ -199,18 +197,15 @@ def train_reranker(
             if result.base_kind == "cross-encoder"
             else f"{escape(base)} cosine, e.g. --rerank examples.rerankers:minilm"
         )
-        err.print(
+        say(
             f"[bold red]not written:[/] {escape(result.why)}; use the base as it is "
             f"({what}) or label more queries",
-            highlight=False,
-            soft_wrap=True,
+            err,
         )
         raise typer.Exit(1)
-    out.print(escape(result.why), highlight=False, soft_wrap=True)
-    out.print(
+    say(escape(result.why))
+    say(
         f"wrote {escape(str(result.path))} ({result.chosen}, {result.seconds:.1f} s); next: "
         f"ragguard calibrate {escape(str(evalset))} --rerank {escape(str(result.path))} "
-        f"--holdout {split['holdout']:g} --seed {split['seed']}",
-        highlight=False,
-        soft_wrap=True,
+        f"--holdout {split['holdout']:g} --seed {split['seed']}"
     )

@@ -1,21 +1,9 @@
-"""Vectorised metrics over ``EvalArrays``, and their
-string registry.
+"""Vectorised metrics over ``EvalArrays`` (one module per family, formulas in the
+docstrings) and their string registry.
 
-Each family lives in its own module with its formulas and edge cases in the docstrings:
-
-* ``classic`` -- precision, recall, evidence recall, evidence coverage, hit rate, MRR,
-  MAP, nDCG (linear and exponential gain), F-beta;
-* ``udcg`` -- UDCG (Eq. 4), the signed-utility DCG and its normalised form, the
-  context's total utility, UDCG_theta (Eq. 3) and its fitting routine;
-* ``distractor`` -- distractor rate, distractor harm, safety bands;
-* ``set_based`` -- RA-nWG, PROC, %PROC, N-Recall4+, N-Recall5, Precision4+, Harm.
-
-Metric strings
---------------
-``name``, ``name@k`` or ``name(param=value, ...)@k``, e.g. ``"ndcg@10"``, ``"udcg"``,
-``"udcg(gamma=0.333)@5"``, ``"ra_nwg(alpha=0.5)@5"``, ``"f2@10"`` (F-beta with beta = 2;
-``"f1"``, ``"f0.5"`` likewise). Names are case-insensitive. Without ``@k`` a metric
-reads each query's whole candidate list.
+Metric strings: ``name``, ``name@k`` or ``name(param=value, ...)@k``, e.g. ``"ndcg@10"``,
+``"udcg(gamma=0.333)@5"``, ``"f2@10"`` (F-beta with beta = 2). Names are
+case-insensitive. Without ``@k`` a metric reads each query's whole candidate list.
 """
 
 from __future__ import annotations

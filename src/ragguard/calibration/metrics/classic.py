@@ -14,11 +14,8 @@ Shared conventions (checked against pytrec_eval and ranx in the tests):
 * recall and average precision divide by :math:`R`, not :math:`\min(R, k)`;
 * nDCG's ideal ranking uses every relevant document of the query, retrieved or not;
   IDCG = 0 gives nDCG = 0; negative grades count as gain 0.
-
-Each public function takes ``EvalArrays``, a cutoff
-``k`` (``None`` for the whole list) and an optional per-query ``cut`` (candidates kept
-per query, e.g. by the selection policy; the rest count as not retrieved), and returns
-one float per query.
+Each public function returns one float per query; ``cut`` (candidates kept per query)
+counts the rest as not retrieved.
 """
 
 from __future__ import annotations
@@ -31,21 +28,6 @@ from numpy.typing import ArrayLike, NDArray
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, I, discount, divide, window
 from ragguard.errors import ConfigError
-
-__all__ = [
-    "average_precision",
-    "evidence_coverage",
-    "evidence_needed",
-    "evidence_recall",
-    "f_beta",
-    "hit_rate",
-    "ndcg",
-    "ndcg_burges",
-    "precision",
-    "recall",
-    "reciprocal_rank",
-]
-
 
 # --------------------------------------------------------------------------- kernels
 

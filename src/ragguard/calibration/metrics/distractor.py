@@ -4,22 +4,6 @@ A **distractor** is a passage with negative utility :math:`u_i < 0` (a known
 distractor, a hard negative under the profile's rules, or an irrelevant passage the LLM
 does not abstain on; see ``ragguard.calibration.data.utility``). The context of a query is
 its first :math:`m = \min(k, n)` ranked candidates.
-
-* ``distractor_rate`` -- the share of the context that is a distractor;
-* ``distractor_harm`` -- the total negative utility in the context, as a positive
-  number;
-* ``safety_band`` -- SAFE / RISKY / DANGEROUS from a (mean) distractor rate.
-
-Safety bands
-------------
-``SafetyBands`` holds two thresholds on the distractor rate: below ``risky``
-(default 0.2, one passage in five) the context is SAFE; from ``risky`` up to below
-``dangerous`` (default 0.5) RISKY; from ``dangerous`` on, DANGEROUS: at least half of
-what the LLM reads argues for a wrong answer. The practitioner write-up labels its
-ranking profiles SAFE at 0%, RISKY at 49% and DANGEROUS at 62%, which these defaults
-reproduce; it also calls 67% RISKY in a before/after example, which no pair of
-thresholds can reconcile with the table, so the defaults follow the table. Set the
-thresholds to your tolerance (a strict domain might use 0.05 / 0.2).
 """
 
 from __future__ import annotations
@@ -35,8 +19,6 @@ from ragguard._fields import is_real
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, divide, window
 from ragguard.errors import ConfigError
-
-__all__ = ["SafetyBand", "SafetyBands", "distractor_harm", "distractor_rate", "safety_band"]
 
 
 def distractor_rate(
@@ -81,7 +63,8 @@ class SafetyBand(StrEnum):
 @dataclass(frozen=True, slots=True)
 class SafetyBands:
     """Distractor-rate thresholds: ``rate < risky`` is SAFE, ``risky <= rate <
-    dangerous`` RISKY, ``rate >= dangerous`` DANGEROUS."""
+    dangerous`` RISKY, ``rate >= dangerous`` DANGEROUS. The defaults reproduce the
+    practitioner write-up's table (SAFE at 0%, RISKY at 49%, DANGEROUS at 62%)."""
 
     risky: float = 0.2
     dangerous: float = 0.5

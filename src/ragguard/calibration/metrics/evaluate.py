@@ -36,8 +36,6 @@ from ragguard.scores import ScoreKind
 if TYPE_CHECKING:
     from ragguard.calibration.data.evalset import EvalSet
 
-__all__ = ["arrays_from_dicts", "evaluate"]
-
 logger = logging.getLogger(__name__)
 
 Qrels = Mapping[str, Mapping[str, float]]
@@ -118,18 +116,11 @@ def arrays_from_tables(
     profile: Profile | str | None = None,
     rules: UtilityRules | None = None,
 ) -> EvalArrays:
-    """Dense arrays from qrels and a run held as tables or dicts (see
-    ``ragguard.calibration.data.formats.tables``); the same arrays ``arrays_from_dicts``
-    gives for the dicts built from the tables' rows, once the input is checked as the
-    file readers check theirs (grades, no empty qrels or run).
-
-    Two tables read with pyarrow are joined column-wise, on integer codes; anything
-    else goes through dicts. Repeated (query, document) rows are logged as a warning
-    (the first is kept). Two non-empty dicts are converted first, and their grades
-    checked by the readers' rule only when the arrays hold one it may reject (a
-    fraction, one above the highest grade) or the conversion fails: the same errors,
-    without a second walk over every grade.
-    """
+    """Dense arrays from qrels and a run held as tables or dicts: the arrays
+    ``arrays_from_dicts`` gives for the tables' rows, the input checked as the file readers
+    check theirs. Two pyarrow tables are joined on integer codes; two non-empty dicts are
+    converted first, their grades checked by the readers' rule only when one may fail it
+    (the same errors, without a second walk over every grade)."""
     to_arrays = partial(
         arrays_from_dicts,
         score_kind=score_kind,

@@ -48,17 +48,6 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, Window, divide, window
 from ragguard.errors import ConfigError, EvalSetError
 
-__all__ = [
-    "harm",
-    "n_recall_4plus",
-    "n_recall_5",
-    "pct_proc",
-    "precision_4plus",
-    "proc",
-    "ra_nwg",
-    "rarity_weights",
-]
-
 BASE_UTILITY = {5: 1.0, 4: 0.5, 3: 0.1}
 NO_GRADE_5_WEIGHTS = {5: 1.0, 4: 1.0, 3: 0.2}
 

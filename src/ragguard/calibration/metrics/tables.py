@@ -1,16 +1,6 @@
-"""A metric at every context size at once, from prefix sums.
-
-The calibration sweep needs each metric at every context size ``c = 0..K`` (see
-``ragguard.calibration.fit.sweep``). Calling the metric K + 1 times re-reads the first c
-positions each time, O(K^2) per query: fine for K = 10, slow when the grid's caps grow to
-100. Every metric below is a function of sums over the kept prefix (hits, gains, signed
-utilities, distractors) and of the context's length, so its whole table is one
-cumulative sum over positions plus a vectorised formula per column.
-
-Each table equals ``compute(arrays, metric, cut=c)`` column by column, up to
-floating-point summation order (a test compares them on messy data); metrics not listed
-here return ``None`` and the sweep calls the registry kernel for each size.
-"""
+"""A metric at every context size ``c = 0..K`` at once, from prefix sums: one cumulative
+sum instead of K + 1 calls (O(K^2) per query when the caps grow to 100). Each table
+equals ``compute(arrays, metric, cut=c)`` column by column (tested); others: ``None``."""
 
 from __future__ import annotations
 
@@ -24,8 +14,6 @@ from ragguard.calibration.metrics import ParsedMetric
 from ragguard.calibration.metrics._common import F64, I, discount, divide
 from ragguard.calibration.metrics.classic import evidence_needed
 from ragguard.calibration.metrics.udcg import DEFAULT_GAMMA
-
-__all__ = ["prefix_table"]
 
 
 def _cumulative(x: F64, cols: int) -> F64:

@@ -1,35 +1,9 @@
-r"""The UDCG family: utility- and distraction-aware scores of the context an LLM reads.
+r"""The UDCG family (Trappolini et al.): utility- and distraction-aware scores of the context.
 
-Every metric here reads the per-candidate utilities :math:`u_i \in [-1, 1]` of
-``EvalArrays.utility`` (see
-``ragguard.calibration.data.utility`` for where they come from). The context of a query
-is its first :math:`m = \min(k, n)` ranked candidates (all :math:`n` without a cutoff,
-or the first ``cut`` when a selection policy kept fewer).
-:math:`u^+ = \max(u, 0)` and :math:`u^- = \min(u, 0)` are the positive and negative
-parts.
-
-* ``udcg`` -- the paper's training-free UDCG (Trappolini et al., Eq. 4):
-
-  .. math:: \mathrm{UDCG} = \sigma\Big(\frac{1}{m}\sum_{i=1}^{m} u_i^+
-            + \frac{\gamma}{m}\sum_{i=1}^{m} u_i^-\Big), \qquad \gamma = 1/3
-
-  With :math:`u = R\,(1 - p_{no})` this is
-  :math:`\sigma\big((\sum_{rel}(1 - p_{no}) - \gamma \sum_{irr}(1 - p_{no})) / m\big)`,
-  what the authors' code computes. Like their code it returns 0.0 for an empty context.
-  Their sample outputs were produced with ``gamma=0.333``; the default here is the
-  paper's 1/3.
-* ``udcg_dcg`` -- the practitioner write-up's form: DCG with signed utilities,
-  :math:`\sum_{i=1}^{m} u_i / \log_2(i + 1)`. Unbounded; 0 for an empty context.
-* ``udcg_ndcg`` -- ``udcg_dcg`` divided by the DCG of the best possible
-  context: the query's positive label utilities (every labelled passage, retrieved or
-  not, plus stated unlabelled relevant ones at grade 1) sorted highest first, cut at
-  k. At most 1; below 0 when distractors outweigh the relevant passages. 0 when the
-  ideal is 0 (no passage with positive utility), as nDCG.
-* ``context_utility`` -- the total utility of the context, :math:`\sum_{i=1}^{m} u_i`:
-  what a calibration sweep's per-query optimal k maximises.
-* ``udcg_theta`` -- the learned form (Eq. 3),
-  :math:`\sigma(\sum_i \alpha_i u_i^+ + \sum_i \beta_i u_i^-)` with positional
-  weights from ``fit_udcg_theta``.
+Notation: per-candidate utilities :math:`u_i \in [-1, 1]` (``EvalArrays.utility``; see
+``ragguard.calibration.data.utility``), the context the first :math:`m = \min(k, n)`
+ranked candidates (or the first ``cut``), :math:`u^+ = \max(u, 0)`,
+:math:`u^- = \min(u, 0)`. Each function's docstring holds its formula.
 """
 
 from __future__ import annotations
@@ -45,16 +19,6 @@ from ragguard._fields import is_real
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics._common import F64, discount, divide, window
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
-
-__all__ = [
-    "UDCGTheta",
-    "context_utility",
-    "fit_udcg_theta",
-    "udcg",
-    "udcg_dcg",
-    "udcg_ndcg",
-    "udcg_theta",
-]
 
 DEFAULT_GAMMA = 1.0 / 3.0
 
@@ -84,7 +48,7 @@ def udcg(
 
     Edge cases: :math:`m` is the number of passages actually in the context (a list
     shorter than k is not padded); an empty context scores 0.0, as in the authors'
-    code. Values lie in (0, 1) otherwise.
+    code (whose sample outputs used ``gamma=0.333``). Values lie in (0, 1) otherwise.
     """
     if not (isinstance(gamma, int | float) and 0.0 <= gamma <= 1.0):
         raise ConfigError(f"gamma must be in [0, 1], got {gamma!r}")
@@ -133,7 +97,8 @@ def udcg_ndcg(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None
               {\sum_{i=1}^{\min(k, M)} u^*_i / \log_2(i + 1)}
 
     where :math:`u^*_1 \ge u^*_2 \ge \dots` are the positive label utilities of the
-    query's labelled passages (retrieved or not; see the module docstring). Edge cases:
+    query's labelled passages (retrieved or not, plus stated unlabelled relevant ones at
+    grade 1). Edge cases:
     an ideal of 0 scores 0; at most 1, negative when harm outweighs gain.
     """
     top = udcg_dcg(arrays, k, cut=cut)

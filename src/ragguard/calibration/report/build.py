@@ -15,8 +15,6 @@ from ragguard.calibration.report.document import Report
 from ragguard.calibration.report.plots import draw_figures
 from ragguard.calibration.report.sections import report_blocks
 
-__all__ = ["WrittenReport", "build_report", "write_report"]
-
 logger = logging.getLogger(__name__)
 
 
@@ -27,9 +25,8 @@ def build_report(
     plots: bool = True,
     evalset: str | CommandLine | None = None,
 ) -> Report:
-    """The report of ``res`` as blocks (plots drawn when matplotlib is available and
-    ``plots`` is True); ``evalset`` is the eval set as the commands it suggests name
-    it, or the command line they repeat (default: its file)."""
+    """The report of ``res`` as blocks (plots drawn when asked and matplotlib is there);
+    ``evalset`` as in ``write_report``."""
     figs = draw_figures(res.view()) if plots else None
     blocks = report_blocks(res, figs, config_path=config_path, plots=plots, evalset=evalset)
     return Report("ragguard calibration report", tuple(blocks), figs is not None)

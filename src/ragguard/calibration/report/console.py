@@ -1,14 +1,10 @@
-"""A calibration result on the console (``ragguard calibrate`` without ``--json``): the
-runs, what the config holds and why, the held-out check, the second stage, what to try
-next, and where the config and the report went.
-
-Every printer reads the result's [`view`][ragguard.calibration.CalibrationResult.view]
-(``ResultView``), the same view ``--json``, the report and the config's provenance
-render, and prints to the ``rich`` console it is given.
-"""
+"""The console printers: a calibration result (``ragguard calibrate`` without ``--json``),
+from the result's [`view`][ragguard.calibration.CalibrationResult.view], and the tables of
+``ragguard evaluate`` and ``ragguard compare``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,9 +21,8 @@ from ragguard.calibration.fit.sweep import PASSAGES
 from ragguard.calibration.fit.view import ResultView
 
 if TYPE_CHECKING:
+    from ragguard.calibration.data.evalset import EvalSet
     from ragguard.calibration.report.build import WrittenReport
-
-__all__ = ["config_line", "print_report_line", "print_result"]
 
 
 def _table(title: str) -> Table:
@@ -47,10 +42,9 @@ def _interval(iv: Interval) -> str:
     return format_interval(iv.low, iv.high).replace(", ", ",")
 
 
-def _queries(view: ResultView) -> str:
+def query_count(evalset: EvalSet) -> str:
     """``51 queries``, or ``51 queries (3 unanswerable: judged, none relevant)``."""
-    es = view.header.evalset
-    n, k = len(es.qids), len(es.unanswerable)
+    n, k = len(evalset.qids), len(evalset.unanswerable)
     text = f"{n} {'query' if n == 1 else 'queries'}"
     return text + (f" ({k} unanswerable: judged, none relevant)" if k else "")
 
@@ -68,7 +62,7 @@ def _print_summary(view: ResultView, out: Console) -> None:
     h, w = view.header, view.written
     obj, shown = h.objective, view.evalset or h.evalset.source or ""
     out.print(
-        f"[bold]ragguard calibrate[/] {escape(shown)}: {_queries(view)}, runs "
+        f"[bold]ragguard calibrate[/] {escape(shown)}: {query_count(h.evalset)}, runs "
         f"{escape(', '.join(h.runs))}, profile {h.profile.name}",
         highlight=False,
     )
@@ -214,8 +208,7 @@ def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool, out: C
         out.print(f"[red]The {which} is worse on {obj} {where}.[/]", highlight=False)
     else:
         out.print(
-            f"{v.capitalize()} in {obj} {where}; more labelled queries would tell.",
-            highlight=False,
+            f"{v.capitalize()} in {obj} {where}; more labelled queries would tell.", highlight=False
         )
 
 
@@ -343,5 +336,66 @@ def print_report_line(paths: WrittenReport | None, out: Console, err: Console) -
         err.print(
             "[yellow]note:[/] the report has no plots: matplotlib is not installed; "
             + escape(install_hint("report")),
+            highlight=False,
+        )
+
+
+def print_metrics(
+    title: str,
+    values: Mapping[str, Mapping[str, float | str]],
+    groups: Sequence[tuple[str, Sequence[str]]],
+    out: Console,
+) -> None:
+    """``ragguard evaluate``'s table: per run (a column), the metrics of each group."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+    table.add_column("kind")
+    table.add_column("metric")
+    for r in values:
+        table.add_column(r, justify="right")
+    for n, (label, metrics) in enumerate(groups):
+        for i, m in enumerate(metrics):
+            cells = (format_number(float(row[m])) for row in values.values())
+            table.add_row(label if i == 0 else "", m, *cells)
+        if metrics and any(later for _, later in groups[n + 1 :]):
+            table.add_section()
+    out.print(table)
+
+
+def print_comparison(
+    title: str,
+    rows: Mapping[str, Mapping[str, float | str]],
+    cols: Sequence[tuple[str, str]],
+    k: int,
+    out: Console,
+) -> None:
+    """``ragguard compare``'s table (``cols``: metric and header) and, for several runs,
+    which has the highest recall, the fewest distractors and the best UDCG."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+    table.add_column("run", no_wrap=True)
+    for _, header in cols:
+        table.add_column(header, justify="right")
+    table.add_column("safety band")
+    style = {"SAFE": "green", "RISKY": "yellow", "DANGEROUS": "red"}
+    for r, means in rows.items():
+        band = str(means["safety_band"])
+        cells = (format_number(float(means[c])) for c, _ in cols)
+        table.add_row(r, *cells, f"[{style[band]}]{band}[/]")
+    out.print(table)
+    if len(rows) < 2:
+        return
+    rate = f"distractor_rate@{k}"
+    by_recall = max(rows, key=lambda r: float(rows[r][f"recall@{k}"]))
+    safest = min(rows, key=lambda r: float(rows[r][rate]))
+    best_udcg = max(rows, key=lambda r: float(rows[r][f"udcg@{k}"]))
+    out.print(
+        f"highest recall@{k}: {by_recall} (distractor rate "
+        f"{format_number(float(rows[by_recall][rate]))}, {rows[by_recall]['safety_band']}); "
+        f"fewest distractors: {safest}; best UDCG: {best_udcg}",
+        highlight=False,
+    )
+    if by_recall != safest:
+        out.print(
+            f"The highest-recall profile ({by_recall}) is not the safest: more of what "
+            "it retrieves argues for a wrong answer.",
             highlight=False,
         )

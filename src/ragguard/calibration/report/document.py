@@ -9,8 +9,6 @@ import html
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Block", "Bullets", "Figure", "Heading", "Para", "Report", "Table"]
-
 
 @dataclass(frozen=True)
 class Heading:

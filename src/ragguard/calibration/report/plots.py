@@ -17,8 +17,6 @@ from ragguard.calibration.report.document import Figure
 from ragguard.errors import MissingDependencyError
 from ragguard.policy import CutRule, PolicyParams
 
-__all__ = ["draw_figures"]
-
 
 def _figure_module() -> Any:
     """matplotlib's ``Figure`` class, or ``None`` when the ``report`` extra is missing."""
@@ -119,13 +117,7 @@ def _plot_heatmap(mpl: Any, v: ResultView) -> bytes | None:
     for a, b in zip(*np.nonzero(bad), strict=True):
         ax.add_patch(
             Rectangle(
-                (b - 0.5, a - 0.5),
-                1,
-                1,
-                fill=False,
-                hatch="///",
-                edgecolor="#f2f2f2",
-                linewidth=0,
+                (b - 0.5, a - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#f2f2f2", linewidth=0
             )
         )
     fig.colorbar(im, ax=ax, label=f"mean {objective}")
@@ -245,51 +237,39 @@ def draw_figures(v: ResultView) -> list[Figure] | None:
     if mpl is None:
         return None
     figs: list[Figure] = []
-    figs.append(
-        Figure(
-            "utility_vs_k.png",
-            "Mean utility and UDCG vs k on the calibration queries; the star marks the "
-            "guarded setting.",
-            _plot_utility_vs_k(mpl, v),
-        )
+
+    def add(name: str, caption: str, png: bytes | None) -> None:
+        if png is not None:
+            figs.append(Figure(name, caption, png))
+
+    add(
+        "utility_vs_k.png",
+        "Mean utility and UDCG vs k on the calibration queries; the star marks the "
+        "guarded setting.",
+        _plot_utility_vs_k(mpl, v),
     )
-    heat = _plot_heatmap(mpl, v)
-    if heat is not None:
-        figs.append(
-            Figure(
-                "heatmap.png",
-                f"Mean {v.header.objective} over max_k x relative_threshold (calibration "
-                "queries); the chosen setting is boxed.",
-                heat,
-            )
-        )
-    figs.append(
-        Figure(
-            "optimal_k.png",
-            "How many queries have each optimal k (argmax of cumulative utility).",
-            _plot_optimal_k(mpl, v),
-        )
+    add(
+        "heatmap.png",
+        f"Mean {v.header.objective} over max_k x relative_threshold (calibration "
+        "queries); the chosen setting is boxed.",
+        _plot_heatmap(mpl, v),
     )
-    # nothing to compare when the choice is the baseline itself
-    bvg = None if v.chosen_is_baseline else _plot_baseline_vs_guarded(mpl, v)
-    if bvg is not None:
-        figs.append(
-            Figure(
-                "baseline_vs_guarded.png",
-                f"Baseline vs guarded on the {v.retrieval_check.comparison.split} queries, "
-                "with bootstrap intervals.",
-                bvg,
-            )
-        )
+    add(
+        "optimal_k.png",
+        "How many queries have each optimal k (argmax of cumulative utility).",
+        _plot_optimal_k(mpl, v),
+    )
+    add(  # nothing to compare when the choice is the baseline itself
+        "baseline_vs_guarded.png",
+        f"Baseline vs guarded on the {v.retrieval_check.comparison.split} queries, "
+        "with bootstrap intervals.",
+        None if v.chosen_is_baseline else _plot_baseline_vs_guarded(mpl, v),
+    )
     if v.stage is not None and v.stage_top_k_check is not None:
         split = v.stage_top_k_check.comparison.split
-        if (rel := _plot_reliability(mpl, v.stage, split)) is not None:
-            figs.append(
-                Figure(
-                    "reliability.png",
-                    "Reliability of the rerank probabilities before and after the map "
-                    f"({split} pairs).",
-                    rel,
-                )
-            )
+        add(
+            "reliability.png",
+            f"Reliability of the rerank probabilities before and after the map ({split} pairs).",
+            _plot_reliability(mpl, v.stage, split),
+        )
     return figs

@@ -12,12 +12,10 @@ from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.statistics import Comparison, Interval
 from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.fit.sweep import PASSAGES, lower_is_better
-from ragguard.calibration.fit.view import Example, GuaranteeView, ResultView
+from ragguard.calibration.fit.view import CheckView, Example, GuaranteeView, ResultView
 from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
 from ragguard.config import GuardConfig
 from ragguard.policy import ConflictMode
-
-__all__ = ["PLOT_NOTE", "report_blocks"]
 
 PLOT_NOTE = (
     "Plots were not drawn: matplotlib is not installed. Install the report extra "
@@ -33,6 +31,16 @@ def _iv(iv: Interval, signed: bool = False) -> str:
     mean = format_number(iv.mean, signed=signed)
     interval = format_interval(iv.low, iv.high, 3, signed=signed)
     return f"{mean} {interval}" if interval else mean
+
+
+def _check_table(check: CheckView, baseline: str, guarded: str) -> Table:
+    """Each metric's two means, their difference and the verdict."""
+    rows = tuple(
+        (x.metric, _iv(x.baseline), _iv(x.guarded), _iv(x.difference, signed=True), x.verdict)
+        for x in check.rows
+    )
+    header = ("metric", baseline, guarded, "difference", "verdict")
+    return Table(header, rows, (False, True, True, True, False))
 
 
 # --------------------------------------------------------------------------- sections
@@ -255,22 +263,16 @@ def _selection(view: ResultView) -> list[Block]:
         )
     sign = -1.0 if lower_is_better(obj) else 1.0
     bar = s.cv_mean[b] - sign * (s.cv_se[b] if s.folds else 0.0)
-    rows = []
-    for j, (_, name) in enumerate(s.families):
-        role = []
-        if j == b:
-            role.append("best")
-        if j == c:
-            role.append("**chosen**")
-        rows.append(
-            (
-                name,
-                format_number(s.cv_mean[j]),
-                format_number(s.cv_se[j]) if s.folds else "n/a",
-                "yes" if s.cv_feasible[j] else "no",
-                ", ".join(role),
-            )
+    rows = tuple(
+        (
+            name,
+            format_number(s.cv_mean[j]),
+            format_number(s.cv_se[j]) if s.folds else "n/a",
+            "yes" if s.cv_feasible[j] else "no",
+            ", ".join(role for role, on in (("best", j == b), ("**chosen**", j == c)) if on),
         )
+        for j, (_, name) in enumerate(s.families)
+    )
     word = "at least" if sign > 0 else "at most"
     closing = (
         f"Best: {s.families[b][1]} ({format_number(s.cv_mean[b])} +/- "
@@ -286,7 +288,7 @@ def _selection(view: ResultView) -> list[Block]:
         Para(intro),
         Table(
             ("rule family", f"CV mean {obj}", "standard error", "meets constraints", ""),
-            tuple(rows),
+            rows,
             (False, True, True, False, False),
         ),
         Para(closing),
@@ -468,24 +470,10 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
             f"setting ({view.retrieval_setting}) was refitted on all queries, "
             "these included."
         )
-    rows = [
-        (x.metric, _iv(x.baseline), _iv(x.guarded), _iv(x.difference, signed=True), x.verdict)
-        for x in check.rows
-    ]
     blocks: list[Block] = [
         Heading(1, "Baseline vs guarded"),
         Para(intro),
-        Table(
-            (
-                "metric",
-                f"baseline: {view.baseline}",
-                f"guarded: {view.retrieval_choice}",
-                "difference",
-                "verdict",
-            ),
-            tuple(rows),
-            (False, True, True, True, False),
-        ),
+        _check_table(check, f"baseline: {view.baseline}", f"guarded: {view.retrieval_choice}"),
     ]
     blocks += _ceiling(view, c)
     if view.fallback is not None:
@@ -518,24 +506,11 @@ def _cost(view: ResultView) -> list[Block]:
     if cost is None:
         return []
     c = cost.check.comparison
-    rows = [
-        (x.metric, _iv(x.baseline), _iv(x.guarded), _iv(x.difference, signed=True), x.verdict)
-        for x in cost.check.rows
-    ]
+    without, guarded = f"without {cost.constraints}: {cost.top_k}", view.retrieval_choice
     return [
         Heading(1, "What the constraints cost"),
         Para(f"{cost.line()[0].upper()}{cost.line()[1:]}. {c.where()[0].upper()}{c.where()[1:]}:"),
-        Table(
-            (
-                "metric",
-                f"without {cost.constraints}: {cost.top_k}",
-                f"guarded: {view.retrieval_choice}",
-                "difference",
-                "verdict",
-            ),
-            tuple(rows),
-            (False, True, True, True, False),
-        ),
+        _check_table(cost.check, without, f"guarded: {guarded}"),
     ]
 
 
@@ -878,10 +853,8 @@ def report_blocks(
     plots: bool = True,
     evalset: str | CommandLine | None = None,
 ) -> list[Block]:
-    """The report of ``res`` as blocks, with the plots ``figs`` (``None``: not drawn,
-    because matplotlib is missing when ``plots`` is True); ``evalset`` is the eval set
-    as the commands it suggests name it, or the command line they repeat (default: its
-    file)."""
+    """The report of ``res`` as blocks, with the plots ``figs`` (``None``: not drawn, for
+    want of matplotlib when ``plots``)."""
     view = res.view(evalset=evalset)
     h = view.header
     by_name = {f.name: f for f in figs or []}

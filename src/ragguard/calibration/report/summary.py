@@ -1,51 +1,5 @@
 """A calibration result as one JSON document (``ragguard calibrate --json``), for CI
-pipelines and experiment trackers.
-
-The document (every NaN written as ``null``)::
-
-    {
-      "ragguard_version": "...", "evalset": "...",
-      "labels": "silver",                               # only when the labels were
-                                                        # generated (EvalSet.silver)
-      "profile": "support",
-      "objective": "udcg", "constraints": ["recall>=0.8"],
-      "queries": {"total": 51, "calibration": 36, "heldout": 15, "unanswerable": 0},
-      "seed": 0,
-      "recommended": {
-        "run": "bm25", "setting": "max_k=4, t=0.70",    # what the config holds
-        "two_stage": false, "second_stage": null,        # or why the reranker is (not) in
-        "feasible": true,
-        "config": {"max_k": 4, "min_k": 1, "relative_threshold": 0.7, ...},
-        "metrics": {"udcg": 0.61, ...},                # the written setting, all queries
-        "calibration_choice": {"setting": "max_k=5, t=0.70", ...},  # held-out tested
-        "baseline": {"setting": "top-5", "metrics": {...}},
-        "guarantee": null, "safety_band": "RISKY",
-        "next_steps": []                               # commands, when RISKY or worse
-      },
-      "heldout_check": {
-        "split": "held-out", "queries": 15, "level": 0.95, "setting": "max_k=5, t=0.70",
-        "metrics": {"udcg": {"baseline": 0.55, "guarded": 0.61,
-                             "difference": {"mean": 0.06, "low": 0.01, "high": 0.11},
-                             "verdict": "better"}, ...}
-      },
-      "constraint_cost": {                              # null without constraints
-        "constraints": "evidence_coverage>=0.9",
-        "best_with": {"setting": "max_k=4, t=0.70", "objective": 0.61},
-        "best_without": {"setting": "top-1", "objective": 0.63},  # calibration queries
-        "top_k_without": {"setting": "top-1", "objective": 0.63},
-        "heldout_check": {...},                         # the choice against that top-k
-        "worse": null                                   # or why the choice is worse
-      },
-      "runs": [{"run": "bm25", "setting": "...", "feasible": true, "objective": 0.61}, ...],
-      "rerank": null,                                   # or the two-stage choice,
-                                                        # with "rerank_failures": null or
-                                                        # a line on failed rerank calls
-      "answerability": null,                            # or the calibrated min_evidence
-                                                        # (--max-false-abstain): floor,
-                                                        # statement, shares caught / lost
-      "config_path": "ragguard.toml", "report": null    # or {"html": ..., "markdown": ...}
-    }
-"""
+pipelines and experiment trackers; every NaN written as ``null``."""
 
 from __future__ import annotations
 
@@ -57,8 +11,6 @@ if TYPE_CHECKING:
     from ragguard.calibration.fit.result import CalibrationResult
     from ragguard.calibration.fit.steps import CommandLine
     from ragguard.calibration.fit.view import CheckView
-
-__all__ = ["result_document"]
 
 
 def _num(value: float) -> float | None:
@@ -91,9 +43,8 @@ def result_document(
     report: dict[str, str] | None = None,
     evalset: str | CommandLine | None = None,
 ) -> dict[str, Any]:
-    """The JSON-ready document of ``result`` (see the module docstring): its
-    [`view`][ragguard.calibration.CalibrationResult.view], what the config holds as
-    ``WrittenSetting`` describes it."""
+    """The ``--json`` document of ``result``, from its
+    [`view`][ragguard.calibration.CalibrationResult.view]."""
     from ragguard import __version__
 
     v = result.view(evalset=evalset)

@@ -1,7 +1,5 @@
-"""The passages ``ragguard synth`` asks questions of: a JSONL corpus (BEIR's
-``corpus.jsonl``, or lines of ``{id, text}``), read by the data wing's one corpus reader
-([`corpus_source`][ragguard.calibration.data.formats.beir.corpus_source]), or a folder
-of ``.txt`` / ``.md`` files split into passages here."""
+"""The passages ``ragguard synth`` asks questions of: a JSONL corpus or a BEIR folder
+(the data wing's corpus reader), or a folder of ``.txt`` / ``.md`` files split here."""
 
 from __future__ import annotations
 
@@ -11,8 +9,6 @@ from pathlib import Path
 
 from ragguard.calibration.data.formats.beir import corpus_source
 from ragguard.errors import CorpusError
-
-__all__ = ["MAX_CHARS", "MAX_WORDS", "Corpus", "Passage", "read_corpus", "split_text"]
 
 MAX_WORDS = 200
 """A folder's paragraphs are merged up to this many words; a longer one is cut."""

@@ -1,15 +1,6 @@
 """Questions written by an LLM (``ragguard synth --backend ... --model ...``): one per
-sampled passage, the question a user would type that the passage answers.
-
-The model is any [`TextGenerator`][ragguard.calibration.annotate.TextGenerator] (the
-backends ``ragguard annotate`` loads: transformers, GGUF, an OpenAI-compatible endpoint,
-a LangChain chat model), asked ``QUESTION_PROMPT`` with the passage. Every reply is
-appended to a progress file as it comes
-([`ProgressStore`][ragguard.calibration.annotate.ProgressStore], annotate's), so an
-interrupted run asks again only the passages it had no reply for. A reply is rejected,
-and reported, when it holds no question, copies the passage (its words equal to the
-passage's or a run of them) or repeats a question already made.
-"""
+sampled passage, every reply appended to a progress file (a re-run resumes); a reply
+is rejected, and reported, for the reasons ``rejection`` gives."""
 
 from __future__ import annotations
 
@@ -23,8 +14,6 @@ from ragguard.calibration.annotate import ProgressStore, TextGenerator, pair_has
 from ragguard.calibration.synth.corpus import Corpus
 from ragguard.calibration.synth.queries import SynthQuery, folded, sample
 from ragguard.errors import AnnotationError, ConfigError
-
-__all__ = ["QUESTION_PROMPT", "Asked", "Rejected", "ask", "parse_question", "rejection"]
 
 QUESTION_PROMPT = (
     "Write one short question that the passage below answers, as a user would type it "

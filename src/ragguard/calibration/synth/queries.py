@@ -1,18 +1,6 @@
-"""Questions made from passages without a model: each query is built from one sampled
-passage alone, and that passage is its one relevant document (a silver label: another
-passage that also answers it counts as not relevant).
-
-Methods (``METHODS``), all deterministic for a seed:
-
-- ``keyphrases``: the passage's ``words`` content words of highest tf-idf (idf over the
-  whole corpus), in the order the passage first uses them, lower-cased;
-- ``cloze``: the passage's sentence of highest summed idf (among its first three), its
-  rarest word removed (the answer a user would ask for), cut to ``words`` words around
-  where that word was, lower-cased, after ``what``.
-
-The eval set written is ragguard's JSONL; each line's ``metadata.synth`` says how it was
-made (method, seed, n, the corpus and its split, ``labels: silver``).
-"""
+"""Questions made from passages without a model (``METHODS``, deterministic for a seed):
+each from one sampled passage, its one relevant document (a silver label); each JSONL
+line's ``metadata.synth`` says how it was made."""
 
 from __future__ import annotations
 
@@ -32,8 +20,6 @@ from ragguard.errors import ConfigError, CorpusError
 
 if TYPE_CHECKING:
     from ragguard.calibration.data.records import Run
-
-__all__ = ["METHODS", "SynthQuery", "folded", "sample", "synthesize", "write_evalset"]
 
 METHODS = ("keyphrases", "cloze")
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -74,6 +60,7 @@ def _content(tokens: Iterable[str]) -> list[str]:
 
 
 def _keyphrases(p: Passage, idf: dict[str, float], words: int) -> list[str]:
+    """The ``words`` content words of highest tf-idf, in the passage's order."""
     terms = _content(_tokens(f"{p.title} {p.text}"))
     tf = Counter(terms)
     weight = {t: (1 + math.log(c)) * idf.get(t, 0.0) for t, c in tf.items()}
@@ -82,6 +69,8 @@ def _keyphrases(p: Passage, idf: dict[str, float], words: int) -> list[str]:
 
 
 def _cloze(p: Passage, idf: dict[str, float], words: int) -> list[str]:
+    """``what`` and the ``words`` words around the rarest word, taken out, of the sentence
+    of highest summed idf among the first three."""
     sentences = [s for s in _SENTENCE.split(p.text.strip())[:3] if _content(_tokens(s))]
     if not sentences:
         return []
