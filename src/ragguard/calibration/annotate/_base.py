@@ -7,8 +7,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["AbstentionEstimator", "Pair", "TextGenerator"]
-
 
 @dataclass(frozen=True, slots=True)
 class Pair:

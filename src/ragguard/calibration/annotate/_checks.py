@@ -1,12 +1,6 @@
-"""The numeric settings of the annotation backends, and their one check.
-
-The library's constructors and ``ragguard annotate`` check numbers against the same
-table, so ``concurrency=0``, ``timeout=-1``, ``--timeout nan`` or ``--samples 10**9``
-give one [`AnnotationError`][ragguard.AnnotationError] that names the setting, never a
-traceback from deep inside httpx or PyTorch, and never a run that waits forever. The
-upper bounds only stop values that cannot be meant (a day per request, a million
-retries); they are far above anything a real run uses.
-"""
+"""The numeric settings of the annotation backends and of ``ragguard annotate``, and their
+one check: a bad value is one [`AnnotationError`][ragguard.AnnotationError] naming it (the
+upper bounds stop only values that cannot be meant)."""
 
 from __future__ import annotations
 
@@ -15,8 +9,6 @@ import numbers
 from dataclasses import dataclass
 
 from ragguard.errors import AnnotationError
-
-__all__ = ["BOUNDS", "Bound", "check"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,22 +16,12 @@ from typing import Any, Literal, TypeVar
 
 from ragguard.calibration._output import check_not_input, check_output_path
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
-from ragguard.calibration.annotate._judge import RelevanceJudge
+from ragguard.calibration.annotate._prompts import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
 from ragguard.calibration.data.evalset import EvalSet, load_evalset
 from ragguard.calibration.data.texts import PathLike, Texts
 from ragguard.calibration.data.utility import UtilityRules
 from ragguard.errors import AnnotationError
-
-__all__ = [
-    "AnnotationSummary",
-    "Annotator",
-    "Outputs",
-    "Progress",
-    "Relevance",
-    "Unjudged",
-    "annotate",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -1,20 +1,6 @@
-"""The progress file: every result appended as it is computed, read back on a re-run.
-
-One JSON object per line::
-
-    {"kind": "no_response", "key": "3f2a...", "query_id": "q1", "doc_id": "d3",
-     "pair": "9b1c...", "p": 0.031}
-    {"kind": "relevance", "key": "77e0...", "query_id": "q1", "doc_id": "d4",
-     "pair": "02aa...", "relevant": false, "motivation": "..."}
-    {"kind": "question", "key": "5c9d...", "query_id": "", "doc_id": "d7",
-     "pair": "e41b...", "reply": "..."}
-
-``key`` hashes the estimator's (or judge's) settings and ``pair`` hashes the question
-and passage texts, so a result is reused only for the same model, prompt and options
-on the same texts. Each line is written and flushed at once; a line cut short by a
-crash or an interrupt is dropped when the file is opened again, and everything before
-it is kept.
-"""
+"""The progress file: one JSON line per result, appended and flushed as it is computed,
+keyed by the settings' hash and the texts' hash, read back on a re-run (a line cut short
+by an interrupt is dropped)."""
 
 from __future__ import annotations
 
@@ -27,8 +13,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from ragguard.errors import AnnotationError
-
-__all__ = ["ProgressStore", "pair_hash", "settings_key"]
 
 logger = logging.getLogger(__name__)
 #: What a saved result is keyed by: the settings, the pair's ids and the hash of its texts.
