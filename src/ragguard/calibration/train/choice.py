@@ -1,25 +1,6 @@
-"""How ``train-reranker`` chooses (see ``ragguard.calibration.train.reranker``): pair
-AUCs on the validation queries, the paired bootstrap of a candidate's gain over the
-base, and the rule that writes a candidate only when that gain is shown.
-
-**The choice.** Each candidate is scored on the validation queries by two AUCs: relevant
-vs labelled distractor and relevant vs every other candidate (the share of (relevant,
-negative) pairs *of the same query* ordered correctly, ties counting half). The
-selection AUC is relevant-vs-distractor when validation has distractors, else
-relevant-vs-other. Validation must hold at least ``MIN_VALIDATION_QUERIES`` (30)
-*usable* queries, each with a relevant and a non-relevant candidate; with fewer the
-command stops before training ([`EvalSetError`][ragguard.EvalSetError] saying how many
-more labelled queries it needs), and with none it says that validation has no
-non-relevant candidate. A trained candidate is eligible only when its validation win is
-shown: its selection AUC is higher than the base's, the lower bound of the ``LEVEL``
-(95%) paired bootstrap interval of the difference (``auc_difference``:
-``N_BOOTSTRAP`` resamples of the usable validation queries, seeded by ``seed``) is
-above 0, and its other AUC is not lower. The eligible one with the best selection AUC
-is written, the interval in its card. When none is eligible **nothing is written**
-(``TrainResult.path`` is ``None``, ``TrainResult.why`` says why; the command exits 1):
-the base is as good as far as validation can tell, so use it (``--rerank
-examples.rerankers:minilm``, ``--rerank BASE_FOLDER``) or label more queries.
-"""
+"""How ``train-reranker`` chooses: pair AUCs on the validation queries, the paired
+bootstrap of a candidate's gain over the base, and the rule that writes a candidate only
+when that gain is shown (``choose``; ``docs/guides/train-reranker.md``)."""
 
 from __future__ import annotations
 
@@ -38,20 +19,6 @@ from ragguard.calibration.fit.statistics import (
 )
 from ragguard.calibration.train.pairs import ValidationQuery
 from ragguard.errors import EvalSetError
-
-__all__ = [
-    "LEVEL",
-    "N_BOOTSTRAP",
-    "Candidate",
-    "Judge",
-    "auc_difference",
-    "aucs",
-    "check_validation",
-    "choose",
-    "fmt_auc",
-    "pair_auc",
-    "why",
-]
 
 F64 = NDArray[np.float64]
 #: Level of the paired bootstrap interval of a candidate's AUC gain over the base.
@@ -125,7 +92,7 @@ class Candidate:
         auc_distractor: relevant vs labelled distractor (NaN without distractors).
         auc_other: relevant vs the other candidates.
         seconds: training time.
-        eligible: whether it beats the base (see the module docstring).
+        eligible: whether it beats the base (see ``choose``).
         note: anything worth saying (what the base is, steps run).
         gain: of a trained candidate, its selection AUC minus the base's on the usable
             validation queries, with the paired bootstrap interval
@@ -145,7 +112,7 @@ class Candidate:
 def choose(candidates: Sequence[Candidate], metric: str) -> Candidate | None:
     """The candidate to write: among the trained ones that beat the base (the first of
     ``candidates``) by ``metric`` with the lower bound of their ``gain`` interval above
-    0 and the other AUC not lower (see the module docstring), the best by ``metric``,
+    0 and the other AUC not lower, the best by ``metric``,
     then by the other AUC, the earliest on a tie; ``None`` when none does. Sets each
     one's ``eligible``."""
     other = _other(metric)

@@ -1,9 +1,6 @@
-"""The signals ``train-reranker`` computes for every (query, passage) pair it scores
-(see ``ragguard.trained.Signals``: the bi-encoder's cosine, BM25, coverage and, with a
-cross-encoder base, its score), with progress lines while they run, and the fusion
-head: a logistic regression over them (scikit-learn, ``C=1``, balanced weights, soft
-targets as weighted positive and negative copies).
-"""
+"""The signals ``train-reranker`` computes for every pair it scores
+(``ragguard.trained.Signals``), with progress lines, and the fusion head: a logistic
+regression over them."""
 
 from __future__ import annotations
 
@@ -20,15 +17,6 @@ from ragguard.calibration.train.choice import F64, Candidate, aucs
 from ragguard.calibration.train.pairs import Pair, PairTexts, ValidationQuery
 from ragguard.errors import EvalSetError
 from ragguard.trained import Lexical, Signals
-
-__all__ = [
-    "PROGRESS_EVERY_S",
-    "Features",
-    "Ticker",
-    "fit_fusion",
-    "fusion_scores",
-    "signal_matrices",
-]
 
 Progress = Callable[[str], None]
 #: Seconds between two progress lines of a long step.

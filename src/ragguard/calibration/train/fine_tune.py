@@ -1,30 +1,6 @@
-"""Fine-tune the neural candidates of ``train-reranker`` with sentence-transformers'
-trainers, stopping early on validation AUC.
-
-* **bi-encoder** (``fine_tune_bi_encoder``): a SentenceTransformer with
-  MultipleNegativesRankingLoss over (query, relevant, hard negative) triplets: each
-  relevant passage of a training query with each of its negatives, in the pair
-  builder's order (labelled distractors, judged not relevant, same-query candidates,
-  same-title passages, then random ones), at most ``4`` negatives per positive; the
-  other passages of a batch are more negatives (in-batch).
-* **cross-encoders** (``fine_tune_cross_encoder``): an existing CrossEncoder, or a
-  SentenceTransformer's weights with a new one-logit classification head
-  (``new_head=True``), trained with BinaryCrossEntropyLoss on every (query, passage)
-  pair, the grade as a soft target (``grade / highest grade``; 0 for negatives), the
-  positives weighted by negatives / positives. Saved with the ``Identity`` activation:
-  it returns logits.
-
-Both: the validation AUC (relevant vs distractor where validation has distractors, else
-relevant vs other) is measured every ``max(1, steps // 5)`` steps and the best checkpoint
-is kept; training stops after two evaluations without a gain. ``max_steps=0`` trains
-nothing and saves the starting model (it then ties with its base and is never written).
-With pre-training pairs (``--pretrain-data``), a first phase of at most ``max_steps``
-steps runs on them before the labelled pairs, without evaluation. The step budget
-(``max_steps`` steps of ``batch_size``, ``max_length`` tokens) is what bounds the time on
-a CPU. Nothing is printed: the trainer's log dicts (``{'loss': ...}``, which it prints
-to stdout) become ``say`` lines (the training loss, every ``max(1, steps // 5)``
-steps, and each validation AUC), and its progress bar, when asked for, goes to stderr.
-"""
+"""Fine-tuning the neural candidates with sentence-transformers' trainers (bi-encoder:
+MultipleNegativesRankingLoss over triplets; cross-encoders: BinaryCrossEntropyLoss, soft
+targets), an optional pre-training phase, then early stopping on validation AUC."""
 
 from __future__ import annotations
 
@@ -43,16 +19,6 @@ from numpy.typing import NDArray
 from ragguard._optional import require
 from ragguard.errors import EvalSetError, MissingDependencyError
 from ragguard.trained import load_cross_encoder, load_encoder
-
-__all__ = [
-    "FineTuning",
-    "TextPair",
-    "Validation",
-    "bi_encoder_scores",
-    "cross_encoder_scores",
-    "fine_tune_bi_encoder",
-    "fine_tune_cross_encoder",
-]
 
 NEGATIVES_PER_POSITIVE = 4
 PATIENCE = 2

@@ -1,17 +1,6 @@
-"""What ``train-reranker`` writes (see ``ragguard.calibration.train.reranker``): the
-model card (``model_card.json`` and its ``README.md``), the scorer's files, and the
-marker that lets ``overwrite`` replace the folder.
-
-**The folder.** ``out`` must not exist, be empty, or (with ``overwrite``) be a folder
-that train-reranker wrote and that holds nothing else: its marker file
-(``ragguard-written.json``) lists every file and folder the command wrote, and a folder
-without it, or holding anything it does not list, is refused, as is an ``out`` that is
-or holds one of the command's inputs (the eval set and the corpus beside it, run files,
-``corpus``, ``pretrain_data``, a local ``base`` or ``encoder``, ``inputs``). The new
-folder is written whole in a staging folder beside it (see
-``ragguard.calibration._output``) and moved into place; the old one is removed only
-after that.
-"""
+"""What ``train-reranker`` writes: the model card and its ``README.md``, the scorer's files,
+and the marker that lets ``overwrite`` replace only a folder it wrote (``check_out``),
+staged beside ``out`` and moved into place."""
 
 from __future__ import annotations
 
@@ -34,20 +23,6 @@ from ragguard.calibration.train.pairs import QuerySplit
 from ragguard.calibration.train.pretrain import PretrainData
 from ragguard.errors import ConfigError
 from ragguard.trained import CARD_NAME, CROSS_KINDS, FORMAT, Lexical, resolve_model
-
-__all__ = [
-    "MARKER",
-    "Choice",
-    "TrainResult",
-    "card_markdown",
-    "check_out",
-    "inputs_of",
-    "install",
-    "licence_files",
-    "model_card",
-    "pretrain_card",
-    "write_folder",
-]
 
 Progress = Callable[[str], None]
 #: The file in a written folder that lists what train-reranker wrote there.
@@ -157,7 +132,7 @@ def _mark(stage: Path) -> None:
 def check_out(target: Path, inputs: Sequence[PathLike], overwrite: bool) -> None:
     """Refuse an ``out`` that holds an input, that is not a folder, or that is not empty
     and either ``overwrite`` is off or it holds anything train-reranker did not write
-    (see the module docstring).
+    (its ``MARKER`` lists what it wrote).
 
     Raises:
         ConfigError: one line naming the folder and what to do.

@@ -1,25 +1,6 @@
-"""The queries and training pairs of ``train-reranker`` (see
-``ragguard.calibration.train.reranker``), and the passages of its validation queries.
-
-**Queries.** The held-out split of ``calibrate`` (``split_queries`` with the same
-``holdout`` and ``seed``) is never read: no pair, no validation figure and no corpus
-statistic comes from a held-out query, so calibrating with the trained scorer
-afterwards stays honest. Of the remaining queries a ``validation`` fraction (drawn with
-``numpy.random.default_rng([seed, 2])``) is set aside to choose; the rest train.
-
-**Pairs** (``training_pairs``), per training query: every relevant passage as a
-positive with its grade as a soft target (``grade / highest grade``); then negatives in
-this order: every labelled distractor, every passage judged not relevant, then
-same-topic ones: the ``same_query_negatives`` best-ranked unlabelled candidates of the
-same query (best rank over the runs) and ``same_title_negatives`` passages that share a
-title with one of the query's relevant passages, then ``random_negatives`` passages of
-other training queries. Titles are those the sources carry (``title`` in a corpus
-JSONL or a BEIR ``corpus.jsonl``, a UDCG passage's ``title``); ragguard's JSONL
-candidates carry none, and no format names a passage's *document* apart from its
-title, so "same document" is "same title" and nothing is guessed from id prefixes.
-Same-title and random negatives are drawn (``numpy.random.default_rng([seed, 3])``)
-from the passages of the training queries only (labelled or retrieved for them).
-"""
+"""The queries and training pairs of ``train-reranker``: calibrate's held-out queries are
+never read; the rest split into training and validation queries; per training query its
+positives, then negatives in a fixed order (``training_pairs``)."""
 
 from __future__ import annotations
 
@@ -38,19 +19,6 @@ from ragguard.errors import EvalSetError
 if TYPE_CHECKING:
     from ragguard.calibration.data.texts import Texts
 
-__all__ = [
-    "NEGATIVE_KINDS",
-    "Pair",
-    "PairTexts",
-    "QuerySplit",
-    "ValidationQuery",
-    "pair_counts",
-    "run_names",
-    "split_for_training",
-    "training_pairs",
-    "validation_queries",
-]
-
 NEGATIVE_KINDS = ("distractor", "judged", "same_query", "same_title", "random")
 
 
@@ -68,7 +36,8 @@ def split_for_training(
     evalset: EvalSet, holdout: float, validation: float, seed: int
 ) -> QuerySplit:
     """The held-out split of calibrate's ``Split(holdout=, seed=)``, and the rest cut into
-    training and validation queries (see the module docstring).
+    training and validation queries (``validation`` of them, drawn with
+    ``numpy.random.default_rng([seed, 2])``).
 
     Raises:
         EvalSetError: fewer than two queries left to train and validate on.
@@ -150,11 +119,13 @@ def training_pairs(
     random_negatives: int = 2,
     seed: int = 0,
 ) -> list[Pair]:
-    """The training pairs of ``qids`` (see the module docstring), only passages with a
-    text, per query in the documented order: relevant, distractor, judged, same_query,
-    same_title, random. Same-title and random negatives come from the passages of
-    ``qids`` only (labelled or ranked for one of them); ``title(qid, doc)`` gives a
-    passage's title (``None``: no same-title negatives)."""
+    """The training pairs of ``qids``, only passages with a text, per query: its relevant
+    passages (target ``grade / highest grade``), its distractors, its passages judged not
+    relevant, its ``same_query_negatives`` best-ranked unlabelled candidates over
+    ``runs``, ``same_title_negatives`` passages sharing a title with a relevant one, and
+    ``random_negatives`` others. Same-title and random negatives come from the passages
+    of ``qids`` only, drawn with ``numpy.random.default_rng([seed, 3])``;
+    ``title(qid, doc)`` gives a passage's title (``None``: no same-title negatives)."""
     top = _max_grade(evalset)
     ranked_of = {q: _ranked_candidates(evalset, q, runs) for q in qids}
     owner: dict[str, str] = {}  # passage -> the first training query that names it

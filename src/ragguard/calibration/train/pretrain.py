@@ -1,14 +1,6 @@
-"""Offline pre-training pairs for ``train-reranker --pretrain-data`` (see
-``ragguard.calibration.train.reranker``): questions with their gold passage, in the layout of
-NQ-open oracle files, one JSON object a line::
-
-    {"question": "who got the first nobel prize in physics",
-     "ctxs": [{"title": "List of Nobel laureates in Physics", "text": "...",
-               "isgold": true}]}
-
-The gold passage is the first of ``ctxs`` marked ``isgold``, else the first; its text is
-``title`` + newline + ``text``, as ragguard reads a corpus. Nothing is downloaded.
-"""
+"""Offline pre-training pairs for ``train-reranker --pretrain-data``: questions with their
+gold passage, in the layout of NQ-open oracle files (``read_pretrain``). Nothing is
+downloaded."""
 
 from __future__ import annotations
 
@@ -21,8 +13,6 @@ import numpy as np
 from ragguard.calibration.data.texts import PathLike, json_lines
 from ragguard.calibration.train.fine_tune import TextPair
 from ragguard.errors import ConfigError, EvalSetError
-
-__all__ = ["PretrainData", "normalise", "pretrain_pairs", "read_pretrain"]
 
 LICENCE_PREFIXES = ("LICENSE", "LICENCE", "COPYING")
 

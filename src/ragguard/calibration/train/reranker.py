@@ -1,42 +1,6 @@
-"""Train a second-stage scorer from the eval set's own labels, never worse than its base.
-
-[`train_reranker`][ragguard.calibration.train_reranker] (``ragguard train-reranker``) turns the
-labelled queries that ``ragguard calibrate`` reads into a scorer that separates relevant passages
-from the labelled distractors of *this* domain, and writes it only when it beats the untrained
-base on validation queries.
-
-The modules of the job: ``pairs`` (the split of the queries and the training pairs),
-``choice`` (the validation AUCs and the rule that writes a candidate only when its gain
-over the base is shown), ``output`` (the model card, the marker and the folder) and this
-one, the trainer.
-
-**Pre-training data** (``pretrain_data``, optional, offline): a JSONL file (or ``.gz``,
-or a folder of them) in the layout of NQ-open oracle files (``{"question", "ctxs":
-[{"title", "text", "isgold"}]}``): the gold passage (the first marked ``isgold``, else
-the first) is a positive; other questions' gold passages are negatives, those with the
-same title first, ``pretrain_negatives`` in all. Questions equal to a query of the eval
-set and gold passages labelled for any of its queries are left out (counted in the
-card), so the data cannot repeat a held-out or validation example. The neural
-candidates run a first phase on these pairs, then train on the labels; the fusion head
-does not use them. A licence file beside the data (``LICENSE*``, ``LICENCE*``,
-``COPYING*``) is copied into the output folder as ``PRETRAIN-<name>`` when the written
-model was trained on it.
-
-**The base.** ``base`` names the model to start from and to beat. A bi-encoder
-(SentenceTransformer; default the packaged all-MiniLM-L6-v2): the base score is its
-cosine. A cross-encoder (a local ``CrossEncoder`` folder, or a name in the local Hugging
-Face cache): the base score is its own score, and the bi-encoder signals use the
-packaged all-MiniLM-L6-v2. ``ragguard.trained.model_kind`` tells them apart.
-
-**Candidates** (``Candidate.name``): the ``base``'s own score; the single signals
-``cosine`` (with a cross-encoder base), ``bm25`` and ``coverage`` (IDF-weighted share of
-query words in the passage), reported for comparison; the ``fusion`` head over them
-(``ragguard.calibration.train.features``; ``ragguard.trained`` says why retrieval scores
-and ranks cannot be inputs of a runtime reranker); and the neural ``bi-encoder``,
-``cross-encoder`` (with a cross-encoder base) and opt-in ``new-cross-encoder`` (slow on a
-CPU), fine-tuned as ``ragguard.calibration.train.fine_tune`` says. The default kinds are
-in ``RerankerTrainer.kinds``, the step budget in ``Training``.
-"""
+"""The trainer of ``ragguard train-reranker``: candidate scorers trained from the eval set's
+labels, written only when one clearly beats the untrained base on validation queries
+(``docs/guides/train-reranker.md``; DESIGN.md, the train wing)."""
 
 from __future__ import annotations
 
@@ -114,8 +78,6 @@ from ragguard.trained import (
     resolve_model,
 )
 
-__all__ = ["Negatives", "RerankerTrainer", "TrainResult", "Training", "train_reranker"]
-
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
@@ -173,7 +135,7 @@ def _folder_of(target: Path) -> Iterator[Path]:
 class RerankerTrainer:
     """Training a second-stage scorer as an estimator: the settings, checked when built,
     and ``fit``, which trains candidate scorers on the calibration split and writes
-    the best one if it beats the base on validation queries (see the module docstring).
+    the best one if it clearly beats the base on validation queries (``choice.choose``).
     [`train_reranker`][ragguard.calibration.train_reranker] takes the same settings as keyword
     arguments.
 
@@ -242,7 +204,8 @@ class RerankerTrainer:
                 ``overwrite``; never one that is or holds an input).
             run: the runs whose candidates give same-query negatives and validation
                 "others" (default: every run of the eval set).
-            pretrain_data: offline pre-training questions (see the module docstring).
+            pretrain_data: offline pre-training questions (``pretrain.read_pretrain``),
+                a first training phase of the neural candidates.
             corpus: more passage texts, from files (as for calibrate).
             passages: more passage texts, by passage id (as for calibrate).
             overwrite: replace an ``out`` folder that train-reranker wrote and that holds
@@ -547,7 +510,7 @@ def train_reranker(
     progress: Progress | None = None,
 ) -> TrainResult:
     """Train candidate scorers on the calibration split and write the best one to
-    ``out`` if it beats the base on validation queries (see the module docstring): a
+    ``out`` if it clearly beats the base on validation queries (the train-reranker guide): a
     ``RerankerTrainer`` with these settings, fitted on ``evalset``. Pre-training data,
     more passage texts and ``overwrite`` are arguments of ``RerankerTrainer.fit``.
 
