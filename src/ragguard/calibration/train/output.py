@@ -8,7 +8,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,9 @@ from ragguard.calibration.fit.result import data_fingerprint
 from ragguard.calibration.fit.statistics import MIN_VALIDATION_QUERIES
 from ragguard.calibration.train.choice import LEVEL, N_BOOTSTRAP, Candidate, fmt_auc
 from ragguard.calibration.train.pairs import QuerySplit
-from ragguard.calibration.train.pretrain import PretrainData
 from ragguard.errors import ConfigError
 from ragguard.trained import CARD_NAME, CROSS_KINDS, FORMAT, Lexical, resolve_model
 
-Progress = Callable[[str], None]
 #: The file in a written folder that lists what train-reranker wrote there.
 MARKER = "ragguard-written.json"
 WRITER = "ragguard train-reranker"
@@ -86,36 +84,8 @@ def inputs_of(
     return [p for p in out if Path(p).exists()]
 
 
-def licence_files(pretrain: PretrainData | None, used: bool, say: Progress) -> tuple[Path, ...]:
-    """The licence files of the pre-training data to copy beside a model trained on it
-    (``used``)."""
-    if pretrain is None or not used:
-        return ()
-    if not pretrain.licences:
-        say(f"no licence file (LICENSE*, COPYING*) beside {pretrain.path}")
-    return pretrain.licences
-
-
-def pretrain_card(
-    pretrain: PretrainData | None,
-    used_by: Sequence[str],
-    counts: dict[str, int],
-    licences: Sequence[Path],
-) -> dict[str, Any] | None:
-    """The pre-training data in the model card (``None`` without it)."""
-    if pretrain is None:
-        return None
-    return {
-        "path": str(pretrain.path),
-        "used_by": list(used_by),
-        "pairs": counts,
-        "licence_files": [f"PRETRAIN-{f.name}" for f in licences],
-    }
-
-
 def _listed(folder: Path) -> list[str]:
-    """Every file and folder under ``folder`` (links not followed), as relative POSIX
-    paths, sorted."""
+    """Every file and folder under ``folder`` (links not followed), relative, sorted."""
     out = []
     for root, dirs, files in os.walk(folder):
         rel = Path(root).relative_to(folder)
@@ -169,9 +139,8 @@ def check_out(target: Path, inputs: Sequence[PathLike], overwrite: bool) -> None
 def install(
     stage: Path, target: Path, aside: Path, inputs: Sequence[PathLike], overwrite: bool
 ) -> None:
-    """Move ``stage`` to ``target``; an existing ``target`` is checked again (it may have
-    changed while training), moved to ``aside`` (removed with the staging folder), and
-    put back if the move fails."""
+    """Move ``stage`` to ``target``; an existing ``target``, checked again (it may have
+    changed while training), goes to ``aside`` and comes back if the move fails."""
     check_out(target, inputs, overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     moved = target.exists()

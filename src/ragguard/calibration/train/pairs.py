@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,9 +14,6 @@ from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.statistics import split_queries, validation_count
 from ragguard.calibration.train.fine_tune import TextPair
 from ragguard.errors import EvalSetError
-
-if TYPE_CHECKING:
-    from ragguard.calibration.data.texts import Texts
 
 NEGATIVE_KINDS = ("distractor", "judged", "same_query", "same_title", "random")
 
@@ -36,12 +32,7 @@ def split_for_training(
     evalset: EvalSet, holdout: float, validation: float, seed: int
 ) -> QuerySplit:
     """The held-out split of calibrate's ``Split(holdout=, seed=)``, and the rest cut into
-    training and validation queries (``validation`` of them, drawn with
-    ``numpy.random.default_rng([seed, 2])``).
-
-    Raises:
-        EvalSetError: fewer than two queries left to train and validate on.
-    """
+    training and validation queries (drawn with ``default_rng([seed, 2])``)."""
     qids = evalset.qids
     calib, held = split_queries(len(qids), holdout, seed)
     if len(calib) < 2:
@@ -60,11 +51,8 @@ def split_for_training(
 
 @dataclass(frozen=True)
 class Pair:
-    """One training pair: query id, passage id, target in [0, 1] and where it came from
-    (``relevant``, ``distractor``, ``judged``, ``same_query``, ``same_title`` or
-    ``random``). ``source`` is the query under whose ids the passage's text is looked
-    up: ``qid`` itself, or the training query a same-title or random passage came from
-    (UDCG files reuse passage ids across queries)."""
+    """One training pair; ``source``: the query under whose ids the passage's text is
+    looked up, when not ``qid`` (UDCG files reuse passage ids across queries)."""
 
     qid: str
     doc: str
@@ -78,11 +66,7 @@ class Pair:
 
 
 def run_names(evalset: EvalSet, run: Sequence[str] | str | None) -> list[str]:
-    """The runs asked for (default every run of ``evalset``).
-
-    Raises:
-        EvalSetError: an unknown run.
-    """
+    """The runs asked for (default every run of ``evalset``), each checked."""
     runs = list(evalset.runs) if run is None else [run] if isinstance(run, str) else list(run)
     for r in runs:
         if r not in evalset.runs:
@@ -101,10 +85,6 @@ def _ranked_candidates(evalset: EvalSet, qid: str, runs: Sequence[str]) -> list[
             if doc not in best or key < best[doc]:
                 best[doc] = key
     return sorted(best, key=lambda d: best[d])
-
-
-def _max_grade(evalset: EvalSet) -> int:
-    return max((g for lab in evalset.labels.values() for g in lab.grades.values()), default=1) or 1
 
 
 def training_pairs(
@@ -126,7 +106,7 @@ def training_pairs(
     ``random_negatives`` others. Same-title and random negatives come from the passages
     of ``qids`` only, drawn with ``numpy.random.default_rng([seed, 3])``;
     ``title(qid, doc)`` gives a passage's title (``None``: no same-title negatives)."""
-    top = _max_grade(evalset)
+    top = max((g for lab in evalset.labels.values() for g in lab.grades.values()), default=1) or 1
     ranked_of = {q: _ranked_candidates(evalset, q, runs) for q in qids}
     owner: dict[str, str] = {}  # passage -> the first training query that names it
     for q in qids:
@@ -172,8 +152,7 @@ def training_pairs(
 
 @dataclass(frozen=True)
 class ValidationQuery:
-    """A validation query's passages: relevant, labelled distractors, and the others
-    (judged not relevant and unlabelled candidates of the runs)."""
+    """A validation query's passages: relevant, labelled distractors, and the others."""
 
     qid: str
     relevant: tuple[str, ...]
@@ -213,12 +192,11 @@ def pair_counts(pairs: Sequence[Pair]) -> dict[str, int]:
 
 
 class PairTexts:
-    """Texts and titles of the eval set's queries and passages, and the texts of training
-    pairs."""
+    """The texts of the eval set's queries and passages, and of training pairs."""
 
-    def __init__(self, evalset: EvalSet, texts: Texts) -> None:
+    def __init__(self, evalset: EvalSet) -> None:
         self.evalset = evalset
-        self.texts = texts
+        self.texts = evalset.texts
 
     def has_text(self, qid: str, doc: str) -> bool:
         return bool(self.texts.get(qid, doc))

@@ -43,9 +43,7 @@ from ragguard.calibration.train.output import (
     check_out,
     inputs_of,
     install,
-    licence_files,
     model_card,
-    pretrain_card,
     write_folder,
 )
 from ragguard.calibration.train.pairs import (
@@ -85,9 +83,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class _Plan:
-    """One fit's checked settings: the runs, the folder to write and every input read
-    (``out`` must hold none), the base's kind, the candidates (``neural``: all but
-    fusion), the bi-encoder and the pre-training data."""
+    """One fit's checked settings (``read``: every input, which ``target`` must not hold)."""
 
     runs: list[str]
     target: Path
@@ -105,9 +101,7 @@ class _Plan:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """One fit's data before any model loads: the eval set's texts, the split, the
-    training pairs, the validation queries (and which of them are usable) and the pair
-    counts."""
+    """One fit's data before any model loads (``usable``: positions in ``val``)."""
 
     data: PairTexts
     split: QuerySplit
@@ -119,8 +113,7 @@ class _Prepared:
 
 @contextmanager
 def _folder_of(target: Path) -> Iterator[Path]:
-    """``target``'s parent folder, where its staging folder goes, made if missing; the
-    folders made are removed on the way out unless something was written in them."""
+    """``target``'s parent folder, made if missing and removed again if left empty."""
     made = [a for a in target.absolute().parents if not a.exists()]  # deepest first
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -216,14 +209,9 @@ class RerankerTrainer:
                 ``PROGRESS_EVERY_S`` seconds of a long one (computing the signals).
 
         Raises:
-            ConfigError: an unknown kind, ``out`` not empty (without ``overwrite``), not
-                written by train-reranker or holding anything else (with it), or holding
-                an input.
-            EvalSetError: unknown run, missing texts, too few queries or pairs,
-                validation without a non-relevant candidate or with fewer than
-                ``MIN_VALIDATION_QUERIES`` usable queries, malformed pre-training data.
-            MissingDependencyError: scikit-learn / sentence-transformers / datasets
-                missing (``pip install "ragguard-context[train]"``).
+            ConfigError: an unknown kind, an ``out`` refused (``output.check_out``).
+            EvalSetError: as for ``train_reranker``, or malformed pre-training data.
+            MissingDependencyError: the ``train`` extra is missing.
             RerankModelError: a model cannot be found or loaded.
         """
         started = time.perf_counter()
@@ -239,7 +227,11 @@ class RerankerTrainer:
             cands += tuned
             chosen = choose(cands, metric)
             kind = None if chosen is None else chosen.name
-            licences = licence_files(plan.pretrain, kind in plan.neural, say)
+            licences: tuple[Path, ...] = ()
+            if plan.pretrain is not None and kind in plan.neural:
+                licences = plan.pretrain.licences
+                if not licences:
+                    say(f"no licence file (LICENSE*, COPYING*) beside {plan.pretrain.path}")
             choice = Choice(kind, head, cands, metric, len(prep.usable))
             card = self._card(prep, plan, choice, pretrain_counts, licences, started)
             path: Path | None = None
@@ -272,13 +264,7 @@ class RerankerTrainer:
         pretrain_data: PathLike | None,
         overwrite: bool,
     ) -> _Plan:
-        """The checked settings of one fit, before anything is trained.
-
-        Raises:
-            ConfigError: ``out`` refused, an unknown kind, an encoder beside a
-                bi-encoder base.
-            EvalSetError: an unknown run, malformed pre-training data.
-        """
+        """The checked settings of one fit, before anything is trained."""
         runs = run_names(evalset, run)
         read = inputs_of(evalset, inputs, pretrain_data, self.base, self.encoder)
         check_out(target, read, overwrite)
@@ -295,13 +281,8 @@ class RerankerTrainer:
         return _Plan(runs, target, read, overwrite, base_kind, kinds, encoder_spec, pretrain)
 
     def _prepare(self, evalset: EvalSet, plan: _Plan, say: Progress) -> _Prepared:
-        """The split of ``evalset`` (with its texts), the training pairs and the usable
-        validation queries.
-
-        Raises:
-            EvalSetError: too few queries, usable validation queries or pairs.
-        """
-        data = PairTexts(evalset, evalset.texts)
+        """The split of ``evalset``, the training pairs and the validation queries."""
+        data = PairTexts(evalset)
         split = split_for_training(evalset, self.holdout, self.validation, self.seed)
         pairs = training_pairs(
             evalset,
@@ -334,8 +315,7 @@ class RerankerTrainer:
     def _pretrain_pairs(
         self, data: PairTexts, plan: _Plan, say: Progress
     ) -> tuple[list[TextPair], dict[str, int]]:
-        """The pre-training pairs of the neural candidates (none without data or without
-        a neural candidate), and their counts."""
+        """The pre-training pairs of the neural candidates, and their counts."""
         pretrain = plan.pretrain
         if pretrain is None or not plan.neural:
             return [], {}
@@ -364,7 +344,7 @@ class RerankerTrainer:
 
     def _features(self, prep: _Prepared, plan: _Plan, say: Progress) -> Features:
         """The signals of every validation candidate and training pair (the lexical
-        statistics from the training passages only)."""
+        statistics from the training passages only: validation must not leak into them)."""
         device = self.training.device
         lexical = Lexical.fit([prep.data.text(p.text_qid, p.doc) for p in prep.pairs])
         say(f"loading the bi-encoder {plan.encoder_spec}")
@@ -383,9 +363,8 @@ class RerankerTrainer:
     def _untrained_and_fusion(
         self, prep: _Prepared, plan: _Plan, feats: Features
     ) -> tuple[list[Candidate], dict[str, Any] | None, Judge]:
-        """The base and the single signals, then the fusion head when asked for (and
-        the head), and the judge of the trained candidates: relevant vs distractor
-        when validation has distractors, else relevant vs other."""
+        """The base and the single signals, the fusion head when asked for, and the judge
+        (relevant vs distractor when validation has distractors, else vs other)."""
         metric = "auc_distractor" if any(v.distractors for v in prep.val) else "auc_other"
         base_scores = [x[:, feats.base_col] for x in feats.val_x]
         judge = Judge(prep.val, prep.usable, metric, base_scores, self.seed)
@@ -411,8 +390,7 @@ class RerankerTrainer:
         work: Path,
         say: Progress,
     ) -> tuple[list[Candidate], dict[str, Path]]:
-        """Each neural candidate fine-tuned into ``work`` and judged on validation, and
-        the folder of each."""
+        """Each neural candidate fine-tuned into ``work`` and judged, and its folder."""
         if not plan.neural:
             return [], {}
         from ragguard.calibration.train import fine_tune as ft
@@ -474,7 +452,11 @@ class RerankerTrainer:
         started: float,
     ) -> dict[str, Any]:
         """The model card, with the settings of this fit."""
-        pretrain = pretrain_card(plan.pretrain, plan.neural, pretrain_counts, licences)
+        pre, shipped = plan.pretrain, [f"PRETRAIN-{f.name}" for f in licences]
+        pretrain = None
+        if pre is not None:
+            pretrain = {"path": str(pre.path), "used_by": plan.neural, "pairs": pretrain_counts}
+            pretrain["licence_files"] = shipped
         negatives = {f"{k}_negatives": n for k, n in asdict(self.negatives).items()}
         training = {k: v for k, v in asdict(self.training).items() if k != "show_progress_bar"}
         split = {"holdout": self.holdout, "validation": self.validation, "seed": self.seed}
