@@ -33,7 +33,6 @@ def _plain(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-#: Every numeric setting of the backends and of ``ragguard annotate``, by name.
 BOUNDS: dict[str, Bound] = {
     "concurrency": Bound(1, 1024, whole=True),
     "max_retries": Bound(0, 100, whole=True),
@@ -52,13 +51,8 @@ BOUNDS: dict[str, Bound] = {
 
 
 def check(name: str, value: object, *, label: str | None = None) -> None:
-    """Check ``value`` against ``BOUNDS[name]``; ``label`` names it in the error (default
-    ``name``; the CLI passes ``--its-flag``).
-
-    Raises:
-        AnnotationError: a bool, a non-number, NaN, an infinity, a fraction where a
-            whole number is wanted, or a value out of range.
-    """
+    """Check ``value`` against ``BOUNDS[name]`` (a bool, NaN or a fraction where a whole
+    number is wanted fail too); ``label`` names it in the error (the CLI's ``--flag``)."""
     bound = BOUNDS[name]
     ok = False
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):

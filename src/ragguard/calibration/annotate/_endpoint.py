@@ -50,16 +50,15 @@ _SECRETS = (
     (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), "sk-***"),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]*@"), r"\1***@"),
 )
-#: a configured key at least this long is hidden wherever it occurs; a shorter one only
-#: where it stands alone (so that a key "k" does not turn every "k" into "***")
+# a key this long is hidden wherever it occurs; a shorter one only where it stands alone
+# (so that a key "k" does not turn every "k" into "***")
 SHORT_KEY = 8
 
 
 def redact(text: str, api_key: str | None = None) -> str:
-    """``text`` with credentials replaced by ``***``: ``api_key`` (see ``SHORT_KEY``),
-    the values of ``Authorization``, ``api_key``/``api-key``, ``x-api-key``,
-    ``access_token`` and ``password`` fields, ``Bearer``/``Basic`` tokens, ``sk-...`` keys
-    and the ``user:password@`` of URLs."""
+    """``text`` with credentials replaced by ``***``: ``api_key``, credential fields
+    (``Authorization``, ``api_key``, ``password``, ...), bearer and basic tokens, ``sk-...``
+    keys and the ``user:password@`` of URLs."""
     if api_key and len(api_key) >= SHORT_KEY:
         text = text.replace(api_key, "***")
     elif api_key:
@@ -308,19 +307,12 @@ class OpenAIEndpointEstimator(_EndpointModel):
         prompt: the abstention prompt (default: the paper's Figure 4).
         extra_body: more JSON fields for every request (e.g. vLLM's
             ``chat_template_kwargs``).
-        **client: how the server is reached (``ClientOptions``):
-
-            * ``base_url``: e.g. ``http://localhost:8000/v1`` (vLLM's default, and the
-              default here); else ``$OPENAI_BASE_URL``.
-            * ``api_key``: sent as a bearer token; default ``$OPENAI_API_KEY`` (none if
-              unset). Messages never show it (see ``redact``).
-            * ``concurrency``: requests in flight at once (default 8).
-            * ``max_retries``: retries of a transient failure (default 5).
-            * ``backoff``: first retry delay in seconds (default 0.5; doubled each time,
-              with jitter).
-            * ``max_backoff``: longest delay between retries (default 30).
-            * ``timeout``: seconds per request (default 60).
-            * ``transport``: an ``httpx`` async transport (for tests and proxies).
+        **client: how the server is reached (``ClientOptions``): ``base_url`` (default
+            ``$OPENAI_BASE_URL``, else vLLM's ``http://localhost:8000/v1``), ``api_key``
+            (a bearer token; default ``$OPENAI_API_KEY``; never shown), ``concurrency``
+            (8 requests in flight), ``max_retries`` (5), ``backoff`` (0.5 s, doubled each
+            retry, with jitter), ``max_backoff`` (30 s), ``timeout`` (60 s per request),
+            ``transport`` (an ``httpx`` async transport, for tests and proxies).
 
     Raises:
         AnnotationError: a setting out of range (see ``_checks.BOUNDS``), a base URL
@@ -377,11 +369,7 @@ class OpenAIEndpointEstimator(_EndpointModel):
         return body
 
     def probability(self, reply: Any) -> float:
-        """p(NO-RESPONSE) from one reply.
-
-        Raises:
-            EndpointError: the reply has no logprobs.
-        """
+        """p(NO-RESPONSE) from one reply (an EndpointError when it has no logprobs)."""
         top = _chat_top(reply) if self.api == "chat" else _completion_top(reply)
         if not top:
             raise self.client.error(

@@ -49,8 +49,6 @@ class AbstentionPrompt:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
-#: The paper's Figure 4, with the passage at ``<document>`` and the question at
-#: ``<question>``.
 ABSTENTION_PROMPT = AbstentionPrompt(
     instruction=(
         "You are given a question and you must respond based on the provided documents. "
@@ -63,13 +61,9 @@ ABSTENTION_PROMPT = AbstentionPrompt(
 
 
 def is_abstention_start(token_text: str, abstention: str = "NO-RESPONSE") -> bool:
-    """Whether a token can be the first token of the abstention answer.
-
-    True when the token's text, without leading whitespace, is a non-empty prefix of
-    ``abstention``: ``"NO"``, ``" NO"``, ``"\\u2581NO"`` decoded, ``"NO-"``, ``"N"``, or
-    the whole ``"NO-RESPONSE"`` where a vocabulary has it as one token. Case matters:
-    ``"No"`` (as in "No, ...") is an answer, not the abstention.
-    """
+    """Whether a token's text, without leading whitespace, is a non-empty prefix of
+    ``abstention`` (``"NO"``, ``" NO"``, ``"NO-"``, ``"N"``); case matters: ``"No"`` is an
+    answer."""
     stripped = token_text.lstrip()
     return bool(stripped) and abstention.startswith(stripped)
 

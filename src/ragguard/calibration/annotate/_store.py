@@ -15,7 +15,6 @@ from typing import IO, Any
 from ragguard.errors import AnnotationError
 
 logger = logging.getLogger(__name__)
-#: What a saved result is keyed by: the settings, the pair's ids and the hash of its texts.
 _FIELDS = ("key", "query_id", "doc_id", "pair")
 
 
@@ -90,8 +89,7 @@ class ProgressStore:
             logger.warning("%s: ignored %d unreadable lines", self.path, bad)
 
     def _add(self, rec: Any) -> bool:
-        """Keep one saved record; ``False`` when it is unreadable (a record of a kind
-        this version does not know is passed over)."""
+        """Keep one saved record; ``False`` when it is unreadable (an unknown kind is not)."""
         if not isinstance(rec, dict) or any(n not in rec for n in _FIELDS):
             return False
         k = (str(rec["key"]), str(rec["query_id"]), str(rec["doc_id"]), str(rec["pair"]))
@@ -124,8 +122,7 @@ class ProgressStore:
 
     def saved_elsewhere(self, kind: str, key: str, wanted: Iterable[tuple[str, str, str]]) -> int:
         """How many of ``wanted`` ``(query_id, doc_id, pair)`` have a saved result of
-        ``kind`` (``"no_response"`` or ``"relevance"``) under another settings key: work
-        done before with another model, server, prompt or options, which is not reused."""
+        ``kind`` under another settings key (which is not reused)."""
         table = self.no_response if kind == "no_response" else self.relevance
         others = {k[1:] for k in table if k[0] != key}
         return sum(1 for w in set(wanted) if w in others)
@@ -143,8 +140,7 @@ class ProgressStore:
         self._write("relevance", (key, qid, doc, pair), relevant=relevant, motivation=motivation)
 
     def add_question(self, key: str, doc: str, pair: str, reply: str) -> None:
-        """Save one model's reply to ``ragguard synth``'s question prompt for passage
-        ``doc`` (``query_id`` is ``""``: no query exists yet)."""
+        """Save one reply to ``ragguard synth``'s question prompt (no query exists yet)."""
         self.questions[(key, "", doc, pair)] = reply
         self._write("question", (key, "", doc, pair), reply=reply)
 

@@ -26,48 +26,6 @@ logger = logging.getLogger(__name__)
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
-def load_model(
-    model: str | os.PathLike[str],
-    *,
-    gguf_file: str | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
-    trust_remote_code: bool = False,
-) -> tuple[Any, Any, str]:
-    """Load a causal LM and its tokenizer (``(model, tokenizer, device)``), in eval mode."""
-    torch = require("torch", "annotate")
-    transformers = require("transformers", "annotate")
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-    if gguf_file is not None:
-        require("gguf", "gguf")
-        require("accelerate", "gguf")
-        kwargs["gguf_file"] = gguf_file
-    dev = str(device)
-    if device in (None, "auto"):
-        mps = getattr(torch.backends, "mps", None)
-        apple = mps is not None and mps.is_available()
-        dev = "cuda" if torch.cuda.is_available() else "mps" if apple else "cpu"
-    if dtype is None:
-        dtype = "float32" if dev == "cpu" else "auto"
-    if dtype not in DTYPES:
-        raise AnnotationError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    shown = str(model) if gguf_file is None else str(Path(model) / gguf_file)
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **kwargs)
-        lm = transformers.AutoModelForCausalLM.from_pretrained(
-            str(model), dtype=torch_dtype, **kwargs
-        )
-    except (OSError, ValueError) as exc:  # not found, not a causal LM, unreadable file
-        raise AnnotationError(f"cannot load the model {shown}: {exc}") from exc
-    try:
-        lm.to(dev)
-    except (RuntimeError, AssertionError, ValueError) as exc:  # no such device here
-        raise AnnotationError(f"cannot put the model on device {dev!r}: {exc}") from exc
-    lm.eval()
-    return lm, tokenizer, dev
-
-
 def abstention_token_ids(tokenizer: Any, abstention: str = "NO-RESPONSE") -> list[int]:
     """Ids of every token whose text, without leading whitespace, is a non-empty prefix
     of ``abstention`` (special tokens excluded): the possible first tokens of the
@@ -80,8 +38,7 @@ def abstention_token_ids(tokenizer: Any, abstention: str = "NO-RESPONSE") -> lis
     first = abstention[0]
     ids: list[int] = []
     for token, idx in tokenizer.get_vocab().items():
-        # cheap filter first: the token's raw form holds the first character, or is a
-        # byte-fallback token such as <0x4E>
+        # cheap filter first: the raw token holds the first character, or is a byte (<0x4E>)
         if idx in special or (first not in token and not token.startswith("<0x")):
             continue
         text = tokenizer.decode([idx], skip_special_tokens=False)
@@ -109,15 +66,38 @@ class _Local:
         chat_template: bool | None,
     ) -> None:
         self._dtype_name = dtype
-        require("torch", "annotate")
+        torch = require("torch", "annotate")
         if isinstance(model, str | os.PathLike):
-            self.model, self.tokenizer, self.device = load_model(
-                model,
-                gguf_file=gguf_file,
-                device=device,
-                dtype=dtype,
-                trust_remote_code=trust_remote_code,
-            )
+            transformers = require("transformers", "annotate")
+            kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+            if gguf_file is not None:
+                require("gguf", "gguf")
+                require("accelerate", "gguf")
+                kwargs["gguf_file"] = gguf_file
+            dev = str(device)
+            if device in (None, "auto"):
+                mps = getattr(torch.backends, "mps", None)
+                apple = mps is not None and mps.is_available()
+                dev = "cuda" if torch.cuda.is_available() else "mps" if apple else "cpu"
+            if dtype is None:
+                dtype = "float32" if dev == "cpu" else "auto"
+            if dtype not in DTYPES:
+                raise AnnotationError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+            torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+            shown = str(model) if gguf_file is None else str(Path(model) / gguf_file)
+            try:
+                tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **kwargs)
+                lm = transformers.AutoModelForCausalLM.from_pretrained(
+                    str(model), dtype=torch_dtype, **kwargs
+                )
+            except (OSError, ValueError) as exc:  # not found, not a causal LM, unreadable file
+                raise AnnotationError(f"cannot load the model {shown}: {exc}") from exc
+            try:
+                lm.to(dev)
+            except (RuntimeError, AssertionError, ValueError) as exc:  # no such device here
+                raise AnnotationError(f"cannot put the model on device {dev!r}: {exc}") from exc
+            lm.eval()
+            self.model, self.tokenizer, self.device = lm, tokenizer, dev
             default_id = str(model) if gguf_file is None else gguf_file
         else:
             if tokenizer is None:
@@ -214,12 +194,8 @@ class TransformersEstimator:
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], **kwargs: Any) -> TransformersEstimator:
-        """Load a ``.gguf`` file (de-quantised by transformers' GGUF support).
-
-        Args:
-            path: the ``.gguf`` file.
-            **kwargs: as for the constructor (``model_id`` defaults to the file name).
-        """
+        """Load a ``.gguf`` file, de-quantised by transformers' GGUF support; ``kwargs`` as
+        for the constructor (``model_id`` defaults to the file name)."""
         p = Path(path)
         if not p.is_file():
             raise AnnotationError(f"no such GGUF file: {p}")
