@@ -378,25 +378,46 @@ class _Work:
     store: ProgressStore
     progress: Progress
 
-    def judge(self, items: list[_Item], judge: RelevanceJudge) -> tuple[int, int]:
-        key = settings_key(judge.settings())
+    def todo(
+        self, kind: str, key: str, items: list[_Item], texts: Callable[[_Item], tuple[str, ...]]
+    ) -> list[tuple[_Item, str]]:
+        """The items to compute, with their texts' hash; results saved under ``key`` are used."""
+        relevance = kind == "relevance"
+        table: Mapping[Any, Any] = self.store.relevance if relevance else self.store.no_response
         todo: list[tuple[_Item, str]] = []
         for it in items:
-            if it.source != "judge":
-                continue
-            q = self.es.queries[it.qid]
-            h = pair_hash(q.text or "", json.dumps(list(q.answers)), it.passage)
-            saved = self.store.relevance.get((key, it.qid, it.doc, h))
-            if saved is not None:
+            h = pair_hash(*texts(it))
+            saved = table.get((key, it.qid, it.doc, h))
+            if saved is None:
+                todo.append((it, h))
+            elif relevance:
                 it.relevant, it.motivation = saved
             else:
-                todo.append((it, h))
-        total = sum(1 for it in items if it.source == "judge")
+                it.p = saved
+        n = self.store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
+        if n:
+            logger.warning(
+                "%s holds %s for %d of these pairs made with other settings (another model, "
+                "server, prompt or options); they are not reused, the pairs are computed again "
+                "(--fresh / fresh=True starts a clean file)",
+                self.store.path,
+                "relevance judgements" if relevance else "p(NO-RESPONSE) results",
+                n,
+            )
+        return todo
+
+    def judge(self, items: list[_Item], judge: RelevanceJudge) -> tuple[int, int]:
+        key = settings_key(judge.settings())
+        qs = self.es.queries
+        mine = [it for it in items if it.source == "judge"]
+        answers = {q: json.dumps(list(qs[q].answers)) for q in {it.qid for it in mine}}
+        todo = self.todo(
+            "relevance", key, mine, lambda it: (qs[it.qid].text or "", answers[it.qid], it.passage)
+        )
+        total = len(mine)
         done = total - len(todo)
-        self.not_reused("relevance", key, todo, "relevance judgements")
         self.progress("judge", done, total)
         failures, add = 0, self.store.add_relevance
-        qs = self.es.queries
         questions = [(qs[it.qid].text or "", qs[it.qid].answers, it.passage) for it, _ in todo]
         with _closing(judge.judge(questions)) as replies:
             for i, reply in replies:
@@ -418,19 +439,11 @@ class _Work:
 
     def estimate(self, items: list[_Item], estimator: AbstentionEstimator) -> tuple[int, int]:
         key = settings_key(estimator.settings())
-        todo: list[tuple[_Item, str]] = []
-        for it in items:
-            question = self.es.queries[it.qid].text or ""
-            h = pair_hash(question, it.passage)
-            saved = self.store.no_response.get((key, it.qid, it.doc, h))
-            if saved is not None:
-                it.p = saved
-            else:
-                todo.append((it, h))
+        qs = self.es.queries
+        todo = self.todo("no_response", key, items, lambda it: (qs[it.qid].text or "", it.passage))
         reused = len(items) - len(todo)
-        self.not_reused("no_response", key, todo, "p(NO-RESPONSE) results")
         self.progress("estimate", reused, len(items))
-        pairs = [Pair(self.es.queries[it.qid].text or "", it.passage) for it, _ in todo]
+        pairs = [Pair(qs[it.qid].text or "", it.passage) for it, _ in todo]
         done = reused
         with _closing(estimator.estimate(pairs)) as results:
             for i, p in results:
@@ -451,19 +464,6 @@ class _Work:
                 f"{missing[0].doc!r} of query {missing[0].qid!r})"
             )
         return len(todo), reused
-
-    def not_reused(self, kind: str, key: str, todo: list[tuple[_Item, str]], what: str) -> None:
-        """Warn when pairs to compute have results saved under other settings."""
-        n = self.store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
-        if n:
-            logger.warning(
-                "%s holds %s for %d of these pairs made with other settings (another model, "
-                "server, prompt or options); they are not reused, the pairs are computed again "
-                "(--fresh / fresh=True starts a clean file)",
-                self.store.path,
-                what,
-                n,
-            )
 
 
 def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
