@@ -88,7 +88,7 @@ _Put = Callable[["tuple[int, Any] | BaseException | None"], None]
 @dataclass(kw_only=True)
 class _Client:
     """POSTs JSON payloads ``concurrency`` at a time, with retries, on an event loop of its
-    own in a worker thread (a loop in the caller's thread could not run inside Jupyter)."""
+    own in a worker thread (one in the caller's thread could not run inside Jupyter)."""
 
     base_url: str | None = None
     api_key: str | None = None
@@ -214,7 +214,6 @@ class _Client:
     ) -> Generator[tuple[int, Any], None, None]:
         """``(index, JSON reply)`` per payload, as each finishes; closing the iterator early
         cancels the requests in flight and waits for them to stop."""
-        require("httpx", "endpoint")
         if not payloads:
             return
         results: queue.Queue[tuple[int, Any] | BaseException | None] = queue.Queue()
@@ -396,8 +395,8 @@ class OpenAIEndpointEstimator(_EndpointModel):
 
 
 class EndpointGenerator(_EndpointModel):
-    """Chat-completion text from an OpenAI-compatible endpoint: a
-    ``TextGenerator`` for the relevance judge (temperature 0).
+    """Chat-completion text (temperature 0) from an OpenAI-compatible endpoint: a
+    ``TextGenerator`` for the relevance judge.
 
     Args:
         model: the model name the server knows.

@@ -173,16 +173,13 @@ def parse_judge_reply(text: str) -> JudgeReply | None:
 class RelevanceJudge:
     """Grades a passage RELEVANT or IRRELEVANT for a question with an LLM.
 
-    The prompt is the UDCG paper's Figure 5: the question, its acceptable answers and
-    the passage; the model returns ``{"motivation": ..., "grade": "A" | "B"}``. The
-    paper used Claude 3.7 Sonnet and reports Llama-3.3-70B-Instruct as an open
-    alternative (Cohen's kappa 0.85 with Claude, its Appendix B): use a strong model.
-    The reference answers matter: without them the judge must guess what would answer.
+    The prompt is the UDCG paper's Figure 5 (the question, its acceptable answers, the
+    passage); the paper used Claude 3.7 Sonnet and found Llama-3.3-70B-Instruct a good
+    open alternative: use a strong model.
 
     Args:
-        generator: the model (``TransformersGenerator``,
-            ``EndpointGenerator``, ``ChatGenerator`` or your own
-            ``TextGenerator``).
+        generator: the model (``TransformersGenerator``, ``EndpointGenerator``,
+            ``ChatGenerator`` or your own ``TextGenerator``).
     """
 
     def __init__(self, generator: TextGenerator) -> None:

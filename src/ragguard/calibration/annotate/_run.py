@@ -326,9 +326,6 @@ def annotate(
         only_runs: annotate the candidates of these runs only (default: every run).
         progress: ``progress(stage, done, total)``, called as results come in.
 
-    Returns:
-        An ``AnnotationSummary``.
-
     Raises:
         AnnotationError: a query or passage has no text, or the eval set has no
             candidates.

@@ -41,8 +41,7 @@ class ProgressStore:
         fresh: ignore (and truncate) what the file holds.
 
     Raises:
-        AnnotationError: the file cannot be read or written (a folder, no permission,
-            a full disk), naming it.
+        AnnotationError: the file cannot be read or written, naming it.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fresh: bool = False) -> None:

@@ -76,17 +76,15 @@ class Candidate:
     """A scorer compared on validation queries.
 
     Attributes:
-        name: ``base``, ``cosine``, ``bm25``, ``coverage``, ``fusion``, ``bi-encoder``,
-            ``cross-encoder``, ``new-cross-encoder``.
+        name: ``base``, a signal (``cosine``, ``bm25``, ...) or a trained kind.
         role: ``base``, ``input`` (a single signal, for comparison) or ``trained``.
         auc_distractor: relevant vs labelled distractor (NaN without distractors).
         auc_other: relevant vs the other candidates.
         seconds: training time.
         eligible: whether it beats the base (see ``choose``).
         note: anything worth saying (what the base is, steps run).
-        gain: of a trained candidate, its selection AUC minus the base's on the usable
-            validation queries, with the paired bootstrap interval
-            (``auc_difference``); ``None`` for the others.
+        gain: of a trained candidate, its selection AUC minus the base's, with the
+            paired bootstrap interval (``auc_difference``).
     """
 
     name: str

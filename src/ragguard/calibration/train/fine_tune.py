@@ -252,8 +252,7 @@ def fine_tune_bi_encoder(
     pairs: Sequence[TextPair],
     validation: Validation,
     settings: FineTuning,
-    *,
-    pretrain: Sequence[TextPair] = (),
+    pretrain: Sequence[TextPair],
     say: Say,
 ) -> tuple[Path, str]:
     """Fine-tune the SentenceTransformer ``base`` on triplets (each positive with at most
@@ -302,10 +301,10 @@ def fine_tune_cross_encoder(
     pairs: Sequence[TextPair],
     validation: Validation,
     settings: FineTuning,
+    pretrain: Sequence[TextPair],
+    say: Say,
     *,
     new_head: bool,
-    pretrain: Sequence[TextPair] = (),
-    say: Say,
 ) -> tuple[Path, str]:
     """Fine-tune the cross-encoder ``start`` (with ``new_head``, a new one from the
     SentenceTransformer ``start``) on every pair, the positives weighted by negatives /

@@ -65,25 +65,6 @@ class TrainResult:
         return self.candidates[0]
 
 
-def inputs_of(
-    evalset: EvalSet,
-    paths: Sequence[PathLike],
-    pretrain_data: PathLike | None,
-    base: str,
-    encoder: str | None,
-) -> list[PathLike]:
-    """Every path the command reads: the eval set (and the corpus beside it), its runs'
-    files, ``paths``, the pre-training data and a local base or encoder folder."""
-    out: list[PathLike] = [*paths, *evalset.texts.files]  # the corpus beside it among them
-    if evalset.source:
-        out.append(evalset.source)
-    out += [s for r in evalset.runs.values() if (s := r.source)]
-    if pretrain_data is not None:
-        out.append(pretrain_data)
-    out += [m for m in (base, encoder) if m and not m.startswith("package:")]
-    return [p for p in out if Path(p).exists()]
-
-
 def _listed(folder: Path) -> list[str]:
     """Every file and folder under ``folder`` (links not followed), relative, sorted."""
     out = []
@@ -100,13 +81,8 @@ def _mark(stage: Path) -> None:
 
 
 def check_out(target: Path, inputs: Sequence[PathLike], overwrite: bool) -> None:
-    """Refuse an ``out`` that holds an input, that is not a folder, or that is not empty
-    and either ``overwrite`` is off or it holds anything train-reranker did not write
-    (its ``MARKER`` lists what it wrote).
-
-    Raises:
-        ConfigError: one line naming the folder and what to do.
-    """
+    """Refuse (ConfigError) an ``out`` that holds an input, that is not a folder, or that
+    is not empty unless ``overwrite`` and its ``MARKER`` lists everything in it."""
     check_not_input(target, inputs, what="--out")
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise ConfigError(f"--out {target} is a file or a link, not a folder; give a folder")
@@ -238,10 +214,8 @@ def write_folder(
     encoder_spec: str,
     licences: Sequence[Path],
 ) -> None:
-    """Write the chosen scorer into the new ``folder``: its files (``tuned``, the
-    fine-tuned model's folder, or the fusion head's), the model card and its
-    ``README.md``, the ``licences`` of the pre-training data, and the marker listing
-    them."""
+    """Write the chosen scorer's files (``tuned``: the fine-tuned model's folder), the
+    model card, its ``README.md`` and the ``licences`` into ``folder``, and the marker."""
     folder.mkdir()
     kind = card["kind"]
     if kind in CROSS_KINDS:

@@ -41,7 +41,6 @@ from ragguard.calibration.train.output import (
     Choice,
     TrainResult,
     check_out,
-    inputs_of,
     install,
     model_card,
     write_folder,
@@ -127,10 +126,7 @@ def _folder_of(target: Path) -> Iterator[Path]:
 @dataclass(frozen=True, kw_only=True)
 class RerankerTrainer:
     """Training a second-stage scorer as an estimator: the settings, checked when built,
-    and ``fit``, which trains candidate scorers on the calibration split and writes
-    the best one if it clearly beats the base on validation queries (``choice.choose``).
-    [`train_reranker`][ragguard.calibration.train_reranker] takes the same settings as keyword
-    arguments.
+    and ``fit`` (``train_reranker`` takes the same settings as keyword arguments).
 
     Attributes:
         base: the model to start from and to beat: a bi-encoder
@@ -140,10 +136,8 @@ class RerankerTrainer:
         encoder: with a cross-encoder base, the bi-encoder of the cosine signal and of
             the ``bi-encoder`` and ``new-cross-encoder`` candidates (default: the packaged
             all-MiniLM-L6-v2); with a bi-encoder base it is ``base`` (``None`` or equal).
-        kinds: the trained candidates to try, among ``fusion``, ``bi-encoder``,
-            ``cross-encoder`` (needs a cross-encoder base) and ``new-cross-encoder``;
-            default ``fusion`` and ``bi-encoder`` (bi-encoder base) or ``fusion`` and
-            ``cross-encoder`` (cross-encoder base).
+        kinds: the trained candidates to try (``options.WRITABLE``; ``cross-encoder``
+            needs a cross-encoder base); default ``fusion`` and the base's own kind.
         holdout: calibrate's held-out fraction (never read here).
         validation: fraction of the other queries set aside to choose.
         seed: seed of both splits, the negatives, the new head and training.
@@ -201,8 +195,7 @@ class RerankerTrainer:
                 a first training phase of the neural candidates.
             corpus: more passage texts, from files (as for calibrate).
             passages: more passage texts, by passage id (as for calibrate).
-            overwrite: replace an ``out`` folder that train-reranker wrote and that holds
-                nothing else (its marker file lists what it wrote).
+            overwrite: replace an ``out`` folder train-reranker wrote, holding nothing else.
             inputs: more paths the caller read for this run (the CLI gives the eval set
                 and its ``--run`` files); ``out`` must not be or hold one.
             progress: called with a line for each stage, and every
@@ -266,7 +259,11 @@ class RerankerTrainer:
     ) -> _Plan:
         """The checked settings of one fit, before anything is trained."""
         runs = run_names(evalset, run)
-        read = inputs_of(evalset, inputs, pretrain_data, self.base, self.encoder)
+        # every path the command reads: ``out`` must not be or hold one
+        runs_read = (r.source or None for r in evalset.runs.values())
+        models = [m for m in (self.base, self.encoder) if m and not m.startswith("package:")]
+        files = [*inputs, *evalset.texts.files, evalset.source or None, *runs_read, pretrain_data]
+        read = [p for p in [*files, *models] if p is not None and Path(p).exists()]
         check_out(target, read, overwrite)
         base_kind = model_kind(self.base)
         kinds = check_kinds(self.kinds, base_kind)
@@ -368,11 +365,9 @@ class RerankerTrainer:
         metric = "auc_distractor" if any(v.distractors for v in prep.val) else "auc_other"
         base_scores = [x[:, feats.base_col] for x in feats.val_x]
         judge = Judge(prep.val, prep.usable, metric, base_scores, self.seed)
-        if plan.base_kind == "cross-encoder":
-            base_note = f"score of the cross-encoder {self.base}"
-        else:
-            base_note = f"cosine of the bi-encoder {self.base}"
-        cands = untrained(prep.val, feats, base_note)
+        cross = plan.base_kind == "cross-encoder"
+        what = "score of the cross-encoder" if cross else "cosine of the bi-encoder"
+        cands = untrained(prep.val, feats, f"{what} {self.base}")
         if "fusion" not in plan.kinds:
             return cands, None, judge
         t0 = time.perf_counter()
@@ -409,29 +404,14 @@ class RerankerTrainer:
         folders: dict[str, Path] = {}
         for trained in plan.neural:
             t0 = time.perf_counter()
+            common = (work / trained, texts, checks, settings, extra, say)
             if trained == "bi-encoder":
-                folder, note = ft.fine_tune_bi_encoder(
-                    plan.encoder_spec,
-                    work / trained,
-                    texts,
-                    checks,
-                    settings,
-                    pretrain=extra,
-                    say=say,
-                )
+                folder, note = ft.fine_tune_bi_encoder(plan.encoder_spec, *common)
                 scores = ft.bi_encoder_scores(load_encoder(str(folder), device), checks)
             else:
-                start = self.base if trained == "cross-encoder" else plan.encoder_spec
-                folder, note = ft.fine_tune_cross_encoder(
-                    str(resolve_model(start)),
-                    work / trained,
-                    texts,
-                    checks,
-                    settings,
-                    new_head=trained == "new-cross-encoder",
-                    pretrain=extra,
-                    say=say,
-                )
+                new_head = trained == "new-cross-encoder"
+                start = str(resolve_model(plan.encoder_spec if new_head else self.base))
+                folder, note = ft.fine_tune_cross_encoder(start, *common, new_head=new_head)
                 scores = ft.cross_encoder_scores(load_cross_encoder(folder, device), checks)
             c = judge.candidate(trained, scores, time.perf_counter() - t0, note)
             tuned.append(c)
