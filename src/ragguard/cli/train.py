@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from ragguard.calibration.train.reranker import RerankerTrainer, Training
+from ragguard.calibration.train.options import Training
+from ragguard.calibration.train.reranker import RerankerTrainer
 from ragguard.cli._common import Verbose, app, err, option, out, say
 from ragguard.cli._data import EvalSetArg, RunOpt, compact_table, load_evalset_for_cli
 from ragguard.cli._groups import FlagGroup, GroupedCommand, group, grouped

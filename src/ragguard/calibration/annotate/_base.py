@@ -7,8 +7,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["AbstentionEstimator", "Pair", "TextGenerator"]
-
 
 @dataclass(frozen=True, slots=True)
 class Pair:
@@ -32,15 +30,12 @@ class AbstentionEstimator(Protocol):
     @property
     def model_id(self) -> str:
         """The model's name in the output files."""
-        ...
 
     def settings(self) -> Mapping[str, object]:
         """What changes the results: JSON-serialisable values."""
-        ...
 
     def estimate(self, pairs: Sequence[Pair]) -> Iterator[tuple[int, float]]:
         """``(index, p)`` for every pair, as each is computed."""
-        ...
 
 
 @runtime_checkable
@@ -50,12 +45,9 @@ class TextGenerator(Protocol):
     @property
     def model_id(self) -> str:
         """The model's name in the output files."""
-        ...
 
     def settings(self) -> Mapping[str, object]:
         """What changes the replies: JSON-serialisable values."""
-        ...
 
     def generate(self, prompts: Sequence[str]) -> Iterator[tuple[int, str]]:
         """``(index, reply)`` for every prompt, as each is computed."""
-        ...

@@ -1,12 +1,6 @@
-"""The numeric settings of the annotation backends, and their one check.
-
-The library's constructors and ``ragguard annotate`` check numbers against the same
-table, so ``concurrency=0``, ``timeout=-1``, ``--timeout nan`` or ``--samples 10**9``
-give one [`AnnotationError`][ragguard.AnnotationError] that names the setting, never a
-traceback from deep inside httpx or PyTorch, and never a run that waits forever. The
-upper bounds only stop values that cannot be meant (a day per request, a million
-retries); they are far above anything a real run uses.
-"""
+"""The numeric settings of the annotation backends and of ``ragguard annotate``, and their
+one check: a bad value is one [`AnnotationError`][ragguard.AnnotationError] naming it (the
+upper bounds stop only values that cannot be meant)."""
 
 from __future__ import annotations
 
@@ -15,8 +9,6 @@ import numbers
 from dataclasses import dataclass
 
 from ragguard.errors import AnnotationError
-
-__all__ = ["BOUNDS", "Bound", "check"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +33,6 @@ def _plain(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-#: Every numeric setting of the backends and of ``ragguard annotate``, by name.
 BOUNDS: dict[str, Bound] = {
     "concurrency": Bound(1, 1024, whole=True),
     "max_retries": Bound(0, 100, whole=True),
@@ -60,13 +51,8 @@ BOUNDS: dict[str, Bound] = {
 
 
 def check(name: str, value: object, *, label: str | None = None) -> None:
-    """Check ``value`` against ``BOUNDS[name]``; ``label`` names it in the error (default
-    ``name``; the CLI passes ``--its-flag``).
-
-    Raises:
-        AnnotationError: a bool, a non-number, NaN, an infinity, a fraction where a
-            whole number is wanted, or a value out of range.
-    """
+    """Check ``value`` against ``BOUNDS[name]`` (a bool, NaN or a fraction where a whole
+    number is wanted fail too); ``label`` names it in the error (the CLI's ``--flag``)."""
     bound = BOUNDS[name]
     ok = False
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):

@@ -1,33 +1,6 @@
 """OpenAI-compatible endpoints that return logprobs (vLLM, llama.cpp's server, SGLang,
-OpenAI itself): how large eval sets and big models are annotated.
-
-Each pair is one request for **one** token with its ``top_logprobs`` alternatives:
-
-* ``api="chat"`` (default): ``POST {base_url}/chat/completions`` with the paper's
-  instruction as the system message and the passage and question as the user message
-  (the server applies the model's chat template), ``max_tokens=1``, ``logprobs=true``,
-  ``top_logprobs=K``;
-* ``api="completions"``: ``POST {base_url}/completions`` with the plain prompt (for
-  base models), ``max_tokens=1``, ``logprobs=K``.
-
-The estimate is the first-token rule of the local backends, over the tokens the server
-returns: the sum of ``exp(logprob)`` over the distinct alternatives whose text, without
-leading whitespace, is a non-empty prefix of ``NO-RESPONSE``. Alternatives beyond the
-top ``K`` are not seen, so the estimate is a lower bound that misses at most the mass
-of tokens less likely than the K-th (OpenAI allows K <= 20; vLLM's default limit is 20).
-
-Requests run ``concurrency`` at a time. Transient failures (connection errors,
-timeouts, HTTP 408, 409, 425, 429, 500, 502, 503, 504) are retried up to
-``max_retries`` times with exponential backoff and jitter, honouring ``Retry-After``;
-anything else, or a reply without logprobs, raises [`EndpointError`][ragguard.EndpointError]
-at once, naming the URL and the model. Results already handed out stay saved.
-
-The requests run on an event loop of their own in a worker thread, so the same
-synchronous calls work from a script, from a thread and from inside a running event loop
-(Jupyter, an async application). Every message shown from the server (an error body, an
-exception) has credentials replaced by ``***`` (see ``redact``). The base URL is part
-of the settings, so results saved from one server are not reused for another.
-"""
+OpenAI): one request per pair for one token with its ``top_logprobs``; retries, redaction
+and the lower-bound estimate: ``docs/guides/annotate.md``."""
 
 from __future__ import annotations
 
@@ -56,23 +29,17 @@ from ragguard.calibration.annotate._prompts import (
 )
 from ragguard.errors import AnnotationError, EndpointError
 
-__all__ = ["ClientOptions", "EndpointGenerator", "OpenAIEndpointEstimator", "redact"]
-
 logger = logging.getLogger(__name__)
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 DEFAULT_BASE_URL = "http://localhost:8000/v1"
 _RAW_SPACE = re.compile("^[\u0120\u2581]+")
 
-# what is hidden in every message shown from an endpoint: a header or field that holds a
-# credential (``Authorization: ...``, ``"api_key": "..."``, ``?api-key=...``), a bearer or
-# basic token, an OpenAI-style ``sk-...`` key, and the user:password part of a URL
 _NAME = (
     r"(?<![A-Za-z0-9])(?:proxy-)?"
     r"(?:authorization|x-api-key|api[_-]?key|access[_-]?token|password)(?![A-Za-z0-9])"
 )
 _SECRETS = (
-    # the value of a named field: `Authorization: Bearer x`, "api_key": "x", ?api-key=x
     (
         re.compile(
             rf"(?i)({_NAME}[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?[^\s\"',;&}}]+"
@@ -83,16 +50,15 @@ _SECRETS = (
     (re.compile(r"\bsk-[A-Za-z0-9_-]{6,}"), "sk-***"),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]*@"), r"\1***@"),
 )
-#: a configured key at least this long is hidden wherever it occurs; a shorter one only
-#: where it stands alone (so that a key "k" does not turn every "k" into "***")
+# a key this long is hidden wherever it occurs; a shorter one only where it stands alone
+# (so that a key "k" does not turn every "k" into "***")
 SHORT_KEY = 8
 
 
 def redact(text: str, api_key: str | None = None) -> str:
-    """``text`` with credentials replaced by ``***``: ``api_key`` (see ``SHORT_KEY``),
-    the values of ``Authorization``, ``api_key``/``api-key``, ``x-api-key``,
-    ``access_token`` and ``password`` fields, ``Bearer``/``Basic`` tokens, ``sk-...`` keys
-    and the ``user:password@`` of URLs."""
+    """``text`` with credentials replaced by ``***``: ``api_key``, credential fields
+    (``Authorization``, ``api_key``, ``password``, ...), bearer and basic tokens, ``sk-...``
+    keys and the ``user:password@`` of URLs."""
     if api_key and len(api_key) >= SHORT_KEY:
         text = text.replace(api_key, "***")
     elif api_key:
@@ -121,13 +87,8 @@ _Put = Callable[["tuple[int, Any] | BaseException | None"], None]
 
 @dataclass(kw_only=True)
 class _Client:
-    """POSTs JSON payloads ``concurrency`` at a time, with retries; yields as they finish.
-
-    The requests run on an event loop of their own in a worker thread, so the client
-    works the same from plain code, from a thread, and from inside a running event loop
-    (Jupyter, an async application), where a private loop in the caller's thread could
-    not run.
-    """
+    """POSTs JSON payloads ``concurrency`` at a time, with retries, on an event loop of its
+    own in a worker thread (one in the caller's thread could not run inside Jupyter)."""
 
     base_url: str | None = None
     api_key: str | None = None
@@ -149,7 +110,6 @@ class _Client:
         origin = "" if self.base_url else " (from $OPENAI_BASE_URL)"
         url = (self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.base_url = url
-        #: the URL as messages and output files show it (credentials hidden)
         self.shown_url = redact(url, self.api_key)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -159,8 +119,7 @@ class _Client:
             )
 
     def error(self, model: object, message: str, path: str = "") -> EndpointError:
-        """An [`EndpointError`][ragguard.EndpointError] naming the URL and the model, credentials
-        hidden."""
+        """An [`EndpointError`][ragguard.EndpointError] naming the URL and the model."""
         where = f"{self.shown_url}{path} (model {model!r})"
         return EndpointError(redact(f"{where}{message}", self.api_key))
 
@@ -179,6 +138,7 @@ class _Client:
         httpx = require("httpx", "endpoint")
         url = f"{self.base_url}{path}"
         model = payload.get("model")
+        retried = f" (after {self.max_retries} retries)"
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:
@@ -186,44 +146,34 @@ class _Client:
             except httpx.TransportError as exc:
                 if last:
                     raise self.error(
-                        model,
-                        f": {type(exc).__name__}: {exc} (after {self.max_retries} retries)",
-                        path,
+                        model, f": {type(exc).__name__}: {exc}{retried}", path
                     ) from exc
-                delay = self._delay(attempt, None)
-                logger.info(
-                    "%s%s: %s; retrying in %.2fs", self.shown_url, path, type(exc).__name__, delay
-                )
-                await asyncio.sleep(delay)
-                continue
-            if resp.status_code == 200:
-                try:
-                    return resp.json()
-                except ValueError:
-                    body = redact(resp.text, self.api_key)[:200]
+                reason, retry_after = type(exc).__name__, None
+            else:
+                if resp.status_code == 200:
+                    try:
+                        return resp.json()
+                    except ValueError:
+                        body = redact(resp.text, self.api_key)[:200]
+                        raise self.error(
+                            model, f" answered 200 with a body that is not JSON: {body!r}", path
+                        ) from None
+                transient = resp.status_code in TRANSIENT_STATUS
+                if last or not transient:
+                    body = redact(resp.text, self.api_key)[:300]
+                    tail = retried if transient else ""
                     raise self.error(
-                        model, f" answered 200 with a body that is not JSON: {body!r}", path
-                    ) from None
-            if resp.status_code in TRANSIENT_STATUS and not last:
-                delay = self._delay(attempt, resp.headers.get("retry-after"))
-                logger.info(
-                    "%s%s: HTTP %d; retrying in %.2fs",
-                    self.shown_url,
-                    path,
-                    resp.status_code,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-                continue
-            retried = f" (after {self.max_retries} retries)"
-            tail = retried if resp.status_code in TRANSIENT_STATUS else ""
-            body = redact(resp.text, self.api_key)[:300]
-            raise self.error(model, f" answered HTTP {resp.status_code}{tail}: {body}", path)
+                        model, f" answered HTTP {resp.status_code}{tail}: {body}", path
+                    )
+                reason, retry_after = f"HTTP {resp.status_code}", resp.headers.get("retry-after")
+            delay = self._delay(attempt, retry_after)
+            logger.info("%s%s: %s; retrying in %.2fs", self.shown_url, path, reason, delay)
+            await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _produce(self, path: str, payloads: Sequence[Mapping[str, Any]], put: _Put) -> None:
-        """Every request, ``concurrency`` in flight; each reply handed to ``put`` as it
-        comes. The first failure cancels the requests still in flight and is raised."""
+        """Every request, ``concurrency`` in flight, each reply handed to ``put``; the first
+        failure cancels the others and is raised."""
         httpx = require("httpx", "endpoint")
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         async with httpx.AsyncClient(
@@ -262,18 +212,13 @@ class _Client:
     def run(
         self, path: str, payloads: Sequence[Mapping[str, Any]]
     ) -> Generator[tuple[int, Any], None, None]:
-        """``(index, JSON reply)`` per payload, as each finishes.
-
-        The requests run in a worker thread with its own event loop; closing the
-        iterator early (an interrupt, an error in the caller) cancels the requests still
-        in flight and waits for them to stop.
-        """
-        require("httpx", "endpoint")
+        """``(index, JSON reply)`` per payload, as each finishes; closing the iterator early
+        cancels the requests in flight and waits for them to stop."""
         if not payloads:
             return
         results: queue.Queue[tuple[int, Any] | BaseException | None] = queue.Queue()
         loop = asyncio.new_event_loop()
-        # created before the loop runs, in this thread: then it can be cancelled from here
+        # created in this thread before the loop runs: then it can be cancelled from here
         main = loop.create_task(self._produce(path, payloads, results.put))
 
         def work() -> None:
@@ -312,13 +257,8 @@ class _EndpointModel:
                 f"{', '.join(ClientOptions.__annotations__)}"
             )
         self.model = model
-        self._model_id = model_id or model
+        self.model_id = model_id or model
         self.client = _Client(**client)
-
-    @property
-    def model_id(self) -> str:
-        """The model's name in the outputs."""
-        return self._model_id
 
     def _settings(self) -> dict[str, object]:
         """Backend, server and model: a result from another server is not reused."""
@@ -355,8 +295,8 @@ def _completion_top(reply: Any) -> list[tuple[str, float]] | None:
 
 
 class OpenAIEndpointEstimator(_EndpointModel):
-    """p(NO-RESPONSE) from an OpenAI-compatible endpoint's logprobs (see the module
-    docstring).
+    """p(NO-RESPONSE) from an OpenAI-compatible endpoint's logprobs: the sum of
+    ``exp(logprob)`` over the returned alternatives that can start ``NO-RESPONSE``.
 
     Args:
         model: the model name the server knows.
@@ -366,19 +306,12 @@ class OpenAIEndpointEstimator(_EndpointModel):
         prompt: the abstention prompt (default: the paper's Figure 4).
         extra_body: more JSON fields for every request (e.g. vLLM's
             ``chat_template_kwargs``).
-        **client: how the server is reached (``ClientOptions``):
-
-            * ``base_url``: e.g. ``http://localhost:8000/v1`` (vLLM's default, and the
-              default here); else ``$OPENAI_BASE_URL``.
-            * ``api_key``: sent as a bearer token; default ``$OPENAI_API_KEY`` (none if
-              unset). Messages never show it (see ``redact``).
-            * ``concurrency``: requests in flight at once (default 8).
-            * ``max_retries``: retries of a transient failure (default 5).
-            * ``backoff``: first retry delay in seconds (default 0.5; doubled each time,
-              with jitter).
-            * ``max_backoff``: longest delay between retries (default 30).
-            * ``timeout``: seconds per request (default 60).
-            * ``transport``: an ``httpx`` async transport (for tests and proxies).
+        **client: how the server is reached (``ClientOptions``): ``base_url`` (default
+            ``$OPENAI_BASE_URL``, else vLLM's ``http://localhost:8000/v1``), ``api_key``
+            (a bearer token; default ``$OPENAI_API_KEY``; never shown), ``concurrency``
+            (8 requests in flight), ``max_retries`` (5), ``backoff`` (0.5 s, doubled each
+            retry, with jitter), ``max_backoff`` (30 s), ``timeout`` (60 s per request),
+            ``transport`` (an ``httpx`` async transport, for tests and proxies).
 
     Raises:
         AnnotationError: a setting out of range (see ``_checks.BOUNDS``), a base URL
@@ -435,11 +368,7 @@ class OpenAIEndpointEstimator(_EndpointModel):
         return body
 
     def probability(self, reply: Any) -> float:
-        """p(NO-RESPONSE) from one reply.
-
-        Raises:
-            EndpointError: the reply has no logprobs.
-        """
+        """p(NO-RESPONSE) from one reply (an EndpointError when it has no logprobs)."""
         top = _chat_top(reply) if self.api == "chat" else _completion_top(reply)
         if not top:
             raise self.client.error(
@@ -449,9 +378,7 @@ class OpenAIEndpointEstimator(_EndpointModel):
                 "use the 'chat' backend, which estimates p(NO-RESPONSE) by sampling",
             )
         seen: dict[str, float] = {}
-        for token, lp in top:
-            # a server that returns raw BPE / SentencePiece pieces marks a leading space
-            # with U+0120 or U+2581
+        for token, lp in top:  # raw BPE / SentencePiece pieces mark a space U+0120 / U+2581
             seen.setdefault(_RAW_SPACE.sub(" ", token), lp)
         total = sum(
             math.exp(lp) for t, lp in seen.items() if is_abstention_start(t, self.prompt.abstention)
@@ -468,8 +395,8 @@ class OpenAIEndpointEstimator(_EndpointModel):
 
 
 class EndpointGenerator(_EndpointModel):
-    """Chat-completion text from an OpenAI-compatible endpoint: a
-    ``TextGenerator`` for the relevance judge (temperature 0).
+    """Chat-completion text (temperature 0) from an OpenAI-compatible endpoint: a
+    ``TextGenerator`` for the relevance judge.
 
     Args:
         model: the model name the server knows.

@@ -1,33 +1,16 @@
-"""The two prompts of the UDCG paper and what is read from the model's replies.
-
-* ``ABSTENTION_PROMPT``: the paper's Figure 4 ("Prompt for evaluating the utility of
-  a document"), one passage and one question; the model answers or says
-  ``NO-RESPONSE``.
-* ``RELEVANCE_PROMPT``: the paper's Figure 5 (the relevance judge), which grades a
-  passage ``A`` (RELEVANT) or ``B`` (IRRELEVANT) against the reference answers and
-  replies with a small JSON object.
-
-Both texts are the paper's (Trappolini, Cuconasu et al., "Redefining Retrieval
-Evaluation in the Era of LLMs"); the code around them is ragguard's.
-"""
+"""The UDCG paper's two prompts (Trappolini, Cuconasu et al., "Redefining Retrieval
+Evaluation in the Era of LLMs"; the texts are theirs): the abstention prompt (Figure 4)
+and the relevance judge's (Figure 5), and what is read from the replies."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = [
-    "ABSTENTION_PROMPT",
-    "RELEVANCE_PROMPT",
-    "AbstentionPrompt",
-    "JudgeReply",
-    "is_abstention",
-    "is_abstention_start",
-    "parse_judge_reply",
-    "relevance_prompt",
-]
+from ragguard.calibration.annotate._base import TextGenerator
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +49,6 @@ class AbstentionPrompt:
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
-#: The paper's Figure 4, with the passage at ``<document>`` and the question at
-#: ``<question>``.
 ABSTENTION_PROMPT = AbstentionPrompt(
     instruction=(
         "You are given a question and you must respond based on the provided documents. "
@@ -80,13 +61,9 @@ ABSTENTION_PROMPT = AbstentionPrompt(
 
 
 def is_abstention_start(token_text: str, abstention: str = "NO-RESPONSE") -> bool:
-    """Whether a token can be the first token of the abstention answer.
-
-    True when the token's text, without leading whitespace, is a non-empty prefix of
-    ``abstention``: ``"NO"``, ``" NO"``, ``"\\u2581NO"`` decoded, ``"NO-"``, ``"N"``, or
-    the whole ``"NO-RESPONSE"`` where a vocabulary has it as one token. Case matters:
-    ``"No"`` (as in "No, ...") is an answer, not the abstention.
-    """
+    """Whether a token's text, without leading whitespace, is a non-empty prefix of
+    ``abstention`` (``"NO"``, ``" NO"``, ``"NO-"``, ``"N"``); case matters: ``"No"`` is an
+    answer."""
     stripped = token_text.lstrip()
     return bool(stripped) and abstention.startswith(stripped)
 
@@ -154,11 +131,6 @@ Return a JSON object with the following format:
 }}"""
 
 
-def relevance_prompt(question: str, answers: tuple[str, ...] | list[str], passage: str) -> str:
-    """The paper's Figure 5 filled in for one passage (answers as a Python-style list)."""
-    return RELEVANCE_PROMPT.format(question=question, answers=list(answers), document=passage)
-
-
 @dataclass(frozen=True, slots=True)
 class JudgeReply:
     """What a relevance judge said: ``relevant`` and its ``motivation`` (may be empty)."""
@@ -196,3 +168,39 @@ def parse_judge_reply(text: str) -> JudgeReply | None:
         return None
     why = _MOTIVATION_RE.search(text)
     return JudgeReply(found.group(1).upper() == "A", why.group(1) if why else "")
+
+
+class RelevanceJudge:
+    """Grades a passage RELEVANT or IRRELEVANT for a question with an LLM.
+
+    The prompt is the UDCG paper's Figure 5 (the question, its acceptable answers, the
+    passage); the paper used Claude 3.7 Sonnet and found Llama-3.3-70B-Instruct a good
+    open alternative: use a strong model.
+
+    Args:
+        generator: the model (``TransformersGenerator``, ``EndpointGenerator``,
+            ``ChatGenerator`` or your own ``TextGenerator``).
+    """
+
+    def __init__(self, generator: TextGenerator) -> None:
+        self.generator = generator
+
+    @property
+    def model_id(self) -> str:
+        """The judge model's name."""
+        return self.generator.model_id
+
+    def settings(self) -> Mapping[str, object]:
+        """The judge's model settings and the prompt's hash."""
+        digest = hashlib.sha256(RELEVANCE_PROMPT.encode("utf-8")).hexdigest()[:12]
+        return {"judge": dict(self.generator.settings()), "prompt": digest}
+
+    def judge(
+        self, items: Sequence[tuple[str, Sequence[str], str]]
+    ) -> Iterator[tuple[int, JudgeReply | None]]:
+        """``(index, reply)`` for each ``(question, answers, passage)``; ``None`` when
+        the reply holds no grade."""
+        fill = RELEVANCE_PROMPT.format  # the answers as a Python-style list
+        prompts = [fill(question=q, answers=list(a), document=p) for q, a, p in items]
+        for i, text in self.generator.generate(prompts):
+            yield i, parse_judge_reply(text)

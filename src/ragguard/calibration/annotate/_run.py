@@ -8,7 +8,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,22 +16,12 @@ from typing import Any, Literal, TypeVar
 
 from ragguard.calibration._output import check_not_input, check_output_path
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair
-from ragguard.calibration.annotate._judge import RelevanceJudge
+from ragguard.calibration.annotate._prompts import RelevanceJudge
 from ragguard.calibration.annotate._store import ProgressStore, pair_hash, settings_key
 from ragguard.calibration.data.evalset import EvalSet, load_evalset
 from ragguard.calibration.data.texts import PathLike, Texts
 from ragguard.calibration.data.utility import UtilityRules
 from ragguard.errors import AnnotationError
-
-__all__ = [
-    "AnnotationSummary",
-    "Annotator",
-    "Outputs",
-    "Progress",
-    "Relevance",
-    "Unjudged",
-    "annotate",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -282,9 +272,10 @@ class Annotator:
         by_query: dict[str, list[_Item]] = {}
         for it in items:
             by_query.setdefault(it.qid, []).append(it)
-        _write_jsonl(out_path, es, texts, by_query, run_names, estimator, judge, rules)
+        lines = _jsonl_lines(es, texts, by_query, run_names, estimator, judge, rules)
+        _atomic_write(out_path, lines)
         if udcg_path is not None:
-            _write_udcg(udcg_path, es, texts, by_query, estimator.model_id)
+            _atomic_write(udcg_path, [_udcg_json(es, texts, by_query, estimator.model_id)])
         summary = AnnotationSummary(
             estimator.model_id,
             len(items),
@@ -314,15 +305,9 @@ def annotate(
     only_runs: Sequence[str] | None = None,
     progress: Progress | None = None,
 ) -> AnnotationSummary:
-    """Measure the utility of every retrieved passage with an LLM, as the UDCG paper does:
-    ``Annotator(estimator=estimator, outputs=outputs, relevance=relevance).run(...)`` on
-    the eval set ([`Annotator`][ragguard.calibration.Annotator]).
-
-    For each query and each passage a run retrieved for it, the model reads the
-    paper's abstention prompt (Figure 4) with that passage alone, and ``estimator``
-    gives p(NO-RESPONSE | q, p). The utility is the paper's
-    ``u = R(q, p) * (1 - p(NO-RESPONSE | q, p))`` with ``R = +1`` for a relevant passage
-    and ``-1`` otherwise.
+    """Measure the utility ``u = R(q, p) * (1 - p(NO-RESPONSE | q, p))`` of every retrieved
+    passage with an LLM, as the UDCG paper does:
+    ``Annotator(estimator=estimator, outputs=outputs, relevance=relevance).run(...)``.
 
     Args:
         evalset: an [`EvalSet`][ragguard.calibration.EvalSet] or the path of one (any
@@ -336,14 +321,10 @@ def annotate(
             unlabelled candidates, the grade rules).
         runs: run files, when ``evalset`` is a path (as in ``load_evalset``).
         format: the eval set's format, when ``evalset`` is a path (detected otherwise).
-        corpus: JSONL corpus files with the passage texts
-            (``ragguard.calibration.data.texts``), added to the eval set's own.
+        corpus: JSONL corpus files with the passage texts, added to the eval set's own.
         passages: more passage texts, ``{doc_id: text}``.
         only_runs: annotate the candidates of these runs only (default: every run).
         progress: ``progress(stage, done, total)``, called as results come in.
-
-    Returns:
-        An ``AnnotationSummary``.
 
     Raises:
         AnnotationError: a query or passage has no text, or the eval set has no
@@ -370,8 +351,8 @@ def annotate(
 
 @contextmanager
 def _closing(results: Iterator[T]) -> Iterator[Iterator[T]]:
-    """``results``, closed on the way out when it can be (a generator): an interrupt or an
-    error stops the backend's work at once (an endpoint's requests in flight)."""
+    """``results``, closed on the way out when it can be: an interrupt or an error stops
+    the backend's work at once (an endpoint's requests in flight)."""
     try:
         yield results
     finally:
@@ -381,7 +362,6 @@ def _closing(results: Iterator[T]) -> Iterator[Iterator[T]]:
 
 
 def _todo(todo: list[tuple[_Item, str]], i: object, who: str) -> tuple[_Item, str]:
-    """The work item a backend's result is for."""
     if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(todo):
         raise AnnotationError(f"the {who} returned a result for index {i!r} of {len(todo)} inputs")
     return todo[i]
@@ -389,31 +369,52 @@ def _todo(todo: list[tuple[_Item, str]], i: object, who: str) -> tuple[_Item, st
 
 @dataclass(frozen=True)
 class _Work:
-    """Judging and estimating for one run: the eval set, the progress file, the callback."""
+    """Judging and estimating for one run."""
 
     es: EvalSet
     store: ProgressStore
     progress: Progress
 
-    def judge(self, items: list[_Item], judge: RelevanceJudge) -> tuple[int, int]:
-        key = settings_key(judge.settings())
+    def todo(
+        self, kind: str, key: str, items: list[_Item], texts: Callable[[_Item], tuple[str, ...]]
+    ) -> list[tuple[_Item, str]]:
+        """The items to compute, with their texts' hash; results saved under ``key`` are used."""
+        relevance = kind == "relevance"
+        table: Mapping[Any, Any] = self.store.relevance if relevance else self.store.no_response
         todo: list[tuple[_Item, str]] = []
         for it in items:
-            if it.source != "judge":
-                continue
-            q = self.es.queries[it.qid]
-            h = pair_hash(q.text or "", json.dumps(list(q.answers)), it.passage)
-            saved = self.store.relevance.get((key, it.qid, it.doc, h))
-            if saved is not None:
+            h = pair_hash(*texts(it))
+            saved = table.get((key, it.qid, it.doc, h))
+            if saved is None:
+                todo.append((it, h))
+            elif relevance:
                 it.relevant, it.motivation = saved
             else:
-                todo.append((it, h))
-        total = sum(1 for it in items if it.source == "judge")
+                it.p = saved
+        n = self.store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
+        if n:
+            logger.warning(
+                "%s holds %s for %d of these pairs made with other settings (another model, "
+                "server, prompt or options); they are not reused, the pairs are computed again "
+                "(--fresh / fresh=True starts a clean file)",
+                self.store.path,
+                "relevance judgements" if relevance else "p(NO-RESPONSE) results",
+                n,
+            )
+        return todo
+
+    def judge(self, items: list[_Item], judge: RelevanceJudge) -> tuple[int, int]:
+        key = settings_key(judge.settings())
+        qs = self.es.queries
+        mine = [it for it in items if it.source == "judge"]
+        answers = {q: json.dumps(list(qs[q].answers)) for q in {it.qid for it in mine}}
+        todo = self.todo(
+            "relevance", key, mine, lambda it: (qs[it.qid].text or "", answers[it.qid], it.passage)
+        )
+        total = len(mine)
         done = total - len(todo)
-        self.not_reused("relevance", key, todo, "relevance judgements")
         self.progress("judge", done, total)
         failures, add = 0, self.store.add_relevance
-        qs = self.es.queries
         questions = [(qs[it.qid].text or "", qs[it.qid].answers, it.passage) for it, _ in todo]
         with _closing(judge.judge(questions)) as replies:
             for i, reply in replies:
@@ -435,19 +436,11 @@ class _Work:
 
     def estimate(self, items: list[_Item], estimator: AbstentionEstimator) -> tuple[int, int]:
         key = settings_key(estimator.settings())
-        todo: list[tuple[_Item, str]] = []
-        for it in items:
-            question = self.es.queries[it.qid].text or ""
-            h = pair_hash(question, it.passage)
-            saved = self.store.no_response.get((key, it.qid, it.doc, h))
-            if saved is not None:
-                it.p = saved
-            else:
-                todo.append((it, h))
+        qs = self.es.queries
+        todo = self.todo("no_response", key, items, lambda it: (qs[it.qid].text or "", it.passage))
         reused = len(items) - len(todo)
-        self.not_reused("no_response", key, todo, "p(NO-RESPONSE) results")
         self.progress("estimate", reused, len(items))
-        pairs = [Pair(self.es.queries[it.qid].text or "", it.passage) for it, _ in todo]
+        pairs = [Pair(qs[it.qid].text or "", it.passage) for it, _ in todo]
         done = reused
         with _closing(estimator.estimate(pairs)) as results:
             for i, p in results:
@@ -469,26 +462,8 @@ class _Work:
             )
         return len(todo), reused
 
-    def not_reused(self, kind: str, key: str, todo: list[tuple[_Item, str]], what: str) -> None:
-        """Say so when pairs to compute have results saved under other settings."""
-        n = self.store.saved_elsewhere(kind, key, ((it.qid, it.doc, h) for it, h in todo))
-        if n:
-            logger.warning(
-                "%s holds %s for %d of these pairs made with other settings (another model, "
-                "server, prompt or options); they are not reused, the pairs are computed again "
-                "(--fresh / fresh=True starts a clean file)",
-                self.store.path,
-                what,
-                n,
-            )
 
-
-def _utility(it: _Item) -> float:
-    assert it.p is not None and it.relevant is not None
-    return (1.0 if it.relevant else -1.0) * (1.0 - it.p)
-
-
-def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+def _atomic_write(path: Path, chunks: Iterable[str]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -496,7 +471,7 @@ def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
         raise AnnotationError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            write(fh)
+            fh.writelines(chunks)
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -505,8 +480,7 @@ def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
         raise
 
 
-def _write_jsonl(
-    path: Path,
+def _jsonl_lines(
     es: EvalSet,
     texts: Texts,
     by_query: dict[str, list[_Item]],
@@ -514,87 +488,81 @@ def _write_jsonl(
     estimator: AbstentionEstimator,
     judge: RelevanceJudge | None,
     rules: UtilityRules,
-) -> None:
+) -> Iterator[str]:
     judged_grade = rules.relevant_grade
-
-    def lines(fh: Any) -> None:
-        for qid in es.qids:
-            q, lab = es.queries[qid], es.labels[qid]
-            mine = by_query.get(qid, [])
-            obj: dict[str, Any] = {"query_id": qid}
-            if q.text is not None:
-                obj["query"] = q.text
-            if q.answers:
-                obj["answers"] = list(q.answers)
-            relevant = {d: g for d, g in lab.grades.items() if g >= 1}
-            not_relevant = [d for d, g in lab.grades.items() if g < 1 and d not in lab.distractors]
-            for it in mine:
-                if it.source == "judge":
-                    if it.relevant:
-                        relevant[it.doc] = judged_grade
-                    else:
-                        not_relevant.append(it.doc)
-            obj["relevant"] = relevant
-            if not_relevant:
-                obj["not_relevant"] = not_relevant
-            if lab.distractors:
-                obj["distractors"] = sorted(lab.distractors)
-            if lab.n_relevant is not None:
-                obj["num_relevant"] = max(lab.n_relevant, len(relevant))
-            no_response = dict(lab.no_response)
-            utilities = dict(lab.utilities)
-            for it in mine:
-                assert it.p is not None
-                no_response[it.doc] = it.p
-                utilities[it.doc] = _utility(it)
-            if no_response:
-                obj["no_response"] = no_response
-            if utilities:
-                obj["utilities"] = utilities
-            run_lists: dict[str, list[dict[str, Any]]] = {}
-            for name, run in es.runs.items():
-                if qid not in run.candidates:
-                    continue
-                cands: list[dict[str, Any]] = []
-                for doc, score in run.candidates[qid].items():
-                    c: dict[str, Any] = {"id": doc}
-                    if not math.isnan(score):
-                        c["score"] = score
-                    text = texts.get(qid, doc)
-                    if text is not None:
-                        c["text"] = text
-                    cands.append(c)
-                run_lists[name] = cands
-            if "default" in run_lists:
-                obj["candidates"] = run_lists.pop("default")
-            if run_lists:
-                obj["runs"] = run_lists
-            meta = dict(texts.metadata.get(qid, {}))
-            info: dict[str, Any] = {
-                "model": estimator.model_id,
-                "settings": dict(estimator.settings()),
-                "method": "UDCG paper: u = R * (1 - p(NO-RESPONSE | q, p)), Figure 4 prompt",
-                "runs": run_names,
-                "relevance": {it.doc: it.source for it in mine},
-                "score_kinds": {
-                    n: (r.score_kind.value if r.score_kind else None) for n, r in es.runs.items()
-                },
+    for qid in es.qids:
+        q, lab = es.queries[qid], es.labels[qid]
+        mine = by_query.get(qid, [])
+        obj: dict[str, Any] = {"query_id": qid}
+        if q.text is not None:
+            obj["query"] = q.text
+        if q.answers:
+            obj["answers"] = list(q.answers)
+        relevant = {d: g for d, g in lab.grades.items() if g >= 1}
+        not_relevant = [d for d, g in lab.grades.items() if g < 1 and d not in lab.distractors]
+        for it in mine:
+            if it.source == "judge":
+                if it.relevant:
+                    relevant[it.doc] = judged_grade
+                else:
+                    not_relevant.append(it.doc)
+        obj["relevant"] = relevant
+        if not_relevant:
+            obj["not_relevant"] = not_relevant
+        if lab.distractors:
+            obj["distractors"] = sorted(lab.distractors)
+        if lab.n_relevant is not None:
+            obj["num_relevant"] = max(lab.n_relevant, len(relevant))
+        no_response = dict(lab.no_response)
+        utilities = dict(lab.utilities)
+        for it in mine:
+            assert it.p is not None and it.relevant is not None
+            no_response[it.doc] = it.p
+            utilities[it.doc] = (1.0 if it.relevant else -1.0) * (1.0 - it.p)
+        if no_response:
+            obj["no_response"] = no_response
+        if utilities:
+            obj["utilities"] = utilities
+        run_lists: dict[str, list[dict[str, Any]]] = {}
+        for name, run in es.runs.items():
+            if qid not in run.candidates:
+                continue
+            cands: list[dict[str, Any]] = []
+            for doc, score in run.candidates[qid].items():
+                c: dict[str, Any] = {"id": doc}
+                if not math.isnan(score):
+                    c["score"] = score
+                text = texts.get(qid, doc)
+                if text is not None:
+                    c["text"] = text
+                cands.append(c)
+            run_lists[name] = cands
+        if "default" in run_lists:
+            obj["candidates"] = run_lists.pop("default")
+        if run_lists:
+            obj["runs"] = run_lists
+        meta = dict(texts.metadata.get(qid, {}))
+        info: dict[str, Any] = {
+            "model": estimator.model_id,
+            "settings": dict(estimator.settings()),
+            "method": "UDCG paper: u = R * (1 - p(NO-RESPONSE | q, p)), Figure 4 prompt",
+            "runs": run_names,
+            "relevance": {it.doc: it.source for it in mine},
+            "score_kinds": {
+                n: (r.score_kind.value if r.score_kind else None) for n, r in es.runs.items()
+            },
+        }
+        if judge is not None and any(it.source == "judge" for it in mine):
+            info["judge_model"] = judge.model_id
+            info["judge_motivation"] = {
+                it.doc: it.motivation for it in mine if it.source == "judge"
             }
-            if judge is not None and any(it.source == "judge" for it in mine):
-                info["judge_model"] = judge.model_id
-                info["judge_motivation"] = {
-                    it.doc: it.motivation for it in mine if it.source == "judge"
-                }
-            meta["annotate"] = info
-            obj["metadata"] = meta
-            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-
-    _atomic_write(path, lines)
+        meta["annotate"] = info
+        obj["metadata"] = meta
+        yield json.dumps(obj, ensure_ascii=False) + "\n"
 
 
-def _write_udcg(
-    path: Path, es: EvalSet, texts: Texts, by_query: dict[str, list[_Item]], model_id: str
-) -> None:
+def _udcg_json(es: EvalSet, texts: Texts, by_query: dict[str, list[_Item]], model_id: str) -> str:
     examples: list[dict[str, Any]] = []
     originals = texts.udcg_examples or {}
     for qid in es.qids:
@@ -624,9 +592,4 @@ def _write_udcg(
             passages.append(entry)
         ex["passages"] = passages
         examples.append(ex)
-
-    def dump(fh: Any) -> None:
-        json.dump(examples, fh, ensure_ascii=False, indent=2)
-        fh.write("\n")
-
-    _atomic_write(path, dump)
+    return json.dumps(examples, ensure_ascii=False, indent=2) + "\n"

@@ -1,18 +1,6 @@
-"""Black-box chat models (any LangChain chat model): p(NO-RESPONSE) by sampling.
-
-Where a model gives no probabilities, the paper's Appendix D suggests a Monte Carlo
-estimate: sample ``n`` answers (it mentions 10-20) at a high temperature and count the
-abstentions. The estimate is ``abstentions / n``; its standard error is
-``sqrt(p (1 - p) / n)`` (0.16 at p = 0.5 with n = 10, 0.11 with n = 20), and it costs
-``n`` calls per pair.
-
-An answer abstains when it contains ``NO-RESPONSE`` (any case; a space, an underscore
-or nothing instead of the hyphen); pass ``is_abstention=`` to change that.
-
-The temperature is set by copying the model with ``temperature=...`` when the model has
-such a field (``ChatOpenAI``, ``ChatAnthropic``, ``ChatOllama``, ...); a model without
-one samples at its own setting, with one warning.
-"""
+"""Black-box chat models (any LangChain chat model): p(NO-RESPONSE) as the share of ``n``
+sampled answers that abstain (the paper's Appendix D); the temperature is set on a copy
+of the model when it has that field."""
 
 from __future__ import annotations
 
@@ -29,31 +17,7 @@ from ragguard.calibration.annotate._prompts import (
     is_abstention,
 )
 
-__all__ = ["ChatGenerator", "SamplingEstimator", "chat_model_id", "with_temperature"]
-
 logger = logging.getLogger(__name__)
-
-
-def chat_model_id(model: Any) -> str:
-    """A LangChain chat model's name: ``model_name``, ``model`` or ``model_id``, else its
-    class name."""
-    for attr in ("model_name", "model", "model_id"):
-        value = getattr(model, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return type(model).__name__
-
-
-def with_temperature(model: Any, temperature: float) -> Any:
-    """A copy of ``model`` at ``temperature`` when it has that field, else ``model``."""
-    fields = getattr(type(model), "model_fields", {})
-    if "temperature" in fields:
-        return model.model_copy(update={"temperature": temperature})
-    logger.warning(
-        "%s has no 'temperature' field; it samples at its own setting",
-        type(model).__name__,
-    )
-    return model
 
 
 def _text(message: Any) -> str:
@@ -72,24 +36,57 @@ def _text(message: Any) -> str:
 
 
 class _ChatModel:
-    """What both chat classes share: the model copied at ``temperature``, its name and
-    the calls in flight."""
+    """The chat model copied at ``temperature``, its name and the calls in flight."""
 
     def __init__(
-        self, chat_model: Any, temperature: float, concurrency: int, model_id: str | None
+        self,
+        chat_model: Any,
+        *,
+        temperature: float = 0.0,
+        concurrency: int = 4,
+        model_id: str | None = None,
     ) -> None:
         require("langchain_core", "langchain")
         check("temperature", temperature)
         check("concurrency", concurrency)
-        self.chat_model = with_temperature(chat_model, temperature)
+        self.chat_model = chat_model
+        if "temperature" in getattr(type(chat_model), "model_fields", {}):
+            self.chat_model = chat_model.model_copy(update={"temperature": temperature})
+        else:
+            name = type(chat_model).__name__
+            logger.warning("%s has no 'temperature' field; it samples at its own setting", name)
         self.temperature = temperature
         self.concurrency = concurrency
-        self._model_id = model_id or chat_model_id(chat_model)
+        names = (getattr(chat_model, a, None) for a in ("model_name", "model", "model_id"))
+        found = next((n for n in names if isinstance(n, str) and n), type(chat_model).__name__)
+        self.model_id = model_id or found
 
-    @property
-    def model_id(self) -> str:
-        """The model's name in the outputs."""
-        return self._model_id
+
+class ChatGenerator(_ChatModel):
+    """Replies from a LangChain chat model: a ``TextGenerator`` for the judge.
+
+    Args:
+        chat_model: any LangChain chat model; copied at ``temperature`` when it has
+            that field.
+        temperature: 0 by default (a judge should be deterministic).
+        concurrency: calls in flight at once.
+        model_id: the model's name in the outputs (default: its ``model_name``,
+            ``model`` or ``model_id``, else its class name).
+    """
+
+    def settings(self) -> Mapping[str, object]:
+        """Backend, model and temperature."""
+        return {"backend": "chat", "model": self.model_id, "temperature": self.temperature}
+
+    def generate(self, prompts: Sequence[str]) -> Iterator[tuple[int, str]]:
+        """``(index, reply)`` per prompt, ``concurrency`` prompts per batch."""
+        for start in range(0, len(prompts), self.concurrency):
+            chunk = prompts[start : start + self.concurrency]
+            replies = self.chat_model.batch(
+                [[("user", p)] for p in chunk], config={"max_concurrency": self.concurrency}
+            )
+            for k, reply in enumerate(replies):
+                yield start + k, _text(reply)
 
 
 class SamplingEstimator(_ChatModel):
@@ -98,8 +95,8 @@ class SamplingEstimator(_ChatModel):
     Args:
         chat_model: any LangChain chat model (``BaseChatModel``).
         n: answers sampled per pair.
-        temperature: sampling temperature (set on a copy of the model, see the module
-            docstring).
+        temperature: sampling temperature (set on a copy of the model when it has that
+            field; else it samples at its own, with a warning).
         concurrency: calls in flight at once (LangChain's ``max_concurrency``).
         model_id: the model's name in the outputs (default: the model's own).
         prompt: the abstention prompt (default: the paper's Figure 4).
@@ -118,7 +115,9 @@ class SamplingEstimator(_ChatModel):
         is_abstention: Callable[[str], bool] = is_abstention,
     ) -> None:
         check("samples", n, label="n")
-        super().__init__(chat_model, temperature, concurrency, model_id)
+        super().__init__(
+            chat_model, temperature=temperature, concurrency=concurrency, model_id=model_id
+        )
         self.n = n
         self.prompt = prompt
         self.is_abstention = is_abstention
@@ -127,7 +126,7 @@ class SamplingEstimator(_ChatModel):
         """Backend, model, n, temperature and the prompt's hash."""
         return {
             "backend": "chat",
-            "model": self._model_id,
+            "model": self.model_id,
             "n": self.n,
             "temperature": self.temperature,
             "prompt": self.prompt.fingerprint(),
@@ -147,39 +146,3 @@ class SamplingEstimator(_ChatModel):
                 answers = replies[k * self.n : (k + 1) * self.n]
                 hits = sum(1 for a in answers if self.is_abstention(_text(a)))
                 yield i, hits / self.n
-
-
-class ChatGenerator(_ChatModel):
-    """Replies from a LangChain chat model: a ``TextGenerator`` for the judge.
-
-    Args:
-        chat_model: any LangChain chat model; copied at ``temperature`` when it has
-            that field.
-        temperature: 0 by default (a judge should be deterministic).
-        concurrency: calls in flight at once.
-        model_id: the model's name in the outputs.
-    """
-
-    def __init__(
-        self,
-        chat_model: Any,
-        *,
-        temperature: float = 0.0,
-        concurrency: int = 4,
-        model_id: str | None = None,
-    ) -> None:
-        super().__init__(chat_model, temperature, concurrency, model_id)
-
-    def settings(self) -> Mapping[str, object]:
-        """Backend, model and temperature."""
-        return {"backend": "chat", "model": self._model_id, "temperature": self.temperature}
-
-    def generate(self, prompts: Sequence[str]) -> Iterator[tuple[int, str]]:
-        """``(index, reply)`` per prompt, ``concurrency`` prompts per batch."""
-        for start in range(0, len(prompts), self.concurrency):
-            chunk = prompts[start : start + self.concurrency]
-            replies = self.chat_model.batch(
-                [[("user", p)] for p in chunk], config={"max_concurrency": self.concurrency}
-            )
-            for k, reply in enumerate(replies):
-                yield start + k, _text(reply)

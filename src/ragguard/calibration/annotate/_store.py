@@ -1,20 +1,6 @@
-"""The progress file: every result appended as it is computed, read back on a re-run.
-
-One JSON object per line::
-
-    {"kind": "no_response", "key": "3f2a...", "query_id": "q1", "doc_id": "d3",
-     "pair": "9b1c...", "p": 0.031}
-    {"kind": "relevance", "key": "77e0...", "query_id": "q1", "doc_id": "d4",
-     "pair": "02aa...", "relevant": false, "motivation": "..."}
-    {"kind": "question", "key": "5c9d...", "query_id": "", "doc_id": "d7",
-     "pair": "e41b...", "reply": "..."}
-
-``key`` hashes the estimator's (or judge's) settings and ``pair`` hashes the question
-and passage texts, so a result is reused only for the same model, prompt and options
-on the same texts. Each line is written and flushed at once; a line cut short by a
-crash or an interrupt is dropped when the file is opened again, and everything before
-it is kept.
-"""
+"""The progress file: one JSON line per result, appended and flushed as it is computed,
+keyed by the settings' hash and the texts' hash, read back on a re-run (a line cut short
+by an interrupt is dropped)."""
 
 from __future__ import annotations
 
@@ -28,10 +14,7 @@ from typing import IO, Any
 
 from ragguard.errors import AnnotationError
 
-__all__ = ["ProgressStore", "pair_hash", "settings_key"]
-
 logger = logging.getLogger(__name__)
-#: What a saved result is keyed by: the settings, the pair's ids and the hash of its texts.
 _FIELDS = ("key", "query_id", "doc_id", "pair")
 
 
@@ -58,8 +41,7 @@ class ProgressStore:
         fresh: ignore (and truncate) what the file holds.
 
     Raises:
-        AnnotationError: the file cannot be read or written (a folder, no permission,
-            a full disk), naming it.
+        AnnotationError: the file cannot be read or written, naming it.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fresh: bool = False) -> None:
@@ -106,8 +88,7 @@ class ProgressStore:
             logger.warning("%s: ignored %d unreadable lines", self.path, bad)
 
     def _add(self, rec: Any) -> bool:
-        """Keep one saved record; ``False`` when it is unreadable (a record of a kind
-        this version does not know is passed over)."""
+        """Keep one saved record; ``False`` when it is unreadable (an unknown kind is not)."""
         if not isinstance(rec, dict) or any(n not in rec for n in _FIELDS):
             return False
         k = (str(rec["key"]), str(rec["query_id"]), str(rec["doc_id"]), str(rec["pair"]))
@@ -140,8 +121,7 @@ class ProgressStore:
 
     def saved_elsewhere(self, kind: str, key: str, wanted: Iterable[tuple[str, str, str]]) -> int:
         """How many of ``wanted`` ``(query_id, doc_id, pair)`` have a saved result of
-        ``kind`` (``"no_response"`` or ``"relevance"``) under another settings key: work
-        done before with another model, server, prompt or options, which is not reused."""
+        ``kind`` under another settings key (which is not reused)."""
         table = self.no_response if kind == "no_response" else self.relevance
         others = {k[1:] for k in table if k[0] != key}
         return sum(1 for w in set(wanted) if w in others)
@@ -159,8 +139,7 @@ class ProgressStore:
         self._write("relevance", (key, qid, doc, pair), relevant=relevant, motivation=motivation)
 
     def add_question(self, key: str, doc: str, pair: str, reply: str) -> None:
-        """Save one model's reply to ``ragguard synth``'s question prompt for passage
-        ``doc`` (``query_id`` is ``""``: no query exists yet)."""
+        """Save one reply to ``ragguard synth``'s question prompt (no query exists yet)."""
         self.questions[(key, "", doc, pair)] = reply
         self._write("question", (key, "", doc, pair), reply=reply)
 

@@ -1,39 +1,6 @@
-"""Local models through Hugging Face transformers, including GGUF files.
-
-**The method.** For each (question, passage) pair the model reads the abstention prompt
-once (one forward pass, no generation), and the estimate is the probability that the
-*first token* of its answer is the first token of ``NO-RESPONSE``, as in the paper.
-Which token is that? It depends on the tokenizer and on what precedes the answer:
-
-* tokenizers split ``NO-RESPONSE`` differently (``NO`` ``-`` ``RES`` ``PON`` ``SE``;
-  ``N`` ``O-`` ...; one token in some vocabularies);
-* a byte-level BPE has ``NO`` and ``ĠNO`` (with a leading space), SentencePiece has
-  ``▁NO``: after a chat template's ``assistant\\n`` the model tends to start with
-  ``NO``, after a plain ``Answer:`` with `` NO``.
-
-Taking ``tokenizer.encode("NO-RESPONSE")[0]`` picks one of these and misses the others.
-ragguard instead sums the next-token probability over **every vocabulary token whose
-text, without leading whitespace, is a non-empty prefix of "NO-RESPONSE"** (special
-tokens excluded): ``NO``, `` NO``, ``NO-``, ``N``, ... These are disjoint events, and
-together they are "the answer starts the way NO-RESPONSE starts", whatever the split
-and the spacing. It is still a first-token estimate (the paper's): an answer that
-merely begins like the abstention (``NO`` to a yes/no question) counts too. The
-probability comes from a log-sum-exp over the selected logits against all logits, in
-float32.
-
-**Prompt.** With a chat template, the paper's instruction is the system message and
-``Documents: ... Question: ... Answer:`` the user message, followed by the template's
-generation prompt (templates without a system role get the instruction at the top of
-the user message). Without one, the plain text ends in ``Answer:``.
-
-**Batches.** Pairs are sorted by length, left-padded, and run ``batch_size`` at a time
-with explicit position ids, so a padded row gives the same result as the row alone;
-only the last position's logits are computed where the model supports it.
-
-**GGUF.** ``TransformersEstimator.from_gguf`` loads a ``.gguf`` file with
-transformers' GGUF support (the ``gguf`` package): the weights are de-quantised to
-``dtype`` and run by PyTorch, so the same code and the same first-token rule apply.
-"""
+"""Local models through Hugging Face transformers, GGUF files included: one forward pass
+per pair, the first-token probability of the abstention summed over every token that
+can start it (``docs/guides/annotate.md``, "How p(NO-RESPONSE) is estimated")."""
 
 from __future__ import annotations
 
@@ -54,65 +21,9 @@ from ragguard.calibration.annotate._prompts import (
 )
 from ragguard.errors import AnnotationError
 
-__all__ = ["TransformersEstimator", "TransformersGenerator", "abstention_token_ids"]
-
 logger = logging.getLogger(__name__)
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-
-
-def _resolve_device(torch: Any, device: str | None) -> str:
-    if device in (None, "auto"):
-        if torch.cuda.is_available():
-            return "cuda"
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            return "mps"
-        return "cpu"
-    return str(device)
-
-
-def _resolve_dtype(torch: Any, dtype: str | None, device: str) -> Any:
-    if dtype is None:
-        dtype = "float32" if device == "cpu" else "auto"
-    if dtype not in DTYPES:
-        raise AnnotationError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    return "auto" if dtype == "auto" else getattr(torch, dtype)
-
-
-def load_model(
-    model: str | os.PathLike[str],
-    *,
-    gguf_file: str | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
-    trust_remote_code: bool = False,
-) -> tuple[Any, Any, str]:
-    """Load a causal LM and its tokenizer (``(model, tokenizer, device)``), in eval mode."""
-    torch = require("torch", "annotate")
-    transformers = require("transformers", "annotate")
-    if gguf_file is not None:
-        require("gguf", "gguf")
-        require("accelerate", "gguf")
-    dev = _resolve_device(torch, device)
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
-    if gguf_file is not None:
-        kwargs["gguf_file"] = gguf_file
-    torch_dtype = _resolve_dtype(torch, dtype, dev)
-    shown = str(model) if gguf_file is None else str(Path(model) / gguf_file)
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **kwargs)
-        lm = transformers.AutoModelForCausalLM.from_pretrained(
-            str(model), dtype=torch_dtype, **kwargs
-        )
-    except (OSError, ValueError) as exc:  # not found, not a causal LM, unreadable file
-        raise AnnotationError(f"cannot load the model {shown}: {exc}") from exc
-    try:
-        lm.to(dev)
-    except (RuntimeError, AssertionError, ValueError) as exc:  # no such device here
-        raise AnnotationError(f"cannot put the model on device {dev!r}: {exc}") from exc
-    lm.eval()
-    return lm, tokenizer, dev
 
 
 def abstention_token_ids(tokenizer: Any, abstention: str = "NO-RESPONSE") -> list[int]:
@@ -127,8 +38,7 @@ def abstention_token_ids(tokenizer: Any, abstention: str = "NO-RESPONSE") -> lis
     first = abstention[0]
     ids: list[int] = []
     for token, idx in tokenizer.get_vocab().items():
-        # cheap filter first: the token's raw form holds the first character, or is a
-        # byte-fallback token such as <0x4E>
+        # cheap filter first: the raw token holds the first character, or is a byte (<0x4E>)
         if idx in special or (first not in token and not token.startswith("<0x")):
             continue
         text = tokenizer.decode([idx], skip_special_tokens=False)
@@ -142,8 +52,7 @@ def abstention_token_ids(tokenizer: Any, abstention: str = "NO-RESPONSE") -> lis
 
 
 class _Local:
-    """Model, tokenizer and device shared by the estimator and the generator (its
-    arguments are theirs, by position)."""
+    """Model, tokenizer and device shared by the estimator and the generator."""
 
     def __init__(
         self,
@@ -157,17 +66,39 @@ class _Local:
         chat_template: bool | None,
     ) -> None:
         self._dtype_name = dtype
-        require("torch", "annotate")
+        torch = require("torch", "annotate")
         if isinstance(model, str | os.PathLike):
-            name = Path(str(model)).name if gguf_file is None else gguf_file
-            self.model, self.tokenizer, self.device = load_model(
-                model,
-                gguf_file=gguf_file,
-                device=device,
-                dtype=dtype,
-                trust_remote_code=trust_remote_code,
-            )
-            default_id = str(model) if gguf_file is None else name
+            transformers = require("transformers", "annotate")
+            kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+            if gguf_file is not None:
+                require("gguf", "gguf")
+                require("accelerate", "gguf")
+                kwargs["gguf_file"] = gguf_file
+            dev = str(device)
+            if device in (None, "auto"):
+                mps = getattr(torch.backends, "mps", None)
+                apple = mps is not None and mps.is_available()
+                dev = "cuda" if torch.cuda.is_available() else "mps" if apple else "cpu"
+            if dtype is None:
+                dtype = "float32" if dev == "cpu" else "auto"
+            if dtype not in DTYPES:
+                raise AnnotationError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+            torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+            shown = str(model) if gguf_file is None else str(Path(model) / gguf_file)
+            try:
+                tokenizer = transformers.AutoTokenizer.from_pretrained(str(model), **kwargs)
+                lm = transformers.AutoModelForCausalLM.from_pretrained(
+                    str(model), dtype=torch_dtype, **kwargs
+                )
+            except (OSError, ValueError) as exc:  # not found, not a causal LM, unreadable file
+                raise AnnotationError(f"cannot load the model {shown}: {exc}") from exc
+            try:
+                lm.to(dev)
+            except (RuntimeError, AssertionError, ValueError) as exc:  # no such device here
+                raise AnnotationError(f"cannot put the model on device {dev!r}: {exc}") from exc
+            lm.eval()
+            self.model, self.tokenizer, self.device = lm, tokenizer, dev
+            default_id = str(model) if gguf_file is None else gguf_file
         else:
             if tokenizer is None:
                 raise AnnotationError("pass the tokenizer with a loaded model")
@@ -175,7 +106,7 @@ class _Local:
             self.device = str(getattr(model, "device", "cpu"))
             default_id = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
             default_id = default_id or type(model).__name__
-        self._model_id = model_id or default_id
+        self.model_id = model_id or default_id
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         if chat_template and not has_template:
             raise AnnotationError(
@@ -186,13 +117,8 @@ class _Local:
         self._accepts = {n for n in ("position_ids", "logits_to_keep") if n in params}
         self._gguf = gguf_file
 
-    @property
-    def model_id(self) -> str:
-        return self._model_id
-
     def ids(self, messages: list[dict[str, str]], plain: str) -> list[int]:
-        """The token ids of a prompt: ``messages`` through the chat template, else
-        ``plain``."""
+        """The token ids of ``messages`` through the chat template, else of ``plain``."""
         if not self.chat:
             return list(self.tokenizer(plain, add_special_tokens=True)["input_ids"])
         template = self.tokenizer.apply_chat_template
@@ -207,7 +133,7 @@ class _Local:
 
     def base_settings(self) -> dict[str, object]:
         return {
-            "model": self._model_id,
+            "model": self.model_id,
             "chat_template": self.chat,
             "dtype": str(getattr(self.model, "dtype", self._dtype_name)),
             "gguf": self._gguf is not None,
@@ -215,8 +141,9 @@ class _Local:
 
 
 class TransformersEstimator:
-    """p(NO-RESPONSE) from a local causal LM: one forward pass per pair (see the module
-    docstring for the first-token rule).
+    """p(NO-RESPONSE) from a local causal LM: one forward pass per pair, the next-token
+    probability summed over ``abstention_token_ids``. Pairs run sorted by length,
+    left-padded with explicit position ids (a padded row scores as it would alone).
 
     Args:
         model: a Hugging Face model id or folder (loaded with ``AutoModelForCausalLM``),
@@ -257,38 +184,22 @@ class TransformersEstimator:
         self._local = _Local(
             model, tokenizer, model_id, device, dtype, gguf_file, trust_remote_code, chat_template
         )
+        #: the loaded transformers model and tokenizer, and the model's name in the outputs
+        self.model, self.tokenizer = self._local.model, self._local.tokenizer
+        self.model_id = self._local.model_id
         self.batch_size = batch_size
         self.max_length = max_length
         self.prompt = prompt
-        self.token_ids = abstention_token_ids(self._local.tokenizer, prompt.abstention)
+        self.token_ids = abstention_token_ids(self.tokenizer, prompt.abstention)
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], **kwargs: Any) -> TransformersEstimator:
-        """Load a ``.gguf`` file (de-quantised by transformers' GGUF support).
-
-        Args:
-            path: the ``.gguf`` file.
-            **kwargs: as for the constructor (``model_id`` defaults to the file name).
-        """
+        """Load a ``.gguf`` file, de-quantised by transformers' GGUF support; ``kwargs`` as
+        for the constructor (``model_id`` defaults to the file name)."""
         p = Path(path)
         if not p.is_file():
             raise AnnotationError(f"no such GGUF file: {p}")
         return cls(p.parent, gguf_file=p.name, **kwargs)
-
-    @property
-    def model_id(self) -> str:
-        """The model's name in the outputs."""
-        return self._local.model_id
-
-    @property
-    def model(self) -> Any:
-        """The loaded transformers model."""
-        return self._local.model
-
-    @property
-    def tokenizer(self) -> Any:
-        """The loaded tokenizer."""
-        return self._local.tokenizer
 
     def settings(self) -> Mapping[str, object]:
         """Backend, model, dtype, chat template use, prompt hash and truncation."""
@@ -380,12 +291,8 @@ class TransformersGenerator:
             self._local = _Local(
                 model, tokenizer, model_id, device, dtype, gguf_file, trust_remote_code, None
             )
+        self.model_id = self._local.model_id
         self.max_new_tokens = max_new_tokens
-
-    @property
-    def model_id(self) -> str:
-        """The model's name in the outputs."""
-        return self._local.model_id
 
     def settings(self) -> Mapping[str, object]:
         """Model, dtype and the generation length."""

@@ -1,25 +1,6 @@
-"""How ``train-reranker`` chooses (see ``ragguard.calibration.train.reranker``): pair
-AUCs on the validation queries, the paired bootstrap of a candidate's gain over the
-base, and the rule that writes a candidate only when that gain is shown.
-
-**The choice.** Each candidate is scored on the validation queries by two AUCs: relevant
-vs labelled distractor and relevant vs every other candidate (the share of (relevant,
-negative) pairs *of the same query* ordered correctly, ties counting half). The
-selection AUC is relevant-vs-distractor when validation has distractors, else
-relevant-vs-other. Validation must hold at least ``MIN_VALIDATION_QUERIES`` (30)
-*usable* queries, each with a relevant and a non-relevant candidate; with fewer the
-command stops before training ([`EvalSetError`][ragguard.EvalSetError] saying how many
-more labelled queries it needs), and with none it says that validation has no
-non-relevant candidate. A trained candidate is eligible only when its validation win is
-shown: its selection AUC is higher than the base's, the lower bound of the ``LEVEL``
-(95%) paired bootstrap interval of the difference (``auc_difference``:
-``N_BOOTSTRAP`` resamples of the usable validation queries, seeded by ``seed``) is
-above 0, and its other AUC is not lower. The eligible one with the best selection AUC
-is written, the interval in its card. When none is eligible **nothing is written**
-(``TrainResult.path`` is ``None``, ``TrainResult.why`` says why; the command exits 1):
-the base is as good as far as validation can tell, so use it (``--rerank
-examples.rerankers:minilm``, ``--rerank BASE_FOLDER``) or label more queries.
-"""
+"""How ``train-reranker`` chooses: pair AUCs on the validation queries, the paired
+bootstrap of a candidate's gain over the base, and the rule that writes a candidate only
+when that gain is shown (``choose``; ``docs/guides/train-reranker.md``)."""
 
 from __future__ import annotations
 
@@ -39,25 +20,9 @@ from ragguard.calibration.fit.statistics import (
 from ragguard.calibration.train.pairs import ValidationQuery
 from ragguard.errors import EvalSetError
 
-__all__ = [
-    "LEVEL",
-    "N_BOOTSTRAP",
-    "Candidate",
-    "Judge",
-    "auc_difference",
-    "aucs",
-    "check_validation",
-    "choose",
-    "fmt_auc",
-    "pair_auc",
-    "why",
-]
-
 F64 = NDArray[np.float64]
-#: Level of the paired bootstrap interval of a candidate's AUC gain over the base.
-LEVEL = 0.95
-#: Resamples of the validation queries behind that interval.
-N_BOOTSTRAP = 2000
+LEVEL = 0.95  # of the paired bootstrap interval of a candidate's AUC gain over the base
+N_BOOTSTRAP = 2000  # resamples of the validation queries behind it
 
 
 def _ordered(pos: F64, neg: F64) -> tuple[float, int]:
@@ -69,8 +34,7 @@ def _ordered(pos: F64, neg: F64) -> tuple[float, int]:
 
 
 def pair_auc(groups: Sequence[tuple[F64, F64]]) -> float:
-    """The share of (positive, negative) pairs of the same group scored in the right
-    order, ties counting half; NaN when there is no such pair."""
+    """The share of a group's (positive, negative) pairs in the right order; NaN without."""
     counts = [_ordered(pos, neg) for pos, neg in groups]
     right = sum(r for r, _ in counts)
     total = sum(t for _, t in counts)
@@ -85,16 +49,9 @@ def auc_difference(
     level: float = LEVEL,
     seed: int = 0,
 ) -> Interval:
-    """``pair_auc(candidate) - pair_auc(base)`` over the same groups (one per query:
-    the scores of its positives and of its negatives) with the percentile interval of a
-    paired bootstrap over the groups: ``n_bootstrap`` resamples of the groups with
-    replacement (the same draws for both scorers, from
-    ``numpy.random.default_rng([seed, 4])``), both AUCs recomputed on each. A resample
-    without any pair counts as no difference (0). NaN throughout without any pair.
-
-    Raises:
-        ValueError: the groups of the two scorers differ in number or shape.
-    """
+    """``pair_auc(candidate) - pair_auc(base)`` with the percentile interval of a paired
+    bootstrap over the groups (``default_rng([seed, 4])``); a resample without a pair
+    counts 0. Raises ValueError when the groups of the two scorers differ."""
     if len(base) != len(candidate) or any(
         len(bp) != len(cp) or len(bn) != len(cn)
         for (bp, bn), (cp, cn) in zip(base, candidate, strict=True)
@@ -119,17 +76,15 @@ class Candidate:
     """A scorer compared on validation queries.
 
     Attributes:
-        name: ``base``, ``cosine``, ``bm25``, ``coverage``, ``fusion``, ``bi-encoder``,
-            ``cross-encoder``, ``new-cross-encoder``.
+        name: ``base``, a signal (``cosine``, ``bm25``, ...) or a trained kind.
         role: ``base``, ``input`` (a single signal, for comparison) or ``trained``.
         auc_distractor: relevant vs labelled distractor (NaN without distractors).
         auc_other: relevant vs the other candidates.
         seconds: training time.
-        eligible: whether it beats the base (see the module docstring).
+        eligible: whether it beats the base (see ``choose``).
         note: anything worth saying (what the base is, steps run).
-        gain: of a trained candidate, its selection AUC minus the base's on the usable
-            validation queries, with the paired bootstrap interval
-            (``auc_difference``); ``None`` for the others.
+        gain: of a trained candidate, its selection AUC minus the base's, with the
+            paired bootstrap interval (``auc_difference``).
     """
 
     name: str
@@ -143,11 +98,8 @@ class Candidate:
 
 
 def choose(candidates: Sequence[Candidate], metric: str) -> Candidate | None:
-    """The candidate to write: among the trained ones that beat the base (the first of
-    ``candidates``) by ``metric`` with the lower bound of their ``gain`` interval above
-    0 and the other AUC not lower (see the module docstring), the best by ``metric``,
-    then by the other AUC, the earliest on a tie; ``None`` when none does. Sets each
-    one's ``eligible``."""
+    """Of the trained candidates that beat the base (the first) by ``metric`` with their
+    ``gain`` interval above 0 and the other AUC not lower (their ``eligible``), the best."""
     other = _other(metric)
     for c in candidates:
         c.eligible = c.role == "trained" and _eligible(c, candidates[0], metric, other)
@@ -170,13 +122,11 @@ def _eligible(c: Candidate, base: Candidate, metric: str, other: str) -> bool:
 
 
 def _shown(gain: Interval | None) -> bool:
-    """Whether the interval of a gain lies above 0."""
     return gain is not None and gain.low > 0  # NaN compares False
 
 
 def why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, where: str) -> str:
-    """One line: the written candidate and its gain, or why nothing was written;
-    ``where`` names the queries compared."""
+    """One line: the written candidate and its gain, or why nothing was written."""
     base, other = cands[0], _other(metric)
     pct = f"{LEVEL:.0%}"
 
@@ -208,7 +158,6 @@ def why(cands: Sequence[Candidate], chosen: Candidate | None, metric: str, where
 
 
 def _parts(v: ValidationQuery, s: F64) -> tuple[F64, F64, F64]:
-    """The scores of a validation query's relevant passages, distractors and others."""
     a, b = len(v.relevant), len(v.relevant) + len(v.distractors)
     return s[:a], s[a:b], s[b:]
 
@@ -219,8 +168,7 @@ def aucs(val: Sequence[ValidationQuery], scores: Sequence[F64]) -> tuple[float, 
 
 
 class Judge:
-    """Scores a candidate on validation: both AUCs and, on the usable queries, its gain
-    over the base by ``metric`` with the paired bootstrap interval."""
+    """Scores a candidate on validation: both AUCs, and its gain over the base."""
 
     def __init__(
         self,
@@ -234,16 +182,14 @@ class Judge:
         self.base = self.groups(base_scores)
 
     def where(self) -> str:
-        """The queries compared: ``34 validation queries``, and how many of them have
-        pairs for the metric when not all do (``, 3 with a labelled distractor``)."""
+        """E.g. ``34 validation queries, 3 with a labelled distractor``."""
         with_pairs = sum(1 for pos, neg in self.base if len(pos) and len(neg))
         what = "labelled distractor" if self.metric == "auc_distractor" else "other candidate"
         some = f", {with_pairs} with a {what}" if with_pairs < len(self.base) else ""
         return f"{len(self.base)} validation queries{some}"
 
     def groups(self, scores: Sequence[F64]) -> list[tuple[F64, F64]]:
-        """Per usable query: scores of the relevant passages and of the negatives by
-        ``metric``."""
+        """Per usable query: the scores of its relevant passages and of its negatives."""
         pick = 1 if self.metric == "auc_distractor" else 2
         return [(p[0], p[pick]) for p in (_parts(self.val[i], scores[i]) for i in self.usable)]
 
@@ -263,12 +209,7 @@ def check_validation(
     validation: float,
 ) -> list[int]:
     """The positions in ``val`` of the usable queries (a relevant and a non-relevant
-    candidate), when there are enough to show a win.
-
-    Raises:
-        EvalSetError: no validation query has a relevant passage, or none has a
-            non-relevant candidate, or fewer than ``MIN_VALIDATION_QUERIES`` are usable.
-    """
+    candidate); an EvalSetError when fewer than ``MIN_VALIDATION_QUERIES``."""
     if not val:
         raise EvalSetError("no validation query has a relevant passage with a text")
     usable = [i for i, v in enumerate(val) if v.distractors or v.others]

@@ -1,9 +1,6 @@
-"""The signals ``train-reranker`` computes for every (query, passage) pair it scores
-(see ``ragguard.trained.Signals``: the bi-encoder's cosine, BM25, coverage and, with a
-cross-encoder base, its score), with progress lines while they run, and the fusion
-head: a logistic regression over them (scikit-learn, ``C=1``, balanced weights, soft
-targets as weighted positive and negative copies).
-"""
+"""The signals ``train-reranker`` computes for every pair it scores
+(``ragguard.trained.Signals``), with progress lines, and the fusion head: a logistic
+regression over them."""
 
 from __future__ import annotations
 
@@ -21,24 +18,14 @@ from ragguard.calibration.train.pairs import Pair, PairTexts, ValidationQuery
 from ragguard.errors import EvalSetError
 from ragguard.trained import Lexical, Signals
 
-__all__ = [
-    "PROGRESS_EVERY_S",
-    "Features",
-    "Ticker",
-    "fit_fusion",
-    "fusion_scores",
-    "signal_matrices",
-]
-
 Progress = Callable[[str], None]
-#: Seconds between two progress lines of a long step.
-PROGRESS_EVERY_S = 30.0
+PROGRESS_EVERY_S = 30.0  # between two progress lines of a long step
 
 
 @dataclass(frozen=True)
 class Features:
-    """The signals: their names, the base's column, a matrix per validation query, the
-    training pairs' matrix and targets, and the lexical statistics behind them."""
+    """The signals' names, the base's column, a matrix per validation query, the training
+    pairs' matrix and targets, and the lexical statistics behind them."""
 
     lexical: Lexical
     names: list[str]
@@ -55,8 +42,7 @@ def signal_matrices(
     val: Sequence[ValidationQuery],
     say: Progress,
 ) -> tuple[list[F64], F64]:
-    """The signals of each validation query's candidates, and of the training pairs
-    (computed a query at a time, with progress lines)."""
+    """The signals of each validation query's candidates, and of the training pairs."""
     by_query: dict[str, list[int]] = {}
     for i, p in enumerate(pairs):
         by_query.setdefault(p.qid, []).append(i)
@@ -125,17 +111,8 @@ def untrained(val: Sequence[ValidationQuery], feats: Features, base_note: str) -
 
 
 class Ticker:
-    """Progress lines for a long step of ``total`` units: one every ``every`` seconds
-    (none for a step that ends sooner), then one when it ends if any was said.
-
-    Args:
-        what: the step (``signals``).
-        total: units to do.
-        unit: their name (``pairs``).
-        say: called with each line.
-        every: seconds between lines (default ``PROGRESS_EVERY_S``).
-        clock: a monotonic clock (seconds).
-    """
+    """Progress lines for a long step of ``total`` ``unit``: one every ``every`` seconds
+    (default ``PROGRESS_EVERY_S``; none for a step that ends sooner), then a last one."""
 
     def __init__(
         self,
@@ -155,7 +132,7 @@ class Ticker:
         self.lines = 0
 
     def add(self, n: int) -> None:
-        """Count ``n`` more units done; say a line when ``every`` seconds have passed."""
+        """Count ``n`` more units done."""
         self.done += n
         now = self.clock()
         if now - self.last < self.every or self.done >= self.total:
@@ -170,15 +147,14 @@ class Ticker:
         self.lines += 1
 
     def close(self) -> None:
-        """The last line (when a line was said): every unit done, and the time taken."""
+        """The last line, when a line was said."""
         if self.lines:
             took = self.clock() - self.start
             self.say(f"  {self.what}: {self.total:,} {self.unit} in {_duration(took)}")
 
 
 def _embed(signals: Signals, texts: Sequence[str], say: Progress, chunk: int = 256) -> None:
-    """Embed the distinct ``texts`` in chunks of ``chunk`` into the signals' cache (big
-    batches, and progress lines while it runs)."""
+    """Embed the distinct ``texts`` into the signals' cache, in big batches."""
     todo = list(dict.fromkeys(texts))
     ticker = Ticker("embedding", len(todo), "texts", say)
     for lo in range(0, len(todo), chunk):

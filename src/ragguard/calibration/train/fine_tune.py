@@ -1,30 +1,6 @@
-"""Fine-tune the neural candidates of ``train-reranker`` with sentence-transformers'
-trainers, stopping early on validation AUC.
-
-* **bi-encoder** (``fine_tune_bi_encoder``): a SentenceTransformer with
-  MultipleNegativesRankingLoss over (query, relevant, hard negative) triplets: each
-  relevant passage of a training query with each of its negatives, in the pair
-  builder's order (labelled distractors, judged not relevant, same-query candidates,
-  same-title passages, then random ones), at most ``4`` negatives per positive; the
-  other passages of a batch are more negatives (in-batch).
-* **cross-encoders** (``fine_tune_cross_encoder``): an existing CrossEncoder, or a
-  SentenceTransformer's weights with a new one-logit classification head
-  (``new_head=True``), trained with BinaryCrossEntropyLoss on every (query, passage)
-  pair, the grade as a soft target (``grade / highest grade``; 0 for negatives), the
-  positives weighted by negatives / positives. Saved with the ``Identity`` activation:
-  it returns logits.
-
-Both: the validation AUC (relevant vs distractor where validation has distractors, else
-relevant vs other) is measured every ``max(1, steps // 5)`` steps and the best checkpoint
-is kept; training stops after two evaluations without a gain. ``max_steps=0`` trains
-nothing and saves the starting model (it then ties with its base and is never written).
-With pre-training pairs (``--pretrain-data``), a first phase of at most ``max_steps``
-steps runs on them before the labelled pairs, without evaluation. The step budget
-(``max_steps`` steps of ``batch_size``, ``max_length`` tokens) is what bounds the time on
-a CPU. Nothing is printed: the trainer's log dicts (``{'loss': ...}``, which it prints
-to stdout) become ``say`` lines (the training loss, every ``max(1, steps // 5)``
-steps, and each validation AUC), and its progress bar, when asked for, goes to stderr.
-"""
+"""Fine-tuning the neural candidates with sentence-transformers' trainers (bi-encoder:
+MultipleNegativesRankingLoss over triplets; cross-encoders: BinaryCrossEntropyLoss, soft
+targets), an optional pre-training phase, then early stopping on validation AUC."""
 
 from __future__ import annotations
 
@@ -43,16 +19,6 @@ from numpy.typing import NDArray
 from ragguard._optional import require
 from ragguard.errors import EvalSetError, MissingDependencyError
 from ragguard.trained import load_cross_encoder, load_encoder
-
-__all__ = [
-    "FineTuning",
-    "TextPair",
-    "Validation",
-    "bi_encoder_scores",
-    "cross_encoder_scores",
-    "fine_tune_bi_encoder",
-    "fine_tune_cross_encoder",
-]
 
 NEGATIVES_PER_POSITIVE = 4
 PATIENCE = 2
@@ -104,15 +70,8 @@ def _st(name: str) -> Any:
         return importlib.import_module(f"sentence_transformers.{name}")
 
 
-def _has_cuda() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
 def _evaluator(validation: Validation, scores_of: Callable[[Any], list[Any]], say: Say) -> Any:
-    """A sentence-transformers evaluator reporting the validation AUC as ``auc`` (and
-    as a progress line)."""
+    """A sentence-transformers evaluator reporting the validation AUC as ``auc``."""
     evaluation = _st("evaluation")
 
     class AUC(evaluation.SentenceEvaluator):  # type: ignore[misc,name-defined]
@@ -150,8 +109,7 @@ def bi_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.flo
 
 
 def cross_encoder_scores(model: Any, validation: Validation) -> list[NDArray[np.float64]]:
-    """Per validation query, a cross-encoder's score of each of its passages (one
-    ``predict`` over every pair)."""
+    """Per validation query, a cross-encoder's score of each of its passages."""
     flat = [
         (q, t) for q, texts in zip(validation.queries, validation.texts, strict=True) for t in texts
     ]
@@ -189,17 +147,15 @@ def _args(cls: Any, out: Path, total: int, s: FineTuning, *, evaluate: bool, **e
         report_to="none",
         disable_tqdm=not s.show_progress_bar,
         use_cpu=s.device == "cpu",
-        dataloader_pin_memory=s.device != "cpu" and _has_cuda(),
+        dataloader_pin_memory=s.device != "cpu" and require("torch", "train").cuda.is_available(),
         **steps,
         **extra,
     )
 
 
 def _quiet(trainer: Any, s: FineTuning, say: Say) -> None:
-    """The trainer prints its log dicts (``{'loss': ...}``) to stdout, through its
-    printer or, with a progress bar, through ``tqdm.write``: a library never prints, and
-    stdout is for results. Both go; the training loss comes as ``say`` lines and the
-    bar (on stderr), when wanted, stays without the dicts."""
+    """The trainer's log dicts become ``say`` lines: it prints them to stdout (through its
+    printer, or ``tqdm.write`` with a bar), and a library never prints."""
     transformers = require("transformers", "train")
     trainer.remove_callback(transformers.PrinterCallback)
     trainer.remove_callback(transformers.ProgressCallback)
@@ -242,18 +198,20 @@ def _run(
     datasets = require("datasets", "train")
     transformers = require("transformers", "train")
     os.environ.setdefault("WANDB_DISABLED", "true")
+
+    def train(rows: dict[str, list[Any]], steps: int, folder: str, **kw: Any) -> Any:
+        args = _args(args_cls, work / folder, steps, s, evaluate="evaluator" in kw, **extra)
+        trainer = make_trainer(args=args, train_dataset=datasets.Dataset.from_dict(rows), **kw)
+        _quiet(trainer, s, say)
+        trainer.train()
+        return trainer.state
+
     notes = []
     first = next(iter(pretrain.values())) if pretrain else []
     if pretrain and first:
         n = _steps(len(first), s)
         say(f"pre-training the {what}: {len(first)} rows, {n} steps of {s.batch_size}")
-        trainer = make_trainer(
-            args=_args(args_cls, work / "pretrain", n, s, evaluate=False, **extra),
-            train_dataset=datasets.Dataset.from_dict(pretrain),
-        )
-        _quiet(trainer, s, say)
-        trainer.train()
-        notes.append(f"{trainer.state.global_step} pre-training steps")
+        notes.append(f"{train(pretrain, n, 'pretrain').global_step} pre-training steps")
     rows = len(next(iter(data.values())))
     total = _steps(rows, s)
     if total == 0:
@@ -263,23 +221,13 @@ def _run(
         f"fine-tuning the {what}: {rows} rows, at most {total} steps of {s.batch_size}, "
         f"max length {s.max_length}, validation every {max(1, total // 5)} steps"
     )
-    trainer = make_trainer(
-        args=_args(args_cls, work / "checkpoints", total, s, evaluate=True, **extra),
-        train_dataset=datasets.Dataset.from_dict(data),
-        evaluator=evaluator,
-        callbacks=[transformers.EarlyStoppingCallback(early_stopping_patience=PATIENCE)],
-    )
-    _quiet(trainer, s, say)
-    trainer.train()
-    best = trainer.state.best_metric
+    stop = transformers.EarlyStoppingCallback(early_stopping_patience=PATIENCE)
+    state = train(data, total, "checkpoints", evaluator=evaluator, callbacks=[stop])
+    best = state.best_metric
     notes.append(
-        f"{trainer.state.global_step} steps; best validation AUC "
-        f"{'n/a' if best is None else f'{best:.3f}'}"
+        f"{state.global_step} steps; best validation AUC {'n/a' if best is None else f'{best:.3f}'}"
     )
     return "; ".join(notes)
-
-
-# --------------------------------------------------------------------------- bi-encoder
 
 
 def _triplets(pairs: Sequence[TextPair]) -> dict[str, list[Any]]:
@@ -304,17 +252,11 @@ def fine_tune_bi_encoder(
     pairs: Sequence[TextPair],
     validation: Validation,
     settings: FineTuning,
-    *,
-    pretrain: Sequence[TextPair] = (),
+    pretrain: Sequence[TextPair],
     say: Say,
 ) -> tuple[Path, str]:
-    """Fine-tune the SentenceTransformer ``base`` and save the best checkpoint to
-    ``out``; returns the folder and a note (steps run, best validation AUC).
-
-    Raises:
-        MissingDependencyError: sentence-transformers or datasets is missing.
-        EvalSetError: no triplet can be formed.
-    """
+    """Fine-tune the SentenceTransformer ``base`` on triplets (each positive with at most
+    ``NEGATIVES_PER_POSITIVE`` negatives of its query) into ``out``; the folder, a note."""
     st = require("sentence_transformers", "train")
     losses, training_args = _st("losses"), _st("training_args")
     data = _triplets(pairs)
@@ -345,9 +287,6 @@ def fine_tune_bi_encoder(
     return out, note
 
 
-# --------------------------------------------------------------------------- cross-encoder
-
-
 def _pairs(pairs: Sequence[TextPair]) -> dict[str, list[Any]]:
     return {
         "query": [p.query for p in pairs],
@@ -362,22 +301,14 @@ def fine_tune_cross_encoder(
     pairs: Sequence[TextPair],
     validation: Validation,
     settings: FineTuning,
+    pretrain: Sequence[TextPair],
+    say: Say,
     *,
     new_head: bool,
-    pretrain: Sequence[TextPair] = (),
-    say: Say,
 ) -> tuple[Path, str]:
-    """Fine-tune the cross-encoder in the folder ``start`` (or, with ``new_head``, a new
-    cross-encoder from the SentenceTransformer folder ``start``: its weights and a new
-    classification head drawn with ``settings.seed``) and save the best checkpoint to
-    ``out`` with the ``Identity`` activation; returns the folder and a note.
-
-    Raises:
-        MissingDependencyError: sentence-transformers >= 4 (its CrossEncoderTrainer) or
-            datasets is missing.
-        EvalSetError: no positive or no negative pair.
-        RerankModelError: the model cannot be loaded.
-    """
+    """Fine-tune the cross-encoder ``start`` (with ``new_head``, a new one from the
+    SentenceTransformer ``start``) on every pair, the positives weighted by negatives /
+    positives, into ``out`` with the ``Identity`` activation (logits); the folder, a note."""
     st = require("sentence_transformers", "train")
     ce = getattr(st, "cross_encoder", None)
     if ce is None or not hasattr(ce, "CrossEncoderTrainer"):

@@ -1,6 +1,5 @@
-"""The option objects of ``RerankerTrainer`` (see ``ragguard.calibration.train.reranker``):
-the negatives of each training query, and how each neural candidate trains.
-"""
+"""The option objects of ``RerankerTrainer``: the negatives of each training query, and
+how each neural candidate trains."""
 
 from __future__ import annotations
 
@@ -10,8 +9,6 @@ from dataclasses import dataclass
 
 from ragguard._fields import is_real
 from ragguard.errors import ConfigError
-
-__all__ = ["WRITABLE", "Negatives", "Training", "check_kinds"]
 
 #: The kinds of candidate a fit can train and write.
 WRITABLE = ("fusion", "bi-encoder", "cross-encoder", "new-cross-encoder")

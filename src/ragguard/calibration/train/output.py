@@ -1,17 +1,6 @@
-"""What ``train-reranker`` writes (see ``ragguard.calibration.train.reranker``): the
-model card (``model_card.json`` and its ``README.md``), the scorer's files, and the
-marker that lets ``overwrite`` replace the folder.
-
-**The folder.** ``out`` must not exist, be empty, or (with ``overwrite``) be a folder
-that train-reranker wrote and that holds nothing else: its marker file
-(``ragguard-written.json``) lists every file and folder the command wrote, and a folder
-without it, or holding anything it does not list, is refused, as is an ``out`` that is
-or holds one of the command's inputs (the eval set and the corpus beside it, run files,
-``corpus``, ``pretrain_data``, a local ``base`` or ``encoder``, ``inputs``). The new
-folder is written whole in a staging folder beside it (see
-``ragguard.calibration._output``) and moved into place; the old one is removed only
-after that.
-"""
+"""What ``train-reranker`` writes: the model card and its ``README.md``, the scorer's files,
+and the marker that lets ``overwrite`` replace only a folder it wrote (``check_out``),
+staged beside ``out`` and moved into place."""
 
 from __future__ import annotations
 
@@ -19,7 +8,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,25 +20,9 @@ from ragguard.calibration.fit.result import data_fingerprint
 from ragguard.calibration.fit.statistics import MIN_VALIDATION_QUERIES
 from ragguard.calibration.train.choice import LEVEL, N_BOOTSTRAP, Candidate, fmt_auc
 from ragguard.calibration.train.pairs import QuerySplit
-from ragguard.calibration.train.pretrain import PretrainData
 from ragguard.errors import ConfigError
 from ragguard.trained import CARD_NAME, CROSS_KINDS, FORMAT, Lexical, resolve_model
 
-__all__ = [
-    "MARKER",
-    "Choice",
-    "TrainResult",
-    "card_markdown",
-    "check_out",
-    "inputs_of",
-    "install",
-    "licence_files",
-    "model_card",
-    "pretrain_card",
-    "write_folder",
-]
-
-Progress = Callable[[str], None]
 #: The file in a written folder that lists what train-reranker wrote there.
 MARKER = "ragguard-written.json"
 WRITER = "ragguard train-reranker"
@@ -92,55 +65,8 @@ class TrainResult:
         return self.candidates[0]
 
 
-def inputs_of(
-    evalset: EvalSet,
-    paths: Sequence[PathLike],
-    pretrain_data: PathLike | None,
-    base: str,
-    encoder: str | None,
-) -> list[PathLike]:
-    """Every path the command reads: the eval set (and the corpus beside it), its runs'
-    files, ``paths``, the pre-training data and a local base or encoder folder."""
-    out: list[PathLike] = [*paths, *evalset.texts.files]  # the corpus beside it among them
-    if evalset.source:
-        out.append(evalset.source)
-    out += [s for r in evalset.runs.values() if (s := r.source)]
-    if pretrain_data is not None:
-        out.append(pretrain_data)
-    out += [m for m in (base, encoder) if m and not m.startswith("package:")]
-    return [p for p in out if Path(p).exists()]
-
-
-def licence_files(pretrain: PretrainData | None, used: bool, say: Progress) -> tuple[Path, ...]:
-    """The licence files of the pre-training data to copy beside a model trained on it
-    (``used``)."""
-    if pretrain is None or not used:
-        return ()
-    if not pretrain.licences:
-        say(f"no licence file (LICENSE*, COPYING*) beside {pretrain.path}")
-    return pretrain.licences
-
-
-def pretrain_card(
-    pretrain: PretrainData | None,
-    used_by: Sequence[str],
-    counts: dict[str, int],
-    licences: Sequence[Path],
-) -> dict[str, Any] | None:
-    """The pre-training data in the model card (``None`` without it)."""
-    if pretrain is None:
-        return None
-    return {
-        "path": str(pretrain.path),
-        "used_by": list(used_by),
-        "pairs": counts,
-        "licence_files": [f"PRETRAIN-{f.name}" for f in licences],
-    }
-
-
 def _listed(folder: Path) -> list[str]:
-    """Every file and folder under ``folder`` (links not followed), as relative POSIX
-    paths, sorted."""
+    """Every file and folder under ``folder`` (links not followed), relative, sorted."""
     out = []
     for root, dirs, files in os.walk(folder):
         rel = Path(root).relative_to(folder)
@@ -155,13 +81,8 @@ def _mark(stage: Path) -> None:
 
 
 def check_out(target: Path, inputs: Sequence[PathLike], overwrite: bool) -> None:
-    """Refuse an ``out`` that holds an input, that is not a folder, or that is not empty
-    and either ``overwrite`` is off or it holds anything train-reranker did not write
-    (see the module docstring).
-
-    Raises:
-        ConfigError: one line naming the folder and what to do.
-    """
+    """Refuse (ConfigError) an ``out`` that holds an input, that is not a folder, or that
+    is not empty unless ``overwrite`` and its ``MARKER`` lists everything in it."""
     check_not_input(target, inputs, what="--out")
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise ConfigError(f"--out {target} is a file or a link, not a folder; give a folder")
@@ -194,9 +115,8 @@ def check_out(target: Path, inputs: Sequence[PathLike], overwrite: bool) -> None
 def install(
     stage: Path, target: Path, aside: Path, inputs: Sequence[PathLike], overwrite: bool
 ) -> None:
-    """Move ``stage`` to ``target``; an existing ``target`` is checked again (it may have
-    changed while training), moved to ``aside`` (removed with the staging folder), and
-    put back if the move fails."""
+    """Move ``stage`` to ``target``; an existing ``target``, checked again (it may have
+    changed while training), goes to ``aside`` and comes back if the move fails."""
     check_out(target, inputs, overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     moved = target.exists()
@@ -294,10 +214,8 @@ def write_folder(
     encoder_spec: str,
     licences: Sequence[Path],
 ) -> None:
-    """Write the chosen scorer into the new ``folder``: its files (``tuned``, the
-    fine-tuned model's folder, or the fusion head's), the model card and its
-    ``README.md``, the ``licences`` of the pre-training data, and the marker listing
-    them."""
+    """Write the chosen scorer's files (``tuned``: the fine-tuned model's folder), the
+    model card, its ``README.md`` and the ``licences`` into ``folder``, and the marker."""
     folder.mkdir()
     kind = card["kind"]
     if kind in CROSS_KINDS:

@@ -1,32 +1,12 @@
-"""The queries and training pairs of ``train-reranker`` (see
-``ragguard.calibration.train.reranker``), and the passages of its validation queries.
-
-**Queries.** The held-out split of ``calibrate`` (``split_queries`` with the same
-``holdout`` and ``seed``) is never read: no pair, no validation figure and no corpus
-statistic comes from a held-out query, so calibrating with the trained scorer
-afterwards stays honest. Of the remaining queries a ``validation`` fraction (drawn with
-``numpy.random.default_rng([seed, 2])``) is set aside to choose; the rest train.
-
-**Pairs** (``training_pairs``), per training query: every relevant passage as a
-positive with its grade as a soft target (``grade / highest grade``); then negatives in
-this order: every labelled distractor, every passage judged not relevant, then
-same-topic ones: the ``same_query_negatives`` best-ranked unlabelled candidates of the
-same query (best rank over the runs) and ``same_title_negatives`` passages that share a
-title with one of the query's relevant passages, then ``random_negatives`` passages of
-other training queries. Titles are those the sources carry (``title`` in a corpus
-JSONL or a BEIR ``corpus.jsonl``, a UDCG passage's ``title``); ragguard's JSONL
-candidates carry none, and no format names a passage's *document* apart from its
-title, so "same document" is "same title" and nothing is guessed from id prefixes.
-Same-title and random negatives are drawn (``numpy.random.default_rng([seed, 3])``)
-from the passages of the training queries only (labelled or retrieved for them).
-"""
+"""The queries and training pairs of ``train-reranker``: calibrate's held-out queries are
+never read; the rest split into training and validation queries; per training query its
+positives, then negatives in a fixed order (``training_pairs``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,22 +14,6 @@ from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.statistics import split_queries, validation_count
 from ragguard.calibration.train.fine_tune import TextPair
 from ragguard.errors import EvalSetError
-
-if TYPE_CHECKING:
-    from ragguard.calibration.data.texts import Texts
-
-__all__ = [
-    "NEGATIVE_KINDS",
-    "Pair",
-    "PairTexts",
-    "QuerySplit",
-    "ValidationQuery",
-    "pair_counts",
-    "run_names",
-    "split_for_training",
-    "training_pairs",
-    "validation_queries",
-]
 
 NEGATIVE_KINDS = ("distractor", "judged", "same_query", "same_title", "random")
 
@@ -68,11 +32,7 @@ def split_for_training(
     evalset: EvalSet, holdout: float, validation: float, seed: int
 ) -> QuerySplit:
     """The held-out split of calibrate's ``Split(holdout=, seed=)``, and the rest cut into
-    training and validation queries (see the module docstring).
-
-    Raises:
-        EvalSetError: fewer than two queries left to train and validate on.
-    """
+    training and validation queries (drawn with ``default_rng([seed, 2])``)."""
     qids = evalset.qids
     calib, held = split_queries(len(qids), holdout, seed)
     if len(calib) < 2:
@@ -91,11 +51,8 @@ def split_for_training(
 
 @dataclass(frozen=True)
 class Pair:
-    """One training pair: query id, passage id, target in [0, 1] and where it came from
-    (``relevant``, ``distractor``, ``judged``, ``same_query``, ``same_title`` or
-    ``random``). ``source`` is the query under whose ids the passage's text is looked
-    up: ``qid`` itself, or the training query a same-title or random passage came from
-    (UDCG files reuse passage ids across queries)."""
+    """One training pair; ``source``: the query under whose ids the passage's text is
+    looked up, when not ``qid`` (UDCG files reuse passage ids across queries)."""
 
     qid: str
     doc: str
@@ -109,11 +66,7 @@ class Pair:
 
 
 def run_names(evalset: EvalSet, run: Sequence[str] | str | None) -> list[str]:
-    """The runs asked for (default every run of ``evalset``).
-
-    Raises:
-        EvalSetError: an unknown run.
-    """
+    """The runs asked for (default every run of ``evalset``), each checked."""
     runs = list(evalset.runs) if run is None else [run] if isinstance(run, str) else list(run)
     for r in runs:
         if r not in evalset.runs:
@@ -134,10 +87,6 @@ def _ranked_candidates(evalset: EvalSet, qid: str, runs: Sequence[str]) -> list[
     return sorted(best, key=lambda d: best[d])
 
 
-def _max_grade(evalset: EvalSet) -> int:
-    return max((g for lab in evalset.labels.values() for g in lab.grades.values()), default=1) or 1
-
-
 def training_pairs(
     evalset: EvalSet,
     qids: Sequence[str],
@@ -150,12 +99,14 @@ def training_pairs(
     random_negatives: int = 2,
     seed: int = 0,
 ) -> list[Pair]:
-    """The training pairs of ``qids`` (see the module docstring), only passages with a
-    text, per query in the documented order: relevant, distractor, judged, same_query,
-    same_title, random. Same-title and random negatives come from the passages of
-    ``qids`` only (labelled or ranked for one of them); ``title(qid, doc)`` gives a
-    passage's title (``None``: no same-title negatives)."""
-    top = _max_grade(evalset)
+    """The training pairs of ``qids``, only passages with a text, per query: its relevant
+    passages (target ``grade / highest grade``), its distractors, its passages judged not
+    relevant, its ``same_query_negatives`` best-ranked unlabelled candidates over
+    ``runs``, ``same_title_negatives`` passages sharing a title with a relevant one, and
+    ``random_negatives`` others. Same-title and random negatives come from the passages
+    of ``qids`` only, drawn with ``numpy.random.default_rng([seed, 3])``;
+    ``title(qid, doc)`` gives a passage's title (``None``: no same-title negatives)."""
+    top = max((g for lab in evalset.labels.values() for g in lab.grades.values()), default=1) or 1
     ranked_of = {q: _ranked_candidates(evalset, q, runs) for q in qids}
     owner: dict[str, str] = {}  # passage -> the first training query that names it
     for q in qids:
@@ -201,8 +152,7 @@ def training_pairs(
 
 @dataclass(frozen=True)
 class ValidationQuery:
-    """A validation query's passages: relevant, labelled distractors, and the others
-    (judged not relevant and unlabelled candidates of the runs)."""
+    """A validation query's passages: relevant, labelled distractors, and the others."""
 
     qid: str
     relevant: tuple[str, ...]
@@ -242,12 +192,11 @@ def pair_counts(pairs: Sequence[Pair]) -> dict[str, int]:
 
 
 class PairTexts:
-    """Texts and titles of the eval set's queries and passages, and the texts of training
-    pairs."""
+    """The texts of the eval set's queries and passages, and of training pairs."""
 
-    def __init__(self, evalset: EvalSet, texts: Texts) -> None:
+    def __init__(self, evalset: EvalSet) -> None:
         self.evalset = evalset
-        self.texts = texts
+        self.texts = evalset.texts
 
     def has_text(self, qid: str, doc: str) -> bool:
         return bool(self.texts.get(qid, doc))

@@ -1,14 +1,6 @@
-"""Offline pre-training pairs for ``train-reranker --pretrain-data`` (see
-``ragguard.calibration.train.reranker``): questions with their gold passage, in the layout of
-NQ-open oracle files, one JSON object a line::
-
-    {"question": "who got the first nobel prize in physics",
-     "ctxs": [{"title": "List of Nobel laureates in Physics", "text": "...",
-               "isgold": true}]}
-
-The gold passage is the first of ``ctxs`` marked ``isgold``, else the first; its text is
-``title`` + newline + ``text``, as ragguard reads a corpus. Nothing is downloaded.
-"""
+"""Offline pre-training pairs for ``train-reranker --pretrain-data``: questions with their
+gold passage, in the layout of NQ-open oracle files (``read_pretrain``). Nothing is
+downloaded."""
 
 from __future__ import annotations
 
@@ -21,8 +13,6 @@ import numpy as np
 from ragguard.calibration.data.texts import PathLike, json_lines
 from ragguard.calibration.train.fine_tune import TextPair
 from ragguard.errors import ConfigError, EvalSetError
-
-__all__ = ["PretrainData", "normalise", "pretrain_pairs", "read_pretrain"]
 
 LICENCE_PREFIXES = ("LICENSE", "LICENCE", "COPYING")
 
@@ -43,30 +33,22 @@ class PretrainData:
     licences: tuple[Path, ...]
 
 
-def _files(path: Path) -> tuple[list[Path], list[Path]]:
-    folder = path if path.is_dir() else path.parent
-    licences = sorted(
-        f for f in folder.iterdir() if f.is_file() and f.name.upper().startswith(LICENCE_PREFIXES)
-    )
-    if path.is_dir():
-        data = sorted(
-            f for f in path.iterdir() if f.is_file() and f.name.endswith((".jsonl", ".jsonl.gz"))
-        )
-        return data, licences
-    return [path], licences
-
-
 def read_pretrain(path: PathLike) -> PretrainData:
-    """Read pre-training questions from a file or a folder of ``*.jsonl(.gz)`` files.
-
-    Raises:
-        ConfigError: no such file or folder, or no data file in the folder.
-        EvalSetError: a malformed line (named by file and line).
-    """
+    """Read pre-training questions from a file or a folder of ``*.jsonl(.gz)`` files, one
+    ``{"question": ..., "ctxs": [{"title", "text", "isgold"}]}`` a line: the gold passage
+    (the first ``isgold``, else the first) reads ``title`` + newline + ``text``."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"pretrain data {p} does not exist")
-    files, licences = _files(p)
+    folder = p if p.is_dir() else p.parent
+    licences = sorted(
+        f for f in folder.iterdir() if f.is_file() and f.name.upper().startswith(LICENCE_PREFIXES)
+    )
+    files = [p]
+    if p.is_dir():
+        files = sorted(
+            f for f in p.iterdir() if f.is_file() and f.name.endswith((".jsonl", ".jsonl.gz"))
+        )
     if not files:
         raise ConfigError(f"no *.jsonl or *.jsonl.gz file in {p}")
     questions: list[str] = []
@@ -106,11 +88,9 @@ def pretrain_pairs(
     negatives: int,
     seed: int,
 ) -> tuple[list[TextPair], dict[str, int]]:
-    """Pairs from the pre-training data and their counts: per kept question its gold
-    passage (``relevant``), then other kept questions' gold passages with the same title
-    (``same_title``), then random ones (``random``), ``negatives`` in all. A question
-    is dropped when it equals (``normalise``) one of ``exclude_queries`` or its gold
-    passage one of ``exclude_passages`` (normalised texts)."""
+    """Pairs and their counts: per kept question its gold passage, then ``negatives``
+    other gold passages, those with the same title first; a question equal to one of
+    ``exclude_queries`` or whose gold passage is one of ``exclude_passages`` is dropped."""
     keep = []
     dropped_q = dropped_p = 0
     for i, (q, t) in enumerate(zip(data.questions, data.passages, strict=True)):

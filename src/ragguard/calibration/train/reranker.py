@@ -1,42 +1,6 @@
-"""Train a second-stage scorer from the eval set's own labels, never worse than its base.
-
-[`train_reranker`][ragguard.calibration.train_reranker] (``ragguard train-reranker``) turns the
-labelled queries that ``ragguard calibrate`` reads into a scorer that separates relevant passages
-from the labelled distractors of *this* domain, and writes it only when it beats the untrained
-base on validation queries.
-
-The modules of the job: ``pairs`` (the split of the queries and the training pairs),
-``choice`` (the validation AUCs and the rule that writes a candidate only when its gain
-over the base is shown), ``output`` (the model card, the marker and the folder) and this
-one, the trainer.
-
-**Pre-training data** (``pretrain_data``, optional, offline): a JSONL file (or ``.gz``,
-or a folder of them) in the layout of NQ-open oracle files (``{"question", "ctxs":
-[{"title", "text", "isgold"}]}``): the gold passage (the first marked ``isgold``, else
-the first) is a positive; other questions' gold passages are negatives, those with the
-same title first, ``pretrain_negatives`` in all. Questions equal to a query of the eval
-set and gold passages labelled for any of its queries are left out (counted in the
-card), so the data cannot repeat a held-out or validation example. The neural
-candidates run a first phase on these pairs, then train on the labels; the fusion head
-does not use them. A licence file beside the data (``LICENSE*``, ``LICENCE*``,
-``COPYING*``) is copied into the output folder as ``PRETRAIN-<name>`` when the written
-model was trained on it.
-
-**The base.** ``base`` names the model to start from and to beat. A bi-encoder
-(SentenceTransformer; default the packaged all-MiniLM-L6-v2): the base score is its
-cosine. A cross-encoder (a local ``CrossEncoder`` folder, or a name in the local Hugging
-Face cache): the base score is its own score, and the bi-encoder signals use the
-packaged all-MiniLM-L6-v2. ``ragguard.trained.model_kind`` tells them apart.
-
-**Candidates** (``Candidate.name``): the ``base``'s own score; the single signals
-``cosine`` (with a cross-encoder base), ``bm25`` and ``coverage`` (IDF-weighted share of
-query words in the passage), reported for comparison; the ``fusion`` head over them
-(``ragguard.calibration.train.features``; ``ragguard.trained`` says why retrieval scores
-and ranks cannot be inputs of a runtime reranker); and the neural ``bi-encoder``,
-``cross-encoder`` (with a cross-encoder base) and opt-in ``new-cross-encoder`` (slow on a
-CPU), fine-tuned as ``ragguard.calibration.train.fine_tune`` says. The default kinds are
-in ``RerankerTrainer.kinds``, the step budget in ``Training``.
-"""
+"""The trainer of ``ragguard train-reranker``: candidate scorers trained from the eval set's
+labels, written only when one clearly beats the untrained base on validation queries
+(``docs/guides/train-reranker.md``; DESIGN.md, the train wing)."""
 
 from __future__ import annotations
 
@@ -77,11 +41,8 @@ from ragguard.calibration.train.output import (
     Choice,
     TrainResult,
     check_out,
-    inputs_of,
     install,
-    licence_files,
     model_card,
-    pretrain_card,
     write_folder,
 )
 from ragguard.calibration.train.pairs import (
@@ -114,8 +75,6 @@ from ragguard.trained import (
     resolve_model,
 )
 
-__all__ = ["Negatives", "RerankerTrainer", "TrainResult", "Training", "train_reranker"]
-
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
@@ -123,9 +82,7 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class _Plan:
-    """One fit's checked settings: the runs, the folder to write and every input read
-    (``out`` must hold none), the base's kind, the candidates (``neural``: all but
-    fusion), the bi-encoder and the pre-training data."""
+    """One fit's checked settings (``read``: every input, which ``target`` must not hold)."""
 
     runs: list[str]
     target: Path
@@ -143,9 +100,7 @@ class _Plan:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """One fit's data before any model loads: the eval set's texts, the split, the
-    training pairs, the validation queries (and which of them are usable) and the pair
-    counts."""
+    """One fit's data before any model loads (``usable``: positions in ``val``)."""
 
     data: PairTexts
     split: QuerySplit
@@ -157,8 +112,7 @@ class _Prepared:
 
 @contextmanager
 def _folder_of(target: Path) -> Iterator[Path]:
-    """``target``'s parent folder, where its staging folder goes, made if missing; the
-    folders made are removed on the way out unless something was written in them."""
+    """``target``'s parent folder, made if missing and removed again if left empty."""
     made = [a for a in target.absolute().parents if not a.exists()]  # deepest first
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -172,10 +126,7 @@ def _folder_of(target: Path) -> Iterator[Path]:
 @dataclass(frozen=True, kw_only=True)
 class RerankerTrainer:
     """Training a second-stage scorer as an estimator: the settings, checked when built,
-    and ``fit``, which trains candidate scorers on the calibration split and writes
-    the best one if it beats the base on validation queries (see the module docstring).
-    [`train_reranker`][ragguard.calibration.train_reranker] takes the same settings as keyword
-    arguments.
+    and ``fit`` (``train_reranker`` takes the same settings as keyword arguments).
 
     Attributes:
         base: the model to start from and to beat: a bi-encoder
@@ -185,10 +136,8 @@ class RerankerTrainer:
         encoder: with a cross-encoder base, the bi-encoder of the cosine signal and of
             the ``bi-encoder`` and ``new-cross-encoder`` candidates (default: the packaged
             all-MiniLM-L6-v2); with a bi-encoder base it is ``base`` (``None`` or equal).
-        kinds: the trained candidates to try, among ``fusion``, ``bi-encoder``,
-            ``cross-encoder`` (needs a cross-encoder base) and ``new-cross-encoder``;
-            default ``fusion`` and ``bi-encoder`` (bi-encoder base) or ``fusion`` and
-            ``cross-encoder`` (cross-encoder base).
+        kinds: the trained candidates to try (``options.WRITABLE``; ``cross-encoder``
+            needs a cross-encoder base); default ``fusion`` and the base's own kind.
         holdout: calibrate's held-out fraction (never read here).
         validation: fraction of the other queries set aside to choose.
         seed: seed of both splits, the negatives, the new head and training.
@@ -242,25 +191,20 @@ class RerankerTrainer:
                 ``overwrite``; never one that is or holds an input).
             run: the runs whose candidates give same-query negatives and validation
                 "others" (default: every run of the eval set).
-            pretrain_data: offline pre-training questions (see the module docstring).
+            pretrain_data: offline pre-training questions (``pretrain.read_pretrain``),
+                a first training phase of the neural candidates.
             corpus: more passage texts, from files (as for calibrate).
             passages: more passage texts, by passage id (as for calibrate).
-            overwrite: replace an ``out`` folder that train-reranker wrote and that holds
-                nothing else (its marker file lists what it wrote).
+            overwrite: replace an ``out`` folder train-reranker wrote, holding nothing else.
             inputs: more paths the caller read for this run (the CLI gives the eval set
                 and its ``--run`` files); ``out`` must not be or hold one.
             progress: called with a line for each stage, and every
                 ``PROGRESS_EVERY_S`` seconds of a long one (computing the signals).
 
         Raises:
-            ConfigError: an unknown kind, ``out`` not empty (without ``overwrite``), not
-                written by train-reranker or holding anything else (with it), or holding
-                an input.
-            EvalSetError: unknown run, missing texts, too few queries or pairs,
-                validation without a non-relevant candidate or with fewer than
-                ``MIN_VALIDATION_QUERIES`` usable queries, malformed pre-training data.
-            MissingDependencyError: scikit-learn / sentence-transformers / datasets
-                missing (``pip install "ragguard-context[train]"``).
+            ConfigError: an unknown kind, an ``out`` refused (``output.check_out``).
+            EvalSetError: as for ``train_reranker``, or malformed pre-training data.
+            MissingDependencyError: the ``train`` extra is missing.
             RerankModelError: a model cannot be found or loaded.
         """
         started = time.perf_counter()
@@ -276,7 +220,11 @@ class RerankerTrainer:
             cands += tuned
             chosen = choose(cands, metric)
             kind = None if chosen is None else chosen.name
-            licences = licence_files(plan.pretrain, kind in plan.neural, say)
+            licences: tuple[Path, ...] = ()
+            if plan.pretrain is not None and kind in plan.neural:
+                licences = plan.pretrain.licences
+                if not licences:
+                    say(f"no licence file (LICENSE*, COPYING*) beside {plan.pretrain.path}")
             choice = Choice(kind, head, cands, metric, len(prep.usable))
             card = self._card(prep, plan, choice, pretrain_counts, licences, started)
             path: Path | None = None
@@ -309,15 +257,13 @@ class RerankerTrainer:
         pretrain_data: PathLike | None,
         overwrite: bool,
     ) -> _Plan:
-        """The checked settings of one fit, before anything is trained.
-
-        Raises:
-            ConfigError: ``out`` refused, an unknown kind, an encoder beside a
-                bi-encoder base.
-            EvalSetError: an unknown run, malformed pre-training data.
-        """
+        """The checked settings of one fit, before anything is trained."""
         runs = run_names(evalset, run)
-        read = inputs_of(evalset, inputs, pretrain_data, self.base, self.encoder)
+        # every path the command reads: ``out`` must not be or hold one
+        runs_read = (r.source or None for r in evalset.runs.values())
+        models = [m for m in (self.base, self.encoder) if m and not m.startswith("package:")]
+        files = [*inputs, *evalset.texts.files, evalset.source or None, *runs_read, pretrain_data]
+        read = [p for p in [*files, *models] if p is not None and Path(p).exists()]
         check_out(target, read, overwrite)
         base_kind = model_kind(self.base)
         kinds = check_kinds(self.kinds, base_kind)
@@ -332,13 +278,8 @@ class RerankerTrainer:
         return _Plan(runs, target, read, overwrite, base_kind, kinds, encoder_spec, pretrain)
 
     def _prepare(self, evalset: EvalSet, plan: _Plan, say: Progress) -> _Prepared:
-        """The split of ``evalset`` (with its texts), the training pairs and the usable
-        validation queries.
-
-        Raises:
-            EvalSetError: too few queries, usable validation queries or pairs.
-        """
-        data = PairTexts(evalset, evalset.texts)
+        """The split of ``evalset``, the training pairs and the validation queries."""
+        data = PairTexts(evalset)
         split = split_for_training(evalset, self.holdout, self.validation, self.seed)
         pairs = training_pairs(
             evalset,
@@ -371,8 +312,7 @@ class RerankerTrainer:
     def _pretrain_pairs(
         self, data: PairTexts, plan: _Plan, say: Progress
     ) -> tuple[list[TextPair], dict[str, int]]:
-        """The pre-training pairs of the neural candidates (none without data or without
-        a neural candidate), and their counts."""
+        """The pre-training pairs of the neural candidates, and their counts."""
         pretrain = plan.pretrain
         if pretrain is None or not plan.neural:
             return [], {}
@@ -401,7 +341,7 @@ class RerankerTrainer:
 
     def _features(self, prep: _Prepared, plan: _Plan, say: Progress) -> Features:
         """The signals of every validation candidate and training pair (the lexical
-        statistics from the training passages only)."""
+        statistics from the training passages only: validation must not leak into them)."""
         device = self.training.device
         lexical = Lexical.fit([prep.data.text(p.text_qid, p.doc) for p in prep.pairs])
         say(f"loading the bi-encoder {plan.encoder_spec}")
@@ -420,17 +360,14 @@ class RerankerTrainer:
     def _untrained_and_fusion(
         self, prep: _Prepared, plan: _Plan, feats: Features
     ) -> tuple[list[Candidate], dict[str, Any] | None, Judge]:
-        """The base and the single signals, then the fusion head when asked for (and
-        the head), and the judge of the trained candidates: relevant vs distractor
-        when validation has distractors, else relevant vs other."""
+        """The base and the single signals, the fusion head when asked for, and the judge
+        (relevant vs distractor when validation has distractors, else vs other)."""
         metric = "auc_distractor" if any(v.distractors for v in prep.val) else "auc_other"
         base_scores = [x[:, feats.base_col] for x in feats.val_x]
         judge = Judge(prep.val, prep.usable, metric, base_scores, self.seed)
-        if plan.base_kind == "cross-encoder":
-            base_note = f"score of the cross-encoder {self.base}"
-        else:
-            base_note = f"cosine of the bi-encoder {self.base}"
-        cands = untrained(prep.val, feats, base_note)
+        cross = plan.base_kind == "cross-encoder"
+        what = "score of the cross-encoder" if cross else "cosine of the bi-encoder"
+        cands = untrained(prep.val, feats, f"{what} {self.base}")
         if "fusion" not in plan.kinds:
             return cands, None, judge
         t0 = time.perf_counter()
@@ -448,8 +385,7 @@ class RerankerTrainer:
         work: Path,
         say: Progress,
     ) -> tuple[list[Candidate], dict[str, Path]]:
-        """Each neural candidate fine-tuned into ``work`` and judged on validation, and
-        the folder of each."""
+        """Each neural candidate fine-tuned into ``work`` and judged, and its folder."""
         if not plan.neural:
             return [], {}
         from ragguard.calibration.train import fine_tune as ft
@@ -468,29 +404,14 @@ class RerankerTrainer:
         folders: dict[str, Path] = {}
         for trained in plan.neural:
             t0 = time.perf_counter()
+            common = (work / trained, texts, checks, settings, extra, say)
             if trained == "bi-encoder":
-                folder, note = ft.fine_tune_bi_encoder(
-                    plan.encoder_spec,
-                    work / trained,
-                    texts,
-                    checks,
-                    settings,
-                    pretrain=extra,
-                    say=say,
-                )
+                folder, note = ft.fine_tune_bi_encoder(plan.encoder_spec, *common)
                 scores = ft.bi_encoder_scores(load_encoder(str(folder), device), checks)
             else:
-                start = self.base if trained == "cross-encoder" else plan.encoder_spec
-                folder, note = ft.fine_tune_cross_encoder(
-                    str(resolve_model(start)),
-                    work / trained,
-                    texts,
-                    checks,
-                    settings,
-                    new_head=trained == "new-cross-encoder",
-                    pretrain=extra,
-                    say=say,
-                )
+                new_head = trained == "new-cross-encoder"
+                start = str(resolve_model(plan.encoder_spec if new_head else self.base))
+                folder, note = ft.fine_tune_cross_encoder(start, *common, new_head=new_head)
                 scores = ft.cross_encoder_scores(load_cross_encoder(folder, device), checks)
             c = judge.candidate(trained, scores, time.perf_counter() - t0, note)
             tuned.append(c)
@@ -511,7 +432,11 @@ class RerankerTrainer:
         started: float,
     ) -> dict[str, Any]:
         """The model card, with the settings of this fit."""
-        pretrain = pretrain_card(plan.pretrain, plan.neural, pretrain_counts, licences)
+        pre, shipped = plan.pretrain, [f"PRETRAIN-{f.name}" for f in licences]
+        pretrain = None
+        if pre is not None:
+            pretrain = {"path": str(pre.path), "used_by": plan.neural, "pairs": pretrain_counts}
+            pretrain["licence_files"] = shipped
         negatives = {f"{k}_negatives": n for k, n in asdict(self.negatives).items()}
         training = {k: v for k, v in asdict(self.training).items() if k != "show_progress_bar"}
         split = {"holdout": self.holdout, "validation": self.validation, "seed": self.seed}
@@ -547,7 +472,7 @@ def train_reranker(
     progress: Progress | None = None,
 ) -> TrainResult:
     """Train candidate scorers on the calibration split and write the best one to
-    ``out`` if it beats the base on validation queries (see the module docstring): a
+    ``out`` if it clearly beats the base on validation queries (the train-reranker guide): a
     ``RerankerTrainer`` with these settings, fitted on ``evalset``. Pre-training data,
     more passage texts and ``overwrite`` are arguments of ``RerankerTrainer.fit``.
 
