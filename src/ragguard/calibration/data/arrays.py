@@ -510,8 +510,7 @@ def arrays_from_codes(
         hit_cand = moved[hit_cand]
     counts = np.diff(np.searchsorted(crow, np.arange(n_q + 1))).astype(np.intp)
     width = int(counts.max()) if n_q else 0
-    starts = np.zeros(n_q, dtype=np.intp)
-    np.cumsum(counts[:-1], out=starts[1:])
+    starts = np.cumsum(counts) - counts
     if crow.size == n_q * width:  # every row full: the scores as they are, no copy
         raw: F64 | PaddedRows = np.ascontiguousarray(cscore, dtype=np.float64).reshape(n_q, width)
     else:  # kept flat; each chunk of rows padded while it is ranked

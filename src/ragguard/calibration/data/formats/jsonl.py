@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
-from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns, string_array
+from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns
 from ragguard.calibration.data.formats.common import Format, Where, json_objects
 from ragguard.calibration.data.problems import ProblemKind, Reporter
 from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Query
@@ -78,7 +74,7 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
     label_lines: dict[str, tuple[str | None, int | None]] = {}
     labels = LabelColumns()
     runs: dict[str, _Run] = {}
-    pair_texts = _PairTexts() if texts else None
+    pair_texts: dict[tuple[str, str], str] | None = {} if texts else None
     metadata: dict[str, dict[str, Any]] = {}
     silver = False  # a line written by ragguard synth says its labels are generated
     for lineno, obj in json_objects(path):
@@ -113,16 +109,15 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
             run.columns.add(qid, docs, scores)
             run.lines[qid] = lineno
             run.scored = run.scored or any(map(math.isfinite, scores))
-            if pair_texts is not None and cand_texts:
-                pair_texts.add(qid, cand_texts)
+            if pair_texts is not None:
+                for doc, text in cand_texts:
+                    pair_texts.setdefault((qid, doc), text)
     for name, run in runs.items():
         if run.scored:
             for doc, line, fld in run.invalid:
                 message = f"candidate {doc!r} of run {name!r} has no valid score"
                 Where(path, line).report(rep, ProblemKind.INVALID_SCORE, message, fld)
-    if pair_texts is not None:
-        pair_texts.flush()
-    sources = [TextSource(pair_texts)] if pair_texts is not None and pair_texts.parts else []
+    sources = [TextSource.of(pair_texts)] if pair_texts else []
     return ColumnarRead(
         queries,
         labels.build(source),
@@ -268,40 +263,6 @@ def _candidates(
         if not math.isfinite(score):
             invalid.append((doc, at.line or 0, where))
     return list(out), list(out.values()), walked
-
-
-class _PairTexts:
-    """Candidate texts, made Arrow arrays every 65,536; called, (query, doc) -> first text."""
-
-    def __init__(self) -> None:
-        self.qids: list[str] = []
-        self.parts: list[tuple[NDArray[np.int32], Any, Any]] = []
-        self._q: list[int] = []
-        self._docs: list[str] = []
-        self._texts: list[str] = []
-
-    def add(self, qid: str, texts: Sequence[tuple[str, str]]) -> None:
-        if not self.qids or self.qids[-1] != qid:
-            self.qids.append(qid)
-        self._q.extend([len(self.qids) - 1] * len(texts))
-        self._docs.extend(doc for doc, _ in texts)
-        self._texts.extend(text for _, text in texts)
-        if len(self._docs) >= 1 << 16:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._docs:
-            q = np.asarray(self._q, np.int32)
-            self.parts.append((q, string_array(self._docs), string_array(self._texts)))
-            self._q, self._docs, self._texts = [], [], []
-
-    def __call__(self) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
-        out: dict[tuple[str, str], str] = {}
-        for query, ids, texts in self.parts:
-            rows = zip(query.tolist(), ids.to_pylist(), texts.to_pylist(), strict=True)
-            for q, doc, text in rows:
-                out.setdefault((self.qids[q], doc), text)
-        return out, {}
 
 
 JSONL = Format(

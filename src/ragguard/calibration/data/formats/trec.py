@@ -116,20 +116,13 @@ def text_repeats(pairs: Pairs, keys: NDArray[np.uint64]) -> NDArray[np.intp]:
     n = q.size
     if n < 2:
         return np.zeros(0, np.intp)
-    counts = np.bincount(q)
-    if not bool((q[1:] < q[:-1]).any()) and bool((counts == counts[0]).all()):
-        # one block per query, all of one size (the usual run): sort each query's keys
-        by_row = np.sort(keys.reshape(counts.size, int(counts[0])), axis=1)
-        twice = np.flatnonzero((by_row[:, 1:] == by_row[:, :-1]).any(axis=1))
-        rows = (twice[:, None] * int(counts[0]) + np.arange(int(counts[0]))).ravel()
-    else:
-        mixed = keys ^ _mix(q.astype(np.uint64) + np.uint64(1))
-        ordered = np.sort(mixed)
-        again = ordered[1:][ordered[1:] == ordered[:-1]]
-        if again.size == 0:
-            return np.zeros(0, np.intp)
-        at = np.minimum(np.searchsorted(again, mixed), again.size - 1)
-        rows = np.flatnonzero(again[at] == mixed)
+    mixed = keys ^ _mix(q.astype(np.uint64) + np.uint64(1))
+    ordered = np.sort(mixed)
+    again = ordered[1:][ordered[1:] == ordered[:-1]]
+    if again.size == 0:
+        return np.zeros(0, np.intp)
+    at = np.minimum(np.searchsorted(again, mixed), again.size - 1)
+    rows = np.flatnonzero(again[at] == mixed)
     seen: set[tuple[int, str]] = set()
     out: list[int] = []
     for row, code, doc in zip(rows.tolist(), q[rows].tolist(), pairs.doc_ids(rows), strict=True):
