@@ -19,14 +19,6 @@ from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
 
 from ragguard.errors import ConfigError
 
-__all__ = [
-    "ConfigModel",
-    "NumbersNotBools",
-    "is_real",
-    "reject_bool_for_numbers",
-    "validation_problems",
-]
-
 
 def is_real(value: object) -> bool:
     """Whether ``value`` is a real number (a NumPy scalar included), never a bool."""

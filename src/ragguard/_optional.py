@@ -11,8 +11,6 @@ from typing import Any
 
 from ragguard.errors import MissingDependencyError, RagguardError, RetrieverError
 
-__all__ = ["DISTRIBUTION", "import_object", "install_hint", "require"]
-
 #: The name ragguard is published under on PyPI. The import package and the command
 #: stay ``ragguard``; the PyPI name ``ragguard`` belongs to an unrelated project.
 DISTRIBUTION = "ragguard-context"

@@ -59,18 +59,6 @@ from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_pro
 from ragguard.scores import ScoreKind
 from ragguard.tokens import DEFAULT_TOKEN_COUNTER, check_counter_spec
 
-__all__ = [
-    "BeyondTopN",
-    "DuplicatePolicy",
-    "GuardConfig",
-    "InvalidScorePolicy",
-    "RerankConfig",
-    "RerankFailure",
-    "config_json_schema",
-    "load_toml",
-    "profile_utility_cut",
-]
-
 ENV_PREFIX = "RAGGUARD_"
 #: provenance key of the ragguard version that wrote a config file (taken out on load)
 WRITER_KEY = "ragguard_version"

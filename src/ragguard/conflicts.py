@@ -31,24 +31,6 @@ import numpy as np
 from ragguard.policy import CODES, DEFAULT_CONFLICT_SIMILARITY, KEPT, ConflictMode, Reason
 from ragguard.stages import SHINGLE_WORDS, UNSPACED, Shingles, StageState
 
-__all__ = [
-    "DEFAULT_CONFLICT_SIMILARITY",
-    "MAX_PAIRS",
-    "MAX_SPAN",
-    "MISSING",
-    "MOVED_WORDS",
-    "NEGATIONS",
-    "Conflict",
-    "ConflictMember",
-    "Pair",
-    "compared_passages",
-    "conflict_groups",
-    "conflict_message",
-    "conflict_stage",
-    "find_conflicts",
-    "passage_words",
-]
-
 
 NEGATIONS = frozenset(
     {"not", "no", "never", "none", "nor", "neither", "without", "cannot", "nobody", "nothing"}

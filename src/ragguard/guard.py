@@ -41,8 +41,6 @@ if TYPE_CHECKING:  # wrap()'s types; at run time the adapters come through raggu
     from ragguard.adapters import langchain as langchain_adapter
     from ragguard.adapters import llamaindex as llamaindex_adapter
 
-__all__ = ["ContextGuard"]
-
 logger = logging.getLogger(__name__)
 
 

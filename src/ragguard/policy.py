@@ -67,23 +67,6 @@ from ragguard.errors import ConfigError, EvalSetError
 # Python wrapper first, which costs more than the work on one guard call's short row.
 _all = np.logical_and.reduce
 _count = np.add.reduce  # of a bool array: how many are True
-__all__ = [
-    "DEFAULT_CONFLICT_SIMILARITY",
-    "ConflictMode",
-    "CutRule",
-    "Explainer",
-    "PolicyParams",
-    "PolicyResult",
-    "Ranked",
-    "Reason",
-    "UtilityCut",
-    "abstains",
-    "apply_policy",
-    "cut_ranked",
-    "describe",
-    "rank",
-]
-
 
 class CutRule(StrEnum):
     """Optional label-free cut rule applied after the threshold rules."""

@@ -40,8 +40,6 @@ from ragguard._fields import ConfigModel
 from ragguard.errors import ConfigError
 from ragguard.scores import Normalized, ScoreIssue, ScoreKind, normalize
 
-__all__ = ["MapMethod", "ProbabilityMap", "rerank_probabilities", "to_logit"]
-
 _EPS = 1e-12
 
 

@@ -66,8 +66,6 @@ from pydantic import ConfigDict, Field, model_validator
 from ragguard._fields import ConfigModel, NumbersNotBools
 from ragguard.errors import ConfigError
 
-__all__ = ["BUILTIN_PROFILES", "DEFAULT_PROFILE", "Profile", "ProfileSpec", "resolve_profile"]
-
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-1.0, le=0.0)]
 Grade = Annotated[int, Field(ge=1, le=5)]

@@ -53,20 +53,6 @@ from ragguard.trained import (
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
 
-__all__ = [
-    "CrossEncoderReranker",
-    "RerankOutcome",
-    "Reranker",
-    "ScoreCache",
-    "import_name",
-    "load_reranker",
-    "register_reranker",
-    "registered_name",
-    "registered_reranker",
-    "rerank_issue_message",
-    "unregister_reranker",
-]
-
 logger = logging.getLogger(__name__)
 _R = TypeVar("_R")
 

@@ -86,8 +86,6 @@ from numpy.typing import ArrayLike, NDArray
 
 from ragguard.errors import ConfigError, EvalSetError
 
-__all__ = ["Normalized", "ScoreIssue", "ScoreKind", "issue_message", "normalize"]
-
 
 class ScoreKind(StrEnum):
     """What a raw score is, which fixes its direction and its normalisation."""

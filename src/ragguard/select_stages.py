@@ -59,16 +59,6 @@ from ragguard.stages import (
 )
 from ragguard.tokens import TokenCounter
 
-__all__ = [
-    "Conflicts",
-    "Cut",
-    "Duplicates",
-    "NearDuplicates",
-    "Normalise",
-    "Rerank",
-    "TokenBudget",
-]
-
 _any = np.logical_or.reduce  # without the Python wrapper of ndarray.any
 _ID = attrgetter("id")
 _SCORE = attrgetter("score")

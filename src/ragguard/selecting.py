@@ -31,18 +31,6 @@ from ragguard.rerank import RerankOutcome, Scored, parse_kind
 from ragguard.scores import ScoreIssue, ScoreKind
 from ragguard.stages import Shingles, shingles
 
-__all__ = [
-    "CallStage",
-    "Drop",
-    "Reranked",
-    "Stage",
-    "State",
-    "Warn",
-    "arun",
-    "run",
-    "start",
-]
-
 # a new call's state shares these until its stages assign its own
 _NO_VALUES: NDArray[np.float64] = np.empty((1, 0))
 _NO_VALUES.flags.writeable = False

@@ -28,21 +28,6 @@ from numpy.typing import NDArray
 from ragguard.errors import ConfigError
 from ragguard.policy import CODES, KEPT, PADDING, PolicyParams, Reason
 
-__all__ = [
-    "SHINGLE_WORDS",
-    "UNSPACED",
-    "StageState",
-    "jaccard",
-    "near_duplicate_message",
-    "near_duplicate_stage",
-    "over_budget_message",
-    "run_stages",
-    "shingles",
-    "start_state",
-    "token_budget_stage",
-    "words",
-]
-
 SHINGLE_WORDS = 3
 """Words per shingle of the near-duplicate comparison."""
 

@@ -25,8 +25,6 @@ from pathlib import Path
 from ragguard._optional import require
 from ragguard.errors import ConfigError
 
-__all__ = ["DEFAULT_TOKEN_COUNTER", "TokenCounter", "check_counter_spec", "token_counter"]
-
 DEFAULT_TOKEN_COUNTER = "chars:4"
 KINDS = ("chars", "tiktoken", "hf")
 

@@ -61,30 +61,6 @@ from ragguard.errors import RerankModelError
 from ragguard.scores import ScoreKind
 from ragguard.stages import words
 
-__all__ = [
-    "CARD_NAME",
-    "CROSS_KINDS",
-    "PACKAGED_ENCODER",
-    "PACKAGED_MODELS",
-    "CrossEncoderSignal",
-    "FusionHead",
-    "Lexical",
-    "ModelCard",
-    "TrainedReranker",
-    "activation_kind",
-    "check_model_files",
-    "is_trained_folder",
-    "load_cross_encoder",
-    "load_encoder",
-    "load_pair_scorer",
-    "model_kind",
-    "packaged_model",
-    "path_like",
-    "read_card",
-    "resolve_model",
-    "score_pairs",
-]
-
 logger = logging.getLogger(__name__)
 
 CARD_NAME = "ragguard-reranker.json"
