@@ -1,13 +1,5 @@
-"""Validation shared by the config models: a boolean is never a number, and a bad value
-is a [`ConfigError`][ragguard.ConfigError].
-
-pydantic's lax mode reads ``True`` as ``1`` for an ``int`` field, so ``max_k = true`` in a
-TOML file would silently keep one passage. Every model of the config rejects that.
-
-A model a user builds by hand (``RerankConfig(top_n=0)``) raises ``ConfigError`` with one
-line naming each bad field and what it allows, as the errors module promises, instead of
-pydantic's multi-line ``ValidationError``.
-"""
+"""Validation shared by the config models: a boolean is never a number (``max_k = true``
+would keep one passage), and a model built by hand raises a one-line ``ConfigError``."""
 
 from __future__ import annotations
 
@@ -42,8 +34,7 @@ def _number_not_bool(annotation: Any) -> bool:
 
 
 def reject_bool_for_numbers(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
-    """A ``mode="before"`` field check: ``True`` / ``False`` for a field that does not
-    take a bool is an error, not 1 / 0."""
+    """A ``mode=before`` check: ``True`` / ``False`` for a number field is an error."""
     name = info.field_name
     if isinstance(value, bool) and name and _number_not_bool(model.model_fields[name].annotation):
         raise ValueError("must be a number, not a boolean (true/false)")
@@ -60,9 +51,7 @@ class NumbersNotBools(BaseModel):
 
 
 def validation_problems(model: type[BaseModel], exc: ValidationError, noun: str = "field") -> str:
-    """``Model: problem; problem`` on one line: each bad field with its value and what is
-    allowed, each unknown one with the allowed names (``noun``: what the fields are
-    called to the user), each rule across fields with its own message."""
+    """``Model: problem; problem`` on one line (``noun``: what the fields are called)."""
     problems = []
     for err in exc.errors():
         name = ".".join(str(part) for part in err["loc"])
@@ -80,10 +69,8 @@ def validation_problems(model: type[BaseModel], exc: ValidationError, noun: str 
 
 
 class ConfigModel(BaseModel):
-    """Base of the models users build by hand: a bad value raises
-    [`ConfigError`][ragguard.ConfigError] (see ``validation_problems``), not pydantic's
-    ``ValidationError``. Validation inside another model (a ``[rerank]`` table of a
-    [`GuardConfig`][ragguard.GuardConfig]) is reported by that model, as before."""
+    """Base of the models users build by hand: a bad value raises ``ConfigError``; nested in
+    another model, its errors are reported by that model."""
 
     def __init__(self, /, **data: Any) -> None:
         try:
@@ -91,8 +78,6 @@ class ConfigModel(BaseModel):
         except ValidationError as exc:
             raise ConfigError(validation_problems(type(self), exc)) from exc
 
-    # pydantic calls a model's own __init__ when it validates the model nested in another
-    # (a [rerank] table in a GuardConfig), unless the __init__ is marked as its base one:
-    # marked, nested errors stay pydantic's, which the outer model reports by their path
-    # (rerank.top_n), as before
+    # marked as pydantic's base __init__: nested, errors stay pydantic's (the outer model
+    # reports them by their path, rerank.top_n)
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
