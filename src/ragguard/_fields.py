@@ -33,21 +33,16 @@ def _number_not_bool(annotation: Any) -> bool:
     return any(leaf in (int, float) for leaf in leaves)
 
 
-def reject_bool_for_numbers(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
-    """A ``mode=before`` check: ``True`` / ``False`` for a number field is an error."""
-    name = info.field_name
-    if isinstance(value, bool) and name and _number_not_bool(model.model_fields[name].annotation):
-        raise ValueError("must be a number, not a boolean (true/false)")
-    return value
-
-
 class NumbersNotBools(BaseModel):
     """Base of the config models: ``true`` / ``false`` for a number field is an error."""
 
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        return reject_bool_for_numbers(cls, value, info)
+        name = info.field_name
+        if isinstance(value, bool) and name and _number_not_bool(cls.model_fields[name].annotation):
+            raise ValueError("must be a number, not a boolean (true/false)")
+        return value
 
 
 def validation_problems(model: type[BaseModel], exc: ValidationError, noun: str = "field") -> str:

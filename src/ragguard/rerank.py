@@ -103,15 +103,6 @@ _REGISTERED: dict[str, Reranker] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-def import_name(obj: object) -> str | None:
-    """The dotted path of a module-level function or class, or ``None``; nothing is imported."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
-        return None
-    return f"{module}.{qualname}"
-
-
 def register_reranker(reranker: _R, name: str | None = None) -> _R:
     """Let saved pipelines name ``reranker``: a Haystack pipeline file or a saved
     LlamaIndex postprocessor whose guard used it is rebuilt with it, by this name.
@@ -149,13 +140,15 @@ def register_reranker(reranker: _R, name: str | None = None) -> _R:
             f"{type(reranker).__name__}"
         )
     if name is None:
-        name = import_name(reranker)
-        if name is None:
+        module = getattr(reranker, "__module__", None)
+        qualname = getattr(reranker, "__qualname__", None)
+        if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
             raise ConfigError(
                 f"register_reranker: {reranker_name(reranker)!r} has no import path (a "
                 "lambda, a nested function or an object); give it a name: "
                 "register_reranker(reranker, name='...')"
             )
+        name = f"{module}.{qualname}"
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"register_reranker: name must be a non-empty string, got {name!r}")
     with _REGISTRY_LOCK:
@@ -386,10 +379,6 @@ class ScoreCache:
 
     def __len__(self) -> int:
         return len(self._data)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)

@@ -382,10 +382,6 @@ class Lexical:
         return {"n_docs": self.n_docs, "avg_len": self.avg_len, "df": self.df}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Lexical:
-        return cls(data["df"], data["n_docs"], data["avg_len"])
-
-    @classmethod
     def read(cls, path: Path) -> Lexical:
         """The checked statistics of a folder's ``lexical.json``."""
         try:
@@ -497,16 +493,6 @@ class TrainedReranker:
         return f"TrainedReranker({self.model_name!r}, kind={self.kind!r})"
 
 
-def activation_kind(activation: object) -> ScoreKind | None:
-    """Probability for ``Sigmoid``, logit for ``Identity``, else ``None``."""
-    name = type(activation).__name__
-    if name == "Sigmoid":
-        return ScoreKind.PROBABILITY
-    if name == "Identity":
-        return ScoreKind.LOGIT
-    return None
-
-
 def load_pair_scorer(
     model: str,
     *,
@@ -549,7 +535,8 @@ def load_pair_scorer(
             "relevance reranker has one (num_labels=1). NLI or classification models "
             "cannot rerank."
         )
-    kind = score_kind or activation_kind(loaded.activation_fn)
+    activations = {"Sigmoid": ScoreKind.PROBABILITY, "Identity": ScoreKind.LOGIT}
+    kind = score_kind or activations.get(type(loaded.activation_fn).__name__)
     if kind is None:
         raise RerankModelError(
             f"cross-encoder model {model!r} applies activation "
