@@ -196,23 +196,24 @@ def packaged_model(spec: str) -> Path:
     return Path(require(package, "rerank").get_model_path())
 
 
+def _json(path: Path) -> Any:
+    """The JSON in ``path``; ``None`` when absent or malformed (the loader reports it)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def check_model_files(folder: str | Path) -> None:
     """Refuse a model folder whose files name code to import (``modules.json``, an
     activation or ``auto_map`` in ``config.json``): older sentence-transformers import them."""
     root = Path(folder)
-
-    def read(name: str) -> Any:
-        try:
-            return json.loads((root / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None  # absent or malformed: the loader reports it
-
     refs: list[tuple[str, object, tuple[str, ...]]] = []
-    modules = read("modules.json")
+    modules = _json(root / "modules.json")
     for module in modules if isinstance(modules, list) else ():
         if isinstance(module, dict):
             refs.append(("modules.json", module.get("type"), TRUSTED_CLASS_PREFIXES[:1]))
-    config = read("config.json")
+    config = _json(root / "config.json")
     if isinstance(config, dict):
         st = config.get("sentence_transformers")
         if isinstance(st, dict) and "activation_fn" in st:
@@ -228,7 +229,7 @@ def check_model_files(folder: str | Path) -> None:
                 "model folder names"
             )
     for name in ("config.json", "tokenizer_config.json"):
-        data = config if name == "config.json" else read(name)
+        data = config if name == "config.json" else _json(root / name)
         if isinstance(data, dict) and data.get("auto_map"):
             raise RerankModelError(
                 f"{root / name} has an auto_map: the model needs its own Python code, which "
@@ -259,20 +260,14 @@ def resolve_model(spec: str) -> Path:
 def model_kind(spec: str) -> str:
     """``"cross-encoder"`` or ``"bi-encoder"``: what the model ``spec`` names is, from its files."""
     folder = resolve_model(spec)
-
-    def read(name: str) -> dict[str, Any]:
-        try:
-            data = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    declared = read("config_sentence_transformers.json").get("model_type")
+    st_config = _json(folder / "config_sentence_transformers.json")
+    declared = st_config.get("model_type") if isinstance(st_config, dict) else None
     if declared == "CrossEncoder":
         return "cross-encoder"
     if declared == "SentenceTransformer" or (folder / "modules.json").is_file():
         return "bi-encoder"
-    architectures = read("config.json").get("architectures") or []
+    config = _json(folder / "config.json")
+    architectures = (config.get("architectures") if isinstance(config, dict) else None) or []
     if any(str(a).endswith("ForSequenceClassification") for a in architectures):
         return "cross-encoder"
     raise RerankModelError(
