@@ -1,13 +1,5 @@
-"""Validation shared by the config models: a boolean is never a number, and a bad value
-is a [`ConfigError`][ragguard.ConfigError].
-
-pydantic's lax mode reads ``True`` as ``1`` for an ``int`` field, so ``max_k = true`` in a
-TOML file would silently keep one passage. Every model of the config rejects that.
-
-A model a user builds by hand (``RerankConfig(top_n=0)``) raises ``ConfigError`` with one
-line naming each bad field and what it allows, as the errors module promises, instead of
-pydantic's multi-line ``ValidationError``.
-"""
+"""Validation shared by the config models: a boolean is never a number (``max_k = true``
+would keep one passage), and a model built by hand raises a one-line ``ConfigError``."""
 
 from __future__ import annotations
 
@@ -18,14 +10,6 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
 
 from ragguard.errors import ConfigError
-
-__all__ = [
-    "ConfigModel",
-    "NumbersNotBools",
-    "is_real",
-    "reject_bool_for_numbers",
-    "validation_problems",
-]
 
 
 def is_real(value: object) -> bool:
@@ -49,28 +33,20 @@ def _number_not_bool(annotation: Any) -> bool:
     return any(leaf in (int, float) for leaf in leaves)
 
 
-def reject_bool_for_numbers(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
-    """A ``mode="before"`` field check: ``True`` / ``False`` for a field that does not
-    take a bool is an error, not 1 / 0."""
-    name = info.field_name
-    if isinstance(value, bool) and name and _number_not_bool(model.model_fields[name].annotation):
-        raise ValueError("must be a number, not a boolean (true/false)")
-    return value
-
-
 class NumbersNotBools(BaseModel):
     """Base of the config models: ``true`` / ``false`` for a number field is an error."""
 
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        return reject_bool_for_numbers(cls, value, info)
+        name = info.field_name
+        if isinstance(value, bool) and name and _number_not_bool(cls.model_fields[name].annotation):
+            raise ValueError("must be a number, not a boolean (true/false)")
+        return value
 
 
 def validation_problems(model: type[BaseModel], exc: ValidationError, noun: str = "field") -> str:
-    """``Model: problem; problem`` on one line: each bad field with its value and what is
-    allowed, each unknown one with the allowed names (``noun``: what the fields are
-    called to the user), each rule across fields with its own message."""
+    """``Model: problem; problem`` on one line (``noun``: what the fields are called)."""
     problems = []
     for err in exc.errors():
         name = ".".join(str(part) for part in err["loc"])
@@ -88,10 +64,8 @@ def validation_problems(model: type[BaseModel], exc: ValidationError, noun: str 
 
 
 class ConfigModel(BaseModel):
-    """Base of the models users build by hand: a bad value raises
-    [`ConfigError`][ragguard.ConfigError] (see ``validation_problems``), not pydantic's
-    ``ValidationError``. Validation inside another model (a ``[rerank]`` table of a
-    [`GuardConfig`][ragguard.GuardConfig]) is reported by that model, as before."""
+    """Base of the models users build by hand: a bad value raises ``ConfigError``; nested in
+    another model, its errors are reported by that model."""
 
     def __init__(self, /, **data: Any) -> None:
         try:
@@ -99,8 +73,6 @@ class ConfigModel(BaseModel):
         except ValidationError as exc:
             raise ConfigError(validation_problems(type(self), exc)) from exc
 
-    # pydantic calls a model's own __init__ when it validates the model nested in another
-    # (a [rerank] table in a GuardConfig), unless the __init__ is marked as its base one:
-    # marked, nested errors stay pydantic's, which the outer model reports by their path
-    # (rerank.top_n), as before
+    # marked as pydantic's base __init__: nested, errors stay pydantic's (the outer model
+    # reports them by their path, rerank.top_n)
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]

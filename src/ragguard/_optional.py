@@ -11,8 +11,6 @@ from typing import Any
 
 from ragguard.errors import MissingDependencyError, RagguardError, RetrieverError
 
-__all__ = ["DISTRIBUTION", "import_object", "install_hint", "require"]
-
 #: The name ragguard is published under on PyPI. The import package and the command
 #: stay ``ragguard``; the PyPI name ``ragguard`` belongs to an unrelated project.
 DISTRIBUTION = "ragguard-context"
@@ -24,15 +22,7 @@ def install_hint(extra: str) -> str:
 
 
 def require(module: str, extra: str) -> ModuleType:
-    """Import ``module`` or raise an error that says which extra installs it.
-
-    Args:
-        module: dotted module name, e.g. ``"langchain_core"``.
-        extra: the ragguard extra that provides it, e.g. ``"langchain"``.
-
-    Raises:
-        MissingDependencyError: the module cannot be imported.
-    """
+    """Import ``module`` or raise a ``MissingDependencyError`` naming the ``extra``."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
@@ -45,16 +35,8 @@ def require(module: str, extra: str) -> ModuleType:
 def import_object(
     spec: str, option: str = "--retriever", error: type[RagguardError] = RetrieverError
 ) -> Any:
-    """Import the object ``module:attr`` names (the current directory is searched for the
-    module first, so ``my_rag:thing`` finds ``./my_rag.py``).
-
-    Only for what a user types as code (``--retriever``, ``--rerank``, the argument of
-    [`ragguard.load_reranker`][ragguard.load_reranker]): never for a name read from data (a config,
-    a saved pipeline, a model card).
-
-    Raises:
-        ``error``: bad syntax, or the module or attribute cannot be found.
-    """
+    """Import what ``module:attr`` names (the current directory first). Only for what a user
+    types as code, never for a name read from data; raises ``error``."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise error(

@@ -1,10 +1,6 @@
-"""Layered configuration of the guard (docs/reference/config.md): each value comes from
-the highest layer that sets it, keyword arguments > environment (``RAGGUARD_*``, nested
-with ``__``) > TOML file > the profile's runtime defaults > defaults. The rerank stage has
-its own table, [`RerankConfig`][ragguard.RerankConfig]. Invalid values, unknown keys,
-missing or malformed files raise [`ConfigError`][ragguard.ConfigError] naming the key,
-the value, where it came from and what is allowed.
-"""
+"""Layered configuration of the guard (docs/reference/config.md): keyword arguments >
+environment (``RAGGUARD_*``, nested with ``__``) > TOML file > the profile's runtime
+defaults > defaults; a bad value is a ``ConfigError`` naming key, value and layer."""
 
 from __future__ import annotations
 
@@ -58,18 +54,6 @@ from ragguard.probability import ProbabilityMap
 from ragguard.profiles import DEFAULT_PROFILE, Profile, ProfileSpec, resolve_profile
 from ragguard.scores import ScoreKind
 from ragguard.tokens import DEFAULT_TOKEN_COUNTER, check_counter_spec
-
-__all__ = [
-    "BeyondTopN",
-    "DuplicatePolicy",
-    "GuardConfig",
-    "InvalidScorePolicy",
-    "RerankConfig",
-    "RerankFailure",
-    "config_json_schema",
-    "load_toml",
-    "profile_utility_cut",
-]
 
 ENV_PREFIX = "RAGGUARD_"
 #: provenance key of the ragguard version that wrote a config file (taken out on load)
@@ -134,14 +118,9 @@ RERANK_SCORE_KINDS = (ScoreKind.LOGIT, ScoreKind.PROBABILITY)
 
 class RerankConfig(ConfigModel, NumbersNotBools):
     """The optional cross-encoder rerank stage (``GuardConfig.rerank``, TOML ``[rerank]``).
-
-    The reranker's outputs are mapped to probabilities *before* any rule runs: logits
-    through a sigmoid, probabilities clipped to [0, 1] (``ragguard.scores.normalize``),
-    or, when ``probability_map`` is set, through that fitted map to calibrated
-    probabilities (``ragguard.probability``).
-    ``score_kind`` says which they are; left unset, the reranker declares it (the
-    built-in [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] reads the model's
-    activation: ``Sigmoid`` means probabilities, ``Identity`` means logits).
+    Outputs become probabilities before any rule runs: logits through a sigmoid,
+    probabilities clipped, or through ``probability_map``; ``score_kind`` unset asks the
+    reranker.
 
     Example:
         >>> RerankConfig(enabled=True, top_n=10, min_score=0.2).top_n
@@ -230,20 +209,14 @@ class RerankConfig(ConfigModel, NumbersNotBools):
 _loaded_file: ContextVar[tuple[Path, dict[str, Any]] | None] = ContextVar(
     "ragguard_config_file", default=None
 )
-#: while a config is built from its arguments alone (GuardConfig.model_copy,
-#: GuardConfig.without_environment): no environment or file is read, and these layers
-#: are kept (a copy's original's; empty otherwise)
+#: set while a config is built from its arguments alone: the layers a copy keeps
 _arguments_only: ContextVar[dict[str, str] | None] = ContextVar(
     "ragguard_config_arguments_only", default=None
 )
 
 
 def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a TOML file, with errors that name the file.
-
-    Raises:
-        ConfigError: the file does not exist, is not a file, or is not valid TOML.
-    """
+    """Read a TOML file; a ``ConfigError`` names a missing, non-file or invalid one."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"config file not found: {p}")
@@ -256,7 +229,7 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 class _FileSource(PydanticBaseSettingsSource):
-    """Values read from a TOML file by [`GuardConfig.from_file`][ragguard.GuardConfig.from_file]."""
+    """Values read from a TOML file by ``GuardConfig.from_file``."""
 
     def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
         super().__init__(settings_cls)
@@ -406,11 +379,8 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         }
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """A copy of this config with the fields of ``update`` changed, validated as
-        ``GuardConfig(...)`` validates its arguments (``"3"`` reads as ``3``; a bad value
-        raises [`ConfigError`][ragguard.ConfigError]). The copy keeps every value this
-        config took from a layer and reads no environment variable or file again; a
-        profile field no layer set follows the copy's profile.
+        """A copy with the fields of ``update`` changed, validated as ``GuardConfig(...)``
+        validates; it keeps each value's layer and reads no environment or file again.
 
         Raises:
             ConfigError: a key of ``update`` is unknown or a value is invalid.
@@ -531,22 +501,13 @@ class GuardConfig(BaseSettings, NumbersNotBools):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write this config as TOML that [`from_file`][ragguard.GuardConfig.from_file] reads back
-        unchanged.
-
-        The file is written beside ``path`` under a temporary name, then moved over it
-        (``os.replace``): ``path`` holds either its old content or the whole new
-        config, and the temporary file is removed whatever fails.
+        unchanged, atomically (a temporary file beside ``path``, then ``os.replace``).
 
         Raises:
             ConfigError: ``path`` is a folder, a parent of it is a file, or the file
-                cannot be written or moved into place (the message names the path and
-                the operating system's reason).
+                cannot be written or moved into place.
         """
         data = self.model_dump(mode="json", exclude_none=True)
-        data["profiles"] = {
-            name: spec.model_dump(mode="json", exclude_none=True)
-            for name, spec in self.profiles.items()
-        }
         data["provenance"] = {**data["provenance"], WRITER_KEY: __version__}
         if not data["profiles"]:
             del data["profiles"]
@@ -604,9 +565,8 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         )
 
     def rerank_policy_params(self) -> PolicyParams:
-        """The selection policy's parameters for the rerank stage: the guard's own, with
-        ``rerank.relative_threshold`` (when set) and ``rerank.min_score`` in place of the
-        guard's relative threshold and floor, applied to rerank probabilities."""
+        """The policy's parameters for the rerank stage: the guard's, with the rerank
+        threshold, floor and expected-utility rule, on rerank probabilities."""
         rerank = self.rerank
         threshold = rerank.relative_threshold
         return replace(
@@ -620,10 +580,8 @@ class GuardConfig(BaseSettings, NumbersNotBools):
 
     @classmethod
     def without_environment(cls, **values: Any) -> GuardConfig:
-        """A config of ``values`` over the profile and the defaults alone: no ``RAGGUARD_*``
-        variable is read, none warns (``ragguard calibrate`` writes what it measured,
-        whatever the environment of the calibrating process sets; the variables configure
-        a runtime guard).
+        """A config of ``values`` over the profile and the defaults alone, reading no
+        ``RAGGUARD_*`` variable (``ragguard calibrate`` writes what it measured).
 
         Raises:
             ConfigError: a value is invalid.
@@ -639,8 +597,7 @@ SCHEMA_ID = "https://example.invalid/ragguard/ragguard.schema.json"
 
 
 def config_json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a ``ragguard.toml`` file: pydantic's schema of
-    [`GuardConfig`][ragguard.GuardConfig] (``ragguard config schema`` prints it)."""
+    """The JSON Schema (draft 2020-12) of a ``ragguard.toml`` file."""
     schema = GuardConfig.model_json_schema()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -651,19 +608,12 @@ def config_json_schema() -> dict[str, Any]:
 
 
 def profile_utility_cut(profile: Profile) -> UtilityCut:
-    """The expected-utility rule of ``profile``: gain 1.0 for a relevant passage (its
-    utility under every profile), penalty ``-hard_negative_penalty`` for a distractor
-    (medical 1.0: keep p > 0.5; support 0.5: p > 1/3; creative 0.2: p > 1/6)."""
+    """The expected-utility rule of ``profile``: gain 1, penalty ``-hard_negative_penalty``."""
     return UtilityCut(gain=1.0, penalty=-profile.hard_negative_penalty)
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it and
-    ``os.replace``; the temporary file never outlives a failure.
-
-    Raises:
-        ConfigError: naming ``path`` and the reason.
-    """
+    """Write ``text`` to ``path`` through a temporary file beside it and ``os.replace``."""
     if path.is_dir():
         raise ConfigError(
             f"cannot save the config to {path}: it is a folder; give a file name "
@@ -681,9 +631,7 @@ def _write_atomic(path: Path, text: str) -> None:
         if not isinstance(exc, OSError):
             raise
         file_parent = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
-        if path.is_dir():
-            reason = "it is a folder"
-        elif file_parent is not None:
+        if file_parent is not None:
             reason = f"{file_parent} is a file, not a folder"
         else:
             reason = exc.strerror or str(exc)
@@ -696,8 +644,7 @@ def _origin(
     loaded: tuple[Path, dict[str, Any]] | None,
     kept: dict[str, str] | None,
 ) -> str | None:
-    """The layer that set ``key``: a copy's original (``kept``), an argument, the
-    environment (never for a copy) or the file; None when none did."""
+    """The layer that set ``key`` (``kept``: a copy's original's); None when none did."""
     if kept is not None and key in kept:
         return kept[key]
     if key in values:
@@ -761,7 +708,6 @@ def _explain(
 
 
 def _explain_env(exc: SettingsError) -> str:
-    """Name the environment variable whose value pydantic-settings could not parse."""
     field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else ""
     names = _env_names(field) if field else []
     where = ", ".join(names) or f"a {ENV_PREFIX}* variable"
@@ -774,8 +720,7 @@ def _explain_env(exc: SettingsError) -> str:
 
 
 def _warn_unknown_env() -> None:
-    """Warn about RAGGUARD_* variables that set nothing, naming the closest key: a typo
-    (RAGGUARD_MAXK) would otherwise leave the default in place without a word."""
+    """Warn about RAGGUARD_* variables that set nothing (a typo), naming the closest key."""
     unknown = [
         k
         for k in os.environ
@@ -808,9 +753,8 @@ def _version_tuple(text: str) -> tuple[int, ...] | None:
 
 
 def _check_writer(path: Path, data: dict[str, Any]) -> None:
-    """Take the writer's version out of the file's provenance, and warn when a newer
-    ragguard wrote it: keys it added are unknown here, and a value may mean more than
-    this version reads into it."""
+    """Take the writer's version out of the file's provenance; warn when a newer ragguard
+    wrote it (keys it added are unknown here)."""
     provenance = data.get("provenance")
     if not isinstance(provenance, dict) or WRITER_KEY not in provenance:
         return

@@ -1,21 +1,6 @@
-"""Conflicting passages: near-copies of each other that differ in facts.
-
-A pair of passages **conflicts** when
-
-1. they are *comparable*: the Jaccard similarity of their word 3-shingle sets (the
-   near-duplicate measure, ``ragguard.stages.shingles``) is at least
-   ``conflict_similarity``; and
-2. aligning their words (``difflib.SequenceMatcher`` over the lower-cased words,
-   punctuation ignored) leaves at least one differing span that carries a **fact**: a
-   number (a word with a digit: ``3,559``, ``1979``, ``2.5``), a capitalised word
-   (a name: ``Bhatt``, ``Kapoor``), or a negation (``not``, ``no``, ``never``,
-   ``without``, ``doesn't``, ...) on one side only.
-
-Text that moved (``MOVED_WORDS``) and differing spans longer than ``MAX_SPAN`` words
-are no changed fact. Conflicting pairs are joined into groups (connected components).
-What each ``conflicts`` mode does, the scripts written without spaces, and the bound on
-the cost (``MAX_PAIRS``): docs/guides/conflicts.md.
-"""
+"""Conflicting passages: near-copies (word 3-shingle Jaccard >= ``conflict_similarity``)
+whose aligned words differ in a span carrying a fact (a number, a capitalised word, a
+one-sided negation); the rule and the modes: docs/guides/conflicts.md."""
 
 from __future__ import annotations
 
@@ -28,32 +13,12 @@ from itertools import pairwise
 
 import numpy as np
 
-from ragguard.policy import CODES, DEFAULT_CONFLICT_SIMILARITY, KEPT, ConflictMode, Reason
+from ragguard.policy import CODES, KEPT, ConflictMode, Reason
 from ragguard.stages import SHINGLE_WORDS, UNSPACED, Shingles, StageState
-
-__all__ = [
-    "DEFAULT_CONFLICT_SIMILARITY",
-    "MAX_PAIRS",
-    "MAX_SPAN",
-    "MISSING",
-    "MOVED_WORDS",
-    "NEGATIONS",
-    "Conflict",
-    "ConflictMember",
-    "Pair",
-    "compared_passages",
-    "conflict_groups",
-    "conflict_message",
-    "conflict_stage",
-    "find_conflicts",
-    "passage_words",
-]
-
 
 NEGATIONS = frozenset(
     {"not", "no", "never", "none", "nor", "neither", "without", "cannot", "nobody", "nothing"}
 )
-"""Words whose presence on one side only of a differing span makes it a fact."""
 
 # numbers keep their separators (3,559 / 2.5 / 1,000,000), a character of a script
 # written without spaces is a word, a contraction with n't stays one word (doesn't, or
@@ -64,42 +29,27 @@ _UNSPACED = re.compile(f"[{UNSPACED}]")
 _NEGATED = re.compile(r"n['\u2019]t$")
 
 MAX_SPAN = 6
-"""Differing spans longer than this many words (on either side) are different regions
-of a text (two crops of one page), not a changed fact."""
+"""Longer differing spans are different regions of a text, not a changed fact."""
 
 MAX_PAIRS = 1_225
-"""The most pairs of passages one call compares (per row): each passage with every
-better-ranked one, best-ranked first, so 1,225 is every pair among the 50 best-ranked
-passages (``compared_passages``) and the passages ranked below are checked against
-none. It bounds the stage's cost (a pair of passages of 2,000 words costs tens of
-microseconds) whatever ``max_k`` lets through; the guard warns when it cuts in. It
-depends on nothing but the number of passages, so the pairs among the first ``m``
-passages are the same whatever follows them (the calibration sweep relies on it)."""
+"""The most pairs one call compares (every pair among the 50 best-ranked passages): it
+bounds the cost and depends only on the count, so the calibration sweep sees the same pairs."""
 
 _NUMPY_FROM = 5_000  # shingles in all of the compared passages: count shared ones with numpy
 
 MOVED_WORDS = 3
-"""A differing span of at least this many words that the other passage holds word for
-word as a differing span elsewhere moved (reordered sentences): it is no changed fact.
-Shorter spans are never taken for moved text: a single ``not`` that moves changes what
-the text says."""
+"""A differing span this long that the other side holds elsewhere moved (no changed fact);
+shorter ones never count as moved (a moved ``not`` changes the meaning)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PassageWords:
-    """A passage's words as written (for spans) and lower-cased (for the alignment)."""
-
     shown: tuple[str, ...]
     low: tuple[str, ...]
 
 
 def passage_words(text: str) -> PassageWords:
-    """The words of ``text``: numbers with their separators, else ``\\w+`` runs.
-
-    Example:
-        >>> passage_words("Revenue: 3,559 (not 4,112).").shown
-        ('Revenue', '3,559', 'not', '4,112')
-    """
+    """The words of ``text``: numbers with their separators, else ``\\w+`` runs."""
     shown = tuple((_ASCII_TOKEN if text.isascii() else _TOKEN).findall(text))
     return PassageWords(shown, tuple(map(str.lower, shown)))
 
@@ -114,8 +64,7 @@ def _negation(words: Sequence[str]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Pair:
-    """One conflicting pair: columns ``a`` < ``b`` of the compared list, their
-    similarity, and the differing spans of each (as written)."""
+    """One conflicting pair: columns ``a`` < ``b``, their similarity and differing spans."""
 
     a: int
     b: int
@@ -125,8 +74,7 @@ class Pair:
 
 
 def _join(words: Sequence[str]) -> str:
-    """A span's words as one string: a space between two words, none next to a
-    character of a script written without spaces (``3559辆``)."""
+    """A span's words as one string, with no space next to a character of an unspaced script."""
     out = words[0]
     for prev, word in pairwise(words):
         glued = _UNSPACED.match(prev[-1]) or _UNSPACED.match(word[0])
@@ -135,8 +83,7 @@ def _join(words: Sequence[str]) -> str:
 
 
 def _common_head(a: Sequence[str], b: Sequence[str]) -> int:
-    """How many words ``a`` and ``b`` share at their start, found by halving: each step
-    compares two slices in C, so a long common head costs no loop over its words."""
+    """How many words ``a`` and ``b`` share at their start, by halving (slices compare in C)."""
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:  # a[:lo] == b[:lo]; the answer is at most hi
         mid = (lo + hi + 1) // 2
@@ -148,15 +95,7 @@ def _common_head(a: Sequence[str], b: Sequence[str]) -> int:
 
 
 def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The spans of ``x`` and of ``y`` that differ and carry a fact (both empty when
-    they state the same facts).
-
-    Example:
-        >>> a = passage_words("The plant made 3,559 cars in 2019 in Austin.")
-        >>> b = passage_words("The plant made 4,112 cars in 2019 in Austin.")
-        >>> differing_facts(a, b)
-        (('3,559',), ('4,112',))
-    """
+    """The spans of ``x`` and of ``y`` that differ and carry a fact (both empty when none do)."""
     out_x: list[str] = []
     out_y: list[str] = []
     a, b = x.low, y.low
@@ -171,7 +110,6 @@ def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], 
         for tag, i1, i2, j1, j2 in matcher.get_opcodes()
         if tag != "equal"
     ]
-    # the differing spans of each side that are long enough to have moved
     gone = {a[i1:i2] for i1, i2, _, _ in ops if i2 - i1 >= MOVED_WORDS}
     came = {b[j1:j2] for _, _, j1, j2 in ops if j2 - j1 >= MOVED_WORDS}
     for i1, i2, j1, j2 in ops:
@@ -197,22 +135,13 @@ def differing_facts(x: PassageWords, y: PassageWords) -> tuple[tuple[str, ...], 
 
 
 def compared_passages(n: int) -> int:
-    """How many of ``n`` ranked passages the conflict stage compares: all of them when
-    their pairs fit in ``MAX_PAIRS``, else the most best-ranked ones whose pairs do.
-
-    Example:
-        >>> compared_passages(5), compared_passages(200)
-        (5, 50)
-    """
+    """How many of ``n`` ranked passages fit in ``MAX_PAIRS`` (the best-ranked ones)."""
     return min(n, (1 + math.isqrt(1 + 8 * MAX_PAIRS)) // 2)
 
 
 def _shared_counter(sets: Sequence[Shingles]) -> Callable[[int, list[int]], list[int]]:
-    """``shared(k, above)``: how many shingles passage ``k`` shares with each of the
-    passages ``above``, exactly. Set intersections on short passages; from 5,000
-    shingles in all, the shingles are numbered once and each count is a numpy gather (a
-    set intersection of two passages of 2,000 words compares 2,000 strings; the gather,
-    2,000 booleans)."""
+    """``shared(k, above)``: how many shingles passage ``k`` shares with each of ``above``;
+    from ``_NUMPY_FROM`` shingles in all, a numpy gather instead of set intersections."""
     if sum(map(len, sets)) < _NUMPY_FROM:
         return lambda k, above: [len(sets[k] & sets[i]) for i in above]
     # equal shingles, equal numbers (the numbering follows the sets' iteration order:
@@ -237,24 +166,8 @@ def find_conflicts(
     similarity: float,
     active: Sequence[bool] | None = None,
 ) -> list[Pair]:
-    """Every conflicting pair among the passages (columns in ranked order) that the
-    stage compares: all pairs among the first ``compared_passages`` active columns.
-
-    Args:
-        texts: each passage's text.
-        sets: each passage's shingle set (``ragguard.stages.shingles``); columns
-            beyond these are not compared.
-        similarity: the shingle Jaccard similarity in (0, 1] from which two passages
-            are comparable.
-        active: which columns take part (default: all).
-
-    Returns:
-        The pairs, by ``(a, b)``. Before any alignment, a pair whose shingle-set sizes
-        cannot give ``similarity`` (Jaccard <= smaller / larger) is set aside, and the
-        others get their exact similarity from their shared shingles (counted with
-        numpy on long passages). Only comparable pairs are aligned word by word, and only
-        between their common head and tail.
-    """
+    """Every conflicting pair (by ``(a, b)``) among the first ``compared_passages`` active
+    columns; pairs whose set sizes cannot reach ``similarity`` are never aligned."""
     cols = [j for j in range(len(sets)) if active is None or active[j]]
     cols = cols[: compared_passages(len(cols))]
     mine = [sets[c] for c in cols]
@@ -339,8 +252,7 @@ class Conflict:
 
 
 def conflict_groups(n: int, pairs: Sequence[Pair]) -> list[list[int]]:
-    """Connected components of the conflicting pairs over columns ``0..n-1``, each
-    sorted, ordered by their first column; columns in no pair are left out."""
+    """Connected components of the pairs, each sorted, ordered by first column."""
     parent = list(range(n))
 
     def root(i: int) -> int:
@@ -363,8 +275,6 @@ def conflict_groups(n: int, pairs: Sequence[Pair]) -> list[list[int]]:
 
 
 class _Missing:
-    """A passage without the ``conflict_prefer`` metadata key."""
-
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -378,8 +288,7 @@ _CONFLICT = CODES[Reason.CONFLICT]
 
 
 def _no_value(value: object) -> bool:
-    """Whether ``value`` is no value to prefer by: the key is missing, ``None`` or NaN
-    (any value that differs from itself)."""
+    """Whether ``value`` is missing, ``None`` or NaN (differs from itself)."""
     if value is MISSING or value is None:
         return True
     try:
@@ -389,9 +298,8 @@ def _no_value(value: object) -> bool:
 
 
 def _preferred(group: Sequence[int], values: Sequence[object], descending: bool) -> int | None:
-    """The member of ``group`` with the greatest (``descending``) or smallest value;
-    members without one (missing, ``None`` or NaN) rank last, ties go to the best-ranked
-    member; ``None`` when the values cannot be compared with each other."""
+    """The member of ``group`` with the greatest (``descending``) or smallest value, those
+    without one last, ties to the best-ranked; ``None`` when values cannot be compared."""
     have = [c for c in group if not _no_value(values[c])]
     if not have:
         return group[0]
@@ -417,39 +325,13 @@ def conflict_stage(
     descending: bool = True,
     pairs: Sequence[Sequence[Pair]] | None = None,
 ) -> tuple[StageState, list[list[Pair]], list[int]]:
-    """Find the conflicting pairs among each row's kept passages and apply ``mode``.
+    """Find the conflicting pairs among each row's kept passages (unless ``pairs`` are
+    given, as the calibration sweep does) and apply ``mode``: ``flag`` keeps all, ``drop``
+    drops every member of a group, ``keep_first`` drops a passage conflicting with a kept,
+    higher-ranked one, ``prefer`` keeps each group's member with the preferred value (a
+    group whose values cannot be compared falls back to ``keep_first``).
 
-    * ``flag``: keep every passage (the pairs are reported);
-    * ``drop``: drop every member of a conflict group (reason ``conflict``);
-    * ``keep_first``: drop a passage that conflicts with a kept, higher-ranked one (so
-      of a pair the better-ranked member stays); like the near-duplicate stage this is
-      causal along the kept list;
-    * ``prefer``: in each group keep the member with the greatest value of ``prefer``
-      (the smallest with ``descending=False``); members without it (or whose value is
-      ``None`` or NaN) rank last, ties go to the best-ranked member; a group whose
-      values cannot be compared with each other keeps its best-ranked members as
-      ``keep_first`` does.
-
-    Args:
-        state: the kept lists.
-        texts: per row, the text of each column.
-        shingles: per row, the shingle set of each column (of at least the first
-            ``compared_passages`` columns: no other is read).
-        similarity: ``conflict_similarity``.
-        mode: what to do with conflicting passages (not ``off``).
-        prefer: per row, each column's value of the preferred metadata key
-            (``MISSING`` when absent); needed for ``prefer``.
-        descending: whether the greatest value wins.
-        pairs: per row, the conflicting pairs among its kept passages when they are
-            already known (the calibration sweep finds them once per query and applies
-            the mode at every cut); else they are found here (``find_conflicts``).
-
-    Returns:
-        The new state (a dropped member's ``partner`` is the column of a member it
-        conflicts with, its ``similarity`` their similarity), the pairs of each row
-        (columns of ``state``) and the rows where ``prefer`` values could not be
-        compared (those groups fell back to ``keep_first``).
-    """
+    Returns the new state, each row's pairs and the rows whose values were incomparable."""
     reasons, partner, sim = state.reasons.copy(), state.partner.copy(), state.similarity.copy()
     all_pairs: list[list[Pair]] = []
     incomparable: list[int] = []
@@ -498,7 +380,6 @@ def conflict_stage(
 
 
 def _partners(c: int, pairs: Sequence[Pair]) -> Iterator[int]:
-    """The columns ``c`` conflicts with, in pair order."""
     for p in pairs:
         if p.a == c:
             yield p.b
@@ -507,7 +388,6 @@ def _partners(c: int, pairs: Sequence[Pair]) -> Iterator[int]:
 
 
 def _keep_first(pairs: Sequence[Pair], drop: Callable[[int, int], None]) -> None:
-    """Drop each passage that conflicts with a kept, higher-ranked passage."""
     dropped: set[int] = set()
     for p in sorted(pairs, key=lambda p: (p.b, p.a)):
         if p.b not in dropped and p.a not in dropped:
@@ -525,8 +405,7 @@ _RULES = {
 def conflict_message(
     other: str, position: int, pair: Pair, mine_first: bool, threshold: float, mode: ConflictMode
 ) -> str:
-    """Why the conflict stage dropped a passage: it conflicts with id ``other`` at input
-    ``position`` (their ``pair``; ``mine_first``: the dropped one is ``pair.a``)."""
+    """Why the conflict stage dropped a passage (``mine_first``: it is ``pair.a``)."""
     mine, theirs = (pair.spans_a, pair.spans_b) if mine_first else (pair.spans_b, pair.spans_a)
     return (
         f"conflicts with id {other!r} at input position {position}: "

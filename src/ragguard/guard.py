@@ -1,11 +1,5 @@
-"""ContextGuard: decide which retrieved candidates reach the LLM.
-
-[`ContextGuard.select`][ragguard.ContextGuard.select] runs the guard's list of stages
-(``ragguard.select_stages``) over one state (``ragguard.selecting``; the pipeline is
-drawn in DESIGN.md); the guard builds the list from its config, leaving out the stages
-the config turns off. ``select()`` and ``aselect()`` differ only in how a call stage's
-model call is made (blocking, or awaited off the event loop).
-"""
+"""ContextGuard: builds the stage list from its config and runs it over one state per
+``select()`` / ``aselect()`` call (DESIGN.md, "The runtime")."""
 
 from __future__ import annotations
 
@@ -40,8 +34,6 @@ if TYPE_CHECKING:  # wrap()'s types; at run time the adapters come through raggu
     from ragguard.adapters import haystack as haystack_adapter
     from ragguard.adapters import langchain as langchain_adapter
     from ragguard.adapters import llamaindex as llamaindex_adapter
-
-__all__ = ["ContextGuard"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +119,7 @@ class ContextGuard:
         self.stages: list[Stage] = self._stages()
 
     def _stages(self) -> list[Stage]:
-        """The stages of every select() call, in order; a stage the config turns off is
-        left out. One line a stage: add a stage here."""
+        """The stages of every call, in order, those the config turns off left out."""
         c = self.config
         scored = self._params
         stages: list[Stage] = [
@@ -235,13 +226,8 @@ class ContextGuard:
         scored: bool = True,
         max_k: int | None = None,
     ) -> Selection:
-        """Async form of [`select`][ragguard.ContextGuard.select].
-
-        The policy itself takes microseconds and runs on the event loop; the rerank
-        stage's model call runs in a worker thread (``asyncio.to_thread``, or the
-        stage's own threads under ``rerank.timeout_ms``), so other tasks keep running
-        while the reranker works. Raises what [`select`][ragguard.ContextGuard.select] raises.
-        """
+        """Async form of [`select`][ragguard.ContextGuard.select]: the rerank model call runs
+        in a worker thread, off the event loop. Raises what ``select`` raises."""
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(query, candidates, score_kind, scored, max_k)
             selection = await arun(self.stages, state)
@@ -256,23 +242,20 @@ class ContextGuard:
         scored: bool,
         max_k: int | None,
     ) -> State:
-        """The call's state, its arguments checked."""
-        c = self.config
         return start(
             query,
             candidates,
             score_kind=score_kind,
             scored=scored,
             max_k=max_k,
-            default_kind=c.score_kind,
+            default_kind=self.config.score_kind,
             params=self._params,
             unscored=self._unscored,
         )
 
     def _emit(self, state: State) -> None:
-        """Emit the warnings the stages collected: each once per guard (a failed rerank
-        call on every call). Called by select() / aselect() themselves, so the warnings
-        point at their caller."""
+        """Emit the stages' warnings, each once per guard; called by select() / aselect()
+        themselves so that ``stacklevel`` points at their caller."""
         for w in state.warnings:  # usually none
             if w.key is not None:
                 with self._lock:

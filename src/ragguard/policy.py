@@ -1,56 +1,6 @@
-r"""The selection policy, implemented once and vectorised over queries.
-
-The runtime guard calls it with one row; the calibration sweep calls it with thousands.
-Both run exactly this code, so a config that calibration recommends does at runtime what
-calibration measured.
-
-Input is a (queries x candidates) matrix of *normalised* scores (higher is better, see
-``ragguard.scores``) with a validity mask (finite score) and a presence mask (the
-position holds a candidate; False for padding and for removed duplicates).
-
-Ranking: valid candidates by normalised score, highest first; ties keep input order
-(a stable sort, so the retriever's order breaks ties). Candidates with invalid scores
-follow, in input order.
-
-Rules, on the ranked valid candidates :math:`s_0 \ge s_1 \ge \dots \ge s_{n-1}`:
-
-* relative threshold :math:`t`: keep :math:`s_j \ge t \cdot s_0`; skipped on rows whose top
-  score :math:`s_0 \le 0` (reported as ``threshold_skipped``);
-* absolute floor ``min_score``: keep :math:`s_j \ge` ``min_score``;
-* expected utility (on calibrated probabilities :math:`p_j = s_j`, e.g. the rerank
-  stage's): keep :math:`p_j \cdot g > (1 - p_j) \cdot d`, where :math:`g` is the gain of a
-  relevant passage and :math:`d` the penalty of a distractor ([`UtilityCut`][ragguard.UtilityCut]),
-  i.e. :math:`p_j > d / (g + d)`. A strict profile (medical: :math:`d = 1`) keeps passages
-  above 0.5, a relaxed one (creative: :math:`d = 0.2`) above 1/6;
-* optional label-free cut rule:
-
-  - ``gap`` (largest score gap, as in Adaptive-k, Taguchi et al. 2025): with gaps
-    :math:`g_j = s_j - s_{j+1}` over the first ``gap_window`` candidates, keep the
-    candidates before the largest gap (first one on ties) plus ``gap_buffer`` more; no
-    cut when every gap is 0;
-  - ``autocut`` (as in Weaviate's autocut): rescale the scores to
-    :math:`y_j = (s_j - s_0) / (s_{n-1} - s_0)` and compare with the straight line
-    :math:`x_j = j / (n - 1)`; a jump is a local maximum of :math:`y_j - x_j`; cut
-    before the ``autocut_jumps``-th jump. No cut when all scores are equal.
-
-Each rule keeps a prefix of the ranked list. The policy keeps the shortest of those
-prefixes, raised to ``min_k`` (never beyond the valid candidates) and capped at
-``max_k``. With ``keep_invalid`` the invalid candidates then fill any room left under
-``max_k``; otherwise they are dropped with reason ``invalid_score``.
-
-Every dropped candidate gets one reason, the first that applies in this order:
-``below_relative_threshold``, ``below_min_score``, ``below_expected_utility``,
-``score_gap`` / ``autocut``, ``over_max_k``.
-
-Answerability, ``min_evidence``: when the top score :math:`s_0` is below it (or no score
-is valid), the row keeps nothing, whatever ``min_k`` says, and every candidate's reason
-is ``insufficient_evidence`` (invalid ones keep ``invalid_score`` unless
-``keep_invalid``). A retrieved set with nothing good enough in it gives the LLM nothing.
-
-``near_duplicate_threshold`` and ``max_tokens`` are not rules of the cut: they are the
-stages that run on the kept list after it (``ragguard.stages``), reasons
-``near_duplicate`` and ``over_token_budget``.
-"""
+"""The selection policy, once, vectorised over a (queries x candidates) matrix of
+normalised scores: the guard calls it with one row, the calibration sweep with thousands
+(docs/guides/selection.md; the rules' formulas are at their kernels below)."""
 
 from __future__ import annotations
 
@@ -67,22 +17,6 @@ from ragguard.errors import ConfigError, EvalSetError
 # Python wrapper first, which costs more than the work on one guard call's short row.
 _all = np.logical_and.reduce
 _count = np.add.reduce  # of a bool array: how many are True
-__all__ = [
-    "DEFAULT_CONFLICT_SIMILARITY",
-    "ConflictMode",
-    "CutRule",
-    "Explainer",
-    "PolicyParams",
-    "PolicyResult",
-    "Ranked",
-    "Reason",
-    "UtilityCut",
-    "abstains",
-    "apply_policy",
-    "cut_ranked",
-    "describe",
-    "rank",
-]
 
 
 class CutRule(StrEnum):
@@ -95,17 +29,11 @@ class CutRule(StrEnum):
 
 DEFAULT_CONFLICT_SIMILARITY = 0.5
 """The default ``conflict_similarity``, chosen on the 250 RAMDocs development questions
-(``benchmarks/conflicts.py``): with every question's documents compared, 0.5 puts 46% of
-misinformation documents in a conflicting pair against 10% of correct and 1% of noise
-documents (the correct ones are the misinformation's partners), and flags 55% of the
-questions that carry misinformation against 4% of those that do not (0.3: 51% / 14% /
-1%, 62% / 8%; 0.7: 37% / 8% / 1%, 46% / 3%). Lower levels find a little more
-misinformation and many more false alarms."""
+(``benchmarks/conflicts.py``, docs/benchmarks/conflicts.md)."""
 
 
 class ConflictMode(StrEnum):
-    """What the conflict stage does with passages that disagree
-    (``ragguard.conflicts``)."""
+    """What the conflict stage does with passages that disagree (``ragguard.conflicts``)."""
 
     OFF = "off"
     FLAG = "flag"
@@ -189,7 +117,7 @@ class UtilityCut:
 
 @dataclass(frozen=True, slots=True)
 class PolicyParams:
-    """Parameters of the selection policy (see the module docstring)."""
+    """Parameters of the selection policy."""
 
     max_k: int
     min_k: int = 1
@@ -239,8 +167,7 @@ class PolicyParams:
 
     @property
     def uses_stages(self) -> bool:
-        """Whether a stage after the cut is on (conflicts, near-duplicates, token budget;
-        ``ragguard.stages``, ``ragguard.conflicts``)."""
+        """Whether a stage after the cut is on (conflicts, near-duplicates, token budget)."""
         return (
             self.near_duplicate_threshold is not None
             or self.max_tokens is not None
@@ -264,16 +191,12 @@ class Ranked:
     """Scores ranked once, to be cut under many parameter settings.
 
     Attributes:
-        order: (Q, N) input positions in ranked order: valid candidates by score (highest
-            first, ties in input order), then invalid ones, then padding.
-        scores: (Q, N) normalised scores along ``order``; ``-inf`` for invalid scores,
-            NaN for padding, so every comparison with a finite bar excludes them.
+        order: (Q, N) input positions: valid candidates by score (highest first, ties in
+            input order), then invalid ones, then padding.
+        scores: (Q, N) normalised scores along ``order``; ``-inf`` invalid, NaN padding.
         n_valid: (Q,) number of candidates with a valid score (they come first).
-        n_present: (Q,) number of candidates (valid ones, then invalid ones).
-        complete: every position of every row holds a candidate with a valid score
-            (and there is at least one position), which lets the cut skip its checks
-            for rows without one.
-    """
+        n_present: (Q,) number of candidates.
+        complete: every position of every row holds a valid score (the cut skips checks)."""
 
     order: NDArray[np.intp]
     scores: NDArray[np.float64]
@@ -284,12 +207,7 @@ class Ranked:
 
 @dataclass(frozen=True)
 class PolicyResult:
-    """What the policy decided, per row.
-
-    ``n_kept`` and ``kept_positions`` are computed eagerly; the per-candidate reason
-    codes (``reasons``, along ``order``) only when asked for, since the runtime
-    guard needs them only when a caller looks at dropped candidates, and a calibration
-    sweep needs only the kept counts.
+    """What the policy decided, per row; the reason codes only when asked for.
 
     Attributes:
         ranked: the ranking that was cut.
@@ -297,13 +215,10 @@ class PolicyResult:
         n_kept: (Q,) number of candidates kept.
         n_kept_valid: (Q,) how many of them have a valid score (they come first).
         top: (Q,) top normalised score (NaN where no score is valid).
-        threshold_skipped: (Q,) rows where the relative threshold was skipped because
-            the top score was not positive.
-        prefixes: (Q,) prefix lengths kept by the relative threshold, the floor, the
-            expected-utility rule and the cut rule (each ``n_valid`` when the rule is off).
-        abstained: (Q,) rows where ``min_evidence`` kept nothing (the best score is
-            below it, or no score is valid); ``None`` when the rule is off.
-    """
+        threshold_skipped: (Q,) rows whose top score was not positive.
+        prefixes: (Q,) prefixes kept by the relative threshold, the floor, the
+            expected-utility rule and the cut rule (``n_valid`` when off).
+        abstained: (Q,) rows where ``min_evidence`` kept nothing; ``None`` when off."""
 
     ranked: Ranked
     params: PolicyParams
@@ -362,14 +277,12 @@ class PolicyResult:
 
     @property
     def order(self) -> NDArray[np.intp]:
-        """(Q, N) input positions: kept candidates first, then dropped ones, then
-        padding, each group in ranked order."""
+        """(Q, N) input positions: kept, then dropped, then padding, each in ranked order."""
         return self._codes[0]
 
     @property
     def reasons(self) -> NDArray[np.int8]:
-        """(Q, N) reason codes along ``order``: 0 kept, -1 padding, else
-        ``CODES[reason]``."""
+        """(Q, N) reason codes along ``order``: 0 kept, -1 padding, else ``CODES[reason]``."""
         return self._codes[1]
 
 
@@ -408,6 +321,8 @@ def _finite(s: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def _gap_prefix(s: NDArray[np.float64], n: NDArray[np.intp], p: PolicyParams) -> NDArray[np.intp]:
+    """Before the largest gap ``s[j] - s[j+1]`` among the first ``gap_window`` (first on
+    ties), plus ``gap_buffer``; no cut when every gap is 0 (Adaptive-k)."""
     size = s.shape[1]
     if size < 2:
         return n
@@ -425,6 +340,8 @@ def _gap_prefix(s: NDArray[np.float64], n: NDArray[np.intp], p: PolicyParams) ->
 def _autocut_prefix(
     s: NDArray[np.float64], n: NDArray[np.intp], p: PolicyParams
 ) -> NDArray[np.intp]:
+    """Before the ``autocut_jumps``-th local maximum of ``(s[j] - s[0]) / (s[n-1] - s[0])
+    - j / (n - 1)``; no cut when all scores are equal (Weaviate's autocut)."""
     size = s.shape[1]
     if size < 2:
         return n
@@ -450,16 +367,17 @@ def _autocut_prefix(
 def abstains(
     top: NDArray[np.float64], min_evidence: float | NDArray[np.float64]
 ) -> NDArray[np.bool_]:
-    """Where the ``min_evidence`` rule keeps nothing: the top normalised score ``top`` is
-    below the floor, or NaN (no valid score). Broadcasts: (Q, 1) tops against (1, F)
-    floors give every floor's abstentions at once (the calibration of the floor,
-    ``ragguard.calibration.fit.answerability``)."""
+    """Where ``min_evidence`` keeps nothing: ``top`` below the floor, or NaN. Broadcasts
+    (Q, 1) tops against (1, F) floors."""
     out: NDArray[np.bool_] = ~(top >= min_evidence)  # NaN compares False: abstain too
     return out
 
 
 def cut_ranked(ranked: Ranked, params: PolicyParams) -> PolicyResult:
-    """Apply the rules of ``params`` to already ranked rows (see the module docstring)."""
+    """Apply the rules of ``params`` to ranked rows. Each rule keeps a prefix; the shortest
+    wins, raised to ``min_k`` (never beyond the valid candidates), capped at ``max_k``; with
+    ``keep_invalid`` invalid candidates fill the room left. A dropped candidate gets the first
+    reason that applies: threshold, floor, expected utility, cut rule, ``over_max_k``."""
     s, n_valid = ranked.scores, ranked.n_valid
     q, size = s.shape
     first = s[:, 0] if size else np.full(q, np.nan)  # -inf / NaN when no valid score
@@ -536,15 +454,8 @@ def apply_policy(
 
 
 class Explainer:
-    """One-line human explanations of why candidates of one cut were dropped
-    (``describe`` for each of them): what depends only on the cut (the bar, the
-    floor, the cap) is formatted once, the candidate's own score for each.
-
-    Args:
-        params: the parameters of the cut.
-        top: its top normalised score.
-        score_name: what the rules ran on (e.g. ``"rerank probability"``).
-    """
+    """One-line explanations of why candidates of one cut were dropped; what depends only
+    on the cut is formatted once."""
 
     __slots__ = ("_tails", "params", "score_name", "top")
 
@@ -557,8 +468,7 @@ class Explainer:
         self._tails: dict[Reason, str] = {}
 
     def _tail(self, reason: Reason) -> str:
-        """The part of the explanation of ``reason`` that is the same for every
-        candidate of the cut."""
+        """The part of the explanation of ``reason`` shared by every candidate of the cut."""
         p = self.params
         if reason is Reason.BELOW_RELATIVE_THRESHOLD:
             bar = p.relative_threshold * self.top
@@ -582,7 +492,6 @@ class Explainer:
         raise ConfigError(f"describe() does not explain {reason!r}; the caller knows the detail")
 
     def __call__(self, reason: Reason, normalized: float | None) -> str:
-        """Why a candidate whose score is ``normalized`` was dropped for ``reason``."""
         if reason is Reason.BELOW_EXPECTED_UTILITY:
             eu = self.params.expected_utility
             assert eu is not None
@@ -607,6 +516,5 @@ def describe(
     top: float,
     score_name: str = "normalised score",
 ) -> str:
-    """A one-line human explanation of why a candidate was dropped (``score_name`` names
-    the scores the rules ran on, e.g. ``"rerank probability"``)."""
+    """A one-line explanation of why a candidate was dropped."""
     return Explainer(params, top, score_name)(reason, normalized)

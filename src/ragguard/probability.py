@@ -1,32 +1,6 @@
-r"""Calibrated probabilities for the rerank stage: a fitted map from score to p(relevant).
-
-A reranker's own probability (``sigmoid(logit)`` of a cross-encoder, the number a
-hosted rerank API returns) is a *ranking* score: 0.9 seldom means "relevant 9 times in
-10". ``ragguard calibrate --rerank`` fits a [`ProbabilityMap`][ragguard.ProbabilityMap] on labelled
-queries (``ragguard.calibration.fit.probability``) and writes it under ``[rerank.probability_map]``;
-the guard applies the same map to every rerank score before any rule runs, so
-``rerank.min_score`` and the expected-utility rule read *calibrated* probabilities.
-
-The map's input is the reranker's score on the **logit scale** :math:`z`: the raw output
-of a reranker that returns logits, :math:`\log(p / (1 - p))` of one that returns
-probabilities (``p`` clipped to :math:`[10^{-12}, 1 - 10^{-12}]`).
-
-* ``platt``: :math:`p = \sigma(a z + b)` (Platt scaling, logistic regression on :math:`z`),
-  with slope :math:`a > 0`;
-* ``isotonic``: a non-decreasing piecewise-linear function through the breakpoints
-  :math:`(x_i, y_i)`, constant beyond the first and last (as scikit-learn's
-  ``IsotonicRegression(out_of_bounds="clip")`` predicts).
-
-In TOML::
-
-    [rerank.probability_map]
-    method = "platt"
-    a = 0.83
-    b = -1.9
-
-Without a map the stage maps logits through a sigmoid and clips probabilities to [0, 1]
-(``ragguard.scores.normalize``), as before.
-"""
+"""Calibrated probabilities for the rerank stage: the runtime applies the fitted map
+(``ProbabilityMap``) that ``ragguard.calibration.fit.probability`` fits, to every rerank
+score before any rule runs."""
 
 from __future__ import annotations
 
@@ -39,8 +13,6 @@ from pydantic import ConfigDict, Field, model_validator
 from ragguard._fields import ConfigModel
 from ragguard.errors import ConfigError
 from ragguard.scores import Normalized, ScoreIssue, ScoreKind, normalize
-
-__all__ = ["MapMethod", "ProbabilityMap", "rerank_probabilities", "to_logit"]
 
 _EPS = 1e-12
 
@@ -66,8 +38,7 @@ def _sigmoid(x: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def to_logit(raw: ArrayLike, kind: ScoreKind | str) -> NDArray[np.float64]:
-    """Scores on the logit scale: logits as they are, probabilities through
-    ``log(p / (1 - p))`` (clipped away from 0 and 1). Non-finite inputs stay NaN/inf."""
+    """Scores on the logit scale: logits as they are, probabilities through ``log(p / (1 - p))``."""
     x = np.asarray(raw, dtype=np.float64)
     if ScoreKind(kind) is ScoreKind.LOGIT:
         return x
@@ -79,8 +50,11 @@ def to_logit(raw: ArrayLike, kind: ScoreKind | str) -> NDArray[np.float64]:
 
 
 class ProbabilityMap(ConfigModel):
-    """A fitted map from a rerank score to a calibrated p(relevant) (see the module
-    docstring). Build one with ``ragguard.calibration.fit.probability.fit_probability_map``.
+    """A fitted map from a rerank score to a calibrated p(relevant), written by
+    ``ragguard calibrate --rerank`` under ``[rerank.probability_map]``. Its input is the score
+    on the logit scale ``z`` (a probability ``p`` becomes ``log(p / (1 - p))``): ``platt`` is
+    ``sigmoid(a z + b)`` with ``a > 0``; ``isotonic`` is piecewise linear through ``(x, y)``,
+    constant beyond the ends.
 
     Examples:
         >>> m = ProbabilityMap(method="platt", a=2.0, b=-1.0)
@@ -156,15 +130,9 @@ class ProbabilityMap(ConfigModel):
 def rerank_probabilities(
     raw: ArrayLike, kind: ScoreKind | str, probability_map: ProbabilityMap | None
 ) -> Normalized:
-    """The probabilities the rerank stage's rules run on, at runtime and in calibration.
-
-    Without a map: ``ragguard.scores.normalize`` (sigmoid for logits, clip for
-    probabilities), with its issues. With a map: the map's probabilities, with the issues
-    ``normalize`` finds in the raw scores but ``logit_in_unit_interval``: that one warns
-    that a sigmoid squeezes logits in [0, 1] into [0.5, 0.73], and the map, fitted on
-    those very scores, replaces the sigmoid (a cosine declared ``logit`` is fine). Invalid
-    (missing, NaN, infinite) raw scores stay invalid either way.
-    """
+    """The probabilities the rerank rules run on: ``normalize`` without a map; with one, the
+    map's, keeping ``normalize``'s issues but ``logit_in_unit_interval`` (the map replaces the
+    sigmoid that issue warns about)."""
     norm = normalize(raw, kind)
     if probability_map is None:
         return norm

@@ -1,60 +1,6 @@
-"""Domain tolerance profiles: how hard distractors are penalised, and runtime defaults.
-
-A profile does two jobs:
-
-* it sets the **distractor rules** that calibration uses to turn labels into utilities:
-  a non-relevant passage scoring at least ``distractor_score_ratio`` x the top score, or
-  ranked inside the top ``distractor_top_ranks``, is a hard negative and gets
-  ``hard_negative_penalty``; a passage labelled as a known distractor gets
-  ``known_distractor_penalty``;
-* it sets the **runtime defaults** (``max_k``, ``min_k``, ``relative_threshold``) the
-  guard uses before calibration has recommended better ones. Anything set explicitly in
-  the config (file, environment or arguments) wins over the profile.
-
-The built-in values start from the practitioner write-up's table of distractor
-tolerance (strict 50% / -1.0 for medical and legal, 70% / -0.5 by default, relaxed
-90% / -0.2 for creative writing, strict for code). A *lower* score ratio is *stricter*:
-more non-relevant passages count as distractors.
-
-=========  =========  =====  =====  =====  ======  =====  =====  =====
-profile    tolerance  ratio  ranks  known  hard    max_k  min_k  t
-=========  =========  =====  =====  =====  ======  =====  =====  =====
-medical    very low   0.5    3      -1.0   -1.0    3      1      0.8
-legal      very low   0.5    3      -1.0   -1.0    3      1      0.8
-support    medium     0.7    3      -1.0   -0.5    5      1      0.7
-creative   high       0.9    1      -0.5   -0.2    8      1      0.5
-code       low        0.5    3      -1.0   -1.0    5      1      0.75
-=========  =========  =====  =====  =====  ======  =====  =====  =====
-
-Why these values:
-
-* medical, legal: a wrong dosage or a superseded statute read as fact is the costliest
-  failure, so every non-relevant passage above half the top score is a full distractor
-  (-1.0), and the runtime guard keeps at most 3 passages within 80% of the top score.
-* support (the default): the write-up's defaults (70%, -0.5 for hard negatives, -1.0
-  for known distractors) and its runtime example (keep passages above 70% of the top).
-* creative: extra related material is mostly harmless inspiration, so only passages
-  within 90% of the top score or at rank 1 count, lightly (-0.2; -0.5 for passages a
-  person marked as distractors), and up to 8 passages above half the top score are kept.
-* code: an API of the wrong version or language compiles into wrong code, so the rules
-  are as strict as medical; snippets often need a neighbour, so up to 5 are kept.
-
-A profile also says which **grades** count as relevant (+1.0, ``relevant_grade``, default
-1) and partially relevant (+0.5, ``partial_grade``, default none: binary relevance), for
-graded qrels such as TREC's 0/1/2.
-
-Custom profiles live in TOML under ``[profiles.NAME]``; ``base`` names the profile
-they start from (default ``support``) and every other key overrides it::
-
-    profile = "oncology"
-
-    [profiles.oncology]
-    base = "medical"
-    max_k = 2
-    relevant_grade = 2      # graded qrels: 2 relevant, 1 partially relevant
-    partial_grade = 1
-    description = "Oncology notes: two passages at most."
-"""
+"""Tolerance profiles: the distractor rules calibration turns labels into utilities with,
+and the runtime defaults (``max_k``, ``min_k``, ``relative_threshold``) any layer overrides.
+The built-in values and why: docs/reference/profiles.md."""
 
 from __future__ import annotations
 
@@ -66,15 +12,13 @@ from pydantic import ConfigDict, Field, model_validator
 from ragguard._fields import ConfigModel, NumbersNotBools
 from ragguard.errors import ConfigError
 
-__all__ = ["BUILTIN_PROFILES", "DEFAULT_PROFILE", "Profile", "ProfileSpec", "resolve_profile"]
-
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-1.0, le=0.0)]
 Grade = Annotated[int, Field(ge=1, le=5)]
 
 
 class Profile(ConfigModel, NumbersNotBools):
-    """A resolved tolerance profile (see the module docstring for each field's role)."""
+    """A resolved tolerance profile (docs/reference/profiles.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -152,6 +96,11 @@ def _builtin(
     )
 
 
+# Why: medical, legal: a wrong dosage or a superseded statute read as fact costs most, so
+# every non-relevant passage above half the top score is a full distractor, and 3 passages
+# within 80% are kept. support: the write-up's defaults. creative: related material mostly
+# inspires, so only passages within 90% or at rank 1 count, lightly, and 8 are kept. code:
+# a wrong-version API compiles into wrong code (strict), but snippets need neighbours (5).
 BUILTIN_PROFILES: Mapping[str, Profile] = {
     p.name: p
     for p in (
@@ -172,13 +121,11 @@ DEFAULT_PROFILE = "support"
 
 
 def resolve_profile(name: str, custom: Mapping[str, ProfileSpec] | None = None) -> Profile:
-    """Return the profile called ``name``: a custom one (resolved through its bases) or a
-    built-in one.
+    """The profile called ``name``: a custom one (resolved through its bases) or a built-in.
 
     Raises:
         ConfigError: the name is unknown, custom bases form a cycle, or the resolved
-            profile is invalid (a custom ``partial_grade`` at or above the base's
-            ``relevant_grade``).
+            profile is invalid.
     """
     custom = custom or {}
     chain: list[str] = []

@@ -1,19 +1,6 @@
-"""The optional cross-encoder rerank stage: rerankers, and the rerank call (cache, time
-budget, failure policy). What the stage does, logits versus probabilities, loading and
-failures: docs/guides/rerank.md.
-
-A [`Reranker`][ragguard.Reranker] is any callable ``(query, texts) -> scores``;
-[`CrossEncoderReranker`][ragguard.CrossEncoderReranker] is the built-in one
-(sentence-transformers, imported lazily), and [`load_reranker`][ragguard.load_reranker]
-builds one from what a user types, as ``ragguard calibrate --rerank`` does.
-
-**Saved pipelines name rerankers; code registers them.** A reranker is code, and a
-pipeline file (Haystack ``Pipeline.dumps()``, a saved LlamaIndex postprocessor) is data:
-loading one never imports what it names. A reranker passed in code is saved by the name
-it is registered under ([`register_reranker`][ragguard.register_reranker]; by default its import
-path), and a saved guard is rebuilt only with a reranker your code registered under that name
-before loading ([`registered_reranker`][ragguard.registered_reranker]).
-"""
+"""The optional rerank stage: rerankers, their registry, and the rerank call (cache, time
+budget, failure policy). See docs/guides/rerank.md; saved pipelines name rerankers, and
+only code registers them (never imported from data)."""
 
 from __future__ import annotations
 
@@ -53,20 +40,6 @@ from ragguard.trained import (
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
 
-__all__ = [
-    "CrossEncoderReranker",
-    "RerankOutcome",
-    "Reranker",
-    "ScoreCache",
-    "import_name",
-    "load_reranker",
-    "register_reranker",
-    "registered_name",
-    "registered_reranker",
-    "rerank_issue_message",
-    "unregister_reranker",
-]
-
 logger = logging.getLogger(__name__)
 _R = TypeVar("_R")
 
@@ -89,19 +62,12 @@ class Reranker(Protocol):
         True
     """
 
-    def __call__(self, query: str, texts: Sequence[str], /) -> Sequence[float] | NDArray[Any]:
-        """Score each of ``texts`` against ``query``."""
-        ...
+    def __call__(self, query: str, texts: Sequence[str], /) -> Sequence[float] | NDArray[Any]: ...
 
 
 def declares_kind(reranker: object) -> bool:
-    """Whether a reranker has a ``score_kind`` attribute, checked without evaluating
-    properties (reading
-    [`CrossEncoderReranker.score_kind`][ragguard.CrossEncoderReranker.score_kind] loads the model).
-
-    Raises:
-        ConfigError: it declares a plain value that is neither logit nor probability.
-    """
+    """Whether a reranker has a ``score_kind`` attribute, read statically (a
+    ``CrossEncoderReranker``'s property would load the model)."""
     attr = inspect.getattr_static(reranker, "score_kind", None)
     if attr is None:
         return False
@@ -113,12 +79,7 @@ def declares_kind(reranker: object) -> bool:
 def parse_kind(
     value: object, what: str, allowed: Sequence[ScoreKind] = RERANK_SCORE_KINDS
 ) -> ScoreKind:
-    """``value`` as one of the ``allowed`` score kinds.
-
-    Raises:
-        ConfigError: it is not one of them; the message says ``what`` was given and lists
-            the allowed values.
-    """
+    """``value`` as one of the ``allowed`` score kinds, else a ``ConfigError`` naming ``what``."""
     try:
         kind: ScoreKind | None = ScoreKind(value)  # type: ignore[arg-type]
     except (ValueError, TypeError):
@@ -138,20 +99,8 @@ def reranker_name(reranker: object) -> str:
     return getattr(reranker, "__qualname__", None) or type(reranker).__qualname__
 
 
-# -- the registry of rerankers that saved pipelines may name ----------------------------
-
 _REGISTERED: dict[str, Reranker] = {}
 _REGISTRY_LOCK = threading.Lock()
-
-
-def import_name(obj: object) -> str | None:
-    """The dotted path of a module-level function or class (``"mypkg.rerankers.score"``),
-    or ``None`` for a lambda, a nested function or an object. Nothing is imported."""
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
-        return None
-    return f"{module}.{qualname}"
 
 
 def register_reranker(reranker: _R, name: str | None = None) -> _R:
@@ -191,13 +140,15 @@ def register_reranker(reranker: _R, name: str | None = None) -> _R:
             f"{type(reranker).__name__}"
         )
     if name is None:
-        name = import_name(reranker)
-        if name is None:
+        module = getattr(reranker, "__module__", None)
+        qualname = getattr(reranker, "__qualname__", None)
+        if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
             raise ConfigError(
                 f"register_reranker: {reranker_name(reranker)!r} has no import path (a "
                 "lambda, a nested function or an object); give it a name: "
                 "register_reranker(reranker, name='...')"
             )
+        name = f"{module}.{qualname}"
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"register_reranker: name must be a non-empty string, got {name!r}")
     with _REGISTRY_LOCK:
@@ -225,18 +176,10 @@ def registered_name(reranker: object) -> str | None:
 
 
 class CrossEncoderReranker:
-    """The built-in reranker: a sentence-transformers ``CrossEncoder``.
-
-    The model is loaded on first use (or by [`load`][ragguard.CrossEncoderReranker.load]), once,
-    under a lock, and then shared by every call and thread. Calls into the model are serialised:
-    Hugging Face fast tokenizers are not safe to share between threads, and torch already spreads
-    one batch over the CPU cores or the GPU. Pairs are scored in batches of
-    ``batch_size``.
-
-    A folder written by ``ragguard train-reranker`` (it holds ``ragguard-reranker.json``)
-    is detected when the model loads and scored by its
-    ``TrainedReranker`` (logits), so ``[rerank] model = "DIR"``
-    works for every kind it trains.
+    """The built-in reranker: a sentence-transformers ``CrossEncoder``, loaded once on first
+    use (or by [`load`][ragguard.CrossEncoderReranker.load]) and shared by every thread; calls
+    into the model are serialised (fast tokenizers are not thread-safe). A folder written by
+    ``ragguard train-reranker`` is scored by its trained scorer (logits).
 
     Args:
         model: a Hugging Face model name or a local folder. A spec that can only be a
@@ -368,17 +311,12 @@ class CrossEncoderReranker:
 
 def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Reranker:
     """The reranker ``spec`` names (as ``ragguard calibrate --rerank SPEC`` reads it):
-    ``module:callable`` (imported, not called: the object is the reranker), else a
-    cross-encoder name or local path (a folder written by ``ragguard train-reranker``
-    included: it loads as its trained scorer, see ``ragguard.trained``). A spec that
-    can only be a path (it starts with ``.``, ``~`` or ``/``, ends with ``/``, ...:
-    ``ragguard.trained.path_like``) must name an existing folder. The model itself
-    loads on first use.
+    ``module:callable`` (imported, not called), else a cross-encoder name or local path (a
+    folder written by ``ragguard train-reranker`` included). A spec that can only be a path
+    must name an existing folder. The model loads on first use.
 
-    ``spec`` is code the caller chose (``module:callable`` imports that module): never
-    pass a name read from data. A saved config's ``[rerank] model`` is loaded by
-    [`CrossEncoderReranker`][ragguard.CrossEncoderReranker], which never imports what a folder
-    names.
+    ``spec`` is code the caller chose (``module:callable`` imports that module): never pass
+    a name read from data.
 
     Raises:
         RerankModelError: the spec is empty, names a folder that does not exist, or the
@@ -408,10 +346,7 @@ def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Re
 
 
 class ScoreCache:
-    """A bounded, thread-safe LRU cache of reranker outputs keyed by (query, passage).
-
-    Holds at most ``max_size`` entries; the least recently used goes first.
-    """
+    """A bounded, thread-safe LRU cache of reranker outputs keyed by (query, passage)."""
 
     def __init__(self, max_size: int) -> None:
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
@@ -434,7 +369,6 @@ class ScoreCache:
         return out
 
     def put_many(self, query: str, texts: Sequence[str], scores: Sequence[float]) -> None:
-        """Store scores, evicting the least recently used entries beyond ``max_size``."""
         with self._lock:
             data = self._data
             for text, score in zip(texts, scores, strict=True):
@@ -445,11 +379,6 @@ class ScoreCache:
 
     def __len__(self) -> int:
         return len(self._data)
-
-    def clear(self) -> None:
-        """Forget every entry."""
-        with self._lock:
-            self._data.clear()
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -522,7 +451,6 @@ _RERANK_MESSAGES: dict[ScoreIssue, str] = {
 
 
 def rerank_issue_message(issue: ScoreIssue) -> str:
-    """The user-facing explanation of a contradiction found in rerank scores."""
     return _RERANK_MESSAGES.get(issue) or "rerank scores: " + issue_message(issue)
 
 
@@ -538,11 +466,7 @@ class Scored:
 
 
 class RerankStage:
-    """Calls a reranker for the guard: cache, time budget, failure policy.
-
-    One stage per guard; thread-safe. Not part of the public API: use
-    ``ContextGuard(config, reranker=...)``.
-    """
+    """Calls a reranker for the guard: cache, time budget, failure policy; thread-safe."""
 
     def __init__(self, config: RerankConfig, reranker: Reranker | None = None) -> None:
         if reranker is None and config.external is not None:
@@ -577,16 +501,13 @@ class RerankStage:
             self.reranker.load()  # now, not inside the first call's time budget
 
     def kind(self) -> ScoreKind:
-        """What the reranker's outputs are: ``rerank.score_kind``, else the reranker's."""
+        """``rerank.score_kind``, else the reranker's."""
         if self.config.score_kind is not None:
             return self.config.score_kind
         declared = getattr(self.reranker, "score_kind")  # noqa: B009
         return parse_kind(declared, f"reranker {self.name!r} declares score_kind")
 
-    # -- scoring ----------------------------------------------------------------------
-
     def score(self, query: str, texts: Sequence[str]) -> Scored:
-        """Score ``texts`` within the time budget (blocking)."""
         started = time.perf_counter()
         cached, missing = self._lookup(query, texts)
         try:
@@ -596,8 +517,7 @@ class RerankStage:
             return self._failed(exc, started)
 
     async def ascore(self, query: str, texts: Sequence[str]) -> Scored:
-        """Score ``texts`` within the time budget, in a worker thread: the event loop is
-        never blocked by the model."""
+        """As ``score``, in a worker thread: the model never blocks the event loop."""
         started = time.perf_counter()
         cached, missing = self._lookup(query, texts)
         try:
@@ -625,11 +545,7 @@ class RerankStage:
         return cached, [i for i, score in enumerate(cached) if score is None]
 
     def _call(self, query: str, texts: list[str]) -> NDArray[np.float64]:
-        """The reranker's scores of ``texts``, checked: one finite number per text.
-
-        Raises:
-            RerankError: the reranker returned anything else (``on_failure`` decides).
-        """
+        """The reranker's scores of ``texts``, or a ``RerankError``: one finite number per text."""
         output = self.reranker(query, texts)
         try:
             scores = np.asarray(output, dtype=np.float64)
@@ -677,15 +593,11 @@ class RerankStage:
         started: float,
     ) -> Scored:
         kind = self.kind() if texts else None
-        if fresh is None:  # everything came from the cache (or there was nothing to score)
-            raw = np.array(cached, dtype=np.float64)
-        elif len(missing) == len(texts):
-            raw = fresh
-        else:
-            raw = np.array(cached, dtype=np.float64)
+        raw = np.array(cached, dtype=np.float64)
+        if fresh is not None:
             raw[missing] = fresh
-        if self.cache is not None and fresh is not None and len(fresh):
-            self.cache.put_many(query, [texts[i] for i in missing], fresh.tolist())
+            if self.cache is not None:
+                self.cache.put_many(query, [texts[i] for i in missing], fresh.tolist())
         elapsed = (time.perf_counter() - started) * 1000.0
         return Scored(
             raw=raw,

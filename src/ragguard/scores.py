@@ -1,80 +1,19 @@
-"""Score kinds and their normalisation to one higher-is-better scale.
+"""Score kinds and their normalisation to one higher-is-better scale, the same at runtime
+and in calibration (docs/guides/selection.md has the table and why).
 
-A relative threshold ("keep what scores at least 70% of the top score") only means
-something on a declared scale, so every list of candidates has a [`ScoreKind`][ragguard.ScoreKind]
-and ``normalize`` maps raw scores to a scale on which higher is better before any
-rule of the policy runs. The runtime guard and the calibration sweep call the same
-function, so a threshold calibrated offline means the same thing at runtime.
+* similarity: ``s = x``; distance: ``s = 1 / (1 + max(x, 0))``; logit: ``s = sigmoid(x)``;
+  probability: ``s = clip(x, 0, 1)``; rrf: ``s = x * (rrf_k + 1)`` (1.0 = first in one list).
+* A missing, NaN or infinite score is invalid, never zero (``invalid_scores`` decides).
 
-============  ==========================  ===================================================
-kind          raw scores                  normalised score ``s``
-============  ==========================  ===================================================
-similarity    higher is better: cosine,   ``s = x``. Unchanged, so a threshold of 0.7 keeps
-              dot product, BM25           what scores >= 0.7 x the top score, as users expect.
-distance      lower is better: cosine     ``s = 1 / (1 + max(x, 0))``. Flips the direction,
-              distance, L2, squared L2    maps 0 to 1 and every distance into (0, 1], and
-                                          works for all three distances without knowing
-                                          which one it is. ``s >= t * s_top`` keeps
-                                          ``x <= (1 + x_top) / t - 1``.
-logit         cross-encoder logits        ``s = sigmoid(x)``: the model's probability of
-              (about -10..10)             relevance. A ratio of logits is meaningless (the
-                                          top logit may be negative); a ratio of
-                                          probabilities is not.
-probability   calibrated probability      ``s = clip(x, 0, 1)``.
-              in [0, 1]
-rrf           reciprocal rank fusion,     ``s = x * (rrf_k + 1)``: fused score in units of
-              sums of 1 / (rrf_k + rank)  "ranked first by one list" (1.0 = first in one
-                                          list, 2.0 = first in two). Raw RRF scores sit in a
-                                          narrow band (~0.016-0.03), so an absolute
-                                          ``min_score`` is only readable on this scale.
-============  ==========================  ===================================================
-
-A score that is missing (``None``), NaN or infinite is *invalid*: it is never treated as
-zero; the guard's ``invalid_scores`` policy decides what happens to its candidate.
-
-Scores that contradict their declared kind are reported as a ``ScoreIssue`` with a
-count of affected rows; the guard turns each into one [`ScoreWarning`][ragguard.ScoreWarning]
-naming the config field to change. The defined behaviour for each:
-
-* ``negative_similarity``: some scores are below -1, which neither a cosine similarity
-  nor BM25 can be (they look like logits or negated distances). They are kept as they
-  are. Scores in [-1, 0) are ordinary cosine similarities of unrelated passages and raise
-  nothing; when even the top score is not positive, ``nonpositive_top`` applies.
-* ``ascending_similarity``: the valid scores strictly increase along the input order, as
-  distances from a retriever do. Nothing is changed; the warning asks for
-  ``score_kind="distance"``.
-* ``descending_distance``: the mirror case: the valid scores strictly decrease along the
-  input order, as similarities from a retriever do (``[0.92, 0.85, 0.40, 0.31, 0.12]``
-  declared as distances would keep the worst passages). Nothing is changed; the warning
-  asks for ``score_kind="similarity"``.
-
-  Both direction checks read the input order. With ``ranked=True`` (the runtime guard:
-  candidates arrive in the retriever's order, best first) two valid scores suffice, since a
-  retriever never ranks its best passage below a worse one by its own score. Without it
-  (calibration runs, whose order may be anything) four are needed, because a short
-  unsorted list runs one way by chance. No check can tell when there are fewer valid
-  scores than that, when neighbouring scores tie, when the order is not the retriever's
-  (a list the caller re-sorted or merged), or for the rerank stage's scores, which come in
-  retrieval order, not in their own.
-* ``negative_distance``: clipped to 0 (a perfect match).
-* ``probability_out_of_range``: clipped to [0, 1].
-* ``logit_in_unit_interval``: every score lies in [0, 1], which looks like probabilities
-  declared as logits (the sigmoid would squeeze them into [0.5, 0.73] and a relative
-  threshold would keep everything). Nothing is changed.
-* ``rrf_out_of_range``: negative or above 1 cannot be a reciprocal-rank-fusion score.
-  Nothing is changed.
-* ``nonpositive_top``: the relative threshold needs a positive top score; on rows whose
-  top normalised score is <= 0 it is skipped and the other rules still apply.
-* ``unknown_kind``: no score kind was declared; score rules are skipped, candidates keep
-  their input order and only ``max_k`` / ``min_k`` apply.
-* ``no_scores``: no candidate has a numeric score (a LangChain retriever whose documents
-  carry none, or none that is a number); as for ``unknown_kind``, only ``max_k`` /
-  ``min_k`` apply.
-* ``all_invalid``: every candidate's score is missing, NaN or infinite and
-  ``invalid_scores="drop"`` dropped them all, so nothing is kept. There is no fallback to
-  ``max_k`` / ``min_k``: the policy drops each invalid score whatever the others are, so
-  a list never keeps more for having fewer valid scores.
-"""
+Scores that contradict their kind are a ``ScoreIssue`` (rows affected), one ``ScoreWarning``
+per guard. What happens: ``negative_similarity`` (below -1), ``ascending_similarity``,
+``descending_distance``, ``logit_in_unit_interval``, ``rrf_out_of_range``: nothing changes;
+``negative_distance``: clipped to 0; ``probability_out_of_range``: clipped to [0, 1];
+``nonpositive_top``: the relative threshold is skipped on that row; ``unknown_kind``,
+``no_scores``: score rules are skipped, input order, only ``max_k`` / ``min_k`` apply;
+``all_invalid``: every candidate is dropped (no fallback to ``max_k``). The direction checks
+read the input order: two valid scores suffice with ``ranked=True`` (the retriever's order),
+four otherwise; they cannot tell on ties, re-sorted or merged lists, or rerank scores."""
 
 from __future__ import annotations
 
@@ -85,8 +24,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ragguard.errors import ConfigError, EvalSetError
-
-__all__ = ["Normalized", "ScoreIssue", "ScoreKind", "issue_message", "normalize"]
 
 
 class ScoreKind(StrEnum):
@@ -184,7 +121,6 @@ _MESSAGES: dict[ScoreIssue, str] = {
 
 
 def issue_message(issue: ScoreIssue) -> str:
-    """Return the user-facing explanation of ``issue``, naming the field to change."""
     return _MESSAGES[issue]
 
 
@@ -203,15 +139,12 @@ class Normalized:
     issues: dict[ScoreIssue, int] = field(default_factory=dict)
 
 
-# How many valid scores a one-way run needs before it contradicts the declared direction:
-# an unsorted list of 4 runs one way by chance once in 24; a list in the retriever's own
-# order (best first) contradicts it with a single reversed pair.
+# valid scores a one-way run needs: an unsorted list of 4 runs one way by chance 1 in 24
 _UNORDERED_MIN = 4
 _RANKED_MIN = 2
 
 
-# Reductions called as ufunc methods: the numpy functions of the same name go through a
-# Python wrapper first, which costs more than the work on one guard call's short row.
+# ufunc reductions: numpy's functions of the same name add a Python wrapper (short rows)
 _any = np.logical_or.reduce
 _all = np.logical_and.reduce
 _count = np.add.reduce  # of a bool array: how many are True
@@ -225,11 +158,8 @@ def _rows_with(mask: NDArray[np.bool_]) -> int:
 def _one_way_rows(
     x: NDArray[np.float64], valid: NDArray[np.bool_], *, rising: bool, min_len: int, every: bool
 ) -> int:
-    """Rows with ``min_len`` or more valid scores that strictly rise (``rising``) or
-    strictly fall from each valid score to the next valid one (invalid scores and padding
-    skipped). Each row on its own; ``every``: all of ``valid`` is True. The full check
-    runs only on the rows whose first steps do not already go the other way, so large
-    calibration matrices pay for the few rows that can match."""
+    """Rows with ``min_len`` or more valid scores that strictly rise (``rising``) or fall
+    from each valid score to the next; only rows whose first steps allow it are checked in full."""
     if x.shape[1] < min_len:
         return 0
     d = x if rising else -x
@@ -262,7 +192,6 @@ def _note(
     mask: NDArray[np.bool_],
     valid: NDArray[np.bool_],
 ) -> None:
-    """Record ``issue`` for the rows where ``mask`` holds at a valid score."""
     if _any(mask, axis=None) and (rows := _rows_with(mask & valid)):
         issues[issue] = rows
 

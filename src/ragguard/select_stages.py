@@ -1,9 +1,6 @@
-"""The stages of one [`ContextGuard.select`][ragguard.ContextGuard.select] call, each
-a small class over the call's ``State`` (``ragguard.selecting``), in the order of
-``ContextGuard.stages``. The stages after the cut run the kernels of ``ragguard.stages``
-and ``ragguard.conflicts``, the very ones the calibration sweep runs
-(``ragguard.calibration.fit.sweep_stages``).
-"""
+"""The stages of one ``ContextGuard.select`` call, each a small class over the call's
+``State`` (DESIGN.md, "The runtime"); those after the cut run the kernels the calibration
+sweep runs."""
 
 from __future__ import annotations
 
@@ -58,16 +55,6 @@ from ragguard.stages import (
     token_budget_stage,
 )
 from ragguard.tokens import TokenCounter
-
-__all__ = [
-    "Conflicts",
-    "Cut",
-    "Duplicates",
-    "NearDuplicates",
-    "Normalise",
-    "Rerank",
-    "TokenBudget",
-]
 
 _any = np.logical_or.reduce  # without the Python wrapper of ndarray.any
 _ID = attrgetter("id")
@@ -298,8 +285,6 @@ class Cut(Stage):
                 )
             found.append(Warn(None, message, RerankWarning))
         s.warnings[:0] = found
-
-    # -- its decisions: the message of each is its detail ------------------------------
 
     def drops(self, s: State, facts: PolicyResult, /) -> Iterable[Drop]:
         r = s.rerank

@@ -1,15 +1,6 @@
-"""One [`ContextGuard.select`][ragguard.ContextGuard.select] call: the state its
-stages share, the stage protocol, and the builder of its [`Selection`][ragguard.Selection]
-(DESIGN.md, "The runtime").
-
-The state's score arrays are one row of the (rows x candidates) arrays that the
-selection policy (``ragguard.policy``) and the stages after the cut (``ragguard.stages``)
-take, so the runtime runs the very kernels the calibration sweep runs. Warnings are
-collected as data (``Warn``) and emitted once by the guard after the last stage. A
-failed rerank call (``fail_open``) is not a second path: the cut then reads retrieval
-scores, as if the stage were off. Decisions are built from the stages' records only
-when ``Selection.decisions`` (or ``dropped``) is read.
-"""
+"""One ``ContextGuard.select`` call: the state its stages share, the stage protocol, and
+the builder of its ``Selection`` (DESIGN.md, "The runtime"); decisions are built from the
+stages' records only when read."""
 
 from __future__ import annotations
 
@@ -31,18 +22,6 @@ from ragguard.policy import PolicyParams, PolicyResult, Reason
 from ragguard.rerank import RerankOutcome, Scored, parse_kind
 from ragguard.scores import ScoreIssue, ScoreKind
 from ragguard.stages import Shingles, shingles
-
-__all__ = [
-    "CallStage",
-    "Drop",
-    "Reranked",
-    "Stage",
-    "State",
-    "Warn",
-    "arun",
-    "run",
-    "start",
-]
 
 # a new call's state shares these until its stages assign its own
 _NO_VALUES: NDArray[np.float64] = np.empty((1, 0))

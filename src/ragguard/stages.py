@@ -1,20 +1,6 @@
-r"""Stages after the cut: near-duplicate removal, then the token budget (what each
-does: docs/guides/budget.md).
-
-Near-identical: the exact Jaccard similarity of the two passages' **word 3-shingle
-sets**, :math:`|A \cap B| / |A \cup B|`, is at least the threshold; in scripts written
-without spaces between words (``UNSPACED``) each character is a word; a passage of fewer
-than three words is one shingle of its words. The passage a near-duplicate names is the
-one the near-duplicate control kept; when the token budget then drops that one, the
-near-duplicate stays dropped too and its message says so.
-
-Both stages are *causal* along the kept list: whether the passage at position ``j`` is
-kept depends only on the passages before it, so running them on a longer prefix of the
-ranked list and taking the first ``m`` passages gives what running them on the first
-``m`` gives; the calibration sweep relies on this (``ragguard.calibration.fit.sweep``).
-Their state is one set of (rows x columns) arrays over the kept list (``StageState``);
-the runtime guard runs them on one row, the calibration sweep on every query.
-"""
+"""Stages after the cut: near-duplicate removal, then the token budget (docs/guides/budget.md),
+over one set of (rows x columns) arrays (``StageState``). Both are causal along the kept
+list, so the calibration sweep may run them once on a longer prefix."""
 
 from __future__ import annotations
 
@@ -28,21 +14,6 @@ from numpy.typing import NDArray
 from ragguard.errors import ConfigError
 from ragguard.policy import CODES, KEPT, PADDING, PolicyParams, Reason
 
-__all__ = [
-    "SHINGLE_WORDS",
-    "UNSPACED",
-    "StageState",
-    "jaccard",
-    "near_duplicate_message",
-    "near_duplicate_stage",
-    "over_budget_message",
-    "run_stages",
-    "shingles",
-    "start_state",
-    "token_budget_stage",
-    "words",
-]
-
 SHINGLE_WORDS = 3
 """Words per shingle of the near-duplicate comparison."""
 
@@ -55,18 +26,14 @@ UNSPACED = (
     "\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"  # Hiragana, Katakana (and half-width)
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"  # Han
 )
-"""The characters (a regular-expression class body) of scripts written without spaces
-between words: in a shingle (and in the conflict stage's alignment) each is a word of
-its own, so passages in these scripts are compared character by character instead of as
-one long "word" per sentence. Other scripts keep their ``\\w+`` words."""
+"""Scripts written without spaces (a regex class body): each character is a word."""
 
 _SHINGLE_WORD = re.compile(rf"[{UNSPACED}]|[^\W{UNSPACED}]+")
 _NEAR = CODES[Reason.NEAR_DUPLICATE]
 _OVER = CODES[Reason.OVER_TOKEN_BUDGET]
 
 Shingles = frozenset[str]
-"""A passage's shingles, each its words joined by one space (words hold no space, so
-the join is exact; a str caches its hash, so set operations do not rehash)."""
+"""A passage's shingles, each its words joined by one space."""
 
 
 # every ASCII character that ``\w`` does not match, as a space
@@ -76,14 +43,7 @@ _ASCII_NON_WORD = str.maketrans(
 
 
 def words(text: str) -> list[str]:
-    """The lower-cased ``\\w+`` words of ``text``. ASCII text (most passages) is split
-    with ``str.translate`` and ``str.split``, three times faster than the regular
-    expression and the same words; other text goes through the expression.
-
-    Example:
-        >>> words("Re-rank: top_k=5, the GPU's!")
-        ['re', 'rank', 'top_k', '5', 'the', 'gpu', 's']
-    """
+    """The lower-cased ``\\w+`` words of ``text`` (ASCII through ``str.translate``: 3x faster)."""
     low = text.lower()
     if low.isascii():
         return low.translate(_ASCII_NON_WORD).split()
@@ -91,15 +51,7 @@ def words(text: str) -> list[str]:
 
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> Shingles:
-    """The set of ``size``-word shingles of ``text`` (lower-cased ``\\w+`` words; each
-    character of ``UNSPACED`` a word), each as its words joined by a space.
-
-    Example:
-        >>> sorted(shingles("The cat sat on the mat"))[:2]
-        ['cat sat on', 'on the mat']
-        >>> sorted(shingles("工厂生产了3559辆"))[:2]
-        ['了 3559 辆', '产 了 3559']
-    """
+    """The ``size``-word shingles of ``text``, each character of ``UNSPACED`` a word."""
     w = words(text) if text.isascii() else _SHINGLE_WORD.findall(text.lower())
     if len(w) < size:
         return frozenset([" ".join(w)]) if w else frozenset()
@@ -119,19 +71,14 @@ class StageState:
     """The kept list of each row as it passes the stages.
 
     Attributes:
-        positions: (Q, W) input positions of the passages the cut kept, in kept order;
-            -1 pads short rows.
-        reasons: (Q, W) 0 while kept, else the code (``ragguard.policy.CODES``) of
-            the stage that dropped it; -1 on padding.
-        partner: (Q, W) for a near-duplicate, the column of the kept passage it repeats;
-            -1 elsewhere.
-        similarity: (Q, W) for a near-duplicate, its Jaccard similarity with that
-            passage; NaN elsewhere.
-        tokens: (Q, W) token counts, when the budget stage ran; else ``None``.
+        positions: (Q, W) input positions the cut kept, in kept order; -1 pads.
+        reasons: (Q, W) 0 while kept, else the dropping stage's code; -1 on padding.
+        partner: (Q, W) the column a near-duplicate repeats; -1 elsewhere.
+        similarity: (Q, W) a near-duplicate's Jaccard similarity with it; NaN elsewhere.
+        tokens: (Q, W) token counts, when the budget stage ran.
         threshold: the near-duplicate threshold, when that stage ran.
         max_tokens: the token budget, when that stage ran.
-        counter: the declaration of the counter that gave ``tokens``.
-    """
+        counter: the declaration of the counter that gave ``tokens``."""
 
     positions: NDArray[np.intp]
     reasons: NDArray[np.int8]
@@ -144,7 +91,6 @@ class StageState:
 
     @property
     def kept(self) -> NDArray[np.bool_]:
-        """(Q, W) True where the passage is still kept."""
         out: NDArray[np.bool_] = self.reasons == KEPT
         return out
 
@@ -172,16 +118,8 @@ def start_state(positions: NDArray[np.intp]) -> StageState:
 def near_duplicate_stage(
     state: StageState, *, shingles: Sequence[Sequence[Shingles]], threshold: float
 ) -> StageState:
-    """Drop each kept passage whose shingles are at least ``threshold`` similar to those
-    of a kept, higher-ranked passage; name the highest-ranked such passage.
-
-    Args:
-        state: the kept lists.
-        shingles: per row, the shingle set of each column (at least as many as the row's
-            passages).
-        threshold: the Jaccard similarity in (0, 1] from which two passages are
-            near-duplicates.
-    """
+    """Drop each kept passage at least ``threshold`` similar to a kept, higher-ranked one,
+    naming the highest-ranked such passage."""
     reasons, partner, sim = state.reasons.copy(), state.partner.copy(), state.similarity.copy()
     for q in range(reasons.shape[0]):
         row_sets = shingles[q]
@@ -206,15 +144,7 @@ def near_duplicate_stage(
 def token_budget_stage(
     state: StageState, *, tokens: NDArray[np.int64], max_tokens: int, counter: str = ""
 ) -> StageState:
-    """Fill ``max_tokens`` greedily in kept order: keep a passage when it fits in what the
-    passages kept before it left, else drop it (``over_token_budget``) and go on.
-
-    Args:
-        state: the kept lists.
-        tokens: (Q, W) token count of each column (any value on padding).
-        max_tokens: the budget of each row.
-        counter: the declaration of the counter that gave ``tokens`` (for messages).
-    """
+    """Fill ``max_tokens`` greedily in kept order; a passage that does not fit is dropped."""
     t = np.asarray(tokens, dtype=np.int64)
     if t.shape != state.positions.shape:
         raise ConfigError(f"tokens must have shape {state.positions.shape}, got {t.shape}")
@@ -236,8 +166,7 @@ def token_budget_stage(
 def near_duplicate_message(
     other: str, position: int, similarity: float, threshold: float, kept: bool
 ) -> str:
-    """Why the near-duplicate stage dropped a passage: it repeats id ``other`` at input
-    ``position`` (``kept``: whether that passage is kept in the end)."""
+    """Why the near-duplicate stage dropped a passage (``kept``: whether ``other`` stayed)."""
     return (
         f"near-duplicate of {'kept ' if kept else ''}id {other!r} at input position "
         f"{position}: word {SHINGLE_WORDS}-shingle Jaccard similarity {similarity:.3g} >= "
@@ -247,8 +176,6 @@ def near_duplicate_message(
 
 
 def over_budget_message(tokens: int, used: int, max_tokens: int, counter: str) -> str:
-    """Why the token budget dropped a passage of ``tokens`` tokens: the passages kept
-    before it use ``used``."""
     return (
         f"its {tokens} tokens do not fit in max_tokens={max_tokens}: the passages kept "
         f"before it use {used} (token_counter {counter!r})"
@@ -263,11 +190,7 @@ def run_stages(
     tokens: NDArray[np.int64] | None = None,
     counter: str = "",
 ) -> StageState:
-    """The stages ``params`` turns on, in order: near-duplicates, then the token budget.
-
-    Raises:
-        ConfigError: a stage is on but its input (``shingles``, ``tokens``) is missing.
-    """
+    """The stages ``params`` turns on, in order; a ``ConfigError`` when an input is missing."""
     if params.near_duplicate_threshold is not None:
         if shingles is None:
             raise ConfigError("near_duplicate_threshold is set but no passage texts were given")

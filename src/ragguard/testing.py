@@ -12,17 +12,6 @@ Nothing here loads a model or reaches a network::
                                                      ("b", "text b", 0.2)]))
     retriever.invoke("q")
     assert_selection(seen[-1], kept=["a"], dropped={"b": "below_relative_threshold"})
-
-* [`fake_langchain_retriever`][ragguard.testing.fake_langchain_retriever] /
-  [`fake_llamaindex_retriever`][ragguard.testing.fake_llamaindex_retriever]: real ``BaseRetriever``
-  subclasses of each framework (imported when called: extras ``langchain`` / ``llamaindex``) that
-  return the passages you give them, in that order, with those scores, on the sync and the async
-  path; they record the queries they got.
-* [`FakeReranker`][ragguard.testing.FakeReranker]: a [`Reranker`][ragguard.Reranker] with a known
-  score per passage text; it records every call, so a test can see what the rerank stage sent.
-* [`assert_selection`][ragguard.testing.assert_selection]: compares a
-  [`Selection`][ragguard.Selection] with the ids you expect to be kept (in order) and dropped (with
-  reasons); the failure message lists every difference.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""Token counters for the context budget (``GuardConfig.max_tokens``).
-
-A counter is declared in the config as one string, ``token_counter``: ``"chars:4"`` (the
-default), ``"tiktoken:<encoding>"`` or ``"hf:<tokenizer>"`` (what each counts and needs:
-docs/guides/budget.md).
-
-The counter is built (and its tokenizer loaded) when the guard is built, so a missing
-package, a wrong name or an encoding that cannot be fetched fails at start-up with a
-[`ConfigError`][ragguard.ConfigError] naming the fix, not on the first query.
-
-Example:
-    >>> token_counter("chars:4").count(["abcdefgh", "abcde", ""])
-    [2, 2, 0]
-"""
+"""Token counters for the context budget: ``token_counter`` is ``"chars:4"``,
+``"tiktoken:<encoding>"`` or ``"hf:<tokenizer>"`` (docs/guides/budget.md), built with its
+tokenizer when the guard is built, so a bad one fails at start-up."""
 
 from __future__ import annotations
 
@@ -25,21 +14,13 @@ from pathlib import Path
 from ragguard._optional import require
 from ragguard.errors import ConfigError
 
-__all__ = ["DEFAULT_TOKEN_COUNTER", "TokenCounter", "check_counter_spec", "token_counter"]
-
 DEFAULT_TOKEN_COUNTER = "chars:4"
 KINDS = ("chars", "tiktoken", "hf")
 
 
 @dataclass(frozen=True)
 class TokenCounter:
-    """Counts the tokens of passages.
-
-    Attributes:
-        spec: the declaration it was built from (``"chars:4"``, ``"tiktoken:cl100k_base"``,
-            ``"hf:./tokenizer.json"``).
-        count: texts -> their token counts, in order.
-    """
+    """Counts the tokens of passages: ``count(texts)``, built from the declaration ``spec``."""
 
     spec: str
     count: Callable[[Sequence[str]], list[int]]
@@ -49,11 +30,7 @@ class TokenCounter:
 
 
 def check_counter_spec(spec: str) -> str:
-    """Check the syntax of a counter declaration without loading anything.
-
-    Raises:
-        ConfigError: not ``chars:<ratio>``, ``tiktoken:<encoding>`` or ``hf:<tokenizer>``.
-    """
+    """Check the syntax of a counter declaration without loading anything."""
     kind, sep, arg = spec.partition(":")
     if not sep or kind not in KINDS or not arg.strip():
         raise ConfigError(
@@ -81,8 +58,7 @@ def _chars(ratio: float) -> Callable[[Sequence[str]], list[int]]:
 
 
 def _tiktoken_cache() -> str:
-    """Where tiktoken looks for cached encoding files (its own rule, see
-    ``tiktoken.load.read_file_cached``)."""
+    """Where tiktoken looks for cached encodings (``tiktoken.load.read_file_cached``)."""
     for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
         if var in os.environ:
             return os.environ[var] or "nowhere: caching is off"
@@ -114,8 +90,7 @@ def _tiktoken(name: str) -> Callable[[Sequence[str]], list[int]]:
 
 
 def _hf_file(name: str) -> Path:
-    """The ``tokenizer.json`` that ``hf:<name>`` names: a file, a folder's, or one in the
-    local Hugging Face cache. Nothing is downloaded."""
+    """The ``tokenizer.json`` that ``hf:<name>`` names: a file, a folder's, or a cached one."""
     spec = f"token_counter 'hf:{name}'"
     path = Path(name)
     if path.is_dir():
@@ -168,16 +143,8 @@ def _hf(name: str) -> Callable[[Sequence[str]], list[int]]:
 
 
 def token_counter(spec: str = DEFAULT_TOKEN_COUNTER) -> TokenCounter:
-    """Build the counter a declaration names (see the module docstring).
-
-    Raises:
-        ConfigError: a malformed declaration; an unknown encoding (the message lists the
-            known ones); a tiktoken encoding that is neither cached nor downloadable (the
-            message says where tiktoken looked and how to cache it); a tokenizer that is
-            no file, no folder holding one and not in the local Hugging Face cache, or a
-            file that cannot be read.
-        MissingDependencyError: tiktoken or tokenizers is not installed (naming the extra).
-    """
+    """The counter a declaration names; a ``ConfigError`` names the fix for a bad one,
+    a ``MissingDependencyError`` the extra."""
     check_counter_spec(spec)
     kind, _, arg = spec.partition(":")
     if kind == "chars":

