@@ -202,7 +202,7 @@ class CalibrationResult:
             "chosen_on_calibration": w.tested,
             "selection": v.selection,
             "refit": "the chosen rule family re-selected on all queries"
-            if w.search.guarantee is None
+            if w.guarantee is None
             else "none: the setting certified on the calibration queries is written",
             "baseline": v.baseline,
             "queries": {
@@ -226,7 +226,7 @@ class CalibrationResult:
             out["fallback"] = r.fallback
         if v.unmet:
             out["shortfall"] = list(v.unmet)
-        g = w.search.guarantee
+        g = w.guarantee
         if g is not None:
             out["guarantee"] = {
                 "target": g.target,

@@ -488,7 +488,7 @@ def build_view(
             selection.describe()
             if selection is not None
             else "recall guarantee (Learn-then-Test)"
-            if w.search.guarantee is not None
+            if w.guarantee is not None
             else ""
         ),
         retrieval_check=CheckView.of(r.comparison),
@@ -698,8 +698,8 @@ def _unmet(
     header: Header, w: WrittenSetting, answerability: AnswerabilityResult | None
 ) -> list[str]:
     out: list[str] = []
-    if w.search.guarantee is not None and not w.search.guarantee.met:
-        line = w.search.guarantee.statement(w.names)
+    if w.guarantee is not None and not w.guarantee.met:
+        line = w.guarantee.statement(w.names)
         if header.heldout_rows.size:
             line += (
                 f"; holdout=0 (--holdout 0) certifies on all {len(header.qids)} queries, "

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ragguard.calibration._format import floor_number, format_number
+from ragguard.calibration.fit.risk import GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.sweep import PASSAGES, Constraint
 from ragguard.calibration.metrics import SafetyBand, safety_band
@@ -67,6 +68,11 @@ class WrittenSetting:
         return self.two_stage if self.two_stage is not None else self.run
 
     @property
+    def guarantee(self) -> GuaranteeResult | None:
+        """The recall guarantee of the written setting's search, if it has one."""
+        return self.search.guarantee
+
+    @property
     def setting(self) -> str:
         """The setting the config holds, in words (``max_k=2, autocut@1``; with a second
         stage ``rerank top-5, max_k=3, min_score=0.2``)."""
@@ -101,7 +107,7 @@ class WrittenSetting:
     @property
     def met(self) -> bool:
         """Whether it meets every constraint and, when asked for, the guarantee."""
-        return self.feasible and (self.search.guarantee is None or self.search.guarantee.met)
+        return self.feasible and (self.guarantee is None or self.guarantee.met)
 
     @property
     def metrics(self) -> dict[str, float]:

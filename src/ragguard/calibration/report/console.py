@@ -121,7 +121,7 @@ def _print_summary(view: ResultView, out: Console) -> None:
         out.print(f"[bold]Constraint cost:[/] {escape(view.cost.line())}.", highlight=False)
     for line in view.unmet:
         out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
-    guarantee = w.search.guarantee
+    guarantee = w.guarantee
     if guarantee is not None and guarantee.met:
         out.print(f"[bold]Guarantee:[/] {escape(guarantee.statement(w.names))}.", highlight=False)
         out.print(escape(guarantee.heldout_line(w.names)), highlight=False)

@@ -132,7 +132,7 @@ def _written_note(view: ResultView) -> str:
             f"top-k, refitted on all {n_all} queries: **{w.setting}** (the choice on the "
             f"{n_cal} calibration queries was {view.retrieval_choice})."
         )
-    g = w.search.guarantee
+    g = w.guarantee
     if g is not None:
         if not g.met:
             return (
@@ -181,7 +181,7 @@ def _unmet(view: ResultView) -> list[Block]:
     """The constraints (and the guarantee) the written setting misses, with the best
     reachable value and the setting that reaches it."""
     res, w, short = view.header, view.written, view.shortfalls
-    g = w.search.guarantee
+    g = w.guarantee
     if not short and (g is None or g.met):
         return []
     blocks: list[Block] = [Heading(1, "Constraints not met")]

@@ -51,7 +51,7 @@ def result_document(
     h, w, st = v.header, v.written, v.stage
     config = result.config().model_dump(mode="json", exclude_none=True)
     config.pop("provenance", None)
-    g = w.search.guarantee
+    g = w.guarantee
     return {
         "ragguard_version": __version__,
         "evalset": v.evalset or h.evalset.source,
