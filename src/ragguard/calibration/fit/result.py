@@ -205,12 +205,7 @@ class CalibrationResult:
             if w.guarantee is None
             else "none: the setting certified on the calibration queries is written",
             "baseline": v.baseline,
-            "queries": {
-                "total": len(h.qids),
-                "calibration": int(h.calibration_rows.size),
-                "heldout": int(h.heldout_rows.size),
-                "unanswerable": len(h.evalset.unanswerable),
-            },
+            "queries": h.query_counts(),
             "holdout": h.holdout,
             "seed": h.seed,
             "metrics": written,
