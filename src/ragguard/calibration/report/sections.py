@@ -261,8 +261,6 @@ def _selection(view: ResultView) -> list[Block]:
             f"scored by its best setting's mean `{obj}` on all of them, and the simplest "
             "of the best wins."
         )
-    sign = -1.0 if lower_is_better(obj) else 1.0
-    bar = s.cv_mean[b] - sign * (s.cv_se[b] if s.folds else 0.0)
     rows = tuple(
         (
             name,
@@ -273,11 +271,11 @@ def _selection(view: ResultView) -> list[Block]:
         )
         for j, (_, name) in enumerate(s.families)
     )
-    word = "at least" if sign > 0 else "at most"
+    word = "at most" if lower_is_better(obj) else "at least"
     closing = (
         f"Best: {s.families[b][1]} ({format_number(s.cv_mean[b])} +/- "
         f"{format_number(s.cv_se[b])}); within one standard error means a cross-validated "
-        f"`{obj}` of {word} {format_number(bar)}. Chosen: **{s.family}**; its best setting "
+        f"`{obj}` of {word} {format_number(s.bar)}. Chosen: **{s.family}**; its best setting "
         f"on the calibration queries is {view.retrieval_choice}, refitted on all "
         f"{len(res.qids)} queries {view.retrieval_setting}."
     )
@@ -319,13 +317,12 @@ def _guarantee(
     g, describe, n_queries, passages = gv.outcome, gv.names, gv.n_queries, gv.passages
     pct = f"{g.confidence:.0%}"
     m = len(g.paths)
-    delta = (1.0 - g.confidence) / max(1, m)
     items = [
         f"target: mean evidence recall >= {g.target:g} on new queries, with confidence "
         f"{pct} (the probability, over the draw of the queries, that it holds)",
         f"method: {METHOD}: along each of {m} fixed sequence(s) of settings "
         f"({'; '.join(f'`{x}`' for x in g.paths)}), largest context first, the null 'mean loss > "
-        f"{1 - g.target:g}' is tested at level {delta:.4g} (Bonferroni over the sequences) "
+        f"{1 - g.target:g}' is tested at level {g.test_level:.4g} (Bonferroni over the sequences) "
         "until the first one not rejected; the smallest certified context wins",
         f"assumptions: {ASSUMPTIONS} ({g.n_calibration} calibration queries have "
         f"evidence, of {n_queries} queries)",
