@@ -418,7 +418,7 @@ class ResultView:
     reranker_code: str | None
     family: FamilyChoice | None
     guarantee: GuaranteeView | None
-    recall_ceiling: float
+    recall_ceiling: float | None
     grid: SweepGrid
     n_settings: int
     rules: tuple[RuleRow, ...]
@@ -578,11 +578,12 @@ def _heatmap(header: Header, r: RunCalibration) -> Heatmap | None:
     return Heatmap(tuple(ks), tuple(ts), z, fails, chosen)
 
 
-def _ceiling(r: RunCalibration) -> float:
-    """The recall of keeping every candidate on the queries of ``r``'s check."""
+def _ceiling(r: RunCalibration) -> float | None:
+    """The recall of keeping every candidate on the queries of ``r``'s check (``None``:
+    the check has no queries, or not both recalls)."""
     c = r.comparison
     if EVIDENCE not in c.metrics or "recall" not in c.metrics or not c.n_queries:
-        return math.nan
+        return None
     every = compute(r.arrays, "recall")[c.rows]
     return float(np.nanmean(every)) if not np.isnan(every).all() else math.nan
 

@@ -9,7 +9,7 @@ from ragguard.calibration._format import floor_number, format_interval, format_n
 from ragguard.calibration.fit.header import SMALL_SET
 from ragguard.calibration.fit.result import CalibrationResult
 from ragguard.calibration.fit.risk import EVIDENCE
-from ragguard.calibration.fit.statistics import Comparison, Interval
+from ragguard.calibration.fit.statistics import Interval
 from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.fit.sweep import PASSAGES, lower_is_better
 from ragguard.calibration.fit.view import CheckView, Example, GuaranteeView, ResultView
@@ -412,9 +412,9 @@ def _runs_table(view: ResultView) -> list[Block]:
     ]
 
 
-def _ceiling(view: ResultView, c: Comparison) -> list[Block]:
+def _ceiling(view: ResultView) -> list[Block]:
     """Evidence recall next to classic recall, the retriever's ceiling."""
-    if EVIDENCE not in c.metrics or "recall" not in c.metrics or not c.n_queries:
+    if view.recall_ceiling is None:
         return []
     return [
         Para(
@@ -423,7 +423,7 @@ def _ceiling(view: ResultView, c: Comparison) -> list[Block]:
             "1). `recall` counts every judged-relevant document, retrieved or not: it is "
             "bounded by the **retriever's ceiling**, which no cut can raise; keeping every "
             f"candidate gives recall {format_number(view.recall_ceiling)} on these "
-            f"{c.n_queries} queries."
+            f"{view.retrieval_check.comparison.n_queries} queries."
         )
     ]
 
@@ -449,7 +449,7 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
                 "it reaches:"
             ),
             Table(("metric", view.retrieval_choice), only, (False, True)),
-            *_ceiling(view, c),
+            *_ceiling(view),
         ]
     intro = (
         f"{where}, with {pct}% percentile bootstrap intervals ({c.n_bootstrap} paired "
@@ -472,7 +472,7 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
         Para(intro),
         _check_table(check, f"baseline: {view.baseline}", f"guarded: {view.retrieval_choice}"),
     ]
-    blocks += _ceiling(view, c)
+    blocks += _ceiling(view)
     if view.fallback is not None:
         blocks.append(
             Para(
