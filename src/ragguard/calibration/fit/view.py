@@ -468,7 +468,7 @@ def build_view(
     source = header.evalset.source
     files = [x.source for x in runs if x.source and x.source != source]
     line = CommandLine(shown_path(source) or "EVALSET", runs=tuple(map(shown_path, files)))
-    rows = header.calibration_rows
+    rows, check = header.calibration_rows, CheckView.of(w.search.comparison)
     return ResultView(
         header=header,
         run=r,
@@ -492,13 +492,13 @@ def build_view(
             else ""
         ),
         retrieval_check=CheckView.of(r.comparison),
-        check=CheckView.of(w.search.comparison),
+        check=check,
         stage_check=None
         if two is None or two.against_retrieval is None
         else CheckView.of(two.against_retrieval),
         stage_top_k_check=None if two is None else CheckView.of(two.comparison),
         stage=None if two is None else StageView.of(two, w.two_stage is not None),
-        band=w.band(),
+        band=None if check.bands is None else check.bands[1],
         runs=tuple(RunRow.of(x, x is recommended) for x in runs),
         cost=ConstraintCost.of(header, r),
         next_steps=next_steps(header, w, line),

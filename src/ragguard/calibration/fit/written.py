@@ -125,14 +125,6 @@ class WrittenSetting:
         """Whether the tested setting meets every constraint on the calibration queries."""
         return self.search.feasible
 
-    def band(self) -> SafetyBand | None:
-        """The safety band of the tested setting's mean distractor rate on the held-out
-        queries (``None`` without queries or a distractor rate)."""
-        c = self.search.comparison
-        if not c.n_queries or "distractor_rate" not in c.metrics:
-            return None
-        return _band(c.guarded["distractor_rate"].mean)
-
     @property
     def checked_rate(self) -> float:
         """Its own mean distractor rate on the queries ``search.comparison`` checked (NaN
