@@ -4,6 +4,7 @@ provenance all format through these)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 _MAX_DIGITS = 12
@@ -74,6 +75,16 @@ def _directed(value: float, digits: int, rounding: str) -> str:
     if math.isinf(value):
         return f"{value:g}"
     return f"{_rounded(value, digits, rounding) + 0:f}"
+
+
+def json_number(value: float) -> float | None:
+    """JSON-friendly: NaN (and infinity) as ``None``."""
+    return value if math.isfinite(value) else None
+
+
+def json_numbers(values: Mapping[str, float]) -> dict[str, float | None]:
+    """``values`` with each number ``json_number``."""
+    return {k: json_number(v) for k, v in values.items()}
 
 
 def finite(value: float) -> float | str:

@@ -4,6 +4,7 @@ all queries, fallback to top-k, and the Learn-then-Test recall guarantee."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from ragguard.calibration import Check, EvalSet, Split, calibrate
 from ragguard.calibration.data.arrays import build_arrays
 from ragguard.calibration.fit.risk import (
+    GuaranteeResult,
     binomial_cdf,
     certify,
     fixed_sequence,
@@ -184,6 +186,23 @@ def test_the_written_setting_is_the_family_refitted_on_all_queries(notes: EvalSe
     assert result.config().policy_params() == r.sweep.points[expected]
     # on these 51 queries the refit differs from the calibration-only choice
     assert r.written_params != r.chosen_params
+
+
+def test_the_choice_states_its_one_standard_error_bar(notes: EvalSet) -> None:
+    """The bar a simpler family must reach: the best family's cross-validated mean less
+    its standard error (udcg: higher is better), and every family within it is no simpler
+    than the one chosen."""
+    s = calibrate(notes).recommended.selection
+    assert s is not None and s.folds >= 2
+    assert s.bar == pytest.approx(s.cv_mean[s.best] - s.cv_se[s.best])
+    within = [j for j, m in enumerate(s.cv_mean) if s.cv_feasible[j] and m >= s.bar - 1e-12]
+    assert s.chosen == min(within)
+
+
+def test_each_sequence_is_tested_at_its_bonferroni_share() -> None:
+    g = GuaranteeResult(0.9, 0.95, ("top-k", "threshold"), None, 10, 0.5, 0.5, 0, 0.5, 3)
+    assert g.test_level == pytest.approx(0.025)
+    assert replace(g, paths=()).test_level == pytest.approx(0.05)
 
 
 def test_a_choice_worse_than_top_k_on_held_out_is_not_written(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -42,7 +43,9 @@ from ragguard.calibration.report import (
     format_number,
     write_report,
 )
+from ragguard.calibration.report.plots import draw_figures
 from ragguard.errors import ConfigError
+from ragguard.policy import CutRule
 from tests.calibration.generalise_data import adversarial, synthetic_evalset
 from tests.faults import replace_fails
 
@@ -467,3 +470,30 @@ def test_a_two_stage_choice_worse_on_held_out_leaves_the_stage_off() -> None:
     assert cells[5] == "worse"
     rec = section(md, "Recommendation")
     assert f"**Run `dense`: {written}**" in rec and f"Second stage left off: {two.fallback}" in rec
+
+
+def test_the_plots_draw_the_view_and_compute_nothing(result: CalibrationResult) -> None:
+    """The heatmap's cells and hatching, the top-k curves and the oracle line are the
+    view's, taken from the sweep once; the plots draw only what the view holds."""
+    pytest.importorskip("matplotlib")
+    view = result.view()
+    sweep, objective = view.run.sweep, view.header.objective
+    h = view.heatmap
+    assert h is not None
+    cells = 0
+    for i, p in enumerate(sweep.points):
+        if p.cut is CutRule.NONE and p.min_score is None:
+            a, b = h.max_k.index(p.max_k), h.thresholds.index(p.relative_threshold)
+            assert h.objective[a, b] == sweep.mean(i, objective)
+            assert h.fails[a, b] == (sweep.mean(i, "evidence_recall") < 0.8)
+            cells += 1
+    assert cells == int(np.isfinite(h.objective).sum()) and h.fails.any()
+    top_k = [i for i, p in enumerate(sweep.points) if is_plain_top_k(p)]
+    for curve in view.curves:
+        assert curve.ks == tuple(sweep.points[i].max_k for i in top_k)
+        assert curve.means == tuple(sweep.mean(i, curve.metric) for i in top_k)
+    rows = view.header.calibration_rows
+    assert view.oracle_utility == pytest.approx(np.mean(view.optimal.utility[rows]))
+    figs = draw_figures(replace(view, heatmap=None))
+    assert figs is not None
+    assert {f.name for f in figs} == PLOTS - {"heatmap.png"}

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.calibration._format import ceil_number, finite, format_interval, format_number
+from ragguard.calibration._format import (
+    ceil_number,
+    finite,
+    format_interval,
+    format_number,
+    json_number,
+    json_numbers,
+)
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.fit.options import Answerability
 from ragguard.calibration.fit.plan import FitPlan
@@ -146,10 +153,6 @@ def fit_floor(
 
 def _share(mask: B) -> float:
     return float(mask.mean()) if mask.size else math.nan
-
-
-def _json(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 def needed_answerable(max_false_abstain: float, confidence: float) -> int:
@@ -326,10 +329,6 @@ class AnswerabilityResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``ragguard calibrate --json``; NaN as ``None``)."""
-
-        def iv(x: Interval) -> dict[str, float | None]:
-            return {k: _json(v) for k, v in x.as_dict().items()}
-
         c = self.effect
         return {
             "max_false_abstain": self.max_false_abstain,
@@ -343,25 +342,25 @@ class AnswerabilityResult:
             "calibration": {
                 "answerable": self.calibration_answerable,
                 "unanswerable": self.calibration_unanswerable,
-                "lost": _json(self.calibration_lost),
-                "caught": _json(self.calibration_caught),
-                "lost_upper_bound": _json(self.lost_bound),
+                "lost": json_number(self.calibration_lost),
+                "caught": json_number(self.calibration_caught),
+                "lost_upper_bound": json_number(self.lost_bound),
             },
             "check": {
                 "split": self.split,
                 "level": self.level,
                 "answerable": self.heldout_answerable,
                 "unanswerable": self.heldout_unanswerable,
-                "caught": iv(self.caught),
-                "lost": iv(self.lost),
+                "caught": json_numbers(self.caught.as_dict()),
+                "lost": json_numbers(self.lost.as_dict()),
             },
             "effect": None
             if c is None
             else {
                 m: {
-                    "without": _json(c.baseline[m].mean),
-                    "with": _json(c.guarded[m].mean),
-                    "difference": iv(c.difference[m]),
+                    "without": json_number(c.baseline[m].mean),
+                    "with": json_number(c.guarded[m].mean),
+                    "difference": json_numbers(c.difference[m].as_dict()),
                 }
                 for m in c.metrics
             },

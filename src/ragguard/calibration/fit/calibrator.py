@@ -234,40 +234,7 @@ class Calibrator:
             ConfigError: ``answerability`` with a ``guarantee``; a token counter that
                 cannot be built.
         """
-        if not isinstance(evalset, EvalSet):
-            given = (
-                f"the path {os.fspath(evalset)!r}"
-                if isinstance(evalset, str | os.PathLike)
-                else type(evalset).__name__
-            )
-            raise ArgumentTypeError(
-                f"fit takes an EvalSet, got {given}: load it first, "
-                "fit(load_evalset(path)) or fit(load_inputs(path)) for a folder with its runs"
-            )
-        ignored = sorted(
-            k
-            for k in os.environ
-            if k.upper().startswith(ENV_PREFIX) and k.upper() not in OTHER_VARIABLES
-        )
-        if ignored:
-            logger.warning(
-                "%s not read: calibration starts from the defaults and the eval set, and "
-                "the config holds what it measured (%s* variables configure a runtime guard)",
-                ", ".join(ignored),
-                ENV_PREFIX,
-            )
-        if not evalset.runs:
-            raise EvalSetError(
-                "the eval set has no runs to calibrate; pass run files (--run) or a "
-                "retriever (--retriever)",
-                path=evalset.source,
-            )
-        names = list(evalset.runs) if self.runs is None else list(self.runs)
-        for n in names:
-            if n not in evalset.runs:
-                raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs)}")
-        if not names:
-            raise EvalSetError("no runs selected")
+        names = self._run_names(evalset)
         objective, split, check = self.objective, self.split, self.check
         cons = [c for c in self.constraints if isinstance(c, Constraint)]
         grid = self.grid
@@ -309,18 +276,14 @@ class Calibrator:
             ),
         )
         n_sweeps = len(names) + (self.rerank is not None)
-
-        def report_sweeps(done: int) -> None:
-            if on_sweep is not None:
-                on_sweep(done, n_sweeps)
-
-        report_sweeps(0)
+        progress = on_sweep or (lambda done, total: None)
+        progress(0, n_sweeps)
         results: list[RunCalibration] = []
         for name in names:
             results.append(
                 _search_run(evalset, name, plan, grid, self.search.grows, first=not results)
             )
-            report_sweeps(len(results))
+            progress(len(results), n_sweeps)
 
         sign = -1.0 if lower_is_better(objective) else 1.0
 
@@ -333,7 +296,7 @@ class Calibrator:
         two_stage = None
         if self.rerank is not None:
             two_stage = _two_stage(evalset, best, self.rerank, plan, best.grid or grid)
-            report_sweeps(n_sweeps)
+            progress(n_sweeps, n_sweeps)
         stated = self.guarantee or self.answerability  # whose confidence the result states
         calibrated = CalibrationResult(
             header=Header(
@@ -367,6 +330,44 @@ class Calibrator:
             return calibrated
         answerability = calibrate_answerability(calibrated, plan, a)
         return replace(calibrated, answerability=answerability)
+
+    def _run_names(self, evalset: EvalSet) -> list[str]:
+        """The runs to calibrate, checked against ``evalset`` (see ``fit``'s Raises)."""
+        if not isinstance(evalset, EvalSet):
+            given = (
+                f"the path {os.fspath(evalset)!r}"
+                if isinstance(evalset, str | os.PathLike)
+                else type(evalset).__name__
+            )
+            raise ArgumentTypeError(
+                f"fit takes an EvalSet, got {given}: load it first, "
+                "fit(load_evalset(path)) or fit(load_inputs(path)) for a folder with its runs"
+            )
+        ignored = sorted(
+            k
+            for k in os.environ
+            if k.upper().startswith(ENV_PREFIX) and k.upper() not in OTHER_VARIABLES
+        )
+        if ignored:
+            logger.warning(
+                "%s not read: calibration starts from the defaults and the eval set, and "
+                "the config holds what it measured (%s* variables configure a runtime guard)",
+                ", ".join(ignored),
+                ENV_PREFIX,
+            )
+        if not evalset.runs:
+            raise EvalSetError(
+                "the eval set has no runs to calibrate; pass run files (--run) or a "
+                "retriever (--retriever)",
+                path=evalset.source,
+            )
+        names = list(evalset.runs) if self.runs is None else list(self.runs)
+        for n in names:
+            if n not in evalset.runs:
+                raise EvalSetError(f"no run named {n!r}; runs: {', '.join(evalset.runs)}")
+        if not names:
+            raise EvalSetError("no runs selected")
+        return names
 
 
 def _search_run(

@@ -60,6 +60,15 @@ class Header:
         goal = "minimise" if lower_is_better(self.objective) else "maximise"
         return f"{goal} mean {self.objective}" + (f" subject to {cons}" if cons else "")
 
+    def query_counts(self) -> dict[str, int]:
+        """The queries in all, to choose on, held out, and unanswerable."""
+        return {
+            "total": len(self.qids),
+            "calibration": int(self.calibration_rows.size),
+            "heldout": int(self.heldout_rows.size),
+            "unanswerable": len(self.evalset.unanswerable),
+        }
+
     @property
     def evidence(self) -> str:
         """The evidence metric each run's line shows: the coverage the constraints ask

@@ -202,15 +202,10 @@ class CalibrationResult:
             "chosen_on_calibration": w.tested,
             "selection": v.selection,
             "refit": "the chosen rule family re-selected on all queries"
-            if w.search.guarantee is None
+            if w.guarantee is None
             else "none: the setting certified on the calibration queries is written",
             "baseline": v.baseline,
-            "queries": {
-                "total": len(h.qids),
-                "calibration": int(h.calibration_rows.size),
-                "heldout": int(h.heldout_rows.size),
-                "unanswerable": len(h.evalset.unanswerable),
-            },
+            "queries": h.query_counts(),
             "holdout": h.holdout,
             "seed": h.seed,
             "metrics": written,
@@ -226,7 +221,7 @@ class CalibrationResult:
             out["fallback"] = r.fallback
         if v.unmet:
             out["shortfall"] = list(v.unmet)
-        g = w.search.guarantee
+        g = w.guarantee
         if g is not None:
             out["guarantee"] = {
                 "target": g.target,

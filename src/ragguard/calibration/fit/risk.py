@@ -190,6 +190,11 @@ class GuaranteeResult:
         """The setting written: the certified one, or the largest context standing in."""
         return self.point if self.point is not None else self.best_point
 
+    @property
+    def test_level(self) -> float:
+        """Each sequence's test level (Bonferroni over ``paths``)."""
+        return (1.0 - self.confidence) / max(1, len(self.paths))
+
     def statement(self, name: Callable[[int], str]) -> str:
         """The guarantee in words, with its assumptions; ``name(i)`` names point ``i``."""
         pct = f"{self.confidence:.0%}"

@@ -143,6 +143,25 @@ def _failure_note(
     )
 
 
+def _top_k_path(pts: Sequence[PolicyParams]) -> dict[str, list[int]]:
+    path = [j for j, p in enumerate(pts) if p.relative_threshold == 0 and not p.uses_scores]
+    return {"top-k": sorted(path, key=lambda j: -pts[j].max_k)}
+
+
+def _guarantee_paths(
+    plan: FitPlan, settings: Sequence[PolicyParams], tops: Sequence[int]
+) -> dict[str, list[int]]:
+    """Per ``top_n`` (and conflict setting swept), the reranked top-k, largest first."""
+    stages, n = plan.stages, len(settings)
+    per = _top_k_path(settings) if stages is None else stages.paths(settings, _top_k_path)
+    return {
+        f"rerank top-{top}, {name}": [t * n + j for j in path]
+        for t, top in enumerate(tops)
+        for name, path in per.items()
+        if path
+    }
+
+
 def rerank_space(
     evalset: EvalSet,
     run: str,
@@ -155,13 +174,10 @@ def rerank_space(
 ) -> SearchSpace:
     """The second search's space over run ``run``: retrieval depth x rerank cut x ``max_k``, with
     ``plan``'s stages after the cut on every setting, as the guard runs them after reranking."""
-    profile, rules, stages = plan.profile, plan.utility_rules, plan.stages
-    metrics, reported = plan.metrics, plan.reported
-    calibration_rows, heldout_rows = plan.calibration_rows, plan.heldout_rows
-    grid, max_k = option.grid, caps.max_k
+    stages, calibration_rows, max_k = plan.stages, plan.calibration_rows, caps.max_k
     arrays = retrieval_kernel.arrays
     depth_all = int(arrays.n_valid.max()) if arrays.n_queries else 0
-    tops = sorted({min(n, depth_all) for n in grid.top_n if depth_all} or {1})
+    tops = sorted({min(n, depth_all) for n in option.grid.top_n if depth_all} or {1})
     depth = max(tops)
     lists = [
         arrays.doc_ids(row)[: int(arrays.n_valid[row])][:depth] for row in range(arrays.n_queries)
@@ -177,9 +193,9 @@ def rerank_space(
         logger.warning("%s", failures)
 
     # 1. the probability map, on the calibration queries' reranked candidates
-    relevant_grade = rules.relevant_grade
+    relevant = plan.utility_rules.relevant_grade
     grades = [
-        np.array([evalset.labels[q].grades.get(d, 0) >= relevant_grade for d in docs], dtype=float)
+        np.array([evalset.labels[q].grades.get(d, 0) >= relevant for d in docs], dtype=float)
         for q, docs in zip(arrays.qids, lists, strict=True)
     ]
 
@@ -207,10 +223,10 @@ def rerank_space(
     for row, r in enumerate(raw):
         if len(r):
             probs[row, : len(r)] = rerank_probabilities(r, scores.score_kind, pmap).values[0]
-    wanted = tuple(dict.fromkeys([*metrics, *reported, EVIDENCE, PASSAGES]))
+    wanted = tuple(dict.fromkeys([*plan.metrics, *plan.reported, EVIDENCE, PASSAGES]))
     kernels: list[SweepKernel] = []
     results: list[SweepResult] = []
-    settings = grid.points(max_k, caps.min_k, profile)
+    settings = option.grid.points(max_k, caps.min_k, plan.profile)
     if stages is not None:  # (under each conflict setting swept)
         settings = list(stages.points(settings))
     # a failed call's query: the guard-level setting on retrieval scores, as the guard
@@ -233,27 +249,10 @@ def rerank_space(
             cuts = own.astype(np.promote_types(own.dtype, fallback_cuts.dtype))
             cuts[:, bad] = fallback_cuts[:, bad]
         results.append(sweep(kernel, settings, wanted, rows=calibration_rows, cuts=cuts))
-    n_settings = len(settings)
-
-    paths = None
-    if plan.target is not None:
-
-        def top_k_path(pts: Sequence[PolicyParams]) -> dict[str, list[int]]:
-            path = [j for j, s_ in enumerate(pts) if s_.relative_threshold == 0]
-            path = [j for j in path if not pts[j].uses_scores]
-            return {"top-k": sorted(path, key=lambda j: -pts[j].max_k)}
-
-        # per top_n (and per conflict setting swept), the reranked top-k, largest first
-        per = top_k_path(settings) if stages is None else stages.paths(settings, top_k_path)
-        paths = {
-            f"rerank top-{n}, {name}": [t * n_settings + j for j in path]
-            for t, n in enumerate(tops)
-            for name, path in per.items()
-            if path
-        }
+    paths = None if plan.target is None else _guarantee_paths(plan, settings, tops)
 
     # the probabilities' calibration, on the queries the choice is checked on
-    rows, _ = checked_rows(calibration_rows, heldout_rows)
+    rows, _ = checked_rows(calibration_rows, plan.heldout_rows)
     z_held, y_held = pairs(rows)
     raw_held = np.concatenate([raw[r] for r in rows.tolist()]) if rows.size else np.empty(0)
     p_raw = normalize(raw_held, scores.score_kind).values[0] if raw_held.size else raw_held

@@ -59,7 +59,8 @@ def fold_parts(rows: I, k: int, seed: int) -> list[I]:
 @dataclass(frozen=True, eq=False)
 class FamilyChoice:
     """What ``cross_validate`` found: the rule family chosen and the cross-validated figures of
-    every family (not the runtime [`ragguard.Selection`][ragguard.Selection])."""
+    every family (not the runtime [`ragguard.Selection`][ragguard.Selection]); ``bar``: the
+    cross-validated objective within one standard error of the best."""
 
     families: tuple[tuple[int, str], ...]
     members: tuple[tuple[int, ...], ...]
@@ -69,6 +70,7 @@ class FamilyChoice:
     folds: int
     chosen: int
     best: int
+    bar: float
 
     @property
     def family(self) -> str:
@@ -164,4 +166,5 @@ def cross_validate(
         folds=k,
         chosen=chosen,
         best=best,
+        bar=float(cv[best] - sign * se[best]),
     )

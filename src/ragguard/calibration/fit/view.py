@@ -31,12 +31,14 @@ from ragguard.calibration.fit.statistics import (
 )
 from ragguard.calibration.fit.steps import CommandLine, next_steps, shown_path
 from ragguard.calibration.fit.sweep import (
+    F64,
     PASSAGES,
+    B,
     OptimalK,
     SweepGrid,
-    SweepResult,
     choose,
     describe_point,
+    is_plain_top_k,
     lower_is_better,
 )
 from ragguard.calibration.fit.written import Shortfall, WrittenSetting, shortfalls, written_setting
@@ -233,6 +235,29 @@ class RuleRow:
 
 
 @dataclass(frozen=True)
+class Curve:
+    """One metric over plain top-k (``ResultView.curves``): each k with its mean on the
+    calibration queries, and the chosen setting's mean."""
+
+    metric: str
+    ks: tuple[int, ...]
+    means: tuple[float, ...]
+    chosen: float
+
+
+@dataclass(frozen=True, eq=False)
+class Heatmap:
+    """The objective over ``max_k`` x ``relative_threshold`` (``ResultView.heatmap``):
+    (nan where not swept), the cells failing the constraints, the chosen cell if on it."""
+
+    max_k: tuple[int, ...]
+    thresholds: tuple[float, ...]
+    objective: F64
+    fails: B
+    chosen: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
 class ConflictView:
     """The conflict stage as swept (``ResultView.conflicts``)."""
 
@@ -384,14 +409,16 @@ class ResultView:
     chosen_is_baseline: bool
     refitted: bool
     optimal: OptimalK
-    sweep: SweepResult = field(repr=False)
-    chosen: int
+    oracle_utility: float
+    curves: tuple[Curve, ...]
+    chosen_max_k: int
+    heatmap: Heatmap | None
     passages_kept: float
     conflicts: ConflictView | None
     reranker_code: str | None
     family: FamilyChoice | None
     guarantee: GuaranteeView | None
-    recall_ceiling: float
+    recall_ceiling: float | None
     grid: SweepGrid
     n_settings: int
     rules: tuple[RuleRow, ...]
@@ -441,6 +468,7 @@ def build_view(
     source = header.evalset.source
     files = [x.source for x in runs if x.source and x.source != source]
     line = CommandLine(shown_path(source) or "EVALSET", runs=tuple(map(shown_path, files)))
+    rows, check = header.calibration_rows, CheckView.of(w.search.comparison)
     return ResultView(
         header=header,
         run=r,
@@ -460,17 +488,17 @@ def build_view(
             selection.describe()
             if selection is not None
             else "recall guarantee (Learn-then-Test)"
-            if w.search.guarantee is not None
+            if w.guarantee is not None
             else ""
         ),
         retrieval_check=CheckView.of(r.comparison),
-        check=CheckView.of(w.search.comparison),
+        check=check,
         stage_check=None
         if two is None or two.against_retrieval is None
         else CheckView.of(two.against_retrieval),
         stage_top_k_check=None if two is None else CheckView.of(two.comparison),
         stage=None if two is None else StageView.of(two, w.two_stage is not None),
-        band=w.band(),
+        band=None if check.bands is None else check.bands[1],
         runs=tuple(RunRow.of(x, x is recommended) for x in runs),
         cost=ConstraintCost.of(header, r),
         next_steps=next_steps(header, w, line),
@@ -481,8 +509,10 @@ def build_view(
         chosen_is_baseline=r.chosen_is_baseline,
         refitted=r.written_params != r.chosen_params,
         optimal=r.optimal,
-        sweep=r.sweep,
-        chosen=r.chosen,
+        oracle_utility=float(np.mean(r.optimal.utility[rows])) if rows.size else math.nan,
+        curves=_curves(header, r),
+        chosen_max_k=r.sweep.points[r.chosen].max_k,
+        heatmap=_heatmap(header, r),
         passages_kept=float(np.mean(r.kernel.values(r.chosen_kept, [PASSAGES])[0])),
         conflicts=_conflicts(header, r),
         reranker_code=None if stage is None else stage.scores.external,
@@ -496,11 +526,64 @@ def build_view(
     )
 
 
-def _ceiling(r: RunCalibration) -> float:
-    """The recall of keeping every candidate on the queries of ``r``'s check."""
+def _drawn(r: RunCalibration) -> list[int]:
+    """The settings with the chosen setting's conflict stage (the plots draw one)."""
+    c = r.sweep.points[r.chosen]
+    drawn = (c.conflicts, c.conflict_similarity)
+    return [
+        i for i, p in enumerate(r.sweep.points) if (p.conflicts, p.conflict_similarity) == drawn
+    ]
+
+
+def _curves(header: Header, r: RunCalibration) -> tuple[Curve, ...]:
+    metrics = ["utility", "udcg"]
+    if header.objective not in metrics and header.objective in r.sweep.metrics:
+        metrics.append(header.objective)
+    top_k = [i for i in _drawn(r) if is_plain_top_k(r.sweep.points[i])]
+    return tuple(
+        Curve(
+            m,
+            tuple(r.sweep.points[i].max_k for i in top_k),
+            tuple(r.sweep.mean(i, m) for i in top_k),
+            r.sweep.mean(r.chosen, m),
+        )
+        for m in metrics
+    )
+
+
+def _heatmap(header: Header, r: RunCalibration) -> Heatmap | None:
+    pts = r.sweep.points
+    grid = [p for p in pts if p.cut is CutRule.NONE]
+    ks = sorted({p.max_k for p in grid})
+    ts = sorted({p.relative_threshold for p in grid})
+    if len(ts) < 2:
+        return None
+    z = np.full((len(ks), len(ts)), np.nan)
+    fails = np.zeros(z.shape, dtype=bool)
+    obj = r.sweep.column(header.objective)
+    violation = np.zeros(len(pts))
+    for con in header.constraints:
+        violation += con.violation(r.sweep.column(con.metric))
+    where: dict[tuple[int, float], tuple[int, int]] = {}
+    for i in _drawn(r):
+        p = pts[i]
+        if p.cut is not CutRule.NONE or p.min_score is not None:
+            continue
+        a, b = ks.index(p.max_k), ts.index(p.relative_threshold)
+        z[a, b] = obj[i]
+        fails[a, b] = violation[i] > 0
+        where[(p.max_k, p.relative_threshold)] = (a, b)
+    c = pts[r.chosen]
+    chosen = where.get((c.max_k, c.relative_threshold)) if c.cut is CutRule.NONE else None
+    return Heatmap(tuple(ks), tuple(ts), z, fails, chosen)
+
+
+def _ceiling(r: RunCalibration) -> float | None:
+    """The recall of keeping every candidate on the queries of ``r``'s check (``None``:
+    the check has no queries, or not both recalls)."""
     c = r.comparison
     if EVIDENCE not in c.metrics or "recall" not in c.metrics or not c.n_queries:
-        return math.nan
+        return None
     every = compute(r.arrays, "recall")[c.rows]
     return float(np.nanmean(every)) if not np.isnan(every).all() else math.nan
 
@@ -616,8 +699,8 @@ def _unmet(
     header: Header, w: WrittenSetting, answerability: AnswerabilityResult | None
 ) -> list[str]:
     out: list[str] = []
-    if w.search.guarantee is not None and not w.search.guarantee.met:
-        line = w.search.guarantee.statement(w.names)
+    if w.guarantee is not None and not w.guarantee.met:
+        line = w.guarantee.statement(w.names)
         if header.heldout_rows.size:
             line += (
                 f"; holdout=0 (--holdout 0) certifies on all {len(header.qids)} queries, "

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ragguard.calibration._format import floor_number, format_number
+from ragguard.calibration.fit.risk import GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.sweep import PASSAGES, Constraint
 from ragguard.calibration.metrics import SafetyBand, safety_band
@@ -67,6 +68,11 @@ class WrittenSetting:
         return self.two_stage if self.two_stage is not None else self.run
 
     @property
+    def guarantee(self) -> GuaranteeResult | None:
+        """The recall guarantee of the written setting's search, if it has one."""
+        return self.search.guarantee
+
+    @property
     def setting(self) -> str:
         """The setting the config holds, in words (``max_k=2, autocut@1``; with a second
         stage ``rerank top-5, max_k=3, min_score=0.2``)."""
@@ -101,7 +107,7 @@ class WrittenSetting:
     @property
     def met(self) -> bool:
         """Whether it meets every constraint and, when asked for, the guarantee."""
-        return self.feasible and (self.search.guarantee is None or self.search.guarantee.met)
+        return self.feasible and (self.guarantee is None or self.guarantee.met)
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -118,14 +124,6 @@ class WrittenSetting:
     def tested_feasible(self) -> bool:
         """Whether the tested setting meets every constraint on the calibration queries."""
         return self.search.feasible
-
-    def band(self) -> SafetyBand | None:
-        """The safety band of the tested setting's mean distractor rate on the held-out
-        queries (``None`` without queries or a distractor rate)."""
-        c = self.search.comparison
-        if not c.n_queries or "distractor_rate" not in c.metrics:
-            return None
-        return _band(c.guarded["distractor_rate"].mean)
 
     @property
     def checked_rate(self) -> float:

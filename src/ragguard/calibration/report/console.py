@@ -54,6 +54,9 @@ def print_result(view: ResultView, out: Console) -> None:
     why, the held-out check, the second stage and what to try next; the eval set as
     ``view.evalset`` names it."""
     _print_summary(view, out)
+    _print_check(view, out)
+    dist = ", ".join(f"{k}: {n}" for k, n in view.optimal.distribution().items())
+    out.print(f"per-query optimal k (queries): {dist}", highlight=False)
     _print_two_stage(view, out)
     _print_next_steps(view, out)
 
@@ -121,7 +124,7 @@ def _print_summary(view: ResultView, out: Console) -> None:
         out.print(f"[bold]Constraint cost:[/] {escape(view.cost.line())}.", highlight=False)
     for line in view.unmet:
         out.print(f"[bold yellow]not met:[/] {escape(line)}", highlight=False)
-    guarantee = w.search.guarantee
+    guarantee = w.guarantee
     if guarantee is not None and guarantee.met:
         out.print(f"[bold]Guarantee:[/] {escape(guarantee.statement(w.names))}.", highlight=False)
         out.print(escape(guarantee.heldout_line(w.names)), highlight=False)
@@ -133,7 +136,10 @@ def _print_summary(view: ResultView, out: Console) -> None:
             if text:
                 out.print(escape(text), highlight=False)
 
-    check = view.retrieval_check
+
+def _print_check(view: ResultView, out: Console) -> None:
+    """The held-out check of the retrieval choice against plain top-k."""
+    w, check = view.written, view.retrieval_check
     c = check.comparison
     if view.chosen_is_baseline:
         name = "held-out check" if c.split == "held-out" else "in-sample check (no hold-out)"
@@ -144,7 +150,6 @@ def _print_summary(view: ResultView, out: Console) -> None:
             + ")",
             highlight=False,
         )
-        _print_tail(view, out)
         return
     pct = round(c.level * 100)
     what = view.retrieval_choice
@@ -175,16 +180,15 @@ def _print_summary(view: ResultView, out: Console) -> None:
         b, g = check.bands
         which = "guarded" if w.two_stage is None else "retrieval only"
         out.print(f"safety band: {b.value} with plain top-k, {g.value} {which}", highlight=False)
-    if obj in c.metrics:
+    if view.header.objective in c.metrics:
         _print_verdict(view, c, w.two_stage is not None, out)
     if view.fallback is not None:
         out.print(
             f"[red]{escape(view.fallback)}: plain top-k is written instead[/]"
-            if h.on_worse == "top-k"
+            if view.header.on_worse == "top-k"
             else f"[red]{escape(view.fallback)}[/]",
             highlight=False,
         )
-    _print_tail(view, out)
 
 
 def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool, out: Console) -> None:
@@ -210,11 +214,6 @@ def _print_verdict(view: ResultView, c: Comparison, retrieval_only: bool, out: C
         out.print(
             f"{v.capitalize()} in {obj} {where}; more labelled queries would tell.", highlight=False
         )
-
-
-def _print_tail(view: ResultView, out: Console) -> None:
-    dist = ", ".join(f"{k}: {n}" for k, n in view.optimal.distribution().items())
-    out.print(f"per-query optimal k (queries): {dist}", highlight=False)
 
 
 def _print_two_stage(view: ResultView, out: Console) -> None:

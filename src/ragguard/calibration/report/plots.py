@@ -4,18 +4,16 @@ global state): ``draw_figures``."""
 from __future__ import annotations
 
 import io
-import math
 from typing import Any
 
 import numpy as np
 
 from ragguard._optional import require
 from ragguard.calibration._format import format_number
-from ragguard.calibration.fit.sweep import is_plain_top_k, lower_is_better
+from ragguard.calibration.fit.sweep import lower_is_better
 from ragguard.calibration.fit.view import ResultView, StageView
 from ragguard.calibration.report.document import Figure
 from ragguard.errors import MissingDependencyError
-from ragguard.policy import CutRule, PolicyParams
 
 
 def _figure_module() -> Any:
@@ -35,39 +33,17 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def _with_chosen_conflicts(v: ResultView, p: PolicyParams) -> bool:
-    """Whether ``p`` runs the chosen setting's conflict stage (the plots draw one
-    conflict setting when several were swept)."""
-    c = v.sweep.points[v.chosen]
-    return (p.conflicts, p.conflict_similarity) == (c.conflicts, c.conflict_similarity)
-
-
-def _top_k_curve(v: ResultView, metric: str) -> tuple[list[int], list[float]]:
-    ks: list[int] = []
-    vals: list[float] = []
-    for i, p in enumerate(v.sweep.points):
-        if is_plain_top_k(p) and _with_chosen_conflicts(v, p):
-            ks.append(p.max_k)
-            vals.append(v.sweep.mean(i, metric))
-    return ks, vals
-
-
 def _plot_utility_vs_k(mpl: Any, v: ResultView) -> bytes:
-    obj, metrics = v.header.objective, ["utility", "udcg"]
-    if obj not in metrics and obj in v.sweep.metrics:
-        metrics.append(obj)
-    fig = mpl(figsize=(4.2 * len(metrics), 3.4))
-    axes = fig.subplots(1, len(metrics))
-    chosen = v.sweep.points[v.chosen]
+    fig = mpl(figsize=(4.2 * len(v.curves), 3.4))
+    axes = fig.subplots(1, len(v.curves))
     rows = v.header.calibration_rows
-    for ax, metric in zip(np.atleast_1d(axes), metrics, strict=True):
-        ks, vals = _top_k_curve(v, metric)
-        ax.plot(ks, vals, marker="o", color="#4c72b0", label="plain top-k")
-        g = v.sweep.mean(v.chosen, metric)
-        ax.axvline(chosen.max_k, color="#c44e52", linestyle="--", linewidth=1)
+    for ax, curve in zip(np.atleast_1d(axes), v.curves, strict=True):
+        metric = curve.metric
+        ax.plot(curve.ks, curve.means, marker="o", color="#4c72b0", label="plain top-k")
+        ax.axvline(v.chosen_max_k, color="#c44e52", linestyle="--", linewidth=1)
         ax.plot(
-            [chosen.max_k],
-            [g],
+            [v.chosen_max_k],
+            [curve.chosen],
             marker="*",
             markersize=15,
             color="#c44e52",
@@ -75,12 +51,13 @@ def _plot_utility_vs_k(mpl: Any, v: ResultView) -> bytes:
             label=f"guarded ({v.retrieval_choice})",
         )
         if metric == "utility":
-            oracle = float(np.mean(v.optimal.utility[rows])) if rows.size else math.nan
-            ax.axhline(oracle, color="#55a868", linestyle=":", label="per-query optimal k")
+            ax.axhline(
+                v.oracle_utility, color="#55a868", linestyle=":", label="per-query optimal k"
+            )
         ax.set_xlabel("k (passages given to the LLM)")
         ax.set_ylabel(f"mean {metric}")
         ax.set_title(f"{metric} vs k")
-        ax.set_xticks(ks)
+        ax.set_xticks(curve.ks)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(f"run {v.run_name}: calibration queries ({rows.size})", fontsize=10)
@@ -88,51 +65,33 @@ def _plot_utility_vs_k(mpl: Any, v: ResultView) -> bytes:
 
 
 def _plot_heatmap(mpl: Any, v: ResultView) -> bytes | None:
-    pts, objective, constraints = v.sweep.points, v.header.objective, v.header.constraints
-    ks = sorted({p.max_k for p in pts if p.cut is CutRule.NONE})
-    drawn = {i for i, p in enumerate(pts) if _with_chosen_conflicts(v, p)}
-    ts = sorted({p.relative_threshold for p in pts if p.cut is CutRule.NONE})
-    if len(ts) < 2:
+    h, objective, constraints = v.heatmap, v.header.objective, v.header.constraints
+    if h is None:
         return None
-    z = np.full((len(ks), len(ts)), np.nan)
-    bad = np.zeros(z.shape, dtype=bool)
-    obj = v.sweep.column(objective)
-    violation = np.zeros(len(pts))
-    for con in constraints:
-        violation += con.violation(v.sweep.column(con.metric))
-    where: dict[tuple[int, float], tuple[int, int]] = {}
-    for i, p in enumerate(pts):
-        if p.cut is not CutRule.NONE or p.min_score is not None or i not in drawn:
-            continue
-        a, b = ks.index(p.max_k), ts.index(p.relative_threshold)
-        z[a, b] = obj[i]
-        bad[a, b] = violation[i] > 0
-        where[(p.max_k, p.relative_threshold)] = (a, b)
     fig = mpl(figsize=(9.5, 4.6))
     ax = fig.subplots()
     cmap = "viridis_r" if lower_is_better(objective) else "viridis"
-    im = ax.imshow(z, aspect="auto", origin="lower", cmap=cmap)
+    im = ax.imshow(h.objective, aspect="auto", origin="lower", cmap=cmap)
     from matplotlib.patches import Rectangle
 
-    for a, b in zip(*np.nonzero(bad), strict=True):
+    for a, b in zip(*np.nonzero(h.fails), strict=True):
         ax.add_patch(
             Rectangle(
                 (b - 0.5, a - 0.5), 1, 1, fill=False, hatch="///", edgecolor="#f2f2f2", linewidth=0
             )
         )
     fig.colorbar(im, ax=ax, label=f"mean {objective}")
-    ax.set_xticks(range(len(ts)))
-    ax.set_xticklabels([f"{t:.2f}" for t in ts], rotation=60, fontsize=7)
-    ax.set_yticks(range(len(ks)))
-    ax.set_yticklabels([str(k) for k in ks], fontsize=8)
+    ax.set_xticks(range(len(h.thresholds)))
+    ax.set_xticklabels([f"{t:.2f}" for t in h.thresholds], rotation=60, fontsize=7)
+    ax.set_yticks(range(len(h.max_k)))
+    ax.set_yticklabels([str(k) for k in h.max_k], fontsize=8)
     ax.set_xlabel("relative_threshold")
     ax.set_ylabel("max_k")
-    c = pts[v.chosen]
     title = f"mean {objective} on calibration queries"
     if constraints:
         title += " (hatched: fails " + " and ".join(str(x) for x in constraints) + ")"
-    if (c.max_k, c.relative_threshold) in where and c.cut is CutRule.NONE:
-        a, b = where[(c.max_k, c.relative_threshold)]
+    if h.chosen is not None:
+        a, b = h.chosen
         ax.add_patch(
             Rectangle((b - 0.5, a - 0.5), 1, 1, fill=False, edgecolor="#e8000b", linewidth=2.5)
         )

@@ -9,7 +9,7 @@ from ragguard.calibration._format import floor_number, format_interval, format_n
 from ragguard.calibration.fit.header import SMALL_SET
 from ragguard.calibration.fit.result import CalibrationResult
 from ragguard.calibration.fit.risk import EVIDENCE
-from ragguard.calibration.fit.statistics import Comparison, Interval
+from ragguard.calibration.fit.statistics import Interval
 from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.fit.sweep import PASSAGES, lower_is_better
 from ragguard.calibration.fit.view import CheckView, Example, GuaranteeView, ResultView
@@ -132,7 +132,7 @@ def _written_note(view: ResultView) -> str:
             f"top-k, refitted on all {n_all} queries: **{w.setting}** (the choice on the "
             f"{n_cal} calibration queries was {view.retrieval_choice})."
         )
-    g = w.search.guarantee
+    g = w.guarantee
     if g is not None:
         if not g.met:
             return (
@@ -181,7 +181,7 @@ def _unmet(view: ResultView) -> list[Block]:
     """The constraints (and the guarantee) the written setting misses, with the best
     reachable value and the setting that reaches it."""
     res, w, short = view.header, view.written, view.shortfalls
-    g = w.search.guarantee
+    g = w.guarantee
     if not short and (g is None or g.met):
         return []
     blocks: list[Block] = [Heading(1, "Constraints not met")]
@@ -261,8 +261,6 @@ def _selection(view: ResultView) -> list[Block]:
             f"scored by its best setting's mean `{obj}` on all of them, and the simplest "
             "of the best wins."
         )
-    sign = -1.0 if lower_is_better(obj) else 1.0
-    bar = s.cv_mean[b] - sign * (s.cv_se[b] if s.folds else 0.0)
     rows = tuple(
         (
             name,
@@ -273,11 +271,11 @@ def _selection(view: ResultView) -> list[Block]:
         )
         for j, (_, name) in enumerate(s.families)
     )
-    word = "at least" if sign > 0 else "at most"
+    word = "at most" if lower_is_better(obj) else "at least"
     closing = (
         f"Best: {s.families[b][1]} ({format_number(s.cv_mean[b])} +/- "
         f"{format_number(s.cv_se[b])}); within one standard error means a cross-validated "
-        f"`{obj}` of {word} {format_number(bar)}. Chosen: **{s.family}**; its best setting "
+        f"`{obj}` of {word} {format_number(s.bar)}. Chosen: **{s.family}**; its best setting "
         f"on the calibration queries is {view.retrieval_choice}, refitted on all "
         f"{len(res.qids)} queries {view.retrieval_setting}."
     )
@@ -319,13 +317,12 @@ def _guarantee(
     g, describe, n_queries, passages = gv.outcome, gv.names, gv.n_queries, gv.passages
     pct = f"{g.confidence:.0%}"
     m = len(g.paths)
-    delta = (1.0 - g.confidence) / max(1, m)
     items = [
         f"target: mean evidence recall >= {g.target:g} on new queries, with confidence "
         f"{pct} (the probability, over the draw of the queries, that it holds)",
         f"method: {METHOD}: along each of {m} fixed sequence(s) of settings "
         f"({'; '.join(f'`{x}`' for x in g.paths)}), largest context first, the null 'mean loss > "
-        f"{1 - g.target:g}' is tested at level {delta:.4g} (Bonferroni over the sequences) "
+        f"{1 - g.target:g}' is tested at level {g.test_level:.4g} (Bonferroni over the sequences) "
         "until the first one not rejected; the smallest certified context wins",
         f"assumptions: {ASSUMPTIONS} ({g.n_calibration} calibration queries have "
         f"evidence, of {n_queries} queries)",
@@ -415,9 +412,9 @@ def _runs_table(view: ResultView) -> list[Block]:
     ]
 
 
-def _ceiling(view: ResultView, c: Comparison) -> list[Block]:
+def _ceiling(view: ResultView) -> list[Block]:
     """Evidence recall next to classic recall, the retriever's ceiling."""
-    if EVIDENCE not in c.metrics or "recall" not in c.metrics or not c.n_queries:
+    if view.recall_ceiling is None:
         return []
     return [
         Para(
@@ -426,7 +423,7 @@ def _ceiling(view: ResultView, c: Comparison) -> list[Block]:
             "1). `recall` counts every judged-relevant document, retrieved or not: it is "
             "bounded by the **retriever's ceiling**, which no cut can raise; keeping every "
             f"candidate gives recall {format_number(view.recall_ceiling)} on these "
-            f"{c.n_queries} queries."
+            f"{view.retrieval_check.comparison.n_queries} queries."
         )
     ]
 
@@ -452,7 +449,7 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
                 "it reaches:"
             ),
             Table(("metric", view.retrieval_choice), only, (False, True)),
-            *_ceiling(view, c),
+            *_ceiling(view),
         ]
     intro = (
         f"{where}, with {pct}% percentile bootstrap intervals ({c.n_bootstrap} paired "
@@ -475,7 +472,7 @@ def _heldout(view: ResultView, fig: Figure | None) -> list[Block]:
         Para(intro),
         _check_table(check, f"baseline: {view.baseline}", f"guarded: {view.retrieval_choice}"),
     ]
-    blocks += _ceiling(view, c)
+    blocks += _ceiling(view)
     if view.fallback is not None:
         blocks.append(
             Para(

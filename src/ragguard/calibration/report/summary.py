@@ -3,9 +3,9 @@ pipelines and experiment trackers; every NaN written as ``null``."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from ragguard.calibration._format import json_number, json_numbers
 
 if TYPE_CHECKING:
     from ragguard.calibration.fit.result import CalibrationResult
@@ -13,22 +13,14 @@ if TYPE_CHECKING:
     from ragguard.calibration.fit.view import CheckView
 
 
-def _num(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def _means(values: Mapping[str, float]) -> dict[str, float | None]:
-    return {k: _num(v) for k, v in values.items()}
-
-
 def _check(view: CheckView, setting: str) -> dict[str, Any]:
     check = view.comparison.header()
     check["setting"] = setting
     check["metrics"] = {
         row.metric: {
-            "baseline": _num(row.baseline.mean),
-            "guarded": _num(row.guarded.mean),
-            "difference": _means(row.difference.as_dict()),
+            "baseline": json_number(row.baseline.mean),
+            "guarded": json_number(row.guarded.mean),
+            "difference": json_numbers(row.difference.as_dict()),
             "verdict": row.verdict,
         }
         for row in view.rows
@@ -51,7 +43,7 @@ def result_document(
     h, w, st = v.header, v.written, v.stage
     config = result.config().model_dump(mode="json", exclude_none=True)
     config.pop("provenance", None)
-    g = w.search.guarantee
+    g = w.guarantee
     return {
         "ragguard_version": __version__,
         "evalset": v.evalset or h.evalset.source,
@@ -60,12 +52,7 @@ def result_document(
         "objective": h.objective,
         "objective_text": v.objective,
         "constraints": [str(x) for x in h.constraints],
-        "queries": {
-            "total": len(h.qids),
-            "calibration": int(h.calibration_rows.size),
-            "heldout": int(h.heldout_rows.size),
-            "unanswerable": len(h.evalset.unanswerable),
-        },
+        "queries": h.query_counts(),
         "seed": h.seed,
         "recommended": {
             "run": v.run_name,
@@ -78,15 +65,15 @@ def result_document(
             "second_stage": w.stage,
             "feasible": w.feasible,
             "config": config,
-            "metrics": _means(w.metrics),
+            "metrics": json_numbers(w.metrics),
             "calibration_choice": {
                 "setting": w.tested,
                 "feasible": w.tested_feasible,
-                "metrics": _means(w.tested_metrics),
+                "metrics": json_numbers(w.tested_metrics),
             },
             "retrieval_setting": v.retrieval_setting,
             "fallback": v.fallback,
-            "baseline": {"setting": v.baseline, "metrics": _means(v.baseline_metrics)},
+            "baseline": {"setting": v.baseline, "metrics": json_numbers(v.baseline_metrics)},
             "why": v.why,
             "guarantee": None
             if g is None
@@ -95,8 +82,8 @@ def result_document(
                 "confidence": g.confidence,
                 "met": g.met,
                 "certified_on_queries": g.n_calibration,
-                "recall_lower_bound": _num(g.recall_bound),
-                "heldout_recall": _num(g.heldout_recall),
+                "recall_lower_bound": json_number(g.recall_bound),
+                "heldout_recall": json_number(g.heldout_recall),
                 "heldout_queries": g.heldout_queries,
             },
             "safety_band": None if v.band is None else v.band.value,
@@ -107,9 +94,12 @@ def result_document(
         if v.cost is None
         else {
             "constraints": v.cost.constraints,
-            "best_with": {"setting": v.cost.best_setting, "objective": _num(v.cost.best)},
-            "best_without": {"setting": v.cost.free_setting, "objective": _num(v.cost.free)},
-            "top_k_without": {"setting": v.cost.top_k, "objective": _num(v.cost.top_k_value)},
+            "best_with": {"setting": v.cost.best_setting, "objective": json_number(v.cost.best)},
+            "best_without": {"setting": v.cost.free_setting, "objective": json_number(v.cost.free)},
+            "top_k_without": {
+                "setting": v.cost.top_k,
+                "objective": json_number(v.cost.top_k_value),
+            },
             "heldout_check": _check(v.cost.check, v.retrieval_choice),
             "worse": v.cost.worse,
         },
@@ -118,7 +108,7 @@ def result_document(
                 "run": row.run,
                 "setting": row.written,
                 "feasible": row.written_feasible,
-                "objective": _num(row.written_means[h.objective]),
+                "objective": json_number(row.written_means[h.objective]),
             }
             for row in v.runs
         ],
