@@ -105,12 +105,7 @@ def _estimator(backend: Backend, model: str, opts: dict[str, Any]) -> Any:
 
 
 def _client(opts: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "base_url": opts["base_url"],
-        "concurrency": opts["concurrency"],
-        "max_retries": opts["max_retries"],
-        "timeout": opts["timeout"],
-    }
+    return {k: opts[k] for k in ("base_url", "concurrency", "max_retries", "timeout")}
 
 
 @contextmanager

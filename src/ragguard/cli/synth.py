@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ragguard.cli._common import Verbose, app, err, option, say
-from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, grouped
+from ragguard.cli._groups import FlagGroup, GroupedCommand, group, grouped
 from ragguard.cli.annotate import (
     ENDPOINT,
     LOCAL,
@@ -37,25 +37,19 @@ class Writer:
     fresh: bool = False
 
 
-WRITER = FlagGroup(
+WRITER = group(
     "Model (optional; as ragguard annotate takes it)",
-    (
-        Flag(
-            "backend",
-            option(
-                Backend | None,
-                "The LLM that writes one question per passage: transformers, gguf, openai or "
-                "chat. Default: none (queries built from the passage's words, --method).",
-                metavar="BACKEND",
-            ),
-            None,
-        ),
-        Flag("model", ModelOpt, None),
-        Flag("model_id", ModelIdOpt, None),
-        Flag("progress_file", ProgressFileOpt, None),
-        Flag("fresh", FreshOpt, False),
-    ),
     Writer,
+    backend=option(
+        Backend | None,
+        "The LLM that writes one question per passage: transformers, gguf, openai or "
+        "chat. Default: none (queries built from the passage's words, --method).",
+        metavar="BACKEND",
+    ),
+    model=ModelOpt,
+    model_id=ModelIdOpt,
+    progress_file=ProgressFileOpt,
+    fresh=FreshOpt,
 )
 
 

@@ -182,32 +182,20 @@ class _Client:
             transport=self.transport,
             limits=httpx.Limits(max_connections=self.concurrency),
         ) as client:
+            todo = iter(range(len(payloads)))
 
-            async def one(i: int) -> tuple[int, Any]:
-                return i, await self._post(client, path, payloads[i])
+            async def worker() -> None:  # takes the next request as it frees up
+                for i in todo:
+                    put((i, await self._post(client, path, payloads[i])))
 
-            pending: set[asyncio.Task[tuple[int, Any]]] = set()
-            nxt = 0
+            n = min(self.concurrency, len(payloads))
+            tasks = [asyncio.ensure_future(worker()) for _ in range(n)]
             try:
-                while nxt < len(payloads) or pending:
-                    while nxt < len(payloads) and len(pending) < self.concurrency:
-                        pending.add(asyncio.ensure_future(one(nxt)))
-                        nxt += 1
-                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    failed: BaseException | None = None
-                    for task in done:
-                        exc = task.exception()
-                        if exc is not None:
-                            failed = failed or exc
-                        else:
-                            put(task.result())
-                    if failed is not None:
-                        raise failed
+                await asyncio.gather(*tasks)
             finally:
-                for task in pending:
+                for task in tasks:
                     task.cancel()
-                if pending:
-                    await asyncio.gather(*pending, return_exceptions=True)
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     def run(
         self, path: str, payloads: Sequence[Mapping[str, Any]]

@@ -40,40 +40,14 @@ def _relevant_in(
     return rel, w.denominator()
 
 
-def _precision(rel: NDArray[np.bool_], den: F64) -> F64:
-    return divide(rel.sum(axis=1, dtype=np.float64), den)
-
-
-def _recall(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
-    return divide(rel.sum(axis=1, dtype=np.float64), n_rel.astype(np.float64))
-
-
-def _reciprocal_rank(rel: NDArray[np.bool_]) -> F64:
-    if rel.shape[1] == 0:
-        return np.zeros(rel.shape[0])
-    first = rel.argmax(axis=1)
-    return np.where(rel.any(axis=1), 1.0 / (first + 1.0), 0.0)
-
-
-def _average_precision(rel: NDArray[np.bool_], n_rel: NDArray[np.intp]) -> F64:
-    # sparse over the relevant positions only: P@i at the j-th relevant rank i is j / i;
-    # bincount adds them per query in rank order, as trec_eval does
-    rows, cols = np.divmod(np.flatnonzero(rel), max(rel.shape[1], 1))  # 2-D nonzero is slow
-    per_row = np.bincount(rows, minlength=rel.shape[0])
-    first = np.cumsum(per_row) - per_row
-    found = np.arange(1, rows.size + 1) - first[rows]
-    weights = found / (cols + 1.0)
-    total = np.bincount(rows, weights=weights, minlength=rel.shape[0]).astype(np.float64)
-    return divide(total, n_rel.astype(np.float64))
+def _evidence_found(arrays: EvalArrays, k: int | None, cut: ArrayLike | None) -> F64:
+    w = window(arrays, k, cut)
+    out: F64 = (w.take(arrays.grades) >= arrays.rules.relevant_grade).sum(axis=1, dtype=np.float64)
+    return out
 
 
 def _ndcg(gains: F64, ideal: F64) -> F64:
     return divide(gains @ discount(gains.shape[1]), ideal @ discount(ideal.shape[1]))
-
-
-def _f_beta(p: F64, r: F64, beta: float) -> F64:
-    b2 = beta * beta
-    return divide((1.0 + b2) * p * r, b2 * p + r)
 
 
 # --------------------------------------------------------------------------- public
@@ -89,7 +63,7 @@ def precision(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None
     list scores 0.
     """
     rel, den = _relevant_in(arrays, k, cut)
-    return _precision(rel, den)
+    return divide(rel.sum(axis=1, dtype=np.float64), den)
 
 
 def recall(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
@@ -101,7 +75,7 @@ def recall(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = 
     number, see ``ragguard.calibration.data.arrays``); R = 0 scores 0.
     """
     rel, _ = _relevant_in(arrays, k, cut)
-    return _recall(rel, arrays.n_relevant)
+    return divide(rel.sum(axis=1, dtype=np.float64), arrays.n_relevant.astype(np.float64))
 
 
 def evidence_recall(
@@ -121,8 +95,7 @@ def evidence_recall(
     Edge cases: a query with no relevant candidate (:math:`E = 0`) is NA (NaN): no
     context can miss evidence it never had, so it is left out of the mean.
     """
-    w = window(arrays, k, cut)
-    found = (w.take(arrays.grades) >= arrays.rules.relevant_grade).sum(axis=1, dtype=np.float64)
+    found = _evidence_found(arrays, k, cut)
     den = arrays.n_evidence.astype(np.float64)
     out: F64 = np.divide(found, den, out=np.full(den.shape, np.nan), where=den > 0)
     return out
@@ -168,11 +141,8 @@ def evidence_coverage(
     Edge cases: a query with no relevant candidate (:math:`E = 0`) is NA (NaN), as in
     evidence recall; a query that needs more than it has needs all it has.
     """
-    w = window(arrays, k, cut)
-    found = (w.take(arrays.grades) >= arrays.rules.relevant_grade).sum(axis=1)
-    out: F64 = np.where(
-        arrays.n_evidence > 0, (found >= evidence_needed(arrays, needs)).astype(np.float64), np.nan
-    )
+    found = _evidence_found(arrays, k, cut) >= evidence_needed(arrays, needs)
+    out: F64 = np.where(arrays.n_evidence > 0, found.astype(np.float64), np.nan)
     return out
 
 
@@ -201,7 +171,9 @@ def reciprocal_rank(
     trec_eval's ``recip_rank`` has none (it equals this without a cutoff).
     """
     rel, _ = _relevant_in(arrays, k, cut)
-    return _reciprocal_rank(rel)
+    if rel.shape[1] == 0:
+        return np.zeros(rel.shape[0])
+    return np.where(rel.any(axis=1), 1.0 / (rel.argmax(axis=1) + 1.0), 0.0)
 
 
 def average_precision(
@@ -217,7 +189,15 @@ def average_precision(
     scores 0.
     """
     rel, _ = _relevant_in(arrays, k, cut)
-    return _average_precision(rel, arrays.n_relevant)
+    # sparse over the relevant positions only: P@i at the j-th relevant rank i is j / i;
+    # bincount adds them per query in rank order, as trec_eval does
+    rows, cols = np.divmod(np.flatnonzero(rel), max(rel.shape[1], 1))  # 2-D nonzero is slow
+    per_row = np.bincount(rows, minlength=rel.shape[0])
+    first = np.cumsum(per_row) - per_row
+    found = np.arange(1, rows.size + 1) - first[rows]
+    weights = found / (cols + 1.0)
+    total = np.bincount(rows, weights=weights, minlength=rel.shape[0]).astype(np.float64)
+    return divide(total, arrays.n_relevant.astype(np.float64))
 
 
 def _gains(arrays: EvalArrays, k: int | None, cut: ArrayLike | None) -> tuple[F64, F64]:
@@ -271,5 +251,6 @@ def f_beta(
     """
     if not (isinstance(beta, int | float) and math.isfinite(beta) and beta > 0):
         raise ConfigError(f"beta must be a positive finite number, got {beta!r}")
-    rel, den = _relevant_in(arrays, k, cut)
-    return _f_beta(_precision(rel, den), _recall(rel, arrays.n_relevant), float(beta))
+    p, r = precision(arrays, k, cut=cut), recall(arrays, k, cut=cut)
+    b2 = float(beta) * float(beta)
+    return divide((1.0 + b2) * p * r, b2 * p + r)

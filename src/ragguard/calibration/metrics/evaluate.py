@@ -158,12 +158,9 @@ def arrays_from_tables(
 
 
 def _mean(values: NDArray[np.float64], may_be_na: bool) -> float:
-    if values.size == 0:
-        return math.nan
     if may_be_na:
-        defined = values[~np.isnan(values)]
-        return float(defined.mean()) if defined.size else math.nan
-    return float(values.mean())
+        values = values[~np.isnan(values)]
+    return float(values.mean()) if values.size else math.nan
 
 
 @overload

@@ -45,7 +45,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
-from ragguard.calibration.metrics._common import F64, Window, divide, window
+from ragguard.calibration.metrics._common import F64, divide, window
 from ragguard.errors import ConfigError, EvalSetError
 
 BASE_UTILITY = {5: 1.0, 4: 0.5, 3: 0.1}
@@ -189,19 +189,18 @@ def pct_proc(
     return np.where(defined, divide(observed, pool), math.nan)
 
 
-def _count_in_window(
-    arrays: EvalArrays, k: int | None, cut: ArrayLike | None, lowest: int
-) -> tuple[F64, Window]:
+def _graded(
+    arrays: EvalArrays, k: int | None, cut: ArrayLike | None, lowest: int, recall: bool
+) -> F64:
+    """Grade >= ``lowest`` passages in the context over K, or with ``recall`` over the
+    most that fit (NA when none do)."""
     _check_grades(arrays)
     win = window(arrays, k, cut)
-    return (win.take(arrays.grades) >= lowest).sum(axis=1, dtype=np.float64), win
-
-
-def _n_recall(arrays: EvalArrays, k: int | None, cut: ArrayLike | None, lowest: int) -> F64:
-    found, win = _count_in_window(arrays, k, cut, lowest)
+    found = (win.take(arrays.grades) >= lowest).sum(axis=1, dtype=np.float64)
+    if not recall:
+        return divide(found, win.denominator())
     available = arrays.grade_counts[:, lowest:6].sum(axis=1).astype(np.float64)
-    den = np.minimum(win.denominator(), available)
-    return divide(found, den, empty=math.nan)
+    return divide(found, np.minimum(win.denominator(), available), empty=math.nan)
 
 
 def n_recall_4plus(
@@ -215,7 +214,7 @@ def n_recall_4plus(
     Edge cases: NA when the pool has no passage of grade >= 4, and (without a cutoff)
     for an empty list, where K = 0.
     """
-    return _n_recall(arrays, k, cut, 4)
+    return _graded(arrays, k, cut, 4, recall=True)
 
 
 def n_recall_5(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | None = None) -> F64:
@@ -226,7 +225,7 @@ def n_recall_5(arrays: EvalArrays, k: int | None = None, *, cut: ArrayLike | Non
     Edge cases: NA when the pool has no grade-5 passage, and (without a cutoff) for an
     empty list, where K = 0.
     """
-    return _n_recall(arrays, k, cut, 5)
+    return _graded(arrays, k, cut, 5, recall=True)
 
 
 def precision_4plus(
@@ -239,8 +238,7 @@ def precision_4plus(
     Edge cases: divides by K even when the list is shorter; 0 for an empty list
     without a cutoff.
     """
-    found, win = _count_in_window(arrays, k, cut, 4)
-    return divide(found, win.denominator())
+    return _graded(arrays, k, cut, 4, recall=False)
 
 
 def harm(

@@ -42,6 +42,16 @@ class _Prefix:
     def sum(self, x: F64) -> F64:
         return _cumulative(x[:, : self.width], self.cols)
 
+    def count(self, hits: NDArray[np.bool_]) -> F64:
+        return self.sum(hits.astype(np.float64))
+
+    def lengths(self) -> F64:
+        return self.length.astype(np.float64)
+
+    def denominator(self) -> F64:
+        """The cutoff ``k``, or the context length when there is none."""
+        return self.lengths() if self.k is None else np.full(self.length.shape, float(self.k))
+
     def grades(self) -> F64:
         return self.arrays.grades[:, : self.width]
 
@@ -57,101 +67,58 @@ class _Prefix:
         return divide(top, np.broadcast_to((ideal @ discount(ideal.shape[1]))[:, None], top.shape))
 
 
-def _precision(p: _Prefix, params: dict[str, object]) -> F64:
-    hits = p.sum((p.grades() >= 1).astype(np.float64))
-    den = p.length.astype(np.float64) if p.k is None else np.full(p.length.shape, float(p.k))
-    return divide(hits, den)
+def _mrr(p: _Prefix, params: dict[str, object]) -> F64:
+    rel = p.grades() >= 1
+    if not rel.shape[1]:
+        return np.zeros(p.length.shape)
+    first = rel.argmax(axis=1)[:, None]
+    inside = np.asarray(rel.any(axis=1))[:, None] & (first < p.length)
+    out: F64 = np.where(inside, 1.0 / (first + 1.0), 0.0)
+    return out
 
 
-def _recall(p: _Prefix, params: dict[str, object]) -> F64:
-    hits = p.sum((p.grades() >= 1).astype(np.float64))
-    return divide(hits, p.arrays.n_relevant.astype(np.float64)[:, None])
+def _evidence(p: _Prefix) -> F64:
+    return p.count(p.grades() >= p.arrays.rules.relevant_grade)
 
 
 def _evidence_recall(p: _Prefix, params: dict[str, object]) -> F64:
-    found = p.sum((p.grades() >= p.arrays.rules.relevant_grade).astype(np.float64))
+    found = _evidence(p)
     den = np.broadcast_to(p.arrays.n_evidence.astype(np.float64)[:, None], found.shape)
     out: F64 = np.divide(found, den, out=np.full(found.shape, np.nan), where=den > 0)
     return out
 
 
 def _evidence_coverage(p: _Prefix, params: dict[str, object]) -> F64:
-    found = p.sum((p.grades() >= p.arrays.rules.relevant_grade).astype(np.float64))
     need = evidence_needed(p.arrays, params.get("needs"))  # type: ignore[arg-type]
-    out: F64 = np.greater_equal(found, need[:, None]).astype(np.float64)
+    out: F64 = np.greater_equal(_evidence(p), need[:, None]).astype(np.float64)
     out[p.arrays.n_evidence == 0] = np.nan
     return out
-
-
-def _hit_rate(p: _Prefix, params: dict[str, object]) -> F64:
-    hits = p.sum((p.grades() >= 1).astype(np.float64))
-    out: F64 = (hits > 0).astype(np.float64)
-    return out
-
-
-def _mrr(p: _Prefix, params: dict[str, object]) -> F64:
-    rel = p.grades() >= 1
-    q = rel.shape[0]
-    first: I = rel.argmax(axis=1) if rel.shape[1] else np.zeros(q, dtype=np.intp)
-    found: NDArray[np.bool_] = np.zeros(q, dtype=np.bool_)
-    if rel.shape[1]:
-        found = np.asarray(rel.any(axis=1), dtype=np.bool_)
-    inside = found[:, None] & (first[:, None] < p.length)
-    out: F64 = np.where(inside, 1.0 / (first[:, None] + 1.0), 0.0)
-    return out
-
-
-def _ndcg(p: _Prefix, params: dict[str, object]) -> F64:
-    return p.normalised(np.maximum(p.grades(), 0.0), p.arrays.ideal_grades)
 
 
 def _udcg(p: _Prefix, params: dict[str, object]) -> F64:
     gamma = float(params.get("gamma", DEFAULT_GAMMA))  # type: ignore[arg-type]
     u = p.utility()
-    pos = p.sum(np.maximum(u, 0.0))
-    neg = p.sum(np.minimum(u, 0.0))
-    x = divide(pos + gamma * neg, p.length.astype(np.float64))
+    x = divide(p.sum(np.maximum(u, 0.0)) + gamma * p.sum(np.minimum(u, 0.0)), p.lengths())
     out: F64 = np.where(p.length > 0, 1.0 / (1.0 + np.exp(-x)), 0.0)
     return out
 
 
-def _udcg_dcg(p: _Prefix, params: dict[str, object]) -> F64:
-    return p.discounted(p.utility())
-
-
-def _udcg_ndcg(p: _Prefix, params: dict[str, object]) -> F64:
-    return p.normalised(p.utility(), p.arrays.ideal_utilities)
-
-
-def _utility(p: _Prefix, params: dict[str, object]) -> F64:
-    out: F64 = p.sum(p.utility()) + 0.0
-    return out
-
-
-def _distractor_rate(p: _Prefix, params: dict[str, object]) -> F64:
-    bad = p.sum((p.utility() < 0).astype(np.float64))
-    return divide(bad, p.length.astype(np.float64))
-
-
-def _distractor_harm(p: _Prefix, params: dict[str, object]) -> F64:
-    out: F64 = -p.sum(np.minimum(p.utility(), 0.0)) + 0.0
-    return out
-
-
 _TABLES: dict[str, Callable[[_Prefix, dict[str, object]], F64]] = {
-    "precision": _precision,
-    "recall": _recall,
+    "precision": lambda p, _: divide(p.count(p.grades() >= 1), p.denominator()),
+    "recall": lambda p, _: divide(
+        p.count(p.grades() >= 1), p.arrays.n_relevant.astype(np.float64)[:, None]
+    ),
     "evidence_recall": _evidence_recall,
     "evidence_coverage": _evidence_coverage,
-    "hit_rate": _hit_rate,
+    "hit_rate": lambda p, _: (p.count(p.grades() >= 1) > 0).astype(np.float64),
     "mrr": _mrr,
-    "ndcg": _ndcg,
+    "ndcg": lambda p, _: p.normalised(np.maximum(p.grades(), 0.0), p.arrays.ideal_grades),
     "udcg": _udcg,
-    "udcg_dcg": _udcg_dcg,
-    "udcg_ndcg": _udcg_ndcg,
-    "utility": _utility,
-    "distractor_rate": _distractor_rate,
-    "distractor_harm": _distractor_harm,
+    "udcg_dcg": lambda p, _: p.discounted(p.utility()),
+    "udcg_ndcg": lambda p, _: p.normalised(p.utility(), p.arrays.ideal_utilities),
+    "utility": lambda p, _: p.sum(p.utility()) + 0.0,  # + 0.0 turns -0.0 into 0.0
+    "distractor_rate": lambda p, _: divide(p.count(p.utility() < 0), p.lengths()),
+    "distractor_harm": lambda p, _: -p.sum(np.minimum(p.utility(), 0.0)) + 0.0,
 }
 
 

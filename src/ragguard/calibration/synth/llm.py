@@ -119,7 +119,8 @@ def ask(
                 replies[i] = saved
         reused = len(replies)
         todo = [i for i in range(len(chosen)) if i not in replies]
-        prompts = [_prompt(chosen[i].title, chosen[i].text) for i in todo]
+        texts = [(f"{p.title}\n{p.text}" if p.title else p.text) for p in chosen]
+        prompts = [QUESTION_PROMPT.format(passage=texts[i][:PROMPT_CHARS]) for i in todo]
         report("ask", reused, len(chosen))
         results = generator.generate(prompts)
         try:
@@ -149,8 +150,3 @@ def ask(
         made.add(folded(question))
         queries.append(SynthQuery(f"synth-{len(queries) + 1:05d}", question, p.id))
     return Asked(queries, rejected, len(todo), reused, Path(progress_file))
-
-
-def _prompt(title: str, text: str) -> str:
-    passage = f"{title}\n{text}" if title else text
-    return QUESTION_PROMPT.format(passage=passage[:PROMPT_CHARS])

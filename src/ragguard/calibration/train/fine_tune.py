@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragguard._optional import require
+from ragguard.calibration.train.options import Training
 from ragguard.errors import EvalSetError, MissingDependencyError
 from ragguard.trained import load_cross_encoder, load_encoder
 
@@ -48,18 +49,11 @@ class Validation:
     metric: str
 
 
-@dataclass(frozen=True)
-class FineTuning:
-    """Training settings shared by the neural candidates."""
+@dataclass(frozen=True, kw_only=True)
+class FineTuning(Training):
+    """``Training`` with the seed: the settings shared by the neural candidates."""
 
     seed: int
-    epochs: int
-    max_steps: int
-    batch_size: int
-    max_length: int
-    learning_rate: float
-    device: str | None
-    show_progress_bar: bool
 
 
 def _st(name: str) -> Any:
