@@ -202,6 +202,18 @@ class Decision:
         return None if self.rerank is None else self.rerank.reason
 
 
+def decision_of(*fields: Any) -> Decision:
+    """``Decision(...)`` of its fields in their order, set without the frozen dataclass's
+    ``__init__`` (which costs twice as much; the adapters build one per kept document)."""
+    made = object.__new__(Decision)
+    for set_field, value in zip(_DECISION_SETTERS, fields, strict=True):
+        set_field(made, value)
+    return made
+
+
+_DECISION_SETTERS = tuple(getattr(Decision, name).__set__ for name in Decision.__slots__)
+
+
 class Selection:
     """The outcome of one [`ContextGuard.select`][ragguard.ContextGuard.select] call.
 
