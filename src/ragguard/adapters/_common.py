@@ -34,18 +34,19 @@ SELECTION_EVENT = "ragguard_selection"
 
 def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any]:
     """The decision about one candidate as JSON values, with the verdict and its conflicts."""
+    rerank = decision.rerank  # read here, not through Decision's properties: once per document
     return {
         "kept": decision.kept,
         "rank": decision.rank,
         "score": decision.candidate.score,
         "normalized_score": decision.normalized_score,
         "score_kind": None if selection.score_kind is None else selection.score_kind.value,
-        "retrieval_score": decision.retrieval_score,
-        "rerank_score": decision.rerank_score,
+        "retrieval_score": decision.normalized_score if rerank is None else rerank.retrieval_score,
+        "rerank_score": None if rerank is None else rerank.score,
         "reason": None if decision.reason is None else decision.reason.value,
         "message": decision.message,
         "verdict": selection.verdict.value,
-        "conflicts": conflict_lines(selection, decision.index),
+        "conflicts": conflict_lines(selection, decision.index) if selection.conflicts else [],
     }
 
 
