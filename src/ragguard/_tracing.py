@@ -10,6 +10,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -51,21 +52,7 @@ def _identity(selection: Selection) -> Selection:
     return selection
 
 
-class _Off:
-    """The context of a call when tracing is off: records nothing."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> Record:
-        return _identity
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        return None
-
-
-_OFF = _Off()
+_OFF = nullcontext(_identity)  # tracing off: the call's selection goes through as it is
 _UNDECIDED: Any = object()
 _tracer: Any = _UNDECIDED  # the tracer, or None when opentelemetry cannot be imported
 _provider: Callable[[], object] = object  # opentelemetry's get_tracer_provider
@@ -141,7 +128,7 @@ class _Span:
                 _failed("ending its span", error)
 
 
-def selecting(config: GuardConfig, max_k: int | None) -> _Off | _Span:
+def selecting(config: GuardConfig, max_k: int | None) -> nullcontext[Record] | _Span:
     """The context one select() call runs in; entering it gives the function to pass
     the finished selection through (it records the span's attributes)."""
     tracer = _tracer if _tracer is not _UNDECIDED else _decide()

@@ -203,8 +203,7 @@ class Decision:
 
 
 def decision_of(*fields: Any) -> Decision:
-    """``Decision(...)`` of its fields in their order, set without the frozen dataclass's
-    ``__init__`` (which costs twice as much; the adapters build one per kept document)."""
+    """``Decision(...)`` of its fields in order, without the frozen ``__init__`` (2x the cost)."""
     made = object.__new__(Decision)
     for set_field, value in zip(_DECISION_SETTERS, fields, strict=True):
         set_field(made, value)

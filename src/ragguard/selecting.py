@@ -292,11 +292,9 @@ class State:
             yield self._decision(n, n < n_kept, first[i], stage, d)
 
     def _decision(self, rank: int, kept: bool, base: Drop, stage: Stage, d: Drop) -> Decision:
-        """The decision about ``base.position``: ``base`` from the first stage to name it,
-        ``d`` from the last one (``stage``)."""
+        """``base``: the first stage's drop of the candidate; ``d``: the last one's (``stage``)."""
         cands = self.candidates
-        # a stage's default explain is its detail: said without the call
-        plain = type(stage).explain is Stage.explain
+        plain = type(stage).explain is Stage.explain  # the default: its detail, without a call
         message = str(d.detail) if plain else stage.explain(d, self)
         ids = tuple([cands[p].id for p in d.partners]) if d.partners else ()
         conflict = d.reason is Reason.CONFLICT
