@@ -129,8 +129,7 @@ class _Span:
 
 
 def selecting(config: GuardConfig, max_k: int | None) -> nullcontext[Record] | _Span:
-    """The context one select() call runs in; entering it gives the function to pass
-    the finished selection through (it records the span's attributes)."""
+    """The context of one select() call; entering it gives what records its selection."""
     tracer = _tracer if _tracer is not _UNDECIDED else _decide()
     if tracer is None or isinstance(_provider(), _silent):  # no provider: no-op spans
         return _OFF

@@ -23,14 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.candidate import (
-    Candidate,
-    Decision,
-    RerankDetail,
-    Selection,
-    Verdict,
-    decision_of,
-)
+from ragguard.candidate import Candidate, Decision, RerankDetail, Selection, Verdict, decision_of
 from ragguard.config import BeyondTopN, RerankConfig
 from ragguard.conflicts import Conflict
 from ragguard.errors import ArgumentTypeError, CandidateError, ConfigError
@@ -293,13 +286,12 @@ class State:
 
     def _decision(self, rank: int, kept: bool, base: Drop, stage: Stage, d: Drop) -> Decision:
         """``base``: the first stage's drop of the candidate; ``d``: the last one's (``stage``)."""
-        cands = self.candidates
         plain = type(stage).explain is Stage.explain  # the default: its detail, without a call
         message = str(d.detail) if plain else stage.explain(d, self)
-        ids = tuple([cands[p].id for p in d.partners]) if d.partners else ()
+        ids = tuple([self.candidates[p].id for p in d.partners]) if d.partners else ()
         conflict = d.reason is Reason.CONFLICT
         return decision_of(
-            cands[base.position],
+            self.candidates[base.position],
             kept,
             rank,
             base.position,

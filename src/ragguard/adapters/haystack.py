@@ -191,7 +191,7 @@ class GuardRanker:
         if not documents:
             return _outputs([], Verdict.INSUFFICIENT, [])
         selection = self.guard.select(**self._arguments(query, documents, top_k))
-        return self._outputs(selection)
+        return _outputs(self._documents(selection), selection.verdict, conflict_lines(selection))
 
     @component.output_types(documents=list[Document], verdict=str, conflicts=list[str])
     async def run_async(
@@ -202,9 +202,6 @@ class GuardRanker:
         if not documents:
             return _outputs([], Verdict.INSUFFICIENT, [])
         selection = await self.guard.aselect(**self._arguments(query, documents, top_k))
-        return self._outputs(selection)
-
-    def _outputs(self, selection: Selection) -> dict[str, Any]:
         return _outputs(self._documents(selection), selection.verdict, conflict_lines(selection))
 
     def _arguments(

@@ -58,7 +58,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from numbers import Real
-from typing import Any, TypeAlias, TypeGuard
+from typing import Any, TypeAlias
 
 from ragguard._optional import require
 
@@ -169,10 +169,6 @@ def _carry(doc: Document, score: float) -> Document:
     return doc.model_copy(update={"metadata": {**doc.metadata, _SCORE: score}})
 
 
-def _is_number(value: object) -> TypeGuard[Real]:
-    return isinstance(value, Real) and not isinstance(value, bool)
-
-
 def _metadata_score(
     metadata: dict[str, Any], keys: Sequence[str]
 ) -> tuple[float | None, tuple[str, Any] | None]:
@@ -183,7 +179,7 @@ def _metadata_score(
         value = metadata.get(key)
         if value is None:
             continue
-        if type(value) is float or _is_number(value):
+        if type(value) is float or (isinstance(value, Real) and not isinstance(value, bool)):
             return float(value), None
         if unread is None:
             unread = key, value

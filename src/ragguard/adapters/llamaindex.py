@@ -310,8 +310,7 @@ class GuardPostprocessor(BaseNodePostprocessor):
 
 
 def _listened() -> bool:
-    """Whether an event handler (other than LlamaIndex's default null one) would get
-    the events of this module's dispatcher."""
+    """Whether an event handler other than the null one gets this module's events."""
     d: Any = dispatcher
     while d is not None:
         if any(type(h) is not NullEventHandler for h in d.event_handlers):
@@ -321,8 +320,7 @@ def _listened() -> bool:
 
 
 def _text(node: BaseNode) -> str:
-    """``node.get_content()``; a ``TextNode``'s is its text (read without formatting its
-    metadata first, as ``get_content`` does)."""
+    """``node.get_content()``: a ``TextNode``'s text without formatting its metadata first."""
     return node.text if type(node) is TextNode else node.get_content()
 
 
