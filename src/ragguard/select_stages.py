@@ -316,7 +316,7 @@ class Cut(Stage):
             scored = _in_cut_order(
                 facts, r.top, probs, details, lambda j: f"rerank score is {raw[j]!r}", "kept", True
             )
-            return [*scored, *self._unscored(s, r, facts)]
+            return chain(scored, self._unscored(s, r, facts))
         norms, cands = s.retrieval(), s.candidates
         notes = None
         if r is not None:  # the rerank call failed
