@@ -52,7 +52,7 @@ def _identity(selection: Selection) -> Selection:
     return selection
 
 
-_OFF = nullcontext(_identity)  # tracing off: the call's selection goes through as it is
+_OFF: nullcontext[Record] = nullcontext(_identity)  # tracing off: the selection as it is
 _UNDECIDED: Any = object()
 _tracer: Any = _UNDECIDED  # the tracer, or None when opentelemetry cannot be imported
 _provider: Callable[[], object] = object  # opentelemetry's get_tracer_provider
