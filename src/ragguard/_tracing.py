@@ -11,7 +11,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ragguard._version import __version__
@@ -112,10 +111,7 @@ class _Span:
         return selection
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         if self._context is None:  # the span never started
             return

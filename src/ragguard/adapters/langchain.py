@@ -58,7 +58,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from numbers import Real
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 from ragguard._optional import require
 
@@ -190,12 +190,15 @@ def candidate_ids(docs: Sequence[Document]) -> list[str]:
     """The guard's id for each document: its own ``id``, or for one without an id its
     position (``#<i>``), prefixed with as many ``#`` as it takes to differ from every real
     id in ``docs``; so no two documents share an id unless their real ids are equal."""
-    real = {doc.id for doc in docs if doc.id}
-    positions = [i for i, doc in enumerate(docs) if not doc.id]
+    ids = [doc.id for doc in docs]
+    if all(ids):  # the common case: every document has its own id
+        return cast("list[str]", ids)
+    real = set(filter(None, ids))
+    positions = [i for i, cid in enumerate(ids) if not cid]
     prefix = "#"
     while any(f"{prefix}{i}" in real for i in positions):
         prefix += "#"
-    return [doc.id if doc.id else f"{prefix}{i}" for i, doc in enumerate(docs)]
+    return [cid or f"{prefix}{i}" for i, cid in enumerate(ids)]
 
 
 class Translator:
