@@ -10,7 +10,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from types import TracebackType
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ragguard._version import __version__
@@ -51,21 +51,7 @@ def _identity(selection: Selection) -> Selection:
     return selection
 
 
-class _Off:
-    """The context of a call when tracing is off: records nothing."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> Record:
-        return _identity
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        return None
-
-
-_OFF = _Off()
+_OFF: nullcontext[Record] = nullcontext(_identity)  # tracing off: the selection as it is
 _UNDECIDED: Any = object()
 _tracer: Any = _UNDECIDED  # the tracer, or None when opentelemetry cannot be imported
 _provider: Callable[[], object] = object  # opentelemetry's get_tracer_provider
@@ -125,10 +111,7 @@ class _Span:
         return selection
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
         if self._context is None:  # the span never started
             return
@@ -141,9 +124,8 @@ class _Span:
                 _failed("ending its span", error)
 
 
-def selecting(config: GuardConfig, max_k: int | None) -> _Off | _Span:
-    """The context one select() call runs in; entering it gives the function to pass
-    the finished selection through (it records the span's attributes)."""
+def selecting(config: GuardConfig, max_k: int | None) -> nullcontext[Record] | _Span:
+    """The context of one select() call; entering it gives what records its selection."""
     tracer = _tracer if _tracer is not _UNDECIDED else _decide()
     if tracer is None or isinstance(_provider(), _silent):  # no provider: no-op spans
         return _OFF

@@ -8,6 +8,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from itertools import chain, islice, repeat
 from operator import attrgetter
 
 import numpy as np
@@ -34,6 +35,7 @@ from ragguard.errors import (
 )
 from ragguard.policy import (
     CODES,
+    KEPT,
     REASON_OF_CODE,
     ConflictMode,
     Explainer,
@@ -299,7 +301,7 @@ class Cut(Stage):
             scored = _in_cut_order(
                 facts, r.top, probs, details, lambda j: f"rerank score is {raw[j]!r}", "kept", True
             )
-            return [*scored, *self._unscored(s, r, facts)]
+            return chain(scored, self._unscored(s, r, facts))
         norms, cands = s.retrieval(), s.candidates
         notes = None
         if r is not None:  # the rerank call failed
@@ -363,7 +365,13 @@ def _in_cut_order(
     read rerank probabilities, where an invalid one is said as such."""
     params, top = result.params, float(result.top[0])
     explain = Explainer(params, top, "rerank probability") if reranked else Explainer(params, top)
-    for j, code in zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True):
+    cols = result.kept_positions(0)  # ``order`` starts with them: no reason codes yet
+
+    def dropped() -> Iterator[tuple[int, int]]:
+        codes = zip(result.order[0].tolist(), result.reasons[0].tolist(), strict=True)
+        yield from islice(codes, len(cols), None)
+
+    for j, code in chain(zip(cols, repeat(KEPT)), dropped()):
         if code < 0:  # a removed duplicate
             continue
         score, reason = scores[j], REASON_OF_CODE.get(code)

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from ragguard.candidate import Candidate, Decision, RerankDetail, Selection, Verdict
+from ragguard.candidate import Candidate, Decision, RerankDetail, Selection, Verdict, decision_of
 from ragguard.config import BeyondTopN, RerankConfig
 from ragguard.conflicts import Conflict
 from ragguard.errors import ArgumentTypeError, CandidateError, ConfigError
@@ -255,33 +255,33 @@ class State:
                 first.setdefault(d.position, d)
             yield from (i for i in first if i not in kept)
 
-        kept = set(self.kept)
-        unscored = None if self.rerank is None else self.rerank.unscored()
-        cands = self.candidates
-        n_kept = len(self.kept)
-        plain = type(stage0).explain is Stage.explain  # its message is its detail
+        kept, n_kept = set(self.kept), len(self.kept)
         for n, i in enumerate(chain(self.kept, dropped())):
             while i not in first:
                 d = next(cut)
                 first[d.position] = d
-            base = first[i]
-            stage, d = last.get(i) or (stage0, base)
-            message = str(d.detail) if plain and stage is stage0 else stage.explain(d, self)
-            ids = tuple([cands[p].id for p in d.partners]) if d.partners else ()
-            conflict = d.reason is Reason.CONFLICT
-            yield Decision(
-                candidate=cands[i],
-                kept=n < n_kept,
-                rank=n,
-                index=i,
-                normalized_score=base.score,
-                reason=d.reason,
-                message=message,
-                rerank=base.rerank or unscored,
-                duplicate_of=ids[0] if ids and not conflict else None,
-                duplicate_of_position=d.partners[0] if ids and not conflict else None,
-                conflict_with=ids if conflict else (),
-            )
+            stage, d = last.get(i) or (stage0, first[i])
+            yield self._decision(n, n < n_kept, first[i], stage, d)
+
+    def _decision(self, rank: int, kept: bool, base: Drop, stage: Stage, d: Drop) -> Decision:
+        """``base``: the first stage's drop of the candidate; ``d``: the last one's (``stage``)."""
+        plain = type(stage).explain is Stage.explain  # the default: its detail, without a call
+        message = str(d.detail) if plain else stage.explain(d, self)
+        ids = tuple([self.candidates[p].id for p in d.partners]) if d.partners else ()
+        conflict = d.reason is Reason.CONFLICT
+        return decision_of(
+            self.candidates[base.position],
+            kept,
+            rank,
+            base.position,
+            base.score,
+            d.reason,
+            message,
+            base.rerank or (None if self.rerank is None else self.rerank.unscored()),
+            ids[0] if ids and not conflict else None,
+            d.partners[0] if ids and not conflict else None,
+            ids if conflict else (),
+        )
 
 
 @dataclass(slots=True, eq=False)

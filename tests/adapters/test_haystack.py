@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -437,3 +438,19 @@ def test_an_insufficient_verdict_is_output_when_nothing_is_kept(
     out = pipeline(plants, g.as_haystack()).run(inputs(PLANT_QUERY))["guard"]
     assert out == {"documents": [], "verdict": "insufficient", "conflicts": []}
     assert {d.reason for d in seen[0].dropped} == {Reason.INSUFFICIENT_EVIDENCE}
+
+
+def test_kept_copies_are_what_dataclasses_replace_gives() -> None:
+    """The kept copy (built without ``Document.__init__``) equals
+    ``dataclasses.replace`` with the new ``meta`` and a copied embedding, keeps a
+    subclass's type and shares no list or dict with the caller's document."""
+
+    class Noted(Document):
+        pass
+
+    doc = Noted(id="a", content="t", score=0.9, meta={"k": [1]}, embedding=[0.1, 0.2])
+    kept = GuardRanker(ContextGuard(GuardConfig(max_k=1))).run("q", [doc])["documents"][0]
+    expected = dataclasses.replace(doc, meta=kept.meta, embedding=[0.1, 0.2])
+    assert type(kept) is Noted and kept == expected and vars(kept) == vars(expected)
+    assert kept.meta is not doc.meta and kept.meta["k"] is not doc.meta["k"]
+    assert kept.embedding is not doc.embedding

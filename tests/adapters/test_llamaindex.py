@@ -448,3 +448,21 @@ def test_an_insufficient_verdict_reaches_the_event_when_nothing_is_kept(
     assert {d["reason"] for d in events[-1].dropped} == {"insufficient_evidence"}
     assert asyncio.run(retriever.aretrieve("refund policy")) == []
     assert events[-1].verdict == "insufficient"
+
+
+def test_the_guard_reads_a_nodes_content_without_its_metadata() -> None:
+    """A ``TextNode`` gives its text (not its metadata); a node class that overrides
+    ``get_content`` gives what that returns."""
+
+    class Shouting(TextNode):
+        def get_content(self, metadata_mode: MetadataMode = MetadataMode.NONE) -> str:
+            return self.text.upper()
+
+    seen: list[Selection] = []
+    guard = ContextGuard(GuardConfig(max_k=2), on_selection=seen.append)
+    nodes = [
+        NodeWithScore(node=TextNode(id_="a", text="plain", metadata={"m": 1}), score=0.9),
+        NodeWithScore(node=Shouting(id_="b", text="loud", metadata={"m": 2}), score=0.8),
+    ]
+    GuardPostprocessor(guard).postprocess_nodes(nodes, query_str="q")
+    assert [c.text for c in seen[0].candidates] == ["plain", "LOUD"]

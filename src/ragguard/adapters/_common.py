@@ -34,18 +34,19 @@ SELECTION_EVENT = "ragguard_selection"
 
 def decision_metadata(selection: Selection, decision: Decision) -> dict[str, Any]:
     """The decision about one candidate as JSON values, with the verdict and its conflicts."""
+    rerank = decision.rerank  # read here, not through Decision's properties: once per document
     return {
         "kept": decision.kept,
         "rank": decision.rank,
         "score": decision.candidate.score,
         "normalized_score": decision.normalized_score,
         "score_kind": None if selection.score_kind is None else selection.score_kind.value,
-        "retrieval_score": decision.retrieval_score,
-        "rerank_score": decision.rerank_score,
+        "retrieval_score": decision.normalized_score if rerank is None else rerank.retrieval_score,
+        "rerank_score": None if rerank is None else rerank.score,
         "reason": None if decision.reason is None else decision.reason.value,
         "message": decision.message,
         "verdict": selection.verdict.value,
-        "conflicts": conflict_lines(selection, decision.index),
+        "conflicts": conflict_lines(selection, decision.index) if selection.conflicts else [],
     }
 
 
@@ -95,8 +96,7 @@ def event_payload(selection: Selection) -> dict[str, Any]:
 def copy_metadata(
     metadata: Mapping[str, Any], key: str, selection: Selection, decision: Decision
 ) -> dict[str, Any]:
-    """A deep copy of ``metadata`` with the decision under ``key``; what cannot be
-    deep-copied (a lock, a client) is shared, inside copies of the containers around it."""
+    """A deep copy of ``metadata`` with the decision under ``key``; a lock, a client is shared."""
     out = dict(metadata)
     if not all(type(v) in _ATOMS for v in out.values()):  # atoms need no copy
         out = _copy(out)
@@ -155,8 +155,7 @@ def check_guard(guard: object, owner: str) -> None:
 
 
 def code_reranker(guard: ContextGuard) -> str | None:
-    """The saved name of a reranker that a saved config cannot rebuild (registered, else
-    human name); ``None`` when the stage is off or runs the cross-encoder of ``config.rerank``."""
+    """The saved name of a reranker a saved config cannot rebuild (``None``: it can)."""
     reranker = guard.reranker
     if reranker is None:
         return None
@@ -171,8 +170,7 @@ def code_reranker(guard: ContextGuard) -> str | None:
 
 
 def restore_reranker(name: object, owner: str, hand_back: str) -> Reranker:
-    """The reranker registered under the saved ``name``: saved data never makes ragguard
-    import anything. ``owner`` and ``hand_back`` are for the message."""
+    """The reranker registered under the saved ``name`` (saved data never imports code)."""
     reranker = registered_reranker(name) if isinstance(name, str) else None
     if reranker is None:
         raise ConfigError(
@@ -192,8 +190,7 @@ def saved_guard(
     hand_back: str,
     reranker: Reranker | None = None,
 ) -> ContextGuard:
-    """The guard a saved component describes: its ``guard_config`` and the reranker
-    handed back or registered under ``name``; ConfigError without a config."""
+    """The guard a saved component describes; ConfigError without its ``guard_config``."""
     if not isinstance(config, dict) or not config:
         raise ConfigError(
             f"{owner} needs a guard: {owner}(guard), guard.{method}(), or from_dict() on "

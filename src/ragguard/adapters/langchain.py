@@ -58,7 +58,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from numbers import Real
-from typing import Any, TypeAlias, TypeGuard
+from typing import Any, TypeAlias, cast
 
 from ragguard._optional import require
 
@@ -169,10 +169,6 @@ def _carry(doc: Document, score: float) -> Document:
     return doc.model_copy(update={"metadata": {**doc.metadata, _SCORE: score}})
 
 
-def _is_number(value: object) -> TypeGuard[Real]:
-    return isinstance(value, Real) and not isinstance(value, bool)
-
-
 def _metadata_score(
     metadata: dict[str, Any], keys: Sequence[str]
 ) -> tuple[float | None, tuple[str, Any] | None]:
@@ -183,7 +179,7 @@ def _metadata_score(
         value = metadata.get(key)
         if value is None:
             continue
-        if type(value) is float or _is_number(value):
+        if type(value) is float or (isinstance(value, Real) and not isinstance(value, bool)):
             return float(value), None
         if unread is None:
             unread = key, value
@@ -194,12 +190,15 @@ def candidate_ids(docs: Sequence[Document]) -> list[str]:
     """The guard's id for each document: its own ``id``, or for one without an id its
     position (``#<i>``), prefixed with as many ``#`` as it takes to differ from every real
     id in ``docs``; so no two documents share an id unless their real ids are equal."""
-    real = {doc.id for doc in docs if doc.id}
-    positions = [i for i, doc in enumerate(docs) if not doc.id]
+    ids = [doc.id for doc in docs]
+    if all(ids):  # the common case: every document has its own id
+        return cast("list[str]", ids)
+    real = set(filter(None, ids))
+    positions = [i for i, cid in enumerate(ids) if not cid]
     prefix = "#"
     while any(f"{prefix}{i}" in real for i in positions):
         prefix += "#"
-    return [doc.id if doc.id else f"{prefix}{i}" for i, doc in enumerate(docs)]
+    return [cid or f"{prefix}{i}" for i, cid in enumerate(ids)]
 
 
 class Translator:

@@ -58,7 +58,7 @@ from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr
 from llama_index.core.instrumentation.event_handlers import NullEventHandler  # noqa: E402
 from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
 from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
-from llama_index.core.schema import NodeWithScore, QueryBundle  # noqa: E402
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode  # noqa: E402
 from pydantic import ConfigDict, Field, PrivateAttr  # noqa: E402
 
 from ragguard import ContextGuard  # noqa: E402
@@ -123,8 +123,7 @@ class _Translator:
 
     def candidates(self, nodes: Sequence[NodeWithScore]) -> tuple[list[Candidate], bool]:
         out = [
-            candidate_of(n.node.node_id, n.node.get_content(), n.score, n.node.metadata, n)
-            for n in nodes
+            candidate_of(n.node.node_id, _text(n.node), n.score, n.node.metadata, n) for n in nodes
         ]
         return out, any(n.score is not None for n in nodes)
 
@@ -311,14 +310,18 @@ class GuardPostprocessor(BaseNodePostprocessor):
 
 
 def _listened() -> bool:
-    """Whether an event handler (other than LlamaIndex's default null one) would get
-    the events of this module's dispatcher."""
+    """Whether an event handler other than the null one gets this module's events."""
     d: Any = dispatcher
     while d is not None:
         if any(type(h) is not NullEventHandler for h in d.event_handlers):
             return True
         d = d.parent if d.propagate else None
     return False
+
+
+def _text(node: BaseNode) -> str:
+    """``node.get_content()``: a ``TextNode``'s text without formatting its metadata first."""
+    return node.text if type(node) is TextNode else node.get_content()
 
 
 def _query(query_bundle: QueryBundle | None) -> str:
