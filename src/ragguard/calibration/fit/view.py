@@ -36,6 +36,7 @@ from ragguard.calibration.fit.sweep import (
     B,
     OptimalK,
     SweepGrid,
+    SweepResult,
     choose,
     describe_point,
     is_plain_top_k,
@@ -222,16 +223,14 @@ class GuaranteeView:
 
 @dataclass(frozen=True)
 class RuleRow:
-    """The best setting of one label-free cut rule on the calibration queries
-    (``ResultView.rules``): the rule, the setting, whether it meets the constraints,
-    and its objective, evidence recall and recall."""
+    """The best setting of one group of settings (a label-free cut rule, a conflict
+    setting) on the calibration queries: the group, the setting, whether it meets the
+    constraints, and its means (``ResultView.rules``, ``ConflictView.best``)."""
 
     rule: str
     setting: str
     feasible: bool
-    objective: float
-    evidence_recall: float
-    recall: float
+    values: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -263,7 +262,7 @@ class ConflictView:
 
     swept: tuple[str, ...]
     written: str
-    best: tuple[tuple[str, str, bool, float, float, float], ...]
+    best: tuple[RuleRow, ...]
     max_k: int
     similarity: float | None
     detection: tuple[tuple[float, str, ConflictDetection], ...]
@@ -596,11 +595,18 @@ def _rules(header: Header, r: RunCalibration) -> tuple[RuleRow, ...]:
             continue
         extra = f"+{p.gap_buffer}" if p.cut is CutRule.GAP else f"@{p.autocut_jumps}"
         groups.setdefault(p.cut.value + extra, []).append(i)
+    return _best_of(header, r.sweep, groups, (header.objective, EVIDENCE, "recall"))
+
+
+def _best_of(
+    header: Header, sweep: SweepResult, groups: Mapping[str, list[int]], metrics: Sequence[str]
+) -> tuple[RuleRow, ...]:
+    """The best setting of each group of ``sweep``'s points, with its means of ``metrics``."""
     rows = []
     for key, members in groups.items():
-        i, ok = choose(r.sweep, header.objective, header.constraints, among=members)
-        means = [r.sweep.mean(i, m) for m in (header.objective, EVIDENCE, "recall")]
-        rows.append(RuleRow(key, describe_point(r.sweep.points[i]), ok, *means))
+        i, ok = choose(sweep, header.objective, header.constraints, among=members)
+        means = tuple(sweep.mean(i, m) for m in metrics)
+        rows.append(RuleRow(key, describe_point(sweep.points[i]), ok, means))
     return tuple(rows)
 
 
@@ -611,15 +617,12 @@ def _conflicts(header: Header, r: RunCalibration) -> ConflictView | None:
     if not isinstance(kernel, StageKernels):
         return None
     obj, sweep = header.objective, r.sweep
-    best = []
-    for setting in kernel.settings:
-        among = [i for i, p in enumerate(sweep.points) if setting_of(p) == setting]
-        if not among:
-            continue
-        i, ok = choose(sweep, obj, header.constraints, among=among)
-        name, point = describe_conflicts(setting), describe_point(sweep.points[i])
-        rate, kept = sweep.mean(i, "distractor_rate"), sweep.mean(i, PASSAGES)
-        best.append((name, point, ok, sweep.mean(i, obj), rate, kept))
+    groups = {
+        describe_conflicts(c): [i for i, p in enumerate(sweep.points) if setting_of(p) == c]
+        for c in kernel.settings
+    }
+    groups = {name: among for name, among in groups.items() if among}
+    best = _best_of(header, sweep, groups, (obj, "distractor_rate", PASSAGES))
     w = r.written_params
     max_k = min(w.max_k, max(kernel.width, 1))
     splits = [("calibration", header.calibration_rows)]
@@ -633,7 +636,7 @@ def _conflicts(header: Header, r: RunCalibration) -> ConflictView | None:
     return ConflictView(
         swept=tuple(describe_conflicts(c) for c in kernel.settings),
         written=describe_conflicts(setting_of(w)),
-        best=tuple(best),
+        best=best,
         max_k=max_k,
         similarity=None if w.conflicts is ConflictMode.OFF else w.conflict_similarity,
         detection=detection,
