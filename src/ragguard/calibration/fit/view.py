@@ -182,14 +182,16 @@ class ConstraintCost:
 
     def line(self) -> str:
         """The cost in one line, as the console and the report print it."""
-        best = f"{_fmt(self.best)} ({self.best_setting})" if math.isfinite(self.best) else "none"
+        best = f"{format_number(self.best)} ({self.best_setting})"
+        best = best if math.isfinite(self.best) else "none"
         same = ", also the best plain top-k" if self.free_setting == self.top_k else ""
         text = (
             f"mean {self.objective} on the calibration queries {best} with {self.constraints}, "
-            f"{_fmt(self.free)} ({self.free_setting}{same}) without"
+            f"{format_number(self.free)} ({self.free_setting}{same}) without"
         )
         if not same:
-            text += f"; the best plain top-k without them: {self.top_k} ({_fmt(self.top_k_value)})"
+            top = format_number(self.top_k_value)
+            text += f"; the best plain top-k without them: {self.top_k} ({top})"
         c, obj = self.check.comparison, self.objective
         if self.worse is not None:
             return f"{text}. {self.worse[0].upper()}{self.worse[1:]}"
@@ -718,17 +720,17 @@ def _unmet(
     for s in shortfalls(w, header.constraints):
         line = (
             f"no setting meets {s.constraint} on all {n_all} queries: the best reachable "
-            f"{s.constraint.metric} is {_fmt(s.best_value)} ({s.best_setting}, caps up to "
+            f"{s.constraint.metric} is {format_number(s.best_value)} ({s.best_setting}, caps up to "
             f"{s.max_k}, {caps}; the written setting {w.setting} reaches "
-            f"{_fmt(s.written_value)})"
+            f"{format_number(s.written_value)})"
         )
         chosen = w.search.sweep.mean(w.search.chosen, s.constraint.metric)
         if n_cal < n_all and s.constraint.violation(np.array([chosen]))[0] == 0:
             missed = s.constraint.violation(np.array([s.written_value]))[0]
             line += (
-                f"; it was met where chosen: {w.tested} reaches {_fmt(chosen)} on the "
+                f"; it was met where chosen: {w.tested} reaches {format_number(chosen)} on the "
                 f"{n_cal} calibration queries, and the written setting misses it on all "
-                f"{n_all} by {_fmt(missed)}"
+                f"{n_all} by {format_number(missed)}"
             )
         out.append(line)
     return out
@@ -773,7 +775,3 @@ def _why(header: Header, r: RunCalibration) -> str:
     if r.written_params != r.chosen_params or r.fallback is not None:
         text += f"; refitted on all {len(header.qids)} queries: {describe_point(r.written_params)}"
     return text
-
-
-def _fmt(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.3f}"
