@@ -410,6 +410,4 @@ def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> Reran
         )
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
     scores = {q: dict(c) for q, c in cands.items()}
-    return RerankScores(
-        p.stem, kind, scores, f"run:{p}:{digest}", None, None, f"run:{p}", n_cached=0
-    )
+    return RerankScores(p.stem, kind, scores, f"run:{p}:{digest}", None, None, f"run:{p}")
