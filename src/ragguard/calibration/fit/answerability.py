@@ -5,7 +5,7 @@ queries alone, tested from the lowest up); docs/guides/calibrate.md says what it
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
@@ -291,6 +291,15 @@ class AnswerabilityResult:
             text += f"; at least {need} answerable calibration queries are needed"
         return text + ")"
 
+    def _calibration(self, number: Callable[[float], object]) -> dict[str, object]:
+        return {
+            "answerable": self.calibration_answerable,
+            "unanswerable": self.calibration_unanswerable,
+            "lost": number(self.calibration_lost),
+            "caught": number(self.calibration_caught),
+            "lost_upper_bound": number(self.lost_bound),
+        }
+
     def provenance(self) -> dict[str, Any]:
         """The answerability part of the config's provenance (TOML-ready)."""
         out: dict[str, Any] = {
@@ -306,13 +315,7 @@ class AnswerabilityResult:
             "queries; per-query loss 1 when an answerable query abstains",
             "certified_on": "calibration queries",
             "floors_tested": int(self.floors.size),
-            "calibration": {
-                "answerable": self.calibration_answerable,
-                "unanswerable": self.calibration_unanswerable,
-                "lost": finite(self.calibration_lost),
-                "caught": finite(self.calibration_caught),
-                "lost_upper_bound": finite(self.lost_bound),
-            },
+            "calibration": self._calibration(finite),
             "check": {
                 "split": self.split,
                 "answerable": self.heldout_answerable,
@@ -339,13 +342,7 @@ class AnswerabilityResult:
             "setting": self.setting,
             "floors_tested": int(self.floors.size),
             "statement": self.statement(),
-            "calibration": {
-                "answerable": self.calibration_answerable,
-                "unanswerable": self.calibration_unanswerable,
-                "lost": json_number(self.calibration_lost),
-                "caught": json_number(self.calibration_caught),
-                "lost_upper_bound": json_number(self.lost_bound),
-            },
+            "calibration": self._calibration(json_number),
             "check": {
                 "split": self.split,
                 "level": self.level,

@@ -164,7 +164,6 @@ class Reliability:
     """A reliability diagram's data: per equal-width probability bin, the mean predicted
     probability, the observed frequency of relevance and the count (NaN where empty)."""
 
-    edges: F64
     predicted: F64
     observed: F64
     counts: NDArray[np.int64]
@@ -185,7 +184,6 @@ def reliability(p: ArrayLike, y: ArrayLike, bins: int = 10) -> Reliability:
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise ConfigError(f"bins must be a whole number >= 1, got {bins!r}")
     ps, ys = _pairs(p, y)
-    edges = np.linspace(0.0, 1.0, bins + 1)
     idx = np.clip(np.floor(np.clip(ps, 0.0, 1.0) * bins).astype(np.intp), 0, bins - 1)
     counts = np.bincount(idx, minlength=bins).astype(np.int64)
     psum = np.bincount(idx, weights=ps, minlength=bins)
@@ -193,7 +191,7 @@ def reliability(p: ArrayLike, y: ArrayLike, bins: int = 10) -> Reliability:
     with np.errstate(invalid="ignore", divide="ignore"):
         predicted = np.where(counts > 0, psum / np.maximum(counts, 1), np.nan)
         observed = np.where(counts > 0, ysum / np.maximum(counts, 1), np.nan)
-    return Reliability(edges, predicted, observed, counts)
+    return Reliability(predicted, observed, counts)
 
 
 def expected_calibration_error(p: ArrayLike, y: ArrayLike, bins: int = 10) -> float:

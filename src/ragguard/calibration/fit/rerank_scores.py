@@ -350,29 +350,18 @@ def score_candidates(
     finally:
         if cache is not None:
             cache.close()
-    if failed and not any(scores.values()):
-        first = next(iter(failed.values()))
-        raise RerankError(
-            f"the reranker failed: {len(failed)} of {calls} rerank calls failed (first: "
-            f"{first}) and no query has a rerank score; fix the reranker, then calibrate "
-            "again"
-        )
     model = reranker.model_name if isinstance(reranker, CrossEncoderReranker) else None
     external = None if model is not None else _callable_spec(reranker)
-    logger.info("rerank scores: %d computed, %d from the cache (%s)", computed, cached, name)
-    return RerankScores(
-        name,
-        kind,
-        scores,
-        identity,
-        key,
-        model,
-        external,
-        n_computed=computed,
-        n_cached=cached,
-        failed=failed,
-        n_calls=calls,
+    out = RerankScores(
+        name, kind, scores, identity, key, model, external, computed, cached, failed, calls
     )
+    if failed and not any(scores.values()):
+        raise RerankError(
+            f"the reranker failed: {out.failure_note()} and no query has a rerank score; fix "
+            "the reranker, then calibrate again"
+        )
+    logger.info("rerank scores: %d computed, %d from the cache (%s)", computed, cached, name)
+    return out
 
 
 def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> RerankScores:
@@ -421,6 +410,4 @@ def read_rerank_run(path: PathLike, score_kind: ScoreKind | str | None) -> Reran
         )
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
     scores = {q: dict(c) for q, c in cands.items()}
-    return RerankScores(
-        p.stem, kind, scores, f"run:{p}:{digest}", None, None, f"run:{p}", n_cached=0
-    )
+    return RerankScores(p.stem, kind, scores, f"run:{p}:{digest}", None, None, f"run:{p}")

@@ -110,8 +110,6 @@ class Certification:
     p_values: F64
     risks: F64
     n: int
-    alpha: float
-    delta: float
 
     @property
     def last(self) -> int:
@@ -148,7 +146,7 @@ def certify_means(risks: ArrayLike, n: int, alpha: float, delta: float) -> Certi
         p[i] = hb_p_value(r, n, alpha)
         if p[i] > delta:
             break
-    return Certification(fixed_sequence(p.tolist(), delta), p, means, n, alpha, delta)
+    return Certification(fixed_sequence(p.tolist(), delta), p, means, n)
 
 
 # --------------------------------------------------------------------------- the sweep's guarantee

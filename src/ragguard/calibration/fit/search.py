@@ -247,15 +247,10 @@ def search(
     # refit on all queries: the family (fallback_family after a fallback) re-selected;
     # a guarantee is not refitted (what the calibration queries certify is written, and
     # the held-out queries check it)
-    if g_result is not None:
-        written = chosen
-        written_feasible = meets_constraints(full, written, cons)
-    else:
-        assert selection is not None
-        members = selection.members[selection.chosen]
-        if fallback is not None and fallback_family is not None:
-            members = tuple(fallback_family)
-        written, written_feasible = refit(full, members, objective, cons)
+    members = (chosen,) if selection is None else selection.members[selection.chosen]
+    if fallback is not None and fallback_family is not None:
+        members = tuple(fallback_family)
+    written, written_feasible = refit(full, members, objective, cons)
     return RunCalibration(
         space=space,
         chosen=chosen,

@@ -255,19 +255,9 @@ def compare_values(
     m = base.shape[0]
     sample = np.concatenate((base.T, guard.T, diff.T), axis=1)  # (n, 3M)
     boot = bootstrap_means(sample, n_bootstrap, rng) if n > 0 else np.full((1, 3 * m), np.nan)
-    b_iv = _intervals(sample[:, :m], boot[:, :m], level)
-    g_iv = _intervals(sample[:, m : 2 * m], boot[:, m : 2 * m], level)
-    d_iv = _intervals(sample[:, 2 * m :], boot[:, 2 * m :], level)
     names = tuple(metrics)
-    return Comparison(
-        split,
-        rows,
-        names,
-        dict(zip(names, b_iv, strict=True)),
-        dict(zip(names, g_iv, strict=True)),
-        dict(zip(names, d_iv, strict=True)),
-        base,
-        guard,
-        level,
-        n_bootstrap,
+    b, g, d = (
+        dict(zip(names, _intervals(sample[:, s], boot[:, s], level), strict=True))
+        for s in (slice(0, m), slice(m, 2 * m), slice(2 * m, None))
     )
+    return Comparison(split, rows, names, b, g, d, base, guard, level, n_bootstrap)

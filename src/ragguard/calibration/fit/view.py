@@ -36,6 +36,7 @@ from ragguard.calibration.fit.sweep import (
     B,
     OptimalK,
     SweepGrid,
+    SweepResult,
     choose,
     describe_point,
     is_plain_top_k,
@@ -181,14 +182,16 @@ class ConstraintCost:
 
     def line(self) -> str:
         """The cost in one line, as the console and the report print it."""
-        best = f"{_fmt(self.best)} ({self.best_setting})" if math.isfinite(self.best) else "none"
+        best = f"{format_number(self.best)} ({self.best_setting})"
+        best = best if math.isfinite(self.best) else "none"
         same = ", also the best plain top-k" if self.free_setting == self.top_k else ""
         text = (
             f"mean {self.objective} on the calibration queries {best} with {self.constraints}, "
-            f"{_fmt(self.free)} ({self.free_setting}{same}) without"
+            f"{format_number(self.free)} ({self.free_setting}{same}) without"
         )
         if not same:
-            text += f"; the best plain top-k without them: {self.top_k} ({_fmt(self.top_k_value)})"
+            top = format_number(self.top_k_value)
+            text += f"; the best plain top-k without them: {self.top_k} ({top})"
         c, obj = self.check.comparison, self.objective
         if self.worse is not None:
             return f"{text}. {self.worse[0].upper()}{self.worse[1:]}"
@@ -222,16 +225,14 @@ class GuaranteeView:
 
 @dataclass(frozen=True)
 class RuleRow:
-    """The best setting of one label-free cut rule on the calibration queries
-    (``ResultView.rules``): the rule, the setting, whether it meets the constraints,
-    and its objective, evidence recall and recall."""
+    """The best setting of one group of settings (a label-free cut rule, a conflict
+    setting) on the calibration queries: the group, the setting, whether it meets the
+    constraints, and its means (``ResultView.rules``, ``ConflictView.best``)."""
 
     rule: str
     setting: str
     feasible: bool
-    objective: float
-    evidence_recall: float
-    recall: float
+    values: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,7 @@ class ConflictView:
 
     swept: tuple[str, ...]
     written: str
-    best: tuple[tuple[str, str, bool, float, float, float], ...]
+    best: tuple[RuleRow, ...]
     max_k: int
     similarity: float | None
     detection: tuple[tuple[float, str, ConflictDetection], ...]
@@ -596,11 +597,18 @@ def _rules(header: Header, r: RunCalibration) -> tuple[RuleRow, ...]:
             continue
         extra = f"+{p.gap_buffer}" if p.cut is CutRule.GAP else f"@{p.autocut_jumps}"
         groups.setdefault(p.cut.value + extra, []).append(i)
+    return _best_of(header, r.sweep, groups, (header.objective, EVIDENCE, "recall"))
+
+
+def _best_of(
+    header: Header, sweep: SweepResult, groups: Mapping[str, list[int]], metrics: Sequence[str]
+) -> tuple[RuleRow, ...]:
+    """The best setting of each group of ``sweep``'s points, with its means of ``metrics``."""
     rows = []
     for key, members in groups.items():
-        i, ok = choose(r.sweep, header.objective, header.constraints, among=members)
-        means = [r.sweep.mean(i, m) for m in (header.objective, EVIDENCE, "recall")]
-        rows.append(RuleRow(key, describe_point(r.sweep.points[i]), ok, *means))
+        i, ok = choose(sweep, header.objective, header.constraints, among=members)
+        means = tuple(sweep.mean(i, m) for m in metrics)
+        rows.append(RuleRow(key, describe_point(sweep.points[i]), ok, means))
     return tuple(rows)
 
 
@@ -611,15 +619,12 @@ def _conflicts(header: Header, r: RunCalibration) -> ConflictView | None:
     if not isinstance(kernel, StageKernels):
         return None
     obj, sweep = header.objective, r.sweep
-    best = []
-    for setting in kernel.settings:
-        among = [i for i, p in enumerate(sweep.points) if setting_of(p) == setting]
-        if not among:
-            continue
-        i, ok = choose(sweep, obj, header.constraints, among=among)
-        name, point = describe_conflicts(setting), describe_point(sweep.points[i])
-        rate, kept = sweep.mean(i, "distractor_rate"), sweep.mean(i, PASSAGES)
-        best.append((name, point, ok, sweep.mean(i, obj), rate, kept))
+    groups = {
+        describe_conflicts(c): [i for i, p in enumerate(sweep.points) if setting_of(p) == c]
+        for c in kernel.settings
+    }
+    groups = {name: among for name, among in groups.items() if among}
+    best = _best_of(header, sweep, groups, (obj, "distractor_rate", PASSAGES))
     w = r.written_params
     max_k = min(w.max_k, max(kernel.width, 1))
     splits = [("calibration", header.calibration_rows)]
@@ -633,7 +638,7 @@ def _conflicts(header: Header, r: RunCalibration) -> ConflictView | None:
     return ConflictView(
         swept=tuple(describe_conflicts(c) for c in kernel.settings),
         written=describe_conflicts(setting_of(w)),
-        best=tuple(best),
+        best=best,
         max_k=max_k,
         similarity=None if w.conflicts is ConflictMode.OFF else w.conflict_similarity,
         detection=detection,
@@ -715,17 +720,17 @@ def _unmet(
     for s in shortfalls(w, header.constraints):
         line = (
             f"no setting meets {s.constraint} on all {n_all} queries: the best reachable "
-            f"{s.constraint.metric} is {_fmt(s.best_value)} ({s.best_setting}, caps up to "
+            f"{s.constraint.metric} is {format_number(s.best_value)} ({s.best_setting}, caps up to "
             f"{s.max_k}, {caps}; the written setting {w.setting} reaches "
-            f"{_fmt(s.written_value)})"
+            f"{format_number(s.written_value)})"
         )
         chosen = w.search.sweep.mean(w.search.chosen, s.constraint.metric)
         if n_cal < n_all and s.constraint.violation(np.array([chosen]))[0] == 0:
             missed = s.constraint.violation(np.array([s.written_value]))[0]
             line += (
-                f"; it was met where chosen: {w.tested} reaches {_fmt(chosen)} on the "
+                f"; it was met where chosen: {w.tested} reaches {format_number(chosen)} on the "
                 f"{n_cal} calibration queries, and the written setting misses it on all "
-                f"{n_all} by {_fmt(missed)}"
+                f"{n_all} by {format_number(missed)}"
             )
         out.append(line)
     return out
@@ -770,7 +775,3 @@ def _why(header: Header, r: RunCalibration) -> str:
     if r.written_params != r.chosen_params or r.fallback is not None:
         text += f"; refitted on all {len(header.qids)} queries: {describe_point(r.written_params)}"
     return text
-
-
-def _fmt(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.3f}"

@@ -138,11 +138,8 @@ class WrittenSetting:
     def checked_band(self) -> SafetyBand | None:
         """The safety band of ``checked_rate`` (``None`` when it is NaN): what the
         next steps (``ResultView.next_steps``) are suggested on."""
-        return _band(self.checked_rate)
-
-
-def _band(rate: float) -> SafetyBand | None:
-    return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
+        rate = self.checked_rate
+        return None if math.isnan(rate) else safety_band(min(max(rate, 0.0), 1.0))
 
 
 def written_setting(

@@ -12,7 +12,7 @@ from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.statistics import Interval
 from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.fit.sweep import PASSAGES, lower_is_better
-from ragguard.calibration.fit.view import CheckView, Example, GuaranteeView, ResultView
+from ragguard.calibration.fit.view import CheckView, Example, GuaranteeView, ResultView, RuleRow
 from ragguard.calibration.report.document import Block, Bullets, Figure, Heading, Para, Table
 from ragguard.config import GuardConfig
 from ragguard.policy import ConflictMode
@@ -678,6 +678,17 @@ def _examples(view: ResultView) -> list[Block]:
     return blocks
 
 
+def _best_rows(rows: tuple[RuleRow, ...], digits: tuple[int, ...]) -> tuple[tuple[str, ...], ...]:
+    return tuple(
+        (
+            x.rule,
+            x.setting + ("" if x.feasible else " (fails constraints)"),
+            *map(format_number, x.values, digits),
+        )
+        for x in rows
+    )
+
+
 def _conflicts(view: ResultView) -> list[Block]:
     """The conflict settings swept, the best of each, and how well detection finds the
     labelled distractors at each similarity swept, on the calibration and the held-out
@@ -686,16 +697,7 @@ def _conflicts(view: ResultView) -> list[Block]:
     if cv is None:
         return []
     obj = view.header.objective
-    rows = tuple(
-        (
-            name,
-            point + ("" if ok else " (fails constraints)"),
-            format_number(objective),
-            format_number(rate),
-            format_number(kept, 2),
-        )
-        for name, point, ok, objective, rate, kept in cv.best
-    )
+    rows = _best_rows(cv.best, (3, 3, 2))
     written = cv.written
     blocks: list[Block] = [
         Heading(1, "Conflicting passages"),
@@ -810,16 +812,7 @@ def _grid_section(view: ResultView, figs: list[Figure]) -> list[Block]:
     )
     blocks += [f for f in figs if f.name == "heatmap.png"]
     if view.rules:
-        rows = tuple(
-            (
-                x.rule,
-                x.setting + ("" if x.feasible else " (fails constraints)"),
-                format_number(x.objective),
-                format_number(x.evidence_recall),
-                format_number(x.recall),
-            )
-            for x in view.rules
-        )
+        rows = _best_rows(view.rules, (3, 3, 3))
         blocks.append(
             Para(
                 "Best setting of each label-free cut rule under the same objective and "
