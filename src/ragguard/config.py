@@ -579,16 +579,12 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             _arguments_only.reset(token)
 
 
-SCHEMA_ID = "https://example.invalid/ragguard/ragguard.schema.json"
-
-
 def config_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a ``ragguard.toml`` file."""
-    schema = GuardConfig.model_json_schema()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": SCHEMA_ID,
-        **schema,
+        "$id": "https://example.invalid/ragguard/ragguard.schema.json",
+        **GuardConfig.model_json_schema(),
         "title": "ragguard.toml",
     }
 
