@@ -435,12 +435,8 @@ class TrainedReranker:
         elif card.kind in CROSS_KINDS:
             self._cross = load_cross_encoder(self.folder, device)
         else:
-            head = card.fusion_head
-            assert head is not None and card.encoder is not None  # checked by ModelCard
-            self._mean = np.asarray(head.mean, dtype=np.float64)
-            self._scale = np.asarray(head.scale, dtype=np.float64)
-            self._coef = np.asarray(head.coef, dtype=np.float64)
-            self._intercept = head.intercept
+            assert card.fusion_head is not None and card.encoder is not None  # ModelCard's rule
+            self._head = card.fusion_head
             lexical = Lexical.read(self.folder / "lexical.json")
             cross = None
             if card.cross_encoder is not None:
@@ -469,8 +465,8 @@ class TrainedReranker:
             )
             out: NDArray[np.float64] = np.asarray(vecs, dtype=np.float64) @ q
             return out
-        x = self._signals.matrix(query, texts)
-        return np.asarray(((x - self._mean) / self._scale) @ self._coef + self._intercept)
+        h, x = self._head, self._signals.matrix(query, texts)
+        return np.asarray(((x - h.mean) / h.scale) @ h.coef + h.intercept)
 
     def __repr__(self) -> str:
         return f"TrainedReranker({self.model_name!r}, kind={self.kind!r})"
