@@ -136,9 +136,7 @@ def rerank_probabilities(
     norm = normalize(raw, kind)
     if probability_map is None:
         return norm
-    x = np.asarray(raw, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[None, :]
+    x = np.atleast_2d(np.asarray(raw, dtype=np.float64))  # normalize checked it is 1-D or 2-D
     mapped = probability_map.apply(np.where(norm.valid, x, 0.0), kind)
     issues: dict[ScoreIssue, int] = {
         i: n for i, n in norm.issues.items() if i is not ScoreIssue.LOGIT_IN_UNIT_INTERVAL
