@@ -263,27 +263,24 @@ class CrossEncoderReranker:
             return model
         with self._load_lock:
             if self._model is None:
-                self._model, self._kind = self._load()
+                started = time.perf_counter()
+                model, kind = load_pair_scorer(
+                    self.model_name,
+                    device=self.device,
+                    max_length=self.max_length,
+                    score_kind=self._explicit_kind,
+                    **self._model_kwargs,
+                )
+                if not isinstance(model, TrainedReranker):
+                    logger.info(
+                        "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
+                        self.model_name,
+                        model.device,
+                        time.perf_counter() - started,
+                        kind.value,
+                    )
+                self._model, self._kind = model, kind
             return self._model
-
-    def _load(self) -> tuple[CrossEncoder | TrainedReranker, ScoreKind]:
-        started = time.perf_counter()
-        model, kind = load_pair_scorer(
-            self.model_name,
-            device=self.device,
-            max_length=self.max_length,
-            score_kind=self._explicit_kind,
-            **self._model_kwargs,
-        )
-        if not isinstance(model, TrainedReranker):
-            logger.info(
-                "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
-                self.model_name,
-                model.device,
-                time.perf_counter() - started,
-                kind.value,
-            )
-        return model, kind
 
     @property
     def score_kind(self) -> ScoreKind:
