@@ -26,22 +26,16 @@ def _leaves(annotation: Any) -> list[Any]:
     return [annotation]
 
 
-def _number_not_bool(annotation: Any) -> bool:
-    leaves = _leaves(annotation)
-    if bool in leaves or Any in leaves:
-        return False
-    return any(leaf in (int, float) for leaf in leaves)
-
-
 class NumbersNotBools(BaseModel):
     """Base of the config models: ``true`` / ``false`` for a number field is an error."""
 
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        name = info.field_name
-        if isinstance(value, bool) and name and _number_not_bool(cls.model_fields[name].annotation):
-            raise ValueError("must be a number, not a boolean (true/false)")
+        if isinstance(value, bool) and info.field_name:
+            leaves = _leaves(cls.model_fields[info.field_name].annotation)
+            if bool not in leaves and Any not in leaves and (int in leaves or float in leaves):
+                raise ValueError("must be a number, not a boolean (true/false)")
         return value
 
 

@@ -30,10 +30,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -228,20 +228,6 @@ def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"{p} is not valid TOML: {exc}") from exc
 
 
-class _FileSource(PydanticBaseSettingsSource):
-    """Values read from a TOML file by ``GuardConfig.from_file``."""
-
-    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self._data = data
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._data)
-
-
 def _env_names(field: str) -> list[str]:
     name = (ENV_PREFIX + field).upper()
     return [k for k in os.environ if k.upper() == name or k.upper().startswith(name + "__")]
@@ -411,7 +397,7 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         loaded = _loaded_file.get()
         if loaded is None:
             return init_settings, env_settings
-        return init_settings, env_settings, _FileSource(settings_cls, loaded[1])
+        return init_settings, env_settings, InitSettingsSource(settings_cls, loaded[1])
 
     @field_validator("conflict_prefer")
     @classmethod
@@ -593,16 +579,12 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             _arguments_only.reset(token)
 
 
-SCHEMA_ID = "https://example.invalid/ragguard/ragguard.schema.json"
-
-
 def config_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a ``ragguard.toml`` file."""
-    schema = GuardConfig.model_json_schema()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": SCHEMA_ID,
-        **schema,
+        "$id": "https://example.invalid/ragguard/ragguard.schema.json",
+        **GuardConfig.model_json_schema(),
         "title": "ragguard.toml",
     }
 

@@ -344,37 +344,26 @@ def conflict_stage(
         all_pairs.append(row)
         if not row or mode is ConflictMode.FLAG:
             continue
-        best_sim: dict[tuple[int, int], float] = {(p.a, p.b): p.similarity for p in row}
-
-        def drop(
-            c: int, other: int, q: int = q, best_sim: dict[tuple[int, int], float] = best_sim
-        ) -> None:
-            reasons[q, c] = _CONFLICT
-            partner[q, c] = other
-            sim[q, c] = best_sim.get((min(c, other), max(c, other)), np.nan)
-
-        if mode is ConflictMode.KEEP_FIRST:
-            _keep_first(row, drop)
-            continue
-        for group in conflict_groups(reasons.shape[1], row):
+        best_sim = {(p.a, p.b): p.similarity for p in row}
+        keep_first = mode is ConflictMode.KEEP_FIRST
+        drops = _keep_first(row) if keep_first else []
+        for group in () if keep_first else conflict_groups(reasons.shape[1], row):
             if mode is ConflictMode.DROP:
-                for c in group:
-                    drop(c, next(_partners(c, row)))
+                drops += [(c, next(_partners(c, row))) for c in group]
                 continue
             assert prefer is not None
             winner = _preferred(group, prefer[q], descending)
             if winner is None:
                 incomparable.append(q)
-                _keep_first([p for p in row if p.a in group], drop)
+                drops += _keep_first([p for p in row if p.a in group])
                 continue
             for c in group:
                 if c != winner:
-                    drop(
-                        c,
-                        winner
-                        if (min(c, winner), max(c, winner)) in best_sim
-                        else next(_partners(c, row)),
-                    )
+                    pair = (min(c, winner), max(c, winner))
+                    drops.append((c, winner if pair in best_sim else next(_partners(c, row))))
+        for c, other in drops:
+            reasons[q, c], partner[q, c] = _CONFLICT, other
+            sim[q, c] = best_sim.get((min(c, other), max(c, other)), np.nan)
     new = replace(state, reasons=reasons, partner=partner, similarity=sim)
     return new, all_pairs, incomparable
 
@@ -387,12 +376,13 @@ def _partners(c: int, pairs: Sequence[Pair]) -> Iterator[int]:
             yield p.a
 
 
-def _keep_first(pairs: Sequence[Pair], drop: Callable[[int, int], None]) -> None:
-    dropped: set[int] = set()
+def _keep_first(pairs: Sequence[Pair]) -> list[tuple[int, int]]:
+    """(dropped, partner): each pair's later member, unless either is already dropped."""
+    dropped: dict[int, int] = {}
     for p in sorted(pairs, key=lambda p: (p.b, p.a)):
         if p.b not in dropped and p.a not in dropped:
-            dropped.add(p.b)
-            drop(p.b, p.a)
+            dropped[p.b] = p.a
+    return list(dropped.items())
 
 
 _RULES = {

@@ -8,6 +8,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from ragguard import _tracing, adapters
@@ -105,7 +106,9 @@ class ContextGuard:
         self._warned: set[object] = set()
         self._lock = threading.Lock()
         self._params = self.config.policy_params()
-        self._unscored = self.config.policy_params(score_rules=False)
+        unscored = self.config.policy_params(score_rules=False)
+        kind = self.config.score_kind
+        self._start = partial(start, default_kind=kind, params=self._params, unscored=unscored)
         self._stage: RerankStage | None = None
         if self.config.rerank.enabled:
             self._stage = RerankStage(self.config.rerank, reranker)
@@ -212,10 +215,10 @@ class ContextGuard:
                 [`RerankWarning`][ragguard.RerankWarning].
         """
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
-            state = self._start(query, candidates, score_kind, scored, max_k)
-            selection = run(self.stages, state)
-            self._emit(state)
-            return traced(self._deliver(selection))
+            state = self._start(
+                query, candidates, score_kind=score_kind, scored=scored, max_k=max_k
+            )
+            return traced(self._deliver(state, run(self.stages, state)))
 
     async def aselect(
         self,
@@ -229,40 +232,10 @@ class ContextGuard:
         """Async form of [`select`][ragguard.ContextGuard.select]: the rerank model call runs
         in a worker thread, off the event loop. Raises what ``select`` raises."""
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
-            state = self._start(query, candidates, score_kind, scored, max_k)
-            selection = await arun(self.stages, state)
-            self._emit(state)
-            return traced(self._deliver(selection))
-
-    def _start(
-        self,
-        query: str,
-        candidates: Iterable[Candidate],
-        score_kind: ScoreKind | str | None,
-        scored: bool,
-        max_k: int | None,
-    ) -> State:
-        return start(
-            query,
-            candidates,
-            score_kind=score_kind,
-            scored=scored,
-            max_k=max_k,
-            default_kind=self.config.score_kind,
-            params=self._params,
-            unscored=self._unscored,
-        )
-
-    def _emit(self, state: State) -> None:
-        """Emit the stages' warnings, each once per guard; called by select() / aselect()
-        themselves so that ``stacklevel`` points at their caller."""
-        for w in state.warnings:  # usually none
-            if w.key is not None:
-                with self._lock:
-                    if w.key in self._warned:
-                        continue
-                    self._warned.add(w.key)
-            warnings.warn(w.message, w.category, stacklevel=3)
+            state = self._start(
+                query, candidates, score_kind=score_kind, scored=scored, max_k=max_k
+            )
+            return traced(self._deliver(state, await arun(self.stages, state)))
 
     @overload
     def wrap(
@@ -320,7 +293,16 @@ class ContextGuard:
             "haystack_adapter.GuardRanker", adapters.component("as_haystack", self, **options)
         )
 
-    def _deliver(self, selection: Selection) -> Selection:
+    def _deliver(self, state: State, selection: Selection) -> Selection:
+        """Emit the stages' warnings, each once per guard (``stacklevel``: the caller of
+        select() / aselect()), log the selection and hand it to ``on_selection``."""
+        for w in state.warnings:  # usually none
+            if w.key is not None:
+                with self._lock:
+                    if w.key in self._warned:
+                        continue
+                    self._warned.add(w.key)
+            warnings.warn(w.message, w.category, stacklevel=3)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "ragguard kept %d of %d candidates for query %r",

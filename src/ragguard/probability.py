@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from ragguard._fields import ConfigModel
 from ragguard.errors import ConfigError
-from ragguard.scores import Normalized, ScoreIssue, ScoreKind, normalize
+from ragguard.scores import Normalized, ScoreIssue, ScoreKind, normalize, not_one_of
 
 _EPS = 1e-12
 
@@ -27,9 +27,7 @@ class MapMethod(StrEnum):
 
     @classmethod
     def _missing_(cls, value: object) -> MapMethod:
-        # MapMethod("platt_scaling") is a user's mistake in a setting: say what is allowed
-        allowed = ", ".join(repr(m.value) for m in cls)
-        raise ConfigError(f"a probability map's method must be one of {allowed}; got {value!r}")
+        raise not_one_of(cls, value, "a probability map's method")
 
 
 def _sigmoid(x: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -136,9 +134,7 @@ def rerank_probabilities(
     norm = normalize(raw, kind)
     if probability_map is None:
         return norm
-    x = np.asarray(raw, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[None, :]
+    x = np.atleast_2d(np.asarray(raw, dtype=np.float64))  # normalize checked it is 1-D or 2-D
     mapped = probability_map.apply(np.where(norm.valid, x, 0.0), kind)
     issues: dict[ScoreIssue, int] = {
         i: n for i, n in norm.issues.items() if i is not ScoreIssue.LOGIT_IN_UNIT_INTERVAL

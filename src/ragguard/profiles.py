@@ -71,49 +71,24 @@ class ProfileSpec(ConfigModel, NumbersNotBools):
     partial_grade: Grade | None = None
 
 
-def _builtin(
-    name: str,
-    tolerance: str,
-    description: str,
-    ratio: float,
-    ranks: int,
-    known: float,
-    hard: float,
-    max_k: int,
-    t: float,
-) -> Profile:
-    return Profile(
-        name=name,
-        tolerance=tolerance,
-        description=description,
-        distractor_score_ratio=ratio,
-        distractor_top_ranks=ranks,
-        known_distractor_penalty=known,
-        hard_negative_penalty=hard,
-        max_k=max_k,
-        min_k=1,
-        relative_threshold=t,
-    )
-
-
 # Why: medical, legal: a wrong dosage or a superseded statute read as fact costs most, so
 # every non-relevant passage above half the top score is a full distractor, and 3 passages
 # within 80% are kept. support: the write-up's defaults. creative: related material mostly
 # inspires, so only passages within 90% or at rank 1 count, lightly, and 8 are kept. code:
 # a wrong-version API compiles into wrong code (strict), but snippets need neighbours (5).
 BUILTIN_PROFILES: Mapping[str, Profile] = {
-    p.name: p
-    for p in (
-        _builtin("medical", "very low", "Clinical and health content; distractors can harm.",
-                 0.5, 3, -1.0, -1.0, 3, 0.8),
-        _builtin("legal", "very low", "Law and compliance; superseded or foreign rules mislead.",
-                 0.5, 3, -1.0, -1.0, 3, 0.8),
-        _builtin("support", "medium", "Customer support and general Q&A (the default).",
-                 0.7, 3, -1.0, -0.5, 5, 0.7),
-        _builtin("creative", "high", "Creative writing; related material mostly inspires.",
-                 0.9, 1, -0.5, -0.2, 8, 0.5),
-        _builtin("code", "low", "Code generation; wrong-version APIs compile into bugs.",
-                 0.5, 3, -1.0, -1.0, 5, 0.75),
+    row[0]: Profile.model_validate(dict(zip(Profile.model_fields, row, strict=False)))
+    for row in (  # name, description, tolerance, the distractor rules, max_k, min_k, t
+        ("medical", "Clinical and health content; distractors can harm.", "very low",
+         0.5, 3, -1.0, -1.0, 3, 1, 0.8),
+        ("legal", "Law and compliance; superseded or foreign rules mislead.", "very low",
+         0.5, 3, -1.0, -1.0, 3, 1, 0.8),
+        ("support", "Customer support and general Q&A (the default).", "medium",
+         0.7, 3, -1.0, -0.5, 5, 1, 0.7),
+        ("creative", "Creative writing; related material mostly inspires.", "high",
+         0.9, 1, -0.5, -0.2, 8, 1, 0.5),
+        ("code", "Code generation; wrong-version APIs compile into bugs.", "low",
+         0.5, 3, -1.0, -1.0, 5, 1, 0.75),
     )
 }  # fmt: skip
 

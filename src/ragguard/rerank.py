@@ -263,27 +263,24 @@ class CrossEncoderReranker:
             return model
         with self._load_lock:
             if self._model is None:
-                self._model, self._kind = self._load()
+                started = time.perf_counter()
+                model, kind = load_pair_scorer(
+                    self.model_name,
+                    device=self.device,
+                    max_length=self.max_length,
+                    score_kind=self._explicit_kind,
+                    **self._model_kwargs,
+                )
+                if not isinstance(model, TrainedReranker):
+                    logger.info(
+                        "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
+                        self.model_name,
+                        model.device,
+                        time.perf_counter() - started,
+                        kind.value,
+                    )
+                self._model, self._kind = model, kind
             return self._model
-
-    def _load(self) -> tuple[CrossEncoder | TrainedReranker, ScoreKind]:
-        started = time.perf_counter()
-        model, kind = load_pair_scorer(
-            self.model_name,
-            device=self.device,
-            max_length=self.max_length,
-            score_kind=self._explicit_kind,
-            **self._model_kwargs,
-        )
-        if not isinstance(model, TrainedReranker):
-            logger.info(
-                "loaded cross-encoder %r on %s in %.1f s (scores: %s)",
-                self.model_name,
-                model.device,
-                time.perf_counter() - started,
-                kind.value,
-            )
-        return model, kind
 
     @property
     def score_kind(self) -> ScoreKind:
@@ -523,17 +520,16 @@ class RerankStage:
         try:
             fresh = None
             if missing:
-                todo = [texts[i] for i in missing]
-                if self._timeout_s is None:
-                    fresh = await asyncio.to_thread(self._call, query, todo)
-                else:
-                    # the stage's own threads: a call that runs past the budget keeps
-                    # running there, not in the event loop's default executor
-                    context = contextvars.copy_context()
-                    call = asyncio.get_running_loop().run_in_executor(
-                        self._pool(), context.run, self._call, query, todo
-                    )
-                    fresh = await asyncio.wait_for(call, self._timeout_s)
+                # the stage's own threads: a call that runs past the budget keeps
+                # running there, not in the event loop's default executor
+                call = asyncio.get_running_loop().run_in_executor(
+                    self._pool(),
+                    contextvars.copy_context().run,
+                    self._call,
+                    query,
+                    [texts[i] for i in missing],
+                )
+                fresh = await asyncio.wait_for(call, self._timeout_s)
             return self._merge(query, texts, cached, missing, fresh, started)
         except Exception as exc:
             return self._failed(exc, started)
@@ -599,13 +595,8 @@ class RerankStage:
             if self.cache is not None:
                 self.cache.put_many(query, [texts[i] for i in missing], fresh.tolist())
         elapsed = (time.perf_counter() - started) * 1000.0
-        return Scored(
-            raw=raw,
-            kind=kind,
-            error=None,
-            elapsed_ms=elapsed,
-            cache_hits=len(texts) - len(missing),
-        )
+        hits = len(texts) - len(missing)
+        return Scored(raw=raw, kind=kind, error=None, elapsed_ms=elapsed, cache_hits=hits)
 
     def _failed(self, exc: Exception, started: float) -> Scored:
         if isinstance(exc, RerankModelError | MissingDependencyError | ConfigError):

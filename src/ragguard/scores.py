@@ -26,6 +26,12 @@ from numpy.typing import ArrayLike, NDArray
 from ragguard.errors import ConfigError, EvalSetError
 
 
+def not_one_of(cls: type[StrEnum], value: object, setting: str) -> ConfigError:
+    """The error of ``cls(value)`` (``ScoreKind("cosine")``, a mistake in a setting)."""
+    allowed = ", ".join(repr(k.value) for k in cls)
+    return ConfigError(f"{setting} must be one of {allowed}; got {value!r}")
+
+
 class ScoreKind(StrEnum):
     """What a raw score is, which fixes its direction and its normalisation."""
 
@@ -37,9 +43,7 @@ class ScoreKind(StrEnum):
 
     @classmethod
     def _missing_(cls, value: object) -> ScoreKind:
-        # ScoreKind("cosine") is a user's mistake in a setting: say what is allowed
-        allowed = ", ".join(repr(k.value) for k in cls)
-        raise ConfigError(f"score_kind must be one of {allowed}; got {value!r}")
+        raise not_one_of(cls, value, "score_kind")
 
 
 class ScoreIssue(StrEnum):

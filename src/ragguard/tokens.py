@@ -50,13 +50,6 @@ def check_counter_spec(spec: str) -> str:
     return spec
 
 
-def _chars(ratio: float) -> Callable[[Sequence[str]], list[int]]:
-    def count(texts: Sequence[str]) -> list[int]:
-        return [math.ceil(len(t) / ratio) for t in texts]
-
-    return count
-
-
 def _tiktoken_cache() -> str:
     """Where tiktoken looks for cached encodings (``tiktoken.load.read_file_cached``)."""
     for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
@@ -148,7 +141,8 @@ def token_counter(spec: str = DEFAULT_TOKEN_COUNTER) -> TokenCounter:
     check_counter_spec(spec)
     kind, _, arg = spec.partition(":")
     if kind == "chars":
-        return TokenCounter(spec, _chars(float(arg)))
+        ratio = float(arg)
+        return TokenCounter(spec, lambda texts: [math.ceil(len(t) / ratio) for t in texts])
     if kind == "tiktoken":
         return TokenCounter(spec, _tiktoken(arg.strip()))
     return TokenCounter(spec, _hf(arg.strip()))

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ragguard._optional import require
 from ragguard.errors import RerankModelError
 from ragguard.scores import ScoreKind
 from ragguard.stages import words
@@ -65,7 +66,7 @@ def read_card(folder: str | Path) -> dict[str, Any]:
         raise RerankModelError(f"cannot read the model card {path}: {one_line(exc)}") from exc
     if not isinstance(card, dict) or card.get("format") != FORMAT:
         raise RerankModelError(f"{path} is not a ragguard model card of format {FORMAT}")
-    ModelCard.parse(card, path)
+    _validated(ModelCard, card, path)
     return card
 
 
@@ -156,11 +157,6 @@ class ModelCard(BaseModel):
             )
         return self
 
-    @classmethod
-    def parse(cls, card: object, path: Path) -> ModelCard:
-        """``card`` (read from ``path``) checked; raises ``RerankModelError``."""
-        return _validated(cls, card, path)
-
 
 class _LexicalFile(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -184,8 +180,6 @@ def path_like(spec: str) -> bool:
 def packaged_model(spec: str) -> Path:
     """The folder of a packaged model (only those of ``PACKAGED_MODELS``: a spec never
     makes ragguard import another package)."""
-    from ragguard._optional import require
-
     package = PACKAGED_MODELS.get(spec)
     if package is None:
         raise RerankModelError(
@@ -239,8 +233,6 @@ def check_model_files(folder: str | Path) -> None:
 
 def resolve_model(spec: str) -> Path:
     """The local folder of a packaged model, a local folder or a cached Hub name."""
-    from ragguard._optional import require
-
     if spec.startswith("package:"):
         return packaged_model(spec)
     if Path(spec).expanduser().is_dir():
@@ -278,8 +270,6 @@ def model_kind(spec: str) -> str:
 
 def load_encoder(spec: str, device: str | None = None) -> Any:
     """A SentenceTransformer from the packaged weights or a checked local folder."""
-    from ragguard._optional import require
-
     st = require("sentence_transformers", "rerank")
     path = packaged_model(spec) if spec.startswith("package:") else Path(spec).expanduser()
     if path.is_dir():
@@ -301,8 +291,6 @@ def load_cross_encoder(
 ) -> Any:
     """A local ``CrossEncoder`` that returns logits (``Identity`` activation); with
     ``num_labels=1`` a SentenceTransformer folder gets a new classification head."""
-    from ragguard._optional import require
-
     st = require("sentence_transformers", "rerank")
     import torch
 
@@ -437,7 +425,7 @@ class TrainedReranker:
         self.folder = Path(folder)
         self.model_name = str(folder)
         self.card = read_card(folder)
-        card = ModelCard.parse(self.card, self.folder / CARD_NAME)
+        card = ModelCard.model_validate(self.card)  # read_card checked it
         self.kind: str = card.kind
         self.device = device
         self._signals: Signals | None = None
@@ -447,12 +435,8 @@ class TrainedReranker:
         elif card.kind in CROSS_KINDS:
             self._cross = load_cross_encoder(self.folder, device)
         else:
-            head = card.fusion_head
-            assert head is not None and card.encoder is not None  # checked by ModelCard
-            self._mean = np.asarray(head.mean, dtype=np.float64)
-            self._scale = np.asarray(head.scale, dtype=np.float64)
-            self._coef = np.asarray(head.coef, dtype=np.float64)
-            self._intercept = head.intercept
+            assert card.fusion_head is not None and card.encoder is not None  # ModelCard's rule
+            self._head = card.fusion_head
             lexical = Lexical.read(self.folder / "lexical.json")
             cross = None
             if card.cross_encoder is not None:
@@ -481,8 +465,8 @@ class TrainedReranker:
             )
             out: NDArray[np.float64] = np.asarray(vecs, dtype=np.float64) @ q
             return out
-        x = self._signals.matrix(query, texts)
-        return np.asarray(((x - self._mean) / self._scale) @ self._coef + self._intercept)
+        h, x = self._head, self._signals.matrix(query, texts)
+        return np.asarray(((x - h.mean) / h.scale) @ h.coef + h.intercept)
 
     def __repr__(self) -> str:
         return f"TrainedReranker({self.model_name!r}, kind={self.kind!r})"
@@ -499,8 +483,6 @@ def load_pair_scorer(
     """The model that scores ``(query, passage)`` pairs for ``CrossEncoderReranker`` and a
     fusion head's ``cross_encoder`` signal, warmed up on one pair, and what its scores are:
     a trained folder's ``TrainedReranker`` or a sentence-transformers ``CrossEncoder``."""
-    from ragguard._optional import require
-
     local = Path(model).expanduser()
     if is_trained_folder(local):
         return TrainedReranker(local, device=device), score_kind or ScoreKind.LOGIT
