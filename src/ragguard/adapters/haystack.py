@@ -1,61 +1,13 @@
-"""Haystack adapter: [`GuardRanker`][ragguard.adapters.haystack.GuardRanker], a pipeline component
-(Haystack 2.x and 3.x).
+"""Haystack adapter: ``guard.as_haystack()`` returns a
+[`GuardRanker`][ragguard.adapters.haystack.GuardRanker], a pipeline component (Haystack 2.x
+and 3.x) between a retriever and the prompt builder::
 
-``guard.as_haystack()`` returns a [`GuardRanker`][ragguard.adapters.haystack.GuardRanker]. Put it
-between a retriever and the prompt builder; it takes the query and the retrieved documents and
-passes on only what the guard keeps::
-
-    pipe.add_component("retriever", InMemoryBM25Retriever(document_store=store, top_k=20))
     pipe.add_component("guard", guard.as_haystack())
     pipe.connect("retriever.documents", "guard.documents")
-    pipe.run({"retriever": {"query": q}, "guard": {"query": q}})["guard"]["documents"]
 
-Scores come from ``Document.score``. Their kind is the component's ``score_kind``, else
-the guard's ``config.score_kind``, else ``similarity``: Haystack's convention is that a
-document score is higher-is-better (``InMemoryBM25Retriever`` returns BM25 scores,
-``InMemoryEmbeddingRetriever`` cosine or dot-product similarity; with
-``scale_score=True`` both are squeezed into 0..1 and still rank the same way). Pass
-``score_kind="probability"`` to read scaled scores as probabilities (so an absolute
-``min_score`` means a probability), and ``score_kind="distance"`` for a document store
-whose scores are distances (lower is better). A ``None`` score follows the guard's
-``invalid_scores`` policy (dropped *with a reason* by default, never silently); when no
-document has a score at all, only ``max_k`` / ``min_k`` apply, with one warning.
-
-Kept documents are copies (same ``id``, ``content``, ``score``, every other field;
-a deep copy of ``meta`` and a copy of the embedding list) carrying the guard's decision
-under ``meta["ragguard"]`` (``metadata_key``). Two more output sockets carry what the
-selection says as a whole, also when it keeps nothing: ``verdict`` (``answerable``,
-``insufficient``: nothing kept, e.g. below ``min_evidence``; ``conflict``: two kept
-documents state different facts) and ``conflicts`` (one line per conflict group, e.g.
-``sources 'a' and 'b' disagree: 3,559 vs 4,112``); connect them to the prompt builder to
-tell the LLM, or read them from the pipeline's result. A ``meta`` value that cannot be
-deep-copied is kept by reference, as in the other adapters. The input documents are
-never modified. ``run_async`` awaits the guard's ``aselect`` (the rerank model call runs
-off the event loop), so ``AsyncPipeline`` runs it natively. ``top_k`` (constructor or
-``run``) caps the documents of one call, like a Haystack ranker's ``top_k``; otherwise
-the guard's ``max_k``.
-
-**Saving.** ``to_dict()`` / ``from_dict()`` (and so ``Pipeline.dumps()`` /
-``Pipeline.loads()``) save the guard's whole [`GuardConfig`][ragguard.GuardConfig] (every
-value, so the environment at load time changes nothing) and rebuild the guard from it.
-Haystack 3 imports only classes from an allowlist of modules when it loads a pipeline,
-so name ragguard there: ``Pipeline.loads(text, allowed_modules=["ragguard"])`` (or,
-process-wide, ``haystack.core.serialization.allow_deserialization_module("ragguard")``
-or ``HAYSTACK_DESERIALIZATION_ALLOWLIST=ragguard``). The built-in cross-encoder that
-``config.rerank`` describes is rebuilt from the config. A reranker passed in code
-(``ContextGuard(..., reranker=fn)``) is code, not data, and a pipeline file never makes
-ragguard import anything: the file saves the reranker's *name*, and loading looks that
-name up among the rerankers your code registered before loading
-([`ragguard.register_reranker`][ragguard.register_reranker]; the default name is the function's
-import path, ``"mypkg.rerankers.score"``, which is what files saved by earlier versions hold, so
-``register_reranker(score)`` makes them load). A reranker that is not registered is
-saved by its name only, and ``from_dict`` raises [`ConfigError`][ragguard.ConfigError]
-saying how to register it; or hand the component itself back,
-``Pipeline.from_dict(data, allowed_modules=[...], components={"guard":
-GuardRanker(guard)})``. ``on_selection`` is not saved.
-
-Bad options (``score_kind="cosine"``, ``top_k=0``, a guard that is not a
-[`ContextGuard`][ragguard.ContextGuard]) raise [`ConfigError`][ragguard.ConfigError].
+Scores are ``Document.score`` (a similarity unless ``score_kind`` says otherwise); the
+copies returned, the ``verdict`` and ``conflicts`` sockets, saving (``allowed_modules``,
+registered rerankers) and the options: docs/guides/adapters.md.
 """
 
 from __future__ import annotations

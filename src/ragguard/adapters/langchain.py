@@ -1,56 +1,9 @@
-"""LangChain adapter: a guarded ``BaseRetriever`` and a ``BaseDocumentCompressor``.
-
-``guard.wrap(retriever)`` returns a
+"""LangChain adapter: ``guard.wrap(retriever)`` returns a
 [`GuardedRetriever`][ragguard.adapters.langchain.GuardedRetriever], a real
-``langchain_core.retrievers.BaseRetriever``: it invokes, batches, streams events and composes in
-chains like the retriever it wraps.
-
-Where the scores come from (LangChain's ``Document`` has no score field), in order:
-
-1. **A plain ``VectorStoreRetriever``** (``vectorstore.as_retriever(...)``, search type
-   ``similarity`` or ``similarity_score_threshold``): ragguard asks its vector store for
-   the same search *with scores*: ``similarity_search_with_score`` (or, for
-   ``similarity_score_threshold``, ``similarity_search_with_relevance_scores``) with the
-   retriever's own ``search_kwargs`` (so it fetches the configured ``k``) plus any
-   invoke kwargs. The call runs as a child retriever run named after the original, so
-   callbacks and tags see it as before. The score kind is, in order: the adapter's
-   ``score_kind`` argument; what the store tells (see
-   [`store_score_kind`][ragguard.adapters.langchain.store_score_kind]: relevance scores are
-   probabilities, ``InMemoryVectorStore`` returns cosine similarity, a ``distance_strategy`` names
-   distances or inner products); the guard's ``config.score_kind``. Subclasses that override
-   ``_get_relevant_documents``, and the ``mmr`` search type, take path 2 or 3, so their behaviour
-   never changes.
-2. **Scores in document metadata**: other retrievers are invoked as they are; a document
-   whose metadata holds a number under one of ``score_keys`` (default
-   ``relevance_score``, then ``score``, as rerankers and hybrid retrievers write them)
-   uses it. The kind is the adapter's ``score_kind`` or the guard's
-   ``config.score_kind``; with neither, only ``max_k`` applies (one warning). A value
-   there that is no number (the string ``'0.9'``, a bool) is not read as a score, and
-   one [`ScoreWarning`][ragguard.ScoreWarning] per key names the key and the value: ragguard
-   never parses text into scores.
-3. **No scores at all**: only ``max_k`` / ``min_k`` apply, with one
-   [`ScoreWarning`][ragguard.ScoreWarning] saying so.
-
-Returned documents are copies (same ``id``) with the guard's decision under
-``metadata["ragguard"]`` (``metadata_key``), including the selection's ``verdict``
-(``answerable``, ``insufficient``, ``conflict``) and ``conflicts`` (a line per conflict
-group the document is in). Their metadata is deep-copied; a value that cannot be
-deep-copied (a lock, a client object) is kept by reference, so the copy and your
-document share that one object while everything around it is copied. Every selection is
-also sent as a custom callback event ``ragguard_selection`` on the retriever's run (its
-data: ``kept``, ``dropped``, ``warnings``, ``verdict`` and ``conflicts``; sent also when
-nothing is kept, so a callback handler's ``on_custom_event`` learns the ``insufficient``
-verdict that an empty document list cannot carry), logged at DEBUG on the ``ragguard``
-logger and passed to the guard's ``on_selection``.
-
-A document without an ``id`` is known to the guard (and in the selection event) by its
-position, ``#0``, ``#1``, ..., with as many ``#`` as it takes to differ from every real
-id in the same call, so it is never merged with another document as a duplicate.
-
-The number of documents: the constructor's ``k`` or ``invoke(query, k=3)`` caps this
-call (at most ``k`` documents); otherwise the guard's ``max_k``. Other invoke kwargs
-pass through to the wrapped retriever. Bad options (an unknown one, ``k=0``,
-``score_kind="cosine"``) raise [`ConfigError`][ragguard.ConfigError].
+``langchain_core.retrievers.BaseRetriever``, and ``guard.as_compressor()`` a
+``BaseDocumentCompressor``. Where the scores come from (a vector store searched with
+scores, ``score_keys`` in metadata, or none), the copies returned, the
+``ragguard_selection`` event and the options: docs/guides/adapters.md.
 """
 
 from __future__ import annotations

@@ -1,47 +1,10 @@
-"""LlamaIndex adapter: a guarded ``BaseRetriever`` and a ``BaseNodePostprocessor``.
-
-``guard.wrap(index.as_retriever(similarity_top_k=20))`` returns a
-[`GuardedRetriever`][ragguard.adapters.llamaindex.GuardedRetriever], a real ``llama_index.core``
-retriever, so it fits query engines and everything else that takes one. ``guard.as_postprocessor()``
-returns a [`GuardPostprocessor`][ragguard.adapters.llamaindex.GuardPostprocessor] for
-``node_postprocessors=[...]``.
-
-Scores come from ``NodeWithScore.score``. Their kind is the adapter's ``score_kind``, else
-the guard's ``config.score_kind``, else ``similarity``: LlamaIndex's convention is that a
-node score is a similarity, higher is better (its vector stores report similarities and
-its own ``SimilarityPostprocessor`` cuts below a cutoff). A ``None`` score follows the
-guard's ``invalid_scores`` policy (dropped *with a reason* by default, never silently);
-when no node has a score at all, only ``max_k`` / ``min_k`` apply, with one warning.
-
-Kept nodes are copies (``model_copy`` with deep-copied metadata, same node id, the same
-``NodeWithScore.score``) carrying the guard's decision under ``metadata["ragguard"]``,
-including the selection's ``verdict`` (``answerable``, ``insufficient``, ``conflict``)
-and ``conflicts`` (a line per conflict group the node is in); that key is added to the
-node's excluded LLM and embedding metadata keys, so it never reaches a prompt. A
-metadata value that cannot be deep-copied (a lock, a client object) is kept by
-reference: the copy and your node share that one object, while everything around it is
-copied. Every selection is dispatched as a
-[`RagguardSelectionEvent`][ragguard.adapters.llamaindex.RagguardSelectionEvent] on LlamaIndex's
-instrumentation bus (with ``verdict`` and ``conflicts``; also when nothing is kept, so an event
-handler learns the ``insufficient`` verdict that an empty node list cannot carry), logged at DEBUG
-and passed to the guard's ``on_selection``. The async paths await the inner retriever's
-``aretrieve`` and the guard's ``aselect``; nothing blocks the event loop.
-
-[`GuardPostprocessor`][ragguard.adapters.llamaindex.GuardPostprocessor] survives LlamaIndex
-serialisation: ``to_dict()`` / ``to_json()`` save the guard's whole
-[`GuardConfig`][ragguard.GuardConfig] (every value, so the environment at load time changes nothing)
-and ``from_dict()`` / ``from_json()`` rebuild the guard from it. A reranker passed in code
-(``ContextGuard(..., reranker=fn)``) and ``on_selection`` are code, not data, and loading never
-imports anything: the saved form names the reranker (by the name it is registered under,
-[`ragguard.register_reranker`][ragguard.register_reranker], else by its human name),
-``from_dict(data)`` looks that name up among the rerankers your code registered, and raises
-[`ConfigError`][ragguard.ConfigError] when there is none, until you register it or hand
-it back, ``from_dict(data, reranker=fn)``; ``on_selection`` is not restored
-(``from_dict(data, guard=guard)`` restores any guard as it is). The built-in
-cross-encoder that ``config.rerank`` describes is rebuilt from the config.
-
-Bad options (``score_kind="cosine"``, something that is not a retriever) raise
-[`ConfigError`][ragguard.ConfigError] or [`ArgumentTypeError`][ragguard.ArgumentTypeError].
+"""LlamaIndex adapter: ``guard.wrap(retriever)`` returns a
+[`GuardedRetriever`][ragguard.adapters.llamaindex.GuardedRetriever] and
+``guard.as_postprocessor()`` a
+[`GuardPostprocessor`][ragguard.adapters.llamaindex.GuardPostprocessor]. Scores are
+``NodeWithScore.score`` (a similarity unless ``score_kind`` says otherwise); the copies
+returned, the [`RagguardSelectionEvent`][ragguard.adapters.llamaindex.RagguardSelectionEvent],
+saving and the options: docs/guides/adapters.md.
 """
 
 from __future__ import annotations
