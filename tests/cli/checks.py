@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from click.testing import Result
+from typer.testing import CliRunner
+
+from ragguard.cli import app
 
 
 def error_line(result: Result) -> str:
@@ -16,3 +19,8 @@ def error_line(result: Result) -> str:
     errors = [line for line in lines if line.startswith("error:")]
     assert len(errors) == 1 and errors[0] == lines[-1], result.stderr
     return errors[0]
+
+
+def invoke(*args: object) -> Result:
+    """``ragguard ARGS`` through typer's CliRunner (each argument as ``str``)."""
+    return CliRunner().invoke(app, [str(a) for a in args])

@@ -10,31 +10,22 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
 
 from ragguard import ContextGuard, GuardConfig, Verdict
 from ragguard.calibration import evaluate, load_evalset
-from ragguard.cli import app
 from tests.calibration.answerability_data import (
     candidates_of,
     random_rows,
     unanswerable_only,
     write_jsonl,
 )
-from tests.cli.checks import error_line
-
-runner = CliRunner()
+from tests.cli.checks import error_line, invoke
 
 
 @pytest.fixture
 def evalset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return write_jsonl(tmp_path / "eval.jsonl", random_rows(0))
-
-
-def invoke(*args: object) -> Result:
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def flat(text: str) -> str:

@@ -9,26 +9,19 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
 
 from ragguard import Candidate, ContextGuard, GuardConfig
 from ragguard.calibration import Stages, calibrate, load_inputs
-from ragguard.cli import app
+from tests.cli.checks import invoke
 from tests.faults import block_network
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTES = ROOT / "examples" / "notes"
-runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-
-
-def invoke(*args: object) -> Result:
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def test_calibrate_json_with_a_budget_is_one_document_and_the_config_keeps_it(

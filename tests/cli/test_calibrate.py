@@ -35,7 +35,7 @@ from ragguard.calibration.metrics import compute, safety_band
 from ragguard.cli import app
 from ragguard.errors import ConfigError, EvalSetError, RetrieverError
 from tests.calibration.notes_beir import notes_as_beir
-from tests.cli.checks import error_line
+from tests.cli.checks import error_line, invoke
 from tests.faults import (
     LiveStaging,
     killed_staging_folder,
@@ -52,10 +52,6 @@ runner = CliRunner()
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [str(ROOT), *sys.path])  # tests.* factories
-
-
-def invoke(*args: object) -> Result:
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def flat(text: str) -> str:

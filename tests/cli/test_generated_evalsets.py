@@ -10,23 +10,15 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
 
-from ragguard.cli import app
-from tests.cli.checks import error_line
+from tests.cli.checks import error_line, invoke
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-
-
-def invoke(*args: object) -> Result:
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def run_file(path: Path, relevant: dict[str, str], docs: list[str]) -> Path:
