@@ -111,6 +111,17 @@ def test_passages_go_in_batches_and_answers_come_from_the_cache() -> None:
     assert guard.select(QUERY, nothing).answers == {0: None} and len(years.calls) == n
 
 
+def test_the_cache_keeps_a_digest_of_each_passage_not_the_passage() -> None:
+    years = Years()
+    stage = AnswerStage(years)
+    guard = ContextGuard(score_kind="similarity")
+    stage.add_to(guard.stages)
+    huge = [Candidate("huge", "word " * 200_000 + "in 1990", 1.0)]  # 1 MB
+    assert guard.select(QUERY, huge).answers == guard.select(QUERY, huge).answers == {0: "1990"}
+    assert len(years.calls) == 1
+    assert stage.cache is not None and [len(p) for _, p in stage.cache._data] == [32]
+
+
 def test_the_cache_is_bounded_and_can_be_turned_off() -> None:
     years = Years()
     texts = [Candidate(f"p{i}", f"Opened in {1990 + i}.", 1.0) for i in range(3)]

@@ -6,6 +6,7 @@ with a model"); the conflicts stage reads the answers."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import logging
 import math
@@ -49,13 +50,19 @@ class Answerer(Protocol):
 
 class _Asked(NamedTuple):
     """One call's request: the kept positions, the answers known without asking (empty
-    passages, the cache's), and the positions and texts to ask about."""
+    passages, the cache's), and the positions, texts and cache keys to ask about."""
 
     query: str
     kept: list[int]
     known: dict[int, str | None]
     todo: list[int]
     texts: list[str]
+    keys: list[str]
+
+
+def _key(text: str) -> str:
+    """A passage's cache key: its digest (a cache of long passages stays small)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 class _Unusable(Exception):
@@ -150,18 +157,19 @@ class AnswerStage(CallStage):
     def request(self, s: State, /) -> _Asked | None:
         if not s.kept:
             return None
-        kept, texts = list(s.kept), s.candidates
-        cached: list[str | None] = [None] * len(kept)
-        if self.cache is not None:
-            cached = self.cache.get_many(s.query, [texts[i].text for i in kept])
+        kept, cands = list(s.kept), s.candidates
+        keys = [_key(cands[i].text) for i in kept]
+        cached = [None] * len(kept) if self.cache is None else self.cache.get_many(s.query, keys)
         known: dict[int, str | None] = {}
-        todo: list[int] = []
-        for i, hit in zip(kept, cached, strict=True):
-            if hit is not None or not texts[i].text.strip():
+        todo: list[int] = []  # indices into kept
+        for k, (i, hit) in enumerate(zip(kept, cached, strict=True)):
+            if hit is not None or not cands[i].text.strip():
                 known[i] = hit or None
             else:
-                todo.append(i)
-        return _Asked(s.query, kept, known, todo, [texts[i].text for i in todo])
+                todo.append(k)
+        at = [kept[k] for k in todo]
+        texts = [cands[i].text for i in at]
+        return _Asked(s.query, kept, known, at, texts, [keys[k] for k in todo])
 
     def call(self, request: _Asked, /) -> dict[int, str | None] | str:
         """The answers by input position, or why there are none."""
@@ -196,20 +204,20 @@ class AnswerStage(CallStage):
             return asyncio.run(self._aanswer(query, texts))
         out: list[str | None] = []
         for batch in self._batches(texts):
-            out += self._checked(query, batch, self.answerer(query, batch))
+            out += self._checked(batch, self.answerer(query, batch))
         return out
 
     async def _aanswer(self, query: str, texts: list[str]) -> list[str | None]:
         batches = self._batches(texts)
         got = await asyncio.gather(*(self.answerer(query, b) for b in batches))  # type: ignore[arg-type]
-        return [a for b, g in zip(batches, got, strict=True) for a in self._checked(query, b, g)]
+        return [a for b, g in zip(batches, got, strict=True) for a in self._checked(b, g)]
 
     def _batches(self, texts: list[str]) -> list[list[str]]:
         n = self.batch_size
         return [texts[k : k + n] for k in range(0, len(texts), n)]
 
-    def _checked(self, query: str, texts: list[str], output: Any) -> list[str | None]:
-        """``output`` as one answer per text (stripped; empty: ``None``), cached."""
+    def _checked(self, texts: list[str], output: Any) -> list[str | None]:
+        """``output`` as one answer per text (stripped; empty: ``None``)."""
         if inspect.iscoroutine(output):
             output.close()  # never awaited: say so once, here
             raise _Unusable(
@@ -235,13 +243,12 @@ class AnswerStage(CallStage):
                     "return a str or None per passage"
                 )
             answers.append((answer or "").strip() or None)
-        if self.cache is not None:
-            self.cache.put_many(query, texts, [a or "" for a in answers])
         return answers
 
-    @staticmethod
-    def _merged(request: _Asked, got: list[str | None]) -> dict[int, str | None]:
-        """The answers by input position, in kept order."""
+    def _merged(self, request: _Asked, got: list[str | None]) -> dict[int, str | None]:
+        """The answers by input position, in kept order; the new ones cached."""
+        if self.cache is not None:
+            self.cache.put_many(request.query, request.keys, [a or "" for a in got])
         fresh = dict(zip(request.todo, got, strict=True))
         return {i: request.known[i] if i in request.known else fresh[i] for i in request.kept}
 
