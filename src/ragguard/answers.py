@@ -11,6 +11,7 @@ import inspect
 import logging
 import math
 from collections.abc import Awaitable, Sequence
+from numbers import Real
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ragguard.errors import AnswerWarning, ConfigError, MissingDependencyError
@@ -112,7 +113,7 @@ class AnswerStage(CallStage):
                 f"got {type(answerer).__name__}"
             )
         if timeout_ms is not None and not (
-            isinstance(timeout_ms, int | float)
+            isinstance(timeout_ms, Real)
             and not isinstance(timeout_ms, bool)
             and math.isfinite(timeout_ms)
             and timeout_ms > 0
@@ -173,6 +174,8 @@ class AnswerStage(CallStage):
 
     def call(self, request: _Asked, /) -> dict[int, str | None] | str:
         """The answers by input position, or why there are none."""
+        if not request.texts:  # every answer known
+            return self._merged(request, [])
         try:
             got = self.limit.run(self._answer, request.query, request.texts)
         except Exception as exc:
@@ -180,6 +183,8 @@ class AnswerStage(CallStage):
         return self._merged(request, got)
 
     async def acall(self, request: _Asked, /) -> dict[int, str | None] | str:
+        if not request.texts:
+            return self._merged(request, [])
         try:
             if self.is_async:
                 got = await asyncio.wait_for(
