@@ -93,19 +93,19 @@ def test_a_long_passage_is_cut_in_the_prompt(server: FakeServer) -> None:
 
 
 @pytest.mark.parametrize(
-    ("setup", "message"),
+    ("setup", "timeout_ms", "message"),
     [
-        ({"mode": "bad_request"}, r"'m' raised EndpointError: .* answered HTTP 400"),
-        ({"mode": "answer", "delay": 1.0}, r"answerer 'm' ran past timeout_ms=200$"),
+        ({"mode": "bad_request"}, 60_000, r"'m' raised EndpointError: .* answered HTTP 400"),
+        ({"mode": "answer", "delay": 2.0}, 200, r"answerer 'm' ran past timeout_ms=200$"),
     ],
 )
 def test_an_endpoint_that_fails_fails_open(
-    server: FakeServer, setup: Mapping[str, Any], message: str
+    server: FakeServer, setup: Mapping[str, Any], timeout_ms: int, message: str
 ) -> None:
     for name, value in setup.items():
         setattr(server, name, value)
     generator = EndpointGenerator("m", base_url=server.url, max_tokens=16, max_retries=0)
-    guard = guard_with(LLMAnswerer(generator), timeout_ms=200)
+    guard = guard_with(LLMAnswerer(generator), timeout_ms=timeout_ms)
     with pytest.warns(AnswerWarning, match=message):
         sel = guard.select(QUERY, PASSAGES)
     assert sel.answers is None and [c.id for c in sel.kept] == ["a", "b", "c"]
