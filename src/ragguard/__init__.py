@@ -9,6 +9,7 @@ purpose; calibration lives in ``ragguard.calibration``.
 """
 
 from ragguard._version import __version__
+from ragguard.answers import Answerer, AnswerStage
 from ragguard.candidate import Candidate, Decision, RerankDetail, Selection, Verdict
 from ragguard.config import (
     BeyondTopN,
@@ -21,6 +22,7 @@ from ragguard.config import (
 from ragguard.conflicts import Conflict, ConflictMember
 from ragguard.errors import (
     AnnotationError,
+    AnswerWarning,
     ArgumentTypeError,
     CandidateError,
     ConfigError,
@@ -58,6 +60,9 @@ from ragguard.scores import ScoreKind
 __all__ = [
     "BUILTIN_PROFILES",
     "AnnotationError",
+    "AnswerStage",
+    "AnswerWarning",
+    "Answerer",
     "ArgumentTypeError",
     "BeyondTopN",
     "Candidate",

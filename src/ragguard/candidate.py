@@ -237,6 +237,10 @@ class Selection:
             gives a line for the LLM.
         verdict: ``answerable``, ``insufficient`` (nothing kept) or ``conflict`` (two
             kept passages conflict), see [`Verdict`][ragguard.Verdict].
+        answers: with an answerer stage ([`AnswerStage`][ragguard.AnswerStage]), the
+            short answer of each passage the cut kept, by its input position (an index
+            into ``candidates``), best-ranked first; ``None`` for a passage that gives
+            none. ``None`` when no answerer ran, or it failed (``warnings`` says why).
     """
 
     def __init__(
@@ -251,6 +255,7 @@ class Selection:
         decisions: Callable[[], Iterable[Decision]],
         conflicts: tuple[Conflict, ...],
         verdict: Verdict,
+        answers: Mapping[int, str | None] | None = None,
     ) -> None:
         self.query = query
         self.candidates = candidates
@@ -260,6 +265,7 @@ class Selection:
         self.rerank = rerank
         self.conflicts = conflicts
         self.verdict = verdict
+        self.answers = answers
         self._decide = decisions
 
     @cached_property

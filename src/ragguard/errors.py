@@ -27,7 +27,8 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     RagguardWarning (UserWarning)
     ├── ConfigWarning            an unknown RAGGUARD_* variable, a config from a newer ragguard
     ├── ScoreWarning             scores contradict their declared kind, or no kind is known
-    └── RerankWarning            the rerank stage failed and the guard fell back (fail_open)
+    ├── RerankWarning            the rerank stage failed and the guard fell back (fail_open)
+    └── AnswerWarning            the answerer stage failed; the selection has no answers
 
 Warnings are issued with ``warnings.warn`` (once per guard and problem), never
 printed; library code logs through ``logging.getLogger(__name__)``.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 __all__ = [
     "AnnotationError",
+    "AnswerWarning",
     "ArgumentTypeError",
     "CandidateError",
     "ConfigError",
@@ -189,3 +191,9 @@ class ScoreWarning(RagguardWarning):
 class RerankWarning(RagguardWarning):
     """The rerank stage failed and ``rerank.on_failure="fail_open"``: the selection was
     made on retrieval scores instead. The message names the cause."""
+
+
+class AnswerWarning(RagguardWarning):
+    """The answerer stage ([`AnswerStage`][ragguard.AnswerStage]) failed: the answerer
+    raised, ran past its time limit or returned something else than one answer per
+    passage, and the selection went on without answers. The message names the cause."""

@@ -11,11 +11,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 _R = TypeVar("_R")
+_V = TypeVar("_V")
 
 
 @runtime_checkable
@@ -342,19 +343,20 @@ def load_reranker(spec: str, *, score_kind: ScoreKind | str | None = None) -> Re
     return target  # type: ignore[no-any-return]
 
 
-class ScoreCache:
-    """A bounded, thread-safe LRU cache of reranker outputs keyed by (query, passage)."""
+class ScoreCache(Generic[_V]):
+    """A bounded, thread-safe LRU cache of a model's outputs keyed by (query, passage):
+    reranker scores, or an answerer's answers."""
 
     def __init__(self, max_size: int) -> None:
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
             raise ConfigError(f"max_size must be an int >= 1, got {max_size!r}")
         self.max_size = max_size
-        self._data: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._data: OrderedDict[tuple[str, str], _V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get_many(self, query: str, texts: Sequence[str]) -> list[float | None]:
-        """The cached score of each text, ``None`` where there is none."""
-        out: list[float | None] = []
+    def get_many(self, query: str, texts: Sequence[str]) -> list[_V | None]:
+        """The cached output for each text, ``None`` where there is none."""
+        out: list[_V | None] = []
         with self._lock:
             data = self._data
             for text in texts:
@@ -365,7 +367,7 @@ class ScoreCache:
                 out.append(score)
         return out
 
-    def put_many(self, query: str, texts: Sequence[str], scores: Sequence[float]) -> None:
+    def put_many(self, query: str, texts: Sequence[str], scores: Sequence[_V]) -> None:
         with self._lock:
             data = self._data
             for text, score in zip(texts, scores, strict=True):
@@ -376,6 +378,41 @@ class ScoreCache:
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+class TimeLimit:
+    """Runs a model call within ``seconds`` (``None``: no limit) in threads of its own: a
+    call past the limit raises ``TimeoutError`` and keeps running there, never in the
+    caller's thread or the event loop's default executor."""
+
+    def __init__(self, seconds: float | None, name: str) -> None:
+        self.seconds = seconds
+        self.name = name
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[..., _R], /, *args: Any) -> _R:
+        """``fn(*args)``, blocking (in the caller's thread when there is no limit)."""
+        if self.seconds is None:
+            return fn(*args)
+        future = self._pool().submit(fn, *args)
+        try:
+            return future.result(timeout=self.seconds)
+        finally:
+            future.cancel()  # no-op once running; frees the slot if it never started
+
+    async def arun(self, fn: Callable[..., _R], /, *args: Any) -> _R:
+        """``fn(*args)`` awaited: the call never blocks the event loop."""
+        call = asyncio.get_running_loop().run_in_executor(
+            self._pool(), contextvars.copy_context().run, fn, *args
+        )
+        return await asyncio.wait_for(call, self.seconds)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(thread_name_prefix=self.name)
+            return self._executor
 
 
 @dataclass(kw_only=True, frozen=True, slots=True)
@@ -490,10 +527,11 @@ class RerankStage:
                 "-10..10) or 'probability' (scores in [0, 1]), or give the reranker a "
                 "score_kind attribute"
             )
-        self.cache = ScoreCache(config.cache_size) if config.cache_size else None
-        self._timeout_s = None if config.timeout_ms is None else config.timeout_ms / 1000.0
-        self._executor: ThreadPoolExecutor | None = None
-        self._executor_lock = threading.Lock()
+        self.cache: ScoreCache[float] | None = None
+        if config.cache_size:
+            self.cache = ScoreCache(config.cache_size)
+        seconds = None if config.timeout_ms is None else config.timeout_ms / 1000.0
+        self._limit = TimeLimit(seconds, "ragguard-rerank")
         if isinstance(self.reranker, CrossEncoderReranker):
             self.reranker.load()  # now, not inside the first call's time budget
 
@@ -508,7 +546,9 @@ class RerankStage:
         started = time.perf_counter()
         cached, missing = self._lookup(query, texts)
         try:
-            fresh = self._call_sync(query, [texts[i] for i in missing]) if missing else None
+            fresh = None
+            if missing:
+                fresh = self._limit.run(self._call, query, [texts[i] for i in missing])
             return self._merge(query, texts, cached, missing, fresh, started)
         except Exception as exc:
             return self._failed(exc, started)
@@ -519,17 +559,8 @@ class RerankStage:
         cached, missing = self._lookup(query, texts)
         try:
             fresh = None
-            if missing:
-                # the stage's own threads: a call that runs past the budget keeps
-                # running there, not in the event loop's default executor
-                call = asyncio.get_running_loop().run_in_executor(
-                    self._pool(),
-                    contextvars.copy_context().run,
-                    self._call,
-                    query,
-                    [texts[i] for i in missing],
-                )
-                fresh = await asyncio.wait_for(call, self._timeout_s)
+            if missing:  # a call past the budget keeps running in the stage's own threads
+                fresh = await self._limit.arun(self._call, query, [texts[i] for i in missing])
             return self._merge(query, texts, cached, missing, fresh, started)
         except Exception as exc:
             return self._failed(exc, started)
@@ -563,21 +594,6 @@ class RerankStage:
                 f"({', '.join(shown)}) for {int(bad.sum())} of {len(texts)} passages"
             )
         return scores
-
-    def _call_sync(self, query: str, texts: list[str]) -> NDArray[np.float64]:
-        if self._timeout_s is None:
-            return self._call(query, texts)
-        future = self._pool().submit(self._call, query, texts)
-        try:
-            return future.result(timeout=self._timeout_s)
-        finally:
-            future.cancel()  # no-op once running; frees the slot if it never started
-
-    def _pool(self) -> ThreadPoolExecutor:
-        with self._executor_lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(thread_name_prefix="ragguard-rerank")
-            return self._executor
 
     def _merge(
         self,

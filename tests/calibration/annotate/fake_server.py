@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +20,7 @@ class FakeServer:
     """An OpenAI-compatible server with scripted behaviour; counts what it receives."""
 
     def __init__(self) -> None:
-        self.mode = "ok"  # ok | no_logprobs | bad_request | echo_auth
+        self.mode = "ok"  # ok | no_logprobs | bad_request | echo_auth | answer
         self.fail_first = 0  # answer the first N requests with 503
         self.delay = 0.0
         self.requests: list[dict[str, Any]] = []
@@ -77,6 +78,11 @@ class FakeServer:
             key = auth.removeprefix("Bearer ")
             return 401, {"error": {"message": f"invalid key {key}", "api_key": key,
                                    "headers": {"Authorization": auth}}}  # fmt: skip
+        if self.mode == "answer":  # a short answer: the passage's first year, else none
+            passage = body["messages"][-1]["content"].split("Passage: ")[-1]
+            year = re.search(r"\b\d{4}\b", passage)
+            content = f"Answer: {year.group()}." if year else "None."
+            return 200, {"choices": [{"message": {"role": "assistant", "content": content}}]}
         text = json.dumps(body)
         dist = ANSWERS if "Paris" in text else ABSTAINS
         top = sorted(dist.items(), key=lambda kv: -kv[1])

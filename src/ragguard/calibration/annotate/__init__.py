@@ -1,7 +1,9 @@
 """Passage utility measured with an LLM, as the UDCG paper does: ``u(q, p) = R(q, p) *
 (1 - p_LLM(NO-RESPONSE | q, p))``, with ``R = +1`` if relevant, else -1. The backends,
-relevance and resumable runs: ``docs/guides/annotate.md``."""
+relevance and resumable runs: ``docs/guides/annotate.md``. ``LLMAnswerer`` puts the same
+backends behind the runtime's answerer stage."""
 
+from ragguard.calibration.annotate._answerer import ANSWER_PROMPT, LLMAnswerer, parse_answer
 from ragguard.calibration.annotate._base import AbstentionEstimator, Pair, TextGenerator
 from ragguard.calibration.annotate._endpoint import (
     ClientOptions,
@@ -39,6 +41,7 @@ from ragguard.errors import AnnotationError, EndpointError
 
 __all__ = [
     "ABSTENTION_PROMPT",
+    "ANSWER_PROMPT",
     "RELEVANCE_PROMPT",
     "AbstentionEstimator",
     "AbstentionPrompt",
@@ -50,6 +53,7 @@ __all__ = [
     "EndpointError",
     "EndpointGenerator",
     "JudgeReply",
+    "LLMAnswerer",
     "OpenAIEndpointEstimator",
     "Outputs",
     "Pair",
@@ -67,6 +71,7 @@ __all__ = [
     "is_abstention",
     "is_abstention_start",
     "pair_hash",
+    "parse_answer",
     "parse_judge_reply",
     "redact",
     "settings_key",
