@@ -237,7 +237,12 @@ class Selection:
             gives a line for the LLM.
         verdict: ``answerable``, ``insufficient`` (nothing kept) or ``conflict`` (two
             kept passages conflict), see [`Verdict`][ragguard.Verdict].
+        domain: the domain whose settings selected (``select(..., domain=...)``,
+            ``guard.for_domain(...)``); ``None``: the global settings, also for an
+            unknown domain.
     """
+
+    domain: str | None = None  # set by a domain's guard
 
     def __init__(
         self,
