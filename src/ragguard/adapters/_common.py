@@ -139,6 +139,13 @@ def call_k(k: object, name: str = "k") -> int | None:
     raise ConfigError(f"{name} must be a whole number >= 1 (or None), got {k!r}")
 
 
+def call_domain(domain: object) -> str | None:
+    """The ``domain`` option or input of an adapter, a str or ``None``."""
+    if domain is None or isinstance(domain, str):
+        return domain
+    raise ConfigError(f"domain must be a str naming a [domains.NAME] table, got {domain!r}")
+
+
 @contextmanager
 def adapter_options(model: type[BaseModel]) -> Iterator[None]:
     """An adapter options' ``ValidationError`` as one ConfigError naming each bad option."""
@@ -152,6 +159,13 @@ def check_guard(guard: object, owner: str) -> None:
     """ConfigError unless ``guard`` is a ContextGuard."""
     if not isinstance(guard, ContextGuard):
         raise ConfigError(f"{owner}: guard must be a ContextGuard, got {type(guard).__name__}")
+
+
+def saved_config(guard: ContextGuard) -> dict[str, Any]:
+    """The guard's config as a saved component holds it: every value as JSON, the
+    ``domains`` tables only when there are some."""
+    unset = set() if guard.config.domains else {"domains"}
+    return guard.config.model_dump(mode="json", exclude=unset)
 
 
 def code_reranker(guard: ContextGuard) -> str | None:
