@@ -26,8 +26,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -437,6 +439,15 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             sources.insert(_rank(domain[2]), InitSettingsSource(settings_cls, domain[1]))
         return tuple(sources)
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Every field; ``domains`` only when there are some (a config without domains
+        dumps, saves and prints as before they existed)."""
+        data: dict[str, Any] = handler(self)
+        if not self.domains:
+            data.pop("domains", None)
+        return data
+
     @field_validator("domains", mode="before")
     @classmethod
     def _domain_tables(cls, value: Any) -> Any:
@@ -590,9 +601,8 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         """
         data = self.model_dump(mode="json", exclude_none=True)
         data["provenance"] = {**data["provenance"], WRITER_KEY: __version__}
-        for table in ("profiles", "domains"):
-            if not data[table]:
-                del data[table]
+        if not data["profiles"]:
+            del data["profiles"]
         if self.rerank == RerankConfig():
             del data["rerank"]  # the stage is off and untouched: no [rerank] table
         elif self.rerank.external is not None and self.rerank.model == DEFAULT_RERANK_MODEL:

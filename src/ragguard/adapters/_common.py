@@ -161,13 +161,6 @@ def check_guard(guard: object, owner: str) -> None:
         raise ConfigError(f"{owner}: guard must be a ContextGuard, got {type(guard).__name__}")
 
 
-def saved_config(guard: ContextGuard) -> dict[str, Any]:
-    """The guard's config as a saved component holds it: every value as JSON, the
-    ``domains`` tables only when there are some."""
-    unset = set() if guard.config.domains else {"domains"}
-    return guard.config.model_dump(mode="json", exclude=unset)
-
-
 def code_reranker(guard: ContextGuard) -> str | None:
     """The saved name of a reranker a saved config cannot rebuild (``None``: it can)."""
     reranker = guard.reranker

@@ -31,7 +31,6 @@ from ragguard.adapters._common import (  # noqa: E402
     conflict_lines,
     copy_metadata,
     parse_score_kind,
-    saved_config,
     saved_guard,
 )
 from ragguard.candidate import Selection, Verdict, candidate_of  # noqa: E402
@@ -120,7 +119,7 @@ class GuardRanker:
             metadata_key=self.metadata_key,
             top_k=self.top_k,
             domain=self.domain,
-            guard_config=saved_config(self.guard),
+            guard_config=self.guard.config.model_dump(mode="json"),
             reranker=name if registered else None,
             code_reranker=None if registered else name,
         )

@@ -34,7 +34,6 @@ from ragguard.adapters._common import (  # noqa: E402
     copy_metadata,
     event_payload,
     parse_score_kind,
-    saved_config,
     saved_guard,
 )
 from ragguard.candidate import Candidate, Selection, candidate_of  # noqa: E402
@@ -257,7 +256,7 @@ class GuardPostprocessor(BaseNodePostprocessor):
                 raise ConfigError(
                     "GuardPostprocessor: pass the reranker to the ContextGuard, not next to it"
                 )
-        data["guard_config"] = saved_config(guard)
+        data["guard_config"] = guard.config.model_dump(mode="json")
         data["code_reranker"] = code_reranker(guard)
         with adapter_options(type(self)):
             super().__init__(**data)
