@@ -159,7 +159,7 @@ def config_show(
         if as_json:
             values = {k: {"value": v, "source": cfg.source_of(k)} for k, v in data.items()}
             doc = {"file": str(file) if file else None, "values": values}
-            routing = {"domain": domain} if domain is not None else {}
+            routing: dict[str, Any] = {"domain": domain} if domain is not None else {}
             if top.domains:
                 routing["domains"] = list(top.domains)
             shown = {**doc, **routing, "profiles": profiles, "provenance": provenance}
