@@ -134,6 +134,18 @@ def test_the_span_is_a_child_of_the_current_span_and_aselect_records_too(
     assert span.attributes["ragguard.dropped.over_max_k"] == 4
 
 
+def test_a_selection_routed_to_a_domain_records_it_and_its_settings(
+    spans: InMemorySpanExporter,
+) -> None:
+    config = GuardConfig(max_k=3, score_kind="similarity", domains={"legal": {"max_k": 1}})
+    guard = ContextGuard(config)
+    guard.select(QUERY, CANDIDATES, domain="legal")
+    guard.select(QUERY, CANDIDATES)
+    routed, plain = (span.attributes or {} for span in guard_spans(spans))
+    assert routed["ragguard.domain"] == "legal" and routed["ragguard.max_k"] == 1
+    assert "ragguard.domain" not in plain and plain["ragguard.max_k"] == 3
+
+
 def test_a_rerank_stage_names_its_model_and_its_rule(spans: InMemorySpanExporter) -> None:
     def overlap(query: str, texts: Sequence[str]) -> list[float]:
         return [0.9, 0.1, 0.8][: len(texts)]

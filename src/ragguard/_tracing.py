@@ -162,6 +162,8 @@ def attributes(
         out["ragguard.min_evidence"] = params.min_evidence
     if params.conflicts is not ConflictMode.OFF:
         out["ragguard.conflict_mode"] = params.conflicts.value
+    if selection.domain is not None:
+        out["ragguard.domain"] = selection.domain
     reasons = Counter(d.reason.value for d in selection.dropped if d.reason is not None)
     for reason, count in sorted(reasons.items()):
         out[f"ragguard.dropped.{reason}"] = count

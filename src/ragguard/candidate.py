@@ -241,7 +241,12 @@ class Selection:
             short answer of each passage the cut kept, by its input position (an index
             into ``candidates``), best-ranked first; ``None`` for a passage that gives
             none. ``None`` when no answerer ran, or it failed (``warnings`` says why).
+        domain: the domain whose settings selected (``select(..., domain=...)``,
+            ``guard.for_domain(...)``); ``None``: the global settings, also for an
+            unknown domain.
     """
+
+    domain: str | None = None  # set by a domain's guard
 
     def __init__(
         self,

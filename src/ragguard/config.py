@@ -26,8 +26,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -42,7 +44,7 @@ from pydantic_settings import (
 from ragguard._fields import ConfigModel, NumbersNotBools
 from ragguard._optional import DISTRIBUTION
 from ragguard._version import __version__
-from ragguard.errors import ConfigError, ConfigWarning
+from ragguard.errors import ArgumentTypeError, ConfigError, ConfigWarning
 from ragguard.policy import (
     DEFAULT_CONFLICT_SIMILARITY,
     ConflictMode,
@@ -209,6 +211,10 @@ class RerankConfig(ConfigModel, NumbersNotBools):
 _loaded_file: ContextVar[tuple[Path, dict[str, Any]] | None] = ContextVar(
     "ragguard_config_file", default=None
 )
+#: set while one domain's config is resolved: (name, its table, the layer it was set in)
+_domain: ContextVar[tuple[str, dict[str, Any], str] | None] = ContextVar(
+    "ragguard_config_domain", default=None
+)
 #: set while a config is built from its arguments alone: the layers a copy keeps
 _arguments_only: ContextVar[dict[str, str] | None] = ContextVar(
     "ragguard_config_arguments_only", default=None
@@ -344,9 +350,15 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         description="Where this config came from (written by ragguard calibrate); not used "
         "by the guard.",
     )
+    domains: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per-domain settings (TOML [domains.NAME]): only the keys whose value "
+        "differs from the settings above, merged over them by for_domain(NAME).",
+    )
 
     _profile: Profile = PrivateAttr()
     _layers: dict[str, str] = PrivateAttr(default_factory=dict)
+    _domains: dict[str, GuardConfig] = PrivateAttr(default_factory=dict)
 
     def __init__(self, **values: Any) -> None:
         loaded, kept = _loaded_file.get(), _arguments_only.get()
@@ -356,13 +368,23 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             raise ConfigError(_explain(exc, values, loaded, kept)) from exc
         except SettingsError as exc:  # an environment value that is not valid JSON
             raise ConfigError(_explain_env(exc)) from exc
-        if kept is None:
+        domain = _domain.get()
+        if kept is None and domain is None:
             _warn_unknown_env()
         self._layers = {
-            name: _origin(name, values, loaded, kept)
+            name: _origin(name, values, loaded, kept, domain)
             or (f"profile {self.profile}" if name in PROFILE_FIELDS else "default")
             for name in type(self).model_fields
         }
+        if domain is not None:  # a resolved domain holds no domains of its own
+            object.__setattr__(self, "domains", {})
+        elif self.domains:  # each resolved now: a bad table fails at load, naming it
+            layer = self._layers["domains"]
+            given = {k: v for k, v in values.items() if k != "domains"}
+            self._domains = {
+                name: _resolve(type(self), name, table, layer, given)
+                for name, table in self.domains.items()
+            }
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy with the fields of ``update`` changed, validated as ``GuardConfig(...)``
@@ -392,12 +414,75 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        if _arguments_only.get() is not None:  # model_copy, without_environment
-            return (init_settings,)
-        loaded = _loaded_file.get()
-        if loaded is None:
-            return init_settings, env_settings
-        return init_settings, env_settings, InitSettingsSource(settings_cls, loaded[1])
+        kept, loaded, domain = _arguments_only.get(), _loaded_file.get(), _domain.get()
+        if kept is not None:  # model_copy, without_environment
+            if domain is None:
+                return (init_settings,)
+            # the values given, split around the domain's table by the layer each came from
+            values = init_settings.init_kwargs  # type: ignore[attr-defined]
+            rank = _rank(domain[2])
+            above = {k for k in values if _rank(kept.get(k, "argument")) < rank}
+            return (
+                InitSettingsSource(settings_cls, {k: values[k] for k in above}),
+                InitSettingsSource(settings_cls, domain[1]),
+                InitSettingsSource(settings_cls, {k: values[k] for k in values if k not in above}),
+            )
+        sources = [init_settings, env_settings]
+        if loaded is not None:
+            data = (
+                loaded[1]
+                if domain is None
+                else {k: v for k, v in loaded[1].items() if k != "domains"}
+            )
+            sources.append(InitSettingsSource(settings_cls, data))
+        if domain is not None:  # the domain's table just above the layer it was set in
+            sources.insert(_rank(domain[2]), InitSettingsSource(settings_cls, domain[1]))
+        return tuple(sources)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Every field; ``domains`` only when there are some (a config without domains
+        dumps, saves and prints as before they existed)."""
+        data: dict[str, Any] = handler(self)
+        if not self.domains:
+            data.pop("domains", None)
+        return data
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _domain_tables(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise PydanticCustomError(
+                "domains",
+                "domains={value} is not a table; write one [domains.NAME] table per domain, "
+                "holding the keys that differ for it (e.g. [domains.legal] max_k = 3)",
+                {"value": repr(value)[:60]},
+            )
+        for name, table in value.items():
+            if not isinstance(name, str) or not name:
+                raise PydanticCustomError(
+                    "domains",
+                    'a domain has an empty name ([domains.""]); name each domain, '
+                    "e.g. [domains.legal]",
+                )
+            if not isinstance(table, dict):
+                raise PydanticCustomError(
+                    "domains",
+                    "[domains.{name}] must be a table of the keys that differ for that "
+                    "domain, got {kind}; write [domains.{name}] and its keys below it",
+                    {"name": name, "kind": type(table).__name__},
+                )
+            for key, fix in (
+                ("domains", "domains do not nest; give each domain its own [domains.NAME]"),
+                ("provenance", "per-domain provenance goes under [provenance.domains.{name}]"),
+            ):
+                if key in table:
+                    raise PydanticCustomError(
+                        "domains",
+                        "[domains.{name}] holds '{key}': " + fix,
+                        {"name": name, "key": key},
+                    )
+        return value
 
     @field_validator("conflict_prefer")
     @classmethod
@@ -468,6 +553,27 @@ class GuardConfig(BaseSettings, NumbersNotBools):
                 {"name": name, "floor": floor, "scale": scale, "effect": effect, "by": by},
             )
         return self
+
+    def for_domain(self, name: str) -> GuardConfig:
+        """The config of domain ``name``: these settings with its ``[domains.NAME]`` table
+        merged over them (resolved and validated when this config was built).
+
+        The table refines the layer it was set in (usually the file): a value from a
+        layer above it (an argument, or a ``RAGGUARD_*`` variable over a file) wins over
+        it, in every domain; ``source_of`` names a value it supplied
+        ``"file PATH [domains.NAME]"``.
+
+        Raises:
+            ArgumentTypeError: ``name`` is not a str.
+            ConfigError: this config has no domain ``name`` (the message lists them).
+        """
+        resolved = self._domains.get(name) if isinstance(name, str) else None
+        if resolved is not None:
+            return resolved
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"domain must be a str, got {type(name).__name__}")
+        known = ", ".join(self._domains) or "none (this config has no [domains.NAME] table)"
+        raise ConfigError(f"unknown domain {name!r}; known domains: {known}")
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **overrides: Any) -> GuardConfig:
@@ -620,13 +726,50 @@ def _write_atomic(path: Path, text: str) -> None:
         raise ConfigError(f"cannot save the config to {path}: {reason}") from exc
 
 
+def _resolve(
+    cls: type[GuardConfig], name: str, table: dict[str, Any], layer: str, given: dict[str, Any]
+) -> GuardConfig:
+    """Domain ``name``'s config: ``given`` (the arguments) and the layers, with ``table``
+    just above ``layer``, the layer it was set in."""
+    token = _domain.set((name, table, layer))
+    try:
+        return cls(**given)
+    except ConfigError as exc:
+        problem = str(exc).removeprefix("invalid ragguard config: ")
+        raise ConfigError(f"invalid ragguard config in [domains.{name}]: {problem}") from None
+    finally:
+        _domain.reset(token)
+
+
+def _rank(layer: str) -> int:
+    """A layer's place, highest first: argument 0, environment 1, file 2, the rest 3."""
+    return next((i for i, top in enumerate(_LAYERS) if layer.startswith(top)), len(_LAYERS))
+
+
+_LAYERS = ("argument", "environment", "file")
+
+
 def _origin(
     key: str,
     values: dict[str, Any],
     loaded: tuple[Path, dict[str, Any]] | None,
     kept: dict[str, str] | None,
+    domain: tuple[str, dict[str, Any], str] | None = None,
 ) -> str | None:
-    """The layer that set ``key`` (``kept``: a copy's original's); None when none did."""
+    """The layer that set ``key`` (``kept``: a copy's original's; ``domain``: the table
+    being resolved, above its own layer); None when none did."""
+    found = _layer(key, values, loaded, kept)
+    if domain is not None and key in domain[1] and _rank(found or "") >= _rank(domain[2]):
+        return f"{domain[2]} [domains.{domain[0]}]"
+    return found
+
+
+def _layer(
+    key: str,
+    values: dict[str, Any],
+    loaded: tuple[Path, dict[str, Any]] | None,
+    kept: dict[str, str] | None,
+) -> str | None:
     if kept is not None and key in kept:
         return kept[key]
     if key in values:
@@ -647,7 +790,7 @@ def _explain(
     """One line per problem: key, value, where it came from, what is allowed."""
 
     def origin(key: str, profile: str | None = None) -> str:
-        if found := _origin(key, values, loaded, kept):
+        if found := _origin(key, values, loaded, kept, _domain.get()):
             return found
         if profile is not None and key in PROFILE_FIELDS:
             return f"profile {profile!r}"
@@ -669,6 +812,8 @@ def _explain(
                 f"{msg} (conflicts: {origin('conflicts')}, conflict_prefer: "
                 f"{origin('conflict_prefer')})"
             )
+        elif err["type"] == "domains":
+            lines.append(f"{msg} ({origin('domains')})")
         elif err["type"] == "floor_out_of_reach":
             name, by = err["ctx"]["name"], err["ctx"]["by"]
             lines.append(f"{msg} ({name}: {origin(name)}, {by}: {origin(by)})")
@@ -682,7 +827,8 @@ def _explain(
                 model = RerankConfig
             elif loc[:2] == ["rerank", "probability_map"] and len(loc) == 3:
                 model = ProbabilityMap
-            allowed = ", ".join(model.model_fields)
+            inner = ("domains", "provenance") if _domain.get() and model is GuardConfig else ()
+            allowed = ", ".join(k for k in model.model_fields if k not in inner)
             lines.append(f"unknown key {key!r} ({origin(loc[0])}); allowed keys: {allowed}")
         else:
             lines.append(f"{key}={err['input']!r} ({origin(loc[0])}): {msg}")

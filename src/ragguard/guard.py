@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 from ragguard import _tracing, adapters
 from ragguard.candidate import Candidate, Selection
 from ragguard.config import BeyondTopN, GuardConfig, InvalidScorePolicy
-from ragguard.errors import ConfigError
+from ragguard.errors import ArgumentTypeError, ConfigError, ConfigWarning
 from ragguard.policy import ConflictMode
 from ragguard.profiles import Profile
 from ragguard.rerank import Reranker, RerankStage
@@ -103,8 +103,11 @@ class ContextGuard:
         # a ConfigError for a config never validated (GuardConfig.model_construct)
         self.config.resolved_profile  # noqa: B018
         self.on_selection = on_selection
+        self.domain: str | None = None  # set on the guard of one domain (for_domain)
         self._warned: set[object] = set()
         self._lock = threading.Lock()
+        self._reranker = reranker
+        self._routed: dict[str, ContextGuard] = {}
         self._params = self.config.policy_params()
         unscored = self.config.policy_params(score_rules=False)
         kind = self.config.score_kind
@@ -159,6 +162,62 @@ class ContextGuard:
         """A guard with the runtime defaults of tolerance profile ``name``."""
         return cls(GuardConfig(profile=name, **overrides))
 
+    def for_domain(self, name: str) -> ContextGuard:
+        """The guard of domain ``name``: the settings of ``config.for_domain(name)``, built
+        on the first call and kept (later calls, and ``select(..., domain=name)``, reuse
+        it). It shares ``on_selection`` and the reranker: the one passed to this guard, or
+        the loaded cross-encoder of a guard whose rerank model settings are equal.
+
+        An unknown ``name`` gives this guard (the global settings) and a
+        [`ConfigWarning`][ragguard.ConfigWarning], once per guard and name. Stages added
+        to ``stages`` by hand are not copied to a domain's guard.
+
+        Raises:
+            ArgumentTypeError: ``name`` is not a str.
+        """
+        return self._route(name)
+
+    def _route(self, name: str) -> ContextGuard:
+        """The guard of domain ``name`` (``for_domain``); warns for the caller's caller."""
+        if not isinstance(name, str):
+            raise ArgumentTypeError(
+                f"domain must be a str naming a [domains.NAME] table of the config, got "
+                f"{type(name).__name__}"
+            )
+        routed = self._routed.get(name)
+        if routed is not None:
+            return routed
+        if name not in self.config.domains:
+            known = ", ".join(self.config.domains) or "none"
+            warnings.warn(
+                f"unknown domain {name!r}: the global settings are used (known domains: "
+                f"{known}); add a [domains.{name}] table to the config to route it",
+                ConfigWarning,
+                stacklevel=3,
+            )
+            routed = self
+        else:
+            config = self.config.for_domain(name)
+            routed = ContextGuard(
+                config, on_selection=self.on_selection, reranker=self._shared_reranker(config)
+            )
+            routed.domain, routed._warned, routed._lock = name, self._warned, self._lock
+        with self._lock:
+            return self._routed.setdefault(name, routed)
+
+    def _shared_reranker(self, config: GuardConfig) -> Reranker | None:
+        """The reranker a domain's guard uses: the one passed, or the loaded one of a
+        guard whose model settings equal ``config``'s (``None``: none, it loads its own)."""
+        if not config.rerank.enabled:
+            return None
+        if self._reranker is not None:
+            return self._reranker
+        model = _model_settings(config)
+        for guard in (self, *self._routed.values()):
+            if guard._stage is not None and _model_settings(guard.config) == model:
+                return guard._stage.reranker
+        return None
+
     @property
     def profile(self) -> Profile:
         """The resolved tolerance profile."""
@@ -178,6 +237,7 @@ class ContextGuard:
         score_kind: ScoreKind | str | None = None,
         scored: bool = True,
         max_k: int | None = None,
+        domain: str | None = None,
     ) -> Selection:
         """Choose which candidates reach the LLM.
 
@@ -192,6 +252,9 @@ class ContextGuard:
                 [`ScoreWarning`][ragguard.ScoreWarning] says so.
             max_k: a tighter or looser cap for this call only (``min_k`` is lowered to
                 it if needed), e.g. a LangChain ``invoke(query, k=3)``.
+            domain: select with the settings of this domain (the config's
+                ``[domains.NAME]`` table, see [`for_domain`][ragguard.ContextGuard.for_domain]);
+                an unknown one uses the global settings and warns once.
 
         Returns:
             The kept candidates (best first) and a decision for every dropped one. With
@@ -200,6 +263,7 @@ class ContextGuard:
             through a sigmoid first); ``Selection.rerank`` says what the stage did.
 
         Raises:
+            ArgumentTypeError: ``domain`` is not a str.
             CandidateError: ``query`` is not a str, ``candidates`` is not an iterable of
                 candidates (``None``, a single [`Candidate`][ragguard.Candidate], a dict, a str), or
                 an element is not a [`Candidate`][ragguard.Candidate].
@@ -214,6 +278,10 @@ class ContextGuard:
                 ``"fail_open"`` the selection is made on retrieval scores instead, with a
                 [`RerankWarning`][ragguard.RerankWarning].
         """
+        if domain is not None and (routed := self._route(domain)) is not self:
+            return routed.select(
+                query, candidates, score_kind=score_kind, scored=scored, max_k=max_k
+            )
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(
                 query, candidates, score_kind=score_kind, scored=scored, max_k=max_k
@@ -228,9 +296,14 @@ class ContextGuard:
         score_kind: ScoreKind | str | None = None,
         scored: bool = True,
         max_k: int | None = None,
+        domain: str | None = None,
     ) -> Selection:
         """Async form of [`select`][ragguard.ContextGuard.select]: the rerank model call runs
         in a worker thread, off the event loop. Raises what ``select`` raises."""
+        if domain is not None and (routed := self._route(domain)) is not self:
+            return await routed.aselect(
+                query, candidates, score_kind=score_kind, scored=scored, max_k=max_k
+            )
         with _tracing.selecting(self.config, max_k) as traced:  # a no-op without otel
             state = self._start(
                 query, candidates, score_kind=score_kind, scored=scored, max_k=max_k
@@ -296,6 +369,8 @@ class ContextGuard:
     def _deliver(self, state: State, selection: Selection) -> Selection:
         """Emit the stages' warnings, each once per guard (``stacklevel``: the caller of
         select() / aselect()), log the selection and hand it to ``on_selection``."""
+        if self.domain is not None:
+            selection.domain = self.domain
         for w in state.warnings:  # usually none
             if w.key is not None:
                 with self._lock:
@@ -319,8 +394,15 @@ class ContextGuard:
     def __repr__(self) -> str:
         c = self.config
         rerank = "" if self._stage is None else f", rerank={self._stage.name!r}"
+        domain = "" if self.domain is None else f", domain={self.domain!r}"
         return (
             f"ContextGuard(profile={c.profile!r}, score_kind={c.score_kind}, max_k={c.max_k}, "
             f"min_k={c.min_k}, relative_threshold={c.relative_threshold}, cut={c.cut.value}"
-            f"{rerank})"
+            f"{rerank}{domain})"
         )
+
+
+def _model_settings(config: GuardConfig) -> tuple[object, ...]:
+    """What the built-in cross-encoder is loaded from (``CrossEncoderReranker.from_config``)."""
+    r = config.rerank
+    return r.model, r.external, r.device, r.batch_size, r.max_length, r.score_kind

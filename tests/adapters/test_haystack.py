@@ -315,7 +315,7 @@ def test_bad_options_are_ragguard_errors() -> None:
 
 def test_it_is_a_haystack_component_with_the_documented_sockets() -> None:
     ranker = guard().as_haystack()
-    assert set(ranker.__haystack_input__._sockets_dict) == {"query", "documents", "top_k"}  # type: ignore[attr-defined]
+    assert set(ranker.__haystack_input__._sockets_dict) == {"query", "documents", "top_k", "domain"}  # type: ignore[attr-defined]
     outputs = ranker.__haystack_output__._sockets_dict  # type: ignore[attr-defined]
     assert set(outputs) == {"documents", "verdict", "conflicts"}
     assert (outputs["verdict"].type, outputs["conflicts"].type) == (str, list[str])
@@ -454,3 +454,35 @@ def test_kept_copies_are_what_dataclasses_replace_gives() -> None:
     assert type(kept) is Noted and kept == expected and vars(kept) == vars(expected)
     assert kept.meta is not doc.meta and kept.meta["k"] is not doc.meta["k"]
     assert kept.embedding is not doc.embedding
+
+
+# issue 37: one guard, a domain per component or per run
+DOMAINS = {"one": {"max_k": 1}, "two": {"max_k": 2}}
+
+
+def test_a_domain_routes_the_component_and_the_run_input_routes_one_run(
+    store: InMemoryDocumentStore,
+) -> None:
+    g = guard(domains=DOMAINS)
+    everything = ids(pipeline(store, g.as_haystack()).run(inputs())["guard"]["documents"])
+    assert len(everything) == 3
+    pipe = pipeline(store, g.as_haystack(domain="one"))
+    assert ids(pipe.run(inputs())["guard"]["documents"]) == everything[:1]
+    routed = {"retriever": {"query": QUERY}, "guard": {"query": QUERY, "domain": "two"}}
+    assert ids(pipe.run(routed)["guard"]["documents"]) == everything[:2]
+    ranker = pipe.get_component("guard")
+    raw = InMemoryBM25Retriever(document_store=store, top_k=6).run(query=QUERY)["documents"]
+    ran = asyncio.run(ranker.run_async(query=QUERY, documents=raw, domain="two"))
+    assert ids(ran["documents"]) == everything[:2]
+    # saved and loaded: the domain and the config's domain tables come back
+    restored = Pipeline.loads(pipe.dumps(), allowed_modules=["ragguard"])
+    assert ids(restored.run(inputs())["guard"]["documents"]) == everything[:1]
+    assert restored.get_component("guard").guard.config.domains == DOMAINS
+
+
+def test_a_haystack_domain_that_is_not_a_str_is_refused() -> None:
+    g = guard(domains=DOMAINS)
+    with pytest.raises(ConfigError, match=r"^domain must be a str"):
+        g.as_haystack(domain=1)
+    with pytest.raises(ConfigError, match=r"^domain must be a str"):
+        g.as_haystack().run(query=QUERY, documents=[Document(content="x", score=1.0)], domain=1)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from pydantic import Field
 
 from ragguard import ContextGuard, GuardConfig, Reason, ScoreWarning, Selection
 from ragguard.adapters.langchain import (
+    DOMAIN_KEY,
     GuardCompressor,
     GuardedRetriever,
     candidate_ids,
@@ -644,3 +645,47 @@ def test_an_insufficient_verdict_reaches_the_caller_when_nothing_is_kept(
         docs, "q", callbacks=[compressor_recorder]
     )
     assert out == [] and compressor_recorder.events[0]["data"]["verdict"] == "insufficient"
+
+
+# issue 37: one guard, a domain per retriever or per call
+DOMAINS = {"one": {"max_k": 1}, "two": {"max_k": 2}}
+
+
+def test_a_domain_routes_the_retriever_and_run_metadata_routes_one_call(
+    store: InMemoryVectorStore,
+) -> None:
+    g = sim_guard(domains=DOMAINS)
+    base = store.as_retriever(search_kwargs={"k": 6})
+    everything = ids(g.wrap(base).invoke(QUERY))
+    assert len(everything) == 3
+    one = g.wrap(base, domain="one")
+    assert ids(one.invoke(QUERY)) == ids(asyncio.run(one.ainvoke(QUERY))) == everything[:1]
+    # the run metadata key wins over the wrapper's domain, also through a chain
+    routed = {"metadata": {DOMAIN_KEY: "two"}}
+    assert ids(one.invoke(QUERY, config=routed)) == everything[:2]  # type: ignore[arg-type]
+    chain = RunnablePassthrough() | one
+    assert ids(chain.invoke(QUERY, config=routed)) == everything[:2]  # type: ignore[arg-type]
+    assert ids(asyncio.run(chain.ainvoke(QUERY, config=routed))) == everything[:2]  # type: ignore[arg-type]
+
+
+def test_a_compressor_reads_the_domain_of_the_run(store: InMemoryVectorStore) -> None:
+    g = sim_guard(domains=DOMAINS)
+    base = store.as_retriever(search_kwargs={"k": 6})  # no scores in metadata: max_k only
+    pipeline = ContextualCompressionRetriever(
+        base_compressor=g.as_compressor(), base_retriever=base
+    )
+    with pytest.warns(ScoreWarning):  # once per guard: the domains' guards share it
+        assert len(pipeline.invoke(QUERY)) == 3
+    routed = {"metadata": {DOMAIN_KEY: "one"}}
+    assert len(pipeline.invoke(QUERY, config=routed)) == 1  # type: ignore[arg-type]
+    assert len(asyncio.run(pipeline.ainvoke(QUERY, config=routed))) == 1  # type: ignore[arg-type]
+    assert len(g.as_compressor(domain="two").compress_documents(base.invoke(QUERY), QUERY)) == 2
+
+
+def test_a_domain_that_is_not_a_str_is_refused(store: InMemoryVectorStore) -> None:
+    g = sim_guard(domains=DOMAINS)
+    base = store.as_retriever(search_kwargs={"k": 6})
+    with pytest.raises(ConfigError, match=r"domain"):
+        g.wrap(base, domain=1)
+    with pytest.raises(RagguardError, match=r"^domain must be a str"):
+        g.wrap(base).invoke(QUERY, config={"metadata": {DOMAIN_KEY: 1}})

@@ -466,3 +466,33 @@ def test_the_guard_reads_a_nodes_content_without_its_metadata() -> None:
     ]
     GuardPostprocessor(guard).postprocess_nodes(nodes, query_str="q")
     assert [c.text for c in seen[0].candidates] == ["plain", "LOUD"]
+
+
+# issue 37: one guard, a domain per retriever or postprocessor (e.g. per router route)
+DOMAINS = {"one": {"max_k": 1}, "two": {"max_k": 2}}
+
+
+def test_a_domain_routes_the_retriever_and_the_postprocessor(index: VectorStoreIndex) -> None:
+    g = guard(domains=DOMAINS)
+    base = index.as_retriever(similarity_top_k=6)
+    everything = node_ids(g.wrap(base).retrieve(QUERY))
+    assert len(everything) == 3
+    one = g.wrap(base, domain="one")
+    assert node_ids(one.retrieve(QUERY)) == everything[:1]
+    assert node_ids(asyncio.run(one.aretrieve(QUERY))) == everything[:1]
+    post = g.as_postprocessor(domain="two")
+    nodes = base.retrieve(QUERY)
+    assert node_ids(post.postprocess_nodes(nodes, query_str=QUERY)) == everything[:2]
+    # saved and rebuilt: the domain and the config's domain tables come back
+    restored = GuardPostprocessor.from_dict(json.loads(json.dumps(post.to_dict())))
+    assert restored.domain == "two" and restored.guard.config.domains == DOMAINS
+    assert node_ids(restored.postprocess_nodes(nodes, query_str=QUERY)) == everything[:2]
+    assert "domains" not in guard().as_postprocessor().to_dict()["guard_config"]
+
+
+def test_a_llamaindex_domain_that_is_not_a_str_is_refused(index: VectorStoreIndex) -> None:
+    g = guard(domains=DOMAINS)
+    with pytest.raises(ConfigError, match=r"^domain must be a str"):
+        g.wrap(index.as_retriever(), domain=1)
+    with pytest.raises(ConfigError, match=r"domain"):
+        g.as_postprocessor(domain=1)

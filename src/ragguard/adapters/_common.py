@@ -139,6 +139,13 @@ def call_k(k: object, name: str = "k") -> int | None:
     raise ConfigError(f"{name} must be a whole number >= 1 (or None), got {k!r}")
 
 
+def call_domain(domain: object) -> str | None:
+    """The ``domain`` option or input of an adapter, a str or ``None``."""
+    if domain is None or isinstance(domain, str):
+        return domain
+    raise ConfigError(f"domain must be a str naming a [domains.NAME] table, got {domain!r}")
+
+
 @contextmanager
 def adapter_options(model: type[BaseModel]) -> Iterator[None]:
     """An adapter options' ``ValidationError`` as one ConfigError naming each bad option."""

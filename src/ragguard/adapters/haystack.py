@@ -24,6 +24,7 @@ from haystack import Document, component, default_from_dict, default_to_dict  # 
 from ragguard import ContextGuard  # noqa: E402
 from ragguard.adapters._common import (  # noqa: E402
     METADATA_KEY,
+    call_domain,
     call_k,
     check_guard,
     code_reranker,
@@ -51,6 +52,8 @@ class GuardRanker:
             docstring).
         metadata_key: ``meta`` key for the guard's decision.
         top_k: most documents passed on per call (default: the guard's ``max_k``).
+        domain: select with this domain's settings (the config's ``[domains.NAME]``);
+            the ``domain`` input of one run wins over it.
         guard_config: the guard's config as ``to_dict()`` wrote it.
         reranker: the registered name of a reranker passed in code, as ``to_dict()``
             wrote it; looked up among the registered rerankers, never imported.
@@ -69,6 +72,7 @@ class GuardRanker:
         score_kind: ScoreKind | str | None = None,
         metadata_key: str = METADATA_KEY,
         top_k: int | None = None,
+        domain: str | None = None,
         guard_config: dict[str, Any] | None = None,
         reranker: str | None = None,
         code_reranker: str | None = None,
@@ -77,7 +81,7 @@ class GuardRanker:
         if unknown:
             raise ConfigError(
                 f"GuardRanker: unknown option(s) {sorted(unknown)}; allowed: score_kind, "
-                "metadata_key, top_k"
+                "metadata_key, top_k, domain"
             )
         if guard is None:
             guard = saved_guard(
@@ -101,6 +105,7 @@ class GuardRanker:
         self.score_kind = parse_score_kind(score_kind, "GuardRanker")
         self.metadata_key = metadata_key
         self.top_k = call_k(top_k, "top_k")
+        self.domain = call_domain(domain)
 
     def to_dict(self) -> dict[str, Any]:
         """The component as Haystack saves it: the guard's whole config, and a reranker
@@ -113,6 +118,7 @@ class GuardRanker:
             score_kind=None if self.score_kind is None else self.score_kind.value,
             metadata_key=self.metadata_key,
             top_k=self.top_k,
+            domain=self.domain,
             guard_config=self.guard.config.model_dump(mode="json"),
             reranker=name if registered else None,
             code_reranker=None if registered else name,
@@ -125,7 +131,11 @@ class GuardRanker:
 
     @component.output_types(documents=list[Document], verdict=str, conflicts=list[str])
     def run(
-        self, query: str, documents: list[Document], top_k: int | None = None
+        self,
+        query: str,
+        documents: list[Document],
+        top_k: int | None = None,
+        domain: str | None = None,
     ) -> dict[str, Any]:
         """Pass on the documents the guard keeps.
 
@@ -133,6 +143,8 @@ class GuardRanker:
             query: the query the documents were retrieved for.
             documents: the retrieved documents, best first, with ``score``.
             top_k: most documents passed on by this call.
+            domain: the domain whose settings select for this call (default: the
+                component's ``domain``, else the global settings).
 
         Returns:
             ``{"documents": [...], "verdict": ..., "conflicts": [...]}``: copies of the
@@ -142,22 +154,26 @@ class GuardRanker:
         """
         if not documents:
             return _outputs([], Verdict.INSUFFICIENT, [])
-        selection = self.guard.select(**self._arguments(query, documents, top_k))
+        selection = self.guard.select(**self._arguments(query, documents, top_k, domain))
         return _outputs(self._documents(selection), selection.verdict, conflict_lines(selection))
 
     @component.output_types(documents=list[Document], verdict=str, conflicts=list[str])
     async def run_async(
-        self, query: str, documents: list[Document], top_k: int | None = None
+        self,
+        query: str,
+        documents: list[Document],
+        top_k: int | None = None,
+        domain: str | None = None,
     ) -> dict[str, Any]:
         """Async form of [`run`][ragguard.adapters.haystack.GuardRanker.run], for
         ``AsyncPipeline``."""
         if not documents:
             return _outputs([], Verdict.INSUFFICIENT, [])
-        selection = await self.guard.aselect(**self._arguments(query, documents, top_k))
+        selection = await self.guard.aselect(**self._arguments(query, documents, top_k, domain))
         return _outputs(self._documents(selection), selection.verdict, conflict_lines(selection))
 
     def _arguments(
-        self, query: str, documents: Sequence[Document], top_k: int | None
+        self, query: str, documents: Sequence[Document], top_k: int | None, domain: str | None
     ) -> dict[str, Any]:
         """The keyword arguments of ``guard.select`` / ``guard.aselect``."""
         candidates = [
@@ -169,6 +185,7 @@ class GuardRanker:
             "score_kind": self.score_kind or self.guard.config.score_kind or ScoreKind.SIMILARITY,
             "scored": any(doc.score is not None for doc in documents),
             "max_k": call_k(top_k, "top_k") or self.top_k,
+            "domain": self.domain if domain is None else call_domain(domain),
         }
 
     def _documents(self, selection: Selection) -> list[Document]:

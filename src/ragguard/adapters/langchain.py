@@ -46,7 +46,14 @@ from ragguard.candidate import Candidate, Selection, candidate_of  # noqa: E402
 from ragguard.errors import ScoreWarning  # noqa: E402
 from ragguard.scores import ScoreKind  # noqa: E402
 
-__all__ = ["GuardCompressor", "GuardedRetriever", "Retriever", "candidate_ids", "store_score_kind"]
+__all__ = [
+    "DOMAIN_KEY",
+    "GuardCompressor",
+    "GuardedRetriever",
+    "Retriever",
+    "candidate_ids",
+    "store_score_kind",
+]
 
 Retriever: TypeAlias = BaseRetriever
 """LangChain's retriever base class, ``langchain_core.retrievers.BaseRetriever``:
@@ -54,6 +61,9 @@ what [`GuardedRetriever`][ragguard.adapters.langchain.GuardedRetriever] wraps
 (``ContextGuard.wrap()`` is typed with it)."""
 
 DEFAULT_SCORE_KEYS = ("relevance_score", "score")
+DOMAIN_KEY = "ragguard_domain"
+"""The run metadata key that routes one call to a domain of the guard's config:
+``invoke(query, config={"metadata": {DOMAIN_KEY: "legal"}})``, also through a chain."""
 _SCORE = "__ragguard_retrieval_score__"  # carries a store score through the child run
 
 # distance_strategy names used by LangChain vector stores (langchain_community's
@@ -219,6 +229,7 @@ class Translator:
         docs: Sequence[Document],
         score_kind: ScoreKind | None,
         max_k: int | None = None,
+        domain: str | None = None,
     ) -> dict[str, Any]:
         """The keyword arguments of ``guard.select`` / ``guard.aselect`` for ``docs``."""
         candidates, scored = self.candidates(docs)
@@ -228,6 +239,7 @@ class Translator:
             "score_kind": score_kind,
             "scored": scored,
             "max_k": max_k,
+            "domain": domain,
         }
 
     def documents(self, selection: Selection) -> list[Document]:
@@ -281,6 +293,12 @@ class _Options(BaseModel):
     metadata_key: str = Field(
         default=METADATA_KEY, description="Metadata key for the guard's decision."
     )
+    domain: str | None = Field(
+        default=None,
+        strict=True,
+        description="Select with this domain's settings (the config's [domains.NAME]); a "
+        "call's run metadata key ragguard_domain wins over it.",
+    )
 
     _translator: Translator = PrivateAttr()
 
@@ -290,6 +308,10 @@ class _Options(BaseModel):
 
     def model_post_init(self, context: Any, /) -> None:
         self._translator = Translator(self.score_keys, self.metadata_key)
+
+    def _domain(self, metadata: dict[str, Any]) -> str | None:
+        """The call's domain: its run metadata's ``ragguard_domain``, else ``domain``."""
+        return metadata.get(DOMAIN_KEY, self.domain) if metadata else self.domain
 
 
 class GuardedRetriever(_Options, BaseRetriever):
@@ -333,7 +355,10 @@ class GuardedRetriever(_Options, BaseRetriever):
         source, kind, max_k = self._plan(k)
         child = run_manager.get_child()
         docs = source.invoke(query, config={"callbacks": child}, **kwargs)
-        selection = self.guard.select(**self._translator.arguments(query, docs, kind, max_k))
+        domain = self._domain(run_manager.metadata)
+        selection = self.guard.select(
+            **self._translator.arguments(query, docs, kind, max_k, domain)
+        )
         if child.handlers:  # the payload is built for a listener only
             child.on_custom_event(
                 SELECTION_EVENT, event_payload(selection), run_id=run_manager.run_id
@@ -351,7 +376,8 @@ class GuardedRetriever(_Options, BaseRetriever):
         source, kind, max_k = self._plan(k)
         child = run_manager.get_child()
         docs = await source.ainvoke(query, config={"callbacks": child}, **kwargs)
-        arguments = self._translator.arguments(query, docs, kind, max_k)
+        domain = self._domain(run_manager.metadata)
+        arguments = self._translator.arguments(query, docs, kind, max_k, domain)
         selection = await self.guard.aselect(**arguments)
         if child.handlers:  # the payload is built for a listener only
             await child.on_custom_event(
@@ -371,9 +397,10 @@ class GuardCompressor(_Options, BaseDocumentCompressor):
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
-        arguments = self._translator.arguments(query, documents, self.score_kind)
-        selection = self.guard.select(**arguments)
         manager = CallbackManager.configure(inheritable_callbacks=callbacks)
+        domain = self._domain(manager.metadata)
+        arguments = self._translator.arguments(query, documents, self.score_kind, None, domain)
+        selection = self.guard.select(**arguments)
         if manager.handlers:  # the payload is built for a listener only
             manager.on_custom_event(
                 SELECTION_EVENT, event_payload(selection), run_id=manager.parent_run_id
@@ -383,9 +410,10 @@ class GuardCompressor(_Options, BaseDocumentCompressor):
     async def acompress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
-        arguments = self._translator.arguments(query, documents, self.score_kind)
-        selection = await self.guard.aselect(**arguments)
         manager = AsyncCallbackManager.configure(inheritable_callbacks=callbacks)
+        domain = self._domain(manager.metadata)
+        arguments = self._translator.arguments(query, documents, self.score_kind, None, domain)
+        selection = await self.guard.aselect(**arguments)
         if manager.handlers:  # the payload is built for a listener only
             await manager.on_custom_event(
                 SELECTION_EVENT, event_payload(selection), run_id=manager.parent_run_id

@@ -28,6 +28,7 @@ from ragguard import ContextGuard  # noqa: E402
 from ragguard.adapters._common import (  # noqa: E402
     METADATA_KEY,
     adapter_options,
+    call_domain,
     check_guard,
     code_reranker,
     copy_metadata,
@@ -79,10 +80,13 @@ class RagguardSelectionEvent(BaseEvent):
 class _Translator:
     """Nodes -> Candidates -> guarded copies."""
 
-    def __init__(self, guard: ContextGuard, score_kind: ScoreKind | None, key: str) -> None:
+    def __init__(
+        self, guard: ContextGuard, score_kind: ScoreKind | None, key: str, domain: str | None
+    ) -> None:
         self.guard = guard
         self.kind = score_kind or guard.config.score_kind or ScoreKind.SIMILARITY
         self.key = key
+        self.domain = domain
 
     def candidates(self, nodes: Sequence[NodeWithScore]) -> tuple[list[Candidate], bool]:
         out = [
@@ -114,13 +118,15 @@ class _Translator:
     def select(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
         candidates, any_score = self.candidates(nodes)
         return self.nodes(
-            self.guard.select(query, candidates, score_kind=self.kind, scored=any_score)
+            self.guard.select(
+                query, candidates, score_kind=self.kind, scored=any_score, domain=self.domain
+            )
         )
 
     async def aselect(self, query: str, nodes: Sequence[NodeWithScore]) -> list[NodeWithScore]:
         candidates, any_score = self.candidates(nodes)
         selection = await self.guard.aselect(
-            query, candidates, score_kind=self.kind, scored=any_score
+            query, candidates, score_kind=self.kind, scored=any_score, domain=self.domain
         )
         return self.nodes(selection)
 
@@ -134,11 +140,13 @@ class GuardedRetriever(BaseRetriever):
         score_kind: what ``NodeWithScore.score`` is, overriding the default (see the
             module docstring).
         metadata_key: metadata key for the guard's decision.
+        domain: select with this domain's settings (the config's ``[domains.NAME]``);
+            one retriever per domain, e.g. one per route of a ``RouterQueryEngine``.
 
     Raises:
         ArgumentTypeError: ``retriever`` is not a ``llama_index.core`` retriever.
-        ConfigError: ``guard`` is not a [`ContextGuard`][ragguard.ContextGuard], ``score_kind``
-            or ``metadata_key`` is invalid, or an option is unknown (``k`` is
+        ConfigError: ``guard`` is not a [`ContextGuard`][ragguard.ContextGuard], ``score_kind``,
+            ``metadata_key`` or ``domain`` is invalid, or an option is unknown (``k`` is
             LangChain's).
     """
 
@@ -149,12 +157,13 @@ class GuardedRetriever(BaseRetriever):
         *,
         score_kind: ScoreKind | str | None = None,
         metadata_key: str = METADATA_KEY,
+        domain: str | None = None,
         **unknown: Any,
     ) -> None:
         if unknown:
             raise ConfigError(
                 f"GuardedRetriever (LlamaIndex): unknown option(s) {sorted(unknown)}; "
-                "allowed: score_kind, metadata_key"
+                "allowed: score_kind, metadata_key, domain"
             )
         if not isinstance(retriever, BaseRetriever):
             raise ArgumentTypeError(
@@ -169,7 +178,7 @@ class GuardedRetriever(BaseRetriever):
         self.retriever = retriever
         self.guard = guard
         kind = parse_score_kind(score_kind, "GuardedRetriever")
-        self._translator = _Translator(guard, kind, metadata_key)
+        self._translator = _Translator(guard, kind, metadata_key, call_domain(domain))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         nodes = self.retriever.retrieve(query_bundle)
@@ -192,7 +201,7 @@ class GuardPostprocessor(BaseNodePostprocessor):
         guard: the guard that selects what reaches the LLM. Omit it only to rebuild a
             saved postprocessor from ``guard_config`` (what ``from_dict`` does).
         reranker: with ``guard_config``, the reranker passed in code to the saved guard.
-        **data: ``score_kind``, ``metadata_key``; ``guard_config`` and
+        **data: ``score_kind``, ``metadata_key``, ``domain``; ``guard_config`` and
             ``code_reranker`` as ``to_dict()`` wrote them.
 
     Raises:
@@ -209,6 +218,11 @@ class GuardPostprocessor(BaseNodePostprocessor):
     )
     metadata_key: str = Field(
         default=METADATA_KEY, description="Metadata key for the guard's decision."
+    )
+    domain: str | None = Field(
+        default=None,
+        strict=True,
+        description="Select with this domain's settings (the config's [domains.NAME]).",
     )
     guard_config: dict[str, Any] = Field(
         default_factory=dict,
@@ -246,7 +260,7 @@ class GuardPostprocessor(BaseNodePostprocessor):
         data["code_reranker"] = code_reranker(guard)
         with adapter_options(type(self)):
             super().__init__(**data)
-        self._translator = _Translator(guard, self.score_kind, self.metadata_key)
+        self._translator = _Translator(guard, self.score_kind, self.metadata_key, self.domain)
 
     @classmethod
     def class_name(cls) -> str:

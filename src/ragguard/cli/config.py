@@ -127,35 +127,54 @@ def config_show(
             "environment only.",
         ),
     ] = None,
+    domain: Annotated[
+        str | None,
+        typer.Option(
+            "--domain",
+            metavar="NAME",
+            help="Resolve one domain: the file's [domains.NAME] table over the global settings.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     verbose: Verbose = False,
 ) -> None:
     """Show the resolved config and where each value came from.
 
     The layer of each value: argument, environment RAGGUARD_*, file, profile or
-    default; and the provenance a calibrated config carries."""
+    default; the domains a config routes to; and the provenance a calibrated config
+    carries."""
     with friendly_errors(verbose):
         from ragguard.config import GuardConfig
 
         if file is None and Path("ragguard.toml").is_file():
             file = Path("ragguard.toml")
-        cfg = GuardConfig.from_file(file) if file is not None else GuardConfig()
+        top = GuardConfig.from_file(file) if file is not None else GuardConfig()
+        cfg = top if domain is None else top.for_domain(domain)
         data = cfg.model_dump(mode="json")
         provenance = data.pop("provenance")
         profiles = data.pop("profiles")
+        data.pop("domains", None)  # listed below, resolved one at a time by --domain
+        if domain is not None:  # the domain's own provenance, under the global one's
+            provenance = provenance.get("domains", {}).get(domain, {})
         if as_json:
             values = {k: {"value": v, "source": cfg.source_of(k)} for k, v in data.items()}
             doc = {"file": str(file) if file else None, "values": values}
-            out.print_json(json.dumps({**doc, "profiles": profiles, "provenance": provenance}))
+            routing: dict[str, Any] = {"domain": domain} if domain is not None else {}
+            if top.domains:
+                routing["domains"] = list(top.domains)
+            shown = {**doc, **routing, "profiles": profiles, "provenance": provenance}
+            out.print_json(json.dumps(shown))
             return
         where = f"file {file}" if file else "no file (defaults and environment)"
+        if domain is not None:
+            where += f", domain {domain}"
         out.print(f"[bold]ragguard config[/] from {escape(where)}", highlight=False)
         table = compact_table()
         table.add_column("field", no_wrap=True)
         table.add_column("value", overflow="fold")
         table.add_column("source")
         for key, value in data.items():
-            source = cfg.source_of(key)
+            source = escape(cfg.source_of(key))  # a domain's: "file PATH [domains.NAME]"
             if isinstance(value, dict):  # a table such as [rerank]: one row per field
                 for sub, v in value.items():
                     table.add_row(f"{key}.{sub}", _shown(v), source)
@@ -164,8 +183,14 @@ def config_show(
         out.print(table)
         if profiles:
             out.print(f"custom profiles: {', '.join(profiles)}", highlight=False)
+        if top.domains and domain is None:
+            out.print(
+                f"domains: {escape(', '.join(top.domains))} (one resolved: ragguard config "
+                "show --domain NAME)",
+                highlight=False,
+            )
         if provenance:
-            _print_provenance(provenance)
+            _print_provenance(provenance, domain)
         if file is None:
             err.print("[dim]no ragguard.toml here; pass a file to show it[/]")
 
@@ -200,10 +225,12 @@ def _shown(value: object) -> str:
     return "none" if value is None else str(value)
 
 
-def _print_provenance(prov: dict[str, Any]) -> None:
+def _print_provenance(prov: dict[str, Any], domain: str | None = None) -> None:
+    """What ragguard calibrate recorded: the global keys, or every key of one domain."""
     said = ("tool", "created", "source", "run", "profile", "objective", "setting")
-    keys = (*said, "second_stage", "baseline", "data_sha256")
-    rows = [(key, str(prov[key])) for key in keys if key in prov]
+    keys = (*said, "second_stage", "baseline", "data_sha256") if domain is None else prov
+    special = ("constraints", "constraints_met", "metrics")  # the rows below
+    rows = [(key, str(prov[key])) for key in keys if key in prov and key not in special]
     if "constraints" in prov:
         met = "met" if prov.get("constraints_met", True) else "NOT met"
         rows.append(("constraints", f"{', '.join(prov['constraints']) or 'none'} ({met})"))
@@ -212,8 +239,10 @@ def _print_provenance(prov: dict[str, Any]) -> None:
         shown = ", ".join(
             f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()
         )
-        rows.append(("metrics", f"{shown} (the setting written, all queries)"))
-    out.print("[bold]provenance[/] (written by ragguard calibrate)", highlight=False)
+        queries = "all queries" if domain is None else "the domain's queries"
+        rows.append(("metrics", f"{shown} (the setting written, {queries})"))
+    of = "" if domain is None else f" of domain {escape(domain)}"
+    out.print(f"[bold]provenance[/]{of} (written by ragguard calibrate)", highlight=False)
     table = compact_table()
     table.show_header = False
     table.add_column("key", no_wrap=True)
