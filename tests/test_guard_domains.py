@@ -87,6 +87,17 @@ def test_an_unknown_domain_uses_the_global_settings_and_warns_once_per_guard() -
     assert kept(first) == kept(g.select("q", CANDIDATES)) and first.domain is None
 
 
+def test_ever_new_unknown_domains_leave_the_guard_bounded() -> None:
+    g = guard(domains=DOMAINS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(1100):  # per-tenant ids with no table
+            assert g.select("q", CANDIDATES, domain=f"tenant-{i}").domain is None
+    assert len(caught) == 1024  # one per name while the guard remembers names
+    assert len(g._routed) == 1024
+    assert g.select("q", CANDIDATES, domain="legal").domain == "legal"  # still routes
+
+
 def test_a_guard_without_domains_warns_for_any_domain() -> None:
     with pytest.warns(ConfigWarning, match=r"known domains: none"):
         selection = guard().select("q", CANDIDATES, domain="legal")

@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # wrap()'s types; at run time the adapters come through raggu
 
 logger = logging.getLogger(__name__)
 
+_MAX_ROUTED = 1024  # domain names a guard remembers (and warns about once each)
+
 
 class ContextGuard:
     """Keeps the passages worth an LLM's attention and records why it dropped the rest.
@@ -169,7 +171,8 @@ class ContextGuard:
         the loaded cross-encoder of a guard whose rerank model settings are equal.
 
         An unknown ``name`` gives this guard (the global settings) and a
-        [`ConfigWarning`][ragguard.ConfigWarning], once per guard and name. Stages added
+        [`ConfigWarning`][ragguard.ConfigWarning], once per guard and name (for the first
+        1,024 names a guard sees; later unknown names are not warned about). Stages added
         to ``stages`` by hand are not copied to a domain's guard.
 
         Raises:
@@ -188,6 +191,8 @@ class ContextGuard:
         if routed is not None:
             return routed
         if name not in self.config.domains:
+            if len(self._routed) >= _MAX_ROUTED:  # ever-new names (tenant ids) stay bounded
+                return self
             known = ", ".join(self.config.domains) or "none"
             warnings.warn(
                 f"unknown domain {name!r}: the global settings are used (known domains: "
