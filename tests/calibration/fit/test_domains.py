@@ -3,7 +3,6 @@ split, fallbacks to the global config, and the ``[domains.NAME]`` tables of the 
 
 from __future__ import annotations
 
-import json
 import tomllib
 from pathlib import Path
 
@@ -14,38 +13,9 @@ from ragguard.calibration import Calibrator, Domains, RerankSearch, Split, load_
 from ragguard.calibration.fit.domains import MIN_DOMAIN_QUERIES
 from ragguard.calibration.fit.statistics import split_queries
 from ragguard.errors import ConfigError, EvalSetError
+from tests.calibration.domain_data import write_domains
 
 HOLDOUT, SEED = 0.5, 0
-
-
-def _line(qid: str, domain: str | None, relevant: int) -> dict[str, object]:
-    """A query with 6 candidates scored 1.0, 0.9, ...: the first ``relevant`` are relevant, the
-    rest known distractors."""
-    docs = [f"{qid}-d{i}" for i in range(6)]
-    line: dict[str, object] = {
-        "query_id": qid,
-        "query": f"question {qid}",
-        "relevant": {d: 1 for d in docs[:relevant]},
-        "distractors": docs[relevant:],
-        "runs": {"r": [{"id": d, "score": 1.0 - 0.1 * i} for i, d in enumerate(docs)]},
-    }
-    if domain is not None:
-        line["domain"] = domain
-    return line
-
-
-def _evalset(tmp_path: Path, domains: dict[int, str] | None = None, n: int = 60) -> Path:
-    """``n`` queries: the first 24 'precise' (one relevant passage, distractors below it), the
-    rest 'broad' (three relevant passages), ``domains`` overriding some rows' domain."""
-    path = tmp_path / "evalset.jsonl"
-    with path.open("w") as f:
-        for row in range(n):
-            domain = "precise" if row < 24 else "broad"
-            domain = (domains or {}).get(row, domain)
-            f.write(
-                json.dumps(_line(f"q{row:03d}", domain, 1 if domain == "precise" else 3)) + "\n"
-            )
-    return path
 
 
 def _calibrator(**domains: object) -> Calibrator:
@@ -55,7 +25,7 @@ def _calibrator(**domains: object) -> Calibrator:
 
 
 def test_domains_get_their_own_setting_and_one_toml_holds_what_differs(tmp_path: Path) -> None:
-    res = _calibrator(profiles={"precise": "legal"}).fit(load_evalset(_evalset(tmp_path)))
+    res = _calibrator(profiles={"precise": "legal"}).fit(load_evalset(write_domains(tmp_path)))
     # global: 36 broad queries gain 3 from top-3, 24 precise lose 2 -> top-3 (or more)
     assert res.config().max_k >= 3
     d = {x.name: x for x in res.domains.domains}
@@ -68,7 +38,9 @@ def test_domains_get_their_own_setting_and_one_toml_holds_what_differs(tmp_path:
     # the contract: global settings at the top level as without domains ...
     alone = Calibrator(objective="utility", split=Split(holdout=HOLDOUT, seed=SEED))
     plain = tomllib.loads(
-        alone.fit(load_evalset(_evalset(tmp_path))).save_config(tmp_path / "g.toml").read_text()
+        alone.fit(load_evalset(write_domains(tmp_path)))
+        .save_config(tmp_path / "g.toml")
+        .read_text()
     )
     top = {k: v for k, v in data.items() if k not in ("domains", "provenance")}
     assert top == {k: v for k, v in plain.items() if k != "provenance"}
@@ -88,7 +60,7 @@ def test_small_and_held_out_only_domains_fall_back_with_a_reason(tmp_path: Path)
     calib, held = split_queries(60, HOLDOUT, SEED)
     tiny = {int(calib[0]): "tiny"}
     lonely = {int(r): "lonely" for r in held[:2]}
-    res = _calibrator().fit(load_evalset(_evalset(tmp_path, {**tiny, **lonely})))
+    res = _calibrator().fit(load_evalset(write_domains(tmp_path, {**tiny, **lonely})))
     d = {x.name: x for x in res.domains.domains}
     assert d["tiny"].queries == 1 and d["tiny"].config is None
     assert f"fewer than {MIN_DOMAIN_QUERIES}" in d["tiny"].fallback
@@ -103,13 +75,13 @@ def test_small_and_held_out_only_domains_fall_back_with_a_reason(tmp_path: Path)
 def test_a_domain_without_held_out_queries_is_not_written_unchecked(tmp_path: Path) -> None:
     calib, _ = split_queries(60, HOLDOUT, SEED)
     only = {int(r): "unchecked" for r in calib[:MIN_DOMAIN_QUERIES]}
-    res = _calibrator().fit(load_evalset(_evalset(tmp_path, only)))
+    res = _calibrator().fit(load_evalset(write_domains(tmp_path, only)))
     d = {x.name: x for x in res.domains.domains}["unchecked"]
     assert d.heldout == 0 and "cannot be checked" in (d.fallback or "")
 
 
 def test_bad_domain_options_raise_one_line(tmp_path: Path) -> None:
-    es = load_evalset(_evalset(tmp_path))
+    es = load_evalset(write_domains(tmp_path))
     with pytest.raises(ConfigError, match="names domain 'legal', which no query has"):
         _calibrator(profiles={"legal": "legal"}).fit(es)
     with pytest.raises(ConfigError, match="unknown profile 'nope'"):
@@ -125,7 +97,7 @@ def test_bad_domain_options_raise_one_line(tmp_path: Path) -> None:
 
 
 def test_no_domains_is_the_calibration_it_was(tmp_path: Path) -> None:
-    es = load_evalset(_evalset(tmp_path))
+    es = load_evalset(write_domains(tmp_path))
     res = Calibrator(objective="utility", split=Split(holdout=HOLDOUT, seed=SEED)).fit(es)
     assert res.domains is None
     assert "domains" not in tomllib.loads(res.save_config(tmp_path / "c.toml").read_text())

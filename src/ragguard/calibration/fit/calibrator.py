@@ -33,6 +33,7 @@ from ragguard.calibration.fit.domains import (
     DomainResults,
     differing,
     domain_comparison,
+    not_clearly_better,
     pooled,
 )
 from ragguard.calibration.fit.header import SMALL_SET, Header
@@ -339,6 +340,10 @@ class Calibrator:
             why = res.stopped or "; ".join(res.unmet()) or None
             if why is None and h.heldout_rows.size and not local_held.size:
                 why = "none of its queries is held out: its choice cannot be checked"
+            if why is None and self.guarantee is None:  # (a guarantee is certified per domain)
+                why = not_clearly_better(
+                    res.recommended, res.runs, found.recommended, local_cal, how, self.objective
+                )
             if why is None:
                 try:
                     differing(base, cfg, name)

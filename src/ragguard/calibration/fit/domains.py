@@ -102,27 +102,30 @@ class DomainResults:
                 (
                     d.name,
                     d.profile,
-                    f"{d.queries} ({d.calibration}/{d.heldout})",
+                    f"{d.queries} ({d.calibration}+{d.heldout})",
                     d.setting,
                     g,
                     own,
                     diff,
-                    d.fallback or "no",
+                    "no" if d.fallback is None else "yes",
                 )
             )
         return out
 
+    def reasons(self) -> list[str]:
+        """``domain: why`` for each domain that uses the global config."""
+        return [f"{d.name}: {d.fallback}" for d in self.domains if d.fallback is not None]
+
     def header(self) -> tuple[str, ...]:
         """The column names of ``rows``."""
-        obj = self.objective
         return (
             "domain",
             "profile",
-            "queries (cal/held)",
+            "queries",
             "setting",
-            f"{obj} global",
-            f"{obj} own",
-            "difference",
+            "global",
+            "own",
+            "own - global",
             "fallback",
         )
 
@@ -161,11 +164,13 @@ class DomainResults:
 
     def to_json(self) -> dict[str, Any]:
         """The per-domain results as ``--json`` prints them."""
-        rows = self.rows()
         return {
             "by": self.by,
             "verdict": self.verdict(),
-            "domains": [dict(zip(self.header(), row, strict=True)) for row in rows],
+            "domains": [
+                {**dict(zip(self.header(), row, strict=True)), "why": d.fallback}
+                for d, row in zip(self.domains, self.rows(), strict=True)
+            ],
         }
 
 
@@ -230,6 +235,35 @@ def domain_comparison(
         own.space.kernel_of(own.chosen), own.sweep.kept[own.chosen].astype(np.intp), metrics, rows
     )
     return compare_values(theirs, ours, rows, metrics, **how), (theirs, ours)
+
+
+def not_clearly_better(
+    own: RunCalibration,
+    own_runs: tuple[RunCalibration, ...],
+    base: RunCalibration,
+    rows: I,
+    how: Bootstrap,
+    objective: str,
+) -> str | None:
+    """Why a domain keeps the global config although it has its own setting: on its
+    calibration ``rows`` its choice is not clearly better than the global choice on the
+    objective (the paired bootstrap interval of the difference does not exclude 0, as the
+    held-out check decides ``better``); ``None`` when it is, or when the two cannot be
+    compared. The choice was made on these queries, so a gain within their noise is no
+    evidence for a setting of its own: the domain is shrunk to the global config. A domain
+    that chose the global setting keeps its table (its profile, when it has its own)."""
+    if own.chosen_params == base.chosen_params and own.name == base.name:
+        return None  # the same setting: nothing to shrink
+    compared = domain_comparison(own, own_runs, base, rows, {**how, "split": "calibration"})
+    if compared is None:
+        return None
+    c = compared[0]
+    if objective not in c.metrics or c.verdict(objective) == "better":
+        return None
+    return (
+        f"its own setting is not clearly better than the global one on its {c.n_queries} "
+        f"calibration queries ({objective} difference {c.change(objective)})"
+    )
 
 
 def pooled(domains: tuple[DomainCalibration, ...], how: Bootstrap) -> Comparison | None:
