@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragguard.calibration import Calibrator, Domains, RerankSearch, Split, load_evalset
+from ragguard.calibration import (
+    Answerability,
+    Calibrator,
+    Domains,
+    Guarantee,
+    RerankSearch,
+    Split,
+    load_evalset,
+)
 from ragguard.calibration.fit.domains import MIN_DOMAIN_QUERIES
 from ragguard.calibration.fit.statistics import split_queries
 from ragguard.errors import ConfigError, EvalSetError
@@ -102,3 +110,39 @@ def test_no_domains_is_the_calibration_it_was(tmp_path: Path) -> None:
     assert res.domains is None
     assert "domains" not in tomllib.loads(res.save_config(tmp_path / "c.toml").read_text())
     assert np.array_equal(res.header.calibration_rows, split_queries(60, HOLDOUT, SEED)[0])
+
+
+def test_the_guarantee_is_certified_per_domain(tmp_path: Path) -> None:
+    es = load_evalset(write_domains(tmp_path, n=200))
+    calibrator = Calibrator(
+        objective="utility",
+        split=Split(holdout=HOLDOUT, seed=SEED),
+        guarantee=Guarantee(recall=0.9),
+        domains=Domains(),
+    )
+    d = {x.name: x for x in calibrator.fit(es).domains.domains}
+    # 13 calibration queries of one relevant passage cannot certify 0.9; 87 of three can
+    assert "no setting guarantees" in (d["precise"].fallback or "")
+    assert d["broad"].fallback is None
+    assert d["broad"].config.provenance["guarantee"]["met"] is True
+    assert d["broad"].config.provenance["queries"]["total"] == 176
+
+
+def test_answerability_per_domain_falls_back_where_a_domain_has_no_unanswerable(
+    tmp_path: Path,
+) -> None:
+    es = load_evalset(write_domains(tmp_path, n=120, unanswerable=frozenset(range(60, 120, 3))))
+    calibrator = Calibrator(
+        objective="utility",
+        split=Split(holdout=HOLDOUT, seed=SEED),
+        answerability=Answerability(max_false_abstain=0.1),
+        domains=Domains(),
+    )
+    res = calibrator.fit(es)
+    d = {x.name: x for x in res.domains.domains}
+    assert "cannot be calibrated alone" in (d["precise"].fallback or "")
+    assert "unanswerable" in (d["precise"].fallback or "")
+    assert d["broad"].config is not None
+    floor = d["broad"].config.provenance["answerability"]
+    assert floor["met"] is True and floor["calibration"]["unanswerable"] > 0
+    assert d["broad"].config.min_evidence == floor["min_evidence"]
