@@ -91,7 +91,7 @@ class DomainResults:
         the objective on held-out for global and own, the difference with its interval, and
         the fallback (``ROW_HEADER``)."""
         obj = self.objective
-        out = []
+        out: list[tuple[str, ...]] = []
         for d in self.domains:
             c = d.against_global
             g = own = diff = "-"

@@ -381,6 +381,10 @@ class Domains:
     def __post_init__(self) -> None:
         if not isinstance(self.by, str) or not self.by.strip():
             raise ConfigError(f"--by (by) must name a per-query field, got {self.by!r}")
+        if not isinstance(self.profiles, Mapping):
+            raise ConfigError(
+                f"profiles must map a domain to a profile, got {type(self.profiles).__name__}"
+            )
         for name, profile in self.profiles.items():
             if not isinstance(name, str) or not name.strip():
                 raise ConfigError(f"--profile: a domain name must not be empty, got {name!r}")

@@ -842,7 +842,7 @@ def _domains(res: CalibrationResult) -> list[Block]:
     if d is None:
         return []
     why = d.reasons()
-    return [
+    blocks: list[Block] = [
         Heading(2, f"Per domain (--by {d.by})"),
         Para(
             "Each domain is searched alone on its queries of the split, with its profile; "
@@ -851,7 +851,10 @@ def _domains(res: CalibrationResult) -> list[Block]:
             + "."
         ),
         Table(d.header(), tuple(d.rows()), (False, False, False, False, True, True, True, False)),
-    ] + ([Para("Domains that use the global config:"), Bullets(tuple(why))] if why else [])
+    ]
+    if why:
+        blocks += [Para("Domains that use the global config:"), Bullets(tuple(why))]
+    return blocks
 
 
 def report_blocks(
