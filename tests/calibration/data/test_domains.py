@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragguard.calibration import load_evalset
+from ragguard.calibration import EvalSet, load_evalset
 from ragguard.errors import EvalSetError
 
 
@@ -85,3 +85,32 @@ def test_domains_tsv_in_a_beir_folder(tmp_path: Path) -> None:
     _jsonl(tmp_path / "corpus.jsonl", {"_id": "d1", "text": "x"}, {"_id": "d2", "text": "y"})
     (tmp_path / "domains.tsv").write_text("q1\tlegal\nq2\tlegal\n")
     assert load_evalset(tmp_path).domains() == {"legal": ("q1", "q2")}
+
+
+@pytest.mark.parametrize("kind", ["pandas", "arrow"])
+def test_a_domain_column_in_a_qrels_table(kind: str) -> None:
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(
+        {
+            "qid": ["a", "a", "b", "c"],
+            "docid": ["d1", "d2", "d1", "d3"],
+            "grade": [1, 0, 1, 1],
+            "domain": ["legal", "legal", None, "hr"],
+        }
+    )
+    if kind == "arrow":
+        pa = pytest.importorskip("pyarrow")
+        frame = pa.Table.from_pandas(frame, preserve_index=False)
+    es = EvalSet.from_dicts(frame)
+    assert es.domains() == {"legal": ("a",), "hr": ("c",)}
+
+
+def test_a_table_with_two_domains_for_one_query_is_one_line() -> None:
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"qid": ["a", "a"], "docid": ["d1", "d2"], "grade": [1, 0],
+                          "domain": ["legal", "hr"]})  # fmt: skip
+    with pytest.raises(EvalSetError, match="row 1: query 'a' is in domain 'legal' and 'hr'"):
+        EvalSet.from_dicts(frame)
+    frame["domain"] = ["", ""]
+    with pytest.raises(EvalSetError, match="row 0: a domain name must not be empty"):
+        EvalSet.from_dicts(frame)

@@ -31,7 +31,13 @@ from ragguard.calibration.data.formats.common import Format, ReadOptions, first_
 from ragguard.calibration.data.formats.jsonl import JSONL
 from ragguard.calibration.data.formats.llamaindex import LLAMAINDEX
 from ragguard.calibration.data.formats.ragas import RAGAS
-from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
+from ragguard.calibration.data.formats.tables import (
+    Table,
+    as_dicts,
+    columnar,
+    read_input,
+    table_domains,
+)
 from ragguard.calibration.data.formats.udcg import UDCG
 from ragguard.calibration.data.problems import LoadReport, ProblemKind, Reporter
 from ragguard.calibration.data.records import Labels, Query, Run, domain_problem
@@ -215,7 +221,8 @@ class EvalSet:
 
         Args:
             qrels: ``{query_id: {doc_id: grade}}`` or a table of (query id, document id,
-                grade) rows; these are the labelled queries.
+                grade) rows; these are the labelled queries. A table's ``domain`` column
+                gives each query's domain (``calibrate --by domain``).
             runs: ``{run_name: run}``, each ``{query_id: {doc_id: score}}`` or a table.
             score_kind: one kind for every run, or ``{run_name: kind}``.
             distractors: ``{query_id: [doc_id, ...]}`` known distractors (grade 0 unless
@@ -242,7 +249,8 @@ class EvalSet:
             labels = ColumnarLabels(read)
         else:
             labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
-        qs = query_view(labels, dict(queries) if queries else None)  # a copy: never read through
+        domains = table_domains(qrels, columns, "qrels table")  # its domain column, if any
+        qs = query_view(labels, dict(queries) if queries else None, domains)  # copies
         built: dict[str, Run] = {}
         for name, run in (runs or {}).items():
             got = read_input(run, "run", columns=columns, what=f"run table {name!r}", rep=rep)
