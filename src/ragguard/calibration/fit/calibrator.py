@@ -208,8 +208,8 @@ class Calibrator:
             raise ConfigError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
         if self.domains is not None and self.rerank is not None:
             raise ConfigError(
-                "--by (domains) with a second stage (--reranker / --rerank-scores) is not "
-                "supported yet; calibrate the second stage without --by"
+                "--by (domains=) with a second stage (--rerank / --rerank-run, rerank=) is "
+                "not supported yet; calibrate the second stage without --by"
             )
 
     @property
@@ -407,7 +407,10 @@ class Calibrator:
         results: list[RunCalibration] = []
         for name in names:
             results.append(
-                _search_run(evalset, name, plan, grid, self.search.grows, first=not results)
+                # a domain's search (rows given) does not warn: its table shows its size
+                _search_run(
+                    evalset, name, plan, grid, self.search.grows, first=not results and not rows
+                )
             )
             progress(len(results), n_sweeps)
 
