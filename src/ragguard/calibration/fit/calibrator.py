@@ -226,7 +226,8 @@ class Calibrator:
         passages: Mapping[str, str] | None = None,
         on_sweep: Callable[[int, int], None] | None = None,
     ) -> CalibrationResult:
-        """Sweep every run, choose a setting per run, check it on held-out queries.
+        """Sweep every run, choose a setting per run, check it on held-out queries; with
+        ``domains``, search each domain too (``CalibrationResult.domains``).
 
         Args:
             evalset: labelled queries and their runs.
@@ -249,9 +250,10 @@ class Calibrator:
                 query) or a run none of whose document ids is labelled for its query
                 (the ids of the run and of the labels do not match); with
                 ``answerability``, no unanswerable query among the calibration queries,
-                or no query with a relevant passage.
+                or no query with a relevant passage; with ``domains``, no query has its
+                ``by`` field, or a value cannot name a domain.
             ConfigError: ``answerability`` with a ``guarantee``; a token counter that
-                cannot be built.
+                cannot be built; ``domains.profiles`` names a domain no query has.
         """
         checked = self.domains is not None and isinstance(evalset, EvalSet)
         groups = self._groups(evalset) if checked else None  # (else _fit_rows raises why)
