@@ -54,7 +54,10 @@ def test_by_domain_json_holds_the_per_domain_rows(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     rows = {r["domain"]: r for r in doc["domains"]["domains"]}
-    assert rows["precise"]["fallback"] == "no" and rows["precise"]["setting"] == "top-1"
+    assert rows["precise"]["fallback"] is False and rows["precise"]["setting"] == "top-1"
+    utility = rows["precise"]["heldout"]["utility"]
+    assert utility["own"] == 1.0 and utility["global"] == -1.0  # top-1 against top-3 on every query
+    assert utility["difference"][1] > 0
     assert doc["domains"]["verdict"].startswith("per-domain beats global")
 
 

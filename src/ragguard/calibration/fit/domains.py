@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from ragguard.calibration._format import format_number
+from ragguard.calibration._format import format_number, json_number
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import fold_count
 from ragguard.calibration.fit.statistics import Bootstrap, Comparison, compare_values, metric_values
@@ -163,15 +163,35 @@ class DomainResults:
         }
 
     def to_json(self) -> dict[str, Any]:
-        """The per-domain results as ``--json`` prints them."""
-        return {
-            "by": self.by,
-            "verdict": self.verdict(),
-            "domains": [
-                {**dict(zip(self.header(), row, strict=True)), "why": d.fallback}
-                for d, row in zip(self.domains, self.rows(), strict=True)
-            ],
-        }
+        """The per-domain results as ``--json`` prints them: per domain its queries, profile,
+        setting, fallback (and why), and per metric compared the global and own means on its
+        held-out queries with the difference ``[mean, low, high]``."""
+        domains = []
+        for d in self.domains:
+            c = d.against_global
+            heldout = {}
+            if c is not None and c.n_queries:
+                for m in c.metrics:
+                    diff = c.difference[m]
+                    heldout[m] = {
+                        "global": json_number(c.baseline[m].mean),
+                        "own": json_number(c.guarded[m].mean),
+                        "difference": [json_number(x) for x in (diff.mean, diff.low, diff.high)],
+                    }
+            domains.append(
+                {
+                    "domain": d.name,
+                    "profile": d.profile,
+                    "queries": d.queries,
+                    "calibration_queries": d.calibration,
+                    "heldout_queries": d.heldout,
+                    "setting": d.setting,
+                    "fallback": d.fallback is not None,
+                    "why": d.fallback,
+                    "heldout": heldout,
+                }
+            )
+        return {"by": self.by, "verdict": self.verdict(), "domains": domains}
 
 
 def _dump(cfg: GuardConfig) -> dict[str, Any]:
