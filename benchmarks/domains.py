@@ -25,8 +25,9 @@ interval of the difference; both are the runtime policy's cuts (the sweep kernel
 ``own`` columns show the domain's own choice even where it fell back (what the fallback
 avoided or gave up).
 
-Run: ``python benchmarks/domains.py [--seeds 0 1 2] [--json FILE]`` (about 10 s per seed
-on 2 cores). It always exits 0: it is a report, not a test.
+Run: ``python benchmarks/domains.py [--seeds 0 1 2] [--json FILE] [--record]`` (a few
+seconds on 2 cores; ``--record`` writes ``benchmarks/results/domains.json``). It always
+exits 0: it is a report, not a test.
 """
 
 from __future__ import annotations
@@ -197,19 +198,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     n = sum(len(r["domains"]) for r in runs)
     kept = sum(d["fallback"] is None for r in runs for d in r["domains"])
-    headline = (
-        f"{kept} of {n} (domain, seed) pairs keep their own setting; held-out UDCG of the routed "
-        f"config against global: clearly better on {len(pairs(True, 1))} "
-        f"({', '.join(pairs(True, 1)) or 'none'}), clearly worse on {len(pairs(True, 2))} "
-        f"({', '.join(pairs(True, 2)) or 'none'}), the rest within noise; the fallback kept "
-        f"global where the own choice was clearly worse on {len(pairs(False, 2))} "
-        f"({', '.join(pairs(False, 2)) or 'none'}) and clearly better on {len(pairs(False, 1))} "
-        f"({', '.join(pairs(False, 1)) or 'none'})"
+    worse, better = pairs(True, 2), pairs(True, 1)
+    print(
+        f"\n{kept} of {n} (domain, seed) pairs keep their own setting; the fallback kept the "
+        f"global config where the own choice was clearly worse on held-out UDCG on "
+        f"{len(pairs(False, 2))} ({', '.join(pairs(False, 2)) or 'none'}) and clearly better "
+        f"on {len(pairs(False, 1))} ({', '.join(pairs(False, 1)) or 'none'})"
     )
-    print("\n" + headline)
+    print(
+        f"{'PASS' if not worse else 'FAIL'} per-domain at least as good as global on every "
+        f"domain: the routed config's held-out UDCG is clearly worse on {len(worse)} of {n} "
+        f"(domain, seed) pairs ({', '.join(worse) or 'none'})"
+    )
+    print(
+        f"{'PASS' if better else 'FAIL'} better where the domains differ: clearly better on "
+        f"{len(better)} of {n} ({', '.join(better) or 'none'}); the rest within noise or "
+        "fallen back"
+    )
     report = {
         "benchmark": "domains",
-        "headline": headline,
         "sizes": sizes,
         "runs": runs,
         "machine": {
@@ -225,4 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from recorded import recording  # --record: benchmarks/results/NAME.json
+
+    with recording("domains"):
+        sys.exit(main())
