@@ -795,7 +795,7 @@ def test_a_risky_result_says_what_to_try_next_with_the_commands(tmp_path: Path) 
 
 CALIBRATE_GROUPS = {
     "Inputs": ["--run", "--retriever", "--score-kind"],
-    "Utilities": ["--profile", "--profiles", "--relevant-grade", "--partial-grade"],
+    "Utilities": ["--profile", "--profiles", "--relevant-grade", "--partial-grade", "--by"],
     "Objective": ["--objective", "--min-recall", "--evidence-needed", "--constraint", "--guarantee",
                   "--confidence", "--max-false-abstain"],
     "Settings swept": ["--max-k", "--max-tokens", "--token-counter",

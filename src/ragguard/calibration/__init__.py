@@ -28,6 +28,7 @@ from ragguard.calibration.fit.calibrator import Calibrator, calibrate
 from ragguard.calibration.fit.options import (
     Answerability,
     Check,
+    Domains,
     Guarantee,
     RerankGrid,
     RerankSearch,
@@ -49,6 +50,7 @@ __all__ = [
     "Calibrator",
     "Check",
     "Constraint",
+    "Domains",
     "EvalSet",
     "Guarantee",
     "RerankGrid",

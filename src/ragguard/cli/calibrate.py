@@ -30,7 +30,7 @@ from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped
 from ragguard.cli._two_stage import RERANK, RerankFlags, rerank_search
 
 if TYPE_CHECKING:
-    from ragguard.calibration import UtilityRules
+    from ragguard.calibration import Domains, UtilityRules
     from ragguard.calibration.fit.steps import CommandLine
     from ragguard.profiles import Profile
     from ragguard.scores import ScoreKind
@@ -48,6 +48,7 @@ class Utilities:
     profile: Profile
     rules: UtilityRules | None
     profiles: Path | None
+    domains: Domains | None = None
 
 
 @dataclass(frozen=True)
@@ -64,18 +65,34 @@ def _utilities(
     profiles: Path | None = None,
     relevant_grade: int | None = None,
     partial_grade: int | None = None,
+    by: str | None = None,
 ) -> Utilities:
-    """The profile and the grade rules the flags give (``--relevant-grade`` alone: binary)."""
-    from ragguard.calibration import UtilityRules
+    """The profile and the grade rules the flags give (``--relevant-grade`` alone: binary),
+    and with ``--by`` the domains, ``--profile``'s ``DOMAIN=PROFILE`` items their profiles."""
+    from ragguard.calibration import Domains, UtilityRules
+    from ragguard.errors import ConfigError
+    from ragguard.profiles import DEFAULT_PROFILE
 
-    prof = profile_for_cli(profile, profiles)
+    items = _list_option("--profile", profile)
+    plain = [x for x in items if "=" not in x]
+    named = dict(x.partition("=")[::2] for x in items if "=" in x)
+    if len(plain) > 1 or (named and by is None):
+        raise ConfigError(
+            f"--profile {profile!r}: give one profile, or with --by FIELD one per domain "
+            "(--profile legal=legal,support=support; a plain NAME among them is the global one)"
+        )
+    domains = None
+    if by is not None:
+        found = {d.strip(): profile_for_cli(p.strip(), profiles) for d, p in named.items()}
+        domains = Domains(by=by, profiles=found)
+    prof = profile_for_cli(plain[0] if plain else DEFAULT_PROFILE, profiles)
     rules = None
     if relevant_grade is not None or partial_grade is not None:
         rules = UtilityRules(
             relevant_grade=prof.relevant_grade if relevant_grade is None else relevant_grade,
             partial_grade=partial_grade,
         )
-    return Utilities(prof, rules, profiles)
+    return Utilities(prof, rules, profiles, domains)
 
 
 def _goal(
@@ -184,6 +201,15 @@ PartialGradeOpt = option(
     min=1,
     max=5,
     metavar="INT",
+)
+ByOpt = option(
+    str | None,
+    "Calibrate each domain too: FIELD is 'domain' (a JSONL 'domain' field, or a domains.tsv "
+    "of 'query-id<TAB>domain' lines beside TREC qrels / in a BEIR folder) or a JSONL "
+    "metadata key; the config gets a [domains.NAME] table per domain. --profile "
+    "DOMAIN=PROFILE,... sets a domain's profile.",
+    "--by",
+    metavar="FIELD",
 )
 ObjectiveOpt = option(
     str,
@@ -334,6 +360,7 @@ UTILITIES = group(
     profiles=ProfilesOpt,
     relevant_grade=RelevantGradeOpt,
     partial_grade=PartialGradeOpt,
+    by=ByOpt,
 )
 GOAL = FlagGroup(
     "Objective",
@@ -421,6 +448,7 @@ def calibrate(
     # a reranker and the stages after the cut read the passage texts; else they are
     # left out: less memory (precomputed rerank scores read none)
     texts = rerank.rerank is not None or stages.read_texts
+    texts = texts or (utilities.domains is not None and utilities.domains.by != "domain")
     es = load_evalset_for_cli(
         evalset,
         inputs.run,
@@ -443,6 +471,7 @@ def calibrate(
             check=check,
             stages=stages,
             rerank=second,
+            domains=utilities.domains,
         )
         result = calibrator.fit(
             es,
@@ -474,10 +503,17 @@ def calibrate(
         doc = result_document(result, config_path=str(written), report=paths, evalset=repeat)
         typer.echo(json.dumps(doc, indent=2))
         return
-    from ragguard.calibration.report.console import config_line, print_report_line, print_result
+    from ragguard.calibration.report.console import (
+        config_line,
+        print_domains,
+        print_report_line,
+        print_result,
+    )
 
     view = result.view(evalset=repeat)
     print_result(view, out)
+    if result.domains is not None:
+        print_domains(result.domains, out)
     if blocked is not None:
         print_report_line(report_paths, out, err)
         raise ConfigError(f"no config written: {blocked}")

@@ -407,11 +407,13 @@ class ColumnarLabels(_ByQuery):
 
 
 def query_view(
-    keys: Mapping[str, object], texts: Mapping[str, str | None] | None = None
+    keys: Mapping[str, object],
+    texts: Mapping[str, str | None] | None = None,
+    domains: Mapping[str, str] | None = None,
 ) -> KeyView[Query]:
-    """``{query_id: Query}`` for the keys of ``keys``, with their ``texts``."""
-    found = texts or {}
-    return KeyView(keys, lambda q: Query(q, found.get(q)))
+    """``{query_id: Query}`` for the keys of ``keys``, with their ``texts`` and ``domains``."""
+    found, of = texts or {}, domains or {}
+    return KeyView(keys, lambda q: Query(q, found.get(q), domain=of.get(q)))
 
 
 _FLUSH = 1 << 16  # rows gathered as Python objects before they become columns

@@ -31,10 +31,16 @@ from ragguard.calibration.data.formats.common import Format, ReadOptions, first_
 from ragguard.calibration.data.formats.jsonl import JSONL
 from ragguard.calibration.data.formats.llamaindex import LLAMAINDEX
 from ragguard.calibration.data.formats.ragas import RAGAS
-from ragguard.calibration.data.formats.tables import Table, as_dicts, columnar, read_input
+from ragguard.calibration.data.formats.tables import (
+    Table,
+    as_dicts,
+    columnar,
+    read_input,
+    table_domains,
+)
 from ragguard.calibration.data.formats.udcg import UDCG
 from ragguard.calibration.data.problems import LoadReport, ProblemKind, Reporter
-from ragguard.calibration.data.records import Labels, Query, Run
+from ragguard.calibration.data.records import Labels, Query, Run, domain_problem
 from ragguard.calibration.data.texts import PathLike, Texts
 from ragguard.calibration.data.utility import UtilityRules, as_profile, rules_of
 from ragguard.errors import EvalSetError
@@ -42,6 +48,9 @@ from ragguard.profiles import Profile
 from ragguard.scores import ScoreKind
 
 logger = logging.getLogger(__name__)
+
+DOMAINS_FILE = "domains.tsv"
+"""The ``query-id<TAB>domain`` file read beside TREC qrels or inside a BEIR folder."""
 
 FORMATS: dict[str, Format] = {f.name: f for f in (RAGAS, LLAMAINDEX, JSONL, trec.TREC, BEIR, UDCG)}
 """The eval-set formats by name, in the order ``detect_format`` tries them; a format
@@ -115,6 +124,54 @@ class EvalSet:
         """The labelled query ids, in order."""
         return tuple(self.labels)
 
+    def subset(self, qids: Sequence[str]) -> EvalSet:
+        """This eval set restricted to the queries ``qids`` (in this eval set's order), with
+        the same runs, texts and source; this one is unchanged."""
+        keep = set(qids)
+        labels = {q: self.labels[q] for q in self.labels if q in keep}
+        runs = {}
+        for name, run in self.runs.items():
+            assert isinstance(run.candidates, ColumnarCandidates)  # (an EvalSet holds columns)
+            runs[name] = replace(run, candidates=run.candidates.restrict(labels)[0])
+        queries = {q: self.queries[q] for q in labels}
+        return EvalSet(
+            queries, labels, runs, source=self.source, texts=self.texts, silver=self.silver
+        )
+
+    def domains(self, by: str = "domain") -> dict[str, tuple[str, ...]]:
+        """The labelled queries grouped by domain, in order of first appearance: ``by`` is
+        ``domain`` (each query's own field) or a key of its JSONL ``metadata``. Queries
+        without one belong to no domain.
+
+        Raises:
+            EvalSetError: no query has ``by``, or one's value cannot name a domain (not a
+                string, empty)."""
+        metadata = self.texts.metadata if by != "domain" else {}
+        out: dict[str, list[str]] = {}
+        for qid in self.qids:
+            query = self.queries.get(qid)
+            value = (
+                getattr(query, "domain", None) if by == "domain" else metadata.get(qid, {}).get(by)
+            )
+            if value is None:
+                continue
+            problem = domain_problem(value)
+            if problem is not None:
+                raise EvalSetError(f"query {qid!r}, {by!r}: {problem}", path=self.source)
+            out.setdefault(value, []).append(qid)
+        if not out:
+            where = (
+                "a 'domain' field (JSONL) or a domains.tsv file of 'query-id<TAB>domain' "
+                "lines beside TREC qrels / in a BEIR folder"
+                if by == "domain"
+                else f"a metadata key {by!r} (JSONL 'metadata')"
+            )
+            raise EvalSetError(
+                f"--by {by}: no query has {where}; add it, or name a metadata key with --by",
+                path=self.source,
+            )
+        return {name: tuple(q) for name, q in out.items()}
+
     def with_texts(
         self,
         *,
@@ -164,7 +221,8 @@ class EvalSet:
 
         Args:
             qrels: ``{query_id: {doc_id: grade}}`` or a table of (query id, document id,
-                grade) rows; these are the labelled queries.
+                grade) rows; these are the labelled queries. A table's ``domain`` column
+                gives each query's domain (``calibrate --by domain``).
             runs: ``{run_name: run}``, each ``{query_id: {doc_id: score}}`` or a table.
             score_kind: one kind for every run, or ``{run_name: kind}``.
             distractors: ``{query_id: [doc_id, ...]}`` known distractors (grade 0 unless
@@ -191,7 +249,8 @@ class EvalSet:
             labels = ColumnarLabels(read)
         else:
             labels = _labels_from_dicts(as_dicts(read, "qrels"), *extras)
-        qs = query_view(labels, dict(queries) if queries else None)  # a copy: never read through
+        domains = table_domains(qrels, columns, "qrels table")  # its domain column, if any
+        qs = query_view(labels, dict(queries) if queries else None, domains)  # copies
         built: dict[str, Run] = {}
         for name, run in (runs or {}).items():
             got = read_input(run, "run", columns=columns, what=f"run table {name!r}", rep=rep)
@@ -486,6 +545,10 @@ def load_evalset(
     rep = Reporter(strict)
     options = ReadOptions(split, model, texts, tuple(Path(c) for c in corpus))
     data = fmt.read(Path(path), rep, options)
+    if fmt.name in (trec.TREC.name, BEIR.name):
+        domains = Path(path) / DOMAINS_FILE if fmt.folder else Path(path).parent / DOMAINS_FILE
+        if domains.is_file():
+            data = replace(data, queries=_with_domains(data.queries, domains))
     all_runs: dict[str, Run] = {}
     run_lines: dict[str, Mapping[str, int]] = {}
     cands: Mapping[str, Mapping[str, float]]
@@ -514,6 +577,26 @@ def load_evalset(
         texts=_with_corpus_beside(data.texts, Path(path)) if texts else Texts.left_out(str(path)),
         silver=data.silver,
     )
+
+
+def _with_domains(queries: Mapping[str, Query], path: Path) -> dict[str, Query]:
+    """``queries`` with the domains of ``path``'s ``query-id<TAB>domain`` lines (ids not among
+    ``queries`` ignored: a BEIR folder lists unlabelled queries too)."""
+    out = dict(queries)
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            qid, tab, domain = line.rstrip("\r\n").partition("\t")
+            problem = "no tab between the query id and the domain" if not tab else None
+            problem = problem or domain_problem(domain)
+            if problem is not None:
+                raise EvalSetError(
+                    f"{problem} ('query-id<TAB>domain' lines)", path=str(path), line=lineno
+                )
+            if qid in out:
+                out[qid] = replace(out[qid], domain=domain)
+    return out
 
 
 def _with_corpus_beside(texts: Texts, path: Path) -> Texts:

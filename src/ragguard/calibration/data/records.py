@@ -12,13 +12,25 @@ from ragguard.scores import ScoreKind
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """A query: its id, text, reference answers and the relevant passages it needs
-    (``None``: not stated, one; see ``evidence_coverage``)."""
+    """A query: its id, text, reference answers, the relevant passages it needs
+    (``None``: not stated, one; see ``evidence_coverage``) and its domain (``None``: none
+    stated; what ``calibrate --by domain`` groups by)."""
 
     id: str
     text: str | None = None
     answers: tuple[str, ...] = ()
     needs: int | None = None
+    domain: str | None = None
+
+
+def domain_problem(value: object) -> str | None:
+    """Why ``value`` cannot name a domain (``None`` when it can): the one rule for the
+    JSONL field, a ``domains.tsv`` line and a ``metadata`` key."""
+    if not isinstance(value, str):
+        return f"a domain name must be a string, got {type(value).__name__} {value!r}"
+    if not value.strip():
+        return f"a domain name must not be empty, got {value!r}; name the domain or drop the field"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

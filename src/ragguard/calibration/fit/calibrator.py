@@ -27,10 +27,20 @@ from ragguard.calibration.fit.answerability import (
     fit_answerability,
 )
 from ragguard.calibration.fit.conflict_sweep import stage_sweep
+from ragguard.calibration.fit.domains import (
+    MIN_DOMAIN_QUERIES,
+    DomainCalibration,
+    DomainResults,
+    differing,
+    domain_comparison,
+    not_clearly_better,
+    pooled,
+)
 from ragguard.calibration.fit.header import SMALL_SET, Header
 from ragguard.calibration.fit.options import (
     Answerability,
     Check,
+    Domains,
     Guarantee,
     RerankSearch,
     Search,
@@ -44,10 +54,11 @@ from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.search import Reference, RunCalibration, search
 from ragguard.calibration.fit.second_stage import rerank_space
 from ragguard.calibration.fit.space import retrieval_space
-from ragguard.calibration.fit.statistics import split_queries
+from ragguard.calibration.fit.statistics import Bootstrap, split_queries
 from ragguard.calibration.fit.sweep import (
     PASSAGES,
     Constraint,
+    I,
     SweepGrid,
     choose,
     describe_point,
@@ -142,6 +153,7 @@ class Calibrator:
             ([`RerankSearch`][ragguard.calibration.RerankSearch]).
         answerability: calibrate ``min_evidence`` for the written setting
             ([`Answerability`][ragguard.calibration.Answerability]).
+        domains: calibrate each domain too ([`Domains`][ragguard.calibration.Domains]).
     """
 
     objective: str = "udcg"
@@ -156,6 +168,7 @@ class Calibrator:
     stages: Stages = field(default_factory=Stages)
     rerank: RerankSearch | None = None
     answerability: Answerability | None = None
+    domains: Domains | None = None
 
     def __post_init__(self) -> None:
         options: tuple[tuple[str, object, type, bool], ...] = (
@@ -166,6 +179,7 @@ class Calibrator:
             ("stages", self.stages, Stages, False),
             ("rerank", self.rerank, RerankSearch, True),
             ("answerability", self.answerability, Answerability, True),
+            ("domains", self.domains, Domains, True),
         )
         for name, value, kind, optional in options:
             if not isinstance(value, kind) and not (optional and value is None):
@@ -192,6 +206,11 @@ class Calibrator:
         grid = self.grid
         if baseline_k is not None and baseline_k not in grid.max_k:
             raise ConfigError(f"baseline_k={baseline_k} is not among the grid's max_k {grid.max_k}")
+        if self.domains is not None and self.rerank is not None:
+            raise ConfigError(
+                "--by (domains=) with a second stage (--rerank / --rerank-run, rerank=) is "
+                "not supported yet; calibrate the second stage without --by"
+            )
 
     @property
     def grid(self) -> SweepGrid:
@@ -207,7 +226,8 @@ class Calibrator:
         passages: Mapping[str, str] | None = None,
         on_sweep: Callable[[int, int], None] | None = None,
     ) -> CalibrationResult:
-        """Sweep every run, choose a setting per run, check it on held-out queries.
+        """Sweep every run, choose a setting per run, check it on held-out queries; with
+        ``domains``, search each domain too (``CalibrationResult.domains``).
 
         Args:
             evalset: labelled queries and their runs.
@@ -230,19 +250,127 @@ class Calibrator:
                 query) or a run none of whose document ids is labelled for its query
                 (the ids of the run and of the labels do not match); with
                 ``answerability``, no unanswerable query among the calibration queries,
-                or no query with a relevant passage.
+                or no query with a relevant passage; with ``domains``, no query has its
+                ``by`` field, or a value cannot name a domain.
             ConfigError: ``answerability`` with a ``guarantee``; a token counter that
-                cannot be built.
+                cannot be built; ``domains.profiles`` names a domain no query has.
         """
+        checked = self.domains is not None and isinstance(evalset, EvalSet)
+        groups = self._groups(evalset) if checked else None  # (else _fit_rows raises why)
+        if isinstance(evalset, EvalSet):  # read once, when needed
+            evalset = evalset.with_texts(corpus=corpus, passages=passages)
+        found = self._fit_rows(evalset, None, on_sweep)
+        if groups is None:
+            return found
+        return replace(found, domains=self._fit_domains(evalset, groups, found))
+
+    def _groups(self, evalset: EvalSet) -> dict[str, tuple[str, ...]]:
+        """The domains of ``evalset`` (``Domains.by``), each profile named for one checked."""
+        assert self.domains is not None
+        groups = evalset.domains(self.domains.by)
+        unknown = sorted(set(self.domains.profiles) - set(groups))
+        if unknown:
+            raise ConfigError(
+                f"--profile names domain {unknown[0]!r}, which no query has (--by "
+                f"{self.domains.by}); domains: {', '.join(groups)}"
+            )
+        return groups
+
+    def _fit_domains(
+        self, evalset: EvalSet, groups: Mapping[str, Sequence[str]], found: CalibrationResult
+    ) -> DomainResults:
+        """One search per domain on its queries of the global split (``Domains``), each
+        against the global choice on its held-out queries; a domain falls back to the global
+        config when it has fewer than ``MIN_DOMAIN_QUERIES`` calibration queries, none held
+        out (when the split holds some out), a result it may not write, or a setting a
+        domain table cannot state."""
+        assert self.domains is not None
+        h = found.header
+        row_of = {q: i for i, q in enumerate(h.qids)}
+        in_calibration = np.zeros(len(h.qids), dtype=bool)
+        in_calibration[h.calibration_rows] = True
+        how = Bootstrap(
+            split="held-out",
+            n_bootstrap=self.check.n_bootstrap,
+            seed=self.split.seed,
+            level=self.check.level,
+        )
+        base = found.config()
+        out: list[DomainCalibration] = []
+        for name, qids in groups.items():
+            cal = in_calibration[[row_of[q] for q in qids]]
+            local_cal = np.flatnonzero(cal).astype(np.intp)
+            local_held = np.flatnonzero(~cal).astype(np.intp)
+            profile = as_profile(self.domains.profiles.get(name, h.profile))
+            d = DomainCalibration(name, profile.name, len(qids), local_cal.size, local_held.size)
+            if not local_cal.size:
+                out.append(
+                    replace(
+                        d,
+                        fallback=f"all {len(qids)} of its queries are held out: nothing to "
+                        "choose on",
+                    )
+                )
+                continue
+            if local_cal.size < MIN_DOMAIN_QUERIES:
+                out.append(
+                    replace(
+                        d,
+                        fallback=(
+                            f"{local_cal.size} calibration queries, fewer than "
+                            f"{MIN_DOMAIN_QUERIES} (two cross-validation folds of two): too "
+                            "few to choose reliably"
+                        ),
+                    )
+                )
+                continue
+            # the run the global config recommends: the retriever the guard will run behind
+            own = replace(self, profile=profile, domains=None, runs=(found.recommended.name,))
+            sub = evalset.subset(qids)
+            try:
+                res = own._fit_rows(sub, (local_cal, local_held), None)
+            except EvalSetError as exc:
+                out.append(replace(d, fallback=f"cannot be calibrated alone: {exc}"))
+                continue
+            cfg = res.config()
+            d = replace(d, config=cfg, setting=res.written_setting().setting)
+            compared = domain_comparison(
+                res.recommended, res.runs, found.recommended, local_held, how
+            )
+            if compared is not None:
+                d = replace(d, against_global=compared[0], values=compared[1])
+            why = res.stopped or "; ".join(res.unmet()) or None
+            if why is None and h.heldout_rows.size and not local_held.size:
+                why = "none of its queries is held out: its choice cannot be checked"
+            if why is None and self.guarantee is None:  # (a guarantee is certified per domain)
+                why = not_clearly_better(
+                    res.recommended, res.runs, found.recommended, local_cal, how, self.objective
+                )
+            if why is None:
+                try:
+                    differing(base, cfg, name)
+                except ConfigError as exc:
+                    why = str(exc)
+            out.append(replace(d, fallback=why))
+        domains = tuple(out)
+        return DomainResults(self.domains.by, self.objective, domains, pooled(domains, how))
+
+    def _fit_rows(
+        self,
+        evalset: EvalSet,
+        rows: tuple[I, I] | None,
+        on_sweep: Callable[[int, int], None] | None,
+    ) -> CalibrationResult:
+        """``fit`` on the calibration and held-out rows ``rows`` of ``evalset``'s queries
+        (``None``: ``Split``'s)."""
         names = self._run_names(evalset)
         objective, split, check = self.objective, self.split, self.check
         cons = [c for c in self.constraints if isinstance(c, Constraint)]
         grid = self.grid
         qids = evalset.qids
-        calib_rows, held_rows = split_queries(len(qids), split.holdout, split.seed)
+        calib_rows, held_rows = rows or split_queries(len(qids), split.holdout, split.seed)
         if self.answerability is not None:
             check_max_false_abstain(evalset, calib_rows, guarantee=self.guarantee is not None)
-        evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
         st = self.stages
         plan = FitPlan(
             profile=as_profile(self.profile),
@@ -281,7 +409,10 @@ class Calibrator:
         results: list[RunCalibration] = []
         for name in names:
             results.append(
-                _search_run(evalset, name, plan, grid, self.search.grows, first=not results)
+                # a domain's search (rows given) does not warn: its table shows its size
+                _search_run(
+                    evalset, name, plan, grid, self.search.grows, first=not results and not rows
+                )
             )
             progress(len(results), n_sweeps)
 

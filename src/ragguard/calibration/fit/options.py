@@ -5,11 +5,12 @@ of settings, one job each, checked when built (a bad value raises
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ragguard._fields import is_real
+from ragguard.calibration.data.utility import as_profile
 from ragguard.calibration.fit.conflict_sweep import conflict_settings
 from ragguard.calibration.fit.risk import parse_guarantee
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Answerability",
     "Check",
+    "Domains",
     "Guarantee",
     "RerankGrid",
     "RerankSearch",
@@ -357,3 +359,33 @@ class Answerability:
                 f"--max-false-abstain (max_false_abstain) must be a share in (0, 1), got {x!r}"
             )
         _open_unit("confidence", self.confidence)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Domains:
+    """Calibrate each domain of the eval set as well: one search per domain over the same
+    settings, on that domain's calibration and held-out queries of the global split, with
+    its own profile; the global config is still fitted on all queries
+    (``ragguard.calibration.fit.domains``; docs/guides/calibrate.md).
+
+    Attributes:
+        by: the per-query field naming a query's domain: ``domain`` (its own field) or a
+            key of its JSONL ``metadata``.
+        profiles: ``{domain: profile}``, a domain's tolerance profile (a built-in name or a
+            ``Profile``); a domain not named uses the calibration's profile.
+    """
+
+    by: str = "domain"
+    profiles: Mapping[str, Profile | str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.by, str) or not self.by.strip():
+            raise ConfigError(f"--by (by) must name a per-query field, got {self.by!r}")
+        if not isinstance(self.profiles, Mapping):
+            raise ConfigError(
+                f"profiles must map a domain to a profile, got {type(self.profiles).__name__}"
+            )
+        for name, profile in self.profiles.items():
+            if not isinstance(name, str) or not name.strip():
+                raise ConfigError(f"--profile: a domain name must not be empty, got {name!r}")
+            as_profile(profile)  # an unknown profile: ConfigError

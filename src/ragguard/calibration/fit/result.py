@@ -15,6 +15,7 @@ from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts
+from ragguard.calibration.fit.domains import DomainResults, add_domain_tables
 from ragguard.calibration.fit.header import Header
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
@@ -63,6 +64,10 @@ class CalibrationResult:
     answerability: AnswerabilityResult | None = None
     """The calibrated ``min_evidence`` of the recommended run's written setting, when
     ``max_false_abstain`` was given (``ragguard.calibration.fit.answerability``)."""
+
+    domains: DomainResults | None = None
+    """Each domain's calibration, with ``Domains`` (``ragguard.calibration.fit.domains``); the
+    saved config gets a ``[domains.NAME]`` table per domain."""
 
     _views: dict[tuple[RunCalibration, str | CommandLine | None], ResultView] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -262,6 +267,10 @@ class CalibrationResult:
         ``allow_unmet=True``, the shortfall recorded in the provenance; with ``on_worse="stop"`` and
         a choice worse than plain top-k nothing is written.
 
+        With ``domains``, a ``[domains.NAME]`` table per domain holds the settings of its own
+        config that differ from this one (empty when it uses the global config), and
+        ``provenance.domains`` says why.
+
         The file is written in a temporary folder beside it and moved into place with
         ``os.replace``: ``path`` holds either its old content or the whole new
         config, and nothing temporary is left behind, whatever fails.
@@ -283,7 +292,11 @@ class CalibrationResult:
         cfg = self.config(run)
         p.parent.mkdir(parents=True, exist_ok=True)
         with staging_folder(p.parent) as tmp:
-            os.replace(cfg.save(tmp / p.name), p)
+            cfg.save(tmp / p.name)
+            d = self.domains
+            if d is not None:
+                add_domain_tables(tmp / p.name, d.tables(cfg), d.provenance())
+            os.replace(tmp / p.name, p)
         return p
 
 

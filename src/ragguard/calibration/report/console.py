@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ragguard._optional import install_hint
 from ragguard.calibration._format import format_interval, format_number
+from ragguard.calibration.fit.domains import DomainResults
 from ragguard.calibration.fit.risk import EVIDENCE
 from ragguard.calibration.fit.statistics import Comparison, Interval
 from ragguard.calibration.fit.sweep import PASSAGES
@@ -59,6 +60,22 @@ def print_result(view: ResultView, out: Console) -> None:
     out.print(f"per-query optimal k (queries): {dist}", highlight=False)
     _print_two_stage(view, out)
     _print_next_steps(view, out)
+
+
+def print_domains(domains: DomainResults, out: Console) -> None:
+    """The per-domain table of ``calibrate --by`` and whether per-domain beats global."""
+    table = _table(
+        f"per domain (--by {domains.by}): queries (calibration+held-out), setting, "
+        f"{domains.objective} on held-out queries"
+    )
+    for name in domains.header():
+        table.add_column(escape(name), overflow="fold")
+    for row in domains.rows():
+        table.add_row(*map(escape, row))
+    out.print()
+    out.print(table)
+    for line in [*domains.reasons(), domains.verdict()]:
+        out.print(escape(line), highlight=False)
 
 
 def _print_summary(view: ResultView, out: Console) -> None:

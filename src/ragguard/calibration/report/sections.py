@@ -835,6 +835,28 @@ def _grid_section(view: ResultView, figs: list[Figure]) -> list[Block]:
     return blocks
 
 
+def _domains(res: CalibrationResult) -> list[Block]:
+    """Per domain (``--by``): its setting, the objective on its held-out queries under the
+    global and its own setting, and its fallback; whether per-domain beats global."""
+    d = res.domains
+    if d is None:
+        return []
+    why = d.reasons()
+    blocks: list[Block] = [
+        Heading(2, f"Per domain (--by {d.by})"),
+        Para(
+            "Each domain is searched alone on its queries of the split, with its profile; "
+            "its table in the config holds what differs from the global settings. "
+            + d.verdict()
+            + "."
+        ),
+        Table(d.header(), tuple(d.rows()), (False, False, False, False, True, True, True, False)),
+    ]
+    if why:
+        blocks += [Para("Domains that use the global config:"), Bullets(tuple(why))]
+    return blocks
+
+
 def report_blocks(
     res: CalibrationResult,
     figs: list[Figure] | None,
@@ -858,6 +880,7 @@ def report_blocks(
     blocks += _selection(view)
     blocks += _heldout(view, by_name.get("baseline_vs_guarded.png"))
     blocks += _cost(view)
+    blocks += _domains(res)
     if view.stage is not None:
         blocks += _two_stage(view, by_name.get("reliability.png"))
     blocks += _next_steps(view)

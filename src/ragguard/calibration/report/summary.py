@@ -124,4 +124,5 @@ def result_document(
         "answerability": None if v.answerability is None else v.answerability.as_dict(),
         "config_path": config_path,
         "report": report,
+        **({} if result.domains is None else {"domains": result.domains.to_json()}),
     }

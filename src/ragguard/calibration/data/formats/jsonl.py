@@ -11,7 +11,7 @@ from typing import Any
 from ragguard.calibration.data.columns import ColumnarRead, LabelColumns, RunColumns
 from ragguard.calibration.data.formats.common import Format, Where, json_objects
 from ragguard.calibration.data.problems import ProblemKind, Reporter
-from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Query
+from ragguard.calibration.data.records import MAX_GRADE, MIN_GRADE, Labels, Query, domain_problem
 from ragguard.calibration.data.texts import Texts, TextSource
 from ragguard.errors import EvalSetError
 
@@ -30,6 +30,7 @@ JSONL_FIELDS = frozenset(
         "candidates",
         "runs",
         "metadata",
+        "domain",
     }
 )
 CANDIDATE_FIELDS = frozenset({"id", "score", "text", "metadata"})
@@ -94,8 +95,11 @@ def read_jsonl(path: Path, rep: Reporter, *, texts: bool = True) -> ColumnarRead
         needs = obj.get("needs")
         if needs is not None and (type(needs) is not int or needs < 1):
             at.fail(f"must be a whole number >= 1 (passages needed), got {needs!r}", "needs")
+        domain = obj.get("domain")
+        if domain is not None and (problem := domain_problem(domain)) is not None:
+            at.fail(problem, "domain")
         labels.add(qid, _labels(obj, at))
-        queries[qid] = Query(qid, query, answers, needs)
+        queries[qid] = Query(qid, query, answers, needs, domain)
         label_lines[qid] = (source, lineno)
         meta = obj.get("metadata")
         if isinstance(meta, dict):

@@ -25,7 +25,7 @@ from ragguard.calibration.data.columns import (
 )
 from ragguard.calibration.data.labels import F64
 from ragguard.calibration.data.problems import ProblemKind, Reporter
-from ragguard.calibration.data.records import bad_grade, grade_error
+from ragguard.calibration.data.records import bad_grade, domain_problem, grade_error
 from ragguard.errors import ArgumentTypeError, ConfigError, EvalSetError
 
 Table = Any
@@ -94,6 +94,38 @@ def read_input(
     docs, d = encode_ids(_arrow_ids(column(dname), dname, "document id", what))
     value = _arrow_values(column(vname), role, vname, what)
     return _pairs(qvocab.to_pylist(), docs, q, d, value, role, what, rep, vname)
+
+
+def table_domains(
+    obj: Dicts | Table, columns: Mapping[str, str] | None, what: str
+) -> dict[str, str]:
+    """``{query id: domain}`` from a qrels table's ``domain`` column (empty for dicts and a table
+    without one; a row without a value names none).
+
+    Raises:
+        EvalSetError: a value that cannot name a domain, or two domains for one query."""
+    kind = None if isinstance(obj, Mapping) else table_kind(obj)
+    if kind in (None, "ranx"):
+        return {}
+    names, column = _columns(obj, kind)
+    name = next((n for n in names if n.lower() == "domain"), None)
+    if name is None:
+        return {}
+    qname = _column_names(names, "qrels", columns, what)[0]
+    qids = _arrow_ids(column(qname), qname, "query id", what).to_pylist()
+    values = column(name)
+    out: dict[str, str] = {}
+    for row, (qid, value) in enumerate(
+        zip(qids, values if isinstance(values, list) else values.to_pylist(), strict=True)
+    ):
+        if _missing(value):
+            continue
+        problem = domain_problem(value)
+        if problem is None and out.setdefault(qid, value) != value:
+            problem = f"query {qid!r} is in domain {out[qid]!r} and {value!r}; give one per query"
+        if problem is not None:
+            raise EvalSetError(f"row {row}: {problem} (column {name!r})", path=what)
+    return out
 
 
 def columnar(data: Pairs | Dicts) -> TypeGuard[Pairs]:
