@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ragguard import Candidate, ContextGuard
 from tests.calibration.domain_data import write_domains
 from tests.cli.checks import error_line, invoke
 
@@ -47,6 +48,18 @@ def test_by_domain_writes_one_toml_with_a_table_per_domain(tmp_path: Path) -> No
     assert data["provenance"]["domains"]["precise"]["fallback"] is False
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## Per domain (--by domain)" in report or "### Per domain (--by domain)" in report
+
+
+def test_the_written_toml_routes_each_domain_at_runtime(tmp_path: Path) -> None:
+    result = _calibrate(tmp_path, "--by", "domain", "--profile", "support,precise=legal")
+    assert result.exit_code == 0, result.output
+    guard = ContextGuard.from_file(tmp_path / "ragguard.toml")
+    candidates = [Candidate(f"p{i}", score=1.0 - i / 100) for i in range(6)]
+    precise = guard.select("q", candidates, domain="precise")
+    assert precise.domain == "precise" and [c.id for c in precise.kept] == ["p0"]
+    assert guard.for_domain("precise").profile.name == "legal"
+    broad = guard.select("q", candidates, domain="broad")  # its table is empty: the global settings
+    assert len(broad.kept) == len(guard.select("q", candidates).kept) >= 3
 
 
 def test_by_domain_json_holds_the_per_domain_rows(tmp_path: Path) -> None:

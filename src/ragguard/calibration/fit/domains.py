@@ -5,15 +5,10 @@ global settings; per-domain provenance under ``provenance.domains``)."""
 
 from __future__ import annotations
 
-import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import takewhile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomli_w
 
 from ragguard.calibration._format import format_number, json_number
 from ragguard.calibration.fit.search import RunCalibration
@@ -299,16 +294,3 @@ def pooled(domains: tuple[DomainCalibration, ...], how: Bootstrap) -> Comparison
     ours = np.concatenate([d.values[1] for d in parts if d.values], axis=1)
     rows = np.arange(theirs.shape[1], dtype=np.intp)
     return compare_values(theirs, ours, rows, metrics, **how)
-
-
-def add_domain_tables(
-    path: Path, tables: Mapping[str, Mapping[str, Any]], provenance: dict[str, Any]
-) -> None:
-    """Add ``[domains.NAME]`` tables and ``provenance.domains`` to the config TOML at ``path``
-    (its comment header kept)."""
-    text = path.read_text(encoding="utf-8")
-    head = "".join(takewhile(lambda line: line.startswith("#"), text.splitlines(keepends=True)))
-    data = tomllib.loads(text)
-    data["provenance"]["domains"] = provenance
-    data["domains"] = {name: dict(t) for name, t in tables.items()}
-    path.write_text(head + tomli_w.dumps(data), encoding="utf-8")

@@ -15,7 +15,7 @@ from ragguard.calibration._output import check_output_path, staging_folder
 from ragguard.calibration.data.evalset import EvalSet
 from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts
-from ragguard.calibration.fit.domains import DomainResults, add_domain_tables
+from ragguard.calibration.fit.domains import DomainResults
 from ragguard.calibration.fit.header import Header
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
@@ -166,7 +166,12 @@ class CalibrationResult:
             settings.update(st.settings)
             settings["rerank"] = two.stage.table(st.top_n, two.written_params)
             settings["provenance"]["rerank"] = st.provenance()
-        return GuardConfig.without_environment(**settings)
+        cfg = GuardConfig.without_environment(**settings)
+        d = self.domains
+        if d is None or r is not self.recommended:  # the domains of the recommended run only
+            return cfg
+        settings["provenance"]["domains"] = d.provenance()
+        return GuardConfig.without_environment(**settings, domains=d.tables(cfg))
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
         """Where the config comes from: data, date, profile, objective, the setting
@@ -293,9 +298,6 @@ class CalibrationResult:
         p.parent.mkdir(parents=True, exist_ok=True)
         with staging_folder(p.parent) as tmp:
             cfg.save(tmp / p.name)
-            d = self.domains
-            if d is not None:
-                add_domain_tables(tmp / p.name, d.tables(cfg), d.provenance())
             os.replace(tmp / p.name, p)
         return p
 
