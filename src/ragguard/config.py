@@ -44,7 +44,9 @@ from ragguard._optional import DISTRIBUTION
 from ragguard._version import __version__
 from ragguard.errors import ConfigError, ConfigWarning
 from ragguard.policy import (
+    DEFAULT_ANSWER_SIMILARITY,
     DEFAULT_CONFLICT_SIMILARITY,
+    ConflictDetector,
     ConflictMode,
     CutRule,
     PolicyParams,
@@ -325,6 +327,18 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         le=1.0,
         description="Word 3-shingle Jaccard similarity from which two passages are compared "
         "for conflicting facts.",
+    )
+    conflict_detector: ConflictDetector = Field(
+        default=ConflictDetector.NEAR_COPY,
+        description="Which passages conflict: near-copy (near-copies that differ in a fact), "
+        "answers (passages whose answers to the query differ) or both.",
+    )
+    conflict_answer_similarity: float = Field(
+        default=DEFAULT_ANSWER_SIMILARITY,
+        ge=0.0,
+        le=1.0,
+        description="With the answers detector: the word Jaccard similarity from which two "
+        "passages with different answers conflict.",
     )
     conflict_prefer: str | None = Field(
         default=None,

@@ -140,7 +140,13 @@ class ContextGuard:
         if c.conflicts is not ConflictMode.OFF:
             prefer = c.conflict_prefer
             stages.append(
-                Conflicts(mode=c.conflicts, similarity=c.conflict_similarity, prefer=prefer)
+                Conflicts(
+                    mode=c.conflicts,
+                    similarity=c.conflict_similarity,
+                    prefer=prefer,
+                    detector=c.conflict_detector,
+                    answer_similarity=c.conflict_answer_similarity,
+                )
             )
         if c.near_duplicate_threshold is not None:
             stages.append(NearDuplicates(threshold=c.near_duplicate_threshold))

@@ -32,6 +32,20 @@ DEFAULT_CONFLICT_SIMILARITY = 0.5
 (``benchmarks/conflicts.py``, docs/benchmarks/conflicts.md)."""
 
 
+DEFAULT_ANSWER_SIMILARITY = 0.2
+"""The default ``conflict_answer_similarity``, chosen on one half of the RAMDocs development
+questions (``benchmarks/conflicts.py``)."""
+
+
+class ConflictDetector(StrEnum):
+    """Which passages the conflict stage compares (``ragguard.conflicts``): near-copies that
+    differ in a fact, passages whose answers to the question differ, or both."""
+
+    NEAR_COPY = "near-copy"
+    ANSWERS = "answers"
+    BOTH = "both"
+
+
 class ConflictMode(StrEnum):
     """What the conflict stage does with passages that disagree (``ragguard.conflicts``)."""
 

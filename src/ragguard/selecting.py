@@ -178,6 +178,9 @@ class State:
         warnings: what the stages found, in order.
         sets: word shingle sets by input position, built once for the stages that read
             them (conflicts, near-duplicates).
+        answers: input position -> the passage's short answer from a model (``None``:
+            the model gave none); ``None`` when no answerer stage ran. The conflict
+            stage's answers detector reads these instead of the passages' answer spans.
     """
 
     query: str
@@ -195,6 +198,7 @@ class State:
     records: list[tuple[Stage, Any]] = field(default_factory=list)
     warnings: list[Warn] = field(default_factory=list)
     sets: dict[int, Shingles] | None = None
+    answers: dict[int, str | None] | None = None
 
     def shingles(self, position: int) -> Shingles:
         """The word shingle set of the candidate at input ``position`` (built once)."""
