@@ -328,17 +328,19 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         description="Word 3-shingle Jaccard similarity from which two passages are compared "
         "for conflicting facts.",
     )
-    conflict_detector: ConflictDetector = Field(
-        default=ConflictDetector.NEAR_COPY,
-        description="Which passages conflict: near-copy (near-copies that differ in a fact), "
-        "answers (passages whose answers to the query differ) or both.",
+    conflict_detector: ConflictDetector | None = Field(
+        default=None,
+        description="Which passages conflict: near-copy (near-copies that differ in a fact; "
+        "None, the default, is near-copy), answers (passages whose answers to the query "
+        "differ) or both.",
     )
-    conflict_answer_similarity: float = Field(
-        default=DEFAULT_ANSWER_SIMILARITY,
+    conflict_answer_similarity: float | None = Field(
+        default=None,
         ge=0.0,
         le=1.0,
+        allow_inf_nan=False,
         description="With the answers detector: the word Jaccard similarity from which two "
-        "passages with different answers conflict.",
+        f"passages with different answers conflict (None: {DEFAULT_ANSWER_SIMILARITY}).",
     )
     conflict_prefer: str | None = Field(
         default=None,
