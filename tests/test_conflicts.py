@@ -783,6 +783,7 @@ def answers_guard(**overrides: object) -> ContextGuard:
         GuardConfig(
             conflicts=overrides.pop("conflicts", "flag"),
             conflict_detector=overrides.pop("conflict_detector", "answers"),
+            conflict_answer_similarity=overrides.pop("conflict_answer_similarity", 0.2),
             relative_threshold=0.0,
             **overrides,
         )

@@ -16,7 +16,7 @@ of a megabyte passage."""
 
 ANSWER_OVERLAP = 0.3
 """The least share of the question's content words a sentence holds to bear an answer
-(chosen on one half of the RAMDocs development questions, ``benchmarks/conflicts.py``)."""
+(chosen by hand on the first 125 RAMDocs development questions)."""
 
 _SENTENCE_WORDS = 60
 """A text without sentence boundaries is read in windows of this many words."""
@@ -263,8 +263,14 @@ def _candidates(sentence: str, kind: AnswerType, question: str) -> list[tuple[in
             if not any(a <= m.start() < b for a, b in taken)
         ]
     elif kind is AnswerType.NAME:
-        spans = [(m.start(), m.end(), m.group(1).lower()) for m in _QUOTED.finditer(sentence)]
-        spans += [(m.start(), m.end(), m.group().lower()) for m in _NAME.finditer(sentence)]
+        if not re.match(r"\W*who", question, re.IGNORECASE):  # a title answers what, not who
+            spans = [(m.start(), m.end(), m.group(1).lower()) for m in _QUOTED.finditer(sentence)]
+        # a capitalised first word of a sentence is no name by itself
+        spans += [
+            (m.start(), m.end(), m.group().lower().rstrip("."))
+            for m in _NAME.finditer(sentence)
+            if m.start() or " " in m.group()
+        ]
     else:
         low = sentence.lower()
         for word, answer in _LOWER[kind].items():

@@ -76,7 +76,12 @@ def test_an_answer_conflict_reaches_the_metadata_with_its_answers() -> None:
     """With the answers detector, each member's metadata carries the line an LLM prompt
     can quote, with how many passages back each answer."""
     guard = ContextGuard(
-        GuardConfig(conflicts="flag", conflict_detector="answers", relative_threshold=0.0)
+        GuardConfig(
+            conflicts="flag",
+            conflict_detector="answers",
+            conflict_answer_similarity=0.2,
+            relative_threshold=0.0,
+        )
     )
     texts = [
         "The cathedral was founded in 1990 by the bishop of the town.",
