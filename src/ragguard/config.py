@@ -564,6 +564,10 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             min_evidence=self.min_evidence,
             conflicts=self.conflicts,
             conflict_similarity=self.conflict_similarity,
+            conflict_detector=self.conflict_detector or ConflictDetector.NEAR_COPY,
+            conflict_answer_similarity=DEFAULT_ANSWER_SIMILARITY
+            if self.conflict_answer_similarity is None
+            else self.conflict_answer_similarity,
         )
 
     def rerank_policy_params(self) -> PolicyParams:

@@ -15,7 +15,7 @@ from ragguard import _tracing, adapters
 from ragguard.candidate import Candidate, Selection
 from ragguard.config import BeyondTopN, GuardConfig, InvalidScorePolicy
 from ragguard.errors import ConfigError
-from ragguard.policy import DEFAULT_ANSWER_SIMILARITY, ConflictDetector, ConflictMode
+from ragguard.policy import ConflictMode
 from ragguard.profiles import Profile
 from ragguard.rerank import Reranker, RerankStage
 from ragguard.scores import ScoreKind
@@ -144,10 +144,8 @@ class ContextGuard:
                     mode=c.conflicts,
                     similarity=c.conflict_similarity,
                     prefer=prefer,
-                    detector=c.conflict_detector or ConflictDetector.NEAR_COPY,
-                    answer_similarity=DEFAULT_ANSWER_SIMILARITY
-                    if c.conflict_answer_similarity is None
-                    else c.conflict_answer_similarity,
+                    detector=scored.conflict_detector,
+                    answer_similarity=scored.conflict_answer_similarity,
                 )
             )
         if c.near_duplicate_threshold is not None:

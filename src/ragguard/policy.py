@@ -149,6 +149,8 @@ class PolicyParams:
     min_evidence: float | None = None
     conflicts: ConflictMode = ConflictMode.OFF
     conflict_similarity: float = DEFAULT_CONFLICT_SIMILARITY
+    conflict_detector: ConflictDetector = ConflictDetector.NEAR_COPY
+    conflict_answer_similarity: float = DEFAULT_ANSWER_SIMILARITY
 
     def __post_init__(self) -> None:
         if self.max_k < 1:
