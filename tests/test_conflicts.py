@@ -9,6 +9,7 @@ import copy
 import math
 import random
 import re
+import time
 import warnings
 from collections.abc import Sequence
 
@@ -825,9 +826,44 @@ def test_answer_conflicts_need_passages_about_one_subject() -> None:
     assert not answers_guard(conflict_answer_similarity=0.9).select(CATHEDRAL, FOUNDED).conflicts
 
 
-def test_a_question_with_no_type_has_no_answer_conflicts() -> None:
-    sel = answers_guard().select("Tell me about the cathedral.", FOUNDED)
+def test_a_question_with_no_type_has_no_answer_conflicts_and_says_so() -> None:
+    guard = answers_guard()
+    with pytest.warns(ConfigWarning, match="asks for no answer type"):
+        sel = guard.select("Tell me about the cathedral.", FOUNDED)
     assert sel.conflicts == () and sel.verdict is Verdict.ANSWERABLE
+    (line,) = sel.warnings
+    assert line.startswith("conflicts: the query 'Tell me about the cathedral.' asks for no")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per guard; still in every selection
+        assert guard.select("Why?", FOUNDED).warnings
+        assert not guard.select(CATHEDRAL, FOUNDED).warnings  # a typed query: none
+
+
+@pytest.mark.parametrize("query", [CATHEDRAL, "1990 1992", ""])
+def test_hostile_passages_pass_the_answers_detector_within_a_time_bound(query: str) -> None:
+    """20 candidates: no sentence boundary, a megabyte, numbers only, empty, one space,
+    "nan", unspaced script, and agreeing / disagreeing ordinary ones."""
+    hostile = [
+        "the cathedral founded in 1990 " * 40_000,  # 1.2 MB, no boundary
+        ("The cathedral was founded. " * 40_000) + "The cathedral was founded in 1992.",
+        "1990 1992 " * 50_000,
+        "",
+        " ",
+        "nan",
+        "\u5927\u6559\u5802" * 300_000,
+    ]
+    cands = [Candidate(f"h{i}", t, 0.9 - 0.01 * i) for i, t in enumerate(hostile)]
+    cands += [Candidate(c.id, c.text, 0.5 - 0.01 * i) for i, c in enumerate(FOUNDED)]
+    cands += [Candidate(f"n{i}", f"Notes {i} on the cathedral.", 0.3) for i in range(10)]
+    guard = answers_guard(conflict_detector="both", max_k=20)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)  # an untyped query says so
+        sel = guard.select(query, cands)
+    assert time.perf_counter() - start < 10.0
+    assert len(sel.kept) == 20
+    for group in sel.conflicts:
+        assert all(isinstance(a, str) and a for a in group.answers)
 
 
 def test_both_detectors_feed_one_group_with_the_kinds_recorded() -> None:

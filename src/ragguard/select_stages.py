@@ -13,7 +13,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from ragguard.answer_spans import ANSWER_OVERLAP, agree, passage_answer
+from ragguard.answer_spans import ANSWER_OVERLAP, agree, passage_answer, question_type
 from ragguard.candidate import Candidate, RerankDetail
 from ragguard.config import BeyondTopN, DuplicatePolicy, RerankConfig
 from ragguard.conflicts import (
@@ -461,6 +461,16 @@ class Conflicts(Stage):
         sets = [[s.shingles(i) for i in cols[:compared]]]
         found, answers = None, None
         if self.detector is not ConflictDetector.NEAR_COPY:
+            if s.answers is None and question_type(s.query) is None:
+                s.warnings.append(
+                    Warn(
+                        "conflict_answer_type",
+                        f"conflicts: the query {s.query[:80]!r} asks for no answer type "
+                        "(when, who, how many, which party...), so no answer conflicts were "
+                        "looked for; near-copies still are with conflict_detector='both'",
+                        ConfigWarning,
+                    )
+                )
             answers = [self._answer(s, i) for i in cols[:compared]]
             found = answer_conflicts(texts, answers, similarity=self.answer_similarity)
             if self.detector is ConflictDetector.BOTH:
