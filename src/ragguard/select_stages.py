@@ -552,9 +552,9 @@ class Conflicts(Stage):
                 for c in group
             )
             members_set = set(group)
-            mine = [p for p in pairs if p.a in members_set]
-            best = max(p.similarity for p in mine)
-            kinds = sorted({k for p in mine for k in _KINDS[p.kind]}, reverse=True)
+            inside = [p for p in pairs if p.a in members_set]
+            best = max(p.similarity for p in inside)
+            kinds = sorted({k for p in inside for k in _KINDS[p.kind]}, reverse=True)
             if kinds == [ConflictDetector.NEAR_COPY.value]:
                 out.append(Conflict(members, best))
                 continue
@@ -565,8 +565,8 @@ class Conflicts(Stage):
                     key = next((k for k in backing if agree(k, a)), a)
                     backing.setdefault(key, []).append(s.candidates[cols[c]].id)
             ranked = sorted(backing.items(), key=lambda a: -len(a[1]))  # stable: rank order
-            got = {a: tuple(ids) for a, ids in ranked}
-            out.append(Conflict(members, best, got, "+".join(kinds)))
+            backed = {a: tuple(ids) for a, ids in ranked}
+            out.append(Conflict(members, best, backed, "+".join(kinds)))
         return tuple(out), conflicting
 
 

@@ -129,12 +129,12 @@ def _stages(
     names = _list_option("--conflicts", conflict_modes)
     detectors = _list_option("--conflict-detectors", conflict_detector)
     numbers: dict[str, list[float]] = {}
-    for flag, given in (
+    for flag, text in (
         ("--conflict-similarity", conflict_similarity),
         ("--conflict-answer-similarity", conflict_answer_similarity),
     ):
         numbers[flag] = []
-        for x in _list_option(flag, given):
+        for x in _list_option(flag, text):
             try:
                 numbers[flag].append(float(x))
             except ValueError:
