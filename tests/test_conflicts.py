@@ -807,6 +807,7 @@ def test_passages_whose_answers_differ_conflict_though_they_are_no_near_copies()
     assert dict(group.answers) == {"1990": ("a", "c"), "1992": ("b",)}
     assert group.describe() == "the sources disagree: 1990 (2) vs 1992 (1)"
     assert [m.spans for m in group.members] == [("1990",), ("1992",), ("1990-01",)]
+    assert len({group, group}) == 1  # a group stays hashable, its answers a dict
 
 
 def test_an_answer_conflict_drops_with_its_answers_in_the_message() -> None:

@@ -281,7 +281,7 @@ class Conflict:
 
     members: tuple[ConflictMember, ...]
     similarity: float
-    answers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    answers: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
     kind: str = ConflictDetector.NEAR_COPY.value
 
     @property
