@@ -457,6 +457,8 @@ AS_TEXT: dict[str, dict[str, object]] = {
     "min_evidence": {"min_evidence": "0.5"},
     "conflicts": {"conflicts": "drop"},
     "conflict_similarity": {"conflict_similarity": "0.6"},
+    "conflict_detector": {"conflict_detector": "both"},
+    "conflict_answer_similarity": {"conflict_answer_similarity": "0.4"},
     "conflict_prefer": {"conflicts": "prefer", "conflict_prefer": "-version"},
 }
 TABLES = {"profiles", "rerank", "provenance", "domains"}  # a mapping, never text

@@ -9,6 +9,7 @@ import copy
 import math
 import random
 import re
+import time
 import warnings
 from collections.abc import Sequence
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from ragguard import (
     Candidate,
+    ConfigError,
     ConfigWarning,
     ContextGuard,
     GuardConfig,
@@ -36,6 +38,7 @@ from ragguard.conflicts import (
     find_conflicts,
     passage_words,
 )
+from ragguard.selecting import Stage, State
 from ragguard.stages import UNSPACED, jaccard, shingles
 
 # --- hand-made passages ----------------------------------------------------------------
@@ -764,3 +767,147 @@ def test_near_copies_beyond_the_pair_cap_are_grouped_and_the_cap_says_why() -> N
     # within the cap every passage is compared, and nothing is said
     sel = g.select("q", cands[:50])
     assert sel.warnings == () and sel.conflicts[0].ids == tuple(f"d{i}" for i in range(50))
+
+
+# --- answer conflicts (conflict_detector) -----------------------------------------------
+
+CATHEDRAL = "When was the cathedral founded?"
+FOUNDED = [
+    Candidate("a", "The cathedral was founded in 1990 by the bishop of the town.", 0.9),
+    Candidate("b", "Records of the town show the cathedral founded in 1992 by its bishop.", 0.85),
+    Candidate("c", "According to the town, the bishop founded the cathedral in January 1990.", 0.8),
+]
+
+
+def answers_guard(**overrides: object) -> ContextGuard:
+    return ContextGuard(
+        GuardConfig(
+            conflicts=overrides.pop("conflicts", "flag"),
+            conflict_detector=overrides.pop("conflict_detector", "answers"),
+            conflict_answer_similarity=overrides.pop("conflict_answer_similarity", 0.2),
+            relative_threshold=0.0,
+            **overrides,
+        )
+    )
+
+
+def test_passages_whose_answers_differ_conflict_though_they_are_no_near_copies() -> None:
+    # no two of them share a word 3-shingle: the near-copy detector sees nothing
+    assert (
+        not ContextGuard(GuardConfig(conflicts="flag", relative_threshold=0.0))
+        .select(CATHEDRAL, FOUNDED)
+        .conflicts
+    )
+    sel = answers_guard().select(CATHEDRAL, FOUNDED)
+    (group,) = sel.conflicts
+    assert sel.verdict is Verdict.CONFLICT
+    assert group.kind == "answers"
+    assert group.ids == ("a", "b", "c")
+    # January 1990 agrees with 1990: two passages back it
+    assert dict(group.answers) == {"1990": ("a", "c"), "1992": ("b",)}
+    assert group.describe() == "the sources disagree: 1990 (2) vs 1992 (1)"
+    assert [m.spans for m in group.members] == [("1990",), ("1992",), ("1990-01",)]
+    assert len({group, group}) == 1  # a group stays hashable, its answers a dict
+
+
+def test_an_answer_conflict_drops_with_its_answers_in_the_message() -> None:
+    sel = answers_guard(conflicts="keep_first").select(CATHEDRAL, FOUNDED)
+    assert [c.id for c in sel.kept] == ["a", "c"]
+    (dropped,) = sel.dropped
+    assert dropped.reason is Reason.CONFLICT and dropped.conflict_with == ("a", "c")
+    assert dropped.message.startswith(
+        "conflicts with id 'a' at input position 0: answers 1992 vs 1990 to the query (word "
+        "similarity "
+    )
+    assert "conflict_answer_similarity 0.2)" in dropped.message
+
+
+def test_answer_conflicts_need_passages_about_one_subject() -> None:
+    # word Jaccard of a and b is about 0.42: above it they are about different things
+    assert not answers_guard(conflict_answer_similarity=0.9).select(CATHEDRAL, FOUNDED).conflicts
+
+
+def test_a_question_with_no_type_has_no_answer_conflicts_and_says_so() -> None:
+    guard = answers_guard()
+    with pytest.warns(ConfigWarning, match="asks for no answer type"):
+        sel = guard.select("Tell me about the cathedral.", FOUNDED)
+    assert sel.conflicts == () and sel.verdict is Verdict.ANSWERABLE
+    (line,) = sel.warnings
+    assert line.startswith("conflicts: the query 'Tell me about the cathedral.' asks for no")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per guard; still in every selection
+        assert guard.select("Why?", FOUNDED).warnings
+        assert not guard.select(CATHEDRAL, FOUNDED).warnings  # a typed query: none
+
+
+@pytest.mark.parametrize("query", [CATHEDRAL, "1990 1992", ""])
+def test_hostile_passages_pass_the_answers_detector_within_a_time_bound(query: str) -> None:
+    """20 candidates: no sentence boundary, a megabyte, numbers only, empty, one space,
+    "nan", unspaced script, and agreeing / disagreeing ordinary ones."""
+    hostile = [
+        "the cathedral founded in 1990 " * 40_000,  # 1.2 MB, no boundary
+        ("The cathedral was founded. " * 40_000) + "The cathedral was founded in 1992.",
+        "1990 1992 " * 50_000,
+        "",
+        " ",
+        "nan",
+        "\u5927\u6559\u5802" * 300_000,
+    ]
+    cands = [Candidate(f"h{i}", t, 0.9 - 0.01 * i) for i, t in enumerate(hostile)]
+    cands += [Candidate(c.id, c.text, 0.5 - 0.01 * i) for i, c in enumerate(FOUNDED)]
+    cands += [Candidate(f"n{i}", f"Notes {i} on the cathedral.", 0.3) for i in range(10)]
+    guard = answers_guard(conflict_detector="both", max_k=20)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)  # an untyped query says so
+        sel = guard.select(query, cands)
+    assert time.perf_counter() - start < 10.0
+    assert len(sel.kept) == 20
+    for group in sel.conflicts:
+        assert all(isinstance(a, str) and a for a in group.answers)
+
+
+def test_both_detectors_feed_one_group_with_the_kinds_recorded() -> None:
+    cands = [
+        Candidate("x", AUSTIN, 0.9),
+        Candidate("y", MORE_CARS, 0.8),
+        *FOUNDED,
+    ]
+    query = "How many electric cars did the Austin plant build in 2019?"
+    sel = answers_guard(conflict_detector="both").select(query, cands)
+    (group,) = sel.conflicts
+    assert group.ids == ("x", "y") and group.kind == "near-copy+answers"
+    assert dict(group.answers) == {"3559": ("x",), "4112": ("y",)}
+    near = ContextGuard(GuardConfig(conflicts="flag", relative_threshold=0.0)).select(query, cands)
+    assert [g.kind for g in near.conflicts] == ["near-copy"] and not near.conflicts[0].answers
+
+
+class GivenAnswers(Stage):
+    """An answerer stand-in: sets ``State.answers`` as the answerer stage does."""
+
+    def __init__(self, answers: dict[int, str | None]) -> None:
+        self.answers = answers
+
+    def __call__(self, s: State, /) -> None:
+        s.answers = dict(self.answers)
+
+
+def test_a_model_s_answers_replace_the_answer_spans_where_given() -> None:
+    guard = answers_guard()
+    # before the conflict stage: the model says b's answer is 5 January 1990 (agrees),
+    # gives none for a, and says nothing of c (its span: January 1990)
+    at = next(i for i, st in enumerate(guard.stages) if type(st).__name__ == "Conflicts")
+    guard.stages.insert(at, GivenAnswers({0: None, 1: "5 January 1990"}))
+    assert answers_guard().select(CATHEDRAL, FOUNDED).conflicts  # the spans disagree
+    assert guard.select(CATHEDRAL, FOUNDED).conflicts == ()
+    guard.stages[at] = GivenAnswers({0: "1990", 1: "January 5, 1991", 2: float("nan")})  # type: ignore[dict-item]
+    (group,) = guard.select(CATHEDRAL, FOUNDED).conflicts
+    assert dict(group.answers) == {"1990": ("a",), "1991-01-05": ("b",)}
+
+
+def test_an_unknown_detector_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ConfigError, match="conflict_detector") as err:
+        GuardConfig(conflict_detector="similar")
+    assert "near-copy" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="conflict_answer_similarity"):
+        GuardConfig(conflict_answer_similarity=float("nan"))

@@ -43,7 +43,7 @@ from ragguard.errors import (
     ScoreWarning,
 )
 from ragguard.guard import ContextGuard
-from ragguard.policy import ConflictMode, CutRule, Reason, UtilityCut
+from ragguard.policy import ConflictDetector, ConflictMode, CutRule, Reason, UtilityCut
 from ragguard.probability import ProbabilityMap
 from ragguard.profiles import BUILTIN_PROFILES, Profile
 from ragguard.rerank import (
@@ -70,6 +70,7 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "Conflict",
+    "ConflictDetector",
     "ConflictMember",
     "ConflictMode",
     "ContextGuard",

@@ -46,7 +46,9 @@ from ragguard._optional import DISTRIBUTION
 from ragguard._version import __version__
 from ragguard.errors import ArgumentTypeError, ConfigError, ConfigWarning
 from ragguard.policy import (
+    DEFAULT_ANSWER_SIMILARITY,
     DEFAULT_CONFLICT_SIMILARITY,
+    ConflictDetector,
     ConflictMode,
     CutRule,
     PolicyParams,
@@ -331,6 +333,20 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         le=1.0,
         description="Word 3-shingle Jaccard similarity from which two passages are compared "
         "for conflicting facts.",
+    )
+    conflict_detector: ConflictDetector | None = Field(
+        default=None,
+        description="Which passages conflict: near-copy (near-copies that differ in a fact; "
+        "None, the default, is near-copy), answers (passages whose answers to the query "
+        "differ) or both.",
+    )
+    conflict_answer_similarity: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="With the answers detector: the word Jaccard similarity from which two "
+        f"passages with different answers conflict (None: {DEFAULT_ANSWER_SIMILARITY}).",
     )
     conflict_prefer: str | None = Field(
         default=None,
@@ -654,6 +670,10 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             min_evidence=self.min_evidence,
             conflicts=self.conflicts,
             conflict_similarity=self.conflict_similarity,
+            conflict_detector=self.conflict_detector or ConflictDetector.NEAR_COPY,
+            conflict_answer_similarity=DEFAULT_ANSWER_SIMILARITY
+            if self.conflict_answer_similarity is None
+            else self.conflict_answer_similarity,
         )
 
     def rerank_policy_params(self) -> PolicyParams:

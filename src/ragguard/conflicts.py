@@ -1,20 +1,23 @@
 """Conflicting passages: near-copies (word 3-shingle Jaccard >= ``conflict_similarity``)
 whose aligned words differ in a span carrying a fact (a number, a capitalised word, a
-one-sided negation); the rule and the modes: docs/guides/conflicts.md."""
+one-sided negation), and passages whose answers to the question differ
+(``ragguard.answer_spans``); the rules and the modes: docs/guides/conflicts.md."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
 from itertools import pairwise
 
 import numpy as np
 
-from ragguard.policy import CODES, KEPT, ConflictMode, Reason
-from ragguard.stages import SHINGLE_WORDS, UNSPACED, Shingles, StageState
+from ragguard.answer_spans import MAX_CHARS, agree
+from ragguard.answer_spans import normalise_answer as normalise_answer
+from ragguard.policy import CODES, KEPT, ConflictDetector, ConflictMode, Reason
+from ragguard.stages import SHINGLE_WORDS, UNSPACED, Shingles, StageState, words
 
 NEGATIONS = frozenset(
     {"not", "no", "never", "none", "nor", "neither", "without", "cannot", "nobody", "nothing"}
@@ -64,13 +67,15 @@ def _negation(words: Sequence[str]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Pair:
-    """One conflicting pair: columns ``a`` < ``b``, their similarity and differing spans."""
+    """One conflicting pair: columns ``a`` < ``b``, their similarity and differing spans
+    (``kind`` answers: their word similarity and their answers)."""
 
     a: int
     b: int
     similarity: float
     spans_a: tuple[str, ...]
     spans_b: tuple[str, ...]
+    kind: ConflictDetector = ConflictDetector.NEAR_COPY
 
 
 def _join(words: Sequence[str]) -> str:
@@ -203,6 +208,44 @@ def find_conflicts(
     return out
 
 
+def answer_conflicts(
+    texts: Sequence[str],
+    answers: Sequence[str | None],
+    *,
+    similarity: float,
+    active: Sequence[bool] | None = None,
+) -> list[Pair]:
+    """Every pair (by ``(a, b)``) among the first ``compared_passages`` active columns whose
+    normalised answers both exist and disagree (``answer_spans.agree``) and whose texts'
+    word sets have a Jaccard similarity >= ``similarity`` (about the same subject)."""
+    cols = [j for j in range(len(texts)) if active is None or active[j]]
+    cols = [j for j in cols[: compared_passages(len(cols))] if answers[j]]
+    sets = {j: frozenset(words(texts[j][:MAX_CHARS])) for j in cols}
+    out: list[Pair] = []
+    for n, k in enumerate(cols):
+        for i in cols[:n]:
+            ai, ak = answers[i], answers[k]
+            assert ai is not None and ak is not None
+            if agree(ai, ak):
+                continue
+            union = len(sets[i] | sets[k])
+            sim = len(sets[i] & sets[k]) / union if union else 0.0
+            if sim >= similarity:
+                out.append(Pair(i, k, sim, (ai,), (ak,), ConflictDetector.ANSWERS))
+    out.sort(key=lambda p: (p.a, p.b))
+    return out
+
+
+def merge_pairs(near: Sequence[Pair], answered: Sequence[Pair]) -> list[Pair]:
+    """Both detectors' pairs by ``(a, b)``; a pair both found is the near-copy one, of
+    kind ``both``."""
+    both = {(p.a, p.b) for p in answered}
+    out = [replace(p, kind=ConflictDetector.BOTH) if (p.a, p.b) in both else p for p in near]
+    seen = {(p.a, p.b) for p in near}
+    out += [p for p in answered if (p.a, p.b) not in seen]
+    return sorted(out, key=lambda p: (p.a, p.b))
+
+
 @dataclass(frozen=True, slots=True)
 class ConflictMember:
     """One passage of a conflict group.
@@ -222,15 +265,24 @@ class ConflictMember:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """A group of passages that nearly repeat each other but differ in facts.
+    """A group of passages that nearly repeat each other but differ in facts, or whose
+    answers to the question differ.
 
     Attributes:
         members: the members, best-ranked first.
-        similarity: the highest shingle similarity of a conflicting pair in the group.
+        similarity: the highest similarity of a conflicting pair in the group (word
+            3-shingle Jaccard; word Jaccard for a pair found by its answers).
+        answers: each normalised answer the members give to the question, with the ids
+            of the members giving it, the answer most members give first (empty when the
+            answers detector found no pair in the group).
+        kind: the detectors that found its pairs: ``near-copy``, ``answers`` or
+            ``near-copy+answers``.
     """
 
     members: tuple[ConflictMember, ...]
     similarity: float
+    answers: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    kind: str = ConflictDetector.NEAR_COPY.value
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -244,7 +296,12 @@ class Conflict:
             >>> Conflict((ConflictMember("a", 0, ("3,559",), True),
             ...           ConflictMember("b", 4, ("4,112",), True)), 0.8).describe()
             "sources 'a' and 'b' disagree: 3,559 vs 4,112"
+
+            With the answers detector: ``the sources disagree: 1990 (2) vs 1992 (1)``.
         """
+        if self.answers:
+            counts = [f"{a} ({len(ids)})" for a, ids in self.answers.items()]
+            return "the sources disagree: " + " vs ".join(counts)
         names = [repr(m.id) for m in self.members]
         who = ", ".join(names[:-1]) + " and " + names[-1]
         what = " vs ".join("; ".join(m.spans) or "(nothing)" for m in self.members)
@@ -397,6 +454,12 @@ def conflict_message(
 ) -> str:
     """Why the conflict stage dropped a passage (``mine_first``: it is ``pair.a``)."""
     mine, theirs = (pair.spans_a, pair.spans_b) if mine_first else (pair.spans_b, pair.spans_a)
+    if pair.kind is ConflictDetector.ANSWERS:  # (a pair both detectors found: near-copy)
+        return (
+            f"conflicts with id {other!r} at input position {position}: answers "
+            f"{mine[0]} vs {theirs[0]} to the query (word similarity {pair.similarity:.3g} >= "
+            f"conflict_answer_similarity {threshold:g}); {_RULES.get(mode, '')}"
+        )
     return (
         f"conflicts with id {other!r} at input position {position}: "
         f"{'; '.join(mine) or '(nothing)'} vs {'; '.join(theirs) or '(nothing)'} (word "

@@ -178,7 +178,7 @@ class ConfigWarning(RagguardWarning):
     ``RAGGUARD_*`` that is no config key (the message names the closest one), a file
     written by a newer ragguard than the one reading it, or a setting the guard could not
     apply in full (``conflict_prefer`` values that cannot be compared, more kept passages
-    than the conflict stage compares)."""
+    than the conflict stage compares, a query the answers detector cannot type)."""
 
 
 class ScoreWarning(RagguardWarning):

@@ -145,7 +145,13 @@ class ContextGuard:
         if c.conflicts is not ConflictMode.OFF:
             prefer = c.conflict_prefer
             stages.append(
-                Conflicts(mode=c.conflicts, similarity=c.conflict_similarity, prefer=prefer)
+                Conflicts(
+                    mode=c.conflicts,
+                    similarity=c.conflict_similarity,
+                    prefer=prefer,
+                    detector=scored.conflict_detector,
+                    answer_similarity=scored.conflict_answer_similarity,
+                )
             )
         if c.near_duplicate_threshold is not None:
             stages.append(NearDuplicates(threshold=c.near_duplicate_threshold))

@@ -32,6 +32,20 @@ DEFAULT_CONFLICT_SIMILARITY = 0.5
 (``benchmarks/conflicts.py``, docs/benchmarks/conflicts.md)."""
 
 
+DEFAULT_ANSWER_SIMILARITY = 0.4
+"""The default ``conflict_answer_similarity``, chosen on the calibration half of the RAMDocs
+development questions (``benchmarks/conflicts.py``, section d)."""
+
+
+class ConflictDetector(StrEnum):
+    """Which passages the conflict stage compares (``ragguard.conflicts``): near-copies that
+    differ in a fact, passages whose answers to the question differ, or both."""
+
+    NEAR_COPY = "near-copy"
+    ANSWERS = "answers"
+    BOTH = "both"
+
+
 class ConflictMode(StrEnum):
     """What the conflict stage does with passages that disagree (``ragguard.conflicts``)."""
 
@@ -135,6 +149,8 @@ class PolicyParams:
     min_evidence: float | None = None
     conflicts: ConflictMode = ConflictMode.OFF
     conflict_similarity: float = DEFAULT_CONFLICT_SIMILARITY
+    conflict_detector: ConflictDetector = ConflictDetector.NEAR_COPY
+    conflict_answer_similarity: float = DEFAULT_ANSWER_SIMILARITY
 
     def __post_init__(self) -> None:
         if self.max_k < 1:

@@ -13,6 +13,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from ragguard.answer_spans import ANSWER_OVERLAP, agree, passage_answer, question_type
 from ragguard.candidate import Candidate, RerankDetail
 from ragguard.config import BeyondTopN, DuplicatePolicy, RerankConfig
 from ragguard.conflicts import (
@@ -21,10 +22,14 @@ from ragguard.conflicts import (
     Conflict,
     ConflictMember,
     Pair,
+    answer_conflicts,
     compared_passages,
     conflict_groups,
     conflict_message,
     conflict_stage,
+    find_conflicts,
+    merge_pairs,
+    normalise_answer,
 )
 from ragguard.errors import (
     ConfigWarning,
@@ -37,6 +42,7 @@ from ragguard.policy import (
     CODES,
     KEPT,
     REASON_OF_CODE,
+    ConflictDetector,
     ConflictMode,
     Explainer,
     PolicyParams,
@@ -396,17 +402,37 @@ def _kept_state(s: State) -> tuple[list[int], StageState]:
     )
 
 
+_KINDS = {  # the detectors that found a pair (near-copy first)
+    ConflictDetector.NEAR_COPY: ("near-copy",),
+    ConflictDetector.ANSWERS: ("answers",),
+    ConflictDetector.BOTH: ("near-copy", "answers"),
+}
+_ConflictFacts = tuple[list[int], list[Pair], StageState, list[str | None] | None]
+"""The conflict stage's record: the kept positions, the pairs, the state and the answers."""
+
+
 class Conflicts(Stage):
-    """Kept passages that nearly repeat each other but differ in facts
-    (``ragguard.conflicts``): flag them, drop them all, keep the best-ranked one or
-    the one with the preferred metadata value. Its record: the kept positions it
-    compared, the pairs it found and its state."""
+    """Kept passages that nearly repeat each other but differ in facts, or whose answers
+    to the query differ (``detector``, ``ragguard.conflicts``): flag them, drop them all,
+    keep the best-ranked one or the one with the preferred metadata value. Its record:
+    the kept positions it compared, the pairs it found, its state and each compared
+    passage's normalised answer (``None`` without the answers detector)."""
 
-    __slots__ = ("descending", "key", "mode", "similarity")
+    __slots__ = ("answer_similarity", "descending", "detector", "key", "mode", "similarity")
 
-    def __init__(self, *, mode: ConflictMode, similarity: float, prefer: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        mode: ConflictMode,
+        similarity: float,
+        prefer: str | None,
+        detector: ConflictDetector,
+        answer_similarity: float,
+    ) -> None:
         self.mode = mode
         self.similarity = similarity
+        self.detector = detector
+        self.answer_similarity = answer_similarity
         self.descending = not (prefer or "").startswith("-")
         self.key = None if prefer is None else prefer.removeprefix("-")
 
@@ -430,19 +456,39 @@ class Conflicts(Stage):
                     ConfigWarning,
                 )
             )
+        texts = [s.candidates[i].text for i in cols]
+        # the passages ranked below the compared ones are not read (find_conflicts)
+        sets = [[s.shingles(i) for i in cols[:compared]]]
+        found, answers = None, None
+        if self.detector is not ConflictDetector.NEAR_COPY:
+            if s.answers is None and question_type(s.query) is None:
+                s.warnings.append(
+                    Warn(
+                        "conflict_answer_type",
+                        f"conflicts: the query {s.query[:80]!r} asks for no answer type "
+                        "(when, who, how many, which party...), so no answer conflicts were "
+                        "looked for; near-copies still are with conflict_detector='both'",
+                        ConfigWarning,
+                    )
+                )
+            answers = [self._answer(s, i) for i in cols[:compared]]
+            found = answer_conflicts(texts, answers, similarity=self.answer_similarity)
+            if self.detector is ConflictDetector.BOTH:
+                near = find_conflicts(texts, sets[0], similarity=self.similarity)
+                found = merge_pairs(near, found)
         new, pairs, incomparable = conflict_stage(
             st,
-            texts=[[s.candidates[i].text for i in cols]],
-            # the passages ranked below the compared ones are not read (find_conflicts)
-            shingles=[[s.shingles(i) for i in cols[:compared]]],
+            texts=[texts],
+            shingles=sets,
             similarity=self.similarity,
             mode=self.mode,
             prefer=prefer,
             descending=self.descending,
+            pairs=None if found is None else [found],
         )
         if not pairs[0]:
             return
-        s.records.append((self, (cols, pairs[0], new)))
+        s.records.append((self, (cols, pairs[0], new, answers)))
         s.kept = new.kept_positions(0)
         if incomparable:
             s.warnings.append(
@@ -455,8 +501,17 @@ class Conflicts(Stage):
                 )
             )
 
-    def drops(self, s: State, facts: tuple[list[int], list[Pair], StageState], /) -> Iterator[Drop]:
-        cols, pairs, st = facts
+    @staticmethod
+    def _answer(s: State, position: int) -> str | None:
+        """The passage's normalised answer: the model's (``State.answers``) where an
+        answerer stage gave one, else its answer span."""
+        if s.answers is not None and position in s.answers:
+            given = s.answers[position]
+            return normalise_answer(given) or None if isinstance(given, str) else None
+        return passage_answer(s.query, s.candidates[position].text, overlap=ANSWER_OVERLAP)
+
+    def drops(self, s: State, facts: _ConflictFacts, /) -> Iterator[Drop]:
+        cols, pairs, st, _ = facts
         for j in np.flatnonzero(st.reasons[0] == CODES[Reason.CONFLICT]).tolist():
             others: list[int] = []
             for p in pairs:
@@ -470,14 +525,14 @@ class Conflicts(Stage):
     def explain(self, drop: Drop, s: State, /) -> str:
         first, pair, mine_first = drop.detail
         other = s.candidates[first].id
-        return conflict_message(other, first, pair, mine_first, self.similarity, self.mode)
+        answered = pair.kind is ConflictDetector.ANSWERS
+        threshold = self.answer_similarity if answered else self.similarity
+        return conflict_message(other, first, pair, mine_first, threshold, self.mode)
 
-    def conflicts(
-        self, s: State, facts: tuple[list[int], list[Pair], StageState], /
-    ) -> tuple[tuple[Conflict, ...], bool]:
+    def conflicts(self, s: State, facts: _ConflictFacts, /) -> tuple[tuple[Conflict, ...], bool]:
         """The conflict groups among the passages the cut kept, and whether two still
         kept conflict."""
-        cols, pairs, _ = facts
+        cols, pairs, _, answers = facts
         kept = set(s.kept)
         conflicting = any(cols[p.a] in kept and cols[p.b] in kept for p in pairs)
         spans: dict[int, list[str]] = {}
@@ -497,8 +552,21 @@ class Conflicts(Stage):
                 for c in group
             )
             members_set = set(group)
-            best = max(p.similarity for p in pairs if p.a in members_set)
-            out.append(Conflict(members, best))
+            inside = [p for p in pairs if p.a in members_set]
+            best = max(p.similarity for p in inside)
+            kinds = sorted({k for p in inside for k in _KINDS[p.kind]}, reverse=True)
+            if kinds == [ConflictDetector.NEAR_COPY.value]:
+                out.append(Conflict(members, best))
+                continue
+            assert answers is not None
+            backing: dict[str, list[str]] = {}
+            for c in group:
+                if a := answers[c]:  # under the first answer it agrees with (1990, 1990-01)
+                    key = next((k for k in backing if agree(k, a)), a)
+                    backing.setdefault(key, []).append(s.candidates[cols[c]].id)
+            ranked = sorted(backing.items(), key=lambda a: -len(a[1]))  # stable: rank order
+            backed = {a: tuple(ids) for a, ids in ranked}
+            out.append(Conflict(members, best, backed, "+".join(kinds)))
         return tuple(out), conflicting
 
 

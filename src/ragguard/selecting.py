@@ -178,9 +178,10 @@ class State:
         warnings: what the stages found, in order.
         sets: word shingle sets by input position, built once for the stages that read
             them (conflicts, near-duplicates).
-        answers: each passage the cut kept, by input position, to its short answer
-            (``None``: the answerer gave none); ``None`` when no answerer ran
-            (``ragguard.answers.AnswerStage``).
+        answers: input position -> the passage's short answer from a model (``None``:
+            the model gave none); ``None`` when no answerer stage ran
+            (``ragguard.answers.AnswerStage``). The conflict stage's answers detector
+            reads these instead of the passages' answer spans.
     """
 
     query: str

@@ -70,3 +70,31 @@ def test_metadata_of_plain_values_is_copied_not_shared() -> None:
         got["ragguard"]["kept"] = "changed"
     assert lc[0].metadata == {**meta, "score": 0.9}
     assert nodes[0].node.metadata == meta and hs[0].meta == meta
+
+
+def test_an_answer_conflict_reaches_the_metadata_with_its_answers() -> None:
+    """With the answers detector, each member's metadata carries the line an LLM prompt
+    can quote, with how many passages back each answer."""
+    guard = ContextGuard(
+        GuardConfig(
+            conflicts="flag",
+            conflict_detector="answers",
+            conflict_answer_similarity=0.2,
+            relative_threshold=0.0,
+        )
+    )
+    texts = [
+        "The cathedral was founded in 1990 by the bishop of the town.",
+        "Records of the town show the cathedral founded in 1992 by its bishop.",
+        "According to the town, the bishop founded the cathedral in January 1990.",
+    ]
+    docs = [
+        Document(id=i, page_content=t, metadata={"score": 0.9 - 0.05 * n})
+        for n, (i, t) in enumerate(zip("abc", texts, strict=True))
+    ]
+    out = guard.as_compressor().compress_documents(docs, "When was the cathedral founded?")
+    meta = [d.metadata["ragguard"] for d in out]
+    assert [m["verdict"] for m in meta] == ["conflict"] * 3
+    assert {line for m in meta for line in m["conflicts"]} == {
+        "the sources disagree: 1990 (2) vs 1992 (1)"
+    }

@@ -799,7 +799,8 @@ CALIBRATE_GROUPS = {
     "Objective": ["--objective", "--min-recall", "--evidence-needed", "--constraint", "--guarantee",
                   "--confidence", "--max-false-abstain"],
     "Settings swept": ["--max-k", "--max-tokens", "--token-counter",
-                       "--near-duplicate-threshold", "--conflicts", "--conflict-similarity"],
+                       "--near-duplicate-threshold", "--conflicts", "--conflict-similarity",
+                       "--conflict-detectors", "--conflict-answer-similarity"],
     "Held-out check": ["--holdout", "--seed", "--folds", "--on-worse"],
     "Second stage": ["--rerank", "--rerank-run", "--rerank-score-kind", "--corpus",
                      "--probability-map", "--rerank-cache"],
@@ -842,6 +843,19 @@ def test_a_bad_value_of_a_group_is_one_line_before_the_eval_set_is_read(tmp_path
     for args, says in [
         (["--guarantee", "recall>=2"], "the guaranteed recall must lie in (0, 1), got 2"),
         (["--conflicts", "off,,drop"], "--conflicts takes comma-separated values"),
+        (["--conflict-detectors", "answers"], "--conflict-detectors sets the levels"),
+        (
+            ["--conflicts", "drop", "--conflict-detectors", "similar"],
+            "--conflict-detectors: unknown conflict detector 'similar'",
+        ),
+        (
+            ["--conflicts", "drop", "--conflict-answer-similarity", "nan"],
+            "--conflict-answer-similarity: a conflict answer similarity must be",
+        ),
+        (
+            ["--conflicts", "drop", "--conflict-answer-similarity", "0.2"],
+            "swept with the answers detector",
+        ),
         (["--max-false-abstain", "1.5"], "--max-false-abstain (max_false_abstain) must be"),
         (["--constraint", "udcg>>1"], "udcg>>1"),
         (["--rerank", "x:y", "--rerank-run", "r.trec"], "give --rerank or --rerank-run, not both"),
@@ -851,3 +865,27 @@ def test_a_bad_value_of_a_group_is_one_line_before_the_eval_set_is_read(tmp_path
         line = error_line(res)
         assert says in line and str(missing) not in line, (args, line)
         assert "Traceback" not in res.output
+
+
+@pytest.mark.slow  # about 8 s: a sweep of 250 RAMDocs questions
+def test_calibrate_sweeps_the_answers_detector_and_writes_it_when_it_wins(tmp_path: Path) -> None:
+    """RAMDocs: the detectors swept with --conflicts; the report's detection table has a
+    row per detector, and the config holds the detector fields only off the default."""
+    out = tmp_path / "guard.toml"
+    result = invoke(
+        "calibrate", str(ROOT / "examples/ramdocs/evalset.jsonl"), "--out", str(out),
+        "--report", str(tmp_path / "report"), "--max-k", "5",
+        "--conflicts", "off,drop", "--conflict-detectors", "near-copy,answers",
+        "--conflict-answer-similarity", "0.4",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    section = md[md.index("# Conflicting passages") :]
+    assert "| conflicts=drop@answers 0.4 |" in section
+    assert any(x.startswith("| answers 0.4") for x in section.splitlines())
+    cfg = ContextGuard.from_file(out).config
+    written = out.read_text(encoding="utf-8")
+    if cfg.conflict_detector is None:
+        assert "conflict_detector" not in written
+    else:
+        assert cfg.conflict_detector.value == "answers" and cfg.conflict_answer_similarity == 0.4

@@ -135,6 +135,8 @@ def _stages(
     near_duplicate_threshold: float | None,
     conflict_modes: str | None = None,  # --conflicts: a comma-separated list
     conflict_similarity: str | None = None,
+    conflict_detector: str | None = None,
+    conflict_answer_similarity: str | None = None,
 ) -> Stages:
     """The stages after the cut, with ``--conflicts`` and ``--conflict-similarity`` checked
     before any data is read, each error naming its option."""
@@ -142,23 +144,33 @@ def _stages(
     from ragguard.errors import ConfigError
 
     names = _list_option("--conflicts", conflict_modes)
-    values: list[float] = []
-    for x in _list_option("--conflict-similarity", conflict_similarity):
-        try:
-            values.append(float(x))
-        except ValueError:
-            raise ConfigError(f"--conflict-similarity: {x!r} is not a number") from None
-    if values and not names:
+    detectors = _list_option("--conflict-detectors", conflict_detector)
+    numbers: dict[str, list[float]] = {}
+    for flag, text in (
+        ("--conflict-similarity", conflict_similarity),
+        ("--conflict-answer-similarity", conflict_answer_similarity),
+    ):
+        numbers[flag] = []
+        for x in _list_option(flag, text):
+            try:
+                numbers[flag].append(float(x))
+            except ValueError:
+                raise ConfigError(f"{flag}: {x!r} is not a number") from None
+    values, answers = numbers["--conflict-similarity"], numbers["--conflict-answer-similarity"]
+    given = [f for f, v in numbers.items() if v] + ["--conflict-detectors"] * bool(detectors)
+    if given and not names:
         raise ConfigError(
-            "--conflict-similarity sets the levels the conflict stage is swept at; pass "
-            "--conflicts too (e.g. --conflicts off,keep_first,drop)"
+            f"{given[0]} sets the levels the conflict stage is swept at; pass --conflicts too "
+            "(e.g. --conflicts off,keep_first,drop)"
         )
-    for flag, those, at in (
-        ("--conflicts", names, []),
-        ("--conflict-similarity", ["drop"], values),
+    for flag, args in (
+        ("--conflicts", (names, [])),
+        ("--conflict-similarity", (["drop"], values)),
+        ("--conflict-detectors", (["drop"], [], detectors)),
+        ("--conflict-answer-similarity", (["drop"], [], detectors or ["answers"], answers)),
     ):
         try:
-            conflict_settings(those, at)
+            conflict_settings(*args)
         except ConfigError as exc:
             raise ConfigError(f"{flag}: {exc}") from None
     return Stages(
@@ -167,6 +179,8 @@ def _stages(
         near_duplicate_threshold=near_duplicate_threshold,
         conflicts=names,
         conflict_similarities=values,
+        conflict_detectors=detectors,
+        conflict_answer_similarities=answers,
     )
 
 
@@ -312,6 +326,20 @@ ConflictSimilarityOpt = option(
     "--conflict-similarity",
     metavar="FLOATS",
 )
+ConflictDetectorsOpt = option(
+    str | None,
+    "The conflict_detector values swept with --conflicts, comma-separated: near-copy "
+    "(the default), answers, both.",
+    "--conflict-detectors",
+    metavar="DETECTORS",
+)
+ConflictAnswerSimilarityOpt = option(
+    str | None,
+    "The conflict_answer_similarity values swept with the answers detector, "
+    "comma-separated, each in [0, 1]; default 0.4.",
+    "--conflict-answer-similarity",
+    metavar="FLOATS",
+)
 HoldoutOpt = option(
     float,
     "Fraction of queries held out to check the choice (0: no check).",
@@ -387,6 +415,8 @@ STAGES = group(
     near_duplicate_threshold=NearDuplicateThresholdOpt,
     conflict_modes=ConflictsOpt,
     conflict_similarity=ConflictSimilarityOpt,
+    conflict_detector=ConflictDetectorsOpt,
+    conflict_answer_similarity=ConflictAnswerSimilarityOpt,
 )
 SPLIT = group("Held-out check", Split, holdout=HoldoutOpt, seed=SeedOpt, folds=FoldsOpt)
 CHECK = group("Held-out check", _check, Check, on_worse=OnWorseOpt)

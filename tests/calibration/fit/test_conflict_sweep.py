@@ -37,13 +37,20 @@ from ragguard.calibration.fit.select import rule_family
 from ragguard.calibration.fit.sweep import PASSAGES, SweepKernel, describe_point, sweep
 from ragguard.calibration.report import build_report
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, CutRule, PolicyParams
+from ragguard.policy import (
+    DEFAULT_ANSWER_SIMILARITY,
+    DEFAULT_CONFLICT_SIMILARITY,
+    ConflictDetector,
+    CutRule,
+    PolicyParams,
+)
 from tests.calibration.conftest import random_trec_data
 from tests.calibration.sweep_reference import brute_force
 
 LOW = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "the", "of"]
 FACTS = ["1990", "2001", "3,559", "4,112", "Paris", "Bhatt", "Kapoor", "42"]
 sweep_module = importlib.import_module("ragguard.calibration.fit.sweep")
+NEAR = (ConflictDetector.NEAR_COPY, DEFAULT_ANSWER_SIMILARITY)  # a near-copy setting's tail
 GRID = SweepGrid(max_k=(1, 3, 6), thresholds=(0.0, 0.5), cut_rules=((CutRule.GAP, 0),))
 
 
@@ -342,13 +349,13 @@ def test_without_the_option_nothing_changes() -> None:
 
 def test_settings_are_swept_simplest_first_and_labelled() -> None:
     assert conflict_settings(["drop", "off", "keep_first"], [0.3, 0.7, 0.3]) == (
-        (ConflictMode.OFF, DEFAULT_CONFLICT_SIMILARITY),
-        (ConflictMode.KEEP_FIRST, 0.7),
-        (ConflictMode.KEEP_FIRST, 0.3),
-        (ConflictMode.DROP, 0.7),
-        (ConflictMode.DROP, 0.3),
+        (ConflictMode.OFF, DEFAULT_CONFLICT_SIMILARITY, *NEAR),
+        (ConflictMode.KEEP_FIRST, 0.7, *NEAR),
+        (ConflictMode.KEEP_FIRST, 0.3, *NEAR),
+        (ConflictMode.DROP, 0.7, *NEAR),
+        (ConflictMode.DROP, 0.3, *NEAR),
     )
-    assert conflict_settings(["FLAG"]) == ((ConflictMode.FLAG, DEFAULT_CONFLICT_SIMILARITY),)
+    assert conflict_settings(["FLAG"]) == ((ConflictMode.FLAG, DEFAULT_CONFLICT_SIMILARITY, *NEAR),)
     assert conflict_settings([]) == ()
     p = PolicyParams(max_k=4, conflicts=ConflictMode.DROP, conflict_similarity=0.3)
     assert describe_point(p) == "top-4, conflicts=drop@0.3"
@@ -581,3 +588,137 @@ def test_a_guarantee_certifies_each_conflict_setting_on_its_own_path() -> None:
         "threshold, conflicts=drop@0.5",
     }
     assert describe_point(result.recommended.written_params) == "top-3"
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def answers_set(n: int = 30) -> tuple[EvalSet, dict[str, str]]:
+    """Per query "when was the cathedral of town i founded?": a relevant passage saying
+    one year, a distractor in other words saying another (no near-copy of it), a second
+    relevant passage agreeing with the first, and an unrelated one; a third of the
+    queries have no distractor."""
+    qrels: dict[str, dict[str, int]] = {}
+    run: dict[str, dict[str, float]] = {}
+    queries: dict[str, str] = {}
+    distractors: dict[str, list[str]] = {}
+    texts: dict[str, str] = {}
+    for i in range(n):
+        q = f"q{i:03d}"
+        town = f"Town{chr(65 + i % 26)}{i}"
+        queries[q] = f"When was the cathedral of {town} founded?"
+        texts[f"{q}a"] = f"The cathedral of {town} was founded in {1800 + i} by the bishop."
+        texts[f"{q}b"] = f"According to {town}, the bishop founded its cathedral in {1800 + i}."
+        year = 1800 + i if i % 3 == 0 else 1700 + i  # the same year: no conflict
+        texts[f"{q}c"] = f"Records of {town} show the cathedral founded in {year} by its bishop."
+        texts[f"{q}x"] = "Unrelated words about a market and its stalls."
+        run[q] = {f"{q}c": 0.9, f"{q}a": 0.88, f"{q}b": 0.86, f"{q}x": 0.4}
+        qrels[q] = {f"{q}a": 1, f"{q}b": 1, f"{q}c": 0 if i % 3 else 1}
+        if i % 3:
+            distractors[q] = [f"{q}c"]
+    es = EvalSet.from_dicts(qrels, {"r": run}, distractors=distractors, queries=queries)
+    return es, texts
+
+
+def test_detectors_are_swept_with_their_thresholds_and_labelled() -> None:
+    answers = (ConflictDetector.ANSWERS, DEFAULT_ANSWER_SIMILARITY)
+    assert conflict_settings(["drop"], [0.5], ["both", "near-copy", "answers"], [0.2, 0.4]) == (
+        (ConflictMode.DROP, 0.5, *NEAR),
+        (ConflictMode.DROP, DEFAULT_CONFLICT_SIMILARITY, answers[0], 0.4),
+        (ConflictMode.DROP, DEFAULT_CONFLICT_SIMILARITY, answers[0], 0.2),
+        (ConflictMode.DROP, 0.5, ConflictDetector.BOTH, 0.4),
+        (ConflictMode.DROP, 0.5, ConflictDetector.BOTH, 0.2),
+    )
+    p = PolicyParams(
+        max_k=4,
+        conflicts=ConflictMode.DROP,
+        conflict_detector=ConflictDetector.BOTH,
+        conflict_answer_similarity=0.2,
+    )
+    assert describe_point(p) == "top-4, conflicts=drop@0.5+answers 0.2"
+    assert describe_point(replace(p, conflict_detector=ConflictDetector.ANSWERS)) == (
+        "top-4, conflicts=drop@answers 0.2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("detectors", "answers", "match"),
+    [
+        (["similar"], [], "unknown conflict detector 'similar'; sweep some of: near-copy"),
+        (["answers"], [1.5], r"a conflict answer similarity must be a number in \[0, 1\]"),
+        ([], [0.2], "swept with the answers detector"),
+    ],
+)
+def test_bad_detector_options_are_one_line_errors(
+    detectors: list[str], answers: list[float], match: str
+) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        conflict_settings(["drop"], [], detectors, answers)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="pass the modes too"):
+        conflict_settings([], [], ["answers"])
+
+
+@pytest.mark.parametrize("detector", ["answers", "both"])
+@pytest.mark.parametrize("mode", ["flag", "keep_first", "drop"])
+def test_the_answers_detector_sweeps_as_the_guard_runs_it(detector: str, mode: str) -> None:
+    """Every point under each detector: the kernel keeps what the guard keeps, query by
+    query, with the query's own text."""
+    es, texts = answers_set()
+    found = stage_sweep(
+        es, max_tokens=None, near_duplicate_threshold=None, conflicts=[mode],
+        conflict_detectors=[detector], conflict_answer_similarities=[0.2], passages=texts,
+    )  # fmt: skip
+    assert found is not None
+    arrays = es.arrays("r")
+    points = found.points(GRID.points())
+    kernel = found.kernel(arrays, ["udcg", PASSAGES], 6)
+    assert isinstance(kernel, StageKernels) and any(kernel.answer_pairs)
+    for p in points[::3]:
+        guard = ContextGuard(
+            GuardConfig(
+                score_kind="similarity", max_k=p.max_k, relative_threshold=p.relative_threshold,
+                cut=p.cut, gap_buffer=p.gap_buffer, conflicts=p.conflicts,
+                conflict_detector=detector, conflict_answer_similarity=0.2,
+            )
+        )  # fmt: skip
+        assert guard.config.policy_params() == p
+        cuts = kernel.cut(p)
+        for row, qid in enumerate(arrays.qids):
+            ids = arrays.doc_ids(row)
+            got = [ids[j] for j in kernel.context(row, int(cuts[row]))]
+            cands = [Candidate(d, texts[d], s) for d, s in es.runs["r"].candidates[qid].items()]
+            assert got == [c.id for c in guard.select(es.queries[qid].text, cands).kept]
+
+
+def test_the_report_shows_detection_per_detector() -> None:
+    es, texts = answers_set()
+    result = calibrate(
+        es,
+        search=Search(max_k=5),
+        split=Split(holdout=0.3, seed=0),
+        check=Check(n_bootstrap=200),
+        stages=Stages(
+            conflicts=["off", "drop"],
+            conflict_detectors=["near-copy", "answers"],
+            conflict_answer_similarities=[0.2],
+        ),
+        passages=texts,
+    )
+    md = build_report(result, plots=False).markdown()
+    section = md[md.index("# Conflicting passages") :]
+    assert "| conflicts=drop@answers 0.2 |" in section and "| conflicts=drop@0.5 |" in section
+    rows = {
+        tuple(c.strip() for c in x.strip("|").split("|")[:2])
+        for x in section.splitlines()
+        if x.startswith("| 0.5") or x.startswith("| answers 0.2")
+    }
+    assert {r[0].removesuffix(" (written)") for r in rows} == {"0.5", "answers 0.2"}
+    # the answers detector finds the distractors the near-copy one cannot (no near-copies)
+    line = next(
+        x for x in section.splitlines() if x.startswith("| answers 0.2") and "calibration" in x
+    )
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[4] == "1.000"  # every distractor flagged (recall)
+    near = next(x for x in section.splitlines() if x.startswith("| 0.5") and "calibration" in x)
+    assert [c.strip() for c in near.strip("|").split("|")][2].startswith("0 /")

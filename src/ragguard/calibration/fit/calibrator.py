@@ -401,6 +401,8 @@ class Calibrator:
                 near_duplicate_threshold=st.near_duplicate_threshold,
                 conflicts=st.conflicts,
                 conflict_similarities=st.conflict_similarities,
+                conflict_detectors=st.conflict_detectors,
+                conflict_answer_similarities=st.conflict_answer_similarities,
             ),
         )
         n_sweeps = len(names) + (self.rerank is not None)

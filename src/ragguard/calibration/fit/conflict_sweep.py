@@ -1,6 +1,6 @@
 """Sweeping the conflict stage: every setting of the grid under every ``conflicts`` x
-``conflict_similarity`` setting, one kernel each (``StageKernels`` shows them as one); pairs are
-found once per query, at the lowest similarity swept. ``prefer`` is not swept."""
+detector x threshold setting, one kernel each (``StageKernels`` shows them as one); pairs are
+found once per query and detector, at the lowest threshold swept. ``prefer`` is not swept."""
 
 from __future__ import annotations
 
@@ -12,18 +12,33 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ragguard.answer_spans import ANSWER_OVERLAP, passage_answers
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.calibration.fit.sweep import F64, Cuts, I, SweepKernel, cut_dtype
+from ragguard.calibration.fit.sweep import F64, Cuts, I, SweepKernel, conflict_threshold, cut_dtype
 from ragguard.calibration.fit.sweep_stages import PassageStages, passage_stages
-from ragguard.conflicts import Pair, find_conflicts
+from ragguard.conflicts import Pair, answer_conflicts, find_conflicts
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams
+from ragguard.policy import (
+    DEFAULT_ANSWER_SIMILARITY,
+    DEFAULT_CONFLICT_SIMILARITY,
+    ConflictDetector,
+    ConflictMode,
+    PolicyParams,
+)
 from ragguard.stages import shingles
 from ragguard.tokens import DEFAULT_TOKEN_COUNTER
 
-ConflictSetting = tuple[ConflictMode, float]
-"""``(conflicts, conflict_similarity)`` of a swept setting."""
+ConflictSetting = tuple[ConflictMode, float, ConflictDetector, float]
+"""``(conflicts, conflict_similarity, conflict_detector, conflict_answer_similarity)`` of a
+swept setting (a detector's unused threshold at its default)."""
+
+_OFF: ConflictSetting = (
+    ConflictMode.OFF,
+    DEFAULT_CONFLICT_SIMILARITY,
+    ConflictDetector.NEAR_COPY,
+    DEFAULT_ANSWER_SIMILARITY,
+)
 
 SWEPT_MODES: tuple[ConflictMode, ...] = (
     ConflictMode.OFF,
@@ -41,13 +56,17 @@ _PREFER = (
 
 
 def conflict_settings(
-    conflicts: Sequence[str | ConflictMode], similarities: Sequence[float] = ()
+    conflicts: Sequence[str | ConflictMode],
+    similarities: Sequence[float] = (),
+    detectors: Sequence[str | ConflictDetector] = (),
+    answer_similarities: Sequence[float] = (),
 ) -> tuple[ConflictSetting, ...]:
     """The conflict settings to sweep, in sweep order: modes simplest first (off, flag, keep_first,
-    drop), each at every similarity from the highest (fewest conflicts) to the lowest; ``off``
-    once."""
+    drop), each with every detector (default near-copy: near-copy, answers, both) at every
+    threshold from the highest (fewest conflicts) to the lowest (``both``: every pair of
+    them); ``off`` once."""
     if not conflicts:
-        if similarities:
+        if similarities or detectors or answer_similarities:
             raise ConfigError(
                 "conflict similarities are swept with the conflict stage: pass the modes "
                 "too (--conflicts off,keep_first,drop)"
@@ -73,14 +92,45 @@ def conflict_settings(
                 f"Jaccard similarity), got {s!r}"
             )
         sims.add(float(s))
+    kinds: set[ConflictDetector] = set()
+    for d in detectors or (ConflictDetector.NEAR_COPY,):
+        try:
+            kinds.add(ConflictDetector(str(d).strip().lower()))
+        except ValueError:
+            raise ConfigError(
+                f"unknown conflict detector {d!r}; sweep some of: "
+                + ", ".join(k.value for k in ConflictDetector)
+            ) from None
+    answers: set[float] = set()
+    for a in answer_similarities or (DEFAULT_ANSWER_SIMILARITY,):
+        if isinstance(a, bool) or not isinstance(a, int | float) or not 0.0 <= a <= 1.0:
+            raise ConfigError(
+                f"a conflict answer similarity must be a number in [0, 1] (a word Jaccard "
+                f"similarity), got {a!r}"
+            )
+        answers.add(float(a))
+    near = sorted(sims, reverse=True)
+    if answer_similarities and kinds == {ConflictDetector.NEAR_COPY}:
+        raise ConfigError(
+            "conflict answer similarities are swept with the answers detector: pass the "
+            "detectors too (--conflict-detectors answers,both)"
+        )
+    levels = sorted(answers, reverse=True)
+    by_detector = {
+        ConflictDetector.NEAR_COPY: [(s, DEFAULT_ANSWER_SIMILARITY) for s in near],
+        ConflictDetector.ANSWERS: [(DEFAULT_CONFLICT_SIMILARITY, a) for a in levels],
+        ConflictDetector.BOTH: [(s, a) for s in near for a in levels],
+    }
     out: list[ConflictSetting] = []
     for mode in SWEPT_MODES:
         if mode not in modes:
             continue
         if mode is ConflictMode.OFF:
-            out.append((mode, DEFAULT_CONFLICT_SIMILARITY))
+            out.append(_OFF)
             continue
-        out += [(mode, s) for s in sorted(sims, reverse=True)]
+        for kind in ConflictDetector:
+            if kind in kinds:
+                out += [(mode, s, kind, a) for s, a in by_detector[kind]]
     return tuple(out)
 
 
@@ -88,22 +138,48 @@ def setting_of(params: PolicyParams) -> ConflictSetting:
     """The conflict setting of ``params`` (``off`` at the default similarity: its level
     is not used)."""
     if params.conflicts is ConflictMode.OFF:
-        return (ConflictMode.OFF, DEFAULT_CONFLICT_SIMILARITY)
-    return (params.conflicts, params.conflict_similarity)
+        return _OFF
+    return (
+        params.conflicts,
+        params.conflict_similarity,
+        params.conflict_detector,
+        params.conflict_answer_similarity,
+    )
+
+
+_NEAR = (ConflictDetector.NEAR_COPY, ConflictDetector.BOTH)
+_ANSWERS = (ConflictDetector.ANSWERS, ConflictDetector.BOTH)
 
 
 def similarity_levels(settings: Sequence[ConflictSetting]) -> tuple[float, ...]:
-    """The similarities ``settings`` compare passages at, highest first (the default
-    when only ``off`` is swept: detection is still reported at it)."""
-    levels = {s for mode, s in settings if mode is not ConflictMode.OFF}
+    """The similarities ``settings`` compare near-copies at, highest first (the default
+    when only ``off`` is swept: detection is still reported at it; none when every
+    setting swept reads answers only)."""
+    on = [s for s in settings if s[0] is not ConflictMode.OFF]
+    levels = {s[1] for s in on if s[2] in _NEAR}
+    if on and not levels:
+        return ()
     return tuple(sorted(levels or {DEFAULT_CONFLICT_SIMILARITY}, reverse=True))
 
 
+def answer_levels(settings: Sequence[ConflictSetting]) -> tuple[float, ...]:
+    """The answer similarities ``settings`` read, highest first (none without the answers
+    detector)."""
+    on = [s for s in settings if s[0] is not ConflictMode.OFF and s[2] in _ANSWERS]
+    return tuple(sorted({s[3] for s in on}, reverse=True))
+
+
+def describe_threshold(setting: ConflictSetting) -> str:
+    """``0.5``, ``answers 0.4``, ``0.5+answers 0.4``: a setting's detector and threshold."""
+    return conflict_threshold(*setting[1:])
+
+
 def describe_conflicts(setting: ConflictSetting) -> str:
-    """``conflicts off``, ``conflicts=drop@0.5``: a conflict setting in words (the label
-    ``describe_point`` appends)."""
-    mode, sim = setting
-    return "conflicts off" if mode is ConflictMode.OFF else f"conflicts={mode.value}@{sim:g}"
+    """``conflicts off``, ``conflicts=drop@0.5``, ``conflicts=drop@answers 0.4``: a conflict
+    setting in words (the label ``describe_point`` appends)."""
+    if setting[0] is ConflictMode.OFF:
+        return "conflicts off"
+    return f"conflicts={setting[0].value}@{describe_threshold(setting)}"
 
 
 # --------------------------------------------------------------------------- kernels
@@ -120,6 +196,7 @@ class StageKernels(SweepKernel):
         *,
         max_cut: int,
         pairs: Sequence[Sequence[Pair]],
+        answer_pairs: Sequence[Sequence[Pair]] = (),
     ) -> None:
         if not blocks or len(blocks) != len(settings):
             raise ConfigError("a kernel of conflict settings needs one kernel per setting")
@@ -132,6 +209,7 @@ class StageKernels(SweepKernel):
         self.lazy = any(b.lazy for b in blocks)
         self.stride = max_cut + 1
         self.pairs = pairs
+        self.answer_pairs = answer_pairs
 
     def block_of(self, params: PolicyParams) -> int:
         """The index of ``params``' conflict setting."""
@@ -229,8 +307,14 @@ class StageSweep:
         if not self.settings:
             return tuple(staged)
         return tuple(
-            replace(p, conflicts=mode, conflict_similarity=sim)
-            for mode, sim in self.settings
+            replace(
+                p,
+                conflicts=mode,
+                conflict_similarity=sim,
+                conflict_detector=kind,
+                conflict_answer_similarity=answer,
+            )
+            for mode, sim, kind, answer in self.settings
             for p in staged
         )
 
@@ -255,17 +339,32 @@ class StageSweep:
             )
         built = {t: shingles(t) for t in {t for row in texts for t in row}}  # each text once
         sets = [[built[t] for t in row] for row in texts]
-        low = similarity_levels(self.settings)[-1]
+        levels, answered = similarity_levels(self.settings), answer_levels(self.settings)
         pairs = [
-            find_conflicts(row, row_sets, similarity=low)
+            find_conflicts(row, row_sets, similarity=levels[-1]) if levels else []
             for row, row_sets in zip(texts, sets, strict=True)
         ]
-        shared = replace(run, sets=sets, pairs=pairs)
+        answer_pairs: list[list[Pair]] = []
+        if answered:
+            queries = self.base.evalset.queries if self.base.evalset is not None else {}
+            for qid, row in zip(arrays.qids, texts, strict=True):
+                query = queries[qid].text if qid in queries else None
+                answers = passage_answers(query or "", row, overlap=ANSWER_OVERLAP)
+                answer_pairs.append(answer_conflicts(row, answers, similarity=answered[-1]))
+        shared = replace(run, sets=sets, pairs=pairs, answer_pairs=answer_pairs)
         blocks = []
-        for mode, sim in self.settings:
-            setting = replace(shared, conflicts=mode, conflict_similarity=sim)
+        for mode, sim, kind, answer in self.settings:
+            setting = replace(
+                shared,
+                conflicts=mode,
+                conflict_similarity=sim,
+                conflict_detector=kind,
+                conflict_answer_similarity=answer,
+            )
             blocks.append(SweepKernel(arrays, metrics, width, stages=setting))
-        return StageKernels(arrays, blocks, self.settings, max_cut=width, pairs=pairs)
+        return StageKernels(
+            arrays, blocks, self.settings, max_cut=width, pairs=pairs, answer_pairs=answer_pairs
+        )
 
     def paths(
         self,
@@ -293,10 +392,14 @@ def stage_sweep(
     conflict_similarities: Sequence[float] = (),
     token_counter_spec: str = DEFAULT_TOKEN_COUNTER,
     passages: Mapping[str, str] | None = None,
+    conflict_detectors: Sequence[str | ConflictDetector] = (),
+    conflict_answer_similarities: Sequence[float] = (),
 ) -> StageSweep | None:
     """The stages after the cut to sweep with (``None`` when all are off): the conflict settings
     swept over ``passage_stages``; checked, and the token counter built, before any sweep."""
-    settings = conflict_settings(conflicts, conflict_similarities)
+    settings = conflict_settings(
+        conflicts, conflict_similarities, conflict_detectors, conflict_answer_similarities
+    )
     base = passage_stages(
         evalset,
         max_tokens=max_tokens,
@@ -367,14 +470,24 @@ class ConflictDetection:
 
 
 def conflict_detection(
-    kernel: StageKernels, rows: I, similarity: float, max_k: int
+    kernel: StageKernels,
+    rows: I,
+    similarity: float,
+    max_k: int,
+    detector: ConflictDetector = ConflictDetector.NEAR_COPY,
+    answer_similarity: float = DEFAULT_ANSWER_SIMILARITY,
 ) -> ConflictDetection:
-    """Detection at ``similarity`` on query ``rows``, among each query's first ``max_k`` ranked
-    candidates (at most the kernel's width), against the labels of the kernel's run (see
+    """Detection by ``detector`` at ``similarity`` (near-copies) and ``answer_similarity``
+    (answers) on query ``rows``, among each query's first ``max_k`` ranked candidates (at
+    most the kernel's width), against the labels of the kernel's run (see
     ``ConflictDetection``)."""
-    low = similarity_levels(kernel.settings)[-1]
-    if similarity < low:
-        raise ConfigError(f"the pairs were found at similarity >= {low:g}, not {similarity:g}")
+    for found, level, at in (
+        (_NEAR, similarity_levels(kernel.settings), similarity),
+        (_ANSWERS, answer_levels(kernel.settings), answer_similarity),
+    ):
+        if detector in found and (not level or at < level[-1]):
+            low = f"found at similarity >= {level[-1]:g}, not {at:g}" if level else "not swept"
+            raise ConfigError(f"the {detector.value} pairs were {low}")
     if not 1 <= max_k <= max(kernel.width, 1):
         raise ConfigError(f"max_k must be in [1, {kernel.width}], got {max_k}")
     arrays = kernel.arrays
@@ -386,9 +499,12 @@ def conflict_detection(
         positive = (u < 0) | arrays.distractor[r, :depth]
         relevant = u > 0
         flagged = np.zeros(width, dtype=bool)
-        for p in kernel.pairs[r]:
-            if p.similarity >= similarity and p.b < depth:
-                flagged[p.a] = flagged[p.b] = True
+        near = kernel.pairs[r] if detector in _NEAR else ()
+        answered = kernel.answer_pairs[r] if detector in _ANSWERS else ()
+        for pairs, at in ((near, similarity), (answered, answer_similarity)):
+            for p in pairs:
+                if p.similarity >= at and p.b < depth:
+                    flagged[p.a] = flagged[p.b] = True
         f = flagged[:depth]
         sums = [1, depth, positive.sum(), f.sum(), (f & positive).sum(), relevant.sum()]
         counts += np.array(

@@ -249,6 +249,10 @@ class Stages:
             (``ragguard.calibration.fit.conflict_sweep``). Empty: not swept.
         conflict_similarities: the ``conflict_similarity`` values swept (default
             ``DEFAULT_CONFLICT_SIMILARITY``).
+        conflict_detectors: the ``conflict_detector`` values swept (``"near-copy"``,
+            ``"answers"``, ``"both"``; default near-copy).
+        conflict_answer_similarities: the ``conflict_answer_similarity`` values swept
+            with the answers detector (default ``DEFAULT_ANSWER_SIMILARITY``).
     """
 
     max_tokens: int | None = None
@@ -256,6 +260,8 @@ class Stages:
     near_duplicate_threshold: float | None = None
     conflicts: Sequence[str | ConflictMode] = ()
     conflict_similarities: Sequence[float] = ()
+    conflict_detectors: Sequence[str] = ()
+    conflict_answer_similarities: Sequence[float] = ()
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None:
@@ -271,12 +277,19 @@ class Stages:
         lists = (
             ("conflicts", self.conflicts, '["drop"]'),
             ("conflict_similarities", self.conflict_similarities, "[0.5]"),
+            ("conflict_detectors", self.conflict_detectors, '["near-copy", "answers"]'),
+            ("conflict_answer_similarities", self.conflict_answer_similarities, "[0.4]"),
         )
         for name, value, example in lists:
             if isinstance(value, str) or not isinstance(value, Iterable):
                 raise ConfigError(f"{name} takes a list, e.g. {example}; got {value!r}")
             object.__setattr__(self, name, tuple(value))  # a numpy array reads as a list
-        conflict_settings(self.conflicts, self.conflict_similarities)
+        conflict_settings(
+            self.conflicts,
+            self.conflict_similarities,
+            self.conflict_detectors,
+            self.conflict_answer_similarities,
+        )
 
     @property
     def read_texts(self) -> bool:

@@ -18,7 +18,7 @@ from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.metrics import ParsedMetric, compute, parse_metric
 from ragguard.calibration.metrics.tables import prefix_table
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import ConflictMode, CutRule, PolicyParams, cut_ranked
+from ragguard.policy import ConflictDetector, ConflictMode, CutRule, PolicyParams, cut_ranked
 from ragguard.scores import ScoreKind
 
 if TYPE_CHECKING:
@@ -269,12 +269,24 @@ def is_plain_top_k(params: PolicyParams) -> bool:
     return not params.uses_scores
 
 
+def conflict_threshold(similarity: float, detector: ConflictDetector, answers: float) -> str:
+    """``0.5``, ``answers 0.4``, ``0.5+answers 0.4``: a conflict detector and its threshold."""
+    if detector is ConflictDetector.NEAR_COPY:
+        return f"{similarity:g}"
+    return (
+        "" if detector is ConflictDetector.ANSWERS else f"{similarity:g}+"
+    ) + f"answers {answers:g}"
+
+
 def describe_point(params: PolicyParams) -> str:
     """A short human label: ``top-5``, ``max_k=5, t=0.70``, ``max_k=5, gap+1``; a
     conflict stage on is named last (``top-5, conflicts=drop@0.5``)."""
     conflicts = ""
     if params.conflicts is not ConflictMode.OFF:
-        conflicts = f", conflicts={params.conflicts.value}@{params.conflict_similarity:g}"
+        at = conflict_threshold(
+            params.conflict_similarity, params.conflict_detector, params.conflict_answer_similarity
+        )
+        conflicts = f", conflicts={params.conflicts.value}@{at}"
     if is_plain_top_k(params):
         return f"top-{params.max_k}{conflicts}"
     parts = [f"max_k={params.max_k}"]
@@ -891,4 +903,7 @@ def guard_settings(p: PolicyParams, score_kind: ScoreKind | None) -> dict[str, A
     if p.conflicts is not ConflictMode.OFF:  # a swept conflict setting
         settings["conflicts"] = p.conflicts
         settings["conflict_similarity"] = p.conflict_similarity
+        if p.conflict_detector is not ConflictDetector.NEAR_COPY:
+            settings["conflict_detector"] = p.conflict_detector
+            settings["conflict_answer_similarity"] = p.conflict_answer_similarity
     return settings

@@ -13,9 +13,15 @@ from numpy.typing import NDArray
 
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.data.evalset import EvalSet
-from ragguard.conflicts import Pair, conflict_stage, find_conflicts
+from ragguard.conflicts import Pair, conflict_stage, find_conflicts, merge_pairs
 from ragguard.errors import ConfigError, EvalSetError
-from ragguard.policy import DEFAULT_CONFLICT_SIMILARITY, ConflictMode, PolicyParams
+from ragguard.policy import (
+    DEFAULT_ANSWER_SIMILARITY,
+    DEFAULT_CONFLICT_SIMILARITY,
+    ConflictDetector,
+    ConflictMode,
+    PolicyParams,
+)
 from ragguard.stages import Shingles, StageState, run_stages, shingles, start_state
 from ragguard.tokens import DEFAULT_TOKEN_COUNTER, TokenCounter, token_counter
 
@@ -87,6 +93,9 @@ class PassageStages:
     conflict_similarity: float = DEFAULT_CONFLICT_SIMILARITY
     sets: Sequence[Sequence[Shingles]] | None = None
     pairs: Sequence[Sequence[Pair]] | None = None
+    conflict_detector: ConflictDetector = ConflictDetector.NEAR_COPY
+    conflict_answer_similarity: float = DEFAULT_ANSWER_SIMILARITY
+    answer_pairs: Sequence[Sequence[Pair]] = ()  # found by the sweep (StageSweep.kernel)
 
     def for_run(self, arrays: EvalArrays, width: int) -> PassageStages:
         """These stages with the texts of ``arrays``' first ``width`` ranked candidates."""
@@ -103,6 +112,8 @@ class PassageStages:
             max_tokens=self.max_tokens,
             conflicts=self.conflicts,
             conflict_similarity=self.conflict_similarity,
+            conflict_detector=self.conflict_detector,
+            conflict_answer_similarity=self.conflict_answer_similarity,
         )
 
     def check(self, p: PolicyParams) -> None:
@@ -126,6 +137,9 @@ class PassageStages:
         if self.conflicts is not ConflictMode.OFF:
             out["conflicts"] = self.conflicts
             out["conflict_similarity"] = self.conflict_similarity
+            if self.conflict_detector is not ConflictDetector.NEAR_COPY:
+                out["conflict_detector"] = self.conflict_detector
+                out["conflict_answer_similarity"] = self.conflict_answer_similarity
         return out
 
     def compact(self, arrays: EvalArrays, width: int) -> Compacted:
@@ -193,6 +207,15 @@ class PassageStages:
     def _pairs(self, sets: Sequence[Sequence[Shingles]], depth: I) -> list[list[Pair]]:
         """Each row's conflicting pairs among its first ``depth`` candidates."""
         s = self.conflict_similarity
+        kind = self.conflict_detector
+        if kind is not ConflictDetector.NEAR_COPY:  # the sweep found the pairs (kernel)
+            a = self.conflict_answer_similarity
+            answered = [[p for p in row if p.similarity >= a] for row in self.answer_pairs]
+            if kind is ConflictDetector.ANSWERS:
+                return answered
+            assert self.pairs is not None
+            near = [[p for p in row if p.similarity >= s] for row in self.pairs]
+            return [merge_pairs(n, x) for n, x in zip(near, answered, strict=True)]
         if self.pairs is not None:
             return [[p for p in row if p.similarity >= s] for row in self.pairs]
         return [

@@ -17,6 +17,7 @@ from ragguard.calibration.fit.conflict_sweep import (
     StageKernels,
     conflict_detection,
     describe_conflicts,
+    describe_threshold,
     setting_of,
     similarity_levels,
 )
@@ -38,13 +39,14 @@ from ragguard.calibration.fit.sweep import (
     SweepGrid,
     SweepResult,
     choose,
+    conflict_threshold,
     describe_point,
     is_plain_top_k,
     lower_is_better,
 )
 from ragguard.calibration.fit.written import Shortfall, WrittenSetting, shortfalls, written_setting
 from ragguard.calibration.metrics import SafetyBand, SafetyBands, compute, safety_band
-from ragguard.policy import ConflictMode, CutRule
+from ragguard.policy import DEFAULT_ANSWER_SIMILARITY, ConflictDetector, ConflictMode, CutRule
 from ragguard.scores import ScoreKind
 
 # --------------------------------------------------------------------------- results
@@ -266,8 +268,8 @@ class ConflictView:
     written: str
     best: tuple[RuleRow, ...]
     max_k: int
-    similarity: float | None
-    detection: tuple[tuple[float, str, ConflictDetection], ...]
+    similarity: str | None
+    detection: tuple[tuple[str, str, ConflictDetection], ...]
 
 
 @dataclass(frozen=True)
@@ -529,11 +531,8 @@ def build_view(
 
 def _drawn(r: RunCalibration) -> list[int]:
     """The settings with the chosen setting's conflict stage (the plots draw one)."""
-    c = r.sweep.points[r.chosen]
-    drawn = (c.conflicts, c.conflict_similarity)
-    return [
-        i for i, p in enumerate(r.sweep.points) if (p.conflicts, p.conflict_similarity) == drawn
-    ]
+    drawn = setting_of(r.sweep.points[r.chosen])
+    return [i for i, p in enumerate(r.sweep.points) if setting_of(p) == drawn]
 
 
 def _curves(header: Header, r: RunCalibration) -> tuple[Curve, ...]:
@@ -627,12 +626,21 @@ def _conflicts(header: Header, r: RunCalibration) -> ConflictView | None:
     best = _best_of(header, sweep, groups, (obj, "distractor_rate", PASSAGES))
     w = r.written_params
     max_k = min(w.max_k, max(kernel.width, 1))
+    levels = similarity_levels(kernel.settings)
     splits = [("calibration", header.calibration_rows)]
     if header.heldout_rows.size:
         splits.append(("held-out", header.heldout_rows))
+    # near-copy at each level swept, then each other detector at the thresholds swept
+    near = [(s, ConflictDetector.NEAR_COPY, DEFAULT_ANSWER_SIMILARITY) for s in levels]
+    others = [s[1:] for s in kernel.settings if s[2] is not ConflictDetector.NEAR_COPY]
+    found = [*near, *dict.fromkeys(others)]
     detection = tuple(
-        (level, name, conflict_detection(kernel, rows, level, max_k))
-        for level in similarity_levels(kernel.settings)
+        (
+            conflict_threshold(*at),
+            name,
+            conflict_detection(kernel, rows, at[0], max_k, at[1], at[2]),
+        )
+        for at in found
         for name, rows in splits
     )
     return ConflictView(
@@ -640,7 +648,7 @@ def _conflicts(header: Header, r: RunCalibration) -> ConflictView | None:
         written=describe_conflicts(setting_of(w)),
         best=best,
         max_k=max_k,
-        similarity=None if w.conflicts is ConflictMode.OFF else w.conflict_similarity,
+        similarity=None if w.conflicts is ConflictMode.OFF else describe_threshold(setting_of(w)),
         detection=detection,
     )
 

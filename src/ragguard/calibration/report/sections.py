@@ -725,7 +725,7 @@ def _conflicts(view: ResultView) -> list[Block]:
     max_k = cv.max_k
     table = [
         (
-            f"{level:g}" + (" (written)" if cv.similarity == level else ""),
+            level + (" (written)" if cv.similarity == level else ""),
             f"{name} ({d.queries})",
             f"{d.flagged} / {d.candidates}",
             format_number(d.precision),
