@@ -46,6 +46,9 @@ def test_the_question_type_says_what_answer_counts(question: str, kind: AnswerTy
         ("The Beatles", "beatles", "beatles"),
         ("  Golf. ", "golf", "golf"),
         ("112 BC", "112 bce", "112 BC"),
+        ("in 1992", "1992", "1992"),  # a model's answer
+        ("On 5 January 1990.", "January 5, 1990", "1990-01-05"),
+        ("by the Beatles", "Beatles", "beatles"),
     ],
 )
 def test_the_same_answer_written_otherwise_normalises_to_one(a: str, b: str, same: str) -> None:

@@ -288,3 +288,33 @@ def test_bad_settings_are_one_clear_line(options: dict[str, Any], message: str) 
     with pytest.raises(ConfigError, match=message) as raised:
         AnswerStage(answerer, **options)
     assert "\n" not in str(raised.value)
+
+
+def test_a_model_s_answers_group_passages_the_spans_cannot_tell_apart() -> None:
+    """The answerer stage feeds the conflict stage's answers detector: two passages with
+    no date in their text conflict once a model answers 1990 for one and 1992 for the
+    other (issue 38, end to end)."""
+    question = "When was the cathedral founded?"
+    passages = [
+        Candidate("a", "The cathedral was founded by the bishop of the town after the flood.", 0.9),
+        Candidate(
+            "b", "Records of the town show the cathedral founded by its bishop after a fire.", 0.8
+        ),
+    ]
+
+    def answerer(query: str, texts: Sequence[str]) -> list[str | None]:
+        assert query == question
+        return ["1990" if "flood" in t else "in 1992" for t in texts]
+
+    config = {"conflicts": "flag", "conflict_detector": "answers", "relative_threshold": 0.0}
+    assert ContextGuard(**config).select(question, passages).conflicts == ()  # no spans
+    guard = ContextGuard(**config)
+    AnswerStage(answerer).add_to(guard.stages)
+    for selection in (
+        guard.select(question, passages),
+        asyncio.run(guard.aselect(question, passages)),
+    ):
+        (group,) = selection.conflicts
+        assert dict(group.answers) == {"1990": ("a",), "1992": ("b",)}
+        assert selection.verdict.value == "conflict"
+        assert "1990 (1) vs 1992 (1)" in group.describe()

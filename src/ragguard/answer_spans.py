@@ -196,8 +196,9 @@ def _sentences(text: str) -> list[str]:
 
 def normalise_answer(text: str) -> str:
     """``text`` as an answer that compares equal to the same answer written otherwise:
-    lower case, no article or "about", dates as ``1990-01-05`` / ``1990-01`` / ``1990``,
-    numbers without thousands separators, ``km 2`` as ``km²``, no count noun ("people").
+    lower case, no leading preposition, article or "about", dates as ``1990-01-05`` /
+    ``1990-01`` / ``1990``, numbers without thousands separators, ``km 2`` as ``km²``, no
+    count noun ("people").
 
     Args:
         text: a short answer (a span of a passage, or a model's answer).
@@ -210,6 +211,7 @@ def normalise_answer(text: str) -> str:
         True
     """
     t = " ".join(str(text).split()).strip(" .,;:!?\"'\u201c\u201d()")
+    t = re.sub(r"^(?:in|on|at|by|since|from)\s+", "", t, flags=re.I)  # a model's "in 1992"
     date = _DATE.fullmatch(t)
     if date:
         return _date(date)
