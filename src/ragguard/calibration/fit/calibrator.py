@@ -28,10 +28,12 @@ from ragguard.calibration.fit.answerability import (
 )
 from ragguard.calibration.fit.conflict_sweep import stage_sweep
 from ragguard.calibration.fit.header import SMALL_SET, Header
+from ragguard.calibration.fit.noise_floor import check_noise_floor, fit_noise_floor
 from ragguard.calibration.fit.options import (
     Answerability,
     Check,
     Guarantee,
+    NoiseFloor,
     RerankSearch,
     Search,
     Split,
@@ -142,6 +144,8 @@ class Calibrator:
             ([`RerankSearch`][ragguard.calibration.RerankSearch]).
         answerability: calibrate ``min_evidence`` for the written setting
             ([`Answerability`][ragguard.calibration.Answerability]).
+        noise_floor: write ``min_score`` from unrelated passages, no labels read
+            ([`NoiseFloor`][ragguard.calibration.NoiseFloor]).
     """
 
     objective: str = "udcg"
@@ -156,6 +160,7 @@ class Calibrator:
     stages: Stages = field(default_factory=Stages)
     rerank: RerankSearch | None = None
     answerability: Answerability | None = None
+    noise_floor: NoiseFloor | None = None
 
     def __post_init__(self) -> None:
         options: tuple[tuple[str, object, type, bool], ...] = (
@@ -166,6 +171,7 @@ class Calibrator:
             ("stages", self.stages, Stages, False),
             ("rerank", self.rerank, RerankSearch, True),
             ("answerability", self.answerability, Answerability, True),
+            ("noise_floor", self.noise_floor, NoiseFloor, True),
         )
         for name, value, kind, optional in options:
             if not isinstance(value, kind) and not (optional and value is None):
@@ -243,6 +249,13 @@ class Calibrator:
         if self.answerability is not None:
             check_max_false_abstain(evalset, calib_rows, guarantee=self.guarantee is not None)
         evalset = evalset.with_texts(corpus=corpus, passages=passages)  # read once, when needed
+        if self.noise_floor is not None:
+            if self.rerank is not None:
+                raise ConfigError(
+                    "--noise-floor sets min_score on retrieval scores and cannot be combined "
+                    "with a second stage yet; calibrate without --rerank"
+                )
+            check_noise_floor(evalset, names)
         st = self.stages
         plan = FitPlan(
             profile=as_profile(self.profile),
@@ -325,11 +338,25 @@ class Calibrator:
             folds=split.folds,
             stage_settings={} if plan.stages is None else plan.stages.base.config_settings(),
         )
-        a = self.answerability
-        if a is None:
-            return calibrated
-        answerability = calibrate_answerability(calibrated, plan, a)
-        return replace(calibrated, answerability=answerability)
+        a, nf = self.answerability, self.noise_floor
+        if a is not None:
+            calibrated = replace(
+                calibrated, answerability=calibrate_answerability(calibrated, plan, a)
+            )
+        if nf is not None:
+            calibrated = replace(
+                calibrated,
+                noise_floor=fit_noise_floor(
+                    evalset,
+                    best.arrays,
+                    calib_rows,
+                    nf,
+                    run=best.name,
+                    written_min_score=best.written_params.min_score,
+                    seed=split.seed,
+                ),
+            )
+        return calibrated
 
     def _run_names(self, evalset: EvalSet) -> list[str]:
         """The runs to calibrate, checked against ``evalset`` (see ``fit``'s Raises)."""
