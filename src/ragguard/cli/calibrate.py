@@ -278,7 +278,9 @@ MaxFalseAbstainOpt = option(
     "Calibrate min_evidence (answerability): the highest floor on the best "
     "candidate's score under which at most this share of answerable queries "
     "abstains on new queries, with probability --confidence (Learn-then-Test). "
-    "Needs unanswerable queries (judged, none relevant).",
+    "Floors are set by unanswerable queries (judged, none relevant); with none, the "
+    "queries are taken as in scope and the floor is the one-sided conformal bound on "
+    "their best scores (what it catches is then not measured).",
     metavar="X",
 )
 NoiseFloorOpt = option(

@@ -344,7 +344,11 @@ class Answerability:
     abstain on new queries, with probability ``confidence``, by Learn-then-Test on the
     calibration queries; the held-out queries report the shares of unanswerable queries
     caught and of answerable ones lost (``ragguard.calibration.fit.answerability``).
-    Needs unanswerable queries (judged, none relevant); not combined with a guarantee.
+    Floors are set by the unanswerable queries (judged, none relevant); with none, the
+    answerable queries are taken as in scope and the floor is the one-sided conformal order
+    statistic of their best scores (``fit_in_scope``: at most ``max_false_abstain`` of new
+    in-scope queries abstain with probability ``confidence``, assuming them exchangeable
+    with these; what it catches is not measured). Not combined with a guarantee.
 
     Attributes:
         max_false_abstain: the share of answerable queries that may abstain, in (0, 1).
