@@ -35,8 +35,8 @@ the evidence-free sets.
   of each of its 300 questions with every relevant passage removed: the question paired
   with other questions' passages on the same topic; in scope: the same top 20 with them.
 
-Run: ``python benchmarks/floors.py [--record] [--source nq-open-oracle.jsonl.gz]`` (a few minutes on 2 cores, most of it
-embedding ~2,300 texts once). Always exits 0.
+Run: ``python benchmarks/floors.py [--record] [--source nq-open-oracle.jsonl.gz]`` (a few
+minutes on 2 cores, most of it embedding ~2,500 texts once). Always exits 0.
 """
 
 from __future__ import annotations
@@ -57,14 +57,14 @@ from numpy.typing import NDArray
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ragguard.calibration import load_evalset, load_inputs  # noqa: E402
-from ragguard.calibration.fit.answerability import (  # noqa: E402
+from ragguard.calibration import load_evalset, load_inputs
+from ragguard.calibration.fit.answerability import (
     candidate_floors,
     evidence_tops,
     fit_floor,
     fit_in_scope,
 )
-from ragguard.calibration.fit.noise_floor import order_statistic_floor  # noqa: E402
+from ragguard.calibration.fit.noise_floor import order_statistic_floor
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(__file__).resolve().parent / ".cache"

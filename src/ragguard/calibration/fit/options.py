@@ -395,7 +395,7 @@ class NoiseFloor:
 
     def __post_init__(self) -> None:
         a = self.alpha
-        if not (is_real(a) and 0.0 < a < 1.0):  # type: ignore[operator]
+        if not (is_real(a) and 0.0 < a < 1.0):
             raise ConfigError(f"--noise-floor (alpha) must be a share in (0, 1), got {a!r}")
         _whole("samples", self.samples, 1)
         need = needed_samples(float(a))
