@@ -82,4 +82,4 @@ def test_calibrate_writes_the_noise_floor_with_the_packaged_encoder(
     prov = raw["provenance"]["noise_floor"]
     assert raw["min_score"] == prov["floor"] and prov["alpha"] == 0.1
     assert prov["samples"] == 2000 and prov["source"] == "corpus"
-    assert "Noise floor: noise floor min_score" in " ".join(res.stdout.split())
+    assert "Noise floor: min_score" in " ".join(res.stdout.split())

@@ -99,7 +99,7 @@ class NoiseFloorResult:
     def statement(self) -> str:
         """The floor, its guarantee and assumption, and what it costs, in words."""
         text = (
-            f"noise floor min_score {self.floor:g} on the normalised score of run {self.run!r}: "
+            f"min_score {self.floor:g} on the normalised score of run {self.run!r}: "
             f"an unrelated passage reaches it with probability <= {self.bound:.4g} (alpha "
             f"{self.alpha:g}; above order statistic {self.k} of {self.samples} scores of a "
             f"calibration query against a random passage of {self.pool} ({self.source}), "
