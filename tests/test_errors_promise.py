@@ -310,6 +310,12 @@ PROBES: list[Probe] = [
           lambda: cal.Answerability(max_false_abstain=1.0), ConfigError, "max_false_abstain"),
     Probe("Answerability share NaN", cal.Answerability,
           lambda: cal.Answerability(max_false_abstain=NAN), ConfigError, "max_false_abstain"),
+    Probe("NoiseFloor alpha NaN", cal.NoiseFloor,
+          lambda: cal.NoiseFloor(alpha=NAN, scorer=_oracle), ConfigError, "--noise-floor"),
+    Probe("NoiseFloor too few samples", cal.NoiseFloor,
+          lambda: cal.NoiseFloor(alpha=0.01, scorer=_oracle, samples=10), ConfigError, "99"),
+    Probe("NoiseFloor scorer", cal.NoiseFloor,
+          lambda: cal.NoiseFloor(alpha=0.1, scorer=1), ConfigError, "callable"),  # type: ignore[arg-type]
     Probe("Answerability confidence", cal.Answerability,
           lambda: cal.Answerability(max_false_abstain=0.1, confidence=2), ConfigError,
           "confidence"),

@@ -797,7 +797,7 @@ CALIBRATE_GROUPS = {
     "Inputs": ["--run", "--retriever", "--score-kind"],
     "Utilities": ["--profile", "--profiles", "--relevant-grade", "--partial-grade", "--by"],
     "Objective": ["--objective", "--min-recall", "--evidence-needed", "--constraint", "--guarantee",
-                  "--confidence", "--max-false-abstain"],
+                  "--confidence", "--max-false-abstain", "--noise-floor", "--noise-scorer"],
     "Settings swept": ["--max-k", "--max-tokens", "--token-counter",
                        "--near-duplicate-threshold", "--conflicts", "--conflict-similarity",
                        "--conflict-detectors", "--conflict-answer-similarity"],

@@ -124,9 +124,10 @@ def corrupt_evalset(s: Setup) -> tuple[list[str], str]:
     return [], "evalset.jsonl"
 
 
-def no_unanswerable_query(s: Setup) -> tuple[list[str], str]:
-    # every query of the folder has a relevant document: nothing to calibrate a floor on
-    return ["--max-false-abstain", "0.1"], "--max-false-abstain cannot calibrate min_evidence"
+def noise_floor_without_scorer(s: Setup) -> tuple[list[str], str]:
+    # (every query of the folder having a relevant document is no failure any more: its
+    # queries are taken as in scope, issue 36)
+    return ["--noise-floor", "0.05"], "pass --noise-scorer, the embedding model the run"
 
 
 def false_abstain_out_of_range(s: Setup) -> tuple[list[str], str]:
@@ -189,7 +190,7 @@ CARD_COEF_COUNT = _tampered(
 MATRIX: list[tuple[str, list[str], Case]] = [
     *[("calibrate", [], case) for case in (
         cache_garbage, cache_truncated, cache_locked, cache_unwritable, tiktoken_offline,
-        hf_tokenizer_missing, truncated_gzip_run, corrupt_evalset, no_unanswerable_query,
+        hf_tokenizer_missing, truncated_gzip_run, corrupt_evalset, noise_floor_without_scorer,
         false_abstain_out_of_range, conflicts_prefer,
         conflicts_unknown, conflicts_empty_item, conflict_similarity_zero,
         conflict_similarity_above_one, conflict_similarity_nan, conflict_similarity_not_a_number,

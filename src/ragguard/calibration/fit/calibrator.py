@@ -37,11 +37,13 @@ from ragguard.calibration.fit.domains import (
     pooled,
 )
 from ragguard.calibration.fit.header import SMALL_SET, Header
+from ragguard.calibration.fit.noise_floor import check_noise_floor, fit_noise_floor
 from ragguard.calibration.fit.options import (
     Answerability,
     Check,
     Domains,
     Guarantee,
+    NoiseFloor,
     RerankSearch,
     Search,
     Split,
@@ -154,6 +156,8 @@ class Calibrator:
         answerability: calibrate ``min_evidence`` for the written setting
             ([`Answerability`][ragguard.calibration.Answerability]).
         domains: calibrate each domain too ([`Domains`][ragguard.calibration.Domains]).
+        noise_floor: write ``min_score`` from unrelated passages, no labels read
+            ([`NoiseFloor`][ragguard.calibration.NoiseFloor]).
     """
 
     objective: str = "udcg"
@@ -169,6 +173,7 @@ class Calibrator:
     rerank: RerankSearch | None = None
     answerability: Answerability | None = None
     domains: Domains | None = None
+    noise_floor: NoiseFloor | None = None
 
     def __post_init__(self) -> None:
         options: tuple[tuple[str, object, type, bool], ...] = (
@@ -180,6 +185,7 @@ class Calibrator:
             ("rerank", self.rerank, RerankSearch, True),
             ("answerability", self.answerability, Answerability, True),
             ("domains", self.domains, Domains, True),
+            ("noise_floor", self.noise_floor, NoiseFloor, True),
         )
         for name, value, kind, optional in options:
             if not isinstance(value, kind) and not (optional and value is None):
@@ -371,6 +377,13 @@ class Calibrator:
         calib_rows, held_rows = rows or split_queries(len(qids), split.holdout, split.seed)
         if self.answerability is not None:
             check_max_false_abstain(evalset, calib_rows, guarantee=self.guarantee is not None)
+        if self.noise_floor is not None:
+            if self.rerank is not None:
+                raise ConfigError(
+                    "--noise-floor sets min_score on retrieval scores and cannot be combined "
+                    "with a second stage yet; calibrate without --rerank"
+                )
+            check_noise_floor(evalset, names)
         st = self.stages
         plan = FitPlan(
             profile=as_profile(self.profile),
@@ -458,11 +471,25 @@ class Calibrator:
             folds=split.folds,
             stage_settings={} if plan.stages is None else plan.stages.base.config_settings(),
         )
-        a = self.answerability
-        if a is None:
-            return calibrated
-        answerability = calibrate_answerability(calibrated, plan, a)
-        return replace(calibrated, answerability=answerability)
+        a, nf = self.answerability, self.noise_floor
+        if a is not None:
+            calibrated = replace(
+                calibrated, answerability=calibrate_answerability(calibrated, plan, a)
+            )
+        if nf is not None:
+            calibrated = replace(
+                calibrated,
+                noise_floor=fit_noise_floor(
+                    evalset,
+                    best.arrays,
+                    calib_rows,
+                    nf,
+                    run=best.name,
+                    written_min_score=best.written_params.min_score,
+                    seed=split.seed,
+                ),
+            )
+        return calibrated
 
     def _run_names(self, evalset: EvalSet) -> list[str]:
         """The runs to calibrate, checked against ``evalset`` (see ``fit``'s Raises)."""

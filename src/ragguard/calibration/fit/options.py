@@ -4,10 +4,13 @@ of settings, one job each, checked when built (a bad value raises
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from numpy.typing import NDArray
 
 from ragguard._fields import is_real
 from ragguard.calibration.data.utility import as_profile
@@ -37,6 +40,7 @@ __all__ = [
     "Check",
     "Domains",
     "Guarantee",
+    "NoiseFloor",
     "RerankGrid",
     "RerankSearch",
     "Search",
@@ -355,7 +359,11 @@ class Answerability:
     abstain on new queries, with probability ``confidence``, by Learn-then-Test on the
     calibration queries; the held-out queries report the shares of unanswerable queries
     caught and of answerable ones lost (``ragguard.calibration.fit.answerability``).
-    Needs unanswerable queries (judged, none relevant); not combined with a guarantee.
+    Floors are set by the unanswerable queries (judged, none relevant); with none, the
+    answerable queries are taken as in scope and the floor is the one-sided conformal order
+    statistic of their best scores (``fit_in_scope``: at most ``max_false_abstain`` of new
+    in-scope queries abstain with probability ``confidence``, assuming them exchangeable
+    with these; what it catches is not measured). Not combined with a guarantee.
 
     Attributes:
         max_false_abstain: the share of answerable queries that may abstain, in (0, 1).
@@ -402,3 +410,48 @@ class Domains:
             if not isinstance(name, str) or not name.strip():
                 raise ConfigError(f"--profile: a domain name must not be empty, got {name!r}")
             as_profile(profile)  # an unknown profile: ConfigError
+
+
+def needed_samples(alpha: float) -> int:
+    """The fewest unrelated scores whose order statistic bounds a share ``alpha``: the
+    smallest ``n`` with ``ceil((n + 1) * (1 - alpha)) <= n``, i.e. ``n >= (1 - alpha) /
+    alpha``."""
+    return max(1, math.ceil((1.0 - alpha) / alpha - 1e-9))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoiseFloor:
+    """Calibrate ``min_score`` without labels: score every calibration query against
+    passages drawn at random (the corpus, else the other queries' candidates) and write
+    the floor that admits at most a share ``alpha`` of such unrelated passages
+    (``ragguard.calibration.fit.noise_floor``).
+
+    Attributes:
+        alpha: the share of unrelated passages the floor may admit, in (0, 1).
+        scorer: scores ``(query, texts)`` on the scale of the run the config holds (the
+            embedding model the run was retrieved with); checked against the run's own
+            scores before it is used.
+        samples: the (query, passage) pairs drawn, at least ``ceil((1 - alpha) / alpha)``.
+    """
+
+    alpha: float
+    scorer: Callable[[str, Sequence[str]], Sequence[float] | NDArray[Any]]
+    samples: int = 2000
+
+    def __post_init__(self) -> None:
+        a = self.alpha
+        if not (is_real(a) and 0.0 < a < 1.0):
+            raise ConfigError(f"--noise-floor (alpha) must be a share in (0, 1), got {a!r}")
+        _whole("samples", self.samples, 1)
+        need = needed_samples(float(a))
+        if self.samples < need:
+            raise ConfigError(
+                f"--noise-floor {a:g} needs at least {need} unrelated passages for its "
+                f"order-statistic bound, got samples={self.samples}; raise samples "
+                f"(NoiseFloor(samples={need})) or alpha"
+            )
+        if not callable(self.scorer):
+            raise ConfigError(
+                "the noise floor's scorer must be callable as scorer(query, texts) -> scores, "
+                f"got {type(self.scorer).__name__}"
+            )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from ragguard.calibration.fit.answerability import AnswerabilityResult
 from ragguard.calibration.fit.conflict_sweep import StageKernels, describe_conflicts
 from ragguard.calibration.fit.domains import DomainResults
 from ragguard.calibration.fit.header import Header
+from ragguard.calibration.fit.noise_floor import NoiseFloorResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
 from ragguard.calibration.fit.steps import CommandLine
@@ -69,6 +70,10 @@ class CalibrationResult:
     """Each domain's calibration, with ``Domains`` (``ragguard.calibration.fit.domains``); the
     saved config gets a ``[domains.NAME]`` table per domain."""
 
+    noise_floor: NoiseFloorResult | None = None
+    """The noise floor written as the recommended run's ``min_score``, when ``noise_floor``
+    was given (``ragguard.calibration.fit.noise_floor``)."""
+
     _views: dict[tuple[RunCalibration, str | CommandLine | None], ResultView] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -86,9 +91,12 @@ class CalibrationResult:
         provenance all read it."""
         r = run or self.recommended
         if (r, None) not in self._views:
-            self._views[(r, None)] = build_view(
+            view = build_view(
                 self.header, r, self.runs, self.recommended, self.rerank, self.answerability
             )
+            if r is self.recommended and self.noise_floor is not None:
+                view = replace(view, noise_floor=self.noise_floor)
+            self._views[(r, None)] = view
         if evalset is not None and (r, evalset) not in self._views:
             self._views[(r, evalset)] = name_evalset(self._views[(r, None)], evalset)
         return self._views[(r, evalset)]
@@ -160,6 +168,10 @@ class CalibrationResult:
             if a.floor is not None:
                 settings["min_evidence"] = a.floor
             settings["provenance"]["answerability"] = a.provenance()
+        nf = self.noise_floor
+        if nf is not None and r is self.recommended:
+            settings["min_score"] = nf.min_score
+            settings["provenance"]["noise_floor"] = nf.provenance()
         two, st = w.two_stage, v.stage
         if two is not None and st is not None:
             assert two.stage is not None

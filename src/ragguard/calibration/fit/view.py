@@ -22,6 +22,7 @@ from ragguard.calibration.fit.conflict_sweep import (
     similarity_levels,
 )
 from ragguard.calibration.fit.header import Header
+from ragguard.calibration.fit.noise_floor import NoiseFloorResult
 from ragguard.calibration.fit.probability import Reliability
 from ragguard.calibration.fit.risk import EVIDENCE, GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
@@ -426,6 +427,7 @@ class ResultView:
     n_settings: int
     rules: tuple[RuleRow, ...]
     examples: tuple[tuple[Example, ...], tuple[Example, ...]] | None
+    noise_floor: NoiseFloorResult | None = None  # the recommended run's (fit/noise_floor.py)
 
     @property
     def next_steps_intro(self) -> str:

@@ -152,6 +152,8 @@ def _print_summary(view: ResultView, out: Console) -> None:
         for text in (a.calibration_line(), a.heldout_line(), effect):
             if text:
                 out.print(escape(text), highlight=False)
+    if view.noise_floor is not None:
+        out.print(f"[bold]Noise floor:[/] {escape(view.noise_floor.statement())}.", highlight=False)
 
 
 def _print_check(view: ResultView, out: Console) -> None:

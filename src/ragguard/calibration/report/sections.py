@@ -367,6 +367,12 @@ def _answerability(view: ResultView) -> list[Block]:
     return [Heading(1, "Answerability (min_evidence)"), Bullets(tuple(items))]
 
 
+def _noise_floor(view: ResultView) -> list[Block]:
+    """The noise floor written as ``min_score``: its bound, assumption and cost."""
+    nf = view.noise_floor
+    return [] if nf is None else [Heading(1, "Noise floor (min_score)"), Para(nf.statement())]
+
+
 def _runs_table(view: ResultView) -> list[Block]:
     res = view.header
     obj = res.objective
@@ -877,6 +883,7 @@ def report_blocks(
         scope = "" if view.stage is None else "retrieval-only "
         blocks += _guarantee(view.guarantee, scope=scope)
     blocks += _answerability(view)
+    blocks += _noise_floor(view)
     blocks += _selection(view)
     blocks += _heldout(view, by_name.get("baseline_vs_guarded.png"))
     blocks += _cost(view)

@@ -122,6 +122,7 @@ def result_document(
             "rerank_failures": st.failures,
         },
         "answerability": None if v.answerability is None else v.answerability.as_dict(),
+        **({} if v.noise_floor is None else {"noise_floor": v.noise_floor.as_dict()}),
         "config_path": config_path,
         "report": report,
         **({} if result.domains is None else {"domains": result.domains.to_json()}),
