@@ -54,6 +54,18 @@ class DomainCalibration:
     values: tuple[F64, F64] | None = field(default=None, repr=False)
     """Per-query (global, own) values of the compared metrics on its held-out queries."""
 
+    def facts(self) -> dict[str, Any]:
+        """Its profile, query counts, setting and whether it falls back, as provenance and
+        ``--json`` give them."""
+        return {
+            "profile": self.profile,
+            "queries": self.queries,
+            "calibration_queries": self.calibration,
+            "heldout_queries": self.heldout,
+            "setting": self.setting,
+            "fallback": self.fallback is not None,
+        }
+
 
 @dataclass(frozen=True, eq=False)
 class DomainResults:
@@ -129,15 +141,7 @@ class DomainResults:
         held-out comparison with the global setting."""
         out: dict[str, Any] = {}
         for d, row in zip(self.domains, self.rows(), strict=True):
-            entry: dict[str, Any] = {
-                "by": self.by,
-                "profile": d.profile,
-                "queries": d.queries,
-                "calibration_queries": d.calibration,
-                "heldout_queries": d.heldout,
-                "setting": d.setting,
-                "fallback": d.fallback is not None,
-            }
+            entry: dict[str, Any] = {"by": self.by, **d.facts()}
             if d.fallback is not None:
                 entry["why"] = d.fallback
             if row[6] != "-":
@@ -173,19 +177,7 @@ class DomainResults:
                         "own": json_number(c.guarded[m].mean),
                         "difference": [json_number(x) for x in (diff.mean, diff.low, diff.high)],
                     }
-            domains.append(
-                {
-                    "domain": d.name,
-                    "profile": d.profile,
-                    "queries": d.queries,
-                    "calibration_queries": d.calibration,
-                    "heldout_queries": d.heldout,
-                    "setting": d.setting,
-                    "fallback": d.fallback is not None,
-                    "why": d.fallback,
-                    "heldout": heldout,
-                }
-            )
+            domains.append({"domain": d.name, **d.facts(), "why": d.fallback, "heldout": heldout})
         return {"by": self.by, "verdict": self.verdict(), "domains": domains}
 
 
