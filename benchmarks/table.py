@@ -95,6 +95,14 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "global config on held-out queries of five nq question types, notes and ramdocs",
         "per-domain at least as good as global on every domain, better where domains differ",
     ),
+    "floors": (
+        "the two label-free floors on held-out data: `--noise-floor ALPHA`'s admitted share "
+        "of random unrelated passages (examples/nq, nq-open-oracle), and in-scope-only "
+        "`--max-false-abstain X`'s in-scope loss and evidence-free sets caught (ramdocs "
+        "noise-only, nq on-topic empty sets) next to the labelled floor",
+        "the stated ALPHA holds on held-out random passages (within its bound); held-out "
+        "in-scope loss within X on average",
+    ),
 }
 
 
