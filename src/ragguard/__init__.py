@@ -19,6 +19,7 @@ from ragguard.config import (
     RerankFailure,
 )
 from ragguard.conflicts import Conflict, ConflictMember
+from ragguard.drift import DriftReport, ScoreReference
 from ragguard.errors import (
     AnnotationError,
     ArgumentTypeError,
@@ -26,6 +27,7 @@ from ragguard.errors import (
     ConfigError,
     ConfigWarning,
     CorpusError,
+    DriftWarning,
     DuplicateIdError,
     EndpointError,
     EvalSetError,
@@ -39,6 +41,7 @@ from ragguard.errors import (
     RetrieverError,
     ScoreCacheError,
     ScoreWarning,
+    SelectionLogError,
 )
 from ragguard.guard import ContextGuard
 from ragguard.policy import ConflictMode, CutRule, Reason, UtilityCut
@@ -72,6 +75,8 @@ __all__ = [
     "CrossEncoderReranker",
     "CutRule",
     "Decision",
+    "DriftReport",
+    "DriftWarning",
     "DuplicateIdError",
     "DuplicatePolicy",
     "EndpointError",
@@ -96,8 +101,10 @@ __all__ = [
     "RetrieverError",
     "ScoreCacheError",
     "ScoreKind",
+    "ScoreReference",
     "ScoreWarning",
     "Selection",
+    "SelectionLogError",
     "UtilityCut",
     "Verdict",
     "__version__",
