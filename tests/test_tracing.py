@@ -6,13 +6,12 @@ import asyncio
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
@@ -35,26 +34,6 @@ CANDIDATES = [
     Candidate("e", score=0.7),
     Candidate("f", score=0.6),  # fourth above the bar: over max_k=3
 ]
-
-
-@pytest.fixture(scope="module")
-def provider() -> TracerProvider:
-    """The process's SDK tracer provider (OpenTelemetry allows setting it only once)."""
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
-        return current
-    new = TracerProvider()
-    trace.set_tracer_provider(new)
-    return new
-
-
-@pytest.fixture
-def spans(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    yield exporter
-    processor.shutdown()  # a shut-down processor drops further spans
 
 
 def guard_spans(exporter: InMemorySpanExporter) -> Sequence[ReadableSpan]:

@@ -61,10 +61,16 @@ def _drift(log: Path, config: Path) -> bool:
     text = log.read_text(encoding="utf-8", errors="replace")
     found = read_log(text)
     for line in found.problems[:SHOWN_PROBLEMS]:
-        err.print(f"[yellow]warning:[/] {escape(f'{log}: {line}')}", highlight=False)
+        err.print(
+            f"[yellow]warning:[/] {escape(f'{log}: {line}')}", highlight=False, soft_wrap=True
+        )
     if len(found.problems) > SHOWN_PROBLEMS:
         more = len(found.problems) - SHOWN_PROBLEMS
-        err.print(f"[yellow]warning:[/] {log}: {more} more records skipped", highlight=False)
+        err.print(
+            f"[yellow]warning:[/] {log}: {more} more records skipped",
+            highlight=False,
+            soft_wrap=True,
+        )
     if not text.strip():
         raise SelectionLogError(f"{log} is empty; point ragguard drift at the guard's span log")
     if not found.spans:
