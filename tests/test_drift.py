@@ -21,7 +21,7 @@ from ragguard import (
     GuardConfig,
     ScoreReference,
 )
-from ragguard.drift import ALPHA, STEP, DriftMonitor, Quantiles, critical_distance
+from ragguard.drift import ALPHA, STEP, DriftMonitor, Quantiles, critical_distance, read_log
 
 FACTORS = (1.0, 0.9, 0.85, 0.6, 0.5)  # with relative_threshold=0.8: three kept, cut at 0.85
 
@@ -207,3 +207,23 @@ def test_the_false_alarm_rate_is_spent_over_the_checkpoints() -> None:
     n_kept = m.reference.kept.n
     assert seen[0] == pytest.approx(critical_distance(ALPHA / 2 / 3, STEP, n_kept))
     assert seen[1] == pytest.approx(critical_distance(ALPHA / 110 / 3, 500, n_kept))
+
+
+def test_read_log_takes_hostile_records_as_problems_and_reads_the_rest() -> None:
+    good = '{"ragguard.kept": 2, "ragguard.score.top": 0.5, "ragguard.score.cut": 0.4}'
+    text = "\n".join(
+        [
+            "[" * 100_000,  # nested past the parser's recursion limit
+            '{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "ragguard.select", '
+            '"attributes": {"not": "a list"}}]}]}]}',
+            '{"ragguard.kept": true, "ragguard.score.top": 0.5}',
+            good,
+        ]
+    )
+    log = read_log(text)
+    assert log.observations == ((0.5, 0.4, 2),) and log.spans == 2
+    assert log.problems == (
+        "line 1: not JSON (nested too deep); skipped",
+        "line 2: a resourceSpans record of unexpected shape; skipped",
+        "line 3: a ragguard.select span of no use: ragguard.kept=True is not a number; skipped",
+    )

@@ -28,6 +28,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -80,26 +81,34 @@ class Quantiles(ConfigModel):
         q = np.quantile(v, LEVELS, method="inverted_cdf")
         return cls(n=int(v.size), quantiles=[round(float(x), 6) for x in q])
 
+    @cached_property
+    def _bounds(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+        """The distinct quantiles ``v``, and the lower and upper bounds of ``F(v)`` then
+        ``F(v-)`` at them (see ``distance``), computed once."""
+        q = np.asarray(self.quantiles)
+        values, first, counts = np.unique(q, return_index=True, return_counts=True)
+        last = first + counts - 1
+        top = LEVELS.size - 1
+        at_hi = np.where(last < top, LEVELS[np.minimum(last + 1, top)], 1.0)
+        left_lo = np.where(first > 0, LEVELS[np.maximum(first - 1, 0)], 0.0)
+        left_hi = LEVELS[first].copy()
+        left_hi[0] = 0.0  # below the minimum: F is 0
+        return values, np.concatenate((LEVELS[last], left_lo)), np.concatenate((at_hi, left_hi))
+
     def distance(self, window: NDArray[np.float64]) -> float:
         """A lower bound of the Kolmogorov-Smirnov distance between the sorted ``window``
         and the calibration values: at each distinct quantile ``v``, the reference's
         distribution function ``F(v)`` lies in ``[level of its last copy, next level)``
         and ``F(v-)`` in ``[previous level, level of its first copy]``; below the minimum
         ``F`` is 0, at the maximum 1."""
-        q = np.asarray(self.quantiles)
-        values, first, counts = np.unique(q, return_index=True, return_counts=True)
-        last = first + counts - 1
-        top = LEVELS.size - 1
-        at_lo = LEVELS[last]
-        at_hi = np.where(last < top, LEVELS[np.minimum(last + 1, top)], 1.0)
-        left_hi = LEVELS[first]
-        left_lo = np.where(first > 0, LEVELS[np.maximum(first - 1, 0)], 0.0)
-        left_hi[0] = 0.0  # below the minimum: F is 0
-        n = window.size
-        at = np.searchsorted(window, values, side="right") / n
-        left = np.searchsorted(window, values, side="left") / n
-        gaps = (at_lo - at, at - at_hi, left_lo - left, left - left_hi)
-        return float(max(0.0, *(float(g.max()) for g in gaps)))
+        values, lo, hi = self._bounds
+        at = (
+            np.concatenate(
+                (np.searchsorted(window, values, "right"), np.searchsorted(window, values, "left"))
+            )
+            / window.size
+        )
+        return max(0.0, float(np.maximum(lo - at, at - hi).max()))
 
 
 class ScoreReference(ConfigModel):
@@ -205,7 +214,7 @@ class DriftMonitor:
 
     def __init__(self, reference: ScoreReference) -> None:
         self.reference = reference
-        self._window = np.full((len(QUANTITIES), WINDOW), np.nan)
+        self._window = [[math.nan] * WINDOW for _ in QUANTITIES]  # ring buffers
         self._n = 0
         self._skipped = 0
         self._last = DriftReport()
@@ -215,15 +224,16 @@ class DriftMonitor:
         """Record one selection; returns the report when this call raised the alarm (once
         per monitor), else ``None``. A NaN ``top`` is counted as skipped; a NaN ``cut``
         (nothing kept) is left out of the ``cut`` test only."""
-        if not math.isfinite(top):
+        if top != top:  # NaN (the normalised scores the cut reads are finite otherwise)
             with self._lock:
                 self._skipped += 1
             return None
         with self._lock:
-            w, i = self._window, self._n % WINDOW
-            w[0, i] = top
-            w[1, i] = cut
-            w[2, i] = kept
+            tops, cuts, kepts = self._window
+            i = self._n % WINDOW
+            tops[i] = top
+            cuts[i] = cut
+            kepts[i] = kept
             self._n += 1
             if self._last.alarm or self._n % STEP:
                 return None
@@ -246,7 +256,7 @@ class DriftMonitor:
         """The checkpoint after ``self._n`` selections (called under the lock)."""
         j = self._n // STEP
         alpha = ALPHA / (j * (j + 1)) / len(QUANTITIES)
-        window = self._window[:, : min(self._n, WINDOW)]
+        window = np.array(self._window)[:, : min(self._n, WINDOW)]
         found: list[tuple[float, str, float, float]] = []
         for row, name in enumerate(QUANTITIES):
             ref: Quantiles | None = getattr(self.reference, name)
@@ -345,8 +355,9 @@ def read_log(text: str) -> SelectionLog:
         line = text.count("\n", 0, pos) + 1
         try:
             record, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            problems.append(f"line {line}: not JSON ({exc.msg}); skipped")
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+            problems.append(f"line {line}: not JSON ({why}); skipped")
             nxt = text.find("\n{", pos)
             pos = len(text) if nxt < 0 else nxt + 1
             continue

@@ -575,11 +575,11 @@ def scores_read(s: State) -> tuple[float, float]:
     r = s.rerank
     if (r is not None and not r.ok) or (r is None and s.kind is None):
         return math.nan, math.nan
-    result = next((facts for stage, facts in s.records if isinstance(stage, Cut)), None)
-    if result is None:
-        return math.nan, math.nan
-    m = int(result.n_kept_valid[0])
-    return float(result.top[0]), float(result.ranked.scores[0, m - 1]) if m else math.nan
+    for stage, result in s.records:  # the cut's record comes first
+        if isinstance(stage, Cut):
+            m = result.n_kept_valid.item(0)
+            return result.top.item(0), result.ranked.scores.item(0, m - 1) if m else math.nan
+    return math.nan, math.nan
 
 
 class DriftWatch(Stage):
