@@ -66,7 +66,8 @@ class ContextGuard:
             without validation, by ``GuardConfig.model_construct``) or comes with
             ``settings``; a ``reranker`` was passed but no layer of the config enables the rerank
             stage, or the rerank stage cannot tell whether the reranker returns logits or
-            probabilities.
+            probabilities; ``monitor=True`` on a config without the ``reference`` that
+            ``ragguard calibrate`` writes.
         RerankModelError: the cross-encoder model cannot be loaded (either
             ``rerank.on_failure`` policy).
         MissingDependencyError: the built-in reranker needs the ``rerank`` extra.
