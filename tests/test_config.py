@@ -460,8 +460,9 @@ AS_TEXT: dict[str, dict[str, object]] = {
     "conflict_detector": {"conflict_detector": "both"},
     "conflict_answer_similarity": {"conflict_answer_similarity": "0.4"},
     "conflict_prefer": {"conflicts": "prefer", "conflict_prefer": "-version"},
+    "monitor": {"monitor": "true"},
 }
-TABLES = {"profiles", "rerank", "provenance", "domains"}  # a mapping, never text
+TABLES = {"profiles", "rerank", "reference", "provenance", "domains"}  # a mapping, never text
 # values that are right for some fields and wrong for others: text, numbers out of and
 # in range, booleans, None and an empty table
 PROBES: list[object] = ["3", "0.5", "1.5", "x", "", "drop", 0, 2, 0.5, 1.5, -1, True, None, {}]

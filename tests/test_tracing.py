@@ -6,17 +6,24 @@ import asyncio
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from ragguard import Candidate, ConfigError, ContextGuard, GuardConfig
+from ragguard import (
+    Candidate,
+    ConfigError,
+    ContextGuard,
+    DriftWarning,
+    GuardConfig,
+    ScoreReference,
+)
+from ragguard.drift import STEP
 
 QUERY = "what was my 500 lb deadlift PR"
 CANDIDATES = [
@@ -27,26 +34,6 @@ CANDIDATES = [
     Candidate("e", score=0.7),
     Candidate("f", score=0.6),  # fourth above the bar: over max_k=3
 ]
-
-
-@pytest.fixture(scope="module")
-def provider() -> TracerProvider:
-    """The process's SDK tracer provider (OpenTelemetry allows setting it only once)."""
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
-        return current
-    new = TracerProvider()
-    trace.set_tracer_provider(new)
-    return new
-
-
-@pytest.fixture
-def spans(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    yield exporter
-    processor.shutdown()  # a shut-down processor drops further spans
 
 
 def guard_spans(exporter: InMemorySpanExporter) -> Sequence[ReadableSpan]:
@@ -79,6 +66,8 @@ def test_select_records_a_span_with_counts_per_reason_and_the_rule(
         "ragguard.rerank.enabled": False,
         "ragguard.verdict": "answerable",
         "ragguard.conflict_groups": 0,
+        "ragguard.score.top": 0.9,  # the scores the drift watch reads: the best one ...
+        "ragguard.score.cut": 0.7,  # ... and the lowest kept (e)
     }
     assert span.kind is trace.SpanKind.INTERNAL and span.status.status_code is StatusCode.UNSET
     assert QUERY not in str(span.to_json())  # no content is recorded
@@ -111,6 +100,7 @@ def test_the_verdict_and_the_conflict_groups_are_recorded(spans: InMemorySpanExp
         0,
     )
     assert abstained["ragguard.dropped.insufficient_evidence"] == 1
+    assert abstained["ragguard.score.top"] == 0.2 and "ragguard.score.cut" not in abstained
     assert (plain["ragguard.verdict"], plain["ragguard.conflict_groups"]) == ("answerable", 0)
     # drop: the group is still counted, its members are dropped for the conflict
     guard = ContextGuard(GuardConfig(conflicts="drop", **settings))
@@ -144,6 +134,28 @@ def test_a_selection_routed_to_a_domain_records_it_and_its_settings(
     routed, plain = (span.attributes or {} for span in guard_spans(spans))
     assert routed["ragguard.domain"] == "legal" and routed["ragguard.max_k"] == 1
     assert "ragguard.domain" not in plain and plain["ragguard.max_k"] == 3
+
+
+def test_the_drift_alarm_is_recorded_on_the_span_of_the_call_that_raised_it(
+    spans: InMemorySpanExporter,
+) -> None:
+    top = [0.5 + 0.4 * i / 99 for i in range(100)]
+    reference = ScoreReference.of(top, top, [1] * 100)
+    guard = ContextGuard(
+        GuardConfig(score_kind="similarity", max_k=1, reference=reference, monitor=True)
+    )
+    with pytest.warns(DriftWarning):
+        for i in range(STEP + 1):
+            guard.select(QUERY, [Candidate("a", score=0.1 + i / 1000)])
+    recorded = [dict(s.attributes or {}) for s in guard_spans(spans)]
+    alarms = [i for i, a in enumerate(recorded) if "ragguard.drift.alarm" in a]
+    assert alarms == [STEP - 1]
+    alarm = recorded[STEP - 1]
+    report = guard.drift()
+    assert alarm["ragguard.drift.moved"] == "top,cut"
+    assert alarm["ragguard.drift.statistic"] == report.statistic == 1.0
+    assert alarm["ragguard.drift.threshold"] == report.threshold
+    assert alarm["ragguard.warnings"] == 1
 
 
 def test_a_rerank_stage_names_its_model_and_its_rule(spans: InMemorySpanExporter) -> None:

@@ -20,6 +20,7 @@ from ragguard.config import (
     RerankFailure,
 )
 from ragguard.conflicts import Conflict, ConflictMember
+from ragguard.drift import DriftReport, ScoreReference
 from ragguard.errors import (
     AnnotationError,
     AnswerWarning,
@@ -28,6 +29,7 @@ from ragguard.errors import (
     ConfigError,
     ConfigWarning,
     CorpusError,
+    DriftWarning,
     DuplicateIdError,
     EndpointError,
     EvalSetError,
@@ -41,6 +43,7 @@ from ragguard.errors import (
     RetrieverError,
     ScoreCacheError,
     ScoreWarning,
+    SelectionLogError,
 )
 from ragguard.guard import ContextGuard
 from ragguard.policy import ConflictDetector, ConflictMode, CutRule, Reason, UtilityCut
@@ -78,6 +81,8 @@ __all__ = [
     "CrossEncoderReranker",
     "CutRule",
     "Decision",
+    "DriftReport",
+    "DriftWarning",
     "DuplicateIdError",
     "DuplicatePolicy",
     "EndpointError",
@@ -102,8 +107,10 @@ __all__ = [
     "RetrieverError",
     "ScoreCacheError",
     "ScoreKind",
+    "ScoreReference",
     "ScoreWarning",
     "Selection",
+    "SelectionLogError",
     "UtilityCut",
     "Verdict",
     "__version__",

@@ -14,15 +14,18 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from ragguard._version import __version__
+from ragguard.drift import DriftReport
 from ragguard.policy import ConflictMode
+from ragguard.select_stages import scores_read
 
 if TYPE_CHECKING:
     from ragguard.candidate import Selection
     from ragguard.config import GuardConfig
+    from ragguard.selecting import State
 
 SPAN_NAME = "ragguard.select"
 
-Record = Callable[["Selection"], "Selection"]
+Record = Callable[["Selection", "State"], "Selection"]
 
 logger = logging.getLogger(__name__)
 _report_lock = threading.Lock()
@@ -47,7 +50,7 @@ def _failed(step: str, exc: Exception) -> None:
     )
 
 
-def _identity(selection: Selection) -> Selection:
+def _identity(selection: Selection, state: State) -> Selection:
     return selection
 
 
@@ -99,12 +102,12 @@ class _Span:
         self._start = time.perf_counter()
         return self.record
 
-    def record(self, selection: Selection) -> Selection:
+    def record(self, selection: Selection, state: State) -> Selection:
         try:
             if self._span.is_recording():
                 elapsed_ms = (time.perf_counter() - self._start) * 1000.0
                 self._span.set_attributes(
-                    attributes(selection, self._config, self._max_k, elapsed_ms)
+                    attributes(selection, self._config, self._max_k, elapsed_ms, state)
                 )
         except Exception as exc:
             _failed("recording its attributes", exc)
@@ -133,9 +136,10 @@ def selecting(config: GuardConfig, max_k: int | None) -> nullcontext[Record] | _
 
 
 def attributes(
-    selection: Selection, config: GuardConfig, max_k: int | None, elapsed_ms: float
+    selection: Selection, config: GuardConfig, max_k: int | None, elapsed_ms: float, state: State
 ) -> dict[str, str | bool | int | float]:
-    """The span attributes of one selection (see the module docstring)."""
+    """The span attributes of one selection (see the module docstring); ``state``: its
+    call's, for the scores the cut read and a drift alarm."""
     outcome, kind = selection.rerank, selection.score_kind
     reranked = outcome is not None and not outcome.failed
     params = config.rerank_policy_params() if reranked else config.policy_params()
@@ -164,6 +168,18 @@ def attributes(
         out["ragguard.conflict_mode"] = params.conflicts.value
     if selection.domain is not None:
         out["ragguard.domain"] = selection.domain
+    top, cut = scores_read(state)
+    if top == top:  # not NaN
+        out["ragguard.score.top"] = top
+    if cut == cut:
+        out["ragguard.score.cut"] = cut
+    for w in state.warnings:
+        if isinstance(w.key, DriftReport):  # the alarm fired on this call
+            d = w.key
+            out["ragguard.drift.alarm"] = True
+            out["ragguard.drift.moved"] = ",".join(d.moved)
+            out["ragguard.drift.statistic"] = d.statistic
+            out["ragguard.drift.threshold"] = d.threshold
     reasons = Counter(d.reason.value for d in selection.dropped if d.reason is not None)
     for reason, count in sorted(reasons.items()):
         out[f"ragguard.dropped.{reason}"] = count

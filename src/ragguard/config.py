@@ -44,6 +44,7 @@ from pydantic_settings import (
 from ragguard._fields import ConfigModel, NumbersNotBools
 from ragguard._optional import DISTRIBUTION
 from ragguard._version import __version__
+from ragguard.drift import ScoreReference
 from ragguard.errors import ArgumentTypeError, ConfigError, ConfigWarning
 from ragguard.policy import (
     DEFAULT_ANSWER_SIMILARITY,
@@ -360,6 +361,16 @@ class GuardConfig(BaseSettings, NumbersNotBools):
     rerank: RerankConfig = Field(
         default_factory=RerankConfig,
         description="The optional cross-encoder rerank stage (TOML [rerank]).",
+    )
+    monitor: bool = Field(
+        default=False,
+        description="Watch for drift: test the guard's recent scores against reference "
+        "(ContextGuard.drift, DriftWarning); needs reference.",
+    )
+    reference: ScoreReference | None = Field(
+        default=None,
+        description="What the scores looked like over the calibration queries (written by "
+        "ragguard calibrate); what monitor tests against.",
     )
     provenance: dict[str, Any] = Field(
         default_factory=dict,

@@ -17,6 +17,7 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── RetrieverError           (ValueError)  a retriever factory that cannot be imported,
     │                                          fails, or returns no retriever
     ├── AnnotationError          (ValueError)  annotation cannot run on this data or settings
+    ├── SelectionLogError        (ValueError)  a log for ragguard drift holds no usable span
     ├── EndpointError            (RuntimeError) an LLM endpoint failed (no logprobs, HTTP)
     ├── MissingDependencyError   (ImportError) an optional extra is not installed
     ├── ScoreCacheError          (OSError)     calibration's rerank score cache (SQLite) is
@@ -28,7 +29,8 @@ caller would expect (``ValueError`` for bad values, ``TypeError`` for wrong type
     ├── ConfigWarning            an unknown RAGGUARD_* variable, a config from a newer ragguard
     ├── ScoreWarning             scores contradict their declared kind, or no kind is known
     ├── RerankWarning            the rerank stage failed and the guard fell back (fail_open)
-    └── AnswerWarning            the answerer stage failed; the selection has no answers
+    ├── AnswerWarning            the answerer stage failed; the selection has no answers
+    └── DriftWarning             the monitor found the scores no longer look like calibration's
 
 Warnings are issued with ``warnings.warn`` (once per guard and problem), never
 printed; library code logs through ``logging.getLogger(__name__)``.
@@ -44,6 +46,7 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "CorpusError",
+    "DriftWarning",
     "DuplicateIdError",
     "EndpointError",
     "EvalSetError",
@@ -57,6 +60,7 @@ __all__ = [
     "RetrieverError",
     "ScoreCacheError",
     "ScoreWarning",
+    "SelectionLogError",
 ]
 
 
@@ -169,6 +173,11 @@ class RerankModelError(RerankError):
     transient failure."""
 
 
+class SelectionLogError(RagguardError, ValueError):
+    """A selection log given to ``ragguard drift`` is empty, holds no ``ragguard.select``
+    span, or none of its spans records the scores the drift watch reads."""
+
+
 class RagguardWarning(UserWarning):
     """Base class of ragguard's warnings."""
 
@@ -197,3 +206,9 @@ class AnswerWarning(RagguardWarning):
     """The answerer stage ([`AnswerStage`][ragguard.AnswerStage]) failed: the answerer
     raised, ran past its time limit or returned something else than one answer per
     passage, and the selection went on without answers. The message names the cause."""
+
+
+class DriftWarning(RagguardWarning):
+    """The drift watch (``GuardConfig.monitor``) found that the guard's recent scores no
+    longer look like those of the calibration queries: issued once per guard, at the
+    alarm; [`ContextGuard.drift`][ragguard.ContextGuard.drift] says which quantity moved."""

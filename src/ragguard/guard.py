@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 from ragguard import _tracing, adapters
 from ragguard.candidate import Candidate, Selection
 from ragguard.config import BeyondTopN, GuardConfig, InvalidScorePolicy
+from ragguard.drift import DriftMonitor, DriftReport
 from ragguard.errors import ArgumentTypeError, ConfigError, ConfigWarning
 from ragguard.policy import ConflictMode
 from ragguard.profiles import Profile
@@ -22,6 +23,7 @@ from ragguard.scores import ScoreKind
 from ragguard.select_stages import (
     Conflicts,
     Cut,
+    DriftWatch,
     Duplicates,
     NearDuplicates,
     Normalise,
@@ -66,7 +68,8 @@ class ContextGuard:
             without validation, by ``GuardConfig.model_construct``) or comes with
             ``settings``; a ``reranker`` was passed but no layer of the config enables the rerank
             stage, or the rerank stage cannot tell whether the reranker returns logits or
-            probabilities.
+            probabilities; ``monitor=True`` on a config without the ``reference`` that
+            ``ragguard calibrate`` writes.
         RerankModelError: the cross-encoder model cannot be loaded (either
             ``rerank.on_failure`` policy).
         MissingDependencyError: the built-in reranker needs the ``rerank`` extra.
@@ -124,6 +127,15 @@ class ContextGuard:
                 "[rerank] in the TOML file (set it to false explicitly to switch a passed "
                 "reranker off)"
             )
+        self._monitor: DriftMonitor | None = None
+        if self.config.monitor:
+            if self.config.reference is None:
+                raise ConfigError(
+                    "monitor=True needs the score reference ragguard calibrate writes under "
+                    "[reference], and this config has none; load a config written by "
+                    "ragguard calibrate, or set monitor=False"
+                )
+            self._monitor = DriftMonitor(self.config.reference)
         self.stages: list[Stage] = self._stages()
 
     def _stages(self) -> list[Stage]:
@@ -158,6 +170,8 @@ class ContextGuard:
         if c.max_tokens is not None:  # load the tokenizer now, not on a query
             counter = token_counter(c.token_counter)
             stages.append(TokenBudget(counter=counter, max_tokens=c.max_tokens))
+        if self._monitor is not None:
+            stages.append(DriftWatch(monitor=self._monitor))
         return stages
 
     @classmethod
@@ -297,7 +311,7 @@ class ContextGuard:
             state = self._start(
                 query, candidates, score_kind=score_kind, scored=scored, max_k=max_k
             )
-            return traced(self._deliver(state, run(self.stages, state)))
+            return traced(self._deliver(state, run(self.stages, state)), state)
 
     async def aselect(
         self,
@@ -319,7 +333,23 @@ class ContextGuard:
             state = self._start(
                 query, candidates, score_kind=score_kind, scored=scored, max_k=max_k
             )
-            return traced(self._deliver(state, await arun(self.stages, state)))
+            return traced(self._deliver(state, await arun(self.stages, state)), state)
+
+    def drift(self) -> DriftReport:
+        """What the drift watch (``GuardConfig.monitor``) found so far: whether the
+        recent scores stopped looking like the calibration queries' (``alarm``), over how
+        many selections, the Kolmogorov-Smirnov distance and its threshold, and which
+        quantity moved (the test and its false-alarm rate: ``ragguard.drift``).
+
+        Raises:
+            ConfigError: the monitor is off (``monitor=False``).
+        """
+        if self._monitor is None:
+            raise ConfigError(
+                "the drift watch is off; build the guard with monitor=True (RAGGUARD_MONITOR=1 "
+                "or monitor = true in the TOML file) on a config ragguard calibrate wrote"
+            )
+        return self._monitor.report()
 
     @overload
     def wrap(

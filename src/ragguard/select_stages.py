@@ -31,8 +31,10 @@ from ragguard.conflicts import (
     merge_pairs,
     normalise_answer,
 )
+from ragguard.drift import DriftMonitor
 from ragguard.errors import (
     ConfigWarning,
+    DriftWarning,
     DuplicateIdError,
     InvalidScoreError,
     RerankWarning,
@@ -632,3 +634,34 @@ class TokenBudget(Stage):
     def explain(self, drop: Drop, s: State, /) -> str:
         tokens, used = drop.detail
         return over_budget_message(tokens, used, self.max_tokens, self.counter.spec)
+
+
+def scores_read(s: State) -> tuple[float, float]:
+    """The best score the cut read in call ``s`` and the lowest score it kept (NaN when
+    none), on the scale it read: rerank probabilities with the rerank stage on; NaN and
+    NaN when the call had no valid score to read (no scores, a failed rerank call)."""
+    r = s.rerank
+    if (r is not None and not r.ok) or (r is None and s.kind is None):
+        return math.nan, math.nan
+    for stage, result in s.records:  # the cut's record comes first
+        if isinstance(stage, Cut):
+            m = result.n_kept_valid.item(0)
+            return result.top.item(0), result.ranked.scores.item(0, m - 1) if m else math.nan
+    return math.nan, math.nan
+
+
+class DriftWatch(Stage):
+    """Hand each call's top score, score at the cut and kept count to the drift monitor
+    (``ragguard.drift``); at its alarm, one ``DriftWarning`` (last stage: it reads the
+    final kept count)."""
+
+    __slots__ = ("monitor",)
+
+    def __init__(self, *, monitor: DriftMonitor) -> None:
+        self.monitor = monitor
+
+    def __call__(self, s: State, /) -> None:
+        top, cut = scores_read(s)
+        alarm = self.monitor.add(top, cut, len(s.kept))
+        if alarm is not None:
+            s.warnings.append(Warn(alarm, str(alarm), DriftWarning))

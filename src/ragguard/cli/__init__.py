@@ -8,6 +8,7 @@ import os
 from ragguard.cli import annotate as _annotate  # noqa: F401  (registers its command)
 from ragguard.cli import calibrate as _calibrate  # noqa: F401
 from ragguard.cli import config as _config  # noqa: F401
+from ragguard.cli import drift as _drift  # noqa: F401
 from ragguard.cli import evaluate as _evaluate  # noqa: F401
 from ragguard.cli import synth as _synth  # noqa: F401
 from ragguard.cli import train as _train  # noqa: F401

@@ -245,11 +245,14 @@ def test_without_the_option_nothing_changes() -> None:
         p.min_evidence is None for p in RerankGrid().points((1, 5), 1, BUILTIN_PROFILES["support"])
     )
     with_floor = hand_result(answerability=Answerability(max_false_abstain=0.1))
-    # the floor is added to the setting; everything else is the same
+    # the floor is added to the setting, and the score reference sees its abstentions
+    # (no score at the cut, nothing kept); everything else is the same
     a, b = res.config().model_dump(), with_floor.config().model_dump()
     for d in (a, b):
         d.pop("provenance")
     assert b.pop("min_evidence") == 0.8001 and a.pop("min_evidence") is None
+    ref_a, ref_b = a.pop("reference"), b.pop("reference")
+    assert ref_a["top"] == ref_b["top"] and ref_b["cut"]["n"] < ref_a["cut"]["n"]
     assert a == b
 
 

@@ -22,7 +22,7 @@ from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.select import DEFAULT_FOLDS
 from ragguard.calibration.fit.steps import CommandLine
 from ragguard.calibration.fit.view import ResultView, build_view, name_evalset
-from ragguard.calibration.fit.written import Shortfall, WrittenSetting
+from ragguard.calibration.fit.written import Shortfall, WrittenSetting, score_reference
 from ragguard.config import GuardConfig
 from ragguard.errors import ConfigError, EvalSetError
 from ragguard.profiles import BUILTIN_PROFILES, ProfileSpec
@@ -152,7 +152,8 @@ class CalibrationResult:
     def config(self, run: str | None = None) -> GuardConfig:
         """The guard config of ``run``'s written setting (default: the recommended run),
         with provenance: [`written_setting`][ragguard.calibration.CalibrationResult.written_setting]
-        says what it holds. No ``RAGGUARD_*`` variable is read
+        says what it holds, and with the reference a drift watch tests against
+        (``score_reference``; ``GuardConfig.monitor``). No ``RAGGUARD_*`` variable is read
         ([`GuardConfig.without_environment`][ragguard.GuardConfig.without_environment]):
         the rest are the defaults."""
         v = self.view(None if run is None else self.run(run))
@@ -178,12 +179,16 @@ class CalibrationResult:
             settings.update(st.settings)
             settings["rerank"] = two.stage.table(st.top_n, two.written_params)
             settings["provenance"]["rerank"] = st.provenance()
-        cfg = GuardConfig.without_environment(**settings)
+        config = GuardConfig.without_environment(**settings)
+        reference = score_reference(w, config)
+        if reference is not None:
+            settings["reference"] = reference
+            config = config.model_copy(update={"reference": reference})
         d = self.domains
         if d is None or r is not self.recommended:  # the domains of the recommended run only
-            return cfg
+            return config
         settings["provenance"]["domains"] = d.provenance()
-        return GuardConfig.without_environment(**settings, domains=d.tables(cfg))
+        return GuardConfig.without_environment(**settings, domains=d.tables(config))
 
     def provenance(self, run: RunCalibration | None = None) -> dict[str, Any]:
         """Where the config comes from: data, date, profile, objective, the setting

@@ -1,5 +1,6 @@
 """What the config holds (``WrittenSetting``): the run's retrieval setting or the second
-stage's, why the second stage is written or left off, and the constraints it misses."""
+stage's, why the second stage is written or left off, the constraints it misses, and what
+its scores look like (``score_reference``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from ragguard.calibration.fit.risk import GuaranteeResult
 from ragguard.calibration.fit.search import RunCalibration
 from ragguard.calibration.fit.sweep import PASSAGES, Constraint
 from ragguard.calibration.metrics import SafetyBand, safety_band
-from ragguard.policy import PolicyParams
+from ragguard.config import GuardConfig
+from ragguard.drift import ScoreReference
+from ragguard.policy import PolicyParams, cut_ranked
 
 
 @dataclass(frozen=True)
@@ -225,3 +228,22 @@ def _stage_decision(
         f"and on the {n_calibration} calibration queries it scored "
         f"{format_number(cal_two)} against {format_number(cal_one)}"
     )
+
+
+def score_reference(w: WrittenSetting, config: GuardConfig) -> ScoreReference | None:
+    """What the scores of all queries look like under ``config``, the config of ``w``'s
+    written setting (``ragguard.drift``): the runtime policy of ``config`` on the scores
+    its cut reads (the second stage's probabilities when it is written); the kept
+    counts after the stages after the cut are the sweep's. ``None`` without scores."""
+    s = w.search
+    arrays = s.kernel.arrays
+    if arrays.score_kind is None or not arrays.n_queries:
+        return None
+    params = config.rerank_policy_params() if config.rerank.enabled else config.policy_params()
+    result = cut_ranked(arrays.ranked(), params)
+    m = result.n_kept_valid
+    last = result.ranked.scores[np.arange(m.size), np.maximum(m - 1, 0)]
+    kept = result.n_kept
+    if params.uses_stages:  # the context the stages leave; nothing where min_evidence abstains
+        kept = np.minimum(kept, s.written_kept)
+    return ScoreReference.of(result.top, np.where(m > 0, last, np.nan), kept)
