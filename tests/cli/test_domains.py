@@ -41,7 +41,9 @@ def test_by_domain_writes_one_toml_with_a_table_per_domain(tmp_path: Path) -> No
     assert "per domain (--by domain)" in result.stdout and "beats global" in result.stdout
     data = tomllib.loads((tmp_path / "ragguard.toml").read_text())
     assert data["max_k"] >= 3 and data["profile"] == "support"  # the global, at the top
-    assert data["domains"]["precise"] == {"max_k": 1, "profile": "legal"}
+    precise = data["domains"]["precise"]
+    assert precise.pop("reference")["top"]["n"] == 24  # its own queries' scores (the drift watch)
+    assert precise == {"max_k": 1, "profile": "legal"}
     assert set(data["domains"]) == {"precise", "broad"}
     for table in data["domains"].values():
         assert all(k in data and data[k] != v for k, v in table.items())

@@ -54,7 +54,9 @@ def test_domains_get_their_own_setting_and_one_toml_holds_what_differs(tmp_path:
     assert top == {k: v for k, v in plain.items() if k != "provenance"}
     # ... one table per domain with only the keys that differ, provenance apart
     assert set(data["domains"]) == {"precise", "broad"}
-    assert data["domains"]["precise"] == {"max_k": 1, "profile": "legal"}
+    precise = dict(data["domains"]["precise"])
+    assert precise.pop("reference")["kept"]["n"] == 24  # its own queries (the drift watch)
+    assert precise == {"max_k": 1, "profile": "legal"}
     for name, table in data["domains"].items():
         assert "provenance" not in table
         for key, value in table.items():
