@@ -79,6 +79,11 @@ class CalibrationResult:
     )
     """The views built so far ([`view`][ragguard.calibration.CalibrationResult.view]), by run and
     eval set name."""
+    _configs: dict[RunCalibration, GuardConfig] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """The configs built so far ([`config`][ragguard.calibration.CalibrationResult.config]), by
+    run: a ``GuardConfig`` is frozen, and its score reference reads every query."""
 
     def view(
         self, run: RunCalibration | None = None, evalset: str | CommandLine | None = None
@@ -156,8 +161,15 @@ class CalibrationResult:
         (``score_reference``; ``GuardConfig.monitor``). No ``RAGGUARD_*`` variable is read
         ([`GuardConfig.without_environment`][ragguard.GuardConfig.without_environment]):
         the rest are the defaults."""
-        v = self.view(None if run is None else self.run(run))
-        r, w, profile = v.run, v.written, self.header.profile
+        r = self.recommended if run is None else self.run(run)
+        if r not in self._configs:
+            self._configs[r] = self._config(r)
+        return self._configs[r]
+
+    def _config(self, r: RunCalibration) -> GuardConfig:
+        """``config`` of run ``r``, built."""
+        v = self.view(r)
+        w, profile = v.written, self.header.profile
         settings: dict[str, Any] = {"profile": profile.name, **r.guard_settings()}
         if profile.name not in BUILTIN_PROFILES or BUILTIN_PROFILES[profile.name] != profile:
             fields = profile.model_dump(exclude={"name"})
