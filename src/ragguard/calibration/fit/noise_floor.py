@@ -47,11 +47,10 @@ def order_statistic_floor(scores: F64, alpha: float) -> tuple[float, int]:
     ``k = ceil((n + 1) * (1 - alpha))``, and ``k``.
 
     Raises:
-        ConfigError: ``alpha`` outside (0, 1), or fewer scores than the bound needs.
+        ConfigError: fewer scores than the bound needs (``alpha`` is ``NoiseFloor``'s,
+            checked in (0, 1) when it was built).
         InvalidScoreError: a NaN or infinite score among them.
     """
-    if not (isinstance(alpha, int | float) and 0.0 < alpha < 1.0):
-        raise ConfigError(f"--noise-floor (alpha) must be a share in (0, 1), got {alpha!r}")
     x = np.asarray(scores, dtype=np.float64)
     bad = int((~np.isfinite(x)).sum())
     if bad:
@@ -220,16 +219,14 @@ def fit_noise_floor(
     seed: int,
 ) -> NoiseFloorResult:
     """The noise floor of run ``run`` (``arrays``) from the calibration ``rows``, its
-    scorer checked on the run's own scores first.
+    scorer checked on the run's own scores first (``check_noise_floor`` ran before).
 
     Raises:
-        ConfigError: the run's score kind is unknown, or the scorer does not give its
-            scores.
+        ConfigError: the scorer does not give the run's scores.
         CorpusError: no passage to draw for some query.
         InvalidScoreError: the scorer returned a NaN or infinite score.
     """
-    check_noise_floor(evalset, [run])
-    keys, texts, source = _pool(evalset)
+    keys, texts, source = _pool(evalset)  # (check_noise_floor ran before the sweep)
     _check_scorer(option, evalset, arrays, run)
     rng = np.random.default_rng([seed, 36])
     drawn = rng.choice(rows, size=option.samples, replace=True)
