@@ -1,24 +1,6 @@
 """The drift watch (docs/guides/production.md): what the scores looked like over the
-calibration queries (``ScoreReference``, written by ``ragguard calibrate`` under
-``[reference]``), and a monitor that tests a bounded window of the guard's own calls
-against it (``DriftMonitor``, on with ``GuardConfig(monitor=True)``).
-
-Three quantities per selection: ``top``, the best normalised score the cut read (the
-rerank probability with the rerank stage on); ``cut``, the lowest score the cut kept;
-``kept``, how many passages the selection kept. The reference holds each one's
-quantiles at ``LEVELS`` (every 5%) and its number of queries.
-
-The test: a two-sample Kolmogorov-Smirnov test per quantity, of the last ``WINDOW``
-selections against the reference, at a checkpoint after every ``STEP`` selections.
-Checkpoint ``j`` (1, 2, ...) spends ``ALPHA / (j (j + 1))`` of the false-alarm rate,
-split evenly over the three quantities (Bonferroni), so the chance that a guard whose
-scores keep following the reference ever alarms, however long it runs, is at most
-``ALPHA`` (the spendings sum to it). The distance is read at the reference's
-quantiles only, where the reference's distribution function is known to within one
-level (the bound nearest the window's is taken), so it never exceeds the exact
-two-sample distance: the test is conservative, and discrete counts make it more so.
-Its assumption: production queries are exchangeable with the calibration queries
-while nothing drifts. Numpy and the standard library only."""
+calibration queries (``ScoreReference``, TOML ``[reference]``) and the monitor that tests
+the guard's own calls against it (``DriftMonitor``: the test and its false-alarm scheme)."""
 
 from __future__ import annotations
 
@@ -205,8 +187,19 @@ class DriftReport:
 
 
 class DriftMonitor:
-    """Tests the last ``WINDOW`` selections against ``reference`` after every ``STEP``
-    (the scheme: this module's docstring). Thread-safe; memory: 3 x ``WINDOW`` floats.
+    """Tests the last ``WINDOW`` selections against ``reference`` after every ``STEP``.
+    Thread-safe; memory: 3 x ``WINDOW`` floats.
+
+    Three quantities per selection: ``top``, the best normalised score the cut read (the
+    rerank probability with the rerank stage on); ``cut``, the lowest score it kept;
+    ``kept``, how many passages the selection kept. At checkpoint ``j`` (1, 2, ...) a
+    two-sample Kolmogorov-Smirnov test per quantity spends ``ALPHA / (j (j + 1))``, split
+    evenly over the three (Bonferroni): the spendings sum to ``ALPHA``, the chance that a
+    guard whose scores keep following the reference ever alarms, however long it runs.
+    The distance is read at the reference's quantiles only (``Quantiles.distance``), so it
+    never exceeds the exact two-sample distance: the test is conservative. Its
+    assumption: production queries are exchangeable with the calibration queries while
+    nothing drifts.
 
     Args:
         reference: what the scores looked like over the calibration queries.

@@ -1,17 +1,6 @@
-"""The noise floor: ``min_score`` from unrelated passages, no labels read.
-
-Each sample is one calibration query, drawn at random with replacement, and one passage
-drawn at random from the pool (the corpus texts, else every other query's candidates),
-never one of that query's candidates or labelled passages; the scorer gives their score
-on the run's scale. With ``n`` such scores and ``k = ceil((n + 1) * (1 - alpha))``, a new
-unrelated pair drawn the same way is exchangeable with the ``n``, so it scores above the
-``k``-th smallest with probability at most ``(n + 1 - k) / (n + 1) <= alpha`` (the
-conformal order-statistic bound; ties only lower it). The floor written is the first
-4-significant-digit number above that order statistic, so a passage that reaches it
-scores above it. The bound is exact for a new pair drawn like the samples (a calibration
-query, a pool passage); for new queries exchangeable with the calibration queries it
-holds up to the error of having sampled those queries (``benchmarks/floors.py``: 0.97 to
-1.04 times ALPHA admitted on held-out questions of examples/nq and nq-open-oracle)."""
+"""The noise floor: ``min_score`` from unrelated passages, no labels read
+(docs/guides/no-labels.md, "Floors without labels"); the bound and its assumption:
+``order_statistic_floor``."""
 
 from __future__ import annotations
 
@@ -45,6 +34,14 @@ by about 0.01; another model, or another kind of score, by far more)."""
 def order_statistic_floor(scores: F64, alpha: float) -> tuple[float, int]:
     """The noise floor of unrelated ``scores``: ``floor_above`` the ``k``-th smallest,
     ``k = ceil((n + 1) * (1 - alpha))``, and ``k``.
+
+    Each score is a calibration query drawn at random with replacement against a passage
+    drawn at random from the pool (the corpus, else the other queries' candidates, never
+    its own candidates or labelled passages). A new unrelated pair drawn the same way is
+    exchangeable with the ``n``, so it scores above the ``k``-th smallest with probability
+    at most ``(n + 1 - k) / (n + 1) <= alpha`` (the conformal order-statistic bound; ties
+    only lower it). For new queries exchangeable with the calibration queries it holds up
+    to the error of having sampled those queries (``benchmarks/floors.py``).
 
     Raises:
         ConfigError: fewer scores than the bound needs (``alpha`` is ``NoiseFloor``'s,
