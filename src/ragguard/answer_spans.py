@@ -302,14 +302,42 @@ def passage_answer(question: str, text: str, *, overlap: float) -> str | None:
     Returns:
         The normalised answer, or ``None``.
     """
-    if not isinstance(text, str):
-        return None
+    return passage_answers(question, [text], overlap=overlap)[0]
+
+
+def agree(a: str, b: str) -> bool:
+    """Whether two normalised answers can be the same answer: equal, one date within the
+    other (``1990`` and ``1990-01-05``), or one name's words within the other's."""
+    if a == b:
+        return True
+    if a[:4].isdigit() and b[:4].isdigit():
+        return a.startswith(b + "-") or b.startswith(a + "-")
+    wa, wb = set(a.split()), set(b.split())
+    return bool(wa) and bool(wb) and (wa <= wb or wb <= wa) and not (a[:1] + b[:1]).isdigit()
+
+
+def passage_answers(question: str, texts: Sequence[str], *, overlap: float) -> list[str | None]:
+    """[`passage_answer`][ragguard.answer_spans.passage_answer] of each of ``texts``, the
+    question read once."""
     kind = question_type(question)
-    if kind is None or not text:
-        return None
     every, predicate = _content(question)
-    if not every:
-        return None
+    if kind is None or not every:
+        return [None] * len(texts)
+    return [
+        _answer(question, kind, every, predicate, t, overlap) if isinstance(t, str) else None
+        for t in texts
+    ]
+
+
+def _answer(
+    question: str,
+    kind: AnswerType,
+    every: frozenset[str],
+    predicate: frozenset[str],
+    text: str,
+    overlap: float,
+) -> str | None:
+    """``passage_answer`` of one passage, the question's type and content words given."""
     scored: list[tuple[float, int, str]] = []
     for i, sentence in enumerate(_sentences(text)):
         stems = {_stem(w.lower()) for w in _WORD.findall(sentence)}
@@ -333,19 +361,3 @@ def passage_answer(question: str, text: str, *, overlap: float) -> str | None:
             ),
         )[1]
     return None
-
-
-def agree(a: str, b: str) -> bool:
-    """Whether two normalised answers can be the same answer: equal, one date within the
-    other (``1990`` and ``1990-01-05``), or one name's words within the other's."""
-    if a == b:
-        return True
-    if a[:4].isdigit() and b[:4].isdigit():
-        return a.startswith(b + "-") or b.startswith(a + "-")
-    wa, wb = set(a.split()), set(b.split())
-    return bool(wa) and bool(wb) and (wa <= wb or wb <= wa) and not (a[:1] + b[:1]).isdigit()
-
-
-def passage_answers(question: str, texts: Sequence[str], *, overlap: float) -> list[str | None]:
-    """[`passage_answer`][ragguard.answer_spans.passage_answer] of each of ``texts``."""
-    return [passage_answer(question, t, overlap=overlap) for t in texts]

@@ -13,7 +13,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from ragguard.answer_spans import ANSWER_OVERLAP, agree, passage_answer, question_type
+from ragguard.answer_spans import ANSWER_OVERLAP, agree, passage_answers, question_type
 from ragguard.candidate import Candidate, RerankDetail
 from ragguard.config import BeyondTopN, DuplicatePolicy, RerankConfig
 from ragguard.conflicts import (
@@ -413,6 +413,11 @@ _ConflictFacts = tuple[list[int], list[Pair], StageState, list[str | None] | Non
 """The conflict stage's record: the kept positions, the pairs, the state and the answers."""
 
 
+def _normalised(answer: object) -> str | None:
+    """A model's answer, normalised (``None``: none, or not a str)."""
+    return (normalise_answer(answer) or None) if isinstance(answer, str) else None
+
+
 class Conflicts(Stage):
     """Kept passages that nearly repeat each other but differ in facts, or whose answers
     to the query differ (``detector``, ``ragguard.conflicts``): flag them, drop them all,
@@ -473,7 +478,7 @@ class Conflicts(Stage):
                         ConfigWarning,
                     )
                 )
-            answers = [self._answer(s, i) for i in cols[:compared]]
+            answers = self._answers(s, cols[:compared])
             found = answer_conflicts(texts, answers, similarity=self.answer_similarity)
             if self.detector is ConflictDetector.BOTH:
                 near = find_conflicts(texts, sets[0], similarity=self.similarity)
@@ -504,13 +509,15 @@ class Conflicts(Stage):
             )
 
     @staticmethod
-    def _answer(s: State, position: int) -> str | None:
-        """The passage's normalised answer: the model's (``State.answers``) where an
+    def _answers(s: State, positions: Sequence[int]) -> list[str | None]:
+        """Each passage's normalised answer: the model's (``State.answers``) where an
         answerer stage gave one, else its answer span."""
-        if s.answers is not None and position in s.answers:
-            given = s.answers[position]
-            return normalise_answer(given) or None if isinstance(given, str) else None
-        return passage_answer(s.query, s.candidates[position].text, overlap=ANSWER_OVERLAP)
+        given = s.answers or {}
+        missing = [i for i in positions if i not in given]
+        texts = [s.candidates[i].text for i in missing]
+        found = passage_answers(s.query, texts, overlap=ANSWER_OVERLAP)
+        spans = dict(zip(missing, found, strict=True))
+        return [spans[i] if i in spans else _normalised(given[i]) for i in positions]
 
     def drops(self, s: State, facts: _ConflictFacts, /) -> Iterator[Drop]:
         cols, pairs, st, _ = facts
