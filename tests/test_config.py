@@ -458,7 +458,7 @@ AS_TEXT: dict[str, dict[str, object]] = {
     "conflicts": {"conflicts": "drop"},
     "conflict_similarity": {"conflict_similarity": "0.6"},
     "conflict_detector": {"conflict_detector": "both"},
-    "conflict_answer_similarity": {"conflict_answer_similarity": "0.4"},
+    "conflict_answer_similarity": {"conflict_answer_similarity": "0.3"},
     "conflict_prefer": {"conflicts": "prefer", "conflict_prefer": "-version"},
     "monitor": {"monitor": "true"},
 }

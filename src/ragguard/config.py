@@ -335,19 +335,18 @@ class GuardConfig(BaseSettings, NumbersNotBools):
         description="Word 3-shingle Jaccard similarity from which two passages are compared "
         "for conflicting facts.",
     )
-    conflict_detector: ConflictDetector | None = Field(
-        default=None,
-        description="Which passages conflict: near-copy (near-copies that differ in a fact; "
-        "None, the default, is near-copy), answers (passages whose answers to the query "
-        "differ) or both.",
+    conflict_detector: ConflictDetector = Field(
+        default=ConflictDetector.NEAR_COPY,
+        description="Which passages conflict: near-copy (near-copies that differ in a fact), "
+        "answers (passages whose answers to the query differ) or both.",
     )
-    conflict_answer_similarity: float | None = Field(
-        default=None,
+    conflict_answer_similarity: float = Field(
+        default=DEFAULT_ANSWER_SIMILARITY,
         ge=0.0,
         le=1.0,
         allow_inf_nan=False,
         description="With the answers detector: the word Jaccard similarity from which two "
-        f"passages with different answers conflict (None: {DEFAULT_ANSWER_SIMILARITY}).",
+        "passages with different answers conflict.",
     )
     conflict_prefer: str | None = Field(
         default=None,
@@ -681,10 +680,8 @@ class GuardConfig(BaseSettings, NumbersNotBools):
             min_evidence=self.min_evidence,
             conflicts=self.conflicts,
             conflict_similarity=self.conflict_similarity,
-            conflict_detector=self.conflict_detector or ConflictDetector.NEAR_COPY,
-            conflict_answer_similarity=DEFAULT_ANSWER_SIMILARITY
-            if self.conflict_answer_similarity is None
-            else self.conflict_answer_similarity,
+            conflict_detector=self.conflict_detector,
+            conflict_answer_similarity=self.conflict_answer_similarity,
         )
 
     def rerank_policy_params(self) -> PolicyParams:

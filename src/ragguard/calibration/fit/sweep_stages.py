@@ -137,9 +137,8 @@ class PassageStages:
         if self.conflicts is not ConflictMode.OFF:
             out["conflicts"] = self.conflicts
             out["conflict_similarity"] = self.conflict_similarity
-            if self.conflict_detector is not ConflictDetector.NEAR_COPY:
-                out["conflict_detector"] = self.conflict_detector
-                out["conflict_answer_similarity"] = self.conflict_answer_similarity
+            out["conflict_detector"] = self.conflict_detector
+            out["conflict_answer_similarity"] = self.conflict_answer_similarity
         return out
 
     def compact(self, arrays: EvalArrays, width: int) -> Compacted:
